@@ -1,0 +1,43 @@
+/*
+ * Process-wide state of the host: the one lock, the generation counter that
+ * invalidates cached choices, lazy initialisation, fork handling, the global
+ * policy pointer, and the retire list that keeps replaced objects alive until
+ * fld_shutdown() so lock-free readers never see them freed.
+ *
+ * Lock: a single recursive mutex (fld__lock) protects the registry (op
+ * entries' impl lists, plugin records), policy publication and chain
+ * building. The cached call path takes no lock: it reads atomics only.
+ * pthread_atfork handlers take the lock around fork(), so a child never
+ * inherits it held.
+ */
+#ifndef FLD_CORE_HOST_H
+#define FLD_CORE_HOST_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct fld_policy;
+
+void fld__lock(void);
+void fld__unlock(void);
+
+/* 0 until initialised; bumped on every registry or policy change. */
+extern _Atomic uint64_t fld__generation;
+/* Host lock held. Invalidates every cached chain and remembered failure. */
+void fld__bump_generation(void);
+
+/* FLD_OK once initialised (lazily initialising), else the init error. */
+int fld__ensure_init(void);
+
+/* The global policy (lock-free read; never NULL after init). */
+const struct fld_policy *fld__policy_global(void);
+/* The policy of the calling thread: its innermost override, else global. */
+const struct fld_policy *fld__policy_effective(void);
+/* Makes p the global policy (takes ownership) and bumps the generation.
+ * Takes the host lock itself. */
+void fld__policy_publish(struct fld_policy *p);
+
+/* Keeps ptr until fld_shutdown(), then calls free_fn(ptr). Host lock held. */
+void fld__retire(void *ptr, void (*free_fn)(void *));
+
+#endif

@@ -1,0 +1,19 @@
+/*
+ * The op manager: selection (candidates, filters, token order), the
+ * lock-free per-(op, device, dtype) cache of resolved chains, dispatch with
+ * non-strict fallback and failure memory, and explain/resolve for tools.
+ */
+#ifndef FLD_CORE_MANAGER_H
+#define FLD_CORE_MANAGER_H
+
+#include "ops.h"
+
+/* Dispatches a catalog op by index after validating args. */
+int fld__call_catalog(enum fld_catalog_index idx, const void *args);
+
+/* Drops every cached chain of every op (host lock held; at shutdown). */
+void fld__manager_shutdown(void);
+/* The calling thread's override caches: frees them (on pop, thread exit). */
+void fld__manager_tls_flush(void);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * Operators: the catalog schema table and the interned op entries that hold
+ * each op's implementations (the registry) and its cached choices.
+ */
+#ifndef FLD_CORE_OPS_H
+#define FLD_CORE_OPS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <fldispatch/plugin.h>
+
+/* Device and dtype indexes of the cache slots. */
+enum { FLD_DEV_CPU, FLD_DEV_CUDA, FLD_DEV_ROCM, FLD_DEV_ASCEND, FLD_NDEVICES, FLD_DEV_ANY = FLD_NDEVICES };
+enum { FLD_DT_F32, FLD_DT_F16, FLD_DT_BF16, FLD_NDTYPES, FLD_DT_ANY = FLD_NDTYPES };
+#define FLD_NSLOTS ((FLD_NDEVICES + 1) * (FLD_NDTYPES + 1))
+
+static inline unsigned fld__slot(int dev, int dt)
+{
+    return (unsigned)(dev * (FLD_NDTYPES + 1) + dt);
+}
+
+/* FLD_DEV_* index of a DLPack device type, or -1. */
+int fld__device_index(int device_type);
+/* The canonical DLPack device type of a FLD_DEV_* index. */
+int fld__device_type_of(int dev_index);
+/* FLD_DT_* index of a DLPack dtype, or -1 (same order as fld_dtype_index()). */
+static inline int fld__dtype_index(DLDataType t)
+{
+    return fld_dtype_index(t);
+}
+
+/* What a validator derives from a call: the cache slot to use. */
+struct fld_call_key {
+    int device; /* FLD_DEV_* */
+    int dtype;  /* FLD_DT_* */
+};
+
+/*
+ * Checks a catalog op's arguments without touching tensor memory (except
+ * rotary positions, which it reads to range-check). FLD_OK and the key, or
+ * FLD_EINVAL with a message "<op>: <what is wrong, naming the tensor>".
+ */
+typedef int (*fld_validate_fn)(const char *op, const void *args, struct fld_call_key *key);
+
+enum fld_catalog_index {
+    FLD_CAT_SILU_AND_MUL,
+    FLD_CAT_MUL_AND_SILU,
+    FLD_CAT_GELU_AND_MUL,
+    FLD_CAT_GELU_TANH_AND_MUL,
+    FLD_CAT_RMS_NORM,
+    FLD_CAT_GEMMA_RMS_NORM,
+    FLD_CAT_ROTARY_EMBEDDING,
+    FLD_CAT_ATTENTION_BACKEND,
+    FLD_CAT_COUNT
+};
+
+/* One row of the schema table (core/catalog.c). */
+struct fld_op_schema {
+    const char *name;
+    size_t args_size;
+    fld_validate_fn validate;
+    fld_kernel_fn reference;   /* the library's reference.c implementation */
+    uint32_t reference_devices; /* FLD_DEVICE_MASK_* the reference serves */
+    uint32_t reference_dtypes;  /* FLD_DTYPE_MASK_* */
+};
+
+extern const struct fld_op_schema fld__catalog[FLD_CAT_COUNT];
+
+struct fld_chain;
+struct fld_impl_rec;
+
+/* An interned op. Allocated at init (catalog) or on first registration. */
+struct fld_op_s {
+    const char *name;
+    const struct fld_op_schema *schema; /* NULL for ops outside the catalog */
+    /* Cached chains per slot; read without a lock (see manager.c). */
+    _Atomic(struct fld_chain *) slots[FLD_NSLOTS];
+    /* The impl that served the last call per slot, for "switched" log lines. */
+    _Atomic(const struct fld_impl_rec *) last_served[FLD_NSLOTS];
+    /* Registered implementations, sorted by impl_id; host lock held to use. */
+    struct fld_impl_rec **impls;
+    size_t n_impls, cap_impls;
+};
+
+/* Catalog op entries by FLD_CAT_* index (NULL before init). */
+extern struct fld_op_s *_Atomic fld__catalog_ops[FLD_CAT_COUNT];
+
+/*
+ * Lock-free lookup of an interned op by name; NULL if unknown. Callers must
+ * have initialised the library.
+ */
+struct fld_op_s *fld__op_find(const char *name);
+/* Finds or creates an op entry; host lock held. NULL on ENOMEM. */
+struct fld_op_s *fld__op_intern(const char *name);
+/* Calls fn for every op in name order; host lock held. */
+void fld__op_foreach(void (*fn)(struct fld_op_s *op, void *user), void *user);
+/* Creates the catalog entries (init) and frees everything (shutdown). */
+int fld__ops_init(void);
+void fld__ops_shutdown(void);
+
+#endif

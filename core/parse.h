@@ -1,0 +1,73 @@
+/*
+ * Strict parsers for the value grammars of the policy: booleans, comma
+ * lists, tokens and per-op orders. Every failure returns FLD_ECONFIG with a
+ * message that names `what` (the variable or key being parsed), the bad
+ * fragment and the valid values.
+ */
+#ifndef FLD_CORE_PARSE_H
+#define FLD_CORE_PARSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* A list of strings, owned. `set` distinguishes "no list" from an empty one. */
+struct fld_strlist {
+    bool set;
+    size_t n;
+    char **items;
+};
+
+enum fld_token_kind {
+    FLD_TOKEN_FLAGOS,      /* "flagos": DEFAULT impls */
+    FLD_TOKEN_VENDOR,      /* "vendor": any VENDOR impl */
+    FLD_TOKEN_VENDOR_NAME, /* "vendor:NAME": VENDOR impls of that vendor (case-sensitive) */
+    FLD_TOKEN_REFERENCE,   /* "reference": REFERENCE impls */
+    FLD_TOKEN_IMPL         /* "impl:ID": the impl with that impl_id */
+};
+
+struct fld_token {
+    enum fld_token_kind kind;
+    char *arg; /* vendor name or impl id; NULL otherwise */
+};
+
+/* The token order of one op. */
+struct fld_order {
+    char *op;
+    size_t n;
+    struct fld_token *tokens;
+};
+
+struct fld_orders {
+    size_t n;
+    struct fld_order *items; /* sorted by op name, unique */
+};
+
+/* Accepts 1/0, true/false, yes/no, on/off (case-insensitive, trimmed). */
+int fld__parse_bool(const char *what, const char *value, bool *out);
+/* "flagos" | "vendor" | "reference" (case-insensitive, trimmed) into *out (0, 1, 2 as enum fld_prefer). */
+int fld__parse_prefer(const char *what, const char *value, int *out);
+/* Comma-separated names, trimmed; empty items are an error; duplicates dropped. A NULL or blank value gives an unset list. */
+int fld__parse_name_list(const char *what, const char *value, struct fld_strlist *out);
+/* One token. */
+int fld__parse_token(const char *what, const char *text, struct fld_token *out);
+/* "a|b|c" into a token list (no empty tokens, no repeats). */
+int fld__parse_token_list(const char *what, const char *op, const char *text, struct fld_order *out);
+/* "op1=a|b;op2=c" (trailing ';' allowed; empty fragment, missing '=', empty op, repeated op are errors). */
+int fld__parse_per_op(const char *what, const char *spec, struct fld_orders *out);
+
+void fld__strlist_free(struct fld_strlist *l);
+int fld__strlist_copy(struct fld_strlist *dst, const struct fld_strlist *src);
+bool fld__strlist_has(const struct fld_strlist *l, const char *s);
+/* Adds the items of add to dst (dst becomes set). */
+int fld__strlist_merge(struct fld_strlist *dst, const struct fld_strlist *add);
+void fld__order_free(struct fld_order *o);
+void fld__orders_free(struct fld_orders *o);
+int fld__orders_copy(struct fld_orders *dst, const struct fld_orders *src);
+/* Replaces or adds the orders of add into dst. */
+int fld__orders_merge(struct fld_orders *dst, const struct fld_orders *add);
+const struct fld_order *fld__orders_find(const struct fld_orders *o, const char *op);
+/* Writes "a|b|vendor:x" into buf; returns the full length. */
+size_t fld__order_format(const struct fld_order *o, char *buf, size_t size);
+const char *fld__token_kind_name(enum fld_token_kind k);
+
+#endif

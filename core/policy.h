@@ -1,0 +1,112 @@
+/*
+ * Selection policy: the immutable value that selection reads, how it is
+ * built from the environment and from fld_policy_set(), and the thread-local
+ * stack of scoped overrides.
+ *
+ * A struct fld_policy is never changed once published: a change builds a new
+ * one (fld__policy_clone + edit) and publishes it. Published policies are
+ * kept until fld_shutdown(), so a reader holding a pointer never sees it
+ * freed (see host.c for the retire list).
+ */
+#ifndef FLD_CORE_POLICY_H
+#define FLD_CORE_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "parse.h"
+
+enum fld_prefer { FLD_PREFER_FLAGOS = 0, FLD_PREFER_VENDOR = 1, FLD_PREFER_REFERENCE = 2 };
+
+/* Fields of the policy, for per-field sources (config reports, messages). */
+enum fld_policy_field {
+    FLD_PF_PREFER,
+    FLD_PF_STRICT,
+    FLD_PF_ENABLED,
+    FLD_PF_USE_FLAGGEMS,
+    FLD_PF_ALLOW_VENDORS,
+    FLD_PF_DENY_VENDORS,
+    FLD_PF_PER_OP,
+    FLD_PF_FLAGOS_WHITELIST,
+    FLD_PF_FLAGOS_BLACKLIST,
+    FLD_PF_OOT_ENABLED,
+    FLD_PF_OOT_WHITELIST,
+    FLD_PF_OOT_BLACKLIST,
+    FLD_PF_COUNT
+};
+
+struct fld_policy {
+    enum fld_prefer prefer;
+    bool strict;
+    bool enabled;      /* VLLM_FL_PREFER_ENABLED: false keeps REFERENCE impls only */
+    bool use_flaggems; /* USE_FLAGGEMS: false drops DEFAULT (flagos) impls */
+    bool oot_enabled;  /* VLLM_FL_OOT_ENABLED: false drops impls of out-of-tree plugins */
+    struct fld_strlist allow_vendors; /* unset: every vendor allowed */
+    struct fld_strlist deny_vendors;
+    struct fld_strlist flagos_whitelist, flagos_blacklist; /* at most one set */
+    struct fld_strlist oot_whitelist, oot_blacklist;       /* at most one set */
+    struct fld_orders per_op;
+    /* Where each field's value came from: "default", "VLLM_FL_PREFER",
+     * "fld_policy_set", "scoped override", ... (static strings). */
+    const char *source[FLD_PF_COUNT];
+    uint64_t serial; /* unique per policy object, for thread-local caches */
+};
+
+/* Key names ("prefer", ...) and environment variables ("VLLM_FL_PREFER", ...) of fields. */
+const char *fld__policy_field_key(enum fld_policy_field f);
+const char *fld__policy_field_env(enum fld_policy_field f);
+
+/* Built-in defaults: prefer flagos, not strict, everything enabled, no lists. */
+struct fld_policy *fld__policy_new_default(void);
+struct fld_policy *fld__policy_clone(const struct fld_policy *p);
+void fld__policy_free(struct fld_policy *p);
+
+/*
+ * Applies every policy variable of the environment that is set (each
+ * replaces its field), then checks cross-field rules (white- and blacklist
+ * both set). FLD_ECONFIG with a message naming the variable; p is then in an
+ * unspecified state and must be freed by the caller.
+ */
+int fld__policy_apply_env(struct fld_policy *p);
+
+/*
+ * Sets one field by key name (see fld_policy_set() in fldispatch.h) from a
+ * string in that field's grammar, recording source. FLD_ECONFIG on an
+ * unknown key or invalid value; on error p is unchanged.
+ */
+int fld__policy_set_field(struct fld_policy *p, const char *key, const char *value,
+                          const char *source);
+
+/* Cross-field checks (white- and blacklist both set): FLD_ECONFIG naming both sources. */
+int fld__policy_check(const struct fld_policy *p);
+
+/* The order of an op: its per-op order, else the default order of prefer.
+ * *source receives the field source ("VLLM_FL_PER_OP", "default", ...). */
+const struct fld_order *fld__policy_order_for(const struct fld_policy *p, const char *op,
+                                              const char **source);
+
+/* Vendor filter (deny wins). On false, *why gets a static-free reason written to buf. */
+bool fld__policy_vendor_allowed(const struct fld_policy *p, const char *vendor, char *why,
+                                size_t why_size);
+/* flagos white/blacklist and the OOT white/blacklist, by op name. */
+bool fld__policy_flagos_allows_op(const struct fld_policy *p, const char *op, char *why,
+                                  size_t why_size);
+bool fld__policy_oot_allows_op(const struct fld_policy *p, const char *op, char *why,
+                               size_t why_size);
+
+/* "prefer=flagos;strict=0;allow=a,b;deny=c;per=op=a|b;op2=c" (vendors and ops sorted). */
+size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t size);
+
+/*
+ * Thread-local scoped overrides. fld__policy_override_top() returns the
+ * calling thread's innermost override, or NULL. fld__override_threads counts
+ * threads with a non-empty stack, so the hot path reads thread-local state
+ * only when some thread has one.
+ *
+ * The override policies are built on top of the global policy at push time
+ * (global = fld__policy_global()).
+ */
+extern _Atomic unsigned fld__override_threads;
+const struct fld_policy *fld__policy_override_top(void);
+
+#endif

@@ -1,0 +1,76 @@
+/*
+ * The registry: validated implementation records grouped by op, the plugin
+ * records, and the staging registry a plugin fills during register_builtins
+ * (committed all-or-nothing). All functions here expect the host lock held.
+ */
+#ifndef FLD_CORE_REGISTRY_H
+#define FLD_CORE_REGISTRY_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "ops.h"
+
+struct fld_plugin_rec {
+    char *name;
+    char *path; /* "(built-in)" for the library's own and in-process plugins */
+    char *version;
+    unsigned abi_major, abi_minor;
+    bool in_tree;
+    fld_plugin_status status;
+    char *reason;
+    size_t n_impls;
+    void *dl_handle; /* NULL unless dlopen()ed */
+    dev_t st_dev;    /* identity of the file, to load each file once */
+    ino_t st_ino;
+    struct fld_plugin_rec *next;
+};
+
+struct fld_impl_rec {
+    struct fld_op_s *op;
+    char *impl_id;
+    fld_kind kind;
+    char *vendor;
+    int priority;
+    uint32_t devices, dtypes;
+    fld_kernel_fn fn;
+    fld_available_fn is_available;
+    fld_supports_fn supports;
+    struct fld_plugin_rec *plugin;
+    /* Availability, evaluated once per process: 0 unknown, 1 yes, -1 no. */
+    _Atomic int available;
+    const char *unavailable_reason;
+};
+
+/* The staging registry behind the plugin API's fld_registry. */
+struct fld_registry {
+    struct fld_plugin_rec *plugin;
+    struct fld_impl_rec **staged;
+    size_t n, cap;
+    int first_error; /* FLD_OK or the first failing registration's status */
+    char error[512];
+};
+
+void fld__registry_begin(struct fld_registry *reg, struct fld_plugin_rec *plugin);
+/* Moves the staged records into their ops, bumps the generation. */
+int fld__registry_commit(struct fld_registry *reg);
+void fld__registry_discard(struct fld_registry *reg);
+
+/* Whether an impl can run here; evaluates is_available once. */
+bool fld__impl_available(struct fld_impl_rec *impl, const char **reason);
+/* Marks every impl's availability unknown (after fork). */
+void fld__registry_forget_availability(void);
+
+/* Plugin records in load order. */
+struct fld_plugin_rec *fld__plugins_first(void);
+struct fld_plugin_rec *fld__plugin_new(const char *name, const char *path);
+void fld__plugin_set_status(struct fld_plugin_rec *p, fld_plugin_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Frees every plugin and impl record (shutdown); dlcloses handles. */
+void fld__registry_shutdown(void);
+
+/* "flagos", "vendor", "reference". */
+const char *fld__kind_token(fld_kind k);
+
+#endif

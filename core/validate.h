@@ -1,0 +1,12 @@
+/* Argument validators of the catalog ops' families (used by the schema table). */
+#ifndef FLD_CORE_VALIDATE_H
+#define FLD_CORE_VALIDATE_H
+
+#include "ops.h"
+
+int fld__validate_activation(const char *op, const void *args, struct fld_call_key *key);
+int fld__validate_rms_norm(const char *op, const void *args, struct fld_call_key *key);
+int fld__validate_rotary(const char *op, const void *args, struct fld_call_key *key);
+int fld__validate_attention(const char *op, const void *args, struct fld_call_key *key);
+
+#endif

@@ -1,0 +1,499 @@
+/*
+ * fldispatch — operator dispatch for LLM inference engines.
+ *
+ * This header is the application's manual. An engine calls operators
+ * (rms_norm, silu_and_mul, rotary_embedding, ...) on DLPack tensors; the
+ * library picks the implementation from the plugins it loaded, under the
+ * policy set by VLLM_FL_* environment variables and the programmatic calls
+ * below, caches the choice per (op, device, dtype) and runs it.
+ *
+ * Conventions that hold for every function below unless its comment says
+ * otherwise:
+ *   - Functions return FLD_OK (0) or a negative FLD_E* status. After a
+ *     failure, fld_last_error() returns a message on the calling thread that
+ *     names the variable, file, plugin or tensor at fault.
+ *   - Functions are thread-safe ("MT safe"). fld_shutdown() is the exception.
+ *   - The library never keeps a caller's pointer past the call (tensors,
+ *     shape and stride arrays, strings) unless the comment says so.
+ *   - Strings the library returns are owned by the library and stay valid
+ *     until fld_shutdown() unless the comment says otherwise.
+ *   - Any function initialises the library on first use (see fld_init()).
+ */
+#ifndef FLDISPATCH_FLDISPATCH_H
+#define FLDISPATCH_FLDISPATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(FLD_BUILDING_LIBRARY)
+#define FLD_API __attribute__((visibility("default")))
+#else
+#define FLD_API
+#endif
+
+/* Library version (semantic versioning; the soname follows the major). */
+#define FLD_VERSION_MAJOR  0
+#define FLD_VERSION_MINOR  1
+#define FLD_VERSION_PATCH  0
+#define FLD_VERSION_STRING "0.1.0"
+
+/* The version of the library actually loaded at run time. */
+FLD_API const char *fld_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                             */
+/* ------------------------------------------------------------------------ */
+
+enum fld_status {
+    FLD_OK = 0,
+    FLD_EINVAL = -1,       /* bad argument: null pointer, shape, dtype, stride, range */
+    FLD_ENOTFOUND = -2,    /* no such op, implementation, plugin or file */
+    FLD_EUNAVAILABLE = -3, /* no implementation is available for this call */
+    FLD_ECONFIG = -4,      /* invalid configuration (environment variable, policy value) */
+    FLD_EPLUGIN = -5,      /* a plugin could not be loaded or registered */
+    FLD_EIMPL = -6,        /* the implementation(s) failed while running */
+    FLD_ENOMEM = -7,       /* out of memory */
+    FLD_EUNSUPPORTED = -8, /* an implementation declines these arguments (not a failure) */
+    FLD_ESTATE = -9,       /* called in the wrong state (e.g. fld_policy_pop with nothing pushed) */
+};
+
+/* A short, static description of a status code ("invalid argument", ...). */
+FLD_API const char *fld_strerror(int status);
+
+/*
+ * The detail of the most recent failure on the calling thread, e.g.
+ * "rms_norm: tensor 'weight' has dtype bfloat16 but 'x' has float32".
+ * Never NULL (empty when nothing failed yet). The buffer is thread-local and
+ * is overwritten by the next failure on the same thread; successful calls do
+ * not clear it. MT safe.
+ */
+FLD_API const char *fld_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Devices and dtypes                                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Device types are DLPack device types. Ascend NPUs have no code in released
+ * DLPack headers; torch_npu exports kDLExtDev, newer DLPack uses 21. Both are
+ * accepted and mean Ascend.
+ */
+enum fld_device_type {
+    FLD_DEVICE_CPU = 1,         /* kDLCPU */
+    FLD_DEVICE_CUDA = 2,        /* kDLCUDA */
+    FLD_DEVICE_ROCM = 10,       /* kDLROCM */
+    FLD_DEVICE_ASCEND = 12,     /* kDLExtDev, as exported by torch_npu */
+    FLD_DEVICE_ASCEND_DL21 = 21 /* kDLAscend of DLPack after 1.3 */
+};
+
+/* Device masks for fld_impl.devices (see plugin.h). */
+#define FLD_DEVICE_MASK_CPU    (1u << 0)
+#define FLD_DEVICE_MASK_CUDA   (1u << 1)
+#define FLD_DEVICE_MASK_ROCM   (1u << 2)
+#define FLD_DEVICE_MASK_ASCEND (1u << 3)
+#define FLD_DEVICE_MASK_ALL    0xfu
+
+/* Dtype masks for fld_impl.dtypes (see plugin.h). */
+#define FLD_DTYPE_MASK_F32  (1u << 0)
+#define FLD_DTYPE_MASK_F16  (1u << 1)
+#define FLD_DTYPE_MASK_BF16 (1u << 2)
+#define FLD_DTYPE_MASK_ALL  0x7u
+
+/* The DLPack dtypes the catalog ops compute in. */
+#define FLD_DTYPE_F32  ((DLDataType){kDLFloat, 32, 1})
+#define FLD_DTYPE_F16  ((DLDataType){kDLFloat, 16, 1})
+#define FLD_DTYPE_BF16 ((DLDataType){kDLBfloat, 16, 1})
+/* For ops without tensors (attention_backend) or opaque plugin ops. */
+#define FLD_DTYPE_ANY ((DLDataType){0, 0, 0})
+
+/* "cpu", "cuda", "rocm", "ascend"; NULL for other device types. */
+FLD_API const char *fld_device_name(int device_type);
+/* Parses "cpu", "cuda" (or "nvidia"), "rocm", "ascend"; FLD_EINVAL otherwise. */
+FLD_API int fld_device_from_name(const char *name, int *device_type);
+/* "f32", "f16", "bf16", "any"; NULL for a dtype the catalog does not know. */
+FLD_API const char *fld_dtype_name(DLDataType dtype);
+/* Parses "f32"/"float32", "f16"/"float16", "bf16"/"bfloat16"; FLD_EINVAL otherwise. */
+FLD_API int fld_dtype_from_name(const char *name, DLDataType *dtype);
+
+/* ------------------------------------------------------------------------ */
+/* Life cycle                                                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Initialises the library: reads the environment (VLLM_FL_*), registers the
+ * built-in reference kernels and loads the plugins of the search path.
+ * Idempotent and MT safe; every other function calls it lazily. Returns
+ * FLD_ECONFIG when the environment holds an invalid value (the message names
+ * the variable and its valid values); the failure is remembered, and every
+ * later call returns it, until fld_reload() or fld_shutdown(). A plugin that
+ * fails to load does not fail fld_init(): it is recorded with its reason
+ * (see fld_foreach_plugin()) and logged.
+ */
+FLD_API int fld_init(void);
+
+/*
+ * Releases everything: caches, registry, policies, plugin handles. Not MT
+ * safe: no other thread may be inside the library, and every fld_op handle
+ * and every string the library returned becomes invalid. A later call
+ * initialises the library afresh.
+ */
+FLD_API void fld_shutdown(void);
+
+/*
+ * Re-reads the environment and rescans the plugin search path, loading
+ * plugins not loaded yet (loaded plugins stay). Atomic: on FLD_ECONFIG the
+ * policy in force stays and nothing changes. Programmatic policy changes
+ * (fld_policy_set) are replaced by what the environment says. Calls running
+ * on other threads see either the old or the new state, never a mixture.
+ */
+FLD_API int fld_reload(void);
+
+/* ------------------------------------------------------------------------ */
+/* Operators: the catalog                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define FLD_OP_SILU_AND_MUL      "silu_and_mul"
+#define FLD_OP_MUL_AND_SILU      "mul_and_silu"
+#define FLD_OP_GELU_AND_MUL      "gelu_and_mul"
+#define FLD_OP_GELU_TANH_AND_MUL "gelu_tanh_and_mul"
+#define FLD_OP_RMS_NORM          "rms_norm"
+#define FLD_OP_GEMMA_RMS_NORM    "gemma_rms_norm"
+#define FLD_OP_ROTARY_EMBEDDING  "rotary_embedding"
+#define FLD_OP_ATTENTION_BACKEND "attention_backend"
+
+/*
+ * Tensor layout rules shared by all ops. The host checks them on every call
+ * and returns FLD_EINVAL, without touching tensor memory, when one fails:
+ *   - float tensors are float32, float16 or bfloat16, one dtype per call;
+ *   - all tensors of a call are on the same device (type and id);
+ *   - the last dimension has stride 1 (strides == NULL means contiguous);
+ *   - the leading dimensions form rows: each of them may be strided, but
+ *     they must collapse into one row stride (dims before the last two are
+ *     contiguous over the dims after them), and the row stride is at least
+ *     the row width. byte_offset is honoured.
+ * Zero-sized tensors are valid and make the call a no-op.
+ */
+
+/*
+ * Gated activations: out[..., d] = act(x[..., :d]) * x[..., d:] for
+ * silu_and_mul, gelu_and_mul (erf GELU) and gelu_tanh_and_mul (tanh GELU);
+ * mul_and_silu computes x[..., :d] * silu(x[..., d:]). x is [..., 2d] and out
+ * is [..., d] with the same leading shape. Computed in float32, rounded once.
+ */
+typedef struct fld_activation_args {
+    DLTensor *out;
+    const DLTensor *x;
+} fld_activation_args;
+typedef fld_activation_args fld_silu_and_mul_args;
+typedef fld_activation_args fld_mul_and_silu_args;
+typedef fld_activation_args fld_gelu_and_mul_args;
+typedef fld_activation_args fld_gelu_tanh_and_mul_args;
+
+FLD_API int fld_silu_and_mul(DLTensor *out, const DLTensor *x);
+FLD_API int fld_mul_and_silu(DLTensor *out, const DLTensor *x);
+FLD_API int fld_gelu_and_mul(DLTensor *out, const DLTensor *x);
+FLD_API int fld_gelu_tanh_and_mul(DLTensor *out, const DLTensor *x);
+
+/*
+ * RMS normalisation over the last dimension H.
+ * Without residual: out = x * rsqrt(mean(x^2) + eps) * w.
+ * With residual (same shape as x, updated in place): first
+ * residual = x + residual (rounded to the dtype), then
+ * out = norm(residual) * w.
+ * weight is [H] and contiguous, or NULL for no scale. out may alias x
+ * (same data and layout). eps must be finite and >= 0. gemma_rms_norm scales
+ * by (1 + w) instead of w. Sums in float32, one rounding per output.
+ */
+typedef struct fld_rms_norm_args {
+    DLTensor *out;
+    const DLTensor *x;
+    const DLTensor *weight; /* may be NULL */
+    DLTensor *residual;     /* may be NULL */
+    float eps;
+} fld_rms_norm_args;
+typedef fld_rms_norm_args fld_gemma_rms_norm_args;
+
+FLD_API int fld_rms_norm(DLTensor *out, const DLTensor *x, const DLTensor *weight,
+                         DLTensor *residual, float eps);
+FLD_API int fld_gemma_rms_norm(DLTensor *out, const DLTensor *x, const DLTensor *weight,
+                               DLTensor *residual, float eps);
+
+/*
+ * Rotary position embedding, in place on query and key.
+ *   positions      int64 (or int32), [T] or [B, S] (T = B*S), contiguous;
+ *                  every value in [0, max_pos).
+ *   query          [..., Hq * head_size] or [..., Hq, head_size], whose
+ *                  leading dims equal positions' shape; heads may be padded
+ *                  (head stride >= head_size in the 4-D-style layout).
+ *   key            like query with Hk heads, or NULL.
+ *   cos_sin_cache  [max_pos, rot_dim]; each row is cos[rot_dim/2] followed by
+ *                  sin[rot_dim/2]; rot_dim even and <= head_size; its dtype
+ *                  is the query's or float32.
+ * neox pairs element i with i + rot_dim/2; gptj (is_neox = false) pairs 2i
+ * with 2i+1; both use frequency i. Elements past rot_dim are unchanged.
+ * Computed in float32, one rounding per output.
+ */
+typedef struct fld_rotary_embedding_args {
+    const DLTensor *positions;
+    DLTensor *query;
+    DLTensor *key; /* may be NULL */
+    int64_t head_size;
+    const DLTensor *cos_sin_cache;
+    bool is_neox;
+} fld_rotary_embedding_args;
+
+FLD_API int fld_rotary_embedding(const DLTensor *positions, DLTensor *query, DLTensor *key,
+                                 int64_t head_size, const DLTensor *cos_sin_cache, bool is_neox);
+
+/*
+ * The name of the attention backend to use on a device, as vLLM names them
+ * ("FLASH_ATTN", "FLASHMLA", "FLASHMLA_SPARSE", "CPU_ATTN", ...). use_sparse
+ * requires use_mla. *name receives a static string.
+ */
+typedef struct fld_attention_backend_args {
+    int device_type;
+    bool use_mla;
+    bool use_sparse;
+    const char **name; /* out */
+} fld_attention_backend_args;
+
+FLD_API int fld_attention_backend(int device_type, bool use_mla, bool use_sparse,
+                                  const char **name);
+
+/* ------------------------------------------------------------------------ */
+/* Operators: generic calls                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* An interned operator. Valid until fld_shutdown(); compare with ==. */
+typedef const struct fld_op_s *fld_op;
+
+/*
+ * The handle of an op known to the library: a catalog op or one a loaded
+ * plugin registered. NULL (FLD_ENOTFOUND in fld_last_error()) for an unknown
+ * name. Look handles up once and keep them: fld_call() is the fastest path.
+ */
+FLD_API fld_op fld_op_lookup(const char *name);
+FLD_API const char *fld_op_name(fld_op op);
+
+/*
+ * Calls op with a pointer to its argument struct (fld_rms_norm_args, ...).
+ * For catalog ops the host validates the arguments and takes device and
+ * dtype from the tensors. Ops outside the catalog are opaque to the host:
+ * their args go to the implementation as they are, and selection ignores
+ * device and dtype (use fld_call_on() to select by them).
+ * Returns the implementation's status, FLD_EUNAVAILABLE when no
+ * implementation is available, or FLD_EIMPL when all that ran failed.
+ * MT safe; takes no lock once the (op, device, dtype) choice is cached.
+ */
+FLD_API int fld_call(fld_op op, const void *args);
+FLD_API int fld_call_by_name(const char *name, const void *args);
+/* As fld_call() for an op outside the catalog, selecting by device and dtype. */
+FLD_API int fld_call_on(fld_op op, int device_type, DLDataType dtype, const void *args);
+
+/* ------------------------------------------------------------------------ */
+/* Selection: what runs, and why                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Which implementation a call of op on (device_type, dtype) would use now,
+ * under the calling thread's policy, ignoring per-call supports()
+ * predicates. *impl_id stays valid until fld_shutdown(). FLD_ENOTFOUND for
+ * an unknown op, FLD_EUNAVAILABLE when no implementation qualifies (the
+ * message lists the registered ones and why each was dropped).
+ */
+FLD_API int fld_resolve(const char *op, int device_type, DLDataType dtype, const char **impl_id);
+
+/* One implementation dropped by selection, and why. */
+typedef struct fld_rejection {
+    const char *impl_id;
+    const char *reason; /* e.g. "vendor 'cuda' denied by VLLM_FL_DENY_VENDORS" */
+} fld_rejection;
+
+/* The full story of a resolution; free with fld_resolution_free(). */
+typedef struct fld_resolution {
+    const char *op;
+    int device_type;
+    DLDataType dtype;
+    const char *selected;     /* first candidate, or NULL */
+    size_t n_candidates;      /* ordered: the winner first, then the fallbacks */
+    const char **candidates;
+    size_t n_rejected;
+    fld_rejection *rejected;
+    const char *order;        /* the token order used, e.g. "flagos|vendor|reference" */
+    const char *order_source; /* where that order came from, e.g. "VLLM_FL_PER_OP" */
+} fld_resolution;
+
+FLD_API int fld_explain(const char *op, int device_type, DLDataType dtype, fld_resolution **out);
+FLD_API void fld_resolution_free(fld_resolution *res);
+
+/*
+ * Forgets the failures remembered by non-strict fallback (an implementation
+ * that failed is skipped for its (op, device, dtype) until the policy or the
+ * registry changes, or until this call). op NULL clears every op.
+ */
+FLD_API int fld_clear_failures(const char *op);
+
+/* ------------------------------------------------------------------------ */
+/* Policy                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Sets one field of the global policy, with the grammar of its environment
+ * variable. Keys (environment variable in brackets):
+ *   prefer            flagos | vendor | reference      [VLLM_FL_PREFER]
+ *   strict            true | false (1/0, yes/no, on/off) [VLLM_FL_STRICT]
+ *   enabled           boolean                          [VLLM_FL_PREFER_ENABLED]
+ *   use_flaggems      boolean                          [USE_FLAGGEMS]
+ *   allow_vendors     comma-separated vendor names     [VLLM_FL_ALLOW_VENDORS]
+ *   deny_vendors      comma-separated vendor names     [VLLM_FL_DENY_VENDORS]
+ *   per_op            op1=tok|tok;op2=tok              [VLLM_FL_PER_OP]
+ *   flagos_whitelist  comma-separated op names         [VLLM_FL_FLAGOS_WHITELIST]
+ *   flagos_blacklist  comma-separated op names         [VLLM_FL_FLAGOS_BLACKLIST]
+ *   oot_enabled       boolean                          [VLLM_FL_OOT_ENABLED]
+ *   oot_whitelist     comma-separated op names         [VLLM_FL_OOT_WHITELIST]
+ *   oot_blacklist     comma-separated op names         [VLLM_FL_OOT_BLACKLIST]
+ * Tokens: flagos, vendor, vendor:NAME, reference, impl:ID.
+ * value NULL or "" clears a list field (no allow list, no per-op orders).
+ * An invalid key or value is FLD_ECONFIG and changes nothing. Atomic: calls
+ * on other threads see the old or the new policy. Cached choices are
+ * invalidated.
+ */
+FLD_API int fld_policy_set(const char *key, const char *value);
+
+/* Puts the global policy back to what the environment says. */
+FLD_API int fld_policy_reset(void);
+
+/*
+ * Scoped, thread-local overrides (vllm-plugin-FL's with_* contexts). Each
+ * push applies to the calling thread only, on top of the global policy and
+ * of earlier pushes, until the matching fld_policy_pop(). An invalid value is
+ * FLD_ECONFIG and pushes nothing.
+ *   preference: flagos | vendor | reference
+ *   allowed_vendors: replaces the allow list (comma-separated)
+ *   denied_vendors: adds to the deny list (comma-separated)
+ *   per_op: VLLM_FL_PER_OP grammar; replaces the orders of the ops it names
+ */
+FLD_API int fld_policy_push_preference(const char *kind);
+FLD_API int fld_policy_push_strict(bool strict);
+FLD_API int fld_policy_push_allowed_vendors(const char *csv);
+FLD_API int fld_policy_push_denied_vendors(const char *csv);
+FLD_API int fld_policy_push_per_op(const char *spec);
+/* Undoes the latest push of this thread; FLD_ESTATE when there is none. */
+FLD_API int fld_policy_pop(void);
+
+/*
+ * The effective policy of the calling thread as one line, e.g.
+ * "prefer=flagos;strict=0;deny=amd;per=rms_norm=vendor|reference". Writes at
+ * most size bytes (NUL-terminated) and returns the full length.
+ */
+FLD_API size_t fld_policy_describe(char *buf, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Plugins and the registry, for tools                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef enum fld_plugin_status {
+    FLD_PLUGIN_LOADED = 0,      /* registered its implementations */
+    FLD_PLUGIN_UNAVAILABLE = 1, /* loaded, but none of its implementations can run here */
+    FLD_PLUGIN_REJECTED = 2,    /* not loaded: bad file, ABI, permissions, registration error */
+    FLD_PLUGIN_SKIPPED = 3      /* not loaded on purpose: duplicate name, privileged process */
+} fld_plugin_status;
+
+typedef struct fld_plugin_info {
+    const char *name;    /* plugin name; the file name when no descriptor was read */
+    const char *path;    /* file path, or "(built-in)" */
+    const char *version; /* plugin version string, or "" */
+    unsigned abi_major, abi_minor;
+    bool in_tree;        /* built by this project */
+    fld_plugin_status status;
+    const char *reason;  /* why rejected, skipped or unavailable; "" when loaded */
+    size_t n_impls;      /* implementations it registered */
+} fld_plugin_info;
+
+/*
+ * Calls fn for every plugin seen (loaded or not) in load order, then stops
+ * early if fn returns non-zero (that value is returned). Availability is
+ * evaluated for the status. fn must not call back into the library.
+ */
+FLD_API int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user), void *user);
+
+typedef struct fld_impl_info {
+    const char *op;
+    const char *impl_id;
+    const char *kind; /* "flagos", "vendor", "reference" */
+    const char *vendor; /* NULL unless kind is vendor */
+    int priority;
+    uint32_t devices; /* FLD_DEVICE_MASK_* */
+    uint32_t dtypes;  /* FLD_DTYPE_MASK_* */
+    const char *plugin;
+    bool in_tree;
+    bool available;
+    const char *unavailable_reason; /* "" when available */
+} fld_impl_info;
+
+/* Calls fn for every registered implementation, by op name then impl_id. */
+FLD_API int fld_foreach_impl(int (*fn)(const fld_impl_info *info, void *user), void *user);
+
+/*
+ * Loads one plugin file now (the checks of the search path apply). FLD_OK
+ * when it loaded, FLD_EPLUGIN with the reason otherwise. Its implementations
+ * join the registry atomically and cached choices are invalidated.
+ */
+FLD_API int fld_load_plugin(const char *path);
+
+/* The plugin search path in force, ':'-separated. */
+FLD_API const char *fld_plugin_path(void);
+
+/* ------------------------------------------------------------------------ */
+/* Logging                                                                  */
+/* ------------------------------------------------------------------------ */
+
+enum fld_log_level {
+    FLD_LOG_DEBUG = 10,
+    FLD_LOG_INFO = 20,
+    FLD_LOG_WARNING = 30,
+    FLD_LOG_ERROR = 40,
+    FLD_LOG_OFF = 100
+};
+
+/*
+ * Messages at or above the level are emitted. The default is WARNING, or
+ * VLLM_FL_LOG_LEVEL (DEBUG, INFO, WARNING, ERROR). Setting it here wins over
+ * the environment until fld_reload().
+ */
+FLD_API void fld_log_set_level(int level);
+FLD_API int fld_log_get_level(void);
+
+/*
+ * Routes log lines to fn instead of stderr (NULL restores stderr). fn gets
+ * the level and the message without a trailing newline; it may run on any
+ * thread, possibly while the library holds its lock, so it must not call
+ * back into the library.
+ */
+typedef void (*fld_log_fn)(int level, const char *message, void *user);
+FLD_API void fld_log_set_callback(fld_log_fn fn, void *user);
+
+/* ------------------------------------------------------------------------ */
+/* Streams                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Sets the calling thread's current stream for a device type (a cudaStream_t,
+ * hipStream_t or aclrtStream); GPU plugins launch on it. NULL means the
+ * default stream. Thread-local.
+ */
+FLD_API int fld_set_stream(int device_type, void *stream);
+FLD_API void *fld_get_stream(int device_type);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLDISPATCH_FLDISPATCH_H */

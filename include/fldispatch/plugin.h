@@ -1,0 +1,233 @@
+/*
+ * fldispatch plugin interface — the plugin author's manual.
+ *
+ * A plugin is a shared object named fld-<name>.so that defines itself with
+ * FLD_PLUGIN_DEFINE() and registers implementations of operators from its
+ * register_builtins callback:
+ *
+ *     #include <fldispatch/plugin.h>
+ *
+ *     static int my_silu(const void *args) { ... return FLD_OK; }
+ *
+ *     static int register_builtins(fld_registry *reg)
+ *     {
+ *         const fld_impl impl = {
+ *             .op = FLD_OP_SILU_AND_MUL, .impl_id = "vendor.acme",
+ *             .kind = FLD_KIND_VENDOR, .vendor = "acme",
+ *             .priority = FLD_PRIORITY_VENDOR,
+ *             .devices = FLD_DEVICE_MASK_CPU, .dtypes = FLD_DTYPE_MASK_ALL,
+ *             .fn = my_silu,
+ *         };
+ *         return fld_registry_register(reg, &impl);
+ *     }
+ *
+ *     FLD_PLUGIN_DEFINE("acme", "1.0.0", register_builtins)
+ *
+ * Build it with `cc -shared -fPIC $(pkg-config --cflags --libs fldispatch)`
+ * and drop it into the plugin directory. See plugins/template/ and
+ * docs/plugin-authors.md for the whole story.
+ *
+ * The host reads the descriptor before it calls anything in the plugin and
+ * rejects it when the ABI major differs or the minor is newer than its own.
+ * register_builtins runs once per process, with the host's lock held: it must
+ * not call the application API (fld_call, fld_resolve, ...). Registration is
+ * all-or-nothing: if it returns an error, or any fld_registry_register() call
+ * failed, nothing the plugin registered is kept and the plugin is recorded as
+ * rejected with the first error.
+ */
+#ifndef FLDISPATCH_PLUGIN_H
+#define FLDISPATCH_PLUGIN_H
+
+#include <fldispatch/fldispatch.h>
+#include <fldispatch/half.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* ABI version                                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The major changes when a plugin built for the old one cannot work; the
+ * minor grows when fields or functions are added at the end. A host loads a
+ * plugin whose major equals its own and whose minor is not newer.
+ */
+#define FLD_PLUGIN_ABI_MAJOR 1
+#define FLD_PLUGIN_ABI_MINOR 0
+#define FLD_PLUGIN_MAGIC     0x50444c46u /* "FLDP" */
+
+/* ------------------------------------------------------------------------ */
+/* Implementations                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* The registry a plugin fills; only valid inside register_builtins. */
+typedef struct fld_registry fld_registry;
+
+/* What kind of backend an implementation is; the policy tokens name them. */
+typedef enum fld_kind {
+    FLD_KIND_DEFAULT = 0,  /* token "flagos": the portable default backend */
+    FLD_KIND_VENDOR = 1,   /* token "vendor" (and "vendor:NAME"): hardware vendor kernels */
+    FLD_KIND_REFERENCE = 2 /* token "reference": simple, always-correct kernels */
+} fld_kind;
+
+enum fld_priority {
+    FLD_PRIORITY_DEFAULT = 150,
+    FLD_PRIORITY_VENDOR = 100,
+    FLD_PRIORITY_REFERENCE = 50
+};
+
+/*
+ * Runs the op. args points to the op's argument struct (fld_rms_norm_args,
+ * ...), already validated by the host for catalog ops. Returns FLD_OK, or
+ * an error, in which case the outputs must be untouched (the host may run the
+ * next implementation on the same, possibly in-place, tensors). Return
+ * FLD_EUNSUPPORTED to decline a call without it counting as a failure.
+ * Call fld_set_error() to explain a failure. Must be MT safe.
+ */
+typedef int (*fld_kernel_fn)(const void *args);
+
+/*
+ * Optional per-call predicate: false makes the host pass this call to the
+ * next candidate (e.g. an alignment or shape the fast path cannot take).
+ * Must be cheap, MT safe and must not touch tensor data.
+ */
+typedef bool (*fld_supports_fn)(const void *args);
+
+/*
+ * Optional: whether the implementation can run in this process (driver
+ * present, device found). Evaluated at most once per process (again in a
+ * forked child); on false, set *reason to a static string saying why.
+ */
+typedef bool (*fld_available_fn)(const char **reason);
+
+typedef struct fld_impl {
+    const char *op;      /* op name, e.g. FLD_OP_RMS_NORM; [A-Za-z0-9_.] */
+    const char *impl_id; /* "<kind>.<name>": "default.x", "vendor.x", "reference.x" */
+    fld_kind kind;
+    const char *vendor;  /* required for FLD_KIND_VENDOR, e.g. "cuda"; else NULL */
+    int priority;        /* FLD_PRIORITY_*; higher runs first within a token */
+    uint32_t devices;    /* FLD_DEVICE_MASK_* it accepts; not 0 */
+    uint32_t dtypes;     /* FLD_DTYPE_MASK_* it accepts; not 0 */
+    fld_kernel_fn fn;    /* required */
+    fld_available_fn is_available; /* optional */
+    fld_supports_fn supports;       /* optional */
+} fld_impl;
+
+/*
+ * Registers one implementation; the host copies the record and its strings.
+ * FLD_EINVAL (with the reason in fld_last_error()) for an invalid record:
+ * empty op, impl_id not of the form "<kind>.<name>", duplicate impl_id for
+ * the op, VENDOR without vendor, NULL fn, empty device or dtype mask.
+ */
+FLD_API int fld_registry_register(fld_registry *reg, const fld_impl *impl);
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                           */
+/* ------------------------------------------------------------------------ */
+
+#define FLD_PLUGIN_FLAG_IN_TREE (1u << 0) /* built by the fldispatch project */
+
+typedef struct fld_plugin_descriptor {
+    uint32_t magic;       /* FLD_PLUGIN_MAGIC */
+    uint16_t abi_major;   /* FLD_PLUGIN_ABI_MAJOR the plugin was built with */
+    uint16_t abi_minor;   /* FLD_PLUGIN_ABI_MINOR the plugin was built with */
+    uint32_t struct_size; /* sizeof(fld_plugin_descriptor) of that build */
+    uint32_t flags;       /* FLD_PLUGIN_FLAG_* */
+    const char *name;     /* [a-z0-9_-], e.g. "cpu" */
+    const char *version;  /* the plugin's own version */
+    const char *host_version; /* FLD_VERSION_STRING of the headers it was built with */
+    int (*register_builtins)(fld_registry *reg);
+} fld_plugin_descriptor;
+
+/* The exported symbol the host looks for. */
+#define FLD_PLUGIN_SYMBOL "fld_plugin_entry"
+
+#ifdef FLD_IN_TREE
+#define FLD_PLUGIN_FLAGS_ FLD_PLUGIN_FLAG_IN_TREE
+#else
+#define FLD_PLUGIN_FLAGS_ 0u
+#endif
+
+#ifdef __cplusplus
+#define FLD_PLUGIN_LINKAGE_ extern "C"
+#else
+#define FLD_PLUGIN_LINKAGE_
+#endif
+
+/* Defines the plugin's descriptor. Use it once, at file scope. */
+#define FLD_PLUGIN_DEFINE(name, version_string, register_fn)                                      \
+    FLD_PLUGIN_LINKAGE_ __attribute__((visibility("default")))                                    \
+    const fld_plugin_descriptor fld_plugin_entry = {                                              \
+        FLD_PLUGIN_MAGIC,   FLD_PLUGIN_ABI_MAJOR, FLD_PLUGIN_ABI_MINOR,                            \
+        sizeof(fld_plugin_descriptor), FLD_PLUGIN_FLAGS_, (name), (version_string),               \
+        FLD_VERSION_STRING, (register_fn)};
+
+/*
+ * Registers a plugin linked into the application itself (no .so), as if it
+ * had been loaded from a file. desc must stay valid until fld_shutdown().
+ * FLD_EPLUGIN with the reason if it is rejected.
+ */
+FLD_API int fld_register_plugin(const fld_plugin_descriptor *desc);
+
+/* ------------------------------------------------------------------------ */
+/* Helpers for kernels                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Sets the calling thread's fld_last_error() detail; for failing kernels. */
+FLD_API void fld_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Logs through the host's logger (level FLD_LOG_*). */
+FLD_API void fld_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * A validated tensor seen as rows: rows = product of the leading dims,
+ * width = last dim, stride = elements between row starts, data = first
+ * element (byte_offset applied). Only for tensors the host validated.
+ */
+typedef struct fld_rows {
+    void *data;
+    int64_t rows;
+    int64_t width;
+    int64_t stride;
+} fld_rows;
+FLD_API void fld_tensor_rows(const DLTensor *t, fld_rows *out);
+
+/* The geometry of a validated rotary_embedding call. Strides in elements. */
+typedef struct fld_rotary_geometry {
+    int64_t tokens;
+    int64_t rot_dim; /* cos_sin_cache width; rot_dim/2 frequencies */
+    int64_t max_pos;
+    const void *positions; /* int64 or int32 */
+    bool positions_int32;
+    void *query;
+    int64_t q_heads, q_token_stride, q_head_stride;
+    void *key; /* NULL when absent; then k_heads is 0 */
+    int64_t k_heads, k_token_stride, k_head_stride;
+    const void *cache;
+    int64_t cache_stride;
+    DLDataType cache_dtype;
+} fld_rotary_geometry;
+FLD_API void fld_rotary_geometry_of(const fld_rotary_embedding_args *args,
+                                    fld_rotary_geometry *out);
+
+/* Index of a DLPack dtype in FLD_DTYPE_MASK_* bit order (0 f32, 1 f16, 2 bf16), or -1. */
+static inline int fld_dtype_index(DLDataType t)
+{
+    if (t.lanes != 1 || t.bits == 0)
+        return -1;
+    if (t.code == kDLFloat && t.bits == 32)
+        return 0;
+    if (t.code == kDLFloat && t.bits == 16)
+        return 1;
+    if (t.code == kDLBfloat && t.bits == 16)
+        return 2;
+    return -1;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLDISPATCH_PLUGIN_H */
