@@ -35,7 +35,7 @@ BINOUT   := $(B)/bin
 TESTOUT  := $(B)/tests
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
-            -Wno-unused-parameter
+            -Wno-unused-parameter -Wno-format-truncation
 BASEFLAGS := -std=c11 -D_GNU_SOURCE -pthread -Iinclude -I$(B)/gen $(WARN) -MMD -MP
 SANFLAGS :=
 ifneq ($(SANITIZE),)

@@ -28,7 +28,8 @@ struct fld_plugin_rec {
 };
 
 struct fld_impl_rec {
-    struct fld_op_s *op;
+    struct fld_op_s *op; /* NULL while staged */
+    char *staged_op;     /* the op name while staged */
     char *impl_id;
     fld_kind kind;
     char *vendor;

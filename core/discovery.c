@@ -1,0 +1,531 @@
+/*
+ * Plugin discovery and loading.
+ *
+ * Order of work for one file: identity and permission checks on the file
+ * and its directory (stat, before anything is mapped), dlopen, the
+ * descriptor read as plain data (magic, ABI major/minor, size, name) and
+ * judged before any plugin function is called, then register_builtins into
+ * a staging registry that is committed only if the whole plugin succeeded.
+ * Every file seen leaves a plugin record with its status and reason.
+ *
+ * The working directory is never searched: relative entries in
+ * VLLM_FL_PLUGIN_DIR are ignored, and the default directories are derived
+ * from the library's own location and the install prefix.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fld_paths.h"
+
+#include "discovery.h"
+#include "error.h"
+#include "host.h"
+#include "log.h"
+#include "registry.h"
+
+/* The descriptor size of ABI 1.0: anything smaller cannot be read safely. */
+#define DESCRIPTOR_SIZE_1_0 (offsetof(fld_plugin_descriptor, register_builtins) + sizeof(void *))
+
+struct search_path {
+    char **dirs;
+    size_t n;
+    char *joined;
+};
+
+static struct search_path search;
+
+static void search_free(struct search_path *sp)
+{
+    for (size_t i = 0; i < sp->n; i++)
+        free(sp->dirs[i]);
+    free(sp->dirs);
+    free(sp->joined);
+    memset(sp, 0, sizeof *sp);
+}
+
+static int search_add(struct search_path *sp, const char *dir)
+{
+    char real[PATH_MAX];
+    const char *key = realpath(dir, real) ? real : dir;
+    for (size_t i = 0; i < sp->n; i++)
+        if (strcmp(sp->dirs[i], key) == 0)
+            return FLD_OK;
+    char **v = realloc(sp->dirs, (sp->n + 1) * sizeof *v);
+    if (!v)
+        return FLD_ENOMEM;
+    sp->dirs = v;
+    if (!(sp->dirs[sp->n] = strdup(key)))
+        return FLD_ENOMEM;
+    sp->n++;
+    return FLD_OK;
+}
+
+/* Reads a path-bearing variable; ignored (with a warning) in privileged processes. */
+static const char *path_variable(const char *name)
+{
+    const char *v = secure_getenv(name);
+    if (!v && getenv(name))
+        fld__log(FLD_LOG_WARNING, "%s is ignored in a privileged (setuid/setgid) process", name);
+    return v && *v ? v : NULL;
+}
+
+static void library_plugin_dir(char *out, size_t size)
+{
+    Dl_info info;
+    out[0] = '\0';
+    if (!dladdr((void *)fld__discover_plugins, &info) || !info.dli_fname)
+        return;
+    char real[PATH_MAX];
+    if (!realpath(info.dli_fname, real))
+        return;
+    snprintf(out, size, "%s/fldispatch/plugins", dirname(real));
+}
+
+static void compute_search_path(struct search_path *sp)
+{
+    search_free(sp);
+    const char *env = path_variable("VLLM_FL_PLUGIN_DIR");
+    if (env) {
+        char *copy = strdup(env);
+        for (char *save = NULL, *d = copy ? strtok_r(copy, ":", &save) : NULL; d;
+             d = strtok_r(NULL, ":", &save)) {
+            if (d[0] != '/') {
+                fld__log(FLD_LOG_WARNING,
+                         "VLLM_FL_PLUGIN_DIR: ignoring relative directory '%s' (plugin directories "
+                         "must be absolute; the working directory is never searched)",
+                         d);
+                continue;
+            }
+            search_add(sp, d);
+        }
+        free(copy);
+    } else {
+        char lib_dir[PATH_MAX];
+        library_plugin_dir(lib_dir, sizeof lib_dir);
+        if (lib_dir[0])
+            search_add(sp, lib_dir);
+        search_add(sp, FLD_INSTALL_PLUGIN_DIR);
+    }
+    size_t len = 1;
+    for (size_t i = 0; i < sp->n; i++)
+        len += strlen(sp->dirs[i]) + 1;
+    sp->joined = calloc(len, 1);
+    for (size_t i = 0; sp->joined && i < sp->n; i++) {
+        if (i)
+            strcat(sp->joined, ":");
+        strcat(sp->joined, sp->dirs[i]);
+    }
+}
+
+const char *fld__plugin_search_path(void)
+{
+    return search.joined ? search.joined : "";
+}
+
+/* ---- checks --------------------------------------------------------------- */
+
+static bool owner_ok(uid_t uid)
+{
+    return uid == 0 || uid == geteuid();
+}
+
+/* Permission and ownership of the file and its directory; reason on failure. */
+static bool check_security(const char *path, struct stat *st, char *why, size_t size)
+{
+    if (stat(path, st) != 0) {
+        snprintf(why, size, "cannot stat: %s", strerror(errno));
+        return false;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        snprintf(why, size, "not a regular file");
+        return false;
+    }
+    if (st->st_mode & S_IWOTH) {
+        snprintf(why, size, "file is writable by others (mode %04o)", st->st_mode & 07777);
+        return false;
+    }
+    if (!owner_ok(st->st_uid)) {
+        snprintf(why, size, "file is owned by uid %u (neither root nor the current user)",
+                 (unsigned)st->st_uid);
+        return false;
+    }
+    char copy[PATH_MAX], dst[PATH_MAX];
+    snprintf(copy, sizeof copy, "%s", path);
+    const char *dir = dirname(copy);
+    struct stat ds;
+    if (!realpath(dir, dst) || stat(dst, &ds) != 0) {
+        snprintf(why, size, "cannot stat its directory '%s'", dir);
+        return false;
+    }
+    if (ds.st_mode & S_IWOTH) {
+        snprintf(why, size, "directory '%s' is writable by others (mode %04o)", dst,
+                 ds.st_mode & 07777);
+        return false;
+    }
+    if (!owner_ok(ds.st_uid)) {
+        snprintf(why, size,
+                 "directory '%s' is owned by uid %u (neither root nor the current user)", dst,
+                 (unsigned)ds.st_uid);
+        return false;
+    }
+    return true;
+}
+
+static bool valid_plugin_name(const char *s)
+{
+    if (!s || !*s || strlen(s) > 64)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '-'))
+            return false;
+    return true;
+}
+
+/* Judges a descriptor as data, calling nothing in it. */
+static bool check_descriptor(const fld_plugin_descriptor *d, char *why, size_t size)
+{
+    if (d->magic != FLD_PLUGIN_MAGIC) {
+        snprintf(why, size, "bad descriptor magic 0x%08x (not an fldispatch plugin descriptor)",
+                 d->magic);
+        return false;
+    }
+    if (d->abi_major != FLD_PLUGIN_ABI_MAJOR) {
+        snprintf(why, size, "ABI major %u is not supported (host ABI %d.%d)", d->abi_major,
+                 FLD_PLUGIN_ABI_MAJOR, FLD_PLUGIN_ABI_MINOR);
+        return false;
+    }
+    if (d->abi_minor > FLD_PLUGIN_ABI_MINOR) {
+        snprintf(why, size, "built for ABI %u.%u, newer than the host's ABI %d.%d", d->abi_major,
+                 d->abi_minor, FLD_PLUGIN_ABI_MAJOR, FLD_PLUGIN_ABI_MINOR);
+        return false;
+    }
+    if (d->struct_size < DESCRIPTOR_SIZE_1_0) {
+        snprintf(why, size, "descriptor size %u is smaller than ABI 1.0's %zu", d->struct_size,
+                 DESCRIPTOR_SIZE_1_0);
+        return false;
+    }
+    if (!valid_plugin_name(d->name)) {
+        snprintf(why, size, "invalid plugin name '%s' (lowercase letters, digits, '_', '-')",
+                 d->name ? d->name : "(null)");
+        return false;
+    }
+    if (!d->register_builtins) {
+        snprintf(why, size, "register_builtins is NULL");
+        return false;
+    }
+    return true;
+}
+
+/* ---- records -------------------------------------------------------------- */
+
+static struct fld_plugin_rec *find_by_path(const char *path)
+{
+    for (struct fld_plugin_rec *p = fld__plugins_first(); p; p = p->next)
+        if (strcmp(p->path, path) == 0)
+            return p;
+    return NULL;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* A record for path: reused when the path was seen before and not loaded. */
+static struct fld_plugin_rec *record_for(const char *name, const char *path)
+{
+    struct fld_plugin_rec *p = strcmp(path, "(built-in)") ? find_by_path(path) : NULL;
+    if (p) {
+        char *n = strdup(name);
+        if (n) {
+            free(p->name);
+            p->name = n;
+        }
+        return p;
+    }
+    p = fld__plugin_new(name, path);
+    if (!p)
+        fld__log(FLD_LOG_ERROR, "out of memory recording plugin '%s'", path);
+    return p;
+}
+
+static int reject_plugin(struct fld_plugin_rec *p, fld_plugin_status st, const char *why)
+{
+    fld__plugin_set_status(p, st, "%s", why);
+    fld__log(st == FLD_PLUGIN_SKIPPED ? FLD_LOG_WARNING : FLD_LOG_ERROR, "plugin %s %s: %s",
+             p->path, st == FLD_PLUGIN_SKIPPED ? "skipped" : "rejected", why);
+    return fld__fail(FLD_EPLUGIN, "plugin %s %s: %s", p->path,
+                     st == FLD_PLUGIN_SKIPPED ? "skipped" : "rejected", why);
+}
+
+int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *path, void *dl)
+{
+    char why[768];
+    const char *name = desc && desc->magic == FLD_PLUGIN_MAGIC && valid_plugin_name(desc->name)
+                           ? desc->name
+                           : base_name(path);
+    struct fld_plugin_rec *p = record_for(name, path);
+    if (!p)
+        return fld__fail(FLD_ENOMEM, "out of memory loading plugin %s", path);
+    if (!desc)
+        return reject_plugin(p, FLD_PLUGIN_REJECTED, "descriptor is NULL");
+    if (!check_descriptor(desc, why, sizeof why))
+        return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
+    p->abi_major = desc->abi_major;
+    p->abi_minor = desc->abi_minor;
+    char *version = strdup(desc->version ? desc->version : "");
+    if (version) {
+        free(p->version);
+        p->version = version;
+    }
+    p->in_tree = (desc->flags & FLD_PLUGIN_FLAG_IN_TREE) && desc->host_version &&
+                 strcmp(desc->host_version, FLD_VERSION_STRING) == 0;
+    for (struct fld_plugin_rec *q = fld__plugins_first(); q; q = q->next) {
+        if (q != p && q->status == FLD_PLUGIN_LOADED && strcmp(q->name, desc->name) == 0) {
+            snprintf(why, sizeof why, "a plugin named '%s' is already loaded from %s", desc->name,
+                     q->path);
+            return reject_plugin(p, FLD_PLUGIN_SKIPPED, why);
+        }
+    }
+
+    struct fld_registry reg;
+    fld__registry_begin(&reg, p);
+    int rc = desc->register_builtins(&reg);
+    if (rc != FLD_OK || reg.first_error != FLD_OK) {
+        if (rc != FLD_OK && reg.first_error == FLD_OK)
+            snprintf(why, sizeof why, "register_builtins failed: %s: %s", fld_strerror(rc),
+                     fld_last_error());
+        else if (rc != FLD_OK)
+            snprintf(why, sizeof why, "register_builtins failed: %s: %s", fld_strerror(rc),
+                     reg.error);
+        else
+            snprintf(why, sizeof why, "invalid implementation record: %s", reg.error);
+        fld__registry_discard(&reg);
+        return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
+    }
+    size_t n = reg.n;
+    rc = fld__registry_commit(&reg);
+    if (rc) {
+        fld__error_copy(why, sizeof why);
+        fld__registry_discard(&reg);
+        return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
+    }
+    p->dl_handle = dl;
+    fld__plugin_set_status(p, FLD_PLUGIN_LOADED, "%s", "");
+    fld__log(FLD_LOG_INFO, "Loaded plugin '%s' %s from %s: %zu implementation(s), %s", p->name,
+             p->version, path, n, p->in_tree ? "in-tree" : "out-of-tree");
+    return FLD_OK;
+}
+
+int fld__load_plugin_file(const char *path, bool explicit_request)
+{
+    char real[PATH_MAX], why[768];
+    const char *key = realpath(path, real) ? real : path;
+    struct fld_plugin_rec *seen = find_by_path(key);
+    if (seen && seen->status == FLD_PLUGIN_LOADED)
+        return FLD_OK;
+    if (seen && !explicit_request && seen->status == FLD_PLUGIN_SKIPPED)
+        return FLD_OK;
+
+    struct stat st;
+    bool secure = check_security(key, &st, why, sizeof why);
+    struct fld_plugin_rec *p = record_for(base_name(key), key);
+    if (!p)
+        return fld__fail(FLD_ENOMEM, "out of memory loading plugin %s", key);
+    if (!secure)
+        return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
+    for (struct fld_plugin_rec *q = fld__plugins_first(); q; q = q->next) {
+        if (q == p || q->status != FLD_PLUGIN_LOADED || !q->dl_handle)
+            continue;
+        if (q->st_dev == st.st_dev && q->st_ino == st.st_ino) {
+            snprintf(why, sizeof why, "same file as %s, already loaded", q->path);
+            return reject_plugin(p, FLD_PLUGIN_SKIPPED, why);
+        }
+        if (strcmp(base_name(q->path), base_name(key)) == 0) {
+            snprintf(why, sizeof why, "duplicate of %s (a plugin file of that name is already "
+                     "loaded; the first in the search path wins)", q->path);
+            return reject_plugin(p, FLD_PLUGIN_SKIPPED, why);
+        }
+    }
+    p->st_dev = st.st_dev;
+    p->st_ino = st.st_ino;
+
+    dlerror();
+    void *dl = dlopen(key, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        const char *e = dlerror();
+        snprintf(why, sizeof why, "dlopen failed: %s", e ? e : "unknown error");
+        return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
+    }
+    const fld_plugin_descriptor *desc = dlsym(dl, FLD_PLUGIN_SYMBOL);
+    if (!desc) {
+        dlclose(dl);
+        return reject_plugin(p, FLD_PLUGIN_REJECTED,
+                             "no plugin descriptor (symbol '" FLD_PLUGIN_SYMBOL "' not found; "
+                             "define one with FLD_PLUGIN_DEFINE)");
+    }
+    int rc = fld__load_plugin_descriptor(desc, key, dl);
+    if (rc != FLD_OK)
+        dlclose(dl);
+    return rc;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool plugin_file_name(const char *n)
+{
+    size_t len = strlen(n);
+    return len > 7 && strncmp(n, "fld-", 4) == 0 && strcmp(n + len - 3, ".so") == 0;
+}
+
+static void scan_directory(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        fld__log(FLD_LOG_DEBUG, "plugin directory %s: %s", dir, strerror(errno));
+        return;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!plugin_file_name(e->d_name))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **v = realloc(names, cap * sizeof *v);
+            if (!v)
+                break;
+            names = v;
+        }
+        if (!(names[n] = strdup(e->d_name)))
+            break;
+        n++;
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, name_cmp);
+    for (size_t i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        fld__load_plugin_file(path, false);
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* Finds fld-<name>.so in the search path; *out receives the full path. */
+static bool find_module(const char *entry, char *out, size_t size)
+{
+    char name[256];
+    const char *n = entry;
+    if (strncmp(n, "fld-", 4) == 0)
+        n += 4;
+    snprintf(name, sizeof name, "%s", n);
+    size_t len = strlen(name);
+    if (len > 3 && strcmp(name + len - 3, ".so") == 0)
+        name[len - 3] = '\0';
+    for (size_t i = 0; i < search.n; i++) {
+        snprintf(out, size, "%s/fld-%s.so", search.dirs[i], name);
+        if (access(out, F_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void load_modules(const char *list)
+{
+    char *copy = strdup(list);
+    for (char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL; e;
+         e = strtok_r(NULL, ",", &save)) {
+        while (*e == ' ' || *e == '\t')
+            e++;
+        size_t len = strlen(e);
+        while (len && (e[len - 1] == ' ' || e[len - 1] == '\t'))
+            e[--len] = '\0';
+        if (!*e)
+            continue;
+        char path[PATH_MAX];
+        if (strchr(e, '/')) {
+            if (e[0] != '/') {
+                struct fld_plugin_rec *p = record_for(e, e);
+                if (p)
+                    reject_plugin(p, FLD_PLUGIN_REJECTED,
+                                  "VLLM_FL_PLUGIN_MODULES: relative path (give an absolute path "
+                                  "or a plugin name; the working directory is never searched)");
+                continue;
+            }
+            fld__load_plugin_file(e, true);
+        } else if (find_module(e, path, sizeof path)) {
+            fld__load_plugin_file(path, true);
+        } else {
+            struct fld_plugin_rec *p = record_for(e, e);
+            char why[PATH_MAX + 128];
+            snprintf(why, sizeof why,
+                     "VLLM_FL_PLUGIN_MODULES: plugin '%s' not found in the search path (%s)", e,
+                     fld__plugin_search_path());
+            if (p)
+                reject_plugin(p, FLD_PLUGIN_REJECTED, why);
+        }
+    }
+    free(copy);
+}
+
+void fld__discover_plugins(void)
+{
+    compute_search_path(&search);
+    for (size_t i = 0; i < search.n; i++)
+        scan_directory(search.dirs[i]);
+    const char *modules = path_variable("VLLM_FL_PLUGIN_MODULES");
+    if (modules)
+        load_modules(modules);
+}
+
+void fld__discovery_shutdown(void)
+{
+    search_free(&search);
+}
+
+/* ---- public --------------------------------------------------------------- */
+
+int fld_load_plugin(const char *path)
+{
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    if (!path || !*path)
+        return fld__fail(FLD_EINVAL, "fld_load_plugin: path is NULL or empty");
+    fld__lock();
+    rc = fld__load_plugin_file(path, true);
+    fld__unlock();
+    return rc;
+}
+
+int fld_register_plugin(const fld_plugin_descriptor *desc)
+{
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    fld__lock();
+    rc = fld__load_plugin_descriptor(desc, "(built-in)", NULL);
+    fld__unlock();
+    return rc;
+}
+
+const char *fld_plugin_path(void)
+{
+    if (fld__ensure_init())
+        return "";
+    return fld__plugin_search_path();
+}

@@ -1,0 +1,310 @@
+/*
+ * Process-wide state: the host lock, initialisation, reload, shutdown, fork
+ * handling, the global policy pointer and the retire list. See host.h for
+ * the locking rules.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "discovery.h"
+#include "error.h"
+#include "host.h"
+#include "log.h"
+#include "manager.h"
+#include "ops.h"
+#include "policy.h"
+#include "registry.h"
+
+enum init_state { STATE_UNINIT, STATE_READY, STATE_FAILED };
+
+static pthread_mutex_t host_lock;
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static _Atomic int state = STATE_UNINIT;
+static int init_status;       /* the remembered init failure */
+static char init_message[1024];
+
+_Atomic uint64_t fld__generation;
+static uint64_t generation_counter; /* last value handed out; survives shutdown */
+static _Atomic(struct fld_policy *) global_policy;
+
+struct retired {
+    void *ptr;
+    void (*free_fn)(void *);
+    struct retired *next;
+};
+static struct retired *retired_list;
+
+static void make_lock(void)
+{
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&host_lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+}
+
+/* fork(): hold the lock across it so the child never inherits it mid-change. */
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&host_lock);
+}
+
+static void atfork_parent(void)
+{
+    pthread_mutex_unlock(&host_lock);
+}
+
+static void atfork_child(void)
+{
+    /* The child has one thread; the inherited mutex state is not to be
+     * trusted (other threads' holds are gone), so start a fresh one. */
+    make_lock();
+    atomic_store(&fld__override_threads, fld__policy_override_top() ? 1u : 0u);
+    if (atomic_load(&state) == STATE_READY) {
+        fld__registry_forget_availability();
+        fld__bump_generation();
+    }
+}
+
+static void host_setup(void)
+{
+    make_lock();
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+void fld__lock(void)
+{
+    pthread_once(&host_once, host_setup);
+    pthread_mutex_lock(&host_lock);
+}
+
+void fld__unlock(void)
+{
+    pthread_mutex_unlock(&host_lock);
+}
+
+void fld__bump_generation(void)
+{
+    atomic_store_explicit(&fld__generation, ++generation_counter, memory_order_release);
+}
+
+void fld__retire(void *ptr, void (*free_fn)(void *))
+{
+    struct retired *r = malloc(sizeof *r);
+    if (!r) {
+        /* Cannot remember it: leaking is safe, freeing is not (readers). */
+        return;
+    }
+    r->ptr = ptr;
+    r->free_fn = free_fn;
+    r->next = retired_list;
+    retired_list = r;
+}
+
+static void free_retired(void)
+{
+    while (retired_list) {
+        struct retired *r = retired_list;
+        retired_list = r->next;
+        r->free_fn(r->ptr);
+        free(r);
+    }
+}
+
+const struct fld_policy *fld__policy_global(void)
+{
+    return atomic_load_explicit(&global_policy, memory_order_acquire);
+}
+
+const struct fld_policy *fld__policy_effective(void)
+{
+    if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed)) {
+        const struct fld_policy *top = fld__policy_override_top();
+        if (top)
+            return top;
+    }
+    return fld__policy_global();
+}
+
+static void policy_free_cb(void *p)
+{
+    fld__policy_free(p);
+}
+
+void fld__policy_publish(struct fld_policy *p)
+{
+    fld__lock();
+    struct fld_policy *old = atomic_exchange_explicit(&global_policy, p, memory_order_acq_rel);
+    if (old)
+        fld__retire(old, policy_free_cb);
+    if (atomic_load(&state) == STATE_READY)
+        fld__bump_generation();
+    fld__unlock();
+}
+
+/* Reads log settings and the policy from the environment; nothing applied on error. */
+static int read_environment(struct fld_log_env *log_env, struct fld_policy **policy)
+{
+    *policy = NULL;
+    int rc = fld__log_read_env(log_env);
+    if (rc)
+        return rc;
+    struct fld_policy *p = fld__policy_new_default();
+    if (!p)
+        return fld__fail(FLD_ENOMEM, "out of memory building the policy");
+    rc = fld__policy_apply_env(p);
+    if (!rc)
+        rc = fld__policy_check(p);
+    if (rc) {
+        fld__policy_free(p);
+        return rc;
+    }
+    *policy = p;
+    return FLD_OK;
+}
+
+static int register_reference(fld_registry *reg)
+{
+    for (int i = 0; i < FLD_CAT_COUNT; i++) {
+        const struct fld_op_schema *s = &fld__catalog[i];
+        const fld_impl impl = {
+            .op = s->name,
+            .impl_id = "reference.c",
+            .kind = FLD_KIND_REFERENCE,
+            .priority = FLD_PRIORITY_REFERENCE,
+            .devices = s->reference_devices,
+            .dtypes = s->reference_dtypes,
+            .fn = s->reference,
+        };
+        int rc = fld_registry_register(reg, &impl);
+        if (rc)
+            return rc;
+    }
+    return FLD_OK;
+}
+
+static const fld_plugin_descriptor reference_plugin = {
+    FLD_PLUGIN_MAGIC,   FLD_PLUGIN_ABI_MAJOR, FLD_PLUGIN_ABI_MINOR, sizeof(fld_plugin_descriptor),
+    FLD_PLUGIN_FLAG_IN_TREE, "reference", FLD_VERSION_STRING, FLD_VERSION_STRING,
+    register_reference};
+
+static void count_impls(struct fld_op_s *op, void *user)
+{
+    size_t *counts = user;
+    if (op->n_impls)
+        counts[0]++;
+    counts[1] += op->n_impls;
+}
+
+/* Host lock held. */
+static int initialise_locked(void)
+{
+    struct fld_log_env log_env;
+    struct fld_policy *policy;
+    int rc = read_environment(&log_env, &policy);
+    if (rc) {
+        init_status = rc;
+        fld__error_copy(init_message, sizeof init_message);
+        atomic_store(&state, STATE_FAILED);
+        fld__log(FLD_LOG_ERROR, "%s", init_message);
+        return rc;
+    }
+    fld__log_commit_env(&log_env);
+    fld__policy_publish(policy);
+    rc = fld__ops_init();
+    if (!rc)
+        rc = fld__load_plugin_descriptor(&reference_plugin, "(built-in)", NULL);
+    if (rc) {
+        init_status = rc;
+        fld__error_copy(init_message, sizeof init_message);
+        atomic_store(&state, STATE_FAILED);
+        return rc;
+    }
+    fld__discover_plugins();
+    fld__bump_generation();
+    atomic_store(&state, STATE_READY);
+    size_t counts[2] = {0, 0}, n_plugins = 0;
+    fld__op_foreach(count_impls, counts);
+    for (struct fld_plugin_rec *p = fld__plugins_first(); p; p = p->next)
+        n_plugins += p->status == FLD_PLUGIN_LOADED;
+    fld__log(FLD_LOG_INFO, "fldispatch initialized: %zu ops with %zu implementations from %zu plugins",
+             counts[0], counts[1], n_plugins);
+    return FLD_OK;
+}
+
+int fld__ensure_init(void)
+{
+    if (__builtin_expect(atomic_load_explicit(&state, memory_order_acquire) == STATE_READY, 1))
+        return FLD_OK;
+    return fld_init();
+}
+
+int fld_init(void)
+{
+    if (atomic_load_explicit(&state, memory_order_acquire) == STATE_READY)
+        return FLD_OK;
+    fld__lock();
+    int rc = FLD_OK;
+    switch (atomic_load(&state)) {
+    case STATE_READY:
+        break;
+    case STATE_FAILED:
+        rc = fld__fail(init_status, "%s", init_message);
+        break;
+    default:
+        rc = initialise_locked();
+    }
+    fld__unlock();
+    return rc;
+}
+
+int fld_reload(void)
+{
+    fld__lock();
+    int rc;
+    if (atomic_load(&state) != STATE_READY) {
+        atomic_store(&state, STATE_UNINIT);
+        fld__log_reset_override();
+        rc = initialise_locked();
+        fld__unlock();
+        return rc;
+    }
+    struct fld_log_env log_env;
+    struct fld_policy *policy;
+    rc = read_environment(&log_env, &policy);
+    if (rc) {
+        fld__error_prefix("fld_reload: configuration kept as it was");
+        fld__unlock();
+        return rc;
+    }
+    fld__log_reset_override();
+    fld__log_commit_env(&log_env);
+    fld__policy_publish(policy);
+    fld__discover_plugins();
+    fld__bump_generation();
+    fld__unlock();
+    return FLD_OK;
+}
+
+void fld_shutdown(void)
+{
+    fld__lock();
+    if (atomic_load(&state) == STATE_UNINIT) {
+        fld__unlock();
+        return;
+    }
+    atomic_store(&state, STATE_UNINIT);
+    fld__bump_generation(); /* no chain is valid any more */
+    atomic_store(&fld__generation, 0);
+    fld__manager_shutdown();
+    fld__registry_shutdown();
+    fld__ops_shutdown();
+    fld__discovery_shutdown();
+    struct fld_policy *p = atomic_exchange(&global_policy, NULL);
+    if (p)
+        fld__policy_free(p);
+    free_retired();
+    fld__log_reset_override();
+    fld__unlock();
+}

@@ -1,0 +1,176 @@
+/*
+ * Logging. The level and sink are process-wide atomics so that the check on
+ * hot paths costs one load. Lines go to stderr as
+ * "[2026-11-22 01:02:03] [WARNING] [fldispatch] message", or to the
+ * application's callback.
+ */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <fldispatch/plugin.h>
+
+#include "error.h"
+#include "log.h"
+#include "parse.h"
+
+static _Atomic int log_level = FLD_LOG_WARNING;
+static _Atomic bool level_overridden; /* fld_log_set_level() wins over the environment */
+static _Atomic bool dispatch_debug;
+
+struct sink {
+    fld_log_fn fn;
+    void *user;
+};
+static _Atomic(struct sink *) current_sink;
+static struct sink sinks[2]; /* double buffer: a racing reader sees a whole sink */
+static _Atomic int sink_index;
+
+static const char *level_name(int level)
+{
+    if (level >= FLD_LOG_ERROR)
+        return "ERROR";
+    if (level >= FLD_LOG_WARNING)
+        return "WARNING";
+    if (level >= FLD_LOG_INFO)
+        return "INFO";
+    return "DEBUG";
+}
+
+bool fld__log_enabled(int level)
+{
+    return level >= atomic_load_explicit(&log_level, memory_order_relaxed);
+}
+
+bool fld__dispatch_debug(void)
+{
+    return atomic_load_explicit(&dispatch_debug, memory_order_relaxed);
+}
+
+static void emit(int level, const char *msg)
+{
+    struct sink *s = atomic_load_explicit(&current_sink, memory_order_acquire);
+    if (s && s->fn) {
+        s->fn(level, msg, s->user);
+        return;
+    }
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+    fprintf(stderr, "[%s] [%s] [fldispatch] %s\n", stamp, level_name(level), msg);
+}
+
+static void vlog(int level, const char *fmt, va_list ap)
+{
+    if (!fld__log_enabled(level))
+        return;
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    emit(level, msg);
+}
+
+void fld__log(int level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, fmt, ap);
+    va_end(ap);
+}
+
+void fld_log(int level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, fmt, ap);
+    va_end(ap);
+}
+
+void fld_log_set_level(int level)
+{
+    atomic_store(&log_level, level);
+    atomic_store(&level_overridden, true);
+}
+
+int fld_log_get_level(void)
+{
+    return atomic_load(&log_level);
+}
+
+void fld_log_set_callback(fld_log_fn fn, void *user)
+{
+    if (!fn) {
+        atomic_store_explicit(&current_sink, NULL, memory_order_release);
+        return;
+    }
+    int i = atomic_fetch_add(&sink_index, 1) & 1;
+    sinks[i].fn = fn;
+    sinks[i].user = user;
+    atomic_store_explicit(&current_sink, &sinks[i], memory_order_release);
+}
+
+int fld__log_read_env(struct fld_log_env *out)
+{
+    out->level = FLD_LOG_WARNING;
+    out->level_set = false;
+    out->dispatch_debug = false;
+    const char *v = getenv("VLLM_FL_LOG_LEVEL");
+    if (v && *v) {
+        static const struct {
+            const char *name;
+            int level;
+        } names[] = {{"DEBUG", FLD_LOG_DEBUG},     {"INFO", FLD_LOG_INFO},
+                     {"WARNING", FLD_LOG_WARNING}, {"WARN", FLD_LOG_WARNING},
+                     {"ERROR", FLD_LOG_ERROR}};
+        char buf[32];
+        size_t n = strlen(v);
+        while (n && isspace((unsigned char)v[n - 1]))
+            n--;
+        while (n && isspace((unsigned char)*v)) {
+            v++;
+            n--;
+        }
+        bool found = false;
+        if (n < sizeof buf) {
+            memcpy(buf, v, n);
+            buf[n] = '\0';
+            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+                if (strcasecmp(buf, names[i].name) == 0) {
+                    out->level = names[i].level;
+                    found = true;
+                }
+            }
+        }
+        if (!found)
+            return fld__fail(FLD_ECONFIG,
+                             "VLLM_FL_LOG_LEVEL: invalid value '%s' (valid: DEBUG, INFO, WARNING, "
+                             "ERROR)",
+                             getenv("VLLM_FL_LOG_LEVEL"));
+        out->level_set = true;
+    }
+    v = getenv("VLLM_FL_DISPATCH_DEBUG");
+    if (v && *v) {
+        int rc = fld__parse_bool("VLLM_FL_DISPATCH_DEBUG", v, &out->dispatch_debug);
+        if (rc)
+            return rc;
+    }
+    return FLD_OK;
+}
+
+void fld__log_commit_env(const struct fld_log_env *env)
+{
+    if (!atomic_load(&level_overridden))
+        atomic_store(&log_level, env->level);
+    atomic_store(&dispatch_debug, env->dispatch_debug);
+}
+
+void fld__log_reset_override(void)
+{
+    atomic_store(&level_overridden, false);
+}

@@ -1,0 +1,258 @@
+/*
+ * Interned ops. The table that maps names to op entries is an immutable
+ * snapshot published through an atomic pointer: lookups read it without a
+ * lock; adding an op (host lock held) builds a new snapshot and retires the
+ * old one. Op entries themselves live until fld_shutdown().
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "host.h"
+#include "ops.h"
+#include "registry.h"
+
+struct op_table {
+    size_t n;
+    size_t mask;             /* hash capacity - 1 (power of two) */
+    struct fld_op_s **hash;  /* open addressing, linear probing */
+    struct fld_op_s **by_name; /* sorted by name */
+};
+
+static _Atomic(struct op_table *) table;
+struct fld_op_s *_Atomic fld__catalog_ops[FLD_CAT_COUNT];
+
+int fld__device_index(int device_type)
+{
+    switch (device_type) {
+    case FLD_DEVICE_CPU:
+        return FLD_DEV_CPU;
+    case FLD_DEVICE_CUDA:
+        return FLD_DEV_CUDA;
+    case FLD_DEVICE_ROCM:
+        return FLD_DEV_ROCM;
+    case FLD_DEVICE_ASCEND:
+    case FLD_DEVICE_ASCEND_DL21:
+        return FLD_DEV_ASCEND;
+    default:
+        return -1;
+    }
+}
+
+int fld__device_type_of(int dev_index)
+{
+    static const int types[FLD_NDEVICES] = {FLD_DEVICE_CPU, FLD_DEVICE_CUDA, FLD_DEVICE_ROCM,
+                                            FLD_DEVICE_ASCEND};
+    return dev_index >= 0 && dev_index < FLD_NDEVICES ? types[dev_index] : 0;
+}
+
+const char *fld_device_name(int device_type)
+{
+    static const char *names[FLD_NDEVICES] = {"cpu", "cuda", "rocm", "ascend"};
+    int i = fld__device_index(device_type);
+    return i < 0 ? NULL : names[i];
+}
+
+int fld_device_from_name(const char *name, int *device_type)
+{
+    static const struct {
+        const char *name;
+        int type;
+    } names[] = {{"cpu", FLD_DEVICE_CPU},   {"cuda", FLD_DEVICE_CUDA},
+                 {"nvidia", FLD_DEVICE_CUDA}, {"rocm", FLD_DEVICE_ROCM},
+                 {"ascend", FLD_DEVICE_ASCEND}};
+    if (!name || !device_type)
+        return fld__fail(FLD_EINVAL, "fld_device_from_name: NULL argument");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(name, names[i].name) == 0) {
+            *device_type = names[i].type;
+            return FLD_OK;
+        }
+    }
+    return fld__fail(FLD_EINVAL, "unknown device '%s' (valid: cpu, cuda, nvidia, rocm, ascend)",
+                     name);
+}
+
+const char *fld_dtype_name(DLDataType dtype)
+{
+    static const char *names[FLD_NDTYPES] = {"f32", "f16", "bf16"};
+    if (dtype.code == 0 && dtype.bits == 0 && dtype.lanes == 0)
+        return "any";
+    int i = fld_dtype_index(dtype);
+    return i < 0 ? NULL : names[i];
+}
+
+int fld_dtype_from_name(const char *name, DLDataType *dtype)
+{
+    static const struct {
+        const char *name;
+        DLDataType dtype;
+    } names[] = {{"f32", FLD_DTYPE_F32},     {"float32", FLD_DTYPE_F32}, {"f16", FLD_DTYPE_F16},
+                 {"float16", FLD_DTYPE_F16}, {"bf16", FLD_DTYPE_BF16},   {"bfloat16", FLD_DTYPE_BF16},
+                 {"any", FLD_DTYPE_ANY}};
+    if (!name || !dtype)
+        return fld__fail(FLD_EINVAL, "fld_dtype_from_name: NULL argument");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(name, names[i].name) == 0) {
+            *dtype = names[i].dtype;
+            return FLD_OK;
+        }
+    }
+    return fld__fail(FLD_EINVAL, "unknown dtype '%s' (valid: f32, f16, bf16, any)", name);
+}
+
+static size_t hash_name(const char *s)
+{
+    size_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+struct fld_op_s *fld__op_find(const char *name)
+{
+    const struct op_table *t = atomic_load_explicit(&table, memory_order_acquire);
+    if (!t)
+        return NULL;
+    for (size_t i = hash_name(name) & t->mask;; i = (i + 1) & t->mask) {
+        struct fld_op_s *op = t->hash[i];
+        if (!op)
+            return NULL;
+        if (strcmp(op->name, name) == 0)
+            return op;
+    }
+}
+
+static void table_free(void *p)
+{
+    struct op_table *t = p;
+    if (!t)
+        return;
+    free(t->hash);
+    free(t->by_name);
+    free(t);
+}
+
+static int by_name_cmp(const void *a, const void *b)
+{
+    const struct fld_op_s *x = *(const struct fld_op_s *const *)a;
+    const struct fld_op_s *y = *(const struct fld_op_s *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+/* Publishes a table holding the current ops plus op. */
+static int table_add(struct fld_op_s *op)
+{
+    struct op_table *old = atomic_load(&table);
+    size_t n = (old ? old->n : 0) + 1;
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    struct op_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return FLD_ENOMEM;
+    t->n = n;
+    t->mask = cap - 1;
+    t->hash = calloc(cap, sizeof *t->hash);
+    t->by_name = calloc(n, sizeof *t->by_name);
+    if (!t->hash || !t->by_name) {
+        table_free(t);
+        return FLD_ENOMEM;
+    }
+    for (size_t k = 0; k < n; k++) {
+        struct fld_op_s *e = k + 1 < n ? old->by_name[k] : op;
+        t->by_name[k] = e;
+        size_t i = hash_name(e->name) & t->mask;
+        while (t->hash[i])
+            i = (i + 1) & t->mask;
+        t->hash[i] = e;
+    }
+    qsort(t->by_name, n, sizeof *t->by_name, by_name_cmp);
+    atomic_store_explicit(&table, t, memory_order_release);
+    if (old)
+        fld__retire(old, table_free);
+    return FLD_OK;
+}
+
+static const struct fld_op_schema *catalog_schema(const char *name)
+{
+    for (int i = 0; i < FLD_CAT_COUNT; i++)
+        if (strcmp(fld__catalog[i].name, name) == 0)
+            return &fld__catalog[i];
+    return NULL;
+}
+
+struct fld_op_s *fld__op_intern(const char *name)
+{
+    struct fld_op_s *op = fld__op_find(name);
+    if (op)
+        return op;
+    op = calloc(1, sizeof *op);
+    char *copy = strdup(name);
+    if (!op || !copy)
+        goto fail;
+    op->name = copy;
+    op->schema = catalog_schema(name);
+    if (table_add(op) != FLD_OK)
+        goto fail;
+    if (op->schema)
+        atomic_store(&fld__catalog_ops[op->schema - fld__catalog], op);
+    return op;
+fail:
+    free(copy);
+    free(op);
+    return NULL;
+}
+
+void fld__op_foreach(void (*fn)(struct fld_op_s *op, void *user), void *user)
+{
+    const struct op_table *t = atomic_load(&table);
+    for (size_t i = 0; t && i < t->n; i++)
+        fn(t->by_name[i], user);
+}
+
+int fld__ops_init(void)
+{
+    for (int i = 0; i < FLD_CAT_COUNT; i++)
+        if (!fld__op_intern(fld__catalog[i].name))
+            return fld__fail(FLD_ENOMEM, "out of memory interning op '%s'", fld__catalog[i].name);
+    return FLD_OK;
+}
+
+void fld__ops_shutdown(void)
+{
+    struct op_table *t = atomic_load(&table);
+    for (int i = 0; i < FLD_CAT_COUNT; i++)
+        atomic_store(&fld__catalog_ops[i], NULL);
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n; i++) {
+        struct fld_op_s *op = t->by_name[i];
+        free(op->impls);
+        free((char *)op->name);
+        free(op);
+    }
+    table_free(t);
+    atomic_store(&table, NULL);
+}
+
+fld_op fld_op_lookup(const char *name)
+{
+    int rc = fld__ensure_init();
+    if (rc)
+        return NULL;
+    if (!name) {
+        fld__fail(FLD_EINVAL, "fld_op_lookup: name is NULL");
+        return NULL;
+    }
+    struct fld_op_s *op = fld__op_find(name);
+    if (!op)
+        fld__fail(FLD_ENOTFOUND, "no op named '%s' (not in the catalog and no plugin registered it)",
+                  name);
+    return op;
+}
+
+const char *fld_op_name(fld_op op)
+{
+    return op ? op->name : NULL;
+}

@@ -1,0 +1,447 @@
+/*
+ * The registry. A plugin registers into a staging struct fld_registry; the
+ * host commits the staged records into the ops' lists only when the whole
+ * plugin succeeded, so a failing plugin leaves nothing behind. Records are
+ * immutable once committed and live until fld_shutdown(), so cached chains
+ * may point at them without reference counting.
+ */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "host.h"
+#include "log.h"
+#include "registry.h"
+
+#define NAME_MAX_LEN 96
+
+static struct fld_plugin_rec *plugins_head, *plugins_tail;
+
+const char *fld__kind_token(fld_kind k)
+{
+    switch (k) {
+    case FLD_KIND_DEFAULT:
+        return "flagos";
+    case FLD_KIND_VENDOR:
+        return "vendor";
+    case FLD_KIND_REFERENCE:
+        return "reference";
+    }
+    return "?";
+}
+
+static const char *kind_prefix(fld_kind k)
+{
+    switch (k) {
+    case FLD_KIND_DEFAULT:
+        return "default";
+    case FLD_KIND_VENDOR:
+        return "vendor";
+    case FLD_KIND_REFERENCE:
+        return "reference";
+    }
+    return NULL;
+}
+
+static bool valid_name(const char *s, const char *extra)
+{
+    size_t n = 0;
+    if (!s || !*s)
+        return false;
+    for (; *s; s++, n++) {
+        unsigned char c = (unsigned char)*s;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || strchr(extra, c);
+        if (!ok || n >= NAME_MAX_LEN)
+            return false;
+    }
+    return true;
+}
+
+static void impl_free(struct fld_impl_rec *r)
+{
+    if (!r)
+        return;
+    free(r->staged_op);
+    free(r->impl_id);
+    free(r->vendor);
+    free(r);
+}
+
+static struct fld_impl_rec *find_impl(struct fld_op_s *op, const char *impl_id)
+{
+    for (size_t i = 0; op && i < op->n_impls; i++)
+        if (strcmp(op->impls[i]->impl_id, impl_id) == 0)
+            return op->impls[i];
+    return NULL;
+}
+
+void fld__registry_begin(struct fld_registry *reg, struct fld_plugin_rec *plugin)
+{
+    memset(reg, 0, sizeof *reg);
+    reg->plugin = plugin;
+}
+
+void fld__registry_discard(struct fld_registry *reg)
+{
+    for (size_t i = 0; i < reg->n; i++)
+        impl_free(reg->staged[i]);
+    free(reg->staged);
+    reg->staged = NULL;
+    reg->n = reg->cap = 0;
+}
+
+static int record_error(struct fld_registry *reg, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int record_error(struct fld_registry *reg, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fld__failv(status, fmt, ap);
+    va_end(ap);
+    if (reg->first_error == FLD_OK) {
+        reg->first_error = status;
+        fld__error_copy(reg->error, sizeof reg->error);
+    }
+    return status;
+}
+
+static int validate_record(struct fld_registry *reg, const fld_impl *impl)
+{
+    const char *id = impl->impl_id ? impl->impl_id : "";
+    if (!valid_name(impl->op, "."))
+        return record_error(reg, FLD_EINVAL,
+                            "impl '%s': invalid op name '%s' (letters, digits, '_' and '.')", id,
+                            impl->op ? impl->op : "(null)");
+    if (!*id)
+        return record_error(reg, FLD_EINVAL, "impl_id '' for op '%s' is empty", impl->op);
+    const char *prefix = kind_prefix(impl->kind);
+    if (!prefix)
+        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid kind %d", id, impl->op,
+                            (int)impl->kind);
+    size_t plen = strlen(prefix);
+    if (!valid_name(id, ".-") || strncmp(id, prefix, plen) != 0 || id[plen] != '.' ||
+        !id[plen + 1])
+        return record_error(reg, FLD_EINVAL,
+                            "impl_id '%s' for op '%s' must look like '%s.<name>' (the prefix names "
+                            "its kind: default, vendor or reference)",
+                            id, impl->op, prefix);
+    if (impl->kind == FLD_KIND_VENDOR && (!impl->vendor || !*impl->vendor))
+        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': kind VENDOR requires a vendor name",
+                            id, impl->op);
+    if (impl->vendor && !valid_name(impl->vendor, ".-"))
+        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid vendor name '%s'", id,
+                            impl->op, impl->vendor);
+    if (!impl->fn)
+        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL", id, impl->op);
+    if (!impl->devices || (impl->devices & ~FLD_DEVICE_MASK_ALL))
+        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': device mask 0x%x is empty or "
+                            "has unknown bits", id, impl->op, impl->devices);
+    if (!impl->dtypes || (impl->dtypes & ~FLD_DTYPE_MASK_ALL))
+        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': dtype mask 0x%x is empty or "
+                            "has unknown bits", id, impl->op, impl->dtypes);
+    for (size_t i = 0; i < reg->n; i++) {
+        const struct fld_impl_rec *s = reg->staged[i];
+        if (strcmp(s->impl_id, id) == 0 && strcmp(s->staged_op, impl->op) == 0)
+            return record_error(reg, FLD_EINVAL,
+                                "duplicate impl_id '%s' for op '%s' (registered twice by plugin '%s')",
+                                id, impl->op, reg->plugin ? reg->plugin->name : "?");
+    }
+    struct fld_impl_rec *existing = find_impl(fld__op_find(impl->op), id);
+    if (existing)
+        return record_error(reg, FLD_EINVAL,
+                            "duplicate impl_id '%s' for op '%s' (already registered by plugin '%s')",
+                            id, impl->op, existing->plugin ? existing->plugin->name : "?");
+    return FLD_OK;
+}
+
+int fld_registry_register(fld_registry *reg, const fld_impl *impl)
+{
+    if (!reg)
+        return fld__fail(FLD_EINVAL, "fld_registry_register: registry is NULL");
+    if (!impl)
+        return record_error(reg, FLD_EINVAL, "fld_registry_register: impl is NULL");
+    int rc = validate_record(reg, impl);
+    if (rc)
+        return rc;
+    if (reg->n == reg->cap) {
+        size_t cap = reg->cap ? reg->cap * 2 : 16;
+        struct fld_impl_rec **s = realloc(reg->staged, cap * sizeof *s);
+        if (!s)
+            return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+        reg->staged = s;
+        reg->cap = cap;
+    }
+    struct fld_impl_rec *r = calloc(1, sizeof *r);
+    if (!r)
+        return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+    r->staged_op = strdup(impl->op);
+    r->impl_id = strdup(impl->impl_id);
+    r->vendor = impl->vendor ? strdup(impl->vendor) : NULL;
+    if (!r->staged_op || !r->impl_id || (impl->vendor && !r->vendor)) {
+        impl_free(r);
+        return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+    }
+    r->kind = impl->kind;
+    r->priority = impl->priority;
+    r->devices = impl->devices;
+    r->dtypes = impl->dtypes;
+    r->fn = impl->fn;
+    r->is_available = impl->is_available;
+    r->supports = impl->supports;
+    r->plugin = reg->plugin;
+    reg->staged[reg->n++] = r;
+    return FLD_OK;
+}
+
+/* Room must have been reserved. */
+static void insert_sorted(struct fld_op_s *op, struct fld_impl_rec *r)
+{
+    size_t i = op->n_impls;
+    while (i > 0 && strcmp(op->impls[i - 1]->impl_id, r->impl_id) > 0) {
+        op->impls[i] = op->impls[i - 1];
+        i--;
+    }
+    op->impls[i] = r;
+    op->n_impls++;
+}
+
+int fld__registry_commit(struct fld_registry *reg)
+{
+    /* Intern every op and reserve room first, so nothing fails half-way. */
+    for (size_t i = 0; i < reg->n; i++) {
+        struct fld_op_s *op = fld__op_intern(reg->staged[i]->staged_op);
+        if (!op)
+            return fld__fail(FLD_ENOMEM, "out of memory committing plugin '%s'",
+                             reg->plugin ? reg->plugin->name : "?");
+        size_t need = op->n_impls + reg->n;
+        if (need > op->cap_impls) {
+            struct fld_impl_rec **v = realloc(op->impls, need * sizeof *v);
+            if (!v)
+                return fld__fail(FLD_ENOMEM, "out of memory committing plugin '%s'",
+                                 reg->plugin ? reg->plugin->name : "?");
+            op->impls = v;
+            op->cap_impls = need;
+        }
+    }
+    for (size_t i = 0; i < reg->n; i++) {
+        struct fld_impl_rec *r = reg->staged[i];
+        r->op = fld__op_find(r->staged_op);
+        free(r->staged_op);
+        r->staged_op = NULL;
+        insert_sorted(r->op, r);
+    }
+    if (reg->plugin)
+        reg->plugin->n_impls += reg->n;
+    free(reg->staged);
+    reg->staged = NULL;
+    reg->n = reg->cap = 0;
+    fld__bump_generation();
+    return FLD_OK;
+}
+
+bool fld__impl_available(struct fld_impl_rec *impl, const char **reason)
+{
+    int a = atomic_load(&impl->available);
+    if (a == 0) {
+        const char *why = NULL;
+        bool ok = impl->is_available ? impl->is_available(&why) : true;
+        impl->unavailable_reason = ok ? "" : (why && *why ? why : "is_available() returned false");
+        a = ok ? 1 : -1;
+        atomic_store(&impl->available, a);
+        if (!ok)
+            fld__log(FLD_LOG_DEBUG, "Implementation '%s' not available for op '%s': %s",
+                     impl->impl_id, impl->op->name, impl->unavailable_reason);
+    }
+    if (reason)
+        *reason = a > 0 ? "" : impl->unavailable_reason;
+    return a > 0;
+}
+
+static void forget_op_availability(struct fld_op_s *op, void *user)
+{
+    for (size_t i = 0; i < op->n_impls; i++)
+        atomic_store(&op->impls[i]->available, 0);
+}
+
+void fld__registry_forget_availability(void)
+{
+    fld__op_foreach(forget_op_availability, NULL);
+}
+
+struct fld_plugin_rec *fld__plugins_first(void)
+{
+    return plugins_head;
+}
+
+struct fld_plugin_rec *fld__plugin_new(const char *name, const char *path)
+{
+    struct fld_plugin_rec *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->name = strdup(name ? name : "");
+    p->path = strdup(path ? path : "");
+    p->version = strdup("");
+    p->reason = strdup("");
+    if (!p->name || !p->path || !p->version || !p->reason) {
+        free(p->name);
+        free(p->path);
+        free(p->version);
+        free(p->reason);
+        free(p);
+        return NULL;
+    }
+    if (plugins_tail)
+        plugins_tail->next = p;
+    else
+        plugins_head = p;
+    plugins_tail = p;
+    return p;
+}
+
+void fld__plugin_set_status(struct fld_plugin_rec *p, fld_plugin_status st, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char *r = strdup(buf);
+    if (r) {
+        free(p->reason);
+        p->reason = r;
+    }
+    p->status = st;
+}
+
+static void free_op_impls(struct fld_op_s *op, void *user)
+{
+    for (size_t i = 0; i < op->n_impls; i++)
+        impl_free(op->impls[i]);
+    op->n_impls = 0;
+}
+
+void fld__registry_shutdown(void)
+{
+    fld__op_foreach(free_op_impls, NULL);
+    while (plugins_head) {
+        struct fld_plugin_rec *p = plugins_head;
+        plugins_head = p->next;
+        if (p->dl_handle && !getenv("FLD_NO_DLCLOSE"))
+            dlclose(p->dl_handle);
+        free(p->name);
+        free(p->path);
+        free(p->version);
+        free(p->reason);
+        free(p);
+    }
+    plugins_tail = NULL;
+}
+
+/* ---- iteration for tools ---------------------------------------------- */
+
+struct plugin_avail {
+    const struct fld_plugin_rec *plugin;
+    size_t total, unavailable;
+    const char *first_reason;
+};
+
+static void scan_plugin_impls(struct fld_op_s *op, void *user)
+{
+    struct plugin_avail *pa = user;
+    for (size_t i = 0; i < op->n_impls; i++) {
+        struct fld_impl_rec *r = op->impls[i];
+        if (r->plugin != pa->plugin)
+            continue;
+        const char *why;
+        pa->total++;
+        if (!fld__impl_available(r, &why)) {
+            pa->unavailable++;
+            if (!pa->first_reason)
+                pa->first_reason = why;
+        }
+    }
+}
+
+int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user), void *user)
+{
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    if (!fn)
+        return fld__fail(FLD_EINVAL, "fld_foreach_plugin: fn is NULL");
+    fld__lock();
+    rc = FLD_OK;
+    for (struct fld_plugin_rec *p = plugins_head; p && !rc; p = p->next) {
+        fld_plugin_info info = {
+            .name = p->name,
+            .path = p->path,
+            .version = p->version,
+            .abi_major = p->abi_major,
+            .abi_minor = p->abi_minor,
+            .in_tree = p->in_tree,
+            .status = p->status,
+            .reason = p->reason,
+            .n_impls = p->n_impls,
+        };
+        if (p->status == FLD_PLUGIN_LOADED && p->n_impls) {
+            struct plugin_avail pa = {.plugin = p};
+            fld__op_foreach(scan_plugin_impls, &pa);
+            if (pa.total && pa.unavailable == pa.total) {
+                info.status = FLD_PLUGIN_UNAVAILABLE;
+                info.reason = pa.first_reason;
+            }
+        }
+        rc = fn(&info, user);
+    }
+    fld__unlock();
+    return rc;
+}
+
+struct impl_walk {
+    int (*fn)(const fld_impl_info *info, void *user);
+    void *user;
+    int rc;
+};
+
+static void walk_op_impls(struct fld_op_s *op, void *user)
+{
+    struct impl_walk *w = user;
+    for (size_t i = 0; i < op->n_impls && !w->rc; i++) {
+        struct fld_impl_rec *r = op->impls[i];
+        const char *why;
+        bool ok = fld__impl_available(r, &why);
+        fld_impl_info info = {
+            .op = op->name,
+            .impl_id = r->impl_id,
+            .kind = fld__kind_token(r->kind),
+            .vendor = r->kind == FLD_KIND_VENDOR ? r->vendor : NULL,
+            .priority = r->priority,
+            .devices = r->devices,
+            .dtypes = r->dtypes,
+            .plugin = r->plugin ? r->plugin->name : "",
+            .in_tree = r->plugin && r->plugin->in_tree,
+            .available = ok,
+            .unavailable_reason = why,
+        };
+        w->rc = w->fn(&info, w->user);
+    }
+}
+
+int fld_foreach_impl(int (*fn)(const fld_impl_info *info, void *user), void *user)
+{
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    if (!fn)
+        return fld__fail(FLD_EINVAL, "fld_foreach_impl: fn is NULL");
+    struct impl_walk w = {fn, user, FLD_OK};
+    fld__lock();
+    fld__op_foreach(walk_op_impls, &w);
+    fld__unlock();
+    return w.rc;
+}
