@@ -415,7 +415,8 @@ static void scan_directory(const char *dir)
         n++;
     }
     closedir(d);
-    qsort(names, n, sizeof *names, name_cmp);
+    if (n)
+        qsort(names, n, sizeof *names, name_cmp);
     for (size_t i = 0; i < n; i++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);

@@ -207,8 +207,7 @@ static int initialise_locked(void)
         init_status = rc;
         fld__error_copy(init_message, sizeof init_message);
         atomic_store(&state, STATE_FAILED);
-        fld__log(FLD_LOG_ERROR, "%s", init_message);
-        return rc;
+        return rc; /* returned, and remembered for every later call: not logged twice */
     }
     fld__log_commit_env(&log_env);
     fld__policy_publish(policy);

@@ -5,7 +5,7 @@
  * policy, built under the host lock by select_chain() and then immutable
  * except for three atomics: which candidates failed (non-strict fallback
  * memory), which were announced in the log, and the `fast` flag that lets
- * the hot path call the first candidate directly.
+ * the hot path call the first candidate directly (fast_fn).
  *
  * Global-policy chains live in op->slots[] and are valid while their
  * generation equals fld__generation; any registry or policy change bumps the
@@ -35,8 +35,8 @@
 struct fld_chain {
     uint64_t generation;
     uint64_t policy_serial;
+    _Atomic(fld_kernel_fn) fast_fn; /* impls[0]->fn once it may be called directly, else NULL */
     bool strict;
-    _Atomic bool fast;            /* impls[0] may be called directly */
     _Atomic uint64_t failed;      /* bit i: impls[i] failed (non-strict memory) */
     _Atomic uint64_t announced;   /* bit i: "using" line logged for impls[i] */
     struct fld_chain *tls_next;   /* thread-local retire list */
@@ -262,18 +262,18 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
         slot_key(slot, &dev, &dt);
         char what[128];
         describe_impl(r, what, sizeof what);
-        if (!prev)
-            fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) using '%s' (%s)", op->name, device_label(dev),
-                     dtype_label(dt), r->impl_id, what);
-        else if (prev != r && atomic_load(&c->failed))
+        if (i > 0 && atomic_load(&c->failed))
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) fallback to '%s' (%s)", op->name,
                      device_label(dev), dtype_label(dt), r->impl_id, what);
+        else if (!prev)
+            fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) using '%s' (%s)", op->name, device_label(dev),
+                     dtype_label(dt), r->impl_id, what);
         else if (prev != r)
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) switched from '%s' to '%s' (%s)", op->name,
                      device_label(dev), dtype_label(dt), prev->impl_id, r->impl_id, what);
     }
     if (i == 0 && !c->impls[0]->supports && !atomic_load(&c->failed))
-        atomic_store_explicit(&c->fast, true, memory_order_relaxed);
+        atomic_store_explicit(&c->fast_fn, c->impls[0]->fn, memory_order_relaxed);
 }
 
 static int no_candidate(struct fld_op_s *op, unsigned slot)
@@ -316,7 +316,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
             return first_rc;
         } else {
             atomic_fetch_or(&c->failed, 1ull << (start - 1));
-            atomic_store(&c->fast, false);
+            atomic_store(&c->fast_fn, NULL);
             fld__error_copy(last_msg, sizeof last_msg);
             fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s: %s",
                      r->impl_id, op->name, device_label(dev), dtype_label(dt),
@@ -350,7 +350,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
         if (c->strict)
             return rc; /* the winner's own status and message, unchanged */
         atomic_fetch_or(&c->failed, 1ull << i);
-        atomic_store(&c->fast, false);
+        atomic_store(&c->fast_fn, NULL);
         fld__error_copy(last_msg, sizeof last_msg);
         fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s: %s",
                  r->impl_id, op->name, device_label(dev), dtype_label(dt), fld_strerror(rc),
@@ -466,7 +466,8 @@ static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *arg
 
 /* ---- the call path ------------------------------------------------------ */
 
-static int dispatch_slow(struct fld_op_s *op, unsigned slot, const void *args)
+__attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned slot,
+                                                  const void *args)
 {
     struct fld_chain *c = global_chain(op, slot);
     if (!c)
@@ -474,28 +475,56 @@ static int dispatch_slow(struct fld_op_s *op, unsigned slot, const void *args)
     return run_chain(op, slot, c, args, 0, FLD_OK);
 }
 
-static inline int dispatch(struct fld_op_s *op, unsigned slot, const void *args)
+/* The directly called first candidate failed with rc: continue the chain. */
+__attribute__((noinline, cold)) static int fast_failed(struct fld_op_s *op, unsigned slot,
+                                                       const void *args, int rc)
+{
+    struct fld_chain *c = atomic_load_explicit(&op->slots[slot], memory_order_acquire);
+    if (!c || c->generation != atomic_load(&fld__generation))
+        return dispatch_slow(op, slot, args); /* the policy changed meanwhile */
+    return run_chain(op, slot, c, args, 1, rc);
+}
+
+__attribute__((noinline, cold)) static int dispatch_overridden(struct fld_op_s *op, unsigned slot,
+                                                               const void *args)
+{
+    const struct fld_policy *top = fld__policy_override_top();
+    if (top)
+        return dispatch_override(op, slot, args, top);
+    return dispatch_slow(op, slot, args);
+}
+
+/*
+ * The hot path. Kept tiny so that it inlines into each entry point: every
+ * slow case is a call to a non-inlined function.
+ */
+static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, unsigned slot,
+                                                          const void *args)
 {
     uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
-    if (unlikely(atomic_load_explicit(&fld__override_threads, memory_order_relaxed))) {
-        const struct fld_policy *top = fld__policy_override_top();
-        if (top)
-            return dispatch_override(op, slot, args, top);
-    }
+    if (unlikely(atomic_load_explicit(&fld__override_threads, memory_order_relaxed)))
+        return dispatch_overridden(op, slot, args);
     struct fld_chain *c = atomic_load_explicit(&op->slots[slot], memory_order_acquire);
-    if (likely(c && c->generation == gen && atomic_load_explicit(&c->fast, memory_order_relaxed))) {
-        int rc = c->impls[0]->fn(args);
+    fld_kernel_fn fn;
+    if (likely(c && c->generation == gen &&
+               (fn = atomic_load_explicit(&c->fast_fn, memory_order_relaxed)))) {
+        int rc = fn(args);
         if (likely(rc == FLD_OK))
             return FLD_OK;
-        return run_chain(op, slot, c, args, 1, rc);
+        return fast_failed(op, slot, args, rc);
     }
     return dispatch_slow(op, slot, args);
 }
 
-static int call_validated(struct fld_op_s *op, const void *args)
+__attribute__((noinline, cold)) static int null_args(const struct fld_op_s *op)
+{
+    return fld__fail(FLD_EINVAL, "%s: args is NULL", op->name);
+}
+
+static inline int call_validated(struct fld_op_s *op, const void *args)
 {
     if (unlikely(!args))
-        return fld__fail(FLD_EINVAL, "%s: args is NULL", op->name);
+        return null_args(op);
     struct fld_call_key key;
     int rc = op->schema->validate(op->name, args, &key);
     if (unlikely(rc))
@@ -515,11 +544,16 @@ int fld__call_catalog(enum fld_catalog_index idx, const void *args)
     return call_validated(op, args);
 }
 
+__attribute__((noinline, cold)) static int null_handle(void)
+{
+    return fld__fail(FLD_EINVAL, "fld_call: op handle is NULL");
+}
+
 int fld_call(fld_op handle, const void *args)
 {
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (unlikely(!op))
-        return fld__fail(FLD_EINVAL, "fld_call: op handle is NULL");
+        return null_handle();
     if (op->schema)
         return call_validated(op, args);
     return dispatch(op, fld__slot(FLD_DEV_ANY, FLD_DT_ANY), args);

@@ -101,12 +101,22 @@ int fld_dtype_from_name(const char *name, DLDataType *dtype)
     return fld__fail(FLD_EINVAL, "unknown dtype '%s' (valid: f32, f16, bf16, any)", name);
 }
 
-static size_t hash_name(const char *s)
+/* Eight bytes per multiply: op names are short and looked up per call by name. */
+static size_t hash_bytes(const char *s, size_t len)
 {
-    size_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ len;
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        s += 8;
+        len -= 8;
+    }
+    uint64_t w = 0;
+    for (size_t i = 0; i < len; i++)
+        w |= (uint64_t)(unsigned char)s[i] << (8 * i);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    return (size_t)(h ^ (h >> 29));
 }
 
 struct fld_op_s *fld__op_find(const char *name)
@@ -114,11 +124,12 @@ struct fld_op_s *fld__op_find(const char *name)
     const struct op_table *t = atomic_load_explicit(&table, memory_order_acquire);
     if (!t)
         return NULL;
-    for (size_t i = hash_name(name) & t->mask;; i = (i + 1) & t->mask) {
+    size_t len = strlen(name);
+    for (size_t i = hash_bytes(name, len) & t->mask;; i = (i + 1) & t->mask) {
         struct fld_op_s *op = t->hash[i];
         if (!op)
             return NULL;
-        if (strcmp(op->name, name) == 0)
+        if (op->name_len == len && memcmp(op->name, name, len) == 0)
             return op;
     }
 }
@@ -162,7 +173,7 @@ static int table_add(struct fld_op_s *op)
     for (size_t k = 0; k < n; k++) {
         struct fld_op_s *e = k + 1 < n ? old->by_name[k] : op;
         t->by_name[k] = e;
-        size_t i = hash_name(e->name) & t->mask;
+        size_t i = hash_bytes(e->name, e->name_len) & t->mask;
         while (t->hash[i])
             i = (i + 1) & t->mask;
         t->hash[i] = e;
@@ -192,6 +203,7 @@ struct fld_op_s *fld__op_intern(const char *name)
     if (!op || !copy)
         goto fail;
     op->name = copy;
+    op->name_len = strlen(copy);
     op->schema = catalog_schema(name);
     if (table_add(op) != FLD_OK)
         goto fail;

@@ -74,6 +74,7 @@ struct fld_impl_rec;
 /* An interned op. Allocated at init (catalog) or on first registration. */
 struct fld_op_s {
     const char *name;
+    size_t name_len;
     const struct fld_op_schema *schema; /* NULL for ops outside the catalog */
     /* Cached chains per slot; read without a lock (see manager.c). */
     _Atomic(struct fld_chain *) slots[FLD_NSLOTS];

@@ -1,0 +1,89 @@
+/*
+ * The catalog: one schema row per op (name, argument struct, validator,
+ * reference kernel and what it serves), and the typed public entry points,
+ * each of which packs its arguments and goes through fld__call_catalog()
+ * (validation, then dispatch). Per-op knowledge lives here and in the
+ * validator families of validate.c, nowhere else.
+ */
+#include <fldispatch/plugin.h>
+
+#include "manager.h"
+#include "ops.h"
+#include "reference.h"
+#include "validate.h"
+
+/* Reference kernels run on host memory; attention_backend has no tensors. */
+#define CPU_ALL_DTYPES FLD_DEVICE_MASK_CPU, FLD_DTYPE_MASK_ALL
+
+const struct fld_op_schema fld__catalog[FLD_CAT_COUNT] = {
+    [FLD_CAT_SILU_AND_MUL] = {FLD_OP_SILU_AND_MUL, sizeof(fld_silu_and_mul_args),
+                              fld__validate_activation, fld__ref_silu_and_mul, CPU_ALL_DTYPES},
+    [FLD_CAT_MUL_AND_SILU] = {FLD_OP_MUL_AND_SILU, sizeof(fld_mul_and_silu_args),
+                              fld__validate_activation, fld__ref_mul_and_silu, CPU_ALL_DTYPES},
+    [FLD_CAT_GELU_AND_MUL] = {FLD_OP_GELU_AND_MUL, sizeof(fld_gelu_and_mul_args),
+                              fld__validate_activation, fld__ref_gelu_and_mul, CPU_ALL_DTYPES},
+    [FLD_CAT_GELU_TANH_AND_MUL] = {FLD_OP_GELU_TANH_AND_MUL, sizeof(fld_gelu_tanh_and_mul_args),
+                                   fld__validate_activation, fld__ref_gelu_tanh_and_mul,
+                                   CPU_ALL_DTYPES},
+    [FLD_CAT_RMS_NORM] = {FLD_OP_RMS_NORM, sizeof(fld_rms_norm_args), fld__validate_rms_norm,
+                          fld__ref_rms_norm, CPU_ALL_DTYPES},
+    [FLD_CAT_GEMMA_RMS_NORM] = {FLD_OP_GEMMA_RMS_NORM, sizeof(fld_gemma_rms_norm_args),
+                                fld__validate_rms_norm, fld__ref_gemma_rms_norm, CPU_ALL_DTYPES},
+    [FLD_CAT_ROTARY_EMBEDDING] = {FLD_OP_ROTARY_EMBEDDING, sizeof(fld_rotary_embedding_args),
+                                  fld__validate_rotary, fld__ref_rotary_embedding, CPU_ALL_DTYPES},
+    [FLD_CAT_ATTENTION_BACKEND] = {FLD_OP_ATTENTION_BACKEND, sizeof(fld_attention_backend_args),
+                                   fld__validate_attention, fld__ref_attention_backend,
+                                   FLD_DEVICE_MASK_ALL, FLD_DTYPE_MASK_ALL},
+};
+
+int fld_silu_and_mul(DLTensor *out, const DLTensor *x)
+{
+    const fld_silu_and_mul_args args = {out, x};
+    return fld__call_catalog(FLD_CAT_SILU_AND_MUL, &args);
+}
+
+int fld_mul_and_silu(DLTensor *out, const DLTensor *x)
+{
+    const fld_mul_and_silu_args args = {out, x};
+    return fld__call_catalog(FLD_CAT_MUL_AND_SILU, &args);
+}
+
+int fld_gelu_and_mul(DLTensor *out, const DLTensor *x)
+{
+    const fld_gelu_and_mul_args args = {out, x};
+    return fld__call_catalog(FLD_CAT_GELU_AND_MUL, &args);
+}
+
+int fld_gelu_tanh_and_mul(DLTensor *out, const DLTensor *x)
+{
+    const fld_gelu_tanh_and_mul_args args = {out, x};
+    return fld__call_catalog(FLD_CAT_GELU_TANH_AND_MUL, &args);
+}
+
+int fld_rms_norm(DLTensor *out, const DLTensor *x, const DLTensor *weight, DLTensor *residual,
+                 float eps)
+{
+    const fld_rms_norm_args args = {out, x, weight, residual, eps};
+    return fld__call_catalog(FLD_CAT_RMS_NORM, &args);
+}
+
+int fld_gemma_rms_norm(DLTensor *out, const DLTensor *x, const DLTensor *weight, DLTensor *residual,
+                       float eps)
+{
+    const fld_gemma_rms_norm_args args = {out, x, weight, residual, eps};
+    return fld__call_catalog(FLD_CAT_GEMMA_RMS_NORM, &args);
+}
+
+int fld_rotary_embedding(const DLTensor *positions, DLTensor *query, DLTensor *key,
+                         int64_t head_size, const DLTensor *cos_sin_cache, bool is_neox)
+{
+    const fld_rotary_embedding_args args = {positions, query,         key,
+                                            head_size, cos_sin_cache, is_neox};
+    return fld__call_catalog(FLD_CAT_ROTARY_EMBEDDING, &args);
+}
+
+int fld_attention_backend(int device_type, bool use_mla, bool use_sparse, const char **name)
+{
+    const fld_attention_backend_args args = {device_type, use_mla, use_sparse, name};
+    return fld__call_catalog(FLD_CAT_ATTENTION_BACKEND, &args);
+}

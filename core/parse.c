@@ -1,0 +1,691 @@
+/*
+ * Strict parsers for the policy's value grammars. The Python system this
+ * replaces skipped malformed fragments and read 'false' as true; here every
+ * malformed input is FLD_ECONFIG with a message that names the variable or
+ * key, quotes the bad fragment and lists what would have been valid.
+ *
+ * Lists are kept sorted and unique so that fingerprints and lookups need no
+ * further normalisation.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <fldispatch/fldispatch.h>
+
+#include "error.h"
+#include "parse.h"
+
+#define BOOL_VALID   "1, 0, true, false, yes, no, on, off"
+#define PREFER_VALID "flagos, vendor, reference"
+#define TOKEN_VALID  "flagos, vendor, vendor:NAME, reference, impl:ID"
+#define NAME_CHARS   "[A-Za-z0-9_.-]"
+#define PER_OP_FORM  "op=token|token;..."
+
+/* ------------------------------------------------------------------------ */
+/* Spans                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* A view into the caller's string; never NUL-terminated. */
+struct span {
+    const char *s;
+    size_t n;
+};
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* Locale-independent on purpose: names must not depend on LC_CTYPE. */
+static bool is_name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
+}
+
+static struct span span_of(const char *s)
+{
+    struct span sp = {s ? s : "", s ? strlen(s) : 0};
+    return sp;
+}
+
+static struct span trim(struct span sp)
+{
+    while (sp.n > 0 && is_space(sp.s[0])) {
+        sp.s++;
+        sp.n--;
+    }
+    while (sp.n > 0 && is_space(sp.s[sp.n - 1]))
+        sp.n--;
+    return sp;
+}
+
+static bool span_ieq(struct span sp, const char *word)
+{
+    return strlen(word) == sp.n && strncasecmp(sp.s, word, sp.n) == 0;
+}
+
+static bool span_is_name(struct span sp)
+{
+    if (sp.n == 0)
+        return false;
+    for (size_t i = 0; i < sp.n; i++)
+        if (!is_name_char(sp.s[i]))
+            return false;
+    return true;
+}
+
+/* Splits *rest at the first sep: *item gets what comes before it. Returns
+ * false when rest held no separator (then *item is all of it). */
+static bool split_next(struct span *rest, char sep, struct span *item)
+{
+    const char *hit = rest->n ? memchr(rest->s, sep, rest->n) : NULL;
+    if (!hit) {
+        *item = *rest;
+        rest->s += rest->n;
+        rest->n = 0;
+        return false;
+    }
+    item->s = rest->s;
+    item->n = (size_t)(hit - rest->s);
+    rest->n -= item->n + 1;
+    rest->s = hit + 1;
+    return true;
+}
+
+static char *span_dup(struct span sp)
+{
+    char *s = malloc(sp.n + 1);
+    if (!s)
+        return NULL;
+    memcpy(s, sp.s, sp.n);
+    s[sp.n] = '\0';
+    return s;
+}
+
+static int oom(const char *what)
+{
+    return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scalars                                                                  */
+/* ------------------------------------------------------------------------ */
+
+int fld__parse_bool(const char *what, const char *value, bool *out)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"};
+    static const char *const no[] = {"0", "false", "no", "off"};
+    struct span sp = trim(span_of(value));
+
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (span_ieq(sp, yes[i])) {
+            *out = true;
+            return FLD_OK;
+        }
+        if (span_ieq(sp, no[i])) {
+            *out = false;
+            return FLD_OK;
+        }
+    }
+    return fld__fail(FLD_ECONFIG, "%s: invalid value '%s' (valid: " BOOL_VALID ")", what,
+                     value ? value : "");
+}
+
+int fld__parse_prefer(const char *what, const char *value, int *out)
+{
+    static const char *const names[] = {"flagos", "vendor", "reference"};
+    struct span sp = trim(span_of(value));
+
+    for (int i = 0; i < 3; i++) {
+        if (span_ieq(sp, names[i])) {
+            *out = i;
+            return FLD_OK;
+        }
+    }
+    return fld__fail(FLD_ECONFIG, "%s: invalid value '%s' (valid: " PREFER_VALID ")", what,
+                     value ? value : "");
+}
+
+/* ------------------------------------------------------------------------ */
+/* String lists                                                             */
+/* ------------------------------------------------------------------------ */
+
+static size_t strlist_lower_bound(const struct fld_strlist *l, const char *s, bool *found)
+{
+    size_t lo = 0, hi = l->n;
+    *found = false;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(l->items[mid], s);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Inserts a copy of s in sorted position unless present. */
+static int strlist_insert(struct fld_strlist *l, const char *s, size_t len)
+{
+    char *copy = span_dup((struct span){s, len});
+    if (!copy)
+        return FLD_ENOMEM;
+    bool found;
+    size_t at = strlist_lower_bound(l, copy, &found);
+    if (found) {
+        free(copy);
+        return FLD_OK;
+    }
+    char **items = realloc(l->items, (l->n + 1) * sizeof *items);
+    if (!items) {
+        free(copy);
+        return FLD_ENOMEM;
+    }
+    l->items = items;
+    memmove(items + at + 1, items + at, (l->n - at) * sizeof *items);
+    items[at] = copy;
+    l->n++;
+    return FLD_OK;
+}
+
+void fld__strlist_free(struct fld_strlist *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->n; i++)
+        free(l->items[i]);
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+    l->set = false;
+}
+
+int fld__strlist_copy(struct fld_strlist *dst, const struct fld_strlist *src)
+{
+    struct fld_strlist tmp = {src->set, 0, NULL};
+    if (src->n) {
+        tmp.items = calloc(src->n, sizeof *tmp.items);
+        if (!tmp.items)
+            return FLD_ENOMEM;
+        for (; tmp.n < src->n; tmp.n++) {
+            tmp.items[tmp.n] = strdup(src->items[tmp.n]);
+            if (!tmp.items[tmp.n]) {
+                fld__strlist_free(&tmp);
+                return FLD_ENOMEM;
+            }
+        }
+    }
+    *dst = tmp;
+    return FLD_OK;
+}
+
+bool fld__strlist_has(const struct fld_strlist *l, const char *s)
+{
+    if (!l || !l->set || !s)
+        return false;
+    bool found;
+    strlist_lower_bound(l, s, &found);
+    return found;
+}
+
+int fld__strlist_merge(struct fld_strlist *dst, const struct fld_strlist *add)
+{
+    /* An unset list adds nothing; it must not turn dst into a set, empty
+     * list (which, for an allow list, would allow nothing). */
+    if (!add->set)
+        return FLD_OK;
+    struct fld_strlist tmp;
+    if (fld__strlist_copy(&tmp, dst) != FLD_OK)
+        return FLD_ENOMEM;
+    tmp.set = true;
+    for (size_t i = 0; i < add->n; i++) {
+        if (strlist_insert(&tmp, add->items[i], strlen(add->items[i])) != FLD_OK) {
+            fld__strlist_free(&tmp);
+            return FLD_ENOMEM;
+        }
+    }
+    fld__strlist_free(dst);
+    *dst = tmp;
+    return FLD_OK;
+}
+
+int fld__parse_name_list(const char *what, const char *value, struct fld_strlist *out)
+{
+    struct fld_strlist list = {false, 0, NULL};
+    struct span rest = span_of(value), item;
+    int rc = FLD_OK;
+
+    if (trim(rest).n == 0)
+        goto done;
+    list.set = true;
+    for (bool more = true; more;) {
+        more = split_next(&rest, ',', &item);
+        item = trim(item);
+        if (item.n == 0) {
+            rc = fld__fail(FLD_ECONFIG,
+                           "%s: empty item in '%s' (expected comma-separated names of " NAME_CHARS
+                           ")",
+                           what, value);
+            goto fail;
+        }
+        if (!span_is_name(item)) {
+            rc = fld__fail(FLD_ECONFIG,
+                           "%s: invalid name '%.*s' in '%s' (names use only " NAME_CHARS ")", what,
+                           (int)item.n, item.s, value);
+            goto fail;
+        }
+        if (strlist_insert(&list, item.s, item.n) != FLD_OK) {
+            rc = oom(what);
+            goto fail;
+        }
+    }
+done:
+    *out = list;
+    return FLD_OK;
+fail:
+    fld__strlist_free(&list);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tokens and orders                                                        */
+/* ------------------------------------------------------------------------ */
+
+const char *fld__token_kind_name(enum fld_token_kind k)
+{
+    switch (k) {
+    case FLD_TOKEN_FLAGOS:
+        return "flagos";
+    case FLD_TOKEN_VENDOR:
+    case FLD_TOKEN_VENDOR_NAME:
+        return "vendor";
+    case FLD_TOKEN_REFERENCE:
+        return "reference";
+    case FLD_TOKEN_IMPL:
+        return "impl";
+    }
+    return "?";
+}
+
+/* Formats " for op 'x'" into a small buffer, or nothing without an op. */
+static const char *for_op(const char *op, char *buf, size_t size)
+{
+    if (!op)
+        return "";
+    snprintf(buf, size, " for op '%s'", op);
+    return buf;
+}
+
+static int parse_token_span(const char *what, const char *op, struct span sp, struct fld_token *out)
+{
+    char opbuf[160];
+    struct span head = sp, arg = {NULL, 0};
+    bool has_arg = false;
+    const char *colon = sp.n ? memchr(sp.s, ':', sp.n) : NULL;
+
+    if (colon) {
+        head.n = (size_t)(colon - sp.s);
+        arg.s = colon + 1;
+        arg.n = sp.n - head.n - 1;
+        has_arg = true;
+    }
+    out->arg = NULL;
+    if (!has_arg) {
+        if (span_ieq(head, "flagos"))
+            out->kind = FLD_TOKEN_FLAGOS;
+        else if (span_ieq(head, "vendor"))
+            out->kind = FLD_TOKEN_VENDOR;
+        else if (span_ieq(head, "reference"))
+            out->kind = FLD_TOKEN_REFERENCE;
+        else
+            goto invalid;
+        return FLD_OK;
+    }
+    if (span_ieq(head, "vendor")) {
+        if (!span_is_name(arg))
+            return fld__fail(
+                FLD_ECONFIG,
+                "%s: invalid vendor name '%.*s' in token '%.*s'%s (names use only " NAME_CHARS ")",
+                what, (int)arg.n, arg.s, (int)sp.n, sp.s, for_op(op, opbuf, sizeof opbuf));
+        out->kind = FLD_TOKEN_VENDOR_NAME;
+    } else if (span_ieq(head, "impl")) {
+        const char *dot = arg.n ? memchr(arg.s, '.', arg.n) : NULL;
+        if (!span_is_name(arg) || !dot || dot == arg.s || arg.s[arg.n - 1] == '.')
+            return fld__fail(FLD_ECONFIG,
+                             "%s: invalid impl id '%.*s' in token '%.*s'%s (expected KIND.NAME "
+                             "of " NAME_CHARS ", e.g. impl:vendor.cuda)",
+                             what, (int)arg.n, arg.s, (int)sp.n, sp.s,
+                             for_op(op, opbuf, sizeof opbuf));
+        out->kind = FLD_TOKEN_IMPL;
+    } else {
+        goto invalid;
+    }
+    out->arg = span_dup(arg);
+    if (!out->arg)
+        return oom(what);
+    return FLD_OK;
+
+invalid:
+    return fld__fail(FLD_ECONFIG, "%s: invalid token '%.*s'%s (valid: " TOKEN_VALID ")", what,
+                     (int)sp.n, sp.s, for_op(op, opbuf, sizeof opbuf));
+}
+
+int fld__parse_token(const char *what, const char *text, struct fld_token *out)
+{
+    return parse_token_span(what, NULL, trim(span_of(text)), out);
+}
+
+static bool token_eq(const struct fld_token *a, const struct fld_token *b)
+{
+    if (a->kind != b->kind)
+        return false;
+    if (!a->arg || !b->arg)
+        return a->arg == b->arg;
+    return strcmp(a->arg, b->arg) == 0;
+}
+
+void fld__order_free(struct fld_order *o)
+{
+    if (!o)
+        return;
+    for (size_t i = 0; i < o->n; i++)
+        free(o->tokens[i].arg);
+    free(o->tokens);
+    free(o->op);
+    o->tokens = NULL;
+    o->op = NULL;
+    o->n = 0;
+}
+
+/* The token list of one order; op (may be NULL) only names it in messages. */
+static int parse_order_span(const char *what, const char *op, struct span text,
+                            struct fld_order *out)
+{
+    char opbuf[160];
+    struct fld_order order = {NULL, 0, NULL};
+    struct span rest = text, item;
+    int rc;
+
+    if (trim(text).n == 0) {
+        rc = fld__fail(FLD_ECONFIG,
+                       "%s: empty order%s (expected token|token with tokens " TOKEN_VALID ")", what,
+                       for_op(op, opbuf, sizeof opbuf));
+        goto fail;
+    }
+    for (bool more = true; more;) {
+        more = split_next(&rest, '|', &item);
+        item = trim(item);
+        if (item.n == 0) {
+            rc = fld__fail(
+                FLD_ECONFIG,
+                "%s: empty token in order '%.*s'%s (expected token|token with tokens " TOKEN_VALID
+                ")",
+                what, (int)text.n, text.s, for_op(op, opbuf, sizeof opbuf));
+            goto fail;
+        }
+        struct fld_token tok;
+        rc = parse_token_span(what, op, item, &tok);
+        if (rc != FLD_OK)
+            goto fail;
+        for (size_t i = 0; i < order.n; i++) {
+            if (token_eq(&order.tokens[i], &tok)) {
+                free(tok.arg);
+                rc = fld__fail(FLD_ECONFIG, "%s: token '%.*s' repeated in order '%.*s'%s", what,
+                               (int)item.n, item.s, (int)text.n, text.s,
+                               for_op(op, opbuf, sizeof opbuf));
+                goto fail;
+            }
+        }
+        struct fld_token *grown = realloc(order.tokens, (order.n + 1) * sizeof *grown);
+        if (!grown) {
+            free(tok.arg);
+            rc = oom(what);
+            goto fail;
+        }
+        order.tokens = grown;
+        order.tokens[order.n++] = tok;
+    }
+    if (op) {
+        order.op = strdup(op);
+        if (!order.op) {
+            rc = oom(what);
+            goto fail;
+        }
+    }
+    *out = order;
+    return FLD_OK;
+fail:
+    fld__order_free(&order);
+    return rc;
+}
+
+int fld__parse_token_list(const char *what, const char *op, const char *text, struct fld_order *out)
+{
+    return parse_order_span(what, op, span_of(text), out);
+}
+
+void fld__orders_free(struct fld_orders *o)
+{
+    if (!o)
+        return;
+    for (size_t i = 0; i < o->n; i++)
+        fld__order_free(&o->items[i]);
+    free(o->items);
+    o->items = NULL;
+    o->n = 0;
+}
+
+static size_t orders_lower_bound(const struct fld_orders *o, const char *op, bool *found)
+{
+    size_t lo = 0, hi = o->n;
+    *found = false;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(o->items[mid].op, op);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Takes ownership of *order; an order for the same op is replaced. */
+static int orders_put(struct fld_orders *o, struct fld_order *order)
+{
+    bool found;
+    size_t at = orders_lower_bound(o, order->op, &found);
+    if (found) {
+        fld__order_free(&o->items[at]);
+        o->items[at] = *order;
+        return FLD_OK;
+    }
+    struct fld_order *items = realloc(o->items, (o->n + 1) * sizeof *items);
+    if (!items)
+        return FLD_ENOMEM;
+    o->items = items;
+    memmove(items + at + 1, items + at, (o->n - at) * sizeof *items);
+    items[at] = *order;
+    o->n++;
+    return FLD_OK;
+}
+
+static int order_copy(struct fld_order *dst, const struct fld_order *src)
+{
+    struct fld_order tmp = {NULL, 0, NULL};
+    if (src->op && !(tmp.op = strdup(src->op)))
+        goto fail;
+    if (src->n) {
+        tmp.tokens = calloc(src->n, sizeof *tmp.tokens);
+        if (!tmp.tokens)
+            goto fail;
+        for (; tmp.n < src->n; tmp.n++) {
+            tmp.tokens[tmp.n].kind = src->tokens[tmp.n].kind;
+            if (src->tokens[tmp.n].arg && !(tmp.tokens[tmp.n].arg = strdup(src->tokens[tmp.n].arg)))
+                goto fail;
+        }
+    }
+    *dst = tmp;
+    return FLD_OK;
+fail:
+    fld__order_free(&tmp);
+    return FLD_ENOMEM;
+}
+
+int fld__orders_copy(struct fld_orders *dst, const struct fld_orders *src)
+{
+    struct fld_orders tmp = {0, NULL};
+    if (src->n) {
+        tmp.items = calloc(src->n, sizeof *tmp.items);
+        if (!tmp.items)
+            return FLD_ENOMEM;
+        for (; tmp.n < src->n; tmp.n++) {
+            if (order_copy(&tmp.items[tmp.n], &src->items[tmp.n]) != FLD_OK) {
+                fld__orders_free(&tmp);
+                return FLD_ENOMEM;
+            }
+        }
+    }
+    *dst = tmp;
+    return FLD_OK;
+}
+
+int fld__orders_merge(struct fld_orders *dst, const struct fld_orders *add)
+{
+    /* Built aside so that dst is untouched when memory runs out. */
+    struct fld_orders tmp;
+    if (fld__orders_copy(&tmp, dst) != FLD_OK)
+        return FLD_ENOMEM;
+    for (size_t i = 0; i < add->n; i++) {
+        struct fld_order copy;
+        if (order_copy(&copy, &add->items[i]) != FLD_OK)
+            goto fail;
+        if (orders_put(&tmp, &copy) != FLD_OK) {
+            fld__order_free(&copy);
+            goto fail;
+        }
+    }
+    fld__orders_free(dst);
+    *dst = tmp;
+    return FLD_OK;
+fail:
+    fld__orders_free(&tmp);
+    return FLD_ENOMEM;
+}
+
+const struct fld_order *fld__orders_find(const struct fld_orders *o, const char *op)
+{
+    if (!o || !op)
+        return NULL;
+    bool found;
+    size_t at = orders_lower_bound(o, op, &found);
+    return found ? &o->items[at] : NULL;
+}
+
+int fld__parse_per_op(const char *what, const char *spec, struct fld_orders *out)
+{
+    struct fld_orders orders = {0, NULL};
+    struct fld_order order = {NULL, 0, NULL};
+    struct span rest = span_of(spec), frag;
+    char *op = NULL;
+    int rc = FLD_OK;
+
+    if (trim(rest).n == 0)
+        goto done;
+    for (bool more = true; more;) {
+        more = split_next(&rest, ';', &frag);
+        frag = trim(frag);
+        if (frag.n == 0) {
+            /* A single trailing ';' is tolerated ("a=b;"); any other empty
+             * fragment is most likely a typo that would hide an order. */
+            if (!more && orders.n > 0)
+                break;
+            rc = fld__fail(FLD_ECONFIG, "%s: empty fragment in '%s' (expected " PER_OP_FORM ")",
+                           what, spec);
+            goto fail;
+        }
+        struct span op_span, order_span = frag;
+        if (!split_next(&order_span, '=', &op_span)) {
+            rc = fld__fail(FLD_ECONFIG, "%s: fragment '%.*s' has no '=' (expected " PER_OP_FORM ")",
+                           what, (int)frag.n, frag.s);
+            goto fail;
+        }
+        op_span = trim(op_span);
+        if (op_span.n == 0) {
+            rc = fld__fail(FLD_ECONFIG,
+                           "%s: fragment '%.*s' has an empty op name (expected " PER_OP_FORM ")",
+                           what, (int)frag.n, frag.s);
+            goto fail;
+        }
+        if (!span_is_name(op_span)) {
+            rc = fld__fail(
+                FLD_ECONFIG,
+                "%s: invalid op name '%.*s' in fragment '%.*s' (names use only " NAME_CHARS ")",
+                what, (int)op_span.n, op_span.s, (int)frag.n, frag.s);
+            goto fail;
+        }
+        op = span_dup(op_span);
+        if (!op) {
+            rc = oom(what);
+            goto fail;
+        }
+        if (fld__orders_find(&orders, op)) {
+            rc = fld__fail(FLD_ECONFIG, "%s: op '%s' is given more than once (again in '%.*s')",
+                           what, op, (int)frag.n, frag.s);
+            goto fail;
+        }
+        if (trim(order_span).n == 0) {
+            rc = fld__fail(
+                FLD_ECONFIG,
+                "%s: fragment '%.*s' has an empty order for op '%s' (expected " PER_OP_FORM ")",
+                what, (int)frag.n, frag.s, op);
+            goto fail;
+        }
+        rc = parse_order_span(what, op, order_span, &order);
+        if (rc != FLD_OK)
+            goto fail;
+        free(op);
+        op = NULL;
+        if (orders_put(&orders, &order) != FLD_OK) {
+            rc = oom(what);
+            goto fail;
+        }
+        order = (struct fld_order){NULL, 0, NULL};
+    }
+done:
+    *out = orders;
+    return FLD_OK;
+fail:
+    free(op);
+    fld__order_free(&order);
+    fld__orders_free(&orders);
+    return rc;
+}
+
+size_t fld__order_format(const struct fld_order *o, char *buf, size_t size)
+{
+    size_t len = 0;
+    if (buf && size)
+        buf[0] = '\0';
+    for (size_t i = 0; o && i < o->n; i++) {
+        const struct fld_token *t = &o->tokens[i];
+        int n = snprintf(buf ? buf + (len < size ? len : size) : NULL,
+                         buf && len < size ? size - len : 0, "%s%s%s%s", i ? "|" : "",
+                         fld__token_kind_name(t->kind), t->arg ? ":" : "", t->arg ? t->arg : "");
+        if (n > 0)
+            len += (size_t)n;
+    }
+    return len;
+}

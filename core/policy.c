@@ -1,0 +1,733 @@
+/*
+ * The selection policy: built-in defaults, the environment, fld_policy_set(),
+ * the filters selection asks, the fingerprint behind fld_policy_describe(),
+ * and the thread-local stack of scoped overrides.
+ *
+ * Published policies are immutable (see policy.h): every change here builds
+ * a clone, edits it, and hands it to fld__policy_publish(). Override
+ * policies belong to the thread that pushed them and are freed on pop or
+ * thread exit; only that thread ever reads them.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <fldispatch/fldispatch.h>
+
+#include "error.h"
+#include "host.h"
+#include "manager.h"
+#include "policy.h"
+
+#define SOURCE_DEFAULT  "default"
+#define SOURCE_SET      "fld_policy_set"
+#define SOURCE_OVERRIDE "scoped override"
+
+static const char *const field_keys[FLD_PF_COUNT] = {
+    [FLD_PF_PREFER] = "prefer",
+    [FLD_PF_STRICT] = "strict",
+    [FLD_PF_ENABLED] = "enabled",
+    [FLD_PF_USE_FLAGGEMS] = "use_flaggems",
+    [FLD_PF_ALLOW_VENDORS] = "allow_vendors",
+    [FLD_PF_DENY_VENDORS] = "deny_vendors",
+    [FLD_PF_PER_OP] = "per_op",
+    [FLD_PF_FLAGOS_WHITELIST] = "flagos_whitelist",
+    [FLD_PF_FLAGOS_BLACKLIST] = "flagos_blacklist",
+    [FLD_PF_OOT_ENABLED] = "oot_enabled",
+    [FLD_PF_OOT_WHITELIST] = "oot_whitelist",
+    [FLD_PF_OOT_BLACKLIST] = "oot_blacklist",
+};
+
+static const char *const field_envs[FLD_PF_COUNT] = {
+    [FLD_PF_PREFER] = "VLLM_FL_PREFER",
+    [FLD_PF_STRICT] = "VLLM_FL_STRICT",
+    [FLD_PF_ENABLED] = "VLLM_FL_PREFER_ENABLED",
+    [FLD_PF_USE_FLAGGEMS] = "USE_FLAGGEMS",
+    [FLD_PF_ALLOW_VENDORS] = "VLLM_FL_ALLOW_VENDORS",
+    [FLD_PF_DENY_VENDORS] = "VLLM_FL_DENY_VENDORS",
+    [FLD_PF_PER_OP] = "VLLM_FL_PER_OP",
+    [FLD_PF_FLAGOS_WHITELIST] = "VLLM_FL_FLAGOS_WHITELIST",
+    [FLD_PF_FLAGOS_BLACKLIST] = "VLLM_FL_FLAGOS_BLACKLIST",
+    [FLD_PF_OOT_ENABLED] = "VLLM_FL_OOT_ENABLED",
+    [FLD_PF_OOT_WHITELIST] = "VLLM_FL_OOT_WHITELIST",
+    [FLD_PF_OOT_BLACKLIST] = "VLLM_FL_OOT_BLACKLIST",
+};
+
+#define VALID_KEYS                                                                                 \
+    "prefer, strict, enabled, use_flaggems, allow_vendors, deny_vendors, per_op, "                 \
+    "flagos_whitelist, flagos_blacklist, oot_enabled, oot_whitelist, oot_blacklist, or their "     \
+    "environment variable names"
+
+static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
+
+/* The default orders by prefer; selection reads them without copying. */
+static struct fld_token tokens_flagos_first[] = {
+    {FLD_TOKEN_FLAGOS, NULL}, {FLD_TOKEN_VENDOR, NULL}, {FLD_TOKEN_REFERENCE, NULL}};
+static struct fld_token tokens_vendor_first[] = {
+    {FLD_TOKEN_VENDOR, NULL}, {FLD_TOKEN_FLAGOS, NULL}, {FLD_TOKEN_REFERENCE, NULL}};
+static struct fld_token tokens_reference_first[] = {
+    {FLD_TOKEN_REFERENCE, NULL}, {FLD_TOKEN_FLAGOS, NULL}, {FLD_TOKEN_VENDOR, NULL}};
+static const struct fld_order default_orders[] = {
+    [FLD_PREFER_FLAGOS] = {NULL, 3, tokens_flagos_first},
+    [FLD_PREFER_VENDOR] = {NULL, 3, tokens_vendor_first},
+    [FLD_PREFER_REFERENCE] = {NULL, 3, tokens_reference_first},
+};
+
+/* Starts at 1 so that 0 can mean "no policy" in caches keyed by serial. */
+static _Atomic uint64_t last_serial;
+
+_Atomic unsigned fld__override_threads;
+
+static uint64_t next_serial(void)
+{
+    return atomic_fetch_add(&last_serial, 1) + 1;
+}
+
+const char *fld__policy_field_key(enum fld_policy_field f)
+{
+    return (unsigned)f < FLD_PF_COUNT ? field_keys[f] : NULL;
+}
+
+const char *fld__policy_field_env(enum fld_policy_field f)
+{
+    return (unsigned)f < FLD_PF_COUNT ? field_envs[f] : NULL;
+}
+
+static bool field_by_name(const char *name, enum fld_policy_field *out)
+{
+    for (int f = 0; f < FLD_PF_COUNT; f++) {
+        if (strcmp(name, field_keys[f]) == 0 || strcmp(name, field_envs[f]) == 0) {
+            *out = (enum fld_policy_field)f;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Life cycle                                                               */
+/* ------------------------------------------------------------------------ */
+
+struct fld_policy *fld__policy_new_default(void)
+{
+    struct fld_policy *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->prefer = FLD_PREFER_FLAGOS;
+    p->strict = false;
+    p->enabled = true;
+    p->use_flaggems = true;
+    p->oot_enabled = true;
+    for (int f = 0; f < FLD_PF_COUNT; f++)
+        p->source[f] = SOURCE_DEFAULT;
+    p->serial = next_serial();
+    return p;
+}
+
+void fld__policy_free(struct fld_policy *p)
+{
+    if (!p)
+        return;
+    fld__strlist_free(&p->allow_vendors);
+    fld__strlist_free(&p->deny_vendors);
+    fld__strlist_free(&p->flagos_whitelist);
+    fld__strlist_free(&p->flagos_blacklist);
+    fld__strlist_free(&p->oot_whitelist);
+    fld__strlist_free(&p->oot_blacklist);
+    fld__orders_free(&p->per_op);
+    free(p);
+}
+
+struct fld_policy *fld__policy_clone(const struct fld_policy *src)
+{
+    struct fld_policy *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->prefer = src->prefer;
+    p->strict = src->strict;
+    p->enabled = src->enabled;
+    p->use_flaggems = src->use_flaggems;
+    p->oot_enabled = src->oot_enabled;
+    memcpy(p->source, src->source, sizeof p->source);
+    if (fld__strlist_copy(&p->allow_vendors, &src->allow_vendors) != FLD_OK ||
+        fld__strlist_copy(&p->deny_vendors, &src->deny_vendors) != FLD_OK ||
+        fld__strlist_copy(&p->flagos_whitelist, &src->flagos_whitelist) != FLD_OK ||
+        fld__strlist_copy(&p->flagos_blacklist, &src->flagos_blacklist) != FLD_OK ||
+        fld__strlist_copy(&p->oot_whitelist, &src->oot_whitelist) != FLD_OK ||
+        fld__strlist_copy(&p->oot_blacklist, &src->oot_blacklist) != FLD_OK ||
+        fld__orders_copy(&p->per_op, &src->per_op) != FLD_OK)
+        goto fail;
+    p->serial = next_serial();
+    return p;
+fail:
+    fld__policy_free(p);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Setting fields                                                           */
+/* ------------------------------------------------------------------------ */
+
+static struct fld_strlist *list_field(struct fld_policy *p, enum fld_policy_field f)
+{
+    switch (f) {
+    case FLD_PF_ALLOW_VENDORS:
+        return &p->allow_vendors;
+    case FLD_PF_DENY_VENDORS:
+        return &p->deny_vendors;
+    case FLD_PF_FLAGOS_WHITELIST:
+        return &p->flagos_whitelist;
+    case FLD_PF_FLAGOS_BLACKLIST:
+        return &p->flagos_blacklist;
+    case FLD_PF_OOT_WHITELIST:
+        return &p->oot_whitelist;
+    case FLD_PF_OOT_BLACKLIST:
+        return &p->oot_blacklist;
+    default:
+        return NULL;
+    }
+}
+
+static bool *bool_field(struct fld_policy *p, enum fld_policy_field f)
+{
+    switch (f) {
+    case FLD_PF_STRICT:
+        return &p->strict;
+    case FLD_PF_ENABLED:
+        return &p->enabled;
+    case FLD_PF_USE_FLAGGEMS:
+        return &p->use_flaggems;
+    case FLD_PF_OOT_ENABLED:
+        return &p->oot_enabled;
+    default:
+        return NULL;
+    }
+}
+
+int fld__policy_set_field(struct fld_policy *p, const char *key, const char *value,
+                          const char *source)
+{
+    enum fld_policy_field f;
+    int rc;
+
+    if (!key || !field_by_name(key, &f))
+        return fld__fail(FLD_ECONFIG, "unknown policy key '%s' (valid: " VALID_KEYS ")",
+                         key ? key : "(null)");
+    /* Parse into temporaries first: on error p must stay as it was. */
+    if (f == FLD_PF_PREFER) {
+        int prefer;
+        if ((rc = fld__parse_prefer(key, value, &prefer)) != FLD_OK)
+            return rc;
+        p->prefer = (enum fld_prefer)prefer;
+    } else if (f == FLD_PF_PER_OP) {
+        struct fld_orders orders;
+        if ((rc = fld__parse_per_op(key, value, &orders)) != FLD_OK)
+            return rc;
+        fld__orders_free(&p->per_op);
+        p->per_op = orders;
+    } else if (bool_field(p, f)) {
+        bool b;
+        if ((rc = fld__parse_bool(key, value, &b)) != FLD_OK)
+            return rc;
+        *bool_field(p, f) = b;
+    } else {
+        struct fld_strlist list;
+        if ((rc = fld__parse_name_list(key, value, &list)) != FLD_OK)
+            return rc;
+        struct fld_strlist *dst = list_field(p, f);
+        fld__strlist_free(dst);
+        *dst = list;
+    }
+    p->source[f] = source;
+    return FLD_OK;
+}
+
+static bool is_blank(const char *s)
+{
+    for (; *s; s++)
+        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
+            return false;
+    return true;
+}
+
+int fld__policy_apply_env(struct fld_policy *p)
+{
+    for (int f = 0; f < FLD_PF_COUNT; f++) {
+        /* Not path variables, so plain getenv (secure_getenv is for those). A
+         * blank value reads as unset: `VAR= cmd` is how shells clear one. */
+        const char *value = getenv(field_envs[f]);
+        if (!value || is_blank(value))
+            continue;
+        int rc = fld__policy_set_field(p, field_envs[f], value, field_envs[f]);
+        if (rc != FLD_OK)
+            return rc;
+    }
+    return fld__policy_check(p);
+}
+
+/* "VLLM_FL_FLAGOS_WHITELIST", or "VLLM_FL_FLAGOS_WHITELIST (set by X)" when
+ * a source other than the variable set it. */
+static const char *field_label(const struct fld_policy *p, enum fld_policy_field f, char *buf,
+                               size_t size)
+{
+    if (strcmp(p->source[f], field_envs[f]) == 0)
+        snprintf(buf, size, "%s", field_envs[f]);
+    else
+        snprintf(buf, size, "%s (set by %s)", field_envs[f], p->source[f]);
+    return buf;
+}
+
+static int check_exclusive(const struct fld_policy *p, enum fld_policy_field white,
+                           enum fld_policy_field black)
+{
+    const struct fld_strlist *w = list_field((struct fld_policy *)p, white);
+    const struct fld_strlist *b = list_field((struct fld_policy *)p, black);
+    if (!w->set || !b->set)
+        return FLD_OK;
+    char wl[256], bl[256];
+    return fld__fail(FLD_ECONFIG, "%s and %s are both set; set only one of them",
+                     field_label(p, white, wl, sizeof wl), field_label(p, black, bl, sizeof bl));
+}
+
+int fld__policy_check(const struct fld_policy *p)
+{
+    int rc = check_exclusive(p, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
+    if (rc == FLD_OK)
+        rc = check_exclusive(p, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* What selection asks                                                      */
+/* ------------------------------------------------------------------------ */
+
+const struct fld_order *fld__policy_order_for(const struct fld_policy *p, const char *op,
+                                              const char **source)
+{
+    const struct fld_order *o = fld__orders_find(&p->per_op, op);
+    if (o) {
+        if (source)
+            *source = p->source[FLD_PF_PER_OP];
+        return o;
+    }
+    /* The default order follows prefer, so prefer's source explains it. */
+    if (source)
+        *source = p->source[FLD_PF_PREFER];
+    unsigned idx = (unsigned)p->prefer < 3 ? (unsigned)p->prefer : FLD_PREFER_FLAGOS;
+    return &default_orders[idx];
+}
+
+static void set_why(char *why, size_t why_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_why(char *why, size_t why_size, const char *fmt, ...)
+{
+    if (!why || !why_size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_size, fmt, ap);
+    va_end(ap);
+}
+
+bool fld__policy_vendor_allowed(const struct fld_policy *p, const char *vendor, char *why,
+                                size_t why_size)
+{
+    if (!vendor) {
+        set_why(why, why_size, "vendor implementation without a vendor name");
+        return false;
+    }
+    /* Deny is checked first so that a vendor in both lists reads as denied. */
+    if (fld__strlist_has(&p->deny_vendors, vendor)) {
+        set_why(why, why_size, "vendor '%s' denied by %s", vendor, p->source[FLD_PF_DENY_VENDORS]);
+        return false;
+    }
+    if (p->allow_vendors.set && !fld__strlist_has(&p->allow_vendors, vendor)) {
+        set_why(why, why_size, "vendor '%s' not in allow list (%s)", vendor,
+                p->source[FLD_PF_ALLOW_VENDORS]);
+        return false;
+    }
+    return true;
+}
+
+static bool list_allows_op(const struct fld_policy *p, const char *what,
+                           enum fld_policy_field white, enum fld_policy_field black, const char *op,
+                           char *why, size_t why_size)
+{
+    const struct fld_strlist *w = list_field((struct fld_policy *)p, white);
+    const struct fld_strlist *b = list_field((struct fld_policy *)p, black);
+    if (w->set) {
+        if (fld__strlist_has(w, op))
+            return true;
+        set_why(why, why_size, "op '%s' not in %s whitelist (%s)", op, what, p->source[white]);
+        return false;
+    }
+    if (b->set && fld__strlist_has(b, op)) {
+        set_why(why, why_size, "op '%s' in %s blacklist (%s)", op, what, p->source[black]);
+        return false;
+    }
+    return true;
+}
+
+bool fld__policy_flagos_allows_op(const struct fld_policy *p, const char *op, char *why,
+                                  size_t why_size)
+{
+    return list_allows_op(p, "flagos", FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST, op, why,
+                          why_size);
+}
+
+bool fld__policy_oot_allows_op(const struct fld_policy *p, const char *op, char *why,
+                               size_t why_size)
+{
+    return list_allows_op(p, "oot", FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST, op, why, why_size);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fingerprint                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Appends into a fixed buffer, counting what would not fit. */
+struct writer {
+    char *buf;
+    size_t size, len;
+};
+
+static void put(struct writer *w, const char *s)
+{
+    size_t n = strlen(s);
+    if (w->buf && w->len + 1 < w->size) {
+        size_t room = w->size - 1 - w->len;
+        memcpy(w->buf + w->len, s, n < room ? n : room);
+    }
+    w->len += n;
+}
+
+static void put_list(struct writer *w, const char *name, const struct fld_strlist *l)
+{
+    if (!l->set)
+        return;
+    put(w, ";");
+    put(w, name);
+    put(w, "=");
+    for (size_t i = 0; i < l->n; i++) {
+        if (i)
+            put(w, ",");
+        put(w, l->items[i]);
+    }
+}
+
+size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t size)
+{
+    struct writer w = {buf, size, 0};
+    unsigned prefer = (unsigned)p->prefer < 3 ? (unsigned)p->prefer : 0;
+
+    put(&w, "prefer=");
+    put(&w, prefer_names[prefer]);
+    put(&w, p->strict ? ";strict=1" : ";strict=0");
+    if (!p->enabled)
+        put(&w, ";enabled=0");
+    if (!p->use_flaggems)
+        put(&w, ";flaggems=0");
+    if (!p->oot_enabled)
+        put(&w, ";oot=0");
+    /* Lists are kept sorted and unique by the parsers, so equal policies
+     * print equal strings. */
+    put_list(&w, "allow", &p->allow_vendors);
+    put_list(&w, "deny", &p->deny_vendors);
+    put_list(&w, "flagos_white", &p->flagos_whitelist);
+    put_list(&w, "flagos_black", &p->flagos_blacklist);
+    put_list(&w, "oot_white", &p->oot_whitelist);
+    put_list(&w, "oot_black", &p->oot_blacklist);
+    if (p->per_op.n) {
+        put(&w, ";per=");
+        for (size_t i = 0; i < p->per_op.n; i++) {
+            const struct fld_order *o = &p->per_op.items[i];
+            if (i)
+                put(&w, ";");
+            put(&w, o->op);
+            put(&w, "=");
+            for (size_t t = 0; t < o->n; t++) {
+                if (t)
+                    put(&w, "|");
+                put(&w, fld__token_kind_name(o->tokens[t].kind));
+                if (o->tokens[t].arg) {
+                    put(&w, ":");
+                    put(&w, o->tokens[t].arg);
+                }
+            }
+        }
+    }
+    if (buf && size)
+        buf[w.len < size ? w.len : size - 1] = '\0';
+    return w.len;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scoped overrides                                                         */
+/* ------------------------------------------------------------------------ */
+
+struct override_stack {
+    struct fld_policy **items;
+    size_t n, cap;
+};
+
+static _Thread_local struct override_stack *tls_stack;
+static pthread_key_t stack_key;
+static pthread_once_t stack_key_once = PTHREAD_ONCE_INIT;
+static int stack_key_status = -1;
+
+/* Runs at thread exit when the thread still had a stack. */
+static void stack_destroy(void *arg)
+{
+    struct override_stack *s = arg;
+    if (s->n > 0) {
+        fld__manager_tls_flush();
+        atomic_fetch_sub(&fld__override_threads, 1u);
+    }
+    for (size_t i = 0; i < s->n; i++)
+        fld__policy_free(s->items[i]);
+    free(s->items);
+    free(s);
+    tls_stack = NULL;
+}
+
+static void make_stack_key(void)
+{
+    stack_key_status = pthread_key_create(&stack_key, stack_destroy);
+}
+
+static struct override_stack *get_stack(void)
+{
+    if (tls_stack)
+        return tls_stack;
+    pthread_once(&stack_key_once, make_stack_key);
+    if (stack_key_status != 0)
+        return NULL;
+    struct override_stack *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    if (pthread_setspecific(stack_key, s) != 0) {
+        free(s);
+        return NULL;
+    }
+    tls_stack = s;
+    return s;
+}
+
+const struct fld_policy *fld__policy_override_top(void)
+{
+    struct override_stack *s = tls_stack;
+    return s && s->n ? s->items[s->n - 1] : NULL;
+}
+
+/* Takes ownership of p in every case. */
+static int push_policy(const char *what, struct fld_policy *p)
+{
+    struct override_stack *s = get_stack();
+    if (!s)
+        goto nomem;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 4;
+        struct fld_policy **items = realloc(s->items, cap * sizeof *items);
+        if (!items)
+            goto nomem;
+        s->items = items;
+        s->cap = cap;
+    }
+    s->items[s->n++] = p;
+    if (s->n == 1)
+        atomic_fetch_add(&fld__override_threads, 1u);
+    return FLD_OK;
+nomem:
+    fld__policy_free(p);
+    return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+}
+
+/* A clone of the calling thread's effective policy, to be edited and pushed. */
+static int begin_push(const char *what, struct fld_policy **out)
+{
+    *out = fld__policy_clone(fld__policy_effective());
+    if (!*out)
+        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+    return FLD_OK;
+}
+
+int fld_policy_push_preference(const char *kind)
+{
+    static const char what[] = "fld_policy_push_preference";
+    struct fld_policy *p;
+    int prefer;
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if ((rc = fld__parse_prefer(what, kind, &prefer)) != FLD_OK)
+        return rc;
+    if ((rc = begin_push(what, &p)) != FLD_OK)
+        return rc;
+    p->prefer = (enum fld_prefer)prefer;
+    p->source[FLD_PF_PREFER] = SOURCE_OVERRIDE;
+    return push_policy(what, p);
+}
+
+int fld_policy_push_strict(bool strict)
+{
+    static const char what[] = "fld_policy_push_strict";
+    struct fld_policy *p;
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if ((rc = begin_push(what, &p)) != FLD_OK)
+        return rc;
+    p->strict = strict;
+    p->source[FLD_PF_STRICT] = SOURCE_OVERRIDE;
+    return push_policy(what, p);
+}
+
+int fld_policy_push_allowed_vendors(const char *csv)
+{
+    static const char what[] = "fld_policy_push_allowed_vendors";
+    struct fld_strlist list;
+    struct fld_policy *p;
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
+        return rc;
+    if ((rc = begin_push(what, &p)) != FLD_OK) {
+        fld__strlist_free(&list);
+        return rc;
+    }
+    fld__strlist_free(&p->allow_vendors);
+    p->allow_vendors = list;
+    p->source[FLD_PF_ALLOW_VENDORS] = SOURCE_OVERRIDE;
+    return push_policy(what, p);
+}
+
+int fld_policy_push_denied_vendors(const char *csv)
+{
+    static const char what[] = "fld_policy_push_denied_vendors";
+    struct fld_strlist list;
+    struct fld_policy *p = NULL;
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
+        return rc;
+    if ((rc = begin_push(what, &p)) != FLD_OK)
+        goto fail;
+    if (fld__strlist_merge(&p->deny_vendors, &list) != FLD_OK) {
+        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+        goto fail;
+    }
+    fld__strlist_free(&list);
+    if (p->deny_vendors.set)
+        p->source[FLD_PF_DENY_VENDORS] = SOURCE_OVERRIDE;
+    return push_policy(what, p);
+fail:
+    fld__strlist_free(&list);
+    fld__policy_free(p);
+    return rc;
+}
+
+int fld_policy_push_per_op(const char *spec)
+{
+    static const char what[] = "fld_policy_push_per_op";
+    struct fld_orders orders;
+    struct fld_policy *p = NULL;
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if ((rc = fld__parse_per_op(what, spec, &orders)) != FLD_OK)
+        return rc;
+    if ((rc = begin_push(what, &p)) != FLD_OK)
+        goto fail;
+    if (fld__orders_merge(&p->per_op, &orders) != FLD_OK) {
+        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+        goto fail;
+    }
+    fld__orders_free(&orders);
+    if (p->per_op.n)
+        p->source[FLD_PF_PER_OP] = SOURCE_OVERRIDE;
+    return push_policy(what, p);
+fail:
+    fld__orders_free(&orders);
+    fld__policy_free(p);
+    return rc;
+}
+
+/* Needs no initialised library: undoing a push must work whatever happened
+ * to the global state since (a failed reload, a shutdown). */
+int fld_policy_pop(void)
+{
+    struct override_stack *s = tls_stack;
+    if (!s || s->n == 0)
+        return fld__fail(FLD_ESTATE, "fld_policy_pop: no scoped override is pushed on this thread");
+    struct fld_policy *top = s->items[--s->n];
+    if (s->n == 0)
+        atomic_fetch_sub(&fld__override_threads, 1u);
+    /* The thread's caches may hold choices made under top. */
+    fld__manager_tls_flush();
+    fld__policy_free(top);
+    return FLD_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The global policy                                                        */
+/* ------------------------------------------------------------------------ */
+
+int fld_policy_set(const char *key, const char *value)
+{
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if (!key)
+        return fld__fail(FLD_EINVAL, "fld_policy_set: key is NULL");
+    fld__lock();
+    struct fld_policy *p = fld__policy_clone(fld__policy_global());
+    if (!p) {
+        rc = fld__fail(FLD_ENOMEM, "fld_policy_set: out of memory");
+        goto out;
+    }
+    rc = fld__policy_set_field(p, key, value, SOURCE_SET);
+    if (rc == FLD_OK)
+        rc = fld__policy_check(p);
+    if (rc == FLD_OK)
+        fld__policy_publish(p);
+    else
+        fld__policy_free(p);
+out:
+    fld__unlock();
+    return rc;
+}
+
+int fld_policy_reset(void)
+{
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    struct fld_policy *p = fld__policy_new_default();
+    if (!p)
+        return fld__fail(FLD_ENOMEM, "fld_policy_reset: out of memory");
+    rc = fld__policy_apply_env(p);
+    if (rc == FLD_OK)
+        rc = fld__policy_check(p);
+    if (rc != FLD_OK) {
+        fld__policy_free(p);
+        return rc;
+    }
+    fld__policy_publish(p);
+    return FLD_OK;
+}
+
+size_t fld_policy_describe(char *buf, size_t size)
+{
+    if (fld__ensure_init() != FLD_OK) {
+        if (buf && size)
+            buf[0] = '\0';
+        return 0;
+    }
+    return fld__policy_fingerprint(fld__policy_effective(), buf, size);
+}

@@ -1,0 +1,66 @@
+/*
+ * Reference rotary position embedding (impl "reference.c"), in place on
+ * query and key. For token t at position p, the cache row p holds
+ * cos[rot_dim/2] then sin[rot_dim/2]; for each head and frequency i the pair
+ * (x, y) -- elements (i, i + rot_dim/2) for neox, (2i, 2i + 1) for gptj --
+ * becomes (x cos - y sin, y cos + x sin), computed in float32 and rounded
+ * once. Elements past rot_dim are never written.
+ */
+#include <fldispatch/plugin.h>
+
+#include "reference.h"
+
+static inline float load(const void *base, int64_t i, int dt)
+{
+    if (dt == 0)
+        return ((const float *)base)[i];
+    uint16_t h = ((const uint16_t *)base)[i];
+    return dt == 1 ? fld_f16_to_f32(h) : fld_bf16_to_f32(h);
+}
+
+static inline void store(void *base, int64_t i, int dt, float v)
+{
+    if (dt == 0)
+        ((float *)base)[i] = v;
+    else
+        ((uint16_t *)base)[i] = dt == 1 ? fld_f32_to_f16(v) : fld_f32_to_bf16(v);
+}
+
+static void rotate_heads(char *base, int64_t heads, int64_t head_stride, int dt,
+                         const void *cache_row, int cache_dt, int64_t half, bool neox)
+{
+    const size_t elem = dt == 0 ? 4 : 2;
+    for (int64_t h = 0; h < heads; h++) {
+        char *head = base + (size_t)(h * head_stride) * elem;
+        for (int64_t i = 0; i < half; i++) {
+            const float c = load(cache_row, i, cache_dt), s = load(cache_row, half + i, cache_dt);
+            const int64_t ix = neox ? i : 2 * i, iy = neox ? i + half : 2 * i + 1;
+            const float x = load(head, ix, dt), y = load(head, iy, dt);
+            store(head, ix, dt, x * c - y * s);
+            store(head, iy, dt, y * c + x * s);
+        }
+    }
+}
+
+int fld__ref_rotary_embedding(const void *argp)
+{
+    const fld_rotary_embedding_args *args = argp;
+    fld_rotary_geometry g;
+    fld_rotary_geometry_of(args, &g);
+    const int dt = fld_dtype_index(args->query->dtype);
+    const int cache_dt = fld_dtype_index(g.cache_dtype);
+    const size_t elem = dt == 0 ? 4 : 2, cache_elem = cache_dt == 0 ? 4 : 2;
+    const int64_t half = g.rot_dim / 2;
+
+    for (int64_t t = 0; t < g.tokens; t++) {
+        const int64_t pos = g.positions_int32 ? ((const int32_t *)g.positions)[t]
+                                              : ((const int64_t *)g.positions)[t];
+        const char *row = (const char *)g.cache + (size_t)(pos * g.cache_stride) * cache_elem;
+        rotate_heads((char *)g.query + (size_t)(t * g.q_token_stride) * elem, g.q_heads,
+                     g.q_head_stride, dt, row, cache_dt, half, args->is_neox);
+        if (g.key)
+            rotate_heads((char *)g.key + (size_t)(t * g.k_token_stride) * elem, g.k_heads,
+                         g.k_head_stride, dt, row, cache_dt, half, args->is_neox);
+    }
+    return FLD_OK;
+}

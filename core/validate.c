@@ -1,0 +1,693 @@
+/*
+ * Argument validation of the catalog ops, by family (activation, rms_norm,
+ * rotary, attention), plus the layout helpers kernels use on validated
+ * tensors (fld_tensor_rows, fld_rotary_geometry_of).
+ *
+ * Every catalog call runs one of these validators, so the success path is
+ * straight-line integer checks: no allocation, no formatting, no calls other
+ * than fld__device_index(). Everything that builds a message lives in cold,
+ * out-of-line fail_* functions.
+ *
+ * A tensor is seen as up to three levels: rows (the collapsed leading dims),
+ * heads (only for the [..., H, D] query/key layout of rotary) and width (the
+ * last dim). The same walk (layout_of) computes the layout for validation
+ * and for the kernels' helpers, so they cannot disagree.
+ */
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+#include "validate.h"
+
+/* What a family expects of a tensor's dtype. */
+enum tensor_kind {
+    TK_FLOAT, /* float32, float16 or bfloat16 */
+    TK_INDEX  /* int64 or int32 (rotary positions) */
+};
+
+/* A validated tensor's geometry, in elements. */
+struct tview {
+    int64_t rows;  /* product of the collapsed leading dims */
+    int64_t heads; /* the dim before the last when split == 2, else 1 */
+    int64_t width; /* the last dim */
+    int64_t row_stride;
+    int64_t head_stride;
+    int dtype; /* FLD_DT_* for TK_FLOAT; 0 int64, 1 int32 for TK_INDEX */
+    bool empty;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Messages (cold path only)                                                */
+/* ------------------------------------------------------------------------ */
+
+static void format_dims(char *buf, size_t size, int n, const int64_t *v)
+{
+    size_t len = 0;
+    int w = snprintf(buf, size, "[");
+    len = w > 0 ? (size_t)w : 0;
+    for (int i = 0; i < n && len < size; i++) {
+        w = snprintf(buf + len, size - len, "%s%" PRId64, i ? ", " : "", v[i]);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    if (len < size)
+        snprintf(buf + len, size - len, "]");
+    if (len >= size && size > 4)
+        memcpy(buf + size - 5, "...]", 5); /* truncated: say so */
+}
+
+static const char *dtype_str(DLDataType t, char *buf, size_t size)
+{
+    if (t.lanes == 1) {
+        if (t.code == kDLFloat && t.bits == 32)
+            return "float32";
+        if (t.code == kDLFloat && t.bits == 16)
+            return "float16";
+        if (t.code == kDLBfloat && t.bits == 16)
+            return "bfloat16";
+        if (t.code == kDLFloat && t.bits == 64)
+            return "float64";
+        if (t.code == kDLInt && t.bits == 64)
+            return "int64";
+        if (t.code == kDLInt && t.bits == 32)
+            return "int32";
+    }
+    snprintf(buf, size, "(code %u, bits %u, lanes %u)", (unsigned)t.code, (unsigned)t.bits,
+             (unsigned)t.lanes);
+    return buf;
+}
+
+static void device_str(DLDevice d, char *buf, size_t size)
+{
+    const char *name = fld_device_name((int)d.device_type);
+    if (name)
+        snprintf(buf, size, "%s:%d", name, (int)d.device_id);
+    else
+        snprintf(buf, size, "device type %d id %d", (int)d.device_type, (int)d.device_id);
+}
+
+#define COLD __attribute__((cold, noinline))
+
+static COLD int fail_null_tensor(const char *op, const char *name)
+{
+    return fld__fail(FLD_EINVAL, "%s: tensor '%s' is NULL", op, name);
+}
+
+static COLD int fail_rank(const char *op, const char *name, const DLTensor *t, const char *expected)
+{
+    if (t->ndim > 0 && t->shape == NULL)
+        return fld__fail(FLD_EINVAL, "%s: tensor '%s' has ndim %d but a NULL shape", op, name,
+                         (int)t->ndim);
+    return fld__fail(FLD_EINVAL, "%s: tensor '%s' has ndim %d; expected %s", op, name, (int)t->ndim,
+                     expected);
+}
+
+static COLD int fail_dtype(const char *op, const char *name, DLDataType t, enum tensor_kind kind)
+{
+    char buf[64];
+    return fld__fail(FLD_EINVAL, "%s: tensor '%s' has dtype %s; expected %s", op, name,
+                     dtype_str(t, buf, sizeof buf),
+                     kind == TK_FLOAT ? "float32, float16 or bfloat16" : "int64 or int32");
+}
+
+static COLD int fail_negative(const char *op, const char *name, const DLTensor *t)
+{
+    char dims[160];
+    format_dims(dims, sizeof dims, t->ndim, t->shape);
+    return fld__fail(FLD_EINVAL, "%s: tensor '%s' has a negative dimension in shape %s", op, name,
+                     dims);
+}
+
+static COLD int fail_too_large(const char *op, const char *name, const DLTensor *t)
+{
+    char dims[160];
+    format_dims(dims, sizeof dims, t->ndim, t->shape);
+    return fld__fail(FLD_EINVAL,
+                     "%s: tensor '%s' is too large: shape %s with its strides and byte_offset "
+                     "%" PRIu64 " overflows the address space",
+                     op, name, dims, (uint64_t)t->byte_offset);
+}
+
+static COLD int fail_last_stride(const char *op, const char *name, const DLTensor *t)
+{
+    return fld__fail(FLD_EINVAL,
+                     "%s: tensor '%s' has stride %" PRId64 " in its last dimension; expected 1", op,
+                     name, t->strides[t->ndim - 1]);
+}
+
+static COLD int fail_strides(const char *op, const char *name, const DLTensor *t, const char *why)
+{
+    char dims[160], strides[160];
+    format_dims(dims, sizeof dims, t->ndim, t->shape);
+    format_dims(strides, sizeof strides, t->ndim, t->strides);
+    return fld__fail(FLD_EINVAL, "%s: tensor '%s' with shape %s has strides %s: %s", op, name, dims,
+                     strides, why);
+}
+
+static COLD int fail_data(const char *op, const char *name, const DLTensor *t, bool null)
+{
+    char buf[64];
+    if (null)
+        return fld__fail(FLD_EINVAL, "%s: tensor '%s' has NULL data but is not empty", op, name);
+    return fld__fail(FLD_EINVAL,
+                     "%s: tensor '%s' has data + byte_offset not aligned to its element type %s",
+                     op, name, dtype_str(t->dtype, buf, sizeof buf));
+}
+
+static COLD int fail_dtype_mismatch(const char *op, const char *name, const DLTensor *t,
+                                    const char *ref_name, const DLTensor *ref)
+{
+    char a[64], b[64];
+    return fld__fail(FLD_EINVAL, "%s: tensor '%s' has dtype %s but '%s' has %s", op, name,
+                     dtype_str(t->dtype, a, sizeof a), ref_name,
+                     dtype_str(ref->dtype, b, sizeof b));
+}
+
+static COLD int fail_device_unsupported(const char *op, const char *name, const DLTensor *t)
+{
+    return fld__fail(FLD_EINVAL,
+                     "%s: tensor '%s' is on device type %d; supported: cpu (1), cuda (2), "
+                     "rocm (10), ascend (12 or 21)",
+                     op, name, (int)t->device.device_type);
+}
+
+static COLD int fail_device_mismatch(const char *op, const char *name, const DLTensor *t,
+                                     const char *ref_name, const DLTensor *ref)
+{
+    char a[64], b[64];
+    device_str(t->device, a, sizeof a);
+    device_str(ref->device, b, sizeof b);
+    return fld__fail(FLD_EINVAL, "%s: tensor '%s' is on %s but '%s' is on %s", op, name, a,
+                     ref_name, b);
+}
+
+static COLD int fail_shape_mismatch(const char *op, const char *name, const DLTensor *t,
+                                    const char *ref_name, const DLTensor *ref)
+{
+    char a[160], b[160];
+    format_dims(a, sizeof a, t->ndim, t->shape);
+    format_dims(b, sizeof b, ref->ndim, ref->shape);
+    return fld__fail(FLD_EINVAL, "%s: tensor '%s' has shape %s but '%s' has %s", op, name, a,
+                     ref_name, b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Layout                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The geometry of a tensor that passed check_tensor(). Dims of size 1 never
+ * step, so their strides are ignored (as PyTorch does for contiguity); with
+ * no stepping leading dim the row stride is the row extent.
+ */
+static inline void layout_of(const DLTensor *t, int split, struct tview *v)
+{
+    const int64_t *shape = t->shape, *strides = t->strides;
+    const int last = t->ndim - 1;
+    v->width = shape[last];
+    v->heads = split == 2 ? shape[last - 1] : 1;
+    v->head_stride = v->width;
+    v->rows = 1;
+    v->empty = v->width == 0 || v->heads == 0;
+    for (int i = 0; i < t->ndim - split; i++) {
+        v->rows *= shape[i];
+        v->empty |= shape[i] == 0;
+    }
+    if (strides && !v->empty && split == 2 && v->heads > 1)
+        v->head_stride = strides[last - 1];
+    v->row_stride = (v->heads - 1) * v->head_stride + v->width;
+    if (!strides || v->empty)
+        return;
+    for (int i = t->ndim - split - 1; i >= 0; i--) {
+        if (shape[i] != 1) {
+            v->row_stride = strides[i];
+            return;
+        }
+    }
+}
+
+/*
+ * Checks one tensor on its own: pointer, rank (>= split), shape, dtype
+ * class, strides (last 1, head stride >= width, leading dims collapsible,
+ * row stride >= row extent), size overflow, data. Fills v. Empty tensors
+ * skip the layout and data checks: nothing of them is ever touched.
+ */
+static inline int check_tensor(const char *op, const char *name, const DLTensor *t, int split,
+                               enum tensor_kind kind, struct tview *v)
+{
+    if (__builtin_expect(t == NULL, 0))
+        return fail_null_tensor(op, name);
+    if (__builtin_expect(t->ndim < split || t->shape == NULL, 0))
+        return fail_rank(op, name, t, split == 2 ? ">= 2" : ">= 1");
+
+    int64_t elem;
+    if (kind == TK_FLOAT) {
+        v->dtype = fld_dtype_index(t->dtype);
+        if (__builtin_expect(v->dtype < 0, 0))
+            return fail_dtype(op, name, t->dtype, kind);
+        elem = t->dtype.bits / 8;
+    } else {
+        if (__builtin_expect(t->dtype.code != kDLInt || t->dtype.lanes != 1 ||
+                                 (t->dtype.bits != 64 && t->dtype.bits != 32),
+                             0))
+            return fail_dtype(op, name, t->dtype, kind);
+        v->dtype = t->dtype.bits == 32;
+        elem = t->dtype.bits / 8;
+    }
+
+    const int64_t *shape = t->shape, *strides = t->strides;
+    const int ndim = t->ndim, last = ndim - 1;
+    bool zero = false, overflow = false;
+    int64_t rows = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (__builtin_expect(shape[i] < 0, 0))
+            return fail_negative(op, name, t);
+        zero |= shape[i] == 0;
+        if (i < ndim - split)
+            overflow |= __builtin_mul_overflow(rows, shape[i], &rows);
+    }
+    v->width = shape[last];
+    v->heads = split == 2 ? shape[last - 1] : 1;
+    v->empty = zero;
+    if (zero) {
+        v->rows = 0;
+        v->row_stride = v->head_stride = v->width;
+        return FLD_OK;
+    }
+    v->rows = rows;
+
+    int64_t row_extent, row_stride, head_stride = v->width;
+    if (strides == NULL) {
+        overflow |= __builtin_mul_overflow(v->heads, v->width, &row_extent);
+        row_stride = row_extent;
+    } else {
+        if (__builtin_expect(v->width > 1 && strides[last] != 1, 0))
+            return fail_last_stride(op, name, t);
+        if (split == 2 && v->heads > 1) {
+            head_stride = strides[last - 1];
+            if (__builtin_expect(head_stride < v->width, 0))
+                return fail_strides(op, name, t, "the head stride is smaller than the head width");
+        }
+        overflow |= __builtin_mul_overflow(v->heads - 1, head_stride, &row_extent) ||
+                    __builtin_add_overflow(row_extent, v->width, &row_extent);
+        /* Walk the leading dims inward-out: the first that steps sets the
+         * row stride, each outer one must step over all the inner ones. */
+        row_stride = -1;
+        int64_t expect = 0;
+        for (int i = ndim - split - 1; i >= 0; i--) {
+            if (shape[i] == 1)
+                continue;
+            if (row_stride < 0) {
+                row_stride = strides[i];
+                if (__builtin_expect(row_stride < row_extent, 0))
+                    return fail_strides(op, name, t,
+                                        row_stride < 0
+                                            ? "negative row stride"
+                                            : "the row stride is smaller than the row width");
+            } else if (__builtin_expect(strides[i] != expect, 0)) {
+                return fail_strides(op, name, t,
+                                    "the leading dimensions do not collapse into one row stride");
+            }
+            if (__builtin_mul_overflow(strides[i], shape[i], &expect))
+                expect = -1; /* no stride can match; only an outer stepping dim cares */
+        }
+        if (row_stride < 0)
+            row_stride = row_extent;
+    }
+    v->row_stride = row_stride;
+    v->head_stride = head_stride;
+
+    /* Bytes spanned: (rows-1)*row_stride + row_extent elements, plus offset. */
+    int64_t span, bytes;
+    overflow |= __builtin_mul_overflow(rows - 1, row_stride, &span) ||
+                __builtin_add_overflow(span, row_extent, &span) ||
+                __builtin_mul_overflow(span, elem, &bytes) ||
+                t->byte_offset > (uint64_t)INT64_MAX ||
+                __builtin_add_overflow(bytes, (int64_t)t->byte_offset, &bytes);
+    uintptr_t end;
+    overflow |= __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)bytes, &end);
+    if (__builtin_expect(overflow, 0))
+        return fail_too_large(op, name, t);
+    if (__builtin_expect(t->data == NULL, 0))
+        return fail_data(op, name, t, true);
+    if (__builtin_expect(
+            (((uintptr_t)t->data + (uintptr_t)t->byte_offset) & (uintptr_t)(elem - 1)) != 0, 0))
+        return fail_data(op, name, t, false);
+    return FLD_OK;
+}
+
+static inline int same_device(const char *op, const char *name, const DLTensor *t,
+                              const char *ref_name, const DLTensor *ref)
+{
+    if (__builtin_expect(t->device.device_type != ref->device.device_type ||
+                             t->device.device_id != ref->device.device_id,
+                         0))
+        return fail_device_mismatch(op, name, t, ref_name, ref);
+    return FLD_OK;
+}
+
+static inline int same_dtype(const char *op, const char *name, const DLTensor *t,
+                             const struct tview *tv, const char *ref_name, const DLTensor *ref,
+                             const struct tview *rv)
+{
+    if (__builtin_expect(tv->dtype != rv->dtype, 0))
+        return fail_dtype_mismatch(op, name, t, ref_name, ref);
+    return FLD_OK;
+}
+
+static inline int same_shape(const char *op, const char *name, const DLTensor *t,
+                             const char *ref_name, const DLTensor *ref)
+{
+    if (__builtin_expect(t->ndim != ref->ndim, 0))
+        return fail_shape_mismatch(op, name, t, ref_name, ref);
+    for (int i = 0; i < t->ndim; i++)
+        if (__builtin_expect(t->shape[i] != ref->shape[i], 0))
+            return fail_shape_mismatch(op, name, t, ref_name, ref);
+    return FLD_OK;
+}
+
+/* The FLD_DEV_* index of the call, from its first tensor. */
+static inline int device_key(const char *op, const char *name, const DLTensor *t, int *dev)
+{
+    *dev = fld__device_index((int)t->device.device_type);
+    if (__builtin_expect(*dev < 0, 0))
+        return fail_device_unsupported(op, name, t);
+    return FLD_OK;
+}
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (__builtin_expect(rc_ != FLD_OK, 0))                                                    \
+            return rc_;                                                                            \
+    } while (0)
+
+static COLD int fail_args_null(const char *op)
+{
+    return fld__fail(FLD_EINVAL, "%s: args is NULL", op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Families                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static COLD int fail_activation_width(const char *op, const DLTensor *out, const DLTensor *x)
+{
+    char a[160], b[160];
+    format_dims(a, sizeof a, out->ndim, out->shape);
+    format_dims(b, sizeof b, x->ndim, x->shape);
+    if (x->shape[x->ndim - 1] % 2 != 0)
+        return fld__fail(FLD_EINVAL, "%s: tensor 'x' has shape %s whose last dimension is odd", op,
+                         b);
+    return fld__fail(FLD_EINVAL,
+                     "%s: tensor 'out' has shape %s but 'x' has %s; expected out = [..., d] for "
+                     "x = [..., 2d] with the same leading dimensions",
+                     op, a, b);
+}
+
+int fld__validate_activation(const char *op, const void *argp, struct fld_call_key *key)
+{
+    const fld_activation_args *a = argp;
+    struct tview x, out;
+    if (__builtin_expect(a == NULL, 0))
+        return fail_args_null(op);
+    TRY(check_tensor(op, "x", a->x, 1, TK_FLOAT, &x));
+    TRY(check_tensor(op, "out", a->out, 1, TK_FLOAT, &out));
+    TRY(device_key(op, "x", a->x, &key->device));
+    TRY(same_device(op, "out", a->out, "x", a->x));
+    TRY(same_dtype(op, "out", a->out, &out, "x", a->x, &x));
+    const int nd = a->x->ndim;
+    bool ok = (x.width & 1) == 0 && a->out->ndim == nd && out.width == x.width / 2;
+    for (int i = 0; ok && i < nd - 1; i++)
+        ok = a->out->shape[i] == a->x->shape[i];
+    if (__builtin_expect(!ok, 0))
+        return fail_activation_width(op, a->out, a->x);
+    key->dtype = x.dtype;
+    return FLD_OK;
+}
+
+static COLD int fail_weight(const char *op, const DLTensor *w, const DLTensor *x)
+{
+    char a[160], b[160];
+    format_dims(a, sizeof a, w->ndim, w->shape);
+    format_dims(b, sizeof b, x->ndim, x->shape);
+    return fld__fail(FLD_EINVAL,
+                     "%s: tensor 'weight' has shape %s but 'x' has %s; expected [%" PRId64 "]", op,
+                     a, b, x->shape[x->ndim - 1]);
+}
+
+static COLD int fail_eps(const char *op, float eps)
+{
+    return fld__fail(FLD_EINVAL, "%s: argument 'eps' is %g; expected a finite value >= 0", op,
+                     (double)eps);
+}
+
+int fld__validate_rms_norm(const char *op, const void *argp, struct fld_call_key *key)
+{
+    const fld_rms_norm_args *a = argp;
+    struct tview x, out, w, r;
+    if (__builtin_expect(a == NULL, 0))
+        return fail_args_null(op);
+    TRY(check_tensor(op, "x", a->x, 1, TK_FLOAT, &x));
+    TRY(device_key(op, "x", a->x, &key->device));
+    TRY(check_tensor(op, "out", a->out, 1, TK_FLOAT, &out));
+    TRY(same_device(op, "out", a->out, "x", a->x));
+    TRY(same_dtype(op, "out", a->out, &out, "x", a->x, &x));
+    TRY(same_shape(op, "out", a->out, "x", a->x));
+    if (a->weight) {
+        TRY(check_tensor(op, "weight", a->weight, 1, TK_FLOAT, &w));
+        TRY(same_device(op, "weight", a->weight, "x", a->x));
+        TRY(same_dtype(op, "weight", a->weight, &w, "x", a->x, &x));
+        if (__builtin_expect(a->weight->ndim != 1 || w.width != x.width, 0))
+            return fail_weight(op, a->weight, a->x);
+    }
+    if (a->residual) {
+        TRY(check_tensor(op, "residual", a->residual, 1, TK_FLOAT, &r));
+        TRY(same_device(op, "residual", a->residual, "x", a->x));
+        TRY(same_dtype(op, "residual", a->residual, &r, "x", a->x, &x));
+        TRY(same_shape(op, "residual", a->residual, "x", a->x));
+    }
+    /* isfinite and >= 0 in one test: NaN fails every comparison. */
+    if (__builtin_expect(!(a->eps >= 0.0f && a->eps <= FLT_MAX), 0))
+        return fail_eps(op, a->eps);
+    key->dtype = x.dtype;
+    return FLD_OK;
+}
+
+static COLD int fail_rotary(const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static COLD int fail_rotary(const char *op, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return fld__fail(FLD_EINVAL, "%s: %s", op, msg);
+}
+
+static COLD int fail_token_dims(const char *op, const char *name, const DLTensor *t,
+                                const DLTensor *pos)
+{
+    char a[160], b[160];
+    format_dims(a, sizeof a, t->ndim, t->shape);
+    format_dims(b, sizeof b, pos->ndim, pos->shape);
+    return fail_rotary(op,
+                       "tensor '%s' has shape %s but 'positions' has %s; expected %s shaped "
+                       "[<positions' shape>, heads * head_size] or [<positions' shape>, heads, "
+                       "head_size]",
+                       name, a, b, name);
+}
+
+static COLD int fail_position(const char *op, int64_t index, int64_t value, int64_t max_pos)
+{
+    return fail_rotary(op,
+                       "tensor 'positions' has value %" PRId64 " at index %" PRId64
+                       ", outside [0, %" PRId64 ") of 'cos_sin_cache'",
+                       value, index, max_pos);
+}
+
+/* Checks query or key against positions and head_size; heads out in v->heads. */
+static inline int check_heads(const char *op, const char *name, const DLTensor *t,
+                              const DLTensor *pos, int64_t head_size, struct tview *v)
+{
+    if (__builtin_expect(t == NULL, 0))
+        return fail_null_tensor(op, name);
+    const int split = t->ndim - pos->ndim;
+    if (__builtin_expect(split != 1 && split != 2, 0))
+        return fail_token_dims(op, name, t, pos);
+    TRY(check_tensor(op, name, t, split, TK_FLOAT, v));
+    for (int i = 0; i < pos->ndim; i++)
+        if (__builtin_expect(t->shape[i] != pos->shape[i], 0))
+            return fail_token_dims(op, name, t, pos);
+    if (split == 1) {
+        if (__builtin_expect(v->width % head_size != 0, 0))
+            return fail_rotary(op,
+                               "tensor '%s' has last dimension %" PRId64
+                               ", not a multiple of head_size %" PRId64,
+                               name, v->width, head_size);
+    } else if (__builtin_expect(v->width != head_size, 0)) {
+        return fail_rotary(op, "tensor '%s' is [..., heads, %" PRId64 "] but head_size is %" PRId64,
+                           name, v->width, head_size);
+    }
+    return FLD_OK;
+}
+
+int fld__validate_rotary(const char *op, const void *argp, struct fld_call_key *key)
+{
+    const fld_rotary_embedding_args *a = argp;
+    struct tview pos, q, k, cache;
+    if (__builtin_expect(a == NULL, 0))
+        return fail_args_null(op);
+    const DLTensor *p = a->positions;
+    if (__builtin_expect(p == NULL, 0))
+        return fail_null_tensor(op, "positions");
+    if (__builtin_expect(p->ndim != 1 && p->ndim != 2, 0))
+        return fail_rank(op, "positions", p, "1 ([T]) or 2 ([B, S])");
+    TRY(check_tensor(op, "positions", p, 1, TK_INDEX, &pos));
+    if (__builtin_expect(!pos.empty && pos.rows > 1 && pos.row_stride != pos.width, 0))
+        return fail_strides(op, "positions", p, "positions must be contiguous");
+    if (__builtin_expect(a->head_size <= 0, 0))
+        return fail_rotary(op, "argument 'head_size' is %" PRId64 "; expected > 0", a->head_size);
+
+    TRY(check_heads(op, "query", a->query, p, a->head_size, &q));
+    TRY(device_key(op, "query", a->query, &key->device));
+    TRY(same_device(op, "positions", p, "query", a->query));
+
+    const DLTensor *c = a->cos_sin_cache;
+    if (__builtin_expect(c == NULL, 0))
+        return fail_null_tensor(op, "cos_sin_cache");
+    if (__builtin_expect(c->ndim != 2, 0))
+        return fail_rank(op, "cos_sin_cache", c, "2 ([max_pos, rot_dim])");
+    TRY(check_tensor(op, "cos_sin_cache", c, 1, TK_FLOAT, &cache));
+    TRY(same_device(op, "cos_sin_cache", c, "query", a->query));
+    if (__builtin_expect(cache.dtype != q.dtype && cache.dtype != FLD_DT_F32, 0)) {
+        char b1[64], b2[64];
+        return fail_rotary(
+            op, "tensor 'cos_sin_cache' has dtype %s; expected %s ('query') or float32",
+            dtype_str(c->dtype, b1, sizeof b1), dtype_str(a->query->dtype, b2, sizeof b2));
+    }
+    const int64_t rot_dim = c->shape[1], max_pos = c->shape[0];
+    if (__builtin_expect(rot_dim <= 0 || (rot_dim & 1) || rot_dim > a->head_size, 0))
+        return fail_rotary(op,
+                           "tensor 'cos_sin_cache' has rot_dim (shape[1]) %" PRId64
+                           "; expected even, > 0 and <= head_size %" PRId64,
+                           rot_dim, a->head_size);
+
+    if (a->key) {
+        TRY(check_heads(op, "key", a->key, p, a->head_size, &k));
+        TRY(same_device(op, "key", a->key, "query", a->query));
+        TRY(same_dtype(op, "key", a->key, &k, "query", a->query, &q));
+    }
+
+    /* Positions index the cache, so an out-of-range value would read past
+     * it. Only host memory can be read here; for device tensors the range
+     * check is the device kernel's business (reading device memory from the
+     * host would fault or need a synchronising copy). */
+    if (key->device == FLD_DEV_CPU && !pos.empty) {
+        const int64_t n = pos.rows * pos.width;
+        const char *base = (const char *)p->data + p->byte_offset;
+        if (pos.dtype == 0) {
+            const int64_t *v = (const int64_t *)(const void *)base;
+            for (int64_t i = 0; i < n; i++)
+                if (__builtin_expect((uint64_t)v[i] >= (uint64_t)max_pos, 0))
+                    return fail_position(op, i, v[i], max_pos);
+        } else {
+            const int32_t *v = (const int32_t *)(const void *)base;
+            for (int64_t i = 0; i < n; i++)
+                if (__builtin_expect(v[i] < 0 || (int64_t)v[i] >= max_pos, 0))
+                    return fail_position(op, i, v[i], max_pos);
+        }
+    }
+    key->dtype = q.dtype;
+    return FLD_OK;
+}
+
+int fld__validate_attention(const char *op, const void *argp, struct fld_call_key *key)
+{
+    const fld_attention_backend_args *a = argp;
+    if (__builtin_expect(a == NULL, 0))
+        return fail_args_null(op);
+    if (__builtin_expect(a->name == NULL, 0))
+        return fld__fail(FLD_EINVAL, "%s: argument 'name' is NULL", op);
+    key->device = fld__device_index(a->device_type);
+    if (__builtin_expect(key->device < 0, 0))
+        return fld__fail(
+            FLD_EINVAL,
+            "%s: argument 'device_type' is %d; supported: cpu (1), cuda (2), rocm (10), "
+            "ascend (12 or 21)",
+            op, a->device_type);
+    if (__builtin_expect(a->use_sparse && !a->use_mla, 0))
+        return fld__fail(FLD_EINVAL, "%s: argument 'use_sparse' requires 'use_mla'", op);
+    key->dtype = FLD_DT_ANY;
+    return FLD_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Helpers for kernels (validated input)                                    */
+/* ------------------------------------------------------------------------ */
+
+void fld_tensor_rows(const DLTensor *t, fld_rows *out)
+{
+    struct tview v;
+    layout_of(t, 1, &v);
+    out->data = (char *)t->data + t->byte_offset;
+    out->rows = v.rows;
+    out->width = v.width;
+    out->stride = v.row_stride;
+}
+
+void fld_rotary_geometry_of(const fld_rotary_embedding_args *args, fld_rotary_geometry *out)
+{
+    const DLTensor *p = args->positions, *c = args->cos_sin_cache;
+    struct tview v;
+    int64_t tokens = 1;
+    for (int i = 0; i < p->ndim; i++)
+        tokens *= p->shape[i];
+    out->tokens = tokens;
+    out->positions = (const char *)p->data + p->byte_offset;
+    out->positions_int32 = p->dtype.bits == 32;
+
+    layout_of(c, 1, &v);
+    out->max_pos = v.rows;
+    out->rot_dim = v.width;
+    out->cache = (const char *)c->data + c->byte_offset;
+    out->cache_stride = v.row_stride;
+    out->cache_dtype = c->dtype;
+
+    const DLTensor *q = args->query;
+    int split = q->ndim - p->ndim;
+    layout_of(q, split, &v);
+    out->query = (char *)q->data + q->byte_offset;
+    if (split == 1) {
+        out->q_heads = v.width / args->head_size;
+        out->q_head_stride = args->head_size;
+    } else {
+        out->q_heads = v.heads;
+        out->q_head_stride = v.head_stride;
+    }
+    out->q_token_stride = v.row_stride;
+
+    const DLTensor *k = args->key;
+    if (k == NULL) {
+        out->key = NULL;
+        out->k_heads = 0;
+        out->k_token_stride = out->k_head_stride = 0;
+        return;
+    }
+    split = k->ndim - p->ndim;
+    layout_of(k, split, &v);
+    out->key = (char *)k->data + k->byte_offset;
+    if (split == 1) {
+        out->k_heads = v.width / args->head_size;
+        out->k_head_stride = args->head_size;
+    } else {
+        out->k_heads = v.heads;
+        out->k_head_stride = v.head_stride;
+    }
+    out->k_token_stride = v.row_stride;
+}

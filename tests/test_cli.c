@@ -1,0 +1,765 @@
+/*
+ * The fldispatch tool, run for real: $FLD_BUILDDIR/bin/fldispatch is
+ * executed in a child with a controlled environment (no inherited VLLM_FL_*
+ * variables, the build's plugin directory), and its exit status, stdout and
+ * stderr are checked.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fldispatch/fldispatch.h>
+
+extern char **environ;
+
+#define MAX_ARGS 16
+#define MAX_ENV  256
+
+struct run {
+    int status; /* exit status, or 128 + signal */
+    char *out;
+    char *err;
+};
+
+static char *slurp(FILE *f)
+{
+    fflush(f);
+    long size = ftell(f);
+    ck_assert_int_ge(size, 0);
+    char *buf = malloc((size_t)size + 1);
+    ck_assert_ptr_nonnull(buf);
+    rewind(f);
+    size_t got = fread(buf, 1, (size_t)size, f);
+    buf[got] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Variables of the caller's environment that would change what the tool selects. */
+static bool inherited_policy_var(const char *entry)
+{
+    return strncmp(entry, "VLLM_FL_", 8) == 0 || strncmp(entry, "USE_FLAGGEMS=", 13) == 0 ||
+           strncmp(entry, "FLD_TEMPLATE_ENABLE=", 20) == 0;
+}
+
+/*
+ * Runs the tool. env: NULL-terminated "NAME=value" entries added to the
+ * controlled environment (NULL for none); args: NULL-terminated arguments.
+ */
+static void run_tool(struct run *r, const char *const *env, const char *const *args)
+{
+    const char *builddir = getenv("FLD_BUILDDIR");
+    ck_assert_msg(builddir != NULL, "FLD_BUILDDIR is not set (run through make check)");
+
+    char tool[4096], plugin_dir[4096];
+    snprintf(tool, sizeof tool, "%s/bin/fldispatch", builddir);
+    snprintf(plugin_dir, sizeof plugin_dir, "VLLM_FL_PLUGIN_DIR=%s/lib/fldispatch/plugins",
+             builddir);
+    ck_assert_msg(access(tool, X_OK) == 0, "%s is not built", tool);
+
+    const char *argv[MAX_ARGS + 2];
+    int argc = 0;
+    argv[argc++] = tool;
+    for (const char *const *a = args; *a; a++) {
+        ck_assert_int_lt(argc, MAX_ARGS);
+        argv[argc++] = *a;
+    }
+    argv[argc] = NULL;
+
+    const char *envp[MAX_ENV + 1];
+    int n = 0;
+    for (char **e = environ; *e && n < MAX_ENV - 16; e++)
+        if (!inherited_policy_var(*e))
+            envp[n++] = *e;
+    envp[n++] = plugin_dir;
+    envp[n++] = "VLLM_FL_PLATFORM=cpu";
+    for (const char *const *e = env; e && *e; e++) {
+        ck_assert_int_lt(n, MAX_ENV);
+        envp[n++] = *e;
+    }
+    envp[n] = NULL;
+
+    FILE *out = tmpfile(), *err = tmpfile();
+    ck_assert_ptr_nonnull(out);
+    ck_assert_ptr_nonnull(err);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fileno(out), STDOUT_FILENO);
+        dup2(fileno(err), STDERR_FILENO);
+        alarm(120); /* survives exec: a hung tool dies instead of hanging the test */
+        execve(tool, (char *const *)argv, (char *const *)envp);
+        _exit(127);
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    fseek(out, 0, SEEK_END);
+    fseek(err, 0, SEEK_END);
+    r->out = slurp(out);
+    r->err = slurp(err);
+}
+
+static void run_free(struct run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+#define NO_ENV    ((const char *const *)NULL)
+#define ENV(...)  ((const char *const[]){__VA_ARGS__, NULL})
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define NO_ARGS   ((const char *const[]){NULL})
+
+/* Outputs quoted in failure messages are clipped: Check caps the size of a message. */
+#define CLIP "%.2000s"
+
+#define assert_status(r, expected)                                                                 \
+    ck_assert_msg((r).status == (expected),                                                        \
+                  "exit status %d, expected %d\nstdout:\n" CLIP "\nstderr:\n" CLIP, (r).status,    \
+                  (expected), (r).out, (r).err)
+
+/* The first line of s, in a static buffer. */
+static const char *first_line(const char *s)
+{
+    static char line[256];
+    size_t n = strcspn(s, "\n");
+    if (n >= sizeof line)
+        n = sizeof line - 1;
+    memcpy(line, s, n);
+    line[n] = '\0';
+    return line;
+}
+
+/* Whether some line of text contains every one of the needles. */
+#define line_with(text, ...) line_with_all((text), (const char *const[]){__VA_ARGS__, NULL})
+
+static bool line_with_all(const char *text, const char *const *needles)
+{
+    for (const char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        bool all = true;
+        for (const char *const *n = needles; *n && all; n++) {
+            const char *hit = strstr(line, *n);
+            all = hit && hit < line + len;
+        }
+        if (all)
+            return true;
+        line += len;
+        if (*line == '\n')
+            line++;
+    }
+    return false;
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* ---- a strict JSON syntax checker (RFC 8259 grammar, no semantics) ------- */
+
+static const char *js_value(const char *p, int depth);
+
+static const char *js_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+static const char *js_string(const char *p)
+{
+    if (*p++ != '"')
+        return NULL;
+    for (;;) {
+        unsigned char c = (unsigned char)*p++;
+        if (c == '"')
+            return p;
+        if (c < 0x20)
+            return NULL;
+        if (c == '\\') {
+            c = (unsigned char)*p++;
+            if (c == 'u') {
+                for (int i = 0; i < 4; i++, p++)
+                    if (!strchr("0123456789abcdefABCDEF", *p) || !*p)
+                        return NULL;
+            } else if (!c || !strchr("\"\\/bfnrt", c)) {
+                return NULL;
+            }
+        }
+    }
+}
+
+static const char *js_digits(const char *p)
+{
+    if (*p < '0' || *p > '9')
+        return NULL;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return p;
+}
+
+static const char *js_number(const char *p)
+{
+    if (*p == '-')
+        p++;
+    if (*p == '0')
+        p++;
+    else if (!(p = js_digits(p)))
+        return NULL;
+    if (*p == '.' && !(p = js_digits(p + 1)))
+        return NULL;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!(p = js_digits(p)))
+            return NULL;
+    }
+    return p;
+}
+
+static const char *js_container(const char *p, int depth, char close, bool object)
+{
+    p = js_ws(p + 1);
+    if (*p == close)
+        return p + 1;
+    for (;;) {
+        if (object) {
+            if (!(p = js_string(js_ws(p))))
+                return NULL;
+            p = js_ws(p);
+            if (*p++ != ':')
+                return NULL;
+        }
+        if (!(p = js_value(p, depth + 1)))
+            return NULL;
+        p = js_ws(p);
+        if (*p == close)
+            return p + 1;
+        if (*p++ != ',')
+            return NULL;
+    }
+}
+
+static const char *js_value(const char *p, int depth)
+{
+    if (depth > 64)
+        return NULL;
+    p = js_ws(p);
+    switch (*p) {
+    case '{':
+        return js_container(p, depth, '}', true);
+    case '[':
+        return js_container(p, depth, ']', false);
+    case '"':
+        return js_string(p);
+    case 't':
+        return strncmp(p, "true", 4) == 0 ? p + 4 : NULL;
+    case 'f':
+        return strncmp(p, "false", 5) == 0 ? p + 5 : NULL;
+    case 'n':
+        return strncmp(p, "null", 4) == 0 ? p + 4 : NULL;
+    default:
+        return js_number(p);
+    }
+}
+
+static bool json_valid(const char *text)
+{
+    const char *end = js_value(text, 0);
+    return end && *js_ws(end) == '\0';
+}
+
+#define assert_json_object(text)                                                                   \
+    do {                                                                                           \
+        ck_assert_msg((text)[0] == '{', "JSON output does not start with '{':\n" CLIP, (text));    \
+        ck_assert_msg(json_valid(text), "output is not valid JSON:\n" CLIP, (text));               \
+    } while (0)
+
+/* ---- the checker checks itself --------------------------------------------- */
+
+START_TEST(json_checker_rejects_bad_documents)
+{
+    ck_assert(json_valid("{\"a\": [1, -2.5e3, true, null, \"x\\n\\u00e9\"], \"b\": {}}\n"));
+    ck_assert(!json_valid("{\"a\": 1,}"));
+    ck_assert(!json_valid("{\"a\" 1}"));
+    ck_assert(!json_valid("[1, 2"));
+    ck_assert(!json_valid("{\"a\": \"tab\there\"}"));
+    ck_assert(!json_valid("{} {}"));
+    ck_assert(!json_valid("{\"a\": 01}"));
+}
+END_TEST
+
+/* ---- top level ------------------------------------------------------------- */
+
+START_TEST(help_lists_commands)
+{
+    static const char *const flags[] = {"--help", "-h"};
+    for (size_t i = 0; i < 2; i++) {
+        struct run r;
+        run_tool(&r, NO_ENV, ARGS(flags[i]));
+        assert_status(r, 0);
+        for (const char *const *c = (const char *const[]){"list", "resolve", "bench", "config",
+                                                          "verify", "doctor", NULL};
+             *c; c++)
+            ck_assert_msg(line_with(r.out, "  ", *c), "--help does not list '%s':\n" CLIP, *c,
+                          r.out);
+        ck_assert(line_with(r.out, "verify", "(coming)"));
+        ck_assert_str_eq(r.err, "");
+        run_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(command_help)
+{
+    static const char *const cmds[] = {"list", "resolve", "bench"};
+    for (size_t i = 0; i < 3; i++) {
+        struct run r;
+        run_tool(&r, NO_ENV, ARGS(cmds[i], "--help"));
+        assert_status(r, 0);
+        char usage[64];
+        snprintf(usage, sizeof usage, "Usage: fldispatch %s", cmds[i]);
+        ck_assert_msg(strstr(r.out, usage), "%s --help:\n" CLIP, cmds[i], r.out);
+        run_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(version)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("--version"));
+    assert_status(r, 0);
+    ck_assert(strstr(r.out, "fldispatch " FLD_VERSION_STRING));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(no_command_is_usage_error)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, NO_ARGS);
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "Usage:"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(unknown_command)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("frobnicate"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "frobnicate"));
+    ck_assert(strstr(r.err, "--help"));
+    ck_assert_str_eq(r.out, "");
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("--frobnicate"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "--frobnicate"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(unknown_options)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("list", "--bogus"));
+    assert_status(r, 2);
+    ck_assert(line_with(r.err, "--bogus", "fldispatch list --help"));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--devcie", "cpu"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "--devcie"));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("bench", "--overhead", "--fast"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "--fast"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(coming_commands)
+{
+    static const char *const cmds[] = {"config", "verify", "doctor"};
+    for (size_t i = 0; i < 3; i++) {
+        struct run r;
+        run_tool(&r, NO_ENV, ARGS(cmds[i]));
+        assert_status(r, 2);
+        char msg[128];
+        snprintf(msg, sizeof msg, "'%s' is not available in this version", cmds[i]);
+        ck_assert_msg(strstr(r.err, msg), "%s: " CLIP, cmds[i], r.err);
+        run_free(&r);
+    }
+}
+END_TEST
+
+/* ---- list ------------------------------------------------------------------- */
+
+START_TEST(list_text)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "  cpu ", "in-tree", "loaded", "fld-cpu.so"),
+                  "no loaded cpu plugin:\n" CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "rms_norm", "reference.c", "available"),
+                  "no reference.c rms_norm:\n" CLIP, r.out);
+    ck_assert(line_with(r.out, "silu_and_mul", "reference.c"));
+    static const char *const ops[] = {"silu_and_mul",      "mul_and_silu", "gelu_and_mul",
+                                      "gelu_tanh_and_mul", "rms_norm",     "gemma_rms_norm",
+                                      "rotary_embedding"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        ck_assert_msg(line_with(r.out, ops[i], "vendor.cpu", "cpu", "f32,f16,bf16"),
+                      "no vendor.cpu %s:\n" CLIP, ops[i], r.out);
+    ck_assert_msg(!line_with(r.out, "attention_backend", "vendor.cpu"),
+                  "vendor.cpu registers attention_backend:\n" CLIP, r.out);
+    /* The example plugin is loaded but stays off without its variable. */
+    ck_assert_msg(line_with(r.out, "vendor.template", "unavailable",
+                            "set FLD_TEMPLATE_ENABLE=1 to enable the example"),
+                  "template plugin not listed as unavailable:\n" CLIP, r.out);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(list_template_enabled)
+{
+    struct run r;
+    run_tool(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "silu_and_mul", "vendor.template", " available"),
+                  "template not available with FLD_TEMPLATE_ENABLE=1:\n" CLIP, r.out);
+    ck_assert(!line_with(r.out, "vendor.template", "unavailable"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(list_json)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("list", "--json"));
+    assert_status(r, 0);
+    assert_json_object(r.out);
+    ck_assert(strstr(r.out, "\"plugins\": ["));
+    ck_assert(strstr(r.out, "\"impls\": ["));
+    ck_assert(strstr(r.out, "\"name\": \"cpu\""));
+    ck_assert(strstr(r.out, "\"impl_id\": \"vendor.cpu\""));
+    ck_assert(strstr(r.out, "\"impl_id\": \"reference.c\""));
+    ck_assert(strstr(r.out, "\"dtypes\": ["));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(bad_environment_is_config_error)
+{
+    struct run r;
+    run_tool(&r, ENV("VLLM_FL_PREFER=bogus"), ARGS("list"));
+    assert_status(r, 2);
+    ck_assert_msg(strstr(r.err, "VLLM_FL_PREFER"), "stderr does not name the variable:\n" CLIP,
+                  r.err);
+    run_free(&r);
+
+    run_tool(&r, ENV("VLLM_FL_PREFER=bogus"), ARGS("resolve", "rms_norm"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "VLLM_FL_PREFER"));
+    run_free(&r);
+}
+END_TEST
+
+/* ---- resolve ---------------------------------------------------------------- */
+
+START_TEST(resolve_default_is_vendor_cpu)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm"));
+    assert_status(r, 0);
+    ck_assert_str_eq(first_line(r.out), "vendor.cpu");
+    ck_assert_msg(line_with(r.out, "1. vendor.cpu") && line_with(r.out, "2. reference.c"),
+                  "candidates not in order:\n" CLIP, r.out);
+    ck_assert(line_with(r.out, "order:", "vendor", "reference"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(resolve_json)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--json"));
+    assert_status(r, 0);
+    assert_json_object(r.out);
+    ck_assert(strstr(r.out, "\"op\": \"rms_norm\""));
+    ck_assert(strstr(r.out, "\"device\": \"cpu\""));
+    ck_assert(strstr(r.out, "\"dtype\": \"f32\""));
+    ck_assert(strstr(r.out, "\"selected\": \"vendor.cpu\""));
+    ck_assert(strstr(r.out, "\"candidates\": ["));
+    ck_assert(strstr(r.out, "\"rejected\": ["));
+    ck_assert(strstr(r.out, "\"order\": "));
+    ck_assert(strstr(r.out, "\"order_source\": "));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(resolve_prefer_reference)
+{
+    struct run r;
+    run_tool(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("resolve", "rms_norm"));
+    assert_status(r, 0);
+    ck_assert_str_eq(first_line(r.out), "reference.c");
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(resolve_denied_vendor)
+{
+    struct run r;
+    run_tool(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"), ARGS("resolve", "rms_norm"));
+    assert_status(r, 0);
+    ck_assert_str_eq(first_line(r.out), "reference.c");
+    ck_assert_msg(line_with(r.out, "vendor.cpu", "VLLM_FL_DENY_VENDORS"),
+                  "rejection does not name VLLM_FL_DENY_VENDORS:\n" CLIP, r.out);
+    run_free(&r);
+
+    run_tool(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"), ARGS("resolve", "rms_norm", "--json"));
+    assert_status(r, 0);
+    assert_json_object(r.out);
+    ck_assert(strstr(r.out, "\"selected\": \"reference.c\""));
+    ck_assert(strstr(r.out, "\"impl_id\": \"vendor.cpu\""));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(resolve_unknown_op)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("resolve", "no_such_op"));
+    assert_status(r, 2);
+    ck_assert(line_with(r.err, "no such op", "no_such_op"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(resolve_nothing_available)
+{
+    static const char *const env[] = {"VLLM_FL_PREFER_ENABLED=0", "VLLM_FL_PER_OP=rms_norm=vendor",
+                                      NULL};
+    struct run r;
+    run_tool(&r, env, ARGS("resolve", "rms_norm"));
+    assert_status(r, 3);
+    ck_assert_str_eq(first_line(r.out), "none");
+    run_free(&r);
+
+    run_tool(&r, env, ARGS("resolve", "rms_norm", "--json"));
+    assert_status(r, 3);
+    assert_json_object(r.out);
+    ck_assert(strstr(r.out, "\"selected\": null"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(resolve_device_and_dtype_options)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype", "bf16"));
+    assert_status(r, 0);
+    ck_assert_str_eq(first_line(r.out), "vendor.cpu");
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("resolve", "--dtype=f16", "--device=cpu", "silu_and_mul", "--json"));
+    assert_status(r, 0);
+    ck_assert(strstr(r.out, "\"dtype\": \"f16\""));
+    ck_assert(strstr(r.out, "\"selected\": \"vendor.cpu\""));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--device", "tpu"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "tpu"));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype", "f64"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "f64"));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype"));
+    assert_status(r, 2);
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("resolve"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "OP"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(resolve_attention_backend_uses_any_dtype)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("resolve", "attention_backend", "--json"));
+    assert_status(r, 0);
+    ck_assert(strstr(r.out, "\"dtype\": \"any\""));
+    ck_assert(!strstr(r.out, "\"selected\": null"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(template_plugin_selection)
+{
+    struct run r;
+    /* Off by default: dropped with its reason. */
+    run_tool(&r, ENV("VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
+             ARGS("resolve", "silu_and_mul"));
+    assert_status(r, 0);
+    ck_assert_str_eq(first_line(r.out), "reference.c");
+    ck_assert(line_with(r.out, "vendor.template", "FLD_TEMPLATE_ENABLE"));
+    run_free(&r);
+
+    /* On, but its low priority keeps it behind vendor.cpu. */
+    run_tool(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("resolve", "silu_and_mul"));
+    assert_status(r, 0);
+    ck_assert_str_eq(first_line(r.out), "vendor.cpu");
+    ck_assert(line_with(r.out, "2. vendor.template"));
+    run_free(&r);
+
+    run_tool(&r,
+             ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
+             ARGS("resolve", "silu_and_mul"));
+    assert_status(r, 0);
+    ck_assert_str_eq(first_line(r.out), "vendor.template");
+    run_free(&r);
+
+    /* float32 only. */
+    run_tool(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("resolve", "silu_and_mul", "--dtype", "bf16"));
+    assert_status(r, 0);
+    ck_assert(!line_with(r.out, ". vendor.template"));
+    run_free(&r);
+}
+END_TEST
+
+/* ---- bench ------------------------------------------------------------------ */
+
+START_TEST(bench_overhead_text)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "3", "--calls", "2000"));
+    assert_status(r, 0);
+    static const char *const variants[] = {"direct", "handle", "name", "typed"};
+    for (size_t v = 0; v < 4; v++)
+        for (const char *const *k = (const char *const[]){"null", "loop", NULL}; *k; k++)
+            for (const char *const *t = (const char *const[]){" 1 ", " 2 ", NULL}; *t; t++)
+                ck_assert_msg(line_with(r.out, *k, variants[v], *t),
+                              "no %s/%s row for%sthread(s):\n" CLIP, *k, variants[v], *t, r.out);
+    ck_assert(strstr(r.out, "<= 5 ns"));
+    ck_assert(strstr(r.out, "<= 25 ns"));
+    ck_assert(strstr(r.out, "1.8x"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(bench_overhead_json)
+{
+    struct run r;
+    /* Policy variables must not stop the bench from pinning its own kernels. */
+    run_tool(&r, ENV("VLLM_FL_DENY_VENDORS=bench", "VLLM_FL_PREFER=reference"),
+             ARGS("bench", "--overhead", "--json", "--reps=3", "--calls=1000"));
+    assert_status(r, 0);
+    assert_json_object(r.out);
+    ck_assert(strstr(r.out, "\"machine\": {"));
+    ck_assert(strstr(r.out, "\"cpu\": \""));
+    ck_assert(strstr(r.out, "\"threads\": "));
+    ck_assert(strstr(r.out, "\"results\": ["));
+    ck_assert(strstr(r.out, "\"scaling_2t\": {"));
+    ck_assert_int_eq(count_of(r.out, "\"variant\": "), 16);
+    ck_assert_int_eq(count_of(r.out, "\"ns_per_call\": "), 16);
+    ck_assert_int_eq(count_of(r.out, "\"overhead_ns\": "), 16);
+    ck_assert(!strstr(r.out, ": null")); /* every figure measured */
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(bench_needs_overhead)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("bench"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "kernel benchmarks come in a later version; use --overhead"));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "0"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "--reps"));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("bench", "--overhead", "--calls", "12x"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "12x"));
+    run_free(&r);
+}
+END_TEST
+
+static Suite *cli_suite(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *basics = tcase_create("basics");
+    tcase_set_timeout(basics, 60);
+    tcase_add_test(basics, json_checker_rejects_bad_documents);
+    tcase_add_test(basics, help_lists_commands);
+    tcase_add_test(basics, command_help);
+    tcase_add_test(basics, version);
+    tcase_add_test(basics, no_command_is_usage_error);
+    tcase_add_test(basics, unknown_command);
+    tcase_add_test(basics, unknown_options);
+    tcase_add_test(basics, coming_commands);
+    suite_add_tcase(s, basics);
+
+    TCase *list = tcase_create("list");
+    tcase_set_timeout(list, 60);
+    tcase_add_test(list, list_text);
+    tcase_add_test(list, list_template_enabled);
+    tcase_add_test(list, list_json);
+    tcase_add_test(list, bad_environment_is_config_error);
+    suite_add_tcase(s, list);
+
+    TCase *resolve = tcase_create("resolve");
+    tcase_set_timeout(resolve, 60);
+    tcase_add_test(resolve, resolve_default_is_vendor_cpu);
+    tcase_add_test(resolve, resolve_json);
+    tcase_add_test(resolve, resolve_prefer_reference);
+    tcase_add_test(resolve, resolve_denied_vendor);
+    tcase_add_test(resolve, resolve_unknown_op);
+    tcase_add_test(resolve, resolve_nothing_available);
+    tcase_add_test(resolve, resolve_device_and_dtype_options);
+    tcase_add_test(resolve, resolve_attention_backend_uses_any_dtype);
+    tcase_add_test(resolve, template_plugin_selection);
+    suite_add_tcase(s, resolve);
+
+    TCase *bench = tcase_create("bench");
+    tcase_set_timeout(bench, 120);
+    tcase_add_test(bench, bench_overhead_text);
+    tcase_add_test(bench, bench_overhead_json);
+    tcase_add_test(bench, bench_needs_overhead);
+    suite_add_tcase(s, bench);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(cli_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

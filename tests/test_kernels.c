@@ -1,0 +1,855 @@
+/*
+ * Numerics of the catalog kernels: every CPU implementation registered for
+ * an op (the library's reference.c and whatever plugins the build tree
+ * loads, e.g. vendor.cpu) against a double-precision computation written
+ * here, at vLLM's test shapes and tolerances (kernels.md §2).
+ *
+ * Each implementation is pinned with a scoped per-op order "op=impl:<id>"
+ * plus strict mode, so the call can only run that implementation and its
+ * own status comes back. A non-reference implementation may decline a call
+ * (FLD_EUNAVAILABLE through the manager); its outputs must then be
+ * untouched. The reference must accept everything.
+ *
+ * Besides the allclose tolerances, an exact one-rounding kernel is within
+ * one unit in the last place of the 16-bit storage type (plus the float32
+ * error of the computation itself); that is asserted for reference.c on
+ * activations and rotary.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <fldispatch/plugin.h>
+
+#include "util/tensor.h"
+
+/* ------------------------------------------------------------------------ */
+/* Implementations under test                                               */
+/* ------------------------------------------------------------------------ */
+
+#define MAX_IMPLS 16
+#define REF_ID    "reference.c"
+
+struct impl_list {
+    const char *op;
+    int n;
+    char ids[MAX_IMPLS][96];
+};
+
+static int collect_impl(const fld_impl_info *info, void *user)
+{
+    struct impl_list *l = user;
+    if (strcmp(info->op, l->op) != 0 || !(info->devices & FLD_DEVICE_MASK_CPU) ||
+        !info->available || l->n == MAX_IMPLS)
+        return 0;
+    snprintf(l->ids[l->n++], sizeof l->ids[0], "%s", info->impl_id);
+    return 0;
+}
+
+/* The available CPU implementations of op; reference.c must be one of them. */
+static void cpu_impls(const char *op, struct impl_list *l)
+{
+    memset(l, 0, sizeof *l);
+    l->op = op;
+    ck_assert_int_eq(fld_foreach_impl(collect_impl, l), 0);
+    bool has_ref = false;
+    for (int i = 0; i < l->n; i++)
+        has_ref |= strcmp(l->ids[i], REF_ID) == 0;
+    ck_assert_msg(has_ref, "op %s: %s is not registered for cpu (%d impls)", op, REF_ID, l->n);
+}
+
+/* Makes impl the only candidate of op on this thread, strictly. */
+static void pin(const char *op, const char *impl, DLDataType dt)
+{
+    char spec[160];
+    snprintf(spec, sizeof spec, "%s=impl:%s", op, impl);
+    ck_assert_msg(fld_policy_push_per_op(spec) == FLD_OK, "%s: %s", spec, fld_last_error());
+    ck_assert_int_eq(fld_policy_push_strict(true), FLD_OK);
+    const char *selected = NULL;
+    ck_assert_msg(fld_resolve(op, FLD_DEVICE_CPU, dt, &selected) == FLD_OK, "resolve %s: %s", op,
+                  fld_last_error());
+    ck_assert_str_eq(selected, impl);
+}
+
+static void unpin(void)
+{
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+}
+
+static bool declined(int rc)
+{
+    return rc == FLD_EUNAVAILABLE || rc == FLD_EUNSUPPORTED;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Comparison                                                               */
+/* ------------------------------------------------------------------------ */
+
+static DLDataType dtype_at(int i)
+{
+    return i == 0 ? FLD_DTYPE_F32 : i == 1 ? FLD_DTYPE_F16 : FLD_DTYPE_BF16;
+}
+
+static const char *dtype_label(DLDataType dt)
+{
+    return fld_dtype_name(dt);
+}
+
+/* One unit in the last place of dtype at magnitude |v| (the larger binade). */
+static double ulp_of(DLDataType dt, double v)
+{
+    int mant = dt.bits == 32 ? 23 : dt.code == kDLBfloat ? 7 : 10;
+    int emin = dt.code == kDLFloat && dt.bits == 16 ? -14 : -126;
+    int e = 0;
+    double a = fabs(v);
+    if (a > 0)
+        frexp(a, &e); /* a = m 2^e, m in [0.5, 1): leading bit 2^(e-1) */
+    int lead = a > 0 ? e - 1 : emin;
+    if (lead < emin)
+        lead = emin;
+    return ldexp(1.0, lead - mant);
+}
+
+struct cmp {
+    const char *label; /* "impl op dtype shape" */
+    DLDataType dt;
+    double atol, rtol; /* allclose: |got - want| <= atol + rtol |want| */
+    double rel;        /* > 0: also |got - want| <= rel |want| (where |want| > 1e-30) */
+    bool ulp;          /* also within 1 ulp of dt, plus float32 slack */
+    int64_t n, bad;
+    int64_t first_i;
+    double first_got, first_want;
+    const char *first_rule;
+};
+
+static void cmp_init(struct cmp *c, const char *label, DLDataType dt, double atol, double rtol)
+{
+    memset(c, 0, sizeof *c);
+    c->label = label;
+    c->dt = dt;
+    c->atol = atol;
+    c->rtol = rtol;
+}
+
+/* The vLLM default tolerances of a dtype (allclose_default.py). */
+static void cmp_default(struct cmp *c, const char *label, DLDataType dt)
+{
+    if (dt.bits == 32)
+        cmp_init(c, label, dt, 1e-5, 1.3e-6);
+    else if (dt.code == kDLFloat)
+        cmp_init(c, label, dt, 1e-3, 1e-3);
+    else
+        cmp_init(c, label, dt, 1e-3, 1.6e-2);
+}
+
+/* mag: sum of |terms| of the float32 computation, to bound its own error. */
+static void cmp_one(struct cmp *c, int64_t i, double got, double want, double mag)
+{
+    double err = fabs(got - want);
+    const char *rule = NULL;
+    c->n++;
+    if (!(err <= c->atol + c->rtol * fabs(want)))
+        rule = "allclose";
+    else if (c->rel > 0 && fabs(want) > 1e-30 && !(err <= c->rel * fabs(want)))
+        rule = "relative";
+    else if (c->ulp && !(err <= ulp_of(c->dt, fmax(fabs(got), fabs(want))) + 0x1p-22 * mag))
+        rule = "1 ulp";
+    if (!rule)
+        return;
+    if (c->bad++ == 0) {
+        c->first_i = i;
+        c->first_got = got;
+        c->first_want = want;
+        c->first_rule = rule;
+    }
+}
+
+static void cmp_done(const struct cmp *c)
+{
+    ck_assert_msg(c->bad == 0,
+                  "%s: %lld of %lld values off; first at %lld: got %.10g, want %.10g (%s, atol %g "
+                  "rtol %g)",
+                  c->label, (long long)c->bad, (long long)c->n, (long long)c->first_i, c->first_got,
+                  c->first_want, c->first_rule, c->atol, c->rtol);
+}
+
+static double *values_of(const tt_tensor *t)
+{
+    int64_t n = tt_numel(t);
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    ck_assert_ptr_nonnull(v);
+    tt_to_double(t, v);
+    return v;
+}
+
+/* Asserts t still holds want (bit-exact, as doubles) and its padding is intact. */
+static void assert_unchanged(const char *label, const char *name, const tt_tensor *t,
+                             const double *want)
+{
+    double *now = values_of(t);
+    int64_t n = tt_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(now[i] == want[i] || (isnan(now[i]) && isnan(want[i])),
+                      "%s: '%s' changed at %lld: %.9g -> %.9g", label, name, (long long)i, want[i],
+                      now[i]);
+    free(now);
+    ck_assert_msg(tt_padding_intact(t), "%s: bytes outside the view of '%s' were written", label,
+                  name);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Activations                                                              */
+/* ------------------------------------------------------------------------ */
+
+static const char *const act_ops[4] = {FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,
+                                       FLD_OP_GELU_AND_MUL, FLD_OP_GELU_TANH_AND_MUL};
+
+static int call_act(int op, DLTensor *out, const DLTensor *x)
+{
+    switch (op) {
+    case 0:
+        return fld_silu_and_mul(out, x);
+    case 1:
+        return fld_mul_and_silu(out, x);
+    case 2:
+        return fld_gelu_and_mul(out, x);
+    default:
+        return fld_gelu_tanh_and_mul(out, x);
+    }
+}
+
+static double silu_d(double a)
+{
+    return a / (1.0 + exp(-a));
+}
+
+/*
+ * The activations in double, in forms that keep their relative precision in
+ * the tails (1 + erf(z) and 1 + tanh(u) cancel to 0 even in double far
+ * enough out): 0.5 a (1 + erf(a/sqrt2)) = 0.5 a erfc(-a/sqrt2) and
+ * 0.5 a (1 + tanh(u)) = a / (1 + exp(-2u)).
+ */
+static double act_ref(int op, double a, double b)
+{
+    switch (op) {
+    case 0:
+        return silu_d(a) * b;
+    case 1:
+        return a * silu_d(b);
+    case 2:
+        return 0.5 * a * erfc(-a / sqrt(2.0)) * b;
+    default:
+        return a / (1.0 + exp(-2.0 * sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a))) * b;
+    }
+}
+
+/* x [lead..., 2d] -> out [lead..., d]; nlead 1 or 2; pad > 0 strides the rows. */
+static void run_activation(int op, const char *impl, DLDataType dt, int nlead, const int64_t *lead,
+                           int64_t d, int64_t pad)
+{
+    int64_t xs[3], os[3], xst[3], ost[3];
+    int nd = nlead + 1;
+    int64_t rows = 1;
+    for (int i = 0; i < nlead; i++) {
+        xs[i] = os[i] = lead[i];
+        rows *= lead[i];
+    }
+    xs[nlead] = 2 * d;
+    os[nlead] = d;
+    xst[nlead] = ost[nlead] = 1;
+    xst[nlead - 1] = 2 * d + pad;
+    ost[nlead - 1] = d + pad;
+    if (nlead == 2) {
+        xst[0] = xst[1] * xs[1];
+        ost[0] = ost[1] * os[1];
+    }
+    tt_tensor *x = pad ? tt_new_strided(dt, nd, xs, xst) : tt_new(dt, nd, xs);
+    tt_tensor *out = pad ? tt_new_strided(dt, nd, os, ost) : tt_new(dt, nd, os);
+    tt_fill_normal(x, 1000 + (uint64_t)(op * 7 + d + rows), 0.0, 1.0);
+    double *xv = values_of(x), *before = values_of(out);
+
+    char label[192];
+    snprintf(label, sizeof label, "%s %s %s rows=%lld d=%lld pad=%lld", impl, act_ops[op],
+             dtype_label(dt), (long long)rows, (long long)d, (long long)pad);
+    int rc = call_act(op, &out->t, &x->t);
+    bool is_ref = strcmp(impl, REF_ID) == 0;
+    if (!is_ref && declined(rc)) {
+        assert_unchanged(label, "out", out, before);
+    } else {
+        ck_assert_msg(rc == FLD_OK, "%s: status %d: %s", label, rc, fld_last_error());
+        double *ov = values_of(out);
+        struct cmp c;
+        cmp_default(&c, label, dt);
+        c.ulp = is_ref && dt.bits == 16;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < d; j++) {
+                double want = act_ref(op, xv[r * 2 * d + j], xv[r * 2 * d + d + j]);
+                cmp_one(&c, r * d + j, ov[r * d + j], want, fabs(want));
+            }
+        cmp_done(&c);
+        ck_assert_msg(tt_padding_intact(out), "%s: bytes outside 'out' were written", label);
+        free(ov);
+    }
+    assert_unchanged(label, "x", x, xv);
+    free(xv);
+    free(before);
+    tt_free(x);
+    tt_free(out);
+}
+
+/* _i = op * 3 + dtype index */
+START_TEST(test_activation)
+{
+    const int op = _i / 3;
+    const DLDataType dt = dtype_at(_i % 3);
+    struct impl_list impls;
+    cpu_impls(act_ops[op], &impls);
+    for (int k = 0; k < impls.n; k++) {
+        const char *impl = impls.ids[k];
+        pin(act_ops[op], impl, dt);
+        static const int64_t tokens[] = {7, 83};
+        static const int64_t ds[] = {512, 13824};
+        for (int ti = 0; ti < 2; ti++)
+            for (int di = 0; di < 2; di++) {
+                /* The largest shape once per op is plenty, and keeps the run short. */
+                if (ti == 1 && di == 1 && _i % 3 != 0)
+                    continue;
+                run_activation(op, impl, dt, 1, &tokens[ti], ds[di], 0);
+            }
+        run_activation(op, impl, dt, 2, (int64_t[]){2, 3}, 64, 0); /* [B, S, 2d] */
+        run_activation(op, impl, dt, 1, (int64_t[]){5}, 40, 24);   /* strided rows */
+        run_activation(op, impl, dt, 2, (int64_t[]){3, 4}, 24, 8); /* strided 3-D */
+        run_activation(op, impl, dt, 1, (int64_t[]){0}, 512, 0);   /* no tokens */
+        run_activation(op, impl, dt, 1, (int64_t[]){3}, 0, 0);     /* empty rows */
+        unpin();
+    }
+}
+END_TEST
+
+/* Values far in the tails, where textbook float32 forms cancel or overflow. */
+START_TEST(test_activation_tails)
+{
+    const int op = _i / 3;
+    const DLDataType dt = dtype_at(_i % 3);
+    static const double as[] = {-88.0, -30.0, -12.0, -9.5, -6.0, -4.0, -2.5, -1e-3, -1e-6,
+                                0.0,   1e-6,  1e-3,  0.75, 2.5,  6.0,  9.5,  30.0,  88.0};
+    const int64_t n = (int64_t)(sizeof as / sizeof as[0]);
+    tt_tensor *x = tt_new(dt, 2, (int64_t[]){1, 2 * n});
+    tt_tensor *out = tt_new(dt, 2, (int64_t[]){1, n});
+    for (int64_t j = 0; j < n; j++) {
+        /* both halves carry the tail values, so each op sees them in its activation */
+        tt_set(x, j, as[j]);
+        tt_set(x, n + j, as[n - 1 - j]);
+    }
+    double *xv = values_of(x);
+    pin(act_ops[op], REF_ID, dt);
+    char label[128];
+    snprintf(label, sizeof label, "%s %s %s tails", REF_ID, act_ops[op], dtype_label(dt));
+    ck_assert_msg(call_act(op, &out->t, &x->t) == FLD_OK, "%s: %s", label, fld_last_error());
+    unpin();
+    double *ov = values_of(out);
+    struct cmp c;
+    cmp_default(&c, label, dt);
+    c.ulp = dt.bits == 16;
+    c.rel = dt.bits == 32 ? 1e-5 : 0; /* relative accuracy even where values are tiny */
+    for (int64_t j = 0; j < n; j++) {
+        double want = act_ref(op, xv[j], xv[n + j]);
+        cmp_one(&c, j, ov[j], want, fabs(want));
+    }
+    cmp_done(&c);
+    free(xv);
+    free(ov);
+    tt_free(x);
+    tt_free(out);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* rms_norm                                                                 */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    R_RESIDUAL = 1 << 0,
+    R_STRIDED = 1 << 1, /* x is the left half of a [T, 2H] buffer */
+    R_INPLACE = 1 << 2, /* out == x */
+    R_NOWEIGHT = 1 << 3,
+    R_GEMMA = 1 << 4,
+    R_3D = 1 << 5 /* [2, T/2, H]-style leading dims: [T, 1, H] would be trivial */
+};
+
+static void run_rms(const char *impl, DLDataType dt, int64_t T, int64_t H, int flags)
+{
+    const bool gemma = flags & R_GEMMA;
+    const char *op = gemma ? FLD_OP_GEMMA_RMS_NORM : FLD_OP_RMS_NORM;
+    const float eps = 1e-6f;
+    const double scale = 1.0 / (2.0 * (double)(H ? H : 1));
+    tt_tensor *x;
+    int nd = 2;
+    int64_t shape[3] = {T, H, 0};
+    if (flags & R_3D) {
+        nd = 3;
+        shape[0] = 2;
+        shape[1] = T / 2;
+        shape[2] = H;
+        T = 2 * (T / 2);
+    }
+    if (flags & R_STRIDED) {
+        int64_t st[3] = {2 * H, 1, 0};
+        if (nd == 3) {
+            st[0] = shape[1] * 2 * H;
+            st[1] = 2 * H;
+            st[2] = 1;
+        }
+        x = tt_new_strided(dt, nd, shape, st);
+    } else {
+        x = tt_new(dt, nd, shape);
+    }
+    tt_fill_normal(x, 77 + (uint64_t)(T * 31 + H), 0.0, scale);
+    tt_tensor *w = NULL, *res = NULL, *out;
+    if (!(flags & R_NOWEIGHT)) {
+        w = tt_new(dt, 1, &H);
+        tt_fill_normal(w, 5 + (uint64_t)H, gemma ? 0.0 : 1.0, 0.1);
+    }
+    if (flags & R_RESIDUAL) {
+        res = tt_new(dt, nd, shape);
+        tt_fill_normal(res, 99 + (uint64_t)H, 0.0, scale);
+    }
+    out = (flags & R_INPLACE) ? x : tt_new(dt, nd, shape);
+
+    double *xv = values_of(x), *wv = w ? values_of(w) : NULL, *rv = res ? values_of(res) : NULL;
+    double *out_before = values_of(out);
+    char label[192];
+    snprintf(label, sizeof label, "%s %s %s T=%lld H=%lld flags=%s%s%s%s%s", impl, op,
+             dtype_label(dt), (long long)T, (long long)H, flags & R_RESIDUAL ? "residual," : "",
+             flags & R_STRIDED ? "strided," : "", flags & R_INPLACE ? "inplace," : "",
+             flags & R_NOWEIGHT ? "noweight," : "", flags & R_3D ? "3d," : "");
+
+    int rc = gemma ? fld_gemma_rms_norm(&out->t, &x->t, w ? &w->t : NULL, res ? &res->t : NULL, eps)
+                   : fld_rms_norm(&out->t, &x->t, w ? &w->t : NULL, res ? &res->t : NULL, eps);
+    const bool is_ref = strcmp(impl, REF_ID) == 0;
+    if (!is_ref && declined(rc)) {
+        assert_unchanged(label, "out", out, out_before);
+        if (res)
+            assert_unchanged(label, "residual", res, rv);
+    } else {
+        ck_assert_msg(rc == FLD_OK, "%s: status %d: %s", label, rc, fld_last_error());
+        double *ov = values_of(out), *rnew = res ? values_of(res) : NULL;
+        struct cmp c, c32;
+        cmp_default(&c, label, dt);
+        /* vLLM's layernorm tolerance, plus 1e-5 relative for float32 */
+        cmp_init(&c32, label, dt, 1e-2, 1e-2);
+        c32.rel = 1e-5;
+        double *v = malloc(sizeof(double) * (size_t)(H ? H : 1));
+        ck_assert_ptr_nonnull(v);
+        for (int64_t r = 0; r < T; r++) {
+            double ss = 0;
+            for (int64_t j = 0; j < H; j++) {
+                int64_t i = r * H + j;
+                v[j] = res ? tt_round(dt, xv[i] + rv[i]) : xv[i];
+                if (res)
+                    ck_assert_msg(rnew[i] == v[j],
+                                  "%s: residual[%lld] = %.9g, want round(%.9g + %.9g) = %.9g",
+                                  label, (long long)i, rnew[i], xv[i], rv[i], v[j]);
+                ss += v[j] * v[j];
+            }
+            double inv = 1.0 / sqrt(ss / (double)H + (double)eps);
+            for (int64_t j = 0; j < H; j++) {
+                double s = w ? (gemma ? 1.0 + wv[j] : wv[j]) : 1.0;
+                double want = v[j] * inv * s;
+                cmp_one(dt.bits == 32 ? &c32 : &c, r * H + j, ov[r * H + j], want, fabs(want));
+            }
+        }
+        cmp_done(dt.bits == 32 ? &c32 : &c);
+        ck_assert_msg(tt_padding_intact(out), "%s: bytes outside 'out' were written", label);
+        if (res)
+            ck_assert_msg(tt_padding_intact(res), "%s: bytes outside 'residual' were written",
+                          label);
+        free(v);
+        free(ov);
+        free(rnew);
+    }
+    if (out != x)
+        assert_unchanged(label, "x", x, xv);
+    else
+        ck_assert_msg(tt_padding_intact(x), "%s: bytes outside 'x' were written", label);
+    if (w)
+        assert_unchanged(label, "weight", w, wv);
+    free(xv);
+    free(wv);
+    free(rv);
+    free(out_before);
+    if (out != x)
+        tt_free(out);
+    tt_free(x);
+    tt_free(w);
+    tt_free(res);
+}
+
+/* _i = dtype index * 2 + gemma */
+START_TEST(test_rms_norm_shapes)
+{
+    const DLDataType dt = dtype_at(_i / 2);
+    const bool gemma = _i % 2;
+    const char *op = gemma ? FLD_OP_GEMMA_RMS_NORM : FLD_OP_RMS_NORM;
+    static const int64_t tokens[] = {7, 83};
+    static const int64_t hs[] = {8, 768, 769, 5120, 5125, 8192};
+    struct impl_list impls;
+    cpu_impls(op, &impls);
+    for (int k = 0; k < impls.n; k++) {
+        pin(op, impls.ids[k], dt);
+        for (int ti = 0; ti < 2; ti++)
+            for (int hi = 0; hi < 6; hi++)
+                for (int residual = 0; residual < 2; residual++)
+                    run_rms(impls.ids[k], dt, tokens[ti], hs[hi],
+                            (gemma ? R_GEMMA : 0) | (residual ? R_RESIDUAL : 0));
+        unpin();
+    }
+}
+END_TEST
+
+/* _i = dtype index * 2 + gemma */
+START_TEST(test_rms_norm_variants)
+{
+    const DLDataType dt = dtype_at(_i / 2);
+    const int g = (_i % 2) ? R_GEMMA : 0;
+    const char *op = g ? FLD_OP_GEMMA_RMS_NORM : FLD_OP_RMS_NORM;
+    static const int variants[] = {
+        R_STRIDED,
+        R_STRIDED | R_RESIDUAL,
+        R_INPLACE,
+        R_INPLACE | R_RESIDUAL,
+        R_INPLACE | R_STRIDED,
+        R_INPLACE | R_STRIDED | R_RESIDUAL,
+        R_NOWEIGHT,
+        R_NOWEIGHT | R_RESIDUAL,
+        R_3D,
+        R_3D | R_STRIDED | R_RESIDUAL,
+    };
+    static const int64_t hs[] = {8, 768, 769, 5125};
+    struct impl_list impls;
+    cpu_impls(op, &impls);
+    for (int k = 0; k < impls.n; k++) {
+        pin(op, impls.ids[k], dt);
+        for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
+            for (int hi = 0; hi < 4; hi++)
+                run_rms(impls.ids[k], dt, hi % 2 ? 83 : 7, hs[hi], variants[v] | g);
+        run_rms(impls.ids[k], dt, 0, 768, R_RESIDUAL | g); /* no tokens */
+        run_rms(impls.ids[k], dt, 5, 0, R_RESIDUAL | g);   /* empty rows */
+        unpin();
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* rotary_embedding                                                         */
+/* ------------------------------------------------------------------------ */
+
+#define MAX_POS 8192
+#define Q_HEADS 6
+#define K_HEADS 2
+
+enum layout { L_FLAT, L_SPLIT, L_PADDED }; /* [.., H*D], [.., H, D], [.., H, D] of [.., H, D+64] */
+
+static tt_tensor *make_heads(DLDataType dt, int nlead, const int64_t *lead, int64_t heads,
+                             int64_t D, enum layout layout)
+{
+    int64_t shape[4], strides[4];
+    int nd = 0;
+    for (int i = 0; i < nlead; i++)
+        shape[nd++] = lead[i];
+    if (layout == L_FLAT) {
+        shape[nd++] = heads * D;
+        return tt_new(dt, nd, shape);
+    }
+    shape[nd++] = heads;
+    shape[nd++] = D;
+    if (layout == L_SPLIT)
+        return tt_new(dt, nd, shape);
+    strides[nd - 1] = 1;
+    strides[nd - 2] = D + 64;
+    strides[nd - 3] = heads * (D + 64);
+    if (nlead == 2)
+        strides[0] = strides[1] * shape[1];
+    return tt_new_strided(dt, nd, shape, strides);
+}
+
+/* cos/sin caches are expensive at 8192 positions; keep one per (rot_dim, dtype). */
+struct cache_memo {
+    int64_t rot;
+    int dt;
+    tt_tensor *t;
+};
+static struct cache_memo caches[16];
+
+static tt_tensor *cos_sin_cache(int64_t rot, DLDataType dt)
+{
+    int dti = fld_dtype_index(dt);
+    int i = 0;
+    for (; i < 16 && caches[i].t; i++)
+        if (caches[i].rot == rot && caches[i].dt == dti)
+            return caches[i].t;
+    ck_assert_int_lt(i, 16);
+    tt_tensor *c = tt_new(dt, 2, (int64_t[]){MAX_POS, rot});
+    const int64_t half = rot / 2;
+    for (int64_t j = 0; j < half; j++) {
+        double inv_freq = (float)pow(10000.0, -2.0 * (double)j / (double)rot);
+        for (int64_t p = 0; p < MAX_POS; p++) {
+            double a = (double)p * inv_freq;
+            tt_set(c, p * rot + j, cos(a));
+            tt_set(c, p * rot + half + j, sin(a));
+        }
+    }
+    caches[i] = (struct cache_memo){rot, dti, c};
+    return c;
+}
+
+struct rope_case {
+    bool neox, key, pos32, pos2d;
+    int64_t head, rot;
+    enum layout layout;
+};
+
+/* Computes the expected values of one query/key tensor in place in v. */
+static void rope_expect(double *v, double *mag, int64_t T, int64_t heads, int64_t D, int64_t rot,
+                        bool neox, const double *pos, const double *cache)
+{
+    const int64_t half = rot / 2;
+    for (int64_t t = 0; t < T; t++) {
+        const double *row = cache + (int64_t)pos[t] * rot;
+        for (int64_t h = 0; h < heads; h++) {
+            double *e = v + (t * heads + h) * D, *m = mag + (t * heads + h) * D;
+            for (int64_t i = 0; i < half; i++) {
+                int64_t ix = neox ? i : 2 * i, iy = neox ? i + half : 2 * i + 1;
+                double c = row[i], s = row[half + i], x = e[ix], y = e[iy];
+                e[ix] = x * c - y * s;
+                e[iy] = y * c + x * s;
+                m[ix] = m[iy] = fabs(x * c) + fabs(y * s) + fabs(y * c) + fabs(x * s);
+            }
+        }
+    }
+}
+
+static void check_rope_tensor(const char *label, const char *name, const tt_tensor *t,
+                              const double *before, const double *want, const double *mag,
+                              int64_t D, int64_t rot, bool is_ref)
+{
+    double *got = values_of(t);
+    int64_t n = tt_numel(t);
+    char lab[256];
+    snprintf(lab, sizeof lab, "%s '%s'", label, name);
+    struct cmp c;
+    cmp_default(&c, lab, t->t.dtype);
+    c.ulp = is_ref && t->t.dtype.bits == 16;
+    for (int64_t i = 0; i < n; i++) {
+        if (i % D < rot)
+            cmp_one(&c, i, got[i], want[i], mag[i]);
+        else
+            ck_assert_msg(got[i] == before[i], "%s: element %lld past rot_dim %lld changed", lab,
+                          (long long)i, (long long)rot);
+    }
+    cmp_done(&c);
+    ck_assert_msg(tt_padding_intact(t), "%s: bytes outside the view were written", lab);
+    free(got);
+}
+
+static void run_rope(const char *impl, DLDataType qdt, DLDataType cdt, const struct rope_case *rc_)
+{
+    const int64_t lead2[2] = {5, 11}, lead1[1] = {55};
+    const int nlead = rc_->pos2d ? 2 : 1;
+    const int64_t *lead = rc_->pos2d ? lead2 : lead1;
+    const int64_t T = 55, D = rc_->head;
+    tt_tensor *pos = tt_new(rc_->pos32 ? TT_INT32 : TT_INT64, nlead, lead);
+    tt_rng rng;
+    tt_rng_seed(&rng, 4242 + (uint64_t)D);
+    for (int64_t t = 0; t < T; t++)
+        tt_set(pos, t, (double)(int64_t)(tt_rng_uniform(&rng) * MAX_POS));
+    tt_set(pos, 0, MAX_POS - 1); /* the last row of the cache is reachable */
+    tt_set(pos, 1, 0);
+    tt_tensor *q = make_heads(qdt, nlead, lead, Q_HEADS, D, rc_->layout);
+    tt_tensor *k = rc_->key ? make_heads(qdt, nlead, lead, K_HEADS, D, rc_->layout) : NULL;
+    tt_fill_normal(q, 11 + (uint64_t)D, 0.0, 1.0);
+    if (k)
+        tt_fill_normal(k, 13 + (uint64_t)D, 0.0, 1.0);
+    tt_tensor *cache = cos_sin_cache(rc_->rot, cdt);
+
+    double *pv = values_of(pos), *cv = values_of(cache);
+    double *qv = values_of(q), *qe = values_of(q);
+    double *qm = calloc((size_t)tt_numel(q), sizeof(double));
+    double *kv = k ? values_of(k) : NULL, *ke = k ? values_of(k) : NULL;
+    double *km = k ? calloc((size_t)tt_numel(k), sizeof(double)) : NULL;
+    ck_assert_ptr_nonnull(qm);
+    rope_expect(qe, qm, T, Q_HEADS, D, rc_->rot, rc_->neox, pv, cv);
+    if (k)
+        rope_expect(ke, km, T, K_HEADS, D, rc_->rot, rc_->neox, pv, cv);
+
+    char label[256];
+    static const char *const layouts[] = {"flat", "split", "padded"};
+    snprintf(label, sizeof label,
+             "%s rotary %s q=%s cache=%s head=%lld rot=%lld key=%d layout=%s pos=%s%s", impl,
+             rc_->neox ? "neox" : "gptj", dtype_label(qdt), dtype_label(cdt), (long long)D,
+             (long long)rc_->rot, rc_->key, layouts[rc_->layout], rc_->pos32 ? "int32" : "int64",
+             rc_->pos2d ? "[B,S]" : "[T]");
+
+    int rc = fld_rotary_embedding(&pos->t, &q->t, k ? &k->t : NULL, D, &cache->t, rc_->neox);
+    const bool is_ref = strcmp(impl, REF_ID) == 0;
+    if (!is_ref && declined(rc)) {
+        assert_unchanged(label, "query", q, qv);
+        if (k)
+            assert_unchanged(label, "key", k, kv);
+    } else {
+        ck_assert_msg(rc == FLD_OK, "%s: status %d: %s", label, rc, fld_last_error());
+        check_rope_tensor(label, "query", q, qv, qe, qm, D, rc_->rot, is_ref);
+        if (k)
+            check_rope_tensor(label, "key", k, kv, ke, km, D, rc_->rot, is_ref);
+    }
+    assert_unchanged(label, "positions", pos, pv);
+    assert_unchanged(label, "cos_sin_cache", cache, cv);
+    free(pv);
+    free(cv);
+    free(qv);
+    free(qe);
+    free(qm);
+    free(kv);
+    free(ke);
+    free(km);
+    tt_free(pos);
+    tt_free(q);
+    tt_free(k);
+}
+
+/* _i: 0 f32, 1 f16, 2 bf16 (cache of the query's dtype), 3 bf16 query with a float32 cache */
+START_TEST(test_rotary)
+{
+    const DLDataType qdt = dtype_at(_i < 3 ? _i : 2);
+    const DLDataType cdt = _i < 3 ? qdt : FLD_DTYPE_F32;
+    static const int64_t heads[] = {64, 80, 112, 120, 256};
+    struct impl_list impls;
+    cpu_impls(FLD_OP_ROTARY_EMBEDDING, &impls);
+    for (int k = 0; k < impls.n; k++) {
+        pin(FLD_OP_ROTARY_EMBEDDING, impls.ids[k], qdt);
+        for (int neox = 0; neox < 2; neox++)
+            for (int hi = 0; hi < 5; hi++)
+                for (int ri = 0; ri < 2; ri++)
+                    for (int key = 0; key < 2; key++)
+                        for (int lay = 0; lay < 3; lay++) {
+                            struct rope_case c = {
+                                .neox = neox,
+                                .key = key,
+                                /* vary the positions' form across the other parameters */
+                                .pos32 = (hi + ri + lay) % 2,
+                                .pos2d = (neox + key + lay + hi) % 2,
+                                .head = heads[hi],
+                                .rot = ri ? 32 : heads[hi],
+                                .layout = (enum layout)lay,
+                            };
+                            run_rope(impls.ids[k], qdt, cdt, &c);
+                        }
+        unpin();
+    }
+}
+END_TEST
+
+/* No tokens: a valid call that touches nothing. */
+START_TEST(test_rotary_empty)
+{
+    struct impl_list impls;
+    cpu_impls(FLD_OP_ROTARY_EMBEDDING, &impls);
+    tt_tensor *pos = tt_new(TT_INT64, 1, (int64_t[]){0});
+    tt_tensor *q = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){0, 4 * 64});
+    tt_tensor *cache = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){16, 64});
+    for (int k = 0; k < impls.n; k++) {
+        pin(FLD_OP_ROTARY_EMBEDDING, impls.ids[k], FLD_DTYPE_F32);
+        int rc = fld_rotary_embedding(&pos->t, &q->t, NULL, 64, &cache->t, true);
+        ck_assert_msg(rc == FLD_OK || (strcmp(impls.ids[k], REF_ID) != 0 && declined(rc)),
+                      "%s: status %d: %s", impls.ids[k], rc, fld_last_error());
+        unpin();
+    }
+    ck_assert(tt_padding_intact(q));
+    tt_free(pos);
+    tt_free(q);
+    tt_free(cache);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* attention_backend                                                        */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_attention_backend)
+{
+    static const struct {
+        int device;
+        bool mla, sparse;
+        const char *name; /* NULL: declined */
+    } cases[] = {
+        {FLD_DEVICE_CPU, false, false, "CPU_ATTN"},
+        {FLD_DEVICE_CPU, true, false, NULL},
+        {FLD_DEVICE_CPU, true, true, NULL},
+        {FLD_DEVICE_CUDA, false, false, "FLASH_ATTN"},
+        {FLD_DEVICE_CUDA, true, false, "FLASHMLA"},
+        {FLD_DEVICE_CUDA, true, true, "FLASHMLA_SPARSE"},
+        {FLD_DEVICE_ROCM, false, false, "ROCM_ATTN"},
+        {FLD_DEVICE_ROCM, true, false, "ROCM_AITER_MLA"},
+        {FLD_DEVICE_ROCM, true, true, "ROCM_AITER_MLA_SPARSE"},
+        {FLD_DEVICE_ASCEND, false, false, "ASCEND"},
+        {FLD_DEVICE_ASCEND, true, false, "ASCEND_MLA"},
+        {FLD_DEVICE_ASCEND, true, true, NULL},
+        {FLD_DEVICE_ASCEND_DL21, false, false, "ASCEND"},
+        {FLD_DEVICE_ASCEND_DL21, true, false, "ASCEND_MLA"},
+    };
+    pin(FLD_OP_ATTENTION_BACKEND, REF_ID, FLD_DTYPE_ANY);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *name = "untouched";
+        int rc = fld_attention_backend(cases[i].device, cases[i].mla, cases[i].sparse, &name);
+        if (cases[i].name) {
+            ck_assert_msg(rc == FLD_OK, "case %zu: status %d: %s", i, rc, fld_last_error());
+            ck_assert_str_eq(name, cases[i].name);
+        } else {
+            /* The only candidate declines: nothing accepts the call. */
+            ck_assert_msg(rc == FLD_EUNAVAILABLE || rc == FLD_EUNSUPPORTED,
+                          "case %zu: status %d, want a decline", i, rc);
+            ck_assert_str_eq(name, "untouched");
+        }
+    }
+    unpin();
+}
+END_TEST
+
+static Suite *kernels_suite(void)
+{
+    Suite *s = suite_create("kernels");
+    TCase *tc = tcase_create("activation");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_activation, 0, 12);
+    tcase_add_loop_test(tc, test_activation_tails, 0, 12);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("rms_norm");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_rms_norm_shapes, 0, 6);
+    tcase_add_loop_test(tc, test_rms_norm_variants, 0, 6);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("rotary");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_rotary, 0, 4);
+    tcase_add_test(tc, test_rotary_empty);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("attention_backend");
+    tcase_add_test(tc, test_attention_backend);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(kernels_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,58 @@
+/*
+ * The fldispatch command-line tool: shared declarations of its commands
+ * (cmd_*.c) and the helpers main.c provides them.
+ */
+#ifndef FLD_TOOLS_CLI_H
+#define FLD_TOOLS_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <fldispatch/plugin.h>
+
+/* Exit statuses (CONTRACT §9). */
+enum cli_exit {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_CHECK_FAILED = 1, /* a check failed, or the library failed unexpectedly */
+    CLI_EXIT_USAGE = 2,        /* usage or configuration error */
+    CLI_EXIT_NONE = 3          /* no implementation available */
+};
+
+/* Each command gets argv[0] = its own name. */
+int cmd_list(int argc, char **argv);
+int cmd_resolve(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/*
+ * Prints "fldispatch <cmd>: <message>" and a one-line hint to stderr and
+ * returns CLI_EXIT_USAGE. cmd NULL for the top level.
+ */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Initialises the library; on failure prints fld_last_error() and returns CLI_EXIT_USAGE. */
+int cli_init(void);
+
+/* "-h" or "--help". */
+bool cli_is_help(const char *arg);
+
+/*
+ * Matches argv[*i] against option name ("--device"), in the forms
+ * "--device VALUE" and "--device=VALUE". Returns 1 and sets *value (advancing
+ * *i past a separate value) on a match, 0 when argv[*i] is another option,
+ * and -1 (after a usage message) when the value is missing.
+ */
+int cli_option_value(const char *cmd, int argc, char **argv, int *i, const char *name,
+                     const char **value);
+
+/* "cpu,cuda" / "f32,bf16" lists of a FLD_DEVICE_MASK_* / FLD_DTYPE_MASK_* mask. */
+const char *cli_devices_text(uint32_t mask, char *buf, size_t size);
+const char *cli_dtypes_text(uint32_t mask, char *buf, size_t size);
+/* Names of the mask bits, for JSON arrays; NULL past the last bit. */
+const char *cli_device_bit_name(unsigned bit);
+const char *cli_dtype_bit_name(unsigned bit);
+
+/* "loaded", "unavailable", "rejected", "skipped". */
+const char *cli_plugin_status_name(fld_plugin_status st);
+
+#endif

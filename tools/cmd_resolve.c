@@ -1,0 +1,182 @@
+/*
+ * fldispatch resolve OP [--device D] [--dtype T] [--json]: which
+ * implementation a call would use now, the fallback candidates in order,
+ * every implementation selection dropped and why, and the token order used
+ * with its source. The first text line is the selected impl_id alone (or
+ * "none"), so scripts can take `| head -n 1`.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "json.h"
+
+static const char resolve_usage[] =
+    "Usage: fldispatch resolve OP [--device D] [--dtype T] [--json]\n"
+    "\n"
+    "Shows which implementation a call of OP would use now under the policy of\n"
+    "the environment: first line the selected impl_id (or 'none'), then the\n"
+    "candidates in order, the implementations dropped with the reason, and the\n"
+    "token order used with its source.\n"
+    "\n"
+    "  --device D   cpu (default), cuda, rocm, ascend\n"
+    "  --dtype T    f32 (default), f16, bf16, any (default for attention_backend)\n"
+    "  --json       one JSON object {\"op\", \"device\", \"dtype\", \"selected\",\n"
+    "               \"candidates\", \"rejected\", \"order\", \"order_source\", \"policy\"}\n"
+    "\n"
+    "Exit status 3 when no implementation is available.\n";
+
+static void resolve_text(const fld_resolution *r, const char *device, const char *dtype,
+                         const char *policy)
+{
+    printf("%s\n", r->selected ? r->selected : "none");
+    printf("op: %s  device: %s  dtype: %s\n", r->op ? r->op : "?", device, dtype);
+    printf("order: %s (from %s)\n", r->order ? r->order : "-",
+           r->order_source ? r->order_source : "-");
+    printf("policy: %s\n", policy);
+    printf("candidates, in order:\n");
+    if (r->n_candidates == 0)
+        printf("  (none)\n");
+    for (size_t i = 0; i < r->n_candidates; i++)
+        printf("  %zu. %s\n", i + 1, r->candidates[i]);
+    printf("rejected:\n");
+    if (r->n_rejected == 0)
+        printf("  (none)\n");
+    for (size_t i = 0; i < r->n_rejected; i++)
+        printf("  %s: %s\n", r->rejected[i].impl_id, r->rejected[i].reason);
+}
+
+static void resolve_json(const fld_resolution *r, const char *op, const char *device,
+                         const char *dtype, const char *policy)
+{
+    struct json_writer w;
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_key(&w, "op");
+    json_string(&w, r->op ? r->op : op);
+    json_key(&w, "device");
+    json_string(&w, device);
+    json_key(&w, "dtype");
+    json_string(&w, dtype);
+    json_key(&w, "selected");
+    json_string(&w, r->selected);
+    json_key(&w, "candidates");
+    json_begin_array(&w);
+    for (size_t i = 0; i < r->n_candidates; i++)
+        json_string(&w, r->candidates[i]);
+    json_end_array(&w);
+    json_key(&w, "rejected");
+    json_begin_array(&w);
+    for (size_t i = 0; i < r->n_rejected; i++) {
+        json_begin_object(&w);
+        json_key(&w, "impl_id");
+        json_string(&w, r->rejected[i].impl_id);
+        json_key(&w, "reason");
+        json_string(&w, r->rejected[i].reason);
+        json_end_object(&w);
+    }
+    json_end_array(&w);
+    json_key(&w, "order");
+    json_string(&w, r->order);
+    json_key(&w, "order_source");
+    json_string(&w, r->order_source);
+    json_key(&w, "policy");
+    json_string(&w, policy);
+    json_end_object(&w);
+    json_finish(&w);
+}
+
+/* What to print when fld_explain() gave no resolution at all. */
+static int explain_failed(int rc, const char *op, const char *device, const char *dtype, bool json)
+{
+    const char *detail = *fld_last_error() ? fld_last_error() : fld_strerror(rc);
+    if (rc == FLD_ENOTFOUND) {
+        fprintf(stderr, "fldispatch resolve: no such op '%s' (%s)\n", op, detail);
+        return CLI_EXIT_USAGE;
+    }
+    if (rc != FLD_EUNAVAILABLE) {
+        fprintf(stderr, "fldispatch resolve: %s\n", detail);
+        return rc == FLD_ECONFIG ? CLI_EXIT_USAGE : CLI_EXIT_CHECK_FAILED;
+    }
+    fld_resolution empty = {.op = op};
+    if (json)
+        resolve_json(&empty, op, device, dtype, "");
+    else
+        printf("none\n%s\n", detail);
+    return CLI_EXIT_NONE;
+}
+
+int cmd_resolve(int argc, char **argv)
+{
+    const char *op = NULL, *device_name = "cpu", *dtype_name = NULL;
+    bool json = false;
+
+    for (int i = 1; i < argc; i++) {
+        const char *value;
+        int m;
+        if (cli_is_help(argv[i])) {
+            fputs(resolve_usage, stdout);
+            return CLI_EXIT_OK;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if ((m = cli_option_value("resolve", argc, argv, &i, "--device", &value)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            device_name = value;
+        } else if ((m = cli_option_value("resolve", argc, argv, &i, "--dtype", &value)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            dtype_name = value;
+        } else if (argv[i][0] == '-') {
+            return cli_usage_error("resolve", "unknown option '%s'", argv[i]);
+        } else if (op) {
+            return cli_usage_error("resolve", "one OP at a time ('%s' and '%s')", op, argv[i]);
+        } else {
+            op = argv[i];
+        }
+    }
+    if (!op)
+        return cli_usage_error("resolve", "missing OP (e.g. rms_norm)");
+
+    int device;
+    if (fld_device_from_name(device_name, &device) != FLD_OK)
+        return cli_usage_error("resolve", "unknown device '%s' (cpu, cuda, rocm, ascend)",
+                               device_name);
+    /* attention_backend has no tensors, so it is registered for any dtype. */
+    if (!dtype_name)
+        dtype_name = strcmp(op, FLD_OP_ATTENTION_BACKEND) == 0 ? "any" : "f32";
+    DLDataType dtype = FLD_DTYPE_ANY;
+    if (strcmp(dtype_name, "any") != 0 && fld_dtype_from_name(dtype_name, &dtype) != FLD_OK)
+        return cli_usage_error("resolve", "unknown dtype '%s' (f32, f16, bf16, any)", dtype_name);
+    const char *canonical_dtype = fld_dtype_name(dtype);
+    const char *canonical_device = fld_device_name(device);
+    if (!canonical_dtype)
+        canonical_dtype = dtype_name;
+    if (!canonical_device)
+        canonical_device = device_name;
+
+    int rc = cli_init();
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    if (!fld_op_lookup(op)) {
+        fprintf(stderr, "fldispatch resolve: no such op '%s'; 'fldispatch list' shows the ops\n",
+                op);
+        return CLI_EXIT_USAGE;
+    }
+
+    char policy[1024];
+    fld_policy_describe(policy, sizeof policy);
+
+    fld_resolution *res = NULL;
+    rc = fld_explain(op, device, dtype, &res);
+    if (!res)
+        return explain_failed(rc == FLD_OK ? FLD_EUNAVAILABLE : rc, op, canonical_device,
+                              canonical_dtype, json);
+    if (json)
+        resolve_json(res, op, canonical_device, canonical_dtype, policy);
+    else
+        resolve_text(res, canonical_device, canonical_dtype, policy);
+    int status = res->selected ? CLI_EXIT_OK : CLI_EXIT_NONE;
+    fld_resolution_free(res);
+    return status;
+}
