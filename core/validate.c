@@ -43,20 +43,28 @@ struct tview {
 /* Messages (cold path only)                                                */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * "[7, 768]". Prints at most 8 dims (a wrong ndim must not send us far past
+ * the caller's shape array) and says "(null)" for a missing array.
+ */
 static void format_dims(char *buf, size_t size, int n, const int64_t *v)
 {
+    if (v == NULL && n > 0) {
+        snprintf(buf, size, "(null)");
+        return;
+    }
     size_t len = 0;
-    int w = snprintf(buf, size, "[");
-    len = w > 0 ? (size_t)w : 0;
-    for (int i = 0; i < n && len < size; i++) {
-        w = snprintf(buf + len, size - len, "%s%" PRId64, i ? ", " : "", v[i]);
+    buf[0] = '\0';
+    for (int i = 0; i < n && i < 8 && len < size; i++) {
+        int w = snprintf(buf + len, size - len, "%s%" PRId64, i ? ", " : "[", v[i]);
         if (w < 0)
             break;
         len += (size_t)w;
     }
     if (len < size)
-        snprintf(buf + len, size - len, "]");
-    if (len >= size && size > 4)
+        snprintf(buf + len, size - len, "%s%s", n <= 0 ? "[" : "", n > 8 ? ", ...]" : "]");
+    len = strlen(buf);
+    if (len + 1 >= size && size > 5)
         memcpy(buf + size - 5, "...]", 5); /* truncated: say so */
 }
 
@@ -231,40 +239,20 @@ static inline void layout_of(const DLTensor *t, int split, struct tview *v)
 }
 
 /*
- * Checks one tensor on its own: pointer, rank (>= split), shape, dtype
- * class, strides (last 1, head stride >= width, leading dims collapsible,
- * row stride >= row extent), size overflow, data. Fills v. Empty tensors
- * skip the layout and data checks: nothing of them is ever touched.
+ * The layout checks of one tensor in full generality: any rank, size-1 dims
+ * with arbitrary strides, every product overflow-checked. check_tensor()
+ * sends here what its fast path does not cover.
  */
-static inline int check_tensor(const char *op, const char *name, const DLTensor *t, int split,
-                               enum tensor_kind kind, struct tview *v)
+static __attribute__((noinline)) int check_layout(const char *op, const char *name,
+                                                  const DLTensor *t, int split, int64_t elem,
+                                                  struct tview *v)
 {
-    if (__builtin_expect(t == NULL, 0))
-        return fail_null_tensor(op, name);
-    if (__builtin_expect(t->ndim < split || t->shape == NULL, 0))
-        return fail_rank(op, name, t, split == 2 ? ">= 2" : ">= 1");
-
-    int64_t elem;
-    if (kind == TK_FLOAT) {
-        v->dtype = fld_dtype_index(t->dtype);
-        if (__builtin_expect(v->dtype < 0, 0))
-            return fail_dtype(op, name, t->dtype, kind);
-        elem = t->dtype.bits / 8;
-    } else {
-        if (__builtin_expect(t->dtype.code != kDLInt || t->dtype.lanes != 1 ||
-                                 (t->dtype.bits != 64 && t->dtype.bits != 32),
-                             0))
-            return fail_dtype(op, name, t->dtype, kind);
-        v->dtype = t->dtype.bits == 32;
-        elem = t->dtype.bits / 8;
-    }
-
     const int64_t *shape = t->shape, *strides = t->strides;
     const int ndim = t->ndim, last = ndim - 1;
     bool zero = false, overflow = false;
     int64_t rows = 1;
     for (int i = 0; i < ndim; i++) {
-        if (__builtin_expect(shape[i] < 0, 0))
+        if (shape[i] < 0)
             return fail_negative(op, name, t);
         zero |= shape[i] == 0;
         if (i < ndim - split)
@@ -285,11 +273,11 @@ static inline int check_tensor(const char *op, const char *name, const DLTensor 
         overflow |= __builtin_mul_overflow(v->heads, v->width, &row_extent);
         row_stride = row_extent;
     } else {
-        if (__builtin_expect(v->width > 1 && strides[last] != 1, 0))
+        if (v->width > 1 && strides[last] != 1)
             return fail_last_stride(op, name, t);
         if (split == 2 && v->heads > 1) {
             head_stride = strides[last - 1];
-            if (__builtin_expect(head_stride < v->width, 0))
+            if (head_stride < v->width)
                 return fail_strides(op, name, t, "the head stride is smaller than the head width");
         }
         overflow |= __builtin_mul_overflow(v->heads - 1, head_stride, &row_extent) ||
@@ -303,12 +291,12 @@ static inline int check_tensor(const char *op, const char *name, const DLTensor 
                 continue;
             if (row_stride < 0) {
                 row_stride = strides[i];
-                if (__builtin_expect(row_stride < row_extent, 0))
+                if (row_stride < row_extent)
                     return fail_strides(op, name, t,
                                         row_stride < 0
                                             ? "negative row stride"
                                             : "the row stride is smaller than the row width");
-            } else if (__builtin_expect(strides[i] != expect, 0)) {
+            } else if (strides[i] != expect) {
                 return fail_strides(op, name, t,
                                     "the leading dimensions do not collapse into one row stride");
             }
@@ -330,13 +318,116 @@ static inline int check_tensor(const char *op, const char *name, const DLTensor 
                 __builtin_add_overflow(bytes, (int64_t)t->byte_offset, &bytes);
     uintptr_t end;
     overflow |= __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)bytes, &end);
-    if (__builtin_expect(overflow, 0))
+    if (overflow)
         return fail_too_large(op, name, t);
-    if (__builtin_expect(t->data == NULL, 0))
+    if (t->data == NULL)
         return fail_data(op, name, t, true);
-    if (__builtin_expect(
-            (((uintptr_t)t->data + (uintptr_t)t->byte_offset) & (uintptr_t)(elem - 1)) != 0, 0))
+    if ((((uintptr_t)t->data + (uintptr_t)t->byte_offset) & (uintptr_t)(elem - 1)) != 0)
         return fail_data(op, name, t, false);
+    return FLD_OK;
+}
+
+/* DLDataType {code, bits, lanes} as one little-endian word, for one compare. */
+static inline uint32_t dtype_word(DLDataType t)
+{
+    uint32_t w;
+    memcpy(&w, &t, sizeof w);
+    return w;
+}
+
+#define DTYPE_WORD(code, bits) ((uint32_t)(code) | (uint32_t)(bits) << 8 | 1u << 16)
+
+/*
+ * Checks one tensor on its own: pointer, rank (>= split), shape, dtype
+ * class, strides (last 1, head stride >= width, leading dims collapsible,
+ * row stride >= row extent), size overflow, data. Fills v. Empty tensors
+ * skip the layout and data checks: nothing of them is ever touched.
+ *
+ * Inlined at every call site so split and kind are constants. The fast path
+ * covers tensors with at most one leading dim whose sizes and strides are
+ * all below 2^30: then no product can overflow and each rule is one compare.
+ * Everything else goes through check_layout().
+ */
+static inline __attribute__((always_inline)) int check_tensor(const char *op, const char *name,
+                                                              const DLTensor *t, int split,
+                                                              enum tensor_kind kind,
+                                                              struct tview *v)
+{
+    if (__builtin_expect(t == NULL, 0))
+        return fail_null_tensor(op, name);
+    const int ndim = t->ndim;
+    const int64_t *shape = t->shape;
+    if (__builtin_expect(ndim < split || shape == NULL, 0))
+        return fail_rank(op, name, t, split == 2 ? ">= 2" : ">= 1");
+
+    const uint32_t dw = dtype_word(t->dtype);
+    int shift; /* log2 of the element size */
+    if (kind == TK_FLOAT) {
+        if (dw == DTYPE_WORD(kDLFloat, 32))
+            v->dtype = FLD_DT_F32, shift = 2;
+        else if (dw == DTYPE_WORD(kDLFloat, 16))
+            v->dtype = FLD_DT_F16, shift = 1;
+        else if (__builtin_expect(dw == DTYPE_WORD(kDLBfloat, 16), 1))
+            v->dtype = FLD_DT_BF16, shift = 1;
+        else
+            return fail_dtype(op, name, t->dtype, kind);
+    } else {
+        if (dw == DTYPE_WORD(kDLInt, 64))
+            v->dtype = 0, shift = 3;
+        else if (__builtin_expect(dw == DTYPE_WORD(kDLInt, 32), 1))
+            v->dtype = 1, shift = 2;
+        else
+            return fail_dtype(op, name, t->dtype, kind);
+    }
+
+    if (__builtin_expect(ndim > split + 1, 0))
+        return check_layout(op, name, t, split, (int64_t)1 << shift, v);
+    const int64_t *strides = t->strides;
+    const int64_t width = shape[ndim - 1];
+    const int64_t heads = split == 2 ? shape[ndim - 2] : 1;
+    const int64_t rows = ndim > split ? shape[0] : 1;
+    /* One test for the fast path's domain: sizes in [1, 2^30) (size - 1
+     * wraps to all ones for 0 and is huge for negatives), the strides that
+     * step and the offset in [0, 2^30). Then spans stay below 2^62 bytes and
+     * no product can overflow, so all arithmetic comes after this test.
+     * Empty, huge or negative tensors take check_layout(). */
+    uint64_t domain =
+        ((uint64_t)rows - 1) | ((uint64_t)heads - 1) | ((uint64_t)width - 1) | t->byte_offset;
+    int64_t last = 1, head_stride = width, row_stride = -1; /* -1: rows do not step */
+    if (strides) {
+        last = strides[ndim - 1];
+        if (split == 2 && heads > 1)
+            head_stride = strides[ndim - 2];
+        if (rows > 1)
+            row_stride = strides[0];
+        domain |= (uint64_t)head_stride | (rows > 1 ? (uint64_t)row_stride : 0);
+    }
+    if (__builtin_expect((domain >> 30) != 0, 0))
+        return check_layout(op, name, t, split, (int64_t)1 << shift, v);
+    if (__builtin_expect(last != 1 && width > 1, 0))
+        return fail_last_stride(op, name, t);
+    if (__builtin_expect(head_stride < width, 0))
+        return fail_strides(op, name, t, "the head stride is smaller than the head width");
+    const int64_t row_extent = (heads - 1) * head_stride + width;
+    if (row_stride < 0)
+        row_stride = row_extent; /* contiguous, or a single row */
+    if (__builtin_expect(row_stride < row_extent, 0))
+        return fail_strides(op, name, t, "the row stride is smaller than the row width");
+    /* NULL data, a span past the end of the address space, misalignment:
+     * rare, so one branch here and the general path says which. */
+    const uintptr_t data = (uintptr_t)t->data;
+    const uintptr_t start = data + (uintptr_t)t->byte_offset;
+    const uintptr_t bytes = (uintptr_t)((rows - 1) * row_stride + row_extent) << shift;
+    if (__builtin_expect(data == 0 || start < data || start + bytes < start ||
+                             (start & (((uintptr_t)1 << shift) - 1)) != 0,
+                         0))
+        return check_layout(op, name, t, split, (int64_t)1 << shift, v);
+    v->rows = rows;
+    v->heads = heads;
+    v->width = width;
+    v->row_stride = row_stride;
+    v->head_stride = head_stride;
+    v->empty = false;
     return FLD_OK;
 }
 
@@ -412,7 +503,7 @@ static COLD int fail_activation_width(const char *op, const DLTensor *out, const
 int fld__validate_activation(const char *op, const void *argp, struct fld_call_key *key)
 {
     const fld_activation_args *a = argp;
-    struct tview x, out;
+    struct tview x = {0}, out = {0};
     if (__builtin_expect(a == NULL, 0))
         return fail_args_null(op);
     TRY(check_tensor(op, "x", a->x, 1, TK_FLOAT, &x));
@@ -449,7 +540,7 @@ static COLD int fail_eps(const char *op, float eps)
 int fld__validate_rms_norm(const char *op, const void *argp, struct fld_call_key *key)
 {
     const fld_rms_norm_args *a = argp;
-    struct tview x, out, w, r;
+    struct tview x = {0}, out = {0}, w = {0}, r = {0};
     if (__builtin_expect(a == NULL, 0))
         return fail_args_null(op);
     TRY(check_tensor(op, "x", a->x, 1, TK_FLOAT, &x));
@@ -540,7 +631,7 @@ static inline int check_heads(const char *op, const char *name, const DLTensor *
 int fld__validate_rotary(const char *op, const void *argp, struct fld_call_key *key)
 {
     const fld_rotary_embedding_args *a = argp;
-    struct tview pos, q, k, cache;
+    struct tview pos = {0}, q = {0}, k = {0}, cache = {0};
     if (__builtin_expect(a == NULL, 0))
         return fail_args_null(op);
     const DLTensor *p = a->positions;

@@ -746,6 +746,11 @@ START_TEST(test_relative_dirs_and_cwd_ignored)
 
     ck_assert(!plugin_loaded("good"));
     ck_assert_uint_eq(count_impl_id(snap_impls(), "vendor.good"), 0);
+    ck_assert_int_eq(count_log(FLD_LOG_WARNING, "'relplugins'"), 1);
+    ck_assert_int_eq(count_log(FLD_LOG_WARNING, "'.'"), 1);
+    const char *path = fld_plugin_path();
+    ck_assert_msg(path != NULL && strstr(path, "relplugins") == NULL && strstr(path, empty) != NULL,
+                  "fld_plugin_path() = '%s'", path ? path : "(null)");
     const struct plugin_snap *s = snap_plugins();
     expect_status(find_by_path(s, "good"), "VLLM_FL_PLUGIN_MODULES entry 'good'",
                   FLD_PLUGIN_REJECTED, "not found");

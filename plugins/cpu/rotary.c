@@ -91,8 +91,8 @@ int fld__cpu_rotary_embedding(const void *args)
                       "read");
         return FLD_EINVAL;
     }
-    if (g.rot_dim == 0)
-        return FLD_OK;
+    if (g.rot_dim == 0 || (g.q_heads == 0 && g.k_heads == 0))
+        return FLD_OK; /* nothing rotates: do not even read the cache */
 
     for (int64_t t = 0; t < g.tokens; t++) {
         int64_t pos = g.positions_int32 ? ((const int32_t *)g.positions)[t]

@@ -3,7 +3,8 @@
  * out-of-tree). It serves silu_and_mul on CPU for float32 correctly, and an
  * op outside the catalog, "good_echo", whose argument struct holds one int
  * that the implementation increments. fld_fixture_good_calls() counts the
- * silu_and_mul calls so tests can prove this plugin served them.
+ * silu_and_mul calls so tests can prove this plugin served them;
+ * fld_fixture_good_thread_calls() counts those of the calling thread.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -16,11 +17,18 @@ typedef struct good_echo_args {
 } good_echo_args;
 
 static _Atomic long silu_calls;
+static _Thread_local long thread_silu_calls;
 
 __attribute__((visibility("default"))) long fld_fixture_good_calls(void);
 __attribute__((visibility("default"))) long fld_fixture_good_calls(void)
 {
     return atomic_load(&silu_calls);
+}
+
+__attribute__((visibility("default"))) long fld_fixture_good_thread_calls(void);
+__attribute__((visibility("default"))) long fld_fixture_good_thread_calls(void)
+{
+    return thread_silu_calls;
 }
 
 static int good_silu_and_mul(const void *args)
@@ -38,6 +46,7 @@ static int good_silu_and_mul(const void *args)
         }
     }
     atomic_fetch_add(&silu_calls, 1);
+    thread_silu_calls++;
     return FLD_OK;
 }
 

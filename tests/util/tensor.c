@@ -29,7 +29,78 @@ int64_t tt_numel(const tt_tensor *t)
     return n;
 }
 
-/* Element offset (in elements from the view start) of logical index idx. */
+/* ---- element access ------------------------------------------------------ */
+
+enum kind { K_F32, K_F16, K_BF16, K_F64, K_I64, K_I32 };
+
+static enum kind kind_of(DLDataType d)
+{
+    if (d.lanes == 1) {
+        if (d.code == kDLFloat && d.bits == 32)
+            return K_F32;
+        if (d.code == kDLFloat && d.bits == 16)
+            return K_F16;
+        if (d.code == kDLBfloat && d.bits == 16)
+            return K_BF16;
+        if (d.code == kDLFloat && d.bits == 64)
+            return K_F64;
+        if (d.code == kDLInt && d.bits == 64)
+            return K_I64;
+        if (d.code == kDLInt && d.bits == 32)
+            return K_I32;
+    }
+    die("unsupported dtype");
+    return K_F32;
+}
+
+static void *at_offset(const tt_tensor *t, int64_t off)
+{
+    return (char *)t->buf + TT_GUARD + off * (int64_t)tt_elem_size(t->t.dtype);
+}
+
+static double get_at(enum kind k, const void *p)
+{
+    switch (k) {
+    case K_F32:
+        return *(const float *)p;
+    case K_F16:
+        return fld_f16_to_f32(*(const uint16_t *)p);
+    case K_BF16:
+        return fld_bf16_to_f32(*(const uint16_t *)p);
+    case K_F64:
+        return *(const double *)p;
+    case K_I64:
+        return (double)*(const int64_t *)p;
+    default:
+        return *(const int32_t *)p;
+    }
+}
+
+static void set_at(enum kind k, void *p, double v)
+{
+    switch (k) {
+    case K_F32:
+        *(float *)p = (float)v;
+        break;
+    case K_F16:
+        *(uint16_t *)p = fld_f32_to_f16((float)v);
+        break;
+    case K_BF16:
+        *(uint16_t *)p = fld_f32_to_bf16((float)v);
+        break;
+    case K_F64:
+        *(double *)p = v;
+        break;
+    case K_I64:
+        *(int64_t *)p = (int64_t)v;
+        break;
+    default:
+        *(int32_t *)p = (int32_t)v;
+        break;
+    }
+}
+
+/* Element offset (from the view start) of logical index idx. */
 static int64_t offset_of(const tt_tensor *t, int64_t idx)
 {
     int64_t off = 0, stride = 1;
@@ -43,11 +114,90 @@ static int64_t offset_of(const tt_tensor *t, int64_t idx)
     return off;
 }
 
+/*
+ * Calls fn once per innermost row: logical elements k0 .. k0+n-1 live at
+ * element offsets off, off+step, ... (row-major order, odometer over the
+ * outer dims).
+ */
+typedef void (*row_fn)(const tt_tensor *t, int64_t k0, int64_t off, int64_t n, int64_t step,
+                       void *user);
+
+static void walk_rows(const tt_tensor *t, row_fn fn, void *user)
+{
+    const int nd = t->t.ndim;
+    int64_t st[TT_MAX_DIMS], idx[TT_MAX_DIMS] = {0}, c = 1;
+    if (tt_numel(t) == 0)
+        return;
+    for (int i = nd - 1; i >= 0; i--) {
+        st[i] = t->t.strides ? t->strides[i] : c;
+        c *= t->shape[i];
+    }
+    if (nd == 0) {
+        fn(t, 0, 0, 1, 1, user);
+        return;
+    }
+    const int64_t n = t->shape[nd - 1], step = st[nd - 1];
+    int64_t off = 0, k = 0;
+    for (;;) {
+        fn(t, k, off, n, step, user);
+        k += n;
+        int i = nd - 2;
+        for (; i >= 0; i--) {
+            off += st[i];
+            if (++idx[i] < t->shape[i])
+                break;
+            off -= st[i] * t->shape[i];
+            idx[i] = 0;
+        }
+        if (i < 0)
+            return;
+    }
+}
+
+static void zero_row(const tt_tensor *t, int64_t k0, int64_t off, int64_t n, int64_t step,
+                     void *user)
+{
+    size_t elem = tt_elem_size(t->t.dtype);
+    char *p = at_offset(t, off);
+    (void)k0;
+    (void)user;
+    if (step == 1)
+        memset(p, 0, (size_t)n * elem);
+    else
+        for (int64_t j = 0; j < n; j++)
+            memset(p + j * step * (int64_t)elem, 0, elem);
+}
+
+static void get_row(const tt_tensor *t, int64_t k0, int64_t off, int64_t n, int64_t step,
+                    void *user)
+{
+    double *dst = (double *)user + k0;
+    const enum kind k = kind_of(t->t.dtype);
+    const size_t elem = tt_elem_size(t->t.dtype);
+    const char *p = at_offset(t, off);
+    for (int64_t j = 0; j < n; j++)
+        dst[j] = get_at(k, p + j * step * (int64_t)elem);
+}
+
+static void set_row(const tt_tensor *t, int64_t k0, int64_t off, int64_t n, int64_t step,
+                    void *user)
+{
+    const double *src = (const double *)user + k0;
+    const enum kind k = kind_of(t->t.dtype);
+    const size_t elem = tt_elem_size(t->t.dtype);
+    char *p = at_offset(t, off);
+    for (int64_t j = 0; j < n; j++)
+        set_at(k, p + j * step * (int64_t)elem, src[j]);
+}
+
+/* ---- creation ------------------------------------------------------------ */
+
 static tt_tensor *make(DLDataType dtype, int ndim, const int64_t *shape, const int64_t *strides)
 {
     if (ndim < 0 || ndim > TT_MAX_DIMS)
         die("bad ndim");
     size_t elem = tt_elem_size(dtype);
+    (void)kind_of(dtype);
     tt_tensor *t = calloc(1, sizeof *t);
     if (!t)
         die("out of memory");
@@ -82,8 +232,7 @@ static tt_tensor *make(DLDataType dtype, int ndim, const int64_t *shape, const i
     t->t.dtype = dtype;
     t->t.shape = t->shape;
     t->t.strides = strides ? t->strides : NULL;
-    for (int64_t i = 0; i < numel; i++)
-        tt_set(t, i, 0.0);
+    walk_rows(t, zero_row, NULL);
     return t;
 }
 
@@ -113,63 +262,26 @@ void tt_free(tt_tensor *t)
     free(t);
 }
 
-static void *addr_of(const tt_tensor *t, int64_t idx)
-{
-    return (char *)t->buf + TT_GUARD + (size_t)offset_of(t, idx) * tt_elem_size(t->t.dtype);
-}
+/* ---- values -------------------------------------------------------------- */
 
 double tt_get(const tt_tensor *t, int64_t idx)
 {
-    const void *p = addr_of(t, idx);
-    DLDataType d = t->t.dtype;
-    if (d.code == kDLFloat && d.bits == 32)
-        return *(const float *)p;
-    if (d.code == kDLFloat && d.bits == 16)
-        return fld_f16_to_f32(*(const uint16_t *)p);
-    if (d.code == kDLBfloat && d.bits == 16)
-        return fld_bf16_to_f32(*(const uint16_t *)p);
-    if (d.code == kDLFloat && d.bits == 64)
-        return *(const double *)p;
-    if (d.code == kDLInt && d.bits == 64)
-        return (double)*(const int64_t *)p;
-    if (d.code == kDLInt && d.bits == 32)
-        return *(const int32_t *)p;
-    die("tt_get: unsupported dtype");
-    return 0;
+    return get_at(kind_of(t->t.dtype), at_offset(t, offset_of(t, idx)));
 }
 
 void tt_set(tt_tensor *t, int64_t idx, double v)
 {
-    void *p = addr_of(t, idx);
-    DLDataType d = t->t.dtype;
-    if (d.code == kDLFloat && d.bits == 32)
-        *(float *)p = (float)v;
-    else if (d.code == kDLFloat && d.bits == 16)
-        *(uint16_t *)p = fld_f32_to_f16((float)v);
-    else if (d.code == kDLBfloat && d.bits == 16)
-        *(uint16_t *)p = fld_f32_to_bf16((float)v);
-    else if (d.code == kDLFloat && d.bits == 64)
-        *(double *)p = v;
-    else if (d.code == kDLInt && d.bits == 64)
-        *(int64_t *)p = (int64_t)v;
-    else if (d.code == kDLInt && d.bits == 32)
-        *(int32_t *)p = (int32_t)v;
-    else
-        die("tt_set: unsupported dtype");
+    set_at(kind_of(t->t.dtype), at_offset(t, offset_of(t, idx)), v);
 }
 
 void tt_to_double(const tt_tensor *t, double *dst)
 {
-    int64_t n = tt_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = tt_get(t, i);
+    walk_rows(t, get_row, dst);
 }
 
 void tt_from_double(tt_tensor *t, const double *src)
 {
-    int64_t n = tt_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        tt_set(t, i, src[i]);
+    walk_rows(t, set_row, (void *)(uintptr_t)src);
 }
 
 double tt_round(DLDataType d, double v)
@@ -183,7 +295,9 @@ double tt_round(DLDataType d, double v)
     return v;
 }
 
-/* splitmix64: tiny, fast, well mixed, identical everywhere. */
+/* ---- random values ------------------------------------------------------- */
+
+/* splitmix64: tiny, well mixed, identical everywhere. */
 static uint64_t next_u64(tt_rng *r)
 {
     uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
@@ -195,6 +309,7 @@ static uint64_t next_u64(tt_rng *r)
 void tt_rng_seed(tt_rng *r, uint64_t seed)
 {
     r->state = seed;
+    r->has_spare = false;
 }
 
 double tt_rng_uniform(tt_rng *r)
@@ -204,29 +319,68 @@ double tt_rng_uniform(tt_rng *r)
 
 double tt_rng_normal(tt_rng *r)
 {
-    /* Box-Muller; 1 - u keeps the log argument in (0, 1]. */
-    double u = 1.0 - tt_rng_uniform(r), v = tt_rng_uniform(r);
-    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+    if (r->has_spare) {
+        r->has_spare = false;
+        return r->spare;
+    }
+    /* Marsaglia's polar method: two normals per accepted point, no trig. */
+    double u, v, s;
+    do {
+        u = 2.0 * tt_rng_uniform(r) - 1.0;
+        v = 2.0 * tt_rng_uniform(r) - 1.0;
+        s = u * u + v * v;
+    } while (s >= 1.0 || s == 0.0);
+    double f = sqrt(-2.0 * log(s) / s);
+    r->spare = v * f;
+    r->has_spare = true;
+    return u * f;
+}
+
+struct normal_fill {
+    double mean, std;
+    tt_rng rng;
+};
+
+static void normal_row(const tt_tensor *t, int64_t k0, int64_t off, int64_t n, int64_t step,
+                       void *user)
+{
+    struct normal_fill *f = user;
+    const enum kind k = kind_of(t->t.dtype);
+    const size_t elem = tt_elem_size(t->t.dtype);
+    char *p = at_offset(t, off);
+    (void)k0;
+    for (int64_t j = 0; j < n; j++)
+        set_at(k, p + j * step * (int64_t)elem, f->mean + f->std * tt_rng_normal(&f->rng));
 }
 
 void tt_fill_normal(tt_tensor *t, uint64_t seed, double mean, double std)
 {
-    tt_rng r;
-    tt_rng_seed(&r, seed);
-    int64_t n = tt_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        tt_set(t, i, mean + std * tt_rng_normal(&r));
+    struct normal_fill f = {mean, std, {0, 0, false}};
+    tt_rng_seed(&f.rng, seed);
+    walk_rows(t, normal_row, &f);
+}
+
+/* ---- padding ------------------------------------------------------------- */
+
+static void mark_row(const tt_tensor *t, int64_t k0, int64_t off, int64_t n, int64_t step,
+                     void *user)
+{
+    const size_t elem = tt_elem_size(t->t.dtype);
+    unsigned char *m = (unsigned char *)user + TT_GUARD + off * (int64_t)elem;
+    (void)k0;
+    if (step == 1)
+        memset(m, 1, (size_t)n * elem);
+    else
+        for (int64_t j = 0; j < n; j++)
+            memset(m + j * step * (int64_t)elem, 1, elem);
 }
 
 bool tt_padding_intact(const tt_tensor *t)
 {
-    size_t elem = tt_elem_size(t->t.dtype);
     unsigned char *in_view = calloc(t->buf_bytes, 1);
     if (!in_view)
         die("out of memory");
-    int64_t n = tt_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        memset(in_view + ((char *)addr_of(t, i) - (char *)t->buf), 1, elem);
+    walk_rows(t, mark_row, in_view);
     const unsigned char *b = t->buf;
     bool ok = true;
     for (size_t i = 0; i < t->buf_bytes && ok; i++)

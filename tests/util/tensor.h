@@ -83,6 +83,8 @@ double tt_round(DLDataType dtype, double value);
 /* A deterministic generator for tests: uniform in [0, 1) and standard normal. */
 typedef struct tt_rng {
     uint64_t state;
+    double spare; /* the second normal of the last pair */
+    bool has_spare;
 } tt_rng;
 void tt_rng_seed(tt_rng *r, uint64_t seed);
 double tt_rng_uniform(tt_rng *r);
