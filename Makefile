@@ -82,9 +82,12 @@ tests: $(TEST_BIN) $(FIXTURE_SO)
 $(B)/gen/fld_paths.h: FORCE
 	@mkdir -p $(@D)
 	@printf '#define FLD_INSTALL_PLUGIN_DIR "%s"\n#define FLD_INSTALL_CONFIG_DIR "%s"\n' \
-	  '$(PLUGINDIR)' '$(CONFIGDIR)' > $@.tmp
-	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+	  '$(PLUGINDIR)' '$(CONFIGDIR)' > $@.tmp.$$$$; \
+	  if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv -f $@.tmp.$$$$ $@; fi
 FORCE:
+
+# Keep intermediate objects (tests, fixtures) so a second make rebuilds nothing.
+.SECONDARY:
 
 $(OBJ)/core/%.o: core/%.c $(B)/gen/fld_paths.h
 	@mkdir -p $(@D)

@@ -339,6 +339,17 @@ int fld__load_plugin_file(const char *path, bool explicit_request)
 
     struct stat st;
     bool secure = check_security(key, &st, why, sizeof why);
+    if (secure) {
+        /* The same file reached by another path (a link, or listed twice): loaded once. */
+        for (struct fld_plugin_rec *q = fld__plugins_first(); q; q = q->next) {
+            if (q->status == FLD_PLUGIN_LOADED && q->dl_handle && q->st_dev == st.st_dev &&
+                q->st_ino == st.st_ino) {
+                fld__log(FLD_LOG_DEBUG, "plugin %s is the same file as %s, already loaded", key,
+                         q->path);
+                return FLD_OK;
+            }
+        }
+    }
     struct fld_plugin_rec *p = record_for(base_name(key), key);
     if (!p)
         return fld__fail(FLD_ENOMEM, "out of memory loading plugin %s", key);
@@ -347,10 +358,6 @@ int fld__load_plugin_file(const char *path, bool explicit_request)
     for (struct fld_plugin_rec *q = fld__plugins_first(); q; q = q->next) {
         if (q == p || q->status != FLD_PLUGIN_LOADED || !q->dl_handle)
             continue;
-        if (q->st_dev == st.st_dev && q->st_ino == st.st_ino) {
-            snprintf(why, sizeof why, "same file as %s, already loaded", q->path);
-            return reject_plugin(p, FLD_PLUGIN_SKIPPED, why);
-        }
         if (strcmp(base_name(q->path), base_name(key)) == 0) {
             snprintf(why, sizeof why, "duplicate of %s (a plugin file of that name is already "
                      "loaded; the first in the search path wins)", q->path);
