@@ -172,9 +172,8 @@ static bool check_security(const char *path, struct stat *st, char *why, size_t 
         return false;
     }
     if (!owner_ok(ds.st_uid)) {
-        snprintf(why, size,
-                 "directory '%s' is owned by uid %u (neither root nor the current user)", dst,
-                 (unsigned)ds.st_uid);
+        snprintf(why, size, "directory '%s' is owned by uid %u (neither root nor the current user)",
+                 dst, (unsigned)ds.st_uid);
         return false;
     }
     return true;
@@ -359,8 +358,10 @@ int fld__load_plugin_file(const char *path, bool explicit_request)
         if (q == p || q->status != FLD_PLUGIN_LOADED || !q->dl_handle)
             continue;
         if (strcmp(base_name(q->path), base_name(key)) == 0) {
-            snprintf(why, sizeof why, "duplicate of %s (a plugin file of that name is already "
-                     "loaded; the first in the search path wins)", q->path);
+            snprintf(why, sizeof why,
+                     "duplicate of %s (a plugin file of that name is already "
+                     "loaded; the first in the search path wins)",
+                     q->path);
             return reject_plugin(p, FLD_PLUGIN_SKIPPED, why);
         }
     }

@@ -21,7 +21,7 @@ enum init_state { STATE_UNINIT, STATE_READY, STATE_FAILED };
 static pthread_mutex_t host_lock;
 static pthread_once_t host_once = PTHREAD_ONCE_INIT;
 static _Atomic int state = STATE_UNINIT;
-static int init_status;       /* the remembered init failure */
+static int init_status; /* the remembered init failure */
 static char init_message[1024];
 
 _Atomic uint64_t fld__generation;
@@ -185,8 +185,10 @@ static int register_reference(fld_registry *reg)
 }
 
 static const fld_plugin_descriptor reference_plugin = {
-    FLD_PLUGIN_MAGIC,   FLD_PLUGIN_ABI_MAJOR, FLD_PLUGIN_ABI_MINOR, sizeof(fld_plugin_descriptor),
-    FLD_PLUGIN_FLAG_IN_TREE, "reference", FLD_VERSION_STRING, FLD_VERSION_STRING,
+    FLD_PLUGIN_MAGIC,        FLD_PLUGIN_ABI_MAJOR,
+    FLD_PLUGIN_ABI_MINOR,    sizeof(fld_plugin_descriptor),
+    FLD_PLUGIN_FLAG_IN_TREE, "reference",
+    FLD_VERSION_STRING,      FLD_VERSION_STRING,
     register_reference};
 
 static void count_impls(struct fld_op_s *op, void *user)
@@ -227,8 +229,9 @@ static int initialise_locked(void)
     fld__op_foreach(count_impls, counts);
     for (struct fld_plugin_rec *p = fld__plugins_first(); p; p = p->next)
         n_plugins += p->status == FLD_PLUGIN_LOADED;
-    fld__log(FLD_LOG_INFO, "fldispatch initialized: %zu ops with %zu implementations from %zu plugins",
-             counts[0], counts[1], n_plugins);
+    fld__log(FLD_LOG_INFO,
+             "fldispatch initialized: %zu ops with %zu implementations from %zu plugins", counts[0],
+             counts[1], n_plugins);
     return FLD_OK;
 }
 

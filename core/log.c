@@ -125,8 +125,10 @@ int fld__log_read_env(struct fld_log_env *out)
         static const struct {
             const char *name;
             int level;
-        } names[] = {{"DEBUG", FLD_LOG_DEBUG},     {"INFO", FLD_LOG_INFO},
-                     {"WARNING", FLD_LOG_WARNING}, {"WARN", FLD_LOG_WARNING},
+        } names[] = {{"DEBUG", FLD_LOG_DEBUG},
+                     {"INFO", FLD_LOG_INFO},
+                     {"WARNING", FLD_LOG_WARNING},
+                     {"WARN", FLD_LOG_WARNING},
                      {"ERROR", FLD_LOG_ERROR}};
         char buf[32];
         size_t n = strlen(v);

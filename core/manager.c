@@ -28,8 +28,8 @@
 #include "policy.h"
 #include "registry.h"
 
-#define MAX_CHAIN 64
-#define likely(x) __builtin_expect(!!(x), 1)
+#define MAX_CHAIN   64
+#define likely(x)   __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
 struct fld_chain {
@@ -37,9 +37,9 @@ struct fld_chain {
     uint64_t policy_serial;
     _Atomic(fld_kernel_fn) fast_fn; /* impls[0]->fn once it may be called directly, else NULL */
     bool strict;
-    _Atomic uint64_t failed;      /* bit i: impls[i] failed (non-strict memory) */
-    _Atomic uint64_t announced;   /* bit i: "using" line logged for impls[i] */
-    struct fld_chain *tls_next;   /* thread-local retire list */
+    _Atomic uint64_t failed;    /* bit i: impls[i] failed (non-strict memory) */
+    _Atomic uint64_t announced; /* bit i: "using" line logged for impls[i] */
+    struct fld_chain *tls_next; /* thread-local retire list */
     uint32_t n;
     struct fld_impl_rec *impls[];
 };
@@ -141,7 +141,8 @@ static bool passes_filters(const struct fld_policy *pol, struct fld_impl_rec *im
     }
     if (impl->plugin && !impl->plugin->in_tree) {
         if (!pol->oot_enabled) {
-            reject(sel, impl, "out-of-tree plugins disabled by %s", pol->source[FLD_PF_OOT_ENABLED]);
+            reject(sel, impl, "out-of-tree plugins disabled by %s",
+                   pol->source[FLD_PF_OOT_ENABLED]);
             return false;
         }
         if (!fld__policy_oot_allows_op(pol, name, why, sizeof why)) {
@@ -467,7 +468,7 @@ static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *arg
 /* ---- the call path ------------------------------------------------------ */
 
 __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned slot,
-                                                  const void *args)
+                                                   const void *args)
 {
     struct fld_chain *c = global_chain(op, slot);
     if (!c)
@@ -576,16 +577,20 @@ static int key_from(int device_type, DLDataType dtype, int *dev, int *dt)
 {
     *dev = fld__device_index(device_type);
     if (*dev < 0)
-        return fld__fail(FLD_EINVAL, "unknown device type %d (valid: 1 cpu, 2 cuda, 10 rocm, 12 or "
-                         "21 ascend)", device_type);
+        return fld__fail(FLD_EINVAL,
+                         "unknown device type %d (valid: 1 cpu, 2 cuda, 10 rocm, 12 or "
+                         "21 ascend)",
+                         device_type);
     if (dtype.code == 0 && dtype.bits == 0 && dtype.lanes == 0) {
         *dt = FLD_DT_ANY;
         return FLD_OK;
     }
     *dt = fld__dtype_index(dtype);
     if (*dt < 0)
-        return fld__fail(FLD_EINVAL, "unsupported dtype (code %d, bits %d, lanes %d; valid: f32, "
-                         "f16, bf16)", dtype.code, dtype.bits, dtype.lanes);
+        return fld__fail(FLD_EINVAL,
+                         "unsupported dtype (code %d, bits %d, lanes %d; valid: f32, "
+                         "f16, bf16)",
+                         dtype.code, dtype.bits, dtype.lanes);
     return FLD_OK;
 }
 
@@ -631,8 +636,10 @@ int fld_explain(const char *name, int device_type, DLDataType dtype, fld_resolut
         return rc;
     struct fld_op_s *op = fld__op_find(name);
     if (!op)
-        return fld__fail(FLD_ENOTFOUND, "no op named '%s' (not in the catalog and no plugin "
-                         "registered it)", name);
+        return fld__fail(FLD_ENOTFOUND,
+                         "no op named '%s' (not in the catalog and no plugin "
+                         "registered it)",
+                         name);
     fld_resolution *res = calloc(1, sizeof *res);
     if (!res)
         return fld__fail(FLD_ENOMEM, "out of memory");

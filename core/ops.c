@@ -14,8 +14,8 @@
 
 struct op_table {
     size_t n;
-    size_t mask;             /* hash capacity - 1 (power of two) */
-    struct fld_op_s **hash;  /* open addressing, linear probing */
+    size_t mask;               /* hash capacity - 1 (power of two) */
+    struct fld_op_s **hash;    /* open addressing, linear probing */
     struct fld_op_s **by_name; /* sorted by name */
 };
 
@@ -58,8 +58,10 @@ int fld_device_from_name(const char *name, int *device_type)
     static const struct {
         const char *name;
         int type;
-    } names[] = {{"cpu", FLD_DEVICE_CPU},   {"cuda", FLD_DEVICE_CUDA},
-                 {"nvidia", FLD_DEVICE_CUDA}, {"rocm", FLD_DEVICE_ROCM},
+    } names[] = {{"cpu", FLD_DEVICE_CPU},
+                 {"cuda", FLD_DEVICE_CUDA},
+                 {"nvidia", FLD_DEVICE_CUDA},
+                 {"rocm", FLD_DEVICE_ROCM},
                  {"ascend", FLD_DEVICE_ASCEND}};
     if (!name || !device_type)
         return fld__fail(FLD_EINVAL, "fld_device_from_name: NULL argument");
@@ -87,8 +89,9 @@ int fld_dtype_from_name(const char *name, DLDataType *dtype)
     static const struct {
         const char *name;
         DLDataType dtype;
-    } names[] = {{"f32", FLD_DTYPE_F32},     {"float32", FLD_DTYPE_F32}, {"f16", FLD_DTYPE_F16},
-                 {"float16", FLD_DTYPE_F16}, {"bf16", FLD_DTYPE_BF16},   {"bfloat16", FLD_DTYPE_BF16},
+    } names[] = {{"f32", FLD_DTYPE_F32},   {"float32", FLD_DTYPE_F32},
+                 {"f16", FLD_DTYPE_F16},   {"float16", FLD_DTYPE_F16},
+                 {"bf16", FLD_DTYPE_BF16}, {"bfloat16", FLD_DTYPE_BF16},
                  {"any", FLD_DTYPE_ANY}};
     if (!name || !dtype)
         return fld__fail(FLD_EINVAL, "fld_dtype_from_name: NULL argument");
@@ -259,8 +262,8 @@ fld_op fld_op_lookup(const char *name)
     }
     struct fld_op_s *op = fld__op_find(name);
     if (!op)
-        fld__fail(FLD_ENOTFOUND, "no op named '%s' (not in the catalog and no plugin registered it)",
-                  name);
+        fld__fail(FLD_ENOTFOUND,
+                  "no op named '%s' (not in the catalog and no plugin registered it)", name);
     return op;
 }
 

@@ -12,7 +12,14 @@
 #include <fldispatch/plugin.h>
 
 /* Device and dtype indexes of the cache slots. */
-enum { FLD_DEV_CPU, FLD_DEV_CUDA, FLD_DEV_ROCM, FLD_DEV_ASCEND, FLD_NDEVICES, FLD_DEV_ANY = FLD_NDEVICES };
+enum {
+    FLD_DEV_CPU,
+    FLD_DEV_CUDA,
+    FLD_DEV_ROCM,
+    FLD_DEV_ASCEND,
+    FLD_NDEVICES,
+    FLD_DEV_ANY = FLD_NDEVICES
+};
 enum { FLD_DT_F32, FLD_DT_F16, FLD_DT_BF16, FLD_NDTYPES, FLD_DT_ANY = FLD_NDTYPES };
 #define FLD_NSLOTS ((FLD_NDEVICES + 1) * (FLD_NDTYPES + 1))
 
@@ -61,7 +68,7 @@ struct fld_op_schema {
     const char *name;
     size_t args_size;
     fld_validate_fn validate;
-    fld_kernel_fn reference;   /* the library's reference.c implementation */
+    fld_kernel_fn reference;    /* the library's reference.c implementation */
     uint32_t reference_devices; /* FLD_DEVICE_MASK_* the reference serves */
     uint32_t reference_dtypes;  /* FLD_DTYPE_MASK_* */
 };

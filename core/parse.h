@@ -44,15 +44,19 @@ struct fld_orders {
 
 /* Accepts 1/0, true/false, yes/no, on/off (case-insensitive, trimmed). */
 int fld__parse_bool(const char *what, const char *value, bool *out);
-/* "flagos" | "vendor" | "reference" (case-insensitive, trimmed) into *out (0, 1, 2 as enum fld_prefer). */
+/* "flagos" | "vendor" | "reference" (case-insensitive, trimmed) into *out (0, 1, 2 as enum
+ * fld_prefer). */
 int fld__parse_prefer(const char *what, const char *value, int *out);
-/* Comma-separated names, trimmed; empty items are an error; duplicates dropped. A NULL or blank value gives an unset list. */
+/* Comma-separated names, trimmed; empty items are an error; duplicates dropped. A NULL or blank
+ * value gives an unset list. */
 int fld__parse_name_list(const char *what, const char *value, struct fld_strlist *out);
 /* One token. */
 int fld__parse_token(const char *what, const char *text, struct fld_token *out);
 /* "a|b|c" into a token list (no empty tokens, no repeats). */
-int fld__parse_token_list(const char *what, const char *op, const char *text, struct fld_order *out);
-/* "op1=a|b;op2=c" (trailing ';' allowed; empty fragment, missing '=', empty op, repeated op are errors). */
+int fld__parse_token_list(const char *what, const char *op, const char *text,
+                          struct fld_order *out);
+/* "op1=a|b;op2=c" (trailing ';' allowed; empty fragment, missing '=', empty op, repeated op are
+ * errors). */
 int fld__parse_per_op(const char *what, const char *spec, struct fld_orders *out);
 
 void fld__strlist_free(struct fld_strlist *l);

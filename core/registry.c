@@ -124,38 +124,44 @@ static int validate_record(struct fld_registry *reg, const fld_impl *impl)
         return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid kind %d", id, impl->op,
                             (int)impl->kind);
     size_t plen = strlen(prefix);
-    if (!valid_name(id, ".-") || strncmp(id, prefix, plen) != 0 || id[plen] != '.' ||
-        !id[plen + 1])
+    if (!valid_name(id, ".-") || strncmp(id, prefix, plen) != 0 || id[plen] != '.' || !id[plen + 1])
         return record_error(reg, FLD_EINVAL,
                             "impl_id '%s' for op '%s' must look like '%s.<name>' (the prefix names "
                             "its kind: default, vendor or reference)",
                             id, impl->op, prefix);
     if (impl->kind == FLD_KIND_VENDOR && (!impl->vendor || !*impl->vendor))
-        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': kind VENDOR requires a vendor name",
-                            id, impl->op);
+        return record_error(reg, FLD_EINVAL,
+                            "impl '%s' for op '%s': kind VENDOR requires a vendor name", id,
+                            impl->op);
     if (impl->vendor && !valid_name(impl->vendor, ".-"))
         return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid vendor name '%s'", id,
                             impl->op, impl->vendor);
     if (!impl->fn)
         return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL", id, impl->op);
     if (!impl->devices || (impl->devices & ~FLD_DEVICE_MASK_ALL))
-        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': device mask 0x%x is empty or "
-                            "has unknown bits", id, impl->op, impl->devices);
+        return record_error(reg, FLD_EINVAL,
+                            "impl '%s' for op '%s': device mask 0x%x is empty or "
+                            "has unknown bits",
+                            id, impl->op, impl->devices);
     if (!impl->dtypes || (impl->dtypes & ~FLD_DTYPE_MASK_ALL))
-        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': dtype mask 0x%x is empty or "
-                            "has unknown bits", id, impl->op, impl->dtypes);
+        return record_error(reg, FLD_EINVAL,
+                            "impl '%s' for op '%s': dtype mask 0x%x is empty or "
+                            "has unknown bits",
+                            id, impl->op, impl->dtypes);
     for (size_t i = 0; i < reg->n; i++) {
         const struct fld_impl_rec *s = reg->staged[i];
         if (strcmp(s->impl_id, id) == 0 && strcmp(s->staged_op, impl->op) == 0)
-            return record_error(reg, FLD_EINVAL,
-                                "duplicate impl_id '%s' for op '%s' (registered twice by plugin '%s')",
-                                id, impl->op, reg->plugin ? reg->plugin->name : "?");
+            return record_error(
+                reg, FLD_EINVAL,
+                "duplicate impl_id '%s' for op '%s' (registered twice by plugin '%s')", id,
+                impl->op, reg->plugin ? reg->plugin->name : "?");
     }
     struct fld_impl_rec *existing = find_impl(fld__op_find(impl->op), id);
     if (existing)
-        return record_error(reg, FLD_EINVAL,
-                            "duplicate impl_id '%s' for op '%s' (already registered by plugin '%s')",
-                            id, impl->op, existing->plugin ? existing->plugin->name : "?");
+        return record_error(
+            reg, FLD_EINVAL,
+            "duplicate impl_id '%s' for op '%s' (already registered by plugin '%s')", id, impl->op,
+            existing->plugin ? existing->plugin->name : "?");
     return FLD_OK;
 }
 

@@ -321,8 +321,8 @@ typedef struct fld_resolution {
     const char *op;
     int device_type;
     DLDataType dtype;
-    const char *selected;     /* first candidate, or NULL */
-    size_t n_candidates;      /* ordered: the winner first, then the fallbacks */
+    const char *selected; /* first candidate, or NULL */
+    size_t n_candidates;  /* ordered: the winner first, then the fallbacks */
     const char **candidates;
     size_t n_rejected;
     fld_rejection *rejected;
@@ -411,10 +411,10 @@ typedef struct fld_plugin_info {
     const char *path;    /* file path, or "(built-in)" */
     const char *version; /* plugin version string, or "" */
     unsigned abi_major, abi_minor;
-    bool in_tree;        /* built by this project */
+    bool in_tree; /* built by this project */
     fld_plugin_status status;
-    const char *reason;  /* why rejected, skipped or unavailable; "" when loaded */
-    size_t n_impls;      /* implementations it registered */
+    const char *reason; /* why rejected, skipped or unavailable; "" when loaded */
+    size_t n_impls;     /* implementations it registered */
 } fld_plugin_info;
 
 /*
@@ -427,7 +427,7 @@ FLD_API int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user
 typedef struct fld_impl_info {
     const char *op;
     const char *impl_id;
-    const char *kind; /* "flagos", "vendor", "reference" */
+    const char *kind;   /* "flagos", "vendor", "reference" */
     const char *vendor; /* NULL unless kind is vendor */
     int priority;
     uint32_t devices; /* FLD_DEVICE_MASK_* */

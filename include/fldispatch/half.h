@@ -63,7 +63,7 @@ static inline uint16_t fld_f32_to_f16(float f)
         return (uint16_t)(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
     if (abs >= 0x477ff000u) /* rounds to >= 65520: infinity */
         return (uint16_t)(sign | 0x7c00u);
-    if (abs < 0x38800000u) { /* below the smallest normal 2^-14: subnormal or zero */
+    if (abs < 0x38800000u) {   /* below the smallest normal 2^-14: subnormal or zero */
         if (abs < 0x33000000u) /* < 2^-25: rounds to zero */
             return sign;
         uint32_t exp = abs >> 23;

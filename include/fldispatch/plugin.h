@@ -106,13 +106,13 @@ typedef struct fld_impl {
     const char *op;      /* op name, e.g. FLD_OP_RMS_NORM; [A-Za-z0-9_.] */
     const char *impl_id; /* "<kind>.<name>": "default.x", "vendor.x", "reference.x" */
     fld_kind kind;
-    const char *vendor;  /* required for FLD_KIND_VENDOR, e.g. "cuda"; else NULL */
-    int priority;        /* FLD_PRIORITY_*; higher runs first within a token */
-    uint32_t devices;    /* FLD_DEVICE_MASK_* it accepts; not 0 */
-    uint32_t dtypes;     /* FLD_DTYPE_MASK_* it accepts; not 0 */
-    fld_kernel_fn fn;    /* required */
+    const char *vendor;            /* required for FLD_KIND_VENDOR, e.g. "cuda"; else NULL */
+    int priority;                  /* FLD_PRIORITY_*; higher runs first within a token */
+    uint32_t devices;              /* FLD_DEVICE_MASK_* it accepts; not 0 */
+    uint32_t dtypes;               /* FLD_DTYPE_MASK_* it accepts; not 0 */
+    fld_kernel_fn fn;              /* required */
     fld_available_fn is_available; /* optional */
-    fld_supports_fn supports;       /* optional */
+    fld_supports_fn supports;      /* optional */
 } fld_impl;
 
 /*
@@ -130,13 +130,13 @@ FLD_API int fld_registry_register(fld_registry *reg, const fld_impl *impl);
 #define FLD_PLUGIN_FLAG_IN_TREE (1u << 0) /* built by the fldispatch project */
 
 typedef struct fld_plugin_descriptor {
-    uint32_t magic;       /* FLD_PLUGIN_MAGIC */
-    uint16_t abi_major;   /* FLD_PLUGIN_ABI_MAJOR the plugin was built with */
-    uint16_t abi_minor;   /* FLD_PLUGIN_ABI_MINOR the plugin was built with */
-    uint32_t struct_size; /* sizeof(fld_plugin_descriptor) of that build */
-    uint32_t flags;       /* FLD_PLUGIN_FLAG_* */
-    const char *name;     /* [a-z0-9_-], e.g. "cpu" */
-    const char *version;  /* the plugin's own version */
+    uint32_t magic;           /* FLD_PLUGIN_MAGIC */
+    uint16_t abi_major;       /* FLD_PLUGIN_ABI_MAJOR the plugin was built with */
+    uint16_t abi_minor;       /* FLD_PLUGIN_ABI_MINOR the plugin was built with */
+    uint32_t struct_size;     /* sizeof(fld_plugin_descriptor) of that build */
+    uint32_t flags;           /* FLD_PLUGIN_FLAG_* */
+    const char *name;         /* [a-z0-9_-], e.g. "cpu" */
+    const char *version;      /* the plugin's own version */
     const char *host_version; /* FLD_VERSION_STRING of the headers it was built with */
     int (*register_builtins)(fld_registry *reg);
 } fld_plugin_descriptor;
@@ -157,12 +157,14 @@ typedef struct fld_plugin_descriptor {
 #endif
 
 /* Defines the plugin's descriptor. Use it once, at file scope. */
-#define FLD_PLUGIN_DEFINE(name, version_string, register_fn)                                      \
-    FLD_PLUGIN_LINKAGE_ __attribute__((visibility("default")))                                    \
-    const fld_plugin_descriptor fld_plugin_entry = {                                              \
-        FLD_PLUGIN_MAGIC,   FLD_PLUGIN_ABI_MAJOR, FLD_PLUGIN_ABI_MINOR,                            \
-        sizeof(fld_plugin_descriptor), FLD_PLUGIN_FLAGS_, (name), (version_string),               \
-        FLD_VERSION_STRING, (register_fn)};
+#define FLD_PLUGIN_DEFINE(name, version_string, register_fn)                                       \
+    FLD_PLUGIN_LINKAGE_ __attribute__((visibility("default")))                                     \
+    const fld_plugin_descriptor fld_plugin_entry = {                                               \
+        FLD_PLUGIN_MAGIC,     FLD_PLUGIN_ABI_MAJOR,                                                \
+        FLD_PLUGIN_ABI_MINOR, sizeof(fld_plugin_descriptor),                                       \
+        FLD_PLUGIN_FLAGS_,    (name),                                                              \
+        (version_string),     FLD_VERSION_STRING,                                                  \
+        (register_fn)};
 
 /*
  * Registers a plugin linked into the application itself (no .so), as if it
