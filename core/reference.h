@@ -7,6 +7,28 @@
 #ifndef FLD_CORE_REFERENCE_H
 #define FLD_CORE_REFERENCE_H
 
+#include <stdint.h>
+
+#include <fldispatch/half.h>
+
+/* Element i of a row of dtype dt (FLD_DT_*: 0 f32, 1 f16, 2 bf16), as float32. */
+static inline float fld__ref_load(const void *row, int64_t i, int dt)
+{
+    if (dt == 0)
+        return ((const float *)row)[i];
+    uint16_t h = ((const uint16_t *)row)[i];
+    return dt == 1 ? fld_f16_to_f32(h) : fld_bf16_to_f32(h);
+}
+
+/* Stores v into element i, rounding once to dtype dt. */
+static inline void fld__ref_store(void *row, int64_t i, int dt, float v)
+{
+    if (dt == 0)
+        ((float *)row)[i] = v;
+    else
+        ((uint16_t *)row)[i] = dt == 1 ? fld_f32_to_f16(v) : fld_f32_to_bf16(v);
+}
+
 int fld__ref_silu_and_mul(const void *args);
 int fld__ref_mul_and_silu(const void *args);
 int fld__ref_gelu_and_mul(const void *args);

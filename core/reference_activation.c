@@ -21,22 +21,6 @@
 
 enum act { ACT_SILU_MUL, ACT_MUL_SILU, ACT_GELU_MUL, ACT_GELU_TANH_MUL };
 
-static inline float load(const void *row, int64_t i, int dt)
-{
-    if (dt == 0)
-        return ((const float *)row)[i];
-    uint16_t h = ((const uint16_t *)row)[i];
-    return dt == 1 ? fld_f16_to_f32(h) : fld_bf16_to_f32(h);
-}
-
-static inline void store(void *row, int64_t i, int dt, float v)
-{
-    if (dt == 0)
-        ((float *)row)[i] = v;
-    else
-        ((uint16_t *)row)[i] = dt == 1 ? fld_f32_to_f16(v) : fld_f32_to_bf16(v);
-}
-
 static inline float silu(float a)
 {
     return a / (1.0f + expf(-a));
@@ -69,7 +53,7 @@ static int gated(const void *argp, enum act kind)
         const char *yr = xr + (size_t)d * elem;
         char *orow = (char *)out.data + (size_t)(r * out.stride) * elem;
         for (int64_t j = 0; j < d; j++) {
-            float a = load(xr, j, dt), b = load(yr, j, dt), v;
+            float a = fld__ref_load(xr, j, dt), b = fld__ref_load(yr, j, dt), v;
             switch (kind) {
             case ACT_SILU_MUL:
                 v = silu(a) * b;
@@ -84,7 +68,7 @@ static int gated(const void *argp, enum act kind)
                 v = gelu_tanh(a) * b;
                 break;
             }
-            store(orow, j, dt, v);
+            fld__ref_store(orow, j, dt, v);
         }
     }
     return FLD_OK;

@@ -17,22 +17,6 @@
 
 #include "reference.h"
 
-static inline float load(const void *row, int64_t i, int dt)
-{
-    if (dt == 0)
-        return ((const float *)row)[i];
-    uint16_t h = ((const uint16_t *)row)[i];
-    return dt == 1 ? fld_f16_to_f32(h) : fld_bf16_to_f32(h);
-}
-
-static inline void store(void *row, int64_t i, int dt, float v)
-{
-    if (dt == 0)
-        ((float *)row)[i] = v;
-    else
-        ((uint16_t *)row)[i] = dt == 1 ? fld_f32_to_f16(v) : fld_f32_to_bf16(v);
-}
-
 /*
  * Kahan-compensated float32 sum of squares: the reference is what every
  * other implementation is checked against, so its only error should be the
@@ -42,7 +26,7 @@ static float sum_squares(const void *row, int64_t n, int dt)
 {
     float sum = 0.0f, comp = 0.0f;
     for (int64_t j = 0; j < n; j++) {
-        float v = load(row, j, dt);
+        float v = fld__ref_load(row, j, dt);
         float y = v * v - comp;
         float t = sum + y;
         comp = (t - sum) - y;
@@ -72,15 +56,15 @@ static int rms_norm(const void *argp, bool gemma)
         if (args->residual) {
             char *rr = (char *)res.data + (size_t)(r * res.stride) * elem;
             for (int64_t j = 0; j < h; j++)
-                store(rr, j, dt, load(xr, j, dt) + load(rr, j, dt));
+                fld__ref_store(rr, j, dt, fld__ref_load(xr, j, dt) + fld__ref_load(rr, j, dt));
             src = rr; /* normalise the rounded sum, re-read from storage */
         }
         const float inv = 1.0f / sqrtf(sum_squares(src, h, dt) / (float)h + args->eps);
         for (int64_t j = 0; j < h; j++) {
-            float scale = w ? load(w, j, dt) : 1.0f;
+            float scale = w ? fld__ref_load(w, j, dt) : 1.0f;
             if (gemma && w)
                 scale += 1.0f;
-            store(orow, j, dt, load(src, j, dt) * inv * scale);
+            fld__ref_store(orow, j, dt, fld__ref_load(src, j, dt) * inv * scale);
         }
     }
     return FLD_OK;

@@ -10,22 +10,6 @@
 
 #include "reference.h"
 
-static inline float load(const void *base, int64_t i, int dt)
-{
-    if (dt == 0)
-        return ((const float *)base)[i];
-    uint16_t h = ((const uint16_t *)base)[i];
-    return dt == 1 ? fld_f16_to_f32(h) : fld_bf16_to_f32(h);
-}
-
-static inline void store(void *base, int64_t i, int dt, float v)
-{
-    if (dt == 0)
-        ((float *)base)[i] = v;
-    else
-        ((uint16_t *)base)[i] = dt == 1 ? fld_f32_to_f16(v) : fld_f32_to_bf16(v);
-}
-
 static void rotate_heads(char *base, int64_t heads, int64_t head_stride, int dt,
                          const void *cache_row, int cache_dt, int64_t half, bool neox)
 {
@@ -33,11 +17,11 @@ static void rotate_heads(char *base, int64_t heads, int64_t head_stride, int dt,
     for (int64_t h = 0; h < heads; h++) {
         char *head = base + (size_t)(h * head_stride) * elem;
         for (int64_t i = 0; i < half; i++) {
-            const float c = load(cache_row, i, cache_dt), s = load(cache_row, half + i, cache_dt);
+            const float c = fld__ref_load(cache_row, i, cache_dt), s = fld__ref_load(cache_row, half + i, cache_dt);
             const int64_t ix = neox ? i : 2 * i, iy = neox ? i + half : 2 * i + 1;
-            const float x = load(head, ix, dt), y = load(head, iy, dt);
-            store(head, ix, dt, x * c - y * s);
-            store(head, iy, dt, y * c + x * s);
+            const float x = fld__ref_load(head, ix, dt), y = fld__ref_load(head, iy, dt);
+            fld__ref_store(head, ix, dt, x * c - y * s);
+            fld__ref_store(head, iy, dt, y * c + x * s);
         }
     }
 }
