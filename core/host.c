@@ -21,7 +21,8 @@ enum init_state { STATE_UNINIT, STATE_READY, STATE_FAILED };
 static pthread_mutex_t host_lock;
 static pthread_once_t host_once = PTHREAD_ONCE_INIT;
 static _Atomic int state = STATE_UNINIT;
-static int init_status; /* the remembered init failure */
+_Atomic bool fld__ready; /* state == STATE_READY, as one flag for the fast check */
+static int init_status;  /* the remembered init failure */
 static char init_message[1024];
 
 _Atomic uint64_t fld__generation;
@@ -34,6 +35,12 @@ struct retired {
     struct retired *next;
 };
 static struct retired *retired_list;
+
+static void set_state(enum init_state st)
+{
+    atomic_store(&state, st);
+    atomic_store(&fld__ready, st == STATE_READY);
+}
 
 static void make_lock(void)
 {
@@ -208,7 +215,7 @@ static int initialise_locked(void)
     if (rc) {
         init_status = rc;
         fld__error_copy(init_message, sizeof init_message);
-        atomic_store(&state, STATE_FAILED);
+        set_state(STATE_FAILED);
         return rc; /* returned, and remembered for every later call: not logged twice */
     }
     fld__log_commit_env(&log_env);
@@ -219,12 +226,12 @@ static int initialise_locked(void)
     if (rc) {
         init_status = rc;
         fld__error_copy(init_message, sizeof init_message);
-        atomic_store(&state, STATE_FAILED);
+        set_state(STATE_FAILED);
         return rc;
     }
     fld__discover_plugins();
     fld__bump_generation();
-    atomic_store(&state, STATE_READY);
+    set_state(STATE_READY);
     size_t counts[2] = {0, 0}, n_plugins = 0;
     fld__op_foreach(count_impls, counts);
     for (struct fld_plugin_rec *p = fld__plugins_first(); p; p = p->next)
@@ -233,13 +240,6 @@ static int initialise_locked(void)
              "fldispatch initialized: %zu ops with %zu implementations from %zu plugins", counts[0],
              counts[1], n_plugins);
     return FLD_OK;
-}
-
-int fld__ensure_init(void)
-{
-    if (__builtin_expect(atomic_load_explicit(&state, memory_order_acquire) == STATE_READY, 1))
-        return FLD_OK;
-    return fld_init();
 }
 
 int fld_init(void)
@@ -266,7 +266,7 @@ int fld_reload(void)
     fld__lock();
     int rc;
     if (atomic_load(&state) != STATE_READY) {
-        atomic_store(&state, STATE_UNINIT);
+        set_state(STATE_UNINIT);
         fld__log_reset_override();
         rc = initialise_locked();
         fld__unlock();
@@ -296,7 +296,7 @@ void fld_shutdown(void)
         fld__unlock();
         return;
     }
-    atomic_store(&state, STATE_UNINIT);
+    set_state(STATE_UNINIT);
     fld__bump_generation(); /* no chain is valid any more */
     atomic_store(&fld__generation, 0);
     fld__manager_shutdown();

@@ -14,6 +14,7 @@
 #define FLD_CORE_HOST_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct fld_policy;
@@ -26,8 +27,17 @@ extern _Atomic uint64_t fld__generation;
 /* Host lock held. Invalidates every cached chain and remembered failure. */
 void fld__bump_generation(void);
 
+/* True once initialised; read on every by-name and typed call. */
+extern _Atomic bool fld__ready;
+
+int fld_init(void);
 /* FLD_OK once initialised (lazily initialising), else the init error. */
-int fld__ensure_init(void);
+static inline int fld__ensure_init(void)
+{
+    if (__builtin_expect(atomic_load_explicit(&fld__ready, memory_order_acquire), 1))
+        return 0;
+    return fld_init();
+}
 
 /* The global policy (lock-free read; never NULL after init). */
 const struct fld_policy *fld__policy_global(void);

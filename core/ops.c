@@ -4,6 +4,7 @@
  * lock; adding an op (host lock held) builds a new snapshot and retires the
  * old one. Op entries themselves live until fld_shutdown().
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,23 +22,6 @@ struct op_table {
 
 static _Atomic(struct op_table *) table;
 struct fld_op_s *_Atomic fld__catalog_ops[FLD_CAT_COUNT];
-
-int fld__device_index(int device_type)
-{
-    switch (device_type) {
-    case FLD_DEVICE_CPU:
-        return FLD_DEV_CPU;
-    case FLD_DEVICE_CUDA:
-        return FLD_DEV_CUDA;
-    case FLD_DEVICE_ROCM:
-        return FLD_DEV_ROCM;
-    case FLD_DEVICE_ASCEND:
-    case FLD_DEVICE_ASCEND_DL21:
-        return FLD_DEV_ASCEND;
-    default:
-        return -1;
-    }
-}
 
 int fld__device_type_of(int dev_index)
 {
@@ -104,22 +88,63 @@ int fld_dtype_from_name(const char *name, DLDataType *dtype)
     return fld__fail(FLD_EINVAL, "unknown dtype '%s' (valid: f32, f16, bf16, any)", name);
 }
 
-/* Eight bytes per multiply: op names are short and looked up per call by name. */
+/*
+ * Op names are short and hashed on every by-name call: eight bytes per
+ * multiply, the length folded in at the end so that one pass over a
+ * NUL-terminated name gives both (hash_cstr) and agrees with hash_bytes.
+ */
+static size_t hash_finish(uint64_t h, uint64_t tail, size_t len)
+{
+    h = (h ^ tail ^ ((uint64_t)len << 56)) * 0xc4ceb9fe1a85ec53ull;
+    return (size_t)(h ^ (h >> 29));
+}
+
 static size_t hash_bytes(const char *s, size_t len)
 {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ len;
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
+    uint64_t h = 0x9e3779b97f4a7c15ull, w = 0;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        memcpy(&w, s + i, 8);
         h = (h ^ w) * 0xff51afd7ed558ccdull;
-        s += 8;
-        len -= 8;
     }
-    uint64_t w = 0;
-    for (size_t i = 0; i < len; i++)
-        w |= (uint64_t)(unsigned char)s[i] << (8 * i);
-    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
-    return (size_t)(h ^ (h >> 29));
+    w = 0;
+    for (unsigned k = 0; i < len; i++, k++)
+        w |= (uint64_t)(unsigned char)s[i] << (8 * k);
+    return hash_finish(h, w, len);
+}
+
+static size_t hash_cstr(const char *s, size_t *len_out)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull, w = 0;
+    size_t len = 0;
+    unsigned k = 0;
+    for (; s[len]; len++) {
+        w |= (uint64_t)(unsigned char)s[len] << (8 * k);
+        if (++k == 8) {
+            h = (h ^ w) * 0xff51afd7ed558ccdull;
+            w = 0;
+            k = 0;
+        }
+    }
+    *len_out = len;
+    return hash_finish(h, w, len);
+}
+
+/* a and b both have len readable bytes. */
+static bool same_bytes(const char *a, const char *b, size_t len)
+{
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y)
+            return false;
+    }
+    for (; i < len; i++)
+        if (a[i] != b[i])
+            return false;
+    return true;
 }
 
 struct fld_op_s *fld__op_find(const char *name)
@@ -127,12 +152,12 @@ struct fld_op_s *fld__op_find(const char *name)
     const struct op_table *t = atomic_load_explicit(&table, memory_order_acquire);
     if (!t)
         return NULL;
-    size_t len = strlen(name);
-    for (size_t i = hash_bytes(name, len) & t->mask;; i = (i + 1) & t->mask) {
+    size_t len;
+    for (size_t i = hash_cstr(name, &len) & t->mask;; i = (i + 1) & t->mask) {
         struct fld_op_s *op = t->hash[i];
         if (!op)
             return NULL;
-        if (op->name_len == len && memcmp(op->name, name, len) == 0)
+        if (op->name_len == len && same_bytes(op->name, name, len))
             return op;
     }
 }

@@ -28,8 +28,23 @@ static inline unsigned fld__slot(int dev, int dt)
     return (unsigned)(dev * (FLD_NDTYPES + 1) + dt);
 }
 
-/* FLD_DEV_* index of a DLPack device type, or -1. */
-int fld__device_index(int device_type);
+/* FLD_DEV_* index of a DLPack device type, or -1. Inline: validation runs it per call. */
+static inline int fld__device_index(int device_type)
+{
+    switch (device_type) {
+    case FLD_DEVICE_CPU:
+        return FLD_DEV_CPU;
+    case FLD_DEVICE_CUDA:
+        return FLD_DEV_CUDA;
+    case FLD_DEVICE_ROCM:
+        return FLD_DEV_ROCM;
+    case FLD_DEVICE_ASCEND:
+    case FLD_DEVICE_ASCEND_DL21:
+        return FLD_DEV_ASCEND;
+    default:
+        return -1;
+    }
+}
 /* The canonical DLPack device type of a FLD_DEV_* index. */
 int fld__device_type_of(int dev_index);
 /* FLD_DT_* index of a DLPack dtype, or -1 (same order as fld_dtype_index()). */

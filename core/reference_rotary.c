@@ -17,7 +17,8 @@ static void rotate_heads(char *base, int64_t heads, int64_t head_stride, int dt,
     for (int64_t h = 0; h < heads; h++) {
         char *head = base + (size_t)(h * head_stride) * elem;
         for (int64_t i = 0; i < half; i++) {
-            const float c = fld__ref_load(cache_row, i, cache_dt), s = fld__ref_load(cache_row, half + i, cache_dt);
+            const float c = fld__ref_load(cache_row, i, cache_dt),
+                        s = fld__ref_load(cache_row, half + i, cache_dt);
             const int64_t ix = neox ? i : 2 * i, iy = neox ? i + half : 2 * i + 1;
             const float x = fld__ref_load(head, ix, dt), y = fld__ref_load(head, iy, dt);
             fld__ref_store(head, ix, dt, x * c - y * s);

@@ -69,9 +69,18 @@ static const char bench_usage[] =
 enum variant { V_DIRECT, V_HANDLE, V_NAME, V_TYPED, V_COUNT };
 static const char *const variant_names[V_COUNT] = {"direct", "handle", "name", "typed"};
 
-enum kernel { K_NULL, K_LOOP, K_COUNT };
-static const char *const kernel_names[K_COUNT] = {"null", "loop"};
-static const char *const kernel_impl_ids[K_COUNT] = {"vendor.bench_null", "vendor.bench_loop"};
+/*
+ * null and loop are rms_norm kernels, so their dispatched calls include the
+ * host's argument validation. opaque is the null kernel registered for an op
+ * outside the catalog, whose arguments the host does not look at: its
+ * overhead is the dispatch machinery alone. Its "typed" variant is
+ * fld_call_on() (there is no typed entry point for a plugin's own op).
+ */
+enum kernel { K_NULL, K_LOOP, K_OPAQUE, K_COUNT };
+static const char *const kernel_names[K_COUNT] = {"null", "loop", "opaque"};
+static const char *const kernel_impl_ids[K_COUNT] = {"vendor.bench_null", "vendor.bench_loop",
+                                                     "vendor.bench_null"};
+static const char *const kernel_ops[K_COUNT] = {FLD_OP_RMS_NORM, FLD_OP_RMS_NORM, "bench_opaque"};
 
 /* ---- the kernels and their plugin ---------------------------------------- */
 
@@ -127,13 +136,19 @@ static int bench_loop_kernel(const void *args)
     return FLD_OK;
 }
 
-static int (*const kernel_fns[K_COUNT])(const void *) = {bench_null_kernel, bench_loop_kernel};
+static int (*const kernel_fns[K_COUNT])(const void *) = {bench_null_kernel, bench_loop_kernel,
+                                                         bench_null_kernel};
+
+static const char *variant_label(enum kernel k, enum variant v)
+{
+    return k == K_OPAQUE && v == V_TYPED ? "call_on" : variant_names[v];
+}
 
 static int bench_register(fld_registry *reg)
 {
     for (int k = 0; k < K_COUNT; k++) {
         const fld_impl impl = {
-            .op = FLD_OP_RMS_NORM,
+            .op = kernel_ops[k],
             .impl_id = kernel_impl_ids[k],
             .kind = FLD_KIND_VENDOR,
             .vendor = "bench",
@@ -217,7 +232,9 @@ static void bench_args_free(struct bench_args *b)
 
 /* volatile: every direct call loads the pointer, so the kernel cannot be inlined. */
 static fld_kernel_fn volatile direct_kernel;
-static fld_op rms_norm_op;
+static fld_op bench_op; /* the op of the kernel being measured */
+static const char *bench_op_name;
+static bool bench_op_opaque;
 
 static double now_ns(void)
 {
@@ -237,15 +254,19 @@ static bool run_calls(enum variant v, struct bench_args *b, long n)
         break;
     case V_HANDLE:
         for (long i = 0; i < n; i++)
-            failed |= fld_call(rms_norm_op, &b->args);
+            failed |= fld_call(bench_op, &b->args);
         break;
     case V_NAME:
         for (long i = 0; i < n; i++)
-            failed |= fld_call_by_name(FLD_OP_RMS_NORM, &b->args);
+            failed |= fld_call_by_name(bench_op_name, &b->args);
         break;
     case V_TYPED:
-        for (long i = 0; i < n; i++)
-            failed |= fld_rms_norm(&b->out_t, &b->x_t, &b->weight_t, NULL, BENCH_EPS);
+        if (bench_op_opaque)
+            for (long i = 0; i < n; i++)
+                failed |= fld_call_on(bench_op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &b->args);
+        else
+            for (long i = 0; i < n; i++)
+                failed |= fld_rms_norm(&b->out_t, &b->x_t, &b->weight_t, NULL, BENCH_EPS);
         break;
     case V_COUNT:
         break;
@@ -395,6 +416,15 @@ static double median(double *v, int n)
 /* Pins kernel k and checks that the library really selects it. */
 static int pin_kernel(enum kernel k)
 {
+    bench_op_name = kernel_ops[k];
+    bench_op_opaque = k == K_OPAQUE;
+    bench_op = fld_op_lookup(bench_op_name);
+    if (!bench_op) {
+        fprintf(stderr, "fldispatch bench: %s\n", fld_last_error());
+        return FLD_ENOTFOUND;
+    }
+    if (k == K_OPAQUE)
+        return FLD_OK; /* its only implementation */
     char spec[128];
     snprintf(spec, sizeof spec, "%s=impl:%s", FLD_OP_RMS_NORM, kernel_impl_ids[k]);
     int rc = fld_policy_set("per_op", spec);
@@ -446,7 +476,7 @@ static int measure(enum kernel k, long calls, int reps, struct bench_args *main_
             m->ns[v][t] = median(&SAMPLE(v, t, 0), reps);
             if (isnan(m->ns[v][t]) && rc == FLD_OK) {
                 fprintf(stderr, "fldispatch bench: %s calls with the %s kernel failed: %s\n",
-                        variant_names[v], kernel_names[k], fld_last_error());
+                        variant_label(k, v), kernel_names[k], fld_last_error());
                 rc = FLD_EIMPL;
             }
         }
@@ -508,8 +538,9 @@ static const char *target_verdict(const struct measurement *m, enum variant v, i
 static void report_text(const struct measurement m[K_COUNT], int reps, const char *cpu,
                         long threads)
 {
-    printf("dispatch overhead: %s [1, %d] float32, x, out, weight, no residual\n", FLD_OP_RMS_NORM,
-           BENCH_WIDTH);
+    printf("dispatch overhead: %s [1, %d] float32, x, out, weight, no residual (null, loop: "
+           "validated catalog calls; opaque: an op outside the catalog, dispatch alone)\n",
+           FLD_OP_RMS_NORM, BENCH_WIDTH);
     printf("machine: %s, %ld online cpus; median of %d repetitions\n\n", cpu, threads, reps);
     printf("%-6s %-7s %7s %8s %10s %10s  %-9s %s\n", "kernel", "variant", "threads", "calls",
            "ns/call", "overhead", "target", "");
@@ -520,7 +551,7 @@ static void report_text(const struct measurement m[K_COUNT], int reps, const cha
                 if (v != V_DIRECT)
                     snprintf(over, sizeof over, "%.1f", overhead(&m[k], v, t));
                 printf("%-6s %-7s %7d %8ld %10.1f %10s  %-9s %s\n", kernel_names[k],
-                       variant_names[v], t + 1, m[k].calls, m[k].ns[v][t], over, target_text(v),
+                       variant_label(k, v), t + 1, m[k].calls, m[k].ns[v][t], over, target_text(v),
                        target_verdict(&m[k], v, t));
             }
         }
@@ -530,7 +561,7 @@ static void report_text(const struct measurement m[K_COUNT], int reps, const cha
         printf("  %-6s", kernel_names[k]);
         for (int v = 0; v < V_COUNT; v++) {
             double s = scaling(&m[k], v);
-            printf("  %s %.2fx%s", variant_names[v], s, s >= TARGET_SCALING ? "" : " (MISS)");
+            printf("  %s %.2fx%s", variant_label(k, v), s, s >= TARGET_SCALING ? "" : " (MISS)");
         }
         printf("\n");
     }
@@ -573,7 +604,7 @@ static void report_json(const struct measurement m[K_COUNT], int reps, const cha
             for (int v = 0; v < V_COUNT; v++) {
                 json_begin_object(&w);
                 json_key(&w, "variant");
-                json_string(&w, variant_names[v]);
+                json_string(&w, variant_label(k, v));
                 json_key(&w, "kernel");
                 json_string(&w, kernel_names[k]);
                 json_key(&w, "threads");
@@ -596,7 +627,7 @@ static void report_json(const struct measurement m[K_COUNT], int reps, const cha
         json_key(&w, kernel_names[k]);
         json_begin_object(&w);
         for (int v = 0; v < V_COUNT; v++) {
-            json_key(&w, variant_names[v]);
+            json_key(&w, variant_label(k, v));
             json_double(&w, scaling(&m[k], v), 3);
         }
         json_end_object(&w);
@@ -661,11 +692,6 @@ static int run_overhead(long null_calls, int reps, bool json)
     status = open_policy();
     if (status != CLI_EXIT_OK)
         return status;
-    rms_norm_op = fld_op_lookup(FLD_OP_RMS_NORM);
-    if (!rms_norm_op) {
-        fprintf(stderr, "fldispatch bench: %s\n", fld_last_error());
-        return CLI_EXIT_CHECK_FAILED;
-    }
 
     struct bench_args main_args;
     struct pool pool;
@@ -682,7 +708,8 @@ static int run_overhead(long null_calls, int reps, bool json)
 
     struct measurement m[K_COUNT];
     const long calls[K_COUNT] = {
-        null_calls, null_calls / LOOP_CALLS_DIVISOR > 0 ? null_calls / LOOP_CALLS_DIVISOR : 1};
+        null_calls, null_calls / LOOP_CALLS_DIVISOR > 0 ? null_calls / LOOP_CALLS_DIVISOR : 1,
+        null_calls};
     status = CLI_EXIT_OK;
     for (int k = 0; k < K_COUNT && status == CLI_EXIT_OK; k++)
         if (measure(k, calls[k], reps, &main_args, &pool, &m[k]) != FLD_OK)
