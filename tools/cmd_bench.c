@@ -352,6 +352,27 @@ static double pool_batch(struct pool *p, enum variant v, long calls)
     return (last - first) / (double)calls;
 }
 
+/*
+ * Puts each worker on its own CPU of the allowed set. Without this, the
+ * scheduler tends to wake both workers on the CPU of the thread that woke
+ * them, and short batches then run one after the other on one CPU.
+ */
+static void pin_workers(struct pool *p)
+{
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < NTHREADS_MAX)
+        return;
+    int cpu = 0;
+    for (int i = 0; i < NTHREADS_MAX; i++, cpu++) {
+        while (!CPU_ISSET(cpu, &allowed))
+            cpu++;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        pthread_setaffinity_np(p->workers[i].thread, sizeof one, &one);
+    }
+}
+
 static int pool_start(struct pool *p)
 {
     memset(p, 0, sizeof *p);
@@ -366,6 +387,7 @@ static int pool_start(struct pool *p)
     for (; started < NTHREADS_MAX; started++)
         if (pthread_create(&p->workers[started].thread, NULL, worker_main, &p->workers[started]))
             goto fail_threads;
+    pin_workers(p);
     return FLD_OK;
 
 fail_threads:
@@ -444,40 +466,48 @@ static int pin_kernel(enum kernel k)
     return FLD_OK;
 }
 
-static int measure(enum kernel k, long calls, int reps, struct bench_args *main_args,
-                   struct pool *pool, struct measurement *m)
+/*
+ * Measures every kernel and variant. Repetitions are the outer loop and
+ * kernels and variants interleave inside each, so that a change of CPU
+ * speed or of load on a shared machine affects every figure alike.
+ */
+static int measure_all(const long calls[K_COUNT], int reps, struct bench_args *main_args,
+                       struct pool *pool, struct measurement m[K_COUNT])
 {
-    int rc = pin_kernel(k);
-    if (rc != FLD_OK)
-        return rc;
-    direct_kernel = kernel_fns[k];
-
-    double *samples = calloc((size_t)reps * V_COUNT * NTHREADS_MAX, sizeof *samples);
+    double *samples = calloc((size_t)reps * K_COUNT * V_COUNT * NTHREADS_MAX, sizeof *samples);
     if (!samples)
         return FLD_ENOMEM;
-#define SAMPLE(v, t, r) samples[(((size_t)(v)*NTHREADS_MAX + (t)) * (size_t)reps) + (r)]
+#define SAMPLE(k, v, t, r)                                                                         \
+    samples[((((size_t)(k)*V_COUNT + (v)) * NTHREADS_MAX + (t)) * (size_t)reps) + (r)]
 
-    /* Warm-up: resolves and caches the chain, faults pages in, wakes the CPUs. */
-    long warm = calls / 10 > 0 ? calls / 10 : 1;
-    for (int v = 0; v < V_COUNT; v++) {
-        timed_batch(v, main_args, warm);
-        pool_batch(pool, v, warm);
-    }
-    for (int r = 0; r < reps; r++) {
-        for (int v = 0; v < V_COUNT; v++) {
-            SAMPLE(v, 0, r) = timed_batch(v, main_args, calls);
-            SAMPLE(v, 1, r) = pool_batch(pool, v, calls);
+    int rc = FLD_OK;
+    for (int r = -1; r < reps && rc == FLD_OK; r++) {
+        for (int k = 0; k < K_COUNT && rc == FLD_OK; k++) {
+            rc = pin_kernel(k);
+            direct_kernel = kernel_fns[k];
+            /* Re-resolves and caches the chain after the pin, faults pages in. */
+            long warm = calls[k] / 10 > 0 ? calls[k] / 10 : 1;
+            for (int v = 0; v < V_COUNT && rc == FLD_OK; v++) {
+                timed_batch(v, main_args, warm);
+                if (r < 0) { /* the first round only warms up */
+                    pool_batch(pool, v, warm);
+                    continue;
+                }
+                SAMPLE(k, v, 0, r) = timed_batch(v, main_args, calls[k]);
+                SAMPLE(k, v, 1, r) = pool_batch(pool, v, calls[k]);
+            }
         }
     }
-    m->calls = calls;
-    rc = FLD_OK;
-    for (int v = 0; v < V_COUNT; v++) {
-        for (int t = 0; t < NTHREADS_MAX; t++) {
-            m->ns[v][t] = median(&SAMPLE(v, t, 0), reps);
-            if (isnan(m->ns[v][t]) && rc == FLD_OK) {
-                fprintf(stderr, "fldispatch bench: %s calls with the %s kernel failed: %s\n",
-                        variant_label(k, v), kernel_names[k], fld_last_error());
-                rc = FLD_EIMPL;
+    for (int k = 0; k < K_COUNT && rc == FLD_OK; k++) {
+        m[k].calls = calls[k];
+        for (int v = 0; v < V_COUNT; v++) {
+            for (int t = 0; t < NTHREADS_MAX; t++) {
+                m[k].ns[v][t] = median(&SAMPLE(k, v, t, 0), reps);
+                if (isnan(m[k].ns[v][t]) && rc == FLD_OK) {
+                    fprintf(stderr, "fldispatch bench: %s calls with the %s kernel failed: %s\n",
+                            variant_label(k, v), kernel_names[k], fld_last_error());
+                    rc = FLD_EIMPL;
+                }
             }
         }
     }
@@ -710,10 +740,8 @@ static int run_overhead(long null_calls, int reps, bool json)
     const long calls[K_COUNT] = {
         null_calls, null_calls / LOOP_CALLS_DIVISOR > 0 ? null_calls / LOOP_CALLS_DIVISOR : 1,
         null_calls};
-    status = CLI_EXIT_OK;
-    for (int k = 0; k < K_COUNT && status == CLI_EXIT_OK; k++)
-        if (measure(k, calls[k], reps, &main_args, &pool, &m[k]) != FLD_OK)
-            status = CLI_EXIT_CHECK_FAILED;
+    status = measure_all(calls, reps, &main_args, &pool, m) == FLD_OK ? CLI_EXIT_OK
+                                                                      : CLI_EXIT_CHECK_FAILED;
     pool_stop(&pool);
     bench_args_free(&main_args);
     fld_policy_reset();
