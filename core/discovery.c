@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,10 @@ struct search_path {
     char *joined;
 };
 
+/* Used under the host lock; `published` is the joined copy that
+ * fld_plugin_path() returns without the lock (old ones are retired). */
 static struct search_path search;
+static _Atomic(char *) published;
 
 static void search_free(struct search_path *sp)
 {
@@ -129,6 +133,16 @@ static void compute_search_path(struct search_path *sp)
 const char *fld__plugin_search_path(void)
 {
     return search.joined ? search.joined : "";
+}
+
+static void publish_search_path(void)
+{
+    char *copy = strdup(fld__plugin_search_path());
+    if (!copy)
+        return;
+    char *old = atomic_exchange(&published, copy);
+    if (old)
+        fld__retire(old, free);
 }
 
 /* ---- checks --------------------------------------------------------------- */
@@ -241,9 +255,18 @@ static const char *base_name(const char *path)
 }
 
 /* A record for path: reused when the path was seen before and not loaded. */
+static struct fld_plugin_rec *find_builtin(const char *name)
+{
+    for (struct fld_plugin_rec *p = fld__plugins_first(); p; p = p->next)
+        if (strcmp(p->path, "(built-in)") == 0 && p->status != FLD_PLUGIN_LOADED &&
+            strcmp(p->name, name) == 0)
+            return p;
+    return NULL;
+}
+
 static struct fld_plugin_rec *record_for(const char *name, const char *path)
 {
-    struct fld_plugin_rec *p = strcmp(path, "(built-in)") ? find_by_path(path) : NULL;
+    struct fld_plugin_rec *p = strcmp(path, "(built-in)") ? find_by_path(path) : find_builtin(name);
     if (p) {
         char *n = strdup(name);
         if (n) {
@@ -270,9 +293,11 @@ static int reject_plugin(struct fld_plugin_rec *p, fld_plugin_status st, const c
 int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *path, void *dl)
 {
     char why[768];
-    const char *name = desc && desc->magic == FLD_PLUGIN_MAGIC && valid_plugin_name(desc->name)
-                           ? desc->name
-                           : base_name(path);
+    /* The name is read only from a descriptor whose layout is known to be ours. */
+    bool readable = desc && desc->magic == FLD_PLUGIN_MAGIC &&
+                    desc->abi_major == FLD_PLUGIN_ABI_MAJOR &&
+                    desc->struct_size >= DESCRIPTOR_SIZE_1_0;
+    const char *name = readable && valid_plugin_name(desc->name) ? desc->name : base_name(path);
     struct fld_plugin_rec *p = record_for(name, path);
     if (!p)
         return fld__fail(FLD_ENOMEM, "out of memory loading plugin %s", path);
@@ -494,6 +519,7 @@ static void load_modules(const char *list)
 void fld__discover_plugins(void)
 {
     compute_search_path(&search);
+    publish_search_path();
     for (size_t i = 0; i < search.n; i++)
         scan_directory(search.dirs[i]);
     const char *modules = path_variable("VLLM_FL_PLUGIN_MODULES");
@@ -504,6 +530,7 @@ void fld__discover_plugins(void)
 void fld__discovery_shutdown(void)
 {
     search_free(&search);
+    free(atomic_exchange(&published, NULL));
 }
 
 /* ---- public --------------------------------------------------------------- */
@@ -515,6 +542,11 @@ int fld_load_plugin(const char *path)
         return rc;
     if (!path || !*path)
         return fld__fail(FLD_EINVAL, "fld_load_plugin: path is NULL or empty");
+    if (path[0] != '/')
+        return fld__fail(FLD_EINVAL,
+                         "fld_load_plugin: '%s' is not an absolute path (plugins are never looked "
+                         "up relative to the working directory)",
+                         path);
     fld__lock();
     rc = fld__load_plugin_file(path, true);
     fld__unlock();
@@ -536,5 +568,6 @@ const char *fld_plugin_path(void)
 {
     if (fld__ensure_init())
         return "";
-    return fld__plugin_search_path();
+    const char *p = atomic_load(&published);
+    return p ? p : "";
 }

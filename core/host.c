@@ -224,6 +224,9 @@ static int initialise_locked(void)
     if (!rc)
         rc = fld__load_plugin_descriptor(&reference_plugin, "(built-in)", NULL);
     if (rc) {
+        /* Leave nothing half-built: typed calls must see an uninitialised library. */
+        fld__registry_shutdown();
+        fld__ops_shutdown();
         init_status = rc;
         fld__error_copy(init_message, sizeof init_message);
         set_state(STATE_FAILED);
@@ -267,8 +270,9 @@ int fld_reload(void)
     int rc;
     if (atomic_load(&state) != STATE_READY) {
         set_state(STATE_UNINIT);
-        fld__log_reset_override();
         rc = initialise_locked();
+        if (rc == FLD_OK)
+            fld__log_reset_override();
         fld__unlock();
         return rc;
     }
@@ -308,5 +312,6 @@ void fld_shutdown(void)
         fld__policy_free(p);
     free_retired();
     fld__log_reset_override();
+    fld__log_shutdown();
     fld__unlock();
 }

@@ -5,6 +5,7 @@
  * application's callback.
  */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,13 +24,20 @@ static _Atomic int log_level = FLD_LOG_WARNING;
 static _Atomic bool level_overridden; /* fld_log_set_level() wins over the environment */
 static _Atomic bool dispatch_debug;
 
+/*
+ * The sink is an immutable {fn, user} pair swapped in atomically, so a
+ * logging thread never pairs one callback with another's user pointer.
+ * Replaced sinks are kept (a thread may still be using one) and freed by
+ * fld__log_shutdown().
+ */
 struct sink {
     fld_log_fn fn;
     void *user;
+    struct sink *retired_next;
 };
 static _Atomic(struct sink *) current_sink;
-static struct sink sinks[2]; /* double buffer: a racing reader sees a whole sink */
-static _Atomic int sink_index;
+static struct sink *retired_sinks;
+static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *level_name(int level)
 {
@@ -105,14 +113,35 @@ int fld_log_get_level(void)
 
 void fld_log_set_callback(fld_log_fn fn, void *user)
 {
-    if (!fn) {
-        atomic_store_explicit(&current_sink, NULL, memory_order_release);
-        return;
+    struct sink *fresh = NULL;
+    if (fn) {
+        fresh = malloc(sizeof *fresh);
+        if (!fresh) {
+            fprintf(stderr, "[fldispatch] out of memory setting the log callback\n");
+            return;
+        }
+        fresh->fn = fn;
+        fresh->user = user;
+        fresh->retired_next = NULL;
     }
-    int i = atomic_fetch_add(&sink_index, 1) & 1;
-    sinks[i].fn = fn;
-    sinks[i].user = user;
-    atomic_store_explicit(&current_sink, &sinks[i], memory_order_release);
+    struct sink *old = atomic_exchange_explicit(&current_sink, fresh, memory_order_acq_rel);
+    if (old) {
+        pthread_mutex_lock(&retired_lock);
+        old->retired_next = retired_sinks;
+        retired_sinks = old;
+        pthread_mutex_unlock(&retired_lock);
+    }
+}
+
+void fld__log_shutdown(void)
+{
+    pthread_mutex_lock(&retired_lock);
+    while (retired_sinks) {
+        struct sink *s = retired_sinks;
+        retired_sinks = s->retired_next;
+        free(s);
+    }
+    pthread_mutex_unlock(&retired_lock);
 }
 
 int fld__log_read_env(struct fld_log_env *out)

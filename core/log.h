@@ -22,6 +22,8 @@ struct fld_log_env {
 };
 int fld__log_read_env(struct fld_log_env *out);
 void fld__log_commit_env(const struct fld_log_env *env);
+/* Frees replaced log sinks (fld_shutdown; no other thread may be logging). */
+void fld__log_shutdown(void);
 /* Forgets a programmatic level (fld_reload puts the environment back in force). */
 void fld__log_reset_override(void);
 

@@ -273,8 +273,13 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) switched from '%s' to '%s' (%s)", op->name,
                      device_label(dev), dtype_label(dt), prev->impl_id, r->impl_id, what);
     }
-    if (i == 0 && !c->impls[0]->supports && !atomic_load(&c->failed))
-        atomic_store_explicit(&c->fast_fn, c->impls[0]->fn, memory_order_relaxed);
+    if (i == 0 && !c->impls[0]->supports && !atomic_load(&c->failed)) {
+        atomic_store(&c->fast_fn, c->impls[0]->fn);
+        /* A failure recorded meanwhile by another thread must win: take the
+         * direct path away again, or the failed impl would keep running. */
+        if (atomic_load(&c->failed))
+            atomic_store(&c->fast_fn, NULL);
+    }
 }
 
 static int no_candidate(struct fld_op_s *op, unsigned slot)
@@ -467,10 +472,19 @@ static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *arg
 
 /* ---- the call path ------------------------------------------------------ */
 
+/*
+ * Everything the hot path does not cover. A valid cached chain is still used
+ * without the lock (its first candidate has a supports() predicate, or has
+ * failed, or this is the first call through it); the lock is taken only to
+ * build a chain.
+ */
 __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned slot,
                                                    const void *args)
 {
-    struct fld_chain *c = global_chain(op, slot);
+    struct fld_chain *c = atomic_load_explicit(&op->slots[slot], memory_order_acquire);
+    if (c && c->generation == atomic_load_explicit(&fld__generation, memory_order_acquire))
+        return run_chain(op, slot, c, args, 0, FLD_OK);
+    c = global_chain(op, slot);
     if (!c)
         return fld__fail(FLD_ENOMEM, "out of memory resolving op '%s'", op->name);
     return run_chain(op, slot, c, args, 0, FLD_OK);
@@ -535,7 +549,7 @@ static inline int call_validated(struct fld_op_s *op, const void *args)
 
 int fld__call_catalog(enum fld_catalog_index idx, const void *args)
 {
-    struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_relaxed);
+    struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_acquire);
     if (unlikely(!op)) {
         int rc = fld__ensure_init();
         if (rc)

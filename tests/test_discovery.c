@@ -908,6 +908,10 @@ START_TEST(test_load_plugin_rejections)
     init_ok();
     size_t impls_before = snap_impls()->n;
 
+    /* Never relative to the working directory, even when asked explicitly. */
+    ck_assert_int_eq(fld_load_plugin("fld-good.so"), FLD_EINVAL);
+    ck_assert_msg(strstr(fld_last_error(), "not an absolute path"), "%s", fld_last_error());
+
     char abi_major[128];
     snprintf(abi_major, sizeof abi_major, "ABI major %d is not supported",
              FLD_PLUGIN_ABI_MAJOR + 1);

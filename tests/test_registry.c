@@ -18,6 +18,8 @@
 
 #include <fldispatch/plugin.h>
 
+static int count_builtin_records(const fld_plugin_info *info, void *user);
+
 #define ck_assert_contains(hay, needle)                                                            \
     do {                                                                                           \
         const char *hay_ = (hay);                                                                  \
@@ -162,6 +164,38 @@ static void add_plugin(const char *name, const fld_impl *impls, size_t n)
     int rc = try_plugin(name, impls, n);
     ck_assert_msg(rc == FLD_OK, "plugin %s: %d %s", name, rc, fld_last_error());
 }
+
+/*
+ * A descriptor of another ABI major may have another layout: nothing past the
+ * version fields may be read from it. Here its name field holds a wild
+ * pointer, which the host must not follow.
+ */
+START_TEST(other_major_layout_is_not_read)
+{
+    struct future_descriptor {
+        uint32_t magic;
+        uint16_t abi_major, abi_minor;
+        uint32_t struct_size, flags;
+        uintptr_t fields[5];
+    };
+    static const struct future_descriptor future = {FLD_PLUGIN_MAGIC,
+                                                    FLD_PLUGIN_ABI_MAJOR + 1,
+                                                    0,
+                                                    sizeof(struct future_descriptor),
+                                                    0,
+                                                    {0x10, 0x20, 0x30, 0x40, 0x50}};
+    const fld_plugin_descriptor *d = (const fld_plugin_descriptor *)(const void *)&future;
+    ck_assert_int_eq(fld_register_plugin(d), FLD_EPLUGIN);
+    ck_assert_contains(fld_last_error(), "ABI major 2 is not supported");
+    /* Rejected in-process descriptors do not pile up records. */
+    ck_assert_int_eq(fld_register_plugin(d), FLD_EPLUGIN);
+    ck_assert_int_eq(fld_register_plugin(NULL), FLD_EPLUGIN);
+    ck_assert_int_eq(fld_register_plugin(NULL), FLD_EPLUGIN);
+    size_t builtin_records = 0;
+    ck_assert_int_eq(fld_foreach_plugin(count_builtin_records, &builtin_records), FLD_OK);
+    ck_assert_uint_le(builtin_records, 3); /* reference + one per distinct rejection */
+}
+END_TEST
 
 /* ------------------------------------------------------------------------ */
 /* Listings                                                                 */
@@ -508,6 +542,13 @@ START_TEST(same_impl_id_for_different_ops)
     ck_assert_int_eq(call_t("t_op2"), 1);
 }
 END_TEST
+
+static int count_builtin_records(const fld_plugin_info *info, void *user)
+{
+    if (strcmp(info->path, "(built-in)") == 0)
+        ++*(size_t *)user;
+    return 0;
+}
 
 START_TEST(descriptor_checks_before_any_call)
 {
@@ -939,6 +980,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, duplicate_of_builtin_reference);
     tcase_add_test(tc, same_impl_id_for_different_ops);
     tcase_add_test(tc, descriptor_checks_before_any_call);
+    tcase_add_test(tc, other_major_layout_is_not_read);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("listings");

@@ -1415,6 +1415,100 @@ START_TEST(catalog_op_plugin_and_reference)
 }
 END_TEST
 
+/*
+ * The cached call path takes no lock (CONTRACT §7.6), also when the winner
+ * has a supports() predicate, after a fallback, and while another thread
+ * has a scoped override. The host lock is held here by fld_foreach_impl()
+ * while its callback waits for calls made on another thread: a call that
+ * took the lock would never finish.
+ */
+struct lockfree_probe {
+    const char *op;
+    atomic_int done;
+    atomic_int status;
+};
+
+static void *call_from_thread(void *p)
+{
+    struct lockfree_probe *probe = p;
+    struct targs a;
+    fld_op h = fld_op_lookup(probe->op);
+    memset(&a, 0, sizeof a);
+    atomic_store(&probe->status, fld_call_on(h, FLD_DEVICE_CPU, FLD_DTYPE_F32, &a));
+    atomic_store(&probe->done, 1);
+    return NULL;
+}
+
+static int wait_for_call_under_lock(const fld_impl_info *info, void *user)
+{
+    struct lockfree_probe *probe = user;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, call_from_thread, probe), 0);
+    for (int i = 0; i < 2000 && !atomic_load(&probe->done); i++)
+        usleep(1000);
+    int finished = atomic_load(&probe->done);
+    if (!finished) {
+        /* Let it finish once the lock is released, then report. */
+        pthread_detach(t);
+        return 1;
+    }
+    pthread_join(t, NULL);
+    return 2; /* stop the walk: one probe is enough */
+}
+
+static void assert_call_needs_no_lock(const char *op)
+{
+    struct lockfree_probe probe = {.op = op};
+    int rc = fld_foreach_impl(wait_for_call_under_lock, &probe);
+    ck_assert_msg(rc == 2, "a cached call of '%s' waited for the host lock", op);
+    ck_assert_int_eq(atomic_load(&probe.status), FLD_OK);
+}
+
+static void *push_and_hold(void *p)
+{
+    atomic_int *state = p;
+    ck_assert_int_eq(fld_policy_push_strict(true), FLD_OK);
+    atomic_store(state, 1);
+    while (atomic_load(state) != 2)
+        usleep(100);
+    fld_policy_pop();
+    return NULL;
+}
+
+START_TEST(cached_calls_take_no_lock)
+{
+    fld_impl impls[] = {
+        mk("t_gated", "vendor.gated", FLD_KIND_VENDOR, "acme", FLD_PRIORITY_VENDOR, 0),
+        mk("t_gated", "reference.r", FLD_KIND_REFERENCE, NULL, FLD_PRIORITY_REFERENCE, 1),
+        mk("t_fb", "vendor.failing", FLD_KIND_VENDOR, "acme", FLD_PRIORITY_VENDOR, 2),
+        mk("t_fb", "reference.r", FLD_KIND_REFERENCE, NULL, FLD_PRIORITY_REFERENCE, 3),
+        mk("t_plain", "vendor.plain", FLD_KIND_VENDOR, "acme", FLD_PRIORITY_VENDOR, 4),
+    };
+    impls[0].supports = gate_supports;
+    atomic_store(&gate_open, true);
+    slot_status[2] = FLD_EIMPL;
+    add_plugin("lockfree", impls, 5);
+    /* Warm the caches (and make t_fb fall back once). */
+    ck_assert_int_eq(run_op("t_gated"), 0);
+    ck_assert_int_eq(run_op("t_fb"), 3);
+    ck_assert_int_eq(run_op("t_plain"), 4);
+
+    assert_call_needs_no_lock("t_plain");
+    assert_call_needs_no_lock("t_gated");
+    assert_call_needs_no_lock("t_fb");
+
+    /* Another thread holds a scoped override: this thread's calls stay lock-free. */
+    atomic_int state = 0;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, push_and_hold, &state), 0);
+    while (atomic_load(&state) != 1)
+        usleep(100);
+    assert_call_needs_no_lock("t_plain");
+    atomic_store(&state, 2);
+    pthread_join(t, NULL);
+}
+END_TEST
+
 START_TEST(catalog_op_invalid_args_before_any_impl)
 {
     const fld_impl impls[] = {
@@ -1533,6 +1627,10 @@ static Suite *selection_suite(void)
     tcase_add_test(tc, flagos_whitelist_by_op);
     tcase_add_test(tc, oot_filters);
     tcase_add_test(tc, oot_disabled_keeps_builtin_reference);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("lockfree");
+    tcase_add_test(tc, cached_calls_take_no_lock);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("calls");
