@@ -48,7 +48,9 @@ LIB_SO_REAL := $(LIBOUT)/libfldispatch.so.$(VERSION)
 LIB_SO_MAJ  := $(LIBOUT)/libfldispatch.so.$(SOMAJOR)
 LIB_SO      := $(LIBOUT)/libfldispatch.so
 LIB_A       := $(LIBOUT)/libfldispatch.a
-LIB_LIBS    := -ldl -lm -pthread
+DEP_CFLAGS   = $(shell $(PKG_CONFIG) --cflags yaml-0.1 hwloc 2>/dev/null)
+DEP_LIBS     = $(shell $(PKG_CONFIG) --libs yaml-0.1 hwloc 2>/dev/null)
+LIB_LIBS     = $(DEP_LIBS) -ldl -lm -pthread
 
 CORE_SRC := $(sort $(wildcard core/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(OBJ)/%.o)
@@ -67,15 +69,24 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTOUT)/%)
 FIXTURE_SRC := $(sort $(wildcard tests/plugins/*.c))
 FIXTURE_SO  := $(FIXTURE_SRC:tests/plugins/%.c=$(TESTOUT)/plugins/fld-%.so)
-CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
-CHECK_LIBS   := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
+CHECK_CFLAGS = $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
+CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
-.PHONY: all lib plugins tool tests check run install uninstall clean format deps
-all: lib plugins tool
+CONFIG_SRC := $(sort $(wildcard config/*.yaml))
+CONFIG_OUT := $(CONFIG_SRC:config/%=$(B)/share/fldispatch/config/%)
+
+.PHONY: all lib plugins tool configs tests check run install uninstall clean format deps
+all: lib plugins tool configs
 
 lib: $(LIB_SO) $(LIB_A)
 plugins: $(PLUGIN_SO)
 tool: $(TOOL)
+# Platform files, where the library finds them from the build tree
+# (<dir of the library>/../share/fldispatch/config).
+configs: $(CONFIG_OUT)
+$(B)/share/fldispatch/config/%.yaml: config/%.yaml
+	@mkdir -p $(@D)
+	cp $< $@
 tests: $(TEST_BIN) $(FIXTURE_SO)
 
 # Paths compiled into the library; rewritten only when they change.
@@ -91,7 +102,7 @@ FORCE:
 
 $(OBJ)/core/%.o: core/%.c $(B)/gen/fld_paths.h
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DFLD_BUILDING_LIBRARY -c $< -o $@
+	$(CC) $(ALLCFLAGS) $(DEP_CFLAGS) -fPIC -fvisibility=hidden -DFLD_BUILDING_LIBRARY -c $< -o $@
 
 $(LIB_SO_REAL): $(CORE_OBJ)
 	@mkdir -p $(@D)

@@ -7,11 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "discovery.h"
 #include "error.h"
 #include "host.h"
 #include "log.h"
 #include "manager.h"
+#include "manifest.h"
 #include "ops.h"
 #include "policy.h"
 #include "registry.h"
@@ -150,25 +152,44 @@ void fld__policy_publish(struct fld_policy *p)
     fld__unlock();
 }
 
-/* Reads log settings and the policy from the environment; nothing applied on error. */
-static int read_environment(struct fld_log_env *log_env, struct fld_policy **policy)
+/*
+ * Decides the platform and builds the policy of all layers against the
+ * current registry; checks the manifest. Nothing is applied: on error *out
+ * is NULL and the message names the variable or file:line. Host lock held.
+ */
+static int build_configuration(struct fld_platform *plat, struct fld_policy **out)
 {
-    *policy = NULL;
-    int rc = fld__log_read_env(log_env);
+    *out = NULL;
+    int rc = fld__platform_detect(plat);
     if (rc)
         return rc;
-    struct fld_policy *p = fld__policy_new_default();
-    if (!p)
-        return fld__fail(FLD_ENOMEM, "out of memory building the policy");
-    rc = fld__policy_apply_env(p);
-    if (!rc)
-        rc = fld__policy_check(p);
-    if (rc) {
-        fld__policy_free(p);
+    struct fld_policy *p;
+    rc = fld__policy_build(plat, &p);
+    if (rc)
         return rc;
+    if (p->manifest) {
+        rc = fld__manifest_check(p->manifest, p->strict);
+        if (rc) {
+            fld__policy_free(p);
+            return rc;
+        }
     }
-    *policy = p;
+    *out = p;
     return FLD_OK;
+}
+
+int fld__policy_rebuild(void)
+{
+    fld__lock();
+    struct fld_platform plat;
+    struct fld_policy *p;
+    int rc = build_configuration(&plat, &p);
+    if (rc == FLD_OK) {
+        fld__platform_set_current(&plat);
+        fld__policy_publish(p);
+    }
+    fld__unlock();
+    return rc;
 }
 
 static int register_reference(fld_registry *reg)
@@ -206,33 +227,45 @@ static void count_impls(struct fld_op_s *op, void *user)
     counts[1] += op->n_impls;
 }
 
-/* Host lock held. */
+static int fail_init(int rc)
+{
+    init_status = rc;
+    fld__error_copy(init_message, sizeof init_message);
+    set_state(STATE_FAILED);
+    return rc; /* returned, and remembered for every later call: not logged twice */
+}
+
+/* Host lock held. On failure nothing stays: no ops, plugins or policy. */
 static int initialise_locked(void)
 {
     struct fld_log_env log_env;
-    struct fld_policy *policy;
-    int rc = read_environment(&log_env, &policy);
-    if (rc) {
-        init_status = rc;
-        fld__error_copy(init_message, sizeof init_message);
-        set_state(STATE_FAILED);
-        return rc; /* returned, and remembered for every later call: not logged twice */
-    }
+    int rc = fld__log_read_env(&log_env);
+    if (rc)
+        return fail_init(rc);
     fld__log_commit_env(&log_env);
-    fld__policy_publish(policy);
     rc = fld__ops_init();
     if (!rc)
         rc = fld__load_plugin_descriptor(&reference_plugin, "(built-in)", NULL);
+    struct fld_platform plat;
+    struct fld_policy *policy = NULL;
+    if (!rc) {
+        fld__discover_plugins();
+        rc = build_configuration(&plat, &policy);
+    }
     if (rc) {
-        /* Leave nothing half-built: typed calls must see an uninitialised library. */
+        /* Typed calls must see an uninitialised library, and a later
+         * fld_reload() must start from nothing. */
+        char message[sizeof init_message];
+        fld__error_copy(message, sizeof message);
+        fld__manager_shutdown();
         fld__registry_shutdown();
         fld__ops_shutdown();
-        init_status = rc;
-        fld__error_copy(init_message, sizeof init_message);
-        set_state(STATE_FAILED);
-        return rc;
+        fld__discovery_shutdown();
+        fld__fail(rc, "%s", message);
+        return fail_init(rc);
     }
-    fld__discover_plugins();
+    fld__platform_set_current(&plat);
+    fld__policy_publish(policy);
     fld__bump_generation();
     set_state(STATE_READY);
     size_t counts[2] = {0, 0}, n_plugins = 0;
@@ -240,8 +273,9 @@ static int initialise_locked(void)
     for (struct fld_plugin_rec *p = fld__plugins_first(); p; p = p->next)
         n_plugins += p->status == FLD_PLUGIN_LOADED;
     fld__log(FLD_LOG_INFO,
-             "fldispatch initialized: %zu ops with %zu implementations from %zu plugins", counts[0],
-             counts[1], n_plugins);
+             "fldispatch initialized on platform '%s' (%s): %zu ops with %zu implementations from "
+             "%zu plugins",
+             plat.name, plat.detected_by, counts[0], counts[1], n_plugins);
     return FLD_OK;
 }
 
@@ -276,9 +310,13 @@ int fld_reload(void)
         fld__unlock();
         return rc;
     }
+    /* Everything is read and checked before anything changes. */
     struct fld_log_env log_env;
-    struct fld_policy *policy;
-    rc = read_environment(&log_env, &policy);
+    struct fld_platform plat;
+    struct fld_policy *policy = NULL;
+    rc = fld__log_read_env(&log_env);
+    if (!rc)
+        rc = build_configuration(&plat, &policy);
     if (rc) {
         fld__error_prefix("fld_reload: configuration kept as it was");
         fld__unlock();
@@ -286,8 +324,9 @@ int fld_reload(void)
     }
     fld__log_reset_override();
     fld__log_commit_env(&log_env);
+    fld__discover_plugins(); /* new plugin files only; loaded ones stay */
+    fld__platform_set_current(&plat);
     fld__policy_publish(policy);
-    fld__discover_plugins();
     fld__bump_generation();
     fld__unlock();
     return FLD_OK;

@@ -47,6 +47,12 @@ const struct fld_policy *fld__policy_effective(void);
  * Takes the host lock itself. */
 void fld__policy_publish(struct fld_policy *p);
 
+/*
+ * Rebuilds the global policy from the platform file, the environment and
+ * VLLM_FL_CONFIG (fld_policy_reset). On error nothing changes.
+ */
+int fld__policy_rebuild(void);
+
 /* Keeps ptr until fld_shutdown(), then calls free_fn(ptr). Host lock held. */
 void fld__retire(void *ptr, void (*free_fn)(void *));
 

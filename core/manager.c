@@ -25,6 +25,7 @@
 #include "host.h"
 #include "log.h"
 #include "manager.h"
+#include "manifest.h"
 #include "policy.h"
 #include "registry.h"
 
@@ -58,6 +59,7 @@ struct selection {
     size_t n_rejected, cap_rejected;
     char order_text[256];
     const char *order_source;
+    char manifest_source[FLD_SOURCE_LEN + 32];
 };
 
 static const char *device_label(int dev)
@@ -124,6 +126,10 @@ static bool passes_filters(const struct fld_policy *pol, struct fld_impl_rec *im
                pol->source[FLD_PF_ENABLED]);
         return false;
     }
+    if (impl->kind != FLD_KIND_REFERENCE && !fld__policy_op_enabled(pol, name, why, sizeof why)) {
+        reject(sel, impl, "%s: reference implementations only", why);
+        return false;
+    }
     if (impl->kind == FLD_KIND_VENDOR &&
         !fld__policy_vendor_allowed(pol, impl->vendor, why, sizeof why)) {
         reject(sel, impl, "%s", why);
@@ -156,6 +162,64 @@ static bool passes_filters(const struct fld_policy *pol, struct fld_impl_rec *im
         return false;
     }
     return true;
+}
+
+/*
+ * Frozen dispatch: the manifest's impl for (op, dev, dt) goes first, even if
+ * the token order would not pick it. If it is missing or cannot serve,
+ * strict mode leaves no candidate (the call fails naming the manifest) and
+ * otherwise the normal order stands, with a WARNING.
+ */
+static void apply_manifest(struct fld_op_s *op, int dev, int dt, const struct fld_policy *pol,
+                           struct selection *sel)
+{
+    const struct fld_manifest_entry *e = fld__manifest_find(pol->manifest, op->name, dev, dt);
+    if (!e)
+        return;
+    snprintf(sel->manifest_source, sizeof sel->manifest_source, "manifest %s:%d",
+             pol->manifest->path, e->line);
+    struct fld_impl_rec *pinned = NULL;
+    for (size_t i = 0; i < op->n_impls; i++)
+        if (strcmp(op->impls[i]->impl_id, e->impl_id) == 0)
+            pinned = op->impls[i];
+    const char *why = NULL;
+    if (!pinned)
+        why = "is not registered";
+    else if ((dev != FLD_DEV_ANY && !(pinned->devices & (1u << dev))) ||
+             (dt != FLD_DT_ANY && !(pinned->dtypes & (1u << dt))))
+        why = "does not support this device or dtype";
+    else if (!fld__impl_available(pinned, NULL))
+        why = "is unavailable";
+    if (why) {
+        /* fld__manifest_check() already warned once at init/reload. */
+        fld__log(FLD_LOG_DEBUG, "%s: impl '%s' for op '%s' (%s, %s) %s; %s", sel->manifest_source,
+                 e->impl_id, op->name, device_label(dev), dtype_label(dt), why,
+                 pol->strict ? "strict mode: no implementation will run"
+                             : "resolving normally instead");
+        if (pol->strict) {
+            for (size_t i = 0; i < sel->n; i++)
+                reject(sel, sel->order[i], "%s pins '%s', which %s (strict)",
+                       sel->manifest_source, e->impl_id, why);
+            sel->n = 0;
+            snprintf(sel->order_text, sizeof sel->order_text, "impl:%s", e->impl_id);
+            sel->order_source = sel->manifest_source;
+        }
+        return;
+    }
+    char rest[sizeof sel->order_text];
+    memcpy(rest, sel->order_text, sizeof rest);
+    snprintf(sel->order_text, sizeof sel->order_text, "impl:%s (then %s)", e->impl_id, rest);
+    sel->order_source = sel->manifest_source;
+    size_t at = sel->n;
+    for (size_t i = 0; i < sel->n; i++)
+        if (sel->order[i] == pinned)
+            at = i;
+    if (at == sel->n && sel->n == MAX_CHAIN)
+        at = sel->n - 1; /* full: the last candidate makes room */
+    else if (at == sel->n)
+        sel->n++;
+    memmove(&sel->order[1], &sel->order[0], at * sizeof sel->order[0]);
+    sel->order[0] = pinned;
 }
 
 /* Builds the ordered candidates of op for (dev, dt) under pol. Host lock held. */
@@ -197,6 +261,8 @@ static void select_candidates(struct fld_op_s *op, int dev, int dt, const struct
     for (size_t i = 0; i < n_surv; i++)
         if (!placed[i])
             reject(sel, survivors[i], "matches no token of the order '%s'", sel->order_text);
+    if (pol->manifest)
+        apply_manifest(op, dev, dt, pol, sel);
 }
 
 static struct fld_chain *chain_new(const struct selection *sel, const struct fld_policy *pol,
@@ -633,6 +699,7 @@ void fld_resolution_free(fld_resolution *res)
     free(res->rejected);
     free(res->candidates);
     free((char *)res->order);
+    free((char *)res->order_source);
     free(res);
 }
 
@@ -685,9 +752,9 @@ int fld_explain(const char *name, int device_type, DLDataType dtype, fld_resolut
             rc = FLD_ENOMEM;
     }
     res->order = strdup(sel.order_text);
-    res->order_source = sel.order_source;
+    res->order_source = strdup(sel.order_source ? sel.order_source : "");
     free(sel.rejected);
-    if (rc || !res->order) {
+    if (rc || !res->order || !res->order_source) {
         fld_resolution_free(res);
         return fld__fail(FLD_ENOMEM, "out of memory");
     }

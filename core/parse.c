@@ -403,6 +403,7 @@ void fld__order_free(struct fld_order *o)
     o->tokens = NULL;
     o->op = NULL;
     o->n = 0;
+    o->source[0] = '\0';
 }
 
 /* The token list of one order; op (may be NULL) only names it in messages. */
@@ -410,7 +411,7 @@ static int parse_order_span(const char *what, const char *op, struct span text,
                             struct fld_order *out)
 {
     char opbuf[160];
-    struct fld_order order = {NULL, 0, NULL};
+    struct fld_order order = {.op = NULL};
     struct span rest = text, item;
     int rc;
 
@@ -524,7 +525,7 @@ static int orders_put(struct fld_orders *o, struct fld_order *order)
 
 static int order_copy(struct fld_order *dst, const struct fld_order *src)
 {
-    struct fld_order tmp = {NULL, 0, NULL};
+    struct fld_order tmp = {.op = NULL};
     if (src->op && !(tmp.op = strdup(src->op)))
         goto fail;
     if (src->n) {
@@ -537,6 +538,7 @@ static int order_copy(struct fld_order *dst, const struct fld_order *src)
                 goto fail;
         }
     }
+    memcpy(tmp.source, src->source, sizeof tmp.source);
     *dst = tmp;
     return FLD_OK;
 fail:
@@ -597,7 +599,7 @@ const struct fld_order *fld__orders_find(const struct fld_orders *o, const char 
 int fld__parse_per_op(const char *what, const char *spec, struct fld_orders *out)
 {
     struct fld_orders orders = {0, NULL};
-    struct fld_order order = {NULL, 0, NULL};
+    struct fld_order order = {.op = NULL};
     struct span rest = span_of(spec), frag;
     char *op = NULL;
     int rc = FLD_OK;
@@ -662,7 +664,7 @@ int fld__parse_per_op(const char *what, const char *spec, struct fld_orders *out
             rc = oom(what);
             goto fail;
         }
-        order = (struct fld_order){NULL, 0, NULL};
+        order = (struct fld_order){.op = NULL};
     }
 done:
     *out = orders;

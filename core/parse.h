@@ -10,6 +10,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Room for a value's source: a variable name or "file:line" (truncated). */
+#define FLD_SOURCE_LEN 160
+
 /* A list of strings, owned. `set` distinguishes "no list" from an empty one. */
 struct fld_strlist {
     bool set;
@@ -35,6 +38,9 @@ struct fld_order {
     char *op;
     size_t n;
     struct fld_token *tokens;
+    /* Where this op's order came from: "VLLM_FL_OP_CONFIG", "VLLM_FL_PER_OP",
+     * "/etc/x.yaml:12", "scoped override", ... (empty for the default orders). */
+    char source[FLD_SOURCE_LEN];
 };
 
 struct fld_orders {

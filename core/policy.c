@@ -14,12 +14,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <fldispatch/fldispatch.h>
 
+#include "config_internal.h"
 #include "error.h"
 #include "host.h"
+#include "log.h"
 #include "manager.h"
+#include "manifest.h"
 #include "policy.h"
 
 #define SOURCE_DEFAULT  "default"
@@ -39,6 +43,7 @@ static const char *const field_keys[FLD_PF_COUNT] = {
     [FLD_PF_OOT_ENABLED] = "oot_enabled",
     [FLD_PF_OOT_WHITELIST] = "oot_whitelist",
     [FLD_PF_OOT_BLACKLIST] = "oot_blacklist",
+    [FLD_PF_CUSTOM_OPS] = "custom_ops",
 };
 
 static const char *const field_envs[FLD_PF_COUNT] = {
@@ -54,12 +59,13 @@ static const char *const field_envs[FLD_PF_COUNT] = {
     [FLD_PF_OOT_ENABLED] = "VLLM_FL_OOT_ENABLED",
     [FLD_PF_OOT_WHITELIST] = "VLLM_FL_OOT_WHITELIST",
     [FLD_PF_OOT_BLACKLIST] = "VLLM_FL_OOT_BLACKLIST",
+    [FLD_PF_CUSTOM_OPS] = "VLLM_FL_CUSTOM_OPS",
 };
 
 #define VALID_KEYS                                                                                 \
     "prefer, strict, enabled, use_flaggems, allow_vendors, deny_vendors, per_op, "                 \
-    "flagos_whitelist, flagos_blacklist, oot_enabled, oot_whitelist, oot_blacklist, or their "     \
-    "environment variable names"
+    "flagos_whitelist, flagos_blacklist, oot_enabled, oot_whitelist, oot_blacklist, custom_ops, "  \
+    "or their environment variable names"
 
 static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
 
@@ -71,9 +77,9 @@ static struct fld_token tokens_vendor_first[] = {
 static struct fld_token tokens_reference_first[] = {
     {FLD_TOKEN_REFERENCE, NULL}, {FLD_TOKEN_FLAGOS, NULL}, {FLD_TOKEN_VENDOR, NULL}};
 static const struct fld_order default_orders[] = {
-    [FLD_PREFER_FLAGOS] = {NULL, 3, tokens_flagos_first},
-    [FLD_PREFER_VENDOR] = {NULL, 3, tokens_vendor_first},
-    [FLD_PREFER_REFERENCE] = {NULL, 3, tokens_reference_first},
+    [FLD_PREFER_FLAGOS] = {.n = 3, .tokens = tokens_flagos_first},
+    [FLD_PREFER_VENDOR] = {.n = 3, .tokens = tokens_vendor_first},
+    [FLD_PREFER_REFERENCE] = {.n = 3, .tokens = tokens_reference_first},
 };
 
 /* Starts at 1 so that 0 can mean "no policy" in caches keyed by serial. */
@@ -96,6 +102,17 @@ const char *fld__policy_field_env(enum fld_policy_field f)
     return (unsigned)f < FLD_PF_COUNT ? field_envs[f] : NULL;
 }
 
+static void set_source(struct fld_policy *p, enum fld_policy_field f, const char *source)
+{
+    snprintf(p->source[f], sizeof p->source[f], "%s", source);
+}
+
+static void set_orders_source(struct fld_orders *orders, const char *source)
+{
+    for (size_t i = 0; i < orders->n; i++)
+        snprintf(orders->items[i].source, sizeof orders->items[i].source, "%s", source);
+}
+
 static bool field_by_name(const char *name, enum fld_policy_field *out)
 {
     for (int f = 0; f < FLD_PF_COUNT; f++) {
@@ -105,6 +122,162 @@ static bool field_by_name(const char *name, enum fld_policy_field *out)
         }
     }
     return false;
+}
+
+static bool is_blank(const char *s);
+
+/* ------------------------------------------------------------------------ */
+/* custom_ops: vLLM's enable/disable grammar                                */
+/* ------------------------------------------------------------------------ */
+
+#define CUSTOM_VALID "all, none, +OP, -OP with OP of [A-Za-z0-9_.-]"
+
+static bool is_space_char(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+static bool is_op_name(const char *s, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+void fld__custom_ops_reader_init(struct fld_custom_ops_reader *r)
+{
+    memset(r, 0, sizeof *r);
+    r->ops.base_enabled = true;
+}
+
+void fld__custom_ops_free(struct fld_custom_ops *c)
+{
+    if (!c)
+        return;
+    fld__strlist_free(&c->enabled);
+    fld__strlist_free(&c->disabled);
+    c->base_enabled = true;
+}
+
+int fld__custom_ops_copy(struct fld_custom_ops *dst, const struct fld_custom_ops *src)
+{
+    struct fld_custom_ops tmp = {src->base_enabled, {false, 0, NULL}, {false, 0, NULL}};
+    if (fld__strlist_copy(&tmp.enabled, &src->enabled) != FLD_OK)
+        return FLD_ENOMEM;
+    if (fld__strlist_copy(&tmp.disabled, &src->disabled) != FLD_OK) {
+        fld__strlist_free(&tmp.enabled);
+        return FLD_ENOMEM;
+    }
+    *dst = tmp;
+    return FLD_OK;
+}
+
+bool fld__custom_ops_is_default(const struct fld_custom_ops *c)
+{
+    return c->base_enabled && c->enabled.n == 0 && c->disabled.n == 0;
+}
+
+int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what,
+                               const char *item)
+{
+    const char *s = item ? item : "";
+    size_t n = strlen(s);
+    while (n && is_space_char(*s)) {
+        s++;
+        n--;
+    }
+    while (n && is_space_char(s[n - 1]))
+        n--;
+    if (n == 0)
+        return fld__fail(FLD_ECONFIG, "%s: empty item (valid: " CUSTOM_VALID ")", what);
+    if ((n == 3 && strncasecmp(s, "all", 3) == 0) || (n == 4 && strncasecmp(s, "none", 4) == 0)) {
+        bool all = n == 3;
+        /* vLLM refuses both too: which one was meant is anyone's guess. */
+        if (all ? r->saw_none : r->saw_all)
+            return fld__fail(FLD_ECONFIG,
+                             "%s: 'all' and 'none' together; give one of them (valid: " CUSTOM_VALID
+                             ")",
+                             what);
+        r->saw_all |= all;
+        r->saw_none |= !all;
+        r->ops.base_enabled = all;
+        return FLD_OK;
+    }
+    if ((s[0] != '+' && s[0] != '-') || !is_op_name(s + 1, n - 1))
+        return fld__fail(FLD_ECONFIG, "%s: invalid item '%.*s' (valid: " CUSTOM_VALID ")", what,
+                         (int)n, s);
+    bool enable = s[0] == '+';
+    char *name = strndup(s + 1, n - 1);
+    if (!name)
+        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+    struct fld_strlist *mine = enable ? &r->ops.enabled : &r->ops.disabled;
+    struct fld_strlist *theirs = enable ? &r->ops.disabled : &r->ops.enabled;
+    int rc = FLD_OK;
+    if (fld__strlist_has(theirs, name)) {
+        rc = fld__fail(FLD_ECONFIG, "%s: op '%s' is both enabled and disabled ('+%s' and '-%s')",
+                       what, name, name, name);
+    } else {
+        struct fld_strlist one = {true, 1, &name};
+        if (fld__strlist_merge(mine, &one) != FLD_OK)
+            rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+    }
+    free(name);
+    return rc;
+}
+
+int fld__custom_ops_parse(const char *what, const char *csv, struct fld_custom_ops *out)
+{
+    struct fld_custom_ops_reader r;
+    const char *s = csv ? csv : "";
+    int rc = FLD_OK;
+
+    fld__custom_ops_reader_init(&r);
+    if (!is_blank(s)) {
+        for (;;) {
+            const char *comma = strchr(s, ',');
+            size_t n = comma ? (size_t)(comma - s) : strlen(s);
+            char *item = strndup(s, n);
+            if (!item) {
+                rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+                break;
+            }
+            rc = fld__custom_ops_reader_add(&r, what, item);
+            free(item);
+            if (rc || !comma)
+                break;
+            s = comma + 1;
+        }
+    }
+    if (rc) {
+        fld__custom_ops_free(&r.ops);
+        return rc;
+    }
+    *out = r.ops;
+    return FLD_OK;
+}
+
+size_t fld__custom_ops_format(const struct fld_custom_ops *c, char *buf, size_t size)
+{
+    size_t len = 0;
+    int n = snprintf(buf, size, "%s", c->base_enabled ? "all" : "none");
+    if (n > 0)
+        len = (size_t)n;
+    for (int pass = 0; pass < 2; pass++) {
+        const struct fld_strlist *l = pass ? &c->disabled : &c->enabled;
+        for (size_t i = 0; i < l->n; i++) {
+            n = snprintf(buf && len < size ? buf + len : NULL, buf && len < size ? size - len : 0,
+                         ",%c%s", pass ? '-' : '+', l->items[i]);
+            if (n > 0)
+                len += (size_t)n;
+        }
+    }
+    return len;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -121,8 +294,9 @@ struct fld_policy *fld__policy_new_default(void)
     p->enabled = true;
     p->use_flaggems = true;
     p->oot_enabled = true;
+    p->custom_ops.base_enabled = true;
     for (int f = 0; f < FLD_PF_COUNT; f++)
-        p->source[f] = SOURCE_DEFAULT;
+        set_source(p, (enum fld_policy_field)f, SOURCE_DEFAULT);
     p->serial = next_serial();
     return p;
 }
@@ -138,6 +312,8 @@ void fld__policy_free(struct fld_policy *p)
     fld__strlist_free(&p->oot_whitelist);
     fld__strlist_free(&p->oot_blacklist);
     fld__orders_free(&p->per_op);
+    fld__custom_ops_free(&p->custom_ops);
+    fld__manifest_unref(p->manifest);
     free(p);
 }
 
@@ -158,8 +334,12 @@ struct fld_policy *fld__policy_clone(const struct fld_policy *src)
         fld__strlist_copy(&p->flagos_blacklist, &src->flagos_blacklist) != FLD_OK ||
         fld__strlist_copy(&p->oot_whitelist, &src->oot_whitelist) != FLD_OK ||
         fld__strlist_copy(&p->oot_blacklist, &src->oot_blacklist) != FLD_OK ||
-        fld__orders_copy(&p->per_op, &src->per_op) != FLD_OK)
+        fld__orders_copy(&p->per_op, &src->per_op) != FLD_OK ||
+        fld__custom_ops_copy(&p->custom_ops, &src->custom_ops) != FLD_OK)
         goto fail;
+    /* Shared and immutable: the clone holds a reference, not a copy. */
+    if (src->manifest)
+        p->manifest = fld__manifest_ref(src->manifest);
     p->serial = next_serial();
     return p;
 fail:
@@ -226,8 +406,15 @@ int fld__policy_set_field(struct fld_policy *p, const char *key, const char *val
         struct fld_orders orders;
         if ((rc = fld__parse_per_op(key, value, &orders)) != FLD_OK)
             return rc;
+        set_orders_source(&orders, source);
         fld__orders_free(&p->per_op);
         p->per_op = orders;
+    } else if (f == FLD_PF_CUSTOM_OPS) {
+        struct fld_custom_ops ops;
+        if ((rc = fld__custom_ops_parse(key, value, &ops)) != FLD_OK)
+            return rc;
+        fld__custom_ops_free(&p->custom_ops);
+        p->custom_ops = ops;
     } else if (bool_field(p, f)) {
         bool b;
         if ((rc = fld__parse_bool(key, value, &b)) != FLD_OK)
@@ -241,7 +428,7 @@ int fld__policy_set_field(struct fld_policy *p, const char *key, const char *val
         fld__strlist_free(dst);
         *dst = list;
     }
-    p->source[f] = source;
+    set_source(p, f, source);
     return FLD_OK;
 }
 
@@ -253,18 +440,67 @@ static bool is_blank(const char *s)
     return true;
 }
 
+/* VLLM_FL_PER_OP over lower layers: per op, not as a whole. */
+static int merge_per_op_env(struct fld_policy *p, const char *var, const char *value)
+{
+    struct fld_orders orders;
+    int rc = fld__parse_per_op(var, value, &orders);
+    if (rc != FLD_OK)
+        return rc;
+    set_orders_source(&orders, var);
+    rc = fld__orders_merge(&p->per_op, &orders);
+    fld__orders_free(&orders);
+    if (rc != FLD_OK)
+        return fld__fail(FLD_ENOMEM, "%s: out of memory", var);
+    set_source(p, FLD_PF_PER_OP, var);
+    return FLD_OK;
+}
+
+/* A white- or blacklist set by the environment replaces its pair from a
+ * lower layer (a platform file's flagos_blacklist must not turn
+ * VLLM_FL_FLAGOS_WHITELIST into an error); both set here stays an error. */
+static void drop_replaced_pair(struct fld_policy *p, const bool *from_env,
+                               enum fld_policy_field white, enum fld_policy_field black)
+{
+    for (int side = 0; side < 2; side++) {
+        enum fld_policy_field set = side ? black : white, other = side ? white : black;
+        struct fld_strlist *l = list_field(p, other);
+        if (from_env[set] && !from_env[other] && l->set) {
+            fld__strlist_free(l);
+            snprintf(p->source[other], sizeof p->source[other], "cleared by %s", field_envs[set]);
+        }
+    }
+}
+
 int fld__policy_apply_env(struct fld_policy *p)
 {
+    bool from_env[FLD_PF_COUNT] = {false};
+    int rc;
     for (int f = 0; f < FLD_PF_COUNT; f++) {
         /* Not path variables, so plain getenv (secure_getenv is for those). A
          * blank value reads as unset: `VAR= cmd` is how shells clear one. */
         const char *value = getenv(field_envs[f]);
         if (!value || is_blank(value))
             continue;
-        int rc = fld__policy_set_field(p, field_envs[f], value, field_envs[f]);
+        if (f == FLD_PF_PER_OP)
+            rc = merge_per_op_env(p, field_envs[f], value);
+        else
+            rc = fld__policy_set_field(p, field_envs[f], value, field_envs[f]);
         if (rc != FLD_OK)
             return rc;
+        from_env[f] = true;
     }
+    /* A path, so secure_getenv; applied after VLLM_FL_PER_OP, which it beats. */
+    const char *op_config = secure_getenv("VLLM_FL_OP_CONFIG");
+    if (op_config && !is_blank(op_config)) {
+        if ((rc = fld__op_config_apply(p, op_config)) != FLD_OK)
+            return rc;
+    } else if (!op_config && getenv("VLLM_FL_OP_CONFIG")) {
+        fld__log(FLD_LOG_WARNING, "VLLM_FL_OP_CONFIG ignored: path variables are not read in a "
+                                  "privileged (setuid/setgid) process");
+    }
+    drop_replaced_pair(p, from_env, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
+    drop_replaced_pair(p, from_env, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
     return fld__policy_check(p);
 }
 
@@ -310,7 +546,7 @@ const struct fld_order *fld__policy_order_for(const struct fld_policy *p, const 
     const struct fld_order *o = fld__orders_find(&p->per_op, op);
     if (o) {
         if (source)
-            *source = p->source[FLD_PF_PER_OP];
+            *source = o->source[0] ? o->source : p->source[FLD_PF_PER_OP];
         return o;
     }
     /* The default order follows prefer, so prefer's source explains it. */
@@ -367,6 +603,17 @@ static bool list_allows_op(const struct fld_policy *p, const char *what,
     }
     if (b->set && fld__strlist_has(b, op)) {
         set_why(why, why_size, "op '%s' in %s blacklist (%s)", op, what, p->source[black]);
+        return false;
+    }
+    return true;
+}
+
+bool fld__policy_op_enabled(const struct fld_policy *p, const char *op, char *why, size_t why_size)
+{
+    const struct fld_custom_ops *c = &p->custom_ops;
+    if (fld__strlist_has(&c->disabled, op) || (!c->base_enabled && !fld__strlist_has(&c->enabled, op))) {
+        set_why(why, why_size, "op '%s' disabled by custom_ops (%s)", op,
+                p->source[FLD_PF_CUSTOM_OPS]);
         return false;
     }
     return true;
@@ -441,6 +688,25 @@ size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t siz
     put_list(&w, "flagos_black", &p->flagos_blacklist);
     put_list(&w, "oot_white", &p->oot_whitelist);
     put_list(&w, "oot_black", &p->oot_blacklist);
+    if (!fld__custom_ops_is_default(&p->custom_ops)) {
+        char custom[1024];
+        size_t n = fld__custom_ops_format(&p->custom_ops, custom, sizeof custom);
+        put(&w, ";custom=");
+        if (n < sizeof custom) {
+            put(&w, custom);
+        } else {
+            char *big = malloc(n + 1);
+            if (big) {
+                fld__custom_ops_format(&p->custom_ops, big, n + 1);
+                put(&w, big);
+                free(big);
+            }
+        }
+    }
+    if (p->manifest) {
+        put(&w, ";manifest=");
+        put(&w, p->manifest->path ? p->manifest->path : "");
+    }
     if (p->per_op.n) {
         put(&w, ";per=");
         for (size_t i = 0; i < p->per_op.n; i++) {
@@ -568,7 +834,7 @@ int fld_policy_push_preference(const char *kind)
     if ((rc = begin_push(what, &p)) != FLD_OK)
         return rc;
     p->prefer = (enum fld_prefer)prefer;
-    p->source[FLD_PF_PREFER] = SOURCE_OVERRIDE;
+    set_source(p, FLD_PF_PREFER, SOURCE_OVERRIDE);
     return push_policy(what, p);
 }
 
@@ -582,7 +848,7 @@ int fld_policy_push_strict(bool strict)
     if ((rc = begin_push(what, &p)) != FLD_OK)
         return rc;
     p->strict = strict;
-    p->source[FLD_PF_STRICT] = SOURCE_OVERRIDE;
+    set_source(p, FLD_PF_STRICT, SOURCE_OVERRIDE);
     return push_policy(what, p);
 }
 
@@ -602,7 +868,7 @@ int fld_policy_push_allowed_vendors(const char *csv)
     }
     fld__strlist_free(&p->allow_vendors);
     p->allow_vendors = list;
-    p->source[FLD_PF_ALLOW_VENDORS] = SOURCE_OVERRIDE;
+    set_source(p, FLD_PF_ALLOW_VENDORS, SOURCE_OVERRIDE);
     return push_policy(what, p);
 }
 
@@ -624,7 +890,7 @@ int fld_policy_push_denied_vendors(const char *csv)
     }
     fld__strlist_free(&list);
     if (p->deny_vendors.set)
-        p->source[FLD_PF_DENY_VENDORS] = SOURCE_OVERRIDE;
+        set_source(p, FLD_PF_DENY_VENDORS, SOURCE_OVERRIDE);
     return push_policy(what, p);
 fail:
     fld__strlist_free(&list);
@@ -642,6 +908,7 @@ int fld_policy_push_per_op(const char *spec)
         return rc;
     if ((rc = fld__parse_per_op(what, spec, &orders)) != FLD_OK)
         return rc;
+    set_orders_source(&orders, SOURCE_OVERRIDE);
     if ((rc = begin_push(what, &p)) != FLD_OK)
         goto fail;
     if (fld__orders_merge(&p->per_op, &orders) != FLD_OK) {
@@ -650,7 +917,7 @@ int fld_policy_push_per_op(const char *spec)
     }
     fld__orders_free(&orders);
     if (p->per_op.n)
-        p->source[FLD_PF_PER_OP] = SOURCE_OVERRIDE;
+        set_source(p, FLD_PF_PER_OP, SOURCE_OVERRIDE);
     return push_policy(what, p);
 fail:
     fld__orders_free(&orders);
@@ -703,23 +970,14 @@ out:
     return rc;
 }
 
+/* What the files and the environment say now (host.c: it detects the
+ * platform and checks the manifest as init does). */
 int fld_policy_reset(void)
 {
     int rc = fld__ensure_init();
     if (rc != FLD_OK)
         return rc;
-    struct fld_policy *p = fld__policy_new_default();
-    if (!p)
-        return fld__fail(FLD_ENOMEM, "fld_policy_reset: out of memory");
-    rc = fld__policy_apply_env(p);
-    if (rc == FLD_OK)
-        rc = fld__policy_check(p);
-    if (rc != FLD_OK) {
-        fld__policy_free(p);
-        return rc;
-    }
-    fld__policy_publish(p);
-    return FLD_OK;
+    return fld__policy_rebuild();
 }
 
 size_t fld_policy_describe(char *buf, size_t size)

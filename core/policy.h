@@ -32,8 +32,22 @@ enum fld_policy_field {
     FLD_PF_OOT_ENABLED,
     FLD_PF_OOT_WHITELIST,
     FLD_PF_OOT_BLACKLIST,
+    FLD_PF_CUSTOM_OPS,
     FLD_PF_COUNT
 };
+
+/*
+ * vLLM's custom_ops grammar: "all" or "none" sets the base (default: all
+ * enabled), then "+op" enables and "-op" disables single ops. A disabled op
+ * is served by reference implementations only.
+ */
+struct fld_custom_ops {
+    bool base_enabled;          /* true unless "none" */
+    struct fld_strlist enabled;  /* "+op" */
+    struct fld_strlist disabled; /* "-op" */
+};
+
+struct fld_manifest;
 
 struct fld_policy {
     enum fld_prefer prefer;
@@ -45,12 +59,20 @@ struct fld_policy {
     struct fld_strlist deny_vendors;
     struct fld_strlist flagos_whitelist, flagos_blacklist; /* at most one set */
     struct fld_strlist oot_whitelist, oot_blacklist;       /* at most one set */
-    struct fld_orders per_op;
+    struct fld_orders per_op; /* each order carries its own source */
+    struct fld_custom_ops custom_ops;
+    /* VLLM_FL_MANIFEST: pinned (op, device, dtype) -> impl_id; shared,
+     * immutable, reference-counted (see manifest.h); NULL when none. */
+    struct fld_manifest *manifest;
     /* Where each field's value came from: "default", "VLLM_FL_PREFER",
-     * "fld_policy_set", "scoped override", ... (static strings). */
-    const char *source[FLD_PF_COUNT];
+     * "config/nvidia.yaml:3", "/path/policy.yaml:7", "fld_policy_set",
+     * "scoped override", ... */
+    char source[FLD_PF_COUNT][FLD_SOURCE_LEN];
     uint64_t serial; /* unique per policy object, for thread-local caches */
 };
+
+/* Whether op may be served by non-reference implementations (custom_ops). */
+bool fld__policy_op_enabled(const struct fld_policy *p, const char *op, char *why, size_t why_size);
 
 /* Key names ("prefer", ...) and environment variables ("VLLM_FL_PREFER", ...) of fields. */
 const char *fld__policy_field_key(enum fld_policy_field f);

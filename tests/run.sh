@@ -1,6 +1,8 @@
 #!/bin/sh
 # Runs each Check test program, then prints one summary line.
 # Usage: tests/run.sh build/tests/test_a build/tests/test_b ...
+# Tests assume a CPU machine unless they say otherwise (test_platform unsets it).
+export VLLM_FL_PLATFORM=cpu
 passed=0; failed=0; bad_programs=""
 for t in "$@"; do
     out=$("$t" 2>&1); rc=$?

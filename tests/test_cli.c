@@ -45,9 +45,21 @@ static bool inherited_policy_var(const char *entry)
            strncmp(entry, "FLD_TEMPLATE_ENABLE=", 20) == 0;
 }
 
+/* Whether env (NULL-terminated "NAME=value" entries, or NULL) sets the variable of entry. */
+static bool env_sets(const char *const *env, const char *entry)
+{
+    size_t len = strcspn(entry, "=") + 1;
+    for (const char *const *e = env; e && *e; e++)
+        if (strncmp(*e, entry, len) == 0)
+            return true;
+    return false;
+}
+
 /*
  * Runs the tool. env: NULL-terminated "NAME=value" entries added to the
- * controlled environment (NULL for none); args: NULL-terminated arguments.
+ * controlled environment (NULL for none; they replace the defaults
+ * VLLM_FL_PLUGIN_DIR and VLLM_FL_PLATFORM=cpu); args: NULL-terminated
+ * arguments.
  */
 static void run_tool(struct run *r, const char *const *env, const char *const *args)
 {
@@ -74,8 +86,10 @@ static void run_tool(struct run *r, const char *const *env, const char *const *a
     for (char **e = environ; *e && n < MAX_ENV - 16; e++)
         if (!inherited_policy_var(*e))
             envp[n++] = *e;
-    envp[n++] = plugin_dir;
-    envp[n++] = "VLLM_FL_PLATFORM=cpu";
+    if (!env_sets(env, plugin_dir))
+        envp[n++] = plugin_dir;
+    if (!env_sets(env, "VLLM_FL_PLATFORM="))
+        envp[n++] = "VLLM_FL_PLATFORM=cpu";
     for (const char *const *e = env; e && *e; e++) {
         ck_assert_int_lt(n, MAX_ENV);
         envp[n++] = *e;
@@ -310,11 +324,13 @@ START_TEST(help_lists_commands)
         run_tool(&r, NO_ENV, ARGS(flags[i]));
         assert_status(r, 0);
         for (const char *const *c = (const char *const[]){"list", "resolve", "bench", "config",
-                                                          "verify", "doctor", NULL};
+                                                          "freeze", "verify", "doctor", NULL};
              *c; c++)
             ck_assert_msg(line_with(r.out, "  ", *c), "--help does not list '%s':\n" CLIP, *c,
                           r.out);
         ck_assert(line_with(r.out, "verify", "(coming)"));
+        ck_assert(!line_with(r.out, "config", "(coming)"));
+        ck_assert(!line_with(r.out, "freeze", "(coming)"));
         ck_assert_str_eq(r.err, "");
         run_free(&r);
     }
@@ -323,8 +339,8 @@ END_TEST
 
 START_TEST(command_help)
 {
-    static const char *const cmds[] = {"list", "resolve", "bench"};
-    for (size_t i = 0; i < 3; i++) {
+    static const char *const cmds[] = {"list", "resolve", "bench", "config", "freeze"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         struct run r;
         run_tool(&r, NO_ENV, ARGS(cmds[i], "--help"));
         assert_status(r, 0);
@@ -390,13 +406,23 @@ START_TEST(unknown_options)
     assert_status(r, 2);
     ck_assert(strstr(r.err, "--fast"));
     run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("config", "--verbose"));
+    assert_status(r, 2);
+    ck_assert(line_with(r.err, "--verbose", "fldispatch config --help"));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("freeze", "--outptu", "x.yaml"));
+    assert_status(r, 2);
+    ck_assert(line_with(r.err, "--outptu", "fldispatch freeze --help"));
+    run_free(&r);
 }
 END_TEST
 
 START_TEST(coming_commands)
 {
-    static const char *const cmds[] = {"config", "verify", "doctor"};
-    for (size_t i = 0; i < 3; i++) {
+    static const char *const cmds[] = {"verify", "doctor"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         struct run r;
         run_tool(&r, NO_ENV, ARGS(cmds[i]));
         assert_status(r, 2);
@@ -649,6 +675,303 @@ START_TEST(template_plugin_selection)
 }
 END_TEST
 
+/* ---- config ----------------------------------------------------------------- */
+
+/*
+ * In JSON output, whether the policy object whose "key" is key has that
+ * value and source (the writer puts "key", "value", "source" in that order).
+ */
+static bool json_field(const char *text, const char *key, const char *value, const char *source)
+{
+    char want[256];
+    snprintf(want, sizeof want, "\"key\": \"%s\"", key);
+    const char *p = strstr(text, want);
+    if (!p)
+        return false;
+    const char *end = strchr(p, '}');
+    snprintf(want, sizeof want, "\"value\": \"%s\"", value);
+    const char *v = strstr(p, want);
+    snprintf(want, sizeof want, "\"source\": \"%s\"", source);
+    const char *s = strstr(p, want);
+    return v && s && end && v < end && s < end;
+}
+
+START_TEST(config_text)
+{
+    struct run r;
+    run_tool(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("config"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "platform:", "cpu"), "no platform line:\n" CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "detected by:", "VLLM_FL_PLATFORM"), "no detection line:\n" CLIP,
+                  r.out);
+    ck_assert(line_with(r.out, "platform file:"));
+    ck_assert(line_with(r.out, "config path:"));
+    ck_assert_msg(line_with(r.out, "plugin path:", "/lib/fldispatch/plugins"),
+                  "no plugin path:\n" CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "KEY", "VALUE", "SOURCE"), "no table header:\n" CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "prefer ", " reference ", " VLLM_FL_PREFER"),
+                  "prefer does not show its value and source:\n" CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "deny_vendors", "default"),
+                  "deny_vendors is not shown as a default:\n" CLIP, r.out);
+    ck_assert_str_eq(r.err, "");
+
+    /* The table is aligned: every row's VALUE starts in the header's column. */
+    const char *header = strstr(r.out, "KEY");
+    ck_assert_ptr_nonnull(header);
+    size_t value_col = (size_t)(strstr(header, "VALUE") - header);
+    const char *row = strstr(header, "\nprefer ");
+    ck_assert_ptr_nonnull(row);
+    row++;
+    ck_assert_msg(strncmp(row + value_col, "reference", 9) == 0, "prefer row misaligned:\n" CLIP,
+                  r.out);
+    run_free(&r);
+
+    /* A value from the environment is replaced by a default once the variable goes. */
+    run_tool(&r, NO_ENV, ARGS("config"));
+    assert_status(r, 0);
+    ck_assert(!line_with(r.out, "prefer ", "VLLM_FL_PREFER"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(config_json)
+{
+    struct run r;
+    run_tool(&r, ENV("VLLM_FL_PREFER=reference", "VLLM_FL_DENY_VENDORS=acme,cuda"),
+             ARGS("config", "--json"));
+    assert_status(r, 0);
+    assert_json_object(r.out);
+    ck_assert(strstr(r.out, "\"platform\": {"));
+    ck_assert(strstr(r.out, "\"name\": \"cpu\""));
+    ck_assert(strstr(r.out, "\"detected_by\": \"VLLM_FL_PLATFORM\""));
+    ck_assert(strstr(r.out, "\"config_file\": "));
+    ck_assert(strstr(r.out, "\"config_path\": \""));
+    ck_assert(strstr(r.out, "\"policy\": ["));
+    ck_assert(strstr(r.out, "\"plugin_path\": \""));
+    ck_assert_msg(json_field(r.out, "prefer", "reference", "VLLM_FL_PREFER"),
+                  "prefer does not come from VLLM_FL_PREFER:\n" CLIP, r.out);
+    ck_assert_msg(strstr(r.out, "\"source\": \"VLLM_FL_DENY_VENDORS\""),
+                  "no field from VLLM_FL_DENY_VENDORS:\n" CLIP, r.out);
+    ck_assert_msg(strstr(r.out, "\"source\": \"default\""), "no default field:\n" CLIP, r.out);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(config_per_op_order)
+{
+    struct run r;
+    run_tool(&r, ENV("VLLM_FL_PER_OP=rms_norm=reference|vendor"), ARGS("config", "--json"));
+    assert_status(r, 0);
+    assert_json_object(r.out);
+    ck_assert_msg(strstr(r.out, "rms_norm") && strstr(r.out, "reference|vendor") &&
+                      strstr(r.out, "\"source\": \"VLLM_FL_PER_OP\""),
+                  "the per-op order is not reported:\n" CLIP, r.out);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(config_errors)
+{
+    struct run r;
+    run_tool(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("config"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "VLLM_FL_PLATFORM", "tpu"),
+                  "stderr does not name the variable and value:\n" CLIP, r.err);
+    ck_assert_str_eq(r.out, "");
+    run_free(&r);
+
+    run_tool(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("config", "--json"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "VLLM_FL_PLATFORM"));
+    ck_assert_str_eq(r.out, "");
+    run_free(&r);
+
+    run_tool(&r, ENV("VLLM_FL_PREFER=fastest"), ARGS("config"));
+    assert_status(r, 2);
+    ck_assert(line_with(r.err, "VLLM_FL_PREFER", "fastest"));
+    run_free(&r);
+
+    run_tool(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("list"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "VLLM_FL_PLATFORM"));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("config", "extra"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "extra"));
+    run_free(&r);
+}
+END_TEST
+
+/* ---- freeze ----------------------------------------------------------------- */
+
+/* The lines of text without those starting with prefix, in a new string. */
+static char *without_lines(const char *text, const char *prefix)
+{
+    char *out = malloc(strlen(text) + 1);
+    ck_assert_ptr_nonnull(out);
+    size_t used = 0;
+    for (const char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        if (line[len] == '\n')
+            len++;
+        if (strncmp(line, prefix, strlen(prefix)) != 0) {
+            memcpy(out + used, line, len);
+            used += len;
+        }
+        line += len;
+    }
+    out[used] = '\0';
+    return out;
+}
+
+START_TEST(freeze_stdout)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("freeze"));
+    assert_status(r, 0);
+    ck_assert_str_eq(r.err, "");
+    ck_assert_msg(strncmp(r.out, "# fldispatch manifest", 21) == 0, "no header:\n" CLIP, r.out);
+    ck_assert(line_with(r.out, "# Written by fldispatch freeze " FLD_VERSION_STRING));
+    ck_assert(line_with(r.out, "# Platform: cpu", "VLLM_FL_PLATFORM"));
+    ck_assert(line_with(r.out, "# Policy: ", "prefer="));
+    ck_assert(strstr(r.out, "\nversion: 1\nentries:\n"));
+    ck_assert_msg(line_with(r.out, "  - {op: rms_norm, device: cpu, dtype: f32, impl: vendor.cpu}"),
+                  "rms_norm is not frozen to vendor.cpu:\n" CLIP, r.out);
+    ck_assert(line_with(r.out, "  - {op: rotary_embedding, device: cpu, dtype: bf16, impl: "
+                               "vendor.cpu}"));
+    ck_assert(line_with(r.out, "  - {op: attention_backend, device: cpu, dtype: any, impl: "
+                               "reference.c}"));
+    /* Seven typed ops x three dtypes on cpu, plus attention_backend per device. */
+    ck_assert_int_ge(count_of(r.out, "  - {op: "), 22);
+    ck_assert_int_eq(count_of(r.out, "device: cpu, dtype: f32"), 7);
+    /* The unavailable template plugin is never frozen. */
+    ck_assert(!strstr(r.out, "vendor.template"));
+    run_free(&r);
+
+    /* The policy of the environment decides. */
+    run_tool(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze"));
+    assert_status(r, 0);
+    ck_assert(line_with(r.out, "  - {op: rms_norm, device: cpu, dtype: f32, impl: reference.c}"));
+    ck_assert(line_with(r.out, "# Policy: ", "prefer=reference"));
+    ck_assert(!strstr(r.out, "vendor.cpu"));
+    run_free(&r);
+
+    run_tool(&r, ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template"),
+             ARGS("freeze"));
+    assert_status(r, 0);
+    ck_assert(
+        line_with(r.out, "{op: silu_and_mul, device: cpu, dtype: f32, impl: vendor.template}"));
+    /* vendor.template is float32 only and the order has no other token. */
+    ck_assert(!strstr(r.out, "{op: silu_and_mul, device: cpu, dtype: bf16"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(freeze_to_file)
+{
+    char dir[] = "/tmp/fld-cli-freeze-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/manifest.yaml", dir);
+
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("freeze", "--output", path));
+    assert_status(r, 0);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_msg(line_with(r.err, "entries written to", path), "no summary:\n" CLIP, r.err);
+    run_free(&r);
+
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    char *file = slurp(f);
+
+    /* The same manifest as on standard output, but for the time it was written. */
+    run_tool(&r, NO_ENV, ARGS("freeze"));
+    assert_status(r, 0);
+    char *a = without_lines(file, "# Written by"), *b = without_lines(r.out, "# Written by");
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    free(file);
+    run_free(&r);
+
+    /* Written through a temporary file that is gone afterwards; an existing file is replaced. */
+    char opt[300];
+    snprintf(opt, sizeof opt, "--output=%s", path);
+    run_tool(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze", opt));
+    assert_status(r, 0);
+    run_free(&r);
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    file = slurp(f);
+    ck_assert(line_with(file, "{op: rms_norm, device: cpu, dtype: f32, impl: reference.c}"));
+    free(file);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -v '^manifest.yaml$' | grep -q .", dir);
+    ck_assert_msg(system(cmd) != 0, "files left beside the manifest in %s", dir);
+
+    /* An unwritable destination is an error, and leaves nothing behind. */
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/no-such-dir/manifest.yaml", dir);
+    run_tool(&r, NO_ENV, ARGS("freeze", "--output", bad));
+    assert_status(r, 2);
+    ck_assert(line_with(r.err, "cannot write", "no-such-dir"));
+    run_free(&r);
+
+    unlink(path);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+START_TEST(freeze_devices)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("freeze", "--device", "rocm", "--device=ascend"));
+    assert_status(r, 0);
+    ck_assert(line_with(r.out, "# Devices: rocm,ascend"));
+    ck_assert(line_with(r.out, "{op: attention_backend, device: rocm, dtype: any"));
+    ck_assert(line_with(r.out, "{op: attention_backend, device: ascend, dtype: any"));
+    ck_assert(!strstr(r.out, "device: cpu"));
+    ck_assert(!strstr(r.out, "device: cuda"));
+    run_free(&r);
+
+    /* Nothing resolves: an empty, valid manifest. */
+    run_tool(&r, ENV("VLLM_FL_PREFER_ENABLED=0", "VLLM_FL_PER_OP=attention_backend=vendor"),
+             ARGS("freeze", "--device", "cuda"));
+    assert_status(r, 0);
+    ck_assert(strstr(r.out, "\nversion: 1\nentries: []\n"));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("freeze", "--device", "tpu"));
+    assert_status(r, 2);
+    ck_assert(line_with(r.err, "tpu", "cpu, cuda, rocm, ascend"));
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("freeze", "--device"));
+    assert_status(r, 2);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(freeze_config_error)
+{
+    struct run r;
+    run_tool(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("freeze"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "VLLM_FL_PLATFORM"));
+    ck_assert_str_eq(r.out, "");
+    run_free(&r);
+
+    run_tool(&r, ENV("VLLM_FL_PER_OP=rms_norm"), ARGS("freeze"));
+    assert_status(r, 2);
+    ck_assert(strstr(r.err, "VLLM_FL_PER_OP"));
+    run_free(&r);
+}
+END_TEST
+
 /* ---- bench ------------------------------------------------------------------ */
 
 START_TEST(bench_overhead_text)
@@ -748,6 +1071,22 @@ static Suite *cli_suite(void)
     tcase_add_test(resolve, resolve_attention_backend_uses_any_dtype);
     tcase_add_test(resolve, template_plugin_selection);
     suite_add_tcase(s, resolve);
+
+    TCase *config = tcase_create("config");
+    tcase_set_timeout(config, 60);
+    tcase_add_test(config, config_text);
+    tcase_add_test(config, config_json);
+    tcase_add_test(config, config_per_op_order);
+    tcase_add_test(config, config_errors);
+    suite_add_tcase(s, config);
+
+    TCase *freeze = tcase_create("freeze");
+    tcase_set_timeout(freeze, 60);
+    tcase_add_test(freeze, freeze_stdout);
+    tcase_add_test(freeze, freeze_to_file);
+    tcase_add_test(freeze, freeze_devices);
+    tcase_add_test(freeze, freeze_config_error);
+    suite_add_tcase(s, freeze);
 
     TCase *bench = tcase_create("bench");
     tcase_set_timeout(bench, 120);

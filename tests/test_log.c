@@ -392,7 +392,8 @@ START_TEST(init_line_on_stderr)
     const char *out = stderr_end();
     ck_assert_int_eq(rc, FLD_OK);
     /* the 8 catalog ops, served by the built-in reference plugin alone */
-    ck_assert_contains(out, "fldispatch initialized: 8 ops with 8 implementations from 1 plugin");
+    ck_assert_contains(out, "fldispatch initialized on platform 'cpu' (VLLM_FL_PLATFORM): 8 ops "
+                            "with 8 implementations from 1 plugin");
     ck_assert_contains(out, "INFO");
 }
 END_TEST

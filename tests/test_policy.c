@@ -23,6 +23,7 @@ static const char *const policy_vars[] = {
     "VLLM_FL_OOT_ENABLED",    "VLLM_FL_OOT_WHITELIST",    "VLLM_FL_OOT_BLACKLIST",
     "VLLM_FL_CONFIG",         "VLLM_FL_OP_CONFIG",        "VLLM_FL_PLATFORM",
     "VLLM_FL_PLUGIN_MODULES", "VLLM_FL_LOG_LEVEL",        "VLLM_FL_DISPATCH_DEBUG",
+    "VLLM_FL_CUSTOM_OPS",     "VLLM_FL_MANIFEST",
 };
 #define N_POLICY_VARS (sizeof policy_vars / sizeof policy_vars[0])
 
@@ -37,6 +38,9 @@ static void setup(void)
     strcpy(plugin_dir, "/tmp/fld-test-policy-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(plugin_dir));
     setenv("VLLM_FL_PLUGIN_DIR", plugin_dir, 1);
+    /* The cpu platform file only restates the defaults; auto-detection on a
+     * machine with an accelerator would bring in that platform's file. */
+    setenv("VLLM_FL_PLATFORM", "cpu", 1);
     /* Warnings of failed loads etc. are not what these tests look at. */
     setenv("VLLM_FL_LOG_LEVEL", "ERROR", 1);
 }

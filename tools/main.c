@@ -23,7 +23,11 @@ static const char usage_text[] =
     "                                       in order and why the others were dropped\n"
     "  bench    --overhead [--reps N] [--calls N] [--json]\n"
     "                                       dispatch overhead per call, one and two threads\n"
-    "  config   (coming)                    the effective policy and the source of each field\n"
+    "  config   [--json]                    the effective policy, the source of each field,\n"
+    "                                       the platform and the plugin search path\n"
+    "  freeze   [--output FILE] [--device D]...\n"
+    "                                       write the resolved (op, device, dtype) -> impl\n"
+    "                                       table as a manifest for VLLM_FL_MANIFEST\n"
     "  verify   (coming)                    every implementation against the reference\n"
     "  doctor   (coming)                    load each plugin in a child process\n"
     "\n"
@@ -32,7 +36,8 @@ static const char usage_text[] =
     "  --version      the versions of the tool and of the library it loaded\n"
     "\n"
     "D: cpu (default), cuda, rocm, ascend.  T: f32 (default), f16, bf16, any.\n"
-    "The policy comes from the VLLM_FL_* environment variables.\n"
+    "The policy comes from the VLLM_FL_* environment variables and YAML files\n"
+    "('fldispatch config' shows each field and its source).\n"
     "\n"
     "Exit status: 0 success, 1 a check failed, 2 usage or configuration error,\n"
     "3 no implementation available.\n";
@@ -154,7 +159,7 @@ static int print_version(void)
 }
 
 /* Commands of the contract this version does not have yet. */
-static const char *const coming_commands[] = {"config", "verify", "doctor"};
+static const char *const coming_commands[] = {"verify", "doctor"};
 
 int main(int argc, char **argv)
 {
@@ -162,9 +167,8 @@ int main(int argc, char **argv)
         const char *name;
         int (*run)(int argc, char **argv);
     } commands[] = {
-        {"list", cmd_list},
-        {"resolve", cmd_resolve},
-        {"bench", cmd_bench},
+        {"list", cmd_list},     {"resolve", cmd_resolve}, {"bench", cmd_bench},
+        {"config", cmd_config}, {"freeze", cmd_freeze},
     };
 
     if (argc < 2) {

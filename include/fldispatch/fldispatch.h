@@ -395,6 +395,42 @@ FLD_API int fld_policy_pop(void);
  */
 FLD_API size_t fld_policy_describe(char *buf, size_t size);
 
+/*
+ * Loads a YAML policy file as the global policy: every field comes from the
+ * file or from the built-in default (like VLLM_FL_CONFIG). Atomic: on error
+ * (FLD_ECONFIG, message "file:line:column: ...") the policy in force stays.
+ * Keys: prefer, strict, allow_vendors, deny_vendors, op_backends,
+ * flagos_whitelist, flagos_blacklist, oot_whitelist, oot_blacklist,
+ * custom_ops (see docs/configuration.md).
+ */
+FLD_API int fld_policy_load_file(const char *path);
+
+/* One field of the effective policy, with where its value came from. */
+typedef struct fld_config_field {
+    const char *key;    /* "prefer", "strict", ..., "op_backends.rms_norm", "manifest" */
+    const char *value;  /* as text, e.g. "vendor", "true", "cuda,amd", "vendor|reference" */
+    const char *source; /* "default", "VLLM_FL_PREFER", "config/nvidia.yaml:3", ... */
+} fld_config_field;
+
+/*
+ * Calls fn for every field of the calling thread's effective policy (one
+ * entry per per-op order). Stops early when fn returns non-zero and returns
+ * that value. Strings are valid during the callback only.
+ */
+FLD_API int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user),
+                                     void *user);
+
+/* The platform in force and how it was decided. */
+typedef struct fld_platform_info {
+    const char *name;        /* "cpu", "nvidia", "rocm", "ascend" */
+    const char *detected_by; /* "VLLM_FL_PLATFORM", "PCI device 10de:2330 (class 0302)", ... */
+    const char *config_file; /* the platform file in use, or "" */
+    const char *config_path; /* where platform files are looked for, ':'-separated */
+} fld_platform_info;
+
+/* Fills *out; the strings stay valid until the next fld_reload() or fld_shutdown(). */
+FLD_API int fld_platform(fld_platform_info *out);
+
 /* ------------------------------------------------------------------------ */
 /* Plugins and the registry, for tools                                      */
 /* ------------------------------------------------------------------------ */

@@ -1,0 +1,93 @@
+/*
+ * What the configuration files share among themselves and with policy.c:
+ * the YAML tree that config_yaml.c builds from libyaml's events, the
+ * custom_ops grammar (policy.c), and the VLLM_FL_OP_CONFIG layer
+ * (config.c) that the environment layer applies.
+ *
+ * Not a module interface for the rest of the library: core/config.h is.
+ */
+#ifndef FLD_CORE_CONFIG_INTERNAL_H
+#define FLD_CORE_CONFIG_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "policy.h"
+
+/* ------------------------------------------------------------------------ */
+/* YAML documents as a small tree                                           */
+/* ------------------------------------------------------------------------ */
+
+enum fld_ynode_type { FLD_YNODE_SCALAR, FLD_YNODE_SEQUENCE, FLD_YNODE_MAPPING };
+
+enum fld_yscalar_style {
+    FLD_YSTYLE_PLAIN,  /* unquoted: may be a boolean or null */
+    FLD_YSTYLE_SINGLE, /* 'x' */
+    FLD_YSTYLE_DOUBLE, /* "x" (the only JSON string) */
+    FLD_YSTYLE_BLOCK   /* | or > */
+};
+
+struct fld_ynode {
+    enum fld_ynode_type type;
+    unsigned line, column; /* 1-based (libyaml's marks are 0-based) */
+    /* Scalars: the text (NUL-terminated, no embedded NUL), its style, and
+     * whether an explicit !!str or !!bool tag decided its type. */
+    char *text;
+    enum fld_yscalar_style style;
+    bool tag_str, tag_bool;
+    /* Sequences: the items. Mappings: key, value, key, value, ... */
+    size_t n;
+    struct fld_ynode **kids;
+};
+
+/*
+ * Parses the YAML (or JSON) file at path into a tree. *root is NULL for a
+ * stream without a document (an empty or comments-only file). Anchors,
+ * aliases, tags other than the standard ones, more than one document and
+ * nesting deeper than 64 levels are errors. FLD_ECONFIG with
+ * "label:line:column: message" (syntax errors) or "cannot open 'path':
+ * strerror"; FLD_ENOMEM.
+ */
+int fld__yaml_load(const char *path, const char *label, struct fld_ynode **root);
+void fld__yaml_free(struct fld_ynode *node);
+
+/* "a mapping", "a sequence", "the quoted string 'x'", "the boolean 'on'", "null", ... */
+const char *fld__ynode_describe(const struct fld_ynode *node, char *buf, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* custom_ops (policy.c)                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* A list being read item by item, so that each error can point at its item. */
+struct fld_custom_ops_reader {
+    struct fld_custom_ops ops;
+    bool saw_all, saw_none;
+};
+
+/* Starts at the default: every op enabled, no +/- items. */
+void fld__custom_ops_reader_init(struct fld_custom_ops_reader *r);
+/* One item: "all", "none", "+op" or "-op" (trimmed). FLD_ECONFIG naming
+ * what and the item; r keeps what it read before. */
+int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what,
+                               const char *item);
+/* A comma-separated list into *out; NULL or blank gives the default. */
+int fld__custom_ops_parse(const char *what, const char *csv, struct fld_custom_ops *out);
+void fld__custom_ops_free(struct fld_custom_ops *c);
+int fld__custom_ops_copy(struct fld_custom_ops *dst, const struct fld_custom_ops *src);
+bool fld__custom_ops_is_default(const struct fld_custom_ops *c);
+/* The normalised list: "all" or "none", then "+op"s, then "-op"s, comma-separated.
+ * Returns the full length. */
+size_t fld__custom_ops_format(const struct fld_custom_ops *c, char *buf, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* VLLM_FL_OP_CONFIG (config.c)                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Reads the JSON object op -> token ("a|b" allowed) at path and sets each
+ * op's order in p, replacing orders of the same ops. FLD_ECONFIG with
+ * "VLLM_FL_OP_CONFIG: ..." naming the file and line; p unchanged on error.
+ */
+int fld__op_config_apply(struct fld_policy *p, const char *path);
+
+#endif

@@ -1,0 +1,544 @@
+/*
+ * Frozen-dispatch manifests (see manifest.h): a strict libyaml reader, the
+ * lookup used when chains are built, and the check against the registry.
+ *
+ * The reader loads the whole document with libyaml's document API and walks
+ * it against a fixed schema, so every error can point at the node at fault
+ * (1-based line and column).
+ */
+#include "manifest.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <yaml.h>
+
+#include "error.h"
+#include "log.h"
+#include "ops.h"
+#include "registry.h"
+
+static const char *const device_names[FLD_NDEVICES] = {"cpu", "cuda", "rocm", "ascend"};
+static const char *const dtype_names[FLD_NDTYPES + 1] = {"f32", "f16", "bf16", "any"};
+
+#define TOP_KEYS   "version, entries"
+#define ENTRY_KEYS "op, device, dtype, impl"
+
+enum entry_key { KEY_OP, KEY_DEVICE, KEY_DTYPE, KEY_IMPL, KEY_COUNT };
+static const char *const entry_keys[KEY_COUNT] = {"op", "device", "dtype", "impl"};
+
+struct reader {
+    const char *path;
+    yaml_document_t *doc;
+};
+
+/* FLD_ECONFIG "path:line:column: message". */
+static int fail_at(const struct reader *r, yaml_mark_t mark, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail_at(const struct reader *r, yaml_mark_t mark, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return fld__fail(FLD_ECONFIG, "%s:%zu:%zu: %s", r->path, mark.line + 1, mark.column + 1, msg);
+}
+
+static int syntax_error(const char *path, const yaml_parser_t *p)
+{
+    const char *problem = p->problem ? p->problem : "invalid YAML";
+    if (p->error == YAML_MEMORY_ERROR)
+        return fld__fail(FLD_ENOMEM, "%s: out of memory while reading the manifest", path);
+    if (p->error == YAML_READER_ERROR)
+        return fld__fail(FLD_ECONFIG, "%s: invalid input at byte %zu: %s", path, p->problem_offset,
+                         problem);
+    if (p->context)
+        return fld__fail(FLD_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu)", path,
+                         p->problem_mark.line + 1, p->problem_mark.column + 1, problem, p->context,
+                         p->context_mark.line + 1);
+    return fld__fail(FLD_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s", path,
+                     p->problem_mark.line + 1, p->problem_mark.column + 1, problem);
+}
+
+static const char *node_kind(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_SCALAR_NODE:
+        return "a scalar";
+    case YAML_SEQUENCE_NODE:
+        return "a sequence";
+    case YAML_MAPPING_NODE:
+        return "a mapping";
+    default:
+        return "nothing";
+    }
+}
+
+static const char *scalar(const yaml_node_t *n)
+{
+    return (const char *)n->data.scalar.value;
+}
+
+/* A plain scalar that YAML reads as null: empty, "~" or "null". */
+static bool is_null(const yaml_node_t *n)
+{
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return false;
+    const char *s = scalar(n);
+    return !*s || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
+           strcmp(s, "NULL") == 0;
+}
+
+/* A non-empty string value without embedded NULs, or an error naming key. */
+static int string_value(const struct reader *r, const char *key, const yaml_node_t *v)
+{
+    if (v->type != YAML_SCALAR_NODE)
+        return fail_at(r, v->start_mark, "key '%s' must be a string, got %s", key, node_kind(v));
+    if (is_null(v))
+        return fail_at(r, v->start_mark, "key '%s' must be a string, got null", key);
+    if (strlen(scalar(v)) != v->data.scalar.length)
+        return fail_at(r, v->start_mark, "key '%s' contains a NUL character", key);
+    if (!*scalar(v))
+        return fail_at(r, v->start_mark, "key '%s' must not be empty", key);
+    return FLD_OK;
+}
+
+static int name_index(const char *const *names, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], s) == 0)
+            return i;
+    return -1;
+}
+
+/*
+ * The key of a mapping pair as a string; an error unless it is a non-null
+ * scalar (YAML allows sequences and mappings as keys; this schema does not).
+ */
+static int pair_key(const struct reader *r, const yaml_node_pair_t *pair, const yaml_node_t **key)
+{
+    *key = yaml_document_get_node(r->doc, pair->key);
+    if (!*key || (*key)->type != YAML_SCALAR_NODE || is_null(*key))
+        return fail_at(r, *key ? (*key)->start_mark : (yaml_mark_t){0},
+                       "mapping keys must be strings");
+    return FLD_OK;
+}
+
+static int parse_entry(const struct reader *r, const yaml_node_t *node,
+                       struct fld_manifest_entry *e)
+{
+    if (node->type != YAML_MAPPING_NODE)
+        return fail_at(r, node->start_mark,
+                       "each entry must be a mapping with keys " ENTRY_KEYS ", got %s",
+                       node_kind(node));
+    const yaml_node_t *seen[KEY_COUNT] = {NULL};
+    for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top;
+         p++) {
+        const yaml_node_t *k;
+        int rc = pair_key(r, p, &k);
+        if (rc)
+            return rc;
+        int idx = name_index(entry_keys, KEY_COUNT, scalar(k));
+        if (idx < 0)
+            return fail_at(r, k->start_mark, "unknown key '%s' in entry (valid: " ENTRY_KEYS ")",
+                           scalar(k));
+        if (seen[idx])
+            return fail_at(r, k->start_mark, "duplicate key '%s' (first at line %zu)", scalar(k),
+                           seen[idx]->start_mark.line + 1);
+        seen[idx] = k;
+        const yaml_node_t *v = yaml_document_get_node(r->doc, p->value);
+        rc = string_value(r, scalar(k), v);
+        if (rc)
+            return rc;
+        const char *text = scalar(v);
+        switch (idx) {
+        case KEY_OP:
+        case KEY_IMPL: {
+            char *copy = strdup(text);
+            if (!copy)
+                return fld__fail(FLD_ENOMEM, "%s: out of memory", r->path);
+            if (idx == KEY_OP)
+                e->op = copy;
+            else
+                e->impl_id = copy;
+            break;
+        }
+        case KEY_DEVICE:
+            e->device = name_index(device_names, FLD_NDEVICES, text);
+            if (e->device < 0)
+                return fail_at(r, v->start_mark,
+                               "invalid device '%s' (valid: cpu, cuda, rocm, ascend)", text);
+            break;
+        case KEY_DTYPE:
+            e->dtype = name_index(dtype_names, FLD_NDTYPES + 1, text);
+            if (e->dtype < 0)
+                return fail_at(r, v->start_mark, "invalid dtype '%s' (valid: f32, f16, bf16, any)",
+                               text);
+            break;
+        }
+    }
+    for (int i = 0; i < KEY_COUNT; i++)
+        if (!seen[i])
+            return fail_at(r, node->start_mark,
+                           "entry is missing key '%s' (required: " ENTRY_KEYS ")", entry_keys[i]);
+    e->line = (int)node->start_mark.line + 1;
+    return FLD_OK;
+}
+
+static int entry_cmp(const struct fld_manifest_entry *a, const struct fld_manifest_entry *b)
+{
+    int c = strcmp(a->op, b->op);
+    if (c)
+        return c;
+    if (a->device != b->device)
+        return a->device < b->device ? -1 : 1;
+    if (a->dtype != b->dtype)
+        return a->dtype < b->dtype ? -1 : 1;
+    return 0;
+}
+
+/* An entry while reading, with the position of its mapping for messages. */
+struct parsed_entry {
+    struct fld_manifest_entry e;
+    yaml_mark_t mark;
+    size_t index; /* position in the file */
+};
+
+/* By key, then by position so the first occurrence leads. */
+static int parsed_cmp(const void *pa, const void *pb)
+{
+    const struct parsed_entry *a = pa, *b = pb;
+    int c = entry_cmp(&a->e, &b->e);
+    if (c)
+        return c;
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+static void free_entries(struct fld_manifest_entry *entries, size_t n)
+{
+    for (size_t i = 0; entries && i < n; i++) {
+        free(entries[i].op);
+        free(entries[i].impl_id);
+    }
+    free(entries);
+}
+
+static int parse_entries(const struct reader *r, const yaml_node_t *seq, struct fld_manifest *m)
+{
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return fail_at(r, seq->start_mark,
+                       "key 'entries' must be a sequence of mappings (use [] for none), got %s",
+                       is_null(seq) ? "null" : node_kind(seq));
+    size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (n == 0)
+        return FLD_OK;
+    struct parsed_entry *parsed = calloc(n, sizeof *parsed);
+    struct fld_manifest_entry *entries = calloc(n, sizeof *entries);
+    int rc = FLD_OK;
+    if (!parsed || !entries) {
+        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", r->path);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const yaml_node_t *item = yaml_document_get_node(r->doc, seq->data.sequence.items.start[i]);
+        parsed[i].index = i;
+        parsed[i].mark = item->start_mark;
+        rc = parse_entry(r, item, &parsed[i].e);
+        if (rc)
+            goto done;
+    }
+    /* Sorted, so that fld__manifest_find can bisect. */
+    qsort(parsed, n, sizeof *parsed, parsed_cmp);
+    for (size_t i = 1; i < n; i++) {
+        if (entry_cmp(&parsed[i - 1].e, &parsed[i].e) != 0)
+            continue;
+        const struct fld_manifest_entry *e = &parsed[i].e;
+        rc = fail_at(r, parsed[i].mark, "duplicate entry for (%s, %s, %s); first at line %d", e->op,
+                     device_names[e->device], dtype_names[e->dtype], parsed[i - 1].e.line);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        entries[i] = parsed[i].e;
+        parsed[i].e.op = parsed[i].e.impl_id = NULL;
+    }
+    m->entries = entries;
+    m->n = n;
+    entries = NULL;
+
+done:
+    for (size_t i = 0; parsed && i < n; i++) {
+        free(parsed[i].e.op);
+        free(parsed[i].e.impl_id);
+    }
+    free(parsed);
+    free(entries);
+    return rc;
+}
+
+static int parse_root(const struct reader *r, const yaml_node_t *root, struct fld_manifest *m)
+{
+    static const yaml_mark_t start = {0, 0, 0};
+    if (!root)
+        return fail_at(r, start, "empty manifest: expected a mapping with keys " TOP_KEYS);
+    if (root->type != YAML_MAPPING_NODE)
+        return fail_at(r, root->start_mark,
+                       "the manifest must be a mapping with keys " TOP_KEYS ", got %s",
+                       node_kind(root));
+    const yaml_node_t *version_key = NULL, *entries_key = NULL, *entries = NULL;
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+         p++) {
+        const yaml_node_t *k;
+        int rc = pair_key(r, p, &k);
+        if (rc)
+            return rc;
+        const yaml_node_t *v = yaml_document_get_node(r->doc, p->value);
+        const yaml_node_t **slot;
+        if (strcmp(scalar(k), "version") == 0)
+            slot = &version_key;
+        else if (strcmp(scalar(k), "entries") == 0)
+            slot = &entries_key;
+        else
+            return fail_at(r, k->start_mark, "unknown key '%s' (valid: " TOP_KEYS ")", scalar(k));
+        if (*slot)
+            return fail_at(r, k->start_mark, "duplicate key '%s' (first at line %zu)", scalar(k),
+                           (*slot)->start_mark.line + 1);
+        *slot = k;
+        if (slot == &version_key) {
+            if (v->type != YAML_SCALAR_NODE || is_null(v))
+                return fail_at(r, v->start_mark,
+                               "key 'version' must be an integer, got %s (valid: 1)",
+                               is_null(v) ? "null" : node_kind(v));
+            if (v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+                return fail_at(r, v->start_mark,
+                               "key 'version' must be an integer, got the string '%s' (valid: 1)",
+                               scalar(v));
+            if (strcmp(scalar(v), "1") != 0)
+                return fail_at(r, v->start_mark, "unsupported manifest version '%s' (valid: 1)",
+                               scalar(v));
+        } else {
+            entries = v;
+        }
+    }
+    if (!version_key)
+        return fail_at(r, root->start_mark, "missing key 'version' (required: " TOP_KEYS ")");
+    if (!entries_key)
+        return fail_at(r, root->start_mark, "missing key 'entries' (required: " TOP_KEYS ")");
+    return parse_entries(r, entries, m);
+}
+
+static void manifest_free(struct fld_manifest *m)
+{
+    if (!m)
+        return;
+    free_entries(m->entries, m->n);
+    free(m->path);
+    free(m);
+}
+
+int fld__manifest_load(const char *path, struct fld_manifest **out)
+{
+    *out = NULL;
+    if (!path || !*path)
+        return fld__fail(FLD_ECONFIG, "manifest path is empty");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fld__fail(FLD_ECONFIG, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return fld__fail(FLD_ECONFIG, "%s: cannot open: %s", path, strerror(EISDIR));
+    }
+
+    int rc = FLD_OK;
+    struct fld_manifest *m = calloc(1, sizeof *m);
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    bool have_parser = false, have_doc = false;
+    if (!m || !(m->path = strdup(path))) {
+        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    atomic_init(&m->refs, 1);
+    if (!yaml_parser_initialize(&parser)) {
+        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    have_parser = true;
+    yaml_parser_set_input_file(&parser, f);
+    if (!yaml_parser_load(&parser, &doc)) {
+        rc = syntax_error(path, &parser);
+        goto done;
+    }
+    have_doc = true;
+    struct reader r = {path, &doc};
+    rc = parse_root(&r, yaml_document_get_root_node(&doc), m);
+    if (rc)
+        goto done;
+
+    /* A second document would be silently ignored by the loader: refuse it. */
+    yaml_document_t next;
+    if (!yaml_parser_load(&parser, &next)) {
+        rc = syntax_error(path, &parser);
+        goto done;
+    }
+    yaml_node_t *extra = yaml_document_get_root_node(&next);
+    if (extra) {
+        yaml_mark_t at = next.start_mark;
+        yaml_document_delete(&next);
+        rc = fail_at(&r, at, "more than one YAML document (a manifest is one mapping)");
+        goto done;
+    }
+    yaml_document_delete(&next);
+
+done:
+    if (have_doc)
+        yaml_document_delete(&doc);
+    if (have_parser)
+        yaml_parser_delete(&parser);
+    fclose(f);
+    if (rc) {
+        manifest_free(m);
+        return rc;
+    }
+    *out = m;
+    return FLD_OK;
+}
+
+struct fld_manifest *fld__manifest_ref(struct fld_manifest *m)
+{
+    if (m)
+        atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+    return m;
+}
+
+void fld__manifest_unref(struct fld_manifest *m)
+{
+    if (m && atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
+        manifest_free(m);
+}
+
+static const struct fld_manifest_entry *find_exact(const struct fld_manifest *m, const char *op,
+                                                   int device, int dtype)
+{
+    const struct fld_manifest_entry key = {.op = (char *)op, .device = device, .dtype = dtype};
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = entry_cmp(&m->entries[mid], &key);
+        if (c == 0)
+            return &m->entries[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* An entry with dtype "any" pins every dtype of its (op, device) that has no entry of its own. */
+const struct fld_manifest_entry *fld__manifest_find(const struct fld_manifest *m, const char *op,
+                                                    int device, int dtype)
+{
+    if (!m || !op || m->n == 0)
+        return NULL;
+    const struct fld_manifest_entry *e = find_exact(m, op, device, dtype);
+    if (!e && dtype != FLD_DT_ANY)
+        e = find_exact(m, op, device, FLD_DT_ANY);
+    return e;
+}
+
+static const char *mask_names(uint32_t mask, const char *const *names, int n, char *buf,
+                              size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        if (!(mask & (1u << i)))
+            continue;
+        int w = snprintf(buf + used, size - used, "%s%s", used ? ", " : "", names[i]);
+        if (w < 0 || (size_t)w >= size - used)
+            break;
+        used += (size_t)w;
+    }
+    if (!used)
+        snprintf(buf, size, "none");
+    return buf;
+}
+
+/* Whether e can be honoured; else the problem, completing "impl 'x' for op (dev, dt) ...". */
+static bool entry_usable(const struct fld_manifest_entry *e, char *why, size_t size)
+{
+    char list[64];
+    struct fld_op_s *op = fld__op_find(e->op);
+    struct fld_impl_rec *impl = NULL;
+    for (size_t i = 0; op && i < op->n_impls && !impl; i++)
+        if (strcmp(op->impls[i]->impl_id, e->impl_id) == 0)
+            impl = op->impls[i];
+    if (!impl) {
+        snprintf(why, size, op ? "is not registered" : "is not registered (no op named '%s')",
+                 e->op);
+        return false;
+    }
+    if (!(impl->devices & (1u << e->device))) {
+        snprintf(why, size, "does not support device %s (it declares %s)", device_names[e->device],
+                 mask_names(impl->devices, device_names, FLD_NDEVICES, list, sizeof list));
+        return false;
+    }
+    if (e->dtype != FLD_DT_ANY && !(impl->dtypes & (1u << e->dtype))) {
+        snprintf(why, size, "does not support dtype %s (it declares %s)", dtype_names[e->dtype],
+                 mask_names(impl->dtypes, dtype_names, FLD_NDTYPES, list, sizeof list));
+        return false;
+    }
+    const char *reason = "";
+    if (!fld__impl_available(impl, &reason)) {
+        snprintf(why, size, "is unavailable: %s", reason);
+        return false;
+    }
+    return true;
+}
+
+static int by_line(const void *pa, const void *pb)
+{
+    const struct fld_manifest_entry *a = *(const struct fld_manifest_entry *const *)pa;
+    const struct fld_manifest_entry *b = *(const struct fld_manifest_entry *const *)pb;
+    return (a->line > b->line) - (a->line < b->line);
+}
+
+int fld__manifest_check(const struct fld_manifest *m, bool strict)
+{
+    if (!m || m->n == 0)
+        return FLD_OK;
+    /* Entries are sorted by key; problems are reported in file order. */
+    const struct fld_manifest_entry **order = malloc(m->n * sizeof *order);
+    if (!order)
+        return fld__fail(FLD_ENOMEM, "VLLM_FL_MANIFEST: %s: out of memory", m->path);
+    for (size_t i = 0; i < m->n; i++)
+        order[i] = &m->entries[i];
+    qsort(order, m->n, sizeof *order, by_line);
+
+    int rc = FLD_OK;
+    for (size_t i = 0; i < m->n && rc == FLD_OK; i++) {
+        const struct fld_manifest_entry *e = order[i];
+        char why[256];
+        if (entry_usable(e, why, sizeof why))
+            continue;
+        if (strict)
+            rc = fld__fail(FLD_ECONFIG, "VLLM_FL_MANIFEST: %s:%d: impl '%s' for %s (%s, %s) %s",
+                           m->path, e->line, e->impl_id, e->op, device_names[e->device],
+                           dtype_names[e->dtype], why);
+        else
+            fld__log(FLD_LOG_WARNING,
+                     "VLLM_FL_MANIFEST: %s:%d: impl '%s' for %s (%s, %s) %s; the entry is "
+                     "ignored and %s resolves by the policy",
+                     m->path, e->line, e->impl_id, e->op, device_names[e->device],
+                     dtype_names[e->dtype], why, e->op);
+    }
+    free(order);
+    return rc;
+}

@@ -1,0 +1,377 @@
+/*
+ * fldispatch freeze [--output FILE] [--device D]...: resolves every op that
+ * has implementations on every device and dtype its implementations declare,
+ * under the policy of the environment, and writes the (op, device, dtype) ->
+ * impl_id table as a manifest (core/manifest.h). VLLM_FL_MANIFEST=FILE then
+ * pins every worker of a deployment to the same kernels, whatever their
+ * plugin directories or policies say.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char freeze_usage[] =
+    "Usage: fldispatch freeze [--output FILE] [--device D]...\n"
+    "\n"
+    "Resolves every op that has implementations, on every device and dtype\n"
+    "they declare, under the policy of the environment, and writes the result\n"
+    "as a manifest: a YAML table (op, device, dtype) -> impl_id. Set\n"
+    "VLLM_FL_MANIFEST=FILE in every worker to pin it to the same kernels.\n"
+    "Only combinations that resolve are written. Catalog ops are frozen for\n"
+    "f32, f16 and bf16; attention_backend and ops outside the catalog for the\n"
+    "dtype 'any'.\n"
+    "\n"
+    "  --output FILE  write FILE (atomically: a temporary file renamed over it)\n"
+    "                 instead of standard output\n"
+    "  --device D     cpu, cuda, rocm or ascend; repeatable (default: every device\n"
+    "                 some implementation declares)\n";
+
+/* Device mask bits in FLD_DEVICE_MASK_* order. */
+static const int bit_device[] = {FLD_DEVICE_CPU, FLD_DEVICE_CUDA, FLD_DEVICE_ROCM,
+                                 FLD_DEVICE_ASCEND};
+#define NDEVICE_BITS ((unsigned)(sizeof bit_device / sizeof bit_device[0]))
+
+struct op_decl {
+    char *name;
+    uint32_t devices, dtypes; /* union over the op's implementations */
+};
+
+struct op_list {
+    struct op_decl *items;
+    size_t n, cap;
+    bool oom;
+};
+
+struct entry {
+    const char *op;
+    unsigned device_bit;
+    const char *dtype;
+    const char *impl_id; /* owned by the library */
+};
+
+struct entry_list {
+    struct entry *items;
+    size_t n, cap;
+};
+
+/* fld_foreach_impl runs by op name, so one op's impls are consecutive. */
+static int collect_impl(const fld_impl_info *info, void *user)
+{
+    struct op_list *ops = user;
+    if (ops->n && strcmp(ops->items[ops->n - 1].name, info->op) == 0) {
+        ops->items[ops->n - 1].devices |= info->devices;
+        ops->items[ops->n - 1].dtypes |= info->dtypes;
+        return 0;
+    }
+    if (ops->n == ops->cap) {
+        size_t cap = ops->cap ? 2 * ops->cap : 16;
+        struct op_decl *items = realloc(ops->items, cap * sizeof *items);
+        if (!items) {
+            ops->oom = true;
+            return 1;
+        }
+        ops->items = items;
+        ops->cap = cap;
+    }
+    char *name = strdup(info->op);
+    if (!name) {
+        ops->oom = true;
+        return 1;
+    }
+    ops->items[ops->n++] = (struct op_decl){name, info->devices, info->dtypes};
+    return 0;
+}
+
+static void ops_free(struct op_list *ops)
+{
+    for (size_t i = 0; i < ops->n; i++)
+        free(ops->items[i].name);
+    free(ops->items);
+}
+
+static bool entry_add(struct entry_list *l, struct entry e)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        struct entry *items = realloc(l->items, cap * sizeof *items);
+        if (!items)
+            return false;
+        l->items = items;
+        l->cap = cap;
+    }
+    l->items[l->n++] = e;
+    return true;
+}
+
+static bool is_catalog_op(const char *op)
+{
+    static const char *const catalog[] = {FLD_OP_SILU_AND_MUL,     FLD_OP_MUL_AND_SILU,
+                                          FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
+                                          FLD_OP_RMS_NORM,         FLD_OP_GEMMA_RMS_NORM,
+                                          FLD_OP_ROTARY_EMBEDDING, FLD_OP_ATTENTION_BACKEND};
+    for (size_t i = 0; i < sizeof catalog / sizeof catalog[0]; i++)
+        if (strcmp(op, catalog[i]) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Resolves one (op, device, dtype); adds an entry when something is
+ * selected. FLD_EUNAVAILABLE is not an error: that combination is left out.
+ */
+static int freeze_one(struct entry_list *l, const char *op, unsigned bit, const char *dtype_name,
+                      DLDataType dtype)
+{
+    const char *impl_id = NULL;
+    int rc = fld_resolve(op, bit_device[bit], dtype, &impl_id);
+    if (rc == FLD_EUNAVAILABLE)
+        return FLD_OK;
+    if (rc != FLD_OK)
+        return rc;
+    if (!entry_add(l, (struct entry){op, bit, dtype_name, impl_id})) {
+        fprintf(stderr, "fldispatch freeze: out of memory\n");
+        return FLD_ENOMEM;
+    }
+    return FLD_OK;
+}
+
+static int freeze_all(const struct op_list *ops, uint32_t want_devices, struct entry_list *out)
+{
+    static const struct {
+        const char *name;
+        uint32_t mask;
+    } dtypes[] = {
+        {"f32", FLD_DTYPE_MASK_F32}, {"f16", FLD_DTYPE_MASK_F16}, {"bf16", FLD_DTYPE_MASK_BF16}};
+    const DLDataType dtype_values[] = {FLD_DTYPE_F32, FLD_DTYPE_F16, FLD_DTYPE_BF16};
+
+    for (size_t o = 0; o < ops->n; o++) {
+        const struct op_decl *op = &ops->items[o];
+        bool typed = is_catalog_op(op->name) && strcmp(op->name, FLD_OP_ATTENTION_BACKEND) != 0;
+        for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
+            if (!(op->devices & want_devices & (1u << bit)))
+                continue;
+            int rc = FLD_OK;
+            if (!typed) {
+                rc = freeze_one(out, op->name, bit, "any", FLD_DTYPE_ANY);
+            } else {
+                for (size_t t = 0; t < 3 && rc == FLD_OK; t++)
+                    if (op->dtypes & dtypes[t].mask)
+                        rc = freeze_one(out, op->name, bit, dtypes[t].name, dtype_values[t]);
+            }
+            if (rc != FLD_OK)
+                return rc;
+        }
+    }
+    return FLD_OK;
+}
+
+/* Whether s can be written as a plain YAML scalar that reads back as the same string. */
+static bool plain_safe(const char *s)
+{
+    static const char *const reserved[] = {"null", "true", "false", "yes", "no",
+                                           "on",   "off",  "y",     "n"};
+    if (!*s || !(s[0] == '_' || (s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z')))
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!(*p == '_' || *p == '.' || *p == '-' || (*p >= '0' && *p <= '9') ||
+              (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z')))
+            return false;
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+        if (strcasecmp(s, reserved[i]) == 0)
+            return false;
+    return true;
+}
+
+static void yaml_scalar(FILE *f, const char *s)
+{
+    if (plain_safe(s)) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* A comment line's text with control characters replaced, so it stays one line. */
+static void comment_text(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        fputc(*p < 0x20 || *p == 0x7f ? ' ' : *p, f);
+}
+
+static void write_manifest(FILE *f, const struct entry_list *l, uint32_t want_devices)
+{
+    char when[32] = "unknown time";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fld_platform_info plat = {0};
+    bool have_plat = fld_platform(&plat) == FLD_OK && plat.name;
+    char policy[2048];
+    fld_policy_describe(policy, sizeof policy);
+    char devices[64];
+
+    fputs("# fldispatch manifest: frozen dispatch, (op, device, dtype) -> impl_id.\n"
+          "# Pin workers to it with VLLM_FL_MANIFEST=<this file>.\n",
+          f);
+    fprintf(f, "# Written by fldispatch freeze %s (library %s) on %s\n", FLD_VERSION_STRING,
+            fld_version(), when);
+    fputs("# Platform: ", f);
+    if (have_plat) {
+        comment_text(f, plat.name);
+        fputs(" (detected by ", f);
+        comment_text(f, plat.detected_by ? plat.detected_by : "?");
+        fputs(")", f);
+    } else {
+        fputs("unknown", f);
+    }
+    fputs("\n# Policy: ", f);
+    comment_text(f, policy);
+    fprintf(f, "\n# Devices: %s\n", cli_devices_text(want_devices, devices, sizeof devices));
+    fputs("version: 1\n", f);
+    if (l->n == 0) {
+        fputs("entries: []\n", f);
+        return;
+    }
+    fputs("entries:\n", f);
+    for (size_t i = 0; i < l->n; i++) {
+        const struct entry *e = &l->items[i];
+        fputs("  - {op: ", f);
+        yaml_scalar(f, e->op);
+        fprintf(f, ", device: %s, dtype: %s, impl: ", cli_device_bit_name(e->device_bit), e->dtype);
+        yaml_scalar(f, e->impl_id);
+        fputs("}\n", f);
+    }
+}
+
+/* Writes path through a temporary file in the same directory, renamed over it. */
+static int write_file(const char *path, const struct entry_list *l, uint32_t want_devices)
+{
+    size_t len = strlen(path) + 32;
+    char *tmp = malloc(len);
+    if (!tmp) {
+        fprintf(stderr, "fldispatch freeze: out of memory\n");
+        return CLI_EXIT_CHECK_FAILED;
+    }
+    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "fldispatch freeze: cannot write '%s': %s\n", path, strerror(errno));
+        free(tmp);
+        return CLI_EXIT_USAGE;
+    }
+    write_manifest(f, l, want_devices);
+    int err = 0;
+    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0)
+        err = errno ? errno : EIO;
+    if (fclose(f) != 0 && !err)
+        err = errno;
+    if (!err && rename(tmp, path) != 0)
+        err = errno;
+    if (err) {
+        fprintf(stderr, "fldispatch freeze: cannot write '%s': %s\n", path, strerror(err));
+        unlink(tmp);
+        free(tmp);
+        return CLI_EXIT_USAGE;
+    }
+    free(tmp);
+    fprintf(stderr, "fldispatch freeze: %zu entr%s written to %s\n", l->n, l->n == 1 ? "y" : "ies",
+            path);
+    return CLI_EXIT_OK;
+}
+
+int cmd_freeze(int argc, char **argv)
+{
+    const char *output = NULL;
+    uint32_t want_devices = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *value;
+        int m;
+        if (cli_is_help(argv[i])) {
+            fputs(freeze_usage, stdout);
+            return CLI_EXIT_OK;
+        } else if ((m = cli_option_value("freeze", argc, argv, &i, "--output", &value)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            if (!*value)
+                return cli_usage_error("freeze", "option '--output' needs a file name");
+            output = value;
+        } else if ((m = cli_option_value("freeze", argc, argv, &i, "--device", &value)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            int device;
+            if (fld_device_from_name(value, &device) != FLD_OK)
+                return cli_usage_error("freeze", "unknown device '%s' (cpu, cuda, rocm, ascend)",
+                                       value);
+            for (unsigned bit = 0; bit < NDEVICE_BITS; bit++)
+                if (bit_device[bit] == device ||
+                    (bit_device[bit] == FLD_DEVICE_ASCEND && device == FLD_DEVICE_ASCEND_DL21))
+                    want_devices |= 1u << bit;
+        } else if (argv[i][0] == '-') {
+            return cli_usage_error("freeze", "unknown option '%s'", argv[i]);
+        } else {
+            return cli_usage_error("freeze", "unexpected argument '%s'", argv[i]);
+        }
+    }
+
+    int rc = cli_init();
+    if (rc != CLI_EXIT_OK)
+        return rc;
+
+    struct op_list ops = {0};
+    struct entry_list entries = {0};
+    int status = CLI_EXIT_OK;
+    int st = fld_foreach_impl(collect_impl, &ops);
+    if (ops.oom || st < 0) {
+        fprintf(stderr, "fldispatch freeze: %s\n",
+                ops.oom             ? "out of memory"
+                : *fld_last_error() ? fld_last_error()
+                                    : fld_strerror(st));
+        status = st == FLD_ECONFIG ? CLI_EXIT_USAGE : CLI_EXIT_CHECK_FAILED;
+        goto done;
+    }
+    if (!want_devices)
+        for (size_t i = 0; i < ops.n; i++)
+            want_devices |= ops.items[i].devices;
+
+    st = freeze_all(&ops, want_devices, &entries);
+    if (st != FLD_OK) {
+        if (st != FLD_ENOMEM)
+            fprintf(stderr, "fldispatch freeze: %s\n",
+                    *fld_last_error() ? fld_last_error() : fld_strerror(st));
+        status = st == FLD_ECONFIG ? CLI_EXIT_USAGE : CLI_EXIT_CHECK_FAILED;
+        goto done;
+    }
+
+    if (output) {
+        status = write_file(output, &entries, want_devices);
+    } else {
+        write_manifest(stdout, &entries, want_devices);
+        if (fflush(stdout) != 0) {
+            fprintf(stderr, "fldispatch freeze: cannot write standard output: %s\n",
+                    strerror(errno));
+            status = CLI_EXIT_CHECK_FAILED;
+        }
+    }
+
+done:
+    free(entries.items);
+    ops_free(&ops);
+    return status;
+}
