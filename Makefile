@@ -156,7 +156,8 @@ check: deps all tests
 	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' sh tests/run.sh $(TEST_BIN)
 
 run: deps all
-	@echo "== fldispatch list"; $(TOOL) list
+	@echo "== fldispatch config"; $(TOOL) config
+	@echo; echo "== fldispatch list"; $(TOOL) list
 	@echo; echo "== winner of every op (cpu, f32)"
 	@for op in silu_and_mul mul_and_silu gelu_and_mul gelu_tanh_and_mul rms_norm \
 	           gemma_rms_norm rotary_embedding attention_backend; do \

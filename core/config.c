@@ -199,13 +199,14 @@ static int read_bool(const char *label, const char *key, const struct fld_ynode 
     }
     /* The Python system took bool() of whatever was there, so 'false' was
      * true. A quoted word is a string here, and an error. */
-    const char *hint =
-        n->type == FLD_YNODE_SCALAR && !is_plain(n) && bool_word(n->text) >= 0
-            ? "; remove the quotes"
-            : "";
-    return fld__fail(FLD_ECONFIG, "%s:%u:%u: %s: expected a YAML boolean, not %s%s (valid: " BOOL_WORDS
-                                  ", unquoted, any case)",
-                     label, n->line, n->column, key, fld__ynode_describe(n, desc, sizeof desc), hint);
+    const char *hint = n->type == FLD_YNODE_SCALAR && !is_plain(n) && bool_word(n->text) >= 0
+                           ? "; remove the quotes"
+                           : "";
+    return fld__fail(FLD_ECONFIG,
+                     "%s:%u:%u: %s: expected a YAML boolean, not %s%s (valid: " BOOL_WORDS
+                     ", unquoted, any case)",
+                     label, n->line, n->column, key, fld__ynode_describe(n, desc, sizeof desc),
+                     hint);
 }
 
 /* A scalar that is a string: not null, not an unquoted boolean, not a collection. */
@@ -317,8 +318,8 @@ static int read_token_sequence(const char *label, const char *key, const char *o
         for (size_t k = 0; k < order.n; k++) {
             if (token_eq(&order.tokens[k], &tok)) {
                 free(tok.arg);
-                rc = fld__fail(FLD_ECONFIG, "%s: token '%s' repeated in the order of op '%s'",
-                               what, text, op);
+                rc = fld__fail(FLD_ECONFIG, "%s: token '%s' repeated in the order of op '%s'", what,
+                               text, op);
                 goto fail;
             }
         }
@@ -467,17 +468,16 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
                          label, root ? root->line : 1, root ? root->column : 1,
                          root ? "document" : "file");
     if (root->type != FLD_YNODE_MAPPING)
-        return fld__fail(FLD_ECONFIG,
-                         "%s:%u:%u: expected a mapping of policy keys, not %s (valid keys: " YAML_KEYS
-                         ")",
-                         label, root->line, root->column,
-                         fld__ynode_describe(root, desc, sizeof desc));
+        return fld__fail(
+            FLD_ECONFIG,
+            "%s:%u:%u: expected a mapping of policy keys, not %s (valid keys: " YAML_KEYS ")",
+            label, root->line, root->column, fld__ynode_describe(root, desc, sizeof desc));
     for (size_t i = 0; i + 1 < root->n; i += 2) {
         const struct fld_ynode *k = root->kids[i], *v = root->kids[i + 1];
         const struct yaml_key *key = NULL;
         if (k->type != FLD_YNODE_SCALAR || is_null(k))
-            return fld__fail(FLD_ECONFIG, "%s:%u:%u: a key must be a string, not %s (valid: " YAML_KEYS
-                                          ")",
+            return fld__fail(FLD_ECONFIG,
+                             "%s:%u:%u: a key must be a string, not %s (valid: " YAML_KEYS ")",
                              label, k->line, k->column, fld__ynode_describe(k, desc, sizeof desc));
         for (size_t j = 0; j < N_YAML_KEYS && !key; j++)
             if (strcmp(k->text, yaml_keys[j].name) == 0)
@@ -487,8 +487,8 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
                              label, k->line, k->column, k->text);
         enum fld_policy_field f = key->field;
         if (l->has[f])
-            return fld__fail(FLD_ECONFIG, "%s:%u:%u: duplicate key '%s' (first at line %u)",
-                             label, k->line, k->column, key->name, l->line[f]);
+            return fld__fail(FLD_ECONFIG, "%s:%u:%u: duplicate key '%s' (first at line %u)", label,
+                             k->line, k->column, key->name, l->line[f]);
         switch (key->kind) {
         case VK_PREFER:
             rc = read_prefer(label, key->name, v, &l->prefer);
@@ -520,10 +520,9 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
             continue;
         enum fld_policy_field later = l->line[a] > l->line[b] ? a : b;
         enum fld_policy_field other = later == a ? b : a;
-        return fld__fail(FLD_ECONFIG,
-                         "%s:%u:%u: %s and %s (line %u) are both set; set only one of them",
-                         label, l->line[later], l->column[later], key_name(later), key_name(other),
-                         l->line[other]);
+        return fld__fail(
+            FLD_ECONFIG, "%s:%u:%u: %s and %s (line %u) are both set; set only one of them", label,
+            l->line[later], l->column[later], key_name(later), key_name(other), l->line[other]);
     }
     return FLD_OK;
 }
@@ -598,7 +597,8 @@ int fld__config_apply_file(struct fld_policy *p, const char *path, const char *l
 /* VLLM_FL_OP_CONFIG                                                        */
 /* ------------------------------------------------------------------------ */
 
-#define OP_CONFIG_FORM "a JSON object of op names to tokens, e.g. {\"rms_norm\": \"vendor|reference\"}"
+#define OP_CONFIG_FORM                                                                             \
+    "a JSON object of op names to tokens, e.g. {\"rms_norm\": \"vendor|reference\"}"
 
 static int read_op_config(const char *path, const struct fld_ynode *root, struct fld_orders *out)
 {
@@ -699,8 +699,9 @@ static const char *path_env(const char *name)
     const char *v = secure_getenv(name);
     if (!v) {
         if (getenv(name))
-            fld__log(FLD_LOG_WARNING, "%s ignored: path variables are not read in a privileged "
-                                      "(setuid/setgid) process",
+            fld__log(FLD_LOG_WARNING,
+                     "%s ignored: path variables are not read in a privileged "
+                     "(setuid/setgid) process",
                      name);
         return NULL;
     }

@@ -27,8 +27,8 @@
  * Applies a YAML policy file onto p: each key present replaces its field and
  * records "<label>:<line>" as the field's source (label is the path as the
  * user should see it). FLD_ECONFIG with "path:line:column: message" on any
- * error, FLD_ENOTFOUND-as-FLD_ECONFIG when the file cannot be read
- * ("path: cannot open: No such file or directory"). On error p is unchanged.
+ * error, also when the file cannot be read ("cannot open '<path>':
+ * <strerror>"). On error p is unchanged.
  */
 int fld__config_apply_file(struct fld_policy *p, const char *path, const char *label);
 

@@ -68,8 +68,7 @@ struct fld_custom_ops_reader {
 void fld__custom_ops_reader_init(struct fld_custom_ops_reader *r);
 /* One item: "all", "none", "+op" or "-op" (trimmed). FLD_ECONFIG naming
  * what and the item; r keeps what it read before. */
-int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what,
-                               const char *item);
+int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what, const char *item);
 /* A comma-separated list into *out; NULL or blank gives the default. */
 int fld__custom_ops_parse(const char *what, const char *csv, struct fld_custom_ops *out);
 void fld__custom_ops_free(struct fld_custom_ops *c);

@@ -262,8 +262,8 @@ static int on_scalar(struct builder *b, const yaml_event_t *ev)
 static int on_collection_start(struct builder *b, const yaml_event_t *ev, enum fld_ynode_type type)
 {
     bool seq = type == FLD_YNODE_SEQUENCE;
-    int rc = check_anchor(b, ev,
-                          seq ? ev->data.sequence_start.anchor : ev->data.mapping_start.anchor);
+    int rc =
+        check_anchor(b, ev, seq ? ev->data.sequence_start.anchor : ev->data.mapping_start.anchor);
     if (!rc)
         rc = check_tag(b, ev, seq ? ev->data.sequence_start.tag : ev->data.mapping_start.tag,
                        seq ? TAG_SEQ : TAG_MAP, seq ? "!!seq" : "!!map");
@@ -301,9 +301,10 @@ static int on_event(struct builder *b, const yaml_event_t *ev, bool *done)
             b->depth--;
         return FLD_OK;
     case YAML_ALIAS_EVENT:
-        return node_error(b, &ev->start_mark,
-                          "anchors and aliases are not supported (alias '*%s'); write the value out",
-                          (const char *)ev->data.alias.anchor);
+        return node_error(
+            b, &ev->start_mark,
+            "anchors and aliases are not supported (alias '*%s'); write the value out",
+            (const char *)ev->data.alias.anchor);
     case YAML_STREAM_END_EVENT:
         *done = true;
         return FLD_OK;
@@ -323,8 +324,9 @@ static int syntax_error(const struct builder *b, const yaml_parser_t *parser, co
         return fld__fail(FLD_ENOMEM, "%s: out of memory", b->label);
     case YAML_READER_ERROR:
         offset_position(data, len, parser->problem_offset, &line, &column);
-        return fld__fail(FLD_ECONFIG, "%s:%u:%u: cannot read the file: %s (a YAML file is UTF-8 text)",
-                         b->label, line, column, problem);
+        return fld__fail(FLD_ECONFIG,
+                         "%s:%u:%u: cannot read the file: %s (a YAML file is UTF-8 text)", b->label,
+                         line, column, problem);
     default:
         break;
     }

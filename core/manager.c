@@ -198,8 +198,8 @@ static void apply_manifest(struct fld_op_s *op, int dev, int dt, const struct fl
                              : "resolving normally instead");
         if (pol->strict) {
             for (size_t i = 0; i < sel->n; i++)
-                reject(sel, sel->order[i], "%s pins '%s', which %s (strict)",
-                       sel->manifest_source, e->impl_id, why);
+                reject(sel, sel->order[i], "%s pins '%s', which %s (strict)", sel->manifest_source,
+                       e->impl_id, why);
             sel->n = 0;
             snprintf(sel->order_text, sizeof sel->order_text, "impl:%s", e->impl_id);
             sel->order_source = sel->manifest_source;

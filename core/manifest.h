@@ -38,7 +38,7 @@ int fld__manifest_load(const char *path, struct fld_manifest **out);
 struct fld_manifest *fld__manifest_ref(struct fld_manifest *m);
 void fld__manifest_unref(struct fld_manifest *m);
 const struct fld_manifest_entry *fld__manifest_find(const struct fld_manifest *m, const char *op,
-                                                     int device, int dtype);
+                                                    int device, int dtype);
 
 /*
  * Checks every entry against the registry (host lock held): the impl must be

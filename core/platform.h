@@ -16,8 +16,8 @@
 #include <limits.h>
 
 struct fld_platform {
-    char name[16];            /* "cpu", "nvidia", "rocm", "ascend" */
-    char detected_by[256];    /* "VLLM_FL_PLATFORM", "PCI device 10de:2330 (class 0302)", ... */
+    char name[16];              /* "cpu", "nvidia", "rocm", "ascend" */
+    char detected_by[256];      /* "VLLM_FL_PLATFORM", "PCI device 10de:2330 (class 0302)", ... */
     char config_file[PATH_MAX]; /* the platform file found, or "" */
 };
 

@@ -183,8 +183,7 @@ bool fld__custom_ops_is_default(const struct fld_custom_ops *c)
     return c->base_enabled && c->enabled.n == 0 && c->disabled.n == 0;
 }
 
-int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what,
-                               const char *item)
+int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what, const char *item)
 {
     const char *s = item ? item : "";
     size_t n = strlen(s);
@@ -200,10 +199,9 @@ int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what
         bool all = n == 3;
         /* vLLM refuses both too: which one was meant is anyone's guess. */
         if (all ? r->saw_none : r->saw_all)
-            return fld__fail(FLD_ECONFIG,
-                             "%s: 'all' and 'none' together; give one of them (valid: " CUSTOM_VALID
-                             ")",
-                             what);
+            return fld__fail(
+                FLD_ECONFIG,
+                "%s: 'all' and 'none' together; give one of them (valid: " CUSTOM_VALID ")", what);
         r->saw_all |= all;
         r->saw_none |= !all;
         r->ops.base_enabled = all;
@@ -262,21 +260,25 @@ int fld__custom_ops_parse(const char *what, const char *csv, struct fld_custom_o
     return FLD_OK;
 }
 
+/* Appends a then b at *len, as far as size allows; *len counts everything. */
+static void append2(char *buf, size_t size, size_t *len, const char *a, const char *b)
+{
+    bool room = buf && *len < size;
+    int n = snprintf(room ? buf + *len : NULL, room ? size - *len : 0, "%s%s", a, b);
+    if (n > 0)
+        *len += (size_t)n;
+}
+
 size_t fld__custom_ops_format(const struct fld_custom_ops *c, char *buf, size_t size)
 {
     size_t len = 0;
-    int n = snprintf(buf, size, "%s", c->base_enabled ? "all" : "none");
-    if (n > 0)
-        len = (size_t)n;
-    for (int pass = 0; pass < 2; pass++) {
-        const struct fld_strlist *l = pass ? &c->disabled : &c->enabled;
-        for (size_t i = 0; i < l->n; i++) {
-            n = snprintf(buf && len < size ? buf + len : NULL, buf && len < size ? size - len : 0,
-                         ",%c%s", pass ? '-' : '+', l->items[i]);
-            if (n > 0)
-                len += (size_t)n;
-        }
-    }
+    if (buf && size)
+        buf[0] = '\0';
+    append2(buf, size, &len, c->base_enabled ? "all" : "none", "");
+    for (size_t i = 0; i < c->enabled.n; i++)
+        append2(buf, size, &len, ",+", c->enabled.items[i]);
+    for (size_t i = 0; i < c->disabled.n; i++)
+        append2(buf, size, &len, ",-", c->disabled.items[i]);
     return len;
 }
 
@@ -611,7 +613,8 @@ static bool list_allows_op(const struct fld_policy *p, const char *what,
 bool fld__policy_op_enabled(const struct fld_policy *p, const char *op, char *why, size_t why_size)
 {
     const struct fld_custom_ops *c = &p->custom_ops;
-    if (fld__strlist_has(&c->disabled, op) || (!c->base_enabled && !fld__strlist_has(&c->enabled, op))) {
+    if (fld__strlist_has(&c->disabled, op) ||
+        (!c->base_enabled && !fld__strlist_has(&c->enabled, op))) {
         set_why(why, why_size, "op '%s' disabled by custom_ops (%s)", op,
                 p->source[FLD_PF_CUSTOM_OPS]);
         return false;

@@ -42,7 +42,7 @@ enum fld_policy_field {
  * is served by reference implementations only.
  */
 struct fld_custom_ops {
-    bool base_enabled;          /* true unless "none" */
+    bool base_enabled;           /* true unless "none" */
     struct fld_strlist enabled;  /* "+op" */
     struct fld_strlist disabled; /* "-op" */
 };
@@ -59,7 +59,7 @@ struct fld_policy {
     struct fld_strlist deny_vendors;
     struct fld_strlist flagos_whitelist, flagos_blacklist; /* at most one set */
     struct fld_strlist oot_whitelist, oot_blacklist;       /* at most one set */
-    struct fld_orders per_op; /* each order carries its own source */
+    struct fld_orders per_op;                              /* each order carries its own source */
     struct fld_custom_ops custom_ops;
     /* VLLM_FL_MANIFEST: pinned (op, device, dtype) -> impl_id; shared,
      * immutable, reference-counted (see manifest.h); NULL when none. */

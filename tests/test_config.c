@@ -30,13 +30,27 @@
 #include <fldispatch/plugin.h>
 
 static const char *const cleared_vars[] = {
-    "VLLM_FL_PREFER_ENABLED", "VLLM_FL_PREFER",           "VLLM_FL_STRICT",
-    "VLLM_FL_PER_OP",         "VLLM_FL_ALLOW_VENDORS",    "VLLM_FL_DENY_VENDORS",
-    "USE_FLAGGEMS",           "VLLM_FL_FLAGOS_WHITELIST", "VLLM_FL_FLAGOS_BLACKLIST",
-    "VLLM_FL_OOT_ENABLED",    "VLLM_FL_OOT_WHITELIST",    "VLLM_FL_OOT_BLACKLIST",
-    "VLLM_FL_CONFIG",         "VLLM_FL_OP_CONFIG",        "VLLM_FL_CUSTOM_OPS",
-    "VLLM_FL_MANIFEST",       "VLLM_FL_PLATFORM",         "VLLM_FL_PLUGIN_MODULES",
-    "VLLM_FL_DISPATCH_DEBUG", "HWLOC_XMLFILE",            "LD_LIBRARY_PATH",
+    "VLLM_FL_PREFER_ENABLED",
+    "VLLM_FL_PREFER",
+    "VLLM_FL_STRICT",
+    "VLLM_FL_PER_OP",
+    "VLLM_FL_ALLOW_VENDORS",
+    "VLLM_FL_DENY_VENDORS",
+    "USE_FLAGGEMS",
+    "VLLM_FL_FLAGOS_WHITELIST",
+    "VLLM_FL_FLAGOS_BLACKLIST",
+    "VLLM_FL_OOT_ENABLED",
+    "VLLM_FL_OOT_WHITELIST",
+    "VLLM_FL_OOT_BLACKLIST",
+    "VLLM_FL_CONFIG",
+    "VLLM_FL_OP_CONFIG",
+    "VLLM_FL_CUSTOM_OPS",
+    "VLLM_FL_MANIFEST",
+    "VLLM_FL_PLATFORM",
+    "VLLM_FL_PLUGIN_MODULES",
+    "VLLM_FL_DISPATCH_DEBUG",
+    "HWLOC_XMLFILE",
+    "LD_LIBRARY_PATH",
 };
 
 #define DEFAULT_DESCRIPTION "prefer=flagos;strict=0"
@@ -267,26 +281,38 @@ static const struct bad_yaml bad_yaml[] = {
     {"Prefer: vendor\n", ":1:1: ", {"unknown key 'Prefer'", VALID_KEYS_START}},
     {"per_op: x=vendor\n", ":1:1: ", {"unknown key 'per_op'", "op_backends, custom_ops"}},
     /* booleans: YAML booleans only */
-    {"strict: 'false'\n", ":1:9: ", {"strict: expected a YAML boolean, not the quoted string 'false'; "
-                                     "remove the quotes",
-                                     BOOL_VALID}},
+    {"strict: 'false'\n",
+     ":1:9: ",
+     {"strict: expected a YAML boolean, not the quoted string 'false'; "
+      "remove the quotes",
+      BOOL_VALID}},
     {"strict: \"true\"\n", ":1:9: ", {"the quoted string 'true'", BOOL_VALID}},
     {"strict: 1\n", ":1:9: ", {"strict: expected a YAML boolean, not '1'", BOOL_VALID}},
     {"strict: maybe\n", ":1:9: ", {"not 'maybe'", BOOL_VALID}},
     {"strict:\n", ":1:8: ", {"strict: expected a YAML boolean, not null", BOOL_VALID}},
     {"strict: [true]\n", ":1:9: ", {"not a sequence", BOOL_VALID}},
-    {"prefer: flagos\nenabled: 'no'\n", ":2:10: ", {"enabled: expected a YAML boolean", BOOL_VALID}},
+    {"prefer: flagos\nenabled: 'no'\n",
+     ":2:10: ",
+     {"enabled: expected a YAML boolean", BOOL_VALID}},
     {"use_flaggems: !!str off\n", ":1:15: ", {"use_flaggems: expected a YAML boolean", BOOL_VALID}},
-    {"oot_enabled: !!bool maybe\n", ":1:14: ", {"oot_enabled: expected a YAML boolean", BOOL_VALID}},
+    {"oot_enabled: !!bool maybe\n",
+     ":1:14: ",
+     {"oot_enabled: expected a YAML boolean", BOOL_VALID}},
     /* prefer */
-    {"prefer: fast\n", ":1:9: ", {"prefer: invalid value 'fast'", "(valid: flagos, vendor, reference)"}},
-    {"prefer: [vendor]\n", ":1:9: ", {"prefer: expected one of flagos, vendor, reference, not a "
-                                      "sequence"}},
+    {"prefer: fast\n",
+     ":1:9: ",
+     {"prefer: invalid value 'fast'", "(valid: flagos, vendor, reference)"}},
+    {"prefer: [vendor]\n",
+     ":1:9: ",
+     {"prefer: expected one of flagos, vendor, reference, not a "
+      "sequence"}},
     {"prefer: on\n", ":1:9: ", {"not the boolean 'on'"}},
     {"prefer: ~\n", ":1:9: ", {"prefer: expected one of flagos, vendor, reference, not null"}},
     /* name lists */
-    {"allow_vendors: {a: 1}\n", ":1:16: ", {"allow_vendors: expected a sequence of names or a "
-                                            "comma-separated string, not a mapping"}},
+    {"allow_vendors: {a: 1}\n",
+     ":1:16: ",
+     {"allow_vendors: expected a sequence of names or a "
+      "comma-separated string, not a mapping"}},
     {"allow_vendors:\n", ":1:15: ", {"allow_vendors: expected a sequence", "not null"}},
     {"deny_vendors: 'a,,b'\n", ":1:15: ", {"deny_vendors: empty item in 'a,,b'"}},
     {"deny_vendors:\n  - amd\n  - \"a b\"\n", ":3:5: ", {"deny_vendors: invalid name 'a b'"}},
@@ -296,60 +322,82 @@ static const struct bad_yaml bad_yaml[] = {
     {"flagos_blacklist: [a, yes]\n", ":1:23: ", {"not the boolean 'yes'"}},
     {"oot_whitelist: a/b\n", ":1:16: ", {"oot_whitelist: invalid name 'a/b'"}},
     /* op_backends */
-    {"op_backends: [vendor]\n", ":1:14: ", {"op_backends: expected a mapping of op names to orders"}},
-    {"op_backends:\n  rms_norm: [vendor, cuda]\n", ":2:22: ", {"op_backends.rms_norm: invalid token "
-                                                               "'cuda'",
-                                                               TOKEN_VALID}},
-    {"op_backends:\n  rms_norm: vendor|cuda\n", ":2:13: ", {"invalid token 'cuda' for op 'rms_norm'",
-                                                           TOKEN_VALID}},
+    {"op_backends: [vendor]\n",
+     ":1:14: ",
+     {"op_backends: expected a mapping of op names to orders"}},
+    {"op_backends:\n  rms_norm: [vendor, cuda]\n",
+     ":2:22: ",
+     {"op_backends.rms_norm: invalid token "
+      "'cuda'",
+      TOKEN_VALID}},
+    {"op_backends:\n  rms_norm: vendor|cuda\n",
+     ":2:13: ",
+     {"invalid token 'cuda' for op 'rms_norm'", TOKEN_VALID}},
     {"op_backends: {rms_norm: 'vendor||reference'}\n", ":1:25: ", {"empty token", "'rms_norm'"}},
-    {"op_backends:\n  rms_norm: vendor\n  silu_and_mul: flagos\n  rms_norm: flagos\n", ":4:3: ",
+    {"op_backends:\n  rms_norm: vendor\n  silu_and_mul: flagos\n  rms_norm: flagos\n",
+     ":4:3: ",
      {"op_backends: duplicate key 'rms_norm' (first at line 2)"}},
     {"op_backends:\n  rms_norm: []\n", ":2:13: ", {"op_backends.rms_norm: empty order"}},
-    {"op_backends:\n  rms_norm: [vendor, reference, Vendor]\n", ":2:33: ",
+    {"op_backends:\n  rms_norm: [vendor, reference, Vendor]\n",
+     ":2:33: ",
      {"token 'Vendor' repeated in the order of op 'rms_norm'"}},
     {"op_backends:\n  rms norm: vendor\n", ":2:3: ", {"invalid op name 'rms norm'"}},
-    {"op_backends:\n  rms_norm:\n", ":2:12: ", {"op_backends.rms_norm: expected a sequence of tokens "
-                                                "or an \"a|b\" string",
-                                                "not null"}},
+    {"op_backends:\n  rms_norm:\n",
+     ":2:12: ",
+     {"op_backends.rms_norm: expected a sequence of tokens "
+      "or an \"a|b\" string",
+      "not null"}},
     {"op_backends:\n  rms_norm: [\"vendor:\"]\n", ":2:14: ", {"invalid vendor name"}},
     {"op_backends:\n  rms_norm: [impl:x]\n", ":2:14: ", {"invalid impl id 'x'"}},
     {"op_backends:\n  rms_norm: {a: b}\n", ":2:13: ", {"not a mapping"}},
     /* custom_ops */
-    {"custom_ops: [all, none]\n", ":1:19: ", {"custom_ops: 'all' and 'none' together", CUSTOM_VALID}},
+    {"custom_ops: [all, none]\n",
+     ":1:19: ",
+     {"custom_ops: 'all' and 'none' together", CUSTOM_VALID}},
     {"custom_ops: 'none,+rms_norm,all'\n", ":1:13: ", {"'all' and 'none' together"}},
-    {"custom_ops: [+rms_norm, -rms_norm]\n", ":1:25: ", {"op 'rms_norm' is both enabled and "
-                                                        "disabled"}},
+    {"custom_ops: [+rms_norm, -rms_norm]\n",
+     ":1:25: ",
+     {"op 'rms_norm' is both enabled and "
+      "disabled"}},
     {"custom_ops: [rms_norm]\n", ":1:14: ", {"custom_ops: invalid item 'rms_norm'", CUSTOM_VALID}},
     {"custom_ops: '+'\n", ":1:13: ", {"invalid item '+'", CUSTOM_VALID}},
     {"custom_ops: 'all,,-x'\n", ":1:13: ", {"custom_ops: empty item", CUSTOM_VALID}},
     {"custom_ops: {all: true}\n", ":1:13: ", {"custom_ops: expected a sequence", "not a mapping"}},
     /* documents */
-    {"prefer: vendor\nstrict: true\nprefer: flagos\n", ":3:1: ",
+    {"prefer: vendor\nstrict: true\nprefer: flagos\n",
+     ":3:1: ",
      {"duplicate key 'prefer' (first at line 1)"}},
     {"", ":1:1: ", {"empty file (expected a mapping of policy keys", "valid keys: prefer"}},
     {"# only a comment\n\n", ":1:1: ", {"empty file"}},
     {"---\n", ":2:1: ", {"empty document"}},
-    {"- prefer\n- strict\n", ":1:1: ", {"expected a mapping of policy keys, not a sequence",
-                                        "(valid keys: prefer"}},
+    {"- prefer\n- strict\n",
+     ":1:1: ",
+     {"expected a mapping of policy keys, not a sequence", "(valid keys: prefer"}},
     {"vendor\n", ":1:1: ", {"expected a mapping of policy keys, not 'vendor'"}},
     {"prefer: vendor\n---\nstrict: true\n", ":2:1: ", {"a second YAML document"}},
     {"? [a]\n: 1\n", ":1:3: ", {"a key must be a string, not a sequence"}},
     /* syntax */
-    {"prefer: vendor\n  strict: true\n", ":2:9: ", {"YAML syntax error: mapping values are not "
-                                                   "allowed in this context"}},
-    {"deny_vendors: [a, b\n", ":2:1: ", {"YAML syntax error: did not find expected ',' or ']'",
-                                         "(while parsing a flow sequence, line 1 column 15)"}},
+    {"prefer: vendor\n  strict: true\n",
+     ":2:9: ",
+     {"YAML syntax error: mapping values are not "
+      "allowed in this context"}},
+    {"deny_vendors: [a, b\n",
+     ":2:1: ",
+     {"YAML syntax error: did not find expected ',' or ']'",
+      "(while parsing a flow sequence, line 1 column 15)"}},
     {"prefer: \"vendor\n", ":2:1: ", {"YAML syntax error: found unexpected end of stream"}},
     {"prefer: vendor\n\tstrict: true\n", ":2:1: ", {"YAML syntax error: found a tab character"}},
     {"prefer: \xff\n", ":1:9: ", {"cannot read the file", "UTF-8"}},
     /* white- and blacklists */
-    {"flagos_whitelist: [a]\nflagos_blacklist: [b]\n", ":2:1: ",
+    {"flagos_whitelist: [a]\nflagos_blacklist: [b]\n",
+     ":2:1: ",
      {"flagos_blacklist and flagos_whitelist (line 1) are both set; set only one of them"}},
-    {"oot_blacklist: b\nprefer: vendor\noot_whitelist: a\n", ":3:1: ",
+    {"oot_blacklist: b\nprefer: vendor\noot_whitelist: a\n",
+     ":3:1: ",
      {"oot_whitelist and oot_blacklist (line 1) are both set"}},
     /* anchors, aliases, tags */
-    {"allow_vendors: &v [a]\ndeny_vendors: *v\n", ":1:16: ",
+    {"allow_vendors: &v [a]\ndeny_vendors: *v\n",
+     ":1:16: ",
      {"anchors and aliases are not supported (anchor '&v')"}},
     {"deny_vendors: *v\n", ":1:15: ", {"anchors and aliases are not supported (alias '*v')"}},
     {"op_backends: &o\n  rms_norm: vendor\n", ":1:14: ", {"anchor '&o'"}},
@@ -697,8 +745,9 @@ struct bad_op_config {
 static const struct bad_op_config bad_op_configs[] = {
     {NULL, NULL, "cannot open '"},
     {"", ":1:1: ", "empty file (expected a JSON object of op names to tokens"},
-    {"[\"vendor\"]", ":1:1: ", "expected a JSON object of op names to tokens, e.g. {\"rms_norm\": "
-                               "\"vendor|reference\"}, not a sequence"},
+    {"[\"vendor\"]", ":1:1: ",
+     "expected a JSON object of op names to tokens, e.g. {\"rms_norm\": "
+     "\"vendor|reference\"}, not a sequence"},
     {"\"vendor\"", ":1:1: ", "expected a JSON object of op names to tokens"},
     {"{\"rms_norm\": 1}", ":1:14: ", "the value of 'rms_norm' must be a JSON string of tokens"},
     {"{\"rms_norm\": true}", ":1:14: ", "not the boolean 'true'"},
@@ -708,8 +757,8 @@ static const struct bad_op_config bad_op_configs[] = {
     {"{\"rms_norm\": \"cuda\"}", ":1:14: ", "invalid token 'cuda' for op 'rms_norm'"},
     {"{\"rms_norm\": \"vendor||flagos\"}", ":1:14: ", "empty token"},
     {"{\"rms_norm\": \"\"}", ":1:14: ", "empty order for op 'rms_norm'"},
-    {"{\n\"rms_norm\": \"vendor\",\n\"rms_norm\": \"flagos\"}", ":3:1: ",
-     "duplicate key 'rms_norm' (first at line 2)"},
+    {"{\n\"rms_norm\": \"vendor\",\n\"rms_norm\": \"flagos\"}",
+     ":3:1: ", "duplicate key 'rms_norm' (first at line 2)"},
     {"{rms_norm: \"vendor\"}", ":1:2: ", "a key must be a JSON string (\"op\"), not 'rms_norm'"},
     {"{\"rms norm\": \"vendor\"}", ":1:2: ", "invalid op name 'rms norm'"},
     {"{\"rms_norm\": 'vendor'}", ":1:14: ", "must be a JSON string"},
@@ -856,7 +905,8 @@ END_TEST
 
 START_TEST(test_op_config_beats_per_op)
 {
-    const char *ops = write_file("ops.json", "{\"rms_norm\": \"vendor\", \"cfg_op\": \"vendor:a\"}");
+    const char *ops =
+        write_file("ops.json", "{\"rms_norm\": \"vendor\", \"cfg_op\": \"vendor:a\"}");
     setenv("VLLM_FL_OP_CONFIG", ops, 1);
     setenv("VLLM_FL_PER_OP", "rms_norm=reference;silu_and_mul=reference;cfg_op=vendor:b", 1);
     ck_assert_int_eq(fld_init(), FLD_OK);
@@ -995,7 +1045,7 @@ static const char *dumped(const char *dump, const char *key)
         char want_[PATH_MAX + 1100];                                                               \
         snprintf(want_, sizeof want_, "%s\t%s", (value), (source));                                \
         const char *got_ = dumped((dump), (key));                                                  \
-        ck_assert_msg(got_ && strcmp(got_, want_) == 0, "%s: got '%s', expected '%s'", (key),      \
+        ck_assert_msg(got_ &&strcmp(got_, want_) == 0, "%s: got '%s', expected '%s'", (key),       \
                       got_ ? got_ : "(none)", want_);                                              \
     } while (0)
 
@@ -1098,8 +1148,8 @@ START_TEST(test_platform_file_error)
     const char *dump = dump_config();
     char expected[PATH_MAX + 128];
     snprintf(expected, sizeof expected,
-             "init\t%d\tplatform file of 'cpu': %s:2:9: strict: expected a YAML boolean", FLD_ECONFIG,
-             fake_platform_file());
+             "init\t%d\tplatform file of 'cpu': %s:2:9: strict: expected a YAML boolean",
+             FLD_ECONFIG, fake_platform_file());
     ck_assert_msg(strstr(dump, expected), "expected '%s' in %s", expected, dump);
 }
 END_TEST
@@ -1121,10 +1171,9 @@ START_TEST(test_foreach_fields)
     ck_assert_int_eq(fld_policy_load_file(path), FLD_OK);
     struct fields *t = read_fields();
     static const char *const keys[] = {
-        "prefer",           "strict",           "enabled",     "use_flaggems",
-        "allow_vendors",    "deny_vendors",     "flagos_whitelist", "flagos_blacklist",
-        "oot_enabled",      "oot_whitelist",    "oot_blacklist",    "custom_ops",
-        "op_backends",
+        "prefer",        "strict",           "enabled",          "use_flaggems", "allow_vendors",
+        "deny_vendors",  "flagos_whitelist", "flagos_blacklist", "oot_enabled",  "oot_whitelist",
+        "oot_blacklist", "custom_ops",       "op_backends",
     };
     ck_assert_uint_eq(t->n, sizeof keys / sizeof keys[0]);
     for (size_t i = 0; i < t->n; i++)

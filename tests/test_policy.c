@@ -197,6 +197,11 @@ static const struct env_case valid_env[] = {
     {"VLLM_FL_PER_OP", "x=vendor:CUDA|vendor:cuda|vendor",
      "prefer=flagos;strict=0;per=x=vendor:CUDA|vendor:cuda|vendor"},
     {"VLLM_FL_PER_OP", "", DEFAULT_DESCRIPTION},
+    {"VLLM_FL_CUSTOM_OPS", "none,+rms_norm", "prefer=flagos;strict=0;custom=none,+rms_norm"},
+    {"VLLM_FL_CUSTOM_OPS", " -silu_and_mul , All ",
+     "prefer=flagos;strict=0;custom=all,-silu_and_mul"},
+    {"VLLM_FL_CUSTOM_OPS", "all", DEFAULT_DESCRIPTION},
+    {"VLLM_FL_CUSTOM_OPS", " ", DEFAULT_DESCRIPTION},
 };
 
 START_TEST(test_env_valid)
@@ -252,6 +257,8 @@ static const struct bad_env_case invalid_env[] = {
     {"VLLM_FL_PER_OP", "rms_norm=vendor:a b", {"vendor name", "'a b'"}},
     {"VLLM_FL_PER_OP", "rms_norm=impl:nodot", {"impl id", "'nodot'"}},
     {"VLLM_FL_PER_OP", "rms norm=vendor", {"'rms norm'"}},
+    {"VLLM_FL_CUSTOM_OPS", "all,none", {"'all' and 'none' together", "all, none, +OP, -OP"}},
+    {"VLLM_FL_CUSTOM_OPS", "rms_norm", {"invalid item 'rms_norm'", "all, none, +OP, -OP"}},
 };
 
 START_TEST(test_env_invalid)
@@ -354,6 +361,8 @@ static const struct set_case valid_set[] = {
     {"flagos_blacklist", "rms_norm", "prefer=flagos;strict=0;flagos_black=rms_norm"},
     {"oot_whitelist", "rms_norm", "prefer=flagos;strict=0;oot_white=rms_norm"},
     {"VLLM_FL_OOT_BLACKLIST", "rms_norm", "prefer=flagos;strict=0;oot_black=rms_norm"},
+    {"custom_ops", "none,+rms_norm", "prefer=flagos;strict=0;custom=none,+rms_norm"},
+    {"VLLM_FL_CUSTOM_OPS", "-rms_norm", "prefer=flagos;strict=0;custom=all,-rms_norm"},
 };
 
 START_TEST(test_set_valid)
@@ -710,6 +719,9 @@ START_TEST(test_fingerprint_differs)
         {"flagos_blacklist", "a", NULL},
         {"oot_whitelist", "a", NULL},
         {"oot_blacklist", "a", NULL},
+        {"custom_ops", "none", NULL},
+        {"custom_ops", "-a", NULL},
+        {"custom_ops", "+a", NULL},
     };
     enum { N = sizeof changes / sizeof changes[0] };
     char seen[N + 1][256];

@@ -359,6 +359,7 @@ FLD_API int fld_clear_failures(const char *op);
  *   oot_enabled       boolean                          [VLLM_FL_OOT_ENABLED]
  *   oot_whitelist     comma-separated op names         [VLLM_FL_OOT_WHITELIST]
  *   oot_blacklist     comma-separated op names         [VLLM_FL_OOT_BLACKLIST]
+ *   custom_ops        all | none | +op | -op, comma-separated [VLLM_FL_CUSTOM_OPS]
  * Tokens: flagos, vendor, vendor:NAME, reference, impl:ID.
  * value NULL or "" clears a list field (no allow list, no per-op orders).
  * An invalid key or value is FLD_ECONFIG and changes nothing. Atomic: calls
@@ -367,7 +368,11 @@ FLD_API int fld_clear_failures(const char *op);
  */
 FLD_API int fld_policy_set(const char *key, const char *value);
 
-/* Puts the global policy back to what the environment says. */
+/*
+ * Puts the global policy back to what the configuration says: the platform
+ * file, the environment, or VLLM_FL_CONFIG (see docs/configuration.md).
+ * On error (FLD_ECONFIG naming the variable or file:line) nothing changes.
+ */
 FLD_API int fld_policy_reset(void);
 
 /*
