@@ -157,7 +157,8 @@ void fld__policy_publish(struct fld_policy *p)
  * current registry; checks the manifest. Nothing is applied: on error *out
  * is NULL and the message names the variable or file:line. Host lock held.
  */
-static int build_configuration(struct fld_platform *plat, struct fld_policy **out)
+static int build_configuration(struct fld_platform *plat, struct fld_policy **out,
+                               bool check_manifest)
 {
     *out = NULL;
     int rc = fld__platform_detect(plat);
@@ -167,7 +168,7 @@ static int build_configuration(struct fld_platform *plat, struct fld_policy **ou
     rc = fld__policy_build(plat, &p);
     if (rc)
         return rc;
-    if (p->manifest) {
+    if (check_manifest && p->manifest) {
         rc = fld__manifest_check(p->manifest, p->strict);
         if (rc) {
             fld__policy_free(p);
@@ -183,7 +184,7 @@ int fld__policy_rebuild(void)
     fld__lock();
     struct fld_platform plat;
     struct fld_policy *p;
-    int rc = build_configuration(&plat, &p);
+    int rc = build_configuration(&plat, &p, true);
     if (rc == FLD_OK) {
         fld__platform_set_current(&plat);
         fld__policy_publish(p);
@@ -250,7 +251,7 @@ static int initialise_locked(void)
     struct fld_policy *policy = NULL;
     if (!rc) {
         fld__discover_plugins();
-        rc = build_configuration(&plat, &policy);
+        rc = build_configuration(&plat, &policy, true);
     }
     if (rc) {
         /* Typed calls must see an uninitialised library, and a later
@@ -316,15 +317,27 @@ int fld_reload(void)
     struct fld_policy *policy = NULL;
     rc = fld__log_read_env(&log_env);
     if (!rc)
-        rc = build_configuration(&plat, &policy);
+        rc = build_configuration(&plat, &policy, false);
     if (rc) {
         fld__error_prefix("fld_reload: configuration kept as it was");
         fld__unlock();
         return rc;
     }
+    /* New plugin files only (loaded ones stay), before the manifest check so
+     * that a manifest may pin an impl of a plugin added since the last load. */
+    fld__discover_plugins();
+    if (policy->manifest) {
+        rc = fld__manifest_check(policy->manifest, policy->strict);
+        if (rc) {
+            fld__policy_free(policy);
+            fld__error_prefix("fld_reload: policy kept as it was (plugins found by the rescan stay "
+                              "loaded)");
+            fld__unlock();
+            return rc;
+        }
+    }
     fld__log_reset_override();
     fld__log_commit_env(&log_env);
-    fld__discover_plugins(); /* new plugin files only; loaded ones stay */
     fld__platform_set_current(&plat);
     fld__policy_publish(policy);
     fld__bump_generation();

@@ -182,14 +182,18 @@ static void apply_manifest(struct fld_op_s *op, int dev, int dt, const struct fl
     for (size_t i = 0; i < op->n_impls; i++)
         if (strcmp(op->impls[i]->impl_id, e->impl_id) == 0)
             pinned = op->impls[i];
+    /* The pin overrides the token order, never the policy's hard filters
+     * (kill switch, vendor lists, custom_ops, OOT) or availability. */
     const char *why = NULL;
-    if (!pinned)
+    char filtered[sizeof((struct rejection *)0)->reason + 32];
+    struct rejection scratch_rejection;
+    struct selection scratch = {.rejected = &scratch_rejection, .cap_rejected = 1};
+    if (!pinned) {
         why = "is not registered";
-    else if ((dev != FLD_DEV_ANY && !(pinned->devices & (1u << dev))) ||
-             (dt != FLD_DT_ANY && !(pinned->dtypes & (1u << dt))))
-        why = "does not support this device or dtype";
-    else if (!fld__impl_available(pinned, NULL))
-        why = "is unavailable";
+    } else if (!passes_filters(pol, pinned, dev, dt, &scratch)) {
+        snprintf(filtered, sizeof filtered, "is excluded: %s", scratch_rejection.reason);
+        why = filtered;
+    }
     if (why) {
         /* fld__manifest_check() already warned once at init/reload. */
         fld__log(FLD_LOG_DEBUG, "%s: impl '%s' for op '%s' (%s, %s) %s; %s", sel->manifest_source,

@@ -383,6 +383,12 @@ int fld__platform_detect(struct fld_platform *out)
 
 void fld__platform_set_current(const struct fld_platform *p)
 {
+    /* Reloads usually find the same platform: keep the copy in force rather
+     * than retire one per reload (retired copies live until shutdown). */
+    const struct fld_platform *now = atomic_load_explicit(&current, memory_order_acquire);
+    if (now && strcmp(now->name, p->name) == 0 && strcmp(now->detected_by, p->detected_by) == 0 &&
+        strcmp(now->config_file, p->config_file) == 0)
+        return;
     struct fld_platform *copy = malloc(sizeof *copy);
     if (!copy) {
         /* The previous platform stays in force for fld_platform(); the

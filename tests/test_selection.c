@@ -1190,6 +1190,61 @@ END_TEST
 /* Environment filters                                                      */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * A manifest pin overrides the token order but not the policy's hard
+ * filters: a denied vendor, an op disabled by custom_ops or the kill switch
+ * still win, and the normal order serves (non-strict) or nothing (strict).
+ */
+static void write_pin_manifest(char *path, size_t size)
+{
+    char dir[] = "/tmp/fld-test-pin-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, size, "%s/manifest.yaml", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("version: 1\nentries:\n  - {op: t_op, device: cpu, dtype: f32, impl: vendor.v}\n", f);
+    fclose(f);
+}
+
+START_TEST(manifest_pin_respects_filters)
+{
+    char path[256];
+    write_pin_manifest(path, sizeof path);
+    setenv("VLLM_FL_MANIFEST", path, 1);
+    add_three_kinds();
+    ck_assert_str_eq(resolved("t_op"), "vendor.v"); /* the pin beats prefer=flagos */
+
+    ck_assert_int_eq(fld_policy_set("deny_vendors", "acme"), FLD_OK);
+    ck_assert_str_eq(resolved("t_op"), "default.f");
+    ck_assert_int_eq(fld_policy_set("deny_vendors", ""), FLD_OK);
+
+    ck_assert_int_eq(fld_policy_set("custom_ops", "-t_op"), FLD_OK);
+    ck_assert_str_eq(resolved("t_op"), "reference.r");
+    ck_assert_int_eq(fld_policy_set("custom_ops", "all"), FLD_OK);
+
+    ck_assert_int_eq(fld_policy_set("enabled", "false"), FLD_OK);
+    ck_assert_str_eq(resolved("t_op"), "reference.r");
+    ck_assert_int_eq(fld_policy_set("enabled", "true"), FLD_OK);
+    ck_assert_str_eq(resolved("t_op"), "vendor.v");
+
+    /* strict: an excluded pin leaves no candidate, and explain says why */
+    ck_assert_int_eq(fld_policy_set("deny_vendors", "acme"), FLD_OK);
+    ck_assert_int_eq(fld_policy_set("strict", "true"), FLD_OK);
+    const char *id = NULL;
+    ck_assert_int_eq(fld_resolve("t_op", FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_EUNAVAILABLE);
+    fld_resolution *r = explain_on("t_op", FLD_DEVICE_CPU, FLD_DTYPE_F32);
+    bool named = false;
+    for (size_t i = 0; i < r->n_rejected; i++)
+        named |= strstr(r->rejected[i].reason, "manifest.yaml:3") != NULL &&
+                 strstr(r->rejected[i].reason, "denied") != NULL;
+    ck_assert_msg(named, "no rejection names the manifest entry and the deny list");
+    fld_resolution_free(r);
+    unlink(path);
+    *strrchr(path, '/') = '\0';
+    rmdir(path);
+}
+END_TEST
+
 START_TEST(use_flaggems_off_keeps_registration)
 {
     setenv("USE_FLAGGEMS", "0", 1);
@@ -1622,6 +1677,7 @@ static Suite *selection_suite(void)
 
     tc = tcase_create("filters");
     tcase_add_test(tc, use_flaggems_off_keeps_registration);
+    tcase_add_test(tc, manifest_pin_respects_filters);
     tcase_add_test(tc, prefer_enabled_off_keeps_reference_only);
     tcase_add_test(tc, flagos_blacklist_by_op);
     tcase_add_test(tc, flagos_whitelist_by_op);

@@ -147,9 +147,11 @@ FLD_API int fld_init(void);
 FLD_API void fld_shutdown(void);
 
 /*
- * Re-reads the environment and rescans the plugin search path, loading
- * plugins not loaded yet (loaded plugins stay). Atomic: on FLD_ECONFIG the
- * policy in force stays and nothing changes. Programmatic policy changes
+ * Re-reads the environment and the configuration files, re-detects the
+ * platform and rescans the plugin search path, loading plugins not loaded
+ * yet (loaded plugins stay). Atomic: on FLD_ECONFIG the policy in force
+ * stays and nothing changes (except that, when only the manifest check
+ * fails, plugin files found by the rescan stay loaded). Programmatic policy changes
  * (fld_policy_set) are replaced by what the environment says. Calls running
  * on other threads see either the old or the new state, never a mixture.
  */
@@ -433,7 +435,8 @@ typedef struct fld_platform_info {
     const char *config_path; /* where platform files are looked for, ':'-separated */
 } fld_platform_info;
 
-/* Fills *out; the strings stay valid until the next fld_reload() or fld_shutdown(). */
+/* Fills *out; the strings stay valid until fld_shutdown(). A reload or
+ * fld_policy_reset() may decide another platform: call again to see it. */
 FLD_API int fld_platform(fld_platform_info *out);
 
 /* ------------------------------------------------------------------------ */
