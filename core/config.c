@@ -239,6 +239,7 @@ static int read_list(const char *label, const char *key, const struct fld_ynode 
     static const char form[] = "a sequence of names or a comma-separated string";
     char what[512], desc[256];
     struct fld_strlist list = {false, 0, NULL};
+    size_t cap = 0;
     const char *text;
     int rc;
 
@@ -270,13 +271,15 @@ static int read_list(const char *label, const char *key, const struct fld_ynode 
             rc = fld__fail(FLD_ECONFIG, "%s: empty item (names use only [A-Za-z0-9_.-])", what);
             goto fail;
         }
-        rc = fld__strlist_merge(&list, &one);
-        fld__strlist_free(&one);
-        if (rc) {
+        /* One name (no comma): moved into list, which is sorted once at the end. */
+        if (fld__strlist_append(&list, &cap, one.items[0]) != FLD_OK) {
+            fld__strlist_free(&one);
             rc = oom(label);
             goto fail;
         }
+        free(one.items);
     }
+    fld__strlist_sort_unique(&list);
     *out = list;
     return FLD_OK;
 fail:
@@ -343,29 +346,46 @@ fail:
     return rc;
 }
 
-/* Adds one order (ownership taken) to a set of orders. */
-static int orders_add(struct fld_orders *orders, struct fld_order *order, const char *label)
+/* Appends one order (ownership taken, also on failure) to a set being read. */
+static int orders_add(struct fld_orders *orders, size_t *cap, struct fld_order *order,
+                      const char *label)
 {
-    struct fld_orders one = {1, order};
-    int rc = fld__orders_merge(orders, &one);
+    if (fld__orders_append(orders, cap, order) == FLD_OK)
+        return FLD_OK;
     fld__order_free(order);
-    return rc ? oom(label) : FLD_OK;
+    return oom(label);
 }
 
-/* The index of the first key equal to kids[upto] among earlier keys, or -1. */
-static long earlier_key(const struct fld_ynode *map, size_t upto)
+/*
+ * The first key of map (its index in kids) equal to an earlier key, and in
+ * *first the index of the first such earlier key; map->n for both when no key
+ * repeats. Found once, by sorting, before the keys are read in order: a check
+ * against every earlier key at each key was O(n^2).
+ */
+static int repeated_key(const char *label, const struct fld_ynode *map, size_t *dup, size_t *first)
 {
-    const struct fld_ynode *key = map->kids[upto];
-    for (size_t i = 0; i < upto; i += 2)
-        if (map->kids[i]->type == FLD_YNODE_SCALAR && strcmp(map->kids[i]->text, key->text) == 0)
-            return (long)i;
-    return -1;
+    size_t keys = map->n / 2, at, earlier;
+    const char **names = keys ? malloc(keys * sizeof *names) : NULL;
+    if (keys && !names)
+        return oom(label);
+    for (size_t i = 0; i < keys; i++) {
+        const struct fld_ynode *k = map->kids[2 * i];
+        names[i] = k->type == FLD_YNODE_SCALAR ? k->text : NULL;
+    }
+    int rc = fld__first_clash(names, NULL, keys, &at, &earlier);
+    free(names);
+    if (rc)
+        return oom(label);
+    *dup = at < keys ? 2 * at : map->n;
+    *first = at < keys ? 2 * earlier : map->n;
+    return FLD_OK;
 }
 
 static int read_orders(const char *label, const struct fld_ynode *n, struct fld_orders *out)
 {
     char what[512], desc[256], keybuf[256];
     struct fld_orders orders = {0, NULL};
+    size_t cap = 0, dup, first;
     int rc;
 
     if (n->type != FLD_YNODE_MAPPING)
@@ -373,6 +393,8 @@ static int read_orders(const char *label, const struct fld_ynode *n, struct fld_
                          "%s:%u:%u: op_backends: expected a mapping of op names to orders "
                          "(e.g. rms_norm: [vendor, reference]), not %s",
                          label, n->line, n->column, fld__ynode_describe(n, desc, sizeof desc));
+    if ((rc = repeated_key(label, n, &dup, &first)) != FLD_OK)
+        return rc;
     for (size_t i = 0; i + 1 < n->n; i += 2) {
         const struct fld_ynode *k = n->kids[i], *v = n->kids[i + 1];
         const char *op;
@@ -386,8 +408,7 @@ static int read_orders(const char *label, const struct fld_ynode *n, struct fld_
                            label, k->line, k->column, op);
             goto fail;
         }
-        long first = earlier_key(n, i);
-        if (first >= 0) {
+        if (i == dup) {
             rc = fld__fail(FLD_ECONFIG,
                            "%s:%u:%u: op_backends: duplicate key '%s' (first at line %u)", label,
                            k->line, k->column, op, n->kids[first]->line);
@@ -408,9 +429,10 @@ static int read_orders(const char *label, const struct fld_ynode *n, struct fld_
         if (rc)
             goto fail;
         snprintf(order.source, sizeof order.source, "%s:%u", label, k->line);
-        if ((rc = orders_add(&orders, &order, label)) != FLD_OK)
+        if ((rc = orders_add(&orders, &cap, &order, label)) != FLD_OK)
             goto fail;
     }
+    fld__orders_sort(&orders);
     *out = orders;
     return FLD_OK;
 fail:
@@ -418,13 +440,22 @@ fail:
     return rc;
 }
 
+/*
+ * An op both enabled and disabled is looked for once the items are read (or
+ * reading stopped at an error): the reader appends names unsorted, so that a
+ * long list costs O(n log n), not O(n^2). The first such item in input order
+ * is reported, as a check at each item would have done; an error at a later
+ * item would not have been reached.
+ */
 static int read_custom(const char *label, const struct fld_ynode *n, struct fld_custom_ops *out)
 {
     static const char form[] = "a sequence of all, none, +OP, -OP or a comma-separated string";
     struct fld_custom_ops_reader r;
     char what[512];
-    const char *text;
-    int rc;
+    const char *text, **names = NULL;
+    unsigned char *sides = NULL;
+    size_t done, at, first;
+    int rc = FLD_OK;
 
     fld__custom_ops_reader_init(&r);
     if (n->type == FLD_YNODE_SCALAR) {
@@ -437,18 +468,47 @@ static int read_custom(const char *label, const struct fld_ynode *n, struct fld_
         return fld__fail(FLD_ECONFIG, "%s:%u:%u: custom_ops: expected %s, not %s", label, n->line,
                          n->column, form, fld__ynode_describe(n, desc, sizeof desc));
     }
-    for (size_t i = 0; i < n->n; i++) {
-        const struct fld_ynode *item = n->kids[i];
+    if (n->n && (!(names = calloc(n->n, sizeof *names)) || !(sides = calloc(n->n, 1)))) {
+        rc = oom(label);
+        goto fail;
+    }
+    for (done = 0; done < n->n; done++) {
+        const struct fld_ynode *item = n->kids[done];
+        size_t en = r.ops.enabled.n, dn = r.ops.disabled.n;
         if ((rc = read_string(label, "custom_ops", item, "all, none, +OP or -OP", &text)) != FLD_OK)
-            goto fail;
+            break;
         rc = fld__custom_ops_reader_add(&r, where(what, sizeof what, label, item, "custom_ops"),
                                         text);
         if (rc)
-            goto fail;
+            break;
+        if (r.ops.enabled.n > en) {
+            names[done] = r.ops.enabled.items[en];
+        } else if (r.ops.disabled.n > dn) {
+            names[done] = r.ops.disabled.items[dn];
+            sides[done] = 1;
+        }
     }
+    if (fld__first_clash(names, sides, done, &at, &first) != FLD_OK) {
+        rc = oom(label);
+        goto fail;
+    }
+    if (at < done) {
+        rc = fld__fail(FLD_ECONFIG, "%s: op '%s' is both enabled and disabled ('+%s' and '-%s')",
+                       where(what, sizeof what, label, n->kids[at], "custom_ops"), names[at],
+                       names[at], names[at]);
+        goto fail;
+    }
+    if (rc)
+        goto fail;
+    fld__strlist_sort_unique(&r.ops.enabled);
+    fld__strlist_sort_unique(&r.ops.disabled);
+    free(names);
+    free(sides);
     *out = r.ops;
     return FLD_OK;
 fail:
+    free(names);
+    free(sides);
     fld__custom_ops_free(&r.ops);
     return rc;
 }
@@ -604,6 +664,7 @@ static int read_op_config(const char *path, const struct fld_ynode *root, struct
 {
     char what[512], desc[256];
     struct fld_orders orders = {0, NULL};
+    size_t cap = 0, dup, first;
     int rc;
 
     if (!root || is_null(root))
@@ -613,6 +674,8 @@ static int read_op_config(const char *path, const struct fld_ynode *root, struct
     if (root->type != FLD_YNODE_MAPPING)
         return fld__fail(FLD_ECONFIG, "%s:%u:%u: expected " OP_CONFIG_FORM ", not %s", path,
                          root->line, root->column, fld__ynode_describe(root, desc, sizeof desc));
+    if ((rc = repeated_key(path, root, &dup, &first)) != FLD_OK)
+        return rc;
     for (size_t i = 0; i + 1 < root->n; i += 2) {
         const struct fld_ynode *k = root->kids[i], *v = root->kids[i + 1];
         struct fld_order order;
@@ -627,8 +690,7 @@ static int read_op_config(const char *path, const struct fld_ynode *root, struct
                            k->line, k->column, k->text);
             goto fail;
         }
-        long first = earlier_key(root, i);
-        if (first >= 0) {
+        if (i == dup) {
             rc = fld__fail(FLD_ECONFIG, "%s:%u:%u: duplicate key '%s' (first at line %u)", path,
                            k->line, k->column, k->text, root->kids[first]->line);
             goto fail;
@@ -645,9 +707,10 @@ static int read_op_config(const char *path, const struct fld_ynode *root, struct
         if ((rc = fld__parse_token_list(what, k->text, v->text, &order)) != FLD_OK)
             goto fail;
         snprintf(order.source, sizeof order.source, OP_CONFIG " (%s:%u)", path, k->line);
-        if ((rc = orders_add(&orders, &order, path)) != FLD_OK)
+        if ((rc = orders_add(&orders, &cap, &order, path)) != FLD_OK)
             goto fail;
     }
+    fld__orders_sort(&orders);
     *out = orders;
     return FLD_OK;
 fail:
@@ -667,6 +730,9 @@ int fld__op_config_apply(struct fld_policy *p, const char *path)
         fld__error_prefix(OP_CONFIG);
         return rc;
     }
+    /* An empty object sets nothing, so it must not claim the field's source either. */
+    if (orders.n == 0)
+        return FLD_OK;
     if (fld__orders_copy(&merged, &p->per_op) != FLD_OK ||
         fld__orders_merge(&merged, &orders) != FLD_OK) {
         fld__orders_free(&orders);

@@ -36,7 +36,7 @@ struct fld_ynode {
     enum fld_yscalar_style style;
     bool tag_str, tag_bool;
     /* Sequences: the items. Mappings: key, value, key, value, ... */
-    size_t n;
+    size_t n, cap; /* cap: room in kids, grown by doubling */
     struct fld_ynode **kids;
 };
 
@@ -50,6 +50,37 @@ struct fld_ynode {
  */
 int fld__yaml_load(const char *path, const char *label, struct fld_ynode **root);
 void fld__yaml_free(struct fld_ynode *node);
+
+/*
+ * Like fld__yaml_load, for text already in memory (data need not be
+ * NUL-terminated). second_document is the message for a second document
+ * (NULL: the policy file's). Depth, anchor, alias and tag rules as there;
+ * reader errors (bad UTF-8) as "label:line:column".
+ */
+int fld__yaml_parse(const char *data, size_t len, const char *label, const char *second_document,
+                    struct fld_ynode **root);
+
+/* Why fld__read_regular_file failed; the caller words the message. */
+enum fld_read_status {
+    FLD_READ_OK,
+    FLD_READ_OPEN,        /* open() failed: *err is its errno (EISDIR for a directory) */
+    FLD_READ_NOT_REGULAR, /* a FIFO, socket or device: reading it could block forever */
+    FLD_READ_TOO_LARGE,   /* more than max bytes */
+    FLD_READ_IO,          /* read() failed: *err is its errno */
+    FLD_READ_NOMEM
+};
+
+/*
+ * Reads the regular file at path whole (at most max bytes) into *data
+ * (malloc'd, never NULL, not NUL-terminated) and *len. Opened
+ * without blocking, so a FIFO named where a config file belongs is refused
+ * instead of waiting for a writer while the caller holds a lock.
+ */
+enum fld_read_status fld__read_regular_file(const char *path, size_t max, char **data, size_t *len,
+                                            int *err);
+
+/* The size limit fld__yaml_load applies: configuration files are a few kilobytes. */
+#define FLD_YAML_MAX_FILE_SIZE (16u << 20)
 
 /* "a mapping", "a sequence", "the quoted string 'x'", "the boolean 'on'", "null", ... */
 const char *fld__ynode_describe(const struct fld_ynode *node, char *buf, size_t size);
@@ -67,7 +98,8 @@ struct fld_custom_ops_reader {
 /* Starts at the default: every op enabled, no +/- items. */
 void fld__custom_ops_reader_init(struct fld_custom_ops_reader *r);
 /* One item: "all", "none", "+op" or "-op" (trimmed). FLD_ECONFIG naming
- * what and the item; r keeps what it read before. */
+ * what and the item; r keeps what it read before. The reader's lists are
+ * unsorted: the caller sorts them once and checks +op/-op conflicts. */
 int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what, const char *item);
 /* A comma-separated list into *out; NULL or blank gives the default. */
 int fld__custom_ops_parse(const char *what, const char *csv, struct fld_custom_ops *out);

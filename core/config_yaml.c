@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include <fldispatch/fldispatch.h>
@@ -22,9 +24,7 @@
 #include "config_internal.h"
 #include "error.h"
 
-/* Policy files are a few kilobytes; anything this large is not one. */
-#define MAX_FILE_SIZE (16u << 20)
-#define MAX_DEPTH     64
+#define MAX_DEPTH 64
 
 #define TAG_STR  "tag:yaml.org,2002:str"
 #define TAG_BOOL "tag:yaml.org,2002:bool"
@@ -75,53 +75,111 @@ const char *fld__ynode_describe(const struct fld_ynode *node, char *buf, size_t 
 /* Reading the file                                                         */
 /* ------------------------------------------------------------------------ */
 
-static int read_whole(const char *path, char **data, size_t *len)
+enum fld_read_status fld__read_regular_file(const char *path, size_t max, char **data, size_t *len,
+                                            int *err)
 {
-    FILE *f = fopen(path, "rb");
     struct stat st;
     char *buf = NULL;
     size_t cap = 0, n = 0;
+    enum fld_read_status status = FLD_READ_OK;
 
-    if (!f)
-        return fld__fail(FLD_ECONFIG, "cannot open '%s': %s", path, strerror(errno));
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fclose(f);
-        return fld__fail(FLD_ECONFIG, "cannot open '%s': %s", path, strerror(EISDIR));
+    *data = NULL;
+    *len = 0;
+    *err = 0;
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        *err = errno;
+        return FLD_READ_OPEN;
     }
+    if (fstat(fd, &st) != 0) {
+        *err = errno;
+        status = FLD_READ_OPEN;
+        goto done;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        *err = EISDIR;
+        status = FLD_READ_OPEN;
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        status = FLD_READ_NOT_REGULAR;
+        goto done;
+    }
+    if (st.st_size > 0 && (unsigned long long)st.st_size > max) {
+        status = FLD_READ_TOO_LARGE;
+        goto done;
+    }
+    /* st_size is a hint only (files in /proc say 0, files can grow): read to EOF. */
     for (;;) {
         if (n == cap) {
-            if (cap >= MAX_FILE_SIZE) {
-                free(buf);
-                fclose(f);
-                return fld__fail(FLD_ECONFIG, "cannot read '%s': larger than %u bytes", path,
-                                 MAX_FILE_SIZE);
+            if (cap > max) {
+                status = FLD_READ_TOO_LARGE;
+                goto done;
             }
             size_t grown = cap ? 2 * cap : 4096;
+            if (grown > max + 1)
+                grown = max + 1;
+            if (grown <= cap)
+                grown = cap + 1;
             char *b = realloc(buf, grown);
             if (!b) {
-                free(buf);
-                fclose(f);
-                return fld__fail(FLD_ENOMEM, "reading '%s': out of memory", path);
+                status = FLD_READ_NOMEM;
+                goto done;
             }
             buf = b;
             cap = grown;
         }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                int err = errno;
-                free(buf);
-                fclose(f);
-                return fld__fail(FLD_ECONFIG, "cannot read '%s': %s", path, strerror(err));
-            }
-            break;
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            *err = errno;
+            status = FLD_READ_IO;
+            goto done;
         }
+        if (got == 0)
+            break;
+        n += (size_t)got;
     }
-    fclose(f);
+    if (n > max) {
+        status = FLD_READ_TOO_LARGE;
+        goto done;
+    }
+    if (!buf && !(buf = malloc(1))) {
+        status = FLD_READ_NOMEM;
+        goto done;
+    }
+done:
+    close(fd);
+    if (status != FLD_READ_OK) {
+        free(buf);
+        return status;
+    }
     *data = buf;
     *len = n;
-    return FLD_OK;
+    return FLD_READ_OK;
+}
+
+static int read_whole(const char *path, char **data, size_t *len)
+{
+    int err;
+    switch (fld__read_regular_file(path, FLD_YAML_MAX_FILE_SIZE, data, len, &err)) {
+    case FLD_READ_OK:
+        return FLD_OK;
+    case FLD_READ_OPEN:
+        return fld__fail(FLD_ECONFIG, "cannot open '%s': %s", path, strerror(err));
+    case FLD_READ_NOT_REGULAR:
+        return fld__fail(FLD_ECONFIG, "cannot open '%s': not a regular file", path);
+    case FLD_READ_TOO_LARGE:
+        return fld__fail(FLD_ECONFIG, "cannot read '%s': larger than %u bytes", path,
+                         FLD_YAML_MAX_FILE_SIZE);
+    case FLD_READ_IO:
+        return fld__fail(FLD_ECONFIG, "cannot read '%s': %s", path, strerror(err));
+    case FLD_READ_NOMEM:
+    default:
+        return fld__fail(FLD_ENOMEM, "reading '%s': out of memory", path);
+    }
 }
 
 /* Line and column (1-based, in bytes) of a byte offset. */
@@ -146,6 +204,7 @@ static void offset_position(const char *data, size_t len, size_t offset, unsigne
 
 struct builder {
     const char *label;
+    const char *second_document;
     struct fld_ynode *root;
     struct fld_ynode *stack[MAX_DEPTH];
     size_t depth;
@@ -203,13 +262,17 @@ static int attach(struct builder *b, struct fld_ynode *n)
         return FLD_OK;
     }
     struct fld_ynode *parent = b->stack[b->depth - 1];
-    struct fld_ynode **kids = realloc(parent->kids, (parent->n + 1) * sizeof *kids);
-    if (!kids) {
-        fld__yaml_free(n);
-        return fld__fail(FLD_ENOMEM, "%s: out of memory", b->label);
+    if (parent->n == parent->cap) {
+        size_t cap = parent->cap ? parent->cap * 2 : 8;
+        struct fld_ynode **kids = realloc(parent->kids, cap * sizeof *kids);
+        if (!kids) {
+            fld__yaml_free(n);
+            return fld__fail(FLD_ENOMEM, "%s: out of memory", b->label);
+        }
+        parent->kids = kids;
+        parent->cap = cap;
     }
-    parent->kids = kids;
-    kids[parent->n++] = n;
+    parent->kids[parent->n++] = n;
     return FLD_OK;
 }
 
@@ -286,8 +349,7 @@ static int on_event(struct builder *b, const yaml_event_t *ev, bool *done)
     switch (ev->type) {
     case YAML_DOCUMENT_START_EVENT:
         if (b->documents++ > 0)
-            return node_error(b, &ev->start_mark,
-                              "a second YAML document (a policy file holds exactly one)");
+            return node_error(b, &ev->start_mark, "%s", b->second_document);
         return FLD_OK;
     case YAML_SCALAR_EVENT:
         return on_scalar(b, ev);
@@ -340,23 +402,24 @@ static int syntax_error(const struct builder *b, const yaml_parser_t *parser, co
                      problem);
 }
 
-int fld__yaml_load(const char *path, const char *label, struct fld_ynode **root)
+int fld__yaml_parse(const char *data, size_t len, const char *label, const char *second_document,
+                    struct fld_ynode **root)
 {
-    struct builder b = {.label = label ? label : path};
+    struct builder b = {
+        .label = label,
+        .second_document = second_document
+                               ? second_document
+                               : "a second YAML document (a policy file holds exactly one)",
+    };
     yaml_parser_t parser;
-    char *data = NULL;
-    size_t len = 0;
     bool done = false;
     int rc;
 
     *root = NULL;
-    if ((rc = read_whole(path, &data, &len)) != FLD_OK)
-        return rc;
-    if (!yaml_parser_initialize(&parser)) {
-        free(data);
+    if (!yaml_parser_initialize(&parser))
         return fld__fail(FLD_ENOMEM, "%s: out of memory", b.label);
-    }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
+    /* libyaml insists on a non-NULL input, even an empty one. */
+    yaml_parser_set_input_string(&parser, (const unsigned char *)(data ? data : ""), len);
     while (!done) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&parser, &ev)) {
@@ -369,12 +432,24 @@ int fld__yaml_load(const char *path, const char *label, struct fld_ynode **root)
             goto fail;
     }
     yaml_parser_delete(&parser);
-    free(data);
     *root = b.root;
     return FLD_OK;
 fail:
     yaml_parser_delete(&parser);
-    free(data);
     fld__yaml_free(b.root);
+    return rc;
+}
+
+int fld__yaml_load(const char *path, const char *label, struct fld_ynode **root)
+{
+    char *data = NULL;
+    size_t len = 0;
+    int rc;
+
+    *root = NULL;
+    if ((rc = read_whole(path, &data, &len)) != FLD_OK)
+        return rc;
+    rc = fld__yaml_parse(data, len, label ? label : path, NULL, root);
+    free(data);
     return rc;
 }

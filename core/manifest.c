@@ -1,10 +1,14 @@
 /*
- * Frozen-dispatch manifests (see manifest.h): a strict libyaml reader, the
+ * Frozen-dispatch manifests (see manifest.h): a strict YAML reader, the
  * lookup used when chains are built, and the check against the registry.
  *
- * The reader loads the whole document with libyaml's document API and walks
- * it against a fixed schema, so every error can point at the node at fault
- * (1-based line and column).
+ * The reader parses with the policy files' event-based tree loader
+ * (config_yaml.c) rather than libyaml's document loader: the file is read
+ * whole under a size cap without blocking on FIFOs, nesting is limited (the
+ * scanner is quadratic in flow depth, and this runs under the host lock),
+ * anchors, aliases and tags are refused, and reader errors (bad UTF-8) get a
+ * line:column. The tree is then walked against a fixed schema, so every
+ * error can point at the node at fault (1-based line and column).
  */
 #include "manifest.h"
 
@@ -13,10 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include <yaml.h>
-
+#include "config_internal.h"
 #include "error.h"
 #include "log.h"
 #include "ops.h"
@@ -33,79 +35,59 @@ static const char *const entry_keys[KEY_COUNT] = {"op", "device", "dtype", "impl
 
 struct reader {
     const char *path;
-    yaml_document_t *doc;
 };
 
-/* FLD_ECONFIG "path:line:column: message". */
-static int fail_at(const struct reader *r, yaml_mark_t mark, const char *fmt, ...)
+/* FLD_ECONFIG "path:line:column: message"; n NULL means the start of the file. */
+static int fail_at(const struct reader *r, const struct fld_ynode *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static int fail_at(const struct reader *r, yaml_mark_t mark, const char *fmt, ...)
+static int fail_at(const struct reader *r, const struct fld_ynode *n, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return fld__fail(FLD_ECONFIG, "%s:%zu:%zu: %s", r->path, mark.line + 1, mark.column + 1, msg);
+    return fld__fail(FLD_ECONFIG, "%s:%u:%u: %s", r->path, n ? n->line : 1u, n ? n->column : 1u,
+                     msg);
 }
 
-static int syntax_error(const char *path, const yaml_parser_t *p)
-{
-    const char *problem = p->problem ? p->problem : "invalid YAML";
-    if (p->error == YAML_MEMORY_ERROR)
-        return fld__fail(FLD_ENOMEM, "%s: out of memory while reading the manifest", path);
-    if (p->error == YAML_READER_ERROR)
-        return fld__fail(FLD_ECONFIG, "%s: invalid input at byte %zu: %s", path, p->problem_offset,
-                         problem);
-    if (p->context)
-        return fld__fail(FLD_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu)", path,
-                         p->problem_mark.line + 1, p->problem_mark.column + 1, problem, p->context,
-                         p->context_mark.line + 1);
-    return fld__fail(FLD_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s", path,
-                     p->problem_mark.line + 1, p->problem_mark.column + 1, problem);
-}
-
-static const char *node_kind(const yaml_node_t *n)
+static const char *node_kind(const struct fld_ynode *n)
 {
     switch (n->type) {
-    case YAML_SCALAR_NODE:
+    case FLD_YNODE_SCALAR:
         return "a scalar";
-    case YAML_SEQUENCE_NODE:
+    case FLD_YNODE_SEQUENCE:
         return "a sequence";
-    case YAML_MAPPING_NODE:
+    case FLD_YNODE_MAPPING:
         return "a mapping";
     default:
         return "nothing";
     }
 }
 
-static const char *scalar(const yaml_node_t *n)
+/* A plain untagged scalar that YAML reads as null: empty, "~" or "null". */
+static bool is_null(const struct fld_ynode *n)
 {
-    return (const char *)n->data.scalar.value;
-}
-
-/* A plain scalar that YAML reads as null: empty, "~" or "null". */
-static bool is_null(const yaml_node_t *n)
-{
-    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+    if (n->type != FLD_YNODE_SCALAR || n->style != FLD_YSTYLE_PLAIN || n->tag_str || n->tag_bool)
         return false;
-    const char *s = scalar(n);
+    const char *s = n->text;
     return !*s || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
            strcmp(s, "NULL") == 0;
 }
 
-/* A non-empty string value without embedded NULs, or an error naming key. */
-static int string_value(const struct reader *r, const char *key, const yaml_node_t *v)
+/* A non-empty string value, or an error naming key. (The tree has no embedded NULs.) */
+static int string_value(const struct reader *r, const char *key, const struct fld_ynode *v)
 {
-    if (v->type != YAML_SCALAR_NODE)
-        return fail_at(r, v->start_mark, "key '%s' must be a string, got %s", key, node_kind(v));
+    if (v->type != FLD_YNODE_SCALAR)
+        return fail_at(r, v, "key '%s' must be a string, got %s", key, node_kind(v));
     if (is_null(v))
-        return fail_at(r, v->start_mark, "key '%s' must be a string, got null", key);
-    if (strlen(scalar(v)) != v->data.scalar.length)
-        return fail_at(r, v->start_mark, "key '%s' contains a NUL character", key);
-    if (!*scalar(v))
-        return fail_at(r, v->start_mark, "key '%s' must not be empty", key);
+        return fail_at(r, v, "key '%s' must be a string, got null", key);
+    /* !!str says what an untagged value means anyway; any other tag says it is not one. */
+    if (v->tag_bool)
+        return fail_at(r, v, "key '%s' must be a string, got a !!bool value '%s'", key, v->text);
+    if (!*v->text)
+        return fail_at(r, v, "key '%s' must not be empty", key);
     return FLD_OK;
 }
 
@@ -118,45 +100,38 @@ static int name_index(const char *const *names, int n, const char *s)
 }
 
 /*
- * The key of a mapping pair as a string; an error unless it is a non-null
- * scalar (YAML allows sequences and mappings as keys; this schema does not).
+ * A mapping key as a string; an error unless it is a non-null scalar (YAML
+ * allows sequences and mappings as keys; this schema does not).
  */
-static int pair_key(const struct reader *r, const yaml_node_pair_t *pair, const yaml_node_t **key)
+static int pair_key(const struct reader *r, const struct fld_ynode *key)
 {
-    *key = yaml_document_get_node(r->doc, pair->key);
-    if (!*key || (*key)->type != YAML_SCALAR_NODE || is_null(*key))
-        return fail_at(r, *key ? (*key)->start_mark : (yaml_mark_t){0},
-                       "mapping keys must be strings");
+    if (key->type != FLD_YNODE_SCALAR || is_null(key))
+        return fail_at(r, key, "mapping keys must be strings");
     return FLD_OK;
 }
 
-static int parse_entry(const struct reader *r, const yaml_node_t *node,
+static int parse_entry(const struct reader *r, const struct fld_ynode *node,
                        struct fld_manifest_entry *e)
 {
-    if (node->type != YAML_MAPPING_NODE)
-        return fail_at(r, node->start_mark,
-                       "each entry must be a mapping with keys " ENTRY_KEYS ", got %s",
+    if (node->type != FLD_YNODE_MAPPING)
+        return fail_at(r, node, "each entry must be a mapping with keys " ENTRY_KEYS ", got %s",
                        node_kind(node));
-    const yaml_node_t *seen[KEY_COUNT] = {NULL};
-    for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top;
-         p++) {
-        const yaml_node_t *k;
-        int rc = pair_key(r, p, &k);
+    const struct fld_ynode *seen[KEY_COUNT] = {NULL};
+    for (size_t i = 0; i + 1 < node->n; i += 2) {
+        const struct fld_ynode *k = node->kids[i], *v = node->kids[i + 1];
+        int rc = pair_key(r, k);
         if (rc)
             return rc;
-        int idx = name_index(entry_keys, KEY_COUNT, scalar(k));
+        int idx = name_index(entry_keys, KEY_COUNT, k->text);
         if (idx < 0)
-            return fail_at(r, k->start_mark, "unknown key '%s' in entry (valid: " ENTRY_KEYS ")",
-                           scalar(k));
+            return fail_at(r, k, "unknown key '%s' in entry (valid: " ENTRY_KEYS ")", k->text);
         if (seen[idx])
-            return fail_at(r, k->start_mark, "duplicate key '%s' (first at line %zu)", scalar(k),
-                           seen[idx]->start_mark.line + 1);
+            return fail_at(r, k, "duplicate key '%s' (first at line %u)", k->text, seen[idx]->line);
         seen[idx] = k;
-        const yaml_node_t *v = yaml_document_get_node(r->doc, p->value);
-        rc = string_value(r, scalar(k), v);
+        rc = string_value(r, k->text, v);
         if (rc)
             return rc;
-        const char *text = scalar(v);
+        const char *text = v->text;
         switch (idx) {
         case KEY_OP:
         case KEY_IMPL: {
@@ -172,22 +147,20 @@ static int parse_entry(const struct reader *r, const yaml_node_t *node,
         case KEY_DEVICE:
             e->device = name_index(device_names, FLD_NDEVICES, text);
             if (e->device < 0)
-                return fail_at(r, v->start_mark,
-                               "invalid device '%s' (valid: cpu, cuda, rocm, ascend)", text);
+                return fail_at(r, v, "invalid device '%s' (valid: cpu, cuda, rocm, ascend)", text);
             break;
         case KEY_DTYPE:
             e->dtype = name_index(dtype_names, FLD_NDTYPES + 1, text);
             if (e->dtype < 0)
-                return fail_at(r, v->start_mark, "invalid dtype '%s' (valid: f32, f16, bf16, any)",
-                               text);
+                return fail_at(r, v, "invalid dtype '%s' (valid: f32, f16, bf16, any)", text);
             break;
         }
     }
     for (int i = 0; i < KEY_COUNT; i++)
         if (!seen[i])
-            return fail_at(r, node->start_mark,
-                           "entry is missing key '%s' (required: " ENTRY_KEYS ")", entry_keys[i]);
-    e->line = (int)node->start_mark.line + 1;
+            return fail_at(r, node, "entry is missing key '%s' (required: " ENTRY_KEYS ")",
+                           entry_keys[i]);
+    e->line = (int)node->line;
     return FLD_OK;
 }
 
@@ -203,10 +176,10 @@ static int entry_cmp(const struct fld_manifest_entry *a, const struct fld_manife
     return 0;
 }
 
-/* An entry while reading, with the position of its mapping for messages. */
+/* An entry while reading, with its mapping for messages. */
 struct parsed_entry {
     struct fld_manifest_entry e;
-    yaml_mark_t mark;
+    const struct fld_ynode *node;
     size_t index; /* position in the file */
 };
 
@@ -229,13 +202,14 @@ static void free_entries(struct fld_manifest_entry *entries, size_t n)
     free(entries);
 }
 
-static int parse_entries(const struct reader *r, const yaml_node_t *seq, struct fld_manifest *m)
+static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
+                         struct fld_manifest *m)
 {
-    if (seq->type != YAML_SEQUENCE_NODE)
-        return fail_at(r, seq->start_mark,
+    if (seq->type != FLD_YNODE_SEQUENCE)
+        return fail_at(r, seq,
                        "key 'entries' must be a sequence of mappings (use [] for none), got %s",
                        is_null(seq) ? "null" : node_kind(seq));
-    size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    size_t n = seq->n;
     if (n == 0)
         return FLD_OK;
     struct parsed_entry *parsed = calloc(n, sizeof *parsed);
@@ -246,10 +220,9 @@ static int parse_entries(const struct reader *r, const yaml_node_t *seq, struct 
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
-        const yaml_node_t *item = yaml_document_get_node(r->doc, seq->data.sequence.items.start[i]);
         parsed[i].index = i;
-        parsed[i].mark = item->start_mark;
-        rc = parse_entry(r, item, &parsed[i].e);
+        parsed[i].node = seq->kids[i];
+        rc = parse_entry(r, seq->kids[i], &parsed[i].e);
         if (rc)
             goto done;
     }
@@ -259,7 +232,7 @@ static int parse_entries(const struct reader *r, const yaml_node_t *seq, struct 
         if (entry_cmp(&parsed[i - 1].e, &parsed[i].e) != 0)
             continue;
         const struct fld_manifest_entry *e = &parsed[i].e;
-        rc = fail_at(r, parsed[i].mark, "duplicate entry for (%s, %s, %s); first at line %d", e->op,
+        rc = fail_at(r, parsed[i].node, "duplicate entry for (%s, %s, %s); first at line %d", e->op,
                      device_names[e->device], dtype_names[e->dtype], parsed[i - 1].e.line);
         goto done;
     }
@@ -281,54 +254,57 @@ done:
     return rc;
 }
 
-static int parse_root(const struct reader *r, const yaml_node_t *root, struct fld_manifest *m)
+static int check_version(const struct reader *r, const struct fld_ynode *v)
 {
-    static const yaml_mark_t start = {0, 0, 0};
+    if (v->type != FLD_YNODE_SCALAR || is_null(v))
+        return fail_at(r, v, "key 'version' must be an integer, got %s (valid: 1)",
+                       is_null(v) ? "null" : node_kind(v));
+    /* A tag makes "1" something else than the integer 1, as it does in a policy file. */
+    if (v->tag_str || v->tag_bool)
+        return fail_at(r, v, "key 'version' must be an integer, got the %s value '%s' (valid: 1)",
+                       v->tag_str ? "!!str" : "!!bool", v->text);
+    if (v->style != FLD_YSTYLE_PLAIN)
+        return fail_at(r, v, "key 'version' must be an integer, got the string '%s' (valid: 1)",
+                       v->text);
+    if (strcmp(v->text, "1") != 0)
+        return fail_at(r, v, "unsupported manifest version '%s' (valid: 1)", v->text);
+    return FLD_OK;
+}
+
+static int parse_root(const struct reader *r, const struct fld_ynode *root, struct fld_manifest *m)
+{
     if (!root)
-        return fail_at(r, start, "empty manifest: expected a mapping with keys " TOP_KEYS);
-    if (root->type != YAML_MAPPING_NODE)
-        return fail_at(r, root->start_mark,
-                       "the manifest must be a mapping with keys " TOP_KEYS ", got %s",
+        return fail_at(r, NULL, "empty manifest: expected a mapping with keys " TOP_KEYS);
+    if (root->type != FLD_YNODE_MAPPING)
+        return fail_at(r, root, "the manifest must be a mapping with keys " TOP_KEYS ", got %s",
                        node_kind(root));
-    const yaml_node_t *version_key = NULL, *entries_key = NULL, *entries = NULL;
-    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
-         p++) {
-        const yaml_node_t *k;
-        int rc = pair_key(r, p, &k);
+    const struct fld_ynode *version_key = NULL, *entries_key = NULL, *entries = NULL;
+    for (size_t i = 0; i + 1 < root->n; i += 2) {
+        const struct fld_ynode *k = root->kids[i], *v = root->kids[i + 1];
+        int rc = pair_key(r, k);
         if (rc)
             return rc;
-        const yaml_node_t *v = yaml_document_get_node(r->doc, p->value);
-        const yaml_node_t **slot;
-        if (strcmp(scalar(k), "version") == 0)
+        const struct fld_ynode **slot;
+        if (strcmp(k->text, "version") == 0)
             slot = &version_key;
-        else if (strcmp(scalar(k), "entries") == 0)
+        else if (strcmp(k->text, "entries") == 0)
             slot = &entries_key;
         else
-            return fail_at(r, k->start_mark, "unknown key '%s' (valid: " TOP_KEYS ")", scalar(k));
+            return fail_at(r, k, "unknown key '%s' (valid: " TOP_KEYS ")", k->text);
         if (*slot)
-            return fail_at(r, k->start_mark, "duplicate key '%s' (first at line %zu)", scalar(k),
-                           (*slot)->start_mark.line + 1);
+            return fail_at(r, k, "duplicate key '%s' (first at line %u)", k->text, (*slot)->line);
         *slot = k;
         if (slot == &version_key) {
-            if (v->type != YAML_SCALAR_NODE || is_null(v))
-                return fail_at(r, v->start_mark,
-                               "key 'version' must be an integer, got %s (valid: 1)",
-                               is_null(v) ? "null" : node_kind(v));
-            if (v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-                return fail_at(r, v->start_mark,
-                               "key 'version' must be an integer, got the string '%s' (valid: 1)",
-                               scalar(v));
-            if (strcmp(scalar(v), "1") != 0)
-                return fail_at(r, v->start_mark, "unsupported manifest version '%s' (valid: 1)",
-                               scalar(v));
+            if ((rc = check_version(r, v)) != FLD_OK)
+                return rc;
         } else {
             entries = v;
         }
     }
     if (!version_key)
-        return fail_at(r, root->start_mark, "missing key 'version' (required: " TOP_KEYS ")");
+        return fail_at(r, root, "missing key 'version' (required: " TOP_KEYS ")");
     if (!entries_key)
-        return fail_at(r, root->start_mark, "missing key 'entries' (required: " TOP_KEYS ")");
+        return fail_at(r, root, "missing key 'entries' (required: " TOP_KEYS ")");
     return parse_entries(r, entries, m);
 }
 
@@ -341,67 +317,55 @@ static void manifest_free(struct fld_manifest *m)
     free(m);
 }
 
+static int read_manifest(const char *path, char **data, size_t *len)
+{
+    int err;
+    switch (fld__read_regular_file(path, FLD_YAML_MAX_FILE_SIZE, data, len, &err)) {
+    case FLD_READ_OK:
+        return FLD_OK;
+    case FLD_READ_OPEN:
+        return fld__fail(FLD_ECONFIG, "%s: cannot open: %s", path, strerror(err));
+    case FLD_READ_NOT_REGULAR:
+        return fld__fail(FLD_ECONFIG, "%s: not a regular file", path);
+    case FLD_READ_TOO_LARGE:
+        return fld__fail(FLD_ECONFIG, "%s: cannot read: larger than %u bytes", path,
+                         FLD_YAML_MAX_FILE_SIZE);
+    case FLD_READ_IO:
+        return fld__fail(FLD_ECONFIG, "%s: cannot read: %s", path, strerror(err));
+    case FLD_READ_NOMEM:
+    default:
+        return fld__fail(FLD_ENOMEM, "%s: out of memory while reading the manifest", path);
+    }
+}
+
 int fld__manifest_load(const char *path, struct fld_manifest **out)
 {
     *out = NULL;
     if (!path || !*path)
         return fld__fail(FLD_ECONFIG, "manifest path is empty");
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return fld__fail(FLD_ECONFIG, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fclose(f);
-        return fld__fail(FLD_ECONFIG, "%s: cannot open: %s", path, strerror(EISDIR));
-    }
-
-    int rc = FLD_OK;
-    struct fld_manifest *m = calloc(1, sizeof *m);
-    yaml_parser_t parser;
-    yaml_document_t doc;
-    bool have_parser = false, have_doc = false;
+    char *data = NULL;
+    size_t len = 0;
+    struct fld_ynode *root = NULL;
+    struct fld_manifest *m = NULL;
+    int rc = read_manifest(path, &data, &len);
+    if (rc)
+        return rc;
+    rc = fld__yaml_parse(data, len, path, "more than one YAML document (a manifest is one mapping)",
+                         &root);
+    free(data);
+    if (rc)
+        return rc;
+    m = calloc(1, sizeof *m);
     if (!m || !(m->path = strdup(path))) {
         rc = fld__fail(FLD_ENOMEM, "%s: out of memory", path);
         goto done;
     }
     atomic_init(&m->refs, 1);
-    if (!yaml_parser_initialize(&parser)) {
-        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    have_parser = true;
-    yaml_parser_set_input_file(&parser, f);
-    if (!yaml_parser_load(&parser, &doc)) {
-        rc = syntax_error(path, &parser);
-        goto done;
-    }
-    have_doc = true;
-    struct reader r = {path, &doc};
-    rc = parse_root(&r, yaml_document_get_root_node(&doc), m);
-    if (rc)
-        goto done;
-
-    /* A second document would be silently ignored by the loader: refuse it. */
-    yaml_document_t next;
-    if (!yaml_parser_load(&parser, &next)) {
-        rc = syntax_error(path, &parser);
-        goto done;
-    }
-    yaml_node_t *extra = yaml_document_get_root_node(&next);
-    if (extra) {
-        yaml_mark_t at = next.start_mark;
-        yaml_document_delete(&next);
-        rc = fail_at(&r, at, "more than one YAML document (a manifest is one mapping)");
-        goto done;
-    }
-    yaml_document_delete(&next);
+    const struct reader r = {path};
+    rc = parse_root(&r, root, m);
 
 done:
-    if (have_doc)
-        yaml_document_delete(&doc);
-    if (have_parser)
-        yaml_parser_delete(&parser);
-    fclose(f);
+    fld__yaml_free(root);
     if (rc) {
         manifest_free(m);
         return rc;

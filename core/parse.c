@@ -172,28 +172,46 @@ static size_t strlist_lower_bound(const struct fld_strlist *l, const char *s, bo
     return lo;
 }
 
-/* Inserts a copy of s in sorted position unless present. */
-static int strlist_insert(struct fld_strlist *l, const char *s, size_t len)
+/* The capacity to grow to from cap; 0 when the byte size would overflow. */
+static size_t grown_cap(size_t cap, size_t item_size)
 {
-    char *copy = span_dup((struct span){s, len});
-    if (!copy)
-        return FLD_ENOMEM;
-    bool found;
-    size_t at = strlist_lower_bound(l, copy, &found);
-    if (found) {
-        free(copy);
-        return FLD_OK;
+    size_t next = cap ? 2 * cap : 8;
+    return next < cap || next > (size_t)-1 / item_size ? 0 : next;
+}
+
+int fld__strlist_append(struct fld_strlist *l, size_t *cap, char *s)
+{
+    if (l->n == *cap) {
+        size_t next = grown_cap(*cap, sizeof *l->items);
+        char **items = next ? realloc(l->items, next * sizeof *items) : NULL;
+        if (!items)
+            return FLD_ENOMEM;
+        l->items = items;
+        *cap = next;
     }
-    char **items = realloc(l->items, (l->n + 1) * sizeof *items);
-    if (!items) {
-        free(copy);
-        return FLD_ENOMEM;
-    }
-    l->items = items;
-    memmove(items + at + 1, items + at, (l->n - at) * sizeof *items);
-    items[at] = copy;
-    l->n++;
+    l->items[l->n++] = s;
+    l->set = true;
     return FLD_OK;
+}
+
+static int str_ptr_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void fld__strlist_sort_unique(struct fld_strlist *l)
+{
+    if (l->n < 2)
+        return;
+    qsort(l->items, l->n, sizeof *l->items, str_ptr_cmp);
+    size_t kept = 1;
+    for (size_t i = 1; i < l->n; i++) {
+        if (strcmp(l->items[i], l->items[kept - 1]) == 0)
+            free(l->items[i]);
+        else
+            l->items[kept++] = l->items[i];
+    }
+    l->n = kept;
 }
 
 void fld__strlist_free(struct fld_strlist *l)
@@ -236,31 +254,56 @@ bool fld__strlist_has(const struct fld_strlist *l, const char *s)
     return found;
 }
 
+/* Both lists are sorted and unique, so this is one linear merge. */
 int fld__strlist_merge(struct fld_strlist *dst, const struct fld_strlist *add)
 {
     /* An unset list adds nothing; it must not turn dst into a set, empty
      * list (which, for an allow list, would allow nothing). */
     if (!add->set)
         return FLD_OK;
-    struct fld_strlist tmp;
-    if (fld__strlist_copy(&tmp, dst) != FLD_OK)
+    /* Copies of what dst lacks first, so that dst is untouched when memory runs out. */
+    char **fresh = add->n ? malloc(add->n * sizeof *fresh) : NULL, **items = NULL;
+    size_t n_fresh = 0, i = 0;
+    if (add->n && !fresh)
         return FLD_ENOMEM;
-    tmp.set = true;
-    for (size_t i = 0; i < add->n; i++) {
-        if (strlist_insert(&tmp, add->items[i], strlen(add->items[i])) != FLD_OK) {
-            fld__strlist_free(&tmp);
-            return FLD_ENOMEM;
-        }
+    for (size_t j = 0; j < add->n; j++) {
+        int c = -1;
+        while (i < dst->n && (c = strcmp(dst->items[i], add->items[j])) < 0)
+            i++;
+        if (i < dst->n && c == 0)
+            continue;
+        if (!(fresh[n_fresh] = strdup(add->items[j])))
+            goto fail;
+        n_fresh++;
     }
-    fld__strlist_free(dst);
-    *dst = tmp;
+    if (dst->n + n_fresh && !(items = malloc((dst->n + n_fresh) * sizeof *items)))
+        goto fail;
+    size_t n = 0, k = 0;
+    for (i = 0; i < dst->n || k < n_fresh;) {
+        if (k == n_fresh || (i < dst->n && strcmp(dst->items[i], fresh[k]) < 0))
+            items[n++] = dst->items[i++];
+        else
+            items[n++] = fresh[k++];
+    }
+    free(fresh);
+    free(dst->items);
+    dst->items = items;
+    dst->n = n;
+    dst->set = true;
     return FLD_OK;
+fail:
+    for (size_t f = 0; f < n_fresh; f++)
+        free(fresh[f]);
+    free(fresh);
+    return FLD_ENOMEM;
 }
 
 int fld__parse_name_list(const char *what, const char *value, struct fld_strlist *out)
 {
     struct fld_strlist list = {false, 0, NULL};
     struct span rest = span_of(value), item;
+    size_t cap = 0;
+    char *name;
     int rc = FLD_OK;
 
     if (trim(rest).n == 0)
@@ -282,11 +325,13 @@ int fld__parse_name_list(const char *what, const char *value, struct fld_strlist
                            (int)item.n, item.s, value);
             goto fail;
         }
-        if (strlist_insert(&list, item.s, item.n) != FLD_OK) {
+        if (!(name = span_dup(item)) || fld__strlist_append(&list, &cap, name) != FLD_OK) {
+            free(name);
             rc = oom(what);
             goto fail;
         }
     }
+    fld__strlist_sort_unique(&list);
 done:
     *out = list;
     return FLD_OK;
@@ -503,24 +548,29 @@ static size_t orders_lower_bound(const struct fld_orders *o, const char *op, boo
     return lo;
 }
 
-/* Takes ownership of *order; an order for the same op is replaced. */
-static int orders_put(struct fld_orders *o, struct fld_order *order)
+int fld__orders_append(struct fld_orders *o, size_t *cap, struct fld_order *order)
 {
-    bool found;
-    size_t at = orders_lower_bound(o, order->op, &found);
-    if (found) {
-        fld__order_free(&o->items[at]);
-        o->items[at] = *order;
-        return FLD_OK;
+    if (o->n == *cap) {
+        size_t next = grown_cap(*cap, sizeof *o->items);
+        struct fld_order *items = next ? realloc(o->items, next * sizeof *items) : NULL;
+        if (!items)
+            return FLD_ENOMEM;
+        o->items = items;
+        *cap = next;
     }
-    struct fld_order *items = realloc(o->items, (o->n + 1) * sizeof *items);
-    if (!items)
-        return FLD_ENOMEM;
-    o->items = items;
-    memmove(items + at + 1, items + at, (o->n - at) * sizeof *items);
-    items[at] = *order;
-    o->n++;
+    o->items[o->n++] = *order;
     return FLD_OK;
+}
+
+static int order_op_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct fld_order *)a)->op, ((const struct fld_order *)b)->op);
+}
+
+void fld__orders_sort(struct fld_orders *o)
+{
+    if (o->n > 1)
+        qsort(o->items, o->n, sizeof *o->items, order_op_cmp);
 }
 
 static int order_copy(struct fld_order *dst, const struct fld_order *src)
@@ -564,27 +614,81 @@ int fld__orders_copy(struct fld_orders *dst, const struct fld_orders *src)
     return FLD_OK;
 }
 
+/* Both sets are sorted by op and unique, so this is one linear merge. */
 int fld__orders_merge(struct fld_orders *dst, const struct fld_orders *add)
 {
-    /* Built aside so that dst is untouched when memory runs out. */
-    struct fld_orders tmp;
-    if (fld__orders_copy(&tmp, dst) != FLD_OK)
+    /* Copied first, so that dst is untouched when memory runs out. */
+    struct fld_orders fresh;
+    struct fld_order *items = NULL;
+    if (fld__orders_copy(&fresh, add) != FLD_OK)
         return FLD_ENOMEM;
-    for (size_t i = 0; i < add->n; i++) {
-        struct fld_order copy;
-        if (order_copy(&copy, &add->items[i]) != FLD_OK)
-            goto fail;
-        if (orders_put(&tmp, &copy) != FLD_OK) {
-            fld__order_free(&copy);
-            goto fail;
+    if (dst->n + fresh.n && !(items = malloc((dst->n + fresh.n) * sizeof *items))) {
+        fld__orders_free(&fresh);
+        return FLD_ENOMEM;
+    }
+    size_t i = 0, j = 0, n = 0;
+    while (i < dst->n || j < fresh.n) {
+        int c = i == dst->n ? 1 : j == fresh.n ? -1 : strcmp(dst->items[i].op, fresh.items[j].op);
+        if (c < 0) {
+            items[n++] = dst->items[i++];
+        } else {
+            if (c == 0) /* replaced by add's order for the same op */
+                fld__order_free(&dst->items[i++]);
+            items[n++] = fresh.items[j++];
         }
     }
-    fld__orders_free(dst);
-    *dst = tmp;
+    free(fresh.items);
+    free(dst->items);
+    dst->items = items;
+    dst->n = n;
     return FLD_OK;
-fail:
-    fld__orders_free(&tmp);
-    return FLD_ENOMEM;
+}
+
+struct named {
+    const char *name;
+    size_t index;
+    unsigned char side;
+};
+
+static int named_cmp(const void *a, const void *b)
+{
+    const struct named *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c)
+        return c;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+int fld__first_clash(const char *const *names, const unsigned char *sides, size_t n, size_t *at,
+                     size_t *earlier)
+{
+    struct named *v = n ? malloc(n * sizeof *v) : NULL;
+    size_t m = 0;
+    *at = *earlier = n;
+    if (n && !v)
+        return FLD_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (names[i])
+            v[m++] = (struct named){names[i], i, sides ? sides[i] : 0};
+    if (m > 1)
+        qsort(v, m, sizeof *v, named_cmp);
+    /* Each run of one name is in input order: its first item is the earliest, and the first
+     * later item that clashes with anything before it clashes with that one. */
+    for (size_t i = 0, j; i < m; i = j) {
+        for (j = i + 1; j < m && strcmp(v[j].name, v[i].name) == 0; j++)
+            ;
+        for (size_t k = i + 1; k < j; k++) {
+            if (!sides || v[k].side != v[i].side) {
+                if (v[k].index < *at) {
+                    *at = v[k].index;
+                    *earlier = v[i].index;
+                }
+                break;
+            }
+        }
+    }
+    free(v);
+    return FLD_OK;
 }
 
 const struct fld_order *fld__orders_find(const struct fld_orders *o, const char *op)
@@ -596,11 +700,46 @@ const struct fld_order *fld__orders_find(const struct fld_orders *o, const char 
     return found ? &o->items[at] : NULL;
 }
 
+/*
+ * The first op of spec given twice, checked once all fragments are read (or
+ * reading stopped at an error) rather than fragment by fragment, which was
+ * O(n^2). Fragment k made orders->items[k]; pending is the op of the fragment
+ * that failed after its name was checked. The message is the one a check at
+ * the repeat would have given: an error in a later fragment would not have
+ * been reached, so the repeat wins over rc; otherwise rc stands.
+ */
+static int per_op_repeat(const char *what, const char *spec, const struct fld_orders *orders,
+                         const char *pending, int rc)
+{
+    size_t n = orders->n + (pending != NULL), at, earlier;
+    const char **names = n ? malloc(n * sizeof *names) : NULL;
+    if (n && !names)
+        return oom(what);
+    for (size_t i = 0; i < orders->n; i++)
+        names[i] = orders->items[i].op;
+    if (pending)
+        names[orders->n] = pending;
+    int crc = fld__first_clash(names, NULL, n, &at, &earlier);
+    if (crc == FLD_OK && at < n) {
+        struct span rest = span_of(spec), frag = rest;
+        for (size_t k = 0; k <= at; k++)
+            split_next(&rest, ';', &frag);
+        frag = trim(frag);
+        rc = fld__fail(FLD_ECONFIG, "%s: op '%s' is given more than once (again in '%.*s')", what,
+                       names[at], (int)frag.n, frag.s);
+    } else if (crc != FLD_OK) {
+        rc = oom(what);
+    }
+    free(names);
+    return rc;
+}
+
 int fld__parse_per_op(const char *what, const char *spec, struct fld_orders *out)
 {
     struct fld_orders orders = {0, NULL};
     struct fld_order order = {.op = NULL};
     struct span rest = span_of(spec), frag;
+    size_t cap = 0;
     char *op = NULL;
     int rc = FLD_OK;
 
@@ -643,11 +782,7 @@ int fld__parse_per_op(const char *what, const char *spec, struct fld_orders *out
             rc = oom(what);
             goto fail;
         }
-        if (fld__orders_find(&orders, op)) {
-            rc = fld__fail(FLD_ECONFIG, "%s: op '%s' is given more than once (again in '%.*s')",
-                           what, op, (int)frag.n, frag.s);
-            goto fail;
-        }
+        /* A repeated op is found by per_op_repeat(), once. */
         if (trim(order_span).n == 0) {
             rc = fld__fail(
                 FLD_ECONFIG,
@@ -660,16 +795,21 @@ int fld__parse_per_op(const char *what, const char *spec, struct fld_orders *out
             goto fail;
         free(op);
         op = NULL;
-        if (orders_put(&orders, &order) != FLD_OK) {
+        if (fld__orders_append(&orders, &cap, &order) != FLD_OK) {
             rc = oom(what);
             goto fail;
         }
         order = (struct fld_order){.op = NULL};
     }
+    if ((rc = per_op_repeat(what, spec, &orders, NULL, FLD_OK)) != FLD_OK)
+        goto out;
+    fld__orders_sort(&orders);
 done:
     *out = orders;
     return FLD_OK;
 fail:
+    rc = per_op_repeat(what, spec, &orders, op, rc);
+out:
     free(op);
     fld__order_free(&order);
     fld__orders_free(&orders);

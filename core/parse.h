@@ -80,4 +80,30 @@ const struct fld_order *fld__orders_find(const struct fld_orders *o, const char 
 size_t fld__order_format(const struct fld_order *o, char *buf, size_t size);
 const char *fld__token_kind_name(enum fld_token_kind k);
 
+/*
+ * Building a list or a set of orders item by item: append everything, then
+ * put it in order once. n appends and one sort cost O(n log n) in all, where
+ * keeping the array sorted on every insert cost O(n^2) (a 16 MB policy file
+ * took minutes).
+ */
+/* Appends s to l (which becomes set), growing l->items by doubling; *cap is the room in
+ * l->items (0 for an empty list). Takes ownership of s on success only. l is unsorted until
+ * fld__strlist_sort_unique(). */
+int fld__strlist_append(struct fld_strlist *l, size_t *cap, char *s);
+/* Sorts l and drops repeated items: the form the other fld__strlist_ functions expect. */
+void fld__strlist_sort_unique(struct fld_strlist *l);
+/* Appends *order to o, growing o->items by doubling; *cap as above. Takes ownership of *order
+ * on success only. o is unsorted until fld__orders_sort(). */
+int fld__orders_append(struct fld_orders *o, size_t *cap, struct fld_order *order);
+/* Sorts o by op. The ops must be unique: rule out repeats with fld__first_clash() first. */
+void fld__orders_sort(struct fld_orders *o);
+/*
+ * Among n named items in input order (a NULL name takes no part): *at is the index of the
+ * first item whose name an earlier item has too, and *earlier the index of the first such
+ * earlier item; both are n when no name repeats. With sides non-NULL (0 or 1 per item) only
+ * an earlier item of the other side counts. FLD_OK, or FLD_ENOMEM.
+ */
+int fld__first_clash(const char *const *names, const unsigned char *sides, size_t n, size_t *at,
+                     size_t *earlier);
+
 #endif

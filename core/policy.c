@@ -183,6 +183,32 @@ bool fld__custom_ops_is_default(const struct fld_custom_ops *c)
     return c->base_enabled && c->enabled.n == 0 && c->disabled.n == 0;
 }
 
+/* The reader's lists grow only here, from empty, so their room is implied: full at 0, 1, 2,
+ * 4, 8, ... items. */
+static int reader_push(struct fld_strlist *l, char *name)
+{
+    size_t n = l->n;
+    if ((n & (n - 1)) == 0) {
+        size_t cap = n ? 2 * n : 1;
+        char **items = cap > n && cap <= (size_t)-1 / sizeof *items
+                           ? realloc(l->items, cap * sizeof *items)
+                           : NULL;
+        if (!items)
+            return FLD_ENOMEM;
+        l->items = items;
+    }
+    l->items[l->n++] = name;
+    l->set = true;
+    return FLD_OK;
+}
+
+/*
+ * Appends the item's op to its list unsorted, repeats included: keeping the
+ * lists sorted and unique per item was O(n^2). The caller sorts them with
+ * fld__strlist_sort_unique() and rules out an op both enabled and disabled
+ * with fld__first_clash() (see custom_ops_parse() and config.c's
+ * read_custom()).
+ */
 int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what, const char *item)
 {
     const char *s = item ? item : "";
@@ -214,32 +240,33 @@ int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what
     char *name = strndup(s + 1, n - 1);
     if (!name)
         return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-    struct fld_strlist *mine = enable ? &r->ops.enabled : &r->ops.disabled;
-    struct fld_strlist *theirs = enable ? &r->ops.disabled : &r->ops.enabled;
-    int rc = FLD_OK;
-    if (fld__strlist_has(theirs, name)) {
-        rc = fld__fail(FLD_ECONFIG, "%s: op '%s' is both enabled and disabled ('+%s' and '-%s')",
-                       what, name, name, name);
-    } else {
-        struct fld_strlist one = {true, 1, &name};
-        if (fld__strlist_merge(mine, &one) != FLD_OK)
-            rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+    if (reader_push(enable ? &r->ops.enabled : &r->ops.disabled, name) != FLD_OK) {
+        free(name);
+        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
     }
-    free(name);
-    return rc;
+    return FLD_OK;
 }
 
 int fld__custom_ops_parse(const char *what, const char *csv, struct fld_custom_ops *out)
 {
     struct fld_custom_ops_reader r;
-    const char *s = csv ? csv : "";
+    const char *s = csv ? csv : "", **names = NULL;
+    unsigned char *sides = NULL;
+    size_t items = 1, done = 0, at, first;
     int rc = FLD_OK;
 
     fld__custom_ops_reader_init(&r);
     if (!is_blank(s)) {
-        for (;;) {
+        for (const char *c = strchr(s, ','); c; c = strchr(c + 1, ','))
+            items++;
+        if (!(names = calloc(items, sizeof *names)) || !(sides = calloc(items, 1))) {
+            rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+            goto out;
+        }
+        for (;; done++) {
             const char *comma = strchr(s, ',');
             size_t n = comma ? (size_t)(comma - s) : strlen(s);
+            size_t en = r.ops.enabled.n, dn = r.ops.disabled.n;
             char *item = strndup(s, n);
             if (!item) {
                 rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
@@ -247,15 +274,37 @@ int fld__custom_ops_parse(const char *what, const char *csv, struct fld_custom_o
             }
             rc = fld__custom_ops_reader_add(&r, what, item);
             free(item);
-            if (rc || !comma)
+            if (rc)
                 break;
+            if (r.ops.enabled.n > en) {
+                names[done] = r.ops.enabled.items[en];
+            } else if (r.ops.disabled.n > dn) {
+                names[done] = r.ops.disabled.items[dn];
+                sides[done] = 1;
+            }
+            if (!comma) {
+                done++;
+                break;
+            }
             s = comma + 1;
         }
     }
+    /* An op both enabled and disabled, first in input order; an error after it would not
+     * have been reached by a check at each item, so it wins over rc. */
+    if (fld__first_clash(names, sides, done, &at, &first) != FLD_OK)
+        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+    else if (at < done)
+        rc = fld__fail(FLD_ECONFIG, "%s: op '%s' is both enabled and disabled ('+%s' and '-%s')",
+                       what, names[at], names[at], names[at]);
+out:
+    free(names);
+    free(sides);
     if (rc) {
         fld__custom_ops_free(&r.ops);
         return rc;
     }
+    fld__strlist_sort_unique(&r.ops.enabled);
+    fld__strlist_sort_unique(&r.ops.disabled);
     *out = r.ops;
     return FLD_OK;
 }
@@ -850,6 +899,17 @@ int fld_policy_push_strict(bool strict)
         return rc;
     if ((rc = begin_push(what, &p)) != FLD_OK)
         return rc;
+    /* As fld_policy_set: a strict override needs a manifest that holds strictly. */
+    if (strict && p->manifest) {
+        fld__lock();
+        rc = fld__manifest_check(p->manifest, true);
+        fld__unlock();
+        if (rc != FLD_OK) {
+            fld__error_prefix("%s", what);
+            fld__policy_free(p);
+            return rc;
+        }
+    }
     p->strict = strict;
     set_source(p, FLD_PF_STRICT, SOURCE_OVERRIDE);
     return push_policy(what, p);
@@ -964,6 +1024,11 @@ int fld_policy_set(const char *key, const char *value)
     rc = fld__policy_set_field(p, key, value, SOURCE_SET);
     if (rc == FLD_OK)
         rc = fld__policy_check(p);
+    /* A manifest checked leniently at init must hold before a strict policy
+     * is published: its unusable entries would fail every call to their ops. */
+    if (rc == FLD_OK && p->strict && p->manifest &&
+        (rc = fld__manifest_check(p->manifest, true)) != FLD_OK)
+        fld__error_prefix("fld_policy_set(\"%s\")", key);
     if (rc == FLD_OK)
         fld__policy_publish(p);
     else

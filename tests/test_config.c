@@ -1372,6 +1372,42 @@ END_TEST
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+/* ------------------------------------------------------------------------ */
+/* Special files where a configuration file belongs                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A FIFO must be refused, not opened for reading: that waits for a writer
+ * forever, under the lock every caller needs. alarm() turns a regression
+ * into a failure instead of a hang.
+ */
+START_TEST(test_fifo_is_not_a_config_file)
+{
+    static const char *const vars[] = {"VLLM_FL_CONFIG", "VLLM_FL_OP_CONFIG"};
+    char fifo[PATH_MAX], expected[PATH_MAX + 128];
+    snprintf(fifo, sizeof fifo, "%s/fifo.yaml", tmp_dir);
+    ck_assert_msg(mkfifo(fifo, 0600) == 0, "mkfifo %s: %s", fifo, strerror(errno));
+    alarm(5);
+    for (int i = 0; i < N_OF(vars); i++) {
+        setenv(vars[i], fifo, 1);
+        ck_assert_int_eq(i == 0 ? fld_init() : fld_reload(), FLD_ECONFIG);
+        snprintf(expected, sizeof expected, "%s: cannot open '%s': not a regular file", vars[i],
+                 fifo);
+        assert_error_has(expected);
+        unsetenv(vars[i]);
+    }
+    ck_assert_int_eq(fld_reload(), FLD_OK);
+    ck_assert_int_eq(fld_policy_load_file(fifo), FLD_ECONFIG);
+    snprintf(expected, sizeof expected,
+             "fld_policy_load_file: cannot open '%s': not a regular file", fifo);
+    assert_error_has(expected);
+    /* A character device is refused the same way. */
+    ck_assert_int_eq(fld_policy_load_file("/dev/null"), FLD_ECONFIG);
+    assert_error_has("not a regular file");
+    alarm(0);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
@@ -1408,6 +1444,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_config_env_errors);
     tcase_add_test(tc, test_config_env_blank_is_unset);
     tcase_add_test(tc, test_op_config_beats_per_op);
+    tcase_add_test(tc, test_fifo_is_not_a_config_file);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("platform_file");

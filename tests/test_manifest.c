@@ -326,6 +326,86 @@ START_TEST(missing_manifest_file)
 }
 END_TEST
 
+/* A FIFO is refused rather than opened: that would wait for a writer under the host lock. */
+START_TEST(manifest_fifo_is_refused)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/fifo.yaml", tmpdir);
+    ck_assert_msg(mkfifo(path, 0600) == 0, "mkfifo %s: %s", path, strerror(errno));
+    setenv("VLLM_FL_MANIFEST", path, 1);
+    alarm(5);
+    ck_assert_int_eq(fld_init(), FLD_ECONFIG);
+    alarm(0);
+    char expected[700];
+    snprintf(expected, sizeof expected, "VLLM_FL_MANIFEST: %s: not a regular file", path);
+    ck_assert_msg(strstr(fld_last_error(), expected), "%s", fld_last_error());
+}
+END_TEST
+
+/* libyaml's scanner is quadratic in flow depth: the depth limit must stop it early. */
+START_TEST(manifest_deep_nesting_is_refused)
+{
+    enum { DEPTH = 100000 };
+    char *text = malloc(2 * DEPTH + 64);
+    ck_assert_ptr_nonnull(text);
+    size_t n = (size_t)sprintf(text, "version: 1\nentries: ");
+    memset(text + n, '[', DEPTH);
+    memset(text + n + DEPTH, ']', DEPTH);
+    strcpy(text + n + 2 * DEPTH, "\n");
+    const char *path = write_file("deep.yaml", text);
+    free(text);
+    setenv("VLLM_FL_MANIFEST", path, 1);
+    alarm(5);
+    ck_assert_int_eq(fld_init(), FLD_ECONFIG);
+    alarm(0);
+    char expected[700];
+    snprintf(expected, sizeof expected, "%s:2:", path);
+    ck_assert_msg(strstr(fld_last_error(), expected) &&
+                      strstr(fld_last_error(), "nested deeper than 64 levels"),
+                  "%s", fld_last_error());
+}
+END_TEST
+
+/* Bad UTF-8 is placed by line:column, not by byte offset. */
+START_TEST(manifest_invalid_utf8_has_position)
+{
+    const char *path = write_file("latin1.yaml", "version: 1\nentries:\n  - {op: r\xe9sum\xe9}\n");
+    setenv("VLLM_FL_MANIFEST", path, 1);
+    ck_assert_int_eq(fld_init(), FLD_ECONFIG);
+    char expected[700];
+    snprintf(expected, sizeof expected, "VLLM_FL_MANIFEST: %s:3:12: ", path);
+    ck_assert_msg(strstr(fld_last_error(), expected) && strstr(fld_last_error(), "UTF-8"), "%s",
+                  fld_last_error());
+}
+END_TEST
+
+/* Tags and anchors are refused as in policy files. */
+static const struct bad_case tagged_cases[] = {
+    {"version: !!str 1\nentries: []\n", "1:10",
+     "key 'version' must be an integer, got the !!str value '1' (valid: 1)"},
+    {"version: !!bool 1\nentries: []\n", "1:10", "key 'version' must be an integer"},
+    {"version: !!int 1\nentries: []\n", "1:10", "unsupported tag 'tag:yaml.org,2002:int'"},
+    {"version: 1\nentries:\n  - {op: rms_norm, device: !cuda cpu, dtype: f32, impl: x}\n", "3:28",
+     "unsupported tag '!cuda'"},
+    {"version: 1\nentries:\n  - {op: rms_norm, device: cpu, dtype: !!bool f32, impl: x}\n", "3:40",
+     "key 'dtype' must be a string, got a !!bool value"},
+    {"version: &v 1\nentries: []\n", "1:10", "anchors and aliases are not supported"},
+};
+
+START_TEST(manifest_tags_are_refused)
+{
+    const struct bad_case *c = &tagged_cases[_i];
+    const char *path = write_file("tagged.yaml", c->text);
+    setenv("VLLM_FL_MANIFEST", path, 1);
+    ck_assert_int_eq(fld_init(), FLD_ECONFIG);
+    char where[700];
+    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:%s: ", path, c->where);
+    const char *msg = fld_last_error();
+    ck_assert_msg(strstr(msg, where) && strstr(msg, c->what), "case %d: want %s... %s, got:\n%s",
+                  _i, where, c->what, msg);
+}
+END_TEST
+
 /* ---- loading and pinning --------------------------------------------------- */
 
 START_TEST(manifest_pins_resolution)
@@ -551,6 +631,11 @@ static Suite *manifest_suite(void)
     tcase_add_checked_fixture(reader, setup, teardown);
     tcase_add_loop_test(reader, reader_errors, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_test(reader, missing_manifest_file);
+    tcase_add_test(reader, manifest_fifo_is_refused);
+    tcase_add_test(reader, manifest_deep_nesting_is_refused);
+    tcase_add_test(reader, manifest_invalid_utf8_has_position);
+    tcase_add_loop_test(reader, manifest_tags_are_refused, 0,
+                        (int)(sizeof tagged_cases / sizeof tagged_cases[0]));
     suite_add_tcase(s, reader);
 
     TCase *pin = tcase_create("pin");

@@ -469,6 +469,114 @@ START_TEST(test_reset)
 END_TEST
 
 /* ------------------------------------------------------------------------ */
+/* Strict mode and the manifest                                             */
+/* ------------------------------------------------------------------------ */
+
+/* A manifest written outside the plugin directory (which teardown removes). */
+static char manifest_path[64];
+static char manifest_log[4096];
+
+static void capture_warning(int level, const char *message, void *user)
+{
+    (void)user;
+    size_t used = strlen(manifest_log);
+    if (level == FLD_LOG_WARNING)
+        snprintf(manifest_log + used, sizeof manifest_log - used, "%s\n", message);
+}
+
+/* Line 3 pins rms_norm (cpu, f32) to impl, and VLLM_FL_MANIFEST names the file. */
+static void use_manifest(const char *impl)
+{
+    char text[256];
+    strcpy(manifest_path, "/tmp/fld-test-manifest-XXXXXX");
+    int fd = mkstemp(manifest_path);
+    ck_assert_int_ge(fd, 0);
+    int n = snprintf(
+        text, sizeof text,
+        "version: 1\nentries:\n  - {op: rms_norm, device: cpu, dtype: f32, impl: %s}\n", impl);
+    ck_assert_int_eq(write(fd, text, (size_t)n), n);
+    ck_assert_int_eq(close(fd), 0);
+    setenv("VLLM_FL_MANIFEST", manifest_path, 1);
+}
+
+/* Initialises with an unusable manifest entry: a warning, not an error, while not strict. */
+static void init_with_unusable_manifest(void)
+{
+    use_manifest("vendor.nope");
+    setenv("VLLM_FL_LOG_LEVEL", "WARNING", 1);
+    manifest_log[0] = '\0';
+    fld_log_set_callback(capture_warning, NULL);
+    int rc = fld_init();
+    unlink(manifest_path);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    char where[128];
+    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:3: impl 'vendor.nope'", manifest_path);
+    ck_assert_msg(strstr(manifest_log, where), "no warning naming %s:\n%s", where, manifest_log);
+}
+
+static void assert_names_manifest_entry(void)
+{
+    char where[128];
+    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:3: impl 'vendor.nope'", manifest_path);
+    assert_error_has(where);
+    assert_error_has("is not registered");
+}
+
+START_TEST(test_set_strict_checks_manifest)
+{
+    init_with_unusable_manifest();
+    char before[1024];
+    snprintf(before, sizeof before, "%s", describe());
+    ck_assert_ptr_nonnull(strstr(before, "strict=0"));
+
+    static const char *const keys[] = {"strict", "VLLM_FL_STRICT"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        ck_assert_int_eq(fld_policy_set(keys[i], "true"), FLD_ECONFIG);
+        assert_names_manifest_entry();
+        assert_error_has("fld_policy_set");
+        ck_assert_str_eq(describe(), before);
+    }
+    /* Other fields still change while not strict, and strict=false needs no check. */
+    ck_assert_int_eq(fld_policy_set("strict", "false"), FLD_OK);
+    ck_assert_int_eq(fld_policy_set("prefer", "vendor"), FLD_OK);
+    ck_assert_ptr_nonnull(strstr(describe(), "prefer=vendor;strict=0"));
+}
+END_TEST
+
+START_TEST(test_push_strict_checks_manifest)
+{
+    init_with_unusable_manifest();
+    char before[1024];
+    snprintf(before, sizeof before, "%s", describe());
+
+    ck_assert_int_eq(fld_policy_push_strict(true), FLD_ECONFIG);
+    assert_names_manifest_entry();
+    assert_error_has("fld_policy_push_strict");
+    ck_assert_str_eq(describe(), before);
+    /* Nothing was pushed. */
+    ck_assert_int_eq(fld_policy_pop(), FLD_ESTATE);
+
+    ck_assert_int_eq(fld_policy_push_strict(false), FLD_OK);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+}
+END_TEST
+
+START_TEST(test_strict_with_usable_manifest)
+{
+    /* The control: an entry the registry honours lets strict through both ways. */
+    use_manifest("reference.c");
+    int rc = fld_init();
+    unlink(manifest_path);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(fld_policy_push_strict(true), FLD_OK);
+    ck_assert_ptr_nonnull(strstr(describe(), "strict=1"));
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    ck_assert_msg(fld_policy_set("strict", "1") == FLD_OK, "%s", fld_last_error());
+    ck_assert_ptr_nonnull(strstr(describe(), "strict=1"));
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 /* Scoped overrides                                                         */
 /* ------------------------------------------------------------------------ */
 
@@ -902,6 +1010,9 @@ static Suite *policy_suite(void)
     tcase_add_test(tc, test_set_clears_lists);
     tcase_add_test(tc, test_set_white_and_black);
     tcase_add_test(tc, test_reset);
+    tcase_add_test(tc, test_set_strict_checks_manifest);
+    tcase_add_test(tc, test_push_strict_checks_manifest);
+    tcase_add_test(tc, test_strict_with_usable_manifest);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("overrides");
