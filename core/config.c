@@ -87,42 +87,6 @@ static const char *key_name(enum fld_policy_field f)
     return fld__policy_field_key(f);
 }
 
-static struct fld_strlist *list_of(struct fld_policy *p, enum fld_policy_field f)
-{
-    switch (f) {
-    case FLD_PF_ALLOW_VENDORS:
-        return &p->allow_vendors;
-    case FLD_PF_DENY_VENDORS:
-        return &p->deny_vendors;
-    case FLD_PF_FLAGOS_WHITELIST:
-        return &p->flagos_whitelist;
-    case FLD_PF_FLAGOS_BLACKLIST:
-        return &p->flagos_blacklist;
-    case FLD_PF_OOT_WHITELIST:
-        return &p->oot_whitelist;
-    case FLD_PF_OOT_BLACKLIST:
-        return &p->oot_blacklist;
-    default:
-        return NULL;
-    }
-}
-
-static bool *bool_of(struct fld_policy *p, enum fld_policy_field f)
-{
-    switch (f) {
-    case FLD_PF_STRICT:
-        return &p->strict;
-    case FLD_PF_ENABLED:
-        return &p->enabled;
-    case FLD_PF_USE_FLAGGEMS:
-        return &p->use_flaggems;
-    case FLD_PF_OOT_ENABLED:
-        return &p->oot_enabled;
-    default:
-        return NULL;
-    }
-}
-
 /* ------------------------------------------------------------------------ */
 /* Reading a policy document into a layer                                   */
 /* ------------------------------------------------------------------------ */
@@ -604,11 +568,11 @@ static int layer_commit(struct fld_policy *p, struct layer *l)
             continue;
         if (f == FLD_PF_PREFER) {
             p->prefer = (enum fld_prefer)l->prefer;
-        } else if (bool_of(p, f)) {
-            *bool_of(p, f) = l->bools[f];
-        } else if (list_of(p, f)) {
-            fld__strlist_free(list_of(p, f));
-            *list_of(p, f) = l->lists[f];
+        } else if (fld__policy_bool_field(p, f)) {
+            *fld__policy_bool_field(p, f) = l->bools[f];
+        } else if (fld__policy_list_field(p, f)) {
+            fld__strlist_free(fld__policy_list_field(p, f));
+            *fld__policy_list_field(p, f) = l->lists[f];
             l->lists[f] = (struct fld_strlist){false, 0, NULL};
         } else if (f == FLD_PF_PER_OP) {
             /* Per op: the file's orders replace those of the same ops only. */
@@ -626,8 +590,8 @@ static int layer_commit(struct fld_policy *p, struct layer *l)
     for (size_t i = 0; i < sizeof list_pairs / sizeof list_pairs[0]; i++) {
         for (int side = 0; side < 2; side++) {
             enum fld_policy_field set = list_pairs[i][side], other = list_pairs[i][!side];
-            if (l->has[set] && !l->has[other] && list_of(p, other)->set) {
-                fld__strlist_free(list_of(p, other));
+            if (l->has[set] && !l->has[other] && fld__policy_list_field(p, other)->set) {
+                fld__strlist_free(fld__policy_list_field(p, other));
                 snprintf(p->source[other], FLD_SOURCE_LEN, "cleared by %s:%u", l->label,
                          l->line[set]);
             }
@@ -950,10 +914,10 @@ int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user
         enum fld_policy_field f = order[i];
         if (f == FLD_PF_PREFER) {
             text_add(&value, prefer_names[(unsigned)p->prefer < 3 ? p->prefer : 0]);
-        } else if (bool_of(mut, f)) {
-            text_add(&value, *bool_of(mut, f) ? "true" : "false");
-        } else if (list_of(mut, f)) {
-            text_list(&value, list_of(mut, f));
+        } else if (fld__policy_bool_field(mut, f)) {
+            text_add(&value, *fld__policy_bool_field(mut, f) ? "true" : "false");
+        } else if (fld__policy_list_field(mut, f)) {
+            text_list(&value, fld__policy_list_field(mut, f));
         } else {
             size_t n = fld__custom_ops_format(&p->custom_ops, NULL, 0);
             char *buf = malloc(n + 1);

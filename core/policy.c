@@ -402,7 +402,7 @@ fail:
 /* Setting fields                                                           */
 /* ------------------------------------------------------------------------ */
 
-static struct fld_strlist *list_field(struct fld_policy *p, enum fld_policy_field f)
+struct fld_strlist *fld__policy_list_field(struct fld_policy *p, enum fld_policy_field f)
 {
     switch (f) {
     case FLD_PF_ALLOW_VENDORS:
@@ -422,7 +422,7 @@ static struct fld_strlist *list_field(struct fld_policy *p, enum fld_policy_fiel
     }
 }
 
-static bool *bool_field(struct fld_policy *p, enum fld_policy_field f)
+bool *fld__policy_bool_field(struct fld_policy *p, enum fld_policy_field f)
 {
     switch (f) {
     case FLD_PF_STRICT:
@@ -466,16 +466,16 @@ int fld__policy_set_field(struct fld_policy *p, const char *key, const char *val
             return rc;
         fld__custom_ops_free(&p->custom_ops);
         p->custom_ops = ops;
-    } else if (bool_field(p, f)) {
+    } else if (fld__policy_bool_field(p, f)) {
         bool b;
         if ((rc = fld__parse_bool(key, value, &b)) != FLD_OK)
             return rc;
-        *bool_field(p, f) = b;
+        *fld__policy_bool_field(p, f) = b;
     } else {
         struct fld_strlist list;
         if ((rc = fld__parse_name_list(key, value, &list)) != FLD_OK)
             return rc;
-        struct fld_strlist *dst = list_field(p, f);
+        struct fld_strlist *dst = fld__policy_list_field(p, f);
         fld__strlist_free(dst);
         *dst = list;
     }
@@ -515,7 +515,7 @@ static void drop_replaced_pair(struct fld_policy *p, const bool *from_env,
 {
     for (int side = 0; side < 2; side++) {
         enum fld_policy_field set = side ? black : white, other = side ? white : black;
-        struct fld_strlist *l = list_field(p, other);
+        struct fld_strlist *l = fld__policy_list_field(p, other);
         if (from_env[set] && !from_env[other] && l->set) {
             fld__strlist_free(l);
             snprintf(p->source[other], sizeof p->source[other], "cleared by %s", field_envs[set]);
@@ -570,8 +570,8 @@ static const char *field_label(const struct fld_policy *p, enum fld_policy_field
 static int check_exclusive(const struct fld_policy *p, enum fld_policy_field white,
                            enum fld_policy_field black)
 {
-    const struct fld_strlist *w = list_field((struct fld_policy *)p, white);
-    const struct fld_strlist *b = list_field((struct fld_policy *)p, black);
+    const struct fld_strlist *w = fld__policy_list_field((struct fld_policy *)p, white);
+    const struct fld_strlist *b = fld__policy_list_field((struct fld_policy *)p, black);
     if (!w->set || !b->set)
         return FLD_OK;
     char wl[256], bl[256];
@@ -644,8 +644,8 @@ static bool list_allows_op(const struct fld_policy *p, const char *what,
                            enum fld_policy_field white, enum fld_policy_field black, const char *op,
                            char *why, size_t why_size)
 {
-    const struct fld_strlist *w = list_field((struct fld_policy *)p, white);
-    const struct fld_strlist *b = list_field((struct fld_policy *)p, black);
+    const struct fld_strlist *w = fld__policy_list_field((struct fld_policy *)p, white);
+    const struct fld_strlist *b = fld__policy_list_field((struct fld_policy *)p, black);
     if (w->set) {
         if (fld__strlist_has(w, op))
             return true;

@@ -74,6 +74,10 @@ struct fld_policy {
 /* Whether op may be served by non-reference implementations (custom_ops). */
 bool fld__policy_op_enabled(const struct fld_policy *p, const char *op, char *why, size_t why_size);
 
+/* The list or boolean member of p that field f is, or NULL if f is not one. */
+struct fld_strlist *fld__policy_list_field(struct fld_policy *p, enum fld_policy_field f);
+bool *fld__policy_bool_field(struct fld_policy *p, enum fld_policy_field f);
+
 /* Key names ("prefer", ...) and environment variables ("VLLM_FL_PREFER", ...) of fields. */
 const char *fld__policy_field_key(enum fld_policy_field f);
 const char *fld__policy_field_env(enum fld_policy_field f);
