@@ -251,15 +251,6 @@ fail:
     return rc;
 }
 
-static bool token_eq(const struct fld_token *a, const struct fld_token *b)
-{
-    if (a->kind != b->kind)
-        return false;
-    if (!a->arg || !b->arg)
-        return a->arg == b->arg;
-    return strcmp(a->arg, b->arg) == 0;
-}
-
 /* The order of one op from a sequence of tokens; errors point at the item. */
 static int read_token_sequence(const char *label, const char *key, const char *op,
                                const struct fld_ynode *n, struct fld_order *out)
@@ -282,22 +273,15 @@ static int read_token_sequence(const char *label, const char *key, const char *o
         where(what, sizeof what, label, item, key);
         if ((rc = fld__parse_token(what, text, &tok)) != FLD_OK)
             goto fail;
-        for (size_t k = 0; k < order.n; k++) {
-            if (token_eq(&order.tokens[k], &tok)) {
-                free(tok.arg);
-                rc = fld__fail(FLD_ECONFIG, "%s: token '%s' repeated in the order of op '%s'", what,
-                               text, op);
-                goto fail;
-            }
-        }
-        struct fld_token *grown = realloc(order.tokens, (order.n + 1) * sizeof *grown);
-        if (!grown) {
-            free(tok.arg);
+        rc = fld__order_append_token(&order, &tok);
+        if (rc == FLD_ECONFIG) {
+            rc = fld__fail(FLD_ECONFIG, "%s: token '%s' repeated in the order of op '%s'", what,
+                           text, op);
+            goto fail;
+        } else if (rc != FLD_OK) {
             rc = oom(label);
             goto fail;
         }
-        order.tokens = grown;
-        order.tokens[order.n++] = tok;
     }
     if (!(order.op = strdup(op))) {
         rc = oom(label);

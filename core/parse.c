@@ -437,6 +437,26 @@ static bool token_eq(const struct fld_token *a, const struct fld_token *b)
     return strcmp(a->arg, b->arg) == 0;
 }
 
+int fld__order_append_token(struct fld_order *o, struct fld_token *tok)
+{
+    for (size_t i = 0; i < o->n; i++) {
+        if (token_eq(&o->tokens[i], tok)) {
+            free(tok->arg);
+            tok->arg = NULL;
+            return FLD_ECONFIG;
+        }
+    }
+    struct fld_token *grown = realloc(o->tokens, (o->n + 1) * sizeof *grown);
+    if (!grown) {
+        free(tok->arg);
+        tok->arg = NULL;
+        return FLD_ENOMEM;
+    }
+    o->tokens = grown;
+    o->tokens[o->n++] = *tok;
+    return FLD_OK;
+}
+
 void fld__order_free(struct fld_order *o)
 {
     if (!o)
@@ -481,23 +501,16 @@ static int parse_order_span(const char *what, const char *op, struct span text,
         rc = parse_token_span(what, op, item, &tok);
         if (rc != FLD_OK)
             goto fail;
-        for (size_t i = 0; i < order.n; i++) {
-            if (token_eq(&order.tokens[i], &tok)) {
-                free(tok.arg);
-                rc = fld__fail(FLD_ECONFIG, "%s: token '%.*s' repeated in order '%.*s'%s", what,
-                               (int)item.n, item.s, (int)text.n, text.s,
-                               for_op(op, opbuf, sizeof opbuf));
-                goto fail;
-            }
-        }
-        struct fld_token *grown = realloc(order.tokens, (order.n + 1) * sizeof *grown);
-        if (!grown) {
-            free(tok.arg);
+        rc = fld__order_append_token(&order, &tok);
+        if (rc == FLD_ECONFIG) {
+            rc = fld__fail(FLD_ECONFIG, "%s: token '%.*s' repeated in order '%.*s'%s", what,
+                           (int)item.n, item.s, (int)text.n, text.s,
+                           for_op(op, opbuf, sizeof opbuf));
+            goto fail;
+        } else if (rc != FLD_OK) {
             rc = oom(what);
             goto fail;
         }
-        order.tokens = grown;
-        order.tokens[order.n++] = tok;
     }
     if (op) {
         order.op = strdup(op);

@@ -70,6 +70,11 @@ int fld__strlist_copy(struct fld_strlist *dst, const struct fld_strlist *src);
 bool fld__strlist_has(const struct fld_strlist *l, const char *s);
 /* Adds the items of add to dst (dst becomes set). */
 int fld__strlist_merge(struct fld_strlist *dst, const struct fld_strlist *add);
+/*
+ * Appends tok to o (taking its arg). FLD_ECONFIG, without a message, when o
+ * already has that token; FLD_ENOMEM. On either error tok's arg is freed.
+ */
+int fld__order_append_token(struct fld_order *o, struct fld_token *tok);
 void fld__order_free(struct fld_order *o);
 void fld__orders_free(struct fld_orders *o);
 int fld__orders_copy(struct fld_orders *dst, const struct fld_orders *src);
