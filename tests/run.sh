@@ -1,7 +1,10 @@
 #!/bin/sh
 # Runs each Check test program, then prints one summary line.
 # Usage: tests/run.sh build/tests/test_a build/tests/test_b ...
-# Tests assume a CPU machine unless they say otherwise (test_platform unsets it).
+# Variables of the caller's environment must not steer the tests; they
+# assume a CPU machine unless they say otherwise (test_platform unsets it).
+for v in $(env | sed -n 's/^\(VLLM_FL_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+unset USE_FLAGGEMS HWLOC_XMLFILE HWLOC_FORCE_XMLFILE
 export VLLM_FL_PLATFORM=cpu
 passed=0; failed=0; bad_programs=""
 for t in "$@"; do

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/env.h"
 #include <fldispatch/fldispatch.h>
 
 /* Sanitizer allocators copy on every realloc(), which makes the YAML reader's
@@ -39,23 +40,13 @@
 /* Generous for a loaded CI machine: each load takes a few tens of milliseconds. */
 #define MAX_SECONDS 2.0
 
-static const char *const policy_vars[] = {
-    "VLLM_FL_PREFER_ENABLED", "VLLM_FL_PREFER",           "VLLM_FL_STRICT",
-    "VLLM_FL_PER_OP",         "VLLM_FL_ALLOW_VENDORS",    "VLLM_FL_DENY_VENDORS",
-    "USE_FLAGGEMS",           "VLLM_FL_FLAGOS_WHITELIST", "VLLM_FL_FLAGOS_BLACKLIST",
-    "VLLM_FL_OOT_ENABLED",    "VLLM_FL_OOT_WHITELIST",    "VLLM_FL_OOT_BLACKLIST",
-    "VLLM_FL_CONFIG",         "VLLM_FL_OP_CONFIG",        "VLLM_FL_PLATFORM",
-    "VLLM_FL_PLUGIN_MODULES", "VLLM_FL_LOG_LEVEL",        "VLLM_FL_DISPATCH_DEBUG",
-    "VLLM_FL_CUSTOM_OPS",     "VLLM_FL_MANIFEST",
-};
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 static char tmp_dir[64], plugin_dir[128], file_path[160];
 
 static void setup(void)
 {
-    for (size_t i = 0; i < N_OF(policy_vars); i++)
-        unsetenv(policy_vars[i]);
+    tt_clear_fld_environment();
     strcpy(tmp_dir, "/tmp/fld-test-scale-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
     snprintf(plugin_dir, sizeof plugin_dir, "%s/plugins", tmp_dir);

@@ -16,31 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/env.h"
 #include <fldispatch/plugin.h>
-
-static const char *const cleared_vars[] = {
-    "VLLM_FL_PREFER_ENABLED",
-    "VLLM_FL_PREFER",
-    "VLLM_FL_STRICT",
-    "VLLM_FL_PER_OP",
-    "VLLM_FL_ALLOW_VENDORS",
-    "VLLM_FL_DENY_VENDORS",
-    "USE_FLAGGEMS",
-    "VLLM_FL_FLAGOS_WHITELIST",
-    "VLLM_FL_FLAGOS_BLACKLIST",
-    "VLLM_FL_OOT_ENABLED",
-    "VLLM_FL_OOT_WHITELIST",
-    "VLLM_FL_OOT_BLACKLIST",
-    "VLLM_FL_CONFIG",
-    "VLLM_FL_OP_CONFIG",
-    "VLLM_FL_PLATFORM",
-    "VLLM_FL_PLUGIN_MODULES",
-    "VLLM_FL_CUSTOM_OPS",
-    "VLLM_FL_MANIFEST",
-    "VLLM_FL_DISPATCH_DEBUG",
-    "HWLOC_XMLFILE",
-    "HWLOC_FORCE_XMLFILE",
-};
 
 #define NO_ACCELERATOR "no accelerator found (PCI, plugins)"
 
@@ -48,8 +25,7 @@ static char plugin_dir[64];
 
 static void setup(void)
 {
-    for (size_t i = 0; i < sizeof cleared_vars / sizeof cleared_vars[0]; i++)
-        unsetenv(cleared_vars[i]);
+    tt_clear_fld_environment();
     strcpy(plugin_dir, "/tmp/fld-test-platform-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(plugin_dir));
     setenv("VLLM_FL_PLUGIN_DIR", plugin_dir, 1);

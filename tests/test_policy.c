@@ -14,18 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/env.h"
 #include <fldispatch/plugin.h>
-
-static const char *const policy_vars[] = {
-    "VLLM_FL_PREFER_ENABLED", "VLLM_FL_PREFER",           "VLLM_FL_STRICT",
-    "VLLM_FL_PER_OP",         "VLLM_FL_ALLOW_VENDORS",    "VLLM_FL_DENY_VENDORS",
-    "USE_FLAGGEMS",           "VLLM_FL_FLAGOS_WHITELIST", "VLLM_FL_FLAGOS_BLACKLIST",
-    "VLLM_FL_OOT_ENABLED",    "VLLM_FL_OOT_WHITELIST",    "VLLM_FL_OOT_BLACKLIST",
-    "VLLM_FL_CONFIG",         "VLLM_FL_OP_CONFIG",        "VLLM_FL_PLATFORM",
-    "VLLM_FL_PLUGIN_MODULES", "VLLM_FL_LOG_LEVEL",        "VLLM_FL_DISPATCH_DEBUG",
-    "VLLM_FL_CUSTOM_OPS",     "VLLM_FL_MANIFEST",
-};
-#define N_POLICY_VARS (sizeof policy_vars / sizeof policy_vars[0])
 
 #define DEFAULT_DESCRIPTION "prefer=flagos;strict=0"
 
@@ -33,8 +23,7 @@ static char plugin_dir[64];
 
 static void setup(void)
 {
-    for (size_t i = 0; i < N_POLICY_VARS; i++)
-        unsetenv(policy_vars[i]);
+    tt_clear_fld_environment();
     strcpy(plugin_dir, "/tmp/fld-test-policy-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(plugin_dir));
     setenv("VLLM_FL_PLUGIN_DIR", plugin_dir, 1);

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/env.h"
 #include <fldispatch/plugin.h>
 
 /* ------------------------------------------------------------------------ */
@@ -1595,15 +1596,6 @@ END_TEST
 
 /* ------------------------------------------------------------------------ */
 
-static const char *const policy_vars[] = {
-    "VLLM_FL_PREFER_ENABLED",   "VLLM_FL_CONFIG",      "VLLM_FL_PREFER",
-    "VLLM_FL_STRICT",           "VLLM_FL_PER_OP",      "VLLM_FL_ALLOW_VENDORS",
-    "VLLM_FL_DENY_VENDORS",     "USE_FLAGGEMS",        "VLLM_FL_FLAGOS_WHITELIST",
-    "VLLM_FL_FLAGOS_BLACKLIST", "VLLM_FL_OOT_ENABLED", "VLLM_FL_OOT_WHITELIST",
-    "VLLM_FL_OOT_BLACKLIST",    "VLLM_FL_LOG_LEVEL",   "VLLM_FL_DISPATCH_DEBUG",
-    "VLLM_FL_PLUGIN_MODULES",   "VLLM_FL_OP_CONFIG",
-};
-
 static Suite *selection_suite(void)
 {
     Suite *s = suite_create("selection");
@@ -1707,8 +1699,7 @@ int main(void)
         perror("mkdtemp");
         return 2;
     }
-    for (size_t i = 0; i < sizeof policy_vars / sizeof policy_vars[0]; i++)
-        unsetenv(policy_vars[i]);
+    tt_clear_fld_environment();
     setenv("VLLM_FL_PLUGIN_DIR", dir, 1);
     setenv("VLLM_FL_PLATFORM", "cpu", 1);
 
