@@ -116,7 +116,9 @@ $(LIB_A): $(CORE_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && $(AR) rcs $@ $(CORE_OBJ)
 
-# Plugins: one shared object per plugins/<name>/ directory.
+# Plugins: one shared object per plugins/<name>/ directory. A plugin may add
+# plugins/<name>/plugin.mk setting PLUGIN_CFLAGS_<name> and PLUGIN_LIBS_<name>.
+-include $(wildcard plugins/*/plugin.mk)
 define plugin_rules
 $(PLUGOUT)/fld-$(1).so: $(patsubst %.c,$(OBJ)/%.o,$(wildcard plugins/$(1)/*.c)) $(LIB_SO)
 	@mkdir -p $$(@D)

@@ -362,6 +362,7 @@ void fld_shutdown(void)
     struct fld_policy *p = atomic_exchange(&global_policy, NULL);
     if (p)
         fld__policy_free(p);
+    fld__platform_shutdown();
     free_retired();
     fld__log_reset_override();
     fld__log_shutdown();

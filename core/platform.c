@@ -403,6 +403,11 @@ void fld__platform_set_current(const struct fld_platform *p)
     atomic_store_explicit(&current, copy, memory_order_release);
 }
 
+void fld__platform_shutdown(void)
+{
+    atomic_store_explicit(&current, NULL, memory_order_release);
+}
+
 int fld_platform(fld_platform_info *out)
 {
     if (!out)

@@ -33,5 +33,7 @@ const char *fld__platform_config_path(void);
 
 /* Records the platform in force (for fld_platform()). Host lock held. */
 void fld__platform_set_current(const struct fld_platform *p);
+/* Forgets the current platform (fld_shutdown: its copy is freed with the retire list). */
+void fld__platform_shutdown(void);
 
 #endif

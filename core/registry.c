@@ -92,6 +92,8 @@ void fld__registry_discard(struct fld_registry *reg)
     free(reg->staged);
     reg->staged = NULL;
     reg->n = reg->cap = 0;
+    free(reg->detail);
+    reg->detail = NULL;
 }
 
 static int record_error(struct fld_registry *reg, int status, const char *fmt, ...)
@@ -162,6 +164,25 @@ static int validate_record(struct fld_registry *reg, const fld_impl *impl)
             reg, FLD_EINVAL,
             "duplicate impl_id '%s' for op '%s' (already registered by plugin '%s')", id, impl->op,
             existing->plugin ? existing->plugin->name : "?");
+    return FLD_OK;
+}
+
+int fld_registry_set_detail(fld_registry *reg, const char *fmt, ...)
+{
+    if (!reg || !fmt)
+        return fld__fail(FLD_EINVAL, "fld_registry_set_detail: %s is NULL", reg ? "fmt" : "reg");
+    va_list ap;
+    va_start(ap, fmt);
+    char *text = NULL;
+    int n = vasprintf(&text, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return fld__fail(FLD_ENOMEM, "fld_registry_set_detail: out of memory");
+    for (char *c = text; *c; c++)
+        if (*c == '\n' || *c == '\r' || *c == '\t')
+            *c = ' ';
+    free(reg->detail);
+    reg->detail = text;
     return FLD_OK;
 }
 
@@ -241,8 +262,16 @@ int fld__registry_commit(struct fld_registry *reg)
         r->staged_op = NULL;
         insert_sorted(r->op, r);
     }
-    if (reg->plugin)
+    if (reg->plugin) {
         reg->plugin->n_impls += reg->n;
+        if (reg->detail) {
+            free(reg->plugin->detail);
+            reg->plugin->detail = reg->detail;
+            reg->detail = NULL;
+        }
+    }
+    free(reg->detail);
+    reg->detail = NULL;
     free(reg->staged);
     reg->staged = NULL;
     reg->n = reg->cap = 0;
@@ -293,11 +322,13 @@ struct fld_plugin_rec *fld__plugin_new(const char *name, const char *path)
     p->path = strdup(path ? path : "");
     p->version = strdup("");
     p->reason = strdup("");
-    if (!p->name || !p->path || !p->version || !p->reason) {
+    p->detail = strdup("");
+    if (!p->name || !p->path || !p->version || !p->reason || !p->detail) {
         free(p->name);
         free(p->path);
         free(p->version);
         free(p->reason);
+        free(p->detail);
         free(p);
         return NULL;
     }
@@ -343,6 +374,7 @@ void fld__registry_shutdown(void)
         free(p->path);
         free(p->version);
         free(p->reason);
+        free(p->detail);
         free(p);
     }
     plugins_tail = NULL;
@@ -393,6 +425,7 @@ int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user), void 
             .status = p->status,
             .reason = p->reason,
             .n_impls = p->n_impls,
+            .detail = p->detail,
         };
         if (p->status == FLD_PLUGIN_LOADED && p->n_impls) {
             struct plugin_avail pa = {.plugin = p};

@@ -20,6 +20,7 @@ struct fld_plugin_rec {
     bool in_tree;
     fld_plugin_status status;
     char *reason;
+    char *detail; /* the plugin's own status line, "" when none */
     size_t n_impls;
     void *dl_handle; /* NULL unless dlopen()ed */
     dev_t st_dev;    /* identity of the file, to load each file once */
@@ -50,6 +51,7 @@ struct fld_registry {
     struct fld_impl_rec **staged;
     size_t n, cap;
     int first_error; /* FLD_OK or the first failing registration's status */
+    char *detail;    /* staged fld_registry_set_detail() text, or NULL */
     char error[512];
 };
 

@@ -10,11 +10,12 @@ passed=0; failed=0; bad_programs=""
 for t in "$@"; do
     out=$("$t" 2>&1); rc=$?
     printf '%s\n' "$out" | sed "s|^|$(basename "$t"): |"
-    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+%: Checks: ' | tail -n 1)
-    if [ -n "$line" ]; then
-        n=$(echo "$line" | sed -E 's/.*Checks: ([0-9]+).*/\1/')
-        f=$(echo "$line" | sed -E 's/.*Failures: ([0-9]+).*/\1/')
-        e=$(echo "$line" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
+    # A program may run several suites: add up every summary line it prints.
+    lines=$(printf '%s\n' "$out" | grep -E '^[0-9]+%: Checks: ')
+    if [ -n "$lines" ]; then
+        n=$(printf '%s\n' "$lines" | awk '{ sub(/.*Checks: /, ""); s += $0 + 0 } END { print s }')
+        f=$(printf '%s\n' "$lines" | awk '{ sub(/.*Failures: /, ""); s += $0 + 0 } END { print s }')
+        e=$(printf '%s\n' "$lines" | awk '{ sub(/.*Errors: /, ""); s += $0 + 0 } END { print s }')
         passed=$((passed + n - f - e)); failed=$((failed + f + e))
     else
         failed=$((failed + 1))

@@ -190,6 +190,7 @@ struct plugin_rec {
     char path[PATH_MAX];
     char version[64];
     char reason[1024];
+    char detail[256];
     unsigned abi_major, abi_minor;
     bool in_tree;
     fld_plugin_status status;
@@ -212,6 +213,8 @@ static int collect_plugin(const fld_plugin_info *info, void *user)
     ck_assert_ptr_nonnull(info->path);
     ck_assert_ptr_nonnull(info->version);
     ck_assert_ptr_nonnull(info->reason);
+    ck_assert_ptr_nonnull(info->detail);
+    snprintf(r->detail, sizeof r->detail, "%s", info->detail);
     snprintf(r->name, sizeof r->name, "%s", info->name);
     snprintf(r->path, sizeof r->path, "%s", info->path);
     snprintf(r->version, sizeof r->version, "%s", info->version);
@@ -524,6 +527,9 @@ START_TEST(test_every_fixture)
     ck_assert_uint_eq(good->abi_major, FLD_PLUGIN_ABI_MAJOR);
     ck_assert_uint_eq(good->abi_minor, FLD_PLUGIN_ABI_MINOR);
     ck_assert_uint_eq(good->n_impls, 2);
+    /* The last fld_registry_set_detail() wins, on one line. */
+    ck_assert_str_eq(good->detail, "mode good; two lines");
+    ck_assert_str_eq(find_by_fixture(s, "register_fails")->detail, "");
     ck_assert_uint_eq(find_by_fixture(s, "unavailable")->n_impls, 2);
 
     /* Nothing of a rejected plugin is registered. */

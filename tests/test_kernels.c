@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fldispatch/plugin.h>
 
@@ -48,6 +50,12 @@ static int collect_impl(const fld_impl_info *info, void *user)
     return 0;
 }
 
+/*
+ * When set (a variant run, see main), only this implementation is tested:
+ * the run exists to exercise one instruction-set variant of vendor.cpu.
+ */
+static const char *only_impl;
+
 /* The available CPU implementations of op; reference.c must be one of them. */
 static void cpu_impls(const char *op, struct impl_list *l)
 {
@@ -58,6 +66,14 @@ static void cpu_impls(const char *op, struct impl_list *l)
     for (int i = 0; i < l->n; i++)
         has_ref |= strcmp(l->ids[i], REF_ID) == 0;
     ck_assert_msg(has_ref, "op %s: %s is not registered for cpu (%d impls)", op, REF_ID, l->n);
+    if (!only_impl)
+        return;
+    int kept = 0;
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->ids[i], only_impl) == 0)
+            memmove(l->ids[kept++], l->ids[i], sizeof l->ids[0]);
+    ck_assert_msg(kept == 1, "op %s: %s is not available", op, only_impl);
+    l->n = kept;
 }
 
 /* Makes impl the only candidate of op on this thread, strictly. */
@@ -357,23 +373,35 @@ START_TEST(test_activation_tails)
         tt_set(x, n + j, as[n - 1 - j]);
     }
     double *xv = values_of(x);
-    pin(act_ops[op], REF_ID, dt);
-    char label[128];
-    snprintf(label, sizeof label, "%s %s %s tails", REF_ID, act_ops[op], dtype_label(dt));
-    ck_assert_msg(call_act(op, &out->t, &x->t) == FLD_OK, "%s: %s", label, fld_last_error());
-    unpin();
-    double *ov = values_of(out);
-    struct cmp c;
-    cmp_default(&c, label, dt);
-    c.ulp = dt.bits == 16;
-    c.rel = dt.bits == 32 ? 1e-5 : 0; /* relative accuracy even where values are tiny */
-    for (int64_t j = 0; j < n; j++) {
-        double want = act_ref(op, xv[j], xv[n + j]);
-        cmp_one(&c, j, ov[j], want, fabs(want));
+    struct impl_list impls;
+    cpu_impls(act_ops[op], &impls);
+    for (int k = 0; k < impls.n; k++) {
+        const char *impl = impls.ids[k];
+        const bool is_ref = strcmp(impl, REF_ID) == 0;
+        pin(act_ops[op], impl, dt);
+        char label[160];
+        snprintf(label, sizeof label, "%s %s %s tails", impl, act_ops[op], dtype_label(dt));
+        int rc = call_act(op, &out->t, &x->t);
+        unpin();
+        if (!is_ref && declined(rc))
+            continue;
+        ck_assert_msg(rc == FLD_OK, "%s: %s", label, fld_last_error());
+        double *ov = values_of(out);
+        struct cmp c;
+        cmp_default(&c, label, dt);
+        /* reference.c is held to more than the tolerances: one ulp, and relative
+         * accuracy even where the values are tiny. Vectorised approximations get
+         * vLLM's tolerances. */
+        c.ulp = is_ref && dt.bits == 16;
+        c.rel = is_ref && dt.bits == 32 ? 1e-5 : 0;
+        for (int64_t j = 0; j < n; j++) {
+            double want = act_ref(op, xv[j], xv[n + j]);
+            cmp_one(&c, j, ov[j], want, fabs(want));
+        }
+        cmp_done(&c);
+        free(ov);
     }
-    cmp_done(&c);
     free(xv);
-    free(ov);
     tt_free(x);
     tt_free(out);
 }
@@ -861,28 +889,116 @@ START_TEST(test_attention_backend)
 }
 END_TEST
 
-static Suite *kernels_suite(void)
+/* ------------------------------------------------------------------------ */
+/* Instruction-set variants of vendor.cpu                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The cpu plugin picks its variant at load, capped by VLLM_FL_CPU_ISA. Every
+ * variant this machine can run gets its own run of the kernel tests (against
+ * vendor.cpu only); the first run, with no cap, tests every implementation.
+ */
+static const char *const isa_caps[] = {"avx512_bf16", "avx512", "avx2", "neon", "portable"};
+#define N_CAPS (sizeof isa_caps / sizeof isa_caps[0])
+
+struct detail_probe {
+    char detail[512];
+};
+
+static int find_cpu_detail(const fld_plugin_info *info, void *user)
 {
-    Suite *s = suite_create("kernels");
-    TCase *tc = tcase_create("activation");
+    struct detail_probe *p = user;
+    if (strcmp(info->name, "cpu") != 0 || info->status != FLD_PLUGIN_LOADED)
+        return 0;
+    snprintf(p->detail, sizeof p->detail, "%s", info->detail);
+    return 1;
+}
+
+/* The variant named by the cpu plugin's detail line ("isa <name> ..."), or "". */
+static void active_variant(char *name, size_t size)
+{
+    struct detail_probe p = {{0}};
+    fld_foreach_plugin(find_cpu_detail, &p);
+    const char *v = strncmp(p.detail, "isa ", 4) == 0 ? p.detail + 4 : "";
+    size_t n = strcspn(v, " ;(");
+    snprintf(name, size, "%.*s", (int)(n < size ? n : size - 1), v);
+}
+
+/* In a child process: whether the plugin runs variant cap when capped at it. */
+static bool variant_runs_here(const char *cap, char *chosen, size_t size)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return false;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        setenv("VLLM_FL_CPU_ISA", cap, 1);
+        char name[64] = "";
+        if (fld_init() == FLD_OK)
+            active_variant(name, sizeof name);
+        ssize_t w = write(fds[1], name, strlen(name) + 1);
+        _exit(w > 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    ssize_t r = pid > 0 ? read(fds[0], chosen, size - 1) : -1;
+    close(fds[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    chosen[r > 0 ? r : 0] = '\0';
+    return strcmp(chosen, cap) == 0;
+}
+
+static const char *current_cap;
+
+/* Checked fixture (runs in each test's child): cap the variant, check it is the one in force. */
+static void setup_variant(void)
+{
+    setenv("VLLM_FL_CPU_ISA", current_cap, 1);
+    only_impl = "vendor.cpu";
+    ck_assert_msg(fld_init() == FLD_OK, "fld_init: %s", fld_last_error());
+    char name[64];
+    active_variant(name, sizeof name);
+    ck_assert_msg(strcmp(name, current_cap) == 0, "VLLM_FL_CPU_ISA=%s but the plugin runs '%s'",
+                  current_cap, name);
+}
+
+static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run)
+{
+    char name[64];
+    snprintf(name, sizeof name, "activation%s", suffix);
+    TCase *tc = tcase_create(strdup(name));
     tcase_set_timeout(tc, 120);
+    if (variant_run)
+        tcase_add_checked_fixture(tc, setup_variant, NULL);
     tcase_add_loop_test(tc, test_activation, 0, 12);
     tcase_add_loop_test(tc, test_activation_tails, 0, 12);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("rms_norm");
+    snprintf(name, sizeof name, "rms_norm%s", suffix);
+    tc = tcase_create(strdup(name));
     tcase_set_timeout(tc, 120);
+    if (variant_run)
+        tcase_add_checked_fixture(tc, setup_variant, NULL);
     tcase_add_loop_test(tc, test_rms_norm_shapes, 0, 6);
     tcase_add_loop_test(tc, test_rms_norm_variants, 0, 6);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("rotary");
+    snprintf(name, sizeof name, "rotary%s", suffix);
+    tc = tcase_create(strdup(name));
     tcase_set_timeout(tc, 120);
+    if (variant_run)
+        tcase_add_checked_fixture(tc, setup_variant, NULL);
     tcase_add_loop_test(tc, test_rotary, 0, 4);
     tcase_add_test(tc, test_rotary_empty);
     suite_add_tcase(s, tc);
+}
 
-    tc = tcase_create("attention_backend");
+static Suite *kernels_suite(void)
+{
+    Suite *s = suite_create("kernels");
+    add_kernel_cases(s, "", false);
+    TCase *tc = tcase_create("attention_backend");
     tcase_add_test(tc, test_attention_backend);
     suite_add_tcase(s, tc);
     return s;
@@ -893,6 +1009,24 @@ int main(void)
     SRunner *sr = srunner_create(kernels_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
+    for (size_t i = 0; i < N_CAPS; i++) {
+        char chosen[64];
+        if (!variant_runs_here(isa_caps[i], chosen, sizeof chosen)) {
+            printf("variant %s: not run here (capped at it, the cpu plugin runs '%s')\n",
+                   isa_caps[i], chosen);
+            continue;
+        }
+        printf("variant %s:\n", isa_caps[i]);
+        current_cap = isa_caps[i];
+        Suite *vs = suite_create(isa_caps[i]);
+        char suffix[64];
+        snprintf(suffix, sizeof suffix, "/%s", isa_caps[i]);
+        add_kernel_cases(vs, suffix, true);
+        srunner_free(sr);
+        sr = srunner_create(vs);
+        srunner_run_all(sr, CK_NORMAL);
+        failed += srunner_ntests_failed(sr);
+    }
     srunner_free(sr);
     return failed ? 1 : 0;
 }

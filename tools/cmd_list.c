@@ -30,6 +30,8 @@ static int print_plugin_text(const fld_plugin_info *p, void *user)
            p->path);
     if (p->reason && *p->reason)
         printf("  %-12s reason: %s\n", "", p->reason);
+    if (p->detail && *p->detail)
+        printf("  %-12s detail: %s\n", "", p->detail);
     return 0;
 }
 
@@ -113,6 +115,8 @@ static int print_plugin_json(const fld_plugin_info *p, void *user)
     json_string(w, p->reason ? p->reason : "");
     json_key(w, "n_impls");
     json_int(w, (long long)p->n_impls);
+    json_key(w, "detail");
+    json_string(w, p->detail ? p->detail : "");
     json_end_object(w);
     return 0;
 }

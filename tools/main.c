@@ -21,6 +21,9 @@ static const char usage_text[] =
     "  resolve  OP [--device D] [--dtype T] [--json]\n"
     "                                       which implementation runs OP, the candidates\n"
     "                                       in order and why the others were dropped\n"
+    "  bench    [OP...] [--device D] [--dtype T] [--threads N,..] [--json]\n"
+    "                                       time per implementation, GB/s and the share of\n"
+    "                                       the STREAM bandwidth measured in the same run\n"
     "  bench    --overhead [--reps N] [--calls N] [--json]\n"
     "                                       dispatch overhead per call, one and two threads\n"
     "  config   [--json]                    the effective policy, the source of each field,\n"
@@ -28,7 +31,9 @@ static const char usage_text[] =
     "  freeze   [--output FILE] [--device D]...\n"
     "                                       write the resolved (op, device, dtype) -> impl\n"
     "                                       table as a manifest for VLLM_FL_MANIFEST\n"
-    "  verify   (coming)                    every implementation against the reference\n"
+    "  verify   [OP...] [--device D] [--dtype T] [--quick] [--json]\n"
+    "                                       every implementation against the reference\n"
+    "                                       on generated inputs, within tolerances\n"
     "  doctor   (coming)                    load each plugin in a child process\n"
     "\n"
     "Options:\n"
@@ -159,7 +164,7 @@ static int print_version(void)
 }
 
 /* Commands of the contract this version does not have yet. */
-static const char *const coming_commands[] = {"verify", "doctor"};
+static const char *const coming_commands[] = {"doctor"};
 
 int main(int argc, char **argv)
 {
@@ -168,7 +173,7 @@ int main(int argc, char **argv)
         int (*run)(int argc, char **argv);
     } commands[] = {
         {"list", cmd_list},     {"resolve", cmd_resolve}, {"bench", cmd_bench},
-        {"config", cmd_config}, {"freeze", cmd_freeze},
+        {"config", cmd_config}, {"freeze", cmd_freeze},   {"verify", cmd_verify},
     };
 
     if (argc < 2) {

@@ -459,6 +459,7 @@ typedef struct fld_plugin_info {
     fld_plugin_status status;
     const char *reason; /* why rejected, skipped or unavailable; "" when loaded */
     size_t n_impls;     /* implementations it registered */
+    const char *detail; /* the plugin's own status line (fld_registry_set_detail), or "" */
 } fld_plugin_info;
 
 /*

@@ -123,6 +123,16 @@ typedef struct fld_impl {
  */
 FLD_API int fld_registry_register(fld_registry *reg, const fld_impl *impl);
 
+/*
+ * Sets one line the host shows for the plugin (fldispatch list, the detail
+ * of fld_plugin_info), e.g. the instruction set or device it chose. Only
+ * inside register_builtins; the text is copied, newlines become spaces, and
+ * it is kept only if the plugin loads. A second call replaces the first.
+ * FLD_EINVAL for a NULL reg or fmt, FLD_ENOMEM.
+ */
+FLD_API int fld_registry_set_detail(fld_registry *reg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                           */
 /* ------------------------------------------------------------------------ */

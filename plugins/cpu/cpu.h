@@ -1,17 +1,21 @@
 /*
  * Internals of the cpu plugin (vendor.cpu).
  *
- * Every op is built in two layers so each can be replaced on its own:
- *   - an op entry point (the fld_kernel_fn registered with the host) turns the
- *     validated arguments into rows (fld_tensor_rows) or tokens
- *     (fld_rotary_geometry_of) and walks them; a threaded walk replaces this
- *     loop only;
- *   - a per-row (per-token for rotary) kernel does the arithmetic on one row
- *     in float32; a SIMD kernel replaces this function only.
- * 16-bit rows are converted to float32 in chunks of FLD_CPU_CHUNK elements
- * on the stack, computed, and rounded once on the way back (half.h).
+ * Three layers, each replaceable on its own:
+ *   - op entry points (activation.c, norm.c, rotary.c) turn the validated
+ *     arguments into a job (rows or tokens plus everything a kernel needs)
+ *     and hand it to the thread pool (pool.c), which splits [0, n) into
+ *     contiguous ranges, one per thread, or runs it inline when it is small;
+ *   - a variant (struct fld_cpu_variant) is one instruction set's kernels
+ *     for a range of rows or tokens; isa.c picks one at load from what the
+ *     CPU and the OS support, capped by VLLM_FL_CPU_ISA;
+ *   - each variant is one translation unit isa_<name>.c that includes the
+ *     vector layer of its instruction set (simd_<name>.h) and the shared
+ *     kernel bodies (body_*.h, written once against that layer).
  *
- * Nothing here keeps state between calls: every kernel is MT safe.
+ * Arithmetic is float32; 16-bit storage is widened on load and rounded once
+ * (round to nearest even) on store. Nothing keeps state between calls
+ * except the pool, which is MT safe: every kernel is MT safe.
  */
 #ifndef FLD_PLUGIN_CPU_H
 #define FLD_PLUGIN_CPU_H
@@ -19,12 +23,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include <fldispatch/plugin.h>
-
-/* Elements per float32 scratch chunk; 1 KiB per buffer keeps stack use small. */
-#define FLD_CPU_CHUNK 256
 
 /* Storage dtypes, numbered as fld_dtype_index() numbers them. */
 enum fld_cpu_dtype { FLD_CPU_F32 = 0, FLD_CPU_F16 = 1, FLD_CPU_BF16 = 2 };
@@ -40,77 +40,109 @@ static inline void *fld__cpu_at(const void *base, int64_t idx, int dt)
     return (char *)(uintptr_t)base + (size_t)idx * fld__cpu_elem_size(dt);
 }
 
-/* Widens n elements of dtype dt to float32. */
-static inline void fld__cpu_load(float *dst, const void *src, int64_t n, int dt)
-{
-    if (dt == FLD_CPU_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-    } else if (dt == FLD_CPU_F16) {
-        const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = fld_f16_to_f32(s[i]);
-    } else {
-        const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = fld_bf16_to_f32(s[i]);
-    }
-}
-
-/* Rounds n float32 values once to dtype dt. */
-static inline void fld__cpu_store(void *dst, const float *src, int64_t n, int dt)
-{
-    if (dt == FLD_CPU_F32) {
-        memmove(dst, src, (size_t)n * sizeof(float));
-    } else if (dt == FLD_CPU_F16) {
-        uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++)
-            d[i] = fld_f32_to_f16(src[i]);
-    } else {
-        uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++)
-            d[i] = fld_f32_to_bf16(src[i]);
-    }
-}
-
-/* The storage dtype of a validated tensor, or -1 (then the op fails). */
+/* The storage dtype of a validated tensor, or -1 after fld_set_error(). */
 int fld__cpu_dtype_of(const DLTensor *t, const char *op, const char *tensor);
 
-/* ---- activations (activation.c) ---------------------------------------- */
+/* ---- jobs: one op call, as the kernels see it --------------------------- */
 
 enum fld_cpu_act {
-    FLD_CPU_ACT_SILU_AND_MUL,
-    FLD_CPU_ACT_MUL_AND_SILU,
-    FLD_CPU_ACT_GELU_AND_MUL,
-    FLD_CPU_ACT_GELU_TANH_AND_MUL
+    FLD_CPU_ACT_SILU_AND_MUL,     /* out = silu(a) * b */
+    FLD_CPU_ACT_MUL_AND_SILU,     /* out = a * silu(b) */
+    FLD_CPU_ACT_GELU_AND_MUL,     /* out = gelu_erf(a) * b */
+    FLD_CPU_ACT_GELU_TANH_AND_MUL /* out = gelu_tanh(a) * b */
 };
 
-/* One row: out[j] = act(x[j]) * x[d + j] (mul_and_silu: x[j] * silu(x[d + j])). */
-void fld__cpu_act_row(enum fld_cpu_act act, void *out, const void *x, int64_t d, int dt);
+/*
+ * Gated activation over rows: a = x[r][0, d), b = x[r][d, 2d),
+ * out[r][j] = f(a[j], b[j]). Strides in elements between row starts.
+ */
+struct fld_cpu_act_job {
+    enum fld_cpu_act act;
+    int dt;
+    void *out;
+    int64_t out_stride;
+    const void *x;
+    int64_t x_stride;
+    int64_t d;
+    bool stream; /* outputs may use non-temporal stores (output larger than the LLC) */
+};
+
+/*
+ * rms_norm / gemma_rms_norm over rows of width h. With residual (non-NULL)
+ * a row first becomes residual = round(x + residual) and the rounded values
+ * are normalised. weight NULL: no scale; gemma scales by (1 + w). out may
+ * equal x. out = round(v * inv_rms * scale), one rounding.
+ */
+struct fld_cpu_norm_job {
+    int dt;
+    void *out;
+    int64_t out_stride;
+    const void *x;
+    int64_t x_stride;
+    void *residual;
+    int64_t residual_stride;
+    const void *weight; /* contiguous [h], dtype dt, or NULL */
+    int64_t h;
+    float eps;
+    bool gemma;
+    bool stream;
+};
+
+/* rotary_embedding over tokens, in place on query and key heads. */
+struct fld_cpu_rotary_job {
+    fld_rotary_geometry g;
+    bool is_neox;
+    int dt;       /* query and key */
+    int cache_dt; /* cos_sin_cache, may differ from dt */
+};
+
+/* ---- variants: one instruction set's kernels (isa_*.c) ------------------ */
+
+struct fld_cpu_variant {
+    const char *name; /* "avx512_bf16", "avx512", "avx2", "neon", "portable" */
+    void (*act)(const struct fld_cpu_act_job *job, int64_t row_begin, int64_t row_end);
+    void (*norm)(const struct fld_cpu_norm_job *job, int64_t row_begin, int64_t row_end);
+    void (*rotary)(const struct fld_cpu_rotary_job *job, int64_t token_begin, int64_t token_end);
+};
+
+/* Every variant this build has; defined by its isa_<name>.c (absent ones
+ * are not compiled for this architecture and must not be referenced). */
+extern const struct fld_cpu_variant fld__cpu_variant_portable;
+#if defined(__x86_64__)
+extern const struct fld_cpu_variant fld__cpu_variant_avx2;
+extern const struct fld_cpu_variant fld__cpu_variant_avx512;
+extern const struct fld_cpu_variant fld__cpu_variant_avx512_bf16;
+#endif
+#if defined(__aarch64__)
+extern const struct fld_cpu_variant fld__cpu_variant_neon;
+#endif
+
+/* The variant chosen at load (isa.c); never NULL after register_builtins. */
+extern const struct fld_cpu_variant *fld__cpu_active;
+
+/* ---- threads (pool.c) ---------------------------------------------------- */
+
+typedef void (*fld_cpu_range_fn)(const void *job, int64_t begin, int64_t end);
+
+/*
+ * Runs fn(job, begin, end) over [0, n) in contiguous ranges, one per
+ * thread, and returns when all are done. bytes is the memory the call
+ * touches: below the parallel threshold, or when the pool is busy with
+ * another caller, it runs inline on the calling thread.
+ */
+void fld__cpu_parallel(fld_cpu_range_fn fn, const void *job, int64_t n, size_t bytes);
+
+/* Outputs of at least this many bytes are written with non-temporal stores. */
+size_t fld__cpu_stream_threshold(void);
+
+/* ---- op entry points (the fld_kernel_fn registered with the host) -------- */
 
 int fld__cpu_silu_and_mul(const void *args);
 int fld__cpu_mul_and_silu(const void *args);
 int fld__cpu_gelu_and_mul(const void *args);
 int fld__cpu_gelu_tanh_and_mul(const void *args);
-
-/* ---- rms_norm, gemma_rms_norm (norm.c) --------------------------------- */
-
-/*
- * One row of width h. With residual (non-NULL) the row first becomes
- * residual = round(x + residual) and the rounded values are normalised.
- * weight NULL means no scale; gemma scales by (1 + w). out may equal x.
- */
-void fld__cpu_rms_norm_row(void *out, const void *x, void *residual, const void *weight, int64_t h,
-                           float eps, bool gemma, int dt);
-
 int fld__cpu_rms_norm(const void *args);
 int fld__cpu_gemma_rms_norm(const void *args);
-
-/* ---- rotary_embedding (rotary.c) --------------------------------------- */
-
-/* Rotates every query and key head of token t at position pos. */
-void fld__cpu_rotary_token(const fld_rotary_geometry *g, int64_t t, int64_t pos, bool is_neox,
-                           int dt, int cache_dt);
-
 int fld__cpu_rotary_embedding(const void *args);
 
 #endif

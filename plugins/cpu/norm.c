@@ -1,83 +1,14 @@
 /*
- * rms_norm and gemma_rms_norm of the cpu plugin.
- *
- * Two passes over a row: the sum of squares, then the scaled output. With a
- * residual, the first pass also writes residual = round(x + residual) and
- * squares the rounded values, so the norm is that of the residual the caller
- * gets back (as vLLM's CUDA fused_add_rms_norm does). The second pass reads
- * each chunk before writing it, which lets out alias x.
+ * Entry points of rms_norm and gemma_rms_norm: one job over the rows, split
+ * across threads by the pool and run by the active variant's kernel. Rows
+ * are independent (a residual row is read and written by the thread that
+ * normalises it), so out may alias x whatever the split.
  */
-#include <math.h>
-
 #include "cpu.h"
 
-/* Independent partial sums: lets the compiler vectorise without -ffast-math. */
-#define SUM_LANES 8
-
-static void sum_squares(float acc[SUM_LANES], const float *v, int64_t n)
+static void norm_range(const void *job, int64_t begin, int64_t end)
 {
-    int64_t i = 0;
-    for (; i + SUM_LANES <= n; i += SUM_LANES)
-        for (int l = 0; l < SUM_LANES; l++)
-            acc[l] += v[i + l] * v[i + l];
-    for (; i < n; i++)
-        acc[0] += v[i] * v[i];
-}
-
-static float lanes_total(const float acc[SUM_LANES])
-{
-    float s = 0.0f;
-    for (int l = 0; l < SUM_LANES; l++)
-        s += acc[l];
-    return s;
-}
-
-/* o = v * inv * scale, scale = w, (1 + w), or 1 without weight. o may be v. */
-static void scale_f32(float *o, const float *v, const float *w, float inv, bool gemma, int64_t n)
-{
-    if (!w) {
-        for (int64_t i = 0; i < n; i++)
-            o[i] = v[i] * inv;
-    } else if (gemma) {
-        for (int64_t i = 0; i < n; i++)
-            o[i] = v[i] * inv * (1.0f + w[i]);
-    } else {
-        for (int64_t i = 0; i < n; i++)
-            o[i] = v[i] * inv * w[i];
-    }
-}
-
-void fld__cpu_rms_norm_row(void *out, const void *x, void *residual, const void *weight, int64_t h,
-                           float eps, bool gemma, int dt)
-{
-    float v[FLD_CPU_CHUNK], w[FLD_CPU_CHUNK];
-    float acc[SUM_LANES] = {0};
-
-    for (int64_t j = 0; j < h; j += FLD_CPU_CHUNK) {
-        int64_t n = h - j < FLD_CPU_CHUNK ? h - j : FLD_CPU_CHUNK;
-        fld__cpu_load(v, fld__cpu_at(x, j, dt), n, dt);
-        if (residual) {
-            void *res = fld__cpu_at(residual, j, dt);
-            fld__cpu_load(w, res, n, dt);
-            for (int64_t i = 0; i < n; i++)
-                v[i] += w[i];
-            fld__cpu_store(res, v, n, dt);
-            /* Normalise what the caller will see in residual, not the exact sum. */
-            fld__cpu_load(v, res, n, dt);
-        }
-        sum_squares(acc, v, n);
-    }
-    float inv = 1.0f / sqrtf(lanes_total(acc) / (float)h + eps);
-
-    const void *src = residual ? residual : x;
-    for (int64_t j = 0; j < h; j += FLD_CPU_CHUNK) {
-        int64_t n = h - j < FLD_CPU_CHUNK ? h - j : FLD_CPU_CHUNK;
-        fld__cpu_load(v, fld__cpu_at(src, j, dt), n, dt);
-        if (weight)
-            fld__cpu_load(w, fld__cpu_at(weight, j, dt), n, dt);
-        scale_f32(v, v, weight ? w : NULL, inv, gemma, n);
-        fld__cpu_store(fld__cpu_at(out, j, dt), v, n, dt);
-    }
+    fld__cpu_active->norm(job, begin, end);
 }
 
 static int run_rms_norm(const void *args, bool gemma, const char *op)
@@ -94,15 +25,28 @@ static int run_rms_norm(const void *args, bool gemma, const char *op)
         fld_tensor_rows(a->residual, &res);
     if (a->weight)
         fld_tensor_rows(a->weight, &w);
-    if (x.width == 0)
+    if (x.width == 0 || x.rows == 0)
         return FLD_OK;
 
-    for (int64_t r = 0; r < x.rows; r++) {
-        void *res_row = a->residual ? fld__cpu_at(res.data, r * res.stride, dt) : NULL;
-        fld__cpu_rms_norm_row(fld__cpu_at(out.data, r * out.stride, dt),
-                              fld__cpu_at(x.data, r * x.stride, dt), res_row,
-                              a->weight ? w.data : NULL, x.width, a->eps, gemma, dt);
-    }
+    const size_t row_bytes = (size_t)x.width * fld__cpu_elem_size(dt);
+    const size_t out_bytes = (size_t)x.rows * row_bytes;
+    const struct fld_cpu_norm_job job = {
+        .dt = dt,
+        .out = out.data,
+        .out_stride = out.stride,
+        .x = x.data,
+        .x_stride = x.stride,
+        .residual = a->residual ? res.data : NULL,
+        .residual_stride = a->residual ? res.stride : 0,
+        .weight = a->weight ? w.data : NULL,
+        .h = x.width,
+        .eps = a->eps,
+        .gemma = gemma,
+        .stream = out_bytes >= fld__cpu_stream_threshold(),
+    };
+    /* x read and out written; a residual is read and written too; the weight once. */
+    size_t bytes = out_bytes * (a->residual ? 4u : 2u) + (a->weight ? row_bytes : 0u);
+    fld__cpu_parallel(norm_range, &job, x.rows, bytes);
     return FLD_OK;
 }
 

@@ -80,6 +80,12 @@ static int register_builtins(fld_registry *reg)
         .fn = good_echo,
     };
     int rc = fld_registry_register(reg, &silu);
+    if (rc == FLD_OK)
+        rc = fld_registry_set_detail(reg, "first detail, replaced");
+    if (rc == FLD_OK)
+        rc = fld_registry_set_detail(reg, "mode %s;\ttwo\nlines", "good");
+    if (rc == FLD_OK && fld_registry_set_detail(reg, NULL) != FLD_EINVAL)
+        rc = FLD_EPLUGIN;
     if (rc != FLD_OK)
         return rc;
     return fld_registry_register(reg, &echo);

@@ -32,6 +32,8 @@ static int register_builtins(fld_registry *reg)
     impl.op = FLD_OP_RMS_NORM;
     if (fld_registry_register(reg, &impl) != FLD_OK)
         return FLD_EPLUGIN;
+    if (fld_registry_set_detail(reg, "never shown") != FLD_OK)
+        return FLD_EPLUGIN;
     fld_set_error("register_fails fixture: giving up after two registrations");
     return FLD_EINVAL;
 }

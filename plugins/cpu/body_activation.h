@@ -1,0 +1,163 @@
+/*
+ * Gated activations over a range of rows (struct fld_cpu_act_job, cpu.h),
+ * written once against the vector layer and vmath.h; each isa_<name>.c
+ * includes it after its simd_<name>.h and vmath.h.
+ *
+ * out[r][j] = f(a[j], b[j]) with a = x[r][0, d) and b = x[r][d, 2d), float32
+ * arithmetic on the widened inputs and one rounding to the storage type on
+ * store. The operation, the dtype and whether stores are non-temporal are
+ * compile-time constants of each inner loop: act_range() switches once per
+ * call into one of 4 x 3 x 2 loops.
+ *
+ * Reads and writes stay inside each row's [0, 2d) and [0, d) (tails use the
+ * layer's partial loads and stores). out may be x's first half (a); each
+ * vector is loaded before the same elements are stored.
+ */
+#ifndef FLD_PLUGIN_CPU_BODY_ACTIVATION_H
+#define FLD_PLUGIN_CPU_BODY_ACTIVATION_H
+
+#include <stdint.h>
+
+/*
+ * Vectors per iteration, computed as interleaved chains: 4 where there are
+ * 32 vector registers (AVX-512, arm64), 2 where there are 16 (AVX2, SSE),
+ * so the chains' temporaries stay in registers.
+ */
+#ifndef ACT_UNROLL
+#if V_LANES == 16 || defined(__aarch64__)
+#define ACT_UNROLL 4
+#else
+#define ACT_UNROLL 2
+#endif
+#endif
+
+/* r[u] = f(a[u], b[u]) for n vectors at once (see vmath.h: interleaved chains). */
+V_INLINE void act_apply_n(enum fld_cpu_act act, vf *r, const vf *a, const vf *b, int n)
+{
+    switch (act) {
+    case FLD_CPU_ACT_SILU_AND_MUL:
+        vm_silu_n(r, a, n);
+        VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
+        break;
+    case FLD_CPU_ACT_MUL_AND_SILU:
+        vm_silu_n(r, b, n);
+        VM_FOR(u, n) r[u] = v_mul(a[u], r[u]);
+        break;
+    case FLD_CPU_ACT_GELU_AND_MUL:
+        vm_gelu_n(r, a, n);
+        VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
+        break;
+    case FLD_CPU_ACT_GELU_TANH_AND_MUL:
+        vm_gelu_tanh_n(r, a, n);
+        VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
+        break;
+    }
+}
+
+V_INLINE vf act_apply(enum fld_cpu_act act, vf a, vf b)
+{
+    vf r;
+    act_apply_n(act, &r, &a, &b, 1);
+    return r;
+}
+
+V_INLINE void act_put(void *p, vf v, int dt, int stream)
+{
+    if (stream)
+        v_stream(p, v, dt);
+    else
+        v_store(p, v, dt);
+}
+
+/*
+ * One row. With stream, the elements before the first vector-aligned
+ * output address go through a partial store, so every full vector after
+ * them can be a non-temporal store.
+ */
+V_INLINE void act_row(enum fld_cpu_act act, int dt, int stream, void *out, const void *x, int64_t d)
+{
+    const int64_t es = (int64_t)fld__cpu_elem_size(dt);
+    const char *pa = x;
+    const char *pb = pa + d * es;
+    char *po = out;
+    int64_t j = 0;
+
+    if (stream) {
+        int64_t head = (int64_t)((0u - (uintptr_t)po) % (uintptr_t)(V_LANES * es)) / es;
+        if (head > d)
+            head = d;
+        if (head > 0) {
+            vf r = act_apply(act, v_load_n(pa, head, dt), v_load_n(pb, head, dt));
+            v_store_n(po, r, head, dt);
+            j = head;
+        }
+    }
+    for (; j + ACT_UNROLL * V_LANES <= d; j += ACT_UNROLL * V_LANES) {
+        vf a[ACT_UNROLL], b[ACT_UNROLL], r[ACT_UNROLL];
+        VM_FOR(u, ACT_UNROLL) a[u] = v_load(pa + (j + u * V_LANES) * es, dt);
+        VM_FOR(u, ACT_UNROLL) b[u] = v_load(pb + (j + u * V_LANES) * es, dt);
+        act_apply_n(act, r, a, b, ACT_UNROLL);
+        VM_FOR(u, ACT_UNROLL) act_put(po + (j + u * V_LANES) * es, r[u], dt, stream);
+    }
+    for (; j + V_LANES <= d; j += V_LANES) {
+        vf r = act_apply(act, v_load(pa + j * es, dt), v_load(pb + j * es, dt));
+        act_put(po + j * es, r, dt, stream);
+    }
+    if (j < d) {
+        vf r = act_apply(act, v_load_n(pa + j * es, d - j, dt), v_load_n(pb + j * es, d - j, dt));
+        v_store_n(po + j * es, r, d - j, dt);
+    }
+}
+
+V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1,
+                       enum fld_cpu_act act, int dt)
+{
+    const int64_t es = (int64_t)fld__cpu_elem_size(dt);
+    const char *x = job->x;
+    char *out = job->out;
+
+    /* Non-temporal stores need element-aligned rows to reach vector alignment. */
+    if (job->stream && (uintptr_t)out % (uintptr_t)es == 0) {
+        for (int64_t r = r0; r < r1; r++)
+            act_row(act, dt, 1, out + r * job->out_stride * es, x + r * job->x_stride * es, job->d);
+        v_stream_fence();
+    } else {
+        for (int64_t r = r0; r < r1; r++)
+            act_row(act, dt, 0, out + r * job->out_stride * es, x + r * job->x_stride * es, job->d);
+    }
+}
+
+V_INLINE void act_rows_dt(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1, int dt)
+{
+    switch (job->act) {
+    case FLD_CPU_ACT_SILU_AND_MUL:
+        act_rows(job, r0, r1, FLD_CPU_ACT_SILU_AND_MUL, dt);
+        break;
+    case FLD_CPU_ACT_MUL_AND_SILU:
+        act_rows(job, r0, r1, FLD_CPU_ACT_MUL_AND_SILU, dt);
+        break;
+    case FLD_CPU_ACT_GELU_AND_MUL:
+        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_AND_MUL, dt);
+        break;
+    case FLD_CPU_ACT_GELU_TANH_AND_MUL:
+        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_TANH_AND_MUL, dt);
+        break;
+    }
+}
+
+static void act_range(const struct fld_cpu_act_job *job, int64_t row_begin, int64_t row_end)
+{
+    switch (job->dt) {
+    case FLD_CPU_F32:
+        act_rows_dt(job, row_begin, row_end, FLD_CPU_F32);
+        break;
+    case FLD_CPU_F16:
+        act_rows_dt(job, row_begin, row_end, FLD_CPU_F16);
+        break;
+    case FLD_CPU_BF16:
+        act_rows_dt(job, row_begin, row_end, FLD_CPU_BF16);
+        break;
+    }
+}
+
+#endif

@@ -1,0 +1,243 @@
+/*
+ * rotary_embedding kernel body, written once against the vector layer
+ * (simd_<isa>.h, included first) and compiled per instruction set by an
+ * isa_<name>.c. Defines one static function:
+ *
+ *   static void rotary_range(const struct fld_cpu_rotary_job *job, int64_t t0, int64_t t1);
+ *
+ * In place on query and key. Per token, the cache row of its position is
+ * widened to float32 once into aligned stack scratch and reused for every
+ * head of query and key; rot_dim/2 frequencies are taken ROT_CHUNK at a
+ * time so the scratch stays small whatever the rotary width.
+ *   neox (pairs i, i + rot_dim/2): vector loads of both halves,
+ *     x' = x c - y s, y' = y c + x s;
+ *   gptj (pairs 2i, 2i + 1): the scratch holds the expanded rows
+ *     c2 = [c0 c0 c1 c1 ...] and s2 = [-s0 s0 -s1 s1 ...], so that
+ *     p' = p c2 + swap_pairs(p) s2 over contiguous vectors.
+ * Products and sums are separate float32 operations (not fused; the build
+ * is ISO C11, so the compiler does not contract them either), in the
+ * reference's order, so the float32 result is the reference's exactly;
+ * 16-bit heads are converted in registers and rounded once.
+ * Elements past rot_dim in a head are never read or written (only
+ * prefetched: the next token's heads are prefetched while this one
+ * computes).
+ */
+#ifndef FLD_PLUGIN_CPU_BODY_ROTARY_H
+#define FLD_PLUGIN_CPU_BODY_ROTARY_H
+
+#ifndef FLD_PLUGIN_CPU_SIMD_H
+#error "include the vector layer (simd_<isa>.h) before body_rotary.h"
+#endif
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cpu.h"
+
+/* Frequencies per scratch chunk: 2 x 2 KiB of float32 (gptj expands x2). */
+#define ROT_CHUNK 256
+
+/* Widens n elements of a cache row (dtype cdt) into float32 scratch. */
+V_INLINE void rot_widen(float *dst, const void *src, int64_t n, const int cdt)
+{
+    int64_t i = 0;
+    for (; i + V_LANES <= n; i += V_LANES)
+        v_store(dst + i, v_load(fld__cpu_at(src, i, cdt), cdt), FLD_CPU_F32);
+    if (i < n)
+        v_store_n(dst + i, v_load_n(fld__cpu_at(src, i, cdt), n - i, cdt), n - i, FLD_CPU_F32);
+}
+
+/*
+ * Scratch for frequencies [f0, f0 + n) of a cache row: neox c[i], s[i];
+ * gptj the expanded c2[2i] = c2[2i+1] = c_i, s2[2i] = -s_i, s2[2i+1] = s_i
+ * (widened into the upper halves first, then spread downwards in place).
+ */
+V_INLINE void rot_fill_dt(float *c, float *s, const void *row, int64_t f0, int64_t n, int64_t half,
+                          const int cdt, const bool neox)
+{
+    float *cw = neox ? c : c + ROT_CHUNK, *sw = neox ? s : s + ROT_CHUNK;
+    rot_widen(cw, fld__cpu_at(row, f0, cdt), n, cdt);
+    rot_widen(sw, fld__cpu_at(row, half + f0, cdt), n, cdt);
+    if (neox)
+        return;
+    for (int64_t i = 0; i < n; i++) {
+        float ci = cw[i], si = sw[i]; /* cw[i] lies at or above c[2i + 1]: read first */
+        c[2 * i] = ci;
+        c[2 * i + 1] = ci;
+        s[2 * i] = -si;
+        s[2 * i + 1] = si;
+    }
+}
+
+V_INLINE void rot_fill(float *c, float *s, const void *row, int64_t f0, int64_t n, int64_t half,
+                       int cdt, const bool neox)
+{
+    switch (cdt) {
+    case FLD_CPU_F32:
+        rot_fill_dt(c, s, row, f0, n, half, FLD_CPU_F32, neox);
+        break;
+    case FLD_CPU_F16:
+        rot_fill_dt(c, s, row, f0, n, half, FLD_CPU_F16, neox);
+        break;
+    default:
+        rot_fill_dt(c, s, row, f0, n, half, FLD_CPU_BF16, neox);
+        break;
+    }
+}
+
+/* neox, one vector of pairs: x at xp, y at yp, cos/sin from scratch. */
+V_INLINE void rot_neox_vec(void *xp, void *yp, const float *c, const float *s, const int dt)
+{
+    vf x = v_load(xp, dt), y = v_load(yp, dt);
+    vf cv = v_load(c, FLD_CPU_F32), sv = v_load(s, FLD_CPU_F32);
+    v_store(xp, v_sub(v_mul(x, cv), v_mul(y, sv)), dt);
+    v_store(yp, v_add(v_mul(y, cv), v_mul(x, sv)), dt);
+}
+
+/* neox: frequencies [f0, f0 + n) of one head; c, s indexed from f0. */
+V_INLINE void rot_neox_head(void *head, int64_t f0, int64_t n, int64_t half, const float *c,
+                            const float *s, const int dt)
+{
+    void *xh = fld__cpu_at(head, f0, dt), *yh = fld__cpu_at(head, half + f0, dt);
+    int64_t i = 0;
+    for (; i + 2 * V_LANES <= n; i += 2 * V_LANES) {
+        rot_neox_vec(fld__cpu_at(xh, i, dt), fld__cpu_at(yh, i, dt), c + i, s + i, dt);
+        rot_neox_vec(fld__cpu_at(xh, i + V_LANES, dt), fld__cpu_at(yh, i + V_LANES, dt),
+                     c + i + V_LANES, s + i + V_LANES, dt);
+    }
+    if (i + V_LANES <= n) {
+        rot_neox_vec(fld__cpu_at(xh, i, dt), fld__cpu_at(yh, i, dt), c + i, s + i, dt);
+        i += V_LANES;
+    }
+    if (i < n) {
+        int64_t m = n - i;
+        void *xp = fld__cpu_at(xh, i, dt), *yp = fld__cpu_at(yh, i, dt);
+        vf x = v_load_n(xp, m, dt), y = v_load_n(yp, m, dt);
+        vf cv = v_load_n(c + i, m, FLD_CPU_F32), sv = v_load_n(s + i, m, FLD_CPU_F32);
+        v_store_n(xp, v_sub(v_mul(x, cv), v_mul(y, sv)), m, dt);
+        v_store_n(yp, v_add(v_mul(y, cv), v_mul(x, sv)), m, dt);
+    }
+}
+
+/* gptj, one vector of interleaved pairs: p' = p c2 + swap_pairs(p) s2. */
+V_INLINE void rot_gptj_vec(void *p, const float *c2, const float *s2, const int dt)
+{
+    vf v = v_load(p, dt);
+    vf r =
+        v_add(v_mul(v, v_load(c2, FLD_CPU_F32)), v_mul(v_swap_pairs(v), v_load(s2, FLD_CPU_F32)));
+    v_store(p, r, dt);
+}
+
+/* gptj: elements [2 f0, 2 (f0 + n)) of one head; c2, s2 indexed from 2 f0. */
+V_INLINE void rot_gptj_head(void *head, int64_t f0, int64_t n, const float *c2, const float *s2,
+                            const int dt)
+{
+    void *ph = fld__cpu_at(head, 2 * f0, dt);
+    const int64_t m = 2 * n;
+    int64_t i = 0;
+    for (; i + 2 * V_LANES <= m; i += 2 * V_LANES) {
+        rot_gptj_vec(fld__cpu_at(ph, i, dt), c2 + i, s2 + i, dt);
+        rot_gptj_vec(fld__cpu_at(ph, i + V_LANES, dt), c2 + i + V_LANES, s2 + i + V_LANES, dt);
+    }
+    if (i + V_LANES <= m) {
+        rot_gptj_vec(fld__cpu_at(ph, i, dt), c2 + i, s2 + i, dt);
+        i += V_LANES;
+    }
+    if (i < m) { /* m - i is even and V_LANES is even: no pair is split */
+        int64_t k = m - i;
+        void *p = fld__cpu_at(ph, i, dt);
+        vf v = v_load_n(p, k, dt);
+        vf r = v_add(v_mul(v, v_load_n(c2 + i, k, FLD_CPU_F32)),
+                     v_mul(v_swap_pairs(v), v_load_n(s2 + i, k, FLD_CPU_F32)));
+        v_store_n(p, r, k, dt);
+    }
+}
+
+/*
+ * The chunk [f0, f0 + n) of every head at base. next (or NULL): the same
+ * heads of the next token, prefetched head by head so that memory works
+ * while this token computes (measured +17% f32, +30% bf16 at 4096 tokens,
+ * one thread).
+ */
+V_INLINE void rot_heads(void *base, int64_t heads, int64_t head_stride, int64_t f0, int64_t n,
+                        int64_t half, const float *c, const float *s, const int dt, const bool neox,
+                        const void *next)
+{
+    const int64_t es = (int64_t)fld__cpu_elem_size(dt);
+    for (int64_t h = 0; h < heads; h++) {
+        void *head = fld__cpu_at(base, h * head_stride, dt);
+        if (next) {
+            const char *nh = (const char *)fld__cpu_at(next, h * head_stride, dt);
+            if (neox) {
+                for (int64_t b = f0 * es; b < (f0 + n) * es; b += 64) {
+                    __builtin_prefetch(nh + b, 1, 3);
+                    __builtin_prefetch(nh + (half * es) + b, 1, 3);
+                }
+            } else {
+                for (int64_t b = 2 * f0 * es; b < 2 * (f0 + n) * es; b += 64)
+                    __builtin_prefetch(nh + b, 1, 3);
+            }
+        }
+        if (neox)
+            rot_neox_head(head, f0, n, half, c, s, dt);
+        else
+            rot_gptj_head(head, f0, n, c, s, dt);
+    }
+}
+
+V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64_t t1, const int dt,
+                         const bool neox)
+{
+    const fld_rotary_geometry *g = &job->g;
+    const int64_t half = g->rot_dim / 2;
+    const int cdt = job->cache_dt;
+    float c[2 * ROT_CHUNK] __attribute__((aligned(64)));
+    float s[2 * ROT_CHUNK] __attribute__((aligned(64)));
+
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t pos = g->positions_int32 ? ((const int32_t *)g->positions)[t]
+                                               : ((const int64_t *)g->positions)[t];
+        const void *row = fld__cpu_at(g->cache, pos * g->cache_stride, cdt);
+        void *q = fld__cpu_at(g->query, t * g->q_token_stride, dt);
+        void *k = g->key ? fld__cpu_at(g->key, t * g->k_token_stride, dt) : NULL;
+        for (int64_t f0 = 0; f0 < half; f0 += ROT_CHUNK) {
+            const int64_t n = half - f0 < ROT_CHUNK ? half - f0 : ROT_CHUNK;
+            rot_fill(c, s, row, f0, n, half, cdt, neox);
+            const bool more = t + 1 < t1;
+            rot_heads(q, g->q_heads, g->q_head_stride, f0, n, half, c, s, dt, neox,
+                      more ? fld__cpu_at(q, g->q_token_stride, dt) : NULL);
+            if (k)
+                rot_heads(k, g->k_heads, g->k_head_stride, f0, n, half, c, s, dt, neox,
+                          more ? fld__cpu_at(k, g->k_token_stride, dt) : NULL);
+        }
+    }
+}
+
+static void rotary_range(const struct fld_cpu_rotary_job *job, int64_t t0, int64_t t1)
+{
+    if (job->g.rot_dim < 2)
+        return;
+    const bool neox = job->is_neox;
+    switch (job->dt) {
+    case FLD_CPU_F32:
+        if (neox)
+            rot_tokens(job, t0, t1, FLD_CPU_F32, true);
+        else
+            rot_tokens(job, t0, t1, FLD_CPU_F32, false);
+        break;
+    case FLD_CPU_F16:
+        if (neox)
+            rot_tokens(job, t0, t1, FLD_CPU_F16, true);
+        else
+            rot_tokens(job, t0, t1, FLD_CPU_F16, false);
+        break;
+    default:
+        if (neox)
+            rot_tokens(job, t0, t1, FLD_CPU_BF16, true);
+        else
+            rot_tokens(job, t0, t1, FLD_CPU_BF16, false);
+        break;
+    }
+}
+
+#endif

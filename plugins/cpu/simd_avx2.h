@@ -1,0 +1,197 @@
+/*
+ * The vector layer on AVX2 + FMA + F16C: 8 float lanes, all-ones lane
+ * masks as predicates. Tails go through a small stack buffer (AVX2 has no
+ * masked 16-bit loads). The contract is in simd_portable.h.
+ *
+ * Include only from a translation unit compiled for these instructions
+ * (isa_avx2.c).
+ */
+#ifndef FLD_PLUGIN_CPU_SIMD_H
+#define FLD_PLUGIN_CPU_SIMD_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu.h"
+
+#define V_LANES  8
+#define V_INLINE static inline __attribute__((always_inline))
+
+typedef __m256 vf;
+typedef __m256 vmask;
+
+V_INLINE vf v_zero(void)
+{
+    return _mm256_setzero_ps();
+}
+V_INLINE vf v_set1(float s)
+{
+    return _mm256_set1_ps(s);
+}
+V_INLINE vf v_add(vf a, vf b)
+{
+    return _mm256_add_ps(a, b);
+}
+V_INLINE vf v_sub(vf a, vf b)
+{
+    return _mm256_sub_ps(a, b);
+}
+V_INLINE vf v_mul(vf a, vf b)
+{
+    return _mm256_mul_ps(a, b);
+}
+V_INLINE vf v_div(vf a, vf b)
+{
+    return _mm256_div_ps(a, b);
+}
+/* 12-bit estimate (error <= 1.5 * 2^-12), one Newton step: below 2^-22. */
+V_INLINE vf v_rcp(vf a)
+{
+    vf r = _mm256_rcp_ps(a);
+    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(a, r, _mm256_set1_ps(1.0f)), r);
+}
+V_INLINE vf v_fma(vf a, vf b, vf c)
+{
+    return _mm256_fmadd_ps(a, b, c);
+}
+V_INLINE vf v_fnma(vf a, vf b, vf c)
+{
+    return _mm256_fnmadd_ps(a, b, c);
+}
+V_INLINE vf v_max(vf a, vf b)
+{
+    return _mm256_max_ps(a, b);
+}
+V_INLINE vf v_min(vf a, vf b)
+{
+    return _mm256_min_ps(a, b);
+}
+V_INLINE vf v_abs(vf a)
+{
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a);
+}
+V_INLINE vf v_neg(vf a)
+{
+    return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f));
+}
+V_INLINE vf v_copysign(vf mag, vf sgn)
+{
+    const vf sign = _mm256_set1_ps(-0.0f);
+    return _mm256_or_ps(_mm256_andnot_ps(sign, mag), _mm256_and_ps(sign, sgn));
+}
+V_INLINE float v_hsum(vf a)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
+    return _mm_cvtss_f32(s);
+}
+V_INLINE vmask v_lt(vf a, vf b)
+{
+    return _mm256_cmp_ps(a, b, _CMP_LT_OQ);
+}
+V_INLINE vmask v_gt(vf a, vf b)
+{
+    return _mm256_cmp_ps(a, b, _CMP_GT_OQ);
+}
+V_INLINE vf v_select(vmask m, vf a, vf b)
+{
+    return _mm256_blendv_ps(b, a, m);
+}
+V_INLINE vf v_round(vf a)
+{
+    return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+/* 2^n as two factors, each a normal power of two, so |n| up to 252 works. */
+V_INLINE vf v_ldexp(vf a, vf n)
+{
+    __m256i k = _mm256_cvtps_epi32(n);
+    __m256i k1 = _mm256_srai_epi32(k, 1);
+    __m256i k2 = _mm256_sub_epi32(k, k1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    vf p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
+    vf p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(a, p1), p2);
+}
+V_INLINE vf v_swap_pairs(vf a)
+{
+    return _mm256_permute_ps(a, 0xB1);
+}
+
+/* ---- memory ----------------------------------------------------------- */
+
+V_INLINE int v_aligned(const void *p, int dt)
+{
+    return ((uintptr_t)p % (V_LANES * fld__cpu_elem_size(dt))) == 0;
+}
+
+V_INLINE vf v_from_bf16(__m128i h)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Round to nearest even, NaN made quiet; 8 results packed in 128 bits. */
+V_INLINE __m128i v_to_bf16(vf v)
+{
+    __m256i u = _mm256_castps_si256(v);
+    __m256i hi = _mm256_srli_epi32(u, 16);
+    __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+    /* packus works within 128-bit halves: [r0-3 r0-3 | r4-7 r4-7]; gather the quads. */
+    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    return _mm256_castsi256_si128(packed);
+}
+
+V_INLINE __m128i v_to_f16(vf v)
+{
+    return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+V_INLINE vf v_load(const void *p, int dt)
+{
+    if (dt == FLD_CPU_F32)
+        return _mm256_loadu_ps(p);
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return dt == FLD_CPU_F16 ? _mm256_cvtph_ps(h) : v_from_bf16(h);
+}
+
+V_INLINE vf v_load_n(const void *p, int64_t n, int dt)
+{
+    unsigned char buf[32] = {0};
+    memcpy(buf, p, (size_t)n * fld__cpu_elem_size(dt));
+    return v_load(buf, dt);
+}
+
+V_INLINE void v_store(void *p, vf v, int dt)
+{
+    if (dt == FLD_CPU_F32)
+        _mm256_storeu_ps(p, v);
+    else
+        _mm_storeu_si128((__m128i *)p, dt == FLD_CPU_F16 ? v_to_f16(v) : v_to_bf16(v));
+}
+
+V_INLINE void v_store_n(void *p, vf v, int64_t n, int dt)
+{
+    unsigned char buf[32];
+    v_store(buf, v, dt);
+    memcpy(p, buf, (size_t)n * fld__cpu_elem_size(dt));
+}
+
+V_INLINE void v_stream(void *p, vf v, int dt)
+{
+    if (dt == FLD_CPU_F32)
+        _mm256_stream_ps(p, v);
+    else
+        _mm_stream_si128((__m128i *)p, dt == FLD_CPU_F16 ? v_to_f16(v) : v_to_bf16(v));
+}
+
+V_INLINE void v_stream_fence(void)
+{
+    _mm_sfence();
+}
+
+#endif

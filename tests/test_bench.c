@@ -1,0 +1,645 @@
+/*
+ * fldispatch bench, run for real: $FLD_BUILDDIR/bin/fldispatch is executed
+ * in a child with a controlled environment (no inherited VLLM_FL_*
+ * variables, the build's plugin directory, platform cpu), and its exit
+ * status, stdout and stderr are checked. --json output is parsed into a
+ * small tree and its figures checked for plausibility.
+ *
+ * Every run uses --quick (tokens 1 and 32, 3 repetitions, 2 ms batches) and
+ * one op, so the whole program stays well under 20 s.
+ */
+#include <check.h>
+#include <ctype.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define MAX_ARGS 24
+#define MAX_ENV  256
+
+/* Outputs quoted in failure messages are clipped: Check caps the size of a message. */
+#define CLIP "%.1500s"
+
+/* ---- running the tool ----------------------------------------------------------- */
+
+struct run {
+    int status; /* exit status, or 128 + signal */
+    char *out;
+    char *err;
+};
+
+static char *read_all(FILE *f)
+{
+    fflush(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    ck_assert_int_ge(size, 0);
+    char *buf = malloc((size_t)size + 1);
+    ck_assert_ptr_nonnull(buf);
+    rewind(f);
+    size_t got = fread(buf, 1, (size_t)size, f);
+    buf[got] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Variables of the caller's environment that would change what the tool does. */
+static bool steering_var(const char *entry)
+{
+    return strncmp(entry, "VLLM_FL_", 8) == 0 || strncmp(entry, "USE_FLAGGEMS=", 13) == 0 ||
+           strncmp(entry, "FLD_TEMPLATE_ENABLE=", 20) == 0 || strncmp(entry, "HWLOC_", 6) == 0;
+}
+
+/* Runs the tool with NULL-terminated args; env: extra "NAME=value" entries or NULL. */
+static void run_tool(struct run *r, const char *const *env, const char *const *args)
+{
+    const char *builddir = getenv("FLD_BUILDDIR");
+    ck_assert_msg(builddir != NULL, "FLD_BUILDDIR is not set (run through make check)");
+    char tool[4096], plugin_dir[4096];
+    snprintf(tool, sizeof tool, "%s/bin/fldispatch", builddir);
+    snprintf(plugin_dir, sizeof plugin_dir, "VLLM_FL_PLUGIN_DIR=%s/lib/fldispatch/plugins",
+             builddir);
+    ck_assert_msg(access(tool, X_OK) == 0, "%s is not built", tool);
+
+    const char *argv[MAX_ARGS + 2];
+    int argc = 0;
+    argv[argc++] = tool;
+    for (const char *const *a = args; *a; a++) {
+        ck_assert_int_lt(argc, MAX_ARGS);
+        argv[argc++] = *a;
+    }
+    argv[argc] = NULL;
+
+    const char *envp[MAX_ENV + 1];
+    int n = 0;
+    for (char **e = environ; *e && n < MAX_ENV - 16; e++)
+        if (!steering_var(*e))
+            envp[n++] = *e;
+    envp[n++] = plugin_dir;
+    envp[n++] = "VLLM_FL_PLATFORM=cpu";
+    for (const char *const *e = env; e && *e; e++) {
+        ck_assert_int_lt(n, MAX_ENV);
+        envp[n++] = *e;
+    }
+    envp[n] = NULL;
+
+    FILE *out = tmpfile(), *err = tmpfile();
+    ck_assert_ptr_nonnull(out);
+    ck_assert_ptr_nonnull(err);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fileno(out), STDOUT_FILENO);
+        dup2(fileno(err), STDERR_FILENO);
+        alarm(60); /* survives exec: a hung tool dies instead of hanging the test */
+        execve(tool, (char *const *)argv, (char *const *)envp);
+        _exit(127);
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    r->out = read_all(out);
+    r->err = read_all(err);
+}
+
+static void run_free(struct run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+#define NO_ENV    ((const char *const *)NULL)
+#define ENV(...)  ((const char *const[]){__VA_ARGS__, NULL})
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+#define assert_status(r, expected)                                                                 \
+    ck_assert_msg((r).status == (expected),                                                        \
+                  "exit status %d, expected %d\nstdout:\n" CLIP "\nstderr:\n" CLIP, (r).status,    \
+                  (expected), (r).out, (r).err)
+
+/* Whether some line of text contains every one of the needles. */
+#define line_with(text, ...) line_with_all((text), (const char *const[]){__VA_ARGS__, NULL})
+
+static bool line_with_all(const char *text, const char *const *needles)
+{
+    for (const char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        bool all = true;
+        for (const char *const *n = needles; *n && all; n++) {
+            const char *hit = strstr(line, *n);
+            all = hit && hit < line + len;
+        }
+        if (all)
+            return true;
+        line += len;
+        if (*line == '\n')
+            line++;
+    }
+    return false;
+}
+
+/* ---- a small JSON tree ------------------------------------------------------------- */
+
+enum jtype { J_NULL, J_BOOL, J_NUMBER, J_STRING, J_ARRAY, J_OBJECT };
+
+struct jvalue {
+    enum jtype type;
+    double number;
+    bool boolean;
+    char *string;          /* J_STRING (escapes other than \" and \\ kept as is) */
+    size_t n;              /* J_ARRAY, J_OBJECT: items */
+    char **keys;           /* J_OBJECT */
+    struct jvalue **items; /* J_ARRAY, J_OBJECT */
+};
+
+static const char *jp_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+/* Parses a string at p (on the quote); returns the end or NULL. */
+static const char *jp_string(const char *p, char **out)
+{
+    if (*p++ != '"')
+        return NULL;
+    size_t cap = 16, len = 0;
+    char *s = malloc(cap);
+    ck_assert_ptr_nonnull(s);
+    for (;;) {
+        char c = *p++;
+        if (c == '\0' || (unsigned char)c < 0x20) {
+            free(s);
+            return NULL;
+        }
+        if (c == '"')
+            break;
+        if (c == '\\') {
+            c = *p++;
+            if (c == '\0') {
+                free(s);
+                return NULL;
+            }
+        }
+        if (len + 2 > cap) {
+            cap *= 2;
+            char *bigger = realloc(s, cap);
+            ck_assert_ptr_nonnull(bigger);
+            s = bigger;
+        }
+        s[len++] = c;
+    }
+    s[len] = '\0';
+    *out = s;
+    return p;
+}
+
+static struct jvalue *jv_new(enum jtype type)
+{
+    struct jvalue *v = calloc(1, sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    v->type = type;
+    return v;
+}
+
+static void jv_free(struct jvalue *v)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < v->n; i++) {
+        if (v->keys)
+            free(v->keys[i]);
+        jv_free(v->items[i]);
+    }
+    free(v->keys);
+    free(v->items);
+    free(v->string);
+    free(v);
+}
+
+static void jv_push(struct jvalue *v, char *key, struct jvalue *item)
+{
+    v->items = realloc(v->items, (v->n + 1) * sizeof *v->items);
+    ck_assert_ptr_nonnull(v->items);
+    if (v->type == J_OBJECT) {
+        v->keys = realloc(v->keys, (v->n + 1) * sizeof *v->keys);
+        ck_assert_ptr_nonnull(v->keys);
+        v->keys[v->n] = key;
+    }
+    v->items[v->n++] = item;
+}
+
+static const char *jp_value(const char *p, struct jvalue **out, int depth);
+
+static const char *jp_container(const char *p, struct jvalue *v, char close, int depth)
+{
+    p = jp_ws(p + 1);
+    if (*p == close)
+        return p + 1;
+    for (;;) {
+        char *key = NULL;
+        if (v->type == J_OBJECT) {
+            if (!(p = jp_string(jp_ws(p), &key)))
+                return NULL;
+            p = jp_ws(p);
+            if (*p++ != ':') {
+                free(key);
+                return NULL;
+            }
+        }
+        struct jvalue *item = NULL;
+        if (!(p = jp_value(p, &item, depth + 1))) {
+            free(key);
+            return NULL;
+        }
+        jv_push(v, key, item);
+        p = jp_ws(p);
+        if (*p == close)
+            return p + 1;
+        if (*p++ != ',')
+            return NULL;
+    }
+}
+
+static const char *jp_value(const char *p, struct jvalue **out, int depth)
+{
+    if (depth > 32)
+        return NULL;
+    p = jp_ws(p);
+    struct jvalue *v;
+    if (*p == '{' || *p == '[') {
+        v = jv_new(*p == '{' ? J_OBJECT : J_ARRAY);
+        p = jp_container(p, v, *p == '{' ? '}' : ']', depth);
+    } else if (*p == '"') {
+        v = jv_new(J_STRING);
+        p = jp_string(p, &v->string);
+    } else if (strncmp(p, "true", 4) == 0 || strncmp(p, "false", 5) == 0) {
+        v = jv_new(J_BOOL);
+        v->boolean = *p == 't';
+        p += v->boolean ? 4 : 5;
+    } else if (strncmp(p, "null", 4) == 0) {
+        v = jv_new(J_NULL);
+        p += 4;
+    } else {
+        char *end;
+        v = jv_new(J_NUMBER);
+        v->number = strtod(p, &end);
+        p = end == p || !(*p == '-' || isdigit((unsigned char)*p)) ? NULL : end;
+    }
+    *out = v;
+    if (!p) {
+        jv_free(v);
+        *out = NULL;
+    }
+    return p;
+}
+
+/* The whole document, or NULL when it is not exactly one JSON value. */
+static struct jvalue *json_parse(const char *text)
+{
+    struct jvalue *v = NULL;
+    const char *end = jp_value(text, &v, 0);
+    if (!end || *jp_ws(end) != '\0') {
+        jv_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static const struct jvalue *jv_get(const struct jvalue *obj, const char *key)
+{
+    if (!obj || obj->type != J_OBJECT)
+        return NULL;
+    for (size_t i = 0; i < obj->n; i++)
+        if (strcmp(obj->keys[i], key) == 0)
+            return obj->items[i];
+    return NULL;
+}
+
+static double jv_number(const struct jvalue *obj, const char *key)
+{
+    const struct jvalue *v = jv_get(obj, key);
+    ck_assert_msg(v && v->type == J_NUMBER, "key '%s' is missing or not a number", key);
+    return v->number;
+}
+
+static const char *jv_string(const struct jvalue *obj, const char *key)
+{
+    const struct jvalue *v = jv_get(obj, key);
+    ck_assert_msg(v && v->type == J_STRING, "key '%s' is missing or not a string", key);
+    return v->string;
+}
+
+START_TEST(json_tree_parses_and_rejects)
+{
+    struct jvalue *v = json_parse("{\"a\": [1, -2.5e3, true, null, \"x\\\"y\"], \"b\": {}}\n");
+    ck_assert_ptr_nonnull(v);
+    const struct jvalue *a = jv_get(v, "a");
+    ck_assert(a && a->type == J_ARRAY && a->n == 5);
+    ck_assert(a->items[1]->number == -2500.0);
+    ck_assert_str_eq(a->items[4]->string, "x\"y");
+    jv_free(v);
+    ck_assert_ptr_null(json_parse("{\"a\": 1,}"));
+    ck_assert_ptr_null(json_parse("{\"a\" 1}"));
+    ck_assert_ptr_null(json_parse("[1, 2"));
+    ck_assert_ptr_null(json_parse("{} {}"));
+    ck_assert_ptr_null(json_parse("{\"a\": nan}"));
+}
+END_TEST
+
+/* ---- the kernel benchmark ------------------------------------------------------------- */
+
+/* "32x4096": digits 'x' digits (and more 'x' digits). */
+static bool shape_text(const char *s)
+{
+    int parts = 0;
+    for (;;) {
+        if (!isdigit((unsigned char)*s))
+            return false;
+        while (isdigit((unsigned char)*s))
+            s++;
+        parts++;
+        if (*s == '\0')
+            return parts >= 2;
+        if (*s++ != 'x')
+            return false;
+    }
+}
+
+/* Checks the machine object and every result; returns the parsed document. */
+static struct jvalue *parse_bench_json(const struct run *r)
+{
+    ck_assert_msg(r->out[0] == '{', "output is not a JSON object:\n" CLIP, r->out);
+    struct jvalue *doc = json_parse(r->out);
+    ck_assert_msg(doc != NULL, "output is not valid JSON:\n" CLIP, r->out);
+    const struct jvalue *m = jv_get(doc, "machine");
+    ck_assert_msg(m && m->type == J_OBJECT, "no machine object");
+    ck_assert(strlen(jv_string(m, "cpu")) > 0);
+    ck_assert(strlen(jv_string(m, "isa")) > 0);
+    ck_assert(jv_number(m, "threads") >= 1);
+    double s1 = jv_number(m, "stream_gbps_1t"), sn = jv_number(m, "stream_gbps");
+    ck_assert_msg(s1 > 0.1 && s1 < 10000, "stream_gbps_1t %g", s1);
+    ck_assert_msg(sn > 0.1 && sn < 10000, "stream_gbps %g", sn);
+
+    const struct jvalue *res = jv_get(doc, "results");
+    ck_assert_msg(res && res->type == J_ARRAY && res->n > 0, "no results");
+    for (size_t i = 0; i < res->n; i++) {
+        const struct jvalue *e = res->items[i];
+        ck_assert(strlen(jv_string(e, "op")) > 0);
+        ck_assert(strchr(jv_string(e, "impl_id"), '.') != NULL);
+        ck_assert(strlen(jv_string(e, "dtype")) > 0);
+        ck_assert_msg(shape_text(jv_string(e, "shape")), "shape '%s'", jv_string(e, "shape"));
+        ck_assert(jv_number(e, "threads") >= 1);
+        double us = jv_number(e, "us"), gbps = jv_number(e, "gbps");
+        double share = jv_number(e, "bw_share");
+        ck_assert_msg(us > 0 && us < 1e7, "us %g", us);
+        ck_assert_msg(gbps > 0 && gbps < 1e5, "gbps %g", gbps);
+        ck_assert_msg(share > 0 && share < 1e4, "bw_share %g", share);
+    }
+    return doc;
+}
+
+/* The result for (impl, shape, threads), or NULL. */
+static const struct jvalue *find_result(const struct jvalue *doc, const char *impl,
+                                        const char *shape, int threads)
+{
+    const struct jvalue *res = jv_get(doc, "results");
+    for (size_t i = 0; res && i < res->n; i++) {
+        const struct jvalue *e = res->items[i];
+        if (strcmp(jv_string(e, "impl_id"), impl) == 0 &&
+            strcmp(jv_string(e, "shape"), shape) == 0 && jv_number(e, "threads") == threads)
+            return e;
+    }
+    return NULL;
+}
+
+START_TEST(quick_rms_norm_json)
+{
+    struct run r;
+    /* One thread by default: the caller's VLLM_FL_CPU_THREADS is the default the
+     * machine reports, and STREAM then runs with one thread only, which is quicker. */
+    run_tool(&r, ENV("VLLM_FL_CPU_THREADS=1"),
+             ARGS("bench", "--quick", "rms_norm", "--dtype", "f32", "--json"));
+    assert_status(r, 0);
+    ck_assert_msg(!strchr(r.err, '\r'), "progress written although stderr is not a terminal");
+    struct jvalue *doc = parse_bench_json(&r);
+    const struct jvalue *m = jv_get(doc, "machine");
+    const int threads = 1;
+    ck_assert_int_eq((int)jv_number(m, "threads"), threads);
+    ck_assert(jv_number(m, "stream_gbps") == jv_number(m, "stream_gbps_1t"));
+
+    const struct jvalue *res = jv_get(doc, "results");
+    for (size_t i = 0; i < res->n; i++) {
+        ck_assert_str_eq(jv_string(res->items[i], "op"), "rms_norm");
+        ck_assert_str_eq(jv_string(res->items[i], "dtype"), "f32");
+        ck_assert_int_eq((int)jv_number(res->items[i], "threads"), threads);
+    }
+    /* The cpu plugin and the reference, at both quick token counts. */
+    for (const char *const *impl = (const char *const[]){"vendor.cpu", "reference.c", NULL}; *impl;
+         impl++) {
+        for (const char *const *shape = (const char *const[]){"1x4096", "32x4096", NULL}; *shape;
+             shape++) {
+            const struct jvalue *e = find_result(doc, *impl, *shape, threads);
+            ck_assert_msg(e, "no %s result for %s:\n" CLIP, *impl, *shape, r.out);
+            /* x read, out written, weight once: 4 bytes x (2 T H + H). */
+            double t = strcmp(*shape, "1x4096") == 0 ? 1 : 32;
+            double bytes = 4.0 * (2 * t * 4096 + 4096);
+            double gbps = bytes / (jv_number(e, "us") * 1e3);
+            ck_assert_msg(fabs(gbps - jv_number(e, "gbps")) <= 0.01 * gbps + 0.002,
+                          "%s %s: gbps %g, bytes/us give %g", *impl, *shape, jv_number(e, "gbps"),
+                          gbps);
+            double share = jv_number(e, "gbps") / jv_number(m, "stream_gbps_1t");
+            ck_assert_msg(fabs(share - jv_number(e, "bw_share")) <= 0.01 * share + 1e-4,
+                          "bw_share %g, expected %g", jv_number(e, "bw_share"), share);
+        }
+    }
+    jv_free(doc);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(threads_list_runs_each_count)
+{
+    struct run r;
+    run_tool(&r, NO_ENV,
+             ARGS("bench", "--quick", "silu_and_mul", "--dtype", "bf16", "--impl", "vendor.cpu",
+                  "--tokens", "1,64", "--threads", "1,2", "--json"));
+    assert_status(r, 0);
+    struct jvalue *doc = parse_bench_json(&r);
+    const struct jvalue *m = jv_get(doc, "machine");
+    for (int t = 1; t <= 2; t++)
+        for (const char *const *shape = (const char *const[]){"1x4096", "64x4096", NULL}; *shape;
+             shape++)
+            ck_assert_msg(find_result(doc, "vendor.cpu", *shape, t), "no %s result, %d threads",
+                          *shape, t);
+    const struct jvalue *res = jv_get(doc, "results");
+    ck_assert_uint_eq(res->n, 4);
+    /* A STREAM figure for every thread count used and for the default, which
+     * is the "stream_gbps" figure. */
+    const struct jvalue *stream = jv_get(m, "stream");
+    ck_assert(stream && stream->type == J_ARRAY);
+    int default_threads = (int)jv_number(m, "threads");
+    bool seen[3] = {false}, seen_default = false;
+    for (size_t i = 0; i < stream->n; i++) {
+        int t = (int)jv_number(stream->items[i], "threads");
+        double triad = jv_number(stream->items[i], "triad_gbps");
+        ck_assert(triad > 0);
+        ck_assert(jv_number(stream->items[i], "copy_gbps") > 0);
+        if (t >= 1 && t <= 2)
+            seen[t] = true;
+        if (t == 1)
+            ck_assert(triad == jv_number(m, "stream_gbps_1t"));
+        if (t == default_threads) {
+            seen_default = true;
+            ck_assert(triad == jv_number(m, "stream_gbps"));
+        }
+    }
+    ck_assert(seen[1] && seen[2] && seen_default);
+    jv_free(doc);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(text_output_has_header_lines_and_targets)
+{
+    struct run r;
+    run_tool(&r, ENV("VLLM_FL_CPU_THREADS=1"),
+             ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
+                  "--tokens", "1"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "machine:"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "STREAM"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "triad GB/s", "copy GB/s"), CLIP, r.out);
+    ck_assert_msg(
+        line_with(r.out, "op", "impl", "dtype", "shape", "threads", "us", "GB/s", "bw_share"), CLIP,
+        r.out);
+    ck_assert_msg(line_with(r.out, "rotary_embedding", "vendor.cpu", "f16", "1x32x128", "%"), CLIP,
+                  r.out);
+    ck_assert_msg(!strstr(r.out, "reference.c"), "--impl vendor.cpu ran others:\n" CLIP, r.out);
+    /* One token covers the decode target; met or missed, the exit status stays 0. */
+    ck_assert_msg(line_with(r.out, "decode"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "rotary_embedding", "f16", " us", "met") ||
+                      line_with(r.out, "rotary_embedding", "f16", " us", "MISSED"),
+                  CLIP, r.out);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(usage_errors_name_the_option)
+{
+    static const struct {
+        const char *args[5];
+        const char *needle;
+    } cases[] = {
+        {{"bench", "no_such_op"}, "no_such_op"},
+        {{"bench", "--threads", "0"}, "--threads"},
+        {{"bench", "--threads", "x"}, "--threads"},
+        {{"bench", "--threads", "1,,2"}, "--threads"},
+        {{"bench", "--threads=1025"}, "--threads"},
+        {{"bench", "--dtype", "f64"}, "--dtype"},
+        {{"bench", "--dtype", "any"}, "--dtype"},
+        {{"bench", "--tokens", "0"}, "--tokens"},
+        {{"bench", "--reps", "0"}, "--reps"},
+        {{"bench", "--device", "tpu"}, "--device"},
+        {{"bench", "--overhead", "--threads", "2"}, "--threads"},
+        {{"bench", "--calls", "10"}, "--calls"},
+        {{"bench", "attention_backend"}, "attention_backend"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct run r;
+        run_tool(&r, NO_ENV, cases[i].args);
+        assert_status(r, 2);
+        ck_assert_msg(strstr(r.err, cases[i].needle), "%s %s: message does not name '%s': %s",
+                      cases[i].args[1], cases[i].args[2] ? cases[i].args[2] : "", cases[i].needle,
+                      r.err);
+        ck_assert_str_eq(r.out, "");
+        run_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(no_implementation_exits_3)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--impl", "vendor.no_such"));
+    assert_status(r, 3);
+    ck_assert(strstr(r.err, "vendor.no_such"));
+    run_free(&r);
+
+    /* Registered but unavailable: the reason is passed on. */
+    run_tool(
+        &r, NO_ENV,
+        ARGS("bench", "--quick", "silu_and_mul", "--dtype", "f32", "--impl", "vendor.template"));
+    assert_status(r, 3);
+    ck_assert_msg(strstr(r.err, "vendor.template") && strstr(r.err, "unavailable"), CLIP, r.err);
+    run_free(&r);
+
+    run_tool(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
+    assert_status(r, 3);
+    ck_assert(strstr(r.err, "cuda"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(overhead_still_works)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "3", "--calls", "2000"));
+    assert_status(r, 0);
+    for (const char *const *v = (const char *const[]){"direct", "handle", "name", "typed", NULL};
+         *v; v++)
+        ck_assert_msg(line_with(r.out, "null", *v), "no null/%s row:\n" CLIP, *v, r.out);
+    ck_assert(strstr(r.out, "<= 5 ns"));
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(help_lists_modes_and_defaults)
+{
+    struct run r;
+    run_tool(&r, NO_ENV, ARGS("bench", "--help"));
+    assert_status(r, 0);
+    ck_assert(strstr(r.out, "--overhead"));
+    ck_assert(strstr(r.out, "--threads"));
+    ck_assert(line_with(r.out, "--dtype", "all three"));
+    run_free(&r);
+}
+END_TEST
+
+static Suite *bench_suite(void)
+{
+    Suite *s = suite_create("bench");
+    TCase *parse = tcase_create("json");
+    tcase_add_test(parse, json_tree_parses_and_rejects);
+    suite_add_tcase(s, parse);
+
+    TCase *kernels = tcase_create("kernels");
+    tcase_set_timeout(kernels, 90);
+    tcase_add_test(kernels, quick_rms_norm_json);
+    tcase_add_test(kernels, threads_list_runs_each_count);
+    tcase_add_test(kernels, text_output_has_header_lines_and_targets);
+    tcase_add_test(kernels, usage_errors_name_the_option);
+    tcase_add_test(kernels, no_implementation_exits_3);
+    tcase_add_test(kernels, overhead_still_works);
+    tcase_add_test(kernels, help_lists_modes_and_defaults);
+    suite_add_tcase(s, kernels);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(bench_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,1001 @@
+/*
+ * fldispatch verify [OP...] [--device D] [--dtype T] [--quick] [--json]
+ * [--seed N]: every registered implementation of each op against the
+ * reference implementation (reference.c) on generated inputs.
+ *
+ * The steps, one function each:
+ *   plan     one row per (op, dtype, impl) that declares the device and
+ *            dtype; rows that cannot run (unavailable, dropped by the
+ *            policy, device without memory hooks) are "skipped" with why;
+ *   run      per family, dtype and case (verify_cases.c): generate the
+ *            inputs once, run reference.c on a copy, then every row's impl
+ *            on a fresh copy, each pinned alone with a strict scoped per-op
+ *            order "impl:<id>" (as tests/test_kernels.c pins);
+ *   compare  outputs element-wise against the reference (max abs and rel
+ *            error, allclose), and bytes outside them (row padding, the
+ *            rotary tail past rot_dim, read-only inputs) against the input;
+ *   report   a table, or JSON.
+ *
+ * Devices other than cpu need their tensors copied to device memory and
+ * back; the device memory hooks for that come in a later version, so for
+ * now such a run lists the implementations as skipped and exits 3. The
+ * reference then stays reference.c on the host copy of the inputs.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <fldispatch/half.h>
+
+#include "cli.h"
+#include "json.h"
+#include "verify.h"
+
+#define REFERENCE_ID "reference.c"
+#define DEFAULT_SEED 1u
+
+static const char verify_usage[] =
+    "Usage: fldispatch verify [OP...] [--device D] [--dtype T] [--quick] [--json] [--seed N]\n"
+    "\n"
+    "Runs every registered implementation of each OP against the reference\n"
+    "implementation reference.c on generated inputs at vLLM's kernel test shapes\n"
+    "(odd sizes, strided rows, in place, residual, key absent, rot_dim < head_size).\n"
+    "Each implementation runs alone (pinned by a strict per-op order 'impl:<id>')\n"
+    "on its own copy of the inputs. Its outputs must satisfy\n"
+    "|got - want| <= atol + rtol * |want| element-wise, and nothing else may change:\n"
+    "row padding, rotary elements past rot_dim, read-only inputs. An implementation\n"
+    "may decline a call (counted as 'declined') if it leaves its outputs untouched.\n"
+    "reference.c's own row shows that it accepted every case and wrote nothing\n"
+    "but its outputs; its errors are 0 by definition.\n"
+    "\n"
+    "  OP           silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul,\n"
+    "               rms_norm, gemma_rms_norm, rotary_embedding (default: all seven;\n"
+    "               attention_backend has no tensors and is skipped)\n"
+    "  --device D   cpu (default); cuda, rocm and ascend need device memory hooks\n"
+    "               that this version does not have (exit status 3)\n"
+    "  --dtype T    f32, f16, bf16 or a comma-separated list; unlike the other\n"
+    "               commands, verify runs all three unless told\n"
+    "  --quick      a few cases per op covering each kind (what make check runs)\n"
+    "  --json       {\"device\", \"results\": [{\"op\", \"dtype\", \"impl_id\", \"cases\",\n"
+    "               \"passed\", \"declined\", \"max_abs_err\", \"max_rel_err\", \"atol\",\n"
+    "               \"rtol\", \"status\"}], \"ok\"}\n"
+    "  --seed N     seed of the generated inputs (default 1)\n"
+    "\n"
+    "The full set trims vLLM's cartesian products to stay within about a minute\n"
+    "per dtype on two cores: 4096-token norms only at H 768 and 5125, 1024-token\n"
+    "rotary only at head 64 and 256, odd activation widths only at 7 and 83 tokens.\n"
+    "\n"
+    "Exit status: 0 every implementation passed or declined, 1 a check failed,\n"
+    "2 usage or configuration error, 3 nothing could be verified.\n";
+
+/* ------------------------------------------------------------------------ */
+/* Ops and options                                                          */
+/* ------------------------------------------------------------------------ */
+
+static const struct verify_op {
+    const char *name;
+    enum verify_family family;
+} verify_ops[] = {
+    {FLD_OP_SILU_AND_MUL, VF_ACTIVATION}, {FLD_OP_MUL_AND_SILU, VF_ACTIVATION},
+    {FLD_OP_GELU_AND_MUL, VF_ACTIVATION}, {FLD_OP_GELU_TANH_AND_MUL, VF_ACTIVATION},
+    {FLD_OP_RMS_NORM, VF_NORM},           {FLD_OP_GEMMA_RMS_NORM, VF_NORM},
+    {FLD_OP_ROTARY_EMBEDDING, VF_ROTARY},
+};
+#define N_OPS    (sizeof verify_ops / sizeof verify_ops[0])
+#define N_DTYPES 3 /* TOOL_F32, TOOL_F16, TOOL_BF16 */
+
+struct verify_opts {
+    bool op_selected[N_OPS];
+    bool dtype_selected[N_DTYPES];
+    int device;
+    const char *device_name;
+    bool quick, json;
+    uint64_t seed;
+};
+
+static void print_usage(void)
+{
+    fputs(verify_usage, stdout);
+    /* from the one tolerance table, so the help cannot drift from it */
+    static const char *const family_names[] = {"activations", "rms_norm family", "rotary"};
+    printf("\nTolerances (atol/rtol):\n");
+    for (int f = VF_ACTIVATION; f <= VF_ROTARY; f++) {
+        char line[160];
+        int n = snprintf(line, sizeof line, "  %-16s", family_names[f]);
+        for (int dt = 0; dt < N_DTYPES && n > 0 && (size_t)n < sizeof line; dt++) {
+            double atol, rtol;
+            char pair[32];
+            verify_tolerance((enum verify_family)f, dt, &atol, &rtol);
+            snprintf(pair, sizeof pair, "%g/%g", atol, rtol);
+            n += snprintf(line + n, sizeof line - (size_t)n, "  %-4s %-*s", tool_dtype_name(dt),
+                          dt + 1 < N_DTYPES ? 14 : 0, pair);
+        }
+        printf("%s\n", line);
+    }
+}
+
+static int find_op(const char *name)
+{
+    for (size_t i = 0; i < N_OPS; i++)
+        if (strcmp(verify_ops[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int tool_dtype_of(const char *name)
+{
+    DLDataType dt;
+    if (fld_dtype_from_name(name, &dt) != FLD_OK)
+        return -1;
+    return fld_dtype_index(dt);
+}
+
+/* "f32,bf16" into opts->dtype_selected. */
+static int parse_dtypes(struct verify_opts *o, const char *list)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", list);
+    char *save = NULL;
+    int n = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++) {
+        int dt = tool_dtype_of(tok);
+        if (dt < 0)
+            return cli_usage_error("verify", "unknown dtype '%s' (f32, f16, bf16)", tok);
+        o->dtype_selected[dt] = true;
+    }
+    if (n == 0)
+        return cli_usage_error("verify", "empty --dtype (f32, f16, bf16)");
+    return CLI_EXIT_OK;
+}
+
+static int parse_seed(struct verify_opts *o, const char *text)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 0);
+    if (errno || end == text || *end || text[0] == '-')
+        return cli_usage_error("verify", "--seed wants a non-negative integer, not '%s'", text);
+    o->seed = v;
+    return CLI_EXIT_OK;
+}
+
+/* Returns CLI_EXIT_OK, or the exit status to stop with (help printed: -1). */
+static int parse_options(struct verify_opts *o, int argc, char **argv)
+{
+    memset(o, 0, sizeof *o);
+    o->device_name = "cpu";
+    o->seed = DEFAULT_SEED;
+    const char *dtypes = NULL;
+    bool any_op = false, skipped_attention = false;
+    for (int i = 1; i < argc; i++) {
+        const char *value;
+        int m;
+        if (cli_is_help(argv[i])) {
+            print_usage();
+            return -1;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            o->json = true;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            o->quick = true;
+        } else if ((m = cli_option_value("verify", argc, argv, &i, "--device", &value)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            o->device_name = value;
+        } else if ((m = cli_option_value("verify", argc, argv, &i, "--dtype", &value)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            dtypes = value;
+        } else if ((m = cli_option_value("verify", argc, argv, &i, "--seed", &value)) != 0) {
+            if (m < 0 || parse_seed(o, value) != CLI_EXIT_OK)
+                return CLI_EXIT_USAGE;
+        } else if (argv[i][0] == '-') {
+            return cli_usage_error("verify", "unknown option '%s'", argv[i]);
+        } else if (strcmp(argv[i], FLD_OP_ATTENTION_BACKEND) == 0) {
+            skipped_attention = true;
+        } else {
+            int op = find_op(argv[i]);
+            if (op < 0)
+                return cli_usage_error("verify",
+                                       "unknown op '%s' (silu_and_mul, mul_and_silu, "
+                                       "gelu_and_mul, gelu_tanh_and_mul, rms_norm, "
+                                       "gemma_rms_norm, rotary_embedding)",
+                                       argv[i]);
+            o->op_selected[op] = any_op = true;
+        }
+    }
+    if (skipped_attention) {
+        if (!any_op)
+            return cli_usage_error("verify", "attention_backend has no tensors: nothing to "
+                                             "verify (see 'fldispatch resolve attention_backend')");
+        fprintf(stderr, "fldispatch verify: attention_backend has no tensors; skipped\n");
+    }
+    if (!any_op)
+        for (size_t i = 0; i < N_OPS; i++)
+            o->op_selected[i] = true;
+    if (dtypes) {
+        if (parse_dtypes(o, dtypes) != CLI_EXIT_OK)
+            return CLI_EXIT_USAGE;
+    } else {
+        for (int dt = 0; dt < N_DTYPES; dt++)
+            o->dtype_selected[dt] = true;
+    }
+    if (fld_device_from_name(o->device_name, &o->device) != FLD_OK)
+        return cli_usage_error("verify", "unknown device '%s' (cpu, cuda, rocm, ascend)",
+                               o->device_name);
+    o->device_name = fld_device_name(o->device);
+    return CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Whether verify can run implementations of a device. CPU tensors are the
+ * generated host tensors themselves; any other device needs the inputs
+ * copied to its memory before the call and the outputs copied back after
+ * it (call_pinned() is where that step goes), through device memory hooks
+ * that come in a later version.
+ */
+static bool device_supported(int device_type)
+{
+    return device_type == FLD_DEVICE_CPU;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Plan: one row per (op, dtype, impl)                                      */
+/* ------------------------------------------------------------------------ */
+
+struct row {
+    int op; /* index into verify_ops */
+    int dtype;
+    char impl[96];  /* "" when the op has no implementation for the device and dtype */
+    char skip[320]; /* why the row does not run; "" when it does */
+    int cases, passed, declined, failed;
+    int compared; /* cases whose outputs were compared (max_abs and max_rel mean something) */
+    double max_abs, max_rel, atol, rtol;
+    char first_failure[640];
+};
+
+struct plan {
+    struct row *rows;
+    size_t n, cap;
+};
+
+static struct row *add_row(struct plan *p, int op, int dtype, const char *impl)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 64;
+        struct row *rows = realloc(p->rows, cap * sizeof *rows);
+        if (!rows)
+            return NULL;
+        p->rows = rows;
+        p->cap = cap;
+    }
+    struct row *r = &p->rows[p->n++];
+    memset(r, 0, sizeof *r);
+    r->op = op;
+    r->dtype = dtype;
+    snprintf(r->impl, sizeof r->impl, "%s", impl);
+    verify_tolerance(verify_ops[op].family, dtype, &r->atol, &r->rtol);
+    return r;
+}
+
+/* Pins impl as the only candidate of op on this thread, strictly; undo with unpin(). */
+static int pin(const char *op, const char *impl)
+{
+    char spec[256];
+    snprintf(spec, sizeof spec, "%s=impl:%s", op, impl);
+    int rc = fld_policy_push_per_op(spec);
+    if (rc != FLD_OK)
+        return rc;
+    rc = fld_policy_push_strict(true);
+    if (rc != FLD_OK)
+        fld_policy_pop();
+    return rc;
+}
+
+static void unpin(void)
+{
+    fld_policy_pop();
+    fld_policy_pop();
+}
+
+/*
+ * Whether the pinned impl is what a call would run. When the policy drops
+ * it (denied vendor, out-of-tree plugins disabled, ...) the reason from
+ * fld_explain() goes to why.
+ */
+static bool pinnable(const char *op, int device, int dtype, const char *impl, char *why,
+                     size_t size)
+{
+    if (pin(op, impl) != FLD_OK) {
+        snprintf(why, size, "cannot pin it: %s", fld_last_error());
+        return false;
+    }
+    const DLDataType dt = tool_dlpack_dtype(dtype);
+    const char *selected = NULL;
+    bool ok =
+        fld_resolve(op, device, dt, &selected) == FLD_OK && selected && strcmp(selected, impl) == 0;
+    if (!ok) {
+        snprintf(why, size, "dropped by the policy");
+        fld_resolution *res = NULL;
+        if (fld_explain(op, device, dt, &res) == FLD_OK && res) {
+            for (size_t i = 0; i < res->n_rejected; i++)
+                if (strcmp(res->rejected[i].impl_id, impl) == 0)
+                    snprintf(why, size, "%s", res->rejected[i].reason);
+            fld_resolution_free(res);
+        }
+    }
+    unpin();
+    return ok;
+}
+
+static uint32_t device_mask(int device_type)
+{
+    switch (device_type) {
+    case FLD_DEVICE_CPU:
+        return FLD_DEVICE_MASK_CPU;
+    case FLD_DEVICE_CUDA:
+        return FLD_DEVICE_MASK_CUDA;
+    case FLD_DEVICE_ROCM:
+        return FLD_DEVICE_MASK_ROCM;
+    default:
+        return FLD_DEVICE_MASK_ASCEND;
+    }
+}
+
+struct impl_walk {
+    const struct verify_opts *o;
+    struct plan *plan;
+    int op, dtype;
+    int found;
+    bool oom;
+};
+
+static int plan_impl(const fld_impl_info *info, void *user)
+{
+    struct impl_walk *w = user;
+    const uint32_t dev_bit = device_mask(w->o->device);
+    if (strcmp(info->op, verify_ops[w->op].name) != 0 || !(info->devices & dev_bit) ||
+        !(info->dtypes & (1u << w->dtype)))
+        return 0;
+    struct row *r = add_row(w->plan, w->op, w->dtype, info->impl_id);
+    if (!r) {
+        w->oom = true;
+        return 1;
+    }
+    w->found++;
+    if (!info->available)
+        snprintf(r->skip, sizeof r->skip, "unavailable: %s", info->unavailable_reason);
+    else if (!device_supported(w->o->device))
+        snprintf(r->skip, sizeof r->skip,
+                 "no device memory hooks for %s in this version (needed to copy the inputs)",
+                 w->o->device_name);
+    return 0;
+}
+
+/* Rows of every selected op and dtype, in catalog then impl_id order. */
+static int make_plan(const struct verify_opts *o, struct plan *plan)
+{
+    for (size_t op = 0; op < N_OPS; op++) {
+        if (!o->op_selected[op])
+            continue;
+        for (int dt = 0; dt < N_DTYPES; dt++) {
+            if (!o->dtype_selected[dt])
+                continue;
+            struct impl_walk w = {.o = o, .plan = plan, .op = (int)op, .dtype = dt};
+            int rc = fld_foreach_impl(plan_impl, &w);
+            if (w.oom) {
+                fprintf(stderr, "fldispatch verify: out of memory\n");
+                return CLI_EXIT_CHECK_FAILED;
+            }
+            if (rc != 0) {
+                fprintf(stderr, "fldispatch verify: %s\n",
+                        *fld_last_error() ? fld_last_error() : fld_strerror(rc));
+                return CLI_EXIT_CHECK_FAILED;
+            }
+            if (w.found == 0 && device_supported(o->device)) {
+                struct row *r = add_row(plan, (int)op, dt, "");
+                if (!r)
+                    return CLI_EXIT_CHECK_FAILED;
+                snprintf(r->skip, sizeof r->skip, "no implementation registered for %s %s",
+                         o->device_name, tool_dtype_name(dt));
+            }
+        }
+    }
+    /* What the policy would not let run; the reference must run for the others to be compared. */
+    for (size_t i = 0; i < plan->n; i++) {
+        struct row *r = &plan->rows[i];
+        if (!r->skip[0])
+            (void)pinnable(verify_ops[r->op].name, o->device, r->dtype, r->impl, r->skip,
+                           sizeof r->skip);
+    }
+    for (size_t i = 0; i < plan->n; i++) {
+        struct row *r = &plan->rows[i];
+        if (r->skip[0] || strcmp(r->impl, REFERENCE_ID) == 0)
+            continue;
+        const struct row *ref = NULL;
+        for (size_t j = 0; j < plan->n; j++)
+            if (plan->rows[j].op == r->op && plan->rows[j].dtype == r->dtype &&
+                strcmp(plan->rows[j].impl, REFERENCE_ID) == 0)
+                ref = &plan->rows[j];
+        if (!ref)
+            snprintf(r->skip, sizeof r->skip, "no %s to compare with", REFERENCE_ID);
+        else if (ref->skip[0])
+            snprintf(r->skip, sizeof r->skip, "%s cannot run: %.200s", REFERENCE_ID, ref->skip);
+    }
+    return CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Compare                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * float16 to float32 through a table: comparing is a large share of a
+ * verify run, and the branchy conversion of half.h dominated it.
+ */
+static float f16_table[65536];
+
+static void init_f16_table(void)
+{
+    if (f16_table[0x3c00] == 1.0f)
+        return;
+    for (uint32_t h = 0; h < 65536; h++)
+        f16_table[h] = fld_f16_to_f32((uint16_t)h);
+}
+
+/* Storage element off of a floating tensor as float32. */
+static inline float load(const struct tool_tensor *tt, int64_t off)
+{
+    switch (tt->dtype) {
+    case TOOL_F16:
+        return f16_table[((const uint16_t *)tt->alloc)[off]];
+    case TOOL_BF16:
+        return fld_bf16_to_f32(((const uint16_t *)tt->alloc)[off]);
+    default:
+        return ((const float *)tt->alloc)[off];
+    }
+}
+
+/* Rows of a tensor: logical elements are rows x width, rows step by stride. */
+static void row_shape(const struct tool_tensor *tt, int64_t *rows, int64_t *width, int64_t *stride)
+{
+    const int last = tt->t.ndim - 1;
+    *width = tt->shape[last];
+    *stride = last ? tt->strides[last - 1] : *width;
+    *rows = *width ? tool_tensor_numel(tt) / *width : 0;
+}
+
+/* The findings of one run of one case. */
+struct outcome {
+    double max_abs, max_rel;
+    bool compared;
+    bool bad;
+    char what[560]; /* the first violation */
+};
+
+static void violation(struct outcome *oc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void violation(struct outcome *oc, const char *fmt, ...)
+{
+    if (oc->bad)
+        return;
+    oc->bad = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(oc->what, sizeof oc->what, fmt, ap);
+    va_end(ap);
+}
+
+/* Elements [begin, end) of a row of got against want (allclose), feeding max_abs and max_rel. */
+static void compare_span(struct outcome *oc, enum verify_slot s, const struct tool_tensor *got,
+                         const struct tool_tensor *want, int64_t row, int64_t row_off,
+                         int64_t width, int64_t begin, int64_t end, double atol, double rtol)
+{
+    for (int64_t j = begin; j < end; j++) {
+        const double a = load(got, row_off + j), b = load(want, row_off + j);
+        double err = fabs(a - b);
+        const double mag = fabs(b);
+        if (isnan(err))
+            err = INFINITY;
+        if (err > oc->max_abs)
+            oc->max_abs = err;
+        if (mag > atol && err > oc->max_rel * mag)
+            oc->max_rel = err / mag;
+        if (!(err <= atol + rtol * mag))
+            violation(oc,
+                      "'%s' element %" PRId64 " (row %" PRId64 ", col %" PRId64
+                      "): got %.8g, expected %.8g (|err| %.3g > %.3g)",
+                      verify_slot_name(s), row * width + j, row, j, a, b, err, atol + rtol * mag);
+    }
+}
+
+/*
+ * Output slot s of got against the reference want: allclose per element,
+ * except the rotary tail (head column >= rot_dim), which must equal the
+ * input bit for bit. want NULL (the reference's own run) checks the tail
+ * only.
+ */
+static void compare_output(struct outcome *oc, enum verify_slot s, const struct tool_tensor *got,
+                           const struct tool_tensor *want, const struct tool_tensor *input,
+                           const struct verify_case *c, double atol, double rtol)
+{
+    int64_t rows, width, stride;
+    row_shape(got, &rows, &width, &stride);
+    /* a row is whole heads for rotary; the rest of the ops compare it all */
+    const bool rotary = c->family == VF_ROTARY;
+    const int64_t seg = rotary ? c->head : width, cmp = rotary ? c->rot : width;
+    const size_t esize = tool_dtype_size(got->dtype);
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t off = r * stride;
+        for (int64_t h = 0; h < width; h += seg) {
+            if (want)
+                compare_span(oc, s, got, want, r, off, width, h, h + cmp, atol, rtol);
+            if (cmp == seg)
+                continue;
+            const size_t tail = (size_t)(off + h + cmp) * esize, len = (size_t)(seg - cmp) * esize;
+            if (memcmp((const char *)got->alloc + tail, (const char *)input->alloc + tail, len))
+                violation(oc,
+                          "'%s' row %" PRId64 ", head %" PRId64 ": elements past rot_dim %" PRId64
+                          " changed",
+                          verify_slot_name(s), r, h / seg, c->rot);
+        }
+    }
+}
+
+/* The first byte offset where a and b differ inside [from, to), or -1. */
+static int64_t first_diff(const struct tool_tensor *a, const struct tool_tensor *b, size_t from,
+                          size_t to)
+{
+    const unsigned char *pa = a->alloc, *pb = b->alloc;
+    if (memcmp(pa + from, pb + from, to - from) == 0)
+        return -1;
+    for (size_t i = from; i < to; i++)
+        if (pa[i] != pb[i])
+            return (int64_t)i;
+    return -1;
+}
+
+/* The row padding of got must still be what the input had. */
+static void compare_padding(struct outcome *oc, enum verify_slot s, const struct tool_tensor *got,
+                            const struct tool_tensor *input)
+{
+    int64_t rows, width, stride;
+    row_shape(got, &rows, &width, &stride);
+    if (stride == width)
+        return;
+    const size_t esize = tool_dtype_size(got->dtype);
+    for (int64_t r = 0; r < rows; r++) {
+        size_t from = (size_t)(r * stride + width) * esize;
+        size_t to = (size_t)((r + 1) * stride) * esize;
+        if (to > got->bytes)
+            to = got->bytes;
+        if (from < to && first_diff(got, input, from, to) >= 0) {
+            violation(oc, "padding of '%s' after row %" PRId64 " was written", verify_slot_name(s),
+                      r);
+            return;
+        }
+    }
+}
+
+/* Every byte of a tensor the op does not write (or of an output after a decline). */
+static bool unchanged(const struct tool_tensor *got, const struct tool_tensor *input)
+{
+    return got->bytes == input->bytes && memcmp(got->alloc, input->alloc, got->bytes) == 0;
+}
+
+/* The whole check of a run that returned FLD_OK; want NULL for the reference's own run. */
+static void check_run(struct outcome *oc, struct verify_io *got, struct verify_io *want,
+                      const struct verify_io *input, double atol, double rtol)
+{
+    for (int s = 0; s < VS_CACHE; s++) {
+        struct tool_tensor *g = verify_slot(got, (enum verify_slot)s);
+        const struct tool_tensor *in = &input->t[s];
+        if (!g)
+            continue;
+        if (!verify_slot_written(got, (enum verify_slot)s)) {
+            if (!unchanged(g, in))
+                violation(oc, "read-only input '%s' was written", verify_slot_name(s));
+            continue;
+        }
+        compare_output(oc, (enum verify_slot)s, g,
+                       want ? verify_slot(want, (enum verify_slot)s) : NULL, in, got->c, atol,
+                       rtol);
+        compare_padding(oc, (enum verify_slot)s, g, in);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Run                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Runs impl alone on io (host memory: see device_supported() for other devices). */
+static int call_pinned(const char *op, const char *impl, struct verify_io *io)
+{
+    int rc = pin(op, impl);
+    if (rc != FLD_OK)
+        return rc;
+    rc = verify_io_call(op, io);
+    unpin();
+    return rc;
+}
+
+static bool declined_status(int rc)
+{
+    return rc == FLD_EUNSUPPORTED || rc == FLD_EUNAVAILABLE;
+}
+
+/* A write to the shared cos/sin cache fails the run and is undone for the next. */
+static void check_cache(struct outcome *oc, struct verify_io *io)
+{
+    if (io->cache && !unchanged(io->cache, io->cache_ro)) {
+        violation(oc, "read-only input 'cos_sin_cache' was written");
+        tool_tensor_copy(io->cache, io->cache_ro);
+    }
+}
+
+static void record(struct row *r, const char *label, const struct outcome *oc)
+{
+    r->cases++;
+    r->compared += oc->compared;
+    if (oc->max_abs > r->max_abs)
+        r->max_abs = oc->max_abs;
+    if (oc->max_rel > r->max_rel)
+        r->max_rel = oc->max_rel;
+    if (!oc->bad) {
+        r->passed++;
+        return;
+    }
+    if (r->failed++ == 0)
+        snprintf(r->first_failure, sizeof r->first_failure, "case %s: %s", label, oc->what);
+}
+
+/*
+ * Runs row r's impl on a copy of the inputs and checks it against the
+ * reference outputs want (NULL when the reference itself failed).
+ */
+static void run_row(struct row *r, const struct verify_io *input, struct verify_io *want,
+                    const char *label)
+{
+    const char *op = verify_ops[r->op].name;
+    struct outcome oc = {0};
+    struct verify_io io;
+    if (!verify_io_clone(&io, input)) {
+        violation(&oc, "out of memory copying the inputs");
+        record(r, label, &oc);
+        return;
+    }
+    int rc = call_pinned(op, r->impl, &io);
+    if (declined_status(rc)) {
+        bool untouched = true;
+        for (int s = 0; s < VS_CACHE; s++)
+            if (verify_slot(&io, (enum verify_slot)s) && !unchanged(&io.t[s], &input->t[s])) {
+                violation(&oc, "declined the call but wrote '%s'",
+                          verify_slot_name((enum verify_slot)s));
+                untouched = false;
+                break;
+            }
+        check_cache(&oc, &io);
+        if (untouched && !oc.bad) {
+            r->cases++;
+            r->declined++;
+        } else {
+            record(r, label, &oc);
+        }
+    } else {
+        if (rc != FLD_OK)
+            violation(&oc, "status %d (%s): %s", rc, fld_strerror(rc), fld_last_error());
+        else if (!want)
+            violation(&oc, "%s failed on this case: nothing to compare with", REFERENCE_ID);
+        else
+            check_run(&oc, &io, want, input, r->atol, r->rtol);
+        oc.compared = rc == FLD_OK && want;
+        check_cache(&oc, &io);
+        record(r, label, &oc);
+    }
+    verify_io_free(&io);
+}
+
+/*
+ * The reference run of one op on one case, recorded in the reference's own
+ * row: it must accept the case and write nothing but its outputs. Returns
+ * whether want holds its outputs (freed by the caller).
+ */
+static bool run_reference(struct row *ref_row, const struct verify_io *input,
+                          struct verify_io *want, const char *label)
+{
+    struct outcome oc = {0};
+    if (!verify_io_clone(want, input)) {
+        violation(&oc, "out of memory copying the inputs");
+        record(ref_row, label, &oc);
+        return false;
+    }
+    int rc = call_pinned(verify_ops[ref_row->op].name, REFERENCE_ID, want);
+    if (rc != FLD_OK)
+        violation(&oc, "status %d (%s): %s", rc, fld_strerror(rc), fld_last_error());
+    else
+        check_run(&oc, want, NULL, input, ref_row->atol, ref_row->rtol);
+    oc.compared = rc == FLD_OK; /* against itself: errors 0 */
+    check_cache(&oc, want);
+    record(ref_row, label, &oc);
+    if (oc.bad) {
+        verify_io_free(want);
+        return false;
+    }
+    verify_io_drop_inputs(want);
+    return true;
+}
+
+/* Every runnable row of (op, dtype) on one case: the reference first, then the others. */
+static void run_op_case(struct plan *p, int op, int dtype, const struct verify_io *input,
+                        const char *label)
+{
+    struct row *ref_row = NULL;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->rows[i].op == op && p->rows[i].dtype == dtype && !p->rows[i].skip[0] &&
+            strcmp(p->rows[i].impl, REFERENCE_ID) == 0)
+            ref_row = &p->rows[i];
+    if (!ref_row)
+        return; /* make_plan skipped every other row */
+    struct verify_io want;
+    const bool have_want = run_reference(ref_row, input, &want, label);
+    for (size_t i = 0; i < p->n; i++) {
+        struct row *r = &p->rows[i];
+        if (r != ref_row && r->op == op && r->dtype == dtype && !r->skip[0])
+            run_row(r, input, have_want ? &want : NULL, label);
+    }
+    if (have_want)
+        verify_io_free(&want);
+}
+
+struct progress {
+    bool on;
+    size_t done, total;
+};
+
+static void show_progress(struct progress *pg, const char *family, int dtype, const char *label)
+{
+    pg->done++;
+    if (pg->on)
+        fprintf(stderr, "\r\033[K[%zu/%zu] %s %s %s", pg->done, pg->total, family,
+                tool_dtype_name(dtype), label);
+}
+
+static bool rows_runnable(const struct plan *p, enum verify_family f, int dtype)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (verify_ops[p->rows[i].op].family == f && p->rows[i].dtype == dtype &&
+            !p->rows[i].skip[0])
+            return true;
+    return false;
+}
+
+/* Every case of every family and dtype with a runnable row. */
+static int run_plan(const struct verify_opts *o, struct plan *p)
+{
+    static const char *const family_names[] = {"activations", "norms", "rotary"};
+    struct progress pg = {.on = !o->json && isatty(STDERR_FILENO)};
+    for (int f = VF_ACTIVATION; f <= VF_ROTARY; f++)
+        for (int dt = 0; dt < N_DTYPES; dt++)
+            if (rows_runnable(p, (enum verify_family)f, dt)) {
+                size_t n;
+                verify_cases((enum verify_family)f, o->quick, &n);
+                pg.total += n;
+            }
+
+    for (int f = VF_ACTIVATION; f <= VF_ROTARY; f++) {
+        for (int dt = 0; dt < N_DTYPES; dt++) {
+            if (!rows_runnable(p, (enum verify_family)f, dt))
+                continue;
+            size_t n_cases;
+            const struct verify_case *cases =
+                verify_cases((enum verify_family)f, o->quick, &n_cases);
+            for (size_t ci = 0; ci < n_cases; ci++) {
+                char label[160];
+                verify_case_label(&cases[ci], label, sizeof label);
+                show_progress(&pg, family_names[f], dt, label);
+                /* the same inputs for a case whatever the other options */
+                const uint64_t seed = o->seed * 0x100000001b3ull + (uint64_t)(f * 1000 + (int)ci);
+                struct verify_io input;
+                if (!verify_io_make(&input, &cases[ci], dt, seed)) {
+                    fprintf(stderr, "\nfldispatch verify: out of memory for case %s\n", label);
+                    return CLI_EXIT_CHECK_FAILED;
+                }
+                for (size_t op = 0; op < N_OPS; op++)
+                    if (verify_ops[op].family == (enum verify_family)f && o->op_selected[op])
+                        run_op_case(p, (int)op, dt, &input, label);
+                verify_io_free(&input);
+            }
+        }
+    }
+    if (pg.on)
+        fprintf(stderr, "\r\033[K");
+    return CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Report                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static const char *row_status(const struct row *r)
+{
+    if (r->skip[0])
+        return "skipped";
+    if (r->failed)
+        return "fail";
+    if (r->cases > 0 && r->declined == r->cases)
+        return "declined";
+    return "pass";
+}
+
+/* Whether any case of the row was compared (not all declined or skipped). */
+static bool row_compared(const struct row *r)
+{
+    return !r->skip[0] && r->compared > 0;
+}
+
+static void report_text(const struct verify_opts *o, const struct plan *p)
+{
+    char dtypes[32] = "";
+    for (int dt = 0; dt < N_DTYPES; dt++)
+        if (o->dtype_selected[dt])
+            snprintf(dtypes + strlen(dtypes), sizeof dtypes - strlen(dtypes), "%s%s",
+                     dtypes[0] ? "," : "", tool_dtype_name(dt));
+    printf("verify: device %s, dtypes %s, %s set, seed %" PRIu64 "; pass: |got - want| <= atol + "
+           "rtol*|want|\n",
+           o->device_name, dtypes, o->quick ? "quick" : "full", o->seed);
+    printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8s %-8s %s\n", "OP", "DTYPE", "IMPL", "CASES",
+           "MAX_ABS", "MAX_REL", "ATOL", "RTOL", "VERDICT");
+    int passed = 0, failed = 0, skipped = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        const struct row *r = &p->rows[i];
+        char cases[24], verdict[400];
+        if (r->skip[0]) {
+            skipped++;
+            printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8s %-8s skipped: %s\n",
+                   verify_ops[r->op].name, tool_dtype_name(r->dtype), r->impl[0] ? r->impl : "-",
+                   "-", "-", "-", "-", "-", r->skip);
+            continue;
+        }
+        snprintf(cases, sizeof cases, "%d/%d", r->passed, r->cases);
+        if (r->failed) {
+            failed++;
+            snprintf(verdict, sizeof verdict, "FAIL (%d failed)", r->failed);
+        } else if (r->declined == r->cases && r->cases) {
+            passed++;
+            snprintf(verdict, sizeof verdict, "declined %d", r->declined);
+        } else {
+            passed++;
+            snprintf(verdict, sizeof verdict, r->declined ? "PASS, declined %d" : "PASS",
+                     r->declined);
+        }
+        char abs_err[24] = "-", rel_err[24] = "-";
+        if (row_compared(r)) {
+            snprintf(abs_err, sizeof abs_err, "%.3g", r->max_abs);
+            snprintf(rel_err, sizeof rel_err, "%.3g", r->max_rel);
+        }
+        printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8.2g %-8.2g %s\n", verify_ops[r->op].name,
+               tool_dtype_name(r->dtype), r->impl, cases, abs_err, rel_err, r->atol, r->rtol,
+               verdict);
+        if (r->failed)
+            printf("    first failure: %s\n", r->first_failure);
+    }
+    printf("%zu rows: %d passed, %d failed, %d skipped\n", p->n, passed, failed, skipped);
+}
+
+static void report_json(const struct verify_opts *o, const struct plan *p, bool ok)
+{
+    struct json_writer w;
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_key(&w, "device");
+    json_string(&w, o->device_name);
+    json_key(&w, "quick");
+    json_bool(&w, o->quick);
+    json_key(&w, "seed");
+    json_int(&w, (long long)o->seed);
+    json_key(&w, "results");
+    json_begin_array(&w);
+    for (size_t i = 0; i < p->n; i++) {
+        const struct row *r = &p->rows[i];
+        json_begin_object(&w);
+        json_key(&w, "op");
+        json_string(&w, verify_ops[r->op].name);
+        json_key(&w, "dtype");
+        json_string(&w, tool_dtype_name(r->dtype));
+        json_key(&w, "impl_id");
+        json_string(&w, r->impl[0] ? r->impl : NULL);
+        json_key(&w, "cases");
+        json_int(&w, r->cases);
+        json_key(&w, "passed");
+        json_int(&w, r->passed);
+        json_key(&w, "declined");
+        json_int(&w, r->declined);
+        json_key(&w, "failed");
+        json_int(&w, r->failed);
+        json_key(&w, "max_abs_err");
+        json_double(&w, row_compared(r) ? r->max_abs : NAN, 12); /* NaN writes null */
+        json_key(&w, "max_rel_err");
+        json_double(&w, row_compared(r) ? r->max_rel : NAN, 12);
+        json_key(&w, "atol");
+        json_double(&w, r->atol, 9);
+        json_key(&w, "rtol");
+        json_double(&w, r->rtol, 9);
+        json_key(&w, "status");
+        json_string(&w, row_status(r));
+        if (r->skip[0]) {
+            json_key(&w, "reason");
+            json_string(&w, r->skip);
+        }
+        if (r->failed) {
+            json_key(&w, "first_failure");
+            json_string(&w, r->first_failure);
+        }
+        json_end_object(&w);
+    }
+    json_end_array(&w);
+    json_key(&w, "ok");
+    json_bool(&w, ok);
+    json_end_object(&w);
+    json_finish(&w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The command                                                              */
+/* ------------------------------------------------------------------------ */
+
+int cmd_verify(int argc, char **argv)
+{
+    struct verify_opts o;
+    int rc = parse_options(&o, argc, argv);
+    if (rc < 0)
+        return CLI_EXIT_OK; /* --help */
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    if ((rc = cli_init()) != CLI_EXIT_OK)
+        return rc;
+
+    init_f16_table();
+    struct plan plan = {0};
+    rc = make_plan(&o, &plan);
+    if (rc == CLI_EXIT_OK)
+        rc = run_plan(&o, &plan);
+    verify_caches_free();
+    if (rc != CLI_EXIT_OK) {
+        free(plan.rows);
+        return rc;
+    }
+
+    bool any_failed = false, any_ran = false;
+    for (size_t i = 0; i < plan.n; i++) {
+        any_failed |= plan.rows[i].failed > 0;
+        any_ran |= !plan.rows[i].skip[0];
+    }
+    if (o.json)
+        report_json(&o, &plan, !any_failed && any_ran);
+    else if (plan.n > 0)
+        report_text(&o, &plan);
+    free(plan.rows);
+
+    if (any_failed)
+        return CLI_EXIT_CHECK_FAILED;
+    if (!any_ran) {
+        if (!device_supported(o.device))
+            fprintf(stderr,
+                    "fldispatch verify: no implementation can be verified on %s: copying the "
+                    "inputs to device memory needs device memory hooks, which come in a later "
+                    "version\n",
+                    o.device_name);
+        else
+            fprintf(stderr, "fldispatch verify: no implementation available to verify\n");
+        return CLI_EXIT_NONE;
+    }
+    return CLI_EXIT_OK;
+}

@@ -1,0 +1,61 @@
+/*
+ * Host tensors owned by the tool, for verify and bench: allocation with
+ * optional row padding (strided rows), deterministic random fills, copies
+ * and element access in float32 whatever the storage dtype.
+ */
+#ifndef FLD_TOOLS_TENSORS_H
+#define FLD_TOOLS_TENSORS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <fldispatch/fldispatch.h>
+
+/* Storage dtypes: FLD_DTYPE_MASK_* bit order, then int64 and int32 for positions. */
+enum tool_dtype { TOOL_F32 = 0, TOOL_F16 = 1, TOOL_BF16 = 2, TOOL_I64 = 3, TOOL_I32 = 4 };
+
+#define TOOL_MAX_DIMS 4
+
+struct tool_tensor {
+    DLTensor t; /* points at shape, strides and storage below; pass &tt.t to the library */
+    int64_t shape[TOOL_MAX_DIMS];
+    int64_t strides[TOOL_MAX_DIMS];
+    int dtype;    /* enum tool_dtype */
+    void *alloc;  /* 64-byte aligned storage; t.data == alloc, t.byte_offset == 0 */
+    size_t bytes; /* size of the storage, padding included */
+};
+
+/* The DLPack dtype of a tool dtype. */
+DLDataType tool_dlpack_dtype(int dtype);
+/* "f32", "f16", "bf16", "i64", "i32". */
+const char *tool_dtype_name(int dtype);
+/* Bytes per element. */
+size_t tool_dtype_size(int dtype);
+
+/*
+ * Allocates a row-major CPU tensor of ndim (1..4) dims. row_pad > 0 adds that
+ * many unused elements after each row of the last dim (the row stride becomes
+ * shape[ndim-1] + row_pad), like x = randn(T, 2H)[:, :H]. Storage is zeroed.
+ * Returns false (tensor left empty, nothing to free) when out of memory.
+ */
+bool tool_tensor_alloc(struct tool_tensor *tt, int dtype, int ndim, const int64_t *shape,
+                       int64_t row_pad);
+void tool_tensor_free(struct tool_tensor *tt);
+
+/* Number of logical elements (padding excluded). */
+int64_t tool_tensor_numel(const struct tool_tensor *tt);
+
+/* Element i in row-major logical order (padding skipped), as float / stored from float
+ * (rounded to nearest even for 16-bit dtypes). Floating dtypes only. */
+float tool_tensor_get(const struct tool_tensor *tt, int64_t i);
+void tool_tensor_set(struct tool_tensor *tt, int64_t i, float v);
+
+/* Fills every logical element: uniform in [lo, hi), or normal(mean, std). seed is advanced. */
+void tool_tensor_fill_uniform(struct tool_tensor *tt, uint64_t *seed, float lo, float hi);
+void tool_tensor_fill_normal(struct tool_tensor *tt, uint64_t *seed, float mean, float std);
+
+/* Copies the whole storage (padding included) of src into dst of identical layout. */
+void tool_tensor_copy(struct tool_tensor *dst, const struct tool_tensor *src);
+
+#endif
