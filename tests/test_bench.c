@@ -15,136 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-extern char **environ;
-
-#define MAX_ARGS 24
-#define MAX_ENV  256
-
-/* Outputs quoted in failure messages are clipped: Check caps the size of a message. */
-#define CLIP "%.1500s"
-
-/* ---- running the tool ----------------------------------------------------------- */
-
-struct run {
-    int status; /* exit status, or 128 + signal */
-    char *out;
-    char *err;
-};
-
-static char *read_all(FILE *f)
-{
-    fflush(f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    ck_assert_int_ge(size, 0);
-    char *buf = malloc((size_t)size + 1);
-    ck_assert_ptr_nonnull(buf);
-    rewind(f);
-    size_t got = fread(buf, 1, (size_t)size, f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
-}
-
-/* Variables of the caller's environment that would change what the tool does. */
-static bool steering_var(const char *entry)
-{
-    return strncmp(entry, "VLLM_FL_", 8) == 0 || strncmp(entry, "USE_FLAGGEMS=", 13) == 0 ||
-           strncmp(entry, "FLD_TEMPLATE_ENABLE=", 20) == 0 || strncmp(entry, "HWLOC_", 6) == 0;
-}
-
-/* Runs the tool with NULL-terminated args; env: extra "NAME=value" entries or NULL. */
-static void run_tool(struct run *r, const char *const *env, const char *const *args)
-{
-    const char *builddir = getenv("FLD_BUILDDIR");
-    ck_assert_msg(builddir != NULL, "FLD_BUILDDIR is not set (run through make check)");
-    char tool[4096], plugin_dir[4096];
-    snprintf(tool, sizeof tool, "%s/bin/fldispatch", builddir);
-    snprintf(plugin_dir, sizeof plugin_dir, "VLLM_FL_PLUGIN_DIR=%s/lib/fldispatch/plugins",
-             builddir);
-    ck_assert_msg(access(tool, X_OK) == 0, "%s is not built", tool);
-
-    const char *argv[MAX_ARGS + 2];
-    int argc = 0;
-    argv[argc++] = tool;
-    for (const char *const *a = args; *a; a++) {
-        ck_assert_int_lt(argc, MAX_ARGS);
-        argv[argc++] = *a;
-    }
-    argv[argc] = NULL;
-
-    const char *envp[MAX_ENV + 1];
-    int n = 0;
-    for (char **e = environ; *e && n < MAX_ENV - 16; e++)
-        if (!steering_var(*e))
-            envp[n++] = *e;
-    envp[n++] = plugin_dir;
-    envp[n++] = "VLLM_FL_PLATFORM=cpu";
-    for (const char *const *e = env; e && *e; e++) {
-        ck_assert_int_lt(n, MAX_ENV);
-        envp[n++] = *e;
-    }
-    envp[n] = NULL;
-
-    FILE *out = tmpfile(), *err = tmpfile();
-    ck_assert_ptr_nonnull(out);
-    ck_assert_ptr_nonnull(err);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(fileno(out), STDOUT_FILENO);
-        dup2(fileno(err), STDERR_FILENO);
-        alarm(60); /* survives exec: a hung tool dies instead of hanging the test */
-        execve(tool, (char *const *)argv, (char *const *)envp);
-        _exit(127);
-    }
-    int ws;
-    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    r->out = read_all(out);
-    r->err = read_all(err);
-}
-
-static void run_free(struct run *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-#define NO_ENV    ((const char *const *)NULL)
-#define ENV(...)  ((const char *const[]){__VA_ARGS__, NULL})
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
-
-#define assert_status(r, expected)                                                                 \
-    ck_assert_msg((r).status == (expected),                                                        \
-                  "exit status %d, expected %d\nstdout:\n" CLIP "\nstderr:\n" CLIP, (r).status,    \
-                  (expected), (r).out, (r).err)
-
-/* Whether some line of text contains every one of the needles. */
-#define line_with(text, ...) line_with_all((text), (const char *const[]){__VA_ARGS__, NULL})
-
-static bool line_with_all(const char *text, const char *const *needles)
-{
-    for (const char *line = text; *line;) {
-        size_t len = strcspn(line, "\n");
-        bool all = true;
-        for (const char *const *n = needles; *n && all; n++) {
-            const char *hit = strstr(line, *n);
-            all = hit && hit < line + len;
-        }
-        if (all)
-            return true;
-        line += len;
-        if (*line == '\n')
-            line++;
-    }
-    return false;
-}
+#include "util/tool.h"
 
 /* ---- a small JSON tree ------------------------------------------------------------- */
 
@@ -376,7 +248,7 @@ static bool shape_text(const char *s)
 }
 
 /* Checks the machine object and every result; returns the parsed document. */
-static struct jvalue *parse_bench_json(const struct run *r)
+static struct jvalue *parse_bench_json(const struct tool_run *r)
 {
     ck_assert_msg(r->out[0] == '{', "output is not a JSON object:\n" CLIP, r->out);
     struct jvalue *doc = json_parse(r->out);
@@ -424,10 +296,10 @@ static const struct jvalue *find_result(const struct jvalue *doc, const char *im
 
 START_TEST(quick_rms_norm_json)
 {
-    struct run r;
+    struct tool_run r;
     /* One thread by default: the caller's VLLM_FL_CPU_THREADS is the default the
      * machine reports, and STREAM then runs with one thread only, which is quicker. */
-    run_tool(&r, ENV("VLLM_FL_CPU_THREADS=1"),
+    tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
              ARGS("bench", "--quick", "rms_norm", "--dtype", "f32", "--json"));
     assert_status(r, 0);
     ck_assert_msg(!strchr(r.err, '\r'), "progress written although stderr is not a terminal");
@@ -463,14 +335,14 @@ START_TEST(quick_rms_norm_json)
         }
     }
     jv_free(doc);
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(threads_list_runs_each_count)
 {
-    struct run r;
-    run_tool(&r, NO_ENV,
+    struct tool_run r;
+    tool_run(&r, NO_ENV,
              ARGS("bench", "--quick", "silu_and_mul", "--dtype", "bf16", "--impl", "vendor.cpu",
                   "--tokens", "1,64", "--threads", "1,2", "--json"));
     assert_status(r, 0);
@@ -505,14 +377,14 @@ START_TEST(threads_list_runs_each_count)
     }
     ck_assert(seen[1] && seen[2] && seen_default);
     jv_free(doc);
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(text_output_has_header_lines_and_targets)
 {
-    struct run r;
-    run_tool(&r, ENV("VLLM_FL_CPU_THREADS=1"),
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
              ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
                   "--tokens", "1"));
     assert_status(r, 0);
@@ -530,7 +402,7 @@ START_TEST(text_output_has_header_lines_and_targets)
     ck_assert_msg(line_with(r.out, "rotary_embedding", "f16", " us", "met") ||
                       line_with(r.out, "rotary_embedding", "f16", " us", "MISSED"),
                   CLIP, r.out);
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -555,63 +427,63 @@ START_TEST(usage_errors_name_the_option)
         {{"bench", "attention_backend"}, "attention_backend"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct run r;
-        run_tool(&r, NO_ENV, cases[i].args);
+        struct tool_run r;
+        tool_run(&r, NO_ENV, cases[i].args);
         assert_status(r, 2);
         ck_assert_msg(strstr(r.err, cases[i].needle), "%s %s: message does not name '%s': %s",
                       cases[i].args[1], cases[i].args[2] ? cases[i].args[2] : "", cases[i].needle,
                       r.err);
         ck_assert_str_eq(r.out, "");
-        run_free(&r);
+        tool_run_free(&r);
     }
 }
 END_TEST
 
 START_TEST(no_implementation_exits_3)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--impl", "vendor.no_such"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--impl", "vendor.no_such"));
     assert_status(r, 3);
     ck_assert(strstr(r.err, "vendor.no_such"));
-    run_free(&r);
+    tool_run_free(&r);
 
     /* Registered but unavailable: the reason is passed on. */
-    run_tool(
+    tool_run(
         &r, NO_ENV,
         ARGS("bench", "--quick", "silu_and_mul", "--dtype", "f32", "--impl", "vendor.template"));
     assert_status(r, 3);
     ck_assert_msg(strstr(r.err, "vendor.template") && strstr(r.err, "unavailable"), CLIP, r.err);
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
+    tool_run(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
     assert_status(r, 3);
     ck_assert(strstr(r.err, "cuda"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(overhead_still_works)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "3", "--calls", "2000"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "3", "--calls", "2000"));
     assert_status(r, 0);
     for (const char *const *v = (const char *const[]){"direct", "handle", "name", "typed", NULL};
          *v; v++)
         ck_assert_msg(line_with(r.out, "null", *v), "no null/%s row:\n" CLIP, *v, r.out);
     ck_assert(strstr(r.out, "<= 5 ns"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(help_lists_modes_and_defaults)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("bench", "--help"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("bench", "--help"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "--overhead"));
     ck_assert(strstr(r.out, "--threads"));
     ck_assert(line_with(r.out, "--dtype", "all three"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 

@@ -8,135 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fldispatch/fldispatch.h>
 
-extern char **environ;
-
-#define MAX_ARGS 16
-#define MAX_ENV  256
-
-struct run {
-    int status; /* exit status, or 128 + signal */
-    char *out;
-    char *err;
-};
-
-static char *slurp(FILE *f)
-{
-    fflush(f);
-    long size = ftell(f);
-    ck_assert_int_ge(size, 0);
-    char *buf = malloc((size_t)size + 1);
-    ck_assert_ptr_nonnull(buf);
-    rewind(f);
-    size_t got = fread(buf, 1, (size_t)size, f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
-}
-
-/* Variables of the caller's environment that would change what the tool selects. */
-static bool inherited_policy_var(const char *entry)
-{
-    return strncmp(entry, "VLLM_FL_", 8) == 0 || strncmp(entry, "USE_FLAGGEMS=", 13) == 0 ||
-           strncmp(entry, "FLD_TEMPLATE_ENABLE=", 20) == 0;
-}
-
-/* Whether env (NULL-terminated "NAME=value" entries, or NULL) sets the variable of entry. */
-static bool env_sets(const char *const *env, const char *entry)
-{
-    size_t len = strcspn(entry, "=") + 1;
-    for (const char *const *e = env; e && *e; e++)
-        if (strncmp(*e, entry, len) == 0)
-            return true;
-    return false;
-}
-
-/*
- * Runs the tool. env: NULL-terminated "NAME=value" entries added to the
- * controlled environment (NULL for none; they replace the defaults
- * VLLM_FL_PLUGIN_DIR and VLLM_FL_PLATFORM=cpu); args: NULL-terminated
- * arguments.
- */
-static void run_tool(struct run *r, const char *const *env, const char *const *args)
-{
-    const char *builddir = getenv("FLD_BUILDDIR");
-    ck_assert_msg(builddir != NULL, "FLD_BUILDDIR is not set (run through make check)");
-
-    char tool[4096], plugin_dir[4096];
-    snprintf(tool, sizeof tool, "%s/bin/fldispatch", builddir);
-    snprintf(plugin_dir, sizeof plugin_dir, "VLLM_FL_PLUGIN_DIR=%s/lib/fldispatch/plugins",
-             builddir);
-    ck_assert_msg(access(tool, X_OK) == 0, "%s is not built", tool);
-
-    const char *argv[MAX_ARGS + 2];
-    int argc = 0;
-    argv[argc++] = tool;
-    for (const char *const *a = args; *a; a++) {
-        ck_assert_int_lt(argc, MAX_ARGS);
-        argv[argc++] = *a;
-    }
-    argv[argc] = NULL;
-
-    const char *envp[MAX_ENV + 1];
-    int n = 0;
-    for (char **e = environ; *e && n < MAX_ENV - 16; e++)
-        if (!inherited_policy_var(*e))
-            envp[n++] = *e;
-    if (!env_sets(env, plugin_dir))
-        envp[n++] = plugin_dir;
-    if (!env_sets(env, "VLLM_FL_PLATFORM="))
-        envp[n++] = "VLLM_FL_PLATFORM=cpu";
-    for (const char *const *e = env; e && *e; e++) {
-        ck_assert_int_lt(n, MAX_ENV);
-        envp[n++] = *e;
-    }
-    envp[n] = NULL;
-
-    FILE *out = tmpfile(), *err = tmpfile();
-    ck_assert_ptr_nonnull(out);
-    ck_assert_ptr_nonnull(err);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(fileno(out), STDOUT_FILENO);
-        dup2(fileno(err), STDERR_FILENO);
-        alarm(120); /* survives exec: a hung tool dies instead of hanging the test */
-        execve(tool, (char *const *)argv, (char *const *)envp);
-        _exit(127);
-    }
-    int ws;
-    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    fseek(out, 0, SEEK_END);
-    fseek(err, 0, SEEK_END);
-    r->out = slurp(out);
-    r->err = slurp(err);
-}
-
-static void run_free(struct run *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-#define NO_ENV    ((const char *const *)NULL)
-#define ENV(...)  ((const char *const[]){__VA_ARGS__, NULL})
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
-#define NO_ARGS   ((const char *const[]){NULL})
-
-/* Outputs quoted in failure messages are clipped: Check caps the size of a message. */
-#define CLIP "%.2000s"
-
-#define assert_status(r, expected)                                                                 \
-    ck_assert_msg((r).status == (expected),                                                        \
-                  "exit status %d, expected %d\nstdout:\n" CLIP "\nstderr:\n" CLIP, (r).status,    \
-                  (expected), (r).out, (r).err)
+#include "util/tool.h"
 
 /* The first line of s, in a static buffer. */
 static const char *first_line(const char *s)
@@ -150,167 +26,23 @@ static const char *first_line(const char *s)
     return line;
 }
 
-/* Whether some line of text contains every one of the needles. */
-#define line_with(text, ...) line_with_all((text), (const char *const[]){__VA_ARGS__, NULL})
-
-static bool line_with_all(const char *text, const char *const *needles)
-{
-    for (const char *line = text; *line;) {
-        size_t len = strcspn(line, "\n");
-        bool all = true;
-        for (const char *const *n = needles; *n && all; n++) {
-            const char *hit = strstr(line, *n);
-            all = hit && hit < line + len;
-        }
-        if (all)
-            return true;
-        line += len;
-        if (*line == '\n')
-            line++;
-    }
-    return false;
-}
-
-static int count_of(const char *text, const char *needle)
-{
-    int n = 0;
-    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
-        n++;
-    return n;
-}
-
-/* ---- a strict JSON syntax checker (RFC 8259 grammar, no semantics) ------- */
-
-static const char *js_value(const char *p, int depth);
-
-static const char *js_ws(const char *p)
-{
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-        p++;
-    return p;
-}
-
-static const char *js_string(const char *p)
-{
-    if (*p++ != '"')
-        return NULL;
-    for (;;) {
-        unsigned char c = (unsigned char)*p++;
-        if (c == '"')
-            return p;
-        if (c < 0x20)
-            return NULL;
-        if (c == '\\') {
-            c = (unsigned char)*p++;
-            if (c == 'u') {
-                for (int i = 0; i < 4; i++, p++)
-                    if (!strchr("0123456789abcdefABCDEF", *p) || !*p)
-                        return NULL;
-            } else if (!c || !strchr("\"\\/bfnrt", c)) {
-                return NULL;
-            }
-        }
-    }
-}
-
-static const char *js_digits(const char *p)
-{
-    if (*p < '0' || *p > '9')
-        return NULL;
-    while (*p >= '0' && *p <= '9')
-        p++;
-    return p;
-}
-
-static const char *js_number(const char *p)
-{
-    if (*p == '-')
-        p++;
-    if (*p == '0')
-        p++;
-    else if (!(p = js_digits(p)))
-        return NULL;
-    if (*p == '.' && !(p = js_digits(p + 1)))
-        return NULL;
-    if (*p == 'e' || *p == 'E') {
-        p++;
-        if (*p == '+' || *p == '-')
-            p++;
-        if (!(p = js_digits(p)))
-            return NULL;
-    }
-    return p;
-}
-
-static const char *js_container(const char *p, int depth, char close, bool object)
-{
-    p = js_ws(p + 1);
-    if (*p == close)
-        return p + 1;
-    for (;;) {
-        if (object) {
-            if (!(p = js_string(js_ws(p))))
-                return NULL;
-            p = js_ws(p);
-            if (*p++ != ':')
-                return NULL;
-        }
-        if (!(p = js_value(p, depth + 1)))
-            return NULL;
-        p = js_ws(p);
-        if (*p == close)
-            return p + 1;
-        if (*p++ != ',')
-            return NULL;
-    }
-}
-
-static const char *js_value(const char *p, int depth)
-{
-    if (depth > 64)
-        return NULL;
-    p = js_ws(p);
-    switch (*p) {
-    case '{':
-        return js_container(p, depth, '}', true);
-    case '[':
-        return js_container(p, depth, ']', false);
-    case '"':
-        return js_string(p);
-    case 't':
-        return strncmp(p, "true", 4) == 0 ? p + 4 : NULL;
-    case 'f':
-        return strncmp(p, "false", 5) == 0 ? p + 5 : NULL;
-    case 'n':
-        return strncmp(p, "null", 4) == 0 ? p + 4 : NULL;
-    default:
-        return js_number(p);
-    }
-}
-
-static bool json_valid(const char *text)
-{
-    const char *end = js_value(text, 0);
-    return end && *js_ws(end) == '\0';
-}
-
 #define assert_json_object(text)                                                                   \
     do {                                                                                           \
         ck_assert_msg((text)[0] == '{', "JSON output does not start with '{':\n" CLIP, (text));    \
-        ck_assert_msg(json_valid(text), "output is not valid JSON:\n" CLIP, (text));               \
+        ck_assert_msg(tool_json_valid(text), "output is not valid JSON:\n" CLIP, (text));          \
     } while (0)
 
 /* ---- the checker checks itself --------------------------------------------- */
 
 START_TEST(json_checker_rejects_bad_documents)
 {
-    ck_assert(json_valid("{\"a\": [1, -2.5e3, true, null, \"x\\n\\u00e9\"], \"b\": {}}\n"));
-    ck_assert(!json_valid("{\"a\": 1,}"));
-    ck_assert(!json_valid("{\"a\" 1}"));
-    ck_assert(!json_valid("[1, 2"));
-    ck_assert(!json_valid("{\"a\": \"tab\there\"}"));
-    ck_assert(!json_valid("{} {}"));
-    ck_assert(!json_valid("{\"a\": 01}"));
+    ck_assert(tool_json_valid("{\"a\": [1, -2.5e3, true, null, \"x\\n\\u00e9\"], \"b\": {}}\n"));
+    ck_assert(!tool_json_valid("{\"a\": 1,}"));
+    ck_assert(!tool_json_valid("{\"a\" 1}"));
+    ck_assert(!tool_json_valid("[1, 2"));
+    ck_assert(!tool_json_valid("{\"a\": \"tab\there\"}"));
+    ck_assert(!tool_json_valid("{} {}"));
+    ck_assert(!tool_json_valid("{\"a\": 01}"));
 }
 END_TEST
 
@@ -320,8 +52,8 @@ START_TEST(help_lists_commands)
 {
     static const char *const flags[] = {"--help", "-h"};
     for (size_t i = 0; i < 2; i++) {
-        struct run r;
-        run_tool(&r, NO_ENV, ARGS(flags[i]));
+        struct tool_run r;
+        tool_run(&r, NO_ENV, ARGS(flags[i]));
         assert_status(r, 0);
         for (const char *const *c = (const char *const[]){"list", "resolve", "bench", "config",
                                                           "freeze", "verify", "doctor", NULL};
@@ -333,7 +65,7 @@ START_TEST(help_lists_commands)
         ck_assert(!line_with(r.out, "config", "(coming)"));
         ck_assert(!line_with(r.out, "freeze", "(coming)"));
         ck_assert_str_eq(r.err, "");
-        run_free(&r);
+        tool_run_free(&r);
     }
 }
 END_TEST
@@ -342,81 +74,81 @@ START_TEST(command_help)
 {
     static const char *const cmds[] = {"list", "resolve", "bench", "config", "freeze"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-        struct run r;
-        run_tool(&r, NO_ENV, ARGS(cmds[i], "--help"));
+        struct tool_run r;
+        tool_run(&r, NO_ENV, ARGS(cmds[i], "--help"));
         assert_status(r, 0);
         char usage[64];
         snprintf(usage, sizeof usage, "Usage: fldispatch %s", cmds[i]);
         ck_assert_msg(strstr(r.out, usage), "%s --help:\n" CLIP, cmds[i], r.out);
-        run_free(&r);
+        tool_run_free(&r);
     }
 }
 END_TEST
 
 START_TEST(version)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("--version"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("--version"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "fldispatch " FLD_VERSION_STRING));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(no_command_is_usage_error)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, NO_ARGS);
+    struct tool_run r;
+    tool_run(&r, NO_ENV, NO_ARGS);
     assert_status(r, 2);
     ck_assert(strstr(r.err, "Usage:"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(unknown_command)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("frobnicate"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("frobnicate"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "frobnicate"));
     ck_assert(strstr(r.err, "--help"));
     ck_assert_str_eq(r.out, "");
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("--frobnicate"));
+    tool_run(&r, NO_ENV, ARGS("--frobnicate"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "--frobnicate"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(unknown_options)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("list", "--bogus"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("list", "--bogus"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "--bogus", "fldispatch list --help"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--devcie", "cpu"));
+    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--devcie", "cpu"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "--devcie"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("bench", "--overhead", "--fast"));
+    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--fast"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "--fast"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("config", "--verbose"));
+    tool_run(&r, NO_ENV, ARGS("config", "--verbose"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "--verbose", "fldispatch config --help"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("freeze", "--outptu", "x.yaml"));
+    tool_run(&r, NO_ENV, ARGS("freeze", "--outptu", "x.yaml"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "--outptu", "fldispatch freeze --help"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -424,13 +156,13 @@ START_TEST(coming_commands)
 {
     static const char *const cmds[] = {"doctor"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-        struct run r;
-        run_tool(&r, NO_ENV, ARGS(cmds[i]));
+        struct tool_run r;
+        tool_run(&r, NO_ENV, ARGS(cmds[i]));
         assert_status(r, 2);
         char msg[128];
         snprintf(msg, sizeof msg, "'%s' is not available in this version", cmds[i]);
         ck_assert_msg(strstr(r.err, msg), "%s: " CLIP, cmds[i], r.err);
-        run_free(&r);
+        tool_run_free(&r);
     }
 }
 END_TEST
@@ -439,8 +171,8 @@ END_TEST
 
 START_TEST(list_text)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("list"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("list"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "  cpu ", "in-tree", "loaded", "fld-cpu.so"),
                   "no loaded cpu plugin:\n" CLIP, r.out);
@@ -459,26 +191,26 @@ START_TEST(list_text)
     ck_assert_msg(line_with(r.out, "vendor.template", "unavailable",
                             "set FLD_TEMPLATE_ENABLE=1 to enable the example"),
                   "template plugin not listed as unavailable:\n" CLIP, r.out);
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(list_template_enabled)
 {
-    struct run r;
-    run_tool(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("list"));
+    struct tool_run r;
+    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("list"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "silu_and_mul", "vendor.template", " available"),
                   "template not available with FLD_TEMPLATE_ENABLE=1:\n" CLIP, r.out);
     ck_assert(!line_with(r.out, "vendor.template", "unavailable"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(list_json)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("list", "--json"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("list", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"plugins\": ["));
@@ -487,23 +219,23 @@ START_TEST(list_json)
     ck_assert(strstr(r.out, "\"impl_id\": \"vendor.cpu\""));
     ck_assert(strstr(r.out, "\"impl_id\": \"reference.c\""));
     ck_assert(strstr(r.out, "\"dtypes\": ["));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(bad_environment_is_config_error)
 {
-    struct run r;
-    run_tool(&r, ENV("VLLM_FL_PREFER=bogus"), ARGS("list"));
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_PREFER=bogus"), ARGS("list"));
     assert_status(r, 2);
     ck_assert_msg(strstr(r.err, "VLLM_FL_PREFER"), "stderr does not name the variable:\n" CLIP,
                   r.err);
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, ENV("VLLM_FL_PREFER=bogus"), ARGS("resolve", "rms_norm"));
+    tool_run(&r, ENV("VLLM_FL_PREFER=bogus"), ARGS("resolve", "rms_norm"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "VLLM_FL_PREFER"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -511,21 +243,21 @@ END_TEST
 
 START_TEST(resolve_default_is_vendor_cpu)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "vendor.cpu");
     ck_assert_msg(line_with(r.out, "1. vendor.cpu") && line_with(r.out, "2. reference.c"),
                   "candidates not in order:\n" CLIP, r.out);
     ck_assert(line_with(r.out, "order:", "vendor", "reference"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_json)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--json"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"op\": \"rms_norm\""));
@@ -536,46 +268,46 @@ START_TEST(resolve_json)
     ck_assert(strstr(r.out, "\"rejected\": ["));
     ck_assert(strstr(r.out, "\"order\": "));
     ck_assert(strstr(r.out, "\"order_source\": "));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_prefer_reference)
 {
-    struct run r;
-    run_tool(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("resolve", "rms_norm"));
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("resolve", "rms_norm"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "reference.c");
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_denied_vendor)
 {
-    struct run r;
-    run_tool(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"), ARGS("resolve", "rms_norm"));
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"), ARGS("resolve", "rms_norm"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "reference.c");
     ck_assert_msg(line_with(r.out, "vendor.cpu", "VLLM_FL_DENY_VENDORS"),
                   "rejection does not name VLLM_FL_DENY_VENDORS:\n" CLIP, r.out);
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"), ARGS("resolve", "rms_norm", "--json"));
+    tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"), ARGS("resolve", "rms_norm", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"selected\": \"reference.c\""));
     ck_assert(strstr(r.out, "\"impl_id\": \"vendor.cpu\""));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_unknown_op)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("resolve", "no_such_op"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("resolve", "no_such_op"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "no such op", "no_such_op"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -583,96 +315,96 @@ START_TEST(resolve_nothing_available)
 {
     static const char *const env[] = {"VLLM_FL_PREFER_ENABLED=0", "VLLM_FL_PER_OP=rms_norm=vendor",
                                       NULL};
-    struct run r;
-    run_tool(&r, env, ARGS("resolve", "rms_norm"));
+    struct tool_run r;
+    tool_run(&r, env, ARGS("resolve", "rms_norm"));
     assert_status(r, 3);
     ck_assert_str_eq(first_line(r.out), "none");
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, env, ARGS("resolve", "rms_norm", "--json"));
+    tool_run(&r, env, ARGS("resolve", "rms_norm", "--json"));
     assert_status(r, 3);
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"selected\": null"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_device_and_dtype_options)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype", "bf16"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype", "bf16"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "vendor.cpu");
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("resolve", "--dtype=f16", "--device=cpu", "silu_and_mul", "--json"));
+    tool_run(&r, NO_ENV, ARGS("resolve", "--dtype=f16", "--device=cpu", "silu_and_mul", "--json"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "\"dtype\": \"f16\""));
     ck_assert(strstr(r.out, "\"selected\": \"vendor.cpu\""));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--device", "tpu"));
+    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--device", "tpu"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "tpu"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype", "f64"));
+    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype", "f64"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "f64"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype"));
+    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype"));
     assert_status(r, 2);
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("resolve"));
+    tool_run(&r, NO_ENV, ARGS("resolve"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "OP"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_attention_backend_uses_any_dtype)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("resolve", "attention_backend", "--json"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("resolve", "attention_backend", "--json"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "\"dtype\": \"any\""));
     ck_assert(!strstr(r.out, "\"selected\": null"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(template_plugin_selection)
 {
-    struct run r;
+    struct tool_run r;
     /* Off by default: dropped with its reason. */
-    run_tool(&r, ENV("VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
+    tool_run(&r, ENV("VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
              ARGS("resolve", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "reference.c");
     ck_assert(line_with(r.out, "vendor.template", "FLD_TEMPLATE_ENABLE"));
-    run_free(&r);
+    tool_run_free(&r);
 
     /* On, but its low priority keeps it behind vendor.cpu. */
-    run_tool(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("resolve", "silu_and_mul"));
+    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("resolve", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "vendor.cpu");
     ck_assert(line_with(r.out, "2. vendor.template"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r,
+    tool_run(&r,
              ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
              ARGS("resolve", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "vendor.template");
-    run_free(&r);
+    tool_run_free(&r);
 
     /* float32 only. */
-    run_tool(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("resolve", "silu_and_mul", "--dtype", "bf16"));
+    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("resolve", "silu_and_mul", "--dtype", "bf16"));
     assert_status(r, 0);
     ck_assert(!line_with(r.out, ". vendor.template"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -699,8 +431,8 @@ static bool json_field(const char *text, const char *key, const char *value, con
 
 START_TEST(config_text)
 {
-    struct run r;
-    run_tool(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("config"));
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("config"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "platform:", "cpu"), "no platform line:\n" CLIP, r.out);
     ck_assert_msg(line_with(r.out, "detected by:", "VLLM_FL_PLATFORM"), "no detection line:\n" CLIP,
@@ -725,20 +457,20 @@ START_TEST(config_text)
     row++;
     ck_assert_msg(strncmp(row + value_col, "reference", 9) == 0, "prefer row misaligned:\n" CLIP,
                   r.out);
-    run_free(&r);
+    tool_run_free(&r);
 
     /* A value from the environment is replaced by a default once the variable goes. */
-    run_tool(&r, NO_ENV, ARGS("config"));
+    tool_run(&r, NO_ENV, ARGS("config"));
     assert_status(r, 0);
     ck_assert(!line_with(r.out, "prefer ", "VLLM_FL_PREFER"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(config_json)
 {
-    struct run r;
-    run_tool(&r, ENV("VLLM_FL_PREFER=reference", "VLLM_FL_DENY_VENDORS=acme,cuda"),
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_PREFER=reference", "VLLM_FL_DENY_VENDORS=acme,cuda"),
              ARGS("config", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
@@ -754,53 +486,53 @@ START_TEST(config_json)
     ck_assert_msg(strstr(r.out, "\"source\": \"VLLM_FL_DENY_VENDORS\""),
                   "no field from VLLM_FL_DENY_VENDORS:\n" CLIP, r.out);
     ck_assert_msg(strstr(r.out, "\"source\": \"default\""), "no default field:\n" CLIP, r.out);
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(config_per_op_order)
 {
-    struct run r;
-    run_tool(&r, ENV("VLLM_FL_PER_OP=rms_norm=reference|vendor"), ARGS("config", "--json"));
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_PER_OP=rms_norm=reference|vendor"), ARGS("config", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     ck_assert_msg(strstr(r.out, "rms_norm") && strstr(r.out, "reference|vendor") &&
                       strstr(r.out, "\"source\": \"VLLM_FL_PER_OP\""),
                   "the per-op order is not reported:\n" CLIP, r.out);
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(config_errors)
 {
-    struct run r;
-    run_tool(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("config"));
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("config"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "VLLM_FL_PLATFORM", "tpu"),
                   "stderr does not name the variable and value:\n" CLIP, r.err);
     ck_assert_str_eq(r.out, "");
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("config", "--json"));
+    tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("config", "--json"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "VLLM_FL_PLATFORM"));
     ck_assert_str_eq(r.out, "");
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, ENV("VLLM_FL_PREFER=fastest"), ARGS("config"));
+    tool_run(&r, ENV("VLLM_FL_PREFER=fastest"), ARGS("config"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "VLLM_FL_PREFER", "fastest"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("list"));
+    tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("list"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "VLLM_FL_PLATFORM"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("config", "extra"));
+    tool_run(&r, NO_ENV, ARGS("config", "extra"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "extra"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -828,8 +560,8 @@ static char *without_lines(const char *text, const char *prefix)
 
 START_TEST(freeze_stdout)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("freeze"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("freeze"));
     assert_status(r, 0);
     ck_assert_str_eq(r.err, "");
     ck_assert_msg(strncmp(r.out, "# fldispatch manifest", 21) == 0, "no header:\n" CLIP, r.out);
@@ -844,28 +576,28 @@ START_TEST(freeze_stdout)
     ck_assert(line_with(r.out, "  - {op: attention_backend, device: cpu, dtype: any, impl: "
                                "reference.c}"));
     /* Seven typed ops x three dtypes on cpu, plus attention_backend per device. */
-    ck_assert_int_ge(count_of(r.out, "  - {op: "), 22);
-    ck_assert_int_eq(count_of(r.out, "device: cpu, dtype: f32"), 7);
+    ck_assert_int_ge(tool_count_of(r.out, "  - {op: "), 22);
+    ck_assert_int_eq(tool_count_of(r.out, "device: cpu, dtype: f32"), 7);
     /* The unavailable template plugin is never frozen. */
     ck_assert(!strstr(r.out, "vendor.template"));
-    run_free(&r);
+    tool_run_free(&r);
 
     /* The policy of the environment decides. */
-    run_tool(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze"));
+    tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze"));
     assert_status(r, 0);
     ck_assert(line_with(r.out, "  - {op: rms_norm, device: cpu, dtype: f32, impl: reference.c}"));
     ck_assert(line_with(r.out, "# Policy: ", "prefer=reference"));
     ck_assert(!strstr(r.out, "vendor.cpu"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template"),
+    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template"),
              ARGS("freeze"));
     assert_status(r, 0);
     ck_assert(
         line_with(r.out, "{op: silu_and_mul, device: cpu, dtype: f32, impl: vendor.template}"));
     /* vendor.template is float32 only and the order has no other token. */
     ck_assert(!strstr(r.out, "{op: silu_and_mul, device: cpu, dtype: bf16"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -876,38 +608,36 @@ START_TEST(freeze_to_file)
     char path[256];
     snprintf(path, sizeof path, "%s/manifest.yaml", dir);
 
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("freeze", "--output", path));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("freeze", "--output", path));
     assert_status(r, 0);
     ck_assert_str_eq(r.out, "");
     ck_assert_msg(line_with(r.err, "entries written to", path), "no summary:\n" CLIP, r.err);
-    run_free(&r);
+    tool_run_free(&r);
 
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    char *file = slurp(f);
+    char *file = tool_read_all(f);
 
     /* The same manifest as on standard output, but for the time it was written. */
-    run_tool(&r, NO_ENV, ARGS("freeze"));
+    tool_run(&r, NO_ENV, ARGS("freeze"));
     assert_status(r, 0);
     char *a = without_lines(file, "# Written by"), *b = without_lines(r.out, "# Written by");
     ck_assert_str_eq(a, b);
     free(a);
     free(b);
     free(file);
-    run_free(&r);
+    tool_run_free(&r);
 
     /* Written through a temporary file that is gone afterwards; an existing file is replaced. */
     char opt[300];
     snprintf(opt, sizeof opt, "--output=%s", path);
-    run_tool(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze", opt));
+    tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze", opt));
     assert_status(r, 0);
-    run_free(&r);
+    tool_run_free(&r);
     f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    file = slurp(f);
+    file = tool_read_all(f);
     ck_assert(line_with(file, "{op: rms_norm, device: cpu, dtype: f32, impl: reference.c}"));
     free(file);
     char cmd[512];
@@ -917,10 +647,10 @@ START_TEST(freeze_to_file)
     /* An unwritable destination is an error, and leaves nothing behind. */
     char bad[300];
     snprintf(bad, sizeof bad, "%s/no-such-dir/manifest.yaml", dir);
-    run_tool(&r, NO_ENV, ARGS("freeze", "--output", bad));
+    tool_run(&r, NO_ENV, ARGS("freeze", "--output", bad));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "cannot write", "no-such-dir"));
-    run_free(&r);
+    tool_run_free(&r);
 
     unlink(path);
     ck_assert_int_eq(rmdir(dir), 0);
@@ -929,47 +659,47 @@ END_TEST
 
 START_TEST(freeze_devices)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("freeze", "--device", "rocm", "--device=ascend"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("freeze", "--device", "rocm", "--device=ascend"));
     assert_status(r, 0);
     ck_assert(line_with(r.out, "# Devices: rocm,ascend"));
     ck_assert(line_with(r.out, "{op: attention_backend, device: rocm, dtype: any"));
     ck_assert(line_with(r.out, "{op: attention_backend, device: ascend, dtype: any"));
     ck_assert(!strstr(r.out, "device: cpu"));
     ck_assert(!strstr(r.out, "device: cuda"));
-    run_free(&r);
+    tool_run_free(&r);
 
     /* Nothing resolves: an empty, valid manifest. */
-    run_tool(&r, ENV("VLLM_FL_PREFER_ENABLED=0", "VLLM_FL_PER_OP=attention_backend=vendor"),
+    tool_run(&r, ENV("VLLM_FL_PREFER_ENABLED=0", "VLLM_FL_PER_OP=attention_backend=vendor"),
              ARGS("freeze", "--device", "cuda"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "\nversion: 1\nentries: []\n"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("freeze", "--device", "tpu"));
+    tool_run(&r, NO_ENV, ARGS("freeze", "--device", "tpu"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "tpu", "cpu, cuda, rocm, ascend"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("freeze", "--device"));
+    tool_run(&r, NO_ENV, ARGS("freeze", "--device"));
     assert_status(r, 2);
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(freeze_config_error)
 {
-    struct run r;
-    run_tool(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("freeze"));
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("freeze"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "VLLM_FL_PLATFORM"));
     ck_assert_str_eq(r.out, "");
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, ENV("VLLM_FL_PER_OP=rms_norm"), ARGS("freeze"));
+    tool_run(&r, ENV("VLLM_FL_PER_OP=rms_norm"), ARGS("freeze"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "VLLM_FL_PER_OP"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -977,8 +707,8 @@ END_TEST
 
 START_TEST(bench_overhead_text)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "3", "--calls", "2000"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "3", "--calls", "2000"));
     assert_status(r, 0);
     static const char *const variants[] = {"direct", "handle", "name", "typed"};
     for (size_t v = 0; v < 4; v++)
@@ -989,15 +719,15 @@ START_TEST(bench_overhead_text)
     ck_assert(strstr(r.out, "<= 5 ns"));
     ck_assert(strstr(r.out, "<= 25 ns"));
     ck_assert(strstr(r.out, "1.8x"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(bench_overhead_json)
 {
-    struct run r;
+    struct tool_run r;
     /* Policy variables must not stop the bench from pinning its own kernels. */
-    run_tool(&r, ENV("VLLM_FL_DENY_VENDORS=bench", "VLLM_FL_PREFER=reference"),
+    tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=bench", "VLLM_FL_PREFER=reference"),
              ARGS("bench", "--overhead", "--json", "--reps=3", "--calls=1000"));
     assert_status(r, 0);
     assert_json_object(r.out);
@@ -1006,29 +736,29 @@ START_TEST(bench_overhead_json)
     ck_assert(strstr(r.out, "\"threads\": "));
     ck_assert(strstr(r.out, "\"results\": ["));
     ck_assert(strstr(r.out, "\"scaling_2t\": {"));
-    ck_assert_int_eq(count_of(r.out, "\"variant\": "),
+    ck_assert_int_eq(tool_count_of(r.out, "\"variant\": "),
                      24); /* 3 kernels x 4 variants x 2 thread counts */
-    ck_assert_int_eq(count_of(r.out, "\"ns_per_call\": "), 24);
-    ck_assert_int_eq(count_of(r.out, "\"overhead_ns\": "), 24);
+    ck_assert_int_eq(tool_count_of(r.out, "\"ns_per_call\": "), 24);
+    ck_assert_int_eq(tool_count_of(r.out, "\"overhead_ns\": "), 24);
     ck_assert(strstr(r.out, "\"kernel\": \"opaque\""));
     ck_assert(strstr(r.out, "\"variant\": \"call_on\""));
     ck_assert(!strstr(r.out, ": null")); /* every figure measured */
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(bench_overhead_options)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "0"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "0"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "--reps"));
-    run_free(&r);
+    tool_run_free(&r);
 
-    run_tool(&r, NO_ENV, ARGS("bench", "--overhead", "--calls", "12x"));
+    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--calls", "12x"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "12x"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 

@@ -11,153 +11,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fldispatch/fldispatch.h>
 
-extern char **environ;
-
-#define MAX_ARGS 16
-#define MAX_ENV  256
-
-struct run {
-    int status; /* exit status, or 128 + signal */
-    char *out;
-    char *err;
-};
-
-static char *slurp(FILE *f)
-{
-    fflush(f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    ck_assert_int_ge(size, 0);
-    char *buf = malloc((size_t)size + 1);
-    ck_assert_ptr_nonnull(buf);
-    rewind(f);
-    size_t got = fread(buf, 1, (size_t)size, f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static const char *builddir(void)
-{
-    const char *b = getenv("FLD_BUILDDIR");
-    ck_assert_msg(b != NULL && b[0] == '/', "FLD_BUILDDIR is not set (run through make check)");
-    return b;
-}
+#include "util/tool.h"
 
 /* "VLLM_FL_PLUGIN_MODULES=<build>/tests/plugins/fld-bad_kernel.so", in a static buffer. */
 static const char *bad_kernel_env(void)
 {
     static char entry[4096];
     snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/plugins/fld-bad_kernel.so",
-             builddir());
+             tool_builddir());
     ck_assert_msg(access(entry + strlen("VLLM_FL_PLUGIN_MODULES="), R_OK) == 0,
                   "%s is not built (make tests)", entry + strlen("VLLM_FL_PLUGIN_MODULES="));
     return entry;
-}
-
-/*
- * Runs the tool with args (NULL-terminated) and extra environment entries
- * env (NULL-terminated, or NULL) on top of the controlled environment.
- */
-static void run_tool(struct run *r, const char *const *env, const char *const *args)
-{
-    char tool[4096], plugin_dir[4096];
-    snprintf(tool, sizeof tool, "%s/bin/fldispatch", builddir());
-    snprintf(plugin_dir, sizeof plugin_dir, "VLLM_FL_PLUGIN_DIR=%s/lib/fldispatch/plugins",
-             builddir());
-    ck_assert_msg(access(tool, X_OK) == 0, "%s is not built", tool);
-
-    const char *argv[MAX_ARGS + 2];
-    int argc = 0;
-    argv[argc++] = tool;
-    for (const char *const *a = args; *a; a++) {
-        ck_assert_int_lt(argc, MAX_ARGS);
-        argv[argc++] = *a;
-    }
-    argv[argc] = NULL;
-
-    const char *envp[MAX_ENV + 1];
-    int n = 0;
-    for (char **e = environ; *e && n < MAX_ENV - 16; e++)
-        if (strncmp(*e, "VLLM_FL_", 8) != 0 && strncmp(*e, "USE_FLAGGEMS=", 13) != 0 &&
-            strncmp(*e, "FLD_TEMPLATE_ENABLE=", 20) != 0)
-            envp[n++] = *e;
-    envp[n++] = plugin_dir;
-    envp[n++] = "VLLM_FL_PLATFORM=cpu";
-    for (const char *const *e = env; e && *e; e++) {
-        ck_assert_int_lt(n, MAX_ENV);
-        envp[n++] = *e;
-    }
-    envp[n] = NULL;
-
-    FILE *out = tmpfile(), *err = tmpfile();
-    ck_assert_ptr_nonnull(out);
-    ck_assert_ptr_nonnull(err);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(fileno(out), STDOUT_FILENO);
-        dup2(fileno(err), STDERR_FILENO);
-        alarm(120); /* survives exec: a hung tool dies instead of hanging the test */
-        execve(tool, (char *const *)argv, (char *const *)envp);
-        _exit(127);
-    }
-    int ws;
-    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    r->out = slurp(out);
-    r->err = slurp(err);
-}
-
-static void run_free(struct run *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-#define NO_ENV    ((const char *const *)NULL)
-#define ENV(...)  ((const char *const[]){__VA_ARGS__, NULL})
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
-
-/* Outputs quoted in failure messages are clipped: Check caps the size of a message. */
-#define CLIP "%.3000s"
-
-#define assert_status(r, expected)                                                                 \
-    ck_assert_msg((r).status == (expected),                                                        \
-                  "exit status %d, expected %d\nstdout:\n" CLIP "\nstderr:\n" CLIP, (r).status,    \
-                  (expected), (r).out, (r).err)
-
-/* The first line of text containing every needle (NULL-terminated), or NULL; in a static buffer. */
-#define line_with(text, ...) line_with_all((text), (const char *const[]){__VA_ARGS__, NULL})
-
-static const char *line_with_all(const char *text, const char *const *needles)
-{
-    static char line[1024];
-    for (const char *p = text; *p;) {
-        size_t len = strcspn(p, "\n");
-        bool all = true;
-        for (const char *const *n = needles; *n && all; n++) {
-            const char *hit = strstr(p, *n);
-            all = hit && hit < p + len;
-        }
-        if (all) {
-            size_t k = len < sizeof line ? len : sizeof line - 1;
-            memcpy(line, p, k);
-            line[k] = '\0';
-            return line;
-        }
-        p += len;
-        if (*p == '\n')
-            p++;
-    }
-    return NULL;
 }
 
 /* The line after the first line containing needle (the "first failure" detail). */
@@ -179,136 +47,15 @@ static const char *line_after(const char *text, const char *needle)
     return line;
 }
 
-static int count_of(const char *text, const char *needle)
-{
-    int n = 0;
-    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
-        n++;
-    return n;
-}
-
-/* ---- a strict JSON syntax checker (RFC 8259 grammar) ---------------------- */
-
-static const char *js_value(const char *p, int depth);
-
-static const char *js_ws(const char *p)
-{
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-        p++;
-    return p;
-}
-
-static const char *js_string(const char *p)
-{
-    if (*p++ != '"')
-        return NULL;
-    for (;;) {
-        unsigned char c = (unsigned char)*p++;
-        if (c == '"')
-            return p;
-        if (c < 0x20)
-            return NULL;
-        if (c == '\\') {
-            c = (unsigned char)*p++;
-            if (c == 'u') {
-                for (int i = 0; i < 4; i++, p++)
-                    if (!*p || !strchr("0123456789abcdefABCDEF", *p))
-                        return NULL;
-            } else if (!c || !strchr("\"\\/bfnrt", c)) {
-                return NULL;
-            }
-        }
-    }
-}
-
-static const char *js_digits(const char *p)
-{
-    if (*p < '0' || *p > '9')
-        return NULL;
-    while (*p >= '0' && *p <= '9')
-        p++;
-    return p;
-}
-
-static const char *js_number(const char *p)
-{
-    if (*p == '-')
-        p++;
-    if (*p == '0')
-        p++;
-    else if (!(p = js_digits(p)))
-        return NULL;
-    if (*p == '.' && !(p = js_digits(p + 1)))
-        return NULL;
-    if (*p == 'e' || *p == 'E') {
-        p++;
-        if (*p == '+' || *p == '-')
-            p++;
-        if (!(p = js_digits(p)))
-            return NULL;
-    }
-    return p;
-}
-
-static const char *js_container(const char *p, int depth, char close, bool object)
-{
-    p = js_ws(p + 1);
-    if (*p == close)
-        return p + 1;
-    for (;;) {
-        if (object) {
-            if (!(p = js_string(js_ws(p))))
-                return NULL;
-            p = js_ws(p);
-            if (*p++ != ':')
-                return NULL;
-        }
-        if (!(p = js_value(p, depth + 1)))
-            return NULL;
-        p = js_ws(p);
-        if (*p == close)
-            return p + 1;
-        if (*p++ != ',')
-            return NULL;
-    }
-}
-
-static const char *js_value(const char *p, int depth)
-{
-    if (depth > 64)
-        return NULL;
-    p = js_ws(p);
-    switch (*p) {
-    case '{':
-        return js_container(p, depth, '}', true);
-    case '[':
-        return js_container(p, depth, ']', false);
-    case '"':
-        return js_string(p);
-    case 't':
-        return strncmp(p, "true", 4) == 0 ? p + 4 : NULL;
-    case 'f':
-        return strncmp(p, "false", 5) == 0 ? p + 5 : NULL;
-    case 'n':
-        return strncmp(p, "null", 4) == 0 ? p + 4 : NULL;
-    default:
-        return js_number(p);
-    }
-}
-
-static bool json_valid(const char *text)
-{
-    const char *end = js_value(text, 0);
-    return end && *js_ws(end) == '\0';
-}
+/* ---- the checker checks itself ------------------------------------------ */
 
 START_TEST(json_checker_rejects_bad_documents)
 {
-    ck_assert(json_valid("{\"a\": [1, -2.5e3, true, null, \"x\"], \"b\": {}}\n"));
-    ck_assert(!json_valid("{\"a\": 1,}"));
-    ck_assert(!json_valid("{\"a\" 1}"));
-    ck_assert(!json_valid("[1, 2"));
-    ck_assert(!json_valid("{} {}"));
+    ck_assert(tool_json_valid("{\"a\": [1, -2.5e3, true, null, \"x\"], \"b\": {}}\n"));
+    ck_assert(!tool_json_valid("{\"a\": 1,}"));
+    ck_assert(!tool_json_valid("{\"a\" 1}"));
+    ck_assert(!tool_json_valid("[1, 2"));
+    ck_assert(!tool_json_valid("{} {}"));
 }
 END_TEST
 
@@ -331,8 +78,8 @@ static const char *cell(const char *name)
 
 START_TEST(quick_passes_for_every_op_and_dtype)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("verify", "--quick"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("verify", "--quick"));
     assert_status(r, 0);
     for (size_t op = 0; op < sizeof compute_ops / sizeof compute_ops[0]; op++)
         for (size_t dt = 0; dt < 3; dt++)
@@ -345,59 +92,59 @@ START_TEST(quick_passes_for_every_op_and_dtype)
     ck_assert(line_with(r.out, "rows:", " 0 failed"));
     ck_assert(!strstr(r.out, "attention_backend"));
     ck_assert_str_eq(r.err, "");
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(json_for_one_op_and_dtype)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("verify", "--quick", "rms_norm", "--dtype", "bf16", "--json"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("verify", "--quick", "rms_norm", "--dtype", "bf16", "--json"));
     assert_status(r, 0);
-    ck_assert_msg(r.out[0] == '{' && json_valid(r.out), "not a JSON object:\n" CLIP, r.out);
+    ck_assert_msg(r.out[0] == '{' && tool_json_valid(r.out), "not a JSON object:\n" CLIP, r.out);
     static const char *const keys[] = {
         "\"op\": ",          "\"dtype\": ",    "\"impl_id\": ", "\"cases\": ",
         "\"passed\": ",      "\"declined\": ", "\"atol\": ",    "\"max_abs_err\": ",
         "\"max_rel_err\": ", "\"rtol\": ",     "\"status\": "};
-    const int n_results = count_of(r.out, "\"impl_id\": ");
+    const int n_results = tool_count_of(r.out, "\"impl_id\": ");
     ck_assert_int_ge(n_results, 2);
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        ck_assert_msg(count_of(r.out, keys[i]) == n_results, "key %s: %d of %d results", keys[i],
-                      count_of(r.out, keys[i]), n_results);
+        ck_assert_msg(tool_count_of(r.out, keys[i]) == n_results, "key %s: %d of %d results",
+                      keys[i], tool_count_of(r.out, keys[i]), n_results);
     ck_assert(strstr(r.out, "\"device\": \"cpu\""));
     ck_assert(strstr(r.out, "\"results\": ["));
     ck_assert(strstr(r.out, "\"ok\": true"));
     ck_assert(strstr(r.out, "\"impl_id\": \"reference.c\""));
     ck_assert(strstr(r.out, "\"impl_id\": \"vendor.cpu\""));
-    ck_assert_int_eq(count_of(r.out, "\"op\": \"rms_norm\""), n_results);
-    ck_assert_int_eq(count_of(r.out, "\"dtype\": \"bf16\""), n_results);
-    ck_assert_int_eq(count_of(r.out, "\"status\": \"pass\""), n_results);
-    ck_assert_int_eq(count_of(r.out, "\"atol\": 0.01"), n_results); /* the norms' 1e-2 */
-    run_free(&r);
+    ck_assert_int_eq(tool_count_of(r.out, "\"op\": \"rms_norm\""), n_results);
+    ck_assert_int_eq(tool_count_of(r.out, "\"dtype\": \"bf16\""), n_results);
+    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"pass\""), n_results);
+    ck_assert_int_eq(tool_count_of(r.out, "\"atol\": 0.01"), n_results); /* the norms' 1e-2 */
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(same_seed_same_result)
 {
-    struct run a, b, c;
-    run_tool(&a, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
-    run_tool(&b, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
-    run_tool(&c, NO_ENV,
+    struct tool_run a, b, c;
+    tool_run(&a, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
+    tool_run(&b, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
+    tool_run(&c, NO_ENV,
              ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json", "--seed", "7"));
     assert_status(a, 0);
     assert_status(c, 0);
     ck_assert_str_eq(a.out, b.out);
     ck_assert(strstr(c.out, "\"seed\": 7"));
-    run_free(&a);
-    run_free(&b);
-    run_free(&c);
+    tool_run_free(&a);
+    tool_run_free(&b);
+    tool_run_free(&c);
 }
 END_TEST
 
 START_TEST(help_describes_the_command)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("verify", "--help"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("verify", "--help"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "Usage: fldispatch verify"));
     ck_assert(line_with(r.out, "--dtype", "f32"));
@@ -405,7 +152,7 @@ START_TEST(help_describes_the_command)
     ck_assert(line_with(r.out, "rms_norm family", "0.01/0.01"));
     ck_assert(line_with(r.out, "activations", "1e-05/1.3e-06", "0.001/0.016"));
     ck_assert_str_eq(r.err, "");
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -427,26 +174,26 @@ START_TEST(usage_errors)
         {{"verify", "attention_backend", NULL}, "attention_backend has no tensors"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct run r;
-        run_tool(&r, NO_ENV, cases[i].args);
+        struct tool_run r;
+        tool_run(&r, NO_ENV, cases[i].args);
         assert_status(r, 2);
         ck_assert_msg(strstr(r.err, cases[i].message), "'%s' not in:\n" CLIP, cases[i].message,
                       r.err);
         ck_assert_str_eq(r.out, "");
-        run_free(&r);
+        tool_run_free(&r);
     }
 }
 END_TEST
 
 START_TEST(attention_backend_is_skipped_among_others)
 {
-    struct run r;
-    run_tool(&r, NO_ENV, ARGS("verify", "--quick", "attention_backend", "silu_and_mul"));
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("verify", "--quick", "attention_backend", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert(strstr(r.err, "attention_backend has no tensors; skipped"));
     ck_assert(line_with(r.out, "silu_and_mul ", "vendor.cpu", "PASS"));
     ck_assert(!line_with(r.out, "rms_norm"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -454,22 +201,22 @@ START_TEST(devices_without_memory_hooks)
 {
     static const char *const devices[] = {"cuda", "rocm", "ascend"};
     for (size_t i = 0; i < 3; i++) {
-        struct run r;
-        run_tool(&r, NO_ENV, ARGS("verify", "--quick", "--device", devices[i]));
+        struct tool_run r;
+        tool_run(&r, NO_ENV, ARGS("verify", "--quick", "--device", devices[i]));
         assert_status(r, 3);
         char msg[128];
         snprintf(msg, sizeof msg, "no implementation can be verified on %s", devices[i]);
         ck_assert_msg(strstr(r.err, msg) && strstr(r.err, "device memory hooks"), CLIP, r.err);
-        run_free(&r);
+        tool_run_free(&r);
     }
     /* an implementation registered for cuda is listed, skipped with the reason */
-    struct run r;
-    run_tool(&r, ENV(bad_kernel_env()), ARGS("verify", "--device", "cuda", "rms_norm"));
+    struct tool_run r;
+    tool_run(&r, ENV(bad_kernel_env()), ARGS("verify", "--device", "cuda", "rms_norm"));
     assert_status(r, 3);
     ck_assert_msg(line_with(r.out, "rms_norm ", "f32 ", "vendor.bad", "skipped",
                             "no device memory hooks for cuda"),
                   CLIP, r.out);
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -477,8 +224,8 @@ END_TEST
 
 START_TEST(wrong_result_fails)
 {
-    struct run r;
-    run_tool(&r, ENV(bad_kernel_env()), ARGS("verify", "--quick", "silu_and_mul"));
+    struct tool_run r;
+    tool_run(&r, ENV(bad_kernel_env()), ARGS("verify", "--quick", "silu_and_mul"));
     assert_status(r, 1);
     ck_assert_msg(line_with(r.out, "silu_and_mul ", "f32 ", "vendor.bad ", "FAIL"), CLIP, r.out);
     const char *detail = line_after(r.out, "vendor.bad ");
@@ -490,14 +237,14 @@ START_TEST(wrong_result_fails)
     ck_assert(line_with(r.out, "silu_and_mul ", "f32 ", "vendor.cpu ", "PASS"));
     ck_assert(line_with(r.out, "silu_and_mul ", "f32 ", "reference.c ", "PASS"));
     ck_assert(!line_with(r.out, "f16 ", "vendor.bad"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(padding_write_fails_and_names_the_case)
 {
-    struct run r;
-    run_tool(&r, ENV(bad_kernel_env()), ARGS("verify", "--quick", "rms_norm", "--dtype", "f32"));
+    struct tool_run r;
+    tool_run(&r, ENV(bad_kernel_env()), ARGS("verify", "--quick", "rms_norm", "--dtype", "f32"));
     assert_status(r, 1);
     const char *row = line_with(r.out, "rms_norm ", "vendor.bad ", "FAIL");
     ck_assert_msg(row, CLIP, r.out);
@@ -508,28 +255,28 @@ START_TEST(padding_write_fails_and_names_the_case)
                       strstr(detail, "padding"),
                   "detail line: %s", detail);
     ck_assert(line_with(r.out, "rms_norm ", "vendor.cpu ", "PASS"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(failure_in_json)
 {
-    struct run r;
-    run_tool(&r, ENV(bad_kernel_env()),
+    struct tool_run r;
+    tool_run(&r, ENV(bad_kernel_env()),
              ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32", "--json"));
     assert_status(r, 1);
-    ck_assert_msg(json_valid(r.out), CLIP, r.out);
+    ck_assert_msg(tool_json_valid(r.out), CLIP, r.out);
     ck_assert(strstr(r.out, "\"ok\": false"));
     ck_assert(strstr(r.out, "\"status\": \"fail\""));
     ck_assert(strstr(r.out, "\"first_failure\": \"case T="));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(clean_decline_passes)
 {
-    struct run r;
-    run_tool(&r, ENV(bad_kernel_env()),
+    struct tool_run r;
+    tool_run(&r, ENV(bad_kernel_env()),
              ARGS("verify", "--quick", "gelu_and_mul", "gelu_tanh_and_mul"));
     assert_status(r, 0);
     /* FLD_EUNSUPPORTED from the kernel, and supports() false, for every dtype */
@@ -539,31 +286,31 @@ START_TEST(clean_decline_passes)
                                     "declined "),
                           "%s %s:\n" CLIP, compute_ops[op], dtypes[dt], r.out);
     ck_assert(!strstr(r.out, "FAIL"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(decline_after_writing_fails)
 {
-    struct run r;
-    run_tool(&r, ENV(bad_kernel_env()),
+    struct tool_run r;
+    tool_run(&r, ENV(bad_kernel_env()),
              ARGS("verify", "--quick", "mul_and_silu", "--dtype", "bf16"));
     assert_status(r, 1);
     ck_assert(line_with(r.out, "mul_and_silu ", "bf16 ", "vendor.bad ", "FAIL"));
     ck_assert_msg(line_with(r.out, "first failure", "declined", "but wrote 'out'"), CLIP, r.out);
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(policy_dropped_impl_is_skipped)
 {
-    struct run r;
-    run_tool(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"),
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"),
              ARGS("verify", "--quick", "rms_norm", "--dtype", "f16"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "rms_norm ", "vendor.cpu ", "skipped", "cpu"), CLIP, r.out);
     ck_assert(line_with(r.out, "rms_norm ", "reference.c ", "PASS"));
-    run_free(&r);
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -581,8 +328,8 @@ START_TEST(quick_passes_for_every_cpu_variant)
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         char isa[64];
         snprintf(isa, sizeof isa, "VLLM_FL_CPU_ISA=%s", variants[v]);
-        struct run r;
-        run_tool(&r, ENV(isa), ARGS("verify", "--quick"));
+        struct tool_run r;
+        tool_run(&r, ENV(isa), ARGS("verify", "--quick"));
         assert_status(r, 0);
         int rows = 0;
         for (size_t op = 0; op < sizeof compute_ops / sizeof compute_ops[0]; op++)
@@ -590,7 +337,7 @@ START_TEST(quick_passes_for_every_cpu_variant)
                 rows += line_with(r.out, cell(compute_ops[op]), cell(dtypes[dt]), "vendor.cpu ",
                                   "PASS") != NULL;
         ck_assert_msg(rows == 21, "%s: %d of 21 vendor.cpu rows pass:\n" CLIP, isa, rows, r.out);
-        run_free(&r);
+        tool_run_free(&r);
     }
 }
 END_TEST
