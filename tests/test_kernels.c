@@ -898,7 +898,13 @@ END_TEST
  * variant this machine can run gets its own run of the kernel tests (against
  * vendor.cpu only); the first run, with no cap, tests every implementation.
  */
-static const char *const isa_caps[] = {"avx512_bf16", "avx512", "avx2", "neon", "portable"};
+#if defined(__x86_64__)
+static const char *const isa_caps[] = {"avx512_bf16", "avx512", "avx2", "portable"};
+#elif defined(__aarch64__)
+static const char *const isa_caps[] = {"neon", "portable"};
+#else
+static const char *const isa_caps[] = {"portable"};
+#endif
 #define N_CAPS (sizeof isa_caps / sizeof isa_caps[0])
 
 struct detail_probe {
@@ -963,11 +969,20 @@ static void setup_variant(void)
                   current_cap, name);
 }
 
+/* A test case name that lives as long as the suite (Check keeps the pointer). */
+static const char *case_name(const char *base, const char *suffix)
+{
+    static char names[3 * (N_CAPS + 1)][48];
+    static size_t used;
+    if (used == sizeof names / sizeof names[0])
+        abort(); /* more cases than names: a bug in this file (no Check assert outside tests) */
+    snprintf(names[used], sizeof names[0], "%s%s", base, suffix);
+    return names[used++];
+}
+
 static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run)
 {
-    char name[64];
-    snprintf(name, sizeof name, "activation%s", suffix);
-    TCase *tc = tcase_create(strdup(name));
+    TCase *tc = tcase_create(case_name("activation", suffix));
     tcase_set_timeout(tc, 120);
     if (variant_run)
         tcase_add_checked_fixture(tc, setup_variant, NULL);
@@ -975,8 +990,7 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run)
     tcase_add_loop_test(tc, test_activation_tails, 0, 12);
     suite_add_tcase(s, tc);
 
-    snprintf(name, sizeof name, "rms_norm%s", suffix);
-    tc = tcase_create(strdup(name));
+    tc = tcase_create(case_name("rms_norm", suffix));
     tcase_set_timeout(tc, 120);
     if (variant_run)
         tcase_add_checked_fixture(tc, setup_variant, NULL);
@@ -984,8 +998,7 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run)
     tcase_add_loop_test(tc, test_rms_norm_variants, 0, 6);
     suite_add_tcase(s, tc);
 
-    snprintf(name, sizeof name, "rotary%s", suffix);
-    tc = tcase_create(strdup(name));
+    tc = tcase_create(case_name("rotary", suffix));
     tcase_set_timeout(tc, 120);
     if (variant_run)
         tcase_add_checked_fixture(tc, setup_variant, NULL);
