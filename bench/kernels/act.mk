@@ -22,7 +22,7 @@ F_portable    :=
 F_avx2        := -mavx2 -mfma -mf16c
 F_avx512      := -mavx512f -mavx512bw -mavx512vl -mavx512dq $(F_avx2)
 F_avx512_bf16 := $(F_avx512) -mavx512bf16
-DEPS     := vmath.h body_activation.h body_norm.h body_rotary.h act_harness.h simd_portable.h \
+DEPS     := vmath.h body_activation.h body_norm.h body_rotary.h act_harness.h old_convert.h simd_portable.h \
             simd_avx2.h simd_avx512.h simd_neon.h $(MAIN)/plugins/cpu/cpu.h
 
 X86_ISAS := portable avx2 avx512 avx512_bf16

@@ -18,7 +18,7 @@ BASE     := -std=c11 -D_GNU_SOURCE $(WARN) $(INC) $(CFLAGS)
 F_AVX2   := -mavx2 -mfma -mf16c
 F_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq $(F_AVX2)
 F_BF16   := $(F_AVX512) -mavx512bf16
-DEPS     := body_norm.h body_rotary.h nr_harness.h simd_portable.h simd_avx2.h simd_avx512.h \
+DEPS     := body_norm.h body_rotary.h nr_harness.h old_convert.h simd_portable.h simd_avx2.h simd_avx512.h \
             simd_neon.h $(MAIN)/plugins/cpu/cpu.h
 
 X86_OBJS := $(B)/var_portable.o $(B)/var_avx2.o $(B)/var_avx512.o $(B)/var_avx512_bf16.o $(B)/nr_old.o
