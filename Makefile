@@ -27,6 +27,8 @@ PKG_CONFIG ?= pkg-config
 VERSION  := 0.1.0
 SOMAJOR  := 0
 
+.DEFAULT_GOAL := all
+
 B        := build
 OBJ      := $(B)/obj
 LIBOUT   := $(B)/lib
@@ -56,8 +58,21 @@ CORE_SRC := $(sort $(wildcard core/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(OBJ)/%.o)
 
 PLUGIN_DIRS  := $(sort $(dir $(wildcard plugins/*/*.c)))
-PLUGIN_NAMES := $(patsubst plugins/%/,%,$(PLUGIN_DIRS))
+PLUGIN_ALL   := $(patsubst plugins/%/,%,$(PLUGIN_DIRS))
+
+# Plugins: one shared object per plugins/<name>/ directory. A plugin may add
+# plugins/<name>/plugin.mk, which may set:
+#   PLUGIN_CFLAGS_<name>  flags for its C files      PLUGIN_LIBS_<name>  link libraries
+#   PLUGIN_OBJS_<name>    more objects to link in (the .mk gives their rules)
+#   PLUGIN_EXTRA_<name>   more files built into the plugin directory and installed there
+#   PLUGIN_SKIP_<name>    a reason not to build it here (a missing toolchain); make says it
+-include $(wildcard plugins/*/plugin.mk)
+PLUGIN_NAMES := $(foreach p,$(PLUGIN_ALL),$(if $(PLUGIN_SKIP_$(p)),,$(p)))
 PLUGIN_SO    := $(PLUGIN_NAMES:%=$(PLUGOUT)/fld-%.so)
+PLUGIN_EXTRA := $(foreach p,$(PLUGIN_NAMES),$(PLUGIN_EXTRA_$(p)))
+ifeq ($(filter clean format deps uninstall,$(MAKECMDGOALS)),)
+$(foreach p,$(PLUGIN_ALL),$(if $(PLUGIN_SKIP_$(p)),$(info fldispatch: not building plugin '$(p)': $(PLUGIN_SKIP_$(p)))))
+endif
 
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TOOL_OBJ := $(TOOL_SRC:%.c=$(OBJ)/%.o)
@@ -69,6 +84,10 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTOUT)/%)
 FIXTURE_SRC := $(sort $(wildcard tests/plugins/*.c))
 FIXTURE_SO  := $(FIXTURE_SRC:tests/plugins/%.c=$(TESTOUT)/plugins/fld-%.so)
+# A test directory may add tests/<dir>/tests.mk, which appends programs for
+# make check to TEST_BIN and what they need (fixture libraries) to TEST_EXTRA.
+TEST_EXTRA :=
+-include $(wildcard tests/*/tests.mk)
 CHECK_CFLAGS = $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
@@ -79,7 +98,7 @@ CONFIG_OUT := $(CONFIG_SRC:config/%=$(B)/share/fldispatch/config/%)
 all: lib plugins tool configs
 
 lib: $(LIB_SO) $(LIB_A)
-plugins: $(PLUGIN_SO)
+plugins: $(PLUGIN_SO) $(PLUGIN_EXTRA)
 tool: $(TOOL)
 # Platform files, where the library finds them from the build tree
 # (<dir of the library>/../share/fldispatch/config).
@@ -87,7 +106,7 @@ configs: $(CONFIG_OUT)
 $(B)/share/fldispatch/config/%.yaml: config/%.yaml
 	@mkdir -p $(@D)
 	cp $< $@
-tests: $(TEST_BIN) $(FIXTURE_SO)
+tests: $(TEST_BIN) $(FIXTURE_SO) $(TEST_EXTRA)
 
 # Paths compiled into the library; rewritten only when they change.
 $(B)/gen/fld_paths.h: FORCE
@@ -116,11 +135,8 @@ $(LIB_A): $(CORE_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && $(AR) rcs $@ $(CORE_OBJ)
 
-# Plugins: one shared object per plugins/<name>/ directory. A plugin may add
-# plugins/<name>/plugin.mk setting PLUGIN_CFLAGS_<name> and PLUGIN_LIBS_<name>.
--include $(wildcard plugins/*/plugin.mk)
 define plugin_rules
-$(PLUGOUT)/fld-$(1).so: $(patsubst %.c,$(OBJ)/%.o,$(wildcard plugins/$(1)/*.c)) $(LIB_SO)
+$(PLUGOUT)/fld-$(1).so: $(patsubst %.c,$(OBJ)/%.o,$(wildcard plugins/$(1)/*.c)) $(PLUGIN_OBJS_$(1)) $(LIB_SO)
 	@mkdir -p $$(@D)
 	$$(CC) -shared -Wl,--no-undefined $$(ALLLDFLAGS) -o $$@ \
 	  $$(filter %.o,$$^) -L$(LIBOUT) -lfldispatch $$(PLUGIN_LIBS_$(1)) -lm -pthread
@@ -176,7 +192,7 @@ install: all
 	ln -sf libfldispatch.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(SOMAJOR)
 	ln -sf libfldispatch.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libfldispatch.so
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
-	install -m 0755 $(PLUGIN_SO) $(DESTDIR)$(PLUGINDIR)/
+	install -m 0755 $(PLUGIN_SO) $(PLUGIN_EXTRA) $(DESTDIR)$(PLUGINDIR)/
 	install -m 0755 $(TOOL) $(DESTDIR)$(BINDIR)/
 	install -m 0644 include/fldispatch/*.h $(DESTDIR)$(INCLUDEDIR)/fldispatch/
 	for f in $(wildcard config/*.yaml); do install -m 0644 $$f $(DESTDIR)$(CONFIGDIR)/; done
@@ -188,7 +204,8 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libfldispatch.so $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(SOMAJOR) \
 	  $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfldispatch.a \
 	  $(DESTDIR)$(BINDIR)/fldispatch $(DESTDIR)$(PKGCONFIGDIR)/fldispatch.pc
-	rm -f $(PLUGIN_NAMES:%=$(DESTDIR)$(PLUGINDIR)/fld-%.so)
+	rm -f $(PLUGIN_ALL:%=$(DESTDIR)$(PLUGINDIR)/fld-%.so) \
+	  $(addprefix $(DESTDIR)$(PLUGINDIR)/,$(notdir $(PLUGIN_EXTRA)))
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/fldispatch/,$(notdir $(wildcard include/fldispatch/*.h)))
 	rm -f $(addprefix $(DESTDIR)$(CONFIGDIR)/,$(notdir $(wildcard config/*.yaml)))
 	-rmdir $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(LIBDIR)/fldispatch $(DESTDIR)$(CONFIGDIR) \
@@ -198,7 +215,8 @@ clean:
 	rm -rf $(B)
 
 format:
-	clang-format -i $(wildcard include/fldispatch/*.h core/*.[ch] plugins/*/*.[ch] tools/*.[ch] \
-	  tests/*.[ch] tests/util/*.[ch] tests/plugins/*.c)
+	clang-format -i $(wildcard include/fldispatch/*.h core/*.[ch] plugins/*/*.[ch] \
+	  plugins/*/*.cu plugins/*/*.cuh plugins/*/*.hip tools/*.[ch] tests/*.[ch] tests/*/*.[ch] \
+	  tests/*/*.cc tests/plugins/*.c)
 
 -include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

@@ -356,17 +356,42 @@ static int no_candidate(struct fld_op_s *op, unsigned slot)
 {
     int dev, dt;
     slot_key(slot, &dev, &dt);
-    char registered[512] = "";
-    size_t len = 0;
-    fld__lock();
-    for (size_t i = 0; i < op->n_impls && len < sizeof registered; i++)
-        len += (size_t)snprintf(registered + len, sizeof registered - len, "%s%s", i ? ", " : "",
-                                op->impls[i]->impl_id);
-    fld__unlock();
+    /* Say why each implementation that declares this device and dtype was
+     * dropped (unavailable, with the plugin's reason; or the policy), so a
+     * call on a device whose plugin cannot run names the cause. */
+    char why[768] = "";
+    size_t len = 0, listed = 0, others = 0;
+    fld_resolution *res = NULL;
+    DLDataType dtype = {kDLFloat, 32, 1};
+    if (dt == FLD_DT_F16)
+        dtype = (DLDataType){kDLFloat, 16, 1};
+    else if (dt == FLD_DT_BF16)
+        dtype = (DLDataType){kDLBfloat, 16, 1};
+    int dev_type = dev == FLD_DEV_ANY ? FLD_DEVICE_CPU : fld__device_type_of(dev);
+    if (fld_explain(op->name, dev_type, dtype, &res) == FLD_OK) {
+        /* First pass: those that declare (dev, dt); when there are none,
+         * the second lists what every registered one does support. */
+        for (int pass = 0; pass < 2 && !listed; pass++) {
+            for (size_t i = 0; i < res->n_rejected; i++) {
+                const fld_rejection *r = &res->rejected[i];
+                bool declares = strncmp(r->reason, "does not support ", 17) != 0;
+                if (declares != (pass == 0))
+                    continue;
+                if (len < sizeof why)
+                    len += (size_t)snprintf(why + len, sizeof why - len, "%s%s: %s",
+                                            listed++ ? "; " : "", r->impl_id, r->reason);
+            }
+            if (!listed)
+                others = 1;
+        }
+        fld_resolution_free(res);
+    }
     return fld__fail(FLD_EUNAVAILABLE,
-                     "no available implementation for op '%s' (%s, %s); registered: [%s] (run "
-                     "'fldispatch resolve %s' to see why each was dropped)",
-                     op->name, device_label(dev), dtype_label(dt), registered, op->name);
+                     "no available implementation for op '%s' (%s, %s)%s: %s (run 'fldispatch "
+                     "resolve %s' for details)",
+                     op->name, device_label(dev), dtype_label(dt),
+                     others ? ": none supports it" : "", listed ? why : "none registered",
+                     op->name);
 }
 
 /*

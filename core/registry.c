@@ -7,6 +7,7 @@
  */
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,10 @@ void fld__registry_discard(struct fld_registry *reg)
     reg->n = reg->cap = 0;
     free(reg->detail);
     reg->detail = NULL;
+    for (int d = 0; d < FLD_NDEVICES; d++) {
+        free(reg->hooks[d]);
+        reg->hooks[d] = NULL;
+    }
 }
 
 static int record_error(struct fld_registry *reg, int status, const char *fmt, ...)
@@ -186,6 +191,40 @@ int fld_registry_set_detail(fld_registry *reg, const char *fmt, ...)
     return FLD_OK;
 }
 
+int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hooks)
+{
+    /* The ABI 1.1 record ends with synchronize; newer plugins may pass more. */
+    const size_t min_size = offsetof(fld_device_hooks, synchronize) + sizeof hooks->synchronize;
+    if (!reg || !hooks)
+        return fld__fail(FLD_EINVAL, "fld_registry_set_device_hooks: %s is NULL",
+                         reg ? "hooks" : "reg");
+    const char *plugin = reg->plugin ? reg->plugin->name : "?";
+    if (hooks->struct_size < min_size)
+        return record_error(reg, FLD_EINVAL,
+                            "plugin '%s': device hooks: struct_size %zu is smaller than ABI 1.1's "
+                            "%zu (set it to sizeof(fld_device_hooks))",
+                            plugin, hooks->struct_size, min_size);
+    int dev = fld__device_index(hooks->device_type);
+    if (dev < 0 || dev == FLD_DEV_CPU)
+        return record_error(reg, FLD_EINVAL,
+                            "plugin '%s': device hooks: device_type %d is %s (valid: 2 cuda, 10 "
+                            "rocm, 12 or 21 ascend)",
+                            plugin, hooks->device_type,
+                            dev == FLD_DEV_CPU ? "the CPU, which the host serves itself"
+                                               : "unknown");
+    if (reg->hooks[dev])
+        return record_error(reg, FLD_EINVAL, "plugin '%s': device hooks for %s registered twice",
+                            plugin, fld_device_name(hooks->device_type));
+    struct fld_hook_rec *h = calloc(1, sizeof *h);
+    if (!h)
+        return record_error(reg, FLD_ENOMEM, "plugin '%s': out of memory", plugin);
+    size_t n = hooks->struct_size < sizeof h->hooks ? hooks->struct_size : sizeof h->hooks;
+    memcpy(&h->hooks, hooks, n);
+    h->hooks.struct_size = sizeof h->hooks;
+    reg->hooks[dev] = h;
+    return FLD_OK;
+}
+
 int fld_registry_register(fld_registry *reg, const fld_impl *impl)
 {
     if (!reg)
@@ -269,6 +308,17 @@ int fld__registry_commit(struct fld_registry *reg)
             reg->plugin->detail = reg->detail;
             reg->detail = NULL;
         }
+        for (int d = 0; d < FLD_NDEVICES; d++) {
+            if (reg->hooks[d]) {
+                free(reg->plugin->hooks[d]);
+                reg->plugin->hooks[d] = reg->hooks[d];
+                reg->hooks[d] = NULL;
+            }
+        }
+    }
+    for (int d = 0; d < FLD_NDEVICES; d++) {
+        free(reg->hooks[d]);
+        reg->hooks[d] = NULL;
     }
     free(reg->detail);
     reg->detail = NULL;
@@ -303,9 +353,28 @@ static void forget_op_availability(struct fld_op_s *op, void *user)
         atomic_store(&op->impls[i]->available, 0);
 }
 
+bool fld__hooks_available(struct fld_hook_rec *h, const char **reason)
+{
+    int a = atomic_load(&h->available);
+    if (a == 0) {
+        const char *why = NULL;
+        bool ok = h->hooks.is_available ? h->hooks.is_available(&why) : true;
+        h->unavailable_reason = ok ? "" : (why && *why ? why : "is_available() returned false");
+        a = ok ? 1 : -1;
+        atomic_store(&h->available, a);
+    }
+    if (reason)
+        *reason = a > 0 ? "" : h->unavailable_reason;
+    return a > 0;
+}
+
 void fld__registry_forget_availability(void)
 {
     fld__op_foreach(forget_op_availability, NULL);
+    for (struct fld_plugin_rec *p = plugins_head; p; p = p->next)
+        for (int d = 0; d < FLD_NDEVICES; d++)
+            if (p->hooks[d])
+                atomic_store(&p->hooks[d]->available, 0);
 }
 
 struct fld_plugin_rec *fld__plugins_first(void)
@@ -375,6 +444,8 @@ void fld__registry_shutdown(void)
         free(p->version);
         free(p->reason);
         free(p->detail);
+        for (int d = 0; d < FLD_NDEVICES; d++)
+            free(p->hooks[d]);
         free(p);
     }
     plugins_tail = NULL;
@@ -427,6 +498,9 @@ int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user), void 
             .n_impls = p->n_impls,
             .detail = p->detail,
         };
+        for (int d = 0; d < FLD_NDEVICES; d++)
+            if (p->hooks[d])
+                info.hook_devices |= 1u << d;
         if (p->status == FLD_PLUGIN_LOADED && p->n_impls) {
             struct plugin_avail pa = {.plugin = p};
             fld__op_foreach(scan_plugin_impls, &pa);

@@ -12,6 +12,14 @@
 
 #include "ops.h"
 
+/* A plugin's device hooks for one device type, with their availability. */
+struct fld_hook_rec {
+    fld_device_hooks hooks; /* zero past what the plugin's struct_size gave */
+    /* Evaluated once per process: 0 unknown, 1 yes, -1 no. */
+    _Atomic int available;
+    const char *unavailable_reason;
+};
+
 struct fld_plugin_rec {
     char *name;
     char *path; /* "(built-in)" for the library's own and in-process plugins */
@@ -22,8 +30,9 @@ struct fld_plugin_rec {
     char *reason;
     char *detail; /* the plugin's own status line, "" when none */
     size_t n_impls;
-    void *dl_handle; /* NULL unless dlopen()ed */
-    dev_t st_dev;    /* identity of the file, to load each file once */
+    struct fld_hook_rec *hooks[FLD_NDEVICES]; /* by FLD_DEV_*; NULL where none (always CPU) */
+    void *dl_handle;                          /* NULL unless dlopen()ed */
+    dev_t st_dev;                             /* identity of the file, to load each file once */
     ino_t st_ino;
     struct fld_plugin_rec *next;
 };
@@ -52,6 +61,7 @@ struct fld_registry {
     size_t n, cap;
     int first_error; /* FLD_OK or the first failing registration's status */
     char *detail;    /* staged fld_registry_set_detail() text, or NULL */
+    struct fld_hook_rec *hooks[FLD_NDEVICES]; /* staged device hooks */
     char error[512];
 };
 
@@ -62,7 +72,9 @@ void fld__registry_discard(struct fld_registry *reg);
 
 /* Whether an impl can run here; evaluates is_available once. */
 bool fld__impl_available(struct fld_impl_rec *impl, const char **reason);
-/* Marks every impl's availability unknown (after fork). */
+/* Whether a plugin's device hooks can be used here; evaluates is_available once. */
+bool fld__hooks_available(struct fld_hook_rec *h, const char **reason);
+/* Marks every impl's and device hook's availability unknown (after fork). */
 void fld__registry_forget_availability(void);
 
 /* Plugin records in load order. */

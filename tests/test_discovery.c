@@ -33,8 +33,9 @@ typedef struct good_echo_args {
 /* Every fixture of tests/plugins/, in reverse name order so that creation
  * order (and likely readdir order) differs from the sorted load order. */
 static const char *const all_fixtures[] = {
-    "vendor_missing", "unavailable", "register_fails", "null_fn",   "no_descriptor", "good",
-    "failing",        "dup_impl",    "bad_name",       "bad_magic", "abi_minor",     "abi_major",
+    "vendor_missing", "unavailable", "register_fails", "null_fn",  "no_descriptor",
+    "good",           "failing",     "dup_impl",       "bad_name", "bad_magic",
+    "abi_old",        "abi_minor",   "abi_major",
 };
 #define N_FIXTURES (sizeof(all_fixtures) / sizeof(all_fixtures[0]))
 
@@ -496,6 +497,8 @@ START_TEST(test_every_fixture)
         {"no_descriptor", FLD_PLUGIN_REJECTED, "no plugin descriptor", "fld_plugin_entry"},
         {"abi_major", FLD_PLUGIN_REJECTED, abi_major, NULL},
         {"abi_minor", FLD_PLUGIN_REJECTED, abi_minor, NULL},
+        /* ABI 1.0 (before device hooks) still loads on this 1.1 host. */
+        {"abi_old", FLD_PLUGIN_LOADED, "", NULL},
         {"bad_magic", FLD_PLUGIN_REJECTED, "bad descriptor magic", NULL},
         {"bad_name", FLD_PLUGIN_REJECTED, "Bad Name!", NULL},
         {"register_fails", FLD_PLUGIN_REJECTED, "register_builtins failed", NULL},
@@ -521,6 +524,11 @@ START_TEST(test_every_fixture)
             ck_assert_msg(r->n_impls == 0, "%s: rejected but n_impls = %zu", want[i].fixture,
                           r->n_impls);
     }
+    const struct plugin_rec *old_abi = find_by_fixture(s, "abi_old");
+    ck_assert_uint_eq(old_abi->abi_major, 1);
+    ck_assert_uint_eq(old_abi->abi_minor, 0);
+    ck_assert_uint_eq(old_abi->n_impls, 1);
+    ck_assert_uint_eq(FLD_PLUGIN_ABI_MINOR, 1);
     const struct plugin_rec *good = find_by_fixture(s, "good");
     ck_assert_str_eq(good->name, "good");
     ck_assert_str_eq(good->version, "1.0.0");

@@ -12,7 +12,8 @@ static const char list_usage[] =
     "Usage: fldispatch list [--json]\n"
     "\n"
     "Lists the plugins in load order (name, version, ABI, in-tree or out-of-tree,\n"
-    "status and the reason when not loaded, file) and every registered\n"
+    "status and the reason when not loaded or unavailable, file, the plugin's own\n"
+    "detail line and the devices it provides memory for) and every registered\n"
     "implementation (op, impl_id, kind, vendor, priority, devices, dtypes, plugin,\n"
     "availability).\n"
     "\n"
@@ -32,6 +33,11 @@ static int print_plugin_text(const fld_plugin_info *p, void *user)
         printf("  %-12s reason: %s\n", "", p->reason);
     if (p->detail && *p->detail)
         printf("  %-12s detail: %s\n", "", p->detail);
+    if (p->hook_devices) {
+        char devices[64];
+        printf("  %-12s device memory: %s\n", "",
+               cli_devices_text(p->hook_devices, devices, sizeof devices));
+    }
     return 0;
 }
 
@@ -117,6 +123,8 @@ static int print_plugin_json(const fld_plugin_info *p, void *user)
     json_int(w, (long long)p->n_impls);
     json_key(w, "detail");
     json_string(w, p->detail ? p->detail : "");
+    json_key(w, "hook_devices");
+    json_mask(w, p->hook_devices, cli_device_bit_name);
     json_end_object(w);
     return 0;
 }

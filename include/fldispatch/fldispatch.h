@@ -457,9 +457,10 @@ typedef struct fld_plugin_info {
     unsigned abi_major, abi_minor;
     bool in_tree; /* built by this project */
     fld_plugin_status status;
-    const char *reason; /* why rejected, skipped or unavailable; "" when loaded */
-    size_t n_impls;     /* implementations it registered */
-    const char *detail; /* the plugin's own status line (fld_registry_set_detail), or "" */
+    const char *reason;    /* why rejected, skipped or unavailable; "" when loaded */
+    size_t n_impls;        /* implementations it registered */
+    const char *detail;    /* the plugin's own status line (fld_registry_set_detail), or "" */
+    uint32_t hook_devices; /* FLD_DEVICE_MASK_* it registered device hooks for (ABI 1.1) */
 } fld_plugin_info;
 
 /*
@@ -536,6 +537,50 @@ FLD_API void fld_log_set_callback(fld_log_fn fn, void *user);
  */
 FLD_API int fld_set_stream(int device_type, void *stream);
 FLD_API void *fld_get_stream(int device_type);
+
+/* ------------------------------------------------------------------------ */
+/* Device memory                                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Memory on a device, through the device hooks of the plugin that serves
+ * that device type (plugin ABI 1.1; see fld_registry_set_device_hooks() in
+ * <fldispatch/plugin.h>). The host serves FLD_DEVICE_CPU itself (malloc,
+ * memcpy). Tools such as `fldispatch verify --device cuda` use these; an
+ * engine normally owns its tensors and never needs them.
+ *
+ * The provider of a device type is the first loaded plugin, in load order,
+ * whose hooks for it are available. FLD_EUNAVAILABLE, naming the plugin and
+ * its reason, when no provider is available; FLD_ENOTFOUND when no plugin
+ * registered hooks for the device type; FLD_EUNSUPPORTED when the provider
+ * left that hook out; otherwise the hook's own status.
+ */
+typedef enum fld_copy_kind {
+    FLD_COPY_HOST_TO_DEVICE = 0,
+    FLD_COPY_DEVICE_TO_HOST = 1,
+    FLD_COPY_DEVICE_TO_DEVICE = 2
+} fld_copy_kind;
+
+/* Allocates bytes (> 0) on device.device_id; *ptr is set to NULL on failure. */
+FLD_API int fld_device_alloc(DLDevice device, size_t bytes, void **ptr);
+/* Frees memory from fld_device_alloc(); NULL is a no-op. */
+FLD_API int fld_device_free(DLDevice device, void *ptr);
+/*
+ * Copies bytes, ordered on the calling thread's current stream of the device
+ * type (fld_set_stream()). Host-to-device and device-to-host copies have
+ * finished when the call returns; a device-to-device copy may still run
+ * until fld_device_synchronize().
+ */
+FLD_API int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes,
+                            fld_copy_kind kind);
+/* Waits until the work queued on the calling thread's current stream is done. */
+FLD_API int fld_device_synchronize(DLDevice device);
+/*
+ * The plugin providing memory for a device type: FLD_OK with its name in
+ * *plugin ("(built-in)" for the CPU), or the error fld_device_alloc() would
+ * return, with *plugin NULL.
+ */
+FLD_API int fld_device_provider(int device_type, const char **plugin);
 
 #ifdef __cplusplus
 }

@@ -55,7 +55,7 @@ extern "C" {
  * plugin whose major equals its own and whose minor is not newer.
  */
 #define FLD_PLUGIN_ABI_MAJOR 1
-#define FLD_PLUGIN_ABI_MINOR 0
+#define FLD_PLUGIN_ABI_MINOR 1
 #define FLD_PLUGIN_MAGIC     0x50444c46u /* "FLDP" */
 
 /* ------------------------------------------------------------------------ */
@@ -132,6 +132,46 @@ FLD_API int fld_registry_register(fld_registry *reg, const fld_impl *impl);
  */
 FLD_API int fld_registry_set_detail(fld_registry *reg, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------------ */
+/* Device hooks (ABI 1.1)                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * What a device plugin (CUDA, ROCm, Ascend, ...) lends the host so that
+ * tools can move data to and from its device: fld_device_alloc() and friends
+ * in <fldispatch/fldispatch.h> call these. Every function is optional (NULL
+ * when the plugin cannot do it) and returns FLD_OK or an error explained with
+ * fld_set_error(). device_id is DLDevice.device_id. They must be MT safe.
+ *
+ * Kernels and hooks run on the calling thread's current stream for their
+ * device type, fld_get_stream(device_type); NULL means the runtime's default
+ * stream.
+ */
+typedef struct fld_device_hooks {
+    size_t struct_size; /* sizeof(fld_device_hooks) of the plugin's build */
+    int device_type;    /* FLD_DEVICE_CUDA, FLD_DEVICE_ROCM, FLD_DEVICE_ASCEND; not CPU */
+    /* Whether the device can be used here; evaluated once per process (again
+     * after fork), like fld_impl.is_available. NULL: always. */
+    fld_available_fn is_available;
+    int (*alloc)(int device_id, size_t bytes, void **ptr);
+    int (*free)(int device_id, void *ptr);
+    /* Host-to-device and device-to-host copies have finished on return;
+     * device-to-device copies may be asynchronous on the current stream. */
+    int (*copy)(int device_id, void *dst, const void *src, size_t bytes, fld_copy_kind kind);
+    /* Waits for the work queued on the current stream. */
+    int (*synchronize)(int device_id);
+} fld_device_hooks;
+
+/*
+ * Registers the plugin's hooks for hooks->device_type; only inside
+ * register_builtins, at most once per device type per plugin. The host copies
+ * the record (only the first struct_size bytes a newer host knows of) and
+ * keeps it if the plugin loads. FLD_EINVAL for a NULL argument, a struct_size
+ * smaller than ABI 1.1's, an unknown or CPU device type, or a second record
+ * for the same device type.
+ */
+FLD_API int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hooks);
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                           */

@@ -1,0 +1,138 @@
+/*
+ * The C interface between a GPU plugin's host glue (gpu_plugin.c, plain C,
+ * shared by the cuda and rocm plugins) and its device code (gpu_kernels.cuh,
+ * compiled by nvcc as cuda_kernels.cu or by hipcc as rocm/hip_kernels.hip).
+ *
+ * The device code fills one `struct fld_gpu_api` table: the CUDA build
+ * exports it as fld_gpu_api_cuda (linked into fld-cuda.so with the static
+ * CUDA runtime); the HIP build as fld_gpu_api_hip in a separate object that
+ * fld-rocm.so dlopens, so a missing HIP runtime is a reason, not a load error.
+ *
+ * Conventions: every function returns 0 or the runtime's error code (a
+ * cudaError_t / hipError_t value), which error_string() turns into text.
+ * Pointers are device pointers unless named host. Strides and sizes are in
+ * elements of the tensor's dtype. dtype is fld_dtype_index(): 0 float32,
+ * 1 float16, 2 bfloat16. `stream` is a cudaStream_t / hipStream_t (NULL:
+ * the default stream). Kernels are launched asynchronously; a launch error
+ * (bad configuration, no device) is returned at once.
+ */
+#ifndef FLD_PLUGINS_GPU_API_H
+#define FLD_PLUGINS_GPU_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLD_GPU_API_VERSION 1
+
+enum fld_gpu_act_op {
+    FLD_GPU_SILU_AND_MUL = 0,     /* out = silu(x[:d]) * x[d:] */
+    FLD_GPU_MUL_AND_SILU = 1,     /* out = x[:d] * silu(x[d:]) */
+    FLD_GPU_GELU_AND_MUL = 2,     /* erf gelu(x[:d]) * x[d:] */
+    FLD_GPU_GELU_TANH_AND_MUL = 3 /* tanh gelu(x[:d]) * x[d:] */
+};
+
+/* Which kernel family runs a call. */
+enum fld_gpu_variant {
+    FLD_GPU_REFERENCE = 0, /* simple kernels: any valid shape, stride and alignment */
+    FLD_GPU_VECTOR = 1     /* 128-bit loads and stores: needs fld_gpu_*_vector_ok() */
+};
+
+struct fld_gpu_act_args {
+    int op;        /* enum fld_gpu_act_op */
+    int dtype;     /* out and x share it */
+    void *out;     /* [rows, d], row stride out_stride */
+    const void *x; /* [rows, 2d], row stride x_stride */
+    int64_t rows, d, out_stride, x_stride;
+};
+
+struct fld_gpu_norm_args {
+    int dtype;  /* out, x, weight and residual share it */
+    bool gemma; /* scale by (1 + w) instead of w */
+    void *out;  /* [rows, width]; may equal x */
+    const void *x;
+    const void *weight; /* [width], or NULL: no scale */
+    void *residual;     /* [rows, width] or NULL; with it: residual = x + residual
+                           (rounded to dtype), out = norm(residual) */
+    int64_t rows, width, out_stride, x_stride, residual_stride;
+    float eps;
+};
+
+struct fld_gpu_rotary_args {
+    int dtype;             /* query and key */
+    int cache_dtype;       /* cos_sin_cache: float32 or the query's dtype */
+    const void *positions; /* [tokens] int64 or int32 */
+    bool positions_int32;
+    void *query; /* in place */
+    void *key;   /* in place, or NULL (then k_heads is 0) */
+    int64_t tokens, head_size, rot_dim;
+    int64_t q_heads, q_token_stride, q_head_stride;
+    int64_t k_heads, k_token_stride, k_head_stride;
+    const void *cache; /* [max_pos, rot_dim]: cos[rot_dim/2] then sin[rot_dim/2] */
+    int64_t cache_stride, max_pos;
+    bool is_neox; /* pairs (i, i + rot_dim/2); else (2i, 2i + 1) */
+    /* Positions live in device memory, so the host cannot range-check them:
+       a token whose position is outside [0, max_pos) is left unchanged. */
+};
+
+struct fld_gpu_api {
+    int version;         /* FLD_GPU_API_VERSION */
+    const char *runtime; /* "CUDA" or "HIP" */
+    const char *(*error_string)(int code);
+    /* Runtime version as the runtime reports it (e.g. 13000), or 0. */
+    int (*runtime_version)(int *version);
+    int (*device_count)(int *count);
+    /* Device name and compute capability / gfx arch text for the detail line. */
+    int (*device_name)(int device_id, char *buf, size_t size);
+    int (*get_device)(int *device_id);
+    int (*set_device)(int device_id);
+    int (*malloc)(void **ptr, size_t bytes);
+    int (*free)(void *ptr);
+    /* kind: 0 host to device, 1 device to host, 2 device to device (fld_copy_kind).
+       Queued on stream; host copies are complete on return, device copies
+       may still run. */
+    int (*memcpy)(void *dst, const void *src, size_t bytes, int kind, void *stream);
+    int (*stream_synchronize)(void *stream);
+    int (*act)(const struct fld_gpu_act_args *a, int variant, void *stream);
+    int (*norm)(const struct fld_gpu_norm_args *a, int variant, void *stream);
+    int (*rotary)(const struct fld_gpu_rotary_args *a, int variant, void *stream);
+};
+
+/* Element size of a dtype index. */
+static inline size_t fld_gpu_elem_size(int dtype)
+{
+    return dtype == 0 ? 4 : 2;
+}
+
+/* Whether p and every n elements of the given size keep 16-byte alignment. */
+static inline bool fld_gpu_aligned16(const void *p, int64_t n, size_t elem)
+{
+    return ((uintptr_t)p % 16) == 0 && ((uint64_t)n * elem) % 16 == 0;
+}
+
+/* Whether FLD_GPU_VECTOR may run these activation / norm arguments. */
+static inline bool fld_gpu_act_vector_ok(const struct fld_gpu_act_args *a)
+{
+    size_t e = fld_gpu_elem_size(a->dtype);
+    return fld_gpu_aligned16(a->x, a->d, e) && fld_gpu_aligned16(a->out, a->d, e) &&
+           ((uint64_t)a->x_stride * e) % 16 == 0 && ((uint64_t)a->out_stride * e) % 16 == 0;
+}
+static inline bool fld_gpu_norm_vector_ok(const struct fld_gpu_norm_args *a)
+{
+    size_t e = fld_gpu_elem_size(a->dtype);
+    return fld_gpu_aligned16(a->x, a->width, e) && fld_gpu_aligned16(a->out, a->width, e) &&
+           ((uint64_t)a->x_stride * e) % 16 == 0 && ((uint64_t)a->out_stride * e) % 16 == 0 &&
+           (!a->weight || fld_gpu_aligned16(a->weight, a->width, e)) &&
+           (!a->residual || (fld_gpu_aligned16(a->residual, a->width, e) &&
+                             ((uint64_t)a->residual_stride * e) % 16 == 0));
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
