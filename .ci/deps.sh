@@ -1,7 +1,11 @@
 #!/bin/sh
 # Makes sure the Debian packages the build needs are present. As root it
 # installs the missing ones; otherwise it prints the exact apt-get line.
+# The library, tools and tests; then the ROCm toolchain, with which the rocm
+# plugin is built (the cuda plugin's nvcc is NVIDIA's, not Debian's: it is
+# used when found in /usr/local/cuda or PATH, and skipped otherwise).
 PKGS="build-essential pkg-config libyaml-dev check libhwloc-dev libdlpack-dev"
+PKGS="$PKGS hipcc libamdhip64-dev"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -7,6 +7,9 @@
  *
  * Every run uses --quick (tokens 1 and 32, 3 repetitions, 2 ms batches) and
  * one op, so the whole program stays well under 20 s.
+ *
+ * --device cuda runs on tests/fakedev/fake_device.c (fld-fakedev.so), a
+ * cuda device on host memory, with small d2d copy buffers (--copy-mib).
  */
 #include <check.h>
 #include <ctype.h>
@@ -15,8 +18,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/tool.h"
+
+/* "VLLM_FL_PLUGIN_MODULES=<build>/tests/fakedev/fld-fakedev.so", in a static buffer. */
+static const char *fakedev_env(void)
+{
+    static char entry[4096];
+    snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/fakedev/fld-fakedev.so",
+             tool_builddir());
+    ck_assert_msg(access(entry + strlen("VLLM_FL_PLUGIN_MODULES="), R_OK) == 0,
+                  "%s is not built (make tests)", entry + strlen("VLLM_FL_PLUGIN_MODULES="));
+    return entry;
+}
 
 /* ---- a small JSON tree ------------------------------------------------------------- */
 
@@ -247,8 +262,12 @@ static bool shape_text(const char *s)
     }
 }
 
-/* Checks the machine object and every result; returns the parsed document. */
-static struct jvalue *parse_bench_json(const struct tool_run *r)
+/*
+ * Checks the machine object and every result; returns the parsed document.
+ * On a device (not the CPU) the baseline is the d2d copy and there are no
+ * thread counts (0) and no STREAM figures (null).
+ */
+static struct jvalue *parse_bench_json_on(const struct tool_run *r, bool device)
 {
     ck_assert_msg(r->out[0] == '{', "output is not a JSON object:\n" CLIP, r->out);
     struct jvalue *doc = json_parse(r->out);
@@ -258,9 +277,19 @@ static struct jvalue *parse_bench_json(const struct tool_run *r)
     ck_assert(strlen(jv_string(m, "cpu")) > 0);
     ck_assert(strlen(jv_string(m, "isa")) > 0);
     ck_assert(jv_number(m, "threads") >= 1);
-    double s1 = jv_number(m, "stream_gbps_1t"), sn = jv_number(m, "stream_gbps");
-    ck_assert_msg(s1 > 0.1 && s1 < 10000, "stream_gbps_1t %g", s1);
-    ck_assert_msg(sn > 0.1 && sn < 10000, "stream_gbps %g", sn);
+    ck_assert_str_eq(jv_string(doc, "baseline"), device ? "d2d_copy" : "stream_triad");
+    if (device) {
+        const struct jvalue *s1 = jv_get(m, "stream_gbps_1t");
+        ck_assert_msg(s1 && s1->type == J_NULL, "stream_gbps_1t is not null on a device");
+        double d2d = jv_number(m, "d2d_copy_gbps");
+        ck_assert_msg(d2d > 0.01 && d2d < 100000, "d2d_copy_gbps %g", d2d);
+        ck_assert(jv_number(doc, "baseline_gbps") == d2d);
+    } else {
+        double s1 = jv_number(m, "stream_gbps_1t"), sn = jv_number(m, "stream_gbps");
+        ck_assert_msg(s1 > 0.1 && s1 < 10000, "stream_gbps_1t %g", s1);
+        ck_assert_msg(sn > 0.1 && sn < 10000, "stream_gbps %g", sn);
+        ck_assert_ptr_null(jv_get(doc, "baseline_gbps"));
+    }
 
     const struct jvalue *res = jv_get(doc, "results");
     ck_assert_msg(res && res->type == J_ARRAY && res->n > 0, "no results");
@@ -270,7 +299,10 @@ static struct jvalue *parse_bench_json(const struct tool_run *r)
         ck_assert(strchr(jv_string(e, "impl_id"), '.') != NULL);
         ck_assert(strlen(jv_string(e, "dtype")) > 0);
         ck_assert_msg(shape_text(jv_string(e, "shape")), "shape '%s'", jv_string(e, "shape"));
-        ck_assert(jv_number(e, "threads") >= 1);
+        if (device)
+            ck_assert(jv_number(e, "threads") == 0);
+        else
+            ck_assert(jv_number(e, "threads") >= 1);
         double us = jv_number(e, "us"), gbps = jv_number(e, "gbps");
         double share = jv_number(e, "bw_share");
         ck_assert_msg(us > 0 && us < 1e7, "us %g", us);
@@ -278,6 +310,11 @@ static struct jvalue *parse_bench_json(const struct tool_run *r)
         ck_assert_msg(share > 0 && share < 1e4, "bw_share %g", share);
     }
     return doc;
+}
+
+static struct jvalue *parse_bench_json(const struct tool_run *r)
+{
+    return parse_bench_json_on(r, false);
 }
 
 /* The result for (impl, shape, threads), or NULL. */
@@ -425,6 +462,9 @@ START_TEST(usage_errors_name_the_option)
         {{"bench", "--overhead", "--threads", "2"}, "--threads"},
         {{"bench", "--calls", "10"}, "--calls"},
         {{"bench", "attention_backend"}, "attention_backend"},
+        {{"bench", "--device=cuda", "--threads", "2"}, "--threads applies to --device cpu only"},
+        {{"bench", "--copy-mib", "4"}, "--copy-mib"},
+        {{"bench", "--device=cuda", "--copy-mib", "0"}, "--copy-mib"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct tool_run r;
@@ -455,9 +495,99 @@ START_TEST(no_implementation_exits_3)
     ck_assert_msg(strstr(r.err, "vendor.template") && strstr(r.err, "unavailable"), CLIP, r.err);
     tool_run_free(&r);
 
+    /* No plugin provides cuda memory here (none built, or one without a driver). */
     tool_run(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
     assert_status(r, 3);
-    ck_assert(strstr(r.err, "cuda"));
+    ck_assert_msg(strstr(r.err, "fldispatch bench: device cuda: fld_device_provider"), CLIP, r.err);
+    ck_assert_str_eq(r.out, "");
+    tool_run_free(&r);
+
+    /* The device's plugin is there but switched off: its reason is passed on. */
+    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"),
+             ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
+    assert_status(r, 3);
+    ck_assert_msg(line_with(r.err, "device cuda: ", "fakedev", "FLD_FAKEDEV_UNAVAILABLE"), CLIP,
+                  r.err);
+    tool_run_free(&r);
+
+    /* A provider, but no implementation of the op for the device. */
+    tool_run(&r, ENV(fakedev_env()), ARGS("bench", "--quick", "gelu_and_mul", "--device", "cuda"));
+    assert_status(r, 3);
+    ck_assert_msg(strstr(r.err, "no implementation of gelu_and_mul for cuda/f32"), CLIP, r.err);
+    tool_run_free(&r);
+}
+END_TEST
+
+/* ---- a device on host memory (tests/fakedev) ------------------------------------------- */
+
+START_TEST(device_quick_json_has_d2d_baseline)
+{
+    struct tool_run r;
+    tool_run(&r, ENV(fakedev_env()),
+             ARGS("bench", "--quick", "rms_norm", "--device", "cuda", "--dtype", "f32,bf16",
+                  "--copy-mib", "16", "--json"));
+    assert_status(r, 0);
+    struct jvalue *doc = parse_bench_json_on(&r, true);
+    ck_assert_str_eq(jv_string(doc, "device"), "cuda");
+    const struct jvalue *m = jv_get(doc, "machine");
+    ck_assert_str_eq(jv_string(m, "device_provider"), "fakedev");
+    ck_assert(jv_number(m, "d2d_copy_bytes") == 16 << 20);
+    ck_assert(jv_number(m, "d2d_runs") >= 2); /* before the kernels and after the op */
+    const double d2d = jv_number(m, "d2d_copy_gbps");
+    const struct jvalue *res = jv_get(doc, "results");
+    ck_assert_uint_eq(res->n, 6); /* 2 dtypes x (1x4096, 32x4096, 32x4096+res) */
+    for (size_t i = 0; i < res->n; i++) {
+        const struct jvalue *e = res->items[i];
+        ck_assert_str_eq(jv_string(e, "impl_id"), "vendor.fakedev");
+        double share = jv_number(e, "gbps") / d2d;
+        ck_assert_msg(fabs(share - jv_number(e, "bw_share")) <= 0.01 * share + 1e-4,
+                      "bw_share %g, expected gbps / d2d_copy_gbps = %g", jv_number(e, "bw_share"),
+                      share);
+    }
+    const struct jvalue *e = find_result(doc, "vendor.fakedev", "32x4096", 0);
+    ck_assert_msg(e, CLIP, r.out);
+    /* f32 or bf16: 2 bytes at least per element; x read, out written, weight once */
+    ck_assert(jv_number(e, "bytes") >= 2.0 * (2 * 32 * 4096 + 4096));
+    ck_assert_msg(!strstr(r.err, "not freed"), CLIP, r.err);
+    jv_free(doc);
+    tool_run_free(&r);
+}
+END_TEST
+
+START_TEST(device_text_names_the_baseline)
+{
+    struct tool_run r;
+    tool_run(&r, ENV(fakedev_env()),
+             ARGS("bench", "--quick", "rotary_embedding", "--device", "cuda", "--dtype", "f16",
+                  "--tokens", "4", "--copy-mib", "8"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "fldispatch bench: cuda", "fld_device_synchronize"), CLIP,
+                  r.out);
+    ck_assert_msg(line_with(r.out, "device: cuda 0", "plugin 'fakedev'"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "d2d copy: 8 MiB", "GB/s"), CLIP, r.out);
+    ck_assert_msg(!line_with(r.out, "STREAM:"), CLIP, r.out);
+    ck_assert_msg(
+        line_with(r.out, "rotary_embedding", "vendor.fakedev", "f16", "4x32x128", " - ", "%"), CLIP,
+        r.out);
+    ck_assert_msg(line_with(r.out, "targets (issue 5"), CLIP, r.out);
+    ck_assert_msg(!strstr(r.err, "not freed"), CLIP, r.err);
+    tool_run_free(&r);
+}
+END_TEST
+
+START_TEST(device_failing_kernel_fails_the_run)
+{
+    /* A kernel that fails asynchronously, as GPU kernels do: the call returns FLD_OK and
+     * the synchronisation at the end of the batch reports it. */
+    struct tool_run r;
+    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_FAIL_SYNC=1"),
+             ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
+                  "--tokens", "1", "--copy-mib", "8"));
+    assert_status(r, 1);
+    ck_assert_msg(line_with(r.err, "silu_and_mul vendor.fakedev f32 1x4096 failed",
+                            "fld_device_synchronize", "failed asynchronously"),
+                  CLIP, r.err);
+    ck_assert_msg(line_with(r.out, "silu_and_mul", "vendor.fakedev", "failed"), CLIP, r.out);
     tool_run_free(&r);
 }
 END_TEST
@@ -501,6 +631,9 @@ static Suite *bench_suite(void)
     tcase_add_test(kernels, text_output_has_header_lines_and_targets);
     tcase_add_test(kernels, usage_errors_name_the_option);
     tcase_add_test(kernels, no_implementation_exits_3);
+    tcase_add_test(kernels, device_quick_json_has_d2d_baseline);
+    tcase_add_test(kernels, device_text_names_the_baseline);
+    tcase_add_test(kernels, device_failing_kernel_fails_the_run);
     tcase_add_test(kernels, overhead_still_works);
     tcase_add_test(kernels, help_lists_modes_and_defaults);
     suite_add_tcase(s, kernels);

@@ -6,6 +6,12 @@
  * tests/plugins/bad_kernel.c (loaded through VLLM_FL_PLUGIN_MODULES) brings
  * kernels that are wrong, write row padding, decline cleanly or decline
  * after writing, and verify must tell each apart.
+ *
+ * Devices: tests/fakedev/fake_device.c (fld-fakedev.so) is a cuda device on
+ * host memory with right and (FLD_FAKEDEV_BAD=1) wrong kernels, so that
+ * verify --device cuda runs its whole device path here: copies in and out,
+ * guard bytes, the reference on the host. The fixtures of the GPU and Ascend
+ * plugins (fld-fakecuda.so, the fake CANN) are used when they are built.
  */
 #include <check.h>
 #include <stdio.h>
@@ -22,6 +28,17 @@ static const char *bad_kernel_env(void)
 {
     static char entry[4096];
     snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/plugins/fld-bad_kernel.so",
+             tool_builddir());
+    ck_assert_msg(access(entry + strlen("VLLM_FL_PLUGIN_MODULES="), R_OK) == 0,
+                  "%s is not built (make tests)", entry + strlen("VLLM_FL_PLUGIN_MODULES="));
+    return entry;
+}
+
+/* "VLLM_FL_PLUGIN_MODULES=<build>/tests/fakedev/fld-fakedev.so", in a static buffer. */
+static const char *fakedev_env(void)
+{
+    static char entry[4096];
+    snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/fakedev/fld-fakedev.so",
              tool_builddir());
     ck_assert_msg(access(entry + strlen("VLLM_FL_PLUGIN_MODULES="), R_OK) == 0,
                   "%s is not built (make tests)", entry + strlen("VLLM_FL_PLUGIN_MODULES="));
@@ -197,16 +214,20 @@ START_TEST(attention_backend_is_skipped_among_others)
 }
 END_TEST
 
-START_TEST(devices_without_memory_hooks)
+START_TEST(device_without_memory_provider_exits_3)
 {
+    /* Whatever plugins this build has for them, nothing here provides device memory:
+     * no plugin at all, or one that is unavailable (no driver, no CANN). */
     static const char *const devices[] = {"cuda", "rocm", "ascend"};
     for (size_t i = 0; i < 3; i++) {
         struct tool_run r;
         tool_run(&r, NO_ENV, ARGS("verify", "--quick", "--device", devices[i]));
         assert_status(r, 3);
         char msg[128];
-        snprintf(msg, sizeof msg, "no implementation can be verified on %s", devices[i]);
-        ck_assert_msg(strstr(r.err, msg) && strstr(r.err, "device memory hooks"), CLIP, r.err);
+        snprintf(msg, sizeof msg, "fldispatch verify: device %s: ", devices[i]);
+        ck_assert_msg(strstr(r.err, msg), "'%s' not in:\n" CLIP, msg, r.err);
+        ck_assert_msg(strstr(r.err, "fld_device_provider"), CLIP, r.err);
+        ck_assert_msg(!strstr(r.out, "PASS"), CLIP, r.out);
         tool_run_free(&r);
     }
     /* an implementation registered for cuda is listed, skipped with the reason */
@@ -214,8 +235,166 @@ START_TEST(devices_without_memory_hooks)
     tool_run(&r, ENV(bad_kernel_env()), ARGS("verify", "--device", "cuda", "rms_norm"));
     assert_status(r, 3);
     ck_assert_msg(line_with(r.out, "rms_norm ", "f32 ", "vendor.bad", "skipped",
-                            "no device memory hooks for cuda"),
+                            "no device memory for cuda: fld_device_provider"),
                   CLIP, r.out);
+    ck_assert(strstr(r.err, "fldispatch verify: device cuda: "));
+    tool_run_free(&r);
+}
+END_TEST
+
+/* ---- a device on host memory (tests/fakedev) -------------------------------- */
+
+START_TEST(fake_device_passes)
+{
+    struct tool_run r;
+    tool_run(&r, ENV(fakedev_env()), ARGS("verify", "--quick", "--device", "cuda"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "verify: device cuda"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "device memory: plugin 'fakedev'", "reference.c on the host",
+                            "guard bytes"),
+                  CLIP, r.out);
+    static const char *const fake_ops[] = {"silu_and_mul", "rms_norm", "rotary_embedding"};
+    for (size_t op = 0; op < 3; op++)
+        for (size_t dt = 0; dt < 3; dt++)
+            ck_assert_msg(line_with(r.out, cell(fake_ops[op]), cell(dtypes[dt]),
+                                    cell("vendor.fakedev"), "PASS"),
+                          "no PASS line for %s %s:\n" CLIP, fake_ops[op], dtypes[dt], r.out);
+    /* reference.c declares the cpu only: it is the host's expectation, not a row */
+    ck_assert_msg(!strstr(r.out, "reference.c  "), CLIP, r.out);
+    ck_assert_msg(!strstr(r.out, "FAIL"), CLIP, r.out);
+    /* every device buffer was freed (the fixture reports leaks when unloaded) */
+    ck_assert_msg(!strstr(r.err, "not freed"), CLIP, r.err);
+    ck_assert_str_eq(r.err, "");
+    tool_run_free(&r);
+}
+END_TEST
+
+START_TEST(fake_device_catches_wrong_values_and_overruns)
+{
+    struct tool_run r;
+    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_BAD=1"),
+             ARGS("verify", "--quick", "--device", "cuda", "silu_and_mul", "rms_norm", "--dtype",
+                  "f32,bf16"));
+    assert_status(r, 1);
+    for (size_t dt = 0; dt < 3; dt += 2) {
+        ck_assert_msg(
+            line_with(r.out, "silu_and_mul ", cell(dtypes[dt]), "vendor.fakedev_bad", "FAIL"), CLIP,
+            r.out);
+        ck_assert_msg(line_with(r.out, "rms_norm ", cell(dtypes[dt]), "vendor.fakedev_bad", "FAIL"),
+                      CLIP, r.out);
+        ck_assert(line_with(r.out, "silu_and_mul ", cell(dtypes[dt]), "vendor.fakedev ", "PASS"));
+        ck_assert(line_with(r.out, "rms_norm ", cell(dtypes[dt]), "vendor.fakedev ", "PASS"));
+    }
+    /* wrong values: compared after the copy back */
+    ck_assert_msg(line_with(r.out, "first failure", "'out' element", "got ", "expected "), CLIP,
+                  r.out);
+    /* a write just past a tensor's storage lands in verify's guard bytes */
+    ck_assert_msg(line_with(r.out, "first failure", "guard bytes after the storage of"), CLIP,
+                  r.out);
+    ck_assert_msg(!strstr(r.err, "not freed"), CLIP, r.err);
+    tool_run_free(&r);
+}
+END_TEST
+
+START_TEST(fake_device_unavailable_names_the_reason)
+{
+    struct tool_run r;
+    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"),
+             ARGS("verify", "--quick", "--device", "cuda", "rms_norm"));
+    assert_status(r, 3);
+    ck_assert_msg(line_with(r.err, "fldispatch verify: device cuda: ", "fakedev",
+                            "switched off by FLD_FAKEDEV_UNAVAILABLE"),
+                  CLIP, r.err);
+    ck_assert_msg(!strstr(r.out, "PASS"), CLIP, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
+START_TEST(fake_device_asynchronous_failure_fails)
+{
+    struct tool_run r;
+    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_FAIL_SYNC=1"),
+             ARGS("verify", "--quick", "--device", "cuda", "rms_norm", "--dtype", "f16"));
+    assert_status(r, 1);
+    ck_assert_msg(line_with(r.out, "rms_norm ", "f16 ", "vendor.fakedev ", "FAIL"), CLIP, r.out);
+    ck_assert_msg(
+        line_with(r.out, "first failure", "synchronizing after the call", "failed asynchronously"),
+        CLIP, r.out);
+    ck_assert_msg(!strstr(r.err, "not freed"), CLIP, r.err);
+    tool_run_free(&r);
+}
+END_TEST
+
+START_TEST(fake_device_json)
+{
+    struct tool_run r;
+    tool_run(&r, ENV(fakedev_env()),
+             ARGS("verify", "--quick", "--device", "cuda", "rotary_embedding", "--json"));
+    assert_status(r, 0);
+    ck_assert_msg(r.out[0] == '{' && tool_json_valid(r.out), "not a JSON object:\n" CLIP, r.out);
+    ck_assert(strstr(r.out, "\"device\": \"cuda\""));
+    ck_assert(strstr(r.out, "\"provider\": \"fakedev\""));
+    ck_assert_int_eq(tool_count_of(r.out, "\"impl_id\": \"vendor.fakedev\""), 3);
+    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"pass\""), 3);
+    ck_assert(strstr(r.out, "\"ok\": true"));
+    tool_run_free(&r);
+}
+END_TEST
+
+/* The device --device cpu is unchanged: no provider line, no provider key. */
+START_TEST(cpu_has_no_device_lines)
+{
+    struct tool_run r;
+    tool_run(&r, ENV(fakedev_env()), ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32"));
+    assert_status(r, 0);
+    ck_assert_msg(!strstr(r.out, "device memory"), CLIP, r.out);
+    ck_assert_msg(!strstr(r.out, "fakedev"), CLIP, r.out);
+    tool_run_free(&r);
+    tool_run(&r, NO_ENV, ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32", "--json"));
+    assert_status(r, 0);
+    ck_assert_msg(!strstr(r.out, "\"provider\""), CLIP, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
+/* ---- the other helpers' fixtures, when this tree builds them ----------------- */
+
+START_TEST(fakecuda_plugin_passes)
+{
+    /* fld-fakecuda.so registers the cuda plugin's impl_ids: it is the only plugin here */
+    char dir[4096], so[4096];
+    snprintf(dir, sizeof dir, "VLLM_FL_PLUGIN_DIR=%s/tests/gpuplug", tool_builddir());
+    snprintf(so, sizeof so, "%s/fld-fakecuda.so", dir + strlen("VLLM_FL_PLUGIN_DIR="));
+    if (access(so, R_OK) != 0)
+        return; /* tests/gpuplug/tests.mk builds it only with the GPU emulator's sources */
+    struct tool_run r;
+    tool_run(&r, ENV(dir), ARGS("verify", "--quick", "--device", "cuda"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "device memory: plugin 'fakecuda'"), CLIP, r.out);
+    for (size_t op = 0; op < sizeof compute_ops / sizeof compute_ops[0]; op++)
+        for (size_t dt = 0; dt < 3; dt++)
+            ck_assert_msg(line_with(r.out, cell(compute_ops[op]), cell(dtypes[dt]),
+                                    cell("vendor.cuda"), "PASS"),
+                          "no PASS line for %s %s vendor.cuda:\n" CLIP, compute_ops[op], dtypes[dt],
+                          r.out);
+    ck_assert_msg(!strstr(r.out, "FAIL"), CLIP, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
+START_TEST(fake_cann_ascend_passes)
+{
+    char home[4096], plugin[4096];
+    snprintf(home, sizeof home, "ASCEND_HOME_PATH=%s/tests/fake_acl", tool_builddir());
+    snprintf(plugin, sizeof plugin, "%s/lib/fldispatch/plugins/fld-ascend.so", tool_builddir());
+    if (access(plugin, R_OK) != 0 || access(home + strlen("ASCEND_HOME_PATH="), R_OK) != 0)
+        return; /* the ascend plugin or the fake CANN is not in this tree yet */
+    struct tool_run r;
+    tool_run(&r, ENV(home), ARGS("verify", "--quick", "--device", "ascend"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "device memory: plugin 'ascend'"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "PASS"), CLIP, r.out);
+    ck_assert_msg(!strstr(r.out, "FAIL"), CLIP, r.out);
     tool_run_free(&r);
 }
 END_TEST
@@ -355,7 +534,15 @@ static Suite *verify_suite(void)
     tcase_add_test(tc, help_describes_the_command);
     tcase_add_test(tc, usage_errors);
     tcase_add_test(tc, attention_backend_is_skipped_among_others);
-    tcase_add_test(tc, devices_without_memory_hooks);
+    tcase_add_test(tc, device_without_memory_provider_exits_3);
+    tcase_add_test(tc, fake_device_passes);
+    tcase_add_test(tc, fake_device_catches_wrong_values_and_overruns);
+    tcase_add_test(tc, fake_device_unavailable_names_the_reason);
+    tcase_add_test(tc, fake_device_asynchronous_failure_fails);
+    tcase_add_test(tc, fake_device_json);
+    tcase_add_test(tc, cpu_has_no_device_lines);
+    tcase_add_test(tc, fakecuda_plugin_passes);
+    tcase_add_test(tc, fake_cann_ascend_passes);
     tcase_add_test(tc, wrong_result_fails);
     tcase_add_test(tc, padding_write_fails_and_names_the_case);
     tcase_add_test(tc, failure_in_json);

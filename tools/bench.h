@@ -6,6 +6,7 @@
  *   bench_kernels.c   bench [OP...]: time, GB/s and bandwidth share per
  *                     op, impl, dtype, shape and thread count
  *   bench_stream.c    the STREAM-like bandwidth ceiling (triad and copy)
+ *   bench_d2d.c       the ceiling on other devices: device-to-device copy
  *
  * The method of each is described at the top of its file and in
  * bench/README.md.
@@ -81,6 +82,31 @@ const char *bench_stream_isa(void);
 bool bench_stream_measure(struct bench_stream *s, int threads, int reps,
                           struct bench_stream_figures *out);
 
+/* ---- device-to-device copy (bench_d2d.c) --------------------------------------- */
+
+#define BENCH_D2D_BYTES       ((size_t)1 << 30)   /* 1 GiB: far beyond any GPU's L2 */
+#define BENCH_D2D_QUICK_BYTES ((size_t)256 << 20) /* --quick */
+
+/* Two device buffers of one size; the source is filled once. */
+struct bench_d2d;
+
+/*
+ * Allocates the buffers on {device_type, 0} and fills the source. NULL,
+ * after a message on stderr naming the library's reason, on failure.
+ */
+struct bench_d2d *bench_d2d_open(int device_type, size_t bytes);
+void bench_d2d_close(struct bench_d2d *d);
+size_t bench_d2d_bytes(const struct bench_d2d *d);
+
+/*
+ * One measurement of fld_device_copy(DEVICE_TO_DEVICE) of the whole buffer:
+ * a warm-up copy, then reps batches of copies, each batch sized to last
+ * >= batch_ns and ended by fld_device_synchronize(); the median over the
+ * batches of 2 x bytes x copies / time in GB/s (read + write, as STREAM's
+ * copy counts). NAN, after a message on stderr, when a copy failed.
+ */
+double bench_d2d_measure(struct bench_d2d *d, int reps, double batch_ns);
+
 /* ---- bench OP... (bench_kernels.c) -------------------------------------------- */
 
 #define BENCH_MAX_LIST 16 /* values of --threads and --tokens */
@@ -97,7 +123,8 @@ struct bench_kernel_options {
     int reps;
     const char *impl; /* only this impl_id, or NULL for every available one */
     bool json;
-    bool quick; /* short batches */
+    bool quick;        /* short batches */
+    size_t copy_bytes; /* devices other than cpu: the d2d copy buffer of the baseline */
 };
 
 /* The ops the kernel bench knows, NULL-terminated, in bench order. */

@@ -25,6 +25,15 @@
  *     for a thread count is the median over those runs (each run keeps the
  *     best of its repetitions, as STREAM does), so a noisy neighbour that
  *     slows part of the run weighs on both sides alike.
+ *
+ * Devices other than the CPU (--device cuda|rocm|ascend): the tensors are
+ * generated on the host as for the CPU and copied once to device memory
+ * (fld_device_alloc/copy, the device plugin's hooks); every timed batch
+ * ends with fld_device_synchronize() inside the timed interval, so kernel
+ * launches are not mistaken for kernel runs. The ceiling is a
+ * device-to-device copy of a large buffer (bench_d2d.c), measured before
+ * the first kernel and after each op like STREAM, median over those runs;
+ * there is no thread count (0 in the results) and no STREAM.
  */
 #include <ctype.h>
 #include <math.h>
@@ -36,6 +45,7 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "device_tensors.h"
 #include "json.h"
 #include "tensors.h"
 
@@ -71,8 +81,24 @@ static enum family op_family(int op)
 #define TARGET_BW_SHARE  0.80
 #define TARGET_SCALING   1.7
 #define TARGET_DECODE_US 0.5
+/* Issue 5 on devices: 4096 x 4096 (rotary 4096 x 32 x 128), every dtype, >= 85% of the d2d copy. */
+#define TARGET_DEVICE_BW_SHARE 0.85
 
 /* ---- implementations ------------------------------------------------------- */
+
+static uint32_t device_mask(int device_type)
+{
+    switch (device_type) {
+    case FLD_DEVICE_CPU:
+        return FLD_DEVICE_MASK_CPU;
+    case FLD_DEVICE_CUDA:
+        return FLD_DEVICE_MASK_CUDA;
+    case FLD_DEVICE_ROCM:
+        return FLD_DEVICE_MASK_ROCM;
+    default:
+        return FLD_DEVICE_MASK_ASCEND;
+    }
+}
 
 struct impl_entry {
     char op[64];
@@ -199,7 +225,8 @@ static bool open_policy(void)
 }
 
 /* Pins op to impl and checks that the library selects it; else a message in err. */
-static bool pin_impl(const char *op, const char *impl, int dtype, char *err, size_t size)
+static bool pin_impl(const char *op, const char *impl, int device, int dtype, char *err,
+                     size_t size)
 {
     char spec[256];
     snprintf(spec, sizeof spec, "%s=impl:%s", op, impl);
@@ -208,7 +235,7 @@ static bool pin_impl(const char *op, const char *impl, int dtype, char *err, siz
         return false;
     }
     const char *selected = NULL;
-    int rc = fld_resolve(op, FLD_DEVICE_CPU, tool_dlpack_dtype(dtype), &selected);
+    int rc = fld_resolve(op, device, tool_dlpack_dtype(dtype), &selected);
     if (rc != FLD_OK || !selected || strcmp(selected, impl) != 0) {
         snprintf(err, size,
                  "%s pinned, but %s (%s) resolves to %s (%s); a dispatch manifest "
@@ -229,6 +256,9 @@ struct bench_case {
     bool residual;
     int heads; /* rotary: query heads, also key heads */
     struct tool_tensor x, out, weight, res, positions, query, key, cache;
+    /* devices other than the CPU: the copies the calls use, in the order above */
+    struct dev_tensor dev[8];
+    int device_type;
     fld_activation_args act;
     fld_rms_norm_args norm;
     fld_rotary_embedding_args rot;
@@ -265,8 +295,61 @@ static bool fill_random(struct tool_tensor *tt, uint64_t *seed, float lo, float 
     return true;
 }
 
+/* The host tensors of a case, in the order of bench_case.dev. */
+static struct tool_tensor *case_tensor(struct bench_case *c, int i)
+{
+    struct tool_tensor *const t[8] = {&c->x,         &c->out,   &c->weight, &c->res,
+                                      &c->positions, &c->query, &c->key,    &c->cache};
+    return t[i];
+}
+
+/* The device copy standing for a host view of the case (NULL stays NULL). */
+static DLTensor *device_view(struct bench_case *c, DLTensor *host)
+{
+    for (int i = 0; host && i < 8; i++)
+        if (host == &case_tensor(c, i)->t)
+            return &c->dev[i].t;
+    return host;
+}
+
+/*
+ * Copies the case's tensors to the device, points the arguments at the
+ * copies and frees the host storage. false after a message on stderr.
+ */
+static bool case_to_device(struct bench_case *c, int device_type)
+{
+    const DLDevice dev = {(DLDeviceType)device_type, 0};
+    for (int i = 0; i < 8; i++) {
+        struct tool_tensor *tt = case_tensor(c, i);
+        if (!tt->alloc)
+            continue;
+        if (dev_tensor_upload(&c->dev[i], dev, tt, 0) != FLD_OK) {
+            fprintf(stderr, "fldispatch bench: copying the %s tensors of shape %s to %s: %s\n",
+                    tool_dtype_name(c->dtype), c->shape, fld_device_name(device_type),
+                    fld_last_error());
+            return false;
+        }
+    }
+    c->act.out = device_view(c, c->act.out);
+    c->act.x = device_view(c, (DLTensor *)c->act.x);
+    c->norm.out = device_view(c, c->norm.out);
+    c->norm.x = device_view(c, (DLTensor *)c->norm.x);
+    c->norm.weight = device_view(c, (DLTensor *)c->norm.weight);
+    c->norm.residual = device_view(c, c->norm.residual);
+    c->rot.positions = device_view(c, (DLTensor *)c->rot.positions);
+    c->rot.query = device_view(c, c->rot.query);
+    c->rot.key = device_view(c, c->rot.key);
+    c->rot.cos_sin_cache = device_view(c, (DLTensor *)c->rot.cos_sin_cache);
+    c->device_type = device_type;
+    for (int i = 0; i < 8; i++)
+        tool_tensor_free(case_tensor(c, i));
+    return true;
+}
+
 static void case_free(struct bench_case *c)
 {
+    for (int i = 0; i < 8; i++)
+        dev_tensor_free(&c->dev[i]);
     tool_tensor_free(&c->x);
     tool_tensor_free(&c->out);
     tool_tensor_free(&c->weight);
@@ -383,13 +466,18 @@ static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t 
 
 /* ---- timing ---------------------------------------------------------------------- */
 
-/* Nanoseconds for n calls, or NAN when a call failed (fld_last_error() says why). */
-static double time_calls(fld_op op, const void *args, long n)
+/*
+ * Nanoseconds for n calls, or NAN when a call failed (fld_last_error() says
+ * why). On a device the batch ends when the device has finished it.
+ */
+static double time_calls(fld_op op, const void *args, int device_type, long n)
 {
     int failed = 0;
     double t0 = bench_now_ns();
     for (long i = 0; i < n; i++)
         failed |= fld_call(op, args);
+    if (device_type != FLD_DEVICE_CPU && !failed)
+        failed |= fld_device_synchronize((DLDevice){(DLDeviceType)device_type, 0});
     double t1 = bench_now_ns();
     return failed ? NAN : t1 - t0;
 }
@@ -400,15 +488,16 @@ struct timing {
 };
 
 /* Warm-up, calibration, then reps timed batches. false after a failed call. */
-static bool time_line(fld_op op, const void *args, int reps, double batch_ns, struct timing *out)
+static bool time_line(fld_op op, const void *args, int device_type, int reps, double batch_ns,
+                      struct timing *out)
 {
     /* The first call resolves the pinned choice, faults pages in, starts threads. */
-    if (isnan(time_calls(op, args, 1)))
+    if (isnan(time_calls(op, args, device_type, 1)))
         return false;
     long n = 1;
     double ns;
     for (;;) {
-        ns = time_calls(op, args, n);
+        ns = time_calls(op, args, device_type, n);
         if (isnan(ns))
             return false;
         if (ns >= batch_ns / 8 || n >= (1L << 30))
@@ -426,7 +515,7 @@ static bool time_line(fld_op op, const void *args, int reps, double batch_ns, st
     }
     bool ok = true;
     for (int r = 0; r < reps && ok; r++) {
-        ns = time_calls(op, args, batch);
+        ns = time_calls(op, args, device_type, batch);
         ok = !isnan(ns);
         samples[r] = ns / (double)batch;
     }
@@ -473,6 +562,14 @@ struct run {
     struct bench_stream_figures *samples;
     size_t n_samples, cap_samples;
     int stream_runs;
+
+    /* devices other than the CPU: the d2d copy baseline and its runs */
+    bool on_device;
+    struct bench_d2d *d2d;
+    double d2d_gbps[1024];
+    int d2d_runs;
+    char provider[128];        /* the plugin serving the device's memory */
+    char provider_detail[512]; /* its detail line */
 
     struct result *results;
     size_t n_results, cap_results;
@@ -526,8 +623,30 @@ static void progress_clear(struct run *r)
 
 /* ---- STREAM runs ------------------------------------------------------------------- */
 
+/* One d2d copy measurement of the baseline on a device. */
+static bool d2d_run(struct run *r)
+{
+    progress(r, "d2d copy, %zu MiB", bench_d2d_bytes(r->d2d) >> 20);
+    double gbps = bench_d2d_measure(r->d2d, r->opt->reps, r->batch_ns);
+    if (isnan(gbps))
+        return false;
+    if (r->d2d_runs < (int)(sizeof r->d2d_gbps / sizeof r->d2d_gbps[0]))
+        r->d2d_gbps[r->d2d_runs++] = gbps;
+    return true;
+}
+
+/* The median d2d copy bandwidth over the runs. */
+static double d2d_figure(const struct run *r)
+{
+    double v[sizeof r->d2d_gbps / sizeof r->d2d_gbps[0]];
+    memcpy(v, r->d2d_gbps, (size_t)r->d2d_runs * sizeof v[0]);
+    return bench_median(v, r->d2d_runs);
+}
+
 static bool stream_run(struct run *r)
 {
+    if (r->on_device)
+        return d2d_run(r);
     for (int i = 0; i < r->n_stream_threads; i++) {
         progress(r, "STREAM, %d thread%s", r->stream_threads[i],
                  r->stream_threads[i] == 1 ? "" : "s");
@@ -626,6 +745,7 @@ static int plan(struct run *r)
         return CLI_EXIT_NONE;
     }
     int status = CLI_EXIT_OK;
+    const uint32_t device_bit = device_mask(opt->device_type);
     for (int op = 0; op < N_OPS; op++) {
         if (!op_selected(r, op))
             continue;
@@ -633,14 +753,15 @@ static int plan(struct run *r)
             if (!dtype_selected(r, dt))
                 continue;
             const char *sel = NULL;
-            if (fld_resolve(op_names[op], FLD_DEVICE_CPU, tool_dlpack_dtype(dt), &sel) == FLD_OK &&
+            if (fld_resolve(op_names[op], opt->device_type, tool_dlpack_dtype(dt), &sel) ==
+                    FLD_OK &&
                 sel)
                 snprintf(r->selected[op][dt], sizeof r->selected[op][dt], "%s", sel);
             r->plan_first[op][dt] = r->n_planned;
             char unavailable[512] = "";
             for (size_t i = 0; i < r->impls.n; i++) {
                 const struct impl_entry *e = &r->impls.v[i];
-                if (strcmp(e->op, op_names[op]) != 0 || !(e->devices & FLD_DEVICE_MASK_CPU) ||
+                if (strcmp(e->op, op_names[op]) != 0 || !(e->devices & device_bit) ||
                     !(e->dtypes & (1u << dt)) || (opt->impl && strcmp(opt->impl, e->id) != 0))
                     continue;
                 if (!e->available) {
@@ -653,9 +774,9 @@ static int plan(struct run *r)
             }
             r->plan_count[op][dt] = r->n_planned - r->plan_first[op][dt];
             if (r->plan_count[op][dt] == 0) {
-                fprintf(stderr, "fldispatch bench: no implementation%s%s of %s for cpu/%s%s\n",
+                fprintf(stderr, "fldispatch bench: no implementation%s%s of %s for %s/%s%s\n",
                         opt->impl ? " " : "", opt->impl ? opt->impl : "", op_names[op],
-                        tool_dtype_name(dt), unavailable);
+                        fld_device_name(opt->device_type), tool_dtype_name(dt), unavailable);
                 status = CLI_EXIT_NONE;
             }
         }
@@ -731,11 +852,11 @@ static bool run_line(struct run *r, int op, fld_op handle, const struct bench_ca
     snprintf(res.shape, sizeof res.shape, "%s", c->shape);
     struct timing t;
     char err[768];
-    if (!pin_impl(op_names[op], impl, c->dtype, err, sizeof err)) {
+    if (!pin_impl(op_names[op], impl, r->opt->device_type, c->dtype, err, sizeof err)) {
         progress_clear(r);
         fprintf(stderr, "fldispatch bench: %s\n", err);
         r->failed = true;
-    } else if (!time_line(handle, c->args, r->opt->reps, r->batch_ns, &t)) {
+    } else if (!time_line(handle, c->args, r->opt->device_type, r->opt->reps, r->batch_ns, &t)) {
         progress_clear(r);
         fprintf(stderr, "fldispatch bench: %s %s %s %s failed: %s\n", op_names[op], impl,
                 tool_dtype_name(c->dtype), c->shape, fld_last_error());
@@ -772,6 +893,10 @@ static bool run_group(struct run *r, int threads)
                 struct bench_case c;
                 if (!case_init(&c, op_family(op), dt, tokens[s], r->opt->hidden, residual[s]))
                     return false;
+                if (r->on_device && !case_to_device(&c, r->opt->device_type)) {
+                    case_free(&c);
+                    return false;
+                }
                 bool ok = true;
                 for (size_t k = 0; k < r->plan_count[op][dt] && ok; k++)
                     ok =
@@ -791,8 +916,8 @@ static bool run_group(struct run *r, int threads)
 
 static double bw_share(const struct run *r, const struct result *res)
 {
-    double stream = stream_figure(r, res->threads, false);
-    return res->bytes / (res->us * 1e-6) * 1e-9 / stream;
+    double ceiling = r->on_device ? d2d_figure(r) : stream_figure(r, res->threads, false);
+    return res->bytes / (res->us * 1e-6) * 1e-9 / ceiling;
 }
 
 static double gbps(const struct result *res)
@@ -834,7 +959,8 @@ struct target {
 /*
  * The targets this run covers, for the implementation the caller's policy
  * selects: 4096 x 4096 at one thread (f32, bf16) >= 80% of STREAM; the
- * same at two threads >= 1.7x faster; one token <= 0.5 us.
+ * same at two threads >= 1.7x faster; one token <= 0.5 us. On a device
+ * (issue 5): 4096 x 4096 in every dtype >= 85% of the d2d copy.
  */
 static size_t collect_targets(const struct run *r, struct target *out, size_t max)
 {
@@ -843,18 +969,20 @@ static size_t collect_targets(const struct run *r, struct target *out, size_t ma
         return 0;
     int decode_threads = ran_threads(r, 1) ? 1 : r->group_threads[0];
     for (int kind = T_BANDWIDTH; kind <= T_DECODE; kind++) {
+        if (r->on_device && kind != T_BANDWIDTH)
+            continue;
         for (int op = 0; op < N_OPS; op++) {
             for (int dt = 0; dt < N_DTYPES; dt++) {
-                if (n >= max || (kind != T_DECODE && dt == TOOL_F16))
+                if (n >= max || (!r->on_device && kind != T_DECODE && dt == TOOL_F16))
                     continue;
                 struct target t = {.kind = kind, .op = op, .dtype = dt};
                 const struct result *one = NULL, *two = NULL;
                 if (kind == T_BANDWIDTH) {
-                    one = find_result(r, op, dt, TARGET_TOKENS, 1);
+                    one = find_result(r, op, dt, TARGET_TOKENS, r->on_device ? 0 : 1);
                     if (!one)
                         continue;
                     t.value = bw_share(r, one);
-                    t.limit = TARGET_BW_SHARE;
+                    t.limit = r->on_device ? TARGET_DEVICE_BW_SHARE : TARGET_BW_SHARE;
                     t.met = t.value >= t.limit;
                 } else if (kind == T_SCALING) {
                     one = find_result(r, op, dt, TARGET_TOKENS, 1);
@@ -880,11 +1008,13 @@ static size_t collect_targets(const struct run *r, struct target *out, size_t ma
     return n;
 }
 
-static const char *target_title(enum target_kind kind)
+static const char *target_title(const struct run *r, enum target_kind kind)
 {
     switch (kind) {
     case T_BANDWIDTH:
-        return "bandwidth: 4096x4096, 1 thread, >= 80% of STREAM 1t (f32, bf16)";
+        return r->on_device ? "bandwidth: 4096x4096 (rotary 4096x32x128), >= 85% of the d2d copy "
+                              "(f32, f16, bf16)"
+                            : "bandwidth: 4096x4096, 1 thread, >= 80% of STREAM 1t (f32, bf16)";
     case T_SCALING:
         return "threads: 4096x4096, 2 threads >= 1.7x faster than 1 (f32, bf16)";
     case T_DECODE:
@@ -893,8 +1023,10 @@ static const char *target_title(enum target_kind kind)
     return "";
 }
 
-static const char *target_key(enum target_kind kind)
+static const char *target_key(const struct run *r, enum target_kind kind)
 {
+    if (r->on_device && kind == T_BANDWIDTH)
+        return "bw_share_4096_d2d";
     return kind == T_BANDWIDTH ? "bw_share_4096_1t"
            : kind == T_SCALING ? "scaling_2t"
                                : "decode_us";
@@ -904,10 +1036,14 @@ static void print_targets(const struct run *r)
 {
     struct target t[3 * N_OPS * N_DTYPES];
     size_t n = collect_targets(r, t, sizeof t / sizeof t[0]);
-    printf("\ntargets (issue 4; the implementation the policy selects by default):\n");
+    printf("\ntargets (issue %d; the implementation the policy selects by default):\n",
+           r->on_device ? 5 : 4);
     if (n == 0) {
-        printf("  not covered by this run: they need --hidden 4096 and tokens 4096 (bandwidth),\n"
-               "  --threads 1,2 (scaling) or tokens 1 (decode)\n");
+        if (r->on_device)
+            printf("  not covered by this run: they need --hidden 4096 and tokens 4096\n");
+        else
+            printf("  not covered by this run: they need --hidden 4096 and tokens 4096 "
+                   "(bandwidth),\n  --threads 1,2 (scaling) or tokens 1 (decode)\n");
         return;
     }
     int met = 0;
@@ -917,7 +1053,7 @@ static void print_targets(const struct run *r)
             if (t[i].kind != (enum target_kind)kind)
                 continue;
             if (!titled)
-                printf("  %s\n", target_title(kind));
+                printf("  %s\n", target_title(r, kind));
             titled = true;
             char value[32];
             if (kind == T_BANDWIDTH)
@@ -937,39 +1073,50 @@ static void print_targets(const struct run *r)
 static void print_text(const struct run *r)
 {
     const struct bench_kernel_options *opt = r->opt;
-    printf(
-        "fldispatch bench: cpu, median of %d timed batches of >= %.0f ms per line (calls through "
-        "fld_call, pinned, strict)\n",
-        opt->reps, r->batch_ns * 1e-6);
+    printf("fldispatch bench: %s, median of %d timed batches of >= %.0f ms per line (calls through "
+           "fld_call, pinned, strict%s)\n",
+           fld_device_name(opt->device_type), opt->reps, r->batch_ns * 1e-6,
+           r->on_device ? "; each batch ends with fld_device_synchronize" : "");
     printf("machine: %s; %d allowed cpus; last-level cache %.1f MiB\n", r->cpu,
            bench_allowed_cpus(), (double)bench_llc_bytes() / (1 << 20));
-    if (r->plugin.found)
+    if (r->on_device) {
+        printf("device: %s 0, memory from plugin '%s': %s\n", fld_device_name(opt->device_type),
+               r->provider, r->provider_detail[0] ? r->provider_detail : "(no detail line)");
+        printf("d2d copy: %.0f MiB buffer, read + write counted, median of %d batches per run, "
+               "median of %d runs (before, between and after the kernels): %.2f GB/s\n",
+               (double)bench_d2d_bytes(r->d2d) / (1 << 20), opt->reps, r->d2d_runs, d2d_figure(r));
+    } else if (r->plugin.found)
         printf("cpu plugin: %s\n", r->plugin.detail[0] ? r->plugin.detail : "(no detail line)");
     else
         printf("cpu plugin: not loaded\n");
-    printf("threads: %d by default", r->default_threads);
-    if (r->reinit) {
-        printf("; measured with %s=", ENV_THREADS);
-        for (int g = 0; g < r->n_groups; g++)
-            printf("%s%d", g ? "," : "", r->group_threads[g]);
+    if (!r->on_device) {
+        printf("threads: %d by default", r->default_threads);
+        if (r->reinit) {
+            printf("; measured with %s=", ENV_THREADS);
+            for (int g = 0; g < r->n_groups; g++)
+                printf("%s%d", g ? "," : "", r->group_threads[g]);
+        }
+        printf("\n");
+        printf("STREAM: %s loops, 3 arrays of %.0f MiB, best of %d per run, median of %d runs "
+               "(before, between and after the kernels)\n",
+               bench_stream_isa(), (double)bench_stream_array_bytes(r->stream) / (1 << 20),
+               opt->reps, r->stream_runs);
+        printf("  %7s %12s %12s\n", "threads", "triad GB/s", "copy GB/s");
+        for (int i = 0; i < r->n_stream_threads; i++)
+            printf("  %7d %12.2f %12.2f\n", r->stream_threads[i],
+                   stream_figure(r, r->stream_threads[i], false),
+                   stream_figure(r, r->stream_threads[i], true));
     }
-    printf("\n");
-    printf("STREAM: %s loops, 3 arrays of %.0f MiB, best of %d per run, median of %d runs "
-           "(before, between and after the kernels)\n",
-           bench_stream_isa(), (double)bench_stream_array_bytes(r->stream) / (1 << 20), opt->reps,
-           r->stream_runs);
-    printf("  %7s %12s %12s\n", "threads", "triad GB/s", "copy GB/s");
-    for (int i = 0; i < r->n_stream_threads; i++)
-        printf("  %7d %12.2f %12.2f\n", r->stream_threads[i],
-               stream_figure(r, r->stream_threads[i], false),
-               stream_figure(r, r->stream_threads[i], true));
 
     printf("\n%-18s %-15s %-5s %-15s %7s %12s %9s %9s\n", "op", "impl", "dtype", "shape", "threads",
            "us", "GB/s", "bw_share");
     for (size_t i = 0; i < r->n_results; i++) {
         const struct result *res = &r->results[i];
-        printf("%-18s %-15s %-5s %-15s %7d ", op_names[res->op], res->impl,
-               tool_dtype_name(res->dtype), res->shape, res->threads);
+        char threads[16] = "-";
+        if (!r->on_device)
+            snprintf(threads, sizeof threads, "%d", res->threads);
+        printf("%-18s %-15s %-5s %-15s %7s ", op_names[res->op], res->impl,
+               tool_dtype_name(res->dtype), res->shape, threads);
         if (isnan(res->us))
             printf("%12s %9s %9s\n", "failed", "-", "-");
         else
@@ -977,9 +1124,11 @@ static void print_text(const struct run *r)
     }
     printf("\nshapes: activations [T, 2H] -> [T, H] shown TxH; norms [T, H] with weight, +res "
            "with a fused residual;\nrotary T tokens x %lld query and %lld key heads x %d, rot_dim "
-           "%d, neox. bw_share over 100%%: the data fit in the caches.\n",
+           "%d, neox. %s\n",
            (long long)(opt->hidden / ROTARY_HEAD_SIZE), (long long)(opt->hidden / ROTARY_HEAD_SIZE),
-           ROTARY_HEAD_SIZE, ROTARY_HEAD_SIZE);
+           ROTARY_HEAD_SIZE, ROTARY_HEAD_SIZE,
+           r->on_device ? "bw_share: GB/s over the d2d copy's GB/s (baseline d2d_copy)."
+                        : "bw_share over 100%: the data fit in the caches.");
     print_targets(r);
 }
 
@@ -1021,7 +1170,7 @@ static void print_json(const struct run *r)
     json_key(&w, "stream_isa");
     json_string(&w, bench_stream_isa());
     json_key(&w, "stream_array_bytes");
-    json_int(&w, (long long)bench_stream_array_bytes(r->stream));
+    json_int(&w, r->stream ? (long long)bench_stream_array_bytes(r->stream) : 0);
     json_key(&w, "stream_runs");
     json_int(&w, r->stream_runs);
     json_key(&w, "allowed_cpus");
@@ -1030,10 +1179,25 @@ static void print_json(const struct run *r)
     json_int(&w, (long long)bench_llc_bytes());
     json_key(&w, "plugin_detail");
     json_string(&w, r->plugin.found ? r->plugin.detail : NULL);
+    if (r->on_device) {
+        json_key(&w, "device_provider");
+        json_string(&w, r->provider);
+        json_key(&w, "device_detail");
+        json_string(&w, r->provider_detail[0] ? r->provider_detail : NULL);
+        json_figure(&w, "d2d_copy_gbps", d2d_figure(r), 3);
+        json_key(&w, "d2d_copy_bytes");
+        json_int(&w, (long long)bench_d2d_bytes(r->d2d));
+        json_key(&w, "d2d_runs");
+        json_int(&w, r->d2d_runs);
+    }
     json_end_object(&w);
 
     json_key(&w, "device");
-    json_string(&w, "cpu");
+    json_string(&w, fld_device_name(opt->device_type));
+    json_key(&w, "baseline");
+    json_string(&w, r->on_device ? "d2d_copy" : "stream_triad");
+    if (r->on_device)
+        json_figure(&w, "baseline_gbps", d2d_figure(r), 3);
     json_key(&w, "reps");
     json_int(&w, opt->reps);
     json_figure(&w, "batch_ms", r->batch_ns * 1e-6, 1);
@@ -1079,7 +1243,7 @@ static void print_json(const struct run *r)
     for (size_t i = 0; i < n; i++) {
         json_begin_object(&w);
         json_key(&w, "target");
-        json_string(&w, target_key(t[i].kind));
+        json_string(&w, target_key(r, t[i].kind));
         json_key(&w, "op");
         json_string(&w, op_names[t[i].op]);
         json_key(&w, "dtype");
@@ -1099,9 +1263,22 @@ static void print_json(const struct run *r)
 
 /* ---- the run ----------------------------------------------------------------------------- */
 
+/* The plugin whose name is in p->detail on entry: its detail line replaces it. */
+static int find_named_plugin(const fld_plugin_info *info, void *user)
+{
+    struct plugin_line *p = user;
+    if (strcmp(info->name, p->detail) != 0)
+        return 0;
+    p->found = true;
+    snprintf(p->detail, sizeof p->detail, "%s", info->detail ? info->detail : "");
+    snprintf(p->reason, sizeof p->reason, "%s", info->reason ? info->reason : "");
+    return 1;
+}
+
 static void run_free(struct run *r)
 {
     bench_stream_close(r->stream);
+    bench_d2d_close(r->d2d);
     free(r->impls.v);
     free(r->planned);
     free(r->samples);
@@ -1115,6 +1292,30 @@ static void restore_threads_env(const char *saved, bool was_set)
         setenv(ENV_THREADS, saved, 1);
     else
         unsetenv(ENV_THREADS);
+}
+
+/* The planned run on a device: one group without a thread count, the d2d copy as the ceiling. */
+static int run_on_device(struct run *r)
+{
+    int status;
+    r->n_groups = 1;
+    r->group_threads[0] = 0;
+    r->total_lines = count_lines(r);
+    r->d2d = bench_d2d_open(r->opt->device_type, r->opt->copy_bytes);
+    bool ok = r->d2d && stream_run(r) && open_policy() && run_group(r, 0);
+    progress_clear(r);
+    fld_policy_reset();
+    if (!ok) {
+        status = CLI_EXIT_CHECK_FAILED;
+    } else {
+        if (r->opt->json)
+            print_json(r);
+        else
+            print_text(r);
+        status = r->failed ? CLI_EXIT_CHECK_FAILED : CLI_EXIT_OK;
+    }
+    run_free(r);
+    return status;
 }
 
 int bench_kernels_run(const struct bench_kernel_options *opt)
@@ -1132,9 +1333,27 @@ int bench_kernels_run(const struct bench_kernel_options *opt)
     if (r.default_threads < 1)
         r.default_threads = bench_allowed_cpus();
 
+    r.on_device = opt->device_type != FLD_DEVICE_CPU;
+    if (r.on_device) {
+        const char *provider = dev_provider(opt->device_type);
+        if (!provider) {
+            fprintf(stderr, "fldispatch bench: device %s: %s\n", fld_device_name(opt->device_type),
+                    fld_last_error());
+            return CLI_EXIT_NONE;
+        }
+        snprintf(r.provider, sizeof r.provider, "%s", provider);
+        struct plugin_line p = {0};
+        snprintf(p.detail, sizeof p.detail, "%s", provider); /* the name to look for */
+        fld_foreach_plugin(find_named_plugin, &p);
+        snprintf(r.provider_detail, sizeof r.provider_detail, "%s", p.found ? p.detail : "");
+    }
+
     status = plan(&r);
     if (status != CLI_EXIT_OK)
         goto done;
+
+    if (r.on_device)
+        return run_on_device(&r);
 
     r.reinit = opt->n_threads > 0;
     r.n_groups = r.reinit ? opt->n_threads : 1;

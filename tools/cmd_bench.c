@@ -22,25 +22,30 @@
 static const char bench_usage[] =
     "Usage: fldispatch bench [OP...] [--device D] [--dtype T] [--threads N[,N...]]\n"
     "                        [--tokens N[,N...]] [--hidden N] [--reps N] [--impl ID]\n"
-    "                        [--quick] [--json]\n"
+    "                        [--copy-mib N] [--quick] [--json]\n"
     "       fldispatch bench --overhead [--reps N] [--calls N] [--json]\n"
     "\n"
     "Times every available implementation of each OP through the dispatcher,\n"
     "pinned to it alone (per-op policy impl:ID, strict), and compares its memory\n"
-    "traffic with a STREAM triad measured in the same run.\n"
+    "traffic with a STREAM triad measured in the same run (on other devices than\n"
+    "the CPU: with a device-to-device copy measured in the same run).\n"
     "\n"
     "  OP              silu_and_mul mul_and_silu gelu_and_mul gelu_tanh_and_mul\n"
     "                  rms_norm gemma_rms_norm rotary_embedding (default: all 7)\n"
-    "  --device D      cpu (default); other devices need device memory hooks, which\n"
-    "                  come in a later version (exit 3)\n"
+    "  --device D      cpu (default), cuda, rocm or ascend: tensors in that device's\n"
+    "                  memory (from its plugin's device hooks; exit 3 naming the\n"
+    "                  reason when no plugin provides it), every timed batch ended\n"
+    "                  by fld_device_synchronize\n"
     "  --dtype T       f32, f16 or bf16, or a comma list (default: all three)\n"
     "  --threads LIST  threads per call of the cpu plugin, e.g. 1,2: each value runs\n"
     "                  with VLLM_FL_CPU_THREADS set and the library re-initialised\n"
-    "                  (default: the plugin's default thread count)\n"
+    "                  (default: the plugin's default thread count); cpu only\n"
     "  --tokens LIST   tokens (rows) per call (default 1,32,512,4096)\n"
     "  --hidden N      hidden size H (default 4096; rotary: a multiple of 128)\n"
     "  --reps N        timed batches per line, the median is reported (default 7)\n"
     "  --impl ID       only this implementation (default: every available one)\n"
+    "  --copy-mib N    devices other than cpu: MiB of the d2d copy baseline's buffers\n"
+    "                  (default 1024, 256 with --quick)\n"
     "  --quick         tokens 1,32, 3 repetitions, 2 ms batches (for tests)\n"
     "  --json          {\"machine\": {...}, \"results\": [...], \"targets\": [...]}\n"
     "\n"
@@ -51,8 +56,10 @@ static const char bench_usage[] =
     "shown Tx32x128.\n"
     "Columns: us = median time of one call, dispatch included; GB/s = bytes read\n"
     "plus bytes written (each tensor once) / time; bw_share = GB/s / the STREAM\n"
-    "triad with the same number of threads (a fraction in --json). Speed targets\n"
-    "are printed as met or missed and never change the exit status.\n"
+    "triad with the same number of threads (a fraction in --json); on other\n"
+    "devices GB/s / the d2d copy's GB/s (2 x buffer bytes per copy: read + write).\n"
+    "--json says which in \"baseline\": \"stream_triad\" or \"d2d_copy\". Speed\n"
+    "targets are printed as met or missed and never change the exit status.\n"
     "\n"
     "--overhead: the dispatch overhead per call of rms_norm on a [1, 4096] float32\n"
     "row, one and two threads, against a direct call of the same kernel (handle,\n"
@@ -232,8 +239,7 @@ int cmd_bench(int argc, char **argv)
     };
     bool overhead_mode = false, json = false, reps_set = false;
     const char *kernel_option = NULL; /* the first option only the kernel bench takes */
-    const char *device_name = "cpu";
-    long reps = 0, null_calls = BENCH_OVERHEAD_CALLS;
+    long reps = 0, null_calls = BENCH_OVERHEAD_CALLS, copy_mib = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *value;
@@ -262,7 +268,6 @@ int cmd_bench(int argc, char **argv)
             if (fld_device_from_name(value, &opt.device_type) != FLD_OK)
                 return cli_usage_error("bench",
                                        "--device wants cpu, cuda, rocm or ascend, not '%s'", value);
-            device_name = value;
             kernel_option = kernel_option ? kernel_option : "--device";
         } else if ((m = cli_option_value("bench", argc, argv, &i, "--dtype", &value)) != 0) {
             if (m < 0 || parse_dtypes(value, &opt.dtypes) != CLI_EXIT_OK)
@@ -286,6 +291,10 @@ int cmd_bench(int argc, char **argv)
                 return CLI_EXIT_USAGE;
             opt.hidden = hidden;
             kernel_option = kernel_option ? kernel_option : "--hidden";
+        } else if ((m = cli_option_value("bench", argc, argv, &i, "--copy-mib", &value)) != 0) {
+            if (m < 0 || parse_count("--copy-mib", value, 1L << 20, &copy_mib) != CLI_EXIT_OK)
+                return CLI_EXIT_USAGE;
+            kernel_option = kernel_option ? kernel_option : "--copy-mib";
         } else if ((m = cli_option_value("bench", argc, argv, &i, "--impl", &value)) != 0) {
             if (m < 0)
                 return CLI_EXIT_USAGE;
@@ -318,13 +327,14 @@ int cmd_bench(int argc, char **argv)
     if (null_calls != BENCH_OVERHEAD_CALLS)
         return cli_usage_error("bench", "--calls applies to --overhead only");
 
-    if (opt.device_type != FLD_DEVICE_CPU) {
-        fprintf(stderr,
-                "fldispatch bench: no implementation can be benchmarked on %s yet: tensors on that "
-                "device need the device memory hooks of a later version\n",
-                device_name);
-        return CLI_EXIT_NONE;
-    }
+    if (opt.device_type != FLD_DEVICE_CPU && opt.n_threads > 0)
+        return cli_usage_error("bench", "--threads applies to --device cpu only (not %s)",
+                               fld_device_name(opt.device_type));
+    if (opt.device_type == FLD_DEVICE_CPU && copy_mib)
+        return cli_usage_error("bench", "--copy-mib applies to devices other than cpu");
+    opt.copy_bytes = copy_mib    ? (size_t)copy_mib << 20
+                     : opt.quick ? BENCH_D2D_QUICK_BYTES
+                                 : BENCH_D2D_BYTES;
     if (!opt.ops)
         for (int k = 0; bench_op_names()[k]; k++)
             opt.ops |= 1u << k;

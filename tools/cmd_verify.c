@@ -10,16 +10,26 @@
  *   run      per family, dtype and case (verify_cases.c): generate the
  *            inputs once, run reference.c on a copy, then every row's impl
  *            on a fresh copy, each pinned alone with a strict scoped per-op
- *            order "impl:<id>" (as tests/test_kernels.c pins);
+ *            order "impl:<id>" (as tests/test_kernels.c pins); on a device
+ *            other than the CPU the fresh copy is copied to device memory
+ *            (device_tensors.c), the impl runs there, and every tensor comes
+ *            back for the comparison;
  *   compare  outputs element-wise against the reference (max abs and rel
  *            error, allclose), and bytes outside them (row padding, the
  *            rotary tail past rot_dim, read-only inputs) against the input;
  *   report   a table, or JSON.
  *
- * Devices other than cpu need their tensors copied to device memory and
- * back; the device memory hooks for that come in a later version, so for
- * now such a run lists the implementations as skipped and exits 3. The
- * reference then stays reference.c on the host copy of the inputs.
+ * Devices other than cpu: the inputs are generated on the host as for the
+ * CPU and reference.c computes the expected outputs from a host copy. Each
+ * implementation then gets device buffers of the host tensors' byte size,
+ * padding included, with guard regions on both sides (DEV_GUARD_BYTES), the
+ * inputs copied host to device, DLTensors of the same shape, strides and
+ * byte_offset on {device, 0}; after the call and fld_device_synchronize()
+ * every tensor is copied back and checked as on the CPU, and the guards must
+ * be intact. The device memory comes from fld_device_alloc() and friends,
+ * that is from the hooks of the device's plugin; without a provider the
+ * rows are skipped with its reason and verify exits 3. Rotary positions are
+ * not range-checked by the host on devices; the cases keep them in range.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -33,6 +43,7 @@
 #include <fldispatch/half.h>
 
 #include "cli.h"
+#include "device_tensors.h"
 #include "json.h"
 #include "verify.h"
 
@@ -56,14 +67,18 @@ static const char verify_usage[] =
     "  OP           silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul,\n"
     "               rms_norm, gemma_rms_norm, rotary_embedding (default: all seven;\n"
     "               attention_backend has no tensors and is skipped)\n"
-    "  --device D   cpu (default); cuda, rocm and ascend need device memory hooks\n"
-    "               that this version does not have (exit status 3)\n"
+    "  --device D   cpu (default), cuda, rocm, ascend: the implementations for that\n"
+    "               device run on device copies of the inputs (memory from the\n"
+    "               device plugin's hooks, guard bytes around every tensor that\n"
+    "               must stay intact); reference.c runs on the host. Without a\n"
+    "               plugin providing that device's memory: exit status 3\n"
     "  --dtype T    f32, f16, bf16 or a comma-separated list; unlike the other\n"
     "               commands, verify runs all three unless told\n"
     "  --quick      a few cases per op covering each kind (what make check runs)\n"
-    "  --json       {\"device\", \"results\": [{\"op\", \"dtype\", \"impl_id\", \"cases\",\n"
-    "               \"passed\", \"declined\", \"max_abs_err\", \"max_rel_err\", \"atol\",\n"
-    "               \"rtol\", \"status\"}], \"ok\"}\n"
+    "  --json       {\"device\", \"provider\" (not for cpu), \"results\": [{\"op\",\n"
+    "               \"dtype\", \"impl_id\", \"cases\", \"passed\", \"declined\",\n"
+    "               \"max_abs_err\", \"max_rel_err\", \"atol\", \"rtol\", \"status\"}],\n"
+    "               \"ok\"}\n"
     "  --seed N     seed of the generated inputs (default 1)\n"
     "\n"
     "The full set trims vLLM's cartesian products to stay within about a minute\n"
@@ -96,6 +111,9 @@ struct verify_opts {
     const char *device_name;
     bool quick, json;
     uint64_t seed;
+    /* devices other than the CPU: the plugin serving its memory, or why none does */
+    char provider[128];
+    char no_memory[600];
 };
 
 static void print_usage(void)
@@ -236,15 +254,19 @@ static int parse_options(struct verify_opts *o, int argc, char **argv)
 /* ------------------------------------------------------------------------ */
 
 /*
- * Whether verify can run implementations of a device. CPU tensors are the
- * generated host tensors themselves; any other device needs the inputs
- * copied to its memory before the call and the outputs copied back after
- * it (call_pinned() is where that step goes), through device memory hooks
- * that come in a later version.
+ * The plugin that serves the device's memory, into o->provider; when none
+ * does, the library's reason into o->no_memory. The CPU is served by the
+ * host and keeps the generated host tensors.
  */
-static bool device_supported(int device_type)
+static void find_provider(struct verify_opts *o)
 {
-    return device_type == FLD_DEVICE_CPU;
+    if (o->device == FLD_DEVICE_CPU)
+        return;
+    const char *plugin = dev_provider(o->device);
+    if (plugin)
+        snprintf(o->provider, sizeof o->provider, "%s", plugin);
+    else
+        snprintf(o->no_memory, sizeof o->no_memory, "%s", fld_last_error());
 }
 
 /* ------------------------------------------------------------------------ */
@@ -373,10 +395,9 @@ static int plan_impl(const fld_impl_info *info, void *user)
     w->found++;
     if (!info->available)
         snprintf(r->skip, sizeof r->skip, "unavailable: %s", info->unavailable_reason);
-    else if (!device_supported(w->o->device))
-        snprintf(r->skip, sizeof r->skip,
-                 "no device memory hooks for %s in this version (needed to copy the inputs)",
-                 w->o->device_name);
+    else if (w->o->no_memory[0])
+        snprintf(r->skip, sizeof r->skip, "no device memory for %s: %s", w->o->device_name,
+                 w->o->no_memory);
     return 0;
 }
 
@@ -400,7 +421,7 @@ static int make_plan(const struct verify_opts *o, struct plan *plan)
                         *fld_last_error() ? fld_last_error() : fld_strerror(rc));
                 return CLI_EXIT_CHECK_FAILED;
             }
-            if (w.found == 0 && device_supported(o->device)) {
+            if (w.found == 0) {
                 struct row *r = add_row(plan, (int)op, dt, "");
                 if (!r)
                     return CLI_EXIT_CHECK_FAILED;
@@ -420,6 +441,15 @@ static int make_plan(const struct verify_opts *o, struct plan *plan)
         struct row *r = &plan->rows[i];
         if (r->skip[0] || strcmp(r->impl, REFERENCE_ID) == 0)
             continue;
+        if (o->device != FLD_DEVICE_CPU) {
+            /* the expected outputs come from reference.c on the host */
+            char why[sizeof r->skip];
+            if (!pinnable(verify_ops[r->op].name, FLD_DEVICE_CPU, r->dtype, REFERENCE_ID, why,
+                          sizeof why))
+                snprintf(r->skip, sizeof r->skip, "%s cannot run on the host: %.200s", REFERENCE_ID,
+                         why);
+            continue;
+        }
         const struct row *ref = NULL;
         for (size_t j = 0; j < plan->n; j++)
             if (plan->rows[j].op == r->op && plan->rows[j].dtype == r->dtype &&
@@ -616,7 +646,7 @@ static void check_run(struct outcome *oc, struct verify_io *got, struct verify_i
 /* Run                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Runs impl alone on io (host memory: see device_supported() for other devices). */
+/* Runs impl alone on io's host tensors. */
 static int call_pinned(const char *op, const char *impl, struct verify_io *io)
 {
     int rc = pin(op, impl);
@@ -624,6 +654,68 @@ static int call_pinned(const char *op, const char *impl, struct verify_io *io)
         return rc;
     rc = verify_io_call(op, io);
     unpin();
+    return rc;
+}
+
+/*
+ * Runs impl alone on device copies of io's tensors (the cos/sin cache
+ * included) and copies every one of them back into io, guards checked.
+ * Returns the impl's status; *moved is false, after a violation in oc, when
+ * the data could not be moved (then io says nothing about the impl).
+ */
+static int call_pinned_device(const char *op, const char *impl, struct verify_io *io, int device,
+                              struct outcome *oc, bool *moved)
+{
+    const DLDevice dev = {(DLDeviceType)device, 0};
+    struct dev_tensor d[VS_COUNT];
+    DLTensor *views[VS_COUNT] = {NULL};
+    memset(d, 0, sizeof d);
+    int rc = FLD_OK;
+    *moved = false;
+    for (int s = 0; s < VS_COUNT; s++) {
+        struct tool_tensor *tt = verify_slot(io, (enum verify_slot)s);
+        if (!tt)
+            continue;
+        if (dev_tensor_upload(&d[s], dev, tt, DEV_GUARD_BYTES) != FLD_OK) {
+            violation(oc, "copying '%s' to the device: %s", verify_slot_name((enum verify_slot)s),
+                      fld_last_error());
+            goto done;
+        }
+        views[s] = &d[s].t;
+    }
+    rc = pin(op, impl);
+    if (rc == FLD_OK) {
+        rc = verify_call(op, io->c, views);
+        unpin();
+    }
+    /* the copies below reset fld_last_error(); the impl's message is what the report shows */
+    char message[512];
+    snprintf(message, sizeof message, "%s", fld_last_error());
+    if (fld_device_synchronize(dev) != FLD_OK) {
+        violation(oc, "synchronizing after the call (status %d): %s", rc, fld_last_error());
+        goto done;
+    }
+    for (int s = 0; s < VS_COUNT; s++) {
+        if (!views[s])
+            continue;
+        const char *name = verify_slot_name((enum verify_slot)s), *where;
+        bool intact;
+        if (dev_tensor_download(&d[s], verify_slot(io, (enum verify_slot)s)) != FLD_OK ||
+            dev_tensor_check_guards(&d[s], &intact, &where) != FLD_OK) {
+            violation(oc, "copying '%s' back from the device: %s", name, fld_last_error());
+            goto done;
+        }
+        if (!intact) {
+            /* reported as a failure of the impl, whatever its status */
+            violation(oc, "wrote into the %d guard bytes %s the storage of '%s' (status %d)",
+                      DEV_GUARD_BYTES, where, name, rc);
+        }
+    }
+    *moved = true;
+    fld_set_error("%s", message);
+done:
+    for (int s = 0; s < VS_COUNT; s++)
+        dev_tensor_free(&d[s]);
     return rc;
 }
 
@@ -661,8 +753,8 @@ static void record(struct row *r, const char *label, const struct outcome *oc)
  * Runs row r's impl on a copy of the inputs and checks it against the
  * reference outputs want (NULL when the reference itself failed).
  */
-static void run_row(struct row *r, const struct verify_io *input, struct verify_io *want,
-                    const char *label)
+static void run_row(struct row *r, int device, const struct verify_io *input,
+                    struct verify_io *want, const char *label)
 {
     const char *op = verify_ops[r->op].name;
     struct outcome oc = {0};
@@ -672,7 +764,21 @@ static void run_row(struct row *r, const struct verify_io *input, struct verify_
         record(r, label, &oc);
         return;
     }
-    int rc = call_pinned(op, r->impl, &io);
+    int rc;
+    if (device == FLD_DEVICE_CPU) {
+        rc = call_pinned(op, r->impl, &io);
+    } else {
+        bool moved;
+        rc = call_pinned_device(op, r->impl, &io, device, &oc, &moved);
+        if (!moved || oc.bad) {
+            /* the cache may be half copied back: the next run needs it pristine */
+            if (io.cache)
+                tool_tensor_copy(io.cache, io.cache_ro);
+            record(r, label, &oc);
+            verify_io_free(&io);
+            return;
+        }
+    }
     if (declined_status(rc)) {
         bool untouched = true;
         for (int s = 0; s < VS_CACHE; s++)
@@ -733,15 +839,31 @@ static bool run_reference(struct row *ref_row, const struct verify_io *input,
     return true;
 }
 
-/* Every runnable row of (op, dtype) on one case: the reference first, then the others. */
-static void run_op_case(struct plan *p, int op, int dtype, const struct verify_io *input,
-                        const char *label)
+/*
+ * Every runnable row of (op, dtype) on one case: the reference first, then
+ * the others. On other devices than the CPU, reference.c is not a row of the
+ * plan: it runs on the host, recorded in a scratch row that is not reported
+ * (a failure of it fails every row of the case, "nothing to compare with").
+ */
+static void run_op_case(struct plan *p, int device, int op, int dtype,
+                        const struct verify_io *input, const char *label)
 {
-    struct row *ref_row = NULL;
-    for (size_t i = 0; i < p->n; i++)
-        if (p->rows[i].op == op && p->rows[i].dtype == dtype && !p->rows[i].skip[0] &&
-            strcmp(p->rows[i].impl, REFERENCE_ID) == 0)
-            ref_row = &p->rows[i];
+    struct row *ref_row = NULL, scratch;
+    if (device == FLD_DEVICE_CPU) {
+        for (size_t i = 0; i < p->n; i++)
+            if (p->rows[i].op == op && p->rows[i].dtype == dtype && !p->rows[i].skip[0] &&
+                strcmp(p->rows[i].impl, REFERENCE_ID) == 0)
+                ref_row = &p->rows[i];
+    } else {
+        for (size_t i = 0; i < p->n && !ref_row; i++)
+            if (p->rows[i].op == op && p->rows[i].dtype == dtype && !p->rows[i].skip[0]) {
+                memset(&scratch, 0, sizeof scratch);
+                scratch.op = op;
+                scratch.dtype = dtype;
+                verify_tolerance(verify_ops[op].family, dtype, &scratch.atol, &scratch.rtol);
+                ref_row = &scratch;
+            }
+    }
     if (!ref_row)
         return; /* make_plan skipped every other row */
     struct verify_io want;
@@ -749,7 +871,7 @@ static void run_op_case(struct plan *p, int op, int dtype, const struct verify_i
     for (size_t i = 0; i < p->n; i++) {
         struct row *r = &p->rows[i];
         if (r != ref_row && r->op == op && r->dtype == dtype && !r->skip[0])
-            run_row(r, input, have_want ? &want : NULL, label);
+            run_row(r, device, input, have_want ? &want : NULL, label);
     }
     if (have_want)
         verify_io_free(&want);
@@ -810,7 +932,7 @@ static int run_plan(const struct verify_opts *o, struct plan *p)
                 }
                 for (size_t op = 0; op < N_OPS; op++)
                     if (verify_ops[op].family == (enum verify_family)f && o->op_selected[op])
-                        run_op_case(p, (int)op, dt, &input, label);
+                        run_op_case(p, o->device, (int)op, dt, &input, label);
                 verify_io_free(&input);
             }
         }
@@ -851,6 +973,10 @@ static void report_text(const struct verify_opts *o, const struct plan *p)
     printf("verify: device %s, dtypes %s, %s set, seed %" PRIu64 "; pass: |got - want| <= atol + "
            "rtol*|want|\n",
            o->device_name, dtypes, o->quick ? "quick" : "full", o->seed);
+    if (o->provider[0])
+        printf("device memory: plugin '%s'; expected outputs: %s on the host; %d guard bytes "
+               "around every tensor\n",
+               o->provider, REFERENCE_ID, DEV_GUARD_BYTES);
     printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8s %-8s %s\n", "OP", "DTYPE", "IMPL", "CASES",
            "MAX_ABS", "MAX_REL", "ATOL", "RTOL", "VERDICT");
     int passed = 0, failed = 0, skipped = 0;
@@ -897,6 +1023,10 @@ static void report_json(const struct verify_opts *o, const struct plan *p, bool 
     json_begin_object(&w);
     json_key(&w, "device");
     json_string(&w, o->device_name);
+    if (o->device != FLD_DEVICE_CPU) {
+        json_key(&w, "provider");
+        json_string(&w, o->provider[0] ? o->provider : NULL);
+    }
     json_key(&w, "quick");
     json_bool(&w, o->quick);
     json_key(&w, "seed");
@@ -963,6 +1093,7 @@ int cmd_verify(int argc, char **argv)
         return rc;
 
     init_f16_table();
+    find_provider(&o);
     struct plan plan = {0};
     rc = make_plan(&o, &plan);
     if (rc == CLI_EXIT_OK)
@@ -987,12 +1118,8 @@ int cmd_verify(int argc, char **argv)
     if (any_failed)
         return CLI_EXIT_CHECK_FAILED;
     if (!any_ran) {
-        if (!device_supported(o.device))
-            fprintf(stderr,
-                    "fldispatch verify: no implementation can be verified on %s: copying the "
-                    "inputs to device memory needs device memory hooks, which come in a later "
-                    "version\n",
-                    o.device_name);
+        if (o.no_memory[0])
+            fprintf(stderr, "fldispatch verify: device %s: %s\n", o.device_name, o.no_memory);
         else
             fprintf(stderr, "fldispatch verify: no implementation available to verify\n");
         return CLI_EXIT_NONE;

@@ -97,4 +97,11 @@ void verify_caches_free(void);
 /* Calls op on io (no policy change: the caller pins the implementation). */
 int verify_io_call(const char *op, struct verify_io *io);
 
+/*
+ * Calls op for case c on the tensors of views, slot by slot (NULL when
+ * absent; VS_CACHE is the cos/sin cache): how verify calls an implementation
+ * on device copies of io's tensors.
+ */
+int verify_call(const char *op, const struct verify_case *c, DLTensor *const views[VS_COUNT]);
+
 #endif

@@ -549,32 +549,34 @@ void verify_io_drop_inputs(struct verify_io *io)
 /* Calls                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static DLTensor *view(struct verify_io *io, enum verify_slot s)
+int verify_call(const char *op, const struct verify_case *c, DLTensor *const views[VS_COUNT])
 {
-    struct tool_tensor *tt = verify_slot(io, s);
-    return tt ? &tt->t : NULL;
-}
-
-int verify_io_call(const char *op, struct verify_io *io)
-{
-    const struct verify_case *c = io->c;
     switch (c->family) {
     case VF_ACTIVATION: {
-        fld_activation_args args = {view(io, VS_OUT), view(io, VS_X)};
+        fld_activation_args args = {views[VS_OUT], views[VS_X]};
         return fld_call_by_name(op, &args);
     }
     case VF_NORM: {
-        DLTensor *x = view(io, VS_X);
-        fld_rms_norm_args args = {c->in_place ? x : view(io, VS_OUT), x, view(io, VS_WEIGHT),
-                                  view(io, VS_RESIDUAL), 1e-6f};
+        DLTensor *x = views[VS_X];
+        fld_rms_norm_args args = {c->in_place ? x : views[VS_OUT], x, views[VS_WEIGHT],
+                                  views[VS_RESIDUAL], 1e-6f};
         return fld_call_by_name(op, &args);
     }
     case VF_ROTARY: {
-        fld_rotary_embedding_args args = {view(io, VS_POSITIONS), view(io, VS_QUERY),
-                                          view(io, VS_KEY),       c->head,
-                                          view(io, VS_CACHE),     c->neox};
+        fld_rotary_embedding_args args = {
+            views[VS_POSITIONS], views[VS_QUERY], views[VS_KEY], c->head, views[VS_CACHE], c->neox};
         return fld_call_by_name(op, &args);
     }
     }
     return FLD_EINVAL;
+}
+
+int verify_io_call(const char *op, struct verify_io *io)
+{
+    DLTensor *views[VS_COUNT];
+    for (int s = 0; s < VS_COUNT; s++) {
+        struct tool_tensor *tt = verify_slot(io, (enum verify_slot)s);
+        views[s] = tt ? &tt->t : NULL;
+    }
+    return verify_call(op, io->c, views);
 }

@@ -1,0 +1,122 @@
+/*
+ * The slice of Huawei CANN (AscendCL runtime + aclnn operator API) that the
+ * ascend plugin uses, declared here in our own words so the plugin builds
+ * without the SDK. Everything is resolved with dlsym() at load time.
+ *
+ * Sources (CANN public documentation; values and signatures checked there):
+ *   AscendCL runtime (aclInit, aclrtGetDeviceCount, aclrtSetDevice,
+ *   aclrtGetDevice, aclrtMalloc, aclrtFree, aclrtMemcpy, aclrtMemcpyAsync,
+ *   aclrtSynchronizeStream, aclGetRecentErrMsg), aclDataType / aclFormat /
+ *   aclrtMemcpyKind values:
+ *     https://www.hiascend.com/document/ (CANN "AscendCL API reference",
+ *     acl/acl_base.h and acl/acl_rt.h of the toolkit)
+ *   aclCreateTensor / aclDestroyTensor (exported by libnnopbase.so):
+ *     https://www.hiascend.com/document/ ("aclnn common API", aclCreateTensor)
+ *   aclnnRmsNorm:
+ *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/82RC1alpha002/API/aolapi/context/aclnnRmsNorm.md
+ *   aclnnAddRmsNorm (toolkit header aclnnop/aclnn_add_rms_norm.h, CANN 8.1.RC1):
+ *     https://www.hiascend.com/document/ (aolapi, aclnnAddRmsNorm)
+ *   aclnnSwiGlu:
+ *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/82RC1alpha002/API/aolapi/context/aclnnSwiGlu.md
+ *   aclnnRotaryPositionEmbedding (mode 0 half, 1 interleave; x 3-D/4-D,
+ *   non-contiguous x/cos/sin allowed, out contiguous, D < 896):
+ *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/83RC1alpha003/API/aolapi/context/aclnnRotaryPositionEmbedding.md
+ *     https://gitcode.com/cann/ops-transformer (posembedding/rotary_position_embedding/docs)
+ *   aclnnIndexSelect, aclnnInplaceCopy: https://www.hiascend.com/document/ (aolapi)
+ *
+ * All aclnn operators use the two-phase protocol: XGetWorkspaceSize()
+ * checks the arguments and returns a workspace size and a one-shot executor;
+ * X() runs that executor on a stream with a device workspace at least that
+ * large, and releases the executor.
+ */
+#ifndef FLD_ASCEND_ACL_API_H
+#define FLD_ASCEND_ACL_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int acl_error;                    /* aclError; 0 = ACL_SUCCESS */
+typedef int acl_nn_status;                /* aclnnStatus; 0 = OK */
+typedef void *acl_stream;                 /* aclrtStream */
+typedef struct acl_tensor acl_tensor;     /* opaque aclTensor */
+typedef struct acl_executor acl_executor; /* opaque aclOpExecutor */
+
+#define ACL_OK 0
+/* aclInit called twice in one process (ACL_ERROR_REPEAT_INITIALIZE). */
+#define ACL_ERR_REPEAT_INIT 100002
+
+/* aclDataType */
+enum { ACL_DT_FLOAT = 0, ACL_DT_FLOAT16 = 1, ACL_DT_INT32 = 3, ACL_DT_INT64 = 9, ACL_DT_BF16 = 27 };
+/* aclFormat: ACL_FORMAT_ND */
+#define ACL_FMT_ND 2
+/* aclrtMemMallocPolicy: ACL_MEM_MALLOC_HUGE_FIRST */
+#define ACL_MALLOC_HUGE_FIRST 0
+/* aclrtMemcpyKind */
+enum {
+    ACL_COPY_HOST_TO_HOST = 0,
+    ACL_COPY_HOST_TO_DEVICE = 1,
+    ACL_COPY_DEVICE_TO_HOST = 2,
+    ACL_COPY_DEVICE_TO_DEVICE = 3
+};
+/* aclnnRotaryPositionEmbedding modes */
+#define ACL_ROPE_HALF       0
+#define ACL_ROPE_INTERLEAVE 1
+
+typedef acl_error (*acl_run_fn)(void *workspace, uint64_t workspace_size, acl_executor *executor,
+                                acl_stream stream);
+
+/* X-macro lists: (return type, name, parameter list). */
+#define FLD_ACL_RUNTIME_FUNCS(X)                                                                   \
+    X(acl_error, aclInit, (const char *config_path))                                               \
+    X(acl_error, aclrtGetDeviceCount, (uint32_t * count))                                          \
+    X(acl_error, aclrtSetDevice, (int32_t device_id))                                              \
+    X(acl_error, aclrtGetDevice, (int32_t * device_id))                                            \
+    X(acl_error, aclrtMalloc, (void **ptr, size_t size, int policy))                               \
+    X(acl_error, aclrtFree, (void *ptr))                                                           \
+    X(acl_error, aclrtMemcpy,                                                                      \
+      (void *dst, size_t dst_max, const void *src, size_t count, int kind))                        \
+    X(acl_error, aclrtMemcpyAsync,                                                                 \
+      (void *dst, size_t dst_max, const void *src, size_t count, int kind, acl_stream stream))     \
+    X(acl_error, aclrtSynchronizeStream, (acl_stream stream))
+
+#define FLD_ACL_TENSOR_FUNCS(X)                                                                    \
+    X(acl_tensor *, aclCreateTensor,                                                               \
+      (const int64_t *view_dims, uint64_t view_ndim, int dtype, const int64_t *strides,            \
+       int64_t offset, int format, const int64_t *storage_dims, uint64_t storage_ndim,             \
+       void *data))                                                                                \
+    X(acl_nn_status, aclDestroyTensor, (const acl_tensor *tensor))
+
+#define FLD_ACL_OP_FUNCS(X)                                                                        \
+    X(acl_nn_status, aclnnRmsNormGetWorkspaceSize,                                                 \
+      (const acl_tensor *x, const acl_tensor *gamma, double epsilon, const acl_tensor *y_out,      \
+       const acl_tensor *rstd_out, uint64_t *workspace_size, acl_executor **executor))             \
+    X(acl_nn_status, aclnnRmsNorm,                                                                 \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnAddRmsNormGetWorkspaceSize,                                              \
+      (const acl_tensor *x1, const acl_tensor *x2, const acl_tensor *gamma, double epsilon,        \
+       const acl_tensor *y_out, const acl_tensor *rstd_out, const acl_tensor *x_out,               \
+       uint64_t *workspace_size, acl_executor **executor))                                         \
+    X(acl_nn_status, aclnnAddRmsNorm,                                                              \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnSwiGluGetWorkspaceSize,                                                  \
+      (const acl_tensor *x, int64_t dim, const acl_tensor *out, uint64_t *workspace_size,          \
+       acl_executor **executor))                                                                   \
+    X(acl_nn_status, aclnnSwiGlu,                                                                  \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnIndexSelectGetWorkspaceSize,                                             \
+      (const acl_tensor *self, int64_t dim, const acl_tensor *index, acl_tensor *out,              \
+       uint64_t *workspace_size, acl_executor **executor))                                         \
+    X(acl_nn_status, aclnnIndexSelect,                                                             \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnRotaryPositionEmbeddingGetWorkspaceSize,                                 \
+      (const acl_tensor *x, const acl_tensor *cos, const acl_tensor *sin, int64_t mode,            \
+       acl_tensor *out, uint64_t *workspace_size, acl_executor **executor))                        \
+    X(acl_nn_status, aclnnRotaryPositionEmbedding,                                                 \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnInplaceCopyGetWorkspaceSize,                                             \
+      (acl_tensor * self_ref, const acl_tensor *src, uint64_t *workspace_size,                     \
+       acl_executor **executor))                                                                   \
+    X(acl_nn_status, aclnnInplaceCopy,                                                             \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))
+
+#endif

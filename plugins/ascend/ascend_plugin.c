@@ -1,0 +1,71 @@
+/*
+ * fld-ascend.so: Huawei Ascend NPUs through CANN's aclnn operators.
+ *
+ * Builds without the CANN SDK (acl_api.h declares what it uses) and loads
+ * the runtime with dlopen() at registration (runtime.c). Without CANN, or
+ * without a device, the plugin still loads and registers; its
+ * implementations and device hooks report why they cannot run, which
+ * `fldispatch list` shows as "unavailable: <reason>".
+ *
+ * Only ever run against the fake CANN library of tests/fake_acl (host
+ * memory playing device memory); never on Ascend hardware.
+ */
+#include "ascend.h"
+
+static const struct {
+    const char *op;
+    fld_kernel_fn fn;
+    fld_supports_fn supports;
+} kernels[] = {
+    {FLD_OP_RMS_NORM, fld__ascend_rms_norm, fld__ascend_rms_norm_supports},
+    {FLD_OP_SILU_AND_MUL, fld__ascend_silu_and_mul, fld__ascend_silu_and_mul_supports},
+    {FLD_OP_ROTARY_EMBEDDING, fld__ascend_rotary_embedding, fld__ascend_rotary_supports},
+    {FLD_OP_ATTENTION_BACKEND, fld__ascend_attention_backend, NULL},
+};
+
+static int register_builtins(fld_registry *reg)
+{
+    bool ok = fld__ascend_load();
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+        const fld_impl impl = {
+            .op = kernels[i].op,
+            .impl_id = "vendor.ascend",
+            .kind = FLD_KIND_VENDOR,
+            .vendor = "ascend",
+            .priority = FLD_PRIORITY_VENDOR,
+            .devices = FLD_DEVICE_MASK_ASCEND,
+            .dtypes = FLD_DTYPE_MASK_ALL,
+            .fn = kernels[i].fn,
+            .is_available = fld__ascend_available,
+            .supports = kernels[i].supports,
+        };
+        int rc = fld_registry_register(reg, &impl);
+        if (rc != FLD_OK)
+            return rc;
+    }
+    const fld_device_hooks hooks = {
+        .struct_size = sizeof(fld_device_hooks),
+        .device_type = FLD_DEVICE_ASCEND,
+        .is_available = fld__ascend_available,
+        .alloc = fld__ascend_hook_alloc,
+        .free = fld__ascend_hook_free,
+        .copy = fld__ascend_hook_copy,
+        .synchronize = fld__ascend_hook_synchronize,
+    };
+    int rc = fld_registry_set_device_hooks(reg, &hooks);
+    if (rc != FLD_OK)
+        return rc;
+    if (ok)
+        return fld_registry_set_detail(reg, "CANN at %s; %u device(s)", fld__ascend_home(),
+                                       fld__ascend_device_count());
+    /* The reason is shown beside it; say where CANN was looked for. */
+    return fld_registry_set_detail(reg, "CANN looked for at %s", fld__ascend_home());
+}
+
+/* Runs when the host unloads the plugin (fld_shutdown) and at exit. */
+__attribute__((destructor)) static void ascend_unload(void)
+{
+    fld__ascend_unload();
+}
+
+FLD_PLUGIN_DEFINE("ascend", FLD_VERSION_STRING, register_builtins)

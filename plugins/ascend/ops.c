@@ -1,0 +1,322 @@
+/*
+ * The catalog ops of vendor.ascend mapped onto aclnn operators.
+ *
+ *   rms_norm            aclnnRmsNorm; with residual aclnnAddRmsNorm, which
+ *                       writes residual = x + residual and out = norm(that)
+ *   silu_and_mul        aclnnSwiGlu over the last dimension
+ *   rotary_embedding    aclnnIndexSelect gathers each token's cos and sin row
+ *                       (read through a zero-stride view of the cache that
+ *                       repeats every frequency the way the mode pairs
+ *                       elements), aclnnRotaryPositionEmbedding (mode half for
+ *                       neox, interleave for gptj) rotates the first rot_dim
+ *                       elements of every head into scratch, and
+ *                       aclnnInplaceCopy writes them back into the strided
+ *                       query/key views, leaving elements past rot_dim alone
+ *   attention_backend   ASCEND / ASCEND_MLA; sparse MLA is not offered
+ *
+ * What the aclnn operators cannot take is declined in supports(), so the
+ * call passes to the next candidate: RmsNorm/AddRmsNorm and SwiGlu do not
+ * accept non-contiguous tensors, rms_norm needs a weight (gamma is required
+ * by aclnn), rotary needs the cache in the query's dtype (cos/sin must match
+ * x) and D < 896, heads < 1000 (the operator's documented limits).
+ *
+ * Every operator goes through both aclnn phases before the next starts, so
+ * an argument error reported by a GetWorkspaceSize phase leaves no executor
+ * behind. Outputs are written only by the last operator(s) of a call:
+ * earlier ones write scratch memory, so a failure there leaves the caller's
+ * tensors untouched. (For rotary with a key, a failure of the key's
+ * write-back after the query's has been queued cannot be undone; the error
+ * says so.)
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ascend.h"
+
+static bool rows_contiguous(const DLTensor *t)
+{
+    fld_rows r;
+    fld_tensor_rows(t, &r);
+    return r.rows <= 1 || r.stride == r.width;
+}
+
+static size_t elem_size(int acl_dtype)
+{
+    return acl_dtype == ACL_DT_FLOAT ? 4u : 2u;
+}
+
+static size_t align_up(size_t n)
+{
+    return (n + 511u) & ~(size_t)511u;
+}
+
+static const void *data_of(const DLTensor *t)
+{
+    return (const char *)t->data + t->byte_offset;
+}
+
+/* ------------------------------------------------------------------------ */
+/* rms_norm                                                                 */
+/* ------------------------------------------------------------------------ */
+
+bool fld__ascend_rms_norm_supports(const void *argp)
+{
+    const fld_rms_norm_args *a = argp;
+    if (!a->weight)
+        return false;
+    if (!rows_contiguous(a->x) || !rows_contiguous(a->out))
+        return false;
+    return !a->residual || rows_contiguous(a->residual);
+}
+
+int fld__ascend_rms_norm(const void *argp)
+{
+    const fld_rms_norm_args *a = argp;
+    if (!fld__ascend_rms_norm_supports(argp)) {
+        fld_set_error("vendor.ascend: rms_norm: needs a weight and contiguous rows");
+        return FLD_EUNSUPPORTED;
+    }
+    fld_rows x, out;
+    fld_tensor_rows(a->x, &x);
+    fld_tensor_rows(a->out, &out);
+    if (x.rows == 0 || x.width == 0)
+        return FLD_OK;
+    int dt = fld__ascend_dtype(a->x->dtype);
+
+    struct fld_ascend_call c;
+    int rc = fld__ascend_begin(&c, FLD_OP_RMS_NORM, a->x->device);
+    if (rc != FLD_OK)
+        return rc;
+    const int64_t dims[2] = {x.rows, x.width};
+    const int64_t x_strides[2] = {x.stride, 1};
+    const int64_t out_strides[2] = {out.stride, 1};
+    const int64_t w_dims[1] = {x.width}, w_strides[1] = {1};
+    const int64_t rstd_dims[2] = {x.rows, 1}, rstd_strides[2] = {1, 1};
+
+    acl_tensor *tx = fld__ascend_tensor(&c, 2, dims, x_strides, dt, x.data);
+    acl_tensor *tw =
+        tx ? fld__ascend_tensor(&c, 1, w_dims, w_strides, dt, data_of(a->weight)) : NULL;
+    acl_tensor *ty = tw ? fld__ascend_tensor(&c, 2, dims, out_strides, dt, out.data) : NULL;
+    /* rstd is an output aclnn requires; we have no use for it. */
+    void *rstd = ty ? fld__ascend_buffers(&c, (size_t)x.rows * sizeof(float)) : NULL;
+    acl_tensor *tr =
+        rstd ? fld__ascend_tensor(&c, 2, rstd_dims, rstd_strides, ACL_DT_FLOAT, rstd) : NULL;
+    if (!tr) {
+        rc = FLD_EIMPL;
+        goto done;
+    }
+
+    uint64_t ws = 0;
+    acl_executor *ex = NULL;
+    if (a->residual) {
+        fld_rows res;
+        fld_tensor_rows(a->residual, &res);
+        const int64_t res_strides[2] = {res.stride, 1};
+        acl_tensor *tres = fld__ascend_tensor(&c, 2, dims, res_strides, dt, res.data);
+        if (!tres) {
+            rc = FLD_EIMPL;
+            goto done;
+        }
+        int st = fld__acl.aclnnAddRmsNormGetWorkspaceSize(tx, tres, tw, (double)a->eps, ty, tr,
+                                                          tres, &ws, &ex);
+        rc = st ? fld__ascend_fail(&c, "aclnnAddRmsNormGetWorkspaceSize", st)
+                : fld__ascend_launch(&c, "aclnnAddRmsNorm", fld__acl.aclnnAddRmsNorm, ws, ex);
+    } else {
+        int st = fld__acl.aclnnRmsNormGetWorkspaceSize(tx, tw, (double)a->eps, ty, tr, &ws, &ex);
+        rc = st ? fld__ascend_fail(&c, "aclnnRmsNormGetWorkspaceSize", st)
+                : fld__ascend_launch(&c, "aclnnRmsNorm", fld__acl.aclnnRmsNorm, ws, ex);
+    }
+done:
+    fld__ascend_end(&c);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* silu_and_mul                                                             */
+/* ------------------------------------------------------------------------ */
+
+bool fld__ascend_silu_and_mul_supports(const void *argp)
+{
+    const fld_activation_args *a = argp;
+    return rows_contiguous(a->x) && rows_contiguous(a->out);
+}
+
+int fld__ascend_silu_and_mul(const void *argp)
+{
+    const fld_activation_args *a = argp;
+    if (!fld__ascend_silu_and_mul_supports(argp)) {
+        fld_set_error("vendor.ascend: silu_and_mul: aclnnSwiGlu needs contiguous rows");
+        return FLD_EUNSUPPORTED;
+    }
+    fld_rows x, out;
+    fld_tensor_rows(a->x, &x);
+    fld_tensor_rows(a->out, &out);
+    if (x.rows == 0 || out.width == 0)
+        return FLD_OK;
+    int dt = fld__ascend_dtype(a->x->dtype);
+
+    struct fld_ascend_call c;
+    int rc = fld__ascend_begin(&c, FLD_OP_SILU_AND_MUL, a->x->device);
+    if (rc != FLD_OK)
+        return rc;
+    const int64_t x_dims[2] = {x.rows, x.width}, x_strides[2] = {x.stride, 1};
+    const int64_t o_dims[2] = {out.rows, out.width}, o_strides[2] = {out.stride, 1};
+    acl_tensor *tx = fld__ascend_tensor(&c, 2, x_dims, x_strides, dt, x.data);
+    acl_tensor *to = tx ? fld__ascend_tensor(&c, 2, o_dims, o_strides, dt, out.data) : NULL;
+    if (!to) {
+        rc = FLD_EIMPL;
+    } else {
+        uint64_t ws = 0;
+        acl_executor *ex = NULL;
+        int st = fld__acl.aclnnSwiGluGetWorkspaceSize(tx, -1, to, &ws, &ex);
+        rc = st ? fld__ascend_fail(&c, "aclnnSwiGluGetWorkspaceSize", st)
+                : fld__ascend_launch(&c, "aclnnSwiGlu", fld__acl.aclnnSwiGlu, ws, ex);
+    }
+    fld__ascend_end(&c);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* rotary_embedding                                                         */
+/* ------------------------------------------------------------------------ */
+
+enum { ROPE_MAX_D = 896, ROPE_MAX_HEADS = 1000 };
+
+bool fld__ascend_rotary_supports(const void *argp)
+{
+    const fld_rotary_embedding_args *a = argp;
+    fld_rotary_geometry g;
+    fld_rotary_geometry_of(a, &g);
+    if (fld_dtype_index(g.cache_dtype) != fld_dtype_index(a->query->dtype))
+        return false;
+    return g.rot_dim < ROPE_MAX_D && g.q_heads < ROPE_MAX_HEADS && g.k_heads < ROPE_MAX_HEADS;
+}
+
+/* Both phases of one aclnn operator; name is the run function's name. */
+#define RUN_OP(c, rc, name, gws_call)                                                              \
+    do {                                                                                           \
+        uint64_t ws_ = 0;                                                                          \
+        acl_executor *ex_ = NULL;                                                                  \
+        int st_ = fld__acl.name##GetWorkspaceSize gws_call;                                        \
+        (rc) = st_ ? fld__ascend_fail((c), #name "GetWorkspaceSize", st_)                          \
+                   : fld__ascend_launch((c), #name, fld__acl.name, ws_, ex_);                      \
+    } while (0)
+
+int fld__ascend_rotary_embedding(const void *argp)
+{
+    const fld_rotary_embedding_args *a = argp;
+    if (!fld__ascend_rotary_supports(argp)) {
+        fld_set_error("vendor.ascend: rotary_embedding: needs the cache in the query's dtype, "
+                      "rot_dim < %d and fewer than %d heads",
+                      ROPE_MAX_D, ROPE_MAX_HEADS);
+        return FLD_EUNSUPPORTED;
+    }
+    fld_rotary_geometry g;
+    fld_rotary_geometry_of(a, &g);
+    if (g.tokens == 0 || g.rot_dim == 0)
+        return FLD_OK;
+    const int dt = fld__ascend_dtype(a->query->dtype);
+    const size_t es = elem_size(dt);
+    const int64_t T = g.tokens, rot = g.rot_dim, h = rot / 2;
+    const int mode = a->is_neox ? ACL_ROPE_HALF : ACL_ROPE_INTERLEAVE;
+
+    struct fld_ascend_call c;
+    int rc = fld__ascend_begin(&c, FLD_OP_ROTARY_EMBEDDING, a->query->device);
+    if (rc != FLD_OK)
+        return rc;
+
+    /* Scratch: gathered cos, gathered sin, rotated query, rotated key. */
+    const size_t table = align_up((size_t)(T * rot) * es);
+    const size_t q_bytes = align_up((size_t)(T * g.q_heads * rot) * es);
+    const size_t k_bytes = align_up((size_t)(T * g.k_heads * rot) * es);
+    char *buf = fld__ascend_buffers(&c, 2 * table + q_bytes + k_bytes);
+    if (!buf) {
+        rc = FLD_EIMPL;
+        goto done;
+    }
+    char *cos_g = buf, *sin_g = buf + table, *q_out = buf + 2 * table, *k_out = q_out + q_bytes;
+
+    /* Frequency i of a cache row, repeated where the mode pairs it. */
+    const int64_t src_dims[3] = {g.max_pos, a->is_neox ? 2 : h, a->is_neox ? h : 2};
+    const int64_t src_strides[3] = {g.cache_stride, a->is_neox ? 0 : 1, a->is_neox ? 1 : 0};
+    const int64_t gat_strides[3] = {rot, src_dims[2], 1};
+    const int64_t gat_dims[3] = {T, src_dims[1], src_dims[2]};
+    const int64_t pos_dims[1] = {T}, pos_strides[1] = {1};
+    const int64_t cs_dims[3] = {T, 1, rot}, cs_strides[3] = {rot, rot, 1};
+
+    acl_tensor *pos = fld__ascend_tensor(
+        &c, 1, pos_dims, pos_strides, g.positions_int32 ? ACL_DT_INT32 : ACL_DT_INT64, g.positions);
+    acl_tensor *cos_src =
+        pos ? fld__ascend_tensor(&c, 3, src_dims, src_strides, dt, g.cache) : NULL;
+    acl_tensor *sin_src = cos_src ? fld__ascend_tensor(&c, 3, src_dims, src_strides, dt,
+                                                       (const char *)g.cache + (size_t)h * es)
+                                  : NULL;
+    acl_tensor *cos_gat =
+        sin_src ? fld__ascend_tensor(&c, 3, gat_dims, gat_strides, dt, cos_g) : NULL;
+    acl_tensor *sin_gat =
+        cos_gat ? fld__ascend_tensor(&c, 3, gat_dims, gat_strides, dt, sin_g) : NULL;
+    acl_tensor *cos_t = sin_gat ? fld__ascend_tensor(&c, 3, cs_dims, cs_strides, dt, cos_g) : NULL;
+    acl_tensor *sin_t = cos_t ? fld__ascend_tensor(&c, 3, cs_dims, cs_strides, dt, sin_g) : NULL;
+    if (!sin_t) {
+        rc = FLD_EIMPL;
+        goto done;
+    }
+    RUN_OP(&c, rc, aclnnIndexSelect, (cos_src, 0, pos, cos_gat, &ws_, &ex_));
+    if (rc == FLD_OK)
+        RUN_OP(&c, rc, aclnnIndexSelect, (sin_src, 0, pos, sin_gat, &ws_, &ex_));
+    if (rc != FLD_OK)
+        goto done;
+
+    /* Rotate query and key into scratch, then write both back. */
+    acl_tensor *views[2] = {NULL, NULL}, *outs[2] = {NULL, NULL};
+    const int n = g.key ? 2 : 1;
+    for (int i = 0; i < n; i++) {
+        void *data = i ? g.key : g.query;
+        int64_t heads = i ? g.k_heads : g.q_heads;
+        const int64_t dims[3] = {T, heads, rot};
+        const int64_t v_strides[3] = {i ? g.k_token_stride : g.q_token_stride,
+                                      i ? g.k_head_stride : g.q_head_stride, 1};
+        const int64_t o_strides[3] = {heads * rot, rot, 1};
+        views[i] = fld__ascend_tensor(&c, 3, dims, v_strides, dt, data);
+        outs[i] =
+            views[i] ? fld__ascend_tensor(&c, 3, dims, o_strides, dt, i ? k_out : q_out) : NULL;
+        if (!outs[i]) {
+            rc = FLD_EIMPL;
+            goto done;
+        }
+        RUN_OP(&c, rc, aclnnRotaryPositionEmbedding,
+               (views[i], cos_t, sin_t, mode, outs[i], &ws_, &ex_));
+        if (rc != FLD_OK)
+            goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        RUN_OP(&c, rc, aclnnInplaceCopy, (views[i], outs[i], &ws_, &ex_));
+        if (rc != FLD_OK) {
+            if (i > 0) {
+                char msg[768];
+                snprintf(msg, sizeof msg, "%s", fld_last_error());
+                fld_set_error("%s; the query was already rotated, the key was not", msg);
+            }
+            goto done;
+        }
+    }
+done:
+    fld__ascend_end(&c);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* attention_backend                                                        */
+/* ------------------------------------------------------------------------ */
+
+int fld__ascend_attention_backend(const void *argp)
+{
+    const fld_attention_backend_args *a = argp;
+    if (a->use_sparse) {
+        fld_set_error("vendor.ascend: attention_backend: no sparse MLA attention backend on "
+                      "Ascend (use_mla=true, use_sparse=true)");
+        return FLD_EUNSUPPORTED;
+    }
+    *a->name = a->use_mla ? "ASCEND_MLA" : "ASCEND";
+    return FLD_OK;
+}

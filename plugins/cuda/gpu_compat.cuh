@@ -1,0 +1,233 @@
+/*
+ * Portability layer of the GPU kernels: one kernel source (gpu_kernels.cuh)
+ * for three compilers.
+ *
+ *   nvcc   (__CUDACC__)       CUDA device code, warp 32
+ *   hipcc  (__HIPCC__)        HIP device code; the warp (wavefront) is 64 on
+ *                             CDNA (gfx90a, gfx908) and 32 on RDNA (gfx1030),
+ *                             so warp code reads FLD_GPU_WARP_SIZE at run time
+ *   g++    (FLD_GPU_EMULATE)  the host emulator of tests/gpu/emu.h, which runs
+ *                             each block's threads as cooperative fibers
+ *
+ * The kernels use the CUDA spellings (__global__, threadIdx, __syncthreads,
+ * __shared__); under the emulator this file defines them. What differs per
+ * target is behind fld_gpu_* helpers: 16-bit conversions, 128-bit vector
+ * loads and stores, the warp-sum shuffle, the launch, and the runtime's
+ * "invalid value" error code.
+ *
+ * No GPU was available where this was written: the device builds were
+ * compiled (nvcc 13.0 for sm_80/sm_90, hipcc 5.2 for gfx90a/gfx908/gfx1030)
+ * but have only ever run under the emulator.
+ */
+#ifndef FLD_PLUGINS_GPU_COMPAT_CUH
+#define FLD_PLUGINS_GPU_COMPAT_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__HIPCC__)
+/* ---------------------------------------------------------------- HIP -- */
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#define FLD_GPU_TARGET_HIP 1
+#define FLD_GPU_DEV        __device__ __forceinline__
+#define FLD_GPU_DEV_HOST   __host__ __device__ __forceinline__
+#define FLD_GPU_EINVAL     ((int)hipErrorInvalidValue)
+#define FLD_GPU_WARP_SIZE  warpSize
+typedef uint4 fld_gpu_vec16;
+typedef hipStream_t fld_gpu_stream_t;
+
+#elif defined(__CUDACC__)
+/* --------------------------------------------------------------- CUDA -- */
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#define FLD_GPU_TARGET_CUDA 1
+#define FLD_GPU_DEV         __device__ __forceinline__
+#define FLD_GPU_DEV_HOST    __host__ __device__ __forceinline__
+#define FLD_GPU_EINVAL      ((int)cudaErrorInvalidValue)
+#define FLD_GPU_WARP_SIZE   32
+typedef uint4 fld_gpu_vec16;
+typedef cudaStream_t fld_gpu_stream_t;
+
+#elif defined(FLD_GPU_EMULATE)
+/* ----------------------------------------------------------- emulator -- */
+#include <math.h>
+#include <string.h>
+
+#include <fldispatch/half.h>
+
+#include "emu.h"
+
+#define FLD_GPU_TARGET_EMU 1
+#define FLD_GPU_DEV        inline
+#define FLD_GPU_DEV_HOST   inline
+#define FLD_GPU_EINVAL     FLD_EMU_ERR_INVALID_VALUE
+#define FLD_GPU_WARP_SIZE  (fld_emu::warp_size())
+typedef void *fld_gpu_stream_t;
+
+/* The CUDA spellings the kernels use. */
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+/* One copy per (emulator) OS thread: blocks run one after another on it, so
+   a block's fibers share it, which is what __shared__ means. */
+#define __shared__      static thread_local
+#define __syncthreads() fld_emu::syncthreads()
+#define threadIdx       (fld_emu::t_thread_idx)
+#define blockIdx        (fld_emu::t_block_idx)
+#define blockDim        (fld_emu::t_block_dim)
+#define gridDim         (fld_emu::t_grid_dim)
+using dim3 = fld_emu::dim3;
+
+struct alignas(16) fld_gpu_vec16 {
+    uint32_t x, y, z, w;
+};
+
+#else
+#error "gpu_compat.cuh: compile with nvcc, hipcc, or -DFLD_GPU_EMULATE"
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Float bits and 16-bit conversions                                        */
+/* ------------------------------------------------------------------------ */
+
+#if defined(FLD_GPU_TARGET_EMU)
+
+FLD_GPU_DEV uint32_t fld_gpu_bits(float f)
+{
+    return fld_f32_bits(f);
+}
+FLD_GPU_DEV float fld_gpu_float(uint32_t u)
+{
+    return fld_f32_from_bits(u);
+}
+/* The emulator is the executable check of the device code, so its rounding
+   is exactly half.h's, which the library's reference uses. */
+FLD_GPU_DEV float fld_gpu_f16_to_f32(uint16_t h)
+{
+    return fld_f16_to_f32(h);
+}
+FLD_GPU_DEV uint16_t fld_gpu_f32_to_f16(float f)
+{
+    return fld_f32_to_f16(f);
+}
+
+#else
+
+FLD_GPU_DEV uint32_t fld_gpu_bits(float f)
+{
+    return __float_as_uint(f);
+}
+FLD_GPU_DEV float fld_gpu_float(uint32_t u)
+{
+    return __uint_as_float(u);
+}
+/* Hardware conversions: IEEE round to nearest even with subnormals, the same
+   values as half.h for every non-NaN input (NaN payloads may differ). */
+FLD_GPU_DEV float fld_gpu_f16_to_f32(uint16_t h)
+{
+    return __half2float(__ushort_as_half(h));
+}
+FLD_GPU_DEV uint16_t fld_gpu_f32_to_f16(float f)
+{
+    return __half_as_ushort(__float2half_rn(f));
+}
+
+#endif
+
+FLD_GPU_DEV float fld_gpu_bf16_to_f32(uint16_t h)
+{
+    return fld_gpu_float((uint32_t)h << 16);
+}
+
+/* Round to nearest even, NaN kept quiet with its sign: half.h's rule, written
+   with integer operations so that every target gives the same bits. */
+FLD_GPU_DEV uint16_t fld_gpu_f32_to_bf16(float f)
+{
+    uint32_t u = fld_gpu_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 128-bit loads and stores (p 16-byte aligned)                             */
+/* ------------------------------------------------------------------------ */
+
+#if defined(FLD_GPU_TARGET_EMU)
+FLD_GPU_DEV fld_gpu_vec16 fld_gpu_load16(const void *p)
+{
+    fld_gpu_vec16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+FLD_GPU_DEV void fld_gpu_store16(void *p, fld_gpu_vec16 v)
+{
+    memcpy(p, &v, sizeof v);
+}
+#else
+/* One ld.global.v4 / global_load_dwordx4 per call. */
+FLD_GPU_DEV fld_gpu_vec16 fld_gpu_load16(const void *p)
+{
+    return *reinterpret_cast<const fld_gpu_vec16 *>(p);
+}
+FLD_GPU_DEV void fld_gpu_store16(void *p, fld_gpu_vec16 v)
+{
+    *reinterpret_cast<fld_gpu_vec16 *>(p) = v;
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Warp sum                                                                 */
+/* ------------------------------------------------------------------------ */
+
+FLD_GPU_DEV float fld_gpu_shfl_xor(float v, int mask)
+{
+#if defined(FLD_GPU_TARGET_CUDA)
+    return __shfl_xor_sync(0xffffffffu, v, mask);
+#elif defined(FLD_GPU_TARGET_HIP)
+    return __shfl_xor(v, mask);
+#else
+    return fld_emu::shfl_xor(v, mask);
+#endif
+}
+
+/*
+ * Butterfly sum over the whole warp; every lane ends with the same value
+ * (a + b and b + a round alike). All lanes of the warp must call it.
+ */
+FLD_GPU_DEV float fld_gpu_warp_sum(float v)
+{
+    for (int m = FLD_GPU_WARP_SIZE / 2; m > 0; m >>= 1)
+        v += fld_gpu_shfl_xor(v, m);
+    return v;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Launch                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Launches kernel k on stream with grid g and block b and returns the
+ * runtime's error code for the launch (0: queued). Kernel arguments are
+ * copied by value, as a <<<>>> launch does.
+ */
+template <typename... P, typename... A>
+static inline int fld_gpu_launch(void (*k)(P...), dim3 g, dim3 b, void *stream, A... args)
+{
+#if defined(FLD_GPU_TARGET_CUDA)
+    k<<<g, b, 0, (cudaStream_t)stream>>>(args...);
+    return (int)cudaGetLastError();
+#elif defined(FLD_GPU_TARGET_HIP)
+    hipLaunchKernelGGL(k, g, b, 0, (hipStream_t)stream, args...);
+    return (int)hipGetLastError();
+#else
+    (void)stream;
+    return fld_emu::launch(g, b, [&]() { k(args...); });
+#endif
+}
+
+#endif /* FLD_PLUGINS_GPU_COMPAT_CUH */

@@ -1,0 +1,139 @@
+/*
+ * fld_gpu_api_hip: the device side of fld-rocm.so (plugins/cuda/gpu_api.h),
+ * the kernels of plugins/cuda/gpu_kernels.cuh built by hipcc for the AMD
+ * architectures the toolchain supports (Debian's hipcc 5.2: gfx90a, gfx908,
+ * gfx1030; not gfx942). It is a separate shared object that fld-rocm.so
+ * dlopens, so a missing HIP runtime (libamdhip64.so.5) is a reason the
+ * plugin reports, not a load failure of the plugin. The table is the one
+ * exported symbol (default visibility; the rest is hidden).
+ *
+ * Compiled here but never run on a GPU (none was available; the HIP runtime
+ * here answers hipErrorNoDevice); the kernels are tested under the host
+ * emulator in tests/gpu.
+ */
+#include <stdio.h>
+
+#include "gpu_kernels.cuh"
+
+/* The device pass sees these host functions (their bodies instantiate the
+   kernels it must compile) but not the table that uses them. */
+#if defined(__HIP_DEVICE_COMPILE__)
+#pragma clang diagnostic ignored "-Wunused-function"
+#endif
+
+namespace
+{
+
+const char *hip_error_string(int code)
+{
+    return hipGetErrorString((hipError_t)code);
+}
+
+int hip_runtime_version(int *version)
+{
+    return (int)hipRuntimeGetVersion(version);
+}
+
+int hip_device_count(int *count)
+{
+    *count = 0;
+    return (int)hipGetDeviceCount(count);
+}
+
+int hip_device_name(int device_id, char *buf, size_t size)
+{
+    hipDeviceProp_t prop;
+    hipError_t rc = hipGetDeviceProperties(&prop, device_id);
+    if (rc != hipSuccess)
+        return (int)rc;
+    if (size > 0)
+        snprintf(buf, size, "%s (%s, %d CUs, %.0f GiB)", prop.name, prop.gcnArchName,
+                 prop.multiProcessorCount,
+                 (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    return 0;
+}
+
+int hip_get_device(int *device_id)
+{
+    return (int)hipGetDevice(device_id);
+}
+
+int hip_set_device(int device_id)
+{
+    return (int)hipSetDevice(device_id);
+}
+
+int hip_malloc(void **ptr, size_t bytes)
+{
+    return (int)hipMalloc(ptr, bytes);
+}
+
+int hip_free(void *ptr)
+{
+    return (int)hipFree(ptr);
+}
+
+int hip_memcpy(void *dst, const void *src, size_t bytes, int kind, void *stream)
+{
+    hipMemcpyKind k;
+    switch (kind) {
+    case 0:
+        k = hipMemcpyHostToDevice;
+        break;
+    case 1:
+        k = hipMemcpyDeviceToHost;
+        break;
+    case 2:
+        k = hipMemcpyDeviceToDevice;
+        break;
+    default:
+        return (int)hipErrorInvalidValue;
+    }
+    hipError_t rc = hipMemcpyAsync(dst, src, bytes, k, (hipStream_t)stream);
+    if (rc == hipSuccess && kind != 2) /* host copies are complete on return */
+        rc = hipStreamSynchronize((hipStream_t)stream);
+    return (int)rc;
+}
+
+int hip_stream_synchronize(void *stream)
+{
+    return (int)hipStreamSynchronize((hipStream_t)stream);
+}
+
+int hip_act(const struct fld_gpu_act_args *a, int variant, void *stream)
+{
+    return fld_gpu::run_act(a, variant, stream);
+}
+
+int hip_norm(const struct fld_gpu_norm_args *a, int variant, void *stream)
+{
+    return fld_gpu::run_norm(a, variant, stream);
+}
+
+int hip_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
+{
+    return fld_gpu::run_rotary(a, variant, stream);
+}
+
+} // namespace
+
+/* Host-only: the device pass must not emit a table of host functions. */
+#if !defined(__HIP_DEVICE_COMPILE__)
+extern "C" __attribute__((visibility("default"))) const struct fld_gpu_api fld_gpu_api_hip = {
+    FLD_GPU_API_VERSION,
+    "HIP",
+    hip_error_string,
+    hip_runtime_version,
+    hip_device_count,
+    hip_device_name,
+    hip_get_device,
+    hip_set_device,
+    hip_malloc,
+    hip_free,
+    hip_memcpy,
+    hip_stream_synchronize,
+    hip_act,
+    hip_norm,
+    hip_rotary,
+};
+#endif

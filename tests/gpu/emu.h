@@ -1,0 +1,87 @@
+/*
+ * A small host emulator for the GPU kernels of plugins/cuda/gpu_kernels.cuh
+ * (compiled with -DFLD_GPU_EMULATE; see gpu_compat.cuh). It exists because
+ * no GPU is available to test on: the device code runs here, on the CPU,
+ * with the semantics that matter for its correctness.
+ *
+ * A launch runs the grid's blocks one after another on the calling thread.
+ * Within a block, every thread is a cooperative fiber (ucontext) with its
+ * own stack, and a fiber runs until it finishes or waits at a barrier; the
+ * scheduler then resumes the next ready fiber in one of three orders (see
+ * set_schedule), so that a race shows whichever way it goes:
+ *   - __syncthreads(): a block barrier; every thread of the block must
+ *     reach it. If no fiber can run and some still wait (a barrier inside
+ *     divergent code, or threads that returned early), the launch fails with
+ *     FLD_EMU_ERR_BARRIER instead of hanging.
+ *   - shfl_xor(): the lanes of one warp (warp_size() threads, 32 by default)
+ *     exchange values through a per-warp barrier.
+ *   - __shared__ variables are thread_local statics: one copy per OS thread,
+ *     shared by the fibers of the block running on it.
+ * Because fibers switch only at barriers, a kernel that reads another
+ * thread's shared-memory write without a barrier between them sees the old
+ * value -- a race shows up as a wrong answer, deterministically.
+ *
+ * Not emulated: memory spaces (device pointers are host pointers), streams
+ * (everything is synchronous), warp-synchronous code without shuffles,
+ * atomics. Each OS thread has its own emulator state; launches on different
+ * threads are independent.
+ */
+#ifndef FLD_TESTS_GPU_EMU_H
+#define FLD_TESTS_GPU_EMU_H
+
+#include <stdint.h>
+
+enum {
+    FLD_EMU_OK = 0,
+    FLD_EMU_ERR_INVALID_VALUE = 1, /* bad arguments to an API function */
+    FLD_EMU_ERR_LAUNCH_CONFIG = 9, /* empty grid or block, block > 1024 threads */
+    FLD_EMU_ERR_OUT_OF_MEMORY = 2, /* fiber stacks or an allocation */
+    FLD_EMU_ERR_BARRIER = 700,     /* a barrier no fiber can pass (divergence) */
+    FLD_EMU_ERR_INVALID_DEVICE = 101
+};
+
+namespace fld_emu
+{
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+/* The built-in variables of the running fiber's thread and block. */
+extern thread_local dim3 t_thread_idx, t_block_idx, t_block_dim, t_grid_dim;
+
+/* Runs body once per thread of every block of grid; 0 or FLD_EMU_ERR_*. */
+int launch_fn(dim3 grid, dim3 block, void (*body)(void *), void *ctx);
+
+template <typename F> static inline int launch(dim3 grid, dim3 block, F &&f)
+{
+    return launch_fn(
+        grid, block, [](void *p) { (*static_cast<F *>(p))(); }, &f);
+}
+
+/* Inside a kernel: the block barrier and the warp exchange. */
+void syncthreads();
+float shfl_xor(float v, int mask);
+
+/* Lanes per warp: 32 (CUDA, RDNA) or 64 (CDNA). Set between launches. */
+int warp_size();
+void set_warp_size(int lanes);
+/*
+ * Which ready fiber runs next (set between launches):
+ *   SCHED_ROUND_ROBIN   the next one in ascending thread order (default)
+ *   SCHED_REVERSE       the next one in descending order
+ *   SCHED_LOWEST_FIRST  always the lowest-numbered one: warp 0 runs ahead
+ *                       as far as the barriers let it, which shows a
+ *                       shared-memory slot reused before other warps read it
+ */
+enum schedule { SCHED_ROUND_ROBIN, SCHED_REVERSE, SCHED_LOWEST_FIRST };
+void set_schedule(schedule order);
+
+/* Totals on this OS thread since it started: launches and fiber switches. */
+uint64_t launches();
+uint64_t switches();
+
+} // namespace fld_emu
+
+#endif

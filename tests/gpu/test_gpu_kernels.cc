@@ -1,0 +1,812 @@
+/*
+ * The GPU kernels (plugins/cuda/gpu_kernels.cuh) under the host emulator,
+ * against the library's reference.c on the same inputs.
+ *
+ * No GPU is available here, so this is the only place the device code runs:
+ * every op x dtype x family (FLD_GPU_VECTOR on 16-byte aligned rows,
+ * FLD_GPU_REFERENCE on odd widths and strides), the fused residual, in-place
+ * norms, gemma, weight NULL, rotary neox/gptj with a float32 or same-dtype
+ * cache, key NULL, rot_dim < head_size, int32 positions, out-of-range
+ * positions, and guard bytes around every view. Each case builds CPU
+ * tensors (tests/util/tensor.h), runs reference.c on one copy through the
+ * public API (pinned with a strict per-op order) and fld_gpu_api_emu on
+ * another, with the kernel arguments built by fld_tensor_rows() and
+ * fld_rotary_geometry_of() as the plugins' glue does.
+ *
+ * Agreement: activations and rotary use the reference's formulas and libm,
+ * norms differ only in the order of the sum of squares; every output must be
+ * within one unit in the last place of a 16-bit dtype, or 1e-5 relative for
+ * float32 (kernels.md asks 1e-3 / 1.6e-2 / 1e-5); the residual written by the
+ * fused norm must be exact.
+ *
+ * The emulator itself is tested too: a kernel with a missing barrier gives a
+ * wrong answer, a divergent barrier fails the launch, shuffles exchange
+ * among the lanes of a warp of 32 or 64.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include <fldispatch/plugin.h>
+
+extern "C" {
+#include "util/env.h"
+#include "util/tensor.h"
+}
+
+#include "emu.h"
+#include "gpu_kernels.cuh"
+
+extern "C" const struct fld_gpu_api fld_gpu_api_emu;
+
+namespace
+{
+
+const struct fld_gpu_api &api = fld_gpu_api_emu;
+
+DLDataType dtype_at(int i)
+{
+    return i == 0 ? FLD_DTYPE_F32 : i == 1 ? FLD_DTYPE_F16 : FLD_DTYPE_BF16;
+}
+
+void *ptr(const tt_tensor *t)
+{
+    return static_cast<char *>(t->t.data) + t->t.byte_offset;
+}
+
+void setup(void)
+{
+    tt_clear_fld_environment();
+    setenv("VLLM_FL_PLATFORM", "cpu", 1);
+}
+
+/* Runs op only through reference.c on this thread. */
+void pin(const char *op)
+{
+    char spec[128];
+    snprintf(spec, sizeof spec, "%s=impl:reference.c", op);
+    ck_assert_msg(fld_policy_push_per_op(spec) == FLD_OK, "%s: %s", spec, fld_last_error());
+    ck_assert_int_eq(fld_policy_push_strict(true), FLD_OK);
+}
+
+double ulp_of(DLDataType dt, double v)
+{
+    const int mant = dt.bits == 32 ? 23 : dt.code == kDLBfloat ? 7 : 10;
+    const int emin = dt.code == kDLFloat && dt.bits == 16 ? -14 : -126;
+    int e = 0;
+    if (v != 0)
+        frexp(fabs(v), &e);
+    int lead = v != 0 ? e - 1 : emin;
+    if (lead < emin)
+        lead = emin;
+    return ldexp(1.0, lead - mant);
+}
+
+/*
+ * Every element of got within tolerance of want (see the file comment);
+ * exact: bit-for-bit equal values. Reports the first mismatch.
+ */
+void expect_close(const tt_tensor *got, const tt_tensor *want, const char *what, bool exact)
+{
+    const int64_t n = tt_numel(want);
+    ck_assert_int_eq(tt_numel(got), n);
+    std::vector<double> g(n), w(n);
+    tt_to_double(got, g.data());
+    tt_to_double(want, w.data());
+    const DLDataType dt = want->t.dtype;
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const double tol = exact           ? 0.0
+                           : dt.bits == 32 ? 1e-5 * fabs(w[i]) + 1e-37
+                                           : ulp_of(dt, w[i]);
+        if (!(fabs(g[i] - w[i]) <= tol) && !(isnan(g[i]) && isnan(w[i]))) {
+            if (first < 0)
+                first = i;
+            bad++;
+        }
+    }
+    ck_assert_msg(bad == 0, "%s: %lld of %lld elements differ; first [%lld] got %.9g want %.9g",
+                  what, (long long)bad, (long long)n, (long long)first, first >= 0 ? g[first] : 0.0,
+                  first >= 0 ? w[first] : 0.0);
+    ck_assert_msg(tt_padding_intact(got), "%s: bytes outside the view were written", what);
+}
+
+/* Count of elements where a and b differ: an in-place op must change something. */
+int64_t differing(const tt_tensor *a, const tt_tensor *b)
+{
+    const int64_t n = tt_numel(a);
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++)
+        d += tt_get(a, i) != tt_get(b, i);
+    return d;
+}
+
+const char *const act_names[4] = {"silu_and_mul", "mul_and_silu", "gelu_and_mul",
+                                  "gelu_tanh_and_mul"};
+
+int call_act(int op, DLTensor *out, const DLTensor *x)
+{
+    switch (op) {
+    case FLD_GPU_SILU_AND_MUL:
+        return fld_silu_and_mul(out, x);
+    case FLD_GPU_MUL_AND_SILU:
+        return fld_mul_and_silu(out, x);
+    case FLD_GPU_GELU_AND_MUL:
+        return fld_gelu_and_mul(out, x);
+    default:
+        return fld_gelu_tanh_and_mul(out, x);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Activations                                                              */
+/* ------------------------------------------------------------------------ */
+
+void check_act(int op, int dti, int variant, int64_t rows, int64_t d, int64_t x_pad,
+               int64_t out_pad)
+{
+    setup();
+    const DLDataType dt = dtype_at(dti);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s %s rows=%lld d=%lld", act_names[op], fld_dtype_name(dt),
+             variant == FLD_GPU_VECTOR ? "vector" : "reference", (long long)rows, (long long)d);
+
+    const int64_t xs[2] = {rows, 2 * d}, xst[2] = {2 * d + x_pad, 1};
+    const int64_t os[2] = {rows, d}, ost[2] = {d + out_pad, 1};
+    tt_tensor *x = tt_new_strided(dt, 2, xs, xst);
+    tt_fill_normal(x, 1000 + (uint64_t)op * 7 + (uint64_t)dti, 0.0, 3.0);
+    tt_tensor *want = tt_new_strided(dt, 2, os, ost);
+    tt_tensor *got = tt_new_strided(dt, 2, os, ost);
+
+    pin(act_names[op]);
+    ck_assert_msg(call_act(op, &want->t, &x->t) == FLD_OK, "%s: reference: %s", what,
+                  fld_last_error());
+
+    fld_rows xr, orow;
+    fld_tensor_rows(&x->t, &xr);
+    fld_tensor_rows(&got->t, &orow);
+    struct fld_gpu_act_args a = {op, dti, orow.data, xr.data, rows, d, orow.stride, xr.stride};
+    ck_assert_int_eq(xr.width, 2 * d);
+    if (variant == FLD_GPU_VECTOR)
+        ck_assert_msg(fld_gpu_act_vector_ok(&a), "%s: not vector-aligned", what);
+    const int rc = api.act(&a, variant, NULL);
+    ck_assert_msg(rc == 0, "%s: emulator: %s", what, api.error_string(rc));
+    ck_assert_msg(tt_padding_intact(x), "%s: input written", what);
+    expect_close(got, want, what, false);
+    tt_free(x);
+    tt_free(want);
+    tt_free(got);
+}
+
+/* _i: op (4) x dtype (3) x family (2). */
+START_TEST(act_matches_reference)
+{
+    const int op = _i % 4, dti = (_i / 4) % 3, variant = _i / 12;
+    if (variant == FLD_GPU_VECTOR)
+        check_act(op, dti, variant, 7, 64, 16, 8 * (dti ? 1 : 2));
+    else
+        check_act(op, dti, variant, 7, 37, 3, 5);
+}
+END_TEST
+
+/* More groups than one block's threads, several blocks per row. */
+START_TEST(act_wide_rows)
+{
+    const int dti = _i % 3, variant = _i / 3;
+    check_act(FLD_GPU_SILU_AND_MUL, dti, variant, 3, variant == FLD_GPU_VECTOR ? 4096 : 1100, 0, 0);
+}
+END_TEST
+
+START_TEST(act_vector_refuses_misaligned)
+{
+    setup();
+    std::vector<uint16_t> x(2 * 2 * 24 + 8), out(2 * 24 + 8);
+    struct fld_gpu_act_args a = {FLD_GPU_SILU_AND_MUL, 1, out.data(), x.data(), 2, 20, 20, 40};
+    /* d = 20 half-floats is 40 bytes: not a whole number of 16-byte vectors. */
+    ck_assert(!fld_gpu_act_vector_ok(&a));
+    const uint64_t before = fld_emu::launches();
+    ck_assert_int_eq(api.act(&a, FLD_GPU_VECTOR, NULL), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(api.act(&a, 7, NULL), FLD_EMU_ERR_INVALID_VALUE);
+    a.dtype = 3;
+    ck_assert_int_eq(api.act(&a, FLD_GPU_REFERENCE, NULL), FLD_EMU_ERR_INVALID_VALUE);
+    a.dtype = 1;
+    a.rows = 0; /* nothing to do: no launch (a grid of 0 blocks is an error on a GPU) */
+    ck_assert_int_eq(api.act(&a, FLD_GPU_REFERENCE, NULL), 0);
+    ck_assert_int_eq(fld_emu::launches(), before);
+    a.rows = 2;
+    ck_assert_int_eq(api.act(&a, FLD_GPU_REFERENCE, NULL), 0);
+    ck_assert_int_eq(fld_emu::launches(), before + 1);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* RMS norm                                                                 */
+/* ------------------------------------------------------------------------ */
+
+enum norm_mode {
+    PLAIN,
+    RESIDUAL,
+    NO_WEIGHT,
+    GEMMA,
+    GEMMA_RESIDUAL,
+    IN_PLACE,
+    IN_PLACE_RESIDUAL,
+    N_MODES
+};
+const char *const mode_names[N_MODES] = {"plain",          "residual", "no weight",        "gemma",
+                                         "gemma+residual", "in place", "in place+residual"};
+
+void check_norm(int mode, int dti, int variant, int64_t rows, int64_t width, int64_t x_pad)
+{
+    const DLDataType dt = dtype_at(dti);
+    const bool gemma = mode == GEMMA || mode == GEMMA_RESIDUAL;
+    const bool res = mode == RESIDUAL || mode == GEMMA_RESIDUAL || mode == IN_PLACE_RESIDUAL;
+    const bool in_place = mode == IN_PLACE || mode == IN_PLACE_RESIDUAL;
+    char what[192];
+    snprintf(what, sizeof what, "%s %s %s %s rows=%lld width=%lld warp=%d", gemma ? "gemma" : "rms",
+             mode_names[mode], fld_dtype_name(dt),
+             variant == FLD_GPU_VECTOR ? "vector" : "reference", (long long)rows, (long long)width,
+             fld_emu::warp_size());
+
+    const int64_t shape[2] = {rows, width}, xst[2] = {width + x_pad, 1};
+    const int64_t wshape[1] = {width};
+    /* Two copies of every written tensor: one for reference.c, one for the kernel. */
+    tt_tensor *x0 = tt_new_strided(dt, 2, shape, xst);
+    tt_fill_normal(x0, 77 + (uint64_t)dti, 0.0, 1.0);
+    tt_tensor *x1 = tt_clone(x0);
+    tt_tensor *w = mode == NO_WEIGHT ? NULL : tt_new(dt, 1, wshape);
+    if (w)
+        tt_fill_normal(w, 78, gemma ? 0.0 : 1.0, 0.1);
+    tt_tensor *r0 = NULL, *r1 = NULL;
+    if (res) {
+        r0 = tt_new(dt, 2, shape);
+        tt_fill_normal(r0, 79, 0.0, 1.0);
+        r1 = tt_clone(r0);
+    }
+    tt_tensor *o0 = in_place ? x0 : tt_new(dt, 2, shape);
+    tt_tensor *o1 = in_place ? x1 : tt_new(dt, 2, shape);
+    tt_tensor *orig = tt_clone(x0);
+
+    const float eps = 1e-6f;
+    pin(gemma ? "gemma_rms_norm" : "rms_norm");
+    const int rc0 =
+        gemma ? fld_gemma_rms_norm(&o0->t, &x0->t, w ? &w->t : NULL, r0 ? &r0->t : NULL, eps)
+              : fld_rms_norm(&o0->t, &x0->t, w ? &w->t : NULL, r0 ? &r0->t : NULL, eps);
+    ck_assert_msg(rc0 == FLD_OK, "%s: reference: %s", what, fld_last_error());
+
+    fld_rows xr, orow, rrow = {};
+    fld_tensor_rows(&x1->t, &xr);
+    fld_tensor_rows(&o1->t, &orow);
+    if (r1)
+        fld_tensor_rows(&r1->t, &rrow);
+    struct fld_gpu_norm_args a = {};
+    a.dtype = dti;
+    a.gemma = gemma;
+    a.out = orow.data;
+    a.x = xr.data;
+    a.weight = w ? ptr(w) : NULL;
+    a.residual = r1 ? rrow.data : NULL;
+    a.rows = rows;
+    a.width = width;
+    a.out_stride = orow.stride;
+    a.x_stride = xr.stride;
+    a.residual_stride = r1 ? rrow.stride : 0;
+    a.eps = eps;
+    if (variant == FLD_GPU_VECTOR)
+        ck_assert_msg(fld_gpu_norm_vector_ok(&a), "%s: not vector-aligned", what);
+    const int rc = api.norm(&a, variant, NULL);
+    ck_assert_msg(rc == 0, "%s: emulator: %s", what, api.error_string(rc));
+
+    expect_close(o1, o0, what, false);
+    ck_assert_msg(differing(o1, orig) > 0, "%s: output equals the input", what);
+    if (res) {
+        char rw[220];
+        snprintf(rw, sizeof rw, "%s (residual)", what);
+        expect_close(r1, r0, rw, true);
+    }
+    if (!in_place)
+        ck_assert_msg(tt_padding_intact(x1) && differing(x1, orig) == 0, "%s: x written", what);
+    if (w)
+        ck_assert(tt_padding_intact(w));
+    tt_free(orig);
+    if (!in_place) {
+        tt_free(o0);
+        tt_free(o1);
+    }
+    tt_free(x0);
+    tt_free(x1);
+    tt_free(w);
+    tt_free(r0);
+    tt_free(r1);
+}
+
+/* _i: mode (7) x dtype (3) x family (2). */
+START_TEST(norm_matches_reference)
+{
+    setup();
+    const int mode = _i % N_MODES, dti = (_i / N_MODES) % 3, variant = _i / (3 * N_MODES);
+    if (variant == FLD_GPU_VECTOR)
+        check_norm(mode, dti, variant, 4, 768, 32);
+    else
+        check_norm(mode, dti, variant, 3, 769, 5);
+}
+END_TEST
+
+/* HIP's 64-lane wavefronts (CDNA): the same kernels with a warp of 64. */
+START_TEST(norm_warp64)
+{
+    setup();
+    fld_emu::set_warp_size(64);
+    const int dti = _i % 3, variant = _i / 3;
+    check_norm(RESIDUAL, dti, variant, 3, variant == FLD_GPU_VECTOR ? 1024 : 333, 0);
+}
+END_TEST
+
+/* Other fiber schedules: a race in either direction, or a warp running ahead, shows. */
+START_TEST(norm_other_schedules)
+{
+    setup();
+    fld_emu::set_schedule(_i < 3 ? fld_emu::SCHED_REVERSE : fld_emu::SCHED_LOWEST_FIRST);
+    _i %= 3;
+    check_norm(GEMMA_RESIDUAL, _i, FLD_GPU_VECTOR, 2, 512, 0);
+    check_norm(IN_PLACE_RESIDUAL, _i, FLD_GPU_REFERENCE, 2, 300, 1);
+}
+END_TEST
+
+/* Several groups per thread (1024-thread blocks) and the many-rows launch shape. */
+START_TEST(norm_shapes)
+{
+    setup();
+    check_norm(RESIDUAL, 0, FLD_GPU_VECTOR, 2, 8192, 0); /* 2048 groups, 1024 threads */
+    check_norm(PLAIN, 2, FLD_GPU_REFERENCE, 1, 5125, 3); /* 5 elements per thread */
+    check_norm(RESIDUAL, 1, FLD_GPU_VECTOR, 300, 64, 0); /* 300 rows: 256-thread cap */
+    check_norm(PLAIN, 1, FLD_GPU_VECTOR, 2, 8, 0);       /* one group, one warp */
+}
+END_TEST
+
+START_TEST(norm_vector_refuses_misaligned)
+{
+    setup();
+    std::vector<float> buf(64 * 3 + 4);
+    struct fld_gpu_norm_args a = {};
+    a.dtype = 0;
+    a.out = buf.data();
+    a.x = buf.data() + 1; /* 4 bytes past a 16-byte boundary */
+    a.rows = 2;
+    a.width = 64;
+    a.out_stride = 64;
+    a.x_stride = 64;
+    a.eps = 1e-6f;
+    ck_assert(!fld_gpu_norm_vector_ok(&a));
+    ck_assert_int_eq(api.norm(&a, FLD_GPU_VECTOR, NULL), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(api.norm(&a, FLD_GPU_REFERENCE, NULL), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Rotary embedding                                                         */
+/* ------------------------------------------------------------------------ */
+
+struct rotary_case {
+    int dti;
+    bool cache_f32, neox, key, int32_pos;
+    int variant;
+    int64_t tokens, q_heads, k_heads, head_size, rot_dim;
+    int64_t head_pad;  /* > 0: [T, H, D] with head stride D + pad; 0: [T, H * D] */
+    int64_t bad_token; /* >= 0: this token's position is out of range (and the next one's -1) */
+    int expect_vec;    /* FLD_GPU_VECTOR: 1 the 16-byte kernel must run, 0 it must not, -1 either */
+};
+
+tt_tensor *new_heads(const rotary_case &c, int64_t heads)
+{
+    const DLDataType dt = dtype_at(c.dti);
+    if (c.head_pad == 0) {
+        const int64_t s[2] = {c.tokens, heads * c.head_size};
+        return tt_new(dt, 2, s);
+    }
+    const int64_t hs = c.head_size + c.head_pad;
+    const int64_t s[3] = {c.tokens, heads, c.head_size}, st[3] = {heads * hs, hs, 1};
+    return tt_new_strided(dt, 3, s, st);
+}
+
+void check_rotary(const rotary_case &c)
+{
+    const DLDataType dt = dtype_at(c.dti), cdt = c.cache_f32 ? FLD_DTYPE_F32 : dt;
+    char what[224];
+    snprintf(what, sizeof what,
+             "rotary %s cache=%s %s %s key=%d pos=%s T=%lld Hq=%lld Hk=%lld D=%lld rot=%lld "
+             "pad=%lld",
+             fld_dtype_name(dt), fld_dtype_name(cdt), c.neox ? "neox" : "gptj",
+             c.variant == FLD_GPU_VECTOR ? "vector" : "reference", c.key,
+             c.int32_pos ? "int32" : "int64", (long long)c.tokens, (long long)c.q_heads,
+             (long long)c.k_heads, (long long)c.head_size, (long long)c.rot_dim,
+             (long long)c.head_pad);
+
+    const int64_t max_pos = 64;
+    const int64_t cshape[2] = {max_pos, c.rot_dim};
+    tt_tensor *cache = tt_new(cdt, 2, cshape);
+    /* A real cos/sin table: cos^2 + sin^2 = 1 keeps the values in range. */
+    const int64_t half = c.rot_dim / 2;
+    for (int64_t p = 0; p < max_pos; p++)
+        for (int64_t i = 0; i < half; i++) {
+            const double th = (double)p * pow(10000.0, -2.0 * (double)i / (double)c.rot_dim);
+            tt_set(cache, p * c.rot_dim + i, cos(th));
+            tt_set(cache, p * c.rot_dim + half + i, sin(th));
+        }
+    const int64_t pshape[1] = {c.tokens};
+    tt_tensor *pos = tt_new(c.int32_pos ? TT_INT32 : TT_INT64, 1, pshape);
+    tt_tensor *pos_ref = tt_new(c.int32_pos ? TT_INT32 : TT_INT64, 1, pshape);
+    for (int64_t t = 0; t < c.tokens; t++) {
+        const int64_t p = (t * 13 + 5) % max_pos;
+        tt_set(pos_ref, t, (double)p);
+        double bad = (double)p;
+        if (t == c.bad_token)
+            bad = (double)max_pos;
+        else if (c.bad_token >= 0 && t == c.bad_token + 1)
+            bad = -1.0;
+        tt_set(pos, t, bad);
+    }
+
+    tt_tensor *q0 = new_heads(c, c.q_heads), *k0 = c.key ? new_heads(c, c.k_heads) : NULL;
+    tt_fill_normal(q0, 300 + (uint64_t)c.dti, 0.0, 1.0);
+    if (k0)
+        tt_fill_normal(k0, 301, 0.0, 1.0);
+    tt_tensor *q1 = tt_clone(q0), *k1 = k0 ? tt_clone(k0) : NULL;
+    tt_tensor *q_orig = tt_clone(q0), *k_orig = k0 ? tt_clone(k0) : NULL;
+
+    pin("rotary_embedding");
+    ck_assert_msg(fld_rotary_embedding(&pos_ref->t, &q0->t, k0 ? &k0->t : NULL, c.head_size,
+                                       &cache->t, c.neox) == FLD_OK,
+                  "%s: reference: %s", what, fld_last_error());
+    /* Tokens with a bad position are left as they were. */
+    if (c.bad_token >= 0) {
+        for (int64_t t = c.bad_token; t < c.bad_token + 2 && t < c.tokens; t++) {
+            for (int64_t i = 0; i < c.q_heads * c.head_size; i++)
+                tt_set(q0, t * c.q_heads * c.head_size + i,
+                       tt_get(q_orig, t * c.q_heads * c.head_size + i));
+            for (int64_t i = 0; k0 && i < c.k_heads * c.head_size; i++)
+                tt_set(k0, t * c.k_heads * c.head_size + i,
+                       tt_get(k_orig, t * c.k_heads * c.head_size + i));
+        }
+    }
+
+    fld_rotary_embedding_args ra = {&pos->t,     &q1->t,    k1 ? &k1->t : NULL,
+                                    c.head_size, &cache->t, c.neox};
+    fld_rotary_geometry g;
+    fld_rotary_geometry_of(&ra, &g);
+    ck_assert_int_eq(g.tokens, c.tokens);
+    ck_assert_int_eq(g.rot_dim, c.rot_dim);
+    struct fld_gpu_rotary_args a = {};
+    a.dtype = c.dti;
+    a.cache_dtype = fld_dtype_index(g.cache_dtype);
+    a.positions = g.positions;
+    a.positions_int32 = g.positions_int32;
+    a.query = g.query;
+    a.key = g.key;
+    a.tokens = g.tokens;
+    a.head_size = c.head_size;
+    a.rot_dim = g.rot_dim;
+    a.q_heads = g.q_heads;
+    a.q_token_stride = g.q_token_stride;
+    a.q_head_stride = g.q_head_stride;
+    a.k_heads = g.k_heads;
+    a.k_token_stride = g.k_token_stride;
+    a.k_head_stride = g.k_head_stride;
+    a.cache = g.cache;
+    a.cache_stride = g.cache_stride;
+    a.max_pos = g.max_pos;
+    a.is_neox = c.neox;
+    if (c.variant == FLD_GPU_VECTOR && c.expect_vec >= 0)
+        ck_assert_msg(fld_gpu::rotary_vector_ok(&a) == (c.expect_vec == 1), "%s: vector kernel %s",
+                      what, c.expect_vec ? "not taken" : "taken");
+    const int rc = api.rotary(&a, c.variant, NULL);
+    ck_assert_msg(rc == 0, "%s: emulator: %s", what, api.error_string(rc));
+
+    expect_close(q1, q0, what, false);
+    ck_assert_msg(differing(q1, q_orig) > 0, "%s: query unchanged", what);
+    if (k1) {
+        char kw[240];
+        snprintf(kw, sizeof kw, "%s (key)", what);
+        expect_close(k1, k0, kw, false);
+        ck_assert_msg(differing(k1, k_orig) > 0, "%s: key unchanged", what);
+    }
+    /* Elements past rot_dim are never written. */
+    for (int64_t t = 0; t < c.tokens; t++)
+        for (int64_t h = 0; h < c.q_heads; h++)
+            for (int64_t i = c.rot_dim; i < c.head_size; i++) {
+                const int64_t at = (t * c.q_heads + h) * c.head_size + i;
+                ck_assert_msg(tt_get(q1, at) == tt_get(q_orig, at), "%s: tail written", what);
+            }
+    tt_free(cache);
+    tt_free(pos);
+    tt_free(pos_ref);
+    tt_free(q0);
+    tt_free(q1);
+    tt_free(q_orig);
+    tt_free(k0);
+    tt_free(k1);
+    tt_free(k_orig);
+}
+
+/* _i: dtype (3) x cache f32/same (2) x neox/gptj (2) x family (2). */
+START_TEST(rotary_matches_reference)
+{
+    setup();
+    rotary_case c = {};
+    c.dti = _i % 3;
+    c.cache_f32 = (_i / 3) % 2;
+    c.neox = (_i / 6) % 2;
+    c.variant = _i / 12;
+    c.key = true;
+    c.tokens = 5;
+    c.q_heads = 4;
+    c.k_heads = 2;
+    c.head_size = 64;
+    c.rot_dim = c.cache_f32 ? 64 : 32;
+    c.head_pad = 8;
+    c.bad_token = -1;
+    c.expect_vec = 1;
+    check_rotary(c);
+}
+END_TEST
+
+/* key NULL, int32 positions, a [T, H * D] layout, odd sizes, bad positions. */
+START_TEST(rotary_variants)
+{
+    setup();
+    rotary_case c = {};
+    c.dti = _i % 3;
+    c.variant = (_i / 3) % 2;
+    c.neox = true;
+    c.tokens = 11;
+    c.q_heads = 3;
+    c.k_heads = 1;
+    c.head_size = 80;
+    c.rot_dim = 80;
+    c.bad_token = -1;
+    c.expect_vec = 1;
+    check_rotary(c); /* key NULL, 2-D layout */
+    c.expect_vec = 1;
+    c.key = true;
+    c.int32_pos = true;
+    c.neox = false;
+    c.rot_dim = 32;
+    check_rotary(c); /* gptj, int32, rot_dim < head_size */
+    c.neox = true;
+    c.head_size = 120;
+    c.rot_dim = 112;
+    c.head_pad = 3; /* odd head stride: the vector family falls back to pairs */
+    c.cache_f32 = true;
+    c.expect_vec = 0;
+    check_rotary(c);
+    c.head_pad = 0;
+    c.expect_vec = -1;
+    c.int32_pos = false;
+    c.bad_token = 4;
+    check_rotary(c);
+    c.int32_pos = true;
+    c.neox = false;
+    c.bad_token = 9;
+    check_rotary(c);
+}
+END_TEST
+
+START_TEST(rotary_refuses_bad_arguments)
+{
+    setup();
+    struct fld_gpu_rotary_args a = {};
+    a.dtype = 1;
+    a.cache_dtype = 2; /* neither float32 nor the query's dtype */
+    a.tokens = 1;
+    a.rot_dim = 2;
+    a.q_heads = 1;
+    ck_assert_int_eq(api.rotary(&a, FLD_GPU_REFERENCE, NULL), FLD_EMU_ERR_INVALID_VALUE);
+    a.cache_dtype = 1;
+    a.rot_dim = 3;
+    ck_assert_int_eq(api.rotary(&a, FLD_GPU_REFERENCE, NULL), FLD_EMU_ERR_INVALID_VALUE);
+    a.rot_dim = 0; /* nothing to rotate */
+    ck_assert_int_eq(api.rotary(&a, FLD_GPU_REFERENCE, NULL), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* The API table                                                            */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(api_memory_and_device)
+{
+    ck_assert_int_eq(api.version, FLD_GPU_API_VERSION);
+    int n = -1, id = -1;
+    ck_assert_int_eq(api.device_count(&n), 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(api.get_device(&id), 0);
+    ck_assert_int_eq(id, 0);
+    ck_assert_int_eq(api.set_device(0), 0);
+    ck_assert_int_ne(api.set_device(1), 0);
+    char name[128] = "";
+    ck_assert_int_eq(api.device_name(0, name, sizeof name), 0);
+    ck_assert(strstr(name, "emulator") != NULL);
+    ck_assert_str_eq(api.error_string(FLD_EMU_ERR_BARRIER),
+                     "barrier not reached by every thread of the block (emulator)");
+
+    void *d = NULL;
+    ck_assert_int_eq(api.malloc(&d, 1000), 0);
+    ck_assert(d != NULL && (uintptr_t)d % 256 == 0);
+    char host[1000], back[1000];
+    for (int i = 0; i < 1000; i++)
+        host[i] = (char)(i * 7);
+    ck_assert_int_eq(api.memcpy(d, host, sizeof host, 0, NULL), 0);
+    memset(back, 0, sizeof back);
+    ck_assert_int_eq(api.memcpy(back, d, sizeof back, 1, NULL), 0);
+    ck_assert(memcmp(host, back, sizeof host) == 0);
+    ck_assert_int_ne(api.memcpy(back, d, sizeof back, 3, NULL), 0);
+    ck_assert_int_eq(api.stream_synchronize(NULL), 0);
+    ck_assert_int_eq(api.free(d), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* The emulator                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Each thread writes its slot, then reads its neighbour's. */
+template <bool SYNC> __global__ void neighbour_kernel(int *out)
+{
+    __shared__ int slot[64];
+    const unsigned t = threadIdx.x;
+    slot[t] = (int)t + 1;
+    if (SYNC)
+        __syncthreads();
+    out[t] = slot[(t + 1) % blockDim.x];
+}
+
+START_TEST(emu_catches_missing_barrier)
+{
+    int racy[64] = {0}, fine[64] = {0};
+    ck_assert_int_eq(fld_gpu_launch(neighbour_kernel<false>, dim3(1), dim3(64), NULL, racy), 0);
+    ck_assert_int_eq(fld_gpu_launch(neighbour_kernel<true>, dim3(1), dim3(64), NULL, fine), 0);
+    int racy_ok = 0;
+    for (int t = 0; t < 64; t++) {
+        ck_assert_int_eq(fine[t], (t + 1) % 64 + 1);
+        racy_ok += racy[t] == (t + 1) % 64 + 1;
+    }
+    /* Without the barrier thread t ran before t + 1 wrote its slot. */
+    ck_assert_int_lt(racy_ok, 64);
+}
+END_TEST
+
+__global__ void divergent_kernel(int *out)
+{
+    if (threadIdx.x < 16)
+        __syncthreads(); /* only half the block gets here */
+    out[threadIdx.x] = 1;
+}
+
+__global__ void early_exit_kernel(int *out)
+{
+    if (threadIdx.x == 3)
+        return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+START_TEST(emu_catches_divergent_barrier)
+{
+    int out[32] = {0};
+    ck_assert_int_eq(fld_gpu_launch(divergent_kernel, dim3(1), dim3(32), NULL, out),
+                     FLD_EMU_ERR_BARRIER);
+    ck_assert_int_eq(fld_gpu_launch(early_exit_kernel, dim3(1), dim3(32), NULL, out),
+                     FLD_EMU_ERR_BARRIER);
+    /* The emulator is usable again after a failed launch. */
+    ck_assert_int_eq(fld_gpu_launch(neighbour_kernel<true>, dim3(2), dim3(32), NULL, out), 0);
+    ck_assert_int_eq(out[31], 1);
+    ck_assert_int_eq(fld_gpu_launch(neighbour_kernel<true>, dim3(1), dim3(1025), NULL, out),
+                     FLD_EMU_ERR_LAUNCH_CONFIG);
+    ck_assert_int_eq(fld_gpu_launch(neighbour_kernel<true>, dim3(0), dim3(32), NULL, out),
+                     FLD_EMU_ERR_LAUNCH_CONFIG);
+}
+END_TEST
+
+__global__ void warp_sum_kernel(float *out)
+{
+    out[blockIdx.x * blockDim.x + threadIdx.x] =
+        fld_gpu_warp_sum((float)(blockIdx.x * blockDim.x + threadIdx.x));
+}
+
+__global__ void block_sum_kernel(float *out)
+{
+    /* Two sums in a row: the shared partials are reused safely. */
+    const float a = fld_gpu::block_sum((float)threadIdx.x);
+    const float b = fld_gpu::block_sum(1.0f);
+    out[threadIdx.x] = a + 1e6f * b;
+}
+
+/* _i: warp of 32 or 64 lanes x the three schedules. */
+START_TEST(emu_warp_and_block_sums)
+{
+    const int lanes = _i % 2 ? 64 : 32;
+    fld_emu::set_warp_size(lanes);
+    fld_emu::set_schedule(static_cast<fld_emu::schedule>(_i / 2));
+    std::vector<float> out(256);
+    ck_assert_int_eq(fld_gpu_launch(warp_sum_kernel, dim3(2), dim3(128), NULL, out.data()), 0);
+    for (int t = 0; t < 256; t++) {
+        const int first = t / lanes * lanes;
+        const float want = (float)(lanes * first + lanes * (lanes - 1) / 2);
+        ck_assert_msg(out[t] == want, "warp %d lane %d: %g, want %g", lanes, t, out[t], want);
+    }
+    std::vector<float> sums(1024);
+    ck_assert_int_eq(fld_gpu_launch(block_sum_kernel, dim3(1), dim3(1024), NULL, sums.data()), 0);
+    for (int t = 0; t < 1024; t++)
+        ck_assert_float_eq(sums[t], 1023.0f * 1024.0f / 2.0f + 1e6f * 1024.0f);
+}
+END_TEST
+
+/* The 16-bit conversions of the device code are half.h's, bit for bit. */
+START_TEST(conversions_match_half_h)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f16 = fld_gpu_f16_to_f32((uint16_t)h), b16 = fld_gpu_bf16_to_f32((uint16_t)h);
+        ck_assert(fld_f32_bits(f16) == fld_f32_bits(fld_f16_to_f32((uint16_t)h)));
+        ck_assert(fld_f32_bits(b16) == fld_f32_bits(fld_bf16_to_f32((uint16_t)h)));
+    }
+    tt_rng r;
+    tt_rng_seed(&r, 5);
+    for (int i = 0; i < 200000; i++) {
+        const uint32_t u = (uint32_t)(tt_rng_uniform(&r) * 4294967296.0);
+        const float f = fld_f32_from_bits(u);
+        ck_assert_uint_eq(fld_gpu_f32_to_bf16(f), fld_f32_to_bf16(f));
+        ck_assert_uint_eq(fld_gpu_f32_to_f16(f), fld_f32_to_f16(f));
+    }
+}
+END_TEST
+
+Suite *gpu_suite(void)
+{
+    Suite *s = suite_create("gpu_kernels");
+    TCase *tc = tcase_create("emulator");
+    tcase_add_test(tc, emu_catches_missing_barrier);
+    tcase_add_test(tc, emu_catches_divergent_barrier);
+    tcase_add_loop_test(tc, emu_warp_and_block_sums, 0, 6);
+    tcase_add_test(tc, conversions_match_half_h);
+    tcase_add_test(tc, api_memory_and_device);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("activations");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, act_matches_reference, 0, 24);
+    tcase_add_loop_test(tc, act_wide_rows, 0, 6);
+    tcase_add_test(tc, act_vector_refuses_misaligned);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("norms");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, norm_matches_reference, 0, 6 * N_MODES);
+    tcase_add_loop_test(tc, norm_warp64, 0, 6);
+    tcase_add_loop_test(tc, norm_other_schedules, 0, 6);
+    tcase_add_test(tc, norm_shapes);
+    tcase_add_test(tc, norm_vector_refuses_misaligned);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("rotary");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, rotary_matches_reference, 0, 24);
+    tcase_add_loop_test(tc, rotary_variants, 0, 6);
+    tcase_add_test(tc, rotary_refuses_bad_arguments);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+} // namespace
+
+int main(void)
+{
+    SRunner *sr = srunner_create(gpu_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,155 @@
+/*
+ * Fixture plugin "fakecuda": see fakecuda.h. Every call the glue makes goes
+ * through a wrapper here that records it, then to the emulator's table
+ * (fld_gpu_api_emu), which runs the real kernel source on the host.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../../plugins/cuda/gpu_plugin.h"
+#include "fakecuda.h"
+
+extern const struct fld_gpu_api fld_gpu_api_emu;
+
+enum { EMU_ERR_INVALID_DEVICE = 101 }; /* FLD_EMU_ERR_INVALID_DEVICE (tests/gpu/emu.h) */
+
+static struct fld_gpu_api api;
+static struct fakecuda_record rec = {.variant = -1, .device = -1, .memcpy_kind = -1};
+static int n_devices = 2, count_error, fail_next;
+static _Thread_local int current;
+
+void fakecuda_record_get(struct fakecuda_record *out)
+{
+    *out = rec;
+}
+
+int fakecuda_current_device(void)
+{
+    return current;
+}
+
+void fakecuda_set_current_device(int device)
+{
+    current = device;
+}
+
+void fakecuda_fail_next_launch(int code)
+{
+    fail_next = code;
+}
+
+static int fake_device_count(int *count)
+{
+    rec.device_counts++;
+    if (count_error)
+        return count_error;
+    *count = n_devices;
+    return 0;
+}
+
+static int fake_device_name(int device_id, char *buf, size_t size)
+{
+    snprintf(buf, size, "Emulated GPU (warp 32)");
+    return device_id >= 0 && device_id < n_devices ? 0 : EMU_ERR_INVALID_DEVICE;
+}
+
+static int fake_get_device(int *device_id)
+{
+    *device_id = current;
+    return 0;
+}
+
+static int fake_set_device(int device_id)
+{
+    if (device_id < 0 || device_id >= n_devices)
+        return EMU_ERR_INVALID_DEVICE;
+    rec.set_device++;
+    current = device_id;
+    return 0;
+}
+
+static int fake_malloc(void **ptr, size_t bytes)
+{
+    rec.device = current;
+    return fld_gpu_api_emu.malloc(ptr, bytes);
+}
+
+static int fake_memcpy(void *dst, const void *src, size_t bytes, int kind, void *stream)
+{
+    rec.device = current;
+    rec.stream = stream;
+    rec.memcpy_kind = kind;
+    return fld_gpu_api_emu.memcpy(dst, src, bytes, kind, stream);
+}
+
+static int fake_stream_synchronize(void *stream)
+{
+    rec.device = current;
+    rec.stream = stream;
+    rec.synchronizes++;
+    return fld_gpu_api_emu.stream_synchronize(stream);
+}
+
+/* Records a launch; a non-zero result is the injected failure. */
+static int launch_begin(int variant, void *stream)
+{
+    rec.stream = stream;
+    rec.variant = variant;
+    rec.device = current;
+    int rc = fail_next;
+    fail_next = 0;
+    if (rc == 0)
+        rec.kernels++;
+    return rc;
+}
+
+static int fake_act(const struct fld_gpu_act_args *a, int variant, void *stream)
+{
+    int rc = launch_begin(variant, stream);
+    return rc ? rc : fld_gpu_api_emu.act(a, variant, stream);
+}
+
+static int fake_norm(const struct fld_gpu_norm_args *a, int variant, void *stream)
+{
+    int rc = launch_begin(variant, stream);
+    return rc ? rc : fld_gpu_api_emu.norm(a, variant, stream);
+}
+
+static int fake_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
+{
+    int rc = launch_begin(variant, stream);
+    return rc ? rc : fld_gpu_api_emu.rotary(a, variant, stream);
+}
+
+static int register_builtins(fld_registry *reg)
+{
+    const char *s = getenv("FAKECUDA_DEVICES");
+    n_devices = s ? atoi(s) : 2;
+    s = getenv("FAKECUDA_COUNT_ERROR");
+    count_error = s ? atoi(s) : 0;
+
+    api = fld_gpu_api_emu;
+    api.device_count = fake_device_count;
+    api.device_name = fake_device_name;
+    api.get_device = fake_get_device;
+    api.set_device = fake_set_device;
+    api.malloc = fake_malloc;
+    api.memcpy = fake_memcpy;
+    api.stream_synchronize = fake_stream_synchronize;
+    api.act = fake_act;
+    api.norm = fake_norm;
+    api.rotary = fake_rotary;
+
+    const struct fld_gpu_plugin p = {
+        .api = &api,
+        .vendor = "cuda",
+        .device_type = FLD_DEVICE_CUDA,
+        .device_mask = FLD_DEVICE_MASK_CUDA,
+        .attn_name = "FLASH_ATTN",
+        .attn_mla_name = "FLASHMLA",
+        .attn_sparse_name = "FLASHMLA_SPARSE",
+    };
+    return fld__gpu_plugin_register(reg, &p);
+}
+
+FLD_PLUGIN_DEFINE("fakecuda", FLD_VERSION_STRING, register_builtins)
