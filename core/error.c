@@ -43,6 +43,11 @@ const char *fld_last_error(void)
     return last_error;
 }
 
+void fld__error_clear(void)
+{
+    last_error[0] = '\0';
+}
+
 int fld__failv(int status, const char *fmt, va_list ap)
 {
     vsnprintf(last_error, sizeof last_error, fmt, ap);

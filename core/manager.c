@@ -406,6 +406,10 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
     int last_rc = FLD_OK;
     const struct fld_impl_rec *last_failed = NULL;
     char last_msg[512] = "";
+    /* The last decliner's own explanation, if it gave one (e.g. "no sparse
+     * MLA attention backend on ascend"), for the message when all decline. */
+    char decline_msg[512] = "";
+    const struct fld_impl_rec *last_decliner = NULL;
     uint32_t tried = 0, skipped_failed = 0;
 
     if (first_rc != FLD_OK) {
@@ -430,6 +434,9 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
     if (c->n == 0)
         return no_candidate(op, slot);
 
+    /* Cleared so that a message found after a decline is the decliner's own
+     * (a decline on the direct path, before this, may leave an older one). */
+    fld__error_clear();
     for (uint32_t i = start; i < c->n; i++) {
         if (atomic_load_explicit(&c->failed, memory_order_relaxed) & (1ull << i)) {
             skipped_failed++;
@@ -446,6 +453,11 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
         if (rc == FLD_EUNSUPPORTED) {
             fld__log(FLD_LOG_DEBUG, "Implementation '%s' declined op '%s' (%s, %s)", r->impl_id,
                      op->name, device_label(dev), dtype_label(dt));
+            if (fld_last_error()[0]) {
+                fld__error_copy(decline_msg, sizeof decline_msg);
+                last_decliner = r;
+                fld__error_clear();
+            }
             continue;
         }
         if (c->strict)
@@ -474,8 +486,10 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
                          op->name, device_label(dev), dtype_label(dt));
     return fld__fail(FLD_EUNAVAILABLE,
                      "no implementation of op '%s' (%s, %s) accepts these arguments (%u "
-                     "candidate(s) declined)",
-                     op->name, device_label(dev), dtype_label(dt), c->n);
+                     "candidate(s) declined)%s%s%s%s",
+                     op->name, device_label(dev), dtype_label(dt), c->n, last_decliner ? "; '" : "",
+                     last_decliner ? last_decliner->impl_id : "", last_decliner ? "' said: " : "",
+                     last_decliner ? decline_msg : "");
 }
 
 /* The global chain of (op, slot), rebuilt under the lock when stale. */

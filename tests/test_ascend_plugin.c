@@ -222,14 +222,30 @@ END_TEST
 /* With the fake CANN                                                       */
 /* ------------------------------------------------------------------------ */
 
+/* Loading opens CANN but starts nothing: no aclInit, no device query, until
+ * availability is first asked (a process may fork after fld_init()). */
+START_TEST(load_does_not_start_the_runtime)
+{
+    base_env(NULL);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    const char *log = fake_log();
+    ck_assert_msg(!strstr(log, "aclInit") && !strstr(log, "aclrtGetDeviceCount"),
+                  "called at load:\n%s", log);
+    const char *impl = NULL;
+    ck_assert_int_eq(fld_resolve("rms_norm", FLD_DEVICE_ASCEND, FLD_DTYPE_F32, &impl), FLD_OK);
+    log = fake_log();
+    ck_assert_msg(strstr(log, "aclInit") && strstr(log, "aclrtGetDeviceCount"), "log:\n%s", log);
+}
+END_TEST
+
 START_TEST(available_with_fake)
 {
     base_env(NULL);
     setenv("FAKE_ACL_DEVICES", "2", 1);
     struct plugin_seen s = ascend_plugin();
     ck_assert_int_eq(s.status, FLD_PLUGIN_LOADED);
-    ck_assert_msg(strstr(s.detail, "2 device(s)") && strstr(s.detail, fake_home), "detail: %s",
-                  s.detail);
+    ck_assert_msg(strstr(s.detail, "probed on first use") && strstr(s.detail, fake_home),
+                  "detail: %s", s.detail);
     const char *impl = NULL;
     for (int d = 0; d < 2; d++) {
         int dev = d ? FLD_DEVICE_ASCEND_DL21 : FLD_DEVICE_ASCEND;
@@ -604,6 +620,7 @@ static Suite *ascend_suite(void)
     tcase_add_test(tc, missing_library_named);
     tcase_add_test(tc, zero_devices);
     tcase_add_test(tc, init_failure_reported);
+    tcase_add_test(tc, load_does_not_start_the_runtime);
     tcase_add_test(tc, available_with_fake);
     tcase_add_loop_test(tc, ops_match_reference, 0, 6);
     tcase_add_test(tc, call_sequence_workspace_stream);

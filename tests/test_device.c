@@ -526,6 +526,23 @@ START_TEST(call_on_unavailable_device_names_reason)
 }
 END_TEST
 
+/* When every candidate declines, the message carries the decliner's own words. */
+START_TEST(all_declined_names_the_decliners_reason)
+{
+    const char *name = "unchanged";
+    ck_assert_int_eq(fld_attention_backend(FLD_DEVICE_CPU, true, false, &name), FLD_EUNAVAILABLE);
+    ck_assert_str_eq(name, "unchanged");
+    ck_assert_contains(fld_last_error(), "accepts these arguments");
+    ck_assert_contains(fld_last_error(), "'reference.c' said: attention_backend: no MLA "
+                                         "attention backend on cpu");
+    /* A stale message from an earlier failure is not passed off as the reason. */
+    ck_assert_int_eq(fld_device_alloc(cuda0, 0, (void **)&name), FLD_EINVAL);
+    ck_assert_int_eq(fld_attention_backend(FLD_DEVICE_ASCEND, true, true, &name), FLD_EUNAVAILABLE);
+    ck_assert_contains(fld_last_error(), "no sparse MLA attention backend on ascend");
+    ck_assert_msg(!strstr(fld_last_error(), "bytes is 0"), "%s", fld_last_error());
+}
+END_TEST
+
 /* A plugin built for ABI 1.0 (no hooks) loads on this 1.1 host. */
 START_TEST(abi_1_0_descriptor_loads)
 {
@@ -562,6 +579,7 @@ static Suite *device_suite(void)
     tc = tcase_create("calls");
     tcase_add_test(tc, call_on_unavailable_device_names_reason);
     tcase_add_test(tc, abi_1_0_descriptor_loads);
+    tcase_add_test(tc, all_declined_names_the_decliners_reason);
     suite_add_tcase(s, tc);
     return s;
 }

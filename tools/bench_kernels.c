@@ -86,20 +86,6 @@ static enum family op_family(int op)
 
 /* ---- implementations ------------------------------------------------------- */
 
-static uint32_t device_mask(int device_type)
-{
-    switch (device_type) {
-    case FLD_DEVICE_CPU:
-        return FLD_DEVICE_MASK_CPU;
-    case FLD_DEVICE_CUDA:
-        return FLD_DEVICE_MASK_CUDA;
-    case FLD_DEVICE_ROCM:
-        return FLD_DEVICE_MASK_ROCM;
-    default:
-        return FLD_DEVICE_MASK_ASCEND;
-    }
-}
-
 struct impl_entry {
     char op[64];
     char id[128];
@@ -745,7 +731,7 @@ static int plan(struct run *r)
         return CLI_EXIT_NONE;
     }
     int status = CLI_EXIT_OK;
-    const uint32_t device_bit = device_mask(opt->device_type);
+    const uint32_t device_bit = cli_device_mask(opt->device_type);
     for (int op = 0; op < N_OPS; op++) {
         if (!op_selected(r, op))
             continue;

@@ -54,6 +54,8 @@ const char *cli_dtypes_text(uint32_t mask, char *buf, size_t size);
 /* Names of the mask bits, for JSON arrays; NULL past the last bit. */
 const char *cli_device_bit_name(unsigned bit);
 const char *cli_dtype_bit_name(unsigned bit);
+/* The FLD_DEVICE_MASK_* bit of a device type (both Ascend codes give ASCEND). */
+uint32_t cli_device_mask(int device_type);
 
 /* "loaded", "unavailable", "rejected", "skipped". */
 const char *cli_plugin_status_name(fld_plugin_status st);

@@ -358,20 +358,6 @@ static bool pinnable(const char *op, int device, int dtype, const char *impl, ch
     return ok;
 }
 
-static uint32_t device_mask(int device_type)
-{
-    switch (device_type) {
-    case FLD_DEVICE_CPU:
-        return FLD_DEVICE_MASK_CPU;
-    case FLD_DEVICE_CUDA:
-        return FLD_DEVICE_MASK_CUDA;
-    case FLD_DEVICE_ROCM:
-        return FLD_DEVICE_MASK_ROCM;
-    default:
-        return FLD_DEVICE_MASK_ASCEND;
-    }
-}
-
 struct impl_walk {
     const struct verify_opts *o;
     struct plan *plan;
@@ -383,7 +369,7 @@ struct impl_walk {
 static int plan_impl(const fld_impl_info *info, void *user)
 {
     struct impl_walk *w = user;
-    const uint32_t dev_bit = device_mask(w->o->device);
+    const uint32_t dev_bit = cli_device_mask(w->o->device);
     if (strcmp(info->op, verify_ops[w->op].name) != 0 || !(info->devices & dev_bit) ||
         !(info->dtypes & (1u << w->dtype)))
         return 0;

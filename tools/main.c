@@ -97,6 +97,20 @@ int cli_option_value(const char *cmd, int argc, char **argv, int *i, const char 
 static const char *const device_bits[] = {"cpu", "cuda", "rocm", "ascend"};
 static const char *const dtype_bits[] = {"f32", "f16", "bf16"};
 
+uint32_t cli_device_mask(int device_type)
+{
+    switch (device_type) {
+    case FLD_DEVICE_CPU:
+        return FLD_DEVICE_MASK_CPU;
+    case FLD_DEVICE_CUDA:
+        return FLD_DEVICE_MASK_CUDA;
+    case FLD_DEVICE_ROCM:
+        return FLD_DEVICE_MASK_ROCM;
+    default:
+        return FLD_DEVICE_MASK_ASCEND;
+    }
+}
+
 const char *cli_device_bit_name(unsigned bit)
 {
     return bit < sizeof device_bits / sizeof device_bits[0] ? device_bits[bit] : NULL;

@@ -56,8 +56,10 @@ static int register_builtins(fld_registry *reg)
     if (rc != FLD_OK)
         return rc;
     if (ok)
-        return fld_registry_set_detail(reg, "CANN at %s; %u device(s)", fld__ascend_home(),
-                                       fld__ascend_device_count());
+        return fld_registry_set_detail(reg,
+                                       "CANN at %s; devices are probed on first use (loading "
+                                       "does not initialise the runtime)",
+                                       fld__ascend_home());
     /* The reason is shown beside it; say where CANN was looked for. */
     return fld_registry_set_detail(reg, "CANN looked for at %s", fld__ascend_home());
 }

@@ -102,22 +102,9 @@ bool fld__ascend_load(void)
     resolve(LIB_NNOPBASE, "aclDestroyAclOpExecutor", (void **)&fld__acl.aclDestroyAclOpExecutor,
             false);
 
-    /*
-     * The count needs no aclInit; it tells `fldispatch list` what is there
-     * without initialising the runtime in every process that loads plugins.
-     */
-    uint32_t n = 0;
-    acl_error rc = fld__acl.aclrtGetDeviceCount(&n);
-    if (rc != ACL_OK) {
-        snprintf(reason_text, sizeof reason_text,
-                 "CANN at %s: aclrtGetDeviceCount failed: error %d", home, rc);
-        return false;
-    }
-    device_count = n;
-    if (n == 0) {
-        snprintf(reason_text, sizeof reason_text, "no Ascend device (CANN at %s)", home);
-        return false;
-    }
+    /* Devices are counted when availability is first asked, not here: a
+     * process that loads plugins and then forks must not inherit an
+     * initialised runtime. */
     loaded = true;
     return true;
 
@@ -147,6 +134,17 @@ bool fld__ascend_available(const char **reason)
             snprintf(reason_text, sizeof reason_text, "CANN at %s: aclInit failed: error %d%s%s",
                      home, rc, fld__acl.aclGetRecentErrMsg ? ": " : "",
                      fld__acl.aclGetRecentErrMsg ? fld__acl.aclGetRecentErrMsg() : "");
+        if (init_ok) {
+            uint32_t n = 0;
+            acl_error crc = fld__acl.aclrtGetDeviceCount(&n);
+            if (crc != ACL_OK)
+                snprintf(reason_text, sizeof reason_text,
+                         "CANN at %s: aclrtGetDeviceCount failed: error %d", home, crc);
+            else if (n == 0)
+                snprintf(reason_text, sizeof reason_text, "no Ascend device (CANN at %s)", home);
+            device_count = crc == ACL_OK ? n : 0;
+            init_ok = crc == ACL_OK && n > 0;
+        }
         init_pid = getpid();
     }
     bool ok = init_ok;
