@@ -205,7 +205,7 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfldispatch.a \
 	  $(DESTDIR)$(BINDIR)/fldispatch $(DESTDIR)$(PKGCONFIGDIR)/fldispatch.pc
 	rm -f $(PLUGIN_ALL:%=$(DESTDIR)$(PLUGINDIR)/fld-%.so) \
-	  $(addprefix $(DESTDIR)$(PLUGINDIR)/,$(notdir $(PLUGIN_EXTRA)))
+	  $(addprefix $(DESTDIR)$(PLUGINDIR)/,$(notdir $(foreach p,$(PLUGIN_ALL),$(PLUGIN_EXTRA_$(p)))))
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/fldispatch/,$(notdir $(wildcard include/fldispatch/*.h)))
 	rm -f $(addprefix $(DESTDIR)$(CONFIGDIR)/,$(notdir $(wildcard config/*.yaml)))
 	-rmdir $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(LIBDIR)/fldispatch $(DESTDIR)$(CONFIGDIR) \

@@ -249,8 +249,11 @@ static void scan_op(struct fld_op_s *op, void *user)
         struct fld_impl_rec *impl = op->impls[i];
         if (impl->kind != FLD_KIND_VENDOR)
             continue;
+        /* Only impls available without asking: an is_available() of a device
+         * plugin would count devices, which initialises the driver, and a
+         * process that forks after fld_init() must not inherit that. */
         int acc = accel_of_mask(impl->devices);
-        if (acc < 0 || !fld__impl_available(impl, NULL))
+        if (acc < 0 || impl->is_available)
             continue;
         if (scan->counts[acc]++ == 0)
             scan->found[acc] = impl;

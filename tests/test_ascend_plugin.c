@@ -2,8 +2,9 @@
  * The ascend plugin (plugins/ascend) against the fake CANN of tests/fake_acl:
  * loading with and without CANN, the reasons it gives, every op's results on
  * "Ascend" tensors (host memory; device types 12 and 21) against the
- * reference kernels, the aclnn call protocol (workspace sizes, streams,
- * executors and descriptors), injected failures and the device hooks.
+ * reference kernels (vendor.ascend, and reference.ascend on strided layouts), the aclnn call
+ * protocol (workspace sizes, streams, executors and descriptors), injected failures and the device
+ * hooks.
  *
  * Real Ascend hardware is never used: the fake computes on the host. Tests
  * fork, so each starts with fresh library and fake state; the fake's
@@ -69,6 +70,7 @@ static void assert_clean_protocol(void)
                   ((fake_acl_text_fn)fake("fake_acl_last_violation"))());
     ck_assert_int_eq(fake_count("fake_acl_live_executors"), 0);
     ck_assert_int_eq(fake_count("fake_acl_live_tensors"), 0);
+    ck_assert_int_eq(fake_count("fake_acl_live_scalars"), 0);
 }
 
 struct plugin_seen {
@@ -135,10 +137,17 @@ static bool same_values(const tt_tensor *a, const tt_tensor *b)
 
 #define CPU_REF                                                                                    \
     "rms_norm=impl:reference.c;silu_and_mul=impl:reference.c;"                                     \
-    "rotary_embedding=impl:reference.c"
+    "rotary_embedding=impl:reference.c;mul_and_silu=impl:reference.c;"                             \
+    "gelu_and_mul=impl:reference.c;gelu_tanh_and_mul=impl:reference.c;"                            \
+    "gemma_rms_norm=impl:reference.c"
 #define ASCEND_ONLY                                                                                \
     "rms_norm=impl:vendor.ascend;silu_and_mul=impl:vendor.ascend;"                                 \
-    "rotary_embedding=impl:vendor.ascend"
+    "rotary_embedding=impl:vendor.ascend;gemma_rms_norm=impl:vendor.ascend"
+#define ASCEND_REF                                                                                 \
+    "rms_norm=impl:reference.ascend;silu_and_mul=impl:reference.ascend;"                           \
+    "rotary_embedding=impl:reference.ascend;mul_and_silu=impl:reference.ascend;"                   \
+    "gelu_and_mul=impl:reference.ascend;gelu_tanh_and_mul=impl:reference.ascend;"                  \
+    "gemma_rms_norm=impl:reference.ascend"
 
 /* ------------------------------------------------------------------------ */
 /* Without CANN                                                             */
@@ -315,7 +324,8 @@ static void check_silu(DLDataType dt, int dev)
  * rotary_embedding: T tokens, padded heads (head stride > head_size),
  * rot_dim < head_size so the tail must stay, int32 or int64 positions.
  */
-static void check_rotary(DLDataType dt, int dev, bool neox, bool int32_pos)
+static void check_rotary(DLDataType dt, int dev, bool neox, bool int32_pos, bool f32_cache,
+                         bool with_key)
 {
     const int64_t T = 6, hq = 4, hk = 2, hs = 64, rot = 32, pad = 72, max_pos = 40;
     tt_tensor *pos = tt_new(int32_pos ? TT_INT32 : TT_INT64, 1, &T);
@@ -323,7 +333,7 @@ static void check_rotary(DLDataType dt, int dev, bool neox, bool int32_pos)
         tt_set(pos, i, (double)((i * 7 + 3) % max_pos));
     tt_tensor *q = tt_new_strided(dt, 3, (int64_t[]){T, hq, hs}, (int64_t[]){hq * pad, pad, 1});
     tt_tensor *k = tt_new_strided(dt, 3, (int64_t[]){T, hk, hs}, (int64_t[]){hk * pad, pad, 1});
-    tt_tensor *cache = tt_new(dt, 2, (int64_t[]){max_pos, rot});
+    tt_tensor *cache = tt_new(f32_cache ? FLD_DTYPE_F32 : dt, 2, (int64_t[]){max_pos, rot});
     tt_fill_normal(q, 31, 0.0, 1.0);
     tt_fill_normal(k, 32, 0.0, 1.0);
     for (int64_t p = 0; p < max_pos; p++)
@@ -334,18 +344,102 @@ static void check_rotary(DLDataType dt, int dev, bool neox, bool int32_pos)
         }
     tt_tensor *q_ref = tt_clone(q), *k_ref = tt_clone(k);
     ck_assert_int_eq(fld_policy_push_per_op(CPU_REF), FLD_OK);
-    ck_assert_int_eq(fld_rotary_embedding(&pos->t, &q_ref->t, &k_ref->t, hs, &cache->t, neox),
-                     FLD_OK);
+    ck_assert_int_eq(
+        fld_rotary_embedding(&pos->t, &q_ref->t, with_key ? &k_ref->t : NULL, hs, &cache->t, neox),
+        FLD_OK);
     ck_assert_int_eq(fld_policy_pop(), FLD_OK);
     on_device(pos, dev, 0);
     on_device(q, dev, 0);
     on_device(k, dev, 0);
     on_device(cache, dev, 0);
-    int rc = fld_rotary_embedding(&pos->t, &q->t, &k->t, hs, &cache->t, neox);
+    tt_tensor *k0 = tt_clone(k);
+    int rc = fld_rotary_embedding(&pos->t, &q->t, with_key ? &k->t : NULL, hs, &cache->t, neox);
     ck_assert_msg(rc == FLD_OK, "rotary_embedding: %s", fld_last_error());
     assert_close(q, q_ref, neox ? "rotary query (neox)" : "rotary query (gptj)");
-    assert_close(k, k_ref, neox ? "rotary key (neox)" : "rotary key (gptj)");
+    if (with_key)
+        assert_close(k, k_ref, neox ? "rotary key (neox)" : "rotary key (gptj)");
+    else
+        ck_assert(same_values(k, k0));
     tt_free(pos), tt_free(q), tt_free(k), tt_free(cache), tt_free(q_ref), tt_free(k_ref);
+    tt_free(k0);
+}
+
+/*
+ * rms_norm or gemma_rms_norm on device dev vs reference.c on CPU; strided:
+ * rows padded (x, out and residual each with its own row stride).
+ */
+static void check_norm(DLDataType dt, int dev, bool gemma, bool weight, bool residual, bool strided)
+{
+    const int64_t R = 7, H = 96, shape[2] = {R, H};
+    tt_tensor *x =
+        strided ? tt_new_strided(dt, 2, shape, (int64_t[]){100, 1}) : tt_new(dt, 2, shape);
+    tt_tensor *out =
+        strided ? tt_new_strided(dt, 2, shape, (int64_t[]){104, 1}) : tt_new(dt, 2, shape);
+    tt_tensor *r = !residual ? NULL
+                   : strided ? tt_new_strided(dt, 2, shape, (int64_t[]){112, 1})
+                             : tt_new(dt, 2, shape);
+    tt_tensor *w = weight ? tt_new(dt, 1, &shape[1]) : NULL;
+    tt_fill_normal(x, 41, 0.0, 1.0);
+    tt_fill_normal(out, 42, 0.0, 1.0);
+    if (w)
+        tt_fill_normal(w, 43, gemma ? 0.0 : 1.0, 0.2);
+    if (r)
+        tt_fill_normal(r, 44, 0.0, 1.0);
+    tt_tensor *x_ref = tt_clone(x), *out_ref = tt_clone(out), *r_ref = r ? tt_clone(r) : NULL;
+    int (*fn)(DLTensor *, const DLTensor *, const DLTensor *, DLTensor *, float) =
+        gemma ? fld_gemma_rms_norm : fld_rms_norm;
+
+    ck_assert_int_eq(fld_policy_push_per_op(CPU_REF), FLD_OK);
+    ck_assert_int_eq(fn(&out_ref->t, &x_ref->t, w ? &w->t : NULL, r_ref ? &r_ref->t : NULL, 1e-6f),
+                     FLD_OK);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+
+    on_device(x, dev, 0);
+    on_device(out, dev, 0);
+    if (w)
+        on_device(w, dev, 0);
+    if (r)
+        on_device(r, dev, 0);
+    int rc = fn(&out->t, &x->t, w ? &w->t : NULL, r ? &r->t : NULL, 1e-6f);
+    ck_assert_msg(rc == FLD_OK, "%s: %s", gemma ? "gemma_rms_norm" : "rms_norm", fld_last_error());
+    char what[96];
+    snprintf(what, sizeof what, "%s%s%s%s out", gemma ? "gemma_rms_norm" : "rms_norm",
+             weight ? "" : " (no weight)", residual ? " (residual)" : "",
+             strided ? " strided" : "");
+    assert_close(out, out_ref, what);
+    if (r)
+        assert_close(r, r_ref, "residual");
+    tt_free(x), tt_free(out), tt_free(x_ref), tt_free(out_ref);
+    if (w)
+        tt_free(w);
+    if (r)
+        tt_free(r), tt_free(r_ref);
+}
+
+enum { ACT_SILU, ACT_MUL_SILU, ACT_GELU, ACT_GELU_TANH, N_ACT };
+static int (*const act_fns[N_ACT])(DLTensor *, const DLTensor *) = {
+    fld_silu_and_mul, fld_mul_and_silu, fld_gelu_and_mul, fld_gelu_tanh_and_mul};
+static const char *const act_names[N_ACT] = {"silu_and_mul", "mul_and_silu", "gelu_and_mul",
+                                             "gelu_tanh_and_mul"};
+
+/* A gated activation on strided rows ([2, 5, 2d] with padded rows). */
+static void check_gated(DLDataType dt, int dev, int act)
+{
+    const int64_t d = 64;
+    tt_tensor *x = tt_new_strided(dt, 3, (int64_t[]){2, 5, 2 * d}, (int64_t[]){5 * 144, 144, 1});
+    tt_tensor *out = tt_new_strided(dt, 3, (int64_t[]){2, 5, d}, (int64_t[]){5 * 80, 80, 1});
+    tt_fill_normal(x, 51 + (uint64_t)act, 0.0, 2.0);
+    tt_fill_normal(out, 61, 0.0, 1.0);
+    tt_tensor *out_ref = tt_clone(out);
+    ck_assert_int_eq(fld_policy_push_per_op(CPU_REF), FLD_OK);
+    ck_assert_int_eq(act_fns[act](&out_ref->t, &x->t), FLD_OK);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    on_device(x, dev, 0);
+    on_device(out, dev, 0);
+    int rc = act_fns[act](&out->t, &x->t);
+    ck_assert_msg(rc == FLD_OK, "%s: %s", act_names[act], fld_last_error());
+    assert_close(out, out_ref, act_names[act]);
+    tt_free(x), tt_free(out), tt_free(out_ref);
 }
 
 /* Every op, dtype and Ascend device code, pinned to vendor.ascend strictly. */
@@ -358,11 +452,74 @@ START_TEST(ops_match_reference)
     check_rms(dtypes[dt], dev, false);
     check_rms(dtypes[dt], dev, true);
     check_silu(dtypes[dt], dev);
-    check_rotary(dtypes[dt], dev, true, false);
-    check_rotary(dtypes[dt], dev, false, true);
+    check_rotary(dtypes[dt], dev, true, false, false, true);
+    check_rotary(dtypes[dt], dev, false, true, false, true);
+    check_norm(dtypes[dt], dev, true, true, false, false);
     assert_clean_protocol();
     fld_shutdown();
     ck_assert_int_eq(fake_count("fake_acl_live_allocs"), 0);
+}
+END_TEST
+
+/* Every op of reference.ascend, pinned strictly, on strided layouts vs reference.c. */
+START_TEST(reference_ops_match_reference)
+{
+    base_env(NULL);
+    setenv("VLLM_FL_STRICT", "1", 1);
+    setenv("VLLM_FL_PER_OP", ASCEND_REF, 1);
+    setenv("FAKE_ACL_WORKSPACE", "4096", 1);
+    int dt = _i % 3, dev = _i / 3 ? FLD_DEVICE_ASCEND_DL21 : FLD_DEVICE_ASCEND;
+    for (int act = 0; act < N_ACT; act++)
+        check_gated(dtypes[dt], dev, act);
+    for (int gemma = 0; gemma < 2; gemma++)
+        for (int weight = 0; weight < 2; weight++)
+            for (int residual = 0; residual < 2; residual++)
+                check_norm(dtypes[dt], dev, gemma, weight, residual, true);
+    check_norm(dtypes[dt], dev, false, true, true, false);
+    check_rotary(dtypes[dt], dev, true, false, false, true);
+    check_rotary(dtypes[dt], dev, false, true, false, true);
+    check_rotary(dtypes[dt], dev, true, true, true, false);
+    check_rotary(dtypes[dt], dev, false, false, true, true);
+    assert_clean_protocol();
+    fld_shutdown();
+    ck_assert_int_eq(fake_count("fake_acl_live_allocs"), 0);
+}
+END_TEST
+
+/* What vendor.ascend declines, reference.ascend serves (default policy). */
+START_TEST(declined_layouts_served_by_reference)
+{
+    base_env(NULL);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    /* No weight: aclnn's gamma is required, so the composition fills ones. */
+    check_norm(FLD_DTYPE_F32, FLD_DEVICE_ASCEND, false, false, false, false);
+    ck_assert_msg(strstr(fake_log(), "aclnnInplaceFillScalar"), "log:\n%s", fake_log());
+    /* Strided rows: SwiGlu takes contiguous tensors only. */
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_gated(FLD_DTYPE_BF16, FLD_DEVICE_ASCEND, ACT_SILU);
+    ck_assert_msg(!strstr(fake_log(), "aclnnSwiGlu") && strstr(fake_log(), "aclnnSilu"), "log:\n%s",
+                  fake_log());
+    /* gemma with a residual: aclnnGemmaRmsNorm has no fused add. */
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_norm(FLD_DTYPE_F16, FLD_DEVICE_ASCEND, true, true, true, false);
+    ck_assert_msg(!strstr(fake_log(), "aclnnGemmaRmsNorm") && strstr(fake_log(), "aclnnAdds"),
+                  "log:\n%s", fake_log());
+    /* Contiguous gemma without residual: vendor.ascend's aclnnGemmaRmsNorm. */
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_norm(FLD_DTYPE_F16, FLD_DEVICE_ASCEND, true, true, false, false);
+    ck_assert_msg(strstr(fake_log(), "aclnnGemmaRmsNorm ws=2048"), "log:\n%s", fake_log());
+    /* Rotary with a float32 cache for a bfloat16 query. */
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_rotary(FLD_DTYPE_BF16, FLD_DEVICE_ASCEND, true, false, true, true);
+    ck_assert_msg(!strstr(fake_log(), "aclnnRotaryPositionEmbedding"), "log:\n%s", fake_log());
+    /* GeluV2 modes: none (erf) for gelu_and_mul, tanh for gelu_tanh_and_mul. */
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_gated(FLD_DTYPE_F32, FLD_DEVICE_ASCEND, ACT_GELU);
+    check_gated(FLD_DTYPE_F32, FLD_DEVICE_ASCEND, ACT_GELU_TANH);
+    const char *log = fake_log(), *none = strstr(log, "approximate=0");
+    ck_assert_msg(none && strstr(none, "approximate=1"), "log:\n%s", log);
+    assert_clean_protocol();
 }
 END_TEST
 
@@ -535,26 +692,131 @@ START_TEST(rope_and_silu_failures)
 END_TEST
 
 /* ------------------------------------------------------------------------ */
-/* Declines, attention backend, device hooks                                */
+/* Injected failures in reference.ascend (and vendor.ascend gemma)          */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(declines_what_aclnn_cannot_take)
+static const char *const ref_failures[] = {
+    "aclCreateScalar",
+    "aclnnCastGetWorkspaceSize",
+    "aclnnCast",
+    "aclnnSiluGetWorkspaceSize",
+    "aclnnSilu",
+    "aclnnGeluV2GetWorkspaceSize",
+    "aclnnGeluV2",
+    "aclnnMulGetWorkspaceSize",
+    "aclnnMul",
+    "aclnnAddGetWorkspaceSize",
+    "aclnnAdd",
+    "aclnnAddsGetWorkspaceSize",
+    "aclnnAdds",
+    "aclnnInplaceFillScalarGetWorkspaceSize",
+    "aclnnInplaceFillScalar",
+    "aclnnRmsNormGetWorkspaceSize",
+    "aclnnRmsNorm",
+    "aclnnIndexSelectGetWorkspaceSize",
+    "aclnnIndexSelect",
+    "aclnnInplaceCopyGetWorkspaceSize",
+    "aclnnInplaceCopy",
+    "aclnnGemmaRmsNormGetWorkspaceSize", /* vendor.ascend */
+    "aclnnGemmaRmsNorm",                 /* vendor.ascend */
+};
+
+enum { CASE_RMS = N_ACT, CASE_GEMMA, CASE_RMS_NO_WEIGHT, CASE_GEMMA_PLAIN, CASE_ROTARY, N_CASES };
+
+/*
+ * One call of case `which` on Ascend tensors with fn failing: either it does
+ * not use fn (FLD_OK) or it fails with FLD_EIMPL naming fn, every output
+ * untouched. Returns whether it failed.
+ */
+static bool failing_call(int which, const char *fn)
+{
+    const DLDataType dt = FLD_DTYPE_BF16;
+    tt_tensor *ins[4] = {NULL}, *outs[3] = {NULL}, *snap[3] = {NULL};
+    int n_in = 0, n_out = 0, rc;
+    const char *op;
+    if (which < N_ACT) {
+        op = act_names[which];
+        ins[n_in++] = tt_new_strided(dt, 2, (int64_t[]){3, 64}, (int64_t[]){72, 1});
+        outs[n_out++] = tt_new(dt, 2, (int64_t[]){3, 32});
+    } else if (which != CASE_ROTARY) {
+        const bool gemma = which == CASE_GEMMA || which == CASE_GEMMA_PLAIN;
+        op = gemma ? "gemma_rms_norm" : "rms_norm";
+        ins[n_in++] = tt_new(dt, 2, (int64_t[]){4, 64});
+        ins[n_in++] = which == CASE_RMS_NO_WEIGHT ? NULL : tt_new(dt, 1, (int64_t[]){64});
+        outs[n_out++] = tt_new(dt, 2, (int64_t[]){4, 64});
+        if (which == CASE_RMS || which == CASE_GEMMA)
+            outs[n_out++] = tt_new_strided(dt, 2, (int64_t[]){4, 64}, (int64_t[]){80, 1});
+    } else {
+        op = "rotary_embedding";
+        const int64_t T = 3;
+        ins[n_in++] = tt_new(TT_INT64, 1, &T);
+        ins[n_in++] = tt_new(dt, 2, (int64_t[]){8, 32});
+        outs[n_out++] = tt_new(dt, 3, (int64_t[]){T, 2, 48});
+        outs[n_out++] = tt_new(dt, 3, (int64_t[]){T, 1, 48});
+    }
+    for (int i = 0; i < n_in; i++)
+        if (ins[i]) {
+            if (ins[i]->t.dtype.code != kDLInt)
+                tt_fill_normal(ins[i], 70 + (uint64_t)i, 0.0, 1.0);
+            on_device(ins[i], FLD_DEVICE_ASCEND, 0);
+        }
+    for (int i = 0; i < n_out; i++) {
+        tt_fill_normal(outs[i], 80 + (uint64_t)i, 0.0, 1.0);
+        snap[i] = tt_clone(outs[i]);
+        on_device(outs[i], FLD_DEVICE_ASCEND, 0);
+    }
+    if (which < N_ACT)
+        rc = act_fns[which](&outs[0]->t, &ins[0]->t);
+    else if (which != CASE_ROTARY)
+        rc = (which == CASE_GEMMA || which == CASE_GEMMA_PLAIN ? fld_gemma_rms_norm : fld_rms_norm)(
+            &outs[0]->t, &ins[0]->t, ins[1] ? &ins[1]->t : NULL, n_out > 1 ? &outs[1]->t : NULL,
+            1e-6f);
+    else
+        rc = fld_rotary_embedding(&ins[0]->t, &outs[0]->t, &outs[1]->t, 48, &ins[1]->t, false);
+
+    if (rc != FLD_OK) {
+        char want[160];
+        snprintf(want, sizeof want, "ascend: %s: %s failed", op, fn);
+        ck_assert_msg(rc == FLD_EIMPL && strstr(fld_last_error(), want) &&
+                          strstr(fld_last_error(), "injected"),
+                      "%s with %s failing: rc %d: %s", op, fn, rc, fld_last_error());
+        for (int i = 0; i < n_out; i++)
+            ck_assert_msg(same_values(outs[i], snap[i]), "%s with %s failing wrote output %d", op,
+                          fn, i);
+    }
+    for (int i = 0; i < n_in; i++)
+        if (ins[i])
+            tt_free(ins[i]);
+    for (int i = 0; i < n_out; i++)
+        tt_free(outs[i]), tt_free(snap[i]);
+    return rc != FLD_OK;
+}
+
+START_TEST(reference_failures_leave_outputs)
 {
     base_env(NULL);
-    /* No weight: aclnn's gamma is required, and nothing else serves Ascend. */
-    tt_tensor *x = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){2, 32});
-    tt_tensor *out = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){2, 32});
-    on_device(x, FLD_DEVICE_ASCEND, 0), on_device(out, FLD_DEVICE_ASCEND, 0);
-    ck_assert_int_eq(fld_rms_norm(&out->t, &x->t, NULL, NULL, 1e-6f), FLD_EUNAVAILABLE);
-    /* Strided rows: SwiGlu takes contiguous tensors only. */
-    tt_tensor *xs = tt_new_strided(FLD_DTYPE_F32, 2, (int64_t[]){2, 32}, (int64_t[]){40, 1});
-    tt_tensor *o = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){2, 16});
-    on_device(xs, FLD_DEVICE_ASCEND, 0), on_device(o, FLD_DEVICE_ASCEND, 0);
-    ck_assert_int_eq(fld_silu_and_mul(&o->t, &xs->t), FLD_EUNAVAILABLE);
-    ck_assert_int_eq(fake_count("fake_acl_violations"), 0);
-    tt_free(x), tt_free(out), tt_free(xs), tt_free(o);
+    const char *fn = ref_failures[_i];
+    const bool vendor = strstr(fn, "GemmaRmsNorm") != NULL;
+    setenv("FAKE_ACL_FAIL", fn, 1);
+    setenv("VLLM_FL_STRICT", "1", 1);
+    setenv("VLLM_FL_PER_OP", vendor ? ASCEND_ONLY : ASCEND_REF, 1);
+    int failed = 0;
+    for (int which = 0; which < N_CASES; which++) {
+        /* vendor.ascend's gemma takes no residual; reference.ascend any case. */
+        if (vendor != (which == CASE_GEMMA_PLAIN))
+            continue;
+        failed += failing_call(which, fn);
+    }
+    ck_assert_msg(failed > 0, "no call used %s", fn);
+    assert_clean_protocol();
+    fld_shutdown();
+    ck_assert_int_eq(fake_count("fake_acl_live_allocs"), 0);
 }
 END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Declines, attention backend, device hooks                                */
+/* ------------------------------------------------------------------------ */
 
 START_TEST(attention_backend_names)
 {
@@ -623,13 +885,16 @@ static Suite *ascend_suite(void)
     tcase_add_test(tc, load_does_not_start_the_runtime);
     tcase_add_test(tc, available_with_fake);
     tcase_add_loop_test(tc, ops_match_reference, 0, 6);
+    tcase_add_loop_test(tc, reference_ops_match_reference, 0, 6);
     tcase_add_test(tc, call_sequence_workspace_stream);
     tcase_add_test(tc, device_id_selected);
     tcase_add_loop_test(tc, rms_failure_leaves_outputs, 0,
                         (int)(sizeof rms_failures / sizeof rms_failures[0]));
     tcase_add_loop_test(tc, rope_and_silu_failures, 0,
                         (int)(sizeof rope_failures / sizeof rope_failures[0]));
-    tcase_add_test(tc, declines_what_aclnn_cannot_take);
+    tcase_add_loop_test(tc, reference_failures_leave_outputs, 0,
+                        (int)(sizeof ref_failures / sizeof ref_failures[0]));
+    tcase_add_test(tc, declined_layouts_served_by_reference);
     tcase_add_test(tc, attention_backend_names);
     tcase_add_test(tc, device_hooks_round_trip);
     suite_add_tcase(s, tc);

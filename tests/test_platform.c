@@ -209,6 +209,15 @@ static bool not_here(const char **reason)
     return false;
 }
 
+/* A device plugin's probe: detection must not call it (it would start a driver). */
+static int probes;
+static bool probed_yes(const char **reason)
+{
+    (void)reason;
+    probes++;
+    return true;
+}
+
 #define PROBE(id, vendor, kind, devices, avail)                                                    \
     {                                                                                              \
         "plat_probe", id, kind, vendor, FLD_PRIORITY_VENDOR, devices, FLD_DTYPE_MASK_ALL, ok_fn,   \
@@ -248,6 +257,11 @@ static const struct {
     /* Not evidence of an accelerator: */
     {"unavail",
      {PROBE("vendor.unavail", "unavail", FLD_KIND_VENDOR, FLD_DEVICE_MASK_CUDA, not_here)},
+     1,
+     "cpu",
+     NO_ACCELERATOR},
+    {"probed",
+     {PROBE("vendor.probed", "probed", FLD_KIND_VENDOR, FLD_DEVICE_MASK_CUDA, probed_yes)},
      1,
      "cpu",
      NO_ACCELERATOR},
@@ -314,6 +328,7 @@ START_TEST(test_detect_plugins)
                   "%s: platform %s (%s), expected %s", plugin_cases[_i].plugin, info.name,
                   info.detected_by, plugin_cases[_i].platform);
     ck_assert_str_eq(info.detected_by, plugin_cases[_i].detected_by);
+    ck_assert_int_eq(probes, 0);
 }
 END_TEST
 

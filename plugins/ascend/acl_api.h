@@ -22,7 +22,34 @@
  *   non-contiguous x/cos/sin allowed, out contiguous, D < 896):
  *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/83RC1alpha003/API/aolapi/context/aclnnRotaryPositionEmbedding.md
  *     https://gitcode.com/cann/ops-transformer (posembedding/rotary_position_embedding/docs)
- *   aclnnIndexSelect, aclnnInplaceCopy: https://www.hiascend.com/document/ (aolapi)
+ *   aclnnIndexSelect: https://www.hiascend.com/document/ (aolapi)
+ *   aclnnInplaceCopy (selfRef and src may be non-contiguous and of different
+ *   dtypes; the copy converts):
+ *     https://gitcode.com/cann/ops-math/blob/master/conversion/view_copy/docs/aclnnInplaceCopy.md
+ *     https://gitcode.com/cann/ops-math/issues/3278 (dtype conversion through Cast)
+ *
+ * Used by reference.ascend (and vendor.ascend gemma_rms_norm):
+ *   aclCreateScalar / aclDestroyScalar (libnnopbase):
+ *     https://www.hiascend.com/document/detail/en/canncommercial/850/API/aolapi/operatorlist_00017.html
+ *     https://www.hiascend.com/doc_center/source/zh/canncommercial/850/API/aolapi/operatorlist_00025.html
+ *   aclnnCast (self, aclDataType dtype, out):
+ *     https://gitcode.com/cann/ops-math/tree/master/math/cast (docs/aclnnCast.md)
+ *   aclnnSilu (self and out of one dtype, non-contiguous allowed):
+ *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/82RC1alpha001/API/aolapi/context/aclnnSilu.md
+ *   aclnnGeluV2 (approximate 0 = none (erf), 1 = tanh; x and y of one dtype):
+ *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/82RC1alpha002/API/aolapi/context/aclnnGeluV2.md
+ *   aclnnMul (broadcasting, type promotion; out any dtype the promoted type
+ *   converts to):
+ *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/82RC1alpha002/API/aolapi/context/aclnnMul%26aclnnInplaceMul.md
+ *   aclnnAdd (out = self + alpha * other, broadcasting), aclnnAdds (tensor +
+ *   alpha * scalar):
+ *     https://hiascend.com/document/detail/zh/canncommercial/63RC2/inferapplicationdev/aclcppdevg/aclcppdevg_03_0158.html
+ *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/82RC1alpha002/API/aolapi/context/aclnnAdds.md
+ *   aclnnInplaceFillScalar:
+ *     https://gitcode.com/cann/ops-math/blob/master/conversion/fill/docs/aclnnInplaceFillScalar.md
+ *   aclnnGemmaRmsNorm (y = x / rms(x) * (1 + gamma); CANN 8.1 and later, so
+ *   resolved optionally):
+ *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/82RC1alpha002/API/aolapi/context/aclnnGemmaRmsNorm.md
  *
  * All aclnn operators use the two-phase protocol: XGetWorkspaceSize()
  * checks the arguments and returns a workspace size and a one-shot executor;
@@ -40,6 +67,7 @@ typedef int acl_nn_status;                /* aclnnStatus; 0 = OK */
 typedef void *acl_stream;                 /* aclrtStream */
 typedef struct acl_tensor acl_tensor;     /* opaque aclTensor */
 typedef struct acl_executor acl_executor; /* opaque aclOpExecutor */
+typedef struct acl_scalar acl_scalar;     /* opaque aclScalar */
 
 #define ACL_OK 0
 /* aclInit called twice in one process (ACL_ERROR_REPEAT_INITIALIZE). */
@@ -58,6 +86,9 @@ enum {
     ACL_COPY_DEVICE_TO_HOST = 2,
     ACL_COPY_DEVICE_TO_DEVICE = 3
 };
+/* aclnnGeluV2 approximate */
+#define ACL_GELU_NONE 0
+#define ACL_GELU_TANH 1
 /* aclnnRotaryPositionEmbedding modes */
 #define ACL_ROPE_HALF       0
 #define ACL_ROPE_INTERLEAVE 1
@@ -84,7 +115,9 @@ typedef acl_error (*acl_run_fn)(void *workspace, uint64_t workspace_size, acl_ex
       (const int64_t *view_dims, uint64_t view_ndim, int dtype, const int64_t *strides,            \
        int64_t offset, int format, const int64_t *storage_dims, uint64_t storage_ndim,             \
        void *data))                                                                                \
-    X(acl_nn_status, aclDestroyTensor, (const acl_tensor *tensor))
+    X(acl_nn_status, aclDestroyTensor, (const acl_tensor *tensor))                                 \
+    X(acl_scalar *, aclCreateScalar, (void *value, int dtype))                                     \
+    X(acl_nn_status, aclDestroyScalar, (const acl_scalar *scalar))
 
 #define FLD_ACL_OP_FUNCS(X)                                                                        \
     X(acl_nn_status, aclnnRmsNormGetWorkspaceSize,                                                 \
@@ -117,6 +150,49 @@ typedef acl_error (*acl_run_fn)(void *workspace, uint64_t workspace_size, acl_ex
       (acl_tensor * self_ref, const acl_tensor *src, uint64_t *workspace_size,                     \
        acl_executor **executor))                                                                   \
     X(acl_nn_status, aclnnInplaceCopy,                                                             \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnCastGetWorkspaceSize,                                                    \
+      (const acl_tensor *self, int dtype, acl_tensor *out, uint64_t *workspace_size,               \
+       acl_executor **executor))                                                                   \
+    X(acl_nn_status, aclnnCast,                                                                    \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnSiluGetWorkspaceSize,                                                    \
+      (const acl_tensor *self, acl_tensor *out, uint64_t *workspace_size,                          \
+       acl_executor **executor))                                                                   \
+    X(acl_nn_status, aclnnSilu,                                                                    \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnGeluV2GetWorkspaceSize,                                                  \
+      (const acl_tensor *x, int64_t approximate, acl_tensor *y, uint64_t *workspace_size,          \
+       acl_executor **executor))                                                                   \
+    X(acl_nn_status, aclnnGeluV2,                                                                  \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnMulGetWorkspaceSize,                                                     \
+      (const acl_tensor *self, const acl_tensor *other, acl_tensor *out, uint64_t *workspace_size, \
+       acl_executor **executor))                                                                   \
+    X(acl_nn_status, aclnnMul,                                                                     \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnAddGetWorkspaceSize,                                                     \
+      (const acl_tensor *self, const acl_tensor *other, const acl_scalar *alpha, acl_tensor *out,  \
+       uint64_t *workspace_size, acl_executor **executor))                                         \
+    X(acl_nn_status, aclnnAdd,                                                                     \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnAddsGetWorkspaceSize,                                                    \
+      (const acl_tensor *self, const acl_scalar *other, const acl_scalar *alpha, acl_tensor *out,  \
+       uint64_t *workspace_size, acl_executor **executor))                                         \
+    X(acl_nn_status, aclnnAdds,                                                                    \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
+    X(acl_nn_status, aclnnInplaceFillScalarGetWorkspaceSize,                                       \
+      (acl_tensor * self_ref, const acl_scalar *value, uint64_t *workspace_size,                   \
+       acl_executor **executor))                                                                   \
+    X(acl_nn_status, aclnnInplaceFillScalar,                                                       \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))
+
+/* Resolved when present (CANN 8.1+); NULL otherwise. */
+#define FLD_ACL_OPTIONAL_OP_FUNCS(X)                                                               \
+    X(acl_nn_status, aclnnGemmaRmsNormGetWorkspaceSize,                                            \
+      (const acl_tensor *x, const acl_tensor *gamma, double epsilon, const acl_tensor *y_out,      \
+       const acl_tensor *rstd_out, uint64_t *workspace_size, acl_executor **executor))             \
+    X(acl_nn_status, aclnnGemmaRmsNorm,                                                            \
       (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))
 
 #endif

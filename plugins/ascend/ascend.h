@@ -17,6 +17,8 @@ struct fld_ascend_api {
     FLD_ACL_RUNTIME_FUNCS(FLD_ACL_FIELD)
     FLD_ACL_TENSOR_FUNCS(FLD_ACL_FIELD)
     FLD_ACL_OP_FUNCS(FLD_ACL_FIELD)
+    /* Optional operators: NULL when this CANN lacks them. */
+    FLD_ACL_OPTIONAL_OP_FUNCS(FLD_ACL_FIELD)
 #undef FLD_ACL_FIELD
     /* Optional: absent from some releases; NULL then. */
     const char *(*aclGetRecentErrMsg)(void);
@@ -53,17 +55,22 @@ int fld__ascend_hook_synchronize(int device_id);
 /* One operator call                                                        */
 /* ------------------------------------------------------------------------ */
 
-#define FLD_ASCEND_MAX_TENSORS 16
+/* Rotary in reference.ascend describes 25 tensors (9 shared, 8 per query/key). */
+#define FLD_ASCEND_MAX_TENSORS 32
+#define FLD_ASCEND_MAX_SCALARS 4
 #define FLD_ASCEND_MAX_DIMS    8
 
 struct fld_ascend_scratch;
 
 struct fld_ascend_call {
-    const char *op; /* catalog op name, for messages */
+    const char *impl; /* "vendor.ascend" or "reference.ascend", for messages */
+    const char *op;   /* catalog op name, for messages */
     acl_stream stream;
     struct fld_ascend_scratch *scratch;
     acl_tensor *tensors[FLD_ASCEND_MAX_TENSORS];
     int n_tensors;
+    acl_scalar *scalars[FLD_ASCEND_MAX_SCALARS];
+    int n_scalars;
 };
 
 /*
@@ -72,7 +79,10 @@ struct fld_ascend_call {
  * fld_get_stream() and its scratch memory. FLD_OK or FLD_EIMPL (message set).
  */
 int fld__ascend_begin(struct fld_ascend_call *c, const char *op, DLDevice device);
-/* Destroys the call's tensor descriptors. */
+/* The same for implementation impl (messages name it). */
+int fld__ascend_begin_as(struct fld_ascend_call *c, const char *impl, const char *op,
+                         DLDevice device);
+/* Destroys the call's tensor and scalar descriptors. */
 void fld__ascend_end(struct fld_ascend_call *c);
 
 /*
@@ -82,6 +92,11 @@ void fld__ascend_end(struct fld_ascend_call *c);
  */
 acl_tensor *fld__ascend_tensor(struct fld_ascend_call *c, int ndim, const int64_t *dims,
                                const int64_t *strides, int acl_dtype, const void *data);
+/*
+ * An aclScalar holding the float32 value; destroyed by fld__ascend_end().
+ * NULL with FLD_EIMPL's message set on failure.
+ */
+acl_scalar *fld__ascend_scalar(struct fld_ascend_call *c, float value);
 /* ACL_DT_* of a float DLPack dtype, or -1. */
 int fld__ascend_dtype(DLDataType t);
 
@@ -100,7 +115,7 @@ void *fld__ascend_buffers(struct fld_ascend_call *c, size_t bytes);
 int fld__ascend_launch(struct fld_ascend_call *c, const char *name, acl_run_fn run, uint64_t ws,
                        acl_executor *executor);
 
-/* Sets "vendor.ascend: <op>: <func> failed: error N (text)"; returns FLD_EIMPL. */
+/* Sets "<impl>: <op>: <func> failed: error N (text)"; returns FLD_EIMPL. */
 int fld__ascend_fail(const struct fld_ascend_call *c, const char *func, int status);
 
 /* Operator kernels and predicates (ops.c). */
@@ -111,5 +126,16 @@ bool fld__ascend_silu_and_mul_supports(const void *args);
 int fld__ascend_rotary_embedding(const void *args);
 bool fld__ascend_rotary_supports(const void *args);
 int fld__ascend_attention_backend(const void *args);
+int fld__ascend_gemma_rms_norm(const void *args);
+bool fld__ascend_gemma_rms_norm_supports(const void *args);
+
+/* reference.ascend (ops_reference.c): compositions of elementwise aclnn ops. */
+int fld__ascend_ref_silu_and_mul(const void *args);
+int fld__ascend_ref_mul_and_silu(const void *args);
+int fld__ascend_ref_gelu_and_mul(const void *args);
+int fld__ascend_ref_gelu_tanh_and_mul(const void *args);
+int fld__ascend_ref_rms_norm(const void *args);
+int fld__ascend_ref_gemma_rms_norm(const void *args);
+int fld__ascend_ref_rotary_embedding(const void *args);
 
 #endif

@@ -1,6 +1,10 @@
 /*
  * fld-ascend.so: Huawei Ascend NPUs through CANN's aclnn operators.
  *
+ * vendor.ascend maps ops onto fused aclnn operators where they fit (ops.c);
+ * reference.ascend composes every compute op from simple aclnn operators on
+ * strided views and serves what vendor.ascend declines (ops_reference.c).
+ *
  * Builds without the CANN SDK (acl_api.h declares what it uses) and loads
  * the runtime with dlopen() at registration (runtime.c). Without CANN, or
  * without a device, the plugin still loads and registers; its
@@ -20,7 +24,22 @@ static const struct {
     {FLD_OP_RMS_NORM, fld__ascend_rms_norm, fld__ascend_rms_norm_supports},
     {FLD_OP_SILU_AND_MUL, fld__ascend_silu_and_mul, fld__ascend_silu_and_mul_supports},
     {FLD_OP_ROTARY_EMBEDDING, fld__ascend_rotary_embedding, fld__ascend_rotary_supports},
+    {FLD_OP_GEMMA_RMS_NORM, fld__ascend_gemma_rms_norm, fld__ascend_gemma_rms_norm_supports},
     {FLD_OP_ATTENTION_BACKEND, fld__ascend_attention_backend, NULL},
+};
+
+/* reference.ascend: any layout the host accepts (ops_reference.c). */
+static const struct {
+    const char *op;
+    fld_kernel_fn fn;
+} references[] = {
+    {FLD_OP_SILU_AND_MUL, fld__ascend_ref_silu_and_mul},
+    {FLD_OP_MUL_AND_SILU, fld__ascend_ref_mul_and_silu},
+    {FLD_OP_GELU_AND_MUL, fld__ascend_ref_gelu_and_mul},
+    {FLD_OP_GELU_TANH_AND_MUL, fld__ascend_ref_gelu_tanh_and_mul},
+    {FLD_OP_RMS_NORM, fld__ascend_ref_rms_norm},
+    {FLD_OP_GEMMA_RMS_NORM, fld__ascend_ref_gemma_rms_norm},
+    {FLD_OP_ROTARY_EMBEDDING, fld__ascend_ref_rotary_embedding},
 };
 
 static int register_builtins(fld_registry *reg)
@@ -38,6 +57,21 @@ static int register_builtins(fld_registry *reg)
             .fn = kernels[i].fn,
             .is_available = fld__ascend_available,
             .supports = kernels[i].supports,
+        };
+        int rc = fld_registry_register(reg, &impl);
+        if (rc != FLD_OK)
+            return rc;
+    }
+    for (size_t i = 0; i < sizeof references / sizeof references[0]; i++) {
+        const fld_impl impl = {
+            .op = references[i].op,
+            .impl_id = "reference.ascend",
+            .kind = FLD_KIND_REFERENCE,
+            .priority = FLD_PRIORITY_REFERENCE,
+            .devices = FLD_DEVICE_MASK_ASCEND,
+            .dtypes = FLD_DTYPE_MASK_ALL,
+            .fn = references[i].fn,
+            .is_available = fld__ascend_available,
         };
         int rc = fld_registry_register(reg, &impl);
         if (rc != FLD_OK)

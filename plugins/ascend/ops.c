@@ -3,6 +3,8 @@
  *
  *   rms_norm            aclnnRmsNorm; with residual aclnnAddRmsNorm, which
  *                       writes residual = x + residual and out = norm(that)
+ *   gemma_rms_norm      aclnnGemmaRmsNorm (when this CANN has it), without
+ *                       residual only: there is no fused add variant
  *   silu_and_mul        aclnnSwiGlu over the last dimension
  *   rotary_embedding    aclnnIndexSelect gathers each token's cos and sin row
  *                       (read through a zero-stride view of the cache that
@@ -59,6 +61,8 @@ static const void *data_of(const DLTensor *t)
 /* rms_norm                                                                 */
 /* ------------------------------------------------------------------------ */
 
+static int rms_norm(const fld_rms_norm_args *a, bool gemma);
+
 bool fld__ascend_rms_norm_supports(const void *argp)
 {
     const fld_rms_norm_args *a = argp;
@@ -69,6 +73,23 @@ bool fld__ascend_rms_norm_supports(const void *argp)
     return !a->residual || rows_contiguous(a->residual);
 }
 
+bool fld__ascend_gemma_rms_norm_supports(const void *argp)
+{
+    const fld_rms_norm_args *a = argp;
+    return fld__acl.aclnnGemmaRmsNorm && !a->residual && fld__ascend_rms_norm_supports(argp);
+}
+
+int fld__ascend_gemma_rms_norm(const void *argp)
+{
+    const fld_rms_norm_args *a = argp;
+    if (!fld__ascend_gemma_rms_norm_supports(argp)) {
+        fld_set_error("vendor.ascend: gemma_rms_norm: needs aclnnGemmaRmsNorm (CANN 8.1+), a "
+                      "weight, no residual and contiguous rows");
+        return FLD_EUNSUPPORTED;
+    }
+    return rms_norm(a, true);
+}
+
 int fld__ascend_rms_norm(const void *argp)
 {
     const fld_rms_norm_args *a = argp;
@@ -76,6 +97,12 @@ int fld__ascend_rms_norm(const void *argp)
         fld_set_error("vendor.ascend: rms_norm: needs a weight and contiguous rows");
         return FLD_EUNSUPPORTED;
     }
+    return rms_norm(a, false);
+}
+
+/* aclnnRmsNorm, aclnnAddRmsNorm (residual) or aclnnGemmaRmsNorm (gemma). */
+static int rms_norm(const fld_rms_norm_args *a, bool gemma)
+{
     fld_rows x, out;
     fld_tensor_rows(a->x, &x);
     fld_tensor_rows(a->out, &out);
@@ -84,7 +111,7 @@ int fld__ascend_rms_norm(const void *argp)
     int dt = fld__ascend_dtype(a->x->dtype);
 
     struct fld_ascend_call c;
-    int rc = fld__ascend_begin(&c, FLD_OP_RMS_NORM, a->x->device);
+    int rc = fld__ascend_begin(&c, gemma ? FLD_OP_GEMMA_RMS_NORM : FLD_OP_RMS_NORM, a->x->device);
     if (rc != FLD_OK)
         return rc;
     const int64_t dims[2] = {x.rows, x.width};
@@ -121,6 +148,11 @@ int fld__ascend_rms_norm(const void *argp)
                                                           tres, &ws, &ex);
         rc = st ? fld__ascend_fail(&c, "aclnnAddRmsNormGetWorkspaceSize", st)
                 : fld__ascend_launch(&c, "aclnnAddRmsNorm", fld__acl.aclnnAddRmsNorm, ws, ex);
+    } else if (gemma) {
+        int st =
+            fld__acl.aclnnGemmaRmsNormGetWorkspaceSize(tx, tw, (double)a->eps, ty, tr, &ws, &ex);
+        rc = st ? fld__ascend_fail(&c, "aclnnGemmaRmsNormGetWorkspaceSize", st)
+                : fld__ascend_launch(&c, "aclnnGemmaRmsNorm", fld__acl.aclnnGemmaRmsNorm, ws, ex);
     } else {
         int st = fld__acl.aclnnRmsNormGetWorkspaceSize(tx, tw, (double)a->eps, ty, tr, &ws, &ex);
         rc = st ? fld__ascend_fail(&c, "aclnnRmsNormGetWorkspaceSize", st)

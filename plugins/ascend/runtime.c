@@ -98,6 +98,9 @@ bool fld__ascend_load(void)
 #undef FLD_ACL_OP
     if (!ok)
         goto fail_close;
+#define FLD_ACL_OPT(ret, name, params) resolve(LIB_OPAPI, #name, (void **)&fld__acl.name, false);
+    FLD_ACL_OPTIONAL_OP_FUNCS(FLD_ACL_OPT)
+#undef FLD_ACL_OPT
     resolve(LIB_ACL, "aclGetRecentErrMsg", (void **)&fld__acl.aclGetRecentErrMsg, false);
     resolve(LIB_NNOPBASE, "aclDestroyAclOpExecutor", (void **)&fld__acl.aclDestroyAclOpExecutor,
             false);
@@ -157,8 +160,8 @@ bool fld__ascend_available(const char **reason)
 int fld__ascend_fail(const struct fld_ascend_call *c, const char *func, int status)
 {
     const char *msg = fld__acl.aclGetRecentErrMsg ? fld__acl.aclGetRecentErrMsg() : NULL;
-    fld_set_error("vendor.ascend: %s: %s failed: error %d (%s)", c ? c->op : "device", func, status,
-                  msg && msg[0] ? msg : "no detail from CANN");
+    fld_set_error("%s: %s: %s failed: error %d (%s)", c ? c->impl : "vendor.ascend",
+                  c ? c->op : "device", func, status, msg && msg[0] ? msg : "no detail from CANN");
     return FLD_EIMPL;
 }
 
@@ -266,7 +269,14 @@ static int set_device(const struct fld_ascend_call *c, int device_id)
 
 int fld__ascend_begin(struct fld_ascend_call *c, const char *op, DLDevice device)
 {
+    return fld__ascend_begin_as(c, "vendor.ascend", op, device);
+}
+
+int fld__ascend_begin_as(struct fld_ascend_call *c, const char *impl, const char *op,
+                         DLDevice device)
+{
     memset(c, 0, sizeof *c);
+    c->impl = impl;
     c->op = op;
     c->stream = fld_get_stream(FLD_DEVICE_ASCEND);
     int rc = set_device(c, device.device_id);
@@ -274,7 +284,7 @@ int fld__ascend_begin(struct fld_ascend_call *c, const char *op, DLDevice device
         return rc;
     struct fld_ascend_scratch *s = thread_scratch();
     if (!s) {
-        fld_set_error("vendor.ascend: %s: out of memory", op);
+        fld_set_error("%s: %s: out of memory", impl, op);
         return FLD_ENOMEM;
     }
     c->scratch = s;
@@ -298,6 +308,25 @@ void fld__ascend_end(struct fld_ascend_call *c)
     for (int i = 0; i < c->n_tensors; i++)
         fld__acl.aclDestroyTensor(c->tensors[i]);
     c->n_tensors = 0;
+    for (int i = 0; i < c->n_scalars; i++)
+        fld__acl.aclDestroyScalar(c->scalars[i]);
+    c->n_scalars = 0;
+}
+
+acl_scalar *fld__ascend_scalar(struct fld_ascend_call *c, float value)
+{
+    if (c->n_scalars == FLD_ASCEND_MAX_SCALARS) {
+        fld_set_error("%s: %s: too many scalar descriptors", c->impl, c->op);
+        return NULL;
+    }
+    /* aclCreateScalar copies the value out of our host variable. */
+    acl_scalar *s = fld__acl.aclCreateScalar(&value, ACL_DT_FLOAT);
+    if (!s) {
+        fld__ascend_fail(c, "aclCreateScalar", -1);
+        return NULL;
+    }
+    c->scalars[c->n_scalars++] = s;
+    return s;
 }
 
 void *fld__ascend_buffers(struct fld_ascend_call *c, size_t bytes)
@@ -343,7 +372,7 @@ acl_tensor *fld__ascend_tensor(struct fld_ascend_call *c, int ndim, const int64_
                                const int64_t *strides, int acl_dtype, const void *data)
 {
     if (c->n_tensors == FLD_ASCEND_MAX_TENSORS || ndim > FLD_ASCEND_MAX_DIMS) {
-        fld_set_error("vendor.ascend: %s: too many tensor descriptors", c->op);
+        fld_set_error("%s: %s: too many tensor descriptors", c->impl, c->op);
         return NULL;
     }
     /* Storage: the elements from the first of the view to its last. */

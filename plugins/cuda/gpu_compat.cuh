@@ -52,6 +52,8 @@ typedef cudaStream_t fld_gpu_stream_t;
 #elif defined(FLD_GPU_EMULATE)
 /* ----------------------------------------------------------- emulator -- */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <fldispatch/half.h>
@@ -158,14 +160,25 @@ FLD_GPU_DEV uint16_t fld_gpu_f32_to_bf16(float f)
 /* ------------------------------------------------------------------------ */
 
 #if defined(FLD_GPU_TARGET_EMU)
+/* A misaligned 128-bit access faults on a GPU (and kills the context); the
+ * emulator stops the test instead of letting memcpy hide it. */
+static inline void fld_gpu_check_align16(const void *p, const char *what)
+{
+    if ((uintptr_t)p % 16 != 0) {
+        fprintf(stderr, "gpu emulator: misaligned 128-bit %s at %p\n", what, p);
+        abort();
+    }
+}
 FLD_GPU_DEV fld_gpu_vec16 fld_gpu_load16(const void *p)
 {
+    fld_gpu_check_align16(p, "load");
     fld_gpu_vec16 v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 FLD_GPU_DEV void fld_gpu_store16(void *p, fld_gpu_vec16 v)
 {
+    fld_gpu_check_align16(p, "store");
     memcpy(p, &v, sizeof v);
 }
 #else
@@ -218,10 +231,17 @@ FLD_GPU_DEV float fld_gpu_warp_sum(float v)
 template <typename... P, typename... A>
 static inline int fld_gpu_launch(void (*k)(P...), dim3 g, dim3 b, void *stream, A... args)
 {
+    /* The runtime's last error is per thread and left by any earlier call
+     * (a failed cudaMalloc of a hook, say): reset it first, or a kernel that
+     * was queued would be reported failed and the host would run the next
+     * implementation on tensors this one is about to change in place. A
+     * sticky error (a broken context) is returned again after the launch. */
 #if defined(FLD_GPU_TARGET_CUDA)
+    (void)cudaGetLastError();
     k<<<g, b, 0, (cudaStream_t)stream>>>(args...);
     return (int)cudaGetLastError();
 #elif defined(FLD_GPU_TARGET_HIP)
+    (void)hipGetLastError();
     hipLaunchKernelGGL(k, g, b, 0, (hipStream_t)stream, args...);
     return (int)hipGetLastError();
 #else

@@ -37,7 +37,10 @@ FLD_NVCC_FLAGS := -O3 -std=c++17 -Iinclude -I$(B)/gen \
   -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS)) \
   -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra --Werror all-warnings
 PLUGIN_OBJS_cuda := $(OBJ)/plugins/cuda/cuda_kernels.o
-PLUGIN_LIBS_cuda := -L$(dir $(FLD_CUDART_A)) -lcudart_static -lstdc++ -lrt -ldl -lpthread
+# -z nodelete: the static runtime inside stays loaded after fld_shutdown()
+# dlcloses the plugin; unloading an initialised CUDA runtime is not safe.
+PLUGIN_LIBS_cuda := -L$(dir $(FLD_CUDART_A)) -lcudart_static -lstdc++ -lrt -ldl -lpthread \
+  -Wl,-z,nodelete
 
 $(OBJ)/plugins/cuda/cuda_kernels.o: plugins/cuda/cuda_kernels.cu $(wildcard plugins/cuda/*.cuh) \
     plugins/cuda/gpu_api.h

@@ -19,6 +19,9 @@ else
 FLD_HIPCC := $(shell command -v hipcc 2>/dev/null)
 endif
 
+# Named here whether or not hipcc is found, so that `make uninstall` removes it.
+PLUGIN_EXTRA_rocm := $(PLUGOUT)/libfld-rocm-hip.so
+
 ifeq ($(FLD_HIPCC),)
 PLUGIN_SKIP_rocm := hipcc not found (set HIPCC= or install ROCm, or Debian's hipcc and libamdhip64-dev)
 else ifeq ($(wildcard plugins/rocm/hip_kernels.hip),)
@@ -29,7 +32,11 @@ FLD_HIPCC_FLAGS := -O3 -std=c++17 -fPIC -fvisibility=hidden -Iinclude -I$(B)/gen
   -Wall -Wextra -Werror $(foreach a,$(ROCM_ARCHS),--offload-arch=$(a))
 PLUGIN_OBJS_rocm := $(OBJ)/plugins/rocm/gpu_plugin.o
 PLUGIN_LIBS_rocm := -ldl
-PLUGIN_EXTRA_rocm := $(PLUGOUT)/libfld-rocm-hip.so
+# A ROCm install under /opt/rocm is not on the loader's path by default.
+fld_comma := ,
+FLD_HIP_LIBDIR := $(abspath $(dir $(realpath $(FLD_HIPCC)))../lib)
+FLD_HIP_RPATH := $(if $(filter /usr/lib%,$(FLD_HIP_LIBDIR)),,$(if $(wildcard \
+  $(FLD_HIP_LIBDIR)/libamdhip64.so*),-Wl$(fld_comma)-rpath$(fld_comma)$(FLD_HIP_LIBDIR)))
 
 $(OBJ)/plugins/rocm/gpu_plugin.o: plugins/cuda/gpu_plugin.c
 	@mkdir -p $(@D)
@@ -38,5 +45,5 @@ $(OBJ)/plugins/rocm/gpu_plugin.o: plugins/cuda/gpu_plugin.c
 $(PLUGOUT)/libfld-rocm-hip.so: plugins/rocm/hip_kernels.hip $(wildcard plugins/cuda/*.cuh plugins/rocm/*.cuh) \
     plugins/cuda/gpu_api.h
 	@mkdir -p $(@D)
-	$(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -shared -o $@ $<
+	$(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -shared -o $@ $< $(FLD_HIP_RPATH)
 endif

@@ -48,6 +48,7 @@ enum {
 #define MAXD         8
 #define TENSOR_MAGIC 0x54454e53u
 #define EXEC_MAGIC   0x45584543u
+#define SCALAR_MAGIC 0x5343414cu
 
 typedef struct aclTensor {
     uint32_t magic;
@@ -59,6 +60,12 @@ typedef struct aclTensor {
     char *data;
 } aclTensor;
 
+typedef struct aclScalar {
+    uint32_t magic;
+    int dtype;
+    double value;
+} aclScalar;
+
 typedef struct aclOpExecutor {
     uint32_t magic;
     const char *op; /* run function's name */
@@ -67,12 +74,13 @@ typedef struct aclOpExecutor {
     int nt;
     double eps;
     int64_t iarg;
+    double sv[2]; /* scalar arguments' values (alpha, other, fill value) */
 } aclOpExecutor;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static bool inited;
 static int n_inits;
-static int live_tensors, live_execs, violations;
+static int live_tensors, live_execs, live_scalars, violations;
 static char last_violation[512];
 static char *log_buf;
 static size_t log_len, log_cap;
@@ -207,6 +215,7 @@ static long find_block(const void *p, size_t n)
     }
 COUNTER(fake_acl_live_tensors, live_tensors)
 COUNTER(fake_acl_live_executors, live_execs)
+COUNTER(fake_acl_live_scalars, live_scalars)
 COUNTER(fake_acl_live_allocs, n_blocks)
 COUNTER(fake_acl_violations, violations)
 COUNTER(fake_acl_inits, n_inits)
@@ -733,7 +742,8 @@ static int rms_compute(aclOpExecutor *e, bool add)
         for (int64_t j = 0; j < H; j++) {
             if (add)
                 store(xo, elem_at(xo, r * H + j), s[j]);
-            store(y, elem_at(y, r * H + j), s[j] * inv * load(g, elem_at(g, j)));
+            store(y, elem_at(y, r * H + j),
+                  s[j] * inv * (load(g, elem_at(g, j)) + (e->iarg == 1 ? 1.0f : 0.0f)));
         }
         store(rstd, elem_at(rstd, r), inv);
     }
@@ -1019,4 +1029,376 @@ EXPORT int aclnnInplaceCopy(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtS
 int aclnnInplaceCopy(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
 {
     return run_exec("aclnnInplaceCopy", ws, ws_size, e, stream, copy_compute);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scalars (libnnopbase in CANN)                                            */
+/* ------------------------------------------------------------------------ */
+
+EXPORT aclScalar *aclCreateScalar(void *value, int dtype);
+aclScalar *aclCreateScalar(void *value, int dtype)
+{
+    if (injected("aclCreateScalar"))
+        return NULL;
+    double v;
+    uint16_t h;
+    switch (value ? dtype : -1) {
+    case DT_F32: {
+        float f;
+        memcpy(&f, value, 4);
+        v = f;
+        break;
+    }
+    case DT_F16:
+        memcpy(&h, value, 2);
+        v = fld_f16_to_f32(h);
+        break;
+    case DT_BF16:
+        memcpy(&h, value, 2);
+        v = fld_bf16_to_f32(h);
+        break;
+    case DT_I32: {
+        int32_t i;
+        memcpy(&i, value, 4);
+        v = i;
+        break;
+    }
+    case DT_I64: {
+        int64_t i;
+        memcpy(&i, value, 8);
+        v = (double)i;
+        break;
+    }
+    default:
+        violation(0, "aclCreateScalar: value %p of dtype %d", value, dtype);
+        return NULL;
+    }
+    aclScalar *sc = calloc(1, sizeof *sc);
+    if (!sc)
+        return NULL;
+    sc->magic = SCALAR_MAGIC;
+    sc->dtype = dtype;
+    sc->value = v;
+    pthread_mutex_lock(&lock);
+    live_scalars++;
+    pthread_mutex_unlock(&lock);
+    return sc;
+}
+
+EXPORT int aclDestroyScalar(const aclScalar *sc);
+int aclDestroyScalar(const aclScalar *sc)
+{
+    if (!sc || sc->magic != SCALAR_MAGIC)
+        return violation(ERR_NN_PARAM, "aclDestroyScalar of a non-scalar %p", (const void *)sc);
+    ((aclScalar *)sc)->magic = 0;
+    free((void *)sc);
+    pthread_mutex_lock(&lock);
+    live_scalars--;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+/* Phase one with scalar arguments: checks them and keeps their values. */
+static int make_exec_s(const char *gws_name, const char *run_name, uint64_t ws_default,
+                       const aclTensor *const *ts, int nt, const aclScalar *const *ss, int ns,
+                       uint64_t *ws, aclOpExecutor **ex)
+{
+    for (int i = 0; i < ns; i++) {
+        if (!ss[i])
+            return ERR_NN_NULLPTR;
+        if (ss[i]->magic != SCALAR_MAGIC)
+            return violation(ERR_NN_PARAM, "%s: scalar %d is not a live aclScalar", gws_name, i);
+    }
+    int rc = make_exec(gws_name, run_name, ws_default, ts, nt, ws, ex);
+    if (rc != 0)
+        return rc;
+    for (int i = 0; i < ns && i < 2; i++)
+        (*ex)->sv[i] = ss[i]->value;
+    return 0;
+}
+
+/* Rejects the executor made by phase one: a protocol violation by the caller. */
+static int reject(aclOpExecutor **ex, const char *fn, const char *what)
+{
+    end_run(*ex);
+    *ex = NULL;
+    return violation(ERR_NN_PARAM, "%s: %s", fn, what);
+}
+
+/* out has the broadcast shape of a and b (same rank; dims equal or 1). */
+static bool broadcasts(const aclTensor *a, const aclTensor *b, const aclTensor *out)
+{
+    if (a->ndim != out->ndim || b->ndim != out->ndim)
+        return false;
+    for (int i = 0; i < out->ndim; i++) {
+        int64_t want = a->dims[i] == 1 ? b->dims[i] : a->dims[i];
+        if ((a->dims[i] != 1 && b->dims[i] != 1 && a->dims[i] != b->dims[i]) ||
+            out->dims[i] != want)
+            return false;
+    }
+    return true;
+}
+
+/* ---- Cast ------------------------------------------------------------------ */
+
+static int cast_compute(aclOpExecutor *e)
+{
+    const aclTensor *x = &e->t[0], *out = &e->t[1];
+    for (int64_t i = 0, n = numel(out); i < n; i++)
+        store(out, elem_at(out, i), load(x, elem_at(x, i)));
+    return 0;
+}
+
+EXPORT int aclnnCastGetWorkspaceSize(const aclTensor *self, int dtype, aclTensor *out, uint64_t *ws,
+                                     aclOpExecutor **ex);
+int aclnnCastGetWorkspaceSize(const aclTensor *self, int dtype, aclTensor *out, uint64_t *ws,
+                              aclOpExecutor **ex)
+{
+    const aclTensor *ts[] = {self, out};
+    const char *fn = "aclnnCastGetWorkspaceSize";
+    int rc = make_exec(fn, "aclnnCast", 0, ts, 2, ws, ex);
+    if (rc != 0)
+        return rc;
+    if (!is_float(self) || !is_float(out) || out->dtype != dtype || !same_shape(self, out))
+        return reject(ex, fn, "inconsistent tensors or dtype");
+    return 0;
+}
+
+EXPORT int aclnnCast(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream);
+int aclnnCast(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
+{
+    return run_exec("aclnnCast", ws, ws_size, e, stream, cast_compute);
+}
+
+/* ---- Silu, GeluV2 ------------------------------------------------------------ */
+
+static int silu_compute(aclOpExecutor *e)
+{
+    const aclTensor *x = &e->t[0], *out = &e->t[1];
+    for (int64_t i = 0, n = numel(out); i < n; i++) {
+        float a = load(x, elem_at(x, i));
+        store(out, elem_at(out, i), a / (1.0f + expf(-a)));
+    }
+    return 0;
+}
+
+static int gelu_compute(aclOpExecutor *e)
+{
+    const aclTensor *x = &e->t[0], *out = &e->t[1];
+    for (int64_t i = 0, n = numel(out); i < n; i++) {
+        float a = load(x, elem_at(x, i)), v;
+        if (e->iarg == 0) {
+            v = 0.5f * a * erfcf(-a * (float)M_SQRT1_2);
+        } else {
+            float u = 0.7978845608028654f * (a + 0.044715f * a * a * a);
+            v = a / (1.0f + expf(-2.0f * u));
+        }
+        store(out, elem_at(out, i), v);
+    }
+    return 0;
+}
+
+/* Unary float op: self and out of one dtype and shape (non-contiguous allowed). */
+static bool unary_ok(const aclTensor *x, const aclTensor *out)
+{
+    return is_float(x) && x->dtype == out->dtype && same_shape(x, out);
+}
+
+EXPORT int aclnnSiluGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *ws,
+                                     aclOpExecutor **ex);
+int aclnnSiluGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *ws,
+                              aclOpExecutor **ex)
+{
+    const aclTensor *ts[] = {self, out};
+    const char *fn = "aclnnSiluGetWorkspaceSize";
+    int rc = make_exec(fn, "aclnnSilu", 0, ts, 2, ws, ex);
+    if (rc != 0)
+        return rc;
+    return unary_ok(self, out) ? 0 : reject(ex, fn, "inconsistent tensors");
+}
+
+EXPORT int aclnnSilu(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream);
+int aclnnSilu(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
+{
+    return run_exec("aclnnSilu", ws, ws_size, e, stream, silu_compute);
+}
+
+EXPORT int aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t approximate, aclTensor *y,
+                                       uint64_t *ws, aclOpExecutor **ex);
+int aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t approximate, aclTensor *y, uint64_t *ws,
+                                aclOpExecutor **ex)
+{
+    const aclTensor *ts[] = {x, y};
+    const char *fn = "aclnnGeluV2GetWorkspaceSize";
+    int rc = make_exec(fn, "aclnnGeluV2", 1024, ts, 2, ws, ex);
+    if (rc != 0)
+        return rc;
+    if (!unary_ok(x, y) || (approximate != 0 && approximate != 1))
+        return reject(ex, fn, "inconsistent tensors or approximate");
+    (*ex)->iarg = approximate;
+    logf_("%s approximate=%lld", fn, (long long)approximate);
+    return 0;
+}
+
+EXPORT int aclnnGeluV2(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream);
+int aclnnGeluV2(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
+{
+    return run_exec("aclnnGeluV2", ws, ws_size, e, stream, gelu_compute);
+}
+
+/* ---- Mul, Add, Adds, InplaceFillScalar ----------------------------------------- */
+
+static int binary_compute(aclOpExecutor *e, bool add)
+{
+    const aclTensor *a = &e->t[0], *b = &e->t[1], *out = &e->t[2];
+    const float alpha = (float)e->sv[0];
+    for (int64_t i = 0, n = numel(out); i < n; i++) {
+        float x = load(a, bcast_at(out, a, i)), y = load(b, bcast_at(out, b, i));
+        store(out, elem_at(out, i), add ? x + alpha * y : x * y);
+    }
+    return 0;
+}
+
+static int mul_compute(aclOpExecutor *e)
+{
+    return binary_compute(e, false);
+}
+
+static int add_compute(aclOpExecutor *e)
+{
+    return binary_compute(e, true);
+}
+
+EXPORT int aclnnMulGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+                                    uint64_t *ws, aclOpExecutor **ex);
+int aclnnMulGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,
+                             uint64_t *ws, aclOpExecutor **ex)
+{
+    const aclTensor *ts[] = {self, other, out};
+    const char *fn = "aclnnMulGetWorkspaceSize";
+    int rc = make_exec(fn, "aclnnMul", 0, ts, 3, ws, ex);
+    if (rc != 0)
+        return rc;
+    if (!is_float(self) || !is_float(other) || !is_float(out) || !broadcasts(self, other, out))
+        return reject(ex, fn, "inconsistent tensors (dtypes or broadcast shapes)");
+    return 0;
+}
+
+EXPORT int aclnnMul(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream);
+int aclnnMul(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
+{
+    return run_exec("aclnnMul", ws, ws_size, e, stream, mul_compute);
+}
+
+EXPORT int aclnnAddGetWorkspaceSize(const aclTensor *self, const aclTensor *other,
+                                    const aclScalar *alpha, aclTensor *out, uint64_t *ws,
+                                    aclOpExecutor **ex);
+int aclnnAddGetWorkspaceSize(const aclTensor *self, const aclTensor *other, const aclScalar *alpha,
+                             aclTensor *out, uint64_t *ws, aclOpExecutor **ex)
+{
+    const aclTensor *ts[] = {self, other, out};
+    const aclScalar *ss[] = {alpha};
+    const char *fn = "aclnnAddGetWorkspaceSize";
+    int rc = make_exec_s(fn, "aclnnAdd", 256, ts, 3, ss, 1, ws, ex);
+    if (rc != 0)
+        return rc;
+    if (!is_float(self) || !is_float(other) || !is_float(out) || !broadcasts(self, other, out))
+        return reject(ex, fn, "inconsistent tensors (dtypes or broadcast shapes)");
+    return 0;
+}
+
+EXPORT int aclnnAdd(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream);
+int aclnnAdd(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
+{
+    return run_exec("aclnnAdd", ws, ws_size, e, stream, add_compute);
+}
+
+static int adds_compute(aclOpExecutor *e)
+{
+    const aclTensor *x = &e->t[0], *out = &e->t[1];
+    const float other = (float)e->sv[0], alpha = (float)e->sv[1];
+    for (int64_t i = 0, n = numel(out); i < n; i++)
+        store(out, elem_at(out, i), load(x, elem_at(x, i)) + alpha * other);
+    return 0;
+}
+
+EXPORT int aclnnAddsGetWorkspaceSize(const aclTensor *self, const aclScalar *other,
+                                     const aclScalar *alpha, aclTensor *out, uint64_t *ws,
+                                     aclOpExecutor **ex);
+int aclnnAddsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, const aclScalar *alpha,
+                              aclTensor *out, uint64_t *ws, aclOpExecutor **ex)
+{
+    const aclTensor *ts[] = {self, out};
+    const aclScalar *ss[] = {other, alpha};
+    const char *fn = "aclnnAddsGetWorkspaceSize";
+    int rc = make_exec_s(fn, "aclnnAdds", 0, ts, 2, ss, 2, ws, ex);
+    if (rc != 0)
+        return rc;
+    if (!is_float(self) || !is_float(out) || !same_shape(self, out))
+        return reject(ex, fn, "inconsistent tensors");
+    return 0;
+}
+
+EXPORT int aclnnAdds(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream);
+int aclnnAdds(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
+{
+    return run_exec("aclnnAdds", ws, ws_size, e, stream, adds_compute);
+}
+
+static int fill_compute(aclOpExecutor *e)
+{
+    const aclTensor *t = &e->t[0];
+    for (int64_t i = 0, n = numel(t); i < n; i++)
+        store(t, elem_at(t, i), (float)e->sv[0]);
+    return 0;
+}
+
+EXPORT int aclnnInplaceFillScalarGetWorkspaceSize(aclTensor *self, const aclScalar *value,
+                                                  uint64_t *ws, aclOpExecutor **ex);
+int aclnnInplaceFillScalarGetWorkspaceSize(aclTensor *self, const aclScalar *value, uint64_t *ws,
+                                           aclOpExecutor **ex)
+{
+    const aclTensor *ts[] = {self};
+    const aclScalar *ss[] = {value};
+    const char *fn = "aclnnInplaceFillScalarGetWorkspaceSize";
+    int rc = make_exec_s(fn, "aclnnInplaceFillScalar", 0, ts, 1, ss, 1, ws, ex);
+    if (rc != 0)
+        return rc;
+    return is_float(self) ? 0 : reject(ex, fn, "not a float tensor");
+}
+
+EXPORT int aclnnInplaceFillScalar(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream);
+int aclnnInplaceFillScalar(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
+{
+    return run_exec("aclnnInplaceFillScalar", ws, ws_size, e, stream, fill_compute);
+}
+
+/* ---- GemmaRmsNorm ------------------------------------------------------------ */
+
+EXPORT int aclnnGemmaRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma, double eps,
+                                             const aclTensor *y, const aclTensor *rstd,
+                                             uint64_t *ws, aclOpExecutor **ex);
+int aclnnGemmaRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma, double eps,
+                                      const aclTensor *y, const aclTensor *rstd, uint64_t *ws,
+                                      aclOpExecutor **ex)
+{
+    const aclTensor *ts[] = {x, gamma, y, rstd};
+    const char *fn = "aclnnGemmaRmsNormGetWorkspaceSize";
+    int rc = make_exec(fn, "aclnnGemmaRmsNorm", 2048, ts, 4, ws, ex);
+    if (rc != 0)
+        return rc;
+    if ((rc = rms_check(fn, x, gamma, y, rstd)) != 0) {
+        end_run(*ex);
+        *ex = NULL;
+        return rc;
+    }
+    (*ex)->eps = eps;
+    (*ex)->iarg = 1; /* scale by 1 + gamma */
+    return 0;
+}
+
+EXPORT int aclnnGemmaRmsNorm(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream);
+int aclnnGemmaRmsNorm(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
+{
+    return run_exec("aclnnGemmaRmsNorm", ws, ws_size, e, stream, rms_plain);
 }

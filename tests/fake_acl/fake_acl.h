@@ -6,7 +6,7 @@
 #ifndef FLD_TESTS_FAKE_ACL_H
 #define FLD_TESTS_FAKE_ACL_H
 
-/* Live aclTensor descriptors, unrun executors and aclrtMalloc blocks. */
+/* Live aclTensor and aclScalar descriptors, unrun executors and aclrtMalloc blocks. */
 typedef int (*fake_acl_count_fn)(void);
 /* Protocol violations seen so far, and the last one's text. */
 typedef const char *(*fake_acl_text_fn)(void);
@@ -15,7 +15,8 @@ typedef void (*fake_acl_reset_fn)(void);
 /*
  * Exported names:
  *   int fake_acl_live_tensors(void), fake_acl_live_executors(void),
- *       fake_acl_live_allocs(void), fake_acl_violations(void),
+ *       fake_acl_live_scalars(void), fake_acl_live_allocs(void),
+ *       fake_acl_violations(void),
  *       fake_acl_inits(void)
  *   const char *fake_acl_last_violation(void)
  *   const char *fake_acl_log(void)  -- one line per call:
