@@ -7,6 +7,9 @@
 #   make uninstall       remove what install put there
 #   make clean           remove build/
 #   make format          apply .clang-format to every C file
+#   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
+#   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
+#   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
 #
 # Each plugins/<name>/ directory with C sources becomes build/lib/fldispatch/
 # plugins/fld-<name>.so, so a new backend needs no change here.
@@ -29,7 +32,13 @@ SOMAJOR  := 0
 
 .DEFAULT_GOAL := all
 
+# A sanitizer build gets its own tree, so it never mixes with the plain one.
+fld_comma := ,
+ifneq ($(SANITIZE),)
+B        := build-$(subst $(fld_comma),-,$(SANITIZE))
+else
 B        := build
+endif
 OBJ      := $(B)/obj
 LIBOUT   := $(B)/lib
 PLUGOUT  := $(LIBOUT)/fldispatch/plugins
@@ -42,6 +51,10 @@ BASEFLAGS := -std=c11 -D_GNU_SOURCE -pthread -Iinclude -I$(B)/gen $(WARN) -MMD -
 SANFLAGS :=
 ifneq ($(SANITIZE),)
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+# Undefined behaviour fails the test that hit it instead of printing and going on.
+ifneq ($(filter undefined,$(subst $(fld_comma), ,$(SANITIZE))),)
+SANFLAGS += -fno-sanitize-recover=undefined
+endif
 endif
 ALLCFLAGS = $(BASEFLAGS) $(SANFLAGS) $(CFLAGS) $(CPPFLAGS)
 ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
@@ -94,7 +107,7 @@ CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 CONFIG_SRC := $(sort $(wildcard config/*.yaml))
 CONFIG_OUT := $(CONFIG_SRC:config/%=$(B)/share/fldispatch/config/%)
 
-.PHONY: all lib plugins tool configs tests check run install uninstall clean format deps
+.PHONY: all lib plugins tool configs tests check check-valgrind run install uninstall clean format deps
 all: lib plugins tool configs
 
 lib: $(LIB_SO) $(LIB_A)
@@ -170,8 +183,22 @@ $(TESTOUT)/plugins/fld-%.so: $(OBJ)/tests/plugins/%.o $(LIB_SO)
 	@mkdir -p $(@D)
 	$(CC) -shared $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
 
+# TESTS="test_a test_b" runs those programs only.
+CHECK_BIN = $(if $(TESTS),$(filter $(addprefix $(TESTOUT)/,$(TESTS)),$(TEST_BIN)),$(TEST_BIN))
 check: deps all tests
-	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' sh tests/run.sh $(TEST_BIN)
+	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' FLD_SANITIZE='$(SANITIZE)' \
+	  sh tests/run.sh $(CHECK_BIN)
+
+# Every test program (and what it runs: the tool, forked children) under
+# valgrind's memcheck: invalid accesses, uses of uninitialised values and
+# definite leaks fail the program (tests/run.sh, FLD_TEST_WRAPPER).
+VALGRIND ?= valgrind
+VALGRIND_FLAGS ?= --quiet --error-exitcode=97 --trace-children=yes --leak-check=full \
+  --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=no \
+  --suppressions=$(CURDIR)/tests/valgrind.supp
+check-valgrind: deps all tests
+	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' \
+	  FLD_TEST_WRAPPER='$(VALGRIND) $(VALGRIND_FLAGS)' sh tests/run.sh $(CHECK_BIN)
 
 run: deps all
 	@echo "== fldispatch config"; $(TOOL) config

@@ -6,6 +6,9 @@
 # used when found in /usr/local/cuda or PATH, and skipped otherwise).
 PKGS="build-essential pkg-config libyaml-dev check libhwloc-dev libdlpack-dev"
 PKGS="$PKGS hipcc libamdhip64-dev"
+# Checking tools: valgrind (make check-valgrind), clang with its libFuzzer
+# and sanitizer runtimes (make fuzz, make fuzz-smoke).
+PKGS="$PKGS valgrind clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

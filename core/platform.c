@@ -131,7 +131,10 @@ static int classify_pci(unsigned vendor, unsigned class_id)
  */
 static int scan_pci(struct pci_found found[ACC_COUNT])
 {
-    static const char *const skip[] = {"cuda", "nvml", "rsmi", "levelzero", "opencl", "gl"};
+    /* "pci" (libpciaccess) too: the linux component lists the same PCI
+     * devices from sysfs, and libpciaccess keeps its device table allocated
+     * for the life of the process (a leak report under LeakSanitizer). */
+    static const char *const skip[] = {"cuda", "nvml", "rsmi", "levelzero", "opencl", "gl", "pci"};
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) != 0) {
         fld__log(FLD_LOG_DEBUG, "platform: hwloc_topology_init failed; skipping PCI detection");

@@ -7,8 +7,14 @@ for v in $(env | sed -n 's/^\(VLLM_FL_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; 
 unset USE_FLAGGEMS HWLOC_XMLFILE HWLOC_FORCE_XMLFILE
 export VLLM_FL_PLATFORM=cpu
 passed=0; failed=0; bad_programs=""
+# FLD_TEST_WRAPPER runs each program under a tool (make check-valgrind).
+# Sanitizer runs: leaks are errors, and a sanitizer report fails the program.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=${FLD_SRCDIR:-.}/tests/lsan.supp:print_suppressions=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
 for t in "$@"; do
-    out=$("$t" 2>&1); rc=$?
+    out=$(${FLD_TEST_WRAPPER:-} "$t" 2>&1); rc=$?
     printf '%s\n' "$out" | sed "s|^|$(basename "$t"): |"
     # A program may run several suites: add up every summary line it prints.
     lines=$(printf '%s\n' "$out" | grep -E '^[0-9]+%: Checks: ')

@@ -2,7 +2,12 @@
  * fork(): a child of an initialised, warmed-up process works on its own —
  * correct results, no duplicate registrations, no inherited lock even when
  * other threads were inside the library at the moment of the fork, and
- * fresh memory of failed implementations.
+ * fresh memory of failed implementations. With the fixtures of tests/stress/:
+ * children forked while a thread is inside a long-running kernel, inside a
+ * slow register_builtins (the host lock held) and inside a slow
+ * is_available() call every op (served by the policy's winner, checked by the
+ * fixtures' output marks), reload, load plugins once, and see policy changes
+ * at once.
  *
  * Children never use Check's assertions: they report on stderr and exit
  * non-zero, and the parent asserts a normal exit with status 0. Each child
@@ -28,6 +33,8 @@
 #include <unistd.h>
 
 #include <fldispatch/plugin.h>
+
+#include "stress/stress_fixture.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
 typedef struct good_echo_args {
@@ -513,9 +520,10 @@ START_TEST(test_fork_amid_threads)
     while (atomic_load(&caller_calls) < 4 || atomic_load(&locker_rounds) < 2)
         sched_yield();
 
-    enum { N_FORKS = 24 };
+    const char *preload = getenv("LD_PRELOAD");
+    const int n_forks = preload && strstr(preload, "vgpreload") ? 3 : 24; /* valgrind: slow */
     char failure[1024] = "";
-    for (int i = 0; i < N_FORKS && failure[0] == '\0'; i++) {
+    for (int i = 0; i < n_forks && failure[0] == '\0'; i++) {
         pid_t pid = fork_child(child_amid_threads, NULL);
         const char *m = child_outcome(pid);
         if (m != NULL)
@@ -587,6 +595,463 @@ START_TEST(test_child_failure_memory_fresh)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* Fork while a kernel runs, while a plugin registers, while is_available   */
+/* runs (fixtures of tests/stress/)                                          */
+/* ------------------------------------------------------------------------ */
+
+static char stressa_path[PATH_MAX], slow_path[PATH_MAX];
+
+/* Copies $FLD_BUILDDIR/tests/stress/fld-<name>.so into dir (0755). */
+static void install_stress_fixture(char *out, const char *dir, const char *name)
+{
+    char src[PATH_MAX];
+    snprintf(src, sizeof src, "%s/tests/stress/fld-%s.so", build_dir(), name);
+    snprintf(out, PATH_MAX, "%s/fld-%s.so", dir, name);
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    ck_assert_msg(in >= 0, "cannot open %s: %s (build the fixtures with `make tests`)", src,
+                  strerror(errno));
+    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    ck_assert_msg(fd >= 0, "cannot create %s: %s", out, strerror(errno));
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof buf)) > 0)
+        ck_assert_msg(write(fd, buf, (size_t)n) == n, "write %s: %s", out, strerror(errno));
+    ck_assert_msg(n == 0 && fchmod(fd, 0755) == 0, "copy to %s: %s", out, strerror(errno));
+    close(in);
+    close(fd);
+}
+
+/* stressa in the plugin directory (with good), slow aside in later/. */
+static void setup_stress_fixtures(void)
+{
+    make_tmpdir();
+    char plugins[PATH_MAX], later[PATH_MAX];
+    make_subdir(plugins, "plugins");
+    make_subdir(later, "later");
+    install_fixture(good_path, plugins, "good");
+    install_stress_fixture(stressa_path, plugins, "stressa");
+    install_stress_fixture(slow_path, later, "slow");
+    set_plugin_dirs(plugins);
+    unsetenv("VLLM_FL_PREFER");
+    unsetenv("VLLM_FL_DENY_VENDORS");
+    unsetenv("VLLM_FL_PER_OP");
+    ck_assert_int_eq(setenv("VLLM_FL_PLATFORM", "cpu", 1), 0);
+}
+
+static const char *const catalog_ops[STRESS_N_OPS] = {
+    FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
+    FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING, FLD_OP_ATTENTION_BACKEND,
+};
+static const char *const stress_impl_ids[STRESS_N_IMPLS] = {
+    "reference.c", "vendor.alpha", "vendor.beta", "default.stress", "vendor.gamma",
+};
+
+static bool all_equal(const float *v, size_t n, float value)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] != value)
+            return false;
+    return true;
+}
+
+/*
+ * Calls every catalog op (typed entry points, CPU float32) and checks that
+ * each returned FLD_OK, resolves to impl, and was served by it: the stress
+ * fixtures mark their outputs; reference.c must leave no mark.
+ */
+static const char *ops_served_by(int impl, bool resolve);
+static const char *every_op_served_by(int impl)
+{
+    return ops_served_by(impl, true);
+}
+
+/* With resolve false, the calls only: no allocation, so that a child forked
+ * while a thread runs this inherits no memory held by that thread alone
+ * (valgrind would call it lost). */
+static const char *ops_served_by(int impl, bool resolve)
+{
+    enum { R = 2, HALF = 8, W = 16, HS = 8 };
+    float ax[R][2 * HALF], aout[R][HALF], nx[R][W], nw[W], nout[R][W], q[R][2 * HS], k[R][HS];
+    float cache[4][HS];
+    int64_t pos[R] = {1, 3};
+    int64_t s_ax[2] = {R, 2 * HALF}, s_aout[2] = {R, HALF}, s_n[2] = {R, W}, s_w[1] = {W};
+    int64_t s_q[2] = {R, 2 * HS}, s_k[2] = {R, HS}, s_c[2] = {4, HS}, s_p[1] = {R};
+    for (int r = 0; r < R; r++) {
+        for (int i = 0; i < 2 * HALF; i++)
+            ax[r][i] = 0.1f * (float)(i - HALF + r);
+        for (int i = 0; i < W; i++)
+            nx[r][i] = 0.05f * (float)(i - r - 3);
+    }
+    for (int i = 0; i < W; i++)
+        nw[i] = 1.0f + 0.01f * (float)i;
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < HS; i++)
+            cache[p][i] = 0.6f - 0.05f * (float)(p + i);
+    DLTensor t_ax = {
+        .data = ax, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1}, .shape = s_ax};
+    DLTensor t_aout = t_ax, t_nx = t_ax, t_nw = t_ax, t_nout = t_ax, t_q = t_ax, t_k = t_ax,
+             t_c = t_ax;
+    t_aout.data = aout, t_aout.shape = s_aout;
+    t_nx.data = nx, t_nx.shape = s_n;
+    t_nw.data = nw, t_nw.shape = s_w, t_nw.ndim = 1;
+    t_nout.data = nout, t_nout.shape = s_n;
+    t_q.data = q, t_q.shape = s_q;
+    t_k.data = k, t_k.shape = s_k;
+    t_c.data = cache, t_c.shape = s_c;
+    DLTensor t_pos = {
+        .data = pos, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLInt, 64, 1}, .shape = s_p};
+    const float mark = (float)(STRESS_MARK_BASE + impl);
+    for (int op = 0; op < STRESS_N_OPS; op++) {
+        const char *id = stress_impl_ids[impl];
+        int rc =
+            resolve ? fld_resolve(catalog_ops[op], FLD_DEVICE_CPU, FLD_DTYPE_F32, &id) : FLD_OK;
+        if (rc != FLD_OK)
+            return fail_with("fld_resolve(%s): %s: %s", catalog_ops[op], fld_strerror(rc),
+                             fld_last_error());
+        if (strcmp(id, stress_impl_ids[impl]) != 0)
+            return fail_with("%s resolves to %s, expected %s", catalog_ops[op], id,
+                             stress_impl_ids[impl]);
+        memset(aout, 0, sizeof aout);
+        memset(nout, 0, sizeof nout);
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < 2 * HS; i++) {
+                q[r][i] = 0.25f * (float)(i % 5) + 0.5f;
+                k[r][i % HS] = 0.5f - 0.1f * (float)(i % 3);
+            }
+        const char *attn = NULL;
+        bool marked;
+        switch (op) {
+        case STRESS_OP_SILU:
+            rc = fld_silu_and_mul(&t_aout, &t_ax);
+            break;
+        case STRESS_OP_MUL_SILU:
+            rc = fld_mul_and_silu(&t_aout, &t_ax);
+            break;
+        case STRESS_OP_GELU:
+            rc = fld_gelu_and_mul(&t_aout, &t_ax);
+            break;
+        case STRESS_OP_GELU_TANH:
+            rc = fld_gelu_tanh_and_mul(&t_aout, &t_ax);
+            break;
+        case STRESS_OP_RMS:
+            rc = fld_rms_norm(&t_nout, &t_nx, &t_nw, NULL, 1e-6f);
+            break;
+        case STRESS_OP_GEMMA:
+            rc = fld_gemma_rms_norm(&t_nout, &t_nx, &t_nw, NULL, 1e-6f);
+            break;
+        case STRESS_OP_ROTARY:
+            rc = fld_rotary_embedding(&t_pos, &t_q, &t_k, HS, &t_c, true);
+            break;
+        default:
+            rc = fld_attention_backend(FLD_DEVICE_CPU, false, false, &attn);
+        }
+        if (rc != FLD_OK)
+            return fail_with("%s: %s: %s", catalog_ops[op], fld_strerror(rc), fld_last_error());
+        if (op <= STRESS_OP_GELU_TANH)
+            marked = all_equal(&aout[0][0], sizeof aout / sizeof(float), mark);
+        else if (op <= STRESS_OP_GEMMA)
+            marked = all_equal(&nout[0][0], sizeof nout / sizeof(float), mark);
+        else if (op == STRESS_OP_ROTARY)
+            marked = all_equal(&q[0][0], sizeof q / sizeof(float), mark) &&
+                     all_equal(&k[0][0], sizeof k / sizeof(float), mark);
+        else
+            marked = attn != NULL && strncmp(attn, "STRESS_", 7) == 0 && attn[7] - '0' == impl &&
+                     attn[8] == '\0';
+        if (impl == STRESS_IMPL_REF) {
+            float first = op <= STRESS_OP_GELU_TANH ? aout[0][0]
+                          : op <= STRESS_OP_GEMMA   ? nout[0][0]
+                                                    : q[0][0];
+            bool any_mark = op == STRESS_OP_ATTN ? attn == NULL || strncmp(attn, "STRESS_", 7) == 0
+                                                 : first > STRESS_MARK_BASE + 0.5f &&
+                                                       first < STRESS_MARK_BASE + 9.5f;
+            if (any_mark)
+                return fail_with("%s was not served by reference.c", catalog_ops[op]);
+        } else if (!marked) {
+            return fail_with("%s was not served by %s", catalog_ops[op], stress_impl_ids[impl]);
+        }
+    }
+    return NULL;
+}
+
+struct plugin_census {
+    int stressa, slow, good, duplicates, rejected;
+    char first_bad[512];
+};
+
+static int census_stress_plugin(const fld_plugin_info *info, void *user)
+{
+    struct plugin_census *c = user;
+    c->stressa += strcmp(info->name, "stressa") == 0 && info->status == FLD_PLUGIN_LOADED;
+    c->slow += strcmp(info->name, "slow") == 0 && info->status == FLD_PLUGIN_LOADED;
+    c->good += strcmp(info->name, "good") == 0 && info->status == FLD_PLUGIN_LOADED;
+    if (strstr(info->reason, "duplicate") != NULL || info->status == FLD_PLUGIN_REJECTED) {
+        c->duplicates += strstr(info->reason, "duplicate") != NULL;
+        c->rejected += info->status == FLD_PLUGIN_REJECTED;
+        if (c->first_bad[0] == '\0')
+            snprintf(c->first_bad, sizeof c->first_bad, "%s: %s", info->path, info->reason);
+    }
+    return 0;
+}
+
+/*
+ * What every child of these tests checks: the registry as the parent had it
+ * (each plugin once, slow as expected), every op working and served by the
+ * policy's winner, policy changes and fld_reload() taking effect at once (no
+ * stale cached chain), the slow fixture's ops callable.
+ */
+static void child_works(int slow_loaded)
+{
+    struct plugin_census c = {0};
+    fld_foreach_plugin(census_stress_plugin, &c);
+    CHILD_EXPECT(c.stressa == 1 && c.good == 1 && c.slow == slow_loaded && c.duplicates == 0 &&
+                     c.rejected == 0,
+                 "child registry: stressa %d, good %d, slow %d (expected %d), duplicates %d, "
+                 "rejected %d %s",
+                 c.stressa, c.good, c.slow, slow_loaded, c.duplicates, c.rejected, c.first_bad);
+    /* Defaults: prefer flagos, so default.stress serves every op. */
+    CHILD_CHECK(every_op_served_by(STRESS_IMPL_FLAGOS));
+    CHILD_EXPECT(fld_policy_set("prefer", "vendor") == FLD_OK, "fld_policy_set: %s",
+                 fld_last_error());
+    CHILD_EXPECT(fld_policy_set("deny_vendors", "good") == FLD_OK, "fld_policy_set: %s",
+                 fld_last_error());
+    CHILD_CHECK(every_op_served_by(STRESS_IMPL_ALPHA));
+    CHILD_EXPECT(fld_policy_push_denied_vendors("alpha") == FLD_OK, "push: %s", fld_last_error());
+    CHILD_CHECK(every_op_served_by(STRESS_IMPL_BETA));
+    CHILD_EXPECT(fld_policy_pop() == FLD_OK, "pop: %s", fld_last_error());
+    CHILD_CHECK(every_op_served_by(STRESS_IMPL_ALPHA));
+    int rc = fld_reload();
+    CHILD_EXPECT(rc == FLD_OK, "fld_reload in the child: %s: %s", fld_strerror(rc),
+                 fld_last_error());
+    CHILD_CHECK(every_op_served_by(STRESS_IMPL_FLAGOS));
+    CHILD_EXPECT(fld_policy_set("enabled", "false") == FLD_OK, "fld_policy_set: %s",
+                 fld_last_error());
+    CHILD_CHECK(every_op_served_by(STRESS_IMPL_REF));
+    CHILD_EXPECT(fld_policy_reset() == FLD_OK, "fld_policy_reset: %s", fld_last_error());
+    memset(&c, 0, sizeof c);
+    fld_foreach_plugin(census_stress_plugin, &c);
+    CHILD_EXPECT(c.stressa == 1 && c.good == 1 && c.duplicates == 0 && c.rejected == 0,
+                 "after fld_reload the child has stressa %d, good %d, duplicates %d (%s)",
+                 c.stressa, c.good, c.duplicates, c.first_bad);
+    if (slow_loaded) {
+        slow_args a = {.spin_ms = 0};
+        rc = fld_call_by_name("slow_op", &a);
+        CHILD_EXPECT(rc == FLD_OK && a.served == 1, "slow_op in the child: %s: %s",
+                     fld_strerror(rc), fld_last_error());
+        rc = fld_load_plugin(slow_path);
+        CHILD_EXPECT(rc == FLD_OK, "loading fld-slow.so again in the child: %s: %s",
+                     fld_strerror(rc), fld_last_error());
+        memset(&c, 0, sizeof c);
+        fld_foreach_plugin(census_stress_plugin, &c);
+        CHILD_EXPECT(c.slow == 1 && c.duplicates == 0, "slow loaded %d times, duplicates %d (%s)",
+                     c.slow, c.duplicates, c.first_bad);
+    }
+}
+
+/* Callers on the cached path for the whole test. */
+static void *stress_caller_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&stop_threads)) {
+        const char *m = ops_served_by(STRESS_IMPL_FLAGOS, false);
+        if (m != NULL) {
+            snprintf(thread_error, sizeof thread_error, "caller thread: %s", m);
+            break;
+        }
+        atomic_fetch_add(&caller_calls, STRESS_N_OPS);
+    }
+    return NULL;
+}
+
+struct slow_call {
+    pthread_t thread;
+    const char *op;
+    slow_args args;
+    _Atomic int release, entered;
+    int rc;
+};
+
+static void *slow_call_main(void *arg)
+{
+    struct slow_call *s = arg;
+    s->rc = fld_call_by_name(s->op, &s->args);
+    return NULL;
+}
+
+static void *load_slow_main(void *arg)
+{
+    struct slow_call *s = arg;
+    s->rc = fld_load_plugin(slow_path);
+    atomic_store(&s->entered, 1); /* done */
+    return NULL;
+}
+
+static void wait_until(_Atomic int *flag, const char *what)
+{
+    for (int i = 0; i < 20000 && !atomic_load(flag); i++) {
+        const struct timespec ms = {0, 1000 * 1000};
+        nanosleep(&ms, NULL);
+    }
+    ck_assert_msg(atomic_load(flag), "%s did not happen within 20 s", what);
+}
+
+static void child_mid_kernel(void *arg)
+{
+    (void)arg;
+    child_works(1);
+}
+
+START_TEST(test_fork_mid_kernel)
+{
+    setup_stress_fixtures();
+    init_ok();
+    ck_assert_int_eq(fld_load_plugin(slow_path), FLD_OK);
+    ASSERT_OK(every_op_served_by(STRESS_IMPL_FLAGOS));
+
+    pthread_t caller;
+    ck_assert_int_eq(pthread_create(&caller, NULL, stress_caller_main, NULL), 0);
+    static struct slow_call s;
+    memset(&s, 0, sizeof s);
+    s.op = "slow_op";
+    s.args.release = &s.release;
+    s.args.entered = &s.entered;
+    ck_assert_int_eq(pthread_create(&s.thread, NULL, slow_call_main, &s), 0);
+    wait_until(&s.entered, "the slow kernel's start");
+    while (atomic_load(&caller_calls) < 4 * STRESS_N_OPS)
+        sched_yield();
+
+    /* Several children, each forked while the kernel runs and callers call. */
+    const char *preload = getenv("LD_PRELOAD");
+    const int n_forks = preload && strstr(preload, "vgpreload") ? 2 : 8; /* valgrind: slow */
+    char failure[1024] = "";
+    for (int i = 0; i < n_forks && failure[0] == '\0'; i++) {
+        pid_t pid = fork_child(child_mid_kernel, NULL);
+        const char *m = child_outcome(pid);
+        if (m != NULL)
+            snprintf(failure, sizeof failure, "fork %d: %s", i, m);
+    }
+    atomic_store(&s.release, 1);
+    atomic_store(&stop_threads, true);
+    pthread_join(s.thread, NULL);
+    pthread_join(caller, NULL);
+    ck_assert_msg(failure[0] == '\0', "%s", failure);
+    ck_assert_msg(thread_error[0] == '\0', "%s", thread_error);
+    ck_assert_msg(s.rc == FLD_OK && s.args.served == 1, "the slow call in the parent: %s (%s)",
+                  fld_strerror(s.rc), fld_last_error());
+    /* The parent's own state is untouched by the children's changes. */
+    ASSERT_OK(every_op_served_by(STRESS_IMPL_FLAGOS));
+}
+END_TEST
+
+static void child_after_register(void *arg)
+{
+    (void)arg;
+    /* The fork waited for the registration: the plugin is whole, not half there. */
+    child_works(1);
+}
+
+START_TEST(test_fork_while_plugin_registers)
+{
+    setup_stress_fixtures();
+    ck_assert_int_eq(setenv("FLD_SLOW_REGISTER_MS", "300", 1), 0);
+    init_ok();
+    static struct slow_call s;
+    memset(&s, 0, sizeof s);
+    pthread_t caller, loader;
+    ck_assert_int_eq(pthread_create(&caller, NULL, stress_caller_main, NULL), 0);
+    ck_assert_int_eq(pthread_create(&loader, NULL, load_slow_main, &s), 0);
+
+    /* Wait until register_builtins runs (the host lock held), then fork. */
+    int (*phase)(void) = NULL;
+    for (int i = 0; i < 20000 && phase == NULL; i++) {
+        void *h = dlopen(slow_path, RTLD_NOW | RTLD_NOLOAD);
+        if (h != NULL) {
+            phase = (int (*)(void))dlsym(h, "fld_slow_phase");
+            dlclose(h); /* the library keeps its own reference */
+        } else {
+            const struct timespec ms = {0, 1000 * 1000};
+            nanosleep(&ms, NULL);
+        }
+    }
+    ck_assert_msg(phase != NULL, "fld-slow.so was not loaded within 20 s");
+    while (phase() != 1 && !atomic_load(&s.entered))
+        sched_yield();
+    ck_assert_msg(phase() == 1, "register_builtins of fld-slow.so was not seen running");
+    pid_t pid = fork_child(child_after_register, NULL);
+    const char *m = child_outcome(pid);
+    atomic_store(&stop_threads, true);
+    pthread_join(loader, NULL);
+    pthread_join(caller, NULL);
+    ASSERT_OK(m);
+    ck_assert_msg(thread_error[0] == '\0', "%s", thread_error);
+    ck_assert_msg(s.rc == FLD_OK, "fld_load_plugin(slow) in the parent: %s", fld_strerror(s.rc));
+}
+END_TEST
+
+static void child_after_available(void *arg)
+{
+    long before = *(long *)arg;
+    void *h = dlopen(slow_path, RTLD_NOW | RTLD_NOLOAD);
+    CHILD_EXPECT(h != NULL, "fld-slow.so is not mapped in the child");
+    void (*set_delays)(int, int) = (void (*)(int, int))dlsym(h, "fld_slow_set_delays");
+    long (*calls)(void) = (long (*)(void))dlsym(h, "fld_slow_available_calls");
+    CHILD_EXPECT(set_delays != NULL && calls != NULL, "fixture symbols missing");
+    set_delays(0, 0);
+    /* Availability is evaluated again in the child, once. */
+    slow_args a = {.spin_ms = 0};
+    int rc = fld_call_by_name("slow_avail_op", &a);
+    CHILD_EXPECT(rc == FLD_OK && a.served == 1, "slow_avail_op in the child: %s: %s",
+                 fld_strerror(rc), fld_last_error());
+    rc = fld_call_by_name("slow_avail_op", &a);
+    CHILD_EXPECT(rc == FLD_OK && a.served == 2, "slow_avail_op again: %s", fld_last_error());
+    CHILD_EXPECT(calls() == before + 1,
+                 "is_available ran %ld times in the child (expected once; %ld before the fork)",
+                 calls() - before, before);
+    dlclose(h);
+    child_works(1);
+}
+
+START_TEST(test_fork_while_is_available_runs)
+{
+    setup_stress_fixtures();
+    init_ok();
+    ck_assert_int_eq(fld_load_plugin(slow_path), FLD_OK);
+    void *h = dlopen(slow_path, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(h);
+    void (*set_delays)(int, int) = (void (*)(int, int))dlsym(h, "fld_slow_set_delays");
+    int (*phase)(void) = (int (*)(void))dlsym(h, "fld_slow_phase");
+    long (*calls)(void) = (long (*)(void))dlsym(h, "fld_slow_available_calls");
+    ck_assert(set_delays && phase && calls);
+    set_delays(0, 300);
+
+    pthread_t caller;
+    ck_assert_int_eq(pthread_create(&caller, NULL, stress_caller_main, NULL), 0);
+    static struct slow_call s;
+    memset(&s, 0, sizeof s);
+    s.op = "slow_avail_op";
+    ck_assert_int_eq(pthread_create(&s.thread, NULL, slow_call_main, &s), 0);
+    for (int i = 0; i < 20000 && phase() != 2; i++) {
+        const struct timespec ms = {0, 1000 * 1000};
+        nanosleep(&ms, NULL);
+    }
+    ck_assert_msg(phase() == 2, "is_available() of vendor.slow did not start within 20 s");
+    /* The availability check in flight finishes before the fork (host lock),
+     * so the parent counted one evaluation, and the child makes its own. */
+    long before = 1;
+    pid_t pid = fork_child(child_after_available, &before);
+    const char *m = child_outcome(pid);
+    atomic_store(&stop_threads, true);
+    pthread_join(s.thread, NULL);
+    pthread_join(caller, NULL);
+    ASSERT_OK(m);
+    ck_assert_msg(thread_error[0] == '\0', "%s", thread_error);
+    ck_assert_msg(s.rc == FLD_OK && s.args.served == 1, "slow_avail_op in the parent: %s",
+                  fld_strerror(s.rc));
+    ck_assert_int_eq(calls(), 1);
+    dlclose(h);
+}
+END_TEST
+
 static Suite *fork_suite(void)
 {
     Suite *s = suite_create("fork");
@@ -595,6 +1060,9 @@ static Suite *fork_suite(void)
     tcase_add_test(tc, test_child_after_warmup);
     tcase_add_test(tc, test_fork_amid_threads);
     tcase_add_test(tc, test_child_failure_memory_fresh);
+    tcase_add_test(tc, test_fork_mid_kernel);
+    tcase_add_test(tc, test_fork_while_plugin_registers);
+    tcase_add_test(tc, test_fork_while_is_available_runs);
     suite_add_tcase(s, tc);
     return s;
 }

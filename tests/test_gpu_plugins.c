@@ -1040,6 +1040,7 @@ START_TEST(test_fake_not_probed_at_load)
     get(&r);
     ck_assert_int_eq(r.device_counts, 1);
     dlclose(h);
+    fld_shutdown();
     free(dir);
     free(so);
 }

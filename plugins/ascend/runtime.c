@@ -13,6 +13,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,13 +190,28 @@ struct fld_ascend_scratch {
     size_t buf_size;
 };
 
-static _Thread_local struct fld_ascend_scratch *tls_scratch;
+/*
+ * The calling thread's scratch, through a pthread key rather than a
+ * _Thread_local variable: this object is dlclosed at fld_shutdown() while
+ * threads live on, and a static TLS block of an unloaded object is left
+ * dangling in every thread's TLS vector (LeakSanitizer's scan of it crashes).
+ */
+static pthread_key_t scratch_key;
+static _Atomic bool scratch_key_ok; /* created; false again after unload */
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fld_ascend_scratch *scratch_all;
 
 static struct fld_ascend_scratch *thread_scratch(void)
 {
-    struct fld_ascend_scratch *s = tls_scratch;
+    if (!atomic_load(&scratch_key_ok)) {
+        pthread_mutex_lock(&scratch_lock);
+        if (!atomic_load(&scratch_key_ok) && pthread_key_create(&scratch_key, NULL) == 0)
+            atomic_store(&scratch_key_ok, true);
+        pthread_mutex_unlock(&scratch_lock);
+        if (!atomic_load(&scratch_key_ok))
+            return NULL;
+    }
+    struct fld_ascend_scratch *s = pthread_getspecific(scratch_key);
     if (s && s->pid == getpid())
         return s;
     /* A forked child must not free its parent's device memory: start afresh. */
@@ -208,7 +224,7 @@ static struct fld_ascend_scratch *thread_scratch(void)
     s->next = scratch_all;
     scratch_all = s;
     pthread_mutex_unlock(&scratch_lock);
-    tls_scratch = s;
+    pthread_setspecific(scratch_key, s);
     return s;
 }
 
@@ -457,7 +473,12 @@ int fld__ascend_hook_synchronize(int device_id)
 
 void fld__ascend_unload(void)
 {
+    /* Other threads' values are dropped with the key; the list frees them. */
     pthread_mutex_lock(&scratch_lock);
+    if (atomic_load(&scratch_key_ok)) {
+        pthread_key_delete(scratch_key);
+        atomic_store(&scratch_key_ok, false);
+    }
     struct fld_ascend_scratch *s = scratch_all;
     scratch_all = NULL;
     pthread_mutex_unlock(&scratch_lock);

@@ -1,0 +1,191 @@
+/*
+ * Fixture of test_stress, test_fork and test_memory: implementations of every
+ * catalog op (CPU, float32) that leave a mark saying which one ran, so a
+ * test can tell from a call's outputs who served it, and that count what
+ * they served per thread and per process.
+ *
+ * Built twice (tests/stress/tests.mk):
+ *   fld-stressa.so (STRESS_VARIANT_A): vendor.alpha and vendor.beta
+ *       (vendors "alpha", "beta", priority 100) and default.stress (flagos,
+ *       priority 150);
+ *   fld-stressb.so: vendor.gamma (vendor "gamma", priority 120), loaded in
+ *       the middle of a run.
+ *
+ * The mark of implementation code c (STRESS_IMPL_*): every element of an
+ * out-of-place op's `out`, every element of rotary_embedding's query and key,
+ * becomes 1000 + c; attention_backend names "STRESS_<c>". The reference
+ * kernels of the library never produce these values from the tests' inputs.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <fldispatch/plugin.h>
+
+#include "stress_fixture.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+static _Atomic long total_counts[STRESS_N_OPS][STRESS_N_IMPLS];
+static _Thread_local long thread_counts[STRESS_N_OPS][STRESS_N_IMPLS];
+
+EXPORT long fld_stress_total_count(int op, int impl);
+EXPORT long fld_stress_total_count(int op, int impl)
+{
+    if (op < 0 || op >= STRESS_N_OPS || impl < 0 || impl >= STRESS_N_IMPLS)
+        return -1;
+    return atomic_load(&total_counts[op][impl]);
+}
+
+EXPORT long fld_stress_thread_count(int op, int impl);
+EXPORT long fld_stress_thread_count(int op, int impl)
+{
+    if (op < 0 || op >= STRESS_N_OPS || impl < 0 || impl >= STRESS_N_IMPLS)
+        return -1;
+    return thread_counts[op][impl];
+}
+
+static void count(int op, int impl)
+{
+    atomic_fetch_add_explicit(&total_counts[op][impl], 1, memory_order_relaxed);
+    thread_counts[op][impl]++;
+}
+
+static void fill_rows(const DLTensor *t, float value)
+{
+    fld_rows r;
+    fld_tensor_rows(t, &r);
+    for (int64_t i = 0; i < r.rows; i++) {
+        float *row = (float *)r.data + i * r.stride;
+        for (int64_t j = 0; j < r.width; j++)
+            row[j] = value;
+    }
+}
+
+static float mark_of(int impl)
+{
+    return (float)(STRESS_MARK_BASE + impl);
+}
+
+static int activation(int op, int impl, const void *args)
+{
+    const fld_activation_args *a = args;
+    fill_rows(a->out, mark_of(impl));
+    count(op, impl);
+    return FLD_OK;
+}
+
+static int norm(int op, int impl, const void *args)
+{
+    const fld_rms_norm_args *a = args;
+    fill_rows(a->out, mark_of(impl));
+    count(op, impl);
+    return FLD_OK;
+}
+
+static int rotary(int op, int impl, const void *args)
+{
+    const fld_rotary_embedding_args *a = args;
+    fill_rows(a->query, mark_of(impl));
+    if (a->key)
+        fill_rows(a->key, mark_of(impl));
+    count(op, impl);
+    return FLD_OK;
+}
+
+static const char *const backend_names[STRESS_N_IMPLS] = {
+    [STRESS_IMPL_ALPHA] = "STRESS_1",
+    [STRESS_IMPL_BETA] = "STRESS_2",
+    [STRESS_IMPL_FLAGOS] = "STRESS_3",
+    [STRESS_IMPL_GAMMA] = "STRESS_4",
+};
+
+static int backend(int op, int impl, const void *args)
+{
+    const fld_attention_backend_args *a = args;
+    *a->name = backend_names[impl];
+    count(op, impl);
+    return FLD_OK;
+}
+
+/* One kernel function per (op, impl): the host gets plain function pointers. */
+#define KERNEL(fn, op, impl)                                                                       \
+    static int k_##op##_##impl(const void *args)                                                   \
+    {                                                                                              \
+        return fn(op, impl, args);                                                                 \
+    }
+#define KERNELS(impl)                                                                              \
+    KERNEL(activation, STRESS_OP_SILU, impl)                                                       \
+    KERNEL(activation, STRESS_OP_MUL_SILU, impl)                                                   \
+    KERNEL(activation, STRESS_OP_GELU, impl)                                                       \
+    KERNEL(activation, STRESS_OP_GELU_TANH, impl)                                                  \
+    KERNEL(norm, STRESS_OP_RMS, impl)                                                              \
+    KERNEL(norm, STRESS_OP_GEMMA, impl)                                                            \
+    KERNEL(rotary, STRESS_OP_ROTARY, impl)                                                         \
+    KERNEL(backend, STRESS_OP_ATTN, impl)                                                          \
+    static const fld_kernel_fn kernels_##impl[STRESS_N_OPS] = {                                    \
+        k_STRESS_OP_SILU_##impl,      k_STRESS_OP_MUL_SILU_##impl, k_STRESS_OP_GELU_##impl,        \
+        k_STRESS_OP_GELU_TANH_##impl, k_STRESS_OP_RMS_##impl,      k_STRESS_OP_GEMMA_##impl,       \
+        k_STRESS_OP_ROTARY_##impl,    k_STRESS_OP_ATTN_##impl,                                     \
+    };
+
+static const char *const op_names[STRESS_N_OPS] = {
+    FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
+    FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING, FLD_OP_ATTENTION_BACKEND,
+};
+
+static int register_all(fld_registry *reg, const fld_kernel_fn *kernels, const char *impl_id,
+                        fld_kind kind, const char *vendor, int priority)
+{
+    for (int op = 0; op < STRESS_N_OPS; op++) {
+        const fld_impl impl = {
+            .op = op_names[op],
+            .impl_id = impl_id,
+            .kind = kind,
+            .vendor = vendor,
+            .priority = priority,
+            .devices = FLD_DEVICE_MASK_CPU,
+            .dtypes = FLD_DTYPE_MASK_F32,
+            .fn = kernels[op],
+        };
+        int rc = fld_registry_register(reg, &impl);
+        if (rc != FLD_OK)
+            return rc;
+    }
+    return FLD_OK;
+}
+
+#ifdef STRESS_VARIANT_A
+
+KERNELS(STRESS_IMPL_ALPHA)
+KERNELS(STRESS_IMPL_BETA)
+KERNELS(STRESS_IMPL_FLAGOS)
+
+static int register_builtins(fld_registry *reg)
+{
+    int rc = register_all(reg, kernels_STRESS_IMPL_ALPHA, "vendor.alpha", FLD_KIND_VENDOR, "alpha",
+                          STRESS_PRIORITY_ALPHA);
+    if (rc == FLD_OK)
+        rc = register_all(reg, kernels_STRESS_IMPL_BETA, "vendor.beta", FLD_KIND_VENDOR, "beta",
+                          STRESS_PRIORITY_BETA);
+    if (rc == FLD_OK)
+        rc = register_all(reg, kernels_STRESS_IMPL_FLAGOS, "default.stress", FLD_KIND_DEFAULT, NULL,
+                          STRESS_PRIORITY_FLAGOS);
+    return rc;
+}
+
+FLD_PLUGIN_DEFINE("stressa", "1.0.0", register_builtins)
+
+#else
+
+KERNELS(STRESS_IMPL_GAMMA)
+
+static int register_builtins(fld_registry *reg)
+{
+    return register_all(reg, kernels_STRESS_IMPL_GAMMA, "vendor.gamma", FLD_KIND_VENDOR, "gamma",
+                        STRESS_PRIORITY_GAMMA);
+}
+
+FLD_PLUGIN_DEFINE("stressb", "1.0.0", register_builtins)
+
+#endif

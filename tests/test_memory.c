@@ -1,0 +1,565 @@
+/*
+ * Memory: a long run of calls does not grow the heap, and neither do cycles
+ * of fld_init() / plugin loads / fld_shutdown().
+ *
+ * The run mixes every catalog op through the three entry points (typed,
+ * fld_call by handle, fld_call_by_name), an op outside the catalog, calls
+ * that fail validation or name no op, scoped overrides pushed and popped,
+ * and non-strict fallback: vendor.failing (tests/plugins/failing.c) heads
+ * silu_and_mul's order and fails each time its memory of failures is
+ * cleared or a new override chain is built, and reference.c takes over.
+ *
+ * The heap is measured as live bytes: the sanitizer allocator's count under
+ * ASan/TSan (their quarantines make RSS meaningless), mallinfo2() otherwise.
+ * FLD_MEMORY_CALLS and FLD_MEMORY_CYCLES shorten the runs (e.g. under
+ * valgrind); the defaults are 10^6 calls (2*10^5 under ThreadSanitizer,
+ * 5*10^4 under valgrind) and 200 cycles (40 under valgrind).
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <malloc.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fldispatch/plugin.h>
+
+#include "stress/stress_fixture.h"
+#include "util/env.h"
+
+/* ThreadSanitizer makes each call some 20 times slower; the growth check
+ * needs no threads, so a shorter run keeps the program fast there. */
+#if defined(__SANITIZE_THREAD__)
+#define DEFAULT_CALLS 200000
+#else
+#define DEFAULT_CALLS 1000000
+#endif
+
+/* Live bytes allowed to appear between the measurements. */
+#define GROWTH_LIMIT (256 * 1024L)
+
+/* Provided by the sanitizer runtimes; absent (NULL) otherwise. */
+extern size_t __sanitizer_get_current_allocated_bytes(void) __attribute__((weak));
+
+/* -1 when the allocator in use does not say (valgrind's mallinfo2() is all zeros). */
+static long live_heap_bytes(void)
+{
+    if (__sanitizer_get_current_allocated_bytes != NULL)
+        return (long)__sanitizer_get_current_allocated_bytes();
+    struct mallinfo2 mi = mallinfo2();
+    long n = (long)(mi.uordblks + mi.hblkhd);
+    return n > 0 ? n : -1;
+}
+
+static long rss_bytes(void)
+{
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL)
+        return -1;
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
+        resident = -1;
+    fclose(f);
+    return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
+}
+
+/* valgrind runs a client with its preload libraries (vgpreload_*.so). */
+static bool under_valgrind(void)
+{
+    const char *p = getenv("LD_PRELOAD");
+    return p != NULL && strstr(p, "vgpreload") != NULL;
+}
+
+static long env_count(const char *name, long dflt)
+{
+    const char *v = getenv(name);
+    long n = v ? atol(v) : dflt;
+    return n > 0 ? n : dflt;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static const char *build_dir(void)
+{
+    const char *v = getenv("FLD_BUILDDIR");
+    ck_assert_msg(v != NULL && v[0] == '/',
+                  "FLD_BUILDDIR must name the absolute build directory (make check sets it)");
+    return v;
+}
+
+static char tmpdir[PATH_MAX];
+static pid_t tmpdir_owner;
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_tmpdir(void)
+{
+    if (tmpdir[0] != '\0' && getpid() == tmpdir_owner)
+        nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void make_tmpdir(void)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/fld-memory-XXXXXX", base && base[0] == '/' ? base : "/tmp");
+    ck_assert_msg(mkdtemp(tmpdir) != NULL, "mkdtemp(%s): %s", tmpdir, strerror(errno));
+    tmpdir_owner = getpid();
+    atexit(remove_tmpdir);
+}
+
+static void make_subdir(char *out, const char *name)
+{
+    snprintf(out, PATH_MAX, "%s/%s", tmpdir, name);
+    ck_assert_msg(mkdir(out, 0755) == 0 && chmod(out, 0755) == 0, "mkdir %s: %s", out,
+                  strerror(errno));
+}
+
+/* Copies $FLD_BUILDDIR/tests/<sub>/fld-<name>.so into dir (0755); its path in out. */
+static void install_fixture(char *out, const char *dir, const char *sub, const char *name)
+{
+    char src[PATH_MAX];
+    snprintf(src, sizeof src, "%s/tests/%s/fld-%s.so", build_dir(), sub, name);
+    snprintf(out, PATH_MAX, "%s/fld-%s.so", dir, name);
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    ck_assert_msg(in >= 0, "cannot open %s: %s (build the fixtures with `make tests`)", src,
+                  strerror(errno));
+    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    ck_assert_msg(fd >= 0, "cannot create %s: %s", out, strerror(errno));
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof buf)) > 0)
+        ck_assert_msg(write(fd, buf, (size_t)n) == n, "write %s: %s", out, strerror(errno));
+    ck_assert_msg(n == 0 && fchmod(fd, 0755) == 0, "copy to %s: %s", out, strerror(errno));
+    close(in);
+    close(fd);
+}
+
+static long warnings;
+
+static void counting_log(int level, const char *message, void *user)
+{
+    (void)user;
+    if (level >= FLD_LOG_WARNING)
+        warnings++;
+    if (getenv("FLD_TEST_VERBOSE") != NULL)
+        fprintf(stderr, "[log %d] %s\n", level, message);
+}
+
+static char stressa_path[PATH_MAX], stressb_path[PATH_MAX], good_path[PATH_MAX],
+    failing_path[PATH_MAX];
+
+/* Plugins stressa, good and failing in the search path; stressb aside. */
+static void setup_environment(void)
+{
+    char plugins[PATH_MAX], later[PATH_MAX];
+    tt_clear_fld_environment();
+    make_tmpdir();
+    make_subdir(plugins, "plugins");
+    make_subdir(later, "later");
+    install_fixture(stressa_path, plugins, "stress", "stressa");
+    install_fixture(good_path, plugins, "plugins", "good");
+    install_fixture(failing_path, plugins, "plugins", "failing");
+    install_fixture(stressb_path, later, "stress", "stressb");
+    ck_assert_int_eq(setenv("VLLM_FL_PLUGIN_DIR", plugins, 1), 0);
+    ck_assert_int_eq(setenv("VLLM_FL_PLATFORM", "cpu", 1), 0);
+    /* vendor.failing first for silu_and_mul: every fresh chain falls back. */
+    ck_assert_int_eq(
+        setenv("VLLM_FL_PER_OP", "silu_and_mul=impl:vendor.failing|flagos|reference", 1), 0);
+    fld_log_set_callback(counting_log, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The call mix                                                             */
+/* ------------------------------------------------------------------------ */
+
+enum { ROWS = 2, HALF = 8, WIDTH = 16, HS = 8, HQ = 2, HK = 1, MAXPOS = 4 };
+
+static const char *const op_names[STRESS_N_OPS] = {
+    FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
+    FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING, FLD_OP_ATTENTION_BACKEND,
+};
+
+typedef struct good_echo_args {
+    int value;
+} good_echo_args;
+
+struct mix {
+    float ax[ROWS][2 * HALF], aout[ROWS][HALF];
+    float nx[ROWS][WIDTH], nw[WIDTH], nout[ROWS][WIDTH], nres[ROWS][WIDTH];
+    int64_t pos[ROWS];
+    float q[ROWS][HQ * HS], k[ROWS][HK * HS], cache[MAXPOS][HS];
+    const char *attn;
+    int64_t s_ax[2], s_aout[2], s_n[2], s_w[1], s_pos[1], s_q[2], s_k[2], s_cache[2];
+    DLTensor t_ax, t_aout, t_nx, t_nw, t_nout, t_nres, t_pos, t_q, t_k, t_cache;
+    fld_activation_args act;
+    fld_rms_norm_args rms, gemma;
+    fld_rotary_embedding_args rope;
+    fld_attention_backend_args attn_args;
+    fld_op handles[STRESS_N_OPS];
+    fld_op echo;
+    long calls, failures_expected, pushes, clears;
+    int depth;
+};
+
+static DLTensor f32_tensor(void *data, int ndim, int64_t *shape)
+{
+    return (DLTensor){.data = data,
+                      .device = {kDLCPU, 0},
+                      .ndim = ndim,
+                      .dtype = {kDLFloat, 32, 1},
+                      .shape = shape};
+}
+
+static void mix_init(struct mix *m)
+{
+    memset(m, 0, sizeof *m);
+    for (int r = 0; r < ROWS; r++) {
+        for (int i = 0; i < 2 * HALF; i++)
+            m->ax[r][i] = 0.1f * (float)(i - HALF) + 0.05f * (float)r;
+        for (int i = 0; i < WIDTH; i++)
+            m->nx[r][i] = 0.07f * (float)(i - WIDTH / 2) - 0.02f * (float)r;
+        m->pos[r] = r + 1;
+    }
+    for (int i = 0; i < WIDTH; i++)
+        m->nw[i] = 1.0f + 0.01f * (float)i;
+    for (int p = 0; p < MAXPOS; p++)
+        for (int i = 0; i < HS; i++)
+            m->cache[p][i] = 0.5f + 0.01f * (float)(p * HS + i);
+    m->s_ax[0] = ROWS, m->s_ax[1] = 2 * HALF;
+    m->s_aout[0] = ROWS, m->s_aout[1] = HALF;
+    m->s_n[0] = ROWS, m->s_n[1] = WIDTH;
+    m->s_w[0] = WIDTH;
+    m->s_pos[0] = ROWS;
+    m->s_q[0] = ROWS, m->s_q[1] = HQ * HS;
+    m->s_k[0] = ROWS, m->s_k[1] = HK * HS;
+    m->s_cache[0] = MAXPOS, m->s_cache[1] = HS;
+    m->t_ax = f32_tensor(m->ax, 2, m->s_ax);
+    m->t_aout = f32_tensor(m->aout, 2, m->s_aout);
+    m->t_nx = f32_tensor(m->nx, 2, m->s_n);
+    m->t_nw = f32_tensor(m->nw, 1, m->s_w);
+    m->t_nout = f32_tensor(m->nout, 2, m->s_n);
+    m->t_nres = f32_tensor(m->nres, 2, m->s_n);
+    m->t_pos = (DLTensor){.data = m->pos,
+                          .device = {kDLCPU, 0},
+                          .ndim = 1,
+                          .dtype = {kDLInt, 64, 1},
+                          .shape = m->s_pos};
+    m->t_q = f32_tensor(m->q, 2, m->s_q);
+    m->t_k = f32_tensor(m->k, 2, m->s_k);
+    m->t_cache = f32_tensor(m->cache, 2, m->s_cache);
+    m->act = (fld_activation_args){&m->t_aout, &m->t_ax};
+    m->rms = (fld_rms_norm_args){&m->t_nout, &m->t_nx, &m->t_nw, NULL, 1e-6f};
+    m->gemma = (fld_rms_norm_args){&m->t_nout, &m->t_nx, &m->t_nw, &m->t_nres, 1e-6f};
+    m->rope = (fld_rotary_embedding_args){&m->t_pos, &m->t_q, &m->t_k, HS, &m->t_cache, false};
+    m->attn_args = (fld_attention_backend_args){FLD_DEVICE_CPU, false, false, &m->attn};
+}
+
+static void mix_lookup(struct mix *m)
+{
+    for (int op = 0; op < STRESS_N_OPS; op++) {
+        m->handles[op] = fld_op_lookup(op_names[op]);
+        ck_assert_msg(m->handles[op] != NULL, "fld_op_lookup(%s): %s", op_names[op],
+                      fld_last_error());
+    }
+    m->echo = fld_op_lookup("good_echo");
+    ck_assert_msg(m->echo != NULL, "fld_op_lookup(good_echo): %s", fld_last_error());
+}
+
+static const void *op_args(struct mix *m, int op)
+{
+    switch (op) {
+    case STRESS_OP_RMS:
+        return &m->rms;
+    case STRESS_OP_GEMMA:
+        return &m->gemma;
+    case STRESS_OP_ROTARY:
+        return &m->rope;
+    case STRESS_OP_ATTN:
+        return &m->attn_args;
+    default:
+        return &m->act;
+    }
+}
+
+static int typed_call(struct mix *m, int op)
+{
+    switch (op) {
+    case STRESS_OP_SILU:
+        return fld_silu_and_mul(&m->t_aout, &m->t_ax);
+    case STRESS_OP_MUL_SILU:
+        return fld_mul_and_silu(&m->t_aout, &m->t_ax);
+    case STRESS_OP_GELU:
+        return fld_gelu_and_mul(&m->t_aout, &m->t_ax);
+    case STRESS_OP_GELU_TANH:
+        return fld_gelu_tanh_and_mul(&m->t_aout, &m->t_ax);
+    case STRESS_OP_RMS:
+        return fld_rms_norm(&m->t_nout, &m->t_nx, &m->t_nw, NULL, 1e-6f);
+    case STRESS_OP_GEMMA:
+        return fld_gemma_rms_norm(&m->t_nout, &m->t_nx, &m->t_nw, &m->t_nres, 1e-6f);
+    case STRESS_OP_ROTARY:
+        return fld_rotary_embedding(&m->t_pos, &m->t_q, &m->t_k, HS, &m->t_cache, false);
+    default:
+        return fld_attention_backend(FLD_DEVICE_CPU, false, false, &m->attn);
+    }
+}
+
+static int push_one(int which)
+{
+    switch (which % 4) {
+    case 0:
+        return fld_policy_push_preference("reference");
+    case 1:
+        return fld_policy_push_denied_vendors("alpha,beta");
+    case 2:
+        return fld_policy_push_per_op(
+            "silu_and_mul=impl:vendor.failing|reference;rms_norm=vendor|reference");
+    default:
+        return fld_policy_push_strict(false);
+    }
+}
+
+/*
+ * n calls of the mix, each checked; pushes, pops and clears between them.
+ * Returns NULL or a description of the first failure (static buffer).
+ */
+static const char *run_mix(struct mix *m, long n)
+{
+    static char problem[512];
+    for (long i = 0; i < n; i++) {
+        long step = m->calls++;
+        int rc, want = FLD_OK;
+        const char *what;
+        if (step % 1000 == 0 && m->depth < 2) {
+            rc = push_one((int)(step / 1000));
+            if (rc != FLD_OK) {
+                snprintf(problem, sizeof problem, "push: %s: %s", fld_strerror(rc),
+                         fld_last_error());
+                return problem;
+            }
+            m->depth++;
+            m->pushes++;
+        } else if (step % 1000 == 500 && m->depth > 0) {
+            if ((rc = fld_policy_pop()) != FLD_OK) {
+                snprintf(problem, sizeof problem, "pop: %s", fld_last_error());
+                return problem;
+            }
+            m->depth--;
+        }
+        if (step % 4999 == 0) {
+            /* The next silu_and_mul tries vendor.failing again, then falls back. */
+            if ((rc = fld_clear_failures(NULL)) != FLD_OK) {
+                snprintf(problem, sizeof problem, "fld_clear_failures: %s", fld_last_error());
+                return problem;
+            }
+            m->clears++;
+        }
+        int op = (int)(step % STRESS_N_OPS);
+        switch ((step / STRESS_N_OPS) % 16) {
+        case 0:
+        case 1:
+        case 2:
+        case 3:
+        case 4:
+            what = "typed";
+            rc = typed_call(m, op);
+            break;
+        case 5:
+        case 6:
+        case 7:
+        case 8:
+        case 9:
+            what = "fld_call";
+            rc = fld_call(m->handles[op], op_args(m, op));
+            break;
+        case 10:
+        case 11:
+        case 12:
+            what = "fld_call_by_name";
+            rc = fld_call_by_name(op_names[op], op_args(m, op));
+            break;
+        case 13: {
+            good_echo_args echo = {(int)step};
+            what = "good_echo";
+            rc = fld_call(m->echo, &echo);
+            if (rc == FLD_OK && echo.value != (int)step + 1)
+                rc = FLD_EIMPL;
+            break;
+        }
+        case 14:
+            /* Invalid: x missing. Sets a message, touches nothing. */
+            what = "invalid silu_and_mul";
+            want = FLD_EINVAL;
+            rc = fld_silu_and_mul(&m->t_aout, NULL);
+            break;
+        default:
+            what = "unknown op";
+            want = FLD_ENOTFOUND;
+            rc = fld_call_by_name("no_such_op", &m->act);
+        }
+        if (rc != want) {
+            snprintf(problem, sizeof problem, "call %ld (%s %s): %s, expected %s: %s", step, what,
+                     op_names[op], fld_strerror(rc), fld_strerror(want), fld_last_error());
+            return problem;
+        }
+    }
+    return NULL;
+}
+
+static long fixture_count(const char *path, const char *symbol)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL)
+        return -1;
+    long (*fn)(void) = (long (*)(void))dlsym(h, symbol);
+    long v = fn ? fn() : -1;
+    dlclose(h);
+    return v;
+}
+
+START_TEST(test_calls_do_not_grow)
+{
+    setup_environment();
+    int rc = fld_init();
+    ck_assert_msg(rc == FLD_OK, "fld_init: %s: %s", fld_strerror(rc), fld_last_error());
+    static struct mix m;
+    mix_init(&m);
+    mix_lookup(&m);
+
+    /* Warm-up: every path taken once or more, caches and thread-locals made. */
+    const char *problem = run_mix(&m, 40000);
+    ck_assert_msg(problem == NULL, "warm-up: %s", problem);
+    long attempts0 = fixture_count(failing_path, "fld_fixture_failing_calls");
+    long warnings0 = warnings;
+    ck_assert_int_gt(attempts0, 0);
+    long heap0 = live_heap_bytes(), rss0 = rss_bytes();
+
+    const long n = env_count("FLD_MEMORY_CALLS", under_valgrind() ? 50000 : DEFAULT_CALLS);
+    problem = run_mix(&m, n);
+    ck_assert_msg(problem == NULL, "%s", problem);
+    long heap1 = live_heap_bytes(), rss1 = rss_bytes();
+
+    /* The run did fall back, over and over, and said so each time. */
+    long attempts = fixture_count(failing_path, "fld_fixture_failing_calls") - attempts0;
+    ck_assert_msg(attempts >= n / 5000, "vendor.failing ran %ld times in %ld calls", attempts, n);
+    ck_assert_msg(warnings - warnings0 >= attempts,
+                  "%ld failures of vendor.failing, %ld warnings logged", attempts,
+                  warnings - warnings0);
+    /* Without a heap count (valgrind), valgrind's own leak check stands in. */
+    ck_assert_msg(heap0 < 0 || heap1 - heap0 < GROWTH_LIMIT,
+                  "the heap grew by %ld bytes over %ld calls (%ld pushes, %ld clears); RSS %ld -> "
+                  "%ld",
+                  heap1 - heap0, n, m.pushes, m.clears, rss0, rss1);
+    if (getenv("FLD_TEST_VERBOSE") != NULL)
+        fprintf(stderr,
+                "%ld calls, %ld pushes, %ld fallbacks: heap %ld -> %ld bytes, RSS %ld -> %ld\n", n,
+                m.pushes, attempts, heap0, heap1, rss0, rss1);
+    while (m.depth-- > 0)
+        fld_policy_pop();
+    fld_shutdown();
+}
+END_TEST
+
+/* One life of the library: init, plugins, policy, calls, reload, shutdown. */
+static const char *one_cycle(struct mix *m)
+{
+    static char problem[600];
+    int rc = fld_init();
+    if (rc != FLD_OK) {
+        snprintf(problem, sizeof problem, "fld_init: %s: %s", fld_strerror(rc), fld_last_error());
+        return problem;
+    }
+    mix_lookup(m);
+    m->depth = 0;
+    const char *p = run_mix(m, 64);
+    if (p == NULL && (rc = fld_load_plugin(stressb_path)) != FLD_OK)
+        p = "fld_load_plugin(stressb)";
+    if (p == NULL && (rc = fld_policy_set("prefer", "vendor")) != FLD_OK)
+        p = "fld_policy_set";
+    if (p == NULL)
+        p = run_mix(m, 64);
+    if (p == NULL && (rc = fld_reload()) != FLD_OK)
+        p = "fld_reload";
+    if (p == NULL) {
+        mix_lookup(m);
+        p = run_mix(m, 64);
+    }
+    while (m->depth > 0) {
+        fld_policy_pop();
+        m->depth--;
+    }
+    fld_shutdown();
+    if (p != NULL && p != problem) {
+        snprintf(problem, sizeof problem, "%s: %s", p, rc ? fld_last_error() : "");
+        return problem;
+    }
+    return p;
+}
+
+START_TEST(test_init_shutdown_cycles_do_not_grow)
+{
+    setup_environment();
+    static struct mix m;
+    mix_init(&m);
+    const char *problem = NULL;
+    for (int i = 0; i < 20 && problem == NULL; i++)
+        problem = one_cycle(&m);
+    ck_assert_msg(problem == NULL, "warm-up cycle: %s", problem);
+    long heap0 = live_heap_bytes(), rss0 = rss_bytes();
+    const long cycles = env_count("FLD_MEMORY_CYCLES", under_valgrind() ? 40 : 200);
+    for (long i = 0; i < cycles && problem == NULL; i++)
+        problem = one_cycle(&m);
+    ck_assert_msg(problem == NULL, "%s", problem);
+    long heap1 = live_heap_bytes(), rss1 = rss_bytes();
+    /* The plugins were unloaded at each shutdown (a fresh load each cycle). */
+    ck_assert_msg(dlopen(stressb_path, RTLD_NOW | RTLD_NOLOAD) == NULL,
+                  "fld-stressb.so is still mapped after fld_shutdown()");
+    ck_assert_msg(heap0 < 0 || heap1 - heap0 < GROWTH_LIMIT,
+                  "the heap grew by %ld bytes over %ld init/shutdown cycles; RSS %ld -> %ld",
+                  heap1 - heap0, cycles, rss0, rss1);
+    if (getenv("FLD_TEST_VERBOSE") != NULL)
+        fprintf(stderr, "%ld cycles: heap %ld -> %ld bytes, RSS %ld -> %ld\n", cycles, heap0, heap1,
+                rss0, rss1);
+}
+END_TEST
+
+static Suite *memory_suite(void)
+{
+    Suite *s = suite_create("memory");
+    TCase *tc = tcase_create("memory");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_calls_do_not_grow);
+    tcase_add_test(tc, test_init_shutdown_cycles_do_not_grow);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    const char *b = getenv("FLD_BUILDDIR");
+    if (b == NULL || b[0] != '/') {
+        fprintf(stderr, "test_memory: FLD_BUILDDIR is not set to an absolute path; run `make "
+                        "check` or set FLD_SRCDIR and FLD_BUILDDIR\n");
+        return EXIT_FAILURE;
+    }
+    SRunner *sr = srunner_create(memory_suite());
+    srunner_run_all(sr, CK_ENV);
+    int n_failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return n_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
