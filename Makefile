@@ -124,8 +124,8 @@ tests: $(TEST_BIN) $(FIXTURE_SO) $(TEST_EXTRA)
 # Paths compiled into the library; rewritten only when they change.
 $(B)/gen/fld_paths.h: FORCE
 	@mkdir -p $(@D)
-	@printf '#define FLD_INSTALL_PLUGIN_DIR "%s"\n#define FLD_INSTALL_CONFIG_DIR "%s"\n' \
-	  '$(PLUGINDIR)' '$(CONFIGDIR)' > $@.tmp.$$$$; \
+	@printf '#define FLD_INSTALL_PLUGIN_DIR "%s"\n#define FLD_INSTALL_CONFIG_DIR "%s"\n#define FLD_INSTALL_BIN_DIR "%s"\n' \
+	  '$(PLUGINDIR)' '$(CONFIGDIR)' '$(BINDIR)' > $@.tmp.$$$$; \
 	  if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv -f $@.tmp.$$$$ $@; fi
 FORCE:
 

@@ -31,6 +31,7 @@
 #include "error.h"
 #include "host.h"
 #include "log.h"
+#include "probe.h"
 #include "registry.h"
 
 /* The descriptor size of ABI 1.0: anything smaller cannot be read safely. */
@@ -203,8 +204,13 @@ static bool valid_plugin_name(const char *s)
     return true;
 }
 
+bool fld__plugin_check_file(const char *path, struct stat *st, char *why, size_t size)
+{
+    return check_security(path, st, why, size);
+}
+
 /* Judges a descriptor as data, calling nothing in it. */
-static bool check_descriptor(const fld_plugin_descriptor *d, char *why, size_t size)
+bool fld__check_descriptor(const fld_plugin_descriptor *d, char *why, size_t size)
 {
     if (d->magic != FLD_PLUGIN_MAGIC) {
         snprintf(why, size, "bad descriptor magic 0x%08x (not an fldispatch plugin descriptor)",
@@ -303,7 +309,7 @@ int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *p
         return fld__fail(FLD_ENOMEM, "out of memory loading plugin %s", path);
     if (!desc)
         return reject_plugin(p, FLD_PLUGIN_REJECTED, "descriptor is NULL");
-    if (!check_descriptor(desc, why, sizeof why))
+    if (!fld__check_descriptor(desc, why, sizeof why))
         return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
     p->abi_major = desc->abi_major;
     p->abi_minor = desc->abi_minor;
@@ -392,6 +398,10 @@ int fld__load_plugin_file(const char *path, bool explicit_request)
     }
     p->st_dev = st.st_dev;
     p->st_ino = st.st_ino;
+    /* With VLLM_FL_PLUGIN_PROBE, a plugin that crashed, hung or exited when
+     * loaded in a child process is never mapped into this one. */
+    if (!fld__probe_gate(key, &st, why, sizeof why))
+        return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
 
     dlerror();
     void *dl = dlopen(key, RTLD_NOW | RTLD_LOCAL);
@@ -424,8 +434,11 @@ static bool plugin_file_name(const char *n)
     return len > 7 && strncmp(n, "fld-", 4) == 0 && strcmp(n + len - 3, ".so") == 0;
 }
 
-static void scan_directory(const char *dir)
+/* The plugin file names of dir (fld-*.so), sorted; *names NULL when none. */
+static void list_directory(const char *dir, char ***names_out, size_t *n_out)
 {
+    *names_out = NULL;
+    *n_out = 0;
     DIR *d = opendir(dir);
     if (!d) {
         fld__log(FLD_LOG_DEBUG, "plugin directory %s: %s", dir, strerror(errno));
@@ -450,6 +463,15 @@ static void scan_directory(const char *dir)
     closedir(d);
     if (n)
         qsort(names, n, sizeof *names, name_cmp);
+    *names_out = names;
+    *n_out = n;
+}
+
+static void scan_directory(const char *dir)
+{
+    char **names;
+    size_t n;
+    list_directory(dir, &names, &n);
     for (size_t i = 0; i < n; i++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -459,8 +481,8 @@ static void scan_directory(const char *dir)
     free(names);
 }
 
-/* Finds fld-<name>.so in the search path; *out receives the full path. */
-static bool find_module(const char *entry, char *out, size_t size)
+/* Finds fld-<name>.so in the search path sp; *out receives the full path. */
+static bool find_module(const struct search_path *sp, const char *entry, char *out, size_t size)
 {
     char name[256];
     const char *n = entry;
@@ -470,8 +492,8 @@ static bool find_module(const char *entry, char *out, size_t size)
     size_t len = strlen(name);
     if (len > 3 && strcmp(name + len - 3, ".so") == 0)
         name[len - 3] = '\0';
-    for (size_t i = 0; i < search.n; i++) {
-        snprintf(out, size, "%s/fld-%s.so", search.dirs[i], name);
+    for (size_t i = 0; i < sp->n; i++) {
+        snprintf(out, size, "%s/fld-%s.so", sp->dirs[i], name);
         if (access(out, F_OK) == 0)
             return true;
     }
@@ -501,7 +523,7 @@ static void load_modules(const char *list)
                 continue;
             }
             fld__load_plugin_file(e, true);
-        } else if (find_module(e, path, sizeof path)) {
+        } else if (find_module(&search, e, path, sizeof path)) {
             fld__load_plugin_file(path, true);
         } else {
             struct fld_plugin_rec *p = record_for(e, e);
@@ -520,11 +542,105 @@ void fld__discover_plugins(void)
 {
     compute_search_path(&search);
     publish_search_path();
+    fld__probe_session_begin();
     for (size_t i = 0; i < search.n; i++)
         scan_directory(search.dirs[i]);
     const char *modules = path_variable("VLLM_FL_PLUGIN_MODULES");
     if (modules)
         load_modules(modules);
+    fld__probe_session_end();
+}
+
+/* ---- the candidates, for fldispatch doctor -------------------------------- */
+
+struct candidates {
+    char **paths;
+    size_t n, cap;
+    int rc;
+};
+
+static void candidates_add(struct candidates *c, const char *path)
+{
+    char real[PATH_MAX];
+    const char *key = realpath(path, real) ? real : path;
+    for (size_t i = 0; i < c->n; i++)
+        if (strcmp(c->paths[i], key) == 0)
+            return;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        char **v = realloc(c->paths, cap * sizeof *v);
+        if (!v) {
+            c->rc = FLD_ENOMEM;
+            return;
+        }
+        c->paths = v;
+        c->cap = cap;
+    }
+    if (!(c->paths[c->n] = strdup(key))) {
+        c->rc = FLD_ENOMEM;
+        return;
+    }
+    c->n++;
+}
+
+int fld__plugin_candidates(char ***paths, size_t *n, char **search_path)
+{
+    struct search_path sp = {0};
+    struct candidates c = {0};
+    *paths = NULL;
+    *n = 0;
+    *search_path = NULL;
+    compute_search_path(&sp);
+    for (size_t i = 0; i < sp.n && !c.rc; i++) {
+        char **names;
+        size_t count;
+        list_directory(sp.dirs[i], &names, &count);
+        for (size_t j = 0; j < count; j++) {
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s/%s", sp.dirs[i], names[j]);
+            if (!c.rc)
+                candidates_add(&c, path);
+            free(names[j]);
+        }
+        free(names);
+    }
+    const char *modules = path_variable("VLLM_FL_PLUGIN_MODULES");
+    char *copy = modules ? strdup(modules) : NULL;
+    for (char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL; e && !c.rc;
+         e = strtok_r(NULL, ",", &save)) {
+        while (*e == ' ' || *e == '\t')
+            e++;
+        size_t len = strlen(e);
+        while (len && (e[len - 1] == ' ' || e[len - 1] == '\t'))
+            e[--len] = '\0';
+        char path[PATH_MAX];
+        if (e[0] == '/')
+            candidates_add(&c, e);
+        else if (*e && !strchr(e, '/') && find_module(&sp, e, path, sizeof path))
+            candidates_add(&c, path);
+    }
+    free(copy);
+    if (modules && !copy)
+        c.rc = FLD_ENOMEM;
+    if (!c.rc && !(*search_path = strdup(sp.joined ? sp.joined : "")))
+        c.rc = FLD_ENOMEM;
+    search_free(&sp);
+    if (c.rc) {
+        fld__plugin_candidates_free(c.paths, c.n, *search_path);
+        *search_path = NULL;
+        return fld__fail(FLD_ENOMEM, "out of memory listing the plugin files");
+    }
+    *paths = c.paths;
+    *n = c.n;
+    return FLD_OK;
+}
+
+void fld__plugin_candidates_free(char **paths, size_t n, char *search_path)
+{
+    for (size_t i = 0; i < n; i++)
+        free(paths[i]);
+    free(paths);
+    free(search_path);
 }
 
 void fld__discovery_shutdown(void)

@@ -34,7 +34,9 @@ static const char usage_text[] =
     "  verify   [OP...] [--device D] [--dtype T] [--quick] [--json]\n"
     "                                       every implementation against the reference\n"
     "                                       on generated inputs, within tolerances\n"
-    "  doctor   (coming)                    load each plugin in a child process\n"
+    "  doctor   [PATH...] [--timeout S] [--json]\n"
+    "                                       load each plugin in a child process; report\n"
+    "                                       crashes (signal and stage) and hangs\n"
     "\n"
     "Options:\n"
     "  -h, --help     this help; 'fldispatch <command> --help' for one command\n"
@@ -177,9 +179,6 @@ static int print_version(void)
     return CLI_EXIT_OK;
 }
 
-/* Commands of the contract this version does not have yet. */
-static const char *const coming_commands[] = {"doctor"};
-
 int main(int argc, char **argv)
 {
     static const struct {
@@ -188,6 +187,7 @@ int main(int argc, char **argv)
     } commands[] = {
         {"list", cmd_list},     {"resolve", cmd_resolve}, {"bench", cmd_bench},
         {"config", cmd_config}, {"freeze", cmd_freeze},   {"verify", cmd_verify},
+        {"doctor", cmd_doctor},
     };
 
     if (argc < 2) {
@@ -205,12 +205,6 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(cmd, commands[i].name) == 0)
             return commands[i].run(argc - 1, argv + 1);
-    for (size_t i = 0; i < sizeof coming_commands / sizeof coming_commands[0]; i++) {
-        if (strcmp(cmd, coming_commands[i]) == 0) {
-            fprintf(stderr, "fldispatch: '%s' is not available in this version\n", cmd);
-            return CLI_EXIT_USAGE;
-        }
-    }
     if (cmd[0] == '-')
         return cli_usage_error(NULL, "unknown option '%s'", cmd);
     return cli_usage_error(NULL, "unknown command '%s'", cmd);
