@@ -43,8 +43,9 @@ static int rms_norm(const void *argp, bool gemma)
     fld_tensor_rows(args->out, &out);
     if (args->residual)
         fld_tensor_rows(args->residual, &res);
-    const void *w =
-        args->weight ? (const char *)args->weight->data + args->weight->byte_offset : NULL;
+    const void *w = args->weight && args->weight->data
+                        ? (const char *)args->weight->data + args->weight->byte_offset
+                        : NULL;
     const int dt = fld_dtype_index(args->x->dtype);
     const size_t elem = dt == 0 ? 4 : 2;
     const int64_t h = x.width;

@@ -41,9 +41,10 @@ int fld__ref_rotary_embedding(const void *argp)
         const int64_t pos = g.positions_int32 ? ((const int32_t *)g.positions)[t]
                                               : ((const int64_t *)g.positions)[t];
         const char *row = (const char *)g.cache + (size_t)(pos * g.cache_stride) * cache_elem;
-        rotate_heads((char *)g.query + (size_t)(t * g.q_token_stride) * elem, g.q_heads,
-                     g.q_head_stride, dt, row, cache_dt, half, args->is_neox);
-        if (g.key)
+        if (g.q_heads > 0)
+            rotate_heads((char *)g.query + (size_t)(t * g.q_token_stride) * elem, g.q_heads,
+                         g.q_head_stride, dt, row, cache_dt, half, args->is_neox);
+        if (g.key && g.k_heads > 0)
             rotate_heads((char *)g.key + (size_t)(t * g.k_token_stride) * elem, g.k_heads,
                          g.k_head_stride, dt, row, cache_dt, half, args->is_neox);
     }

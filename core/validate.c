@@ -221,13 +221,22 @@ static inline void layout_of(const DLTensor *t, int split, struct tview *v)
     v->head_stride = v->width;
     v->rows = 1;
     v->empty = v->width == 0 || v->heads == 0;
-    for (int i = 0; i < t->ndim - split; i++) {
-        v->rows *= shape[i];
+    for (int i = 0; i < t->ndim - split; i++)
         v->empty |= shape[i] == 0;
-    }
+    /* An empty tensor's other dims were never bounded: their product may overflow. */
+    for (int i = 0; !v->empty && i < t->ndim - split; i++)
+        v->rows *= shape[i];
+    if (v->empty)
+        v->rows = 0;
     if (strides && !v->empty && split == 2 && v->heads > 1)
         v->head_stride = strides[last - 1];
-    v->row_stride = (v->heads - 1) * v->head_stride + v->width;
+    /* Unbounded dims (an empty tensor's, or huge ones the layout check will
+     * refuse) must not overflow here: saturate, and let that check decide. */
+    int64_t rs;
+    if (v->empty || __builtin_mul_overflow(v->heads - 1, v->head_stride, &rs) ||
+        __builtin_add_overflow(rs, v->width, &rs))
+        rs = v->empty ? v->width : INT64_MAX;
+    v->row_stride = rs;
     if (!strides || v->empty)
         return;
     for (int i = t->ndim - split - 1; i >= 0; i--) {
@@ -310,12 +319,12 @@ static __attribute__((noinline)) int check_layout(const char *op, const char *na
     v->head_stride = head_stride;
 
     /* Bytes spanned: (rows-1)*row_stride + row_extent elements, plus offset. */
-    int64_t span, bytes;
-    overflow |= __builtin_mul_overflow(rows - 1, row_stride, &span) ||
-                __builtin_add_overflow(span, row_extent, &span) ||
-                __builtin_mul_overflow(span, elem, &bytes) ||
-                t->byte_offset > (uint64_t)INT64_MAX ||
-                __builtin_add_overflow(bytes, (int64_t)t->byte_offset, &bytes);
+    /* Once rows has overflowed it may be INT64_MIN: rows - 1 only when it has not. */
+    int64_t span = 0, bytes = 0;
+    overflow = overflow || __builtin_mul_overflow(rows - 1, row_stride, &span) ||
+               __builtin_add_overflow(span, row_extent, &span) ||
+               __builtin_mul_overflow(span, elem, &bytes) || t->byte_offset > (uint64_t)INT64_MAX ||
+               __builtin_add_overflow(bytes, (int64_t)t->byte_offset, &bytes);
     uintptr_t end;
     overflow |= __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)bytes, &end);
     if (overflow)
@@ -440,7 +449,7 @@ static inline __attribute__((always_inline)) int check_tensor(const char *op, co
  */
 static inline bool fast_same_as(const DLTensor *t, const DLTensor *x, const struct tview *xv)
 {
-    if (!t || t->strides || x->strides || t->ndim != x->ndim || xv->empty ||
+    if (!t || !t->shape || t->strides || x->strides || t->ndim != x->ndim || xv->empty ||
         dtype_word(t->dtype) != dtype_word(x->dtype) ||
         t->device.device_type != x->device.device_type ||
         t->device.device_id != x->device.device_id || t->byte_offset >= ((uint64_t)1 << 30))
@@ -458,7 +467,7 @@ static inline bool fast_same_as(const DLTensor *t, const DLTensor *x, const stru
 /* The same for a contiguous [H] weight of a contiguous x. */
 static inline bool fast_weight(const DLTensor *w, const DLTensor *x, const struct tview *xv)
 {
-    if (w->strides || w->ndim != 1 || w->shape[0] != xv->width || xv->empty ||
+    if (!w->shape || w->strides || w->ndim != 1 || w->shape[0] != xv->width || xv->empty ||
         dtype_word(w->dtype) != dtype_word(x->dtype) ||
         w->device.device_type != x->device.device_type ||
         w->device.device_id != x->device.device_id || w->byte_offset >= ((uint64_t)1 << 30))
@@ -649,9 +658,10 @@ static inline int check_heads(const char *op, const char *name, const DLTensor *
 {
     if (__builtin_expect(t == NULL, 0))
         return fail_null_tensor(op, name);
-    const int split = t->ndim - pos->ndim;
-    if (__builtin_expect(split != 1 && split != 2, 0))
+    const int64_t split64 = (int64_t)t->ndim - pos->ndim; /* ndim may be INT32_MIN */
+    if (__builtin_expect(split64 != 1 && split64 != 2, 0))
         return fail_token_dims(op, name, t, pos);
+    const int split = (int)split64;
     TRY(check_tensor(op, name, t, split, TK_FLOAT, v));
     for (int i = 0; i < pos->ndim; i++)
         if (__builtin_expect(t->shape[i] != pos->shape[i], 0))
@@ -763,11 +773,18 @@ int fld__validate_attention(const char *op, const void *argp, struct fld_call_ke
 /* Helpers for kernels (validated input)                                    */
 /* ------------------------------------------------------------------------ */
 
+/* The first element of a view. An empty view's data and byte_offset are not
+ * validated (nothing of it is touched), so no arithmetic is done on them. */
+static inline void *view_start(const DLTensor *t, bool empty)
+{
+    return empty ? t->data : (char *)t->data + t->byte_offset;
+}
+
 void fld_tensor_rows(const DLTensor *t, fld_rows *out)
 {
     struct tview v;
     layout_of(t, 1, &v);
-    out->data = (char *)t->data + t->byte_offset;
+    out->data = view_start(t, v.empty);
     out->rows = v.rows;
     out->width = v.width;
     out->stride = v.row_stride;
@@ -781,20 +798,20 @@ void fld_rotary_geometry_of(const fld_rotary_embedding_args *args, fld_rotary_ge
     for (int i = 0; i < p->ndim; i++)
         tokens *= p->shape[i];
     out->tokens = tokens;
-    out->positions = (const char *)p->data + p->byte_offset;
+    out->positions = view_start(p, tokens == 0);
     out->positions_int32 = p->dtype.bits == 32;
 
     layout_of(c, 1, &v);
     out->max_pos = v.rows;
     out->rot_dim = v.width;
-    out->cache = (const char *)c->data + c->byte_offset;
+    out->cache = view_start(c, v.empty);
     out->cache_stride = v.row_stride;
     out->cache_dtype = c->dtype;
 
     const DLTensor *q = args->query;
     int split = q->ndim - p->ndim;
     layout_of(q, split, &v);
-    out->query = (char *)q->data + q->byte_offset;
+    out->query = view_start(q, v.empty);
     if (split == 1) {
         out->q_heads = v.width / args->head_size;
         out->q_head_stride = args->head_size;
@@ -813,7 +830,7 @@ void fld_rotary_geometry_of(const fld_rotary_embedding_args *args, fld_rotary_ge
     }
     split = k->ndim - p->ndim;
     layout_of(k, split, &v);
-    out->key = (char *)k->data + k->byte_offset;
+    out->key = view_start(k, v.empty);
     if (split == 1) {
         out->k_heads = v.width / args->head_size;
         out->k_head_stride = args->head_size;

@@ -198,14 +198,16 @@ V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64
         const int64_t pos = g->positions_int32 ? ((const int32_t *)g->positions)[t]
                                                : ((const int64_t *)g->positions)[t];
         const void *row = fld__cpu_at(g->cache, pos * g->cache_stride, cdt);
-        void *q = fld__cpu_at(g->query, t * g->q_token_stride, dt);
-        void *k = g->key ? fld__cpu_at(g->key, t * g->k_token_stride, dt) : NULL;
+        /* A side with no heads may have no storage at all: no address for it. */
+        void *q = g->q_heads ? fld__cpu_at(g->query, t * g->q_token_stride, dt) : NULL;
+        void *k = g->key && g->k_heads ? fld__cpu_at(g->key, t * g->k_token_stride, dt) : NULL;
         for (int64_t f0 = 0; f0 < half; f0 += ROT_CHUNK) {
             const int64_t n = half - f0 < ROT_CHUNK ? half - f0 : ROT_CHUNK;
             rot_fill(c, s, row, f0, n, half, cdt, neox);
             const bool more = t + 1 < t1;
-            rot_heads(q, g->q_heads, g->q_head_stride, f0, n, half, c, s, dt, neox,
-                      more ? fld__cpu_at(q, g->q_token_stride, dt) : NULL);
+            if (q)
+                rot_heads(q, g->q_heads, g->q_head_stride, f0, n, half, c, s, dt, neox,
+                          more ? fld__cpu_at(q, g->q_token_stride, dt) : NULL);
             if (k)
                 rot_heads(k, g->k_heads, g->k_head_stride, f0, n, half, c, s, dt, neox,
                           more ? fld__cpu_at(k, g->k_token_stride, dt) : NULL);
