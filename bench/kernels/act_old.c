@@ -10,8 +10,6 @@
 #include "act_harness.h"
 #include "old_convert.h"
 
-
-
 static inline float silu(float v)
 {
     return v / (1.0f + expf(-v));

@@ -11,7 +11,6 @@
 
 #define SUM_LANES 8
 
-
 static void sum_squares(float acc[SUM_LANES], const float *v, int64_t n)
 {
     int64_t i = 0;
