@@ -194,7 +194,7 @@ check: deps all tests
 # definite leaks fail the program (tests/run.sh, FLD_TEST_WRAPPER).
 VALGRIND ?= valgrind
 VALGRIND_FLAGS ?= --quiet --error-exitcode=97 --trace-children=yes --leak-check=full \
-  --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=no \
+  --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=no --fair-sched=yes \
   --suppressions=$(CURDIR)/tests/valgrind.supp
 check-valgrind: deps all tests
 	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' \
