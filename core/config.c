@@ -23,6 +23,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "policy.h"
+#include "reclaim.h"
 
 #define BOOL_WORDS "true, false, yes, no, on, off"
 #define YAML_KEYS                                                                                  \
@@ -891,8 +892,13 @@ int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user
         return r;
     if (!fn)
         return fld__fail(FLD_EINVAL, "fld_foreach_config_field: fn is NULL");
-    const struct fld_policy *p = fld__policy_effective();
-    struct fld_policy *mut = (struct fld_policy *)p; /* for the accessors; nothing is written */
+    /* A copy: fn may change the policy (set, push, pop) while it runs. */
+    fld__read_begin();
+    struct fld_policy *p = fld__policy_clone(fld__policy_effective());
+    fld__read_end();
+    if (!p)
+        return fld__fail(FLD_ENOMEM, "fld_foreach_config_field: out of memory");
+    struct fld_policy *mut = p; /* for the accessors; nothing is written */
 
     for (size_t i = 0; i < sizeof order / sizeof order[0] && !r; i++) {
         enum fld_policy_field f = order[i];
@@ -939,5 +945,6 @@ int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user
         r = emit(fn, user, "manifest", &value, "VLLM_FL_MANIFEST");
     }
     free(value.s);
+    fld__policy_free(p);
     return r;
 }

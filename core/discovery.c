@@ -32,6 +32,7 @@
 #include "host.h"
 #include "log.h"
 #include "probe.h"
+#include "reclaim.h"
 #include "registry.h"
 
 /* The descriptor size of ABI 1.0: anything smaller cannot be read safely. */
@@ -138,12 +139,15 @@ const char *fld__plugin_search_path(void)
 
 static void publish_search_path(void)
 {
+    const char *now = atomic_load(&published);
+    if (now && strcmp(now, fld__plugin_search_path()) == 0)
+        return; /* unchanged: a reload keeps no extra copy */
     char *copy = strdup(fld__plugin_search_path());
     if (!copy)
         return;
     char *old = atomic_exchange(&published, copy);
     if (old)
-        fld__retire(old, free);
+        fld__retire_until_shutdown(old, free); /* fld_plugin_path() handed it out */
 }
 
 /* ---- checks --------------------------------------------------------------- */

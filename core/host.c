@@ -1,7 +1,7 @@
 /*
  * Process-wide state: the host lock, initialisation, reload, shutdown, fork
- * handling, the global policy pointer and the retire list. See host.h for
- * the locking rules.
+ * handling and the global policy pointer. See host.h for the locking rules;
+ * replaced objects are reclaimed by reclaim.c.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include "manifest.h"
 #include "ops.h"
 #include "policy.h"
+#include "reclaim.h"
 #include "registry.h"
 
 enum init_state { STATE_UNINIT, STATE_READY, STATE_FAILED };
@@ -30,13 +31,6 @@ static char init_message[1024];
 _Atomic uint64_t fld__generation;
 static uint64_t generation_counter; /* last value handed out; survives shutdown */
 static _Atomic(struct fld_policy *) global_policy;
-
-struct retired {
-    void *ptr;
-    void (*free_fn)(void *);
-    struct retired *next;
-};
-static struct retired *retired_list;
 
 static void set_state(enum init_state st)
 {
@@ -69,6 +63,7 @@ static void atfork_child(void)
     /* The child has one thread; the inherited mutex state is not to be
      * trusted (other threads' holds are gone), so start a fresh one. */
     make_lock();
+    fld__reclaim_after_fork();
     atomic_store(&fld__override_threads, fld__policy_override_top() ? 1u : 0u);
     if (atomic_load(&state) == STATE_READY) {
         fld__registry_forget_availability();
@@ -98,32 +93,9 @@ void fld__bump_generation(void)
     atomic_store_explicit(&fld__generation, ++generation_counter, memory_order_release);
 }
 
-void fld__retire(void *ptr, void (*free_fn)(void *))
-{
-    struct retired *r = malloc(sizeof *r);
-    if (!r) {
-        /* Cannot remember it: leaking is safe, freeing is not (readers). */
-        return;
-    }
-    r->ptr = ptr;
-    r->free_fn = free_fn;
-    r->next = retired_list;
-    retired_list = r;
-}
-
-static void free_retired(void)
-{
-    while (retired_list) {
-        struct retired *r = retired_list;
-        retired_list = r->next;
-        r->free_fn(r->ptr);
-        free(r);
-    }
-}
-
 const struct fld_policy *fld__policy_global(void)
 {
-    return atomic_load_explicit(&global_policy, memory_order_acquire);
+    return atomic_load(&global_policy); /* seq_cst: see reclaim.c */
 }
 
 const struct fld_policy *fld__policy_effective(void)
@@ -144,7 +116,7 @@ static void policy_free_cb(void *p)
 void fld__policy_publish(struct fld_policy *p)
 {
     fld__lock();
-    struct fld_policy *old = atomic_exchange_explicit(&global_policy, p, memory_order_acq_rel);
+    struct fld_policy *old = atomic_exchange(&global_policy, p);
     if (old)
         fld__retire(old, policy_free_cb);
     if (atomic_load(&state) == STATE_READY)
@@ -363,7 +335,7 @@ void fld_shutdown(void)
     if (p)
         fld__policy_free(p);
     fld__platform_shutdown();
-    free_retired();
+    fld__reclaim_all();
     fld__log_reset_override();
     fld__log_shutdown();
     fld__unlock();

@@ -1,8 +1,8 @@
 /*
  * Process-wide state of the host: the one lock, the generation counter that
  * invalidates cached choices, lazy initialisation, fork handling, the global
- * policy pointer, and the retire list that keeps replaced objects alive until
- * fld_shutdown() so lock-free readers never see them freed.
+ * policy pointer. Replaced objects go to reclaim.h, which frees them once no
+ * lock-free reader can hold them.
  *
  * Lock: a single recursive mutex (fld__lock) protects the registry (op
  * entries' impl lists, plugin records), policy publication and chain
@@ -39,7 +39,8 @@ static inline int fld__ensure_init(void)
     return fld_init();
 }
 
-/* The global policy (lock-free read; never NULL after init). */
+/* The global policy (never NULL after init). Without the host lock, read it
+ * inside fld__read_begin()/fld__read_end() (reclaim.h). */
 const struct fld_policy *fld__policy_global(void);
 /* The policy of the calling thread: its innermost override, else global. */
 const struct fld_policy *fld__policy_effective(void);
@@ -52,8 +53,5 @@ void fld__policy_publish(struct fld_policy *p);
  * VLLM_FL_CONFIG (fld_policy_reset). On error nothing changes.
  */
 int fld__policy_rebuild(void);
-
-/* Keeps ptr until fld_shutdown(), then calls free_fn(ptr). Host lock held. */
-void fld__retire(void *ptr, void (*free_fn)(void *));
 
 #endif

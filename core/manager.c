@@ -2,17 +2,24 @@
  * The op manager: selection, the cache of resolved chains and dispatch.
  *
  * A chain is the ordered candidate list of one (op, device, dtype) under one
- * policy, built under the host lock by select_chain() and then immutable
- * except for three atomics: which candidates failed (non-strict fallback
- * memory), which were announced in the log, and the `fast` flag that lets
- * the hot path call the first candidate directly (fast_fn).
+ * policy, built under the host lock by build_chain() and then immutable
+ * except for two atomics: which candidates failed (non-strict fallback
+ * memory) and which were announced in the log.
  *
  * Global-policy chains live in op->slots[] and are valid while their
  * generation equals fld__generation; any registry or policy change bumps the
  * generation, so stale chains (and their failure memory) are rebuilt on next
- * use. Replaced chains are retired, not freed, so a thread still running
- * one is safe. The cached call path is: load generation, load slot, compare,
- * call — no lock, no write.
+ * use. Threads use a chain without the lock inside a reader section
+ * (reclaim.h); a replaced chain is retired and freed once no section can
+ * hold it.
+ *
+ * Once a chain's first candidate has served a call (and has no supports()
+ * predicate and has not failed), op->fast[slot] lets the hot path call it
+ * directly: load generation, load the slot's fast generation, compare, load
+ * fn, call — no lock, no write, no chain. A call that overlaps a policy
+ * change may be served under the old or the new policy; one that starts
+ * after the change returned sees it (its generation differs until the slot
+ * is rebuilt).
  *
  * Threads with a scoped policy override use a small thread-local cache keyed
  * by the override's policy serial; those chains belong to the thread.
@@ -27,6 +34,7 @@
 #include "manager.h"
 #include "manifest.h"
 #include "policy.h"
+#include "reclaim.h"
 #include "registry.h"
 
 #define MAX_CHAIN   64
@@ -36,8 +44,8 @@
 struct fld_chain {
     uint64_t generation;
     uint64_t policy_serial;
-    _Atomic(fld_kernel_fn) fast_fn; /* impls[0]->fn once it may be called directly, else NULL */
     bool strict;
+    bool global;                /* in op->slots[] (else a thread's override chain) */
     _Atomic uint64_t failed;    /* bit i: impls[i] failed (non-strict memory) */
     _Atomic uint64_t announced; /* bit i: "using" line logged for impls[i] */
     struct fld_chain *tls_next; /* thread-local retire list */
@@ -321,6 +329,37 @@ static void describe_impl(const struct fld_impl_rec *r, char *buf, size_t size)
              r->vendor ? r->vendor : "");
 }
 
+/*
+ * Lets the hot path call c's first candidate directly, if c is still the
+ * slot's chain of the current generation. A failure recorded meanwhile must
+ * win (run_chain sets the bit, then clears fn): the bit is checked again
+ * after fn is stored, so either this or that clear comes last.
+ */
+static void enable_fast(struct fld_op_s *op, unsigned slot, struct fld_chain *c)
+{
+    struct fld_fast_call *f = &op->fast[slot];
+    const fld_kernel_fn fn = c->impls[0]->fn;
+    if (atomic_load_explicit(&f->generation, memory_order_relaxed) == c->generation &&
+        atomic_load_explicit(&f->fn, memory_order_relaxed) == fn)
+        return;
+    fld__lock();
+    if (atomic_load(&op->slots[slot]) == c && c->generation == atomic_load(&fld__generation)) {
+        atomic_store(&f->fn, fn);
+        atomic_store_explicit(&f->generation, c->generation, memory_order_release);
+        if (atomic_load(&c->failed))
+            atomic_store(&f->fn, NULL);
+    }
+    fld__unlock();
+}
+
+/* impls[i] of c failed: remembered, and no longer called directly. */
+static void mark_failed(struct fld_op_s *op, unsigned slot, struct fld_chain *c, uint32_t i)
+{
+    atomic_fetch_or(&c->failed, 1ull << i);
+    if (c->global)
+        atomic_store(&op->fast[slot].fn, NULL); /* a newer chain's: it is enabled again */
+}
+
 /* Logs the first use of impls[i] through chain c, then lets the hot path in. */
 static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c, uint32_t i)
 {
@@ -343,13 +382,8 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) switched from '%s' to '%s' (%s)", op->name,
                      device_label(dev), dtype_label(dt), prev->impl_id, r->impl_id, what);
     }
-    if (i == 0 && !c->impls[0]->supports && !atomic_load(&c->failed)) {
-        atomic_store(&c->fast_fn, c->impls[0]->fn);
-        /* A failure recorded meanwhile by another thread must win: take the
-         * direct path away again, or the failed impl would keep running. */
-        if (atomic_load(&c->failed))
-            atomic_store(&c->fast_fn, NULL);
-    }
+    if (i == 0 && c->global && !c->impls[0]->supports && !atomic_load(&c->failed))
+        enable_fast(op, slot, c);
 }
 
 static int no_candidate(struct fld_op_s *op, unsigned slot)
@@ -420,8 +454,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
         } else if (c->strict) {
             return first_rc;
         } else {
-            atomic_fetch_or(&c->failed, 1ull << (start - 1));
-            atomic_store(&c->fast_fn, NULL);
+            mark_failed(op, slot, c, start - 1);
             fld__error_copy(last_msg, sizeof last_msg);
             fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s: %s",
                      r->impl_id, op->name, device_label(dev), dtype_label(dt),
@@ -462,8 +495,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
         }
         if (c->strict)
             return rc; /* the winner's own status and message, unchanged */
-        atomic_fetch_or(&c->failed, 1ull << i);
-        atomic_store(&c->fast_fn, NULL);
+        mark_failed(op, slot, c, i);
         fld__error_copy(last_msg, sizeof last_msg);
         fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s: %s",
                  r->impl_id, op->name, device_label(dev), dtype_label(dt), fld_strerror(rc),
@@ -503,7 +535,8 @@ static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
         slot_key(slot, &dev, &dt);
         struct fld_chain *fresh = build_chain(op, dev, dt, fld__policy_global(), gen);
         if (fresh) {
-            atomic_store_explicit(&op->slots[slot], fresh, memory_order_release);
+            fresh->global = true;
+            atomic_store(&op->slots[slot], fresh); /* seq_cst: see reclaim.c */
             if (c)
                 fld__retire(c, chain_free);
         }
@@ -585,28 +618,34 @@ static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *arg
  * Everything the hot path does not cover. A valid cached chain is still used
  * without the lock (its first candidate has a supports() predicate, or has
  * failed, or this is the first call through it); the lock is taken only to
- * build a chain.
+ * build a chain. The chain is held inside a reader section.
  */
 __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned slot,
                                                    const void *args)
 {
-    struct fld_chain *c = atomic_load_explicit(&op->slots[slot], memory_order_acquire);
-    if (c && c->generation == atomic_load_explicit(&fld__generation, memory_order_acquire))
-        return run_chain(op, slot, c, args, 0, FLD_OK);
-    c = global_chain(op, slot);
-    if (!c)
-        return fld__fail(FLD_ENOMEM, "out of memory resolving op '%s'", op->name);
-    return run_chain(op, slot, c, args, 0, FLD_OK);
+    fld__read_begin();
+    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    if (!c || c->generation != atomic_load(&fld__generation))
+        c = global_chain(op, slot);
+    int rc = c ? run_chain(op, slot, c, args, 0, FLD_OK)
+               : fld__fail(FLD_ENOMEM, "out of memory resolving op '%s'", op->name);
+    fld__read_end();
+    return rc;
 }
 
-/* The directly called first candidate failed with rc: continue the chain. */
+/* The directly called fn (the first candidate) failed with rc: continue its
+ * chain, or start again if the chain changed meanwhile. */
 __attribute__((noinline, cold)) static int fast_failed(struct fld_op_s *op, unsigned slot,
-                                                       const void *args, int rc)
+                                                       const void *args, fld_kernel_fn fn, int rc)
 {
-    struct fld_chain *c = atomic_load_explicit(&op->slots[slot], memory_order_acquire);
-    if (!c || c->generation != atomic_load(&fld__generation))
-        return dispatch_slow(op, slot, args); /* the policy changed meanwhile */
-    return run_chain(op, slot, c, args, 1, rc);
+    fld__read_begin();
+    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    if (c && c->generation == atomic_load(&fld__generation) && c->n && c->impls[0]->fn == fn)
+        rc = run_chain(op, slot, c, args, 1, rc);
+    else
+        rc = dispatch_slow(op, slot, args);
+    fld__read_end();
+    return rc;
 }
 
 __attribute__((noinline, cold)) static int dispatch_overridden(struct fld_op_s *op, unsigned slot,
@@ -628,14 +667,14 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
     uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
     if (unlikely(atomic_load_explicit(&fld__override_threads, memory_order_relaxed)))
         return dispatch_overridden(op, slot, args);
-    struct fld_chain *c = atomic_load_explicit(&op->slots[slot], memory_order_acquire);
+    struct fld_fast_call *f = &op->fast[slot];
     fld_kernel_fn fn;
-    if (likely(c && c->generation == gen &&
-               (fn = atomic_load_explicit(&c->fast_fn, memory_order_relaxed)))) {
+    if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
+               (fn = atomic_load_explicit(&f->fn, memory_order_relaxed)))) {
         int rc = fn(args);
         if (likely(rc == FLD_OK))
             return FLD_OK;
-        return fast_failed(op, slot, args, rc);
+        return fast_failed(op, slot, args, fn, rc);
     }
     return dispatch_slow(op, slot, args);
 }
@@ -865,6 +904,8 @@ static void drop_op_chains(struct fld_op_s *op, void *user)
     for (unsigned s = 0; s < FLD_NSLOTS; s++) {
         free(atomic_exchange(&op->slots[s], NULL));
         atomic_store(&op->last_served[s], NULL);
+        atomic_store(&op->fast[s].fn, NULL);
+        atomic_store(&op->fast[s].generation, 0);
     }
 }
 

@@ -1,8 +1,9 @@
 /*
  * Interned ops. The table that maps names to op entries is an immutable
  * snapshot published through an atomic pointer: lookups read it without a
- * lock; adding an op (host lock held) builds a new snapshot and retires the
- * old one. Op entries themselves live until fld_shutdown().
+ * lock; adding an op (host lock held) builds a new snapshot and keeps the old
+ * one until fld_shutdown() (one per op ever added, so bounded; by-name
+ * lookups stay free of reader sections). Op entries also live until then.
  */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "error.h"
 #include "host.h"
 #include "ops.h"
+#include "reclaim.h"
 #include "registry.h"
 
 struct op_table {
@@ -209,7 +211,7 @@ static int table_add(struct fld_op_s *op)
     qsort(t->by_name, n, sizeof *t->by_name, by_name_cmp);
     atomic_store_explicit(&table, t, memory_order_release);
     if (old)
-        fld__retire(old, table_free);
+        fld__retire_until_shutdown(old, table_free);
     return FLD_OK;
 }
 

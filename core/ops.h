@@ -93,12 +93,26 @@ extern const struct fld_op_schema fld__catalog[FLD_CAT_COUNT];
 struct fld_chain;
 struct fld_impl_rec;
 
+/*
+ * What the dispatch fast path reads for one slot: it may call fn directly
+ * while `generation` equals fld__generation. Kept in the op (which lives
+ * until fld_shutdown()) so the hot path never dereferences a chain that a
+ * policy change could retire. Written under the host lock (manager.c).
+ */
+struct fld_fast_call {
+    _Atomic uint64_t generation;
+    _Atomic(fld_kernel_fn) fn;
+};
+
 /* An interned op. Allocated at init (catalog) or on first registration. */
 struct fld_op_s {
     const char *name;
     size_t name_len;
     const struct fld_op_schema *schema; /* NULL for ops outside the catalog */
-    /* Cached chains per slot; read without a lock (see manager.c). */
+    /* Direct calls per slot: the hot path reads nothing else. */
+    struct fld_fast_call fast[FLD_NSLOTS];
+    /* Cached chains per slot; read without the lock inside a reader section
+     * (reclaim.h, manager.c). */
     _Atomic(struct fld_chain *) slots[FLD_NSLOTS];
     /* The impl that served the last call per slot, for "switched" log lines. */
     _Atomic(const struct fld_impl_rec *) last_served[FLD_NSLOTS];

@@ -38,6 +38,7 @@
 #include "log.h"
 #include "ops.h"
 #include "platform.h"
+#include "reclaim.h"
 #include "registry.h"
 
 #define PLATFORM_VALID "cpu, cuda, nvidia, rocm, ascend"
@@ -405,7 +406,7 @@ void fld__platform_set_current(const struct fld_platform *p)
     *copy = *p;
     /* On the retire list from the start: readers take no lock, so no copy is
      * freed before fld_shutdown(), the current one included. */
-    fld__retire(copy, free);
+    fld__retire_until_shutdown(copy, free);
     atomic_store_explicit(&current, copy, memory_order_release);
 }
 

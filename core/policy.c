@@ -25,6 +25,7 @@
 #include "manager.h"
 #include "manifest.h"
 #include "policy.h"
+#include "reclaim.h"
 
 #define SOURCE_DEFAULT  "default"
 #define SOURCE_SET      "fld_policy_set"
@@ -867,7 +868,9 @@ nomem:
 /* A clone of the calling thread's effective policy, to be edited and pushed. */
 static int begin_push(const char *what, struct fld_policy **out)
 {
+    fld__read_begin(); /* the global policy may be replaced meanwhile */
     *out = fld__policy_clone(fld__policy_effective());
+    fld__read_end();
     if (!*out)
         return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
     return FLD_OK;
@@ -1055,5 +1058,8 @@ size_t fld_policy_describe(char *buf, size_t size)
             buf[0] = '\0';
         return 0;
     }
-    return fld__policy_fingerprint(fld__policy_effective(), buf, size);
+    fld__read_begin();
+    size_t n = fld__policy_fingerprint(fld__policy_effective(), buf, size);
+    fld__read_end();
+    return n;
 }

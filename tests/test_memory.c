@@ -1,6 +1,8 @@
 /*
  * Memory: a long run of calls does not grow the heap, and neither do cycles
- * of fld_init() / plugin loads / fld_shutdown().
+ * of fld_init() / plugin loads / fld_shutdown(), nor thousands of policy
+ * changes and reloads made while another thread keeps calling (the replaced
+ * policies and chains are reclaimed, core/reclaim.c).
  *
  * The run mixes every catalog op through the three entry points (typed,
  * fld_call by handle, fld_call_by_name), an op outside the catalog, calls
@@ -13,7 +15,8 @@
  * ASan/TSan (their quarantines make RSS meaningless), mallinfo2() otherwise.
  * FLD_MEMORY_CALLS and FLD_MEMORY_CYCLES shorten the runs (e.g. under
  * valgrind); the defaults are 10^6 calls (2*10^5 under ThreadSanitizer,
- * 5*10^4 under valgrind) and 200 cycles (40 under valgrind).
+ * 5*10^4 under valgrind) and 200 cycles (40 under valgrind);
+ * FLD_MEMORY_CHANGES the policy changes: 10^4 (10^3 under valgrind).
  */
 #include <check.h>
 #include <dlfcn.h>
@@ -22,6 +25,8 @@
 #include <ftw.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,7 +155,7 @@ static void install_fixture(char *out, const char *dir, const char *sub, const c
     close(fd);
 }
 
-static long warnings;
+static _Atomic long warnings;
 
 static void counting_log(int level, const char *message, void *user)
 {
@@ -538,6 +543,98 @@ START_TEST(test_init_shutdown_cycles_do_not_grow)
 }
 END_TEST
 
+struct caller {
+    pthread_t thread;
+    struct mix m;
+    atomic_bool stop;
+    const char *problem;
+};
+
+static void *caller_main(void *arg)
+{
+    struct caller *c = arg;
+    while (!atomic_load(&c->stop) && c->problem == NULL)
+        c->problem = run_mix(&c->m, 200);
+    while (c->m.depth > 0) {
+        fld_policy_pop();
+        c->m.depth--;
+    }
+    return NULL;
+}
+
+/* One global change: a setting, a reset, a policy file or a reload. */
+static int change_policy(long i, const char *policy_file)
+{
+    switch (i % 10) {
+    case 3:
+        return fld_policy_reset();
+    case 6:
+        return fld_policy_load_file(policy_file);
+    case 9:
+        return fld_reload();
+    default:
+        return fld_policy_set("prefer", i % 2 ? "vendor" : "reference");
+    }
+}
+
+START_TEST(test_policy_changes_do_not_grow)
+{
+    setup_environment();
+    char policy_file[PATH_MAX];
+    snprintf(policy_file, sizeof policy_file, "%s/policy.yaml", tmpdir);
+    FILE *f = fopen(policy_file, "w");
+    ck_assert_msg(f != NULL, "%s: %s", policy_file, strerror(errno));
+    fputs("prefer: flagos\nstrict: false\nop_backends:\n  rms_norm: [vendor, reference]\n", f);
+    fclose(f);
+    int rc = fld_init();
+    ck_assert_msg(rc == FLD_OK, "fld_init: %s: %s", fld_strerror(rc), fld_last_error());
+
+    /* Another thread calls throughout: it holds chains and reads the global
+     * policy while they are replaced. This thread calls too, so each change
+     * rebuilds chains here as well. */
+    static struct caller caller;
+    mix_init(&caller.m);
+    mix_lookup(&caller.m);
+    static struct mix m;
+    mix_init(&m);
+    mix_lookup(&m);
+    ck_assert_int_eq(pthread_create(&caller.thread, NULL, caller_main, &caller), 0);
+
+    const char *problem = NULL;
+    const long warm = 200, n = env_count("FLD_MEMORY_CHANGES", under_valgrind() ? 1000 : 10000);
+    long heap0 = 0, rss0 = 0;
+    for (long i = 0; i < warm + n && problem == NULL; i++) {
+        if (i == warm) {
+            heap0 = live_heap_bytes();
+            rss0 = rss_bytes();
+        }
+        if ((rc = change_policy(i, policy_file)) != FLD_OK) {
+            static char why[600];
+            snprintf(why, sizeof why, "change %ld: %s: %s", i, fld_strerror(rc), fld_last_error());
+            problem = why;
+            break;
+        }
+        problem = run_mix(&m, 16);
+    }
+    atomic_store(&caller.stop, true);
+    pthread_join(caller.thread, NULL);
+    ck_assert_msg(problem == NULL, "%s", problem);
+    ck_assert_msg(caller.problem == NULL, "the calling thread: %s", caller.problem);
+    long heap1 = live_heap_bytes(), rss1 = rss_bytes();
+    ck_assert_msg(caller.m.calls > 0, "the calling thread made no call");
+    ck_assert_msg(heap0 < 0 || heap1 - heap0 < GROWTH_LIMIT,
+                  "the heap grew by %ld bytes over %ld policy changes (the other thread made %ld "
+                  "calls); RSS %ld -> %ld",
+                  heap1 - heap0, n, caller.m.calls, rss0, rss1);
+    if (getenv("FLD_TEST_VERBOSE") != NULL)
+        fprintf(stderr, "%ld changes, %ld calls beside: heap %ld -> %ld bytes, RSS %ld -> %ld\n", n,
+                caller.m.calls, heap0, heap1, rss0, rss1);
+    while (m.depth-- > 0)
+        fld_policy_pop();
+    fld_shutdown();
+}
+END_TEST
+
 static Suite *memory_suite(void)
 {
     Suite *s = suite_create("memory");
@@ -545,6 +642,7 @@ static Suite *memory_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_calls_do_not_grow);
     tcase_add_test(tc, test_init_shutdown_cycles_do_not_grow);
+    tcase_add_test(tc, test_policy_changes_do_not_grow);
     suite_add_tcase(s, tc);
     return s;
 }
