@@ -446,12 +446,16 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
     const struct fld_impl_rec *last_decliner = NULL;
     uint32_t tried = 0, skipped_failed = 0;
 
+    if (first_rc == FLD_EUNSUPPORTED) {
+        /* Declined on the direct path, where its reason cannot be told from a
+         * message left by an earlier call: ask it again below with the
+         * message cleared (a decline leaves the outputs untouched). */
+        start--;
+        first_rc = FLD_OK;
+    }
     if (first_rc != FLD_OK) {
         struct fld_impl_rec *r = c->impls[start - 1];
-        if (first_rc == FLD_EUNSUPPORTED) {
-            fld__log(FLD_LOG_DEBUG, "Implementation '%s' declined op '%s' (%s, %s)", r->impl_id,
-                     op->name, device_label(dev), dtype_label(dt));
-        } else if (c->strict) {
+        if (c->strict) {
             return first_rc;
         } else {
             mark_failed(op, slot, c, start - 1);
@@ -467,8 +471,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
     if (c->n == 0)
         return no_candidate(op, slot);
 
-    /* Cleared so that a message found after a decline is the decliner's own
-     * (a decline on the direct path, before this, may leave an older one). */
+    /* Cleared so that a message found after a decline is the decliner's own. */
     fld__error_clear();
     for (uint32_t i = start; i < c->n; i++) {
         if (atomic_load_explicit(&c->failed, memory_order_relaxed) & (1ull << i)) {

@@ -39,9 +39,10 @@ struct targs {
 };
 
 static atomic_int runs[NSLOTS];
-static int slot_status[NSLOTS]; /* what each slot's fn returns */
-static atomic_bool gate_open;   /* answer of gate_supports() */
-static atomic_int avail_calls;  /* calls of the counting is_available */
+static int slot_status[NSLOTS];  /* what each slot's fn returns */
+static bool slot_silent[NSLOTS]; /* a non-OK status without fld_set_error() */
+static atomic_bool gate_open;    /* answer of gate_supports() */
+static atomic_int avail_calls;   /* calls of the counting is_available */
 
 static int run_slot(int slot, const void *args)
 {
@@ -53,7 +54,7 @@ static int run_slot(int slot, const void *args)
         if (a->n < 16)
             a->trace[a->n++] = slot;
     }
-    if (slot_status[slot] != FLD_OK)
+    if (slot_status[slot] != FLD_OK && !slot_silent[slot])
         fld_set_error("slot %d broke on purpose", slot);
     return slot_status[slot];
 }
@@ -680,6 +681,31 @@ START_TEST(unsupported_status_passes_without_memory)
     slot_status[0] = FLD_OK;
     ck_assert_int_eq(run_op("t_op"), 0);
     ck_assert_int_eq(atomic_load(&runs[0]), 2);
+}
+END_TEST
+
+/* The direct (cached) path declines: the message still gives the decliner's
+ * reason when the others decline silently, and never a stale message. */
+START_TEST(direct_path_decline_keeps_the_reason)
+{
+    add_three_kinds();
+    ck_assert_int_eq(run_op("t_op"), 0);
+    ck_assert_int_eq(run_op("t_op"), 0); /* default.f is now called directly */
+    slot_status[0] = slot_status[1] = slot_status[2] = FLD_EUNSUPPORTED;
+    slot_silent[1] = slot_silent[2] = true;
+    struct targs a;
+    ck_assert_int_eq(call_op("t_op", &a), FLD_EUNAVAILABLE);
+    ck_assert_contains(fld_last_error(), "'default.f' said: slot 0 broke on purpose");
+    ck_assert_contains(fld_last_error(), "3 candidate(s) declined");
+
+    slot_silent[0] = true;
+    ck_assert_ptr_null(fld_op_lookup("no_such_op")); /* leaves a message behind */
+    ck_assert_int_eq(call_op("t_op", &a), FLD_EUNAVAILABLE);
+    ck_assert_msg(!strstr(fld_last_error(), "said:"), "%s", fld_last_error());
+    /* a decline is not remembered: default.f serves directly again */
+    slot_status[0] = FLD_OK;
+    ck_assert_int_eq(run_op("t_op"), 0);
+    ck_assert_int_eq(run_op("t_op"), 0);
 }
 END_TEST
 
@@ -1628,6 +1654,7 @@ static Suite *selection_suite(void)
     tcase_add_test(tc, supports_declines_to_next);
     tcase_add_test(tc, supports_declines_in_strict_mode);
     tcase_add_test(tc, unsupported_status_passes_without_memory);
+    tcase_add_test(tc, direct_path_decline_keeps_the_reason);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fallback");
