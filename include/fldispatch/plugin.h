@@ -83,7 +83,9 @@ enum fld_priority {
  * ...), already validated by the host for catalog ops. Returns FLD_OK, or
  * an error, in which case the outputs must be untouched (the host may run the
  * next implementation on the same, possibly in-place, tensors). Return
- * FLD_EUNSUPPORTED to decline a call without it counting as a failure.
+ * FLD_EUNSUPPORTED to decline a call without it counting as a failure
+ * (outputs untouched; the host may ask again, so a decline must be
+ * repeatable).
  * Call fld_set_error() to explain a failure. Must be MT safe.
  */
 typedef int (*fld_kernel_fn)(const void *args);
