@@ -9,8 +9,6 @@
 #include <check.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -24,6 +22,8 @@
 #include <unistd.h>
 
 #include <fldispatch/plugin.h>
+
+#include "util/files.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
 typedef struct good_echo_args {
@@ -43,94 +43,12 @@ static const char *const all_fixtures[] = {
 /* Environment and files                                                    */
 /* ------------------------------------------------------------------------ */
 
-static const char *env_dir(const char *var)
+static const char *src_dir(void)
 {
-    const char *v = getenv(var);
+    const char *v = getenv("FLD_SRCDIR");
     ck_assert_msg(v != NULL && v[0] == '/',
-                  "%s must name the absolute %s directory (make check sets it)", var,
-                  strcmp(var, "FLD_SRCDIR") == 0 ? "source" : "build");
+                  "FLD_SRCDIR must name the absolute source directory (make check sets it)");
     return v;
-}
-
-#define MAX_TMPDIRS 16
-static char tmpdirs[MAX_TMPDIRS][PATH_MAX];
-static int n_tmpdirs;
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void remove_tmpdirs(void)
-{
-    for (int i = 0; i < n_tmpdirs; i++)
-        nftw(tmpdirs[i], remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    n_tmpdirs = 0;
-}
-
-/* A fresh private directory (mode 0700), removed when the test process exits. */
-static const char *make_tmpdir(void)
-{
-    ck_assert_msg(n_tmpdirs < MAX_TMPDIRS, "too many temporary directories");
-    if (n_tmpdirs == 0)
-        atexit(remove_tmpdirs);
-    const char *base = getenv("TMPDIR");
-    char *dir = tmpdirs[n_tmpdirs];
-    snprintf(dir, PATH_MAX, "%s/fld-disc-XXXXXX", base && base[0] == '/' ? base : "/tmp");
-    ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp(%s): %s", dir, strerror(errno));
-    n_tmpdirs++;
-    return dir;
-}
-
-static void make_subdir(char *out, const char *parent, const char *name, mode_t mode)
-{
-    snprintf(out, PATH_MAX, "%s/%s", parent, name);
-    ck_assert_msg(mkdir(out, mode) == 0, "mkdir(%s): %s", out, strerror(errno));
-    ck_assert_msg(chmod(out, mode) == 0, "chmod(%s): %s", out, strerror(errno));
-}
-
-static void copy_file(const char *src, const char *dst, mode_t mode)
-{
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    ck_assert_msg(in >= 0, "cannot open %s: %s (build the fixtures with `make tests`)", src,
-                  strerror(errno));
-    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    ck_assert_msg(out >= 0, "cannot create %s: %s", dst, strerror(errno));
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(in, buf, sizeof buf)) > 0)
-        ck_assert_msg(write(out, buf, (size_t)n) == n, "write %s: %s", dst, strerror(errno));
-    ck_assert_msg(n == 0, "read %s: %s", src, strerror(errno));
-    /* fchmod, not the open mode: the umask must not decide the test. */
-    ck_assert_msg(fchmod(out, mode) == 0, "fchmod %s: %s", dst, strerror(errno));
-    close(in);
-    close(out);
-}
-
-/* Path of a built fixture: $FLD_BUILDDIR/tests/plugins/fld-<name>.so. */
-static void fixture_path(char *out, const char *name)
-{
-    snprintf(out, PATH_MAX, "%s/tests/plugins/fld-%s.so", env_dir("FLD_BUILDDIR"), name);
-}
-
-/* Copies fixture <name> to <dir>/fld-<name>.so with the given mode; the copy's path in out. */
-static void install_fixture_mode(char *out, const char *dir, const char *name, mode_t mode)
-{
-    char src[PATH_MAX], dst[PATH_MAX];
-    fixture_path(src, name);
-    snprintf(dst, sizeof dst, "%s/fld-%s.so", dir, name);
-    copy_file(src, dst, mode);
-    if (out != NULL)
-        snprintf(out, PATH_MAX, "%s", dst);
-}
-
-static void install_fixture(const char *dir, const char *name)
-{
-    install_fixture_mode(NULL, dir, name, 0755);
 }
 
 static void use_plugin_dirs(const char *dirs)
@@ -474,9 +392,9 @@ static const char *const rejected_impl_ids[] = {
 
 START_TEST(test_every_fixture)
 {
-    const char *dir = make_tmpdir();
+    const char *dir = tt_make_tmpdir("disc");
     for (size_t i = 0; i < N_FIXTURES; i++)
-        install_fixture(dir, all_fixtures[i]);
+        tt_install_fixture(NULL, dir, "plugins", all_fixtures[i]);
     use_plugin_dirs(dir);
     fld_log_set_callback(capture_log, NULL);
     init_ok();
@@ -607,9 +525,9 @@ END_TEST
 
 START_TEST(test_sorted_load_order)
 {
-    const char *dir = make_tmpdir();
+    const char *dir = tt_make_tmpdir("disc");
     for (size_t i = 0; i < N_FIXTURES; i++)
-        install_fixture(dir, all_fixtures[i]);
+        tt_install_fixture(NULL, dir, "plugins", all_fixtures[i]);
     use_plugin_dirs(dir);
     fld_log_set_callback(capture_log, NULL);
     init_ok();
@@ -639,10 +557,10 @@ END_TEST
 
 START_TEST(test_world_writable_file)
 {
-    const char *dir = make_tmpdir();
+    const char *dir = tt_make_tmpdir("disc");
     char path[PATH_MAX];
-    install_fixture_mode(path, dir, "good", 0666);
-    install_fixture(dir, "failing");
+    tt_install_fixture_mode(path, dir, "plugins", "good", 0666);
+    tt_install_fixture(NULL, dir, "plugins", "failing");
     use_plugin_dirs(dir);
     fld_log_set_callback(capture_log, NULL);
     init_ok();
@@ -658,10 +576,10 @@ END_TEST
 
 START_TEST(test_world_writable_dir)
 {
-    const char *top = make_tmpdir();
+    const char *top = tt_make_tmpdir("disc");
     char dir[PATH_MAX], path[PATH_MAX];
-    make_subdir(dir, top, "open", 0777);
-    install_fixture_mode(path, dir, "good", 0755);
+    tt_make_subdir(dir, top, "open", 0777);
+    tt_install_fixture(path, dir, "plugins", "good");
     use_plugin_dirs(dir);
     fld_log_set_callback(capture_log, NULL);
     init_ok();
@@ -684,11 +602,11 @@ START_TEST(test_foreign_owner)
         fprintf(stderr, "test_foreign_owner: not root, chown impossible; checked nothing\n");
         return;
     }
-    const char *dir = make_tmpdir();
+    const char *dir = tt_make_tmpdir("disc");
     char path[PATH_MAX];
-    install_fixture_mode(path, dir, "good", 0755);
+    tt_install_fixture(path, dir, "plugins", "good");
     ck_assert_msg(chown(path, 65534, 65534) == 0, "chown %s: %s", path, strerror(errno));
-    install_fixture(dir, "failing");
+    tt_install_fixture(NULL, dir, "plugins", "failing");
     use_plugin_dirs(dir);
     fld_log_set_callback(capture_log, NULL);
     init_ok();
@@ -712,12 +630,12 @@ END_TEST
 
 START_TEST(test_duplicate_basename)
 {
-    const char *a = make_tmpdir();
-    const char *b = make_tmpdir();
+    const char *a = tt_make_tmpdir("disc");
+    const char *b = tt_make_tmpdir("disc");
     char pa[PATH_MAX], pb[PATH_MAX], dirs[2 * PATH_MAX + 2];
-    install_fixture_mode(pa, a, "good", 0755);
-    install_fixture_mode(pb, b, "good", 0755);
-    install_fixture(b, "failing");
+    tt_install_fixture(pa, a, "plugins", "good");
+    tt_install_fixture(pb, b, "plugins", "good");
+    tt_install_fixture(NULL, b, "plugins", "failing");
     snprintf(dirs, sizeof dirs, "%s:%s", a, b);
     use_plugin_dirs(dirs);
     fld_log_set_callback(capture_log, NULL);
@@ -743,12 +661,12 @@ END_TEST
 
 START_TEST(test_relative_dirs_and_cwd_ignored)
 {
-    const char *top = make_tmpdir();
-    const char *empty = make_tmpdir();
+    const char *top = tt_make_tmpdir("disc");
+    const char *empty = tt_make_tmpdir("disc");
     char rel[PATH_MAX], dirs[PATH_MAX + 64];
-    make_subdir(rel, top, "relplugins", 0755);
-    install_fixture(rel, "good");
-    install_fixture(top, "good");
+    tt_make_subdir(rel, top, "relplugins", 0755);
+    tt_install_fixture(NULL, rel, "plugins", "good");
+    tt_install_fixture(NULL, top, "plugins", "good");
     ck_assert_msg(chdir(top) == 0, "chdir %s: %s", top, strerror(errno));
     snprintf(dirs, sizeof dirs, "relplugins:.:%s", empty);
     use_plugin_dirs(dirs);
@@ -781,9 +699,9 @@ END_TEST
 
 START_TEST(test_cwd_never_searched)
 {
-    const char *top = make_tmpdir();
-    const char *empty = make_tmpdir();
-    install_fixture(top, "good");
+    const char *top = tt_make_tmpdir("disc");
+    const char *empty = tt_make_tmpdir("disc");
+    tt_install_fixture(NULL, top, "plugins", "good");
     ck_assert_msg(chdir(top) == 0, "chdir %s: %s", top, strerror(errno));
     use_plugin_dirs(empty);
     fld_log_set_callback(capture_log, NULL);
@@ -800,10 +718,10 @@ END_TEST
 
 START_TEST(test_modules_absolute_path)
 {
-    const char *empty = make_tmpdir();
-    const char *elsewhere = make_tmpdir();
+    const char *empty = tt_make_tmpdir("disc");
+    const char *elsewhere = tt_make_tmpdir("disc");
     char path[PATH_MAX];
-    install_fixture_mode(path, elsewhere, "good", 0755);
+    tt_install_fixture(path, elsewhere, "plugins", "good");
     use_plugin_dirs(empty);
     ck_assert_int_eq(setenv("VLLM_FL_PLUGIN_MODULES", path, 1), 0);
     fld_log_set_callback(capture_log, NULL);
@@ -821,10 +739,10 @@ END_TEST
 
 START_TEST(test_modules_bare_names)
 {
-    const char *dir = make_tmpdir();
+    const char *dir = tt_make_tmpdir("disc");
     char good[PATH_MAX], failing[PATH_MAX];
-    install_fixture_mode(good, dir, "good", 0755);
-    install_fixture_mode(failing, dir, "failing", 0755);
+    tt_install_fixture(good, dir, "plugins", "good");
+    tt_install_fixture(failing, dir, "plugins", "failing");
     use_plugin_dirs(dir);
     /* Every accepted spelling; the files are also found by the directory
      * scan, and each must still be loaded exactly once. */
@@ -852,8 +770,8 @@ END_TEST
 
 START_TEST(test_modules_missing)
 {
-    const char *dir = make_tmpdir();
-    install_fixture(dir, "good");
+    const char *dir = tt_make_tmpdir("disc");
+    tt_install_fixture(NULL, dir, "plugins", "good");
     use_plugin_dirs(dir);
     ck_assert_int_eq(
         setenv("VLLM_FL_PLUGIN_MODULES", "nosuch,/nonexistent-fld-dir/fld-nosuch.so", 1), 0);
@@ -880,10 +798,10 @@ END_TEST
 
 START_TEST(test_load_plugin_at_runtime)
 {
-    const char *empty = make_tmpdir();
-    const char *elsewhere = make_tmpdir();
+    const char *empty = tt_make_tmpdir("disc");
+    const char *elsewhere = tt_make_tmpdir("disc");
     char path[PATH_MAX];
-    install_fixture_mode(path, elsewhere, "good", 0755);
+    tt_install_fixture(path, elsewhere, "plugins", "good");
     use_plugin_dirs(empty);
     fld_log_set_callback(capture_log, NULL);
     init_ok();
@@ -915,8 +833,8 @@ END_TEST
 
 START_TEST(test_load_plugin_rejections)
 {
-    const char *empty = make_tmpdir();
-    const char *dir = make_tmpdir();
+    const char *empty = tt_make_tmpdir("disc");
+    const char *dir = tt_make_tmpdir("disc");
     use_plugin_dirs(empty);
     fld_log_set_callback(capture_log, NULL);
     init_ok();
@@ -942,7 +860,7 @@ START_TEST(test_load_plugin_rejections)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char path[PATH_MAX];
-        install_fixture_mode(path, dir, bad[i].fixture, bad[i].mode);
+        tt_install_fixture_mode(path, dir, "plugins", bad[i].fixture, bad[i].mode);
         int rc = fld_load_plugin(path);
         ck_assert_msg(rc == FLD_EPLUGIN, "fld_load_plugin(%s) = %d (%s), expected FLD_EPLUGIN",
                       path, rc, fld_strerror(rc));
@@ -969,8 +887,8 @@ END_TEST
 
 START_TEST(test_in_tree_classification)
 {
-    const char *dir = make_tmpdir();
-    install_fixture(dir, "good");
+    const char *dir = tt_make_tmpdir("disc");
+    tt_install_fixture(NULL, dir, "plugins", "good");
     use_plugin_dirs(dir);
     fld_log_set_callback(capture_log, NULL);
     init_ok();
@@ -1062,7 +980,7 @@ START_TEST(test_in_tree_needs_flag_and_version)
         .host_version = "0.0.0-not-this-library",
         .register_builtins = register_intree_stale,
     };
-    use_plugin_dirs(make_tmpdir());
+    use_plugin_dirs(tt_make_tmpdir("disc"));
     fld_log_set_callback(capture_log, NULL);
     init_ok();
     int rc = fld_register_plugin(&claim);
@@ -1088,8 +1006,8 @@ END_TEST
 
 START_TEST(test_oot_disabled)
 {
-    const char *dir = make_tmpdir();
-    install_fixture(dir, "good");
+    const char *dir = tt_make_tmpdir("disc");
+    tt_install_fixture(NULL, dir, "plugins", "good");
     use_plugin_dirs(dir);
     ck_assert_int_eq(setenv("VLLM_FL_OOT_ENABLED", "0", 1), 0);
     fld_log_set_callback(capture_log, NULL);
@@ -1127,7 +1045,7 @@ START_TEST(test_default_search_path)
     unsetenv("VLLM_FL_PLUGIN_DIR");
     unsetenv("VLLM_FL_PLUGIN_MODULES");
     char want[PATH_MAX];
-    snprintf(want, sizeof want, "%s/lib/fldispatch/plugins", env_dir("FLD_BUILDDIR"));
+    snprintf(want, sizeof want, "%s/lib/fldispatch/plugins", tt_build_dir());
     fld_log_set_callback(capture_log, NULL);
     init_ok();
 
@@ -1162,7 +1080,7 @@ END_TEST
 static bool configured_dir(const char *macro, const char *suffix, char *out, size_t size)
 {
     char file[PATH_MAX], line[PATH_MAX + 128], prefix[128];
-    snprintf(file, sizeof file, "%s/gen/fld_paths.h", env_dir("FLD_BUILDDIR"));
+    snprintf(file, sizeof file, "%s/gen/fld_paths.h", tt_build_dir());
     FILE *f = fopen(file, "r");
     if (f == NULL)
         return false;
@@ -1215,9 +1133,9 @@ static void expect_file(const char *root, const char *rel)
 
 START_TEST(test_install_pkg_config_oot)
 {
-    const char *src = env_dir("FLD_SRCDIR");
-    const char *build = env_dir("FLD_BUILDDIR");
-    const char *tmp = make_tmpdir();
+    const char *src = src_dir();
+    const char *build = tt_build_dir();
+    const char *tmp = tt_make_tmpdir("disc");
     ck_assert_msg(strchr(src, '\'') == NULL && strchr(build, '\'') == NULL,
                   "paths with quotes are not supported");
 
@@ -1260,7 +1178,7 @@ START_TEST(test_install_pkg_config_oot)
 
     /* Build the out-of-tree plugin the way a third party would. */
     char plugdir[PATH_MAX];
-    make_subdir(plugdir, tmp, "plugins", 0755);
+    tt_make_subdir(plugdir, tmp, "plugins", 0755);
     snprintf(log, sizeof log, "%s/cc.log", tmp);
     snprintf(cmd, sizeof cmd,
              "cc -std=c11 -Wall -Wextra -Werror -shared -fPIC -o '%s/fld-oot.so' "

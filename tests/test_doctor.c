@@ -12,9 +12,7 @@
  * before the first library call.
  */
 #include <check.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -23,101 +21,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <fldispatch/plugin.h>
 
 #include "util/env.h"
+#include "util/files.h"
 #include "util/tool.h"
 
 #define CRASHERS "segv", "abort", "ctorcrash", "availcrash", "exit"
 
 /* ---- files ------------------------------------------------------------------ */
 
-#define MAX_TMPDIRS 8
-static char tmpdirs[MAX_TMPDIRS][PATH_MAX];
-static int n_tmpdirs;
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void remove_tmpdirs(void)
-{
-    for (int i = 0; i < n_tmpdirs; i++)
-        nftw(tmpdirs[i], remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    n_tmpdirs = 0;
-}
-
-/* A fresh private directory, removed when the test process exits. */
-static const char *make_tmpdir(void)
-{
-    ck_assert_msg(n_tmpdirs < MAX_TMPDIRS, "too many temporary directories");
-    if (n_tmpdirs == 0)
-        atexit(remove_tmpdirs);
-    const char *base = getenv("TMPDIR");
-    char *dir = tmpdirs[n_tmpdirs];
-    snprintf(dir, PATH_MAX, "%s/fld-doctor-XXXXXX", base && base[0] == '/' ? base : "/tmp");
-    ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp(%s): %s", dir, strerror(errno));
-    n_tmpdirs++;
-    return dir;
-}
-
-static void make_dir(char *out, const char *parent, const char *name, mode_t mode)
-{
-    snprintf(out, PATH_MAX, "%s/%s", parent, name);
-    ck_assert_msg(mkdir(out, mode) == 0, "mkdir(%s): %s", out, strerror(errno));
-    ck_assert_msg(chmod(out, mode) == 0, "chmod(%s): %s", out, strerror(errno));
-}
-
-static const char *builddir(void)
-{
-    const char *b = getenv("FLD_BUILDDIR");
-    ck_assert_msg(b && b[0] == '/', "FLD_BUILDDIR must name the absolute build directory");
-    return b;
-}
-
-static void copy_file(const char *src, const char *dst, mode_t mode)
-{
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    ck_assert_msg(in >= 0, "cannot open %s: %s (build the fixtures with `make tests`)", src,
-                  strerror(errno));
-    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    ck_assert_msg(out >= 0, "cannot create %s: %s", dst, strerror(errno));
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(in, buf, sizeof buf)) > 0)
-        ck_assert_msg(write(out, buf, (size_t)n) == n, "write %s: %s", dst, strerror(errno));
-    ck_assert_msg(n == 0, "read %s: %s", src, strerror(errno));
-    ck_assert_msg(fchmod(out, mode) == 0, "fchmod %s: %s", dst, strerror(errno));
-    close(in);
-    close(out);
-}
-
-/* Copies crash fixture <name> into dir as fld-<name>.so; its path in out. */
-static void add_fixture(char *out, const char *dir, const char *name)
-{
-    char src[PATH_MAX];
-    snprintf(src, sizeof src, "%s/tests/crash/fld-%s.so", builddir(), name);
-    snprintf(out, PATH_MAX, "%s/fld-%s.so", dir, name);
-    copy_file(src, out, 0755);
-}
-
 /* A private plugin directory holding the named crash fixtures. */
 static const char *plugin_dir(const char *const *names)
 {
     static char dir[PATH_MAX];
-    make_dir(dir, make_tmpdir(), "plugins", 0700);
+    tt_make_subdir(dir, tt_make_tmpdir("doctor"), "plugins", 0700);
     for (; *names; names++) {
         char path[PATH_MAX];
-        add_fixture(path, dir, *names);
+        tt_install_fixture(path, dir, "crash", *names);
     }
     return dir;
 }
@@ -284,7 +208,7 @@ START_TEST(doctor_reports_each_crasher)
 {
     const struct crash_case *c = &crash_cases[_i];
     char path[PATH_MAX];
-    add_fixture(path, make_tmpdir(), c->fixture);
+    tt_install_fixture(path, tt_make_tmpdir("doctor"), "crash", c->fixture);
     struct tool_run r;
     doctor(&r, NULL, ARGS("doctor", path));
     assert_status(r, 1);
@@ -307,10 +231,10 @@ START_TEST(doctor_json_reports_signal_and_stage)
         {"availcrash", "crashed", "availability", "\"signal\": 11", "null"},
         {"exit", "exited", "register_builtins", "\"signal\": null", "3"},
     };
-    const char *dir = make_tmpdir();
+    const char *dir = tt_make_tmpdir("doctor");
     for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
         char path[PATH_MAX];
-        add_fixture(path, dir, expect[i].fixture);
+        tt_install_fixture(path, dir, "crash", expect[i].fixture);
         struct tool_run r;
         doctor(&r, NULL, ARGS("doctor", "--json", path));
         assert_status(r, 1);
@@ -332,9 +256,9 @@ END_TEST
 
 START_TEST(doctor_timeout_kills_the_hung_group)
 {
-    const char *tmp = make_tmpdir();
+    const char *tmp = tt_make_tmpdir("doctor");
     char path[PATH_MAX], count[PATH_MAX];
-    add_fixture(path, tmp, "hang");
+    tt_install_fixture(path, tmp, "crash", "hang");
     snprintf(count, sizeof count, "%s/count", tmp);
     struct tool_run r;
     double t0 = now();
@@ -371,9 +295,9 @@ END_TEST
 
 START_TEST(doctor_reports_good_plugin_with_availability)
 {
-    const char *tmp = make_tmpdir();
+    const char *tmp = tt_make_tmpdir("doctor");
     char path[PATH_MAX], count[PATH_MAX];
-    add_fixture(path, tmp, "probegood");
+    tt_install_fixture(path, tmp, "crash", "probegood");
     snprintf(count, sizeof count, "%s/count", tmp);
     struct tool_run r;
     doctor(&r, count, ARGS("doctor", path));
@@ -395,12 +319,10 @@ END_TEST
 
 START_TEST(doctor_rejects_as_the_host_does)
 {
-    const char *tmp = make_tmpdir();
-    char bad_magic[PATH_MAX], src[PATH_MAX], open_file[PATH_MAX], count[PATH_MAX];
-    snprintf(src, sizeof src, "%s/tests/plugins/fld-bad_magic.so", builddir());
-    snprintf(bad_magic, sizeof bad_magic, "%s/fld-bad_magic.so", tmp);
-    copy_file(src, bad_magic, 0755);
-    add_fixture(open_file, tmp, "probegood");
+    const char *tmp = tt_make_tmpdir("doctor");
+    char bad_magic[PATH_MAX], open_file[PATH_MAX], count[PATH_MAX];
+    tt_install_fixture(bad_magic, tmp, "plugins", "bad_magic");
+    tt_install_fixture(open_file, tmp, "crash", "probegood");
     ck_assert_int_eq(chmod(open_file, 0666), 0);
     snprintf(count, sizeof count, "%s/count", tmp);
     struct tool_run r;
@@ -445,7 +367,7 @@ START_TEST(doctor_checks_the_search_path_and_modules)
 {
     const char *dir = plugin_dir((const char *const[]){"probegood", NULL});
     char extra[PATH_MAX];
-    add_fixture(extra, make_tmpdir(), "segv");
+    tt_install_fixture(extra, tt_make_tmpdir("doctor"), "crash", "segv");
     char plugdir[PATH_MAX + 32], modules[PATH_MAX + 32];
     snprintf(plugdir, sizeof plugdir, "VLLM_FL_PLUGIN_DIR=%s", dir);
     snprintf(modules, sizeof modules, "VLLM_FL_PLUGIN_MODULES=%s", extra);
@@ -502,7 +424,7 @@ END_TEST
 START_TEST(probe_skips_crashers_and_loads_the_good_one)
 {
     const char *dir = plugin_dir((const char *const[]){"probegood", CRASHERS, NULL});
-    const char *tmp = make_tmpdir();
+    const char *tmp = tt_make_tmpdir("doctor");
     char cache_home[PATH_MAX], count[PATH_MAX], cache[PATH_MAX];
     snprintf(cache_home, sizeof cache_home, "%s/cache", tmp);
     snprintf(count, sizeof count, "%s/count", tmp);
@@ -552,7 +474,7 @@ END_TEST
 START_TEST(probe_skips_a_hung_plugin)
 {
     const char *dir = plugin_dir((const char *const[]){"probegood", "hang", NULL});
-    const char *tmp = make_tmpdir();
+    const char *tmp = tt_make_tmpdir("doctor");
     char cache_home[PATH_MAX], count[PATH_MAX];
     snprintf(cache_home, sizeof cache_home, "%s/cache", tmp);
     snprintf(count, sizeof count, "%s/count", tmp);
@@ -580,7 +502,7 @@ END_TEST
 START_TEST(probe_cache_spares_the_second_start)
 {
     const char *dir = plugin_dir((const char *const[]){"probegood", "segv", NULL});
-    const char *tmp = make_tmpdir();
+    const char *tmp = tt_make_tmpdir("doctor");
     char cache_home[PATH_MAX], count[PATH_MAX];
     snprintf(cache_home, sizeof cache_home, "%s/cache", tmp);
     snprintf(count, sizeof count, "%s/count", tmp);
@@ -609,7 +531,7 @@ END_TEST
 START_TEST(probe_again_when_the_file_changes)
 {
     const char *dir = plugin_dir((const char *const[]){"segv", NULL});
-    const char *tmp = make_tmpdir();
+    const char *tmp = tt_make_tmpdir("doctor");
     char cache_home[PATH_MAX], count[PATH_MAX], segv[PATH_MAX];
     snprintf(cache_home, sizeof cache_home, "%s/cache", tmp);
     snprintf(count, sizeof count, "%s/count", tmp);
@@ -660,12 +582,12 @@ START_TEST(probe_tolerates_a_corrupt_cache)
     };
     for (size_t i = 0; i < sizeof garbage / sizeof garbage[0]; i++) {
         const char *dir = plugin_dir((const char *const[]){"probegood", "segv", NULL});
-        const char *tmp = make_tmpdir();
+        const char *tmp = tt_make_tmpdir("doctor");
         char cache_home[PATH_MAX], count[PATH_MAX], cache[PATH_MAX], cdir[PATH_MAX];
         snprintf(cache_home, sizeof cache_home, "%s/cache", tmp);
         snprintf(count, sizeof count, "%s/count", tmp);
         mkdir(cache_home, 0700);
-        make_dir(cdir, cache_home, "fldispatch", 0700);
+        tt_make_subdir(cdir, cache_home, "fldispatch", 0700);
         cache_file_of(cache, cache_home);
         FILE *f = fopen(cache, "w");
         ck_assert(f);
@@ -692,12 +614,12 @@ END_TEST
 START_TEST(probe_refuses_an_unsafe_cache_directory)
 {
     const char *dir = plugin_dir((const char *const[]){"segv", NULL});
-    const char *tmp = make_tmpdir();
+    const char *tmp = tt_make_tmpdir("doctor");
     char cache_home[PATH_MAX], count[PATH_MAX], cache[PATH_MAX], cdir[PATH_MAX];
     snprintf(cache_home, sizeof cache_home, "%s/cache", tmp);
     snprintf(count, sizeof count, "%s/count", tmp);
     mkdir(cache_home, 0700);
-    make_dir(cdir, cache_home, "fldispatch", 0777);
+    tt_make_subdir(cdir, cache_home, "fldispatch", 0777);
     cache_file_of(cache, cache_home);
     probe_env(dir, cache_home, count);
     ck_assert_int_eq(fld_init(), FLD_OK);
@@ -734,7 +656,7 @@ END_TEST
 START_TEST(probe_without_home_probes_every_time)
 {
     const char *dir = plugin_dir((const char *const[]){"probegood", "segv", NULL});
-    const char *tmp = make_tmpdir();
+    const char *tmp = tt_make_tmpdir("doctor");
     char count[PATH_MAX];
     snprintf(count, sizeof count, "%s/count", tmp);
     probe_env(dir, NULL, count);
@@ -759,7 +681,7 @@ END_TEST
 START_TEST(probe_cache_defaults_to_home)
 {
     const char *dir = plugin_dir((const char *const[]){"segv", NULL});
-    const char *home = make_tmpdir();
+    const char *home = tt_make_tmpdir("doctor");
     char count[PATH_MAX], cache[PATH_MAX];
     snprintf(count, sizeof count, "%s/count", home);
     probe_env(dir, NULL, count);
@@ -778,7 +700,7 @@ START_TEST(probe_is_off_by_default)
     static const char *const values[] = {NULL, "0", "false"};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
         const char *dir = plugin_dir((const char *const[]){"probegood", NULL});
-        const char *tmp = make_tmpdir();
+        const char *tmp = tt_make_tmpdir("doctor");
         char count[PATH_MAX], cache_home[PATH_MAX];
         snprintf(count, sizeof count, "%s/count", tmp);
         snprintf(cache_home, sizeof cache_home, "%s/cache", tmp);
@@ -800,7 +722,7 @@ END_TEST
 START_TEST(probe_invalid_values_fail_safe)
 {
     const char *dir = plugin_dir((const char *const[]){"segv", NULL});
-    const char *tmp = make_tmpdir();
+    const char *tmp = tt_make_tmpdir("doctor");
     char count[PATH_MAX], cache_home[PATH_MAX];
     snprintf(count, sizeof count, "%s/count", tmp);
     snprintf(cache_home, sizeof cache_home, "%s/cache", tmp);
@@ -817,10 +739,10 @@ END_TEST
 START_TEST(probe_guards_fld_load_plugin_and_modules)
 {
     const char *dir = plugin_dir((const char *const[]){"probegood", NULL});
-    const char *other = make_tmpdir();
+    const char *other = tt_make_tmpdir("doctor");
     char segv[PATH_MAX], exit_path[PATH_MAX], count[PATH_MAX], cache_home[PATH_MAX];
-    add_fixture(segv, other, "segv");
-    add_fixture(exit_path, other, "exit");
+    tt_install_fixture(segv, other, "crash", "segv");
+    tt_install_fixture(exit_path, other, "crash", "exit");
     snprintf(count, sizeof count, "%s/count", other);
     snprintf(cache_home, sizeof cache_home, "%s/cache", other);
     probe_env(dir, cache_home, count);
@@ -848,7 +770,7 @@ START_TEST(probe_by_fork_without_the_helper)
      * next to the library. exit() in the child must not run this process's
      * exit handlers (they would remove the test's directories). */
     const char *dir = plugin_dir((const char *const[]){"probegood", CRASHERS, NULL});
-    const char *tmp = make_tmpdir();
+    const char *tmp = tt_make_tmpdir("doctor");
     char cache_home[PATH_MAX], count[PATH_MAX];
     snprintf(cache_home, sizeof cache_home, "%s/cache", tmp);
     snprintf(count, sizeof count, "%s/count", tmp);
@@ -887,9 +809,9 @@ START_TEST(probe_while_other_threads_call)
     /* Probing spawns helpers from a process whose other threads are busy in
      * the library (ThreadSanitizer runs check the locking). */
     const char *dir = plugin_dir((const char *const[]){"probegood", NULL});
-    const char *other = make_tmpdir();
+    const char *other = tt_make_tmpdir("doctor");
     char segv[PATH_MAX], count[PATH_MAX], cache_home[PATH_MAX];
-    add_fixture(segv, other, "segv");
+    tt_install_fixture(segv, other, "crash", "segv");
     snprintf(count, sizeof count, "%s/count", other);
     snprintf(cache_home, sizeof cache_home, "%s/cache", other);
     probe_env(dir, cache_home, count);
@@ -950,6 +872,9 @@ static Suite *doctor_suite(void)
 
 int main(void)
 {
+    /* probe_by_fork_without_the_helper: a probe child that ran this
+     * process's exit handlers would remove the test's directories. */
+    tt_tmpdirs_removed_by_children();
     SRunner *sr = srunner_create(doctor_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

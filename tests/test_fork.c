@@ -16,8 +16,6 @@
 #include <check.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -27,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +32,7 @@
 #include <fldispatch/plugin.h>
 
 #include "stress/stress_fixture.h"
+#include "util/files.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
 typedef struct good_echo_args {
@@ -46,70 +44,6 @@ enum { CHILD_ALARM_S = 10 };
 /* ------------------------------------------------------------------------ */
 /* Environment and files                                                    */
 /* ------------------------------------------------------------------------ */
-
-static const char *build_dir(void)
-{
-    const char *v = getenv("FLD_BUILDDIR");
-    ck_assert_msg(v != NULL && v[0] == '/',
-                  "FLD_BUILDDIR must name the absolute build directory (make check sets it)");
-    return v;
-}
-
-static char tmpdir[PATH_MAX];
-static pid_t tmpdir_owner;
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void remove_tmpdir(void)
-{
-    /* Only the test process removes it, not a child that exits normally. */
-    if (tmpdir[0] != '\0' && getpid() == tmpdir_owner)
-        nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *make_tmpdir(void)
-{
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/fld-fork-XXXXXX", base && base[0] == '/' ? base : "/tmp");
-    ck_assert_msg(mkdtemp(tmpdir) != NULL, "mkdtemp(%s): %s", tmpdir, strerror(errno));
-    tmpdir_owner = getpid();
-    atexit(remove_tmpdir);
-    return tmpdir;
-}
-
-static void make_subdir(char *out, const char *name)
-{
-    snprintf(out, PATH_MAX, "%s/%s", tmpdir, name);
-    ck_assert_msg(mkdir(out, 0755) == 0 && chmod(out, 0755) == 0, "mkdir %s: %s", out,
-                  strerror(errno));
-}
-
-/* Copies fixture fld-<name>.so into dir (mode 0755); its path in out. */
-static void install_fixture(char *out, const char *dir, const char *name)
-{
-    char src[PATH_MAX];
-    snprintf(src, sizeof src, "%s/tests/plugins/fld-%s.so", build_dir(), name);
-    snprintf(out, PATH_MAX, "%s/fld-%s.so", dir, name);
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    ck_assert_msg(in >= 0, "cannot open %s: %s (build the fixtures with `make tests`)", src,
-                  strerror(errno));
-    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    ck_assert_msg(fd >= 0, "cannot create %s: %s", out, strerror(errno));
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(in, buf, sizeof buf)) > 0)
-        ck_assert_msg(write(fd, buf, (size_t)n) == n, "write %s: %s", out, strerror(errno));
-    ck_assert_msg(n == 0 && fchmod(fd, 0755) == 0, "copy to %s: %s", out, strerror(errno));
-    close(in);
-    close(fd);
-}
 
 static void set_plugin_dirs(const char *dirs)
 {
@@ -402,12 +336,12 @@ static void child_after_warmup(void *arg)
 
 START_TEST(test_child_after_warmup)
 {
-    make_tmpdir();
+    const char *tmp = tt_make_tmpdir("fork");
     char plugins[PATH_MAX], later[PATH_MAX];
-    make_subdir(plugins, "plugins");
-    make_subdir(later, "later");
-    install_fixture(good_path, plugins, "good");
-    install_fixture(failing_path, later, "failing");
+    tt_make_subdir(plugins, tmp, "plugins", 0755);
+    tt_make_subdir(later, tmp, "later", 0755);
+    tt_install_fixture(good_path, plugins, "plugins", "good");
+    tt_install_fixture(failing_path, later, "plugins", "failing");
     set_plugin_dirs(plugins);
     init_ok();
 
@@ -500,15 +434,15 @@ static void child_amid_threads(void *arg)
 
 START_TEST(test_fork_amid_threads)
 {
-    make_tmpdir();
+    const char *tmp = tt_make_tmpdir("fork");
     char plugins[PATH_MAX], later[PATH_MAX], dirs[2 * PATH_MAX + 2];
-    make_subdir(plugins, "plugins");
-    make_subdir(later, "later");
-    install_fixture(good_path, plugins, "good");
-    install_fixture(failing_path, later, "failing");
+    tt_make_subdir(plugins, tmp, "plugins", 0755);
+    tt_make_subdir(later, tmp, "later", 0755);
+    tt_install_fixture(good_path, plugins, "plugins", "good");
+    tt_install_fixture(failing_path, later, "plugins", "failing");
     /* The in-tree plugins too, so vendor.cpu (and any pool of threads it
      * keeps) is part of the picture. */
-    snprintf(dirs, sizeof dirs, "%s/lib/fldispatch/plugins:%s", build_dir(), plugins);
+    snprintf(dirs, sizeof dirs, "%s/lib/fldispatch/plugins:%s", tt_build_dir(), plugins);
     set_plugin_dirs(dirs);
     init_ok();
     ASSERT_OK(silu_ok());
@@ -567,11 +501,11 @@ static void child_failure_memory(void *arg)
 
 START_TEST(test_child_failure_memory_fresh)
 {
-    make_tmpdir();
+    const char *tmp = tt_make_tmpdir("fork");
     char plugins[PATH_MAX];
-    make_subdir(plugins, "plugins");
-    install_fixture(good_path, plugins, "good");
-    install_fixture(failing_path, plugins, "failing");
+    tt_make_subdir(plugins, tmp, "plugins", 0755);
+    tt_install_fixture(good_path, plugins, "plugins", "good");
+    tt_install_fixture(failing_path, plugins, "plugins", "failing");
     set_plugin_dirs(plugins);
     init_ok();
     ASSERT_OK(resolves_to("silu_and_mul", "vendor.failing"));
@@ -602,36 +536,16 @@ END_TEST
 
 static char stressa_path[PATH_MAX], slow_path[PATH_MAX];
 
-/* Copies $FLD_BUILDDIR/tests/stress/fld-<name>.so into dir (0755). */
-static void install_stress_fixture(char *out, const char *dir, const char *name)
-{
-    char src[PATH_MAX];
-    snprintf(src, sizeof src, "%s/tests/stress/fld-%s.so", build_dir(), name);
-    snprintf(out, PATH_MAX, "%s/fld-%s.so", dir, name);
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    ck_assert_msg(in >= 0, "cannot open %s: %s (build the fixtures with `make tests`)", src,
-                  strerror(errno));
-    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    ck_assert_msg(fd >= 0, "cannot create %s: %s", out, strerror(errno));
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(in, buf, sizeof buf)) > 0)
-        ck_assert_msg(write(fd, buf, (size_t)n) == n, "write %s: %s", out, strerror(errno));
-    ck_assert_msg(n == 0 && fchmod(fd, 0755) == 0, "copy to %s: %s", out, strerror(errno));
-    close(in);
-    close(fd);
-}
-
 /* stressa in the plugin directory (with good), slow aside in later/. */
 static void setup_stress_fixtures(void)
 {
-    make_tmpdir();
+    const char *tmp = tt_make_tmpdir("fork");
     char plugins[PATH_MAX], later[PATH_MAX];
-    make_subdir(plugins, "plugins");
-    make_subdir(later, "later");
-    install_fixture(good_path, plugins, "good");
-    install_stress_fixture(stressa_path, plugins, "stressa");
-    install_stress_fixture(slow_path, later, "slow");
+    tt_make_subdir(plugins, tmp, "plugins", 0755);
+    tt_make_subdir(later, tmp, "later", 0755);
+    tt_install_fixture(good_path, plugins, "plugins", "good");
+    tt_install_fixture(stressa_path, plugins, "stress", "stressa");
+    tt_install_fixture(slow_path, later, "stress", "slow");
     set_plugin_dirs(plugins);
     unsetenv("VLLM_FL_PREFER");
     unsetenv("VLLM_FL_DENY_VENDORS");

@@ -26,8 +26,6 @@
 #include <check.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -36,80 +34,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <fldispatch/plugin.h>
 
 #include "stress/stress_fixture.h"
 #include "util/env.h"
+#include "util/files.h"
 
 /* ------------------------------------------------------------------------ */
 /* Files                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static const char *build_dir(void)
-{
-    const char *v = getenv("FLD_BUILDDIR");
-    ck_assert_msg(v != NULL && v[0] == '/',
-                  "FLD_BUILDDIR must name the absolute build directory (make check sets it)");
-    return v;
-}
-
-static char tmpdir[PATH_MAX];
-static pid_t tmpdir_owner;
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void remove_tmpdir(void)
-{
-    if (tmpdir[0] != '\0' && getpid() == tmpdir_owner)
-        nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void make_tmpdir(void)
-{
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/fld-stress-XXXXXX", base && base[0] == '/' ? base : "/tmp");
-    ck_assert_msg(mkdtemp(tmpdir) != NULL, "mkdtemp(%s): %s", tmpdir, strerror(errno));
-    tmpdir_owner = getpid();
-    atexit(remove_tmpdir);
-}
-
-static void make_subdir(char *out, const char *name)
-{
-    snprintf(out, PATH_MAX, "%s/%s", tmpdir, name);
-    ck_assert_msg(mkdir(out, 0755) == 0 && chmod(out, 0755) == 0, "mkdir %s: %s", out,
-                  strerror(errno));
-}
-
-/* Copies $FLD_BUILDDIR/tests/<sub>/fld-<name>.so into dir (0755); its path in out. */
-static void install_fixture(char *out, const char *dir, const char *sub, const char *name)
-{
-    char src[PATH_MAX];
-    snprintf(src, sizeof src, "%s/tests/%s/fld-%s.so", build_dir(), sub, name);
-    snprintf(out, PATH_MAX, "%s/fld-%s.so", dir, name);
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    ck_assert_msg(in >= 0, "cannot open %s: %s (build the fixtures with `make tests`)", src,
-                  strerror(errno));
-    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    ck_assert_msg(fd >= 0, "cannot create %s: %s", out, strerror(errno));
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(in, buf, sizeof buf)) > 0)
-        ck_assert_msg(write(fd, buf, (size_t)n) == n, "write %s: %s", out, strerror(errno));
-    ck_assert_msg(n == 0 && fchmod(fd, 0755) == 0, "copy to %s: %s", out, strerror(errno));
-    close(in);
-    close(fd);
-}
+/* Made in set-up, once per test process; write_file() puts the policy files there. */
+static const char *tmpdir;
 
 static void write_file(char *out, const char *name, const char *text)
 {
@@ -1029,11 +967,11 @@ static void setup_stress_environment(void)
 {
     char plugins[PATH_MAX], later[PATH_MAX];
     tt_clear_fld_environment();
-    make_tmpdir();
-    make_subdir(plugins, "plugins");
-    make_subdir(later, "later");
-    install_fixture(stressa_path, plugins, "stress", "stressa");
-    install_fixture(stressb_path, later, "stress", "stressb");
+    tmpdir = tt_make_tmpdir("stress");
+    tt_make_subdir(plugins, tmpdir, "plugins", 0755);
+    tt_make_subdir(later, tmpdir, "later", 0755);
+    tt_install_fixture(stressa_path, plugins, "stress", "stressa");
+    tt_install_fixture(stressb_path, later, "stress", "stressb");
     write_policy_files();
     ck_assert_int_eq(setenv("VLLM_FL_PLUGIN_DIR", plugins, 1), 0);
     ck_assert_int_eq(setenv("VLLM_FL_PLATFORM", "cpu", 1), 0);

@@ -9,9 +9,6 @@
  */
 #include <check.h>
 #include <dlfcn.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -21,9 +18,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <fldispatch/plugin.h>
+
+#include "util/files.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
 typedef struct good_echo_args {
@@ -34,67 +32,11 @@ typedef struct good_echo_args {
 /* Environment and files                                                    */
 /* ------------------------------------------------------------------------ */
 
-static const char *build_dir(void)
-{
-    const char *v = getenv("FLD_BUILDDIR");
-    ck_assert_msg(v != NULL && v[0] == '/',
-                  "FLD_BUILDDIR must name the absolute build directory (make check sets it)");
-    return v;
-}
-
-static char tmpdir[PATH_MAX];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void remove_tmpdir(void)
-{
-    if (tmpdir[0] != '\0')
-        nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* One private directory per test process, removed at exit. */
-static const char *make_tmpdir(void)
-{
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/fld-threads-XXXXXX",
-             base && base[0] == '/' ? base : "/tmp");
-    ck_assert_msg(mkdtemp(tmpdir) != NULL, "mkdtemp(%s): %s", tmpdir, strerror(errno));
-    atexit(remove_tmpdir);
-    return tmpdir;
-}
-
-/* Copies fixture fld-<name>.so into dir (mode 0755); its path in out. */
-static void install_fixture(char *out, const char *dir, const char *name)
-{
-    char src[PATH_MAX];
-    snprintf(src, sizeof src, "%s/tests/plugins/fld-%s.so", build_dir(), name);
-    snprintf(out, PATH_MAX, "%s/fld-%s.so", dir, name);
-    int in = open(src, O_RDONLY | O_CLOEXEC);
-    ck_assert_msg(in >= 0, "cannot open %s: %s (build the fixtures with `make tests`)", src,
-                  strerror(errno));
-    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    ck_assert_msg(fd >= 0, "cannot create %s: %s", out, strerror(errno));
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(in, buf, sizeof buf)) > 0)
-        ck_assert_msg(write(fd, buf, (size_t)n) == n, "write %s: %s", out, strerror(errno));
-    ck_assert_msg(n == 0 && fchmod(fd, 0755) == 0, "copy to %s: %s", out, strerror(errno));
-    close(in);
-    close(fd);
-}
-
 /* The build tree's plugins (cpu and friends) only. */
 static void use_build_plugins(void)
 {
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/lib/fldispatch/plugins", build_dir());
+    snprintf(dir, sizeof dir, "%s/lib/fldispatch/plugins", tt_build_dir());
     ck_assert_int_eq(setenv("VLLM_FL_PLUGIN_DIR", dir, 1), 0);
     unsetenv("VLLM_FL_PLUGIN_MODULES");
 }
@@ -398,9 +340,9 @@ static void *flipper_main(void *arg)
 START_TEST(test_calls_during_policy_flips)
 {
     char dirs[2 * PATH_MAX + 32], good[PATH_MAX];
-    const char *fixtures = make_tmpdir();
-    install_fixture(good, fixtures, "good");
-    snprintf(dirs, sizeof dirs, "%s/lib/fldispatch/plugins:%s", build_dir(), fixtures);
+    const char *fixtures = tt_make_tmpdir("threads");
+    tt_install_fixture(good, fixtures, "plugins", "good");
+    snprintf(dirs, sizeof dirs, "%s/lib/fldispatch/plugins:%s", tt_build_dir(), fixtures);
     ck_assert_int_eq(setenv("VLLM_FL_PLUGIN_DIR", dirs, 1), 0);
     unsetenv("VLLM_FL_PLUGIN_MODULES");
     unsetenv("VLLM_FL_PER_OP");
@@ -575,9 +517,9 @@ END_TEST
 
 START_TEST(test_concurrent_op_lookup)
 {
-    const char *dir = make_tmpdir();
+    const char *dir = tt_make_tmpdir("threads");
     char path[PATH_MAX];
-    install_fixture(path, dir, "good");
+    tt_install_fixture(path, dir, "plugins", "good");
     ck_assert_int_eq(setenv("VLLM_FL_PLUGIN_DIR", dir, 1), 0);
     unsetenv("VLLM_FL_PLUGIN_MODULES");
 
@@ -605,7 +547,7 @@ END_TEST
 
 START_TEST(test_concurrent_load_plugin)
 {
-    const char *dir = make_tmpdir();
+    const char *dir = tt_make_tmpdir("threads");
     char empty[PATH_MAX], store[PATH_MAX];
     snprintf(empty, sizeof empty, "%s/empty", dir);
     snprintf(store, sizeof store, "%s/store", dir);
@@ -625,7 +567,7 @@ START_TEST(test_concurrent_load_plugin)
                   {"unavailable", "vendor.unavailable", 2}};
     for (size_t k = 0; k < sizeof rounds / sizeof rounds[0]; k++) {
         char path[PATH_MAX];
-        install_fixture(path, store, rounds[k].fixture);
+        tt_install_fixture(path, store, "plugins", rounds[k].fixture);
         racer_path = path;
         static struct racer racers[N_RACERS];
         memset(racers, 0, sizeof racers);
