@@ -43,6 +43,7 @@
 #include "../plugins/cuda/gpu_api.h"
 #include "gpuplug/fakecuda.h"
 #include "util/env.h"
+#include "util/files.h"
 #include "util/tensor.h"
 #include "util/tool.h"
 
@@ -467,21 +468,6 @@ START_TEST(test_attention_falls_back_to_reference)
 }
 END_TEST
 
-/* Copies src to dst with mode 0755. */
-static void copy_file(const char *src, const char *dst)
-{
-    FILE *in = fopen(src, "rb");
-    ck_assert_msg(in != NULL, "open %s: %s", src, strerror(errno));
-    int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755);
-    ck_assert_msg(fd >= 0, "create %s: %s", dst, strerror(errno));
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
-        ck_assert_msg(write(fd, buf, n) == (ssize_t)n, "write %s", dst);
-    fclose(in);
-    close(fd);
-}
-
 /*
  * fld-rocm.so copied into a directory of its own: _i 0 alone, 1 with a copy
  * of its HIP library that others may write, 2 with a good copy (it finds
@@ -492,18 +478,16 @@ START_TEST(test_rocm_hip_library_next_to_it)
     char *dir = real_plugins_or_skip("rocm", "test_rocm_hip_library_next_to_it");
     if (!dir)
         return;
-    char src[4096], tmp[] = "/tmp/fld-gpuplug-XXXXXX", dst[4096], hip_src[4096], hip_dst[4096];
+    char src[4096], dst[4096], hip_src[4096], hip_dst[4096];
     snprintf(src, sizeof src, "%s/fld-rocm.so", dir);
     snprintf(hip_src, sizeof hip_src, "%s/libfld-rocm-hip.so", dir);
     free(dir);
-    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    const char *tmp = tt_make_tmpdir("gpuplug"); /* removed at exit */
     snprintf(dst, sizeof dst, "%s/fld-rocm.so", tmp);
     snprintf(hip_dst, sizeof hip_dst, "%s/libfld-rocm-hip.so", tmp);
-    copy_file(src, dst);
-    if (_i > 0) {
-        copy_file(hip_src, hip_dst);
-        ck_assert_int_eq(chmod(hip_dst, _i == 1 ? 0757 : 0755), 0);
-    }
+    tt_copy_file(src, dst, 0755);
+    if (_i > 0)
+        tt_copy_file(hip_src, hip_dst, _i == 1 ? 0757 : 0755);
 
     env_with_plugin_dir(tmp);
     ck_assert_int_eq(fld_init(), FLD_OK);

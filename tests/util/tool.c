@@ -5,15 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "tool.h"
 
 extern char **environ;
 
 const char *tool_builddir(void)
 {
-    const char *b = getenv("FLD_BUILDDIR");
-    ck_assert_msg(b != NULL && b[0] == '/', "FLD_BUILDDIR is not set (run through make check)");
-    return b;
+    return tt_build_dir();
 }
 
 char *tool_read_all(FILE *f)
