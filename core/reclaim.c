@@ -1,15 +1,19 @@
 /*
  * Epoch-based reclamation of retired objects; see reclaim.h for the rules.
  *
- * Why it is safe: every operation on `epoch`, on a reader's `active` and on
- * the pointers readers follow (op slots, the global policy) is sequentially
- * consistent. A reader stores `active` = e (e read from `epoch`) before it
- * loads any pointer. The retiring thread unlinks an object, then takes its
- * tag t = epoch++, and later the reclaimer loads every `active`. If a reader
- * loaded the object's pointer, its load came before the unlink, so its store
- * of `active` came before the reclaimer's load, which therefore sees e <= t
- * (or, had the section ended, 0 or a later section's epoch > t, whose loads
- * all follow the unlink). Hence: free when every reader is idle or > t.
+ * Why it is safe, in acquire/release terms alone (so ThreadSanitizer can
+ * follow it too): a reader enters by an exchange on its own `active` (e, read
+ * from `epoch`) before it loads any pointer; the retiring thread unlinks an
+ * object, takes its tag t = epoch++, and the reclaimer later reads every
+ * `active` with a read-modify-write. Two RMWs of one location are ordered:
+ * - the reclaimer's first: the reader's exchange reads from it, so the
+ *   reader's loads happen after the unlink and cannot return the object;
+ * - the reader's first: the reclaimer reads e <= t (held back), or a value
+ *   the reader wrote later: 0 at the section's end or a later section's
+ *   epoch, both released after every read of the section.
+ * A record pushed on the list after the reclaimer read the head is covered
+ * the same way: the head is read with a read-modify-write too.
+ * Hence: free when every reader is idle or entered after t.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -106,7 +110,7 @@ void fld__read_begin(void)
         return;
     struct reader *r = tls_reader ? tls_reader : claim_reader();
     if (r) {
-        atomic_store(&r->active, atomic_load(&epoch));
+        atomic_exchange(&r->active, atomic_load(&epoch)); /* an RMW: see the top */
     } else {
         tls_anonymous = true;
         atomic_fetch_add(&anonymous_readers, 1u);
@@ -125,14 +129,23 @@ void fld__read_end(void)
     }
 }
 
+/* The list's head, read by a read-modify-write (see the top). */
+static struct reader *readers_head(void)
+{
+    struct reader *head = atomic_load(&readers);
+    while (!atomic_compare_exchange_weak(&readers, &head, head))
+        ;
+    return head;
+}
+
 /* The epoch of the oldest open section; UINT64_MAX when none is open. */
 static uint64_t oldest_section(void)
 {
-    if (atomic_load(&anonymous_readers))
+    if (atomic_fetch_add(&anonymous_readers, 0u))
         return 0;
     uint64_t oldest = UINT64_MAX;
-    for (struct reader *r = atomic_load(&readers); r; r = r->next) {
-        uint64_t e = atomic_load(&r->active);
+    for (struct reader *r = readers_head(); r; r = r->next) {
+        uint64_t e = atomic_fetch_add(&r->active, 0); /* an RMW: see the top */
         if (e && e < oldest)
             oldest = e;
     }
