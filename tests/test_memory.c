@@ -588,15 +588,5 @@ static Suite *memory_suite(void)
 
 int main(void)
 {
-    const char *b = getenv("FLD_BUILDDIR");
-    if (b == NULL || b[0] != '/') {
-        fprintf(stderr, "test_memory: FLD_BUILDDIR is not set to an absolute path; run `make "
-                        "check` or set FLD_SRCDIR and FLD_BUILDDIR\n");
-        return EXIT_FAILURE;
-    }
-    SRunner *sr = srunner_create(memory_suite());
-    srunner_run_all(sr, CK_ENV);
-    int n_failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return n_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tt_run_suite_with_build_dir("test_memory", memory_suite());
 }

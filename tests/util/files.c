@@ -108,3 +108,21 @@ void tt_install_fixture(char *out, const char *dir, const char *sub, const char 
 {
     tt_install_fixture_mode(out, dir, sub, name, 0755);
 }
+
+int tt_run_suite_with_build_dir(const char *program, Suite *suite)
+{
+    const char *b = getenv("FLD_BUILDDIR");
+    if (b == NULL || b[0] != '/') {
+        fprintf(stderr,
+                "%s: FLD_BUILDDIR is not set to an absolute path; run `make check` or set "
+                "FLD_SRCDIR and FLD_BUILDDIR\n",
+                program);
+        srunner_free(srunner_create(suite)); /* frees the suite */
+        return EXIT_FAILURE;
+    }
+    SRunner *sr = srunner_create(suite);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
