@@ -95,7 +95,7 @@ void fld__bump_generation(void)
 
 const struct fld_policy *fld__policy_global(void)
 {
-    return atomic_load(&global_policy); /* seq_cst: see reclaim.c */
+    return atomic_load_explicit(&global_policy, memory_order_acquire);
 }
 
 const struct fld_policy *fld__policy_effective(void)

@@ -539,7 +539,7 @@ static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
         struct fld_chain *fresh = build_chain(op, dev, dt, fld__policy_global(), gen);
         if (fresh) {
             fresh->global = true;
-            atomic_store(&op->slots[slot], fresh); /* seq_cst: see reclaim.c */
+            atomic_store_explicit(&op->slots[slot], fresh, memory_order_release);
             if (c)
                 fld__retire(c, chain_free);
         }
