@@ -331,9 +331,10 @@ static void describe_impl(const struct fld_impl_rec *r, char *buf, size_t size)
 
 /*
  * Lets the hot path call c's first candidate directly, if c is still the
- * slot's chain of the current generation. A failure recorded meanwhile must
- * win (run_chain sets the bit, then clears fn): the bit is checked again
- * after fn is stored, so either this or that clear comes last.
+ * slot's chain of the current generation. A failure of that candidate
+ * recorded meanwhile must win (mark_failed sets the bit, then clears fn):
+ * the bit is checked again after fn is stored, so either this or that clear
+ * comes last (both sequentially consistent: keep them so).
  */
 static void enable_fast(struct fld_op_s *op, unsigned slot, struct fld_chain *c)
 {
@@ -346,17 +347,18 @@ static void enable_fast(struct fld_op_s *op, unsigned slot, struct fld_chain *c)
     if (atomic_load(&op->slots[slot]) == c && c->generation == atomic_load(&fld__generation)) {
         atomic_store(&f->fn, fn);
         atomic_store_explicit(&f->generation, c->generation, memory_order_release);
-        if (atomic_load(&c->failed))
+        if (atomic_load(&c->failed) & 1u)
             atomic_store(&f->fn, NULL);
     }
     fld__unlock();
 }
 
-/* impls[i] of c failed: remembered, and no longer called directly. */
+/* impls[i] of c failed: remembered; if it is the one called directly, no
+ * longer (the fast path only ever calls impls[0]). */
 static void mark_failed(struct fld_op_s *op, unsigned slot, struct fld_chain *c, uint32_t i)
 {
     atomic_fetch_or(&c->failed, 1ull << i);
-    if (c->global)
+    if (i == 0 && c->global)
         atomic_store(&op->fast[slot].fn, NULL); /* a newer chain's: it is enabled again */
 }
 
@@ -382,7 +384,7 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) switched from '%s' to '%s' (%s)", op->name,
                      device_label(dev), dtype_label(dt), prev->impl_id, r->impl_id, what);
     }
-    if (i == 0 && c->global && !c->impls[0]->supports && !atomic_load(&c->failed))
+    if (i == 0 && c->global && !c->impls[0]->supports && !(atomic_load(&c->failed) & 1u))
         enable_fast(op, slot, c);
 }
 
@@ -822,6 +824,9 @@ int fld_explain(const char *name, int device_type, DLDataType dtype, fld_resolut
         return fld__fail(FLD_ENOMEM, "out of memory");
     }
     select_candidates(op, dev, dt, fld__policy_effective(), &sel);
+    /* order_source points into the policy, which a change may free once the
+     * lock is released: copied now. */
+    res->order_source = strdup(sel.order_source ? sel.order_source : "");
     fld__unlock();
     res->op = op->name;
     res->device_type = device_type;
@@ -837,7 +842,6 @@ int fld_explain(const char *name, int device_type, DLDataType dtype, fld_resolut
             rc = FLD_ENOMEM;
     }
     res->order = strdup(sel.order_text);
-    res->order_source = strdup(sel.order_source ? sel.order_source : "");
     free(sel.rejected);
     if (rc || !res->order || !res->order_source) {
         fld_resolution_free(res);

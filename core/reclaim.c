@@ -10,7 +10,10 @@
  *   reader's loads happen after the unlink and cannot return the object;
  * - the reader's first: the reclaimer reads e <= t (held back), or a value
  *   the reader wrote later: 0 at the section's end or a later section's
- *   epoch, both released after every read of the section.
+ *   epoch, both released after every read of the section; or e > t, which
+ *   the reader read from `epoch` after the tag's fetch_add, so (that load
+ *   being an acquire of the RMW sequenced after the unlink) its loads again
+ *   follow the unlink. Keep the load of `epoch` at least acquire.
  * A record pushed on the list after the reclaimer read the head is covered
  * the same way: the head is read with a read-modify-write too.
  * Hence: free when every reader is idle or entered after t.

@@ -595,12 +595,74 @@ START_TEST(test_concurrent_load_plugin)
 }
 END_TEST
 
+/* What a reader copies out of the policy (explain's order source, describe,
+ * the config fields) stays valid while other threads replace the policy
+ * and the replaced ones are reclaimed (under ASan: no use after free). */
+static atomic_bool readers_stop;
+
+static int count_field(const fld_config_field *field, void *user)
+{
+    *(size_t *)user += strlen(field->key) + strlen(field->value) + strlen(field->source);
+    return 0;
+}
+
+static void *policy_reader_main(void *arg)
+{
+    char *error = arg;
+    long rounds = 0;
+    while (!atomic_load(&readers_stop) && !error[0]) {
+        fld_resolution *res = NULL;
+        int rc = fld_explain("silu_and_mul", FLD_DEVICE_CPU, FLD_DTYPE_F32, &res);
+        if (rc != FLD_OK || res->order_source == NULL || res->order == NULL) {
+            snprintf(error, 256, "fld_explain: %s: %s", fld_strerror(rc), fld_last_error());
+            break;
+        }
+        size_t n = strlen(res->order_source) + strlen(res->order);
+        fld_resolution_free(res);
+        char buf[512];
+        n += fld_policy_describe(buf, sizeof buf);
+        if ((rc = fld_foreach_config_field(count_field, &n)) != FLD_OK) {
+            snprintf(error, 256, "fld_foreach_config_field: %s", fld_last_error());
+            break;
+        }
+        rounds += n > 0;
+    }
+    if (!error[0] && rounds == 0)
+        snprintf(error, 256, "no round completed");
+    return NULL;
+}
+
+START_TEST(test_policy_readers_during_changes)
+{
+    init_ok();
+    enum { READERS = 2, CHANGES = 3000 };
+    pthread_t threads[READERS];
+    static char errors[READERS][256];
+    atomic_store(&readers_stop, false);
+    for (int i = 0; i < READERS; i++) {
+        errors[i][0] = '\0';
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, policy_reader_main, errors[i]), 0);
+    }
+    int rc = FLD_OK;
+    for (int i = 0; i < CHANGES && rc == FLD_OK; i++)
+        rc = i % 7 == 6 ? fld_policy_reset()
+                        : fld_policy_set("prefer", i % 2 ? "vendor" : "reference");
+    atomic_store(&readers_stop, true);
+    for (int i = 0; i < READERS; i++)
+        pthread_join(threads[i], NULL);
+    ck_assert_msg(rc == FLD_OK, "policy change: %s", fld_last_error());
+    for (int i = 0; i < READERS; i++)
+        ck_assert_msg(errors[i][0] == '\0', "reader %d: %s", i, errors[i]);
+}
+END_TEST
+
 static Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
     TCase *tc = tcase_create("calls");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_calls_during_policy_flips);
+    tcase_add_test(tc, test_policy_readers_during_changes);
     suite_add_tcase(s, tc);
     tc = tcase_create("first_use");
     tcase_add_test(tc, test_concurrent_init);
