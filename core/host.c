@@ -119,6 +119,10 @@ void fld__policy_publish(struct fld_policy *p)
     struct fld_policy *old = atomic_exchange(&global_policy, p);
     if (old)
         fld__retire(old, policy_free_cb);
+    /* Changes are rare: free now what no reader holds (the policy and chains
+     * replaced by earlier changes) instead of waiting for the retire list to
+     * reach its scan threshold. */
+    fld__reclaim();
     if (atomic_load(&state) == STATE_READY)
         fld__bump_generation();
     fld__unlock();

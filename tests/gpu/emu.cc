@@ -42,7 +42,7 @@ struct fiber {
 };
 
 struct block_run {
-    ucontext_t main;
+    ucontext_t main{}; /* zeroed: glibc does not fill uc_stack, which ASan reads on swapcontext */
     std::vector<fiber> fibers;
     unsigned nthreads = 0;
     unsigned block_arrived = 0;
