@@ -196,8 +196,9 @@ VALGRIND ?= valgrind
 VALGRIND_FLAGS ?= --quiet --error-exitcode=97 --trace-children=yes --leak-check=full \
   --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=no --fair-sched=yes \
   --suppressions=$(CURDIR)/tests/valgrind.supp
+# Check's per-test timeouts are scaled (valgrind runs code 20-50 times slower).
 check-valgrind: deps all tests
-	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' \
+	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' CK_TIMEOUT_MULTIPLIER=$${CK_TIMEOUT_MULTIPLIER:-10} \
 	  FLD_TEST_WRAPPER='$(VALGRIND) $(VALGRIND_FLAGS)' sh tests/run.sh $(CHECK_BIN)
 
 run: deps all
