@@ -22,13 +22,15 @@
 #include "host.h"
 #include "log.h"
 #include "manifest.h"
+#include "names.h"
 #include "policy.h"
 #include "reclaim.h"
 
 #define BOOL_WORDS "true, false, yes, no, on, off"
 #define YAML_KEYS                                                                                  \
     "prefer, strict, allow_vendors, deny_vendors, flagos_whitelist, flagos_blacklist, "            \
-    "oot_whitelist, oot_blacklist, op_backends, custom_ops, enabled, use_flaggems, oot_enabled"
+    "oot_whitelist, oot_blacklist, op_backends, custom_ops, enabled, use_flaggems, oot_enabled, "  \
+    "external_enabled, external_whitelist, external_blacklist"
 #define ORDER_FORM "a sequence of tokens or an \"a|b\" string"
 #define TOKENS     "flagos, vendor, vendor:NAME, reference, impl:ID"
 #define OP_CONFIG  "VLLM_FL_OP_CONFIG"
@@ -57,6 +59,10 @@ static const struct yaml_key yaml_keys[] = {
     {"enabled", FLD_PF_ENABLED, VK_BOOL},
     {"use_flaggems", FLD_PF_USE_FLAGGEMS, VK_BOOL},
     {"oot_enabled", FLD_PF_OOT_ENABLED, VK_BOOL},
+    /* fldispatch's own: plugins built outside this project. */
+    {"external_enabled", FLD_PF_EXTERNAL_ENABLED, VK_BOOL},
+    {"external_whitelist", FLD_PF_EXTERNAL_WHITELIST, VK_LIST},
+    {"external_blacklist", FLD_PF_EXTERNAL_BLACKLIST, VK_LIST},
 };
 #define N_YAML_KEYS (sizeof yaml_keys / sizeof yaml_keys[0])
 
@@ -64,6 +70,7 @@ static const struct yaml_key yaml_keys[] = {
 static const enum fld_policy_field list_pairs[][2] = {
     {FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST},
     {FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST},
+    {FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST},
 };
 
 /* Locale-independent on purpose, like parse.c. */
@@ -507,6 +514,8 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
             break;
         case VK_LIST:
             rc = read_list(label, key->name, v, &l->lists[f]);
+            if (rc == FLD_OK && (f == FLD_PF_ALLOW_VENDORS || f == FLD_PF_DENY_VENDORS))
+                fld__strlist_lower(&l->lists[f]);
             break;
         case VK_ORDERS:
             rc = read_orders(label, v, &l->orders);
@@ -616,23 +625,16 @@ static int read_op_config(const char *path, const struct fld_ynode *root, struct
     size_t cap = 0, dup, first;
     int rc;
 
-    if (!root || is_null(root))
-        return fld__fail(FLD_ECONFIG, "%s:%u:%u: empty %s (expected " OP_CONFIG_FORM ")", path,
-                         root ? root->line : 1, root ? root->column : 1,
-                         root ? "document" : "file");
+    if (!root)
+        return fld__fail(FLD_ECONFIG, "%s:1:1: empty file (expected " OP_CONFIG_FORM ")", path);
     if (root->type != FLD_YNODE_MAPPING)
         return fld__fail(FLD_ECONFIG, "%s:%u:%u: expected " OP_CONFIG_FORM ", not %s", path,
-                         root->line, root->column, fld__ynode_describe(root, desc, sizeof desc));
+                         root->line, root->column, fld__json_describe(root, desc, sizeof desc));
     if ((rc = repeated_key(path, root, &dup, &first)) != FLD_OK)
         return rc;
     for (size_t i = 0; i + 1 < root->n; i += 2) {
         const struct fld_ynode *k = root->kids[i], *v = root->kids[i + 1];
         struct fld_order order;
-        if (k->type != FLD_YNODE_SCALAR || k->style != FLD_YSTYLE_DOUBLE) {
-            rc = fld__fail(FLD_ECONFIG, "%s:%u:%u: a key must be a JSON string (\"op\"), not %s",
-                           path, k->line, k->column, fld__ynode_describe(k, desc, sizeof desc));
-            goto fail;
-        }
         if (!is_name(k->text)) {
             rc = fld__fail(FLD_ECONFIG,
                            "%s:%u:%u: invalid op name '%s' (names use only [A-Za-z0-9_.-])", path,
@@ -649,7 +651,7 @@ static int read_op_config(const char *path, const struct fld_ynode *root, struct
                            "%s:%u:%u: the value of '%s' must be a JSON string of tokens "
                            "(\"vendor\" or \"vendor|reference\"; tokens " TOKENS "), not %s",
                            path, v->line, v->column, k->text,
-                           fld__ynode_describe(v, desc, sizeof desc));
+                           fld__json_describe(v, desc, sizeof desc));
             goto fail;
         }
         snprintf(what, sizeof what, "%s:%u:%u", path, v->line, v->column);
@@ -670,8 +672,8 @@ fail:
 int fld__op_config_apply(struct fld_policy *p, const char *path)
 {
     struct fld_ynode *root = NULL;
-    struct fld_orders orders = {0, NULL}, merged = {0, NULL};
-    int rc = fld__yaml_load(path, path, &root);
+    struct fld_orders orders = {0, NULL};
+    int rc = fld__json_load(path, path, &root);
     if (rc == FLD_OK)
         rc = read_op_config(path, root, &orders);
     fld__yaml_free(root);
@@ -679,18 +681,13 @@ int fld__op_config_apply(struct fld_policy *p, const char *path)
         fld__error_prefix(OP_CONFIG);
         return rc;
     }
-    /* An empty object sets nothing, so it must not claim the field's source either. */
+    /* The file's orders are the per-op orders, as in vllm-plugin-FL: the
+     * orders of VLLM_FL_PER_OP and op_backends are replaced, not merged. An
+     * empty object sets nothing (vllm-plugin-FL skips an empty mapping too). */
     if (orders.n == 0)
         return FLD_OK;
-    if (fld__orders_copy(&merged, &p->per_op) != FLD_OK ||
-        fld__orders_merge(&merged, &orders) != FLD_OK) {
-        fld__orders_free(&orders);
-        fld__orders_free(&merged);
-        return oom(OP_CONFIG);
-    }
-    fld__orders_free(&orders);
     fld__orders_free(&p->per_op);
-    p->per_op = merged;
+    p->per_op = orders;
     snprintf(p->source[FLD_PF_PER_OP], FLD_SOURCE_LEN, "%s", OP_CONFIG);
     return FLD_OK;
 }
@@ -744,7 +741,7 @@ static void warn_ignored_env(const char *config)
                  names);
 }
 
-int fld__policy_build(const struct fld_platform *plat, struct fld_policy **out)
+int fld__policy_build(struct fld_platform *plat, struct fld_policy **out)
 {
     struct fld_policy *p;
     const char *config, *manifest;
@@ -759,6 +756,9 @@ int fld__policy_build(const struct fld_platform *plat, struct fld_policy **out)
             goto fail;
         }
         warn_ignored_env(config);
+        /* Not read, so not claimed: the platform file is not in use. */
+        if (plat)
+            plat->config_file[0] = '\0';
     } else {
         if (plat && plat->config_file[0]) {
             rc = fld__config_apply_file(p, plat->config_file, plat->config_file);
@@ -806,12 +806,9 @@ int fld_policy_load_file(const char *path)
         return rc;
     }
     fld__lock();
-    const struct fld_policy *global = fld__policy_global();
-    if (global && global->manifest)
-        p->manifest = fld__manifest_ref(global->manifest);
-    /* A manifest checked leniently at init must hold now that the file asks for strict. */
-    if (p->manifest && p->strict && (rc = fld__manifest_check(p->manifest, true)) != FLD_OK)
-        fld__error_prefix("%s: %s", what, path);
+    rc = fld__policy_refuse_if_frozen(what);
+    if (rc == FLD_OK && (rc = fld__names_check_policy(p)) != FLD_OK)
+        fld__error_prefix("%s", what);
     if (rc == FLD_OK)
         fld__policy_publish(p);
     else
@@ -880,10 +877,21 @@ int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user
 {
     static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
     static const enum fld_policy_field order[] = {
-        FLD_PF_PREFER,           FLD_PF_STRICT,           FLD_PF_ENABLED,
-        FLD_PF_USE_FLAGGEMS,     FLD_PF_ALLOW_VENDORS,    FLD_PF_DENY_VENDORS,
-        FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST, FLD_PF_OOT_ENABLED,
-        FLD_PF_OOT_WHITELIST,    FLD_PF_OOT_BLACKLIST,    FLD_PF_CUSTOM_OPS,
+        FLD_PF_PREFER,
+        FLD_PF_STRICT,
+        FLD_PF_ENABLED,
+        FLD_PF_USE_FLAGGEMS,
+        FLD_PF_ALLOW_VENDORS,
+        FLD_PF_DENY_VENDORS,
+        FLD_PF_FLAGOS_WHITELIST,
+        FLD_PF_FLAGOS_BLACKLIST,
+        FLD_PF_OOT_ENABLED,
+        FLD_PF_OOT_WHITELIST,
+        FLD_PF_OOT_BLACKLIST,
+        FLD_PF_EXTERNAL_ENABLED,
+        FLD_PF_EXTERNAL_WHITELIST,
+        FLD_PF_EXTERNAL_BLACKLIST,
+        FLD_PF_CUSTOM_OPS,
     };
     struct text value = {NULL, 0, 0, false};
     char key[256];

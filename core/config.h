@@ -34,10 +34,12 @@ int fld__config_apply_file(struct fld_policy *p, const char *path, const char *l
 
 /*
  * Builds the policy of the process from all layers for the given platform
- * (its platform file, if any, is plat->config_file). *out is a new policy or
- * NULL with FLD_ECONFIG and a message naming the variable or file:line.
+ * (its platform file, if any, is plat->config_file; under VLLM_FL_CONFIG the
+ * platform file is not read and plat->config_file is emptied, so that no
+ * report claims it). *out is a new policy or NULL with FLD_ECONFIG and a
+ * message naming the variable or file:line.
  * Reads VLLM_FL_CONFIG and VLLM_FL_OP_CONFIG with secure_getenv.
  */
-int fld__policy_build(const struct fld_platform *plat, struct fld_policy **out);
+int fld__policy_build(struct fld_platform *plat, struct fld_policy **out);
 
 #endif

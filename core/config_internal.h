@@ -82,6 +82,22 @@ enum fld_read_status fld__read_regular_file(const char *path, size_t max, char *
 /* The size limit fld__yaml_load applies: configuration files are a few kilobytes. */
 #define FLD_YAML_MAX_FILE_SIZE (16u << 20)
 
+/* fld__read_regular_file with FLD_YAML_MAX_FILE_SIZE, its failures worded:
+ * "cannot open 'path': ...", "cannot read 'path': ..." (FLD_ECONFIG), FLD_ENOMEM. */
+int fld__read_config_file(const char *path, char **data, size_t *len);
+
+/*
+ * Strict JSON (RFC 8259: no comments, trailing commas, single quotes or
+ * byte-order mark; valid UTF-8) into the same tree: strings are
+ * FLD_YSTYLE_DOUBLE scalars, numbers/true/false/null plain scalars with
+ * their text (true/false with tag_bool). *root is NULL for a file with no
+ * value. FLD_ECONFIG with "label:line:column: message"; FLD_ENOMEM.
+ */
+int fld__json_parse(const char *data, size_t len, const char *label, struct fld_ynode **root);
+int fld__json_load(const char *path, const char *label, struct fld_ynode **root);
+/* "an object", "an array", "the string \"x\"", "the number 3", "true", "null". */
+const char *fld__json_describe(const struct fld_ynode *node, char *buf, size_t size);
+
 /* "a mapping", "a sequence", "the quoted string 'x'", "the boolean 'on'", "null", ... */
 const char *fld__ynode_describe(const struct fld_ynode *node, char *buf, size_t size);
 
@@ -115,8 +131,9 @@ size_t fld__custom_ops_format(const struct fld_custom_ops *c, char *buf, size_t 
 /* ------------------------------------------------------------------------ */
 
 /*
- * Reads the JSON object op -> token ("a|b" allowed) at path and sets each
- * op's order in p, replacing orders of the same ops. FLD_ECONFIG with
+ * Reads the JSON object op -> token ("a|b" allowed) at path (strict JSON)
+ * and makes it p's per-op orders, replacing every order of the lower layers
+ * (VLLM_FL_PER_OP, op_backends) as vllm-plugin-FL does. FLD_ECONFIG with
  * "VLLM_FL_OP_CONFIG: ..." naming the file and line; p unchanged on error.
  */
 int fld__op_config_apply(struct fld_policy *p, const char *path);

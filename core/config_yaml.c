@@ -161,7 +161,7 @@ done:
     return FLD_READ_OK;
 }
 
-static int read_whole(const char *path, char **data, size_t *len)
+int fld__read_config_file(const char *path, char **data, size_t *len)
 {
     int err;
     switch (fld__read_regular_file(path, FLD_YAML_MAX_FILE_SIZE, data, len, &err)) {
@@ -447,7 +447,7 @@ int fld__yaml_load(const char *path, const char *label, struct fld_ynode **root)
     int rc;
 
     *root = NULL;
-    if ((rc = read_whole(path, &data, &len)) != FLD_OK)
+    if ((rc = fld__read_config_file(path, &data, &len)) != FLD_OK)
         return rc;
     rc = fld__yaml_parse(data, len, label ? label : path, NULL, root);
     free(data);

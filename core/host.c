@@ -14,6 +14,7 @@
 #include "log.h"
 #include "manager.h"
 #include "manifest.h"
+#include "names.h"
 #include "ops.h"
 #include "policy.h"
 #include "reclaim.h"
@@ -155,12 +156,29 @@ static int build_configuration(struct fld_platform *plat, struct fld_policy **ou
     return FLD_OK;
 }
 
+/*
+ * The names the configuration mentions and the VLLM_FL_* variables, against
+ * what is registered now (after discovery): WARNINGs, or FLD_ECONFIG when p
+ * is strict. Host lock held.
+ */
+static int check_names(const struct fld_policy *p)
+{
+    int rc = fld__names_check_environment(p->strict);
+    if (rc == FLD_OK)
+        rc = fld__names_check_policy(p);
+    return rc;
+}
+
 int fld__policy_rebuild(void)
 {
     fld__lock();
     struct fld_platform plat;
     struct fld_policy *p;
     int rc = build_configuration(&plat, &p, true);
+    if (rc == FLD_OK && (rc = check_names(p)) != FLD_OK) {
+        fld__policy_free(p);
+        p = NULL;
+    }
     if (rc == FLD_OK) {
         fld__platform_set_current(&plat);
         fld__policy_publish(p);
@@ -228,6 +246,10 @@ static int initialise_locked(void)
     if (!rc) {
         fld__discover_plugins();
         rc = build_configuration(&plat, &policy, true);
+        if (!rc && (rc = check_names(policy)) != FLD_OK) {
+            fld__policy_free(policy);
+            policy = NULL;
+        }
     }
     if (rc) {
         /* Typed calls must see an uninitialised library, and a later
@@ -302,15 +324,15 @@ int fld_reload(void)
     /* New plugin files only (loaded ones stay), before the manifest check so
      * that a manifest may pin an impl of a plugin added since the last load. */
     fld__discover_plugins();
-    if (policy->manifest) {
+    rc = check_names(policy);
+    if (rc == FLD_OK && policy->manifest)
         rc = fld__manifest_check(policy->manifest, policy->strict);
-        if (rc) {
-            fld__policy_free(policy);
-            fld__error_prefix("fld_reload: policy kept as it was (plugins found by the rescan stay "
-                              "loaded)");
-            fld__unlock();
-            return rc;
-        }
+    if (rc) {
+        fld__policy_free(policy);
+        fld__error_prefix("fld_reload: policy kept as it was (plugins found by the rescan stay "
+                          "loaded)");
+        fld__unlock();
+        return rc;
     }
     fld__log_reset_override();
     fld__log_commit_env(&log_env);

@@ -187,7 +187,8 @@ int fld__log_read_env(struct fld_log_env *out)
     }
     v = getenv("VLLM_FL_DISPATCH_DEBUG");
     if (v && *v) {
-        int rc = fld__parse_bool("VLLM_FL_DISPATCH_DEBUG", v, &out->dispatch_debug);
+        /* vllm-plugin-FL turns it on for "1" only: 0 or 1, nothing else. */
+        int rc = fld__parse_flag("VLLM_FL_DISPATCH_DEBUG", v, &out->dispatch_debug);
         if (rc)
             return rc;
     }

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "error.h"
 #include "host.h"
@@ -106,7 +107,8 @@ static bool token_matches(const struct fld_token *t, const struct fld_impl_rec *
     case FLD_TOKEN_VENDOR:
         return impl->kind == FLD_KIND_VENDOR;
     case FLD_TOKEN_VENDOR_NAME:
-        return impl->kind == FLD_KIND_VENDOR && impl->vendor && strcmp(impl->vendor, t->arg) == 0;
+        return impl->kind == FLD_KIND_VENDOR && impl->vendor &&
+               strcasecmp(impl->vendor, t->arg) == 0;
     case FLD_TOKEN_REFERENCE:
         return impl->kind == FLD_KIND_REFERENCE;
     case FLD_TOKEN_IMPL:
@@ -154,12 +156,12 @@ static bool passes_filters(const struct fld_policy *pol, struct fld_impl_rec *im
         }
     }
     if (impl->plugin && !impl->plugin->in_tree) {
-        if (!pol->oot_enabled) {
-            reject(sel, impl, "out-of-tree plugins disabled by %s",
-                   pol->source[FLD_PF_OOT_ENABLED]);
+        if (!pol->external_enabled) {
+            reject(sel, impl, "external (out-of-tree) plugins disabled by %s",
+                   pol->source[FLD_PF_EXTERNAL_ENABLED]);
             return false;
         }
-        if (!fld__policy_oot_allows_op(pol, name, why, sizeof why)) {
+        if (!fld__policy_external_allows_op(pol, name, why, sizeof why)) {
             reject(sel, impl, "%s", why);
             return false;
         }
@@ -191,7 +193,7 @@ static void apply_manifest(struct fld_op_s *op, int dev, int dt, const struct fl
         if (strcmp(op->impls[i]->impl_id, e->impl_id) == 0)
             pinned = op->impls[i];
     /* The pin overrides the token order, never the policy's hard filters
-     * (kill switch, vendor lists, custom_ops, OOT) or availability. */
+     * (kill switch, vendor lists, custom_ops, external plugins) or availability. */
     const char *why = NULL;
     char filtered[sizeof((struct rejection *)0)->reason + 32];
     struct rejection scratch_rejection;
@@ -462,9 +464,9 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
         } else {
             mark_failed(op, slot, c, start - 1);
             fld__error_copy(last_msg, sizeof last_msg);
-            fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s: %s",
+            fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s%s%s",
                      r->impl_id, op->name, device_label(dev), dtype_label(dt),
-                     fld_strerror(first_rc), last_msg);
+                     fld_strerror(first_rc), last_msg[0] ? ": " : "", last_msg);
             last_rc = first_rc;
             last_failed = r;
             tried++;
@@ -473,8 +475,6 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
     if (c->n == 0)
         return no_candidate(op, slot);
 
-    /* Cleared so that a message found after a decline is the decliner's own. */
-    fld__error_clear();
     for (uint32_t i = start; i < c->n; i++) {
         if (atomic_load_explicit(&c->failed, memory_order_relaxed) & (1ull << i)) {
             skipped_failed++;
@@ -483,6 +483,8 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
         struct fld_impl_rec *r = c->impls[i];
         if (r->supports && !r->supports(args))
             continue;
+        /* Whatever message follows a failure is then the impl's own. */
+        fld__error_clear();
         int rc = r->fn(args);
         if (rc == FLD_OK) {
             note_served(op, slot, c, i);
@@ -502,9 +504,9 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
             return rc; /* the winner's own status and message, unchanged */
         mark_failed(op, slot, c, i);
         fld__error_copy(last_msg, sizeof last_msg);
-        fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s: %s",
+        fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s%s%s",
                  r->impl_id, op->name, device_label(dev), dtype_label(dt), fld_strerror(rc),
-                 last_msg);
+                 last_msg[0] ? ": " : "", last_msg);
         last_rc = rc;
         last_failed = r;
         tried++;
@@ -512,9 +514,9 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
     if (tried)
         return fld__fail(FLD_EIMPL,
                          "all %u implementation(s) of op '%s' (%s, %s) that ran failed; last error "
-                         "from '%s': %s: %s",
+                         "from '%s': %s%s%s",
                          tried, op->name, device_label(dev), dtype_label(dt), last_failed->impl_id,
-                         fld_strerror(last_rc), last_msg);
+                         fld_strerror(last_rc), last_msg[0] ? ": " : "", last_msg);
     if (skipped_failed)
         return fld__fail(FLD_EIMPL,
                          "every implementation of op '%s' (%s, %s) that accepts these arguments "

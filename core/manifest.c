@@ -11,6 +11,7 @@
  * error can point at the node at fault (1-based line and column).
  */
 #include "manifest.h"
+#include "names.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -445,8 +446,18 @@ static bool entry_usable(const struct fld_manifest_entry *e, char *why, size_t s
         if (strcmp(op->impls[i]->impl_id, e->impl_id) == 0)
             impl = op->impls[i];
     if (!impl) {
-        snprintf(why, size, op ? "is not registered" : "is not registered (no op named '%s')",
-                 e->op);
+        char hint[160];
+        if (op) {
+            const char *ids[64];
+            size_t n = 0;
+            for (size_t i = 0; i < op->n_impls && n < 64; i++)
+                ids[n++] = op->impls[i]->impl_id;
+            snprintf(why, size, "is not registered for op '%s'%s", e->op,
+                     fld__did_you_mean(e->impl_id, ids, n, hint, sizeof hint));
+        } else {
+            snprintf(why, size, "is not registered (no op named '%s'%s)", e->op,
+                     fld__did_you_mean_op(e->op, hint, sizeof hint));
+        }
         return false;
     }
     if (!(impl->devices & (1u << e->device))) {

@@ -18,6 +18,8 @@
 #include "parse.h"
 
 #define BOOL_VALID   "1, 0, true, false, yes, no, on, off"
+#define SWITCH_VALID "1, 0, true, false (any case)"
+#define FLAG_VALID   "0, 1"
 #define PREFER_VALID "flagos, vendor, reference"
 #define TOKEN_VALID  "flagos, vendor, vendor:NAME, reference, impl:ID"
 #define NAME_CHARS   "[A-Za-z0-9_.-]"
@@ -134,6 +136,40 @@ int fld__parse_bool(const char *what, const char *value, bool *out)
                      value ? value : "");
 }
 
+/*
+ * vllm-plugin-FL reads its switches as "true or 1 is on" and its STRICT as
+ * "0 or 1"; anything else it turns off, with or without a warning. Reading
+ * "yes" as on here would give the opposite of what the same variable does
+ * there, so only the words both systems agree on are accepted.
+ */
+int fld__parse_switch(const char *what, const char *value, bool *out)
+{
+    struct span sp = trim(span_of(value));
+    if (span_ieq(sp, "1") || span_ieq(sp, "true")) {
+        *out = true;
+        return FLD_OK;
+    }
+    if (span_ieq(sp, "0") || span_ieq(sp, "false")) {
+        *out = false;
+        return FLD_OK;
+    }
+    return fld__fail(FLD_ECONFIG, "%s: invalid value '%s' (valid: " SWITCH_VALID ")", what,
+                     value ? value : "");
+}
+
+int fld__parse_flag(const char *what, const char *value, bool *out)
+{
+    struct span sp = trim(span_of(value));
+    if (span_ieq(sp, "1") || span_ieq(sp, "0")) {
+        *out = sp.s[0] == '1';
+        return FLD_OK;
+    }
+    return fld__fail(FLD_ECONFIG,
+                     "%s: invalid value '%s' (valid: " FLAG_VALID
+                     "; vllm-plugin-FL reads no other value, and turns 'true' off)",
+                     what, value ? value : "");
+}
+
 int fld__parse_prefer(const char *what, const char *value, int *out)
 {
     static const char *const names[] = {"flagos", "vendor", "reference"};
@@ -212,6 +248,20 @@ void fld__strlist_sort_unique(struct fld_strlist *l)
             l->items[kept++] = l->items[i];
     }
     l->n = kept;
+}
+
+void fld__ascii_lower(char *s)
+{
+    for (; *s; s++)
+        if (*s >= 'A' && *s <= 'Z')
+            *s = (char)(*s - 'A' + 'a');
+}
+
+void fld__strlist_lower(struct fld_strlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        fld__ascii_lower(l->items[i]);
+    fld__strlist_sort_unique(l);
 }
 
 void fld__strlist_free(struct fld_strlist *l)
@@ -416,6 +466,9 @@ static int parse_token_span(const char *what, const char *op, struct span sp, st
     out->arg = span_dup(arg);
     if (!out->arg)
         return oom(what);
+    /* Vendor names are compared without case, as users type them. */
+    if (out->kind == FLD_TOKEN_VENDOR_NAME)
+        fld__ascii_lower(out->arg);
     return FLD_OK;
 
 invalid:

@@ -23,7 +23,7 @@ struct fld_strlist {
 enum fld_token_kind {
     FLD_TOKEN_FLAGOS,      /* "flagos": DEFAULT impls */
     FLD_TOKEN_VENDOR,      /* "vendor": any VENDOR impl */
-    FLD_TOKEN_VENDOR_NAME, /* "vendor:NAME": VENDOR impls of that vendor (case-sensitive) */
+    FLD_TOKEN_VENDOR_NAME, /* "vendor:NAME": VENDOR impls of that vendor (NAME kept lowercase) */
     FLD_TOKEN_REFERENCE,   /* "reference": REFERENCE impls */
     FLD_TOKEN_IMPL         /* "impl:ID": the impl with that impl_id */
 };
@@ -50,6 +50,10 @@ struct fld_orders {
 
 /* Accepts 1/0, true/false, yes/no, on/off (case-insensitive, trimmed). */
 int fld__parse_bool(const char *what, const char *value, bool *out);
+/* An on/off environment switch: 1/true or 0/false (case-insensitive, trimmed). */
+int fld__parse_switch(const char *what, const char *value, bool *out);
+/* A 0/1 flag (VLLM_FL_STRICT): nothing else. */
+int fld__parse_flag(const char *what, const char *value, bool *out);
 /* "flagos" | "vendor" | "reference" (case-insensitive, trimmed) into *out (0, 1, 2 as enum
  * fld_prefer). */
 int fld__parse_prefer(const char *what, const char *value, int *out);
@@ -64,6 +68,11 @@ int fld__parse_token_list(const char *what, const char *op, const char *text,
 /* "op1=a|b;op2=c" (trailing ';' allowed; empty fragment, missing '=', empty op, repeated op are
  * errors). */
 int fld__parse_per_op(const char *what, const char *spec, struct fld_orders *out);
+
+/* Lowercases ASCII letters of s in place (vendor names compare without case). */
+void fld__ascii_lower(char *s);
+/* Lowercases every item of l and sorts it again (vendor lists). */
+void fld__strlist_lower(struct fld_strlist *l);
 
 void fld__strlist_free(struct fld_strlist *l);
 int fld__strlist_copy(struct fld_strlist *dst, const struct fld_strlist *src);

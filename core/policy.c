@@ -44,6 +44,9 @@ static const char *const field_keys[FLD_PF_COUNT] = {
     [FLD_PF_OOT_ENABLED] = "oot_enabled",
     [FLD_PF_OOT_WHITELIST] = "oot_whitelist",
     [FLD_PF_OOT_BLACKLIST] = "oot_blacklist",
+    [FLD_PF_EXTERNAL_ENABLED] = "external_enabled",
+    [FLD_PF_EXTERNAL_WHITELIST] = "external_whitelist",
+    [FLD_PF_EXTERNAL_BLACKLIST] = "external_blacklist",
     [FLD_PF_CUSTOM_OPS] = "custom_ops",
 };
 
@@ -60,13 +63,17 @@ static const char *const field_envs[FLD_PF_COUNT] = {
     [FLD_PF_OOT_ENABLED] = "VLLM_FL_OOT_ENABLED",
     [FLD_PF_OOT_WHITELIST] = "VLLM_FL_OOT_WHITELIST",
     [FLD_PF_OOT_BLACKLIST] = "VLLM_FL_OOT_BLACKLIST",
+    [FLD_PF_EXTERNAL_ENABLED] = "VLLM_FL_EXTERNAL_ENABLED",
+    [FLD_PF_EXTERNAL_WHITELIST] = "VLLM_FL_EXTERNAL_WHITELIST",
+    [FLD_PF_EXTERNAL_BLACKLIST] = "VLLM_FL_EXTERNAL_BLACKLIST",
     [FLD_PF_CUSTOM_OPS] = "VLLM_FL_CUSTOM_OPS",
 };
 
 #define VALID_KEYS                                                                                 \
     "prefer, strict, enabled, use_flaggems, allow_vendors, deny_vendors, per_op, "                 \
-    "flagos_whitelist, flagos_blacklist, oot_enabled, oot_whitelist, oot_blacklist, custom_ops, "  \
-    "or their environment variable names"
+    "flagos_whitelist, flagos_blacklist, oot_enabled, oot_whitelist, oot_blacklist, "              \
+    "external_enabled, external_whitelist, external_blacklist, custom_ops, or their environment "  \
+    "variable names"
 
 static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
 
@@ -346,6 +353,7 @@ struct fld_policy *fld__policy_new_default(void)
     p->enabled = true;
     p->use_flaggems = true;
     p->oot_enabled = true;
+    p->external_enabled = true;
     p->custom_ops.base_enabled = true;
     for (int f = 0; f < FLD_PF_COUNT; f++)
         set_source(p, (enum fld_policy_field)f, SOURCE_DEFAULT);
@@ -363,6 +371,8 @@ void fld__policy_free(struct fld_policy *p)
     fld__strlist_free(&p->flagos_blacklist);
     fld__strlist_free(&p->oot_whitelist);
     fld__strlist_free(&p->oot_blacklist);
+    fld__strlist_free(&p->external_whitelist);
+    fld__strlist_free(&p->external_blacklist);
     fld__orders_free(&p->per_op);
     fld__custom_ops_free(&p->custom_ops);
     fld__manifest_unref(p->manifest);
@@ -379,6 +389,7 @@ struct fld_policy *fld__policy_clone(const struct fld_policy *src)
     p->enabled = src->enabled;
     p->use_flaggems = src->use_flaggems;
     p->oot_enabled = src->oot_enabled;
+    p->external_enabled = src->external_enabled;
     memcpy(p->source, src->source, sizeof p->source);
     if (fld__strlist_copy(&p->allow_vendors, &src->allow_vendors) != FLD_OK ||
         fld__strlist_copy(&p->deny_vendors, &src->deny_vendors) != FLD_OK ||
@@ -386,6 +397,8 @@ struct fld_policy *fld__policy_clone(const struct fld_policy *src)
         fld__strlist_copy(&p->flagos_blacklist, &src->flagos_blacklist) != FLD_OK ||
         fld__strlist_copy(&p->oot_whitelist, &src->oot_whitelist) != FLD_OK ||
         fld__strlist_copy(&p->oot_blacklist, &src->oot_blacklist) != FLD_OK ||
+        fld__strlist_copy(&p->external_whitelist, &src->external_whitelist) != FLD_OK ||
+        fld__strlist_copy(&p->external_blacklist, &src->external_blacklist) != FLD_OK ||
         fld__orders_copy(&p->per_op, &src->per_op) != FLD_OK ||
         fld__custom_ops_copy(&p->custom_ops, &src->custom_ops) != FLD_OK)
         goto fail;
@@ -418,6 +431,10 @@ struct fld_strlist *fld__policy_list_field(struct fld_policy *p, enum fld_policy
         return &p->oot_whitelist;
     case FLD_PF_OOT_BLACKLIST:
         return &p->oot_blacklist;
+    case FLD_PF_EXTERNAL_WHITELIST:
+        return &p->external_whitelist;
+    case FLD_PF_EXTERNAL_BLACKLIST:
+        return &p->external_blacklist;
     default:
         return NULL;
     }
@@ -434,6 +451,8 @@ bool *fld__policy_bool_field(struct fld_policy *p, enum fld_policy_field f)
         return &p->use_flaggems;
     case FLD_PF_OOT_ENABLED:
         return &p->oot_enabled;
+    case FLD_PF_EXTERNAL_ENABLED:
+        return &p->external_enabled;
     default:
         return NULL;
     }
@@ -469,13 +488,17 @@ int fld__policy_set_field(struct fld_policy *p, const char *key, const char *val
         p->custom_ops = ops;
     } else if (fld__policy_bool_field(p, f)) {
         bool b;
-        if ((rc = fld__parse_bool(key, value, &b)) != FLD_OK)
+        rc = f == FLD_PF_STRICT ? fld__parse_flag(key, value, &b)
+                                : fld__parse_switch(key, value, &b);
+        if (rc != FLD_OK)
             return rc;
         *fld__policy_bool_field(p, f) = b;
     } else {
         struct fld_strlist list;
         if ((rc = fld__parse_name_list(key, value, &list)) != FLD_OK)
             return rc;
+        if (f == FLD_PF_ALLOW_VENDORS || f == FLD_PF_DENY_VENDORS)
+            fld__strlist_lower(&list);
         struct fld_strlist *dst = fld__policy_list_field(p, f);
         fld__strlist_free(dst);
         *dst = list;
@@ -490,22 +513,6 @@ static bool is_blank(const char *s)
         if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
             return false;
     return true;
-}
-
-/* VLLM_FL_PER_OP over lower layers: per op, not as a whole. */
-static int merge_per_op_env(struct fld_policy *p, const char *var, const char *value)
-{
-    struct fld_orders orders;
-    int rc = fld__parse_per_op(var, value, &orders);
-    if (rc != FLD_OK)
-        return rc;
-    set_orders_source(&orders, var);
-    rc = fld__orders_merge(&p->per_op, &orders);
-    fld__orders_free(&orders);
-    if (rc != FLD_OK)
-        return fld__fail(FLD_ENOMEM, "%s: out of memory", var);
-    set_source(p, FLD_PF_PER_OP, var);
-    return FLD_OK;
 }
 
 /* A white- or blacklist set by the environment replaces its pair from a
@@ -534,10 +541,10 @@ int fld__policy_apply_env(struct fld_policy *p)
         const char *value = getenv(field_envs[f]);
         if (!value || is_blank(value))
             continue;
-        if (f == FLD_PF_PER_OP)
-            rc = merge_per_op_env(p, field_envs[f], value);
-        else
-            rc = fld__policy_set_field(p, field_envs[f], value, field_envs[f]);
+        /* Each variable replaces its field, VLLM_FL_PER_OP included: it
+         * replaces the platform file's op_backends as a whole, as in
+         * vllm-plugin-FL. */
+        rc = fld__policy_set_field(p, field_envs[f], value, field_envs[f]);
         if (rc != FLD_OK)
             return rc;
         from_env[f] = true;
@@ -553,6 +560,7 @@ int fld__policy_apply_env(struct fld_policy *p)
     }
     drop_replaced_pair(p, from_env, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
     drop_replaced_pair(p, from_env, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
+    drop_replaced_pair(p, from_env, FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST);
     return fld__policy_check(p);
 }
 
@@ -585,6 +593,8 @@ int fld__policy_check(const struct fld_policy *p)
     int rc = check_exclusive(p, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
     if (rc == FLD_OK)
         rc = check_exclusive(p, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
+    if (rc == FLD_OK)
+        rc = check_exclusive(p, FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST);
     return rc;
 }
 
@@ -592,10 +602,28 @@ int fld__policy_check(const struct fld_policy *p)
 /* What selection asks                                                      */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * vLLM names the plain-PyTorch variant of an op BASE_native; as in
+ * vllm-plugin-FL, it follows BASE's per-op order unless it has its own.
+ */
+static const struct fld_order *native_base_order(const struct fld_policy *p, const char *op)
+{
+    static const char suffix[] = "_native";
+    size_t n = strlen(op), k = sizeof suffix - 1;
+    char base[256];
+    if (n <= k || n - k >= sizeof base || strcmp(op + n - k, suffix) != 0)
+        return NULL;
+    memcpy(base, op, n - k);
+    base[n - k] = '\0';
+    return fld__orders_find(&p->per_op, base);
+}
+
 const struct fld_order *fld__policy_order_for(const struct fld_policy *p, const char *op,
                                               const char **source)
 {
     const struct fld_order *o = fld__orders_find(&p->per_op, op);
+    if (!o && p->per_op.n)
+        o = native_base_order(p, op);
     if (o) {
         if (source)
             *source = o->source[0] ? o->source : p->source[FLD_PF_PER_OP];
@@ -628,12 +656,16 @@ bool fld__policy_vendor_allowed(const struct fld_policy *p, const char *vendor, 
         set_why(why, why_size, "vendor implementation without a vendor name");
         return false;
     }
+    /* The lists hold lowercase names: compare the vendor's lowercase form. */
+    char lower[128];
+    snprintf(lower, sizeof lower, "%s", vendor);
+    fld__ascii_lower(lower);
     /* Deny is checked first so that a vendor in both lists reads as denied. */
-    if (fld__strlist_has(&p->deny_vendors, vendor)) {
+    if (fld__strlist_has(&p->deny_vendors, lower)) {
         set_why(why, why_size, "vendor '%s' denied by %s", vendor, p->source[FLD_PF_DENY_VENDORS]);
         return false;
     }
-    if (p->allow_vendors.set && !fld__strlist_has(&p->allow_vendors, vendor)) {
+    if (p->allow_vendors.set && !fld__strlist_has(&p->allow_vendors, lower)) {
         set_why(why, why_size, "vendor '%s' not in allow list (%s)", vendor,
                 p->source[FLD_PF_ALLOW_VENDORS]);
         return false;
@@ -685,6 +717,13 @@ bool fld__policy_oot_allows_op(const struct fld_policy *p, const char *op, char 
     return list_allows_op(p, "oot", FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST, op, why, why_size);
 }
 
+bool fld__policy_external_allows_op(const struct fld_policy *p, const char *op, char *why,
+                                    size_t why_size)
+{
+    return list_allows_op(p, "external-plugin", FLD_PF_EXTERNAL_WHITELIST,
+                          FLD_PF_EXTERNAL_BLACKLIST, op, why, why_size);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Fingerprint                                                              */
 /* ------------------------------------------------------------------------ */
@@ -733,6 +772,8 @@ size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t siz
         put(&w, ";flaggems=0");
     if (!p->oot_enabled)
         put(&w, ";oot=0");
+    if (!p->external_enabled)
+        put(&w, ";external=0");
     /* Lists are kept sorted and unique by the parsers, so equal policies
      * print equal strings. */
     put_list(&w, "allow", &p->allow_vendors);
@@ -741,6 +782,8 @@ size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t siz
     put_list(&w, "flagos_black", &p->flagos_blacklist);
     put_list(&w, "oot_white", &p->oot_whitelist);
     put_list(&w, "oot_black", &p->oot_blacklist);
+    put_list(&w, "external_white", &p->external_whitelist);
+    put_list(&w, "external_black", &p->external_blacklist);
     if (!fld__custom_ops_is_default(&p->custom_ops)) {
         char custom[1024];
         size_t n = fld__custom_ops_format(&p->custom_ops, custom, sizeof custom);
@@ -928,6 +971,7 @@ int fld_policy_push_allowed_vendors(const char *csv)
         return rc;
     if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
         return rc;
+    fld__strlist_lower(&list);
     if ((rc = begin_push(what, &p)) != FLD_OK) {
         fld__strlist_free(&list);
         return rc;
@@ -948,6 +992,7 @@ int fld_policy_push_denied_vendors(const char *csv)
         return rc;
     if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
         return rc;
+    fld__strlist_lower(&list);
     if ((rc = begin_push(what, &p)) != FLD_OK)
         goto fail;
     if (fld__strlist_merge(&p->deny_vendors, &list) != FLD_OK) {
@@ -1011,6 +1056,25 @@ int fld_policy_pop(void)
 /* The global policy                                                        */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * Frozen dispatch (VLLM_FL_MANIFEST) fixes the implementations of a
+ * deployment, and the global policy with them, as vllm-plugin-FL's frozen
+ * dispatch does: a change would move the filters the pins pass through.
+ * fld_reload() and fld_policy_reset() re-read the deployment's own
+ * configuration (the manifest included) and stay allowed. Host lock held.
+ */
+int fld__policy_refuse_if_frozen(const char *what)
+{
+    const struct fld_policy *global = fld__policy_global();
+    if (!global || !global->manifest)
+        return FLD_OK;
+    return fld__fail(FLD_ESTATE,
+                     "%s: dispatch is frozen by VLLM_FL_MANIFEST=%s: the global policy cannot "
+                     "change (fld_reload() or fld_policy_reset() re-read the configuration; "
+                     "scoped overrides still apply to their thread)",
+                     what, global->manifest->path ? global->manifest->path : "");
+}
+
 int fld_policy_set(const char *key, const char *value)
 {
     int rc = fld__ensure_init();
@@ -1019,6 +1083,8 @@ int fld_policy_set(const char *key, const char *value)
     if (!key)
         return fld__fail(FLD_EINVAL, "fld_policy_set: key is NULL");
     fld__lock();
+    if ((rc = fld__policy_refuse_if_frozen("fld_policy_set")) != FLD_OK)
+        goto out;
     struct fld_policy *p = fld__policy_clone(fld__policy_global());
     if (!p) {
         rc = fld__fail(FLD_ENOMEM, "fld_policy_set: out of memory");
@@ -1027,11 +1093,6 @@ int fld_policy_set(const char *key, const char *value)
     rc = fld__policy_set_field(p, key, value, SOURCE_SET);
     if (rc == FLD_OK)
         rc = fld__policy_check(p);
-    /* A manifest checked leniently at init must hold before a strict policy
-     * is published: its unusable entries would fail every call to their ops. */
-    if (rc == FLD_OK && p->strict && p->manifest &&
-        (rc = fld__manifest_check(p->manifest, true)) != FLD_OK)
-        fld__error_prefix("fld_policy_set(\"%s\")", key);
     if (rc == FLD_OK)
         fld__policy_publish(p);
     else
@@ -1062,4 +1123,19 @@ size_t fld_policy_describe(char *buf, size_t size)
     size_t n = fld__policy_fingerprint(fld__policy_effective(), buf, size);
     fld__read_end();
     return n;
+}
+
+bool fld_oot_op_enabled(const char *op)
+{
+    if (fld__ensure_init() != FLD_OK)
+        return false;
+    if (!op) {
+        fld__fail(FLD_EINVAL, "fld_oot_op_enabled: op is NULL");
+        return false;
+    }
+    fld__read_begin();
+    const struct fld_policy *p = fld__policy_effective();
+    bool on = p->enabled && p->oot_enabled && fld__policy_oot_allows_op(p, op, NULL, 0);
+    fld__read_end();
+    return on;
 }

@@ -32,6 +32,9 @@ enum fld_policy_field {
     FLD_PF_OOT_ENABLED,
     FLD_PF_OOT_WHITELIST,
     FLD_PF_OOT_BLACKLIST,
+    FLD_PF_EXTERNAL_ENABLED,
+    FLD_PF_EXTERNAL_WHITELIST,
+    FLD_PF_EXTERNAL_BLACKLIST,
     FLD_PF_CUSTOM_OPS,
     FLD_PF_COUNT
 };
@@ -54,12 +57,19 @@ struct fld_policy {
     bool strict;
     bool enabled;      /* VLLM_FL_PREFER_ENABLED: false keeps REFERENCE impls only */
     bool use_flaggems; /* USE_FLAGGEMS: false drops DEFAULT (flagos) impls */
-    bool oot_enabled;  /* VLLM_FL_OOT_ENABLED: false drops impls of out-of-tree plugins */
-    struct fld_strlist allow_vendors; /* unset: every vendor allowed */
-    struct fld_strlist deny_vendors;
-    struct fld_strlist flagos_whitelist, flagos_blacklist; /* at most one set */
-    struct fld_strlist oot_whitelist, oot_blacklist;       /* at most one set */
-    struct fld_orders per_op;                              /* each order carries its own source */
+    /* VLLM_FL_OOT_*, vllm-plugin-FL's meaning: which of the engine's own
+     * layers an engine integration replaces with fldispatch's ops
+     * (fld_oot_op_enabled()). Selection does not read them. */
+    bool oot_enabled;
+    /* VLLM_FL_EXTERNAL_*: false drops impls of plugins built outside this
+     * project (out-of-tree plugins); the lists filter them by op. */
+    bool external_enabled;
+    struct fld_strlist allow_vendors; /* unset: every vendor allowed; lowercase */
+    struct fld_strlist deny_vendors;  /* lowercase */
+    struct fld_strlist flagos_whitelist, flagos_blacklist;     /* at most one set */
+    struct fld_strlist oot_whitelist, oot_blacklist;           /* at most one set */
+    struct fld_strlist external_whitelist, external_blacklist; /* at most one set */
+    struct fld_orders per_op; /* each order carries its own source */
     struct fld_custom_ops custom_ops;
     /* VLLM_FL_MANIFEST: pinned (op, device, dtype) -> impl_id; shared,
      * immutable, reference-counted (see manifest.h); NULL when none. */
@@ -103,10 +113,14 @@ int fld__policy_apply_env(struct fld_policy *p);
 int fld__policy_set_field(struct fld_policy *p, const char *key, const char *value,
                           const char *source);
 
+/* FLD_ESTATE naming what, when a manifest freezes the global policy; host lock held. */
+int fld__policy_refuse_if_frozen(const char *what);
+
 /* Cross-field checks (white- and blacklist both set): FLD_ECONFIG naming both sources. */
 int fld__policy_check(const struct fld_policy *p);
 
-/* The order of an op: its per-op order, else the default order of prefer.
+/* The order of an op: its per-op order, else (for an op named BASE_native
+ * without one) BASE's per-op order, else the default order of prefer.
  * *source receives the field source ("VLLM_FL_PER_OP", "default", ...). */
 const struct fld_order *fld__policy_order_for(const struct fld_policy *p, const char *op,
                                               const char **source);
@@ -119,6 +133,8 @@ bool fld__policy_flagos_allows_op(const struct fld_policy *p, const char *op, ch
                                   size_t why_size);
 bool fld__policy_oot_allows_op(const struct fld_policy *p, const char *op, char *why,
                                size_t why_size);
+bool fld__policy_external_allows_op(const struct fld_policy *p, const char *op, char *why,
+                                    size_t why_size);
 
 /* "prefer=flagos;strict=0;allow=a,b;deny=c;per=op=a|b;op2=c" (vendors and ops sorted). */
 size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t size);

@@ -480,18 +480,20 @@ START_TEST(test_yaml_sources)
                                                   "\n"
                                                   "strict: true\n"
                                                   "deny_vendors:\n"
-                                                  "  - amd\n"
+                                                  "  - B\n"
                                                   "op_backends:\n"
                                                   "  rms_norm: [vendor, reference]\n"
                                                   "\n"
                                                   "  silu_and_mul: flagos\n"
                                                   "custom_ops: none,+rms_norm\n"
                                                   "oot_enabled: false\n");
-    ck_assert_int_eq(fld_policy_load_file(path), FLD_OK);
+    /* Strict: every name the file mentions must be registered (vendor b is). */
+    register_cfg_plugin();
+    ck_assert_msg(fld_policy_load_file(path) == FLD_OK, "%s", fld_last_error());
     struct fields *t = read_fields();
     assert_field(t, "prefer", "vendor", at_line(path, 2));
     assert_field(t, "strict", "true", at_line(path, 4));
-    assert_field(t, "deny_vendors", "amd", at_line(path, 5));
+    assert_field(t, "deny_vendors", "b", at_line(path, 5));
     assert_field(t, "allow_vendors", "", "default");
     assert_field(t, "enabled", "true", "default");
     assert_field(t, "oot_enabled", "false", at_line(path, 12));
@@ -723,22 +725,36 @@ static const struct bad_op_config bad_op_configs[] = {
     {"", ":1:1: ", "empty file (expected a JSON object of op names to tokens"},
     {"[\"vendor\"]", ":1:1: ",
      "expected a JSON object of op names to tokens, e.g. {\"rms_norm\": "
-     "\"vendor|reference\"}, not a sequence"},
+     "\"vendor|reference\"}, not an array"},
     {"\"vendor\"", ":1:1: ", "expected a JSON object of op names to tokens"},
     {"{\"rms_norm\": 1}", ":1:14: ", "the value of 'rms_norm' must be a JSON string of tokens"},
-    {"{\"rms_norm\": true}", ":1:14: ", "not the boolean 'true'"},
+    {"{\"rms_norm\": true}", ":1:14: ", "not true"},
     {"{\"rms_norm\": null}", ":1:14: ", "not null"},
-    {"{\"rms_norm\": [\"vendor\"]}", ":1:14: ", "not a sequence"},
-    {"{\"rms_norm\": {\"a\": \"b\"}}", ":1:14: ", "not a mapping"},
+    {"{\"rms_norm\": [\"vendor\"]}", ":1:14: ", "not an array"},
+    {"{\"rms_norm\": {\"a\": \"b\"}}", ":1:14: ", "not an object"},
     {"{\"rms_norm\": \"cuda\"}", ":1:14: ", "invalid token 'cuda' for op 'rms_norm'"},
     {"{\"rms_norm\": \"vendor||flagos\"}", ":1:14: ", "empty token"},
     {"{\"rms_norm\": \"\"}", ":1:14: ", "empty order for op 'rms_norm'"},
     {"{\n\"rms_norm\": \"vendor\",\n\"rms_norm\": \"flagos\"}",
      ":3:1: ", "duplicate key 'rms_norm' (first at line 2)"},
-    {"{rms_norm: \"vendor\"}", ":1:2: ", "a key must be a JSON string (\"op\"), not 'rms_norm'"},
     {"{\"rms norm\": \"vendor\"}", ":1:2: ", "invalid op name 'rms norm'"},
-    {"{\"rms_norm\": 'vendor'}", ":1:14: ", "must be a JSON string"},
-    {"{\"rms_norm\": \"vendor\"", ":2:1: ", "YAML syntax error"},
+    /* Strict JSON: what YAML (or a lenient reader) would take is refused. */
+    {"{rms_norm: \"vendor\"}", ":1:2: ", "unexpected 'r', expected a string key in double quotes"},
+    {"{\"rms_norm\": 'vendor'}", ":1:14: ", "single quotes are not JSON"},
+    {"{\"rms_norm\": \"vendor\"", ":1:22: ", "unexpected end of file, expected ',' or '}'"},
+    {"{\"rms_norm\": \"vendor\",}", ":1:23: ", "trailing ',' before '}' (not JSON)"},
+    {"# ops\n{\"rms_norm\": \"vendor\"}", ":1:1: ", "comments are not JSON"},
+    {"{\"rms_norm\": \"vendor\"} // x", ":1:24: ", "expected the end of the file"},
+    {"rms_norm: vendor\n", ":1:1: ", "expected a JSON value"},
+    {"\"rms_norm\": \"vendor\"\n", ":1:11: ", "expected the end of the file"},
+    {"{\"rms_norm\": \"vendor\"}\n{}", ":2:1: ", "expected the end of the file"},
+    {"\xef\xbb\xbf{\"rms_norm\": \"vendor\"}", ":1:1: ", "byte-order mark"},
+    {"{\"rms_norm\": \"vend\xffor\"}", ":1:19: ", "invalid UTF-8 byte 0xff"},
+    {"{\"rms_norm\": \"a\\qb\"}", ":1:16: ", "invalid escape '\\q'"},
+    {"{\"rms_norm\": \"a\tb\"}", ":1:16: ", "control character 0x09 in a string"},
+    {"{\"rms_norm\": \"\\ud800\"}", ":1:15: ", "not followed by a low surrogate"},
+    {"{\"rms_norm\": 01}", ":1:14: ", "no leading zeros"},
+    {"{\"rms_norm\" \"vendor\"}", ":1:13: ", "expected ':' after the key"},
 };
 
 START_TEST(test_op_config_invalid)
@@ -797,11 +813,16 @@ START_TEST(test_config_env_overrides_everything)
     fld_op op = register_cfg_plugin();
     ck_assert_str_eq(serve(op), "vendor.b");
 
-    /* One WARNING naming each ignored variable (none of the unset or blank ones). */
+    /* One WARNING naming each ignored variable (none of the unset or blank ones).
+     * The others name cfg_op and vendor b, unknown when init checked the names
+     * (the in-process plugin registers them later). */
     pthread_mutex_lock(&log_mutex);
-    ck_assert_int_eq(log_warnings, 1);
+    ck_assert_int_eq(log_warnings, 3);
     const char *w = strstr(log_text, "VLLM_FL_CONFIG=");
     ck_assert_msg(w != NULL, "no warning in: %s", log_text);
+    ck_assert_ptr_null(strstr(w + 1, "VLLM_FL_CONFIG="));
+    ck_assert_msg(strstr(log_text, "no op named 'cfg_op' is registered"), "%s", log_text);
+    ck_assert_msg(strstr(log_text, "token 'vendor:b' names no registered vendor"), "%s", log_text);
     char expected[PATH_MAX + 256];
     snprintf(expected, sizeof expected,
              "VLLM_FL_CONFIG=%s is a complete override of the policy: ignoring VLLM_FL_PREFER, "
@@ -879,6 +900,8 @@ END_TEST
 /* Per-op precedence and env over lower layers                              */
 /* ------------------------------------------------------------------------ */
 
+/* As in vllm-plugin-FL: VLLM_FL_OP_CONFIG replaces the per-op orders of the
+ * lower layers as a whole (VLLM_FL_PER_OP's silu_and_mul order is gone). */
 START_TEST(test_op_config_beats_per_op)
 {
     const char *ops =
@@ -891,7 +914,7 @@ START_TEST(test_op_config_beats_per_op)
     snprintf(source, sizeof source, "VLLM_FL_OP_CONFIG (%s)", at_line(ops, 1));
     assert_field(t, "op_backends.rms_norm", "vendor", source);
     assert_field(t, "op_backends.cfg_op", "vendor:a", source);
-    assert_field(t, "op_backends.silu_and_mul", "reference", "VLLM_FL_PER_OP");
+    ck_assert_int_eq(field_index(t, "op_backends.silu_and_mul"), -1);
     fld_op op = register_cfg_plugin();
     ck_assert_str_eq(serve(op), "vendor.a");
     fld_resolution *res = NULL;
@@ -1031,8 +1054,8 @@ static const char every_field_yaml[] = "# a platform file with every key\n"
                                        "enabled: true\n"
                                        "use_flaggems: false\n"
                                        "oot_enabled: false\n"
-                                       "allow_vendors: [cuda, cpu]\n"
-                                       "deny_vendors: amd\n"
+                                       "allow_vendors: [CPU, template]\n"
+                                       "deny_vendors: Template\n"
                                        "flagos_blacklist: [copy_, to_copy]\n"
                                        "oot_whitelist: rms_norm\n"
                                        "op_backends:\n"
@@ -1040,11 +1063,21 @@ static const char every_field_yaml[] = "# a platform file with every key\n"
                                        "  silu_and_mul: flagos|vendor\n"
                                        "custom_ops: [none, +rms_norm]\n";
 
+/* The build's plugins, so that the vendors the platform file names exist:
+ * strict mode makes an unknown name an error. */
+static void use_build_plugins(void)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/lib/fldispatch/plugins", getenv("FLD_BUILDDIR"));
+    setenv("VLLM_FL_PLUGIN_DIR", dir, 1);
+}
+
 /* Every field of a platform file is in force, strict included (the Python
  * system's platform strict never applied). */
 START_TEST(test_platform_file_every_field)
 {
     make_fake_install(every_field_yaml);
+    use_build_plugins();
     const char *dump = dump_config();
     const char *file = fake_platform_file();
     ck_assert_msg(strstr(dump, "init\t0\t\n"), "%s", dump);
@@ -1056,8 +1089,8 @@ START_TEST(test_platform_file_every_field)
     assert_dumped(dump, "enabled", "true", at_line(file, 4));
     assert_dumped(dump, "use_flaggems", "false", at_line(file, 5));
     assert_dumped(dump, "oot_enabled", "false", at_line(file, 6));
-    assert_dumped(dump, "allow_vendors", "cpu,cuda", at_line(file, 7));
-    assert_dumped(dump, "deny_vendors", "amd", at_line(file, 8));
+    assert_dumped(dump, "allow_vendors", "cpu,template", at_line(file, 7));
+    assert_dumped(dump, "deny_vendors", "template", at_line(file, 8));
     assert_dumped(dump, "flagos_whitelist", "", "default");
     assert_dumped(dump, "flagos_blacklist", "copy_,to_copy", at_line(file, 9));
     assert_dumped(dump, "oot_whitelist", "rms_norm", at_line(file, 10));
@@ -1068,8 +1101,23 @@ START_TEST(test_platform_file_every_field)
 }
 END_TEST
 
+/* VLLM_FL_PER_OP replaces the platform file's op_backends as a whole, as in
+ * vllm-plugin-FL: an op the variable does not name falls back to prefer's order. */
+START_TEST(test_platform_file_per_op_replaces)
+{
+    make_fake_install(every_field_yaml);
+    setenv("VLLM_FL_STRICT", "0", 1);
+    setenv("VLLM_FL_PER_OP", "gelu_and_mul=vendor", 1);
+    const char *dump = dump_config();
+    ck_assert_msg(strstr(dump, "init\t0\t\n"), "%s", dump);
+    assert_dumped(dump, "op_backends.gelu_and_mul", "vendor", "VLLM_FL_PER_OP");
+    ck_assert_ptr_null(dumped(dump, "op_backends.rms_norm"));
+    ck_assert_ptr_null(dumped(dump, "op_backends.silu_and_mul"));
+}
+END_TEST
+
 /* Environment variables replace single fields of the platform file;
- * VLLM_FL_OP_CONFIG > VLLM_FL_PER_OP > op_backends per op. */
+ * VLLM_FL_OP_CONFIG > VLLM_FL_PER_OP > op_backends, each replacing the orders below. */
 START_TEST(test_platform_file_under_env)
 {
     make_fake_install(every_field_yaml);
@@ -1087,14 +1135,15 @@ START_TEST(test_platform_file_under_env)
     assert_dumped(dump, "prefer", "vendor", at_line(file, 2));
     assert_dumped(dump, "strict", "false", "VLLM_FL_STRICT");
     assert_dumped(dump, "allow_vendors", "cuda", "VLLM_FL_ALLOW_VENDORS");
-    assert_dumped(dump, "deny_vendors", "amd", at_line(file, 8));
+    assert_dumped(dump, "deny_vendors", "template", at_line(file, 8));
     /* A list set by the environment replaces its pair from the file. */
     assert_dumped(dump, "flagos_whitelist", "rms_norm", "VLLM_FL_FLAGOS_WHITELIST");
     assert_dumped(dump, "flagos_blacklist", "", "cleared by VLLM_FL_FLAGOS_WHITELIST");
     assert_dumped(dump, "oot_blacklist", "x", "VLLM_FL_OOT_BLACKLIST");
     assert_dumped(dump, "oot_whitelist", "", "cleared by VLLM_FL_OOT_BLACKLIST");
-    assert_dumped(dump, "op_backends.rms_norm", "reference", "VLLM_FL_PER_OP");
-    assert_dumped(dump, "op_backends.gelu_and_mul", "vendor", "VLLM_FL_PER_OP");
+    /* VLLM_FL_OP_CONFIG replaces every per-op order of the layers below. */
+    ck_assert_ptr_null(dumped(dump, "op_backends.rms_norm"));
+    ck_assert_ptr_null(dumped(dump, "op_backends.gelu_and_mul"));
     char source[PATH_MAX + 64];
     snprintf(source, sizeof source, "VLLM_FL_OP_CONFIG (%s)", at_line(ops, 1));
     assert_dumped(dump, "op_backends.silu_and_mul", "reference", source);
@@ -1110,6 +1159,8 @@ START_TEST(test_platform_file_under_config)
     setenv("VLLM_FL_CONFIG", config, 1);
     const char *dump = dump_config();
     ck_assert_msg(strstr(dump, "init\t0\t\n"), "%s", dump);
+    /* The platform file was not read, so it is not claimed as in use. */
+    ck_assert_msg(strstr(dump, "platform\tcpu\t\n"), "%s", dump);
     assert_dumped(dump, "prefer", "reference", at_line(config, 2));
     assert_dumped(dump, "strict", "false", at_line(config, 1));
     assert_dumped(dump, "deny_vendors", "", "default");
@@ -1147,9 +1198,22 @@ START_TEST(test_foreach_fields)
     ck_assert_int_eq(fld_policy_load_file(path), FLD_OK);
     struct fields *t = read_fields();
     static const char *const keys[] = {
-        "prefer",        "strict",           "enabled",          "use_flaggems", "allow_vendors",
-        "deny_vendors",  "flagos_whitelist", "flagos_blacklist", "oot_enabled",  "oot_whitelist",
-        "oot_blacklist", "custom_ops",       "op_backends",
+        "prefer",
+        "strict",
+        "enabled",
+        "use_flaggems",
+        "allow_vendors",
+        "deny_vendors",
+        "flagos_whitelist",
+        "flagos_blacklist",
+        "oot_enabled",
+        "oot_whitelist",
+        "oot_blacklist",
+        "external_enabled",
+        "external_whitelist",
+        "external_blacklist",
+        "custom_ops",
+        "op_backends",
     };
     ck_assert_uint_eq(t->n, sizeof keys / sizeof keys[0]);
     for (size_t i = 0; i < t->n; i++)
@@ -1182,7 +1246,7 @@ END_TEST
 
 START_TEST(test_foreach_manifest)
 {
-    /* The manifest stays through fld_policy_load_file. */
+    /* The manifest is reported; it freezes the global policy. */
     const char *manifest = write_file("frozen.yaml", "# fldispatch manifest\n"
                                                      "version: 1\n"
                                                      "entries:\n"
@@ -1194,9 +1258,9 @@ START_TEST(test_foreach_manifest)
     struct fields *t = read_fields();
     assert_field(t, "manifest", manifest, "VLLM_FL_MANIFEST");
     const char *path = write_file("p.yaml", "prefer: vendor\n");
-    ck_assert_int_eq(fld_policy_load_file(path), FLD_OK);
+    ck_assert_int_eq(fld_policy_load_file(path), FLD_ESTATE);
     t = read_fields();
-    assert_field(t, "prefer", "vendor", at_line(path, 1));
+    assert_field(t, "prefer", "flagos", "default");
     assert_field(t, "manifest", manifest, "VLLM_FL_MANIFEST");
     ck_assert_msg(strstr(describe(), ";manifest="), "%s", describe());
 }
@@ -1427,6 +1491,7 @@ static Suite *config_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_platform_file_every_field);
     tcase_add_test(tc, test_platform_file_under_env);
+    tcase_add_test(tc, test_platform_file_per_op_replaces);
     tcase_add_test(tc, test_platform_file_under_config);
     tcase_add_test(tc, test_platform_file_error);
     suite_add_tcase(s, tc);

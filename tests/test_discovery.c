@@ -997,19 +997,19 @@ START_TEST(test_in_tree_needs_flag_and_version)
     expect_status(st, "intree_stale", FLD_PLUGIN_LOADED, "");
     ck_assert_msg(!st->in_tree, "host_version of another library: should be out-of-tree");
 
-    /* And the OOT switch follows the classification. */
-    ck_assert_int_eq(fld_policy_set("oot_enabled", "false"), FLD_OK);
+    /* And the external-plugin switch follows the classification. */
+    ck_assert_int_eq(fld_policy_set("external_enabled", "false"), FLD_OK);
     ck_assert_int_eq(fld_call_by_name("intree_claim_op", NULL), FLD_OK);
     ck_assert_int_eq(fld_call_by_name("intree_stale_op", NULL), FLD_EUNAVAILABLE);
 }
 END_TEST
 
-START_TEST(test_oot_disabled)
+START_TEST(test_external_disabled)
 {
     const char *dir = tt_make_tmpdir("disc");
     tt_install_fixture(NULL, dir, "plugins", "good");
     use_plugin_dirs(dir);
-    ck_assert_int_eq(setenv("VLLM_FL_OOT_ENABLED", "0", 1), 0);
+    ck_assert_int_eq(setenv("VLLM_FL_EXTERNAL_ENABLED", "0", 1), 0);
     fld_log_set_callback(capture_log, NULL);
     init_ok();
 
@@ -1020,7 +1020,8 @@ START_TEST(test_oot_disabled)
     ck_assert(!is_candidate(res, "vendor.good"));
     const char *why = find_rejection(res, "vendor.good");
     ck_assert_msg(why != NULL, "vendor.good not listed as rejected");
-    ck_assert_msg(strstr(why, "out-of-tree plugins disabled by VLLM_FL_OOT_ENABLED") != NULL,
+    ck_assert_msg(strstr(why, "external (out-of-tree) plugins disabled by "
+                              "VLLM_FL_EXTERNAL_ENABLED") != NULL,
                   "vendor.good rejected for '%s'", why);
     fld_resolution_free(res);
     check_silu_and_mul();
@@ -1028,8 +1029,8 @@ START_TEST(test_oot_disabled)
     ck_assert_int_eq(fld_call_by_name("good_echo", &echo), FLD_EUNAVAILABLE);
     ck_assert_int_eq(echo.value, 7);
 
-    /* In-tree impls are untouched, and turning OOT back on restores good. */
-    ck_assert_int_eq(fld_policy_set("oot_enabled", "1"), FLD_OK);
+    /* In-tree impls are untouched, and turning the switch back on restores good. */
+    ck_assert_int_eq(fld_policy_set("external_enabled", "1"), FLD_OK);
     expect_resolve("silu_and_mul", "vendor.good");
     ck_assert_int_eq(fld_call_by_name("good_echo", &echo), FLD_OK);
     ck_assert_int_eq(echo.value, 8);
@@ -1239,7 +1240,7 @@ static Suite *discovery_suite(void)
     tcase_add_test(tc, test_load_plugin_rejections);
     tcase_add_test(tc, test_in_tree_classification);
     tcase_add_test(tc, test_in_tree_needs_flag_and_version);
-    tcase_add_test(tc, test_oot_disabled);
+    tcase_add_test(tc, test_external_disabled);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("install");

@@ -148,27 +148,26 @@ static const struct env_case valid_env[] = {
     {"VLLM_FL_PREFER", "vendor", "prefer=vendor;strict=0"},
     {"VLLM_FL_PREFER", " Reference ", "prefer=reference;strict=0"},
     {"VLLM_FL_PREFER", "FLAGOS", "prefer=flagos;strict=0"},
+    /* VLLM_FL_STRICT takes 0 or 1 only, as vllm-plugin-FL reads it. */
     {"VLLM_FL_STRICT", "1", "prefer=flagos;strict=1"},
-    {"VLLM_FL_STRICT", "true", "prefer=flagos;strict=1"},
-    {"VLLM_FL_STRICT", "Yes", "prefer=flagos;strict=1"},
-    {"VLLM_FL_STRICT", " on ", "prefer=flagos;strict=1"},
-    /* The Python system read 'false' as true (bool of a non-empty string). */
-    {"VLLM_FL_STRICT", "false", "prefer=flagos;strict=0"},
+    {"VLLM_FL_STRICT", " 1 ", "prefer=flagos;strict=1"},
     {"VLLM_FL_STRICT", "0", "prefer=flagos;strict=0"},
-    {"VLLM_FL_STRICT", "no", "prefer=flagos;strict=0"},
-    {"VLLM_FL_STRICT", "OFF", "prefer=flagos;strict=0"},
+    /* Switches: 1/true and 0/false, any case. */
     {"VLLM_FL_PREFER_ENABLED", "false", "prefer=flagos;strict=0;enabled=0"},
     {"VLLM_FL_PREFER_ENABLED", "0", "prefer=flagos;strict=0;enabled=0"},
-    {"VLLM_FL_PREFER_ENABLED", "no", "prefer=flagos;strict=0;enabled=0"},
-    {"VLLM_FL_PREFER_ENABLED", "off", "prefer=flagos;strict=0;enabled=0"},
+    {"VLLM_FL_PREFER_ENABLED", "FALSE", "prefer=flagos;strict=0;enabled=0"},
+    {"VLLM_FL_PREFER_ENABLED", "True", DEFAULT_DESCRIPTION},
     {"VLLM_FL_PREFER_ENABLED", "true", DEFAULT_DESCRIPTION},
     {"USE_FLAGGEMS", "false", "prefer=flagos;strict=0;flaggems=0"},
     {"USE_FLAGGEMS", "0", "prefer=flagos;strict=0;flaggems=0"},
     {"USE_FLAGGEMS", "1", DEFAULT_DESCRIPTION},
     {"VLLM_FL_OOT_ENABLED", "false", "prefer=flagos;strict=0;oot=0"},
-    {"VLLM_FL_OOT_ENABLED", "No", "prefer=flagos;strict=0;oot=0"},
+    {"VLLM_FL_OOT_ENABLED", "0", "prefer=flagos;strict=0;oot=0"},
+    {"VLLM_FL_EXTERNAL_ENABLED", "False", "prefer=flagos;strict=0;external=0"},
     {"VLLM_FL_ALLOW_VENDORS", "cuda, amd", "prefer=flagos;strict=0;allow=amd,cuda"},
-    {"VLLM_FL_DENY_VENDORS", "AMD,Intel", "prefer=flagos;strict=0;deny=AMD,Intel"},
+    /* Vendor names compare without case: kept lowercase. */
+    {"VLLM_FL_DENY_VENDORS", "AMD,Intel", "prefer=flagos;strict=0;deny=amd,intel"},
+    {"VLLM_FL_DENY_VENDORS", "AMD,amd", "prefer=flagos;strict=0;deny=amd"},
     {"VLLM_FL_DENY_VENDORS", "intel,amd,intel", "prefer=flagos;strict=0;deny=amd,intel"},
     {"VLLM_FL_DENY_VENDORS", "", DEFAULT_DESCRIPTION},
     {"VLLM_FL_ALLOW_VENDORS", "   ", DEFAULT_DESCRIPTION},
@@ -177,14 +176,17 @@ static const struct env_case valid_env[] = {
     {"VLLM_FL_FLAGOS_BLACKLIST", "rms_norm", "prefer=flagos;strict=0;flagos_black=rms_norm"},
     {"VLLM_FL_OOT_WHITELIST", "rms_norm", "prefer=flagos;strict=0;oot_white=rms_norm"},
     {"VLLM_FL_OOT_BLACKLIST", "a.b-c_d", "prefer=flagos;strict=0;oot_black=a.b-c_d"},
+    {"VLLM_FL_EXTERNAL_WHITELIST", "rms_norm", "prefer=flagos;strict=0;external_white=rms_norm"},
+    {"VLLM_FL_EXTERNAL_BLACKLIST", "rms_norm,x",
+     "prefer=flagos;strict=0;external_black=rms_norm,x"},
     {"VLLM_FL_PER_OP", "rms_norm=vendor|reference",
      "prefer=flagos;strict=0;per=rms_norm=vendor|reference"},
     {"VLLM_FL_PER_OP", "rms_norm=vendor|reference;",
      "prefer=flagos;strict=0;per=rms_norm=vendor|reference"},
     {"VLLM_FL_PER_OP", " silu_and_mul = Vendor:cuda | impl:reference.c ; rms_norm=FLAGOS ; ",
      "prefer=flagos;strict=0;per=rms_norm=flagos;silu_and_mul=vendor:cuda|impl:reference.c"},
-    {"VLLM_FL_PER_OP", "x=vendor:CUDA|vendor:cuda|vendor",
-     "prefer=flagos;strict=0;per=x=vendor:CUDA|vendor:cuda|vendor"},
+    {"VLLM_FL_PER_OP", "x=vendor:CUDA|vendor:amd|vendor",
+     "prefer=flagos;strict=0;per=x=vendor:cuda|vendor:amd|vendor"},
     {"VLLM_FL_PER_OP", "", DEFAULT_DESCRIPTION},
     {"VLLM_FL_CUSTOM_OPS", "none,+rms_norm", "prefer=flagos;strict=0;custom=none,+rms_norm"},
     {"VLLM_FL_CUSTOM_OPS", " -silu_and_mul , All ",
@@ -209,17 +211,26 @@ struct bad_env_case {
     const char *needles[3]; /* in fld_last_error(), besides the variable's name */
 };
 
-#define BOOL_LIST  "1, 0, true, false, yes, no, on, off"
-#define TOKEN_LIST "flagos, vendor, vendor:NAME, reference, impl:ID"
+#define SWITCH_LIST "1, 0, true, false"
+#define FLAG_LIST   "valid: 0, 1"
+#define TOKEN_LIST  "flagos, vendor, vendor:NAME, reference, impl:ID"
 
 static const struct bad_env_case invalid_env[] = {
     {"VLLM_FL_PREFER", "fast", {"'fast'", "flagos, vendor, reference"}},
     {"VLLM_FL_PREFER", "flagos,vendor", {"'flagos,vendor'", "flagos, vendor, reference"}},
-    {"VLLM_FL_STRICT", "maybe", {"'maybe'", BOOL_LIST}},
-    {"VLLM_FL_STRICT", "2", {"'2'", BOOL_LIST}},
-    {"VLLM_FL_PREFER_ENABLED", "enabled", {"'enabled'", BOOL_LIST}},
-    {"USE_FLAGGEMS", "y", {"'y'", BOOL_LIST}},
-    {"VLLM_FL_OOT_ENABLED", "nope", {"'nope'", BOOL_LIST}},
+    {"VLLM_FL_STRICT", "maybe", {"'maybe'", FLAG_LIST}},
+    {"VLLM_FL_STRICT", "2", {"'2'", FLAG_LIST}},
+    /* vllm-plugin-FL turns 'true' off here; on would be the opposite. */
+    {"VLLM_FL_STRICT", "true", {"'true'", FLAG_LIST, "turns 'true' off"}},
+    {"VLLM_FL_STRICT", "yes", {"'yes'", FLAG_LIST}},
+    {"VLLM_FL_PREFER_ENABLED", "enabled", {"'enabled'", SWITCH_LIST}},
+    /* vllm-plugin-FL reads 'yes' and 'on' as off: refused, not read as on. */
+    {"VLLM_FL_PREFER_ENABLED", "yes", {"'yes'", SWITCH_LIST}},
+    {"USE_FLAGGEMS", "y", {"'y'", SWITCH_LIST}},
+    {"USE_FLAGGEMS", "on", {"'on'", SWITCH_LIST}},
+    {"VLLM_FL_OOT_ENABLED", "nope", {"'nope'", SWITCH_LIST}},
+    {"VLLM_FL_OOT_ENABLED", "No", {"'No'", SWITCH_LIST}},
+    {"VLLM_FL_EXTERNAL_ENABLED", "off", {"'off'", SWITCH_LIST}},
     {"VLLM_FL_ALLOW_VENDORS", "cuda,,amd", {"empty item", "'cuda,,amd'"}},
     {"VLLM_FL_ALLOW_VENDORS", "cuda,", {"empty item"}},
     {"VLLM_FL_DENY_VENDORS", "amd;intel", {"'amd;intel'", "[A-Za-z0-9_.-]"}},
@@ -334,16 +345,18 @@ static const struct set_case valid_set[] = {
     {"prefer", "vendor", "prefer=vendor;strict=0"},
     {"prefer", "REFERENCE", "prefer=reference;strict=0"},
     {"VLLM_FL_PREFER", "vendor", "prefer=vendor;strict=0"},
-    {"strict", "on", "prefer=flagos;strict=1"},
+    {"strict", "1", "prefer=flagos;strict=1"},
     {"VLLM_FL_STRICT", "1", "prefer=flagos;strict=1"},
     {"enabled", "false", "prefer=flagos;strict=0;enabled=0"},
-    {"VLLM_FL_PREFER_ENABLED", "off", "prefer=flagos;strict=0;enabled=0"},
+    {"VLLM_FL_PREFER_ENABLED", "FALSE", "prefer=flagos;strict=0;enabled=0"},
     {"use_flaggems", "0", "prefer=flagos;strict=0;flaggems=0"},
-    {"USE_FLAGGEMS", "no", "prefer=flagos;strict=0;flaggems=0"},
+    {"USE_FLAGGEMS", "false", "prefer=flagos;strict=0;flaggems=0"},
     {"oot_enabled", "false", "prefer=flagos;strict=0;oot=0"},
+    {"external_enabled", "0", "prefer=flagos;strict=0;external=0"},
+    {"external_blacklist", "rms_norm", "prefer=flagos;strict=0;external_black=rms_norm"},
     {"allow_vendors", "intel,amd", "prefer=flagos;strict=0;allow=amd,intel"},
     {"VLLM_FL_ALLOW_VENDORS", "amd", "prefer=flagos;strict=0;allow=amd"},
-    {"deny_vendors", "AMD,Intel", "prefer=flagos;strict=0;deny=AMD,Intel"},
+    {"deny_vendors", "AMD,Intel", "prefer=flagos;strict=0;deny=amd,intel"},
     {"per_op", "rms_norm=reference", "prefer=flagos;strict=0;per=rms_norm=reference"},
     {"VLLM_FL_PER_OP", "b=vendor;a=flagos", "prefer=flagos;strict=0;per=a=flagos;b=vendor"},
     {"flagos_whitelist", "rms_norm", "prefer=flagos;strict=0;flagos_white=rms_norm"},
@@ -368,10 +381,12 @@ static const struct set_case invalid_set[] = {
     {"prefer", "fast", "flagos, vendor, reference"},
     {"prefer", "", "flagos, vendor, reference"},
     {"prefer", NULL, "flagos, vendor, reference"},
-    {"strict", "maybe", BOOL_LIST},
-    {"enabled", "2", BOOL_LIST},
-    {"use_flaggems", "yes please", BOOL_LIST},
-    {"oot_enabled", "", BOOL_LIST},
+    {"strict", "maybe", FLAG_LIST},
+    {"strict", "on", FLAG_LIST},
+    {"enabled", "2", SWITCH_LIST},
+    {"use_flaggems", "yes please", SWITCH_LIST},
+    {"oot_enabled", "", SWITCH_LIST},
+    {"external_enabled", "no", SWITCH_LIST},
     {"allow_vendors", "a,,b", "empty item"},
     {"deny_vendors", "a b", "'a b'"},
     {"per_op", "rms_norm", "no '='"},
@@ -511,22 +526,37 @@ static void assert_names_manifest_entry(void)
     assert_error_has("is not registered");
 }
 
-START_TEST(test_set_strict_checks_manifest)
+/* vllm-plugin-FL's test_policy_is_immutable_while_frozen: a manifest freezes
+ * the global policy; fld_policy_reset() and scoped overrides stay allowed. */
+START_TEST(test_set_refused_while_frozen)
 {
     init_with_unusable_manifest();
     char before[1024];
     snprintf(before, sizeof before, "%s", describe());
     ck_assert_ptr_nonnull(strstr(before, "strict=0"));
 
-    static const char *const keys[] = {"strict", "VLLM_FL_STRICT"};
+    static const char *const keys[] = {"strict", "VLLM_FL_STRICT", "prefer", "deny_vendors"};
+    static const char *const values[] = {"1", "1", "vendor", "amd"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        ck_assert_int_eq(fld_policy_set(keys[i], "true"), FLD_ECONFIG);
-        assert_names_manifest_entry();
-        assert_error_has("fld_policy_set");
+        ck_assert_int_eq(fld_policy_set(keys[i], values[i]), FLD_ESTATE);
+        assert_error_has("fld_policy_set: dispatch is frozen by VLLM_FL_MANIFEST=");
+        assert_error_has(manifest_path);
         ck_assert_str_eq(describe(), before);
     }
-    /* Other fields still change while not strict, and strict=false needs no check. */
-    ck_assert_int_eq(fld_policy_set("strict", "false"), FLD_OK);
+    /* A policy file is refused the same way. */
+    char path[] = "/tmp/fld-test-frozen-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "prefer: vendor\n", 15), 15);
+    ck_assert_int_eq(close(fd), 0);
+    ck_assert_int_eq(fld_policy_load_file(path), FLD_ESTATE);
+    unlink(path);
+    assert_error_has("fld_policy_load_file: dispatch is frozen");
+    ck_assert_str_eq(describe(), before);
+    /* Re-reading the configuration is allowed (the manifest file is gone by now, so
+     * unset the variable first), and so is a scoped override. */
+    unsetenv("VLLM_FL_MANIFEST");
+    ck_assert_msg(fld_policy_reset() == FLD_OK, "%s", fld_last_error());
     ck_assert_int_eq(fld_policy_set("prefer", "vendor"), FLD_OK);
     ck_assert_ptr_nonnull(strstr(describe(), "prefer=vendor;strict=0"));
 }
@@ -560,8 +590,9 @@ START_TEST(test_strict_with_usable_manifest)
     ck_assert_int_eq(fld_policy_push_strict(true), FLD_OK);
     ck_assert_ptr_nonnull(strstr(describe(), "strict=1"));
     ck_assert_int_eq(fld_policy_pop(), FLD_OK);
-    ck_assert_msg(fld_policy_set("strict", "1") == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(fld_policy_push_strict(true), FLD_OK);
     ck_assert_ptr_nonnull(strstr(describe(), "strict=1"));
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
 }
 END_TEST
 
@@ -816,6 +847,9 @@ START_TEST(test_fingerprint_differs)
         {"flagos_blacklist", "a", NULL},
         {"oot_whitelist", "a", NULL},
         {"oot_blacklist", "a", NULL},
+        {"external_enabled", "0", NULL},
+        {"external_whitelist", "a", NULL},
+        {"external_blacklist", "a", NULL},
         {"custom_ops", "none", NULL},
         {"custom_ops", "-a", NULL},
         {"custom_ops", "+a", NULL},
@@ -859,11 +893,12 @@ static const struct select_case select_cases[] = {
       {"VLLM_FL_ALLOW_VENDORS", "amd"},
       {"VLLM_FL_DENY_VENDORS", "amd"}},
      "default.flagos"},
-    /* vendor names are case-sensitive */
-    {{{"VLLM_FL_PREFER", "vendor"}, {"VLLM_FL_DENY_VENDORS", "AMD"}}, "vendor.amd"},
+    /* vendor names compare without case, as users type them */
+    {{{"VLLM_FL_PREFER", "vendor"}, {"VLLM_FL_DENY_VENDORS", "AMD"}}, "vendor.intel"},
+    {{{"VLLM_FL_PREFER", "vendor"}, {"VLLM_FL_ALLOW_VENDORS", "Intel"}}, "vendor.intel"},
     {{{"VLLM_FL_PER_OP", "test_op=impl:vendor.intel|reference"}}, "vendor.intel"},
     {{{"VLLM_FL_PER_OP", "test_op=vendor:intel|flagos"}}, "vendor.intel"},
-    {{{"VLLM_FL_PER_OP", "test_op=vendor:INTEL"}}, NULL},
+    {{{"VLLM_FL_PER_OP", "test_op=vendor:INTEL"}}, "vendor.intel"},
     {{{"VLLM_FL_PER_OP", "test_op=reference|vendor;other=vendor"}}, "reference.test"},
     {{{"VLLM_FL_PER_OP", "other=reference"}}, "default.flagos"},
     {{{"VLLM_FL_PER_OP", "test_op=vendor"}, {"VLLM_FL_DENY_VENDORS", "amd,intel"}}, NULL},
@@ -874,12 +909,15 @@ static const struct select_case select_cases[] = {
     {{{"VLLM_FL_FLAGOS_BLACKLIST", "other_op"}}, "default.flagos"},
     {{{"VLLM_FL_FLAGOS_WHITELIST", "other_op"}}, "vendor.amd"},
     {{{"VLLM_FL_FLAGOS_WHITELIST", "test_op"}}, "default.flagos"},
-    /* the test plugin is out-of-tree */
-    {{{"VLLM_FL_OOT_ENABLED", "false"}}, NULL},
-    {{{"VLLM_FL_OOT_BLACKLIST", "test_op"}}, NULL},
-    {{{"VLLM_FL_OOT_BLACKLIST", "other_op"}}, "default.flagos"},
-    {{{"VLLM_FL_OOT_WHITELIST", "other_op"}}, NULL},
-    {{{"VLLM_FL_OOT_WHITELIST", "test_op"}}, "default.flagos"},
+    /* the test plugin is external (built outside this project) */
+    {{{"VLLM_FL_EXTERNAL_ENABLED", "false"}}, NULL},
+    {{{"VLLM_FL_EXTERNAL_BLACKLIST", "test_op"}}, NULL},
+    {{{"VLLM_FL_EXTERNAL_BLACKLIST", "other_op"}}, "default.flagos"},
+    {{{"VLLM_FL_EXTERNAL_WHITELIST", "other_op"}}, NULL},
+    {{{"VLLM_FL_EXTERNAL_WHITELIST", "test_op"}}, "default.flagos"},
+    /* VLLM_FL_OOT_* keep vllm-plugin-FL's meaning (engine layers): no effect here */
+    {{{"VLLM_FL_OOT_ENABLED", "false"}}, "default.flagos"},
+    {{{"VLLM_FL_OOT_BLACKLIST", "test_op"}}, "default.flagos"},
 };
 
 START_TEST(test_selection_from_env)
@@ -890,6 +928,121 @@ START_TEST(test_selection_from_env)
     ck_assert_int_eq(fld_init(), FLD_OK);
     register_test_plugin();
     assert_winner(c->expected);
+}
+END_TEST
+
+/* test_op_native: the same four kinds as test_op. */
+static int register_native_impls(fld_registry *reg)
+{
+    static const char *const ids[] = {"default.flagos", "vendor.amd", "reference.test"};
+    static const fld_kind kinds[] = {FLD_KIND_DEFAULT, FLD_KIND_VENDOR, FLD_KIND_REFERENCE};
+    static const int prio[] = {FLD_PRIORITY_DEFAULT, FLD_PRIORITY_VENDOR, FLD_PRIORITY_REFERENCE};
+    for (int i = 0; i < 3; i++) {
+        fld_impl impl = {"test_op_native",
+                         ids[i],
+                         kinds[i],
+                         i == 1 ? "amd" : NULL,
+                         prio[i],
+                         FLD_DEVICE_MASK_CPU,
+                         FLD_DTYPE_MASK_ALL,
+                         ok_fn,
+                         NULL,
+                         NULL};
+        int rc = fld_registry_register(reg, &impl);
+        if (rc != FLD_OK)
+            return rc;
+    }
+    return FLD_OK;
+}
+
+static const char *native_winner(const char **source)
+{
+    static _Thread_local char id[64], src[128];
+    fld_resolution *res = NULL;
+    int rc = fld_explain("test_op_native", FLD_DEVICE_CPU, FLD_DTYPE_ANY, &res);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    snprintf(id, sizeof id, "%s", res->selected ? res->selected : "(none)");
+    snprintf(src, sizeof src, "%s", res->order_source ? res->order_source : "");
+    fld_resolution_free(res);
+    *source = src;
+    return id;
+}
+
+/* vllm-plugin-FL's test_native_op_inherits_base_op_order and
+ * test_native_op_order_can_override_base_op_order. */
+START_TEST(test_native_op_inherits_base_order)
+{
+    static const fld_plugin_descriptor native = {FLD_PLUGIN_MAGIC,
+                                                 FLD_PLUGIN_ABI_MAJOR,
+                                                 FLD_PLUGIN_ABI_MINOR,
+                                                 sizeof(fld_plugin_descriptor),
+                                                 0,
+                                                 "native",
+                                                 "1.0",
+                                                 "1.0",
+                                                 register_native_impls};
+    const char *source;
+    setenv("VLLM_FL_PER_OP", "test_op=vendor:amd|reference", 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    ck_assert_int_eq(fld_register_plugin(&native), FLD_OK);
+    ck_assert_str_eq(native_winner(&source), "vendor.amd");
+    ck_assert_str_eq(source, "VLLM_FL_PER_OP");
+    /* Its own order wins over the base op's. */
+    ck_assert_int_eq(fld_policy_set("per_op", "test_op=vendor:amd;test_op_native=reference"),
+                     FLD_OK);
+    ck_assert_str_eq(native_winner(&source), "reference.test");
+    /* Without either, the default order. */
+    ck_assert_int_eq(fld_policy_set("per_op", "other=reference"), FLD_OK);
+    ck_assert_str_eq(native_winner(&source), "default.flagos");
+    /* Only the exact suffix counts: "test_opnative" or "_native" alone inherit nothing. */
+    ck_assert_int_eq(fld_policy_set("per_op", "test_o=reference"), FLD_OK);
+    ck_assert_str_eq(native_winner(&source), "default.flagos");
+}
+END_TEST
+
+/* VLLM_FL_OOT_* in vllm-plugin-FL's meaning: which engine layers an integration replaces. */
+struct oot_case {
+    const char *env[2][2];
+    const char *yaml; /* a VLLM_FL_CONFIG file's text, or NULL */
+    bool rms_norm, silu_and_mul;
+};
+
+static const struct oot_case oot_cases[] = {
+    {{{NULL}}, NULL, true, true},
+    {{{"VLLM_FL_OOT_ENABLED", "0"}}, NULL, false, false},
+    {{{"VLLM_FL_PREFER_ENABLED", "false"}}, NULL, false, false},
+    {{{"VLLM_FL_OOT_BLACKLIST", "rms_norm"}}, NULL, false, true},
+    {{{"VLLM_FL_OOT_WHITELIST", "rms_norm"}}, NULL, true, false},
+    {{{"VLLM_FL_OOT_WHITELIST", "rms_norm,silu_and_mul"}}, NULL, true, true},
+    {{{NULL}}, "oot_blacklist: [silu_and_mul]\n", true, false},
+    {{{NULL}}, "oot_enabled: false\n", false, false},
+};
+
+START_TEST(test_oot_op_enabled)
+{
+    const struct oot_case *c = &oot_cases[_i];
+    char path[] = "/tmp/fld-test-oot-XXXXXX";
+    if (c->yaml) {
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, c->yaml, strlen(c->yaml)), (ssize_t)strlen(c->yaml));
+        ck_assert_int_eq(close(fd), 0);
+        setenv("VLLM_FL_CONFIG", path, 1);
+    }
+    for (int k = 0; k < 2 && c->env[k][0]; k++)
+        setenv(c->env[k][0], c->env[k][1], 1);
+    int rc = fld_init();
+    if (c->yaml)
+        unlink(path);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(fld_oot_op_enabled("rms_norm"), c->rms_norm);
+    ck_assert_int_eq(fld_oot_op_enabled("silu_and_mul"), c->silu_and_mul);
+    ck_assert(!fld_oot_op_enabled(NULL));
+    assert_error_has("fld_oot_op_enabled: op is NULL");
+    /* Selection ignores these fields (VLLM_FL_PREFER_ENABLED=false still keeps reference only). */
+    register_test_plugin();
+    bool enabled = !(c->env[0][0] && strcmp(c->env[0][0], "VLLM_FL_PREFER_ENABLED") == 0);
+    assert_winner(enabled ? "default.flagos" : "reference.test");
 }
 END_TEST
 
@@ -999,7 +1152,9 @@ static Suite *policy_suite(void)
     tcase_add_test(tc, test_set_clears_lists);
     tcase_add_test(tc, test_set_white_and_black);
     tcase_add_test(tc, test_reset);
-    tcase_add_test(tc, test_set_strict_checks_manifest);
+    tcase_add_test(tc, test_set_refused_while_frozen);
+    tcase_add_test(tc, test_native_op_inherits_base_order);
+    tcase_add_loop_test(tc, test_oot_op_enabled, 0, sizeof oot_cases / sizeof oot_cases[0]);
     tcase_add_test(tc, test_push_strict_checks_manifest);
     tcase_add_test(tc, test_strict_with_usable_manifest);
     suite_add_tcase(s, tc);

@@ -459,22 +459,26 @@ static void add_vendors(void)
     add_plugin("vendors", impls, 4);
 }
 
+/* Vendor names compare without case: "acme" denies the vendor registered as "ACME" too. */
 START_TEST(deny_vendor)
 {
     setenv("VLLM_FL_DENY_VENDORS", "acme", 1);
     add_vendors();
-    ck_assert_str_eq(candidates("t_op"), "vendor.zeta,vendor.big,reference.r");
+    ck_assert_str_eq(candidates("t_op"), "vendor.zeta,reference.r");
     ck_assert_contains(rejection("t_op", "vendor.acme"), "vendor 'acme' denied");
     ck_assert_contains(rejection("t_op", "vendor.acme"), "VLLM_FL_DENY_VENDORS");
+    ck_assert_contains(rejection("t_op", "vendor.big"), "vendor 'ACME' denied");
     ck_assert_int_eq(run_op("t_op"), 1);
 }
 END_TEST
 
 START_TEST(deny_several_vendors)
 {
-    setenv("VLLM_FL_DENY_VENDORS", "acme,zeta", 1);
+    setenv("VLLM_FL_DENY_VENDORS", "Zeta", 1);
     add_vendors();
-    ck_assert_str_eq(candidates("t_op"), "vendor.big,reference.r");
+    ck_assert_str_eq(candidates("t_op"), "vendor.acme,vendor.big,reference.r");
+    ck_assert_int_eq(fld_policy_set("deny_vendors", "ACME,zeta"), FLD_OK);
+    ck_assert_str_eq(candidates("t_op"), "reference.r");
 }
 END_TEST
 
@@ -501,22 +505,22 @@ START_TEST(deny_wins_over_allow)
 }
 END_TEST
 
-START_TEST(vendor_name_token_is_case_sensitive)
+START_TEST(vendor_name_token_ignores_case)
 {
     setenv("VLLM_FL_PER_OP", "t_op=vendor:acme", 1);
     add_vendors();
-    ck_assert_str_eq(candidates("t_op"), "vendor.acme");
-    ck_assert_contains(rejection("t_op", "vendor.big"), "matches no token");
+    ck_assert_str_eq(candidates("t_op"), "vendor.acme,vendor.big");
+    ck_assert_contains(rejection("t_op", "vendor.zeta"), "matches no token");
 
-    ck_assert_int_eq(fld_policy_set("per_op", "t_op=vendor:ACME|reference"), FLD_OK);
-    ck_assert_str_eq(candidates("t_op"), "vendor.big,reference.r");
-    ck_assert_contains(rejection("t_op", "vendor.acme"), "matches no token");
+    ck_assert_int_eq(fld_policy_set("per_op", "t_op=vendor:Acme|reference"), FLD_OK);
+    ck_assert_str_eq(candidates("t_op"), "vendor.acme,vendor.big,reference.r");
+    ck_assert_contains(rejection("t_op", "vendor.zeta"), "matches no token");
 }
 END_TEST
 
 START_TEST(vendor_name_token_matching_nothing)
 {
-    setenv("VLLM_FL_PER_OP", "t_op=vendor:Zeta", 1);
+    setenv("VLLM_FL_PER_OP", "t_op=vendor:Zetta", 1);
     add_vendors();
     const char *id = "untouched";
     ck_assert_int_eq(fld_resolve("t_op", FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_EUNAVAILABLE);
@@ -525,7 +529,7 @@ START_TEST(vendor_name_token_matching_nothing)
     ck_assert_int_eq(a.n, 0);
     ck_assert_str_eq(candidates("t_op"), "");
     ck_assert_contains(rejection("t_op", "vendor.zeta"),
-                       "matches no token of the order 'vendor:Zeta'");
+                       "matches no token of the order 'vendor:zetta'");
 }
 END_TEST
 
@@ -1241,22 +1245,28 @@ START_TEST(manifest_pin_respects_filters)
     add_three_kinds();
     ck_assert_str_eq(resolved("t_op"), "vendor.v"); /* the pin beats prefer=flagos */
 
-    ck_assert_int_eq(fld_policy_set("deny_vendors", "acme"), FLD_OK);
+    /* The global policy is frozen with the manifest: the filters change by
+     * scoped overrides, or by the configuration re-read. */
+    ck_assert_int_eq(fld_policy_set("deny_vendors", "acme"), FLD_ESTATE);
+    ck_assert_int_eq(fld_policy_push_denied_vendors("acme"), FLD_OK);
     ck_assert_str_eq(resolved("t_op"), "default.f");
-    ck_assert_int_eq(fld_policy_set("deny_vendors", ""), FLD_OK);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
 
-    ck_assert_int_eq(fld_policy_set("custom_ops", "-t_op"), FLD_OK);
+    setenv("VLLM_FL_CUSTOM_OPS", "-t_op", 1);
+    ck_assert_int_eq(fld_policy_reset(), FLD_OK);
     ck_assert_str_eq(resolved("t_op"), "reference.r");
-    ck_assert_int_eq(fld_policy_set("custom_ops", "all"), FLD_OK);
+    unsetenv("VLLM_FL_CUSTOM_OPS");
 
-    ck_assert_int_eq(fld_policy_set("enabled", "false"), FLD_OK);
+    setenv("VLLM_FL_PREFER_ENABLED", "false", 1);
+    ck_assert_int_eq(fld_policy_reset(), FLD_OK);
     ck_assert_str_eq(resolved("t_op"), "reference.r");
-    ck_assert_int_eq(fld_policy_set("enabled", "true"), FLD_OK);
+    unsetenv("VLLM_FL_PREFER_ENABLED");
+    ck_assert_int_eq(fld_policy_reset(), FLD_OK);
     ck_assert_str_eq(resolved("t_op"), "vendor.v");
 
     /* strict: an excluded pin leaves no candidate, and explain says why */
-    ck_assert_int_eq(fld_policy_set("deny_vendors", "acme"), FLD_OK);
-    ck_assert_int_eq(fld_policy_set("strict", "true"), FLD_OK);
+    ck_assert_int_eq(fld_policy_push_denied_vendors("acme"), FLD_OK);
+    ck_assert_int_eq(fld_policy_push_strict(true), FLD_OK);
     const char *id = NULL;
     ck_assert_int_eq(fld_resolve("t_op", FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_EUNAVAILABLE);
     fld_resolution *r = explain_on("t_op", FLD_DEVICE_CPU, FLD_DTYPE_F32);
@@ -1331,7 +1341,7 @@ START_TEST(flagos_whitelist_by_op)
 }
 END_TEST
 
-START_TEST(oot_filters)
+START_TEST(external_filters)
 {
     /* our in-process plugins are out-of-tree unless flagged in-tree for this version */
     const fld_impl oot[] = {
@@ -1350,22 +1360,28 @@ START_TEST(oot_filters)
                      FLD_OK);
     ck_assert_str_eq(candidates("t_op"), "vendor.oot,vendor.stale,vendor.intree");
 
-    ck_assert_int_eq(fld_policy_set("oot_enabled", "0"), FLD_OK);
+    ck_assert_int_eq(fld_policy_set("external_enabled", "0"), FLD_OK);
     ck_assert_str_eq(candidates("t_op"), "vendor.intree");
-    ck_assert_contains(rejection("t_op", "vendor.oot"), "out-of-tree plugins disabled");
-    ck_assert_contains(rejection("t_op", "vendor.stale"), "out-of-tree plugins disabled");
+    ck_assert_contains(rejection("t_op", "vendor.oot"), "external (out-of-tree) plugins disabled");
+    ck_assert_contains(rejection("t_op", "vendor.stale"),
+                       "external (out-of-tree) plugins disabled");
     ck_assert_int_eq(run_op("t_op"), 1);
 
+    /* VLLM_FL_OOT_* mean engine layers (vllm-plugin-FL), not plugins: no effect here. */
+    ck_assert_int_eq(fld_policy_set("external_enabled", "1"), FLD_OK);
+    ck_assert_int_eq(fld_policy_set("oot_enabled", "0"), FLD_OK);
+    ck_assert_str_eq(candidates("t_op"), "vendor.oot,vendor.stale,vendor.intree");
     ck_assert_int_eq(fld_policy_set("oot_enabled", "1"), FLD_OK);
-    ck_assert_int_eq(fld_policy_set("oot_blacklist", "t_op"), FLD_OK);
+
+    ck_assert_int_eq(fld_policy_set("external_blacklist", "t_op"), FLD_OK);
     ck_assert_str_eq(candidates("t_op"), "vendor.intree");
     ck_assert_contains(rejection("t_op", "vendor.oot"), "t_op");
 }
 END_TEST
 
-START_TEST(oot_disabled_keeps_builtin_reference)
+START_TEST(external_disabled_keeps_builtin_reference)
 {
-    setenv("VLLM_FL_OOT_ENABLED", "0", 1);
+    setenv("VLLM_FL_EXTERNAL_ENABLED", "0", 1);
     const fld_impl oot[] = {
         mk_catalog(FLD_OP_RMS_NORM, "vendor.oot", FLD_KIND_VENDOR, "acme", 300, 0),
     };
@@ -1640,7 +1656,7 @@ static Suite *selection_suite(void)
     tcase_add_test(tc, deny_several_vendors);
     tcase_add_test(tc, allow_vendor);
     tcase_add_test(tc, deny_wins_over_allow);
-    tcase_add_test(tc, vendor_name_token_is_case_sensitive);
+    tcase_add_test(tc, vendor_name_token_ignores_case);
     tcase_add_test(tc, vendor_name_token_matching_nothing);
     tcase_add_test(tc, impl_token);
     tcase_add_test(tc, impl_token_does_not_bypass_filters);
@@ -1700,8 +1716,8 @@ static Suite *selection_suite(void)
     tcase_add_test(tc, prefer_enabled_off_keeps_reference_only);
     tcase_add_test(tc, flagos_blacklist_by_op);
     tcase_add_test(tc, flagos_whitelist_by_op);
-    tcase_add_test(tc, oot_filters);
-    tcase_add_test(tc, oot_disabled_keeps_builtin_reference);
+    tcase_add_test(tc, external_filters);
+    tcase_add_test(tc, external_disabled_keeps_builtin_reference);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("lockfree");

@@ -350,23 +350,30 @@ FLD_API int fld_clear_failures(const char *op);
  * Sets one field of the global policy, with the grammar of its environment
  * variable. Keys (environment variable in brackets):
  *   prefer            flagos | vendor | reference      [VLLM_FL_PREFER]
- *   strict            true | false (1/0, yes/no, on/off) [VLLM_FL_STRICT]
- *   enabled           boolean                          [VLLM_FL_PREFER_ENABLED]
- *   use_flaggems      boolean                          [USE_FLAGGEMS]
+ *   strict            1 | 0                            [VLLM_FL_STRICT]
+ *   enabled           switch: 1, 0, true, false        [VLLM_FL_PREFER_ENABLED]
+ *   use_flaggems      switch                           [USE_FLAGGEMS]
  *   allow_vendors     comma-separated vendor names     [VLLM_FL_ALLOW_VENDORS]
  *   deny_vendors      comma-separated vendor names     [VLLM_FL_DENY_VENDORS]
  *   per_op            op1=tok|tok;op2=tok              [VLLM_FL_PER_OP]
  *   flagos_whitelist  comma-separated op names         [VLLM_FL_FLAGOS_WHITELIST]
  *   flagos_blacklist  comma-separated op names         [VLLM_FL_FLAGOS_BLACKLIST]
- *   oot_enabled       boolean                          [VLLM_FL_OOT_ENABLED]
- *   oot_whitelist     comma-separated op names         [VLLM_FL_OOT_WHITELIST]
- *   oot_blacklist     comma-separated op names         [VLLM_FL_OOT_BLACKLIST]
+ *   oot_enabled       switch                           [VLLM_FL_OOT_ENABLED]
+ *   oot_whitelist     comma-separated layer names      [VLLM_FL_OOT_WHITELIST]
+ *   oot_blacklist     comma-separated layer names      [VLLM_FL_OOT_BLACKLIST]
+ *   external_enabled  switch                           [VLLM_FL_EXTERNAL_ENABLED]
+ *   external_whitelist comma-separated op names        [VLLM_FL_EXTERNAL_WHITELIST]
+ *   external_blacklist comma-separated op names        [VLLM_FL_EXTERNAL_BLACKLIST]
  *   custom_ops        all | none | +op | -op, comma-separated [VLLM_FL_CUSTOM_OPS]
- * Tokens: flagos, vendor, vendor:NAME, reference, impl:ID.
- * value NULL or "" clears a list field (no allow list, no per-op orders).
- * An invalid key or value is FLD_ECONFIG and changes nothing. Atomic: calls
- * on other threads see the old or the new policy. Cached choices are
- * invalidated.
+ * Tokens: flagos, vendor, vendor:NAME, reference, impl:ID. Vendor names
+ * compare without case. The oot_* fields keep vllm-plugin-FL's meaning (which
+ * engine layers an integration replaces, see fld_oot_op_enabled()); the
+ * external_* fields filter implementations of plugins built outside this
+ * project. value NULL or "" clears a list field (no allow list, no per-op
+ * orders). An invalid key or value is FLD_ECONFIG and changes nothing.
+ * While a manifest freezes dispatch (VLLM_FL_MANIFEST) the global policy
+ * cannot change: FLD_ESTATE. Atomic: calls on other threads see the old or
+ * the new policy. Cached choices are invalidated.
  */
 FLD_API int fld_policy_set(const char *key, const char *value);
 
@@ -407,10 +414,24 @@ FLD_API size_t fld_policy_describe(char *buf, size_t size);
  * file or from the built-in default (like VLLM_FL_CONFIG). Atomic: on error
  * (FLD_ECONFIG, message "file:line:column: ...") the policy in force stays.
  * Keys: prefer, strict, allow_vendors, deny_vendors, op_backends,
- * flagos_whitelist, flagos_blacklist, oot_whitelist, oot_blacklist,
- * custom_ops (see docs/configuration.md).
+ * flagos_whitelist, flagos_blacklist, oot_enabled, oot_whitelist,
+ * oot_blacklist, external_enabled, external_whitelist, external_blacklist,
+ * custom_ops, enabled, use_flaggems (see docs/configuration.md).
+ * FLD_ESTATE while a manifest freezes dispatch.
  */
 FLD_API int fld_policy_load_file(const char *path);
+
+/*
+ * vllm-plugin-FL's VLLM_FL_OOT_* switches, for engine integrations (the vLLM
+ * plugin): whether the engine's own layer `op` ("rms_norm", "silu_and_mul",
+ * "rotary_embedding", ...) should be replaced by fldispatch's. False when
+ * VLLM_FL_PREFER_ENABLED or VLLM_FL_OOT_ENABLED is off, when an OOT
+ * whitelist is set without op, or when op is on the OOT blacklist (from the
+ * environment or the platform file). Reads the calling thread's effective
+ * policy; false (with fld_last_error()) when op is NULL or the library cannot
+ * initialise. Selection inside the library does not depend on it.
+ */
+FLD_API bool fld_oot_op_enabled(const char *op);
 
 /* One field of the effective policy, with where its value came from. */
 typedef struct fld_config_field {
