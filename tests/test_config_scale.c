@@ -369,7 +369,7 @@ static const struct order_case order_cases[] = {
     {"VLLM_FL_OP_CONFIG", "{\"a\": \"cuda\",\n \"a\": \"vendor\"}",
      ":1:7: invalid token 'cuda' for op 'a'"},
     {"VLLM_FL_OP_CONFIG", "{\"a\": \"vendor\",\n b: \"x\",\n \"a\": \"vendor\"}",
-     ":2:2: a key must be a JSON string"},
+     ":2:2: unexpected 'b', expected a string key in double quotes"},
     {"VLLM_FL_PER_OP", "a=vendor;a=flagos;b",
      "VLLM_FL_PER_OP: op 'a' is given more than once (again in 'a=flagos')"},
     {"VLLM_FL_PER_OP", "a=vendor;b;a=flagos", "VLLM_FL_PER_OP: fragment 'b' has no '='"},
@@ -419,8 +419,9 @@ END_TEST
 /* Layers merged once                                                       */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(test_op_config_merges_over_per_op)
+START_TEST(test_op_config_replaces_per_op)
 {
+    /* As vllm-plugin-FL: VLLM_FL_OP_CONFIG replaces VLLM_FL_PER_OP as a whole. */
     setenv("VLLM_FL_PER_OP", "c=reference;a=vendor;b=flagos", 1);
     setenv("VLLM_FL_OP_CONFIG",
            write_file("ops.json", "{\"d\": \"vendor\", \"b\": \"reference\", \"0\": \"flagos\"}"),
@@ -428,12 +429,8 @@ START_TEST(test_op_config_merges_over_per_op)
     ck_assert_msg(fld_init() == FLD_OK, "%s", fld_last_error());
     char buf[256];
     fld_policy_describe(buf, sizeof buf);
-    ck_assert_str_eq(buf, "prefer=flagos;strict=0;per=0=flagos;a=vendor;b=reference;c=reference;"
-                          "d=vendor");
-    struct fields fl = fields_of("op_backends.a");
-    ck_assert_str_eq(fl.source, "VLLM_FL_PER_OP");
-    free(fl.value);
-    fl = fields_of("op_backends.b");
+    ck_assert_str_eq(buf, "prefer=flagos;strict=0;per=0=flagos;b=reference;d=vendor");
+    struct fields fl = fields_of("op_backends.b");
     ck_assert_msg(strncmp(fl.source, "VLLM_FL_OP_CONFIG (", 19) == 0, "%s", fl.source);
     free(fl.value);
 }
@@ -487,7 +484,7 @@ static Suite *scale_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_loop_test(tc, test_first_error_wins, 0, (int)N_OF(order_cases));
     tcase_add_test(tc, test_repeats_allowed);
-    tcase_add_test(tc, test_op_config_merges_over_per_op);
+    tcase_add_test(tc, test_op_config_replaces_per_op);
     tcase_add_test(tc, test_op_config_empty_object_keeps_source);
     tcase_add_test(tc, test_op_config_nonempty_sets_source);
     suite_add_tcase(s, tc);

@@ -475,6 +475,7 @@ START_TEST(test_threads_invalid_rejects_plugin)
     const char *bad[] = {"0", "-1", "1025", "2x", "", " 2", "+2", "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         base_env();
+        unsetenv("VLLM_FL_PER_OP"); /* strict: it would name an impl the rejection removes */
         set_threads(bad[i]);
         struct cpu_status s = cpu_plugin();
         ck_assert_msg(s.status == FLD_PLUGIN_REJECTED, "VLLM_FL_CPU_THREADS='%s' accepted", bad[i]);
@@ -502,6 +503,7 @@ START_TEST(test_parallel_min_kb)
     const char *bad[] = {"-1", "1048577", "1k", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         base_env();
+        unsetenv("VLLM_FL_PER_OP");
         setenv("VLLM_FL_CPU_PARALLEL_MIN_KB", bad[i], 1);
         struct cpu_status s = cpu_plugin();
         ck_assert_int_eq(s.status, FLD_PLUGIN_REJECTED);

@@ -9,7 +9,9 @@
 #
 # hipcc is $(HIPCC) when set, else /opt/rocm/bin/hipcc, else hipcc in PATH
 # (Debian's package). ROCM_ARCHS lists the GPU architectures; the default is
-# what Debian's hipcc 5.2 can target (it has no gfx940+).
+# what Debian's hipcc 5.2 can target (it has no gfx940+). HIP_PLATFORM=amd is
+# set for every hipcc call: Debian's hipcc picks the nvidia platform (and
+# hands the flags to nvcc, which rejects --offload-arch) when nvcc is in PATH.
 
 ifneq ($(HIPCC),)
 FLD_HIPCC := $(shell command -v '$(HIPCC)' 2>/dev/null)
@@ -45,5 +47,5 @@ $(OBJ)/plugins/rocm/gpu_plugin.o: plugins/cuda/gpu_plugin.c
 $(PLUGOUT)/libfld-rocm-hip.so: plugins/rocm/hip_kernels.hip $(wildcard plugins/cuda/*.cuh plugins/rocm/*.cuh) \
     plugins/cuda/gpu_api.h
 	@mkdir -p $(@D)
-	$(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -shared -o $@ $< $(FLD_HIP_RPATH)
+	HIP_PLATFORM=amd $(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -shared -o $@ $< $(FLD_HIP_RPATH)
 endif
