@@ -1128,8 +1128,9 @@ static void print_json(const struct run *r)
 {
     const struct bench_kernel_options *opt = r->opt;
     struct json_writer w;
-    json_init(&w, stdout);
-    json_begin_object(&w);
+    json_begin_document(&w, stdout);
+    json_key(&w, "benchmark");
+    json_string(&w, "kernels");
     json_key(&w, "machine");
     json_begin_object(&w);
     json_key(&w, "cpu");
@@ -1156,7 +1157,10 @@ static void print_json(const struct run *r)
     json_key(&w, "stream_isa");
     json_string(&w, bench_stream_isa());
     json_key(&w, "stream_array_bytes");
-    json_int(&w, r->stream ? (long long)bench_stream_array_bytes(r->stream) : 0);
+    if (r->stream)
+        json_int(&w, (long long)bench_stream_array_bytes(r->stream));
+    else
+        json_null(&w);
     json_key(&w, "stream_runs");
     json_int(&w, r->stream_runs);
     json_key(&w, "allowed_cpus");
@@ -1164,26 +1168,30 @@ static void print_json(const struct run *r)
     json_key(&w, "llc_bytes");
     json_int(&w, (long long)bench_llc_bytes());
     json_key(&w, "plugin_detail");
-    json_string(&w, r->plugin.found ? r->plugin.detail : NULL);
-    if (r->on_device) {
-        json_key(&w, "device_provider");
-        json_string(&w, r->provider);
-        json_key(&w, "device_detail");
-        json_string(&w, r->provider_detail[0] ? r->provider_detail : NULL);
-        json_figure(&w, "d2d_copy_gbps", d2d_figure(r), 3);
-        json_key(&w, "d2d_copy_bytes");
+    json_text_or_null(&w, r->plugin.found ? r->plugin.detail : NULL);
+    /* The device's figures: null on the CPU. */
+    json_key(&w, "device_detail");
+    json_text_or_null(&w, r->on_device ? r->provider_detail : NULL);
+    json_figure(&w, "d2d_copy_gbps", r->on_device ? d2d_figure(r) : NAN, 3);
+    json_key(&w, "d2d_copy_bytes");
+    if (r->on_device)
         json_int(&w, (long long)bench_d2d_bytes(r->d2d));
-        json_key(&w, "d2d_runs");
+    else
+        json_null(&w);
+    json_key(&w, "d2d_runs");
+    if (r->on_device)
         json_int(&w, r->d2d_runs);
-    }
+    else
+        json_null(&w);
     json_end_object(&w);
 
     json_key(&w, "device");
     json_string(&w, fld_device_name(opt->device_type));
+    json_key(&w, "provider"); /* the plugin serving the device's memory, as verify says */
+    json_string(&w, r->on_device ? r->provider : NULL);
     json_key(&w, "baseline");
     json_string(&w, r->on_device ? "d2d_copy" : "stream_triad");
-    if (r->on_device)
-        json_figure(&w, "baseline_gbps", d2d_figure(r), 3);
+    json_figure(&w, "baseline_gbps", r->on_device ? d2d_figure(r) : NAN, 3);
     json_key(&w, "reps");
     json_int(&w, opt->reps);
     json_figure(&w, "batch_ms", r->batch_ns * 1e-6, 1);
@@ -1203,8 +1211,11 @@ static void print_json(const struct run *r)
         json_string(&w, tool_dtype_name(res->dtype));
         json_key(&w, "shape");
         json_string(&w, shape);
-        json_key(&w, "threads");
-        json_int(&w, res->threads);
+        json_key(&w, "threads"); /* of the cpu plugin: null on other devices */
+        if (r->on_device)
+            json_null(&w);
+        else
+            json_int(&w, res->threads);
         json_figure(&w, "us", res->us, 4);
         json_figure(&w, "gbps", gbps(res), 3);
         json_figure(&w, "bw_share", bw_share(r, res), 4);

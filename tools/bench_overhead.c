@@ -533,21 +533,46 @@ static void report_text(const struct measurement m[K_COUNT], int reps, const cha
                NTHREADS_MAX);
 }
 
+static void overhead_target(struct json_writer *w, const char *target, int k, int v, int threads,
+                            double value, double limit, bool met)
+{
+    json_begin_object(w);
+    json_key(w, "target");
+    json_string(w, target);
+    json_key(w, "op");
+    json_string(w, kernel_ops[k]);
+    json_key(w, "dtype");
+    json_string(w, "f32");
+    json_key(w, "impl_id");
+    json_string(w, kernel_impl_ids[k]);
+    json_key(w, "kernel");
+    json_string(w, kernel_names[k]);
+    json_key(w, "variant");
+    json_string(w, variant_label((enum kernel)k, (enum variant)v));
+    json_key(w, "threads");
+    json_int(w, threads);
+    json_key(w, "value");
+    json_double(w, value, 3);
+    json_key(w, "limit");
+    json_double(w, limit, 2);
+    json_key(w, "met");
+    json_bool(w, met);
+    json_end_object(w);
+}
+
 static void report_json(const struct measurement m[K_COUNT], int reps, const char *cpu,
                         long threads)
 {
     struct json_writer w;
-    json_init(&w, stdout);
-    json_begin_object(&w);
+    json_begin_document(&w, stdout);
     json_key(&w, "benchmark");
     json_string(&w, "dispatch_overhead");
     json_key(&w, "op");
     json_string(&w, FLD_OP_RMS_NORM);
-    json_key(&w, "shape");
-    json_begin_array(&w);
-    json_int(&w, 1);
-    json_int(&w, BENCH_WIDTH);
-    json_end_array(&w);
+    json_key(&w, "shape"); /* TxH, as the kernel bench writes it */
+    char shape[32];
+    snprintf(shape, sizeof shape, "1x%d", BENCH_WIDTH);
+    json_string(&w, shape);
     json_key(&w, "dtype");
     json_string(&w, "f32");
     json_key(&w, "reps");
@@ -597,15 +622,25 @@ static void report_json(const struct measurement m[K_COUNT], int reps, const cha
     }
     json_end_object(&w);
 
+    /* One entry per figure that has a target, as the kernel bench's "targets". */
     json_key(&w, "targets");
-    json_begin_object(&w);
-    json_key(&w, "handle_overhead_ns");
-    json_double(&w, TARGET_HANDLE_NS, 1);
-    json_key(&w, "name_overhead_ns");
-    json_double(&w, TARGET_NAME_NS, 1);
-    json_key(&w, "scaling_2t");
-    json_double(&w, TARGET_SCALING, 1);
-    json_end_object(&w);
+    json_begin_array(&w);
+    for (int k = 0; k < K_COUNT; k++) {
+        for (int v = V_HANDLE; v <= V_NAME; v++) {
+            double limit = v == V_HANDLE ? TARGET_HANDLE_NS : TARGET_NAME_NS;
+            for (int t = 0; t < NTHREADS_MAX; t++) {
+                double value = overhead(&m[k], v, t);
+                overhead_target(&w, v == V_HANDLE ? "handle_overhead_ns" : "name_overhead_ns", k, v,
+                                t + 1, value, limit, value <= limit);
+            }
+        }
+        for (int v = 0; v < V_COUNT; v++) {
+            double value = scaling(&m[k], v);
+            overhead_target(&w, "scaling_2t", k, v, 2, value, TARGET_SCALING,
+                            value >= TARGET_SCALING);
+        }
+    }
+    json_end_array(&w);
     json_end_object(&w);
     json_finish(&w);
 }

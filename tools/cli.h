@@ -40,15 +40,6 @@ int cli_init(void);
 /* "-h" or "--help". */
 bool cli_is_help(const char *arg);
 
-/*
- * Matches argv[*i] against option name ("--device"), in the forms
- * "--device VALUE" and "--device=VALUE". Returns 1 and sets *value (advancing
- * *i past a separate value) on a match, 0 when argv[*i] is another option,
- * and -1 (after a usage message) when the value is missing.
- */
-int cli_option_value(const char *cmd, int argc, char **argv, int *i, const char *name,
-                     const char **value);
-
 /* "cpu,cuda" / "f32,bf16" lists of a FLD_DEVICE_MASK_* / FLD_DTYPE_MASK_* mask. */
 const char *cli_devices_text(uint32_t mask, char *buf, size_t size);
 const char *cli_dtypes_text(uint32_t mask, char *buf, size_t size);

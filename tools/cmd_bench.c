@@ -18,11 +18,13 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "options.h"
+#include "suggest.h"
 
 static const char bench_usage[] =
-    "Usage: fldispatch bench [OP...] [--device D] [--dtype T] [--threads N[,N...]]\n"
+    "Usage: fldispatch bench [--device D] [--dtype T] [--threads N[,N...]]\n"
     "                        [--tokens N[,N...]] [--hidden N] [--reps N] [--impl ID]\n"
-    "                        [--copy-mib N] [--quick] [--json]\n"
+    "                        [--copy-mib N] [--quick] [--json] [--] [OP...]\n"
     "       fldispatch bench --overhead [--reps N] [--calls N] [--json]\n"
     "\n"
     "Times every available implementation of each OP through the dispatcher,\n"
@@ -47,7 +49,9 @@ static const char bench_usage[] =
     "  --copy-mib N    devices other than cpu: MiB of the d2d copy baseline's buffers\n"
     "                  (default 1024, 256 with --quick)\n"
     "  --quick         tokens 1,32, 3 repetitions, 2 ms batches (for tests)\n"
-    "  --json          {\"machine\": {...}, \"results\": [...], \"targets\": [...]}\n"
+    "  --json          {\"schema\", \"benchmark\": \"kernels\", \"machine\": {...},\n"
+    "                  \"results\": [...], \"targets\": [...]}\n"
+    "                  (docs/schemas/bench.schema.json)\n"
     "\n"
     "Shapes (T tokens): activations x [T, 2H] -> out [T, H], shown TxH; rms_norm\n"
     "and gemma_rms_norm x [T, H] -> out [T, H] with weight (and one fused-residual\n"
@@ -241,81 +245,121 @@ int cmd_bench(int argc, char **argv)
     const char *kernel_option = NULL; /* the first option only the kernel bench takes */
     long reps = 0, null_calls = BENCH_OVERHEAD_CALLS, copy_mib = 0;
 
-    for (int i = 1; i < argc; i++) {
-        const char *value;
-        const char *arg = argv[i];
-        int m;
-        if (cli_is_help(arg)) {
+    enum {
+        OPT_OVERHEAD,
+        OPT_JSON,
+        OPT_QUICK,
+        OPT_REPS,
+        OPT_CALLS,
+        OPT_DEVICE,
+        OPT_DTYPE,
+        OPT_THREADS,
+        OPT_TOKENS,
+        OPT_HIDDEN,
+        OPT_COPY_MIB,
+        OPT_IMPL
+    };
+    static const struct cli_option options[] = {
+        [OPT_OVERHEAD] = {"--overhead", false},
+        [OPT_JSON] = {"--json", false},
+        [OPT_QUICK] = {"--quick", false},
+        [OPT_REPS] = {"--reps", true},
+        [OPT_CALLS] = {"--calls", true},
+        [OPT_DEVICE] = {"--device", true},
+        [OPT_DTYPE] = {"--dtype", true},
+        [OPT_THREADS] = {"--threads", true},
+        [OPT_TOKENS] = {"--tokens", true},
+        [OPT_HIDDEN] = {"--hidden", true},
+        [OPT_COPY_MIB] = {"--copy-mib", true},
+        [OPT_IMPL] = {"--impl", true},
+        {NULL, false},
+    };
+    struct cli_args a;
+    cli_args_init(&a, "bench", options, argc, argv);
+    const char *value;
+    for (int k; (k = cli_args_next(&a, &value)) != CLI_ARG_END;) {
+        int64_t list[BENCH_MAX_LIST];
+        long hidden;
+        /* The first option only the kernel bench takes, for the --overhead message. */
+        if (k >= OPT_QUICK && k != OPT_REPS && k != OPT_CALLS && !kernel_option)
+            kernel_option = options[k].name;
+        switch (k) {
+        case CLI_ARG_HELP:
             fputs(bench_usage, stdout);
             return CLI_EXIT_OK;
-        } else if (strcmp(arg, "--overhead") == 0) {
+        case CLI_ARG_ERROR:
+            return CLI_EXIT_USAGE;
+        case CLI_ARG_OPERAND: {
+            int i = op_index(value);
+            if (i < 0 && strcmp(value, FLD_OP_ATTENTION_BACKEND) == 0)
+                return cli_usage_error("bench", "%s has no tensors to benchmark", value);
+            if (i < 0) {
+                char hint[128];
+                size_t n_ops = 0;
+                while (bench_op_names()[n_ops])
+                    n_ops++;
+                cli_did_you_mean(value, bench_op_names(), n_ops, hint, sizeof hint);
+                return cli_usage_error("bench",
+                                       "unknown op '%s'%s (ops: silu_and_mul, "
+                                       "mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
+                                       "rms_norm, gemma_rms_norm, rotary_embedding)",
+                                       value, hint);
+            }
+            opt.ops |= 1u << i;
+            kernel_option = kernel_option ? kernel_option : "an OP";
+            break;
+        }
+        case OPT_OVERHEAD:
             overhead_mode = true;
-        } else if (strcmp(arg, "--json") == 0) {
+            break;
+        case OPT_JSON:
             json = true;
-        } else if (strcmp(arg, "--quick") == 0) {
+            break;
+        case OPT_QUICK:
             opt.quick = true;
-            kernel_option = kernel_option ? kernel_option : "--quick";
-        } else if ((m = cli_option_value("bench", argc, argv, &i, "--reps", &value)) != 0) {
-            if (m < 0 || parse_count("--reps", value, 1000, &reps) != CLI_EXIT_OK)
+            break;
+        case OPT_REPS:
+            if (parse_count("--reps", value, 1000, &reps) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
             reps_set = true;
-        } else if ((m = cli_option_value("bench", argc, argv, &i, "--calls", &value)) != 0) {
-            if (m < 0 || parse_count("--calls", value, 1000000000L, &null_calls) != CLI_EXIT_OK)
+            break;
+        case OPT_CALLS:
+            if (parse_count("--calls", value, 1000000000L, &null_calls) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
-        } else if ((m = cli_option_value("bench", argc, argv, &i, "--device", &value)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
+            break;
+        case OPT_DEVICE:
             if (fld_device_from_name(value, &opt.device_type) != FLD_OK)
                 return cli_usage_error("bench",
                                        "--device wants cpu, cuda, rocm or ascend, not '%s'", value);
-            kernel_option = kernel_option ? kernel_option : "--device";
-        } else if ((m = cli_option_value("bench", argc, argv, &i, "--dtype", &value)) != 0) {
-            if (m < 0 || parse_dtypes(value, &opt.dtypes) != CLI_EXIT_OK)
+            break;
+        case OPT_DTYPE:
+            if (parse_dtypes(value, &opt.dtypes) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
-            kernel_option = kernel_option ? kernel_option : "--dtype";
-        } else if ((m = cli_option_value("bench", argc, argv, &i, "--threads", &value)) != 0) {
-            int64_t list[BENCH_MAX_LIST];
-            if (m < 0 || parse_list("--threads", value, 1024, list, &opt.n_threads) != CLI_EXIT_OK)
+            break;
+        case OPT_THREADS:
+            if (parse_list("--threads", value, 1024, list, &opt.n_threads) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
-            for (int k = 0; k < opt.n_threads; k++)
-                opt.threads[k] = (int)list[k];
-            kernel_option = kernel_option ? kernel_option : "--threads";
-        } else if ((m = cli_option_value("bench", argc, argv, &i, "--tokens", &value)) != 0) {
-            if (m < 0 ||
-                parse_list("--tokens", value, 1L << 20, opt.tokens, &opt.n_tokens) != CLI_EXIT_OK)
+            for (int t = 0; t < opt.n_threads; t++)
+                opt.threads[t] = (int)list[t];
+            break;
+        case OPT_TOKENS:
+            if (parse_list("--tokens", value, 1L << 20, opt.tokens, &opt.n_tokens) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
-            kernel_option = kernel_option ? kernel_option : "--tokens";
-        } else if ((m = cli_option_value("bench", argc, argv, &i, "--hidden", &value)) != 0) {
-            long hidden;
-            if (m < 0 || parse_count("--hidden", value, 1L << 20, &hidden) != CLI_EXIT_OK)
+            break;
+        case OPT_HIDDEN:
+            if (parse_count("--hidden", value, 1L << 20, &hidden) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
             opt.hidden = hidden;
-            kernel_option = kernel_option ? kernel_option : "--hidden";
-        } else if ((m = cli_option_value("bench", argc, argv, &i, "--copy-mib", &value)) != 0) {
-            if (m < 0 || parse_count("--copy-mib", value, 1L << 20, &copy_mib) != CLI_EXIT_OK)
+            break;
+        case OPT_COPY_MIB:
+            if (parse_count("--copy-mib", value, 1L << 20, &copy_mib) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
-            kernel_option = kernel_option ? kernel_option : "--copy-mib";
-        } else if ((m = cli_option_value("bench", argc, argv, &i, "--impl", &value)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
+            break;
+        case OPT_IMPL:
             if (!*value)
                 return cli_usage_error("bench", "--impl wants an impl_id such as vendor.cpu");
             opt.impl = value;
-            kernel_option = kernel_option ? kernel_option : "--impl";
-        } else if (arg[0] == '-') {
-            return cli_usage_error("bench", "unknown option '%s'", arg);
-        } else {
-            int k = op_index(arg);
-            if (k < 0 && strcmp(arg, FLD_OP_ATTENTION_BACKEND) == 0)
-                return cli_usage_error("bench", "%s has no tensors to benchmark", arg);
-            if (k < 0)
-                return cli_usage_error("bench",
-                                       "unknown op '%s' (ops: silu_and_mul, "
-                                       "mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
-                                       "rms_norm, gemma_rms_norm, rotary_embedding)",
-                                       arg);
-            opt.ops |= 1u << k;
-            kernel_option = kernel_option ? kernel_option : "an OP";
+            break;
         }
     }
 

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "options.h"
 
 static const char config_usage[] =
     "Usage: fldispatch config [--json]\n"
@@ -21,10 +22,12 @@ static const char config_usage[] =
     "line (config/nvidia.yaml:3). Also shows the platform, how it was detected,\n"
     "the platform file in use, and the plugin search path.\n"
     "\n"
-    "  --json   one JSON object {\"platform\": {\"name\", \"detected_by\",\n"
-    "           \"config_file\" (null when none), \"config_path\"},\n"
+    "  --json   one JSON object {\"schema\", \"platform\": {\"name\", \"detected_by\",\n"
+    "           \"config_file\" (null when none), \"config_path\" (directories)},\n"
     "           \"policy\": [{\"key\", \"value\", \"source\"}, ...],\n"
-    "           \"summary\", \"plugin_path\"}\n"
+    "           \"policy_summary\", \"plugin_path\" (directories)}; values are\n"
+    "           typed: switches booleans, lists and token orders arrays\n"
+    "           (docs/schemas/config.schema.json)\n"
     "\n"
     "Exit status 2 when the configuration is invalid (the message names the\n"
     "variable or file:line:column at fault).\n";
@@ -123,12 +126,57 @@ static void config_text(const fld_platform_info *plat, const struct fields *fs, 
                or_dash(fs->items[i].source));
 }
 
+/* How a policy field's text value is written in JSON. */
+enum value_type { VALUE_STRING, VALUE_BOOL, VALUE_LIST, VALUE_ORDER };
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t ls = strlen(s), lx = strlen(suffix);
+    return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
+}
+
+/* The type of a field, by its key (fld_foreach_config_field's keys). */
+static enum value_type value_type(const char *key)
+{
+    static const char *const switches[] = {"strict", "enabled", "use_flaggems", "oot_enabled",
+                                           "external_enabled"};
+    for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++)
+        if (strcmp(key, switches[i]) == 0)
+            return VALUE_BOOL;
+    if (strcmp(key, "op_backends") == 0 || strncmp(key, "op_backends.", 12) == 0)
+        return VALUE_ORDER;
+    if (ends_with(key, "_vendors") || ends_with(key, "_whitelist") ||
+        ends_with(key, "_blacklist") || strcmp(key, "custom_ops") == 0)
+        return VALUE_LIST;
+    return VALUE_STRING;
+}
+
+static void json_value(struct json_writer *w, const struct field *f)
+{
+    switch (value_type(f->key)) {
+    case VALUE_BOOL:
+        if (strcmp(f->value, "true") == 0 || strcmp(f->value, "false") == 0)
+            json_bool(w, strcmp(f->value, "true") == 0);
+        else
+            json_string(w, f->value); /* the schema refuses it: the tests see the change */
+        break;
+    case VALUE_LIST:
+        json_split(w, f->value, ",");
+        break;
+    case VALUE_ORDER:
+        json_split(w, f->value, "|");
+        break;
+    case VALUE_STRING:
+        json_text_or_null(w, f->value);
+        break;
+    }
+}
+
 static void config_json(const fld_platform_info *plat, const struct fields *fs, const char *summary,
                         const char *plugin_path)
 {
     struct json_writer w;
-    json_init(&w, stdout);
-    json_begin_object(&w);
+    json_begin_document(&w, stdout);
     json_key(&w, "platform");
     json_begin_object(&w);
     json_key(&w, "name");
@@ -136,9 +184,9 @@ static void config_json(const fld_platform_info *plat, const struct fields *fs, 
     json_key(&w, "detected_by");
     json_string(&w, plat->detected_by);
     json_key(&w, "config_file");
-    json_string(&w, plat->config_file && *plat->config_file ? plat->config_file : NULL);
+    json_text_or_null(&w, plat->config_file);
     json_key(&w, "config_path");
-    json_string(&w, plat->config_path);
+    json_split(&w, plat->config_path ? plat->config_path : "", ":");
     json_end_object(&w);
     json_key(&w, "policy");
     json_begin_array(&w);
@@ -147,16 +195,16 @@ static void config_json(const fld_platform_info *plat, const struct fields *fs, 
         json_key(&w, "key");
         json_string(&w, fs->items[i].key);
         json_key(&w, "value");
-        json_string(&w, fs->items[i].value);
+        json_value(&w, &fs->items[i]);
         json_key(&w, "source");
         json_string(&w, fs->items[i].source);
         json_end_object(&w);
     }
     json_end_array(&w);
-    json_key(&w, "summary");
+    json_key(&w, "policy_summary");
     json_string(&w, summary);
     json_key(&w, "plugin_path");
-    json_string(&w, plugin_path);
+    json_split(&w, plugin_path ? plugin_path : "", ":");
     json_end_object(&w);
     json_finish(&w);
 }
@@ -170,18 +218,21 @@ static int library_error(int rc)
 
 int cmd_config(int argc, char **argv)
 {
+    static const struct cli_option options[] = {{"--json", false}, {NULL, false}};
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
+    struct cli_args a;
+    cli_args_init(&a, "config", options, argc, argv);
+    const char *value;
+    for (int k; (k = cli_args_next(&a, &value)) != CLI_ARG_END;) {
+        if (k == CLI_ARG_HELP) {
             fputs(config_usage, stdout);
             return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = true;
-        } else if (argv[i][0] == '-') {
-            return cli_usage_error("config", "unknown option '%s'", argv[i]);
-        } else {
-            return cli_usage_error("config", "unexpected argument '%s'", argv[i]);
         }
+        if (k == CLI_ARG_ERROR)
+            return CLI_EXIT_USAGE;
+        if (k == CLI_ARG_OPERAND)
+            return cli_usage_error("config", "unexpected argument '%s'", value);
+        json = true;
     }
 
     int rc = cli_init();

@@ -21,9 +21,10 @@
 #include "../core/probe.h"
 #include "cli.h"
 #include "json.h"
+#include "options.h"
 
 static const char doctor_usage[] =
-    "Usage: fldispatch doctor [--json] [--timeout SECONDS] [PATH...]\n"
+    "Usage: fldispatch doctor [--json] [--timeout SECONDS] [--] [PATH...]\n"
     "\n"
     "Loads each plugin file in a child process, as the host would (permission\n"
     "checks, dlopen, descriptor and ABI checks, register_builtins, every\n"
@@ -37,11 +38,13 @@ static const char doctor_usage[] =
     "VLLM_FL_PLUGIN_MODULES is checked.\n"
     "\n"
     "  --timeout SECONDS   how long one plugin may take (default 10)\n"
-    "  --json              one JSON object {\"search_path\", \"timeout\",\n"
-    "                      \"plugins\": [...], \"summary\", \"healthy\"}\n"
+    "  --json              one JSON object {\"schema\", \"plugin_path\" (null\n"
+    "                      when PATHs were given), \"timeout\", \"plugins\": [...],\n"
+    "                      \"summary\", \"healthy\"} (docs/schemas/doctor.schema.json)\n"
     "\n"
-    "Exit status: 0 when every plugin is ok, unavailable or rejected; 1 when one\n"
-    "crashed, hung, exited or could not be probed; 2 usage error.\n";
+    "Exit status: 0 when every plugin is ok or unavailable (a plugin that cannot\n"
+    "run on this machine is not a fault); 1 when one was rejected, crashed, hung,\n"
+    "exited or could not be probed; 2 usage error.\n";
 
 #define N_STATES (FLD_PROBE_ERROR + 1)
 
@@ -67,9 +70,10 @@ static size_t count_available(const struct fld_probe_result *r)
     return n;
 }
 
+/* A plugin the host would refuse is as much a fault of the installation as one that crashes. */
 static bool healthy_state(enum fld_probe_state s)
 {
-    return s == FLD_PROBE_OK || s == FLD_PROBE_UNAVAILABLE || s == FLD_PROBE_REJECTED;
+    return s == FLD_PROBE_OK || s == FLD_PROBE_UNAVAILABLE;
 }
 
 /* ---- text ------------------------------------------------------------------ */
@@ -136,10 +140,9 @@ static void print_json(const struct checked *c, size_t n, const char *search_pat
                        bool healthy)
 {
     struct json_writer w;
-    json_init(&w, stdout);
-    json_begin_object(&w);
-    json_key(&w, "search_path");
-    json_string(&w, search_path);
+    json_begin_document(&w, stdout);
+    json_key(&w, "plugin_path");
+    json_split(&w, search_path, ":");
     json_key(&w, "timeout");
     json_double(&w, timeout, 3);
     json_key(&w, "plugins");
@@ -147,11 +150,12 @@ static void print_json(const struct checked *c, size_t n, const char *search_pat
     size_t counts[N_STATES] = {0};
     for (size_t i = 0; i < n; i++) {
         const struct fld_probe_result *r = &c[i].r;
+        bool desc = r->have_descriptor;
         counts[r->state]++;
         json_begin_object(&w);
         json_key(&w, "path");
         json_string(&w, c[i].path);
-        json_key(&w, "state");
+        json_key(&w, "status");
         json_string(&w, fld__probe_state_name(r->state));
         json_key(&w, "stage");
         json_string(&w, fld__probe_stage_name(r->stage));
@@ -174,51 +178,56 @@ static void print_json(const struct checked *c, size_t n, const char *search_pat
         json_key(&w, "seconds");
         json_double(&w, r->seconds, 3);
         json_key(&w, "reason");
-        json_string(&w, r->state == FLD_PROBE_OK ? "" : r->reason);
+        json_text_or_null(&w, r->state == FLD_PROBE_OK ? NULL : r->reason);
         json_key(&w, "name");
-        json_string(&w, r->have_descriptor ? r->name : NULL);
+        json_string(&w, desc ? r->name : NULL);
         json_key(&w, "version");
-        json_string(&w, r->have_descriptor ? r->version : NULL);
+        json_text_or_null(&w, desc ? r->version : NULL);
         json_key(&w, "abi_major");
-        if (r->have_descriptor)
+        if (desc)
             json_int(&w, r->abi_major);
         else
             json_null(&w);
         json_key(&w, "abi_minor");
-        if (r->have_descriptor)
+        if (desc)
             json_int(&w, r->abi_minor);
         else
             json_null(&w);
         json_key(&w, "in_tree");
-        json_bool(&w, r->have_descriptor && r->in_tree);
+        if (desc)
+            json_bool(&w, r->in_tree);
+        else
+            json_null(&w);
         json_key(&w, "detail");
-        json_string(&w, r->detail);
+        json_text_or_null(&w, r->detail);
         json_key(&w, "impls");
         json_begin_array(&w);
         for (size_t k = 0; k < r->n_impls; k++) {
+            const struct fld_probe_impl *m = &r->impls[k];
             json_begin_object(&w);
             json_key(&w, "op");
-            json_string(&w, r->impls[k].op);
+            json_string(&w, m->op);
             json_key(&w, "impl_id");
-            json_string(&w, r->impls[k].impl_id);
+            json_string(&w, m->impl_id);
             json_key(&w, "available");
-            json_bool(&w, r->impls[k].available);
+            json_bool(&w, m->available);
             json_key(&w, "reason");
-            json_string(&w, r->impls[k].reason);
+            json_string(&w, m->available ? NULL : *m->reason ? m->reason : "unavailable");
             json_end_object(&w);
         }
         json_end_array(&w);
         json_key(&w, "device_hooks");
         json_begin_array(&w);
         for (size_t k = 0; k < r->n_hooks; k++) {
+            const struct fld_probe_hook *h = &r->hooks[k];
             char dev[16];
             json_begin_object(&w);
             json_key(&w, "device");
-            json_string(&w, hook_device_name(r->hooks[k].device_type, dev, sizeof dev));
+            json_string(&w, hook_device_name(h->device_type, dev, sizeof dev));
             json_key(&w, "available");
-            json_bool(&w, r->hooks[k].available);
+            json_bool(&w, h->available);
             json_key(&w, "reason");
-            json_string(&w, r->hooks[k].reason);
+            json_string(&w, h->available ? NULL : *h->reason ? h->reason : "unavailable");
             json_end_object(&w);
         }
         json_end_array(&w);
@@ -282,6 +291,12 @@ int cmd_doctor(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "--probe-child") == 0)
         return probe_child(argc, argv);
+    enum { OPT_JSON, OPT_TIMEOUT };
+    static const struct cli_option options[] = {
+        [OPT_JSON] = {"--json", false},
+        [OPT_TIMEOUT] = {"--timeout", true},
+        {NULL, false},
+    };
     bool json = false;
     double timeout = FLD_PROBE_DEFAULT_TIMEOUT;
     char **given = calloc((size_t)argc, sizeof *given);
@@ -291,21 +306,27 @@ int cmd_doctor(int argc, char **argv)
         return CLI_EXIT_CHECK_FAILED;
     }
     int rc = CLI_EXIT_OK;
-    for (int i = 1; i < argc && rc == CLI_EXIT_OK; i++) {
-        const char *value;
-        int m;
-        if (cli_is_help(argv[i])) {
+    struct cli_args a;
+    cli_args_init(&a, "doctor", options, argc, argv);
+    const char *value;
+    for (int k; rc == CLI_EXIT_OK && (k = cli_args_next(&a, &value)) != CLI_ARG_END;) {
+        switch (k) {
+        case CLI_ARG_HELP:
             fputs(doctor_usage, stdout);
             free(given);
             return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--json") == 0) {
+        case CLI_ARG_ERROR:
+            rc = CLI_EXIT_USAGE;
+            break;
+        case CLI_ARG_OPERAND:
+            given[n_given++] = (char *)value;
+            break;
+        case OPT_JSON:
             json = true;
-        } else if ((m = cli_option_value("doctor", argc, argv, &i, "--timeout", &value)) != 0) {
-            rc = m < 0 ? CLI_EXIT_USAGE : parse_timeout(value, &timeout);
-        } else if (argv[i][0] == '-') {
-            rc = cli_usage_error("doctor", "unknown option '%s'", argv[i]);
-        } else {
-            given[n_given++] = argv[i];
+            break;
+        case OPT_TIMEOUT:
+            rc = parse_timeout(value, &timeout);
+            break;
         }
     }
     if (rc != CLI_EXIT_OK) {

@@ -5,6 +5,12 @@
  * impl_id table as a manifest (core/manifest.h). VLLM_FL_MANIFEST=FILE then
  * pins every worker of a deployment to the same kernels, whatever their
  * plugin directories or policies say.
+ *
+ * Only devices that are present are frozen: a device whose memory provider
+ * (the device hooks of its plugin) is unavailable, or, without a provider,
+ * none of whose own implementations is available, is left out, with one
+ * line on stderr and in the manifest's header saying why. So are the (op,
+ * dtype) pairs of a frozen device that nothing qualifies for.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +21,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "json.h"
+#include "options.h"
 
 static const char freeze_usage[] =
     "Usage: fldispatch freeze [--output FILE] [--device D]...\n"
@@ -27,10 +35,20 @@ static const char freeze_usage[] =
     "f32, f16 and bf16; attention_backend and ops outside the catalog for the\n"
     "dtype 'any'.\n"
     "\n"
+    "Only devices present here are frozen: one whose memory provider (its\n"
+    "plugin's device hooks) is unavailable, or that has no provider and none of\n"
+    "whose own implementations is available, is left out. What was left out and\n"
+    "why (devices, and (op, dtype) pairs nothing qualifies for) is said on\n"
+    "stderr, one line per device, and in the manifest's header.\n"
+    "\n"
     "  --output FILE  write FILE (atomically: a temporary file renamed over it)\n"
     "                 instead of standard output\n"
     "  --device D     cpu, cuda, rocm or ascend; repeatable (default: every device\n"
-    "                 some implementation declares)\n";
+    "                 some implementation declares)\n"
+    "\n"
+    "Exit status: 0 a manifest was written; 2 usage or configuration error, or\n"
+    "the file cannot be written; 3 nothing to freeze (no device present, or\n"
+    "nothing resolves): no manifest is written.\n";
 
 /* Device mask bits in FLD_DEVICE_MASK_* order. */
 static const int bit_device[] = {FLD_DEVICE_CPU, FLD_DEVICE_CUDA, FLD_DEVICE_ROCM,
@@ -46,6 +64,18 @@ struct op_list {
     struct op_decl *items;
     size_t n, cap;
     bool oom;
+    /* Per device bit: implementations declaring that device and not every
+     * device (attention_backend's reference serves any device: it proves
+     * nothing), and how many of those are available. */
+    unsigned own_impls[4], own_available[4];
+};
+
+/* Why a device is left out, or why some of its (op, dtype) pairs are. */
+struct device_note {
+    bool left_out;
+    char why[768];      /* left_out: the reason */
+    char missing[1024]; /* kept: "op dtype, op dtype" that nothing qualifies for */
+    size_t n_missing;
 };
 
 struct entry {
@@ -64,6 +94,13 @@ struct entry_list {
 static int collect_impl(const fld_impl_info *info, void *user)
 {
     struct op_list *ops = user;
+    uint32_t all = (1u << NDEVICE_BITS) - 1;
+    for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
+        if ((info->devices & (1u << bit)) && (info->devices & all) != all) {
+            ops->own_impls[bit]++;
+            ops->own_available[bit] += info->available;
+        }
+    }
     if (ops->n && strcmp(ops->items[ops->n - 1].name, info->op) == 0) {
         ops->items[ops->n - 1].devices |= info->devices;
         ops->items[ops->n - 1].dtypes |= info->dtypes;
@@ -121,17 +158,30 @@ static bool is_catalog_op(const char *op)
     return false;
 }
 
+/* Adds "op dtype" to the pairs of a device that nothing qualifies for. */
+static void note_missing(struct device_note *note, const char *op, const char *dtype_name)
+{
+    size_t used = strlen(note->missing);
+    if (note->n_missing++ < 8)
+        snprintf(note->missing + used, sizeof note->missing - used, "%s%s %s", used ? ", " : "", op,
+                 dtype_name);
+    else if (note->n_missing == 9)
+        snprintf(note->missing + used, sizeof note->missing - used, ", ...");
+}
+
 /*
  * Resolves one (op, device, dtype); adds an entry when something is
  * selected. FLD_EUNAVAILABLE is not an error: that combination is left out.
  */
-static int freeze_one(struct entry_list *l, const char *op, unsigned bit, const char *dtype_name,
-                      DLDataType dtype)
+static int freeze_one(struct entry_list *l, struct device_note *note, const char *op, unsigned bit,
+                      const char *dtype_name, DLDataType dtype)
 {
     const char *impl_id = NULL;
     int rc = fld_resolve(op, bit_device[bit], dtype, &impl_id);
-    if (rc == FLD_EUNAVAILABLE)
+    if (rc == FLD_EUNAVAILABLE) {
+        note_missing(note, op, dtype_name);
         return FLD_OK;
+    }
     if (rc != FLD_OK)
         return rc;
     if (!entry_add(l, (struct entry){op, bit, dtype_name, impl_id})) {
@@ -141,7 +191,44 @@ static int freeze_one(struct entry_list *l, const char *op, unsigned bit, const 
     return FLD_OK;
 }
 
-static int freeze_all(const struct op_list *ops, uint32_t want_devices, struct entry_list *out)
+/*
+ * Whether the device of mask bit `bit` is present: the CPU always; another
+ * device when a plugin's device hooks for it are available, or, when no
+ * plugin registered hooks for it (plugins of ABI 1.0), when one of its own
+ * implementations is available. Otherwise note->why says why not.
+ */
+static bool device_present(const struct op_list *ops, unsigned bit, struct device_note *note)
+{
+    int device = bit_device[bit];
+    if (device == FLD_DEVICE_CPU)
+        return true;
+    const char *provider = NULL;
+    int rc = fld_device_provider(device, &provider);
+    if (rc == FLD_OK)
+        return true;
+    if (rc != FLD_ENOTFOUND) {
+        static const char prefix[] = "fld_device_provider: ";
+        const char *why = *fld_last_error() ? fld_last_error() : fld_strerror(rc);
+        if (strncmp(why, prefix, sizeof prefix - 1) == 0)
+            why += sizeof prefix - 1;
+        snprintf(note->why, sizeof note->why, "%s", why);
+        return false;
+    }
+    if (ops->own_available[bit])
+        return true;
+    if (ops->own_impls[bit])
+        snprintf(note->why, sizeof note->why,
+                 "no plugin provides its memory and none of its %u implementation(s) is available "
+                 "('fldispatch list --verbose' says why)",
+                 ops->own_impls[bit]);
+    else
+        snprintf(note->why, sizeof note->why,
+                 "no plugin provides its memory or registers implementations for it");
+    return false;
+}
+
+static int freeze_all(const struct op_list *ops, uint32_t *want_devices, struct entry_list *out,
+                      struct device_note notes[])
 {
     static const struct {
         const char *name;
@@ -150,25 +237,48 @@ static int freeze_all(const struct op_list *ops, uint32_t want_devices, struct e
         {"f32", FLD_DTYPE_MASK_F32}, {"f16", FLD_DTYPE_MASK_F16}, {"bf16", FLD_DTYPE_MASK_BF16}};
     const DLDataType dtype_values[] = {FLD_DTYPE_F32, FLD_DTYPE_F16, FLD_DTYPE_BF16};
 
+    for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
+        if ((*want_devices & (1u << bit)) && !device_present(ops, bit, &notes[bit])) {
+            notes[bit].left_out = true;
+            *want_devices &= ~(1u << bit);
+        }
+    }
     for (size_t o = 0; o < ops->n; o++) {
         const struct op_decl *op = &ops->items[o];
         bool typed = is_catalog_op(op->name) && strcmp(op->name, FLD_OP_ATTENTION_BACKEND) != 0;
         for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
-            if (!(op->devices & want_devices & (1u << bit)))
+            if (!(op->devices & *want_devices & (1u << bit)))
                 continue;
             int rc = FLD_OK;
             if (!typed) {
-                rc = freeze_one(out, op->name, bit, "any", FLD_DTYPE_ANY);
+                rc = freeze_one(out, &notes[bit], op->name, bit, "any", FLD_DTYPE_ANY);
             } else {
                 for (size_t t = 0; t < 3 && rc == FLD_OK; t++)
                     if (op->dtypes & dtypes[t].mask)
-                        rc = freeze_one(out, op->name, bit, dtypes[t].name, dtype_values[t]);
+                        rc = freeze_one(out, &notes[bit], op->name, bit, dtypes[t].name,
+                                        dtype_values[t]);
             }
             if (rc != FLD_OK)
                 return rc;
         }
     }
     return FLD_OK;
+}
+
+/* One line per device with something left out, on f (stderr or the manifest, as comments). */
+static void report_left_out(FILE *f, const char *prefix, const struct device_note notes[])
+{
+    for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
+        const struct device_note *n = &notes[bit];
+        const char *name = cli_device_bit_name(bit);
+        if (n->left_out)
+            fprintf(f, "%sleft out device %s: %s\n", prefix, name, n->why);
+        else if (n->n_missing)
+            fprintf(f,
+                    "%sleft out on %s: %zu (op, dtype) pair(s) nothing qualifies for under the "
+                    "policy: %s ('fldispatch resolve OP --device %s --dtype T' says why)\n",
+                    prefix, name, n->n_missing, n->missing, name);
+    }
 }
 
 /* Whether s can be written as a plain YAML scalar that reads back as the same string. */
@@ -206,14 +316,29 @@ static void yaml_scalar(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* A comment line's text with control characters replaced, so it stays one line. */
+/*
+ * A comment line's text with control characters replaced, so it stays one
+ * line, and bytes that are not UTF-8 replaced by '?' (a YAML reader refuses
+ * the whole file otherwise).
+ */
 static void comment_text(FILE *f, const char *s)
 {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        fputc(*p < 0x20 || *p == 0x7f ? ' ' : *p, f);
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        size_t len = json_utf8_sequence(p);
+        if (len == 0) {
+            fputc('?', f);
+            len = 1;
+        } else if (len == 1) {
+            fputc(*p < 0x20 || *p == 0x7f ? ' ' : *p, f);
+        } else {
+            fwrite(p, 1, len, f);
+        }
+        p += len;
+    }
 }
 
-static void write_manifest(FILE *f, const struct entry_list *l, uint32_t want_devices)
+static void write_manifest(FILE *f, const struct entry_list *l, uint32_t want_devices,
+                           const struct device_note notes[])
 {
     char when[32] = "unknown time";
     time_t now = time(NULL);
@@ -243,11 +368,26 @@ static void write_manifest(FILE *f, const struct entry_list *l, uint32_t want_de
     fputs("\n# Policy: ", f);
     comment_text(f, policy);
     fprintf(f, "\n# Devices: %s\n", cli_devices_text(want_devices, devices, sizeof devices));
-    fputs("version: 1\n", f);
-    if (l->n == 0) {
-        fputs("entries: []\n", f);
-        return;
+    /* The reasons come from plugins: kept on their comment line. */
+    char *text = NULL;
+    size_t size = 0;
+    FILE *m = open_memstream(&text, &size);
+    if (m) {
+        report_left_out(m, "", notes);
+        fclose(m);
+        for (char *line = text; line && *line;) {
+            size_t len = strcspn(line, "\n");
+            char saved = line[len];
+            line[len] = '\0';
+            fputs("# ", f);
+            comment_text(f, line);
+            fputc('\n', f);
+            line[len] = saved;
+            line += len + (saved ? 1 : 0);
+        }
+        free(text);
     }
+    fputs("version: 1\n", f);
     fputs("entries:\n", f);
     for (size_t i = 0; i < l->n; i++) {
         const struct entry *e = &l->items[i];
@@ -260,7 +400,8 @@ static void write_manifest(FILE *f, const struct entry_list *l, uint32_t want_de
 }
 
 /* Writes path through a temporary file in the same directory, renamed over it. */
-static int write_file(const char *path, const struct entry_list *l, uint32_t want_devices)
+static int write_file(const char *path, const struct entry_list *l, uint32_t want_devices,
+                      const struct device_note notes[])
 {
     size_t len = strlen(path) + 32;
     char *tmp = malloc(len);
@@ -275,7 +416,7 @@ static int write_file(const char *path, const struct entry_list *l, uint32_t wan
         free(tmp);
         return CLI_EXIT_USAGE;
     }
-    write_manifest(f, l, want_devices);
+    write_manifest(f, l, want_devices, notes);
     int err = 0;
     if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0)
         err = errno ? errno : EIO;
@@ -297,36 +438,38 @@ static int write_file(const char *path, const struct entry_list *l, uint32_t wan
 
 int cmd_freeze(int argc, char **argv)
 {
+    enum { OPT_OUTPUT, OPT_DEVICE };
+    static const struct cli_option options[] = {
+        [OPT_OUTPUT] = {"--output", true},
+        [OPT_DEVICE] = {"--device", true},
+        {NULL, false},
+    };
     const char *output = NULL;
     uint32_t want_devices = 0;
-
-    for (int i = 1; i < argc; i++) {
-        const char *value;
-        int m;
-        if (cli_is_help(argv[i])) {
+    struct cli_args a;
+    cli_args_init(&a, "freeze", options, argc, argv);
+    const char *value;
+    for (int k; (k = cli_args_next(&a, &value)) != CLI_ARG_END;) {
+        int device;
+        switch (k) {
+        case CLI_ARG_HELP:
             fputs(freeze_usage, stdout);
             return CLI_EXIT_OK;
-        } else if ((m = cli_option_value("freeze", argc, argv, &i, "--output", &value)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
+        case CLI_ARG_ERROR:
+            return CLI_EXIT_USAGE;
+        case CLI_ARG_OPERAND:
+            return cli_usage_error("freeze", "unexpected argument '%s'", value);
+        case OPT_OUTPUT:
             if (!*value)
                 return cli_usage_error("freeze", "option '--output' needs a file name");
             output = value;
-        } else if ((m = cli_option_value("freeze", argc, argv, &i, "--device", &value)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
-            int device;
+            break;
+        case OPT_DEVICE:
             if (fld_device_from_name(value, &device) != FLD_OK)
                 return cli_usage_error("freeze", "unknown device '%s' (cpu, cuda, rocm, ascend)",
                                        value);
-            for (unsigned bit = 0; bit < NDEVICE_BITS; bit++)
-                if (bit_device[bit] == device ||
-                    (bit_device[bit] == FLD_DEVICE_ASCEND && device == FLD_DEVICE_ASCEND_DL21))
-                    want_devices |= 1u << bit;
-        } else if (argv[i][0] == '-') {
-            return cli_usage_error("freeze", "unknown option '%s'", argv[i]);
-        } else {
-            return cli_usage_error("freeze", "unexpected argument '%s'", argv[i]);
+            want_devices |= cli_device_mask(device);
+            break;
         }
     }
 
@@ -336,6 +479,8 @@ int cmd_freeze(int argc, char **argv)
 
     struct op_list ops = {0};
     struct entry_list entries = {0};
+    struct device_note notes[NDEVICE_BITS];
+    memset(notes, 0, sizeof notes);
     int status = CLI_EXIT_OK;
     int st = fld_foreach_impl(collect_impl, &ops);
     if (ops.oom || st < 0) {
@@ -350,7 +495,7 @@ int cmd_freeze(int argc, char **argv)
         for (size_t i = 0; i < ops.n; i++)
             want_devices |= ops.items[i].devices;
 
-    st = freeze_all(&ops, want_devices, &entries);
+    st = freeze_all(&ops, &want_devices, &entries, notes);
     if (st != FLD_OK) {
         if (st != FLD_ENOMEM)
             fprintf(stderr, "fldispatch freeze: %s\n",
@@ -358,11 +503,18 @@ int cmd_freeze(int argc, char **argv)
         status = st == FLD_ECONFIG ? CLI_EXIT_USAGE : CLI_EXIT_CHECK_FAILED;
         goto done;
     }
+    report_left_out(stderr, "fldispatch freeze: ", notes);
+    if (entries.n == 0) {
+        fprintf(stderr, "fldispatch freeze: nothing to freeze%s; no manifest written\n",
+                want_devices ? " (nothing resolves under the policy)" : " (no device present)");
+        status = CLI_EXIT_NONE;
+        goto done;
+    }
 
     if (output) {
-        status = write_file(output, &entries, want_devices);
+        status = write_file(output, &entries, want_devices, notes);
     } else {
-        write_manifest(stdout, &entries, want_devices);
+        write_manifest(stdout, &entries, want_devices, notes);
         if (fflush(stdout) != 0) {
             fprintf(stderr, "fldispatch freeze: cannot write standard output: %s\n",
                     strerror(errno));

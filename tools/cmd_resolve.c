@@ -10,9 +10,11 @@
 
 #include "cli.h"
 #include "json.h"
+#include "options.h"
+#include "suggest.h"
 
 static const char resolve_usage[] =
-    "Usage: fldispatch resolve OP [--device D] [--dtype T] [--json]\n"
+    "Usage: fldispatch resolve [--device D] [--dtype T] [--json] [--] OP\n"
     "\n"
     "Shows which implementation a call of OP would use now under the policy of\n"
     "the environment: first line the selected impl_id (or 'none'), then the\n"
@@ -21,10 +23,14 @@ static const char resolve_usage[] =
     "\n"
     "  --device D   cpu (default), cuda, rocm, ascend\n"
     "  --dtype T    f32 (default), f16, bf16, any (default for attention_backend)\n"
-    "  --json       one JSON object {\"op\", \"device\", \"dtype\", \"selected\",\n"
-    "               \"candidates\", \"rejected\", \"order\", \"order_source\", \"policy\"}\n"
+    "  --json       one JSON object {\"schema\", \"op\", \"device\", \"dtype\",\n"
+    "               \"selected\" (null when none), \"candidates\", \"rejected\":\n"
+    "               [{\"impl_id\", \"reason\"}], \"order\" (tokens), \"order_source\",\n"
+    "               \"policy_summary\"} (docs/schemas/resolve.schema.json)\n"
     "\n"
-    "Exit status 3 when no implementation is available.\n";
+    "Exit status: 0 an implementation is selected, 2 usage or configuration error\n"
+    "(an unknown op is named with the closest registered ones), 3 no\n"
+    "implementation available.\n";
 
 static void resolve_text(const fld_resolution *r, const char *device, const char *dtype,
                          const char *policy)
@@ -50,8 +56,7 @@ static void resolve_json(const fld_resolution *r, const char *op, const char *de
                          const char *dtype, const char *policy)
 {
     struct json_writer w;
-    json_init(&w, stdout);
-    json_begin_object(&w);
+    json_begin_document(&w, stdout);
     json_key(&w, "op");
     json_string(&w, r->op ? r->op : op);
     json_key(&w, "device");
@@ -77,17 +82,18 @@ static void resolve_json(const fld_resolution *r, const char *op, const char *de
     }
     json_end_array(&w);
     json_key(&w, "order");
-    json_string(&w, r->order);
+    json_split(&w, r->order, "|");
     json_key(&w, "order_source");
     json_string(&w, r->order_source);
-    json_key(&w, "policy");
+    json_key(&w, "policy_summary");
     json_string(&w, policy);
     json_end_object(&w);
     json_finish(&w);
 }
 
 /* What to print when fld_explain() gave no resolution at all. */
-static int explain_failed(int rc, const char *op, const char *device, const char *dtype, bool json)
+static int explain_failed(int rc, const char *op, const char *device, const char *dtype,
+                          const char *policy, bool json)
 {
     const char *detail = *fld_last_error() ? fld_last_error() : fld_strerror(rc);
     if (rc == FLD_ENOTFOUND) {
@@ -100,7 +106,7 @@ static int explain_failed(int rc, const char *op, const char *device, const char
     }
     fld_resolution empty = {.op = op};
     if (json)
-        resolve_json(&empty, op, device, dtype, "");
+        resolve_json(&empty, op, device, dtype, policy);
     else
         printf("none\n%s\n", detail);
     return CLI_EXIT_NONE;
@@ -108,31 +114,39 @@ static int explain_failed(int rc, const char *op, const char *device, const char
 
 int cmd_resolve(int argc, char **argv)
 {
+    enum { OPT_JSON, OPT_DEVICE, OPT_DTYPE };
+    static const struct cli_option options[] = {
+        [OPT_JSON] = {"--json", false},
+        [OPT_DEVICE] = {"--device", true},
+        [OPT_DTYPE] = {"--dtype", true},
+        {NULL, false},
+    };
     const char *op = NULL, *device_name = "cpu", *dtype_name = NULL;
     bool json = false;
-
-    for (int i = 1; i < argc; i++) {
-        const char *value;
-        int m;
-        if (cli_is_help(argv[i])) {
+    struct cli_args a;
+    cli_args_init(&a, "resolve", options, argc, argv);
+    const char *value;
+    for (int k; (k = cli_args_next(&a, &value)) != CLI_ARG_END;) {
+        switch (k) {
+        case CLI_ARG_HELP:
             fputs(resolve_usage, stdout);
             return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--json") == 0) {
+        case CLI_ARG_ERROR:
+            return CLI_EXIT_USAGE;
+        case CLI_ARG_OPERAND:
+            if (op)
+                return cli_usage_error("resolve", "one OP at a time ('%s' and '%s')", op, value);
+            op = value;
+            break;
+        case OPT_JSON:
             json = true;
-        } else if ((m = cli_option_value("resolve", argc, argv, &i, "--device", &value)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
+            break;
+        case OPT_DEVICE:
             device_name = value;
-        } else if ((m = cli_option_value("resolve", argc, argv, &i, "--dtype", &value)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
+            break;
+        case OPT_DTYPE:
             dtype_name = value;
-        } else if (argv[i][0] == '-') {
-            return cli_usage_error("resolve", "unknown option '%s'", argv[i]);
-        } else if (op) {
-            return cli_usage_error("resolve", "one OP at a time ('%s' and '%s')", op, argv[i]);
-        } else {
-            op = argv[i];
+            break;
         }
     }
     if (!op)
@@ -159,9 +173,10 @@ int cmd_resolve(int argc, char **argv)
     if (rc != CLI_EXIT_OK)
         return rc;
     if (!fld_op_lookup(op)) {
-        fprintf(stderr, "fldispatch resolve: no such op '%s'; 'fldispatch list' shows the ops\n",
-                op);
-        return CLI_EXIT_USAGE;
+        char hint[256];
+        cli_did_you_mean_op(op, hint, sizeof hint);
+        return cli_usage_error("resolve", "no such op '%s'%s", op,
+                               *hint ? hint : " ('fldispatch list' shows the ops)");
     }
 
     char policy[1024];
@@ -171,7 +186,7 @@ int cmd_resolve(int argc, char **argv)
     rc = fld_explain(op, device, dtype, &res);
     if (!res)
         return explain_failed(rc == FLD_OK ? FLD_EUNAVAILABLE : rc, op, canonical_device,
-                              canonical_dtype, json);
+                              canonical_dtype, policy, json);
     if (json)
         resolve_json(res, op, canonical_device, canonical_dtype, policy);
     else

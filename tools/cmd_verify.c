@@ -45,13 +45,16 @@
 #include "cli.h"
 #include "device_tensors.h"
 #include "json.h"
+#include "options.h"
+#include "suggest.h"
 #include "verify.h"
 
 #define REFERENCE_ID "reference.c"
 #define DEFAULT_SEED 1u
 
 static const char verify_usage[] =
-    "Usage: fldispatch verify [OP...] [--device D] [--dtype T] [--quick] [--json] [--seed N]\n"
+    "Usage: fldispatch verify [--device D] [--dtype T] [--quick] [--json] [--seed N]\n"
+    "                         [--] [OP...]\n"
     "\n"
     "Runs every registered implementation of each OP against the reference\n"
     "implementation reference.c on generated inputs at vLLM's kernel test shapes\n"
@@ -75,10 +78,11 @@ static const char verify_usage[] =
     "  --dtype T    f32, f16, bf16 or a comma-separated list; unlike the other\n"
     "               commands, verify runs all three unless told\n"
     "  --quick      a few cases per op covering each kind (what make check runs)\n"
-    "  --json       {\"device\", \"provider\" (not for cpu), \"results\": [{\"op\",\n"
-    "               \"dtype\", \"impl_id\", \"cases\", \"passed\", \"declined\",\n"
-    "               \"max_abs_err\", \"max_rel_err\", \"atol\", \"rtol\", \"status\"}],\n"
-    "               \"ok\"}\n"
+    "  --json       {\"schema\", \"device\", \"provider\" (null for cpu), \"quick\",\n"
+    "               \"seed\", \"results\": [{\"op\", \"dtype\", \"impl_id\", \"cases\",\n"
+    "               \"passed\", \"declined\", \"failed\", \"max_abs_err\", \"max_rel_err\",\n"
+    "               \"atol\", \"rtol\", \"status\", \"reason\", \"first_failure\"}], \"ok\"}\n"
+    "               (docs/schemas/verify.schema.json)\n"
     "  --seed N     seed of the generated inputs (default 1)\n"
     "\n"
     "The full set trims vLLM's cartesian products to stay within about a minute\n"
@@ -190,40 +194,58 @@ static int parse_options(struct verify_opts *o, int argc, char **argv)
     o->seed = DEFAULT_SEED;
     const char *dtypes = NULL;
     bool any_op = false, skipped_attention = false;
-    for (int i = 1; i < argc; i++) {
-        const char *value;
-        int m;
-        if (cli_is_help(argv[i])) {
+    enum { OPT_JSON, OPT_QUICK, OPT_DEVICE, OPT_DTYPE, OPT_SEED };
+    static const struct cli_option options[] = {
+        [OPT_JSON] = {"--json", false},    [OPT_QUICK] = {"--quick", false},
+        [OPT_DEVICE] = {"--device", true}, [OPT_DTYPE] = {"--dtype", true},
+        [OPT_SEED] = {"--seed", true},     {NULL, false},
+    };
+    struct cli_args a;
+    cli_args_init(&a, "verify", options, argc, argv);
+    const char *value;
+    for (int k; (k = cli_args_next(&a, &value)) != CLI_ARG_END;) {
+        switch (k) {
+        case CLI_ARG_HELP:
             print_usage();
             return -1;
-        } else if (strcmp(argv[i], "--json") == 0) {
+        case CLI_ARG_ERROR:
+            return CLI_EXIT_USAGE;
+        case CLI_ARG_OPERAND:
+            if (strcmp(value, FLD_OP_ATTENTION_BACKEND) == 0) {
+                skipped_attention = true;
+            } else {
+                int op = find_op(value);
+                if (op < 0) {
+                    const char *names[N_OPS];
+                    for (size_t i = 0; i < N_OPS; i++)
+                        names[i] = verify_ops[i].name;
+                    char hint[128];
+                    cli_did_you_mean(value, names, N_OPS, hint, sizeof hint);
+                    return cli_usage_error("verify",
+                                           "unknown op '%s'%s (silu_and_mul, mul_and_silu, "
+                                           "gelu_and_mul, gelu_tanh_and_mul, rms_norm, "
+                                           "gemma_rms_norm, rotary_embedding)",
+                                           value, hint);
+                }
+                o->op_selected[op] = any_op = true;
+            }
+            break;
+        case OPT_JSON:
             o->json = true;
-        } else if (strcmp(argv[i], "--quick") == 0) {
+            break;
+        case OPT_QUICK:
             o->quick = true;
-        } else if ((m = cli_option_value("verify", argc, argv, &i, "--device", &value)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
+            break;
+        case OPT_DEVICE:
             o->device_name = value;
-        } else if ((m = cli_option_value("verify", argc, argv, &i, "--dtype", &value)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
+            break;
+        case OPT_DTYPE:
             dtypes = value;
-        } else if ((m = cli_option_value("verify", argc, argv, &i, "--seed", &value)) != 0) {
-            if (m < 0 || parse_seed(o, value) != CLI_EXIT_OK)
+            break;
+        case OPT_SEED:
+            if (parse_seed(o, value) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
-        } else if (argv[i][0] == '-') {
-            return cli_usage_error("verify", "unknown option '%s'", argv[i]);
-        } else if (strcmp(argv[i], FLD_OP_ATTENTION_BACKEND) == 0) {
-            skipped_attention = true;
-        } else {
-            int op = find_op(argv[i]);
-            if (op < 0)
-                return cli_usage_error("verify",
-                                       "unknown op '%s' (silu_and_mul, mul_and_silu, "
-                                       "gelu_and_mul, gelu_tanh_and_mul, rms_norm, "
-                                       "gemma_rms_norm, rotary_embedding)",
-                                       argv[i]);
-            o->op_selected[op] = any_op = true;
+            break;
         }
     }
     if (skipped_attention) {
@@ -1005,14 +1027,11 @@ static void report_text(const struct verify_opts *o, const struct plan *p)
 static void report_json(const struct verify_opts *o, const struct plan *p, bool ok)
 {
     struct json_writer w;
-    json_init(&w, stdout);
-    json_begin_object(&w);
+    json_begin_document(&w, stdout);
     json_key(&w, "device");
     json_string(&w, o->device_name);
-    if (o->device != FLD_DEVICE_CPU) {
-        json_key(&w, "provider");
-        json_string(&w, o->provider[0] ? o->provider : NULL);
-    }
+    json_key(&w, "provider");
+    json_string(&w, o->device != FLD_DEVICE_CPU && o->provider[0] ? o->provider : NULL);
     json_key(&w, "quick");
     json_bool(&w, o->quick);
     json_key(&w, "seed");
@@ -1046,14 +1065,10 @@ static void report_json(const struct verify_opts *o, const struct plan *p, bool 
         json_double(&w, r->rtol, 9);
         json_key(&w, "status");
         json_string(&w, row_status(r));
-        if (r->skip[0]) {
-            json_key(&w, "reason");
-            json_string(&w, r->skip);
-        }
-        if (r->failed) {
-            json_key(&w, "first_failure");
-            json_string(&w, r->first_failure);
-        }
+        json_key(&w, "reason");
+        json_text_or_null(&w, r->skip);
+        json_key(&w, "first_failure");
+        json_text_or_null(&w, r->failed ? r->first_failure : NULL);
         json_end_object(&w);
     }
     json_end_array(&w);

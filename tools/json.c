@@ -1,6 +1,8 @@
 #include "json.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 void json_init(struct json_writer *w, FILE *f)
 {
@@ -8,6 +10,14 @@ void json_init(struct json_writer *w, FILE *f)
     w->depth = 0;
     w->has_items[0] = false;
     w->after_key = false;
+}
+
+void json_begin_document(struct json_writer *w, FILE *f)
+{
+    json_init(w, f);
+    json_begin_object(w);
+    json_key(w, "schema");
+    json_int(w, JSON_SCHEMA_VERSION);
 }
 
 static void indent(struct json_writer *w)
@@ -79,10 +89,45 @@ void json_key(struct json_writer *w, const char *key)
     w->after_key = true;
 }
 
+size_t json_utf8_sequence(const unsigned char *p)
+{
+    unsigned char c = p[0];
+    if (c == 0)
+        return 0;
+    if (c < 0x80)
+        return 1;
+    /* The range of the second byte depends on the first (RFC 3629 section 4). */
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t len;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0)
+            lo = 0xa0; /* no overlong forms */
+        else if (c == 0xed)
+            hi = 0x9f; /* no UTF-16 surrogates */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f; /* nothing past U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return len;
+}
+
 void json_write_escaped(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
         switch (*p) {
         case '"':
             fputs("\\\"", f);
@@ -100,11 +145,21 @@ void json_write_escaped(FILE *f, const char *s)
             fputs("\\t", f);
             break;
         default:
-            if (*p < 0x20)
+            if (*p < 0x20) {
                 fprintf(f, "\\u%04x", *p);
-            else
-                fputc(*p, f); /* UTF-8 passes through unchanged */
+            } else {
+                size_t len = json_utf8_sequence(p);
+                if (len == 0) {
+                    fputs("\\ufffd", f); /* one per byte that is not valid UTF-8 */
+                    len = 1;
+                } else {
+                    fwrite(p, 1, len, f);
+                }
+                p += len;
+                continue;
+            }
         }
+        p++;
     }
     fputc('"', f);
 }
@@ -117,6 +172,40 @@ void json_string(struct json_writer *w, const char *s)
     }
     before_item(w);
     json_write_escaped(w->f, s);
+}
+
+void json_text_or_null(struct json_writer *w, const char *s)
+{
+    json_string(w, s && *s ? s : NULL);
+}
+
+void json_split(struct json_writer *w, const char *list, const char *seps)
+{
+    if (!list) {
+        json_null(w);
+        return;
+    }
+    json_begin_array(w);
+    const char *p = list;
+    for (;;) {
+        size_t len = strcspn(p, seps);
+        size_t start = 0, end = len;
+        while (start < end && (p[start] == ' ' || p[start] == '\t'))
+            start++;
+        while (end > start && (p[end - 1] == ' ' || p[end - 1] == '\t'))
+            end--;
+        if (end > start) {
+            char *item = strndup(p + start, end - start);
+            if (item) {
+                json_string(w, item);
+                free(item);
+            }
+        }
+        if (p[len] == '\0')
+            break;
+        p += len + 1;
+    }
+    json_end_array(w);
 }
 
 void json_int(struct json_writer *w, long long v)

@@ -1,13 +1,26 @@
 /*
  * A tiny streaming JSON writer for the tool's --json output: it tracks
  * nesting and commas, escapes strings, and indents two spaces per level.
+ *
+ * Every document is an object that starts with "schema": JSON_SCHEMA_VERSION
+ * (json_begin_document); docs/json-output.md describes the conventions and
+ * docs/schemas/ holds one JSON Schema per command.
+ *
+ * Output is always valid UTF-8: a byte of a string that is not part of a
+ * well-formed UTF-8 sequence (RFC 3629: no overlong forms, no surrogates,
+ * nothing past U+10FFFF) is written as \ufffd, the replacement character,
+ * one per byte. Control characters are escaped.
  */
 #ifndef FLD_TOOLS_JSON_H
 #define FLD_TOOLS_JSON_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/* The "schema" number of every --json document; raised when a key changes meaning or goes. */
+#define JSON_SCHEMA_VERSION 1
 
 #define JSON_MAX_DEPTH 32
 
@@ -19,6 +32,8 @@ struct json_writer {
 };
 
 void json_init(struct json_writer *w, FILE *f);
+/* json_init, the opening brace of the top-level object and its "schema" member. */
+void json_begin_document(struct json_writer *w, FILE *f);
 void json_begin_object(struct json_writer *w);
 void json_end_object(struct json_writer *w);
 void json_begin_array(struct json_writer *w);
@@ -27,6 +42,15 @@ void json_end_array(struct json_writer *w);
 void json_key(struct json_writer *w, const char *key);
 /* NULL writes null. */
 void json_string(struct json_writer *w, const char *s);
+/* NULL and "" write null: for optional text such as a reason or a detail line. */
+void json_text_or_null(struct json_writer *w, const char *s);
+/*
+ * The items of a list in one string, separated by any character of seps
+ * (":" for search paths, "," for vendor lists, "|" for token orders), as an
+ * array of strings; empty items are left out, surrounding blanks trimmed.
+ * NULL writes null.
+ */
+void json_split(struct json_writer *w, const char *list, const char *seps);
 void json_int(struct json_writer *w, long long v);
 /* Non-finite values write null (JSON has no NaN or infinity). */
 void json_double(struct json_writer *w, double v, int decimals);
@@ -35,7 +59,13 @@ void json_null(struct json_writer *w);
 /* Ends the document with a newline. */
 void json_finish(struct json_writer *w);
 
-/* Writes s as a quoted, escaped JSON string. */
+/* Writes s as a quoted, escaped JSON string (invalid UTF-8 replaced, see above). */
 void json_write_escaped(FILE *f, const char *s);
+
+/*
+ * The length of the well-formed UTF-8 sequence at p (1 to 4), or 0 when the
+ * byte at p does not start one (or *p is NUL).
+ */
+size_t json_utf8_sequence(const unsigned char *p);
 
 #endif

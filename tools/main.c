@@ -10,14 +10,18 @@
 #include <string.h>
 
 #include "cli.h"
+#include "suggest.h"
 
 static const char usage_text[] =
-    "Usage: fldispatch <command> [options]\n"
+    "Usage: fldispatch <command> [options] [--] [operands]\n"
+    "       fldispatch help <command>\n"
     "\n"
     "Inspect and exercise the fldispatch operator dispatcher.\n"
     "\n"
     "Commands:\n"
-    "  list     [--json]                    plugins and every registered implementation\n"
+    "  list     [--verbose] [--strict] [--json]\n"
+    "                                       one line per plugin; --verbose: every\n"
+    "                                       registered implementation\n"
     "  resolve  OP [--device D] [--dtype T] [--json]\n"
     "                                       which implementation runs OP, the candidates\n"
     "                                       in order and why the others were dropped\n"
@@ -39,24 +43,33 @@ static const char usage_text[] =
     "                                       crashes (signal and stage) and hangs\n"
     "\n"
     "Options:\n"
-    "  -h, --help     this help; 'fldispatch <command> --help' for one command\n"
+    "  -h, --help     this help; 'fldispatch <command> --help' (or 'fldispatch help\n"
+    "                 <command>') for one command\n"
     "  --version      the versions of the tool and of the library it loaded\n"
+    "  --             ends a command's options: what follows is an operand\n"
     "\n"
     "D: cpu (default), cuda, rocm, ascend.  T: f32 (default), f16, bf16, any.\n"
     "The policy comes from the VLLM_FL_* environment variables and YAML files\n"
     "('fldispatch config' shows each field and its source).\n"
+    "\n"
+    "--json prints one JSON object with a \"schema\" number (docs/json-output.md).\n"
     "\n"
     "Exit status: 0 success, 1 a check failed, 2 usage or configuration error,\n"
     "3 no implementation available.\n";
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
+    char message[1024];
     va_list ap;
-    fprintf(stderr, "fldispatch%s%s: ", cmd ? " " : "", cmd ? cmd : "");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "; try 'fldispatch %s%s--help'\n", cmd ? cmd : "", cmd ? " " : "");
+    size_t len = strlen(message);
+    /* After a question ("did you mean 'x'?") the hint goes in parentheses. */
+    bool question = len > 0 && message[len - 1] == '?';
+    fprintf(stderr, "fldispatch%s%s: %s%stry 'fldispatch %s%s--help'%s\n", cmd ? " " : "",
+            cmd ? cmd : "", message, question ? " (" : "; ", cmd ? cmd : "", cmd ? " " : "",
+            question ? ")" : "");
     return CLI_EXIT_USAGE;
 }
 
@@ -73,27 +86,6 @@ int cli_init(void)
 bool cli_is_help(const char *arg)
 {
     return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
-}
-
-int cli_option_value(const char *cmd, int argc, char **argv, int *i, const char *name,
-                     const char **value)
-{
-    const char *arg = argv[*i];
-    size_t len = strlen(name);
-    if (strncmp(arg, name, len) != 0)
-        return 0;
-    if (arg[len] == '=') {
-        *value = arg + len + 1;
-        return 1;
-    }
-    if (arg[len] != '\0')
-        return 0;
-    if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "option '%s' needs a value", name);
-        return -1;
-    }
-    *value = argv[++*i];
-    return 1;
 }
 
 static const char *const device_bits[] = {"cpu", "cuda", "rocm", "ascend"};
@@ -179,33 +171,76 @@ static int print_version(void)
     return CLI_EXIT_OK;
 }
 
+static const struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} commands[] = {
+    {"list", cmd_list},     {"resolve", cmd_resolve}, {"bench", cmd_bench},
+    {"config", cmd_config}, {"freeze", cmd_freeze},   {"verify", cmd_verify},
+    {"doctor", cmd_doctor},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const struct command *find_command(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(name, commands[i].name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+static int unknown_command(const char *name)
+{
+    const char *names[N_COMMANDS + 1];
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        names[i] = commands[i].name;
+    names[N_COMMANDS] = "help";
+    char hint[128];
+    cli_did_you_mean(name, names, N_COMMANDS + 1, hint, sizeof hint);
+    return cli_usage_error(NULL, "unknown command '%s'%s", name, hint);
+}
+
+/* "fldispatch help [COMMAND]": the same text as "fldispatch COMMAND --help". */
+static int help(int argc, char **argv)
+{
+    if (argc < 3) {
+        fputs(usage_text, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (argc > 3)
+        return cli_usage_error(NULL, "'help' takes one command ('%s' and '%s')", argv[2], argv[3]);
+    const struct command *c = find_command(argv[2]);
+    if (!c)
+        return unknown_command(argv[2]);
+    char help_flag[] = "--help";
+    char *sub_argv[] = {argv[2], help_flag, NULL};
+    return c->run(2, sub_argv);
+}
+
 int main(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        int (*run)(int argc, char **argv);
-    } commands[] = {
-        {"list", cmd_list},     {"resolve", cmd_resolve}, {"bench", cmd_bench},
-        {"config", cmd_config}, {"freeze", cmd_freeze},   {"verify", cmd_verify},
-        {"doctor", cmd_doctor},
-    };
-
     if (argc < 2) {
         fputs(usage_text, stderr);
         return CLI_EXIT_USAGE;
     }
     const char *cmd = argv[1];
-    if (cli_is_help(cmd) || strcmp(cmd, "help") == 0) {
+    if (cli_is_help(cmd)) {
         fputs(usage_text, stdout);
         return CLI_EXIT_OK;
     }
+    if (strcmp(cmd, "help") == 0)
+        return help(argc, argv);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0)
         return print_version();
 
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(cmd, commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
-    if (cmd[0] == '-')
-        return cli_usage_error(NULL, "unknown option '%s'", cmd);
-    return cli_usage_error(NULL, "unknown command '%s'", cmd);
+    const struct command *c = find_command(cmd);
+    if (c)
+        return c->run(argc - 1, argv + 1);
+    if (cmd[0] == '-') {
+        static const char *const top_options[] = {"--help", "--version"};
+        char hint[128];
+        cli_did_you_mean(cmd, top_options, 2, hint, sizeof hint);
+        return cli_usage_error(NULL, "unknown option '%s'%s", cmd, hint);
+    }
+    return unknown_command(cmd);
 }
