@@ -12,6 +12,8 @@
 
 #include <fldispatch/fldispatch.h>
 
+#include "util/files.h"
+#include "util/schema.h"
 #include "util/tool.h"
 
 /* The first line of s, in a static buffer. */
@@ -70,18 +72,47 @@ START_TEST(help_lists_commands)
 }
 END_TEST
 
+static const char *const all_commands[] = {"list",   "resolve", "bench", "config",
+                                           "freeze", "verify",  "doctor"};
+#define N_COMMANDS (sizeof all_commands / sizeof all_commands[0])
+
 START_TEST(command_help)
 {
-    static const char *const cmds[] = {"list", "resolve", "bench", "config", "freeze"};
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-        struct tool_run r;
-        tool_run(&r, NO_ENV, ARGS(cmds[i], "--help"));
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        struct tool_run r, h, s;
+        tool_run(&r, NO_ENV, ARGS(all_commands[i], "--help"));
         assert_status(r, 0);
         char usage[64];
-        snprintf(usage, sizeof usage, "Usage: fldispatch %s", cmds[i]);
-        ck_assert_msg(strstr(r.out, usage), "%s --help:\n" CLIP, cmds[i], r.out);
+        snprintf(usage, sizeof usage, "Usage: fldispatch %s", all_commands[i]);
+        ck_assert_msg(strncmp(r.out, usage, strlen(usage)) == 0, "%s --help:\n" CLIP,
+                      all_commands[i], r.out);
+        ck_assert_str_eq(r.err, "");
+        /* 'fldispatch help CMD' and '-h' say the same. */
+        tool_run(&h, NO_ENV, ARGS("help", all_commands[i]));
+        assert_status(h, 0);
+        ck_assert_str_eq(h.out, r.out);
+        tool_run(&s, NO_ENV, ARGS(all_commands[i], "-h"));
+        assert_status(s, 0);
+        ck_assert_str_eq(s.out, r.out);
         tool_run_free(&r);
+        tool_run_free(&h);
+        tool_run_free(&s);
     }
+
+    struct tool_run r, top;
+    tool_run(&r, NO_ENV, ARGS("help"));
+    tool_run(&top, NO_ENV, ARGS("--help"));
+    assert_status(r, 0);
+    ck_assert_str_eq(r.out, top.out);
+    ck_assert(line_with(r.out, "fldispatch help <command>"));
+    tool_run_free(&r);
+    tool_run_free(&top);
+
+    tool_run(&r, NO_ENV, ARGS("help", "lsit"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "unknown command 'lsit'", "did you mean 'list'?"), CLIP, r.err);
+    ck_assert_str_eq(r.out, "");
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -119,6 +150,22 @@ START_TEST(unknown_command)
     assert_status(r, 2);
     ck_assert(strstr(r.err, "--frobnicate"));
     tool_run_free(&r);
+
+    /* A near miss names the command meant; a far one names none. */
+    static const char *const typos[][2] = {{"lsit", "list"},     {"reslove", "resolve"},
+                                           {"doctr", "doctor"},  {"confg", "config"},
+                                           {"Verify", "verify"}, {"--verison", "--version"}};
+    for (size_t i = 0; i < sizeof typos / sizeof typos[0]; i++) {
+        tool_run(&r, NO_ENV, ARGS(typos[i][0]));
+        assert_status(r, 2);
+        char want[64];
+        snprintf(want, sizeof want, "did you mean '%s'?", typos[i][1]);
+        ck_assert_msg(line_with(r.err, typos[i][0], want), "%s:\n" CLIP, typos[i][0], r.err);
+        tool_run_free(&r);
+    }
+    tool_run(&r, NO_ENV, ARGS("frobnicate"));
+    ck_assert(!strstr(r.err, "did you mean"));
+    tool_run_free(&r);
 }
 END_TEST
 
@@ -132,7 +179,37 @@ START_TEST(unknown_options)
 
     tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--devcie", "cpu"));
     assert_status(r, 2);
-    ck_assert(strstr(r.err, "--devcie"));
+    ck_assert_msg(line_with(r.err, "fldispatch resolve: unknown option '--devcie'",
+                            "did you mean '--device'?", "fldispatch resolve --help"),
+                  CLIP, r.err);
+    ck_assert_str_eq(r.out, "");
+    tool_run_free(&r);
+
+    /* Every command says which option was meant. */
+    static const char *const near[][3] = {
+        {"list", "--verbsoe", "--verbose"},   {"list", "--sjon", "--json"},
+        {"config", "--jsn", "--json"},        {"freeze", "--ouptut", "--output"},
+        {"verify", "--seeed", "--seed"},      {"bench", "--thread", "--threads"},
+        {"doctor", "--timeuot", "--timeout"},
+    };
+    for (size_t i = 0; i < sizeof near / sizeof near[0]; i++) {
+        tool_run(&r, NO_ENV, ARGS(near[i][0], near[i][1]));
+        assert_status(r, 2);
+        char want[64];
+        snprintf(want, sizeof want, "did you mean '%s'?", near[i][2]);
+        ck_assert_msg(line_with(r.err, near[i][1], want), "%s %s:\n" CLIP, near[i][0], near[i][1],
+                      r.err);
+        tool_run_free(&r);
+    }
+
+    /* A flag takes no value; an option without its value is a usage error. */
+    tool_run(&r, NO_ENV, ARGS("list", "--json=yes"));
+    assert_status(r, 2);
+    ck_assert(line_with(r.err, "'--json' takes no value"));
+    tool_run_free(&r);
+    tool_run(&r, NO_ENV, ARGS("doctor", "--timeout"));
+    assert_status(r, 2);
+    ck_assert(line_with(r.err, "'--timeout' needs a value"));
     tool_run_free(&r);
 
     tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--fast"));
@@ -154,10 +231,43 @@ END_TEST
 
 /* ---- list ------------------------------------------------------------------- */
 
-START_TEST(list_text)
+START_TEST(list_summary)
 {
     struct tool_run r;
     tool_run(&r, NO_ENV, ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_str_eq(r.err, "");
+    ck_assert_msg(line_with(r.out, "PLUGIN", "VERSION", "ORIGIN", "STATUS", "IMPLS", "REASON"),
+                  "no header:\n" CLIP, r.out);
+    /* One line per plugin: name, version, origin, status, available/registered, reason. */
+    ck_assert_msg(line_with(r.out, "reference ", "built-in", "loaded", " 8/8"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "cpu ", "in-tree", "loaded", " 7/7"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "template ", "1.0.0", "unavailable", " 0/1",
+                            "set FLD_TEMPLATE_ENABLE=1 to enable the example"),
+                  CLIP, r.out);
+    ck_assert_int_eq(tool_count_of(r.out, " in-tree "), 5); /* ascend cpu cuda rocm template */
+    /* No implementation table, no file names: those are --verbose. */
+    ck_assert_msg(!strstr(r.out, "IMPL_ID") && !strstr(r.out, "fld-cpu.so") &&
+                      !line_with(r.out, "rms_norm", "reference.c"),
+                  "the summary shows details:\n" CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "8 op(s)", "implementation(s)", "available here"), CLIP, r.out);
+    ck_assert(line_with(r.out, "fldispatch list --verbose"));
+    tool_run_free(&r);
+
+    /* A long reason is cut, whole characters, with "..." */
+    tool_run(&r, ENV("ASCEND_HOME_PATH=/nonexistent/ascend/toolkit/with/a/long/path/that/goes/on"),
+             ARGS("list"));
+    assert_status(r, 0);
+    const char *line = line_with(r.out, "ascend ", "unavailable");
+    ck_assert_msg(line && strstr(line, "...") && strlen(line) < 150, CLIP, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
+START_TEST(list_verbose)
+{
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("list", "--verbose"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "  cpu ", "in-tree", "loaded", "fld-cpu.so"),
                   "no loaded cpu plugin:\n" CLIP, r.out);
@@ -173,8 +283,8 @@ START_TEST(list_text)
     ck_assert_msg(!line_with(r.out, "attention_backend", "vendor.cpu"),
                   "vendor.cpu registers attention_backend:\n" CLIP, r.out);
     /* The example plugin is loaded but stays off without its variable. */
-    ck_assert_msg(line_with(r.out, "vendor.template", "unavailable",
-                            "set FLD_TEMPLATE_ENABLE=1 to enable the example"),
+    ck_assert_msg(line_with(r.out, "vendor.template",
+                            "unavailable: ", "set FLD_TEMPLATE_ENABLE=1 to enable the example"),
                   "template plugin not listed as unavailable:\n" CLIP, r.out);
     tool_run_free(&r);
 }
@@ -183,11 +293,16 @@ END_TEST
 START_TEST(list_template_enabled)
 {
     struct tool_run r;
-    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("list"));
+    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("list", "--verbose"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "silu_and_mul", "vendor.template", " available"),
                   "template not available with FLD_TEMPLATE_ENABLE=1:\n" CLIP, r.out);
     ck_assert(!line_with(r.out, "vendor.template", "unavailable"));
+    tool_run_free(&r);
+
+    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "template ", "loaded", " 1/1"), CLIP, r.out);
     tool_run_free(&r);
 }
 END_TEST
@@ -198,12 +313,69 @@ START_TEST(list_json)
     tool_run(&r, NO_ENV, ARGS("list", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
+    tt_assert_schema(r.out, "list");
+    ck_assert(strncmp(r.out, "{\n  \"schema\": 1,\n", 16) == 0);
+    ck_assert(strstr(r.out, "\"plugin_path\": [\n"));
     ck_assert(strstr(r.out, "\"plugins\": ["));
     ck_assert(strstr(r.out, "\"impls\": ["));
     ck_assert(strstr(r.out, "\"name\": \"cpu\""));
     ck_assert(strstr(r.out, "\"impl_id\": \"vendor.cpu\""));
     ck_assert(strstr(r.out, "\"impl_id\": \"reference.c\""));
     ck_assert(strstr(r.out, "\"dtypes\": ["));
+    /* The built-in plugin has no file; absent text is null, not "". */
+    ck_assert(strstr(r.out, "\"path\": null,\n      \"builtin\": true"));
+    ck_assert(strstr(r.out, "\"reason\": null"));
+    ck_assert(!strstr(r.out, ": \"\""));
+    ck_assert(strstr(r.out, "\"reason\": \"set FLD_TEMPLATE_ENABLE=1 to enable the example\""));
+
+    /* Complete with or without --verbose. */
+    struct tool_run v;
+    tool_run(&v, NO_ENV, ARGS("list", "--json", "--verbose"));
+    assert_status(v, 0);
+    ck_assert_str_eq(v.out, r.out);
+    tool_run_free(&v);
+    tool_run_free(&r);
+}
+END_TEST
+
+/* A plugin directory holding the good fixture and one the host rejects (bad magic). */
+static const char *dir_with_rejected_plugin(void)
+{
+    static char dir[4096];
+    tt_make_subdir(dir, tt_make_tmpdir("cli-strict"), "plugins", 0755);
+    tt_install_fixture(NULL, dir, "plugins", "good");
+    tt_install_fixture(NULL, dir, "plugins", "bad_magic");
+    return dir;
+}
+
+START_TEST(list_strict)
+{
+    char env[4200];
+    snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s", dir_with_rejected_plugin());
+    struct tool_run r;
+    /* A rejected plugin is listed, and by default is no failure of list. */
+    tool_run(&r, ENV(env), ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "fld-bad_magic", "rejected", "magic"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "good", "loaded"), CLIP, r.out);
+    tool_run_free(&r);
+
+    static const char *const forms[][3] = {{"list", "--strict", NULL},
+                                           {"list", "--strict", "--verbose"},
+                                           {"list", "--json", "--strict"}};
+    for (size_t i = 0; i < 3; i++) {
+        tool_run(&r, ENV(env), ARGS(forms[i][0], forms[i][1], forms[i][2]));
+        assert_status(r, 1);
+        ck_assert_msg(line_with(r.err, "1 plugin(s) rejected", "--strict"), CLIP, r.err);
+        ck_assert(strstr(r.out, "bad_magic")); /* the output is complete all the same */
+        if (i == 2)
+            tt_assert_schema(r.out, "list");
+        tool_run_free(&r);
+    }
+
+    /* Nothing rejected: --strict changes nothing. */
+    tool_run(&r, NO_ENV, ARGS("list", "--strict"));
+    assert_status(r, 0);
     tool_run_free(&r);
 }
 END_TEST
@@ -251,8 +423,11 @@ START_TEST(resolve_json)
     ck_assert(strstr(r.out, "\"selected\": \"vendor.cpu\""));
     ck_assert(strstr(r.out, "\"candidates\": ["));
     ck_assert(strstr(r.out, "\"rejected\": ["));
-    ck_assert(strstr(r.out, "\"order\": "));
-    ck_assert(strstr(r.out, "\"order_source\": "));
+    ck_assert(
+        strstr(r.out, "\"order\": [\n    \"flagos\",\n    \"vendor\",\n    \"reference\"\n  ]"));
+    ck_assert(strstr(r.out, "\"order_source\": \"default\""));
+    ck_assert(strstr(r.out, "\"policy_summary\": \"prefer=flagos"));
+    tt_assert_schema(r.out, "resolve");
     tool_run_free(&r);
 }
 END_TEST
@@ -282,6 +457,7 @@ START_TEST(resolve_denied_vendor)
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"selected\": \"reference.c\""));
     ck_assert(strstr(r.out, "\"impl_id\": \"vendor.cpu\""));
+    tt_assert_schema(r.out, "resolve");
     tool_run_free(&r);
 }
 END_TEST
@@ -291,7 +467,63 @@ START_TEST(resolve_unknown_op)
     struct tool_run r;
     tool_run(&r, NO_ENV, ARGS("resolve", "no_such_op"));
     assert_status(r, 2);
-    ck_assert(line_with(r.err, "no such op", "no_such_op"));
+    ck_assert(line_with(r.err, "no such op", "no_such_op", "fldispatch list"));
+    ck_assert(!strstr(r.err, "did you mean"));
+    tool_run_free(&r);
+
+    /* A near miss names the op meant, in resolve, verify and bench. */
+    tool_run(&r, NO_ENV, ARGS("resolve", "rms_nrom"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "no such op 'rms_nrom'", "did you mean 'rms_norm'?"), CLIP,
+                  r.err);
+    ck_assert_str_eq(r.out, "");
+    tool_run_free(&r);
+    tool_run(&r, NO_ENV, ARGS("resolve", "attention_backnd"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "did you mean 'attention_backend'?"), CLIP, r.err);
+    tool_run_free(&r);
+    tool_run(&r, NO_ENV, ARGS("verify", "--quick", "silu_and_mull"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "unknown op 'silu_and_mull'", "did you mean 'silu_and_mul'?"),
+                  CLIP, r.err);
+    tool_run_free(&r);
+    tool_run(&r, NO_ENV, ARGS("bench", "--quick", "gemma_rmsnorm"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "unknown op 'gemma_rmsnorm'", "did you mean 'gemma_rms_norm'?"),
+                  CLIP, r.err);
+    tool_run_free(&r);
+}
+END_TEST
+
+START_TEST(double_dash_ends_options)
+{
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("resolve", "--json", "--", "rms_norm"));
+    assert_status(r, 0);
+    ck_assert(strstr(r.out, "\"selected\": \"vendor.cpu\""));
+    tool_run_free(&r);
+
+    /* After "--" an argument is an operand even when it looks like an option. */
+    tool_run(&r, NO_ENV, ARGS("resolve", "--", "--json"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "no such op '--json'"), CLIP, r.err);
+    ck_assert_str_eq(r.out, "");
+    tool_run_free(&r);
+
+    tool_run(&r, NO_ENV, ARGS("doctor", "--", "-no-such-plugin.so"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "cannot use '-no-such-plugin.so'"), CLIP, r.err);
+    tool_run_free(&r);
+
+    tool_run(&r, NO_ENV, ARGS("list", "--", "--json"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "unexpected argument '--json'"), CLIP, r.err);
+    tool_run_free(&r);
+
+    /* A second "--" is an operand too. */
+    tool_run(&r, NO_ENV, ARGS("resolve", "--", "rms_norm", "--"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "one OP at a time", "'--'"), CLIP, r.err);
     tool_run_free(&r);
 }
 END_TEST
@@ -310,6 +542,8 @@ START_TEST(resolve_nothing_available)
     assert_status(r, 3);
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"selected\": null"));
+    ck_assert(strstr(r.out, "\"candidates\": []"));
+    tt_assert_schema(r.out, "resolve");
     tool_run_free(&r);
 }
 END_TEST
@@ -397,7 +631,8 @@ END_TEST
 
 /*
  * In JSON output, whether the policy object whose "key" is key has that
- * value and source (the writer puts "key", "value", "source" in that order).
+ * value (as written: "\"reference\"", "true", "[]") and source (the writer
+ * puts "key", "value", "source" in that order).
  */
 static bool json_field(const char *text, const char *key, const char *value, const char *source)
 {
@@ -407,7 +642,7 @@ static bool json_field(const char *text, const char *key, const char *value, con
     if (!p)
         return false;
     const char *end = strchr(p, '}');
-    snprintf(want, sizeof want, "\"value\": \"%s\"", value);
+    snprintf(want, sizeof want, "\"value\": %s", value);
     const char *v = strstr(p, want);
     snprintf(want, sizeof want, "\"source\": \"%s\"", source);
     const char *s = strstr(p, want);
@@ -463,14 +698,72 @@ START_TEST(config_json)
     ck_assert(strstr(r.out, "\"name\": \"cpu\""));
     ck_assert(strstr(r.out, "\"detected_by\": \"VLLM_FL_PLATFORM\""));
     ck_assert(strstr(r.out, "\"config_file\": "));
-    ck_assert(strstr(r.out, "\"config_path\": \""));
     ck_assert(strstr(r.out, "\"policy\": ["));
-    ck_assert(strstr(r.out, "\"plugin_path\": \""));
-    ck_assert_msg(json_field(r.out, "prefer", "reference", "VLLM_FL_PREFER"),
+    ck_assert_msg(json_field(r.out, "prefer", "\"reference\"", "VLLM_FL_PREFER"),
                   "prefer does not come from VLLM_FL_PREFER:\n" CLIP, r.out);
     ck_assert_msg(strstr(r.out, "\"source\": \"VLLM_FL_DENY_VENDORS\""),
                   "no field from VLLM_FL_DENY_VENDORS:\n" CLIP, r.out);
     ck_assert_msg(strstr(r.out, "\"source\": \"default\""), "no default field:\n" CLIP, r.out);
+    /* Typed values: switches are booleans, lists arrays, paths arrays of directories. */
+    ck_assert_msg(json_field(r.out, "strict", "false", "default"), CLIP, r.out);
+    ck_assert_msg(json_field(r.out, "enabled", "true", "default"), CLIP, r.out);
+    ck_assert_msg(json_field(r.out, "deny_vendors",
+                             "[\n        \"acme\",\n        \"cuda\"\n      ]",
+                             "VLLM_FL_DENY_VENDORS"),
+                  CLIP, r.out);
+    ck_assert_msg(json_field(r.out, "allow_vendors", "[]", "default"), CLIP, r.out);
+    ck_assert_msg(json_field(r.out, "custom_ops", "[\n        \"all\"\n      ]", "default"), CLIP,
+                  r.out);
+    ck_assert_msg(json_field(r.out, "op_backends", "[]", "default"), CLIP, r.out);
+    ck_assert(strstr(r.out, "\"config_path\": [\n"));
+    ck_assert(strstr(r.out, "\"plugin_path\": [\n"));
+    ck_assert(strstr(r.out, "\"policy_summary\": \"prefer=reference"));
+    ck_assert(!strstr(r.out, "\"value\": \"true\"") && !strstr(r.out, "\"value\": \"\""));
+    tt_assert_schema(r.out, "config");
+    tool_run_free(&r);
+
+    tool_run(&r, ENV("VLLM_FL_STRICT=1", "VLLM_FL_CUSTOM_OPS=-rms_norm,+silu_and_mul"),
+             ARGS("config", "--json"));
+    assert_status(r, 0);
+    ck_assert_msg(json_field(r.out, "strict", "true", "VLLM_FL_STRICT"), CLIP, r.out);
+    ck_assert_msg(strstr(r.out, "\"-rms_norm\""), CLIP, r.out);
+    tt_assert_schema(r.out, "config");
+    tool_run_free(&r);
+}
+END_TEST
+
+/* Under VLLM_FL_CONFIG the platform file is not read, so config does not name it. */
+START_TEST(config_file_replaces_platform_file)
+{
+    const char *dir = tt_make_tmpdir("cli-config");
+    char path[4096], env[4200];
+    snprintf(path, sizeof path, "%s/policy.yaml", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("prefer: reference\n", f);
+    fclose(f);
+    snprintf(env, sizeof env, "VLLM_FL_CONFIG=%s", path);
+
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("config"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "platform file:", "cpu.yaml"), CLIP, r.out);
+    tool_run_free(&r);
+
+    tool_run(&r, ENV(env), ARGS("config"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "platform file:", "(none)"), CLIP, r.out);
+    ck_assert_msg(!strstr(r.out, "cpu.yaml"), "the unread platform file is named:\n" CLIP, r.out);
+    char source[4200];
+    snprintf(source, sizeof source, "%s:1", path);
+    ck_assert_msg(line_with(r.out, "prefer ", "reference", source), CLIP, r.out);
+    tool_run_free(&r);
+
+    tool_run(&r, ENV(env), ARGS("config", "--json"));
+    assert_status(r, 0);
+    ck_assert_msg(strstr(r.out, "\"config_file\": null"), CLIP, r.out);
+    ck_assert(!strstr(r.out, "cpu.yaml"));
+    tt_assert_schema(r.out, "config");
     tool_run_free(&r);
 }
 END_TEST
@@ -481,9 +774,11 @@ START_TEST(config_per_op_order)
     tool_run(&r, ENV("VLLM_FL_PER_OP=rms_norm=reference|vendor"), ARGS("config", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
-    ck_assert_msg(strstr(r.out, "rms_norm") && strstr(r.out, "reference|vendor") &&
-                      strstr(r.out, "\"source\": \"VLLM_FL_PER_OP\""),
+    ck_assert_msg(json_field(r.out, "op_backends.rms_norm",
+                             "[\n        \"reference\",\n        \"vendor\"\n      ]",
+                             "VLLM_FL_PER_OP"),
                   "the per-op order is not reported:\n" CLIP, r.out);
+    tt_assert_schema(r.out, "config");
     tool_run_free(&r);
 }
 END_TEST
@@ -543,16 +838,19 @@ static char *without_lines(const char *text, const char *prefix)
     return out;
 }
 
+/* The lines of stderr that say a device was left out. */
+#define LEFT_OUT "fldispatch freeze: left out device "
+
 START_TEST(freeze_stdout)
 {
     struct tool_run r;
     tool_run(&r, NO_ENV, ARGS("freeze"));
     assert_status(r, 0);
-    ck_assert_str_eq(r.err, "");
     ck_assert_msg(strncmp(r.out, "# fldispatch manifest", 21) == 0, "no header:\n" CLIP, r.out);
     ck_assert(line_with(r.out, "# Written by fldispatch freeze " FLD_VERSION_STRING));
     ck_assert(line_with(r.out, "# Platform: cpu", "VLLM_FL_PLATFORM"));
     ck_assert(line_with(r.out, "# Policy: ", "prefer="));
+    ck_assert(line_with(r.out, "# Devices: cpu"));
     ck_assert(strstr(r.out, "\nversion: 1\nentries:\n"));
     ck_assert_msg(line_with(r.out, "  - {op: rms_norm, device: cpu, dtype: f32, impl: vendor.cpu}"),
                   "rms_norm is not frozen to vendor.cpu:\n" CLIP, r.out);
@@ -560,28 +858,44 @@ START_TEST(freeze_stdout)
                                "vendor.cpu}"));
     ck_assert(line_with(r.out, "  - {op: attention_backend, device: cpu, dtype: any, impl: "
                                "reference.c}"));
-    /* Seven typed ops x three dtypes on cpu, plus attention_backend per device. */
-    ck_assert_int_ge(tool_count_of(r.out, "  - {op: "), 22);
+    /* Seven typed ops x three dtypes, plus attention_backend, on the cpu only: no GPU here. */
+    ck_assert_int_eq(tool_count_of(r.out, "  - {op: "), 22);
     ck_assert_int_eq(tool_count_of(r.out, "device: cpu, dtype: f32"), 7);
+    ck_assert_msg(!strstr(r.out, "device: cuda") && !strstr(r.out, "device: rocm") &&
+                      !strstr(r.out, "device: ascend"),
+                  "a device without its runtime is frozen:\n" CLIP, r.out);
+    /* ...and what was left out, and why, on stderr and in the header. */
+    ck_assert_msg(line_with(r.err, LEFT_OUT "cuda: ", "plugin 'cuda'", "no CUDA driver"), CLIP,
+                  r.err);
+    ck_assert_msg(line_with(r.err, LEFT_OUT "rocm: ", "plugin 'rocm'"), CLIP, r.err);
+    ck_assert_msg(line_with(r.err, LEFT_OUT "ascend: ", "plugin 'ascend'"), CLIP, r.err);
+    ck_assert_int_eq(tool_count_of(r.err, "\n"), 3);
+    ck_assert(line_with(r.out, "# left out device cuda: ", "no CUDA driver"));
     /* The unavailable template plugin is never frozen. */
     ck_assert(!strstr(r.out, "vendor.template"));
     tool_run_free(&r);
 
     /* The policy of the environment decides. */
-    tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze"));
+    tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze", "--device", "cpu"));
     assert_status(r, 0);
     ck_assert(line_with(r.out, "  - {op: rms_norm, device: cpu, dtype: f32, impl: reference.c}"));
     ck_assert(line_with(r.out, "# Policy: ", "prefer=reference"));
     ck_assert(!strstr(r.out, "vendor.cpu"));
+    ck_assert_str_eq(r.err, "");
     tool_run_free(&r);
 
+    /* Pairs nothing qualifies for are left out, and said. */
     tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template"),
-             ARGS("freeze"));
+             ARGS("freeze", "--device", "cpu"));
     assert_status(r, 0);
     ck_assert(
         line_with(r.out, "{op: silu_and_mul, device: cpu, dtype: f32, impl: vendor.template}"));
     /* vendor.template is float32 only and the order has no other token. */
     ck_assert(!strstr(r.out, "{op: silu_and_mul, device: cpu, dtype: bf16"));
+    ck_assert_msg(line_with(r.err, "fldispatch freeze: left out on cpu: 2 (op, dtype) pair(s)",
+                            "silu_and_mul f16, silu_and_mul bf16", "fldispatch resolve"),
+                  CLIP, r.err);
+    ck_assert(line_with(r.out, "# left out on cpu: 2 (op, dtype) pair(s)"));
     tool_run_free(&r);
 }
 END_TEST
@@ -642,23 +956,60 @@ START_TEST(freeze_to_file)
 }
 END_TEST
 
+/* "VLLM_FL_PLUGIN_MODULES=<build>/tests/fakedev/fld-fakedev.so": a "cuda" device on host memory. */
+static const char *fakedev_env(void)
+{
+    static char entry[4200];
+    snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/fakedev/fld-fakedev.so",
+             tool_builddir());
+    return entry;
+}
+
 START_TEST(freeze_devices)
 {
     struct tool_run r;
+    /* Devices asked for but not present: nothing to freeze, no manifest, exit 3. */
     tool_run(&r, NO_ENV, ARGS("freeze", "--device", "rocm", "--device=ascend"));
-    assert_status(r, 0);
-    ck_assert(line_with(r.out, "# Devices: rocm,ascend"));
-    ck_assert(line_with(r.out, "{op: attention_backend, device: rocm, dtype: any"));
-    ck_assert(line_with(r.out, "{op: attention_backend, device: ascend, dtype: any"));
-    ck_assert(!strstr(r.out, "device: cpu"));
-    ck_assert(!strstr(r.out, "device: cuda"));
+    assert_status(r, 3);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_msg(line_with(r.err, LEFT_OUT "rocm: ", "plugin 'rocm'"), CLIP, r.err);
+    ck_assert_msg(line_with(r.err, LEFT_OUT "ascend: ", "plugin 'ascend'"), CLIP, r.err);
+    ck_assert(!strstr(r.err, "device cuda"));
+    ck_assert_msg(line_with(r.err, "nothing to freeze (no device present); no manifest written"),
+                  CLIP, r.err);
     tool_run_free(&r);
 
-    /* Nothing resolves: an empty, valid manifest. */
-    tool_run(&r, ENV("VLLM_FL_PREFER_ENABLED=0", "VLLM_FL_PER_OP=attention_backend=vendor"),
-             ARGS("freeze", "--device", "cuda"));
+    /* A device whose plugin provides its memory is frozen, with its own kernels. */
+    tool_run(&r, ENV(fakedev_env()), ARGS("freeze", "--device", "cuda"));
     assert_status(r, 0);
-    ck_assert(strstr(r.out, "\nversion: 1\nentries: []\n"));
+    ck_assert(line_with(r.out, "# Devices: cuda"));
+    ck_assert_msg(
+        line_with(r.out, "{op: rms_norm, device: cuda, dtype: bf16, impl: vendor.fakedev}"), CLIP,
+        r.out);
+    ck_assert(line_with(r.out, "{op: attention_backend, device: cuda, dtype: any, impl: "
+                               "reference.c}"));
+    ck_assert(!strstr(r.out, "device: cpu"));
+    /* The ops the fake device lacks are said. */
+    ck_assert_msg(line_with(r.err, "left out on cuda: ", "gelu_and_mul f32"), CLIP, r.err);
+    tool_run_free(&r);
+
+    /* The same plugin, its device switched off: left out with the plugin's reason. */
+    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"), ARGS("freeze"));
+    assert_status(r, 0);
+    ck_assert(!strstr(r.out, "device: cuda"));
+    ck_assert(line_with(r.out, "# Devices: cpu"));
+    ck_assert_msg(line_with(r.err, LEFT_OUT "cuda: ", "unavailable"), CLIP, r.err);
+    tool_run_free(&r);
+
+    /* Nothing resolves under the policy: exit 3, no manifest. */
+    tool_run(&r,
+             ENV(fakedev_env(), "VLLM_FL_DENY_VENDORS=fakedev", "VLLM_FL_PREFER_ENABLED=0",
+                 "VLLM_FL_PER_OP=attention_backend=vendor"),
+             ARGS("freeze", "--device", "cuda"));
+    assert_status(r, 3);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_msg(line_with(r.err, "nothing to freeze (nothing resolves under the policy)"), CLIP,
+                  r.err);
     tool_run_free(&r);
 
     tool_run(&r, NO_ENV, ARGS("freeze", "--device", "tpu"));
@@ -716,13 +1067,18 @@ START_TEST(bench_overhead_json)
              ARGS("bench", "--overhead", "--json", "--reps=3", "--calls=1000"));
     assert_status(r, 0);
     assert_json_object(r.out);
+    tt_assert_schema(r.out, "bench");
+    ck_assert(strstr(r.out, "\"benchmark\": \"dispatch_overhead\""));
+    ck_assert(strstr(r.out, "\"shape\": \"1x4096\""));
+    ck_assert(strstr(r.out, "\"targets\": [\n"));
+    ck_assert(strstr(r.out, "\"target\": \"handle_overhead_ns\""));
     ck_assert(strstr(r.out, "\"machine\": {"));
     ck_assert(strstr(r.out, "\"cpu\": \""));
     ck_assert(strstr(r.out, "\"threads\": "));
     ck_assert(strstr(r.out, "\"results\": ["));
     ck_assert(strstr(r.out, "\"scaling_2t\": {"));
-    ck_assert_int_eq(tool_count_of(r.out, "\"variant\": "),
-                     24); /* 3 kernels x 4 variants x 2 thread counts */
+    /* 3 kernels x 4 variants x 2 thread counts, and as many targets */
+    ck_assert_int_eq(tool_count_of(r.out, "\"variant\": "), 48);
     ck_assert_int_eq(tool_count_of(r.out, "\"ns_per_call\": "), 24);
     ck_assert_int_eq(tool_count_of(r.out, "\"overhead_ns\": "), 24);
     ck_assert(strstr(r.out, "\"kernel\": \"opaque\""));
@@ -763,9 +1119,11 @@ static Suite *cli_suite(void)
 
     TCase *list = tcase_create("list");
     tcase_set_timeout(list, 60);
-    tcase_add_test(list, list_text);
+    tcase_add_test(list, list_summary);
+    tcase_add_test(list, list_verbose);
     tcase_add_test(list, list_template_enabled);
     tcase_add_test(list, list_json);
+    tcase_add_test(list, list_strict);
     tcase_add_test(list, bad_environment_is_config_error);
     suite_add_tcase(s, list);
 
@@ -776,6 +1134,7 @@ static Suite *cli_suite(void)
     tcase_add_test(resolve, resolve_prefer_reference);
     tcase_add_test(resolve, resolve_denied_vendor);
     tcase_add_test(resolve, resolve_unknown_op);
+    tcase_add_test(resolve, double_dash_ends_options);
     tcase_add_test(resolve, resolve_nothing_available);
     tcase_add_test(resolve, resolve_device_and_dtype_options);
     tcase_add_test(resolve, resolve_attention_backend_uses_any_dtype);
@@ -787,6 +1146,7 @@ static Suite *cli_suite(void)
     tcase_add_test(config, config_text);
     tcase_add_test(config, config_json);
     tcase_add_test(config, config_per_op_order);
+    tcase_add_test(config, config_file_replaces_platform_file);
     tcase_add_test(config, config_errors);
     suite_add_tcase(s, config);
 
