@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/schema.h"
 #include "util/tool.h"
 
 /* "VLLM_FL_PLUGIN_MODULES=<build>/tests/fakedev/fld-fakedev.so", in a static buffer. */
@@ -262,14 +263,23 @@ static bool shape_text(const char *s)
     }
 }
 
+/* Whether obj has key with the value null. */
+static bool jv_is_null(const struct jvalue *obj, const char *key)
+{
+    const struct jvalue *v = jv_get(obj, key);
+    return v && v->type == J_NULL;
+}
+
 /*
- * Checks the machine object and every result; returns the parsed document.
- * On a device (not the CPU) the baseline is the d2d copy and there are no
- * thread counts (0) and no STREAM figures (null).
+ * Checks the document against docs/schemas/bench.schema.json, the machine
+ * object and every result; returns the parsed document. On a device (not
+ * the CPU) the baseline is the d2d copy and there are no thread counts and
+ * no STREAM figures (null); on the CPU no device figures (null).
  */
 static struct jvalue *parse_bench_json_on(const struct tool_run *r, bool device)
 {
     ck_assert_msg(r->out[0] == '{', "output is not a JSON object:\n" CLIP, r->out);
+    tt_assert_schema(r->out, "bench");
     struct jvalue *doc = json_parse(r->out);
     ck_assert_msg(doc != NULL, "output is not valid JSON:\n" CLIP, r->out);
     const struct jvalue *m = jv_get(doc, "machine");
@@ -284,12 +294,17 @@ static struct jvalue *parse_bench_json_on(const struct tool_run *r, bool device)
         double d2d = jv_number(m, "d2d_copy_gbps");
         ck_assert_msg(d2d > 0.01 && d2d < 100000, "d2d_copy_gbps %g", d2d);
         ck_assert(jv_number(doc, "baseline_gbps") == d2d);
+        ck_assert(jv_is_null(m, "stream_array_bytes"));
     } else {
         double s1 = jv_number(m, "stream_gbps_1t"), sn = jv_number(m, "stream_gbps");
         ck_assert_msg(s1 > 0.1 && s1 < 10000, "stream_gbps_1t %g", s1);
         ck_assert_msg(sn > 0.1 && sn < 10000, "stream_gbps %g", sn);
-        ck_assert_ptr_null(jv_get(doc, "baseline_gbps"));
+        ck_assert(jv_is_null(doc, "baseline_gbps"));
+        ck_assert(jv_is_null(doc, "provider"));
+        ck_assert(jv_is_null(m, "d2d_copy_gbps") && jv_is_null(m, "d2d_copy_bytes") &&
+                  jv_is_null(m, "device_detail"));
     }
+    ck_assert_str_eq(jv_string(doc, "benchmark"), "kernels");
 
     const struct jvalue *res = jv_get(doc, "results");
     ck_assert_msg(res && res->type == J_ARRAY && res->n > 0, "no results");
@@ -300,7 +315,7 @@ static struct jvalue *parse_bench_json_on(const struct tool_run *r, bool device)
         ck_assert(strlen(jv_string(e, "dtype")) > 0);
         ck_assert_msg(shape_text(jv_string(e, "shape")), "shape '%s'", jv_string(e, "shape"));
         if (device)
-            ck_assert(jv_number(e, "threads") == 0);
+            ck_assert(jv_is_null(e, "threads"));
         else
             ck_assert(jv_number(e, "threads") >= 1);
         double us = jv_number(e, "us"), gbps = jv_number(e, "gbps");
@@ -324,8 +339,10 @@ static const struct jvalue *find_result(const struct jvalue *doc, const char *im
     const struct jvalue *res = jv_get(doc, "results");
     for (size_t i = 0; res && i < res->n; i++) {
         const struct jvalue *e = res->items[i];
+        /* threads 0: a device, where results have none (null) */
+        bool same_threads = threads ? jv_number(e, "threads") == threads : jv_is_null(e, "threads");
         if (strcmp(jv_string(e, "impl_id"), impl) == 0 &&
-            strcmp(jv_string(e, "shape"), shape) == 0 && jv_number(e, "threads") == threads)
+            strcmp(jv_string(e, "shape"), shape) == 0 && same_threads)
             return e;
     }
     return NULL;
@@ -530,7 +547,7 @@ START_TEST(device_quick_json_has_d2d_baseline)
     struct jvalue *doc = parse_bench_json_on(&r, true);
     ck_assert_str_eq(jv_string(doc, "device"), "cuda");
     const struct jvalue *m = jv_get(doc, "machine");
-    ck_assert_str_eq(jv_string(m, "device_provider"), "fakedev");
+    ck_assert_str_eq(jv_string(doc, "provider"), "fakedev");
     ck_assert(jv_number(m, "d2d_copy_bytes") == 16 << 20);
     ck_assert(jv_number(m, "d2d_runs") >= 2); /* before the kernels and after the op */
     const double d2d = jv_number(m, "d2d_copy_gbps");

@@ -28,6 +28,7 @@
 
 #include "util/env.h"
 #include "util/files.h"
+#include "util/schema.h"
 #include "util/tool.h"
 
 #define CRASHERS "segv", "abort", "ctorcrash", "availcrash", "exit"
@@ -239,8 +240,9 @@ START_TEST(doctor_json_reports_signal_and_stage)
         doctor(&r, NULL, ARGS("doctor", "--json", path));
         assert_status(r, 1);
         ck_assert_msg(tool_json_valid(r.out), "invalid JSON:\n" CLIP, r.out);
+        tt_assert_schema(r.out, "doctor");
         char want[256];
-        snprintf(want, sizeof want, "\"state\": \"%s\"", expect[i].state);
+        snprintf(want, sizeof want, "\"status\": \"%s\"", expect[i].state);
         ck_assert_msg(strstr(r.out, want), "%s: no %s:\n" CLIP, expect[i].fixture, want, r.out);
         snprintf(want, sizeof want, "\"stage\": \"%s\"", expect[i].stage);
         ck_assert_msg(strstr(r.out, want), "%s: no %s:\n" CLIP, expect[i].fixture, want, r.out);
@@ -327,11 +329,21 @@ START_TEST(doctor_rejects_as_the_host_does)
     snprintf(count, sizeof count, "%s/count", tmp);
     struct tool_run r;
     doctor(&r, count, ARGS("doctor", bad_magic, open_file));
-    assert_status(r, 0); /* rejected plugins are not a failure of the doctor */
+    assert_status(r, 1); /* a plugin the host refuses is a fault of the installation */
     const char *line = doctor_line(&r, "bad_magic", "rejected");
     ck_assert_msg(strstr(line, "bad descriptor magic"), "%s", line);
     line = doctor_line(&r, "probegood", "rejected");
     ck_assert_msg(strstr(line, "writable by others"), "%s", line);
+    ck_assert(line_with(r.out, "Summary: 2 plugin file(s)", "2 rejected"));
+    tool_run_free(&r);
+
+    doctor(&r, count, ARGS("doctor", "--json", bad_magic));
+    assert_status(r, 1);
+    tt_assert_schema(r.out, "doctor");
+    ck_assert(strstr(r.out, "\"status\": \"rejected\""));
+    ck_assert(strstr(r.out, "\"healthy\": false"));
+    ck_assert(strstr(r.out, "\"plugin_path\": null")); /* paths were given */
+    ck_assert(strstr(r.out, "\"in_tree\": null"));     /* no descriptor was read */
     tool_run_free(&r);
     /* A file the host would refuse is never loaded, not even in a child. */
     ck_assert_int_eq(loads_of(count, "probegood"), 0);
@@ -351,12 +363,15 @@ START_TEST(doctor_json_is_valid_for_all_fixtures)
     tool_run(&r, env, ARGS("doctor", "--json", "--timeout=1"));
     assert_status(r, 1);
     ck_assert_msg(tool_json_valid(r.out), "invalid JSON:\n" CLIP, r.out);
+    tt_assert_schema(r.out, "doctor");
     ck_assert_int_eq(tool_count_of(r.out, "\"path\": "), 7);
-    ck_assert_int_eq(tool_count_of(r.out, "\"state\": \"crashed\""), 4);
-    ck_assert_int_eq(tool_count_of(r.out, "\"state\": \"hung\""), 1);
-    ck_assert_int_eq(tool_count_of(r.out, "\"state\": \"exited\""), 1);
-    ck_assert_int_eq(tool_count_of(r.out, "\"state\": \"ok\""), 1);
-    ck_assert(strstr(r.out, "\"search_path\": \""));
+    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"crashed\""), 4);
+    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"hung\""), 1);
+    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"exited\""), 1);
+    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"ok\""), 1);
+    char plugin_path[PATH_MAX + 64];
+    snprintf(plugin_path, sizeof plugin_path, "\"plugin_path\": [\n    \"%s\"", dir);
+    ck_assert_msg(strstr(r.out, plugin_path), CLIP, r.out);
     ck_assert(strstr(r.out, "\"crashed\": 4"));
     ck_assert(strstr(r.out, hang));
     tool_run_free(&r);
@@ -392,7 +407,13 @@ START_TEST(doctor_passes_the_in_tree_plugins)
     tool_run(&r, NO_ENV, ARGS("doctor"));
     assert_status(r, 0);
     doctor_line(&r, "cpu", "ok");
-    ck_assert(line_with(r.out, "Summary:", "0 crashed", "0 hung", "0 exited"));
+    ck_assert(line_with(r.out, "Summary:", "0 rejected", "0 crashed", "0 hung", "0 exited"));
+    tool_run_free(&r);
+
+    tool_run(&r, NO_ENV, ARGS("doctor", "--json"));
+    assert_status(r, 0);
+    tt_assert_schema(r.out, "doctor");
+    ck_assert(strstr(r.out, "\"healthy\": true"));
     tool_run_free(&r);
 }
 END_TEST

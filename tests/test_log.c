@@ -115,6 +115,7 @@ static const char *stderr_end(void)
 /* ------------------------------------------------------------------------ */
 
 static int slot_status[3];
+static bool slot_silent; /* a failing slot sets no message */
 
 struct targs {
     int who;
@@ -123,7 +124,7 @@ struct targs {
 static int run_slot(int slot, const void *args)
 {
     ((struct targs *)args)->who = slot;
-    if (slot_status[slot] != FLD_OK)
+    if (slot_status[slot] != FLD_OK && !slot_silent)
         fld_set_error("slot %d broke on purpose", slot);
     return slot_status[slot];
 }
@@ -468,6 +469,28 @@ START_TEST(fallback_lines)
 }
 END_TEST
 
+/* A failure without a message of its own ends with the status text, not a dangling ": ". */
+START_TEST(fallback_line_without_message)
+{
+    fld_log_set_callback(capture_log, NULL);
+    add_three();
+    slot_status[0] = FLD_EIMPL;
+    slot_silent = true;
+    ck_assert_int_eq(call_t(), 1);
+    char want[256];
+    snprintf(want, sizeof want, "Implementation 'default.f' failed for op 't_op' (cpu, f32): %s",
+             fld_strerror(FLD_EIMPL));
+    int found = 0;
+    pthread_mutex_lock(&log_mu);
+    for (int i = 0; i < n_log_lines; i++)
+        found += strcmp(log_lines[i].text, want) == 0;
+    pthread_mutex_unlock(&log_mu);
+    if (found != 1)
+        dump_logs();
+    ck_assert_msg(found == 1, "no line that is exactly: %s", want);
+}
+END_TEST
+
 START_TEST(fallback_warning_at_default_level)
 {
     /* the failure is a WARNING, visible without raising the level */
@@ -548,6 +571,7 @@ static Suite *log_suite(void)
     tcase_add_test(tc, no_using_line_at_warning);
     tcase_add_test(tc, switched_line_when_winner_changes);
     tcase_add_test(tc, fallback_lines);
+    tcase_add_test(tc, fallback_line_without_message);
     tcase_add_test(tc, fallback_warning_at_default_level);
     tcase_add_test(tc, dispatch_lines_with_debug_env);
     tcase_add_test(tc, no_dispatch_lines_without_env);

@@ -546,16 +546,33 @@ START_TEST(freeze_device_option)
 {
     char path[512], err[4096];
     snprintf(path, sizeof path, "%s/cuda.yaml", tmpdir);
+    /* No GPU here: nothing to freeze for cuda, and no manifest written. */
     int st = run_tool((const char *const[]){"freeze", "--device", "cuda", "--output", path, NULL},
                       NULL, err, sizeof err);
+    ck_assert_msg(st == 3, "freeze exited %d: %s", st, err);
+    ck_assert_msg(strstr(err, "left out device cuda: "), "%s", err);
+    ck_assert_int_ne(access(path, F_OK), 0);
+
+    /* The "cuda" device of tests/fakedev (host memory), for the tool and for this process. */
+    char modules[4096];
+    snprintf(modules, sizeof modules, "%s/tests/fakedev/fld-fakedev.so", getenv("FLD_BUILDDIR"));
+    setenv("VLLM_FL_PLUGIN_MODULES", modules, 1);
+    st = run_tool((const char *const[]){"freeze", "--device", "cuda", "--output", path, NULL}, NULL,
+                  err, sizeof err);
     ck_assert_msg(st == 0, "freeze exited %d: %s", st, err);
     static struct frozen entries[MAX_FROZEN];
     size_t n = read_frozen(path, entries, MAX_FROZEN);
-    /* Only the reference attention backend serves cuda on this machine. */
+    ck_assert_uint_ge(n, 4); /* fakedev's ops in every dtype, and attention_backend */
     for (size_t i = 0; i < n; i++)
         ck_assert_str_eq(entries[i].device, "cuda");
     setenv("VLLM_FL_MANIFEST", path, 1);
     ck_assert_msg(fld_init() == FLD_OK, "%s", fld_last_error());
+    for (size_t i = 0; i < n; i++) {
+        int device;
+        DLDataType dtype;
+        entry_key(&entries[i], &device, &dtype);
+        ck_assert_str_eq(resolve(entries[i].op, device, dtype), entries[i].impl);
+    }
 }
 END_TEST
 

@@ -21,6 +21,7 @@
 
 #include <fldispatch/fldispatch.h>
 
+#include "util/schema.h"
 #include "util/tool.h"
 
 /* "VLLM_FL_PLUGIN_MODULES=<build>/tests/plugins/fld-bad_kernel.so", in a static buffer. */
@@ -119,10 +120,20 @@ START_TEST(json_for_one_op_and_dtype)
     tool_run(&r, NO_ENV, ARGS("verify", "--quick", "rms_norm", "--dtype", "bf16", "--json"));
     assert_status(r, 0);
     ck_assert_msg(r.out[0] == '{' && tool_json_valid(r.out), "not a JSON object:\n" CLIP, r.out);
-    static const char *const keys[] = {
-        "\"op\": ",          "\"dtype\": ",    "\"impl_id\": ", "\"cases\": ",
-        "\"passed\": ",      "\"declined\": ", "\"atol\": ",    "\"max_abs_err\": ",
-        "\"max_rel_err\": ", "\"rtol\": ",     "\"status\": "};
+    tt_assert_schema(r.out, "verify");
+    static const char *const keys[] = {"\"op\": ",
+                                       "\"dtype\": ",
+                                       "\"impl_id\": ",
+                                       "\"cases\": ",
+                                       "\"passed\": ",
+                                       "\"declined\": ",
+                                       "\"atol\": ",
+                                       "\"max_abs_err\": ",
+                                       "\"max_rel_err\": ",
+                                       "\"rtol\": ",
+                                       "\"status\": ",
+                                       "\"reason\": null",
+                                       "\"first_failure\": null"};
     const int n_results = tool_count_of(r.out, "\"impl_id\": ");
     ck_assert_int_ge(n_results, 2);
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
@@ -334,6 +345,7 @@ START_TEST(fake_device_json)
     ck_assert_msg(r.out[0] == '{' && tool_json_valid(r.out), "not a JSON object:\n" CLIP, r.out);
     ck_assert(strstr(r.out, "\"device\": \"cuda\""));
     ck_assert(strstr(r.out, "\"provider\": \"fakedev\""));
+    tt_assert_schema(r.out, "verify");
     ck_assert_int_eq(tool_count_of(r.out, "\"impl_id\": \"vendor.fakedev\""), 3);
     ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"pass\""), 3);
     ck_assert(strstr(r.out, "\"ok\": true"));
@@ -341,7 +353,7 @@ START_TEST(fake_device_json)
 }
 END_TEST
 
-/* The device --device cpu is unchanged: no provider line, no provider key. */
+/* The device --device cpu is unchanged: no provider line, a null provider. */
 START_TEST(cpu_has_no_device_lines)
 {
     struct tool_run r;
@@ -352,7 +364,8 @@ START_TEST(cpu_has_no_device_lines)
     tool_run_free(&r);
     tool_run(&r, NO_ENV, ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32", "--json"));
     assert_status(r, 0);
-    ck_assert_msg(!strstr(r.out, "\"provider\""), CLIP, r.out);
+    ck_assert_msg(strstr(r.out, "\"provider\": null"), CLIP, r.out);
+    tt_assert_schema(r.out, "verify");
     tool_run_free(&r);
 }
 END_TEST
@@ -457,6 +470,7 @@ START_TEST(failure_in_json)
     ck_assert(strstr(r.out, "\"ok\": false"));
     ck_assert(strstr(r.out, "\"status\": \"fail\""));
     ck_assert(strstr(r.out, "\"first_failure\": \"case T="));
+    tt_assert_schema(r.out, "verify");
     tool_run_free(&r);
 }
 END_TEST

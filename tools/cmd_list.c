@@ -139,7 +139,20 @@ static const char *origin(const fld_plugin_info *p)
 struct summary {
     const struct counts *counts;
     size_t rejected;
+    int name_width; /* the longest name, within limits */
 };
+
+#define MIN_NAME_WIDTH 14
+#define MAX_NAME_WIDTH 28
+
+static int measure_name(const fld_plugin_info *p, void *user)
+{
+    struct summary *s = user;
+    int len = (int)strlen(p->name);
+    if (len > s->name_width)
+        s->name_width = len < MAX_NAME_WIDTH ? len : MAX_NAME_WIDTH;
+    return 0;
+}
 
 /* reason, cut to SHORT_REASON bytes at a character boundary, with "..." when cut. */
 static const char *short_reason(const char *reason, char *buf, size_t size)
@@ -174,8 +187,9 @@ static int print_plugin_summary(const fld_plugin_info *p, void *user)
     if (p->reason && *p->reason)
         short_reason(p->reason, reason, sizeof reason);
     s->rejected += p->status == FLD_PLUGIN_REJECTED;
-    printf("%-14s %-9s %-11s %-11s %6s  %s\n", p->name, *p->version ? p->version : "-", origin(p),
-           cli_plugin_status_name(p->status), impls, reason);
+    printf("%-*s %-9s %-11s %-11s %6s  %s\n", s->name_width, p->name,
+           *p->version ? p->version : "-", origin(p), cli_plugin_status_name(p->status), impls,
+           reason);
     return 0;
 }
 
@@ -187,10 +201,15 @@ static int list_summary(size_t *rejected)
         counts_free(&c);
         return CLI_EXIT_CHECK_FAILED;
     }
+    struct summary s = {&c, 0, MIN_NAME_WIDTH};
+    rc = fld_foreach_plugin(measure_name, &s);
+    if (walk_failed(rc, false)) {
+        counts_free(&c);
+        return CLI_EXIT_CHECK_FAILED;
+    }
     printf("Plugin search path: %s\n\n", fld_plugin_path());
-    printf("%-14s %-9s %-11s %-11s %6s  %s\n", "PLUGIN", "VERSION", "ORIGIN", "STATUS", "IMPLS",
-           "REASON");
-    struct summary s = {&c, 0};
+    printf("%-*s %-9s %-11s %-11s %6s  %s\n", s.name_width, "PLUGIN", "VERSION", "ORIGIN", "STATUS",
+           "IMPLS", "REASON");
     rc = fld_foreach_plugin(print_plugin_summary, &s);
     if (walk_failed(rc, false)) {
         counts_free(&c);
