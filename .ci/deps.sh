@@ -4,7 +4,7 @@
 # The library, tools and tests; then the ROCm toolchain, with which the rocm
 # plugin is built (the cuda plugin's nvcc is NVIDIA's, not Debian's: it is
 # used when found in /usr/local/cuda or PATH, and skipped otherwise).
-PKGS="build-essential pkg-config libyaml-dev check libhwloc-dev libdlpack-dev"
+PKGS="build-essential pkg-config libyaml-dev check python3-jsonschema libhwloc-dev libdlpack-dev"
 PKGS="$PKGS hipcc libamdhip64-dev"
 # Checking tools: valgrind (make check-valgrind), clang with its libFuzzer
 # and sanitizer runtimes (make fuzz, make fuzz-smoke).

@@ -388,7 +388,7 @@ START_TEST(test_list_shows_unavailable)
     snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s", dir);
     free(dir);
     struct tool_run r;
-    tool_run(&r, ENV(env), ARGS("list"));
+    tool_run(&r, ENV(env), ARGS("list", "--verbose"));
     assert_status(r, 0);
     char so[32], vid[32];
     snprintf(so, sizeof so, "fld-%s.so", c->plugin);
