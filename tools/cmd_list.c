@@ -154,7 +154,10 @@ static int measure_name(const fld_plugin_info *p, void *user)
     return 0;
 }
 
-/* reason, cut to SHORT_REASON bytes at a character boundary, with "..." when cut. */
+/*
+ * reason on one line (control characters as spaces), cut to SHORT_REASON
+ * bytes at a character boundary, with "..." when cut.
+ */
 static const char *short_reason(const char *reason, char *buf, size_t size)
 {
     size_t len = 0;
@@ -167,6 +170,9 @@ static const char *short_reason(const char *reason, char *buf, size_t size)
         len += n;
     }
     snprintf(buf, size, "%.*s%s", (int)len, reason, reason[len] ? "..." : "");
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = ' ';
     return buf;
 }
 
