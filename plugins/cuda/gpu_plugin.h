@@ -35,6 +35,17 @@ struct fld_gpu_plugin {
      * nothing, gives "<runtime> runtime: <error_string(code)>".
      */
     void (*explain)(int code, char *buf, size_t size);
+    /*
+     * Optional: writes a runtime or driver version number as people read it
+     * (CUDA: 12020 -> "12.2"). NULL prints the number.
+     */
+    void (*version_text)(int version, char *buf, size_t size);
+    /* Optional: how to rebuild for more architectures, appended to the
+     * reason when no device can run the built code. */
+    const char *rebuild_hint;
+    /* Optional: a note on the runtime the plugin carries for the detail
+     * line (CUDA: the oldest driver it runs on), or NULL. */
+    const char *(*runtime_note)(int runtime_version);
 };
 
 /*

@@ -34,6 +34,12 @@ int hip_runtime_version(int *version)
     return (int)hipRuntimeGetVersion(version);
 }
 
+int hip_driver_version(int *version)
+{
+    *version = 0;
+    return (int)hipDriverGetVersion(version);
+}
+
 int hip_device_count(int *count)
 {
     *count = 0;
@@ -53,14 +59,39 @@ int hip_device_name(int device_id, char *buf, size_t size)
     return 0;
 }
 
-int hip_get_device(int *device_id)
+/*
+ * HIP creates every device's context when it initialises, so a device made
+ * current costs nothing more; the thread's current device (hipGetDevice,
+ * always one) is what push saves and pop puts back.
+ */
+int hip_current_device(int *device_id)
 {
+    *device_id = -1;
     return (int)hipGetDevice(device_id);
 }
 
-int hip_set_device(int device_id)
+enum { MAX_DEPTH = 16 };
+thread_local int saved[MAX_DEPTH];
+thread_local int depth;
+
+int hip_push_device(int device_id)
 {
-    return (int)hipSetDevice(device_id);
+    if (depth >= MAX_DEPTH)
+        return (int)hipErrorInvalidValue;
+    int prev = 0;
+    hipError_t rc = hipGetDevice(&prev);
+    if (rc == hipSuccess)
+        rc = hipSetDevice(device_id);
+    if (rc == hipSuccess)
+        saved[depth++] = prev;
+    return (int)rc;
+}
+
+int hip_pop_device(void)
+{
+    if (depth <= 0)
+        return (int)hipErrorInvalidValue;
+    return (int)hipSetDevice(saved[--depth]);
 }
 
 int hip_malloc(void **ptr, size_t bytes)
@@ -124,10 +155,15 @@ extern "C" __attribute__((visibility("default"))) const struct fld_gpu_api fld_g
     "HIP",
     hip_error_string,
     hip_runtime_version,
+    hip_driver_version,
     hip_device_count,
     hip_device_name,
-    hip_get_device,
-    hip_set_device,
+    nullptr, /* device_arch: the HIP runtime matches code objects itself */
+    nullptr,
+    hip_current_device,
+    hip_push_device,
+    hip_pop_device,
+    (void *)hipStreamPerThread,
     hip_malloc,
     hip_free,
     hip_memcpy,

@@ -99,6 +99,12 @@ static void explain(int code, char *buf, size_t size)
         snprintf(buf, size, "HIP runtime: hipErrorNoDevice (no ROCm device)");
 }
 
+/* 50221153 -> "5.2.21153" (HIP_VERSION: major * 10^7 + minor * 10^5 + patch). */
+static void version_text(int v, char *buf, size_t size)
+{
+    snprintf(buf, size, "%d.%d.%d", v / 10000000, (v / 100000) % 100, v % 100000);
+}
+
 static int register_builtins(fld_registry *reg)
 {
     load_error[0] = '\0';
@@ -112,6 +118,7 @@ static int register_builtins(fld_registry *reg)
         .attn_mla_name = "ROCM_AITER_MLA",
         .attn_sparse_name = "ROCM_AITER_MLA_SPARSE",
         .explain = explain,
+        .version_text = version_text,
     };
     return fld__gpu_plugin_register(reg, &p);
 }
