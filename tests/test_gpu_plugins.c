@@ -526,6 +526,78 @@ START_TEST(test_rocm_hip_library_next_to_it)
 }
 END_TEST
 
+/* Whether a loaded object's name holds part; with needed, whether its DT_NEEDED entries do. */
+struct mapped_query {
+    const char *name_part, *needed_part;
+    bool found, needs;
+};
+
+static int find_mapped(struct dl_phdr_info *info, size_t size, void *user)
+{
+    (void)size;
+    struct mapped_query *q = user;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, q->name_part))
+        return 0;
+    q->found = true;
+    if (!q->needed_part)
+        return 1;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type != PT_DYNAMIC)
+            continue;
+        const ElfW(Dyn) *dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+        const char *strtab = NULL;
+        for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++)
+            if (d->d_tag == DT_STRTAB)
+                strtab = (const char *)d->d_un.d_ptr; /* relocated by the loader on glibc */
+        for (const ElfW(Dyn) *d = dyn; strtab && d->d_tag != DT_NULL; d++)
+            if (d->d_tag == DT_NEEDED && strstr(strtab + d->d_un.d_val, q->needed_part))
+                q->needs = true;
+    }
+    return 1;
+}
+
+static struct mapped_query mapped(const char *name_part, const char *needed_part)
+{
+    struct mapped_query q = {name_part, needed_part, false, false};
+    dl_iterate_phdr(find_mapped, &q);
+    return q;
+}
+
+/*
+ * fld_init() does not open the HIP runtime (10-20 ms where there is no AMD
+ * GPU); the first availability question does, and the kernels library binds
+ * to whichever libamdhip64 was found instead of naming one.
+ */
+START_TEST(test_rocm_runtime_opened_on_first_use)
+{
+    char *dir = real_plugins_or_skip("rocm", "test_rocm_runtime_opened_on_first_use");
+    if (!dir)
+        return;
+    env_with_plugin_dir(dir);
+    free(dir);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    ck_assert_msg(!mapped("libamdhip64", NULL).found, "fld_init() opened the HIP runtime");
+    ck_assert_msg(!mapped("libfld-rocm-hip", NULL).found, "fld_init() opened the HIP kernels");
+    struct plugin_seen s = plugin_status("rocm"); /* asks availability */
+    ck_assert_msg(strstr(s.detail, "HIP runtime opened on first use"), "detail '%s'", s.detail);
+    if (strstr(s.reason, "none of libamdhip64")) {
+        fprintf(stderr, "test_rocm_runtime_opened_on_first_use: no HIP runtime here: %s\n",
+                s.reason);
+        ck_assert_int_eq(s.info.status, FLD_PLUGIN_UNAVAILABLE);
+        return;
+    }
+    ck_assert_msg(mapped("libamdhip64.so", NULL).found, "no HIP runtime opened; reason '%s'",
+                  s.reason);
+    struct mapped_query k = mapped("libfld-rocm-hip.so", "libamdhip64");
+    ck_assert_msg(k.found, "kernels library not opened; reason '%s'", s.reason);
+    ck_assert_msg(!k.needs, "libfld-rocm-hip.so names a libamdhip64 in DT_NEEDED");
+    if (s.info.status == FLD_PLUGIN_UNAVAILABLE)
+        ck_assert_msg(strstr(s.reason, "HIP runtime libamdhip64.so") == s.reason &&
+                          strstr(s.reason, "(driver ") && strstr(s.reason, "runtime "),
+                      "reason '%s'", s.reason);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* Part 2: the glue over the emulator (fld-fakecuda.so)                    */
 /* ------------------------------------------------------------------------ */
@@ -1263,6 +1335,7 @@ static Suite *gpu_plugins_suite(void)
     tcase_add_loop_test(tc, test_device_memory_unavailable, 0, 2);
     tcase_add_loop_test(tc, test_attention_falls_back_to_reference, 0, 2);
     tcase_add_loop_test(tc, test_rocm_hip_library_next_to_it, 0, 3);
+    tcase_add_test(tc, test_rocm_runtime_opened_on_first_use);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("emulated");

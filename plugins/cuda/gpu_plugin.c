@@ -158,12 +158,42 @@ static bool check_archs(int n)
     return false;
 }
 
+/* NULL when api can serve this glue, else why not (and api is dropped). */
+static const char *api_mismatch(const struct fld_gpu_api *api)
+{
+    static char why[160];
+    if (!api || api->version == FLD_GPU_API_VERSION)
+        return NULL;
+    /* A device-code object from another build: do not call into it. */
+    snprintf(why, sizeof why, "device code has gpu_api version %d, this glue expects %d",
+             api->version, FLD_GPU_API_VERSION);
+    return why;
+}
+
+/* Opens deferred device code (plug.load) once per registration. */
+static bool load_done;
+
+static void load_locked(void)
+{
+    if (plug.api || !plug.load || load_done)
+        return;
+    load_done = true;
+    const struct fld_gpu_api *api = plug.load();
+    const char *why = api_mismatch(api);
+    if (why) {
+        plug.load_error = why;
+        api = NULL;
+    }
+    plug.api = api;
+}
+
 static void probe_locked(void)
 {
     pid_t pid = getpid();
     if (probe_pid == pid)
         return;
     probe_pid = pid;
+    load_locked();
     probe_ok = false;
     probe_count = 0;
     probe_reason[0] = '\0';
@@ -611,6 +641,12 @@ static int set_detail(fld_registry *reg)
         snprintf(head, sizeof head, "%s runtime %s%s%s; ", runtime_name(), v, note ? ", " : "",
                  note ? note : "");
     }
+    if (!plug.api && plug.load)
+        return fld_registry_set_detail(reg,
+                                       "%s; devices are probed on first use (loading does not "
+                                       "initialise the driver)",
+                                       plug.load_note ? plug.load_note
+                                                      : "device code opened on first use");
     if (!plug.api)
         return fld_registry_set_detail(reg, "%s%s", head,
                                        plug.load_error ? plug.load_error : "no device code");
@@ -626,12 +662,10 @@ static int set_detail(fld_registry *reg)
 int fld__gpu_plugin_register(fld_registry *reg, const struct fld_gpu_plugin *p)
 {
     plug = *p;
-    if (plug.api && plug.api->version != FLD_GPU_API_VERSION) {
-        /* A device-code object from another build: do not call into it. */
-        static char why[160];
-        snprintf(why, sizeof why, "device code has gpu_api version %d, this glue expects %d",
-                 plug.api->version, FLD_GPU_API_VERSION);
+    const char *why = api_mismatch(plug.api);
+    if (why) {
         plug.api = NULL;
+        plug.load = NULL;
         plug.load_error = why;
     }
     snprintf(vendor_id, sizeof vendor_id, "vendor.%s", plug.vendor);
@@ -644,6 +678,7 @@ int fld__gpu_plugin_register(fld_registry *reg, const struct fld_gpu_plugin *p)
      * first time a call or a listing involves this device. */
     pthread_mutex_lock(&probe_lock);
     probe_pid = 0;
+    load_done = false;
     pthread_mutex_unlock(&probe_lock);
 
     static const struct {

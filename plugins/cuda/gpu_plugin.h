@@ -24,6 +24,15 @@ struct fld_gpu_plugin {
      * the hooks are then unavailable with load_error as the reason. */
     const struct fld_gpu_api *api;
     const char *load_error;
+    /*
+     * Optional, with api NULL: opens the device code on first use (the first
+     * availability question), not at registration, so that a process that
+     * only initialises the library does not pay for loading a runtime it
+     * never uses. Returns the table, or NULL with load_error filled.
+     * load_note is shown in the detail line meanwhile.
+     */
+    const struct fld_gpu_api *(*load)(void);
+    const char *load_note;
     const char *vendor; /* "cuda", "rocm": impl ids vendor.<v> and reference.<v> */
     int device_type;    /* FLD_DEVICE_CUDA, FLD_DEVICE_ROCM */
     uint32_t device_mask;

@@ -1,11 +1,13 @@
 /*
  * fld_gpu_api_hip: the device side of fld-rocm.so (plugins/cuda/gpu_api.h),
  * the kernels of plugins/cuda/gpu_kernels.cuh built by hipcc for the AMD
- * architectures the toolchain supports (Debian's hipcc 5.2: gfx90a, gfx908,
- * gfx1030; not gfx942). It is a separate shared object that fld-rocm.so
- * dlopens, so a missing HIP runtime (libamdhip64.so.5) is a reason the
- * plugin reports, not a load failure of the plugin. The table is the one
- * exported symbol (default visibility; the rest is hidden).
+ * architectures of ROCM_ARCHS that the hipcc at hand supports (plugin.mk
+ * asks it; Debian's hipcc 5.2: gfx908, gfx90a, gfx1030, not gfx942). It is
+ * a separate shared object, linked without the HIP runtime (its HIP
+ * symbols are undefined): fld-rocm.so opens the HIP runtime present first
+ * (libamdhip64.so.7, .6 or .5), then this, so a missing runtime is a reason
+ * the plugin reports, not a load failure. The table and the build version
+ * are the exported symbols (default visibility; the rest is hidden).
  *
  * Compiled here but never run on a GPU (none was available; the HIP runtime
  * here answers hipErrorNoDevice); the kernels are tested under the host
@@ -46,16 +48,22 @@ int hip_device_count(int *count)
     return (int)hipGetDeviceCount(count);
 }
 
+/* Name and memory through functions whose signatures every HIP release
+   shares (hipDeviceProp_t changed layout in ROCm 6, so it is not used). */
 int hip_device_name(int device_id, char *buf, size_t size)
 {
-    hipDeviceProp_t prop;
-    hipError_t rc = hipGetDeviceProperties(&prop, device_id);
+    char name[256] = "";
+    size_t mem = 0;
+    hipDevice_t dev;
+    hipError_t rc = hipDeviceGet(&dev, device_id);
+    if (rc == hipSuccess)
+        rc = hipDeviceGetName(name, (int)sizeof name, dev);
+    if (rc == hipSuccess)
+        rc = hipDeviceTotalMem(&mem, dev);
     if (rc != hipSuccess)
         return (int)rc;
     if (size > 0)
-        snprintf(buf, size, "%s (%s, %d CUs, %.0f GiB)", prop.name, prop.gcnArchName,
-                 prop.multiProcessorCount,
-                 (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+        snprintf(buf, size, "%s (%.0f GiB)", name, (double)mem / (1024.0 * 1024.0 * 1024.0));
     return 0;
 }
 
@@ -150,6 +158,9 @@ int hip_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
 
 /* Host-only: the device pass must not emit a table of host functions. */
 #if !defined(__HIP_DEVICE_COMPILE__)
+/* The HIP release the kernels were compiled with, for fld-rocm.so's log line. */
+extern "C" __attribute__((visibility("default"))) const int fld_gpu_hip_build_version = HIP_VERSION;
+
 extern "C" __attribute__((visibility("default"))) const struct fld_gpu_api fld_gpu_api_hip = {
     FLD_GPU_API_VERSION,
     "HIP",
