@@ -1321,6 +1321,35 @@ START_TEST(test_fake_reason_names_versions)
 }
 END_TEST
 
+/* make check-gpu's program says it skipped, and succeeds, where there is no CUDA device. */
+START_TEST(test_check_gpu_skips_without_device)
+{
+    const char *src = getenv("FLD_SRCDIR");
+    ck_assert_msg(src && *src, "FLD_SRCDIR is not set (run through make check)");
+    if (system("command -v python3 >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "test_check_gpu_skips_without_device: SKIPPED: no python3\n");
+        return;
+    }
+    char *lib = path_in_build("lib/libfldispatch.so");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/gpu_real/check_gpu.py' --lib '%s' 2>&1", src, lib);
+    free(lib);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char out[4096] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    if (strstr(out, "PASS ") || strstr(out, "FAIL ")) {
+        fprintf(stderr, "test_check_gpu_skips_without_device: SKIPPED: a CUDA device is here\n");
+        return;
+    }
+    ck_assert_msg(status == 0, "exit status %d, output:\n%s", status, out);
+    ck_assert_msg(strncmp(out, "skipped: no CUDA device (", 25) == 0 && strchr(out, ')'),
+                  "output:\n%s", out);
+}
+END_TEST
+
 static Suite *gpu_plugins_suite(void)
 {
     Suite *s = suite_create("gpu_plugins");
@@ -1336,6 +1365,7 @@ static Suite *gpu_plugins_suite(void)
     tcase_add_loop_test(tc, test_attention_falls_back_to_reference, 0, 2);
     tcase_add_loop_test(tc, test_rocm_hip_library_next_to_it, 0, 3);
     tcase_add_test(tc, test_rocm_runtime_opened_on_first_use);
+    tcase_add_test(tc, test_check_gpu_skips_without_device);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("emulated");
