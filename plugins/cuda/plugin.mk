@@ -4,8 +4,9 @@
 #   1. $(NVCC) when set;
 #   2. $(CUDA_HOME)/bin/nvcc when CUDA_HOME is set;
 #   3. the newest CUDA 12 toolkit in /usr/local/cuda-12.* (with nvcc and the
-#      static runtime): its runtime runs on every driver from CUDA 12's
-#      minimum (525) on, where a CUDA 13 runtime needs driver 580 or later;
+#      static runtime; FLD_CUDA_SEARCH=/usr/local is where it looks): its
+#      runtime runs on every driver from CUDA 12's minimum (525) on, where a
+#      CUDA 13 runtime needs driver 580 or later;
 #   4. /usr/local/cuda/bin/nvcc, else nvcc in PATH.
 # `make CUDA_HOME=/usr/local/cuda-13.0` keeps a newer build possible.
 # Without nvcc the plugin is skipped with one line from make.
@@ -21,8 +22,12 @@
 # needs only libcuda.so.1, which the runtime itself dlopens: the plugin
 # loads on machines without a driver and says so.
 
-FLD_CUDA12_HOME := $(lastword $(sort $(foreach d,$(wildcard /usr/local/cuda-12.*/bin/nvcc),\
-  $(if $(wildcard $(d:/bin/nvcc=)/lib64/libcudart_static.a $(d:/bin/nvcc=)/targets/*/lib/libcudart_static.a),$(d:/bin/nvcc=)))))
+FLD_CUDA_SEARCH ?= /usr/local
+# The newest (by version, so 12.10 after 12.9) with nvcc and the static runtime.
+FLD_CUDA12_HOME := $(shell for d in $(FLD_CUDA_SEARCH)/cuda-12.*; do [ -x "$$d/bin/nvcc" ] && \
+  { [ -f "$$d/lib64/libcudart_static.a" ] || ls "$$d"/targets/*/lib/libcudart_static.a; } \
+  >/dev/null 2>&1 && \
+  echo "$$d"; done | sort -V | tail -n 1)
 ifneq ($(NVCC),)
 FLD_NVCC := $(shell command -v '$(NVCC)' 2>/dev/null)
 else ifneq ($(CUDA_HOME),)
