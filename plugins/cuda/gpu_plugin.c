@@ -625,8 +625,9 @@ static int hook_synchronize(int device_id)
 /* ------------------------------------------------------------------------ */
 
 /*
- * "CUDA runtime 13000; devices are probed on first use ...": the runtime the
- * plugin carries. Devices are not counted here (see fld__gpu_plugin_register);
+ * "CUDA runtime 13.0, needs NVIDIA driver >= 580; code for sm_80 ...; devices
+ * are probed on first use ...": the runtime the plugin carries and the code
+ * it holds. Devices are not counted here (see fld__gpu_plugin_register);
  * `fldispatch list` shows the availability reason once it asked.
  */
 static int set_detail(fld_registry *reg)
