@@ -147,28 +147,29 @@ int cuda_current_device(int *device_id)
     rc = d->get_device(&dev);
     if (rc != 0)
         return rc;
-    /* A CUdevice is the ordinal in every driver so far; check it anyway. */
+    /* A CUdevice is the ordinal in every driver so far; checked, not assumed. */
+    int h = -1;
+    if (d->device_get(&h, dev) == 0 && h == dev) {
+        *device_id = dev;
+        return 0;
+    }
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess)
         count = 0;
     for (int i = 0; i < count; i++) {
-        int h = -1;
         if (d->device_get(&h, i) == 0 && h == dev) {
             *device_id = i;
             return 0;
         }
     }
-    *device_id = -1;
     return 0;
 }
 
+/* Driver errors are returned as they are: CUresult and cudaError_t share the
+   values that can occur here (101 invalid device, 201 invalid context, ...). */
 int cuda_push_device(int device_id)
 {
-    int count = 0;
-    cudaError_t crc = cudaGetDeviceCount(&count); /* also loads the driver */
-    if (crc != cudaSuccess)
-        return (int)crc;
-    if (device_id < 0 || device_id >= count)
+    if (device_id < 0)
         return (int)cudaErrorInvalidDevice;
     const driver_ctx_api *d = driver();
     if (!d)
