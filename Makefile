@@ -10,6 +10,8 @@
 #   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
 #   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
+#   make check-gpu       what needs a real NVIDIA GPU (tests/gpu_real/check_gpu.py, PyTorch);
+#                        says "skipped: no CUDA device (...)" and succeeds where there is none
 #
 # Each plugins/<name>/ directory with C sources becomes build/lib/fldispatch/
 # plugins/fld-<name>.so, so a new backend needs no change here.
@@ -107,7 +109,7 @@ CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 CONFIG_SRC := $(sort $(wildcard config/*.yaml))
 CONFIG_OUT := $(CONFIG_SRC:config/%=$(B)/share/fldispatch/config/%)
 
-.PHONY: all lib plugins tool configs tests check check-valgrind run install uninstall clean format deps
+.PHONY: all lib plugins tool configs tests check check-valgrind check-gpu run install uninstall clean format deps
 all: lib plugins tool configs
 
 lib: $(LIB_SO) $(LIB_A)
@@ -200,6 +202,13 @@ VALGRIND_FLAGS ?= --quiet --error-exitcode=97 --trace-children=yes --leak-check=
 check-valgrind: deps all tests
 	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' CK_TIMEOUT_MULTIPLIER=$${CK_TIMEOUT_MULTIPLIER:-10} \
 	  FLD_TEST_WRAPPER='$(VALGRIND) $(VALGRIND_FLAGS)' sh tests/run.sh $(CHECK_BIN)
+
+# The checks that need a GPU, on the built library; CHECK_GPU_FLAGS=--quick skips the
+# 2^31-element case and the larger timings. PYTHON must have PyTorch with CUDA.
+PYTHON ?= python3
+check-gpu: all
+	@$(PYTHON) tests/gpu_real/check_gpu.py --lib '$(abspath $(LIB_SO))' --tool '$(abspath $(TOOL))' \
+	  $(CHECK_GPU_FLAGS)
 
 run: deps all
 	@echo "== fldispatch config"; $(TOOL) config

@@ -593,6 +593,115 @@ START_TEST(device_id_selected)
 }
 END_TEST
 
+/*
+ * The caller's current device survives a call on another one: a thread on
+ * device 0 calling on device 1 is on device 0 afterwards (its context made
+ * current again), and a call on its own device switches nothing.
+ */
+START_TEST(device_restored_after_call)
+{
+    base_env(NULL);
+    setenv("FAKE_ACL_DEVICES", "2", 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    ck_assert_int_eq(ascend_plugin().status, FLD_PLUGIN_LOADED);
+    int (*current)(void) = (int (*)(void))fake("fake_acl_current_device");
+    int (*set_calls)(void) = (int (*)(void))fake("fake_acl_set_device_calls");
+    int (*set_device)(int32_t) = (int (*)(int32_t))fake("aclrtSetDevice");
+    tt_tensor *x = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){2, 16});
+    tt_tensor *out = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){2, 8});
+    tt_fill_normal(x, 3, 0, 1);
+
+    ck_assert_int_eq(set_device(0), 0); /* the caller's own choice */
+    on_device(x, FLD_DEVICE_ASCEND, 1);
+    on_device(out, FLD_DEVICE_ASCEND, 1);
+    ck_assert_int_eq(fld_silu_and_mul(&out->t, &x->t), FLD_OK);
+    ck_assert_msg(strstr(fake_log(), "aclrtSetDevice device=1") &&
+                      strstr(fake_log(), "aclrtSetCurrentContext device=0"),
+                  "%s", fake_log());
+    ck_assert_int_eq(current(), 0);
+
+    /* The device hooks too. */
+    void *p = NULL;
+    DLDevice dev1 = {(DLDeviceType)FLD_DEVICE_ASCEND, 1};
+    ck_assert_int_eq(fld_device_alloc(dev1, 64, &p), FLD_OK);
+    ck_assert_int_eq(current(), 0);
+    ck_assert_int_eq(fld_device_synchronize(dev1), FLD_OK);
+    ck_assert_int_eq(current(), 0);
+    ck_assert_int_eq(fld_device_free(dev1, p), FLD_OK);
+
+    /* Already on the tensors' device: no switch at all. */
+    on_device(x, FLD_DEVICE_ASCEND, 0);
+    on_device(out, FLD_DEVICE_ASCEND, 0);
+    int calls = set_calls();
+    ck_assert_int_eq(fld_silu_and_mul(&out->t, &x->t), FLD_OK);
+    ck_assert_int_eq(set_calls(), calls);
+    ck_assert_int_eq(current(), 0);
+    assert_clean_protocol();
+    tt_free(x), tt_free(out);
+}
+END_TEST
+
+/*
+ * rotary with a key whose heads fill each token's row (q/k views of a fused
+ * qkv tensor, as vLLM has them): one aclnnRopeWithSinCosCache; when that
+ * operator refuses (a SoC it does not support), the 4-D
+ * aclnnRotaryPositionEmbedding path, with the same result. _i: 0 neox, 1 gptj,
+ * 2 neox with the operator refusing, 3 gptj with int32 positions refusing.
+ */
+START_TEST(rotary_fused_operator_or_4d)
+{
+    base_env(NULL);
+    const bool neox = _i % 2 == 0, refuse = _i >= 2;
+    if (refuse)
+        setenv("FAKE_ACL_FAIL", "aclnnRopeWithSinCosCacheGetWorkspaceSize", 1);
+    setenv("VLLM_FL_STRICT", "1", 1);
+    setenv("VLLM_FL_PER_OP", ASCEND_ONLY, 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    const int64_t T = 5, hq = 4, hk = 2, hs = 64, rot = 32, max_pos = 24;
+    const int64_t row = (hq + 2 * hk) * hs; /* q | k | v */
+    DLDataType dt = FLD_DTYPE_BF16;
+    tt_tensor *qkv = tt_new(dt, 2, (int64_t[]){T, row});
+    tt_fill_normal(qkv, 51, 0.0, 1.0);
+    tt_tensor *pos = tt_new(_i == 3 ? TT_INT32 : TT_INT64, 1, &T);
+    for (int64_t i = 0; i < T; i++)
+        tt_set(pos, i, (double)((i * 5 + 2) % max_pos));
+    tt_tensor *cache = tt_new(dt, 2, (int64_t[]){max_pos, rot});
+    tt_fill_normal(cache, 52, 0.0, 0.7);
+    tt_tensor *ref = tt_clone(qkv);
+    /* q and k: views into each token's row, row stride = the whole qkv row. */
+    DLTensor q = qkv->t, k = qkv->t, qr = ref->t, kr = ref->t;
+    int64_t q_shape[2] = {T, hq * hs}, k_shape[2] = {T, hk * hs}, strides[2] = {row, 1};
+    q.shape = qr.shape = q_shape;
+    k.shape = kr.shape = k_shape;
+    q.strides = k.strides = qr.strides = kr.strides = strides;
+    k.byte_offset = kr.byte_offset = qkv->t.byte_offset + (uint64_t)(hq * hs) * 2u;
+    ck_assert_int_eq(fld_policy_push_per_op(CPU_REF), FLD_OK);
+    ck_assert_int_eq(fld_rotary_embedding(&pos->t, &qr, &kr, hs, &cache->t, neox), FLD_OK);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    on_device(pos, FLD_DEVICE_ASCEND, 0);
+    on_device(cache, FLD_DEVICE_ASCEND, 0);
+    q.device = k.device = pos->t.device;
+    int rc = fld_rotary_embedding(&pos->t, &q, &k, hs, &cache->t, neox);
+    ck_assert_msg(rc == FLD_OK, "rotary: %s", fld_last_error());
+    assert_close(qkv, ref, "rotary on q/k views of qkv (v untouched)");
+    const char *log = fake_log();
+    if (!refuse) {
+        ck_assert_msg(strstr(log, "aclnnRopeWithSinCosCache ws=") &&
+                          !strstr(log, "aclnnRotaryPositionEmbedding") &&
+                          !strstr(log, "aclnnIndexSelect"),
+                      "log:\n%s", log);
+    } else {
+        ck_assert_msg(!strstr(log, "aclnnRopeWithSinCosCache ws=") &&
+                          strstr(log, "aclnnIndexSelect ws=") &&
+                          strstr(log, "aclnnRotaryPositionEmbedding ws="),
+                      "log:\n%s", log);
+    }
+    assert_clean_protocol();
+    tt_free(qkv), tt_free(ref), tt_free(pos), tt_free(cache);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* Injected failures                                                        */
 /* ------------------------------------------------------------------------ */
@@ -888,6 +997,8 @@ static Suite *ascend_suite(void)
     tcase_add_loop_test(tc, reference_ops_match_reference, 0, 6);
     tcase_add_test(tc, call_sequence_workspace_stream);
     tcase_add_test(tc, device_id_selected);
+    tcase_add_test(tc, device_restored_after_call);
+    tcase_add_loop_test(tc, rotary_fused_operator_or_4d, 0, 4);
     tcase_add_loop_test(tc, rms_failure_leaves_outputs, 0,
                         (int)(sizeof rms_failures / sizeof rms_failures[0]));
     tcase_add_loop_test(tc, rope_and_silu_failures, 0,

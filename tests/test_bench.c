@@ -595,6 +595,28 @@ START_TEST(device_text_names_the_baseline)
 }
 END_TEST
 
+/*
+ * On a device, a case smaller than the device caches gets several tensor sets
+ * that consecutive calls take in turn (DEVICE_COLD_BYTES / DEVICE_MAX_SETS in
+ * bench_kernels.c): one token of silu_and_mul is tiny, so 64 sets, of which a
+ * --quick run reaches as many as it makes calls (fewer under a sanitizer).
+ */
+START_TEST(device_rotates_input_sets)
+{
+    struct tool_run r;
+    char counting[] = "FLD_FAKEDEV_COUNT_INPUTS=1";
+    tool_run(&r, ENV(fakedev_env(), counting),
+             ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
+                  "--tokens", "1", "--copy-mib", "4"));
+    assert_status(r, 0);
+    const char *line = strstr(r.err, "fakedev: silu_and_mul read ");
+    ck_assert_msg(line, CLIP, r.err);
+    int n = atoi(line + strlen("fakedev: silu_and_mul read "));
+    ck_assert_msg(n >= 8 && n <= 64, "%d distinct inputs, expected 8 to 64:\n" CLIP, n, r.err);
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(device_failing_kernel_fails_the_run)
 {
     /* A kernel that fails asynchronously, as GPU kernels do: the call returns FLD_OK and
@@ -653,6 +675,7 @@ static Suite *bench_suite(void)
     tcase_add_test(kernels, no_implementation_exits_3);
     tcase_add_test(kernels, device_quick_json_has_d2d_baseline);
     tcase_add_test(kernels, device_text_names_the_baseline);
+    tcase_add_test(kernels, device_rotates_input_sets);
     tcase_add_test(kernels, device_failing_kernel_fails_the_run);
     tcase_add_test(kernels, overhead_still_works);
     tcase_add_test(kernels, help_lists_modes_and_defaults);

@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <link.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,7 +304,12 @@ START_TEST(test_cuda_reason_names_the_driver)
     ck_assert_msg(strstr(s.reason, "no CUDA driver: ") == s.reason &&
                       strstr(s.reason, "libcuda.so.1") != NULL,
                   "reason '%s', expected 'no CUDA driver: libcuda.so.1: ...'", s.reason);
-    ck_assert_msg(strstr(s.detail, "CUDA runtime ") == s.detail, "detail '%s'", s.detail);
+    ck_assert_msg(strstr(s.detail, "CUDA runtime ") == s.detail &&
+                      strstr(s.detail, ", needs NVIDIA driver >= ") &&
+                      strstr(s.detail, "code for sm_"),
+                  "detail '%s'", s.detail);
+    /* The reason names what the runtime reports: no driver, its own version. */
+    ck_assert_msg(strstr(s.reason, " (driver none, runtime 1"), "reason '%s'", s.reason);
 }
 END_TEST
 
@@ -517,6 +523,78 @@ START_TEST(test_rocm_hip_library_next_to_it)
     const char *name = NULL;
     ck_assert_int_eq(fld_attention_backend(FLD_DEVICE_ROCM, true, false, &name), FLD_OK);
     ck_assert_str_eq(name, "ROCM_AITER_MLA");
+}
+END_TEST
+
+/* Whether a loaded object's name holds part; with needed, whether its DT_NEEDED entries do. */
+struct mapped_query {
+    const char *name_part, *needed_part;
+    bool found, needs;
+};
+
+static int find_mapped(struct dl_phdr_info *info, size_t size, void *user)
+{
+    (void)size;
+    struct mapped_query *q = user;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, q->name_part))
+        return 0;
+    q->found = true;
+    if (!q->needed_part)
+        return 1;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type != PT_DYNAMIC)
+            continue;
+        const ElfW(Dyn) *dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+        const char *strtab = NULL;
+        for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++)
+            if (d->d_tag == DT_STRTAB)
+                strtab = (const char *)d->d_un.d_ptr; /* relocated by the loader on glibc */
+        for (const ElfW(Dyn) *d = dyn; strtab && d->d_tag != DT_NULL; d++)
+            if (d->d_tag == DT_NEEDED && strstr(strtab + d->d_un.d_val, q->needed_part))
+                q->needs = true;
+    }
+    return 1;
+}
+
+static struct mapped_query mapped(const char *name_part, const char *needed_part)
+{
+    struct mapped_query q = {name_part, needed_part, false, false};
+    dl_iterate_phdr(find_mapped, &q);
+    return q;
+}
+
+/*
+ * fld_init() does not open the HIP runtime (10-20 ms where there is no AMD
+ * GPU); the first availability question does, and the kernels library binds
+ * to whichever libamdhip64 was found instead of naming one.
+ */
+START_TEST(test_rocm_runtime_opened_on_first_use)
+{
+    char *dir = real_plugins_or_skip("rocm", "test_rocm_runtime_opened_on_first_use");
+    if (!dir)
+        return;
+    env_with_plugin_dir(dir);
+    free(dir);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    ck_assert_msg(!mapped("libamdhip64", NULL).found, "fld_init() opened the HIP runtime");
+    ck_assert_msg(!mapped("libfld-rocm-hip", NULL).found, "fld_init() opened the HIP kernels");
+    struct plugin_seen s = plugin_status("rocm"); /* asks availability */
+    ck_assert_msg(strstr(s.detail, "HIP runtime opened on first use"), "detail '%s'", s.detail);
+    if (strstr(s.reason, "none of libamdhip64")) {
+        fprintf(stderr, "test_rocm_runtime_opened_on_first_use: no HIP runtime here: %s\n",
+                s.reason);
+        ck_assert_int_eq(s.info.status, FLD_PLUGIN_UNAVAILABLE);
+        return;
+    }
+    ck_assert_msg(mapped("libamdhip64.so", NULL).found, "no HIP runtime opened; reason '%s'",
+                  s.reason);
+    struct mapped_query k = mapped("libfld-rocm-hip.so", "libamdhip64");
+    ck_assert_msg(k.found, "kernels library not opened; reason '%s'", s.reason);
+    ck_assert_msg(!k.needs, "libfld-rocm-hip.so names a libamdhip64 in DT_NEEDED");
+    if (s.info.status == FLD_PLUGIN_UNAVAILABLE)
+        ck_assert_msg(strstr(s.reason, "HIP runtime libamdhip64.so") == s.reason &&
+                          strstr(s.reason, "(driver ") && strstr(s.reason, "runtime "),
+                      "reason '%s'", s.reason);
 }
 END_TEST
 
@@ -820,19 +898,28 @@ START_TEST(test_fake_stream_reaches_runtime)
         return;
     pin("impl:vendor.cuda");
     char what[128];
+    /* No stream set: the per-thread default stream, not the legacy NULL one. */
     ck_assert_int_eq(run_case(&aligned_cases[4], FLD_DTYPE_F32, 0, what, sizeof what), FLD_OK);
-    ck_assert_ptr_null(fake_record().stream);
+    ck_assert_ptr_eq(fake_record().stream, FAKECUDA_DEFAULT_STREAM);
     void *stream = (void *)(uintptr_t)0x5eed0;
     ck_assert_int_eq(fld_set_stream(FLD_DEVICE_CUDA, stream), FLD_OK);
     ck_assert_int_eq(run_case(&aligned_cases[4], FLD_DTYPE_F32, 0, what, sizeof what), FLD_OK);
     ck_assert_ptr_eq(fake_record().stream, stream);
     ck_assert_int_eq(run_case(&aligned_cases[8], FLD_DTYPE_BF16, 0, what, sizeof what), FLD_OK);
     ck_assert_ptr_eq(fake_record().stream, stream);
-    /* Another device type's stream is not the CUDA one. */
+    /* cudaStreamLegacy (0x1) is a stream like any other: passed through. */
+    void *legacy = (void *)(uintptr_t)0x1;
+    ck_assert_int_eq(fld_set_stream(FLD_DEVICE_CUDA, legacy), FLD_OK);
+    ck_assert_int_eq(run_case(&aligned_cases[0], FLD_DTYPE_F16, 0, what, sizeof what), FLD_OK);
+    ck_assert_ptr_eq(fake_record().stream, legacy);
+    /* Another device type's stream is not the CUDA one; NULL resets to the default. */
     ck_assert_int_eq(fld_set_stream(FLD_DEVICE_CUDA, NULL), FLD_OK);
     ck_assert_int_eq(fld_set_stream(FLD_DEVICE_ROCM, stream), FLD_OK);
     ck_assert_int_eq(run_case(&aligned_cases[0], FLD_DTYPE_F32, 0, what, sizeof what), FLD_OK);
-    ck_assert_ptr_null(fake_record().stream);
+    ck_assert_ptr_eq(fake_record().stream, FAKECUDA_DEFAULT_STREAM);
+    /* The hooks use the same stream. */
+    ck_assert_int_eq(fld_device_synchronize((DLDevice){kDLCUDA, 0}), FLD_OK);
+    ck_assert_ptr_eq(fake_record().stream, FAKECUDA_DEFAULT_STREAM);
 }
 END_TEST
 
@@ -842,16 +929,32 @@ START_TEST(test_fake_device_switching)
         return;
     pin("impl:vendor.cuda");
     char what[128];
-    ck_assert_int_eq(fake.current(), 0);
-    int before = fake_record().set_device;
-    ck_assert_int_eq(run_case(&aligned_cases[5], FLD_DTYPE_F16, 0, what, sizeof what), FLD_OK);
-    ck_assert_int_eq(fake_record().set_device, before); /* already current: no switch */
-
+    /* A thread that never chose a device has no current context. A call on
+     * device 1 runs there and leaves the thread as it was: no context made
+     * current, none created on device 0. */
+    ck_assert_int_eq(fake.current(), -1);
+    ck_assert_uint_eq(fake_record().contexts, 0);
     ck_assert_int_eq(run_case(&aligned_cases[5], FLD_DTYPE_F16, 1, what, sizeof what), FLD_OK);
     struct fakecuda_record r = fake_record();
     ck_assert_int_eq(r.device, 1);
+    ck_assert_int_eq(fake.current(), -1);
+    ck_assert_uint_eq(r.contexts, 1u << 1);
+    ck_assert_int_eq(r.pushes, 1);
+    ck_assert_int_eq(r.pops, 1);
+
+    /* The caller's context is on device 0: a device-0 call changes nothing. */
+    fake.set_current(0);
+    int pushes = fake_record().pushes;
+    ck_assert_int_eq(run_case(&aligned_cases[5], FLD_DTYPE_F16, 0, what, sizeof what), FLD_OK);
+    ck_assert_int_eq(fake_record().pushes, pushes);
+    ck_assert_int_eq(fake_record().device, 0);
+    /* ... a device-1 call runs on 1, then device 0 is current again. */
+    ck_assert_int_eq(run_case(&aligned_cases[5], FLD_DTYPE_F16, 1, what, sizeof what), FLD_OK);
+    r = fake_record();
+    ck_assert_int_eq(r.device, 1);
+    ck_assert_int_eq(r.pushes, pushes + 1);
+    ck_assert_int_eq(r.pops, r.pushes);
     ck_assert_int_eq(fake.current(), 0);
-    ck_assert_int_eq(r.set_device, before + 2);
 
     /* The caller's current device is 1: a device-0 tensor runs on 0, then 1 again. */
     fake.set_current(1);
@@ -859,7 +962,7 @@ START_TEST(test_fake_device_switching)
     ck_assert_int_eq(fake_record().device, 0);
     ck_assert_int_eq(fake.current(), 1);
     ck_assert_int_eq(run_case(&aligned_cases[8], FLD_DTYPE_BF16, 1, what, sizeof what), FLD_OK);
-    ck_assert_int_eq(fake_record().set_device, before + 4);
+    ck_assert_int_eq(fake_record().pushes, pushes + 2);
 
     /* A device the runtime does not have: the switch fails, naming it. */
     fake.set_current(0);
@@ -869,6 +972,40 @@ START_TEST(test_fake_device_switching)
                       strstr(fld_last_error(), "device 5"),
                   "message '%s'", fld_last_error());
     ck_assert_int_eq(fake.current(), 0);
+    ck_assert_int_eq(fake_record().pops, fake_record().pushes);
+}
+END_TEST
+
+/* The device hooks on a thread without a context leave it without one too. */
+struct hook_thread {
+    int current_after;
+    unsigned contexts;
+    int rc;
+};
+
+static void *hooks_on_device_1(void *p)
+{
+    struct hook_thread *h = p;
+    void *mem = NULL;
+    h->rc = fld_device_alloc((DLDevice){kDLCUDA, 1}, 256, &mem);
+    if (h->rc == FLD_OK)
+        h->rc = fld_device_free((DLDevice){kDLCUDA, 1}, mem);
+    h->current_after = fake.current();
+    h->contexts = fake_record().contexts;
+    return NULL;
+}
+
+START_TEST(test_fake_new_thread_no_context_on_device_0)
+{
+    if (!fake_setup("test_fake_new_thread_no_context_on_device_0"))
+        return;
+    struct hook_thread h = {0};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, hooks_on_device_1, &h), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_msg(h.rc == FLD_OK, "hooks: %d", h.rc);
+    ck_assert_int_eq(h.current_after, -1);
+    ck_assert_uint_eq(h.contexts, 1u << 1);
 }
 END_TEST
 
@@ -895,7 +1032,7 @@ START_TEST(test_fake_launch_error_leaves_outputs)
     ck_assert_msg(strstr(msg, "vendor.cuda: rms_norm: ") == msg && strlen(msg) > 23, "message '%s'",
                   msg);
     ck_assert_int_eq(fake_record().kernels, launches);
-    ck_assert_int_eq(fake.current(), 0);
+    ck_assert_int_eq(fake.current(), -1);
     for (int64_t i = 0; i < rows * h; i++) {
         ck_assert(tt_get(out, i) == 0.0);
         ck_assert(tt_get(res, i) == tt_get(res0, i));
@@ -931,7 +1068,7 @@ START_TEST(test_fake_device_hooks)
     ck_assert_int_eq(fld_device_alloc(dev, N, &a), FLD_OK);
     ck_assert_ptr_nonnull(a);
     ck_assert_int_eq(fake_record().device, 1);
-    ck_assert_int_eq(fake.current(), 0);
+    ck_assert_int_eq(fake.current(), -1);
     ck_assert_int_eq(fld_device_alloc(dev, N, &b), FLD_OK);
 
     ck_assert_int_eq(fld_device_copy(dev, a, host, N, FLD_COPY_HOST_TO_DEVICE), FLD_OK);
@@ -953,7 +1090,7 @@ START_TEST(test_fake_device_hooks)
     ck_assert_int_eq(fld_device_free(dev, a), FLD_OK);
     ck_assert_int_eq(fld_device_free(dev, b), FLD_OK);
     ck_assert_int_eq(fld_device_free(dev, NULL), FLD_OK);
-    ck_assert_int_eq(fake.current(), 0);
+    ck_assert_int_eq(fake.current(), -1);
 
     /* A device the runtime does not have: an error naming it, no pointer. */
     void *p = (void *)0x1;
@@ -1054,6 +1191,165 @@ START_TEST(test_fake_no_device)
 }
 END_TEST
 
+/* CUDA's binary compatibility, as fld_gpu_arch_runs() applies it. */
+START_TEST(test_arch_rule)
+{
+    const char *built = "sm_80 sm_90 compute_90";
+    static const struct {
+        int arch;
+        bool runs;
+    } cases[] = {
+        {70, false},             /* V100 */
+        {75, false},             /* T4 */
+        {80, true},              /* A100: sm_80 */
+        {86, true},              /* A10, RTX 30: sm_80 machine code runs on 8.x */
+        {87, true},  {89, true}, /* L4, L40 */
+        {90, true},              /* H100 */
+        {100, true},             /* B200: compute_90 PTX */
+        {120, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(fld_gpu_arch_runs(built, cases[i].arch) == cases[i].runs, "sm_%d: %d",
+                      cases[i].arch, !cases[i].runs);
+    /* Without PTX nothing runs past the machine code's major version. */
+    ck_assert(!fld_gpu_arch_runs("sm_80 sm_90", 100));
+    ck_assert(fld_gpu_arch_runs("sm_80 sm_90", 90));
+    ck_assert(!fld_gpu_arch_runs("sm_90", 89));
+    ck_assert(fld_gpu_arch_runs("sm_75 sm_80 compute_80", 75));
+    ck_assert(fld_gpu_arch_runs("compute_80", 89));
+    ck_assert(!fld_gpu_arch_runs("compute_80", 75));
+    /* Architecture-specific code runs on that one architecture alone. */
+    ck_assert(fld_gpu_arch_runs("sm_90a", 90));
+    ck_assert(!fld_gpu_arch_runs("sm_100a compute_100a", 103));
+    ck_assert(fld_gpu_arch_runs("sm_100f", 103));
+    /* Malformed or empty lists run nothing. */
+    ck_assert(!fld_gpu_arch_runs("", 90));
+    ck_assert(!fld_gpu_arch_runs(NULL, 90));
+    ck_assert(!fld_gpu_arch_runs("sm_ gfx90a sm_9 compute_", 90));
+    ck_assert(!fld_gpu_arch_runs("sm_90x", 90));
+}
+END_TEST
+
+/* One fake device of compute capability _i's arch: available or not, by the rule. */
+static const struct {
+    const char *arch;
+    bool runs;
+} fake_archs[] = {{"70", false}, {"75", false}, {"80", true},
+                  {"89", true},  {"90", true},  {"100", true}};
+
+START_TEST(test_fake_arch_availability)
+{
+    setenv("FAKECUDA_DEVICES", "1", 1);
+    setenv("FAKECUDA_ARCHS", fake_archs[_i].arch, 1);
+    if (!fake_setup("test_fake_arch_availability"))
+        return;
+    struct plugin_seen s = plugin_status("fakecuda");
+    ck_assert_msg(strstr(s.detail, "code for " FAKECUDA_BUILT), "detail '%s'", s.detail);
+    if (fake_archs[_i].runs) {
+        ck_assert_msg(s.info.status == FLD_PLUGIN_LOADED, "sm_%s: status %d, reason '%s'",
+                      fake_archs[_i].arch, s.info.status, s.reason);
+        return;
+    }
+    ck_assert_msg(s.info.status == FLD_PLUGIN_UNAVAILABLE, "sm_%s: status %d", fake_archs[_i].arch,
+                  s.info.status);
+    char sm[16];
+    snprintf(sm, sizeof sm, "is sm_%s", fake_archs[_i].arch);
+    ck_assert_msg(strstr(s.reason, "no emulator device can run this build: ") == s.reason &&
+                      strstr(s.reason, "device 0 (Emulated GPU 0)") && strstr(s.reason, sm) &&
+                      strstr(s.reason, "code for " FAKECUDA_BUILT) &&
+                      strstr(s.reason, "CUDA_ARCHS"),
+                  "reason '%s'", s.reason);
+    int rc = call_on_fake_device(FLD_OP_RMS_NORM, FLD_DEVICE_CUDA, FLD_DTYPE_BF16);
+    ck_assert_int_eq(rc, FLD_EUNAVAILABLE);
+    ck_assert_msg(strstr(fld_last_error(), s.reason), "message '%s'", fld_last_error());
+    ck_assert_int_eq(fake_record().kernels, 0);
+}
+END_TEST
+
+/* A V100 beside an H100: the plugin serves the H100 and refuses the V100 by name. */
+START_TEST(test_fake_arch_mixed_devices)
+{
+    setenv("FAKECUDA_ARCHS", "70,90", 1);
+    if (!fake_setup("test_fake_arch_mixed_devices"))
+        return;
+    ck_assert_int_eq(plugin_status("fakecuda").info.status, FLD_PLUGIN_LOADED);
+    pin("impl:vendor.cuda");
+    char what[128];
+    ck_assert_int_eq(run_case(&aligned_cases[4], FLD_DTYPE_F32, 1, what, sizeof what), FLD_OK);
+    int kernels = fake_record().kernels;
+
+    const int64_t rows = 3, h = 64;
+    tt_tensor *x = tt_new(FLD_DTYPE_F16, 2, (int64_t[]){rows, h});
+    tt_fill_normal(x, 3, 0.0, 1.0);
+    tt_tensor *res = tt_new(FLD_DTYPE_F16, 2, (int64_t[]){rows, h});
+    tt_fill_normal(res, 4, 0.0, 1.0);
+    tt_tensor *res0 = tt_clone(res);
+    tt_tensor *out = tt_new(FLD_DTYPE_F16, 2, (int64_t[]){rows, h});
+    on_cuda(x, 0);
+    on_cuda(res, 0);
+    on_cuda(out, 0);
+    int rc = fld_rms_norm(&out->t, &x->t, NULL, &res->t, 1e-6f);
+    ck_assert_int_eq(rc, FLD_EUNAVAILABLE);
+    const char *msg = fld_last_error();
+    ck_assert_msg(strstr(msg, "vendor.cuda: rms_norm: emulator device 0 (Emulated GPU 0) is sm_70; "
+                              "the plugin has code for " FAKECUDA_BUILT) == msg,
+                  "message '%s'", msg);
+    ck_assert_int_eq(fake_record().kernels, kernels);
+    for (int64_t i = 0; i < rows * h; i++) {
+        ck_assert(tt_get(out, i) == 0.0);
+        ck_assert(tt_get(res, i) == tt_get(res0, i));
+    }
+    tt_free(x);
+    tt_free(res);
+    tt_free(res0);
+    tt_free(out);
+}
+END_TEST
+
+/* A failed probe names the driver version the runtime reports. */
+START_TEST(test_fake_reason_names_versions)
+{
+    setenv("FAKECUDA_COUNT_ERROR", "35", 1);
+    setenv("FAKECUDA_DRIVER", "12020", 1);
+    if (!fake_setup("test_fake_reason_names_versions"))
+        return;
+    struct plugin_seen s = plugin_status("fakecuda");
+    ck_assert_int_eq(s.info.status, FLD_PLUGIN_UNAVAILABLE);
+    ck_assert_msg(strstr(s.reason, "emulator runtime: ") == s.reason &&
+                      strstr(s.reason, " (driver 12020)"),
+                  "reason '%s'", s.reason);
+}
+END_TEST
+
+/* make check-gpu's program says it skipped, and succeeds, where there is no CUDA device. */
+START_TEST(test_check_gpu_skips_without_device)
+{
+    const char *src = getenv("FLD_SRCDIR");
+    ck_assert_msg(src && *src, "FLD_SRCDIR is not set (run through make check)");
+    if (system("command -v python3 >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "test_check_gpu_skips_without_device: SKIPPED: no python3\n");
+        return;
+    }
+    char *lib = path_in_build("lib/libfldispatch.so");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/gpu_real/check_gpu.py' --lib '%s' 2>&1", src, lib);
+    free(lib);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char out[4096] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    if (strstr(out, "PASS ") || strstr(out, "FAIL ")) {
+        fprintf(stderr, "test_check_gpu_skips_without_device: SKIPPED: a CUDA device is here\n");
+        return;
+    }
+    ck_assert_msg(status == 0, "exit status %d, output:\n%s", status, out);
+    ck_assert_msg(strncmp(out, "skipped: no CUDA device (", 25) == 0 && strchr(out, ')'),
+                  "output:\n%s", out);
+}
+END_TEST
+
 static Suite *gpu_plugins_suite(void)
 {
     Suite *s = suite_create("gpu_plugins");
@@ -1068,6 +1364,8 @@ static Suite *gpu_plugins_suite(void)
     tcase_add_loop_test(tc, test_device_memory_unavailable, 0, 2);
     tcase_add_loop_test(tc, test_attention_falls_back_to_reference, 0, 2);
     tcase_add_loop_test(tc, test_rocm_hip_library_next_to_it, 0, 3);
+    tcase_add_test(tc, test_rocm_runtime_opened_on_first_use);
+    tcase_add_test(tc, test_check_gpu_skips_without_device);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("emulated");
@@ -1076,6 +1374,12 @@ static Suite *gpu_plugins_suite(void)
     tcase_add_test(tc, test_fake_supports_routes_to_reference);
     tcase_add_test(tc, test_fake_stream_reaches_runtime);
     tcase_add_test(tc, test_fake_device_switching);
+    tcase_add_test(tc, test_fake_new_thread_no_context_on_device_0);
+    tcase_add_test(tc, test_arch_rule);
+    tcase_add_loop_test(tc, test_fake_arch_availability, 0,
+                        (int)(sizeof fake_archs / sizeof fake_archs[0]));
+    tcase_add_test(tc, test_fake_arch_mixed_devices);
+    tcase_add_test(tc, test_fake_reason_names_versions);
     tcase_add_test(tc, test_fake_launch_error_leaves_outputs);
     tcase_add_test(tc, test_fake_device_hooks);
     tcase_add_test(tc, test_fake_detail_and_attention);

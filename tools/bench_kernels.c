@@ -30,7 +30,12 @@
  * generated on the host as for the CPU and copied once to device memory
  * (fld_device_alloc/copy, the device plugin's hooks); every timed batch
  * ends with fld_device_synchronize() inside the timed interval, so kernel
- * launches are not mistaken for kernel runs. The ceiling is a
+ * launches are not mistaken for kernel runs. So that the figure is the
+ * device memory's and not its cache's (a 4096 x 4096 bf16 case fits in an
+ * H100's 50 MB L2), a case smaller than DEVICE_COLD_BYTES gets several
+ * copies of its tensors on the device, up to that size in all (at most
+ * DEVICE_MAX_SETS), and consecutive calls take them in turn: each call
+ * reads inputs the previous ones did not touch. The ceiling is a
  * device-to-device copy of a large buffer (bench_d2d.c), measured before
  * the first kernel and after each op like STREAM, median over those runs;
  * there is no thread count (0 in the results) and no STREAM.
@@ -235,6 +240,19 @@ static bool pin_impl(const char *op, const char *impl, int device, int dtype, ch
 
 /* ---- cases: the tensors of one (op family, dtype, shape) ------------------------ */
 
+/* Device tensor sets of a case add up to this, so that calls taking them in
+ * turn miss any device cache: larger than the L2 of current GPUs (H100 50 MB,
+ * B200 126 MB) and MI300X's 256 MB Infinity Cache. */
+#define DEVICE_COLD_BYTES (512.0 * 1024 * 1024)
+#define DEVICE_MAX_SETS   64
+
+/* The arguments of one call on one set of device tensors. */
+union case_args {
+    fld_activation_args act;
+    fld_rms_norm_args norm;
+    fld_rotary_embedding_args rot;
+};
+
 struct bench_case {
     enum family family;
     int dtype;
@@ -249,6 +267,11 @@ struct bench_case {
     fld_rms_norm_args norm;
     fld_rotary_embedding_args rot;
     const void *args;
+    /* devices: the sets calls take in turn (set 0 is dev[] and args) */
+    int n_sets, n_extra;           /* sets in use; extra sets allocated */
+    struct dev_tensor (*extra)[8]; /* sets 1 .. n_sets - 1 */
+    union case_args *extra_args;
+    const void *set_args[DEVICE_MAX_SETS];
     double bytes; /* compulsory traffic of one call */
     char shape[48];
 };
@@ -289,43 +312,100 @@ static struct tool_tensor *case_tensor(struct bench_case *c, int i)
     return t[i];
 }
 
-/* The device copy standing for a host view of the case (NULL stays NULL). */
-static DLTensor *device_view(struct bench_case *c, DLTensor *host)
+/* The device copy in set (dev[] or an extra set) standing for a host view of the case. */
+static DLTensor *device_view(struct bench_case *c, struct dev_tensor *set, DLTensor *host)
 {
     for (int i = 0; host && i < 8; i++)
         if (host == &case_tensor(c, i)->t)
-            return &c->dev[i].t;
+            return &set[i].t;
     return host;
 }
 
-/*
- * Copies the case's tensors to the device, points the arguments at the
- * copies and frees the host storage. false after a message on stderr.
- */
-static bool case_to_device(struct bench_case *c, int device_type)
+/* The arguments of the case (host views) pointed at set's copies. */
+static void args_on_set(struct bench_case *c, struct dev_tensor *set, union case_args *a)
 {
-    const DLDevice dev = {(DLDeviceType)device_type, 0};
+    if (c->args == &c->act) {
+        a->act = c->act;
+        a->act.out = device_view(c, set, c->act.out);
+        a->act.x = device_view(c, set, (DLTensor *)c->act.x);
+    } else if (c->args == &c->norm) {
+        a->norm = c->norm;
+        a->norm.out = device_view(c, set, c->norm.out);
+        a->norm.x = device_view(c, set, (DLTensor *)c->norm.x);
+        a->norm.weight = device_view(c, set, (DLTensor *)c->norm.weight);
+        a->norm.residual = device_view(c, set, c->norm.residual);
+    } else {
+        a->rot = c->rot;
+        a->rot.positions = device_view(c, set, (DLTensor *)c->rot.positions);
+        a->rot.query = device_view(c, set, c->rot.query);
+        a->rot.key = device_view(c, set, c->rot.key);
+        a->rot.cos_sin_cache = device_view(c, set, (DLTensor *)c->rot.cos_sin_cache);
+    }
+}
+
+/* Uploads the case's host tensors into set; FLD_OK or the library's status. */
+static int upload_set(struct bench_case *c, struct dev_tensor *set, DLDevice dev)
+{
     for (int i = 0; i < 8; i++) {
         struct tool_tensor *tt = case_tensor(c, i);
         if (!tt->alloc)
             continue;
-        if (dev_tensor_upload(&c->dev[i], dev, tt, 0) != FLD_OK) {
-            fprintf(stderr, "fldispatch bench: copying the %s tensors of shape %s to %s: %s\n",
-                    tool_dtype_name(c->dtype), c->shape, fld_device_name(device_type),
-                    fld_last_error());
+        int rc = dev_tensor_upload(&set[i], dev, tt, 0);
+        if (rc != FLD_OK)
+            return rc;
+    }
+    return FLD_OK;
+}
+
+/*
+ * Copies the case's tensors to the device -- as many sets as DEVICE_COLD_BYTES
+ * asks (fewer if device memory runs out after the first) -- points the
+ * arguments at the copies and frees the host storage. false after a message
+ * on stderr.
+ */
+static bool case_to_device(struct bench_case *c, int device_type)
+{
+    const DLDevice dev = {(DLDeviceType)device_type, 0};
+    if (upload_set(c, c->dev, dev) != FLD_OK) {
+        fprintf(stderr, "fldispatch bench: copying the %s tensors of shape %s to %s: %s\n",
+                tool_dtype_name(c->dtype), c->shape, fld_device_name(device_type),
+                fld_last_error());
+        return false;
+    }
+    double set_bytes = 0;
+    for (int i = 0; i < 8; i++)
+        set_bytes += (double)case_tensor(c, i)->bytes;
+    int want = set_bytes > 0 ? (int)ceil(DEVICE_COLD_BYTES / set_bytes) : 1;
+    want = want < 1 ? 1 : want > DEVICE_MAX_SETS ? DEVICE_MAX_SETS : want;
+    c->n_sets = 1;
+    if (want > 1) {
+        c->extra = calloc((size_t)(want - 1), sizeof *c->extra);
+        c->extra_args = calloc((size_t)(want - 1), sizeof *c->extra_args);
+        if (!c->extra || !c->extra_args) {
+            fprintf(stderr, "fldispatch bench: out of memory\n");
             return false;
         }
+        c->n_extra = want - 1;
+        while (c->n_sets < want && upload_set(c, c->extra[c->n_sets - 1], dev) == FLD_OK) {
+            args_on_set(c, c->extra[c->n_sets - 1], &c->extra_args[c->n_sets - 1]);
+            c->set_args[c->n_sets] = &c->extra_args[c->n_sets - 1];
+            c->n_sets++;
+        }
+        /* A set that did not fit is freed (case_free frees the rest); fewer sets still run. */
+        if (c->n_sets < want)
+            for (int i = 0; i < 8; i++)
+                dev_tensor_free(&c->extra[c->n_sets - 1][i]);
     }
-    c->act.out = device_view(c, c->act.out);
-    c->act.x = device_view(c, (DLTensor *)c->act.x);
-    c->norm.out = device_view(c, c->norm.out);
-    c->norm.x = device_view(c, (DLTensor *)c->norm.x);
-    c->norm.weight = device_view(c, (DLTensor *)c->norm.weight);
-    c->norm.residual = device_view(c, c->norm.residual);
-    c->rot.positions = device_view(c, (DLTensor *)c->rot.positions);
-    c->rot.query = device_view(c, c->rot.query);
-    c->rot.key = device_view(c, c->rot.key);
-    c->rot.cos_sin_cache = device_view(c, (DLTensor *)c->rot.cos_sin_cache);
+    /* Set 0: the case's own argument structs, pointed at dev[]. */
+    union case_args first;
+    args_on_set(c, c->dev, &first);
+    if (c->args == &c->act)
+        c->act = first.act;
+    else if (c->args == &c->norm)
+        c->norm = first.norm;
+    else
+        c->rot = first.rot;
+    c->set_args[0] = c->args;
     c->device_type = device_type;
     for (int i = 0; i < 8; i++)
         tool_tensor_free(case_tensor(c, i));
@@ -336,6 +416,13 @@ static void case_free(struct bench_case *c)
 {
     for (int i = 0; i < 8; i++)
         dev_tensor_free(&c->dev[i]);
+    for (int k = 0; c->extra && k < c->n_extra; k++)
+        for (int i = 0; i < 8; i++)
+            dev_tensor_free(&c->extra[k][i]);
+    free(c->extra);
+    free(c->extra_args);
+    c->extra = NULL;
+    c->extra_args = NULL;
     tool_tensor_free(&c->x);
     tool_tensor_free(&c->out);
     tool_tensor_free(&c->weight);
@@ -453,15 +540,23 @@ static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t 
 /* ---- timing ---------------------------------------------------------------------- */
 
 /*
- * Nanoseconds for n calls, or NAN when a call failed (fld_last_error() says
- * why). On a device the batch ends when the device has finished it.
+ * Nanoseconds for n calls, taking the n_args argument sets in turn, or NAN
+ * when a call failed (fld_last_error() says why). On a device the batch
+ * ends when the device has finished it.
  */
-static double time_calls(fld_op op, const void *args, int device_type, long n)
+static double time_calls(fld_op op, const void *const *args, int n_args, int device_type, long n)
 {
+    /* Where the previous batch stopped: the sets are taken in turn across batches too. */
+    static int next;
+    int k = next < n_args ? next : 0;
     int failed = 0;
     double t0 = bench_now_ns();
-    for (long i = 0; i < n; i++)
-        failed |= fld_call(op, args);
+    for (long i = 0; i < n; i++) {
+        failed |= fld_call(op, args[k]);
+        if (++k == n_args)
+            k = 0;
+    }
+    next = k;
     if (device_type != FLD_DEVICE_CPU && !failed)
         failed |= fld_device_synchronize((DLDevice){(DLDeviceType)device_type, 0});
     double t1 = bench_now_ns();
@@ -474,16 +569,16 @@ struct timing {
 };
 
 /* Warm-up, calibration, then reps timed batches. false after a failed call. */
-static bool time_line(fld_op op, const void *args, int device_type, int reps, double batch_ns,
-                      struct timing *out)
+static bool time_line(fld_op op, const void *const *args, int n_args, int device_type, int reps,
+                      double batch_ns, struct timing *out)
 {
     /* The first call resolves the pinned choice, faults pages in, starts threads. */
-    if (isnan(time_calls(op, args, device_type, 1)))
+    if (isnan(time_calls(op, args, n_args, device_type, 1)))
         return false;
     long n = 1;
     double ns;
     for (;;) {
-        ns = time_calls(op, args, device_type, n);
+        ns = time_calls(op, args, n_args, device_type, n);
         if (isnan(ns))
             return false;
         if (ns >= batch_ns / 8 || n >= (1L << 30))
@@ -501,7 +596,7 @@ static bool time_line(fld_op op, const void *args, int device_type, int reps, do
     }
     bool ok = true;
     for (int r = 0; r < reps && ok; r++) {
-        ns = time_calls(op, args, device_type, batch);
+        ns = time_calls(op, args, n_args, device_type, batch);
         ok = !isnan(ns);
         samples[r] = ns / (double)batch;
     }
@@ -842,7 +937,9 @@ static bool run_line(struct run *r, int op, fld_op handle, const struct bench_ca
         progress_clear(r);
         fprintf(stderr, "fldispatch bench: %s\n", err);
         r->failed = true;
-    } else if (!time_line(handle, c->args, r->opt->device_type, r->opt->reps, r->batch_ns, &t)) {
+    } else if (!time_line(handle, c->n_sets > 0 ? c->set_args : &c->args,
+                          c->n_sets > 0 ? c->n_sets : 1, r->opt->device_type, r->opt->reps,
+                          r->batch_ns, &t)) {
         progress_clear(r);
         fprintf(stderr, "fldispatch bench: %s %s %s %s failed: %s\n", op_names[op], impl,
                 tool_dtype_name(c->dtype), c->shape, fld_last_error());

@@ -553,8 +553,26 @@ FLD_API void fld_log_set_callback(fld_log_fn fn, void *user);
 
 /*
  * Sets the calling thread's current stream for a device type (a cudaStream_t,
- * hipStream_t or aclrtStream); GPU plugins launch on it. NULL means the
- * default stream. Thread-local.
+ * hipStream_t or aclrtStream); the device plugins queue every kernel, copy
+ * and synchronize of that thread on it. Thread-local; one stream per device
+ * type, so set the stream of the device you call on.
+ *
+ * The contract:
+ *   - a stream that was set is used as it is, whatever its value: PyTorch's
+ *     torch.cuda.current_stream().cuda_stream, a capture stream during CUDA
+ *     graph capture, or cudaStreamLegacy ((cudaStream_t)1) for the legacy
+ *     NULL stream exactly;
+ *   - NULL (never set, or reset) means the per-thread default stream on
+ *     CUDA and ROCm (cudaStreamPerThread, hipStreamPerThread), not the legacy
+ *     NULL stream: threads that never set a stream do not serialise each
+ *     other's kernels, and the work stays ordered with what the caller put on
+ *     the legacy stream (the per-thread stream waits for it and it waits for
+ *     the per-thread stream, as with any blocking stream). What it does not
+ *     do is wait for the caller's own blocking streams, which the legacy
+ *     stream would; a caller that uses streams of its own passes the one to
+ *     use. On Ascend NULL is the device's default stream.
+ *   - during CUDA graph capture the capture stream must be set: work on a
+ *     default stream is not captured.
  */
 FLD_API int fld_set_stream(int device_type, void *stream);
 FLD_API void *fld_get_stream(int device_type);

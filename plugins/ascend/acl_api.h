@@ -5,7 +5,8 @@
  *
  * Sources (CANN public documentation; values and signatures checked there):
  *   AscendCL runtime (aclInit, aclrtGetDeviceCount, aclrtSetDevice,
- *   aclrtGetDevice, aclrtMalloc, aclrtFree, aclrtMemcpy, aclrtMemcpyAsync,
+ *   aclrtGetDevice, aclrtGetCurrentContext, aclrtSetCurrentContext,
+ *   aclrtMalloc, aclrtFree, aclrtMemcpy, aclrtMemcpyAsync,
  *   aclrtSynchronizeStream, aclGetRecentErrMsg), aclDataType / aclFormat /
  *   aclrtMemcpyKind values:
  *     https://www.hiascend.com/document/ (CANN "AscendCL API reference",
@@ -18,11 +19,23 @@
  *     https://www.hiascend.com/document/ (aolapi, aclnnAddRmsNorm)
  *   aclnnSwiGlu:
  *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/82RC1alpha002/API/aolapi/context/aclnnSwiGlu.md
- *   aclnnRotaryPositionEmbedding (mode 0 half, 1 interleave; x 3-D/4-D,
- *   non-contiguous x/cos/sin allowed, out contiguous, D < 896):
+ *   aclnnRotaryPositionEmbedding (mode 0 half, 1 interleave; x 4-D in the
+ *   documented releases -- [B, S, N, D] with cos/sin [1 or B, S, 1, D] for
+ *   the BSND layout; 3-D only in some newer ones -- non-contiguous x/cos/sin
+ *   allowed, out contiguous, D < 896):
  *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/83RC1alpha003/API/aolapi/context/aclnnRotaryPositionEmbedding.md
  *     https://gitcode.com/cann/ops-transformer (posembedding/rotary_position_embedding/docs)
- *   aclnnIndexSelect: https://www.hiascend.com/document/ (aolapi)
+ *   aclnnIndexSelect: https://www.hiascend.com/document/ (aolapi); a
+ *   non-contiguous self is made contiguous first (so a zero-stride
+ *   expanded view would be copied in full on every call)
+ *   aclnnRopeWithSinCosCache (Atlas A2/A3, CANN 8.1+, resolved optionally):
+ *   positions [T] int32/int64, queryIn [T, Nq * headSize] and keyIn
+ *   [T, Nk * headSize] 2-D (a row stride is allowed), cosSinCache
+ *   [max_pos, rot_dim] of the query's dtype (made contiguous), mropeSection
+ *   NULL outside mrope, queryOut/keyOut of the inputs' shapes (the result is
+ *   copied into them, so they may be the inputs):
+ *     https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/83RC1alpha002/API/aolapi/context/aclnnRopeWithSinCosCache.md
+ *     https://gitcode.com/cann/ops-transformer (posembedding/rope_with_sin_cos_cache)
  *   aclnnInplaceCopy (selfRef and src may be non-contiguous and of different
  *   dtypes; the copy converts):
  *     https://gitcode.com/cann/ops-math/blob/master/conversion/view_copy/docs/aclnnInplaceCopy.md
@@ -59,6 +72,7 @@
 #ifndef FLD_ASCEND_ACL_API_H
 #define FLD_ASCEND_ACL_API_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,6 +82,7 @@ typedef void *acl_stream;                 /* aclrtStream */
 typedef struct acl_tensor acl_tensor;     /* opaque aclTensor */
 typedef struct acl_executor acl_executor; /* opaque aclOpExecutor */
 typedef struct acl_scalar acl_scalar;     /* opaque aclScalar */
+typedef void *acl_context;                /* aclrtContext */
 
 #define ACL_OK 0
 /* aclInit called twice in one process (ACL_ERROR_REPEAT_INITIALIZE). */
@@ -102,6 +117,8 @@ typedef acl_error (*acl_run_fn)(void *workspace, uint64_t workspace_size, acl_ex
     X(acl_error, aclrtGetDeviceCount, (uint32_t * count))                                          \
     X(acl_error, aclrtSetDevice, (int32_t device_id))                                              \
     X(acl_error, aclrtGetDevice, (int32_t * device_id))                                            \
+    X(acl_error, aclrtGetCurrentContext, (acl_context * context))                                  \
+    X(acl_error, aclrtSetCurrentContext, (acl_context context))                                    \
     X(acl_error, aclrtMalloc, (void **ptr, size_t size, int policy))                               \
     X(acl_error, aclrtFree, (void *ptr))                                                           \
     X(acl_error, aclrtMemcpy,                                                                      \
@@ -189,6 +206,13 @@ typedef acl_error (*acl_run_fn)(void *workspace, uint64_t workspace_size, acl_ex
 
 /* Resolved when present (CANN 8.1+); NULL otherwise. */
 #define FLD_ACL_OPTIONAL_OP_FUNCS(X)                                                               \
+    X(acl_nn_status, aclnnRopeWithSinCosCacheGetWorkspaceSize,                                     \
+      (const acl_tensor *positions, const acl_tensor *query_in, const acl_tensor *key_in,          \
+       const acl_tensor *cos_sin_cache, const void *mrope_section, int64_t head_size,              \
+       bool is_neox_style, acl_tensor *query_out, acl_tensor *key_out, uint64_t *workspace_size,   \
+       acl_executor **executor))                                                                   \
+    X(acl_nn_status, aclnnRopeWithSinCosCache,                                                     \
+      (void *workspace, uint64_t workspace_size, acl_executor *executor, acl_stream stream))       \
     X(acl_nn_status, aclnnGemmaRmsNormGetWorkspaceSize,                                            \
       (const acl_tensor *x, const acl_tensor *gamma, double epsilon, const acl_tensor *y_out,      \
        const acl_tensor *rstd_out, uint64_t *workspace_size, acl_executor **executor))             \

@@ -62,10 +62,17 @@ int fld__ascend_hook_synchronize(int device_id);
 
 struct fld_ascend_scratch;
 
+/* The thread's context when a call switched devices, put back at its end. */
+struct fld_ascend_device_save {
+    bool switched;    /* aclrtSetDevice was called for this call */
+    acl_context prev; /* the context current before, or NULL: none */
+};
+
 struct fld_ascend_call {
     const char *impl; /* "vendor.ascend" or "reference.ascend", for messages */
     const char *op;   /* catalog op name, for messages */
     acl_stream stream;
+    struct fld_ascend_device_save device_save;
     struct fld_ascend_scratch *scratch;
     acl_tensor *tensors[FLD_ASCEND_MAX_TENSORS];
     int n_tensors;
@@ -75,14 +82,15 @@ struct fld_ascend_call {
 
 /*
  * Starts a call on device (the tensors' DLDevice): makes it the thread's
- * current Ascend device, takes the calling thread's stream from
+ * current Ascend device if it is not (fld__ascend_end() puts the thread's
+ * previous context back), takes the calling thread's stream from
  * fld_get_stream() and its scratch memory. FLD_OK or FLD_EIMPL (message set).
  */
 int fld__ascend_begin(struct fld_ascend_call *c, const char *op, DLDevice device);
 /* The same for implementation impl (messages name it). */
 int fld__ascend_begin_as(struct fld_ascend_call *c, const char *impl, const char *op,
                          DLDevice device);
-/* Destroys the call's tensor and scalar descriptors. */
+/* Destroys the call's tensor and scalar descriptors; restores the thread's context. */
 void fld__ascend_end(struct fld_ascend_call *c);
 
 /*

@@ -6,12 +6,19 @@
  *   gemma_rms_norm      aclnnGemmaRmsNorm (when this CANN has it), without
  *                       residual only: there is no fused add variant
  *   silu_and_mul        aclnnSwiGlu over the last dimension
- *   rotary_embedding    aclnnIndexSelect gathers each token's cos and sin row
- *                       (read through a zero-stride view of the cache that
- *                       repeats every frequency the way the mode pairs
- *                       elements), aclnnRotaryPositionEmbedding (mode half for
- *                       neox, interleave for gptj) rotates the first rot_dim
- *                       elements of every head into scratch, and
+ *   rotary_embedding    aclnnRopeWithSinCosCache when this CANN has it and the
+ *                       call fits it (a key, heads packed in each token's row,
+ *                       a contiguous cache): one operator that takes the
+ *                       positions and the cos/sin cache as vLLM keeps them.
+ *                       Otherwise (or when that operator refuses the call, as
+ *                       on SoCs it does not support): aclnnIndexSelect gathers
+ *                       each token's cache row (cos || sin) into scratch, two
+ *                       aclnnInplaceCopy spread it into full-width cos and sin
+ *                       tables (each frequency repeated the way the mode pairs
+ *                       elements), aclnnRotaryPositionEmbedding in its 4-D
+ *                       form ([1, T, N, D], cos/sin [1, T, 1, D], mode half
+ *                       for neox, interleave for gptj) rotates the first
+ *                       rot_dim elements of every head into scratch, and
  *                       aclnnInplaceCopy writes them back into the strided
  *                       query/key views, leaving elements past rot_dim alone
  *   attention_backend   ASCEND / ASCEND_MLA; sparse MLA is not offered
@@ -234,6 +241,146 @@ bool fld__ascend_rotary_supports(const void *argp)
                    : fld__ascend_launch((c), #name, fld__acl.name, ws_, ex_);                      \
     } while (0)
 
+/* Whether aclnnRopeWithSinCosCache can take the call as it is. */
+static bool rope_cache_fits(const fld_rotary_embedding_args *a, const fld_rotary_geometry *g)
+{
+    return fld__acl.aclnnRopeWithSinCosCacheGetWorkspaceSize && fld__acl.aclnnRopeWithSinCosCache &&
+           g->key && g->q_heads > 0 && g->k_heads > 0 && g->q_head_stride == a->head_size &&
+           g->k_head_stride == a->head_size && g->cache_stride == g->rot_dim;
+}
+
+/*
+ * aclnnRopeWithSinCosCache in place on the query and key rows. FLD_OK,
+ * an error, or FLD_EUNSUPPORTED (nothing queued, no message kept) when its
+ * first phase refuses the call: the caller then takes the 4-D path.
+ */
+static int rotary_rope_cache(struct fld_ascend_call *c, const fld_rotary_embedding_args *a,
+                             const fld_rotary_geometry *g, int dt)
+{
+    const int64_t T = g->tokens;
+    const int64_t pos_dims[1] = {T}, pos_strides[1] = {1};
+    const int64_t q_dims[2] = {T, g->q_heads * a->head_size}, q_strides[2] = {g->q_token_stride, 1};
+    const int64_t k_dims[2] = {T, g->k_heads * a->head_size}, k_strides[2] = {g->k_token_stride, 1};
+    const int64_t c_dims[2] = {g->max_pos, g->rot_dim}, c_strides[2] = {g->rot_dim, 1};
+    acl_tensor *pos =
+        fld__ascend_tensor(c, 1, pos_dims, pos_strides,
+                           g->positions_int32 ? ACL_DT_INT32 : ACL_DT_INT64, g->positions);
+    acl_tensor *q_in = pos ? fld__ascend_tensor(c, 2, q_dims, q_strides, dt, g->query) : NULL;
+    acl_tensor *k_in = q_in ? fld__ascend_tensor(c, 2, k_dims, k_strides, dt, g->key) : NULL;
+    acl_tensor *cache = k_in ? fld__ascend_tensor(c, 2, c_dims, c_strides, dt, g->cache) : NULL;
+    acl_tensor *q_out = cache ? fld__ascend_tensor(c, 2, q_dims, q_strides, dt, g->query) : NULL;
+    acl_tensor *k_out = q_out ? fld__ascend_tensor(c, 2, k_dims, k_strides, dt, g->key) : NULL;
+    if (!k_out)
+        return FLD_EIMPL;
+    uint64_t ws = 0;
+    acl_executor *ex = NULL;
+    int st = fld__acl.aclnnRopeWithSinCosCacheGetWorkspaceSize(
+        pos, q_in, k_in, cache, NULL, a->head_size, a->is_neox, q_out, k_out, &ws, &ex);
+    if (st != 0) {
+        fld_log(FLD_LOG_DEBUG,
+                "vendor.ascend: rotary_embedding: aclnnRopeWithSinCosCacheGetWorkspaceSize "
+                "refused the call (error %d); using aclnnRotaryPositionEmbedding",
+                st);
+        return FLD_EUNSUPPORTED;
+    }
+    return fld__ascend_launch(c, "aclnnRopeWithSinCosCache", fld__acl.aclnnRopeWithSinCosCache, ws,
+                              ex);
+}
+
+/*
+ * The portable path: gather, spread, rotate (4-D), write back. Nothing but
+ * scratch is written before the final copies.
+ */
+static int rotary_4d(struct fld_ascend_call *c, const fld_rotary_embedding_args *a,
+                     const fld_rotary_geometry *g, int dt)
+{
+    const size_t es = elem_size(dt);
+    const int64_t T = g->tokens, rot = g->rot_dim, h = rot / 2;
+    const int mode = a->is_neox ? ACL_ROPE_HALF : ACL_ROPE_INTERLEAVE;
+
+    /* Scratch: gathered rows, cos and sin tables, rotated query, rotated key. */
+    const size_t table = align_up((size_t)(T * rot) * es);
+    const size_t q_bytes = align_up((size_t)(T * g->q_heads * rot) * es);
+    const size_t k_bytes = align_up((size_t)(T * g->k_heads * rot) * es);
+    char *buf = fld__ascend_buffers(c, 3 * table + q_bytes + k_bytes);
+    if (!buf)
+        return FLD_EIMPL;
+    char *rows = buf, *cos_t = buf + table, *sin_t = buf + 2 * table, *q_out = buf + 3 * table,
+         *k_out = q_out + q_bytes;
+
+    /* The gather reads the cache as it is (no expanded view: IndexSelect
+     * would make a zero-stride view contiguous, i.e. copy max_pos rows). */
+    const int64_t src_dims[2] = {g->max_pos, rot}, src_strides[2] = {g->cache_stride, 1};
+    const int64_t rows_dims[2] = {T, rot}, rows_strides[2] = {rot, 1};
+    const int64_t pos_dims[1] = {T}, pos_strides[1] = {1};
+    /* Frequency i repeated where the mode pairs it: neox [T, 2, h] (i, i + h),
+     * gptj [T, h, 2] (2i, 2i + 1); the spread reads T rows of scratch only. */
+    const int64_t sp_dims[3] = {T, a->is_neox ? 2 : h, a->is_neox ? h : 2};
+    const int64_t sp_src_strides[3] = {rot, a->is_neox ? 0 : 1, a->is_neox ? 1 : 0};
+    const int64_t sp_dst_strides[3] = {rot, sp_dims[2], 1};
+    /* cos/sin in the 4-D form: [1, T, 1, rot]. */
+    const int64_t cs_dims[4] = {1, T, 1, rot}, cs_strides[4] = {T * rot, rot, rot, 1};
+
+    acl_tensor *pos =
+        fld__ascend_tensor(c, 1, pos_dims, pos_strides,
+                           g->positions_int32 ? ACL_DT_INT32 : ACL_DT_INT64, g->positions);
+    acl_tensor *src = pos ? fld__ascend_tensor(c, 2, src_dims, src_strides, dt, g->cache) : NULL;
+    acl_tensor *gat = src ? fld__ascend_tensor(c, 2, rows_dims, rows_strides, dt, rows) : NULL;
+    acl_tensor *cos_src = gat ? fld__ascend_tensor(c, 3, sp_dims, sp_src_strides, dt, rows) : NULL;
+    acl_tensor *sin_src =
+        cos_src ? fld__ascend_tensor(c, 3, sp_dims, sp_src_strides, dt, rows + (size_t)h * es)
+                : NULL;
+    acl_tensor *cos_dst =
+        sin_src ? fld__ascend_tensor(c, 3, sp_dims, sp_dst_strides, dt, cos_t) : NULL;
+    acl_tensor *sin_dst =
+        cos_dst ? fld__ascend_tensor(c, 3, sp_dims, sp_dst_strides, dt, sin_t) : NULL;
+    acl_tensor *cos4 = sin_dst ? fld__ascend_tensor(c, 4, cs_dims, cs_strides, dt, cos_t) : NULL;
+    acl_tensor *sin4 = cos4 ? fld__ascend_tensor(c, 4, cs_dims, cs_strides, dt, sin_t) : NULL;
+    if (!sin4)
+        return FLD_EIMPL;
+    int rc;
+    RUN_OP(c, rc, aclnnIndexSelect, (src, 0, pos, gat, &ws_, &ex_));
+    if (rc == FLD_OK)
+        RUN_OP(c, rc, aclnnInplaceCopy, (cos_dst, cos_src, &ws_, &ex_));
+    if (rc == FLD_OK)
+        RUN_OP(c, rc, aclnnInplaceCopy, (sin_dst, sin_src, &ws_, &ex_));
+    if (rc != FLD_OK)
+        return rc;
+
+    /* Rotate query and key into scratch, then write both back. */
+    acl_tensor *views[2] = {NULL, NULL}, *outs[2] = {NULL, NULL};
+    const int n = g->key ? 2 : 1;
+    for (int i = 0; i < n; i++) {
+        void *data = i ? g->key : g->query;
+        const int64_t heads = i ? g->k_heads : g->q_heads;
+        const int64_t tok = i ? g->k_token_stride : g->q_token_stride;
+        const int64_t dims[4] = {1, T, heads, rot};
+        const int64_t v_strides[4] = {T * tok, tok, i ? g->k_head_stride : g->q_head_stride, 1};
+        const int64_t o_strides[4] = {T * heads * rot, heads * rot, rot, 1};
+        views[i] = fld__ascend_tensor(c, 4, dims, v_strides, dt, data);
+        outs[i] =
+            views[i] ? fld__ascend_tensor(c, 4, dims, o_strides, dt, i ? k_out : q_out) : NULL;
+        if (!outs[i])
+            return FLD_EIMPL;
+        RUN_OP(c, rc, aclnnRotaryPositionEmbedding,
+               (views[i], cos4, sin4, mode, outs[i], &ws_, &ex_));
+        if (rc != FLD_OK)
+            return rc;
+    }
+    for (int i = 0; i < n; i++) {
+        RUN_OP(c, rc, aclnnInplaceCopy, (views[i], outs[i], &ws_, &ex_));
+        if (rc != FLD_OK) {
+            if (i > 0) {
+                char msg[768];
+                snprintf(msg, sizeof msg, "%s", fld_last_error());
+                fld_set_error("%s; the query was already rotated, the key was not", msg);
+            }
+            return rc;
+        }
+    }
+    return FLD_OK;
+}
+
 int fld__ascend_rotary_embedding(const void *argp)
 {
     const fld_rotary_embedding_args *a = argp;
@@ -248,91 +395,25 @@ int fld__ascend_rotary_embedding(const void *argp)
     if (g.tokens == 0 || g.rot_dim == 0)
         return FLD_OK;
     const int dt = fld__ascend_dtype(a->query->dtype);
-    const size_t es = elem_size(dt);
-    const int64_t T = g.tokens, rot = g.rot_dim, h = rot / 2;
-    const int mode = a->is_neox ? ACL_ROPE_HALF : ACL_ROPE_INTERLEAVE;
 
     struct fld_ascend_call c;
     int rc = fld__ascend_begin(&c, FLD_OP_ROTARY_EMBEDDING, a->query->device);
     if (rc != FLD_OK)
         return rc;
-
-    /* Scratch: gathered cos, gathered sin, rotated query, rotated key. */
-    const size_t table = align_up((size_t)(T * rot) * es);
-    const size_t q_bytes = align_up((size_t)(T * g.q_heads * rot) * es);
-    const size_t k_bytes = align_up((size_t)(T * g.k_heads * rot) * es);
-    char *buf = fld__ascend_buffers(&c, 2 * table + q_bytes + k_bytes);
-    if (!buf) {
-        rc = FLD_EIMPL;
-        goto done;
-    }
-    char *cos_g = buf, *sin_g = buf + table, *q_out = buf + 2 * table, *k_out = q_out + q_bytes;
-
-    /* Frequency i of a cache row, repeated where the mode pairs it. */
-    const int64_t src_dims[3] = {g.max_pos, a->is_neox ? 2 : h, a->is_neox ? h : 2};
-    const int64_t src_strides[3] = {g.cache_stride, a->is_neox ? 0 : 1, a->is_neox ? 1 : 0};
-    const int64_t gat_strides[3] = {rot, src_dims[2], 1};
-    const int64_t gat_dims[3] = {T, src_dims[1], src_dims[2]};
-    const int64_t pos_dims[1] = {T}, pos_strides[1] = {1};
-    const int64_t cs_dims[3] = {T, 1, rot}, cs_strides[3] = {rot, rot, 1};
-
-    acl_tensor *pos = fld__ascend_tensor(
-        &c, 1, pos_dims, pos_strides, g.positions_int32 ? ACL_DT_INT32 : ACL_DT_INT64, g.positions);
-    acl_tensor *cos_src =
-        pos ? fld__ascend_tensor(&c, 3, src_dims, src_strides, dt, g.cache) : NULL;
-    acl_tensor *sin_src = cos_src ? fld__ascend_tensor(&c, 3, src_dims, src_strides, dt,
-                                                       (const char *)g.cache + (size_t)h * es)
-                                  : NULL;
-    acl_tensor *cos_gat =
-        sin_src ? fld__ascend_tensor(&c, 3, gat_dims, gat_strides, dt, cos_g) : NULL;
-    acl_tensor *sin_gat =
-        cos_gat ? fld__ascend_tensor(&c, 3, gat_dims, gat_strides, dt, sin_g) : NULL;
-    acl_tensor *cos_t = sin_gat ? fld__ascend_tensor(&c, 3, cs_dims, cs_strides, dt, cos_g) : NULL;
-    acl_tensor *sin_t = cos_t ? fld__ascend_tensor(&c, 3, cs_dims, cs_strides, dt, sin_g) : NULL;
-    if (!sin_t) {
-        rc = FLD_EIMPL;
-        goto done;
-    }
-    RUN_OP(&c, rc, aclnnIndexSelect, (cos_src, 0, pos, cos_gat, &ws_, &ex_));
-    if (rc == FLD_OK)
-        RUN_OP(&c, rc, aclnnIndexSelect, (sin_src, 0, pos, sin_gat, &ws_, &ex_));
-    if (rc != FLD_OK)
-        goto done;
-
-    /* Rotate query and key into scratch, then write both back. */
-    acl_tensor *views[2] = {NULL, NULL}, *outs[2] = {NULL, NULL};
-    const int n = g.key ? 2 : 1;
-    for (int i = 0; i < n; i++) {
-        void *data = i ? g.key : g.query;
-        int64_t heads = i ? g.k_heads : g.q_heads;
-        const int64_t dims[3] = {T, heads, rot};
-        const int64_t v_strides[3] = {i ? g.k_token_stride : g.q_token_stride,
-                                      i ? g.k_head_stride : g.q_head_stride, 1};
-        const int64_t o_strides[3] = {heads * rot, rot, 1};
-        views[i] = fld__ascend_tensor(&c, 3, dims, v_strides, dt, data);
-        outs[i] =
-            views[i] ? fld__ascend_tensor(&c, 3, dims, o_strides, dt, i ? k_out : q_out) : NULL;
-        if (!outs[i]) {
-            rc = FLD_EIMPL;
-            goto done;
-        }
-        RUN_OP(&c, rc, aclnnRotaryPositionEmbedding,
-               (views[i], cos_t, sin_t, mode, outs[i], &ws_, &ex_));
-        if (rc != FLD_OK)
-            goto done;
-    }
-    for (int i = 0; i < n; i++) {
-        RUN_OP(&c, rc, aclnnInplaceCopy, (views[i], outs[i], &ws_, &ex_));
-        if (rc != FLD_OK) {
-            if (i > 0) {
-                char msg[768];
-                snprintf(msg, sizeof msg, "%s", fld_last_error());
-                fld_set_error("%s; the query was already rotated, the key was not", msg);
-            }
-            goto done;
+    rc = FLD_EUNSUPPORTED;
+    if (rope_cache_fits(a, &g)) {
+        rc = rotary_rope_cache(&c, a, &g, dt);
+        if (rc == FLD_EUNSUPPORTED) {
+            /* Descriptors of the refused attempt go before the next ones. */
+            fld__ascend_end(&c);
+            rc = fld__ascend_begin(&c, FLD_OP_ROTARY_EMBEDDING, a->query->device);
+            if (rc != FLD_OK)
+                return rc;
+            rc = FLD_EUNSUPPORTED;
         }
     }
-done:
+    if (rc == FLD_EUNSUPPORTED)
+        rc = rotary_4d(&c, a, &g, dt);
     fld__ascend_end(&c);
     return rc;
 }

@@ -311,7 +311,7 @@ int fld__ascend_ref_rotary_embedding(const void *argp)
     /* Scratch: gathered cos/sin (cache dtype and f32), 6 f32 blocks per tensor. */
     const size_t tab = (size_t)(T * h);
     const size_t q_blk = (size_t)(T * g.q_heads * h) * 4u, k_blk = (size_t)(T * g.k_heads * h) * 4u;
-    const size_t total = 2 * align_up(tab * ces) + 2 * align_up(tab * 4u) + 6 * align_up(q_blk) +
+    const size_t total = align_up(2 * tab * ces) + 2 * align_up(tab * 4u) + 6 * align_up(q_blk) +
                          (g.key ? 6 * align_up(k_blk) : 0);
     struct carve k = {fld__ascend_buffers(&c, total), 0};
     if (!k.base) {
@@ -319,16 +319,20 @@ int fld__ascend_ref_rotary_embedding(const void *argp)
         goto done;
     }
     const int64_t pos_dims[1] = {T}, unit[1] = {1};
-    const int64_t src_dims[2] = {g.max_pos, h}, src_strides[2] = {g.cache_stride, 1};
-    const int64_t tab_dims[2] = {T, h};
+    /* One gather of whole cache rows (cos || sin), read as the cache is laid
+     * out: IndexSelect makes a non-contiguous self contiguous first, which
+     * for a half-row view would copy half the cache on every call. */
+    const int64_t src_dims[2] = {g.max_pos, 2 * h}, src_strides[2] = {g.cache_stride, 1};
+    const int64_t rows_dims[2] = {T, 2 * h};
+    const int64_t tab_dims[2] = {T, h}, half_strides[2] = {2 * h, 1};
     const int64_t b_dims[3] = {T, 1, h}, b_strides[3] = {h, h, 1};
     acl_tensor *pos = view(&c, &rc, 1, pos_dims, unit,
                            g.positions_int32 ? ACL_DT_INT32 : ACL_DT_INT64, g.positions);
-    acl_tensor *cos_src = view(&c, &rc, 2, src_dims, src_strides, cdt, g.cache);
-    acl_tensor *sin_src =
-        view(&c, &rc, 2, src_dims, src_strides, cdt, (const char *)g.cache + (size_t)h * ces);
-    acl_tensor *cos_g = dense(&c, &rc, 2, tab_dims, cdt, take(&k, tab * ces));
-    acl_tensor *sin_g = dense(&c, &rc, 2, tab_dims, cdt, take(&k, tab * ces));
+    acl_tensor *src = view(&c, &rc, 2, src_dims, src_strides, cdt, g.cache);
+    char *rows_mem = take(&k, 2 * tab * ces);
+    acl_tensor *rows = dense(&c, &rc, 2, rows_dims, cdt, rows_mem);
+    acl_tensor *cos_g = view(&c, &rc, 2, tab_dims, half_strides, cdt, rows_mem);
+    acl_tensor *sin_g = view(&c, &rc, 2, tab_dims, half_strides, cdt, rows_mem + (size_t)h * ces);
     void *cos_mem = take(&k, tab * 4u), *sin_mem = take(&k, tab * 4u);
     acl_tensor *cos_f = dense(&c, &rc, 2, tab_dims, ACL_DT_FLOAT, cos_mem);
     acl_tensor *sin_f = dense(&c, &rc, 2, tab_dims, ACL_DT_FLOAT, sin_mem);
@@ -337,8 +341,7 @@ int fld__ascend_ref_rotary_embedding(const void *argp)
     acl_tensor *sin3 = view(&c, &rc, 3, b_dims, b_strides, ACL_DT_FLOAT, sin_mem);
     acl_scalar *one = scalar(&c, &rc, 1.0f), *minus = scalar(&c, &rc, -1.0f);
 
-    STEP(&c, rc, aclnnIndexSelect, (cos_src, 0, pos, cos_g, &ws_, &ex_));
-    STEP(&c, rc, aclnnIndexSelect, (sin_src, 0, pos, sin_g, &ws_, &ex_));
+    STEP(&c, rc, aclnnIndexSelect, (src, 0, pos, rows, &ws_, &ex_));
     STEP(&c, rc, aclnnCast, (cos_g, ACL_DT_FLOAT, cos_f, &ws_, &ex_));
     STEP(&c, rc, aclnnCast, (sin_g, ACL_DT_FLOAT, sin_f, &ws_, &ex_));
 

@@ -273,14 +273,47 @@ static int scratch_grow(const struct fld_ascend_call *c, void **area, size_t *si
     return FLD_OK;
 }
 
-static int set_device(const struct fld_ascend_call *c, int device_id)
+/*
+ * Makes device_id current for one call. When it already is, nothing
+ * changes. Otherwise the thread's current context (aclrtGetCurrentContext;
+ * none on a thread that never chose a device) is saved and leave_device()
+ * makes it current again, so that the caller's later ACL calls still go to
+ * the device it chose. A thread that had no context keeps device_id's: ACL
+ * has no way back to "none".
+ */
+static int enter_device(const struct fld_ascend_call *c, int device_id,
+                        struct fld_ascend_device_save *save)
 {
+    save->switched = false;
+    save->prev = NULL;
     int32_t cur = -1;
     /* Without a current device aclrtGetDevice fails; then set one. */
     if (fld__acl.aclrtGetDevice(&cur) == ACL_OK && cur == device_id)
         return FLD_OK;
+    acl_context prev = NULL;
+    if (fld__acl.aclrtGetCurrentContext(&prev) != ACL_OK)
+        prev = NULL;
     acl_error rc = fld__acl.aclrtSetDevice(device_id);
-    return rc == ACL_OK ? FLD_OK : fld__ascend_fail(c, "aclrtSetDevice", rc);
+    if (rc != ACL_OK)
+        return fld__ascend_fail(c, "aclrtSetDevice", rc);
+    save->switched = true;
+    save->prev = prev;
+    return FLD_OK;
+}
+
+static void leave_device(struct fld_ascend_device_save *save)
+{
+    if (save->switched && save->prev) {
+        acl_error rc = fld__acl.aclrtSetCurrentContext(save->prev);
+        if (rc != ACL_OK)
+            /* The work is queued; only the caller's current device is left changed. */
+            fld_log(FLD_LOG_WARNING,
+                    "ascend: cannot make the thread's previous context current again "
+                    "(aclrtSetCurrentContext: error %d)",
+                    rc);
+    }
+    save->switched = false;
+    save->prev = NULL;
 }
 
 int fld__ascend_begin(struct fld_ascend_call *c, const char *op, DLDevice device)
@@ -295,28 +328,32 @@ int fld__ascend_begin_as(struct fld_ascend_call *c, const char *impl, const char
     c->impl = impl;
     c->op = op;
     c->stream = fld_get_stream(FLD_DEVICE_ASCEND);
-    int rc = set_device(c, device.device_id);
+    int rc = enter_device(c, device.device_id, &c->device_save);
     if (rc != FLD_OK)
         return rc;
     struct fld_ascend_scratch *s = thread_scratch();
     if (!s) {
         fld_set_error("%s: %s: out of memory", impl, op);
-        return FLD_ENOMEM;
+        rc = FLD_ENOMEM;
+        goto fail;
     }
     c->scratch = s;
     if (s->device != device.device_id && (s->ws || s->buf)) {
         rc = scratch_quiesce(c, s);
         if (rc != FLD_OK)
-            return rc;
+            goto fail;
         scratch_release(s);
     }
     s->device = device.device_id;
     if (s->used && s->last_stream != c->stream) {
         rc = scratch_quiesce(c, s);
         if (rc != FLD_OK)
-            return rc;
+            goto fail;
     }
     return FLD_OK;
+fail:
+    leave_device(&c->device_save);
+    return rc;
 }
 
 void fld__ascend_end(struct fld_ascend_call *c)
@@ -327,6 +364,7 @@ void fld__ascend_end(struct fld_ascend_call *c)
     for (int i = 0; i < c->n_scalars; i++)
         fld__acl.aclDestroyScalar(c->scalars[i]);
     c->n_scalars = 0;
+    leave_device(&c->device_save);
 }
 
 acl_scalar *fld__ascend_scalar(struct fld_ascend_call *c, float value)
@@ -412,11 +450,13 @@ acl_tensor *fld__ascend_tensor(struct fld_ascend_call *c, int ndim, const int64_
 int fld__ascend_hook_alloc(int device_id, size_t bytes, void **ptr)
 {
     *ptr = NULL;
-    int rc = set_device(NULL, device_id);
+    struct fld_ascend_device_save save;
+    int rc = enter_device(NULL, device_id, &save);
     if (rc != FLD_OK)
         return rc;
     void *p = NULL;
     acl_error e = fld__acl.aclrtMalloc(&p, bytes, ACL_MALLOC_HUGE_FIRST);
+    leave_device(&save);
     if (e != ACL_OK || !p)
         return fld__ascend_fail(NULL, "aclrtMalloc", e != ACL_OK ? e : -1);
     *ptr = p;
@@ -431,12 +471,22 @@ int fld__ascend_hook_free(int device_id, void *ptr)
     return e == ACL_OK ? FLD_OK : fld__ascend_fail(NULL, "aclrtFree", e);
 }
 
+static int copy_on_device(void *dst, const void *src, size_t bytes, fld_copy_kind kind);
+
 int fld__ascend_hook_copy(int device_id, void *dst, const void *src, size_t bytes,
                           fld_copy_kind kind)
 {
-    int rc = set_device(NULL, device_id);
+    struct fld_ascend_device_save save;
+    int rc = enter_device(NULL, device_id, &save);
     if (rc != FLD_OK)
         return rc;
+    rc = copy_on_device(dst, src, bytes, kind);
+    leave_device(&save);
+    return rc;
+}
+
+static int copy_on_device(void *dst, const void *src, size_t bytes, fld_copy_kind kind)
+{
     acl_error e;
     switch (kind) {
     case FLD_COPY_HOST_TO_DEVICE:
@@ -460,10 +510,12 @@ int fld__ascend_hook_copy(int device_id, void *dst, const void *src, size_t byte
 
 int fld__ascend_hook_synchronize(int device_id)
 {
-    int rc = set_device(NULL, device_id);
+    struct fld_ascend_device_save save;
+    int rc = enter_device(NULL, device_id, &save);
     if (rc != FLD_OK)
         return rc;
     acl_error e = fld__acl.aclrtSynchronizeStream(fld_get_stream(FLD_DEVICE_ASCEND));
+    leave_device(&save);
     return e == ACL_OK ? FLD_OK : fld__ascend_fail(NULL, "aclrtSynchronizeStream", e);
 }
 

@@ -1,16 +1,33 @@
 /*
  * fld_gpu_api_cuda: the device side of fld-cuda.so (gpu_api.h), built by
- * nvcc for sm_80 and sm_90 plus compute_90 PTX and linked with the static
- * CUDA runtime, so the plugin loads where there is no driver: every call
- * then returns the runtime's error (cudaErrorInsufficientDriver,
- * cudaErrorNoDevice), which the glue reports as the reason.
+ * nvcc for the architectures of CUDA_ARCHS (plugin.mk passes the list as
+ * FLD_GPU_BUILT_ARCHS) and linked with the static CUDA runtime, so the
+ * plugin loads where there is no driver: every call then returns the
+ * runtime's error (cudaErrorInsufficientDriver, cudaErrorNoDevice), which
+ * the glue reports as the reason.
  *
- * Compiled here but never run on a GPU (none was available); the kernels
- * it launches are tested under the host emulator in tests/gpu.
+ * Contexts: the runtime has no way to ask whether the calling thread has a
+ * current context (cudaGetDevice answers 0 on a thread that never chose a
+ * device), nor to make a device current and later put back "nothing".
+ * The driver has (cuCtxGetCurrent, cuCtxPushCurrent, cuCtxPopCurrent), and
+ * the runtime itself has loaded it by the time a device is counted: its
+ * functions are found with dlopen(RTLD_NOLOAD) + dlsym, under the names
+ * every driver since CUDA 4 exports. The runtime uses whatever context is
+ * current, so a kernel launched between push and pop runs on the pushed
+ * device.
+ *
+ * Run on an NVIDIA H100 (driver 580, CUDA 13.0) on 2026-11-23; the kernels
+ * are also tested under the host emulator in tests/gpu.
  */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #include "gpu_kernels.cuh"
+
+#ifndef FLD_GPU_BUILT_ARCHS
+#error "FLD_GPU_BUILT_ARCHS (e.g. \"sm_80 sm_90 compute_90\") must name what nvcc builds"
+#endif
 
 namespace
 {
@@ -23,6 +40,12 @@ const char *cuda_error_string(int code)
 int cuda_runtime_version(int *version)
 {
     return (int)cudaRuntimeGetVersion(version);
+}
+
+int cuda_driver_version(int *version)
+{
+    *version = 0;
+    return (int)cudaDriverGetVersion(version);
 }
 
 int cuda_device_count(int *count)
@@ -44,14 +67,145 @@ int cuda_device_name(int device_id, char *buf, size_t size)
     return 0;
 }
 
-int cuda_get_device(int *device_id)
+int cuda_device_arch(int device_id, int *arch)
 {
-    return (int)cudaGetDevice(device_id);
+    int major = 0, minor = 0;
+    cudaError_t rc = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_id);
+    if (rc == cudaSuccess)
+        rc = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_id);
+    *arch = rc == cudaSuccess ? 10 * major + minor : 0;
+    return (int)rc;
 }
 
-int cuda_set_device(int device_id)
+/* ---- the driver's context functions (see the top of this file) ---- */
+
+typedef int (*ctx_get_current_fn)(void **ctx);
+typedef int (*ctx_get_device_fn)(int *dev);
+typedef int (*device_get_fn)(int *dev, int ordinal);
+typedef int (*primary_retain_fn)(void **ctx, int dev);
+typedef int (*ctx_push_fn)(void *ctx);
+typedef int (*ctx_pop_fn)(void **ctx);
+
+struct driver_ctx_api {
+    bool ok;
+    ctx_get_current_fn get_current;
+    ctx_get_device_fn get_device;
+    device_get_fn device_get;
+    primary_retain_fn primary_retain;
+    ctx_push_fn push;
+    ctx_pop_fn pop;
+};
+
+pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+driver_ctx_api drv;
+
+void driver_resolve()
 {
-    return (int)cudaSetDevice(device_id);
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h)
+        return;
+    drv.get_current = (ctx_get_current_fn)dlsym(h, "cuCtxGetCurrent");
+    drv.get_device = (ctx_get_device_fn)dlsym(h, "cuCtxGetDevice");
+    drv.device_get = (device_get_fn)dlsym(h, "cuDeviceGet");
+    drv.primary_retain = (primary_retain_fn)dlsym(h, "cuDevicePrimaryCtxRetain");
+    drv.push = (ctx_push_fn)dlsym(h, "cuCtxPushCurrent_v2");
+    drv.pop = (ctx_pop_fn)dlsym(h, "cuCtxPopCurrent_v2");
+    drv.ok = drv.get_current && drv.get_device && drv.device_get && drv.primary_retain &&
+             drv.push && drv.pop;
+    /* The runtime holds its own reference; this one is dropped, the
+       library stays. */
+    dlclose(h);
+}
+
+/* The driver functions, once the runtime has loaded the driver; NULL before. */
+const driver_ctx_api *driver()
+{
+    pthread_once(&driver_once, driver_resolve);
+    return drv.ok ? &drv : nullptr;
+}
+
+/* Primary contexts retained by push_device, one per device, for the life of
+   the process (the runtime keeps them too). */
+enum { MAX_CACHED_DEVICES = 64 };
+pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+void *primary[MAX_CACHED_DEVICES];
+
+int cuda_current_device(int *device_id)
+{
+    *device_id = -1;
+    const driver_ctx_api *d = driver();
+    if (!d) {
+        /* No driver loaded yet: the runtime has not created a context on
+           this thread, since it loads the driver first. */
+        return 0;
+    }
+    void *ctx = nullptr;
+    int rc = d->get_current(&ctx);
+    if (rc != 0 || !ctx)
+        return rc;
+    int dev = -1;
+    rc = d->get_device(&dev);
+    if (rc != 0)
+        return rc;
+    /* A CUdevice is the ordinal in every driver so far; checked, not assumed. */
+    int h = -1;
+    if (d->device_get(&h, dev) == 0 && h == dev) {
+        *device_id = dev;
+        return 0;
+    }
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess)
+        count = 0;
+    for (int i = 0; i < count; i++) {
+        if (d->device_get(&h, i) == 0 && h == dev) {
+            *device_id = i;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* Driver errors are returned as they are: CUresult and cudaError_t share the
+   values that can occur here (101 invalid device, 201 invalid context, ...). */
+int cuda_push_device(int device_id)
+{
+    if (device_id < 0)
+        return (int)cudaErrorInvalidDevice;
+    const driver_ctx_api *d = driver();
+    if (!d)
+        return (int)cudaErrorInitializationError;
+    void *ctx = nullptr;
+    int rc = 0;
+    if (device_id < MAX_CACHED_DEVICES) {
+        pthread_mutex_lock(&primary_lock);
+        ctx = primary[device_id];
+        if (!ctx) {
+            int dev = -1;
+            rc = d->device_get(&dev, device_id);
+            if (rc == 0)
+                rc = d->primary_retain(&ctx, dev);
+            if (rc == 0)
+                primary[device_id] = ctx;
+        }
+        pthread_mutex_unlock(&primary_lock);
+    } else {
+        int dev = -1;
+        rc = d->device_get(&dev, device_id);
+        if (rc == 0)
+            rc = d->primary_retain(&ctx, dev);
+    }
+    if (rc != 0)
+        return rc;
+    return d->push(ctx);
+}
+
+int cuda_pop_device(void)
+{
+    const driver_ctx_api *d = driver();
+    if (!d)
+        return (int)cudaErrorInitializationError;
+    void *ctx = nullptr;
+    return d->pop(&ctx);
 }
 
 int cuda_malloc(void **ptr, size_t bytes)
@@ -113,10 +267,15 @@ extern "C" __attribute__((visibility("default"))) const struct fld_gpu_api fld_g
     "CUDA",
     cuda_error_string,
     cuda_runtime_version,
+    cuda_driver_version,
     cuda_device_count,
     cuda_device_name,
-    cuda_get_device,
-    cuda_set_device,
+    cuda_device_arch,
+    FLD_GPU_BUILT_ARCHS,
+    cuda_current_device,
+    cuda_push_device,
+    cuda_pop_device,
+    (void *)cudaStreamPerThread,
     cuda_malloc,
     cuda_free,
     cuda_memcpy,

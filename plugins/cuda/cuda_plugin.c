@@ -6,9 +6,9 @@
  * CUDA runtime, so this object loads where no driver is installed; it then
  * reports itself unavailable with the reason. The glue is gpu_plugin.c.
  *
- * Never run on an NVIDIA GPU where this was written (no driver there): the
- * no-driver path is tested with the real object, the glue over the GPU
- * emulator (tests/gpuplug, tests/test_gpu_plugins.c).
+ * Run on an NVIDIA H100 (driver 580, CUDA 13.0) on 2026-11-23; where it is
+ * built (no driver) the no-driver path is tested with the real object, the
+ * glue over the GPU emulator (tests/gpuplug, tests/test_gpu_plugins.c).
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -21,9 +21,34 @@ extern const struct fld_gpu_api fld_gpu_api_cuda;
 /* cudaError_t values (driver_types.h), stable across CUDA releases. */
 enum { CUDA_ERROR_INSUFFICIENT_DRIVER = 35, CUDA_ERROR_NO_DEVICE = 100 };
 
+/* 12020 -> "12.2" (CUDA's version numbers: 1000 * major + 10 * minor). */
+static void version_text(int v, char *buf, size_t size)
+{
+    snprintf(buf, size, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+/* The oldest driver branch a runtime of this major version runs on
+ * (NVIDIA's minor version compatibility: 11.x 450, 12.x 525, 13.x 580). */
+static int driver_floor(int runtime_version)
+{
+    int major = runtime_version / 1000;
+    return major >= 13 ? 580 : major == 12 ? 525 : major == 11 ? 450 : 0;
+}
+
+static const char *runtime_note(int runtime_version)
+{
+    static char note[64];
+    int floor = driver_floor(runtime_version);
+    if (!floor)
+        return NULL;
+    snprintf(note, sizeof note, "needs NVIDIA driver >= %d", floor);
+    return note;
+}
+
 /*
  * The runtime says "insufficient driver" both when there is no driver at
  * all and when it is older than the runtime; the loader tells them apart.
+ * The glue appends the driver and runtime versions.
  */
 static void explain(int code, char *buf, size_t size)
 {
@@ -40,8 +65,15 @@ static void explain(int code, char *buf, size_t size)
         return;
     }
     dlclose(h);
-    snprintf(buf, size, "CUDA driver older than the runtime (%s)",
-             fld_gpu_api_cuda.error_string(code));
+    int rt = 0;
+    char floor[96] = "";
+    if (fld_gpu_api_cuda.runtime_version(&rt) == 0 && driver_floor(rt))
+        snprintf(floor, sizeof floor,
+                 "; this build needs driver >= %d: rebuild with a CUDA %d toolkit for older "
+                 "drivers",
+                 driver_floor(rt), rt / 1000 - 1);
+    snprintf(buf, size, "CUDA driver older than the runtime (%s)%s",
+             fld_gpu_api_cuda.error_string(code), floor);
 }
 
 static int register_builtins(fld_registry *reg)
@@ -55,6 +87,9 @@ static int register_builtins(fld_registry *reg)
         .attn_mla_name = "FLASHMLA",
         .attn_sparse_name = "FLASHMLA_SPARSE",
         .explain = explain,
+        .version_text = version_text,
+        .rebuild_hint = "rebuild with CUDA_ARCHS naming it (e.g. make CUDA_ARCHS=\"70 75 80 90\")",
+        .runtime_note = runtime_note,
     };
     return fld__gpu_plugin_register(reg, &p);
 }

@@ -12,9 +12,10 @@
  * cudaError_t / hipError_t value), which error_string() turns into text.
  * Pointers are device pointers unless named host. Strides and sizes are in
  * elements of the tensor's dtype. dtype is fld_dtype_index(): 0 float32,
- * 1 float16, 2 bfloat16. `stream` is a cudaStream_t / hipStream_t (NULL:
- * the default stream). Kernels are launched asynchronously; a launch error
- * (bad configuration, no device) is returned at once.
+ * 1 float16, 2 bfloat16. `stream` is a cudaStream_t / hipStream_t: the
+ * glue passes the caller's fld_set_stream() stream, else default_stream.
+ * Kernels are launched asynchronously; a launch error (bad configuration,
+ * no device) is returned at once.
  */
 #ifndef FLD_PLUGINS_GPU_API_H
 #define FLD_PLUGINS_GPU_API_H
@@ -27,7 +28,7 @@
 extern "C" {
 #endif
 
-#define FLD_GPU_API_VERSION 1
+#define FLD_GPU_API_VERSION 2
 
 enum fld_gpu_act_op {
     FLD_GPU_SILU_AND_MUL = 0,     /* out = silu(x[:d]) * x[d:] */
@@ -85,11 +86,31 @@ struct fld_gpu_api {
     const char *(*error_string)(int code);
     /* Runtime version as the runtime reports it (e.g. 13000), or 0. */
     int (*runtime_version)(int *version);
+    /* Version of the installed driver as the runtime reports it (CUDA:
+       12020 for a driver of CUDA 12.2; 0 when there is no driver). Works
+       when the driver is too old for the runtime. */
+    int (*driver_version)(int *version);
     int (*device_count)(int *count);
     /* Device name and compute capability / gfx arch text for the detail line. */
     int (*device_name)(int device_id, char *buf, size_t size);
-    int (*get_device)(int *device_id);
-    int (*set_device)(int device_id);
+    /* Compute capability as 10 * major + minor (sm_90: 90, sm_100: 100), or
+       NULL where the runtime itself matches code objects to devices (HIP). */
+    int (*device_arch)(int device_id, int *arch);
+    /* What the device code holds, as the build named it: "sm_80 sm_90
+       compute_90" (sm_XY machine code, compute_XY PTX); NULL with device_arch. */
+    const char *built_archs;
+    /* The device of the calling thread's current context, or -1 when the
+       thread has none. Never creates a context. */
+    int (*current_device)(int *device_id);
+    /* push_device makes device_id current on the calling thread on top of
+       whatever was (creating its primary context if the process had none);
+       pop_device puts back exactly what was current before the matching
+       push, including "nothing". */
+    int (*push_device)(int device_id);
+    int (*pop_device)(void);
+    /* The stream of a call whose caller set none (fld_set_stream): the
+       per-thread default stream (cudaStreamPerThread, hipStreamPerThread). */
+    void *default_stream;
     int (*malloc)(void **ptr, size_t bytes);
     int (*free)(void *ptr);
     /* kind: 0 host to device, 1 device to host, 2 device to device (fld_copy_kind).
@@ -101,6 +122,53 @@ struct fld_gpu_api {
     int (*norm)(const struct fld_gpu_norm_args *a, int variant, void *stream);
     int (*rotary)(const struct fld_gpu_rotary_args *a, int variant, void *stream);
 };
+
+/*
+ * Whether a device of compute capability arch (10 * major + minor) can run
+ * code built for the list built ("sm_80 sm_90 compute_90"), by CUDA's
+ * binary compatibility rules: machine code sm_XY runs on devices of the
+ * same major version X with minor >= Y; PTX compute_XY is compiled by the
+ * driver for any device >= XY; the architecture-specific forms sm_XYa /
+ * compute_XYa run on XY alone, the family forms sm_XYf on X.Y and later
+ * minors of X.
+ */
+static inline bool fld_gpu_arch_runs(const char *built, int arch)
+{
+    const char *p = built;
+    while (p && *p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        bool ptx = false;
+        if (p[0] == 's' && p[1] == 'm' && p[2] == '_')
+            p += 3;
+        else if (p[0] == 'c' && p[1] == 'o' && p[2] == 'm' && p[3] == 'p' && p[4] == 'u' &&
+                 p[5] == 't' && p[6] == 'e' && p[7] == '_')
+            p += 8, ptx = true;
+        else {
+            while (*p && *p != ' ' && *p != ',')
+                p++;
+            continue;
+        }
+        int n = 0, digits = 0;
+        while (*p >= '0' && *p <= '9' && digits < 4)
+            n = n * 10 + (*p++ - '0'), digits++;
+        char suffix = (*p == 'a' || *p == 'f') ? *p++ : 0;
+        bool ok = false;
+        if (digits >= 2 && (*p == 0 || *p == ' ' || *p == ',')) {
+            if (suffix == 'a')
+                ok = arch == n;
+            else if (ptx && suffix == 0)
+                ok = arch >= n;
+            else
+                ok = arch / 10 == n / 10 && arch % 10 >= n % 10;
+        }
+        if (ok)
+            return true;
+        while (*p && *p != ' ' && *p != ',')
+            p++;
+    }
+    return false;
+}
 
 /* Element size of a dtype index. */
 static inline size_t fld_gpu_elem_size(int dtype)

@@ -3,15 +3,17 @@
  * (as a plugins/cuda C file), into fld-rocm.so (plugins/rocm/plugin.mk) and
  * into the emulator fixture of the tests, each with its own static state.
  *
- * Every kernel runs on the tensors' device (made current for the call when
- * it is not, then put back) and on the calling thread's current stream of
- * the plugin's device type. The device code reports launch errors at once,
- * before anything is written, so an error leaves the outputs untouched as
+ * Every kernel runs on the tensors' device (pushed for the call when the
+ * thread's current context is elsewhere or absent, then popped: the thread
+ * ends the call as it began) and on the calling thread's stream of the
+ * plugin's device type, or the per-thread default stream when it set none. The device code reports
+ * launch errors at once, before anything is written, so an error leaves the outputs untouched as
  * the plugin contract asks; errors of a kernel that already runs surface
  * later, at the next synchronising call, as with any asynchronous runtime.
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -29,12 +31,23 @@ static char vendor_id[64], reference_id[64]; /* "vendor.cuda", "reference.cuda" 
  * The device count is asked once per process: the host evaluates
  * availability once per process and again in a forked child, where the
  * parent's answer (and runtime state) does not hold, hence the pid.
+ *
+ * With each device's compute capability (api->device_arch) the probe also
+ * decides which devices can run the code that was built (api->built_archs):
+ * the plugin is available when at least one can; a call on another one
+ * fails naming the device and what was built, instead of the runtime's
+ * "no kernel image" at every launch.
  */
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
 static pid_t probe_pid;
 static bool probe_ok;
 static int probe_count;
-static char probe_reason[512];
+static char probe_reason[1024];
+/* Per device: 1 runs the built code, 0 does not (see arch_reason), or
+ * NULL when not checked (no device_arch). Read without the lock once
+ * probe_ok is set: it is written only while probing. */
+static unsigned char *probe_runs;
+static int *probe_arch;
 
 static const char *runtime_name(void)
 {
@@ -47,15 +60,147 @@ static const char *error_text(int code)
     return s && *s ? s : "unknown error";
 }
 
+static void version_text(int v, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (plug.version_text)
+        plug.version_text(v, buf, size);
+    if (!buf[0])
+        snprintf(buf, size, "%d", v);
+}
+
+/* "driver 12.2, runtime 13.0" from what the runtime reports; "" when it reports neither. */
+static void versions_text(char *buf, size_t size)
+{
+    int drv = 0, rt = 0;
+    char d[32] = "", r[32] = "";
+    buf[0] = '\0';
+    bool has_drv = plug.api->driver_version && plug.api->driver_version(&drv) == 0;
+    bool has_rt = plug.api->runtime_version && plug.api->runtime_version(&rt) == 0 && rt > 0;
+    if (has_drv) {
+        if (drv > 0)
+            version_text(drv, d, sizeof d);
+        else
+            snprintf(d, sizeof d, "none");
+    }
+    if (has_rt)
+        version_text(rt, r, sizeof r);
+    if (has_drv && has_rt)
+        snprintf(buf, size, "driver %s, runtime %s", d, r);
+    else if (has_drv || has_rt)
+        snprintf(buf, size, "%s %s", has_drv ? "driver" : "runtime", has_drv ? d : r);
+}
+
+/* Appends " (driver X, runtime Y)" to the probe reason. */
+static void append_versions(void)
+{
+    char v[96];
+    versions_text(v, sizeof v);
+    size_t n = strlen(probe_reason);
+    if (v[0] && n + 4 < sizeof probe_reason)
+        snprintf(probe_reason + n, sizeof probe_reason - n, " (%s)", v);
+}
+
+/* "device 0 (<name>) is sm_70" into buf. */
+static void device_text(int id, int arch, char *buf, size_t size)
+{
+    char name[256] = "";
+    if (plug.api->device_name(id, name, sizeof name) != 0 || !name[0])
+        snprintf(name, sizeof name, "?");
+    if (arch > 0)
+        snprintf(buf, size, "%s device %d (%s) is sm_%d", runtime_name(), id, name, arch);
+    else
+        snprintf(buf, size, "%s device %d (%s) did not report its compute capability",
+                 runtime_name(), id, name);
+}
+
+/* Fills probe_runs / probe_arch for n devices; false (reason set) when none runs the code. */
+static bool check_archs(int n)
+{
+    if (!plug.api->device_arch || !plug.api->built_archs)
+        return true;
+    probe_runs = calloc((size_t)n, 1);
+    probe_arch = calloc((size_t)n, sizeof *probe_arch);
+    if (!probe_runs || !probe_arch) {
+        free(probe_runs);
+        free(probe_arch);
+        probe_runs = NULL;
+        probe_arch = NULL;
+        return true; /* unchecked: the runtime's own error at launch */
+    }
+    int good = 0;
+    for (int i = 0; i < n; i++) {
+        int arch = 0;
+        if (plug.api->device_arch(i, &arch) != 0)
+            arch = -1;
+        probe_arch[i] = arch;
+        probe_runs[i] = arch > 0 && fld_gpu_arch_runs(plug.api->built_archs, arch);
+        good += probe_runs[i];
+    }
+    if (good > 0)
+        return true;
+    /* "no CUDA device can run this build: CUDA device 0 (...) is sm_70,
+     * CUDA device 1 (...) is sm_70; the plugin has code for ..." */
+    int len = snprintf(probe_reason, sizeof probe_reason,
+                       "no %s device can run this build: ", runtime_name());
+    for (int i = 0; i < n && i < 4 && len > 0 && (size_t)len < sizeof probe_reason; i++) {
+        char dev[320];
+        device_text(i, probe_arch[i], dev, sizeof dev);
+        len += snprintf(probe_reason + len, sizeof probe_reason - (size_t)len, "%s%s",
+                        i ? ", " : "", dev);
+    }
+    if (n > 4 && len > 0 && (size_t)len < sizeof probe_reason)
+        len += snprintf(probe_reason + len, sizeof probe_reason - (size_t)len, ", ...");
+    if (len > 0 && (size_t)len < sizeof probe_reason)
+        snprintf(probe_reason + len, sizeof probe_reason - (size_t)len,
+                 "; the plugin has code for %s%s%s", plug.api->built_archs,
+                 plug.rebuild_hint ? "; " : "", plug.rebuild_hint ? plug.rebuild_hint : "");
+    return false;
+}
+
+/* NULL when api can serve this glue, else why not (and api is dropped). */
+static const char *api_mismatch(const struct fld_gpu_api *api)
+{
+    static char why[160];
+    if (!api || api->version == FLD_GPU_API_VERSION)
+        return NULL;
+    /* A device-code object from another build: do not call into it. */
+    snprintf(why, sizeof why, "device code has gpu_api version %d, this glue expects %d",
+             api->version, FLD_GPU_API_VERSION);
+    return why;
+}
+
+/* Opens deferred device code (plug.load) once per registration. */
+static bool load_done;
+
+static void load_locked(void)
+{
+    if (plug.api || !plug.load || load_done)
+        return;
+    load_done = true;
+    const struct fld_gpu_api *api = plug.load();
+    const char *why = api_mismatch(api);
+    if (why) {
+        plug.load_error = why;
+        api = NULL;
+    }
+    plug.api = api;
+}
+
 static void probe_locked(void)
 {
     pid_t pid = getpid();
     if (probe_pid == pid)
         return;
     probe_pid = pid;
+    load_locked();
     probe_ok = false;
     probe_count = 0;
     probe_reason[0] = '\0';
+    free(probe_runs);
+    free(probe_arch);
+    probe_runs = NULL;
+    probe_arch = NULL;
     if (!plug.api) {
         snprintf(probe_reason, sizeof probe_reason, "%s",
                  plug.load_error ? plug.load_error : "device code not loaded");
@@ -69,14 +214,27 @@ static void probe_locked(void)
         if (!probe_reason[0])
             snprintf(probe_reason, sizeof probe_reason, "%s runtime: %s", runtime_name(),
                      error_text(rc));
+        append_versions();
         return;
     }
     if (n <= 0) {
         snprintf(probe_reason, sizeof probe_reason, "no %s device", runtime_name());
+        append_versions();
         return;
     }
+    if (!check_archs(n))
+        return;
     probe_ok = true;
     probe_count = n;
+}
+
+/* At unload (fld_shutdown() closes the plugin) or exit. */
+__attribute__((destructor)) static void probe_release(void)
+{
+    free(probe_runs);
+    free(probe_arch);
+    probe_runs = NULL;
+    probe_arch = NULL;
 }
 
 static bool gpu_available(const char **reason)
@@ -90,27 +248,58 @@ static bool gpu_available(const char **reason)
     return ok;
 }
 
+/*
+ * FLD_OK when device_id can run the built code (or it is not known); else
+ * FLD_EUNAVAILABLE with "<impl>: <op>: <runtime> device N (...) is sm_XY;
+ * the plugin has code for ...". Calls come after gpu_available() said yes.
+ */
+static int check_device_arch(int device_id, const char *impl_id, const char *op)
+{
+    if (!probe_runs || device_id < 0 || device_id >= probe_count || probe_runs[device_id])
+        return FLD_OK;
+    char dev[320];
+    device_text(device_id, probe_arch[device_id], dev, sizeof dev);
+    fld_set_error("%s: %s: %s; the plugin has code for %s%s%s", impl_id, op, dev,
+                  plug.api->built_archs, plug.rebuild_hint ? "; " : "",
+                  plug.rebuild_hint ? plug.rebuild_hint : "");
+    return FLD_EUNAVAILABLE;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Running on a device                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Makes device_id current; *prev is the device to restore, or -1. */
-static int enter_device(int device_id, int *prev)
+/*
+ * Makes device_id current for one call. When the thread's current context
+ * is already on that device nothing changes (*pushed false); otherwise the
+ * device is pushed on top of what was current -- which may be nothing: a
+ * thread that never chose a device gets no context created on device 0 by
+ * a call on device 1 -- and leave_device() pops it, so the thread ends as
+ * it began.
+ */
+static int enter_device(int device_id, bool *pushed)
 {
-    *prev = -1;
+    *pushed = false;
     int cur = -1;
-    int rc = plug.api->get_device(&cur);
+    int rc = plug.api->current_device(&cur);
     if (rc != 0 || cur == device_id)
         return rc;
-    rc = plug.api->set_device(device_id);
+    rc = plug.api->push_device(device_id);
     if (rc == 0)
-        *prev = cur;
+        *pushed = true;
     return rc;
 }
 
-static int leave_device(int prev)
+static int leave_device(bool pushed)
 {
-    return prev < 0 ? 0 : plug.api->set_device(prev);
+    return pushed ? plug.api->pop_device() : 0;
+}
+
+/* The caller's stream for this device type, else the per-thread default stream. */
+static void *current_stream(void)
+{
+    void *s = fld_get_stream(plug.device_type);
+    return s ? s : plug.api->default_stream;
 }
 
 enum call_kind { CALL_ACT, CALL_NORM, CALL_ROTARY };
@@ -124,14 +313,17 @@ static int launch(enum call_kind kind, const void *gargs, int variant, int devic
                       plug.load_error ? plug.load_error : "no device code");
         return FLD_EUNAVAILABLE;
     }
-    int prev;
-    int rc = enter_device(device_id, &prev);
+    int rc = check_device_arch(device_id, impl_id, op);
+    if (rc != FLD_OK)
+        return rc;
+    bool pushed;
+    rc = enter_device(device_id, &pushed);
     if (rc != 0) {
         fld_set_error("%s: %s: cannot make %s device %d current: %s", impl_id, op, runtime_name(),
                       device_id, error_text(rc));
         return FLD_EIMPL;
     }
-    void *stream = fld_get_stream(plug.device_type);
+    void *stream = current_stream();
     switch (kind) {
     case CALL_ACT:
         rc = plug.api->act(gargs, variant, stream);
@@ -143,7 +335,7 @@ static int launch(enum call_kind kind, const void *gargs, int variant, int devic
         rc = plug.api->rotary(gargs, variant, stream);
         break;
     }
-    int back = leave_device(prev);
+    int back = leave_device(pushed);
     if (rc != 0) {
         fld_set_error("%s: %s: %s", impl_id, op, error_text(rc));
         return FLD_EIMPL;
@@ -151,9 +343,10 @@ static int launch(enum call_kind kind, const void *gargs, int variant, int devic
     if (back != 0)
         /* The kernel is queued and will write the outputs, so this call did
          * not fail (the host must not run another impl on them); only the
-         * caller's current device is left changed. */
-        fld_log(FLD_LOG_WARNING, "%s: %s: cannot make %s device %d current again: %s", impl_id, op,
-                runtime_name(), prev, error_text(back));
+         * caller's current context is left changed. */
+        fld_log(FLD_LOG_WARNING,
+                "%s: %s: cannot restore the thread's %s context after device %d: %s", impl_id, op,
+                runtime_name(), device_id, error_text(back));
     return FLD_OK;
 }
 
@@ -339,10 +532,10 @@ static int hook_fail(const char *what, int device_id, int code)
     return FLD_EIMPL;
 }
 
-/* Puts the previous device back after an operation that returned rc_op; the first error wins. */
-static int finish(int rc_op, int prev)
+/* Restores the thread's context after an operation that returned rc_op; the first error wins. */
+static int finish(int rc_op, bool pushed)
 {
-    int back = leave_device(prev);
+    int back = leave_device(pushed);
     return rc_op != 0 ? rc_op : back;
 }
 
@@ -360,11 +553,12 @@ static int hook_alloc(int device_id, size_t bytes, void **ptr)
     *ptr = NULL;
     if (no_api() != FLD_OK)
         return FLD_EUNAVAILABLE;
-    int prev, rc = enter_device(device_id, &prev);
+    bool pushed;
+    int rc = enter_device(device_id, &pushed);
     if (rc == 0) {
         void *p = NULL;
         int op = plug.api->malloc(&p, bytes);
-        rc = finish(op, prev);
+        rc = finish(op, pushed);
         if (op == 0 && rc != 0)
             plug.api->free(p);
         else if (rc == 0)
@@ -384,9 +578,10 @@ static int hook_free(int device_id, void *ptr)
         return FLD_OK;
     if (no_api() != FLD_OK)
         return FLD_EUNAVAILABLE;
-    int prev, rc = enter_device(device_id, &prev);
+    bool pushed;
+    int rc = enter_device(device_id, &pushed);
     if (rc == 0)
-        rc = finish(plug.api->free(ptr), prev);
+        rc = finish(plug.api->free(ptr), pushed);
     return rc != 0 ? hook_fail("freeing memory", device_id, rc) : FLD_OK;
 }
 
@@ -402,10 +597,10 @@ static int hook_copy(int device_id, void *dst, const void *src, size_t bytes, fl
         return FLD_OK;
     if (no_api() != FLD_OK)
         return FLD_EUNAVAILABLE;
-    int prev, rc = enter_device(device_id, &prev);
+    bool pushed;
+    int rc = enter_device(device_id, &pushed);
     if (rc == 0)
-        rc = finish(plug.api->memcpy(dst, src, bytes, (int)kind, fld_get_stream(plug.device_type)),
-                    prev);
+        rc = finish(plug.api->memcpy(dst, src, bytes, (int)kind, current_stream()), pushed);
     if (rc != 0) {
         char what[96];
         snprintf(what, sizeof what, "%s of %zu bytes", kinds[kind], bytes);
@@ -418,9 +613,10 @@ static int hook_synchronize(int device_id)
 {
     if (no_api() != FLD_OK)
         return FLD_EUNAVAILABLE;
-    int prev, rc = enter_device(device_id, &prev);
+    bool pushed;
+    int rc = enter_device(device_id, &pushed);
     if (rc == 0)
-        rc = finish(plug.api->stream_synchronize(fld_get_stream(plug.device_type)), prev);
+        rc = finish(plug.api->stream_synchronize(current_stream()), pushed);
     return rc != 0 ? hook_fail("synchronizing the current stream", device_id, rc) : FLD_OK;
 }
 
@@ -429,35 +625,48 @@ static int hook_synchronize(int device_id)
 /* ------------------------------------------------------------------------ */
 
 /*
- * "CUDA runtime 13000; devices are probed on first use ...": the runtime the
- * plugin carries. Devices are not counted here (see fld__gpu_plugin_register);
+ * "CUDA runtime 13.0, needs NVIDIA driver >= 580; code for sm_80 ...; devices
+ * are probed on first use ...": the runtime the plugin carries and the code
+ * it holds. Devices are not counted here (see fld__gpu_plugin_register);
  * `fldispatch list` shows the availability reason once it asked.
  */
 static int set_detail(fld_registry *reg)
 {
-    char head[96] = "";
+    char head[160] = "";
     int version = 0;
     if (plug.api && plug.api->runtime_version && plug.api->runtime_version(&version) == 0 &&
-        version > 0)
-        snprintf(head, sizeof head, "%s runtime %d; ", runtime_name(), version);
+        version > 0) {
+        char v[32];
+        version_text(version, v, sizeof v);
+        const char *note = plug.runtime_note ? plug.runtime_note(version) : NULL;
+        snprintf(head, sizeof head, "%s runtime %s%s%s; ", runtime_name(), v, note ? ", " : "",
+                 note ? note : "");
+    }
+    if (!plug.api && plug.load)
+        return fld_registry_set_detail(reg,
+                                       "%s; devices are probed on first use (loading does not "
+                                       "initialise the driver)",
+                                       plug.load_note ? plug.load_note
+                                                      : "device code opened on first use");
     if (!plug.api)
         return fld_registry_set_detail(reg, "%s%s", head,
                                        plug.load_error ? plug.load_error : "no device code");
+    char code[160] = "";
+    if (plug.api->built_archs)
+        snprintf(code, sizeof code, "code for %s; ", plug.api->built_archs);
     return fld_registry_set_detail(reg,
-                                   "%sdevices are probed on first use (loading does not "
+                                   "%s%sdevices are probed on first use (loading does not "
                                    "initialise the driver)",
-                                   head);
+                                   head, code);
 }
 
 int fld__gpu_plugin_register(fld_registry *reg, const struct fld_gpu_plugin *p)
 {
     plug = *p;
-    if (plug.api && plug.api->version != FLD_GPU_API_VERSION) {
-        /* A device-code object from another build: do not call into it. */
-        static char why[160];
-        snprintf(why, sizeof why, "device code has gpu_api version %d, this glue expects %d",
-                 plug.api->version, FLD_GPU_API_VERSION);
+    const char *why = api_mismatch(plug.api);
+    if (why) {
         plug.api = NULL;
+        plug.load = NULL;
         plug.load_error = why;
     }
     snprintf(vendor_id, sizeof vendor_id, "vendor.%s", plug.vendor);
@@ -470,6 +679,7 @@ int fld__gpu_plugin_register(fld_registry *reg, const struct fld_gpu_plugin *p)
      * first time a call or a listing involves this device. */
     pthread_mutex_lock(&probe_lock);
     probe_pid = 0;
+    load_done = false;
     pthread_mutex_unlock(&probe_lock);
 
     static const struct {

@@ -24,6 +24,15 @@ struct fld_gpu_plugin {
      * the hooks are then unavailable with load_error as the reason. */
     const struct fld_gpu_api *api;
     const char *load_error;
+    /*
+     * Optional, with api NULL: opens the device code on first use (the first
+     * availability question), not at registration, so that a process that
+     * only initialises the library does not pay for loading a runtime it
+     * never uses. Returns the table, or NULL with load_error filled.
+     * load_note is shown in the detail line meanwhile.
+     */
+    const struct fld_gpu_api *(*load)(void);
+    const char *load_note;
     const char *vendor; /* "cuda", "rocm": impl ids vendor.<v> and reference.<v> */
     int device_type;    /* FLD_DEVICE_CUDA, FLD_DEVICE_ROCM */
     uint32_t device_mask;
@@ -35,6 +44,17 @@ struct fld_gpu_plugin {
      * nothing, gives "<runtime> runtime: <error_string(code)>".
      */
     void (*explain)(int code, char *buf, size_t size);
+    /*
+     * Optional: writes a runtime or driver version number as people read it
+     * (CUDA: 12020 -> "12.2"). NULL prints the number.
+     */
+    void (*version_text)(int version, char *buf, size_t size);
+    /* Optional: how to rebuild for more architectures, appended to the
+     * reason when no device can run the built code. */
+    const char *rebuild_hint;
+    /* Optional: a note on the runtime the plugin carries for the detail
+     * line (CUDA: the oldest driver it runs on), or NULL. */
+    const char *(*runtime_note)(int runtime_version);
 };
 
 /*

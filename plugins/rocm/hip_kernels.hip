@@ -1,11 +1,13 @@
 /*
  * fld_gpu_api_hip: the device side of fld-rocm.so (plugins/cuda/gpu_api.h),
  * the kernels of plugins/cuda/gpu_kernels.cuh built by hipcc for the AMD
- * architectures the toolchain supports (Debian's hipcc 5.2: gfx90a, gfx908,
- * gfx1030; not gfx942). It is a separate shared object that fld-rocm.so
- * dlopens, so a missing HIP runtime (libamdhip64.so.5) is a reason the
- * plugin reports, not a load failure of the plugin. The table is the one
- * exported symbol (default visibility; the rest is hidden).
+ * architectures of ROCM_ARCHS that the hipcc at hand supports (plugin.mk
+ * asks it; Debian's hipcc 5.2: gfx908, gfx90a, gfx1030, not gfx942). It is
+ * a separate shared object, linked without the HIP runtime (its HIP
+ * symbols are undefined): fld-rocm.so opens the HIP runtime present first
+ * (libamdhip64.so.7, .6 or .5), then this, so a missing runtime is a reason
+ * the plugin reports, not a load failure. The table and the build version
+ * are the exported symbols (default visibility; the rest is hidden).
  *
  * Compiled here but never run on a GPU (none was available; the HIP runtime
  * here answers hipErrorNoDevice); the kernels are tested under the host
@@ -34,33 +36,70 @@ int hip_runtime_version(int *version)
     return (int)hipRuntimeGetVersion(version);
 }
 
+int hip_driver_version(int *version)
+{
+    *version = 0;
+    return (int)hipDriverGetVersion(version);
+}
+
 int hip_device_count(int *count)
 {
     *count = 0;
     return (int)hipGetDeviceCount(count);
 }
 
+/* Name and memory through functions whose signatures every HIP release
+   shares (hipDeviceProp_t changed layout in ROCm 6, so it is not used). */
 int hip_device_name(int device_id, char *buf, size_t size)
 {
-    hipDeviceProp_t prop;
-    hipError_t rc = hipGetDeviceProperties(&prop, device_id);
+    char name[256] = "";
+    size_t mem = 0;
+    hipDevice_t dev;
+    hipError_t rc = hipDeviceGet(&dev, device_id);
+    if (rc == hipSuccess)
+        rc = hipDeviceGetName(name, (int)sizeof name, dev);
+    if (rc == hipSuccess)
+        rc = hipDeviceTotalMem(&mem, dev);
     if (rc != hipSuccess)
         return (int)rc;
     if (size > 0)
-        snprintf(buf, size, "%s (%s, %d CUs, %.0f GiB)", prop.name, prop.gcnArchName,
-                 prop.multiProcessorCount,
-                 (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+        snprintf(buf, size, "%s (%.0f GiB)", name, (double)mem / (1024.0 * 1024.0 * 1024.0));
     return 0;
 }
 
-int hip_get_device(int *device_id)
+/*
+ * HIP creates every device's context when it initialises, so a device made
+ * current costs nothing more; the thread's current device (hipGetDevice,
+ * always one) is what push saves and pop puts back.
+ */
+int hip_current_device(int *device_id)
 {
+    *device_id = -1;
     return (int)hipGetDevice(device_id);
 }
 
-int hip_set_device(int device_id)
+enum { MAX_DEPTH = 16 };
+thread_local int saved[MAX_DEPTH];
+thread_local int depth;
+
+int hip_push_device(int device_id)
 {
-    return (int)hipSetDevice(device_id);
+    if (depth >= MAX_DEPTH)
+        return (int)hipErrorInvalidValue;
+    int prev = 0;
+    hipError_t rc = hipGetDevice(&prev);
+    if (rc == hipSuccess)
+        rc = hipSetDevice(device_id);
+    if (rc == hipSuccess)
+        saved[depth++] = prev;
+    return (int)rc;
+}
+
+int hip_pop_device(void)
+{
+    if (depth <= 0)
+        return (int)hipErrorInvalidValue;
+    return (int)hipSetDevice(saved[--depth]);
 }
 
 int hip_malloc(void **ptr, size_t bytes)
@@ -119,15 +158,23 @@ int hip_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
 
 /* Host-only: the device pass must not emit a table of host functions. */
 #if !defined(__HIP_DEVICE_COMPILE__)
+/* The HIP release the kernels were compiled with, for fld-rocm.so's log line. */
+extern "C" __attribute__((visibility("default"))) const int fld_gpu_hip_build_version = HIP_VERSION;
+
 extern "C" __attribute__((visibility("default"))) const struct fld_gpu_api fld_gpu_api_hip = {
     FLD_GPU_API_VERSION,
     "HIP",
     hip_error_string,
     hip_runtime_version,
+    hip_driver_version,
     hip_device_count,
     hip_device_name,
-    hip_get_device,
-    hip_set_device,
+    nullptr, /* device_arch: the HIP runtime matches code objects itself */
+    nullptr,
+    hip_current_device,
+    hip_push_device,
+    hip_pop_device,
+    (void *)hipStreamPerThread,
     hip_malloc,
     hip_free,
     hip_memcpy,

@@ -2,16 +2,23 @@
 #
 # fld-rocm.so is plain C (rocm_plugin.c and the glue shared with CUDA,
 # plugins/cuda/gpu_plugin.c) and does not link the HIP runtime. The kernels
-# (hip_kernels.hip) are built by hipcc into libfld-rocm-hip.so, installed
-# next to it, which fld-rocm.so dlopens at load: a machine without the ROCm
-# runtime gets an unavailable plugin with the loader's reason, not a
-# rejected one.
+# (hip_kernels.hip) are compiled by hipcc and linked into libfld-rocm-hip.so,
+# installed next to it, without the HIP runtime either (its HIP symbols stay
+# undefined): fld-rocm.so opens the newest libamdhip64.so.N present on first
+# use, then this library. So one build loads on ROCm 5, 6 or 7, and a machine
+# without ROCm gets an unavailable plugin with the loader's reason.
 #
 # hipcc is $(HIPCC) when set, else /opt/rocm/bin/hipcc, else hipcc in PATH
-# (Debian's package). ROCM_ARCHS lists the GPU architectures; the default is
-# what Debian's hipcc 5.2 can target (it has no gfx940+). HIP_PLATFORM=amd is
-# set for every hipcc call: Debian's hipcc picks the nvidia platform (and
-# hands the flags to nvcc, which rejects --offload-arch) when nvcc is in PATH.
+# (Debian's package). HIP_PLATFORM=amd is set for every hipcc call: Debian's
+# hipcc picks the nvidia platform (and hands the flags to nvcc, which rejects
+# --offload-arch) when nvcc is in PATH.
+#
+# GPU architectures: ROCM_ARCHS when set; else every one of
+#   gfx908 (MI100)  gfx90a (MI200)  gfx942 (MI300)  gfx950 (MI350)
+#   gfx1030 (RDNA2)  gfx1100 (RDNA3)  gfx1200 (RDNA4)
+# that this hipcc can target, asked once per hipcc and remembered in
+# $(B)/gen/rocm_archs.mk (Debian's hipcc 5.2: gfx908 gfx90a gfx1030 only; a
+# ROCm 6.x hipcc adds gfx942 and gfx1100).
 
 ifneq ($(HIPCC),)
 FLD_HIPCC := $(shell command -v '$(HIPCC)' 2>/dev/null)
@@ -29,23 +36,45 @@ PLUGIN_SKIP_rocm := hipcc not found (set HIPCC= or install ROCm, or Debian's hip
 else ifeq ($(wildcard plugins/rocm/hip_kernels.hip),)
 PLUGIN_SKIP_rocm := plugins/rocm/hip_kernels.hip is missing from the source tree
 else
-ROCM_ARCHS ?= gfx908 gfx90a gfx1030
-FLD_HIPCC_FLAGS := -O3 -std=c++17 -fPIC -fvisibility=hidden -Iinclude -I$(B)/gen -Iplugins/cuda \
+FLD_ROCM_CANDIDATES := gfx908 gfx90a gfx942 gfx950 gfx1030 gfx1100 gfx1200
+FLD_ROCM_PROBE := $(B)/gen/rocm_archs.mk
+FLD_ROCM_AUTO := $(if $(ROCM_ARCHS),,yes)
+ifeq ($(FLD_ROCM_AUTO),yes)
+ifeq ($(filter clean format deps uninstall,$(MAKECMDGOALS)),)
+# Regenerated when hipcc changes (its real path is a prerequisite); make
+# reads it again after writing it.
+-include $(FLD_ROCM_PROBE)
+endif
+ROCM_ARCHS = $(FLD_ROCM_PROBED_ARCHS)
+endif
+$(FLD_ROCM_PROBE): $(realpath $(FLD_HIPCC)) plugins/rocm/plugin.mk plugins/rocm/probe_archs.sh
+	@mkdir -p $(@D)
+	@sh plugins/rocm/probe_archs.sh '$(FLD_HIPCC)' $(FLD_ROCM_CANDIDATES) > $@.tmp && mv -f $@.tmp $@
+
+FLD_HIPCC_FLAGS = -O3 -std=c++17 -fPIC -fvisibility=hidden -Iinclude -I$(B)/gen -Iplugins/cuda \
   -Wall -Wextra -Werror $(foreach a,$(ROCM_ARCHS),--offload-arch=$(a))
 PLUGIN_OBJS_rocm := $(OBJ)/plugins/rocm/gpu_plugin.o
 PLUGIN_LIBS_rocm := -ldl
-# A ROCm install under /opt/rocm is not on the loader's path by default.
-fld_comma := ,
-FLD_HIP_LIBDIR := $(abspath $(dir $(realpath $(FLD_HIPCC)))../lib)
-FLD_HIP_RPATH := $(if $(filter /usr/lib%,$(FLD_HIP_LIBDIR)),,$(if $(wildcard \
-  $(FLD_HIP_LIBDIR)/libamdhip64.so*),-Wl$(fld_comma)-rpath$(fld_comma)$(FLD_HIP_LIBDIR)))
+
+# The object depends on hipcc and the architecture list through this stamp.
+FLD_ROCM_STAMP := $(B)/gen/rocm_build.txt
+$(FLD_ROCM_STAMP): FORCE $(if $(FLD_ROCM_AUTO),$(FLD_ROCM_PROBE))
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(FLD_HIPCC) $(FLD_HIPCC_FLAGS)' > $@.tmp.$$$$; \
+	  if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv -f $@.tmp.$$$$ $@; fi
 
 $(OBJ)/plugins/rocm/gpu_plugin.o: plugins/cuda/gpu_plugin.c
 	@mkdir -p $(@D)
 	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DFLD_IN_TREE $(PLUGIN_CFLAGS_rocm) -c $< -o $@
 
-$(PLUGOUT)/libfld-rocm-hip.so: plugins/rocm/hip_kernels.hip $(wildcard plugins/cuda/*.cuh plugins/rocm/*.cuh) \
-    plugins/cuda/gpu_api.h
+$(OBJ)/plugins/rocm/hip_kernels.o: plugins/rocm/hip_kernels.hip $(wildcard plugins/cuda/*.cuh plugins/rocm/*.cuh) \
+    plugins/cuda/gpu_api.h $(FLD_ROCM_STAMP)
 	@mkdir -p $(@D)
-	HIP_PLATFORM=amd $(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -shared -o $@ $< $(FLD_HIP_RPATH)
+	@test -n '$(strip $(ROCM_ARCHS))' || { echo "fldispatch: $(FLD_HIPCC) targets none of $(FLD_ROCM_CANDIDATES) (set ROCM_ARCHS=)" >&2; exit 1; }
+	HIP_PLATFORM=amd $(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -c $< -o $@
+
+# No -lamdhip64: the HIP symbols bind to the runtime fld-rocm.so opened.
+$(PLUGOUT)/libfld-rocm-hip.so: $(OBJ)/plugins/rocm/hip_kernels.o
+	@mkdir -p $(@D)
+	$(CXX) -shared $(ALLLDFLAGS) -o $@ $< -lstdc++
 endif

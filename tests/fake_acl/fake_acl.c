@@ -90,6 +90,10 @@ static struct block {
 } * blocks;
 static size_t n_blocks, cap_blocks;
 static _Thread_local int cur_device = -1;
+/* Each device's default context, as aclrtSetDevice makes it current. */
+enum { MAX_FAKE_DEVICES = 64 };
+static char device_contexts[MAX_FAKE_DEVICES];
+static int n_set_device_calls;
 static _Thread_local char err_msg[512];
 
 /* ------------------------------------------------------------------------ */
@@ -292,11 +296,14 @@ int aclrtSetDevice(int32_t id)
     logf_("aclrtSetDevice device=%d", id);
     if (injected("aclrtSetDevice"))
         return ERR_INJECTED;
-    if (id < 0 || (unsigned)id >= device_count()) {
+    if (id < 0 || (unsigned)id >= device_count() || id >= MAX_FAKE_DEVICES) {
         set_err("fake_acl: no device %d", id);
         return ERR_RT_DEVICE;
     }
     cur_device = id;
+    pthread_mutex_lock(&lock);
+    n_set_device_calls++;
+    pthread_mutex_unlock(&lock);
     return 0;
 }
 
@@ -310,6 +317,50 @@ int aclrtGetDevice(int32_t *id)
         return ERR_RT_CONTEXT;
     *id = cur_device;
     return 0;
+}
+
+/* No current context is an error, as in the runtime (ACL_ERROR_RT_CONTEXT_NULL). */
+EXPORT int aclrtGetCurrentContext(void **ctx);
+int aclrtGetCurrentContext(void **ctx)
+{
+    NEED_INIT("aclrtGetCurrentContext");
+    if (!ctx)
+        return ERR_PARAM;
+    if (cur_device < 0 || cur_device >= MAX_FAKE_DEVICES)
+        return ERR_RT_CONTEXT;
+    *ctx = &device_contexts[cur_device];
+    return 0;
+}
+
+EXPORT int aclrtSetCurrentContext(void *ctx);
+int aclrtSetCurrentContext(void *ctx)
+{
+    NEED_INIT("aclrtSetCurrentContext");
+    char *c = ctx;
+    if (!c || c < device_contexts || c >= device_contexts + MAX_FAKE_DEVICES)
+        return violation(ERR_PARAM, "aclrtSetCurrentContext of %p, not a context", ctx);
+    logf_("aclrtSetCurrentContext device=%d", (int)(c - device_contexts));
+    cur_device = (int)(c - device_contexts);
+    return 0;
+}
+
+/* The calling thread's current device (-1: none), and setting it as aclrtSetDevice would. */
+EXPORT int fake_acl_current_device(void);
+int fake_acl_current_device(void)
+{
+    return cur_device;
+}
+
+EXPORT void fake_acl_set_current_device(int device);
+void fake_acl_set_current_device(int device)
+{
+    cur_device = device;
+}
+
+EXPORT int fake_acl_set_device_calls(void);
+int fake_acl_set_device_calls(void)
+{
+    return n_set_device_calls;
 }
 
 EXPORT int aclrtMalloc(void **ptr, size_t size, int policy);
@@ -907,6 +958,17 @@ int aclnnIndexSelectGetWorkspaceSize(const aclTensor *self, int64_t dim, const a
         *ex = NULL;
         return violation(ERR_NN_PARAM, "%s: inconsistent tensors", fn);
     }
+    /* The operator makes a non-contiguous self contiguous first: an expanded
+     * (zero-stride) view would be copied in full, on every call. */
+    for (int i = 0; i < self->ndim; i++)
+        if (self->dims[i] > 1 && self->strides[i] == 0) {
+            end_run(*ex);
+            *ex = NULL;
+            return violation(ERR_NN_PARAM,
+                             "%s: self has a zero stride in dim %d (an expanded "
+                             "view: copied in full by the real operator)",
+                             fn, i);
+        }
     return 0;
 }
 
@@ -970,12 +1032,15 @@ int aclnnRotaryPositionEmbeddingGetWorkspaceSize(const aclTensor *x, const aclTe
     int rc = make_exec(fn, "aclnnRotaryPositionEmbedding", 8192, ts, 4, ws, ex);
     if (rc != 0)
         return rc;
-    /* The documented limits: 3-D/4-D x, D even and < 896, out contiguous. */
+    /* The documented limits of the releases the plugin targets: 4-D x (BSND:
+     * [B, S, N, D], cos/sin [1 or B, S, 1, D]), D even and < 896, out
+     * contiguous. (Some newer releases also take 3-D; the older ones refuse it.) */
     int64_t D = x->dims[x->ndim - 1];
-    bool ok = (x->ndim == 3 || x->ndim == 4) && is_float(x) && cos->dtype == x->dtype &&
-              sin->dtype == x->dtype && out->dtype == x->dtype && same_shape(x, out) &&
-              same_shape(cos, sin) && cos->ndim == x->ndim && D % 2 == 0 && D < 896 &&
-              (mode == 0 || mode == 1) && contiguous(out);
+    bool ok = x->ndim == 4 && cos->ndim == 4 && cos->dims[2] == 1 && cos->dims[1] == x->dims[1] &&
+              is_float(x) && cos->dtype == x->dtype && sin->dtype == x->dtype &&
+              out->dtype == x->dtype && same_shape(x, out) && same_shape(cos, sin) &&
+              cos->ndim == x->ndim && D % 2 == 0 && D < 896 && (mode == 0 || mode == 1) &&
+              contiguous(out);
     for (int i = 0; ok && i < x->ndim; i++)
         ok = cos->dims[i] == 1 || cos->dims[i] == x->dims[i];
     ok = ok && cos->dims[x->ndim - 1] == D;
@@ -994,6 +1059,96 @@ EXPORT int aclnnRotaryPositionEmbedding(void *ws, uint64_t ws_size, aclOpExecuto
 int aclnnRotaryPositionEmbedding(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
 {
     return run_exec("aclnnRotaryPositionEmbedding", ws, ws_size, e, stream, rope_compute);
+}
+
+/* ---- RopeWithSinCosCache (Atlas A2/A3; rope mode, no mrope) ----------------- */
+
+static int reject(aclOpExecutor **ex, const char *fn, const char *what);
+
+static int rope_cache_compute(aclOpExecutor *e)
+{
+    const aclTensor *pos = &e->t[0], *cache = &e->t[3];
+    const int64_t hs = e->iarg, rot = cache->dims[1], half = rot / 2, T = pos->dims[0];
+    const bool neox = e->eps != 0.0;
+    for (int which = 0; which < 2; which++) {
+        const aclTensor *in = &e->t[1 + which], *out = &e->t[4 + which];
+        const int64_t heads = in->dims[1] / hs;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t p = load_index(pos, elem_at(pos, t));
+            if (p < 0 || p >= cache->dims[0]) {
+                set_err("fake_acl: aclnnRopeWithSinCosCache: position %lld out of range",
+                        (long long)p);
+                return ERR_NN_RUNTIME;
+            }
+        }
+        float *row = malloc((size_t)hs * sizeof *row);
+        if (!row)
+            return ERR_NN_RUNTIME;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t p = load_index(pos, elem_at(pos, t));
+            for (int64_t hd = 0; hd < heads; hd++) {
+                int64_t base = t * in->dims[1] + hd * hs;
+                for (int64_t j = 0; j < hs; j++)
+                    row[j] = load(in, elem_at(in, base + j));
+                for (int64_t i = 0; i < half; i++) {
+                    float c = load(cache, elem_at(cache, p * rot + i));
+                    float sn = load(cache, elem_at(cache, p * rot + half + i));
+                    int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                    float x1 = row[a], x2 = row[b];
+                    row[a] = x1 * c - x2 * sn;
+                    row[b] = x2 * c + x1 * sn;
+                }
+                for (int64_t j = 0; j < hs; j++)
+                    store(out, elem_at(out, base + j), row[j]);
+            }
+        }
+        free(row);
+    }
+    return 0;
+}
+
+EXPORT int aclnnRopeWithSinCosCacheGetWorkspaceSize(const aclTensor *positions,
+                                                    const aclTensor *query_in,
+                                                    const aclTensor *key_in, const aclTensor *cache,
+                                                    const void *mrope, int64_t head_size, bool neox,
+                                                    aclTensor *query_out, aclTensor *key_out,
+                                                    uint64_t *ws, aclOpExecutor **ex);
+int aclnnRopeWithSinCosCacheGetWorkspaceSize(const aclTensor *positions, const aclTensor *query_in,
+                                             const aclTensor *key_in, const aclTensor *cache,
+                                             const void *mrope, int64_t head_size, bool neox,
+                                             aclTensor *query_out, aclTensor *key_out, uint64_t *ws,
+                                             aclOpExecutor **ex)
+{
+    const aclTensor *ts[] = {positions, query_in, key_in, cache, query_out, key_out};
+    const char *fn = "aclnnRopeWithSinCosCacheGetWorkspaceSize";
+    int rc = make_exec(fn, "aclnnRopeWithSinCosCache", 1024, ts, 6, ws, ex);
+    if (rc != 0)
+        return rc;
+    /* As the operator checks them: 2-D query/key/cache of one dtype, outputs
+     * of the inputs' shapes, a head size dividing the rows; rows of q/k may be
+     * strided, elements within a row not. */
+    bool ok = !mrope && head_size > 0 && positions->ndim == 1 &&
+              (positions->dtype == DT_I32 || positions->dtype == DT_I64) && query_in->ndim == 2 &&
+              key_in->ndim == 2 && cache->ndim == 2 && is_float(query_in) &&
+              key_in->dtype == query_in->dtype && cache->dtype == query_in->dtype &&
+              query_out->dtype == query_in->dtype && key_out->dtype == query_in->dtype &&
+              same_shape(query_in, query_out) && same_shape(key_in, key_out) &&
+              key_in->dims[0] == query_in->dims[0] && positions->dims[0] == query_in->dims[0] &&
+              query_in->dims[1] % head_size == 0 && key_in->dims[1] % head_size == 0 &&
+              cache->dims[1] % 2 == 0 && cache->dims[1] <= head_size && query_in->strides[1] == 1 &&
+              key_in->strides[1] == 1 && query_out->strides[1] == 1 && key_out->strides[1] == 1;
+    if (!ok)
+        return reject(ex, fn, "inconsistent tensors");
+    (*ex)->iarg = head_size;
+    (*ex)->eps = neox ? 1.0 : 0.0;
+    return 0;
+}
+
+EXPORT int aclnnRopeWithSinCosCache(void *ws, uint64_t ws_size, aclOpExecutor *e,
+                                    aclrtStream stream);
+int aclnnRopeWithSinCosCache(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream)
+{
+    return run_exec("aclnnRopeWithSinCosCache", ws, ws_size, e, stream, rope_cache_compute);
 }
 
 /* ---- InplaceCopy ----------------------------------------------------------- */

@@ -22,6 +22,8 @@
  * unavailable, with a reason naming the variable. FLD_FAKEDEV_FAIL_SYNC=1
  * makes every kernel "fail asynchronously", as a GPU kernel does: the kernel
  * returns FLD_OK and the next synchronize hook reports the error.
+ * FLD_FAKEDEV_COUNT_INPUTS=1: at unload, "fakedev: silu_and_mul read N
+ * distinct inputs" on stderr (how many tensor sets bench took in turn).
  */
 #include <math.h>
 #include <pthread.h>
@@ -201,9 +203,32 @@ static size_t elem_size(int dt)
 
 /* ---- kernels ------------------------------------------------------------------------ */
 
+/* Distinct silu_and_mul input addresses seen (FLD_FAKEDEV_COUNT_INPUTS). */
+enum { MAX_INPUTS = 1024 };
+static const void *inputs_seen[MAX_INPUTS];
+static size_t n_inputs_seen;
+
+static void note_input(const void *p)
+{
+    pthread_mutex_lock(&lock);
+    bool seen = false;
+    for (size_t i = 0; i < n_inputs_seen && !seen; i++)
+        seen = inputs_seen[i] == p;
+    if (!seen && n_inputs_seen < MAX_INPUTS)
+        inputs_seen[n_inputs_seen++] = p;
+    pthread_mutex_unlock(&lock);
+}
+
+__attribute__((destructor)) static void report_inputs(void)
+{
+    if (env_on("FLD_FAKEDEV_COUNT_INPUTS"))
+        fprintf(stderr, "fakedev: silu_and_mul read %zu distinct inputs\n", n_inputs_seen);
+}
+
 static int silu_and_mul_scaled(const void *argp, float scale)
 {
     const fld_activation_args *a = argp;
+    note_input(a->x->data);
     fld_rows x, out;
     fld_tensor_rows(a->x, &x);
     fld_tensor_rows(a->out, &out);

@@ -40,6 +40,9 @@ enum {
     FLD_EMU_ERR_INVALID_DEVICE = 101
 };
 
+/* The api table's default_stream (the value of cudaStreamPerThread). */
+#define FLD_EMU_PER_THREAD_STREAM ((uintptr_t)0x2)
+
 namespace fld_emu
 {
 

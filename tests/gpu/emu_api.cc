@@ -2,7 +2,8 @@
  * fld_gpu_api_emu: struct fld_gpu_api (plugins/cuda/gpu_api.h) on host
  * memory, with the kernels of gpu_kernels.cuh run by the emulator (emu.h).
  * One "device" (id 0); "device" pointers are host pointers; copies and
- * launches are synchronous, so streams are ignored. Error codes are the
+ * launches are synchronous, so streams are ignored (the default stream is
+ * FLD_EMU_PER_THREAD_STREAM, as CUDA's cudaStreamPerThread). Error codes are the
  * FLD_EMU_ERR_* values of emu.h.
  *
  * It lets tests (and a fixture plugin standing in for fld-cuda.so) run the
@@ -58,15 +59,21 @@ int emu_device_name(int device_id, char *buf, size_t size)
     return 0;
 }
 
-int emu_get_device(int *device_id)
+/* Device 0 is always current; pushing it (the one device) is accepted. */
+int emu_current_device(int *device_id)
 {
     *device_id = 0;
     return 0;
 }
 
-int emu_set_device(int device_id)
+int emu_push_device(int device_id)
 {
     return device_id == 0 ? 0 : FLD_EMU_ERR_INVALID_DEVICE;
+}
+
+int emu_pop_device(void)
+{
+    return 0;
 }
 
 int emu_malloc(void **ptr, size_t bytes)
@@ -120,10 +127,15 @@ extern "C" __attribute__((visibility("default"))) const struct fld_gpu_api fld_g
     "emulator",
     emu_error_string,
     emu_runtime_version,
+    nullptr, /* driver_version */
     emu_device_count,
     emu_device_name,
-    emu_get_device,
-    emu_set_device,
+    nullptr, /* device_arch: no architecture to check */
+    nullptr,
+    emu_current_device,
+    emu_push_device,
+    emu_pop_device,
+    (void *)FLD_EMU_PER_THREAD_STREAM,
     emu_malloc,
     emu_free,
     emu_memcpy,

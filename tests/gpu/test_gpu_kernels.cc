@@ -623,10 +623,12 @@ START_TEST(api_memory_and_device)
     int n = -1, id = -1;
     ck_assert_int_eq(api.device_count(&n), 0);
     ck_assert_int_eq(n, 1);
-    ck_assert_int_eq(api.get_device(&id), 0);
+    ck_assert_int_eq(api.current_device(&id), 0);
     ck_assert_int_eq(id, 0);
-    ck_assert_int_eq(api.set_device(0), 0);
-    ck_assert_int_ne(api.set_device(1), 0);
+    ck_assert_int_eq(api.push_device(0), 0);
+    ck_assert_int_eq(api.pop_device(), 0);
+    ck_assert_int_ne(api.push_device(1), 0);
+    ck_assert_ptr_eq(api.default_stream, (void *)FLD_EMU_PER_THREAD_STREAM);
     char name[128] = "";
     ck_assert_int_eq(api.device_name(0, name, sizeof name), 0);
     ck_assert(strstr(name, "emulator") != NULL);

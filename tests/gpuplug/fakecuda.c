@@ -15,8 +15,17 @@ enum { EMU_ERR_INVALID_DEVICE = 101 }; /* FLD_EMU_ERR_INVALID_DEVICE (tests/gpu/
 
 static struct fld_gpu_api api;
 static struct fakecuda_record rec = {.variant = -1, .device = -1, .memcpy_kind = -1};
-static int n_devices = 2, count_error, fail_next;
-static _Thread_local int current;
+static int n_devices = 2, count_error, fail_next, driver = 13000;
+enum { MAX_DEVICES = 16, MAX_DEPTH = 8 };
+static int archs[MAX_DEVICES];
+/* The thread's context stack, as the driver keeps it: top is current. */
+static _Thread_local int ctx_stack[MAX_DEPTH];
+static _Thread_local int ctx_depth;
+
+static int current(void)
+{
+    return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : -1;
+}
 
 void fakecuda_record_get(struct fakecuda_record *out)
 {
@@ -25,12 +34,19 @@ void fakecuda_record_get(struct fakecuda_record *out)
 
 int fakecuda_current_device(void)
 {
-    return current;
+    return current();
 }
 
 void fakecuda_set_current_device(int device)
 {
-    current = device;
+    if (device < 0) {
+        ctx_depth = 0;
+        return;
+    }
+    if (ctx_depth == 0)
+        ctx_depth = 1;
+    ctx_stack[ctx_depth - 1] = device;
+    rec.contexts |= 1u << device;
 }
 
 void fakecuda_fail_next_launch(int code)
@@ -47,36 +63,60 @@ static int fake_device_count(int *count)
     return 0;
 }
 
-static int fake_device_name(int device_id, char *buf, size_t size)
+static int fake_driver_version(int *version)
 {
-    snprintf(buf, size, "Emulated GPU (warp 32)");
-    return device_id >= 0 && device_id < n_devices ? 0 : EMU_ERR_INVALID_DEVICE;
-}
-
-static int fake_get_device(int *device_id)
-{
-    *device_id = current;
+    *version = driver;
     return 0;
 }
 
-static int fake_set_device(int device_id)
+static int fake_device_name(int device_id, char *buf, size_t size)
+{
+    snprintf(buf, size, "Emulated GPU %d", device_id);
+    return device_id >= 0 && device_id < n_devices ? 0 : EMU_ERR_INVALID_DEVICE;
+}
+
+static int fake_device_arch(int device_id, int *arch)
 {
     if (device_id < 0 || device_id >= n_devices)
         return EMU_ERR_INVALID_DEVICE;
-    rec.set_device++;
-    current = device_id;
+    *arch = archs[device_id];
+    return 0;
+}
+
+static int fake_current_device(int *device_id)
+{
+    *device_id = current();
+    return 0;
+}
+
+static int fake_push_device(int device_id)
+{
+    if (device_id < 0 || device_id >= n_devices || ctx_depth >= MAX_DEPTH)
+        return EMU_ERR_INVALID_DEVICE;
+    ctx_stack[ctx_depth++] = device_id;
+    rec.contexts |= 1u << device_id;
+    rec.pushes++;
+    return 0;
+}
+
+static int fake_pop_device(void)
+{
+    if (ctx_depth <= 0)
+        return EMU_ERR_INVALID_DEVICE;
+    ctx_depth--;
+    rec.pops++;
     return 0;
 }
 
 static int fake_malloc(void **ptr, size_t bytes)
 {
-    rec.device = current;
+    rec.device = current();
     return fld_gpu_api_emu.malloc(ptr, bytes);
 }
 
 static int fake_memcpy(void *dst, const void *src, size_t bytes, int kind, void *stream)
 {
-    rec.device = current;
+    rec.device = current();
     rec.stream = stream;
     rec.memcpy_kind = kind;
     return fld_gpu_api_emu.memcpy(dst, src, bytes, kind, stream);
@@ -84,7 +124,7 @@ static int fake_memcpy(void *dst, const void *src, size_t bytes, int kind, void 
 
 static int fake_stream_synchronize(void *stream)
 {
-    rec.device = current;
+    rec.device = current();
     rec.stream = stream;
     rec.synchronizes++;
     return fld_gpu_api_emu.stream_synchronize(stream);
@@ -95,7 +135,7 @@ static int launch_begin(int variant, void *stream)
 {
     rec.stream = stream;
     rec.variant = variant;
-    rec.device = current;
+    rec.device = current();
     int rc = fail_next;
     fail_next = 0;
     if (rc == 0)
@@ -125,14 +165,32 @@ static int register_builtins(fld_registry *reg)
 {
     const char *s = getenv("FAKECUDA_DEVICES");
     n_devices = s ? atoi(s) : 2;
+    if (n_devices > MAX_DEVICES)
+        n_devices = MAX_DEVICES;
     s = getenv("FAKECUDA_COUNT_ERROR");
     count_error = s ? atoi(s) : 0;
+    s = getenv("FAKECUDA_DRIVER");
+    driver = s ? atoi(s) : 13000;
+    s = getenv("FAKECUDA_ARCHS");
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        archs[i] = 90;
+        if (s && *s) {
+            char *end;
+            archs[i] = (int)strtol(s, &end, 10);
+            s = *end == ',' ? end + 1 : end;
+        }
+    }
 
     api = fld_gpu_api_emu;
     api.device_count = fake_device_count;
+    api.driver_version = fake_driver_version;
     api.device_name = fake_device_name;
-    api.get_device = fake_get_device;
-    api.set_device = fake_set_device;
+    api.device_arch = fake_device_arch;
+    api.built_archs = FAKECUDA_BUILT;
+    api.default_stream = FAKECUDA_DEFAULT_STREAM;
+    api.current_device = fake_current_device;
+    api.push_device = fake_push_device;
+    api.pop_device = fake_pop_device;
     api.malloc = fake_malloc;
     api.memcpy = fake_memcpy;
     api.stream_synchronize = fake_stream_synchronize;
@@ -148,6 +206,7 @@ static int register_builtins(fld_registry *reg)
         .attn_name = "FLASH_ATTN",
         .attn_mla_name = "FLASHMLA",
         .attn_sparse_name = "FLASHMLA_SPARSE",
+        .rebuild_hint = "rebuild with CUDA_ARCHS naming it",
     };
     return fld__gpu_plugin_register(reg, &p);
 }
