@@ -793,7 +793,7 @@ int fld_policy_load_file(const char *path)
     if (rc)
         return rc;
     if (!path || !*path)
-        return fld__fail(FLD_EINVAL, "%s: path is %s", what, path ? "empty" : "NULL");
+        return fld__fail(FLD_EINVAL, "%s: argument 'path' is %s", what, path ? "empty" : "NULL");
     if (!(p = fld__policy_new_default()))
         return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
     /* Parsed outside the lock: calls keep running on the old policy. */
@@ -899,7 +899,7 @@ int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user
     if (r)
         return r;
     if (!fn)
-        return fld__fail(FLD_EINVAL, "fld_foreach_config_field: fn is NULL");
+        return fld__fail(FLD_EINVAL, "fld_foreach_config_field: argument 'fn' is NULL");
     /* A copy: fn may change the policy (set, push, pop) while it runs. */
     fld__read_begin();
     struct fld_policy *p = fld__policy_clone(fld__policy_effective());

@@ -113,7 +113,7 @@ int fld_device_alloc(DLDevice device, size_t bytes, void **ptr)
 {
     static const char fn[] = "fld_device_alloc";
     if (!ptr)
-        return fld__fail(FLD_EINVAL, "%s: ptr is NULL", fn);
+        return fld__fail(FLD_EINVAL, "%s: argument 'ptr' is NULL", fn);
     *ptr = NULL;
     if (bytes == 0)
         return fld__fail(FLD_EINVAL, "%s: bytes is 0", fn);
@@ -170,8 +170,8 @@ int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes, f
                          "to host, 2 device to device)",
                          fn, (int)kind);
     if (bytes && (!dst || !src))
-        return fld__fail(FLD_EINVAL, "%s: %s is NULL (%s, %zu bytes)", fn, dst ? "src" : "dst",
-                         copy_kind_name(kind), bytes);
+        return fld__fail(FLD_EINVAL, "%s: argument '%s' is NULL (%s, %zu bytes)", fn,
+                         dst ? "src" : "dst", copy_kind_name(kind), bytes);
     struct provider p;
     int rc = check_device_id(fn, device);
     if (rc || (rc = find_provider(fn, device.device_type, &p)))
@@ -206,7 +206,7 @@ int fld_device_synchronize(DLDevice device)
 int fld_device_provider(int device_type, const char **plugin)
 {
     if (!plugin)
-        return fld__fail(FLD_EINVAL, "fld_device_provider: plugin is NULL");
+        return fld__fail(FLD_EINVAL, "fld_device_provider: argument 'plugin' is NULL");
     *plugin = NULL;
     struct provider p;
     int rc = find_provider("fld_device_provider", device_type, &p);

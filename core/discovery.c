@@ -661,7 +661,8 @@ int fld_load_plugin(const char *path)
     if (rc)
         return rc;
     if (!path || !*path)
-        return fld__fail(FLD_EINVAL, "fld_load_plugin: path is NULL or empty");
+        return fld__fail(FLD_EINVAL, "fld_load_plugin: argument 'path' is %s",
+                         path ? "empty" : "NULL");
     if (path[0] != '/')
         return fld__fail(FLD_EINVAL,
                          "fld_load_plugin: '%s' is not an absolute path (plugins are never looked "
@@ -678,6 +679,8 @@ int fld_register_plugin(const fld_plugin_descriptor *desc)
     int rc = fld__ensure_init();
     if (rc)
         return rc;
+    if (!desc)
+        return fld__fail(FLD_EINVAL, "fld_register_plugin: argument 'desc' is NULL");
     fld__lock();
     rc = fld__load_plugin_descriptor(desc, "(built-in)", NULL);
     fld__unlock();

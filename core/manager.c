@@ -688,7 +688,7 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
 
 __attribute__((noinline, cold)) static int null_args(const struct fld_op_s *op)
 {
-    return fld__fail(FLD_EINVAL, "%s: args is NULL", op->name);
+    return fld__fail(FLD_EINVAL, "%s: argument 'args' is NULL", op->name);
 }
 
 static inline int call_validated(struct fld_op_s *op, const void *args)
@@ -716,7 +716,7 @@ int fld__call_catalog(enum fld_catalog_index idx, const void *args)
 
 __attribute__((noinline, cold)) static int null_handle(void)
 {
-    return fld__fail(FLD_EINVAL, "fld_call: op handle is NULL");
+    return fld__fail(FLD_EINVAL, "fld_call: argument 'op' is NULL");
 }
 
 int fld_call(fld_op handle, const void *args)
@@ -735,7 +735,7 @@ int fld_call_by_name(const char *name, const void *args)
     if (rc)
         return rc;
     if (!name)
-        return fld__fail(FLD_EINVAL, "fld_call_by_name: name is NULL");
+        return fld__fail(FLD_EINVAL, "fld_call_by_name: argument 'name' is NULL");
     struct fld_op_s *op = fld__op_find(name);
     if (!op)
         return fld__fail(FLD_ENOTFOUND, "no op named '%s'", name);
@@ -767,7 +767,7 @@ int fld_call_on(fld_op handle, int device_type, DLDataType dtype, const void *ar
 {
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (!op)
-        return fld__fail(FLD_EINVAL, "fld_call_on: op handle is NULL");
+        return fld__fail(FLD_EINVAL, "fld_call_on: argument 'op' is NULL");
     if (op->schema)
         return call_validated(op, args);
     int dev, dt;
@@ -792,16 +792,12 @@ void fld_resolution_free(fld_resolution *res)
     free(res);
 }
 
-int fld_explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out)
+/* fld_explain() once the public function has checked its arguments. */
+static int explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out)
 {
-    int rc = fld__ensure_init();
-    if (rc)
-        return rc;
-    if (!name || !out)
-        return fld__fail(FLD_EINVAL, "fld_explain: NULL argument");
     *out = NULL;
     int dev, dt;
-    rc = key_from(device_type, dtype, &dev, &dt);
+    int rc = key_from(device_type, dtype, &dev, &dt);
     if (rc)
         return rc;
     struct fld_op_s *op = fld__op_find(name);
@@ -853,13 +849,29 @@ int fld_explain(const char *name, int device_type, DLDataType dtype, fld_resolut
     return FLD_OK;
 }
 
+int fld_explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out)
+{
+    if (out)
+        *out = NULL;
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    if (!name || !out)
+        return fld__fail(FLD_EINVAL, "fld_explain: argument '%s' is NULL", name ? "out" : "op");
+    return explain(name, device_type, dtype, out);
+}
+
 int fld_resolve(const char *name, int device_type, DLDataType dtype, const char **impl_id)
 {
-    if (!impl_id)
-        return fld__fail(FLD_EINVAL, "fld_resolve: impl_id is NULL");
-    *impl_id = NULL;
+    if (impl_id)
+        *impl_id = NULL;
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    if (!name || !impl_id)
+        return fld__fail(FLD_EINVAL, "fld_resolve: argument '%s' is NULL", name ? "impl_id" : "op");
     fld_resolution *res;
-    int rc = fld_explain(name, device_type, dtype, &res);
+    rc = explain(name, device_type, dtype, &res);
     if (rc)
         return rc;
     if (!res->selected) {

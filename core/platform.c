@@ -418,7 +418,7 @@ void fld__platform_shutdown(void)
 int fld_platform(fld_platform_info *out)
 {
     if (!out)
-        return fld__fail(FLD_EINVAL, "fld_platform: out is NULL");
+        return fld__fail(FLD_EINVAL, "fld_platform: argument 'out' is NULL");
     int rc = fld__ensure_init();
     if (rc)
         return rc;

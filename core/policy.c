@@ -927,6 +927,8 @@ int fld_policy_push_preference(const char *kind)
     int rc = fld__ensure_init();
     if (rc != FLD_OK)
         return rc;
+    if (!kind)
+        return fld__fail(FLD_EINVAL, "%s: argument 'kind' is NULL", what);
     if ((rc = fld__parse_prefer(what, kind, &prefer)) != FLD_OK)
         return rc;
     if ((rc = begin_push(what, &p)) != FLD_OK)
@@ -1081,7 +1083,7 @@ int fld_policy_set(const char *key, const char *value)
     if (rc != FLD_OK)
         return rc;
     if (!key)
-        return fld__fail(FLD_EINVAL, "fld_policy_set: key is NULL");
+        return fld__fail(FLD_EINVAL, "fld_policy_set: argument 'key' is NULL");
     fld__lock();
     if ((rc = fld__policy_refuse_if_frozen("fld_policy_set")) != FLD_OK)
         goto out;
@@ -1130,7 +1132,7 @@ bool fld_oot_op_enabled(const char *op)
     if (fld__ensure_init() != FLD_OK)
         return false;
     if (!op) {
-        fld__fail(FLD_EINVAL, "fld_oot_op_enabled: op is NULL");
+        fld__fail(FLD_EINVAL, "fld_oot_op_enabled: argument 'op' is NULL");
         return false;
     }
     fld__read_begin();

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "escape.h"
 #include "log.h"
 #include "parse.h"
 #include "probe.h"
@@ -191,14 +192,12 @@ void fld__probe_describe(const struct fld_probe_result *r, char *buf, size_t siz
     snprintf(buf, size, "?");
 }
 
-/* Copies s into out with tabs and line breaks as spaces (a protocol field). */
+/* s as a protocol field: escaped (escape.h), so it holds no tab or line
+ * break, and whatever the plugin or dlerror() said reaches doctor's output
+ * as text. */
 static const char *field(const char *s, char *out, size_t size)
 {
-    size_t i = 0;
-    for (; s && s[i] && i + 1 < size; i++)
-        out[i] = (s[i] == '\t' || s[i] == '\n' || s[i] == '\r') ? ' ' : s[i];
-    out[i] = '\0';
-    return out;
+    return fld__escape(out, size, s);
 }
 
 /* ---- the child ------------------------------------------------------------ */

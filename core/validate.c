@@ -527,7 +527,7 @@ static inline int device_key(const char *op, const char *name, const DLTensor *t
 
 static COLD int fail_args_null(const char *op)
 {
-    return fld__fail(FLD_EINVAL, "%s: args is NULL", op);
+    return fld__fail(FLD_EINVAL, "%s: argument 'args' is NULL", op);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -782,6 +782,15 @@ static inline void *view_start(const DLTensor *t, bool empty)
 
 void fld_tensor_rows(const DLTensor *t, fld_rows *out)
 {
+    if (__builtin_expect(!t || !out || !t->shape, 0)) {
+        fld__fail(FLD_EINVAL, "fld_tensor_rows: argument '%s' is NULL",
+                  !t     ? "t"
+                  : !out ? "out"
+                         : "t->shape");
+        if (out)
+            memset(out, 0, sizeof *out);
+        return;
+    }
     struct tview v;
     layout_of(t, 1, &v);
     out->data = view_start(t, v.empty);
@@ -792,6 +801,13 @@ void fld_tensor_rows(const DLTensor *t, fld_rows *out)
 
 void fld_rotary_geometry_of(const fld_rotary_embedding_args *args, fld_rotary_geometry *out)
 {
+    if (__builtin_expect(!args || !out, 0)) {
+        fld__fail(FLD_EINVAL, "fld_rotary_geometry_of: argument '%s' is NULL",
+                  args ? "out" : "args");
+        if (out)
+            memset(out, 0, sizeof *out);
+        return;
+    }
     const DLTensor *p = args->positions, *c = args->cos_sin_cache;
     struct tview v;
     int64_t tokens = 1;
