@@ -179,7 +179,13 @@ FLD_API int fld_reload(void);
  *   - the leading dimensions form rows: each of them may be strided, but
  *     they must collapse into one row stride (dims before the last two are
  *     contiguous over the dims after them), and the row stride is at least
- *     the row width. byte_offset is honoured.
+ *     the row width. byte_offset is honoured;
+ *   - a tensor the op writes (out, residual, query, key) shares no byte with
+ *     another tensor of the call, except the full aliasing an op allows
+ *     (rms_norm: out may be x itself). Views of one buffer that interleave
+ *     without sharing bytes are fine (query and key as column slices of a
+ *     fused qkv tensor, out and x as column halves of one buffer). The
+ *     message names both tensors and their byte ranges.
  * Zero-sized tensors are valid and make the call a no-op.
  */
 
@@ -210,8 +216,10 @@ FLD_API int fld_gelu_tanh_and_mul(DLTensor *out, const DLTensor *x);
  * residual = x + residual (rounded to the dtype), then
  * out = norm(residual) * w.
  * weight is [H] and contiguous, or NULL for no scale. out may alias x
- * (same data and layout). eps must be finite and >= 0. gemma_rms_norm scales
- * by (1 + w) instead of w. Sums in float32, one rounding per output.
+ * (same data and layout); no other pair of its tensors may share memory,
+ * except x and weight (both only read). eps must be finite and >= 0.
+ * gemma_rms_norm scales by (1 + w) instead of w. Sums in float32, one
+ * rounding per output.
  */
 typedef struct fld_rms_norm_args {
     DLTensor *out;
