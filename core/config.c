@@ -19,6 +19,7 @@
 #include "config.h"
 #include "config_internal.h"
 #include "error.h"
+#include "inflight.h"
 #include "host.h"
 #include "log.h"
 #include "manifest.h"
@@ -787,6 +788,7 @@ fail:
 
 int fld_policy_load_file(const char *path)
 {
+    FLD_CALL_SCOPE();
     static const char what[] = "fld_policy_load_file";
     struct fld_policy *p;
     int rc = fld__ensure_init();
@@ -875,6 +877,7 @@ static int emit(int (*fn)(const fld_config_field *, void *), void *user, const c
 
 int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user), void *user)
 {
+    FLD_CALL_SCOPE();
     static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
     static const enum fld_policy_field order[] = {
         FLD_PF_PREFER,

@@ -17,6 +17,7 @@
 #include <fldispatch/plugin.h>
 
 #include "error.h"
+#include "inflight.h"
 #include "escape.h"
 #include "log.h"
 #include "parse.h"
@@ -96,6 +97,7 @@ void fld__log(int level, const char *fmt, ...)
 
 void fld_log(int level, const char *fmt, ...)
 {
+    FLD_CALL_SCOPE();
     if (!fmt) {
         fld__fail(FLD_EINVAL, "fld_log: argument 'fmt' is NULL");
         return;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "inflight.h"
 #include "host.h"
 #include "ops.h"
 #include "reclaim.h"
@@ -263,6 +264,18 @@ int fld__ops_init(void)
     return FLD_OK;
 }
 
+void fld__ops_close(void)
+{
+    for (int i = 0; i < FLD_CAT_COUNT; i++)
+        atomic_store(&fld__catalog_ops[i], NULL);
+}
+
+void fld__ops_reopen(void)
+{
+    for (int i = 0; i < FLD_CAT_COUNT; i++)
+        atomic_store(&fld__catalog_ops[i], fld__op_find(fld__catalog[i].name));
+}
+
 void fld__ops_shutdown(void)
 {
     struct op_table *t = atomic_load(&table);
@@ -282,6 +295,7 @@ void fld__ops_shutdown(void)
 
 fld_op fld_op_lookup(const char *name)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return NULL;

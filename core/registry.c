@@ -13,9 +13,11 @@
 #include <string.h>
 
 #include "error.h"
+#include "inflight.h"
 #include "escape.h"
 #include "host.h"
 #include "log.h"
+#include "reentry.h"
 #include "registry.h"
 
 #define NAME_MAX_LEN 96
@@ -346,9 +348,10 @@ bool fld__impl_available(struct fld_impl_rec *impl, const char **reason)
 {
     int a = atomic_load(&impl->available);
     if (a == 0) {
-        const char *why = NULL;
-        bool ok = impl->is_available ? impl->is_available(&why) : true;
-        impl->unavailable_reason = ok ? "" : (why && *why ? why : "is_available() returned false");
+        const char *why;
+        bool ok = fld__plugin_available(impl->is_available, impl->plugin ? impl->plugin->name : "?",
+                                        &why);
+        impl->unavailable_reason = why;
         a = ok ? 1 : -1;
         atomic_store(&impl->available, a);
         if (!ok)
@@ -366,13 +369,13 @@ static void forget_op_availability(struct fld_op_s *op, void *user)
         atomic_store(&op->impls[i]->available, 0);
 }
 
-bool fld__hooks_available(struct fld_hook_rec *h, const char **reason)
+bool fld__hooks_available(struct fld_hook_rec *h, const char *plugin, const char **reason)
 {
     int a = atomic_load(&h->available);
     if (a == 0) {
-        const char *why = NULL;
-        bool ok = h->hooks.is_available ? h->hooks.is_available(&why) : true;
-        h->unavailable_reason = ok ? "" : (why && *why ? why : "is_available() returned false");
+        const char *why;
+        bool ok = fld__plugin_available(h->hooks.is_available, plugin, &why);
+        h->unavailable_reason = why;
         a = ok ? 1 : -1;
         atomic_store(&h->available, a);
     }
@@ -492,6 +495,7 @@ static void scan_plugin_impls(struct fld_op_s *op, void *user)
 
 int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user), void *user)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;
@@ -561,6 +565,7 @@ static void walk_op_impls(struct fld_op_s *op, void *user)
 
 int fld_foreach_impl(int (*fn)(const fld_impl_info *info, void *user), void *user)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;
