@@ -164,6 +164,12 @@ static const struct env_case valid_env[] = {
     {"VLLM_FL_OOT_ENABLED", "false", "prefer=flagos;strict=0;oot=0"},
     {"VLLM_FL_OOT_ENABLED", "0", "prefer=flagos;strict=0;oot=0"},
     {"VLLM_FL_EXTERNAL_ENABLED", "False", "prefer=flagos;strict=0;external=0"},
+    /* Set but blank counts as unset, as for every variable here (vllm-plugin-FL turns these
+     * switches off: listed in the user guide's differences). */
+    {"VLLM_FL_PREFER_ENABLED", "", DEFAULT_DESCRIPTION},
+    {"USE_FLAGGEMS", " ", DEFAULT_DESCRIPTION},
+    {"VLLM_FL_OOT_ENABLED", "", DEFAULT_DESCRIPTION},
+    {"VLLM_FL_STRICT", "", DEFAULT_DESCRIPTION},
     {"VLLM_FL_ALLOW_VENDORS", "cuda, amd", "prefer=flagos;strict=0;allow=amd,cuda"},
     /* Vendor names compare without case: kept lowercase. */
     {"VLLM_FL_DENY_VENDORS", "AMD,Intel", "prefer=flagos;strict=0;deny=amd,intel"},
