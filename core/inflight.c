@@ -4,6 +4,8 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,12 +21,30 @@
 
 struct fld_inflight_slot fld__inflight[FLD_INFLIGHT_SLOTS];
 
-/* For threads that find no free slot: counted together, with atomic RMWs. */
-static struct fld_inflight_slot overflow = {.owner = UINTPTR_MAX, .shared = true};
+/* Slots for threads that found the table full: pushed once, reused, never freed. */
+static _Atomic(struct fld_inflight_slot *) extras;
+
+/* The calling thread's slot, once found (the slow path's shortcut). */
+static _Thread_local struct fld_inflight_slot *tls_slot;
 
 static pthread_key_t slot_key;
 static pthread_once_t slot_key_once = PTHREAD_ONCE_INIT;
 static int slot_key_status = -1;
+
+/* Every slot once: the table, then the extras. */
+static struct fld_inflight_slot *next_slot(struct fld_inflight_slot *s, unsigned *index)
+{
+    if (*index + 1 < FLD_INFLIGHT_SLOTS)
+        return &fld__inflight[++*index];
+    if (*index + 1 == FLD_INFLIGHT_SLOTS) {
+        ++*index;
+        return atomic_load(&extras);
+    }
+    return s->next;
+}
+#define FOR_EACH_SLOT(s)                                                                           \
+    for (unsigned s##_i = 0, s##_once = 1; s##_once; s##_once = 0)                                 \
+        for (struct fld_inflight_slot *s = fld__inflight; s; s = next_slot(s, &s##_i))
 
 /* At thread exit: the slot goes back for the next thread. */
 static void release_slot(void *arg)
@@ -32,6 +52,7 @@ static void release_slot(void *arg)
     struct fld_inflight_slot *s = arg;
     atomic_store_explicit(&s->calls, 0, memory_order_relaxed);
     atomic_store_explicit(&s->owner, 0, memory_order_release);
+    tls_slot = NULL;
 }
 
 static void make_slot_key(void)
@@ -39,49 +60,69 @@ static void make_slot_key(void)
     slot_key_status = pthread_key_create(&slot_key, release_slot);
 }
 
-/* The slot self owns, starting the search at its hash; NULL when none. */
-static struct fld_inflight_slot *find_own(uintptr_t self)
+static bool take(struct fld_inflight_slot *s, uintptr_t self)
+{
+    uintptr_t free_owner = 0;
+    return atomic_load_explicit(&s->owner, memory_order_relaxed) == 0 &&
+           atomic_compare_exchange_strong(&s->owner, &free_owner, self);
+}
+
+/* A free slot for self: the table from its hash on, then an extra one. */
+static struct fld_inflight_slot *claim_new(uintptr_t self)
 {
     const unsigned h = fld__inflight_hash(self);
     for (unsigned i = 0; i < FLD_INFLIGHT_SLOTS; i++) {
         struct fld_inflight_slot *s = &fld__inflight[(h + i) & (FLD_INFLIGHT_SLOTS - 1)];
-        if (atomic_load_explicit(&s->owner, memory_order_relaxed) == self)
+        if (take(s, self))
             return s;
     }
-    return NULL; /* (slots freed by exited threads leave holes: no early stop) */
+    for (struct fld_inflight_slot *s = atomic_load(&extras); s; s = s->next)
+        if (take(s, self))
+            return s;
+    struct fld_inflight_slot *s = aligned_alloc(64, sizeof *s);
+    if (!s)
+        return NULL;
+    memset(s, 0, sizeof *s);
+    atomic_init(&s->owner, self);
+    struct fld_inflight_slot *head = atomic_load(&extras);
+    do
+        s->next = head;
+    while (!atomic_compare_exchange_weak(&extras, &head, s));
+    return s;
 }
 
 struct fld_inflight_slot *fld__inflight_claim(uintptr_t self)
 {
-    struct fld_inflight_slot *s = find_own(self);
-    if (s)
-        return s; /* its hash slot belongs to another thread: it sits further on */
+    struct fld_inflight_slot *s = tls_slot;
+    if (s && atomic_load_explicit(&s->owner, memory_order_relaxed) == self)
+        return s; /* its hash slot belongs to another thread */
     pthread_once(&slot_key_once, make_slot_key);
-    if (slot_key_status != 0)
-        return &overflow;
-    const unsigned h = fld__inflight_hash(self);
-    for (unsigned i = 0; i < FLD_INFLIGHT_SLOTS; i++) {
-        s = &fld__inflight[(h + i) & (FLD_INFLIGHT_SLOTS - 1)];
-        uintptr_t free_owner = 0;
-        if (atomic_load_explicit(&s->owner, memory_order_relaxed) == 0 &&
-            atomic_compare_exchange_strong(&s->owner, &free_owner, self)) {
-            atomic_store_explicit(&s->calls, 0, memory_order_relaxed);
-            if (pthread_setspecific(slot_key, s) != 0) {
-                atomic_store(&s->owner, 0);
-                return &overflow;
-            }
-            return s;
-        }
+    s = claim_new(self);
+    if (!s || slot_key_status != 0 || pthread_setspecific(slot_key, s) != 0) {
+        /* Cannot be counted: calls are still made, but a shutdown cannot see
+         * them. Out of memory or keys only; logged once. */
+        static _Atomic bool said;
+        if (!atomic_exchange(&said, true))
+            fprintf(stderr, "[fldispatch] out of memory tracking calls in flight; fld_shutdown() "
+                            "cannot wait for this thread's calls\n");
+        if (s)
+            atomic_store(&s->owner, 0);
+        static struct fld_inflight_slot untracked;
+        return &untracked;
     }
-    return &overflow;
+    tls_slot = s;
+    return s;
 }
 
 unsigned fld__inflight_mine(void)
 {
-    struct fld_inflight_slot *s = find_own(fld__thread_id());
-    return s ? (unsigned)(atomic_load_explicit(&s->calls, memory_order_relaxed) &
-                          FLD_INFLIGHT_DEPTH_MASK)
-             : 0;
+    const uintptr_t self = fld__thread_id();
+    struct fld_inflight_slot *s = &fld__inflight[fld__inflight_hash(self)];
+    if (atomic_load_explicit(&s->owner, memory_order_relaxed) != self)
+        s = tls_slot && atomic_load_explicit(&tls_slot->owner, memory_order_relaxed) == self
+                ? tls_slot
+                : NULL;
+    return s ? atomic_load_explicit(&s->calls, memory_order_relaxed) : 0;
 }
 
 /*
@@ -118,45 +159,34 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static uint64_t depth_of(uint64_t w)
-{
-    return w & FLD_INFLIGHT_DEPTH_MASK;
-}
-
 unsigned fld__inflight_wait(double timeout)
 {
     const uintptr_t self = fld__thread_id();
     const double deadline = now_seconds() + timeout;
-    long pause_ns = 100 * 1000;
+    long pause_ns = 50 * 1000;
     barrier_all_threads();
-    /* Who is inside a call now, and each one's count of returns to 0. */
-    uint64_t seen[FLD_INFLIGHT_SLOTS];
-    bool waiting[FLD_INFLIGHT_SLOTS];
-    for (unsigned i = 0; i < FLD_INFLIGHT_SLOTS; i++) {
-        const struct fld_inflight_slot *s = &fld__inflight[i];
-        seen[i] = atomic_load_explicit(&s->calls, memory_order_acquire);
-        waiting[i] =
-            depth_of(seen[i]) && atomic_load_explicit(&s->owner, memory_order_relaxed) != self;
-    }
     for (;;) {
+        /* A thread seen outside once is done: its later calls meet the closed
+         * gates. So each one is watched until it is seen at 0 (a thread that
+         * calls in a loop is outside between its calls). */
         unsigned busy = 0;
-        for (unsigned i = 0; i < FLD_INFLIGHT_SLOTS; i++) {
-            if (!waiting[i])
-                continue;
-            uint64_t w = atomic_load_explicit(&fld__inflight[i].calls, memory_order_acquire);
-            if (!depth_of(w) ||
-                (w >> FLD_INFLIGHT_DEPTH_BITS) != (seen[i] >> FLD_INFLIGHT_DEPTH_BITS))
-                waiting[i] = false; /* it was outside since: its calls then have returned */
-            else
+        FOR_EACH_SLOT(s)
+        {
+            if (atomic_load_explicit(&s->calls, memory_order_acquire) &&
+                atomic_load_explicit(&s->owner, memory_order_relaxed) != self &&
+                !atomic_load_explicit(&s->seen_outside, memory_order_relaxed))
                 busy++;
+            else
+                atomic_store_explicit(&s->seen_outside, true, memory_order_relaxed);
         }
-        /* Threads past the table: only their sum is known. */
-        busy += atomic_load_explicit(&overflow.calls, memory_order_acquire) ? 1 : 0;
-        if (!busy || now_seconds() >= deadline)
+        if (!busy || now_seconds() >= deadline) {
+            FOR_EACH_SLOT(s)
+            atomic_store_explicit(&s->seen_outside, false, memory_order_relaxed);
             return busy;
+        }
         struct timespec pause = {0, pause_ns};
         nanosleep(&pause, NULL);
-        if (pause_ns < 10 * 1000 * 1000)
+        if (pause_ns < 5 * 1000 * 1000)
             pause_ns *= 2;
     }
 }
@@ -164,12 +194,11 @@ unsigned fld__inflight_wait(double timeout)
 void fld__inflight_after_fork(void)
 {
     const uintptr_t self = fld__thread_id();
-    for (unsigned i = 0; i < FLD_INFLIGHT_SLOTS; i++) {
-        struct fld_inflight_slot *s = &fld__inflight[i];
+    FOR_EACH_SLOT(s)
+    {
         if (atomic_load_explicit(&s->owner, memory_order_relaxed) == self)
             continue;
         atomic_store_explicit(&s->calls, 0, memory_order_relaxed);
         atomic_store_explicit(&s->owner, 0, memory_order_relaxed);
     }
-    atomic_store(&overflow.calls, 0);
 }

@@ -5,8 +5,8 @@
  * Every public entry point that uses the library's state runs between
  * fld__call_enter() and fld__call_leave() (FLD_CALL_SCOPE() does both for
  * a whole function). A thread's count lives in a slot of a fixed table,
- * found by hashing the thread pointer: entering and leaving cost a register
- * read, a multiply and a load, an increment and a store each way, no atomic
+ * found by hashing the thread pointer: entering costs a register read, a
+ * multiply, a compare and a store, leaving a store; no atomic
  * read-modify-write and no shared cache line, so the dispatch fast path
  * stays cheap and scales across threads.
  *
@@ -28,21 +28,13 @@
 
 #define FLD_INFLIGHT_SLOTS 256 /* a power of two */
 
-/*
- * A slot's word: the low FLD_INFLIGHT_DEPTH_BITS count the calls its owner
- * is inside now (nested calls count), the bits above count the times that
- * number went back to 0. A shutdown that saw a thread inside a call waits
- * until it sees it outside, or sees the second count move (it was outside
- * meanwhile), so a thread that calls in a tight loop is not waited for
- * forever.
- */
-#define FLD_INFLIGHT_DEPTH_BITS 16
-#define FLD_INFLIGHT_DEPTH_MASK ((UINT64_C(1) << FLD_INFLIGHT_DEPTH_BITS) - 1)
-
+/* One thread's count. Slots of the table, and more for threads past it (claimed, never freed). */
 struct fld_inflight_slot {
-    _Atomic uintptr_t owner; /* the owning thread's pointer; 0 when free */
-    _Atomic uint64_t calls;  /* written by the owner only (see above) */
-    bool shared;             /* the overflow slot: counted with atomic read-modify-writes */
+    _Atomic uintptr_t owner;        /* the owning thread's pointer; 0 when free */
+    _Atomic unsigned calls;         /* library calls the owner is inside now (nested calls count);
+                                       written by the owner only */
+    struct fld_inflight_slot *next; /* the extra slots' list */
+    _Atomic bool seen_outside;      /* fld__inflight_wait()'s own mark */
 } __attribute__((aligned(64)));
 
 extern struct fld_inflight_slot fld__inflight[FLD_INFLIGHT_SLOTS];
@@ -62,7 +54,7 @@ static inline unsigned fld__inflight_hash(uintptr_t self)
     return (unsigned)(((uint64_t)self * 0x9e3779b97f4a7c15ull) >> 56) & (FLD_INFLIGHT_SLOTS - 1);
 }
 
-/* The calling thread's slot, claimed on its first call (or the overflow slot). */
+/* The calling thread's slot when its hash slot is another thread's; claimed on first use. */
 struct fld_inflight_slot *fld__inflight_claim(uintptr_t self);
 
 static inline struct fld_inflight_slot *fld__call_enter(void)
@@ -71,28 +63,17 @@ static inline struct fld_inflight_slot *fld__call_enter(void)
     struct fld_inflight_slot *s = &fld__inflight[fld__inflight_hash(self)];
     if (__builtin_expect(atomic_load_explicit(&s->owner, memory_order_relaxed) != self, 0))
         s = fld__inflight_claim(self);
-    if (__builtin_expect(s->shared, 0)) {
-        atomic_fetch_add(&s->calls, 1u);
-    } else {
-        uint64_t w = atomic_load_explicit(&s->calls, memory_order_relaxed);
-        atomic_store_explicit(&s->calls, w + 1, memory_order_relaxed);
-    }
-    /* The gates are read after this store; fld__inflight_barrier() orders it. */
+    unsigned n = atomic_load_explicit(&s->calls, memory_order_relaxed);
+    atomic_store_explicit(&s->calls, n + 1, memory_order_relaxed);
+    /* The gates are read after this store; fld__inflight_wait()'s barrier orders it. */
     atomic_signal_fence(memory_order_seq_cst);
     return s;
 }
 
 static inline void fld__call_leave(struct fld_inflight_slot *s)
 {
-    if (__builtin_expect(s->shared, 0)) {
-        atomic_fetch_sub(&s->calls, 1u);
-        return;
-    }
-    uint64_t w = atomic_load_explicit(&s->calls, memory_order_relaxed);
-    /* depth - 1, and one more return to 0 when depth was 1 (no branch) */
-    uint64_t back_to_zero = (uint64_t)((w & FLD_INFLIGHT_DEPTH_MASK) == 1)
-                            << FLD_INFLIGHT_DEPTH_BITS;
-    atomic_store_explicit(&s->calls, w - 1 + back_to_zero, memory_order_release);
+    unsigned n = atomic_load_explicit(&s->calls, memory_order_relaxed);
+    atomic_store_explicit(&s->calls, n - 1, memory_order_release);
 }
 
 static inline void fld__call_scope_end(struct fld_inflight_slot **s)
@@ -109,9 +90,10 @@ static inline void fld__call_scope_end(struct fld_inflight_slot **s)
 unsigned fld__inflight_mine(void);
 
 /*
- * After the gates are closed: waits until no other thread is inside a call,
- * at most timeout seconds. Returns 0, or how many threads were still
- * inside when the time was up.
+ * After the gates are closed: waits until every other thread that was
+ * inside a call has been seen outside once (a later call of it meets the
+ * closed gates), at most timeout seconds. Returns 0, or how many threads
+ * were still inside when the time was up.
  */
 unsigned fld__inflight_wait(double timeout);
 

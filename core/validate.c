@@ -804,7 +804,9 @@ static COLD int fail_eps(const char *op, float eps)
 int fld__validate_rms_norm(const char *op, const void *argp, struct fld_call_key *key)
 {
     const fld_rms_norm_args *a = argp;
-    struct tview x = {0}, out = {0}, w = {0}, r = {0};
+    /* Filled by the checks; weight's and residual's ranges stay empty when they are NULL. */
+    struct tview x, out, w, r;
+    w.lo = w.hi = r.lo = r.hi = 0;
     if (__builtin_expect(a == NULL, 0))
         return fail_args_null(op);
     TRY(check_tensor(op, "x", a->x, 1, TK_FLOAT, &x));
