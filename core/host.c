@@ -22,12 +22,12 @@
 #include "reclaim.h"
 #include "registry.h"
 
-/* CLOSING: fld_shutdown() waits for the calls in flight; the state is intact,
- * but no new call may start (closing_from says what it was before). */
 /* fld_shutdown()'s wait for calls in flight (VLLM_FL_SHUTDOWN_TIMEOUT), in seconds. */
 #define FLD_SHUTDOWN_DEFAULT_TIMEOUT 10.0
 #define FLD_SHUTDOWN_MAX_TIMEOUT     3600.0
 
+/* CLOSING: fld_shutdown() waits for the calls in flight; the state is intact,
+ * but no new call may start (closing_from says what it was before). */
 enum init_state { STATE_UNINIT, STATE_READY, STATE_FAILED, STATE_CLOSING };
 
 static pthread_mutex_t host_lock;
@@ -404,8 +404,8 @@ static int shutdown_timeout(double *out)
 {
     *out = FLD_SHUTDOWN_DEFAULT_TIMEOUT;
     const char *v = getenv("VLLM_FL_SHUTDOWN_TIMEOUT");
-    if (!v || !*v)
-        return FLD_OK;
+    if (!v || !v[strspn(v, " \t")])
+        return FLD_OK; /* set but blank counts as unset */
     char *end;
     errno = 0;
     double t = strtod(v, &end);
