@@ -750,19 +750,21 @@ static inline bool library_open(void)
     return atomic_load_explicit(&fld__generation, memory_order_acquire) != 0;
 }
 
+/* An op's call, its thread already counted in flight and the library open. */
+static inline int call_op(struct fld_op_s *op, const void *args)
+{
+    if (op->schema)
+        return call_validated(op, args);
+    return dispatch(op, fld__slot(FLD_DEV_ANY, FLD_DT_ANY), args);
+}
+
 int fld_call(fld_op handle, const void *args)
 {
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (unlikely(!op))
         return null_handle();
     struct fld_inflight_slot *in = fld__call_enter();
-    int rc;
-    if (unlikely(!library_open()))
-        rc = closed_handle("fld_call");
-    else if (op->schema)
-        rc = call_validated(op, args);
-    else
-        rc = dispatch(op, fld__slot(FLD_DEV_ANY, FLD_DT_ANY), args);
+    int rc = likely(library_open()) ? call_op(op, args) : closed_handle("fld_call");
     fld__call_leave(in);
     return rc;
 }
@@ -778,7 +780,7 @@ int fld_call_by_name(const char *name, const void *args)
     struct fld_op_s *op = fld__op_find(name);
     if (!op)
         return fld__fail(FLD_ENOTFOUND, "no op named '%s'", name);
-    return fld_call(op, args);
+    return call_op(op, args); /* counted in flight by the scope above; initialised, so open */
 }
 
 static int key_from(int device_type, DLDataType dtype, int *dev, int *dt)
