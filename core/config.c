@@ -19,6 +19,7 @@
 #include "config.h"
 #include "config_internal.h"
 #include "error.h"
+#include "inflight.h"
 #include "host.h"
 #include "log.h"
 #include "manifest.h"
@@ -787,13 +788,14 @@ fail:
 
 int fld_policy_load_file(const char *path)
 {
+    FLD_CALL_SCOPE();
     static const char what[] = "fld_policy_load_file";
     struct fld_policy *p;
     int rc = fld__ensure_init();
     if (rc)
         return rc;
     if (!path || !*path)
-        return fld__fail(FLD_EINVAL, "%s: path is %s", what, path ? "empty" : "NULL");
+        return fld__fail(FLD_EINVAL, "%s: argument 'path' is %s", what, path ? "empty" : "NULL");
     if (!(p = fld__policy_new_default()))
         return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
     /* Parsed outside the lock: calls keep running on the old policy. */
@@ -875,6 +877,7 @@ static int emit(int (*fn)(const fld_config_field *, void *), void *user, const c
 
 int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user), void *user)
 {
+    FLD_CALL_SCOPE();
     static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
     static const enum fld_policy_field order[] = {
         FLD_PF_PREFER,
@@ -899,7 +902,7 @@ int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user
     if (r)
         return r;
     if (!fn)
-        return fld__fail(FLD_EINVAL, "fld_foreach_config_field: fn is NULL");
+        return fld__fail(FLD_EINVAL, "fld_foreach_config_field: argument 'fn' is NULL");
     /* A copy: fn may change the policy (set, push, pop) while it runs. */
     fld__read_begin();
     struct fld_policy *p = fld__policy_clone(fld__policy_effective());

@@ -11,6 +11,7 @@
 #include <fldispatch/plugin.h>
 
 #include "error.h"
+#include "inflight.h"
 #include "host.h"
 #include "ops.h"
 #include "registry.h"
@@ -40,7 +41,7 @@ static const char *copy_kind_name(fld_copy_kind kind)
  */
 static int find_provider(const char *fn, int device_type, struct provider *out)
 {
-    int rc = fld__ensure_init();
+    int rc = fld__ensure_init_from(fn);
     if (rc)
         return rc;
     int dev = fld__device_index(device_type);
@@ -62,7 +63,7 @@ static int find_provider(const char *fn, int device_type, struct provider *out)
         if (!h || p->status != FLD_PLUGIN_LOADED)
             continue;
         const char *reason;
-        if (fld__hooks_available(h, &reason)) {
+        if (fld__hooks_available(h, p->name, &reason)) {
             *out = (struct provider){&h->hooks, p->name};
             fld__unlock();
             return FLD_OK;
@@ -111,9 +112,10 @@ static int check_device_id(const char *fn, DLDevice device)
 
 int fld_device_alloc(DLDevice device, size_t bytes, void **ptr)
 {
+    FLD_CALL_SCOPE();
     static const char fn[] = "fld_device_alloc";
     if (!ptr)
-        return fld__fail(FLD_EINVAL, "%s: ptr is NULL", fn);
+        return fld__fail(FLD_EINVAL, "%s: argument 'ptr' is NULL", fn);
     *ptr = NULL;
     if (bytes == 0)
         return fld__fail(FLD_EINVAL, "%s: bytes is 0", fn);
@@ -144,6 +146,7 @@ int fld_device_alloc(DLDevice device, size_t bytes, void **ptr)
 
 int fld_device_free(DLDevice device, void *ptr)
 {
+    FLD_CALL_SCOPE();
     static const char fn[] = "fld_device_free";
     struct provider p;
     int rc = check_device_id(fn, device);
@@ -163,6 +166,7 @@ int fld_device_free(DLDevice device, void *ptr)
 
 int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes, fld_copy_kind kind)
 {
+    FLD_CALL_SCOPE();
     static const char fn[] = "fld_device_copy";
     if ((unsigned)kind > FLD_COPY_DEVICE_TO_DEVICE)
         return fld__fail(FLD_EINVAL,
@@ -170,8 +174,8 @@ int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes, f
                          "to host, 2 device to device)",
                          fn, (int)kind);
     if (bytes && (!dst || !src))
-        return fld__fail(FLD_EINVAL, "%s: %s is NULL (%s, %zu bytes)", fn, dst ? "src" : "dst",
-                         copy_kind_name(kind), bytes);
+        return fld__fail(FLD_EINVAL, "%s: argument '%s' is NULL (%s, %zu bytes)", fn,
+                         dst ? "src" : "dst", copy_kind_name(kind), bytes);
     struct provider p;
     int rc = check_device_id(fn, device);
     if (rc || (rc = find_provider(fn, device.device_type, &p)))
@@ -190,6 +194,7 @@ int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes, f
 
 int fld_device_synchronize(DLDevice device)
 {
+    FLD_CALL_SCOPE();
     static const char fn[] = "fld_device_synchronize";
     struct provider p;
     int rc = check_device_id(fn, device);
@@ -205,8 +210,9 @@ int fld_device_synchronize(DLDevice device)
 
 int fld_device_provider(int device_type, const char **plugin)
 {
+    FLD_CALL_SCOPE();
     if (!plugin)
-        return fld__fail(FLD_EINVAL, "fld_device_provider: plugin is NULL");
+        return fld__fail(FLD_EINVAL, "fld_device_provider: argument 'plugin' is NULL");
     *plugin = NULL;
     struct provider p;
     int rc = find_provider("fld_device_provider", device_type, &p);

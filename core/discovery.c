@@ -29,10 +29,12 @@
 
 #include "discovery.h"
 #include "error.h"
+#include "inflight.h"
 #include "host.h"
 #include "log.h"
 #include "probe.h"
 #include "reclaim.h"
+#include "reentry.h"
 #include "registry.h"
 
 /* The descriptor size of ABI 1.0: anything smaller cannot be read safely. */
@@ -334,16 +336,9 @@ int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *p
 
     struct fld_registry reg;
     fld__registry_begin(&reg, p);
-    int rc = desc->register_builtins(&reg);
-    if (rc != FLD_OK || reg.first_error != FLD_OK) {
-        if (rc != FLD_OK && reg.first_error == FLD_OK)
-            snprintf(why, sizeof why, "register_builtins failed: %s: %s", fld_strerror(rc),
-                     fld_last_error());
-        else if (rc != FLD_OK)
-            snprintf(why, sizeof why, "register_builtins failed: %s: %s", fld_strerror(rc),
-                     reg.error);
-        else
-            snprintf(why, sizeof why, "invalid implementation record: %s", reg.error);
+    /* Marked as plugin code: a call back into the library is refused (reentry.h). */
+    int rc = fld__plugin_register(desc, &reg, why, sizeof why);
+    if (rc != FLD_OK) {
         fld__registry_discard(&reg);
         return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
     }
@@ -407,13 +402,9 @@ int fld__load_plugin_file(const char *path, bool explicit_request)
     if (!fld__probe_gate(key, &st, why, sizeof why))
         return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
 
-    dlerror();
-    void *dl = dlopen(key, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        const char *e = dlerror();
-        snprintf(why, sizeof why, "dlopen failed: %s", e ? e : "unknown error");
+    void *dl = fld__plugin_dlopen(key, why, sizeof why);
+    if (!dl)
         return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
-    }
     const fld_plugin_descriptor *desc = dlsym(dl, FLD_PLUGIN_SYMBOL);
     if (!desc) {
         dlclose(dl);
@@ -657,11 +648,13 @@ void fld__discovery_shutdown(void)
 
 int fld_load_plugin(const char *path)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;
     if (!path || !*path)
-        return fld__fail(FLD_EINVAL, "fld_load_plugin: path is NULL or empty");
+        return fld__fail(FLD_EINVAL, "fld_load_plugin: argument 'path' is %s",
+                         path ? "empty" : "NULL");
     if (path[0] != '/')
         return fld__fail(FLD_EINVAL,
                          "fld_load_plugin: '%s' is not an absolute path (plugins are never looked "
@@ -675,9 +668,12 @@ int fld_load_plugin(const char *path)
 
 int fld_register_plugin(const fld_plugin_descriptor *desc)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;
+    if (!desc)
+        return fld__fail(FLD_EINVAL, "fld_register_plugin: argument 'desc' is NULL");
     fld__lock();
     rc = fld__load_plugin_descriptor(desc, "(built-in)", NULL);
     fld__unlock();
@@ -686,6 +682,7 @@ int fld_register_plugin(const fld_plugin_descriptor *desc)
 
 const char *fld_plugin_path(void)
 {
+    FLD_CALL_SCOPE();
     if (fld__ensure_init())
         return "";
     const char *p = atomic_load(&published);

@@ -5,6 +5,7 @@
 #include <fldispatch/plugin.h>
 
 #include "error.h"
+#include "escape.h"
 
 #define FLD_ERROR_SIZE 1024
 
@@ -48,9 +49,13 @@ void fld__error_clear(void)
     last_error[0] = '\0';
 }
 
+/* Every message is escaped as it is formatted: values quoted from the
+ * environment, files or plugins cannot carry terminal escapes or invalid
+ * UTF-8 into fld_last_error() (escape.h). */
 int fld__failv(int status, const char *fmt, va_list ap)
 {
     vsnprintf(last_error, sizeof last_error, fmt, ap);
+    fld__escape_in_place(last_error, sizeof last_error);
     return status;
 }
 
@@ -65,9 +70,13 @@ int fld__fail(int status, const char *fmt, ...)
 
 void fld_set_error(const char *fmt, ...)
 {
+    if (!fmt) {
+        fld__fail(FLD_EINVAL, "fld_set_error: argument 'fmt' is NULL");
+        return;
+    }
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    fld__failv(FLD_OK, fmt, ap);
     va_end(ap);
 }
 
@@ -80,6 +89,7 @@ void fld__error_prefix(const char *fmt, ...)
     va_end(ap);
     memcpy(old, last_error, sizeof old);
     snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
+    fld__escape_in_place(last_error, sizeof last_error);
 }
 
 void fld__error_copy(char *buf, size_t size)

@@ -3,6 +3,7 @@
  * handling and the global policy pointer. See host.h for the locking rules;
  * replaced objects are reclaimed by reclaim.c.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "discovery.h"
 #include "error.h"
 #include "host.h"
+#include "inflight.h"
 #include "log.h"
 #include "manager.h"
 #include "manifest.h"
@@ -20,13 +22,20 @@
 #include "reclaim.h"
 #include "registry.h"
 
-enum init_state { STATE_UNINIT, STATE_READY, STATE_FAILED };
+/* fld_shutdown()'s wait for calls in flight (VLLM_FL_SHUTDOWN_TIMEOUT), in seconds. */
+#define FLD_SHUTDOWN_DEFAULT_TIMEOUT 10.0
+#define FLD_SHUTDOWN_MAX_TIMEOUT     3600.0
+
+/* CLOSING: fld_shutdown() waits for the calls in flight; the state is intact,
+ * but no new call may start (closing_from says what it was before). */
+enum init_state { STATE_UNINIT, STATE_READY, STATE_FAILED, STATE_CLOSING };
 
 static pthread_mutex_t host_lock;
 static pthread_once_t host_once = PTHREAD_ONCE_INIT;
 static _Atomic int state = STATE_UNINIT;
 _Atomic bool fld__ready; /* state == STATE_READY, as one flag for the fast check */
 static int init_status;  /* the remembered init failure */
+static int closing_from; /* the state fld_shutdown() found, while CLOSING */
 static char init_message[1024];
 
 _Atomic uint64_t fld__generation;
@@ -37,6 +46,15 @@ static void set_state(enum init_state st)
 {
     atomic_store(&state, st);
     atomic_store(&fld__ready, st == STATE_READY);
+}
+
+/* Undoes the gates fld_shutdown() closed: the library is as before it began. */
+static void reopen_after_closing(void)
+{
+    if (closing_from == STATE_READY)
+        fld__ops_reopen();
+    fld__bump_generation();
+    set_state((enum init_state)closing_from);
 }
 
 static void make_lock(void)
@@ -65,6 +83,11 @@ static void atfork_child(void)
      * trusted (other threads' holds are gone), so start a fresh one. */
     make_lock();
     fld__reclaim_after_fork();
+    fld__inflight_after_fork();
+    /* A shutdown waiting in the parent has no thread here: the child goes on
+     * with the state as it was. */
+    if (atomic_load(&state) == STATE_CLOSING)
+        reopen_after_closing();
     atomic_store(&fld__override_threads, fld__policy_override_top() ? 1u : 0u);
     if (atomic_load(&state) == STATE_READY) {
         fld__registry_forget_availability();
@@ -278,8 +301,22 @@ static int initialise_locked(void)
     return FLD_OK;
 }
 
-int fld_init(void)
+static int shutting_down(const char *fn)
 {
+    return fld__fail(FLD_ESTATE,
+                     "%s: fld_shutdown() is in progress on another thread (it waits for the calls "
+                     "in flight; call again once it has returned)",
+                     fn);
+}
+
+/* fld_init() on behalf of the entry point fn. */
+static int init_as(const char *fn)
+{
+    if (atomic_load_explicit(&fld__plugin_code_threads, memory_order_relaxed)) {
+        int rc = fld__plugin_code_refuse(fn);
+        if (rc)
+            return rc;
+    }
     if (atomic_load_explicit(&state, memory_order_acquire) == STATE_READY)
         return FLD_OK;
     fld__lock();
@@ -290,6 +327,9 @@ int fld_init(void)
     case STATE_FAILED:
         rc = fld__fail(init_status, "%s", init_message);
         break;
+    case STATE_CLOSING:
+        rc = shutting_down(fn);
+        break;
     default:
         rc = initialise_locked();
     }
@@ -297,10 +337,26 @@ int fld_init(void)
     return rc;
 }
 
+int fld__init_from(const char *fn)
+{
+    return init_as(fn);
+}
+
+int fld_init(void)
+{
+    return init_as("fld_init");
+}
+
 int fld_reload(void)
 {
+    int rc = fld__plugin_code_refuse("fld_reload");
+    if (rc)
+        return rc;
     fld__lock();
-    int rc;
+    if (atomic_load(&state) == STATE_CLOSING) {
+        fld__unlock();
+        return shutting_down("fld_reload");
+    }
     if (atomic_load(&state) != STATE_READY) {
         set_state(STATE_UNINIT);
         rc = initialise_locked();
@@ -343,14 +399,73 @@ int fld_reload(void)
     return FLD_OK;
 }
 
-void fld_shutdown(void)
+/* VLLM_FL_SHUTDOWN_TIMEOUT: seconds fld_shutdown() waits for calls in flight. */
+static int shutdown_timeout(double *out)
 {
+    *out = FLD_SHUTDOWN_DEFAULT_TIMEOUT;
+    const char *v = getenv("VLLM_FL_SHUTDOWN_TIMEOUT");
+    if (!v || !v[strspn(v, " \t")])
+        return FLD_OK; /* set but blank counts as unset */
+    char *end;
+    errno = 0;
+    double t = strtod(v, &end);
+    while (*end == ' ')
+        end++;
+    if (errno || end == v || *end || !(t >= 0 && t <= FLD_SHUTDOWN_MAX_TIMEOUT))
+        return fld__fail(
+            FLD_ECONFIG,
+            "fld_shutdown: VLLM_FL_SHUTDOWN_TIMEOUT: invalid value '%s' (seconds, from "
+            "0 to %g); nothing was released",
+            v, FLD_SHUTDOWN_MAX_TIMEOUT);
+    *out = t;
+    return FLD_OK;
+}
+
+int fld_shutdown(void)
+{
+    int rc = fld__plugin_code_refuse("fld_shutdown");
+    if (rc)
+        return rc;
+    /* It would wait for itself: a kernel, a supports() predicate, a callback
+     * of fld_foreach_* or a log callback is calling. */
+    if (fld__inflight_mine())
+        return fld__fail(FLD_ESTATE, "fld_shutdown: called from inside a library call on this "
+                                     "thread (a kernel or a callback); nothing was released");
+    double timeout;
+    if ((rc = shutdown_timeout(&timeout)) != FLD_OK)
+        return rc;
     fld__lock();
-    if (atomic_load(&state) == STATE_UNINIT) {
+    int from = atomic_load(&state);
+    if (from == STATE_UNINIT) {
         fld__unlock();
-        return;
+        return FLD_OK;
     }
-    set_state(STATE_UNINIT);
+    if (from == STATE_CLOSING) {
+        fld__unlock();
+        return fld__fail(FLD_ESTATE, "fld_shutdown: another thread is shutting the library down");
+    }
+    /* Close the gates every call passes (inflight.h), then wait without the
+     * lock: a call in flight may need it to finish. */
+    closing_from = from;
+    set_state(STATE_CLOSING);
+    fld__ops_close();
+    atomic_store(&fld__generation, 0);
+    fld__unlock();
+    unsigned busy = fld__inflight_wait(timeout);
+    fld__lock();
+    if (busy) {
+        reopen_after_closing();
+        fld__unlock();
+        fld__log(FLD_LOG_WARNING,
+                 "fld_shutdown: %u thread(s) still inside library calls after %g s; nothing "
+                 "was released",
+                 busy, timeout);
+        return fld__fail(FLD_ESTATE,
+                         "fld_shutdown: %u thread(s) still inside library calls after %g s "
+                         "(VLLM_FL_SHUTDOWN_TIMEOUT); nothing was released and the library stays "
+                         "initialised",
+                         busy, timeout);
+    }
     fld__bump_generation(); /* no chain is valid any more */
     atomic_store(&fld__generation, 0);
     fld__manager_shutdown();
@@ -364,5 +479,7 @@ void fld_shutdown(void)
     fld__reclaim_all();
     fld__log_reset_override();
     fld__log_shutdown();
+    set_state(STATE_UNINIT);
     fld__unlock();
+    return FLD_OK;
 }

@@ -17,6 +17,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "reentry.h"
+
 struct fld_policy;
 
 void fld__lock(void);
@@ -31,13 +33,24 @@ void fld__bump_generation(void);
 extern _Atomic bool fld__ready;
 
 int fld_init(void);
-/* FLD_OK once initialised (lazily initialising), else the init error. */
-static inline int fld__ensure_init(void)
+/* fld_init() on behalf of the entry point fn, which it names when it refuses. */
+int fld__init_from(const char *fn);
+/*
+ * FLD_OK once initialised (lazily initialising), else the init error; from
+ * plugin code the host runs while loading (reentry.h), FLD_ESTATE naming fn.
+ * The fast path is two loads: the refusal is checked only while some thread
+ * runs such code.
+ */
+static inline int fld__ensure_init_from(const char *fn)
 {
-    if (__builtin_expect(atomic_load_explicit(&fld__ready, memory_order_acquire), 1))
+    if (__builtin_expect(atomic_load_explicit(&fld__ready, memory_order_acquire) &&
+                             !atomic_load_explicit(&fld__plugin_code_threads, memory_order_relaxed),
+                         1))
         return 0;
-    return fld_init();
+    return fld__init_from(fn);
 }
+/* fld__ensure_init_from() naming the public function it is called in. */
+#define fld__ensure_init() fld__ensure_init_from(__func__)
 
 /* The global policy (never NULL after init). Without the host lock, read it
  * inside fld__read_begin()/fld__read_end() (reclaim.h). */

@@ -17,6 +17,8 @@
 #include <fldispatch/plugin.h>
 
 #include "error.h"
+#include "inflight.h"
+#include "escape.h"
 #include "log.h"
 #include "parse.h"
 
@@ -81,6 +83,7 @@ static void vlog(int level, const char *fmt, va_list ap)
         return;
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    fld__escape_in_place(msg, sizeof msg); /* values quoted as they are: escape.h */
     emit(level, msg);
 }
 
@@ -94,6 +97,11 @@ void fld__log(int level, const char *fmt, ...)
 
 void fld_log(int level, const char *fmt, ...)
 {
+    FLD_CALL_SCOPE();
+    if (!fmt) {
+        fld__fail(FLD_EINVAL, "fld_log: argument 'fmt' is NULL");
+        return;
+    }
     va_list ap;
     va_start(ap, fmt);
     vlog(level, fmt, ap);

@@ -30,6 +30,7 @@
 #include <strings.h>
 
 #include "error.h"
+#include "inflight.h"
 #include "host.h"
 #include "log.h"
 #include "manager.h"
@@ -688,7 +689,7 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
 
 __attribute__((noinline, cold)) static int null_args(const struct fld_op_s *op)
 {
-    return fld__fail(FLD_EINVAL, "%s: args is NULL", op->name);
+    return fld__fail(FLD_EINVAL, "%s: argument 'args' is NULL", op->name);
 }
 
 static inline int call_validated(struct fld_op_s *op, const void *args)
@@ -702,21 +703,59 @@ static inline int call_validated(struct fld_op_s *op, const void *args)
     return dispatch(op, fld__slot(key.device, key.dtype), args);
 }
 
+/* A typed call before initialisation, or while fld_shutdown() waits. */
+__attribute__((noinline, cold)) static int call_catalog_cold(enum fld_catalog_index idx,
+                                                             const void *args)
+{
+    int rc = fld__ensure_init_from(fld__catalog[idx].name);
+    if (rc)
+        return rc;
+    struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_acquire);
+    if (!op)
+        return fld__fail(FLD_ESTATE, "%s: the library was shut down during the call",
+                         fld__catalog[idx].name);
+    return call_validated(op, args);
+}
+
+/*
+ * The typed entry points. The call counts as in flight (inflight.h) from
+ * before its op is read: fld_shutdown() unpublishes the catalog entries
+ * first, then waits for such counts.
+ */
 int fld__call_catalog(enum fld_catalog_index idx, const void *args)
 {
+    struct fld_inflight_slot *in = fld__call_enter();
     struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_acquire);
-    if (unlikely(!op)) {
-        int rc = fld__ensure_init();
-        if (rc)
-            return rc;
-        op = atomic_load(&fld__catalog_ops[idx]);
-    }
-    return call_validated(op, args);
+    int rc = likely(op != NULL) ? call_validated(op, args) : call_catalog_cold(idx, args);
+    fld__call_leave(in);
+    return rc;
 }
 
 __attribute__((noinline, cold)) static int null_handle(void)
 {
-    return fld__fail(FLD_EINVAL, "fld_call: op handle is NULL");
+    return fld__fail(FLD_EINVAL, "fld_call: argument 'op' is NULL");
+}
+
+/* fld__generation is 0 only while uninitialised or shutting down. */
+__attribute__((noinline, cold)) static int closed_handle(const char *fn)
+{
+    return fld__fail(FLD_ESTATE,
+                     "%s: the library is shut down or shutting down (fld_op handles are invalid "
+                     "after fld_shutdown(); look them up again)",
+                     fn);
+}
+
+static inline bool library_open(void)
+{
+    return atomic_load_explicit(&fld__generation, memory_order_acquire) != 0;
+}
+
+/* An op's call, its thread already counted in flight and the library open. */
+static inline int call_op(struct fld_op_s *op, const void *args)
+{
+    if (op->schema)
+        return call_validated(op, args);
+    return dispatch(op, fld__slot(FLD_DEV_ANY, FLD_DT_ANY), args);
 }
 
 int fld_call(fld_op handle, const void *args)
@@ -724,22 +763,24 @@ int fld_call(fld_op handle, const void *args)
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (unlikely(!op))
         return null_handle();
-    if (op->schema)
-        return call_validated(op, args);
-    return dispatch(op, fld__slot(FLD_DEV_ANY, FLD_DT_ANY), args);
+    struct fld_inflight_slot *in = fld__call_enter();
+    int rc = likely(library_open()) ? call_op(op, args) : closed_handle("fld_call");
+    fld__call_leave(in);
+    return rc;
 }
 
 int fld_call_by_name(const char *name, const void *args)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;
     if (!name)
-        return fld__fail(FLD_EINVAL, "fld_call_by_name: name is NULL");
+        return fld__fail(FLD_EINVAL, "fld_call_by_name: argument 'name' is NULL");
     struct fld_op_s *op = fld__op_find(name);
     if (!op)
         return fld__fail(FLD_ENOTFOUND, "no op named '%s'", name);
-    return fld_call(op, args);
+    return call_op(op, args); /* counted in flight by the scope above; initialised, so open */
 }
 
 static int key_from(int device_type, DLDataType dtype, int *dev, int *dt)
@@ -767,7 +808,10 @@ int fld_call_on(fld_op handle, int device_type, DLDataType dtype, const void *ar
 {
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (!op)
-        return fld__fail(FLD_EINVAL, "fld_call_on: op handle is NULL");
+        return fld__fail(FLD_EINVAL, "fld_call_on: argument 'op' is NULL");
+    FLD_CALL_SCOPE();
+    if (unlikely(!library_open()))
+        return closed_handle("fld_call_on");
     if (op->schema)
         return call_validated(op, args);
     int dev, dt;
@@ -792,16 +836,12 @@ void fld_resolution_free(fld_resolution *res)
     free(res);
 }
 
-int fld_explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out)
+/* fld_explain() once the public function has checked its arguments. */
+static int explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out)
 {
-    int rc = fld__ensure_init();
-    if (rc)
-        return rc;
-    if (!name || !out)
-        return fld__fail(FLD_EINVAL, "fld_explain: NULL argument");
     *out = NULL;
     int dev, dt;
-    rc = key_from(device_type, dtype, &dev, &dt);
+    int rc = key_from(device_type, dtype, &dev, &dt);
     if (rc)
         return rc;
     struct fld_op_s *op = fld__op_find(name);
@@ -853,13 +893,31 @@ int fld_explain(const char *name, int device_type, DLDataType dtype, fld_resolut
     return FLD_OK;
 }
 
+int fld_explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out)
+{
+    FLD_CALL_SCOPE();
+    if (out)
+        *out = NULL;
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    if (!name || !out)
+        return fld__fail(FLD_EINVAL, "fld_explain: argument '%s' is NULL", name ? "out" : "op");
+    return explain(name, device_type, dtype, out);
+}
+
 int fld_resolve(const char *name, int device_type, DLDataType dtype, const char **impl_id)
 {
-    if (!impl_id)
-        return fld__fail(FLD_EINVAL, "fld_resolve: impl_id is NULL");
-    *impl_id = NULL;
+    FLD_CALL_SCOPE();
+    if (impl_id)
+        *impl_id = NULL;
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    if (!name || !impl_id)
+        return fld__fail(FLD_EINVAL, "fld_resolve: argument '%s' is NULL", name ? "impl_id" : "op");
     fld_resolution *res;
-    int rc = fld_explain(name, device_type, dtype, &res);
+    rc = explain(name, device_type, dtype, &res);
     if (rc)
         return rc;
     if (!res->selected) {
@@ -889,6 +947,7 @@ static void clear_op_failures(struct fld_op_s *op, void *user)
 
 int fld_clear_failures(const char *name)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;

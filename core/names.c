@@ -408,11 +408,12 @@ int fld__names_check_policy(const struct fld_policy *p)
 
 /* Variables the library reads besides the policy fields' (policy.c). */
 static const char *const library_variables[] = {
-    "VLLM_FL_CONFIG",       "VLLM_FL_OP_CONFIG",
-    "VLLM_FL_MANIFEST",     "VLLM_FL_PLATFORM",
-    "VLLM_FL_LOG_LEVEL",    "VLLM_FL_DISPATCH_DEBUG",
-    "VLLM_FL_PLUGIN_DIR",   "VLLM_FL_PLUGIN_MODULES",
-    "VLLM_FL_PLUGIN_PROBE", "VLLM_FL_PLUGIN_PROBE_TIMEOUT",
+    "VLLM_FL_CONFIG",           "VLLM_FL_OP_CONFIG",
+    "VLLM_FL_MANIFEST",         "VLLM_FL_PLATFORM",
+    "VLLM_FL_LOG_LEVEL",        "VLLM_FL_DISPATCH_DEBUG",
+    "VLLM_FL_PLUGIN_DIR",       "VLLM_FL_PLUGIN_MODULES",
+    "VLLM_FL_PLUGIN_PROBE",     "VLLM_FL_PLUGIN_PROBE_TIMEOUT",
+    "VLLM_FL_SHUTDOWN_TIMEOUT",
 };
 
 /* Variables vllm-plugin-FL reads and this library does not. */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "inflight.h"
 #include "host.h"
 #include "ops.h"
 #include "reclaim.h"
@@ -50,7 +51,8 @@ int fld_device_from_name(const char *name, int *device_type)
                  {"rocm", FLD_DEVICE_ROCM},
                  {"ascend", FLD_DEVICE_ASCEND}};
     if (!name || !device_type)
-        return fld__fail(FLD_EINVAL, "fld_device_from_name: NULL argument");
+        return fld__fail(FLD_EINVAL, "fld_device_from_name: argument '%s' is NULL",
+                         name ? "device_type" : "name");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(name, names[i].name) == 0) {
             *device_type = names[i].type;
@@ -80,7 +82,8 @@ int fld_dtype_from_name(const char *name, DLDataType *dtype)
                  {"bf16", FLD_DTYPE_BF16}, {"bfloat16", FLD_DTYPE_BF16},
                  {"any", FLD_DTYPE_ANY}};
     if (!name || !dtype)
-        return fld__fail(FLD_EINVAL, "fld_dtype_from_name: NULL argument");
+        return fld__fail(FLD_EINVAL, "fld_dtype_from_name: argument '%s' is NULL",
+                         name ? "dtype" : "name");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(name, names[i].name) == 0) {
             *dtype = names[i].dtype;
@@ -261,6 +264,18 @@ int fld__ops_init(void)
     return FLD_OK;
 }
 
+void fld__ops_close(void)
+{
+    for (int i = 0; i < FLD_CAT_COUNT; i++)
+        atomic_store(&fld__catalog_ops[i], NULL);
+}
+
+void fld__ops_reopen(void)
+{
+    for (int i = 0; i < FLD_CAT_COUNT; i++)
+        atomic_store(&fld__catalog_ops[i], fld__op_find(fld__catalog[i].name));
+}
+
 void fld__ops_shutdown(void)
 {
     struct op_table *t = atomic_load(&table);
@@ -280,11 +295,12 @@ void fld__ops_shutdown(void)
 
 fld_op fld_op_lookup(const char *name)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return NULL;
     if (!name) {
-        fld__fail(FLD_EINVAL, "fld_op_lookup: name is NULL");
+        fld__fail(FLD_EINVAL, "fld_op_lookup: argument 'name' is NULL");
         return NULL;
     }
     struct fld_op_s *op = fld__op_find(name);

@@ -136,5 +136,12 @@ void fld__op_foreach(void (*fn)(struct fld_op_s *op, void *user), void *user);
 /* Creates the catalog entries (init) and frees everything (shutdown). */
 int fld__ops_init(void);
 void fld__ops_shutdown(void);
+/*
+ * fld_shutdown()'s gate for the typed entry points: unpublishes the catalog
+ * entries (a typed call then goes to fld_init(), which refuses while the
+ * shutdown waits), and publishes them again when the shutdown gives up.
+ */
+void fld__ops_close(void);
+void fld__ops_reopen(void);
 
 #endif

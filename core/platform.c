@@ -34,6 +34,7 @@
 #include <fldispatch/fldispatch.h>
 
 #include "error.h"
+#include "inflight.h"
 #include "host.h"
 #include "log.h"
 #include "ops.h"
@@ -417,8 +418,9 @@ void fld__platform_shutdown(void)
 
 int fld_platform(fld_platform_info *out)
 {
+    FLD_CALL_SCOPE();
     if (!out)
-        return fld__fail(FLD_EINVAL, "fld_platform: out is NULL");
+        return fld__fail(FLD_EINVAL, "fld_platform: argument 'out' is NULL");
     int rc = fld__ensure_init();
     if (rc)
         return rc;

@@ -20,6 +20,7 @@
 
 #include "config_internal.h"
 #include "error.h"
+#include "inflight.h"
 #include "host.h"
 #include "log.h"
 #include "manager.h"
@@ -921,12 +922,15 @@ static int begin_push(const char *what, struct fld_policy **out)
 
 int fld_policy_push_preference(const char *kind)
 {
+    FLD_CALL_SCOPE();
     static const char what[] = "fld_policy_push_preference";
     struct fld_policy *p;
     int prefer;
     int rc = fld__ensure_init();
     if (rc != FLD_OK)
         return rc;
+    if (!kind)
+        return fld__fail(FLD_EINVAL, "%s: argument 'kind' is NULL", what);
     if ((rc = fld__parse_prefer(what, kind, &prefer)) != FLD_OK)
         return rc;
     if ((rc = begin_push(what, &p)) != FLD_OK)
@@ -938,6 +942,7 @@ int fld_policy_push_preference(const char *kind)
 
 int fld_policy_push_strict(bool strict)
 {
+    FLD_CALL_SCOPE();
     static const char what[] = "fld_policy_push_strict";
     struct fld_policy *p;
     int rc = fld__ensure_init();
@@ -963,6 +968,7 @@ int fld_policy_push_strict(bool strict)
 
 int fld_policy_push_allowed_vendors(const char *csv)
 {
+    FLD_CALL_SCOPE();
     static const char what[] = "fld_policy_push_allowed_vendors";
     struct fld_strlist list;
     struct fld_policy *p;
@@ -984,6 +990,7 @@ int fld_policy_push_allowed_vendors(const char *csv)
 
 int fld_policy_push_denied_vendors(const char *csv)
 {
+    FLD_CALL_SCOPE();
     static const char what[] = "fld_policy_push_denied_vendors";
     struct fld_strlist list;
     struct fld_policy *p = NULL;
@@ -1011,6 +1018,7 @@ fail:
 
 int fld_policy_push_per_op(const char *spec)
 {
+    FLD_CALL_SCOPE();
     static const char what[] = "fld_policy_push_per_op";
     struct fld_orders orders;
     struct fld_policy *p = NULL;
@@ -1077,11 +1085,12 @@ int fld__policy_refuse_if_frozen(const char *what)
 
 int fld_policy_set(const char *key, const char *value)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc != FLD_OK)
         return rc;
     if (!key)
-        return fld__fail(FLD_EINVAL, "fld_policy_set: key is NULL");
+        return fld__fail(FLD_EINVAL, "fld_policy_set: argument 'key' is NULL");
     fld__lock();
     if ((rc = fld__policy_refuse_if_frozen("fld_policy_set")) != FLD_OK)
         goto out;
@@ -1106,6 +1115,7 @@ out:
  * platform and checks the manifest as init does). */
 int fld_policy_reset(void)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc != FLD_OK)
         return rc;
@@ -1114,6 +1124,7 @@ int fld_policy_reset(void)
 
 size_t fld_policy_describe(char *buf, size_t size)
 {
+    FLD_CALL_SCOPE();
     if (fld__ensure_init() != FLD_OK) {
         if (buf && size)
             buf[0] = '\0';
@@ -1127,10 +1138,11 @@ size_t fld_policy_describe(char *buf, size_t size)
 
 bool fld_oot_op_enabled(const char *op)
 {
+    FLD_CALL_SCOPE();
     if (fld__ensure_init() != FLD_OK)
         return false;
     if (!op) {
-        fld__fail(FLD_EINVAL, "fld_oot_op_enabled: op is NULL");
+        fld__fail(FLD_EINVAL, "fld_oot_op_enabled: argument 'op' is NULL");
         return false;
     }
     fld__read_begin();

@@ -39,9 +39,11 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "escape.h"
 #include "log.h"
 #include "parse.h"
 #include "probe.h"
+#include "reentry.h"
 #include "registry.h"
 
 extern char **environ;
@@ -191,14 +193,12 @@ void fld__probe_describe(const struct fld_probe_result *r, char *buf, size_t siz
     snprintf(buf, size, "?");
 }
 
-/* Copies s into out with tabs and line breaks as spaces (a protocol field). */
+/* s as a protocol field: escaped (escape.h), so it holds no tab or line
+ * break, and whatever the plugin or dlerror() said reaches doctor's output
+ * as text. */
 static const char *field(const char *s, char *out, size_t size)
 {
-    size_t i = 0;
-    for (; s && s[i] && i + 1 < size; i++)
-        out[i] = (s[i] == '\t' || s[i] == '\n' || s[i] == '\r') ? ' ' : s[i];
-    out[i] = '\0';
-    return out;
+    return fld__escape(out, size, s);
 }
 
 /* ---- the child ------------------------------------------------------------ */
@@ -235,6 +235,9 @@ static __attribute__((noreturn)) void child_verdict(int fd, enum fld_probe_state
     _exit(0);
 }
 
+/* Set in a probe child (fld__probe_child_main): it never probes plugins itself. */
+static bool in_probe_child;
+
 /* Registered last in the child, so it runs first when a plugin calls
  * exit(): the status is kept and none of the parent's exit handlers (nor
  * stdio flushes of its buffers) run in the child. */
@@ -263,16 +266,19 @@ void fld__probe_child_main(int fd, const char *path)
     fld_log_set_callback(NULL, NULL);
     on_exit(exit_at_once, NULL);
 
+    /* A probe child never probes: should plugin code here get the library
+     * to load plugins (from a thread of its own), they load unprobed. */
+    in_probe_child = true;
+
     char f1[1024], f2[1024];
     emit(fd, "V\t%s\t%d", FLD_VERSION_STRING, PROTOCOL_VERSION);
     emit(fd, "S\t%d", FLD_PROBE_STAGE_DLOPEN);
-    dlerror();
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        const char *e = dlerror();
-        snprintf(f1, sizeof f1, "dlopen failed: %s", e ? e : "unknown error");
+    /* The host's own ways of running plugin code (reentry.h), so that the
+     * verdict is the host's: a plugin that calls back into the library from
+     * a constructor or register_builtins is rejected here as there. */
+    void *dl = fld__plugin_dlopen(path, f1, sizeof f1);
+    if (!dl)
         child_verdict(fd, FLD_PROBE_REJECTED, f1);
-    }
     emit(fd, "S\t%d", FLD_PROBE_STAGE_DESCRIPTOR);
     const fld_plugin_descriptor *desc = dlsym(dl, FLD_PLUGIN_SYMBOL);
     if (!desc)
@@ -292,15 +298,8 @@ void fld__probe_child_main(int fd, const char *path)
     struct fld_plugin_rec scratch = {.name = name, .path = (char *)path};
     struct fld_registry reg;
     fld__registry_begin(&reg, &scratch);
-    int rc = desc->register_builtins(&reg);
-    if (rc != FLD_OK || reg.first_error != FLD_OK) {
-        if (rc != FLD_OK)
-            snprintf(f1, sizeof f1, "register_builtins failed: %s: %s", fld_strerror(rc),
-                     reg.first_error == FLD_OK ? fld_last_error() : reg.error);
-        else
-            snprintf(f1, sizeof f1, "invalid implementation record: %s", reg.error);
+    if (fld__plugin_register(desc, &reg, f1, sizeof f1) != FLD_OK)
         child_verdict(fd, FLD_PROBE_REJECTED, f1);
-    }
     if (reg.detail)
         emit(fd, "T\t%s", field(reg.detail, f1, sizeof f1));
 
@@ -309,10 +308,8 @@ void fld__probe_child_main(int fd, const char *path)
     const char *first_reason = NULL;
     for (size_t i = 0; i < reg.n; i++) {
         const struct fld_impl_rec *r = reg.staged[i];
-        const char *why = NULL;
-        bool ok = r->is_available ? r->is_available(&why) : true;
-        if (!ok && !(why && *why))
-            why = "is_available() returned false";
+        const char *why;
+        bool ok = fld__plugin_available(r->is_available, name, &why);
         available += ok;
         if (!ok && !first_reason)
             first_reason = why;
@@ -323,10 +320,8 @@ void fld__probe_child_main(int fd, const char *path)
         const struct fld_hook_rec *h = reg.hooks[d];
         if (!h)
             continue;
-        const char *why = NULL;
-        bool ok = h->hooks.is_available ? h->hooks.is_available(&why) : true;
-        if (!ok && !(why && *why))
-            why = "is_available() returned false";
+        const char *why;
+        bool ok = fld__plugin_available(h->hooks.is_available, name, &why);
         emit(fd, "H\t%d\t%d\t%s", ok ? 1 : 0, h->hooks.device_type,
              field(ok ? "" : why, f1, sizeof f1));
     }
@@ -841,6 +836,12 @@ static void read_config(void)
 {
     const char *v = getenv("VLLM_FL_PLUGIN_PROBE");
     session.enabled = false;
+    if (in_probe_child) {
+        /* A probe of a probe would load the plugin under test again in a
+         * helper of its own, and that one again: never start one. */
+        fld__log(FLD_LOG_DEBUG, "VLLM_FL_PLUGIN_PROBE: not probing inside a probe child");
+        return;
+    }
     if (v && *v) {
         bool on = true;
         if (fld__parse_bool("VLLM_FL_PLUGIN_PROBE", v, &on) != FLD_OK) {

@@ -13,8 +13,11 @@
 #include <string.h>
 
 #include "error.h"
+#include "inflight.h"
+#include "escape.h"
 #include "host.h"
 #include "log.h"
+#include "reentry.h"
 #include "registry.h"
 
 #define NAME_MAX_LEN 96
@@ -175,7 +178,8 @@ static int validate_record(struct fld_registry *reg, const fld_impl *impl)
 int fld_registry_set_detail(fld_registry *reg, const char *fmt, ...)
 {
     if (!reg || !fmt)
-        return fld__fail(FLD_EINVAL, "fld_registry_set_detail: %s is NULL", reg ? "fmt" : "reg");
+        return fld__fail(FLD_EINVAL, "fld_registry_set_detail: argument '%s' is NULL",
+                         reg ? "fmt" : "reg");
     va_list ap;
     va_start(ap, fmt);
     char *text = NULL;
@@ -186,6 +190,17 @@ int fld_registry_set_detail(fld_registry *reg, const char *fmt, ...)
     for (char *c = text; *c; c++)
         if (*c == '\n' || *c == '\r' || *c == '\t')
             *c = ' ';
+    if (fld__needs_escape(text)) {
+        /* An escape is at most four bytes per byte of text. */
+        char *escaped = malloc(4 * (size_t)n + 1);
+        if (!escaped) {
+            free(text);
+            return fld__fail(FLD_ENOMEM, "fld_registry_set_detail: out of memory");
+        }
+        fld__escape(escaped, 4 * (size_t)n + 1, text);
+        free(text);
+        text = escaped;
+    }
     free(reg->detail);
     reg->detail = text;
     return FLD_OK;
@@ -196,7 +211,7 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
     /* The ABI 1.1 record ends with synchronize; newer plugins may pass more. */
     const size_t min_size = offsetof(fld_device_hooks, synchronize) + sizeof hooks->synchronize;
     if (!reg || !hooks)
-        return fld__fail(FLD_EINVAL, "fld_registry_set_device_hooks: %s is NULL",
+        return fld__fail(FLD_EINVAL, "fld_registry_set_device_hooks: argument '%s' is NULL",
                          reg ? "hooks" : "reg");
     const char *plugin = reg->plugin ? reg->plugin->name : "?";
     if (hooks->struct_size < min_size)
@@ -228,9 +243,9 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
 int fld_registry_register(fld_registry *reg, const fld_impl *impl)
 {
     if (!reg)
-        return fld__fail(FLD_EINVAL, "fld_registry_register: registry is NULL");
+        return fld__fail(FLD_EINVAL, "fld_registry_register: argument 'reg' is NULL");
     if (!impl)
-        return record_error(reg, FLD_EINVAL, "fld_registry_register: impl is NULL");
+        return record_error(reg, FLD_EINVAL, "fld_registry_register: argument 'impl' is NULL");
     int rc = validate_record(reg, impl);
     if (rc)
         return rc;
@@ -333,9 +348,10 @@ bool fld__impl_available(struct fld_impl_rec *impl, const char **reason)
 {
     int a = atomic_load(&impl->available);
     if (a == 0) {
-        const char *why = NULL;
-        bool ok = impl->is_available ? impl->is_available(&why) : true;
-        impl->unavailable_reason = ok ? "" : (why && *why ? why : "is_available() returned false");
+        const char *why;
+        bool ok = fld__plugin_available(impl->is_available, impl->plugin ? impl->plugin->name : "?",
+                                        &why);
+        impl->unavailable_reason = why;
         a = ok ? 1 : -1;
         atomic_store(&impl->available, a);
         if (!ok)
@@ -353,13 +369,13 @@ static void forget_op_availability(struct fld_op_s *op, void *user)
         atomic_store(&op->impls[i]->available, 0);
 }
 
-bool fld__hooks_available(struct fld_hook_rec *h, const char **reason)
+bool fld__hooks_available(struct fld_hook_rec *h, const char *plugin, const char **reason)
 {
     int a = atomic_load(&h->available);
     if (a == 0) {
-        const char *why = NULL;
-        bool ok = h->hooks.is_available ? h->hooks.is_available(&why) : true;
-        h->unavailable_reason = ok ? "" : (why && *why ? why : "is_available() returned false");
+        const char *why;
+        bool ok = fld__plugin_available(h->hooks.is_available, plugin, &why);
+        h->unavailable_reason = why;
         a = ok ? 1 : -1;
         atomic_store(&h->available, a);
     }
@@ -416,6 +432,7 @@ void fld__plugin_set_status(struct fld_plugin_rec *p, fld_plugin_status st, cons
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    fld__escape_in_place(buf, sizeof buf); /* paths and dlerror() text: escape.h */
     char *r = strdup(buf);
     if (r) {
         free(p->reason);
@@ -478,11 +495,12 @@ static void scan_plugin_impls(struct fld_op_s *op, void *user)
 
 int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user), void *user)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;
     if (!fn)
-        return fld__fail(FLD_EINVAL, "fld_foreach_plugin: fn is NULL");
+        return fld__fail(FLD_EINVAL, "fld_foreach_plugin: argument 'fn' is NULL");
     fld__lock();
     rc = FLD_OK;
     for (struct fld_plugin_rec *p = plugins_head; p && !rc; p = p->next) {
@@ -547,11 +565,12 @@ static void walk_op_impls(struct fld_op_s *op, void *user)
 
 int fld_foreach_impl(int (*fn)(const fld_impl_info *info, void *user), void *user)
 {
+    FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;
     if (!fn)
-        return fld__fail(FLD_EINVAL, "fld_foreach_impl: fn is NULL");
+        return fld__fail(FLD_EINVAL, "fld_foreach_impl: argument 'fn' is NULL");
     struct impl_walk w = {fn, user, FLD_OK};
     fld__lock();
     fld__op_foreach(walk_op_impls, &w);

@@ -73,7 +73,7 @@ void fld__registry_discard(struct fld_registry *reg);
 /* Whether an impl can run here; evaluates is_available once. */
 bool fld__impl_available(struct fld_impl_rec *impl, const char **reason);
 /* Whether a plugin's device hooks can be used here; evaluates is_available once. */
-bool fld__hooks_available(struct fld_hook_rec *h, const char **reason);
+bool fld__hooks_available(struct fld_hook_rec *h, const char *plugin, const char **reason);
 /* Marks every impl's and device hook's availability unknown (after fork). */
 void fld__registry_forget_availability(void);
 

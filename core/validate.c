@@ -37,6 +37,7 @@ struct tview {
     int64_t head_stride;
     int dtype; /* FLD_DT_* for TK_FLOAT; 0 int64, 1 int32 for TK_INDEX */
     bool empty;
+    uintptr_t lo, hi; /* the bytes spanned, [lo, hi); 0, 0 when empty (aliasing checks) */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -273,6 +274,7 @@ static __attribute__((noinline)) int check_layout(const char *op, const char *na
     if (zero) {
         v->rows = 0;
         v->row_stride = v->head_stride = v->width;
+        v->lo = v->hi = 0;
         return FLD_OK;
     }
     v->rows = rows;
@@ -333,6 +335,8 @@ static __attribute__((noinline)) int check_layout(const char *op, const char *na
         return fail_data(op, name, t, true);
     if ((((uintptr_t)t->data + (uintptr_t)t->byte_offset) & (uintptr_t)(elem - 1)) != 0)
         return fail_data(op, name, t, false);
+    v->lo = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+    v->hi = end;
     return FLD_OK;
 }
 
@@ -437,6 +441,8 @@ static inline __attribute__((always_inline)) int check_tensor(const char *op, co
     v->row_stride = row_stride;
     v->head_stride = head_stride;
     v->empty = false;
+    v->lo = start;
+    v->hi = start + bytes;
     return FLD_OK;
 }
 
@@ -527,7 +533,216 @@ static inline int device_key(const char *op, const char *name, const DLTensor *t
 
 static COLD int fail_args_null(const char *op)
 {
-    return fld__fail(FLD_EINVAL, "%s: args is NULL", op);
+    return fld__fail(FLD_EINVAL, "%s: argument 'args' is NULL", op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Aliasing between the tensors of one call                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A kernel that writes a tensor while it reads another that shares memory
+ * with it computes from values it has already overwritten; what comes out
+ * depends on the implementation and its order of work. So a call whose
+ * written tensor shares a byte with another of its tensors is refused,
+ * except the full aliasing the public header allows (rms_norm's out == x:
+ * same data, byte_offset, shape and strides). Tensors that are only read
+ * may share memory.
+ *
+ * The check runs after the layout checks, on validated tensors. The common
+ * case is two compares per pair of byte ranges; only ranges that meet go to
+ * shares_memory(), which tells interleaved views of one buffer (query and
+ * key as column slices of a fused qkv, rows at the same stride) from real
+ * overlap.
+ */
+
+/* A validated tensor as rows: row i covers [lo + i * stride, lo + i * stride + run). */
+struct extent {
+    uintptr_t lo, hi; /* the bytes spanned, [lo, hi); 0, 0 when empty */
+    int64_t stride;   /* bytes between rows */
+    int64_t run;      /* bytes of one row, padded heads included */
+    int64_t rows;
+};
+
+static inline struct extent extent_of(const DLTensor *t, int split)
+{
+    struct extent e = {0, 0, 0, 0, 0};
+    struct tview v;
+    layout_of(t, split, &v);
+    if (v.empty)
+        return e;
+    const int64_t elem = t->dtype.bits >> 3;
+    e.rows = v.rows;
+    e.run = ((v.heads - 1) * v.head_stride + v.width) * elem;
+    e.stride = v.row_stride * elem;
+    e.lo = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+    e.hi = e.lo + (uintptr_t)((v.rows - 1) * e.stride + e.run);
+    return e;
+}
+
+static inline bool ranges_meet(const struct extent *a, const struct extent *b)
+{
+    return a->lo < b->hi && b->lo < a->hi;
+}
+
+/* [a0, a1) and [b0, b1) of row indexes intersect. */
+static bool rows_meet(int64_t a0, int64_t a1, int64_t b0, int64_t b1)
+{
+    return a0 < b1 && b0 < a1;
+}
+
+/*
+ * Whether two extents whose byte ranges meet share a byte. Exact when both
+ * step by the same row stride (or one has a single row) and each row fits
+ * in it: then only the rows' column ranges modulo the stride can meet.
+ * Otherwise the meeting ranges count as sharing.
+ */
+static COLD bool shares_memory(const struct extent *a, const struct extent *b)
+{
+    const int64_t s = a->rows > 1 ? a->stride : b->stride;
+    if (s <= 0 || (a->rows > 1 && a->stride != s) || (b->rows > 1 && b->stride != s) ||
+        a->run > s || b->run > s)
+        return true;
+    /* b's row j starts in a's row q + j, c bytes in. */
+    const int64_t d = (int64_t)(b->lo - a->lo);
+    int64_t q = d / s, c = d % s;
+    if (c < 0) {
+        c += s;
+        q--;
+    }
+    if (c < a->run && rows_meet(q, q + b->rows, 0, a->rows))
+        return true; /* b's row starts inside a's row q + j */
+    return c + b->run > s && rows_meet(q + 1, q + 1 + b->rows, 0, a->rows);
+}
+
+static COLD int fail_overlap(const char *op, const char *name, const DLTensor *t,
+                             const struct extent *e, const char *other_name, const struct extent *o,
+                             const char *allowed)
+{
+    char dev[64];
+    device_str(t->device, dev, sizeof dev);
+    return fld__fail(FLD_EINVAL,
+                     "%s: tensor '%s' (bytes 0x%" PRIxPTR "..0x%" PRIxPTR
+                     ") overlaps tensor '%s' (bytes 0x%" PRIxPTR "..0x%" PRIxPTR ") on %s; %s",
+                     op, name, e->lo, e->hi, other_name, o->lo, o->hi, dev, allowed);
+}
+
+/* One pair: FLD_OK when they share no byte, else the message. */
+static int disjoint(const char *op, const char *name, const DLTensor *t, const struct extent *e,
+                    const char *other_name, const struct extent *o)
+{
+    if (ranges_meet(e, o) && shares_memory(e, o))
+        return fail_overlap(
+            op, name, t, e, other_name, o,
+            "a tensor an op writes must not share memory with another of its tensors");
+    return FLD_OK;
+}
+
+/* The precise checks, for calls whose byte ranges meet (see the fast filters below). */
+static COLD int aliasing_activation(const char *op, const fld_activation_args *a)
+{
+    const struct extent x = extent_of(a->x, 1), out = extent_of(a->out, 1);
+    return disjoint(op, "out", a->out, &out, "x", &x);
+}
+
+/*
+ * rms_norm: out and residual are written. out may be x itself (the
+ * header's in-place form); nothing else may share memory with out or
+ * residual. x and weight are only read.
+ */
+static COLD int aliasing_rms_norm(const char *op, const fld_rms_norm_args *a)
+{
+    static const struct extent none = {0, 0, 0, 0, 0};
+    const struct extent x = extent_of(a->x, 1), out = extent_of(a->out, 1);
+    const struct extent w = a->weight ? extent_of(a->weight, 1) : none;
+    const struct extent r = a->residual ? extent_of(a->residual, 1) : none;
+    const bool out_is_x =
+        out.lo == x.lo && (out.stride == x.stride || x.rows <= 1) && out.run == x.run;
+    if (!out_is_x && ranges_meet(&out, &x) && shares_memory(&out, &x))
+        return fail_overlap(op, "out", a->out, &out, "x", &x,
+                            "out may alias x only exactly (same data, byte_offset, shape and "
+                            "strides)");
+    TRY(disjoint(op, "out", a->out, &out, "weight", &w));
+    TRY(disjoint(op, "out", a->out, &out, "residual", &r));
+    TRY(disjoint(op, "residual", a->residual, &r, "x", &x));
+    return disjoint(op, "residual", a->residual, &r, "weight", &w);
+}
+
+/* rotary: query and key are rotated in place; positions and the cache are read. */
+static COLD int aliasing_rotary(const char *op, const fld_rotary_embedding_args *a)
+{
+    const DLTensor *p = a->positions;
+    const struct extent pos = extent_of(p, 1), cache = extent_of(a->cos_sin_cache, 1);
+    const struct extent q = extent_of(a->query, a->query->ndim - p->ndim);
+    TRY(disjoint(op, "query", a->query, &q, "positions", &pos));
+    TRY(disjoint(op, "query", a->query, &q, "cos_sin_cache", &cache));
+    if (!a->key)
+        return FLD_OK;
+    const struct extent k = extent_of(a->key, a->key->ndim - p->ndim);
+    TRY(disjoint(op, "key", a->key, &k, "query", &q));
+    TRY(disjoint(op, "key", a->key, &k, "positions", &pos));
+    return disjoint(op, "key", a->key, &k, "cos_sin_cache", &cache);
+}
+
+/*
+ * The fast filters, on the byte ranges validation computed (tview lo, hi):
+ * a few compares per pair. Only when two ranges meet does the precise check
+ * run (interleaved views of one buffer, or a real overlap).
+ */
+static inline bool meet(const struct tview *a, const struct tview *b)
+{
+    return (a->lo < b->hi) & (b->lo < a->hi); /* no branch: both are almost always false */
+}
+
+/* The range of t, a tensor validated as having like's layout (rms_norm's fast path). */
+static inline void range_like(struct tview *v, const DLTensor *t, const struct tview *like)
+{
+    v->lo = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+    v->hi = v->lo + (like->hi - like->lo);
+    v->row_stride = like->row_stride;
+}
+
+/* The range of t, a contiguous [width] tensor validated by the fast path. */
+static inline void range_row(struct tview *v, const DLTensor *t, int64_t width)
+{
+    v->lo = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+    v->hi = v->lo + (uintptr_t)width * (uintptr_t)(t->dtype.bits >> 3);
+}
+
+static inline int check_aliasing_activation(const char *op, const fld_activation_args *a,
+                                            const struct tview *x, const struct tview *out)
+{
+    if (__builtin_expect(meet(out, x), 0))
+        return aliasing_activation(op, a);
+    return FLD_OK;
+}
+
+/* x, out, w, r: the views of x, out, weight and residual (w, r 0, 0 when NULL). */
+static inline int check_aliasing_rms_norm(const char *op, const fld_rms_norm_args *a,
+                                          const struct tview *x, const struct tview *out,
+                                          const struct tview *w, const struct tview *r)
+{
+    /* out == x as the header allows: same start and row stride (shapes are equal). */
+    bool hit = meet(out, x) & ((out->lo != x->lo) | (out->row_stride != x->row_stride));
+    if (a->weight)
+        hit |= meet(out, w);
+    if (a->residual)
+        hit |= meet(r, out) | meet(r, x) | meet(r, w);
+    if (__builtin_expect(hit, 0))
+        return aliasing_rms_norm(op, a);
+    return FLD_OK;
+}
+
+static inline int check_aliasing_rotary(const char *op, const fld_rotary_embedding_args *a,
+                                        const struct tview *pos, const struct tview *q,
+                                        const struct tview *k, const struct tview *cache)
+{
+    bool hit = meet(q, pos) | meet(q, cache);
+    if (a->key)
+        hit |= meet(k, q) | meet(k, pos) | meet(k, cache);
+    if (__builtin_expect(hit, 0))
+        return aliasing_rotary(op, a);
+    return FLD_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -565,6 +780,7 @@ int fld__validate_activation(const char *op, const void *argp, struct fld_call_k
         ok = a->out->shape[i] == a->x->shape[i];
     if (__builtin_expect(!ok, 0))
         return fail_activation_width(op, a->out, a->x);
+    TRY(check_aliasing_activation(op, a, &x, &out));
     key->dtype = x.dtype;
     return FLD_OK;
 }
@@ -588,7 +804,9 @@ static COLD int fail_eps(const char *op, float eps)
 int fld__validate_rms_norm(const char *op, const void *argp, struct fld_call_key *key)
 {
     const fld_rms_norm_args *a = argp;
-    struct tview x = {0}, out = {0}, w = {0}, r = {0};
+    /* Filled by the checks; weight's and residual's ranges stay empty when they are NULL. */
+    struct tview x, out, w, r;
+    w.lo = w.hi = r.lo = r.hi = 0;
     if (__builtin_expect(a == NULL, 0))
         return fail_args_null(op);
     TRY(check_tensor(op, "x", a->x, 1, TK_FLOAT, &x));
@@ -598,6 +816,8 @@ int fld__validate_rms_norm(const char *op, const void *argp, struct fld_call_key
         TRY(same_device(op, "out", a->out, "x", a->x));
         TRY(same_dtype(op, "out", a->out, &out, "x", a->x, &x));
         TRY(same_shape(op, "out", a->out, "x", a->x));
+    } else {
+        range_like(&out, a->out, &x); /* for the aliasing check */
     }
     if (a->weight && !fast_weight(a->weight, a->x, &x)) {
         TRY(check_tensor(op, "weight", a->weight, 1, TK_FLOAT, &w));
@@ -605,16 +825,21 @@ int fld__validate_rms_norm(const char *op, const void *argp, struct fld_call_key
         TRY(same_dtype(op, "weight", a->weight, &w, "x", a->x, &x));
         if (__builtin_expect(a->weight->ndim != 1 || w.width != x.width, 0))
             return fail_weight(op, a->weight, a->x);
+    } else if (a->weight) {
+        range_row(&w, a->weight, x.width);
     }
     if (a->residual && !fast_same_as(a->residual, a->x, &x)) {
         TRY(check_tensor(op, "residual", a->residual, 1, TK_FLOAT, &r));
         TRY(same_device(op, "residual", a->residual, "x", a->x));
         TRY(same_dtype(op, "residual", a->residual, &r, "x", a->x, &x));
         TRY(same_shape(op, "residual", a->residual, "x", a->x));
+    } else if (a->residual) {
+        range_like(&r, a->residual, &x);
     }
     /* isfinite and >= 0 in one test: NaN fails every comparison. */
     if (__builtin_expect(!(a->eps >= 0.0f && a->eps <= FLT_MAX), 0))
         return fail_eps(op, a->eps);
+    TRY(check_aliasing_rms_norm(op, a, &x, &out, &w, &r));
     key->dtype = x.dtype;
     return FLD_OK;
 }
@@ -745,6 +970,7 @@ int fld__validate_rotary(const char *op, const void *argp, struct fld_call_key *
                     return fail_position(op, i, v[i], max_pos);
         }
     }
+    TRY(check_aliasing_rotary(op, a, &pos, &q, &k, &cache));
     key->dtype = q.dtype;
     return FLD_OK;
 }
@@ -782,6 +1008,15 @@ static inline void *view_start(const DLTensor *t, bool empty)
 
 void fld_tensor_rows(const DLTensor *t, fld_rows *out)
 {
+    if (__builtin_expect(!t || !out || !t->shape, 0)) {
+        fld__fail(FLD_EINVAL, "fld_tensor_rows: argument '%s' is NULL",
+                  !t     ? "t"
+                  : !out ? "out"
+                         : "t->shape");
+        if (out)
+            memset(out, 0, sizeof *out);
+        return;
+    }
     struct tview v;
     layout_of(t, 1, &v);
     out->data = view_start(t, v.empty);
@@ -792,6 +1027,13 @@ void fld_tensor_rows(const DLTensor *t, fld_rows *out)
 
 void fld_rotary_geometry_of(const fld_rotary_embedding_args *args, fld_rotary_geometry *out)
 {
+    if (__builtin_expect(!args || !out, 0)) {
+        fld__fail(FLD_EINVAL, "fld_rotary_geometry_of: argument '%s' is NULL",
+                  args ? "out" : "args");
+        if (out)
+            memset(out, 0, sizeof *out);
+        return;
+    }
     const DLTensor *p = args->positions, *c = args->cos_sin_cache;
     struct tview v;
     int64_t tokens = 1;

@@ -431,7 +431,7 @@ START_TEST(arguments_are_checked)
     void *p = NULL;
     char buf[4];
     ck_assert_int_eq(fld_device_alloc(cuda0, 16, NULL), FLD_EINVAL);
-    ck_assert_contains(fld_last_error(), "ptr is NULL");
+    ck_assert_contains(fld_last_error(), "argument 'ptr' is NULL");
     ck_assert_int_eq(fld_device_alloc(cuda0, 0, &p), FLD_EINVAL);
     ck_assert_contains(fld_last_error(), "bytes is 0");
     DLDevice negative = {kDLCUDA, -1};
@@ -441,7 +441,7 @@ START_TEST(arguments_are_checked)
     ck_assert_int_eq(fld_device_alloc(odd, 16, &p), FLD_EINVAL);
     ck_assert_contains(fld_last_error(), "unknown device type 77");
     ck_assert_int_eq(fld_device_copy(cuda0, NULL, buf, 4, FLD_COPY_HOST_TO_DEVICE), FLD_EINVAL);
-    ck_assert_contains(fld_last_error(), "dst is NULL");
+    ck_assert_contains(fld_last_error(), "argument 'dst' is NULL");
     ck_assert_int_eq(fld_device_copy(cuda0, buf, buf, 4, (fld_copy_kind)7), FLD_EINVAL);
     ck_assert_contains(fld_last_error(), "unknown copy kind 7");
     ck_assert_int_eq(fld_device_provider(FLD_DEVICE_CUDA, NULL), FLD_EINVAL);

@@ -1002,6 +1002,217 @@ START_TEST(test_rotary_guarded)
 END_TEST
 
 /* ------------------------------------------------------------------------ */
+/* Aliasing: a written tensor shares no memory with another of the call    */
+/* ------------------------------------------------------------------------ */
+
+#define AT     4  /* rows */
+#define AH     16 /* hidden size */
+#define F32(k) ((char *)na(0) + (size_t)(k)*4)
+
+/* A refused call: no-access memory, so touching any tensor would be SIGSEGV. */
+static const char *alias_case(int i, int *rc, const char **e)
+{
+    struct td x, out, w, r, q, k, cache;
+    static int64_t pos_values[AT];
+    struct td pos;
+    for (int t = 0; t < AT; t++)
+        pos_values[t] = t;
+    td_set(&pos, pos_values, TT_INT64, 1, (int64_t[]){AT}, NULL);
+    switch (i) {
+    case 0: /* the outside test's case: out one element past x */
+        td_set(&x, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        td_set(&out, F32(1), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        *rc = fld_rms_norm(&out.t, &x.t, NULL, NULL, 1e-6f);
+        e[0] = "rms_norm: tensor 'out'", e[1] = "overlaps tensor 'x'", e[2] = "only exactly";
+        return "rms_norm out = x + 1";
+    case 1: /* same start, another row stride: rows 1.. differ */
+        td_set(&x, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        td_set(&out, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, (int64_t[]){2 * AH, 1});
+        *rc = fld_gemma_rms_norm(&out.t, &x.t, NULL, NULL, 1e-6f);
+        e[0] = "gemma_rms_norm: tensor 'out'", e[1] = "'x'";
+        return "gemma out = x with another stride";
+    case 2:
+        td_set(&x, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        td_set(&out, F32(1000), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        td_set(&w, F32(1000 + 3), FLD_DTYPE_F32, 1, (int64_t[]){AH}, NULL);
+        *rc = fld_rms_norm(&out.t, &x.t, &w.t, NULL, 1e-6f);
+        e[0] = "'out'", e[1] = "'weight'";
+        return "weight inside out";
+    case 3:
+        td_set(&x, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        td_set(&out, F32(1000), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        *rc = fld_rms_norm(&out.t, &x.t, NULL, &out.t, 1e-6f);
+        e[0] = "'out'", e[1] = "'residual'";
+        return "residual is out";
+    case 4:
+        td_set(&x, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        td_set(&out, F32(1000), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        *rc = fld_rms_norm(&out.t, &x.t, NULL, &x.t, 1e-6f);
+        e[0] = "'residual'", e[1] = "'x'";
+        return "residual is x";
+    case 5:
+        td_set(&x, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        td_set(&out, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        td_set(&r, F32(1000), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        td_set(&w, F32(1000 + AT * AH - 1), FLD_DTYPE_F32, 1, (int64_t[]){AH}, NULL);
+        *rc = fld_rms_norm(&out.t, &x.t, &w.t, &r.t, 1e-6f);
+        e[0] = "'residual'", e[1] = "'weight'";
+        return "weight starts at residual's last element";
+    case 6:
+        td_set(&x, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, 2 * AH}, NULL);
+        td_set(&out, F32(1), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+        *rc = fld_silu_and_mul(&out.t, &x.t);
+        e[0] = "silu_and_mul: tensor 'out'", e[1] = "overlaps tensor 'x'";
+        return "activation out one element past x";
+    case 7: /* out is x's second half, column by column */
+        td_set(&x, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, 2 * AH}, NULL);
+        td_set(&out, F32(AH), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, (int64_t[]){2 * AH, 1});
+        *rc = fld_gelu_and_mul(&out.t, &x.t);
+        e[0] = "'out'", e[1] = "'x'";
+        return "activation out = x[..., d:]";
+    case 8: /* same start: in place is not allowed for activations */
+        td_set(&x, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, 2 * AH}, NULL);
+        td_set(&out, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, (int64_t[]){2 * AH, 1});
+        *rc = fld_mul_and_silu(&out.t, &x.t);
+        e[0] = "'out'", e[1] = "'x'";
+        return "activation out = x[..., :d]";
+    case 9:
+        td_set(&q, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, 2 * 8}, NULL);
+        td_set(&cache, F32(4096), FLD_DTYPE_F32, 2, (int64_t[]){AT, 8}, NULL);
+        *rc = fld_rotary_embedding(&pos.t, &q.t, &q.t, 8, &cache.t, true);
+        e[0] = "rotary_embedding: tensor 'key'", e[1] = "'query'";
+        return "key is query";
+    case 10:
+        td_set(&q, F32(0), FLD_DTYPE_F32, 2, (int64_t[]){AT, 2 * 8}, NULL);
+        td_set(&k, F32(AT * 16 - 1), FLD_DTYPE_F32, 2, (int64_t[]){AT, 8}, NULL);
+        td_set(&cache, F32(4096), FLD_DTYPE_F32, 2, (int64_t[]){AT, 8}, NULL);
+        *rc = fld_rotary_embedding(&pos.t, &q.t, &k.t, 8, &cache.t, false);
+        e[0] = "'key'", e[1] = "'query'";
+        return "key starts at query's last element";
+    case 11:
+        td_set(&q, F32(0), FLD_DTYPE_F32, 3, (int64_t[]){AT, 2, 8}, NULL);
+        td_set(&cache, F32(8), FLD_DTYPE_F32, 2, (int64_t[]){AT, 8}, NULL);
+        *rc = fld_rotary_embedding(&pos.t, &q.t, NULL, 8, &cache.t, true);
+        e[0] = "'query'", e[1] = "'cos_sin_cache'";
+        return "cache inside query";
+    default:
+        return NULL;
+    }
+}
+
+START_TEST(test_aliasing_refused)
+{
+    for (int i = 0;; i++) {
+        const char *e[4] = {NULL};
+        int rc = FLD_OK;
+        const char *what = alias_case(i, &rc, e);
+        if (!what)
+            break;
+        expect_einval(what, rc, e);
+    }
+}
+END_TEST
+
+/* Allowed aliasing gives the same results as separate tensors. */
+START_TEST(test_aliasing_allowed)
+{
+    const float eps = 1e-6f;
+    double want[AT * AH], got[AT * AH];
+    /* x and out as column slices of one [AT, 2AH] buffer: same stride, disjoint columns. */
+    tt_tensor *buf = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){AT, 2 * AH});
+    tt_fill_normal(buf, 5, 0, 1);
+    tt_tensor *x = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){AT, AH});
+    tt_tensor *ref = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){AT, AH});
+    for (int t = 0; t < AT; t++)
+        for (int h = 0; h < AH; h++)
+            tt_set(x, t * AH + h, tt_get(buf, t * 2 * AH + h));
+    /* weight is x's first row: both only read. */
+    struct td w;
+    td_set(&w, (char *)x->t.data, FLD_DTYPE_F32, 1, (int64_t[]){AH}, NULL);
+    w.t.byte_offset = x->t.byte_offset;
+    ck_assert_msg(fld_rms_norm(&ref->t, &x->t, &w.t, NULL, eps) == FLD_OK, "%s", fld_last_error());
+    tt_to_double(ref, want);
+
+    struct td xs, os, ws;
+    char *base = (char *)buf->t.data + buf->t.byte_offset;
+    td_set(&xs, base, FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, (int64_t[]){2 * AH, 1});
+    td_set(&os, base + AH * 4, FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, (int64_t[]){2 * AH, 1});
+    td_set(&ws, base, FLD_DTYPE_F32, 1, (int64_t[]){AH}, NULL);
+    ck_assert_msg(fld_rms_norm(&os.t, &xs.t, &ws.t, NULL, eps) == FLD_OK, "%s", fld_last_error());
+    for (int t = 0; t < AT; t++)
+        for (int h = 0; h < AH; h++)
+            got[t * AH + h] = tt_get(buf, t * 2 * AH + AH + h);
+    ck_assert(memcmp(want, got, sizeof want) == 0);
+
+    /* query and key as column slices of a fused qkv buffer, as vLLM passes them. */
+    enum { HQ = 2, HK = 1, D = 8 };
+    tt_tensor *pos = tt_new(TT_INT64, 1, (int64_t[]){AT});
+    for (int t = 0; t < AT; t++)
+        tt_set(pos, t, t);
+    tt_tensor *cache = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){AT, D});
+    tt_fill_normal(cache, 6, 0, 1);
+    tt_tensor *qkv = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){AT, (HQ + 2 * HK) * D});
+    tt_fill_normal(qkv, 7, 0, 1);
+    tt_tensor *q = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){AT, HQ * D});
+    tt_tensor *k = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){AT, HK * D});
+    const int row = (HQ + 2 * HK) * D;
+    for (int t = 0; t < AT; t++) {
+        for (int j = 0; j < HQ * D; j++)
+            tt_set(q, t * HQ * D + j, tt_get(qkv, t * row + j));
+        for (int j = 0; j < HK * D; j++)
+            tt_set(k, t * HK * D + j, tt_get(qkv, t * row + HQ * D + j));
+    }
+    ck_assert_msg(fld_rotary_embedding(&pos->t, &q->t, &k->t, D, &cache->t, true) == FLD_OK, "%s",
+                  fld_last_error());
+    struct td qs, ks;
+    char *qbase = (char *)qkv->t.data + qkv->t.byte_offset;
+    td_set(&qs, qbase, FLD_DTYPE_F32, 2, (int64_t[]){AT, HQ * D}, (int64_t[]){row, 1});
+    td_set(&ks, qbase + HQ * D * 4, FLD_DTYPE_F32, 2, (int64_t[]){AT, HK * D}, (int64_t[]){row, 1});
+    ck_assert_msg(fld_rotary_embedding(&pos->t, &qs.t, &ks.t, D, &cache->t, true) == FLD_OK, "%s",
+                  fld_last_error());
+    for (int t = 0; t < AT; t++) {
+        for (int j = 0; j < HQ * D; j++)
+            ck_assert(tt_get(qkv, t * row + j) == tt_get(q, t * HQ * D + j));
+        for (int j = 0; j < HK * D; j++)
+            ck_assert(tt_get(qkv, t * row + HQ * D + j) == tt_get(k, t * HK * D + j));
+    }
+    /* An activation's out right after x: touching, not overlapping. */
+    tt_tensor *both = tt_new(FLD_DTYPE_F32, 1, (int64_t[]){AT * 3 * AH});
+    char *b0 = (char *)both->t.data + both->t.byte_offset;
+    struct td ax, ao;
+    td_set(&ax, b0, FLD_DTYPE_F32, 2, (int64_t[]){AT, 2 * AH}, NULL);
+    td_set(&ao, b0 + AT * 2 * AH * 4, FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+    ck_assert_msg(fld_silu_and_mul(&ao.t, &ax.t) == FLD_OK, "%s", fld_last_error());
+    tt_tensor *all[] = {buf, x, ref, pos, cache, qkv, q, k, both};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        tt_free(all[i]);
+}
+END_TEST
+
+/* The refused call changed nothing, even where memory is readable. */
+START_TEST(test_aliasing_refused_untouched)
+{
+    tt_tensor *buf = tt_new(FLD_DTYPE_F32, 1, (int64_t[]){AT * AH + 1});
+    tt_fill_normal(buf, 9, 0, 1);
+    tt_tensor *before = tt_clone(buf);
+    char *b0 = (char *)buf->t.data + buf->t.byte_offset;
+    struct td x, out;
+    td_set(&x, b0, FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+    td_set(&out, b0 + 4, FLD_DTYPE_F32, 2, (int64_t[]){AT, AH}, NULL);
+    for (int prefer = 0; prefer < 2; prefer++) {
+        /* Whatever the policy, the same refusal. */
+        ck_assert_int_eq(fld_policy_push_preference(prefer ? "reference" : "vendor"), FLD_OK);
+        expect_einval("out = x + 1", fld_rms_norm(&out.t, &x.t, NULL, NULL, 1e-6f),
+                      (const char *[]){"'out'", "'x'", NULL});
+        ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    }
+    ck_assert(memcmp(buf->buf, before->buf, buf->buf_bytes) == 0);
+    tt_free(buf);
+    tt_free(before);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 /* attention_backend and generic calls                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -1078,6 +1289,13 @@ static Suite *validation_suite(void)
     tcase_add_test(tc, test_rotary_no_heads);
     tcase_add_test(tc, test_rotary_valid_layouts);
     tcase_add_test(tc, test_rotary_guarded);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("aliasing");
+    tcase_add_checked_fixture(tc, noaccess_setup, noaccess_teardown);
+    tcase_add_test(tc, test_aliasing_refused);
+    tcase_add_test(tc, test_aliasing_allowed);
+    tcase_add_test(tc, test_aliasing_refused_untouched);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("attention_backend");

@@ -12,7 +12,8 @@
  *   - Functions return FLD_OK (0) or a negative FLD_E* status. After a
  *     failure, fld_last_error() returns a message on the calling thread that
  *     names the variable, file, plugin or tensor at fault.
- *   - Functions are thread-safe ("MT safe"). fld_shutdown() is the exception.
+ *   - Functions are thread-safe ("MT safe"), fld_shutdown() included: it
+ *     waits for the calls other threads are making (see there).
  *   - The library never keeps a caller's pointer past the call (tensors,
  *     shape and stride arrays, strings) unless the comment says so.
  *   - Strings the library returns are owned by the library and stay valid
@@ -139,12 +140,27 @@ FLD_API int fld_dtype_from_name(const char *name, DLDataType *dtype);
 FLD_API int fld_init(void);
 
 /*
- * Releases everything: caches, registry, policies, plugin handles. Not MT
- * safe: no other thread may be inside the library, and every fld_op handle
- * and every string the library returned becomes invalid. A later call
- * initialises the library afresh.
+ * Releases everything: caches, registry, policies, plugin handles. Every
+ * fld_op handle and every string the library returned becomes invalid; a
+ * later call initialises the library afresh.
+ *
+ * MT safe, in this way: it first stops new calls (from then until it
+ * returns, calls on other threads return FLD_ESTATE, "fld_shutdown() is in
+ * progress"), then waits for the calls already running on other threads to
+ * return, at most VLLM_FL_SHUTDOWN_TIMEOUT seconds (default 10; 0 does not
+ * wait), and only then releases anything. When calls are still running at
+ * the deadline (a kernel that does not return) it releases nothing, lets
+ * calls in again and returns FLD_ESTATE naming how many threads were still
+ * inside. Also FLD_ESTATE, releasing nothing: called from inside a call on
+ * the same thread (a kernel, a supports() predicate, a callback of
+ * fld_foreach_*, a log callback) or from plugin code the host runs while
+ * loading it, or while another thread is shutting down. FLD_ECONFIG for an
+ * invalid VLLM_FL_SHUTDOWN_TIMEOUT. FLD_OK when it released everything or
+ * the library was not initialised. Strings an application kept from
+ * before, and threads it lets call afterwards with old handles, are its own
+ * affair: the library cannot see them.
  */
-FLD_API void fld_shutdown(void);
+FLD_API int fld_shutdown(void);
 
 /*
  * Re-reads the environment and the configuration files, re-detects the
@@ -179,7 +195,13 @@ FLD_API int fld_reload(void);
  *   - the leading dimensions form rows: each of them may be strided, but
  *     they must collapse into one row stride (dims before the last two are
  *     contiguous over the dims after them), and the row stride is at least
- *     the row width. byte_offset is honoured.
+ *     the row width. byte_offset is honoured;
+ *   - a tensor the op writes (out, residual, query, key) shares no byte with
+ *     another tensor of the call, except the full aliasing an op allows
+ *     (rms_norm: out may be x itself). Views of one buffer that interleave
+ *     without sharing bytes are fine (query and key as column slices of a
+ *     fused qkv tensor, out and x as column halves of one buffer). The
+ *     message names both tensors and their byte ranges.
  * Zero-sized tensors are valid and make the call a no-op.
  */
 
@@ -210,8 +232,10 @@ FLD_API int fld_gelu_tanh_and_mul(DLTensor *out, const DLTensor *x);
  * residual = x + residual (rounded to the dtype), then
  * out = norm(residual) * w.
  * weight is [H] and contiguous, or NULL for no scale. out may alias x
- * (same data and layout). eps must be finite and >= 0. gemma_rms_norm scales
- * by (1 + w) instead of w. Sums in float32, one rounding per output.
+ * (same data and layout); no other pair of its tensors may share memory,
+ * except x and weight (both only read). eps must be finite and >= 0.
+ * gemma_rms_norm scales by (1 + w) instead of w. Sums in float32, one
+ * rounding per output.
  */
 typedef struct fld_rms_norm_args {
     DLTensor *out;

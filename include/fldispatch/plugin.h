@@ -29,11 +29,23 @@
  *
  * The host reads the descriptor before it calls anything in the plugin and
  * rejects it when the ABI major differs or the minor is newer than its own.
- * register_builtins runs once per process, with the host's lock held: it must
- * not call the application API (fld_call, fld_resolve, ...). Registration is
- * all-or-nothing: if it returns an error, or any fld_registry_register() call
- * failed, nothing the plugin registered is kept and the plugin is recorded as
- * rejected with the first error.
+ * register_builtins runs once per process, with the host's lock held.
+ * Registration is all-or-nothing: if it returns an error, or any
+ * fld_registry_register() call failed, nothing the plugin registered is kept
+ * and the plugin is recorded as rejected with the first error.
+ *
+ * While the host loads a plugin, its code runs in the middle of the host's
+ * own initialisation, reload or load: its static constructors (at dlopen),
+ * register_builtins and the is_available() checks. From there a plugin may
+ * call the fld_registry_* functions, fld_set_error(), fld_log() and the
+ * functions without library state (fld_strerror, fld_last_error,
+ * fld_device_name, fld_dtype_index, ...), nothing else: any other call
+ * (fld_init, fld_reload, fld_resolve, fld_call, fld_load_plugin,
+ * fld_shutdown, a policy function, ...) returns FLD_ESTATE naming the
+ * function, the plugin and the stage, and the plugin is rejected
+ * ("register_builtins called fld_init(), which plugins must not call while
+ * the host loads them"); an is_available() that called in counts as
+ * unavailable. fldispatch doctor judges the plugin the same way.
  */
 #ifndef FLDISPATCH_PLUGIN_H
 #define FLDISPATCH_PLUGIN_H
@@ -100,7 +112,8 @@ typedef bool (*fld_supports_fn)(const void *args);
 /*
  * Optional: whether the implementation can run in this process (driver
  * present, device found). Evaluated at most once per process (again in a
- * forked child); on false, set *reason to a static string saying why.
+ * forked child); on false, set *reason to a static string saying why. It
+ * must not call back into the library (see the top of this file).
  */
 typedef bool (*fld_available_fn)(const char **reason);
 
@@ -229,7 +242,11 @@ FLD_API int fld_register_plugin(const fld_plugin_descriptor *desc);
 /* Helpers for kernels                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Sets the calling thread's fld_last_error() detail; for failing kernels. */
+/*
+ * Sets the calling thread's fld_last_error() detail; for failing kernels.
+ * Escaped like every message (control characters and invalid UTF-8 become
+ * \xNN escapes).
+ */
 FLD_API void fld_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Logs through the host's logger (level FLD_LOG_*). */

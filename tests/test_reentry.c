@@ -1,0 +1,316 @@
+/*
+ * core/reentry.c: plugin code that calls back into the library while the
+ * host loads it. The fixtures of tests/reentry/ call fld_init, fld_reload,
+ * fld_resolve, fld_load_plugin (on their own file) or fld_shutdown from
+ * register_builtins, fld_init from a static constructor, and fld_resolve
+ * from is_available; they note what the nested call returned in
+ * $FLD_REENTRY_LOG ("<plugin> <pid> <function> <status> <message>").
+ *
+ * What must hold: the nested call fails cleanly with FLD_ESTATE naming the
+ * function, the plugin and the stage; the plugin is rejected and nothing it
+ * registered stays; other plugins load; later calls work; `fldispatch
+ * doctor` says what the host says; with VLLM_FL_PLUGIN_PROBE=1 the plugin
+ * is probed once (no probe starts a probe of its own) and rejected, not
+ * called hung. Before the fix, the first case was a double free (ASan).
+ *
+ * Each test runs in its own process (CK_FORK) and sets its environment
+ * before the first library call.
+ */
+#include <check.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fldispatch/plugin.h>
+
+#include "util/env.h"
+#include "util/files.h"
+#include "util/tool.h"
+
+#define ck_assert_contains(hay, needle)                                                            \
+    do {                                                                                           \
+        const char *hay_ = (hay);                                                                  \
+        ck_assert_msg(hay_ &&strstr(hay_, (needle)), "expected '%s' in '%s'", (needle),            \
+                      hay_ ? hay_ : "(null)");                                                     \
+    } while (0)
+
+/* The register_builtins fixtures: file stem, the function it calls. */
+static const struct {
+    const char *name, *function;
+} nested[] = {
+    {"reentry_init", "fld_init"},         {"reentry_reload", "fld_reload"},
+    {"reentry_resolve", "fld_resolve"},   {"reentry_load_plugin", "fld_load_plugin"},
+    {"reentry_shutdown", "fld_shutdown"},
+};
+
+static char log_path[PATH_MAX];
+
+/* A private plugin directory with the named fixture and tests/plugins' "good". */
+static const char *setup_dir(const char *fixture, char *fixture_path)
+{
+    static char dir[PATH_MAX];
+    const char *base = tt_make_tmpdir("reentry");
+    tt_make_subdir(dir, base, "plugins", 0700);
+    if (fixture)
+        tt_install_fixture(fixture_path, dir, "reentry", fixture);
+    tt_install_fixture(NULL, dir, "plugins", "good");
+    snprintf(log_path, sizeof log_path, "%s/nested.log", base);
+    tt_clear_fld_environment();
+    setenv("VLLM_FL_PLATFORM", "cpu", 1);
+    setenv("VLLM_FL_PLUGIN_DIR", dir, 1);
+    setenv("FLD_REENTRY_LOG", log_path, 1);
+    return dir;
+}
+
+static char *read_log(void)
+{
+    FILE *f = fopen(log_path, "r");
+    return f ? tool_read_all(f) : NULL;
+}
+
+/* The lines of the log, counted, and the status of the first. */
+static int log_lines(const char *text, int *first_status, char *first_message, size_t size)
+{
+    int n = 0;
+    for (const char *line = text; line && *line; n++) {
+        if (n == 0) {
+            char plugin[64], fn[64];
+            long pid;
+            int consumed = 0;
+            ck_assert_int_eq(
+                sscanf(line, "%63s %ld %63s %d %n", plugin, &pid, fn, first_status, &consumed), 4);
+            const char *end = strchr(line, '\n');
+            snprintf(first_message, size, "%.*s",
+                     (int)((end ? end : line + strlen(line)) - line - consumed), line + consumed);
+        }
+        const char *nl = strchr(line, '\n');
+        line = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+struct seen {
+    const char *name;
+    bool found;
+    fld_plugin_status status;
+    char reason[1024];
+};
+
+static int find_plugin(const fld_plugin_info *p, void *user)
+{
+    struct seen *s = user;
+    if (strcmp(p->name, s->name) == 0) {
+        s->found = true;
+        s->status = p->status;
+        snprintf(s->reason, sizeof s->reason, "%s", p->reason);
+    }
+    return 0;
+}
+
+static struct seen plugin_state(const char *name)
+{
+    struct seen s = {.name = name};
+    ck_assert_int_eq(fld_foreach_plugin(find_plugin, &s), FLD_OK);
+    ck_assert_msg(s.found, "plugin %s is not listed", name);
+    return s;
+}
+
+static int find_impl(const fld_impl_info *i, void *user)
+{
+    return strcmp(i->impl_id, (const char *)user) == 0;
+}
+
+static bool impl_registered(const char *impl_id)
+{
+    return fld_foreach_impl(find_impl, (void *)impl_id) == 1;
+}
+
+/* What the host must say about fixture k after loading it. */
+static void assert_rejected_cleanly(int k)
+{
+    const char *name = nested[k].name, *fn = nested[k].function;
+    struct seen s = plugin_state(name);
+    ck_assert_msg(s.status == FLD_PLUGIN_REJECTED, "%s: status %d (%s)", name, s.status, s.reason);
+    char want[160];
+    snprintf(want, sizeof want, "register_builtins called %s()", fn);
+    ck_assert_contains(s.reason, want);
+    char impl_id[96];
+    snprintf(impl_id, sizeof impl_id, "vendor.%s", name);
+    ck_assert_msg(!impl_registered(impl_id), "%s stayed registered", impl_id);
+    /* The nested call itself saw FLD_ESTATE naming the function, the plugin and the stage. */
+    char *text = read_log();
+    ck_assert_ptr_nonnull(text);
+    int status = 0;
+    char message[1200];
+    ck_assert_int_ge(log_lines(text, &status, message, sizeof message), 1);
+    ck_assert_int_eq(status, FLD_ESTATE);
+    snprintf(want, sizeof want, "%s: called by plugin '%s' from register_builtins", fn, name);
+    ck_assert_contains(message, want);
+    free(text);
+    /* Nothing else disturbed. */
+    ck_assert_int_eq(plugin_state("good").status, FLD_PLUGIN_LOADED);
+}
+
+START_TEST(nested_call_during_first_init)
+{
+    char path[PATH_MAX];
+    setup_dir(nested[_i].name, path);
+    ck_assert_msg(fld_init() == FLD_OK, "%s", fld_last_error());
+    assert_rejected_cleanly(_i);
+    /* Later calls are fine: resolve, reload, loading it again, shutdown and init. */
+    const char *id = NULL;
+    ck_assert_int_eq(fld_resolve(FLD_OP_SILU_AND_MUL, FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_OK);
+    ck_assert_int_eq(fld_reload(), FLD_OK);
+    ck_assert_int_eq(fld_load_plugin(path), FLD_EPLUGIN);
+    ck_assert_contains(fld_last_error(), "register_builtins called");
+    ck_assert_int_eq(fld_shutdown(), FLD_OK);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    assert_rejected_cleanly(_i);
+}
+END_TEST
+
+START_TEST(nested_call_during_a_later_load)
+{
+    char path[PATH_MAX];
+    setup_dir(NULL, NULL);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    tt_install_fixture(path, getenv("VLLM_FL_PLUGIN_DIR"), "reentry", nested[_i].name);
+    ck_assert_int_eq(fld_load_plugin(path), FLD_EPLUGIN);
+    ck_assert_contains(fld_last_error(), "register_builtins called");
+    assert_rejected_cleanly(_i);
+    /* fld_reload() rescans the directory and meets the plugin again: same verdict. */
+    ck_assert_int_eq(fld_reload(), FLD_OK);
+    assert_rejected_cleanly(_i);
+}
+END_TEST
+
+START_TEST(constructor_calls_init)
+{
+    setup_dir("reentry_ctor", NULL);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    struct seen s = plugin_state("fld-reentry_ctor.so");
+    ck_assert_int_eq(s.status, FLD_PLUGIN_REJECTED);
+    ck_assert_contains(s.reason, "a static constructor (dlopen) called fld_init()");
+    char *text = read_log();
+    int status = 0;
+    char message[1200];
+    ck_assert_int_eq(log_lines(text, &status, message, sizeof message), 1);
+    ck_assert_int_eq(status, FLD_ESTATE);
+    ck_assert_contains(message, "fld_init: called by plugin '");
+    free(text);
+    ck_assert(!impl_registered("vendor.reentry_ctor"));
+    ck_assert_int_eq(plugin_state("good").status, FLD_PLUGIN_LOADED);
+}
+END_TEST
+
+START_TEST(availability_check_calls_resolve)
+{
+    setup_dir("reentry_available", NULL);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    /* The nested fld_resolve would evaluate this very check again: refused instead. */
+    const char *id = NULL;
+    ck_assert_msg(fld_resolve(FLD_OP_RMS_NORM, FLD_DEVICE_CPU, FLD_DTYPE_F32, &id) == FLD_OK, "%s",
+                  fld_last_error());
+    ck_assert_str_ne(id, "vendor.reentry_available");
+    fld_resolution *res = NULL;
+    ck_assert_int_eq(fld_explain(FLD_OP_RMS_NORM, FLD_DEVICE_CPU, FLD_DTYPE_F32, &res), FLD_OK);
+    bool found = false;
+    for (size_t i = 0; i < res->n_rejected; i++)
+        if (strcmp(res->rejected[i].impl_id, "vendor.reentry_available") == 0) {
+            found = true;
+            ck_assert_contains(res->rejected[i].reason, "called back into the library");
+        }
+    ck_assert(found);
+    fld_resolution_free(res);
+    char *text = read_log();
+    int status = 0;
+    char message[1200];
+    ck_assert_int_eq(log_lines(text, &status, message, sizeof message), 1);
+    ck_assert_int_eq(status, FLD_ESTATE);
+    ck_assert_contains(message,
+                       "fld_resolve: called by plugin 'reentry_available' from is_available");
+    free(text);
+}
+END_TEST
+
+START_TEST(doctor_says_what_the_host_says)
+{
+    char path[PATH_MAX];
+    setup_dir(nested[_i].name, path);
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("doctor", path));
+    char want[160];
+    snprintf(want, sizeof want, "register_builtins called %s()", nested[_i].function);
+    ck_assert_msg(line_with(r.out, "rejected", path, want), "doctor output:\n" CLIP "\n" CLIP,
+                  r.out, r.err);
+    tool_run_free(&r);
+}
+END_TEST
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+START_TEST(probe_probes_once_and_rejects)
+{
+    char path[PATH_MAX];
+    setup_dir(nested[_i].name, path);
+    char cache[PATH_MAX];
+    tt_make_subdir(cache, tt_make_tmpdir("reentry-cache"), "cache", 0700);
+    setenv("XDG_CACHE_HOME", cache, 1);
+    setenv("VLLM_FL_PLUGIN_PROBE", "1", 1);
+    setenv("VLLM_FL_PLUGIN_PROBE_TIMEOUT", "20", 1);
+    double t0 = now();
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    double took = now() - t0;
+    struct seen s = plugin_state(nested[_i].name);
+    ck_assert_int_eq(s.status, FLD_PLUGIN_REJECTED);
+    ck_assert_contains(s.reason, "register_builtins called");
+    ck_assert_msg(!strstr(s.reason, "hung"), "%s", s.reason);
+    ck_assert_msg(took < 15.0, "fld_init took %.1f s", took);
+    /* Loaded twice: once in the probe child, once in this process; each
+     * refused its nested call. */
+    char *text = read_log();
+    ck_assert_ptr_nonnull(text);
+    int status = 0, here = 0;
+    char message[1200];
+    int n = log_lines(text, &status, message, sizeof message);
+    char mine[32];
+    snprintf(mine, sizeof mine, " %ld ", (long)getpid());
+    here = tool_count_of(text, mine);
+    ck_assert_msg(n == 2 && here == 1, "loads (all, here) = (%d, %d):\n%s", n, here, text);
+    ck_assert_int_eq(tool_count_of(text, " -9 "), 2); /* FLD_ESTATE both times */
+    free(text);
+}
+END_TEST
+
+static Suite *reentry_suite(void)
+{
+    Suite *s = suite_create("reentry");
+    const int n = (int)(sizeof nested / sizeof nested[0]);
+    TCase *tc = tcase_create("host");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, nested_call_during_first_init, 0, n);
+    tcase_add_loop_test(tc, nested_call_during_a_later_load, 0, n);
+    tcase_add_test(tc, constructor_calls_init);
+    tcase_add_test(tc, availability_check_calls_resolve);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("probe");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, doctor_says_what_the_host_says, 0, n);
+    tcase_add_loop_test(tc, probe_probes_once_and_rejects, 0, n);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tt_run_suite_with_build_dir("test_reentry", reentry_suite());
+}
