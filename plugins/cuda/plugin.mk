@@ -45,5 +45,5 @@ PLUGIN_LIBS_cuda := -L$(dir $(FLD_CUDART_A)) -lcudart_static -lstdc++ -lrt -ldl 
 $(OBJ)/plugins/cuda/cuda_kernels.o: plugins/cuda/cuda_kernels.cu $(wildcard plugins/cuda/*.cuh) \
     plugins/cuda/gpu_api.h
 	@mkdir -p $(@D)
-	$(FLD_NVCC) $(FLD_NVCC_FLAGS) -c $< -o $@
+	$(Q)$(call fld_say,NVCC,$<)$(FLD_NVCC) $(FLD_NVCC_FLAGS) -c $< -o $@
 endif

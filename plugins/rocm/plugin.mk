@@ -42,10 +42,10 @@ FLD_HIP_RPATH := $(if $(filter /usr/lib%,$(FLD_HIP_LIBDIR)),,$(if $(wildcard \
 
 $(OBJ)/plugins/rocm/gpu_plugin.o: plugins/cuda/gpu_plugin.c
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DFLD_IN_TREE $(PLUGIN_CFLAGS_rocm) -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DFLD_IN_TREE $(PLUGIN_CFLAGS_rocm) -c $< -o $@
 
 $(PLUGOUT)/libfld-rocm-hip.so: plugins/rocm/hip_kernels.hip $(wildcard plugins/cuda/*.cuh plugins/rocm/*.cuh) \
     plugins/cuda/gpu_api.h
 	@mkdir -p $(@D)
-	HIP_PLATFORM=amd $(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -shared -o $@ $< $(FLD_HIP_RPATH)
+	$(Q)$(call fld_say,HIPCC,$<)HIP_PLATFORM=amd $(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -shared -o $@ $< $(FLD_HIP_RPATH)
 endif
