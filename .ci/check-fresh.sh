@@ -162,18 +162,19 @@ chroot "$USER_ROOT" useradd --create-home --user-group fresh
 chroot "$USER_ROOT" chown -R fresh:fresh /scratch/fldispatch
 for goal in "" check; do
     sets="build"; [ "$goal" = check ] && sets="build test"
+    cmd="make${goal:+ $goal}"
     want="fldispatch: missing Debian packages ($sets): run 'sudo apt-get install $(sh .ci/deps.sh --list $sets)'"
     log=$LOGS/user-make${goal:+-$goal}.log
     if in_root "$USER_ROOT" fresh make $goal >"$log" 2>&1; then
         cat "$log" >&2
-        die "'make $goal' as a user on a root without the packages succeeded"
+        die "'$cmd' as a user on a root without the packages succeeded"
     fi
     lines=$(wc -l <"$log")
     if [ "$lines" -ne 1 ] || ! grep -qF "$want" "$log"; then
         cat "$log" >&2
-        die "'make $goal' as a user printed $lines lines, not the one line: $want"
+        die "'$cmd' as a user printed $lines lines, not the one line: $want"
     fi
-    say "user: 'make $goal' stops with: $(cat "$log")"
+    say "user: '$cmd' stops with: $(cat "$log")"
 done
 [ ! -e "$USER_ROOT/scratch/fldispatch/build" ] || die "'make' as a user built something before it stopped"
 user_s=$(elapsed "$t")
