@@ -307,17 +307,18 @@ install: all
 	    fldispatch.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/fldispatch.pc
 
 uninstall:
-	rm -f $(DESTDIR)$(LIBDIR)/libfldispatch.so $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(SOMAJOR) \
+	@echo '  UNINSTALL $(DESTDIR)$(PREFIX)'
+	$(Q)rm -f $(DESTDIR)$(LIBDIR)/libfldispatch.so $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(SOMAJOR) \
 	  $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfldispatch.a \
 	  $(DESTDIR)$(BINDIR)/fldispatch $(DESTDIR)$(PKGCONFIGDIR)/fldispatch.pc
-	rm -f $(PLUGIN_ALL:%=$(DESTDIR)$(PLUGINDIR)/fld-%.so) \
+	$(Q)rm -f $(PLUGIN_ALL:%=$(DESTDIR)$(PLUGINDIR)/fld-%.so) \
 	  $(addprefix $(DESTDIR)$(PLUGINDIR)/,$(notdir $(foreach p,$(PLUGIN_ALL),$(PLUGIN_EXTRA_$(p)))))
-	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/fldispatch/,$(notdir $(wildcard include/fldispatch/*.h)))
-	rm -f $(addprefix $(DESTDIR)$(CONFIGDIR)/,$(notdir $(wildcard config/*.yaml)))
-	rm -rf $(PLUGIN_EXAMPLES:%=$(DESTDIR)$(EXAMPLEDIR)/%)
-	-rmdir $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(LIBDIR)/fldispatch $(DESTDIR)$(CONFIGDIR) \
+	$(Q)rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/fldispatch/,$(notdir $(wildcard include/fldispatch/*.h)))
+	$(Q)rm -f $(addprefix $(DESTDIR)$(CONFIGDIR)/,$(notdir $(wildcard config/*.yaml)))
+	$(Q)rm -rf $(PLUGIN_EXAMPLES:%=$(DESTDIR)$(EXAMPLEDIR)/%)
+	$(Q)rmdir $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(LIBDIR)/fldispatch $(DESTDIR)$(CONFIGDIR) \
 	  $(DESTDIR)$(DATADIR)/fldispatch $(DESTDIR)$(INCLUDEDIR)/fldispatch \
-	  $(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(DATADIR)/doc/fldispatch 2>/dev/null
+	  $(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(DATADIR)/doc/fldispatch 2>/dev/null || true
 
 clean:
 	rm -rf $(B)
