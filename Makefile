@@ -13,7 +13,8 @@
 #   make fuzz, fuzz-smoke, fuzz-run   the libFuzzer targets (tests/fuzz/fuzz.mk)
 #   make check-fresh     as root: the README's two commands in a minimal Debian
 #                        bookworm root built by debootstrap (.ci/check-fresh.sh;
-#                        about 13 min with the root cached, 16 min without)
+#                        5 min on 2 cores with the root cached, up to 9 under
+#                        load; building the root adds 1.5 min)
 #   make deps [SETS="build test"]     check (as root: install) Debian package sets
 #
 # Output is one short line per step (CC core/api.c); V=1 prints the commands.
@@ -277,6 +278,8 @@ run: all
 # debootstrap, and runs there `make run` and `make check` as root on a clean
 # `git archive HEAD`, then `make` as an unprivileged user in a second pristine
 # copy, which must stop with one apt-get line. .ci/check-fresh.sh says more.
+# Cost on 2 cores: 5 min with the root cached (9 under heavy load), 1.5 min
+# more when debootstrap builds the root (first run, or every 30 days).
 check-fresh:
 	@sh .ci/check-fresh.sh
 

@@ -77,6 +77,7 @@ flock -n 9 || { say "another check-fresh holds $CACHE/fresh.lock; waiting"; floc
 # it in place, and says so, if a mount would not go.
 cleanup() {
     [ -n "$WORK" ] && [ -d "$WORK" ] || return 0
+    tc=$(date +%s)
     for m in $(awk -v w="$WORK/" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r); do
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
     done
@@ -85,6 +86,7 @@ cleanup() {
         return 0
     fi
     rm -rf "$WORK"
+    say "work copies removed in $(elapsed "$tc") s; $(elapsed "$started") s in all"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
