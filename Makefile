@@ -12,6 +12,14 @@
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
 #   make check-gpu       what needs a real NVIDIA GPU (tests/gpu_real/check_gpu.py, PyTorch);
 #                        says "skipped: no CUDA device (...)" and succeeds where there is none
+#   make fuzz, fuzz-smoke, fuzz-run   the libFuzzer targets (tests/fuzz/fuzz.mk)
+#   make check-fresh     as root: the README's two commands in a minimal Debian
+#                        bookworm root built by debootstrap (.ci/check-fresh.sh;
+#                        5 min on 2 cores with the root cached, up to 9 under
+#                        load; building the root adds 1.5 min)
+#   make deps [SETS="build test"]     check (as root: install) Debian package sets
+#
+# Output is one short line per step (CC core/api.c); V=1 prints the commands.
 #
 # Each plugins/<name>/ directory with C sources becomes build/lib/fldispatch/
 # plugins/fld-<name>.so, so a new backend needs no change here.
@@ -23,6 +31,7 @@ INCLUDEDIR ?= $(PREFIX)/include
 DATADIR    ?= $(PREFIX)/share
 PLUGINDIR   = $(LIBDIR)/fldispatch/plugins
 CONFIGDIR   = $(DATADIR)/fldispatch/config
+EXAMPLEDIR  = $(DATADIR)/doc/fldispatch/examples
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
 CC       ?= cc
@@ -33,6 +42,36 @@ VERSION  := 0.1.0
 SOMAJOR  := 0
 
 .DEFAULT_GOAL := all
+
+# The Debian packages the goals need, by set (.ci/deps.sh lists them): make
+# and make run the build set, make check the test set too, and so on. As root
+# the missing ones are installed; otherwise make stops with the one apt-get
+# line to run. Checked before anything below runs a compiler. DEPS_CHECK=no
+# skips it (a build against libraries that are not Debian packages).
+fld_sets_of = $(strip \
+  $(if $(filter clean format uninstall deps,$(1)),, \
+  $(if $(filter check tests,$(1)),build test, \
+  $(if $(filter check-valgrind,$(1)),build test valgrind, \
+  $(if $(filter fuzz fuzz-smoke fuzz-run,$(1)),build fuzz, \
+  $(if $(filter check-fresh,$(1)),fresh,build))))))
+FLD_DEP_SETS := $(sort $(foreach g,$(or $(MAKECMDGOALS),$(.DEFAULT_GOAL)),$(call fld_sets_of,$(g))))
+ifneq ($(DEPS_CHECK),no)
+ifneq ($(FLD_DEP_SETS),)
+FLD_DEPS_MSG := $(shell sh .ci/deps.sh --make $(FLD_DEP_SETS))
+ifneq ($(.SHELLSTATUS),0)
+$(error $(FLD_DEPS_MSG))
+endif
+endif
+endif
+
+# Quiet output, one line per step; V=1 shows the full command lines.
+ifeq ($(V),1)
+Q :=
+fld_say :=
+else
+Q := @
+fld_say = printf '  %-7s %s\n' '$(1)' '$(2)';
+endif
 
 # A sanitizer build gets its own tree, so it never mixes with the plain one.
 fld_comma := ,
@@ -81,10 +120,15 @@ PLUGIN_ALL   := $(patsubst plugins/%/,%,$(PLUGIN_DIRS))
 #   PLUGIN_OBJS_<name>    more objects to link in (the .mk gives their rules)
 #   PLUGIN_EXTRA_<name>   more files built into the plugin directory and installed there
 #   PLUGIN_SKIP_<name>    a reason not to build it here (a missing toolchain); make says it
+#   PLUGIN_EXAMPLE_<name> non-empty: an example, built into the build tree (tests load
+#                         it) but not installed as a plugin; make install puts its
+#                         sources under $(EXAMPLEDIR)/<name>/ instead
 -include $(wildcard plugins/*/plugin.mk)
 PLUGIN_NAMES := $(foreach p,$(PLUGIN_ALL),$(if $(PLUGIN_SKIP_$(p)),,$(p)))
 PLUGIN_SO    := $(PLUGIN_NAMES:%=$(PLUGOUT)/fld-%.so)
 PLUGIN_EXTRA := $(foreach p,$(PLUGIN_NAMES),$(PLUGIN_EXTRA_$(p)))
+PLUGIN_EXAMPLES := $(foreach p,$(PLUGIN_ALL),$(if $(PLUGIN_EXAMPLE_$(p)),$(p)))
+PLUGIN_INSTALLED := $(filter-out $(PLUGIN_EXAMPLES),$(PLUGIN_NAMES))
 ifeq ($(filter clean format deps uninstall,$(MAKECMDGOALS)),)
 $(foreach p,$(PLUGIN_ALL),$(if $(PLUGIN_SKIP_$(p)),$(info fldispatch: not building plugin '$(p)': $(PLUGIN_SKIP_$(p)))))
 endif
@@ -109,7 +153,8 @@ CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 CONFIG_SRC := $(sort $(wildcard config/*.yaml))
 CONFIG_OUT := $(CONFIG_SRC:config/%=$(B)/share/fldispatch/config/%)
 
-.PHONY: all lib plugins tool configs tests check check-valgrind check-gpu run install uninstall clean format deps
+.PHONY: all lib plugins tool configs tests check check-valgrind check-fresh check-gpu run install uninstall \
+  clean format deps FORCE
 all: lib plugins tool configs
 
 lib: $(LIB_SO) $(LIB_A)
@@ -120,74 +165,93 @@ tool: $(TOOL)
 configs: $(CONFIG_OUT)
 $(B)/share/fldispatch/config/%.yaml: config/%.yaml
 	@mkdir -p $(@D)
-	cp $< $@
+	@cp $< $@
 tests: $(TEST_BIN) $(FIXTURE_SO) $(TEST_EXTRA)
 
-# Paths compiled into the library; rewritten only when they change.
+# Paths compiled into the library (the install directories, and the name
+# plugins link the library by). A phony prerequisite runs this recipe on
+# every make, but the file is rewritten only when its content changes, so
+# `make install PREFIX=X` after a plain `make` recompiles the files that
+# include it, and an unchanged PREFIX rebuilds nothing. (FORCE must be
+# phony: under .SECONDARY an absent FORCE file was never remade.)
 $(B)/gen/fld_paths.h: FORCE
 	@mkdir -p $(@D)
-	@printf '#define FLD_INSTALL_PLUGIN_DIR "%s"\n#define FLD_INSTALL_CONFIG_DIR "%s"\n#define FLD_INSTALL_BIN_DIR "%s"\n' \
-	  '$(PLUGINDIR)' '$(CONFIGDIR)' '$(BINDIR)' > $@.tmp.$$$$; \
+	@printf '#define FLD_INSTALL_PLUGIN_DIR "%s"\n#define FLD_INSTALL_CONFIG_DIR "%s"\n#define FLD_INSTALL_BIN_DIR "%s"\n#define FLD_SONAME "%s"\n' \
+	  '$(PLUGINDIR)' '$(CONFIGDIR)' '$(BINDIR)' 'libfldispatch.so.$(SOMAJOR)' > $@.tmp.$$$$; \
 	  if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv -f $@.tmp.$$$$ $@; fi
 FORCE:
 
 # Keep intermediate objects (tests, fixtures) so a second make rebuilds nothing.
 .SECONDARY:
 
-$(OBJ)/core/%.o: core/%.c $(B)/gen/fld_paths.h
+# fld_paths.h is order-only here: it must exist before the first compile, and
+# the dependency files (-MMD) name it for the sources that include it.
+$(OBJ)/core/%.o: core/%.c | $(B)/gen/fld_paths.h
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) $(DEP_CFLAGS) -fPIC -fvisibility=hidden -DFLD_BUILDING_LIBRARY -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) $(DEP_CFLAGS) -fPIC -fvisibility=hidden -DFLD_BUILDING_LIBRARY -c $< -o $@
 
 $(LIB_SO_REAL): $(CORE_OBJ)
 	@mkdir -p $(@D)
-	$(CC) -shared -Wl,-soname,libfldispatch.so.$(SOMAJOR) -Wl,--no-undefined $(ALLLDFLAGS) \
-	  -o $@ $(CORE_OBJ) $(LIB_LIBS)
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared -Wl,-soname,libfldispatch.so.$(SOMAJOR) -Wl,--no-undefined \
+	  $(ALLLDFLAGS) -o $@ $(CORE_OBJ) $(LIB_LIBS)
 $(LIB_SO_MAJ): $(LIB_SO_REAL)
-	ln -sf $(notdir $<) $@
+	$(Q)ln -sf $(notdir $<) $@
 $(LIB_SO): $(LIB_SO_MAJ)
-	ln -sf $(notdir $<) $@
+	$(Q)ln -sf $(notdir $<) $@
 $(LIB_A): $(CORE_OBJ)
 	@mkdir -p $(@D)
-	rm -f $@ && $(AR) rcs $@ $(CORE_OBJ)
+	$(Q)$(call fld_say,AR,$@)rm -f $@ && $(AR) rcs $@ $(CORE_OBJ)
 
+# A plugin finds the library it links against in $ORIGIN/../.. (the plugin
+# directory is <libdir>/fldispatch/plugins), so an installed plugin loads into
+# a program that carries libfldispatch.a too (see docs/install.md).
 define plugin_rules
 $(PLUGOUT)/fld-$(1).so: $(patsubst %.c,$(OBJ)/%.o,$(wildcard plugins/$(1)/*.c)) $(PLUGIN_OBJS_$(1)) $(LIB_SO)
 	@mkdir -p $$(@D)
-	$$(CC) -shared -Wl,--no-undefined $$(ALLLDFLAGS) -o $$@ \
-	  $$(filter %.o,$$^) -L$(LIBOUT) -lfldispatch $$(PLUGIN_LIBS_$(1)) -lm -pthread
+	$$(Q)$$(call fld_say,LD,$$@)$$(CC) -shared -Wl,--no-undefined $$(ALLLDFLAGS) -o $$@ \
+	  $$(filter %.o,$$^) -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$$$$ORIGIN/../..' \
+	  $$(PLUGIN_LIBS_$(1)) -lm -pthread
 endef
 $(foreach p,$(PLUGIN_NAMES),$(eval $(call plugin_rules,$(p))))
 
 $(OBJ)/plugins/%.o: plugins/%.c
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DFLD_IN_TREE $(PLUGIN_CFLAGS_$(firstword $(subst /, ,$*))) -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DFLD_IN_TREE \
+	  $(PLUGIN_CFLAGS_$(firstword $(subst /, ,$*))) -c $< -o $@
 
 # The command-line tool.
 $(OBJ)/tools/%.o: tools/%.c
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -c $< -o $@
 $(TOOL): $(TOOL_OBJ) $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CC) $(ALLLDFLAGS) -o $@ $(TOOL_OBJ) -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
+	$(Q)$(call fld_say,LD,$@)$(CC) $(ALLLDFLAGS) -o $@ $(TOOL_OBJ) -L$(LIBOUT) -lfldispatch \
+	  -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
 # Tests: one Check program per tests/test_<module>.c, fixture plugins from tests/plugins/.
+# A test program carries DT_RPATH (not RUNPATH), which the loader searches
+# before LD_LIBRARY_PATH: it loads the build tree's library even where
+# LD_LIBRARY_PATH names an installed one.
+TEST_RPATH = -Wl,--disable-new-dtags -Wl,-rpath,'$(abspath $(LIBOUT))'
 $(OBJ)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) $(CHECK_CFLAGS) -Itests -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) $(CHECK_CFLAGS) -Itests -c $< -o $@
 $(TESTOUT)/test_%: $(OBJ)/tests/test_%.o $(TEST_UTIL_OBJ) $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CC) $(ALLLDFLAGS) -o $@ $< $(TEST_UTIL_OBJ) -L$(LIBOUT) -lfldispatch \
-	  -Wl,-rpath,'$(abspath $(LIBOUT))' $(CHECK_LIBS) -lm -pthread
+	$(Q)$(call fld_say,LD,$@)$(CC) $(ALLLDFLAGS) -o $@ $< $(TEST_UTIL_OBJ) -L$(LIBOUT) -lfldispatch \
+	  $(TEST_RPATH) $(CHECK_LIBS) -lm -pthread
 $(OBJ)/tests/plugins/%.o: tests/plugins/%.c
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -c $< -o $@
 $(TESTOUT)/plugins/fld-%.so: $(OBJ)/tests/plugins/%.o $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CC) -shared $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
 
-# TESTS="test_a test_b" runs those programs only.
+# TESTS="test_a test_b" runs those programs only. Each program's output goes
+# to $(B)/tests/logs/<program>.log; tests/run.sh prints a program's summary
+# line, and its whole log only when it failed.
 CHECK_BIN = $(if $(TESTS),$(filter $(addprefix $(TESTOUT)/,$(TESTS)),$(TEST_BIN)),$(TEST_BIN))
-check: deps all tests
+check: all tests
 	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' FLD_SANITIZE='$(SANITIZE)' \
 	  sh tests/run.sh $(CHECK_BIN)
 
@@ -199,7 +263,7 @@ VALGRIND_FLAGS ?= --quiet --error-exitcode=97 --trace-children=yes --leak-check=
   --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=no --fair-sched=yes \
   --suppressions=$(CURDIR)/tests/valgrind.supp
 # Check's per-test timeouts are scaled (valgrind runs code 20-50 times slower).
-check-valgrind: deps all tests
+check-valgrind: all tests
 	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' CK_TIMEOUT_MULTIPLIER=$${CK_TIMEOUT_MULTIPLIER:-10} \
 	  FLD_TEST_WRAPPER='$(VALGRIND) $(VALGRIND_FLAGS)' sh tests/run.sh $(CHECK_BIN)
 
@@ -210,7 +274,7 @@ check-gpu: all
 	@$(PYTHON) tests/gpu_real/check_gpu.py --lib '$(abspath $(LIB_SO))' --tool '$(abspath $(TOOL))' \
 	  $(CHECK_GPU_FLAGS)
 
-run: deps all
+run: all
 	@echo "== fldispatch config"; $(TOOL) config
 	@echo; echo "== fldispatch list"; $(TOOL) list
 	@echo; echo "== winner of every op (cpu, f32)"
@@ -218,35 +282,55 @@ run: deps all
 	           gemma_rms_norm rotary_embedding attention_backend; do \
 	  printf '%-20s ' $$op; $(TOOL) resolve $$op | head -n 1; done
 
-# Installs the Debian packages the build needs when run as root, or says which.
-deps:
-	@sh .ci/deps.sh
+# The README's promise on a machine that has nothing else (needs root):
+# builds (and caches outside the clone) a minimal Debian bookworm root with
+# debootstrap, and runs there `make run` and `make check` as root on a clean
+# `git archive HEAD`, then `make` as an unprivileged user in a second pristine
+# copy, which must stop with one apt-get line. .ci/check-fresh.sh says more.
+# Cost on 2 cores: 5 min with the root cached (9 under heavy load), 1.5 min
+# more when debootstrap builds the root (first run, or every 30 days).
+check-fresh:
+	@sh .ci/check-fresh.sh
 
+# Checks (as root: installs) package sets by name: make deps SETS="build test rocm".
+deps:
+	@sh .ci/deps.sh $(or $(SETS),build test)
+
+# The example plugins are not installed into $(PLUGINDIR): their sources go
+# under $(EXAMPLEDIR)/<name>/.
 install: all
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(BINDIR) \
+	@echo '  INSTALL $(DESTDIR)$(PREFIX)'
+	$(Q)install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(BINDIR) \
 	  $(DESTDIR)$(INCLUDEDIR)/fldispatch $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(CONFIGDIR)
-	install -m 0755 $(LIB_SO_REAL) $(DESTDIR)$(LIBDIR)/
-	ln -sf libfldispatch.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(SOMAJOR)
-	ln -sf libfldispatch.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libfldispatch.so
-	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
-	install -m 0755 $(PLUGIN_SO) $(PLUGIN_EXTRA) $(DESTDIR)$(PLUGINDIR)/
-	install -m 0755 $(TOOL) $(DESTDIR)$(BINDIR)/
-	install -m 0644 include/fldispatch/*.h $(DESTDIR)$(INCLUDEDIR)/fldispatch/
-	for f in $(wildcard config/*.yaml); do install -m 0644 $$f $(DESTDIR)$(CONFIGDIR)/; done
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	$(Q)install -m 0755 $(LIB_SO_REAL) $(DESTDIR)$(LIBDIR)/
+	$(Q)ln -sf libfldispatch.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(SOMAJOR)
+	$(Q)ln -sf libfldispatch.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libfldispatch.so
+	$(Q)install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	$(Q)install -m 0755 $(PLUGIN_INSTALLED:%=$(PLUGOUT)/fld-%.so) $(PLUGIN_EXTRA) $(DESTDIR)$(PLUGINDIR)/
+	$(Q)install -m 0755 $(TOOL) $(DESTDIR)$(BINDIR)/
+	$(Q)install -m 0644 include/fldispatch/*.h $(DESTDIR)$(INCLUDEDIR)/fldispatch/
+	$(Q)for f in $(wildcard config/*.yaml); do install -m 0644 $$f $(DESTDIR)$(CONFIGDIR)/; done
+	$(Q)for p in $(PLUGIN_EXAMPLES); do \
+	  install -d $(DESTDIR)$(EXAMPLEDIR)/$$p && \
+	  install -m 0644 $$(ls plugins/$$p/*.c plugins/$$p/*.h plugins/$$p/*.md 2>/dev/null) \
+	    $(DESTDIR)$(EXAMPLEDIR)/$$p/ || exit 1; done
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 	    -e 's|@VERSION@|$(VERSION)|' -e 's|@PLUGINDIR@|$(PLUGINDIR)|' \
 	    fldispatch.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/fldispatch.pc
 
 uninstall:
-	rm -f $(DESTDIR)$(LIBDIR)/libfldispatch.so $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(SOMAJOR) \
+	@echo '  UNINSTALL $(DESTDIR)$(PREFIX)'
+	$(Q)rm -f $(DESTDIR)$(LIBDIR)/libfldispatch.so $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(SOMAJOR) \
 	  $(DESTDIR)$(LIBDIR)/libfldispatch.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfldispatch.a \
 	  $(DESTDIR)$(BINDIR)/fldispatch $(DESTDIR)$(PKGCONFIGDIR)/fldispatch.pc
-	rm -f $(PLUGIN_ALL:%=$(DESTDIR)$(PLUGINDIR)/fld-%.so) \
+	$(Q)rm -f $(PLUGIN_ALL:%=$(DESTDIR)$(PLUGINDIR)/fld-%.so) \
 	  $(addprefix $(DESTDIR)$(PLUGINDIR)/,$(notdir $(foreach p,$(PLUGIN_ALL),$(PLUGIN_EXTRA_$(p)))))
-	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/fldispatch/,$(notdir $(wildcard include/fldispatch/*.h)))
-	rm -f $(addprefix $(DESTDIR)$(CONFIGDIR)/,$(notdir $(wildcard config/*.yaml)))
-	-rmdir $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(LIBDIR)/fldispatch $(DESTDIR)$(CONFIGDIR) \
-	  $(DESTDIR)$(DATADIR)/fldispatch $(DESTDIR)$(INCLUDEDIR)/fldispatch 2>/dev/null
+	$(Q)rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/fldispatch/,$(notdir $(wildcard include/fldispatch/*.h)))
+	$(Q)rm -f $(addprefix $(DESTDIR)$(CONFIGDIR)/,$(notdir $(wildcard config/*.yaml)))
+	$(Q)rm -rf $(PLUGIN_EXAMPLES:%=$(DESTDIR)$(EXAMPLEDIR)/%)
+	$(Q)rmdir $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(LIBDIR)/fldispatch $(DESTDIR)$(CONFIGDIR) \
+	  $(DESTDIR)$(DATADIR)/fldispatch $(DESTDIR)$(INCLUDEDIR)/fldispatch \
+	  $(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(DATADIR)/doc/fldispatch 2>/dev/null || true
 
 clean:
 	rm -rf $(B)

@@ -1,26 +1,83 @@
 #!/bin/sh
-# Makes sure the Debian packages the build needs are present. As root it
-# installs the missing ones; otherwise it prints the exact apt-get line.
-# The library, tools and tests; then the ROCm toolchain, with which the rocm
-# plugin is built (the cuda plugin's nvcc is NVIDIA's, not Debian's: it is
-# used when found in /usr/local/cuda or PATH, and skipped otherwise).
-PKGS="build-essential pkg-config libyaml-dev check python3-jsonschema libhwloc-dev libdlpack-dev"
-PKGS="$PKGS hipcc libamdhip64-dev"
-# Checking tools: valgrind (make check-valgrind), clang with its libFuzzer
-# and sanitizer runtimes (make fuzz, make fuzz-smoke).
-PKGS="$PKGS valgrind clang libclang-rt-14-dev"
+# The Debian packages fldispatch needs, in sets by purpose. Each make goal
+# asks for its sets only (see the Makefile): as root the missing packages are
+# installed; otherwise one line names the apt-get command to run.
+#
+#   build     make, make run, make install: the compiler, pkg-config, libyaml,
+#             hwloc and dlpack headers
+#   test      make check: the Check framework, and python3-jsonschema for
+#             the JSON-schema tests
+#   rocm      the rocm plugin (Debian's hipcc); without it make builds the
+#             rest and says in one line that the plugin is skipped
+#   fuzz      make fuzz, fuzz-smoke, fuzz-run: clang with libFuzzer
+#   valgrind  make check-valgrind
+#   fresh     make check-fresh: debootstrap
+#   all       every set (what .ci/run installs)
+#
+# Usage: sh .ci/deps.sh [--make] SET...    check (and as root install) SETs
+#        sh .ci/deps.sh --list SET...      print the packages of SETs
+# --make: the message for a missing package goes to stdout, for make to stop
+# with it.
+# The cuda plugin's nvcc is NVIDIA's, not Debian's: it is used when found in
+# /usr/local/cuda or PATH, and skipped otherwise (no set installs it).
+
+set_packages() {
+    case $1 in
+    build) echo "build-essential pkg-config libyaml-dev libhwloc-dev libdlpack-dev" ;;
+    test) echo "check python3-jsonschema" ;;
+    rocm) echo "hipcc libamdhip64-dev" ;;
+    fuzz) echo "clang libclang-rt-14-dev" ;;
+    valgrind) echo "valgrind" ;;
+    fresh) echo "debootstrap" ;;
+    all) for s in build test rocm fuzz valgrind fresh; do set_packages $s; done ;;
+    *) return 1 ;;
+    esac
+}
+
+mode=check
+case ${1:-} in
+--make) mode=make; shift ;;
+--list) mode=list; shift ;;
+esac
+[ $# -gt 0 ] || set -- build test
+
+pkgs=""
+for s in "$@"; do
+    p=$(set_packages "$s") || {
+        echo "fldispatch: deps.sh: unknown package set '$s' (build, test, rocm, fuzz, valgrind, fresh, all)" >&2
+        exit 2
+    }
+    for q in $p; do
+        case " $pkgs " in *" $q "*) ;; *) pkgs="${pkgs:+$pkgs }$q" ;; esac
+    done
+done
+if [ $mode = list ]; then
+    echo "$pkgs"
+    exit 0
+fi
+
+# Not Debian (no dpkg-query): nothing to check; the compiler will say what is missing.
+command -v dpkg-query >/dev/null 2>&1 || exit 0
+
+# One dpkg-query for all: it prints a line for each package it knows.
+installed=$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' $pkgs 2>/dev/null |
+    awk '$2 ~ /^ii/ { print $1 }')
 missing=""
-for p in $PKGS; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+for p in $pkgs; do
+    printf '%s\n' "$installed" | grep -qx "$p" || missing="${missing:+$missing }$p"
 done
 [ -z "$missing" ] && exit 0
+
 if [ "$(id -u)" = 0 ]; then
-    echo "fldispatch: installing Debian packages:$missing"
+    echo "fldispatch: installing Debian packages ($*): $missing" >&2
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing >/dev/null || {
-        echo "fldispatch: apt-get install failed for:$missing" >&2; exit 1; }
-else
-    echo "fldispatch: missing Debian packages. Run:" >&2
-    echo "  sudo apt-get install$missing" >&2
-    exit 1
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing >/dev/null; }; then
+        line="fldispatch: apt-get install failed for: $missing"
+        if [ $mode = make ]; then echo "$line"; else echo "$line" >&2; fi
+        exit 1
+    fi
+    exit 0
 fi
+line="fldispatch: missing Debian packages ($*): run 'sudo apt-get install $missing' (as root, make installs them)"
+if [ $mode = make ]; then echo "$line"; else echo "$line" >&2; fi
+exit 1

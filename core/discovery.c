@@ -10,7 +10,10 @@
  *
  * The working directory is never searched: relative entries in
  * VLLM_FL_PLUGIN_DIR are ignored, and the default directories are derived
- * from the library's own location and the install prefix.
+ * from the library's own location and the install prefix. A copy of
+ * libfldispatch.a has no location of its own: it searches the installed
+ * plugin directory only, and maps a plugin only where the plugin's calls
+ * into the library reach that copy (linkage.h).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -31,6 +34,7 @@
 #include "error.h"
 #include "inflight.h"
 #include "host.h"
+#include "linkage.h"
 #include "log.h"
 #include "probe.h"
 #include "reclaim.h"
@@ -90,6 +94,10 @@ static void library_plugin_dir(char *out, size_t size)
 {
     Dl_info info;
     out[0] = '\0';
+    /* A static copy's object is the program (or another library), whose
+     * directory holds no plugins of ours. */
+    if (!fld__linkage_shared())
+        return;
     if (!dladdr((void *)fld__discover_plugins, &info) || !info.dli_fname)
         return;
     char real[PATH_MAX];
@@ -397,6 +405,11 @@ int fld__load_plugin_file(const char *path, bool explicit_request)
     }
     p->st_dev = st.st_dev;
     p->st_ino = st.st_ino;
+    /* A plugin whose calls would reach another copy of the library (this
+     * one is libfldispatch.a in a program that does not export it) is not
+     * mapped: it would register into, log to and fail through that copy. */
+    if (!fld__linkage_plugins_reach_here(why, sizeof why))
+        return reject_plugin(p, FLD_PLUGIN_SKIPPED, why);
     /* With VLLM_FL_PLUGIN_PROBE, a plugin that crashed, hung or exited when
      * loaded in a child process is never mapped into this one. */
     if (!fld__probe_gate(key, &st, why, sizeof why))
@@ -537,6 +550,18 @@ void fld__discover_plugins(void)
 {
     compute_search_path(&search);
     publish_search_path();
+    /* A static copy has only the compiled-in directory: say when it is gone. */
+    struct stat dir;
+    if (!path_variable("VLLM_FL_PLUGIN_DIR") && !fld__linkage_shared() &&
+        (stat(FLD_INSTALL_PLUGIN_DIR, &dir) != 0 || !S_ISDIR(dir.st_mode))) {
+        char here[PATH_MAX];
+        fld__linkage_object(here, sizeof here);
+        fld__log(FLD_LOG_WARNING,
+                 "the plugin directory " FLD_INSTALL_PLUGIN_DIR
+                 " (compiled into libfldispatch.a, linked into %s) does not exist: no plugins "
+                 "are found there; install fldispatch there or set VLLM_FL_PLUGIN_DIR",
+                 here[0] ? here : "the program");
+    }
     fld__probe_session_begin();
     for (size_t i = 0; i < search.n; i++)
         scan_directory(search.dirs[i]);

@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fld_paths.h"
+
 #include "error.h"
 #include "escape.h"
 #include "log.h"
@@ -805,7 +807,7 @@ static bool secure_executable(const char *path)
 /*
  * The helper is the fldispatch tool of this library's installation:
  * <libdir>/../bin/fldispatch (the build tree and PREFIX installs), or the
- * compiled-in BINDIR when the build provides one.
+ * compiled-in BINDIR.
  */
 static bool find_helper(char *out, size_t size)
 {
@@ -820,15 +822,11 @@ static bool find_helper(char *out, size_t size)
             return true;
         }
     }
-#ifdef FLD_INSTALL_BIN_DIR
-    {
-        char resolved[PATH_MAX];
-        if (realpath(FLD_INSTALL_BIN_DIR "/fldispatch", resolved) && secure_executable(resolved)) {
-            snprintf(out, size, "%s", resolved);
-            return true;
-        }
+    char resolved[PATH_MAX];
+    if (realpath(FLD_INSTALL_BIN_DIR "/fldispatch", resolved) && secure_executable(resolved)) {
+        snprintf(out, size, "%s", resolved);
+        return true;
     }
-#endif
     return false;
 }
 

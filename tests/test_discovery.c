@@ -23,6 +23,7 @@
 
 #include <fldispatch/plugin.h>
 
+#include "util/build.h"
 #include "util/files.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
@@ -1077,35 +1078,6 @@ END_TEST
 /* make install, pkg-config and an out-of-tree build                        */
 /* ------------------------------------------------------------------------ */
 
-/* Reads one #define of $FLD_BUILDDIR/gen/fld_paths.h, with a suffix removed. */
-static bool configured_dir(const char *macro, const char *suffix, char *out, size_t size)
-{
-    char file[PATH_MAX], line[PATH_MAX + 128], prefix[128];
-    snprintf(file, sizeof file, "%s/gen/fld_paths.h", tt_build_dir());
-    FILE *f = fopen(file, "r");
-    if (f == NULL)
-        return false;
-    bool ok = false;
-    snprintf(prefix, sizeof prefix, "#define %s \"", macro);
-    while (!ok && fgets(line, sizeof line, f) != NULL) {
-        if (strncmp(line, prefix, strlen(prefix)) != 0)
-            continue;
-        char *value = line + strlen(prefix);
-        char *end = strchr(value, '"');
-        if (end == NULL)
-            break;
-        *end = '\0';
-        size_t n = strlen(value), ns = strlen(suffix);
-        if (n > ns && strcmp(value + n - ns, suffix) == 0) {
-            value[n - ns] = '\0';
-            snprintf(out, size, "%s", value);
-            ok = true;
-        }
-    }
-    fclose(f);
-    return ok;
-}
-
 static void run_command(const char *cmd, const char *log)
 {
     int st = system(cmd);
@@ -1135,28 +1107,19 @@ static void expect_file(const char *root, const char *rel)
 START_TEST(test_install_pkg_config_oot)
 {
     const char *src = src_dir();
-    const char *build = tt_build_dir();
     const char *tmp = tt_make_tmpdir("disc");
-    ck_assert_msg(strchr(src, '\'') == NULL && strchr(build, '\'') == NULL,
-                  "paths with quotes are not supported");
 
-    /* Install with the library and data directories the build was configured
-     * with: a different one would change the compiled-in paths and rebuild
-     * the library under the running tests. */
-    char libdir[PATH_MAX] = "/usr/lib", datadir[PATH_MAX] = "/usr/share";
-    char extra[2 * PATH_MAX + 32] = "";
-    if (configured_dir("FLD_INSTALL_PLUGIN_DIR", "/fldispatch/plugins", libdir, sizeof libdir) &&
-        configured_dir("FLD_INSTALL_CONFIG_DIR", "/fldispatch/config", datadir, sizeof datadir))
-        snprintf(extra, sizeof extra, "LIBDIR='%s' DATADIR='%s'", libdir, datadir);
-    else
-        snprintf(libdir, sizeof libdir, "/usr/lib");
+    /* Install with the directories the build was configured with: others
+     * would change the compiled-in paths and rebuild the library under the
+     * running tests. */
+    char libdir[PATH_MAX], datadir[PATH_MAX], bindir[PATH_MAX], extra[4 * PATH_MAX];
+    tt_configured_dirs(libdir, datadir, bindir);
+    tt_install_dir_args(extra, sizeof extra);
 
     char cmd[8 * PATH_MAX], log[PATH_MAX];
     snprintf(log, sizeof log, "%s/install.log", tmp);
-    snprintf(cmd, sizeof cmd,
-             "env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make -C '%s' B='%s' install "
-             "DESTDIR='%s' PREFIX=/usr %s >'%s' 2>&1",
-             src, build, tmp, extra, log);
+    snprintf(cmd, sizeof cmd, "%s install DESTDIR='%s' PREFIX=/usr %s >'%s' 2>&1", tt_make(), tmp,
+             extra, log);
     run_command(cmd, log);
 
     char rel[PATH_MAX + 64];
@@ -1168,7 +1131,8 @@ START_TEST(test_install_pkg_config_oot)
     expect_file(tmp, rel);
     expect_file(tmp, "/usr/include/fldispatch/fldispatch.h");
     expect_file(tmp, "/usr/include/fldispatch/plugin.h");
-    expect_file(tmp, "/usr/bin/fldispatch");
+    snprintf(rel, sizeof rel, "%s/fldispatch", bindir);
+    expect_file(tmp, rel);
     /* The library's soname is the versioned name the symlink carries. */
     snprintf(log, sizeof log, "%s/readelf.log", tmp);
     snprintf(cmd, sizeof cmd,

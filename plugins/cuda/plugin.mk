@@ -76,5 +76,5 @@ $(FLD_CUDA_STAMP): FORCE
 $(OBJ)/plugins/cuda/cuda_kernels.o: plugins/cuda/cuda_kernels.cu $(wildcard plugins/cuda/*.cuh) \
     plugins/cuda/gpu_api.h $(FLD_CUDA_STAMP)
 	@mkdir -p $(@D)
-	$(FLD_NVCC) $(FLD_NVCC_FLAGS) -c $< -o $@
+	$(Q)$(call fld_say,NVCC,$<)$(FLD_NVCC) $(FLD_NVCC_FLAGS) -c $< -o $@
 endif

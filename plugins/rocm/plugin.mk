@@ -65,16 +65,16 @@ $(FLD_ROCM_STAMP): FORCE $(if $(FLD_ROCM_AUTO),$(FLD_ROCM_PROBE))
 
 $(OBJ)/plugins/rocm/gpu_plugin.o: plugins/cuda/gpu_plugin.c
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DFLD_IN_TREE $(PLUGIN_CFLAGS_rocm) -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DFLD_IN_TREE $(PLUGIN_CFLAGS_rocm) -c $< -o $@
 
 $(OBJ)/plugins/rocm/hip_kernels.o: plugins/rocm/hip_kernels.hip $(wildcard plugins/cuda/*.cuh plugins/rocm/*.cuh) \
     plugins/cuda/gpu_api.h $(FLD_ROCM_STAMP)
 	@mkdir -p $(@D)
 	@test -n '$(strip $(ROCM_ARCHS))' || { echo "fldispatch: $(FLD_HIPCC) targets none of $(FLD_ROCM_CANDIDATES) (set ROCM_ARCHS=)" >&2; exit 1; }
-	HIP_PLATFORM=amd $(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -c $< -o $@
+	$(Q)$(call fld_say,HIPCC,$<)HIP_PLATFORM=amd $(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -c $< -o $@
 
 # No -lamdhip64: the HIP symbols bind to the runtime fld-rocm.so opened.
 $(PLUGOUT)/libfld-rocm-hip.so: $(OBJ)/plugins/rocm/hip_kernels.o
 	@mkdir -p $(@D)
-	$(CXX) -shared $(ALLLDFLAGS) -o $@ $< -lstdc++
+	$(Q)$(call fld_say,LD,$@)$(CXX) -shared $(ALLLDFLAGS) -o $@ $< -lstdc++
 endif

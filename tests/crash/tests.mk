@@ -10,8 +10,8 @@ TEST_EXTRA += $(CRASH_SO)
 
 $(OBJ)/tests/crash/%.pic.o: tests/crash/%.c
 	@mkdir -p $(@D)
-	$(CC) $(BASEFLAGS) $(CFLAGS) $(CPPFLAGS) -fPIC -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(BASEFLAGS) $(CFLAGS) $(CPPFLAGS) -fPIC -c $< -o $@
 
 $(TESTOUT)/crash/fld-%.so: $(OBJ)/tests/crash/%.pic.o $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CC) -shared $(LDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared $(LDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread

@@ -8,13 +8,13 @@ TEST_EXTRA += $(FAKE_ACL_LIBS)
 
 $(OBJ)/tests/fake_acl/%.o: tests/fake_acl/%.c
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 
 $(FAKE_ACL_DIR)/libascendcl.so: $(OBJ)/tests/fake_acl/fake_acl.o
 	@mkdir -p $(@D)
-	$(CC) -shared -Wl,-soname,libascendcl.so $(ALLLDFLAGS) -o $@ $< -lm -pthread
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared -Wl,-soname,libascendcl.so $(ALLLDFLAGS) -o $@ $< -lm -pthread
 
 $(FAKE_ACL_DIR)/libnnopbase.so $(FAKE_ACL_DIR)/libopapi.so: $(OBJ)/tests/fake_acl/stub.o \
     $(FAKE_ACL_DIR)/libascendcl.so
-	$(CC) -shared -Wl,-soname,$(@F) $(ALLLDFLAGS) -o $@ $< -L$(FAKE_ACL_DIR) -Wl,--no-as-needed -lascendcl \
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared -Wl,-soname,$(@F) $(ALLLDFLAGS) -o $@ $< -L$(FAKE_ACL_DIR) -Wl,--no-as-needed -lascendcl \
 	  -Wl,-rpath,'$$ORIGIN' -pthread

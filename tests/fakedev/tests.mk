@@ -6,8 +6,8 @@ TEST_EXTRA += $(FAKEDEV_SO)
 
 $(OBJ)/tests/fakedev/%.pic.o: tests/fakedev/%.c
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -c $< -o $@
 
 $(FAKEDEV_SO): $(OBJ)/tests/fakedev/fake_device.pic.o $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CC) -shared -Wl,--no-undefined $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared -Wl,--no-undefined $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread

@@ -45,11 +45,11 @@ fuzz-toolcheck:
 
 $(FUZZ_OBJ)/core/%.o: core/%.c $(B)/gen/fld_paths.h | fuzz-toolcheck
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEP_CFLAGS) -fvisibility=hidden -DFLD_BUILDING_LIBRARY -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEP_CFLAGS) -fvisibility=hidden -DFLD_BUILDING_LIBRARY -c $< -o $@
 
 $(FUZZ_OBJ)/plugins/cpu/%.o: plugins/cpu/%.c | fuzz-toolcheck
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fvisibility=hidden -DFLD_IN_TREE $(PLUGIN_CFLAGS_cpu) -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -fvisibility=hidden -DFLD_IN_TREE $(PLUGIN_CFLAGS_cpu) -c $< -o $@
 # The per-ISA flags of plugins/cpu/plugin.mk, for these objects.
 ifneq ($(FLD_CPU_AVX2_FLAGS),)
 $(FUZZ_OBJ)/plugins/cpu/isa_avx2.o: PLUGIN_CFLAGS_cpu += $(FLD_CPU_AVX2_FLAGS)
@@ -59,17 +59,17 @@ endif
 
 $(FUZZ_OBJ)/tests/fuzz/%.o: tests/fuzz/%.c tests/fuzz/fuzz_common.h | fuzz-toolcheck
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -Icore -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -Icore -c $< -o $@
 $(FUZZ_OBJ)/tests/fuzz/fuzz_tensors_cpu.o: tests/fuzz/fuzz_tensors.c tests/fuzz/fuzz_common.h | fuzz-toolcheck
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -Icore -DFUZZ_CPU_PLUGIN -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -Icore -DFUZZ_CPU_PLUGIN -c $< -o $@
 
 FUZZ_LINK = $(FUZZ_CC) -fsanitize=fuzzer,$(FUZZ_SANITIZE) -fno-sanitize-recover=all -o $@ \
   $(filter %.o,$^) $(DEP_LIBS) -ldl -lm -pthread
 $(FUZZ_OUT)/fuzz_tensors_cpu: $(FUZZ_OBJ)/tests/fuzz/fuzz_tensors_cpu.o $(FUZZ_CORE_OBJ) $(FUZZ_CPU_OBJ)
-	$(FUZZ_LINK)
+	$(Q)$(call fld_say,LD,$@)$(FUZZ_LINK)
 $(FUZZ_OUT)/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $(FUZZ_CORE_OBJ)
-	$(FUZZ_LINK)
+	$(Q)$(call fld_say,LD,$@)$(FUZZ_LINK)
 
 # Each input is a file argument, which libFuzzer runs once and never writes
 # back (a corpus directory argument could gain files).

@@ -15,16 +15,16 @@ GPU_EMU_CXXFLAGS = -std=c++17 -O2 -g -fPIC -pthread -Wall -Wextra -Werror -Wshad
 
 $(OBJ)/tests/gpu/%.o: tests/gpu/%.cc
 	@mkdir -p $(@D)
-	$(CXX) $(GPU_EMU_CXXFLAGS) $(CHECK_CFLAGS) -c $< -o $@
+	$(Q)$(call fld_say,CXX,$<)$(CXX) $(GPU_EMU_CXXFLAGS) $(CHECK_CFLAGS) -c $< -o $@
 
 $(GPU_EMU_LIB): $(GPU_EMU_OBJ)
 	@mkdir -p $(@D)
-	rm -f $@ && $(AR) rcs $@ $^
+	$(Q)$(call fld_say,AR,$@)rm -f $@ && $(AR) rcs $@ $^
 
 $(TESTOUT)/test_gpu_kernels: $(OBJ)/tests/gpu/test_gpu_kernels.o $(GPU_EMU_LIB) $(TEST_UTIL_OBJ) $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CXX) $(ALLLDFLAGS) -o $@ $< $(GPU_EMU_LIB) $(TEST_UTIL_OBJ) -L$(LIBOUT) -lfldispatch \
-	  -Wl,-rpath,'$(abspath $(LIBOUT))' $(CHECK_LIBS) -lstdc++ -lm -pthread
+	$(Q)$(call fld_say,LD,$@)$(CXX) $(ALLLDFLAGS) -o $@ $< $(GPU_EMU_LIB) $(TEST_UTIL_OBJ) -L$(LIBOUT) -lfldispatch \
+	  $(TEST_RPATH) $(CHECK_LIBS) -lstdc++ -lm -pthread
 
 TEST_EXTRA += $(GPU_EMU_LIB)
 TEST_BIN += $(TESTOUT)/test_gpu_kernels

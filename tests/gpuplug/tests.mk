@@ -10,13 +10,13 @@ TEST_EXTRA += $(GPUPLUG_FIXTURE)
 
 $(OBJ)/tests/gpuplug/fakecuda.o: tests/gpuplug/fakecuda.c
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 $(OBJ)/tests/gpuplug/gpu_plugin.o: plugins/cuda/gpu_plugin.c
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 $(GPUPLUG_FIXTURE): $(OBJ)/tests/gpuplug/fakecuda.o $(OBJ)/tests/gpuplug/gpu_plugin.o \
     $(TESTOUT)/gpu/libfld-gpu-emu.a $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CC) -shared -Wl,--no-undefined $(ALLLDFLAGS) -o $@ $(filter %.o %.a,$^) \
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared -Wl,--no-undefined $(ALLLDFLAGS) -o $@ $(filter %.o %.a,$^) \
 	  -L$(LIBOUT) -lfldispatch -lstdc++ -lm -pthread
 endif

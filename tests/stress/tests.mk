@@ -10,14 +10,14 @@ TEST_EXTRA += $(STRESS_FIXTURES)
 
 $(OBJ)/tests/stress/stressa.pic.o: tests/stress/stress_plugin.c tests/stress/stress_fixture.h
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DSTRESS_VARIANT_A -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DSTRESS_VARIANT_A -c $< -o $@
 $(OBJ)/tests/stress/stressb.pic.o: tests/stress/stress_plugin.c tests/stress/stress_fixture.h
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 $(OBJ)/tests/stress/slow.pic.o: tests/stress/slow_plugin.c tests/stress/stress_fixture.h
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 
 $(TESTOUT)/stress/fld-%.so: $(OBJ)/tests/stress/%.pic.o $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CC) -shared -Wl,--no-undefined $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared -Wl,--no-undefined $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
