@@ -1,12 +1,13 @@
 /*
  * libFuzzer target: the VLLM_FL_OP_CONFIG file, a JSON object of op names
  * to token orders ({"rms_norm": "vendor|reference"}), parsed by
- * fld__op_config_apply() onto a policy that already has per-op orders (so
- * the merge runs too).
+ * fld__op_config_apply() onto a policy that already has per-op orders (which
+ * a non-empty file replaces as a whole, as vllm-plugin-FL does).
  *
  * The input is the file (a memfd reached through /proc/self/fd). On error
- * the policy must be unchanged; on success every order of the file is in the
- * policy and fuzz_policy.h's properties hold.
+ * the policy must be unchanged; on success the policy holds the file's orders
+ * alone (or, for an empty object, the earlier ones unchanged) and
+ * fuzz_policy.h's properties hold.
  */
 #include "fuzz_policy.h"
 
@@ -35,11 +36,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = fld__op_config_apply(p, path);
     if (rc == FLD_OK) {
         fuzz_check_policy(p);
-        FUZZ_CHECK(p->per_op.n >= base_n, "orders lost: %zu before, %zu after", base_n,
+        bool replaced = strcmp(p->source[FLD_PF_PER_OP], "VLLM_FL_OP_CONFIG") == 0;
+        FUZZ_CHECK(replaced || p->per_op.n == base_n, "orders lost: %zu before, %zu after", base_n,
                    p->per_op.n);
         for (size_t i = 0; i < p->per_op.n; i++) {
             const struct fld_order *o = &p->per_op.items[i];
             FUZZ_CHECK(o->source[0] != '\0', "order of '%s' has no source", o->op);
+            FUZZ_CHECK(!replaced || strncmp(o->source, "VLLM_FL_OP_CONFIG (", 19) == 0,
+                       "order of '%s' kept from %s although the file replaces the orders", o->op,
+                       o->source);
         }
     } else {
         FUZZ_CHECK(rc == FLD_ECONFIG || rc == FLD_ENOMEM, "fld__op_config_apply returned %d", rc);
