@@ -5,8 +5,16 @@
  *                       writes residual = x + residual and out = norm(that)
  *   gemma_rms_norm      aclnnGemmaRmsNorm (when this CANN has it), without
  *                       residual only: there is no fused add variant
- *   silu_and_mul        aclnnSwiGlu over the last dimension
- *   rotary_embedding    aclnnIndexSelect gathers each token's cos and sin row
+ *   silu_and_mul        float32: aclnnSwiGlu over the last dimension;
+ *                       float16/bfloat16: aclnnSilu into scratch of the
+ *                       dtype, then aclnnMul by the second half into out --
+ *                       vLLM rounds the activation to the dtype before the
+ *                       product, which two elementwise operators do and a
+ *                       fused SwiGlu (computing in float32) would not
+ *   rotary_embedding    float32 only (vLLM rounds every product and sum of
+ *                       a 16-bit rotation to the dtype; the fused operator
+ *                       rotates in float32): aclnnIndexSelect gathers each
+ *                       token's cos and sin row
  *                       (read through a zero-stride view of the cache that
  *                       repeats every frequency the way the mode pairs
  *                       elements), aclnnRotaryPositionEmbedding (mode half for
@@ -19,8 +27,10 @@
  * What the aclnn operators cannot take is declined in supports(), so the
  * call passes to the next candidate: RmsNorm/AddRmsNorm and SwiGlu do not
  * accept non-contiguous tensors, rms_norm needs a weight (gamma is required
- * by aclnn), rotary needs the cache in the query's dtype (cos/sin must match
- * x) and D < 896, heads < 1000 (the operator's documented limits).
+ * by aclnn) of x's dtype and a residual of x's dtype (the float32 ones of
+ * GemmaRMSNorm go to reference.ascend), rotary needs a float32 query with a
+ * float32 cache and D < 896, heads < 1000 (the operator's documented
+ * limits). reference.ascend serves the rest.
  *
  * Every operator goes through both aclnn phases before the next starts, so
  * an argument error reported by a GetWorkspaceSize phase leaves no executor
@@ -57,6 +67,16 @@ static const void *data_of(const DLTensor *t)
     return (const char *)t->data + t->byte_offset;
 }
 
+/* Both phases of one aclnn operator; name is the run function's name. */
+#define RUN_OP(c, rc, name, gws_call)                                                              \
+    do {                                                                                           \
+        uint64_t ws_ = 0;                                                                          \
+        acl_executor *ex_ = NULL;                                                                  \
+        int st_ = fld__acl.name##GetWorkspaceSize gws_call;                                        \
+        (rc) = st_ ? fld__ascend_fail((c), #name "GetWorkspaceSize", st_)                          \
+                   : fld__ascend_launch((c), #name, fld__acl.name, ws_, ex_);                      \
+    } while (0)
+
 /* ------------------------------------------------------------------------ */
 /* rms_norm                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -67,6 +87,11 @@ bool fld__ascend_rms_norm_supports(const void *argp)
 {
     const fld_rms_norm_args *a = argp;
     if (!a->weight)
+        return false;
+    /* float32 weight or residual with a 16-bit x: reference.ascend */
+    const int dt = fld_dtype_index(a->x->dtype);
+    if (fld_dtype_index(a->weight->dtype) != dt ||
+        (a->residual && fld_dtype_index(a->residual->dtype) != dt))
         return false;
     if (!rows_contiguous(a->x) || !rows_contiguous(a->out))
         return false;
@@ -84,7 +109,7 @@ int fld__ascend_gemma_rms_norm(const void *argp)
     const fld_rms_norm_args *a = argp;
     if (!fld__ascend_gemma_rms_norm_supports(argp)) {
         fld_set_error("vendor.ascend: gemma_rms_norm: needs aclnnGemmaRmsNorm (CANN 8.1+), a "
-                      "weight, no residual and contiguous rows");
+                      "weight of x's dtype, no residual and contiguous rows");
         return FLD_EUNSUPPORTED;
     }
     return rms_norm(a, true);
@@ -94,7 +119,8 @@ int fld__ascend_rms_norm(const void *argp)
 {
     const fld_rms_norm_args *a = argp;
     if (!fld__ascend_rms_norm_supports(argp)) {
-        fld_set_error("vendor.ascend: rms_norm: needs a weight and contiguous rows");
+        fld_set_error("vendor.ascend: rms_norm: needs a weight and a residual (if any) of x's "
+                      "dtype and contiguous rows");
         return FLD_EUNSUPPORTED;
     }
     return rms_norm(a, false);
@@ -177,7 +203,7 @@ int fld__ascend_silu_and_mul(const void *argp)
 {
     const fld_activation_args *a = argp;
     if (!fld__ascend_silu_and_mul_supports(argp)) {
-        fld_set_error("vendor.ascend: silu_and_mul: aclnnSwiGlu needs contiguous rows");
+        fld_set_error("vendor.ascend: silu_and_mul: needs contiguous rows");
         return FLD_EUNSUPPORTED;
     }
     fld_rows x, out;
@@ -193,16 +219,29 @@ int fld__ascend_silu_and_mul(const void *argp)
         return rc;
     const int64_t x_dims[2] = {x.rows, x.width}, x_strides[2] = {x.stride, 1};
     const int64_t o_dims[2] = {out.rows, out.width}, o_strides[2] = {out.stride, 1};
-    acl_tensor *tx = fld__ascend_tensor(&c, 2, x_dims, x_strides, dt, x.data);
-    acl_tensor *to = tx ? fld__ascend_tensor(&c, 2, o_dims, o_strides, dt, out.data) : NULL;
+    acl_tensor *to = fld__ascend_tensor(&c, 2, o_dims, o_strides, dt, out.data);
     if (!to) {
         rc = FLD_EIMPL;
+    } else if (dt == ACL_DT_FLOAT) {
+        acl_tensor *tx = fld__ascend_tensor(&c, 2, x_dims, x_strides, dt, x.data);
+        rc = tx ? FLD_OK : FLD_EIMPL;
+        if (rc == FLD_OK)
+            RUN_OP(&c, rc, aclnnSwiGlu, (tx, -1, to, &ws_, &ex_));
     } else {
-        uint64_t ws = 0;
-        acl_executor *ex = NULL;
-        int st = fld__acl.aclnnSwiGluGetWorkspaceSize(tx, -1, to, &ws, &ex);
-        rc = st ? fld__ascend_fail(&c, "aclnnSwiGluGetWorkspaceSize", st)
-                : fld__ascend_launch(&c, "aclnnSwiGlu", fld__acl.aclnnSwiGlu, ws, ex);
+        /* silu(a) rounded to the dtype in scratch, then out = round(act * b) */
+        const size_t es = elem_size(dt);
+        const int64_t act_strides[2] = {out.width, 1};
+        void *act_mem = fld__ascend_buffers(&c, (size_t)(out.rows * out.width) * es);
+        acl_tensor *ta = act_mem ? fld__ascend_tensor(&c, 2, o_dims, x_strides, dt, x.data) : NULL;
+        acl_tensor *tb = ta ? fld__ascend_tensor(&c, 2, o_dims, x_strides, dt,
+                                                 (const char *)x.data + (size_t)out.width * es)
+                            : NULL;
+        acl_tensor *act = tb ? fld__ascend_tensor(&c, 2, o_dims, act_strides, dt, act_mem) : NULL;
+        rc = act ? FLD_OK : FLD_EIMPL;
+        if (rc == FLD_OK)
+            RUN_OP(&c, rc, aclnnSilu, (ta, act, &ws_, &ex_));
+        if (rc == FLD_OK)
+            RUN_OP(&c, rc, aclnnMul, (act, tb, to, &ws_, &ex_));
     }
     fld__ascend_end(&c);
     return rc;
@@ -219,26 +258,17 @@ bool fld__ascend_rotary_supports(const void *argp)
     const fld_rotary_embedding_args *a = argp;
     fld_rotary_geometry g;
     fld_rotary_geometry_of(a, &g);
-    if (fld_dtype_index(g.cache_dtype) != fld_dtype_index(a->query->dtype))
+    /* float32 only: a 16-bit rotation rounds every product and sum (reference.ascend) */
+    if (fld_dtype_index(a->query->dtype) != 0 || fld_dtype_index(g.cache_dtype) != 0)
         return false;
     return g.rot_dim < ROPE_MAX_D && g.q_heads < ROPE_MAX_HEADS && g.k_heads < ROPE_MAX_HEADS;
 }
-
-/* Both phases of one aclnn operator; name is the run function's name. */
-#define RUN_OP(c, rc, name, gws_call)                                                              \
-    do {                                                                                           \
-        uint64_t ws_ = 0;                                                                          \
-        acl_executor *ex_ = NULL;                                                                  \
-        int st_ = fld__acl.name##GetWorkspaceSize gws_call;                                        \
-        (rc) = st_ ? fld__ascend_fail((c), #name "GetWorkspaceSize", st_)                          \
-                   : fld__ascend_launch((c), #name, fld__acl.name, ws_, ex_);                      \
-    } while (0)
 
 int fld__ascend_rotary_embedding(const void *argp)
 {
     const fld_rotary_embedding_args *a = argp;
     if (!fld__ascend_rotary_supports(argp)) {
-        fld_set_error("vendor.ascend: rotary_embedding: needs the cache in the query's dtype, "
+        fld_set_error("vendor.ascend: rotary_embedding: needs a float32 query and cache, "
                       "rot_dim < %d and fewer than %d heads",
                       ROPE_MAX_D, ROPE_MAX_HEADS);
         return FLD_EUNSUPPORTED;
