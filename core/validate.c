@@ -590,9 +590,10 @@ static COLD int fail_norm_operand_dtype(const char *op, const char *name, const 
     char a[64], b[64];
     if (x->dtype.bits == 32)
         return fail_dtype_mismatch(op, name, t, "x", x);
+    const char *xs = dtype_str(x->dtype, b, sizeof b);
     return fld__fail(FLD_EINVAL,
                      "%s: tensor '%s' has dtype %s but 'x' has %s; expected %s or float32", op,
-                     name, dtype_str(t->dtype, a, sizeof a), dtype_str(x->dtype, b, sizeof b), b);
+                     name, dtype_str(t->dtype, a, sizeof a), xs, xs);
 }
 
 static inline int check_norm_operand_dtype(const char *op, const char *name, const DLTensor *t,
