@@ -24,12 +24,6 @@ static int run_activation(const void *args, enum fld_cpu_act act, const char *op
     if (out.width == 0 || out.rows == 0)
         return FLD_OK;
 
-    /* 16-bit dtypes read vLLM's rounded activation from a table (NULL for float32). */
-    const enum fld_cpu_act_fn fn = act == FLD_CPU_ACT_GELU_AND_MUL        ? FLD_CPU_FN_GELU
-                                   : act == FLD_CPU_ACT_GELU_TANH_AND_MUL ? FLD_CPU_FN_GELU_TANH
-                                                                          : FLD_CPU_FN_SILU;
-    const uint16_t *table = fld__cpu_act_table(fn, dt);
-
     const struct fld_cpu_act_job job = {
         .act = act,
         .dt = dt,
@@ -40,7 +34,6 @@ static int run_activation(const void *args, enum fld_cpu_act act, const char *op
         .d = out.width,
         .stream = (size_t)out.rows * (size_t)out.width * fld__cpu_elem_size(dt) >=
                   fld__cpu_stream_threshold(),
-        .table = table,
     };
     /* Read 2d, write d per row. */
     size_t bytes = (size_t)out.rows * (size_t)out.width * 3u * fld__cpu_elem_size(dt);

@@ -10,7 +10,7 @@
  *                     reference, and more accurate than vLLM's formulas in
  *                     the far negative tails, where those cancel;
  *   float16/bfloat16  round(round(act) * other), round(act) looked up in
- *                     job->table (exact.c: the reference's value for each of
+ *                     a table (exact.c: the reference's value for each of
  *                     the 65536 inputs, so these results are the
  *                     reference's to the bit); the product of two 16-bit
  *                     values is exact in float32 and is rounded on store.
@@ -150,17 +150,23 @@ V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
     const char *x = job->x;
     char *out = job->out;
+    /* 16-bit dtypes: the rounded activations (built on first use; NULL for float32) */
+    const uint16_t *table =
+        fld__cpu_act_table(act == FLD_CPU_ACT_GELU_AND_MUL        ? FLD_CPU_FN_GELU
+                           : act == FLD_CPU_ACT_GELU_TANH_AND_MUL ? FLD_CPU_FN_GELU_TANH
+                                                                  : FLD_CPU_FN_SILU,
+                           dt);
 
     /* Non-temporal stores need element-aligned rows to reach vector alignment. */
     if (job->stream && (uintptr_t)out % (uintptr_t)es == 0) {
         for (int64_t r = r0; r < r1; r++)
-            act_row(act, dt, 1, job->table, out + r * job->out_stride * es,
-                    x + r * job->x_stride * es, job->d);
+            act_row(act, dt, 1, table, out + r * job->out_stride * es, x + r * job->x_stride * es,
+                    job->d);
         v_stream_fence();
     } else {
         for (int64_t r = r0; r < r1; r++)
-            act_row(act, dt, 0, job->table, out + r * job->out_stride * es,
-                    x + r * job->x_stride * es, job->d);
+            act_row(act, dt, 0, table, out + r * job->out_stride * es, x + r * job->x_stride * es,
+                    job->d);
     }
 }
 

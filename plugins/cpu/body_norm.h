@@ -238,7 +238,7 @@ V_INLINE void norm_rows_res(const struct fld_cpu_norm_job *job, int64_t r0, int6
 {
     if (!job->residual)
         norm_rows(job, r0, r1, dt, wdt, dt, wm, 0);
-    else if (job->rdt == dt)
+    else if (!job->residual_f32)
         norm_rows(job, r0, r1, dt, wdt, dt, wm, 1);
     else
         norm_rows(job, r0, r1, dt, wdt, FLD_CPU_F32, wm, 1);
@@ -249,9 +249,9 @@ V_INLINE void norm_rows_dt(const struct fld_cpu_norm_job *job, int64_t r0, int64
 {
     if (!job->weight)
         norm_rows_res(job, r0, r1, dt, dt, NORM_W_NONE);
-    else if (job->wdt == dt && job->gemma)
+    else if (!job->weight_f32 && job->gemma)
         norm_rows_res(job, r0, r1, dt, dt, NORM_W_GEMMA);
-    else if (job->wdt == dt)
+    else if (!job->weight_f32)
         norm_rows_res(job, r0, r1, dt, dt, NORM_W_MUL);
     else if (job->gemma)
         norm_rows_res(job, r0, r1, dt, FLD_CPU_F32, NORM_W_GEMMA);

@@ -73,8 +73,7 @@ struct fld_cpu_act_job {
     const void *x;
     int64_t x_stride;
     int64_t d;
-    bool stream;           /* outputs may use non-temporal stores (output larger than the LLC) */
-    const uint16_t *table; /* 16-bit dtypes: fld__cpu_act_table() of the activation; else NULL */
+    bool stream; /* outputs may use non-temporal stores (output larger than the LLC) */
 };
 
 /*
@@ -91,9 +90,10 @@ struct fld_cpu_norm_job {
     int64_t x_stride;
     void *residual;
     int64_t residual_stride;
-    int rdt;            /* the residual's dtype: dt, or F32 with a 16-bit dt */
     const void *weight; /* contiguous [h], or NULL */
-    int wdt;            /* the weight's dtype: dt, or F32 with a 16-bit dt */
+    /* float32 weight / residual with a 16-bit dt (false: dt, the default of a
+       zeroed job) */
+    bool weight_f32, residual_f32;
     int64_t h;
     float eps;
     bool gemma;

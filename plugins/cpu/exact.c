@@ -126,7 +126,7 @@ void fld__cpu_norm_row_exact(const struct fld_cpu_norm_job *job, void *out, cons
     for (int64_t j = 0; j < h; j++) {
         float scale = 1.0f;
         if (job->weight) {
-            scale = load(job->weight, j, job->wdt);
+            scale = load(job->weight, j, job->weight_f32 ? FLD_CPU_F32 : job->dt);
             if (job->gemma)
                 scale += 1.0f;
         }
