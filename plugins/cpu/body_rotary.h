@@ -85,10 +85,10 @@ V_INLINE void rot_fill(float *c, float *s, const void *row, int64_t f0, int64_t 
         rot_fill_dt(c, s, row, f0, n, half, dt, dt, neox);
 }
 
-/* round(round(a b) - round(c d)) and the like: the 16-bit pair arithmetic (identity for F32). */
+/* a b rounded to dt (identity for F32): a and b are values of dt, so the product is exact. */
 V_INLINE vf rot_mul(vf a, vf b, const int dt)
 {
-    return v_round_to(v_mul(a, b), dt);
+    return v_round_prod(v_mul(a, b), dt);
 }
 
 /* neox, one vector of pairs: x at xp, y at yp, cos/sin from scratch. */

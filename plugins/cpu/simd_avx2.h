@@ -188,6 +188,18 @@ V_INLINE vf v_round_to(vf v, int dt)
     return dt == FLD_CPU_F16 ? _mm256_cvtph_ps(v_to_f16(v)) : v_from_bf16(v_to_bf16(v));
 }
 
+/* Products of two bfloat16 values: round to nearest even on the bits (their NaNs keep zero low
+ * bits). */
+V_INLINE vf v_round_prod(vf v, int dt)
+{
+    if (dt != FLD_CPU_BF16)
+        return v_round_to(v, dt);
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
 /* The low 16 bits of 8 dword lanes as 8 float16 / bfloat16 values, widened. */
 V_INLINE vf v_widen_low16(__m256i g, int dt)
 {

@@ -145,13 +145,20 @@ V_INLINE __m256i v_to_bf16_int(vf v)
  * (rare) vectors holding float32 denormals take the integer rounding, which
  * keeps them as bfloat16 denormals like half.h.
  */
+#ifdef FLD_SIMD_AVX512_BF16
+/* Out of line, so the hot loops keep their registers. */
+static __attribute__((noinline, cold)) __m256i v_to_bf16_denormal(vf v)
+{
+    return v_to_bf16_int(v);
+}
+#endif
+
 V_INLINE __m256i v_to_bf16(vf v)
 {
 #ifdef FLD_SIMD_AVX512_BF16
-    __m256i r = (__m256i)_mm512_cvtneps_pbh(v);
     if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0x20) != 0, 0)) /* 0x20: denormal */
-        r = v_to_bf16_int(v);
-    return r;
+        return v_to_bf16_denormal(v);
+    return (__m256i)_mm512_cvtneps_pbh(v);
 #else
     return v_to_bf16_int(v);
 #endif
@@ -201,6 +208,18 @@ V_INLINE vf v_round_to(vf v, int dt)
     if (dt == FLD_CPU_F32)
         return v;
     return dt == FLD_CPU_F16 ? _mm512_cvtph_ps(v_to_f16(v)) : v_from_bf16(v_to_bf16(v));
+}
+
+/* Products of two bfloat16 values: round to nearest even on the bits (their NaNs keep zero low
+ * bits). */
+V_INLINE vf v_round_prod(vf v, int dt)
+{
+    if (dt != FLD_CPU_BF16)
+        return v_round_to(v, dt);
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
 /* The low 16 bits of 16 dword lanes as float16 / bfloat16 values, widened. */

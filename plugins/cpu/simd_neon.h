@@ -176,6 +176,18 @@ V_INLINE vf v_round_to(vf v, int dt)
     return vreinterpretq_f32_u32(vshll_n_u16(v_to_bf16(v), 16));
 }
 
+/* Products of two bfloat16 values: round to nearest even on the bits (their NaNs keep zero low
+ * bits). */
+V_INLINE vf v_round_prod(vf v, int dt)
+{
+    if (dt != FLD_CPU_BF16)
+        return v_round_to(v, dt);
+    uint32x4_t u = vreinterpretq_u32_f32(v);
+    uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    uint32x4_t r = vaddq_u32(u, vaddq_u32(lsb, vdupq_n_u32(0x7fff)));
+    return vreinterpretq_f32_u32(vandq_u32(r, vdupq_n_u32(0xffff0000u)));
+}
+
 V_INLINE vf v_lookup16(const uint16_t *table, const void *p, int dt)
 {
     uint16_t codes[V_LANES];

@@ -31,6 +31,10 @@
  * Rounding to 16-bit storage in registers (dt a compile-time constant):
  *   v_round_to(v, dt)     v rounded to dt and widened back: exactly what
  *                         v_store then v_load give (identity for F32)
+ *   v_round_prod(v, dt)   the same for v = a * b with a and b values of dt
+ *                         (exact in float32 for 16-bit dt): bfloat16 by
+ *                         integer rounding, cheaper, needing no NaN care
+ *                         (such a NaN has zero low 16 bits)
  *   v_lookup16(t, p, dt)  V_LANES 16-bit codes at p (float16/bfloat16
  *                         elements) used as indices into table t of 65537
  *                         dt codes (one padding entry), widened: t[p[i]]
@@ -244,6 +248,11 @@ V_INLINE vf v_round_to(vf v, int dt)
         r[i] = dt == FLD_CPU_F16 ? fld_f16_to_f32(fld_f32_to_f16(v[i]))
                                  : fld_bf16_to_f32(fld_f32_to_bf16(v[i]));
     return r;
+}
+
+V_INLINE vf v_round_prod(vf v, int dt)
+{
+    return v_round_to(v, dt);
 }
 
 V_INLINE vf v_lookup16(const uint16_t *table, const void *p, int dt)
