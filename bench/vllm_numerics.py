@@ -27,7 +27,10 @@ vllm/model_executor/layers and vllm/ir/ops), on this machine's CPU PyTorch:
 
 Every case runs under each implementation given (default reference.c and vendor.cpu,
 each pinned with a per-op policy in strict mode). VLLM_FL_CPU_ISA picks vendor.cpu's
-instruction set as usual (set it before running). Exit status: 0 when every call
+instruction set as usual (set it before running). With --device cuda (or rocm) the tensors
+are PyTorch's on that GPU, the implementations vendor.cuda and reference.cuda, and the
+references PyTorch's GPU kernels: there vLLM's CUDA activation formulas and PyTorch's share
+CUDA's expf/erff/tanhf, so every 16-bit activation should agree to the bit (GELU included). Exit status: 0 when every call
 succeeded and every norm case is within vLLM's tolerance; 1 otherwise; 2 usage;
 3 PyTorch or the library missing. Mismatch counts of activations and rotary are
 reported, not judged: see docs/cpu-plugin.md ("Rounding") for what they should be.
@@ -74,7 +77,9 @@ class View:
         self.t = t
         self.shape = (ctypes.c_int64 * t.dim())(*t.shape)
         self.strides = (ctypes.c_int64 * t.dim())(*t.stride())
-        self.dl = DLTensor(t.data_ptr(), DLDevice(1, 0), t.dim(), DLDataType(code, bits, 1),
+        device = DLDevice(1, 0) if t.device.type == "cpu" else DLDevice(GPU_DLPACK_TYPE[0],
+                                                                         t.device.index or 0)
+        self.dl = DLTensor(t.data_ptr(), device, t.dim(), DLDataType(code, bits, 1),
                            self.shape, self.strides, 0)
 
     def ptr(self):
@@ -118,7 +123,14 @@ class CallFailed(Exception):
     pass
 
 
+# kDLCUDA (2) or kDLROCM (10) for --device cuda / rocm; PyTorch calls both devices "cuda".
+GPU_DLPACK_TYPE = [2]
+SYNC = [None]  # torch.cuda.synchronize on a GPU run
+
+
 def check(lib, rc, what):
+    if SYNC[0]:
+        SYNC[0]()
     if rc != 0:
         raise CallFailed("%s: status %d: %s" % (what, rc, lib.fld_last_error().decode()))
 
@@ -434,8 +446,11 @@ def main(argv):
                    help="activation, rotary, norm (default: all)")
     p.add_argument("--lib", default=os.path.join(HERE, "..", "build", "lib", "libfldispatch.so"),
                    help="the library (default: build/lib/libfldispatch.so of this tree)")
-    p.add_argument("--impl", default="reference.c,vendor.cpu",
-                   help="comma list of implementations (default reference.c,vendor.cpu)")
+    p.add_argument("--impl", default=None,
+                   help="comma list of implementations (default reference.c,vendor.cpu; on a GPU "
+                        "vendor.<device>,reference.<device>)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "rocm"),
+                   help="where the tensors live (cuda, rocm: PyTorch's GPU, device 0)")
     p.add_argument("--dtype", default="f16,bf16,f32", help="comma list of f16, bf16, f32")
     p.add_argument("--full", action="store_true",
                    help="vLLM's largest shapes too (activation 2048 x 13824, rotary seq 8192, "
@@ -461,9 +476,19 @@ def main(argv):
         print("vllm_numerics: cannot load %s: %s" % (args.lib, e), file=sys.stderr)
         return 3
     torch.set_num_threads(1)
-    impls = [i for i in args.impl.split(",") if i]
-    print("torch %s, library %s, VLLM_FL_CPU_ISA=%s" % (
-        torch.__version__, os.path.abspath(args.lib), os.environ.get("VLLM_FL_CPU_ISA", "(best)")))
+    if args.device != "cpu":
+        if not torch.cuda.is_available():
+            print("vllm_numerics: PyTorch sees no GPU for --device %s" % args.device, file=sys.stderr)
+            return 3
+        torch.set_default_device("cuda")
+        GPU_DLPACK_TYPE[0] = 2 if args.device == "cuda" else 10
+        SYNC[0] = torch.cuda.synchronize
+    impl_default = ("reference.c,vendor.cpu" if args.device == "cpu"
+                    else "vendor.%s,reference.%s" % (args.device, args.device))
+    impls = [i for i in (args.impl or impl_default).split(",") if i]
+    print("torch %s, library %s, device %s, VLLM_FL_CPU_ISA=%s" % (
+        torch.__version__, os.path.abspath(args.lib), args.device,
+        os.environ.get("VLLM_FL_CPU_ISA", "(best)")))
     rep = Report()
     try:
         if "activation" in families:
