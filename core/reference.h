@@ -1,8 +1,8 @@
 /*
- * The library's reference kernels (impl_id "reference.c"): simple, exact
- * loops over validated arguments, float32 accumulation, one rounding to the
- * storage dtype. They are the executable spec every fast path is checked
- * against.
+ * The library's reference kernels (impl_id "reference.c"): simple loops over
+ * validated arguments in float32, rounding to the storage dtype where vLLM
+ * rounds (each file says where). They are the executable spec every fast
+ * path is checked against.
  */
 #ifndef FLD_CORE_REFERENCE_H
 #define FLD_CORE_REFERENCE_H
@@ -27,6 +27,14 @@ static inline void fld__ref_store(void *row, int64_t i, int dt, float v)
         ((float *)row)[i] = v;
     else
         ((uint16_t *)row)[i] = dt == 1 ? fld_f32_to_f16(v) : fld_f32_to_bf16(v);
+}
+
+/* v rounded to dtype dt and widened back: what storing and loading it gives. */
+static inline float fld__ref_round(int dt, float v)
+{
+    if (dt == 0)
+        return v;
+    return dt == 1 ? fld_f16_to_f32(fld_f32_to_f16(v)) : fld_bf16_to_f32(fld_f32_to_bf16(v));
 }
 
 int fld__ref_silu_and_mul(const void *args);

@@ -1,17 +1,31 @@
 /*
- * Reference gated activations (impl "reference.c"): out[..., j] =
- * act(x[..., j]) * x[..., d + j] (mul_and_silu: x[..., j] * silu(x[..., d + j])),
- * computed in float32 from the loaded values and rounded once to the dtype.
+ * Reference gated activations (impl "reference.c"), vLLM's numerics:
  *
- * The activations are written in forms that stay accurate in the tails,
- * where the textbook forms cancel:
- *   silu(a)      = a / (1 + exp(-a))
- *   gelu(a)      = 0.5 a (1 + erf(a/sqrt2))  = 0.5 a erfc(-a/sqrt2)
- *   gelu_tanh(a) = 0.5 a (1 + tanh(u))       = a / (1 + exp(-2u)),
- *                  u = sqrt(2/pi) (a + 0.044715 a^3)
- * For a -> -inf, 1 + erf and 1 + tanh lose every digit in float32, while the
- * erfc and exp forms keep full relative precision; the results are the same
- * functions, so callers see vLLM's semantics with one rounding.
+ *   silu_and_mul       out = round(round(silu(a)) * b)
+ *   mul_and_silu       out = round(a * round(silu(b)))
+ *   gelu_and_mul       out = round(round(gelu(a)) * b)
+ *   gelu_tanh_and_mul  out = round(round(gelu_tanh(a)) * b)
+ *
+ * with a = x[..., j], b = x[..., d + j] and round() to the storage dtype
+ * (nearest even): the activation is rounded to the dtype, then multiplied
+ * and the product rounded again, as vLLM's CUDA kernels do (ACT_FN returns
+ * the storage type, the product is taken in it) and as its forward_native
+ * does (F.silu(x[..., :d]) * x[..., d:] on 16-bit tensors). For float32
+ * both rounds are no-ops: one float32 product. The product of two 16-bit
+ * values is exact in float32, so the second rounding is the only one.
+ *
+ * The activations are vLLM's CUDA formulas in float32, operation for
+ * operation (csrc/activation_kernels.cu), with the C library's expf, erff
+ * and tanhf:
+ *   silu(f)      = f / (1 + expf(-f))
+ *   gelu(f)      = f * 0.5 * (1 + erff(f * sqrt(1/2)))
+ *   gelu_tanh(f) = 0.5 * f * (1 + tanhf(beta * (f + kappa * f^3))),
+ *                  beta = float(sqrt(2/pi)), kappa = 0.044715
+ * including their cancellation for f -> -inf (1 + erff and 1 + tanhf go to
+ * 0 in steps of float32's spacing below 1): vLLM's results there are these
+ * quantised values, not the exact function, and so are ours. vendor.cpu
+ * and the GPU kernels give the same 16-bit results for every input
+ * (tests/test_kernels.c checks all 65536 of each dtype).
  */
 #include <math.h>
 
@@ -21,21 +35,23 @@
 
 enum act { ACT_SILU_MUL, ACT_MUL_SILU, ACT_GELU_MUL, ACT_GELU_TANH_MUL };
 
-static inline float silu(float a)
+static inline float silu(float f)
 {
-    return a / (1.0f + expf(-a));
+    return f / (1.0f + expf(-f));
 }
 
-static inline float gelu_erf(float a)
+static inline float gelu_erf(float f)
 {
-    return 0.5f * a * erfcf(-a * (float)M_SQRT1_2);
+    const float alpha = (float)M_SQRT1_2;
+    return f * 0.5f * (1.0f + erff(f * alpha));
 }
 
-static inline float gelu_tanh(float a)
+static inline float gelu_tanh(float f)
 {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    float u = k * (a + 0.044715f * a * a * a);
-    return a / (1.0f + expf(-2.0f * u));
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5);
+    const float kappa = 0.044715f;
+    const float cube = f * f * f;
+    return 0.5f * f * (1.0f + tanhf(beta * (f + kappa * cube)));
 }
 
 static int gated(const void *argp, enum act kind)
@@ -56,16 +72,16 @@ static int gated(const void *argp, enum act kind)
             float a = fld__ref_load(xr, j, dt), b = fld__ref_load(yr, j, dt), v;
             switch (kind) {
             case ACT_SILU_MUL:
-                v = silu(a) * b;
+                v = fld__ref_round(dt, silu(a)) * b;
                 break;
             case ACT_MUL_SILU:
-                v = a * silu(b);
+                v = a * fld__ref_round(dt, silu(b));
                 break;
             case ACT_GELU_MUL:
-                v = gelu_erf(a) * b;
+                v = fld__ref_round(dt, gelu_erf(a)) * b;
                 break;
             default:
-                v = gelu_tanh(a) * b;
+                v = fld__ref_round(dt, gelu_tanh(a)) * b;
                 break;
             }
             fld__ref_store(orow, j, dt, v);

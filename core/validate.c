@@ -795,6 +795,33 @@ static COLD int fail_weight(const char *op, const DLTensor *w, const DLTensor *x
                      a, b, x->shape[x->ndim - 1]);
 }
 
+/*
+ * The dtype rules of rms_norm's weight and residual: x's own dtype, or
+ * float32 when x is float16 or bfloat16 (vLLM keeps GemmaRMSNorm's weight,
+ * and for float16 its residual, in float32). out must match x exactly.
+ */
+static COLD int fail_norm_operand_dtype(const char *op, const char *name, const DLTensor *t,
+                                        const DLTensor *x)
+{
+    char a[64], b[64];
+    if (x->dtype.bits == 32)
+        return fail_dtype_mismatch(op, name, t, "x", x);
+    const char *xs = dtype_str(x->dtype, b, sizeof b);
+    return fld__fail(FLD_EINVAL,
+                     "%s: tensor '%s' has dtype %s but 'x' has %s; expected %s or float32", op,
+                     name, dtype_str(t->dtype, a, sizeof a), xs, xs);
+}
+
+static inline int check_norm_operand_dtype(const char *op, const char *name, const DLTensor *t,
+                                           const struct tview *tv, const DLTensor *x,
+                                           const struct tview *xv)
+{
+    if (__builtin_expect(
+            tv->dtype != xv->dtype && (tv->dtype != FLD_DT_F32 || xv->dtype == FLD_DT_F32), 0))
+        return fail_norm_operand_dtype(op, name, t, x);
+    return FLD_OK;
+}
+
 static COLD int fail_eps(const char *op, float eps)
 {
     return fld__fail(FLD_EINVAL, "%s: argument 'eps' is %g; expected a finite value >= 0", op,
@@ -822,7 +849,7 @@ int fld__validate_rms_norm(const char *op, const void *argp, struct fld_call_key
     if (a->weight && !fast_weight(a->weight, a->x, &x)) {
         TRY(check_tensor(op, "weight", a->weight, 1, TK_FLOAT, &w));
         TRY(same_device(op, "weight", a->weight, "x", a->x));
-        TRY(same_dtype(op, "weight", a->weight, &w, "x", a->x, &x));
+        TRY(check_norm_operand_dtype(op, "weight", a->weight, &w, a->x, &x));
         if (__builtin_expect(a->weight->ndim != 1 || w.width != x.width, 0))
             return fail_weight(op, a->weight, a->x);
     } else if (a->weight) {
@@ -831,7 +858,7 @@ int fld__validate_rms_norm(const char *op, const void *argp, struct fld_call_key
     if (a->residual && !fast_same_as(a->residual, a->x, &x)) {
         TRY(check_tensor(op, "residual", a->residual, 1, TK_FLOAT, &r));
         TRY(same_device(op, "residual", a->residual, "x", a->x));
-        TRY(same_dtype(op, "residual", a->residual, &r, "x", a->x, &x));
+        TRY(check_norm_operand_dtype(op, "residual", a->residual, &r, a->x, &x));
         TRY(same_shape(op, "residual", a->residual, "x", a->x));
     } else if (a->residual) {
         range_like(&r, a->residual, &x);

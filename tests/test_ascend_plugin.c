@@ -127,6 +127,22 @@ static void assert_close(const tt_tensor *got, const tt_tensor *want, const char
     ck_assert_msg(tt_padding_intact(got), "%s: wrote outside the view", what);
 }
 
+/*
+ * Bit for bit (NaNs alike): activations and rotary round where the reference
+ * rounds, with the fake computing each operator in float32 as the reference
+ * does, so the results are the reference's.
+ */
+static void assert_exact(const tt_tensor *got, const tt_tensor *want, const char *what)
+{
+    int64_t n = tt_numel(got);
+    for (int64_t i = 0; i < n; i++) {
+        double g = tt_get(got, i), w = tt_get(want, i);
+        ck_assert_msg(g == w || (isnan(g) && isnan(w)), "%s: element %lld: got %.9g, want %.9g",
+                      what, (long long)i, g, w);
+    }
+    ck_assert_msg(tt_padding_intact(got), "%s: wrote outside the view", what);
+}
+
 static bool same_values(const tt_tensor *a, const tt_tensor *b)
 {
     for (int64_t i = 0; i < tt_numel(a); i++)
@@ -316,7 +332,7 @@ static void check_silu(DLDataType dt, int dev)
     on_device(out, dev, 0);
     int rc = fld_silu_and_mul(&out->t, &x->t);
     ck_assert_msg(rc == FLD_OK, "silu_and_mul: %s", fld_last_error());
-    assert_close(out, out_ref, "silu_and_mul");
+    assert_exact(out, out_ref, "silu_and_mul");
     tt_free(x), tt_free(out), tt_free(out_ref);
 }
 
@@ -355,9 +371,9 @@ static void check_rotary(DLDataType dt, int dev, bool neox, bool int32_pos, bool
     tt_tensor *k0 = tt_clone(k);
     int rc = fld_rotary_embedding(&pos->t, &q->t, with_key ? &k->t : NULL, hs, &cache->t, neox);
     ck_assert_msg(rc == FLD_OK, "rotary_embedding: %s", fld_last_error());
-    assert_close(q, q_ref, neox ? "rotary query (neox)" : "rotary query (gptj)");
+    assert_exact(q, q_ref, neox ? "rotary query (neox)" : "rotary query (gptj)");
     if (with_key)
-        assert_close(k, k_ref, neox ? "rotary key (neox)" : "rotary key (gptj)");
+        assert_exact(k, k_ref, neox ? "rotary key (neox)" : "rotary key (gptj)");
     else
         ck_assert(same_values(k, k0));
     tt_free(pos), tt_free(q), tt_free(k), tt_free(cache), tt_free(q_ref), tt_free(k_ref);
@@ -368,7 +384,9 @@ static void check_rotary(DLDataType dt, int dev, bool neox, bool int32_pos, bool
  * rms_norm or gemma_rms_norm on device dev vs reference.c on CPU; strided:
  * rows padded (x, out and residual each with its own row stride).
  */
-static void check_norm(DLDataType dt, int dev, bool gemma, bool weight, bool residual, bool strided)
+/* odt: the weight's and residual's dtype (dt, or float32 with a 16-bit dt). */
+static void check_norm_dt(DLDataType dt, DLDataType odt, int dev, bool gemma, bool weight,
+                          bool residual, bool strided)
 {
     const int64_t R = 7, H = 96, shape[2] = {R, H};
     tt_tensor *x =
@@ -376,9 +394,9 @@ static void check_norm(DLDataType dt, int dev, bool gemma, bool weight, bool res
     tt_tensor *out =
         strided ? tt_new_strided(dt, 2, shape, (int64_t[]){104, 1}) : tt_new(dt, 2, shape);
     tt_tensor *r = !residual ? NULL
-                   : strided ? tt_new_strided(dt, 2, shape, (int64_t[]){112, 1})
-                             : tt_new(dt, 2, shape);
-    tt_tensor *w = weight ? tt_new(dt, 1, &shape[1]) : NULL;
+                   : strided ? tt_new_strided(odt, 2, shape, (int64_t[]){112, 1})
+                             : tt_new(odt, 2, shape);
+    tt_tensor *w = weight ? tt_new(odt, 1, &shape[1]) : NULL;
     tt_fill_normal(x, 41, 0.0, 1.0);
     tt_fill_normal(out, 42, 0.0, 1.0);
     if (w)
@@ -408,12 +426,17 @@ static void check_norm(DLDataType dt, int dev, bool gemma, bool weight, bool res
              strided ? " strided" : "");
     assert_close(out, out_ref, what);
     if (r)
-        assert_close(r, r_ref, "residual");
+        assert_exact(r, r_ref, "residual");
     tt_free(x), tt_free(out), tt_free(x_ref), tt_free(out_ref);
     if (w)
         tt_free(w);
     if (r)
         tt_free(r), tt_free(r_ref);
+}
+
+static void check_norm(DLDataType dt, int dev, bool gemma, bool weight, bool residual, bool strided)
+{
+    check_norm_dt(dt, dt, dev, gemma, weight, residual, strided);
 }
 
 enum { ACT_SILU, ACT_MUL_SILU, ACT_GELU, ACT_GELU_TANH, N_ACT };
@@ -438,7 +461,7 @@ static void check_gated(DLDataType dt, int dev, int act)
     on_device(out, dev, 0);
     int rc = act_fns[act](&out->t, &x->t);
     ck_assert_msg(rc == FLD_OK, "%s: %s", act_names[act], fld_last_error());
-    assert_close(out, out_ref, act_names[act]);
+    assert_exact(out, out_ref, act_names[act]);
     tt_free(x), tt_free(out), tt_free(out_ref);
 }
 
@@ -452,8 +475,10 @@ START_TEST(ops_match_reference)
     check_rms(dtypes[dt], dev, false);
     check_rms(dtypes[dt], dev, true);
     check_silu(dtypes[dt], dev);
-    check_rotary(dtypes[dt], dev, true, false, false, true);
-    check_rotary(dtypes[dt], dev, false, true, false, true);
+    if (dt == 0) { /* 16-bit rotary is reference.ascend's (declined_layouts_served_by_reference) */
+        check_rotary(dtypes[dt], dev, true, false, false, true);
+        check_rotary(dtypes[dt], dev, false, true, false, true);
+    }
     check_norm(dtypes[dt], dev, true, true, false, false);
     assert_clean_protocol();
     fld_shutdown();
@@ -480,6 +505,10 @@ START_TEST(reference_ops_match_reference)
     check_rotary(dtypes[dt], dev, false, true, false, true);
     check_rotary(dtypes[dt], dev, true, true, true, false);
     check_rotary(dtypes[dt], dev, false, false, true, true);
+    if (dt != 0) /* float32 weight and residual with a 16-bit x */
+        for (int gemma = 0; gemma < 2; gemma++)
+            for (int residual = 0; residual < 2; residual++)
+                check_norm_dt(dtypes[dt], FLD_DTYPE_F32, dev, gemma, true, residual, residual);
     assert_clean_protocol();
     fld_shutdown();
     ck_assert_int_eq(fake_count("fake_acl_live_allocs"), 0);
@@ -513,12 +542,82 @@ START_TEST(declined_layouts_served_by_reference)
     ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
     check_rotary(FLD_DTYPE_BF16, FLD_DEVICE_ASCEND, true, false, true, true);
     ck_assert_msg(!strstr(fake_log(), "aclnnRotaryPositionEmbedding"), "log:\n%s", fake_log());
+    /* 16-bit rotary: the fused operator would round once; reference.ascend rounds each step. */
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_rotary(FLD_DTYPE_F16, FLD_DEVICE_ASCEND, false, false, false, true);
+    ck_assert_msg(!strstr(fake_log(), "aclnnRotaryPositionEmbedding") &&
+                      strstr(fake_log(), "aclnnAdd"),
+                  "log:\n%s", fake_log());
+    /* float32 rotary stays on the fused operator. */
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_rotary(FLD_DTYPE_F32, FLD_DEVICE_ASCEND, true, false, false, true);
+    ck_assert_msg(strstr(fake_log(), "aclnnRotaryPositionEmbedding"), "log:\n%s", fake_log());
+    /* silu_and_mul on contiguous rows: SwiGlu for float32; Silu then Mul (the
+     * activation rounded first) for 16-bit, in vendor.ascend (no Cast). */
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_silu(FLD_DTYPE_F32, FLD_DEVICE_ASCEND);
+    ck_assert_msg(strstr(fake_log(), "aclnnSwiGlu"), "log:\n%s", fake_log());
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_silu(FLD_DTYPE_BF16, FLD_DEVICE_ASCEND);
+    ck_assert_msg(!strstr(fake_log(), "aclnnSwiGlu") && strstr(fake_log(), "aclnnSilu") &&
+                      strstr(fake_log(), "aclnnMul") && !strstr(fake_log(), "aclnnCast"),
+                  "log:\n%s", fake_log());
+    /* float32 weight / residual with 16-bit x: reference.ascend (vendor's fused
+     * operators take gamma and residual in x's dtype). */
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_norm_dt(FLD_DTYPE_BF16, FLD_DTYPE_F32, FLD_DEVICE_ASCEND, false, true, true, false);
+    ck_assert_msg(!strstr(fake_log(), "aclnnAddRmsNorm") && strstr(fake_log(), "aclnnCast"),
+                  "log:\n%s", fake_log());
+    ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
+    check_norm_dt(FLD_DTYPE_F16, FLD_DTYPE_F32, FLD_DEVICE_ASCEND, true, true, false, false);
+    ck_assert_msg(!strstr(fake_log(), "aclnnGemmaRmsNorm") && strstr(fake_log(), "aclnnCast"),
+                  "log:\n%s", fake_log());
     /* GeluV2 modes: none (erf) for gelu_and_mul, tanh for gelu_tanh_and_mul. */
     ((fake_acl_reset_fn)fake("fake_acl_log_reset"))();
     check_gated(FLD_DTYPE_F32, FLD_DEVICE_ASCEND, ACT_GELU);
     check_gated(FLD_DTYPE_F32, FLD_DEVICE_ASCEND, ACT_GELU_TANH);
     const char *log = fake_log(), *none = strstr(log, "approximate=0");
     ck_assert_msg(none && strstr(none, "approximate=1"), "log:\n%s", log);
+    assert_clean_protocol();
+}
+END_TEST
+
+/*
+ * Every 16-bit value through the activations on the fake NPU, against
+ * reference.c to the bit: vendor.ascend's silu_and_mul (Silu, then Mul) and
+ * reference.ascend's four compositions. _i: dtype (f16, bf16) x impl (2).
+ */
+START_TEST(activations_every_16bit_input)
+{
+    base_env(NULL);
+    setenv("VLLM_FL_STRICT", "1", 1);
+    const bool vendor = _i / 2;
+    setenv("VLLM_FL_PER_OP", vendor ? ASCEND_ONLY : ASCEND_REF, 1);
+    const DLDataType dt = dtypes[1 + _i % 2];
+    const int64_t n = 65536;
+    static const double others[] = {1.0, -3.0, 0.7109375, 5.5};
+    for (int act = 0; act < (vendor ? 1 : N_ACT); act++) {
+        tt_tensor *x = tt_new(dt, 2, (int64_t[]){1, 2 * n});
+        const bool second = act == ACT_MUL_SILU;
+        uint16_t *codes = (uint16_t *)x->t.data;
+        for (int64_t i = 0; i < n; i++) {
+            codes[second ? n + i : i] = (uint16_t)i;
+            tt_set(x, second ? i : n + i, others[i % 4]);
+        }
+        tt_tensor *out = tt_new(dt, 2, (int64_t[]){1, n}), *want = tt_new(dt, 2, (int64_t[]){1, n});
+        ck_assert_int_eq(fld_policy_push_per_op(CPU_REF), FLD_OK);
+        ck_assert_int_eq(act_fns[act](&want->t, &x->t), FLD_OK);
+        ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+        on_device(x, FLD_DEVICE_ASCEND, 0);
+        on_device(out, FLD_DEVICE_ASCEND, 0);
+        ck_assert_msg(act_fns[act](&out->t, &x->t) == FLD_OK, "%s: %s", act_names[act],
+                      fld_last_error());
+        char what[96];
+        snprintf(what, sizeof what, "%s %s %s, every input", vendor ? "vendor" : "reference",
+                 act_names[act], fld_dtype_name(dt));
+        assert_exact(out, want, what);
+        tt_free(x), tt_free(out), tt_free(want);
+    }
     assert_clean_protocol();
 }
 END_TEST
@@ -760,8 +859,12 @@ static const char *const rope_failures[] = {
     "aclnnRotaryPositionEmbeddingGetWorkspaceSize",
     "aclnnRotaryPositionEmbedding",
     "aclnnInplaceCopyGetWorkspaceSize",
-    "aclnnSwiGluGetWorkspaceSize",
+    "aclnnSwiGluGetWorkspaceSize", /* float32 silu_and_mul */
     "aclnnSwiGlu",
+    "aclnnSiluGetWorkspaceSize", /* 16-bit silu_and_mul: Silu, then Mul */
+    "aclnnSilu",
+    "aclnnMulGetWorkspaceSize",
+    "aclnnMul",
 };
 
 START_TEST(rope_and_silu_failures)
@@ -772,9 +875,10 @@ START_TEST(rope_and_silu_failures)
     setenv("VLLM_FL_STRICT", "1", 1);
     setenv("VLLM_FL_PER_OP", ASCEND_ONLY, 1);
     int rc;
-    if (strstr(fn, "SwiGlu")) {
-        tt_tensor *x = tt_new(FLD_DTYPE_F16, 2, (int64_t[]){3, 32});
-        tt_tensor *out = tt_new(FLD_DTYPE_F16, 2, (int64_t[]){3, 16});
+    if (strstr(fn, "SwiGlu") || strstr(fn, "Silu") || strstr(fn, "Mul")) {
+        const DLDataType dt = strstr(fn, "SwiGlu") ? FLD_DTYPE_F32 : FLD_DTYPE_F16;
+        tt_tensor *x = tt_new(dt, 2, (int64_t[]){3, 32});
+        tt_tensor *out = tt_new(dt, 2, (int64_t[]){3, 16});
         tt_fill_normal(x, 5, 0, 1), tt_fill_normal(out, 6, 0, 1);
         tt_tensor *out0 = tt_clone(out);
         on_device(x, FLD_DEVICE_ASCEND, 0), on_device(out, FLD_DEVICE_ASCEND, 0);
@@ -784,8 +888,8 @@ START_TEST(rope_and_silu_failures)
     } else {
         const int64_t T = 3;
         tt_tensor *pos = tt_new(TT_INT64, 1, &T);
-        tt_tensor *q = tt_new(FLD_DTYPE_F16, 3, (int64_t[]){T, 2, 32});
-        tt_tensor *cache = tt_new(FLD_DTYPE_F16, 2, (int64_t[]){8, 32});
+        tt_tensor *q = tt_new(FLD_DTYPE_F32, 3, (int64_t[]){T, 2, 32});
+        tt_tensor *cache = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){8, 32});
         tt_fill_normal(q, 7, 0, 1), tt_fill_normal(cache, 8, 0, 1);
         tt_tensor *q0 = tt_clone(q);
         on_device(pos, FLD_DEVICE_ASCEND, 0), on_device(q, FLD_DEVICE_ASCEND, 0);
@@ -995,6 +1099,7 @@ static Suite *ascend_suite(void)
     tcase_add_test(tc, available_with_fake);
     tcase_add_loop_test(tc, ops_match_reference, 0, 6);
     tcase_add_loop_test(tc, reference_ops_match_reference, 0, 6);
+    tcase_add_loop_test(tc, activations_every_16bit_input, 0, 4);
     tcase_add_test(tc, call_sequence_workspace_stream);
     tcase_add_test(tc, device_id_selected);
     tcase_add_test(tc, device_restored_after_call);

@@ -686,6 +686,7 @@ struct op_case {
     int64_t rows, width; /* activation: out width d; norm: H */
     int64_t x_stride;    /* 0: contiguous */
     bool residual;
+    bool f32_operands; /* norms with a 16-bit x: float32 weight and residual (GemmaRMSNorm's) */
 };
 
 static int run_act_case(const struct op_case *c, DLDataType dt, int device_id, char *what,
@@ -722,9 +723,10 @@ static int run_norm_case(const struct op_case *c, DLDataType dt, int device_id, 
                        ? tt_new_strided(dt, 2, (int64_t[]){c->rows, h}, (int64_t[]){c->x_stride, 1})
                        : tt_new(dt, 2, (int64_t[]){c->rows, h});
     tt_fill_normal(x, 11, 0.0, 1.0);
-    tt_tensor *w = tt_new(dt, 1, (int64_t[]){h});
+    const DLDataType odt = c->f32_operands ? FLD_DTYPE_F32 : dt;
+    tt_tensor *w = tt_new(odt, 1, (int64_t[]){h});
     tt_fill_normal(w, 12, 1.0, 0.1);
-    tt_tensor *res = c->residual ? tt_new(dt, 2, (int64_t[]){c->rows, h}) : NULL;
+    tt_tensor *res = c->residual ? tt_new(odt, 2, (int64_t[]){c->rows, h}) : NULL;
     if (res)
         tt_fill_normal(res, 13, 0.0, 1.0);
     tt_tensor *res_want = res ? tt_clone(res) : NULL;
@@ -739,8 +741,9 @@ static int run_norm_case(const struct op_case *c, DLDataType dt, int device_id, 
         on_cuda(res, device_id);
     const fld_rms_norm_args a = {&got->t, &x->t, &w->t, res ? &res->t : NULL, 1e-6f};
     int rc = fld_call_by_name(c->op, &a);
-    snprintf(what, what_size, "%s %s [%lld, %lld]%s", c->op, fld_dtype_name(dt), (long long)c->rows,
-             (long long)h, res ? " +residual" : "");
+    snprintf(what, what_size, "%s %s [%lld, %lld]%s%s", c->op, fld_dtype_name(dt),
+             (long long)c->rows, (long long)h, res ? " +residual" : "",
+             c->f32_operands ? " (float32 weight/residual)" : "");
     if (rc == FLD_OK) {
         assert_close(what, got, want);
         if (res)
@@ -817,21 +820,28 @@ static int run_case(const struct op_case *c, DLDataType dt, int device_id, char 
 
 /* Layouts vendor.cuda takes: 16-byte aligned rows in every dtype. */
 static const struct op_case aligned_cases[] = {
-    {FLD_OP_SILU_AND_MUL, 7, 64, 0, false},    {FLD_OP_MUL_AND_SILU, 3, 128, 0, false},
-    {FLD_OP_GELU_AND_MUL, 5, 64, 0, false},    {FLD_OP_GELU_TANH_AND_MUL, 2, 256, 0, false},
-    {FLD_OP_RMS_NORM, 5, 256, 0, false},       {FLD_OP_RMS_NORM, 3, 64, 0, true},
-    {FLD_OP_RMS_NORM, 4, 128, 384, true}, /* strided x, rows 16-byte aligned */
-    {FLD_OP_GEMMA_RMS_NORM, 3, 256, 0, true},  {FLD_OP_ROTARY_EMBEDDING, 1, 0, 0, false}, /* neox */
-    {FLD_OP_ROTARY_EMBEDDING, 0, 0, 0, false}, /* gptj, padded heads */
+    {FLD_OP_SILU_AND_MUL, 7, 64, 0, false, false},
+    {FLD_OP_MUL_AND_SILU, 3, 128, 0, false, false},
+    {FLD_OP_GELU_AND_MUL, 5, 64, 0, false, false},
+    {FLD_OP_GELU_TANH_AND_MUL, 2, 256, 0, false, false},
+    {FLD_OP_RMS_NORM, 5, 256, 0, false, false},
+    {FLD_OP_RMS_NORM, 3, 64, 0, true, false},
+    {FLD_OP_RMS_NORM, 4, 128, 384, true, false}, /* strided x, rows 16-byte aligned */
+    {FLD_OP_GEMMA_RMS_NORM, 3, 256, 0, true, false},
+    {FLD_OP_ROTARY_EMBEDDING, 1, 0, 0, false, false}, /* neox */
+    {FLD_OP_ROTARY_EMBEDDING, 0, 0, 0, false, false}, /* gptj, padded heads */
+    {FLD_OP_GEMMA_RMS_NORM, 3, 256, 0, true, true},
+    {FLD_OP_RMS_NORM, 5, 256, 0, false, true},
 };
 enum { N_ALIGNED = sizeof aligned_cases / sizeof aligned_cases[0] };
 
 /* Layouts it declines: odd widths and strides (vLLM's H 769, d 13). */
 static const struct op_case unaligned_cases[] = {
-    {FLD_OP_SILU_AND_MUL, 7, 13, 0, false},
-    {FLD_OP_GELU_AND_MUL, 3, 64, 129 * 2 + 1, false},
-    {FLD_OP_RMS_NORM, 3, 769, 0, true},
-    {FLD_OP_GEMMA_RMS_NORM, 2, 64, 67, false},
+    {FLD_OP_SILU_AND_MUL, 7, 13, 0, false, false},
+    {FLD_OP_GELU_AND_MUL, 3, 64, 129 * 2 + 1, false, false},
+    {FLD_OP_RMS_NORM, 3, 769, 0, true, false},
+    {FLD_OP_GEMMA_RMS_NORM, 2, 64, 67, false, false},
+    {FLD_OP_RMS_NORM, 3, 769, 0, true, true},
 };
 enum { N_UNALIGNED = sizeof unaligned_cases / sizeof unaligned_cases[0] };
 

@@ -10,10 +10,15 @@
  * (FLD_EUNAVAILABLE through the manager); its outputs must then be
  * untouched. The reference must accept everything.
  *
- * Besides the allclose tolerances, an exact one-rounding kernel is within
- * one unit in the last place of the 16-bit storage type (plus the float32
- * error of the computation itself); that is asserted for reference.c on
- * activations and rotary.
+ * Besides the allclose tolerances, vLLM's rounding order is checked to the
+ * bit against formulas written here (not the code under test): for 16-bit
+ * dtypes every implementation's activations must equal
+ * round(round(act(a)) * b) with act vLLM's float32 formula, for every one of
+ * the 65536 inputs, and its rotary round(round(x c) - round(y s)) with cos
+ * and sin rounded to the dtype; reference.c's float32 activations equal the
+ * float32 formula. Norms are checked with float32 weights and residuals on
+ * 16-bit x, and on rows whose float32 sum of squares overflows or
+ * underflows against their normalised value computed in double here.
  */
 #include <check.h>
 #include <math.h>
@@ -247,6 +252,29 @@ static double silu_d(double a)
 }
 
 /*
+ * vLLM's activations as its CUDA kernels compute them (activation_kernels.cu),
+ * in float32: what the implementations must round to the dtype. Written
+ * here from vLLM's source, independently of the code under test.
+ */
+static float act_vllm(int op, float f)
+{
+    if (op <= 1)
+        return f / (1.0f + expf(-f));
+    if (op == 2)
+        return f * 0.5f * (1.0f + erff(f * 0.70710678f));
+    const float cube = f * f * f;
+    return 0.5f * f * (1.0f + tanhf(0.7978846f * (f + 0.044715f * cube)));
+}
+
+/* out = round(round(act(a)) * b), the activation taken of a (or of b for mul_and_silu). */
+static double act_rounded(int op, DLDataType dt, double a, double b)
+{
+    if (op == 1)
+        return tt_round(dt, a * tt_round(dt, act_vllm(op, (float)b)));
+    return tt_round(dt, tt_round(dt, act_vllm(op, (float)a)) * b);
+}
+
+/*
  * The activations in double, in forms that keep their relative precision in
  * the tails (1 + erf(z) and 1 + tanh(u) cancel to 0 even in double far
  * enough out): 0.5 a (1 + erf(a/sqrt2)) = 0.5 a erfc(-a/sqrt2) and
@@ -317,10 +345,26 @@ static void run_activation(int op, const struct impl_list *impls, DLDataType dt,
             double *ov = values_of(out);
             struct cmp c;
             cmp_default(&c, label, dt);
-            c.ulp = is_ref && dt.bits == 16;
             for (int64_t i = 0; i < rows * d; i++)
                 cmp_one(&c, i, ov[i], want[i], fabs(want[i]));
             cmp_done(&c);
+            /* vLLM's rounding order, to the bit (float32: reference.c only) */
+            int64_t bad = -1;
+            for (int64_t r = 0; r < rows && bad < 0 && (dt.bits == 16 || is_ref); r++)
+                for (int64_t j = 0; j < d && bad < 0; j++) {
+                    const double a = xv[r * 2 * d + j], b = xv[r * 2 * d + d + j];
+                    const double w = dt.bits == 16
+                                         ? act_rounded(op, dt, a, b)
+                                         : (op == 1 ? (double)((float)a * act_vllm(op, (float)b))
+                                                    : (double)(act_vllm(op, (float)a) * (float)b));
+                    if (ov[r * d + j] != w && !(isnan(w) && isnan(ov[r * d + j])))
+                        bad = r * d + j;
+                }
+            ck_assert_msg(bad < 0, "%s: element %lld is %.9g, vLLM's rounding gives %.9g", label,
+                          (long long)bad, bad >= 0 ? ov[bad] : 0.0,
+                          bad >= 0 ? act_rounded(op, dt, xv[bad / d * 2 * d + bad % d],
+                                                 xv[bad / d * 2 * d + d + bad % d])
+                                   : 0.0);
             ck_assert_msg(tt_padding_intact(out), "%s: bytes outside 'out' were written", label);
             free(ov);
         }
@@ -389,16 +433,80 @@ START_TEST(test_activation_tails)
         double *ov = values_of(out);
         struct cmp c;
         cmp_default(&c, label, dt);
-        /* reference.c is held to more than the tolerances: one ulp, and relative
-         * accuracy even where the values are tiny. Vectorised approximations get
-         * vLLM's tolerances. */
-        c.ulp = is_ref && dt.bits == 16;
-        c.rel = is_ref && dt.bits == 32 ? 1e-5 : 0;
+        /* Against the exact function: vLLM's tolerances (its formulas cancel in
+         * the negative tails, where the exact values are below atol). */
         for (int64_t j = 0; j < n; j++) {
             double want = act_ref(op, xv[j], xv[n + j]);
             cmp_one(&c, j, ov[j], want, fabs(want));
         }
         cmp_done(&c);
+        /* And to the bit, vLLM's rounding of its own formulas (float32: reference.c) */
+        for (int64_t j = 0; j < n && (dt.bits == 16 || is_ref); j++) {
+            const double a = xv[j], b = xv[n + j];
+            const double w = dt.bits == 16
+                                 ? act_rounded(op, dt, a, b)
+                                 : (op == 1 ? (double)((float)a * act_vllm(op, (float)b))
+                                            : (double)(act_vllm(op, (float)a) * (float)b));
+            ck_assert_msg(ov[j] == w || (isnan(w) && isnan(ov[j])),
+                          "%s: a=%g b=%g: got %.9g, want %.9g", label, a, b, ov[j], w);
+        }
+        free(ov);
+    }
+    free(xv);
+    tt_free(x);
+    tt_free(out);
+}
+END_TEST
+
+/*
+ * Every 16-bit value as the activated operand, the other one cycling through
+ * values that make the product round: every implementation must give
+ * round(round(act) * other) for all of them. _i = op * 2 + (0 f16, 1 bf16).
+ */
+START_TEST(test_activation_every_16bit_input)
+{
+    const int op = _i / 2;
+    const DLDataType dt = dtype_at(1 + _i % 2);
+    const int64_t n = 65536;
+    static const double others[] = {1.0, -3.0, 0.7109375, 5.5, -1.1875, 0.0};
+    tt_tensor *x = tt_new(dt, 2, (int64_t[]){1, 2 * n}), *out = tt_new(dt, 2, (int64_t[]){1, n});
+    uint16_t *codes = (uint16_t *)x->t.data;
+    const bool second = op == 1; /* mul_and_silu activates the second half */
+    for (int64_t i = 0; i < n; i++) {
+        codes[second ? n + i : i] = (uint16_t)i;
+        tt_set(x, second ? i : n + i, others[i % 6]);
+    }
+    double *xv = values_of(x);
+    int64_t single_differs = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double a = xv[i], b = xv[n + i];
+        const double once = op == 1 ? tt_round(dt, a * act_vllm(op, (float)b))
+                                    : tt_round(dt, act_vllm(op, (float)a) * b);
+        single_differs += once != act_rounded(op, dt, a, b) && !isnan(once);
+    }
+    ck_assert_msg(single_differs > 500, "the inputs do not tell the orders apart (%lld)",
+                  (long long)single_differs);
+    struct impl_list impls;
+    cpu_impls(act_ops[op], &impls);
+    for (int k = 0; k < impls.n; k++) {
+        pin(act_ops[op], impls.ids[k], dt);
+        int rc = call_act(op, &out->t, &x->t);
+        unpin();
+        if (strcmp(impls.ids[k], REF_ID) != 0 && declined(rc))
+            continue;
+        ck_assert_msg(rc == FLD_OK, "%s %s: %s", impls.ids[k], act_ops[op], fld_last_error());
+        double *ov = values_of(out);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++) {
+            const double w = act_rounded(op, dt, xv[i], xv[n + i]);
+            if (ov[i] != w && !(isnan(w) && isnan(ov[i])))
+                bad = i;
+        }
+        ck_assert_msg(bad < 0, "%s %s %s: input 0x%04llx (%g, other %g): got %.9g, want %.9g",
+                      impls.ids[k], act_ops[op], dtype_label(dt), (long long)bad,
+                      bad >= 0 ? xv[second ? n + bad : bad] : 0.0,
+                      bad >= 0 ? xv[second ? bad : n + bad] : 0.0, bad >= 0 ? ov[bad] : 0.0,
+                      bad >= 0 ? act_rounded(op, dt, xv[bad], xv[n + bad]) : 0.0);
         free(ov);
     }
     free(xv);
@@ -417,7 +525,9 @@ enum {
     R_INPLACE = 1 << 2, /* out == x */
     R_NOWEIGHT = 1 << 3,
     R_GEMMA = 1 << 4,
-    R_3D = 1 << 5 /* [2, T/2, H]-style leading dims: [T, 1, H] would be trivial */
+    R_3D = 1 << 5,  /* [2, T/2, H]-style leading dims: [T, 1, H] would be trivial */
+    R_W32 = 1 << 6, /* float32 weight (16-bit x) */
+    R_R32 = 1 << 7  /* float32 residual (16-bit x) */
 };
 
 /* Builds one case's inputs and expected values, then checks every implementation on copies. */
@@ -442,12 +552,14 @@ static void run_rms(const struct impl_list *impls, DLDataType dt, int64_t T, int
     tt_tensor *x = (flags & R_STRIDED) ? tt_new_strided(dt, nd, shape, st) : tt_new(dt, nd, shape);
     tt_fill_normal(x, 77 + (uint64_t)(T * 31 + H), 0.0, scale);
     tt_tensor *w = NULL, *res = NULL;
+    const DLDataType wdt = flags & R_W32 ? FLD_DTYPE_F32 : dt,
+                     rdt = flags & R_R32 ? FLD_DTYPE_F32 : dt;
     if (!(flags & R_NOWEIGHT)) {
-        w = tt_new(dt, 1, &H);
+        w = tt_new(wdt, 1, &H);
         tt_fill_normal(w, 5 + (uint64_t)H, gemma ? 0.0 : 1.0, 0.1);
     }
     if (flags & R_RESIDUAL) {
-        res = tt_new(dt, nd, shape);
+        res = tt_new(rdt, nd, shape);
         tt_fill_normal(res, 99 + (uint64_t)H, 0.0, scale);
     }
     double *xv = values_of(x), *wv = w ? values_of(w) : NULL, *rv = res ? values_of(res) : NULL;
@@ -458,7 +570,8 @@ static void run_rms(const struct impl_list *impls, DLDataType dt, int64_t T, int
         double ss = 0;
         for (int64_t j = 0; j < H; j++) {
             int64_t i = r * H + j;
-            double v = res ? tt_round(dt, xv[i] + rv[i]) : xv[i];
+            /* the sum in float32, rounded to the residual's own dtype */
+            double v = res ? tt_round(rdt, (float)(xv[i] + rv[i])) : xv[i];
             want_res[i] = v;
             ss += v * v;
         }
@@ -475,11 +588,12 @@ static void run_rms(const struct impl_list *impls, DLDataType dt, int64_t T, int
         tt_tensor *xi = tt_clone(x), *ri = res ? tt_clone(res) : NULL;
         tt_tensor *out = (flags & R_INPLACE) ? xi : tt_new(dt, nd, shape);
         double *out_before = values_of(out);
-        char label[192];
-        snprintf(label, sizeof label, "%s %s %s T=%lld H=%lld flags=%s%s%s%s%s", impl, op,
+        char label[224];
+        snprintf(label, sizeof label, "%s %s %s T=%lld H=%lld flags=%s%s%s%s%s%s%s", impl, op,
                  dtype_label(dt), (long long)T, (long long)H, flags & R_RESIDUAL ? "residual," : "",
                  flags & R_STRIDED ? "strided," : "", flags & R_INPLACE ? "inplace," : "",
-                 flags & R_NOWEIGHT ? "noweight," : "", flags & R_3D ? "3d," : "");
+                 flags & R_NOWEIGHT ? "noweight," : "", flags & R_3D ? "3d," : "",
+                 flags & R_W32 ? "w32," : "", flags & R_R32 ? "r32," : "");
         pin(op, impl, dt);
         DLTensor *wt = w ? &w->t : NULL, *rt = ri ? &ri->t : NULL;
         int rc = gemma ? fld_gemma_rms_norm(&out->t, &xi->t, wt, rt, eps)
@@ -508,7 +622,7 @@ static void run_rms(const struct impl_list *impls, DLDataType dt, int64_t T, int
             for (int64_t i = 0; rnew && i < T * H && bad < 0; i++)
                 if (rnew[i] != want_res[i])
                     bad = i;
-            ck_assert_msg(bad < 0, "%s: residual[%lld] = %.9g, want round(%.9g + %.9g) = %.9g",
+            ck_assert_msg(bad < 0, "%s: residual[%lld] = %.9g, want round_r(%.9g + %.9g) = %.9g",
                           label, (long long)bad, bad < 0 ? 0.0 : rnew[bad], bad < 0 ? 0.0 : xv[bad],
                           bad < 0 ? 0.0 : rv[bad], bad < 0 ? 0.0 : want_res[bad]);
             ck_assert_msg(tt_padding_intact(out), "%s: bytes outside 'out' were written", label);
@@ -589,6 +703,115 @@ START_TEST(test_rms_norm_variants)
             run_rms(&impls, dt, shapes[si].T, shapes[si].H, variants[v] | g);
     run_rms(&impls, dt, 0, 768, R_RESIDUAL | g); /* no tokens */
     run_rms(&impls, dt, 5, 0, R_RESIDUAL | g);   /* empty rows */
+}
+END_TEST
+
+/*
+ * 16-bit x with a float32 weight, residual or both (GemmaRMSNorm keeps its
+ * weight, and for float16 its residual, in float32). _i = (f16, bf16) * 2 + gemma.
+ */
+START_TEST(test_rms_norm_mixed_dtypes)
+{
+    const DLDataType dt = dtype_at(1 + _i / 2);
+    const int g = (_i % 2) ? R_GEMMA : 0;
+    const char *op = g ? FLD_OP_GEMMA_RMS_NORM : FLD_OP_RMS_NORM;
+    static const int operands[] = {R_W32, R_R32 | R_RESIDUAL, R_W32 | R_R32 | R_RESIDUAL};
+    static const int variants[] = {0, R_STRIDED, R_INPLACE, R_3D | R_STRIDED};
+    static const struct {
+        int64_t T, H;
+    } shapes[] = {{7, 8}, {83, 769}, {7, 5120}};
+    struct impl_list impls;
+    cpu_impls(op, &impls);
+    for (size_t o = 0; o < sizeof operands / sizeof operands[0]; o++)
+        for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
+            for (int si = 0; si < 3; si++)
+                run_rms(&impls, dt, shapes[si].T, shapes[si].H, operands[o] | variants[v] | g);
+    run_rms(&impls, dt, 5, 64, R_R32 | R_RESIDUAL | R_NOWEIGHT | g);
+}
+END_TEST
+
+/*
+ * Rows whose float32 sum of squares is not usable, against their
+ * normalised value computed in double here: 1e30 and 3e38 (the squares
+ * overflow float32), 1e-30 with eps 0 (they underflow), then PyTorch's
+ * answers for zeros (0, or NaN with eps 0), a row holding an inf (0, NaN
+ * at the inf) and one holding a NaN (all NaN). Through the fused residual
+ * too (the row being normalised is the stored sum). _i: dtype.
+ */
+START_TEST(test_rms_norm_extremes)
+{
+    const DLDataType dt = dtype_at(_i);
+    const int64_t R = 7, H = 515; /* odd: every variant's tail path */
+    const double big = dt.code == kDLFloat && dt.bits == 16 ? 6e4 : 1e30;
+    const double scale[7] = {
+        big, dt.code == kDLFloat && dt.bits == 16 ? 6e4 : 3e38, 1e-30, 0.0, 1.0, 1.0, 1e-3};
+    for (int gemma = 0; gemma < 2; gemma++)
+        for (int with_res = 0; with_res < 2; with_res++)
+            for (int e = 0; e < 2; e++) {
+                const char *op = gemma ? FLD_OP_GEMMA_RMS_NORM : FLD_OP_RMS_NORM;
+                const float eps = e ? 0.0f : 1e-6f;
+                tt_tensor *x = tt_new(dt, 2, (int64_t[]){R, H});
+                tt_tensor *w = tt_new(dt, 1, &H);
+                tt_fill_normal(x, 8, 0.0, 1.0);
+                tt_fill_normal(w, 9, gemma ? 0.0 : 1.0, 0.1);
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t j = 0; j < H; j++) {
+                        double v = tt_get(x, r * H + j) * scale[r] * (with_res ? 0.5 : 1.0);
+                        if (r == 4 && j == 7)
+                            v = INFINITY;
+                        if (r == 5 && j == 9)
+                            v = NAN;
+                        tt_set(x, r * H + j, v);
+                    }
+                tt_tensor *res = with_res ? tt_clone(x) : NULL; /* x + res = 2x, in range */
+                double *xv = values_of(x), *wv = values_of(w);
+                struct impl_list impls;
+                cpu_impls(op, &impls);
+                for (int k = 0; k < impls.n; k++) {
+                    tt_tensor *out = tt_new(dt, 2, (int64_t[]){R, H});
+                    tt_tensor *ri = res ? tt_clone(res) : NULL;
+                    pin(op, impls.ids[k], dt);
+                    int rc =
+                        gemma ? fld_gemma_rms_norm(&out->t, &x->t, &w->t, ri ? &ri->t : NULL, eps)
+                              : fld_rms_norm(&out->t, &x->t, &w->t, ri ? &ri->t : NULL, eps);
+                    unpin();
+                    if (strcmp(impls.ids[k], REF_ID) != 0 && declined(rc)) {
+                        tt_free(out), tt_free(ri);
+                        continue;
+                    }
+                    ck_assert_msg(rc == FLD_OK, "%s %s: %s", impls.ids[k], op, fld_last_error());
+                    for (int64_t r = 0; r < R; r++) {
+                        double ss = 0;
+                        for (int64_t j = 0; j < H; j++) {
+                            const double v =
+                                with_res ? tt_round(dt, 2 * xv[r * H + j]) : xv[r * H + j];
+                            ss += v * v;
+                        }
+                        const double inv = 1.0 / sqrt(ss / (double)H + (double)eps);
+                        for (int64_t j = 0; j < H; j++) {
+                            const double v =
+                                with_res ? tt_round(dt, 2 * xv[r * H + j]) : xv[r * H + j];
+                            const double sc = gemma ? 1.0 + wv[j] : wv[j];
+                            double want = v * inv * sc;
+                            if (r == 4) /* PyTorch: rsqrt(inf) = 0: 0, and inf * 0 = NaN */
+                                want = isinf(v) ? NAN : 0.0;
+                            const double got = tt_get(out, r * H + j);
+                            const bool ok = isnan(want) ? isnan(got)
+                                                        : fabs(got - want) <= 2 * ulp_of(dt, want) +
+                                                                                  1e-6 * fabs(want);
+                            ck_assert_msg(ok,
+                                          "%s %s %s eps=%g%s row %lld [%lld]: x %.9g, got %.9g, "
+                                          "want %.9g",
+                                          impls.ids[k], op, dtype_label(dt), (double)eps,
+                                          with_res ? " residual" : "", (long long)r, (long long)j,
+                                          xv[r * H + j], got, want);
+                        }
+                    }
+                    tt_free(out), tt_free(ri);
+                }
+                free(xv), free(wv);
+                tt_free(x), tt_free(w), tt_free(res);
+            }
 }
 END_TEST
 
@@ -676,11 +899,18 @@ struct rope_case {
     enum layout layout;
 };
 
-/* Computes the expected values of one query/key tensor in place in v. */
+/*
+ * Computes the expected values of one query/key tensor in place in v: in
+ * double for float32 (checked with tolerances), and for 16-bit dtypes
+ * vLLM's forward_native exactly: cos and sin rounded to the dtype, each
+ * product and the sum rounded (the products of two 16-bit values are exact
+ * in double, and so is a sum of two of them before its rounding).
+ */
 static void rope_expect(double *v, double *mag, int64_t T, int64_t heads, int64_t D, int64_t rot,
-                        bool neox, const double *pos, const double *cache)
+                        bool neox, const double *pos, const double *cache, DLDataType dt)
 {
     const int64_t half = rot / 2;
+    const bool r16 = dt.bits == 16;
     for (int64_t t = 0; t < T; t++) {
         const double *row = cache + (int64_t)pos[t] * rot;
         for (int64_t h = 0; h < heads; h++) {
@@ -688,8 +918,15 @@ static void rope_expect(double *v, double *mag, int64_t T, int64_t heads, int64_
             for (int64_t i = 0; i < half; i++) {
                 int64_t ix = neox ? i : 2 * i, iy = neox ? i + half : 2 * i + 1;
                 double c = row[i], s = row[half + i], x = e[ix], y = e[iy];
-                e[ix] = x * c - y * s;
-                e[iy] = y * c + x * s;
+                if (r16) {
+                    c = tt_round(dt, c);
+                    s = tt_round(dt, s);
+                    e[ix] = tt_round(dt, tt_round(dt, x * c) - tt_round(dt, y * s));
+                    e[iy] = tt_round(dt, tt_round(dt, y * c) + tt_round(dt, x * s));
+                } else {
+                    e[ix] = x * c - y * s;
+                    e[iy] = y * c + x * s;
+                }
                 m[ix] = m[iy] = fabs(x * c) + fabs(y * s) + fabs(y * c) + fabs(x * s);
             }
         }
@@ -706,15 +943,22 @@ static void check_rope_tensor(const char *label, const char *name, const tt_tens
     snprintf(lab, sizeof lab, "%s '%s'", label, name);
     struct cmp c;
     cmp_default(&c, lab, t->t.dtype);
-    c.ulp = is_ref && t->t.dtype.bits == 16;
-    int64_t changed = -1;
+    int64_t changed = -1, inexact = -1;
+    const bool exact = t->t.dtype.bits == 16; /* vLLM's rounding order, to the bit */
     for (int64_t i = 0; i < n; i++) {
-        if (i % D < rot)
+        if (i % D < rot) {
             cmp_one(&c, i, got[i], want[i], mag[i]);
-        else if (got[i] != before[i] && changed < 0)
+            if (exact && got[i] != want[i] && inexact < 0)
+                inexact = i;
+        } else if (got[i] != before[i] && changed < 0) {
             changed = i;
+        }
     }
     cmp_done(&c);
+    ck_assert_msg(inexact < 0, "%s: element %lld is %.9g, vLLM's rounding gives %.9g", lab,
+                  (long long)inexact, inexact >= 0 ? got[inexact] : 0.0,
+                  inexact >= 0 ? want[inexact] : 0.0);
+    (void)is_ref;
     ck_assert_msg(changed < 0, "%s: element %lld (past rot_dim %lld) changed", lab,
                   (long long)changed, (long long)rot);
     ck_assert_msg(tt_padding_intact(t), "%s: bytes outside the view were written", lab);
@@ -749,9 +993,9 @@ static void run_rope(const struct impl_list *impls, DLDataType qdt, DLDataType c
     double *kv = k ? values_of(k) : NULL, *ke = k ? values_of(k) : NULL;
     double *km = k ? calloc((size_t)tt_numel(k), sizeof(double)) : NULL;
     ck_assert_ptr_nonnull(qm);
-    rope_expect(qe, qm, T, Q_HEADS, D, rc_->rot, rc_->neox, pv, cache->values);
+    rope_expect(qe, qm, T, Q_HEADS, D, rc_->rot, rc_->neox, pv, cache->values, qdt);
     if (k)
-        rope_expect(ke, km, T, K_HEADS, D, rc_->rot, rc_->neox, pv, cache->values);
+        rope_expect(ke, km, T, K_HEADS, D, rc_->rot, rc_->neox, pv, cache->values, qdt);
 
     for (int i = 0; i < impls->n; i++) {
         const char *impl = impls->ids[i];
@@ -988,6 +1232,7 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run)
         tcase_add_checked_fixture(tc, setup_variant, NULL);
     tcase_add_loop_test(tc, test_activation, 0, 12);
     tcase_add_loop_test(tc, test_activation_tails, 0, 12);
+    tcase_add_loop_test(tc, test_activation_every_16bit_input, 0, 8);
     suite_add_tcase(s, tc);
 
     tc = tcase_create(case_name("rms_norm", suffix));
@@ -996,6 +1241,8 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run)
         tcase_add_checked_fixture(tc, setup_variant, NULL);
     tcase_add_loop_test(tc, test_rms_norm_shapes, 0, 6);
     tcase_add_loop_test(tc, test_rms_norm_variants, 0, 6);
+    tcase_add_loop_test(tc, test_rms_norm_mixed_dtypes, 0, 4);
+    tcase_add_loop_test(tc, test_rms_norm_extremes, 0, 3);
     suite_add_tcase(s, tc);
 
     tc = tcase_create(case_name("rotary", suffix));

@@ -503,6 +503,27 @@ static const char *rms_case(int i, struct rms_fx *f, const char **e)
         f->residual.shape[0] = 0;
         e[0] = "'residual' has shape [0, 769] but 'x' has [7, 769]";
         return "empty residual with non-empty x";
+    /* Mixed dtypes: only float32 may join a 16-bit x (weight, residual), never out. */
+    case 25:
+        f->x.t.dtype = f->out.t.dtype = FLD_DTYPE_BF16;
+        f->weight.t.dtype = FLD_DTYPE_F16;
+        e[0] = "'weight' has dtype float16 but 'x' has bfloat16; expected bfloat16 or float32";
+        return "weight of another 16-bit dtype";
+    case 26:
+        f->x.t.dtype = f->out.t.dtype = f->weight.t.dtype = FLD_DTYPE_F16;
+        f->residual.t.dtype = FLD_DTYPE_BF16;
+        e[0] = "'residual' has dtype bfloat16 but 'x' has float16; expected float16 or float32";
+        return "residual of another 16-bit dtype";
+    case 27:
+        f->x.t.dtype = FLD_DTYPE_F16;
+        f->weight.t.dtype = f->residual.t.dtype = FLD_DTYPE_F32; /* both fine */
+        e[0] = "'out' has dtype float32 but 'x' has float16";
+        return "out must have x's dtype";
+    case 28:
+        f->x.t.dtype = f->out.t.dtype = FLD_DTYPE_BF16;
+        f->weight.t.dtype = (DLDataType){kDLFloat, 64, 1};
+        e[0] = "'weight'", e[1] = "float64";
+        return "weight float64";
     default:
         return END_OF_CASES;
     }
@@ -588,6 +609,37 @@ START_TEST(test_rms_norm_layouts)
     tt_tensor *all[] = {a, b, c, d, w, oa, ob, oc, od};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         tt_free(all[i]);
+}
+END_TEST
+
+/*
+ * float32 weight and residual with a 16-bit x are valid (vLLM's
+ * GemmaRMSNorm), each on its own or together, strided or in place.
+ */
+START_TEST(test_rms_norm_mixed_dtypes)
+{
+    const DLDataType xdt = _i / 2 ? FLD_DTYPE_BF16 : FLD_DTYPE_F16;
+    const bool gemma = _i % 2;
+    const int64_t H = 40;
+    for (int which = 0; which < 3; which++) {
+        const DLDataType wdt = which != 1 ? FLD_DTYPE_F32 : xdt;
+        const DLDataType rdt = which != 0 ? FLD_DTYPE_F32 : xdt;
+        tt_tensor *x = tt_new_strided(xdt, 2, (int64_t[]){5, H}, (int64_t[]){H + 3, 1});
+        tt_tensor *w = tt_new(wdt, 1, &H), *r = tt_new(rdt, 2, (int64_t[]){5, H});
+        tt_fill_normal(x, 1, 0, 1), tt_fill_normal(w, 2, 0.5, 0.1), tt_fill_normal(r, 3, 0, 1);
+        int rc = gemma ? fld_gemma_rms_norm(&x->t, &x->t, &w->t, &r->t, 1e-6f)
+                       : fld_rms_norm(&x->t, &x->t, &w->t, &r->t, 1e-6f);
+        ck_assert_msg(rc == FLD_OK, "x %s weight %s residual %s: %s", fld_dtype_name(xdt),
+                      fld_dtype_name(wdt), fld_dtype_name(rdt), fld_last_error());
+        ck_assert(tt_padding_intact(x) && tt_padding_intact(r));
+        tt_free(x), tt_free(w), tt_free(r);
+    }
+    /* float32 x keeps one dtype: a 16-bit weight is refused as before. */
+    tt_tensor *x = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){5, H}), *w = tt_new(xdt, 1, &H);
+    tt_fill_normal(x, 4, 0, 1), tt_fill_normal(w, 5, 1, 0.1);
+    expect_einval("16-bit weight with float32 x", fld_rms_norm(&x->t, &x->t, &w->t, NULL, 1e-6f),
+                  (const char *[]){"'weight' has dtype", "but 'x' has float32", NULL});
+    tt_free(x), tt_free(w);
 }
 END_TEST
 
@@ -1278,6 +1330,7 @@ static Suite *validation_suite(void)
     tcase_add_loop_test(tc, test_rms_norm_rules, 0, 2);
     tcase_add_loop_test(tc, test_rms_norm_empty, 0, 2);
     tcase_add_test(tc, test_rms_norm_layouts);
+    tcase_add_loop_test(tc, test_rms_norm_mixed_dtypes, 0, 4);
     tcase_add_loop_test(tc, test_rms_norm_guarded, 0, 2);
     suite_add_tcase(s, tc);
 

@@ -28,9 +28,10 @@ struct verify_case {
     int64_t tokens; /* rows (VR_BATCH: batch * seq) */
     /* activations: x [tokens, 2d] with row_pad unused elements per row, out [tokens, d] */
     int64_t d, row_pad;
-    /* norms: x [tokens, h]; strided: x is randn(T, 2H)[:, :H] */
+    /* norms: x [tokens, h]; strided: x is randn(T, 2H)[:, :H]; w32 / r32: float32
+       weight / residual whatever the dtype; huge: x (and residual) scaled by 1e30 */
     int64_t h;
-    bool residual, no_weight, strided, in_place, scaled;
+    bool residual, no_weight, strided, in_place, scaled, w32, r32, huge;
     /* rotary */
     bool neox, pos_i32, cache_f32;
     int64_t head, rot, q_heads, k_heads; /* k_heads 0: key absent */

@@ -8,7 +8,11 @@
  *   - norms: tokens {7, 83} x H {8, 768, 769, 5120, 5125, 8192} x {plain,
  *     residual, strided, in place, strided in place with residual}; tokens
  *     4096 only with H {768, 5125} (plain, and strided with residual);
- *     no weight, x scaled by 1/(2H) and no tokens as single cases;
+ *     no weight, x scaled by 1/(2H) and no tokens as single cases; a
+ *     float32 weight and/or residual with 16-bit x (vLLM's GemmaRMSNorm;
+ *     float32 runs have them anyway); rows of 1e30 (squares past float32's
+ *     range; float16 cannot hold them and runs unscaled), full set only:
+ *     Ascend's norms are CANN's float32 RmsNorm and give PyTorch's 0 there;
  *   - rotary: neox and gptj x head {64, 80, 112, 120, 256} x rot_dim {head,
  *     32} x key {16 q / 4 k heads, 17 / 17, 17 / none} x layout {[T, H*D],
  *     padded heads, [5, 11, H*D]} at 55 tokens; 1024 tokens only for head
@@ -105,7 +109,17 @@ static void activation_cases(struct case_table *t, bool quick)
     add_case(t, c);
 }
 
-enum { N_PLAIN = 0, N_RES = 1, N_STRIDED = 2, N_INPLACE = 4, N_NOWEIGHT = 8, N_SCALED = 16 };
+enum {
+    N_PLAIN = 0,
+    N_RES = 1,
+    N_STRIDED = 2,
+    N_INPLACE = 4,
+    N_NOWEIGHT = 8,
+    N_SCALED = 16,
+    N_W32 = 32,  /* float32 weight */
+    N_R32 = 64,  /* float32 residual */
+    N_HUGE = 128 /* x scaled by 1e30 */
+};
 
 static struct verify_case norm_case(int64_t tokens, int64_t h, unsigned flags)
 {
@@ -118,6 +132,9 @@ static struct verify_case norm_case(int64_t tokens, int64_t h, unsigned flags)
         .in_place = flags & N_INPLACE,
         .no_weight = flags & N_NOWEIGHT,
         .scaled = flags & N_SCALED,
+        .w32 = flags & N_W32,
+        .r32 = flags & N_R32,
+        .huge = flags & N_HUGE,
     };
 }
 
@@ -129,6 +146,7 @@ static void norm_cases(struct case_table *t, bool quick)
         add_case(t, norm_case(5, 5125, N_RES | N_NOWEIGHT));
         add_case(t, norm_case(7, 768, N_INPLACE | N_SCALED));
         add_case(t, norm_case(3, 5120, N_STRIDED));
+        add_case(t, norm_case(7, 769, N_STRIDED | N_RES | N_W32 | N_R32));
         return;
     }
     static const int64_t tokens[] = {7, 83}, hs[] = {8, 768, 769, 5120, 5125, 8192};
@@ -147,6 +165,13 @@ static void norm_cases(struct case_table *t, bool quick)
     add_case(t, norm_case(83, 5120, N_SCALED));
     add_case(t, norm_case(7, 769, N_SCALED | N_RES));
     add_case(t, norm_case(0, 768, N_RES));
+    add_case(t, norm_case(7, 768, N_W32));
+    add_case(t, norm_case(83, 5120, N_RES | N_R32));
+    add_case(t, norm_case(83, 769, N_RES | N_W32 | N_R32));
+    add_case(t, norm_case(7, 769, N_STRIDED | N_RES | N_INPLACE | N_W32 | N_R32));
+    add_case(t, norm_case(4096, 768, N_RES | N_W32 | N_R32));
+    add_case(t, norm_case(7, 4096, N_HUGE));
+    add_case(t, norm_case(83, 769, N_RES | N_HUGE | N_W32));
 }
 
 static struct verify_case rope_case(bool neox, int64_t head, int64_t rot, int64_t q_heads,
@@ -241,10 +266,11 @@ const char *verify_case_label(const struct verify_case *c, char *buf, size_t siz
         }
         break;
     case VF_NORM:
-        snprintf(buf, size, "T=%lld H=%lld%s%s%s%s%s", (long long)c->tokens, (long long)c->h,
+        snprintf(buf, size, "T=%lld H=%lld%s%s%s%s%s%s%s%s", (long long)c->tokens, (long long)c->h,
                  c->residual ? " residual" : "", c->strided ? " strided" : "",
                  c->in_place ? " in-place" : "", c->no_weight ? " no-weight" : "",
-                 c->scaled ? " x/(2H)" : "");
+                 c->scaled ? " x/(2H)" : "", c->w32 ? " weight=f32" : "",
+                 c->r32 ? " residual=f32" : "", c->huge ? " x*1e30" : "");
         break;
     case VF_ROTARY: {
         char key[32] = "no-key";
@@ -364,18 +390,22 @@ static bool make_norm(struct verify_io *io, const struct verify_case *c, uint64_
     struct tool_tensor *x = &io->t[VS_X];
     if (!alloc_sentinel(x, io->dtype, 2, shape, c->strided ? c->h : 0))
         return false;
-    tool_tensor_fill_normal(x, seed, 0.0f, c->scaled ? 1.0f / (float)(2 * c->h) : 1.0f);
+    /* 1e30: squares past float32's range (float16 tops out at 65504: unscaled) */
+    const float huge = c->huge && io->dtype != TOOL_F16 ? 1e30f : 1.0f;
+    tool_tensor_fill_normal(x, seed, 0.0f, c->scaled ? 1.0f / (float)(2 * c->h) : huge);
     if (!c->in_place && !alloc_sentinel(&io->t[VS_OUT], io->dtype, 2, shape, 0))
         return false;
     if (!c->no_weight) {
-        if (!alloc_sentinel(&io->t[VS_WEIGHT], io->dtype, 1, &c->h, 0))
+        const int wdt = c->w32 ? TOOL_F32 : io->dtype;
+        if (!alloc_sentinel(&io->t[VS_WEIGHT], wdt, 1, &c->h, 0))
             return false;
         tool_tensor_fill_normal(&io->t[VS_WEIGHT], seed, 1.0f, 0.1f);
     }
     if (c->residual) {
-        if (!alloc_sentinel(&io->t[VS_RESIDUAL], io->dtype, 2, shape, 0))
+        const int rdt = c->r32 ? TOOL_F32 : io->dtype;
+        if (!alloc_sentinel(&io->t[VS_RESIDUAL], rdt, 2, shape, 0))
             return false;
-        tool_tensor_fill_normal(&io->t[VS_RESIDUAL], seed, 0.0f, 1.0f);
+        tool_tensor_fill_normal(&io->t[VS_RESIDUAL], seed, 0.0f, huge);
     }
     return true;
 }

@@ -26,9 +26,10 @@ DEPS     := vmath.h body_activation.h body_norm.h body_rotary.h act_harness.h ol
             simd_avx2.h simd_avx512.h simd_neon.h $(MAIN)/plugins/cpu/cpu.h
 
 X86_ISAS := portable avx2 avx512 avx512_bf16
-X86_OBJS := $(X86_ISAS:%=$(B)/isa_%.o) $(X86_ISAS:%=$(B)/probe_%.o) $(B)/act_old.o
+# exact.o: the scalar paths the bodies call (16-bit activation tables, rare norm rows).
+X86_OBJS := $(X86_ISAS:%=$(B)/isa_%.o) $(X86_ISAS:%=$(B)/probe_%.o) $(B)/act_old.o $(B)/exact.o
 ARM_OBJS := $(B)/arm/isa_portable.o $(B)/arm/isa_neon.o $(B)/arm/probe_portable.o \
-            $(B)/arm/probe_neon.o $(B)/arm/act_old.o $(B)/arm/act_stream.o
+            $(B)/arm/probe_neon.o $(B)/arm/act_old.o $(B)/arm/act_stream.o $(B)/arm/exact.o
 
 .PHONY: all check check-x86 check-arm accuracy bench
 all: $(B)/act_test $(B)/arm/act_test
@@ -48,6 +49,8 @@ $(B)/probe_%.o: act_probe.c $(DEPS) | $(B)
 	    -c $< -o $@
 $(B)/act_old.o: act_old.c $(DEPS) | $(B)
 	$(CC) $(BASE) -c $< -o $@
+$(B)/exact.o: exact.c $(DEPS) | $(B)
+	$(CC) $(BASE) -c $< -o $@
 $(B)/act_test.o: act_test.c $(DEPS) | $(B)
 	$(CC) $(BASE) -c $< -o $@
 # STREAM triad compiled as the brief says: -O3 -mavx512f.
@@ -55,7 +58,7 @@ $(B)/act_stream.o: act_stream.c | $(B)
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(INC) -O3 -mavx512f -c $< -o $@
 
 $(B)/act_test: $(B)/act_test.o $(B)/act_stream.o $(X86_OBJS)
-	$(CC) $^ -o $@ -lm
+	$(CC) $^ -o $@ -lm -pthread
 
 XBASE = $(BASE) -isystem $(B)/xinc
 $(B)/arm/isa_%.o: isa_%.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
@@ -64,12 +67,14 @@ $(B)/arm/probe_%.o: act_probe.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -DAP_LAYER='"simd_$*.h"' -DAP_NAME=act_probe_$* -c $< -o $@
 $(B)/arm/act_old.o: act_old.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -c $< -o $@
+$(B)/arm/exact.o: exact.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
+	$(XCC) $(XBASE) -c $< -o $@
 $(B)/arm/act_stream.o: act_stream.c $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -O3 -c $< -o $@
 $(B)/arm/act_test.o: act_test.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -c $< -o $@
 $(B)/arm/act_test: $(B)/arm/act_test.o $(ARM_OBJS)
-	$(XCC) -static $^ -o $@ -lm
+	$(XCC) -static $^ -o $@ -lm -pthread
 
 check: check-x86 check-arm
 check-x86: $(B)/act_test

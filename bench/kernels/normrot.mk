@@ -21,8 +21,10 @@ F_BF16   := $(F_AVX512) -mavx512bf16
 DEPS     := body_norm.h body_rotary.h nr_harness.h old_convert.h simd_portable.h simd_avx2.h simd_avx512.h \
             simd_neon.h $(MAIN)/plugins/cpu/cpu.h
 
-X86_OBJS := $(B)/var_portable.o $(B)/var_avx2.o $(B)/var_avx512.o $(B)/var_avx512_bf16.o $(B)/nr_old.o
-ARM_OBJS := $(B)/arm/var_portable.o $(B)/arm/var_neon.o $(B)/arm/nr_old.o
+# exact.o: the scalar paths the bodies call (rare norm rows, 16-bit activation tables).
+X86_OBJS := $(B)/var_portable.o $(B)/var_avx2.o $(B)/var_avx512.o $(B)/var_avx512_bf16.o $(B)/nr_old.o \
+            $(B)/exact.o
+ARM_OBJS := $(B)/arm/var_portable.o $(B)/arm/var_neon.o $(B)/arm/nr_old.o $(B)/arm/exact.o
 
 .PHONY: all check check-x86 check-arm check-isa bench clean-nr
 all: $(B)/nr_test $(B)/nr_bench $(B)/arm/nr_test
@@ -46,6 +48,8 @@ $(B)/var_avx512_bf16.o: nr_variant.c $(DEPS) | $(B)
 	$(CC) $(BASE) $(F_BF16) -DFLD_SIMD_AVX512_BF16 $(call var,avx512,avx512_bf16) -c $< -o $@
 $(B)/nr_old.o: nr_old.c $(DEPS) | $(B)
 	$(CC) $(BASE) -c $< -o $@
+$(B)/exact.o: exact.c $(DEPS) | $(B)
+	$(CC) $(BASE) -c $< -o $@
 $(B)/nr_test.o: nr_test.c $(DEPS) | $(B)
 	$(CC) $(BASE) -c $< -o $@
 $(B)/nr_bench.o: nr_bench.c $(DEPS) | $(B)
@@ -55,9 +59,9 @@ $(B)/nr_stream.o: nr_stream.c | $(B)
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O3 -mavx512f -c $< -o $@
 
 $(B)/nr_test: $(B)/nr_test.o $(X86_OBJS)
-	$(CC) $^ -o $@ -lm
+	$(CC) $^ -o $@ -lm -pthread
 $(B)/nr_bench: $(B)/nr_bench.o $(B)/nr_stream.o $(X86_OBJS)
-	$(CC) $^ -o $@ -lm
+	$(CC) $^ -o $@ -lm -pthread
 
 XBASE = $(BASE) -isystem $(B)/xinc
 $(B)/arm/var_portable.o: nr_variant.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
@@ -66,10 +70,12 @@ $(B)/arm/var_neon.o: nr_variant.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) $(call var,neon,neon) -c $< -o $@
 $(B)/arm/nr_old.o: nr_old.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -c $< -o $@
+$(B)/arm/exact.o: exact.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
+	$(XCC) $(XBASE) -c $< -o $@
 $(B)/arm/nr_test.o: nr_test.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -c $< -o $@
 $(B)/arm/nr_test: $(B)/arm/nr_test.o $(ARM_OBJS)
-	$(XCC) -static $^ -o $@ -lm
+	$(XCC) -static $^ -o $@ -lm -pthread
 
 check: check-x86 check-arm
 check-x86: $(B)/nr_test
@@ -90,15 +96,15 @@ $(B)/isa/%.o: %.c $(ISA_DEPS) | $(B)/isa
 $(B)/isa/nr_old.o: nr_old.c $(DEPS) | $(B)/isa
 	$(CC) $(BASE) -DNR_REAL_ISA -c $< -o $@
 $(B)/isa/nr_test: $(B)/nr_test.o $(B)/isa/nr_old.o $(B)/isa/isa_portable.o $(B)/isa/isa_avx2.o \
-                  $(B)/isa/isa_avx512.o $(B)/isa/isa_avx512_bf16.o
-	$(CC) $^ -o $@ -lm
+                  $(B)/isa/isa_avx512.o $(B)/isa/isa_avx512_bf16.o $(B)/isa/exact.o
+	$(CC) $^ -o $@ -lm -pthread
 $(B)/arm/isa/%.o: %.c $(ISA_DEPS) $(B)/xinc/dlpack | $(B)/arm/isa
 	$(XCC) $(XBASE) -c $< -o $@
 $(B)/arm/isa/nr_old.o: nr_old.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm/isa
 	$(XCC) $(XBASE) -DNR_REAL_ISA -c $< -o $@
 $(B)/arm/isa/nr_test: $(B)/arm/nr_test.o $(B)/arm/isa/nr_old.o $(B)/arm/isa/isa_portable.o \
-                      $(B)/arm/isa/isa_neon.o
-	$(XCC) -static $^ -o $@ -lm
+                      $(B)/arm/isa/isa_neon.o $(B)/arm/isa/exact.o
+	$(XCC) -static $^ -o $@ -lm -pthread
 check-isa: $(B)/isa/nr_test $(B)/arm/isa/nr_test
 	./$(B)/isa/nr_test --quick
 	$(QEMU) ./$(B)/arm/isa/nr_test --quick

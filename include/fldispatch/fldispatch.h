@@ -189,7 +189,9 @@ FLD_API int fld_reload(void);
 /*
  * Tensor layout rules shared by all ops. The host checks them on every call
  * and returns FLD_EINVAL, without touching tensor memory, when one fails:
- *   - float tensors are float32, float16 or bfloat16, one dtype per call;
+ *   - float tensors are float32, float16 or bfloat16, one dtype per call
+ *     (except rms_norm's weight and residual, which may be float32 with a
+ *     16-bit x, and the rotary cos/sin cache, which may be float32);
  *   - all tensors of a call are on the same device (type and id);
  *   - the last dimension has stride 1 (strides == NULL means contiguous);
  *   - the leading dimensions form rows: each of them may be strided, but
@@ -209,7 +211,10 @@ FLD_API int fld_reload(void);
  * Gated activations: out[..., d] = act(x[..., :d]) * x[..., d:] for
  * silu_and_mul, gelu_and_mul (erf GELU) and gelu_tanh_and_mul (tanh GELU);
  * mul_and_silu computes x[..., :d] * silu(x[..., d:]). x is [..., 2d] and out
- * is [..., d] with the same leading shape. Computed in float32, rounded once.
+ * is [..., d] with the same leading shape and dtype. Rounding is vLLM's: the
+ * activation is computed in float32 (vLLM's CUDA formulas), rounded to the
+ * dtype, and the product with the other half is rounded again, i.e.
+ * out = round(round(act(a)) * b); for float32 that is one float32 product.
  */
 typedef struct fld_activation_args {
     DLTensor *out;
@@ -229,13 +234,22 @@ FLD_API int fld_gelu_tanh_and_mul(DLTensor *out, const DLTensor *x);
  * RMS normalisation over the last dimension H.
  * Without residual: out = x * rsqrt(mean(x^2) + eps) * w.
  * With residual (same shape as x, updated in place): first
- * residual = x + residual (rounded to the dtype), then
- * out = norm(residual) * w.
+ * residual = x + residual (summed in float32, rounded to the residual's
+ * dtype), then out = norm(residual) * w, normalising the stored sum.
  * weight is [H] and contiguous, or NULL for no scale. out may alias x
  * (same data and layout); no other pair of its tensors may share memory,
  * except x and weight (both only read). eps must be finite and >= 0.
- * gemma_rms_norm scales by (1 + w) instead of w. Sums in float32, one
- * rounding per output.
+ * gemma_rms_norm scales by (1 + w) instead of w, with 1 + w formed in
+ * float32.
+ * Dtypes: out has x's dtype. weight and residual have x's dtype, or float32
+ * when x is float16 or bfloat16 (vLLM's GemmaRMSNorm keeps its weight, and
+ * with float16 its residual, in float32). Computed in float32, one rounding
+ * of each output to x's dtype; the mean of squares is kept from overflowing
+ * or underflowing, so any finite row gives its normalised value (rows of
+ * 1e30 or of 1e-30 included). A NaN in a row makes it NaN; an inf makes the
+ * row's finite elements 0 and the inf ones NaN, as in PyTorch.
+ * Implementations that cannot serve a dtype combination decline it (their
+ * supports() predicate), and the next candidate serves it.
  */
 typedef struct fld_rms_norm_args {
     DLTensor *out;
@@ -264,7 +278,10 @@ FLD_API int fld_gemma_rms_norm(DLTensor *out, const DLTensor *x, const DLTensor 
  *                  is the query's or float32.
  * neox pairs element i with i + rot_dim/2; gptj (is_neox = false) pairs 2i
  * with 2i+1; both use frequency i. Elements past rot_dim are unchanged.
- * Computed in float32, one rounding per output.
+ * Rounding is vLLM's forward_native: float32 queries compute x*cos - y*sin
+ * and y*cos + x*sin in float32; float16/bfloat16 queries round cos and sin
+ * to their dtype (a float32 cache is cast first), then round each product
+ * and the sum to it: round(round(x*cos) - round(y*sin)).
  */
 typedef struct fld_rotary_embedding_args {
     const DLTensor *positions;

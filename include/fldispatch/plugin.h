@@ -124,11 +124,23 @@ typedef struct fld_impl {
     const char *vendor;            /* required for FLD_KIND_VENDOR, e.g. "cuda"; else NULL */
     int priority;                  /* FLD_PRIORITY_*; higher runs first within a token */
     uint32_t devices;              /* FLD_DEVICE_MASK_* it accepts; not 0 */
-    uint32_t dtypes;               /* FLD_DTYPE_MASK_* it accepts; not 0 */
+    uint32_t dtypes;               /* FLD_DTYPE_MASK_* it accepts; not 0 (see below) */
     fld_kernel_fn fn;              /* required */
     fld_available_fn is_available; /* optional */
     fld_supports_fn supports;      /* optional */
 } fld_impl;
+
+/*
+ * The dtype of a call is that of its main tensor (x for activations and
+ * norms, query for rotary). Some operands may differ from it, and an
+ * implementation that cannot handle such a call must decline it in
+ * supports() so the next candidate serves it (the library's reference.c
+ * serves every combination on CPU):
+ *   rms_norm, gemma_rms_norm  weight and residual may be float32 while x and
+ *                             out are float16 or bfloat16 (each on its own);
+ *   rotary_embedding          cos_sin_cache may be float32 with 16-bit
+ *                             query and key.
+ */
 
 /*
  * Registers one implementation; the host copies the record and its strings.

@@ -5,8 +5,16 @@
  *                       writes residual = x + residual and out = norm(that)
  *   gemma_rms_norm      aclnnGemmaRmsNorm (when this CANN has it), without
  *                       residual only: there is no fused add variant
- *   silu_and_mul        aclnnSwiGlu over the last dimension
- *   rotary_embedding    aclnnRopeWithSinCosCache when this CANN has it and the
+ *   silu_and_mul        float32: aclnnSwiGlu over the last dimension;
+ *                       float16/bfloat16: aclnnSilu into scratch of the
+ *                       dtype, then aclnnMul by the second half into out --
+ *                       vLLM rounds the activation to the dtype before the
+ *                       product, which two elementwise operators do and a
+ *                       fused SwiGlu (computing in float32) would not
+ *   rotary_embedding    float32 only (vLLM rounds every product and sum of
+ *                       a 16-bit rotation to the dtype; the fused operators
+ *                       rotate in float32). aclnnRopeWithSinCosCache when
+ *                       this CANN has it and the
  *                       call fits it (a key, heads packed in each token's row,
  *                       a contiguous cache): one operator that takes the
  *                       positions and the cos/sin cache as vLLM keeps them.
@@ -26,8 +34,10 @@
  * What the aclnn operators cannot take is declined in supports(), so the
  * call passes to the next candidate: RmsNorm/AddRmsNorm and SwiGlu do not
  * accept non-contiguous tensors, rms_norm needs a weight (gamma is required
- * by aclnn), rotary needs the cache in the query's dtype (cos/sin must match
- * x) and D < 896, heads < 1000 (the operator's documented limits).
+ * by aclnn) of x's dtype and a residual of x's dtype (the float32 ones of
+ * GemmaRMSNorm go to reference.ascend), rotary needs a float32 query with a
+ * float32 cache and D < 896, heads < 1000 (the operator's documented
+ * limits). reference.ascend serves the rest.
  *
  * Every operator goes through both aclnn phases before the next starts, so
  * an argument error reported by a GetWorkspaceSize phase leaves no executor
@@ -64,6 +74,16 @@ static const void *data_of(const DLTensor *t)
     return (const char *)t->data + t->byte_offset;
 }
 
+/* Both phases of one aclnn operator; name is the run function's name. */
+#define RUN_OP(c, rc, name, gws_call)                                                              \
+    do {                                                                                           \
+        uint64_t ws_ = 0;                                                                          \
+        acl_executor *ex_ = NULL;                                                                  \
+        int st_ = fld__acl.name##GetWorkspaceSize gws_call;                                        \
+        (rc) = st_ ? fld__ascend_fail((c), #name "GetWorkspaceSize", st_)                          \
+                   : fld__ascend_launch((c), #name, fld__acl.name, ws_, ex_);                      \
+    } while (0)
+
 /* ------------------------------------------------------------------------ */
 /* rms_norm                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -74,6 +94,11 @@ bool fld__ascend_rms_norm_supports(const void *argp)
 {
     const fld_rms_norm_args *a = argp;
     if (!a->weight)
+        return false;
+    /* float32 weight or residual with a 16-bit x: reference.ascend */
+    const int dt = fld_dtype_index(a->x->dtype);
+    if (fld_dtype_index(a->weight->dtype) != dt ||
+        (a->residual && fld_dtype_index(a->residual->dtype) != dt))
         return false;
     if (!rows_contiguous(a->x) || !rows_contiguous(a->out))
         return false;
@@ -91,7 +116,7 @@ int fld__ascend_gemma_rms_norm(const void *argp)
     const fld_rms_norm_args *a = argp;
     if (!fld__ascend_gemma_rms_norm_supports(argp)) {
         fld_set_error("vendor.ascend: gemma_rms_norm: needs aclnnGemmaRmsNorm (CANN 8.1+), a "
-                      "weight, no residual and contiguous rows");
+                      "weight of x's dtype, no residual and contiguous rows");
         return FLD_EUNSUPPORTED;
     }
     return rms_norm(a, true);
@@ -101,7 +126,8 @@ int fld__ascend_rms_norm(const void *argp)
 {
     const fld_rms_norm_args *a = argp;
     if (!fld__ascend_rms_norm_supports(argp)) {
-        fld_set_error("vendor.ascend: rms_norm: needs a weight and contiguous rows");
+        fld_set_error("vendor.ascend: rms_norm: needs a weight and a residual (if any) of x's "
+                      "dtype and contiguous rows");
         return FLD_EUNSUPPORTED;
     }
     return rms_norm(a, false);
@@ -184,7 +210,7 @@ int fld__ascend_silu_and_mul(const void *argp)
 {
     const fld_activation_args *a = argp;
     if (!fld__ascend_silu_and_mul_supports(argp)) {
-        fld_set_error("vendor.ascend: silu_and_mul: aclnnSwiGlu needs contiguous rows");
+        fld_set_error("vendor.ascend: silu_and_mul: needs contiguous rows");
         return FLD_EUNSUPPORTED;
     }
     fld_rows x, out;
@@ -200,16 +226,29 @@ int fld__ascend_silu_and_mul(const void *argp)
         return rc;
     const int64_t x_dims[2] = {x.rows, x.width}, x_strides[2] = {x.stride, 1};
     const int64_t o_dims[2] = {out.rows, out.width}, o_strides[2] = {out.stride, 1};
-    acl_tensor *tx = fld__ascend_tensor(&c, 2, x_dims, x_strides, dt, x.data);
-    acl_tensor *to = tx ? fld__ascend_tensor(&c, 2, o_dims, o_strides, dt, out.data) : NULL;
+    acl_tensor *to = fld__ascend_tensor(&c, 2, o_dims, o_strides, dt, out.data);
     if (!to) {
         rc = FLD_EIMPL;
+    } else if (dt == ACL_DT_FLOAT) {
+        acl_tensor *tx = fld__ascend_tensor(&c, 2, x_dims, x_strides, dt, x.data);
+        rc = tx ? FLD_OK : FLD_EIMPL;
+        if (rc == FLD_OK)
+            RUN_OP(&c, rc, aclnnSwiGlu, (tx, -1, to, &ws_, &ex_));
     } else {
-        uint64_t ws = 0;
-        acl_executor *ex = NULL;
-        int st = fld__acl.aclnnSwiGluGetWorkspaceSize(tx, -1, to, &ws, &ex);
-        rc = st ? fld__ascend_fail(&c, "aclnnSwiGluGetWorkspaceSize", st)
-                : fld__ascend_launch(&c, "aclnnSwiGlu", fld__acl.aclnnSwiGlu, ws, ex);
+        /* silu(a) rounded to the dtype in scratch, then out = round(act * b) */
+        const size_t es = elem_size(dt);
+        const int64_t act_strides[2] = {out.width, 1};
+        void *act_mem = fld__ascend_buffers(&c, (size_t)(out.rows * out.width) * es);
+        acl_tensor *ta = act_mem ? fld__ascend_tensor(&c, 2, o_dims, x_strides, dt, x.data) : NULL;
+        acl_tensor *tb = ta ? fld__ascend_tensor(&c, 2, o_dims, x_strides, dt,
+                                                 (const char *)x.data + (size_t)out.width * es)
+                            : NULL;
+        acl_tensor *act = tb ? fld__ascend_tensor(&c, 2, o_dims, act_strides, dt, act_mem) : NULL;
+        rc = act ? FLD_OK : FLD_EIMPL;
+        if (rc == FLD_OK)
+            RUN_OP(&c, rc, aclnnSilu, (ta, act, &ws_, &ex_));
+        if (rc == FLD_OK)
+            RUN_OP(&c, rc, aclnnMul, (act, tb, to, &ws_, &ex_));
     }
     fld__ascend_end(&c);
     return rc;
@@ -226,20 +265,11 @@ bool fld__ascend_rotary_supports(const void *argp)
     const fld_rotary_embedding_args *a = argp;
     fld_rotary_geometry g;
     fld_rotary_geometry_of(a, &g);
-    if (fld_dtype_index(g.cache_dtype) != fld_dtype_index(a->query->dtype))
+    /* float32 only: a 16-bit rotation rounds every product and sum (reference.ascend) */
+    if (fld_dtype_index(a->query->dtype) != 0 || fld_dtype_index(g.cache_dtype) != 0)
         return false;
     return g.rot_dim < ROPE_MAX_D && g.q_heads < ROPE_MAX_HEADS && g.k_heads < ROPE_MAX_HEADS;
 }
-
-/* Both phases of one aclnn operator; name is the run function's name. */
-#define RUN_OP(c, rc, name, gws_call)                                                              \
-    do {                                                                                           \
-        uint64_t ws_ = 0;                                                                          \
-        acl_executor *ex_ = NULL;                                                                  \
-        int st_ = fld__acl.name##GetWorkspaceSize gws_call;                                        \
-        (rc) = st_ ? fld__ascend_fail((c), #name "GetWorkspaceSize", st_)                          \
-                   : fld__ascend_launch((c), #name, fld__acl.name, ws_, ex_);                      \
-    } while (0)
 
 /* Whether aclnnRopeWithSinCosCache can take the call as it is. */
 static bool rope_cache_fits(const fld_rotary_embedding_args *a, const fld_rotary_geometry *g)
@@ -385,7 +415,7 @@ int fld__ascend_rotary_embedding(const void *argp)
 {
     const fld_rotary_embedding_args *a = argp;
     if (!fld__ascend_rotary_supports(argp)) {
-        fld_set_error("vendor.ascend: rotary_embedding: needs the cache in the query's dtype, "
+        fld_set_error("vendor.ascend: rotary_embedding: needs a float32 query and cache, "
                       "rot_dim < %d and fewer than %d heads",
                       ROPE_MAX_D, ROPE_MAX_HEADS);
         return FLD_EUNSUPPORTED;

@@ -1,34 +1,42 @@
 /*
  * reference.ascend: the catalog's compute ops composed of simple aclnn
  * operators on strided views, for any layout the host accepts (vendor.ascend
- * declines non-contiguous rows, a missing weight, gemma with a residual...).
+ * declines non-contiguous rows, a missing weight, gemma with a residual,
+ * float32 weights or residuals with 16-bit x, 16-bit rotary...).
  *
- * Every composition widens its inputs to contiguous float32 scratch
- * (aclnnCast reads the strided views), computes in float32 there, and writes
- * the result into the caller's strided view with aclnnInplaceCopy, which
- * converts to the output dtype: one rounding per stored value, as in
- * core/reference_*.c. The exceptions (documented in docs/ascend-plugin.md):
- * the residual sum of rms_norm is rounded to the dtype before it is
- * normalised (aclnnAdd writes it in the dtype), which is what the reference
- * does too; and the float32 intermediates are rounded to float32 between
- * operators (the reference rounds them the same way, but a fused kernel may
- * not).
+ * Each composition copies its strided inputs into contiguous scratch
+ * (aclnnCast reads strided views; to the same dtype it is a copy) and
+ * rounds where core/reference_*.c rounds, which is where vLLM rounds:
+ *   - activations compute in the storage dtype: Silu / GeluV2 into scratch
+ *     of the dtype (the activation rounded, as vLLM's ACT_FN returns it),
+ *     then Mul (the product rounded): round(round(act(a)) * b);
+ *   - rotary computes in the query's dtype: cos/sin cast to it, then each
+ *     Mul and the Add (alpha -1 or 1) rounded to it, as vLLM's
+ *     forward_native computes on 16-bit tensors (float32 queries: float32
+ *     throughout);
+ *   - norms compute in float32 (Cast to float32, RmsNorm) and round once
+ *     into out; the residual sum x + residual is rounded to the residual's
+ *     dtype by aclnnAdd and that stored value is normalised, as the
+ *     reference does; the weight (x's dtype or float32) is cast to float32
+ *     and gemma's 1 + w formed there.
+ * Outputs are written by aclnnInplaceCopy into the caller's strided views.
  *
  *   silu_and_mul        Cast a, Cast b, Silu(a), Mul, InplaceCopy -> out
  *   mul_and_silu        Cast a, Cast b, Silu(b), Mul, InplaceCopy -> out
  *   gelu_and_mul        as silu_and_mul with GeluV2(approximate = none (erf))
  *   gelu_tanh_and_mul   as silu_and_mul with GeluV2(approximate = tanh)
- *   rms_norm,           [Add x + residual -> scratch in the dtype], Cast to
- *   gemma_rms_norm      float32, gamma in float32 scratch (Cast of the
+ *   rms_norm,           [Add x + residual -> scratch in the residual's dtype],
+ *   gemma_rms_norm      Cast to float32, gamma in float32 scratch (Cast of the
  *                       weight; gemma: Adds 1; no weight: InplaceFillScalar
  *                       1), RmsNorm in float32, [InplaceCopy -> residual],
  *                       InplaceCopy -> out
  *   rotary_embedding    IndexSelect the tokens' cos and sin rows, Cast them
- *                       and the two halves of every head (neox: [0, rot/2)
- *                       and [rot/2, rot); gptj: even and odd elements, a
- *                       stride-2 view) to float32, x1 c - x2 s and x2 c + x1 s
- *                       with Mul and Add (alpha -1 / 1) broadcasting cos/sin
- *                       over heads, InplaceCopy both halves back
+ *                       to the query's dtype, Cast the two halves of every
+ *                       head (neox: [0, rot/2) and [rot/2, rot); gptj: even
+ *                       and odd elements, a stride-2 view) into scratch,
+ *                       x1 c - x2 s and x2 c + x1 s with Mul and Add (alpha
+ *                       -1 / 1) broadcasting cos/sin over heads, InplaceCopy
+ *                       both halves back
  *
  * The caller's tensors are written only by the final InplaceCopy operators,
  * and every aclnn function a composition uses runs once before the first of
@@ -146,8 +154,8 @@ static int gated(const void *argp, enum gate kind, const char *op)
     int rc = fld__ascend_begin_as(&c, IMPL, op, a->x->device);
     if (rc != FLD_OK)
         return rc;
-    /* Scratch: a and b widened, the activation, the product. */
-    const size_t blk = (size_t)(x.rows * d) * 4u;
+    /* Scratch in the dtype: a and b copied, the activation, the product. */
+    const size_t blk = (size_t)(x.rows * d) * dt_size(dt);
     struct carve k = {fld__ascend_buffers(&c, 4 * align_up(blk)), 0};
     if (!k.base) {
         rc = FLD_EIMPL;
@@ -158,15 +166,15 @@ static int gated(const void *argp, enum gate kind, const char *op)
     acl_tensor *ta = view(&c, &rc, 2, dims, x_strides, dt, x.data);
     acl_tensor *tb =
         view(&c, &rc, 2, dims, x_strides, dt, (const char *)x.data + (size_t)d * dt_size(dt));
-    acl_tensor *af = dense(&c, &rc, 2, dims, ACL_DT_FLOAT, take(&k, blk));
-    acl_tensor *bf = dense(&c, &rc, 2, dims, ACL_DT_FLOAT, take(&k, blk));
-    acl_tensor *act = dense(&c, &rc, 2, dims, ACL_DT_FLOAT, take(&k, blk));
-    acl_tensor *prod = dense(&c, &rc, 2, dims, ACL_DT_FLOAT, take(&k, blk));
+    acl_tensor *ad = dense(&c, &rc, 2, dims, dt, take(&k, blk));
+    acl_tensor *bd = dense(&c, &rc, 2, dims, dt, take(&k, blk));
+    acl_tensor *act = dense(&c, &rc, 2, dims, dt, take(&k, blk));
+    acl_tensor *prod = dense(&c, &rc, 2, dims, dt, take(&k, blk));
     acl_tensor *to = view(&c, &rc, 2, dims, o_strides, dt, out.data);
 
-    STEP(&c, rc, aclnnCast, (ta, ACL_DT_FLOAT, af, &ws_, &ex_));
-    STEP(&c, rc, aclnnCast, (tb, ACL_DT_FLOAT, bf, &ws_, &ex_));
-    acl_tensor *gate = kind == G_MUL_SILU ? bf : af, *other = kind == G_MUL_SILU ? af : bf;
+    STEP(&c, rc, aclnnCast, (ta, dt, ad, &ws_, &ex_));
+    STEP(&c, rc, aclnnCast, (tb, dt, bd, &ws_, &ex_));
+    acl_tensor *gate = kind == G_MUL_SILU ? bd : ad, *other = kind == G_MUL_SILU ? ad : bd;
     if (kind == G_SILU_MUL || kind == G_MUL_SILU)
         STEP(&c, rc, aclnnSilu, (gate, act, &ws_, &ex_));
     else
@@ -213,6 +221,9 @@ static int rms(const fld_rms_norm_args *a, bool gemma)
     if (x.rows == 0 || x.width == 0)
         return FLD_OK;
     const int dt = fld__ascend_dtype(a->x->dtype);
+    /* weight and residual: x's dtype, or float32 with a 16-bit x */
+    const int wdt = a->weight ? fld__ascend_dtype(a->weight->dtype) : dt;
+    const int rdt = a->residual ? fld__ascend_dtype(a->residual->dtype) : dt;
     const int64_t R = x.rows, H = x.width;
     const size_t row_f32 = (size_t)(R * H) * 4u, w_f32 = (size_t)H * 4u;
 
@@ -221,8 +232,8 @@ static int rms(const fld_rms_norm_args *a, bool gemma)
                                   a->x->device);
     if (rc != FLD_OK)
         return rc;
-    /* Scratch: residual sum (dtype), x in f32, gamma (and 1 + w), y in f32, rstd. */
-    const size_t total = align_up((size_t)(R * H) * dt_size(dt)) + 2 * align_up(row_f32) +
+    /* Scratch: residual sum (its dtype), x in f32, gamma (and 1 + w), y in f32, rstd. */
+    const size_t total = align_up((size_t)(R * H) * dt_size(rdt)) + 2 * align_up(row_f32) +
                          2 * align_up(w_f32) + align_up((size_t)R * 4u);
     struct carve k = {fld__ascend_buffers(&c, total), 0};
     if (!k.base) {
@@ -235,11 +246,11 @@ static int rms(const fld_rms_norm_args *a, bool gemma)
     acl_scalar *one = scalar(&c, &rc, 1.0f);
     acl_tensor *tx = view(&c, &rc, 2, dims, x_strides, dt, x.data);
     acl_tensor *tres = NULL, *sum = NULL, *src = tx;
-    void *sum_mem = take(&k, (size_t)(R * H) * dt_size(dt));
+    void *sum_mem = take(&k, (size_t)(R * H) * dt_size(rdt));
     if (a->residual) {
-        /* residual = round(x + residual), normalised as stored (as the reference). */
-        tres = view(&c, &rc, 2, dims, r_strides, dt, res.data);
-        sum = dense(&c, &rc, 2, dims, dt, sum_mem);
+        /* residual = round(x + residual) in its dtype, normalised as stored (as the reference). */
+        tres = view(&c, &rc, 2, dims, r_strides, rdt, res.data);
+        sum = dense(&c, &rc, 2, dims, rdt, sum_mem);
         STEP(&c, rc, aclnnAdd, (tx, tres, one, sum, &ws_, &ex_));
         src = sum;
     }
@@ -249,7 +260,7 @@ static int rms(const fld_rms_norm_args *a, bool gemma)
     acl_tensor *gamma = dense(&c, &rc, 1, w_dims, ACL_DT_FLOAT, take(&k, w_f32));
     void *g1_mem = take(&k, w_f32);
     if (a->weight) {
-        acl_tensor *tw = view(&c, &rc, 1, w_dims, unit, dt,
+        acl_tensor *tw = view(&c, &rc, 1, w_dims, unit, wdt,
                               (const char *)a->weight->data + a->weight->byte_offset);
         STEP(&c, rc, aclnnCast, (tw, ACL_DT_FLOAT, gamma, &ws_, &ex_));
         if (gemma) {
@@ -308,10 +319,10 @@ int fld__ascend_ref_rotary_embedding(const void *argp)
     int rc = fld__ascend_begin_as(&c, IMPL, FLD_OP_ROTARY_EMBEDDING, a->query->device);
     if (rc != FLD_OK)
         return rc;
-    /* Scratch: gathered cos/sin (cache dtype and f32), 6 f32 blocks per tensor. */
+    /* Scratch: gathered cos/sin (cache dtype, then the query's), 6 blocks per tensor. */
     const size_t tab = (size_t)(T * h);
-    const size_t q_blk = (size_t)(T * g.q_heads * h) * 4u, k_blk = (size_t)(T * g.k_heads * h) * 4u;
-    const size_t total = align_up(2 * tab * ces) + 2 * align_up(tab * 4u) + 6 * align_up(q_blk) +
+    const size_t q_blk = (size_t)(T * g.q_heads * h) * es, k_blk = (size_t)(T * g.k_heads * h) * es;
+    const size_t total = align_up(2 * tab * ces) + 2 * align_up(tab * es) + 6 * align_up(q_blk) +
                          (g.key ? 6 * align_up(k_blk) : 0);
     struct carve k = {fld__ascend_buffers(&c, total), 0};
     if (!k.base) {
@@ -333,17 +344,18 @@ int fld__ascend_ref_rotary_embedding(const void *argp)
     acl_tensor *rows = dense(&c, &rc, 2, rows_dims, cdt, rows_mem);
     acl_tensor *cos_g = view(&c, &rc, 2, tab_dims, half_strides, cdt, rows_mem);
     acl_tensor *sin_g = view(&c, &rc, 2, tab_dims, half_strides, cdt, rows_mem + (size_t)h * ces);
-    void *cos_mem = take(&k, tab * 4u), *sin_mem = take(&k, tab * 4u);
-    acl_tensor *cos_f = dense(&c, &rc, 2, tab_dims, ACL_DT_FLOAT, cos_mem);
-    acl_tensor *sin_f = dense(&c, &rc, 2, tab_dims, ACL_DT_FLOAT, sin_mem);
+    /* cos and sin in the query's dtype (vLLM casts a float32 cache to it) */
+    void *cos_mem = take(&k, tab * es), *sin_mem = take(&k, tab * es);
+    acl_tensor *cos_f = dense(&c, &rc, 2, tab_dims, dt, cos_mem);
+    acl_tensor *sin_f = dense(&c, &rc, 2, tab_dims, dt, sin_mem);
     /* [T, 1, rot/2]: broadcast over heads. */
-    acl_tensor *cos3 = view(&c, &rc, 3, b_dims, b_strides, ACL_DT_FLOAT, cos_mem);
-    acl_tensor *sin3 = view(&c, &rc, 3, b_dims, b_strides, ACL_DT_FLOAT, sin_mem);
+    acl_tensor *cos3 = view(&c, &rc, 3, b_dims, b_strides, dt, cos_mem);
+    acl_tensor *sin3 = view(&c, &rc, 3, b_dims, b_strides, dt, sin_mem);
     acl_scalar *one = scalar(&c, &rc, 1.0f), *minus = scalar(&c, &rc, -1.0f);
 
     STEP(&c, rc, aclnnIndexSelect, (src, 0, pos, rows, &ws_, &ex_));
-    STEP(&c, rc, aclnnCast, (cos_g, ACL_DT_FLOAT, cos_f, &ws_, &ex_));
-    STEP(&c, rc, aclnnCast, (sin_g, ACL_DT_FLOAT, sin_f, &ws_, &ex_));
+    STEP(&c, rc, aclnnCast, (cos_g, dt, cos_f, &ws_, &ex_));
+    STEP(&c, rc, aclnnCast, (sin_g, dt, sin_f, &ws_, &ex_));
 
     /* Halves of each head: neox [0, h) and [h, 2h); gptj even and odd elements. */
     const int64_t step = a->is_neox ? 1 : 2, second = a->is_neox ? h : 1;
@@ -358,14 +370,15 @@ int fld__ascend_ref_rotary_embedding(const void *argp)
         const size_t blk = i ? k_blk : q_blk;
         acl_tensor *x1 = view(&c, &rc, 3, dims, strides, dt, base);
         acl_tensor *x2 = view(&c, &rc, 3, dims, strides, dt, base + (size_t)second * es);
-        acl_tensor *x1f = dense(&c, &rc, 3, dims, ACL_DT_FLOAT, take(&k, blk));
-        acl_tensor *x2f = dense(&c, &rc, 3, dims, ACL_DT_FLOAT, take(&k, blk));
-        acl_tensor *t1 = dense(&c, &rc, 3, dims, ACL_DT_FLOAT, take(&k, blk));
-        acl_tensor *t2 = dense(&c, &rc, 3, dims, ACL_DT_FLOAT, take(&k, blk));
-        acl_tensor *o1 = dense(&c, &rc, 3, dims, ACL_DT_FLOAT, take(&k, blk));
-        acl_tensor *o2 = dense(&c, &rc, 3, dims, ACL_DT_FLOAT, take(&k, blk));
-        STEP(&c, rc, aclnnCast, (x1, ACL_DT_FLOAT, x1f, &ws_, &ex_));
-        STEP(&c, rc, aclnnCast, (x2, ACL_DT_FLOAT, x2f, &ws_, &ex_));
+        /* In the query's dtype: each product and sum rounded to it (float32: float32). */
+        acl_tensor *x1f = dense(&c, &rc, 3, dims, dt, take(&k, blk));
+        acl_tensor *x2f = dense(&c, &rc, 3, dims, dt, take(&k, blk));
+        acl_tensor *t1 = dense(&c, &rc, 3, dims, dt, take(&k, blk));
+        acl_tensor *t2 = dense(&c, &rc, 3, dims, dt, take(&k, blk));
+        acl_tensor *o1 = dense(&c, &rc, 3, dims, dt, take(&k, blk));
+        acl_tensor *o2 = dense(&c, &rc, 3, dims, dt, take(&k, blk));
+        STEP(&c, rc, aclnnCast, (x1, dt, x1f, &ws_, &ex_));
+        STEP(&c, rc, aclnnCast, (x2, dt, x2f, &ws_, &ex_));
         /* o1 = x1 cos - x2 sin; o2 = x2 cos + x1 sin (t1, t2 reused in stream order). */
         STEP(&c, rc, aclnnMul, (x1f, cos3, t1, &ws_, &ex_));
         STEP(&c, rc, aclnnMul, (x2f, sin3, t2, &ws_, &ex_));

@@ -1,7 +1,8 @@
 /*
  * Entry points of the gated activations (silu_and_mul, mul_and_silu,
  * gelu_and_mul, gelu_tanh_and_mul): one job over the rows, split across
- * threads by the pool and run by the active variant's kernel.
+ * threads by the pool and run by the active variant's kernel (rounding:
+ * body_activation.h).
  */
 #include "cpu.h"
 

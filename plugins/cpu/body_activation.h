@@ -3,9 +3,18 @@
  * written once against the vector layer and vmath.h; each isa_<name>.c
  * includes it after its simd_<name>.h and vmath.h.
  *
- * out[r][j] = f(a[j], b[j]) with a = x[r][0, d) and b = x[r][d, 2d), float32
- * arithmetic on the widened inputs and one rounding to the storage type on
- * store. The operation, the dtype and whether stores are non-temporal are
+ * out[r][j] = f(a[j], b[j]) with a = x[r][0, d) and b = x[r][d, 2d), with
+ * the rounding of core/reference_activation.c (vLLM's):
+ *   float32           the vector activation (vmath.h) times the other half,
+ *                     one rounding; within vLLM's float32 tolerance of the
+ *                     reference, and more accurate than vLLM's formulas in
+ *                     the far negative tails, where those cancel;
+ *   float16/bfloat16  round(round(act) * other), round(act) looked up in
+ *                     a table (exact.c: the reference's value for each of
+ *                     the 65536 inputs, so these results are the
+ *                     reference's to the bit); the product of two 16-bit
+ *                     values is exact in float32 and is rounded on store.
+ * The operation, the dtype and whether stores are non-temporal are
  * compile-time constants of each inner loop: act_range() switches once per
  * call into one of 4 x 3 x 2 loops.
  *
@@ -31,7 +40,7 @@
 #endif
 #endif
 
-/* r[u] = f(a[u], b[u]) for n vectors at once (see vmath.h: interleaved chains). */
+/* float32: r[u] = f(a[u], b[u]) for n vectors at once (see vmath.h: interleaved chains). */
 V_INLINE void act_apply_n(enum fld_cpu_act act, vf *r, const vf *a, const vf *b, int n)
 {
     switch (act) {
@@ -54,9 +63,37 @@ V_INLINE void act_apply_n(enum fld_cpu_act act, vf *r, const vf *a, const vf *b,
     }
 }
 
-V_INLINE vf act_apply(enum fld_cpu_act act, vf a, vf b)
+/*
+ * r[u] = f(a, b) for the n whole vectors at pa, pb (n <= ACT_UNROLL). For
+ * 16-bit dtypes the activated half (b for mul_and_silu, else a) is looked
+ * up and the other half multiplied in.
+ */
+V_INLINE void act_block(enum fld_cpu_act act, const int dt, const uint16_t *table, vf *r,
+                        const char *pa, const char *pb, int n)
 {
-    vf r;
+    const int64_t step = V_LANES * (int64_t)fld__cpu_elem_size(dt);
+    if (dt != FLD_CPU_F32) {
+        const bool second = act == FLD_CPU_ACT_MUL_AND_SILU;
+        const char *pg = second ? pb : pa, *po = second ? pa : pb;
+        VM_FOR(u, n) r[u] = v_mul(v_lookup16(table, pg + u * step, dt), v_load(po + u * step, dt));
+        return;
+    }
+    vf a[ACT_UNROLL], b[ACT_UNROLL];
+    VM_FOR(u, n) a[u] = v_load(pa + u * step, dt);
+    VM_FOR(u, n) b[u] = v_load(pb + u * step, dt);
+    act_apply_n(act, r, a, b, n);
+}
+
+/* The same for the first m < V_LANES elements (other lanes 0). */
+V_INLINE vf act_part(enum fld_cpu_act act, const int dt, const uint16_t *table, const char *pa,
+                     const char *pb, int64_t m)
+{
+    if (dt != FLD_CPU_F32) {
+        const bool second = act == FLD_CPU_ACT_MUL_AND_SILU;
+        const char *pg = second ? pb : pa, *po = second ? pa : pb;
+        return v_mul(v_lookup16_n(table, pg, m, dt), v_load_n(po, m, dt));
+    }
+    vf a = v_load_n(pa, m, dt), b = v_load_n(pb, m, dt), r;
     act_apply_n(act, &r, &a, &b, 1);
     return r;
 }
@@ -74,7 +111,8 @@ V_INLINE void act_put(void *p, vf v, int dt, int stream)
  * output address go through a partial store, so every full vector after
  * them can be a non-temporal store.
  */
-V_INLINE void act_row(enum fld_cpu_act act, int dt, int stream, void *out, const void *x, int64_t d)
+V_INLINE void act_row(enum fld_cpu_act act, const int dt, int stream, const uint16_t *table,
+                      void *out, const void *x, int64_t d)
 {
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
     const char *pa = x;
@@ -87,26 +125,23 @@ V_INLINE void act_row(enum fld_cpu_act act, int dt, int stream, void *out, const
         if (head > d)
             head = d;
         if (head > 0) {
-            vf r = act_apply(act, v_load_n(pa, head, dt), v_load_n(pb, head, dt));
-            v_store_n(po, r, head, dt);
+            v_store_n(po, act_part(act, dt, table, pa, pb, head), head, dt);
             j = head;
         }
     }
     for (; j + ACT_UNROLL * V_LANES <= d; j += ACT_UNROLL * V_LANES) {
-        vf a[ACT_UNROLL], b[ACT_UNROLL], r[ACT_UNROLL];
-        VM_FOR(u, ACT_UNROLL) a[u] = v_load(pa + (j + u * V_LANES) * es, dt);
-        VM_FOR(u, ACT_UNROLL) b[u] = v_load(pb + (j + u * V_LANES) * es, dt);
-        act_apply_n(act, r, a, b, ACT_UNROLL);
+        vf r[ACT_UNROLL];
+        act_block(act, dt, table, r, pa + j * es, pb + j * es, ACT_UNROLL);
         VM_FOR(u, ACT_UNROLL) act_put(po + (j + u * V_LANES) * es, r[u], dt, stream);
     }
     for (; j + V_LANES <= d; j += V_LANES) {
-        vf r = act_apply(act, v_load(pa + j * es, dt), v_load(pb + j * es, dt));
+        vf r;
+        act_block(act, dt, table, &r, pa + j * es, pb + j * es, 1);
         act_put(po + j * es, r, dt, stream);
     }
-    if (j < d) {
-        vf r = act_apply(act, v_load_n(pa + j * es, d - j, dt), v_load_n(pb + j * es, d - j, dt));
-        v_store_n(po + j * es, r, d - j, dt);
-    }
+    if (j < d)
+        v_store_n(po + j * es, act_part(act, dt, table, pa + j * es, pb + j * es, d - j), d - j,
+                  dt);
 }
 
 V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1,
@@ -115,15 +150,23 @@ V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
     const char *x = job->x;
     char *out = job->out;
+    /* 16-bit dtypes: the rounded activations (built on first use; NULL for float32) */
+    const uint16_t *table =
+        fld__cpu_act_table(act == FLD_CPU_ACT_GELU_AND_MUL        ? FLD_CPU_FN_GELU
+                           : act == FLD_CPU_ACT_GELU_TANH_AND_MUL ? FLD_CPU_FN_GELU_TANH
+                                                                  : FLD_CPU_FN_SILU,
+                           dt);
 
     /* Non-temporal stores need element-aligned rows to reach vector alignment. */
     if (job->stream && (uintptr_t)out % (uintptr_t)es == 0) {
         for (int64_t r = r0; r < r1; r++)
-            act_row(act, dt, 1, out + r * job->out_stride * es, x + r * job->x_stride * es, job->d);
+            act_row(act, dt, 1, table, out + r * job->out_stride * es, x + r * job->x_stride * es,
+                    job->d);
         v_stream_fence();
     } else {
         for (int64_t r = r0; r < r1; r++)
-            act_row(act, dt, 0, out + r * job->out_stride * es, x + r * job->x_stride * es, job->d);
+            act_row(act, dt, 0, table, out + r * job->out_stride * es, x + r * job->x_stride * es,
+                    job->d);
     }
 }
 

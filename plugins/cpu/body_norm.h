@@ -9,10 +9,10 @@
  *   1. the sum of squares in float32 over four independent vector
  *      accumulators (so the FMA latency is hidden and 64 partial sums keep
  *      the rounding error small). With a residual the pass also writes
- *      residual = round(x + residual) and squares the ROUNDED values, read
- *      back from the vector just stored (served by store-to-load
- *      forwarding: no scratch, no second conversion routine; f32 needs no
- *      read-back).
+ *      residual = round(x + residual), rounded to the residual's dtype, and
+ *      squares the STORED values, read back from the vector just stored
+ *      (served by store-to-load forwarding: no scratch, no second
+ *      conversion routine; a float32 residual needs no read-back).
  *   2. out = round(v * inv * scale), in the reference's order ((v * inv) *
  *      scale, two float32 products, one rounding to the storage type), with
  *      v re-read from x (or the residual), so out may alias x. A row is
@@ -22,12 +22,16 @@
  * job->stream: full output vectors go out with non-temporal stores once
  * the row reaches vector alignment (the first < V_LANES elements and the
  * tail take ordinary stores); one v_stream_fence() ends the range.
- * inv = 1 / sqrtf(sum / h + eps) is scalar, once per row, as in
- * core/reference_norm.c. A row whose sum of squares is not finite (an inf,
- * or squares that overflow float32) normalises to NaN: the reference's
- * compensated sum turns the first inf into NaN, and this matches it.
+ * inv = 1 / sqrtf(sum / h + eps) is scalar, once per row. A row whose
+ * float32 sum is not usable -- inf (squares of values near 1e20 and above
+ * overflow, or an inf in the row), NaN, or so small that eps cannot hide
+ * the squares' underflow (sum / h + eps < 2^-100, only with eps near 0) --
+ * is normalised again by exact.c in double, as core/reference_norm.c does
+ * every row: the normalised value for any finite row, PyTorch's NaN/0 for
+ * non-finite ones. Ordinary rows never take that path.
  *
- * The dtype, the weight mode, the residual and the store kind are
+ * The dtype, the weight's and the residual's dtypes (x's, or float32 with
+ * a 16-bit x), the weight mode, the residual and the store kind are
  * compile-time constants of each loop (always-inlined helpers called from
  * switches), so no loop body branches on them.
  */
@@ -38,6 +42,7 @@
 #error "include the vector layer (simd_<isa>.h) before body_norm.h"
 #endif
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -51,82 +56,84 @@ enum { NORM_W_NONE, NORM_W_MUL, NORM_W_GEMMA };
 
 /*
  * One vector of the row being normalised, at element j. With a residual it
- * is round(x + r), stored into r and taken back from there, so a 16-bit
- * row squares exactly what the caller gets back.
+ * is round(x + r) in the residual's dtype rdt, stored into r and taken back
+ * from there, so a 16-bit row squares exactly what the caller gets back.
  */
-V_INLINE vf norm_in(const void *x, void *res, int64_t j, const int dt, const int has_res)
+V_INLINE vf norm_in(const void *x, void *res, int64_t j, const int dt, const int rdt,
+                    const int has_res)
 {
     vf v = v_load(fld__cpu_at(x, j, dt), dt);
     if (has_res) {
-        void *rp = fld__cpu_at(res, j, dt);
-        v = v_add(v, v_load(rp, dt));
-        v_store(rp, v, dt);
-        if (dt != FLD_CPU_F32)
-            v = v_load(rp, dt);
+        void *rp = fld__cpu_at(res, j, rdt);
+        v = v_add(v, v_load(rp, rdt));
+        v_store(rp, v, rdt);
+        if (rdt != FLD_CPU_F32)
+            v = v_load(rp, rdt);
     }
     return v;
 }
 
 /* The same for the last n < V_LANES elements (other lanes 0). */
-V_INLINE vf norm_in_n(const void *x, void *res, int64_t j, int64_t n, const int dt,
+V_INLINE vf norm_in_n(const void *x, void *res, int64_t j, int64_t n, const int dt, const int rdt,
                       const int has_res)
 {
     vf v = v_load_n(fld__cpu_at(x, j, dt), n, dt);
     if (has_res) {
-        void *rp = fld__cpu_at(res, j, dt);
-        v = v_add(v, v_load_n(rp, n, dt));
-        v_store_n(rp, v, n, dt);
-        if (dt != FLD_CPU_F32)
-            v = v_load_n(rp, n, dt);
+        void *rp = fld__cpu_at(res, j, rdt);
+        v = v_add(v, v_load_n(rp, n, rdt));
+        v_store_n(rp, v, n, rdt);
+        if (rdt != FLD_CPU_F32)
+            v = v_load_n(rp, n, rdt);
     }
     return v;
 }
 
 /* Pass 1: the float32 sum of squares of the row (updating the residual). */
-V_INLINE float norm_sumsq(const void *x, void *res, int64_t h, const int dt, const int has_res)
+V_INLINE float norm_sumsq(const void *x, void *res, int64_t h, const int dt, const int rdt,
+                          const int has_res)
 {
     vf a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
     int64_t j = 0;
     for (; j + NORM_UNROLL * V_LANES <= h; j += NORM_UNROLL * V_LANES) {
-        vf v0 = norm_in(x, res, j, dt, has_res);
-        vf v1 = norm_in(x, res, j + V_LANES, dt, has_res);
-        vf v2 = norm_in(x, res, j + 2 * V_LANES, dt, has_res);
-        vf v3 = norm_in(x, res, j + 3 * V_LANES, dt, has_res);
+        vf v0 = norm_in(x, res, j, dt, rdt, has_res);
+        vf v1 = norm_in(x, res, j + V_LANES, dt, rdt, has_res);
+        vf v2 = norm_in(x, res, j + 2 * V_LANES, dt, rdt, has_res);
+        vf v3 = norm_in(x, res, j + 3 * V_LANES, dt, rdt, has_res);
         a0 = v_fma(v0, v0, a0);
         a1 = v_fma(v1, v1, a1);
         a2 = v_fma(v2, v2, a2);
         a3 = v_fma(v3, v3, a3);
     }
     for (; j + V_LANES <= h; j += V_LANES) {
-        vf v = norm_in(x, res, j, dt, has_res);
+        vf v = norm_in(x, res, j, dt, rdt, has_res);
         a0 = v_fma(v, v, a0);
     }
     if (j < h) {
-        vf v = norm_in_n(x, res, j, h - j, dt, has_res);
+        vf v = norm_in_n(x, res, j, h - j, dt, rdt, has_res);
         a1 = v_fma(v, v, a1);
     }
     return v_hsum(v_add(v_add(a0, a1), v_add(a2, a3)));
 }
 
-/* (v * inv) * scale, as the reference multiplies. */
-V_INLINE vf norm_scale(vf v, vf inv, const void *w, int64_t j, const int dt, const int wm)
+/* (v * inv) * scale, as the reference multiplies; the weight has dtype wdt. */
+V_INLINE vf norm_scale(vf v, vf inv, const void *w, int64_t j, const int wdt, const int wm)
 {
     v = v_mul(v, inv);
     if (wm == NORM_W_MUL)
-        v = v_mul(v, v_load(fld__cpu_at(w, j, dt), dt));
+        v = v_mul(v, v_load(fld__cpu_at(w, j, wdt), wdt));
     else if (wm == NORM_W_GEMMA)
-        v = v_mul(v, v_add(v_load(fld__cpu_at(w, j, dt), dt), v_set1(1.0f)));
+        v = v_mul(v, v_add(v_load(fld__cpu_at(w, j, wdt), wdt), v_set1(1.0f)));
     return v;
 }
 
-V_INLINE vf norm_scale_n(vf v, vf inv, const void *w, int64_t j, int64_t n, const int dt,
+V_INLINE vf norm_scale_n(vf v, vf inv, const void *w, int64_t j, int64_t n, const int wdt,
                          const int wm)
 {
     v = v_mul(v, inv);
     if (wm == NORM_W_MUL)
-        v = v_mul(v, v_load_n(fld__cpu_at(w, j, dt), n, dt));
+        v = v_mul(v, v_load_n(fld__cpu_at(w, j, wdt), n, wdt));
     else if (wm == NORM_W_GEMMA)
-        v = v_mul(v, v_add(v_load_n(fld__cpu_at(w, j, dt), n, dt), v_set1(1.0f)));
+        v = v_mul(v, v_add(v_load_n(fld__cpu_at(w, j, wdt), n, wdt), v_set1(1.0f)));
     return v;
 }
 
@@ -139,16 +146,18 @@ V_INLINE void norm_put(void *out, int64_t j, vf v, const int dt, const int st)
 }
 
 /*
- * Pass 2 over elements [j, h): out = (src * inv) * scale. st: full vectors
+ * Pass 2 over elements [j, h): out = (src * inv) * scale. src has dtype
+ * sdt (x's, or the residual's), out dt, the weight wdt. st: full vectors
  * go out with non-temporal stores (out + j is then vector-aligned); the
  * tail always takes an ordinary store. pf (or NULL): the next row's x at
- * the same offset, prefetched as this row is written so that its pass 1
- * finds it in cache: the hardware prefetchers alone leave memory idle while
- * a row computes (measured +15-20% at 4096 x 4096 f32 and bf16, one
- * thread; only x: prefetching the residual too gained nothing).
+ * the same offset (dtype dt), prefetched as this row is written so that
+ * its pass 1 finds it in cache: the hardware prefetchers alone leave memory
+ * idle while a row computes (measured +15-20% at 4096 x 4096 f32 and bf16,
+ * one thread; only x: prefetching the residual too gained nothing).
  */
 V_INLINE void norm_out(void *out, const void *src, const void *w, float inv_s, int64_t j, int64_t h,
-                       const int dt, const int wm, const int st, const char *pf)
+                       const int dt, const int sdt, const int wdt, const int wm, const int st,
+                       const char *pf)
 {
     const vf inv = v_set1(inv_s);
     const size_t es = fld__cpu_elem_size(dt);
@@ -156,23 +165,23 @@ V_INLINE void norm_out(void *out, const void *src, const void *w, float inv_s, i
         if (pf)
             for (size_t b = 0; b < NORM_UNROLL * V_LANES * es; b += 64)
                 __builtin_prefetch(pf + (size_t)j * es + b, 0, 3);
-        vf v0 = v_load(fld__cpu_at(src, j, dt), dt);
-        vf v1 = v_load(fld__cpu_at(src, j + V_LANES, dt), dt);
-        vf v2 = v_load(fld__cpu_at(src, j + 2 * V_LANES, dt), dt);
-        vf v3 = v_load(fld__cpu_at(src, j + 3 * V_LANES, dt), dt);
-        norm_put(out, j, norm_scale(v0, inv, w, j, dt, wm), dt, st);
-        norm_put(out, j + V_LANES, norm_scale(v1, inv, w, j + V_LANES, dt, wm), dt, st);
-        norm_put(out, j + 2 * V_LANES, norm_scale(v2, inv, w, j + 2 * V_LANES, dt, wm), dt, st);
-        norm_put(out, j + 3 * V_LANES, norm_scale(v3, inv, w, j + 3 * V_LANES, dt, wm), dt, st);
+        vf v0 = v_load(fld__cpu_at(src, j, sdt), sdt);
+        vf v1 = v_load(fld__cpu_at(src, j + V_LANES, sdt), sdt);
+        vf v2 = v_load(fld__cpu_at(src, j + 2 * V_LANES, sdt), sdt);
+        vf v3 = v_load(fld__cpu_at(src, j + 3 * V_LANES, sdt), sdt);
+        norm_put(out, j, norm_scale(v0, inv, w, j, wdt, wm), dt, st);
+        norm_put(out, j + V_LANES, norm_scale(v1, inv, w, j + V_LANES, wdt, wm), dt, st);
+        norm_put(out, j + 2 * V_LANES, norm_scale(v2, inv, w, j + 2 * V_LANES, wdt, wm), dt, st);
+        norm_put(out, j + 3 * V_LANES, norm_scale(v3, inv, w, j + 3 * V_LANES, wdt, wm), dt, st);
     }
     for (; j + V_LANES <= h; j += V_LANES) {
-        vf v = v_load(fld__cpu_at(src, j, dt), dt);
-        norm_put(out, j, norm_scale(v, inv, w, j, dt, wm), dt, st);
+        vf v = v_load(fld__cpu_at(src, j, sdt), sdt);
+        norm_put(out, j, norm_scale(v, inv, w, j, wdt, wm), dt, st);
     }
     if (j < h) {
         int64_t n = h - j;
-        vf v = v_load_n(fld__cpu_at(src, j, dt), n, dt);
-        v_store_n(fld__cpu_at(out, j, dt), norm_scale_n(v, inv, w, j, n, dt, wm), n, dt);
+        vf v = v_load_n(fld__cpu_at(src, j, sdt), n, sdt);
+        v_store_n(fld__cpu_at(out, j, dt), norm_scale_n(v, inv, w, j, n, wdt, wm), n, dt);
     }
 }
 
@@ -188,55 +197,66 @@ V_INLINE int64_t norm_lead(const void *out, const int dt)
 }
 
 V_INLINE void norm_rows(const struct fld_cpu_norm_job *job, int64_t r0, int64_t r1, const int dt,
-                        const int wm, const int has_res)
+                        const int wdt, const int rdt, const int wm, const int has_res)
 {
     const int64_t h = job->h;
     const void *w = job->weight;
+    const int sdt = has_res ? rdt : dt; /* the dtype of the row being normalised */
     for (int64_t r = r0; r < r1; r++) {
         const void *x = fld__cpu_at(job->x, r * job->x_stride, dt);
-        void *res = has_res ? fld__cpu_at(job->residual, r * job->residual_stride, dt) : NULL;
+        void *res = has_res ? fld__cpu_at(job->residual, r * job->residual_stride, rdt) : NULL;
         void *out = fld__cpu_at(job->out, r * job->out_stride, dt);
-
-        float sum = norm_sumsq(x, res, h, dt, has_res);
-        if (isinf(sum))
-            sum = NAN;
-        const float inv = 1.0f / sqrtf(sum / (float)h + job->eps);
-
         const void *src = has_res ? (const void *)res : x;
+
+        const float sum = norm_sumsq(x, res, h, dt, rdt, has_res);
+        const float ms = sum / (float)h + job->eps;
+        if (__builtin_expect(!(sum <= FLT_MAX && ms >= 0x1p-100f), 0)) {
+            fld__cpu_norm_row_exact(job, out, src, sdt);
+            continue;
+        }
+        const float inv = 1.0f / sqrtf(ms);
+
         const char *pf = r + 1 < r1 ? (const char *)fld__cpu_at(x, job->x_stride, dt) : NULL;
         int64_t lead = job->stream ? norm_lead(out, dt) : -1;
         if (lead < 0 || h - lead < V_LANES) {
-            norm_out(out, src, w, inv, 0, h, dt, wm, 0, pf);
+            norm_out(out, src, w, inv, 0, h, dt, sdt, wdt, wm, 0, pf);
         } else {
             if (lead > 0) /* lead < V_LANES: only the tail path runs */
-                norm_out(out, src, w, inv, 0, lead, dt, wm, 0, NULL);
-            norm_out(fld__cpu_at(out, lead, dt), fld__cpu_at(src, lead, dt),
-                     wm == NORM_W_NONE ? NULL : fld__cpu_at(w, lead, dt), inv, 0, h - lead, dt, wm,
-                     1, pf ? (const char *)fld__cpu_at(pf, lead, dt) : NULL);
+                norm_out(out, src, w, inv, 0, lead, dt, sdt, wdt, wm, 0, NULL);
+            norm_out(fld__cpu_at(out, lead, dt), fld__cpu_at(src, lead, sdt),
+                     wm == NORM_W_NONE ? NULL : fld__cpu_at(w, lead, wdt), inv, 0, h - lead, dt,
+                     sdt, wdt, wm, 1, pf ? (const char *)fld__cpu_at(pf, lead, dt) : NULL);
         }
     }
     if (job->stream)
         v_stream_fence();
 }
 
+/* The residual as a constant: none, of x's dtype, or float32. */
+V_INLINE void norm_rows_res(const struct fld_cpu_norm_job *job, int64_t r0, int64_t r1,
+                            const int dt, const int wdt, const int wm)
+{
+    if (!job->residual)
+        norm_rows(job, r0, r1, dt, wdt, dt, wm, 0);
+    else if (!job->residual_f32)
+        norm_rows(job, r0, r1, dt, wdt, dt, wm, 1);
+    else
+        norm_rows(job, r0, r1, dt, wdt, FLD_CPU_F32, wm, 1);
+}
+
+/* The weight as constants: none, or x's dtype or float32, multiplied or gemma's (1 + w). */
 V_INLINE void norm_rows_dt(const struct fld_cpu_norm_job *job, int64_t r0, int64_t r1, const int dt)
 {
-    const int wm = !job->weight ? NORM_W_NONE : job->gemma ? NORM_W_GEMMA : NORM_W_MUL;
-    if (job->residual) {
-        if (wm == NORM_W_NONE)
-            norm_rows(job, r0, r1, dt, NORM_W_NONE, 1);
-        else if (wm == NORM_W_MUL)
-            norm_rows(job, r0, r1, dt, NORM_W_MUL, 1);
-        else
-            norm_rows(job, r0, r1, dt, NORM_W_GEMMA, 1);
-    } else {
-        if (wm == NORM_W_NONE)
-            norm_rows(job, r0, r1, dt, NORM_W_NONE, 0);
-        else if (wm == NORM_W_MUL)
-            norm_rows(job, r0, r1, dt, NORM_W_MUL, 0);
-        else
-            norm_rows(job, r0, r1, dt, NORM_W_GEMMA, 0);
-    }
+    if (!job->weight)
+        norm_rows_res(job, r0, r1, dt, dt, NORM_W_NONE);
+    else if (!job->weight_f32 && job->gemma)
+        norm_rows_res(job, r0, r1, dt, dt, NORM_W_GEMMA);
+    else if (!job->weight_f32)
+        norm_rows_res(job, r0, r1, dt, dt, NORM_W_MUL);
+    else if (job->gemma)
+        norm_rows_res(job, r0, r1, dt, FLD_CPU_F32, NORM_W_GEMMA);
+    else
+        norm_rows_res(job, r0, r1, dt, FLD_CPU_F32, NORM_W_MUL);
 }
 
 static void norm_range(const struct fld_cpu_norm_job *job, int64_t r0, int64_t r1)

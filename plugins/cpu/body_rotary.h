@@ -16,8 +16,13 @@
  *     p' = p c2 + swap_pairs(p) s2 over contiguous vectors.
  * Products and sums are separate float32 operations (not fused; the build
  * is ISO C11, so the compiler does not contract them either), in the
- * reference's order, so the float32 result is the reference's exactly;
- * 16-bit heads are converted in registers and rounded once.
+ * reference's order, so the float32 result is the reference's exactly.
+ * 16-bit heads round as vLLM's forward_native (core/reference_rotary.c):
+ * cos/sin rounded to the heads' dtype when the scratch is filled (a float32
+ * cache), then every product and the sum rounded to it in registers --
+ * round(round(x c) - round(y s)); gptj's s2 = -s keeps that, as rounding
+ * is symmetric. These are exact results rounded once each, so the bits are
+ * the reference's.
  * Elements past rot_dim in a head are never read or written (only
  * prefetched: the next token's heads are prefetched while this one
  * computes).
@@ -37,14 +42,15 @@
 /* Frequencies per scratch chunk: 2 x 2 KiB of float32 (gptj expands x2). */
 #define ROT_CHUNK 256
 
-/* Widens n elements of a cache row (dtype cdt) into float32 scratch. */
-V_INLINE void rot_widen(float *dst, const void *src, int64_t n, const int cdt)
+/* Widens n elements of a cache row (dtype cdt) into float32 scratch, rounded to dt. */
+V_INLINE void rot_widen(float *dst, const void *src, int64_t n, const int cdt, const int dt)
 {
     int64_t i = 0;
     for (; i + V_LANES <= n; i += V_LANES)
-        v_store(dst + i, v_load(fld__cpu_at(src, i, cdt), cdt), FLD_CPU_F32);
+        v_store(dst + i, v_round_to(v_load(fld__cpu_at(src, i, cdt), cdt), dt), FLD_CPU_F32);
     if (i < n)
-        v_store_n(dst + i, v_load_n(fld__cpu_at(src, i, cdt), n - i, cdt), n - i, FLD_CPU_F32);
+        v_store_n(dst + i, v_round_to(v_load_n(fld__cpu_at(src, i, cdt), n - i, cdt), dt), n - i,
+                  FLD_CPU_F32);
 }
 
 /*
@@ -53,11 +59,11 @@ V_INLINE void rot_widen(float *dst, const void *src, int64_t n, const int cdt)
  * (widened into the upper halves first, then spread downwards in place).
  */
 V_INLINE void rot_fill_dt(float *c, float *s, const void *row, int64_t f0, int64_t n, int64_t half,
-                          const int cdt, const bool neox)
+                          const int cdt, const int dt, const bool neox)
 {
     float *cw = neox ? c : c + ROT_CHUNK, *sw = neox ? s : s + ROT_CHUNK;
-    rot_widen(cw, fld__cpu_at(row, f0, cdt), n, cdt);
-    rot_widen(sw, fld__cpu_at(row, half + f0, cdt), n, cdt);
+    rot_widen(cw, fld__cpu_at(row, f0, cdt), n, cdt, dt);
+    rot_widen(sw, fld__cpu_at(row, half + f0, cdt), n, cdt, dt);
     if (neox)
         return;
     for (int64_t i = 0; i < n; i++) {
@@ -69,20 +75,20 @@ V_INLINE void rot_fill_dt(float *c, float *s, const void *row, int64_t f0, int64
     }
 }
 
+/* cdt is the query's dtype dt or float32 (validated by the host). */
 V_INLINE void rot_fill(float *c, float *s, const void *row, int64_t f0, int64_t n, int64_t half,
-                       int cdt, const bool neox)
+                       int cdt, const int dt, const bool neox)
 {
-    switch (cdt) {
-    case FLD_CPU_F32:
-        rot_fill_dt(c, s, row, f0, n, half, FLD_CPU_F32, neox);
-        break;
-    case FLD_CPU_F16:
-        rot_fill_dt(c, s, row, f0, n, half, FLD_CPU_F16, neox);
-        break;
-    default:
-        rot_fill_dt(c, s, row, f0, n, half, FLD_CPU_BF16, neox);
-        break;
-    }
+    if (cdt == FLD_CPU_F32)
+        rot_fill_dt(c, s, row, f0, n, half, FLD_CPU_F32, dt, neox);
+    else
+        rot_fill_dt(c, s, row, f0, n, half, dt, dt, neox);
+}
+
+/* a b rounded to dt (identity for F32): a and b are values of dt, so the product is exact. */
+V_INLINE vf rot_mul(vf a, vf b, const int dt)
+{
+    return v_round_prod(v_mul(a, b), dt);
 }
 
 /* neox, one vector of pairs: x at xp, y at yp, cos/sin from scratch. */
@@ -90,8 +96,8 @@ V_INLINE void rot_neox_vec(void *xp, void *yp, const float *c, const float *s, c
 {
     vf x = v_load(xp, dt), y = v_load(yp, dt);
     vf cv = v_load(c, FLD_CPU_F32), sv = v_load(s, FLD_CPU_F32);
-    v_store(xp, v_sub(v_mul(x, cv), v_mul(y, sv)), dt);
-    v_store(yp, v_add(v_mul(y, cv), v_mul(x, sv)), dt);
+    v_store(xp, v_sub(rot_mul(x, cv, dt), rot_mul(y, sv, dt)), dt);
+    v_store(yp, v_add(rot_mul(y, cv, dt), rot_mul(x, sv, dt)), dt);
 }
 
 /* neox: frequencies [f0, f0 + n) of one head; c, s indexed from f0. */
@@ -114,8 +120,8 @@ V_INLINE void rot_neox_head(void *head, int64_t f0, int64_t n, int64_t half, con
         void *xp = fld__cpu_at(xh, i, dt), *yp = fld__cpu_at(yh, i, dt);
         vf x = v_load_n(xp, m, dt), y = v_load_n(yp, m, dt);
         vf cv = v_load_n(c + i, m, FLD_CPU_F32), sv = v_load_n(s + i, m, FLD_CPU_F32);
-        v_store_n(xp, v_sub(v_mul(x, cv), v_mul(y, sv)), m, dt);
-        v_store_n(yp, v_add(v_mul(y, cv), v_mul(x, sv)), m, dt);
+        v_store_n(xp, v_sub(rot_mul(x, cv, dt), rot_mul(y, sv, dt)), m, dt);
+        v_store_n(yp, v_add(rot_mul(y, cv, dt), rot_mul(x, sv, dt)), m, dt);
     }
 }
 
@@ -123,8 +129,8 @@ V_INLINE void rot_neox_head(void *head, int64_t f0, int64_t n, int64_t half, con
 V_INLINE void rot_gptj_vec(void *p, const float *c2, const float *s2, const int dt)
 {
     vf v = v_load(p, dt);
-    vf r =
-        v_add(v_mul(v, v_load(c2, FLD_CPU_F32)), v_mul(v_swap_pairs(v), v_load(s2, FLD_CPU_F32)));
+    vf r = v_add(rot_mul(v, v_load(c2, FLD_CPU_F32), dt),
+                 rot_mul(v_swap_pairs(v), v_load(s2, FLD_CPU_F32), dt));
     v_store(p, r, dt);
 }
 
@@ -147,8 +153,8 @@ V_INLINE void rot_gptj_head(void *head, int64_t f0, int64_t n, const float *c2, 
         int64_t k = m - i;
         void *p = fld__cpu_at(ph, i, dt);
         vf v = v_load_n(p, k, dt);
-        vf r = v_add(v_mul(v, v_load_n(c2 + i, k, FLD_CPU_F32)),
-                     v_mul(v_swap_pairs(v), v_load_n(s2 + i, k, FLD_CPU_F32)));
+        vf r = v_add(rot_mul(v, v_load_n(c2 + i, k, FLD_CPU_F32), dt),
+                     rot_mul(v_swap_pairs(v), v_load_n(s2 + i, k, FLD_CPU_F32), dt));
         v_store_n(p, r, k, dt);
     }
 }
@@ -203,7 +209,7 @@ V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64
         void *k = g->key && g->k_heads ? fld__cpu_at(g->key, t * g->k_token_stride, dt) : NULL;
         for (int64_t f0 = 0; f0 < half; f0 += ROT_CHUNK) {
             const int64_t n = half - f0 < ROT_CHUNK ? half - f0 : ROT_CHUNK;
-            rot_fill(c, s, row, f0, n, half, cdt, neox);
+            rot_fill(c, s, row, f0, n, half, cdt, dt, neox);
             const bool more = t + 1 < t1;
             if (q)
                 rot_heads(q, g->q_heads, g->q_head_stride, f0, n, half, c, s, dt, neox,

@@ -13,9 +13,14 @@
  *     vector layer of its instruction set (simd_<name>.h) and the shared
  *     kernel bodies (body_*.h, written once against that layer).
  *
- * Arithmetic is float32; 16-bit storage is widened on load and rounded once
- * (round to nearest even) on store. Nothing keeps state between calls
- * except the pool, which is MT safe: every kernel is MT safe.
+ * Arithmetic is float32; 16-bit storage is widened on load and rounded
+ * (round to nearest even) where the library's reference rounds
+ * (core/reference_*.c): on store, and in between where vLLM rounds to the
+ * storage type (the activation before its product; rotary's products and
+ * sums). The scalar paths that must match the reference to the bit live in
+ * exact.c. Nothing keeps state between calls except the pool and the
+ * activation tables (built once, read-only after), both MT safe: every
+ * kernel is MT safe.
  */
 #ifndef FLD_PLUGIN_CPU_H
 #define FLD_PLUGIN_CPU_H
@@ -52,9 +57,13 @@ enum fld_cpu_act {
     FLD_CPU_ACT_GELU_TANH_AND_MUL /* out = gelu_tanh(a) * b */
 };
 
+/* The activation functions themselves. */
+enum fld_cpu_act_fn { FLD_CPU_FN_SILU, FLD_CPU_FN_GELU, FLD_CPU_FN_GELU_TANH };
+
 /*
  * Gated activation over rows: a = x[r][0, d), b = x[r][d, 2d),
- * out[r][j] = f(a[j], b[j]). Strides in elements between row starts.
+ * out[r][j] = f(a[j], b[j]), for 16-bit dtypes round(round(act) * other).
+ * Strides in elements between row starts.
  */
 struct fld_cpu_act_job {
     enum fld_cpu_act act;
@@ -69,19 +78,22 @@ struct fld_cpu_act_job {
 
 /*
  * rms_norm / gemma_rms_norm over rows of width h. With residual (non-NULL)
- * a row first becomes residual = round(x + residual) and the rounded values
- * are normalised. weight NULL: no scale; gemma scales by (1 + w). out may
- * equal x. out = round(v * inv_rms * scale), one rounding.
+ * a row first becomes residual = round_rdt(x + residual) and the stored
+ * values are normalised. weight NULL: no scale; gemma scales by (1 + w).
+ * out may equal x. out = round(float(v * inv_rms) * scale), one rounding.
  */
 struct fld_cpu_norm_job {
-    int dt;
+    int dt; /* x and out */
     void *out;
     int64_t out_stride;
     const void *x;
     int64_t x_stride;
     void *residual;
     int64_t residual_stride;
-    const void *weight; /* contiguous [h], dtype dt, or NULL */
+    const void *weight; /* contiguous [h], or NULL */
+    /* float32 weight / residual with a 16-bit dt (false: dt, the default of a
+       zeroed job) */
+    bool weight_f32, residual_f32;
     int64_t h;
     float eps;
     bool gemma;
@@ -134,6 +146,18 @@ void fld__cpu_parallel(fld_cpu_range_fn fn, const void *job, int64_t n, size_t b
 
 /* Outputs of at least this many bytes are written with non-temporal stores. */
 size_t fld__cpu_stream_threshold(void);
+
+/* ---- scalar paths (exact.c) ---------------------------------------------- */
+
+/* The 65536 (+1 padding) activations fn of every 16-bit code of dt (F16 or
+ * BF16), rounded to dt: the reference's values; NULL for F32. Built on
+ * first use; MT safe. */
+const uint16_t *fld__cpu_act_table(enum fld_cpu_act_fn fn, int dt);
+/* One row normalised in double (core/reference_norm.c's numerics): for rows
+ * whose float32 sum of squares overflowed, underflowed or is NaN. src is the
+ * row being normalised (x or the updated residual), of dtype src_dt. */
+void fld__cpu_norm_row_exact(const struct fld_cpu_norm_job *job, void *out, const void *src,
+                             int src_dt);
 
 /* ---- op entry points (the fld_kernel_fn registered with the host) -------- */
 

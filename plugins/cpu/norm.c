@@ -28,8 +28,15 @@ static int run_rms_norm(const void *args, bool gemma, const char *op)
     if (x.width == 0 || x.rows == 0)
         return FLD_OK;
 
+    /* weight and residual: x's dtype, or float32 with a 16-bit x (validated by the host) */
+    const int wdt = a->weight ? fld__cpu_dtype_of(a->weight, op, "weight") : dt;
+    const int rdt = a->residual ? fld__cpu_dtype_of(a->residual, op, "residual") : dt;
+    if (wdt < 0 || rdt < 0)
+        return FLD_EINVAL;
+
     const size_t row_bytes = (size_t)x.width * fld__cpu_elem_size(dt);
     const size_t out_bytes = (size_t)x.rows * row_bytes;
+    const size_t res_bytes = (size_t)x.rows * (size_t)x.width * fld__cpu_elem_size(rdt);
     const struct fld_cpu_norm_job job = {
         .dt = dt,
         .out = out.data,
@@ -39,13 +46,16 @@ static int run_rms_norm(const void *args, bool gemma, const char *op)
         .residual = a->residual ? res.data : NULL,
         .residual_stride = a->residual ? res.stride : 0,
         .weight = a->weight ? w.data : NULL,
+        .weight_f32 = wdt != dt,
+        .residual_f32 = rdt != dt,
         .h = x.width,
         .eps = a->eps,
         .gemma = gemma,
         .stream = out_bytes >= fld__cpu_stream_threshold(),
     };
     /* x read and out written; a residual is read and written too; the weight once. */
-    size_t bytes = out_bytes * (a->residual ? 4u : 2u) + (a->weight ? row_bytes : 0u);
+    size_t bytes = out_bytes * 2u + (a->residual ? 2u * res_bytes : 0u) +
+                   (a->weight ? (size_t)x.width * fld__cpu_elem_size(wdt) : 0u);
     fld__cpu_parallel(norm_range, &job, x.rows, bytes);
     return FLD_OK;
 }

@@ -181,6 +181,54 @@ V_INLINE void v_store_n(void *p, vf v, int64_t n, int dt)
     memcpy(p, buf, (size_t)n * fld__cpu_elem_size(dt));
 }
 
+V_INLINE vf v_round_to(vf v, int dt)
+{
+    if (dt == FLD_CPU_F32)
+        return v;
+    return dt == FLD_CPU_F16 ? _mm256_cvtph_ps(v_to_f16(v)) : v_from_bf16(v_to_bf16(v));
+}
+
+/* Products of two bfloat16 values: round to nearest even on the bits (their NaNs keep zero low
+ * bits). */
+V_INLINE vf v_round_prod(vf v, int dt)
+{
+    if (dt != FLD_CPU_BF16)
+        return v_round_to(v, dt);
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* The low 16 bits of 8 dword lanes as 8 float16 / bfloat16 values, widened. */
+V_INLINE vf v_widen_low16(__m256i g, int dt)
+{
+    if (dt == FLD_CPU_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(g, 16));
+    __m256i lo = _mm256_and_si256(g, _mm256_set1_epi32(0xffff));
+    __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+    return _mm256_cvtph_ps(h);
+}
+
+/* The table has a padding entry: a 4-byte gather at entry 65535 stays inside it. */
+V_INLINE vf v_lookup16(const uint16_t *table, const void *p, int dt)
+{
+    __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return v_widen_low16(_mm256_i32gather_epi32((const int *)(const void *)table, idx, 2), dt);
+}
+
+V_INLINE vf v_lookup16_n(const uint16_t *table, const void *p, int64_t n, int dt)
+{
+    uint16_t codes[V_LANES] = {0};
+    memcpy(codes, p, (size_t)n * 2u);
+    __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)codes));
+    vf v = v_widen_low16(_mm256_i32gather_epi32((const int *)(const void *)table, idx, 2), dt);
+    /* lanes past n looked up entry 0; zero them as v_load_n does */
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_and_ps(v,
+                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), lane)));
+}
+
 V_INLINE void v_stream(void *p, vf v, int dt)
 {
     if (dt == FLD_CPU_F32)

@@ -126,12 +126,9 @@ V_INLINE vf v_from_bf16(__m256i h)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Round to nearest even into the low 16 bits of each lane, NaN made quiet. */
-V_INLINE __m256i v_to_bf16(vf v)
+/* Round to nearest even by integer arithmetic, NaN made quiet (half.h's rule). */
+V_INLINE __m256i v_to_bf16_int(vf v)
 {
-#ifdef FLD_SIMD_AVX512_BF16
-    return (__m256i)_mm512_cvtneps_pbh(v);
-#else
     __m512i u = _mm512_castps_si512(v);
     __m512i hi = _mm512_srli_epi32(u, 16);
     __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
@@ -140,6 +137,30 @@ V_INLINE __m256i v_to_bf16(vf v)
     __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
     return _mm512_cvtepi32_epi16(r);
+}
+
+/*
+ * Round to nearest even into the low 16 bits of each lane, NaN made quiet.
+ * vcvtneps2bf16 flushes denormal inputs to zero whatever MXCSR says, so the
+ * (rare) vectors holding float32 denormals take the integer rounding, which
+ * keeps them as bfloat16 denormals like half.h.
+ */
+#ifdef FLD_SIMD_AVX512_BF16
+/* Out of line, so the hot loops keep their registers. */
+static __attribute__((noinline, cold)) __m256i v_to_bf16_denormal(vf v)
+{
+    return v_to_bf16_int(v);
+}
+#endif
+
+V_INLINE __m256i v_to_bf16(vf v)
+{
+#ifdef FLD_SIMD_AVX512_BF16
+    if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0x20) != 0, 0)) /* 0x20: denormal */
+        return v_to_bf16_denormal(v);
+    return (__m256i)_mm512_cvtneps_pbh(v);
+#else
+    return v_to_bf16_int(v);
 #endif
 }
 
@@ -180,6 +201,48 @@ V_INLINE void v_store_n(void *p, vf v, int64_t n, int dt)
         _mm512_mask_storeu_ps(p, m, v);
     else
         _mm256_mask_storeu_epi16(p, m, dt == FLD_CPU_F16 ? v_to_f16(v) : v_to_bf16(v));
+}
+
+V_INLINE vf v_round_to(vf v, int dt)
+{
+    if (dt == FLD_CPU_F32)
+        return v;
+    return dt == FLD_CPU_F16 ? _mm512_cvtph_ps(v_to_f16(v)) : v_from_bf16(v_to_bf16(v));
+}
+
+/* Products of two bfloat16 values: round to nearest even on the bits (their NaNs keep zero low
+ * bits). */
+V_INLINE vf v_round_prod(vf v, int dt)
+{
+    if (dt != FLD_CPU_BF16)
+        return v_round_to(v, dt);
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* The low 16 bits of 16 dword lanes as float16 / bfloat16 values, widened. */
+V_INLINE vf v_widen_low16(__m512i g, int dt)
+{
+    if (dt == FLD_CPU_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(g, 16));
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+/* The table has a padding entry: a 4-byte gather at entry 65535 stays inside it. */
+V_INLINE vf v_lookup16(const uint16_t *table, const void *p, int dt)
+{
+    __m512i idx = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return v_widen_low16(_mm512_i32gather_epi32(idx, (const void *)table, 2), dt);
+}
+
+V_INLINE vf v_lookup16_n(const uint16_t *table, const void *p, int64_t n, int dt)
+{
+    __mmask16 m = (__mmask16)((1u << n) - 1u);
+    __m512i idx = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+    __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, (const void *)table, 2);
+    return v_widen_low16(g, dt);
 }
 
 V_INLINE void v_stream(void *p, vf v, int dt)

@@ -167,6 +167,43 @@ V_INLINE void v_store_n(void *p, vf v, int64_t n, int dt)
     memcpy(p, buf, (size_t)n * fld__cpu_elem_size(dt));
 }
 
+V_INLINE vf v_round_to(vf v, int dt)
+{
+    if (dt == FLD_CPU_F32)
+        return v;
+    if (dt == FLD_CPU_F16)
+        return vcvt_f32_f16(vcvt_f16_f32(v));
+    return vreinterpretq_f32_u32(vshll_n_u16(v_to_bf16(v), 16));
+}
+
+/* Products of two bfloat16 values: round to nearest even on the bits (their NaNs keep zero low
+ * bits). */
+V_INLINE vf v_round_prod(vf v, int dt)
+{
+    if (dt != FLD_CPU_BF16)
+        return v_round_to(v, dt);
+    uint32x4_t u = vreinterpretq_u32_f32(v);
+    uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    uint32x4_t r = vaddq_u32(u, vaddq_u32(lsb, vdupq_n_u32(0x7fff)));
+    return vreinterpretq_f32_u32(vandq_u32(r, vdupq_n_u32(0xffff0000u)));
+}
+
+V_INLINE vf v_lookup16(const uint16_t *table, const void *p, int dt)
+{
+    uint16_t codes[V_LANES];
+    for (int i = 0; i < V_LANES; i++)
+        codes[i] = table[((const uint16_t *)p)[i]];
+    return v_load(codes, dt);
+}
+
+V_INLINE vf v_lookup16_n(const uint16_t *table, const void *p, int64_t n, int dt)
+{
+    uint16_t codes[V_LANES] = {0};
+    for (int64_t i = 0; i < n; i++)
+        codes[i] = table[((const uint16_t *)p)[i]];
+    return v_load_n(codes, n, dt);
+}
+
 V_INLINE void v_stream(void *p, vf v, int dt)
 {
     v_store(p, v, dt);

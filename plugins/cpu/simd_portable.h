@@ -28,6 +28,18 @@
  *                         overflow gives inf, underflow gives denormals/0
  *   v_swap_pairs(a)       [a1 a0 a3 a2 ...]
  *
+ * Rounding to 16-bit storage in registers (dt a compile-time constant):
+ *   v_round_to(v, dt)     v rounded to dt and widened back: exactly what
+ *                         v_store then v_load give (identity for F32)
+ *   v_round_prod(v, dt)   the same for v = a * b with a and b values of dt
+ *                         (exact in float32 for 16-bit dt): bfloat16 by
+ *                         integer rounding, cheaper, needing no NaN care
+ *                         (such a NaN has zero low 16 bits)
+ *   v_lookup16(t, p, dt)  V_LANES 16-bit codes at p (float16/bfloat16
+ *                         elements) used as indices into table t of 65537
+ *                         dt codes (one padding entry), widened: t[p[i]]
+ *   v_lookup16_n(t, p, n, dt)  the first n (0 <= n < V_LANES), others 0
+ *
  * Memory: dt is FLD_CPU_F32, FLD_CPU_F16 or FLD_CPU_BF16 and should be a
  * compile-time constant (the functions are always inlined so the dtype
  * branches fold away). p needs no alignment unless stated.
@@ -225,6 +237,38 @@ V_INLINE void v_store_n(void *p, vf v, int64_t n, int dt)
 {
     for (int64_t i = 0; i < n; i++)
         v_narrow1(p, i, v[i], dt);
+}
+
+V_INLINE vf v_round_to(vf v, int dt)
+{
+    if (dt == FLD_CPU_F32)
+        return v;
+    vf r = v_zero(); /* element-wise fill below; GCC -O2 warns otherwise */
+    for (int i = 0; i < V_LANES; i++)
+        r[i] = dt == FLD_CPU_F16 ? fld_f16_to_f32(fld_f32_to_f16(v[i]))
+                                 : fld_bf16_to_f32(fld_f32_to_bf16(v[i]));
+    return r;
+}
+
+V_INLINE vf v_round_prod(vf v, int dt)
+{
+    return v_round_to(v, dt);
+}
+
+V_INLINE vf v_lookup16(const uint16_t *table, const void *p, int dt)
+{
+    uint16_t codes[V_LANES];
+    for (int i = 0; i < V_LANES; i++)
+        codes[i] = table[((const uint16_t *)p)[i]];
+    return v_load(codes, dt);
+}
+
+V_INLINE vf v_lookup16_n(const uint16_t *table, const void *p, int64_t n, int dt)
+{
+    uint16_t codes[V_LANES] = {0};
+    for (int64_t i = 0; i < n; i++)
+        codes[i] = table[((const uint16_t *)p)[i]];
+    return v_load_n(codes, n, dt);
 }
 
 /* No portable non-temporal store: an ordinary one. */

@@ -52,13 +52,15 @@ struct fld_gpu_act_args {
 };
 
 struct fld_gpu_norm_args {
-    int dtype;  /* out, x, weight and residual share it */
-    bool gemma; /* scale by (1 + w) instead of w */
-    void *out;  /* [rows, width]; may equal x */
+    int dtype;          /* out and x */
+    int weight_dtype;   /* dtype, or 0 (float32) with a 16-bit dtype */
+    int residual_dtype; /* likewise */
+    bool gemma;         /* scale by (1 + w) instead of w */
+    void *out;          /* [rows, width]; may equal x */
     const void *x;
     const void *weight; /* [width], or NULL: no scale */
     void *residual;     /* [rows, width] or NULL; with it: residual = x + residual
-                           (rounded to dtype), out = norm(residual) */
+                           (rounded to residual_dtype), out = norm(residual) */
     int64_t rows, width, out_stride, x_stride, residual_stride;
     float eps;
 };
@@ -191,12 +193,13 @@ static inline bool fld_gpu_act_vector_ok(const struct fld_gpu_act_args *a)
 }
 static inline bool fld_gpu_norm_vector_ok(const struct fld_gpu_norm_args *a)
 {
-    size_t e = fld_gpu_elem_size(a->dtype);
+    size_t e = fld_gpu_elem_size(a->dtype), we = fld_gpu_elem_size(a->weight_dtype),
+           re = fld_gpu_elem_size(a->residual_dtype);
     return fld_gpu_aligned16(a->x, a->width, e) && fld_gpu_aligned16(a->out, a->width, e) &&
            ((uint64_t)a->x_stride * e) % 16 == 0 && ((uint64_t)a->out_stride * e) % 16 == 0 &&
-           (!a->weight || fld_gpu_aligned16(a->weight, a->width, e)) &&
-           (!a->residual || (fld_gpu_aligned16(a->residual, a->width, e) &&
-                             ((uint64_t)a->residual_stride * e) % 16 == 0));
+           (!a->weight || fld_gpu_aligned16(a->weight, a->width, we)) &&
+           (!a->residual || (fld_gpu_aligned16(a->residual, a->width, re) &&
+                             ((uint64_t)a->residual_stride * re) % 16 == 0));
 }
 
 #ifdef __cplusplus

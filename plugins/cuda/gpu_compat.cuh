@@ -139,6 +139,30 @@ FLD_GPU_DEV uint16_t fld_gpu_f32_to_f16(float f)
 
 #endif
 
+#if defined(FLD_GPU_TARGET_EMU)
+FLD_GPU_DEV uint64_t fld_gpu_double_bits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+FLD_GPU_DEV double fld_gpu_double_from_bits(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+#else
+FLD_GPU_DEV uint64_t fld_gpu_double_bits(double d)
+{
+    return (uint64_t)__double_as_longlong(d);
+}
+FLD_GPU_DEV double fld_gpu_double_from_bits(uint64_t u)
+{
+    return __longlong_as_double((long long)u);
+}
+#endif
+
 FLD_GPU_DEV float fld_gpu_bf16_to_f32(uint16_t h)
 {
     return fld_gpu_float((uint32_t)h << 16);

@@ -3,10 +3,21 @@
  * and the host emulator (gpu_compat.cuh), and the launchers that fill the
  * act/norm/rotary entries of struct fld_gpu_api (gpu_api.h).
  *
- * Semantics are those of the library's reference.c (core/reference_*.c):
- * float32 math, one rounding per stored value, the fused residual rounded
- * before it is normalised, gemma's (1 + w) in float32, rotary pairs rotated
- * in float32 with cos/sin from the cache's dtype. Two families:
+ * Semantics are those of the library's reference.c (core/reference_*.c),
+ * which are vLLM's:
+ *   - activations: vLLM's CUDA formulas (csrc/activation_kernels.cu), term
+ *     for term, so nvcc compiles them as it compiles vLLM's; the activation
+ *     is rounded to the dtype, then multiplied and rounded again;
+ *   - norms: float32 math, one rounding per output; weight and residual of
+ *     x's dtype or float32 (weight_dtype, residual_dtype); the fused
+ *     residual rounded to its own dtype before it is normalised; gemma's
+ *     (1 + w) in float32; a row whose float32 sum of squares is inf, NaN or
+ *     too small for eps to hide its underflow is summed again in double
+ *     (so rows of 1e30 normalise);
+ *   - rotary: float32 queries rotate in float32; 16-bit ones round cos and
+ *     sin to their dtype and round every product and sum to it, as vLLM's
+ *     forward_native computes on 16-bit tensors.
+ * Two families:
  *
  *   FLD_GPU_VECTOR     128-bit loads and stores (4 x f32 or 8 x f16/bf16 per
  *                      access); the caller checks fld_gpu_*_vector_ok().
@@ -124,6 +135,40 @@ template <int DT, bool VEC> struct group {
     }
 };
 
+/*
+ * Elements [k N, k N + N) of a row of dtype SDT, where N is the group size
+ * of another dtype (x's): the weight or residual of a 16-bit x may be
+ * float32. VEC: N / (16 / size) 16-byte accesses (SDT = float32 with N = 8
+ * takes two); otherwise N = 1.
+ */
+template <int SDT, int N, bool VEC> struct lanes {
+    static constexpr int PER = 16 / dtype_size<SDT>::value; /* elements per 16 bytes */
+    static constexpr int ACCESSES = VEC ? N / PER : 1;
+    static_assert(!VEC || (N % PER == 0 && ACCESSES <= 2), "x's group is 1 or 2 accesses of SDT");
+
+    static FLD_GPU_DEV void load(const void *row, int64_t k, float *f)
+    {
+        if (VEC) {
+            group<SDT, true>::load(row, k * ACCESSES, f);
+            if (ACCESSES == 2)
+                group<SDT, true>::load(row, k * ACCESSES + 1, f + PER);
+        } else {
+            f[0] = load_elem<SDT>(row, k);
+        }
+    }
+
+    static FLD_GPU_DEV void store(void *row, int64_t k, const float *f)
+    {
+        if (VEC) {
+            group<SDT, true>::store(row, k * ACCESSES, f);
+            if (ACCESSES == 2)
+                group<SDT, true>::store(row, k * ACCESSES + 1, f + PER);
+        } else {
+            store_elem<SDT>(row, k, f[0]);
+        }
+    }
+};
+
 template <int DT> FLD_GPU_DEV const char *row_at(const void *base, int64_t r, int64_t stride)
 {
     return static_cast<const char *>(base) + r * stride * dtype_size<DT>::value;
@@ -138,35 +183,43 @@ template <int DT> FLD_GPU_DEV char *row_at(void *base, int64_t r, int64_t stride
 /* Gated activations                                                        */
 /* ------------------------------------------------------------------------ */
 
-/* The tail-accurate forms of core/reference_activation.c. */
-FLD_GPU_DEV float silu(float a)
+/*
+ * vLLM's activations (csrc/activation_kernels.cu silu_kernel, gelu_kernel,
+ * gelu_tanh_kernel), written with the same operations in the same order so
+ * that nvcc fuses and rounds them as it does vLLM's; the same formulas as
+ * core/reference_activation.c (under the emulator, the same bits).
+ */
+FLD_GPU_DEV float silu(float f)
 {
-    return a / (1.0f + expf(-a));
+    return f / (1.0f + expf(-f));
 }
 
-FLD_GPU_DEV float gelu_erf(float a)
+FLD_GPU_DEV float gelu_erf(float f)
 {
-    return 0.5f * a * erfcf(-a * 0.70710678118654752f);
+    const float alpha = 0.70710678118654752440f; /* M_SQRT1_2 */
+    return f * 0.5f * (1.0f + erff(f * alpha));
 }
 
-FLD_GPU_DEV float gelu_tanh(float a)
+FLD_GPU_DEV float gelu_tanh(float f)
 {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    const float u = k * (a + 0.044715f * a * a * a);
-    return a / (1.0f + expf(-2.0f * u));
+    const float beta = 0.7978845608028654f; /* M_SQRT2 * M_2_SQRTPI * 0.5 */
+    const float kappa = 0.044715f;
+    const float cube = f * f * f;
+    return 0.5f * f * (1.0f + tanhf(beta * (f + kappa * cube)));
 }
 
-template <int OP> FLD_GPU_DEV float gated(float a, float b)
+/* round(round(act) * other): the activation rounded to DT, as vLLM's ACT_FN returns it. */
+template <int OP, int DT> FLD_GPU_DEV float gated(float a, float b)
 {
     switch (OP) {
     case FLD_GPU_SILU_AND_MUL:
-        return silu(a) * b;
+        return round_to<DT>(silu(a)) * b;
     case FLD_GPU_MUL_AND_SILU:
-        return a * silu(b);
+        return a * round_to<DT>(silu(b));
     case FLD_GPU_GELU_AND_MUL:
-        return gelu_erf(a) * b;
+        return round_to<DT>(gelu_erf(a)) * b;
     default:
-        return gelu_tanh(a) * b;
+        return round_to<DT>(gelu_tanh(a)) * b;
     }
 }
 
@@ -186,7 +239,7 @@ __global__ void __launch_bounds__(256) act_kernel(struct fld_gpu_act_args a)
             G::load(xr, k, x);
             G::load(yr, k, y);
             for (int j = 0; j < G::N; j++)
-                x[j] = gated<OP>(x[j], y[j]);
+                x[j] = gated<OP, DT>(x[j], y[j]);
             G::store(orow, k, x);
         }
     }
@@ -278,46 +331,116 @@ FLD_GPU_DEV float block_sum(float v)
     return v;
 }
 
+/* The same in double, for the rare rows summed again (norm_kernel). */
+FLD_GPU_DEV double warp_sum_d(double v)
+{
+    for (int m = FLD_GPU_WARP_SIZE / 2; m > 0; m >>= 1) {
+        const uint64_t u = fld_gpu_double_bits(v);
+        /* shuffled as two 32-bit halves: the float shuffle moves bits, no arithmetic */
+        const uint32_t hi = fld_gpu_bits(fld_gpu_shfl_xor(fld_gpu_float((uint32_t)(u >> 32)), m));
+        const uint32_t lo = fld_gpu_bits(fld_gpu_shfl_xor(fld_gpu_float((uint32_t)u), m));
+        v += fld_gpu_double_from_bits(((uint64_t)hi << 32) | lo);
+    }
+    return v;
+}
+
+FLD_GPU_DEV double block_sum_d(double v)
+{
+    __shared__ double partial_d[FLD_GPU_MAX_WARPS];
+    const int lanes = FLD_GPU_WARP_SIZE;
+    const int lane = (int)threadIdx.x % lanes, warp = (int)threadIdx.x / lanes;
+    const int warps = (int)blockDim.x / lanes;
+    v = warp_sum_d(v);
+    if (lane == 0)
+        partial_d[warp] = v;
+    __syncthreads();
+    v = warp_sum_d(lane < warps ? partial_d[lane] : 0.0);
+    __syncthreads();
+    return v;
+}
+
+/* The largest float32 (FLT_MAX), spelled so that every compiler takes it. */
+#define FLD_GPU_FLT_MAX 3.40282346638528859812e+38f
+
 /*
  * One block per row (grid-stride). Pass 1: residual = round(x + residual)
- * written back, sum of squares of the rounded values (or of x). Pass 2: the
- * row being normalised is re-read -- the residual this thread just wrote, or
- * x -- and out = v * inv * scale. out may alias x: all of x is read in pass
- * 1, before the block barrier of the reduction, when there is a residual;
- * without one, each element is read and written by the same thread.
+ * in the residual's dtype RDT, written back, sum of squares of the stored
+ * values (or of x). Pass 2: the row being normalised is re-read -- the
+ * residual this thread just wrote, or x -- and out = v * inv * scale, the
+ * weight of dtype WDT. out may alias x: all of x is read in pass 1, before
+ * the block barrier of the reduction, when there is a residual; without
+ * one, each element is read and written by the same thread.
+ *
+ * A float32 sum that is inf (overflowing squares, or an inf in the row),
+ * NaN, or so small that eps cannot hide the squares' underflow sends the
+ * block (the decision is block-uniform: every thread has the same sum) to a
+ * third pass that sums the row again in double and writes
+ * out = float(v * inv) * scale with inv in double, as the reference does.
  */
-template <int DT, bool VEC>
+template <int DT, int WDT, int RDT, bool VEC>
 __global__ void __launch_bounds__(1024) norm_kernel(struct fld_gpu_norm_args a)
 {
     typedef group<DT, VEC> G;
+    typedef lanes<WDT, G::N, VEC> W;
+    typedef lanes<RDT, G::N, VEC> R;
     const int64_t groups = a.width / G::N;
     for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
         const char *xr = row_at<DT>(a.x, r, a.x_stride);
         char *orow = row_at<DT>(a.out, r, a.out_stride);
-        char *rr = a.residual ? row_at<DT>(a.residual, r, a.residual_stride) : nullptr;
+        char *rr = a.residual ? row_at<RDT>(a.residual, r, a.residual_stride) : nullptr;
         float ss = 0.0f;
         for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
             float v[G::N];
             G::load(xr, k, v);
             if (rr) {
                 float s[G::N];
-                G::load(rr, k, s);
+                R::load(rr, k, s);
                 for (int j = 0; j < G::N; j++)
-                    v[j] = round_to<DT>(v[j] + s[j]);
-                G::store(rr, k, v);
+                    v[j] = round_to<RDT>(v[j] + s[j]);
+                R::store(rr, k, v);
             }
             for (int j = 0; j < G::N; j++)
                 ss += v[j] * v[j];
         }
         ss = block_sum(ss);
-        const float inv = 1.0f / sqrtf(ss / (float)a.width + a.eps);
-        const char *src = rr ? rr : xr;
         const float add = a.gemma ? 1.0f : 0.0f;
+        const float ms = ss / (float)a.width + a.eps;
+        if (!(ss <= FLD_GPU_FLT_MAX && ms >= 0x1p-100f)) {
+            double sd = 0.0;
+            for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
+                float v[G::N];
+                if (rr)
+                    R::load(rr, k, v);
+                else
+                    G::load(xr, k, v);
+                for (int j = 0; j < G::N; j++)
+                    sd += (double)v[j] * (double)v[j];
+            }
+            sd = block_sum_d(sd);
+            const double invd = 1.0 / sqrt(sd / (double)a.width + (double)a.eps);
+            for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
+                float v[G::N], w[G::N];
+                if (rr)
+                    R::load(rr, k, v);
+                else
+                    G::load(xr, k, v);
+                if (a.weight)
+                    W::load(a.weight, k, w);
+                for (int j = 0; j < G::N; j++)
+                    v[j] = (float)((double)v[j] * invd) * (a.weight ? w[j] + add : 1.0f);
+                G::store(orow, k, v);
+            }
+            continue;
+        }
+        const float inv = 1.0f / sqrtf(ms);
         for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
             float v[G::N], w[G::N];
-            G::load(src, k, v);
+            if (rr)
+                R::load(rr, k, v);
+            else
+                G::load(xr, k, v);
             if (a.weight) {
-                G::load(a.weight, k, w);
+                W::load(a.weight, k, w);
                 for (int j = 0; j < G::N; j++)
                     v[j] = v[j] * inv * (w[j] + add);
             } else {
@@ -340,6 +463,26 @@ static inline unsigned norm_threads(int64_t groups, int64_t rows)
     return (unsigned)(t < 64 ? 64 : t > cap ? cap : t);
 }
 
+template <int DT, int WDT, int RDT, bool VEC>
+static int launch_norm(const struct fld_gpu_norm_args *a, dim3 grid, dim3 block, void *stream)
+{
+    return fld_gpu_launch(norm_kernel<DT, WDT, RDT, VEC>, grid, block, stream, *a);
+}
+
+/* A 16-bit x's weight and residual: its own dtype (DT) or float32 (0). */
+template <int DT, bool VEC>
+static int launch_norm_mixed(const struct fld_gpu_norm_args *a, dim3 grid, dim3 block, void *stream)
+{
+    const bool w32 = a->weight && a->weight_dtype == 0, r32 = a->residual && a->residual_dtype == 0;
+    if (w32 && r32)
+        return launch_norm<DT, 0, 0, VEC>(a, grid, block, stream);
+    if (w32)
+        return launch_norm<DT, 0, DT, VEC>(a, grid, block, stream);
+    if (r32)
+        return launch_norm<DT, DT, 0, VEC>(a, grid, block, stream);
+    return launch_norm<DT, DT, DT, VEC>(a, grid, block, stream);
+}
+
 template <bool VEC> static int launch_norm_dt(const struct fld_gpu_norm_args *a, void *stream)
 {
     const int n = a->dtype == 0 ? (VEC ? 4 : 1) : (VEC ? 8 : 1);
@@ -347,19 +490,27 @@ template <bool VEC> static int launch_norm_dt(const struct fld_gpu_norm_args *a,
     const dim3 block(norm_threads(a->width / n, a->rows));
     switch (a->dtype) {
     case 0:
-        return fld_gpu_launch(norm_kernel<0, VEC>, grid, block, stream, *a);
+        return launch_norm<0, 0, 0, VEC>(a, grid, block, stream);
     case 1:
-        return fld_gpu_launch(norm_kernel<1, VEC>, grid, block, stream, *a);
+        return launch_norm_mixed<1, VEC>(a, grid, block, stream);
     case 2:
-        return fld_gpu_launch(norm_kernel<2, VEC>, grid, block, stream, *a);
+        return launch_norm_mixed<2, VEC>(a, grid, block, stream);
     default:
         return FLD_GPU_EINVAL;
     }
 }
 
+/* weight_dtype / residual_dtype: the dtype's own, or float32 (0) with a 16-bit dtype. */
+static inline bool norm_operand_dtype_ok(int dtype, const void *p, int operand_dtype)
+{
+    return !p || operand_dtype == dtype || (operand_dtype == 0 && dtype != 0);
+}
+
 static inline int run_norm(const struct fld_gpu_norm_args *a, int variant, void *stream)
 {
-    if (!a || a->dtype < 0 || a->dtype > 2 || a->rows < 0 || a->width < 0)
+    if (!a || a->dtype < 0 || a->dtype > 2 || a->rows < 0 || a->width < 0 ||
+        !norm_operand_dtype_ok(a->dtype, a->weight, a->weight_dtype) ||
+        !norm_operand_dtype_ok(a->dtype, a->residual, a->residual_dtype))
         return FLD_GPU_EINVAL;
     if (a->rows == 0 || a->width == 0)
         return 0;
@@ -379,6 +530,22 @@ FLD_GPU_DEV int64_t position_of(const struct fld_gpu_rotary_args &a, int64_t t)
 {
     return a.positions_int32 ? (int64_t) static_cast<const int32_t *>(a.positions)[t]
                              : static_cast<const int64_t *>(a.positions)[t];
+}
+
+/*
+ * The rotated pair (x c - y s, y c + x s). float32: as written (nvcc may fuse
+ * a product into the sum, as in vLLM's CUDA kernel). 16-bit: each product
+ * and the sum rounded to DT, as vLLM's forward_native computes on 16-bit
+ * tensors; the stores round the sum. c and s are already rounded to DT.
+ */
+template <int DT> FLD_GPU_DEV float rot_x(float x, float y, float c, float s)
+{
+    return DT == 0 ? x * c - y * s : round_to<DT>(x * c) - round_to<DT>(y * s);
+}
+
+template <int DT> FLD_GPU_DEV float rot_y(float x, float y, float c, float s)
+{
+    return DT == 0 ? y * c + x * s : round_to<DT>(y * c) + round_to<DT>(x * s);
 }
 
 /*
@@ -428,10 +595,11 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld_gpu_rotary_args 
                 G::load(yrow, k, y);
                 for (int j = 0; j < G::N; j++) {
                     const int64_t i = (int64_t)k * G::N + j;
-                    const float c = load_elem<CDT>(crow, i), s = load_elem<CDT>(crow, half + i);
+                    const float c = round_to<DT>(load_elem<CDT>(crow, i)),
+                                s = round_to<DT>(load_elem<CDT>(crow, half + i));
                     const float xv = x[j], yv = y[j];
-                    x[j] = xv * c - yv * s;
-                    y[j] = yv * c + xv * s;
+                    x[j] = rot_x<DT>(xv, yv, c, s);
+                    y[j] = rot_y<DT>(xv, yv, c, s);
                 }
                 G::store(head, k, x);
                 G::store(yrow, k, y);
@@ -441,19 +609,21 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld_gpu_rotary_args 
                 G::load(head, k, x);
                 for (int j = 0; j + 1 < G::N; j += 2) {
                     const int64_t i = ((int64_t)k * G::N + j) / 2;
-                    const float c = load_elem<CDT>(crow, i), s = load_elem<CDT>(crow, half + i);
+                    const float c = round_to<DT>(load_elem<CDT>(crow, i)),
+                                s = round_to<DT>(load_elem<CDT>(crow, half + i));
                     const float xv = x[j], yv = x[j + 1];
-                    x[j] = xv * c - yv * s;
-                    x[j + 1] = yv * c + xv * s;
+                    x[j] = rot_x<DT>(xv, yv, c, s);
+                    x[j + 1] = rot_y<DT>(xv, yv, c, s);
                 }
                 G::store(head, k, x);
             } else {
-                const float c = load_elem<CDT>(crow, k), s = load_elem<CDT>(crow, half + k);
+                const float c = round_to<DT>(load_elem<CDT>(crow, k)),
+                            s = round_to<DT>(load_elem<CDT>(crow, half + k));
                 const int64_t ix = a.is_neox ? k : 2 * (int64_t)k;
                 const int64_t iy = a.is_neox ? k + half : 2 * (int64_t)k + 1;
                 const float x = load_elem<DT>(head, ix), y = load_elem<DT>(head, iy);
-                store_elem<DT>(head, ix, x * c - y * s);
-                store_elem<DT>(head, iy, y * c + x * s);
+                store_elem<DT>(head, ix, rot_x<DT>(x, y, c, s));
+                store_elem<DT>(head, iy, rot_y<DT>(x, y, c, s));
             }
         }
     }

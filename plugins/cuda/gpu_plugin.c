@@ -378,8 +378,11 @@ static void norm_args_of(const fld_rms_norm_args *a, bool gemma, struct fld_gpu_
     fld_tensor_rows(a->out, &out);
     if (a->residual)
         fld_tensor_rows(a->residual, &res);
+    const int dt = fld_dtype_index(a->x->dtype);
     *g = (struct fld_gpu_norm_args){
-        .dtype = fld_dtype_index(a->x->dtype),
+        .dtype = dt,
+        .weight_dtype = a->weight ? fld_dtype_index(a->weight->dtype) : dt,
+        .residual_dtype = a->residual ? fld_dtype_index(a->residual->dtype) : dt,
         .gemma = gemma,
         .out = out.data,
         .x = x.data,

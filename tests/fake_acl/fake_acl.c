@@ -3,9 +3,16 @@
  * the AscendCL runtime calls, aclnn tensor descriptors and the aclnn
  * operators the plugin uses, with host memory playing device memory.
  *
- * The operators compute their real results (float32 arithmetic, one rounding
- * to the tensor dtype) so the plugin's output can be checked against the
- * library's reference kernels, and the fake checks the protocol a real
+ * The operators compute their real results so the plugin's output can be
+ * checked against the library's reference kernels: each computes in float32
+ * from its inputs and rounds once to its output's dtype, as PyTorch's and
+ * (we assume) CANN's elementwise operators do on 16-bit tensors; Silu and
+ * GeluV2 use vLLM's / PyTorch's formulas (x / (1 + e^-x); the erf form
+ * 0.5 x (1 + erf(x / sqrt2)) and the tanh form 0.5 x (1 + tanh(u))), so a
+ * composition that rounds where vLLM rounds gives core/reference_*.c's bits.
+ * The fused operators (SwiGlu, RotaryPositionEmbedding, RmsNorm and its
+ * variants) model a fused kernel: float32 throughout, one rounding of each
+ * output. The fake checks the protocol a real
  * runtime relies on: aclInit before use, consistent aclCreateTensor
  * arguments, every GetWorkspaceSize executor run exactly once with a
  * workspace at least as large as it asked for, taken from aclrtMalloc, and
@@ -1337,16 +1344,18 @@ static int silu_compute(aclOpExecutor *e)
     return 0;
 }
 
+/* PyTorch's GELU forms (vLLM's CUDA kernels compute the same), in float32. */
 static int gelu_compute(aclOpExecutor *e)
 {
     const aclTensor *x = &e->t[0], *out = &e->t[1];
     for (int64_t i = 0, n = numel(out); i < n; i++) {
         float a = load(x, elem_at(x, i)), v;
         if (e->iarg == 0) {
-            v = 0.5f * a * erfcf(-a * (float)M_SQRT1_2);
+            v = a * 0.5f * (1.0f + erff(a * (float)M_SQRT1_2));
         } else {
-            float u = 0.7978845608028654f * (a + 0.044715f * a * a * a);
-            v = a / (1.0f + expf(-2.0f * u));
+            const float cube = a * a * a;
+            v = 0.5f * a *
+                (1.0f + tanhf((float)(M_SQRT2 * M_2_SQRTPI * 0.5) * (a + 0.044715f * cube)));
         }
         store(out, elem_at(out, i), v);
     }

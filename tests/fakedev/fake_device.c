@@ -12,7 +12,11 @@
  *
  * Implementations, CUDA only, every dtype:
  *   vendor.fakedev      silu_and_mul, rms_norm, rotary_embedding: correct
- *                       (float32 arithmetic, one rounding, as reference.c);
+ *                       within vLLM's tolerances (float32 arithmetic rounded
+ *                       where vLLM rounds: the activation before its
+ *                       product, 16-bit rotary products and sums; rms_norm
+ *                       sums in double and takes float32 weights and
+ *                       residuals, as reference.c);
  *   vendor.fakedev_bad  only with FLD_FAKEDEV_BAD=1:
  *                       silu_and_mul 5% too large (a wrong result),
  *                       rms_norm right values, but it also writes the
@@ -201,6 +205,16 @@ static size_t elem_size(int dt)
     return dt == 0 ? 4 : 2;
 }
 
+/* v rounded to dtype dt (vLLM rounds 16-bit activations and rotary steps). */
+static float round_to(int dt, float v)
+{
+    if (dt == 1)
+        return fld_f16_to_f32(fld_f32_to_f16(v));
+    if (dt == 2)
+        return fld_bf16_to_f32(fld_f32_to_bf16(v));
+    return v;
+}
+
 /* ---- kernels ------------------------------------------------------------------------ */
 
 /* Distinct silu_and_mul input addresses seen (FLD_FAKEDEV_COUNT_INPUTS). */
@@ -239,7 +253,7 @@ static int silu_and_mul_scaled(const void *argp, float scale)
         char *o = (char *)out.data + (size_t)(r * out.stride) * e;
         for (int64_t j = 0; j < out.width; j++) {
             float g = load(xr, j, dt), u = load(xr, out.width + j, dt);
-            store(o, j, dt, g / (1.0f + expf(-g)) * u * scale);
+            store(o, j, dt, round_to(dt, g / (1.0f + expf(-g))) * u * scale);
         }
     }
     return FLD_OK;
@@ -266,25 +280,30 @@ static int rms_norm(const void *argp)
     if (a->residual)
         fld_tensor_rows(a->residual, &res);
     const int dt = fld_dtype_index(a->x->dtype);
+    /* weight and residual may be float32 with a 16-bit x (plugin.h) */
+    const int wdt = a->weight ? fld_dtype_index(a->weight->dtype) : dt;
+    const int rdt = a->residual ? fld_dtype_index(a->residual->dtype) : dt;
     const size_t e = elem_size(dt);
     const void *w = a->weight ? (const char *)a->weight->data + a->weight->byte_offset : NULL;
     for (int64_t r = 0; r < x.rows && x.width > 0; r++) {
         const char *src = (const char *)x.data + (size_t)(r * x.stride) * e;
+        int sdt = dt;
         char *o = (char *)out.data + (size_t)(r * out.stride) * e;
         if (a->residual) {
-            char *rr = (char *)res.data + (size_t)(r * res.stride) * e;
+            char *rr = (char *)res.data + (size_t)(r * res.stride) * elem_size(rdt);
             for (int64_t j = 0; j < x.width; j++)
-                store(rr, j, dt, load(src, j, dt) + load(rr, j, dt));
+                store(rr, j, rdt, load(src, j, dt) + load(rr, j, rdt));
             src = rr;
+            sdt = rdt;
         }
         double sum = 0.0;
         for (int64_t j = 0; j < x.width; j++) {
-            double v = load(src, j, dt);
+            double v = load(src, j, sdt);
             sum += v * v;
         }
-        const float inv = 1.0f / sqrtf((float)(sum / (double)x.width) + a->eps);
+        const double inv = 1.0 / sqrt(sum / (double)x.width + (double)a->eps);
         for (int64_t j = 0; j < x.width; j++)
-            store(o, j, dt, load(src, j, dt) * inv * (w ? load(w, j, dt) : 1.0f));
+            store(o, j, dt, (float)(load(src, j, sdt) * inv) * (w ? load(w, j, wdt) : 1.0f));
     }
     return FLD_OK;
 }
@@ -308,11 +327,12 @@ static void rotate_heads(char *base, int64_t heads, int64_t head_stride, int dt,
     for (int64_t h = 0; h < heads; h++) {
         char *head = base + (size_t)(h * head_stride) * e;
         for (int64_t i = 0; i < half; i++) {
-            const float c = load(row, i, cache_dt), s = load(row, half + i, cache_dt);
+            const float c = round_to(dt, load(row, i, cache_dt)),
+                        s = round_to(dt, load(row, half + i, cache_dt));
             const int64_t ix = neox ? i : 2 * i, iy = neox ? i + half : 2 * i + 1;
             const float xv = load(head, ix, dt), yv = load(head, iy, dt);
-            store(head, ix, dt, xv * c - yv * s);
-            store(head, iy, dt, yv * c + xv * s);
+            store(head, ix, dt, round_to(dt, xv * c) - round_to(dt, yv * s));
+            store(head, iy, dt, round_to(dt, yv * c) + round_to(dt, xv * s));
         }
     }
 }

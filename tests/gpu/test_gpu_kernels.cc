@@ -13,11 +13,16 @@
  * another, with the kernel arguments built by fld_tensor_rows() and
  * fld_rotary_geometry_of() as the plugins' glue does.
  *
- * Agreement: activations and rotary use the reference's formulas and libm,
- * norms differ only in the order of the sum of squares; every output must be
- * within one unit in the last place of a 16-bit dtype, or 1e-5 relative for
- * float32 (kernels.md asks 1e-3 / 1.6e-2 / 1e-5); the residual written by the
- * fused norm must be exact.
+ * Agreement: activations and rotary use the reference's formulas, rounding
+ * steps and libm, so under the emulator they must give the reference's bits
+ * (and, checked separately against formulas written here, vLLM's rounding
+ * order: the activation rounded before its product, rotary's products and
+ * sums rounded in 16-bit dtypes). Norms differ only in the order of the
+ * sum of squares: every output within one unit in the last place of a
+ * 16-bit dtype, or 1e-5 relative for float32 (kernels.md asks 1e-3 /
+ * 1.6e-2 / 1e-5); the residual written by the fused norm must be exact.
+ * Float32 weights and residuals with 16-bit x, and rows whose float32 sum
+ * of squares overflows or underflows, are covered too.
  *
  * The emulator itself is tested too: a kernel with a missing barrier gives a
  * wrong answer, a divergent barrier fails the launch, shuffles exchange
@@ -176,7 +181,7 @@ void check_act(int op, int dti, int variant, int64_t rows, int64_t d, int64_t x_
     const int rc = api.act(&a, variant, NULL);
     ck_assert_msg(rc == 0, "%s: emulator: %s", what, api.error_string(rc));
     ck_assert_msg(tt_padding_intact(x), "%s: input written", what);
-    expect_close(got, want, what, false);
+    expect_close(got, want, what, true);
     tt_free(x);
     tt_free(want);
     tt_free(got);
@@ -198,6 +203,69 @@ START_TEST(act_wide_rows)
 {
     const int dti = _i % 3, variant = _i / 3;
     check_act(FLD_GPU_SILU_AND_MUL, dti, variant, 3, variant == FLD_GPU_VECTOR ? 4096 : 1100, 0, 0);
+}
+END_TEST
+
+/* vLLM's formulas (csrc/activation_kernels.cu), written here for the check. */
+float act_f32(int op, float f)
+{
+    if (op == FLD_GPU_SILU_AND_MUL || op == FLD_GPU_MUL_AND_SILU)
+        return f / (1.0f + expf(-f));
+    if (op == FLD_GPU_GELU_AND_MUL)
+        return f * 0.5f * (1.0f + erff(f * 0.70710678f));
+    const float cube = f * f * f;
+    return 0.5f * f * (1.0f + tanhf(0.7978846f * (f + 0.044715f * cube)));
+}
+
+/*
+ * Every 16-bit value through each activation, against the rounding order
+ * written out here: out = round(round(act(a)) * b), b cycling through
+ * values that make the product round (a single rounding of act(a) * b
+ * differs from it in 800-1500 of these elements, the check asks > 500).
+ */
+START_TEST(act_rounding_all_16bit)
+{
+    setup();
+    const int dti = 1 + _i % 2, op = (_i / 2) % 4, variant = _i / 8;
+    const DLDataType dt = dtype_at(dti);
+    const int64_t n = 65536;
+    const int64_t xs[2] = {1, 2 * n}, os[2] = {1, n};
+    tt_tensor *x = tt_new(dt, 2, xs), *out = tt_new(dt, 2, os);
+    static const double others[] = {1.0, -3.0, 0.7109375, 5.5, -1.1875, 0.0};
+    const bool second = op == FLD_GPU_MUL_AND_SILU; /* silu of the second half */
+    uint16_t *xv = static_cast<uint16_t *>(ptr(x));
+    for (int64_t i = 0; i < n; i++) {
+        xv[second ? n + i : i] = (uint16_t)i;
+        tt_set(x, second ? i : n + i, others[i % 6]);
+    }
+    fld_rows xr, orow;
+    fld_tensor_rows(&x->t, &xr);
+    fld_tensor_rows(&out->t, &orow);
+    struct fld_gpu_act_args a = {op, dti, orow.data, xr.data, 1, n, orow.stride, xr.stride};
+    ck_assert_int_eq(api.act(&a, variant, NULL), 0);
+    int64_t bad = -1, single_differs = 0;
+    for (int64_t i = 0; i < n && bad < 0; i++) {
+        const float g = (float)tt_get(x, second ? n + i : i);
+        const float o = (float)others[i % 6];
+        const double act = act_f32(op, g);
+        const double want = tt_round(dt, tt_round(dt, act) * o);
+        const double got = tt_get(out, i);
+        if (!(got == want || (isnan(got) && isnan(want))))
+            bad = i;
+        single_differs += tt_round(dt, act * o) != want && !isnan(want);
+    }
+    ck_assert_msg(
+        bad < 0, "%s %s %s: input 0x%04llx: got %.9g, want round(round(act) * b) = %.9g",
+        act_names[op], fld_dtype_name(dt), variant == FLD_GPU_VECTOR ? "vector" : "reference",
+        (long long)bad, bad >= 0 ? tt_get(out, bad) : 0.0,
+        bad >= 0
+            ? tt_round(dt, tt_round(dt, act_f32(op, (float)tt_get(x, second ? n + bad : bad))) *
+                               others[bad % 6])
+            : 0.0);
+    ck_assert_msg(single_differs > 500, "the inputs do not tell the orders apart (%lld)",
+                  (long long)single_differs);
+    tt_free(x);
+    tt_free(out);
 }
 END_TEST
 
@@ -240,17 +308,19 @@ enum norm_mode {
 const char *const mode_names[N_MODES] = {"plain",          "residual", "no weight",        "gemma",
                                          "gemma+residual", "in place", "in place+residual"};
 
-void check_norm(int mode, int dti, int variant, int64_t rows, int64_t width, int64_t x_pad)
+/* wdti, rdti: the weight's and residual's dtypes (x's, or 0: float32 with a 16-bit x). */
+void check_norm_dt(int mode, int dti, int wdti, int rdti, int variant, int64_t rows, int64_t width,
+                   int64_t x_pad)
 {
-    const DLDataType dt = dtype_at(dti);
+    const DLDataType dt = dtype_at(dti), wdt = dtype_at(wdti), rdt = dtype_at(rdti);
     const bool gemma = mode == GEMMA || mode == GEMMA_RESIDUAL;
     const bool res = mode == RESIDUAL || mode == GEMMA_RESIDUAL || mode == IN_PLACE_RESIDUAL;
     const bool in_place = mode == IN_PLACE || mode == IN_PLACE_RESIDUAL;
     char what[192];
-    snprintf(what, sizeof what, "%s %s %s %s rows=%lld width=%lld warp=%d", gemma ? "gemma" : "rms",
-             mode_names[mode], fld_dtype_name(dt),
-             variant == FLD_GPU_VECTOR ? "vector" : "reference", (long long)rows, (long long)width,
-             fld_emu::warp_size());
+    snprintf(what, sizeof what, "%s %s %s (w %s, r %s) %s rows=%lld width=%lld warp=%d",
+             gemma ? "gemma" : "rms", mode_names[mode], fld_dtype_name(dt), fld_dtype_name(wdt),
+             fld_dtype_name(rdt), variant == FLD_GPU_VECTOR ? "vector" : "reference",
+             (long long)rows, (long long)width, fld_emu::warp_size());
 
     const int64_t shape[2] = {rows, width}, xst[2] = {width + x_pad, 1};
     const int64_t wshape[1] = {width};
@@ -258,12 +328,12 @@ void check_norm(int mode, int dti, int variant, int64_t rows, int64_t width, int
     tt_tensor *x0 = tt_new_strided(dt, 2, shape, xst);
     tt_fill_normal(x0, 77 + (uint64_t)dti, 0.0, 1.0);
     tt_tensor *x1 = tt_clone(x0);
-    tt_tensor *w = mode == NO_WEIGHT ? NULL : tt_new(dt, 1, wshape);
+    tt_tensor *w = mode == NO_WEIGHT ? NULL : tt_new(wdt, 1, wshape);
     if (w)
         tt_fill_normal(w, 78, gemma ? 0.0 : 1.0, 0.1);
     tt_tensor *r0 = NULL, *r1 = NULL;
     if (res) {
-        r0 = tt_new(dt, 2, shape);
+        r0 = tt_new(rdt, 2, shape);
         tt_fill_normal(r0, 79, 0.0, 1.0);
         r1 = tt_clone(r0);
     }
@@ -285,6 +355,8 @@ void check_norm(int mode, int dti, int variant, int64_t rows, int64_t width, int
         fld_tensor_rows(&r1->t, &rrow);
     struct fld_gpu_norm_args a = {};
     a.dtype = dti;
+    a.weight_dtype = wdti;
+    a.residual_dtype = rdti;
     a.gemma = gemma;
     a.out = orow.data;
     a.x = xr.data;
@@ -322,6 +394,11 @@ void check_norm(int mode, int dti, int variant, int64_t rows, int64_t width, int
     tt_free(w);
     tt_free(r0);
     tt_free(r1);
+}
+
+void check_norm(int mode, int dti, int variant, int64_t rows, int64_t width, int64_t x_pad)
+{
+    check_norm_dt(mode, dti, dti, dti, variant, rows, width, x_pad);
 }
 
 /* _i: mode (7) x dtype (3) x family (2). */
@@ -365,6 +442,90 @@ START_TEST(norm_shapes)
     check_norm(PLAIN, 2, FLD_GPU_REFERENCE, 1, 5125, 3); /* 5 elements per thread */
     check_norm(RESIDUAL, 1, FLD_GPU_VECTOR, 300, 64, 0); /* 300 rows: 256-thread cap */
     check_norm(PLAIN, 1, FLD_GPU_VECTOR, 2, 8, 0);       /* one group, one warp */
+}
+END_TEST
+
+/*
+ * 16-bit x with a float32 weight, residual or both (GemmaRMSNorm's), in
+ * both families. _i: dtype (f16, bf16) x operands (3) x family (2).
+ */
+START_TEST(norm_mixed_dtypes)
+{
+    setup();
+    const int dti = 1 + _i % 2, which = (_i / 2) % 3, variant = _i / 6;
+    const int wdti = which != 1 ? 0 : dti, rdti = which != 0 ? 0 : dti;
+    const int64_t width = variant == FLD_GPU_VECTOR ? 768 : 769, pad = variant ? 32 : 5;
+    for (int mode = 0; mode < N_MODES; mode++)
+        check_norm_dt(mode, dti, wdti, rdti, variant, 3, width, pad);
+    fld_emu::set_warp_size(64);
+    check_norm_dt(GEMMA_RESIDUAL, dti, wdti, rdti, variant, 2, 1024, 0);
+}
+END_TEST
+
+/*
+ * Rows whose float32 sum of squares is not usable: 1e30 and 3e38 (squares
+ * overflow), 1e-30 with eps 0 (squares underflow), zeros, an inf, a NaN.
+ * Finite rows must give their normalised value (checked in double here),
+ * the others PyTorch's: zeros give 0 (eps > 0) or NaN (eps 0), a row with
+ * an inf gives 0 except NaN at the inf, a NaN makes the row NaN.
+ */
+START_TEST(norm_extremes)
+{
+    setup();
+    const int variant = _i % 2, dti = _i / 2; /* f32, f16 (1e30 is inf there), bf16 */
+    const DLDataType dt = dtype_at(dti);
+    const int64_t rows = 7, width = 512;
+    const int64_t shape[2] = {rows, width};
+    tt_tensor *x = tt_new(dt, 2, shape), *out = tt_new(dt, 2, shape);
+    tt_fill_normal(x, 4, 0.0, 1.0);
+    const double scale[rows] = {1e30, 3e38, 1e-30, 0.0, 1.0, 1.0, 1e-3};
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < width; j++) {
+            double v = tt_get(x, r * width + j) * scale[r];
+            if (dti == 1 && r < 2)
+                v = tt_get(x, r * width + j) * 6e4; /* float16 tops out at 65504 */
+            if (r == 4 && j == 7)
+                v = INFINITY;
+            if (r == 5 && j == 9)
+                v = NAN;
+            tt_set(x, r * width + j, v);
+        }
+    for (int e = 0; e < 2; e++) {
+        const float eps = e ? 0.0f : 1e-6f;
+        fld_rows xr, orow;
+        fld_tensor_rows(&x->t, &xr);
+        fld_tensor_rows(&out->t, &orow);
+        struct fld_gpu_norm_args a = {};
+        a.dtype = a.weight_dtype = a.residual_dtype = dti;
+        a.out = orow.data;
+        a.x = xr.data;
+        a.rows = rows;
+        a.width = width;
+        a.out_stride = orow.stride;
+        a.x_stride = xr.stride;
+        a.eps = eps;
+        ck_assert_int_eq(api.norm(&a, variant, NULL), 0);
+        for (int64_t r = 0; r < rows; r++) {
+            double ss = 0;
+            for (int64_t j = 0; j < width; j++)
+                ss += tt_get(x, r * width + j) * tt_get(x, r * width + j);
+            const double inv = 1.0 / sqrt(ss / (double)width + (double)eps);
+            for (int64_t j = 0; j < width; j++) {
+                const double v = tt_get(x, r * width + j), got = tt_get(out, r * width + j);
+                double want = v * inv;
+                if (r == 4) /* PyTorch: rsqrt(inf) = 0, so 0, and inf * 0 = NaN */
+                    want = isinf(v) ? NAN : 0.0;
+                const bool ok = isnan(want) ? isnan(got)
+                                            : fabs(got - want) <=
+                                                  2 * ulp_of(dt, want) + (dt.bits == 32 ? 1e-6 : 0);
+                ck_assert_msg(ok, "%s %s eps=%g row %lld [%lld]: x %.9g, got %.9g, want %.9g",
+                              fld_dtype_name(dt), variant ? "vector" : "reference", (double)eps,
+                              (long long)r, (long long)j, v, got, want);
+            }
+        }
+    }
+    tt_free(x);
+    tt_free(out);
 }
 END_TEST
 
@@ -506,12 +667,12 @@ void check_rotary(const rotary_case &c)
     const int rc = api.rotary(&a, c.variant, NULL);
     ck_assert_msg(rc == 0, "%s: emulator: %s", what, api.error_string(rc));
 
-    expect_close(q1, q0, what, false);
+    expect_close(q1, q0, what, true);
     ck_assert_msg(differing(q1, q_orig) > 0, "%s: query unchanged", what);
     if (k1) {
         char kw[240];
         snprintf(kw, sizeof kw, "%s (key)", what);
-        expect_close(k1, k0, kw, false);
+        expect_close(k1, k0, kw, true);
         ck_assert_msg(differing(k1, k_orig) > 0, "%s: key unchanged", what);
     }
     /* Elements past rot_dim are never written. */
@@ -592,6 +753,79 @@ START_TEST(rotary_variants)
     c.neox = false;
     c.bad_token = 9;
     check_rotary(c);
+}
+END_TEST
+
+/*
+ * 16-bit rotary against vLLM's forward_native written out here: cos and sin
+ * rounded to the dtype (a float32 cache is cast first), each product and
+ * the sum rounded. _i: dtype (f16, bf16) x neox/gptj (2) x family (2).
+ */
+START_TEST(rotary_rounding_order)
+{
+    setup();
+    const int dti = 1 + _i % 2, variant = _i / 4;
+    const bool neox = (_i / 2) % 2;
+    const DLDataType dt = dtype_at(dti);
+    const int64_t tokens = 9, heads = 3, D = 64, max_pos = 16, half = D / 2;
+    const int64_t cs[2] = {max_pos, D}, qs[2] = {tokens, heads * D}, ps[1] = {tokens};
+    tt_tensor *cache = tt_new(FLD_DTYPE_F32, 2, cs), *q = tt_new(dt, 2, qs);
+    tt_tensor *pos = tt_new(TT_INT64, 1, ps);
+    for (int64_t p = 0; p < max_pos; p++)
+        for (int64_t i = 0; i < half; i++) {
+            const double th = (double)p * pow(10000.0, -2.0 * (double)i / (double)D);
+            tt_set(cache, p * D + i, cos(th));
+            tt_set(cache, p * D + half + i, sin(th));
+        }
+    for (int64_t t = 0; t < tokens; t++)
+        tt_set(pos, t, (double)((t * 5 + 3) % max_pos));
+    tt_fill_normal(q, 17, 0.0, 2.0);
+    tt_tensor *before = tt_clone(q);
+
+    fld_rotary_embedding_args ra = {&pos->t, &q->t, NULL, D, &cache->t, neox};
+    fld_rotary_geometry g;
+    fld_rotary_geometry_of(&ra, &g);
+    struct fld_gpu_rotary_args a = {};
+    a.dtype = dti;
+    a.cache_dtype = 0;
+    a.positions = g.positions;
+    a.query = g.query;
+    a.tokens = tokens;
+    a.head_size = D;
+    a.rot_dim = D;
+    a.q_heads = heads;
+    a.q_token_stride = g.q_token_stride;
+    a.q_head_stride = g.q_head_stride;
+    a.cache = g.cache;
+    a.cache_stride = g.cache_stride;
+    a.max_pos = max_pos;
+    a.is_neox = neox;
+    ck_assert_int_eq(api.rotary(&a, variant, NULL), 0);
+
+    int64_t single_differs = 0;
+    for (int64_t t = 0; t < tokens; t++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t i = 0; i < half; i++) {
+                const int64_t p = (int64_t)tt_get(pos, t), base = (t * heads + h) * D;
+                const double c = tt_round(dt, tt_get(cache, p * D + i));
+                const double sn = tt_round(dt, tt_get(cache, p * D + half + i));
+                const int64_t ix = base + (neox ? i : 2 * i),
+                              iy = base + (neox ? i + half : 2 * i + 1);
+                const double x = tt_get(before, ix), y = tt_get(before, iy);
+                const double wx = tt_round(dt, tt_round(dt, x * c) - tt_round(dt, y * sn));
+                const double wy = tt_round(dt, tt_round(dt, y * c) + tt_round(dt, x * sn));
+                ck_assert_msg(tt_get(q, ix) == wx && tt_get(q, iy) == wy,
+                              "%s %s %s t=%lld h=%lld i=%lld: got (%.9g, %.9g), want (%.9g, %.9g)",
+                              fld_dtype_name(dt), neox ? "neox" : "gptj",
+                              variant ? "vector" : "reference", (long long)t, (long long)h,
+                              (long long)i, tt_get(q, ix), tt_get(q, iy), wx, wy);
+                single_differs += tt_round(dt, x * c - y * sn) != wx;
+            }
+    ck_assert_msg(single_differs > 0, "the inputs do not tell the orders apart");
+    tt_free(cache);
+    tt_free(q);
+    tt_free(pos);
+    tt_free(before);
 }
 END_TEST
 
@@ -781,6 +1015,7 @@ Suite *gpu_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, act_matches_reference, 0, 24);
     tcase_add_loop_test(tc, act_wide_rows, 0, 6);
+    tcase_add_loop_test(tc, act_rounding_all_16bit, 0, 16);
     tcase_add_test(tc, act_vector_refuses_misaligned);
     suite_add_tcase(s, tc);
 
@@ -790,6 +1025,8 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, norm_warp64, 0, 6);
     tcase_add_loop_test(tc, norm_other_schedules, 0, 6);
     tcase_add_test(tc, norm_shapes);
+    tcase_add_loop_test(tc, norm_mixed_dtypes, 0, 12);
+    tcase_add_loop_test(tc, norm_extremes, 0, 6);
     tcase_add_test(tc, norm_vector_refuses_misaligned);
     suite_add_tcase(s, tc);
 
@@ -797,6 +1034,7 @@ Suite *gpu_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, rotary_matches_reference, 0, 24);
     tcase_add_loop_test(tc, rotary_variants, 0, 6);
+    tcase_add_loop_test(tc, rotary_rounding_order, 0, 8);
     tcase_add_test(tc, rotary_refuses_bad_arguments);
     suite_add_tcase(s, tc);
     return s;
