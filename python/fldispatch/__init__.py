@@ -38,6 +38,7 @@ from ._C import (  # noqa: F401  (re-exported)
     get_stream,
     impls,
     init,
+    load_plugin,
     mul_and_silu,
     oot_op_enabled,
     plugins,
@@ -63,7 +64,7 @@ OPS = (
 )
 
 __all__ = list(OPS) + [
-    "resolve", "explain", "plugins", "impls", "config", "reload", "init", "policy",
+    "resolve", "explain", "plugins", "impls", "config", "reload", "init", "load_plugin", "policy",
     "set_stream", "get_stream", "oot_op_enabled", "Error", "InvalidArgumentError",
     "NotFoundError", "UnavailableError", "ConfigError", "PluginError", "ImplementationError",
     "OutOfMemoryError", "UnsupportedError", "StateError", "__version__",

@@ -325,6 +325,18 @@ static PyObject *py_oot_op_enabled(PyObject *self, PyObject *arg)
     return PyBool_FromLong(fld_oot_op_enabled(op));
 }
 
+static PyObject *py_load_plugin(PyObject *self, PyObject *arg)
+{
+    PyObject *path = NULL;
+    if (!PyUnicode_FSConverter(arg, &path))
+        return NULL;
+    int rc = fld_load_plugin(PyBytes_AsString(path));
+    Py_DECREF(path);
+    if (rc != FLD_OK)
+        return fldpy_raise_status(rc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_last_error(PyObject *self, PyObject *unused)
 {
     return str_or_none(fld_last_error());
@@ -356,6 +368,8 @@ PyMethodDef fldpy_introspect_methods[] = {
     {"oot_op_enabled", py_oot_op_enabled, METH_O,
      "oot_op_enabled(op)\n--\n\nWhether an engine integration should replace its layer `op` "
      "(VLLM_FL_OOT_*)."},
+    {"load_plugin", py_load_plugin, METH_O,
+     "load_plugin(path)\n--\n\nLoads one plugin file now (the checks of the search path apply)."},
     {"last_error", py_last_error, METH_NOARGS,
      "last_error()\n--\n\nfld_last_error() of this thread."},
     {NULL, NULL, 0, NULL},

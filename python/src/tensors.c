@@ -115,6 +115,19 @@ static inline int exchange_api_of(PyTypeObject *type, const fldpy_dl_exchange_ap
 /* ---- capsules ------------------------------------------------------------ */
 
 /*
+ * Drops a reference while an exception may be pending: a capsule's
+ * destructor or a tensor's deleter may run Python code, which must not see
+ * (or clear) our exception.
+ */
+static void decref_keeping_error(PyObject *obj)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    Py_DECREF(obj);
+    PyErr_Restore(type, value, traceback);
+}
+
+/*
  * Takes the tensor out of a DLPack capsule. A refused capsule is left
  * unconsumed. own_capsule: the capsule is ours (a new reference that this
  * function takes over); otherwise the caller's.
@@ -180,7 +193,7 @@ static int from_capsule(PyObject *capsule, bool own_capsule, const char *op, con
 
 fail:
     if (own_capsule)
-        Py_DECREF(capsule);
+        decref_keeping_error(capsule);
     return -1;
 }
 
@@ -273,7 +286,7 @@ static int from_producer(PyObject *obj, const char *op, const char *arg, bool wr
     if (!PyCapsule_CheckExact(capsule)) {
         fldpy_raise(FLD_EINVAL, "%s: argument '%s': __dlpack__() returned %S, not a capsule", op,
                     arg, (PyObject *)Py_TYPE(capsule));
-        Py_DECREF(capsule);
+        decref_keeping_error(capsule);
         return -1;
     }
     return from_capsule(capsule, true, op, arg, writable, t);
@@ -342,6 +355,12 @@ int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool wri
 
 void fldpy_tensor_release(fldpy_tensor *t)
 {
+    t->api = NULL;
+    if (!t->managed && !t->capsule)
+        return;
+    /* Deleters may run Python code (they drop the producer's references). */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
     if (t->managed) {
         if (t->versioned) {
             fldpy_dl_managed_versioned *m = t->managed;
@@ -355,7 +374,7 @@ void fldpy_tensor_release(fldpy_tensor *t)
         t->managed = NULL;
     }
     Py_CLEAR(t->capsule);
-    t->api = NULL;
+    PyErr_Restore(type, value, traceback);
 }
 
 int64_t fldpy_tensor_numel(const DLTensor *t)
