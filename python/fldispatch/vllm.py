@@ -227,6 +227,7 @@ def register():
     VLLM_FL_OOT_* allow. Idempotent; returns {op name: vLLM class name}."""
     from vllm.model_executor import custom_op
 
+    _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
     for op_name in _LAYERS:
         if op_name in registered:
             continue
