@@ -56,11 +56,18 @@ static int enter(struct call *c)
             continue;
         void *stream;
         bool found;
-        if (fldpy_tensor_stream(t, &stream, &found) < 0)
-            return -1;
+        int device = (int)t->dl.device.device_type;
+        if (fldpy_tensor_stream(t, &stream, &found) < 0) {
+            /* CUDA and ROCm must get the framework's stream; for other
+             * devices a framework may not report one (then the thread's
+             * stream stays in force). */
+            if (device == FLD_DEVICE_CUDA || device == FLD_DEVICE_ROCM)
+                return -1;
+            PyErr_Clear();
+            continue;
+        }
         if (!found)
             continue;
-        int device = (int)t->dl.device.device_type;
         void *previous = fld_get_stream(device);
         int rc = fld_set_stream(device, stream);
         if (rc != FLD_OK) {

@@ -392,8 +392,14 @@ int fldpy_tensor_stream(const fldpy_tensor *t, void **stream, bool *found)
     if (!t->api || !t->api->current_work_stream || t->dl.device.device_type == kDLCPU)
         return 0;
     if (t->api->current_work_stream((int)t->dl.device.device_type, t->dl.device.device_id,
-                                    stream) != 0)
+                                    stream) != 0) {
+        if (!PyErr_Occurred())
+            fldpy_raise(FLD_EINVAL,
+                        "the DLPack exchange API gave no current stream for device type %d id "
+                        "%d",
+                        (int)t->dl.device.device_type, (int)t->dl.device.device_id);
         return -1;
+    }
     *found = true;
     return 0;
 }

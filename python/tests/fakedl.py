@@ -180,8 +180,11 @@ class _ExchangeAPI(ctypes.Structure):
                 ("dltensor_from_py", _FROM_PY), ("current_work_stream", _STREAM)]
 
 
-# The stream the fake framework reports: STREAM_BASE + device id.
+# The stream the fake framework reports: STREAM_BASE + device id; for device
+# FAILING_DEVICE it fails (returns -1; a ctypes callback cannot leave a
+# Python exception set for its caller).
 STREAM_BASE = 0x5EED0000
+FAILING_DEVICE = 7
 stream_queries = []
 _views = {}
 
@@ -196,6 +199,8 @@ def _dltensor_from_py(obj, out):
 @_STREAM
 def _current_work_stream(device_type, device_id, out):
     stream_queries.append((device_type, device_id))
+    if device_id == FAILING_DEVICE:
+        return -1
     out[0] = STREAM_BASE + device_id
     return 0
 

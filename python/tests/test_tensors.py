@@ -275,6 +275,21 @@ def test_exchange_api_stream_reaches_the_library(streamecho):
         fakedl.STREAM_BASE = old_base
 
 
+def test_a_failing_stream_query_fails_the_call_on_cuda(streamecho):
+    x = fakedl.ExchangeTensor(np.ones((2, 8), np.float32), device_id=fakedl.FAILING_DEVICE)
+    out = fakedl.ExchangeTensor(np.full((2, 4), 5.0, np.float32), device_id=fakedl.FAILING_DEVICE)
+    with pytest.raises(fldispatch.InvalidArgumentError, match="no current stream for device "
+                       "type 2 id 7"):
+        fldispatch.silu_and_mul(out, x)
+    assert (out.array == 5.0).all()
+    # On a device whose framework may have no streams (here Ascend), the call
+    # goes on without one; with no Ascend plugin available it then stops in
+    # the library, not on the stream query.
+    x.device_type = out.device_type = 12
+    with pytest.raises(fldispatch.UnavailableError):
+        fldispatch.silu_and_mul(out, x)
+
+
 def test_protocol_stream_for_producers_without_the_exchange_api(streamecho):
     x = fakedl.FakeTensor(np.ones((2, 8), np.float32))
     out = fakedl.FakeTensor(np.zeros((2, 4), np.float32))
