@@ -11,6 +11,11 @@
 # builds the same package for `pip install ./python`. The C build and the C
 # tests never need Python. Under SANITIZE the Python tests are skipped: the
 # extension would need the sanitizer runtime preloaded into python.
+#
+# From the top-level Makefile this uses B, OBJ, LIBOUT, LIB_SO, ALLCFLAGS,
+# ALLLDFLAGS, SANITIZE, TESTS and the targets all, lib, plugins, configs,
+# tool and check; python/setup.py runs `make B=DIR lib plugins configs tool`
+# and takes DIR/lib, DIR/share and DIR/bin as the installation layout.
 
 PYTHON      ?= python3
 PYOUT       := $(B)/python
