@@ -82,10 +82,10 @@ typedef struct fldpy_tensor {
 /*
  * Imports obj (a DLPack producer or a DLPack capsule) as argument `arg` of
  * op. writable: the op writes the tensor, so a read-only (DLPack 1.x flag)
- * or copied (IS_COPIED) export is refused. On failure raises
- * fldispatch.InvalidArgumentError (or the producer's exception) and leaves
- * *t empty. stream: the stream the call will run on for a non-CPU producer
- * without the exchange API (passed as __dlpack__(stream=...)).
+ * or copied (IS_COPIED) export is refused. A CUDA/ROCm producer without the
+ * exchange API is passed this thread's stream (fld_get_stream()) as
+ * __dlpack__(stream=...). On failure raises fldispatch.InvalidArgumentError
+ * (or the producer's exception) and leaves *t empty.
  */
 int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool writable,
                         fldpy_tensor *t);
