@@ -17,7 +17,7 @@ tensors on a GPU the extension asks PyTorch, through the DLPack exchange API,
 for its current stream on that device at every call and passes it to the
 library (fld_set_stream): the ops run on torch.cuda.current_stream(), also
 while a CUDA graph is being captured. With a PyTorch that has no exchange API
-(before 2.10) the CUDA kernels set the stream from torch.cuda.current_stream()
+(older releases) the CUDA kernels set the stream from torch.cuda.current_stream()
 themselves.
 """
 
