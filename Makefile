@@ -340,4 +340,6 @@ format:
 	  plugins/*/*.cu plugins/*/*.cuh plugins/*/*.hip tools/*.[ch] tests/*.[ch] tests/*/*.[ch] \
 	  tests/*/*.cc tests/plugins/*.c)
 
+-include python/python.mk
+
 -include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

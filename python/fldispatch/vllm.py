@@ -1,0 +1,246 @@
+"""The vLLM plugin: fldispatch's ops in place of vLLM's own layer kernels.
+
+vLLM loads it through the entry point group `vllm.general_plugins`
+(name `fldispatch`, target `fldispatch.vllm:register`) in every process it
+starts. register() replaces these layers with out-of-tree CustomOps
+(vLLM's CustomOp.register_oot), each a subclass of vLLM's layer with the same
+constructor, arguments and return values:
+
+    vLLM layer       OOT op name (VLLM_FL_OOT_*)   fldispatch op
+    RMSNorm          rms_norm                      rms_norm (fused residual)
+    GemmaRMSNorm     gemma_rms_norm                gemma_rms_norm
+    SiluAndMul       silu_and_mul                  silu_and_mul
+    MulAndSilu       mul_and_silu                  mul_and_silu
+    GeluAndMul       gelu_and_mul                  gelu_and_mul / gelu_tanh_and_mul
+    RotaryEmbedding  rotary_embedding              rotary_embedding
+
+Which layers are replaced follows vllm-plugin-FL's switches, read by the
+library (fld_oot_op_enabled): none when VLLM_FL_PREFER_ENABLED or
+VLLM_FL_OOT_ENABLED is off; only the listed ones with VLLM_FL_OOT_WHITELIST;
+all but the listed ones with VLLM_FL_OOT_BLACKLIST (or the platform file's
+oot_blacklist). Which implementation then runs each call is the library's
+dispatch policy (VLLM_FL_PREFER, VLLM_FL_PER_OP, ...).
+
+The layers call torch.ops.fldispatch.* (fldispatch.torch), so vLLM's
+torch.compile and CUDA graphs capture them. vLLM still decides whether a
+custom op runs at all: compilation_config.custom_ops, where an OOT layer goes
+by its vLLM class name ("+RMSNorm", "-SiluAndMul", or "all"); with "none"
+(vLLM's default when Inductor compiles the model) every CustomOp, ours too,
+runs its forward_native. Calls the ops cannot take (a device fldispatch does
+not serve, RMSNorm's var_hidden_size) also run the layer's forward_native.
+
+The forward functions below take plain tensors and hold all the logic, so
+they can be tested without vLLM.
+"""
+
+import logging
+
+import torch
+
+from . import _C
+from . import torch as _fld_torch  # noqa: F401  (defines torch.ops.fldispatch)
+
+logger = logging.getLogger("fldispatch.vllm")
+
+_ops = torch.ops.fldispatch
+
+# torch device types whose tensors fldispatch's plugins can take (ROCm builds
+# of PyTorch call their GPUs "cuda"; torch_npu calls Ascend NPUs "npu").
+SERVED_DEVICES = frozenset({"cpu", "cuda", "npu"})
+
+
+def served(x):
+    return x.device.type in SERVED_DEVICES
+
+
+# ---- forward functions (vLLM's argument conventions) -------------------------
+
+
+def rms_norm_forward(x, weight, eps, residual=None, gemma=False):
+    """RMSNorm / GemmaRMSNorm.forward: without residual returns the
+    normalised x (a new tensor); with residual returns (x, residual), both
+    updated in place as vLLM's fused_add_rms_norm kernel does."""
+    op = _ops.gemma_rms_norm if gemma else _ops.rms_norm
+    if residual is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        op(out, x, weight, None, eps)
+        return out
+    op(x, x, weight, residual, eps)
+    return x, residual
+
+
+_ACTIVATIONS = {
+    "silu_and_mul": lambda: _ops.silu_and_mul,
+    "mul_and_silu": lambda: _ops.mul_and_silu,
+    "gelu_and_mul": lambda: _ops.gelu_and_mul,
+    "gelu_tanh_and_mul": lambda: _ops.gelu_tanh_and_mul,
+}
+
+
+def act_and_mul_forward(op_name, x):
+    """SiluAndMul / MulAndSilu / GeluAndMul.forward: [..., 2d] -> [..., d]."""
+    d = x.shape[-1] // 2
+    out = torch.empty(x.shape[:-1] + (d,), dtype=x.dtype, device=x.device)
+    _ACTIVATIONS[op_name]()(out, x)
+    return out
+
+
+def gelu_op_name(approximate):
+    if approximate == "none":
+        return "gelu_and_mul"
+    if approximate == "tanh":
+        return "gelu_tanh_and_mul"
+    raise ValueError(f"GeluAndMul: unknown approximate mode {approximate!r} (none, tanh)")
+
+
+def rotary_forward(positions, query, key, head_size, cos_sin_cache, is_neox_style):
+    """RotaryEmbedding.forward: rotates query and key in place, returns them."""
+    _ops.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox_style)
+    return query, key
+
+
+# ---- the vLLM layers ------------------------------------------------------------
+
+# OOT op name -> (vLLM module, vLLM class, our class factory)
+_LAYERS = {}
+
+
+def _layer(op_name, module, class_name):
+    def decorate(factory):
+        _LAYERS[op_name] = (module, class_name, factory)
+        return factory
+
+    return decorate
+
+
+def _forward_fldispatch(self, *args, **kwargs):
+    return self.forward_fl(*args, **kwargs)
+
+
+def _dispatching(base):
+    """The forward_* methods vLLM's dispatch_forward() may pick, all sent to
+    forward_fl (forward_xpu and forward_tpu keep vLLM's: no plugin serves
+    them)."""
+    return dict.fromkeys(("forward_cuda", "forward_hip", "forward_cpu", "forward_oot"),
+                         _forward_fldispatch)
+
+
+@_layer("rms_norm", "vllm.model_executor.layers.layernorm", "RMSNorm")
+def _rms_norm_class(base):
+    def forward_fl(self, x, residual=None):
+        if self.variance_size_override is not None or not served(x):
+            return self.forward_native(x, residual)
+        use_weight = self.pass_weight if residual is None else self.pass_weight_add
+        weight = self.weight.data if use_weight else None
+        if weight is not None and weight.dtype != x.dtype and not _mixed_weight_ok():
+            return self.forward_native(x, residual)
+        return rms_norm_forward(x, weight, self.variance_epsilon, residual)
+
+    return type("RMSNormFL", (base,), {"forward_fl": forward_fl, **_dispatching(base)})
+
+
+@_layer("gemma_rms_norm", "vllm.model_executor.layers.layernorm", "GemmaRMSNorm")
+def _gemma_rms_norm_class(base):
+    def forward_fl(self, x, residual=None):
+        weight = self.weight.data
+        if not served(x) or (weight.dtype != x.dtype and not _mixed_weight_ok()):
+            return self.forward_native(x, residual)
+        return rms_norm_forward(x, weight, self.variance_epsilon, residual, gemma=True)
+
+    return type("GemmaRMSNormFL", (base,), {"forward_fl": forward_fl, **_dispatching(base)})
+
+
+def _activation_class(name, op_name_of):
+    def factory(base):
+        def __init__(self, *args, **kwargs):
+            base.__init__(self, *args, **kwargs)
+            # MulAndSilu pins forward_native on CPU in its constructor:
+            # choose again, now that forward_cpu is ours.
+            self._forward_method = self.dispatch_forward(compile_native=False)
+
+        def forward_fl(self, x):
+            if not served(x):
+                return self.forward_native(x)
+            return act_and_mul_forward(op_name_of(self), x)
+
+        return type(name, (base,), {"__init__": __init__, "forward_fl": forward_fl,
+                                    **_dispatching(base)})
+
+    return factory
+
+
+_layer("silu_and_mul", "vllm.model_executor.layers.activation", "SiluAndMul")(
+    _activation_class("SiluAndMulFL", lambda self: "silu_and_mul"))
+_layer("mul_and_silu", "vllm.model_executor.layers.activation", "MulAndSilu")(
+    _activation_class("MulAndSiluFL", lambda self: "mul_and_silu"))
+_layer("gelu_and_mul", "vllm.model_executor.layers.activation", "GeluAndMul")(
+    _activation_class("GeluAndMulFL", lambda self: gelu_op_name(self.approximate)))
+
+
+@_layer("rotary_embedding", "vllm.model_executor.layers.rotary_embedding", "RotaryEmbedding")
+def _rotary_class(base):
+    def forward_fl(self, positions, query, key=None):
+        if not served(query):
+            return self.forward_native(positions, query, key)
+        cache = self._match_cos_sin_cache_dtype(query)
+        return rotary_forward(positions, query, key, self.head_size, cache, self.is_neox_style)
+
+    return type("RotaryEmbeddingFL", (base,), {"forward_fl": forward_fl, **_dispatching(base)})
+
+
+_mixed_weight = None
+
+
+def _mixed_weight_ok():
+    """Whether the library takes a float32 weight with 16-bit x (newer
+    libraries do; older ones refuse, and the layer runs forward_native)."""
+    global _mixed_weight
+    if _mixed_weight is None:
+        x = torch.zeros(1, 8, dtype=torch.bfloat16)
+        try:
+            _C.rms_norm(torch.empty_like(x), x, torch.ones(8), None, 1e-6)
+            _mixed_weight = True
+        except _C.InvalidArgumentError:
+            _mixed_weight = False
+    return _mixed_weight
+
+
+# ---- the entry point ---------------------------------------------------------------
+
+registered = {}
+
+
+def layer_class(op_name):
+    """The OOT class for an op name, built on the installed vLLM's layer."""
+    import importlib
+
+    module, class_name, factory = _LAYERS[op_name]
+    base = getattr(importlib.import_module(module), class_name)
+    cls = factory(base)
+    cls.__module__ = __name__
+    cls.__qualname__ = cls.__name__
+    return cls, class_name
+
+
+def register():
+    """vLLM's general-plugin hook: registers the OOT layers that
+    VLLM_FL_OOT_* allow. Idempotent; returns {op name: vLLM class name}."""
+    from vllm.model_executor import custom_op
+
+    _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
+    for op_name in _LAYERS:
+        if op_name in registered:
+            continue
+        if not _C.oot_op_enabled(op_name):
+            logger.info("fldispatch: not replacing vLLM's %s (VLLM_FL_OOT_* or "
+                        "VLLM_FL_PREFER_ENABLED)", op_name)
+            continue
+        cls, class_name = layer_class(op_name)
+        if class_name in custom_op.op_registry_oot:
+            logger.warning("fldispatch: vLLM's %s is already replaced by %s; leaving it",
+                           class_name, custom_op.op_registry_oot[class_name].__qualname__)
+            continue
+        custom_op.CustomOp.register_oot(_decorated_op_cls=cls, name=class_name)
+        registered[op_name] = class_name
+        logger.info("fldispatch: vLLM's %s runs fldispatch's %s", class_name, op_name)
+    return dict(registered)

@@ -1,0 +1,77 @@
+# The Python package (python/), included by the top-level Makefile.
+#
+#   make python          build/python/fldispatch: the package, its C extension
+#                        (_C.abi3.so) and a link to the library and plugins;
+#                        use it with PYTHONPATH=build/python
+#   make check-python    the pytest suite (make check runs it; TESTS=python
+#                        runs it alone, any other TESTS= leaves it out)
+#
+# The extension is compiled for the python3 in PATH (PYTHON=...) against the
+# limited API of Python 3.10 (abi3), with the flags of python/setup.py, which
+# builds the same package for `pip install ./python`. The C build and the C
+# tests never need Python. Under SANITIZE the Python tests are skipped: the
+# extension would need the sanitizer runtime preloaded into python.
+#
+# From the top-level Makefile this uses B, OBJ, LIBOUT, LIB_SO, ALLCFLAGS,
+# ALLLDFLAGS, SANITIZE, TESTS and the targets all, lib, plugins, configs,
+# tool and check; python/setup.py runs `make B=DIR lib plugins configs tool`
+# and takes DIR/lib, DIR/share and DIR/bin as the installation layout.
+
+PYTHON      ?= python3
+PYOUT       := $(B)/python
+PYPKG       := $(PYOUT)/fldispatch
+PY_SRC      := $(sort $(wildcard python/src/*.c))
+PY_OBJ      := $(PY_SRC:python/src/%.c=$(OBJ)/python/%.o)
+PY_MODULES  := $(patsubst python/fldispatch/%,$(PYPKG)/%,$(wildcard python/fldispatch/*.py))
+PY_EXT      := $(PYPKG)/_C.abi3.so
+PY_FIXTURES := $(PYOUT)/tests/fld-streamecho.so
+# Evaluated when a rule needs it, so a make without Python pays nothing.
+PY_INCLUDE   = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_CFLAGS    = -DPy_LIMITED_API=0x030A0000 -I$(PY_INCLUDE)
+PY_SKIP_MSG  = fldispatch: skipping the Python tests
+
+.PHONY: python python-headers check-python
+python: python-headers lib plugins configs tool $(PY_EXT) $(PY_MODULES) $(PYPKG)/lib
+
+python-headers:
+	@test -f '$(PY_INCLUDE)/Python.h' || { echo "fldispatch: make python needs Python.h for $(PYTHON) (Debian: apt-get install python3-dev)" >&2; exit 1; }
+
+$(OBJ)/python/%.o: python/src/%.c | python-headers
+	@mkdir -p $(@D)
+	$(CC) $(ALLCFLAGS) $(PY_CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+
+# rpath $ORIGIN/lib: the package's lib/ is a link to the build tree's lib/
+# (the wheel carries a copy), where the library finds its plugins.
+$(PY_EXT): $(PY_OBJ) $(LIB_SO)
+	@mkdir -p $(@D)
+	$(CC) -shared $(ALLLDFLAGS) -o $@ $(PY_OBJ) -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$$ORIGIN/lib' -pthread
+
+$(PYPKG)/%.py: python/fldispatch/%.py
+	@mkdir -p $(@D)
+	cp $< $@
+
+$(PYPKG)/lib:
+	@mkdir -p $(@D)
+	ln -sfn ../../lib $@
+
+# Fixture plugins of the Python tests (not in tests/plugins/, which C tests scan).
+$(PYOUT)/tests/fld-%.so: python/tests/plugins/%.c $(LIB_SO)
+	@mkdir -p $(@D)
+	$(CC) $(ALLCFLAGS) -fPIC -shared -Wl,--no-undefined $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
+
+PY_RUN_TESTS := $(if $(TESTS),$(filter python,$(TESTS)),python)
+check: check-python
+check-python: all
+ifneq ($(SANITIZE),)
+	@echo "$(PY_SKIP_MSG) under SANITIZE=$(SANITIZE) (python would need the sanitizer runtime preloaded)"
+else ifneq ($(PY_RUN_TESTS),)
+	@if ! $(PYTHON) -c 'import pytest, numpy, torch' >/dev/null 2>&1; then \
+	  echo "$(PY_SKIP_MSG): pytest, numpy and torch are not all importable by $(PYTHON) (pip install -r python/requirements-test.txt)"; \
+	elif [ ! -f '$(PY_INCLUDE)/Python.h' ]; then \
+	  echo "$(PY_SKIP_MSG): no Python.h for $(PYTHON) (Debian: apt-get install python3-dev)"; \
+	else \
+	  $(MAKE) --no-print-directory python $(PY_FIXTURES) && \
+	  PYTHONPATH='$(abspath $(PYOUT))' FLDPY_TEST_FIXTURES='$(abspath $(PYOUT))/tests' \
+	    $(PYTHON) -m pytest -q -p no:cacheprovider python/tests; \
+	fi
+endif

@@ -1,0 +1,130 @@
+/*
+ * Argument parsing for METH_FASTCALL|METH_KEYWORDS functions: positional
+ * arguments are read in place and keyword names are compared against a
+ * static list, so a call builds no tuple or dict.
+ */
+#include <string.h>
+
+#include "ext.h"
+
+int fldpy_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                     const char *const *names, int n_names, int n_required, PyObject **out)
+{
+    if (nargs > n_names) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fn, n_names,
+                     nargs);
+        return -1;
+    }
+    for (int i = 0; i < n_names; i++)
+        out[i] = i < nargs ? args[i] : NULL;
+    if (kwnames) {
+        Py_ssize_t n_kw = PyTuple_Size(kwnames);
+        for (Py_ssize_t k = 0; k < n_kw; k++) {
+            PyObject *key = PyTuple_GetItem(kwnames, k);
+            int slot = -1;
+            for (int i = 0; i < n_names && key; i++)
+                if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0) {
+                    slot = i;
+                    break;
+                }
+            if (slot < 0) {
+                PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%S'", fn,
+                             key);
+                return -1;
+            }
+            if (out[slot]) {
+                PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fn,
+                             names[slot]);
+                return -1;
+            }
+            out[slot] = args[nargs + k];
+        }
+    }
+    for (int i = 0; i < n_required; i++)
+        if (!out[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", fn,
+                         names[i], i + 1);
+            return -1;
+        }
+    return 0;
+}
+
+const char *fldpy_str(const char *fn, const char *arg, PyObject *obj)
+{
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be str, not %S", fn, arg,
+                     (PyObject *)Py_TYPE(obj));
+        return NULL;
+    }
+    return PyUnicode_AsUTF8AndSize(obj, NULL);
+}
+
+/* str(obj) as UTF-8 into buf, without a "torch." prefix or a ":N" suffix. */
+static int name_of(PyObject *obj, char *buf, size_t size, bool strip_index)
+{
+    PyObject *s = PyUnicode_Check(obj) ? Py_NewRef(obj) : PyObject_Str(obj);
+    if (!s)
+        return -1;
+    const char *text = PyUnicode_AsUTF8AndSize(s, NULL);
+    if (!text) {
+        Py_DECREF(s);
+        return -1;
+    }
+    if (strncmp(text, "torch.", 6) == 0)
+        text += 6;
+    PyOS_snprintf(buf, size, "%s", text);
+    Py_DECREF(s);
+    char *colon = strip_index ? strchr(buf, ':') : NULL;
+    if (colon)
+        *colon = '\0';
+    return 0;
+}
+
+int fldpy_parse_device(const char *fn, PyObject *obj, int *device_type)
+{
+    if (PyLong_Check(obj)) {
+        long v = PyLong_AsLong(obj);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (!fld_device_name((int)v)) {
+            fldpy_raise(FLD_EINVAL,
+                        "%s(): device type %ld is not one of cpu (1), cuda (2), rocm (10), ascend "
+                        "(12 or 21)",
+                        fn, v);
+            return -1;
+        }
+        *device_type = (int)v;
+        return 0;
+    }
+    char name[64];
+    if (name_of(obj, name, sizeof name, true) < 0)
+        return -1;
+    if (fld_device_from_name(name, device_type) != FLD_OK) {
+        fldpy_raise(FLD_EINVAL, "%s(): unknown device '%s' (cpu, cuda, rocm, ascend)", fn, name);
+        return -1;
+    }
+    return 0;
+}
+
+int fldpy_parse_dtype(const char *fn, PyObject *obj, DLDataType *dtype)
+{
+    char name[64];
+    if (name_of(obj, name, sizeof name, false) < 0)
+        return -1;
+    if (strcmp(name, "any") == 0) {
+        *dtype = FLD_DTYPE_ANY;
+        return 0;
+    }
+    if (fld_dtype_from_name(name, dtype) != FLD_OK) {
+        fldpy_raise(FLD_EINVAL,
+                    "%s(): unknown dtype '%s' (float32/f32, float16/f16, bfloat16/bf16, any)", fn,
+                    name);
+        return -1;
+    }
+    return 0;
+}
+
+int fldpy_parse_bool(PyObject *obj)
+{
+    return PyObject_IsTrue(obj);
+}

@@ -1,0 +1,115 @@
+/*
+ * fldispatch._C: the CPython extension behind `import fldispatch`.
+ *
+ * Data flow of one op call, e.g. fldispatch.silu_and_mul(out, x):
+ *   ops.c      parses the arguments (vectorcall, no tuple or dict built),
+ *   tensors.c  turns each argument into a DLTensor without copying: the
+ *              DLPack C exchange API of the tensor's type when it has one
+ *              (PyTorch), else __dlpack__() (a versioned 1.x capsule when the
+ *              producer offers it, a legacy one otherwise), or a capsule
+ *              passed in directly; on CUDA/ROCm it also finds the stream the
+ *              producer works on,
+ *   ops.c      sets that stream with fld_set_stream(), calls the typed entry
+ *              point (fld_silu_and_mul), puts the thread's stream back and
+ *              releases what it imported (capsule deleters),
+ *   errors.c   turns a failed status into fldispatch.<Status>Error with the
+ *              library's fld_last_error() as the message.
+ * introspect.c (resolve, explain, plugins, config, reload) and policy.c
+ * (scoped overrides, streams) wrap the rest of the C API.
+ *
+ * The module keeps its state in static variables (single-phase
+ * initialisation): one interpreter per process, as PyTorch itself.
+ */
+#ifndef FLDPY_EXT_H
+#define FLDPY_EXT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdbool.h>
+
+#include <fldispatch/fldispatch.h>
+
+#include "dlpack1.h"
+
+/* ---- errors.c ---------------------------------------------------------- */
+
+/* Creates fldispatch.Error and its subclasses and adds them to the module. */
+int fldpy_errors_init(PyObject *module);
+/* The exception class for a status (Error for an unknown one). Borrowed. */
+PyObject *fldpy_error_type(int status);
+/* Raises the exception of a failed library call: message fld_last_error(). */
+PyObject *fldpy_raise_status(int status);
+/* Raises the exception of status with our own message; returns NULL. */
+PyObject *fldpy_raise(int status, const char *format, ...);
+
+/* ---- args.c ------------------------------------------------------------ */
+
+/*
+ * Matches positional and keyword arguments of a METH_FASTCALL|METH_KEYWORDS
+ * function against names[0..n_names). out[i] receives a borrowed reference or
+ * stays NULL when the argument was not given; the first n_required must be
+ * given. TypeError (naming fn and the argument) on a missing, unknown or
+ * repeated argument.
+ */
+int fldpy_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                     const char *const *names, int n_names, int n_required, PyObject **out);
+/* "cpu", "cuda", "rocm", "ascend" (a torch.device or "cuda:0" also do). */
+int fldpy_parse_device(const char *fn, PyObject *obj, int *device_type);
+/* "float32"/"f32", "float16"/"f16", "bfloat16"/"bf16", "any"; torch dtypes. */
+int fldpy_parse_dtype(const char *fn, PyObject *obj, DLDataType *dtype);
+/* A Python truth value; -1 with an exception set on failure. */
+int fldpy_parse_bool(PyObject *obj);
+/* A UTF-8 view of a str argument, valid while obj lives; NULL + TypeError. */
+const char *fldpy_str(const char *fn, const char *arg, PyObject *obj);
+
+/* ---- tensors.c --------------------------------------------------------- */
+
+/* One imported tensor argument. */
+typedef struct fldpy_tensor {
+    DLTensor dl;                      /* the view the library gets */
+    PyObject *capsule;                /* a consumed capsule we hold, or NULL */
+    void *managed;                    /* the managed tensor whose deleter we owe, or NULL */
+    bool versioned;                   /* managed is a fldpy_dl_managed_versioned */
+    const fldpy_dl_exchange_api *api; /* the exchange API it came through */
+} fldpy_tensor;
+
+#define FLDPY_TENSOR_INIT                                                                          \
+    {                                                                                              \
+        .capsule = NULL                                                                            \
+    }
+
+/*
+ * Imports obj (a DLPack producer or a DLPack capsule) as argument `arg` of
+ * op. writable: the op writes the tensor, so a read-only (DLPack 1.x flag)
+ * or copied (IS_COPIED) export is refused. A CUDA/ROCm producer without the
+ * exchange API is passed this thread's stream (fld_get_stream()) as
+ * __dlpack__(stream=...). On failure raises fldispatch.InvalidArgumentError
+ * (or the producer's exception) and leaves *t empty.
+ */
+int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool writable,
+                        fldpy_tensor *t);
+/* Gives back what fldpy_tensor_import() took (calls the capsule deleter). */
+void fldpy_tensor_release(fldpy_tensor *t);
+/* Number of elements of t (0 for a zero-sized tensor). */
+int64_t fldpy_tensor_numel(const DLTensor *t);
+
+/*
+ * The stream the producer of t works on for t's device, when t came through
+ * the exchange API (PyTorch's current stream); *found false otherwise.
+ */
+int fldpy_tensor_stream(const fldpy_tensor *t, void **stream, bool *found);
+
+/* Forgets the cached exchange-API lookups (module teardown, tests). */
+void fldpy_tensors_clear_cache(void);
+/* Interned strings and constant tuples; 0 or -1 with an exception. */
+int fldpy_tensors_init(void);
+
+/* ---- ops.c, introspect.c, policy.c, hooks.c: method tables ------------- */
+
+extern PyMethodDef fldpy_op_methods[];
+extern PyMethodDef fldpy_introspect_methods[];
+extern PyMethodDef fldpy_policy_methods[];
+extern PyMethodDef fldpy_hook_methods[];
+
+#endif /* FLDPY_EXT_H */

@@ -1,0 +1,32 @@
+/*
+ * The module fldispatch._C: its functions come from the method tables of
+ * ops.c, introspect.c, policy.c and hooks.c; its exception classes from
+ * errors.c. See ext.h for how a call flows through these files.
+ */
+#include "ext.h"
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "fldispatch._C",
+    .m_doc = "The C core of fldispatch: libfldispatch's operators, introspection and policy.",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__C(void);
+PyMODINIT_FUNC PyInit__C(void)
+{
+    PyObject *module = PyModule_Create(&module_def);
+    if (!module)
+        return NULL;
+    if (fldpy_tensors_init() < 0 || fldpy_errors_init(module) < 0 ||
+        PyModule_AddFunctions(module, fldpy_op_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_introspect_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_policy_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_hook_methods) < 0 ||
+        PyModule_AddIntConstant(module, "DLPACK_MAJOR", FLDPY_DLPACK_MAJOR) < 0 ||
+        PyModule_AddIntConstant(module, "DLPACK_MINOR", FLDPY_DLPACK_MINOR) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

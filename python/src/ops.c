@@ -1,0 +1,309 @@
+/*
+ * The catalog ops as Python functions: fldispatch.silu_and_mul(out, x), ...
+ * Each imports its tensor arguments (tensors.c), runs on the producer's
+ * current stream for GPU tensors, calls the library's typed entry point and
+ * releases what it imported. Outputs are written in place; the functions
+ * return None (attention_backend returns the backend's name).
+ */
+#include <string.h>
+
+#include "ext.h"
+
+/* CPU calls on at least this many bytes of input release the GIL. */
+#define RELEASE_GIL_BYTES (64 * 1024)
+
+#define MAX_TENSORS 5
+
+/* The tensors of one call, and the stream set for it. */
+struct call {
+    const char *op;
+    fldpy_tensor t[MAX_TENSORS];
+    int n;
+    bool stream_set;
+    int stream_device;
+    void *previous_stream;
+};
+
+/* Imports obj as argument `arg` into the call; *dl points at its view. */
+static int take(struct call *c, PyObject *obj, const char *arg, bool writable, DLTensor **dl)
+{
+    fldpy_tensor *t = &c->t[c->n];
+    if (fldpy_tensor_import(obj, c->op, arg, writable, t) < 0)
+        return -1;
+    c->n++;
+    *dl = &t->dl;
+    return 0;
+}
+
+static void release(struct call *c)
+{
+    for (int i = 0; i < c->n; i++)
+        fldpy_tensor_release(&c->t[i]);
+    c->n = 0;
+}
+
+/*
+ * For tensors on a GPU, the library must launch on the stream the tensors'
+ * framework is working on (PyTorch's current stream, also while a CUDA graph
+ * is being captured): the first tensor that came through the exchange API
+ * says which. Set with fld_set_stream() for this call only.
+ */
+static int enter(struct call *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        const fldpy_tensor *t = &c->t[i];
+        if (!t->api || t->dl.device.device_type == kDLCPU)
+            continue;
+        void *stream;
+        bool found;
+        int device = (int)t->dl.device.device_type;
+        if (fldpy_tensor_stream(t, &stream, &found) < 0) {
+            /* CUDA and ROCm must get the framework's stream; for other
+             * devices a framework may not report one (then the thread's
+             * stream stays in force). */
+            if (device == FLD_DEVICE_CUDA || device == FLD_DEVICE_ROCM)
+                return -1;
+            PyErr_Clear();
+            continue;
+        }
+        if (!found)
+            continue;
+        void *previous = fld_get_stream(device);
+        int rc = fld_set_stream(device, stream);
+        if (rc != FLD_OK) {
+            fldpy_raise_status(rc);
+            return -1;
+        }
+        c->stream_set = true;
+        c->stream_device = device;
+        c->previous_stream = previous;
+        return 0;
+    }
+    return 0;
+}
+
+static void leave(struct call *c)
+{
+    if (c->stream_set)
+        fld_set_stream(c->stream_device, c->previous_stream);
+    c->stream_set = false;
+}
+
+static bool release_gil(const DLTensor *x)
+{
+    if (x->device.device_type != kDLCPU)
+        return false;
+    return fldpy_tensor_numel(x) * (x->dtype.bits / 8) >= RELEASE_GIL_BYTES;
+}
+
+/* After the library returned rc: raise (before the deleters may run Python
+ * code), put the stream back, release the tensors. */
+static PyObject *finish(struct call *c, int rc)
+{
+    if (rc != FLD_OK)
+        fldpy_raise_status(rc);
+    leave(c);
+    release(c);
+    if (rc != FLD_OK)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *fail(struct call *c)
+{
+    leave(c);
+    release(c);
+    return NULL;
+}
+
+/* ---- activations --------------------------------------------------------- */
+
+typedef int (*activation_fn)(DLTensor *out, const DLTensor *x);
+
+static const char *const activation_names[] = {"out", "x"};
+
+static PyObject *activation(const char *op, activation_fn fn, PyObject *const *args,
+                            Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[2];
+    if (!kwnames && nargs == 2) {
+        a[0] = args[0];
+        a[1] = args[1];
+    } else if (fldpy_parse_args(op, args, nargs, kwnames, activation_names, 2, 2, a) < 0) {
+        return NULL;
+    }
+    struct call c = {.op = op};
+    DLTensor *out, *x;
+    if (take(&c, a[0], "out", true, &out) < 0 || take(&c, a[1], "x", false, &x) < 0 ||
+        enter(&c) < 0)
+        return fail(&c);
+    int rc;
+    if (release_gil(x)) {
+        Py_BEGIN_ALLOW_THREADS rc = fn(out, x);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = fn(out, x);
+    }
+    return finish(&c, rc);
+}
+
+static PyObject *py_silu_and_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    return activation("silu_and_mul", fld_silu_and_mul, args, nargs, kwnames);
+}
+
+static PyObject *py_mul_and_silu(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    return activation("mul_and_silu", fld_mul_and_silu, args, nargs, kwnames);
+}
+
+static PyObject *py_gelu_and_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    return activation("gelu_and_mul", fld_gelu_and_mul, args, nargs, kwnames);
+}
+
+static PyObject *py_gelu_tanh_and_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                      PyObject *kwnames)
+{
+    return activation("gelu_tanh_and_mul", fld_gelu_tanh_and_mul, args, nargs, kwnames);
+}
+
+/* ---- rms_norm, gemma_rms_norm ---------------------------------------------- */
+
+typedef int (*norm_fn)(DLTensor *out, const DLTensor *x, const DLTensor *weight, DLTensor *residual,
+                       float eps);
+
+static const char *const norm_names[] = {"out", "x", "weight", "residual", "eps"};
+
+static PyObject *norm(const char *op, norm_fn fn, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames)
+{
+    PyObject *a[5];
+    if (fldpy_parse_args(op, args, nargs, kwnames, norm_names, 5, 2, a) < 0)
+        return NULL;
+    double eps = 1e-6;
+    if (a[4] && (eps = PyFloat_AsDouble(a[4])) == -1.0 && PyErr_Occurred())
+        return NULL;
+    struct call c = {.op = op};
+    DLTensor *out, *x, *weight = NULL, *residual = NULL;
+    if (take(&c, a[0], "out", true, &out) < 0 || take(&c, a[1], "x", false, &x) < 0)
+        return fail(&c);
+    if (a[2] && a[2] != Py_None && take(&c, a[2], "weight", false, &weight) < 0)
+        return fail(&c);
+    if (a[3] && a[3] != Py_None && take(&c, a[3], "residual", true, &residual) < 0)
+        return fail(&c);
+    if (enter(&c) < 0)
+        return fail(&c);
+    int rc;
+    if (release_gil(x)) {
+        Py_BEGIN_ALLOW_THREADS rc = fn(out, x, weight, residual, (float)eps);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = fn(out, x, weight, residual, (float)eps);
+    }
+    return finish(&c, rc);
+}
+
+static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    return norm("rms_norm", fld_rms_norm, args, nargs, kwnames);
+}
+
+static PyObject *py_gemma_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    return norm("gemma_rms_norm", fld_gemma_rms_norm, args, nargs, kwnames);
+}
+
+/* ---- rotary_embedding -------------------------------------------------------- */
+
+static const char *const rotary_names[] = {"positions", "query",         "key",
+                                           "head_size", "cos_sin_cache", "is_neox"};
+
+static PyObject *py_rotary_embedding(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames)
+{
+    const char *op = "rotary_embedding";
+    PyObject *a[6];
+    if (fldpy_parse_args(op, args, nargs, kwnames, rotary_names, 6, 6, a) < 0)
+        return NULL;
+    long long head_size = PyLong_AsLongLong(a[3]);
+    if (head_size == -1 && PyErr_Occurred())
+        return NULL;
+    int is_neox = fldpy_parse_bool(a[5]);
+    if (is_neox < 0)
+        return NULL;
+    struct call c = {.op = op};
+    DLTensor *positions, *query, *key = NULL, *cache;
+    if (take(&c, a[0], "positions", false, &positions) < 0 ||
+        take(&c, a[1], "query", true, &query) < 0)
+        return fail(&c);
+    if (a[2] != Py_None && take(&c, a[2], "key", true, &key) < 0)
+        return fail(&c);
+    if (take(&c, a[4], "cos_sin_cache", false, &cache) < 0 || enter(&c) < 0)
+        return fail(&c);
+    int rc;
+    if (release_gil(query)) {
+        Py_BEGIN_ALLOW_THREADS rc =
+            fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);
+    }
+    return finish(&c, rc);
+}
+
+/* ---- attention_backend --------------------------------------------------------- */
+
+static const char *const attention_names[] = {"device", "use_mla", "use_sparse"};
+
+static PyObject *py_attention_backend(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                      PyObject *kwnames)
+{
+    const char *op = "attention_backend";
+    PyObject *a[3];
+    if (fldpy_parse_args(op, args, nargs, kwnames, attention_names, 3, 1, a) < 0)
+        return NULL;
+    int device, use_mla = 0, use_sparse = 0;
+    if (fldpy_parse_device(op, a[0], &device) < 0)
+        return NULL;
+    if ((a[1] && (use_mla = fldpy_parse_bool(a[1])) < 0) ||
+        (a[2] && (use_sparse = fldpy_parse_bool(a[2])) < 0))
+        return NULL;
+    const char *name = NULL;
+    int rc = fld_attention_backend(device, use_mla, use_sparse, &name);
+    if (rc != FLD_OK)
+        return fldpy_raise_status(rc);
+    return PyUnicode_FromString(name ? name : "");
+}
+
+#define FASTCALL(fn) ((PyCFunction)(void (*)(void))(fn)), METH_FASTCALL | METH_KEYWORDS
+
+PyMethodDef fldpy_op_methods[] = {
+    {"silu_and_mul", FASTCALL(py_silu_and_mul),
+     "silu_and_mul(out, x)\n--\n\nout = silu(x[..., :d]) * x[..., d:], written in place."},
+    {"mul_and_silu", FASTCALL(py_mul_and_silu),
+     "mul_and_silu(out, x)\n--\n\nout = x[..., :d] * silu(x[..., d:]), written in place."},
+    {"gelu_and_mul", FASTCALL(py_gelu_and_mul),
+     "gelu_and_mul(out, x)\n--\n\nout = gelu(x[..., :d]) * x[..., d:] (erf GELU), in place."},
+    {"gelu_tanh_and_mul", FASTCALL(py_gelu_tanh_and_mul),
+     "gelu_tanh_and_mul(out, x)\n--\n\nout = gelu_tanh(x[..., :d]) * x[..., d:], in place."},
+    {"rms_norm", FASTCALL(py_rms_norm),
+     "rms_norm(out, x, weight=None, residual=None, eps=1e-6)\n--\n\n"
+     "RMS normalisation over the last dimension. With residual: residual = x + residual\n"
+     "(in place), then out = norm(residual) * weight. out may be x."},
+    {"gemma_rms_norm", FASTCALL(py_gemma_rms_norm),
+     "gemma_rms_norm(out, x, weight=None, residual=None, eps=1e-6)\n--\n\n"
+     "As rms_norm, scaling by (1 + weight)."},
+    {"rotary_embedding", FASTCALL(py_rotary_embedding),
+     "rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)\n--\n\n"
+     "Rotary position embedding, in place on query and key (key may be None)."},
+    {"attention_backend", FASTCALL(py_attention_backend),
+     "attention_backend(device, use_mla=False, use_sparse=False)\n--\n\n"
+     "The name of the attention backend to use on a device."},
+    {NULL, NULL, 0, NULL},
+};

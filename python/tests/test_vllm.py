@@ -1,0 +1,237 @@
+"""fldispatch.vllm: the entry point, VLLM_FL_OOT_* handling and the layer
+shims. Without vLLM (this machine's make check) the layers are checked on
+a stand-in (fakevllm.py) carrying vLLM's constructor arguments and
+forward_native formulas; with vLLM importable, test_real_vllm_layers runs
+the same comparisons on vLLM's own classes."""
+
+import importlib.metadata
+import sys
+
+import pytest
+import torch
+
+import fakevllm
+import fldispatch
+import fldispatch.vllm as fv
+
+ALL = {"rms_norm": "RMSNorm", "gemma_rms_norm": "GemmaRMSNorm", "silu_and_mul": "SiluAndMul",
+       "mul_and_silu": "MulAndSilu", "gelu_and_mul": "GeluAndMul",
+       "rotary_embedding": "RotaryEmbedding"}
+
+
+def have_real_vllm():
+    try:
+        import vllm.model_executor.custom_op  # noqa: F401
+        return not getattr(sys.modules["vllm"], "__fake__", False)
+    except ImportError:
+        return False
+
+
+HAVE_VLLM = have_real_vllm()
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    saved = {name: sys.modules.get(name) for name in fakevllm.MODULES}
+    fakevllm.install()
+    sys.modules["vllm"].__fake__ = True
+    monkeypatch.setattr(fv, "registered", {})
+    yield sys.modules
+    for name, mod in saved.items():
+        if mod is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = mod
+
+
+@pytest.fixture
+def env(monkeypatch):
+    """Sets VLLM_FL_* variables and reloads the library; restores both."""
+    def set_env(**values):
+        for k, v in values.items():
+            monkeypatch.setenv(k, v)
+        fldispatch.reload()
+
+    yield set_env
+    monkeypatch.undo()
+    fldispatch.reload()
+
+
+def layers(mods):
+    ln = mods["vllm.model_executor.layers.layernorm"]
+    act = mods["vllm.model_executor.layers.activation"]
+    rope = mods["vllm.model_executor.layers.rotary_embedding"]
+    return ln, act, rope
+
+
+# ---- the entry point ------------------------------------------------------------------
+
+
+def test_entry_point_is_declared():
+    eps = [e for e in importlib.metadata.entry_points(group="vllm.general_plugins")
+           if e.name == "fldispatch"]
+    if not eps:
+        pytest.skip("fldispatch is not installed as a distribution here (make python "
+                    "builds it in the tree; pip install ./python declares the entry point)")
+    assert eps[0].value == "fldispatch.vllm:register"
+
+
+def test_register_replaces_the_six_layers(fake_vllm):
+    assert fv.register() == ALL
+    registry = fake_vllm["vllm.model_executor.custom_op"].op_registry_oot
+    assert sorted(registry) == sorted(ALL.values())
+    assert registry["RMSNorm"].__name__ == "RMSNormFL"
+    ln, act, rope = layers(fake_vllm)
+    assert type(ln.RMSNorm(64)).__name__ == "RMSNormFL"
+    assert type(act.GeluAndMul("tanh")).__name__ == "GeluAndMulFL"
+    assert fv.register() == ALL  # idempotent: nothing registered twice
+
+
+@pytest.mark.parametrize("variables, expected", [
+    ({"VLLM_FL_OOT_WHITELIST": "rms_norm,rotary_embedding"}, {"rms_norm", "rotary_embedding"}),
+    ({"VLLM_FL_OOT_BLACKLIST": "silu_and_mul,gelu_and_mul"},
+     set(ALL) - {"silu_and_mul", "gelu_and_mul"}),
+    ({"VLLM_FL_OOT_ENABLED": "0"}, set()),
+    ({"VLLM_FL_PREFER_ENABLED": "false"}, set()),
+])
+def test_oot_switches(fake_vllm, env, variables, expected):
+    env(**variables)
+    assert set(fv.register()) == expected
+    registry = fake_vllm["vllm.model_executor.custom_op"].op_registry_oot
+    assert set(registry) == {ALL[op] for op in expected}
+
+
+def test_bad_oot_configuration_is_an_error():
+    """In a fresh process (a reload keeps the configuration in force when the
+    new one is bad), register() raises the library's ConfigError."""
+    import os
+    import subprocess
+
+    code = ("import fakevllm; fakevllm.install(); import fldispatch, fldispatch.vllm as fv\n"
+            "try:\n    fv.register()\nexcept fldispatch.ConfigError as e:\n    print(e)\n")
+    env = dict(os.environ, VLLM_FL_OOT_WHITELIST="rms_norm",
+               VLLM_FL_OOT_BLACKLIST="rotary_embedding",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "VLLM_FL_OOT_WHITELIST" in out.stdout and "VLLM_FL_OOT_BLACKLIST" in out.stdout
+
+
+def test_a_layer_another_plugin_replaced_is_left_alone(fake_vllm, caplog):
+    registry = fake_vllm["vllm.model_executor.custom_op"].op_registry_oot
+    other = type("OtherRMSNorm", (), {})
+    registry["RMSNorm"] = other
+    got = fv.register()
+    assert "rms_norm" not in got and len(got) == 5
+    assert registry["RMSNorm"] is other
+    assert "already replaced" in caplog.text
+
+
+# ---- the layers against forward_native ------------------------------------------------------
+
+TOL = {torch.float32: (1e-5, 1.3e-6), torch.bfloat16: (1e-3, 1.6e-2),
+       torch.float16: (1e-3, 1e-3)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_layers_match_forward_native(fake_vllm, dtype):
+    fv.register()
+    check_layers(*layers(fake_vllm), dtype)
+
+
+def check_layers(ln, act, rope, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 256, generator=g).to(dtype)
+    atol, rtol = TOL[dtype]
+    for layer in (act.SiluAndMul(), act.MulAndSilu(), act.GeluAndMul("none"),
+                  act.GeluAndMul("tanh")):
+        assert type(layer).__name__.endswith("FL")
+        torch.testing.assert_close(layer(x), layer.forward_native(x), atol=atol, rtol=rtol)
+
+    norm = ln.RMSNorm(256, eps=1e-5, dtype=dtype)
+    norm.weight.data.normal_(1.0, 0.1, generator=g)
+    h = x / 16
+    torch.testing.assert_close(norm(h), norm.forward_native(h), atol=1e-2, rtol=1e-2)
+    residual = torch.randn(7, 256, generator=g).to(dtype) / 16
+    want = norm.forward_native(h.clone(), residual.clone())
+    h2, r2 = h.clone(), residual.clone()
+    got = norm(h2, r2)
+    assert got[0] is h2 and got[1] is r2  # updated in place, as vLLM's kernel
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-2, rtol=1e-2)
+
+    gemma = ln.GemmaRMSNorm(256)
+    gemma.weight.data = (torch.randn(256, generator=g) * 0.1).to(dtype)
+    torch.testing.assert_close(gemma(h), gemma.forward_native(h), atol=1e-2, rtol=1e-2)
+    want = gemma.forward_native(h.clone(), residual.clone())
+    for a, b in zip(gemma(h.clone(), residual.clone()), want):
+        torch.testing.assert_close(a, b, atol=1e-2, rtol=1e-2)
+
+    for is_neox in (True, False):
+        for rot_dim in (64, 32):
+            rotary = rope.RotaryEmbedding(64, rot_dim, 100, 10000.0, is_neox, dtype)
+            positions = torch.randint(0, 100, (7,), generator=g)
+            q = torch.randn(7, 4 * 64, generator=g).to(dtype)
+            k = torch.randn(7, 2 * 64, generator=g).to(dtype)
+            want_q, want_k = rotary.forward_native(positions, q.clone(), k.clone())
+            got_q, got_k = rotary(positions, q, k)
+            assert got_q is q and got_k is k
+            tol = dict(atol=2e-2, rtol=2e-2) if dtype != torch.float32 else dict(atol=atol,
+                                                                                  rtol=rtol)
+            torch.testing.assert_close(got_q, want_q, **tol)
+            torch.testing.assert_close(got_k, want_k, **tol)
+            got_q, got_k = rotary(positions, q.clone(), None)
+            assert got_k is None
+
+
+def test_the_layers_run_fldispatch(fake_vllm):
+    """A strict policy that names no implementation makes our op fail: seeing
+    the error proves the layer called fldispatch (MulAndSilu included, which
+    vLLM pins to forward_native on CPU in its constructor)."""
+    fv.register()
+    ln, act, rope = layers(fake_vllm)
+    x = torch.randn(3, 64)
+    for op, layer, args in (("mul_and_silu", act.MulAndSilu(), (x,)),
+                            ("silu_and_mul", act.SiluAndMul(), (x,)),
+                            ("rms_norm", ln.RMSNorm(64), (x,)),
+                            ("gemma_rms_norm", ln.GemmaRMSNorm(64), (x,))):
+        with fldispatch.policy(per_op={op: "impl:no.such"}, strict=True):
+            with pytest.raises(fldispatch.UnavailableError, match=op):
+                layer(*args)
+        layer(*args)
+
+
+def test_what_fldispatch_cannot_take_runs_forward_native(fake_vllm, monkeypatch):
+    fv.register()
+    ln, act, _ = layers(fake_vllm)
+    norm = ln.RMSNorm(64, var_hidden_size=32)
+    with pytest.raises(NotImplementedError, match="var_hidden_size"):
+        norm(torch.randn(3, 64))  # went to forward_native
+    calls = []
+    layer = act.SiluAndMul()
+    monkeypatch.setattr(layer, "forward_native", lambda x: calls.append(x.device.type) or x)
+    layer(torch.empty(3, 64, device="meta"))
+    assert calls == ["meta"]
+
+
+def test_gelu_mode_names():
+    assert fv.gelu_op_name("none") == "gelu_and_mul"
+    assert fv.gelu_op_name("tanh") == "gelu_tanh_and_mul"
+    with pytest.raises(ValueError, match="approximate"):
+        fv.gelu_op_name("fast")
+
+
+@pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not importable here (see docs/python.md)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_real_vllm_layers(dtype):
+    from vllm.config import CompilationConfig, DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.model_executor import custom_op
+    from vllm.model_executor.layers import activation, layernorm, rotary_embedding
+
+    got = fv.register()
+    assert set(got) == set(ALL) or all(custom_op.op_registry_oot[c].__module__ == fv.__name__
+                                       for c in ALL.values())
+    cfg = VllmConfig(device_config=DeviceConfig(device="cpu"),
+                     compilation_config=CompilationConfig(custom_ops=["all"]))
+    with set_current_vllm_config(cfg):
+        check_layers(layernorm, activation, rotary_embedding, dtype)
