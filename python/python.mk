@@ -38,26 +38,26 @@ python-headers:
 
 $(OBJ)/python/%.o: python/src/%.c | python-headers
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) $(PY_CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) $(PY_CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 
 # rpath $ORIGIN/lib: the package's lib/ is a link to the build tree's lib/
 # (the wheel carries a copy), where the library finds its plugins.
 $(PY_EXT): $(PY_OBJ) $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CC) -shared $(ALLLDFLAGS) -o $@ $(PY_OBJ) -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$$ORIGIN/lib' -pthread
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared $(ALLLDFLAGS) -o $@ $(PY_OBJ) -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$$ORIGIN/lib' -pthread
 
 $(PYPKG)/%.py: python/fldispatch/%.py
 	@mkdir -p $(@D)
-	cp $< $@
+	$(Q)cp $< $@
 
 $(PYPKG)/lib:
 	@mkdir -p $(@D)
-	ln -sfn ../../lib $@
+	$(Q)ln -sfn ../../lib $@
 
 # Fixture plugins of the Python tests (not in tests/plugins/, which C tests scan).
 $(PYOUT)/tests/fld-%.so: python/tests/plugins/%.c $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -shared -Wl,--no-undefined $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
+	$(Q)$(call fld_say,LD,$@)$(CC) $(ALLCFLAGS) -fPIC -shared -Wl,--no-undefined $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
 
 PY_RUN_TESTS := $(if $(TESTS),$(filter python,$(TESTS)),python)
 check: check-python

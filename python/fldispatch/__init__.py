@@ -30,18 +30,14 @@ from ._C import (  # noqa: F401  (re-exported)
     UnavailableError,
     UnsupportedError,
     attention_backend,
-    config,
-    explain,
     gelu_and_mul,
     gelu_tanh_and_mul,
     gemma_rms_norm,
     get_stream,
-    impls,
     init,
     load_plugin,
     mul_and_silu,
     oot_op_enabled,
-    plugins,
     reload,
     resolve,
     rms_norm,
@@ -51,6 +47,80 @@ from ._C import (  # noqa: F401  (re-exported)
 )
 
 __version__ = _C.version()
+
+# ---- introspection, shaped as the tool's --json (docs/json-output.md) -------
+# The dicts carry the keys and value types of `fldispatch resolve/list/config
+# --json` (schema 1): lists as lists, absent as None, switches as bools.
+JSON_SCHEMA = 1
+_SWITCHES = ("strict", "enabled", "use_flaggems", "oot_enabled", "external_enabled")
+
+
+def _split(text, seps):
+    if text is None:
+        return None
+    items = [text]
+    for sep in seps:
+        items = [part for item in items for part in item.split(sep)]
+    return [item.strip(" \t") for item in items if item.strip(" \t")]
+
+
+def _text_or_none(text):
+    return text if text else None
+
+
+def explain(op, device="cpu", dtype="float32"):
+    """How `op` resolves on (device, dtype): the keys of `fldispatch resolve --json`."""
+    d = _C.explain(op, device, dtype)
+    d["schema"] = JSON_SCHEMA
+    d["order"] = _split(d["order"], "|")
+    d["policy_summary"] = d.pop("policy")
+    return d
+
+
+def plugins():
+    """Every plugin the host found, as `fldispatch list --json`'s "plugins"."""
+    out = []
+    for p in _C.plugins():
+        p["builtin"] = p["path"] in (None, "(built-in)")
+        if p["builtin"]:
+            p["path"] = None
+        p["impl_count"] = p.pop("n_impls")
+        p["reason"] = _text_or_none(p["reason"])
+        p["detail"] = _text_or_none(p["detail"])
+        out.append(p)
+    return out
+
+
+def impls():
+    """Every registered implementation, as `fldispatch list --json`'s "impls"."""
+    out = []
+    for m in _C.impls():
+        m["reason"] = _text_or_none(m.pop("unavailable_reason"))
+        out.append(m)
+    return out
+
+
+def _config_value(key, value):
+    if key in _SWITCHES and value in ("true", "false"):
+        return value == "true"
+    if key == "op_backends" or key.startswith("op_backends."):
+        return _split(value, "|")
+    if key.endswith(("_vendors", "_whitelist", "_blacklist")) or key == "custom_ops":
+        return _split(value, ",")
+    return _text_or_none(value)
+
+
+def config():
+    """The effective policy with each value's source: `fldispatch config --json`."""
+    d = _C.config()
+    d["schema"] = JSON_SCHEMA
+    d["platform"]["config_path"] = _split(d["platform"]["config_path"] or "", ":")
+    for field in d["policy"]:
+        field["value"] = _config_value(field["key"], field["value"])
+    d["policy_summary"] = d.pop("summary")
+    d["plugin_path"] = _split(d["plugin_path"] or "", ":")
+    return d
+
 
 OPS = (
     "silu_and_mul",
