@@ -362,6 +362,55 @@ FLD_GPU_DEV double block_sum_d(double v)
 /* The largest float32 (FLT_MAX), spelled so that every compiler takes it. */
 #define FLD_GPU_FLT_MAX 3.40282346638528859812e+38f
 
+/* Whether a row's float32 sum of squares ss (mean plus eps: ms) normalises
+   in float32: not inf or NaN, and not so small that eps cannot hide the
+   squares' underflow. Block-uniform: every thread has the same sum. */
+FLD_GPU_DEV bool norm_sum_ok(float ss, float ms)
+{
+    return ss <= FLD_GPU_FLT_MAX && ms >= 0x1p-100f;
+}
+
+/*
+ * The rare row whose float32 sum does not normalise: summed again in double
+ * from memory (the residual already stored, or x) and written as
+ * out = float(v * inv) * scale with inv in double, as the reference does.
+ * All threads of the block call it.
+ */
+template <int DT, int WDT, int RDT, bool VEC>
+FLD_GPU_DEV void norm_row_in_double(const struct fld_gpu_norm_args &a, const char *xr, char *orow,
+                                    const char *rr)
+{
+    typedef group<DT, VEC> G;
+    typedef lanes<WDT, G::N, VEC> W;
+    typedef lanes<RDT, G::N, VEC> R;
+    const int64_t groups = a.width / G::N;
+    const float add = a.gemma ? 1.0f : 0.0f;
+    double sd = 0.0;
+    for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
+        float v[G::N];
+        if (rr)
+            R::load(rr, k, v);
+        else
+            G::load(xr, k, v);
+        for (int j = 0; j < G::N; j++)
+            sd += (double)v[j] * (double)v[j];
+    }
+    sd = block_sum_d(sd);
+    const double invd = 1.0 / sqrt(sd / (double)a.width + (double)a.eps);
+    for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
+        float v[G::N], w[G::N];
+        if (rr)
+            R::load(rr, k, v);
+        else
+            G::load(xr, k, v);
+        if (a.weight)
+            W::load(a.weight, k, w);
+        for (int j = 0; j < G::N; j++)
+            v[j] = (float)((double)v[j] * invd) * (a.weight ? w[j] + add : 1.0f);
+        G::store(orow, k, v);
+    }
+}
+
 /*
  * One block per row (grid-stride). Pass 1: residual = round(x + residual)
  * in the residual's dtype RDT, written back, sum of squares of the stored
@@ -405,31 +454,8 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld_gpu_norm_args a)
         ss = block_sum(ss);
         const float add = a.gemma ? 1.0f : 0.0f;
         const float ms = ss / (float)a.width + a.eps;
-        if (!(ss <= FLD_GPU_FLT_MAX && ms >= 0x1p-100f)) {
-            double sd = 0.0;
-            for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
-                float v[G::N];
-                if (rr)
-                    R::load(rr, k, v);
-                else
-                    G::load(xr, k, v);
-                for (int j = 0; j < G::N; j++)
-                    sd += (double)v[j] * (double)v[j];
-            }
-            sd = block_sum_d(sd);
-            const double invd = 1.0 / sqrt(sd / (double)a.width + (double)a.eps);
-            for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
-                float v[G::N], w[G::N];
-                if (rr)
-                    R::load(rr, k, v);
-                else
-                    G::load(xr, k, v);
-                if (a.weight)
-                    W::load(a.weight, k, w);
-                for (int j = 0; j < G::N; j++)
-                    v[j] = (float)((double)v[j] * invd) * (a.weight ? w[j] + add : 1.0f);
-                G::store(orow, k, v);
-            }
+        if (!norm_sum_ok(ss, ms)) {
+            norm_row_in_double<DT, WDT, RDT, VEC>(a, xr, orow, rr);
             continue;
         }
         const float inv = 1.0f / sqrtf(ms);
@@ -452,6 +478,76 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld_gpu_norm_args a)
     }
 }
 
+/* Groups of a row each thread of norm_kernel_reg keeps in registers. */
+#define FLD_GPU_NORM_REG_GROUPS 4
+
+/*
+ * norm_kernel in one pass over memory, for rows of at most
+ * FLD_GPU_NORM_REG_GROUPS groups per thread (hidden <= 4096 in float32,
+ * 8192 in 16-bit, with 256 threads): each thread keeps its groups in
+ * registers between the sum of squares and the scaling, so x (or the
+ * residual) is read once instead of twice. Sums in the same order as
+ * norm_kernel with the same block size, so the results are the same bits.
+ * out may alias x: the block's whole row is read before the reduction's
+ * barrier, and written after it.
+ */
+template <int DT, int WDT, int RDT, bool VEC>
+__global__ void __launch_bounds__(256) norm_kernel_reg(struct fld_gpu_norm_args a)
+{
+    typedef group<DT, VEC> G;
+    typedef lanes<WDT, G::N, VEC> W;
+    typedef lanes<RDT, G::N, VEC> R;
+    constexpr int K = FLD_GPU_NORM_REG_GROUPS;
+    const int64_t groups = a.width / G::N;
+    const float add = a.gemma ? 1.0f : 0.0f;
+    for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+        const char *xr = row_at<DT>(a.x, r, a.x_stride);
+        char *orow = row_at<DT>(a.out, r, a.out_stride);
+        char *rr = a.residual ? row_at<RDT>(a.residual, r, a.residual_stride) : nullptr;
+        float v[K][G::N];
+        float ss = 0.0f;
+FLD_GPU_UNROLL
+        for (int i = 0; i < K; i++) {
+            const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
+            if (k < groups) {
+                G::load(xr, k, v[i]);
+                if (rr) {
+                    float s[G::N];
+                    R::load(rr, k, s);
+                    for (int j = 0; j < G::N; j++)
+                        v[i][j] = round_to<RDT>(v[i][j] + s[j]);
+                    R::store(rr, k, v[i]);
+                }
+                for (int j = 0; j < G::N; j++)
+                    ss += v[i][j] * v[i][j];
+            }
+        }
+        ss = block_sum(ss);
+        const float ms = ss / (float)a.width + a.eps;
+        if (!norm_sum_ok(ss, ms)) {
+            norm_row_in_double<DT, WDT, RDT, VEC>(a, xr, orow, rr);
+            continue;
+        }
+        const float inv = 1.0f / sqrtf(ms);
+FLD_GPU_UNROLL
+        for (int i = 0; i < K; i++) {
+            const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
+            if (k < groups) {
+                if (a.weight) {
+                    float w[G::N];
+                    W::load(a.weight, k, w);
+                    for (int j = 0; j < G::N; j++)
+                        v[i][j] = v[i][j] * inv * (w[j] + add);
+                } else {
+                    for (int j = 0; j < G::N; j++)
+                        v[i][j] = v[i][j] * inv;
+                }
+                G::store(orow, k, v[i]);
+            }
+        }
+    }
+}
+
 /* Multiple of 64 threads: a whole number of warps on every target. */
 static inline unsigned norm_threads(int64_t groups, int64_t rows)
 {
@@ -463,9 +559,14 @@ static inline unsigned norm_threads(int64_t groups, int64_t rows)
     return (unsigned)(t < 64 ? 64 : t > cap ? cap : t);
 }
 
+/* The one-pass kernel where the row fits its blocks' registers: 256-thread
+   blocks (many rows) and at most FLD_GPU_NORM_REG_GROUPS groups per thread. */
 template <int DT, int WDT, int RDT, bool VEC>
 static int launch_norm(const struct fld_gpu_norm_args *a, dim3 grid, dim3 block, void *stream)
 {
+    const int64_t groups = a->width / group<DT, VEC>::N;
+    if (block.x <= 256 && groups <= (int64_t)FLD_GPU_NORM_REG_GROUPS * block.x)
+        return fld_gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC>, grid, block, stream, *a);
     return fld_gpu_launch(norm_kernel<DT, WDT, RDT, VEC>, grid, block, stream, *a);
 }
 

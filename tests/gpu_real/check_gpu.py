@@ -446,7 +446,8 @@ def case_selection(fld, tool):
             raise AssertionError(f"rms_norm {dt} resolves to {got}, not vendor.cuda")
     if not tool:
         return "resolve only (no --tool)"
-    text = subprocess.run([tool, "list"], capture_output=True, text=True, timeout=60).stdout
+    text = subprocess.run([tool, "list", "--verbose"], capture_output=True, text=True,
+                          timeout=60).stdout
     line = next((ln for ln in text.splitlines() if "detail:" in ln and "CUDA runtime" in ln), "")
     if "needs NVIDIA driver >=" not in line or "code for sm_" not in line:
         raise AssertionError(f"fldispatch list: cuda detail line is '{line.strip()}'")
