@@ -190,6 +190,38 @@ FLD_GPU_DEV uint16_t fld_gpu_f32_to_bf16(float f)
 #endif
 }
 
+/*
+ * a and b rounded to the 16-bit dtype DT (1 float16, 2 bfloat16) and back,
+ * as storing and re-loading them would give. On CUDA one paired conversion
+ * (cvt.rn.f16x2.f32 / cvt.rn.bf16x2.f32) rounds both; a NaN comes back as
+ * some NaN (these are intermediate values: stores apply half.h's NaN rule).
+ */
+#if defined(FLD_GPU_TARGET_CUDA)
+template <int DT> FLD_GPU_DEV void fld_gpu_round_pair(float &a, float &b)
+{
+    if (DT == 1) {
+        const __half2 h = __floats2half2_rn(a, b);
+        a = __low2float(h);
+        b = __high2float(h);
+    } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        a = __low2float(h);
+        b = __high2float(h);
+    }
+}
+#else
+template <int DT> FLD_GPU_DEV void fld_gpu_round_pair(float &a, float &b)
+{
+    if (DT == 1) {
+        a = fld_gpu_f16_to_f32(fld_gpu_f32_to_f16(a));
+        b = fld_gpu_f16_to_f32(fld_gpu_f32_to_f16(b));
+    } else {
+        a = fld_gpu_bf16_to_f32(fld_gpu_f32_to_bf16(a));
+        b = fld_gpu_bf16_to_f32(fld_gpu_f32_to_bf16(b));
+    }
+}
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* 128-bit loads and stores (p 16-byte aligned)                             */
 /* ------------------------------------------------------------------------ */

@@ -478,33 +478,34 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld_gpu_norm_args a)
     }
 }
 
-/* Groups of a row each thread of norm_kernel_reg keeps in registers. */
+/* The most groups of a row each thread of norm_kernel_reg keeps in registers. */
 #define FLD_GPU_NORM_REG_GROUPS 4
 
 /*
- * norm_kernel in one pass over memory, for rows of at most
- * FLD_GPU_NORM_REG_GROUPS groups per thread (hidden <= 4096 in float32,
- * 8192 in 16-bit, with 256 threads): each thread keeps its groups in
- * registers between the sum of squares and the scaling, so x (or the
- * residual) is read once instead of twice. Sums in the same order as
+ * norm_kernel in one pass over memory, for rows of at most K groups per
+ * thread (K <= FLD_GPU_NORM_REG_GROUPS: hidden <= 4096 in float32, 8192 in
+ * 16-bit, with 256 threads): each thread keeps its groups in registers
+ * between the sum of squares and the scaling, so x (or the residual) is
+ * read once instead of twice. K is the fewest that holds the row, so the
+ * kernel takes no more registers (and keeps as many blocks per SM) than
+ * the row needs. Sums in the same order as
  * norm_kernel with the same block size, so the results are the same bits.
  * out may alias x: the block's whole row is read before the reduction's
  * barrier, and written after it.
  */
-template <int DT, int WDT, int RDT, bool VEC>
+template <int DT, int WDT, int RDT, bool VEC, int K>
 __global__ void __launch_bounds__(256) norm_kernel_reg(struct fld_gpu_norm_args a)
 {
     typedef group<DT, VEC> G;
     typedef lanes<WDT, G::N, VEC> W;
     typedef lanes<RDT, G::N, VEC> R;
-    constexpr int K = FLD_GPU_NORM_REG_GROUPS;
     const int64_t groups = a.width / G::N;
     const float add = a.gemma ? 1.0f : 0.0f;
     for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
         const char *xr = row_at<DT>(a.x, r, a.x_stride);
         char *orow = row_at<DT>(a.out, r, a.out_stride);
         char *rr = a.residual ? row_at<RDT>(a.residual, r, a.residual_stride) : nullptr;
-        float v[K][G::N];
+        float v[K][G::N] = {}; /* set where k < groups, the only place read */
         float ss = 0.0f;
 FLD_GPU_UNROLL
         for (int i = 0; i < K; i++) {
@@ -564,9 +565,14 @@ static inline unsigned norm_threads(int64_t groups, int64_t rows)
 template <int DT, int WDT, int RDT, bool VEC>
 static int launch_norm(const struct fld_gpu_norm_args *a, dim3 grid, dim3 block, void *stream)
 {
-    const int64_t groups = a->width / group<DT, VEC>::N;
-    if (block.x <= 256 && groups <= (int64_t)FLD_GPU_NORM_REG_GROUPS * block.x)
-        return fld_gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC>, grid, block, stream, *a);
+    const int64_t groups = a->width / group<DT, VEC>::N, per = (groups + block.x - 1) / block.x;
+    if (block.x <= 256 && per <= 1)
+        return fld_gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 1>, grid, block, stream, *a);
+    if (block.x <= 256 && per <= 2)
+        return fld_gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 2>, grid, block, stream, *a);
+    if (block.x <= 256 && per <= FLD_GPU_NORM_REG_GROUPS)
+        return fld_gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, FLD_GPU_NORM_REG_GROUPS>, grid,
+                              block, stream, *a);
     return fld_gpu_launch(norm_kernel<DT, WDT, RDT, VEC>, grid, block, stream, *a);
 }
 
@@ -641,12 +647,20 @@ FLD_GPU_DEV int64_t position_of(const struct fld_gpu_rotary_args &a, int64_t t)
  */
 template <int DT> FLD_GPU_DEV float rot_x(float x, float y, float c, float s)
 {
-    return DT == 0 ? x * c - y * s : round_to<DT>(x * c) - round_to<DT>(y * s);
+    if (DT == 0)
+        return x * c - y * s;
+    float p = x * c, q = y * s;
+    fld_gpu_round_pair<DT>(p, q);
+    return p - q;
 }
 
 template <int DT> FLD_GPU_DEV float rot_y(float x, float y, float c, float s)
 {
-    return DT == 0 ? y * c + x * s : round_to<DT>(y * c) + round_to<DT>(x * s);
+    if (DT == 0)
+        return y * c + x * s;
+    float p = y * c, q = x * s;
+    fld_gpu_round_pair<DT>(p, q);
+    return p + q;
 }
 
 /*
