@@ -64,7 +64,7 @@ typedef cudaStream_t fld_gpu_stream_t;
 #include "emu.h"
 
 #define FLD_GPU_TARGET_EMU 1
-#define FLD_GPU_UNROLL /* the host compiler unrolls as it sees fit */
+#define FLD_GPU_UNROLL     /* the host compiler unrolls as it sees fit */
 #define FLD_GPU_DEV        inline
 #define FLD_GPU_DEV_HOST   inline
 #define FLD_GPU_EINVAL     FLD_EMU_ERR_INVALID_VALUE

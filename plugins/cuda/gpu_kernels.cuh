@@ -507,7 +507,7 @@ __global__ void __launch_bounds__(256) norm_kernel_reg(struct fld_gpu_norm_args 
         char *rr = a.residual ? row_at<RDT>(a.residual, r, a.residual_stride) : nullptr;
         float v[K][G::N] = {}; /* set where k < groups, the only place read */
         float ss = 0.0f;
-FLD_GPU_UNROLL
+        FLD_GPU_UNROLL
         for (int i = 0; i < K; i++) {
             const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
             if (k < groups) {
@@ -530,7 +530,7 @@ FLD_GPU_UNROLL
             continue;
         }
         const float inv = 1.0f / sqrtf(ms);
-FLD_GPU_UNROLL
+        FLD_GPU_UNROLL
         for (int i = 0; i < K; i++) {
             const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
             if (k < groups) {

@@ -30,10 +30,11 @@ const char *tt_make_in(const char *build_dir)
     const char *san = getenv("FLD_SANITIZE");
     ck_assert_msg(strchr(tt_src_dir(), '\'') == NULL && strchr(build_dir, '\'') == NULL,
                   "paths with quotes are not supported");
-    snprintf(cmd, sizeof cmd,
-             "env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS -u PREFIX -u LIBDIR -u BINDIR -u DATADIR "
-             "-u INCLUDEDIR -u DESTDIR -u V -u B make --no-print-directory -C '%s' B='%s' SANITIZE='%s'",
-             tt_src_dir(), build_dir, san != NULL ? san : "");
+    snprintf(
+        cmd, sizeof cmd,
+        "env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS -u PREFIX -u LIBDIR -u BINDIR -u DATADIR "
+        "-u INCLUDEDIR -u DESTDIR -u V -u B make --no-print-directory -C '%s' B='%s' SANITIZE='%s'",
+        tt_src_dir(), build_dir, san != NULL ? san : "");
     return cmd;
 }
 
