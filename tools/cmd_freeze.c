@@ -247,8 +247,17 @@ static int freeze_all(const struct op_list *ops, uint32_t *want_devices, struct 
         const struct op_decl *op = &ops->items[o];
         bool typed = is_catalog_op(op->name) && strcmp(op->name, FLD_OP_ATTENTION_BACKEND) != 0;
         for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
-            if (!(op->devices & *want_devices & (1u << bit)))
+            if (!(*want_devices & (1u << bit)))
                 continue;
+            if (!(op->devices & (1u << bit))) {
+                /* No implementation declares the device: said like the rest
+                   (a catalog op's every dtype; another op's "any"). */
+                if (!typed && is_catalog_op(op->name))
+                    note_missing(&notes[bit], op->name, "any");
+                for (size_t t = 0; typed && t < 3; t++)
+                    note_missing(&notes[bit], op->name, dtypes[t].name);
+                continue;
+            }
             int rc = FLD_OK;
             if (!typed) {
                 rc = freeze_one(out, &notes[bit], op->name, bit, "any", FLD_DTYPE_ANY);
