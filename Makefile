@@ -22,7 +22,9 @@
 # Output is one short line per step (CC core/api.c); V=1 prints the commands.
 #
 # Each plugins/<name>/ directory with C sources becomes build/lib/fldispatch/
-# plugins/fld-<name>.so, so a new backend needs no change here.
+# plugins/fld-<name>.so, so a new backend needs no change here. plugins/shared/
+# holds code several plugins build from (plugins/shared/gpu/: the cuda and
+# rocm glue and kernels); it is never a plugin itself.
 
 PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
@@ -112,7 +114,7 @@ CORE_SRC := $(sort $(wildcard core/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(OBJ)/%.o)
 
 PLUGIN_DIRS  := $(sort $(dir $(wildcard plugins/*/*.c)))
-PLUGIN_ALL   := $(patsubst plugins/%/,%,$(PLUGIN_DIRS))
+PLUGIN_ALL   := $(filter-out shared,$(patsubst plugins/%/,%,$(PLUGIN_DIRS)))
 
 # Plugins: one shared object per plugins/<name>/ directory. A plugin may add
 # plugins/<name>/plugin.mk, which may set:
@@ -337,7 +339,8 @@ clean:
 
 format:
 	clang-format -i $(wildcard include/fldispatch/*.h core/*.[ch] plugins/*/*.[ch] \
-	  plugins/*/*.cu plugins/*/*.cuh plugins/*/*.hip tools/*.[ch] tests/*.[ch] tests/*/*.[ch] \
+	  plugins/*/*.cu plugins/*/*.cuh plugins/*/*.hip plugins/shared/*/*.[ch] plugins/shared/*/*.cuh \
+	  tools/*.[ch] tests/*.[ch] tests/*/*.[ch] \
 	  tests/*/*.cc tests/plugins/*.c)
 
 -include python/python.mk

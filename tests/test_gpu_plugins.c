@@ -1,6 +1,6 @@
 /*
  * The GPU plugins (plugins/cuda: fld-cuda.so; plugins/rocm: fld-rocm.so and
- * libfld-rocm-hip.so) and their shared glue (plugins/cuda/gpu_plugin.c).
+ * libfld-rocm-hip.so) and their shared glue (plugins/shared/gpu/gpu_plugin.c).
  *
  * Part 1, the real plugins from $FLD_BUILDDIR/lib/fldispatch/plugins, as
  * they behave on a machine without the device (CI): they load with status
@@ -41,7 +41,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "../plugins/cuda/gpu_api.h"
+#include "../plugins/shared/gpu/gpu_api.h"
 #include "gpuplug/fakecuda.h"
 #include "util/env.h"
 #include "util/files.h"

@@ -1,5 +1,5 @@
 /*
- * The GPU kernels (plugins/cuda/gpu_kernels.cuh) under the host emulator,
+ * The GPU kernels (plugins/shared/gpu/gpu_kernels.cuh) under the host emulator,
  * against the library's reference.c on the same inputs.
  *
  * No GPU is available here, so this is the only place the device code runs:
