@@ -338,10 +338,9 @@ clean:
 	rm -rf $(B)
 
 format:
-	clang-format -i $(wildcard include/fldispatch/*.h core/*.[ch] plugins/*/*.[ch] \
-	  plugins/*/*.cu plugins/*/*.cuh plugins/*/*.hip plugins/shared/*/*.[ch] plugins/shared/*/*.cuh \
-	  tools/*.[ch] tests/*.[ch] tests/*/*.[ch] \
-	  tests/*/*.cc tests/plugins/*.c)
+	clang-format -i $(wildcard include/fldispatch/*.h include/fldispatch/internal/*.h core/*.[ch] \
+	  plugins/*/*.[ch] plugins/*/*.cu plugins/*/*.cuh plugins/*/*.hip plugins/shared/*/*.[ch] \
+	  plugins/shared/*/*.cuh tools/*.[ch] tests/*.[ch] tests/*/*.[ch] tests/*/*.cc tests/plugins/*.c)
 
 -include python/python.mk
 

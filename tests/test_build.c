@@ -274,6 +274,12 @@ START_TEST(test_install_layout)
     snprintf(path, sizeof path, "%s/template.c", example);
     ck_assert_msg(exists(path), "%s not installed", path);
 
+    /* The public headers; not the tool's internal interface (include/fldispatch/internal/). */
+    snprintf(path, sizeof path, "%s/usr/include/fldispatch/plugin.h", dest);
+    ck_assert_msg(exists(path), "%s not installed", path);
+    snprintf(path, sizeof path, "%s/usr/include/fldispatch/internal", dest);
+    ck_assert_msg(!exists(path), "%s installed: it is not a public header", path);
+
     /* fldispatch.pc: the libraries it needs by their own .pc files. */
     snprintf(pcpath, sizeof pcpath, "%s%s/pkgconfig", dest, libdir);
     snprintf(path, sizeof path, "%s/fldispatch.pc", pcpath);
