@@ -276,12 +276,16 @@ check-gpu: all
 	@$(PYTHON) tests/gpu_real/check_gpu.py --lib '$(abspath $(LIB_SO))' --tool '$(abspath $(TOOL))' \
 	  $(CHECK_GPU_FLAGS)
 
+# The catalog's ops, by the FLD_OP_* names of the public header, in its order
+# (tests/test_catalog.c checks that they are the library's catalog table).
+FLD_CATALOG_OPS = $(shell sed -n 's/^\#define FLD_OP_[A-Z_]* *"\([a-z_]*\)".*/\1/p' \
+  include/fldispatch/fldispatch.h)
+
 run: all
 	@echo "== fldispatch config"; $(TOOL) config
 	@echo; echo "== fldispatch list"; $(TOOL) list
 	@echo; echo "== winner of every op (cpu, f32)"
-	@for op in silu_and_mul mul_and_silu gelu_and_mul gelu_tanh_and_mul rms_norm \
-	           gemma_rms_norm rotary_embedding attention_backend; do \
+	@for op in $(FLD_CATALOG_OPS); do \
 	  printf '%-20s ' $$op; $(TOOL) resolve $$op | head -n 1; done
 
 # The README's promise on a machine that has nothing else (needs root):

@@ -112,6 +112,10 @@ static int c_foreach_impl(void)
 {
     return fld_foreach_impl(NULL, NULL);
 }
+static int c_foreach_catalog_op(void)
+{
+    return fld_foreach_catalog_op(NULL, NULL);
+}
 static int c_load_plugin(void)
 {
     return fld_load_plugin(NULL);
@@ -214,6 +218,7 @@ static const struct null_case cases[] = {
     CASE(c_platform, FLD_EINVAL, "fld_platform", "out"),
     CASE(c_foreach_plugin, FLD_EINVAL, "fld_foreach_plugin", "fn"),
     CASE(c_foreach_impl, FLD_EINVAL, "fld_foreach_impl", "fn"),
+    CASE(c_foreach_catalog_op, FLD_EINVAL, "fld_foreach_catalog_op", "fn"),
     CASE(c_load_plugin, FLD_EINVAL, "fld_load_plugin", "path"),
     CASE(c_register_plugin, FLD_EINVAL, "fld_register_plugin", "desc"),
     CASE(c_device_alloc, FLD_EINVAL, "fld_device_alloc", "ptr"),

@@ -213,6 +213,35 @@ START_TEST(usage_errors)
 }
 END_TEST
 
+/* The names of the catalog ops that take tensors, ", "-joined in catalog order. */
+static int join_tensor_op(const fld_catalog_op_info *op, void *user)
+{
+    char *list = user;
+    if (op->args != FLD_ARGS_ATTENTION_BACKEND)
+        snprintf(list + strlen(list), 512 - strlen(list), "%s%s", list[0] ? ", " : "", op->name);
+    return 0;
+}
+
+START_TEST(ops_come_from_the_catalog)
+{
+    char list[512] = "", expected[600];
+    ck_assert_int_eq(fld_foreach_catalog_op(join_tensor_op, list), FLD_OK);
+    /* the unknown-op message lists the catalog's ops with tensors, in its order */
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("verify", "nosuch_op"));
+    assert_status(r, 2);
+    snprintf(expected, sizeof expected, "unknown op 'nosuch_op' (%s)", list);
+    ck_assert_msg(strstr(r.err, expected), "'%s' not in:\n" CLIP, expected, r.err);
+    tool_run_free(&r);
+    /* and so does the help, in its words */
+    tool_run(&r, NO_ENV, ARGS("verify", "--help"));
+    assert_status(r, 0);
+    for (char *name = strtok(list, ", "); name; name = strtok(NULL, ", "))
+        ck_assert_msg(strstr(r.out, name), "verify --help does not name %s:\n" CLIP, name, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(attention_backend_is_skipped_among_others)
 {
     struct tool_run r;
@@ -556,6 +585,7 @@ static Suite *verify_suite(void)
     tcase_add_test(tc, same_seed_same_result);
     tcase_add_test(tc, help_describes_the_command);
     tcase_add_test(tc, usage_errors);
+    tcase_add_test(tc, ops_come_from_the_catalog);
     tcase_add_test(tc, attention_backend_is_skipped_among_others);
     tcase_add_test(tc, device_without_memory_provider_exits_3);
     tcase_add_test(tc, fake_device_passes);

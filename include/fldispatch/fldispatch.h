@@ -325,6 +325,34 @@ typedef const struct fld_op_s *fld_op;
 FLD_API fld_op fld_op_lookup(const char *name);
 FLD_API const char *fld_op_name(fld_op op);
 
+/* Which argument struct a catalog op takes (fld_call() and the kernels). */
+typedef enum fld_args_kind {
+    FLD_ARGS_ACTIVATION = 1,       /* fld_activation_args */
+    FLD_ARGS_RMS_NORM = 2,         /* fld_rms_norm_args */
+    FLD_ARGS_ROTARY_EMBEDDING = 3, /* fld_rotary_embedding_args */
+    FLD_ARGS_ATTENTION_BACKEND = 4 /* fld_attention_backend_args: no tensors */
+} fld_args_kind;
+
+/* One op of the catalog. Later versions may add fields at the end. */
+typedef struct fld_catalog_op_info {
+    const char *name;   /* FLD_OP_*, static */
+    fld_args_kind args; /* its argument struct */
+    size_t args_size;   /* sizeof that struct */
+} fld_catalog_op_info;
+
+/*
+ * Calls fn for every op of the catalog, in the order of the FLD_OP_* names
+ * above, and stops early when fn returns non-zero (that value is returned).
+ * Ops that plugins register outside the catalog are not listed
+ * (fld_foreach_impl() names them). FLD_EINVAL when fn is NULL.
+ * Unlike the rest of this header it neither initialises the library nor
+ * takes a lock (the catalog is fixed when the library is built): it works
+ * under any configuration, before fld_init() and after fld_shutdown(), and
+ * fn may call any function of the library. MT safe.
+ */
+FLD_API int fld_foreach_catalog_op(int (*fn)(const fld_catalog_op_info *op, void *user),
+                                   void *user);
+
 /*
  * Calls op with a pointer to its argument struct (fld_rms_norm_args, ...).
  * For catalog ops the host validates the arguments and takes device and
