@@ -31,6 +31,7 @@
 
 #include "util/build.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 #define CLIP "%.3000s"
 
@@ -548,10 +549,5 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--which-library") == 0)
         return which_library();
-    if (getenv("FLD_SRCDIR") == NULL || getenv("FLD_SRCDIR")[0] != '/') {
-        fprintf(stderr,
-                "test_build: FLD_SRCDIR is not set to an absolute path; run `make check`\n");
-        return EXIT_FAILURE;
-    }
-    return tt_run_suite_with_build_dir("test_build", build_suite());
+    return tt_run_suite_with_src_and_build_dir("test_build", build_suite());
 }

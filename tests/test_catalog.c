@@ -17,7 +17,7 @@
 #include <fldispatch/fldispatch.h>
 
 #include "util/build.h"
-#include "util/env.h"
+#include "util/harness.h"
 
 struct seen {
     const char *names[32];
@@ -168,12 +168,5 @@ static Suite *catalog_suite(void)
 
 int main(void)
 {
-    tt_clear_fld_environment();
-    setenv("VLLM_FL_PLATFORM", "cpu", 1);
-    setenv("VLLM_FL_PLUGIN_DIR", "/nonexistent", 1);
-    SRunner *sr = srunner_create(catalog_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tt_run_suite_without_plugins("test_catalog", catalog_suite());
 }

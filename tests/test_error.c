@@ -16,7 +16,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/env.h"
+#include "util/harness.h"
 
 struct null_case {
     const char *call;     /* as written in the test, for messages */
@@ -288,18 +288,5 @@ static Suite *error_suite(void)
 
 int main(void)
 {
-    char dir[] = "/tmp/fld-test-error-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 2;
-    }
-    tt_clear_fld_environment();
-    setenv("VLLM_FL_PLUGIN_DIR", dir, 1);
-    setenv("VLLM_FL_PLATFORM", "cpu", 1);
-    SRunner *sr = srunner_create(error_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rmdir(dir);
-    return failed ? 1 : 0;
+    return tt_run_suite_without_plugins("test_error", error_suite());
 }

@@ -33,6 +33,7 @@
 
 #include "stress/stress_fixture.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
 typedef struct good_echo_args {

@@ -25,6 +25,7 @@
 #include "stress/stress_fixture.h"
 #include "util/env.h"
 #include "util/files.h"
+#include "util/harness.h"
 #include "util/tensor.h"
 
 #define ck_assert_contains(hay, needle)                                                            \

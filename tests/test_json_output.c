@@ -17,6 +17,7 @@
 
 #include "../tools/json.c"
 #include "util/files.h"
+#include "util/harness.h"
 #include "util/schema.h"
 #include "util/tool.h"
 

@@ -36,6 +36,7 @@
 #include "stress/stress_fixture.h"
 #include "util/env.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 /* ThreadSanitizer makes each call some 20 times slower; the growth check
  * needs no threads, so a shorter run keeps the program fast there. */

@@ -24,6 +24,7 @@
 
 #include "util/env.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 /* ---- log capture -------------------------------------------------------------- */
 

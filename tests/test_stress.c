@@ -41,6 +41,7 @@
 #include "stress/stress_fixture.h"
 #include "util/env.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 /* ------------------------------------------------------------------------ */
 /* Files                                                                    */

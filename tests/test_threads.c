@@ -22,6 +22,7 @@
 #include <fldispatch/plugin.h>
 
 #include "util/files.h"
+#include "util/harness.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
 typedef struct good_echo_args {

@@ -22,6 +22,7 @@
 
 #include <fldispatch/plugin.h>
 
+#include "util/harness.h"
 #include "util/tensor.h"
 
 /* ------------------------------------------------------------------------ */
@@ -1361,9 +1362,5 @@ static Suite *validation_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(validation_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(validation_suite());
 }

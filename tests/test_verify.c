@@ -21,6 +21,7 @@
 
 #include <fldispatch/fldispatch.h>
 
+#include "util/harness.h"
 #include "util/schema.h"
 #include "util/tool.h"
 
@@ -29,7 +30,7 @@ static const char *bad_kernel_env(void)
 {
     static char entry[4096];
     snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/plugins/fld-bad_kernel.so",
-             tool_builddir());
+             tt_build_dir());
     ck_assert_msg(access(entry + strlen("VLLM_FL_PLUGIN_MODULES="), R_OK) == 0,
                   "%s is not built (make tests)", entry + strlen("VLLM_FL_PLUGIN_MODULES="));
     return entry;
@@ -40,7 +41,7 @@ static const char *fakedev_env(void)
 {
     static char entry[4096];
     snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/fakedev/fld-fakedev.so",
-             tool_builddir());
+             tt_build_dir());
     ck_assert_msg(access(entry + strlen("VLLM_FL_PLUGIN_MODULES="), R_OK) == 0,
                   "%s is not built (make tests)", entry + strlen("VLLM_FL_PLUGIN_MODULES="));
     return entry;
@@ -405,7 +406,7 @@ START_TEST(fakecuda_plugin_passes)
 {
     /* fld-fakecuda.so registers the cuda plugin's impl_ids: it is the only plugin here */
     char dir[4096], so[4096];
-    snprintf(dir, sizeof dir, "VLLM_FL_PLUGIN_DIR=%s/tests/gpuplug", tool_builddir());
+    snprintf(dir, sizeof dir, "VLLM_FL_PLUGIN_DIR=%s/tests/gpuplug", tt_build_dir());
     snprintf(so, sizeof so, "%s/fld-fakecuda.so", dir + strlen("VLLM_FL_PLUGIN_DIR="));
     if (access(so, R_OK) != 0)
         return; /* tests/gpuplug/tests.mk builds it only with the GPU emulator's sources */
@@ -436,8 +437,8 @@ END_TEST
 START_TEST(fake_cann_ascend_passes)
 {
     char home[4096], plugin[4096];
-    snprintf(home, sizeof home, "ASCEND_HOME_PATH=%s/tests/fake_acl", tool_builddir());
-    snprintf(plugin, sizeof plugin, "%s/lib/fldispatch/plugins/fld-ascend.so", tool_builddir());
+    snprintf(home, sizeof home, "ASCEND_HOME_PATH=%s/tests/fake_acl", tt_build_dir());
+    snprintf(plugin, sizeof plugin, "%s/lib/fldispatch/plugins/fld-ascend.so", tt_build_dir());
     if (access(plugin, R_OK) != 0 || access(home + strlen("ASCEND_HOME_PATH="), R_OK) != 0)
         return; /* the ascend plugin or the fake CANN is not in this tree yet */
     struct tool_run r;
@@ -608,9 +609,5 @@ static Suite *verify_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(verify_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tt_run_suite(verify_suite());
 }

@@ -40,6 +40,7 @@
 
 extern "C" {
 #include "util/env.h"
+#include "util/harness.h"
 #include "util/tensor.h"
 }
 
@@ -1044,9 +1045,5 @@ Suite *gpu_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(gpu_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(gpu_suite());
 }

@@ -9,15 +9,7 @@
 #include <sys/wait.h>
 
 #include "build.h"
-#include "files.h"
-
-const char *tt_src_dir(void)
-{
-    const char *v = getenv("FLD_SRCDIR");
-    ck_assert_msg(v != NULL && v[0] == '/',
-                  "FLD_SRCDIR must name the absolute source directory (make check sets it)");
-    return v;
-}
+#include "harness.h"
 
 const char *tt_make(void)
 {
