@@ -139,7 +139,8 @@ TOOL_SRC := $(sort $(wildcard tools/*.c))
 TOOL_OBJ := $(TOOL_SRC:%.c=$(OBJ)/%.o)
 TOOL     := $(BINOUT)/fldispatch
 
-TEST_UTIL_SRC := $(sort $(wildcard tests/util/*.c))
+# The tests' helpers, and the host-tensor helper they share with the tool.
+TEST_UTIL_SRC := $(sort $(wildcard tests/util/*.c)) tools/host_tensor.c
 TEST_UTIL_OBJ := $(TEST_UTIL_SRC:%.c=$(OBJ)/%.o)
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTOUT)/%)

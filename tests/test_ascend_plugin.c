@@ -21,10 +21,10 @@
 
 #include <fldispatch/plugin.h>
 
+#include "../tools/host_tensor.h"
 #include "fake_acl/fake_acl.h"
 #include "util/env.h"
 #include "util/harness.h"
-#include "util/tensor.h"
 
 static char fake_home[1024];
 

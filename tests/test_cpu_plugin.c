@@ -28,9 +28,9 @@
 
 #include <fldispatch/plugin.h>
 
+#include "../tools/host_tensor.h"
 #include "util/env.h"
 #include "util/harness.h"
-#include "util/tensor.h"
 
 /* The choice logic itself (static data and two functions, no dependencies). */
 #include "../plugins/cpu/isa.c"

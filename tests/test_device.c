@@ -18,8 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../tools/host_tensor.h"
 #include "util/harness.h"
-#include "util/tensor.h"
 #include <fldispatch/plugin.h>
 
 #define ck_assert_contains(hay, needle)                                                            \

@@ -41,12 +41,12 @@
 
 #include <fldispatch/plugin.h>
 
+#include "../tools/host_tensor.h"
 #include "../plugins/shared/gpu/gpu_api.h"
 #include "gpuplug/fakecuda.h"
 #include "util/env.h"
 #include "util/files.h"
 #include "util/harness.h"
-#include "util/tensor.h"
 #include "util/tool.h"
 
 /* ------------------------------------------------------------------------ */

@@ -22,11 +22,11 @@
 
 #include <fldispatch/plugin.h>
 
+#include "../tools/host_tensor.h"
 #include "stress/stress_fixture.h"
 #include "util/env.h"
 #include "util/files.h"
 #include "util/harness.h"
-#include "util/tensor.h"
 
 #define ck_assert_contains(hay, needle)                                                            \
     do {                                                                                           \

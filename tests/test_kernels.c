@@ -30,7 +30,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/tensor.h"
+#include "../tools/host_tensor.h"
 
 /* ------------------------------------------------------------------------ */
 /* Implementations under test                                               */
