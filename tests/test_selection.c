@@ -1514,7 +1514,7 @@ START_TEST(catalog_op_plugin_and_reference)
 END_TEST
 
 /*
- * The cached call path takes no lock (CONTRACT §7.6), also when the winner
+ * The cached call path takes no lock (fld_call() in fldispatch.h), also when the winner
  * has a supports() predicate, after a fallback, and while another thread
  * has a scoped override. The host lock is held here by fld_foreach_impl()
  * while its callback waits for calls made on another thread: a call that

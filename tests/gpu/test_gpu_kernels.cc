@@ -19,8 +19,8 @@
  * order: the activation rounded before its product, rotary's products and
  * sums rounded in 16-bit dtypes). Norms differ only in the order of the
  * sum of squares: every output within one unit in the last place of a
- * 16-bit dtype, or 1e-5 relative for float32 (kernels.md asks 1e-3 /
- * 1.6e-2 / 1e-5); the residual written by the fused norm must be exact.
+ * 16-bit dtype, or 1e-5 relative for float32 (vLLM's kernel tests allow
+ * 1e-3 / 1.6e-2 / 1e-5); the residual written by the fused norm must be exact.
  * Float32 weights and residuals with 16-bit x, and rows whose float32 sum
  * of squares overflows or underflows, are covered too.
  *
