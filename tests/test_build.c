@@ -459,6 +459,7 @@ START_TEST(test_missing_packages_one_line)
         {"check-valgrind", "build test valgrind"},
         {"fuzz-smoke", "build fuzz"},
         {"check-fresh", "fresh"},
+        {"lint", "lint"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int status = tt_sh_status(log, "PATH='%s':\"$PATH\" %s %s >'%s/out' 2>&1", bin,
@@ -487,7 +488,7 @@ START_TEST(test_readme_lists_package_sets)
 {
     const char *tmp = tmpdir();
     char *readme = read_text(tt_src_dir(), "README.md");
-    const char *sets[] = {"build", "test", "rocm", "fuzz", "valgrind", "fresh"};
+    const char *sets[] = {"build", "test", "rocm", "fuzz", "valgrind", "fresh", "lint"};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
         char *pkgs = set_packages(tmp, sets[i]);
         char want[512];

@@ -34,9 +34,9 @@
 #endif
 #endif
 #ifdef SANITIZED
-#define N_BIG 5000
+#define N_BIG 5000u
 #else
-#define N_BIG 20000
+#define N_BIG 20000u
 #endif
 /* Generous for a loaded CI machine: each load takes a few tens of milliseconds. */
 #define MAX_SECONDS 2.0

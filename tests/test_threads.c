@@ -430,7 +430,7 @@ static void *lookup_racer(void *arg)
     pthread_barrier_wait(&start_line);
     for (int i = 0; i < 4; i++) {
         r->ops[i] = fld_op_lookup(racer_ops[i]);
-        if (r->ops[i] == NULL && i < 3 && r->error[0] == '\0')
+        if (i < 3 && r->ops[i] == NULL && r->error[0] == '\0')
             snprintf(r->error, sizeof r->error, "%s", fld_last_error());
     }
     return NULL;

@@ -44,7 +44,7 @@ FLD_ROCM_CANDIDATES := gfx908 gfx90a gfx942 gfx950 gfx1030 gfx1100 gfx1200
 FLD_ROCM_PROBE := $(B)/gen/rocm_archs.mk
 FLD_ROCM_AUTO := $(if $(ROCM_ARCHS),,yes)
 ifeq ($(FLD_ROCM_AUTO),yes)
-ifeq ($(filter clean format deps uninstall,$(MAKECMDGOALS)),)
+ifeq ($(filter clean format lint deps uninstall,$(MAKECMDGOALS)),)
 # Regenerated when hipcc changes (its real path is a prerequisite); make
 # reads it again after writing it.
 -include $(FLD_ROCM_PROBE)

@@ -124,8 +124,11 @@ char *tt_read_file(const char *path, size_t *size)
         n += got;
         if (n == cap) {
             cap *= 2;
-            buf = realloc(buf, cap + 1);
-            ck_assert_ptr_nonnull(buf);
+            char *bigger = realloc(buf, cap + 1);
+            if (bigger == NULL)
+                free(buf);
+            ck_assert_ptr_nonnull(bigger);
+            buf = bigger;
         }
     }
     fclose(f);
