@@ -12,6 +12,7 @@
 #   fuzz      make fuzz, fuzz-smoke, fuzz-run: clang with libFuzzer
 #   valgrind  make check-valgrind
 #   fresh     make check-fresh: debootstrap
+#   lint      make lint: cppcheck
 #   all       every set (what .ci/run installs)
 #
 # Usage: sh .ci/deps.sh [--make] SET...    check (and as root install) SETs
@@ -29,7 +30,8 @@ set_packages() {
     fuzz) echo "clang libclang-rt-14-dev" ;;
     valgrind) echo "valgrind" ;;
     fresh) echo "debootstrap" ;;
-    all) for s in build test rocm fuzz valgrind fresh; do set_packages $s; done ;;
+    lint) echo "cppcheck" ;;
+    all) for s in build test rocm fuzz valgrind fresh lint; do set_packages $s; done ;;
     *) return 1 ;;
     esac
 }
@@ -44,7 +46,7 @@ esac
 pkgs=""
 for s in "$@"; do
     p=$(set_packages "$s") || {
-        echo "fldispatch: deps.sh: unknown package set '$s' (build, test, rocm, fuzz, valgrind, fresh, all)" >&2
+        echo "fldispatch: deps.sh: unknown package set '$s' (build, test, rocm, fuzz, valgrind, fresh, lint, all)" >&2
         exit 2
     }
     for q in $p; do

@@ -7,6 +7,7 @@
  */
 #include <fldispatch/plugin.h>
 
+#include "error.h"
 #include "manager.h"
 #include "ops.h"
 #include "reference.h"
@@ -17,23 +18,29 @@
 
 const struct fld_op_schema fld__catalog[FLD_CAT_COUNT] = {
     [FLD_CAT_SILU_AND_MUL] = {FLD_OP_SILU_AND_MUL, sizeof(fld_silu_and_mul_args),
-                              fld__validate_activation, fld__ref_silu_and_mul, CPU_ALL_DTYPES},
+                              fld__validate_activation, fld__ref_silu_and_mul, CPU_ALL_DTYPES,
+                              FLD_ARGS_ACTIVATION},
     [FLD_CAT_MUL_AND_SILU] = {FLD_OP_MUL_AND_SILU, sizeof(fld_mul_and_silu_args),
-                              fld__validate_activation, fld__ref_mul_and_silu, CPU_ALL_DTYPES},
+                              fld__validate_activation, fld__ref_mul_and_silu, CPU_ALL_DTYPES,
+                              FLD_ARGS_ACTIVATION},
     [FLD_CAT_GELU_AND_MUL] = {FLD_OP_GELU_AND_MUL, sizeof(fld_gelu_and_mul_args),
-                              fld__validate_activation, fld__ref_gelu_and_mul, CPU_ALL_DTYPES},
+                              fld__validate_activation, fld__ref_gelu_and_mul, CPU_ALL_DTYPES,
+                              FLD_ARGS_ACTIVATION},
     [FLD_CAT_GELU_TANH_AND_MUL] = {FLD_OP_GELU_TANH_AND_MUL, sizeof(fld_gelu_tanh_and_mul_args),
                                    fld__validate_activation, fld__ref_gelu_tanh_and_mul,
-                                   CPU_ALL_DTYPES},
+                                   CPU_ALL_DTYPES, FLD_ARGS_ACTIVATION},
     [FLD_CAT_RMS_NORM] = {FLD_OP_RMS_NORM, sizeof(fld_rms_norm_args), fld__validate_rms_norm,
-                          fld__ref_rms_norm, CPU_ALL_DTYPES},
+                          fld__ref_rms_norm, CPU_ALL_DTYPES, FLD_ARGS_RMS_NORM},
     [FLD_CAT_GEMMA_RMS_NORM] = {FLD_OP_GEMMA_RMS_NORM, sizeof(fld_gemma_rms_norm_args),
-                                fld__validate_rms_norm, fld__ref_gemma_rms_norm, CPU_ALL_DTYPES},
+                                fld__validate_rms_norm, fld__ref_gemma_rms_norm, CPU_ALL_DTYPES,
+                                FLD_ARGS_RMS_NORM},
     [FLD_CAT_ROTARY_EMBEDDING] = {FLD_OP_ROTARY_EMBEDDING, sizeof(fld_rotary_embedding_args),
-                                  fld__validate_rotary, fld__ref_rotary_embedding, CPU_ALL_DTYPES},
+                                  fld__validate_rotary, fld__ref_rotary_embedding, CPU_ALL_DTYPES,
+                                  FLD_ARGS_ROTARY_EMBEDDING},
     [FLD_CAT_ATTENTION_BACKEND] = {FLD_OP_ATTENTION_BACKEND, sizeof(fld_attention_backend_args),
                                    fld__validate_attention, fld__ref_attention_backend,
-                                   FLD_DEVICE_MASK_ALL, FLD_DTYPE_MASK_ALL},
+                                   FLD_DEVICE_MASK_ALL, FLD_DTYPE_MASK_ALL,
+                                   FLD_ARGS_ATTENTION_BACKEND},
 };
 
 int fld_silu_and_mul(DLTensor *out, const DLTensor *x)
@@ -86,4 +93,21 @@ int fld_attention_backend(int device_type, bool use_mla, bool use_sparse, const 
 {
     const fld_attention_backend_args args = {device_type, use_mla, use_sparse, name};
     return fld__call_catalog(FLD_CAT_ATTENTION_BACKEND, &args);
+}
+
+int fld_foreach_catalog_op(int (*fn)(const fld_catalog_op_info *op, void *user), void *user)
+{
+    if (!fn)
+        return fld__fail(FLD_EINVAL, "fld_foreach_catalog_op: argument 'fn' is NULL");
+    for (int i = 0; i < FLD_CAT_COUNT; i++) {
+        const fld_catalog_op_info info = {
+            .name = fld__catalog[i].name,
+            .args = fld__catalog[i].args_kind,
+            .args_size = fld__catalog[i].args_size,
+        };
+        int rc = fn(&info, user);
+        if (rc)
+            return rc;
+    }
+    return FLD_OK;
 }

@@ -1,7 +1,7 @@
 /*
  * Configuration files and the assembly of the policy from its layers.
  *
- * Precedence, highest first (CONTRACT §8):
+ * Precedence, highest first (docs/configuration.md):
  *   VLLM_FL_CONFIG file (complete override: every field from the file or the
  *   built-in default; policy environment variables are ignored, with a
  *   WARNING naming each ignored variable) →

@@ -86,6 +86,7 @@ struct fld_op_schema {
     fld_kernel_fn reference;    /* the library's reference.c implementation */
     uint32_t reference_devices; /* FLD_DEVICE_MASK_* the reference serves */
     uint32_t reference_dtypes;  /* FLD_DTYPE_MASK_* */
+    fld_args_kind args_kind;    /* the argument struct (fld_foreach_catalog_op) */
 };
 
 extern const struct fld_op_schema fld__catalog[FLD_CAT_COUNT];

@@ -10,9 +10,9 @@
  * process, skips the ones that crashed, hung or exited, and remembers the
  * verdicts in a cache keyed by the file's identity (docs/doctor.md).
  *
- * The functions marked FLD_TOOL_API are exported from the library for the
- * fldispatch tool only: they are not part of the public API and may change
- * with any release (the tool and the library ship together).
+ * What the tool uses (the probe's result and its functions, marked
+ * FLD_TOOL_API: exported for the tool alone) is declared in
+ * <fldispatch/internal/tool_api.h>; this header adds discovery's use.
  */
 #ifndef FLD_CORE_PROBE_H
 #define FLD_CORE_PROBE_H
@@ -23,123 +23,7 @@
 
 #include <fldispatch/plugin.h>
 
-#define FLD_TOOL_API __attribute__((visibility("default")))
-
-/* How long a probe may take unless told otherwise, in seconds. */
-#define FLD_PROBE_DEFAULT_TIMEOUT 10.0
-#define FLD_PROBE_MAX_TIMEOUT     3600.0
-
-/* Where the child was when it stopped; reported through the pipe. */
-enum fld_probe_stage {
-    FLD_PROBE_STAGE_START,        /* set-up of the child, before dlopen */
-    FLD_PROBE_STAGE_DLOPEN,       /* dlopen: the loader and static constructors */
-    FLD_PROBE_STAGE_DESCRIPTOR,   /* finding and judging the descriptor */
-    FLD_PROBE_STAGE_REGISTER,     /* register_builtins */
-    FLD_PROBE_STAGE_AVAILABILITY, /* impls' and device hooks' is_available */
-    FLD_PROBE_STAGE_DONE          /* verdict sent; the child is exiting */
-};
-
-enum fld_probe_state {
-    FLD_PROBE_OK,          /* loads; at least one impl available (or none registered) */
-    FLD_PROBE_UNAVAILABLE, /* loads, but every impl says it cannot run here */
-    FLD_PROBE_REJECTED,    /* the host would refuse it (file checks, dlopen, descriptor, records) */
-    FLD_PROBE_CRASHED,     /* killed by a signal */
-    FLD_PROBE_HUNG,        /* no verdict within the timeout; its process group was killed */
-    FLD_PROBE_EXITED,      /* the process ended (exit(), _exit()) before its verdict */
-    FLD_PROBE_ERROR        /* the probe itself could not run (fork, pipe, helper) */
-};
-
-struct fld_probe_impl {
-    char *op;
-    char *impl_id;
-    bool available;
-    char *reason; /* "" when available */
-};
-
-struct fld_probe_hook {
-    int device_type;
-    bool available;
-    char *reason;
-};
-
-struct fld_probe_result {
-    enum fld_probe_state state;
-    enum fld_probe_stage stage;
-    int signal;      /* CRASHED: the signal number */
-    int exit_status; /* EXITED: the status given to exit() */
-    double seconds;  /* how long the child ran */
-    /* From the descriptor, once the child read it (have_descriptor). */
-    bool have_descriptor;
-    char name[72];
-    char version[128];
-    unsigned abi_major, abi_minor;
-    bool in_tree;
-    char detail[512]; /* fld_registry_set_detail() text, "" when none */
-    /* Why it was rejected, crashed, hung, exited or could not be probed;
-     * for UNAVAILABLE the first impl's reason. */
-    char reason[1024];
-    struct fld_probe_impl *impls;
-    size_t n_impls;
-    struct fld_probe_hook *hooks;
-    size_t n_hooks;
-};
-
-enum fld_probe_mode {
-    /* fork() and probe in the child: only from a single-threaded process
-     * that has not initialised device runtimes (the fldispatch tool). */
-    FLD_PROBE_FORK,
-    /* posix_spawn() the fldispatch tool as a fresh helper process: safe
-     * from any process (no atfork handlers, no inherited locks or driver
-     * state). Needs helper. */
-    FLD_PROBE_SPAWN
-};
-
-struct fld_probe_options {
-    double timeout; /* seconds, > 0 */
-    enum fld_probe_mode mode;
-    const char *helper; /* SPAWN: absolute path of the fldispatch tool */
-};
-
-/*
- * Probes the plugin file at path. Returns FLD_OK when the probe ran,
- * whatever the verdict (in out->state); otherwise an error with
- * out->state FLD_PROBE_ERROR and the reason in out->reason and
- * fld_last_error(). out must be released with fld__probe_result_free().
- * Does not check the file's permissions (fld__plugin_check_file does).
- */
-FLD_TOOL_API int fld__probe_run(const char *path, const struct fld_probe_options *opt,
-                                struct fld_probe_result *out);
-FLD_TOOL_API void fld__probe_result_free(struct fld_probe_result *r);
-
-/*
- * The child's side: loads path and reports on fd, then _exit()s. The
- * fldispatch tool runs it as the spawned helper ("doctor --probe-child").
- */
-FLD_TOOL_API __attribute__((noreturn)) void fld__probe_child_main(int fd, const char *path);
-
-/* "ok", "unavailable", "rejected", "crashed", "hung", "exited", "error". */
-FLD_TOOL_API const char *fld__probe_state_name(enum fld_probe_state s);
-/* "start", "dlopen", "descriptor", "register_builtins", "availability", "done". */
-FLD_TOOL_API const char *fld__probe_stage_name(enum fld_probe_stage s);
-/* "SIGSEGV", ...; "SIG<n>" in buf for others. */
-FLD_TOOL_API const char *fld__probe_signal_name(int sig, char *buf, size_t size);
-/* One line: "crashed with SIGSEGV (signal 11) during register_builtins", ... */
-FLD_TOOL_API void fld__probe_describe(const struct fld_probe_result *r, char *buf, size_t size);
-
-/*
- * The plugin files discovery would consider, in its order (each directory of
- * the search path sorted by name, then VLLM_FL_PLUGIN_MODULES), each file
- * once, without loading anything. *search_path receives the ':'-joined
- * search path. Free both with fld__plugin_candidates_free(). FLD_ENOMEM.
- */
-FLD_TOOL_API int fld__plugin_candidates(char ***paths, size_t *n, char **search_path);
-FLD_TOOL_API void fld__plugin_candidates_free(char **paths, size_t n, char *search_path);
-
-/*
- * The permission and owner checks the host applies before it maps a plugin
- * file (and its directory). false with the reason in why.
- */
-FLD_TOOL_API bool fld__plugin_check_file(const char *path, struct stat *st, char *why, size_t size);
+#include <fldispatch/internal/tool_api.h>
 
 /* ---- discovery's use (host lock held; not exported) ------------------------ */
 

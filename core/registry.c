@@ -208,11 +208,11 @@ int fld_registry_set_detail(fld_registry *reg, const char *fmt, ...)
 
 int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hooks)
 {
-    /* The ABI 1.1 record ends with synchronize; newer plugins may pass more. */
-    const size_t min_size = offsetof(fld_device_hooks, synchronize) + sizeof hooks->synchronize;
     if (!reg || !hooks)
         return fld__fail(FLD_EINVAL, "fld_registry_set_device_hooks: argument '%s' is NULL",
                          reg ? "hooks" : "reg");
+    /* The ABI 1.1 record ends with synchronize; newer plugins may pass more. */
+    const size_t min_size = offsetof(fld_device_hooks, synchronize) + sizeof hooks->synchronize;
     const char *plugin = reg->plugin ? reg->plugin->name : "?";
     if (hooks->struct_size < min_size)
         return record_error(reg, FLD_EINVAL,

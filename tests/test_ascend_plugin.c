@@ -21,9 +21,10 @@
 
 #include <fldispatch/plugin.h>
 
+#include "../tools/host_tensor.h"
 #include "fake_acl/fake_acl.h"
 #include "util/env.h"
-#include "util/tensor.h"
+#include "util/harness.h"
 
 static char fake_home[1024];
 
@@ -36,9 +37,7 @@ static void base_env(const char *home)
     unsetenv("FAKE_ACL_WORKSPACE");
     unsetenv("FAKE_ACL_LOG");
     setenv("VLLM_FL_PLATFORM", "cpu", 1);
-    const char *bd = getenv("FLD_BUILDDIR");
-    ck_assert_msg(bd != NULL, "FLD_BUILDDIR is not set");
-    snprintf(fake_home, sizeof fake_home, "%s/tests/fake_acl", bd);
+    snprintf(fake_home, sizeof fake_home, "%s/tests/fake_acl", tt_build_dir());
     setenv("ASCEND_HOME_PATH", home ? home : fake_home, 1);
 }
 
@@ -1121,9 +1120,5 @@ static Suite *ascend_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(ascend_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(ascend_suite());
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/harness.h"
 #include "util/schema.h"
 #include "util/tool.h"
 
@@ -28,7 +29,7 @@ static const char *fakedev_env(void)
 {
     static char entry[4096];
     snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/fakedev/fld-fakedev.so",
-             tool_builddir());
+             tt_build_dir());
     ck_assert_msg(access(entry + strlen("VLLM_FL_PLUGIN_MODULES="), R_OK) == 0,
                   "%s is not built (make tests)", entry + strlen("VLLM_FL_PLUGIN_MODULES="));
     return entry;
@@ -685,9 +686,5 @@ static Suite *bench_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(bench_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tt_run_suite(bench_suite());
 }

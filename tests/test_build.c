@@ -31,6 +31,7 @@
 
 #include "util/build.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 #define CLIP "%.3000s"
 
@@ -274,6 +275,12 @@ START_TEST(test_install_layout)
     snprintf(path, sizeof path, "%s/template.c", example);
     ck_assert_msg(exists(path), "%s not installed", path);
 
+    /* The public headers; not the tool's internal interface (include/fldispatch/internal/). */
+    snprintf(path, sizeof path, "%s/usr/include/fldispatch/plugin.h", dest);
+    ck_assert_msg(exists(path), "%s not installed", path);
+    snprintf(path, sizeof path, "%s/usr/include/fldispatch/internal", dest);
+    ck_assert_msg(!exists(path), "%s installed: it is not a public header", path);
+
     /* fldispatch.pc: the libraries it needs by their own .pc files. */
     snprintf(pcpath, sizeof pcpath, "%s%s/pkgconfig", dest, libdir);
     snprintf(path, sizeof path, "%s/fldispatch.pc", pcpath);
@@ -452,6 +459,7 @@ START_TEST(test_missing_packages_one_line)
         {"check-valgrind", "build test valgrind"},
         {"fuzz-smoke", "build fuzz"},
         {"check-fresh", "fresh"},
+        {"lint", "lint"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int status = tt_sh_status(log, "PATH='%s':\"$PATH\" %s %s >'%s/out' 2>&1", bin,
@@ -480,7 +488,7 @@ START_TEST(test_readme_lists_package_sets)
 {
     const char *tmp = tmpdir();
     char *readme = read_text(tt_src_dir(), "README.md");
-    const char *sets[] = {"build", "test", "rocm", "fuzz", "valgrind", "fresh"};
+    const char *sets[] = {"build", "test", "rocm", "fuzz", "valgrind", "fresh", "lint"};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
         char *pkgs = set_packages(tmp, sets[i]);
         char want[512];
@@ -542,10 +550,5 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--which-library") == 0)
         return which_library();
-    if (getenv("FLD_SRCDIR") == NULL || getenv("FLD_SRCDIR")[0] != '/') {
-        fprintf(stderr,
-                "test_build: FLD_SRCDIR is not set to an absolute path; run `make check`\n");
-        return EXIT_FAILURE;
-    }
-    return tt_run_suite_with_build_dir("test_build", build_suite());
+    return tt_run_suite_with_src_and_build_dir("test_build", build_suite());
 }

@@ -13,6 +13,7 @@
 #include <fldispatch/fldispatch.h>
 
 #include "util/files.h"
+#include "util/harness.h"
 #include "util/schema.h"
 #include "util/tool.h"
 
@@ -984,7 +985,7 @@ static const char *fakedev_env(void)
 {
     static char entry[4200];
     snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/fakedev/fld-fakedev.so",
-             tool_builddir());
+             tt_build_dir());
     return entry;
 }
 
@@ -1192,9 +1193,5 @@ static Suite *cli_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(cli_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tt_run_suite(cli_suite());
 }

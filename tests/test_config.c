@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "util/env.h"
+#include "util/harness.h"
 #include <fldispatch/plugin.h>
 
 #define DEFAULT_DESCRIPTION "prefer=flagos;strict=0"
@@ -935,8 +936,7 @@ static char fake_prefix[PATH_MAX];
 /* <tmp>/prefix/lib/libfldispatch.so.0 (a copy) and <tmp>/prefix/share/fldispatch/config/. */
 static void make_fake_install(const char *cpu_yaml)
 {
-    const char *builddir = getenv("FLD_BUILDDIR");
-    ck_assert_msg(builddir && *builddir, "FLD_BUILDDIR is not set (run through make check)");
+    const char *builddir = tt_build_dir();
     char src[PATH_MAX], dst[PATH_MAX + 64];
     snprintf(fake_prefix, sizeof fake_prefix, "%s/prefix", tmp_dir);
     snprintf(dst, sizeof dst, "mkdir -p '%s/lib' '%s/share/fldispatch/config'", fake_prefix,
@@ -1077,7 +1077,7 @@ static const char every_field_yaml[] = "# a platform file with every key\n"
 static void use_build_plugins(void)
 {
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/lib/fldispatch/plugins", getenv("FLD_BUILDDIR"));
+    snprintf(dir, sizeof dir, "%s/lib/fldispatch/plugins", tt_build_dir());
     setenv("VLLM_FL_PLUGIN_DIR", dir, 1);
 }
 
@@ -1526,9 +1526,5 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--dump-config") == 0)
         return run_dump_config();
-    SRunner *sr = srunner_create(config_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tt_run_suite(config_suite());
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "util/env.h"
+#include "util/harness.h"
 #include <fldispatch/fldispatch.h>
 
 /* Sanitizer allocators copy on every realloc(), which makes the YAML reader's
@@ -33,9 +34,9 @@
 #endif
 #endif
 #ifdef SANITIZED
-#define N_BIG 5000
+#define N_BIG 5000u
 #else
-#define N_BIG 20000
+#define N_BIG 20000u
 #endif
 /* Generous for a loaded CI machine: each load takes a few tens of milliseconds. */
 #define MAX_SECONDS 2.0
@@ -493,9 +494,5 @@ static Suite *scale_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(scale_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tt_run_suite(scale_suite());
 }

@@ -28,8 +28,9 @@
 
 #include <fldispatch/plugin.h>
 
+#include "../tools/host_tensor.h"
 #include "util/env.h"
-#include "util/tensor.h"
+#include "util/harness.h"
 
 /* The choice logic itself (static data and two functions, no dependencies). */
 #include "../plugins/cpu/isa.c"
@@ -1002,9 +1003,5 @@ static Suite *cpu_plugin_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(cpu_plugin_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tt_run_suite(cpu_plugin_suite());
 }

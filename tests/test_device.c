@@ -18,8 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "util/env.h"
-#include "util/tensor.h"
+#include "../tools/host_tensor.h"
+#include "util/harness.h"
 #include <fldispatch/plugin.h>
 
 #define ck_assert_contains(hay, needle)                                                            \
@@ -586,18 +586,5 @@ static Suite *device_suite(void)
 
 int main(void)
 {
-    char dir[] = "/tmp/fld-test-device-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 2;
-    }
-    tt_clear_fld_environment();
-    setenv("VLLM_FL_PLUGIN_DIR", dir, 1);
-    setenv("VLLM_FL_PLATFORM", "cpu", 1);
-    SRunner *sr = srunner_create(device_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rmdir(dir);
-    return failed ? 1 : 0;
+    return tt_run_suite_without_plugins("test_device", device_suite());
 }

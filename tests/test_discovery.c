@@ -25,6 +25,7 @@
 
 #include "util/build.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
 typedef struct good_echo_args {
@@ -43,14 +44,6 @@ static const char *const all_fixtures[] = {
 /* ------------------------------------------------------------------------ */
 /* Environment and files                                                    */
 /* ------------------------------------------------------------------------ */
-
-static const char *src_dir(void)
-{
-    const char *v = getenv("FLD_SRCDIR");
-    ck_assert_msg(v != NULL && v[0] == '/',
-                  "FLD_SRCDIR must name the absolute source directory (make check sets it)");
-    return v;
-}
 
 static void use_plugin_dirs(const char *dirs)
 {
@@ -1106,7 +1099,7 @@ static void expect_file(const char *root, const char *rel)
 
 START_TEST(test_install_pkg_config_oot)
 {
-    const char *src = src_dir();
+    const char *src = tt_src_dir();
     const char *tmp = tt_make_tmpdir("disc");
 
     /* Install with the directories the build was configured with: others
@@ -1216,20 +1209,5 @@ static Suite *discovery_suite(void)
 
 int main(void)
 {
-    const char *vars[] = {"FLD_SRCDIR", "FLD_BUILDDIR"};
-    for (size_t i = 0; i < 2; i++) {
-        const char *v = getenv(vars[i]);
-        if (v == NULL || v[0] != '/') {
-            fprintf(stderr,
-                    "test_discovery: %s is not set to an absolute path; run `make check` or set "
-                    "FLD_SRCDIR and FLD_BUILDDIR\n",
-                    vars[i]);
-            return EXIT_FAILURE;
-        }
-    }
-    SRunner *sr = srunner_create(discovery_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tt_run_suite_with_src_and_build_dir("test_discovery", discovery_suite());
 }

@@ -28,6 +28,7 @@
 
 #include "util/env.h"
 #include "util/files.h"
+#include "util/harness.h"
 #include "util/schema.h"
 #include "util/tool.h"
 
@@ -896,9 +897,5 @@ int main(void)
     /* probe_by_fork_without_the_helper: a probe child that ran this
      * process's exit handlers would remove the test's directories. */
     tt_tmpdirs_removed_by_children();
-    SRunner *sr = srunner_create(doctor_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tt_run_suite(doctor_suite());
 }

@@ -16,7 +16,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/env.h"
+#include "util/harness.h"
 
 struct null_case {
     const char *call;     /* as written in the test, for messages */
@@ -111,6 +111,10 @@ static int c_foreach_plugin(void)
 static int c_foreach_impl(void)
 {
     return fld_foreach_impl(NULL, NULL);
+}
+static int c_foreach_catalog_op(void)
+{
+    return fld_foreach_catalog_op(NULL, NULL);
 }
 static int c_load_plugin(void)
 {
@@ -214,6 +218,7 @@ static const struct null_case cases[] = {
     CASE(c_platform, FLD_EINVAL, "fld_platform", "out"),
     CASE(c_foreach_plugin, FLD_EINVAL, "fld_foreach_plugin", "fn"),
     CASE(c_foreach_impl, FLD_EINVAL, "fld_foreach_impl", "fn"),
+    CASE(c_foreach_catalog_op, FLD_EINVAL, "fld_foreach_catalog_op", "fn"),
     CASE(c_load_plugin, FLD_EINVAL, "fld_load_plugin", "path"),
     CASE(c_register_plugin, FLD_EINVAL, "fld_register_plugin", "desc"),
     CASE(c_device_alloc, FLD_EINVAL, "fld_device_alloc", "ptr"),
@@ -270,6 +275,44 @@ START_TEST(register_plugin_null_leaves_no_record)
 }
 END_TEST
 
+/* The functions fldispatch.h and plugin.h mark "No init" work where fld_init() refuses. */
+START_TEST(no_init_functions_work_under_a_refused_configuration)
+{
+    ck_assert_int_eq(setenv("VLLM_FL_PREFER", "fastest", 1), 0);
+    fld_set_error("%s", "(before)");
+    ck_assert_str_eq(fld_version(), FLD_VERSION_STRING);
+    ck_assert_str_eq(fld_strerror(FLD_EINVAL), "invalid argument");
+    ck_assert_str_eq(fld_device_name(FLD_DEVICE_ROCM), "rocm");
+    int dev = 0;
+    ck_assert_int_eq(fld_device_from_name("nvidia", &dev), FLD_OK);
+    ck_assert_int_eq(dev, FLD_DEVICE_CUDA);
+    ck_assert_str_eq(fld_dtype_name(FLD_DTYPE_BF16), "bf16");
+    DLDataType dt;
+    ck_assert_int_eq(fld_dtype_from_name("float16", &dt), FLD_OK);
+    fld_log_set_level(FLD_LOG_ERROR);
+    ck_assert_int_eq(fld_log_get_level(), FLD_LOG_ERROR);
+    fld_log(FLD_LOG_DEBUG, "%s", "not shown");
+    int stream = 0;
+    ck_assert_int_eq(fld_set_stream(FLD_DEVICE_CUDA, &stream), FLD_OK);
+    ck_assert_ptr_eq(fld_get_stream(FLD_DEVICE_CUDA), &stream);
+    fld_resolution_free(NULL);
+    int64_t shape[2] = {2, 3};
+    float data[6];
+    DLTensor t = {
+        .data = data, .device = {kDLCPU, 0}, .ndim = 2, .dtype = FLD_DTYPE_F32, .shape = shape};
+    fld_rows rows;
+    fld_tensor_rows(&t, &rows);
+    ck_assert_int_eq(rows.rows, 2);
+    ck_assert_int_eq(rows.width, 3);
+    /* none of them tried to initialise: the refusal is still to come */
+    ck_assert_str_eq(fld_last_error(), "(before)");
+    ck_assert_int_eq(fld_init(), FLD_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(fld_last_error(), "VLLM_FL_PREFER"));
+    /* and after it, the thread's stream is still its own */
+    ck_assert_ptr_eq(fld_get_stream(FLD_DEVICE_CUDA), &stream);
+}
+END_TEST
+
 static Suite *error_suite(void)
 {
     Suite *s = suite_create("error");
@@ -277,24 +320,12 @@ static Suite *error_suite(void)
     tcase_add_loop_test(tc, null_argument_names_function_and_argument, 0,
                         (int)(sizeof cases / sizeof cases[0]));
     tcase_add_test(tc, register_plugin_null_leaves_no_record);
+    tcase_add_test(tc, no_init_functions_work_under_a_refused_configuration);
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    char dir[] = "/tmp/fld-test-error-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 2;
-    }
-    tt_clear_fld_environment();
-    setenv("VLLM_FL_PLUGIN_DIR", dir, 1);
-    setenv("VLLM_FL_PLATFORM", "cpu", 1);
-    SRunner *sr = srunner_create(error_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rmdir(dir);
-    return failed ? 1 : 0;
+    return tt_run_suite_without_plugins("test_error", error_suite());
 }

@@ -21,6 +21,7 @@
 
 #include "util/env.h"
 #include "util/files.h"
+#include "util/harness.h"
 #include "util/tool.h"
 
 /* ---- an independent checker ------------------------------------------------- */

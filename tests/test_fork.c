@@ -32,7 +32,9 @@
 #include <fldispatch/plugin.h>
 
 #include "stress/stress_fixture.h"
+#include "util/catalog_args.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
 typedef struct good_echo_args {
@@ -553,10 +555,12 @@ static void setup_stress_fixtures(void)
     ck_assert_int_eq(setenv("VLLM_FL_PLATFORM", "cpu", 1), 0);
 }
 
-static const char *const catalog_ops[STRESS_N_OPS] = {
-    FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
-    FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING, FLD_OP_ATTENTION_BACKEND,
-};
+/* STRESS_OP_* are the catalog order of util/catalog_args.h. */
+_Static_assert((int)STRESS_N_OPS == (int)TT_CAT_N_OPS &&
+                   (int)STRESS_OP_RMS == (int)TT_CAT_RMS_NORM &&
+                   (int)STRESS_OP_ROTARY == (int)TT_CAT_ROTARY_EMBEDDING &&
+                   (int)STRESS_OP_ATTN == (int)TT_CAT_ATTENTION_BACKEND,
+               "STRESS_OP_* follow the catalog order");
 static const char *const stress_impl_ids[STRESS_N_IMPLS] = {
     "reference.c", "vendor.alpha", "vendor.beta", "default.stress", "vendor.gamma",
 };
@@ -585,104 +589,48 @@ static const char *every_op_served_by(int impl)
  * (valgrind would call it lost). */
 static const char *ops_served_by(int impl, bool resolve)
 {
-    enum { R = 2, HALF = 8, W = 16, HS = 8 };
-    float ax[R][2 * HALF], aout[R][HALF], nx[R][W], nw[W], nout[R][W], q[R][2 * HS], k[R][HS];
-    float cache[4][HS];
-    int64_t pos[R] = {1, 3};
-    int64_t s_ax[2] = {R, 2 * HALF}, s_aout[2] = {R, HALF}, s_n[2] = {R, W}, s_w[1] = {W};
-    int64_t s_q[2] = {R, 2 * HS}, s_k[2] = {R, HS}, s_c[2] = {4, HS}, s_p[1] = {R};
-    for (int r = 0; r < R; r++) {
-        for (int i = 0; i < 2 * HALF; i++)
-            ax[r][i] = 0.1f * (float)(i - HALF + r);
-        for (int i = 0; i < W; i++)
-            nx[r][i] = 0.05f * (float)(i - r - 3);
-    }
-    for (int i = 0; i < W; i++)
-        nw[i] = 1.0f + 0.01f * (float)i;
-    for (int p = 0; p < 4; p++)
-        for (int i = 0; i < HS; i++)
-            cache[p][i] = 0.6f - 0.05f * (float)(p + i);
-    DLTensor t_ax = {
-        .data = ax, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1}, .shape = s_ax};
-    DLTensor t_aout = t_ax, t_nx = t_ax, t_nw = t_ax, t_nout = t_ax, t_q = t_ax, t_k = t_ax,
-             t_c = t_ax;
-    t_aout.data = aout, t_aout.shape = s_aout;
-    t_nx.data = nx, t_nx.shape = s_n;
-    t_nw.data = nw, t_nw.shape = s_w, t_nw.ndim = 1;
-    t_nout.data = nout, t_nout.shape = s_n;
-    t_q.data = q, t_q.shape = s_q;
-    t_k.data = k, t_k.shape = s_k;
-    t_c.data = cache, t_c.shape = s_c;
-    DLTensor t_pos = {
-        .data = pos, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLInt, 64, 1}, .shape = s_p};
+    struct tt_catalog_args a; /* on the stack: nothing allocated */
+    tt_catalog_args_init(&a, 3);
     const float mark = (float)(STRESS_MARK_BASE + impl);
     for (int op = 0; op < STRESS_N_OPS; op++) {
         const char *id = stress_impl_ids[impl];
-        int rc =
-            resolve ? fld_resolve(catalog_ops[op], FLD_DEVICE_CPU, FLD_DTYPE_F32, &id) : FLD_OK;
+        int rc = resolve ? fld_resolve(tt_catalog_op_names[op], FLD_DEVICE_CPU, FLD_DTYPE_F32, &id)
+                         : FLD_OK;
         if (rc != FLD_OK)
-            return fail_with("fld_resolve(%s): %s: %s", catalog_ops[op], fld_strerror(rc),
+            return fail_with("fld_resolve(%s): %s: %s", tt_catalog_op_names[op], fld_strerror(rc),
                              fld_last_error());
         if (strcmp(id, stress_impl_ids[impl]) != 0)
-            return fail_with("%s resolves to %s, expected %s", catalog_ops[op], id,
+            return fail_with("%s resolves to %s, expected %s", tt_catalog_op_names[op], id,
                              stress_impl_ids[impl]);
-        memset(aout, 0, sizeof aout);
-        memset(nout, 0, sizeof nout);
-        for (int r = 0; r < R; r++)
-            for (int i = 0; i < 2 * HS; i++) {
-                q[r][i] = 0.25f * (float)(i % 5) + 0.5f;
-                k[r][i % HS] = 0.5f - 0.1f * (float)(i % 3);
-            }
-        const char *attn = NULL;
+        tt_catalog_args_reset(&a);
+        rc = tt_catalog_call(&a, op, TT_CALL_TYPED, NULL);
+        const char *attn = a.attn;
         bool marked;
-        switch (op) {
-        case STRESS_OP_SILU:
-            rc = fld_silu_and_mul(&t_aout, &t_ax);
-            break;
-        case STRESS_OP_MUL_SILU:
-            rc = fld_mul_and_silu(&t_aout, &t_ax);
-            break;
-        case STRESS_OP_GELU:
-            rc = fld_gelu_and_mul(&t_aout, &t_ax);
-            break;
-        case STRESS_OP_GELU_TANH:
-            rc = fld_gelu_tanh_and_mul(&t_aout, &t_ax);
-            break;
-        case STRESS_OP_RMS:
-            rc = fld_rms_norm(&t_nout, &t_nx, &t_nw, NULL, 1e-6f);
-            break;
-        case STRESS_OP_GEMMA:
-            rc = fld_gemma_rms_norm(&t_nout, &t_nx, &t_nw, NULL, 1e-6f);
-            break;
-        case STRESS_OP_ROTARY:
-            rc = fld_rotary_embedding(&t_pos, &t_q, &t_k, HS, &t_c, true);
-            break;
-        default:
-            rc = fld_attention_backend(FLD_DEVICE_CPU, false, false, &attn);
-        }
         if (rc != FLD_OK)
-            return fail_with("%s: %s: %s", catalog_ops[op], fld_strerror(rc), fld_last_error());
+            return fail_with("%s: %s: %s", tt_catalog_op_names[op], fld_strerror(rc),
+                             fld_last_error());
         if (op <= STRESS_OP_GELU_TANH)
-            marked = all_equal(&aout[0][0], sizeof aout / sizeof(float), mark);
+            marked = all_equal(&a.aout[0][0], sizeof a.aout / sizeof(float), mark);
         else if (op <= STRESS_OP_GEMMA)
-            marked = all_equal(&nout[0][0], sizeof nout / sizeof(float), mark);
+            marked = all_equal(&a.nout[0][0], sizeof a.nout / sizeof(float), mark);
         else if (op == STRESS_OP_ROTARY)
-            marked = all_equal(&q[0][0], sizeof q / sizeof(float), mark) &&
-                     all_equal(&k[0][0], sizeof k / sizeof(float), mark);
+            marked = all_equal(&a.q[0][0], sizeof a.q / sizeof(float), mark) &&
+                     all_equal(&a.k[0][0], sizeof a.k / sizeof(float), mark);
         else
             marked = attn != NULL && strncmp(attn, "STRESS_", 7) == 0 && attn[7] - '0' == impl &&
                      attn[8] == '\0';
         if (impl == STRESS_IMPL_REF) {
-            float first = op <= STRESS_OP_GELU_TANH ? aout[0][0]
-                          : op <= STRESS_OP_GEMMA   ? nout[0][0]
-                                                    : q[0][0];
+            float first = op <= STRESS_OP_GELU_TANH ? a.aout[0][0]
+                          : op <= STRESS_OP_GEMMA   ? a.nout[0][0]
+                                                    : a.q[0][0];
             bool any_mark = op == STRESS_OP_ATTN ? attn == NULL || strncmp(attn, "STRESS_", 7) == 0
                                                  : first > STRESS_MARK_BASE + 0.5f &&
                                                        first < STRESS_MARK_BASE + 9.5f;
             if (any_mark)
-                return fail_with("%s was not served by reference.c", catalog_ops[op]);
+                return fail_with("%s was not served by reference.c", tt_catalog_op_names[op]);
         } else if (!marked) {
-            return fail_with("%s was not served by %s", catalog_ops[op], stress_impl_ids[impl]);
+            return fail_with("%s was not served by %s", tt_catalog_op_names[op],
+                             stress_impl_ids[impl]);
         }
     }
     return NULL;

@@ -1,6 +1,6 @@
 /*
  * The GPU plugins (plugins/cuda: fld-cuda.so; plugins/rocm: fld-rocm.so and
- * libfld-rocm-hip.so) and their shared glue (plugins/cuda/gpu_plugin.c).
+ * libfld-rocm-hip.so) and their shared glue (plugins/shared/gpu/gpu_plugin.c).
  *
  * Part 1, the real plugins from $FLD_BUILDDIR/lib/fldispatch/plugins, as
  * they behave on a machine without the device (CI): they load with status
@@ -41,11 +41,12 @@
 
 #include <fldispatch/plugin.h>
 
-#include "../plugins/cuda/gpu_api.h"
+#include "../tools/host_tensor.h"
+#include "../plugins/shared/gpu/gpu_api.h"
 #include "gpuplug/fakecuda.h"
 #include "util/env.h"
 #include "util/files.h"
-#include "util/tensor.h"
+#include "util/harness.h"
 #include "util/tool.h"
 
 /* ------------------------------------------------------------------------ */
@@ -62,8 +63,7 @@ static const DLDataType dtypes[] = {FLD_DTYPE_F32, FLD_DTYPE_F16, FLD_DTYPE_BF16
 
 static char *path_in_build(const char *rel)
 {
-    const char *b = getenv("FLD_BUILDDIR");
-    ck_assert_msg(b && *b, "FLD_BUILDDIR is not set (run through make check)");
+    const char *b = tt_build_dir();
     size_t n = strlen(b) + strlen(rel) + 2;
     char *p = malloc(n);
     ck_assert_ptr_nonnull(p);
@@ -1334,8 +1334,7 @@ END_TEST
 /* make check-gpu's program says it skipped, and succeeds, where there is no CUDA device. */
 START_TEST(test_check_gpu_skips_without_device)
 {
-    const char *src = getenv("FLD_SRCDIR");
-    ck_assert_msg(src && *src, "FLD_SRCDIR is not set (run through make check)");
+    const char *src = tt_src_dir();
     if (system("command -v python3 >/dev/null 2>&1") != 0) {
         fprintf(stderr, "test_check_gpu_skips_without_device: SKIPPED: no python3\n");
         return;
@@ -1401,9 +1400,5 @@ static Suite *gpu_plugins_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(gpu_plugins_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tt_run_suite(gpu_plugins_suite());
 }

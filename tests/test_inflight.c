@@ -22,10 +22,11 @@
 
 #include <fldispatch/plugin.h>
 
+#include "../tools/host_tensor.h"
 #include "stress/stress_fixture.h"
 #include "util/env.h"
 #include "util/files.h"
-#include "util/tensor.h"
+#include "util/harness.h"
 
 #define ck_assert_contains(hay, needle)                                                            \
     do {                                                                                           \

@@ -17,6 +17,7 @@
 
 #include "../tools/json.c"
 #include "util/files.h"
+#include "util/harness.h"
 #include "util/schema.h"
 #include "util/tool.h"
 
@@ -181,7 +182,7 @@ static const char *plugin_dir_not_utf8(void)
 /* out has no byte of invalid UTF-8 left and replaced some; it validates against schema. */
 static void assert_replaced_and_valid(const struct tool_run *r, const char *schema)
 {
-    ck_assert_msg(!strchr(r->out, '\xff'), "a raw 0xff byte in:\n" CLIP, r->out);
+    ck_assert_msg(!strchr(r->out, 0xff), "a raw 0xff byte in:\n" CLIP, r->out);
     ck_assert_msg(strstr(r->out, "\\ufffd"), "nothing replaced in:\n" CLIP, r->out);
     tt_assert_schema(r->out, schema);
 }
@@ -258,7 +259,7 @@ START_TEST(resolve_with_invalid_utf8)
     /* The good fixture's op; the policy summary and reasons stay valid. */
     tool_run(&r, ENV(dir_env, "VLLM_FL_LOG_LEVEL=ERROR"), ARGS("resolve", "rms_norm", "--json"));
     assert_status(r, 0);
-    ck_assert(!strchr(r.out, '\xff'));
+    ck_assert(!strchr(r.out, 0xff));
     tt_assert_schema(r.out, "resolve");
     tool_run_free(&r);
 }

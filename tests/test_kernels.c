@@ -2,7 +2,8 @@
  * Numerics of the catalog kernels: every CPU implementation registered for
  * an op (the library's reference.c and whatever plugins the build tree
  * loads, e.g. vendor.cpu) against a double-precision computation written
- * here, at vLLM's test shapes and tolerances (kernels.md §2).
+ * here, at vLLM's kernel-test shapes and tolerances (the tolerances are
+ * those of `fldispatch verify --help`).
  *
  * Each implementation is pinned with a scoped per-op order "op=impl:<id>"
  * plus strict mode, so the call can only run that implementation and its
@@ -30,7 +31,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/tensor.h"
+#include "../tools/host_tensor.h"
 
 /* ------------------------------------------------------------------------ */
 /* Implementations under test                                               */

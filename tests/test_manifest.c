@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <fldispatch/fldispatch.h>
+#include "util/harness.h"
 
 extern char **environ;
 
@@ -117,8 +118,7 @@ static int count_of(const char *text, const char *needle)
  * status, with stderr in err (may be NULL). */
 static int run_tool(const char *const *args, const char *extra_env, char *err, size_t err_size)
 {
-    const char *builddir = getenv("FLD_BUILDDIR");
-    ck_assert_msg(builddir != NULL, "FLD_BUILDDIR is not set (run through make check)");
+    const char *builddir = tt_build_dir();
     char tool[4096];
     snprintf(tool, sizeof tool, "%s/bin/fldispatch", builddir);
     ck_assert_msg(access(tool, X_OK) == 0, "%s is not built", tool);
@@ -555,7 +555,7 @@ START_TEST(freeze_device_option)
 
     /* The "cuda" device of tests/fakedev (host memory), for the tool and for this process. */
     char modules[4096];
-    snprintf(modules, sizeof modules, "%s/tests/fakedev/fld-fakedev.so", getenv("FLD_BUILDDIR"));
+    snprintf(modules, sizeof modules, "%s/tests/fakedev/fld-fakedev.so", tt_build_dir());
     setenv("VLLM_FL_PLUGIN_MODULES", modules, 1);
     st = run_tool((const char *const[]){"freeze", "--device", "cuda", "--output", path, NULL}, NULL,
                   err, sizeof err);
@@ -681,9 +681,5 @@ static Suite *manifest_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(manifest_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tt_run_suite(manifest_suite());
 }

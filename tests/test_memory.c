@@ -34,8 +34,10 @@
 #include <fldispatch/plugin.h>
 
 #include "stress/stress_fixture.h"
+#include "util/catalog_args.h"
 #include "util/env.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 /* ThreadSanitizer makes each call some 20 times slower; the growth check
  * needs no threads, so a shorter run keeps the program fast there. */
@@ -132,135 +134,40 @@ static void setup_environment(void)
 /* The call mix                                                             */
 /* ------------------------------------------------------------------------ */
 
-enum { ROWS = 2, HALF = 8, WIDTH = 16, HS = 8, HQ = 2, HK = 1, MAXPOS = 4 };
-
-static const char *const op_names[STRESS_N_OPS] = {
-    FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
-    FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING, FLD_OP_ATTENTION_BACKEND,
-};
+/* STRESS_OP_* are the catalog order of util/catalog_args.h. */
+_Static_assert((int)STRESS_N_OPS == (int)TT_CAT_N_OPS &&
+                   (int)STRESS_OP_RMS == (int)TT_CAT_RMS_NORM &&
+                   (int)STRESS_OP_ROTARY == (int)TT_CAT_ROTARY_EMBEDDING &&
+                   (int)STRESS_OP_ATTN == (int)TT_CAT_ATTENTION_BACKEND,
+               "STRESS_OP_* follow the catalog order");
 
 typedef struct good_echo_args {
     int value;
 } good_echo_args;
 
 struct mix {
-    float ax[ROWS][2 * HALF], aout[ROWS][HALF];
-    float nx[ROWS][WIDTH], nw[WIDTH], nout[ROWS][WIDTH], nres[ROWS][WIDTH];
-    int64_t pos[ROWS];
-    float q[ROWS][HQ * HS], k[ROWS][HK * HS], cache[MAXPOS][HS];
-    const char *attn;
-    int64_t s_ax[2], s_aout[2], s_n[2], s_w[1], s_pos[1], s_q[2], s_k[2], s_cache[2];
-    DLTensor t_ax, t_aout, t_nx, t_nw, t_nout, t_nres, t_pos, t_q, t_k, t_cache;
-    fld_activation_args act;
-    fld_rms_norm_args rms, gemma;
-    fld_rotary_embedding_args rope;
-    fld_attention_backend_args attn_args;
+    struct tt_catalog_args a; /* the catalog calls (util/catalog_args.h) */
     fld_op handles[STRESS_N_OPS];
     fld_op echo;
     long calls, failures_expected, pushes, clears;
     int depth;
 };
 
-static DLTensor f32_tensor(void *data, int ndim, int64_t *shape)
-{
-    return (DLTensor){.data = data,
-                      .device = {kDLCPU, 0},
-                      .ndim = ndim,
-                      .dtype = {kDLFloat, 32, 1},
-                      .shape = shape};
-}
-
 static void mix_init(struct mix *m)
 {
     memset(m, 0, sizeof *m);
-    for (int r = 0; r < ROWS; r++) {
-        for (int i = 0; i < 2 * HALF; i++)
-            m->ax[r][i] = 0.1f * (float)(i - HALF) + 0.05f * (float)r;
-        for (int i = 0; i < WIDTH; i++)
-            m->nx[r][i] = 0.07f * (float)(i - WIDTH / 2) - 0.02f * (float)r;
-        m->pos[r] = r + 1;
-    }
-    for (int i = 0; i < WIDTH; i++)
-        m->nw[i] = 1.0f + 0.01f * (float)i;
-    for (int p = 0; p < MAXPOS; p++)
-        for (int i = 0; i < HS; i++)
-            m->cache[p][i] = 0.5f + 0.01f * (float)(p * HS + i);
-    m->s_ax[0] = ROWS, m->s_ax[1] = 2 * HALF;
-    m->s_aout[0] = ROWS, m->s_aout[1] = HALF;
-    m->s_n[0] = ROWS, m->s_n[1] = WIDTH;
-    m->s_w[0] = WIDTH;
-    m->s_pos[0] = ROWS;
-    m->s_q[0] = ROWS, m->s_q[1] = HQ * HS;
-    m->s_k[0] = ROWS, m->s_k[1] = HK * HS;
-    m->s_cache[0] = MAXPOS, m->s_cache[1] = HS;
-    m->t_ax = f32_tensor(m->ax, 2, m->s_ax);
-    m->t_aout = f32_tensor(m->aout, 2, m->s_aout);
-    m->t_nx = f32_tensor(m->nx, 2, m->s_n);
-    m->t_nw = f32_tensor(m->nw, 1, m->s_w);
-    m->t_nout = f32_tensor(m->nout, 2, m->s_n);
-    m->t_nres = f32_tensor(m->nres, 2, m->s_n);
-    m->t_pos = (DLTensor){.data = m->pos,
-                          .device = {kDLCPU, 0},
-                          .ndim = 1,
-                          .dtype = {kDLInt, 64, 1},
-                          .shape = m->s_pos};
-    m->t_q = f32_tensor(m->q, 2, m->s_q);
-    m->t_k = f32_tensor(m->k, 2, m->s_k);
-    m->t_cache = f32_tensor(m->cache, 2, m->s_cache);
-    m->act = (fld_activation_args){&m->t_aout, &m->t_ax};
-    m->rms = (fld_rms_norm_args){&m->t_nout, &m->t_nx, &m->t_nw, NULL, 1e-6f};
-    m->gemma = (fld_rms_norm_args){&m->t_nout, &m->t_nx, &m->t_nw, &m->t_nres, 1e-6f};
-    m->rope = (fld_rotary_embedding_args){&m->t_pos, &m->t_q, &m->t_k, HS, &m->t_cache, false};
-    m->attn_args = (fld_attention_backend_args){FLD_DEVICE_CPU, false, false, &m->attn};
+    tt_catalog_args_init(&m->a, 1);
 }
 
 static void mix_lookup(struct mix *m)
 {
     for (int op = 0; op < STRESS_N_OPS; op++) {
-        m->handles[op] = fld_op_lookup(op_names[op]);
-        ck_assert_msg(m->handles[op] != NULL, "fld_op_lookup(%s): %s", op_names[op],
+        m->handles[op] = fld_op_lookup(tt_catalog_op_names[op]);
+        ck_assert_msg(m->handles[op] != NULL, "fld_op_lookup(%s): %s", tt_catalog_op_names[op],
                       fld_last_error());
     }
     m->echo = fld_op_lookup("good_echo");
     ck_assert_msg(m->echo != NULL, "fld_op_lookup(good_echo): %s", fld_last_error());
-}
-
-static const void *op_args(struct mix *m, int op)
-{
-    switch (op) {
-    case STRESS_OP_RMS:
-        return &m->rms;
-    case STRESS_OP_GEMMA:
-        return &m->gemma;
-    case STRESS_OP_ROTARY:
-        return &m->rope;
-    case STRESS_OP_ATTN:
-        return &m->attn_args;
-    default:
-        return &m->act;
-    }
-}
-
-static int typed_call(struct mix *m, int op)
-{
-    switch (op) {
-    case STRESS_OP_SILU:
-        return fld_silu_and_mul(&m->t_aout, &m->t_ax);
-    case STRESS_OP_MUL_SILU:
-        return fld_mul_and_silu(&m->t_aout, &m->t_ax);
-    case STRESS_OP_GELU:
-        return fld_gelu_and_mul(&m->t_aout, &m->t_ax);
-    case STRESS_OP_GELU_TANH:
-        return fld_gelu_tanh_and_mul(&m->t_aout, &m->t_ax);
-    case STRESS_OP_RMS:
-        return fld_rms_norm(&m->t_nout, &m->t_nx, &m->t_nw, NULL, 1e-6f);
-    case STRESS_OP_GEMMA:
-        return fld_gemma_rms_norm(&m->t_nout, &m->t_nx, &m->t_nw, &m->t_nres, 1e-6f);
-    case STRESS_OP_ROTARY:
-        return fld_rotary_embedding(&m->t_pos, &m->t_q, &m->t_k, HS, &m->t_cache, false);
-    default:
-        return fld_attention_backend(FLD_DEVICE_CPU, false, false, &m->attn);
-    }
 }
 
 static int push_one(int which)
@@ -321,7 +228,7 @@ static const char *run_mix(struct mix *m, long n)
         case 3:
         case 4:
             what = "typed";
-            rc = typed_call(m, op);
+            rc = tt_catalog_call(&m->a, op, TT_CALL_TYPED, NULL);
             break;
         case 5:
         case 6:
@@ -329,13 +236,13 @@ static const char *run_mix(struct mix *m, long n)
         case 8:
         case 9:
             what = "fld_call";
-            rc = fld_call(m->handles[op], op_args(m, op));
+            rc = tt_catalog_call(&m->a, op, TT_CALL_HANDLE, m->handles[op]);
             break;
         case 10:
         case 11:
         case 12:
             what = "fld_call_by_name";
-            rc = fld_call_by_name(op_names[op], op_args(m, op));
+            rc = tt_catalog_call(&m->a, op, TT_CALL_BY_NAME, NULL);
             break;
         case 13: {
             good_echo_args echo = {(int)step};
@@ -349,16 +256,17 @@ static const char *run_mix(struct mix *m, long n)
             /* Invalid: x missing. Sets a message, touches nothing. */
             what = "invalid silu_and_mul";
             want = FLD_EINVAL;
-            rc = fld_silu_and_mul(&m->t_aout, NULL);
+            rc = fld_silu_and_mul(&m->a.t_aout, NULL);
             break;
         default:
             what = "unknown op";
             want = FLD_ENOTFOUND;
-            rc = fld_call_by_name("no_such_op", &m->act);
+            rc = fld_call_by_name("no_such_op", &m->a.act);
         }
         if (rc != want) {
             snprintf(problem, sizeof problem, "call %ld (%s %s): %s, expected %s: %s", step, what,
-                     op_names[op], fld_strerror(rc), fld_strerror(want), fld_last_error());
+                     tt_catalog_op_names[op], fld_strerror(rc), fld_strerror(want),
+                     fld_last_error());
             return problem;
         }
     }

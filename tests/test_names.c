@@ -1,6 +1,6 @@
 /*
  * core/names.c: names a configuration mentions that match nothing
- * registered, and VLLM_FL_* variables nothing reads (issue 11, item 4).
+ * registered, and VLLM_FL_* variables nothing reads (docs/configuration.md).
  *
  * For every layer (environment, a YAML policy file, VLLM_FL_OP_CONFIG, a
  * manifest, custom_ops): one WARNING naming the name, where it came from
@@ -24,6 +24,7 @@
 
 #include "util/env.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 /* ---- log capture -------------------------------------------------------------- */
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "util/env.h"
+#include "util/harness.h"
 #include <fldispatch/plugin.h>
 
 #define NO_ACCELERATOR "no accelerator found (PCI, plugins)"
@@ -603,9 +604,5 @@ static Suite *platform_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(platform_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tt_run_suite(platform_suite());
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "util/env.h"
+#include "util/harness.h"
 #include <fldispatch/plugin.h>
 
 #define DEFAULT_DESCRIPTION "prefer=flagos;strict=0"
@@ -1195,9 +1196,5 @@ static Suite *policy_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(policy_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tt_run_suite(policy_suite());
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../core/reclaim.c"
+#include "util/harness.h"
 
 #define ALIVE 0x5a5a5a5au
 #define DEAD  0xdeaddeadu
@@ -314,9 +315,5 @@ static Suite *reclaim_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(reclaim_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tt_run_suite(reclaim_suite());
 }

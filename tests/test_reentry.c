@@ -28,6 +28,7 @@
 
 #include "util/env.h"
 #include "util/files.h"
+#include "util/harness.h"
 #include "util/tool.h"
 
 #define ck_assert_contains(hay, needle)                                                            \

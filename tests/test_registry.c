@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util/env.h"
+#include "util/harness.h"
 #include <fldispatch/plugin.h>
 
 static int count_builtin_records(const fld_plugin_info *info, void *user);
@@ -999,20 +999,5 @@ static Suite *registry_suite(void)
 
 int main(void)
 {
-    /* An empty plugin directory keeps the real plugins out; forks inherit the environment. */
-    char dir[] = "/tmp/fld-test-registry-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 2;
-    }
-    tt_clear_fld_environment();
-    setenv("VLLM_FL_PLUGIN_DIR", dir, 1);
-    setenv("VLLM_FL_PLATFORM", "cpu", 1);
-
-    SRunner *sr = srunner_create(registry_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rmdir(dir);
-    return failed ? 1 : 0;
+    return tt_run_suite_without_plugins("test_registry", registry_suite());
 }

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util/env.h"
+#include "util/harness.h"
 #include <fldispatch/plugin.h>
 
 /* ------------------------------------------------------------------------ */
@@ -1514,7 +1514,7 @@ START_TEST(catalog_op_plugin_and_reference)
 END_TEST
 
 /*
- * The cached call path takes no lock (CONTRACT §7.6), also when the winner
+ * The cached call path takes no lock (fld_call() in fldispatch.h), also when the winner
  * has a supports() predicate, after a fallback, and while another thread
  * has a scoped override. The host lock is held here by fld_foreach_impl()
  * while its callback waits for calls made on another thread: a call that
@@ -1736,20 +1736,5 @@ static Suite *selection_suite(void)
 
 int main(void)
 {
-    /* An empty plugin directory keeps the real plugins out; forks inherit the environment. */
-    char dir[] = "/tmp/fld-test-selection-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 2;
-    }
-    tt_clear_fld_environment();
-    setenv("VLLM_FL_PLUGIN_DIR", dir, 1);
-    setenv("VLLM_FL_PLATFORM", "cpu", 1);
-
-    SRunner *sr = srunner_create(selection_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rmdir(dir);
-    return failed ? 1 : 0;
+    return tt_run_suite_without_plugins("test_selection", selection_suite());
 }

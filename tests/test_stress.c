@@ -39,8 +39,10 @@
 #include <fldispatch/plugin.h>
 
 #include "stress/stress_fixture.h"
+#include "util/catalog_args.h"
 #include "util/env.h"
 #include "util/files.h"
+#include "util/harness.h"
 
 /* ------------------------------------------------------------------------ */
 /* Files                                                                    */
@@ -69,10 +71,12 @@ static void quiet_log(int level, const char *message, void *user)
 /* The ops                                                                  */
 /* ------------------------------------------------------------------------ */
 
-static const char *const op_names[STRESS_N_OPS] = {
-    FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
-    FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING, FLD_OP_ATTENTION_BACKEND,
-};
+/* STRESS_OP_* are the catalog order of util/catalog_args.h. */
+_Static_assert((int)STRESS_N_OPS == (int)TT_CAT_N_OPS &&
+                   (int)STRESS_OP_RMS == (int)TT_CAT_RMS_NORM &&
+                   (int)STRESS_OP_ROTARY == (int)TT_CAT_ROTARY_EMBEDDING &&
+                   (int)STRESS_OP_ATTN == (int)TT_CAT_ATTENTION_BACKEND,
+               "STRESS_OP_* follow the catalog order");
 
 static const char *const impl_ids[STRESS_N_IMPLS] = {
     [STRESS_IMPL_REF] = "reference.c",    [STRESS_IMPL_ALPHA] = "vendor.alpha",
@@ -94,8 +98,8 @@ static void all_ops_spec(char *out, size_t size, const char *order)
     size_t len = 0;
     out[0] = '\0';
     for (int op = 0; op < STRESS_N_OPS; op++)
-        len +=
-            (size_t)snprintf(out + len, size - len, "%s%s=%s", op ? ";" : "", op_names[op], order);
+        len += (size_t)snprintf(out + len, size - len, "%s%s=%s", op ? ";" : "",
+                                tt_catalog_op_names[op], order);
     ck_assert_msg(len < size, "spec too long");
 }
 
@@ -264,13 +268,14 @@ static void write_policy_files(void)
     size_t len = 0;
     for (int op = 0; op < STRESS_N_OPS; op++)
         len += (size_t)snprintf(map + len, sizeof map - len, "%s%s: [vendor, reference]",
-                                op ? ", " : "", op_names[op]);
+                                op ? ", " : "", tt_catalog_op_names[op]);
     write_file(yaml_a, "a.yaml", "prefer: vendor\ndeny_vendors: [alpha]\n");
     snprintf(text, sizeof text, "allow_vendors: [gamma]\nop_backends: {%s}\n", map);
     write_file(yaml_b, "b.yaml", text);
     len = 0;
     for (int op = 0; op < STRESS_N_OPS; op++)
-        len += (size_t)snprintf(map + len, sizeof map - len, "%s%s", op ? ", " : "", op_names[op]);
+        len += (size_t)snprintf(map + len, sizeof map - len, "%s%s", op ? ", " : "",
+                                tt_catalog_op_names[op]);
     snprintf(text, sizeof text, "prefer: flagos\nflagos_blacklist: [%s]\ndeny_vendors: gamma\n",
              map);
     write_file(yaml_c, "c.yaml", text);
@@ -458,141 +463,31 @@ static double now_s(void)
 /* A worker's tensors and calls                                             */
 /* ------------------------------------------------------------------------ */
 
-enum { ROWS = 2, HALF = 8, WIDTH = 16, HS = 8, HQ = 2, HK = 1, MAXPOS = 4 };
+enum { ROWS = TT_CAT_ROWS, HALF = TT_CAT_HALF, WIDTH = TT_CAT_WIDTH, HS = TT_CAT_HEAD };
+enum { HQ = TT_CAT_QHEADS, HK = TT_CAT_KHEADS };
 
 struct tensors {
-    float ax[ROWS][2 * HALF], aout[ROWS][HALF];
-    float nx[ROWS][WIDTH], nw[WIDTH], nout[ROWS][WIDTH], nres[ROWS][WIDTH], nres0[ROWS][WIDTH];
-    int64_t pos[ROWS];
-    float q[ROWS][HQ * HS], q0[ROWS][HQ * HS], k[ROWS][HK * HS], k0[ROWS][HK * HS];
-    float cache[MAXPOS][HS];
-    const char *attn;
-    int64_t s_ax[2], s_aout[2], s_n[2], s_w[1], s_pos[1], s_q[2], s_k[2], s_cache[2];
-    DLTensor t_ax, t_aout, t_nx, t_nw, t_nout, t_nres, t_pos, t_q, t_k, t_cache;
-    fld_activation_args act;
-    fld_rms_norm_args rms, gemma;
-    fld_rotary_embedding_args rope;
-    fld_attention_backend_args attn_args;
+    struct tt_catalog_args a; /* the calls (util/catalog_args.h), in STRESS_OP_* order */
     /* reference.c's results, recorded at the start under a reference-only override */
     float ref_aout[4][ROWS][HALF], ref_nout[2][ROWS][WIDTH], ref_nres[ROWS][WIDTH];
     float ref_q[ROWS][HQ * HS], ref_k[ROWS][HK * HS];
     const char *ref_attn;
 };
 
-static DLTensor f32_tensor(void *data, int ndim, int64_t *shape)
-{
-    return (DLTensor){.data = data,
-                      .device = {kDLCPU, 0},
-                      .ndim = ndim,
-                      .dtype = {kDLFloat, 32, 1},
-                      .shape = shape};
-}
-
 static void tensors_init(struct tensors *t, unsigned seed)
 {
     memset(t, 0, sizeof *t);
-    for (int r = 0; r < ROWS; r++) {
-        for (int i = 0; i < 2 * HALF; i++) {
-            seed = seed * 1103515245u + 12345u;
-            t->ax[r][i] = (float)((int)(seed >> 16) % 2001 - 1000) / 300.0f;
-        }
-        for (int i = 0; i < WIDTH; i++) {
-            seed = seed * 1103515245u + 12345u;
-            t->nx[r][i] = (float)((int)(seed >> 16) % 2001 - 1000) / 500.0f;
-            t->nres0[r][i] = (float)((int)(seed >> 20) % 101 - 50) / 100.0f;
-        }
-        t->pos[r] = 1 + 2 * r; /* 1, 3 < MAXPOS */
-        for (int i = 0; i < HQ * HS; i++)
-            t->q0[r][i] = 0.25f * (float)(i % 7) - 0.5f + 0.1f * (float)r;
-        for (int i = 0; i < HK * HS; i++)
-            t->k0[r][i] = 0.2f * (float)(i % 5) - 0.3f - 0.1f * (float)r;
-    }
-    for (int i = 0; i < WIDTH; i++)
-        t->nw[i] = 0.5f + (float)i / WIDTH;
-    for (int p = 0; p < MAXPOS; p++)
-        for (int i = 0; i < HS / 2; i++) {
-            t->cache[p][i] = cosf(0.3f * (float)(p + 1) * (float)(i + 1));
-            t->cache[p][HS / 2 + i] = sinf(0.3f * (float)(p + 1) * (float)(i + 1));
-        }
-    t->s_ax[0] = ROWS, t->s_ax[1] = 2 * HALF;
-    t->s_aout[0] = ROWS, t->s_aout[1] = HALF;
-    t->s_n[0] = ROWS, t->s_n[1] = WIDTH;
-    t->s_w[0] = WIDTH;
-    t->s_pos[0] = ROWS;
-    t->s_q[0] = ROWS, t->s_q[1] = HQ * HS;
-    t->s_k[0] = ROWS, t->s_k[1] = HK * HS;
-    t->s_cache[0] = MAXPOS, t->s_cache[1] = HS;
-    t->t_ax = f32_tensor(t->ax, 2, t->s_ax);
-    t->t_aout = f32_tensor(t->aout, 2, t->s_aout);
-    t->t_nx = f32_tensor(t->nx, 2, t->s_n);
-    t->t_nw = f32_tensor(t->nw, 1, t->s_w);
-    t->t_nout = f32_tensor(t->nout, 2, t->s_n);
-    t->t_nres = f32_tensor(t->nres, 2, t->s_n);
-    t->t_pos = (DLTensor){.data = t->pos,
-                          .device = {kDLCPU, 0},
-                          .ndim = 1,
-                          .dtype = {kDLInt, 64, 1},
-                          .shape = t->s_pos};
-    t->t_q = f32_tensor(t->q, 2, t->s_q);
-    t->t_k = f32_tensor(t->k, 2, t->s_k);
-    t->t_cache = f32_tensor(t->cache, 2, t->s_cache);
-    t->act = (fld_activation_args){&t->t_aout, &t->t_ax};
-    t->rms = (fld_rms_norm_args){&t->t_nout, &t->t_nx, &t->t_nw, NULL, 1e-6f};
-    t->gemma = (fld_rms_norm_args){&t->t_nout, &t->t_nx, &t->t_nw, &t->t_nres, 1e-5f};
-    t->rope = (fld_rotary_embedding_args){&t->t_pos, &t->t_q, &t->t_k, HS, &t->t_cache, true};
-    t->attn_args = (fld_attention_backend_args){FLD_DEVICE_CPU, false, false, &t->attn};
+    tt_catalog_args_init(&t->a, seed);
 }
 
 static fld_op handles[STRESS_N_OPS];
 
-/* Calls op one of three ways with fresh outputs; the status. */
+/* Calls op one of three ways (0 typed, 1 fld_call, 2 fld_call_by_name) with fresh outputs; the
+ * status. */
 static int call_op(struct tensors *t, int op, int way)
 {
-    const void *args;
-    memset(t->aout, 0xff, sizeof t->aout);
-    memset(t->nout, 0xff, sizeof t->nout);
-    memcpy(t->nres, t->nres0, sizeof t->nres);
-    memcpy(t->q, t->q0, sizeof t->q);
-    memcpy(t->k, t->k0, sizeof t->k);
-    t->attn = NULL;
-    switch (op) {
-    case STRESS_OP_RMS:
-        args = &t->rms;
-        break;
-    case STRESS_OP_GEMMA:
-        args = &t->gemma;
-        break;
-    case STRESS_OP_ROTARY:
-        args = &t->rope;
-        break;
-    case STRESS_OP_ATTN:
-        args = &t->attn_args;
-        break;
-    default:
-        args = &t->act;
-    }
-    if (way == 1)
-        return fld_call(handles[op], args);
-    if (way == 2)
-        return fld_call_by_name(op_names[op], args);
-    switch (op) {
-    case STRESS_OP_SILU:
-        return fld_silu_and_mul(&t->t_aout, &t->t_ax);
-    case STRESS_OP_MUL_SILU:
-        return fld_mul_and_silu(&t->t_aout, &t->t_ax);
-    case STRESS_OP_GELU:
-        return fld_gelu_and_mul(&t->t_aout, &t->t_ax);
-    case STRESS_OP_GELU_TANH:
-        return fld_gelu_tanh_and_mul(&t->t_aout, &t->t_ax);
-    case STRESS_OP_RMS:
-        return fld_rms_norm(&t->t_nout, &t->t_nx, &t->t_nw, NULL, 1e-6f);
-    case STRESS_OP_GEMMA:
-        return fld_gemma_rms_norm(&t->t_nout, &t->t_nx, &t->t_nw, &t->t_nres, 1e-5f);
-    case STRESS_OP_ROTARY:
-        return fld_rotary_embedding(&t->t_pos, &t->t_q, &t->t_k, HS, &t->t_cache, true);
-    default:
-        return fld_attention_backend(FLD_DEVICE_CPU, false, false, &t->attn);
-    }
+    tt_catalog_args_reset(&t->a);
+    return tt_catalog_call(&t->a, op, (enum tt_call_way)way, handles[op]);
 }
 
 /* The fixture whose mark fills all n floats, or -1. */
@@ -621,52 +516,53 @@ static int served_by(struct tensors *t, int op, bool record)
     switch (op) {
     case STRESS_OP_RMS:
     case STRESS_OP_GEMMA:
-        who = marked_by(&t->nout[0][0], ROWS * WIDTH);
+        who = marked_by(&t->a.nout[0][0], ROWS * WIDTH);
         if (who >= 0)
-            return memcmp(t->nres, t->nres0, sizeof t->nres) == 0 ? who : -1;
+            return memcmp(t->a.nres, t->a.nres0, sizeof t->a.nres) == 0 ? who : -1;
         if (record) {
-            memcpy(t->ref_nout[op - STRESS_OP_RMS], t->nout, sizeof t->nout);
+            memcpy(t->ref_nout[op - STRESS_OP_RMS], t->a.nout, sizeof t->a.nout);
             if (op == STRESS_OP_GEMMA)
-                memcpy(t->ref_nres, t->nres, sizeof t->nres);
-            return isnan(t->nout[0][0]) ? -1 : STRESS_IMPL_REF;
+                memcpy(t->ref_nres, t->a.nres, sizeof t->a.nres);
+            return isnan(t->a.nout[0][0]) ? -1 : STRESS_IMPL_REF;
         }
-        if (memcmp(t->nout, t->ref_nout[op - STRESS_OP_RMS], sizeof t->nout) != 0)
+        if (memcmp(t->a.nout, t->ref_nout[op - STRESS_OP_RMS], sizeof t->a.nout) != 0)
             return -1;
-        if (op == STRESS_OP_GEMMA && memcmp(t->nres, t->ref_nres, sizeof t->nres) != 0)
+        if (op == STRESS_OP_GEMMA && memcmp(t->a.nres, t->ref_nres, sizeof t->a.nres) != 0)
             return -1;
         return STRESS_IMPL_REF;
     case STRESS_OP_ROTARY:
-        who = marked_by(&t->q[0][0], ROWS * HQ * HS);
+        who = marked_by(&t->a.q[0][0], ROWS * HQ * HS);
         if (who >= 0)
-            return marked_by(&t->k[0][0], ROWS * HK * HS) == who ? who : -1;
+            return marked_by(&t->a.k[0][0], ROWS * HK * HS) == who ? who : -1;
         if (record) {
-            memcpy(t->ref_q, t->q, sizeof t->q);
-            memcpy(t->ref_k, t->k, sizeof t->k);
-            return memcmp(t->q, t->q0, sizeof t->q) == 0 ? -1 : STRESS_IMPL_REF;
+            memcpy(t->ref_q, t->a.q, sizeof t->a.q);
+            memcpy(t->ref_k, t->a.k, sizeof t->a.k);
+            return memcmp(t->a.q, t->a.q0, sizeof t->a.q) == 0 ? -1 : STRESS_IMPL_REF;
         }
-        return memcmp(t->q, t->ref_q, sizeof t->q) == 0 && memcmp(t->k, t->ref_k, sizeof t->k) == 0
+        return memcmp(t->a.q, t->ref_q, sizeof t->a.q) == 0 &&
+                       memcmp(t->a.k, t->ref_k, sizeof t->a.k) == 0
                    ? STRESS_IMPL_REF
                    : -1;
     case STRESS_OP_ATTN:
-        if (t->attn == NULL)
+        if (t->a.attn == NULL)
             return -1;
-        if (strncmp(t->attn, "STRESS_", 7) == 0) {
-            int code = t->attn[7] - '0';
-            return code >= STRESS_IMPL_ALPHA && code < STRESS_N_IMPLS && t->attn[8] == '\0' ? code
-                                                                                            : -1;
+        if (strncmp(t->a.attn, "STRESS_", 7) == 0) {
+            int code = t->a.attn[7] - '0';
+            return code >= STRESS_IMPL_ALPHA && code < STRESS_N_IMPLS && t->a.attn[8] == '\0' ? code
+                                                                                              : -1;
         }
         if (record)
-            t->ref_attn = t->attn;
-        return t->ref_attn != NULL && strcmp(t->attn, t->ref_attn) == 0 ? STRESS_IMPL_REF : -1;
+            t->ref_attn = t->a.attn;
+        return t->ref_attn != NULL && strcmp(t->a.attn, t->ref_attn) == 0 ? STRESS_IMPL_REF : -1;
     default:
-        who = marked_by(&t->aout[0][0], ROWS * HALF);
+        who = marked_by(&t->a.aout[0][0], ROWS * HALF);
         if (who >= 0)
             return who;
         if (record) {
-            memcpy(t->ref_aout[op], t->aout, sizeof t->aout);
-            return isnan(t->aout[0][0]) ? -1 : STRESS_IMPL_REF;
+            memcpy(t->ref_aout[op], t->a.aout, sizeof t->a.aout);
+            return isnan(t->a.aout[0][0]) ? -1 : STRESS_IMPL_REF;
         }
-        return memcmp(t->aout, t->ref_aout[op], sizeof t->aout) == 0 ? STRESS_IMPL_REF : -1;
+        return memcmp(t->a.aout, t->ref_aout[op], sizeof t->a.aout) == 0 ? STRESS_IMPL_REF : -1;
     }
 }
 
@@ -720,7 +616,7 @@ static void *worker_main(void *arg)
         int who = rc == FLD_OK ? served_by(&w->t, op, true) : -1;
         if (rc != FLD_OK || who != STRESS_IMPL_REF) {
             report("worker %d: %s under a reference-only override: %s (%s), served by %s", w->id,
-                   op_names[op], fld_strerror(rc), rc ? fld_last_error() : "",
+                   tt_catalog_op_names[op], fld_strerror(rc), rc ? fld_last_error() : "",
                    who >= 0 ? impl_ids[who] : "an unknown implementation");
             fld_policy_pop();
             return NULL;
@@ -766,15 +662,15 @@ static void *worker_main(void *arg)
         int g_after = atomic_load(&gamma_started);
         w->calls++;
         if (rc != FLD_OK) {
-            report("worker %d: %s (%s) failed: %s: %s", w->id, op_names[op], way_name(way),
-                   fld_strerror(rc), fld_last_error());
+            report("worker %d: %s (%s) failed: %s: %s", w->id, tt_catalog_op_names[op],
+                   way_name(way), fld_strerror(rc), fld_last_error());
             break;
         }
         int who = served_by(&w->t, op, false);
         if (who < 0) {
             report("worker %d: %s (%s): outputs are neither a fixture's mark nor reference.c's "
                    "results",
-                   w->id, op_names[op], way_name(way));
+                   w->id, tt_catalog_op_names[op], way_name(way));
             break;
         }
         w->tally[op][who]++;
@@ -790,7 +686,7 @@ static void *worker_main(void *arg)
                                         override_names[overrides[i]]);
             report("worker %d: %s (%s) was served by %s; the policy in force allowed only %s "
                    "(global changes %ld..%ld, overrides: %s, gamma loaded: %s)",
-                   w->id, op_names[op], way_name(way), impl_ids[who], want,
+                   w->id, tt_catalog_op_names[op], way_name(way), impl_ids[who], want,
                    depth ? base_first : first, depth ? base_last : last, stack,
                    g_before  ? "yes"
                    : g_after ? "maybe"
@@ -818,7 +714,7 @@ static void *worker_main(void *arg)
             long n = impl == STRESS_IMPL_GAMMA ? (cb ? cb(op, impl) : 0) : ca(op, impl);
             if (n != w->tally[op][impl])
                 report("worker %d: %s ran %s %ld times on this thread, the outputs showed %ld",
-                       w->id, impl_ids[impl], op_names[op], n, w->tally[op][impl]);
+                       w->id, impl_ids[impl], tt_catalog_op_names[op], n, w->tally[op][impl]);
         }
     if (ha)
         dlclose(ha);
@@ -908,11 +804,12 @@ static void *noise_main(void *arg)
         long first = atomic_load(&changes_finished);
         int g_before = atomic_load(&gamma_finished);
         const char *id = NULL;
-        int rc = fld_resolve(op_names[op], FLD_DEVICE_CPU, FLD_DTYPE_F32, &id);
+        int rc = fld_resolve(tt_catalog_op_names[op], FLD_DEVICE_CPU, FLD_DTYPE_F32, &id);
         long last = atomic_load(&changes_started);
         int g_after = atomic_load(&gamma_started);
         if (rc != FLD_OK) {
-            report("fld_resolve(%s): %s: %s", op_names[op], fld_strerror(rc), fld_last_error());
+            report("fld_resolve(%s): %s: %s", tt_catalog_op_names[op], fld_strerror(rc),
+                   fld_last_error());
             break;
         }
         int who = impl_by_id(id);
@@ -921,16 +818,17 @@ static void *noise_main(void *arg)
             char want[256];
             describe_mask(want, sizeof want, allowed);
             report("fld_resolve(%s) = %s during global changes %ld..%ld; expected one of %s",
-                   op_names[op], id, first, last, want);
+                   tt_catalog_op_names[op], id, first, last, want);
             break;
         }
         (*resolves)++;
         switch ((r >> 8) % 4) {
         case 0: {
             fld_resolution *res = NULL;
-            rc = fld_explain(op_names[op], FLD_DEVICE_CPU, FLD_DTYPE_F32, &res);
+            rc = fld_explain(tt_catalog_op_names[op], FLD_DEVICE_CPU, FLD_DTYPE_F32, &res);
             if (rc != FLD_OK || res == NULL || res->n_candidates == 0) {
-                report("fld_explain(%s): %s: %s", op_names[op], fld_strerror(rc), fld_last_error());
+                report("fld_explain(%s): %s: %s", tt_catalog_op_names[op], fld_strerror(rc),
+                       fld_last_error());
             }
             fld_resolution_free(res);
             break;
@@ -952,8 +850,8 @@ static void *noise_main(void *arg)
             break;
         }
         default:
-            if (fld_op_lookup(op_names[op]) != handles[op])
-                report("fld_op_lookup(%s) returned another handle", op_names[op]);
+            if (fld_op_lookup(tt_catalog_op_names[op]) != handles[op])
+                report("fld_op_lookup(%s) returned another handle", tt_catalog_op_names[op]);
         }
     }
     return NULL;
@@ -981,8 +879,9 @@ static void setup_stress_environment(void)
     int rc = fld_init();
     ck_assert_msg(rc == FLD_OK, "fld_init: %s: %s", fld_strerror(rc), fld_last_error());
     for (int op = 0; op < STRESS_N_OPS; op++) {
-        handles[op] = fld_op_lookup(op_names[op]);
-        ck_assert_msg(handles[op] != NULL, "fld_op_lookup(%s): %s", op_names[op], fld_last_error());
+        handles[op] = fld_op_lookup(tt_catalog_op_names[op]);
+        ck_assert_msg(handles[op] != NULL, "fld_op_lookup(%s): %s", tt_catalog_op_names[op],
+                      fld_last_error());
     }
 }
 
@@ -1021,15 +920,15 @@ static void check_model(bool gamma_loaded)
             unsigned want = allowed_winners(k, k, stacks[s], depth, !gamma_loaded, gamma_loaded);
             for (int op = 0; op < STRESS_N_OPS; op++) {
                 const char *id = NULL;
-                rc = fld_resolve(op_names[op], FLD_DEVICE_CPU, FLD_DTYPE_F32, &id);
+                rc = fld_resolve(tt_catalog_op_names[op], FLD_DEVICE_CPU, FLD_DTYPE_F32, &id);
                 ck_assert_msg(rc == FLD_OK, "after %s, overrides %s: fld_resolve(%s): %s: %s", what,
-                              stack, op_names[op], fld_strerror(rc), fld_last_error());
+                              stack, tt_catalog_op_names[op], fld_strerror(rc), fld_last_error());
                 int who = impl_by_id(id);
                 char wanted[128];
                 describe_mask(wanted, sizeof wanted, want);
                 ck_assert_msg(who >= 0 && want == (1u << who),
                               "after %s, overrides %s: %s resolves to %s; the model says %s", what,
-                              stack, op_names[op], id, wanted);
+                              stack, tt_catalog_op_names[op], id, wanted);
             }
             while (depth-- > 0)
                 ck_assert_int_eq(fld_policy_pop(), FLD_OK);

@@ -22,6 +22,7 @@
 #include <fldispatch/plugin.h>
 
 #include "util/files.h"
+#include "util/harness.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
 typedef struct good_echo_args {
@@ -429,7 +430,7 @@ static void *lookup_racer(void *arg)
     pthread_barrier_wait(&start_line);
     for (int i = 0; i < 4; i++) {
         r->ops[i] = fld_op_lookup(racer_ops[i]);
-        if (r->ops[i] == NULL && i < 3 && r->error[0] == '\0')
+        if (i < 3 && r->ops[i] == NULL && r->error[0] == '\0')
             snprintf(r->error, sizeof r->error, "%s", fld_last_error());
     }
     return NULL;

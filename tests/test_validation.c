@@ -7,7 +7,7 @@
  * mapping), so any read or write by the host or a kernel kills the test with
  * SIGSEGV. Rotary positions are the exception: the host reads them to check
  * their range, so they live in ordinary memory. A second set of cases uses
- * real, sentinel-guarded buffers (tests/util/tensor.h) and asserts that
+ * real, sentinel-guarded buffers (tools/host_tensor.h) and asserts that
  * nothing changed, values or padding.
  *
  * Each family has a fixture of valid arguments and a numbered list of
@@ -22,7 +22,8 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/tensor.h"
+#include "../tools/host_tensor.h"
+#include "util/harness.h"
 
 /* ------------------------------------------------------------------------ */
 /* No-access memory and tensor descriptors                                  */
@@ -1361,9 +1362,5 @@ static Suite *validation_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(validation_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(validation_suite());
 }

@@ -21,6 +21,7 @@
 
 #include <fldispatch/fldispatch.h>
 
+#include "util/harness.h"
 #include "util/schema.h"
 #include "util/tool.h"
 
@@ -29,7 +30,7 @@ static const char *bad_kernel_env(void)
 {
     static char entry[4096];
     snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/plugins/fld-bad_kernel.so",
-             tool_builddir());
+             tt_build_dir());
     ck_assert_msg(access(entry + strlen("VLLM_FL_PLUGIN_MODULES="), R_OK) == 0,
                   "%s is not built (make tests)", entry + strlen("VLLM_FL_PLUGIN_MODULES="));
     return entry;
@@ -40,7 +41,7 @@ static const char *fakedev_env(void)
 {
     static char entry[4096];
     snprintf(entry, sizeof entry, "VLLM_FL_PLUGIN_MODULES=%s/tests/fakedev/fld-fakedev.so",
-             tool_builddir());
+             tt_build_dir());
     ck_assert_msg(access(entry + strlen("VLLM_FL_PLUGIN_MODULES="), R_OK) == 0,
                   "%s is not built (make tests)", entry + strlen("VLLM_FL_PLUGIN_MODULES="));
     return entry;
@@ -213,6 +214,35 @@ START_TEST(usage_errors)
 }
 END_TEST
 
+/* The names of the catalog ops that take tensors, ", "-joined in catalog order. */
+static int join_tensor_op(const fld_catalog_op_info *op, void *user)
+{
+    char *list = user;
+    if (op->args != FLD_ARGS_ATTENTION_BACKEND)
+        snprintf(list + strlen(list), 512 - strlen(list), "%s%s", list[0] ? ", " : "", op->name);
+    return 0;
+}
+
+START_TEST(ops_come_from_the_catalog)
+{
+    char list[512] = "", expected[600];
+    ck_assert_int_eq(fld_foreach_catalog_op(join_tensor_op, list), FLD_OK);
+    /* the unknown-op message lists the catalog's ops with tensors, in its order */
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("verify", "nosuch_op"));
+    assert_status(r, 2);
+    snprintf(expected, sizeof expected, "unknown op 'nosuch_op' (%s)", list);
+    ck_assert_msg(strstr(r.err, expected), "'%s' not in:\n" CLIP, expected, r.err);
+    tool_run_free(&r);
+    /* and so does the help, in its words */
+    tool_run(&r, NO_ENV, ARGS("verify", "--help"));
+    assert_status(r, 0);
+    for (char *name = strtok(list, ", "); name; name = strtok(NULL, ", "))
+        ck_assert_msg(strstr(r.out, name), "verify --help does not name %s:\n" CLIP, name, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(attention_backend_is_skipped_among_others)
 {
     struct tool_run r;
@@ -376,7 +406,7 @@ START_TEST(fakecuda_plugin_passes)
 {
     /* fld-fakecuda.so registers the cuda plugin's impl_ids: it is the only plugin here */
     char dir[4096], so[4096];
-    snprintf(dir, sizeof dir, "VLLM_FL_PLUGIN_DIR=%s/tests/gpuplug", tool_builddir());
+    snprintf(dir, sizeof dir, "VLLM_FL_PLUGIN_DIR=%s/tests/gpuplug", tt_build_dir());
     snprintf(so, sizeof so, "%s/fld-fakecuda.so", dir + strlen("VLLM_FL_PLUGIN_DIR="));
     if (access(so, R_OK) != 0)
         return; /* tests/gpuplug/tests.mk builds it only with the GPU emulator's sources */
@@ -407,8 +437,8 @@ END_TEST
 START_TEST(fake_cann_ascend_passes)
 {
     char home[4096], plugin[4096];
-    snprintf(home, sizeof home, "ASCEND_HOME_PATH=%s/tests/fake_acl", tool_builddir());
-    snprintf(plugin, sizeof plugin, "%s/lib/fldispatch/plugins/fld-ascend.so", tool_builddir());
+    snprintf(home, sizeof home, "ASCEND_HOME_PATH=%s/tests/fake_acl", tt_build_dir());
+    snprintf(plugin, sizeof plugin, "%s/lib/fldispatch/plugins/fld-ascend.so", tt_build_dir());
     if (access(plugin, R_OK) != 0 || access(home + strlen("ASCEND_HOME_PATH="), R_OK) != 0)
         return; /* the ascend plugin or the fake CANN is not in this tree yet */
     struct tool_run r;
@@ -556,6 +586,7 @@ static Suite *verify_suite(void)
     tcase_add_test(tc, same_seed_same_result);
     tcase_add_test(tc, help_describes_the_command);
     tcase_add_test(tc, usage_errors);
+    tcase_add_test(tc, ops_come_from_the_catalog);
     tcase_add_test(tc, attention_backend_is_skipped_among_others);
     tcase_add_test(tc, device_without_memory_provider_exits_3);
     tcase_add_test(tc, fake_device_passes);
@@ -578,9 +609,5 @@ static Suite *verify_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(verify_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tt_run_suite(verify_suite());
 }

@@ -11,7 +11,7 @@
 
 #include <fldispatch/plugin.h>
 
-/* Exit statuses (CONTRACT §9). */
+/* Exit statuses, the same for every command (docs/user-guide.md). */
 enum cli_exit {
     CLI_EXIT_OK = 0,
     CLI_EXIT_CHECK_FAILED = 1, /* a check failed, or the library failed unexpectedly */

@@ -18,7 +18,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../core/probe.h"
+#include <fldispatch/internal/tool_api.h>
+
 #include "cli.h"
 #include "json.h"
 #include "options.h"

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "catalog.h"
 #include "cli.h"
 #include "json.h"
 #include "options.h"
@@ -146,18 +147,6 @@ static bool entry_add(struct entry_list *l, struct entry e)
     return true;
 }
 
-static bool is_catalog_op(const char *op)
-{
-    static const char *const catalog[] = {FLD_OP_SILU_AND_MUL,     FLD_OP_MUL_AND_SILU,
-                                          FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
-                                          FLD_OP_RMS_NORM,         FLD_OP_GEMMA_RMS_NORM,
-                                          FLD_OP_ROTARY_EMBEDDING, FLD_OP_ATTENTION_BACKEND};
-    for (size_t i = 0; i < sizeof catalog / sizeof catalog[0]; i++)
-        if (strcmp(op, catalog[i]) == 0)
-            return true;
-    return false;
-}
-
 /* Adds "op dtype" to the pairs of a device that nothing qualifies for. */
 static void note_missing(struct device_note *note, const char *op, const char *dtype_name)
 {
@@ -245,7 +234,8 @@ static int freeze_all(const struct op_list *ops, uint32_t *want_devices, struct 
     }
     for (size_t o = 0; o < ops->n; o++) {
         const struct op_decl *op = &ops->items[o];
-        bool typed = is_catalog_op(op->name) && strcmp(op->name, FLD_OP_ATTENTION_BACKEND) != 0;
+        bool typed =
+            tool_is_catalog_op(op->name) && strcmp(op->name, FLD_OP_ATTENTION_BACKEND) != 0;
         for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
             if (!(*want_devices & (1u << bit)))
                 continue;

@@ -42,6 +42,7 @@
 
 #include <fldispatch/half.h>
 
+#include "catalog.h"
 #include "cli.h"
 #include "device_tensors.h"
 #include "json.h"
@@ -96,20 +97,39 @@ static const char verify_usage[] =
 /* Ops and options                                                          */
 /* ------------------------------------------------------------------------ */
 
-static const struct verify_op {
+/* The ops verify runs: the catalog's ops with tensors (catalog.h), each with its family. */
+static struct verify_op {
     const char *name;
     enum verify_family family;
-} verify_ops[] = {
-    {FLD_OP_SILU_AND_MUL, VF_ACTIVATION}, {FLD_OP_MUL_AND_SILU, VF_ACTIVATION},
-    {FLD_OP_GELU_AND_MUL, VF_ACTIVATION}, {FLD_OP_GELU_TANH_AND_MUL, VF_ACTIVATION},
-    {FLD_OP_RMS_NORM, VF_NORM},           {FLD_OP_GEMMA_RMS_NORM, VF_NORM},
-    {FLD_OP_ROTARY_EMBEDDING, VF_ROTARY},
-};
-#define N_OPS    (sizeof verify_ops / sizeof verify_ops[0])
+} verify_ops[TOOL_MAX_OPS];
+static size_t n_ops;
+
+/* The inputs of an op follow from its argument struct. */
+static void load_ops(void)
+{
+    struct tool_op ops[TOOL_MAX_OPS];
+    size_t n = tool_tensor_ops(ops);
+    n_ops = 0;
+    for (size_t i = 0; i < n; i++) {
+        switch (ops[i].args) {
+        case FLD_ARGS_ACTIVATION:
+            verify_ops[n_ops++] = (struct verify_op){ops[i].name, VF_ACTIVATION};
+            break;
+        case FLD_ARGS_RMS_NORM:
+            verify_ops[n_ops++] = (struct verify_op){ops[i].name, VF_NORM};
+            break;
+        case FLD_ARGS_ROTARY_EMBEDDING:
+            verify_ops[n_ops++] = (struct verify_op){ops[i].name, VF_ROTARY};
+            break;
+        default: /* a kind this tool has no cases for */
+            break;
+        }
+    }
+}
 #define N_DTYPES 3 /* TOOL_F32, TOOL_F16, TOOL_BF16 */
 
 struct verify_opts {
-    bool op_selected[N_OPS];
+    bool op_selected[TOOL_MAX_OPS];
     bool dtype_selected[N_DTYPES];
     int device;
     const char *device_name;
@@ -143,7 +163,7 @@ static void print_usage(void)
 
 static int find_op(const char *name)
 {
-    for (size_t i = 0; i < N_OPS; i++)
+    for (size_t i = 0; i < n_ops; i++)
         if (strcmp(verify_ops[i].name, name) == 0)
             return (int)i;
     return -1;
@@ -216,16 +236,15 @@ static int parse_options(struct verify_opts *o, int argc, char **argv)
             } else {
                 int op = find_op(value);
                 if (op < 0) {
-                    const char *names[N_OPS];
-                    for (size_t i = 0; i < N_OPS; i++)
+                    const char *names[TOOL_MAX_OPS];
+                    for (size_t i = 0; i < n_ops; i++)
                         names[i] = verify_ops[i].name;
-                    char hint[128];
-                    cli_did_you_mean(value, names, N_OPS, hint, sizeof hint);
-                    return cli_usage_error("verify",
-                                           "unknown op '%s'%s (silu_and_mul, mul_and_silu, "
-                                           "gelu_and_mul, gelu_tanh_and_mul, rms_norm, "
-                                           "gemma_rms_norm, rotary_embedding)",
-                                           value, hint);
+                    char hint[128], known[512] = "";
+                    cli_did_you_mean(value, names, n_ops, hint, sizeof hint);
+                    for (size_t i = 0, used = 0; i < n_ops && used < sizeof known; i++)
+                        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
+                                                 i ? ", " : "", names[i]);
+                    return cli_usage_error("verify", "unknown op '%s'%s (%s)", value, hint, known);
                 }
                 o->op_selected[op] = any_op = true;
             }
@@ -255,7 +274,7 @@ static int parse_options(struct verify_opts *o, int argc, char **argv)
         fprintf(stderr, "fldispatch verify: attention_backend has no tensors; skipped\n");
     }
     if (!any_op)
-        for (size_t i = 0; i < N_OPS; i++)
+        for (size_t i = 0; i < n_ops; i++)
             o->op_selected[i] = true;
     if (dtypes) {
         if (parse_dtypes(o, dtypes) != CLI_EXIT_OK)
@@ -412,7 +431,7 @@ static int plan_impl(const fld_impl_info *info, void *user)
 /* Rows of every selected op and dtype, in catalog then impl_id order. */
 static int make_plan(const struct verify_opts *o, struct plan *plan)
 {
-    for (size_t op = 0; op < N_OPS; op++) {
+    for (size_t op = 0; op < n_ops; op++) {
         if (!o->op_selected[op])
             continue;
         for (int dt = 0; dt < N_DTYPES; dt++) {
@@ -938,7 +957,7 @@ static int run_plan(const struct verify_opts *o, struct plan *p)
                     fprintf(stderr, "\nfldispatch verify: out of memory for case %s\n", label);
                     return CLI_EXIT_CHECK_FAILED;
                 }
-                for (size_t op = 0; op < N_OPS; op++)
+                for (size_t op = 0; op < n_ops; op++)
                     if (verify_ops[op].family == (enum verify_family)f && o->op_selected[op])
                         run_op_case(p, o->device, (int)op, dt, &input, label);
                 verify_io_free(&input);
@@ -1085,6 +1104,7 @@ static void report_json(const struct verify_opts *o, const struct plan *p, bool 
 int cmd_verify(int argc, char **argv)
 {
     struct verify_opts o;
+    load_ops();
     int rc = parse_options(&o, argc, argv);
     if (rc < 0)
         return CLI_EXIT_OK; /* --help */

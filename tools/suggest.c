@@ -12,6 +12,8 @@
 
 #include <fldispatch/fldispatch.h>
 
+#include "catalog.h"
+
 #define MAX_NAME 64 /* longer names are not compared */
 
 static size_t min3(size_t a, size_t b, size_t c)
@@ -102,14 +104,13 @@ static int add_op(const fld_impl_info *m, void *user)
 
 const char *cli_did_you_mean_op(const char *name, char *buf, size_t size)
 {
-    static const char *const catalog[] = {
-        FLD_OP_SILU_AND_MUL,      FLD_OP_MUL_AND_SILU,      FLD_OP_GELU_AND_MUL,
-        FLD_OP_GELU_TANH_AND_MUL, FLD_OP_RMS_NORM,          FLD_OP_GEMMA_RMS_NORM,
-        FLD_OP_ROTARY_EMBEDDING,  FLD_OP_ATTENTION_BACKEND,
-    };
+    const struct tool_op *cat;
+    const size_t n = tool_catalog_ops(&cat);
+    const char *catalog[TOOL_MAX_OPS];
+    for (size_t i = 0; i < n; i++)
+        catalog[i] = cat[i].name;
     struct op_names ops = {0};
     fld_foreach_impl(add_op, &ops); /* a short list on failure: the catalog still counts */
-    size_t n = sizeof catalog / sizeof catalog[0];
     const char **all = malloc((ops.n + n) * sizeof *all);
     if (all) {
         for (size_t i = 0; i < n; i++)

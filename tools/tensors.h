@@ -2,6 +2,13 @@
  * Host tensors owned by the tool, for verify and bench: allocation with
  * optional row padding (strided rows), deterministic random fills, copies
  * and element access in float32 whatever the storage dtype.
+ *
+ * Superseded by host_tensor.h, the helper the tests and the tool share; it
+ * stays until verify, bench and device_tensors.c move over together. Both
+ * draw from splitmix64 with Marsaglia's polar method, but this one keeps the
+ * generator's state across fills, hands out the second value of each pair
+ * first and drops a leftover value at the end of a fill: verify's inputs for
+ * a given --seed stay the same only if the move keeps that order.
  */
 #ifndef FLD_TOOLS_TENSORS_H
 #define FLD_TOOLS_TENSORS_H

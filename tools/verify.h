@@ -45,7 +45,7 @@ const struct verify_case *verify_cases(enum verify_family family, bool quick, si
 /* "T=83 H=769 residual strided in-place"-style label. */
 const char *verify_case_label(const struct verify_case *c, char *buf, size_t size);
 
-/* The allclose tolerance of a family and dtype (enum tool_dtype), kernels.md §2. */
+/* The allclose tolerance of a family and dtype (enum tool_dtype): vLLM's kernel tests' defaults. */
 void verify_tolerance(enum verify_family family, int dtype, double *atol, double *rtol);
 
 /* ---- the tensors of one case ------------------------------------------- */

@@ -1,6 +1,6 @@
 /*
  * The cases of `fldispatch verify` and their inputs: vLLM's kernel test
- * shapes (kernels.md §2), trimmed where the full cartesian product would
+ * shapes (tests/kernels in vLLM), trimmed where the full cartesian product would
  * not fit the time budget (every dtype of the full set well under a minute
  * on two cores, --quick about two seconds for everything):
  *   - activations: tokens {7, 83, 2048} x d {512, 13824} in full, odd d

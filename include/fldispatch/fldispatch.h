@@ -18,7 +18,14 @@
  *     shape and stride arrays, strings) unless the comment says so.
  *   - Strings the library returns are owned by the library and stay valid
  *     until fld_shutdown() unless the comment says otherwise.
- *   - Any function initialises the library on first use (see fld_init()).
+ *   - Any function initialises the library on first use (see fld_init()),
+ *     except those marked "No init": they read no library state (names,
+ *     statuses, the catalog) or only the calling thread's own (its last
+ *     error, its stream), never fail for the configuration, and work
+ *     before fld_init() and after fld_shutdown().
+ *   - Callbacks (fld_foreach_*, the log callback) run on the calling thread
+ *     before the function returns; each function says what they may do.
+ * Where a function's comment says otherwise, the comment wins.
  */
 #ifndef FLDISPATCH_FLDISPATCH_H
 #define FLDISPATCH_FLDISPATCH_H
@@ -45,7 +52,7 @@ extern "C" {
 #define FLD_VERSION_PATCH  0
 #define FLD_VERSION_STRING "0.1.0"
 
-/* The version of the library actually loaded at run time. */
+/* The version of the library actually loaded at run time. No init. */
 FLD_API const char *fld_version(void);
 
 /* ------------------------------------------------------------------------ */
@@ -65,7 +72,7 @@ enum fld_status {
     FLD_ESTATE = -9,       /* called in the wrong state (e.g. fld_policy_pop with nothing pushed) */
 };
 
-/* A short, static description of a status code ("invalid argument", ...). */
+/* A short, static description of a status code ("invalid argument", ...). No init. */
 FLD_API const char *fld_strerror(int status);
 
 /*
@@ -73,7 +80,7 @@ FLD_API const char *fld_strerror(int status);
  * "rms_norm: tensor 'weight' has dtype bfloat16 but 'x' has float32".
  * Never NULL (empty when nothing failed yet). The buffer is thread-local and
  * is overwritten by the next failure on the same thread; successful calls do
- * not clear it. MT safe.
+ * not clear it. MT safe; no init.
  */
 FLD_API const char *fld_last_error(void);
 
@@ -114,6 +121,7 @@ enum fld_device_type {
 /* For ops without tensors (attention_backend) or opaque plugin ops. */
 #define FLD_DTYPE_ANY ((DLDataType){0, 0, 0})
 
+/* The four name functions below: no init; the strings are static. */
 /* "cpu", "cuda", "rocm", "ascend"; NULL for other device types. */
 FLD_API const char *fld_device_name(int device_type);
 /* Parses "cpu", "cuda" (or "nvidia"), "rocm", "ascend"; FLD_EINVAL otherwise. */
@@ -314,7 +322,8 @@ FLD_API int fld_attention_backend(int device_type, bool use_mla, bool use_sparse
 /* Operators: generic calls                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* An interned operator. Valid until fld_shutdown(); compare with ==. */
+/* An interned operator. Valid until fld_shutdown(); compare with ==.
+ * fld_op_name() needs no init (it reads the handle). */
 typedef const struct fld_op_s *fld_op;
 
 /*
@@ -324,6 +333,34 @@ typedef const struct fld_op_s *fld_op;
  */
 FLD_API fld_op fld_op_lookup(const char *name);
 FLD_API const char *fld_op_name(fld_op op);
+
+/* Which argument struct a catalog op takes (fld_call() and the kernels). */
+typedef enum fld_args_kind {
+    FLD_ARGS_ACTIVATION = 1,       /* fld_activation_args */
+    FLD_ARGS_RMS_NORM = 2,         /* fld_rms_norm_args */
+    FLD_ARGS_ROTARY_EMBEDDING = 3, /* fld_rotary_embedding_args */
+    FLD_ARGS_ATTENTION_BACKEND = 4 /* fld_attention_backend_args: no tensors */
+} fld_args_kind;
+
+/* One op of the catalog. Later versions may add fields at the end. */
+typedef struct fld_catalog_op_info {
+    const char *name;   /* FLD_OP_*, static */
+    fld_args_kind args; /* its argument struct */
+    size_t args_size;   /* sizeof that struct */
+} fld_catalog_op_info;
+
+/*
+ * Calls fn for every op of the catalog, in the order of the FLD_OP_* names
+ * above, and stops early when fn returns non-zero (that value is returned).
+ * Ops that plugins register outside the catalog are not listed
+ * (fld_foreach_impl() names them). FLD_EINVAL when fn is NULL.
+ * Unlike the rest of this header it neither initialises the library nor
+ * takes a lock (the catalog is fixed when the library is built): it works
+ * under any configuration, before fld_init() and after fld_shutdown(), and
+ * fn may call any function of the library. MT safe.
+ */
+FLD_API int fld_foreach_catalog_op(int (*fn)(const fld_catalog_op_info *op, void *user),
+                                   void *user);
 
 /*
  * Calls op with a pointer to its argument struct (fld_rms_norm_args, ...).
@@ -374,6 +411,8 @@ typedef struct fld_resolution {
 } fld_resolution;
 
 FLD_API int fld_explain(const char *op, int device_type, DLDataType dtype, fld_resolution **out);
+/* No init; NULL is a no-op. The op and impl_id strings are the library's, valid until
+ * fld_shutdown(). */
 FLD_API void fld_resolution_free(fld_resolution *res);
 
 /*
@@ -528,7 +567,9 @@ typedef struct fld_plugin_info {
 /*
  * Calls fn for every plugin seen (loaded or not) in load order, then stops
  * early if fn returns non-zero (that value is returned). Availability is
- * evaluated for the status. fn must not call back into the library.
+ * evaluated for the status. fn runs with the library's lock held (loads,
+ * reloads and registrations on other threads wait for it) and must not
+ * call back into the library.
  */
 FLD_API int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user), void *user);
 
@@ -546,7 +587,12 @@ typedef struct fld_impl_info {
     const char *unavailable_reason; /* "" when available */
 } fld_impl_info;
 
-/* Calls fn for every registered implementation, by op name then impl_id. */
+/*
+ * Calls fn for every registered implementation, by op name then impl_id;
+ * stops early as fld_foreach_plugin() does. fn runs with the library's lock
+ * held, like fld_foreach_plugin()'s, and must not call back into the
+ * library either.
+ */
 FLD_API int fld_foreach_impl(int (*fn)(const fld_impl_info *info, void *user), void *user);
 
 /*
@@ -574,7 +620,8 @@ enum fld_log_level {
 /*
  * Messages at or above the level are emitted. The default is WARNING, or
  * VLLM_FL_LOG_LEVEL (DEBUG, INFO, WARNING, ERROR). Setting it here wins over
- * the environment until fld_reload().
+ * the environment until fld_reload(). Both: no init; one process-wide
+ * level, read and set atomically.
  */
 FLD_API void fld_log_set_level(int level);
 FLD_API int fld_log_get_level(void);
@@ -583,7 +630,10 @@ FLD_API int fld_log_get_level(void);
  * Routes log lines to fn instead of stderr (NULL restores stderr). fn gets
  * the level and the message without a trailing newline; it may run on any
  * thread, possibly while the library holds its lock, so it must not call
- * back into the library.
+ * back into the library. No init. Replacing the callback is atomic, but a
+ * line that another thread is logging at that moment may still reach the
+ * previous fn: the library keeps the previous (fn, user) callable until
+ * fld_shutdown(), and so must the application.
  */
 typedef void (*fld_log_fn)(int level, const char *message, void *user);
 FLD_API void fld_log_set_callback(fld_log_fn fn, void *user);
@@ -596,7 +646,8 @@ FLD_API void fld_log_set_callback(fld_log_fn fn, void *user);
  * Sets the calling thread's current stream for a device type (a cudaStream_t,
  * hipStream_t or aclrtStream); the device plugins queue every kernel, copy
  * and synchronize of that thread on it. Thread-local; one stream per device
- * type, so set the stream of the device you call on.
+ * type, so set the stream of the device you call on. No init: the setting
+ * belongs to the thread and outlives fld_shutdown().
  *
  * The contract:
  *   - a stream that was set is used as it is, whatever its value: PyTorch's

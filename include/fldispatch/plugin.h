@@ -46,6 +46,41 @@
  * ("register_builtins called fld_init(), which plugins must not call while
  * the host loads them"); an is_available() that called in counts as
  * unavailable. fldispatch doctor judges the plugin the same way.
+ *
+ * The words the host uses:
+ *   mask         fld_impl.devices and .dtypes are bit masks, FLD_DEVICE_MASK_*
+ *                (CPU, CUDA, ROCM, ASCEND; both Ascend codes are ASCEND) and
+ *                FLD_DTYPE_MASK_* (F32, F16, BF16: bit fld_dtype_index()). An
+ *                implementation is a candidate for a catalog call when both
+ *                masks hold the call's bit. Ops outside the catalog are
+ *                chosen by op alone, unless the application calls
+ *                fld_call_on().
+ *   decline      the implementation will not serve this call, and nothing is
+ *                wrong: supports() returned false (asked before the call), or
+ *                fn returned FLD_EUNSUPPORTED with the outputs untouched. The
+ *                next candidate serves the call; nothing is remembered.
+ *   failure      fn returned another error, outputs untouched. Not strict
+ *                (the default): logged, the next candidate runs, and the
+ *                implementation is skipped for that (op, device, dtype) until
+ *                the policy or the registry changes. Strict: the error is the
+ *                call's.
+ *   unavailable  is_available() said false: the implementation takes no part
+ *                in any choice in this process; `fldispatch list` shows the
+ *                reason, and a plugin whose implementations are all
+ *                unavailable is listed UNAVAILABLE (still loaded).
+ *   rejected     the plugin is not loaded (file, descriptor, ABI, an invalid
+ *                record, register_builtins failed); nothing it registered
+ *                stays.
+ *   skipped      not loaded on purpose (a second plugin of the same name, a
+ *                privileged process).
+ * FLD_EUNSUPPORTED is also what the application gets from fld_device_*()
+ * when the providing plugin left that hook NULL.
+ *
+ * Threads: the plugin's static constructors, register_builtins and every
+ * is_available() run with the host's lock held (at load, or the first time
+ * a choice involves the implementation): keep them quick. Kernels,
+ * supports() and the device hooks (but their is_available) run on the
+ * application's threads without the lock, concurrently with themselves.
  */
 #ifndef FLDISPATCH_PLUGIN_H
 #define FLDISPATCH_PLUGIN_H
@@ -74,7 +109,11 @@ extern "C" {
 /* Implementations                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* The registry a plugin fills; only valid inside register_builtins. */
+/*
+ * The registry a plugin fills; only valid inside register_builtins, on the
+ * thread that runs it (the fld_registry_* functions are not for other
+ * threads, nor for later).
+ */
 typedef struct fld_registry fld_registry;
 
 /* What kind of backend an implementation is; the policy tokens name them. */
@@ -103,17 +142,18 @@ enum fld_priority {
 typedef int (*fld_kernel_fn)(const void *args);
 
 /*
- * Optional per-call predicate: false makes the host pass this call to the
- * next candidate (e.g. an alignment or shape the fast path cannot take).
- * Must be cheap, MT safe and must not touch tensor data.
+ * Optional per-call predicate: false declines the call, which the host
+ * passes to the next candidate (e.g. an alignment or shape the fast path
+ * cannot take). Must be cheap, MT safe and must not touch tensor data.
  */
 typedef bool (*fld_supports_fn)(const void *args);
 
 /*
  * Optional: whether the implementation can run in this process (driver
  * present, device found). Evaluated at most once per process (again in a
- * forked child); on false, set *reason to a static string saying why. It
- * must not call back into the library (see the top of this file).
+ * forked child), with the host's lock held; on false, set *reason to a
+ * static string saying why. It must not call back into the library (see the
+ * top of this file).
  */
 typedef bool (*fld_available_fn)(const char **reason);
 
@@ -257,17 +297,19 @@ FLD_API int fld_register_plugin(const fld_plugin_descriptor *desc);
 /*
  * Sets the calling thread's fld_last_error() detail; for failing kernels.
  * Escaped like every message (control characters and invalid UTF-8 become
- * \xNN escapes).
+ * \xNN escapes). No init; MT safe (the message is the thread's own).
  */
 FLD_API void fld_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Logs through the host's logger (level FLD_LOG_*). */
+/* Logs through the host's logger (level FLD_LOG_*). No init; MT safe. */
 FLD_API void fld_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
  * A validated tensor seen as rows: rows = product of the leading dims,
  * width = last dim, stride = elements between row starts, data = first
  * element (byte_offset applied). Only for tensors the host validated.
+ * This and fld_rotary_geometry_of(): no init, MT safe (they read only their
+ * arguments).
  */
 typedef struct fld_rows {
     void *data;

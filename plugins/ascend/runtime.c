@@ -380,6 +380,7 @@ acl_scalar *fld__ascend_scalar(struct fld_ascend_call *c, float value)
         return NULL;
     }
     c->scalars[c->n_scalars++] = s;
+    /* cppcheck-suppress returnDanglingLifetime ; s is CANN's own copy, not &value */
     return s;
 }
 
@@ -440,6 +441,7 @@ acl_tensor *fld__ascend_tensor(struct fld_ascend_call *c, int ndim, const int64_
         return NULL;
     }
     c->tensors[c->n_tensors++] = t;
+    /* cppcheck-suppress returnDanglingLifetime ; CANN copies the dims, strides and extent */
     return t;
 }
 

@@ -23,7 +23,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "gpu_kernels.cuh"
+#include "../shared/gpu/gpu_kernels.cuh"
 
 #ifndef FLD_GPU_BUILT_ARCHS
 #error "FLD_GPU_BUILT_ARCHS (e.g. \"sm_80 sm_90 compute_90\") must name what nvcc builds"

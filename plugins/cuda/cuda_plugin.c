@@ -4,7 +4,8 @@
  * bfloat16 on CUDA tensors, vendor.cuda attention_backend, and the CUDA
  * device hooks. The kernels (cuda_kernels.cu) are linked with the static
  * CUDA runtime, so this object loads where no driver is installed; it then
- * reports itself unavailable with the reason. The glue is gpu_plugin.c.
+ * reports itself unavailable with the reason. The glue, shared with the rocm
+ * plugin, is plugins/shared/gpu/gpu_plugin.c.
  *
  * Run on an NVIDIA H100 (driver 580, CUDA 13.0) on 2026-11-23; where it is
  * built (no driver) the no-driver path is tested with the real object, the
@@ -13,7 +14,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
-#include "gpu_plugin.h"
+#include "../shared/gpu/gpu_plugin.h"
 
 /* Defined by cuda_kernels.cu. */
 extern const struct fld_gpu_api fld_gpu_api_cuda;

@@ -1,6 +1,9 @@
 # The cuda plugin's build, included by the top-level Makefile.
 #
-# The kernels (cuda_kernels.cu) are compiled by nvcc, chosen in this order:
+# fld-cuda.so is cuda_plugin.c, the GPU glue shared with rocm
+# (plugins/shared/gpu/gpu_plugin.c; see gpu.mk there) and the kernels
+# (cuda_kernels.cu over plugins/shared/gpu/gpu_kernels.cuh). The kernels are
+# compiled by nvcc, chosen in this order:
 #   1. $(NVCC) when set;
 #   2. $(CUDA_HOME)/bin/nvcc when CUDA_HOME is set;
 #   3. the newest CUDA 12 toolkit in /usr/local/cuda-12.* (with nvcc and the
@@ -21,6 +24,8 @@
 # The CUDA runtime is linked statically (libcudart_static.a), so fld-cuda.so
 # needs only libcuda.so.1, which the runtime itself dlopens: the plugin
 # loads on machines without a driver and says so.
+
+include plugins/shared/gpu/gpu.mk
 
 FLD_CUDA_SEARCH ?= /usr/local
 # The newest (by version, so 12.10 after 12.9) with nvcc and the static runtime.
@@ -59,7 +64,7 @@ FLD_NVCC_FLAGS := -O3 -std=c++17 -Iinclude -I$(B)/gen \
   -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS)) \
   -DFLD_GPU_BUILT_ARCHS='"$(FLD_CUDA_BUILT)"' \
   -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra --Werror all-warnings
-PLUGIN_OBJS_cuda := $(OBJ)/plugins/cuda/cuda_kernels.o
+PLUGIN_OBJS_cuda := $(OBJ)/plugins/cuda/cuda_kernels.o $(FLD_GPU_GLUE_OBJ)
 # -z nodelete: the static runtime inside stays loaded after fld_shutdown()
 # dlcloses the plugin; unloading an initialised CUDA runtime is not safe.
 PLUGIN_LIBS_cuda := -L$(dir $(FLD_CUDART_A)) -lcudart_static -lstdc++ -lrt -ldl -lpthread \
@@ -73,8 +78,7 @@ $(FLD_CUDA_STAMP): FORCE
 	@printf '%s\n' '$(FLD_NVCC) $(FLD_NVCC_FLAGS)' > $@.tmp.$$$$; \
 	  if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv -f $@.tmp.$$$$ $@; fi
 
-$(OBJ)/plugins/cuda/cuda_kernels.o: plugins/cuda/cuda_kernels.cu $(wildcard plugins/cuda/*.cuh) \
-    plugins/cuda/gpu_api.h $(FLD_CUDA_STAMP)
+$(OBJ)/plugins/cuda/cuda_kernels.o: plugins/cuda/cuda_kernels.cu $(FLD_GPU_DEVICE_DEPS) $(FLD_CUDA_STAMP)
 	@mkdir -p $(@D)
 	$(Q)$(call fld_say,NVCC,$<)$(FLD_NVCC) $(FLD_NVCC_FLAGS) -c $< -o $@
 endif

@@ -1,6 +1,6 @@
 /*
- * fld_gpu_api_hip: the device side of fld-rocm.so (plugins/cuda/gpu_api.h),
- * the kernels of plugins/cuda/gpu_kernels.cuh built by hipcc for the AMD
+ * fld_gpu_api_hip: the device side of fld-rocm.so (plugins/shared/gpu/gpu_api.h),
+ * the kernels of plugins/shared/gpu/gpu_kernels.cuh built by hipcc for the AMD
  * architectures of ROCM_ARCHS that the hipcc at hand supports (plugin.mk
  * asks it; Debian's hipcc 5.2: gfx908, gfx90a, gfx1030, not gfx942). It is
  * a separate shared object, linked without the HIP runtime (its HIP
@@ -15,7 +15,7 @@
  */
 #include <stdio.h>
 
-#include "gpu_kernels.cuh"
+#include "../shared/gpu/gpu_kernels.cuh"
 
 /* The device pass sees these host functions (their bodies instantiate the
    kernels it must compile) but not the table that uses them. */

@@ -1,12 +1,14 @@
 # The rocm plugin's build, included by the top-level Makefile.
 #
-# fld-rocm.so is plain C (rocm_plugin.c and the glue shared with CUDA,
-# plugins/cuda/gpu_plugin.c) and does not link the HIP runtime. The kernels
-# (hip_kernels.hip) are compiled by hipcc and linked into libfld-rocm-hip.so,
-# installed next to it, without the HIP runtime either (its HIP symbols stay
-# undefined): fld-rocm.so opens the newest libamdhip64.so.N present on first
-# use, then this library. So one build loads on ROCm 5, 6 or 7, and a machine
-# without ROCm gets an unavailable plugin with the loader's reason.
+# fld-rocm.so is plain C (rocm_plugin.c and the GPU glue shared with cuda,
+# plugins/shared/gpu/gpu_plugin.c; see gpu.mk there) and does not link the
+# HIP runtime. The kernels (hip_kernels.hip over
+# plugins/shared/gpu/gpu_kernels.cuh) are compiled by hipcc and linked into
+# libfld-rocm-hip.so, installed next to it, without the HIP runtime either
+# (its HIP symbols stay undefined): fld-rocm.so opens the newest
+# libamdhip64.so.N present on first use, then this library. So one build
+# loads on ROCm 5, 6 or 7, and a machine without ROCm gets an unavailable
+# plugin with the loader's reason.
 #
 # hipcc is $(HIPCC) when set, else /opt/rocm/bin/hipcc, else hipcc in PATH
 # (Debian's package). HIP_PLATFORM=amd is set for every hipcc call: Debian's
@@ -19,6 +21,8 @@
 # that this hipcc can target, asked once per hipcc and remembered in
 # $(B)/gen/rocm_archs.mk (Debian's hipcc 5.2: gfx908 gfx90a gfx1030 only; a
 # ROCm 6.x hipcc adds gfx942 and gfx1100).
+
+include plugins/shared/gpu/gpu.mk
 
 ifneq ($(HIPCC),)
 FLD_HIPCC := $(shell command -v '$(HIPCC)' 2>/dev/null)
@@ -40,7 +44,7 @@ FLD_ROCM_CANDIDATES := gfx908 gfx90a gfx942 gfx950 gfx1030 gfx1100 gfx1200
 FLD_ROCM_PROBE := $(B)/gen/rocm_archs.mk
 FLD_ROCM_AUTO := $(if $(ROCM_ARCHS),,yes)
 ifeq ($(FLD_ROCM_AUTO),yes)
-ifeq ($(filter clean format deps uninstall,$(MAKECMDGOALS)),)
+ifeq ($(filter clean format lint deps uninstall,$(MAKECMDGOALS)),)
 # Regenerated when hipcc changes (its real path is a prerequisite); make
 # reads it again after writing it.
 -include $(FLD_ROCM_PROBE)
@@ -51,9 +55,9 @@ $(FLD_ROCM_PROBE): $(realpath $(FLD_HIPCC)) plugins/rocm/plugin.mk plugins/rocm/
 	@mkdir -p $(@D)
 	@sh plugins/rocm/probe_archs.sh '$(FLD_HIPCC)' $(FLD_ROCM_CANDIDATES) > $@.tmp && mv -f $@.tmp $@
 
-FLD_HIPCC_FLAGS = -O3 -std=c++17 -fPIC -fvisibility=hidden -Iinclude -I$(B)/gen -Iplugins/cuda \
+FLD_HIPCC_FLAGS = -O3 -std=c++17 -fPIC -fvisibility=hidden -Iinclude -I$(B)/gen \
   -Wall -Wextra -Werror $(foreach a,$(ROCM_ARCHS),--offload-arch=$(a))
-PLUGIN_OBJS_rocm := $(OBJ)/plugins/rocm/gpu_plugin.o
+PLUGIN_OBJS_rocm := $(FLD_GPU_GLUE_OBJ)
 PLUGIN_LIBS_rocm := -ldl
 
 # The object depends on hipcc and the architecture list through this stamp.
@@ -63,12 +67,7 @@ $(FLD_ROCM_STAMP): FORCE $(if $(FLD_ROCM_AUTO),$(FLD_ROCM_PROBE))
 	@printf '%s\n' '$(FLD_HIPCC) $(FLD_HIPCC_FLAGS)' > $@.tmp.$$$$; \
 	  if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv -f $@.tmp.$$$$ $@; fi
 
-$(OBJ)/plugins/rocm/gpu_plugin.o: plugins/cuda/gpu_plugin.c
-	@mkdir -p $(@D)
-	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DFLD_IN_TREE $(PLUGIN_CFLAGS_rocm) -c $< -o $@
-
-$(OBJ)/plugins/rocm/hip_kernels.o: plugins/rocm/hip_kernels.hip $(wildcard plugins/cuda/*.cuh plugins/rocm/*.cuh) \
-    plugins/cuda/gpu_api.h $(FLD_ROCM_STAMP)
+$(OBJ)/plugins/rocm/hip_kernels.o: plugins/rocm/hip_kernels.hip $(FLD_GPU_DEVICE_DEPS) $(FLD_ROCM_STAMP)
 	@mkdir -p $(@D)
 	@test -n '$(strip $(ROCM_ARCHS))' || { echo "fldispatch: $(FLD_HIPCC) targets none of $(FLD_ROCM_CANDIDATES) (set ROCM_ARCHS=)" >&2; exit 1; }
 	$(Q)$(call fld_say,HIPCC,$<)HIP_PLATFORM=amd $(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -c $< -o $@

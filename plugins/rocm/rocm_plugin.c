@@ -1,7 +1,7 @@
 /*
  * The rocm plugin: vendor.rocm and reference.rocm for every compute op on
  * ROCm tensors, vendor.rocm attention_backend and the ROCm device hooks,
- * through the glue shared with CUDA (plugins/cuda/gpu_plugin.c).
+ * through the glue shared with CUDA (plugins/shared/gpu/gpu_plugin.c).
  *
  * This object does not link the HIP runtime, and neither does the HIP
  * kernels library, libfld-rocm-hip.so, next to this file in the plugin
@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../cuda/gpu_plugin.h"
+#include "../shared/gpu/gpu_plugin.h"
 
 #define HIP_LIBRARY   "libfld-rocm-hip.so"
 #define HIP_API_SYM   "fld_gpu_api_hip"

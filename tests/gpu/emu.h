@@ -1,5 +1,5 @@
 /*
- * A small host emulator for the GPU kernels of plugins/cuda/gpu_kernels.cuh
+ * A small host emulator for the GPU kernels of plugins/shared/gpu/gpu_kernels.cuh
  * (compiled with -DFLD_GPU_EMULATE; see gpu_compat.cuh). It exists because
  * no GPU is available to test on: the device code runs here, on the CPU,
  * with the semantics that matter for its correctness.

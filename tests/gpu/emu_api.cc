@@ -1,5 +1,5 @@
 /*
- * fld_gpu_api_emu: struct fld_gpu_api (plugins/cuda/gpu_api.h) on host
+ * fld_gpu_api_emu: struct fld_gpu_api (plugins/shared/gpu/gpu_api.h) on host
  * memory, with the kernels of gpu_kernels.cuh run by the emulator (emu.h).
  * One "device" (id 0); "device" pointers are host pointers; copies and
  * launches are synchronous, so streams are ignored (the default stream is

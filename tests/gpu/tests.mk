@@ -2,7 +2,7 @@
 # the top-level Makefile.
 #
 #   $(B)/tests/gpu/libfld-gpu-emu.a   the emulator + fld_gpu_api_emu (the kernels of
-#                                     plugins/cuda/gpu_kernels.cuh on host memory),
+#                                     plugins/shared/gpu/gpu_kernels.cuh on host memory),
 #                                     -fPIC so a fixture plugin can link it; link
 #                                     users add -lstdc++
 #   $(TESTOUT)/test_gpu_kernels       Check program: the kernels against reference.c
@@ -11,7 +11,7 @@
 GPU_EMU_LIB := $(B)/tests/gpu/libfld-gpu-emu.a
 GPU_EMU_OBJ := $(OBJ)/tests/gpu/emu.o $(OBJ)/tests/gpu/emu_api.o
 GPU_EMU_CXXFLAGS = -std=c++17 -O2 -g -fPIC -pthread -Wall -Wextra -Werror -Wshadow \
-  -DFLD_GPU_EMULATE -Iinclude -Iplugins/cuda -Itests/gpu -Itests -MMD -MP $(SANFLAGS)
+  -DFLD_GPU_EMULATE -Iinclude -Iplugins/shared/gpu -Itests/gpu -Itests -MMD -MP $(SANFLAGS)
 
 $(OBJ)/tests/gpu/%.o: tests/gpu/%.cc
 	@mkdir -p $(@D)

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../plugins/cuda/gpu_plugin.h"
+#include "../../plugins/shared/gpu/gpu_plugin.h"
 #include "fakecuda.h"
 
 extern const struct fld_gpu_api fld_gpu_api_emu;

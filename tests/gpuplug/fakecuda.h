@@ -1,6 +1,6 @@
 /*
  * The "fakecuda" fixture plugin (tests/gpuplug/fakecuda.c): the GPU glue of
- * the cuda and rocm plugins (plugins/cuda/gpu_plugin.c) over the GPU
+ * the cuda and rocm plugins (plugins/shared/gpu/gpu_plugin.c) over the GPU
  * emulator's api table (tests/gpu), registered as vendor "cuda" on CUDA
  * tensors that are really host memory. It wraps the emulator's table to
  * pretend to have FAKECUDA_DEVICES devices (default 2), each with a compute

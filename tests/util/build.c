@@ -9,15 +9,7 @@
 #include <sys/wait.h>
 
 #include "build.h"
-#include "files.h"
-
-const char *tt_src_dir(void)
-{
-    const char *v = getenv("FLD_SRCDIR");
-    ck_assert_msg(v != NULL && v[0] == '/',
-                  "FLD_SRCDIR must name the absolute source directory (make check sets it)");
-    return v;
-}
+#include "harness.h"
 
 const char *tt_make(void)
 {
@@ -132,8 +124,11 @@ char *tt_read_file(const char *path, size_t *size)
         n += got;
         if (n == cap) {
             cap *= 2;
-            buf = realloc(buf, cap + 1);
-            ck_assert_ptr_nonnull(buf);
+            char *bigger = realloc(buf, cap + 1);
+            if (bigger == NULL)
+                free(buf);
+            ck_assert_ptr_nonnull(bigger);
+            buf = bigger;
         }
     }
     fclose(f);

@@ -14,9 +14,6 @@
 
 #include <stddef.h>
 
-/* $FLD_SRCDIR, which must be set and absolute (make check sets it). */
-const char *tt_src_dir(void);
-
 /*
  * "make -C <src> B=<build tree>" with no inherited make state (MAKEFLAGS),
  * no install directories from the environment and SANITIZE as the running

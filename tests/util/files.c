@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "files.h"
+#include "harness.h"
 
 #define MAX_TMPDIRS 16
 
@@ -20,14 +21,6 @@ static struct {
 } tmpdirs[MAX_TMPDIRS];
 static int n_tmpdirs;
 static bool removed_by_children;
-
-const char *tt_build_dir(void)
-{
-    const char *v = getenv("FLD_BUILDDIR");
-    ck_assert_msg(v != NULL && v[0] == '/',
-                  "FLD_BUILDDIR must name the absolute build directory (make check sets it)");
-    return v;
-}
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -107,22 +100,4 @@ void tt_install_fixture_mode(char *out, const char *dir, const char *sub, const 
 void tt_install_fixture(char *out, const char *dir, const char *sub, const char *name)
 {
     tt_install_fixture_mode(out, dir, sub, name, 0755);
-}
-
-int tt_run_suite_with_build_dir(const char *program, Suite *suite)
-{
-    const char *b = getenv("FLD_BUILDDIR");
-    if (b == NULL || b[0] != '/') {
-        fprintf(stderr,
-                "%s: FLD_BUILDDIR is not set to an absolute path; run `make check` or set "
-                "FLD_SRCDIR and FLD_BUILDDIR\n",
-                program);
-        srunner_free(srunner_create(suite)); /* frees the suite */
-        return EXIT_FAILURE;
-    }
-    SRunner *sr = srunner_create(suite);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

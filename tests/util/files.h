@@ -12,11 +12,7 @@
 #ifndef FLD_TESTS_UTIL_FILES_H
 #define FLD_TESTS_UTIL_FILES_H
 
-#include <check.h>
 #include <sys/types.h>
-
-/* $FLD_BUILDDIR, which must be set and absolute (make check sets it). */
-const char *tt_build_dir(void);
 
 /*
  * A fresh private directory (mode 0700) $TMPDIR/fld-<label>-XXXXXX, or under
@@ -50,13 +46,5 @@ void tt_copy_file(const char *src, const char *dst, mode_t mode);
 void tt_install_fixture(char *out, const char *dir, const char *sub, const char *name);
 void tt_install_fixture_mode(char *out, const char *dir, const char *sub, const char *name,
                              mode_t mode);
-
-/*
- * The main() of a test program whose tests need $FLD_BUILDDIR (fixtures,
- * the tool): fails with one line naming the program when it is not an
- * absolute path; else runs suite (fork mode from CK_FORK) and returns the
- * exit status.
- */
-int tt_run_suite_with_build_dir(const char *program, Suite *suite);
 
 #endif

@@ -9,17 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "tool.h"
 
 #define DEFAULT_PYTHON "/usr/bin/python3"
-
-static const char *source_dir(void)
-{
-    const char *dir = getenv("FLD_SRCDIR");
-    ck_assert_msg(dir && dir[0] == '/',
-                  "FLD_SRCDIR is not an absolute path (make check sets it to the source tree)");
-    return dir;
-}
 
 /* A file holding text, rewound; closed by the caller. */
 static FILE *file_with(const char *text)
@@ -36,7 +29,7 @@ static FILE *file_with(const char *text)
 int tt_validate_json(const char *text, const char *schema, const char *python, char **report)
 {
     char script[4096], schema_path[4096];
-    const char *src = source_dir();
+    const char *src = tt_src_dir();
     if (!python)
         python = getenv("FLD_TEST_PYTHON") ? getenv("FLD_TEST_PYTHON") : DEFAULT_PYTHON;
     snprintf(script, sizeof script, "%s/tests/util/validate_json.py", src);

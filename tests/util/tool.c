@@ -5,15 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "files.h"
+#include "harness.h"
 #include "tool.h"
 
 extern char **environ;
-
-const char *tool_builddir(void)
-{
-    return tt_build_dir();
-}
 
 char *tool_read_all(FILE *f)
 {
@@ -50,9 +45,9 @@ static bool env_sets(const char *const *env, const char *entry)
 void tool_run(struct tool_run *r, const char *const *env, const char *const *args)
 {
     char tool[4096], plugin_dir[4096];
-    snprintf(tool, sizeof tool, "%s/bin/fldispatch", tool_builddir());
+    snprintf(tool, sizeof tool, "%s/bin/fldispatch", tt_build_dir());
     snprintf(plugin_dir, sizeof plugin_dir, "VLLM_FL_PLUGIN_DIR=%s/lib/fldispatch/plugins",
-             tool_builddir());
+             tt_build_dir());
     ck_assert_msg(access(tool, X_OK) == 0, "%s is not built", tool);
 
     const char *argv[TOOL_MAX_ARGS + 2];

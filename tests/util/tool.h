@@ -34,9 +34,6 @@ struct tool_run {
     char *err;  /* stderr, NUL-terminated */
 };
 
-/* $FLD_BUILDDIR, which must be set and absolute (make check sets it). */
-const char *tool_builddir(void);
-
 /*
  * Runs the tool with args (NULL-terminated) and env, NULL-terminated
  * "NAME=value" entries added to the controlled environment (or NULL). A hung

@@ -6,8 +6,10 @@
  * attention_backend and the device hooks, and turns validated catalog
  * arguments into gpu_api.h calls on the current stream.
  *
- * gpu_plugin.c is compiled into each plugin's own shared object, so its
- * state (one plugin per object) is plain static data.
+ * gpu_plugin.c is linked into each plugin's own shared object, so its
+ * state (one plugin per object) is plain static data. The files of
+ * plugins/shared/gpu/ are shared by both plugins; gpu.mk says how they are
+ * built.
  */
 #ifndef FLD_PLUGINS_GPU_PLUGIN_H
 #define FLD_PLUGINS_GPU_PLUGIN_H

@@ -1,5 +1,5 @@
-/* Owning DLTensors for tests; see tensor.h. */
-#include "util/tensor.h"
+/* Owning DLTensors on the host, for the tests and the tool; see host_tensor.h. */
+#include "host_tensor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 
 static void die(const char *what)
 {
-    fprintf(stderr, "tests/util/tensor: %s\n", what);
+    fprintf(stderr, "host_tensor: %s\n", what);
     abort();
 }
 
@@ -33,24 +33,28 @@ int64_t tt_numel(const tt_tensor *t)
 
 enum kind { K_F32, K_F16, K_BF16, K_F64, K_I64, K_I32 };
 
+/* The storage kind of a dtype; false for one this helper does not support. */
+static bool find_kind(DLDataType d, enum kind *k)
+{
+    static const struct {
+        uint8_t code, bits;
+        enum kind kind;
+    } kinds[] = {{kDLFloat, 32, K_F32}, {kDLFloat, 16, K_F16}, {kDLBfloat, 16, K_BF16},
+                 {kDLFloat, 64, K_F64}, {kDLInt, 64, K_I64},   {kDLInt, 32, K_I32}};
+    for (size_t i = 0; d.lanes == 1 && i < sizeof kinds / sizeof kinds[0]; i++)
+        if (d.code == kinds[i].code && d.bits == kinds[i].bits) {
+            *k = kinds[i].kind;
+            return true;
+        }
+    return false;
+}
+
 static enum kind kind_of(DLDataType d)
 {
-    if (d.lanes == 1) {
-        if (d.code == kDLFloat && d.bits == 32)
-            return K_F32;
-        if (d.code == kDLFloat && d.bits == 16)
-            return K_F16;
-        if (d.code == kDLBfloat && d.bits == 16)
-            return K_BF16;
-        if (d.code == kDLFloat && d.bits == 64)
-            return K_F64;
-        if (d.code == kDLInt && d.bits == 64)
-            return K_I64;
-        if (d.code == kDLInt && d.bits == 32)
-            return K_I32;
-    }
-    die("unsupported dtype");
-    return K_F32;
+    enum kind k = K_F32;
+    if (!find_kind(d, &k))
+        die("unsupported dtype");
+    return k;
 }
 
 static void *at_offset(const tt_tensor *t, int64_t off)
@@ -192,36 +196,60 @@ static void set_row(const tt_tensor *t, int64_t k0, int64_t off, int64_t n, int6
 
 /* ---- creation ------------------------------------------------------------ */
 
-static tt_tensor *make(DLDataType dtype, int ndim, const int64_t *shape, const int64_t *strides)
+/* NULL for what (a bad argument, no memory); with must, an abort instead. */
+static tt_tensor *refuse(bool must, const char *what)
 {
+    if (must)
+        die(what);
+    return NULL;
+}
+
+static tt_tensor *make(DLDataType dtype, int ndim, const int64_t *shape, const int64_t *strides,
+                       bool must)
+{
+    enum kind k;
+    if (!find_kind(dtype, &k))
+        return refuse(must, "unsupported dtype");
     if (ndim < 0 || ndim > TT_MAX_DIMS)
-        die("bad ndim");
-    size_t elem = tt_elem_size(dtype);
-    (void)kind_of(dtype);
-    tt_tensor *t = calloc(1, sizeof *t);
-    if (!t)
-        die("out of memory");
-    int64_t numel = 1, span = 1; /* span: elements from the first to past the last */
+        return refuse(must, "bad ndim");
+    const size_t elem = dtype.bits / 8;
+    /* span: elements from the first of the view to past its last */
+    int64_t numel = 1, span = 1;
+    bool overflow = false;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0 || (strides && strides[i] < 0))
-            die("negative shape or stride");
+            return refuse(must, "negative shape or stride");
+        overflow |= __builtin_mul_overflow(numel, shape[i], &numel);
+    }
+    if (numel == 0) {
+        span = 0;
+    } else if (strides) {
+        for (int i = 0; i < ndim; i++) {
+            int64_t extent;
+            overflow |= __builtin_mul_overflow(shape[i] - 1, strides[i], &extent);
+            overflow |= __builtin_add_overflow(span, extent, &span);
+        }
+    } else {
+        span = numel;
+    }
+    size_t bytes;
+    overflow |= __builtin_mul_overflow((size_t)span, elem, &bytes);
+    overflow |= __builtin_add_overflow(bytes, 2 * TT_GUARD + 63, &bytes);
+    if (overflow)
+        return refuse(must, "size overflows");
+    bytes = bytes / 64 * 64;
+    tt_tensor *t = calloc(1, sizeof *t);
+    void *buf = t ? aligned_alloc(64, bytes) : NULL;
+    if (!buf) {
+        free(t);
+        return refuse(must, "out of memory");
+    }
+    for (int i = 0; i < ndim; i++) {
         t->shape[i] = shape[i];
-        numel *= shape[i];
         if (strides)
             t->strides[i] = strides[i];
     }
-    if (numel == 0)
-        span = 0;
-    else if (strides)
-        for (int i = 0; i < ndim; i++)
-            span += (shape[i] - 1) * strides[i];
-    else
-        span = numel;
-    size_t bytes = 2 * TT_GUARD + (size_t)span * elem;
-    bytes = (bytes + 63) / 64 * 64;
-    t->buf = aligned_alloc(64, bytes);
-    if (!t->buf)
-        die("out of memory");
+    t->buf = buf;
     t->buf_bytes = bytes;
     memset(t->buf, (int)TT_SENTINEL, bytes);
 
@@ -238,18 +266,29 @@ static tt_tensor *make(DLDataType dtype, int ndim, const int64_t *shape, const i
 
 tt_tensor *tt_new(DLDataType dtype, int ndim, const int64_t *shape)
 {
-    return make(dtype, ndim, shape, NULL);
+    return make(dtype, ndim, shape, NULL, true);
 }
 
 tt_tensor *tt_new_strided(DLDataType dtype, int ndim, const int64_t *shape, const int64_t *strides)
 {
-    return make(dtype, ndim, shape, strides);
+    return make(dtype, ndim, shape, strides, true);
+}
+
+tt_tensor *tt_try_new(DLDataType dtype, int ndim, const int64_t *shape)
+{
+    return make(dtype, ndim, shape, NULL, false);
+}
+
+tt_tensor *tt_try_new_strided(DLDataType dtype, int ndim, const int64_t *shape,
+                              const int64_t *strides)
+{
+    return make(dtype, ndim, shape, strides, false);
 }
 
 tt_tensor *tt_clone(const tt_tensor *src)
 {
     tt_tensor *t =
-        make(src->t.dtype, src->t.ndim, src->shape, src->t.strides ? src->strides : NULL);
+        make(src->t.dtype, src->t.ndim, src->shape, src->t.strides ? src->strides : NULL, true);
     memcpy(t->buf, src->buf, src->buf_bytes < t->buf_bytes ? src->buf_bytes : t->buf_bytes);
     return t;
 }

@@ -1,5 +1,8 @@
 /*
- * Test helpers: owning DLTensors on the host.
+ * Owning DLTensors on the host, for the tests and the tool: the one
+ * host-tensor helper of the project. The tests link tools/host_tensor.o
+ * (the Makefile's TEST_UTIL_OBJ); the tool builds it in. (tools/tensors.c,
+ * the tool's older helper, serves verify and bench until they move here.)
  *
  *   tt_tensor *x = tt_new(FLD_DTYPE_BF16, 2, (int64_t[]){7, 768});
  *   tt_fill_normal(x, 42, 0.0, 1.0);
@@ -19,11 +22,13 @@
  * tensor.flatten() would give); tt_get/tt_set/tt_to_double/tt_from_double
  * use that order whatever the strides. Float values are rounded to the dtype
  * with half.h (double -> float32 -> f16/bf16); int64 and int32 (positions)
- * are supported too. Failures (out of memory, bad dtype) abort: these are
- * test helpers. Not thread-safe per tensor; distinct tensors are independent.
+ * are supported too. tt_new() and the other creators abort on failure (out
+ * of memory, bad dtype, negative shape): that suits tests; tt_try_new() and
+ * tt_try_new_strided() return NULL instead, for the tool. Not thread-safe
+ * per tensor; distinct tensors are independent.
  */
-#ifndef FLD_TESTS_UTIL_TENSOR_H
-#define FLD_TESTS_UTIL_TENSOR_H
+#ifndef FLD_TOOLS_HOST_TENSOR_H
+#define FLD_TOOLS_HOST_TENSOR_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -53,6 +58,14 @@ tt_tensor *tt_new(DLDataType dtype, int ndim, const int64_t *shape);
  * covers the view; elements of the view are zeroed, the rest is sentinel.
  */
 tt_tensor *tt_new_strided(DLDataType dtype, int ndim, const int64_t *shape, const int64_t *strides);
+/*
+ * As tt_new() and tt_new_strided(), but NULL instead of an abort when the
+ * dtype is not one of the above, ndim is out of [0, TT_MAX_DIMS], a shape
+ * or stride is negative, the size overflows, or memory runs out.
+ */
+tt_tensor *tt_try_new(DLDataType dtype, int ndim, const int64_t *shape);
+tt_tensor *tt_try_new_strided(DLDataType dtype, int ndim, const int64_t *shape,
+                              const int64_t *strides);
 /* A tensor of the same dtype, shape and strides holding the same values. */
 tt_tensor *tt_clone(const tt_tensor *src);
 void tt_free(tt_tensor *t);

@@ -136,8 +136,10 @@ struct fld_gpu_api {
  */
 static inline bool fld_gpu_arch_runs(const char *built, int arch)
 {
+    if (!built)
+        return false;
     const char *p = built;
-    while (p && *p) {
+    while (*p) {
         while (*p == ' ' || *p == ',')
             p++;
         bool ptx = false;

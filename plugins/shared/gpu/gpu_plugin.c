@@ -1,7 +1,7 @@
 /*
- * Host glue of the GPU plugins (see gpu_plugin.h). Compiled into fld-cuda.so
- * (as a plugins/cuda C file), into fld-rocm.so (plugins/rocm/plugin.mk) and
- * into the emulator fixture of the tests, each with its own static state.
+ * Host glue of the GPU plugins (see gpu_plugin.h). One object (gpu.mk),
+ * linked into fld-cuda.so, fld-rocm.so and the emulator fixture of the tests
+ * (tests/gpuplug), each shared object with its own copy of the static state.
  *
  * Every kernel runs on the tensors' device (pushed for the call when the
  * thread's current context is elsewhere or absent, then popped: the thread

@@ -1,0 +1,51 @@
+/* The catalog's ops, as the library lists them (see catalog.h). */
+#include "catalog.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct tool_op catalog[TOOL_MAX_OPS];
+static size_t n_catalog;
+
+static int add_op(const fld_catalog_op_info *op, void *user)
+{
+    (void)user;
+    if (n_catalog == TOOL_MAX_OPS) {
+        fprintf(stderr,
+                "fldispatch: the library's catalog has more than %d ops; this tool was "
+                "built for fewer (rebuild it with the library)\n",
+                TOOL_MAX_OPS);
+        exit(2);
+    }
+    catalog[n_catalog++] = (struct tool_op){op->name, op->args};
+    return 0;
+}
+
+size_t tool_catalog_ops(const struct tool_op **ops)
+{
+    if (n_catalog == 0)
+        fld_foreach_catalog_op(add_op, NULL); /* fails only for a NULL callback */
+    *ops = catalog;
+    return n_catalog;
+}
+
+size_t tool_tensor_ops(struct tool_op *ops)
+{
+    const struct tool_op *all;
+    size_t n_all = tool_catalog_ops(&all), n = 0;
+    for (size_t i = 0; i < n_all; i++)
+        if (all[i].args != FLD_ARGS_ATTENTION_BACKEND)
+            ops[n++] = all[i];
+    return n;
+}
+
+bool tool_is_catalog_op(const char *name)
+{
+    const struct tool_op *all;
+    size_t n = tool_catalog_ops(&all);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(all[i].name, name) == 0)
+            return true;
+    return false;
+}
