@@ -482,6 +482,11 @@ START_TEST(usage_errors_name_the_option)
         {{"bench", "--device=cuda", "--threads", "2"}, "--threads applies to --device cpu only"},
         {{"bench", "--copy-mib", "4"}, "--copy-mib"},
         {{"bench", "--device=cuda", "--copy-mib", "0"}, "--copy-mib"},
+        {{"bench", "--ops", "10"}, "--ops and --impls apply to --registration only"},
+        {{"bench", "--registration", "--json"}, "--json does not apply to --registration"},
+        {{"bench", "--registration", "rms_norm"}, "does not apply to --registration"},
+        {{"bench", "--registration", "--impls", "65"}, "--impls"},
+        {{"bench", "--registration", "--ops", "0"}, "--ops"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct tool_run r;
@@ -647,12 +652,38 @@ START_TEST(overhead_still_works)
 }
 END_TEST
 
+START_TEST(registration_reports_each_count)
+{
+    struct tool_run r;
+    tool_run(&r, NO_ENV,
+             ARGS("bench", "--registration", "--ops", "10,300", "--impls", "2", "--reps", "1"));
+    assert_status(r, 0);
+    ck_assert_msg(strstr(r.out, "with 2 implementations each"), CLIP, r.out);
+    for (const char *const *n = (const char *const[]){"10", "300", NULL}; *n; n++) {
+        bool found = false;
+        for (const char *line = r.out; line && *line; line = strchr(line, '\n')) {
+            while (*line == '\n')
+                line++;
+            long ops = 0;
+            double ms, us, mib;
+            if (sscanf(line, "%ld %lf %lf %lf", &ops, &ms, &us, &mib) == 4 && ops == atol(*n)) {
+                found = ms > 0 && mib > 0;
+                break;
+            }
+        }
+        ck_assert_msg(found, "no plausible row for %s ops:\n" CLIP, *n, r.out);
+    }
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(help_lists_modes_and_defaults)
 {
     struct tool_run r;
     tool_run(&r, NO_ENV, ARGS("bench", "--help"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "--overhead"));
+    ck_assert(strstr(r.out, "--registration"));
     ck_assert(strstr(r.out, "--threads"));
     ck_assert(line_with(r.out, "--dtype", "all three"));
     tool_run_free(&r);
@@ -678,6 +709,7 @@ static Suite *bench_suite(void)
     tcase_add_test(kernels, device_rotates_input_sets);
     tcase_add_test(kernels, device_failing_kernel_fails_the_run);
     tcase_add_test(kernels, overhead_still_works);
+    tcase_add_test(kernels, registration_reports_each_count);
     tcase_add_test(kernels, help_lists_modes_and_defaults);
     suite_add_tcase(s, kernels);
     return s;

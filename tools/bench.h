@@ -3,6 +3,7 @@
  *
  *   cmd_bench.c       option parsing, dispatch to a mode, helpers below
  *   bench_overhead.c  bench --overhead: what dispatch costs per call
+ *   bench_registration.c  bench --registration: what registering many ops costs
  *   bench_kernels.c   bench [OP...]: time, GB/s and bandwidth share per
  *                     op, impl, dtype, shape and thread count
  *   bench_stream.c    the STREAM-like bandwidth ceiling (triad and copy)
@@ -46,6 +47,11 @@ void bench_pin_thread(unsigned long thread, int index);
 
 /* Runs the dispatch overhead benchmark and prints it; returns a CLI exit status. */
 int bench_overhead_run(long null_calls, int reps, bool json);
+
+/* ---- bench --registration (bench_registration.c) ----------------------------- */
+
+/* Registers ops[i] ops with impls implementations each, reps times per count; prints a table. */
+int bench_registration_run(const int64_t *ops, int n_ops, long impls, int reps);
 
 /* ---- STREAM (bench_stream.c) ------------------------------------------------ */
 
