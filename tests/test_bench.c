@@ -386,8 +386,22 @@ START_TEST(quick_rms_norm_json)
             double share = jv_number(e, "gbps") / jv_number(m, "stream_gbps_1t");
             ck_assert_msg(fabs(share - jv_number(e, "bw_share")) <= 0.01 * share + 1e-4,
                           "bw_share %g, expected %g", jv_number(e, "bw_share"), share);
+            /* T x H normalised values; per second and per cycle of the measured clock */
+            ck_assert_int_eq((long long)jv_number(e, "elements"), (long long)t * 4096);
+            double gelem = t * 4096 / (jv_number(e, "us") * 1e3);
+            ck_assert_msg(fabs(gelem - jv_number(e, "gelem_per_s")) <= 0.01 * gelem + 1e-4,
+                          "gelem_per_s %g, expected %g", jv_number(e, "gelem_per_s"), gelem);
+            double per_cycle = jv_number(e, "gelem_per_s") / jv_number(m, "cpu_ghz");
+            ck_assert_msg(
+                fabs(per_cycle - jv_number(e, "elem_per_cycle")) <= 0.01 * per_cycle + 1e-4,
+                "elem_per_cycle %g, expected %g", jv_number(e, "elem_per_cycle"), per_cycle);
         }
     }
+    /* schema 2: the elements and the clock (a chain of adds, timed: a plausible clock) */
+    ck_assert_int_eq((int)jv_number(doc, "schema"), 2);
+    ck_assert_str_eq(jv_string(m, "cpu_ghz_source"), "calibrated");
+    ck_assert_msg(jv_number(m, "cpu_ghz") > 0.2 && jv_number(m, "cpu_ghz") < 10, "cpu_ghz %g",
+                  jv_number(m, "cpu_ghz"));
     jv_free(doc);
     tool_run_free(&r);
 }
@@ -445,6 +459,8 @@ START_TEST(text_output_has_header_lines_and_targets)
     ck_assert_msg(line_with(r.out, "machine:"), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "STREAM"), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "triad GB/s", "copy GB/s"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "cpu clock:", "GHz", "calibrated"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "GB/s", "bw_share", "Gelem/s", "el/cyc"), CLIP, r.out);
     ck_assert_msg(
         line_with(r.out, "op", "impl", "dtype", "shape", "threads", "us", "GB/s", "bw_share"), CLIP,
         r.out);

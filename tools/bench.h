@@ -8,6 +8,7 @@
  *                     op, impl, dtype, shape and thread count
  *   bench_stream.c    the STREAM-like bandwidth ceiling (triad and copy)
  *   bench_d2d.c       the ceiling on other devices: device-to-device copy
+ *   bench_clock.c     the CPU clock, for elements per cycle
  *
  * The method of each is described at the top of its file and in
  * bench/README.md.
@@ -39,6 +40,13 @@ int bench_allowed_cpus(void);
  * when the affinity cannot be read or set.
  */
 void bench_pin_thread(unsigned long thread, int index);
+
+/*
+ * The CPU clock in GHz while a chain of dependent adds runs (bench_clock.c);
+ * *source is "calibrated", or "cpuinfo" (/proc/cpuinfo's cpu MHz) when the
+ * loop could not be timed, or "unknown" (0 returned).
+ */
+double bench_cpu_ghz(const char **source);
 
 /* ---- bench --overhead (bench_overhead.c) ------------------------------------ */
 
