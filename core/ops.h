@@ -120,6 +120,8 @@ struct fld_op_s {
     /* Registered implementations, sorted by impl_id; host lock held to use. */
     struct fld_impl_rec **impls;
     size_t n_impls, cap_impls;
+    /* Records of the plugin being committed (registry.c's scratch; host lock held). */
+    size_t n_staged;
 };
 
 /* Catalog op entries by FLD_CAT_* index (NULL before init). */

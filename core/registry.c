@@ -89,8 +89,16 @@ void fld__registry_begin(struct fld_registry *reg, struct fld_plugin_rec *plugin
     reg->plugin = plugin;
 }
 
+static void dup_free(struct fld_registry *reg)
+{
+    free(reg->dup);
+    reg->dup = NULL;
+    reg->dup_mask = 0;
+}
+
 void fld__registry_discard(struct fld_registry *reg)
 {
+    dup_free(reg);
     for (size_t i = 0; i < reg->n; i++)
         impl_free(reg->staged[i]);
     free(reg->staged);
@@ -118,6 +126,62 @@ static int record_error(struct fld_registry *reg, int status, const char *fmt, .
         fld__error_copy(reg->error, sizeof reg->error);
     }
     return status;
+}
+
+/* ---- the staged records by (op, impl_id): duplicate checks in O(1) ------- */
+
+static size_t dup_hash(const char *op, const char *impl_id)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over "op\0impl_id" */
+    for (const char *c = op;; c++) {
+        h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+        if (!*c)
+            break;
+    }
+    for (const char *c = impl_id; *c; c++)
+        h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    return (size_t)(h ^ (h >> 32));
+}
+
+/* The staged record of (op, impl_id), or NULL. */
+static const struct fld_impl_rec *dup_find(const struct fld_registry *reg, const char *op,
+                                           const char *impl_id)
+{
+    if (!reg->dup)
+        return NULL;
+    for (size_t i = dup_hash(op, impl_id) & reg->dup_mask; reg->dup[i];
+         i = (i + 1) & reg->dup_mask) {
+        const struct fld_impl_rec *s = reg->staged[reg->dup[i] - 1];
+        if (strcmp(s->impl_id, impl_id) == 0 && strcmp(s->staged_op, op) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+static void dup_put(size_t *dup, size_t mask, const struct fld_impl_rec *r, size_t index)
+{
+    size_t i = dup_hash(r->staged_op, r->impl_id) & mask;
+    while (dup[i])
+        i = (i + 1) & mask;
+    dup[i] = index + 1;
+}
+
+/* Room in the index for one more record (at most half full); FLD_ENOMEM leaves it as it was. */
+static int dup_reserve(struct fld_registry *reg)
+{
+    size_t cap = reg->dup ? reg->dup_mask + 1 : 0;
+    if (2 * (reg->n + 1) <= cap)
+        return FLD_OK;
+    size_t new_cap = cap ? 2 * cap : 32;
+    size_t *dup = calloc(new_cap, sizeof *dup);
+    if (!dup)
+        return FLD_ENOMEM;
+    for (size_t k = 0; k < reg->n; k++)
+        dup_put(dup, new_cap - 1, reg->staged[k], k);
+    free(reg->dup);
+    reg->dup = dup;
+    reg->dup_mask = new_cap - 1;
+    return FLD_OK;
 }
 
 static int validate_record(struct fld_registry *reg, const fld_impl *impl)
@@ -158,14 +222,10 @@ static int validate_record(struct fld_registry *reg, const fld_impl *impl)
                             "impl '%s' for op '%s': dtype mask 0x%x is empty or "
                             "has unknown bits",
                             id, impl->op, impl->dtypes);
-    for (size_t i = 0; i < reg->n; i++) {
-        const struct fld_impl_rec *s = reg->staged[i];
-        if (strcmp(s->impl_id, id) == 0 && strcmp(s->staged_op, impl->op) == 0)
-            return record_error(
-                reg, FLD_EINVAL,
-                "duplicate impl_id '%s' for op '%s' (registered twice by plugin '%s')", id,
-                impl->op, reg->plugin ? reg->plugin->name : "?");
-    }
+    if (dup_find(reg, impl->op, id))
+        return record_error(reg, FLD_EINVAL,
+                            "duplicate impl_id '%s' for op '%s' (registered twice by plugin '%s')",
+                            id, impl->op, reg->plugin ? reg->plugin->name : "?");
     struct fld_impl_rec *existing = find_impl(fld__op_find(impl->op), id);
     if (existing)
         return record_error(
@@ -257,6 +317,8 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
         reg->staged = s;
         reg->cap = cap;
     }
+    if (dup_reserve(reg) != FLD_OK)
+        return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     struct fld_impl_rec *r = calloc(1, sizeof *r);
     if (!r)
         return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
@@ -275,6 +337,7 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
     r->is_available = impl->is_available;
     r->supports = impl->supports;
     r->plugin = reg->plugin;
+    dup_put(reg->dup, reg->dup_mask, r, reg->n);
     reg->staged[reg->n++] = r;
     return FLD_OK;
 }
@@ -293,25 +356,47 @@ static void insert_sorted(struct fld_op_s *op, struct fld_impl_rec *r)
 
 int fld__registry_commit(struct fld_registry *reg)
 {
-    /* Intern every op and reserve room first, so nothing fails half-way. */
-    for (size_t i = 0; i < reg->n; i++) {
-        struct fld_op_s *op = fld__op_intern(reg->staged[i]->staged_op);
-        if (!op)
-            return fld__fail(FLD_ENOMEM, "out of memory committing plugin '%s'",
-                             reg->plugin ? reg->plugin->name : "?");
-        size_t need = op->n_impls + reg->n;
-        if (need > op->cap_impls) {
-            struct fld_impl_rec **v = realloc(op->impls, need * sizeof *v);
-            if (!v)
-                return fld__fail(FLD_ENOMEM, "out of memory committing plugin '%s'",
-                                 reg->plugin ? reg->plugin->name : "?");
-            op->impls = v;
-            op->cap_impls = need;
-        }
-    }
+    /*
+     * Intern every op and reserve room first, so nothing fails half-way:
+     * each op grows by what this plugin adds to it (at least doubling, so
+     * many plugins adding to one op stay linear). r->op is set here; a
+     * failure leaves the records staged, to be discarded.
+     */
+    int rc = FLD_OK;
     for (size_t i = 0; i < reg->n; i++) {
         struct fld_impl_rec *r = reg->staged[i];
-        r->op = fld__op_find(r->staged_op);
+        r->op = fld__op_intern(r->staged_op);
+        if (!r->op) {
+            rc = FLD_ENOMEM;
+            break;
+        }
+        r->op->n_staged = 0;
+    }
+    for (size_t i = 0; rc == FLD_OK && i < reg->n; i++)
+        reg->staged[i]->op->n_staged++;
+    for (size_t i = 0; rc == FLD_OK && i < reg->n; i++) {
+        struct fld_op_s *op = reg->staged[i]->op;
+        size_t need = op->n_impls + op->n_staged;
+        if (need > op->cap_impls) {
+            size_t cap = 2 * op->cap_impls > need ? 2 * op->cap_impls : need;
+            struct fld_impl_rec **v = realloc(op->impls, cap * sizeof *v);
+            if (!v) {
+                rc = FLD_ENOMEM;
+                break;
+            }
+            op->impls = v;
+            op->cap_impls = cap;
+        }
+    }
+    if (rc != FLD_OK) {
+        for (size_t i = 0; i < reg->n; i++)
+            reg->staged[i]->op = NULL;
+        return fld__fail(FLD_ENOMEM, "out of memory committing plugin '%s'",
+                         reg->plugin ? reg->plugin->name : "?");
+    }
+    dup_free(reg);
+    for (size_t i = 0; i < reg->n; i++) {
+        struct fld_impl_rec *r = reg->staged[i];
         free(r->staged_op);
         r->staged_op = NULL;
         insert_sorted(r->op, r);

@@ -59,6 +59,10 @@ struct fld_registry {
     struct fld_plugin_rec *plugin;
     struct fld_impl_rec **staged;
     size_t n, cap;
+    /* Index of the staged records by (op, impl_id) for the duplicate check:
+     * open addressing, entries are staged index + 1, 0 empty; at most half full. */
+    size_t *dup;
+    size_t dup_mask;
     int first_error; /* FLD_OK or the first failing registration's status */
     char *detail;    /* staged fld_registry_set_detail() text, or NULL */
     struct fld_hook_rec *hooks[FLD_NDEVICES]; /* staged device hooks */

@@ -387,8 +387,22 @@ START_TEST(quick_rms_norm_json)
             double share = jv_number(e, "gbps") / jv_number(m, "stream_gbps_1t");
             ck_assert_msg(fabs(share - jv_number(e, "bw_share")) <= 0.01 * share + 1e-4,
                           "bw_share %g, expected %g", jv_number(e, "bw_share"), share);
+            /* T x H normalised values; per second and per cycle of the measured clock */
+            ck_assert_int_eq((long long)jv_number(e, "elements"), (long long)t * 4096);
+            double gelem = t * 4096 / (jv_number(e, "us") * 1e3);
+            ck_assert_msg(fabs(gelem - jv_number(e, "gelem_per_s")) <= 0.01 * gelem + 1e-4,
+                          "gelem_per_s %g, expected %g", jv_number(e, "gelem_per_s"), gelem);
+            double per_cycle = jv_number(e, "gelem_per_s") / jv_number(m, "cpu_ghz");
+            ck_assert_msg(
+                fabs(per_cycle - jv_number(e, "elem_per_cycle")) <= 0.01 * per_cycle + 1e-4,
+                "elem_per_cycle %g, expected %g", jv_number(e, "elem_per_cycle"), per_cycle);
         }
     }
+    /* schema 2: the elements and the clock (a chain of adds, timed: a plausible clock) */
+    ck_assert_int_eq((int)jv_number(doc, "schema"), 2);
+    ck_assert_str_eq(jv_string(m, "cpu_ghz_source"), "calibrated");
+    ck_assert_msg(jv_number(m, "cpu_ghz") > 0.2 && jv_number(m, "cpu_ghz") < 10, "cpu_ghz %g",
+                  jv_number(m, "cpu_ghz"));
     jv_free(doc);
     tool_run_free(&r);
 }
@@ -446,6 +460,8 @@ START_TEST(text_output_has_header_lines_and_targets)
     ck_assert_msg(line_with(r.out, "machine:"), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "STREAM"), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "triad GB/s", "copy GB/s"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "cpu clock:", "GHz", "calibrated"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "GB/s", "bw_share", "Gelem/s", "el/cyc"), CLIP, r.out);
     ck_assert_msg(
         line_with(r.out, "op", "impl", "dtype", "shape", "threads", "us", "GB/s", "bw_share"), CLIP,
         r.out);
@@ -483,6 +499,11 @@ START_TEST(usage_errors_name_the_option)
         {{"bench", "--device=cuda", "--threads", "2"}, "--threads applies to --device cpu only"},
         {{"bench", "--copy-mib", "4"}, "--copy-mib"},
         {{"bench", "--device=cuda", "--copy-mib", "0"}, "--copy-mib"},
+        {{"bench", "--ops", "10"}, "--ops and --impls apply to --registration only"},
+        {{"bench", "--registration", "--json"}, "--json does not apply to --registration"},
+        {{"bench", "--registration", "rms_norm"}, "does not apply to --registration"},
+        {{"bench", "--registration", "--impls", "65"}, "--impls"},
+        {{"bench", "--registration", "--ops", "0"}, "--ops"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct tool_run r;
@@ -648,12 +669,38 @@ START_TEST(overhead_still_works)
 }
 END_TEST
 
+START_TEST(registration_reports_each_count)
+{
+    struct tool_run r;
+    tool_run(&r, NO_ENV,
+             ARGS("bench", "--registration", "--ops", "10,300", "--impls", "2", "--reps", "1"));
+    assert_status(r, 0);
+    ck_assert_msg(strstr(r.out, "with 2 implementations each"), CLIP, r.out);
+    for (const char *const *n = (const char *const[]){"10", "300", NULL}; *n; n++) {
+        bool found = false;
+        for (const char *line = r.out; line && *line; line = strchr(line, '\n')) {
+            while (*line == '\n')
+                line++;
+            long ops = 0;
+            double ms, us, mib;
+            if (sscanf(line, "%ld %lf %lf %lf", &ops, &ms, &us, &mib) == 4 && ops == atol(*n)) {
+                found = ms > 0 && mib > 0;
+                break;
+            }
+        }
+        ck_assert_msg(found, "no plausible row for %s ops:\n" CLIP, *n, r.out);
+    }
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(help_lists_modes_and_defaults)
 {
     struct tool_run r;
     tool_run(&r, NO_ENV, ARGS("bench", "--help"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "--overhead"));
+    ck_assert(strstr(r.out, "--registration"));
     ck_assert(strstr(r.out, "--threads"));
     ck_assert(line_with(r.out, "--dtype", "all three"));
     tool_run_free(&r);
@@ -679,6 +726,7 @@ static Suite *bench_suite(void)
     tcase_add_test(kernels, device_rotates_input_sets);
     tcase_add_test(kernels, device_failing_kernel_fails_the_run);
     tcase_add_test(kernels, overhead_still_works);
+    tcase_add_test(kernels, registration_reports_each_count);
     tcase_add_test(kernels, help_lists_modes_and_defaults);
     suite_add_tcase(s, kernels);
     return s;

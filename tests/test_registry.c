@@ -9,6 +9,7 @@
  * (#524); here a bad plugin loses only its own impls, and all of them.
  */
 #include <check.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -962,6 +963,157 @@ START_TEST(op_name_round_trip)
 END_TEST
 
 /* ------------------------------------------------------------------------ */
+/* Many ops (issue 14): registration linear in time and memory              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A plugin that registers `count` generated ops (names counting DOWN, so
+ * the name order is the reverse of the registration order), one impl each,
+ * and, when dup_at >= 0, registers op dup_at's record a second time at the
+ * end (a duplicate that only a check over every staged record finds).
+ */
+static _Thread_local struct {
+    const char *prefix;
+    int count, dup_at;
+} gen;
+
+static void gen_name(char *buf, size_t size, const char *prefix, int i)
+{
+    snprintf(buf, size, "%s_%06d", prefix, i);
+}
+
+static int register_generated(fld_registry *reg)
+{
+    char op[64];
+    for (int i = gen.count - 1; i >= 0; i--) {
+        gen_name(op, sizeof op, gen.prefix, i);
+        fld_impl m = mk(op, "vendor.gen", FLD_KIND_VENDOR, "gen", 100);
+        int rc = fld_registry_register(reg, &m);
+        if (rc != FLD_OK)
+            return rc;
+    }
+    if (gen.dup_at >= 0) {
+        gen_name(op, sizeof op, gen.prefix, gen.dup_at);
+        fld_impl m = mk(op, "vendor.gen", FLD_KIND_VENDOR, "gen", 100);
+        return fld_registry_register(reg, &m);
+    }
+    return FLD_OK;
+}
+
+static int add_generated(const char *prefix, int count, int dup_at)
+{
+    fld_plugin_descriptor *d = descriptor(prefix);
+    d->register_builtins = register_generated;
+    gen.prefix = prefix;
+    gen.count = count;
+    gen.dup_at = dup_at;
+    return fld_register_plugin(d);
+}
+
+struct name_walk {
+    char last[64];
+    int seen;
+    bool ordered;
+};
+
+static int walk_gen_impls(const fld_impl_info *info, void *user)
+{
+    struct name_walk *w = user;
+    if (strncmp(info->op, "t_many_", 7) != 0)
+        return 0;
+    if (w->seen && strcmp(w->last, info->op) >= 0)
+        w->ordered = false;
+    snprintf(w->last, sizeof w->last, "%s", info->op);
+    w->seen++;
+    return 0;
+}
+
+/*
+ * 4000 ops used to keep one copy of the whole op table per op added and
+ * reserve room for every record of the plugin in every op (about 350 MiB);
+ * now the heap grows by about 1 KiB per op. Listings stay in name order.
+ */
+START_TEST(many_ops_linear_memory)
+{
+    enum { N = 4000 };
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    struct mallinfo2 before = mallinfo2();
+    ck_assert_msg(add_generated("t_many", N, -1) == FLD_OK, "%s", fld_last_error());
+    struct mallinfo2 after = mallinfo2();
+    double kib_per_op = ((double)after.uordblks - (double)before.uordblks) / 1024.0 / N;
+    ck_assert_msg(kib_per_op < 2.0, "%.2f KiB of heap per op", kib_per_op);
+
+    char op[64];
+    for (int i = 0; i < N; i++) {
+        gen_name(op, sizeof op, "t_many", i);
+        fld_op h = fld_op_lookup(op);
+        ck_assert_msg(h != NULL, "%s: %s", op, fld_last_error());
+        ck_assert_str_eq(fld_op_name(h), op);
+    }
+    ck_assert_ptr_null(fld_op_lookup("t_many_004000"));
+    ck_assert_int_eq(call_t("t_many_000000"), 0);
+    ck_assert_int_eq(call_t("t_many_003999"), 0);
+    /* the catalog is still found after the table grew around it */
+    ck_assert_ptr_nonnull(fld_op_lookup(FLD_OP_ROTARY_EMBEDDING));
+
+    struct name_walk w = {.ordered = true};
+    ck_assert_int_eq(fld_foreach_impl(walk_gen_impls, &w), FLD_OK);
+    ck_assert_int_eq(w.seen, N);
+    ck_assert_msg(w.ordered, "ops not listed in name order");
+}
+END_TEST
+
+START_TEST(duplicate_found_among_many_staged)
+{
+    ck_assert_int_eq(add_generated("t_dups", 3000, 1234), FLD_EPLUGIN);
+    ck_assert_contains(fld_last_error(), "duplicate impl_id 'vendor.gen' for op 't_dups_001234'");
+    ck_assert_contains(fld_last_error(), "registered twice");
+    ck_assert_ptr_null(fld_op_lookup("t_dups_001234"));
+    /* a clean plugin of the same names then registers */
+    ck_assert_int_eq(add_generated("t_dups", 3000, -1), FLD_OK);
+    ck_assert_ptr_nonnull(fld_op_lookup("t_dups_001234"));
+}
+END_TEST
+
+/* Looks up the catalog and the first plugin's ops until told to stop. */
+static atomic_bool stop_lookups;
+
+static void *lookup_loop(void *arg)
+{
+    (void)arg;
+    long misses = 0;
+    char op[64];
+    for (int round = 0; !atomic_load(&stop_lookups); round++) {
+        if (!fld_op_lookup(FLD_OP_RMS_NORM) || !fld_op_lookup(FLD_OP_SILU_AND_MUL))
+            misses++;
+        gen_name(op, sizeof op, "t_grow0", round % 50);
+        if (!fld_op_lookup(op))
+            misses++;
+    }
+    return (void *)(intptr_t)misses;
+}
+
+/* Lookups without the lock stay correct while the table grows (and old tables are retired). */
+START_TEST(lookups_while_the_table_grows)
+{
+    ck_assert_int_eq(add_generated("t_grow0", 50, -1), FLD_OK);
+    atomic_store(&stop_lookups, false);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, lookup_loop, NULL), 0);
+    char prefix[32];
+    for (int p = 1; p <= 12; p++) {
+        snprintf(prefix, sizeof prefix, "t_grow%d", p);
+        ck_assert_msg(add_generated(prefix, 100 * p, -1) == FLD_OK, "%s", fld_last_error());
+    }
+    atomic_store(&stop_lookups, true);
+    void *misses;
+    ck_assert_int_eq(pthread_join(t, &misses), 0);
+    ck_assert_int_eq((int)(intptr_t)misses, 0);
+    ck_assert_ptr_nonnull(fld_op_lookup("t_grow12_001199"));
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 
 static Suite *registry_suite(void)
 {
@@ -993,6 +1145,13 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, op_lookup_unknown);
     tcase_add_test(tc, op_lookup_after_registration);
     tcase_add_test(tc, op_name_round_trip);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("scale");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, many_ops_linear_memory);
+    tcase_add_test(tc, duplicate_found_among_many_staged);
+    tcase_add_test(tc, lookups_while_the_table_grows);
     suite_add_tcase(s, tc);
     return s;
 }

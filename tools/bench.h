@@ -3,10 +3,12 @@
  *
  *   cmd_bench.c       option parsing, dispatch to a mode, helpers below
  *   bench_overhead.c  bench --overhead: what dispatch costs per call
+ *   bench_registration.c  bench --registration: what registering many ops costs
  *   bench_kernels.c   bench [OP...]: time, GB/s and bandwidth share per
  *                     op, impl, dtype, shape and thread count
  *   bench_stream.c    the STREAM-like bandwidth ceiling (triad and copy)
  *   bench_d2d.c       the ceiling on other devices: device-to-device copy
+ *   bench_clock.c     the CPU clock, for elements per cycle
  *
  * The method of each is described at the top of its file and in
  * bench/README.md.
@@ -39,6 +41,13 @@ int bench_allowed_cpus(void);
  */
 void bench_pin_thread(unsigned long thread, int index);
 
+/*
+ * The CPU clock in GHz while a chain of dependent adds runs (bench_clock.c);
+ * *source is "calibrated", or "cpuinfo" (/proc/cpuinfo's cpu MHz) when the
+ * loop could not be timed, or "unknown" (0 returned).
+ */
+double bench_cpu_ghz(const char **source);
+
 /* ---- bench --overhead (bench_overhead.c) ------------------------------------ */
 
 #define BENCH_OVERHEAD_REPS  15
@@ -46,6 +55,11 @@ void bench_pin_thread(unsigned long thread, int index);
 
 /* Runs the dispatch overhead benchmark and prints it; returns a CLI exit status. */
 int bench_overhead_run(long null_calls, int reps, bool json);
+
+/* ---- bench --registration (bench_registration.c) ----------------------------- */
+
+/* Registers ops[i] ops with impls implementations each, reps times per count; prints a table. */
+int bench_registration_run(const int64_t *ops, int n_ops, long impls, int reps);
 
 /* ---- STREAM (bench_stream.c) ------------------------------------------------ */
 

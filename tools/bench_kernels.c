@@ -17,6 +17,11 @@
  *   - bytes are the compulsory traffic: every tensor read once and every
  *     tensor written once, nothing for write-allocate (the STREAM
  *     convention), so GB/s is comparable with STREAM's figure;
+ *   - elements are what the op computes: T x H outputs for the activations
+ *     and norms (the fused residual's update included), T x (query heads +
+ *     key heads) x rot_dim rotated values for rotary; per second and per
+ *     CPU cycle (the clock of bench_clock.c, measured once), so that a
+ *     kernel that is compute-bound shows as such whatever the memory;
  *   - each --threads value re-initialises the library with
  *     VLLM_FL_CPU_THREADS set (the cpu plugin reads it when it registers);
  *     the caller's value is restored at the end;
@@ -272,7 +277,8 @@ struct bench_case {
     struct dev_tensor (*extra)[8]; /* sets 1 .. n_sets - 1 */
     union case_args *extra_args;
     const void *set_args[DEVICE_MAX_SETS];
-    double bytes; /* compulsory traffic of one call */
+    double bytes;    /* compulsory traffic of one call */
+    double elements; /* values the op computes per call (the file's header) */
     char shape[48];
 };
 
@@ -484,6 +490,7 @@ static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t 
         c->act = (fld_activation_args){.out = &c->out.t, .x = &c->x.t};
         c->args = &c->act;
         c->bytes = e * (t * 2 * h + t * h);
+        c->elements = t * h;
         break;
     case FAM_NORM:
         ok = tool_tensor_alloc(&c->x, dtype, 2, (const int64_t[]){tokens, hidden}, 0) &&
@@ -501,6 +508,7 @@ static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t 
                                       .eps = NORM_EPS};
         c->args = &c->norm;
         c->bytes = e * (2 * t * h + h + (residual ? 2 * t * h : 0));
+        c->elements = t * h;
         break;
     case FAM_ROTARY: {
         c->heads = (int)(hidden / ROTARY_HEAD_SIZE);
@@ -526,6 +534,7 @@ static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t 
         c->args = &c->rot;
         /* q and k rotated part read and written, the cache rows used, the positions. */
         c->bytes = e * (2 * t * 2 * (double)width) + e * t * ROTARY_HEAD_SIZE + 8 * t;
+        c->elements = t * 2 * (double)width;
         break;
     }
     }
@@ -618,6 +627,7 @@ struct result {
     char impl[128];
     char shape[48];
     double bytes, us; /* us NAN when the call failed */
+    double elements;
     long batch;
 };
 
@@ -659,6 +669,8 @@ struct run {
     bool failed;
 
     char cpu[256];
+    double cpu_ghz; /* bench_clock.c; 0 unknown */
+    const char *cpu_ghz_source;
     struct plugin_line plugin;
     char isa[64];
 };
@@ -927,6 +939,7 @@ static bool run_line(struct run *r, int op, fld_op handle, const struct bench_ca
         .residual = c->residual,
         .selected = strcmp(impl, r->selected[op][c->dtype]) == 0,
         .bytes = c->bytes,
+        .elements = c->elements,
         .us = NAN,
     };
     snprintf(res.impl, sizeof res.impl, "%s", impl);
@@ -1006,6 +1019,20 @@ static double bw_share(const struct run *r, const struct result *res)
 static double gbps(const struct result *res)
 {
     return res->bytes / (res->us * 1e-6) * 1e-9;
+}
+
+/* Giga-elements per second. */
+static double gelems(const struct result *res)
+{
+    return res->elements / (res->us * 1e-6) * 1e-9;
+}
+
+/* Elements per CPU cycle; NAN on other devices or when the clock is unknown. */
+static double elems_per_cycle(const struct run *r, const struct result *res)
+{
+    if (r->on_device || r->cpu_ghz <= 0)
+        return NAN;
+    return gelems(res) / r->cpu_ghz;
 }
 
 /* The result of the selected impl for (op, dtype, tokens, threads), plain shape; NULL if none. */
@@ -1184,6 +1211,10 @@ static void print_text(const struct run *r)
                "(before, between and after the kernels)\n",
                bench_stream_isa(), (double)bench_stream_array_bytes(r->stream) / (1 << 20),
                opt->reps, r->stream_runs);
+        printf("cpu clock: %.2f GHz (%s)\n", r->cpu_ghz,
+               strcmp(r->cpu_ghz_source, "calibrated") == 0
+                   ? "calibrated: a chain of dependent adds, one per cycle, fastest of 30 runs"
+                   : "/proc/cpuinfo cpu MHz: the adds could not be timed");
         printf("  %7s %12s %12s\n", "threads", "triad GB/s", "copy GB/s");
         for (int i = 0; i < r->n_stream_threads; i++)
             printf("  %7d %12.2f %12.2f\n", r->stream_threads[i],
@@ -1191,8 +1222,8 @@ static void print_text(const struct run *r)
                    stream_figure(r, r->stream_threads[i], true));
     }
 
-    printf("\n%-18s %-15s %-5s %-15s %7s %12s %9s %9s\n", "op", "impl", "dtype", "shape", "threads",
-           "us", "GB/s", "bw_share");
+    printf("\n%-18s %-15s %-5s %-15s %7s %12s %9s %9s %8s %7s\n", "op", "impl", "dtype", "shape",
+           "threads", "us", "GB/s", "bw_share", "Gelem/s", "el/cyc");
     for (size_t i = 0; i < r->n_results; i++) {
         const struct result *res = &r->results[i];
         char threads[16] = "-";
@@ -1200,10 +1231,17 @@ static void print_text(const struct run *r)
             snprintf(threads, sizeof threads, "%d", res->threads);
         printf("%-18s %-15s %-5s %-15s %7s ", op_names[res->op], res->impl,
                tool_dtype_name(res->dtype), res->shape, threads);
-        if (isnan(res->us))
-            printf("%12s %9s %9s\n", "failed", "-", "-");
-        else
-            printf("%12.3f %9.2f %8.1f%%\n", res->us, gbps(res), 100 * bw_share(r, res));
+        if (isnan(res->us)) {
+            printf("%12s %9s %9s %8s %7s\n", "failed", "-", "-", "-", "-");
+        } else {
+            printf("%12.3f %9.2f %8.1f%% %8.3f ", res->us, gbps(res), 100 * bw_share(r, res),
+                   gelems(res));
+            double epc = elems_per_cycle(r, res);
+            if (isnan(epc))
+                printf("%7s\n", "-");
+            else
+                printf("%7.3f\n", epc);
+        }
     }
     printf("\nshapes: activations [T, 2H] -> [T, H] shown TxH; norms [T, H] with weight, +res "
            "with a fused residual;\nrotary T tokens x %lld query and %lld key heads x %d, rot_dim "
@@ -1225,7 +1263,7 @@ static void print_json(const struct run *r)
 {
     const struct bench_kernel_options *opt = r->opt;
     struct json_writer w;
-    json_begin_document(&w, stdout);
+    json_begin_document_schema(&w, stdout, JSON_SCHEMA_BENCH_KERNELS);
     json_key(&w, "benchmark");
     json_string(&w, "kernels");
     json_key(&w, "machine");
@@ -1236,6 +1274,9 @@ static void print_json(const struct run *r)
     json_string(&w, r->isa);
     json_key(&w, "threads");
     json_int(&w, r->default_threads);
+    json_figure(&w, "cpu_ghz", r->cpu_ghz > 0 ? r->cpu_ghz : NAN, 3);
+    json_key(&w, "cpu_ghz_source");
+    json_string(&w, r->cpu_ghz > 0 ? r->cpu_ghz_source : NULL);
     json_figure(&w, "stream_gbps_1t", stream_figure(r, 1, false), 3);
     json_figure(&w, "stream_gbps", stream_figure(r, r->default_threads, false), 3);
     json_figure(&w, "stream_copy_gbps_1t", stream_figure(r, 1, true), 3);
@@ -1322,6 +1363,10 @@ static void print_json(const struct run *r)
         json_bool(&w, res->residual);
         json_key(&w, "bytes");
         json_int(&w, (long long)res->bytes);
+        json_key(&w, "elements");
+        json_int(&w, (long long)res->elements);
+        json_figure(&w, "gelem_per_s", gelems(res), 4);
+        json_figure(&w, "elem_per_cycle", elems_per_cycle(r, res), 4);
         json_key(&w, "calls_per_batch");
         json_int(&w, res->batch);
         json_key(&w, "selected_by_default");
@@ -1421,6 +1466,7 @@ int bench_kernels_run(const struct bench_kernel_options *opt)
         return status;
 
     bench_cpu_model(r.cpu, sizeof r.cpu);
+    r.cpu_ghz = bench_cpu_ghz(&r.cpu_ghz_source);
     fld_foreach_plugin(find_cpu_plugin, &r.plugin);
     detail_isa(r.plugin.detail, r.isa, sizeof r.isa);
     r.default_threads = detail_threads(r.plugin.detail);

@@ -26,6 +26,7 @@ static const char bench_usage[] =
     "                        [--tokens N[,N...]] [--hidden N] [--reps N] [--impl ID]\n"
     "                        [--copy-mib N] [--quick] [--json] [--] [OP...]\n"
     "       fldispatch bench --overhead [--reps N] [--calls N] [--json]\n"
+    "       fldispatch bench --registration [--ops N[,N...]] [--impls K] [--reps N]\n"
     "\n"
     "Times every available implementation of each OP through the dispatcher,\n"
     "pinned to it alone (per-op policy impl:ID, strict), and compares its memory\n"
@@ -70,6 +71,12 @@ static const char bench_usage[] =
     "name and typed calls, with a null and a loop kernel); --reps defaults to 15,\n"
     "--calls N calls per timed batch with the null kernel (default 200000).\n"
     "Targets: handle <= 5 ns over direct, name <= 25 ns, two threads >= 1.8x.\n"
+    "\n"
+    "--registration: the time and heap memory of registering N ops with K\n"
+    "implementations each from one in-process plugin, in a fresh library per\n"
+    "measurement (--ops default 1000,4000; --impls default 1; --reps default 3),\n"
+    "then resolving each op once and fld_reload(). Target: 4000 ops < 50 ms and\n"
+    "< 4 MiB. Text only.\n"
     "\n"
     "See bench/README.md for the method.\n"
     "Exit status: 0 success, 1 a call failed, 2 usage, 3 no implementation for\n"
@@ -241,7 +248,11 @@ int cmd_bench(int argc, char **argv)
         .dtypes = FLD_DTYPE_MASK_ALL,
         .hidden = 4096,
     };
-    bool overhead_mode = false, json = false, reps_set = false;
+    bool overhead_mode = false, registration_mode = false, json = false, reps_set = false;
+    int64_t reg_ops[BENCH_MAX_LIST] = {1000, 4000};
+    int n_reg_ops = 2;
+    bool reg_option = false; /* --ops or --impls */
+    long reg_impls = 1;
     const char *kernel_option = NULL; /* the first option only the kernel bench takes */
     long reps = 0, null_calls = BENCH_OVERHEAD_CALLS, copy_mib = 0;
 
@@ -257,7 +268,10 @@ int cmd_bench(int argc, char **argv)
         OPT_TOKENS,
         OPT_HIDDEN,
         OPT_COPY_MIB,
-        OPT_IMPL
+        OPT_IMPL,
+        OPT_REGISTRATION,
+        OPT_OPS,
+        OPT_IMPLS
     };
     static const struct cli_option options[] = {
         [OPT_OVERHEAD] = {"--overhead", false},
@@ -272,6 +286,9 @@ int cmd_bench(int argc, char **argv)
         [OPT_HIDDEN] = {"--hidden", true},
         [OPT_COPY_MIB] = {"--copy-mib", true},
         [OPT_IMPL] = {"--impl", true},
+        [OPT_REGISTRATION] = {"--registration", false},
+        [OPT_OPS] = {"--ops", true},
+        [OPT_IMPLS] = {"--impls", true},
         {NULL, false},
     };
     struct cli_args a;
@@ -281,7 +298,8 @@ int cmd_bench(int argc, char **argv)
         int64_t list[BENCH_MAX_LIST];
         long hidden;
         /* The first option only the kernel bench takes, for the --overhead message. */
-        if (k >= OPT_QUICK && k != OPT_REPS && k != OPT_CALLS && !kernel_option)
+        if (k >= OPT_QUICK && k != OPT_REPS && k != OPT_CALLS && k < OPT_REGISTRATION &&
+            !kernel_option)
             kernel_option = options[k].name;
         switch (k) {
         case CLI_ARG_HELP:
@@ -355,6 +373,19 @@ int cmd_bench(int argc, char **argv)
             if (parse_count("--copy-mib", value, 1L << 20, &copy_mib) != CLI_EXIT_OK)
                 return CLI_EXIT_USAGE;
             break;
+        case OPT_REGISTRATION:
+            registration_mode = true;
+            break;
+        case OPT_OPS:
+            if (parse_list("--ops", value, 1000000, reg_ops, &n_reg_ops) != CLI_EXIT_OK)
+                return CLI_EXIT_USAGE;
+            reg_option = true;
+            break;
+        case OPT_IMPLS:
+            if (parse_count("--impls", value, 64, &reg_impls) != CLI_EXIT_OK)
+                return CLI_EXIT_USAGE;
+            reg_option = true;
+            break;
         case OPT_IMPL:
             if (!*value)
                 return cli_usage_error("bench", "--impl wants an impl_id such as vendor.cpu");
@@ -363,6 +394,18 @@ int cmd_bench(int argc, char **argv)
         }
     }
 
+    if (registration_mode) {
+        if (kernel_option || overhead_mode || json || null_calls != BENCH_OVERHEAD_CALLS)
+            return cli_usage_error("bench", "%s does not apply to --registration",
+                                   kernel_option   ? kernel_option
+                                   : overhead_mode ? "--overhead"
+                                   : json          ? "--json"
+                                                   : "--calls");
+        return bench_registration_run(reg_ops, n_reg_ops, reg_impls,
+                                      reps_set ? (int)(reps < 1000 ? reps : 1000) : 3);
+    }
+    if (reg_option)
+        return cli_usage_error("bench", "--ops and --impls apply to --registration only");
     if (overhead_mode) {
         if (kernel_option)
             return cli_usage_error("bench", "%s does not apply to --overhead", kernel_option);

@@ -12,12 +12,17 @@ void json_init(struct json_writer *w, FILE *f)
     w->after_key = false;
 }
 
-void json_begin_document(struct json_writer *w, FILE *f)
+void json_begin_document_schema(struct json_writer *w, FILE *f, int schema)
 {
     json_init(w, f);
     json_begin_object(w);
     json_key(w, "schema");
-    json_int(w, JSON_SCHEMA_VERSION);
+    json_int(w, schema);
+}
+
+void json_begin_document(struct json_writer *w, FILE *f)
+{
+    json_begin_document_schema(w, f, JSON_SCHEMA_VERSION);
 }
 
 static void indent(struct json_writer *w)

@@ -21,6 +21,8 @@
 
 /* The "schema" number of every --json document; raised when a key changes meaning or goes. */
 #define JSON_SCHEMA_VERSION 1
+/* bench [OP...]'s document, which has its own number since it gained keys (issue 14). */
+#define JSON_SCHEMA_BENCH_KERNELS 2
 
 #define JSON_MAX_DEPTH 32
 
@@ -34,6 +36,8 @@ struct json_writer {
 void json_init(struct json_writer *w, FILE *f);
 /* json_init, the opening brace of the top-level object and its "schema" member. */
 void json_begin_document(struct json_writer *w, FILE *f);
+/* The same with another "schema" number (a document that changed on its own). */
+void json_begin_document_schema(struct json_writer *w, FILE *f, int schema);
 void json_begin_object(struct json_writer *w);
 void json_end_object(struct json_writer *w);
 void json_begin_array(struct json_writer *w);
