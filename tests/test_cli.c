@@ -22,7 +22,7 @@
 static bool plugin_built(const char *name)
 {
     char path[4300];
-    snprintf(path, sizeof path, "%s/lib/fldispatch/plugins/fld-%s.so", tool_builddir(), name);
+    snprintf(path, sizeof path, "%s/lib/fldispatch/plugins/fld-%s.so", tt_build_dir(), name);
     return access(path, F_OK) == 0;
 }
 

@@ -242,7 +242,7 @@ static int freeze_all(const struct op_list *ops, uint32_t *want_devices, struct 
             if (!(op->devices & (1u << bit))) {
                 /* No implementation declares the device: said like the rest
                    (a catalog op's every dtype; another op's "any"). */
-                if (!typed && is_catalog_op(op->name))
+                if (!typed && tool_is_catalog_op(op->name))
                     note_missing(&notes[bit], op->name, "any");
                 for (size_t t = 0; typed && t < 3; t++)
                     note_missing(&notes[bit], op->name, dtypes[t].name);
