@@ -82,7 +82,8 @@ static void gen(struct gen_tensor *g, const struct gen_tensor *like, int ndim, i
         int64_t step = 1;
         for (int i = t->ndim - 1; i >= 0 && i < 4; i--) {
             g->strides[i] = step;
-            step *= g->shape[i] > 0 ? g->shape[i] : 1;
+            /* wraps (defined in unsigned) where the shapes are huge: odd strides are welcome */
+            step = (int64_t)((uint64_t)step * (uint64_t)(g->shape[i] > 0 ? g->shape[i] : 1));
         }
         if (t->ndim >= 2 && rnd() % 4 == 0)
             g->strides[0] = g->shape[t->ndim - 1] + PICK(-1, 1, 5, 64, -1000, (int64_t)1 << 31);
