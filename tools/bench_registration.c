@@ -141,7 +141,10 @@ static bool measure_once(long ops, struct reg_figures *f)
     f->register_ms = (t1 - t0) / 1e6;
     f->resolve_ms = (t3 - t2) / 1e6;
     f->reload_ms = (t4 - t3) / 1e6;
-    f->heap_mib = ((double)after.uordblks - (double)before.uordblks) / (1024.0 * 1024.0);
+    /* A malloc that mallinfo2() does not see (a sanitizer's) leaves both at 0. */
+    f->heap_mib = before.uordblks == 0 && after.uordblks == 0
+                      ? NAN
+                      : ((double)after.uordblks - (double)before.uordblks) / (1024.0 * 1024.0);
     return true;
 }
 
@@ -167,8 +170,13 @@ int bench_registration_run(const int64_t *ops, int n_ops, long impls, int reps)
             rel[r] = f.reload_ms;
         }
         double reg_ms = bench_median(reg, reps), mib = bench_median(heap, reps);
-        printf("%10lld %14.2f %12.2f %14.3f %14.2f %12.2f\n", (long long)ops[i], reg_ms,
-               reg_ms * 1e3 / (double)ops[i], mib, bench_median(res, reps),
+        char mib_text[32];
+        if (isnan(mib))
+            snprintf(mib_text, sizeof mib_text, "n/a");
+        else
+            snprintf(mib_text, sizeof mib_text, "%.3f", mib);
+        printf("%10lld %14.2f %12.2f %14s %14.2f %12.2f\n", (long long)ops[i], reg_ms,
+               reg_ms * 1e3 / (double)ops[i], mib_text, bench_median(res, reps),
                bench_median(rel, reps));
         if (ops[i] == TARGET_OPS && impls == 1) {
             target_seen = true;
