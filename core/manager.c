@@ -29,6 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "devices.h"
 #include "error.h"
 #include "inflight.h"
 #include "host.h"
@@ -787,10 +788,8 @@ static int key_from(int device_type, DLDataType dtype, int *dev, int *dt)
 {
     *dev = fld__device_index(device_type);
     if (*dev < 0)
-        return fld__fail(FLD_EINVAL,
-                         "unknown device type %d (valid: 1 cpu, 2 cuda, 10 rocm, 12 or "
-                         "21 ascend)",
-                         device_type);
+        return fld__fail(FLD_EINVAL, "unknown device type %d (valid: %s)", device_type,
+                         fld__device_text(FLD_DEVICE_TEXT_CODES));
     if (dtype.code == 0 && dtype.bits == 0 && dtype.lanes == 0) {
         *dt = FLD_DT_ANY;
         return FLD_OK;

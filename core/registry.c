@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devices.h"
 #include "error.h"
 #include "inflight.h"
 #include "escape.h"
@@ -281,12 +282,11 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
                             plugin, hooks->struct_size, min_size);
     int dev = fld__device_index(hooks->device_type);
     if (dev < 0 || dev == FLD_DEV_CPU)
-        return record_error(reg, FLD_EINVAL,
-                            "plugin '%s': device hooks: device_type %d is %s (valid: 2 cuda, 10 "
-                            "rocm, 12 or 21 ascend)",
-                            plugin, hooks->device_type,
-                            dev == FLD_DEV_CPU ? "the CPU, which the host serves itself"
-                                               : "unknown");
+        return record_error(
+            reg, FLD_EINVAL, "plugin '%s': device hooks: device_type %d is %s (valid: %s)", plugin,
+            hooks->device_type,
+            dev == FLD_DEV_CPU ? "the CPU, which the host serves itself" : "unknown",
+            fld__device_text(FLD_DEVICE_TEXT_ACCEL_CODES));
     if (reg->hooks[dev])
         return record_error(reg, FLD_EINVAL, "plugin '%s': device hooks for %s registered twice",
                             plugin, fld_device_name(hooks->device_type));
