@@ -96,6 +96,52 @@ static _Atomic uint64_t last_serial;
 
 _Atomic unsigned fld__override_threads;
 
+/* ---- the global policy ----------------------------------------------------- */
+
+static _Atomic(struct fld_policy *) global_policy;
+
+const struct fld_policy *fld__policy_global(void)
+{
+    return atomic_load_explicit(&global_policy, memory_order_acquire);
+}
+
+const struct fld_policy *fld__policy_effective(void)
+{
+    if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed)) {
+        const struct fld_policy *top = fld__policy_override_top();
+        if (top)
+            return top;
+    }
+    return fld__policy_global();
+}
+
+static void policy_free_cb(void *p)
+{
+    fld__policy_free(p);
+}
+
+void fld__policy_publish(struct fld_policy *p)
+{
+    fld__lock();
+    struct fld_policy *old = atomic_exchange(&global_policy, p);
+    if (old)
+        fld__retire(old, policy_free_cb);
+    /* Changes are rare: free now what no reader holds (the policy and chains
+     * replaced by earlier changes) instead of waiting for the retire list to
+     * reach its scan threshold. */
+    fld__reclaim();
+    if (atomic_load(&fld__ready))
+        fld__bump_generation();
+    fld__unlock();
+}
+
+void fld__policy_unpublish(void)
+{
+    struct fld_policy *p = atomic_exchange(&global_policy, NULL);
+    if (p)
+        fld__policy_free(p);
+}
+
 static uint64_t next_serial(void)
 {
     return atomic_fetch_add(&last_serial, 1) + 1;
@@ -1111,16 +1157,8 @@ out:
     return rc;
 }
 
-/* What the files and the environment say now (host.c: it detects the
- * platform and checks the manifest as init does). */
-int fld_policy_reset(void)
-{
-    FLD_CALL_SCOPE();
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    return fld__policy_rebuild();
-}
+/* fld_policy_reset() is lifecycle.c's: it detects the platform and checks the
+ * manifest as init does. */
 
 size_t fld_policy_describe(char *buf, size_t size)
 {

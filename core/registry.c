@@ -662,3 +662,22 @@ int fld_foreach_impl(int (*fn)(const fld_impl_info *info, void *user), void *use
     fld__unlock();
     return w.rc;
 }
+
+int fld__plugin_register(const fld_plugin_descriptor *desc, struct fld_registry *reg, char *why,
+                         size_t size)
+{
+    struct fld_plugin_code code;
+    fld__plugin_code_enter(&code, desc->name, "register_builtins");
+    int rc = desc->register_builtins(reg);
+    fld__plugin_code_leave(&code);
+    if (fld__plugin_code_misbehaved(&code, why, size))
+        return FLD_EPLUGIN;
+    if (rc == FLD_OK && reg->first_error == FLD_OK)
+        return FLD_OK;
+    if (rc != FLD_OK)
+        snprintf(why, size, "register_builtins failed: %s: %s", fld_strerror(rc),
+                 reg->first_error == FLD_OK ? fld_last_error() : reg->error);
+    else
+        snprintf(why, size, "invalid implementation record: %s", reg->error);
+    return FLD_EPLUGIN;
+}
