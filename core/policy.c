@@ -179,7 +179,13 @@ static bool field_by_name(const char *name, enum fld_policy_field *out)
     return false;
 }
 
-static bool is_blank(const char *s);
+static bool is_blank(const char *s)
+{
+    for (; *s; s++)
+        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
+            return false;
+    return true;
+}
 
 /* ------------------------------------------------------------------------ */
 /* custom_ops: vLLM's enable/disable grammar                                */
@@ -552,63 +558,6 @@ int fld__policy_set_field(struct fld_policy *p, const char *key, const char *val
     }
     set_source(p, f, source);
     return FLD_OK;
-}
-
-static bool is_blank(const char *s)
-{
-    for (; *s; s++)
-        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
-            return false;
-    return true;
-}
-
-/* A white- or blacklist set by the environment replaces its pair from a
- * lower layer (a platform file's flagos_blacklist must not turn
- * VLLM_FL_FLAGOS_WHITELIST into an error); both set here stays an error. */
-static void drop_replaced_pair(struct fld_policy *p, const bool *from_env,
-                               enum fld_policy_field white, enum fld_policy_field black)
-{
-    for (int side = 0; side < 2; side++) {
-        enum fld_policy_field set = side ? black : white, other = side ? white : black;
-        struct fld_strlist *l = fld__policy_list_field(p, other);
-        if (from_env[set] && !from_env[other] && l->set) {
-            fld__strlist_free(l);
-            snprintf(p->source[other], sizeof p->source[other], "cleared by %s", field_envs[set]);
-        }
-    }
-}
-
-int fld__policy_apply_env(struct fld_policy *p)
-{
-    bool from_env[FLD_PF_COUNT] = {false};
-    int rc;
-    for (int f = 0; f < FLD_PF_COUNT; f++) {
-        /* Not path variables, so plain getenv (secure_getenv is for those). A
-         * blank value reads as unset: `VAR= cmd` is how shells clear one. */
-        const char *value = getenv(field_envs[f]);
-        if (!value || is_blank(value))
-            continue;
-        /* Each variable replaces its field, VLLM_FL_PER_OP included: it
-         * replaces the platform file's op_backends as a whole, as in
-         * vllm-plugin-FL. */
-        rc = fld__policy_set_field(p, field_envs[f], value, field_envs[f]);
-        if (rc != FLD_OK)
-            return rc;
-        from_env[f] = true;
-    }
-    /* A path, so secure_getenv; applied after VLLM_FL_PER_OP, which it beats. */
-    const char *op_config = secure_getenv("VLLM_FL_OP_CONFIG");
-    if (op_config && !is_blank(op_config)) {
-        if ((rc = fld__op_config_apply(p, op_config)) != FLD_OK)
-            return rc;
-    } else if (!op_config && getenv("VLLM_FL_OP_CONFIG")) {
-        fld__log(FLD_LOG_WARNING, "VLLM_FL_OP_CONFIG ignored: path variables are not read in a "
-                                  "privileged (setuid/setgid) process");
-    }
-    drop_replaced_pair(p, from_env, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
-    drop_replaced_pair(p, from_env, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
-    drop_replaced_pair(p, from_env, FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST);
-    return fld__policy_check(p);
 }
 
 /* "VLLM_FL_FLAGOS_WHITELIST", or "VLLM_FL_FLAGOS_WHITELIST (set by X)" when

@@ -99,14 +99,6 @@ struct fld_policy *fld__policy_clone(const struct fld_policy *p);
 void fld__policy_free(struct fld_policy *p);
 
 /*
- * Applies every policy variable of the environment that is set (each
- * replaces its field), then checks cross-field rules (white- and blacklist
- * both set). FLD_ECONFIG with a message naming the variable; p is then in an
- * unspecified state and must be freed by the caller.
- */
-int fld__policy_apply_env(struct fld_policy *p);
-
-/*
  * Sets one field by key name (see fld_policy_set() in fldispatch.h) from a
  * string in that field's grammar, recording source. FLD_ECONFIG on an
  * unknown key or invalid value; on error p is unchanged.
