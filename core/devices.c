@@ -22,10 +22,18 @@ _Static_assert(FLD_DEVICE_MASK_ALL == (1u << FLD_NDEVICES) - 1,
                "FLD_DEVICE_MASK_ALL is not the bits of the table's rows");
 
 const struct fld_device_desc fld__devices[FLD_NDEVICES] = {
-#define FLD__DEVICE_ROW(id, type, alias_type, name, alias, platform, vendor)                       \
-    [FLD_DEV_##id] = {type, alias_type, name, alias, FLD_DEVICE_MASK_##id, platform, vendor},
+#define FLD__DEVICE_ROW(id, type, name, alias, platform, vendor)                                   \
+    [FLD_DEV_##id] = {type, name, alias, FLD_DEVICE_MASK_##id, platform, vendor},
     FLD_DEVICE_TABLE(FLD__DEVICE_ROW)
 #undef FLD__DEVICE_ROW
+};
+
+static const struct {
+    int dev, type;
+} type_aliases[] = {
+#define FLD__DEVICE_ALIAS(id, type) {FLD_DEV_##id, type},
+    FLD_DEVICE_TYPE_ALIASES(FLD__DEVICE_ALIAS)
+#undef FLD__DEVICE_ALIAS
 };
 
 int fld__device_type_of(int dev_index)
@@ -81,11 +89,14 @@ static void build_texts(void)
     for (int i = 0; i < FLD_NDEVICES; i++) {
         const struct fld_device_desc *d = &fld__devices[i];
         const bool accelerator = d->vendor != NULL;
-        char codes[64];
-        if (d->alias_type)
-            snprintf(codes, sizeof codes, "%d or %d %s", d->type, d->alias_type, d->name);
-        else
-            snprintf(codes, sizeof codes, "%d %s", d->type, d->name);
+        char codes[64]; /* "12 or 21 ascend" */
+        size_t len = (size_t)snprintf(codes, sizeof codes, "%d", d->type);
+        for (size_t k = 0; k < sizeof type_aliases / sizeof type_aliases[0]; k++)
+            if (type_aliases[k].dev == i && len < sizeof codes)
+                len += (size_t)snprintf(codes + len, sizeof codes - len, " or %d",
+                                        type_aliases[k].type);
+        if (len < sizeof codes)
+            snprintf(codes + len, sizeof codes - len, " %s", d->name);
         append(texts[FLD_DEVICE_TEXT_CODES], codes);
         append(texts[FLD_DEVICE_TEXT_NAMES], d->name);
         append(texts[FLD_DEVICE_TEXT_WORDS], d->name);

@@ -14,8 +14,7 @@
  * Columns of FLD_DEVICE_TABLE(X), in the order that decides between several
  * accelerators on one machine:
  *   id          FLD_DEV_<id>, the row's index; FLD_DEVICE_MASK_<id> is its bit
- *   type        its DLPack code (FLD_DEVICE_*)
- *   alias_type  another DLPack code for it, or 0
+ *   type        its DLPack code (FLD_DEVICE_*); FLD_DEVICE_TYPE_ALIASES lists other codes of a row
  *   name        its name ("cuda")
  *   alias       another name fld_device_from_name() and VLLM_FL_PLATFORM accept, or NULL
  *   platform    the platform it makes a machine (fld_platform())
@@ -33,10 +32,14 @@
 
 /* clang-format off */
 #define FLD_DEVICE_TABLE(X)                                                                  \
-    X(CPU,    FLD_DEVICE_CPU,    0,                      "cpu",    NULL,     "cpu",    NULL)     \
-    X(CUDA,   FLD_DEVICE_CUDA,   0,                      "cuda",   "nvidia", "nvidia", "NVIDIA") \
-    X(ROCM,   FLD_DEVICE_ROCM,   0,                      "rocm",   NULL,     "rocm",   "AMD")    \
-    X(ASCEND, FLD_DEVICE_ASCEND, FLD_DEVICE_ASCEND_DL21, "ascend", NULL,     "ascend", "Huawei")
+    X(CPU,    FLD_DEVICE_CPU,    "cpu",    NULL,     "cpu",    NULL)     \
+    X(CUDA,   FLD_DEVICE_CUDA,   "cuda",   "nvidia", "nvidia", "NVIDIA") \
+    X(ROCM,   FLD_DEVICE_ROCM,   "rocm",   NULL,     "rocm",   "AMD")    \
+    X(ASCEND, FLD_DEVICE_ASCEND, "ascend", NULL,     "ascend", "Huawei")
+
+/* Other DLPack codes of a row's device, X(id, type): DLPack's newer Ascend code. */
+#define FLD_DEVICE_TYPE_ALIASES(X) \
+    X(ASCEND, FLD_DEVICE_ASCEND_DL21)
 /* clang-format on */
 
 /* Device indexes of the cache slots; FLD_DEV_ANY is the slot of "any device". */
@@ -53,7 +56,6 @@ enum {
 /* One row, as data (devices.c). */
 struct fld_device_desc {
     int type;
-    int alias_type;
     const char *name;
     const char *alias;
     uint32_t mask;
@@ -62,7 +64,11 @@ struct fld_device_desc {
 };
 extern const struct fld_device_desc fld__devices[FLD_NDEVICES];
 
-/* FLD_DEV_* index of a DLPack device type, or -1. Inline: validation runs it per call. */
+/*
+ * FLD_DEV_* index of a DLPack device type, or -1. Inline: validation runs it
+ * per call. Every code is a case of one switch, aliases included, so that the
+ * compiler makes it one table lookup.
+ */
 static inline int fld__device_index(int device_type)
 {
     switch (device_type) {
@@ -70,16 +76,11 @@ static inline int fld__device_index(int device_type)
     case type:                                                                                     \
         return FLD_DEV_##id;
         FLD_DEVICE_TABLE(FLD__DEVICE_CASE)
+        FLD_DEVICE_TYPE_ALIASES(FLD__DEVICE_CASE)
 #undef FLD__DEVICE_CASE
     default:
-        break;
+        return -1;
     }
-#define FLD__DEVICE_ALIAS(id, type, alias_type, ...)                                               \
-    if ((alias_type) != 0 && device_type == (alias_type))                                          \
-        return FLD_DEV_##id;
-    FLD_DEVICE_TABLE(FLD__DEVICE_ALIAS)
-#undef FLD__DEVICE_ALIAS
-    return -1;
 }
 
 /* The canonical DLPack device type of a FLD_DEV_* index, or 0. */
