@@ -1,7 +1,7 @@
 /*
- * Policy files and the assembly of the policy from its layers (see
- * config.h for the precedence): the strict schema of YAML policy files,
- * VLLM_FL_OP_CONFIG, fld__policy_build(), fld_policy_load_file() and the
+ * Policy files (see config.h for the precedence of the layers, and
+ * layers.c for their assembly): the strict schema of YAML policy files,
+ * VLLM_FL_OP_CONFIG's file, fld_policy_load_file() and the
  * effective-configuration report behind `fldispatch config`.
  *
  * A file is read in two steps: the whole document is checked and converted
@@ -691,99 +691,6 @@ int fld__op_config_apply(struct fld_policy *p, const char *path)
     p->per_op = orders;
     snprintf(p->source[FLD_PF_PER_OP], FLD_SOURCE_LEN, "%s", OP_CONFIG);
     return FLD_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Building the policy from its layers                                      */
-/* ------------------------------------------------------------------------ */
-
-static bool blank(const char *s)
-{
-    for (; *s; s++)
-        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
-            return false;
-    return true;
-}
-
-/* A path variable: secure_getenv, blank reads as unset, refused in
- * privileged processes with a warning. */
-static const char *path_env(const char *name)
-{
-    const char *v = secure_getenv(name);
-    if (!v) {
-        if (getenv(name))
-            fld__log(FLD_LOG_WARNING,
-                     "%s ignored: path variables are not read in a privileged "
-                     "(setuid/setgid) process",
-                     name);
-        return NULL;
-    }
-    return blank(v) ? NULL : v;
-}
-
-/* One WARNING naming every policy variable that VLLM_FL_CONFIG overrides. */
-static void warn_ignored_env(const char *config)
-{
-    char names[1024];
-    size_t len = 0;
-    names[0] = '\0';
-    for (int f = 0; f <= FLD_PF_COUNT; f++) {
-        const char *name = f < FLD_PF_COUNT ? fld__policy_field_env(f) : OP_CONFIG;
-        const char *v = f < FLD_PF_COUNT ? getenv(name) : secure_getenv(name);
-        if (!v || blank(v))
-            continue;
-        int n = snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", name);
-        if (n > 0)
-            len = len + (size_t)n < sizeof names ? len + (size_t)n : sizeof names - 1;
-    }
-    if (len)
-        fld__log(FLD_LOG_WARNING,
-                 "VLLM_FL_CONFIG=%s is a complete override of the policy: ignoring %s", config,
-                 names);
-}
-
-int fld__policy_build(struct fld_platform *plat, struct fld_policy **out)
-{
-    struct fld_policy *p;
-    const char *config, *manifest;
-    int rc;
-
-    *out = NULL;
-    if (!(p = fld__policy_new_default()))
-        return fld__fail(FLD_ENOMEM, "out of memory building the policy");
-    if ((config = path_env("VLLM_FL_CONFIG")) != NULL) {
-        if ((rc = fld__config_apply_file(p, config, config)) != FLD_OK) {
-            fld__error_prefix("VLLM_FL_CONFIG");
-            goto fail;
-        }
-        warn_ignored_env(config);
-        /* Not read, so not claimed: the platform file is not in use. */
-        if (plat)
-            plat->config_file[0] = '\0';
-    } else {
-        if (plat && plat->config_file[0]) {
-            rc = fld__config_apply_file(p, plat->config_file, plat->config_file);
-            if (rc) {
-                fld__error_prefix("platform file of '%s'", plat->name);
-                goto fail;
-            }
-        }
-        if ((rc = fld__policy_apply_env(p)) != FLD_OK)
-            goto fail;
-    }
-    if ((manifest = path_env("VLLM_FL_MANIFEST")) != NULL) {
-        if ((rc = fld__manifest_load(manifest, &p->manifest)) != FLD_OK) {
-            fld__error_prefix("VLLM_FL_MANIFEST");
-            goto fail;
-        }
-    }
-    if ((rc = fld__policy_check(p)) != FLD_OK)
-        goto fail;
-    *out = p;
-    return FLD_OK;
-fail:
-    fld__policy_free(p);
-    return rc;
 }
 
 int fld_policy_load_file(const char *path)

@@ -1,5 +1,6 @@
 /*
- * Configuration files and the assembly of the policy from its layers.
+ * Configuration files (config.c) and the assembly of the policy from its
+ * layers (layers.c: every policy variable of the environment is read there).
  *
  * Precedence, highest first (docs/configuration.md):
  *   VLLM_FL_CONFIG file (complete override: every field from the file or the
@@ -31,6 +32,15 @@
  * <strerror>"). On error p is unchanged.
  */
 int fld__config_apply_file(struct fld_policy *p, const char *path, const char *label);
+
+/*
+ * The environment layer (layers.c, and the fuzzer's entry): applies every
+ * policy variable of the environment that is set (each replaces its field),
+ * then VLLM_FL_OP_CONFIG, then checks cross-field rules (white- and
+ * blacklist both set). FLD_ECONFIG with a message naming the variable; p is
+ * then in an unspecified state and must be freed by the caller.
+ */
+int fld__policy_apply_env(struct fld_policy *p);
 
 /*
  * Builds the policy of the process from all layers for the given platform

@@ -10,6 +10,7 @@
 
 #include <fldispatch/plugin.h>
 
+#include "devices.h"
 #include "error.h"
 #include "inflight.h"
 #include "host.h"
@@ -46,10 +47,8 @@ static int find_provider(const char *fn, int device_type, struct provider *out)
         return rc;
     int dev = fld__device_index(device_type);
     if (dev < 0)
-        return fld__fail(FLD_EINVAL,
-                         "%s: unknown device type %d (valid: 1 cpu, 2 cuda, 10 rocm, 12 or 21 "
-                         "ascend)",
-                         fn, device_type);
+        return fld__fail(FLD_EINVAL, "%s: unknown device type %d (valid: %s)", fn, device_type,
+                         fld__device_text(FLD_DEVICE_TEXT_CODES));
     if (dev == FLD_DEV_CPU) {
         *out = (struct provider){NULL, "(built-in)"};
         return FLD_OK;

@@ -1,14 +1,20 @@
 /*
- * Process-wide state of the host: the one lock, the generation counter that
- * invalidates cached choices, lazy initialisation, fork handling, the global
- * policy pointer. Replaced objects go to reclaim.h, which frees them once no
- * lock-free reader can hold them.
+ * The base floor's process state: the one host lock, the generation counter
+ * that invalidates cached choices, and the ready flag of lazy initialisation.
+ * Nothing here includes a module above the base floor (reentry, error, log,
+ * reclaim, inflight); init, reload, shutdown and what a forked child must
+ * redo above this floor are lifecycle.c's.
+ *
+ * The one upward call: fld__ensure_init_from() calls fld__init_from(), which
+ * lifecycle.c defines (as SQLite's autoinit: any public function may be the
+ * first call). It is declared here so that no module includes lifecycle.c's
+ * neighbours to reach it.
  *
  * Lock: a single recursive mutex (fld__lock) protects the registry (op
  * entries' impl lists, plugin records), policy publication and chain
  * building. The cached call path takes no lock: it reads atomics only.
- * pthread_atfork handlers take the lock around fork(), so a child never
- * inherits it held.
+ * pthread_atfork handlers, registered when the lock is first taken, hold the
+ * lock around fork(), so a child never inherits it held.
  */
 #ifndef FLD_CORE_HOST_H
 #define FLD_CORE_HOST_H
@@ -19,21 +25,28 @@
 
 #include "reentry.h"
 
-struct fld_policy;
-
 void fld__lock(void);
 void fld__unlock(void);
+
+/*
+ * What a forked child redoes above the base floor (lifecycle.c), run by the
+ * child's atfork handler after the lock, the reclaimer and the in-flight
+ * counts were made fresh. Set before the library changes any state a child
+ * would have to fix (lifecycle.c sets it at its first initialisation).
+ */
+void fld__host_on_fork_child(void (*fn)(void));
 
 /* 0 until initialised; bumped on every registry or policy change. */
 extern _Atomic uint64_t fld__generation;
 /* Host lock held. Invalidates every cached chain and remembered failure. */
 void fld__bump_generation(void);
 
-/* True once initialised; read on every by-name and typed call. */
+/* True once initialised; read on every by-name and typed call. Written by
+ * lifecycle.c under the host lock. */
 extern _Atomic bool fld__ready;
 
-int fld_init(void);
-/* fld_init() on behalf of the entry point fn, which it names when it refuses. */
+/* fld_init() on behalf of the entry point fn, which it names when it
+ * refuses. Defined in lifecycle.c: the documented upward call. */
 int fld__init_from(const char *fn);
 /*
  * FLD_OK once initialised (lazily initialising), else the init error; from
@@ -51,20 +64,5 @@ static inline int fld__ensure_init_from(const char *fn)
 }
 /* fld__ensure_init_from() naming the public function it is called in. */
 #define fld__ensure_init() fld__ensure_init_from(__func__)
-
-/* The global policy (never NULL after init). Without the host lock, read it
- * inside fld__read_begin()/fld__read_end() (reclaim.h). */
-const struct fld_policy *fld__policy_global(void);
-/* The policy of the calling thread: its innermost override, else global. */
-const struct fld_policy *fld__policy_effective(void);
-/* Makes p the global policy (takes ownership) and bumps the generation.
- * Takes the host lock itself. */
-void fld__policy_publish(struct fld_policy *p);
-
-/*
- * Rebuilds the global policy from the platform file, the environment and
- * VLLM_FL_CONFIG (fld_policy_reset). On error nothing changes.
- */
-int fld__policy_rebuild(void);
 
 #endif

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "devices.h"
 #include "error.h"
 #include "inflight.h"
 #include "host.h"
@@ -783,14 +784,18 @@ int fld_call_by_name(const char *name, const void *args)
     return call_op(op, args); /* counted in flight by the scope above; initialised, so open */
 }
 
+/* Out of line: key_from() runs on fld_call_on()'s path. */
+static __attribute__((cold, noinline)) int unknown_device_type(int device_type)
+{
+    return fld__fail(FLD_EINVAL, "unknown device type %d (valid: %s)", device_type,
+                     fld__device_text(FLD_DEVICE_TEXT_CODES));
+}
+
 static int key_from(int device_type, DLDataType dtype, int *dev, int *dt)
 {
     *dev = fld__device_index(device_type);
     if (*dev < 0)
-        return fld__fail(FLD_EINVAL,
-                         "unknown device type %d (valid: 1 cpu, 2 cuda, 10 rocm, 12 or "
-                         "21 ascend)",
-                         device_type);
+        return unknown_device_type(device_type);
     if (dtype.code == 0 && dtype.bits == 0 && dtype.lanes == 0) {
         *dt = FLD_DT_ANY;
         return FLD_OK;

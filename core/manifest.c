@@ -20,12 +20,12 @@
 #include <string.h>
 
 #include "config_internal.h"
+#include "devices.h"
 #include "error.h"
 #include "log.h"
 #include "ops.h"
 #include "registry.h"
 
-static const char *const device_names[FLD_NDEVICES] = {"cpu", "cuda", "rocm", "ascend"};
 static const char *const dtype_names[FLD_NDTYPES + 1] = {"f32", "f16", "bf16", "any"};
 
 #define TOP_KEYS   "version, entries"
@@ -100,6 +100,25 @@ static int name_index(const char *const *names, int n, const char *s)
     return -1;
 }
 
+/* The manifest names devices by their names in the device table, without aliases. */
+static const char *device_name(int dev)
+{
+    return fld__devices[dev].name;
+}
+
+static const char *dtype_name(int dt)
+{
+    return dtype_names[dt];
+}
+
+static int device_index(const char *s)
+{
+    for (int i = 0; i < FLD_NDEVICES; i++)
+        if (strcmp(device_name(i), s) == 0)
+            return i;
+    return -1;
+}
+
 /*
  * A mapping key as a string; an error unless it is a non-null scalar (YAML
  * allows sequences and mappings as keys; this schema does not).
@@ -146,9 +165,10 @@ static int parse_entry(const struct reader *r, const struct fld_ynode *node,
             break;
         }
         case KEY_DEVICE:
-            e->device = name_index(device_names, FLD_NDEVICES, text);
+            e->device = device_index(text);
             if (e->device < 0)
-                return fail_at(r, v, "invalid device '%s' (valid: cpu, cuda, rocm, ascend)", text);
+                return fail_at(r, v, "invalid device '%s' (valid: %s)", text,
+                               fld__device_text(FLD_DEVICE_TEXT_NAMES));
             break;
         case KEY_DTYPE:
             e->dtype = name_index(dtype_names, FLD_NDTYPES + 1, text);
@@ -234,7 +254,7 @@ static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
             continue;
         const struct fld_manifest_entry *e = &parsed[i].e;
         rc = fail_at(r, parsed[i].node, "duplicate entry for (%s, %s, %s); first at line %d", e->op,
-                     device_names[e->device], dtype_names[e->dtype], parsed[i - 1].e.line);
+                     device_name(e->device), dtype_names[e->dtype], parsed[i - 1].e.line);
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
@@ -418,7 +438,7 @@ const struct fld_manifest_entry *fld__manifest_find(const struct fld_manifest *m
     return e;
 }
 
-static const char *mask_names(uint32_t mask, const char *const *names, int n, char *buf,
+static const char *mask_names(uint32_t mask, const char *(*name)(int), int n, char *buf,
                               size_t size)
 {
     size_t used = 0;
@@ -426,7 +446,7 @@ static const char *mask_names(uint32_t mask, const char *const *names, int n, ch
     for (int i = 0; i < n; i++) {
         if (!(mask & (1u << i)))
             continue;
-        int w = snprintf(buf + used, size - used, "%s%s", used ? ", " : "", names[i]);
+        int w = snprintf(buf + used, size - used, "%s%s", used ? ", " : "", name(i));
         if (w < 0 || (size_t)w >= size - used)
             break;
         used += (size_t)w;
@@ -461,13 +481,13 @@ static bool entry_usable(const struct fld_manifest_entry *e, char *why, size_t s
         return false;
     }
     if (!(impl->devices & (1u << e->device))) {
-        snprintf(why, size, "does not support device %s (it declares %s)", device_names[e->device],
-                 mask_names(impl->devices, device_names, FLD_NDEVICES, list, sizeof list));
+        snprintf(why, size, "does not support device %s (it declares %s)", device_name(e->device),
+                 mask_names(impl->devices, device_name, FLD_NDEVICES, list, sizeof list));
         return false;
     }
     if (e->dtype != FLD_DT_ANY && !(impl->dtypes & (1u << e->dtype))) {
         snprintf(why, size, "does not support dtype %s (it declares %s)", dtype_names[e->dtype],
-                 mask_names(impl->dtypes, dtype_names, FLD_NDTYPES, list, sizeof list));
+                 mask_names(impl->dtypes, dtype_name, FLD_NDTYPES, list, sizeof list));
         return false;
     }
     const char *reason = "";
@@ -505,13 +525,13 @@ int fld__manifest_check(const struct fld_manifest *m, bool strict)
             continue;
         if (strict)
             rc = fld__fail(FLD_ECONFIG, "VLLM_FL_MANIFEST: %s:%d: impl '%s' for %s (%s, %s) %s",
-                           m->path, e->line, e->impl_id, e->op, device_names[e->device],
+                           m->path, e->line, e->impl_id, e->op, device_name(e->device),
                            dtype_names[e->dtype], why);
         else
             fld__log(FLD_LOG_WARNING,
                      "VLLM_FL_MANIFEST: %s:%d: impl '%s' for %s (%s, %s) %s; the entry is "
                      "ignored and %s resolves by the policy",
-                     m->path, e->line, e->impl_id, e->op, device_names[e->device],
+                     m->path, e->line, e->impl_id, e->op, device_name(e->device),
                      dtype_names[e->dtype], why, e->op);
     }
     free(order);

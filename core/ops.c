@@ -45,43 +45,6 @@ static struct {
 static _Atomic(struct op_table *) table;
 struct fld_op_s *_Atomic fld__catalog_ops[FLD_CAT_COUNT];
 
-int fld__device_type_of(int dev_index)
-{
-    static const int types[FLD_NDEVICES] = {FLD_DEVICE_CPU, FLD_DEVICE_CUDA, FLD_DEVICE_ROCM,
-                                            FLD_DEVICE_ASCEND};
-    return dev_index >= 0 && dev_index < FLD_NDEVICES ? types[dev_index] : 0;
-}
-
-const char *fld_device_name(int device_type)
-{
-    static const char *names[FLD_NDEVICES] = {"cpu", "cuda", "rocm", "ascend"};
-    int i = fld__device_index(device_type);
-    return i < 0 ? NULL : names[i];
-}
-
-int fld_device_from_name(const char *name, int *device_type)
-{
-    static const struct {
-        const char *name;
-        int type;
-    } names[] = {{"cpu", FLD_DEVICE_CPU},
-                 {"cuda", FLD_DEVICE_CUDA},
-                 {"nvidia", FLD_DEVICE_CUDA},
-                 {"rocm", FLD_DEVICE_ROCM},
-                 {"ascend", FLD_DEVICE_ASCEND}};
-    if (!name || !device_type)
-        return fld__fail(FLD_EINVAL, "fld_device_from_name: argument '%s' is NULL",
-                         name ? "device_type" : "name");
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcmp(name, names[i].name) == 0) {
-            *device_type = names[i].type;
-            return FLD_OK;
-        }
-    }
-    return fld__fail(FLD_EINVAL, "unknown device '%s' (valid: cpu, cuda, nvidia, rocm, ascend)",
-                     name);
-}
-
 const char *fld_dtype_name(DLDataType dtype)
 {
     static const char *names[FLD_NDTYPES] = {"f32", "f16", "bf16"};

@@ -11,15 +11,9 @@
 
 #include <fldispatch/plugin.h>
 
-/* Device and dtype indexes of the cache slots. */
-enum {
-    FLD_DEV_CPU,
-    FLD_DEV_CUDA,
-    FLD_DEV_ROCM,
-    FLD_DEV_ASCEND,
-    FLD_NDEVICES,
-    FLD_DEV_ANY = FLD_NDEVICES
-};
+#include "devices.h"
+
+/* Dtype indexes of the cache slots; the device indexes are devices.h's. */
 enum { FLD_DT_F32, FLD_DT_F16, FLD_DT_BF16, FLD_NDTYPES, FLD_DT_ANY = FLD_NDTYPES };
 #define FLD_NSLOTS ((FLD_NDEVICES + 1) * (FLD_NDTYPES + 1))
 
@@ -28,25 +22,6 @@ static inline unsigned fld__slot(int dev, int dt)
     return (unsigned)(dev * (FLD_NDTYPES + 1) + dt);
 }
 
-/* FLD_DEV_* index of a DLPack device type, or -1. Inline: validation runs it per call. */
-static inline int fld__device_index(int device_type)
-{
-    switch (device_type) {
-    case FLD_DEVICE_CPU:
-        return FLD_DEV_CPU;
-    case FLD_DEVICE_CUDA:
-        return FLD_DEV_CUDA;
-    case FLD_DEVICE_ROCM:
-        return FLD_DEV_ROCM;
-    case FLD_DEVICE_ASCEND:
-    case FLD_DEVICE_ASCEND_DL21:
-        return FLD_DEV_ASCEND;
-    default:
-        return -1;
-    }
-}
-/* The canonical DLPack device type of a FLD_DEV_* index. */
-int fld__device_type_of(int dev_index);
 /* FLD_DT_* index of a DLPack dtype, or -1 (same order as fld_dtype_index()). */
 static inline int fld__dtype_index(DLDataType t)
 {

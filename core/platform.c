@@ -33,6 +33,7 @@
 
 #include <fldispatch/fldispatch.h>
 
+#include "devices.h"
 #include "error.h"
 #include "inflight.h"
 #include "host.h"
@@ -42,23 +43,15 @@
 #include "reclaim.h"
 #include "registry.h"
 
-#define PLATFORM_VALID "cpu, cuda, nvidia, rocm, ascend"
-
-/* Accelerator platforms in the order that decides between several. */
-enum accel { ACC_NVIDIA, ACC_ROCM, ACC_ASCEND, ACC_COUNT };
-
-static const struct accel_desc {
-    const char *platform;    /* platform name */
-    const char *vendor_name; /* for messages */
-    const char *device;      /* the device word of plugin messages */
-    uint32_t device_mask;    /* FLD_DEVICE_MASK_* of its implementations */
-} accels[ACC_COUNT] = {
-    [ACC_NVIDIA] = {"nvidia", "NVIDIA", "cuda", FLD_DEVICE_MASK_CUDA},
-    [ACC_ROCM] = {"rocm", "AMD", "rocm", FLD_DEVICE_MASK_ROCM},
-    [ACC_ASCEND] = {"ascend", "Huawei", "ascend", FLD_DEVICE_MASK_ASCEND},
-};
-
-#define ORDER_TEXT "nvidia, rocm, ascend"
+/*
+ * The accelerators are the device table's rows with a vendor (devices.h), in
+ * its order, which decides between several: arrays here are indexed by
+ * FLD_DEV_* and the CPU's entry stays unused.
+ */
+static bool is_accelerator(int dev)
+{
+    return fld__devices[dev].vendor != NULL;
+}
 
 /* The copy fld_platform() reads without the lock. */
 static _Atomic(struct fld_platform *) current;
@@ -73,13 +66,6 @@ static bool is_space(char c)
 /* 1 and the platform name for a valid value, 0 for a blank one, -1 otherwise. */
 static int parse_platform(const char *value, const char **name)
 {
-    static const struct {
-        const char *word, *platform;
-    } names[] = {{"cpu", "cpu"},
-                 {"cuda", "nvidia"},
-                 {"nvidia", "nvidia"},
-                 {"rocm", "rocm"},
-                 {"ascend", "ascend"}};
     const char *s = value;
     while (is_space(*s))
         s++;
@@ -88,9 +74,11 @@ static int parse_platform(const char *value, const char **name)
         n--;
     if (n == 0)
         return 0;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strlen(names[i].word) == n && strncasecmp(s, names[i].word, n) == 0) {
-            *name = names[i].platform;
+    for (int i = 0; i < FLD_NDEVICES; i++) {
+        const struct fld_device_desc *d = &fld__devices[i];
+        if ((strlen(d->name) == n && strncasecmp(s, d->name, n) == 0) ||
+            (d->alias && strlen(d->alias) == n && strncasecmp(s, d->alias, n) == 0)) {
+            *name = d->platform;
             return 1;
         }
     }
@@ -111,13 +99,13 @@ static int classify_pci(unsigned vendor, unsigned class_id)
     bool display = base == 0x03, accelerator = base == 0x12;
     switch (vendor) {
     case 0x10de:
-        return display || accelerator ? ACC_NVIDIA : -1;
+        return display || accelerator ? FLD_DEV_CUDA : -1;
     case 0x1002:
-        return display || accelerator ? ACC_ROCM : -1;
+        return display || accelerator ? FLD_DEV_ROCM : -1;
     case 0x19e5:
         /* Huawei also ships NICs and storage controllers; only its
          * processing accelerators are Ascend NPUs. */
-        return accelerator ? ACC_ASCEND : -1;
+        return accelerator ? FLD_DEV_ASCEND : -1;
     default:
         return -1;
     }
@@ -131,7 +119,7 @@ static int classify_pci(unsigned vendor, unsigned class_id)
  * leaves driver state behind before a fork. Blacklisting a component this
  * hwloc does not know fails harmlessly.
  */
-static int scan_pci(struct pci_found found[ACC_COUNT])
+static int scan_pci(struct pci_found found[FLD_NDEVICES])
 {
     /* "pci" (libpciaccess) too: the linux component lists the same PCI
      * devices from sysfs, and libpciaccess keeps its device table allocated
@@ -176,31 +164,31 @@ static int scan_pci(struct pci_found found[ACC_COUNT])
 }
 
 /* "; also rocm (2), ascend (1); nvidia chosen by the fixed order ..." when others were found. */
-static void append_others(char *buf, size_t size, int chosen, const unsigned counts[ACC_COUNT])
+static void append_others(char *buf, size_t size, int chosen, const unsigned counts[FLD_NDEVICES])
 {
     size_t len = strlen(buf);
     bool any = false;
-    for (int i = 0; i < ACC_COUNT; i++) {
+    for (int i = 0; i < FLD_NDEVICES; i++) {
         if (i == chosen || !counts[i])
             continue;
         len += (size_t)snprintf(buf + len, len < size ? size - len : 0, "%s %s (%u)",
-                                any ? "," : "; also", accels[i].platform, counts[i]);
+                                any ? "," : "; also", fld__devices[i].platform, counts[i]);
         any = true;
     }
     if (any && len < size)
-        snprintf(buf + len, size - len, "; %s chosen by the fixed order " ORDER_TEXT,
-                 accels[chosen].platform);
+        snprintf(buf + len, size - len, "; %s chosen by the fixed order %s",
+                 fld__devices[chosen].platform, fld__device_text(FLD_DEVICE_TEXT_ACCEL_PLATFORMS));
 }
 
 static bool detect_pci(struct fld_platform *out)
 {
-    struct pci_found found[ACC_COUNT];
+    struct pci_found found[FLD_NDEVICES];
     memset(found, 0, sizeof found);
     if (scan_pci(found) != 0)
         return false;
-    unsigned counts[ACC_COUNT];
+    unsigned counts[FLD_NDEVICES];
     int chosen = -1;
-    for (int i = 0; i < ACC_COUNT; i++) {
+    for (int i = 0; i < FLD_NDEVICES; i++) {
         counts[i] = found[i].count;
         if (chosen < 0 && counts[i])
             chosen = i;
@@ -208,13 +196,13 @@ static bool detect_pci(struct fld_platform *out)
     if (chosen < 0)
         return false;
     const struct pci_found *f = &found[chosen];
-    snprintf(out->name, sizeof out->name, "%s", accels[chosen].platform);
+    snprintf(out->name, sizeof out->name, "%s", fld__devices[chosen].platform);
     int n = snprintf(out->detected_by, sizeof out->detected_by,
                      "PCI device %04x:%04x (class %04x) at %s", f->vendor, f->device, f->class_id,
                      f->busid);
     if (f->count > 1 && n > 0 && (size_t)n < sizeof out->detected_by)
         snprintf(out->detected_by + n, sizeof out->detected_by - (size_t)n,
-                 " and %u more %s device%s", f->count - 1, accels[chosen].vendor_name,
+                 " and %u more %s device%s", f->count - 1, fld__devices[chosen].vendor,
                  f->count > 2 ? "s" : "");
     append_others(out->detected_by, sizeof out->detected_by, chosen, counts);
     return true;
@@ -223,8 +211,8 @@ static bool detect_pci(struct fld_platform *out)
 /* ---- plugin availability -------------------------------------------------- */
 
 struct plugin_scan {
-    struct fld_impl_rec *found[ACC_COUNT];
-    unsigned counts[ACC_COUNT]; /* available implementations per accelerator */
+    struct fld_impl_rec *found[FLD_NDEVICES];
+    unsigned counts[FLD_NDEVICES]; /* available implementations per accelerator */
 };
 
 /*
@@ -237,8 +225,8 @@ static int accel_of_mask(uint32_t devices)
     if (devices & FLD_DEVICE_MASK_CPU)
         return -1;
     int which = -1;
-    for (int i = 0; i < ACC_COUNT; i++) {
-        if (!(devices & accels[i].device_mask))
+    for (int i = 0; i < FLD_NDEVICES; i++) {
+        if (!is_accelerator(i) || !(devices & fld__devices[i].mask))
             continue;
         if (which >= 0)
             return -1;
@@ -271,17 +259,17 @@ static bool detect_plugins(struct fld_platform *out)
     memset(&scan, 0, sizeof scan);
     fld__op_foreach(scan_op, &scan);
     int chosen = -1;
-    for (int i = 0; i < ACC_COUNT && chosen < 0; i++)
+    for (int i = 0; i < FLD_NDEVICES && chosen < 0; i++)
         if (scan.counts[i])
             chosen = i;
     if (chosen < 0)
         return false;
     const struct fld_impl_rec *impl = scan.found[chosen];
-    snprintf(out->name, sizeof out->name, "%s", accels[chosen].platform);
+    snprintf(out->name, sizeof out->name, "%s", fld__devices[chosen].platform);
     snprintf(out->detected_by, sizeof out->detected_by,
              "plugin '%s' has an available implementation for %s (%s of %s)",
-             impl->plugin && impl->plugin->name ? impl->plugin->name : "?", accels[chosen].device,
-             impl->impl_id, impl->op ? impl->op->name : "?");
+             impl->plugin && impl->plugin->name ? impl->plugin->name : "?",
+             fld__devices[chosen].name, impl->impl_id, impl->op ? impl->op->name : "?");
     append_others(out->detected_by, sizeof out->detected_by, chosen, scan.counts);
     return true;
 }
@@ -374,8 +362,8 @@ int fld__platform_detect(struct fld_platform *out)
     const char *name = NULL;
     int parsed = env ? parse_platform(env, &name) : 0;
     if (parsed < 0)
-        return fld__fail(FLD_ECONFIG,
-                         "VLLM_FL_PLATFORM: invalid value '%s' (valid: " PLATFORM_VALID ")", env);
+        return fld__fail(FLD_ECONFIG, "VLLM_FL_PLATFORM: invalid value '%s' (valid: %s)", env,
+                         fld__device_text(FLD_DEVICE_TEXT_WORDS));
     if (parsed > 0) {
         snprintf(out->name, sizeof out->name, "%s", name);
         snprintf(out->detected_by, sizeof out->detected_by, "VLLM_FL_PLATFORM");

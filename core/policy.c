@@ -96,6 +96,52 @@ static _Atomic uint64_t last_serial;
 
 _Atomic unsigned fld__override_threads;
 
+/* ---- the global policy ----------------------------------------------------- */
+
+static _Atomic(struct fld_policy *) global_policy;
+
+const struct fld_policy *fld__policy_global(void)
+{
+    return atomic_load_explicit(&global_policy, memory_order_acquire);
+}
+
+const struct fld_policy *fld__policy_effective(void)
+{
+    if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed)) {
+        const struct fld_policy *top = fld__policy_override_top();
+        if (top)
+            return top;
+    }
+    return fld__policy_global();
+}
+
+static void policy_free_cb(void *p)
+{
+    fld__policy_free(p);
+}
+
+void fld__policy_publish(struct fld_policy *p)
+{
+    fld__lock();
+    struct fld_policy *old = atomic_exchange(&global_policy, p);
+    if (old)
+        fld__retire(old, policy_free_cb);
+    /* Changes are rare: free now what no reader holds (the policy and chains
+     * replaced by earlier changes) instead of waiting for the retire list to
+     * reach its scan threshold. */
+    fld__reclaim();
+    if (atomic_load(&fld__ready))
+        fld__bump_generation();
+    fld__unlock();
+}
+
+void fld__policy_unpublish(void)
+{
+    struct fld_policy *p = atomic_exchange(&global_policy, NULL);
+    if (p)
+        fld__policy_free(p);
+}
+
 static uint64_t next_serial(void)
 {
     return atomic_fetch_add(&last_serial, 1) + 1;
@@ -133,7 +179,13 @@ static bool field_by_name(const char *name, enum fld_policy_field *out)
     return false;
 }
 
-static bool is_blank(const char *s);
+static bool is_blank(const char *s)
+{
+    for (; *s; s++)
+        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
+            return false;
+    return true;
+}
 
 /* ------------------------------------------------------------------------ */
 /* custom_ops: vLLM's enable/disable grammar                                */
@@ -506,63 +558,6 @@ int fld__policy_set_field(struct fld_policy *p, const char *key, const char *val
     }
     set_source(p, f, source);
     return FLD_OK;
-}
-
-static bool is_blank(const char *s)
-{
-    for (; *s; s++)
-        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
-            return false;
-    return true;
-}
-
-/* A white- or blacklist set by the environment replaces its pair from a
- * lower layer (a platform file's flagos_blacklist must not turn
- * VLLM_FL_FLAGOS_WHITELIST into an error); both set here stays an error. */
-static void drop_replaced_pair(struct fld_policy *p, const bool *from_env,
-                               enum fld_policy_field white, enum fld_policy_field black)
-{
-    for (int side = 0; side < 2; side++) {
-        enum fld_policy_field set = side ? black : white, other = side ? white : black;
-        struct fld_strlist *l = fld__policy_list_field(p, other);
-        if (from_env[set] && !from_env[other] && l->set) {
-            fld__strlist_free(l);
-            snprintf(p->source[other], sizeof p->source[other], "cleared by %s", field_envs[set]);
-        }
-    }
-}
-
-int fld__policy_apply_env(struct fld_policy *p)
-{
-    bool from_env[FLD_PF_COUNT] = {false};
-    int rc;
-    for (int f = 0; f < FLD_PF_COUNT; f++) {
-        /* Not path variables, so plain getenv (secure_getenv is for those). A
-         * blank value reads as unset: `VAR= cmd` is how shells clear one. */
-        const char *value = getenv(field_envs[f]);
-        if (!value || is_blank(value))
-            continue;
-        /* Each variable replaces its field, VLLM_FL_PER_OP included: it
-         * replaces the platform file's op_backends as a whole, as in
-         * vllm-plugin-FL. */
-        rc = fld__policy_set_field(p, field_envs[f], value, field_envs[f]);
-        if (rc != FLD_OK)
-            return rc;
-        from_env[f] = true;
-    }
-    /* A path, so secure_getenv; applied after VLLM_FL_PER_OP, which it beats. */
-    const char *op_config = secure_getenv("VLLM_FL_OP_CONFIG");
-    if (op_config && !is_blank(op_config)) {
-        if ((rc = fld__op_config_apply(p, op_config)) != FLD_OK)
-            return rc;
-    } else if (!op_config && getenv("VLLM_FL_OP_CONFIG")) {
-        fld__log(FLD_LOG_WARNING, "VLLM_FL_OP_CONFIG ignored: path variables are not read in a "
-                                  "privileged (setuid/setgid) process");
-    }
-    drop_replaced_pair(p, from_env, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
-    drop_replaced_pair(p, from_env, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
-    drop_replaced_pair(p, from_env, FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST);
-    return fld__policy_check(p);
 }
 
 /* "VLLM_FL_FLAGOS_WHITELIST", or "VLLM_FL_FLAGOS_WHITELIST (set by X)" when
@@ -1111,16 +1106,8 @@ out:
     return rc;
 }
 
-/* What the files and the environment say now (host.c: it detects the
- * platform and checks the manifest as init does). */
-int fld_policy_reset(void)
-{
-    FLD_CALL_SCOPE();
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    return fld__policy_rebuild();
-}
+/* fld_policy_reset() is lifecycle.c's: it detects the platform and checks the
+ * manifest as init does. */
 
 size_t fld_policy_describe(char *buf, size_t size)
 {

@@ -6,7 +6,8 @@
  * A struct fld_policy is never changed once published: a change builds a new
  * one (fld__policy_clone + edit) and publishes it. Published policies are
  * kept until fld_shutdown(), so a reader holding a pointer never sees it
- * freed (see host.c for the retire list).
+ * freed (reclaim.c keeps the retire list). The global policy pointer and
+ * its publication are here too; lifecycle.c builds the policy of all layers.
  */
 #ifndef FLD_CORE_POLICY_H
 #define FLD_CORE_POLICY_H
@@ -98,14 +99,6 @@ struct fld_policy *fld__policy_clone(const struct fld_policy *p);
 void fld__policy_free(struct fld_policy *p);
 
 /*
- * Applies every policy variable of the environment that is set (each
- * replaces its field), then checks cross-field rules (white- and blacklist
- * both set). FLD_ECONFIG with a message naming the variable; p is then in an
- * unspecified state and must be freed by the caller.
- */
-int fld__policy_apply_env(struct fld_policy *p);
-
-/*
  * Sets one field by key name (see fld_policy_set() in fldispatch.h) from a
  * string in that field's grammar, recording source. FLD_ECONFIG on an
  * unknown key or invalid value; on error p is unchanged.
@@ -150,5 +143,16 @@ size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t siz
  */
 extern _Atomic unsigned fld__override_threads;
 const struct fld_policy *fld__policy_override_top(void);
+
+/* The global policy (never NULL after init). Without the host lock, read it
+ * inside fld__read_begin()/fld__read_end() (reclaim.h). */
+const struct fld_policy *fld__policy_global(void);
+/* The policy of the calling thread: its innermost override, else global. */
+const struct fld_policy *fld__policy_effective(void);
+/* Makes p the global policy (takes ownership) and, once the library is
+ * initialised, bumps the generation. Takes the host lock itself. */
+void fld__policy_publish(struct fld_policy *p);
+/* fld_shutdown(): frees the global policy; host lock held, no reader left. */
+void fld__policy_unpublish(void);
 
 #endif

@@ -43,4 +43,11 @@ void fld__probe_session_end(void);
  */
 bool fld__probe_gate(const char *path, const struct stat *st, char *why, size_t size);
 
+/* Shared by probe.c and probe_gate.c. */
+bool fld__probe_state_from_name(const char *s, enum fld_probe_state *out);
+/* Splits line at tabs into at most max fields; the last keeps its tabs. */
+size_t fld__probe_split(char *line, char **fields, size_t max);
+/* True in a probe child, which never probes plugins itself. */
+bool fld__probe_in_child(void);
+
 #endif

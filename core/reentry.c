@@ -9,7 +9,6 @@
 #include "error.h"
 #include "log.h"
 #include "reentry.h"
-#include "registry.h"
 
 _Atomic unsigned fld__plugin_code_threads;
 
@@ -75,25 +74,6 @@ void *fld__plugin_dlopen(const char *path, char *why, size_t size)
         return NULL;
     }
     return dl;
-}
-
-int fld__plugin_register(const fld_plugin_descriptor *desc, struct fld_registry *reg, char *why,
-                         size_t size)
-{
-    struct fld_plugin_code code;
-    fld__plugin_code_enter(&code, desc->name, "register_builtins");
-    int rc = desc->register_builtins(reg);
-    fld__plugin_code_leave(&code);
-    if (fld__plugin_code_misbehaved(&code, why, size))
-        return FLD_EPLUGIN;
-    if (rc == FLD_OK && reg->first_error == FLD_OK)
-        return FLD_OK;
-    if (rc != FLD_OK)
-        snprintf(why, size, "register_builtins failed: %s: %s", fld_strerror(rc),
-                 reg->first_error == FLD_OK ? fld_last_error() : reg->error);
-    else
-        snprintf(why, size, "invalid implementation record: %s", reg->error);
-    return FLD_EPLUGIN;
 }
 
 bool fld__plugin_available(fld_available_fn fn, const char *plugin, const char **reason)

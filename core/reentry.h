@@ -31,8 +31,6 @@
 
 #include <fldispatch/plugin.h>
 
-struct fld_registry;
-
 /* One span of plugin code on the calling thread (nestable). */
 struct fld_plugin_code {
     const char *plugin; /* its name, or its file before the descriptor is read */
@@ -65,15 +63,6 @@ bool fld__plugin_code_misbehaved(const struct fld_plugin_code *c, char *why, siz
  * the library (then the handle is closed again).
  */
 void *fld__plugin_dlopen(const char *path, char *why, size_t size);
-
-/*
- * Runs desc->register_builtins(reg) marked, and judges the outcome: FLD_OK,
- * or FLD_EPLUGIN with why ("register_builtins failed: ...", "invalid
- * implementation record: ...", "register_builtins called fld_init(), ...").
- * The caller discards reg on failure.
- */
-int fld__plugin_register(const fld_plugin_descriptor *desc, struct fld_registry *reg, char *why,
-                         size_t size);
 
 /*
  * Runs an availability check marked: fn NULL means available. false with

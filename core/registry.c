@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devices.h"
 #include "error.h"
 #include "inflight.h"
 #include "escape.h"
@@ -281,12 +282,11 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
                             plugin, hooks->struct_size, min_size);
     int dev = fld__device_index(hooks->device_type);
     if (dev < 0 || dev == FLD_DEV_CPU)
-        return record_error(reg, FLD_EINVAL,
-                            "plugin '%s': device hooks: device_type %d is %s (valid: 2 cuda, 10 "
-                            "rocm, 12 or 21 ascend)",
-                            plugin, hooks->device_type,
-                            dev == FLD_DEV_CPU ? "the CPU, which the host serves itself"
-                                               : "unknown");
+        return record_error(
+            reg, FLD_EINVAL, "plugin '%s': device hooks: device_type %d is %s (valid: %s)", plugin,
+            hooks->device_type,
+            dev == FLD_DEV_CPU ? "the CPU, which the host serves itself" : "unknown",
+            fld__device_text(FLD_DEVICE_TEXT_ACCEL_CODES));
     if (reg->hooks[dev])
         return record_error(reg, FLD_EINVAL, "plugin '%s': device hooks for %s registered twice",
                             plugin, fld_device_name(hooks->device_type));
@@ -661,4 +661,23 @@ int fld_foreach_impl(int (*fn)(const fld_impl_info *info, void *user), void *use
     fld__op_foreach(walk_op_impls, &w);
     fld__unlock();
     return w.rc;
+}
+
+int fld__plugin_register(const fld_plugin_descriptor *desc, struct fld_registry *reg, char *why,
+                         size_t size)
+{
+    struct fld_plugin_code code;
+    fld__plugin_code_enter(&code, desc->name, "register_builtins");
+    int rc = desc->register_builtins(reg);
+    fld__plugin_code_leave(&code);
+    if (fld__plugin_code_misbehaved(&code, why, size))
+        return FLD_EPLUGIN;
+    if (rc == FLD_OK && reg->first_error == FLD_OK)
+        return FLD_OK;
+    if (rc != FLD_OK)
+        snprintf(why, size, "register_builtins failed: %s: %s", fld_strerror(rc),
+                 reg->first_error == FLD_OK ? fld_last_error() : reg->error);
+    else
+        snprintf(why, size, "invalid implementation record: %s", reg->error);
+    return FLD_EPLUGIN;
 }

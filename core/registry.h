@@ -92,4 +92,12 @@ void fld__registry_shutdown(void);
 /* "flagos", "vendor", "reference". */
 const char *fld__kind_token(fld_kind k);
 
+/*
+ * Runs desc->register_builtins(reg) marked as plugin code (reentry.h), and judges the outcome:
+ * FLD_OK, or FLD_EPLUGIN with why ("register_builtins failed: ...", "invalid implementation record:
+ * ...", "register_builtins called fld_init(), ..."). The caller discards reg on failure.
+ */
+int fld__plugin_register(const fld_plugin_descriptor *desc, struct fld_registry *reg, char *why,
+                         size_t size);
+
 #endif

@@ -1,6 +1,7 @@
 /* The calling thread's current stream per device type, for GPU plugins. */
 #include <fldispatch/fldispatch.h>
 
+#include "devices.h"
 #include "error.h"
 #include "ops.h"
 
@@ -10,10 +11,8 @@ int fld_set_stream(int device_type, void *stream)
 {
     int dev = fld__device_index(device_type);
     if (dev < 0)
-        return fld__fail(FLD_EINVAL,
-                         "fld_set_stream: unknown device type %d (valid: 1 cpu, 2 cuda, "
-                         "10 rocm, 12 or 21 ascend)",
-                         device_type);
+        return fld__fail(FLD_EINVAL, "fld_set_stream: unknown device type %d (valid: %s)",
+                         device_type, fld__device_text(FLD_DEVICE_TEXT_CODES));
     streams[dev] = stream;
     return FLD_OK;
 }

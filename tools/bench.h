@@ -1,7 +1,8 @@
 /*
  * fldispatch bench: declarations shared by its files.
  *
- *   cmd_bench.c       option parsing, dispatch to a mode, helpers below
+ *   cmd_bench.c       option parsing, dispatch to a mode
+ *   bench_util.c      helpers every mode uses (bench_util.h): clock, medians, affinity
  *   bench_overhead.c  bench --overhead: what dispatch costs per call
  *   bench_registration.c  bench --registration: what registering many ops costs
  *   bench_kernels.c   bench [OP...]: time, GB/s and bandwidth share per
@@ -20,33 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- helpers (cmd_bench.c) ------------------------------------------------- */
-
-/* CLOCK_MONOTONIC in nanoseconds. */
-double bench_now_ns(void);
-
-/* The "model name" of /proc/cpuinfo (or "unknown"). */
-void bench_cpu_model(char *buf, size_t size);
-
-/* The median of n values (sorts v in place); NAN if any value is NAN or n < 1. */
-double bench_median(double *v, int n);
-
-/* CPUs this process may run on (sched_getaffinity), at least 1. */
-int bench_allowed_cpus(void);
-
-/*
- * Pins the thread to the index-th CPU of the process's allowed set
- * (index modulo the number of allowed CPUs). Best effort: nothing happens
- * when the affinity cannot be read or set.
- */
-void bench_pin_thread(unsigned long thread, int index);
-
-/*
- * The CPU clock in GHz while a chain of dependent adds runs (bench_clock.c);
- * *source is "calibrated", or "cpuinfo" (/proc/cpuinfo's cpu MHz) when the
- * loop could not be timed, or "unknown" (0 returned).
- */
-double bench_cpu_ghz(const char **source);
+#include "bench_util.h"
 
 /* ---- bench --overhead (bench_overhead.c) ------------------------------------ */
 

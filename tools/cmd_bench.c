@@ -5,7 +5,7 @@
  *                             STREAM ceiling of bench_stream.c)
  *   bench --overhead          dispatch overhead per call (bench_overhead.c)
  *
- * Also the small helpers the bench files share (bench.h).
+ * The helpers the bench files share are bench_util.c's (bench_util.h).
  */
 #include <errno.h>
 #include <math.h>
@@ -81,84 +81,6 @@ static const char bench_usage[] =
     "See bench/README.md for the method.\n"
     "Exit status: 0 success, 1 a call failed, 2 usage, 3 no implementation for\n"
     "an op, device and dtype.\n";
-
-/* ---- helpers shared by the bench files --------------------------------------- */
-
-double bench_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-void bench_cpu_model(char *buf, size_t size)
-{
-    snprintf(buf, size, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0)
-            continue;
-        const char *colon = strchr(line, ':');
-        if (!colon)
-            continue;
-        colon++;
-        while (*colon == ' ' || *colon == '\t')
-            colon++;
-        snprintf(buf, size, "%s", colon);
-        buf[strcspn(buf, "\n")] = '\0';
-        break;
-    }
-    fclose(f);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double bench_median(double *v, int n)
-{
-    if (n < 1)
-        return NAN;
-    for (int i = 0; i < n; i++)
-        if (isnan(v[i]))
-            return NAN;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-}
-
-int bench_allowed_cpus(void)
-{
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        return 1;
-    int n = CPU_COUNT(&allowed);
-    return n > 0 ? n : 1;
-}
-
-void bench_pin_thread(unsigned long thread, int index)
-{
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        return;
-    int count = CPU_COUNT(&allowed);
-    if (count < 1)
-        return;
-    int want = index % count;
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-        if (!CPU_ISSET(cpu, &allowed) || want-- > 0)
-            continue;
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
-        pthread_setaffinity_np((pthread_t)thread, sizeof one, &one);
-        return;
-    }
-}
 
 /* ---- option values ------------------------------------------------------------ */
 

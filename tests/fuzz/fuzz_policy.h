@@ -13,6 +13,7 @@
 #ifndef FLD_FUZZ_POLICY_H
 #define FLD_FUZZ_POLICY_H
 
+#include "config.h"
 #include "config_internal.h"
 #include "error.h"
 #include "parse.h"

@@ -1,0 +1,164 @@
+/*
+ * The policy of the process, assembled from its layers in one place (the
+ * precedence is config.h's): built-in defaults (policy.c), the platform file
+ * (config.c reads it), the environment (every policy variable and
+ * VLLM_FL_OP_CONFIG are read here), or VLLM_FL_CONFIG's file instead of both;
+ * then VLLM_FL_MANIFEST. "Where is VLLM_FL_X read" for the policy's
+ * variables has its answer in this file; the names of the fields' variables
+ * are policy.c's field table (fld__policy_field_env()).
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <fldispatch/fldispatch.h>
+
+#include "config.h"
+#include "config_internal.h"
+#include "error.h"
+#include "log.h"
+#include "manifest.h"
+#include "policy.h"
+
+#define OP_CONFIG "VLLM_FL_OP_CONFIG"
+
+static bool blank(const char *s)
+{
+    for (; *s; s++)
+        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
+            return false;
+    return true;
+}
+
+/* A white- or blacklist set by the environment replaces its pair from a
+ * lower layer (a platform file's flagos_blacklist must not turn
+ * VLLM_FL_FLAGOS_WHITELIST into an error); both set here stays an error. */
+static void drop_replaced_pair(struct fld_policy *p, const bool *from_env,
+                               enum fld_policy_field white, enum fld_policy_field black)
+{
+    for (int side = 0; side < 2; side++) {
+        enum fld_policy_field set = side ? black : white, other = side ? white : black;
+        struct fld_strlist *l = fld__policy_list_field(p, other);
+        if (from_env[set] && !from_env[other] && l->set) {
+            fld__strlist_free(l);
+            snprintf(p->source[other], sizeof p->source[other], "cleared by %s",
+                     fld__policy_field_env(set));
+        }
+    }
+}
+
+/* The environment layer (config.h). */
+int fld__policy_apply_env(struct fld_policy *p)
+{
+    bool from_env[FLD_PF_COUNT] = {false};
+    int rc;
+    for (int f = 0; f < FLD_PF_COUNT; f++) {
+        /* Not path variables, so plain getenv (secure_getenv is for those). A
+         * blank value reads as unset: `VAR= cmd` is how shells clear one. */
+        const char *value = getenv(fld__policy_field_env(f));
+        if (!value || blank(value))
+            continue;
+        /* Each variable replaces its field, VLLM_FL_PER_OP included: it
+         * replaces the platform file's op_backends as a whole, as in
+         * vllm-plugin-FL. */
+        rc = fld__policy_set_field(p, fld__policy_field_env(f), value, fld__policy_field_env(f));
+        if (rc != FLD_OK)
+            return rc;
+        from_env[f] = true;
+    }
+    /* A path, so secure_getenv; applied after VLLM_FL_PER_OP, which it beats. */
+    const char *op_config = secure_getenv("VLLM_FL_OP_CONFIG");
+    if (op_config && !blank(op_config)) {
+        if ((rc = fld__op_config_apply(p, op_config)) != FLD_OK)
+            return rc;
+    } else if (!op_config && getenv("VLLM_FL_OP_CONFIG")) {
+        fld__log(FLD_LOG_WARNING, "VLLM_FL_OP_CONFIG ignored: path variables are not read in a "
+                                  "privileged (setuid/setgid) process");
+    }
+    drop_replaced_pair(p, from_env, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
+    drop_replaced_pair(p, from_env, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
+    drop_replaced_pair(p, from_env, FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST);
+    return fld__policy_check(p);
+}
+
+/* A path variable: secure_getenv, blank reads as unset, refused in
+ * privileged processes with a warning. */
+static const char *path_env(const char *name)
+{
+    const char *v = secure_getenv(name);
+    if (!v) {
+        if (getenv(name))
+            fld__log(FLD_LOG_WARNING,
+                     "%s ignored: path variables are not read in a privileged "
+                     "(setuid/setgid) process",
+                     name);
+        return NULL;
+    }
+    return blank(v) ? NULL : v;
+}
+
+/* One WARNING naming every policy variable that VLLM_FL_CONFIG overrides. */
+static void warn_ignored_env(const char *config)
+{
+    char names[1024];
+    size_t len = 0;
+    names[0] = '\0';
+    for (int f = 0; f <= FLD_PF_COUNT; f++) {
+        const char *name = f < FLD_PF_COUNT ? fld__policy_field_env(f) : OP_CONFIG;
+        const char *v = f < FLD_PF_COUNT ? getenv(name) : secure_getenv(name);
+        if (!v || blank(v))
+            continue;
+        int n = snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", name);
+        if (n > 0)
+            len = len + (size_t)n < sizeof names ? len + (size_t)n : sizeof names - 1;
+    }
+    if (len)
+        fld__log(FLD_LOG_WARNING,
+                 "VLLM_FL_CONFIG=%s is a complete override of the policy: ignoring %s", config,
+                 names);
+}
+
+int fld__policy_build(struct fld_platform *plat, struct fld_policy **out)
+{
+    struct fld_policy *p;
+    const char *config, *manifest;
+    int rc;
+
+    *out = NULL;
+    if (!(p = fld__policy_new_default()))
+        return fld__fail(FLD_ENOMEM, "out of memory building the policy");
+    if ((config = path_env("VLLM_FL_CONFIG")) != NULL) {
+        if ((rc = fld__config_apply_file(p, config, config)) != FLD_OK) {
+            fld__error_prefix("VLLM_FL_CONFIG");
+            goto fail;
+        }
+        warn_ignored_env(config);
+        /* Not read, so not claimed: the platform file is not in use. */
+        if (plat)
+            plat->config_file[0] = '\0';
+    } else {
+        if (plat && plat->config_file[0]) {
+            rc = fld__config_apply_file(p, plat->config_file, plat->config_file);
+            if (rc) {
+                fld__error_prefix("platform file of '%s'", plat->name);
+                goto fail;
+            }
+        }
+        if ((rc = fld__policy_apply_env(p)) != FLD_OK)
+            goto fail;
+    }
+    if ((manifest = path_env("VLLM_FL_MANIFEST")) != NULL) {
+        if ((rc = fld__manifest_load(manifest, &p->manifest)) != FLD_OK) {
+            fld__error_prefix("VLLM_FL_MANIFEST");
+            goto fail;
+        }
+    }
+    if ((rc = fld__policy_check(p)) != FLD_OK)
+        goto fail;
+    *out = p;
+    return FLD_OK;
+fail:
+    fld__policy_free(p);
+    return rc;
+}
