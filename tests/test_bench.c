@@ -682,7 +682,7 @@ START_TEST(registration_reports_each_count)
             while (*line == '\n')
                 line++;
             long ops = 0;
-            double ms, us, mib;
+            double ms, us, mib = 0;
             char heap[16];
             if (sscanf(line, "%ld %lf %lf %15s", &ops, &ms, &us, heap) == 4 && ops == atol(*n)) {
                 /* a sanitizer's malloc is invisible to mallinfo2(): "n/a" there, and only there */
