@@ -24,8 +24,8 @@
  * is symmetric. These are exact results rounded once each, so the bits are
  * the reference's.
  * Elements past rot_dim in a head are never read or written (only
- * prefetched: the next token's heads are prefetched while this one
- * computes).
+ * prefetched: with job->prefetch, the next token's heads are prefetched
+ * while this one computes; cpu.h says where that pays).
  */
 #ifndef FLD_PLUGIN_CPU_BODY_ROTARY_H
 #define FLD_PLUGIN_CPU_BODY_ROTARY_H
@@ -163,7 +163,7 @@ V_INLINE void rot_gptj_head(void *head, int64_t f0, int64_t n, const float *c2, 
  * The chunk [f0, f0 + n) of every head at base. next (or NULL): the same
  * heads of the next token, prefetched head by head so that memory works
  * while this token computes (measured +17% f32, +30% bf16 at 4096 tokens,
- * one thread).
+ * one thread, on the Xeon; not on AMD, where it cost: cpu.h).
  */
 V_INLINE void rot_heads(void *base, int64_t heads, int64_t head_stride, int64_t f0, int64_t n,
                         int64_t half, const float *c, const float *s, const int dt, const bool neox,
@@ -210,7 +210,7 @@ V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64
         for (int64_t f0 = 0; f0 < half; f0 += ROT_CHUNK) {
             const int64_t n = half - f0 < ROT_CHUNK ? half - f0 : ROT_CHUNK;
             rot_fill(c, s, row, f0, n, half, cdt, dt, neox);
-            const bool more = t + 1 < t1;
+            const bool more = job->prefetch && t + 1 < t1;
             if (q)
                 rot_heads(q, g->q_heads, g->q_head_stride, f0, n, half, c, s, dt, neox,
                           more ? fld__cpu_at(q, g->q_token_stride, dt) : NULL);

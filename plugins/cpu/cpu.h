@@ -104,8 +104,9 @@ struct fld_cpu_norm_job {
 struct fld_cpu_rotary_job {
     fld_rotary_geometry g;
     bool is_neox;
-    int dt;       /* query and key */
-    int cache_dt; /* cos_sin_cache, may differ from dt */
+    int dt;        /* query and key */
+    int cache_dt;  /* cos_sin_cache, may differ from dt */
+    bool prefetch; /* prefetch the next token's heads (fld__cpu_rotary_prefetch) */
 };
 
 /* ---- variants: one instruction set's kernels (isa_*.c) ------------------ */
@@ -131,6 +132,16 @@ extern const struct fld_cpu_variant fld__cpu_variant_neon;
 
 /* The variant chosen at load (isa.c); never NULL after register_builtins. */
 extern const struct fld_cpu_variant *fld__cpu_active;
+
+/*
+ * Whether rotary prefetches the next token's heads, set at load: not on
+ * AMD. Measured at 4096 tokens x 32 + 32 heads x 128: on the Xeon (Cascade
+ * Lake) of issue 4 it gained 17% (float32) and 30% (bfloat16), one thread;
+ * on Zen 4 leaving it out made float32 1.60x faster with one thread (15.6
+ * -> 28.2 GB/s) and 1.35x with two, 16-bit (bound by its roundings)
+ * 1.00-1.11x (docs/BENCHMARKS.md, issue 14).
+ */
+extern bool fld__cpu_rotary_prefetch;
 
 /* ---- threads (pool.c) ---------------------------------------------------- */
 

@@ -24,6 +24,7 @@
 #define PARALLEL_MIN_KB_MAX 1048576L
 
 const struct fld_cpu_variant *fld__cpu_active = &fld__cpu_variant_portable;
+bool fld__cpu_rotary_prefetch = true;
 
 /* In the order of fld__cpu_isa_names (isa.c). */
 static const struct fld_cpu_variant *const variants[] = {
@@ -170,6 +171,7 @@ static int register_builtins(fld_registry *reg)
     size_t llc = topo.llc_bytes;
     fld__cpu_pool_configure(&topo, (int)threads, min_bytes, llc);
     fld__cpu_active = variants[isa];
+    fld__cpu_rotary_prefetch = !fld__cpu_is_amd();
 
     for (size_t i = 0; i < sizeof cpu_kernels / sizeof cpu_kernels[0]; i++) {
         const fld_impl impl = {

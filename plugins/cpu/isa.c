@@ -101,15 +101,34 @@ uint32_t fld__cpu_detect_features(void)
     }
     return f;
 }
+
+bool fld__cpu_is_amd(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx))
+        return false;
+    /* "AuthenticAMD" in ebx, edx, ecx */
+    return ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+}
 #elif defined(__aarch64__)
 uint32_t fld__cpu_detect_features(void)
 {
     return FLD_CPU_FEAT_NEON; /* Advanced SIMD is mandatory in AArch64 */
 }
+
+bool fld__cpu_is_amd(void)
+{
+    return false;
+}
 #else
 uint32_t fld__cpu_detect_features(void)
 {
     return 0;
+}
+
+bool fld__cpu_is_amd(void)
+{
+    return false;
 }
 #endif
 

@@ -17,7 +17,8 @@ int fld__cpu_rotary_embedding(const void *args)
     if (dt < 0)
         return FLD_EINVAL;
 
-    struct fld_cpu_rotary_job job = {.is_neox = a->is_neox, .dt = dt};
+    struct fld_cpu_rotary_job job = {
+        .is_neox = a->is_neox, .dt = dt, .prefetch = fld__cpu_rotary_prefetch};
     fld_rotary_geometry_of(a, &job.g);
     job.cache_dt = fld_dtype_index(job.g.cache_dtype);
     if (job.cache_dt < 0) {

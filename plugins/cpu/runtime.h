@@ -40,6 +40,9 @@ extern const int fld__cpu_isa_count;
 /* The features of the machine we run on (cpuid and xgetbv). */
 uint32_t fld__cpu_detect_features(void);
 
+/* Whether the CPU is AMD's (cpuid vendor "AuthenticAMD"); false off x86-64. */
+bool fld__cpu_is_amd(void);
+
 /*
  * Chooses the best variant that features allow at or below cap (a name from
  * fld__cpu_isa_names, or NULL for no cap): returns its index and writes to
