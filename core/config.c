@@ -8,6 +8,10 @@
  * into a `struct layer` first, and only a layer without a single error is
  * committed onto a policy. That is what makes "nothing is ever half-applied"
  * hold without undo code.
+ *
+ * Why one file of about 870 lines: the schema of a policy file is one walk
+ * over one document (keys, their values, the file:line:column of each
+ * error); the layer assembly already left for layers.c.
  */
 #include <stdio.h>
 #include <stdlib.h>

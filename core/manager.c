@@ -23,6 +23,12 @@
  *
  * Threads with a scoped policy override use a small thread-local cache keyed
  * by the override's policy serial; those chains belong to the thread.
+ *
+ * Why one file of about 1,000 lines: selection, the chain cache and the
+ * hot path share the chain record and its two atomics, and the fast slot is
+ * only safe read against the rebuild that writes it. It still reads bottom
+ * up (entry points last); core/README.md lists reordering it top-down as
+ * the next step.
  */
 #include <stdio.h>
 #include <stdlib.h>
