@@ -192,7 +192,7 @@ START_TEST(test_static_library_plugins)
     const char *hosts[] = {"host", "host_rdynamic"};
     for (int i = 0; i < 2; i++)
         tt_sh(log,
-              "cc -std=c11 %s %s -I'%s/include' -o '%s/%s' '%s/tests/build/static_host.c' "
+              "cc -std=c11 %s %s -I'%s/include' -o '%s/%s' '%s/tests/static_link/static_host.c' "
               "'%s/lib/libfldispatch.a' $(pkg-config --libs yaml-0.1 hwloc) -ldl -lm "
               "-pthread",
               sanflags, i ? "-rdynamic" : "", src, tmp, hosts[i], src, tree);

@@ -13,6 +13,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
@@ -55,16 +56,8 @@ static double chain_ghz(void)
 /* /proc/cpuinfo's first "cpu MHz", in GHz; 0 when absent. */
 static double cpuinfo_ghz(void)
 {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    double mhz = 0;
-    if (!f)
-        return 0;
-    char line[256];
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "cpu MHz", 7) == 0 && sscanf(strchr(line, ':') + 1, "%lf", &mhz) == 1)
-            break;
-    fclose(f);
-    return mhz / 1000.0;
+    char mhz[64];
+    return bench_proc_field("/proc/cpuinfo", "cpu MHz", mhz, sizeof mhz) ? atof(mhz) / 1000.0 : 0;
 }
 
 double bench_cpu_ghz(const char **source)

@@ -86,16 +86,8 @@ static const fld_plugin_descriptor reg_plugin = {
 /* The peak resident set of the process in KiB (VmHWM), 0 when unknown. */
 static long peak_rss_kib(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    long kib = 0;
-    if (!f)
-        return 0;
-    char line[256];
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
+    char kib[64];
+    return bench_proc_field("/proc/self/status", "VmHWM", kib, sizeof kib) ? atol(kib) : 0;
 }
 
 struct reg_figures {

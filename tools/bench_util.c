@@ -20,27 +20,34 @@ double bench_now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-void bench_cpu_model(char *buf, size_t size)
+bool bench_proc_field(const char *path, const char *key, char *buf, size_t size)
 {
-    snprintf(buf, size, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
     if (!f)
-        return;
+        return false;
+    const size_t key_len = strlen(key);
     char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0)
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, key_len) != 0)
             continue;
-        const char *colon = strchr(line, ':');
-        if (!colon)
+        const char *p = line + key_len;
+        p += strspn(p, " \t");
+        if (*p != ':')
             continue;
-        colon++;
-        while (*colon == ' ' || *colon == '\t')
-            colon++;
-        snprintf(buf, size, "%s", colon);
-        buf[strcspn(buf, "\n")] = '\0';
-        break;
+        p += 1 + strspn(p + 1, " \t");
+        snprintf(buf, size, "%.*s", (int)strcspn(p, "\r\n"), p);
+        found = true;
     }
     fclose(f);
+    return found;
+}
+
+void bench_cpu_model(char *buf, size_t size)
+{
+    if (!bench_proc_field("/proc/cpuinfo", "model name", buf, size))
+        snprintf(buf, size, "unknown");
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -6,10 +6,18 @@
 #ifndef FLD_TOOLS_BENCH_UTIL_H
 #define FLD_TOOLS_BENCH_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 double bench_now_ns(void);
+
+/*
+ * The value of the first "key: value" line of a text file such as
+ * /proc/cpuinfo or /proc/self/status (blanks around it trimmed) into buf;
+ * false, buf empty, when the file or the key is absent.
+ */
+bool bench_proc_field(const char *path, const char *key, char *buf, size_t size);
 
 /* The "model name" of /proc/cpuinfo (or "unknown"). */
 void bench_cpu_model(char *buf, size_t size);
