@@ -17,7 +17,6 @@
 #include <fldispatch/fldispatch.h>
 
 #include "inflight.h"
-#include "log.h"
 
 struct fld_inflight_slot fld__inflight[FLD_INFLIGHT_SLOTS];
 
@@ -128,29 +127,28 @@ unsigned fld__inflight_mine(void)
 /*
  * A full memory barrier on every running thread of the process, so that a
  * count stored before a gate was read is visible to the reads that follow.
+ * Returns 0, or the errno of membarrier(2) when it is not available and a
+ * pause stood in for it (the caller, above the log, says so).
  */
-static void barrier_all_threads(void)
+static int barrier_all_threads(void)
 {
+    int err = ENOSYS;
 #if defined(__linux__) && defined(SYS_membarrier)
     if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
         syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
-        return;
+        return 0;
     if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
-        return;
+        return 0;
+    err = errno;
 #endif
     /* No membarrier (old kernel, a seccomp filter, valgrind): a store waits
      * in a core's buffer for nanoseconds, so a pause of milliseconds makes
      * it visible in practice. */
-    static _Atomic bool said;
-    if (!atomic_exchange(&said, true))
-        fld__log(FLD_LOG_DEBUG,
-                 "fld_shutdown: membarrier(2) is not available (%s); pausing "
-                 "20 ms instead",
-                 strerror(errno));
     static _Atomic int fence_word; /* a read-modify-write: a full barrier here (and TSan-clean) */
     atomic_exchange(&fence_word, 0);
     struct timespec pause = {0, 20 * 1000 * 1000};
     nanosleep(&pause, NULL);
+    return err ? err : ENOSYS;
 }
 
 static double now_seconds(void)
@@ -160,12 +158,14 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-unsigned fld__inflight_wait(double timeout)
+unsigned fld__inflight_wait(double timeout, int *barrier_err)
 {
     const uintptr_t self = fld__thread_id();
     const double deadline = now_seconds() + timeout;
     long pause_ns = 50 * 1000;
-    barrier_all_threads();
+    int err = barrier_all_threads();
+    if (barrier_err)
+        *barrier_err = err;
     for (;;) {
         /* A thread seen outside once is done: its later calls meet the closed
          * gates. So each one is watched until it is seen at 0 (a thread that

@@ -93,9 +93,10 @@ unsigned fld__inflight_mine(void);
  * After the gates are closed: waits until every other thread that was
  * inside a call has been seen outside once (a later call of it meets the
  * closed gates), at most timeout seconds. Returns 0, or how many threads
- * were still inside when the time was up.
+ * were still inside when the time was up. *barrier_err (when not NULL) is
+ * 0, or the errno of membarrier(2) when a pause had to stand in for it.
  */
-unsigned fld__inflight_wait(double timeout);
+unsigned fld__inflight_wait(double timeout, int *barrier_err);
 
 /* In the child after fork(): only the calling thread survives. */
 void fld__inflight_after_fork(void);

@@ -374,7 +374,14 @@ int fld_shutdown(void)
     fld__ops_close();
     atomic_store(&fld__generation, 0);
     fld__unlock();
-    unsigned busy = fld__inflight_wait(timeout);
+    int barrier_err = 0;
+    unsigned busy = fld__inflight_wait(timeout, &barrier_err);
+    static _Atomic bool barrier_said;
+    if (barrier_err && !atomic_exchange(&barrier_said, true))
+        fld__log(FLD_LOG_DEBUG,
+                 "fld_shutdown: membarrier(2) is not available (%s); pausing "
+                 "20 ms instead",
+                 strerror(barrier_err));
     fld__lock();
     if (busy) {
         reopen_after_closing();

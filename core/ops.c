@@ -28,7 +28,6 @@
 #include "host.h"
 #include "ops.h"
 #include "reclaim.h"
-#include "registry.h"
 
 struct op_table {
     size_t mask;                       /* capacity - 1 (a power of two) */
