@@ -7,7 +7,8 @@
 #   make uninstall       remove what install put there
 #   make clean           remove build/
 #   make format          apply .clang-format to every C file
-#   make lint            cppcheck over every C file (about 20 s on 2 cores)
+#   make lint            cppcheck over every C file (about 20 s on 2 cores) and no
+#                        include cycle in core/ (.ci/include-graph.py)
 #   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
 #   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
@@ -369,6 +370,8 @@ lint: $(B)/gen/fld_paths.h
 	$(Q)$(call fld_say,LINT,core plugins tools tests python/src)out=$$($(CPPCHECK) $(CPPCHECK_FLAGS) \
 	  --cppcheck-build-dir=$(B)/cppcheck -j2 core plugins tools tests python/src 2>&1); st=$$?; \
 	  if [ -n "$$out" ]; then printf '%s\n' "$$out" >&2; exit 1; fi; exit $$st
+	$(Q)$(call fld_say,LINT,core include graph: no cycle)$(PYTHON) .ci/include-graph.py --max-cycle 1 >/dev/null \
+	  || { $(PYTHON) .ci/include-graph.py | sed -n '/cycle(s)/,$$p' >&2; exit 1; }
 
 -include python/python.mk
 

@@ -12,7 +12,7 @@
 #   fuzz      make fuzz, fuzz-smoke, fuzz-run: clang with libFuzzer
 #   valgrind  make check-valgrind
 #   fresh     make check-fresh: debootstrap
-#   lint      make lint: cppcheck
+#   lint      make lint: cppcheck, and python3 for the include-graph check
 #   all       every set (what .ci/run installs)
 #
 # Usage: sh .ci/deps.sh [--make] SET...    check (and as root install) SETs
@@ -30,7 +30,7 @@ set_packages() {
     fuzz) echo "clang libclang-rt-14-dev" ;;
     valgrind) echo "valgrind" ;;
     fresh) echo "debootstrap" ;;
-    lint) echo "cppcheck" ;;
+    lint) echo "cppcheck python3" ;;
     all) for s in build test rocm fuzz valgrind fresh lint; do set_packages $s; done ;;
     *) return 1 ;;
     esac

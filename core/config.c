@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "config_internal.h"
+#include "custom_ops.h"
 #include "error.h"
 #include "inflight.h"
 #include "host.h"

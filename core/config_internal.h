@@ -1,8 +1,13 @@
 /*
- * What the configuration files share among themselves and with policy.c:
- * the YAML tree that config_yaml.c builds from libyaml's events, the
- * custom_ops grammar (policy.c), and the VLLM_FL_OP_CONFIG layer
- * (config.c) that the environment layer applies.
+ * What the configuration files share among themselves: the YAML tree that
+ * config_yaml.c builds from libyaml's events (also the manifest's reader,
+ * manifest.c), and the VLLM_FL_OP_CONFIG layer (config.c) that the
+ * environment layer (layers.c) applies.
+ *
+ * It names the policy record only as an incomplete type and includes no
+ * module header: the YAML reader sits below the policy, so manifest.c can
+ * read its file without reaching policy.h through here. The custom_ops
+ * grammar, once declared here, is custom_ops.h's.
  *
  * Not a module interface for the rest of the library: core/config.h is.
  */
@@ -12,7 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "policy.h"
+struct fld_policy;
 
 /* ------------------------------------------------------------------------ */
 /* YAML documents as a small tree                                           */
@@ -100,31 +105,6 @@ const char *fld__json_describe(const struct fld_ynode *node, char *buf, size_t s
 
 /* "a mapping", "a sequence", "the quoted string 'x'", "the boolean 'on'", "null", ... */
 const char *fld__ynode_describe(const struct fld_ynode *node, char *buf, size_t size);
-
-/* ------------------------------------------------------------------------ */
-/* custom_ops (policy.c)                                                    */
-/* ------------------------------------------------------------------------ */
-
-/* A list being read item by item, so that each error can point at its item. */
-struct fld_custom_ops_reader {
-    struct fld_custom_ops ops;
-    bool saw_all, saw_none;
-};
-
-/* Starts at the default: every op enabled, no +/- items. */
-void fld__custom_ops_reader_init(struct fld_custom_ops_reader *r);
-/* One item: "all", "none", "+op" or "-op" (trimmed). FLD_ECONFIG naming
- * what and the item; r keeps what it read before. The reader's lists are
- * unsorted: the caller sorts them once and checks +op/-op conflicts. */
-int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what, const char *item);
-/* A comma-separated list into *out; NULL or blank gives the default. */
-int fld__custom_ops_parse(const char *what, const char *csv, struct fld_custom_ops *out);
-void fld__custom_ops_free(struct fld_custom_ops *c);
-int fld__custom_ops_copy(struct fld_custom_ops *dst, const struct fld_custom_ops *src);
-bool fld__custom_ops_is_default(const struct fld_custom_ops *c);
-/* The normalised list: "all" or "none", then "+op"s, then "-op"s, comma-separated.
- * Returns the full length. */
-size_t fld__custom_ops_format(const struct fld_custom_ops *c, char *buf, size_t size);
 
 /* ------------------------------------------------------------------------ */
 /* VLLM_FL_OP_CONFIG (config.c)                                             */

@@ -4,8 +4,11 @@
  * the reference kernels' records, discovery, platform and policy, names,
  * manifest) and keeps the library's state machine. Nothing below includes
  * this file; the floors reach it by one call, the lazy fld_init() of host.h's
- * fld__ensure_init_from(). The host lock, the generation counter and the
- * ready flag are the base floor's (host.c).
+ * fld__ensure_init_from(), and by two hooks it sets at its first
+ * initialisation: what a forked child redoes (host.c runs it) and dispatch's
+ * flush of a thread's caches when an override leaves it (policy_override.c
+ * runs it, so the override stack need not include manager.h). The host lock,
+ * the generation counter and the ready flag are the base floor's (host.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -23,6 +26,7 @@
 #include "ops.h"
 #include "platform.h"
 #include "policy.h"
+#include "policy_override.h"
 #include "reclaim.h"
 #include "registry.h"
 
@@ -179,6 +183,8 @@ static int fail_init(int rc)
 static int initialise_locked(void)
 {
     fld__host_on_fork_child(after_fork_child);
+    /* Before any override can exist: every push initialises first. */
+    fld__policy_on_override_pop(fld__manager_tls_flush);
     struct fld_log_env log_env;
     int rc = fld__log_read_env(&log_env);
     if (rc)

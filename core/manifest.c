@@ -1,6 +1,7 @@
 /*
  * Frozen-dispatch manifests (see manifest.h): a strict YAML reader, the
  * lookup used when chains are built, and the check against the registry.
+ * The record's references and freeing are manifest_record.c's.
  *
  * The reader parses with the policy files' event-based tree loader
  * (config_yaml.c) rather than libyaml's document loader: the file is read
@@ -214,15 +215,6 @@ static int parsed_cmp(const void *pa, const void *pb)
     return (a->index > b->index) - (a->index < b->index);
 }
 
-static void free_entries(struct fld_manifest_entry *entries, size_t n)
-{
-    for (size_t i = 0; entries && i < n; i++) {
-        free(entries[i].op);
-        free(entries[i].impl_id);
-    }
-    free(entries);
-}
-
 static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
                          struct fld_manifest *m)
 {
@@ -329,15 +321,6 @@ static int parse_root(const struct reader *r, const struct fld_ynode *root, stru
     return parse_entries(r, entries, m);
 }
 
-static void manifest_free(struct fld_manifest *m)
-{
-    if (!m)
-        return;
-    free_entries(m->entries, m->n);
-    free(m->path);
-    free(m);
-}
-
 static int read_manifest(const char *path, char **data, size_t *len)
 {
     int err;
@@ -388,24 +371,11 @@ int fld__manifest_load(const char *path, struct fld_manifest **out)
 done:
     fld__yaml_free(root);
     if (rc) {
-        manifest_free(m);
+        fld__manifest_free(m);
         return rc;
     }
     *out = m;
     return FLD_OK;
-}
-
-struct fld_manifest *fld__manifest_ref(struct fld_manifest *m)
-{
-    if (m)
-        atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
-    return m;
-}
-
-void fld__manifest_unref(struct fld_manifest *m)
-{
-    if (m && atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
-        manifest_free(m);
 }
 
 static const struct fld_manifest_entry *find_exact(const struct fld_manifest *m, const char *op,

@@ -9,34 +9,20 @@
  *       - {op: rms_norm, device: cpu, dtype: f32, impl: vendor.cpu}
  *
  * A manifest is immutable once loaded and shared by the policies that
- * reference it (reference-counted).
+ * reference it (reference-counted). The record and its references are
+ * manifest_record.h's, which the policy includes instead of this header:
+ * loading (the YAML reader) and checking (the registry, names.h) sit above
+ * the policy.
  */
 #ifndef FLD_CORE_MANIFEST_H
 #define FLD_CORE_MANIFEST_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
-#include <stddef.h>
 
-struct fld_manifest_entry {
-    char *op;
-    int device; /* FLD_DEV_* */
-    int dtype;  /* FLD_DT_* (FLD_DT_ANY allowed) */
-    char *impl_id;
-    int line;
-};
-
-struct fld_manifest {
-    _Atomic int refs;
-    char *path;
-    size_t n;
-    struct fld_manifest_entry *entries;
-};
+#include "manifest_record.h"
 
 /* Parses a manifest file; FLD_ECONFIG with "path:line:column: ..." on error. */
 int fld__manifest_load(const char *path, struct fld_manifest **out);
-struct fld_manifest *fld__manifest_ref(struct fld_manifest *m);
-void fld__manifest_unref(struct fld_manifest *m);
 const struct fld_manifest_entry *fld__manifest_find(const struct fld_manifest *m, const char *op,
                                                     int device, int dtype);
 

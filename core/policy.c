@@ -1,42 +1,38 @@
 /*
- * The selection policy: built-in defaults, the environment, fld_policy_set(),
- * the filters selection asks, the fingerprint behind fld_policy_describe(),
- * and the thread-local stack of scoped overrides.
+ * The selection policy's record: built-in defaults, clone and free, setting
+ * a field by key (the environment, the files, fld_policy_set()), the
+ * cross-field checks, the filters selection asks, the fingerprint behind
+ * fld_policy_describe(), and the global policy's publication.
  *
  * Published policies are immutable (see policy.h): every change here builds
- * a clone, edits it, and hands it to fld__policy_publish(). Override
- * policies belong to the thread that pushed them and are freed on pop or
- * thread exit; only that thread ever reads them.
+ * a clone, edits it, and hands it to fld__policy_publish().
  *
- * Why one file of about 1,100 lines: the record's clone/edit/publish, the
- * filters and the fingerprint all depend on the record's private layout,
- * which is known here only. Two parts could leave without that: the
- * custom_ops grammar (a value grammar, for parse.c's floor) and the
- * override stack; both are listed as the next cuts in core/README.md.
+ * What left this file, so that the record includes nothing above it: the
+ * custom_ops grammar (custom_ops.c, on the value grammars' floor), the
+ * thread-local override stack and the entry points that read the calling
+ * thread's policy (policy_override.c, above this file), and the manifest's
+ * loading and checking (the record holds a manifest through
+ * manifest_record.h only: its references and its path).
  */
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <fldispatch/fldispatch.h>
 
-#include "config_internal.h"
+#include "custom_ops.h"
 #include "error.h"
 #include "inflight.h"
 #include "host.h"
-#include "log.h"
-#include "manager.h"
-#include "manifest.h"
+#include "manifest_record.h"
+#include "parse.h"
 #include "policy.h"
 #include "reclaim.h"
 
-#define SOURCE_DEFAULT  "default"
-#define SOURCE_SET      "fld_policy_set"
-#define SOURCE_OVERRIDE "scoped override"
+#define SOURCE_DEFAULT "default"
+#define SOURCE_SET     "fld_policy_set"
 
 static const char *const field_keys[FLD_PF_COUNT] = {
     [FLD_PF_PREFER] = "prefer",
@@ -100,8 +96,6 @@ static const struct fld_order default_orders[] = {
 /* Starts at 1 so that 0 can mean "no policy" in caches keyed by serial. */
 static _Atomic uint64_t last_serial;
 
-_Atomic unsigned fld__override_threads;
-
 /* ---- the global policy ----------------------------------------------------- */
 
 static _Atomic(struct fld_policy *) global_policy;
@@ -109,16 +103,6 @@ static _Atomic(struct fld_policy *) global_policy;
 const struct fld_policy *fld__policy_global(void)
 {
     return atomic_load_explicit(&global_policy, memory_order_acquire);
-}
-
-const struct fld_policy *fld__policy_effective(void)
-{
-    if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed)) {
-        const struct fld_policy *top = fld__policy_override_top();
-        if (top)
-            return top;
-    }
-    return fld__policy_global();
 }
 
 static void policy_free_cb(void *p)
@@ -163,12 +147,12 @@ const char *fld__policy_field_env(enum fld_policy_field f)
     return (unsigned)f < FLD_PF_COUNT ? field_envs[f] : NULL;
 }
 
-static void set_source(struct fld_policy *p, enum fld_policy_field f, const char *source)
+void fld__policy_set_source(struct fld_policy *p, enum fld_policy_field f, const char *source)
 {
     snprintf(p->source[f], sizeof p->source[f], "%s", source);
 }
 
-static void set_orders_source(struct fld_orders *orders, const char *source)
+void fld__policy_set_orders_source(struct fld_orders *orders, const char *source)
 {
     for (size_t i = 0; i < orders->n; i++)
         snprintf(orders->items[i].source, sizeof orders->items[i].source, "%s", source);
@@ -183,219 +167,6 @@ static bool field_by_name(const char *name, enum fld_policy_field *out)
         }
     }
     return false;
-}
-
-static bool is_blank(const char *s)
-{
-    for (; *s; s++)
-        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
-            return false;
-    return true;
-}
-
-/* ------------------------------------------------------------------------ */
-/* custom_ops: vLLM's enable/disable grammar                                */
-/* ------------------------------------------------------------------------ */
-
-#define CUSTOM_VALID "all, none, +OP, -OP with OP of [A-Za-z0-9_.-]"
-
-static bool is_space_char(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-static bool is_op_name(const char *s, size_t n)
-{
-    if (n == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-'))
-            return false;
-    }
-    return true;
-}
-
-void fld__custom_ops_reader_init(struct fld_custom_ops_reader *r)
-{
-    memset(r, 0, sizeof *r);
-    r->ops.base_enabled = true;
-}
-
-void fld__custom_ops_free(struct fld_custom_ops *c)
-{
-    if (!c)
-        return;
-    fld__strlist_free(&c->enabled);
-    fld__strlist_free(&c->disabled);
-    c->base_enabled = true;
-}
-
-int fld__custom_ops_copy(struct fld_custom_ops *dst, const struct fld_custom_ops *src)
-{
-    struct fld_custom_ops tmp = {src->base_enabled, {false, 0, NULL}, {false, 0, NULL}};
-    if (fld__strlist_copy(&tmp.enabled, &src->enabled) != FLD_OK)
-        return FLD_ENOMEM;
-    if (fld__strlist_copy(&tmp.disabled, &src->disabled) != FLD_OK) {
-        fld__strlist_free(&tmp.enabled);
-        return FLD_ENOMEM;
-    }
-    *dst = tmp;
-    return FLD_OK;
-}
-
-bool fld__custom_ops_is_default(const struct fld_custom_ops *c)
-{
-    return c->base_enabled && c->enabled.n == 0 && c->disabled.n == 0;
-}
-
-/* The reader's lists grow only here, from empty, so their room is implied: full at 0, 1, 2,
- * 4, 8, ... items. */
-static int reader_push(struct fld_strlist *l, char *name)
-{
-    size_t n = l->n;
-    if ((n & (n - 1)) == 0) {
-        size_t cap = n ? 2 * n : 1;
-        char **items = cap > n && cap <= (size_t)-1 / sizeof *items
-                           ? realloc(l->items, cap * sizeof *items)
-                           : NULL;
-        if (!items)
-            return FLD_ENOMEM;
-        l->items = items;
-    }
-    l->items[l->n++] = name;
-    l->set = true;
-    return FLD_OK;
-}
-
-/*
- * Appends the item's op to its list unsorted, repeats included: keeping the
- * lists sorted and unique per item was O(n^2). The caller sorts them with
- * fld__strlist_sort_unique() and rules out an op both enabled and disabled
- * with fld__first_clash() (see custom_ops_parse() and config.c's
- * read_custom()).
- */
-int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what, const char *item)
-{
-    const char *s = item ? item : "";
-    size_t n = strlen(s);
-    while (n && is_space_char(*s)) {
-        s++;
-        n--;
-    }
-    while (n && is_space_char(s[n - 1]))
-        n--;
-    if (n == 0)
-        return fld__fail(FLD_ECONFIG, "%s: empty item (valid: " CUSTOM_VALID ")", what);
-    if ((n == 3 && strncasecmp(s, "all", 3) == 0) || (n == 4 && strncasecmp(s, "none", 4) == 0)) {
-        bool all = n == 3;
-        /* vLLM refuses both too: which one was meant is anyone's guess. */
-        if (all ? r->saw_none : r->saw_all)
-            return fld__fail(
-                FLD_ECONFIG,
-                "%s: 'all' and 'none' together; give one of them (valid: " CUSTOM_VALID ")", what);
-        r->saw_all |= all;
-        r->saw_none |= !all;
-        r->ops.base_enabled = all;
-        return FLD_OK;
-    }
-    if ((s[0] != '+' && s[0] != '-') || !is_op_name(s + 1, n - 1))
-        return fld__fail(FLD_ECONFIG, "%s: invalid item '%.*s' (valid: " CUSTOM_VALID ")", what,
-                         (int)n, s);
-    bool enable = s[0] == '+';
-    char *name = strndup(s + 1, n - 1);
-    if (!name)
-        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-    if (reader_push(enable ? &r->ops.enabled : &r->ops.disabled, name) != FLD_OK) {
-        free(name);
-        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-    }
-    return FLD_OK;
-}
-
-int fld__custom_ops_parse(const char *what, const char *csv, struct fld_custom_ops *out)
-{
-    struct fld_custom_ops_reader r;
-    const char *s = csv ? csv : "", **names = NULL;
-    unsigned char *sides = NULL;
-    size_t items = 1, done = 0, at, first;
-    int rc = FLD_OK;
-
-    fld__custom_ops_reader_init(&r);
-    if (!is_blank(s)) {
-        for (const char *c = strchr(s, ','); c; c = strchr(c + 1, ','))
-            items++;
-        if (!(names = calloc(items, sizeof *names)) || !(sides = calloc(items, 1))) {
-            rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-            goto out;
-        }
-        for (;; done++) {
-            const char *comma = strchr(s, ',');
-            size_t n = comma ? (size_t)(comma - s) : strlen(s);
-            size_t en = r.ops.enabled.n, dn = r.ops.disabled.n;
-            char *item = strndup(s, n);
-            if (!item) {
-                rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-                break;
-            }
-            rc = fld__custom_ops_reader_add(&r, what, item);
-            free(item);
-            if (rc)
-                break;
-            if (r.ops.enabled.n > en) {
-                names[done] = r.ops.enabled.items[en];
-            } else if (r.ops.disabled.n > dn) {
-                names[done] = r.ops.disabled.items[dn];
-                sides[done] = 1;
-            }
-            if (!comma) {
-                done++;
-                break;
-            }
-            s = comma + 1;
-        }
-    }
-    /* An op both enabled and disabled, first in input order; an error after it would not
-     * have been reached by a check at each item, so it wins over rc. */
-    if (fld__first_clash(names, sides, done, &at, &first) != FLD_OK)
-        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-    else if (at < done)
-        rc = fld__fail(FLD_ECONFIG, "%s: op '%s' is both enabled and disabled ('+%s' and '-%s')",
-                       what, names[at], names[at], names[at]);
-out:
-    free(names);
-    free(sides);
-    if (rc) {
-        fld__custom_ops_free(&r.ops);
-        return rc;
-    }
-    fld__strlist_sort_unique(&r.ops.enabled);
-    fld__strlist_sort_unique(&r.ops.disabled);
-    *out = r.ops;
-    return FLD_OK;
-}
-
-/* Appends a then b at *len, as far as size allows; *len counts everything. */
-static void append2(char *buf, size_t size, size_t *len, const char *a, const char *b)
-{
-    bool room = buf && *len < size;
-    int n = snprintf(room ? buf + *len : NULL, room ? size - *len : 0, "%s%s", a, b);
-    if (n > 0)
-        *len += (size_t)n;
-}
-
-size_t fld__custom_ops_format(const struct fld_custom_ops *c, char *buf, size_t size)
-{
-    size_t len = 0;
-    if (buf && size)
-        buf[0] = '\0';
-    append2(buf, size, &len, c->base_enabled ? "all" : "none", "");
-    for (size_t i = 0; i < c->enabled.n; i++)
-        append2(buf, size, &len, ",+", c->enabled.items[i]);
-    for (size_t i = 0; i < c->disabled.n; i++)
-        append2(buf, size, &len, ",-", c->disabled.items[i]);
-    return len;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -415,7 +186,7 @@ struct fld_policy *fld__policy_new_default(void)
     p->external_enabled = true;
     p->custom_ops.base_enabled = true;
     for (int f = 0; f < FLD_PF_COUNT; f++)
-        set_source(p, (enum fld_policy_field)f, SOURCE_DEFAULT);
+        fld__policy_set_source(p, (enum fld_policy_field)f, SOURCE_DEFAULT);
     p->serial = next_serial();
     return p;
 }
@@ -536,7 +307,7 @@ int fld__policy_set_field(struct fld_policy *p, const char *key, const char *val
         struct fld_orders orders;
         if ((rc = fld__parse_per_op(key, value, &orders)) != FLD_OK)
             return rc;
-        set_orders_source(&orders, source);
+        fld__policy_set_orders_source(&orders, source);
         fld__orders_free(&p->per_op);
         p->per_op = orders;
     } else if (f == FLD_PF_CUSTOM_OPS) {
@@ -562,7 +333,7 @@ int fld__policy_set_field(struct fld_policy *p, const char *key, const char *val
         fld__strlist_free(dst);
         *dst = list;
     }
-    set_source(p, f, source);
+    fld__policy_set_source(p, f, source);
     return FLD_OK;
 }
 
@@ -830,238 +601,6 @@ size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t siz
 }
 
 /* ------------------------------------------------------------------------ */
-/* Scoped overrides                                                         */
-/* ------------------------------------------------------------------------ */
-
-struct override_stack {
-    struct fld_policy **items;
-    size_t n, cap;
-};
-
-static _Thread_local struct override_stack *tls_stack;
-static pthread_key_t stack_key;
-static pthread_once_t stack_key_once = PTHREAD_ONCE_INIT;
-static int stack_key_status = -1;
-
-/* Runs at thread exit when the thread still had a stack. */
-static void stack_destroy(void *arg)
-{
-    struct override_stack *s = arg;
-    if (s->n > 0) {
-        fld__manager_tls_flush();
-        atomic_fetch_sub(&fld__override_threads, 1u);
-    }
-    for (size_t i = 0; i < s->n; i++)
-        fld__policy_free(s->items[i]);
-    free(s->items);
-    free(s);
-    tls_stack = NULL;
-}
-
-static void make_stack_key(void)
-{
-    stack_key_status = pthread_key_create(&stack_key, stack_destroy);
-}
-
-static struct override_stack *get_stack(void)
-{
-    if (tls_stack)
-        return tls_stack;
-    pthread_once(&stack_key_once, make_stack_key);
-    if (stack_key_status != 0)
-        return NULL;
-    struct override_stack *s = calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
-    if (pthread_setspecific(stack_key, s) != 0) {
-        free(s);
-        return NULL;
-    }
-    tls_stack = s;
-    return s;
-}
-
-const struct fld_policy *fld__policy_override_top(void)
-{
-    struct override_stack *s = tls_stack;
-    return s && s->n ? s->items[s->n - 1] : NULL;
-}
-
-/* Takes ownership of p in every case. */
-static int push_policy(const char *what, struct fld_policy *p)
-{
-    struct override_stack *s = get_stack();
-    if (!s)
-        goto nomem;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 4;
-        struct fld_policy **items = realloc(s->items, cap * sizeof *items);
-        if (!items)
-            goto nomem;
-        s->items = items;
-        s->cap = cap;
-    }
-    s->items[s->n++] = p;
-    if (s->n == 1)
-        atomic_fetch_add(&fld__override_threads, 1u);
-    return FLD_OK;
-nomem:
-    fld__policy_free(p);
-    return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-}
-
-/* A clone of the calling thread's effective policy, to be edited and pushed. */
-static int begin_push(const char *what, struct fld_policy **out)
-{
-    fld__read_begin(); /* the global policy may be replaced meanwhile */
-    *out = fld__policy_clone(fld__policy_effective());
-    fld__read_end();
-    if (!*out)
-        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-    return FLD_OK;
-}
-
-int fld_policy_push_preference(const char *kind)
-{
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_preference";
-    struct fld_policy *p;
-    int prefer;
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    if (!kind)
-        return fld__fail(FLD_EINVAL, "%s: argument 'kind' is NULL", what);
-    if ((rc = fld__parse_prefer(what, kind, &prefer)) != FLD_OK)
-        return rc;
-    if ((rc = begin_push(what, &p)) != FLD_OK)
-        return rc;
-    p->prefer = (enum fld_prefer)prefer;
-    set_source(p, FLD_PF_PREFER, SOURCE_OVERRIDE);
-    return push_policy(what, p);
-}
-
-int fld_policy_push_strict(bool strict)
-{
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_strict";
-    struct fld_policy *p;
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    if ((rc = begin_push(what, &p)) != FLD_OK)
-        return rc;
-    /* As fld_policy_set: a strict override needs a manifest that holds strictly. */
-    if (strict && p->manifest) {
-        fld__lock();
-        rc = fld__manifest_check(p->manifest, true);
-        fld__unlock();
-        if (rc != FLD_OK) {
-            fld__error_prefix("%s", what);
-            fld__policy_free(p);
-            return rc;
-        }
-    }
-    p->strict = strict;
-    set_source(p, FLD_PF_STRICT, SOURCE_OVERRIDE);
-    return push_policy(what, p);
-}
-
-int fld_policy_push_allowed_vendors(const char *csv)
-{
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_allowed_vendors";
-    struct fld_strlist list;
-    struct fld_policy *p;
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
-        return rc;
-    fld__strlist_lower(&list);
-    if ((rc = begin_push(what, &p)) != FLD_OK) {
-        fld__strlist_free(&list);
-        return rc;
-    }
-    fld__strlist_free(&p->allow_vendors);
-    p->allow_vendors = list;
-    set_source(p, FLD_PF_ALLOW_VENDORS, SOURCE_OVERRIDE);
-    return push_policy(what, p);
-}
-
-int fld_policy_push_denied_vendors(const char *csv)
-{
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_denied_vendors";
-    struct fld_strlist list;
-    struct fld_policy *p = NULL;
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
-        return rc;
-    fld__strlist_lower(&list);
-    if ((rc = begin_push(what, &p)) != FLD_OK)
-        goto fail;
-    if (fld__strlist_merge(&p->deny_vendors, &list) != FLD_OK) {
-        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-        goto fail;
-    }
-    fld__strlist_free(&list);
-    if (p->deny_vendors.set)
-        set_source(p, FLD_PF_DENY_VENDORS, SOURCE_OVERRIDE);
-    return push_policy(what, p);
-fail:
-    fld__strlist_free(&list);
-    fld__policy_free(p);
-    return rc;
-}
-
-int fld_policy_push_per_op(const char *spec)
-{
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_per_op";
-    struct fld_orders orders;
-    struct fld_policy *p = NULL;
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    if ((rc = fld__parse_per_op(what, spec, &orders)) != FLD_OK)
-        return rc;
-    set_orders_source(&orders, SOURCE_OVERRIDE);
-    if ((rc = begin_push(what, &p)) != FLD_OK)
-        goto fail;
-    if (fld__orders_merge(&p->per_op, &orders) != FLD_OK) {
-        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-        goto fail;
-    }
-    fld__orders_free(&orders);
-    if (p->per_op.n)
-        set_source(p, FLD_PF_PER_OP, SOURCE_OVERRIDE);
-    return push_policy(what, p);
-fail:
-    fld__orders_free(&orders);
-    fld__policy_free(p);
-    return rc;
-}
-
-/* Needs no initialised library: undoing a push must work whatever happened
- * to the global state since (a failed reload, a shutdown). */
-int fld_policy_pop(void)
-{
-    struct override_stack *s = tls_stack;
-    if (!s || s->n == 0)
-        return fld__fail(FLD_ESTATE, "fld_policy_pop: no scoped override is pushed on this thread");
-    struct fld_policy *top = s->items[--s->n];
-    if (s->n == 0)
-        atomic_fetch_sub(&fld__override_threads, 1u);
-    /* The thread's caches may hold choices made under top. */
-    fld__manager_tls_flush();
-    fld__policy_free(top);
-    return FLD_OK;
-}
-
-/* ------------------------------------------------------------------------ */
 /* The global policy                                                        */
 /* ------------------------------------------------------------------------ */
 
@@ -1114,33 +653,3 @@ out:
 
 /* fld_policy_reset() is lifecycle.c's: it detects the platform and checks the
  * manifest as init does. */
-
-size_t fld_policy_describe(char *buf, size_t size)
-{
-    FLD_CALL_SCOPE();
-    if (fld__ensure_init() != FLD_OK) {
-        if (buf && size)
-            buf[0] = '\0';
-        return 0;
-    }
-    fld__read_begin();
-    size_t n = fld__policy_fingerprint(fld__policy_effective(), buf, size);
-    fld__read_end();
-    return n;
-}
-
-bool fld_oot_op_enabled(const char *op)
-{
-    FLD_CALL_SCOPE();
-    if (fld__ensure_init() != FLD_OK)
-        return false;
-    if (!op) {
-        fld__fail(FLD_EINVAL, "fld_oot_op_enabled: argument 'op' is NULL");
-        return false;
-    }
-    fld__read_begin();
-    const struct fld_policy *p = fld__policy_effective();
-    bool on = p->enabled && p->oot_enabled && fld__policy_oot_allows_op(p, op, NULL, 0);
-    fld__read_end();
-    return on;
-}

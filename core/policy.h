@@ -1,7 +1,7 @@
 /*
  * Selection policy: the immutable value that selection reads, how it is
- * built from the environment and from fld_policy_set(), and the thread-local
- * stack of scoped overrides.
+ * built from the environment and from fld_policy_set() (policy.c), and the
+ * reads of the thread-local stack of scoped overrides (policy_override.c).
  *
  * A struct fld_policy is never changed once published: a change builds a new
  * one (fld__policy_clone + edit) and publishes it. Published policies are
@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "custom_ops.h"
 #include "parse.h"
 
 enum fld_prefer { FLD_PREFER_FLAGOS = 0, FLD_PREFER_VENDOR = 1, FLD_PREFER_REFERENCE = 2 };
@@ -40,17 +41,6 @@ enum fld_policy_field {
     FLD_PF_COUNT
 };
 
-/*
- * vLLM's custom_ops grammar: "all" or "none" sets the base (default: all
- * enabled), then "+op" enables and "-op" disables single ops. A disabled op
- * is served by reference implementations only.
- */
-struct fld_custom_ops {
-    bool base_enabled;           /* true unless "none" */
-    struct fld_strlist enabled;  /* "+op" */
-    struct fld_strlist disabled; /* "-op" */
-};
-
 struct fld_manifest;
 
 struct fld_policy {
@@ -73,7 +63,7 @@ struct fld_policy {
     struct fld_orders per_op; /* each order carries its own source */
     struct fld_custom_ops custom_ops;
     /* VLLM_FL_MANIFEST: pinned (op, device, dtype) -> impl_id; shared,
-     * immutable, reference-counted (see manifest.h); NULL when none. */
+     * immutable, reference-counted (see manifest_record.h); NULL when none. */
     struct fld_manifest *manifest;
     /* Where each field's value came from: "default", "VLLM_FL_PREFER",
      * "config/nvidia.yaml:3", "/path/policy.yaml:7", "fld_policy_set",
@@ -97,6 +87,11 @@ const char *fld__policy_field_env(enum fld_policy_field f);
 struct fld_policy *fld__policy_new_default(void);
 struct fld_policy *fld__policy_clone(const struct fld_policy *p);
 void fld__policy_free(struct fld_policy *p);
+
+/* Records source as where field f's value came from (truncated to FLD_SOURCE_LEN). */
+void fld__policy_set_source(struct fld_policy *p, enum fld_policy_field f, const char *source);
+/* The same for each order of a per-op list (each order carries its own source). */
+void fld__policy_set_orders_source(struct fld_orders *orders, const char *source);
 
 /*
  * Sets one field by key name (see fld_policy_set() in fldispatch.h) from a
@@ -133,13 +128,15 @@ bool fld__policy_external_allows_op(const struct fld_policy *p, const char *op, 
 size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t size);
 
 /*
- * Thread-local scoped overrides. fld__policy_override_top() returns the
+ * Thread-local scoped overrides, defined in policy_override.c (above
+ * policy.c, which never calls them; declared here because dispatch reads
+ * them with the global policy). fld__policy_override_top() returns the
  * calling thread's innermost override, or NULL. fld__override_threads counts
  * threads with a non-empty stack, so the hot path reads thread-local state
  * only when some thread has one.
  *
- * The override policies are built on top of the global policy at push time
- * (global = fld__policy_global()).
+ * The override policies are built on top of the calling thread's effective
+ * policy at push time.
  */
 extern _Atomic unsigned fld__override_threads;
 const struct fld_policy *fld__policy_override_top(void);
@@ -147,7 +144,8 @@ const struct fld_policy *fld__policy_override_top(void);
 /* The global policy (never NULL after init). Without the host lock, read it
  * inside fld__read_begin()/fld__read_end() (reclaim.h). */
 const struct fld_policy *fld__policy_global(void);
-/* The policy of the calling thread: its innermost override, else global. */
+/* The policy of the calling thread: its innermost override, else global
+ * (policy_override.c). */
 const struct fld_policy *fld__policy_effective(void);
 /* Makes p the global policy (takes ownership) and, once the library is
  * initialised, bumps the generation. Takes the host lock itself. */

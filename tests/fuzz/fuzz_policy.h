@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "config_internal.h"
+#include "custom_ops.h"
 #include "error.h"
 #include "parse.h"
 #include "policy.h"

@@ -1,0 +1,330 @@
+/*
+ * The calling thread's policy: the thread-local stack of scoped overrides
+ * (fld_policy_push_*(), fld_policy_pop()), the effective policy it gives
+ * (the innermost override, else the global policy), and the entry points
+ * that read that policy (fld_policy_describe(), fld_oot_op_enabled()).
+ *
+ * Override policies belong to the thread that pushed them and are freed on
+ * pop or thread exit; only that thread ever reads them. A push clones the
+ * effective policy and edits the clone (policy.c's record functions).
+ *
+ * It sits above policy.c, which knows nothing of it: it checks a manifest
+ * on a strict push (manifest.h, above the policy), and it must not include
+ * dispatch (manager.h, above it). Dispatch caches choices per thread; when
+ * an override leaves, those caches are stale, so the pop runs a hook that
+ * the top floor sets (lifecycle.c sets fld__manager_tls_flush() at its
+ * first initialisation), as host.c runs lifecycle.c's fork hook. Every push
+ * initialises the library first, so the hook is set before any override
+ * exists.
+ *
+ * The override stack's reads that dispatch takes on its hot path
+ * (fld__override_threads, fld__policy_override_top(), fld__policy_effective())
+ * are declared in policy.h, next to the global policy they stand in for;
+ * they are defined here.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include <fldispatch/fldispatch.h>
+
+#include "error.h"
+#include "host.h"
+#include "inflight.h"
+#include "manifest.h"
+#include "parse.h"
+#include "policy.h"
+#include "policy_override.h"
+#include "reclaim.h"
+
+#define SOURCE_OVERRIDE "scoped override"
+
+_Atomic unsigned fld__override_threads;
+
+const struct fld_policy *fld__policy_effective(void)
+{
+    if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed)) {
+        const struct fld_policy *top = fld__policy_override_top();
+        if (top)
+            return top;
+    }
+    return fld__policy_global();
+}
+
+struct override_stack {
+    struct fld_policy **items;
+    size_t n, cap;
+};
+
+static _Thread_local struct override_stack *tls_stack;
+static pthread_key_t stack_key;
+static pthread_once_t stack_key_once = PTHREAD_ONCE_INIT;
+static int stack_key_status = -1;
+
+/* What runs when a thread's override leaves it (pop, thread exit): dispatch's
+ * flush of the thread's chain caches, set by lifecycle.c. Atomic: the thread
+ * that pops is seldom the one that initialised (the ready flag's acquire,
+ * which every push passes, orders the store before any push); a forked child
+ * keeps it. */
+static void (*_Atomic override_pop_hook)(void);
+
+void fld__policy_on_override_pop(void (*fn)(void))
+{
+    atomic_store(&override_pop_hook, fn);
+}
+
+static void run_override_pop_hook(void)
+{
+    void (*hook)(void) = atomic_load(&override_pop_hook);
+    if (hook)
+        hook();
+}
+
+/* Runs at thread exit when the thread still had a stack. */
+static void stack_destroy(void *arg)
+{
+    struct override_stack *s = arg;
+    if (s->n > 0) {
+        run_override_pop_hook();
+        atomic_fetch_sub(&fld__override_threads, 1u);
+    }
+    for (size_t i = 0; i < s->n; i++)
+        fld__policy_free(s->items[i]);
+    free(s->items);
+    free(s);
+    tls_stack = NULL;
+}
+
+static void make_stack_key(void)
+{
+    stack_key_status = pthread_key_create(&stack_key, stack_destroy);
+}
+
+static struct override_stack *get_stack(void)
+{
+    if (tls_stack)
+        return tls_stack;
+    pthread_once(&stack_key_once, make_stack_key);
+    if (stack_key_status != 0)
+        return NULL;
+    struct override_stack *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    if (pthread_setspecific(stack_key, s) != 0) {
+        free(s);
+        return NULL;
+    }
+    tls_stack = s;
+    return s;
+}
+
+const struct fld_policy *fld__policy_override_top(void)
+{
+    struct override_stack *s = tls_stack;
+    return s && s->n ? s->items[s->n - 1] : NULL;
+}
+
+/* Takes ownership of p in every case. */
+static int push_policy(const char *what, struct fld_policy *p)
+{
+    struct override_stack *s = get_stack();
+    if (!s)
+        goto nomem;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 4;
+        struct fld_policy **items = realloc(s->items, cap * sizeof *items);
+        if (!items)
+            goto nomem;
+        s->items = items;
+        s->cap = cap;
+    }
+    s->items[s->n++] = p;
+    if (s->n == 1)
+        atomic_fetch_add(&fld__override_threads, 1u);
+    return FLD_OK;
+nomem:
+    fld__policy_free(p);
+    return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+}
+
+/* A clone of the calling thread's effective policy, to be edited and pushed. */
+static int begin_push(const char *what, struct fld_policy **out)
+{
+    fld__read_begin(); /* the global policy may be replaced meanwhile */
+    *out = fld__policy_clone(fld__policy_effective());
+    fld__read_end();
+    if (!*out)
+        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+    return FLD_OK;
+}
+
+int fld_policy_push_preference(const char *kind)
+{
+    FLD_CALL_SCOPE();
+    static const char what[] = "fld_policy_push_preference";
+    struct fld_policy *p;
+    int prefer;
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if (!kind)
+        return fld__fail(FLD_EINVAL, "%s: argument 'kind' is NULL", what);
+    if ((rc = fld__parse_prefer(what, kind, &prefer)) != FLD_OK)
+        return rc;
+    if ((rc = begin_push(what, &p)) != FLD_OK)
+        return rc;
+    p->prefer = (enum fld_prefer)prefer;
+    fld__policy_set_source(p, FLD_PF_PREFER, SOURCE_OVERRIDE);
+    return push_policy(what, p);
+}
+
+int fld_policy_push_strict(bool strict)
+{
+    FLD_CALL_SCOPE();
+    static const char what[] = "fld_policy_push_strict";
+    struct fld_policy *p;
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if ((rc = begin_push(what, &p)) != FLD_OK)
+        return rc;
+    /* As fld_policy_set: a strict override needs a manifest that holds strictly. */
+    if (strict && p->manifest) {
+        fld__lock();
+        rc = fld__manifest_check(p->manifest, true);
+        fld__unlock();
+        if (rc != FLD_OK) {
+            fld__error_prefix("%s", what);
+            fld__policy_free(p);
+            return rc;
+        }
+    }
+    p->strict = strict;
+    fld__policy_set_source(p, FLD_PF_STRICT, SOURCE_OVERRIDE);
+    return push_policy(what, p);
+}
+
+int fld_policy_push_allowed_vendors(const char *csv)
+{
+    FLD_CALL_SCOPE();
+    static const char what[] = "fld_policy_push_allowed_vendors";
+    struct fld_strlist list;
+    struct fld_policy *p;
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
+        return rc;
+    fld__strlist_lower(&list);
+    if ((rc = begin_push(what, &p)) != FLD_OK) {
+        fld__strlist_free(&list);
+        return rc;
+    }
+    fld__strlist_free(&p->allow_vendors);
+    p->allow_vendors = list;
+    fld__policy_set_source(p, FLD_PF_ALLOW_VENDORS, SOURCE_OVERRIDE);
+    return push_policy(what, p);
+}
+
+int fld_policy_push_denied_vendors(const char *csv)
+{
+    FLD_CALL_SCOPE();
+    static const char what[] = "fld_policy_push_denied_vendors";
+    struct fld_strlist list;
+    struct fld_policy *p = NULL;
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
+        return rc;
+    fld__strlist_lower(&list);
+    if ((rc = begin_push(what, &p)) != FLD_OK)
+        goto fail;
+    if (fld__strlist_merge(&p->deny_vendors, &list) != FLD_OK) {
+        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+        goto fail;
+    }
+    fld__strlist_free(&list);
+    if (p->deny_vendors.set)
+        fld__policy_set_source(p, FLD_PF_DENY_VENDORS, SOURCE_OVERRIDE);
+    return push_policy(what, p);
+fail:
+    fld__strlist_free(&list);
+    fld__policy_free(p);
+    return rc;
+}
+
+int fld_policy_push_per_op(const char *spec)
+{
+    FLD_CALL_SCOPE();
+    static const char what[] = "fld_policy_push_per_op";
+    struct fld_orders orders;
+    struct fld_policy *p = NULL;
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if ((rc = fld__parse_per_op(what, spec, &orders)) != FLD_OK)
+        return rc;
+    fld__policy_set_orders_source(&orders, SOURCE_OVERRIDE);
+    if ((rc = begin_push(what, &p)) != FLD_OK)
+        goto fail;
+    if (fld__orders_merge(&p->per_op, &orders) != FLD_OK) {
+        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+        goto fail;
+    }
+    fld__orders_free(&orders);
+    if (p->per_op.n)
+        fld__policy_set_source(p, FLD_PF_PER_OP, SOURCE_OVERRIDE);
+    return push_policy(what, p);
+fail:
+    fld__orders_free(&orders);
+    fld__policy_free(p);
+    return rc;
+}
+
+/* Needs no initialised library: undoing a push must work whatever happened
+ * to the global state since (a failed reload, a shutdown). */
+int fld_policy_pop(void)
+{
+    struct override_stack *s = tls_stack;
+    if (!s || s->n == 0)
+        return fld__fail(FLD_ESTATE, "fld_policy_pop: no scoped override is pushed on this thread");
+    struct fld_policy *top = s->items[--s->n];
+    if (s->n == 0)
+        atomic_fetch_sub(&fld__override_threads, 1u);
+    /* The thread's caches may hold choices made under top. */
+    run_override_pop_hook();
+    fld__policy_free(top);
+    return FLD_OK;
+}
+
+size_t fld_policy_describe(char *buf, size_t size)
+{
+    FLD_CALL_SCOPE();
+    if (fld__ensure_init() != FLD_OK) {
+        if (buf && size)
+            buf[0] = '\0';
+        return 0;
+    }
+    fld__read_begin();
+    size_t n = fld__policy_fingerprint(fld__policy_effective(), buf, size);
+    fld__read_end();
+    return n;
+}
+
+bool fld_oot_op_enabled(const char *op)
+{
+    FLD_CALL_SCOPE();
+    if (fld__ensure_init() != FLD_OK)
+        return false;
+    if (!op) {
+        fld__fail(FLD_EINVAL, "fld_oot_op_enabled: argument 'op' is NULL");
+        return false;
+    }
+    fld__read_begin();
+    const struct fld_policy *p = fld__policy_effective();
+    bool on = p->enabled && p->oot_enabled && fld__policy_oot_allows_op(p, op, NULL, 0);
+    fld__read_end();
+    return on;
+}
