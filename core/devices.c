@@ -1,7 +1,8 @@
 /*
  * The device table's data and the names and texts derived from it
- * (devices.h): fld_device_name(), fld_device_from_name() and the "valid: ..."
- * lists of messages.
+ * (devices.h): fld_device_name(), fld_device_from_name(), the "valid: ..."
+ * lists of messages, and the rows as the tool and the Python extension see
+ * them (fld__device_row(), <fldispatch/internal/tool_api.h>).
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include <fldispatch/fldispatch.h>
+#include <fldispatch/internal/tool_api.h>
 
 #include "devices.h"
 #include "error.h"
@@ -73,6 +75,7 @@ int fld_device_from_name(const char *name, int *device_type)
 /* ---- the "valid: ..." lists ------------------------------------------------ */
 
 static char texts[FLD_DEVICE_TEXT_COUNT][128];
+static char row_codes[FLD_NDEVICES][32]; /* "12 or 21": fld_tool_device.codes */
 static pthread_once_t texts_once = PTHREAD_ONCE_INIT;
 
 /* Appends ", item" (or the first item) to one of the texts. */
@@ -95,6 +98,7 @@ static void build_texts(void)
             if (type_aliases[k].dev == i && len < sizeof codes)
                 len += (size_t)snprintf(codes + len, sizeof codes - len, " or %d",
                                         type_aliases[k].type);
+        snprintf(row_codes[i], sizeof row_codes[i], "%s", codes);
         if (len < sizeof codes)
             snprintf(codes + len, sizeof codes - len, " %s", d->name);
         append(texts[FLD_DEVICE_TEXT_CODES], codes);
@@ -113,4 +117,19 @@ const char *fld__device_text(enum fld_device_text which)
 {
     pthread_once(&texts_once, build_texts);
     return which >= 0 && which < FLD_DEVICE_TEXT_COUNT ? texts[which] : "";
+}
+
+/* ---- the rows for the tool (tool_api.h) --------------------------------------- */
+
+static const struct fld_tool_device tool_rows[FLD_NDEVICES] = {
+#define FLD__DEVICE_TOOL_ROW(id, type, name, alias, ...)                                           \
+    [FLD_DEV_##id] = {type, name, alias, FLD_DEVICE_MASK_##id, row_codes[FLD_DEV_##id]},
+    FLD_DEVICE_TABLE(FLD__DEVICE_TOOL_ROW)
+#undef FLD__DEVICE_TOOL_ROW
+};
+
+const struct fld_tool_device *fld__device_row(unsigned index)
+{
+    pthread_once(&texts_once, build_texts); /* the codes */
+    return index < FLD_NDEVICES ? &tool_rows[index] : NULL;
 }

@@ -4,7 +4,9 @@
  * indexes of the cache slots, fld__device_index() (run per call), the names
  * of fld_device_name() and fld_device_from_name(), the manifest's device
  * words, the platforms and their order (platform.c), and the "valid: ..."
- * texts of error messages (fld__device_text()).
+ * texts of error messages (fld__device_text()). Outside core, the tool's and
+ * the Python extension's device names derive from it through
+ * fld__device_row() (<fldispatch/internal/tool_api.h>).
  *
  * A new device type is a row here, its FLD_DEVICE_* and FLD_DEVICE_MASK_* in
  * <fldispatch/fldispatch.h>, its reference attention backend

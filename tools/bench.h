@@ -7,6 +7,7 @@
  *   bench_registration.c  bench --registration: what registering many ops costs
  *   bench_kernels.c   bench [OP...]: time, GB/s and bandwidth share per
  *                     op, impl, dtype, shape and thread count
+ *   bench_report.c    its report, text or JSON (bench_report.h: the run's record)
  *   bench_stream.c    the STREAM-like bandwidth ceiling (triad and copy)
  *   bench_d2d.c       the ceiling on other devices: device-to-device copy
  *   bench_clock.c     the CPU clock, for elements per cycle

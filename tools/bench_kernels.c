@@ -45,11 +45,12 @@
  * the first kernel and after each op like STREAM, median over those runs;
  * there is no thread count (0 in the results) and no STREAM.
  *
- * Why one file of about 1,550 lines: the cases, their tensors, the timing
- * and the report share the per-line record. The report (text and JSON) and
- * the targets printed for this project's own issues are the parts to move
- * out next (core/README.md lists it); until then they stay here, below the
- * timing code.
+ * The report of a run (text table, JSON) is bench_report.c's, from the
+ * record declared in bench_report.h; it prints measurements only.
+ *
+ * Why one file of about 1,050 lines: the cases, their tensors, the plan and
+ * the timing share the per-line record and the per-case state (device sets,
+ * argument structs); cut apart, each half would need the other's internals.
  */
 #include <ctype.h>
 #include <math.h>
@@ -60,61 +61,27 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_report.h"
 #include "cli.h"
 #include "device_tensors.h"
-#include "json.h"
 #include "tensors.h"
 
 static const char *const op_names[] = {
     FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
     FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING, NULL};
-
-#define N_OPS    7
-#define N_DTYPES 3 /* TOOL_F32, TOOL_F16, TOOL_BF16: the FLD_DTYPE_MASK_* bit order */
+_Static_assert(sizeof op_names / sizeof op_names[0] == N_OPS + 1, "N_OPS is not op_names' length");
 
 const char *const *bench_op_names(void)
 {
     return op_names;
 }
 
-enum family { FAM_ACT, FAM_NORM, FAM_ROTARY };
-
-static enum family op_family(int op)
-{
-    return op <= 3 ? FAM_ACT : op <= 5 ? FAM_NORM : FAM_ROTARY;
-}
-
-#define ROTARY_HEAD_SIZE 128
-#define ROTARY_BASE      10000.0
-#define NORM_EPS         1e-6f
-#define BATCH_NS         20e6
-#define QUICK_BATCH_NS   2e6
-#define ENV_THREADS      "VLLM_FL_CPU_THREADS"
-
-/* Targets of issue 4; printed as met or missed, never part of the exit status. */
-#define TARGET_TOKENS    4096
-#define TARGET_HIDDEN    4096
-#define TARGET_BW_SHARE  0.80
-#define TARGET_SCALING   1.7
-#define TARGET_DECODE_US 0.5
-/* Issue 5 on devices: 4096 x 4096 (rotary 4096 x 32 x 128), every dtype, >= 85% of the d2d copy. */
-#define TARGET_DEVICE_BW_SHARE 0.85
+#define ROTARY_BASE    10000.0
+#define NORM_EPS       1e-6f
+#define BATCH_NS       20e6
+#define QUICK_BATCH_NS 2e6
 
 /* ---- implementations ------------------------------------------------------- */
-
-struct impl_entry {
-    char op[64];
-    char id[128];
-    char reason[256]; /* why unavailable */
-    uint32_t devices, dtypes;
-    bool available;
-};
-
-struct impl_table {
-    struct impl_entry *v;
-    size_t n, cap;
-    bool oom;
-};
 
 static int collect_impl(const fld_impl_info *info, void *user)
 {
@@ -158,12 +125,6 @@ static const struct impl_entry *find_impl(const struct impl_table *t, const char
 }
 
 /* ---- the cpu plugin's line ---------------------------------------------------- */
-
-struct plugin_line {
-    char detail[512];
-    char reason[256];
-    bool found;
-};
 
 static int find_cpu_plugin(const fld_plugin_info *info, void *user)
 {
@@ -445,8 +406,8 @@ static void case_free(struct bench_case *c)
     tool_tensor_free(&c->cache);
 }
 
-static void case_shape(enum family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
-                       size_t size)
+void bench_case_shape(enum family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
+                      size_t size)
 {
     if (fam == FAM_ROTARY)
         snprintf(buf, size, "%lldx%lldx%d", (long long)tokens,
@@ -483,7 +444,7 @@ static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t 
     c->tokens = tokens;
     c->hidden = hidden;
     c->residual = residual;
-    case_shape(fam, tokens, hidden, residual, c->shape, sizeof c->shape);
+    bench_case_shape(fam, tokens, hidden, residual, c->shape, sizeof c->shape);
     const double e = (double)tool_dtype_size(dtype), t = (double)tokens, h = (double)hidden;
     uint64_t seed = 0x5eed0000u + (uint64_t)dtype * 131u + (uint64_t)tokens;
     bool ok = true;
@@ -625,67 +586,11 @@ static bool time_line(fld_op op, const void *const *args, int n_args, int device
 
 /* ---- results --------------------------------------------------------------------- */
 
-struct result {
-    int op, dtype, threads;
-    int64_t tokens;
-    bool residual;
-    bool selected; /* the impl the policy selects by default for (op, dtype) */
-    char impl[128];
-    char shape[48];
-    double bytes, us; /* us NAN when the call failed */
-    double elements;
-    long batch;
-};
-
-struct run {
-    const struct bench_kernel_options *opt;
-    double batch_ns;
-    struct impl_table impls;
-    /* impl ids to run per (op, dtype): indices into `planned` */
-    char (*planned)[128];
-    size_t n_planned;
-    size_t plan_first[N_OPS][N_DTYPES], plan_count[N_OPS][N_DTYPES];
-    char selected[N_OPS][N_DTYPES][128]; /* under the caller's policy, "" if none */
-
-    /* thread counts: groups run, and those STREAM measures */
-    int group_threads[BENCH_MAX_LIST];
-    int n_groups;
-    bool reinit;
-    int default_threads; /* the plugin's; the "all threads" STREAM figure */
-    int stream_threads[BENCH_MAX_LIST + 2];
-    int n_stream_threads;
-
-    struct bench_stream *stream;
-    struct bench_stream_figures *samples;
-    size_t n_samples, cap_samples;
-    int stream_runs;
-
-    /* devices other than the CPU: the d2d copy baseline and its runs */
-    bool on_device;
-    struct bench_d2d *d2d;
-    double d2d_gbps[1024];
-    int d2d_runs;
-    char provider[128];        /* the plugin serving the device's memory */
-    char provider_detail[512]; /* its detail line */
-
-    struct result *results;
-    size_t n_results, cap_results;
-    size_t total_lines, done_lines;
-    bool progress;
-    bool failed;
-
-    char cpu[256];
-    double cpu_ghz; /* bench_clock.c; 0 unknown */
-    const char *cpu_ghz_source;
-    struct plugin_line plugin;
-    char isa[64];
-};
-
-static bool add_result(struct run *r, const struct result *res)
+static bool add_result(struct bench_run *r, const struct bench_result *res)
 {
     if (r->n_results == r->cap_results) {
         size_t cap = r->cap_results ? 2 * r->cap_results : 64;
-        struct result *v = realloc(r->results, cap * sizeof *v);
+        struct bench_result *v = realloc(r->results, cap * sizeof *v);
         if (!v)
             return false;
         r->results = v;
@@ -697,9 +602,10 @@ static bool add_result(struct run *r, const struct result *res)
 
 /* ---- progress on a terminal -------------------------------------------------------- */
 
-static void progress(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void progress(struct bench_run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
-static void progress(struct run *r, const char *fmt, ...)
+static void progress(struct bench_run *r, const char *fmt, ...)
 {
     if (!r->progress)
         return;
@@ -712,7 +618,7 @@ static void progress(struct run *r, const char *fmt, ...)
     fflush(stderr);
 }
 
-static void progress_clear(struct run *r)
+static void progress_clear(struct bench_run *r)
 {
     if (!r->progress)
         return;
@@ -723,7 +629,7 @@ static void progress_clear(struct run *r)
 /* ---- STREAM runs ------------------------------------------------------------------- */
 
 /* One d2d copy measurement of the baseline on a device. */
-static bool d2d_run(struct run *r)
+static bool d2d_run(struct bench_run *r)
 {
     progress(r, "d2d copy, %zu MiB", bench_d2d_bytes(r->d2d) >> 20);
     double gbps = bench_d2d_measure(r->d2d, r->opt->reps, r->batch_ns);
@@ -734,15 +640,7 @@ static bool d2d_run(struct run *r)
     return true;
 }
 
-/* The median d2d copy bandwidth over the runs. */
-static double d2d_figure(const struct run *r)
-{
-    double v[sizeof r->d2d_gbps / sizeof r->d2d_gbps[0]];
-    memcpy(v, r->d2d_gbps, (size_t)r->d2d_runs * sizeof v[0]);
-    return bench_median(v, r->d2d_runs);
-}
-
-static bool stream_run(struct run *r)
+static bool stream_run(struct bench_run *r)
 {
     if (r->on_device)
         return d2d_run(r);
@@ -768,18 +666,7 @@ static bool stream_run(struct run *r)
     return true;
 }
 
-/* The median over the STREAM runs for a thread count; NAN if never measured. */
-static double stream_figure(const struct run *r, int threads, bool copy)
-{
-    double v[1024];
-    int n = 0;
-    for (size_t i = 0; i < r->n_samples && n < 1024; i++)
-        if (r->samples[i].threads == threads)
-            v[n++] = copy ? r->samples[i].copy_gbps : r->samples[i].triad_gbps;
-    return bench_median(v, n);
-}
-
-static void add_stream_threads(struct run *r, int threads)
+static void add_stream_threads(struct bench_run *r, int threads)
 {
     for (int i = 0; i < r->n_stream_threads; i++)
         if (r->stream_threads[i] == threads)
@@ -789,18 +676,18 @@ static void add_stream_threads(struct run *r, int threads)
 
 /* ---- planning ---------------------------------------------------------------------- */
 
-static bool op_selected(const struct run *r, int op)
+static bool op_selected(const struct bench_run *r, int op)
 {
     return r->opt->ops & (1u << op);
 }
 
-static bool dtype_selected(const struct run *r, int dtype)
+static bool dtype_selected(const struct bench_run *r, int dtype)
 {
     return r->opt->dtypes & (1u << dtype);
 }
 
 /* Token counts of an op's lines, and whether each is the fused-residual line. */
-static int op_shapes(const struct run *r, int op, int64_t *tokens, bool *residual)
+static int op_shapes(const struct bench_run *r, int op, int64_t *tokens, bool *residual)
 {
     int n = 0;
     int64_t largest = 0;
@@ -822,7 +709,7 @@ static int op_shapes(const struct run *r, int op, int64_t *tokens, bool *residua
  * policy selects. Returns CLI_EXIT_NONE (after a message per missing pair)
  * when some (op, dtype) has nothing to run.
  */
-static int plan(struct run *r)
+static int plan(struct bench_run *r)
 {
     const struct bench_kernel_options *opt = r->opt;
     if (!load_impls(&r->impls))
@@ -883,7 +770,7 @@ static int plan(struct run *r)
     return status;
 }
 
-static size_t count_lines(const struct run *r)
+static size_t count_lines(const struct bench_run *r)
 {
     size_t lines = 0;
     int64_t tokens[BENCH_MAX_LIST + 1];
@@ -902,7 +789,7 @@ static size_t count_lines(const struct run *r)
 /* ---- one thread count --------------------------------------------------------------- */
 
 /* Re-initialises the library with VLLM_FL_CPU_THREADS=threads and checks the plan still holds. */
-static bool reinit_with_threads(struct run *r, int threads)
+static bool reinit_with_threads(struct bench_run *r, int threads)
 {
     char value[16];
     snprintf(value, sizeof value, "%d", threads);
@@ -932,12 +819,12 @@ static bool reinit_with_threads(struct run *r, int threads)
     return ok;
 }
 
-static bool run_line(struct run *r, int op, fld_op handle, const struct bench_case *c,
+static bool run_line(struct bench_run *r, int op, fld_op handle, const struct bench_case *c,
                      const char *impl, int threads)
 {
     r->done_lines++;
     progress(r, "%s %s %s %s", op_names[op], tool_dtype_name(c->dtype), c->shape, impl);
-    struct result res = {
+    struct bench_result res = {
         .op = op,
         .dtype = c->dtype,
         .threads = threads,
@@ -975,7 +862,7 @@ static bool run_line(struct run *r, int op, fld_op handle, const struct bench_ca
 }
 
 /* Every op, dtype, shape and impl with the current thread count, STREAM after each op. */
-static bool run_group(struct run *r, int threads)
+static bool run_group(struct bench_run *r, int threads)
 {
     int64_t tokens[BENCH_MAX_LIST + 1];
     bool residual[BENCH_MAX_LIST + 1];
@@ -1014,398 +901,6 @@ static bool run_group(struct run *r, int threads)
     return true;
 }
 
-/* ---- reporting ----------------------------------------------------------------------- */
-
-static double bw_share(const struct run *r, const struct result *res)
-{
-    double ceiling = r->on_device ? d2d_figure(r) : stream_figure(r, res->threads, false);
-    return res->bytes / (res->us * 1e-6) * 1e-9 / ceiling;
-}
-
-static double gbps(const struct result *res)
-{
-    return res->bytes / (res->us * 1e-6) * 1e-9;
-}
-
-/* Giga-elements per second. */
-static double gelems(const struct result *res)
-{
-    return res->elements / (res->us * 1e-6) * 1e-9;
-}
-
-/* Elements per CPU cycle; NAN on other devices or when the clock is unknown. */
-static double elems_per_cycle(const struct run *r, const struct result *res)
-{
-    if (r->on_device || r->cpu_ghz <= 0)
-        return NAN;
-    return gelems(res) / r->cpu_ghz;
-}
-
-/* The result of the selected impl for (op, dtype, tokens, threads), plain shape; NULL if none. */
-static const struct result *find_result(const struct run *r, int op, int dtype, int64_t tokens,
-                                        int threads)
-{
-    for (size_t i = 0; i < r->n_results; i++) {
-        const struct result *res = &r->results[i];
-        if (res->op == op && res->dtype == dtype && res->tokens == tokens &&
-            res->threads == threads && !res->residual && res->selected && !isnan(res->us))
-            return res;
-    }
-    return NULL;
-}
-
-static bool ran_threads(const struct run *r, int threads)
-{
-    for (int g = 0; g < r->n_groups; g++)
-        if (r->group_threads[g] == threads)
-            return true;
-    return false;
-}
-
-enum target_kind { T_BANDWIDTH, T_SCALING, T_DECODE };
-
-struct target {
-    enum target_kind kind;
-    int op, dtype;
-    const char *impl;
-    double value, limit;
-    bool met;
-};
-
-/*
- * The targets this run covers, for the implementation the caller's policy
- * selects: 4096 x 4096 at one thread (f32, bf16) >= 80% of STREAM; the
- * same at two threads >= 1.7x faster; one token <= 0.5 us. On a device
- * (issue 5): 4096 x 4096 in every dtype >= 85% of the d2d copy.
- */
-static size_t collect_targets(const struct run *r, struct target *out, size_t max)
-{
-    size_t n = 0;
-    if (r->opt->hidden != TARGET_HIDDEN)
-        return 0;
-    int decode_threads = ran_threads(r, 1) ? 1 : r->group_threads[0];
-    for (int kind = T_BANDWIDTH; kind <= T_DECODE; kind++) {
-        if (r->on_device && kind != T_BANDWIDTH)
-            continue;
-        for (int op = 0; op < N_OPS; op++) {
-            for (int dt = 0; dt < N_DTYPES; dt++) {
-                if (n >= max || (!r->on_device && kind != T_DECODE && dt == TOOL_F16))
-                    continue;
-                struct target t = {.kind = kind, .op = op, .dtype = dt};
-                const struct result *one = NULL, *two = NULL;
-                if (kind == T_BANDWIDTH) {
-                    one = find_result(r, op, dt, TARGET_TOKENS, r->on_device ? 0 : 1);
-                    if (!one)
-                        continue;
-                    t.value = bw_share(r, one);
-                    t.limit = r->on_device ? TARGET_DEVICE_BW_SHARE : TARGET_BW_SHARE;
-                    t.met = t.value >= t.limit;
-                } else if (kind == T_SCALING) {
-                    one = find_result(r, op, dt, TARGET_TOKENS, 1);
-                    two = find_result(r, op, dt, TARGET_TOKENS, 2);
-                    if (!one || !two)
-                        continue;
-                    t.value = one->us / two->us;
-                    t.limit = TARGET_SCALING;
-                    t.met = t.value >= t.limit;
-                } else {
-                    one = find_result(r, op, dt, 1, decode_threads);
-                    if (!one)
-                        continue;
-                    t.value = one->us;
-                    t.limit = TARGET_DECODE_US;
-                    t.met = t.value <= t.limit;
-                }
-                t.impl = one->impl;
-                out[n++] = t;
-            }
-        }
-    }
-    return n;
-}
-
-static const char *target_title(const struct run *r, enum target_kind kind)
-{
-    switch (kind) {
-    case T_BANDWIDTH:
-        return r->on_device ? "bandwidth: 4096x4096 (rotary 4096x32x128), >= 85% of the d2d copy "
-                              "(f32, f16, bf16)"
-                            : "bandwidth: 4096x4096, 1 thread, >= 80% of STREAM 1t (f32, bf16)";
-    case T_SCALING:
-        return "threads: 4096x4096, 2 threads >= 1.7x faster than 1 (f32, bf16)";
-    case T_DECODE:
-        return "decode: 1 token, <= 0.5 us per call with dispatch";
-    }
-    return "";
-}
-
-static const char *target_key(const struct run *r, enum target_kind kind)
-{
-    if (r->on_device && kind == T_BANDWIDTH)
-        return "bw_share_4096_d2d";
-    return kind == T_BANDWIDTH ? "bw_share_4096_1t"
-           : kind == T_SCALING ? "scaling_2t"
-                               : "decode_us";
-}
-
-static void print_targets(const struct run *r)
-{
-    struct target t[3 * N_OPS * N_DTYPES];
-    size_t n = collect_targets(r, t, sizeof t / sizeof t[0]);
-    printf("\ntargets (issue %d; the implementation the policy selects by default):\n",
-           r->on_device ? 5 : 4);
-    if (n == 0) {
-        if (r->on_device)
-            printf("  not covered by this run: they need --hidden 4096 and tokens 4096\n");
-        else
-            printf("  not covered by this run: they need --hidden 4096 and tokens 4096 "
-                   "(bandwidth),\n  --threads 1,2 (scaling) or tokens 1 (decode)\n");
-        return;
-    }
-    int met = 0;
-    for (int kind = T_BANDWIDTH; kind <= T_DECODE; kind++) {
-        bool titled = false;
-        for (size_t i = 0; i < n; i++) {
-            if (t[i].kind != (enum target_kind)kind)
-                continue;
-            if (!titled)
-                printf("  %s\n", target_title(r, kind));
-            titled = true;
-            char value[32];
-            if (kind == T_BANDWIDTH)
-                snprintf(value, sizeof value, "%.1f%%", 100 * t[i].value);
-            else if (kind == T_SCALING)
-                snprintf(value, sizeof value, "%.2fx", t[i].value);
-            else
-                snprintf(value, sizeof value, "%.3f us", t[i].value);
-            printf("    %-18s %-5s %-15s %10s  %s\n", op_names[t[i].op],
-                   tool_dtype_name(t[i].dtype), t[i].impl, value, t[i].met ? "met" : "MISSED");
-            met += t[i].met;
-        }
-    }
-    printf("  %d of %zu met\n", met, n);
-}
-
-static void print_text(const struct run *r)
-{
-    const struct bench_kernel_options *opt = r->opt;
-    printf("fldispatch bench: %s, median of %d timed batches of >= %.0f ms per line (calls through "
-           "fld_call, pinned, strict%s)\n",
-           fld_device_name(opt->device_type), opt->reps, r->batch_ns * 1e-6,
-           r->on_device ? "; each batch ends with fld_device_synchronize" : "");
-    printf("machine: %s; %d allowed cpus; last-level cache %.1f MiB\n", r->cpu,
-           bench_allowed_cpus(), (double)bench_llc_bytes() / (1 << 20));
-    if (r->on_device) {
-        printf("device: %s 0, memory from plugin '%s': %s\n", fld_device_name(opt->device_type),
-               r->provider, r->provider_detail[0] ? r->provider_detail : "(no detail line)");
-        printf("d2d copy: %.0f MiB buffer, read + write counted, median of %d batches per run, "
-               "median of %d runs (before, between and after the kernels): %.2f GB/s\n",
-               (double)bench_d2d_bytes(r->d2d) / (1 << 20), opt->reps, r->d2d_runs, d2d_figure(r));
-    } else if (r->plugin.found)
-        printf("cpu plugin: %s\n", r->plugin.detail[0] ? r->plugin.detail : "(no detail line)");
-    else
-        printf("cpu plugin: not loaded\n");
-    if (!r->on_device) {
-        printf("threads: %d by default", r->default_threads);
-        if (r->reinit) {
-            printf("; measured with %s=", ENV_THREADS);
-            for (int g = 0; g < r->n_groups; g++)
-                printf("%s%d", g ? "," : "", r->group_threads[g]);
-        }
-        printf("\n");
-        printf("STREAM: %s loops, 3 arrays of %.0f MiB, best of %d per run, median of %d runs "
-               "(before, between and after the kernels)\n",
-               bench_stream_isa(), (double)bench_stream_array_bytes(r->stream) / (1 << 20),
-               opt->reps, r->stream_runs);
-        printf("cpu clock: %.2f GHz (%s)\n", r->cpu_ghz,
-               strcmp(r->cpu_ghz_source, "calibrated") == 0
-                   ? "calibrated: a chain of dependent adds, one per cycle, fastest of 30 runs"
-                   : "/proc/cpuinfo cpu MHz: the adds could not be timed");
-        printf("  %7s %12s %12s\n", "threads", "triad GB/s", "copy GB/s");
-        for (int i = 0; i < r->n_stream_threads; i++)
-            printf("  %7d %12.2f %12.2f\n", r->stream_threads[i],
-                   stream_figure(r, r->stream_threads[i], false),
-                   stream_figure(r, r->stream_threads[i], true));
-    }
-
-    printf("\n%-18s %-15s %-5s %-15s %7s %12s %9s %9s %8s %7s\n", "op", "impl", "dtype", "shape",
-           "threads", "us", "GB/s", "bw_share", "Gelem/s", "el/cyc");
-    for (size_t i = 0; i < r->n_results; i++) {
-        const struct result *res = &r->results[i];
-        char threads[16] = "-";
-        if (!r->on_device)
-            snprintf(threads, sizeof threads, "%d", res->threads);
-        printf("%-18s %-15s %-5s %-15s %7s ", op_names[res->op], res->impl,
-               tool_dtype_name(res->dtype), res->shape, threads);
-        if (isnan(res->us)) {
-            printf("%12s %9s %9s %8s %7s\n", "failed", "-", "-", "-", "-");
-        } else {
-            printf("%12.3f %9.2f %8.1f%% %8.3f ", res->us, gbps(res), 100 * bw_share(r, res),
-                   gelems(res));
-            double epc = elems_per_cycle(r, res);
-            if (isnan(epc))
-                printf("%7s\n", "-");
-            else
-                printf("%7.3f\n", epc);
-        }
-    }
-    printf("\nshapes: activations [T, 2H] -> [T, H] shown TxH; norms [T, H] with weight, +res "
-           "with a fused residual;\nrotary T tokens x %lld query and %lld key heads x %d, rot_dim "
-           "%d, neox. %s\n",
-           (long long)(opt->hidden / ROTARY_HEAD_SIZE), (long long)(opt->hidden / ROTARY_HEAD_SIZE),
-           ROTARY_HEAD_SIZE, ROTARY_HEAD_SIZE,
-           r->on_device ? "bw_share: GB/s over the d2d copy's GB/s (baseline d2d_copy)."
-                        : "bw_share over 100%: the data fit in the caches.");
-    print_targets(r);
-}
-
-static void json_figure(struct json_writer *w, const char *key, double v, int decimals)
-{
-    json_key(w, key);
-    json_double(w, v, decimals);
-}
-
-static void print_json(const struct run *r)
-{
-    const struct bench_kernel_options *opt = r->opt;
-    struct json_writer w;
-    json_begin_document_schema(&w, stdout, JSON_SCHEMA_BENCH_KERNELS);
-    json_key(&w, "benchmark");
-    json_string(&w, "kernels");
-    json_key(&w, "machine");
-    json_begin_object(&w);
-    json_key(&w, "cpu");
-    json_string(&w, r->cpu);
-    json_key(&w, "isa");
-    json_string(&w, r->isa);
-    json_key(&w, "threads");
-    json_int(&w, r->default_threads);
-    json_figure(&w, "cpu_ghz", r->cpu_ghz > 0 ? r->cpu_ghz : NAN, 3);
-    json_key(&w, "cpu_ghz_source");
-    json_string(&w, r->cpu_ghz > 0 ? r->cpu_ghz_source : NULL);
-    json_figure(&w, "stream_gbps_1t", stream_figure(r, 1, false), 3);
-    json_figure(&w, "stream_gbps", stream_figure(r, r->default_threads, false), 3);
-    json_figure(&w, "stream_copy_gbps_1t", stream_figure(r, 1, true), 3);
-    json_figure(&w, "stream_copy_gbps", stream_figure(r, r->default_threads, true), 3);
-    json_key(&w, "stream");
-    json_begin_array(&w);
-    for (int i = 0; i < r->n_stream_threads; i++) {
-        json_begin_object(&w);
-        json_key(&w, "threads");
-        json_int(&w, r->stream_threads[i]);
-        json_figure(&w, "triad_gbps", stream_figure(r, r->stream_threads[i], false), 3);
-        json_figure(&w, "copy_gbps", stream_figure(r, r->stream_threads[i], true), 3);
-        json_end_object(&w);
-    }
-    json_end_array(&w);
-    json_key(&w, "stream_isa");
-    json_string(&w, bench_stream_isa());
-    json_key(&w, "stream_array_bytes");
-    if (r->stream)
-        json_int(&w, (long long)bench_stream_array_bytes(r->stream));
-    else
-        json_null(&w);
-    json_key(&w, "stream_runs");
-    json_int(&w, r->stream_runs);
-    json_key(&w, "allowed_cpus");
-    json_int(&w, bench_allowed_cpus());
-    json_key(&w, "llc_bytes");
-    json_int(&w, (long long)bench_llc_bytes());
-    json_key(&w, "plugin_detail");
-    json_text_or_null(&w, r->plugin.found ? r->plugin.detail : NULL);
-    /* The device's figures: null on the CPU. */
-    json_key(&w, "device_detail");
-    json_text_or_null(&w, r->on_device ? r->provider_detail : NULL);
-    json_figure(&w, "d2d_copy_gbps", r->on_device ? d2d_figure(r) : NAN, 3);
-    json_key(&w, "d2d_copy_bytes");
-    if (r->on_device)
-        json_int(&w, (long long)bench_d2d_bytes(r->d2d));
-    else
-        json_null(&w);
-    json_key(&w, "d2d_runs");
-    if (r->on_device)
-        json_int(&w, r->d2d_runs);
-    else
-        json_null(&w);
-    json_end_object(&w);
-
-    json_key(&w, "device");
-    json_string(&w, fld_device_name(opt->device_type));
-    json_key(&w, "provider"); /* the plugin serving the device's memory, as verify says */
-    json_string(&w, r->on_device ? r->provider : NULL);
-    json_key(&w, "baseline");
-    json_string(&w, r->on_device ? "d2d_copy" : "stream_triad");
-    json_figure(&w, "baseline_gbps", r->on_device ? d2d_figure(r) : NAN, 3);
-    json_key(&w, "reps");
-    json_int(&w, opt->reps);
-    json_figure(&w, "batch_ms", r->batch_ns * 1e-6, 1);
-
-    json_key(&w, "results");
-    json_begin_array(&w);
-    for (size_t i = 0; i < r->n_results; i++) {
-        const struct result *res = &r->results[i];
-        char shape[48];
-        case_shape(op_family(res->op), res->tokens, opt->hidden, false, shape, sizeof shape);
-        json_begin_object(&w);
-        json_key(&w, "op");
-        json_string(&w, op_names[res->op]);
-        json_key(&w, "impl_id");
-        json_string(&w, res->impl);
-        json_key(&w, "dtype");
-        json_string(&w, tool_dtype_name(res->dtype));
-        json_key(&w, "shape");
-        json_string(&w, shape);
-        json_key(&w, "threads"); /* of the cpu plugin: null on other devices */
-        if (r->on_device)
-            json_null(&w);
-        else
-            json_int(&w, res->threads);
-        json_figure(&w, "us", res->us, 4);
-        json_figure(&w, "gbps", gbps(res), 3);
-        json_figure(&w, "bw_share", bw_share(r, res), 4);
-        json_key(&w, "tokens");
-        json_int(&w, res->tokens);
-        json_key(&w, "residual");
-        json_bool(&w, res->residual);
-        json_key(&w, "bytes");
-        json_int(&w, (long long)res->bytes);
-        json_key(&w, "elements");
-        json_int(&w, (long long)res->elements);
-        json_figure(&w, "gelem_per_s", gelems(res), 4);
-        json_figure(&w, "elem_per_cycle", elems_per_cycle(r, res), 4);
-        json_key(&w, "calls_per_batch");
-        json_int(&w, res->batch);
-        json_key(&w, "selected_by_default");
-        json_bool(&w, res->selected);
-        json_end_object(&w);
-    }
-    json_end_array(&w);
-
-    struct target t[3 * N_OPS * N_DTYPES];
-    size_t n = collect_targets(r, t, sizeof t / sizeof t[0]);
-    json_key(&w, "targets");
-    json_begin_array(&w);
-    for (size_t i = 0; i < n; i++) {
-        json_begin_object(&w);
-        json_key(&w, "target");
-        json_string(&w, target_key(r, t[i].kind));
-        json_key(&w, "op");
-        json_string(&w, op_names[t[i].op]);
-        json_key(&w, "dtype");
-        json_string(&w, tool_dtype_name(t[i].dtype));
-        json_key(&w, "impl_id");
-        json_string(&w, t[i].impl);
-        json_figure(&w, "value", t[i].value, 4);
-        json_figure(&w, "limit", t[i].limit, 2);
-        json_key(&w, "met");
-        json_bool(&w, t[i].met);
-        json_end_object(&w);
-    }
-    json_end_array(&w);
-    json_end_object(&w);
-    json_finish(&w);
-}
-
 /* ---- the run ----------------------------------------------------------------------------- */
 
 /* The plugin whose name is in p->detail on entry: its detail line replaces it. */
@@ -1420,7 +915,7 @@ static int find_named_plugin(const fld_plugin_info *info, void *user)
     return 1;
 }
 
-static void run_free(struct run *r)
+static void run_free(struct bench_run *r)
 {
     bench_stream_close(r->stream);
     bench_d2d_close(r->d2d);
@@ -1440,7 +935,7 @@ static void restore_threads_env(const char *saved, bool was_set)
 }
 
 /* The planned run on a device: one group without a thread count, the d2d copy as the ceiling. */
-static int run_on_device(struct run *r)
+static int run_on_device(struct bench_run *r)
 {
     int status;
     r->n_groups = 1;
@@ -1454,9 +949,9 @@ static int run_on_device(struct run *r)
         status = CLI_EXIT_CHECK_FAILED;
     } else {
         if (r->opt->json)
-            print_json(r);
+            bench_report_json(r);
         else
-            print_text(r);
+            bench_report_text(r);
         status = r->failed ? CLI_EXIT_CHECK_FAILED : CLI_EXIT_OK;
     }
     run_free(r);
@@ -1465,7 +960,7 @@ static int run_on_device(struct run *r)
 
 int bench_kernels_run(const struct bench_kernel_options *opt)
 {
-    struct run r = {.opt = opt, .batch_ns = opt->quick ? QUICK_BATCH_NS : BATCH_NS};
+    struct bench_run r = {.opt = opt, .batch_ns = opt->quick ? QUICK_BATCH_NS : BATCH_NS};
     r.progress = isatty(STDERR_FILENO);
     int status = cli_init();
     if (status != CLI_EXIT_OK)
@@ -1542,9 +1037,9 @@ int bench_kernels_run(const struct bench_kernel_options *opt)
         goto done;
     }
     if (opt->json)
-        print_json(&r);
+        bench_report_json(&r);
     else
-        print_text(&r);
+        bench_report_text(&r);
     status = r.failed ? CLI_EXIT_CHECK_FAILED : CLI_EXIT_OK;
 
 done:

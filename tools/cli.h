@@ -46,8 +46,29 @@ const char *cli_dtypes_text(uint32_t mask, char *buf, size_t size);
 /* Names of the mask bits, for JSON arrays; NULL past the last bit. */
 const char *cli_device_bit_name(unsigned bit);
 const char *cli_dtype_bit_name(unsigned bit);
-/* The FLD_DEVICE_MASK_* bit of a device type (both Ascend codes give ASCEND). */
+/* The FLD_DEVICE_MASK_* bit of a device type (both Ascend codes give ASCEND); 0 if unknown. */
 uint32_t cli_device_mask(int device_type);
+
+/*
+ * The devices, from the library's device table (fld__device_row() of
+ * <fldispatch/internal/tool_api.h>), so that a new row needs no edit here.
+ * Bit b of a FLD_DEVICE_MASK_* mask is row b.
+ */
+#define CLI_MAX_DEVICES 32 /* bits of a FLD_DEVICE_MASK_* mask: a bound on the rows */
+/* Rows of the table. */
+unsigned cli_device_count(void);
+/* The DLPack code (FLD_DEVICE_*) of the device of mask bit `bit`; 0 past the last row. */
+int cli_device_bit_type(unsigned bit);
+/* The device names for --device help and messages, in the table's order. */
+enum cli_device_list {
+    CLI_DEVICES,            /* "cpu, cuda, rocm, ascend" */
+    CLI_DEVICES_OR,         /* "cpu, cuda, rocm or ascend" */
+    CLI_DEVICES_DEFAULT,    /* "cpu (default), cuda, rocm, ascend" */
+    CLI_DEVICES_DEFAULT_OR, /* "cpu (default), cuda, rocm or ascend" */
+    CLI_DEVICE_LIST_COUNT
+};
+/* A static string, built on first use (the tool is single-threaded). */
+const char *cli_device_list(enum cli_device_list style);
 
 /* "loaded", "unavailable", "rejected", "skipped". */
 const char *cli_plugin_status_name(fld_plugin_status st);

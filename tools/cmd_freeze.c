@@ -25,6 +25,7 @@
 #include "json.h"
 #include "options.h"
 
+/* A printf format: its one conversion is the device list. */
 static const char freeze_usage[] =
     "Usage: fldispatch freeze [--output FILE] [--device D]...\n"
     "\n"
@@ -44,17 +45,12 @@ static const char freeze_usage[] =
     "\n"
     "  --output FILE  write FILE (atomically: a temporary file renamed over it)\n"
     "                 instead of standard output\n"
-    "  --device D     cpu, cuda, rocm or ascend; repeatable (default: every device\n"
+    "  --device D     %s; repeatable (default: every device\n"
     "                 some implementation declares)\n"
     "\n"
     "Exit status: 0 a manifest was written; 2 usage or configuration error, or\n"
     "the file cannot be written; 3 nothing to freeze (no device present, or\n"
     "nothing resolves): no manifest is written.\n";
-
-/* Device mask bits in FLD_DEVICE_MASK_* order. */
-static const int bit_device[] = {FLD_DEVICE_CPU, FLD_DEVICE_CUDA, FLD_DEVICE_ROCM,
-                                 FLD_DEVICE_ASCEND};
-#define NDEVICE_BITS ((unsigned)(sizeof bit_device / sizeof bit_device[0]))
 
 struct op_decl {
     char *name;
@@ -68,7 +64,7 @@ struct op_list {
     /* Per device bit: implementations declaring that device and not every
      * device (attention_backend's reference serves any device: it proves
      * nothing), and how many of those are available. */
-    unsigned own_impls[4], own_available[4];
+    unsigned own_impls[CLI_MAX_DEVICES], own_available[CLI_MAX_DEVICES];
 };
 
 /* Why a device is left out, or why some of its (op, dtype) pairs are. */
@@ -95,8 +91,8 @@ struct entry_list {
 static int collect_impl(const fld_impl_info *info, void *user)
 {
     struct op_list *ops = user;
-    uint32_t all = (1u << NDEVICE_BITS) - 1;
-    for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
+    uint32_t all = (1u << cli_device_count()) - 1;
+    for (unsigned bit = 0; bit < cli_device_count(); bit++) {
         if ((info->devices & (1u << bit)) && (info->devices & all) != all) {
             ops->own_impls[bit]++;
             ops->own_available[bit] += info->available;
@@ -166,7 +162,7 @@ static int freeze_one(struct entry_list *l, struct device_note *note, const char
                       const char *dtype_name, DLDataType dtype)
 {
     const char *impl_id = NULL;
-    int rc = fld_resolve(op, bit_device[bit], dtype, &impl_id);
+    int rc = fld_resolve(op, cli_device_bit_type(bit), dtype, &impl_id);
     if (rc == FLD_EUNAVAILABLE) {
         note_missing(note, op, dtype_name);
         return FLD_OK;
@@ -188,7 +184,7 @@ static int freeze_one(struct entry_list *l, struct device_note *note, const char
  */
 static bool device_present(const struct op_list *ops, unsigned bit, struct device_note *note)
 {
-    int device = bit_device[bit];
+    int device = cli_device_bit_type(bit);
     if (device == FLD_DEVICE_CPU)
         return true;
     const char *provider = NULL;
@@ -226,7 +222,7 @@ static int freeze_all(const struct op_list *ops, uint32_t *want_devices, struct 
         {"f32", FLD_DTYPE_MASK_F32}, {"f16", FLD_DTYPE_MASK_F16}, {"bf16", FLD_DTYPE_MASK_BF16}};
     const DLDataType dtype_values[] = {FLD_DTYPE_F32, FLD_DTYPE_F16, FLD_DTYPE_BF16};
 
-    for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
+    for (unsigned bit = 0; bit < cli_device_count(); bit++) {
         if ((*want_devices & (1u << bit)) && !device_present(ops, bit, &notes[bit])) {
             notes[bit].left_out = true;
             *want_devices &= ~(1u << bit);
@@ -236,7 +232,7 @@ static int freeze_all(const struct op_list *ops, uint32_t *want_devices, struct 
         const struct op_decl *op = &ops->items[o];
         bool typed =
             tool_is_catalog_op(op->name) && strcmp(op->name, FLD_OP_ATTENTION_BACKEND) != 0;
-        for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
+        for (unsigned bit = 0; bit < cli_device_count(); bit++) {
             if (!(*want_devices & (1u << bit)))
                 continue;
             if (!(op->devices & (1u << bit))) {
@@ -267,7 +263,7 @@ static int freeze_all(const struct op_list *ops, uint32_t *want_devices, struct 
 /* One line per device with something left out, on f (stderr or the manifest, as comments). */
 static void report_left_out(FILE *f, const char *prefix, const struct device_note notes[])
 {
-    for (unsigned bit = 0; bit < NDEVICE_BITS; bit++) {
+    for (unsigned bit = 0; bit < cli_device_count(); bit++) {
         const struct device_note *n = &notes[bit];
         const char *name = cli_device_bit_name(bit);
         if (n->left_out)
@@ -452,7 +448,7 @@ int cmd_freeze(int argc, char **argv)
         int device;
         switch (k) {
         case CLI_ARG_HELP:
-            fputs(freeze_usage, stdout);
+            printf(freeze_usage, cli_device_list(CLI_DEVICES_OR));
             return CLI_EXIT_OK;
         case CLI_ARG_ERROR:
             return CLI_EXIT_USAGE;
@@ -465,8 +461,8 @@ int cmd_freeze(int argc, char **argv)
             break;
         case OPT_DEVICE:
             if (fld_device_from_name(value, &device) != FLD_OK)
-                return cli_usage_error("freeze", "unknown device '%s' (cpu, cuda, rocm, ascend)",
-                                       value);
+                return cli_usage_error("freeze", "unknown device '%s' (%s)", value,
+                                       cli_device_list(CLI_DEVICES));
             want_devices |= cli_device_mask(device);
             break;
         }
@@ -478,7 +474,7 @@ int cmd_freeze(int argc, char **argv)
 
     struct op_list ops = {0};
     struct entry_list entries = {0};
-    struct device_note notes[NDEVICE_BITS];
+    struct device_note notes[CLI_MAX_DEVICES];
     memset(notes, 0, sizeof notes);
     int status = CLI_EXIT_OK;
     int st = fld_foreach_impl(collect_impl, &ops);

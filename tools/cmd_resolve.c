@@ -13,6 +13,7 @@
 #include "options.h"
 #include "suggest.h"
 
+/* A printf format: its one conversion is the device list. */
 static const char resolve_usage[] =
     "Usage: fldispatch resolve [--device D] [--dtype T] [--json] [--] OP\n"
     "\n"
@@ -21,7 +22,7 @@ static const char resolve_usage[] =
     "candidates in order, the implementations dropped with the reason, and the\n"
     "token order used with its source.\n"
     "\n"
-    "  --device D   cpu (default), cuda, rocm, ascend\n"
+    "  --device D   %s\n"
     "  --dtype T    f32 (default), f16, bf16, any (default for attention_backend)\n"
     "  --json       one JSON object {\"schema\", \"op\", \"device\", \"dtype\",\n"
     "               \"selected\" (null when none), \"candidates\", \"rejected\":\n"
@@ -129,7 +130,7 @@ int cmd_resolve(int argc, char **argv)
     for (int k; (k = cli_args_next(&a, &value)) != CLI_ARG_END;) {
         switch (k) {
         case CLI_ARG_HELP:
-            fputs(resolve_usage, stdout);
+            printf(resolve_usage, cli_device_list(CLI_DEVICES_DEFAULT));
             return CLI_EXIT_OK;
         case CLI_ARG_ERROR:
             return CLI_EXIT_USAGE;
@@ -154,8 +155,8 @@ int cmd_resolve(int argc, char **argv)
 
     int device;
     if (fld_device_from_name(device_name, &device) != FLD_OK)
-        return cli_usage_error("resolve", "unknown device '%s' (cpu, cuda, rocm, ascend)",
-                               device_name);
+        return cli_usage_error("resolve", "unknown device '%s' (%s)", device_name,
+                               cli_device_list(CLI_DEVICES));
     /* attention_backend has no tensors, so it is registered for any dtype. */
     if (!dtype_name)
         dtype_name = strcmp(op, FLD_OP_ATTENTION_BACKEND) == 0 ? "any" : "f32";

@@ -57,6 +57,7 @@
 #define REFERENCE_ID "reference.c"
 #define DEFAULT_SEED 1u
 
+/* A printf format: its one conversion is the device list. */
 static const char verify_usage[] =
     "Usage: fldispatch verify [--device D] [--dtype T] [--quick] [--json] [--seed N]\n"
     "                         [--] [OP...]\n"
@@ -75,7 +76,7 @@ static const char verify_usage[] =
     "  OP           silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul,\n"
     "               rms_norm, gemma_rms_norm, rotary_embedding (default: all seven;\n"
     "               attention_backend has no tensors and is skipped)\n"
-    "  --device D   cpu (default), cuda, rocm, ascend: the implementations for that\n"
+    "  --device D   %s: the implementations for that\n"
     "               device run on device copies of the inputs (memory from the\n"
     "               device plugin's hooks, guard bytes around every tensor that\n"
     "               must stay intact); reference.c runs on the host. Without a\n"
@@ -146,7 +147,7 @@ struct verify_opts {
 
 static void print_usage(void)
 {
-    fputs(verify_usage, stdout);
+    printf(verify_usage, cli_device_list(CLI_DEVICES_DEFAULT));
     /* from the one tolerance table, so the help cannot drift from it */
     static const char *const family_names[] = {"activations", "rms_norm family", "rotary"};
     printf("\nTolerances (atol/rtol):\n");
@@ -288,8 +289,8 @@ static int parse_options(struct verify_opts *o, int argc, char **argv)
             o->dtype_selected[dt] = true;
     }
     if (fld_device_from_name(o->device_name, &o->device) != FLD_OK)
-        return cli_usage_error("verify", "unknown device '%s' (cpu, cuda, rocm, ascend)",
-                               o->device_name);
+        return cli_usage_error("verify", "unknown device '%s' (%s)", o->device_name,
+                               cli_device_list(CLI_DEVICES));
     o->device_name = fld_device_name(o->device);
     return CLI_EXIT_OK;
 }

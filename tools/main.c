@@ -9,9 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <fldispatch/internal/tool_api.h>
+
 #include "cli.h"
 #include "suggest.h"
 
+/* A printf format: its one conversion is the device list. */
 static const char usage_text[] =
     "Usage: fldispatch <command> [options] [--] [operands]\n"
     "       fldispatch help <command>\n"
@@ -48,7 +51,7 @@ static const char usage_text[] =
     "  --version      the versions of the tool and of the library it loaded\n"
     "  --             ends a command's options: what follows is an operand\n"
     "\n"
-    "D: cpu (default), cuda, rocm, ascend.  T: f32 (default), f16, bf16, any.\n"
+    "D: %s.  T: f32 (default), f16, bf16, any.\n"
     "The policy comes from the VLLM_FL_* environment variables and YAML files\n"
     "('fldispatch config' shows each field and its source).\n"
     "\n"
@@ -56,6 +59,11 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 success, 1 a check failed, 2 usage or configuration error,\n"
     "3 no implementation available.\n";
+
+static void print_usage(FILE *f)
+{
+    fprintf(f, usage_text, cli_device_list(CLI_DEVICES_DEFAULT));
+}
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
@@ -88,26 +96,61 @@ bool cli_is_help(const char *arg)
     return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
 }
 
-static const char *const device_bits[] = {"cpu", "cuda", "rocm", "ascend"};
 static const char *const dtype_bits[] = {"f32", "f16", "bf16"};
+
+/* The device names come from the library's device table (fld__device_row()). */
+
+unsigned cli_device_count(void)
+{
+    unsigned n = 0;
+    while (fld__device_row(n))
+        n++;
+    return n;
+}
+
+int cli_device_bit_type(unsigned bit)
+{
+    const struct fld_tool_device *d = fld__device_row(bit);
+    return d ? d->type : 0;
+}
 
 uint32_t cli_device_mask(int device_type)
 {
-    switch (device_type) {
-    case FLD_DEVICE_CPU:
-        return FLD_DEVICE_MASK_CPU;
-    case FLD_DEVICE_CUDA:
-        return FLD_DEVICE_MASK_CUDA;
-    case FLD_DEVICE_ROCM:
-        return FLD_DEVICE_MASK_ROCM;
-    default:
-        return FLD_DEVICE_MASK_ASCEND;
-    }
+    /* The row fld_device_name() names: both Ascend codes give ASCEND. */
+    const char *name = fld_device_name(device_type);
+    const struct fld_tool_device *d;
+    for (unsigned i = 0; name && (d = fld__device_row(i)); i++)
+        if (strcmp(d->name, name) == 0)
+            return d->mask;
+    return 0;
 }
 
 const char *cli_device_bit_name(unsigned bit)
 {
-    return bit < sizeof device_bits / sizeof device_bits[0] ? device_bits[bit] : NULL;
+    const struct fld_tool_device *d = fld__device_row(bit);
+    return d ? d->name : NULL;
+}
+
+const char *cli_device_list(enum cli_device_list style)
+{
+    static char lists[CLI_DEVICE_LIST_COUNT][256];
+    char *buf = lists[style];
+    if (buf[0])
+        return buf;
+    const bool with_or = style == CLI_DEVICES_OR || style == CLI_DEVICES_DEFAULT_OR;
+    const bool with_default = style == CLI_DEVICES_DEFAULT || style == CLI_DEVICES_DEFAULT_OR;
+    const unsigned n = cli_device_count();
+    size_t used = 0;
+    for (unsigned i = 0; i < n && used < sizeof lists[0]; i++) {
+        const char *sep = i == 0 ? "" : with_or && i == n - 1 ? " or " : ", ";
+        int len = snprintf(
+            buf + used, sizeof lists[0] - used, "%s%s%s", sep, fld__device_row(i)->name,
+            with_default && fld__device_row(i)->type == FLD_DEVICE_CPU ? " (default)" : "");
+        if (len < 0)
+            break;
+        used += (size_t)len;
+    }
+    return buf;
 }
 
 const char *cli_dtype_bit_name(unsigned bit)
@@ -204,7 +247,7 @@ static int unknown_command(const char *name)
 static int help(int argc, char **argv)
 {
     if (argc < 3) {
-        fputs(usage_text, stdout);
+        print_usage(stdout);
         return CLI_EXIT_OK;
     }
     if (argc > 3)
@@ -220,12 +263,12 @@ static int help(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fputs(usage_text, stderr);
+        print_usage(stderr);
         return CLI_EXIT_USAGE;
     }
     const char *cmd = argv[1];
     if (cli_is_help(cmd)) {
-        fputs(usage_text, stdout);
+        print_usage(stdout);
         return CLI_EXIT_OK;
     }
     if (strcmp(cmd, "help") == 0)

@@ -5,6 +5,8 @@
  */
 #include <string.h>
 
+#include <fldispatch/internal/tool_api.h>
+
 #include "ext.h"
 
 int fldpy_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
@@ -80,17 +82,36 @@ static int name_of(PyObject *obj, char *buf, size_t size, bool strip_index)
     return 0;
 }
 
+/*
+ * The devices of the library's table (tool_api.h) for messages: "cpu, cuda,
+ * rocm, ascend", or with codes "cpu (1), cuda (2), rocm (10), ascend (12 or 21)".
+ */
+static const char *device_list(char *buf, size_t size, bool with_codes)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    const struct fld_tool_device *d;
+    for (unsigned i = 0; (d = fld__device_row(i)) && used < size; i++) {
+        int n = with_codes ? PyOS_snprintf(buf + used, size - used, "%s%s (%s)", i ? ", " : "",
+                                           d->name, d->codes)
+                           : PyOS_snprintf(buf + used, size - used, "%s%s", i ? ", " : "", d->name);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+    return buf;
+}
+
 int fldpy_parse_device(const char *fn, PyObject *obj, int *device_type)
 {
+    char valid[256];
     if (PyLong_Check(obj)) {
         long v = PyLong_AsLong(obj);
         if (v == -1 && PyErr_Occurred())
             return -1;
         if (!fld_device_name((int)v)) {
-            fldpy_raise(FLD_EINVAL,
-                        "%s(): device type %ld is not one of cpu (1), cuda (2), rocm (10), ascend "
-                        "(12 or 21)",
-                        fn, v);
+            fldpy_raise(FLD_EINVAL, "%s(): device type %ld is not one of %s", fn, v,
+                        device_list(valid, sizeof valid, true));
             return -1;
         }
         *device_type = (int)v;
@@ -100,7 +121,8 @@ int fldpy_parse_device(const char *fn, PyObject *obj, int *device_type)
     if (name_of(obj, name, sizeof name, true) < 0)
         return -1;
     if (fld_device_from_name(name, device_type) != FLD_OK) {
-        fldpy_raise(FLD_EINVAL, "%s(): unknown device '%s' (cpu, cuda, rocm, ascend)", fn, name);
+        fldpy_raise(FLD_EINVAL, "%s(): unknown device '%s' (%s)", fn, name,
+                    device_list(valid, sizeof valid, false));
         return -1;
     }
     return 0;

@@ -6,6 +6,8 @@
  */
 #include <string.h>
 
+#include <fldispatch/internal/tool_api.h>
+
 #include "ext.h"
 
 /* ---- small dict helpers ---------------------------------------------------- */
@@ -27,14 +29,15 @@ static PyObject *str_or_none(const char *s)
     return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
 }
 
-static PyObject *mask_list(uint32_t mask, const char *const *names, unsigned n_names)
+/* The names of a mask's bits: bit_name(bit), or "bit<N>" when it gives NULL. */
+static PyObject *mask_list(uint32_t mask, const char *(*bit_name)(unsigned))
 {
     PyObject *list = PyList_New(0);
     for (unsigned bit = 0; list && bit < 32; bit++) {
         if (!(mask & (1u << bit)))
             continue;
-        PyObject *name =
-            bit < n_names ? PyUnicode_FromString(names[bit]) : PyUnicode_FromFormat("bit%u", bit);
+        const char *text = bit_name(bit);
+        PyObject *name = text ? PyUnicode_FromString(text) : PyUnicode_FromFormat("bit%u", bit);
         if (!name || PyList_Append(list, name) < 0) {
             Py_XDECREF(name);
             Py_CLEAR(list);
@@ -45,8 +48,18 @@ static PyObject *mask_list(uint32_t mask, const char *const *names, unsigned n_n
     return list;
 }
 
-static const char *const device_bits[] = {"cpu", "cuda", "rocm", "ascend"};
-static const char *const dtype_bits[] = {"f32", "f16", "bf16"};
+/* FLD_DEVICE_MASK_* bits: rows of the library's device table (tool_api.h). */
+static const char *device_bit_name(unsigned bit)
+{
+    const struct fld_tool_device *d = fld__device_row(bit);
+    return d ? d->name : NULL;
+}
+
+static const char *dtype_bit_name(unsigned bit)
+{
+    static const char *const dtype_bits[] = {"f32", "f16", "bf16"};
+    return bit < sizeof dtype_bits / sizeof dtype_bits[0] ? dtype_bits[bit] : NULL;
+}
 
 /* ---- resolve, explain ---------------------------------------------------------- */
 
@@ -189,7 +202,7 @@ static int add_plugin(const fld_plugin_info *p, void *user)
         put(d, "reason", str_or_none(p->reason ? p->reason : "")) < 0 ||
         put(d, "n_impls", PyLong_FromSize_t(p->n_impls)) < 0 ||
         put(d, "detail", str_or_none(p->detail ? p->detail : "")) < 0 ||
-        put(d, "hook_devices", mask_list(p->hook_devices, device_bits, 4)) < 0 ||
+        put(d, "hook_devices", mask_list(p->hook_devices, device_bit_name)) < 0 ||
         PyList_Append(user, d) < 0) {
         Py_XDECREF(d);
         return 1;
@@ -205,8 +218,8 @@ static int add_impl(const fld_impl_info *m, void *user)
         put(d, "impl_id", str_or_none(m->impl_id)) < 0 ||
         put(d, "kind", str_or_none(m->kind)) < 0 || put(d, "vendor", str_or_none(m->vendor)) < 0 ||
         put(d, "priority", PyLong_FromLong(m->priority)) < 0 ||
-        put(d, "devices", mask_list(m->devices, device_bits, 4)) < 0 ||
-        put(d, "dtypes", mask_list(m->dtypes, dtype_bits, 3)) < 0 ||
+        put(d, "devices", mask_list(m->devices, device_bit_name)) < 0 ||
+        put(d, "dtypes", mask_list(m->dtypes, dtype_bit_name)) < 0 ||
         put(d, "plugin", str_or_none(m->plugin)) < 0 ||
         put(d, "in_tree", PyBool_FromLong(m->in_tree)) < 0 ||
         put(d, "available", PyBool_FromLong(m->available)) < 0 ||

@@ -1,15 +1,17 @@
 /*
  * What the fldispatch tool uses of the library beyond the public API: the
- * crash-isolating plugin probe of `fldispatch doctor` (core/probe.c) and
+ * crash-isolating plugin probe of `fldispatch doctor` (core/probe.c),
  * discovery's list of candidate files and its file checks
- * (core/discovery.c).
+ * (core/discovery.c), and the rows of the device table (core/devices.c),
+ * from which the tool's and the Python extension's device names derive.
  *
  * Internal: not installed with the public headers, not part of the API or
- * the ABI, and free to change with any release. The tool and the library
- * ship together, and the functions marked FLD_TOOL_API are exported from
- * libfldispatch.so for the tool alone. Nothing else should include this
- * file; core/ includes it through core/probe.h, so both sides compile
- * against the same declarations.
+ * the ABI, and free to change with any release. The tool, the Python
+ * extension (python/src, built and shipped with its own copy of the
+ * library) and the library ship together, and the functions marked
+ * FLD_TOOL_API are exported from libfldispatch.so for them alone. Nothing
+ * else should include this file; core/ includes it (core/probe.h,
+ * core/devices.c), so both sides compile against the same declarations.
  *
  * Thread safety differs from the public conventions: fld__probe_run() in
  * FLD_PROBE_FORK mode is for a single-threaded process only (see enum
@@ -21,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 #define FLD_TOOL_API __attribute__((visibility("default")))
@@ -140,5 +143,24 @@ FLD_TOOL_API void fld__plugin_candidates_free(char **paths, size_t n, char *sear
  * file (and its directory). false with the reason in why.
  */
 FLD_TOOL_API bool fld__plugin_check_file(const char *path, struct stat *st, char *why, size_t size);
+
+/*
+ * One row of the library's device table (core/devices.h FLD_DEVICE_TABLE),
+ * for the device names the tool and the Python extension print and accept.
+ */
+struct fld_tool_device {
+    int type;          /* FLD_DEVICE_*: the row's DLPack code */
+    const char *name;  /* "cuda", as fld_device_name() */
+    const char *alias; /* another name fld_device_from_name() accepts ("nvidia"), or NULL */
+    uint32_t mask;     /* FLD_DEVICE_MASK_*: 1u << the row's index */
+    const char *codes; /* every DLPack code of the row: "2", "12 or 21" */
+};
+
+/*
+ * The device table's row at index, in the table's order (the CPU first;
+ * the order of the FLD_DEVICE_MASK_* bits), or NULL past the last row.
+ * Constant data, MT safe; needs no fld_init().
+ */
+FLD_TOOL_API const struct fld_tool_device *fld__device_row(unsigned index);
 
 #endif
