@@ -66,14 +66,55 @@
 #include "device_tensors.h"
 #include "tensors.h"
 
-static const char *const op_names[] = {
-    FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
-    FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING, NULL};
-_Static_assert(sizeof op_names / sizeof op_names[0] == N_OPS + 1, "N_OPS is not op_names' length");
+/*
+ * The ops the bench times: the catalog's (tools/catalog.c) whose argument
+ * struct it can build tensors for, in catalog order, each with its family.
+ * A catalog op of another argument kind is left out (attention_backend
+ * takes no tensors).
+ */
+static const char *op_names[N_OPS + 1];
+static enum family op_families[N_OPS];
+static int n_bench_ops = -1;
+
+static void load_bench_ops(void)
+{
+    if (n_bench_ops >= 0)
+        return;
+    struct tool_op ops[TOOL_MAX_OPS];
+    size_t n = tool_tensor_ops(ops);
+    n_bench_ops = 0;
+    for (size_t i = 0; i < n; i++) {
+        enum family fam;
+        if (ops[i].args == FLD_ARGS_ACTIVATION)
+            fam = FAM_ACT;
+        else if (ops[i].args == FLD_ARGS_RMS_NORM)
+            fam = FAM_NORM;
+        else if (ops[i].args == FLD_ARGS_ROTARY_EMBEDDING)
+            fam = FAM_ROTARY;
+        else
+            continue;
+        op_families[n_bench_ops] = fam;
+        op_names[n_bench_ops++] = ops[i].name;
+    }
+    op_names[n_bench_ops] = NULL;
+}
 
 const char *const *bench_op_names(void)
 {
+    load_bench_ops();
     return op_names;
+}
+
+int bench_op_count(void)
+{
+    load_bench_ops();
+    return n_bench_ops;
+}
+
+enum family op_family(int op)
+{
+    load_bench_ops();
+    return op_families[op];
 }
 
 #define ROTARY_BASE    10000.0
@@ -732,7 +773,7 @@ static int plan(struct bench_run *r)
     }
     int status = CLI_EXIT_OK;
     const uint32_t device_bit = cli_device_mask(opt->device_type);
-    for (int op = 0; op < N_OPS; op++) {
+    for (int op = 0; op < bench_op_count(); op++) {
         if (!op_selected(r, op))
             continue;
         for (int dt = 0; dt < N_DTYPES; dt++) {
@@ -775,7 +816,7 @@ static size_t count_lines(const struct bench_run *r)
     size_t lines = 0;
     int64_t tokens[BENCH_MAX_LIST + 1];
     bool residual[BENCH_MAX_LIST + 1];
-    for (int op = 0; op < N_OPS; op++) {
+    for (int op = 0; op < bench_op_count(); op++) {
         if (!op_selected(r, op))
             continue;
         int shapes = op_shapes(r, op, tokens, residual);
@@ -799,7 +840,7 @@ static bool reinit_with_threads(struct bench_run *r, int threads)
         return false;
     struct impl_table now = {0};
     bool ok = load_impls(&now);
-    for (int op = 0; op < N_OPS && ok; op++) {
+    for (int op = 0; op < bench_op_count() && ok; op++) {
         for (int dt = 0; dt < N_DTYPES && ok && op_selected(r, op); dt++) {
             for (size_t k = 0; k < r->plan_count[op][dt] && ok; k++) {
                 const char *id = r->planned[r->plan_first[op][dt] + k];
@@ -866,7 +907,7 @@ static bool run_group(struct bench_run *r, int threads)
 {
     int64_t tokens[BENCH_MAX_LIST + 1];
     bool residual[BENCH_MAX_LIST + 1];
-    for (int op = 0; op < N_OPS; op++) {
+    for (int op = 0; op < bench_op_count(); op++) {
         if (!op_selected(r, op))
             continue;
         fld_op handle = fld_op_lookup(op_names[op]);

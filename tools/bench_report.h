@@ -21,20 +21,21 @@
 #include <stdint.h>
 
 #include "bench.h"
+#include "catalog.h"
 
-#define N_OPS    7 /* bench_op_names() */
-#define N_DTYPES 3 /* TOOL_F32, TOOL_F16, TOOL_BF16: the FLD_DTYPE_MASK_* bit order */
+#define N_OPS    TOOL_MAX_OPS /* at most: bench_op_names() has bench_op_count() */
+#define N_DTYPES 3            /* TOOL_F32, TOOL_F16, TOOL_BF16: the FLD_DTYPE_MASK_* bit order */
 
 #define ROTARY_HEAD_SIZE 128
 #define ENV_THREADS      "VLLM_FL_CPU_THREADS"
 
 enum family { FAM_ACT, FAM_NORM, FAM_ROTARY };
 
-/* The family of the op at index op of bench_op_names(). */
-static inline enum family op_family(int op)
-{
-    return op <= 3 ? FAM_ACT : op <= 5 ? FAM_NORM : FAM_ROTARY;
-}
+/* The family of the op at index op of bench_op_names() (bench_kernels.c). */
+enum family op_family(int op);
+
+/* How many ops bench_op_names() lists. */
+int bench_op_count(void);
 
 /* "TxH" ("+res" with a fused residual), or "Tx<H/128>x128" for rotary (bench_kernels.c). */
 void bench_case_shape(enum family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
