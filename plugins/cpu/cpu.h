@@ -136,10 +136,10 @@ extern const struct fld_cpu_variant *fld__cpu_active;
 /*
  * Whether rotary prefetches the next token's heads, set at load: not on
  * AMD. Measured at 4096 tokens x 32 + 32 heads x 128: on the Xeon (Cascade
- * Lake) of issue 4 it gained 17% (float32) and 30% (bfloat16), one thread;
+ * Lake) of docs/BENCHMARKS.md it gained 17% (float32) and 30% (bfloat16), one thread;
  * on Zen 4 leaving it out made float32 1.60x faster with one thread (15.6
  * -> 28.2 GB/s) and 1.35x with two, 16-bit (bound by its roundings)
- * 1.00-1.11x (docs/BENCHMARKS.md, issue 14).
+ * 1.00-1.11x (docs/BENCHMARKS.md, "AMD EPYC Zen 4").
  */
 extern bool fld__cpu_rotary_prefetch;
 

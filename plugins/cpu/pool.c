@@ -51,7 +51,7 @@
  * sleeps; for the first SPIN_PAUSE_NS it only pauses, after that each check
  * also yields the CPU (sched_yield).
  *
- * Measured on the 2-vCPU KVM Xeon (Cascade Lake, 2.5 GHz) of issue 4, with
+ * Measured on a 2-vCPU KVM Xeon (Cascade Lake, 2.5 GHz; docs/BENCHMARKS.md), with
  * rms_norm f32 8x1024 (64 KiB; 11.7 us on one thread) and two threads,
  * min and median of 2000 calls, under chrt -f 10 so the other load of the
  * machine stays off these two CPUs:
