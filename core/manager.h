@@ -1,7 +1,8 @@
 /*
- * The op manager: selection (candidates, filters, token order), the
- * lock-free per-(op, device, dtype) cache of resolved chains, dispatch with
- * non-strict fallback and failure memory, and explain/resolve for tools.
+ * The op manager: the call path, the lock-free per-(op, device, dtype)
+ * cache of resolved chains, dispatch with non-strict fallback and failure
+ * memory, and explain/resolve for tools. The chains' contents are
+ * selection's (select.h).
  */
 #ifndef FLD_CORE_MANAGER_H
 #define FLD_CORE_MANAGER_H
