@@ -1348,6 +1348,24 @@ static inline void *view_start(const DLTensor *t, bool empty)
     return empty ? t->data : (char *)t->data + t->byte_offset;
 }
 
+/* fld_tensor_rows() of any rank, through the validator's own walk. */
+static __attribute__((noinline)) void tensor_rows_general(const DLTensor *t, fld_rows *out)
+{
+    struct tview v;
+    layout_of(t, 1, &v);
+    out->data = view_start(t, v.empty);
+    out->rows = v.rows;
+    out->width = v.width;
+    out->stride = v.row_stride;
+}
+
+/*
+ * Every kernel calls this once per tensor, so the ranks the catalog's
+ * tensors nearly always have -- [rows, width] and [width], no empty dim --
+ * are answered in a few instructions, with layout_of()'s results (a row
+ * dim of 1 never steps, so its stride is the width); test_validate_fast
+ * checks the two agree. Anything else takes layout_of().
+ */
 void fld_tensor_rows(const DLTensor *t, fld_rows *out)
 {
     if (__builtin_expect(!t || !out || !t->shape, 0)) {
@@ -1359,12 +1377,22 @@ void fld_tensor_rows(const DLTensor *t, fld_rows *out)
             memset(out, 0, sizeof *out);
         return;
     }
-    struct tview v;
-    layout_of(t, 1, &v);
-    out->data = view_start(t, v.empty);
-    out->rows = v.rows;
-    out->width = v.width;
-    out->stride = v.row_stride;
+    const int64_t *shape = t->shape;
+    if (t->ndim == 2 && shape[0] > 0 && shape[1] > 0) {
+        out->data = (char *)t->data + t->byte_offset;
+        out->rows = shape[0];
+        out->width = shape[1];
+        out->stride = t->strides && shape[0] != 1 ? t->strides[0] : shape[1];
+        return;
+    }
+    if (t->ndim == 1 && shape[0] > 0) {
+        out->data = (char *)t->data + t->byte_offset;
+        out->rows = 1;
+        out->width = shape[0];
+        out->stride = shape[0];
+        return;
+    }
+    tensor_rows_general(t, out);
 }
 
 void fld_rotary_geometry_of(const fld_rotary_embedding_args *args, fld_rotary_geometry *out)

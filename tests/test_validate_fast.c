@@ -236,6 +236,34 @@ static DLTensor tensor(uintptr_t addr, int ndim, int64_t *shape, int64_t *stride
     return (DLTensor){(void *)addr, {kDLCPU, 0}, ndim, dt, shape, strides, 0};
 }
 
+/* fld_tensor_rows()'s shortcut for ranks 1 and 2 gives what the general walk gives. */
+START_TEST(tensor_rows_shortcut_agrees)
+{
+    rng_state = 0x7e57a11ce5ULL;
+    long shortcut = 0;
+    for (long i = 0; i < RANDOM_CALLS; i++) {
+        struct gen_tensor g;
+        gen(&g, NULL, (int)PICK(1, 2, 2, 3), PICK(1, 2, 64, 4096, 0));
+        if (!g.t.shape || g.t.ndim < 1 || g.t.ndim > 4)
+            continue;
+        fld_rows a, b;
+        memset(&a, 0x5a, sizeof a);
+        memset(&b, 0xa5, sizeof b);
+        fld_tensor_rows(&g.t, &a);
+        tensor_rows_general(&g.t, &b);
+        shortcut += g.t.ndim <= 2 && g.shape[0] > 0 && g.shape[g.t.ndim - 1] > 0;
+        ck_assert_msg(
+            a.data == b.data && a.rows == b.rows && a.width == b.width && a.stride == b.stride,
+            "tensor %ld (rank %d, shape [%lld, %lld], strides %s): rows %lld/%lld, "
+            "width %lld/%lld, stride %lld/%lld",
+            i, g.t.ndim, (long long)g.shape[0], (long long)g.shape[1], g.t.strides ? "set" : "NULL",
+            (long long)a.rows, (long long)b.rows, (long long)a.width, (long long)b.width,
+            (long long)a.stride, (long long)b.stride);
+    }
+    ck_assert_msg(shortcut > RANDOM_CALLS / 2, "the shortcut ran for %ld tensors only", shortcut);
+}
+END_TEST
+
 START_TEST(common_layouts_take_the_fast_path)
 {
     static const DLDataType f32 = {kDLFloat, 32, 1}, bf16 = {kDLBfloat, 16, 1};
@@ -305,6 +333,7 @@ static Suite *fast_suite(void)
     tcase_add_test(tc, rms_norm_fast_path_agrees);
     tcase_add_test(tc, rotary_fast_path_agrees);
     tcase_add_test(tc, common_layouts_take_the_fast_path);
+    tcase_add_test(tc, tensor_rows_shortcut_agrees);
     suite_add_tcase(s, tc);
     return s;
 }
