@@ -1076,9 +1076,9 @@ START_TEST(bench_overhead_text)
             for (const char *const *t = (const char *const[]){" 1 ", " 2 ", NULL}; *t; t++)
                 ck_assert_msg(line_with(r.out, *k, variants[v], *t),
                               "no %s/%s row for%sthread(s):\n" CLIP, *k, variants[v], *t, r.out);
-    ck_assert(strstr(r.out, "<= 5 ns"));
-    ck_assert(strstr(r.out, "<= 25 ns"));
-    ck_assert(strstr(r.out, "1.8x"));
+    ck_assert(line_with(r.out, "two threads vs one"));
+    /* Measurements only: the targets are bench/targets.py's (tests/test_bench.c). */
+    ck_assert_msg(!strstr(r.out, "<= 5 ns") && !strstr(r.out, "MISS"), CLIP, r.out);
     tool_run_free(&r);
 }
 END_TEST
@@ -1094,15 +1094,15 @@ START_TEST(bench_overhead_json)
     tt_assert_schema(r.out, "bench");
     ck_assert(strstr(r.out, "\"benchmark\": \"dispatch_overhead\""));
     ck_assert(strstr(r.out, "\"shape\": \"1x4096\""));
-    ck_assert(strstr(r.out, "\"targets\": [\n"));
-    ck_assert(strstr(r.out, "\"target\": \"handle_overhead_ns\""));
+    ck_assert(strstr(r.out, "\"schema\": 2,")); /* 2 since "targets" went */
+    ck_assert(!strstr(r.out, "\"targets\"") && !strstr(r.out, "\"target\""));
     ck_assert(strstr(r.out, "\"machine\": {"));
     ck_assert(strstr(r.out, "\"cpu\": \""));
     ck_assert(strstr(r.out, "\"threads\": "));
     ck_assert(strstr(r.out, "\"results\": ["));
     ck_assert(strstr(r.out, "\"scaling_2t\": {"));
-    /* 3 kernels x 4 variants x 2 thread counts, and as many targets */
-    ck_assert_int_eq(tool_count_of(r.out, "\"variant\": "), 48);
+    /* 3 kernels x 4 variants x 2 thread counts */
+    ck_assert_int_eq(tool_count_of(r.out, "\"variant\": "), 24);
     ck_assert_int_eq(tool_count_of(r.out, "\"ns_per_call\": "), 24);
     ck_assert_int_eq(tool_count_of(r.out, "\"overhead_ns\": "), 24);
     ck_assert(strstr(r.out, "\"kernel\": \"opaque\""));

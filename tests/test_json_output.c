@@ -265,6 +265,26 @@ START_TEST(resolve_with_invalid_utf8)
 }
 END_TEST
 
+/*
+ * The bench documents other than the kernel bench's (tests/test_bench.c) and
+ * bench --overhead's (tests/test_cli.c): bench --registration --json.
+ */
+START_TEST(bench_registration_document)
+{
+    struct tool_run r;
+    tool_run(&r, NO_ENV,
+             ARGS("bench", "--registration", "--ops", "10,20", "--reps", "1", "--json"));
+    assert_status(r, 0);
+    tt_assert_schema(r.out, "bench");
+    ck_assert_msg(strncmp(r.out, "{\n  \"schema\": 1,\n  \"benchmark\": \"registration\",", 47) ==
+                      0,
+                  CLIP, r.out);
+    ck_assert_int_eq(tool_count_of(r.out, "\"register_ms\": "), 2);
+    ck_assert(!strstr(r.out, "target"));
+    tool_run_free(&r);
+}
+END_TEST
+
 /* The same things have the same names in every command's document. */
 START_TEST(same_names_across_commands)
 {
@@ -322,6 +342,7 @@ static Suite *json_suite(void)
     tcase_add_test(commands, config_with_invalid_utf8);
     tcase_add_test(commands, resolve_with_invalid_utf8);
     tcase_add_test(commands, same_names_across_commands);
+    tcase_add_test(commands, bench_registration_document);
     suite_add_tcase(s, commands);
     return s;
 }

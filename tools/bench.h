@@ -28,14 +28,23 @@
 
 #define BENCH_OVERHEAD_REPS  15
 #define BENCH_OVERHEAD_CALLS 200000L
+/*
+ * The "schema" number of its --json document ("benchmark":
+ * "dispatch_overhead"), which has its own: 2 since "targets" went
+ * (bench/targets.py checks them). docs/json-output.md lists the changes.
+ */
+#define BENCH_OVERHEAD_SCHEMA 2
 
 /* Runs the dispatch overhead benchmark and prints it; returns a CLI exit status. */
 int bench_overhead_run(long null_calls, int reps, bool json);
 
 /* ---- bench --registration (bench_registration.c) ----------------------------- */
 
-/* Registers ops[i] ops with impls implementations each, reps times per count; prints a table. */
-int bench_registration_run(const int64_t *ops, int n_ops, long impls, int reps);
+/*
+ * Registers ops[i] ops with impls implementations each, reps times per count;
+ * prints a table, or with json the document "benchmark": "registration".
+ */
+int bench_registration_run(const int64_t *ops, int n_ops, long impls, int reps, bool json);
 
 /* ---- STREAM (bench_stream.c) ------------------------------------------------ */
 
@@ -99,7 +108,7 @@ double bench_d2d_measure(struct bench_d2d *d, int reps, double batch_ns);
 
 /* ---- bench OP... (bench_kernels.c) -------------------------------------------- */
 
-#define BENCH_MAX_LIST 16 /* values of --threads and --tokens */
+#define BENCH_MAX_LIST 16 /* values of --threads, --tokens and --ops */
 
 struct bench_kernel_options {
     uint32_t ops;    /* bits: index in bench_op_names() */

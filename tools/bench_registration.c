@@ -13,22 +13,23 @@
  *             with the peak of the process's resident set (VmHWM) beside it;
  *   resolve   one fld_resolve() of every op (the first choice of each);
  *   reload    fld_reload() with all of them registered.
- * Each N runs reps times; the figures are the medians. The target of issue
- * 14 is printed for N = 4000, K = 1: register < 50 ms and < 4 MB. Speed
- * targets never change the exit status.
+ * Each N runs reps times; the figures are the medians, printed as a table
+ * or, with --json, as the document "benchmark": "registration"
+ * (docs/schemas/bench.schema.json). The tool reports measurements only: the
+ * target of issue 14 (N = 4000, K = 1: register < 50 ms and < 4 MiB) is
+ * checked by bench/targets.py from that document.
  */
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "cli.h"
+#include "json.h"
 
-#define TARGET_OPS  4000
-#define TARGET_MS   50.0
-#define TARGET_MIB  4.0
 #define OPS_MAX     1000000
 #define IMPLS_MAX   64
 #define REG_NAME_SZ 32
@@ -140,16 +141,83 @@ static bool measure_once(long ops, struct reg_figures *f)
     return true;
 }
 
-int bench_registration_run(const int64_t *ops, int n_ops, long impls, int reps)
+/* The medians of one count of ops. */
+struct reg_row {
+    long long ops;
+    struct reg_figures f;
+};
+
+static void report_text_row(const struct reg_row *row)
 {
-    printf("fldispatch bench --registration: an in-process plugin registers N ops with %ld "
-           "implementation%s each; median of %d fresh libraries per line\n",
-           impls, impls == 1 ? "" : "s", reps);
-    printf("%10s %14s %12s %14s %14s %12s\n", "ops", "register ms", "us per op", "heap MiB",
-           "resolve all ms", "reload ms");
+    char mib_text[32];
+    if (isnan(row->f.heap_mib))
+        snprintf(mib_text, sizeof mib_text, "n/a");
+    else
+        snprintf(mib_text, sizeof mib_text, "%.3f", row->f.heap_mib);
+    printf("%10lld %14.2f %12.2f %14s %14.2f %12.2f\n", row->ops, row->f.register_ms,
+           row->f.register_ms * 1e3 / (double)row->ops, mib_text, row->f.resolve_ms,
+           row->f.reload_ms);
+}
+
+static void report_json(const struct reg_row *rows, int n_rows, long impls, int reps, long peak_kib)
+{
+    char cpu[256];
+    bench_cpu_model(cpu, sizeof cpu);
+    struct json_writer w;
+    json_begin_document(&w, stdout);
+    json_key(&w, "benchmark");
+    json_string(&w, "registration");
+    json_key(&w, "impls");
+    json_int(&w, impls);
+    json_key(&w, "reps");
+    json_int(&w, reps);
+    json_key(&w, "machine");
+    json_begin_object(&w);
+    json_key(&w, "cpu");
+    json_string(&w, cpu);
+    json_key(&w, "threads");
+    json_int(&w, sysconf(_SC_NPROCESSORS_ONLN));
+    json_end_object(&w);
+    json_key(&w, "results");
+    json_begin_array(&w);
+    for (int i = 0; i < n_rows; i++) {
+        const struct reg_row *row = &rows[i];
+        json_begin_object(&w);
+        json_key(&w, "ops");
+        json_int(&w, row->ops);
+        json_key(&w, "register_ms");
+        json_double(&w, row->f.register_ms, 3);
+        json_key(&w, "us_per_op");
+        json_double(&w, row->f.register_ms * 1e3 / (double)row->ops, 3);
+        json_key(&w, "heap_mib"); /* NAN (null) where mallinfo2() sees nothing */
+        json_double(&w, row->f.heap_mib, 3);
+        json_key(&w, "resolve_all_ms");
+        json_double(&w, row->f.resolve_ms, 3);
+        json_key(&w, "reload_ms");
+        json_double(&w, row->f.reload_ms, 3);
+        json_end_object(&w);
+    }
+    json_end_array(&w);
+    json_key(&w, "peak_rss_mib");
+    if (peak_kib > 0)
+        json_double(&w, (double)peak_kib / 1024.0, 1);
+    else
+        json_null(&w);
+    json_end_object(&w);
+    json_finish(&w);
+}
+
+int bench_registration_run(const int64_t *ops, int n_ops, long impls, int reps, bool json)
+{
+    if (!json) {
+        printf("fldispatch bench --registration: an in-process plugin registers N ops with %ld "
+               "implementation%s each; median of %d fresh libraries per line\n",
+               impls, impls == 1 ? "" : "s", reps);
+        printf("%10s %14s %12s %14s %14s %12s\n", "ops", "register ms", "us per op", "heap MiB",
+               "resolve all ms", "reload ms");
+    }
     reg_impls = impls;
-    bool target_seen = false, target_met = false;
-    double target_ms = 0, target_mib = 0;
+    struct reg_row rows[BENCH_MAX_LIST];
     for (int i = 0; i < n_ops; i++) {
         double reg[1000], heap[1000], res[1000], rel[1000];
         for (int r = 0; r < reps; r++) {
@@ -161,27 +229,20 @@ int bench_registration_run(const int64_t *ops, int n_ops, long impls, int reps)
             res[r] = f.resolve_ms;
             rel[r] = f.reload_ms;
         }
-        double reg_ms = bench_median(reg, reps), mib = bench_median(heap, reps);
-        char mib_text[32];
-        if (isnan(mib))
-            snprintf(mib_text, sizeof mib_text, "n/a");
-        else
-            snprintf(mib_text, sizeof mib_text, "%.3f", mib);
-        printf("%10lld %14.2f %12.2f %14s %14.2f %12.2f\n", (long long)ops[i], reg_ms,
-               reg_ms * 1e3 / (double)ops[i], mib_text, bench_median(res, reps),
-               bench_median(rel, reps));
-        if (ops[i] == TARGET_OPS && impls == 1) {
-            target_seen = true;
-            target_ms = reg_ms;
-            target_mib = mib;
-            target_met = reg_ms < TARGET_MS && mib < TARGET_MIB;
-        }
+        rows[i] = (struct reg_row){
+            .ops = (long long)ops[i],
+            .f = {.register_ms = bench_median(reg, reps),
+                  .resolve_ms = bench_median(res, reps),
+                  .reload_ms = bench_median(rel, reps),
+                  .heap_mib = bench_median(heap, reps)},
+        };
+        if (!json)
+            report_text_row(&rows[i]);
     }
-    printf("peak resident set of the process: %.1f MiB\n", (double)peak_rss_kib() / 1024.0);
-    if (target_seen)
-        printf("target (issue 14): %d ops with 1 implementation each registered in < %.0f ms "
-               "and < %.0f MiB: %.2f ms, %.3f MiB  %s\n",
-               TARGET_OPS, TARGET_MS, TARGET_MIB, target_ms, target_mib,
-               target_met ? "met" : "MISSED");
+    long peak_kib = peak_rss_kib();
+    if (json)
+        report_json(rows, n_ops, impls, reps, peak_kib);
+    else
+        printf("peak resident set of the process: %.1f MiB\n", (double)peak_kib / 1024.0);
     return CLI_EXIT_OK;
 }
