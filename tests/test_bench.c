@@ -692,7 +692,10 @@ END_TEST
  * On a device, a case smaller than the device caches gets several tensor sets
  * that consecutive calls take in turn (DEVICE_COLD_BYTES / DEVICE_MAX_SETS in
  * bench_kernels.c): one token of silu_and_mul is tiny, so 64 sets, of which a
- * --quick run reaches as many as it makes calls (fewer under a sanitizer).
+ * --quick run reaches as many as it makes calls. How many calls fit in its
+ * 2 ms batches depends on the machine's load (7 seen on a loaded 2-vCPU
+ * machine, fewer under a sanitizer), so the test asks only for rotation:
+ * more than one set read, and no more than the 64 there are.
  */
 START_TEST(device_rotates_input_sets)
 {
@@ -705,7 +708,7 @@ START_TEST(device_rotates_input_sets)
     const char *line = strstr(r.err, "fakedev: silu_and_mul read ");
     ck_assert_msg(line, CLIP, r.err);
     int n = atoi(line + strlen("fakedev: silu_and_mul read "));
-    ck_assert_msg(n >= 8 && n <= 64, "%d distinct inputs, expected 8 to 64:\n" CLIP, n, r.err);
+    ck_assert_msg(n >= 2 && n <= 64, "%d distinct inputs, expected 2 to 64:\n" CLIP, n, r.err);
     tool_run_free(&r);
 }
 END_TEST

@@ -126,8 +126,10 @@ struct bench_kernel_options {
     size_t copy_bytes; /* devices other than cpu: the d2d copy buffer of the baseline */
 };
 
-/* The ops the kernel bench knows, NULL-terminated, in bench order. */
+/* The ops the kernel bench knows (the catalog's with tensors it can build), NULL-terminated,
+ * in catalog order, and how many. */
 const char *const *bench_op_names(void);
+int bench_op_count(void);
 
 /* Runs the kernel benchmark and prints it; returns a CLI exit status. */
 int bench_kernels_run(const struct bench_kernel_options *opt);

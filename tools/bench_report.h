@@ -34,9 +34,6 @@ enum family { FAM_ACT, FAM_NORM, FAM_ROTARY };
 /* The family of the op at index op of bench_op_names() (bench_kernels.c). */
 enum family op_family(int op);
 
-/* How many ops bench_op_names() lists. */
-int bench_op_count(void);
-
 /* "TxH" ("+res" with a fused residual), or "Tx<H/128>x128" for rotary (bench_kernels.c). */
 void bench_case_shape(enum family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
                       size_t size);

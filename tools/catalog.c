@@ -49,3 +49,36 @@ bool tool_is_catalog_op(const char *name)
             return true;
     return false;
 }
+
+const char *tool_wrap_names(const char *const *names, const char *sep, int indent, int width,
+                            const char *tail)
+{
+    static char buf[1024];
+    size_t len = 0;
+    int col = indent;
+    buf[0] = '\0';
+    for (size_t i = 0; names[i]; i++) {
+        const char *s = names[i + 1] ? sep : "";
+        int need = (int)(strlen(names[i]) + strlen(s));
+        if (i > 0 && col + need > width) {
+            /* the separator's trailing space ends the line instead */
+            while (len > 0 && buf[len - 1] == ' ')
+                len--;
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "\n%*s", indent, "");
+            col = indent;
+        }
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", names[i], s);
+        col += need;
+        if (len >= sizeof buf)
+            break;
+    }
+    tail = tail ? tail : "";
+    if (len < sizeof buf && *tail && col + (int)strlen(tail) > width) {
+        while (*tail == ' ')
+            tail++;
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "\n%*s", indent, "");
+    }
+    if (len < sizeof buf)
+        snprintf(buf + len, sizeof buf - len, "%s", tail);
+    return buf;
+}

@@ -33,6 +33,16 @@ size_t tool_catalog_ops(const struct tool_op **ops);
  */
 size_t tool_tensor_ops(struct tool_op *ops);
 
+/*
+ * names (NULL-terminated) as help text: joined by sep, wrapped before
+ * column width with continuation lines indented by indent spaces (the
+ * first line's indent is the caller's), then tail. Returns a static buffer
+ * (the tool is single-threaded), so the help texts list what the catalog
+ * holds instead of naming the ops again.
+ */
+const char *tool_wrap_names(const char *const *names, const char *sep, int indent, int width,
+                            const char *tail);
+
 /* Whether name is a catalog op. */
 bool tool_is_catalog_op(const char *name);
 

@@ -19,11 +19,12 @@
 #include <time.h>
 
 #include "bench.h"
+#include "catalog.h"
 #include "cli.h"
 #include "options.h"
 #include "suggest.h"
 
-/* A printf format: its one conversion is the device list. */
+/* A printf format: its conversions are the op list and the device list. */
 static const char bench_usage[] =
     "Usage: fldispatch bench [--device D] [--dtype T] [--threads N[,N...]]\n"
     "                        [--tokens N[,N...]] [--hidden N] [--reps N] [--impl ID]\n"
@@ -37,8 +38,7 @@ static const char bench_usage[] =
     "traffic with a STREAM triad measured in the same run (on other devices than\n"
     "the CPU: with a device-to-device copy measured in the same run).\n"
     "\n"
-    "  OP              silu_and_mul mul_and_silu gelu_and_mul gelu_tanh_and_mul\n"
-    "                  rms_norm gemma_rms_norm rotary_embedding (default: all 7)\n"
+    "  OP              %s\n"
     "  --device D      %s: tensors in that device's\n"
     "                  memory (from its plugin's device hooks; exit 3 naming the\n"
     "                  reason when no plugin provides it), every timed batch ended\n"
@@ -230,7 +230,10 @@ int cmd_bench(int argc, char **argv)
             kernel_option = options[k].name;
         switch (k) {
         case CLI_ARG_HELP:
-            printf(bench_usage, cli_device_list(CLI_DEVICES_DEFAULT_OR));
+            char tail[48];
+            snprintf(tail, sizeof tail, " (default: all %d)", bench_op_count());
+            printf(bench_usage, tool_wrap_names(bench_op_names(), " ", 18, 79, tail),
+                   cli_device_list(CLI_DEVICES_DEFAULT_OR));
             return CLI_EXIT_OK;
         case CLI_ARG_ERROR:
             return CLI_EXIT_USAGE;
@@ -240,15 +243,10 @@ int cmd_bench(int argc, char **argv)
                 return cli_usage_error("bench", "%s has no tensors to benchmark", value);
             if (i < 0) {
                 char hint[128];
-                size_t n_ops = 0;
-                while (bench_op_names()[n_ops])
-                    n_ops++;
-                cli_did_you_mean(value, bench_op_names(), n_ops, hint, sizeof hint);
-                return cli_usage_error("bench",
-                                       "unknown op '%s'%s (ops: silu_and_mul, "
-                                       "mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
-                                       "rms_norm, gemma_rms_norm, rotary_embedding)",
-                                       value, hint);
+                cli_did_you_mean(value, bench_op_names(), (size_t)bench_op_count(), hint,
+                                 sizeof hint);
+                return cli_usage_error("bench", "unknown op '%s'%s (ops: %s)", value, hint,
+                                       tool_wrap_names(bench_op_names(), ", ", 0, 100000, ""));
             }
             opt.ops |= 1u << i;
             kernel_option = kernel_option ? kernel_option : "an OP";

@@ -57,7 +57,7 @@
 #define REFERENCE_ID "reference.c"
 #define DEFAULT_SEED 1u
 
-/* A printf format: its one conversion is the device list. */
+/* A printf format: its conversions are the op list and the device list. */
 static const char verify_usage[] =
     "Usage: fldispatch verify [--device D] [--dtype T] [--quick] [--json] [--seed N]\n"
     "                         [--] [OP...]\n"
@@ -73,9 +73,7 @@ static const char verify_usage[] =
     "reference.c's own row shows that it accepted every case and wrote nothing\n"
     "but its outputs; its errors are 0 by definition.\n"
     "\n"
-    "  OP           silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul,\n"
-    "               rms_norm, gemma_rms_norm, rotary_embedding (default: all seven;\n"
-    "               attention_backend has no tensors and is skipped)\n"
+    "  OP           %s\n"
     "  --device D   %s: the implementations for that\n"
     "               device run on device copies of the inputs (memory from the\n"
     "               device plugin's hooks, guard bytes around every tensor that\n"
@@ -147,7 +145,14 @@ struct verify_opts {
 
 static void print_usage(void)
 {
-    printf(verify_usage, cli_device_list(CLI_DEVICES_DEFAULT));
+    const char *names[TOOL_MAX_OPS + 1];
+    for (size_t i = 0; i < n_ops; i++)
+        names[i] = verify_ops[i].name;
+    names[n_ops] = NULL;
+    char tail[96];
+    snprintf(tail, sizeof tail, " (default: all %zu; ops without tensors are skipped)", n_ops);
+    printf(verify_usage, tool_wrap_names(names, ", ", 15, 79, tail),
+           cli_device_list(CLI_DEVICES_DEFAULT));
     /* from the one tolerance table, so the help cannot drift from it */
     static const char *const family_names[] = {"activations", "rms_norm family", "rotary"};
     printf("\nTolerances (atol/rtol):\n");
