@@ -215,8 +215,9 @@ static int reject_plugin(struct fld_plugin_rec *p, fld_plugin_status st, const c
 int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *path, void *dl)
 {
     char why[768];
-    /* The name is read only from a descriptor whose layout is known to be ours. */
-    bool readable = fld__descriptor_layout_known(desc);
+    /* The name is read only from a descriptor whose layout is known to be ours
+     * (desc tested here too, where the analyser can see it). */
+    bool readable = desc && fld__descriptor_layout_known(desc);
     const char *name =
         readable && fld__plugin_name_valid(desc->name) ? desc->name : base_name(path);
     struct fld_plugin_rec *p = record_for(name, path);
