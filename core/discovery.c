@@ -6,7 +6,9 @@
  * descriptor read as plain data (magic, ABI major/minor, size, name) and
  * judged before any plugin function is called, then register_builtins into
  * a staging registry that is committed only if the whole plugin succeeded.
- * Every file seen leaves a plugin record with its status and reason.
+ * Every file seen leaves a plugin record with its status and reason. The
+ * file and descriptor checks are plugin_file.c's, which the probe child
+ * and `fldispatch doctor` call too; this file decides when each runs.
  *
  * The working directory is never searched: relative entries in
  * VLLM_FL_PLUGIN_DIR are ignored, and the default directories are derived
@@ -36,13 +38,11 @@
 #include "host.h"
 #include "linkage.h"
 #include "log.h"
+#include "plugin_file.h"
 #include "probe.h"
 #include "reclaim.h"
 #include "reentry.h"
 #include "registry.h"
-
-/* The descriptor size of ABI 1.0: anything smaller cannot be read safely. */
-#define DESCRIPTOR_SIZE_1_0 (offsetof(fld_plugin_descriptor, register_builtins) + sizeof(void *))
 
 struct search_path {
     char **dirs;
@@ -160,104 +160,6 @@ static void publish_search_path(void)
         fld__retire_until_shutdown(old, free); /* fld_plugin_path() handed it out */
 }
 
-/* ---- checks --------------------------------------------------------------- */
-
-static bool owner_ok(uid_t uid)
-{
-    return uid == 0 || uid == geteuid();
-}
-
-/* Permission and ownership of the file and its directory; reason on failure. */
-static bool check_security(const char *path, struct stat *st, char *why, size_t size)
-{
-    if (stat(path, st) != 0) {
-        snprintf(why, size, "cannot stat: %s", strerror(errno));
-        return false;
-    }
-    if (!S_ISREG(st->st_mode)) {
-        snprintf(why, size, "not a regular file");
-        return false;
-    }
-    if (st->st_mode & S_IWOTH) {
-        snprintf(why, size, "file is writable by others (mode %04o)", st->st_mode & 07777);
-        return false;
-    }
-    if (!owner_ok(st->st_uid)) {
-        snprintf(why, size, "file is owned by uid %u (neither root nor the current user)",
-                 (unsigned)st->st_uid);
-        return false;
-    }
-    char copy[PATH_MAX], dst[PATH_MAX];
-    snprintf(copy, sizeof copy, "%s", path);
-    const char *dir = dirname(copy);
-    struct stat ds;
-    if (!realpath(dir, dst) || stat(dst, &ds) != 0) {
-        snprintf(why, size, "cannot stat its directory '%s'", dir);
-        return false;
-    }
-    if (ds.st_mode & S_IWOTH) {
-        snprintf(why, size, "directory '%s' is writable by others (mode %04o)", dst,
-                 ds.st_mode & 07777);
-        return false;
-    }
-    if (!owner_ok(ds.st_uid)) {
-        snprintf(why, size, "directory '%s' is owned by uid %u (neither root nor the current user)",
-                 dst, (unsigned)ds.st_uid);
-        return false;
-    }
-    return true;
-}
-
-static bool valid_plugin_name(const char *s)
-{
-    if (!s || !*s || strlen(s) > 64)
-        return false;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '-'))
-            return false;
-    return true;
-}
-
-bool fld__plugin_check_file(const char *path, struct stat *st, char *why, size_t size)
-{
-    return check_security(path, st, why, size);
-}
-
-/* Judges a descriptor as data, calling nothing in it. */
-bool fld__check_descriptor(const fld_plugin_descriptor *d, char *why, size_t size)
-{
-    if (d->magic != FLD_PLUGIN_MAGIC) {
-        snprintf(why, size, "bad descriptor magic 0x%08x (not an fldispatch plugin descriptor)",
-                 d->magic);
-        return false;
-    }
-    if (d->abi_major != FLD_PLUGIN_ABI_MAJOR) {
-        snprintf(why, size, "ABI major %u is not supported (host ABI %d.%d)", d->abi_major,
-                 FLD_PLUGIN_ABI_MAJOR, FLD_PLUGIN_ABI_MINOR);
-        return false;
-    }
-    if (d->abi_minor > FLD_PLUGIN_ABI_MINOR) {
-        snprintf(why, size, "built for ABI %u.%u, newer than the host's ABI %d.%d", d->abi_major,
-                 d->abi_minor, FLD_PLUGIN_ABI_MAJOR, FLD_PLUGIN_ABI_MINOR);
-        return false;
-    }
-    if (d->struct_size < DESCRIPTOR_SIZE_1_0) {
-        snprintf(why, size, "descriptor size %u is smaller than ABI 1.0's %zu", d->struct_size,
-                 DESCRIPTOR_SIZE_1_0);
-        return false;
-    }
-    if (!valid_plugin_name(d->name)) {
-        snprintf(why, size, "invalid plugin name '%s' (lowercase letters, digits, '_', '-')",
-                 d->name ? d->name : "(null)");
-        return false;
-    }
-    if (!d->register_builtins) {
-        snprintf(why, size, "register_builtins is NULL");
-        return false;
-    }
-    return true;
-}
-
 /* ---- records -------------------------------------------------------------- */
 
 static struct fld_plugin_rec *find_by_path(const char *path)
@@ -313,11 +215,11 @@ static int reject_plugin(struct fld_plugin_rec *p, fld_plugin_status st, const c
 int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *path, void *dl)
 {
     char why[768];
-    /* The name is read only from a descriptor whose layout is known to be ours. */
-    bool readable = desc && desc->magic == FLD_PLUGIN_MAGIC &&
-                    desc->abi_major == FLD_PLUGIN_ABI_MAJOR &&
-                    desc->struct_size >= DESCRIPTOR_SIZE_1_0;
-    const char *name = readable && valid_plugin_name(desc->name) ? desc->name : base_name(path);
+    /* The name is read only from a descriptor whose layout is known to be ours
+     * (desc tested here too, where the analyser can see it). */
+    bool readable = desc && fld__descriptor_layout_known(desc);
+    const char *name =
+        readable && fld__plugin_name_valid(desc->name) ? desc->name : base_name(path);
     struct fld_plugin_rec *p = record_for(name, path);
     if (!p)
         return fld__fail(FLD_ENOMEM, "out of memory loading plugin %s", path);
@@ -332,8 +234,7 @@ int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *p
         free(p->version);
         p->version = version;
     }
-    p->in_tree = (desc->flags & FLD_PLUGIN_FLAG_IN_TREE) && desc->host_version &&
-                 strcmp(desc->host_version, FLD_VERSION_STRING) == 0;
+    p->in_tree = fld__descriptor_in_tree(desc);
     for (struct fld_plugin_rec *q = fld__plugins_first(); q; q = q->next) {
         if (q != p && q->status == FLD_PLUGIN_LOADED && strcmp(q->name, desc->name) == 0) {
             snprintf(why, sizeof why, "a plugin named '%s' is already loaded from %s", desc->name,
@@ -375,12 +276,12 @@ int fld__load_plugin_file(const char *path, bool explicit_request)
         return FLD_OK;
 
     struct stat st;
-    bool secure = check_security(key, &st, why, sizeof why);
+    bool secure = fld__plugin_check_file(key, &st, why, sizeof why);
     if (secure) {
         /* The same file reached by another path (a link, or listed twice): loaded once. */
         for (struct fld_plugin_rec *q = fld__plugins_first(); q; q = q->next) {
-            if (q->status == FLD_PLUGIN_LOADED && q->dl_handle && q->st_dev == st.st_dev &&
-                q->st_ino == st.st_ino) {
+            if (q->status == FLD_PLUGIN_LOADED && q->dl_handle &&
+                fld__file_same_inode(q->st_dev, q->st_ino, &st)) {
                 fld__log(FLD_LOG_DEBUG, "plugin %s is the same file as %s, already loaded", key,
                          q->path);
                 return FLD_OK;
@@ -418,12 +319,11 @@ int fld__load_plugin_file(const char *path, bool explicit_request)
     void *dl = fld__plugin_dlopen(key, why, sizeof why);
     if (!dl)
         return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
-    const fld_plugin_descriptor *desc = dlsym(dl, FLD_PLUGIN_SYMBOL);
+    const char *missing;
+    const fld_plugin_descriptor *desc = fld__descriptor_find(dl, &missing);
     if (!desc) {
         dlclose(dl);
-        return reject_plugin(p, FLD_PLUGIN_REJECTED,
-                             "no plugin descriptor (symbol '" FLD_PLUGIN_SYMBOL "' not found; "
-                             "define one with FLD_PLUGIN_DEFINE)");
+        return reject_plugin(p, FLD_PLUGIN_REJECTED, missing);
     }
     int rc = fld__load_plugin_descriptor(desc, key, dl);
     if (rc != FLD_OK)

@@ -1,8 +1,8 @@
 /*
  * Plugin discovery and loading: the search path (VLLM_FL_PLUGIN_DIR, or the
  * library-relative and compiled-in directories), VLLM_FL_PLUGIN_MODULES,
- * permission and owner checks, dlopen, the descriptor and ABI check before
- * any plugin code is called, and registration. Host lock held.
+ * the order of the checks on each file (the checks themselves, shared with
+ * the probe, are plugin_file.h), dlopen, and registration. Host lock held.
  */
 #ifndef FLD_CORE_DISCOVERY_H
 #define FLD_CORE_DISCOVERY_H

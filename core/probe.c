@@ -47,6 +47,7 @@
 #include "escape.h"
 #include "log.h"
 #include "parse.h"
+#include "plugin_file.h"
 #include "probe.h"
 #include "reentry.h"
 #include "registry.h"
@@ -290,15 +291,14 @@ void fld__probe_child_main(int fd, const char *path)
     if (!dl)
         child_verdict(fd, FLD_PROBE_REJECTED, f1);
     emit(fd, "S\t%d", FLD_PROBE_STAGE_DESCRIPTOR);
-    const fld_plugin_descriptor *desc = dlsym(dl, FLD_PLUGIN_SYMBOL);
+    /* Found and judged by discovery's own code (plugin_file.h). */
+    const char *missing;
+    const fld_plugin_descriptor *desc = fld__descriptor_find(dl, &missing);
     if (!desc)
-        child_verdict(fd, FLD_PROBE_REJECTED,
-                      "no plugin descriptor (symbol '" FLD_PLUGIN_SYMBOL "' not found; "
-                      "define one with FLD_PLUGIN_DEFINE)");
+        child_verdict(fd, FLD_PROBE_REJECTED, missing);
     if (!fld__check_descriptor(desc, f1, sizeof f1))
         child_verdict(fd, FLD_PROBE_REJECTED, f1);
-    bool in_tree = (desc->flags & FLD_PLUGIN_FLAG_IN_TREE) && desc->host_version &&
-                   strcmp(desc->host_version, FLD_VERSION_STRING) == 0;
+    bool in_tree = fld__descriptor_in_tree(desc);
     emit(fd, "D\t%u\t%u\t%d\t%s\t%s", desc->abi_major, desc->abi_minor, in_tree ? 1 : 0, desc->name,
          field(desc->version ? desc->version : "", f2, sizeof f2));
 

@@ -21,14 +21,9 @@
 #include <stddef.h>
 #include <sys/stat.h>
 
-#include <fldispatch/plugin.h>
-
 #include <fldispatch/internal/tool_api.h>
 
 /* ---- discovery's use (host lock held; not exported) ------------------------ */
-
-/* Judges a descriptor as data, calling nothing in it (discovery.c). */
-bool fld__check_descriptor(const fld_plugin_descriptor *d, char *why, size_t size);
 
 /* One discovery pass: reads VLLM_FL_PLUGIN_PROBE* and the cache once, writes
  * the cache at the end if a probe added to it. */

@@ -28,16 +28,14 @@
 #include "escape.h"
 #include "log.h"
 #include "parse.h"
+#include "plugin_file.h"
 #include "probe.h"
 /* ---- configuration -------------------------------------------------------- */
 
 struct cache_entry {
     char *path;
     char *version;
-    long long size;
-    long long mtime_sec;
-    long mtime_nsec;
-    unsigned long long ino;
+    struct fld_file_stamp stamp; /* size, mtime, inode (plugin_file.h) */
     enum fld_probe_state state;
     char *what; /* fld__probe_describe() of the verdict */
 };
@@ -70,14 +68,6 @@ static bool privileged(void)
     return getauxval(AT_SECURE) != 0;
 }
 
-static bool secure_executable(const char *path)
-{
-    char why[256];
-    struct stat st;
-    return fld__plugin_check_file(path, &st, why, sizeof why) && (st.st_mode & S_IXUSR) &&
-           access(path, X_OK) == 0;
-}
-
 /*
  * The helper is the fldispatch tool of this library's installation:
  * <libdir>/../bin/fldispatch (the build tree and PREFIX installs), or the
@@ -91,13 +81,14 @@ static bool find_helper(char *out, size_t size)
         char cand[PATH_MAX + 32];
         snprintf(cand, sizeof cand, "%s/../bin/fldispatch", dirname(real));
         char resolved[PATH_MAX];
-        if (realpath(cand, resolved) && secure_executable(resolved)) {
+        if (realpath(cand, resolved) && fld__executable_trusted(resolved)) {
             snprintf(out, size, "%s", resolved);
             return true;
         }
     }
     char resolved[PATH_MAX];
-    if (realpath(FLD_INSTALL_BIN_DIR "/fldispatch", resolved) && secure_executable(resolved)) {
+    if (realpath(FLD_INSTALL_BIN_DIR "/fldispatch", resolved) &&
+        fld__executable_trusted(resolved)) {
         snprintf(out, size, "%s", resolved);
         return true;
     }
@@ -228,8 +219,8 @@ static bool cache_put(struct cache *c, struct cache_entry *e)
 
 static bool same_file(const struct cache_entry *e, const struct stat *st)
 {
-    return e->size == (long long)st->st_size && e->mtime_sec == (long long)st->st_mtim.tv_sec &&
-           e->mtime_nsec == st->st_mtim.tv_nsec && e->ino == (unsigned long long)st->st_ino;
+    struct fld_file_stamp now = fld__file_stamp(st);
+    return fld__file_stamp_equal(&e->stamp, &now);
 }
 
 /* One line: version size mtime ino state what path. false when malformed. */
@@ -240,17 +231,17 @@ static bool parse_entry(char *line, struct cache_entry *e)
         return false;
     char *end;
     errno = 0;
-    e->size = strtoll(f[1], &end, 10);
-    if (errno || *end || e->size < 0)
+    e->stamp.size = strtoll(f[1], &end, 10);
+    if (errno || *end || e->stamp.size < 0)
         return false;
-    e->mtime_sec = strtoll(f[2], &end, 10);
+    e->stamp.mtime_sec = strtoll(f[2], &end, 10);
     if (errno || *end != '.')
         return false;
     long ns = strtol(end + 1, &end, 10);
     if (errno || *end || ns < 0 || ns > 999999999)
         return false;
-    e->mtime_nsec = ns;
-    e->ino = strtoull(f[3], &end, 10);
+    e->stamp.mtime_nsec = ns;
+    e->stamp.ino = strtoull(f[3], &end, 10);
     if (errno || *end)
         return false;
     if (!fld__probe_state_from_name(f[4], &e->state) || e->state == FLD_PROBE_ERROR)
@@ -291,7 +282,7 @@ static int open_cache_dir(bool create)
         return -2;
     }
     struct stat st;
-    if (fstat(dfd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022)) {
+    if (fstat(dfd, &st) != 0 || !fld__file_private(&st)) {
         snprintf(session.no_cache_why, sizeof session.no_cache_why,
                  "probe cache directory %s refused: owned by uid %u (this process runs as %u) "
                  "or writable by others (mode %04o)",
@@ -321,8 +312,8 @@ static void cache_read(struct cache *c, bool *damaged, bool *refused)
     }
     struct stat st;
     char *text = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-        (st.st_mode & 022) || st.st_size > (off_t)CACHE_MAX) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !fld__file_private(&st) ||
+        st.st_size > (off_t)CACHE_MAX) {
         fld__log(FLD_LOG_WARNING,
                  "probe cache: ignoring %s (not a regular file of uid %u, writable by others, or "
                  "larger than %u bytes); it will be replaced",
@@ -432,10 +423,10 @@ static void cache_write(void)
         if (stat(e->path, &st) != 0 || !same_file(e, &st) || strchr(e->path, '\n'))
             continue;
         char line[PATH_MAX + 1400], what[1100];
-        int n =
-            snprintf(line, sizeof line, "%s\t%lld\t%lld.%09ld\t%llu\t%s\t%s\t%s\n", e->version,
-                     e->size, e->mtime_sec, e->mtime_nsec, e->ino, fld__probe_state_name(e->state),
-                     fld__escape(what, sizeof what, e->what), e->path);
+        int n = snprintf(line, sizeof line, "%s\t%lld\t%lld.%09ld\t%llu\t%s\t%s\t%s\n", e->version,
+                         e->stamp.size, e->stamp.mtime_sec, e->stamp.mtime_nsec, e->stamp.ino,
+                         fld__probe_state_name(e->state), fld__escape(what, sizeof what, e->what),
+                         e->path);
         if (n > 0 && (size_t)n < sizeof line)
             ok = write_all(fd, line, (size_t)n);
     }
@@ -526,10 +517,7 @@ static bool gate(const char *path, const struct stat *st, char *why, size_t size
         struct cache_entry ne = {
             .path = strdup(path),
             .version = strdup(FLD_VERSION_STRING),
-            .size = (long long)st->st_size,
-            .mtime_sec = (long long)st->st_mtim.tv_sec,
-            .mtime_nsec = st->st_mtim.tv_nsec,
-            .ino = (unsigned long long)st->st_ino,
+            .stamp = fld__file_stamp(st),
             .state = r.state,
             .what = strdup(what),
         };

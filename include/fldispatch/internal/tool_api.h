@@ -1,9 +1,10 @@
 /*
  * What the fldispatch tool uses of the library beyond the public API: the
  * crash-isolating plugin probe of `fldispatch doctor` (core/probe.c),
- * discovery's list of candidate files and its file checks
- * (core/discovery.c), and the rows of the device table (core/devices.c),
- * from which the tool's and the Python extension's device names derive.
+ * discovery's list of candidate files (core/discovery.c), the host's file
+ * checks (core/plugin_file.c), and the rows of the device table
+ * (core/devices.c), from which the tool's and the Python extension's
+ * device names derive.
  *
  * Internal: not installed with the public headers, not part of the API or
  * the ABI, and free to change with any release. The tool, the Python
