@@ -7,8 +7,9 @@
 #   make uninstall       remove what install put there
 #   make clean           remove build/
 #   make format          apply .clang-format to every C file
-#   make lint            cppcheck over every C file (about 20 s on 2 cores) and no
-#                        include cycle in core/ (.ci/include-graph.py)
+#   make lint            cppcheck over every C file (about 20 s on 2 cores), no
+#                        include cycle in core/ (.ci/include-graph.py), no tracked
+#                        file that .gitignore ignores (a committed build output)
 #   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
 #   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
@@ -372,6 +373,9 @@ lint: $(B)/gen/fld_paths.h
 	  if [ -n "$$out" ]; then printf '%s\n' "$$out" >&2; exit 1; fi; exit $$st
 	$(Q)$(call fld_say,LINT,core include graph: no cycle)$(PYTHON) .ci/include-graph.py --max-cycle 1 >/dev/null \
 	  || { $(PYTHON) .ci/include-graph.py | sed -n '/cycle(s)/,$$p' >&2; exit 1; }
+	$(Q)$(call fld_say,LINT,no tracked file that .gitignore ignores)if [ -d .git ] || [ -f .git ]; then \
+	  bad=$$(git ls-files -ci --exclude-standard); if [ -n "$$bad" ]; then \
+	  printf 'tracked but ignored (a build output?): %s\n' $$bad >&2; exit 1; fi; fi
 
 -include python/python.mk
 
