@@ -40,6 +40,7 @@
 #define ORDER_FORM "a sequence of tokens or an \"a|b\" string"
 #define TOKENS     "flagos, vendor, vendor:NAME, reference, impl:ID"
 #define OP_CONFIG  "VLLM_FL_OP_CONFIG"
+#define ACTION_KEY "action"
 
 enum value_kind { VK_PREFER, VK_BOOL, VK_LIST, VK_ORDERS, VK_CUSTOM };
 
@@ -287,16 +288,13 @@ static int read_token_sequence(const char *label, const char *key, const char *o
         where(what, sizeof what, label, item, key);
         if ((rc = fld__parse_token(what, text, &tok)) != FLD_OK)
             goto fail;
-        rc = fld__order_append_token(&order, &tok);
-        if (rc == FLD_ECONFIG) {
-            rc = fld__fail(FLD_ECONFIG, "%s: token '%s' repeated in the order of op '%s'", what,
-                           text, op);
-            goto fail;
-        } else if (rc != FLD_OK) {
+        if (fld__order_append_token(&order, &tok) != FLD_OK) {
             rc = oom(label);
             goto fail;
         }
     }
+    if ((rc = fld__order_finish(where(what, sizeof what, label, n, key), op, &order)) != FLD_OK)
+        goto fail;
     if (!(order.op = strdup(op))) {
         rc = oom(label);
         goto fail;
@@ -475,9 +473,35 @@ fail:
     return rc;
 }
 
+/*
+ * vllm-plugin-FL's policy files may carry `action: NAME` (e.g. auto_tune), a
+ * directive for its tooling that its dispatch never reads. Accepted so that
+ * such a file loads unchanged, and ignored with a WARNING; any other unknown
+ * key stays an error. *seen_line: the line of an earlier `action` (0: none).
+ */
+static int read_action(const char *label, const struct fld_ynode *k, const struct fld_ynode *v,
+                       unsigned *seen_line)
+{
+    const char *text;
+    int rc;
+    if (*seen_line)
+        return fld__fail(FLD_ECONFIG, "%s:%u:%u: duplicate key '" ACTION_KEY "' (first at line %u)",
+                         label, k->line, k->column, *seen_line);
+    if ((rc = read_string(label, ACTION_KEY, v, "a name (vllm-plugin-FL tooling directive)",
+                          &text)) != FLD_OK)
+        return rc;
+    *seen_line = k->line;
+    fld__log(FLD_LOG_WARNING,
+             "%s:%u:%u: " ACTION_KEY ": '%s' is a directive for vllm-plugin-FL's tooling; "
+             "fldispatch ignores it",
+             label, k->line, k->column, text);
+    return FLD_OK;
+}
+
 static int read_layer(const char *label, const struct fld_ynode *root, struct layer *l)
 {
     char desc[256];
+    unsigned action_line = 0;
     int rc;
 
     memset(l, 0, sizeof *l);
@@ -504,6 +528,11 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
         for (size_t j = 0; j < N_YAML_KEYS && !key; j++)
             if (strcmp(k->text, yaml_keys[j].name) == 0)
                 key = &yaml_keys[j];
+        if (!key && strcmp(k->text, ACTION_KEY) == 0) {
+            if ((rc = read_action(label, k, v, &action_line)) != FLD_OK)
+                return rc;
+            continue;
+        }
         if (!key)
             return fld__fail(FLD_ECONFIG, "%s:%u:%u: unknown key '%s' (valid: " YAML_KEYS ")",
                              label, k->line, k->column, k->text);

@@ -485,32 +485,81 @@ int fld__parse_token(const char *what, const char *text, struct fld_token *out)
     return parse_token_span(what, NULL, trim(span_of(text)), out);
 }
 
-static bool token_eq(const struct fld_token *a, const struct fld_token *b)
-{
-    if (a->kind != b->kind)
-        return false;
-    if (!a->arg || !b->arg)
-        return a->arg == b->arg;
-    return strcmp(a->arg, b->arg) == 0;
-}
-
 int fld__order_append_token(struct fld_order *o, struct fld_token *tok)
 {
-    for (size_t i = 0; i < o->n; i++) {
-        if (token_eq(&o->tokens[i], tok)) {
+    if (o->n == o->cap) {
+        size_t next = grown_cap(o->cap, sizeof *o->tokens);
+        struct fld_token *grown = next ? realloc(o->tokens, next * sizeof *grown) : NULL;
+        if (!grown) {
             free(tok->arg);
             tok->arg = NULL;
-            return FLD_ECONFIG;
+            return FLD_ENOMEM;
         }
+        o->tokens = grown;
+        o->cap = next;
     }
-    struct fld_token *grown = realloc(o->tokens, (o->n + 1) * sizeof *grown);
-    if (!grown) {
-        free(tok->arg);
-        tok->arg = NULL;
-        return FLD_ENOMEM;
-    }
-    o->tokens = grown;
     o->tokens[o->n++] = *tok;
+    return FLD_OK;
+}
+
+/* A token and its place in the order, sorted to bring repeats together. */
+struct placed_token {
+    const struct fld_token *tok;
+    size_t at;
+};
+
+static int placed_token_cmp(const void *pa, const void *pb)
+{
+    const struct placed_token *a = pa, *b = pb;
+    if (a->tok->kind != b->tok->kind)
+        return a->tok->kind < b->tok->kind ? -1 : 1;
+    int c = strcmp(a->tok->arg ? a->tok->arg : "", b->tok->arg ? b->tok->arg : "");
+    if (c)
+        return c;
+    return a->at < b->at ? -1 : a->at > b->at;
+}
+
+int fld__order_finish(const char *what, const char *op, struct fld_order *o)
+{
+    char opbuf[160];
+    size_t n = o->n, kept = 0;
+    if (n < 2)
+        return FLD_OK;
+    struct placed_token *byval = malloc(n * sizeof *byval);
+    bool *repeat = calloc(n, sizeof *repeat);
+    if (!byval || !repeat) {
+        free(byval);
+        free(repeat);
+        return oom(what);
+    }
+    for (size_t i = 0; i < n; i++)
+        byval[i] = (struct placed_token){&o->tokens[i], i};
+    qsort(byval, n, sizeof *byval, placed_token_cmp);
+    /* Equal tokens are adjacent, the first occurrence first. */
+    for (size_t i = 1; i < n; i++) {
+        const struct fld_token *a = byval[i - 1].tok, *b = byval[i].tok;
+        if (a->kind == b->kind && strcmp(a->arg ? a->arg : "", b->arg ? b->arg : "") == 0)
+            repeat[byval[i].at] = true;
+    }
+    free(byval);
+    for (size_t i = 0; i < n; i++)
+        kept += !repeat[i];
+    if (kept > FLD_ORDER_MAX_TOKENS) {
+        free(repeat);
+        return fld__fail(FLD_ECONFIG,
+                         "%s: the order%s has %zu different tokens, more than the %d an order "
+                         "may have",
+                         what, for_op(op, opbuf, sizeof opbuf), kept, FLD_ORDER_MAX_TOKENS);
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (repeat[i])
+            free(o->tokens[i].arg);
+        else
+            o->tokens[w++] = o->tokens[i];
+    }
+    o->n = w;
+    free(repeat);
     return FLD_OK;
 }
 
@@ -525,6 +574,7 @@ void fld__order_free(struct fld_order *o)
     o->tokens = NULL;
     o->op = NULL;
     o->n = 0;
+    o->cap = 0;
     o->source[0] = '\0';
 }
 
@@ -558,17 +608,13 @@ static int parse_order_span(const char *what, const char *op, struct span text,
         rc = parse_token_span(what, op, item, &tok);
         if (rc != FLD_OK)
             goto fail;
-        rc = fld__order_append_token(&order, &tok);
-        if (rc == FLD_ECONFIG) {
-            rc = fld__fail(FLD_ECONFIG, "%s: token '%.*s' repeated in order '%.*s'%s", what,
-                           (int)item.n, item.s, (int)text.n, text.s,
-                           for_op(op, opbuf, sizeof opbuf));
-            goto fail;
-        } else if (rc != FLD_OK) {
+        if (fld__order_append_token(&order, &tok) != FLD_OK) {
             rc = oom(what);
             goto fail;
         }
     }
+    if ((rc = fld__order_finish(what, op, &order)) != FLD_OK)
+        goto fail;
     if (op) {
         order.op = strdup(op);
         if (!order.op) {
@@ -652,6 +698,7 @@ static int order_copy(struct fld_order *dst, const struct fld_order *src)
         tmp.tokens = calloc(src->n, sizeof *tmp.tokens);
         if (!tmp.tokens)
             goto fail;
+        tmp.cap = src->n;
         for (; tmp.n < src->n; tmp.n++) {
             tmp.tokens[tmp.n].kind = src->tokens[tmp.n].kind;
             if (src->tokens[tmp.n].arg && !(tmp.tokens[tmp.n].arg = strdup(src->tokens[tmp.n].arg)))

@@ -37,6 +37,7 @@ struct fld_token {
 struct fld_order {
     char *op;
     size_t n;
+    size_t cap; /* room in tokens (fld__order_append_token() grows it by doubling) */
     struct fld_token *tokens;
     /* Where this op's order came from: "VLLM_FL_OP_CONFIG", "VLLM_FL_PER_OP",
      * "/etc/x.yaml:12", "scoped override", ... (empty for the default orders). */
@@ -62,7 +63,18 @@ int fld__parse_prefer(const char *what, const char *value, int *out);
 int fld__parse_name_list(const char *what, const char *value, struct fld_strlist *out);
 /* One token. */
 int fld__parse_token(const char *what, const char *text, struct fld_token *out);
-/* "a|b|c" into a token list (no empty tokens, no repeats). */
+/*
+ * The most different tokens one order may hold. Every token of an order is
+ * tried against the op's candidates when a chain is built, and an op has at
+ * most 64 candidates per call, so a longer order can only be a generated
+ * mistake; past it an order is FLD_ECONFIG (repeats do not count: they are
+ * dropped first).
+ */
+#define FLD_ORDER_MAX_TOKENS 1024
+
+/* "a|b|c" into a token list: no empty tokens; a repeated token is dropped (it can select
+ * nothing the first one did not), then at most FLD_ORDER_MAX_TOKENS remain. Linear in the
+ * text, but for the sort that finds repeats. */
 int fld__parse_token_list(const char *what, const char *op, const char *text,
                           struct fld_order *out);
 /* "op1=a|b;op2=c" (trailing ';' allowed; empty fragment, missing '=', empty op, repeated op are
@@ -80,10 +92,19 @@ bool fld__strlist_has(const struct fld_strlist *l, const char *s);
 /* Adds the items of add to dst (dst becomes set). */
 int fld__strlist_merge(struct fld_strlist *dst, const struct fld_strlist *add);
 /*
- * Appends tok to o (taking its arg). FLD_ECONFIG, without a message, when o
- * already has that token; FLD_ENOMEM. On either error tok's arg is freed.
+ * Appends tok to o (taking its arg), growing o->tokens by doubling (o->cap).
+ * Repeats are not looked for here: fld__order_finish() drops them once the
+ * order is read. FLD_ENOMEM, with tok's arg freed.
  */
 int fld__order_append_token(struct fld_order *o, struct fld_token *tok);
+/*
+ * Completes an order read token by token: drops every repeated token (the
+ * first occurrence stays where it was; kinds compare exactly, vendor names
+ * are already lowercase, impl ids compare with case) in O(n log n), then
+ * FLD_ECONFIG naming what and op when more than FLD_ORDER_MAX_TOKENS
+ * different tokens remain; FLD_ENOMEM. On error o is unchanged.
+ */
+int fld__order_finish(const char *what, const char *op, struct fld_order *o);
 void fld__order_free(struct fld_order *o);
 void fld__orders_free(struct fld_orders *o);
 int fld__orders_copy(struct fld_orders *dst, const struct fld_orders *src);

@@ -375,28 +375,12 @@ int fld__policy_check(const struct fld_policy *p)
 /* What selection asks                                                      */
 /* ------------------------------------------------------------------------ */
 
-/*
- * vLLM names the plain-PyTorch variant of an op BASE_native; as in
- * vllm-plugin-FL, it follows BASE's per-op order unless it has its own.
- */
-static const struct fld_order *native_base_order(const struct fld_policy *p, const char *op)
-{
-    static const char suffix[] = "_native";
-    size_t n = strlen(op), k = sizeof suffix - 1;
-    char base[256];
-    if (n <= k || n - k >= sizeof base || strcmp(op + n - k, suffix) != 0)
-        return NULL;
-    memcpy(base, op, n - k);
-    base[n - k] = '\0';
-    return fld__orders_find(&p->per_op, base);
-}
-
 const struct fld_order *fld__policy_order_for(const struct fld_policy *p, const char *op,
                                               const char **source)
 {
+    /* Only the op's own order: as in vllm-plugin-FL, no op inherits another's
+     * (rms_norm_native does not follow rms_norm's). */
     const struct fld_order *o = fld__orders_find(&p->per_op, op);
-    if (!o && p->per_op.n)
-        o = native_base_order(p, op);
     if (o) {
         if (source)
             *source = o->source[0] ? o->source : p->source[FLD_PF_PER_OP];

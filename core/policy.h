@@ -107,8 +107,7 @@ int fld__policy_refuse_if_frozen(const char *what);
 /* Cross-field checks (white- and blacklist both set): FLD_ECONFIG naming both sources. */
 int fld__policy_check(const struct fld_policy *p);
 
-/* The order of an op: its per-op order, else (for an op named BASE_native
- * without one) BASE's per-op order, else the default order of prefer.
+/* The order of an op: its own per-op order, else the default order of prefer.
  * *source receives the field source ("VLLM_FL_PER_OP", "default", ...). */
 const struct fld_order *fld__policy_order_for(const struct fld_policy *p, const char *op,
                                               const char **source);

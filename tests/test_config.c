@@ -259,6 +259,12 @@ static const struct bad_yaml bad_yaml[] = {
     {"prefer: vendor\nprefered: flagos\n", ":2:1: ", {"unknown key 'prefered'", VALID_KEYS_START}},
     {"Prefer: vendor\n", ":1:1: ", {"unknown key 'Prefer'", VALID_KEYS_START}},
     {"per_op: x=vendor\n", ":1:1: ", {"unknown key 'per_op'", "op_backends, custom_ops"}},
+    /* vllm-plugin-FL's tooling directive: a name, once. */
+    {"action: [auto_tune]\n", ":1:9: ", {"action: expected a name", "not a sequence"}},
+    {"action: auto_tune\nprefer: vendor\naction: x\n",
+     ":3:1: ",
+     {"duplicate key 'action' (first at line 1)"}},
+    {"Action: auto_tune\n", ":1:1: ", {"unknown key 'Action'"}},
     /* booleans: YAML booleans only */
     {"strict: 'false'\n",
      ":1:9: ",
@@ -317,9 +323,6 @@ static const struct bad_yaml bad_yaml[] = {
      ":4:3: ",
      {"op_backends: duplicate key 'rms_norm' (first at line 2)"}},
     {"op_backends:\n  rms_norm: []\n", ":2:13: ", {"op_backends.rms_norm: empty order"}},
-    {"op_backends:\n  rms_norm: [vendor, reference, Vendor]\n",
-     ":2:33: ",
-     {"token 'Vendor' repeated in the order of op 'rms_norm'"}},
     {"op_backends:\n  rms norm: vendor\n", ":2:3: ", {"invalid op name 'rms norm'"}},
     {"op_backends:\n  rms_norm:\n",
      ":2:12: ",
@@ -450,6 +453,11 @@ static const struct good_yaml good_yaml[] = {
     {"op_backends: {rms_norm: \" vendor | reference \"}\n",
      "prefer=flagos;strict=0;per=rms_norm=vendor|reference"},
     {"op_backends: {}\n", DEFAULT_DESCRIPTION},
+    /* A repeated token is dropped: it selects nothing its first occurrence did not. */
+    {"op_backends:\n  rms_norm: [vendor, reference, Vendor, flagos, reference]\n",
+     "prefer=flagos;strict=0;per=rms_norm=vendor|reference|flagos"},
+    {"op_backends: {rms_norm: 'impl:a.b|vendor:X|impl:a.b|vendor:x'}\n",
+     "prefer=flagos;strict=0;per=rms_norm=impl:a.b|vendor:x"},
     {"custom_ops: [none, +rms_norm]\n", "prefer=flagos;strict=0;custom=none,+rms_norm"},
     {"custom_ops: 'none, +rms_norm, +silu_and_mul'\n",
      "prefer=flagos;strict=0;custom=none,+rms_norm,+silu_and_mul"},
@@ -832,6 +840,31 @@ START_TEST(test_config_env_overrides_everything)
              "VLLM_FL_STRICT, VLLM_FL_DENY_VENDORS, VLLM_FL_PER_OP, VLLM_FL_CUSTOM_OPS, "
              "VLLM_FL_OP_CONFIG\n",
              config);
+    ck_assert_msg(strstr(log_text, expected) != NULL, "expected '%s' in: %s", expected, log_text);
+    pthread_mutex_unlock(&log_mutex);
+}
+END_TEST
+
+/* A vllm-plugin-FL policy file with its tooling directive loads unchanged; the directive is
+ * named in one WARNING and changes nothing. */
+START_TEST(test_config_action_key_ignored)
+{
+    const char *config = write_file("upstream.yaml", "# Optional action for tooling\n"
+                                                     "action: auto_tune\n"
+                                                     "prefer: vendor\n"
+                                                     "op_backends:\n"
+                                                     "  rms_norm: [vendor, flagos]\n");
+    setenv("VLLM_FL_CONFIG", config, 1);
+    setenv("VLLM_FL_LOG_LEVEL", "WARNING", 1);
+    fld_log_set_callback(capture_log, NULL);
+    ck_assert_msg(fld_init() == FLD_OK, "%s", fld_last_error());
+    ck_assert_str_eq(describe(), "prefer=vendor;strict=0;per=rms_norm=vendor|flagos");
+    char expected[PATH_MAX + 128];
+    snprintf(expected, sizeof expected,
+             "%s:2:1: action: 'auto_tune' is a directive for vllm-plugin-FL's tooling; "
+             "fldispatch ignores it",
+             config);
+    pthread_mutex_lock(&log_mutex);
     ck_assert_msg(strstr(log_text, expected) != NULL, "expected '%s' in: %s", expected, log_text);
     pthread_mutex_unlock(&log_mutex);
 }
@@ -1489,6 +1522,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_op_config_valid);
     tcase_add_loop_test(tc, test_op_config_invalid, 0, N_OF(bad_op_configs));
     tcase_add_test(tc, test_config_env_overrides_everything);
+    tcase_add_test(tc, test_config_action_key_ignored);
     tcase_add_test(tc, test_config_env_no_warning_without_env);
     tcase_add_test(tc, test_config_env_errors);
     tcase_add_test(tc, test_config_env_blank_is_unset);

@@ -4,6 +4,9 @@
  * objects load in time (each used to be O(n^2): 20k ops took over a minute),
  * a repeated key is still reported at its second occurrence, an error before
  * the repeat still wins over it, and VLLM_FL_OP_CONFIG={} claims no source.
+ * One op's order of 200k tokens loads in time from each of its sources
+ * (finding repeated tokens was O(n^2): minutes), repeats dropped, and more
+ * different tokens than FLD_ORDER_MAX_TOKENS are refused just as fast.
  *
  * Every test forks (CK_FORK), so each starts with a fresh library; the
  * fixture clears the policy variables and points VLLM_FL_PLUGIN_DIR at an
@@ -38,6 +41,13 @@
 #else
 #define N_BIG 20000u
 #endif
+/* Tokens of one long order; FLD_ORDER_MAX_TOKENS (core/parse.h) is 1024. */
+#ifdef SANITIZED
+#define N_TOKENS 20000u
+#else
+#define N_TOKENS 200000u
+#endif
+#define MAX_ORDER_TOKENS 1024u
 /* Generous for a loaded CI machine: each load takes a few tens of milliseconds. */
 #define MAX_SECONDS 2.0
 
@@ -337,6 +347,144 @@ START_TEST(test_list_env_20k)
 END_TEST
 
 /* ------------------------------------------------------------------------ */
+/* One long order                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Token i of a long order over `distinct` different tokens: the three kinds, then impl ids. */
+static int long_order_token(char *buf, size_t size, unsigned i, unsigned distinct)
+{
+    static const char *const kinds[] = {"flagos", "vendor", "reference"};
+    unsigned k = i % distinct;
+    return k < 3 ? snprintf(buf, size, "%s", kinds[k]) : snprintf(buf, size, "impl:x.n%u", k);
+}
+
+/* "tok|tok|..." of n tokens over `distinct` different ones (malloc'd). */
+static char *long_order(unsigned n, unsigned distinct)
+{
+    size_t size = (size_t)n * 16 + 1, len = 0;
+    char *text = malloc(size);
+    ck_assert_ptr_nonnull(text);
+    text[0] = '\0';
+    for (unsigned i = 0; i < n; i++) {
+        if (i)
+            text[len++] = '|';
+        len += (size_t)long_order_token(text + len, size - len, i, distinct);
+    }
+    return text;
+}
+
+/* The order of rms_norm holds each of the `distinct` tokens once, in first-seen order. */
+static void assert_long_order_kept(unsigned distinct)
+{
+    struct fields fl = fields_of("op_backends.rms_norm");
+    ck_assert_uint_eq(count_char(fl.value, '|'), distinct - 1);
+    ck_assert_msg(strncmp(fl.value, "flagos|vendor|reference|impl:x.n3|impl:x.n4|", 44) == 0,
+                  "%.80s", fl.value);
+    char last[32];
+    snprintf(last, sizeof last, "|impl:x.n%u", distinct - 1);
+    size_t n = strlen(fl.value), k = strlen(last);
+    ck_assert_msg(n > k && strcmp(fl.value + n - k, last) == 0, "...%s", fl.value + n - 40);
+    free(fl.value);
+}
+
+START_TEST(test_long_order_yaml_sequence)
+{
+    FILE *f = open_file("order.yaml");
+    fputs("op_backends:\n  rms_norm:\n", f);
+    char tok[32];
+    for (unsigned i = 0; i < N_TOKENS; i++) {
+        long_order_token(tok, sizeof tok, i, MAX_ORDER_TOKENS);
+        fprintf(f, "    - %s\n", tok);
+    }
+    ck_assert_int_eq(fclose(f), 0);
+    setenv("VLLM_FL_CONFIG", file_path, 1);
+    ck_assert_msg(timed_init("op_backends sequence") == FLD_OK, "%s", fld_last_error());
+    assert_long_order_kept(MAX_ORDER_TOKENS);
+}
+END_TEST
+
+START_TEST(test_long_order_yaml_string)
+{
+    char *text = long_order(N_TOKENS, MAX_ORDER_TOKENS);
+    FILE *f = open_file("order.yaml");
+    fprintf(f, "op_backends:\n  rms_norm: '%s'\n", text);
+    ck_assert_int_eq(fclose(f), 0);
+    free(text);
+    setenv("VLLM_FL_CONFIG", file_path, 1);
+    ck_assert_msg(timed_init("op_backends string") == FLD_OK, "%s", fld_last_error());
+    assert_long_order_kept(MAX_ORDER_TOKENS);
+}
+END_TEST
+
+START_TEST(test_long_order_env_and_set)
+{
+    char *text = long_order(N_TOKENS, MAX_ORDER_TOKENS);
+    size_t n = strlen(text);
+    char *spec = malloc(n + 16);
+    ck_assert_ptr_nonnull(spec);
+    snprintf(spec, n + 16, "rms_norm=%s", text);
+    setenv("VLLM_FL_PER_OP", spec, 1);
+    ck_assert_msg(timed_init("VLLM_FL_PER_OP") == FLD_OK, "%s", fld_last_error());
+    assert_long_order_kept(MAX_ORDER_TOKENS);
+
+    /* fld_policy_set() and a scoped override take the same path. */
+    unsetenv("VLLM_FL_PER_OP");
+    ck_assert_int_eq(fld_policy_set("per_op", "rms_norm=vendor"), FLD_OK);
+    double t0 = now();
+    ck_assert_msg(fld_policy_set("per_op", spec) == FLD_OK, "%s", fld_last_error());
+    ck_assert_double_lt(now() - t0, MAX_SECONDS);
+    assert_long_order_kept(MAX_ORDER_TOKENS);
+    t0 = now();
+    ck_assert_msg(fld_policy_push_per_op(spec) == FLD_OK, "%s", fld_last_error());
+    ck_assert_double_lt(now() - t0, MAX_SECONDS);
+    assert_long_order_kept(MAX_ORDER_TOKENS);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    free(spec);
+    free(text);
+}
+END_TEST
+
+/* As many different tokens as an order may have, and one more. */
+START_TEST(test_order_token_limit)
+{
+    char *text = long_order(MAX_ORDER_TOKENS, MAX_ORDER_TOKENS);
+    ck_assert_msg(fld_init() == FLD_OK, "%s", fld_last_error());
+    size_t n = strlen(text);
+    char *spec = malloc(n + 32);
+    ck_assert_ptr_nonnull(spec);
+    snprintf(spec, n + 32, "rms_norm=%s", text);
+    ck_assert_msg(fld_policy_set("per_op", spec) == FLD_OK, "%s", fld_last_error());
+    assert_long_order_kept(MAX_ORDER_TOKENS);
+    snprintf(spec, n + 32, "rms_norm=%s|impl:x.more", text);
+    ck_assert_int_eq(fld_policy_set("per_op", spec), FLD_ECONFIG);
+    assert_error_has("per_op: the order for op 'rms_norm' has 1025 different tokens, more than "
+                     "the 1024 an order may have");
+    /* The policy in force is untouched. */
+    assert_long_order_kept(MAX_ORDER_TOKENS);
+    free(spec);
+    free(text);
+}
+END_TEST
+
+/* N_TOKENS different tokens: refused, as fast as a valid order loads. */
+START_TEST(test_order_too_many_tokens_fast)
+{
+    char *text = long_order(N_TOKENS, N_TOKENS);
+    FILE *f = open_file("order.yaml");
+    fprintf(f, "op_backends:\n  rms_norm: '%s'\n", text);
+    ck_assert_int_eq(fclose(f), 0);
+    free(text);
+    setenv("VLLM_FL_CONFIG", file_path, 1);
+    ck_assert_int_eq(timed_init("too many tokens"), FLD_ECONFIG);
+    char expected[300];
+    snprintf(expected, sizeof expected,
+             "%s:2:13: op_backends.rms_norm: the order for op 'rms_norm' has %u different tokens",
+             file_path, N_TOKENS);
+    assert_error_has(expected);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 /* Which error wins: the first in input order, as before                    */
 /* ------------------------------------------------------------------------ */
 
@@ -479,6 +627,17 @@ static Suite *scale_suite(void)
     tcase_add_test(tc, test_op_config_20k);
     tcase_add_test(tc, test_per_op_env_20k);
     tcase_add_test(tc, test_list_env_20k);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("long_order");
+    /* Bounds the run of a quadratic reading (minutes) as well as a slow sanitizer build. */
+    tcase_set_timeout(tc, 30);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_long_order_yaml_sequence);
+    tcase_add_test(tc, test_long_order_yaml_string);
+    tcase_add_test(tc, test_long_order_env_and_set);
+    tcase_add_test(tc, test_order_token_limit);
+    tcase_add_test(tc, test_order_too_many_tokens_fast);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
