@@ -2,8 +2,10 @@
  * Platform detection and the platform file search path (see platform.h).
  *
  * Steps, first decisive one wins:
- *   1. VLLM_FL_PLATFORM (cpu, cuda or nvidia, rocm, ascend), which the
- *      Python system only read when vLLM was missing; here it always wins.
+ *   1. VLLM_FL_PLATFORM (cpu, cuda or nvidia, rocm, ascend, or one of
+ *      vllm-plugin-FL's platforms without a device type here, see
+ *      foreign_platforms[]), which the Python system only read when vLLM was
+ *      missing; here it always wins.
  *   2. hwloc's PCI enumeration. Only the vendor and class of each function
  *      count: NVIDIA and AMD display (0x03xx) or processing-accelerator
  *      (0x12xx) functions, Huawei processing accelerators. Other functions of
@@ -63,6 +65,18 @@ static bool is_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+/*
+ * vllm-plugin-FL's platform names (its current_platform.vendor_name, each
+ * with a config/<name>.yaml there) for accelerators that have no device type
+ * here. Accepted so that a deployment's VLLM_FL_PLATFORM carries over: the
+ * platform is named, <name>.yaml is looked up in the platform file path as
+ * for any platform (none ships with fldispatch), and no device follows from
+ * it.
+ */
+static const char *const foreign_platforms[] = {"metax", "iluvatar", "musa", "hygon",
+                                                "gcu",   "ptg",      "sunrise", "thead"};
+#define FOREIGN_PLATFORMS_TEXT "metax, iluvatar, musa, hygon, gcu, ptg, sunrise, thead"
+
 /* 1 and the platform name for a valid value, 0 for a blank one, -1 otherwise. */
 static int parse_platform(const char *value, const char **name)
 {
@@ -79,6 +93,12 @@ static int parse_platform(const char *value, const char **name)
         if ((strlen(d->name) == n && strncasecmp(s, d->name, n) == 0) ||
             (d->alias && strlen(d->alias) == n && strncasecmp(s, d->alias, n) == 0)) {
             *name = d->platform;
+            return 1;
+        }
+    }
+    for (size_t i = 0; i < sizeof foreign_platforms / sizeof foreign_platforms[0]; i++) {
+        if (strlen(foreign_platforms[i]) == n && strncasecmp(s, foreign_platforms[i], n) == 0) {
+            *name = foreign_platforms[i];
             return 1;
         }
     }
@@ -362,8 +382,11 @@ int fld__platform_detect(struct fld_platform *out)
     const char *name = NULL;
     int parsed = env ? parse_platform(env, &name) : 0;
     if (parsed < 0)
-        return fld__fail(FLD_ECONFIG, "VLLM_FL_PLATFORM: invalid value '%s' (valid: %s)", env,
-                         fld__device_text(FLD_DEVICE_TEXT_WORDS));
+        return fld__fail(FLD_ECONFIG,
+                         "VLLM_FL_PLATFORM: invalid value '%s' (valid: %s; or one of "
+                         "vllm-plugin-FL's platforms without a device type here: "
+                         FOREIGN_PLATFORMS_TEXT ")",
+                         env, fld__device_text(FLD_DEVICE_TEXT_WORDS));
     if (parsed > 0) {
         snprintf(out->name, sizeof out->name, "%s", name);
         snprintf(out->detected_by, sizeof out->detected_by, "VLLM_FL_PLATFORM");

@@ -96,6 +96,33 @@ static const struct {
     {"ascend", "ascend"}, {" CUDA\t", "nvidia"}, {"NVidia", "nvidia"}, {"Ascend\n", "ascend"},
 };
 
+/* vllm-plugin-FL's platform names for accelerators with no device type here: named, their
+ * platform file looked up as any platform's (none ships), no device implied. */
+static const char *const env_foreign[] = {"metax", "iluvatar", "musa", "hygon",
+                                          "gcu",   "ptg",      "sunrise", " THead "};
+
+START_TEST(test_env_foreign_platform)
+{
+    setenv("VLLM_FL_PLATFORM", env_foreign[_i], 1);
+    use_topology("huawei_ascend910b.xml");
+    ck_assert_msg(fld_init() == FLD_OK, "%s", fld_last_error());
+    fld_platform_info info = platform_or_fail();
+    char want[32];
+    size_t k = 0;
+    for (const char *c = env_foreign[_i]; *c; c++)
+        if (*c != ' ')
+            want[k++] = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+    want[k] = '\0';
+    ck_assert_str_eq(info.name, want);
+    ck_assert_str_eq(info.detected_by, "VLLM_FL_PLATFORM");
+    ck_assert_str_eq(info.config_file, "");
+    /* The defaults: no platform file. */
+    char buf[256];
+    fld_policy_describe(buf, sizeof buf);
+    ck_assert_str_eq(buf, "prefer=flagos;strict=0");
+}
+END_TEST
+
 START_TEST(test_env_valid)
 {
     setenv("VLLM_FL_PLATFORM", env_valid[_i].value, 1);
@@ -118,7 +145,9 @@ START_TEST(test_env_invalid)
     ck_assert_int_eq(fld_init(), FLD_ECONFIG);
     char expected[256];
     snprintf(expected, sizeof expected,
-             "VLLM_FL_PLATFORM: invalid value '%s' (valid: cpu, cuda, nvidia, rocm, ascend)",
+             "VLLM_FL_PLATFORM: invalid value '%s' (valid: cpu, cuda, nvidia, rocm, ascend; or one "
+             "of vllm-plugin-FL's platforms without a device type here: metax, iluvatar, musa, "
+             "hygon, gcu, ptg, sunrise, thead)",
              value);
     ck_assert_msg(strstr(fld_last_error(), expected) != NULL, "'%s' not in last error: %s",
                   expected, fld_last_error());
@@ -574,6 +603,8 @@ static Suite *platform_suite(void)
     TCase *tc = tcase_create("env");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_loop_test(tc, test_env_valid, 0, (int)(sizeof env_valid / sizeof env_valid[0]));
+    tcase_add_loop_test(tc, test_env_foreign_platform, 0,
+                        (int)(sizeof env_foreign / sizeof env_foreign[0]));
     tcase_add_loop_test(tc, test_env_invalid, 0, (int)(sizeof env_invalid / sizeof env_invalid[0]));
     tcase_add_test(tc, test_env_blank_is_unset);
     suite_add_tcase(s, tc);

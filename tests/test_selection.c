@@ -791,6 +791,51 @@ START_TEST(failure_forgotten_after_policy_change)
 }
 END_TEST
 
+/*
+ * Failure memory and scoped overrides. A scope's calls run the chain of the scope's policy,
+ * with its own memory: a failure remembered under the global policy is tried again inside a
+ * scope; a failure inside a scope is remembered until that thread leaves a scope (its own or
+ * a nested one); the global memory is untouched by scopes (vllm-plugin-FL kept one failed
+ * set per manager across every policy).
+ */
+static int first_served(void)
+{
+    struct targs a;
+    ck_assert_int_eq(call_op("t_op", &a), FLD_OK);
+    return a.trace[0];
+}
+
+START_TEST(failure_memory_across_scopes)
+{
+    add_failing_fallback();
+    fail_once_then_remembered(); /* global: default.failing ran once and is remembered */
+    ck_assert_int_eq(fld_policy_push_strict(false), FLD_OK);
+    ck_assert_int_eq(first_served(), 0); /* tried again in the scope, fails again */
+    ck_assert_int_eq(atomic_load(&runs[0]), 2);
+    ck_assert_int_eq(first_served(), 1); /* remembered for the rest of the scope */
+    ck_assert_int_eq(atomic_load(&runs[0]), 2);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    ck_assert_int_eq(first_served(), 1); /* the global memory is still there */
+    ck_assert_int_eq(atomic_load(&runs[0]), 2);
+    ck_assert_int_eq(fld_policy_push_strict(false), FLD_OK);
+    ck_assert_int_eq(first_served(), 0); /* a new scope starts with no memory */
+    ck_assert_int_eq(atomic_load(&runs[0]), 3);
+    /* Nested: the inner scope does not inherit the outer one's memory. */
+    ck_assert_int_eq(fld_policy_push_preference("flagos"), FLD_OK);
+    ck_assert_int_eq(first_served(), 0);
+    ck_assert_int_eq(atomic_load(&runs[0]), 4);
+    /* Leaving a scope drops the thread's scoped chains, so the outer scope, too, starts
+     * over. */
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    ck_assert_int_eq(first_served(), 0);
+    ck_assert_int_eq(atomic_load(&runs[0]), 5);
+    ck_assert_int_eq(first_served(), 1);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    ck_assert_int_eq(first_served(), 1); /* the global memory outlives them all */
+    ck_assert_int_eq(atomic_load(&runs[0]), 5);
+}
+END_TEST
+
 START_TEST(failure_forgotten_after_policy_reset)
 {
     add_failing_fallback();
@@ -1677,6 +1722,7 @@ static Suite *selection_suite(void)
     tcase_add_test(tc, fallback_order_and_memory);
     tcase_add_test(tc, failure_memory_is_per_device_and_dtype);
     tcase_add_test(tc, failure_forgotten_after_policy_change);
+    tcase_add_test(tc, failure_memory_across_scopes);
     tcase_add_test(tc, failure_forgotten_after_policy_reset);
     tcase_add_test(tc, failure_forgotten_after_clear_failures);
     tcase_add_test(tc, clear_failures_of_one_op);
