@@ -196,9 +196,11 @@ static const struct env_case valid_env[] = {
      "prefer=flagos;strict=0;per=x=vendor:cuda|vendor:amd|vendor"},
     /* A repeated token selects nothing its first occurrence did not: dropped, as it has no
      * effect in vllm-plugin-FL either (case folded as the tokens are). */
-    {"VLLM_FL_PER_OP", "rms_norm=vendor|Reference|VENDOR|impl:a.b|reference|impl:a.b|vendor:X|vendor:x",
+    {"VLLM_FL_PER_OP",
+     "rms_norm=vendor|Reference|VENDOR|impl:a.b|reference|impl:a.b|vendor:X|vendor:x",
      "prefer=flagos;strict=0;per=rms_norm=vendor|reference|impl:a.b|vendor:x"},
-    {"VLLM_FL_PER_OP", "rms_norm=impl:a.B|impl:a.b", "prefer=flagos;strict=0;per=rms_norm=impl:a.B|impl:a.b"},
+    {"VLLM_FL_PER_OP", "rms_norm=impl:a.B|impl:a.b",
+     "prefer=flagos;strict=0;per=rms_norm=impl:a.B|impl:a.b"},
     {"VLLM_FL_PER_OP", "", DEFAULT_DESCRIPTION},
     {"VLLM_FL_CUSTOM_OPS", "none,+rms_norm", "prefer=flagos;strict=0;custom=none,+rms_norm"},
     {"VLLM_FL_CUSTOM_OPS", " -silu_and_mul , All ",
