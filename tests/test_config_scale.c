@@ -444,6 +444,19 @@ START_TEST(test_long_order_env_and_set)
 }
 END_TEST
 
+START_TEST(test_long_order_op_config)
+{
+    char *text = long_order(N_TOKENS, MAX_ORDER_TOKENS);
+    FILE *f = open_file("ops.json");
+    fprintf(f, "{\"rms_norm\": \"%s\"}\n", text);
+    ck_assert_int_eq(fclose(f), 0);
+    free(text);
+    setenv("VLLM_FL_OP_CONFIG", file_path, 1);
+    ck_assert_msg(timed_init("VLLM_FL_OP_CONFIG") == FLD_OK, "%s", fld_last_error());
+    assert_long_order_kept(MAX_ORDER_TOKENS);
+}
+END_TEST
+
 /* As many different tokens as an order may have, and one more. */
 START_TEST(test_order_token_limit)
 {
@@ -636,6 +649,7 @@ static Suite *scale_suite(void)
     tcase_add_test(tc, test_long_order_yaml_sequence);
     tcase_add_test(tc, test_long_order_yaml_string);
     tcase_add_test(tc, test_long_order_env_and_set);
+    tcase_add_test(tc, test_long_order_op_config);
     tcase_add_test(tc, test_order_token_limit);
     tcase_add_test(tc, test_order_too_many_tokens_fast);
     suite_add_tcase(s, tc);
