@@ -404,6 +404,60 @@ START_TEST(list_strict)
 }
 END_TEST
 
+/*
+ * Names from outside (a directory in VLLM_FL_PLUGIN_DIR, plugin file names)
+ * holding terminal escape sequences and a newline: printed escaped, as the
+ * library's messages are, never as raw control bytes.
+ */
+static const char *hostile_plugin_dir(void)
+{
+    static char dir[4096];
+    tt_make_subdir(dir, tt_make_tmpdir("cli-escape"), "\033]0;pwned\a\033[2J", 0755);
+    char good[4200], to[4300];
+    tt_install_fixture(good, dir, "plugins", "good");
+    snprintf(to, sizeof to, "%s/fld-a\nb.so", dir);
+    ck_assert_int_eq(rename(good, to), 0);
+    tt_install_fixture(good, dir, "plugins", "bad_magic");
+    snprintf(to, sizeof to, "%s/fld-x\033[31my.so", dir);
+    ck_assert_int_eq(rename(good, to), 0);
+    return dir;
+}
+
+static void assert_no_control_bytes(const char *what, const char *text)
+{
+    for (const char *p = text; *p; p++)
+        ck_assert_msg((unsigned char)*p >= 0x20 || *p == '\n',
+                      "%s printed the raw byte 0x%02x:\n" CLIP, what, (unsigned char)*p, text);
+}
+
+START_TEST(outside_text_is_escaped)
+{
+    char env[4200];
+    snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s", hostile_plugin_dir());
+    static const char *const commands[][3] = {
+        {"list", NULL, NULL}, {"list", "--verbose", NULL}, {"config", NULL, NULL}};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        struct tool_run r;
+        tool_run(&r, ENV(env), ARGS(commands[i][0], commands[i][1], commands[i][2]));
+        assert_status(r, 0);
+        assert_no_control_bytes(commands[i][0], r.out);
+        ck_assert_msg(strstr(r.out, "\\x1b]0;pwned\\x07\\x1b[2J"),
+                      "the directory is not shown escaped:\n" CLIP, r.out);
+        tool_run_free(&r);
+    }
+    struct tool_run r;
+    /* The summary: the rejected file's name (its name column) on one row. */
+    tool_run(&r, ENV(env), ARGS("list"));
+    ck_assert_msg(line_with(r.out, "fld-x\\x1b[31my.so", "rejected"), CLIP, r.out);
+    tool_run_free(&r);
+    /* --verbose: each file on its own row, the newline as \x0a. */
+    tool_run(&r, ENV(env), ARGS("list", "--verbose"));
+    ck_assert_msg(line_with(r.out, "good", "loaded", "/fld-a\\x0ab.so"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "rejected", "/fld-x\\x1b[31my.so"), CLIP, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(bad_environment_is_config_error)
 {
     struct tool_run r;
@@ -1148,6 +1202,7 @@ static Suite *cli_suite(void)
     tcase_add_test(list, list_template_enabled);
     tcase_add_test(list, list_json);
     tcase_add_test(list, list_strict);
+    tcase_add_test(list, outside_text_is_escaped);
     tcase_add_test(list, bad_environment_is_config_error);
     suite_add_tcase(s, list);
 

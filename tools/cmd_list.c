@@ -148,7 +148,7 @@ struct summary {
 static int measure_name(const fld_plugin_info *p, void *user)
 {
     struct summary *s = user;
-    int len = (int)strlen(p->name);
+    int len = (int)strlen(cli_text(p->name));
     if (len > s->name_width)
         s->name_width = len < MAX_NAME_WIDTH ? len : MAX_NAME_WIDTH;
     return 0;
@@ -191,11 +191,11 @@ static int print_plugin_summary(const fld_plugin_info *p, void *user)
     if (p->status == FLD_PLUGIN_LOADED || p->status == FLD_PLUGIN_UNAVAILABLE)
         snprintf(impls, sizeof impls, "%zu/%zu", available, registered);
     if (p->reason && *p->reason)
-        short_reason(p->reason, reason, sizeof reason);
+        short_reason(cli_text(p->reason), reason, sizeof reason);
     s->rejected += p->status == FLD_PLUGIN_REJECTED;
-    printf("%-*s %-9s %-11s %-11s %6s  %s\n", s->name_width, p->name,
-           *p->version ? p->version : "-", origin(p), cli_plugin_status_name(p->status), impls,
-           reason);
+    printf("%-*s %-9s %-11s %-11s %6s  %s\n", s->name_width, cli_text(p->name),
+           *p->version ? cli_text(p->version) : "-", origin(p), cli_plugin_status_name(p->status),
+           impls, reason);
     return 0;
 }
 
@@ -213,7 +213,7 @@ static int list_summary(size_t *rejected)
         counts_free(&c);
         return CLI_EXIT_CHECK_FAILED;
     }
-    printf("Plugin search path: %s\n\n", fld_plugin_path());
+    printf("Plugin search path: %s\n\n", cli_text(fld_plugin_path()));
     printf("%-*s %-9s %-11s %-11s %6s  %s\n", s.name_width, "PLUGIN", "VERSION", "ORIGIN", "STATUS",
            "IMPLS", "REASON");
     rc = fld_foreach_plugin(print_plugin_summary, &s);
@@ -238,12 +238,13 @@ static int print_plugin_text(const fld_plugin_info *p, void *user)
     *rejected += p->status == FLD_PLUGIN_REJECTED;
     char abi[24];
     snprintf(abi, sizeof abi, "%u.%u", p->abi_major, p->abi_minor);
-    printf("  %-12s %-9s %-5s %-12s %-12s %5zu  %s\n", p->name, *p->version ? p->version : "-", abi,
-           origin(p), cli_plugin_status_name(p->status), p->n_impls, p->path);
+    printf("  %-12s %-9s %-5s %-12s %-12s %5zu  %s\n", cli_text(p->name),
+           *p->version ? cli_text(p->version) : "-", abi, origin(p),
+           cli_plugin_status_name(p->status), p->n_impls, cli_text(p->path));
     if (p->reason && *p->reason)
-        printf("  %-12s reason: %s\n", "", p->reason);
+        printf("  %-12s reason: %s\n", "", cli_text(p->reason));
     if (p->detail && *p->detail)
-        printf("  %-12s detail: %s\n", "", p->detail);
+        printf("  %-12s detail: %s\n", "", cli_text(p->detail));
     if (p->hook_devices) {
         char devices[64];
         printf("  %-12s device memory: %s\n", "",
@@ -257,18 +258,18 @@ static int print_impl_text(const fld_impl_info *m, void *user)
     (void)user;
     char devices[64], dtypes[64];
     bool why = !m->available && m->unavailable_reason && *m->unavailable_reason;
-    printf("  %-18s %-18s %-9s %-8s %4d  %-20s %-13s %-10s %s%s%s\n", m->op, m->impl_id, m->kind,
-           m->vendor ? m->vendor : "-", m->priority,
-           cli_devices_text(m->devices, devices, sizeof devices),
-           cli_dtypes_text(m->dtypes, dtypes, sizeof dtypes), m->plugin,
+    printf("  %-18s %-18s %-9s %-8s %4d  %-20s %-13s %-10s %s%s%s\n", cli_text(m->op),
+           cli_text(m->impl_id), cli_text(m->kind), m->vendor ? cli_text(m->vendor) : "-",
+           m->priority, cli_devices_text(m->devices, devices, sizeof devices),
+           cli_dtypes_text(m->dtypes, dtypes, sizeof dtypes), cli_text(m->plugin),
            m->available ? "available" : "unavailable", why ? ": " : "",
-           why ? m->unavailable_reason : "");
+           why ? cli_text(m->unavailable_reason) : "");
     return 0;
 }
 
 static int list_verbose(size_t *rejected)
 {
-    printf("Plugin search path: %s\n\n", fld_plugin_path());
+    printf("Plugin search path: %s\n\n", cli_text(fld_plugin_path()));
     printf("Plugins:\n");
     printf("  %-12s %-9s %-5s %-12s %-12s %5s  %s\n", "NAME", "VERSION", "ABI", "ORIGIN", "STATUS",
            "IMPLS", "PATH");
