@@ -309,6 +309,17 @@ deps:
 
 # The example plugins are not installed into $(PLUGINDIR): their sources go
 # under $(EXAMPLEDIR)/<name>/.
+#
+# A program built with `cc app.c $(pkg-config --cflags --libs fldispatch)`
+# must start without LD_LIBRARY_PATH. The dynamic loader searches its default
+# directories (below) and the directories of its cache (/etc/ld.so.conf, which
+# names /usr/local/lib on Debian): for any LIBDIR but the default ones,
+# fldispatch.pc's Libs carries a run path to it. An install as root with no
+# DESTDIR into a directory of the loader's (the default prefix, /usr/local, on
+# Debian) then runs ldconfig, so that the cache knows the new library at once.
+FLD_LOADER_DIRS := /lib /usr/lib /lib64 /usr/lib64 \
+  $(foreach m,$(shell $(CC) -print-multiarch 2>/dev/null),/lib/$(m) /usr/lib/$(m))
+FLD_PC_RPATH = $(if $(filter $(FLD_LOADER_DIRS),$(patsubst %/,%,$(LIBDIR))),,-Wl$(fld_comma)-rpath$(fld_comma)$${libdir} )
 install: all
 	@echo '  INSTALL $(DESTDIR)$(PREFIX)'
 	$(Q)install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(BINDIR) \
@@ -326,8 +337,12 @@ install: all
 	  install -m 0644 $$(ls plugins/$$p/*.c plugins/$$p/*.h plugins/$$p/*.md 2>/dev/null) \
 	    $(DESTDIR)$(EXAMPLEDIR)/$$p/ || exit 1; done
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@PLUGINDIR@|$(PLUGINDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@PLUGINDIR@|$(PLUGINDIR)|' -e 's|@RPATH@|$(FLD_PC_RPATH)|' \
 	    fldispatch.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/fldispatch.pc
+	$(Q)if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null 2>&1 && \
+	  { [ -z '$(FLD_PC_RPATH)' ] || cat /etc/ld.so.conf /etc/ld.so.conf.d/*.conf 2>/dev/null | \
+	    grep -qx '$(patsubst %/,%,$(LIBDIR))/*'; }; then \
+	  ldconfig || echo 'fldispatch: ldconfig failed: run it before starting a program linked with -lfldispatch' >&2; fi
 
 uninstall:
 	@echo '  UNINSTALL $(DESTDIR)$(PREFIX)'
