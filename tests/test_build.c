@@ -13,7 +13,9 @@
  *            README's C program, built with its pkg-config line against a
  *            fresh prefix, starts without LD_LIBRARY_PATH
  *   runner   tests load the build tree's library whatever LD_LIBRARY_PATH
- *            says; a program's log is printed only when it fails
+ *            says; a program's log is printed only when it fails; several
+ *            suites of one program are labelled; the closing line counts
+ *            the Python tests
  *   deps     a missing package set stops make with one apt-get line; the
  *            README lists every set
  *
@@ -554,6 +556,65 @@ START_TEST(test_log_only_on_failure)
 }
 END_TEST
 
+/*
+ * A program that runs several suites (test_kernels: one per instruction
+ * set) gets one labelled line per suite; the Python tests' pytest summary
+ * (python/python.mk's log) is printed and counted, so the closing line is
+ * the whole run's, also when no C program ran (TESTS=python).
+ */
+START_TEST(test_summary_labels_suites_and_counts_python)
+{
+    const char *tmp = tmpdir();
+    char prog[PATH_MAX], pylog[PATH_MAX], status[PATH_MAX + 8], log[PATH_MAX];
+    snprintf(prog, sizeof prog, "%s/prog_isa", tmp);
+    write_file(prog, 0755,
+               "#!/bin/sh\n"
+               "echo 'Running suite(s): kernels'\n"
+               "echo '100%: Checks: 5, Failures: 0, Errors: 0'\n"
+               "echo 'Running suite(s): isa avx2'\n"
+               "echo '100%: Checks: 3, Failures: 0, Errors: 0'\n");
+    snprintf(pylog, sizeof pylog, "%s/python.log", tmp);
+    write_file(pylog, 0644, "....s\n=========== 12 passed, 1 skipped in 4.20s ===========\n");
+    snprintf(status, sizeof status, "%s.status", pylog);
+    write_file(status, 0644, "0\n");
+    snprintf(log, sizeof log, "%s/runner.log", tmp);
+    int st = tt_sh_status(log,
+                          "env -u FLD_TEST_WRAPPER FLD_TEST_LOGDIR='%s/logs' FLD_PYTHON_LOG='%s' "
+                          "sh '%s/tests/run.sh' '%s' >'%s/out'",
+                          tmp, pylog, tt_src_dir(), prog, tmp);
+    char *out = read_text(tmp, "out");
+    ck_assert_msg(st == 0, CLIP, out);
+    ck_assert_msg(strstr(out, "prog_isa [kernels]: 100%: Checks: 5,") &&
+                      strstr(out, "prog_isa [isa avx2]: 100%: Checks: 3,"),
+                  "the suites' lines are not labelled:\n" CLIP, out);
+    ck_assert_msg(strstr(out, "python/tests: 12 passed, 1 skipped in 4.20s\n"), CLIP, out);
+    ck_assert_msg(strstr(out, "\n20 passed, 0 failed\n"), CLIP, out);
+    free(out);
+
+    /* The Python tests alone: their count closes the run, not "0 passed". */
+    st = tt_sh_status(log,
+                      "env -u FLD_TEST_WRAPPER FLD_TEST_LOGDIR='%s/logs' FLD_PYTHON_LOG='%s' "
+                      "sh '%s/tests/run.sh' >'%s/out'",
+                      tmp, pylog, tt_src_dir(), tmp);
+    out = read_text(tmp, "out");
+    ck_assert_msg(st == 0 && strstr(out, "\n12 passed, 0 failed\n"), CLIP, out);
+    free(out);
+
+    /* A Python failure fails the run, and is counted. */
+    write_file(pylog, 0644, "..F\n== 1 failed, 11 passed in 4.20s ==\n");
+    write_file(status, 0644, "1\n");
+    st = tt_sh_status(log,
+                      "env -u FLD_TEST_WRAPPER FLD_TEST_LOGDIR='%s/logs' FLD_PYTHON_LOG='%s' "
+                      "sh '%s/tests/run.sh' '%s' >'%s/out'",
+                      tmp, pylog, tt_src_dir(), prog, tmp);
+    out = read_text(tmp, "out");
+    ck_assert_msg(st != 0 && strstr(out, "failing test programs: python/tests\n") &&
+                      strstr(out, "\n19 passed, 1 failed\n"),
+                  CLIP, out);
+    free(out);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* deps                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -662,6 +723,7 @@ static Suite *build_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_build_library_first);
     tcase_add_test(tc, test_log_only_on_failure);
+    tcase_add_test(tc, test_summary_labels_suites_and_counts_python);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("deps");

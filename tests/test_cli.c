@@ -458,6 +458,35 @@ START_TEST(outside_text_is_escaped)
 }
 END_TEST
 
+/* A bad VLLM_FL_CPU_* value rejects the cpu plugin: every op falls to
+ * reference.c. list says so where its summary ends; under the strict policy
+ * it is a configuration error, as a bad core VLLM_FL_* variable is. */
+START_TEST(rejected_cpu_plugin_is_reported)
+{
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_CPU_THREADS=abc"), ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "1 plugin(s) rejected", "not used"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "Rejected: cpu: ", "VLLM_FL_CPU_THREADS='abc'"), CLIP, r.out);
+    tool_run_free(&r);
+
+    static const char *const commands[][2] = {{"list", NULL}, {"resolve", "rms_norm"}};
+    for (size_t i = 0; i < 2; i++) {
+        tool_run(&r, ENV("VLLM_FL_CPU_THREADS=abc", "VLLM_FL_STRICT=1"),
+                 ARGS(commands[i][0], commands[i][1]));
+        assert_status(r, 2);
+        ck_assert_msg(line_with(r.err, "plugin 'cpu'", "rejected", "VLLM_FL_CPU_THREADS='abc'"),
+                      CLIP, r.err);
+        ck_assert_msg(line_with(r.err, "strict"), CLIP, r.err);
+        tool_run_free(&r);
+    }
+    /* Nothing rejected: strict changes nothing. */
+    tool_run(&r, ENV("VLLM_FL_STRICT=1"), ARGS("resolve", "rms_norm"));
+    assert_status(r, 0);
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(bad_environment_is_config_error)
 {
     struct tool_run r;
@@ -1203,6 +1232,7 @@ static Suite *cli_suite(void)
     tcase_add_test(list, list_json);
     tcase_add_test(list, list_strict);
     tcase_add_test(list, outside_text_is_escaped);
+    tcase_add_test(list, rejected_cpu_plugin_is_reported);
     tcase_add_test(list, bad_environment_is_config_error);
     suite_add_tcase(s, list);
 

@@ -142,6 +142,15 @@ struct summary {
     int name_width; /* the longest name, within limits */
 };
 
+/* The closing line's note of a rejected plugin: its name and whole reason. */
+static int print_rejected_note(const fld_plugin_info *p, void *user)
+{
+    (void)user;
+    if (p->status == FLD_PLUGIN_REJECTED)
+        printf("Rejected: %s: %s\n", cli_text(p->name), p->reason ? cli_text(p->reason) : "");
+    return 0;
+}
+
 #define MIN_NAME_WIDTH 14
 #define MAX_NAME_WIDTH 28
 
@@ -221,10 +230,18 @@ static int list_summary(size_t *rejected)
         counts_free(&c);
         return CLI_EXIT_CHECK_FAILED;
     }
-    printf("\n%zu op(s), %zu implementation(s), %zu available here. IMPLS: available/registered.\n"
-           "'fldispatch list --verbose' shows each implementation, 'fldispatch resolve OP'\n"
-           "which one a call uses.\n",
+    printf("\n%zu op(s), %zu implementation(s), %zu available here. IMPLS: available/registered.\n",
            c.ops, c.impls, c.available);
+    /* A rejected plugin's ops run on the others (a bad VLLM_FL_CPU_* value
+     * leaves every op to reference.c): said where the summary ends. */
+    if (s.rejected) {
+        printf("%zu plugin(s) rejected: their implementations are not used, their ops run on "
+               "the others.\n",
+               s.rejected);
+        fld_foreach_plugin(print_rejected_note, NULL);
+    }
+    printf("'fldispatch list --verbose' shows each implementation, 'fldispatch resolve OP'\n"
+           "which one a call uses.\n");
     *rejected = s.rejected;
     counts_free(&c);
     return CLI_EXIT_OK;

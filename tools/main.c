@@ -6,6 +6,7 @@
  * cli.h.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -81,14 +82,48 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
+static int find_strict(const fld_config_field *f, void *user)
+{
+    if (strcmp(f->key, "strict") != 0)
+        return 0;
+    *(bool *)user = strcmp(f->value, "true") == 0;
+    return 1;
+}
+
+static int report_rejected(const fld_plugin_info *p, void *user)
+{
+    if (p->status != FLD_PLUGIN_REJECTED)
+        return 0;
+    fprintf(stderr, "fldispatch: plugin '%s' (%s) rejected: %s\n", cli_text(p->name),
+            cli_text(p->path), p->reason ? cli_text(p->reason) : "");
+    ++*(int *)user;
+    return 0;
+}
+
 int cli_init(void)
 {
     int rc = fld_init();
-    if (rc == FLD_OK)
-        return CLI_EXIT_OK;
-    const char *detail = fld_last_error();
-    fprintf(stderr, "fldispatch: %s\n", *detail ? detail : fld_strerror(rc));
-    return CLI_EXIT_USAGE;
+    if (rc != FLD_OK) {
+        const char *detail = fld_last_error();
+        fprintf(stderr, "fldispatch: %s\n", *detail ? detail : fld_strerror(rc));
+        return CLI_EXIT_USAGE;
+    }
+    /* A rejected plugin leaves its ops to the others (a bad VLLM_FL_CPU_*
+     * value: every op on reference.c). Strict means no such silent
+     * fallback: a configuration error, as a bad core variable is. */
+    bool strict = false;
+    fld_foreach_config_field(find_strict, &strict);
+    int rejected = 0;
+    if (strict)
+        fld_foreach_plugin(report_rejected, &rejected);
+    if (rejected) {
+        fprintf(stderr,
+                "fldispatch: %d plugin(s) rejected under the strict policy (VLLM_FL_STRICT=1 or "
+                "strict: true), which allows no fallback: fix them, or turn strict off\n",
+                rejected);
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
 }
 
 bool cli_is_help(const char *arg)
