@@ -18,8 +18,8 @@
 #   make fuzz, fuzz-smoke, fuzz-run   the libFuzzer targets (tests/fuzz/fuzz.mk)
 #   make check-fresh     as root: the README's two commands in a minimal Debian
 #                        bookworm root built by debootstrap (.ci/check-fresh.sh;
-#                        5 min on 2 cores with the root cached, up to 9 under
-#                        load; building the root adds 1.5 min)
+#                        5-12 min on 2 cores with the root cached, quiet to
+#                        loaded; up to 25 when it builds the root)
 #   make deps [SETS="build test"]     check (as root: install) Debian package sets
 #
 # Output is one short line per step (CC core/api.c); V=1 prints the commands.
@@ -298,8 +298,9 @@ run: all
 # debootstrap, and runs there `make run` and `make check` as root on a clean
 # `git archive HEAD`, then `make` as an unprivileged user in a second pristine
 # copy, which must stop with one apt-get line. .ci/check-fresh.sh says more.
-# Cost on 2 cores: 5 min with the root cached (9 under heavy load), 1.5 min
-# more when debootstrap builds the root (first run, or every 30 days).
+# Cost on 2 cores: 5-12 min with the root cached (quiet to heavily loaded; a
+# loaded run took 11.5), up to 25 when debootstrap builds the root (first run,
+# or every 30 days; 1.5 min more on a quiet machine).
 check-fresh:
 	@sh .ci/check-fresh.sh
 
