@@ -77,8 +77,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     /* After a question ("did you mean 'x'?") the hint goes in parentheses. */
     bool question = len > 0 && message[len - 1] == '?';
     fprintf(stderr, "fldispatch%s%s: %s%stry 'fldispatch %s%s--help'%s\n", cmd ? " " : "",
-            cmd ? cmd : "", message, question ? " (" : "; ", cmd ? cmd : "", cmd ? " " : "",
-            question ? ")" : "");
+            cmd ? cmd : "", cli_text(message), question ? " (" : "; ", cmd ? cmd : "",
+            cmd ? " " : "", question ? ")" : "");
     return CLI_EXIT_USAGE;
 }
 
