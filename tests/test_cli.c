@@ -487,6 +487,31 @@ START_TEST(rejected_cpu_plugin_is_reported)
 }
 END_TEST
 
+/* A later directory of the search path holding the same plugins (a build
+ * tree beside an installation): no warning, one row per plugin, a count. */
+START_TEST(list_duplicates_counted_not_warned)
+{
+    char first[4096], second[4096], env[8300];
+    tt_make_subdir(first, tt_make_tmpdir("cli-dup"), "plugins", 0755);
+    tt_make_subdir(second, tt_make_tmpdir("cli-dup"), "plugins", 0755);
+    tt_install_fixture(NULL, first, "plugins", "good");
+    tt_install_fixture(NULL, second, "plugins", "good");
+    snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s:%s", first, second);
+    struct tool_run r;
+    tool_run(&r, ENV(env), ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_msg(!strstr(r.err, "WARNING") && !strstr(r.err, "duplicate"), CLIP, r.err);
+    ck_assert_int_eq(tool_count_of(r.out, "\ngood "), 1);
+    ck_assert_msg(line_with(r.out, "1 plugin file(s) skipped", "earlier in the search path"), CLIP,
+                  r.out);
+    tool_run_free(&r);
+    tool_run(&r, ENV(env), ARGS("list", "--verbose"));
+    ck_assert_msg(line_with(r.out, "skipped", second), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "reason: duplicate of ", first), CLIP, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(bad_environment_is_config_error)
 {
     struct tool_run r;
@@ -1233,6 +1258,7 @@ static Suite *cli_suite(void)
     tcase_add_test(list, list_strict);
     tcase_add_test(list, outside_text_is_escaped);
     tcase_add_test(list, rejected_cpu_plugin_is_reported);
+    tcase_add_test(list, list_duplicates_counted_not_warned);
     tcase_add_test(list, bad_environment_is_config_error);
     suite_add_tcase(s, list);
 

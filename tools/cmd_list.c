@@ -139,8 +139,18 @@ static const char *origin(const fld_plugin_info *p)
 struct summary {
     const struct counts *counts;
     size_t rejected;
-    int name_width; /* the longest name, within limits */
+    size_t duplicates; /* files skipped as duplicates: counted, not listed */
+    int name_width;    /* the longest name, within limits */
 };
+
+/* A file skipped because one of the same name came earlier in the search
+ * path: a build tree or a wheel beside an installation finds every plugin
+ * twice. The summary counts them; --verbose and --json list them. */
+static bool is_duplicate(const fld_plugin_info *p)
+{
+    return p->status == FLD_PLUGIN_SKIPPED && p->reason &&
+           strncmp(p->reason, "duplicate of ", 13) == 0;
+}
 
 /* The closing line's note of a rejected plugin: its name and whole reason. */
 static int print_rejected_note(const fld_plugin_info *p, void *user)
@@ -157,6 +167,8 @@ static int print_rejected_note(const fld_plugin_info *p, void *user)
 static int measure_name(const fld_plugin_info *p, void *user)
 {
     struct summary *s = user;
+    if (is_duplicate(p))
+        return 0;
     int len = (int)strlen(cli_text(p->name));
     if (len > s->name_width)
         s->name_width = len < MAX_NAME_WIDTH ? len : MAX_NAME_WIDTH;
@@ -188,6 +200,10 @@ static const char *short_reason(const char *reason, char *buf, size_t size)
 static int print_plugin_summary(const fld_plugin_info *p, void *user)
 {
     struct summary *s = user;
+    if (is_duplicate(p)) {
+        s->duplicates++;
+        return 0;
+    }
     size_t registered = 0, available = 0;
     for (size_t i = 0; i < s->counts->n; i++) {
         if (strcmp(s->counts->items[i].plugin, p->name) == 0 && p->status != FLD_PLUGIN_REJECTED &&
@@ -216,7 +232,7 @@ static int list_summary(size_t *rejected)
         counts_free(&c);
         return CLI_EXIT_CHECK_FAILED;
     }
-    struct summary s = {&c, 0, MIN_NAME_WIDTH};
+    struct summary s = {&c, 0, 0, MIN_NAME_WIDTH};
     rc = fld_foreach_plugin(measure_name, &s);
     if (walk_failed(rc, false)) {
         counts_free(&c);
@@ -232,6 +248,10 @@ static int list_summary(size_t *rejected)
     }
     printf("\n%zu op(s), %zu implementation(s), %zu available here. IMPLS: available/registered.\n",
            c.ops, c.impls, c.available);
+    if (s.duplicates)
+        printf("%zu plugin file(s) skipped: the same file name comes earlier in the search path "
+               "(--verbose lists them).\n",
+               s.duplicates);
     /* A rejected plugin's ops run on the others (a bad VLLM_FL_CPU_* value
      * leaves every op to reference.c): said where the summary ends. */
     if (s.rejected) {
