@@ -90,9 +90,15 @@ static int find_strict(const fld_config_field *f, void *user)
     return 1;
 }
 
+/* A plugin rejected for its configuration: its register_builtins returned
+ * FLD_ECONFIG (a bad VLLM_FL_CPU_* value, for the cpu plugin). The host
+ * words such a reason "register_builtins failed: <fld_strerror()>: ...". */
 static int report_rejected(const fld_plugin_info *p, void *user)
 {
-    if (p->status != FLD_PLUGIN_REJECTED)
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "register_builtins failed: %s: ", fld_strerror(FLD_ECONFIG));
+    if (p->status != FLD_PLUGIN_REJECTED || !p->reason ||
+        strncmp(p->reason, prefix, strlen(prefix)) != 0)
         return 0;
     fprintf(stderr, "fldispatch: plugin '%s' (%s) rejected: %s\n", cli_text(p->name),
             cli_text(p->path), p->reason ? cli_text(p->reason) : "");
@@ -108,9 +114,10 @@ int cli_init(void)
         fprintf(stderr, "fldispatch: %s\n", *detail ? detail : fld_strerror(rc));
         return CLI_EXIT_USAGE;
     }
-    /* A rejected plugin leaves its ops to the others (a bad VLLM_FL_CPU_*
-     * value: every op on reference.c). Strict means no such silent
-     * fallback: a configuration error, as a bad core variable is. */
+    /* A plugin rejected for its configuration leaves its ops to the others
+     * (a bad VLLM_FL_CPU_* value: every op on reference.c). Strict means no
+     * such silent fallback: a configuration error, as a bad core variable
+     * is. (A plugin rejected for its file or ABI is list --strict's.) */
     bool strict = false;
     fld_foreach_config_field(find_strict, &strict);
     int rejected = 0;
@@ -118,8 +125,9 @@ int cli_init(void)
         fld_foreach_plugin(report_rejected, &rejected);
     if (rejected) {
         fprintf(stderr,
-                "fldispatch: %d plugin(s) rejected under the strict policy (VLLM_FL_STRICT=1 or "
-                "strict: true), which allows no fallback: fix them, or turn strict off\n",
+                "fldispatch: %d plugin(s) rejected for their configuration under the strict "
+                "policy (VLLM_FL_STRICT=1 or strict: true), which allows no fallback: fix the "
+                "configuration, or turn strict off\n",
                 rejected);
         return CLI_EXIT_USAGE;
     }
