@@ -18,8 +18,8 @@
 #   make fuzz, fuzz-smoke, fuzz-run   the libFuzzer targets (tests/fuzz/fuzz.mk)
 #   make check-fresh     as root: the README's two commands in a minimal Debian
 #                        bookworm root built by debootstrap (.ci/check-fresh.sh;
-#                        5 min on 2 cores with the root cached, up to 9 under
-#                        load; building the root adds 1.5 min)
+#                        5-12 min on 2 cores with the root cached, quiet to
+#                        loaded; up to 25 when it builds the root)
 #   make deps [SETS="build test"]     check (as root: install) Debian package sets
 #
 # Output is one short line per step (CC core/api.c); V=1 prints the commands.
@@ -260,7 +260,7 @@ $(TESTOUT)/plugins/fld-%.so: $(OBJ)/tests/plugins/%.o $(LIB_SO)
 CHECK_BIN = $(if $(TESTS),$(filter $(addprefix $(TESTOUT)/,$(TESTS)),$(TEST_BIN)),$(TEST_BIN))
 check: all tests
 	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' FLD_SANITIZE='$(SANITIZE)' \
-	  sh tests/run.sh $(CHECK_BIN)
+	  FLD_PYTHON_LOG='$(abspath $(B))/tests/logs/python.log' sh tests/run.sh $(CHECK_BIN)
 
 # Every test program (and what it runs: the tool, forked children) under
 # valgrind's memcheck: invalid accesses, uses of uninitialised values and
@@ -298,8 +298,9 @@ run: all
 # debootstrap, and runs there `make run` and `make check` as root on a clean
 # `git archive HEAD`, then `make` as an unprivileged user in a second pristine
 # copy, which must stop with one apt-get line. .ci/check-fresh.sh says more.
-# Cost on 2 cores: 5 min with the root cached (9 under heavy load), 1.5 min
-# more when debootstrap builds the root (first run, or every 30 days).
+# Cost on 2 cores: 5-12 min with the root cached (quiet to heavily loaded; a
+# loaded run took 11.5), up to 25 when debootstrap builds the root (first run,
+# or every 30 days; 1.5 min more on a quiet machine).
 check-fresh:
 	@sh .ci/check-fresh.sh
 
@@ -309,6 +310,17 @@ deps:
 
 # The example plugins are not installed into $(PLUGINDIR): their sources go
 # under $(EXAMPLEDIR)/<name>/.
+#
+# A program built with `cc app.c $(pkg-config --cflags --libs fldispatch)`
+# must start without LD_LIBRARY_PATH. The dynamic loader searches its default
+# directories (below) and the directories of its cache (/etc/ld.so.conf, which
+# names /usr/local/lib on Debian): for any LIBDIR but the default ones,
+# fldispatch.pc's Libs carries a run path to it. An install as root with no
+# DESTDIR into a directory of the loader's (the default prefix, /usr/local, on
+# Debian) then runs ldconfig, so that the cache knows the new library at once.
+FLD_LOADER_DIRS := /lib /usr/lib /lib64 /usr/lib64 \
+  $(foreach m,$(shell $(CC) -print-multiarch 2>/dev/null),/lib/$(m) /usr/lib/$(m))
+FLD_PC_RPATH = $(if $(filter $(FLD_LOADER_DIRS),$(patsubst %/,%,$(LIBDIR))),,-Wl$(fld_comma)-rpath$(fld_comma)$${libdir} )
 install: all
 	@echo '  INSTALL $(DESTDIR)$(PREFIX)'
 	$(Q)install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(BINDIR) \
@@ -326,8 +338,12 @@ install: all
 	  install -m 0644 $$(ls plugins/$$p/*.c plugins/$$p/*.h plugins/$$p/*.md 2>/dev/null) \
 	    $(DESTDIR)$(EXAMPLEDIR)/$$p/ || exit 1; done
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@PLUGINDIR@|$(PLUGINDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@PLUGINDIR@|$(PLUGINDIR)|' -e 's|@RPATH@|$(FLD_PC_RPATH)|' \
 	    fldispatch.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/fldispatch.pc
+	$(Q)if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null 2>&1 && \
+	  { [ -z '$(FLD_PC_RPATH)' ] || cat /etc/ld.so.conf /etc/ld.so.conf.d/*.conf 2>/dev/null | \
+	    grep -qx '$(patsubst %/,%,$(LIBDIR))/*'; }; then \
+	  ldconfig || echo 'fldispatch: ldconfig failed: run it before starting a program linked with -lfldispatch' >&2; fi
 
 uninstall:
 	@echo '  UNINSTALL $(DESTDIR)$(PREFIX)'

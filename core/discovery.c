@@ -301,7 +301,15 @@ int fld__load_plugin_file(const char *path, bool explicit_request)
                      "duplicate of %s (a plugin file of that name is already "
                      "loaded; the first in the search path wins)",
                      q->path);
-            return reject_plugin(p, FLD_PLUGIN_SKIPPED, why);
+            if (explicit_request)
+                return reject_plugin(p, FLD_PLUGIN_SKIPPED, why);
+            /* Found by a directory scan: a later directory of the search path
+             * holding the same plugins is the normal case of a build tree or a
+             * wheel beside an installation (the library's own directory comes
+             * before the compiled-in one). Recorded, said at DEBUG only. */
+            fld__plugin_set_status(p, FLD_PLUGIN_SKIPPED, "%s", why);
+            fld__log(FLD_LOG_DEBUG, "plugin %s skipped: %s", p->path, why);
+            return FLD_OK;
         }
     }
     p->st_dev = st.st_dev;

@@ -13,21 +13,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/*
- * Copies src into dst (size bytes, always NUL-terminated when size > 0),
- * writing as an escape what could be misread:
- *   - C0 control characters (tab and newline included) and DEL: \xNN;
- *   - C1 control characters (U+0080..U+009F) and the bidirectional
- *     embedding, override and isolate characters (U+202A..U+202E,
- *     U+2066..U+2069): \uNNNN;
- *   - every byte that is not part of well-formed UTF-8 (stray continuation
- *     bytes, overlong forms, surrogates, code points past U+10FFFF, a
- *     sequence cut short): \xNN.
- * Everything else, printable ASCII and valid UTF-8 text, is copied as it is.
- * Output that does not fit is cut before the character or escape that does
- * not fit, never inside one. Returns dst.
- */
-char *fld__escape(char *dst, size_t size, const char *src);
+#include <fldispatch/internal/tool_api.h> /* fld__escape(), exported for the tool */
+
+/* fld__escape(dst, size, src) is declared in <fldispatch/internal/tool_api.h>:
+ * the fldispatch tool escapes what it prints with the same rules. */
 
 /* Whether fld__escape() would change s (one pass; false for plain ASCII text). */
 bool fld__needs_escape(const char *s);

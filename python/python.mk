@@ -59,9 +59,17 @@ $(PYOUT)/tests/fld-%.so: python/tests/plugins/%.c $(LIB_SO)
 	@mkdir -p $(@D)
 	$(Q)$(call fld_say,LD,$@)$(CC) $(ALLCFLAGS) -fPIC -shared -Wl,--no-undefined $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
 
+# pytest's output also goes to $(PY_LOG), its exit status to $(PY_LOG).status.
+# Under make check, tests/run.sh (which runs after this) prints and counts
+# that summary, so the closing "N passed, M failed" line covers the Python
+# tests too and a Python failure fails the run there, after the C tests ran;
+# make check-python alone fails with pytest.
+PY_LOG := $(B)/tests/logs/python.log
 PY_RUN_TESTS := $(if $(TESTS),$(filter python,$(TESTS)),python)
+check: FLD_PY_IN_CHECK := yes
 check: check-python
 check-python: all
+	@rm -f '$(PY_LOG)' '$(PY_LOG).status'
 ifneq ($(SANITIZE),)
 	@echo "$(PY_SKIP_MSG) under SANITIZE=$(SANITIZE) (python would need the sanitizer runtime preloaded)"
 else ifneq ($(PY_RUN_TESTS),)
@@ -70,8 +78,12 @@ else ifneq ($(PY_RUN_TESTS),)
 	elif [ ! -f '$(PY_INCLUDE)/Python.h' ]; then \
 	  echo "$(PY_SKIP_MSG): no Python.h for $(PYTHON) (Debian: apt-get install python3-dev)"; \
 	else \
-	  $(MAKE) --no-print-directory python $(PY_FIXTURES) && \
-	  PYTHONPATH='$(abspath $(PYOUT))' FLDPY_TEST_FIXTURES='$(abspath $(PYOUT))/tests' \
-	    $(PYTHON) -m pytest -q -p no:cacheprovider python/tests; \
+	  $(MAKE) --no-print-directory python $(PY_FIXTURES) || exit 1; \
+	  mkdir -p '$(dir $(PY_LOG))'; \
+	  { PYTHONPATH='$(abspath $(PYOUT))' FLDPY_TEST_FIXTURES='$(abspath $(PYOUT))/tests' \
+	      $(PYTHON) -m pytest -q -p no:cacheprovider python/tests 2>&1; \
+	    echo $$? > '$(PY_LOG).status'; } | tee '$(PY_LOG)'; \
+	  st=$$(cat '$(PY_LOG).status'); \
+	  [ '$(FLD_PY_IN_CHECK)' = yes ] || exit $$st; \
 	fi
 endif

@@ -4,8 +4,15 @@
 #
 # Each program's output goes to $FLD_TEST_LOGDIR/<program>.log (default
 # $FLD_BUILDDIR/tests/logs). For a program that passes, only its Check
-# summary lines are printed; for one that fails, its whole log: the
-# [WARNING]/[ERROR] lines the tests provoke on purpose show only then.
+# summary lines are printed (a program that runs several suites labels each
+# line with its suite: "test_kernels [isa avx2]: ..."); for one that fails,
+# its whole log: the [WARNING]/[ERROR] lines the tests provoke on purpose
+# show only then.
+#
+# FLD_PYTHON_LOG names the log of the Python tests when make check ran them
+# (python/python.mk; <log>.status holds pytest's exit status): their pytest
+# summary is printed and counted, so that the closing "N passed, M failed"
+# line is the whole run's.
 #
 # Variables of the caller's environment must not steer the tests; they
 # assume a CPU machine unless they say otherwise (test_platform unsets it).
@@ -32,7 +39,10 @@ for t in "$@"; do
     log="$logdir/$name.log"
     ${FLD_TEST_WRAPPER:-} "$t" >"$log" 2>&1; rc=$?
     # A program may run several suites: add up every summary line it prints.
-    lines=$(grep -E '^[0-9]+%: Checks: ' "$log")
+    # Each summary line, after the name of the suite it closes.
+    labelled=$(awk '/^Running suite\(s\): / { suite = substr($0, 19) }
+        /^[0-9]+%: Checks: / { print suite "\t" $0 }' "$log")
+    lines=$(printf '%s\n' "$labelled" | sed -n 's/^[^\t]*\t//p')
     if [ -n "$lines" ]; then
         n=$(printf '%s\n' "$lines" | awk '{ sub(/.*Checks: /, ""); s += $0 + 0 } END { print s }')
         f=$(printf '%s\n' "$lines" | awk '{ sub(/.*Failures: /, ""); s += $0 + 0 } END { print s }')
@@ -46,10 +56,32 @@ for t in "$@"; do
         bad_programs="$bad_programs $name"
         sed "s|^|$name: |" "$log"
         echo "$name: FAILED (exit status $rc; log: $log)"
+    elif [ "$(printf '%s\n' "$lines" | wc -l)" -gt 1 ]; then
+        printf '%s\n' "$labelled" | awk -F '\t' -v n="$name" '{ print n " [" $1 "]: " $2 }'
     else
         printf '%s\n' "$lines" | sed "s|^|$name: |"
     fi
 done
+if [ -n "${FLD_PYTHON_LOG:-}" ] && [ -f "$FLD_PYTHON_LOG" ]; then
+    # pytest's last line: "== 830 passed, 3 skipped in 95.1s ==" (or failed, errors).
+    line=$(grep -E '^=*[ ]*[0-9]+ (passed|failed|error|errors|skipped)' "$FLD_PYTHON_LOG" | tail -n 1 |
+        sed 's/^=* *//; s/ *=*$//')
+    st=$(cat "$FLD_PYTHON_LOG.status" 2>/dev/null || echo 1)
+    if [ -n "$line" ]; then
+        n=$(printf '%s\n' "$line" | sed -n 's/.*\b\([0-9][0-9]*\) passed.*/\1/p')
+        f=$(printf '%s\n' "$line" | sed -n 's/.*\b\([0-9][0-9]*\) failed.*/\1/p')
+        e=$(printf '%s\n' "$line" | sed -n 's/.*\b\([0-9][0-9]*\) errors\{0,1\}\b.*/\1/p')
+        passed=$((passed + ${n:-0})); failed=$((failed + ${f:-0} + ${e:-0}))
+        echo "python/tests: $line"
+    else
+        failed=$((failed + 1))
+        echo "python/tests: no pytest summary (log: $FLD_PYTHON_LOG)"
+    fi
+    if [ "$st" != 0 ]; then
+        [ -n "$line" ] && [ $((${f:-0} + ${e:-0})) -gt 0 ] || failed=$((failed + 1))
+        bad_programs="$bad_programs python/tests"
+    fi
+fi
 echo
 [ -n "$bad_programs" ] && echo "failing test programs:$bad_programs"
 echo "$passed passed, $failed failed"

@@ -3,13 +3,19 @@
  * .ci/deps.sh and tests/run.sh promise, checked by running them.
  *
  *   paths    make install PREFIX=X compiles X into the library (and only
- *            the files that use it are rebuilt); make is quiet, V=1 is not
+ *            the files that use it are rebuilt); make is quiet, V=1 is not;
+ *            the build tree named by a relative or an absolute path is one
+ *            tree (nothing rebuilt, the GPU kernels included)
  *   static   libfldispatch.a finds the installed plugins, or says at
  *            WARNING why it cannot
  *   install  the layout (no example plugin among the plugins, its source
- *            under the docs), fldispatch.pc with Requires.private
+ *            under the docs), fldispatch.pc with Requires.private; the
+ *            README's C program, built with its pkg-config line against a
+ *            fresh prefix, starts without LD_LIBRARY_PATH
  *   runner   tests load the build tree's library whatever LD_LIBRARY_PATH
- *            says; a program's log is printed only when it fails
+ *            says; a program's log is printed only when it fails; several
+ *            suites of one program are labelled; the closing line counts
+ *            the Python tests
  *   deps     a missing package set stops make with one apt-get line; the
  *            README lists every set
  *
@@ -85,6 +91,20 @@ static int count_lines(const char *text)
     return n;
 }
 
+/* dir (absolute) as a path relative to the source tree, where make -C runs. */
+static void relative_to_src(char *out, size_t size, const char *dir)
+{
+    char src[PATH_MAX];
+    ck_assert_msg(realpath(tt_src_dir(), src) != NULL, "realpath(%s)", tt_src_dir());
+    size_t used = 0;
+    out[0] = '\0';
+    for (const char *p = src; *p && used < size; p++)
+        if (*p == '/' && p[1] != '\0')
+            used += (size_t)snprintf(out + used, size - used, "../");
+    ck_assert(used < size);
+    snprintf(out + used, size - used, "%s", dir + 1);
+}
+
 /* ------------------------------------------------------------------------ */
 /* paths                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -143,6 +163,64 @@ START_TEST(test_install_dirs_compiled_in)
     free(out);
     ck_assert(before.st_mtim.tv_sec == after.st_mtim.tv_sec &&
               before.st_mtim.tv_nsec == after.st_mtim.tv_nsec);
+
+    /* The same tree by a relative path (as a plain make in the source tree
+     * names build/, where the tests name it by its absolute path): nothing
+     * is rebuilt either. */
+    char rel[2 * PATH_MAX];
+    relative_to_src(rel, sizeof rel, tree);
+    snprintf(log, sizeof log, "%s/make4.log", tmp);
+    tt_sh(log, "%s lib PREFIX='%s'", tt_make_in(rel), prefix);
+    out = read_text(tmp, "make4.log");
+    ck_assert_msg(strstr(out, "  CC ") == NULL && strstr(out, "  LD ") == NULL,
+                  "B=%s (the same tree as B=%s) rebuilt:\n" CLIP, rel, tree, out);
+    free(out);
+}
+END_TEST
+
+/*
+ * The GPU kernels' objects depend on a stamp of the compiler's command; a
+ * make with B=<absolute path> and one with B=<relative path> of the same
+ * tree must give the same stamp, or the next plain make after make check
+ * recompiles the kernels (minutes of nvcc). A stand-in toolkit (CUDA_HOME)
+ * whose nvcc counts its calls shows it where no CUDA is installed too.
+ */
+START_TEST(test_gpu_stamp_ignores_build_dir_spelling)
+{
+    const char *tmp = tmpdir();
+    char tree[PATH_MAX], rel[2 * PATH_MAX], cuda[PATH_MAX], bin[PATH_MAX], lib64[PATH_MAX];
+    char path[PATH_MAX + 32], log[PATH_MAX], calls[PATH_MAX], script[2 * PATH_MAX];
+    snprintf(tree, sizeof tree, "%s/b", tmp);
+    relative_to_src(rel, sizeof rel, tree);
+    tt_make_subdir(cuda, tmp, "cuda", 0755);
+    tt_make_subdir(bin, cuda, "bin", 0755);
+    tt_make_subdir(lib64, cuda, "lib64", 0755);
+    snprintf(calls, sizeof calls, "%s/nvcc-calls", tmp);
+    snprintf(script, sizeof script,
+             "#!/bin/sh\n"
+             "echo \"$*\" >>'%s'\n"
+             "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && : >\"$2\"; shift; done\n",
+             calls);
+    snprintf(path, sizeof path, "%s/nvcc", bin);
+    write_file(path, 0755, script);
+    snprintf(path, sizeof path, "%s/libcudart_static.a", lib64);
+    write_file(path, 0644, "");
+
+    const char *goal = "obj/plugins/cuda/cuda_kernels.o";
+    snprintf(log, sizeof log, "%s/absolute.log", tmp);
+    tt_sh(log, "%s CUDA_HOME='%s' '%s/%s'", tt_make_in(tree), cuda, tree, goal);
+    char *n = read_text(tmp, "nvcc-calls");
+    ck_assert_msg(count_lines(n) == 1, "the stand-in nvcc was not called once:\n" CLIP, n);
+    free(n);
+    snprintf(log, sizeof log, "%s/relative.log", tmp);
+    tt_sh(log, "%s CUDA_HOME='%s' '%s/%s'", tt_make_in(rel), cuda, rel, goal);
+    char *out = read_text(tmp, "relative.log");
+    n = read_text(tmp, "nvcc-calls");
+    ck_assert_msg(count_lines(n) == 1 && strstr(out, "NVCC") == NULL,
+                  "B=%s recompiled the kernels built with B=%s:\n" CLIP "\nnvcc calls:\n" CLIP,
+                  rel, tree, out, n);
+    free(n);
+    free(out);
 }
 END_TEST
 
@@ -322,6 +400,64 @@ START_TEST(test_install_layout)
 }
 END_TEST
 
+/* The first ```c block of README.md: a whole program. */
+static char *readme_c_program(void)
+{
+    char *readme = read_text(tt_src_dir(), "README.md");
+    char *start = strstr(readme, "\n```c\n");
+    ck_assert_msg(start != NULL, "README.md has no ```c block");
+    start += strlen("\n```c\n");
+    char *end = strstr(start, "\n```\n");
+    ck_assert_msg(end != NULL, "README.md: the ```c block does not end");
+    end[1] = '\0';
+    char *program = strdup(start);
+    ck_assert(program != NULL);
+    free(readme);
+    ck_assert_msg(strstr(program, "int main(") != NULL, "README.md's C block is no program:\n%s",
+                  program);
+    return program;
+}
+
+START_TEST(test_pkg_config_program_starts)
+{
+    const char *tmp = tmpdir();
+    char tree[PATH_MAX], prefix[PATH_MAX], log[PATH_MAX], path[PATH_MAX + 32];
+    snprintf(tree, sizeof tree, "%s/b", tmp);
+    snprintf(prefix, sizeof prefix, "%s/prefix", tmp);
+    snprintf(log, sizeof log, "%s/install.log", tmp);
+    /* A fresh prefix, not one of the loader's directories. One plugin
+     * (ascend: plain C, quick to build) stands for them all. */
+    tt_sh(log, "%s install PREFIX='%s' PLUGIN_NAMES=ascend", tt_make_in(tree), prefix);
+
+    char *program = readme_c_program();
+    snprintf(path, sizeof path, "%s/app.c", tmp);
+    write_file(path, 0644, program);
+    free(program);
+    /* The README's line, with the prefix's fldispatch.pc. */
+    tt_sh(log,
+          "cd '%s' && PKG_CONFIG_PATH='%s/lib/pkgconfig' sh -c "
+          "'cc app.c $(pkg-config --cflags --libs fldispatch) -o app'",
+          tmp, prefix);
+    /* Started as a user would: no LD_LIBRARY_PATH (tests/run.sh sets one). */
+    int status = tt_sh_status(log,
+                              "cd '%s' && env -u LD_LIBRARY_PATH -u VLLM_FL_PLUGIN_DIR "
+                              "-u VLLM_FL_PLUGIN_MODULES ./app >'%s/app.out' 2>&1",
+                              tmp, tmp);
+    char *out = read_text(tmp, "app.out");
+    ck_assert_msg(status == 0 && strstr(out, "rms_norm by reference.c: out[0][0] = 0.1980\n"),
+                  "the README's program, built against %s, did not run (status %d):\n" CLIP,
+                  prefix, status, out);
+    free(out);
+    /* ... with the prefix's library. */
+    tt_sh(log, "cd '%s' && env -u LD_LIBRARY_PATH LD_TRACE_LOADED_OBJECTS=1 ./app >'%s/ldd.out'",
+          tmp, tmp);
+    out = read_text(tmp, "ldd.out");
+    snprintf(path, sizeof path, "%s/lib/libfldispatch.so.0", prefix);
+    ck_assert_msg(strstr(out, path) != NULL, "the program did not load %s:\n" CLIP, path, out);
+    free(out);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* runner                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -420,6 +556,65 @@ START_TEST(test_log_only_on_failure)
 }
 END_TEST
 
+/*
+ * A program that runs several suites (test_kernels: one per instruction
+ * set) gets one labelled line per suite; the Python tests' pytest summary
+ * (python/python.mk's log) is printed and counted, so the closing line is
+ * the whole run's, also when no C program ran (TESTS=python).
+ */
+START_TEST(test_summary_labels_suites_and_counts_python)
+{
+    const char *tmp = tmpdir();
+    char prog[PATH_MAX], pylog[PATH_MAX], status[PATH_MAX + 8], log[PATH_MAX];
+    snprintf(prog, sizeof prog, "%s/prog_isa", tmp);
+    write_file(prog, 0755,
+               "#!/bin/sh\n"
+               "echo 'Running suite(s): kernels'\n"
+               "echo '100%: Checks: 5, Failures: 0, Errors: 0'\n"
+               "echo 'Running suite(s): isa avx2'\n"
+               "echo '100%: Checks: 3, Failures: 0, Errors: 0'\n");
+    snprintf(pylog, sizeof pylog, "%s/python.log", tmp);
+    write_file(pylog, 0644, "....s\n=========== 12 passed, 1 skipped in 4.20s ===========\n");
+    snprintf(status, sizeof status, "%s.status", pylog);
+    write_file(status, 0644, "0\n");
+    snprintf(log, sizeof log, "%s/runner.log", tmp);
+    int st = tt_sh_status(log,
+                          "env -u FLD_TEST_WRAPPER FLD_TEST_LOGDIR='%s/logs' FLD_PYTHON_LOG='%s' "
+                          "sh '%s/tests/run.sh' '%s' >'%s/out'",
+                          tmp, pylog, tt_src_dir(), prog, tmp);
+    char *out = read_text(tmp, "out");
+    ck_assert_msg(st == 0, CLIP, out);
+    ck_assert_msg(strstr(out, "prog_isa [kernels]: 100%: Checks: 5,") &&
+                      strstr(out, "prog_isa [isa avx2]: 100%: Checks: 3,"),
+                  "the suites' lines are not labelled:\n" CLIP, out);
+    ck_assert_msg(strstr(out, "python/tests: 12 passed, 1 skipped in 4.20s\n"), CLIP, out);
+    ck_assert_msg(strstr(out, "\n20 passed, 0 failed\n"), CLIP, out);
+    free(out);
+
+    /* The Python tests alone: their count closes the run, not "0 passed". */
+    st = tt_sh_status(log,
+                      "env -u FLD_TEST_WRAPPER FLD_TEST_LOGDIR='%s/logs' FLD_PYTHON_LOG='%s' "
+                      "sh '%s/tests/run.sh' >'%s/out'",
+                      tmp, pylog, tt_src_dir(), tmp);
+    out = read_text(tmp, "out");
+    ck_assert_msg(st == 0 && strstr(out, "\n12 passed, 0 failed\n"), CLIP, out);
+    free(out);
+
+    /* A Python failure fails the run, and is counted. */
+    write_file(pylog, 0644, "..F\n== 1 failed, 11 passed in 4.20s ==\n");
+    write_file(status, 0644, "1\n");
+    st = tt_sh_status(log,
+                      "env -u FLD_TEST_WRAPPER FLD_TEST_LOGDIR='%s/logs' FLD_PYTHON_LOG='%s' "
+                      "sh '%s/tests/run.sh' '%s' >'%s/out'",
+                      tmp, pylog, tt_src_dir(), prog, tmp);
+    out = read_text(tmp, "out");
+    ck_assert_msg(st != 0 && strstr(out, "failing test programs: python/tests\n") &&
+                      strstr(out, "\n19 passed, 1 failed\n"),
+                  CLIP, out);
+    free(out);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* deps                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -506,6 +701,7 @@ static Suite *build_suite(void)
     TCase *tc = tcase_create("paths");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_install_dirs_compiled_in);
+    tcase_add_test(tc, test_gpu_stamp_ignores_build_dir_spelling);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("static");
@@ -518,10 +714,16 @@ static Suite *build_suite(void)
     tcase_add_test(tc, test_install_layout);
     suite_add_tcase(s, tc);
 
+    tc = tcase_create("program");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_pkg_config_program_starts);
+    suite_add_tcase(s, tc);
+
     tc = tcase_create("runner");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_build_library_first);
     tcase_add_test(tc, test_log_only_on_failure);
+    tcase_add_test(tc, test_summary_labels_suites_and_counts_python);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("deps");

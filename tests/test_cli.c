@@ -404,6 +404,114 @@ START_TEST(list_strict)
 }
 END_TEST
 
+/*
+ * Names from outside (a directory in VLLM_FL_PLUGIN_DIR, plugin file names)
+ * holding terminal escape sequences and a newline: printed escaped, as the
+ * library's messages are, never as raw control bytes.
+ */
+static const char *hostile_plugin_dir(void)
+{
+    static char dir[4096];
+    tt_make_subdir(dir, tt_make_tmpdir("cli-escape"), "\033]0;pwned\a\033[2J", 0755);
+    char good[4200], to[4300];
+    tt_install_fixture(good, dir, "plugins", "good");
+    snprintf(to, sizeof to, "%s/fld-a\nb.so", dir);
+    ck_assert_int_eq(rename(good, to), 0);
+    tt_install_fixture(good, dir, "plugins", "bad_magic");
+    snprintf(to, sizeof to, "%s/fld-x\033[31my.so", dir);
+    ck_assert_int_eq(rename(good, to), 0);
+    return dir;
+}
+
+static void assert_no_control_bytes(const char *what, const char *text)
+{
+    for (const char *p = text; *p; p++)
+        ck_assert_msg((unsigned char)*p >= 0x20 || *p == '\n',
+                      "%s printed the raw byte 0x%02x:\n" CLIP, what, (unsigned char)*p, text);
+}
+
+START_TEST(outside_text_is_escaped)
+{
+    char env[4200];
+    snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s", hostile_plugin_dir());
+    static const char *const commands[][3] = {
+        {"list", NULL, NULL}, {"list", "--verbose", NULL}, {"config", NULL, NULL}};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        struct tool_run r;
+        tool_run(&r, ENV(env), ARGS(commands[i][0], commands[i][1], commands[i][2]));
+        assert_status(r, 0);
+        assert_no_control_bytes(commands[i][0], r.out);
+        ck_assert_msg(strstr(r.out, "\\x1b]0;pwned\\x07\\x1b[2J"),
+                      "the directory is not shown escaped:\n" CLIP, r.out);
+        tool_run_free(&r);
+    }
+    struct tool_run r;
+    /* The summary: the rejected file's name (its name column) on one row. */
+    tool_run(&r, ENV(env), ARGS("list"));
+    ck_assert_msg(line_with(r.out, "fld-x\\x1b[31my.so", "rejected"), CLIP, r.out);
+    tool_run_free(&r);
+    /* --verbose: each file on its own row, the newline as \x0a. */
+    tool_run(&r, ENV(env), ARGS("list", "--verbose"));
+    ck_assert_msg(line_with(r.out, "good", "loaded", "/fld-a\\x0ab.so"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "rejected", "/fld-x\\x1b[31my.so"), CLIP, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
+/* A bad VLLM_FL_CPU_* value rejects the cpu plugin: every op falls to
+ * reference.c. list says so where its summary ends; under the strict policy
+ * it is a configuration error, as a bad core VLLM_FL_* variable is. */
+START_TEST(rejected_cpu_plugin_is_reported)
+{
+    struct tool_run r;
+    tool_run(&r, ENV("VLLM_FL_CPU_THREADS=abc"), ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "1 plugin(s) rejected", "not used"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "Rejected: cpu: ", "VLLM_FL_CPU_THREADS='abc'"), CLIP, r.out);
+    tool_run_free(&r);
+
+    static const char *const commands[][2] = {{"list", NULL}, {"resolve", "rms_norm"}};
+    for (size_t i = 0; i < 2; i++) {
+        tool_run(&r, ENV("VLLM_FL_CPU_THREADS=abc", "VLLM_FL_STRICT=1"),
+                 ARGS(commands[i][0], commands[i][1]));
+        assert_status(r, 2);
+        ck_assert_msg(line_with(r.err, "plugin 'cpu'", "rejected", "VLLM_FL_CPU_THREADS='abc'"),
+                      CLIP, r.err);
+        ck_assert_msg(line_with(r.err, "strict"), CLIP, r.err);
+        tool_run_free(&r);
+    }
+    /* Nothing rejected: strict changes nothing. */
+    tool_run(&r, ENV("VLLM_FL_STRICT=1"), ARGS("resolve", "rms_norm"));
+    assert_status(r, 0);
+    tool_run_free(&r);
+}
+END_TEST
+
+/* A later directory of the search path holding the same plugins (a build
+ * tree beside an installation): no warning, one row per plugin, a count. */
+START_TEST(list_duplicates_counted_not_warned)
+{
+    char first[4096], second[4096], env[8300];
+    tt_make_subdir(first, tt_make_tmpdir("cli-dup"), "plugins", 0755);
+    tt_make_subdir(second, tt_make_tmpdir("cli-dup"), "plugins", 0755);
+    tt_install_fixture(NULL, first, "plugins", "good");
+    tt_install_fixture(NULL, second, "plugins", "good");
+    snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s:%s", first, second);
+    struct tool_run r;
+    tool_run(&r, ENV(env), ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_msg(!strstr(r.err, "WARNING") && !strstr(r.err, "duplicate"), CLIP, r.err);
+    ck_assert_int_eq(tool_count_of(r.out, "\ngood "), 1);
+    ck_assert_msg(line_with(r.out, "1 plugin file(s) skipped", "earlier in the search path"), CLIP,
+                  r.out);
+    tool_run_free(&r);
+    tool_run(&r, ENV(env), ARGS("list", "--verbose"));
+    ck_assert_msg(line_with(r.out, "skipped", second), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "reason: duplicate of ", first), CLIP, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(bad_environment_is_config_error)
 {
     struct tool_run r;
@@ -1148,6 +1256,9 @@ static Suite *cli_suite(void)
     tcase_add_test(list, list_template_enabled);
     tcase_add_test(list, list_json);
     tcase_add_test(list, list_strict);
+    tcase_add_test(list, outside_text_is_escaped);
+    tcase_add_test(list, rejected_cpu_plugin_is_reported);
+    tcase_add_test(list, list_duplicates_counted_not_warned);
     tcase_add_test(list, bad_environment_is_config_error);
     suite_add_tcase(s, list);
 

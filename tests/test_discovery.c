@@ -645,6 +645,13 @@ START_TEST(test_duplicate_basename)
     expect_status(find_by_path(s, pb), pb, FLD_PLUGIN_SKIPPED, "duplicate");
     ck_assert_msg(strstr(find_by_path(s, pb)->reason, pa) != NULL,
                   "the duplicate's reason '%s' does not name %s", find_by_path(s, pb)->reason, pa);
+    /* A later directory holding the same plugins (a build tree or a wheel
+     * beside an installation) is normal: no WARNING for it. */
+    ck_assert_int_eq(count_log(FLD_LOG_WARNING, "duplicate of"), 0);
+    ck_assert_int_eq(count_log(FLD_LOG_ERROR, "duplicate of"), 0);
+    /* Asked for by path, the same file is refused aloud. */
+    ck_assert_int_eq(fld_load_plugin(pb), FLD_EPLUGIN);
+    ck_assert_int_eq(count_log(FLD_LOG_WARNING, "duplicate of"), 1);
     /* The second directory is still scanned for other names. */
     char pf[PATH_MAX];
     snprintf(pf, sizeof pf, "%s/fld-failing.so", b);

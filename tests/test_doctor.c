@@ -402,6 +402,29 @@ START_TEST(doctor_checks_the_search_path_and_modules)
 }
 END_TEST
 
+/* A directory and a file name with terminal escapes and a newline: escaped
+ * on every line, never printed as raw bytes. */
+START_TEST(doctor_escapes_names)
+{
+    char dir[PATH_MAX], good[PATH_MAX], to[PATH_MAX + 32], env[PATH_MAX + 32];
+    tt_make_subdir(dir, tt_make_tmpdir("doctor-escape"), "\033]0;pwned\a\033[2J", 0755);
+    tt_install_fixture(good, dir, "crash", "probegood");
+    snprintf(to, sizeof to, "%s/fld-a\nb.so", dir);
+    ck_assert_int_eq(rename(good, to), 0);
+    snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s", dir);
+    struct tool_run r;
+    tool_run(&r, ENV(env), ARGS("doctor"));
+    assert_status(r, 0);
+    for (const char *p = r.out; *p; p++)
+        ck_assert_msg((unsigned char)*p >= 0x20 || *p == '\n',
+                      "doctor printed the raw byte 0x%02x:\n" CLIP, (unsigned char)*p, r.out);
+    ck_assert_msg(line_with(r.out, "Plugin search path: ", "/\\x1b]0;pwned\\x07\\x1b[2J"),
+                  CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "ok ", "\\x1b[2J/fld-a\\x0ab.so: probegood"), CLIP, r.out);
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(doctor_passes_the_in_tree_plugins)
 {
     struct tool_run r;
@@ -869,6 +892,7 @@ static Suite *doctor_suite(void)
     tcase_add_test(t, doctor_rejects_as_the_host_does);
     tcase_add_test(t, doctor_json_is_valid_for_all_fixtures);
     tcase_add_test(t, doctor_checks_the_search_path_and_modules);
+    tcase_add_test(t, doctor_escapes_names);
     tcase_add_test(t, doctor_passes_the_in_tree_plugins);
     tcase_add_test(t, doctor_usage_errors);
     suite_add_tcase(s, t);

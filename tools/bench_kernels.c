@@ -802,7 +802,7 @@ static int plan(struct bench_run *r)
             r->plan_count[op][dt] = r->n_planned - r->plan_first[op][dt];
             if (r->plan_count[op][dt] == 0) {
                 fprintf(stderr, "fldispatch bench: no implementation%s%s of %s for %s/%s%s\n",
-                        opt->impl ? " " : "", opt->impl ? opt->impl : "", op_names[op],
+                        opt->impl ? " " : "", opt->impl ? cli_text(opt->impl) : "", op_names[op],
                         fld_device_name(opt->device_type), tool_dtype_name(dt), unavailable);
                 status = CLI_EXIT_NONE;
             }
@@ -850,8 +850,8 @@ static bool reinit_with_threads(struct bench_run *r, int threads)
                 struct plugin_line p = {0};
                 fld_foreach_plugin(find_cpu_plugin, &p);
                 fprintf(stderr, "fldispatch bench: with %s=%d, %s is %s for %s%s%s\n", ENV_THREADS,
-                        threads, id, e ? "unavailable" : "not registered", op_names[op],
-                        p.reason[0] ? "; cpu plugin: " : "", p.reason);
+                        threads, cli_text(id), e ? "unavailable" : "not registered", op_names[op],
+                        p.reason[0] ? "; cpu plugin: " : "", cli_text(p.reason));
                 ok = false;
             }
         }
@@ -888,7 +888,7 @@ static bool run_line(struct bench_run *r, int op, fld_op handle, const struct be
                           c->n_sets > 0 ? c->n_sets : 1, r->opt->device_type, r->opt->reps,
                           r->batch_ns, &t)) {
         progress_clear(r);
-        fprintf(stderr, "fldispatch bench: %s %s %s %s failed: %s\n", op_names[op], impl,
+        fprintf(stderr, "fldispatch bench: %s %s %s %s failed: %s\n", op_names[op], cli_text(impl),
                 tool_dtype_name(c->dtype), c->shape, fld_last_error());
         r->failed = true;
     } else {

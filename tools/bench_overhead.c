@@ -416,7 +416,7 @@ static int pin_kernel(enum kernel k)
     rc = fld_resolve(FLD_OP_RMS_NORM, FLD_DEVICE_CPU, FLD_DTYPE_F32, &selected);
     if (rc != FLD_OK || !selected || strcmp(selected, kernel_impl_ids[k]) != 0) {
         fprintf(stderr, "fldispatch bench: %s pinned, but rms_norm resolves to %s (%s)\n",
-                kernel_impl_ids[k], selected ? selected : "nothing",
+                kernel_impl_ids[k], selected ? cli_text(selected) : "nothing",
                 rc != FLD_OK ? fld_last_error() : "policy ignored");
         return rc != FLD_OK ? rc : FLD_EIMPL;
     }
@@ -492,7 +492,8 @@ static void report_text(const struct measurement m[K_COUNT], int reps, const cha
     printf("dispatch overhead: %s [1, %d] float32, x, out, weight, no residual (null, loop: "
            "validated catalog calls; opaque: an op outside the catalog, dispatch alone)\n",
            FLD_OP_RMS_NORM, BENCH_WIDTH);
-    printf("machine: %s, %ld online cpus; median of %d repetitions\n\n", cpu, threads, reps);
+    printf("machine: %s, %ld online cpus; median of %d repetitions\n\n", cli_text(cpu), threads,
+           reps);
     printf("%-6s %-7s %7s %8s %10s %10s\n", "kernel", "variant", "threads", "calls", "ns/call",
            "overhead");
     for (int k = 0; k < K_COUNT; k++) {

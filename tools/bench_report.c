@@ -70,16 +70,18 @@ void bench_report_text(const struct bench_run *r)
            "fld_call, pinned, strict%s)\n",
            fld_device_name(opt->device_type), opt->reps, r->batch_ns * 1e-6,
            r->on_device ? "; each batch ends with fld_device_synchronize" : "");
-    printf("machine: %s; %d allowed cpus; last-level cache %.1f MiB\n", r->cpu,
+    printf("machine: %s; %d allowed cpus; last-level cache %.1f MiB\n", cli_text(r->cpu),
            bench_allowed_cpus(), (double)bench_llc_bytes() / (1 << 20));
     if (r->on_device) {
         printf("device: %s 0, memory from plugin '%s': %s\n", fld_device_name(opt->device_type),
-               r->provider, r->provider_detail[0] ? r->provider_detail : "(no detail line)");
+               cli_text(r->provider),
+               r->provider_detail[0] ? cli_text(r->provider_detail) : "(no detail line)");
         printf("d2d copy: %.0f MiB buffer, read + write counted, median of %d batches per run, "
                "median of %d runs (before, between and after the kernels): %.2f GB/s\n",
                (double)bench_d2d_bytes(r->d2d) / (1 << 20), opt->reps, r->d2d_runs, d2d_figure(r));
     } else if (r->plugin.found)
-        printf("cpu plugin: %s\n", r->plugin.detail[0] ? r->plugin.detail : "(no detail line)");
+        printf("cpu plugin: %s\n",
+               r->plugin.detail[0] ? cli_text(r->plugin.detail) : "(no detail line)");
     else
         printf("cpu plugin: not loaded\n");
     if (!r->on_device) {
@@ -112,7 +114,7 @@ void bench_report_text(const struct bench_run *r)
         char threads[16] = "-";
         if (!r->on_device)
             snprintf(threads, sizeof threads, "%d", res->threads);
-        printf("%-18s %-15s %-5s %-15s %7s ", bench_op_names()[res->op], res->impl,
+        printf("%-18s %-15s %-5s %-15s %7s ", bench_op_names()[res->op], cli_text(res->impl),
                tool_dtype_name(res->dtype), res->shape, threads);
         if (isnan(res->us)) {
             printf("%12s %9s %9s %8s %7s\n", "failed", "-", "-", "-", "-");

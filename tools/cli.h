@@ -70,6 +70,14 @@ enum cli_device_list {
 /* A static string, built on first use (the tool is single-threaded). */
 const char *cli_device_list(enum cli_device_list style);
 
+/*
+ * s escaped for the terminal (text.c): control characters, invalid UTF-8
+ * and bidirectional controls as \xNN / \uNNNN, as the library's messages.
+ * Every name, path, version or configuration value printed as text goes
+ * through it. The result stays valid until 8 more calls; NULL gives "(null)".
+ */
+const char *cli_text(const char *s);
+
 /* "loaded", "unavailable", "rejected", "skipped". */
 const char *cli_plugin_status_name(fld_plugin_status st);
 

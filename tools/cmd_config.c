@@ -81,9 +81,10 @@ static void fields_free(struct fields *fs)
     free(fs->items);
 }
 
+/* s escaped for the terminal (cli_text), or "-" when absent. */
 static const char *or_dash(const char *s)
 {
-    return s && *s ? s : "-";
+    return s && *s ? cli_text(s) : "-";
 }
 
 /* Columns wider than this are not padded for: one long value must not push every row. */
@@ -112,7 +113,7 @@ static void config_text(const fld_platform_info *plat, const struct fields *fs, 
     printf("platform:       %s\n", or_dash(plat->name));
     printf("detected by:    %s\n", or_dash(plat->detected_by));
     printf("platform file:  %s\n",
-           plat->config_file && *plat->config_file ? plat->config_file : "(none)");
+           plat->config_file && *plat->config_file ? cli_text(plat->config_file) : "(none)");
     printf("config path:    %s\n", or_dash(plat->config_path));
     printf("plugin path:    %s\n", or_dash(plugin_path));
     printf("policy:         %s\n", or_dash(summary));

@@ -84,7 +84,7 @@ static void print_text(const struct checked *c, size_t n, const char *search_pat
     printf("fldispatch doctor: %zu plugin file(s), each loaded in a child process (timeout %g s)\n",
            n, timeout);
     if (search_path)
-        printf("Plugin search path: %s\n", search_path);
+        printf("Plugin search path: %s\n", cli_text(search_path));
     printf("\n");
     size_t counts[N_STATES] = {0};
     for (size_t i = 0; i < n; i++) {
@@ -101,10 +101,10 @@ static void print_text(const struct checked *c, size_t n, const char *search_pat
                      r->version, r->reason);
         else
             snprintf(what, sizeof what, "%s", r->reason);
-        printf("%-12s %s: %s (%.3f s)\n", fld__probe_state_name(r->state), c[i].path, what,
-               r->seconds);
+        printf("%-12s %s: %s (%.3f s)\n", fld__probe_state_name(r->state), cli_text(c[i].path),
+               cli_text(what), r->seconds);
         if (r->detail[0])
-            printf("%-12s   detail: %s\n", "", r->detail);
+            printf("%-12s   detail: %s\n", "", cli_text(r->detail));
         /* An unavailable plugin usually gives one reason for everything: it is
          * on the plugin's line already. */
         bool same = r->state == FLD_PROBE_UNAVAILABLE;
@@ -112,11 +112,11 @@ static void print_text(const struct checked *c, size_t n, const char *search_pat
             same = strcmp(r->impls[k].reason, r->reason) == 0;
         for (size_t k = 0; k < r->n_impls; k++) {
             const struct fld_probe_impl *m = &r->impls[k];
-            printf("%-12s   %-20s %-22s %s%s\n", "", m->op, m->impl_id,
+            printf("%-12s   %-20s %-22s %s%s\n", "", cli_text(m->op), cli_text(m->impl_id),
                    m->available ? "available"
                    : same       ? "unavailable"
                                 : "unavailable: ",
-                   m->available || same ? "" : m->reason);
+                   m->available || same ? "" : cli_text(m->reason));
         }
         for (size_t k = 0; k < r->n_hooks; k++) {
             const struct fld_probe_hook *h = &r->hooks[k];
@@ -124,7 +124,8 @@ static void print_text(const struct checked *c, size_t n, const char *search_pat
             snprintf(label, sizeof label, "device %s",
                      hook_device_name(h->device_type, dev, sizeof dev));
             printf("%-12s   %-43s %s%s\n", "", label,
-                   h->available ? "available" : "unavailable: ", h->available ? "" : h->reason);
+                   h->available ? "available" : "unavailable: ",
+                   h->available ? "" : cli_text(h->reason));
         }
     }
     printf("\nSummary: %zu plugin file(s):", n);

@@ -267,12 +267,12 @@ static void report_left_out(FILE *f, const char *prefix, const struct device_not
         const struct device_note *n = &notes[bit];
         const char *name = cli_device_bit_name(bit);
         if (n->left_out)
-            fprintf(f, "%sleft out device %s: %s\n", prefix, name, n->why);
+            fprintf(f, "%sleft out device %s: %s\n", prefix, name, cli_text(n->why));
         else if (n->n_missing)
             fprintf(f,
                     "%sleft out on %s: %zu (op, dtype) pair(s) nothing qualifies for under the "
                     "policy: %s ('fldispatch resolve OP --device %s --dtype T' says why)\n",
-                    prefix, name, n->n_missing, n->missing, name);
+                    prefix, name, n->n_missing, cli_text(n->missing), name);
     }
 }
 

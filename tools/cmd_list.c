@@ -139,8 +139,27 @@ static const char *origin(const fld_plugin_info *p)
 struct summary {
     const struct counts *counts;
     size_t rejected;
-    int name_width; /* the longest name, within limits */
+    size_t duplicates; /* files skipped as duplicates: counted, not listed */
+    int name_width;    /* the longest name, within limits */
 };
+
+/* A file skipped because one of the same name came earlier in the search
+ * path: a build tree or a wheel beside an installation finds every plugin
+ * twice. The summary counts them; --verbose and --json list them. */
+static bool is_duplicate(const fld_plugin_info *p)
+{
+    return p->status == FLD_PLUGIN_SKIPPED && p->reason &&
+           strncmp(p->reason, "duplicate of ", 13) == 0;
+}
+
+/* The closing line's note of a rejected plugin: its name and whole reason. */
+static int print_rejected_note(const fld_plugin_info *p, void *user)
+{
+    (void)user;
+    if (p->status == FLD_PLUGIN_REJECTED)
+        printf("Rejected: %s: %s\n", cli_text(p->name), p->reason ? cli_text(p->reason) : "");
+    return 0;
+}
 
 #define MIN_NAME_WIDTH 14
 #define MAX_NAME_WIDTH 28
@@ -148,7 +167,9 @@ struct summary {
 static int measure_name(const fld_plugin_info *p, void *user)
 {
     struct summary *s = user;
-    int len = (int)strlen(p->name);
+    if (is_duplicate(p))
+        return 0;
+    int len = (int)strlen(cli_text(p->name));
     if (len > s->name_width)
         s->name_width = len < MAX_NAME_WIDTH ? len : MAX_NAME_WIDTH;
     return 0;
@@ -179,6 +200,10 @@ static const char *short_reason(const char *reason, char *buf, size_t size)
 static int print_plugin_summary(const fld_plugin_info *p, void *user)
 {
     struct summary *s = user;
+    if (is_duplicate(p)) {
+        s->duplicates++;
+        return 0;
+    }
     size_t registered = 0, available = 0;
     for (size_t i = 0; i < s->counts->n; i++) {
         if (strcmp(s->counts->items[i].plugin, p->name) == 0 && p->status != FLD_PLUGIN_REJECTED &&
@@ -191,11 +216,11 @@ static int print_plugin_summary(const fld_plugin_info *p, void *user)
     if (p->status == FLD_PLUGIN_LOADED || p->status == FLD_PLUGIN_UNAVAILABLE)
         snprintf(impls, sizeof impls, "%zu/%zu", available, registered);
     if (p->reason && *p->reason)
-        short_reason(p->reason, reason, sizeof reason);
+        short_reason(cli_text(p->reason), reason, sizeof reason);
     s->rejected += p->status == FLD_PLUGIN_REJECTED;
-    printf("%-*s %-9s %-11s %-11s %6s  %s\n", s->name_width, p->name,
-           *p->version ? p->version : "-", origin(p), cli_plugin_status_name(p->status), impls,
-           reason);
+    printf("%-*s %-9s %-11s %-11s %6s  %s\n", s->name_width, cli_text(p->name),
+           *p->version ? cli_text(p->version) : "-", origin(p), cli_plugin_status_name(p->status),
+           impls, reason);
     return 0;
 }
 
@@ -207,13 +232,13 @@ static int list_summary(size_t *rejected)
         counts_free(&c);
         return CLI_EXIT_CHECK_FAILED;
     }
-    struct summary s = {&c, 0, MIN_NAME_WIDTH};
+    struct summary s = {&c, 0, 0, MIN_NAME_WIDTH};
     rc = fld_foreach_plugin(measure_name, &s);
     if (walk_failed(rc, false)) {
         counts_free(&c);
         return CLI_EXIT_CHECK_FAILED;
     }
-    printf("Plugin search path: %s\n\n", fld_plugin_path());
+    printf("Plugin search path: %s\n\n", cli_text(fld_plugin_path()));
     printf("%-*s %-9s %-11s %-11s %6s  %s\n", s.name_width, "PLUGIN", "VERSION", "ORIGIN", "STATUS",
            "IMPLS", "REASON");
     rc = fld_foreach_plugin(print_plugin_summary, &s);
@@ -221,10 +246,22 @@ static int list_summary(size_t *rejected)
         counts_free(&c);
         return CLI_EXIT_CHECK_FAILED;
     }
-    printf("\n%zu op(s), %zu implementation(s), %zu available here. IMPLS: available/registered.\n"
-           "'fldispatch list --verbose' shows each implementation, 'fldispatch resolve OP'\n"
-           "which one a call uses.\n",
+    printf("\n%zu op(s), %zu implementation(s), %zu available here. IMPLS: available/registered.\n",
            c.ops, c.impls, c.available);
+    if (s.duplicates)
+        printf("%zu plugin file(s) skipped: the same file name comes earlier in the search path "
+               "(--verbose lists them).\n",
+               s.duplicates);
+    /* A rejected plugin's ops run on the others (a bad VLLM_FL_CPU_* value
+     * leaves every op to reference.c): said where the summary ends. */
+    if (s.rejected) {
+        printf("%zu plugin(s) rejected: their implementations are not used, their ops run on "
+               "the others.\n",
+               s.rejected);
+        fld_foreach_plugin(print_rejected_note, NULL);
+    }
+    printf("'fldispatch list --verbose' shows each implementation, 'fldispatch resolve OP'\n"
+           "which one a call uses.\n");
     *rejected = s.rejected;
     counts_free(&c);
     return CLI_EXIT_OK;
@@ -238,12 +275,13 @@ static int print_plugin_text(const fld_plugin_info *p, void *user)
     *rejected += p->status == FLD_PLUGIN_REJECTED;
     char abi[24];
     snprintf(abi, sizeof abi, "%u.%u", p->abi_major, p->abi_minor);
-    printf("  %-12s %-9s %-5s %-12s %-12s %5zu  %s\n", p->name, *p->version ? p->version : "-", abi,
-           origin(p), cli_plugin_status_name(p->status), p->n_impls, p->path);
+    printf("  %-12s %-9s %-5s %-12s %-12s %5zu  %s\n", cli_text(p->name),
+           *p->version ? cli_text(p->version) : "-", abi, origin(p),
+           cli_plugin_status_name(p->status), p->n_impls, cli_text(p->path));
     if (p->reason && *p->reason)
-        printf("  %-12s reason: %s\n", "", p->reason);
+        printf("  %-12s reason: %s\n", "", cli_text(p->reason));
     if (p->detail && *p->detail)
-        printf("  %-12s detail: %s\n", "", p->detail);
+        printf("  %-12s detail: %s\n", "", cli_text(p->detail));
     if (p->hook_devices) {
         char devices[64];
         printf("  %-12s device memory: %s\n", "",
@@ -257,18 +295,18 @@ static int print_impl_text(const fld_impl_info *m, void *user)
     (void)user;
     char devices[64], dtypes[64];
     bool why = !m->available && m->unavailable_reason && *m->unavailable_reason;
-    printf("  %-18s %-18s %-9s %-8s %4d  %-20s %-13s %-10s %s%s%s\n", m->op, m->impl_id, m->kind,
-           m->vendor ? m->vendor : "-", m->priority,
-           cli_devices_text(m->devices, devices, sizeof devices),
-           cli_dtypes_text(m->dtypes, dtypes, sizeof dtypes), m->plugin,
+    printf("  %-18s %-18s %-9s %-8s %4d  %-20s %-13s %-10s %s%s%s\n", cli_text(m->op),
+           cli_text(m->impl_id), cli_text(m->kind), m->vendor ? cli_text(m->vendor) : "-",
+           m->priority, cli_devices_text(m->devices, devices, sizeof devices),
+           cli_dtypes_text(m->dtypes, dtypes, sizeof dtypes), cli_text(m->plugin),
            m->available ? "available" : "unavailable", why ? ": " : "",
-           why ? m->unavailable_reason : "");
+           why ? cli_text(m->unavailable_reason) : "");
     return 0;
 }
 
 static int list_verbose(size_t *rejected)
 {
-    printf("Plugin search path: %s\n\n", fld_plugin_path());
+    printf("Plugin search path: %s\n\n", cli_text(fld_plugin_path()));
     printf("Plugins:\n");
     printf("  %-12s %-9s %-5s %-12s %-12s %5s  %s\n", "NAME", "VERSION", "ABI", "ORIGIN", "STATUS",
            "IMPLS", "PATH");

@@ -36,21 +36,21 @@ static const char resolve_usage[] =
 static void resolve_text(const fld_resolution *r, const char *device, const char *dtype,
                          const char *policy)
 {
-    printf("%s\n", r->selected ? r->selected : "none");
-    printf("op: %s  device: %s  dtype: %s\n", r->op ? r->op : "?", device, dtype);
-    printf("order: %s (from %s)\n", r->order ? r->order : "-",
-           r->order_source ? r->order_source : "-");
-    printf("policy: %s\n", policy);
+    printf("%s\n", r->selected ? cli_text(r->selected) : "none");
+    printf("op: %s  device: %s  dtype: %s\n", r->op ? cli_text(r->op) : "?", device, dtype);
+    printf("order: %s (from %s)\n", r->order ? cli_text(r->order) : "-",
+           r->order_source ? cli_text(r->order_source) : "-");
+    printf("policy: %s\n", cli_text(policy));
     printf("candidates, in order:\n");
     if (r->n_candidates == 0)
         printf("  (none)\n");
     for (size_t i = 0; i < r->n_candidates; i++)
-        printf("  %zu. %s\n", i + 1, r->candidates[i]);
+        printf("  %zu. %s\n", i + 1, cli_text(r->candidates[i]));
     printf("rejected:\n");
     if (r->n_rejected == 0)
         printf("  (none)\n");
     for (size_t i = 0; i < r->n_rejected; i++)
-        printf("  %s: %s\n", r->rejected[i].impl_id, r->rejected[i].reason);
+        printf("  %s: %s\n", cli_text(r->rejected[i].impl_id), cli_text(r->rejected[i].reason));
 }
 
 static void resolve_json(const fld_resolution *r, const char *op, const char *device,
@@ -98,7 +98,7 @@ static int explain_failed(int rc, const char *op, const char *device, const char
 {
     const char *detail = *fld_last_error() ? fld_last_error() : fld_strerror(rc);
     if (rc == FLD_ENOTFOUND) {
-        fprintf(stderr, "fldispatch resolve: no such op '%s' (%s)\n", op, detail);
+        fprintf(stderr, "fldispatch resolve: no such op '%s' (%s)\n", cli_text(op), detail);
         return CLI_EXIT_USAGE;
     }
     if (rc != FLD_EUNAVAILABLE) {
@@ -109,7 +109,7 @@ static int explain_failed(int rc, const char *op, const char *device, const char
     if (json)
         resolve_json(&empty, op, device, dtype, policy);
     else
-        printf("none\n%s\n", detail);
+        printf("none\n%s\n", cli_text(detail));
     return CLI_EXIT_NONE;
 }
 

@@ -1013,7 +1013,7 @@ static void report_text(const struct verify_opts *o, const struct plan *p)
     if (o->provider[0])
         printf("device memory: plugin '%s'; expected outputs: %s on the host; %d guard bytes "
                "around every tensor\n",
-               o->provider, REFERENCE_ID, DEV_GUARD_BYTES);
+               cli_text(o->provider), REFERENCE_ID, DEV_GUARD_BYTES);
     printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8s %-8s %s\n", "OP", "DTYPE", "IMPL", "CASES",
            "MAX_ABS", "MAX_REL", "ATOL", "RTOL", "VERDICT");
     int passed = 0, failed = 0, skipped = 0;
@@ -1023,8 +1023,9 @@ static void report_text(const struct verify_opts *o, const struct plan *p)
         if (r->skip[0]) {
             skipped++;
             printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8s %-8s skipped: %s\n",
-                   verify_ops[r->op].name, tool_dtype_name(r->dtype), r->impl[0] ? r->impl : "-",
-                   "-", "-", "-", "-", "-", r->skip);
+                   verify_ops[r->op].name, tool_dtype_name(r->dtype),
+                   r->impl[0] ? cli_text(r->impl) : "-", "-", "-", "-", "-", "-",
+                   cli_text(r->skip));
             continue;
         }
         snprintf(cases, sizeof cases, "%d/%d", r->passed, r->cases);
@@ -1045,10 +1046,10 @@ static void report_text(const struct verify_opts *o, const struct plan *p)
             snprintf(rel_err, sizeof rel_err, "%.3g", r->max_rel);
         }
         printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8.2g %-8.2g %s\n", verify_ops[r->op].name,
-               tool_dtype_name(r->dtype), r->impl, cases, abs_err, rel_err, r->atol, r->rtol,
-               verdict);
+               tool_dtype_name(r->dtype), cli_text(r->impl), cases, abs_err, rel_err, r->atol,
+               r->rtol, verdict);
         if (r->failed)
-            printf("    first failure: %s\n", r->first_failure);
+            printf("    first failure: %s\n", cli_text(r->first_failure));
     }
     printf("%zu rows: %d passed, %d failed, %d skipped\n", p->n, passed, failed, skipped);
 }
@@ -1150,7 +1151,8 @@ int cmd_verify(int argc, char **argv)
         return CLI_EXIT_CHECK_FAILED;
     if (!any_ran) {
         if (o.no_memory[0])
-            fprintf(stderr, "fldispatch verify: device %s: %s\n", o.device_name, o.no_memory);
+            fprintf(stderr, "fldispatch verify: device %s: %s\n", o.device_name,
+                    cli_text(o.no_memory));
         else
             fprintf(stderr, "fldispatch verify: no implementation available to verify\n");
         return CLI_EXIT_NONE;

@@ -6,6 +6,7 @@
  * cli.h.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -76,19 +77,61 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     /* After a question ("did you mean 'x'?") the hint goes in parentheses. */
     bool question = len > 0 && message[len - 1] == '?';
     fprintf(stderr, "fldispatch%s%s: %s%stry 'fldispatch %s%s--help'%s\n", cmd ? " " : "",
-            cmd ? cmd : "", message, question ? " (" : "; ", cmd ? cmd : "", cmd ? " " : "",
-            question ? ")" : "");
+            cmd ? cmd : "", cli_text(message), question ? " (" : "; ", cmd ? cmd : "",
+            cmd ? " " : "", question ? ")" : "");
     return CLI_EXIT_USAGE;
+}
+
+static int find_strict(const fld_config_field *f, void *user)
+{
+    if (strcmp(f->key, "strict") != 0)
+        return 0;
+    *(bool *)user = strcmp(f->value, "true") == 0;
+    return 1;
+}
+
+/* A plugin rejected for its configuration: its register_builtins returned
+ * FLD_ECONFIG (a bad VLLM_FL_CPU_* value, for the cpu plugin). The host
+ * words such a reason "register_builtins failed: <fld_strerror()>: ...". */
+static int report_rejected(const fld_plugin_info *p, void *user)
+{
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "register_builtins failed: %s: ", fld_strerror(FLD_ECONFIG));
+    if (p->status != FLD_PLUGIN_REJECTED || !p->reason ||
+        strncmp(p->reason, prefix, strlen(prefix)) != 0)
+        return 0;
+    fprintf(stderr, "fldispatch: plugin '%s' (%s) rejected: %s\n", cli_text(p->name),
+            cli_text(p->path), p->reason ? cli_text(p->reason) : "");
+    ++*(int *)user;
+    return 0;
 }
 
 int cli_init(void)
 {
     int rc = fld_init();
-    if (rc == FLD_OK)
-        return CLI_EXIT_OK;
-    const char *detail = fld_last_error();
-    fprintf(stderr, "fldispatch: %s\n", *detail ? detail : fld_strerror(rc));
-    return CLI_EXIT_USAGE;
+    if (rc != FLD_OK) {
+        const char *detail = fld_last_error();
+        fprintf(stderr, "fldispatch: %s\n", *detail ? detail : fld_strerror(rc));
+        return CLI_EXIT_USAGE;
+    }
+    /* A plugin rejected for its configuration leaves its ops to the others
+     * (a bad VLLM_FL_CPU_* value: every op on reference.c). Strict means no
+     * such silent fallback: a configuration error, as a bad core variable
+     * is. (A plugin rejected for its file or ABI is list --strict's.) */
+    bool strict = false;
+    fld_foreach_config_field(find_strict, &strict);
+    int rejected = 0;
+    if (strict)
+        fld_foreach_plugin(report_rejected, &rejected);
+    if (rejected) {
+        fprintf(stderr,
+                "fldispatch: %d plugin(s) rejected for their configuration under the strict "
+                "policy (VLLM_FL_STRICT=1 or strict: true), which allows no fallback: fix the "
+                "configuration, or turn strict off\n",
+                rejected);
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
 }
 
 bool cli_is_help(const char *arg)

@@ -59,7 +59,7 @@ PLUGIN_SKIP_cuda := plugins/cuda/cuda_kernels.cu is missing from the source tree
 else
 CUDA_ARCHS ?= 80 90
 FLD_CUDA_BUILT := $(strip $(foreach a,$(CUDA_ARCHS),sm_$(a)) compute_$(lastword $(CUDA_ARCHS)))
-FLD_NVCC_FLAGS := -O3 -std=c++17 -Iinclude -I$(B)/gen \
+FLD_NVCC_FLAGS := -O3 -std=c++17 \
   $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
   -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS)) \
   -DFLD_GPU_BUILT_ARCHS='"$(FLD_CUDA_BUILT)"' \
@@ -71,7 +71,10 @@ PLUGIN_LIBS_cuda := -L$(dir $(FLD_CUDART_A)) -lcudart_static -lstdc++ -lrt -ldl 
   -Wl,-z,nodelete
 
 # The object depends on the toolkit and the architecture list through this
-# stamp, so `make CUDA_ARCHS=...` or another CUDA_HOME rebuilds it.
+# stamp, so `make CUDA_ARCHS=...` or another CUDA_HOME rebuilds it. The stamp
+# leaves out the include paths, which name the build tree: the tests run make
+# on this tree by its absolute path (B=/.../build), and a plain make after
+# them must not see a changed command and recompile the kernels.
 FLD_CUDA_STAMP := $(B)/gen/cuda_build.txt
 $(FLD_CUDA_STAMP): FORCE
 	@mkdir -p $(@D)
@@ -80,5 +83,5 @@ $(FLD_CUDA_STAMP): FORCE
 
 $(OBJ)/plugins/cuda/cuda_kernels.o: plugins/cuda/cuda_kernels.cu $(FLD_GPU_DEVICE_DEPS) $(FLD_CUDA_STAMP)
 	@mkdir -p $(@D)
-	$(Q)$(call fld_say,NVCC,$<)$(FLD_NVCC) $(FLD_NVCC_FLAGS) -c $< -o $@
+	$(Q)$(call fld_say,NVCC,$<)$(FLD_NVCC) -Iinclude -I$(B)/gen $(FLD_NVCC_FLAGS) -c $< -o $@
 endif

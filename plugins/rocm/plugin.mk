@@ -55,12 +55,15 @@ $(FLD_ROCM_PROBE): $(realpath $(FLD_HIPCC)) plugins/rocm/plugin.mk plugins/rocm/
 	@mkdir -p $(@D)
 	@sh plugins/rocm/probe_archs.sh '$(FLD_HIPCC)' $(FLD_ROCM_CANDIDATES) > $@.tmp && mv -f $@.tmp $@
 
-FLD_HIPCC_FLAGS = -O3 -std=c++17 -fPIC -fvisibility=hidden -Iinclude -I$(B)/gen \
+FLD_HIPCC_FLAGS = -O3 -std=c++17 -fPIC -fvisibility=hidden \
   -Wall -Wextra -Werror $(foreach a,$(ROCM_ARCHS),--offload-arch=$(a))
 PLUGIN_OBJS_rocm := $(FLD_GPU_GLUE_OBJ)
 PLUGIN_LIBS_rocm := -ldl
 
-# The object depends on hipcc and the architecture list through this stamp.
+# The object depends on hipcc and the architecture list through this stamp;
+# it leaves out the include paths, which name the build tree by the spelling
+# make was given (the tests use an absolute B=), so that spelling alone never
+# recompiles the kernels.
 FLD_ROCM_STAMP := $(B)/gen/rocm_build.txt
 $(FLD_ROCM_STAMP): FORCE $(if $(FLD_ROCM_AUTO),$(FLD_ROCM_PROBE))
 	@mkdir -p $(@D)
@@ -70,7 +73,7 @@ $(FLD_ROCM_STAMP): FORCE $(if $(FLD_ROCM_AUTO),$(FLD_ROCM_PROBE))
 $(OBJ)/plugins/rocm/hip_kernels.o: plugins/rocm/hip_kernels.hip $(FLD_GPU_DEVICE_DEPS) $(FLD_ROCM_STAMP)
 	@mkdir -p $(@D)
 	@test -n '$(strip $(ROCM_ARCHS))' || { echo "fldispatch: $(FLD_HIPCC) targets none of $(FLD_ROCM_CANDIDATES) (set ROCM_ARCHS=)" >&2; exit 1; }
-	$(Q)$(call fld_say,HIPCC,$<)HIP_PLATFORM=amd $(FLD_HIPCC) $(FLD_HIPCC_FLAGS) -c $< -o $@
+	$(Q)$(call fld_say,HIPCC,$<)HIP_PLATFORM=amd $(FLD_HIPCC) -Iinclude -I$(B)/gen $(FLD_HIPCC_FLAGS) -c $< -o $@
 
 # No -lamdhip64: the HIP symbols bind to the runtime fld-rocm.so opened.
 $(PLUGOUT)/libfld-rocm-hip.so: $(OBJ)/plugins/rocm/hip_kernels.o

@@ -4,7 +4,8 @@
  * discovery's list of candidate files (core/discovery.c), the host's file
  * checks (core/plugin_file.c), and the rows of the device table
  * (core/devices.c), from which the tool's and the Python extension's
- * device names derive.
+ * device names derive, and the escaper of text that leaves the library
+ * (core/escape.c).
  *
  * Internal: not installed with the public headers, not part of the API or
  * the ABI, and free to change with any release. The tool, the Python
@@ -163,5 +164,24 @@ struct fld_tool_device {
  * Constant data, MT safe; needs no fld_init().
  */
 FLD_TOOL_API const struct fld_tool_device *fld__device_row(unsigned index);
+
+/*
+ * Copies src into dst (size bytes, always NUL-terminated when size > 0),
+ * writing as an escape what could be misread:
+ *   - C0 control characters (tab and newline included) and DEL: \xNN;
+ *   - C1 control characters (U+0080..U+009F) and the bidirectional
+ *     embedding, override and isolate characters (U+202A..U+202E,
+ *     U+2066..U+2069): \uNNNN;
+ *   - every byte that is not part of well-formed UTF-8 (stray continuation
+ *     bytes, overlong forms, surrogates, code points past U+10FFFF, a
+ *     sequence cut short): \xNN.
+ * Everything else, printable ASCII and valid UTF-8 text, is copied as it is.
+ * Output that does not fit is cut before the character or escape that does
+ * not fit, never inside one. Returns dst. A dst of 4 bytes per byte of src,
+ * plus 1, never cuts. MT safe; needs no fld_init(). The library's messages
+ * and logs pass through it; the tool prints names, paths and configuration
+ * values through it too.
+ */
+FLD_TOOL_API char *fld__escape(char *dst, size_t size, const char *src);
 
 #endif
