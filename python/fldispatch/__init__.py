@@ -232,3 +232,20 @@ class policy:
 def describe_policy():
     """This thread's effective policy as one line, e.g. 'prefer=flagos;strict=0'."""
     return _C.policy_describe()
+
+
+def _io_dump_from_env():
+    """VLLM_FL_IO_DUMP* set: turn the IO dump on (fldispatch.iodump); a bad value is logged."""
+    import os
+
+    if not any(name.startswith("VLLM_FL_IO_DUMP") for name in os.environ):
+        return
+    from . import iodump
+
+    try:
+        iodump.init_io_dump_from_env(True)
+    except ValueError as e:
+        iodump.logger.error("IO dump not enabled: %s", e)
+
+
+_io_dump_from_env()
