@@ -134,32 +134,41 @@ def parse_rank_filter(value: str, name: str = "ranks") -> Optional[Set[int]]:
 
 
 # ---- steps and execution order ---------------------------------------------
-_step = 0
-_exec_order = 0
+_step_counter = 0
+_exec_order_counter = 0
+_seen_ops: Set[str] = set()
 
 
 def get_step() -> int:
-    return _step
+    return _step_counter
 
 
 def advance_step() -> int:
-    """The next step begins: per-op counters restart, the summary is written."""
-    global _step
+    """The next step begins: per-op counters restart, the summary is written and
+    the ops the step recorded are logged (INFO)."""
+    global _step_counter
     with _lock:
-        _step += 1
-        step = _step
+        done = _step_counter
+        _step_counter += 1
+        step = _step_counter
         _call_counters.clear()
+        seen = sorted(_seen_ops)
+        _seen_ops.clear()
     reset_exec_order()
     if _enabled:
         _write_summary()
+        if seen:
+            logger.info("[IO_DUMP][rank=%d][step=%d] Step summary: modules=[], ops=%s",
+                        get_rank(), done, seen)
     return step
 
 
 def reset_step() -> None:
-    global _step
+    global _step_counter
     with _lock:
-        _step = 0
+        _step_counter = 0
         _call_counters.clear()
+        _seen_ops.clear()
 
 
 def io_dump_step() -> int:
@@ -174,20 +183,20 @@ def advance_io_step() -> None:
 
 
 def next_exec_order() -> int:
-    global _exec_order
+    global _exec_order_counter
     with _lock:
-        _exec_order += 1
-        return _exec_order
+        _exec_order_counter += 1
+        return _exec_order_counter
 
 
 def reset_exec_order() -> None:
-    global _exec_order
+    global _exec_order_counter
     with _lock:
-        _exec_order = 0
+        _exec_order_counter = 0
 
 
 def get_exec_order() -> int:
-    return _exec_order
+    return _exec_order_counter
 
 
 def parse_step_range(value, name: str = "step_range") -> Optional[Tuple[int, int]]:
@@ -255,7 +264,7 @@ def _remove_module_hooks() -> None:
 
 
 # ---- tensor statistics -------------------------------------------------------
-_stats: List[Tuple[str, Callable, bool]] = [
+_TENSOR_STAT_REGISTRY: List[Tuple[str, Callable, bool]] = [
     ("min", lambda t: t.min().item(), False),
     ("max", lambda t: t.max().item(), False),
     ("mean", lambda t: t.mean().item(), True),
@@ -268,11 +277,11 @@ def register_tensor_stat(name: str, fn: Callable, float_only: bool = True) -> No
     if not name or not name.strip():
         raise ValueError("register_tensor_stat: the name must be a non-empty string")
     with _lock:
-        for i, (existing, _, _) in enumerate(_stats):
+        for i, (existing, _, _) in enumerate(_TENSOR_STAT_REGISTRY):
             if existing == name:
-                _stats[i] = (name, fn, float_only)
+                _TENSOR_STAT_REGISTRY[i] = (name, fn, float_only)
                 return
-        _stats.append((name, fn, float_only))
+        _TENSOR_STAT_REGISTRY.append((name, fn, float_only))
 
 
 def tensor_stats(t) -> Dict[str, Any]:
@@ -282,7 +291,7 @@ def tensor_stats(t) -> Dict[str, Any]:
     if t.numel() == 0 or t.is_complex():
         return meta
     as_float = None
-    for name, fn, float_only in list(_stats):
+    for name, fn, float_only in list(_TENSOR_STAT_REGISTRY):
         if float_only and not t.is_floating_point():
             continue
         try:
@@ -365,11 +374,20 @@ def _rank_ok() -> bool:
 
 
 def _check_limits(op_name: str) -> bool:
-    if _step_range is not None and not (_step_range[0] <= _step < _step_range[1]):
+    if _step_range is not None and not (_step_range[0] <= _step_counter < _step_range[1]):
         return False
     if _max_calls > 0 and _call_counters.get(op_name, 0) >= _max_calls:
         return False
     return True
+
+
+def _module_arg(args: tuple) -> Optional[str]:
+    """The class name of a torch module passed as the first argument (a layer calling its op)."""
+    if not args:
+        return None
+    import torch
+
+    return type(args[0]).__name__ if isinstance(args[0], torch.nn.Module) else None
 
 
 def _should_dump(op_name: str, args: tuple) -> bool:
@@ -378,7 +396,8 @@ def _should_dump(op_name: str, args: tuple) -> bool:
         return False
     if _match_all:
         return True
-    if _module_filter and not module_context_matches(_module_filter):
+    if _module_filter and not (_module_arg(args) in _module_filter
+                               or module_context_matches(_module_filter)):
         return False
     if _op_filter and op_name not in _op_filter:
         return False
@@ -398,12 +417,13 @@ def _safe_component(name: str) -> str:
 
 
 def _op_dir(op_name: str) -> str:
-    return os.path.join(_dump_dir, f"rank_{get_rank():04d}", f"step_{_step:04d}",
+    return os.path.join(_dump_dir, f"rank_{get_rank():04d}", f"step_{_step_counter:04d}",
                         _safe_component(op_name))
 
 
 def _record_summary(op_name: str, impl_id: Optional[str]) -> None:
     with _lock:
+        _seen_ops.add(op_name)
         entry = _op_summary.setdefault(op_name, {"call_count": 0, "impl_ids": set()})
         entry["call_count"] += 1
         if impl_id:
@@ -424,7 +444,7 @@ def _meta(op_name: str, call_num: int, order: int, module_tag: str, op_tag: str,
             tensors[key] = tensor_stats(t)
         except Exception as e:  # a tensor torch cannot reduce (meta device, ...)
             tensors[key] = {"error": str(e)}
-    return {"op_name": op_name, "exec_order": order, "call_num": call_num, "step": _step,
+    return {"op_name": op_name, "exec_order": order, "call_num": call_num, "step": _step_counter,
             "rank": get_rank(), "module_tag": module_tag, "op_tag": op_tag,
             "impl_id": impl_id, "tensors": tensors}
 
@@ -530,12 +550,16 @@ def _write_summary() -> None:
             return
         flagos, other = [], []
         for op in sorted(_op_summary):
-            ids = _op_summary[op]["impl_ids"]
-            (flagos if any(i.startswith("default.") for i in ids) else other).append(op)
+            entry = _op_summary[op]
+            ids = entry.get("impl_ids", ())
+            is_flagos = any(i.startswith("default.") for i in ids) or \
+                "FlagGems" in entry.get("dispatch_keys", "")
+            (flagos if is_flagos else other).append(op)
         directory = os.path.join(_dump_dir, f"rank_{get_rank():04d}")
         summary = {"rank": get_rank(), "flaggems_ops": flagos, "non_flaggems_ops": other,
-                   "calls": {op: _op_summary[op]["call_count"] for op in sorted(_op_summary)},
-                   "impl_ids": {op: sorted(_op_summary[op]["impl_ids"])
+                   "calls": {op: _op_summary[op].get("call_count", 0)
+                             for op in sorted(_op_summary)},
+                   "impl_ids": {op: sorted(_op_summary[op].get("impl_ids", ()))
                                 for op in sorted(_op_summary)}}
     try:
         os.makedirs(directory, exist_ok=True)
@@ -700,7 +724,13 @@ def disable_io_dump() -> None:
 
 def init_io_dump_from_env(eager: bool = True) -> None:
     """Turn the dump on when the environment asks for it (and it is not on yet)."""
-    if _enabled or not eager or not _env_requested():
+    if not eager:
+        return
+    _init_from_env()
+
+
+def _init_from_env() -> None:
+    if _enabled or not _env_requested():
         return
     enable_io_dump()
 

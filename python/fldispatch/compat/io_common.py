@@ -8,6 +8,10 @@ code importing them loads, and calling one raises NotImplementedError with
 the reason (docs/porting-from-vllm-plugin-fl.md lists them).
 """
 
+import sys
+import types
+
+from .. import iodump as _iodump
 from ..iodump import (  # noqa: F401
     advance_step,
     get_current_module,
@@ -50,3 +54,23 @@ parse_torch_funcs_config = _absent("parse_torch_funcs_config",
 parse_io_config_from_yaml = _absent("parse_io_config_from_yaml",
                                     "the IO dump is configured by its variables and "
                                     "enable_io_dump(), not by a YAML section")
+
+
+class _SharedState(types.ModuleType):
+    """Reads and writes of the IO dump's state (_step_counter, _rank,
+    _TENSOR_STAT_REGISTRY, ...) through this module reach fldispatch.iodump."""
+
+    def __getattr__(self, name):
+        return getattr(_iodump, name)
+
+    def __setattr__(self, name, value):
+        if not name.startswith("__") and hasattr(_iodump, name) and name not in _OWN:
+            setattr(_iodump, name, value)
+        else:
+            super().__setattr__(name, value)
+
+
+_OWN = {"HAS_TORCH_DISPATCH_MODE", "HAS_TORCH_FUNC_MODE", "expand_layer_specs",
+        "layer_path_matches", "list_model_layers", "register_module_paths",
+        "parse_torch_funcs_config", "parse_io_config_from_yaml"}
+sys.modules[__name__].__class__ = _SharedState
