@@ -105,6 +105,33 @@ void fldpy_tensors_clear_cache(void);
 /* Interned strings and constant tuples; 0 or -1 with an exception. */
 int fldpy_tensors_init(void);
 
+/* ---- registry.c -------------------------------------------------------- */
+
+/*
+ * Releases the GIL around a library call that may run a Python
+ * implementation: the implementation takes it back on this thread (any
+ * other thread without the GIL is refused). Use instead of
+ * Py_BEGIN/END_ALLOW_THREADS around op calls.
+ */
+PyThreadState *fldpy_release_gil(void);
+void fldpy_restore_gil(PyThreadState *s);
+/* Forgets this thread's last implementation exception (before an op call). */
+void fldpy_impl_exception_clear(void);
+/* fldpy_raise_status(), with the last implementation exception of this
+ * thread, if any, as the error's __cause__. Returns NULL. */
+PyObject *fldpy_raise_impl_status(int status);
+/* Loads the Python plugins (fldispatch.registry) the first time an op is
+ * called or the registry read from Python; 0, or -1 with an exception. */
+extern int fldpy_plugins_loaded;
+int fldpy_load_plugins(void);
+static inline int fldpy_ensure_plugins(void)
+{
+    return fldpy_plugins_loaded ? 0 : fldpy_load_plugins();
+}
+/* OpCaller type and module state; 0 or -1 with an exception. */
+int fldpy_registry_init(PyObject *module);
+extern PyMethodDef fldpy_registry_methods[];
+
 /* ---- ops.c, introspect.c, policy.c, hooks.c: method tables ------------- */
 
 extern PyMethodDef fldpy_op_methods[];

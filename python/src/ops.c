@@ -50,6 +50,9 @@ static void release(struct call *c)
  */
 static int enter(struct call *c)
 {
+    fldpy_impl_exception_clear();
+    if (fldpy_ensure_plugins() < 0)
+        return -1;
     for (int i = 0; i < c->n; i++) {
         const fldpy_tensor *t = &c->t[i];
         if (!t->api || t->dl.device.device_type == kDLCPU)
@@ -101,7 +104,7 @@ static bool release_gil(const DLTensor *x)
 static PyObject *finish(struct call *c, int rc)
 {
     if (rc != FLD_OK)
-        fldpy_raise_status(rc);
+        fldpy_raise_impl_status(rc);
     leave(c);
     release(c);
     if (rc != FLD_OK)
@@ -139,8 +142,9 @@ static PyObject *activation(const char *op, activation_fn fn, PyObject *const *a
         return fail(&c);
     int rc;
     if (release_gil(x)) {
-        Py_BEGIN_ALLOW_THREADS rc = fn(out, x);
-        Py_END_ALLOW_THREADS
+        PyThreadState *released = fldpy_release_gil();
+        rc = fn(out, x);
+        fldpy_restore_gil(released);
     } else {
         rc = fn(out, x);
     }
@@ -199,8 +203,9 @@ static PyObject *norm(const char *op, norm_fn fn, PyObject *const *args, Py_ssiz
         return fail(&c);
     int rc;
     if (release_gil(x)) {
-        Py_BEGIN_ALLOW_THREADS rc = fn(out, x, weight, residual, (float)eps);
-        Py_END_ALLOW_THREADS
+        PyThreadState *released = fldpy_release_gil();
+        rc = fn(out, x, weight, residual, (float)eps);
+        fldpy_restore_gil(released);
     } else {
         rc = fn(out, x, weight, residual, (float)eps);
     }
@@ -248,9 +253,10 @@ static PyObject *py_rotary_embedding(PyObject *self, PyObject *const *args, Py_s
         return fail(&c);
     int rc;
     if (release_gil(query)) {
-        Py_BEGIN_ALLOW_THREADS rc =
+        PyThreadState *released = fldpy_release_gil();
+        rc =
             fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);
-        Py_END_ALLOW_THREADS
+        fldpy_restore_gil(released);
     } else {
         rc = fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);
     }
