@@ -5,6 +5,7 @@
  * plugin's register_builtins. The call side (fld_host_call()) is in
  * manager.c, next to the chain it runs.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,18 @@
 #include "inflight.h"
 #include "policy.h"
 #include "registry.h"
+
+static _Atomic bool claims_modules;
+
+void fld_host_claim_module_names(void)
+{
+    atomic_store(&claims_modules, true);
+}
+
+bool fld__host_claims_modules(void)
+{
+    return atomic_load(&claims_modules);
+}
 
 static bool valid_plugin_name(const char *s)
 {

@@ -87,6 +87,10 @@ void fld__registry_discard(struct fld_registry *reg);
 int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
                                 fld_host_kernel_fn fn, void *ctx, const char *unavailable);
 
+/* Whether a language binding claimed VLLM_FL_PLUGIN_MODULES's module names
+ * (fld_host_claim_module_names(), host_registration.c); read by discovery. */
+bool fld__host_claims_modules(void);
+
 /* Whether an impl can run here; evaluates is_available once. */
 bool fld__impl_available(struct fld_impl_rec *impl, const char **reason);
 /* Whether a plugin's device hooks can be used here; evaluates is_available once. */

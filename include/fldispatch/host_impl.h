@@ -121,6 +121,18 @@ FLD_API int fld_host_reject(const char *plugin, const char *version, const char 
  */
 FLD_API int fld_host_call(fld_op op, int device_type, DLDataType dtype, const void *host_args);
 
+/*
+ * Says that this process's binding imports the module names of
+ * VLLM_FL_PLUGIN_MODULES (the Python package does: vllm-plugin-FL's meaning
+ * of the variable). An entry that is no plugin file and reads as a module
+ * name ("pkg", "pkg.ops") is then left to the binding, silently; without
+ * the claim, dotted names are skipped with one WARNING line and a bare name
+ * that is no plugin file is rejected as before. Call it before the library
+ * initialises (later, it applies from the next fld_reload()). No init; MT
+ * safe.
+ */
+FLD_API void fld_host_claim_module_names(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -101,6 +101,7 @@ def plugins():
             p["path"] = None
         p["impl_count"] = p.pop("n_impls")
         p["reason"] = _text_or_none(p["reason"])
+        p["version"] = _text_or_none(p["version"])
         p["detail"] = _text_or_none(p["detail"])
         out.append(p)
     return out

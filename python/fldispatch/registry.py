@@ -257,6 +257,12 @@ def _load_one(name, source, load, upstream):
     batch = registering(name, origin=f"python:{source}")
     try:
         obj = load()
+    except Exception as exc:  # noqa: BLE001 - recorded, never raised
+        reason = f"{type(exc).__qualname__}: {exc}"
+        _reject(name, "", f"python:{source}", f"import failed: {reason}")
+        discovered_plugins.append((name, source, False, reason))
+        return
+    try:
         registrar = batch
         if upstream and _upstream_registry_factory is not None:
             registrar = _upstream_registry_factory(batch)

@@ -376,3 +376,90 @@ def test_fork_after_python_registrations():
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert fldispatch.call_op(op, 5) == 15  # the child's registration is the child's
+
+
+# ---- Python plugin discovery -----------------------------------------------------------
+
+
+def write_package(site, dist, module, source, entry_points=None):
+    """A real installed distribution: module source plus a .dist-info with entry_points.txt."""
+    (site / f"{module}.py").write_text(textwrap.dedent(source))
+    info = site / f"{dist}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    if entry_points:
+        (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+
+
+def test_entry_points_and_plugin_modules_are_loaded_on_first_use(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    write_package(site, "good_pkg", "good_pkg", """
+        def register(registry):
+            import fldispatch
+            registry.register_impl("disc_op", lambda x: x + 100, impl_id="vendor.good",
+                                   kind="vendor", vendor="good")
+    """, "[fldispatch.plugins]\ngood = good_pkg:register\n")
+    # an upstream-style plugin: an OpImpl-shaped object handed to registry.register_impl
+    write_package(site, "up_pkg", "up_pkg", """
+        class OpImpl:
+            def __init__(self, **kw):
+                self.__dict__.update(kw)
+            def is_available(self):
+                return True
+        def vllm_fl_register(registry):
+            registry.register_impl(OpImpl(op_name="disc_op", impl_id="reference.up",
+                                          kind="reference", fn=lambda x: x - 1, vendor=None,
+                                          priority=50))
+    """, "[vllm_fl.plugin]\nup = up_pkg\n")
+    # registers one impl, then imports a module that does not exist: all or nothing
+    write_package(site, "broken_pkg", "broken_pkg", """
+        def register(registry):
+            registry.register_impl("disc_op", lambda x: 0, impl_id="vendor.broken",
+                                   kind="vendor", vendor="broken")
+            import module_that_is_not_installed  # noqa: F401
+    """, "[fldispatch.plugins]\nbroken = broken_pkg:register\n")
+    write_package(site, "env_mod", "env_mod", """
+        def register(registry):
+            registry.register_impl("disc_env_op", lambda: "env", impl_id="reference.env",
+                                   kind="reference")
+    """)
+    out = run_child("""
+        import fldispatch
+        print("call:", fldispatch.call_op("disc_op", 1))
+        with fldispatch.policy(prefer="reference"):
+            print("ref:", fldispatch.call_op("disc_op", 1))
+        print("env:", fldispatch.call_op("disc_env_op"))
+        ids = sorted(m["impl_id"] for m in fldispatch.impls() if m["op"] == "disc_op")
+        print("ids:", ids)
+        for p in fldispatch.plugins():
+            if p["name"] in ("good", "up", "broken", "env_mod", "missing_mod"):
+                print("plugin:", p["name"], p["status"], p["reason"])
+    """, {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+          "VLLM_FL_PLUGIN_MODULES": "env_mod,missing_mod"})
+    assert "call: 101" in out and "ref: 0" in out and "env: env" in out
+    assert "ids: ['reference.up', 'vendor.good']" in out
+    assert "plugin: good loaded None" in out and "plugin: up loaded None" in out
+    assert "plugin: env_mod loaded None" in out
+    assert ("plugin: broken rejected registration raised ModuleNotFoundError: No module named "
+            "'module_that_is_not_installed'") in out
+    assert "plugin: missing_mod rejected import failed: ModuleNotFoundError" in out
+
+
+def test_python_list_runs_in_process_and_shows_python_plugins(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    write_package(site, "listed_pkg", "listed_pkg", """
+        def register(registry):
+            registry.register_impl("listed_op", len, impl_id="vendor.listed", kind="vendor",
+                                   vendor="listed")
+    """, "[fldispatch.plugins]\nlisted = listed_pkg:register\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-m", "fldispatch", "resolve", "listed_op"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "vendor.listed"
+    r = subprocess.run([sys.executable, "-m", "fldispatch", "list"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert "listed" in r.stdout and "flagos" in r.stdout
