@@ -82,7 +82,9 @@ typedef struct fldpy_tensor {
 /*
  * Imports obj (a DLPack producer or a DLPack capsule) as argument `arg` of
  * op. writable: the op writes the tensor, so a read-only (DLPack 1.x flag)
- * or copied (IS_COPIED) export is refused. A CUDA/ROCm producer without the
+ * or copied (IS_COPIED) export is refused. A tensor with a negative rank,
+ * or a rank without a shape array, is refused before anything reads its
+ * shape. A CUDA/ROCm producer without the
  * exchange API is passed this thread's stream (fld_get_stream()) as
  * __dlpack__(stream=...). On failure raises fldispatch.InvalidArgumentError
  * (or the producer's exception) and leaves *t empty.
@@ -91,7 +93,9 @@ int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool wri
                         fldpy_tensor *t);
 /* Gives back what fldpy_tensor_import() took (calls the capsule deleter). */
 void fldpy_tensor_release(fldpy_tensor *t);
-/* Number of elements of t (0 for a zero-sized tensor). */
+/* Number of elements of t: 0 for a zero-sized tensor or a negative
+ * dimension, INT64_MAX when the product overflows. t->shape must be there
+ * (fldpy_tensor_import() refuses a tensor whose shape is NULL). */
 int64_t fldpy_tensor_numel(const DLTensor *t);
 
 /*

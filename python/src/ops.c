@@ -93,7 +93,9 @@ static bool release_gil(const DLTensor *x)
 {
     if (x->device.device_type != kDLCPU)
         return false;
-    return fldpy_tensor_numel(x) * (x->dtype.bits / 8) >= RELEASE_GIL_BYTES;
+    int64_t element_bytes = x->dtype.bits >= 8 ? x->dtype.bits / 8 : 1;
+    /* numel * element_bytes >= RELEASE_GIL_BYTES, without the overflow. */
+    return fldpy_tensor_numel(x) >= (RELEASE_GIL_BYTES + element_bytes - 1) / element_bytes;
 }
 
 /* After the library returned rc: raise (before the deleters may run Python
