@@ -44,6 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fldispatch/host_impl.h>
+
 #include "devices.h"
 #include "error.h"
 #include "inflight.h"
@@ -88,6 +90,8 @@ static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *arg
 static void tls_free_retired(void);
 
 /* The run of a chain. */
+static inline int run_plugin_impl(const struct fld_op_s *op, const struct fld_impl_rec *r,
+                                  const void *args);
 static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, const void *args,
                      uint32_t start, int first_rc);
 static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c, uint32_t i);
@@ -403,6 +407,57 @@ static void tls_free_retired(void)
     }
 }
 
+/* ---- host calls (host_impl.h) ------------------------------------------ */
+
+/* The binding's argument record of the host call this thread is making, if
+ * any: plugin implementations decline it (run_plugin_impl()). */
+static _Thread_local const void *tls_host_args;
+
+int fld_host_call(fld_op handle, int device_type, DLDataType dtype, const void *host_args)
+{
+    struct fld_op_s *op = (struct fld_op_s *)handle;
+    if (!op)
+        return fld__fail(FLD_EINVAL, "fld_host_call: argument 'op' is NULL");
+    if (!host_args)
+        return fld__fail(FLD_EINVAL, "fld_host_call: argument 'host_args' is NULL");
+    FLD_CALL_SCOPE();
+    if (unlikely(!library_open()))
+        return closed_handle("fld_host_call");
+    if (op->schema)
+        return fld__fail(FLD_EINVAL,
+                         "%s is a catalog op: call it with its argument struct (its typed entry "
+                         "point or fld_call()), not with a binding's own arguments",
+                         op->name);
+    int dev, dt;
+    int rc = key_from(device_type, dtype, &dev, &dt);
+    if (rc)
+        return rc;
+    unsigned slot = fld__slot(dev, dt);
+    const void *outer = tls_host_args;
+    tls_host_args = host_args;
+    /* Not dispatch(): its direct path may call a plugin kernel. */
+    if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed))
+        rc = dispatch_overridden(op, slot, host_args);
+    else
+        rc = dispatch_slow(op, slot, host_args);
+    tls_host_args = outer;
+    return rc;
+}
+
+/* A plugin kernel, unless args is a binding's own record, which it cannot read. */
+static inline int run_plugin_impl(const struct fld_op_s *op, const struct fld_impl_rec *r,
+                                  const void *args)
+{
+    if (unlikely(args == tls_host_args && args))
+        return fld__fail(FLD_EUNSUPPORTED,
+                         "%s: '%s' is a C implementation (plugin '%s') and the call came from a "
+                         "language binding with its own arguments, which it cannot read (an op "
+                         "called from a binding runs on C kernels only through its argument "
+                         "struct)",
+                         op->name, r->impl_id, r->plugin ? r->plugin->name : "?");
+    return r->fn(args);
+}
+
 /* ---- the run of a chain ------------------------------------------------- */
 
 /*
@@ -458,7 +513,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
             continue;
         /* Whatever message follows a failure is then the impl's own. */
         fld__error_clear();
-        int rc = r->fn(args);
+        int rc = r->fn ? run_plugin_impl(op, r, args) : r->host_fn(r->host_ctx, args);
         if (rc == FLD_OK) {
             note_served(op, slot, c, i);
             return FLD_OK;
@@ -527,7 +582,8 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) switched from '%s' to '%s' (%s)", op->name,
                      fld__device_label(dev), fld__dtype_label(dt), prev->impl_id, r->impl_id, what);
     }
-    if (i == 0 && c->global && !c->impls[0]->supports && !(atomic_load(&c->failed) & 1u))
+    if (i == 0 && c->global && c->impls[0]->fn && !c->impls[0]->supports &&
+        !(atomic_load(&c->failed) & 1u))
         enable_fast(op, slot, c);
 }
 

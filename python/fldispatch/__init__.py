@@ -39,7 +39,6 @@ from ._C import (  # noqa: F401  (re-exported)
     mul_and_silu,
     oot_op_enabled,
     reload,
-    resolve,
     rms_norm,
     rotary_embedding,
     set_stream,
@@ -47,6 +46,14 @@ from ._C import (  # noqa: F401  (re-exported)
 )
 
 __version__ = _C.version()
+
+from .registry import (  # noqa: E402,F401  (re-exported)
+    discover_plugins,
+    register_impl,
+    registering,
+)
+from ._C import call_op, resolve_op  # noqa: E402,F401  (plugins load on first use, in C)
+from .registry import _ensure_plugins  # noqa: E402
 
 # ---- introspection, shaped as the tool's --json (docs/json-output.md) -------
 # The dicts carry the keys and value types of `fldispatch resolve/list/config
@@ -68,8 +75,15 @@ def _text_or_none(text):
     return text if text else None
 
 
+def resolve(op, device="cpu", dtype="float32"):
+    """The impl_id a call of `op` on (device, dtype) would use now."""
+    _ensure_plugins()
+    return _C.resolve(op, device, dtype)
+
+
 def explain(op, device="cpu", dtype="float32"):
     """How `op` resolves on (device, dtype): the keys of `fldispatch resolve --json`."""
+    _ensure_plugins()
     d = _C.explain(op, device, dtype)
     d["schema"] = JSON_SCHEMA
     d["order"] = _split(d["order"], "|")
@@ -79,6 +93,7 @@ def explain(op, device="cpu", dtype="float32"):
 
 def plugins():
     """Every plugin the host found, as `fldispatch list --json`'s "plugins"."""
+    _ensure_plugins()
     out = []
     for p in _C.plugins():
         p["builtin"] = p["path"] in (None, "(built-in)")
@@ -86,6 +101,7 @@ def plugins():
             p["path"] = None
         p["impl_count"] = p.pop("n_impls")
         p["reason"] = _text_or_none(p["reason"])
+        p["version"] = _text_or_none(p["version"])
         p["detail"] = _text_or_none(p["detail"])
         out.append(p)
     return out
@@ -93,6 +109,7 @@ def plugins():
 
 def impls():
     """Every registered implementation, as `fldispatch list --json`'s "impls"."""
+    _ensure_plugins()
     out = []
     for m in _C.impls():
         m["reason"] = _text_or_none(m.pop("unavailable_reason"))
@@ -134,6 +151,7 @@ OPS = (
 )
 
 __all__ = list(OPS) + [
+    "register_impl", "registering", "call_op", "resolve_op", "discover_plugins",
     "resolve", "explain", "plugins", "impls", "config", "reload", "init", "load_plugin", "policy",
     "set_stream", "get_stream", "oot_op_enabled", "Error", "InvalidArgumentError",
     "NotFoundError", "UnavailableError", "ConfigError", "PluginError", "ImplementationError",

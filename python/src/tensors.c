@@ -299,8 +299,8 @@ fail:
 
 /* ---- public ---------------------------------------------------------------- */
 
-int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool writable,
-                        fldpy_tensor *t)
+static int import_any(PyObject *obj, const char *op, const char *arg, bool writable,
+                      fldpy_tensor *t)
 {
     t->capsule = NULL;
     t->managed = NULL;
@@ -353,6 +353,41 @@ int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool wri
     return from_producer(obj, op, arg, writable, t);
 }
 
+/*
+ * What the extension itself reads of a tensor before the library validates
+ * it (the element count that decides whether the GIL is released): the
+ * shape array must be there for every dimension. A producer that exports a
+ * rank without a shape is refused here, naming the argument, so that nothing
+ * reads through the NULL pointer.
+ */
+static int check_shape(const fldpy_tensor *t, const char *op, const char *arg)
+{
+    if (t->dl.ndim < 0) {
+        fldpy_raise(FLD_EINVAL, "%s: argument '%s': the DLPack tensor has a negative rank (%d)", op,
+                    arg, (int)t->dl.ndim);
+        return -1;
+    }
+    if (t->dl.ndim > 0 && !t->dl.shape) {
+        fldpy_raise(FLD_EINVAL,
+                    "%s: argument '%s': the DLPack tensor has rank %d but its shape is NULL", op,
+                    arg, (int)t->dl.ndim);
+        return -1;
+    }
+    return 0;
+}
+
+int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool writable,
+                        fldpy_tensor *t)
+{
+    if (import_any(obj, op, arg, writable, t) < 0)
+        return -1;
+    if (check_shape(t, op, arg) < 0) {
+        fldpy_tensor_release(t);
+        return -1;
+    }
+    return 0;
+}
+
 void fldpy_tensor_release(fldpy_tensor *t)
 {
     t->api = NULL;
@@ -380,8 +415,12 @@ void fldpy_tensor_release(fldpy_tensor *t)
 int64_t fldpy_tensor_numel(const DLTensor *t)
 {
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++)
-        n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] <= 0)
+            return 0; /* empty, or negative: the library refuses it */
+        if (__builtin_mul_overflow(n, t->shape[i], &n))
+            return INT64_MAX;
+    }
     return n;
 }
 
