@@ -38,11 +38,12 @@ def c_impl_id(kind: str, impl_id: str) -> str:
 
 
 def register(op: str, impl_id: str, kind: str, fn, vendor, priority: int, is_available,
-             into=None):
+             into=None, plugin=None):
     """Register one Python implementation into the C registry.
 
     into: a registration batch of fldispatch (what a discovered plugin's
-    register function fills, committed all-or-nothing), else at once.
+    register function fills, committed all-or-nothing), else at once, under
+    the plugin record named `plugin`.
     Raises ValueError (with the library's message) when C refuses it.
     """
     kwargs = dict(impl_id=impl_id, kind=_KIND_TOKEN[kind], vendor=vendor,
@@ -51,7 +52,7 @@ def register(op: str, impl_id: str, kind: str, fn, vendor, priority: int, is_ava
         if into is not None:
             into.register_impl(op, fn, **kwargs)
         else:
-            fldispatch.register_impl(op, fn, **kwargs)
+            fldispatch.register_impl(op, fn, plugin=plugin, **kwargs)
     except fldispatch.Error as e:
         raise ValueError(str(e)) from e
 
@@ -125,19 +126,68 @@ def describe() -> str:
     return fldispatch.describe_policy()
 
 
+def _csv(values):
+    return None if values is None else ",".join(values)
+
+
+def _per_op_spec(per_op):
+    return ";".join(f"{op}={'|'.join(tokens)}" for op, tokens in (per_op or {}).items())
+
+
 def set_global(prefer, strict, per_op, allow_vendors, deny_vendors):
-    fldispatch.set_policy(prefer=prefer, strict=strict, per_op=per_op or {},
-                          allow_vendors=allow_vendors, deny_vendors=deny_vendors)
+    """Make these five fields the global policy (all checked before any is set)."""
+    setter = getattr(fldispatch, "set_policy", None)
+    if setter is not None:
+        setter(prefer=prefer, strict=strict, per_op=per_op or {}, allow_vendors=allow_vendors,
+               deny_vendors=deny_vendors)
+        return
+    # Validate the whole set on this thread first: a push checks every value
+    # and applies nothing when one is wrong.
+    with fldispatch.policy(prefer=prefer, strict=strict, per_op=per_op or None,
+                           allow_vendors=_csv(allow_vendors) or None,
+                           deny_vendors=_csv(deny_vendors) or None):
+        pass
+    from . import _capi
+
+    _capi.policy_set("prefer", prefer)
+    _capi.policy_set("strict", "1" if strict else "0")
+    _capi.policy_set("per_op", _per_op_spec(per_op))
+    _capi.policy_set("allow_vendors", _csv(allow_vendors) or "")
+    _capi.policy_set("deny_vendors", _csv(deny_vendors) or "")
 
 
 def reset_global():
-    fldispatch.reset_policy()
+    resetter = getattr(fldispatch, "reset_policy", None)
+    if resetter is not None:
+        resetter()
+        return
+    from . import _capi
+
+    _capi.policy_reset()
 
 
 def scoped_whole(prefer, strict, per_op, allow_vendors, deny_vendors):
-    """A context that puts a whole policy in force on this thread."""
-    return fldispatch.policy_scope(prefer=prefer, strict=strict, per_op=per_op or {},
-                                   allow_vendors=allow_vendors, deny_vendors=deny_vendors)
+    """A context that puts these five fields in force on this thread.
+
+    With fldispatch's whole-policy scope every other field is the built-in
+    default; without it the fields are pushed on top of the policy in force
+    (so a global deny list or per-op order this policy does not name stays).
+    """
+    whole = getattr(fldispatch, "policy_scope", None)
+    if whole is not None:
+        return whole(prefer=prefer, strict=strict, per_op=per_op or {},
+                     allow_vendors=allow_vendors, deny_vendors=deny_vendors)
+    return fldispatch.policy(prefer=prefer, strict=strict, per_op=per_op or None,
+                             allow_vendors=_csv(allow_vendors) or None,
+                             deny_vendors=_csv(deny_vendors) or None)
+
+
+def describe_file(path):
+    """The policy a YAML file gives, as the core describes it; None when the
+    library cannot read a file into a scope."""
+    from . import _capi
+
+    return _capi.describe_file(path)
 
 
 def scoped_fields(**fields):
@@ -147,18 +197,42 @@ def scoped_fields(**fields):
 
 def failed_impls():
     """{op: set(impl_id)} from the core's failure memory."""
+    lister = getattr(fldispatch, "failed_impls", None)
+    if lister is not None:
+        out = {}
+        for rec in lister():
+            op, impl_id = (rec["op"], rec["impl_id"]) if isinstance(rec, dict) else rec[:2]
+            out.setdefault(op, set()).add(impl_id)
+        return out
+    from . import _capi
+
     out = {}
-    for rec in fldispatch.failed_impls():
-        out.setdefault(rec["op"], set()).add(rec["impl_id"])
+    for op, impl_id in _capi.failures() or ():
+        out.setdefault(op, set()).add(impl_id)
     return out
 
 
 def clear_failed(op=None):
-    fldispatch.clear_failed_impls(op)
+    clearer = getattr(fldispatch, "clear_failed_impls", None)
+    if clearer is not None:
+        clearer(op)
+        return
+    from . import _capi
+
+    _capi.clear_failures(op)
+
+
+_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 40}
 
 
 def set_log_level(level):
-    fldispatch.set_log_level(level)
+    setter = getattr(fldispatch, "set_log_level", None)
+    if setter is not None:
+        setter(level)
+        return
+    from . import _capi
+
+    _capi.log_set_level(_LEVELS[str(level).upper()])
 
 
 nullcontext = contextlib.nullcontext

@@ -75,12 +75,13 @@ def face(c_op: str, c_id: str, op_name: str, row: Optional[dict] = None) -> OpIm
         return impl
 
 
-def register_face(c_op: str, impl: OpImpl, into=None) -> None:
-    """Register `impl` in C under op name c_op (into a plugin's batch when given)."""
+def register_face(c_op: str, impl: OpImpl, into=None, plugin=None) -> None:
+    """Register `impl` in C under op name c_op, into a plugin's batch when given,
+    else at once under the plugin record `plugin`."""
     c_id = _bridge.c_impl_id(impl.kind.value, impl.impl_id)
     try:
         _bridge.register(c_op, c_id, impl.kind.value, impl.fn, impl.vendor, impl.priority,
-                         impl.is_available, into=into)
+                         impl.is_available, into=into, plugin=plugin)
     except ValueError as e:
         if "duplicate" in str(e).lower():
             raise ValueError(f"Duplicate impl_id '{impl.impl_id}' for op='{impl.op_name}': "
@@ -97,6 +98,11 @@ class OpRegistry:
         self._lock = threading.RLock()
         self._prefix = "" if _root else f"compat{next(_namespaces)}."
         self.version = 0
+
+    @property
+    def plugin_name(self) -> str:
+        """The plugin record (`fldispatch list`) of what is registered through this registry."""
+        return self._prefix.rstrip(".") or "vllm_fl_compat"
 
     # -- names in C ---------------------------------------------------------
     def c_op(self, op_name: str) -> str:
@@ -116,7 +122,7 @@ class OpRegistry:
     def register_impl(self, impl: OpImpl) -> None:
         """Register one implementation; a duplicate (op, impl_id) raises ValueError."""
         with self._lock:
-            register_face(self.c_op(impl.op_name), impl)
+            register_face(self.c_op(impl.op_name), impl, plugin=self.plugin_name)
             self.version += 1
 
     def register_many(self, impls: Sequence[OpImpl]) -> None:
