@@ -444,6 +444,95 @@ int fld_host_call(fld_op handle, int device_type, DLDataType dtype, const void *
     return rc;
 }
 
+int fld_host_first(fld_op handle, int device_type, DLDataType dtype, fld_host_kernel_fn *fn,
+                   void **ctx, uint64_t *stamp)
+{
+    struct fld_op_s *op = (struct fld_op_s *)handle;
+    if (!op || !fn || !ctx || !stamp)
+        return fld__fail(FLD_EINVAL, "fld_host_first: argument '%s' is NULL",
+                         !op ? "op" : !fn ? "fn" : !ctx ? "ctx" : "stamp");
+    *fn = NULL;
+    *ctx = NULL;
+    *stamp = 0;
+    FLD_CALL_SCOPE();
+    if (unlikely(!library_open()))
+        return closed_handle("fld_host_first");
+    int dev, dt;
+    int rc = key_from(device_type, dtype, &dev, &dt);
+    if (rc)
+        return rc;
+    if (op->schema || atomic_load_explicit(&fld__override_threads, memory_order_relaxed))
+        return FLD_OK;
+    unsigned slot = fld__slot(dev, dt);
+    fld__read_begin();
+    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    if (!c || c->generation != atomic_load(&fld__generation))
+        c = global_chain(op, slot);
+    if (c && c->n && !c->impls[0]->fn && !(atomic_load(&c->failed) & 1u) &&
+        (atomic_load(&c->announced) & 1u)) {
+        *fn = c->impls[0]->host_fn;
+        *ctx = c->impls[0]->host_ctx;
+        *stamp = c->generation;
+    }
+    fld__read_end();
+    return FLD_OK;
+}
+
+int fld_host_op_keyed(fld_op handle, uint64_t *stamp)
+{
+    struct fld_op_s *op = (struct fld_op_s *)handle;
+    if (!op || !stamp)
+        return fld__fail(FLD_EINVAL, "fld_host_op_keyed: argument '%s' is NULL",
+                         op ? "stamp" : "op");
+    FLD_CALL_SCOPE();
+    if (unlikely(!library_open()))
+        return closed_handle("fld_host_op_keyed");
+    fld__lock();
+    *stamp = atomic_load(&fld__generation);
+    int keyed = op->schema || fld__policy_global()->manifest;
+    for (size_t i = 0; i < op->n_impls && !keyed; i++)
+        keyed = op->impls[i]->devices != FLD_DEVICE_MASK_ALL ||
+                op->impls[i]->dtypes != FLD_DTYPE_MASK_ALL;
+    fld__unlock();
+    return keyed;
+}
+
+uint64_t fld_host_stamp(void)
+{
+    if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed))
+        return 0;
+    return atomic_load_explicit(&fld__generation, memory_order_acquire);
+}
+
+int fld_host_first_failed(fld_op handle, int device_type, DLDataType dtype,
+                          const void *host_args, void *ctx, int status)
+{
+    struct fld_op_s *op = (struct fld_op_s *)handle;
+    if (!op || !host_args)
+        return fld__fail(FLD_EINVAL, "fld_host_first_failed: argument '%s' is NULL",
+                         op ? "host_args" : "op");
+    FLD_CALL_SCOPE();
+    if (unlikely(!library_open()))
+        return closed_handle("fld_host_first_failed");
+    int dev, dt;
+    int rc = key_from(device_type, dtype, &dev, &dt);
+    if (rc)
+        return rc;
+    unsigned slot = fld__slot(dev, dt);
+    const void *outer = tls_host_args;
+    tls_host_args = host_args;
+    fld__read_begin();
+    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    if (c && c->generation == atomic_load(&fld__generation) && c->n && !c->impls[0]->fn &&
+        c->impls[0]->host_ctx == ctx)
+        rc = run_chain(op, slot, c, host_args, 1, status == FLD_OK ? FLD_EIMPL : status);
+    else
+        rc = dispatch_slow(op, slot, host_args);
+    fld__read_end();
+    tls_host_args = outer;
+    return rc;
+}
+
 /* A plugin kernel, unless args is a binding's own record, which it cannot read. */
 static inline int run_plugin_impl(const struct fld_op_s *op, const struct fld_impl_rec *r,
                                   const void *args)
