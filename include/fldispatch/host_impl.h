@@ -122,6 +122,38 @@ FLD_API int fld_host_reject(const char *plugin, const char *version, const char 
 FLD_API int fld_host_call(fld_op op, int device_type, DLDataType dtype, const void *host_args);
 
 /*
+ * A binding's own direct path, as the library's for plugin kernels: calls
+ * that skip selection while nothing changed.
+ *
+ * fld_host_first() gives the kernel and context of the host implementation that a host
+ * call of op on (device_type, dtype) runs first, with the stamp it holds
+ * for: *ctx NULL (and *stamp 0) when there is none to call directly (the
+ * first candidate is a plugin kernel, has failed, or has not served a call
+ * yet; the calling process has scoped overrides; a catalog op). The binding
+ * may then call that implementation itself, with the GIL or lock its
+ * runtime needs, as long as fld_host_stamp() returns the same stamp (it
+ * changes on any registry or policy change, and is 0 while any thread has a
+ * scoped override). When that call fails (status, fld_set_error() said
+ * why), the binding hands the call to fld_host_first_failed(), which records
+ * the failure as the chain's (failure memory, WARNING, strict mode) and runs
+ * the next candidates, as fld_host_call() would have; then it forgets its
+ * stamp. No lock on fld_host_stamp(); the others take a reader section.
+ */
+FLD_API int fld_host_first(fld_op op, int device_type, DLDataType dtype, fld_host_kernel_fn *fn,
+                           void **ctx, uint64_t *stamp);
+FLD_API uint64_t fld_host_stamp(void);
+/*
+ * Whether a call of op selects by its device and dtype now: 1 when an
+ * implementation of op declares less than every device or dtype, or a
+ * manifest is in force (or op is a catalog op), 0 when every (device, dtype)
+ * gets the same choice, so that a binding need not work out a call's key;
+ * *stamp as fld_host_first()'s. Takes the host lock. FLD_EINVAL, FLD_ESTATE.
+ */
+FLD_API int fld_host_op_keyed(fld_op op, uint64_t *stamp);
+FLD_API int fld_host_first_failed(fld_op op, int device_type, DLDataType dtype,
+                                  const void *host_args, void *ctx, int status);
+
+/*
  * Says that this process's binding imports the module names of
  * VLLM_FL_PLUGIN_MODULES (the Python package does: vllm-plugin-FL's meaning
  * of the variable). An entry that is no plugin file and reads as a module

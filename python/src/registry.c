@@ -36,6 +36,7 @@
  * or this thread's last one) and becomes the __cause__ of the error the
  * caller gets. An implementation of a catalog op must return None.
  */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,8 +137,12 @@ static struct pyimpl *all_impls;
 
 /* The Python-side arguments of one call_op() call. */
 struct pyframe {
-    PyObject *args;   /* tuple */
+    /* the arguments: a tuple and a dict (OpCaller), or a vector (call_op) */
+    PyObject *args;   /* tuple, or NULL for the vector form */
     PyObject *kwargs; /* dict or NULL */
+    PyObject *const *vargs;
+    Py_ssize_t nargs;
+    PyObject *kwnames;
     PyObject *result; /* the winner's return value (new reference) */
     PyObject *exc;    /* the last exception an implementation raised */
 };
@@ -257,6 +262,39 @@ static PyObject *catalog_args(const struct pyimpl *impl, const void *args, const
     }
 }
 
+/*
+ * PyObject_Vectorcall: exported by CPython 3.9 and later but outside the
+ * limited API before 3.12, so looked up at run time; without it the call
+ * builds a tuple and a dict.
+ */
+typedef PyObject *(*vectorcall_fn)(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                   PyObject *kwnames);
+static vectorcall_fn vectorcall;
+
+static PyObject *call_vector(PyObject *fn, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    if (vectorcall)
+        return vectorcall(fn, args, (size_t)nargs, kwnames);
+    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+    PyObject *tuple = PyTuple_New(nargs), *kwargs = nkw ? PyDict_New() : NULL;
+    PyObject *result = NULL;
+    if (!tuple || (nkw && !kwargs))
+        goto done;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SetItem(tuple, i, args[i]);
+    }
+    for (Py_ssize_t i = 0; i < nkw; i++)
+        if (PyDict_SetItem(kwargs, PyTuple_GetItem(kwnames, i), args[nargs + i]) < 0)
+            goto done;
+    result = PyObject_Call(fn, tuple, kwargs);
+done:
+    Py_XDECREF(tuple);
+    Py_XDECREF(kwargs);
+    return result;
+}
+
 /* Calls impl with the GIL held; FLD_* status. */
 static int call_python(struct pyimpl *impl, const void *args)
 {
@@ -264,7 +302,8 @@ static int call_python(struct pyimpl *impl, const void *args)
     bool own = f && args == (const void *)f;
     PyObject *result = NULL;
     if (own) {
-        result = PyObject_Call(impl->fn, f->args, f->kwargs);
+        result = f->args ? PyObject_Call(impl->fn, f->args, f->kwargs)
+                         : call_vector(impl->fn, f->vargs, f->nargs, f->kwnames);
     } else {
         const char *why;
         PyObject *pargs = catalog_args(impl, args, &why);
@@ -473,16 +512,36 @@ static PyObject *py_interpreter_exiting(PyObject *self, PyObject *unused)
 
 /* ---- call_op ------------------------------------------------------------------ */
 
+/* The direct call of one (device, dtype) of an op: the Python implementation
+ * the library runs first, valid while fld_host_stamp() returns stamp. */
+struct fastslot {
+    uint64_t stamp;
+    uint64_t checked; /* the stamp fld_host_first() was last asked at */
+    struct pyimpl *impl;
+};
+
+#define KEY_SLOTS 16 /* 4 device kinds x (3 dtypes + any) */
+
 /* One op known by name: its handle, or the catalog function that calls it. */
 struct opentry {
     fld_op op;
     PyObject *typed; /* the catalog op's fldispatch._C function, or NULL */
+    struct fastslot fast[KEY_SLOTS];
+    uint64_t keyed_stamp; /* the stamp `keyed` was asked at */
+    int keyed;            /* whether selection depends on the call's (device, dtype) */
 };
+
+static unsigned key_slot(int device, DLDataType dtype)
+{
+    unsigned d = device == FLD_DEVICE_CUDA ? 1 : device == FLD_DEVICE_ROCM ? 2
+                 : device == FLD_DEVICE_CPU ? 0 : 3;
+    int t = fld_dtype_index(dtype);
+    return d * 4 + (unsigned)(t < 0 ? 3 : t);
+}
 
 static PyObject *op_cache;      /* name -> capsule of struct opentry */
 static PyObject *module_ref;    /* fldispatch._C, for the catalog functions */
-static PyObject *torch_dtypes;  /* torch.dtype -> DLDataType code, built lazily */
-static PyObject *str_dlpack_device, *str_dtype;
+static PyObject *str_dlpack_device;
 
 static void opentry_free(PyObject *capsule)
 {
@@ -510,7 +569,8 @@ static struct opentry *op_entry(PyObject *name)
         return NULL;
     struct catalog_find cf = {s, 0};
     fld_foreach_catalog_op(find_catalog, &cf);
-    struct opentry e = {0};
+    struct opentry e;
+    memset(&e, 0, sizeof e);
     if (cf.kind) {
         e.typed = PyObject_GetAttr(module_ref, name);
         if (!e.typed)
@@ -540,70 +600,62 @@ static struct opentry *op_entry(PyObject *name)
     return rc < 0 ? NULL : heap;
 }
 
-/* The dtype of a tensor-like object, as a DLDataType; false when it has none
- * of the three float dtypes. */
-static bool float_dtype_of(PyObject *obj, DLDataType *dt)
+/* type -> True/False: whether its instances are DLPack producers (cached per type). */
+static PyObject *tensor_types;
+
+static int is_tensor_type(PyObject *type)
 {
-    PyObject *d = PyObject_GetAttr(obj, str_dtype);
-    if (!d) {
+    PyObject *known = PyDict_GetItemWithError(tensor_types, type);
+    if (known)
+        return known == Py_True;
+    if (PyErr_Occurred())
+        return -1;
+    int has = PyObject_HasAttr(type, str_dlpack_device);
+    if (PyDict_SetItem(tensor_types, type, has ? Py_True : Py_False) < 0)
+        return -1;
+    return has;
+}
+
+/* The platform's device type, for a call without tensors: decided once. */
+static int platform_device(void)
+{
+    static int cached;
+    if (!cached) {
+        fld_platform_info info;
+        int type = FLD_DEVICE_CPU;
+        if (fld_platform(&info) != FLD_OK || fld_device_from_name(info.name, &type) != FLD_OK)
+            type = FLD_DEVICE_CPU;
+        cached = type;
+    }
+    return cached;
+}
+
+/*
+ * Looks at one argument for the call's key: the device of the first tensor,
+ * the dtype of the first tensor with a float32, float16 or bfloat16 dtype.
+ * Returns true once both are known.
+ */
+static bool key_from_arg(PyObject *a, int *device, DLDataType *dtype)
+{
+    if (a == Py_None || PyLong_Check(a) || PyFloat_Check(a) || PyUnicode_Check(a))
+        return false;
+    int is = is_tensor_type((PyObject *)Py_TYPE(a));
+    if (is <= 0) {
         PyErr_Clear();
         return false;
     }
-    bool ok = false;
-    PyObject *code = torch_dtypes ? PyDict_GetItemWithError(torch_dtypes, d) : NULL;
-    if (code) {
-        long v = PyLong_AsLong(code);
-        *dt = v == 1 ? FLD_DTYPE_F32 : v == 2 ? FLD_DTYPE_F16 : FLD_DTYPE_BF16;
-        ok = true;
-    } else {
+    fldpy_tensor t = FLDPY_TENSOR_INIT;
+    if (fldpy_tensor_import(a, "call_op", "tensor", false, &t) < 0) {
         PyErr_Clear();
-        PyObject *text = PyObject_Str(d);
-        const char *t = text ? PyUnicode_AsUTF8AndSize(text, NULL) : NULL;
-        if (t) {
-            const char *dot = strrchr(t, '.');
-            ok = fld_dtype_from_name(dot ? dot + 1 : t, dt) == FLD_OK;
-            if (ok && torch_dtypes) {
-                PyObject *v = PyLong_FromLong(dt->code == kDLBfloat ? 3 : dt->bits == 16 ? 2 : 1);
-                if (v)
-                    PyDict_SetItem(torch_dtypes, d, v);
-                Py_XDECREF(v);
-            }
-        }
-        PyErr_Clear();
-        Py_XDECREF(text);
+        return false;
     }
-    Py_DECREF(d);
-    return ok;
-}
-
-/* Device type of an object with __dlpack_device__, or 0. */
-static int device_of(PyObject *obj)
-{
-    PyObject *meth = PyObject_GetAttr((PyObject *)Py_TYPE(obj), str_dlpack_device);
-    if (!meth) {
-        PyErr_Clear();
-        return 0;
-    }
-    Py_DECREF(meth);
-    PyObject *r = PyObject_CallMethodObjArgs(obj, str_dlpack_device, NULL);
-    int type = 0;
-    if (r && PyTuple_Check(r) && PyTuple_Size(r) >= 1) {
-        long v = PyLong_AsLong(PyTuple_GetItem(r, 0));
-        type = v > 0 ? (int)v : 0;
-    }
-    Py_XDECREF(r);
-    PyErr_Clear();
-    return type;
-}
-
-/* The platform's device type, for a call without tensors. */
-static int platform_device(void)
-{
-    fld_platform_info info;
-    int type = FLD_DEVICE_CPU;
-    if (fld_platform(&info) == FLD_OK && fld_device_from_name(info.name, &type) != FLD_OK)
-        type = FLD_DEVICE_CPU;
-    return type;
+    if (!*device)
+        *device = (int)t.dl.device.device_type;
+    bool have_dtype = fld_dtype_index(t.dl.dtype) >= 0;
+    if (have_dtype)
+        *dtype = t.dl.dtype;
+    fldpy_tensor_release(&t);
+    return have_dtype;
 }
 
 /*
@@ -611,86 +663,109 @@ static int platform_device(void)
  * (positional, then keyword), the dtype of its first tensor with a float32,
  * float16 or bfloat16 dtype; no tensor: the platform's device, any dtype.
  */
-static void call_key(PyObject *const *args, Py_ssize_t n, int *device, DLDataType *dtype)
+static void call_key(PyObject *const *args, Py_ssize_t n, PyObject *kwargs, int *device,
+                     DLDataType *dtype)
 {
     *device = 0;
     *dtype = FLD_DTYPE_ANY;
-    bool have_dtype = false;
-    for (Py_ssize_t i = 0; i < n && (!*device || !have_dtype); i++) {
-        PyObject *a = args[i];
-        if (a == Py_None || PyLong_Check(a) || PyFloat_Check(a) || PyUnicode_Check(a) ||
-            PyBool_Check(a))
-            continue;
-        int d = *device ? 0 : device_of(a);
-        if (d)
-            *device = d;
-        if (!have_dtype && (d || *device))
-            have_dtype = float_dtype_of(a, dtype);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (key_from_arg(args[i], device, dtype))
+            return;
+    if (kwargs) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(kwargs, &pos, &k, &v))
+            if (key_from_arg(v, device, dtype))
+                return;
     }
     if (!*device)
         *device = platform_device();
 }
 
-static PyObject *call_entry(struct opentry *e, PyObject *const *vargs, Py_ssize_t nargs,
-                            PyObject *tuple, PyObject *kwargs)
+/* The library's (device, dtype) for a call of e, from its arguments only
+ * when the selection depends on it. */
+static void entry_key(struct opentry *e, PyObject *const *items, Py_ssize_t n, PyObject *kwargs,
+                      uint64_t now, int *device, DLDataType *dtype)
 {
-    if (e->typed)
-        return PyObject_Call(e->typed, tuple, kwargs);
+    if (!now || e->keyed_stamp != now) {
+        uint64_t stamp = 0;
+        int keyed = fld_host_op_keyed(e->op, &stamp);
+        e->keyed = keyed != 0;
+        e->keyed_stamp = keyed < 0 ? 0 : stamp;
+    }
+    if (e->keyed) {
+        call_key(items, n, kwargs, device, dtype);
+    } else {
+        *device = platform_device();
+        *dtype = FLD_DTYPE_ANY;
+    }
+}
+
+/* Runs a call of e whose frame holds its arguments; items[0..n) are its
+ * positional and keyword values, kwargs its dict (tuple form). */
+static PyObject *call_entry(struct opentry *e, struct pyframe *frame, PyObject *const *items,
+                            Py_ssize_t n, PyObject *kwargs)
+{
+    uint64_t now = fld_host_stamp();
     int device;
     DLDataType dtype;
-    call_key(vargs, nargs, &device, &dtype);
-    if (kwargs && device == platform_device() && dtype.bits == 0) {
-        /* the first tensor may be a keyword argument */
-        Py_ssize_t pos = 0;
-        PyObject *k, *v;
-        while (PyDict_Next(kwargs, &pos, &k, &v)) {
-            int d;
-            DLDataType t;
-            call_key(&v, 1, &d, &t);
-            if (t.bits) {
-                device = d;
-                dtype = t;
-                break;
+    entry_key(e, items, n, kwargs, now, &device, &dtype);
+    struct pyframe *outer = tls_frame;
+    tls_frame = frame;
+    struct fastslot *fs = &e->fast[key_slot(device, dtype)];
+    int rc;
+    /* Call sites for the statistics facility count here: one per call_op(). */
+    if (fs->impl && now && fs->stamp == now) {
+        /* The direct path: the library's choice is unchanged since it was made. */
+        struct pyimpl *impl = fs->impl;
+        rc = call_python(impl, frame);
+        if (rc != FLD_OK) {
+            fs->impl = NULL;
+            rc = fld_host_first_failed(e->op, device, dtype, frame, impl, rc);
+        }
+    } else {
+        rc = fld_host_call(e->op, device, dtype, frame);
+        if (rc == FLD_OK && fs->checked != now) {
+            fld_host_kernel_fn fn;
+            void *ctx;
+            uint64_t stamp;
+            fs->checked = now;
+            fs->impl = NULL;
+            if (fld_host_first(e->op, device, dtype, &fn, &ctx, &stamp) == FLD_OK &&
+                fn == run_impl && stamp == now) {
+                fs->impl = ctx;
+                fs->stamp = stamp;
             }
         }
     }
-    struct pyframe frame = {.args = tuple, .kwargs = kwargs};
-    struct pyframe *outer = tls_frame;
-    tls_frame = &frame;
-    int rc = fld_host_call(e->op, device, dtype, &frame);
     tls_frame = outer;
     if (rc != FLD_OK) {
-        Py_XDECREF(frame.result);
+        Py_XDECREF(frame->result);
         fldpy_raise_status(rc);
-        chain_cause(frame.exc);
+        chain_cause(frame->exc);
         return NULL;
     }
-    Py_XDECREF(frame.exc);
-    if (!frame.result)
+    Py_XDECREF(frame->exc);
+    if (!frame->result)
         Py_RETURN_NONE;
-    return frame.result;
+    return frame->result;
 }
 
-static PyObject *py_call_op(PyObject *self, PyObject *args, PyObject *kwargs)
+static PyObject *py_call_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
 {
-    Py_ssize_t n = PyTuple_Size(args);
-    if (n < 1) {
+    if (nargs < 1) {
         PyErr_SetString(PyExc_TypeError, "call_op() needs the op name");
         return NULL;
     }
-    struct opentry *e = op_entry(PyTuple_GetItem(args, 0));
+    struct opentry *e = op_entry(args[0]);
     if (!e)
         return NULL;
-    PyObject *rest = PyTuple_GetSlice(args, 1, n);
-    if (!rest)
-        return NULL;
-    PyObject *items[16];
-    Py_ssize_t m = n - 1 < 16 ? n - 1 : 16;
-    for (Py_ssize_t i = 0; i < m; i++)
-        items[i] = PyTuple_GetItem(rest, i);
-    PyObject *r = call_entry(e, items, m, rest, kwargs);
-    Py_DECREF(rest);
-    return r;
+    if (e->typed)
+        return call_vector(e->typed, args + 1, nargs - 1, kwnames);
+    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+    struct pyframe frame = {.vargs = args + 1, .nargs = nargs - 1, .kwnames = kwnames};
+    return call_entry(e, &frame, args + 1, nargs - 1 + nkw, NULL);
 }
 
 /* ---- OpCaller: what resolve_op() returns ------------------------------------- */
@@ -704,12 +779,15 @@ typedef struct {
 static PyObject *opcaller_call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     OpCaller *c = (OpCaller *)self;
+    if (c->entry->typed)
+        return PyObject_Call(c->entry->typed, args, kwargs);
     Py_ssize_t n = PyTuple_Size(args);
     PyObject *items[16];
     Py_ssize_t m = n < 16 ? n : 16;
     for (Py_ssize_t i = 0; i < m; i++)
         items[i] = PyTuple_GetItem(args, i);
-    return call_entry(c->entry, items, m, args, kwargs);
+    struct pyframe frame = {.args = args, .kwargs = kwargs};
+    return call_entry(c->entry, &frame, items, m, kwargs);
 }
 
 static void opcaller_dealloc(PyObject *self)
@@ -760,12 +838,12 @@ static PyObject *py_resolve_op(PyObject *self, PyObject *name)
 int fldpy_registry_init(PyObject *module)
 {
     module_ref = module; /* borrowed: the module outlives these functions */
+    vectorcall = (vectorcall_fn)dlsym(RTLD_DEFAULT, "PyObject_Vectorcall");
     op_cache = PyDict_New();
-    torch_dtypes = PyDict_New();
+    tensor_types = PyDict_New();
     str_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
-    str_dtype = PyUnicode_InternFromString("dtype");
     opcaller_type = PyType_FromSpec(&opcaller_spec);
-    if (!op_cache || !torch_dtypes || !str_dlpack_device || !str_dtype || !opcaller_type)
+    if (!op_cache || !tensor_types || !str_dlpack_device || !opcaller_type)
         return -1;
     Py_INCREF(opcaller_type);
     return PyModule_AddObject(module, "OpCaller", opcaller_type);
@@ -777,7 +855,7 @@ PyMethodDef fldpy_registry_methods[] = {
      "all-or-nothing (use fldispatch.register_impl)."},
     {"host_reject", py_host_reject, METH_VARARGS,
      "host_reject(plugin, version, origin, reason)\n--\n\nRecords a Python plugin that failed."},
-    {"call_op", (PyCFunction)(void (*)(void))py_call_op, METH_VARARGS | METH_KEYWORDS,
+    {"call_op", (PyCFunction)(void (*)(void))py_call_op, METH_FASTCALL | METH_KEYWORDS,
      "call_op(name, *args, **kwargs)\n--\n\nCalls any op by name; returns what the "
      "implementation returns."},
     {"resolve_op", py_resolve_op, METH_O,

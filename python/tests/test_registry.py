@@ -134,6 +134,26 @@ def test_exception_falls_back_and_is_remembered():
     assert calls == ["broken"]  # failure memory: not tried again
 
 
+def test_failure_on_the_direct_path_falls_back_and_is_remembered():
+    """Once the winner served, later calls take the direct path (no selection);
+    its failure there still falls back, is logged and remembered."""
+    op = fresh_op()
+    calls = []
+
+    def flaky(x):
+        calls.append(x)
+        if x == 3:
+            raise RuntimeError("third call fails")
+        return x
+
+    fldispatch.register_impl(op, flaky, impl_id="vendor.flaky", kind="vendor", vendor="flk",
+                             plugin="pytest_flaky")
+    fldispatch.register_impl(op, lambda x: -x, impl_id="reference.neg", kind="reference",
+                             plugin="pytest_flaky")
+    assert [fldispatch.call_op(op, i) for i in (1, 2, 3, 4)] == [1, 2, -3, -4]
+    assert calls == [1, 2, 3]
+
+
 def test_strict_error_chains_the_exception():
     op = fresh_op()
 
