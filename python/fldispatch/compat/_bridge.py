@@ -134,6 +134,35 @@ def _per_op_spec(per_op):
     return ";".join(f"{op}={'|'.join(tokens)}" for op, tokens in (per_op or {}).items())
 
 
+def _five(prefer, strict, per_op, allow_vendors, deny_vendors):
+    """Upstream's five policy fields as fld_policy_set() keys and values."""
+    return [("prefer", prefer), ("strict", "1" if strict else "0"),
+            ("per_op", _per_op_spec(per_op)), ("allow_vendors", _csv(allow_vendors) or ""),
+            ("deny_vendors", _csv(deny_vendors) or "")]
+
+
+class _WholeScope:
+    """One scoped override of this thread holding a whole policy: upstream's five
+    fields as given, the others as in force when entered."""
+
+    def __init__(self, fields):
+        self._fields = fields
+        self._depths = []
+
+    def __enter__(self):
+        from . import _capi
+
+        fields = _capi.other_fields(describe()) + self._fields
+        self._depths.append(_capi.push_fields(fields, whole=True))
+        return self
+
+    def __exit__(self, *exc):
+        from . import _capi
+
+        _capi.pop_to(self._depths.pop())
+        return False
+
+
 def set_global(prefer, strict, per_op, allow_vendors, deny_vendors):
     """Make these five fields the global policy (all checked before any is set)."""
     setter = getattr(fldispatch, "set_policy", None)
@@ -141,14 +170,18 @@ def set_global(prefer, strict, per_op, allow_vendors, deny_vendors):
         setter(prefer=prefer, strict=strict, per_op=per_op or {}, allow_vendors=allow_vendors,
                deny_vendors=deny_vendors)
         return
+    from . import _capi
+
+    fields = _five(prefer, strict, per_op, allow_vendors, deny_vendors)
+    if _capi.has_fields():
+        _capi.set_fields(fields)
+        return
     # Validate the whole set on this thread first: a push checks every value
     # and applies nothing when one is wrong.
     with fldispatch.policy(prefer=prefer, strict=strict, per_op=per_op or None,
                            allow_vendors=_csv(allow_vendors) or None,
                            deny_vendors=_csv(deny_vendors) or None):
         pass
-    from . import _capi
-
     _capi.policy_set("prefer", prefer)
     _capi.policy_set("strict", "1" if strict else "0")
     _capi.policy_set("per_op", _per_op_spec(per_op))
@@ -177,6 +210,10 @@ def scoped_whole(prefer, strict, per_op, allow_vendors, deny_vendors):
     if whole is not None:
         return whole(prefer=prefer, strict=strict, per_op=per_op or {},
                      allow_vendors=allow_vendors, deny_vendors=deny_vendors)
+    from . import _capi
+
+    if _capi.has_fields():
+        return _WholeScope(_five(prefer, strict, per_op, allow_vendors, deny_vendors))
     return fldispatch.policy(prefer=prefer, strict=strict, per_op=per_op or None,
                              allow_vendors=_csv(allow_vendors) or None,
                              deny_vendors=_csv(deny_vendors) or None)

@@ -109,3 +109,57 @@ def describe_file(path: str):
         return fldispatch.describe_policy()
     finally:
         handle.fld_policy_pop()
+
+
+WHOLE = 1  # FLD_POLICY_WHOLE
+
+# fld_policy_describe()'s words for the fields beyond upstream's five -> fld_policy_set() keys
+_DESCRIBED = {"enabled": "enabled", "flaggems": "use_flaggems", "oot": "oot_enabled",
+              "external": "external_enabled", "flagos_white": "flagos_whitelist",
+              "flagos_black": "flagos_blacklist", "oot_white": "oot_whitelist",
+              "oot_black": "oot_blacklist", "external_white": "external_whitelist",
+              "external_black": "external_blacklist", "custom": "custom_ops"}
+
+
+def _arrays(fields):
+    n = len(fields)
+    keys = (ctypes.c_char_p * n)(*[k.encode() for k, _ in fields])
+    values = (ctypes.c_char_p * n)(*[_text(v) for _, v in fields])
+    return n, keys, values
+
+
+def has_fields() -> bool:
+    return hasattr(lib(), "fld_policy_push_fields") and hasattr(lib(), "fld_policy_set_fields")
+
+
+def other_fields(described: str):
+    """The fields of a described policy beyond upstream's five, as (key, value) pairs."""
+    head = described.partition(";per=")[0]
+    out = []
+    for part in head.split(";"):
+        word, _, value = part.partition("=")
+        if word in _DESCRIBED:
+            out.append((_DESCRIBED[word], value))
+    return out
+
+
+def set_fields(fields, whole: bool = False) -> None:
+    """fld_policy_set_fields(): several global fields at once, all or nothing."""
+    n, keys, values = _arrays(fields)
+    _check(lib().fld_policy_set_fields(ctypes.c_uint(WHOLE if whole else 0), ctypes.c_size_t(n),
+                                       keys, values))
+
+
+def push_fields(fields, whole: bool = False) -> int:
+    """fld_policy_push_fields() as one scoped override; returns the depth before it."""
+    handle = lib()
+    handle.fld_policy_depth.restype = ctypes.c_size_t
+    depth = handle.fld_policy_depth()
+    n, keys, values = _arrays(fields)
+    _check(handle.fld_policy_push_fields(ctypes.c_uint(WHOLE if whole else 0), ctypes.c_size_t(n),
+                                         keys, values))
+    return depth
+
+
+def pop_to(depth: int) -> None:
+    lib().fld_policy_pop_to(ctypes.c_size_t(depth))
