@@ -159,3 +159,25 @@ def test_environment_in_a_fresh_process(tmp_path):
     assert "unknown" not in run.stderr.lower(), run.stderr
     assert os.path.isfile(os.path.join(op_dir(tmp_path, "silu_and_mul", rank=1), "input.json"))
     assert json.load(open(tmp_path / "rank_0001" / "summary.json"))["rank"] == 1
+
+
+def test_python_ops_by_name_and_through_compat(tmp_path):
+    """call_op on a Python implementation, and the compatibility layer's manager, are recorded
+    under the op's own name (the compat registry's prefix does not show)."""
+    from fldispatch.compat import BackendImplKind, OpImpl, OpManager, OpRegistry
+
+    fldispatch.register_impl("iodump_scale", lambda x: x * 2, impl_id="reference.iodump",
+                             kind="reference")
+    registry = OpRegistry()
+    registry.register_impl(OpImpl(op_name="iodump_twice", impl_id="default.iodump",
+                                  kind=BackendImplKind.DEFAULT, fn=lambda x: x + x))
+    manager = OpManager(registry)
+    iodump.enable_io_dump(str(tmp_path), with_metas=True)
+    x = torch.ones(3)
+    torch.testing.assert_close(fldispatch.call_op("iodump_scale", x), x * 2)
+    torch.testing.assert_close(manager.call("iodump_twice", x), x * 2)
+    for op in ("iodump_scale", "iodump_twice"):
+        out = read_lines(os.path.join(op_dir(tmp_path, op), "output.json"))
+        assert out["call_1"]["tensors"]["result"]["max"] == 2.0
+    assert not [d for d in os.listdir(tmp_path / "rank_0000" / "step_0000")
+                if d.startswith("compat")]
