@@ -22,7 +22,7 @@ PYOUT       := $(B)/python
 PYPKG       := $(PYOUT)/fldispatch
 PY_SRC      := $(sort $(wildcard python/src/*.c))
 PY_OBJ      := $(PY_SRC:python/src/%.c=$(OBJ)/python/%.o)
-PY_MODULES  := $(patsubst python/fldispatch/%,$(PYPKG)/%,$(wildcard python/fldispatch/*.py python/fldispatch/compat/*.py))
+PY_MODULES  := $(patsubst python/fldispatch/%,$(PYPKG)/%,$(wildcard python/fldispatch/*.py python/fldispatch/compat/*.py python/fldispatch/compat/backends/*.py))
 PY_EXT      := $(PYPKG)/_C.abi3.so
 PY_FIXTURES := $(PYOUT)/tests/fld-streamecho.so
 # The command-line tool as a shared object (main renamed fld_tool_main), so

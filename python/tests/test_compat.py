@@ -15,9 +15,38 @@ import textwrap
 import pytest
 
 REGISTER_OPS = '''
+import functools
+
+from vllm_fl.dispatch.backends.base import Backend
 from vllm_fl.dispatch.types import OpImpl, BackendImplKind, BackendPriority
 
 CALLS = []
+
+
+class DemoBackend(Backend):
+    def is_available(self):
+        return True
+
+    @property
+    def name(self):
+        return "demo"
+
+    @property
+    def vendor(self):
+        return "demo"
+
+    def scale(self, x, factor=2):
+        CALLS.append("vendor")
+        return x * factor + 0.5
+
+
+def _bind_is_available(fn, is_available):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    wrapper._is_available = is_available
+    return wrapper
 
 
 def _flagos_scale(x, factor=2):
@@ -25,11 +54,6 @@ def _flagos_scale(x, factor=2):
     if x < 0:
         raise ArithmeticError("demo flagos kernel: negative input")
     return x * factor
-
-
-def _vendor_scale(x, factor=2):
-    CALLS.append("vendor")
-    return x * factor + 0.5
 
 
 def _reference_scale(x, factor=2):
@@ -46,11 +70,12 @@ _unavailable._is_available = lambda: False
 
 
 def register_builtins(registry):
+    backend = DemoBackend()
     registry.register_many([
         OpImpl(op_name="demo_scale", impl_id="default.flagos", kind=BackendImplKind.DEFAULT,
                fn=_flagos_scale, priority=BackendPriority.DEFAULT),
         OpImpl(op_name="demo_scale", impl_id="vendor.demo", kind=BackendImplKind.VENDOR,
-               fn=_vendor_scale, vendor="demo", priority=BackendPriority.VENDOR),
+               fn=_bind_is_available(backend.scale, backend.is_available), vendor=backend.vendor, priority=BackendPriority.VENDOR),
         OpImpl(op_name="demo_scale", impl_id="reference.torch", kind=BackendImplKind.REFERENCE,
                fn=_reference_scale, priority=BackendPriority.REFERENCE),
         OpImpl(op_name="demo_scale", impl_id="default.gone", kind=BackendImplKind.DEFAULT,
