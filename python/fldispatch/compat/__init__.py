@@ -33,6 +33,7 @@ from .policy import (
     with_preference,
     with_strict_mode,
 )
+from . import manager as _manager
 from .manager import OpManager, get_default_manager, reset_default_manager
 from .discovery import (
     PLUGIN_GROUP,
@@ -52,7 +53,7 @@ _install_plugin_view()
 
 def call_op(op_name: str, *args, **kwargs):
     """Call `op_name` through the default manager (the C core's call path)."""
-    return get_default_manager().call(op_name, *args, **kwargs)
+    return (_manager._default_manager or get_default_manager()).call(op_name, *args, **kwargs)
 
 
 def resolve_op(op_name: str):

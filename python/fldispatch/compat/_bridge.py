@@ -15,6 +15,8 @@ import contextlib
 
 import fldispatch
 
+from .. import iodump
+
 _KIND_TOKEN = {"flagos": "flagos", "vendor": "vendor", "reference": "reference"}
 # The C registry wants impl ids of the form '<prefix>.<name>', the prefix
 # naming the kind; upstream accepts any string.
@@ -114,8 +116,6 @@ def call(op: str, args, kwargs):
     The IO dump's wrapper is stepped over: the manager records the call under
     the op's upstream name itself.
     """
-    from .. import iodump
-
     return iodump._saved.get("call_op", fldispatch.call_op)(op, *args, **kwargs)
 
 

@@ -26,6 +26,21 @@ from .types import OpImpl
 
 __all__ = ["OpManager", "get_default_manager", "reset_default_manager"]
 
+# The core's call by name; the manager calls it directly once initialised
+# (fldispatch.call_op's own first-use check is ensure_initialized's).
+_c_call_op = fldispatch._C.call_op
+_policies = PolicyManager.get_instance()
+# This process's id, kept by a fork handler rather than asked at every call.
+_pid = os.getpid()
+
+
+def _after_fork() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
 
 @dataclass
 class _OpManagerState:
@@ -57,16 +72,16 @@ class OpManager:
     # -- state --------------------------------------------------------------
     def ensure_initialized(self) -> None:
         """Load the core (its plugins, the policy) and fldispatch's Python plugins, once per process."""
-        pid = os.getpid()
-        if self._state.initialized and self._state.init_pid == pid:
+        state = self._state
+        if state.initialized and state.init_pid == _pid:
             return
         with self._lock:
-            if self._state.initialized and self._state.init_pid == pid:
+            if state.initialized and state.init_pid == _pid:
                 return
             _bridge.ensure_plugins()
-            self._state.initialized = True
-            self._state.init_pid = pid
-            self._state.policy_epoch += 1
+            state.initialized = True
+            state.init_pid = _pid
+            state.policy_epoch += 1
 
     def bump_policy_epoch(self) -> None:
         """Forget the cache and the failure memory of this registry's ops."""
@@ -172,10 +187,16 @@ class OpManager:
     # -- calls --------------------------------------------------------------
     def call(self, op_name: str, *args, **kwargs):
         """Call `op_name` through the core: selection, fallback, failure memory."""
-        self.ensure_initialized()
-        PolicyManager.get_instance().sync()
-        c_op = self._registry.c_op(op_name)
+        state = self._state
+        if not state.initialized or state.init_pid != _pid:
+            self.ensure_initialized()
+        if _policies._reset_pending:
+            _policies.sync()
+        prefix = self._registry._prefix
         try:
+            if not prefix and not iodump._enabled:
+                return _c_call_op(op_name, *args, **kwargs)
+            c_op = prefix + op_name
             with self._scope(op_name):
                 if iodump._enabled:
                     return iodump.call_recorded(
