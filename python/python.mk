@@ -24,7 +24,7 @@ PY_SRC      := $(sort $(wildcard python/src/*.c))
 PY_OBJ      := $(PY_SRC:python/src/%.c=$(OBJ)/python/%.o)
 PY_MODULES  := $(patsubst python/fldispatch/%,$(PYPKG)/%,$(wildcard python/fldispatch/*.py))
 PY_EXT      := $(PYPKG)/_C.abi3.so
-PY_FIXTURES := $(PYOUT)/tests/fld-streamecho.so
+PY_FIXTURES := $(patsubst python/tests/plugins/%.c,$(PYOUT)/tests/fld-%.so,$(wildcard python/tests/plugins/*.c))
 # Evaluated when a rule needs it, so a make without Python pays nothing.
 PY_INCLUDE   = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 PY_CFLAGS    = -DPy_LIMITED_API=0x030A0000 -I$(PY_INCLUDE)

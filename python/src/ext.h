@@ -109,6 +109,11 @@ void fldpy_tensors_clear_cache(void);
 /* Interned strings and constant tuples; 0 or -1 with an exception. */
 int fldpy_tensors_init(void);
 
+/* ---- policy.c ------------------------------------------------------------ */
+
+/* Adds the PolicyScope type (the C half of fldispatch.policy). */
+int fldpy_policy_init(PyObject *module);
+
 /* ---- ops.c, introspect.c, policy.c, hooks.c: method tables ------------- */
 
 extern PyMethodDef fldpy_op_methods[];

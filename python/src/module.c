@@ -21,7 +21,7 @@ PyMODINIT_FUNC PyInit__C(void)
     if (fldpy_tensors_init() < 0 || fldpy_errors_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_op_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_introspect_methods) < 0 ||
-        PyModule_AddFunctions(module, fldpy_policy_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_policy_methods) < 0 || fldpy_policy_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_hook_methods) < 0 ||
         PyModule_AddIntConstant(module, "DLPACK_MAJOR", FLDPY_DLPACK_MAJOR) < 0 ||
         PyModule_AddIntConstant(module, "DLPACK_MINOR", FLDPY_DLPACK_MINOR) < 0) {
