@@ -24,7 +24,7 @@ PY_SRC      := $(sort $(wildcard python/src/*.c))
 PY_OBJ      := $(PY_SRC:python/src/%.c=$(OBJ)/python/%.o)
 PY_MODULES  := $(patsubst python/fldispatch/%,$(PYPKG)/%,$(wildcard python/fldispatch/*.py python/fldispatch/compat/*.py python/fldispatch/compat/backends/*.py))
 PY_EXT      := $(PYPKG)/_C.abi3.so
-PY_FIXTURES := $(PYOUT)/tests/fld-streamecho.so
+PY_FIXTURES := $(patsubst python/tests/plugins/%.c,$(PYOUT)/tests/fld-%.so,$(wildcard python/tests/plugins/*.c))
 # The command-line tool as a shared object (main renamed fld_tool_main), so
 # that `python -m fldispatch list|resolve|config|verify` runs in the Python
 # process and shows its Python implementations.

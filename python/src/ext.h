@@ -136,6 +136,31 @@ static inline int fldpy_ensure_plugins(void)
 int fldpy_registry_init(PyObject *module);
 extern PyMethodDef fldpy_registry_methods[];
 
+/* ---- autograd.c ---------------------------------------------------------- */
+
+/* One tensor argument of an op call, as autograd.c looks at it. */
+typedef struct fldpy_arg {
+    PyObject *obj;    /* the argument as given; NULL or None when absent */
+    const char *name; /* "out", "x", ... */
+    bool writes;      /* the op writes it */
+} fldpy_arg;
+
+#define MAX_GUARDED_ARGS 8
+
+/*
+ * PyTorch's rules for the torch tensors among args[0..n) (others are not
+ * looked at): with grad mode on, one that requires grad is refused
+ * (InvalidArgumentError naming it); the version counters of those the call
+ * writes are bumped, so that autograd sees the in-place write. Call before
+ * importing the tensors. 0, or -1 with an exception.
+ */
+int fldpy_autograd_guard(const char *op, const fldpy_arg *args, int n);
+
+/* ---- policy.c ------------------------------------------------------------ */
+
+/* Adds the PolicyScope type (the C half of fldispatch.policy). */
+int fldpy_policy_init(PyObject *module);
+
 /* ---- ops.c, introspect.c, policy.c, hooks.c: method tables ------------- */
 
 extern PyMethodDef fldpy_op_methods[];

@@ -24,7 +24,7 @@ PyMODINIT_FUNC PyInit__C(void)
     if (fldpy_tensors_init() < 0 || fldpy_errors_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_op_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_introspect_methods) < 0 ||
-        PyModule_AddFunctions(module, fldpy_policy_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_policy_methods) < 0 || fldpy_policy_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_hook_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_registry_methods) < 0 ||
         fldpy_registry_init(module) < 0 ||

@@ -137,6 +137,9 @@ static PyObject *activation(const char *op, activation_fn fn, PyObject *const *a
     } else if (fldpy_parse_args(op, args, nargs, kwnames, activation_names, 2, 2, a) < 0) {
         return NULL;
     }
+    const fldpy_arg guarded[] = {{a[0], "out", true}, {a[1], "x", false}};
+    if (fldpy_autograd_guard(op, guarded, 2) < 0)
+        return NULL;
     struct call c = {.op = op};
     DLTensor *out, *x;
     if (take(&c, a[0], "out", true, &out) < 0 || take(&c, a[1], "x", false, &x) < 0 ||
@@ -193,6 +196,10 @@ static PyObject *norm(const char *op, norm_fn fn, PyObject *const *args, Py_ssiz
     double eps = 1e-6;
     if (a[4] && (eps = PyFloat_AsDouble(a[4])) == -1.0 && PyErr_Occurred())
         return NULL;
+    const fldpy_arg guarded[] = {
+        {a[0], "out", true}, {a[1], "x", false}, {a[2], "weight", false}, {a[3], "residual", true}};
+    if (fldpy_autograd_guard(op, guarded, 4) < 0)
+        return NULL;
     struct call c = {.op = op};
     DLTensor *out, *x, *weight = NULL, *residual = NULL;
     if (take(&c, a[0], "out", true, &out) < 0 || take(&c, a[1], "x", false, &x) < 0)
@@ -243,6 +250,12 @@ static PyObject *py_rotary_embedding(PyObject *self, PyObject *const *args, Py_s
         return NULL;
     int is_neox = fldpy_parse_bool(a[5]);
     if (is_neox < 0)
+        return NULL;
+    const fldpy_arg guarded[] = {{a[0], "positions", false},
+                                 {a[1], "query", true},
+                                 {a[2], "key", true},
+                                 {a[4], "cos_sin_cache", false}};
+    if (fldpy_autograd_guard(op, guarded, 4) < 0)
         return NULL;
     struct call c = {.op = op};
     DLTensor *positions, *query, *key = NULL, *cache;

@@ -112,6 +112,46 @@ static inline int exchange_api_of(PyTypeObject *type, const fldpy_dl_exchange_ap
     return 0;
 }
 
+/*
+ * The exchange API refused obj (PyTorch: a meta, sparse, nested or quantized
+ * tensor): InvalidArgumentError naming the argument, with the producer's
+ * exception (its first line in the message) chained as the cause.
+ */
+static void exchange_failed(PyObject *obj, const char *op, const char *arg)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (!type) {
+        fldpy_raise(FLD_EINVAL, "%s: argument '%s': the DLPack exchange API of %S failed", op, arg,
+                    (PyObject *)Py_TYPE(obj));
+        return;
+    }
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback && value)
+        PyException_SetTraceback(value, traceback);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *detail = text ? PyUnicode_AsUTF8AndSize(text, NULL) : NULL;
+    if (!detail)
+        PyErr_Clear();
+    char first_line[512] = "";
+    if (detail)
+        PyOS_snprintf(first_line, sizeof first_line, "%.*s", (int)strcspn(detail, "\n"), detail);
+    fldpy_raise(FLD_EINVAL, "%s: argument '%s' cannot be passed through DLPack (%S): %s", op, arg,
+                (PyObject *)Py_TYPE(obj), first_line);
+    Py_XDECREF(text);
+    PyObject *etype, *evalue, *etraceback;
+    PyErr_Fetch(&etype, &evalue, &etraceback);
+    PyErr_NormalizeException(&etype, &evalue, &etraceback);
+    if (evalue && value) {
+        PyException_SetCause(evalue, Py_NewRef(value)); /* steals */
+        PyException_SetContext(evalue, Py_NewRef(value));
+    }
+    PyErr_Restore(etype, evalue, etraceback);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+}
+
 /* ---- capsules ------------------------------------------------------------ */
 
 /*
@@ -310,9 +350,7 @@ static int import_any(PyObject *obj, const char *op, const char *arg, bool writa
         return -1;
     if (api && api->dltensor_from_py_object_no_sync) {
         if (api->dltensor_from_py_object_no_sync(obj, &t->dl) != 0) {
-            if (!PyErr_Occurred())
-                fldpy_raise(FLD_EINVAL, "%s: argument '%s': the DLPack exchange API of %S failed",
-                            op, arg, (PyObject *)Py_TYPE(obj));
+            exchange_failed(obj, op, arg);
             return -1;
         }
         t->api = api;
@@ -321,9 +359,7 @@ static int import_any(PyObject *obj, const char *op, const char *arg, bool writa
     if (api && api->managed_tensor_from_py_object_no_sync) {
         fldpy_dl_managed_versioned *m = NULL;
         if (api->managed_tensor_from_py_object_no_sync(obj, &m) != 0 || !m) {
-            if (!PyErr_Occurred())
-                fldpy_raise(FLD_EINVAL, "%s: argument '%s': the DLPack exchange API of %S failed",
-                            op, arg, (PyObject *)Py_TYPE(obj));
+            exchange_failed(obj, op, arg);
             return -1;
         }
         if (m->version.major != FLDPY_DLPACK_MAJOR ||
