@@ -126,105 +126,54 @@ def describe() -> str:
     return fldispatch.describe_policy()
 
 
-def _csv(values):
-    return None if values is None else ",".join(values)
-
-
-def _per_op_spec(per_op):
-    return ";".join(f"{op}={'|'.join(tokens)}" for op, tokens in (per_op or {}).items())
-
-
 def _five(prefer, strict, per_op, allow_vendors, deny_vendors):
-    """Upstream's five policy fields as fld_policy_set() keys and values."""
-    return [("prefer", prefer), ("strict", "1" if strict else "0"),
-            ("per_op", _per_op_spec(per_op)), ("allow_vendors", _csv(allow_vendors) or ""),
-            ("deny_vendors", _csv(deny_vendors) or "")]
+    """Upstream's five policy fields as fldispatch.policy()/set_policy() keywords; an
+    empty list clears (no allow list, no per-op orders)."""
+    return dict(prefer=prefer, strict=bool(strict), per_op=dict(per_op) if per_op else "",
+                allow_vendors=sorted(allow_vendors) if allow_vendors is not None else "",
+                deny_vendors=sorted(deny_vendors) if deny_vendors else "")
 
 
-class _WholeScope:
-    """One scoped override of this thread holding a whole policy: upstream's five
-    fields as given, the others as in force when entered."""
+# fldispatch.describe_policy()'s words for the fields beyond upstream's five -> policy keys
+_DESCRIBED = {"enabled": "enabled", "flaggems": "use_flaggems", "oot": "oot_enabled",
+              "external": "external_enabled", "flagos_white": "flagos_whitelist",
+              "flagos_black": "flagos_blacklist", "oot_white": "oot_whitelist",
+              "oot_black": "oot_blacklist", "external_white": "external_whitelist",
+              "external_black": "external_blacklist", "custom": "custom_ops"}
 
-    def __init__(self, fields):
-        self._fields = fields
-        self._depths = []
 
-    def __enter__(self):
-        from . import _capi
-
-        fields = _capi.other_fields(describe()) + self._fields
-        self._depths.append(_capi.push_fields(fields, whole=True))
-        return self
-
-    def __exit__(self, *exc):
-        from . import _capi
-
-        _capi.pop_to(self._depths.pop())
-        return False
+def _other_fields(described: str) -> dict:
+    """The fields of a described policy beyond upstream's five, as policy keywords."""
+    out = {}
+    for part in described.partition(";per=")[0].split(";"):
+        word, _, value = part.partition("=")
+        if word in _DESCRIBED:
+            out[_DESCRIBED[word]] = value
+    return out
 
 
 def set_global(prefer, strict, per_op, allow_vendors, deny_vendors):
-    """Make these five fields the global policy (all checked before any is set)."""
-    setter = getattr(fldispatch, "set_policy", None)
-    if setter is not None:
-        setter(prefer=prefer, strict=strict, per_op=per_op or {}, allow_vendors=allow_vendors,
-               deny_vendors=deny_vendors)
-        return
-    from . import _capi
-
-    fields = _five(prefer, strict, per_op, allow_vendors, deny_vendors)
-    if _capi.has_fields():
-        _capi.set_fields(fields)
-        return
-    # Validate the whole set on this thread first: a push checks every value
-    # and applies nothing when one is wrong.
-    with fldispatch.policy(prefer=prefer, strict=strict, per_op=per_op or None,
-                           allow_vendors=_csv(allow_vendors) or None,
-                           deny_vendors=_csv(deny_vendors) or None):
-        pass
-    _capi.policy_set("prefer", prefer)
-    _capi.policy_set("strict", "1" if strict else "0")
-    _capi.policy_set("per_op", _per_op_spec(per_op))
-    _capi.policy_set("allow_vendors", _csv(allow_vendors) or "")
-    _capi.policy_set("deny_vendors", _csv(deny_vendors) or "")
+    """Make these five fields the global policy (all or nothing; the others keep their values)."""
+    fldispatch.set_policy(**_five(prefer, strict, per_op, allow_vendors, deny_vendors))
 
 
 def reset_global():
-    resetter = getattr(fldispatch, "reset_policy", None)
-    if resetter is not None:
-        resetter()
-        return
-    from . import _capi
-
-    _capi.policy_reset()
+    fldispatch.reset_policy()
 
 
 def scoped_whole(prefer, strict, per_op, allow_vendors, deny_vendors):
-    """A context that puts these five fields in force on this thread.
-
-    With fldispatch's whole-policy scope every other field is the built-in
-    default; without it the fields are pushed on top of the policy in force
-    (so a global deny list or per-op order this policy does not name stays).
-    """
-    whole = getattr(fldispatch, "policy_scope", None)
-    if whole is not None:
-        return whole(prefer=prefer, strict=strict, per_op=per_op or {},
-                     allow_vendors=allow_vendors, deny_vendors=deny_vendors)
-    from . import _capi
-
-    if _capi.has_fields():
-        return _WholeScope(_five(prefer, strict, per_op, allow_vendors, deny_vendors))
-    return fldispatch.policy(prefer=prefer, strict=strict, per_op=per_op or None,
-                             allow_vendors=_csv(allow_vendors) or None,
-                             deny_vendors=_csv(deny_vendors) or None)
+    """A scope of this thread holding a whole policy: upstream's five fields as
+    given (a global deny list or per-op order they do not name is gone), the
+    fields upstream keeps outside its SelectionPolicy as in force now."""
+    fields = _other_fields(describe())
+    fields.update(_five(prefer, strict, per_op, allow_vendors, deny_vendors))
+    return fldispatch.policy(inherit=False, **fields)
 
 
 def describe_file(path):
-    """The policy a YAML file gives, as the core describes it; None when the
-    library cannot read a file into a scope."""
-    from . import _capi
-
-    return _capi.describe_file(path)
+    """The policy a YAML file gives, read and checked by the core, as it describes it."""
+    with fldispatch.policy(file=path):
+        return describe()
 
 
 def scoped_fields(**fields):
@@ -234,42 +183,19 @@ def scoped_fields(**fields):
 
 def failed_impls():
     """{op: set(impl_id)} from the core's failure memory."""
-    lister = getattr(fldispatch, "failed_impls", None)
-    if lister is not None:
-        out = {}
-        for rec in lister():
-            op, impl_id = (rec["op"], rec["impl_id"]) if isinstance(rec, dict) else rec[:2]
-            out.setdefault(op, set()).add(impl_id)
-        return out
-    from . import _capi
-
     out = {}
-    for op, impl_id in _capi.failures() or ():
-        out.setdefault(op, set()).add(impl_id)
+    for rec in fldispatch.failed_impls():
+        out.setdefault(rec[0], set()).add(rec[-1])
     return out
 
 
 def clear_failed(op=None):
-    clearer = getattr(fldispatch, "clear_failed_impls", None)
-    if clearer is not None:
-        clearer(op)
-        return
-    from . import _capi
-
-    _capi.clear_failures(op)
-
-
-_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 40}
+    fldispatch.clear_failed_impls(op)
 
 
 def set_log_level(level):
-    setter = getattr(fldispatch, "set_log_level", None)
-    if setter is not None:
-        setter(level)
-        return
-    from . import _capi
-
-    _capi.log_set_level(_LEVELS[str(level).upper()])
+    level = str(level).lower()
+    fldispatch.set_log_level("error" if level == "critical" else level)
 
 
 nullcontext = contextlib.nullcontext

@@ -238,43 +238,15 @@ def policy_from_env() -> SelectionPolicy:
 def policy_from_config(config_path: str) -> SelectionPolicy:
     """The SelectionPolicy a YAML policy file describes (not put in force).
 
-    Read by the core's reader where the library has one for a file in a
-    scope (fld_policy_push_file), with its checks: an unknown key or a bad
-    value raises fldispatch.ConfigError naming file:line:column.
+    Read by the core's reader (the file as a scope of this thread, described
+    and left), with its checks: an unknown key or a bad value raises
+    fldispatch.ConfigError naming file:line:column.
     """
     import os
 
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"Config file not found: {config_path}")
-    text = _bridge.describe_file(config_path)
-    if text is not None:
-        return parse_described(text)
-    return _policy_from_yaml(config_path)
-
-
-def _policy_from_yaml(config_path: str) -> SelectionPolicy:
-    """The five upstream fields of a policy file, read with PyYAML (a library
-    without fld_policy_push_file)."""
-    import yaml
-
-    with open(config_path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{config_path}: a policy file is a mapping of keys to values")
-
-    def names(key):
-        value = data.get(key)
-        if value is None:
-            return None
-        return {v.strip() for v in (value.split(",") if isinstance(value, str) else value)
-                if str(v).strip()}
-
-    per_op = {op: (tokens.split("|") if isinstance(tokens, str) else list(tokens))
-              for op, tokens in (data.get("op_backends") or {}).items()}
-    return SelectionPolicy.from_dict(prefer=str(data.get("prefer", PREFER_DEFAULT)),
-                                     strict=data.get("strict") is True, per_op_order=per_op,
-                                     deny_vendors=names("deny_vendors"),
-                                     allow_vendors=names("allow_vendors"))
+    return parse_described(_bridge.describe_file(config_path))
 
 
 def policy_context(policy: SelectionPolicy) -> _PolicyContext:
