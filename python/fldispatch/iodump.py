@@ -65,8 +65,10 @@ SUPPORTED_ENV = ("VLLM_FL_IO_DUMP", "VLLM_FL_IO_DUMP_OPS", "VLLM_FL_IO_DUMP_MODU
                  "VLLM_FL_IO_DUMP_RANK", "VLLM_FL_IO_DUMP_WITH_METAS",
                  "VLLM_FL_IO_DUMP_WITH_VALUES")
 REFUSED_ENV = {
-    "VLLM_FL_IO_DUMP_LAYERS": "layer filters need vLLM's model hooks, which fldispatch does not install",
-    "VLLM_FL_IO_DUMP_WITH_TORCH_FUNCS": "only dispatch-managed ops are recorded, not bare torch functions",
+    "VLLM_FL_IO_DUMP_LAYERS":
+        "layer filters need vLLM's model hooks, which fldispatch does not install",
+    "VLLM_FL_IO_DUMP_WITH_TORCH_FUNCS":
+        "only dispatch-managed ops are recorded, not bare torch functions",
     "VLLM_FL_IO_DUMP_WITH_PRINT": "console printing of tensors is not implemented",
 }
 # VLLM_FL_IO_DUMP_BG_WORKERS (and enable_io_dump(bg_workers=)) tune upstream's

@@ -75,7 +75,8 @@ def register_builtins(registry):
         OpImpl(op_name="demo_scale", impl_id="default.flagos", kind=BackendImplKind.DEFAULT,
                fn=_flagos_scale, priority=BackendPriority.DEFAULT),
         OpImpl(op_name="demo_scale", impl_id="vendor.demo", kind=BackendImplKind.VENDOR,
-               fn=_bind_is_available(backend.scale, backend.is_available), vendor=backend.vendor, priority=BackendPriority.VENDOR),
+               fn=_bind_is_available(backend.scale, backend.is_available),
+               vendor=backend.vendor, priority=BackendPriority.VENDOR),
         OpImpl(op_name="demo_scale", impl_id="reference.torch", kind=BackendImplKind.REFERENCE,
                fn=_reference_scale, priority=BackendPriority.REFERENCE),
         OpImpl(op_name="demo_scale", impl_id="default.gone", kind=BackendImplKind.DEFAULT,
@@ -136,7 +137,8 @@ def demo_site(tmp_path):
 def test_entry_point_backend_is_selected_and_listed(demo_site):
     run(demo_site, """
         import fldispatch
-        from vllm_fl.dispatch import call_op, resolve_op, get_default_manager, get_discovered_plugins
+        from vllm_fl.dispatch import (call_op, resolve_op, get_default_manager,
+                                      get_discovered_plugins)
         from fl_demo_backend.register_ops import CALLS, _flagos_scale
         assert call_op("demo_scale", 3) == 6
         assert CALLS == ["flagos"], CALLS          # default.gone is unavailable
@@ -241,7 +243,8 @@ def test_alias_does_not_shadow_a_real_vllm_fl(tmp_path):
     site = tmp_path / "real"
     (site / "vllm_fl").mkdir(parents=True)
     (site / "vllm_fl" / "__init__.py").write_text("REAL = True\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     code = textwrap.dedent("""
         import fldispatch.compat.alias as a
         assert a.install() is False

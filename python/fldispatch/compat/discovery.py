@@ -42,7 +42,8 @@ def _get_entry_points():
 
 
 def _call_register_function(obj: Any, registry: Any, source_name: str) -> bool:
-    """Run a plugin's register function on `registry`; False (logged) when it fails or is missing."""
+    """Run a plugin's register function on `registry`; False (logged) when it fails or
+    is missing."""
     if callable(obj) and not isinstance(obj, type):
         fn = obj
     else:

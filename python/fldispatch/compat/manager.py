@@ -71,7 +71,8 @@ class OpManager:
 
     # -- state --------------------------------------------------------------
     def ensure_initialized(self) -> None:
-        """Load the core (its plugins, the policy) and fldispatch's Python plugins, once per process."""
+        """Load the core (its plugins, the policy) and fldispatch's Python plugins, once
+        per process."""
         state = self._state
         if state.initialized and state.init_pid == _pid:
             return

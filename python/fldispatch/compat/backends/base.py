@@ -17,7 +17,8 @@ class Backend(ABC):
 
     @abstractmethod
     def is_available(self) -> bool:
-        """Whether this backend can run in this process (its library imports, its device is there)."""
+        """Whether this backend can run in this process (its library imports, its device
+        is there)."""
 
     @property
     @abstractmethod
