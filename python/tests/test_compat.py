@@ -272,3 +272,22 @@ def test_upstream_records_in_process():
         SelectionPolicy(prefer="fastest")
     assert SelectionPolicy(prefer="reference").get_default_order() == \
         ["reference", "flagos", "vendor"]
+
+
+def test_bad_records_name_op_and_impl_and_register_nothing():
+    from fldispatch.compat import BackendImplKind, OpImpl, OpRegistry
+
+    registry = OpRegistry()
+    with pytest.raises(TypeError, match=r"'bad_fn'.*'default\.x'|'default\.x'.*'bad_fn'"):
+        registry.register_impl(OpImpl(op_name="bad_fn", impl_id="default.x",
+                                      kind=BackendImplKind.DEFAULT, fn=42))
+    with pytest.raises(ValueError, match="OpImpl 'default.y' for op 'bad_kind': invalid kind"):
+        registry.register_impl(OpImpl(op_name="bad_kind", impl_id="default.y", kind="fastest",
+                                      fn=len))
+    assert registry.list_operators() == []
+    registry.register_impl(OpImpl(op_name="ok", impl_id="default.z",
+                                  kind=BackendImplKind.DEFAULT, fn=len))
+    with pytest.raises(ValueError, match="Duplicate impl_id 'default.z' for op='ok'"):
+        registry.register_impl(OpImpl(op_name="ok", impl_id="default.z",
+                                      kind=BackendImplKind.DEFAULT, fn=len))
+    assert [i.impl_id for i in registry.get_implementations("ok")] == ["default.z"]

@@ -78,15 +78,22 @@ def face(c_op: str, c_id: str, op_name: str, row: Optional[dict] = None) -> OpIm
 def register_face(c_op: str, impl: OpImpl, into=None, plugin=None) -> None:
     """Register `impl` in C under op name c_op, into a plugin's batch when given,
     else at once under the plugin record `plugin`."""
-    c_id = _bridge.c_impl_id(impl.kind.value, impl.impl_id)
     try:
-        _bridge.register(c_op, c_id, impl.kind.value, impl.fn, impl.vendor, impl.priority,
+        kind = BackendImplKind(getattr(impl.kind, "value", impl.kind)).value
+    except ValueError:
+        raise ValueError(f"OpImpl '{impl.impl_id}' for op '{impl.op_name}': invalid kind "
+                         f"{impl.kind!r} (valid: BackendImplKind.DEFAULT, VENDOR, REFERENCE)")
+    c_id = _bridge.c_impl_id(kind, impl.impl_id)
+    try:
+        _bridge.register(c_op, c_id, kind, impl.fn, impl.vendor, impl.priority,
                          impl.is_available, into=into, plugin=plugin)
-    except ValueError as e:
-        if "duplicate" in str(e).lower():
+    except (TypeError, ValueError) as e:
+        # the core's message, naming the op as the caller knows it
+        text = str(e).replace(f"'{c_op}'", f"'{impl.op_name}'")
+        if "duplicate" in text.lower():
             raise ValueError(f"Duplicate impl_id '{impl.impl_id}' for op='{impl.op_name}': "
-                             f"{e}") from e
-        raise
+                             f"{text}") from e
+        raise type(e)(text) from e
     with _faces_lock:
         _faces[(c_op, c_id)] = impl
 
