@@ -142,6 +142,22 @@ START_TEST(test_push_fields_is_one_override)
 }
 END_TEST
 
+START_TEST(test_push_fields_deny_adds_set_fields_replaces)
+{
+    register_test_plugin();
+    setenv("VLLM_FL_LOG_LEVEL", "ERROR", 1); /* 'intel' is no registered vendor: a warning */
+    const char *keys[] = {"deny_vendors"};
+    const char *values[] = {"intel"};
+    ck_assert_int_eq(fld_policy_push_denied_vendors("amd"), FLD_OK);
+    ck_assert_int_eq(fld_policy_push_fields(0, 1, keys, values), FLD_OK);
+    assert_describe("prefer=flagos;strict=0;deny=amd,intel");
+    ck_assert_int_eq(fld_policy_pop_to(0), FLD_OK);
+    ck_assert_int_eq(fld_policy_set("deny_vendors", "amd"), FLD_OK);
+    ck_assert_int_eq(fld_policy_set_fields(0, 1, keys, values), FLD_OK);
+    assert_describe("prefer=flagos;strict=0;deny=intel");
+}
+END_TEST
+
 START_TEST(test_push_fields_whole_policy_starts_from_defaults)
 {
     register_test_plugin();
@@ -383,6 +399,7 @@ static Suite *fields_suite(void)
     TCase *tc = tcase_create("fields");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_push_fields_is_one_override);
+    tcase_add_test(tc, test_push_fields_deny_adds_set_fields_replaces);
     tcase_add_test(tc, test_push_fields_whole_policy_starts_from_defaults);
     tcase_add_test(tc, test_push_fields_all_or_nothing);
     tcase_add_test(tc, test_push_names_strict_in_the_same_push);

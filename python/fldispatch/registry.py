@@ -129,7 +129,7 @@ def _record(op, fn, impl_id, kind, vendor, priority, devices, dtypes, is_availab
 def _default_plugin(fn):
     module = getattr(fn, "__module__", None) or "python"
     name = module.split(".", 1)[0].replace("<", "").replace(">", "") or "python"
-    return name, "python:" + module
+    return name, "python:" + name
 
 
 def register_impl(op, fn, *, impl_id, kind, vendor=None, priority=None, devices=None,

@@ -483,3 +483,22 @@ def test_python_list_runs_in_process_and_shows_python_plugins(tmp_path):
     r = subprocess.run([sys.executable, "-m", "fldispatch", "list"], capture_output=True,
                        text=True, env=env, timeout=120)
     assert "listed" in r.stdout and "flagos" in r.stdout
+
+
+def test_default_plugin_is_the_top_level_package():
+    """Functions of two modules of one package land in one plugin record."""
+    op = fresh_op()
+
+    def one():
+        return 1
+
+    def two():
+        return 2
+
+    one.__module__, two.__module__ = "pytestpkg.a", "pytestpkg.b"
+    fldispatch.register_impl(op, one, impl_id="vendor.one", kind="vendor", vendor="one")
+    fldispatch.register_impl(op, two, impl_id="reference.two", kind="reference")
+    owners = {m["impl_id"]: m["plugin"] for m in fldispatch.impls() if m["op"] == op}
+    assert owners == {"vendor.one": "pytestpkg", "reference.two": "pytestpkg"}
+    p = [p for p in fldispatch.plugins() if p["name"] == "pytestpkg"][0]
+    assert p["path"] == "python:pytestpkg" and p["impl_count"] == 2
