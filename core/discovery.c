@@ -416,8 +416,32 @@ static bool find_module(const struct search_path *sp, const char *entry, char *o
     return false;
 }
 
+/* A Python module name: identifiers joined by dots (never a plugin file's name when dotted). */
+static bool python_module_name(const char *e, bool *dotted)
+{
+    *dotted = false;
+    bool start = true;
+    for (const char *c = e; *c; c++) {
+        unsigned char u = (unsigned char)*c;
+        if (u == '.') {
+            if (start)
+                return false;
+            *dotted = true;
+            start = true;
+            continue;
+        }
+        bool alpha = (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || u == '_';
+        if (!alpha && !(u >= '0' && u <= '9' && !start))
+            return false;
+        start = false;
+    }
+    return !start;
+}
+
 static void load_modules(const char *list)
 {
+    char skipped[512] = "";
+    size_t n_skipped = 0;
     char *copy = strdup(list);
     for (char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL; e;
          e = strtok_r(NULL, ",", &save)) {
@@ -429,6 +453,7 @@ static void load_modules(const char *list)
         if (!*e)
             continue;
         char path[PATH_MAX];
+        bool dotted;
         if (strchr(e, '/')) {
             if (e[0] != '/') {
                 struct fld_plugin_rec *p = record_for(e, e);
@@ -441,6 +466,11 @@ static void load_modules(const char *list)
             fld__load_plugin_file(e, true);
         } else if (find_module(&search, e, path, sizeof path)) {
             fld__load_plugin_file(path, true);
+        } else if (python_module_name(e, &dotted) && (dotted || fld__host_claims_modules())) {
+            /* A Python module (vllm-plugin-FL's meaning of the variable): the
+             * Python package imports it; a C-only process says so once. */
+            size_t used = strlen(skipped);
+            snprintf(skipped + used, sizeof skipped - used, "%s%s", n_skipped++ ? ", " : "", e);
         } else {
             struct fld_plugin_rec *p = record_for(e, e);
             char why[PATH_MAX + 128];
@@ -452,6 +482,13 @@ static void load_modules(const char *list)
         }
     }
     free(copy);
+    if (n_skipped)
+        fld__log(fld__host_claims_modules() ? FLD_LOG_DEBUG : FLD_LOG_WARNING,
+                 "VLLM_FL_PLUGIN_MODULES: %s %s: Python module name%s, which only the Python "
+                 "package imports (import fldispatch)%s",
+                 fld__host_claims_modules() ? "left to the Python package:" : "skipped", skipped,
+                 n_skipped > 1 ? "s" : "",
+                 fld__host_claims_modules() ? "" : "; no Python package runs in this process");
 }
 
 void fld__discover_plugins(void)

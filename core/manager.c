@@ -44,12 +44,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fldispatch/host_impl.h>
+
 #include "devices.h"
 #include "error.h"
 #include "inflight.h"
 #include "host.h"
 #include "log.h"
 #include "manager.h"
+#include "names.h"
 #include "policy.h"
 #include "reclaim.h"
 #include "registry.h"
@@ -88,6 +91,8 @@ static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *arg
 static void tls_free_retired(void);
 
 /* The run of a chain. */
+static inline int run_plugin_impl(const struct fld_op_s *op, const struct fld_impl_rec *r,
+                                  const void *args);
 static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, const void *args,
                      uint32_t start, int first_rc);
 static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c, uint32_t i);
@@ -99,7 +104,9 @@ static void describe_impl(const struct fld_impl_rec *r, char *buf, size_t size);
 
 /* Explain, failures, shutdown. */
 static int explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out);
+static int unknown_op(const char *name);
 static void clear_op_failures(struct fld_op_s *op, void *user);
+static void list_op_failures(struct fld_op_s *op, void *user);
 static void drop_op_chains(struct fld_op_s *op, void *user);
 
 /* ---- the entry points --------------------------------------------------- */
@@ -403,6 +410,146 @@ static void tls_free_retired(void)
     }
 }
 
+/* ---- host calls (host_impl.h) ------------------------------------------ */
+
+/* The binding's argument record of the host call this thread is making, if
+ * any: plugin implementations decline it (run_plugin_impl()). */
+static _Thread_local const void *tls_host_args;
+
+int fld_host_call(fld_op handle, int device_type, DLDataType dtype, const void *host_args)
+{
+    struct fld_op_s *op = (struct fld_op_s *)handle;
+    if (!op)
+        return fld__fail(FLD_EINVAL, "fld_host_call: argument 'op' is NULL");
+    if (!host_args)
+        return fld__fail(FLD_EINVAL, "fld_host_call: argument 'host_args' is NULL");
+    FLD_CALL_SCOPE();
+    if (unlikely(!library_open()))
+        return closed_handle("fld_host_call");
+    if (op->schema)
+        return fld__fail(FLD_EINVAL,
+                         "%s is a catalog op: call it with its argument struct (its typed entry "
+                         "point or fld_call()), not with a binding's own arguments",
+                         op->name);
+    int dev, dt;
+    int rc = key_from(device_type, dtype, &dev, &dt);
+    if (rc)
+        return rc;
+    unsigned slot = fld__slot(dev, dt);
+    const void *outer = tls_host_args;
+    tls_host_args = host_args;
+    /* Not dispatch(): its direct path may call a plugin kernel. */
+    if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed))
+        rc = dispatch_overridden(op, slot, host_args);
+    else
+        rc = dispatch_slow(op, slot, host_args);
+    tls_host_args = outer;
+    return rc;
+}
+
+int fld_host_first(fld_op handle, int device_type, DLDataType dtype, fld_host_kernel_fn *fn,
+                   void **ctx, uint64_t *stamp)
+{
+    struct fld_op_s *op = (struct fld_op_s *)handle;
+    if (!op || !fn || !ctx || !stamp)
+        return fld__fail(FLD_EINVAL, "fld_host_first: argument '%s' is NULL",
+                         !op ? "op" : !fn ? "fn" : !ctx ? "ctx" : "stamp");
+    *fn = NULL;
+    *ctx = NULL;
+    *stamp = 0;
+    FLD_CALL_SCOPE();
+    if (unlikely(!library_open()))
+        return closed_handle("fld_host_first");
+    int dev, dt;
+    int rc = key_from(device_type, dtype, &dev, &dt);
+    if (rc)
+        return rc;
+    if (op->schema || atomic_load_explicit(&fld__override_threads, memory_order_relaxed))
+        return FLD_OK;
+    unsigned slot = fld__slot(dev, dt);
+    fld__read_begin();
+    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    if (!c || c->generation != atomic_load(&fld__generation))
+        c = global_chain(op, slot);
+    if (c && c->n && !c->impls[0]->fn && !(atomic_load(&c->failed) & 1u) &&
+        (atomic_load(&c->announced) & 1u)) {
+        *fn = c->impls[0]->host_fn;
+        *ctx = c->impls[0]->host_ctx;
+        *stamp = c->generation;
+    }
+    fld__read_end();
+    return FLD_OK;
+}
+
+int fld_host_op_keyed(fld_op handle, uint64_t *stamp)
+{
+    struct fld_op_s *op = (struct fld_op_s *)handle;
+    if (!op || !stamp)
+        return fld__fail(FLD_EINVAL, "fld_host_op_keyed: argument '%s' is NULL",
+                         op ? "stamp" : "op");
+    FLD_CALL_SCOPE();
+    if (unlikely(!library_open()))
+        return closed_handle("fld_host_op_keyed");
+    fld__lock();
+    *stamp = atomic_load(&fld__generation);
+    int keyed = op->schema || fld__policy_global()->manifest;
+    for (size_t i = 0; i < op->n_impls && !keyed; i++)
+        keyed = op->impls[i]->devices != FLD_DEVICE_MASK_ALL ||
+                op->impls[i]->dtypes != FLD_DTYPE_MASK_ALL;
+    fld__unlock();
+    return keyed;
+}
+
+uint64_t fld_host_stamp(void)
+{
+    if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed))
+        return 0;
+    return atomic_load_explicit(&fld__generation, memory_order_acquire);
+}
+
+int fld_host_first_failed(fld_op handle, int device_type, DLDataType dtype,
+                          const void *host_args, void *ctx, int status)
+{
+    struct fld_op_s *op = (struct fld_op_s *)handle;
+    if (!op || !host_args)
+        return fld__fail(FLD_EINVAL, "fld_host_first_failed: argument '%s' is NULL",
+                         op ? "host_args" : "op");
+    FLD_CALL_SCOPE();
+    if (unlikely(!library_open()))
+        return closed_handle("fld_host_first_failed");
+    int dev, dt;
+    int rc = key_from(device_type, dtype, &dev, &dt);
+    if (rc)
+        return rc;
+    unsigned slot = fld__slot(dev, dt);
+    const void *outer = tls_host_args;
+    tls_host_args = host_args;
+    fld__read_begin();
+    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    if (c && c->generation == atomic_load(&fld__generation) && c->n && !c->impls[0]->fn &&
+        c->impls[0]->host_ctx == ctx)
+        rc = run_chain(op, slot, c, host_args, 1, status == FLD_OK ? FLD_EIMPL : status);
+    else
+        rc = dispatch_slow(op, slot, host_args);
+    fld__read_end();
+    tls_host_args = outer;
+    return rc;
+}
+
+/* A plugin kernel, unless args is a binding's own record, which it cannot read. */
+static inline int run_plugin_impl(const struct fld_op_s *op, const struct fld_impl_rec *r,
+                                  const void *args)
+{
+    if (unlikely(args == tls_host_args && args))
+        return fld__fail(FLD_EUNSUPPORTED,
+                         "%s: '%s' is a C implementation (plugin '%s') and the call came from a "
+                         "language binding with its own arguments, which it cannot read (an op "
+                         "called from a binding runs on C kernels only through its argument "
+                         "struct)",
+                         op->name, r->impl_id, r->plugin ? r->plugin->name : "?");
+    return r->fn(args);
+}
+
 /* ---- the run of a chain ------------------------------------------------- */
 
 /*
@@ -458,7 +605,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
             continue;
         /* Whatever message follows a failure is then the impl's own. */
         fld__error_clear();
-        int rc = r->fn(args);
+        int rc = r->fn ? run_plugin_impl(op, r, args) : r->host_fn(r->host_ctx, args);
         if (rc == FLD_OK) {
             note_served(op, slot, c, i);
             return FLD_OK;
@@ -527,7 +674,8 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) switched from '%s' to '%s' (%s)", op->name,
                      fld__device_label(dev), fld__dtype_label(dt), prev->impl_id, r->impl_id, what);
     }
-    if (i == 0 && c->global && !c->impls[0]->supports && !(atomic_load(&c->failed) & 1u))
+    if (i == 0 && c->global && c->impls[0]->fn && !c->impls[0]->supports &&
+        !(atomic_load(&c->failed) & 1u))
         enable_fast(op, slot, c);
 }
 
@@ -673,11 +821,20 @@ static int explain(const char *name, int device_type, DLDataType dtype, fld_reso
         return rc;
     struct fld_op_s *op = fld__op_find(name);
     if (!op)
-        return fld__fail(FLD_ENOTFOUND,
-                         "no op named '%s' (not in the catalog and no plugin "
-                         "registered it)",
-                         name);
+        return unknown_op(name);
     return fld__select_explain(op, dev, dt, device_type, dtype, out);
+}
+
+/* FLD_ENOTFOUND for an op name nothing registered, with the closest names. */
+static int unknown_op(const char *name)
+{
+    char hint[256];
+    fld__lock();
+    fld__did_you_mean_op(name, hint, sizeof hint);
+    fld__unlock();
+    return fld__fail(FLD_ENOTFOUND,
+                     "no op named '%s' (not in the catalog and no plugin registered it)%s", name,
+                     hint);
 }
 
 int fld_clear_failures(const char *name)
@@ -691,7 +848,7 @@ int fld_clear_failures(const char *name)
         struct fld_op_s *op = fld__op_find(name);
         if (!op) {
             fld__unlock();
-            return fld__fail(FLD_ENOTFOUND, "no op named '%s'", name);
+            return unknown_op(name);
         }
         clear_op_failures(op, NULL);
     } else {
@@ -709,6 +866,73 @@ static void clear_op_failures(struct fld_op_s *op, void *user)
         if (c)
             atomic_store(&c->failed, 0);
     }
+}
+
+/* fld_foreach_failure()'s walk: the callback, and its first non-zero return. */
+struct failure_walk {
+    int (*fn)(const fld_failure_info *info, void *user);
+    void *user;
+    int rc;
+};
+
+/* Reports the failed candidates of chain c, cached for op's slot. */
+static void list_chain_failures(struct failure_walk *w, const struct fld_op_s *op, unsigned slot,
+                                const struct fld_chain *c)
+{
+    static const DLDataType dtypes[] = {
+        [FLD_DT_F32] = {kDLFloat, 32, 1},
+        [FLD_DT_F16] = {kDLFloat, 16, 1},
+        [FLD_DT_BF16] = {kDLBfloat, 16, 1},
+        [FLD_DT_ANY] = {0, 0, 0},
+    };
+    int dev, dt;
+    slot_key(slot, &dev, &dt);
+    uint64_t failed = atomic_load(&c->failed);
+    for (uint32_t i = 0; i < c->n && i < 64 && w->rc == 0; i++) {
+        if (!(failed & (1ull << i)))
+            continue;
+        fld_failure_info info = {
+            .op = op->name,
+            .device_type = dev == FLD_DEV_ANY ? 0 : fld__device_type_of(dev),
+            .dtype = dtypes[dt],
+            .impl_id = c->impls[i]->impl_id,
+        };
+        w->rc = w->fn(&info, w->user);
+    }
+}
+
+static void list_op_failures(struct fld_op_s *op, void *user)
+{
+    struct failure_walk *w = user;
+    uint64_t gen = atomic_load(&fld__generation);
+    for (unsigned s = 0; s < FLD_NSLOTS && w->rc == 0; s++) {
+        const struct fld_chain *c = atomic_load(&op->slots[s]);
+        if (c && c->generation == gen)
+            list_chain_failures(w, op, s, c);
+    }
+}
+
+int fld_foreach_failure(int (*fn)(const fld_failure_info *info, void *user), void *user)
+{
+    FLD_CALL_SCOPE();
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    if (!fn)
+        return fld__fail(FLD_EINVAL, "fld_foreach_failure: argument 'fn' is NULL");
+    struct failure_walk w = {fn, user, 0};
+    fld__lock();
+    fld__op_foreach(list_op_failures, &w);
+    /* The calling thread's chains under the override in force. */
+    const struct fld_policy *top = fld__policy_override_top();
+    uint64_t gen = atomic_load(&fld__generation);
+    for (int i = 0; i < TLS_CACHE_SIZE && top && w.rc == 0; i++) {
+        const struct tls_entry *e = &tls_cache[i];
+        if (e->chain && e->serial == top->serial && e->generation == gen)
+            list_chain_failures(&w, e->op, e->slot, e->chain);
+    }
+    fld__unlock();
+    return w.rc;
 }
 
 void fld__manager_shutdown(void)

@@ -414,6 +414,11 @@ static const char *const library_variables[] = {
     "VLLM_FL_PLUGIN_DIR",       "VLLM_FL_PLUGIN_MODULES",
     "VLLM_FL_PLUGIN_PROBE",     "VLLM_FL_PLUGIN_PROBE_TIMEOUT",
     "VLLM_FL_SHUTDOWN_TIMEOUT",
+    /* read by the Python package's IO dump (python/fldispatch/iodump.py) */
+    "VLLM_FL_IO_DUMP",          "VLLM_FL_IO_DUMP_OPS",
+    "VLLM_FL_IO_DUMP_MODULES",  "VLLM_FL_IO_DUMP_MAX_CALLS",
+    "VLLM_FL_IO_DUMP_STEP_RANGE", "VLLM_FL_IO_DUMP_RANK",
+    "VLLM_FL_IO_DUMP_WITH_METAS", "VLLM_FL_IO_DUMP_WITH_VALUES",
 };
 
 /* Variables vllm-plugin-FL reads and this library does not. */
@@ -425,7 +430,10 @@ static const struct {
      "fldispatch's attention_backend follows the policy (prefer, per-op orders)"},
     {"VLLM_FL_FLAGOS_BLACKLIST_APPEND", "set VLLM_FL_FLAGOS_BLACKLIST here"},
     {"VLLM_FL_DISPATCH_MODE", "fldispatch has one dispatch mode"},
-    {"VLLM_FL_IO_DUMP", "fldispatch does not dump operator inputs and outputs"},
+    {"VLLM_FL_IO_DUMP_LAYERS", "the IO dump does not track vLLM's layer paths"},
+    {"VLLM_FL_IO_DUMP_WITH_TORCH_FUNCS", "the IO dump records dispatch-managed ops only"},
+    {"VLLM_FL_IO_DUMP_WITH_PRINT", "the IO dump writes files, it does not print tensors"},
+    {"VLLM_FL_IO_DUMP_BG_WORKERS", "the IO dump writes in the calling thread"},
 };
 
 #define PREFIX     "VLLM_FL_"

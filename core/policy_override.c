@@ -33,6 +33,7 @@
 #include "host.h"
 #include "inflight.h"
 #include "manifest.h"
+#include "names.h"
 #include "parse.h"
 #include "policy.h"
 #include "policy_override.h"
@@ -126,7 +127,7 @@ const struct fld_policy *fld__policy_override_top(void)
 }
 
 /* Takes ownership of p in every case. */
-static int push_policy(const char *what, struct fld_policy *p)
+int fld__policy_push(const char *what, struct fld_policy *p)
 {
     struct override_stack *s = get_stack();
     if (!s)
@@ -159,6 +160,51 @@ static int begin_push(const char *what, struct fld_policy **out)
     return FLD_OK;
 }
 
+int fld__policy_check_pushed_names(const char *what, struct fld_policy *pushed, bool strict)
+{
+    pushed->strict = strict;
+    fld__lock();
+    int rc = fld__names_check_policy(pushed);
+    fld__unlock();
+    if (rc != FLD_OK)
+        fld__error_prefix("%s", what);
+    return rc;
+}
+
+/*
+ * The names a push brings (vendors, per-op orders) are checked as the
+ * environment's are: a WARNING, or FLD_ECONFIG under the strictness the
+ * thread has after the push. Only the pushed names: the global policy's
+ * were checked when it was built.
+ */
+static int check_list_names(const char *what, enum fld_policy_field f, const struct fld_strlist *l,
+                            bool strict)
+{
+    struct fld_policy *pushed = fld__policy_new_default();
+    struct fld_strlist *dst = pushed ? fld__policy_list_field(pushed, f) : NULL;
+    if (!dst || fld__strlist_merge(dst, l) != FLD_OK) {
+        fld__policy_free(pushed);
+        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+    }
+    fld__policy_set_source(pushed, f, SOURCE_OVERRIDE);
+    int rc = fld__policy_check_pushed_names(what, pushed, strict);
+    fld__policy_free(pushed);
+    return rc;
+}
+
+static int check_order_names(const char *what, const struct fld_orders *orders, bool strict)
+{
+    struct fld_policy *pushed = fld__policy_new_default();
+    if (!pushed || fld__orders_merge(&pushed->per_op, orders) != FLD_OK) {
+        fld__policy_free(pushed);
+        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+    }
+    fld__policy_set_source(pushed, FLD_PF_PER_OP, SOURCE_OVERRIDE);
+    int rc = fld__policy_check_pushed_names(what, pushed, strict);
+    fld__policy_free(pushed);
+    return rc;
+}
+
 int fld_policy_push_preference(const char *kind)
 {
     FLD_CALL_SCOPE();
@@ -176,7 +222,7 @@ int fld_policy_push_preference(const char *kind)
         return rc;
     p->prefer = (enum fld_prefer)prefer;
     fld__policy_set_source(p, FLD_PF_PREFER, SOURCE_OVERRIDE);
-    return push_policy(what, p);
+    return fld__policy_push(what, p);
 }
 
 int fld_policy_push_strict(bool strict)
@@ -202,7 +248,7 @@ int fld_policy_push_strict(bool strict)
     }
     p->strict = strict;
     fld__policy_set_source(p, FLD_PF_STRICT, SOURCE_OVERRIDE);
-    return push_policy(what, p);
+    return fld__policy_push(what, p);
 }
 
 int fld_policy_push_allowed_vendors(const char *csv)
@@ -221,10 +267,15 @@ int fld_policy_push_allowed_vendors(const char *csv)
         fld__strlist_free(&list);
         return rc;
     }
+    if ((rc = check_list_names(what, FLD_PF_ALLOW_VENDORS, &list, p->strict)) != FLD_OK) {
+        fld__strlist_free(&list);
+        fld__policy_free(p);
+        return rc;
+    }
     fld__strlist_free(&p->allow_vendors);
     p->allow_vendors = list;
     fld__policy_set_source(p, FLD_PF_ALLOW_VENDORS, SOURCE_OVERRIDE);
-    return push_policy(what, p);
+    return fld__policy_push(what, p);
 }
 
 int fld_policy_push_denied_vendors(const char *csv)
@@ -239,7 +290,8 @@ int fld_policy_push_denied_vendors(const char *csv)
     if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
         return rc;
     fld__strlist_lower(&list);
-    if ((rc = begin_push(what, &p)) != FLD_OK)
+    if ((rc = begin_push(what, &p)) != FLD_OK ||
+        (rc = check_list_names(what, FLD_PF_DENY_VENDORS, &list, p->strict)) != FLD_OK)
         goto fail;
     if (fld__strlist_merge(&p->deny_vendors, &list) != FLD_OK) {
         rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
@@ -248,7 +300,7 @@ int fld_policy_push_denied_vendors(const char *csv)
     fld__strlist_free(&list);
     if (p->deny_vendors.set)
         fld__policy_set_source(p, FLD_PF_DENY_VENDORS, SOURCE_OVERRIDE);
-    return push_policy(what, p);
+    return fld__policy_push(what, p);
 fail:
     fld__strlist_free(&list);
     fld__policy_free(p);
@@ -267,7 +319,8 @@ int fld_policy_push_per_op(const char *spec)
     if ((rc = fld__parse_per_op(what, spec, &orders)) != FLD_OK)
         return rc;
     fld__policy_set_orders_source(&orders, SOURCE_OVERRIDE);
-    if ((rc = begin_push(what, &p)) != FLD_OK)
+    if ((rc = begin_push(what, &p)) != FLD_OK ||
+        (rc = check_order_names(what, &orders, p->strict)) != FLD_OK)
         goto fail;
     if (fld__orders_merge(&p->per_op, &orders) != FLD_OK) {
         rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
@@ -276,7 +329,7 @@ int fld_policy_push_per_op(const char *spec)
     fld__orders_free(&orders);
     if (p->per_op.n)
         fld__policy_set_source(p, FLD_PF_PER_OP, SOURCE_OVERRIDE);
-    return push_policy(what, p);
+    return fld__policy_push(what, p);
 fail:
     fld__orders_free(&orders);
     fld__policy_free(p);
@@ -296,6 +349,28 @@ int fld_policy_pop(void)
     /* The thread's caches may hold choices made under top. */
     run_override_pop_hook();
     fld__policy_free(top);
+    return FLD_OK;
+}
+
+size_t fld_policy_depth(void)
+{
+    struct override_stack *s = tls_stack;
+    return s ? s->n : 0;
+}
+
+/* Needs no initialised library either, for the same reason as the pop. */
+int fld_policy_pop_to(size_t depth)
+{
+    struct override_stack *s = tls_stack;
+    if (!s || s->n <= depth)
+        return FLD_OK;
+    size_t n = s->n;
+    s->n = depth;
+    if (depth == 0)
+        atomic_fetch_sub(&fld__override_threads, 1u);
+    run_override_pop_hook();
+    for (size_t i = depth; i < n; i++)
+        fld__policy_free(s->items[i]);
     return FLD_OK;
 }
 

@@ -73,6 +73,7 @@ static void impl_free(struct fld_impl_rec *r)
     free(r->staged_op);
     free(r->impl_id);
     free(r->vendor);
+    free(r->host_unavailable);
     free(r);
 }
 
@@ -342,6 +343,45 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
     return FLD_OK;
 }
 
+/* What validate_record() sees as fn of a host implementation, which has none. */
+static int host_fn_placeholder(const void *args)
+{
+    (void)args;
+    return FLD_EUNSUPPORTED;
+}
+
+int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
+                                fld_host_kernel_fn fn, void *ctx, const char *unavailable)
+{
+    if (!impl)
+        return record_error(reg, FLD_EINVAL, "fld_host_register: an implementation is NULL");
+    if (!fn)
+        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL",
+                            impl->impl_id ? impl->impl_id : "", impl->op ? impl->op : "(null)");
+    fld_impl copy = *impl;
+    copy.fn = host_fn_placeholder;
+    copy.is_available = NULL;
+    copy.supports = NULL;
+    int rc = fld_registry_register(reg, &copy);
+    if (rc)
+        return rc;
+    struct fld_impl_rec *r = reg->staged[reg->n - 1];
+    if (unavailable && !(r->host_unavailable = strdup(unavailable))) {
+        reg->n--;
+        impl_free(r);
+        /* the duplicate index still names it: rebuild it without */
+        dup_free(reg);
+        if (dup_reserve(reg) == FLD_OK)
+            for (size_t k = 0; k < reg->n; k++)
+                dup_put(reg->dup, reg->dup_mask, reg->staged[k], k);
+        return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+    }
+    r->fn = NULL;
+    r->host_fn = fn;
+    r->host_ctx = ctx;
+    return FLD_OK;
+}
+
 /* Room must have been reserved. */
 static void insert_sorted(struct fld_op_s *op, struct fld_impl_rec *r)
 {
@@ -433,9 +473,11 @@ bool fld__impl_available(struct fld_impl_rec *impl, const char **reason)
 {
     int a = atomic_load(&impl->available);
     if (a == 0) {
-        const char *why;
-        bool ok = fld__plugin_available(impl->is_available, impl->plugin ? impl->plugin->name : "?",
-                                        &why);
+        const char *why = impl->host_unavailable;
+        bool ok = impl->host_unavailable
+                      ? false
+                      : fld__plugin_available(impl->is_available,
+                                              impl->plugin ? impl->plugin->name : "?", &why);
         impl->unavailable_reason = why;
         a = ok ? 1 : -1;
         atomic_store(&impl->available, a);

@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include <fldispatch/host_impl.h>
+
 #include "ops.h"
 
 /* A plugin's device hooks for one device type, with their availability. */
@@ -34,6 +36,7 @@ struct fld_plugin_rec {
     void *dl_handle;                          /* NULL unless dlopen()ed */
     dev_t st_dev;                             /* identity of the file, to load each file once */
     ino_t st_ino;
+    bool host; /* registered by a language binding (host_registration.c), not loaded */
     struct fld_plugin_rec *next;
 };
 
@@ -45,7 +48,10 @@ struct fld_impl_rec {
     char *vendor;
     int priority;
     uint32_t devices, dtypes;
-    fld_kernel_fn fn;
+    fld_kernel_fn fn; /* NULL for a host implementation, which runs host_fn */
+    fld_host_kernel_fn host_fn;
+    void *host_ctx;
+    char *host_unavailable; /* a host implementation's reason it cannot run, or NULL */
     fld_available_fn is_available;
     fld_supports_fn supports;
     struct fld_plugin_rec *plugin;
@@ -73,6 +79,17 @@ void fld__registry_begin(struct fld_registry *reg, struct fld_plugin_rec *plugin
 /* Moves the staged records into their ops, bumps the generation. */
 int fld__registry_commit(struct fld_registry *reg);
 void fld__registry_discard(struct fld_registry *reg);
+
+/*
+ * Stages a host implementation (host_impl.h): the checks of
+ * fld_registry_register() on impl (whose fn is ignored), then fn and ctx.
+ */
+int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
+                                fld_host_kernel_fn fn, void *ctx, const char *unavailable);
+
+/* Whether a language binding claimed VLLM_FL_PLUGIN_MODULES's module names
+ * (fld_host_claim_module_names(), host_registration.c); read by discovery. */
+bool fld__host_claims_modules(void);
 
 /* Whether an impl can run here; evaluates is_available once. */
 bool fld__impl_available(struct fld_impl_rec *impl, const char **reason);

@@ -22,16 +22,21 @@ PYOUT       := $(B)/python
 PYPKG       := $(PYOUT)/fldispatch
 PY_SRC      := $(sort $(wildcard python/src/*.c))
 PY_OBJ      := $(PY_SRC:python/src/%.c=$(OBJ)/python/%.o)
-PY_MODULES  := $(patsubst python/fldispatch/%,$(PYPKG)/%,$(wildcard python/fldispatch/*.py))
+PY_MODULES  := $(patsubst python/fldispatch/%,$(PYPKG)/%,$(wildcard python/fldispatch/*.py python/fldispatch/compat/*.py python/fldispatch/compat/backends/*.py))
 PY_EXT      := $(PYPKG)/_C.abi3.so
-PY_FIXTURES := $(PYOUT)/tests/fld-streamecho.so
+PY_FIXTURES := $(patsubst python/tests/plugins/%.c,$(PYOUT)/tests/fld-%.so,$(wildcard python/tests/plugins/*.c))
+# The command-line tool as a shared object (main renamed fld_tool_main), so
+# that `python -m fldispatch list|resolve|config|verify` runs in the Python
+# process and shows its Python implementations.
+PY_TOOL_OBJ := $(TOOL_SRC:tools/%.c=$(OBJ)/python/tool/%.o)
+PY_TOOL     := $(PYPKG)/_tool.so
 # Evaluated when a rule needs it, so a make without Python pays nothing.
 PY_INCLUDE   = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 PY_CFLAGS    = -DPy_LIMITED_API=0x030A0000 -I$(PY_INCLUDE)
 PY_SKIP_MSG  = fldispatch: skipping the Python tests
 
 .PHONY: python python-headers check-python
-python: python-headers lib plugins configs tool $(PY_EXT) $(PY_MODULES) $(PYPKG)/lib
+python: python-headers lib plugins configs tool $(PY_EXT) $(PY_TOOL) $(PY_MODULES) $(PYPKG)/lib
 
 python-headers:
 	@test -f '$(PY_INCLUDE)/Python.h' || { echo "fldispatch: make python needs Python.h for $(PYTHON) (Debian: apt-get install python3-dev)" >&2; exit 1; }
@@ -45,6 +50,14 @@ $(OBJ)/python/%.o: python/src/%.c | python-headers
 $(PY_EXT): $(PY_OBJ) $(LIB_SO)
 	@mkdir -p $(@D)
 	$(Q)$(call fld_say,LD,$@)$(CC) -shared $(ALLLDFLAGS) -o $@ $(PY_OBJ) -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$$ORIGIN/lib' -pthread
+
+$(OBJ)/python/tool/%.o: tools/%.c
+	@mkdir -p $(@D)
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -Dmain=fld_tool_main -Wno-missing-prototypes -Wno-missing-declarations -c $< -o $@
+
+$(PY_TOOL): $(PY_TOOL_OBJ) $(LIB_SO)
+	@mkdir -p $(@D)
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared $(ALLLDFLAGS) -o $@ $(PY_TOOL_OBJ) -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$$ORIGIN/lib' -lm -pthread
 
 $(PYPKG)/%.py: python/fldispatch/%.py
 	@mkdir -p $(@D)

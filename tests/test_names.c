@@ -250,11 +250,17 @@ START_TEST(unknown_variables)
 {
     setup();
     setenv("VLLM_FL_PREFERR", "vendor", 1);
-    setenv("VLLM_FL_IO_DUMP", "1", 1);
+    setenv("VLLM_FL_IO_DUMP_LAYERS", "0-3", 1);
     setenv("VLLM_FL_COMPLETELY_ELSE", "1", 1);
+    /* read by the Python package's IO dump: known, no warning */
+    setenv("VLLM_FL_IO_DUMP", "/tmp/dump", 1);
+    setenv("VLLM_FL_IO_DUMP_WITH_VALUES", "1", 1);
     ck_assert_int_eq(fld_init(), FLD_OK);
     assert_warned_once("unknown variable VLLM_FL_PREFERR", "did you mean 'VLLM_FL_PREFER'?");
-    assert_warned_once("VLLM_FL_IO_DUMP is read by vllm-plugin-FL, not by fldispatch");
+    assert_warned_once("VLLM_FL_IO_DUMP_LAYERS is read by vllm-plugin-FL, not by fldispatch");
+    ck_assert_int_eq(warnings_with((const char *const[]){"VLLM_FL_IO_DUMP:", NULL}), 0);
+    ck_assert_int_eq(warnings_with((const char *const[]){"VLLM_FL_IO_DUMP is", NULL}), 0);
+    ck_assert_int_eq(warnings_with((const char *const[]){"VLLM_FL_IO_DUMP_WITH_VALUES", NULL}), 0);
     assert_warned_once("unknown variable VLLM_FL_COMPLETELY_ELSE: neither fldispatch nor a plugin "
                        "found here reads it");
     ck_assert_int_eq(

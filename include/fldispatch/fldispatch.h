@@ -422,6 +422,25 @@ FLD_API void fld_resolution_free(fld_resolution *res);
  */
 FLD_API int fld_clear_failures(const char *op);
 
+/* One implementation the failure memory skips, for one (op, device, dtype). */
+typedef struct fld_failure_info {
+    const char *op;
+    int device_type;  /* a FLD_DEVICE_*, or 0 for an op keyed on no device */
+    DLDataType dtype; /* FLD_DTYPE_ANY for an op keyed on no dtype */
+    const char *impl_id;
+} fld_failure_info;
+
+/*
+ * Calls fn for every implementation the failure memory of non-strict
+ * fallback currently skips: those of the global policy's cached choices,
+ * then those of the calling thread's scoped override in force (a failure
+ * inside a scope is remembered for that scope only). Stops early when fn
+ * returns non-zero and returns that value. fn runs with the library's lock
+ * held and must not call back into the library; the strings are valid
+ * until fld_shutdown().
+ */
+FLD_API int fld_foreach_failure(int (*fn)(const fld_failure_info *info, void *user), void *user);
+
 /* ------------------------------------------------------------------------ */
 /* Policy                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -457,6 +476,24 @@ FLD_API int fld_clear_failures(const char *op);
  */
 FLD_API int fld_policy_set(const char *key, const char *value);
 
+/* fld_policy_set_fields() / fld_policy_push_fields() flag: fields not given
+ * take their built-in defaults (a whole policy, as fld_policy_load_file()
+ * gives) instead of keeping the values in force. */
+#define FLD_POLICY_WHOLE 1u
+
+/*
+ * Sets n fields of the global policy at once, with fld_policy_set()'s keys
+ * and grammars (a key given twice: the last wins). FLD_POLICY_WHOLE: every
+ * field not given takes its built-in default instead of keeping its value.
+ * All or nothing, published once: on any error (FLD_ECONFIG naming the key
+ * and "field I", its index) the policy in force stays. The names the fields
+ * bring are checked against the registry (a WARNING each, FLD_ECONFIG when
+ * the resulting policy is strict). FLD_ESTATE while a manifest freezes
+ * dispatch.
+ */
+FLD_API int fld_policy_set_fields(unsigned flags, size_t n, const char *const keys[],
+                                  const char *const values[]);
+
 /*
  * Puts the global policy back to what the configuration says: the platform
  * file, the environment, or VLLM_FL_CONFIG (see docs/configuration.md).
@@ -481,6 +518,47 @@ FLD_API int fld_policy_push_denied_vendors(const char *csv);
 FLD_API int fld_policy_push_per_op(const char *spec);
 /* Undoes the latest push of this thread; FLD_ESTATE when there is none. */
 FLD_API int fld_policy_pop(void);
+
+/*
+ * The names a push brings (vendors, ops and impl ids of per-op orders) are
+ * checked against the registry as the environment's are: a WARNING for a
+ * name that matches nothing ("did you mean ..."), FLD_ECONFIG (pushing
+ * nothing) when the thread's policy is strict after the push.
+ */
+
+/* How many overrides the calling thread has pushed and not popped. No init. */
+FLD_API size_t fld_policy_depth(void);
+
+/*
+ * Pops the calling thread's overrides until depth are left (none when it has
+ * depth or fewer): fld_policy_pop_to(0) clears the thread's stack, whatever
+ * pushed it, back to the global policy. A scope that remembers
+ * fld_policy_depth() before its push and pops to it on the way out is
+ * undone exactly, even when an inner scope failed to pop. FLD_OK; no init.
+ */
+FLD_API int fld_policy_pop_to(size_t depth);
+
+/*
+ * Pushes n fields as ONE scoped override of the calling thread, undone by one
+ * fld_policy_pop(). keys and values are fld_policy_set()'s (a key given twice:
+ * the last wins). Without FLD_POLICY_WHOLE the override is built on the
+ * thread's effective policy, and as the push_* functions do, deny_vendors adds
+ * to the deny list and per_op replaces the orders of the ops it names; every
+ * other key replaces its field. With FLD_POLICY_WHOLE every field not given
+ * is the built-in default (a manifest in force still applies). All or
+ * nothing: FLD_ECONFIG naming the key (and "field I", its index) for an
+ * invalid key or value, or for an unknown name when the result is strict.
+ */
+FLD_API int fld_policy_push_fields(unsigned flags, size_t n, const char *const keys[],
+                                   const char *const values[]);
+
+/*
+ * Pushes a YAML policy file (fld_policy_load_file()'s keys) as one scoped
+ * override of the calling thread: a whole policy, every field from the file
+ * or the built-in default. FLD_ECONFIG "path:line:column: ..." and nothing
+ * pushed on error.
+ */
+FLD_API int fld_policy_push_file(const char *path);
 
 /*
  * The effective policy of the calling thread as one line, e.g.

@@ -15,7 +15,7 @@ Errors are fldispatch.Error subclasses carrying the library's status and
 message. See docs/python.md.
 """
 
-import threading as _threading
+import os as _os
 
 from . import _C
 from ._C import (  # noqa: F401  (re-exported)
@@ -39,7 +39,6 @@ from ._C import (  # noqa: F401  (re-exported)
     mul_and_silu,
     oot_op_enabled,
     reload,
-    resolve,
     rms_norm,
     rotary_embedding,
     set_stream,
@@ -47,6 +46,14 @@ from ._C import (  # noqa: F401  (re-exported)
 )
 
 __version__ = _C.version()
+
+from .registry import (  # noqa: E402,F401  (re-exported)
+    discover_plugins,
+    register_impl,
+    registering,
+)
+from ._C import call_op, resolve_op  # noqa: E402,F401  (plugins load on first use, in C)
+from .registry import _ensure_plugins  # noqa: E402
 
 # ---- introspection, shaped as the tool's --json (docs/json-output.md) -------
 # The dicts carry the keys and value types of `fldispatch resolve/list/config
@@ -68,8 +75,15 @@ def _text_or_none(text):
     return text if text else None
 
 
+def resolve(op, device="cpu", dtype="float32"):
+    """The impl_id a call of `op` on (device, dtype) would use now."""
+    _ensure_plugins()
+    return _C.resolve(op, device, dtype)
+
+
 def explain(op, device="cpu", dtype="float32"):
     """How `op` resolves on (device, dtype): the keys of `fldispatch resolve --json`."""
+    _ensure_plugins()
     d = _C.explain(op, device, dtype)
     d["schema"] = JSON_SCHEMA
     d["order"] = _split(d["order"], "|")
@@ -79,6 +93,7 @@ def explain(op, device="cpu", dtype="float32"):
 
 def plugins():
     """Every plugin the host found, as `fldispatch list --json`'s "plugins"."""
+    _ensure_plugins()
     out = []
     for p in _C.plugins():
         p["builtin"] = p["path"] in (None, "(built-in)")
@@ -86,6 +101,7 @@ def plugins():
             p["path"] = None
         p["impl_count"] = p.pop("n_impls")
         p["reason"] = _text_or_none(p["reason"])
+        p["version"] = _text_or_none(p["version"])
         p["detail"] = _text_or_none(p["detail"])
         out.append(p)
     return out
@@ -93,6 +109,7 @@ def plugins():
 
 def impls():
     """Every registered implementation, as `fldispatch list --json`'s "impls"."""
+    _ensure_plugins()
     out = []
     for m in _C.impls():
         m["reason"] = _text_or_none(m.pop("unavailable_reason"))
@@ -134,45 +151,92 @@ OPS = (
 )
 
 __all__ = list(OPS) + [
+    "register_impl", "registering", "call_op", "resolve_op", "discover_plugins",
     "resolve", "explain", "plugins", "impls", "config", "reload", "init", "load_plugin", "policy",
+    "set_policy", "reset_policy", "load_policy", "reset_thread_policy", "failed_impls",
+    "clear_failed_impls", "set_log_level", "get_log_level", "describe_policy",
     "set_stream", "get_stream", "oot_op_enabled", "Error", "InvalidArgumentError",
     "NotFoundError", "UnavailableError", "ConfigError", "PluginError", "ImplementationError",
     "OutOfMemoryError", "UnsupportedError", "StateError", "__version__",
 ]
 
 
-def _csv(value, name):
+# ---- the policy ----------------------------------------------------------------
+# Python values become the grammars of the library's policy keys
+# (fld_policy_set() in fldispatch.h); the C calls take them as strings.
+
+POLICY_KEYS = (
+    "prefer", "strict", "enabled", "use_flaggems", "allow_vendors", "deny_vendors", "per_op",
+    "flagos_whitelist", "flagos_blacklist", "oot_enabled", "oot_whitelist", "oot_blacklist",
+    "external_enabled", "external_whitelist", "external_blacklist", "custom_ops",
+)
+_SWITCH_KEYS = ("strict", "enabled", "use_flaggems", "oot_enabled", "external_enabled")
+
+
+def _csv(value, name, fn="policy"):
     if value is None or isinstance(value, str):
         return value
+    if isinstance(value, (bytes, dict)):
+        raise TypeError(f"{fn}(): {name} must be a str or a list of str, "
+                        f"not {type(value).__name__}")
     try:
         items = list(value)
     except TypeError:
-        raise TypeError(f"policy(): {name} must be a str or a list of str, "
+        raise TypeError(f"{fn}(): {name} must be a str or a list of str, "
                         f"not {type(value).__name__}") from None
     for item in items:
         if not isinstance(item, str):
-            raise TypeError(f"policy(): {name} must hold str, not {type(item).__name__}")
+            raise TypeError(f"{fn}(): {name} must hold str, not {type(item).__name__}")
     return ",".join(items)
 
 
-def _per_op_spec(per_op):
+def _per_op_spec(per_op, fn="policy"):
     """{op: "a|b" or [a, b]} -> "op=a|b;..." (VLLM_FL_PER_OP's grammar)."""
     if per_op is None or isinstance(per_op, str):
         return per_op
     if not isinstance(per_op, dict):
-        raise TypeError("policy(): per_op must be a dict {op: tokens} or a str "
+        raise TypeError(f"{fn}(): per_op must be a dict {{op: tokens}} or a str "
                         f"'op=a|b;op2=c', not {type(per_op).__name__}")
     parts = []
     for op, tokens in per_op.items():
         if not isinstance(op, str):
-            raise TypeError(f"policy(): per_op keys must be op names (str), not {op!r}")
+            raise TypeError(f"{fn}(): per_op keys must be op names (str), not {op!r}")
+        if tokens is None:
+            raise TypeError(f"{fn}(): per_op[{op!r}] must be a str 'a|b' or a list of tokens, "
+                            "not None")
         if not isinstance(tokens, str):
-            tokens = "|".join(_csv(tokens, f"per_op[{op!r}]").split(","))
+            tokens = "|".join(_csv(tokens, f"per_op[{op!r}]", fn).split(","))
         parts.append(f"{op}={tokens}")
     return ";".join(parts)
 
 
-class policy:
+def _policy_fields(fn, fields):
+    """{key: Python value} -> (keys, values) as the library's strings; None is "not given"."""
+    keys, values = [], []
+    for key, value in fields.items():
+        if key not in POLICY_KEYS:
+            raise TypeError(f"{fn}() got an unexpected keyword argument '{key}' "
+                            f"(policy keys: {', '.join(POLICY_KEYS)})")
+        if value is None:
+            continue
+        if key in _SWITCH_KEYS:
+            if not isinstance(value, bool):
+                raise TypeError(f"{fn}(): {key} must be a bool, not {type(value).__name__}")
+            text = "1" if value else "0"
+        elif key == "prefer":
+            if not isinstance(value, str):
+                raise TypeError(f"{fn}(): prefer must be a str, not {type(value).__name__}")
+            text = value
+        elif key == "per_op":
+            text = _per_op_spec(value, fn)
+        else:
+            text = _csv(value, key, fn)
+        keys.append(key)
+        values.append(text)
+    return tuple(keys), tuple(values)
+
+
+class policy(_C.PolicyScope):
     """A scoped, thread-local override of the dispatch policy.
 
         with fldispatch.policy(prefer="reference", per_op={"rms_norm": ["vendor", "reference"]},
@@ -181,54 +245,134 @@ class policy:
 
     Applies to the calling thread only, on top of the global policy
     (environment, YAML) and of enclosing policy() blocks; leaving the block
-    restores what was in force. Invalid values raise ConfigError when the
-    block is entered, and nothing is applied. Values follow the environment
-    variables: prefer is flagos | vendor | reference; per_op maps an op to
-    its token order (flagos, vendor, vendor:NAME, reference, impl:ID);
-    allow_vendors replaces the allow list, deny_vendors adds to the deny
-    list.
+    restores what was in force. Values follow the environment variables:
+    prefer is flagos | vendor | reference; per_op maps an op to its token
+    order (flagos, vendor, vendor:NAME, reference, impl:ID); allow_vendors
+    replaces the allow list, deny_vendors adds to the deny list. Any other
+    key of fldispatch.POLICY_KEYS may be given too (enabled=False,
+    flagos_blacklist=[...]).
+
+    inherit=False makes the block's policy whole: every field not given
+    takes its built-in default instead of the value in force. file=PATH
+    uses a YAML policy file (the keys of VLLM_FL_CONFIG) as the block's
+    whole policy.
+
+    All given fields apply or none: an invalid value, or a name that matches
+    nothing registered while the block's policy is strict, raises
+    ConfigError when the block is entered (a name that matches nothing is
+    otherwise a warning, as in the environment).
 
     The override belongs to the OS thread, not to a contextvars context:
     leave the block on the thread that entered it (StateError otherwise), and
-    do not hold it across an await. The ops read it when they run, so code
-    compiled with torch.compile follows the policy in force at each call; a
-    CUDA graph replays the kernels chosen when it was captured.
+    do not hold it across an await. Entering and leaving are each one C
+    call, so a KeyboardInterrupt cannot fall between the library's push and
+    its bookkeeping. reset_thread_policy() drops every override of the
+    calling thread.
     """
 
-    __slots__ = ("_args", "_local")
+    __slots__ = ("_given",)
 
     def __init__(self, prefer=None, per_op=None, strict=None, allow_vendors=None,
-                 deny_vendors=None):
-        if prefer is not None and not isinstance(prefer, str):
-            raise TypeError(f"policy(): prefer must be a str, not {type(prefer).__name__}")
-        if strict is not None and not isinstance(strict, bool):
-            raise TypeError(f"policy(): strict must be a bool, not {type(strict).__name__}")
-        self._args = (prefer, _per_op_spec(per_op), strict,
-                      _csv(allow_vendors, "allow_vendors"), _csv(deny_vendors, "deny_vendors"))
-        self._local = _threading.local()
-
-    def __enter__(self):
-        pushed = _C.policy_push(*self._args)
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        stack.append(pushed)
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        stack = getattr(self._local, "stack", None)
-        if not stack:
-            raise StateError("fldispatch.policy: leaving a block on a thread that did not "
-                             "enter it (the override is thread-local)")
-        _C.policy_pop(stack.pop())
-        return False
+                 deny_vendors=None, *, inherit=True, file=None, **fields):
+        fields = dict(prefer=prefer, per_op=per_op, strict=strict, allow_vendors=allow_vendors,
+                      deny_vendors=deny_vendors, **fields)
+        keys, values = _policy_fields("policy", fields)
+        if not isinstance(inherit, bool):
+            raise TypeError(f"policy(): inherit must be a bool, not {type(inherit).__name__}")
+        if file is not None:
+            file = _os.fspath(file)
+            if not isinstance(file, str):
+                raise TypeError("policy(): file must be a str or a path")
+            if keys or not inherit:
+                raise TypeError("policy(): file= is a whole policy: give no other field and no "
+                                "inherit=")
+        super().__init__(keys, values, 0 if inherit else _C.POLICY_WHOLE, file)
+        self._given = dict(zip(keys, values))
+        if file is not None:
+            self._given["file"] = file
+        if not inherit:
+            self._given["inherit"] = False
 
     def __repr__(self):
-        names = ("prefer", "per_op", "strict", "allow_vendors", "deny_vendors")
-        given = ", ".join(f"{n}={v!r}" for n, v in zip(names, self._args) if v is not None)
+        given = ", ".join(f"{k}={v!r}" for k, v in self._given.items())
         return f"fldispatch.policy({given})"
+
+
+def set_policy(prefer=None, per_op=None, strict=None, allow_vendors=None, deny_vendors=None, *,
+               inherit=True, **fields):
+    """Changes the global policy (every thread, under their scoped overrides).
+
+    Keys and values as policy(); fields not given keep their values, or with
+    inherit=False take their built-in defaults (a whole policy). Unlike a
+    scope, deny_vendors and per_op replace the lists in force; an empty list
+    or "" clears a list. All or nothing (ConfigError, nothing changed).
+    StateError while a manifest (VLLM_FL_MANIFEST) freezes dispatch.
+    reset_policy() goes back to the configuration.
+    """
+    fields = dict(prefer=prefer, per_op=per_op, strict=strict, allow_vendors=allow_vendors,
+                  deny_vendors=deny_vendors, **fields)
+    keys, values = _policy_fields("set_policy", fields)
+    if not isinstance(inherit, bool):
+        raise TypeError(f"set_policy(): inherit must be a bool, not {type(inherit).__name__}")
+    _C.policy_set(keys, values, 0 if inherit else _C.POLICY_WHOLE)
+
+
+def reset_policy():
+    """The global policy back to what the environment and the files say."""
+    _C.policy_reset()
+
+
+def load_policy(path):
+    """A YAML policy file (VLLM_FL_CONFIG's keys) as the whole global policy."""
+    _C.policy_load(_os.fspath(path))
+
+
+def reset_thread_policy():
+    """Drops every scoped override of the calling thread (policy() blocks
+    still open on it leave quietly)."""
+    _C.reset_thread_policy()
+
+
+def failed_impls():
+    """What the failure memory of non-strict fallback skips now: a list of
+    (op, device, dtype, impl_id) tuples ("any" for an op keyed on no device
+    or dtype), the global policy's and then this thread's scope's."""
+    return _C.failed_impls()
+
+
+def clear_failed_impls(op=None):
+    """Forgets remembered failures, of op or of every op."""
+    _C.clear_failed_impls(op)
+
+
+def set_log_level(level):
+    """The library's log level: "debug", "info", "warning", "error", "off"
+    (any case), or a number (10, 20, 30, 40, 100)."""
+    _C.set_log_level(level)
+
+
+def get_log_level():
+    """The library's log level by name ("warning"), or its number."""
+    return _C.get_log_level()
 
 
 def describe_policy():
     """This thread's effective policy as one line, e.g. 'prefer=flagos;strict=0'."""
     return _C.policy_describe()
+
+
+def _io_dump_from_env():
+    """VLLM_FL_IO_DUMP* set: turn the IO dump on (fldispatch.iodump); a bad value is logged."""
+    import os
+
+    if not any(name.startswith("VLLM_FL_IO_DUMP") for name in os.environ):
+        return
+    from . import iodump
+
+    try:
+        iodump.init_io_dump_from_env(True)
+    except ValueError as e:
+        iodump.logger.error("IO dump not enabled: %s", e)
+
+
+_io_dump_from_env()

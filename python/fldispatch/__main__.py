@@ -1,6 +1,15 @@
 """python -m fldispatch ARGS: the fldispatch command-line tool of this
 installation (list, resolve, config, verify, bench, doctor), which the
-package carries in bin/ (a build tree: next to the library)."""
+package carries in bin/ (a build tree: next to the library).
+
+list, resolve, config and verify run inside this Python process when the
+package has the tool as a shared object (_tool.so, built by `make python`):
+they then see the Python implementations and plugins (fldispatch.register_impl,
+entry points, the flagos tier) as the library in this process has them, and
+verify runs the Python implementations too. The other commands, or a package
+without _tool.so, run the tool program itself (a process of its own, which
+sees the C plugins only).
+"""
 
 import os
 import sys
@@ -16,7 +25,34 @@ def tool_path():
     return None
 
 
+IN_PROCESS = ("list", "resolve", "config", "verify")
+
+
+def run_in_process(argv):
+    """The tool's main() in this process, after the Python plugins are loaded;
+    None when the package has no _tool.so."""
+    import ctypes
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    so = os.path.join(here, "_tool.so")
+    if not os.path.exists(so):
+        return None
+    import fldispatch
+    fldispatch.registry._ensure_plugins()
+    sys.stdout.flush()
+    tool = ctypes.PyDLL(so)  # keeps the GIL: Python implementations may run (verify)
+    args = [b"fldispatch"] + [a.encode() for a in argv]
+    c_argv = (ctypes.c_char_p * (len(args) + 1))(*args, None)
+    rc = tool.fld_tool_main(len(args), c_argv)
+    ctypes.CDLL(None).fflush(None)
+    return rc
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] in IN_PROCESS:
+        rc = run_in_process(sys.argv[1:])
+        if rc is not None:
+            sys.exit(rc)
     path = tool_path()
     if path is None:
         sys.exit("fldispatch: the command-line tool is not part of this installation")

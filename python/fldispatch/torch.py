@@ -89,3 +89,8 @@ for _name, _schema in SCHEMAS.items():
 del _name, _schema, _kernel
 
 OPS = tuple(SCHEMAS)
+
+# An IO dump already on (VLLM_FL_IO_DUMP) records these ops too.
+from . import iodump as _iodump  # noqa: E402
+
+_iodump.install_torch_hooks()

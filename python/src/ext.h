@@ -82,7 +82,9 @@ typedef struct fldpy_tensor {
 /*
  * Imports obj (a DLPack producer or a DLPack capsule) as argument `arg` of
  * op. writable: the op writes the tensor, so a read-only (DLPack 1.x flag)
- * or copied (IS_COPIED) export is refused. A CUDA/ROCm producer without the
+ * or copied (IS_COPIED) export is refused. A tensor with a negative rank,
+ * or a rank without a shape array, is refused before anything reads its
+ * shape. A CUDA/ROCm producer without the
  * exchange API is passed this thread's stream (fld_get_stream()) as
  * __dlpack__(stream=...). On failure raises fldispatch.InvalidArgumentError
  * (or the producer's exception) and leaves *t empty.
@@ -91,7 +93,9 @@ int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool wri
                         fldpy_tensor *t);
 /* Gives back what fldpy_tensor_import() took (calls the capsule deleter). */
 void fldpy_tensor_release(fldpy_tensor *t);
-/* Number of elements of t (0 for a zero-sized tensor). */
+/* Number of elements of t: 0 for a zero-sized tensor or a negative
+ * dimension, INT64_MAX when the product overflows. t->shape must be there
+ * (fldpy_tensor_import() refuses a tensor whose shape is NULL). */
 int64_t fldpy_tensor_numel(const DLTensor *t);
 
 /*
@@ -104,6 +108,58 @@ int fldpy_tensor_stream(const fldpy_tensor *t, void **stream, bool *found);
 void fldpy_tensors_clear_cache(void);
 /* Interned strings and constant tuples; 0 or -1 with an exception. */
 int fldpy_tensors_init(void);
+
+/* ---- registry.c -------------------------------------------------------- */
+
+/*
+ * Releases the GIL around a library call that may run a Python
+ * implementation: the implementation takes it back on this thread (any
+ * other thread without the GIL is refused). Use instead of
+ * Py_BEGIN/END_ALLOW_THREADS around op calls.
+ */
+PyThreadState *fldpy_release_gil(void);
+void fldpy_restore_gil(PyThreadState *s);
+/* Forgets this thread's last implementation exception (before an op call). */
+void fldpy_impl_exception_clear(void);
+/* fldpy_raise_status(), with the last implementation exception of this
+ * thread, if any, as the error's __cause__. Returns NULL. */
+PyObject *fldpy_raise_impl_status(int status);
+/* Loads the Python plugins (fldispatch.registry) the first time an op is
+ * called or the registry read from Python; 0, or -1 with an exception. */
+extern int fldpy_plugins_loaded;
+int fldpy_load_plugins(void);
+static inline int fldpy_ensure_plugins(void)
+{
+    return fldpy_plugins_loaded ? 0 : fldpy_load_plugins();
+}
+/* OpCaller type and module state; 0 or -1 with an exception. */
+int fldpy_registry_init(PyObject *module);
+extern PyMethodDef fldpy_registry_methods[];
+
+/* ---- autograd.c ---------------------------------------------------------- */
+
+/* One tensor argument of an op call, as autograd.c looks at it. */
+typedef struct fldpy_arg {
+    PyObject *obj;    /* the argument as given; NULL or None when absent */
+    const char *name; /* "out", "x", ... */
+    bool writes;      /* the op writes it */
+} fldpy_arg;
+
+#define MAX_GUARDED_ARGS 8
+
+/*
+ * PyTorch's rules for the torch tensors among args[0..n) (others are not
+ * looked at): with grad mode on, one that requires grad is refused
+ * (InvalidArgumentError naming it); the version counters of those the call
+ * writes are bumped, so that autograd sees the in-place write. Call before
+ * importing the tensors. 0, or -1 with an exception.
+ */
+int fldpy_autograd_guard(const char *op, const fldpy_arg *args, int n);
+
+/* ---- policy.c ------------------------------------------------------------ */
+
+/* Adds the PolicyScope type (the C half of fldispatch.policy). */
+int fldpy_policy_init(PyObject *module);
 
 /* ---- ops.c, introspect.c, policy.c, hooks.c: method tables ------------- */
 

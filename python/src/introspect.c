@@ -309,9 +309,13 @@ static PyObject *py_config(PyObject *self, PyObject *unused)
 
 /* ---- the rest ------------------------------------------------------------------------- */
 
+/* Rescans, initialisation and plugin loads take milliseconds (file system,
+ * dlopen, availability probes): other Python threads run meanwhile. */
 static PyObject *py_reload(PyObject *self, PyObject *unused)
 {
-    int rc = fld_reload();
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = fld_reload();
+    Py_END_ALLOW_THREADS
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);
     Py_RETURN_NONE;
@@ -319,7 +323,9 @@ static PyObject *py_reload(PyObject *self, PyObject *unused)
 
 static PyObject *py_init(PyObject *self, PyObject *unused)
 {
-    int rc = fld_init();
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = fld_init();
+    Py_END_ALLOW_THREADS
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);
     Py_RETURN_NONE;
@@ -343,7 +349,10 @@ static PyObject *py_load_plugin(PyObject *self, PyObject *arg)
     PyObject *path = NULL;
     if (!PyUnicode_FSConverter(arg, &path))
         return NULL;
-    int rc = fld_load_plugin(PyBytes_AsString(path));
+    int rc;
+    const char *file = PyBytes_AsString(path);
+    Py_BEGIN_ALLOW_THREADS rc = fld_load_plugin(file);
+    Py_END_ALLOW_THREADS
     Py_DECREF(path);
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);

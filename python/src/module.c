@@ -3,6 +3,8 @@
  * ops.c, introspect.c, policy.c and hooks.c; its exception classes from
  * errors.c. See ext.h for how a call flows through these files.
  */
+#include <fldispatch/host_impl.h>
+
 #include "ext.h"
 
 static struct PyModuleDef module_def = {
@@ -15,14 +17,17 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__C(void);
 PyMODINIT_FUNC PyInit__C(void)
 {
+    fld_host_claim_module_names(); /* fldispatch.registry imports them */
     PyObject *module = PyModule_Create(&module_def);
     if (!module)
         return NULL;
     if (fldpy_tensors_init() < 0 || fldpy_errors_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_op_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_introspect_methods) < 0 ||
-        PyModule_AddFunctions(module, fldpy_policy_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_policy_methods) < 0 || fldpy_policy_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_hook_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_registry_methods) < 0 ||
+        fldpy_registry_init(module) < 0 ||
         PyModule_AddIntConstant(module, "DLPACK_MAJOR", FLDPY_DLPACK_MAJOR) < 0 ||
         PyModule_AddIntConstant(module, "DLPACK_MINOR", FLDPY_DLPACK_MINOR) < 0) {
         Py_DECREF(module);

@@ -50,6 +50,9 @@ static void release(struct call *c)
  */
 static int enter(struct call *c)
 {
+    fldpy_impl_exception_clear();
+    if (fldpy_ensure_plugins() < 0)
+        return -1;
     for (int i = 0; i < c->n; i++) {
         const fldpy_tensor *t = &c->t[i];
         if (!t->api || t->dl.device.device_type == kDLCPU)
@@ -93,7 +96,9 @@ static bool release_gil(const DLTensor *x)
 {
     if (x->device.device_type != kDLCPU)
         return false;
-    return fldpy_tensor_numel(x) * (x->dtype.bits / 8) >= RELEASE_GIL_BYTES;
+    int64_t element_bytes = x->dtype.bits >= 8 ? x->dtype.bits / 8 : 1;
+    /* numel * element_bytes >= RELEASE_GIL_BYTES, without the overflow. */
+    return fldpy_tensor_numel(x) >= (RELEASE_GIL_BYTES + element_bytes - 1) / element_bytes;
 }
 
 /* After the library returned rc: raise (before the deleters may run Python
@@ -101,7 +106,7 @@ static bool release_gil(const DLTensor *x)
 static PyObject *finish(struct call *c, int rc)
 {
     if (rc != FLD_OK)
-        fldpy_raise_status(rc);
+        fldpy_raise_impl_status(rc);
     leave(c);
     release(c);
     if (rc != FLD_OK)
@@ -132,6 +137,9 @@ static PyObject *activation(const char *op, activation_fn fn, PyObject *const *a
     } else if (fldpy_parse_args(op, args, nargs, kwnames, activation_names, 2, 2, a) < 0) {
         return NULL;
     }
+    const fldpy_arg guarded[] = {{a[0], "out", true}, {a[1], "x", false}};
+    if (fldpy_autograd_guard(op, guarded, 2) < 0)
+        return NULL;
     struct call c = {.op = op};
     DLTensor *out, *x;
     if (take(&c, a[0], "out", true, &out) < 0 || take(&c, a[1], "x", false, &x) < 0 ||
@@ -139,8 +147,9 @@ static PyObject *activation(const char *op, activation_fn fn, PyObject *const *a
         return fail(&c);
     int rc;
     if (release_gil(x)) {
-        Py_BEGIN_ALLOW_THREADS rc = fn(out, x);
-        Py_END_ALLOW_THREADS
+        PyThreadState *released = fldpy_release_gil();
+        rc = fn(out, x);
+        fldpy_restore_gil(released);
     } else {
         rc = fn(out, x);
     }
@@ -187,6 +196,10 @@ static PyObject *norm(const char *op, norm_fn fn, PyObject *const *args, Py_ssiz
     double eps = 1e-6;
     if (a[4] && (eps = PyFloat_AsDouble(a[4])) == -1.0 && PyErr_Occurred())
         return NULL;
+    const fldpy_arg guarded[] = {
+        {a[0], "out", true}, {a[1], "x", false}, {a[2], "weight", false}, {a[3], "residual", true}};
+    if (fldpy_autograd_guard(op, guarded, 4) < 0)
+        return NULL;
     struct call c = {.op = op};
     DLTensor *out, *x, *weight = NULL, *residual = NULL;
     if (take(&c, a[0], "out", true, &out) < 0 || take(&c, a[1], "x", false, &x) < 0)
@@ -199,8 +212,9 @@ static PyObject *norm(const char *op, norm_fn fn, PyObject *const *args, Py_ssiz
         return fail(&c);
     int rc;
     if (release_gil(x)) {
-        Py_BEGIN_ALLOW_THREADS rc = fn(out, x, weight, residual, (float)eps);
-        Py_END_ALLOW_THREADS
+        PyThreadState *released = fldpy_release_gil();
+        rc = fn(out, x, weight, residual, (float)eps);
+        fldpy_restore_gil(released);
     } else {
         rc = fn(out, x, weight, residual, (float)eps);
     }
@@ -237,6 +251,12 @@ static PyObject *py_rotary_embedding(PyObject *self, PyObject *const *args, Py_s
     int is_neox = fldpy_parse_bool(a[5]);
     if (is_neox < 0)
         return NULL;
+    const fldpy_arg guarded[] = {{a[0], "positions", false},
+                                 {a[1], "query", true},
+                                 {a[2], "key", true},
+                                 {a[4], "cos_sin_cache", false}};
+    if (fldpy_autograd_guard(op, guarded, 4) < 0)
+        return NULL;
     struct call c = {.op = op};
     DLTensor *positions, *query, *key = NULL, *cache;
     if (take(&c, a[0], "positions", false, &positions) < 0 ||
@@ -248,9 +268,10 @@ static PyObject *py_rotary_embedding(PyObject *self, PyObject *const *args, Py_s
         return fail(&c);
     int rc;
     if (release_gil(query)) {
-        Py_BEGIN_ALLOW_THREADS rc =
+        PyThreadState *released = fldpy_release_gil();
+        rc =
             fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);
-        Py_END_ALLOW_THREADS
+        fldpy_restore_gil(released);
     } else {
         rc = fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);
     }

@@ -112,6 +112,46 @@ static inline int exchange_api_of(PyTypeObject *type, const fldpy_dl_exchange_ap
     return 0;
 }
 
+/*
+ * The exchange API refused obj (PyTorch: a meta, sparse, nested or quantized
+ * tensor): InvalidArgumentError naming the argument, with the producer's
+ * exception (its first line in the message) chained as the cause.
+ */
+static void exchange_failed(PyObject *obj, const char *op, const char *arg)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (!type) {
+        fldpy_raise(FLD_EINVAL, "%s: argument '%s': the DLPack exchange API of %S failed", op, arg,
+                    (PyObject *)Py_TYPE(obj));
+        return;
+    }
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback && value)
+        PyException_SetTraceback(value, traceback);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *detail = text ? PyUnicode_AsUTF8AndSize(text, NULL) : NULL;
+    if (!detail)
+        PyErr_Clear();
+    char first_line[512] = "";
+    if (detail)
+        PyOS_snprintf(first_line, sizeof first_line, "%.*s", (int)strcspn(detail, "\n"), detail);
+    fldpy_raise(FLD_EINVAL, "%s: argument '%s' cannot be passed through DLPack (%S): %s", op, arg,
+                (PyObject *)Py_TYPE(obj), first_line);
+    Py_XDECREF(text);
+    PyObject *etype, *evalue, *etraceback;
+    PyErr_Fetch(&etype, &evalue, &etraceback);
+    PyErr_NormalizeException(&etype, &evalue, &etraceback);
+    if (evalue && value) {
+        PyException_SetCause(evalue, Py_NewRef(value)); /* steals */
+        PyException_SetContext(evalue, Py_NewRef(value));
+    }
+    PyErr_Restore(etype, evalue, etraceback);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+}
+
 /* ---- capsules ------------------------------------------------------------ */
 
 /*
@@ -299,8 +339,8 @@ fail:
 
 /* ---- public ---------------------------------------------------------------- */
 
-int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool writable,
-                        fldpy_tensor *t)
+static int import_any(PyObject *obj, const char *op, const char *arg, bool writable,
+                      fldpy_tensor *t)
 {
     t->capsule = NULL;
     t->managed = NULL;
@@ -310,9 +350,7 @@ int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool wri
         return -1;
     if (api && api->dltensor_from_py_object_no_sync) {
         if (api->dltensor_from_py_object_no_sync(obj, &t->dl) != 0) {
-            if (!PyErr_Occurred())
-                fldpy_raise(FLD_EINVAL, "%s: argument '%s': the DLPack exchange API of %S failed",
-                            op, arg, (PyObject *)Py_TYPE(obj));
+            exchange_failed(obj, op, arg);
             return -1;
         }
         t->api = api;
@@ -321,9 +359,7 @@ int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool wri
     if (api && api->managed_tensor_from_py_object_no_sync) {
         fldpy_dl_managed_versioned *m = NULL;
         if (api->managed_tensor_from_py_object_no_sync(obj, &m) != 0 || !m) {
-            if (!PyErr_Occurred())
-                fldpy_raise(FLD_EINVAL, "%s: argument '%s': the DLPack exchange API of %S failed",
-                            op, arg, (PyObject *)Py_TYPE(obj));
+            exchange_failed(obj, op, arg);
             return -1;
         }
         if (m->version.major != FLDPY_DLPACK_MAJOR ||
@@ -353,6 +389,41 @@ int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool wri
     return from_producer(obj, op, arg, writable, t);
 }
 
+/*
+ * What the extension itself reads of a tensor before the library validates
+ * it (the element count that decides whether the GIL is released): the
+ * shape array must be there for every dimension. A producer that exports a
+ * rank without a shape is refused here, naming the argument, so that nothing
+ * reads through the NULL pointer.
+ */
+static int check_shape(const fldpy_tensor *t, const char *op, const char *arg)
+{
+    if (t->dl.ndim < 0) {
+        fldpy_raise(FLD_EINVAL, "%s: argument '%s': the DLPack tensor has a negative rank (%d)", op,
+                    arg, (int)t->dl.ndim);
+        return -1;
+    }
+    if (t->dl.ndim > 0 && !t->dl.shape) {
+        fldpy_raise(FLD_EINVAL,
+                    "%s: argument '%s': the DLPack tensor has rank %d but its shape is NULL", op,
+                    arg, (int)t->dl.ndim);
+        return -1;
+    }
+    return 0;
+}
+
+int fldpy_tensor_import(PyObject *obj, const char *op, const char *arg, bool writable,
+                        fldpy_tensor *t)
+{
+    if (import_any(obj, op, arg, writable, t) < 0)
+        return -1;
+    if (check_shape(t, op, arg) < 0) {
+        fldpy_tensor_release(t);
+        return -1;
+    }
+    return 0;
+}
+
 void fldpy_tensor_release(fldpy_tensor *t)
 {
     t->api = NULL;
@@ -380,8 +451,12 @@ void fldpy_tensor_release(fldpy_tensor *t)
 int64_t fldpy_tensor_numel(const DLTensor *t)
 {
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++)
-        n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] <= 0)
+            return 0; /* empty, or negative: the library refuses it */
+        if (__builtin_mul_overflow(n, t->shape[i], &n))
+            return INT64_MAX;
+    }
     return n;
 }
 

@@ -114,17 +114,22 @@ def _fill(dl, tensor):
     dl.shape = ctypes.cast(shape, _c_int64_p)
     dl.strides = ctypes.cast(strides, _c_int64_p)
     dl.byte_offset = 0
+    if tensor.edit is not None:
+        tensor.edit(dl)
     return shape, strides
 
 
 class FakeTensor:
     """array: the NumPy array whose memory is exported. version: the
     (major, minor) written into versioned exports. legacy_only: __dlpack__
-    refuses max_version with TypeError, as producers before DLPack 1.0."""
+    refuses max_version with TypeError, as producers before DLPack 1.0.
+    edit: called with each exported DLTensor after it is filled, to make
+    it malformed (a NULL shape, a wild rank)."""
 
     def __init__(self, array, device_type=kDLCUDA, device_id=0, flags=0, version=(1, 3),
-                 legacy_only=False):
+                 legacy_only=False, edit=None):
         self.array = array
+        self.edit = edit
         self.device_type = device_type
         self.device_id = device_id
         self.flags = flags

@@ -135,7 +135,8 @@ def test_compiled_code_follows_the_policy_at_run_time():
     compiled = torch.compile(norm, fullgraph=True)
     x, w = torch.randn(4, 64), torch.randn(64)
     compiled(x, w)
-    with fldispatch.policy(per_op={"rms_norm": "impl:no.such_impl"}, strict=True):
+    # (not strict: a strict scope refuses an order naming no registered impl)
+    with fldispatch.policy(per_op={"rms_norm": "impl:no.such_impl"}):
         with pytest.raises(fldispatch.UnavailableError):
             compiled(x, w)
     torch.testing.assert_close(compiled(x, w), norm(x, w))

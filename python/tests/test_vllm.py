@@ -185,7 +185,7 @@ def check_layers(ln, act, rope, dtype):
 
 
 def test_the_layers_run_fldispatch(fake_vllm):
-    """A strict policy that names no implementation makes our op fail: seeing
+    """A policy that names no implementation makes our op fail: seeing
     the error proves the layer called fldispatch (MulAndSilu included, which
     vLLM pins to forward_native on CPU in its constructor)."""
     fv.register()
@@ -195,7 +195,7 @@ def test_the_layers_run_fldispatch(fake_vllm):
                             ("silu_and_mul", act.SiluAndMul(), (x,)),
                             ("rms_norm", ln.RMSNorm(64), (x,)),
                             ("gemma_rms_norm", ln.GemmaRMSNorm(64), (x,))):
-        with fldispatch.policy(per_op={op: "impl:no.such"}, strict=True):
+        with fldispatch.policy(per_op={op: "impl:no.such"}):  # strict would refuse the name
             with pytest.raises(fldispatch.UnavailableError, match=op):
                 layer(*args)
         layer(*args)

@@ -1,0 +1,282 @@
+"""vllm_fl.dispatch.policy: SelectionPolicy and the policy functions, on the C policy.
+
+A SelectionPolicy is a value (upstream's, field for field). Putting one in
+force hands it to the C core: set_global_policy() sets the process-wide
+policy, policy_context() and the with_*() helpers push a scoped override on
+the calling thread, and get_policy() reads back what the core has in force on
+this thread. One policy engine serves C callers, fldispatch's own Python API
+and this module alike.
+
+reset_global_policy() drops the global policy; the environment and the
+platform file are read again on the next use (as upstream, lazily: a test that
+patches os.environ after the reset sees its values).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+
+from . import _bridge
+
+__all__ = [
+    "PREFER_DEFAULT", "PREFER_VENDOR", "PREFER_REFERENCE", "VALID_PREFER_VALUES",
+    "SelectionPolicy", "PolicyManager", "get_policy", "get_policy_epoch", "bump_policy_epoch",
+    "set_global_policy", "reset_global_policy", "policy_from_env", "policy_from_config",
+    "policy_context", "with_strict_mode", "with_preference", "with_allowed_vendors",
+    "with_denied_vendors",
+]
+
+PREFER_DEFAULT = "flagos"
+PREFER_VENDOR = "vendor"
+PREFER_REFERENCE = "reference"
+VALID_PREFER_VALUES = frozenset({PREFER_DEFAULT, PREFER_VENDOR, PREFER_REFERENCE})
+
+_ORDERS = {
+    PREFER_DEFAULT: ["flagos", "vendor", "reference"],
+    PREFER_VENDOR: ["vendor", "flagos", "reference"],
+    PREFER_REFERENCE: ["reference", "flagos", "vendor"],
+}
+
+
+@dataclass(frozen=True)
+class SelectionPolicy:
+    """Which implementation kinds to prefer, strictness, per-op orders, vendor lists."""
+
+    prefer: str = PREFER_DEFAULT
+    strict: bool = False
+    per_op_order: Tuple[Tuple[str, Tuple[str, ...]], ...] = field(default_factory=tuple)
+    deny_vendors: FrozenSet[str] = field(default_factory=frozenset)
+    allow_vendors: Optional[FrozenSet[str]] = None
+
+    def __post_init__(self):
+        if self.prefer not in VALID_PREFER_VALUES:
+            raise ValueError(f"Invalid prefer value: '{self.prefer}'. Must be one of: "
+                             f"{', '.join(sorted(VALID_PREFER_VALUES))}")
+
+    @classmethod
+    def from_dict(cls, prefer: str = PREFER_DEFAULT, strict: bool = False,
+                  per_op_order: Optional[Dict[str, List[str]]] = None,
+                  deny_vendors: Optional[Set[str]] = None,
+                  allow_vendors: Optional[Set[str]] = None) -> "SelectionPolicy":
+        per_op = tuple((op, tuple(tokens)) for op, tokens in sorted((per_op_order or {}).items()))
+        return cls(prefer=prefer.lower(), strict=bool(strict), per_op_order=per_op,
+                   deny_vendors=frozenset(deny_vendors or ()),
+                   allow_vendors=frozenset(allow_vendors) if allow_vendors else None)
+
+    @property
+    def per_op_order_dict(self) -> Dict[str, List[str]]:
+        return {op: list(tokens) for op, tokens in self.per_op_order}
+
+    def get_per_op_order(self, op_name: str) -> Optional[List[str]]:
+        for op, tokens in self.per_op_order:
+            if op == op_name:
+                return list(tokens)
+        return None
+
+    def get_default_order(self) -> List[str]:
+        return list(_ORDERS[self.prefer])
+
+    def is_vendor_allowed(self, vendor_name: str) -> bool:
+        if vendor_name in self.deny_vendors:
+            return False
+        return self.allow_vendors is None or vendor_name in self.allow_vendors
+
+    def fingerprint(self) -> str:
+        parts = [f"prefer={self.prefer}", f"st={int(self.strict)}"]
+        if self.allow_vendors:
+            parts.append("allow=" + ",".join(sorted(self.allow_vendors)))
+        if self.deny_vendors:
+            parts.append("deny=" + ",".join(sorted(self.deny_vendors)))
+        if self.per_op_order:
+            parts.append("per=" + ";".join(f"{op}={'|'.join(t)}" for op, t in self.per_op_order))
+        return ";".join(parts)
+
+    def __hash__(self) -> int:
+        return hash((self.prefer, self.strict, self.per_op_order, self.deny_vendors,
+                     self.allow_vendors))
+
+    # -- to and from the core ------------------------------------------------
+    def _fields(self):
+        return (self.prefer, self.strict, self.per_op_order_dict,
+                sorted(self.allow_vendors) if self.allow_vendors is not None else None,
+                sorted(self.deny_vendors))
+
+
+def parse_described(text: str) -> SelectionPolicy:
+    """A SelectionPolicy from the core's one-line description of a policy.
+
+    The line reads 'prefer=P;strict=0|1[;allow=a,b][;deny=a,b]...[;per=op=t|t;op2=t]'.
+    """
+    head, _, per = text.partition(";per=")
+    fields = dict(part.split("=", 1) for part in head.split(";") if "=" in part)
+    per_op = {}
+    for item in filter(None, per.split(";")):
+        op, _, tokens = item.partition("=")
+        per_op[op] = tokens.split("|") if tokens else []
+    allow = fields.get("allow")
+    return SelectionPolicy.from_dict(
+        prefer=fields.get("prefer", PREFER_DEFAULT), strict=fields.get("strict") == "1",
+        per_op_order=per_op,
+        deny_vendors=set(filter(None, fields.get("deny", "").split(","))),
+        allow_vendors=set(allow.split(",")) if allow else None)
+
+
+class PolicyManager:
+    """The process's policy state as upstream shapes it: epochs over the C policy."""
+
+    _instance = None
+    _instance_lock = threading.Lock()
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._epoch = 0
+        self._reset_pending = False
+
+    @classmethod
+    def get_instance(cls) -> "PolicyManager":
+        if cls._instance is None:
+            with cls._instance_lock:
+                if cls._instance is None:
+                    cls._instance = cls()
+        return cls._instance
+
+    def get_policy_epoch(self) -> int:
+        return self._epoch
+
+    def bump_policy_epoch(self) -> int:
+        with self._lock:
+            self._epoch += 1
+            return self._epoch
+
+    def sync(self) -> None:
+        """Apply a pending reset: read the environment and files now."""
+        if self._reset_pending:
+            with self._lock:
+                if self._reset_pending:
+                    _bridge.reset_global()
+                    self._reset_pending = False
+
+    def get_policy(self) -> SelectionPolicy:
+        self.sync()
+        return parse_described(_bridge.describe())
+
+    def set_global_policy(self, policy: SelectionPolicy) -> SelectionPolicy:
+        self.sync()
+        old = parse_described(_bridge.describe())
+        _bridge.set_global(*policy._fields())
+        self._reset_pending = False
+        self.bump_policy_epoch()
+        return old
+
+    def reset_global_policy(self) -> None:
+        self._reset_pending = True
+        self.bump_policy_epoch()
+
+    def create_policy_context(self, policy: SelectionPolicy) -> "_PolicyContext":
+        return _PolicyContext(self, policy)
+
+
+class _PolicyContext:
+    """A scoped override putting a whole SelectionPolicy in force on this thread."""
+
+    def __init__(self, manager: PolicyManager, policy: SelectionPolicy):
+        self._manager = manager
+        self._policy = policy
+        self._scopes = threading.local()
+
+    def __enter__(self) -> "_PolicyContext":
+        self._manager.sync()
+        scope = _bridge.scoped_whole(*self._policy._fields())
+        scope.__enter__()
+        stack = getattr(self._scopes, "stack", None)
+        if stack is None:
+            stack = self._scopes.stack = []
+        stack.append(scope)
+        self._manager.bump_policy_epoch()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._scopes.stack.pop().__exit__(exc_type, exc, tb)
+        self._manager.bump_policy_epoch()
+
+
+def _mgr() -> PolicyManager:
+    return PolicyManager.get_instance()
+
+
+def get_policy_epoch() -> int:
+    return _mgr().get_policy_epoch()
+
+
+def bump_policy_epoch() -> int:
+    return _mgr().bump_policy_epoch()
+
+
+def get_policy() -> SelectionPolicy:
+    """The policy in force on this thread (global, then scoped overrides)."""
+    return _mgr().get_policy()
+
+
+def set_global_policy(policy: SelectionPolicy) -> SelectionPolicy:
+    """Make `policy` the process-wide policy; returns the one it replaces."""
+    return _mgr().set_global_policy(policy)
+
+
+def reset_global_policy() -> None:
+    """Back to what the environment and the platform file say (read at next use)."""
+    _mgr().reset_global_policy()
+
+
+def policy_from_env() -> SelectionPolicy:
+    """The policy the environment and files give, as the core reads them."""
+    _bridge.reset_global()
+    return parse_described(_bridge.describe())
+
+
+def policy_from_config(config_path: str) -> SelectionPolicy:
+    """The SelectionPolicy a YAML policy file describes (not put in force).
+
+    Read by the core's reader (the file as a scope of this thread, described
+    and left), with its checks: an unknown key or a bad value raises
+    fldispatch.ConfigError naming file:line:column.
+    """
+    import os
+
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"Config file not found: {config_path}")
+    return parse_described(_bridge.describe_file(config_path))
+
+
+def policy_context(policy: SelectionPolicy) -> _PolicyContext:
+    return _PolicyContext(_mgr(), policy)
+
+
+def _derived(**changes) -> SelectionPolicy:
+    cur = get_policy()
+    fields = dict(prefer=cur.prefer, strict=cur.strict, per_op_order=cur.per_op_order_dict,
+                  deny_vendors=set(cur.deny_vendors),
+                  allow_vendors=set(cur.allow_vendors) if cur.allow_vendors else None)
+    fields.update(changes)
+    return SelectionPolicy.from_dict(**fields)
+
+
+def with_strict_mode() -> _PolicyContext:
+    """The current policy with strict=True, for a block."""
+    return policy_context(_derived(strict=True))
+
+
+def with_preference(prefer: str) -> _PolicyContext:
+    """The current policy preferring `prefer` (flagos, vendor, reference), for a block."""
+    return policy_context(_derived(prefer=prefer))
+
+
+def with_allowed_vendors(*vendors: str) -> _PolicyContext:
+    """The current policy with its allow list replaced by `vendors`, for a block."""
+    return policy_context(_derived(allow_vendors=set(vendors)))
+
+
+def with_denied_vendors(*vendors: str) -> _PolicyContext:
+    """The current policy with `vendors` added to its deny list, for a block."""
+    return policy_context(_derived(deny_vendors=set(get_policy().deny_vendors) | set(vendors)))

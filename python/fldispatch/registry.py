@@ -1,0 +1,345 @@
+"""Python implementations in libfldispatch's registry, and any op by name.
+
+    import fldispatch
+
+    def my_silu(x):                      # any callable: torch, Triton, an extension op
+        ...
+    fldispatch.register_impl("my_silu", my_silu, impl_id="vendor.acme", kind="vendor",
+                             vendor="acme", devices=["cuda"], dtypes=["float16"])
+    y = fldispatch.call_op("my_silu", x)                 # selected under the policy
+    f = fldispatch.resolve_op("my_silu"); y = f(x)       # follows policy changes
+
+    with fldispatch.registering("acme_ops", version="1.0"):   # all-or-nothing
+        fldispatch.register_impl(...)
+        fldispatch.register_impl(...)
+
+The implementations join the registry the C plugins fill: `fldispatch.impls()`,
+`explain()`, `resolve()` and `python -m fldispatch list` show them, the policy
+(prefer, per-op orders, vendor lists, white/blacklists, manifest) selects them,
+and a Python exception is an implementation failure (fallback and failure
+memory as for a C kernel; the exception is the __cause__ of the error the
+caller gets). Plugins are discovered on first use from the entry-point groups
+`fldispatch.plugins` and `vllm_fl.plugin` and from VLLM_FL_PLUGIN_MODULES.
+See docs/python.md.
+"""
+
+import os as _os
+import sys as _sys
+import threading as _threading
+
+from . import _C
+
+KIND_CODES = {"flagos": 0, "default": 0, "vendor": 1, "reference": 2}
+KIND_PREFIX = {0: "default", 1: "vendor", 2: "reference"}
+DEFAULT_PRIORITY = {0: 150, 1: 100, 2: 50}
+DEVICE_BITS = {"cpu": 1, "cuda": 2, "nvidia": 2, "rocm": 4, "ascend": 8, "npu": 8}
+DTYPE_BITS = {"float32": 1, "f32": 1, "float16": 2, "f16": 2, "half": 2, "bfloat16": 4, "bf16": 4,
+              "float": 1}
+ALL_DEVICES = 0xF
+ALL_DTYPES = 0x7
+
+#: The entry-point groups read on first use: ours, and vllm-plugin-FL's.
+PLUGIN_GROUP = "fldispatch.plugins"
+UPSTREAM_PLUGIN_GROUP = "vllm_fl.plugin"
+PLUGIN_MODULES_ENV = "VLLM_FL_PLUGIN_MODULES"
+
+_local = _threading.local()
+_lock = _threading.RLock()
+
+
+def _kind_code(kind, op, impl_id):
+    value = getattr(kind, "value", kind)
+    if isinstance(value, str) and value.lower() in KIND_CODES:
+        return KIND_CODES[value.lower()]
+    if isinstance(value, int) and not isinstance(value, bool) and value in KIND_PREFIX:
+        return value
+    raise ValueError(f"register_impl(): op '{op}', impl '{impl_id}': invalid kind {kind!r} "
+                     "(valid: 'flagos' or 'default', 'vendor', 'reference')")
+
+
+def _mask(values, table, what, op, impl_id, full):
+    if values is None:
+        return full
+    if isinstance(values, str) or not hasattr(values, "__iter__"):
+        values = [values]
+    mask = 0
+    for v in values:
+        name = getattr(v, "type", None) if what == "device" and not isinstance(v, str) else v
+        if what == "dtype" and not isinstance(v, str):
+            name = str(v).rsplit(".", 1)[-1]  # torch.float16 -> "float16"
+        if isinstance(name, str):
+            name = name.split(":", 1)[0].lower()
+        bit = table.get(name)
+        if bit is None:
+            raise ValueError(f"register_impl(): op '{op}', impl '{impl_id}': unknown {what} "
+                             f"{v!r} (valid: {', '.join(sorted(set(table)))})")
+        mask |= bit
+    if not mask:
+        raise ValueError(f"register_impl(): op '{op}', impl '{impl_id}': empty {what} list")
+    return mask
+
+
+def _availability(is_available, op, impl_id):
+    """None when available, else the reason: asked once, now, with the GIL held."""
+    if is_available is None:
+        return None
+    try:
+        ok = is_available()
+    except Exception as exc:  # noqa: BLE001 - the predicate's failure is the reason
+        return f"is_available() raised {type(exc).__qualname__}: {exc}"
+    if isinstance(ok, tuple):
+        ok, why = (ok + (None,))[:2]
+        return None if ok else str(why or "is_available() returned False")
+    return None if ok else "is_available() returned False"
+
+
+def _record(op, fn, impl_id, kind, vendor, priority, devices, dtypes, is_available):
+    if not isinstance(op, str) or not op:
+        raise ValueError(f"register_impl(): the op name must be a non-empty str, not {op!r}")
+    if not isinstance(impl_id, str) or not impl_id:
+        raise ValueError(f"register_impl(): op '{op}': impl_id must be a non-empty str "
+                         f"('<kind>.<name>'), not {impl_id!r}")
+    code = _kind_code(kind, op, impl_id)
+    if not callable(fn):
+        raise TypeError(f"register_impl(): op '{op}', impl '{impl_id}': fn is not callable "
+                        f"({type(fn).__name__} object)")
+    if is_available is not None and not callable(is_available):
+        raise TypeError(f"register_impl(): op '{op}', impl '{impl_id}': is_available is not "
+                        f"callable ({type(is_available).__name__} object)")
+    if priority is None:
+        priority = DEFAULT_PRIORITY[code]
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"register_impl(): op '{op}', impl '{impl_id}': priority must be an "
+                        f"int, not {type(priority).__name__}")
+    if vendor is not None and not isinstance(vendor, str):
+        raise TypeError(f"register_impl(): op '{op}', impl '{impl_id}': vendor must be a str")
+    if code == 1 and not vendor:
+        raise ValueError(f"register_impl(): op '{op}', impl '{impl_id}': kind 'vendor' "
+                         "requires vendor=")
+    prefix = KIND_PREFIX[code] + "."
+    if not impl_id.startswith(prefix) or len(impl_id) == len(prefix):
+        raise ValueError(f"register_impl(): op '{op}', impl '{impl_id}': an impl_id of kind "
+                         f"'{KIND_PREFIX[code]}' looks like '{prefix}<name>'")
+    return (op, impl_id, code, vendor if code == 1 else vendor, priority,
+            _mask(devices, DEVICE_BITS, "device", op, impl_id, ALL_DEVICES),
+            _mask(dtypes, DTYPE_BITS, "dtype", op, impl_id, ALL_DTYPES),
+            fn, _availability(is_available, op, impl_id))
+
+
+def _default_plugin(fn):
+    module = getattr(fn, "__module__", None) or "python"
+    name = module.split(".", 1)[0].replace("<", "").replace(">", "") or "python"
+    return name, "python:" + name
+
+
+def register_impl(op, fn, *, impl_id, kind, vendor=None, priority=None, devices=None,
+                  dtypes=None, is_available=None, plugin=None, version=""):
+    """Registers the callable fn as implementation impl_id of op.
+
+    kind: "flagos" (or "default"), "vendor" (needs vendor=) or "reference",
+    or an enum whose value is one of them; impl_id: "<default|vendor|reference>.<name>";
+    priority: default 150, 100, 50 by kind; devices / dtypes: names
+    ("cuda", "float16", torch dtypes) or None for all; is_available: a
+    predicate asked once, now (False, an exception, or (False, reason) make
+    the implementation unavailable, with the reason shown by list/explain).
+    plugin: the plugin record it belongs to (default: the enclosing
+    registering() block, else fn's top-level module). Registers at once,
+    unless inside a registering() block (then at the block's end, all or
+    nothing). Errors: TypeError / ValueError naming op and impl_id, and
+    fldispatch.StateError when a manifest freezes the registry.
+    """
+    _ensure_plugins()
+    rec = _record(op, fn, impl_id, kind, vendor, priority, devices, dtypes, is_available)
+    batch = getattr(_local, "batch", None)
+    if batch is not None and plugin in (None, batch.name):
+        batch.records.append(rec)
+        return
+    name, origin = (plugin, "python:" + plugin) if plugin else _default_plugin(fn)
+    _C.register_impls(name, version or "", origin, [rec])
+
+
+class registering:
+    """Registers everything register_impl() is given inside the block at its
+    end, all or nothing, under one plugin record; an exception inside the
+    block (or a registration error at its end) registers nothing and records
+    the plugin as rejected with the reason (plugins() shows it)."""
+
+    def __init__(self, plugin, version="", origin=None):
+        self.name = plugin
+        self.version = version
+        self.origin = origin or "python:" + plugin
+        self.records = []
+        self._outer = None
+
+    def __enter__(self):
+        self._outer = getattr(_local, "batch", None)
+        _local.batch = self
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _local.batch = self._outer
+        if exc is not None:
+            _reject(self.name, self.version, self.origin,
+                    f"registration raised {exc_type.__qualname__}: {exc}")
+            return False
+        try:
+            _C.register_impls(self.name, self.version, self.origin, self.records)
+        except Exception:
+            # fld_host_register recorded the rejection with its reason
+            raise
+        return False
+
+    # vllm-plugin-FL's OpRegistry calls, so that an upstream register function
+    # handed this object works: register_impl(OpImpl) and register_many([...]).
+    def register_impl(self, impl, fn=None, **kwargs):
+        if fn is None and hasattr(impl, "op_name"):
+            _register_upstream(impl, self.name)
+        else:
+            kwargs.setdefault("plugin", self.name)
+            register_impl(impl, fn, **kwargs)
+
+    def register_many(self, impls):
+        for impl in impls:
+            self.register_impl(impl)
+
+
+def _register_upstream(impl, plugin):
+    """An object shaped as vllm-plugin-FL's OpImpl (op_name, impl_id, kind, fn, vendor,
+    priority, is_available())."""
+    avail = getattr(impl, "is_available", None)
+    register_impl(impl.op_name, impl.fn, impl_id=impl.impl_id, kind=impl.kind,
+                  vendor=getattr(impl, "vendor", None),
+                  priority=getattr(impl, "priority", None),
+                  is_available=avail if callable(avail) else None, plugin=plugin)
+
+
+def _reject(name, version, origin, reason):
+    try:
+        _C.host_reject(name, version or "", origin, reason)
+    except _C.Error:
+        pass
+
+
+# ---- discovery -----------------------------------------------------------------
+
+_discovered = False
+#: (name, source, ok, reason) of every Python plugin looked at, in order.
+discovered_plugins = []
+
+
+def _ensure_plugins():
+    """Loads the Python plugins once, on the first registry read from Python."""
+    global _discovered
+    if _discovered:
+        return
+    with _lock:
+        if _discovered:
+            return
+        _discovered = True
+        discover_plugins()
+
+
+def _call_plugin(obj, registrar, source):
+    if callable(obj) and not isinstance(obj, type):
+        obj(registrar)
+        return True
+    for attr in ("fldispatch_register", "vllm_fl_register", "register"):
+        fn = getattr(obj, attr, None)
+        if callable(fn):
+            fn(registrar)
+            return True
+    raise LookupError(f"{source} has no register function (fldispatch_register, "
+                      "vllm_fl_register or register)")
+
+
+def _load_one(name, source, load, upstream):
+    """Imports and registers one plugin all-or-nothing; records the outcome."""
+    batch = registering(name, origin=f"python:{source}")
+    try:
+        obj = load()
+    except Exception as exc:  # noqa: BLE001 - recorded, never raised
+        reason = f"{type(exc).__qualname__}: {exc}"
+        _reject(name, "", f"python:{source}", f"import failed: {reason}")
+        discovered_plugins.append((name, source, False, reason))
+        return
+    try:
+        registrar = batch
+        if upstream and _upstream_registry_factory is not None:
+            registrar = _upstream_registry_factory(batch)
+        with batch:
+            _call_plugin(obj, registrar, source)
+    except Exception as exc:  # noqa: BLE001 - a plugin's failure is recorded, never raised
+        reason = f"{type(exc).__qualname__}: {exc}"
+        _reject(name, "", f"python:{source}", f"registration raised {reason}")
+        discovered_plugins.append((name, source, False, reason))
+        return
+    discovered_plugins.append((name, source, True, None))
+
+
+_upstream_registry_factory = None
+
+
+def set_upstream_registry_factory(factory):
+    """What vllm_fl.plugin entry points receive as their registry: factory(batch)
+    returns it (the compatibility module's OpRegistry view); default: the
+    registering() batch itself, which accepts OpImpl-shaped objects."""
+    global _upstream_registry_factory
+    _upstream_registry_factory = factory
+
+
+def _entry_points(group):
+    try:
+        from importlib.metadata import entry_points
+    except ImportError:  # pragma: no cover
+        return []
+    try:
+        return list(entry_points(group=group))
+    except TypeError:  # Python < 3.10 API
+        return list(entry_points().get(group, []))
+
+
+def _python_module_names():
+    """Entries of VLLM_FL_PLUGIN_MODULES that are not plugin files."""
+    raw = _os.environ.get(PLUGIN_MODULES_ENV, "")
+    if not raw.strip():
+        return []
+    try:
+        c_names = {p["name"] for p in _C.plugins()}
+    except _C.Error:  # the configuration error is the caller's to see, at its own call
+        c_names = set()
+    out = []
+    for entry in raw.split(","):
+        entry = entry.strip()
+        if not entry or "/" in entry or entry.endswith(".so") or entry in c_names:
+            continue
+        if all(part.isidentifier() for part in entry.split(".")):
+            out.append(entry)
+    return out
+
+
+def discover_plugins():
+    """Loads the Python plugins: entry points of fldispatch.plugins, then of
+    vllm_fl.plugin, then the module names of VLLM_FL_PLUGIN_MODULES. A
+    plugin whose import or registration raises is rejected (plugins() shows
+    the reason) and registers nothing; the others are not affected."""
+    import importlib
+
+    from . import flagos
+    flagos.register()
+    for group, upstream in ((PLUGIN_GROUP, False), (UPSTREAM_PLUGIN_GROUP, True)):
+        for ep in _entry_points(group):
+            _load_one(ep.name, f"{group}:{ep.name}", ep.load, upstream)
+    for module in _python_module_names():
+        _load_one(module, module, lambda m=module: importlib.import_module(m), True)
+
+
+def call_op(name, *args, **kwargs):
+    """Calls op `name` with these arguments; returns what the implementation returns."""
+    _ensure_plugins()
+    return _C.call_op(name, *args, **kwargs)
+
+
+def resolve_op(name):
+    """A callable for op `name` that selects under the policy in force at each call."""
+    _ensure_plugins()
+    return _C.resolve_op(name)

@@ -1,0 +1,293 @@
+"""fldispatch.compat: an upstream-style backend package loaded unmodified.
+
+The backend below is written the way vllm-plugin-FL's backends are: a package
+whose register_ops.py builds a list of OpImpl records and whose entry point
+(group vllm_fl.plugin) registers them. Each scenario runs in a fresh Python
+process, with the package in a temporary site directory and
+fldispatch.compat.alias installed, so `import vllm_fl.dispatch` is ours.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REGISTER_OPS = '''
+import functools
+
+from vllm_fl.dispatch.backends.base import Backend
+from vllm_fl.dispatch.types import OpImpl, BackendImplKind, BackendPriority
+
+CALLS = []
+
+
+class DemoBackend(Backend):
+    def is_available(self):
+        return True
+
+    @property
+    def name(self):
+        return "demo"
+
+    @property
+    def vendor(self):
+        return "demo"
+
+    def scale(self, x, factor=2):
+        CALLS.append("vendor")
+        return x * factor + 0.5
+
+
+def _bind_is_available(fn, is_available):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    wrapper._is_available = is_available
+    return wrapper
+
+
+def _flagos_scale(x, factor=2):
+    CALLS.append("flagos")
+    if x < 0:
+        raise ArithmeticError("demo flagos kernel: negative input")
+    return x * factor
+
+
+def _reference_scale(x, factor=2):
+    CALLS.append("reference")
+    return float(x * factor)
+
+
+def _unavailable(x, factor=2):
+    CALLS.append("unavailable")
+    return None
+
+
+_unavailable._is_available = lambda: False
+
+
+def register_builtins(registry):
+    backend = DemoBackend()
+    registry.register_many([
+        OpImpl(op_name="demo_scale", impl_id="default.flagos", kind=BackendImplKind.DEFAULT,
+               fn=_flagos_scale, priority=BackendPriority.DEFAULT),
+        OpImpl(op_name="demo_scale", impl_id="vendor.demo", kind=BackendImplKind.VENDOR,
+               fn=_bind_is_available(backend.scale, backend.is_available),
+               vendor=backend.vendor, priority=BackendPriority.VENDOR),
+        OpImpl(op_name="demo_scale", impl_id="reference.torch", kind=BackendImplKind.REFERENCE,
+               fn=_reference_scale, priority=BackendPriority.REFERENCE),
+        OpImpl(op_name="demo_scale", impl_id="default.gone", kind=BackendImplKind.DEFAULT,
+               fn=_unavailable, priority=BackendPriority.DEFAULT + 10),
+    ])
+'''
+
+PACKAGE_INIT = '''
+def register(registry):
+    from .register_ops import register_builtins
+    register_builtins(registry)
+'''
+
+BROKEN_INIT = '''
+from vllm_fl.dispatch.types import OpImpl, BackendImplKind
+
+
+def register(registry):
+    registry.register_impl(OpImpl(op_name="demo_broken", impl_id="default.first",
+                                  kind=BackendImplKind.DEFAULT, fn=lambda x: x))
+    raise RuntimeError("broken demo backend: cannot finish")
+'''
+
+
+def make_site(tmp_path, packages, entry_points):
+    site = tmp_path / "site"
+    for name, files in packages.items():
+        (site / name).mkdir(parents=True)
+        for fname, text in files.items():
+            (site / name / fname).write_text(textwrap.dedent(text))
+    dist = site / "fl_demo_backend-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fl-demo-backend\nVersion: 0.1\n")
+    lines = "".join(f"{name} = {target}\n" for name, target in entry_points)
+    (dist / "entry_points.txt").write_text(f"[vllm_fl.plugin]\n{lines}" if lines else "")
+    return site
+
+
+def run(site, body, **env):
+    code = "import fldispatch.compat.alias as _a\nassert _a.install()\n" + textwrap.dedent(body)
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(site)] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    full_env.update(env)
+    proc = subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture
+def demo_site(tmp_path):
+    return make_site(tmp_path, {"fl_demo_backend": {"__init__.py": PACKAGE_INIT,
+                                                    "register_ops.py": REGISTER_OPS}},
+                     [("demo", "fl_demo_backend")])
+
+
+def test_entry_point_backend_is_selected_and_listed(demo_site):
+    run(demo_site, """
+        import fldispatch
+        from vllm_fl.dispatch import (call_op, resolve_op, get_default_manager,
+                                      get_discovered_plugins)
+        from fl_demo_backend.register_ops import CALLS, _flagos_scale
+        assert call_op("demo_scale", 3) == 6
+        assert CALLS == ["flagos"], CALLS          # default.gone is unavailable
+        assert resolve_op("demo_scale") is _flagos_scale
+        assert ("demo", "entry_point", True) in get_discovered_plugins()
+        # the C core sees them: the same registry as C plugins
+        ids = {m["impl_id"] for m in fldispatch.impls() if m["op"] == "demo_scale"}
+        assert ids == {"default.flagos", "vendor.demo", "reference.torch", "default.gone"}, ids
+        assert fldispatch.resolve("demo_scale") == "default.flagos"
+        cands = [i.impl_id for i in get_default_manager().resolve_candidates("demo_scale")]
+        assert cands == ["default.flagos", "vendor.demo", "reference.torch"], cands
+    """)
+
+
+def test_fallback_and_failure_memory(demo_site):
+    run(demo_site, """
+        from vllm_fl.dispatch import call_op, get_failed_impls, clear_failed_impls
+        from fl_demo_backend.register_ops import CALLS
+        assert call_op("demo_scale", -1) == -1.5            # flagos raised, vendor served
+        assert CALLS == ["flagos", "vendor"], CALLS
+        assert "default.flagos" in get_failed_impls("demo_scale")["demo_scale"]
+        CALLS.clear()
+        assert call_op("demo_scale", 4) == 8.5              # remembered: flagos skipped
+        assert CALLS == ["vendor"], CALLS
+        clear_failed_impls("demo_scale")
+        assert get_failed_impls("demo_scale") == {}
+        CALLS.clear()
+        assert call_op("demo_scale", 4) == 8                # forgiven: flagos again
+        assert CALLS == ["flagos"], CALLS
+    """)
+
+
+def test_strict_mode_raises_the_kernels_exception(demo_site):
+    run(demo_site, """
+        from vllm_fl.dispatch import call_op, with_strict_mode
+        from fl_demo_backend.register_ops import CALLS
+        with with_strict_mode():
+            try:
+                call_op("demo_scale", -1)
+            except ArithmeticError as e:
+                assert "negative input" in str(e)
+            else:
+                raise AssertionError("strict mode fell back")
+        assert CALLS == ["flagos"], CALLS
+    """)
+
+
+def test_policy_contexts_and_global_policy(demo_site):
+    run(demo_site, """
+        import fldispatch
+        from vllm_fl.dispatch import (call_op, with_preference, with_denied_vendors,
+            with_allowed_vendors, policy_context, SelectionPolicy, set_global_policy,
+            reset_global_policy, get_default_manager)
+        from vllm_fl.dispatch.policy import get_policy
+        mgr = get_default_manager()
+        assert call_op("demo_scale", 1) == 2
+        with with_preference("vendor"):
+            assert call_op("demo_scale", 1) == 2.5
+            assert fldispatch.resolve("demo_scale") == "vendor.demo"   # one policy engine
+            with with_denied_vendors("demo"):
+                assert mgr.get_selected_impl_id("demo_scale") == "default.flagos"
+            assert get_policy().prefer == "vendor"
+        with with_preference("reference"):
+            assert isinstance(call_op("demo_scale", 1), float)
+        with with_allowed_vendors("other"), with_preference("vendor"):
+            assert mgr.get_selected_impl_id("demo_scale") == "default.flagos"
+        per_op = SelectionPolicy.from_dict(per_op_order={"demo_scale": ["reference"]})
+        with policy_context(per_op):
+            assert mgr.get_selected_impl_id("demo_scale") == "reference.torch"
+        old = set_global_policy(SelectionPolicy(prefer="vendor"))
+        assert old.prefer == "flagos"
+        assert call_op("demo_scale", 1) == 2.5
+        reset_global_policy()
+        assert call_op("demo_scale", 1) == 2
+    """)
+
+
+def test_env_module_and_all_or_nothing(tmp_path):
+    site = make_site(tmp_path, {"fl_demo_backend": {"__init__.py": PACKAGE_INIT,
+                                                    "register_ops.py": REGISTER_OPS},
+                                "fl_broken_backend": {"__init__.py": BROKEN_INIT}},
+                     [("broken", "fl_broken_backend")])
+    run(site, """
+        import fldispatch
+        from vllm_fl.dispatch import call_op, get_discovered_plugins
+        assert call_op("demo_scale", 3) == 6           # loaded by module name
+        found = get_discovered_plugins()
+        assert ("fl_demo_backend", "env_module", True) in found, found
+        assert ("broken", "entry_point", False) in found, found
+        # the broken package registered nothing, not even its first record
+        assert not [m for m in fldispatch.impls() if m["op"] == "demo_broken"]
+        try:
+            call_op("demo_broken", 1)
+        except RuntimeError as e:
+            assert "No available implementation" in str(e)
+        else:
+            raise AssertionError("a rejected plugin's op is callable")
+    """, VLLM_FL_PLUGIN_MODULES="fl_demo_backend")
+
+
+def test_alias_does_not_shadow_a_real_vllm_fl(tmp_path):
+    site = tmp_path / "real"
+    (site / "vllm_fl").mkdir(parents=True)
+    (site / "vllm_fl" / "__init__.py").write_text("REAL = True\n")
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    code = textwrap.dedent("""
+        import fldispatch.compat.alias as a
+        assert a.install() is False
+        import vllm_fl
+        assert vllm_fl.REAL
+        assert a.install(force=True) is True
+        import vllm_fl.dispatch as d, fldispatch.compat as c
+        assert d is c
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_upstream_records_in_process():
+    """OpImpl, SelectionPolicy and match_token as upstream defines them."""
+    from fldispatch.compat import BackendImplKind, OpImpl, SelectionPolicy, match_token
+
+    with pytest.raises(ValueError, match="must specify vendor name"):
+        OpImpl(op_name="x", impl_id="vendor.a", kind=BackendImplKind.VENDOR, fn=len)
+    impl = OpImpl(op_name="x", impl_id="vendor.a", kind=BackendImplKind.VENDOR, fn=len,
+                  vendor="A")
+    assert match_token(impl, "vendor:A") and not match_token(impl, "vendor:a")
+    assert match_token(impl, "impl:vendor.a") and not match_token(impl, "flagos")
+    with pytest.raises(ValueError, match="Invalid prefer value"):
+        SelectionPolicy(prefer="fastest")
+    assert SelectionPolicy(prefer="reference").get_default_order() == \
+        ["reference", "flagos", "vendor"]
+
+
+def test_bad_records_name_op_and_impl_and_register_nothing():
+    from fldispatch.compat import BackendImplKind, OpImpl, OpRegistry
+
+    registry = OpRegistry()
+    with pytest.raises(TypeError, match=r"'bad_fn'.*'default\.x'|'default\.x'.*'bad_fn'"):
+        registry.register_impl(OpImpl(op_name="bad_fn", impl_id="default.x",
+                                      kind=BackendImplKind.DEFAULT, fn=42))
+    with pytest.raises(ValueError, match="OpImpl 'default.y' for op 'bad_kind': invalid kind"):
+        registry.register_impl(OpImpl(op_name="bad_kind", impl_id="default.y", kind="fastest",
+                                      fn=len))
+    assert registry.list_operators() == []
+    registry.register_impl(OpImpl(op_name="ok", impl_id="default.z",
+                                  kind=BackendImplKind.DEFAULT, fn=len))
+    with pytest.raises(ValueError, match="Duplicate impl_id 'default.z' for op='ok'"):
+        registry.register_impl(OpImpl(op_name="ok", impl_id="default.z",
+                                      kind=BackendImplKind.DEFAULT, fn=len))
+    assert [i.impl_id for i in registry.get_implementations("ok")] == ["default.z"]

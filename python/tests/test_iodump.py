@@ -1,0 +1,183 @@
+"""The IO dump (fldispatch.iodump): vllm-plugin-FL's layout for fldispatch's ops."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fldispatch
+import fldispatch.iodump as iodump
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    iodump.disable_io_dump()
+    iodump.reset_step()
+    iodump.reset_rank()
+    yield
+    iodump.disable_io_dump()
+    iodump.reset_step()
+    iodump.reset_rank()
+
+
+def read_lines(path):
+    merged = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            merged.update(json.loads(line))
+    return merged
+
+
+def op_dir(root, op, step=0, rank=0):
+    return os.path.join(root, f"rank_{rank:04d}", f"step_{step:04d}", op)
+
+
+def test_off_installs_nothing():
+    raw = fldispatch.silu_and_mul
+    assert not iodump.is_dump_enabled()
+    assert getattr(raw, "__wrapped__", None) is None
+    iodump.enable_io_dump("/tmp/never-written-" + str(os.getpid()), ops={"x"})
+    assert fldispatch.silu_and_mul.__wrapped__ is raw
+    iodump.disable_io_dump()
+    assert fldispatch.silu_and_mul is raw
+
+
+def test_catalog_call_layout(tmp_path):
+    iodump.enable_io_dump(str(tmp_path), with_metas=True, with_values=True)
+    x = torch.randn(4, 16)
+    out = torch.empty(4, 8)
+    fldispatch.silu_and_mul(out, x)
+    fldispatch.silu_and_mul(out, x)
+    d = op_dir(tmp_path, "silu_and_mul")
+    inputs = read_lines(os.path.join(d, "input.json"))
+    outputs = read_lines(os.path.join(d, "output.json"))
+    assert sorted(inputs) == ["call_1", "call_2"] == sorted(outputs)
+    meta = inputs["call_1"]
+    assert meta["op_name"] == "silu_and_mul" and meta["step"] == 0 and meta["rank"] == 0
+    assert meta["impl_id"] == fldispatch.resolve("silu_and_mul")
+    assert meta["tensors"]["arg_1"]["shape"] == [4, 16]
+    assert meta["tensors"]["arg_1"]["max"] == pytest.approx(x.max().item())
+    # the op writes its first argument: the output record holds it as written
+    written = torch.load(os.path.join(d, "call_2_output.pt"))
+    torch.testing.assert_close(written["arg_0"], out)
+    assert outputs["call_2"]["tensors"]["arg_0"]["mean"] == pytest.approx(out.mean().item())
+    given = torch.load(os.path.join(d, "call_1_input.pt"))
+    torch.testing.assert_close(given["arg_1"], x)
+
+
+def test_summary_only_by_default(tmp_path):
+    iodump.enable_io_dump(str(tmp_path))
+    fldispatch.rms_norm(torch.empty(2, 8), torch.randn(2, 8), torch.ones(8))
+    assert not os.path.exists(op_dir(tmp_path, "rms_norm"))
+    iodump.disable_io_dump()
+    summary = json.load(open(tmp_path / "rank_0000" / "summary.json"))
+    assert summary["rank"] == 0
+    assert "rms_norm" in summary["non_flaggems_ops"] + summary["flaggems_ops"]
+    assert summary["calls"]["rms_norm"] == 1
+
+
+def test_filters_steps_and_max_calls(tmp_path):
+    iodump.enable_io_dump(str(tmp_path), ops={"rms_norm"}, max_calls=2, step_range="1-1",
+                          with_metas=True)
+    x, w = torch.randn(2, 8), torch.ones(8)
+    fldispatch.rms_norm(torch.empty(2, 8), x, w)          # step 0: outside the range
+    iodump.io_dump_step()
+    for _ in range(3):                                    # step 1: only 2 recorded
+        fldispatch.rms_norm(torch.empty(2, 8), x, w)
+    fldispatch.silu_and_mul(torch.empty(2, 4), x)         # not in ops
+    iodump.io_dump_step()
+    fldispatch.rms_norm(torch.empty(2, 8), x, w)          # step 2: outside
+    assert not os.path.exists(op_dir(tmp_path, "rms_norm", 0))
+    assert not os.path.exists(op_dir(tmp_path, "rms_norm", 2))
+    assert not os.path.exists(op_dir(tmp_path, "silu_and_mul", 1))
+    assert sorted(read_lines(os.path.join(op_dir(tmp_path, "rms_norm", 1), "input.json"))) == \
+        ["call_1", "call_2"]
+
+
+def test_rank_directory_and_filter(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    iodump.reset_rank()
+    iodump.enable_io_dump(str(tmp_path), with_metas=True, ranks={3})
+    fldispatch.gelu_and_mul(torch.empty(2, 4), torch.randn(2, 8))
+    assert os.path.isdir(op_dir(tmp_path, "gelu_and_mul", rank=3))
+    iodump.disable_io_dump()
+    iodump.enable_io_dump(str(tmp_path / "other"), with_metas=True, ranks={0})
+    fldispatch.gelu_and_mul(torch.empty(2, 4), torch.randn(2, 8))
+    assert not os.path.exists(tmp_path / "other" / "rank_0003")
+
+
+def test_torch_ops_recorded(tmp_path):
+    import fldispatch.torch  # noqa: F401
+
+    iodump.enable_io_dump(str(tmp_path), ops={"rms_norm"}, with_metas=True)
+    out, res = torch.empty(2, 8), torch.randn(2, 8)
+    torch.ops.fldispatch.rms_norm(out, torch.randn(2, 8), torch.ones(8), res, 1e-6)
+    lines = read_lines(os.path.join(op_dir(tmp_path, "rms_norm"), "output.json"))
+    assert set(lines["call_1"]["tensors"]) == {"arg_0", "arg_3"}  # out and residual
+    iodump.disable_io_dump()
+    torch.ops.fldispatch.rms_norm(out, torch.randn(2, 8), torch.ones(8), None, 1e-6)
+    assert sorted(read_lines(os.path.join(op_dir(tmp_path, "rms_norm"), "input.json"))) == \
+        ["call_1"]
+
+
+def test_failed_call_leaves_no_output_record(tmp_path):
+    iodump.enable_io_dump(str(tmp_path), with_metas=True)
+    with pytest.raises(fldispatch.InvalidArgumentError):
+        fldispatch.silu_and_mul(torch.empty(2, 3), torch.randn(2, 8))
+    d = op_dir(tmp_path, "silu_and_mul")
+    assert os.path.exists(os.path.join(d, "input.json"))
+    assert not os.path.exists(os.path.join(d, "output.json"))
+
+
+@pytest.mark.parametrize("name,value,word", [
+    ("VLLM_FL_IO_DUMP_MAX_CALLS", "ten", "VLLM_FL_IO_DUMP_MAX_CALLS"),
+    ("VLLM_FL_IO_DUMP_STEP_RANGE", "5-2", "VLLM_FL_IO_DUMP_STEP_RANGE"),
+    ("VLLM_FL_IO_DUMP_RANK", "0,x", "VLLM_FL_IO_DUMP_RANK"),
+    ("VLLM_FL_IO_DUMP_WITH_METAS", "yes", "VLLM_FL_IO_DUMP_WITH_METAS"),
+    ("VLLM_FL_IO_DUMP_LAYERS", "0-3", "not supported"),
+])
+def test_bad_variable_is_named(tmp_path, monkeypatch, name, value, word):
+    monkeypatch.setenv("VLLM_FL_IO_DUMP", str(tmp_path))
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=word):
+        iodump.init_io_dump_from_env(True)
+    assert not iodump.is_dump_enabled()
+    assert getattr(fldispatch.silu_and_mul, "__wrapped__", None) is None
+
+
+def test_environment_in_a_fresh_process(tmp_path):
+    """VLLM_FL_IO_DUMP* at start-up: on from `import fldispatch`, per rank, known to the core."""
+    env = dict(os.environ, VLLM_FL_IO_DUMP=str(tmp_path), VLLM_FL_IO_DUMP_WITH_METAS="1",
+               VLLM_FL_IO_DUMP_OPS="silu_and_mul", LOCAL_RANK="1", VLLM_FL_STRICT="1")
+    code = ("import torch, fldispatch\n"
+            "fldispatch.silu_and_mul(torch.empty(2, 4), torch.randn(2, 8))\n")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "unknown" not in run.stderr.lower(), run.stderr
+    assert os.path.isfile(os.path.join(op_dir(tmp_path, "silu_and_mul", rank=1), "input.json"))
+    assert json.load(open(tmp_path / "rank_0001" / "summary.json"))["rank"] == 1
+
+
+def test_python_ops_by_name_and_through_compat(tmp_path):
+    """call_op on a Python implementation, and the compatibility layer's manager, are recorded
+    under the op's own name (the compat registry's prefix does not show)."""
+    from fldispatch.compat import BackendImplKind, OpImpl, OpManager, OpRegistry
+
+    fldispatch.register_impl("iodump_scale", lambda x: x * 2, impl_id="reference.iodump",
+                             kind="reference")
+    registry = OpRegistry()
+    registry.register_impl(OpImpl(op_name="iodump_twice", impl_id="default.iodump",
+                                  kind=BackendImplKind.DEFAULT, fn=lambda x: x + x))
+    manager = OpManager(registry)
+    iodump.enable_io_dump(str(tmp_path), with_metas=True)
+    x = torch.ones(3)
+    torch.testing.assert_close(fldispatch.call_op("iodump_scale", x), x * 2)
+    torch.testing.assert_close(manager.call("iodump_twice", x), x * 2)
+    for op in ("iodump_scale", "iodump_twice"):
+        out = read_lines(os.path.join(op_dir(tmp_path, op), "output.json"))
+        assert out["call_1"]["tensors"]["result"]["max"] == 2.0
+    assert not [d for d in os.listdir(tmp_path / "rank_0000" / "step_0000")
+                if d.startswith("compat")]
