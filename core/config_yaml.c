@@ -402,6 +402,41 @@ static int syntax_error(const struct builder *b, const yaml_parser_t *parser, co
                      problem);
 }
 
+/*
+ * A policy file, platform file or manifest is UTF-8. libyaml would switch
+ * to UTF-16 on a UTF-16 byte order mark (and misread UTF-32 as UTF-16), so
+ * these marks are refused by name; the parser is then told the input is
+ * UTF-8, and its reader refuses any byte that is not (with the position).
+ * A UTF-8 mark is allowed and skipped.
+ */
+static const struct {
+    const char *bytes;
+    size_t len;
+    const char *encoding;
+} foreign_marks[] = {
+    /* UTF-32LE first: its mark starts with UTF-16LE's. */
+    {"\xff\xfe\x00\x00", 4, "UTF-32LE"},
+    {"\x00\x00\xfe\xff", 4, "UTF-32BE"},
+    {"\xff\xfe", 2, "UTF-16LE"},
+    {"\xfe\xff", 2, "UTF-16BE"},
+};
+
+static int check_encoding(const char *data, size_t len, const char *label, size_t *skip)
+{
+    *skip = 0;
+    for (size_t i = 0; i < sizeof foreign_marks / sizeof foreign_marks[0]; i++)
+        if (len >= foreign_marks[i].len &&
+            memcmp(data, foreign_marks[i].bytes, foreign_marks[i].len) == 0)
+            return fld__fail(FLD_ECONFIG,
+                             "%s:1:1: cannot read the file: it starts with the byte order mark "
+                             "of %s; a YAML file here is UTF-8 text (convert it, e.g. with "
+                             "'iconv -f %s -t UTF-8')",
+                             label, foreign_marks[i].encoding, foreign_marks[i].encoding);
+    if (len >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0)
+        *skip = 3;
+    return FLD_OK;
+}
+
 int fld__yaml_parse(const char *data, size_t len, const char *label, const char *second_document,
                     struct fld_ynode **root)
 {
@@ -416,10 +451,18 @@ int fld__yaml_parse(const char *data, size_t len, const char *label, const char 
     int rc;
 
     *root = NULL;
+    size_t skip;
+    /* libyaml insists on a non-NULL input, even an empty one. */
+    if (!data)
+        data = "", len = 0;
+    if ((rc = check_encoding(data, len, b.label, &skip)) != FLD_OK)
+        return rc;
+    data += skip; /* positions count from after a UTF-8 mark, as the characters do */
+    len -= skip;
     if (!yaml_parser_initialize(&parser))
         return fld__fail(FLD_ENOMEM, "%s: out of memory", b.label);
-    /* libyaml insists on a non-NULL input, even an empty one. */
-    yaml_parser_set_input_string(&parser, (const unsigned char *)(data ? data : ""), len);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
+    yaml_parser_set_encoding(&parser, YAML_UTF8_ENCODING);
     while (!done) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&parser, &ev)) {

@@ -487,13 +487,19 @@ int fld__manifest_check(const struct fld_manifest *m, bool strict)
         order[i] = &m->entries[i];
     qsort(order, m->n, sizeof *order, by_line);
 
+    /* As names.c does: the first MANIFEST_LISTED problems get a line each,
+     * the rest one line with their count. */
+    enum { MANIFEST_LISTED = 5 };
+    size_t listed = 0, unlisted = 0;
     int rc = FLD_OK;
     for (size_t i = 0; i < m->n && rc == FLD_OK; i++) {
         const struct fld_manifest_entry *e = order[i];
         char why[256];
         if (entry_usable(e, why, sizeof why))
             continue;
-        if (strict)
+        if (!strict && listed++ >= MANIFEST_LISTED)
+            unlisted++;
+        else if (strict)
             rc = fld__fail(FLD_ECONFIG, "VLLM_FL_MANIFEST: %s:%d: impl '%s' for %s (%s, %s) %s",
                            m->path, e->line, e->impl_id, e->op, device_name(e->device),
                            dtype_names[e->dtype], why);
@@ -504,6 +510,11 @@ int fld__manifest_check(const struct fld_manifest *m, bool strict)
                      m->path, e->line, e->impl_id, e->op, device_name(e->device),
                      dtype_names[e->dtype], why, e->op);
     }
+    if (unlisted)
+        fld__log(FLD_LOG_WARNING,
+                 "VLLM_FL_MANIFEST: %s: ... and %zu more manifest entries that cannot be used (only "
+                 "the first %d are listed); they are ignored",
+                 m->path, unlisted, (int)MANIFEST_LISTED);
     free(order);
     return rc;
 }

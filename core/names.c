@@ -253,18 +253,49 @@ static const char *vendor_list(const struct known *k, char *buf, size_t size)
 /* Reporting                                                                */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * Each check lists its first MAX_LISTED unknown names, one WARNING each, and
+ * then one line with the count of the rest: a policy or environment with
+ * thousands of them (a generated VLLM_FL_PER_OP, a large YAML file) must not
+ * flood the log. Strict mode stops at the first, which is the error.
+ */
+#define MAX_LISTED 5
+
 struct report {
     bool strict;
     int rc;
+    size_t listed;   /* WARNING lines written */
+    size_t unlisted; /* unknown names past MAX_LISTED, only counted */
 };
+
+/* Whether the next unknown name gets its line; counts it when it does not.
+ * Called before a name's suggestions are computed, which cost a scan. */
+static bool report_wanted(struct report *r)
+{
+    if (r->rc != FLD_OK)
+        return false; /* strict: the first one is the error */
+    if (r->strict || r->listed < MAX_LISTED)
+        return true;
+    r->unlisted++;
+    return false;
+}
+
+/* The closing line of a check that left names unlisted. */
+static void report_summary(const struct report *r, const char *what)
+{
+    if (r->unlisted)
+        fld__log(FLD_LOG_WARNING, "... and %zu more unknown %s (only the first %d are listed)",
+                 r->unlisted, what, MAX_LISTED);
+}
 
 static void report(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void report(struct report *r, const char *fmt, ...)
 {
     char msg[1024];
-    if (r->rc != FLD_OK)
-        return; /* strict: the first one is the error */
+    if (!report_wanted(r))
+        return;
+    r->listed++;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -297,12 +328,13 @@ static void check_order(struct report *r, const struct known *k, const struct fl
     char hint[160], list[512];
     const char *source = o->source[0] ? o->source : p->source[FLD_PF_PER_OP];
     struct fld_op_s *op = known_op(k, o->op);
-    if (!op)
+    if (!op && report_wanted(r))
         report(r, "%s: order of op '%s': no op named '%s' is registered%s", source, o->op, o->op,
                suggest_op(k, o->op, hint, sizeof hint));
     for (size_t t = 0; t < o->n; t++) {
         const struct fld_token *tok = &o->tokens[t];
-        if (tok->kind == FLD_TOKEN_VENDOR_NAME && !known_vendor(k, tok->arg)) {
+        if (tok->kind == FLD_TOKEN_VENDOR_NAME && !known_vendor(k, tok->arg) &&
+            report_wanted(r)) {
             report(r,
                    "%s: order of op '%s': token 'vendor:%s' names no registered vendor%s "
                    "(registered vendors: %s)",
@@ -312,17 +344,16 @@ static void check_order(struct report *r, const struct known *k, const struct fl
                    vendor_list(k, list, sizeof list));
         } else if (tok->kind == FLD_TOKEN_IMPL && op) {
             bool found = false;
+            for (size_t i = 0; i < op->n_impls && !found; i++)
+                found = strcmp(op->impls[i]->impl_id, tok->arg) == 0;
+            if (found || !report_wanted(r))
+                continue;
             struct closest c;
             closest_init(&c, tok->arg);
-            for (size_t i = 0; i < op->n_impls && !found; i++) {
-                found = strcmp(op->impls[i]->impl_id, tok->arg) == 0;
+            for (size_t i = 0; i < op->n_impls; i++)
                 closest_add(&c, op->impls[i]->impl_id);
-            }
-            if (!found)
-                report(r,
-                       "%s: order of op '%s': token 'impl:%s' names no implementation of op "
-                       "'%s'%s",
-                       source, o->op, tok->arg, o->op, closest_text(&c, hint, sizeof hint));
+            report(r, "%s: order of op '%s': token 'impl:%s' names no implementation of op '%s'%s",
+                   source, o->op, tok->arg, o->op, closest_text(&c, hint, sizeof hint));
         }
     }
 }
@@ -333,7 +364,7 @@ static void check_vendors(struct report *r, const struct known *k, const struct 
     char where[FLD_SOURCE_LEN + 64], hint[160], list[512];
     const struct fld_strlist *l = fld__policy_list_field((struct fld_policy *)p, f);
     for (size_t i = 0; l->set && i < l->n; i++) {
-        if (known_vendor(k, l->items[i]))
+        if (known_vendor(k, l->items[i]) || !report_wanted(r))
             continue;
         report(r, "%s: no vendor named '%s' is registered%s (registered vendors: %s)",
                field_where(p, f, where, sizeof where), l->items[i],
@@ -352,8 +383,10 @@ static void check_op_list(struct report *r, const struct known *k, const struct 
     for (size_t i = 0; l->set && i < l->n; i++) {
         if (known_op(k, l->items[i]))
             continue;
+        if (!foreign && !report_wanted(r))
+            continue;
         suggest_op(k, l->items[i], hint, sizeof hint);
-        if (foreign && !hint[0])
+        if (foreign && (!hint[0] || !report_wanted(r)))
             continue;
         report(r, "%s: no op named '%s' is registered%s", field_where(p, f, where, sizeof where),
                l->items[i], hint);
@@ -367,7 +400,7 @@ static void check_custom_ops(struct report *r, const struct known *k, const stru
     for (int side = 0; side < 2; side++) {
         for (size_t i = 0; i < lists[side]->n; i++) {
             const char *op = lists[side]->items[i];
-            if (known_op(k, op))
+            if (known_op(k, op) || !report_wanted(r))
                 continue;
             report(r, "%s: '%c%s': no op named '%s' is registered%s",
                    field_where(p, FLD_PF_CUSTOM_OPS, where, sizeof where), side ? '-' : '+', op, op,
@@ -379,7 +412,7 @@ static void check_custom_ops(struct report *r, const struct known *k, const stru
 int fld__names_check_policy(const struct fld_policy *p)
 {
     struct known k = {0};
-    struct report r = {p->strict, FLD_OK};
+    struct report r = {.strict = p->strict, .rc = FLD_OK};
     fld__op_foreach(collect, &k);
     if (k.n_vendors > 1)
         qsort(k.vendors, k.n_vendors, sizeof *k.vendors, str_cmp);
@@ -399,6 +432,7 @@ int fld__names_check_policy(const struct fld_policy *p)
     check_op_list(&r, &k, p, FLD_PF_OOT_BLACKLIST, true);
     check_custom_ops(&r, &k, p);
     known_free(&k);
+    report_summary(&r, "names in the policy");
     return r.rc;
 }
 
@@ -452,7 +486,7 @@ static bool plugin_namespace(const char *name, size_t len)
 
 int fld__names_check_environment(bool strict)
 {
-    struct report r = {strict, FLD_OK};
+    struct report r = {.strict = strict, .rc = FLD_OK};
     const char *known[FLD_PF_COUNT + sizeof library_variables / sizeof library_variables[0]];
     size_t n_known = 0;
     for (int f = 0; f < FLD_PF_COUNT; f++)
@@ -471,7 +505,7 @@ int fld__names_check_environment(bool strict)
         bool found = false;
         for (size_t i = 0; i < n_known && !found; i++)
             found = strcmp(known[i], name) == 0;
-        if (found || plugin_namespace(name, len))
+        if (found || plugin_namespace(name, len) || !report_wanted(&r))
             continue;
         const char *note = NULL;
         for (size_t i = 0; i < sizeof upstream_variables / sizeof upstream_variables[0]; i++)
@@ -500,5 +534,6 @@ int fld__names_check_environment(bool strict)
                "(plugins read " PREFIX "<PLUGIN>_*; see docs/configuration.md)",
                name, hint);
     }
+    report_summary(&r, PREFIX "* variables");
     return r.rc;
 }

@@ -60,9 +60,13 @@ static int rms_norm(const void *argp, bool gemma)
     fld_tensor_rows(args->out, &out);
     if (args->residual)
         fld_tensor_rows(args->residual, &res);
-    const void *w = args->weight && args->weight->data
-                        ? (const char *)args->weight->data + args->weight->byte_offset
-                        : NULL;
+    /* Through the validated-layout helper like the other operands: an empty
+     * weight's data and byte_offset are never validated, so no pointer
+     * arithmetic may be done on them (its rows are then never visited). */
+    fld_rows wrow = {0};
+    if (args->weight)
+        fld_tensor_rows(args->weight, &wrow);
+    const void *w = wrow.data;
     const int dt = fld_dtype_index(args->x->dtype);
     const int wdt = w ? fld_dtype_index(args->weight->dtype) : dt;
     const int rdt = args->residual ? fld_dtype_index(args->residual->dtype) : dt;

@@ -709,6 +709,8 @@ int fld__plugin_register(const fld_plugin_descriptor *desc, struct fld_registry 
                          size_t size)
 {
     struct fld_plugin_code code;
+    /* Whatever the thread's last error was, it is not this plugin's. */
+    fld__error_clear();
     fld__plugin_code_enter(&code, desc->name, "register_builtins");
     int rc = desc->register_builtins(reg);
     fld__plugin_code_leave(&code);
@@ -716,10 +718,13 @@ int fld__plugin_register(const fld_plugin_descriptor *desc, struct fld_registry 
         return FLD_EPLUGIN;
     if (rc == FLD_OK && reg->first_error == FLD_OK)
         return FLD_OK;
-    if (rc != FLD_OK)
-        snprintf(why, size, "register_builtins failed: %s: %s", fld_strerror(rc),
-                 reg->first_error == FLD_OK ? fld_last_error() : reg->error);
-    else
+    if (rc != FLD_OK) {
+        const char *detail = reg->first_error == FLD_OK ? fld_last_error() : reg->error;
+        snprintf(why, size, "register_builtins failed: plugin '%s' returned status %d (%s)%s%s",
+                 desc->name, rc, fld_strerror(rc), detail[0] ? ": " : "",
+                 detail[0] ? detail : " without an error message (fld_set_error)");
+    } else {
         snprintf(why, size, "invalid implementation record: %s", reg->error);
+    }
     return FLD_EPLUGIN;
 }

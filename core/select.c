@@ -32,7 +32,14 @@
 #include "registry.h"
 #include "select.h"
 
-#define MAX_CHAIN 64 /* a chain's failed and announced bits are one uint64_t */
+/*
+ * The most candidates a chain keeps: its failed and announced bits are one
+ * uint64_t each. Every candidate is ranked first (token order, then
+ * priority); only those ranked past this are left out, with a WARNING when
+ * a chain is built and a rejection in fld_explain(). A fallback that deep is
+ * never reached in practice; the limit is in fldispatch.h and the user guide.
+ */
+#define MAX_CHAIN 64
 
 struct rejection {
     struct fld_impl_rec *impl;
@@ -40,8 +47,9 @@ struct rejection {
 };
 
 struct selection {
-    struct fld_impl_rec *order[MAX_CHAIN];
+    struct fld_impl_rec **order; /* ranked candidates; room for every impl of the op */
     size_t n;
+    size_t n_ranked; /* before the cut to MAX_CHAIN: n_ranked - n were left out */
     struct rejection *rejected; /* optional (explain) */
     size_t n_rejected, cap_rejected;
     char order_text[256];
@@ -50,8 +58,9 @@ struct selection {
 };
 
 /* Every static function, in the order they appear: the order, then the filters. */
-static void select_candidates(struct fld_op_s *op, int dev, int dt, const struct fld_policy *pol,
-                              struct selection *sel);
+static int select_candidates(struct fld_op_s *op, int dev, int dt, const struct fld_policy *pol,
+                             struct selection *sel);
+static int by_priority(const void *a, const void *b);
 static bool token_matches(const struct fld_token *t, const struct fld_impl_rec *impl);
 static void apply_manifest(struct fld_op_s *op, int dev, int dt, const struct fld_policy *pol,
                            struct selection *sel);
@@ -69,8 +78,17 @@ struct fld_chain *fld__select_chain(struct fld_op_s *op, int dev, int dt,
                                     const struct fld_policy *pol, uint64_t generation)
 {
     struct selection sel = {0};
-    select_candidates(op, dev, dt, pol, &sel);
+    if (select_candidates(op, dev, dt, pol, &sel) != FLD_OK)
+        return NULL;
     struct fld_chain *c = chain_new(&sel, pol, generation);
+    if (c && sel.n_ranked > sel.n)
+        fld__log(FLD_LOG_WARNING,
+                 "op '%s' (%s, %s) has %zu candidates; a chain keeps the first %d by order and "
+                 "priority (the last of them '%s'), so %zu lower-ranked ones are never tried "
+                 "(fld_explain and 'fldispatch resolve' list them)",
+                 op->name, fld__device_label(dev), fld__dtype_label(dt), sel.n_ranked, MAX_CHAIN,
+                 sel.order[sel.n - 1]->impl_id, sel.n_ranked - sel.n);
+    free(sel.order);
     if (c && fld__dispatch_debug()) {
         if (c->n)
             fld__log(FLD_LOG_DEBUG, "[DISPATCH] Op '%s' (%s, %s) -> '%s' (kind=%s%s%s) order %s",
@@ -104,7 +122,12 @@ int fld__select_explain(struct fld_op_s *op, int dev, int dt, int device_type, D
         fld_resolution_free(res);
         return fld__fail(FLD_ENOMEM, "out of memory");
     }
-    select_candidates(op, dev, dt, fld__policy_effective(), &sel);
+    if (select_candidates(op, dev, dt, fld__policy_effective(), &sel) != FLD_OK) {
+        fld__unlock();
+        free(sel.rejected);
+        fld_resolution_free(res);
+        return fld__fail(FLD_ENOMEM, "out of memory");
+    }
     /* order_source points into the policy, which a change may free once the
      * lock is released: copied now. */
     res->order_source = strdup(sel.order_source ? sel.order_source : "");
@@ -124,6 +147,7 @@ int fld__select_explain(struct fld_op_s *op, int dev, int dt, int device_type, D
     }
     res->order = strdup(sel.order_text);
     free(sel.rejected);
+    free(sel.order);
     if (rc || !res->order || !res->order_source) {
         fld_resolution_free(res);
         return fld__fail(FLD_ENOMEM, "out of memory");
@@ -147,47 +171,70 @@ void fld_resolution_free(fld_resolution *res)
 
 /* ---- the order ---------------------------------------------------------- */
 
-/* Builds the ordered candidates of op for (dev, dt) under pol. Host lock held. */
-static void select_candidates(struct fld_op_s *op, int dev, int dt, const struct fld_policy *pol,
-                              struct selection *sel)
+/*
+ * Builds the ordered candidates of op for (dev, dt) under pol: every impl
+ * that passes the filters is ranked, then the chain keeps the first
+ * MAX_CHAIN. Host lock held. FLD_ENOMEM (nothing logged or set) when the
+ * working arrays cannot be allocated; else sel->order is the caller's to free.
+ */
+static int select_candidates(struct fld_op_s *op, int dev, int dt, const struct fld_policy *pol,
+                             struct selection *sel)
 {
-    struct fld_impl_rec *survivors[MAX_CHAIN];
-    bool placed[MAX_CHAIN] = {false};
-    size_t n_surv = 0;
+    const size_t cap = op->n_impls ? op->n_impls : 1;
+    struct fld_impl_rec **survivors = malloc(cap * sizeof *survivors);
+    bool *placed = calloc(cap, sizeof *placed);
+    sel->order = malloc(cap * sizeof *sel->order);
     sel->n = 0;
-    for (size_t i = 0; i < op->n_impls; i++) {
-        struct fld_impl_rec *impl = op->impls[i];
-        if (!passes_filters(pol, impl, dev, dt, sel))
-            continue;
-        if (n_surv == MAX_CHAIN) {
-            reject(sel, impl, "more than %d candidates; ignored", MAX_CHAIN);
-            continue;
-        }
-        survivors[n_surv++] = impl; /* in ascending impl_id order */
+    if (!survivors || !placed || !sel->order) {
+        free(survivors);
+        free(placed);
+        free(sel->order);
+        sel->order = NULL;
+        return FLD_ENOMEM;
     }
+    size_t n_surv = 0, n_placed = 0;
+    for (size_t i = 0; i < op->n_impls; i++)
+        if (passes_filters(pol, op->impls[i], dev, dt, sel))
+            survivors[n_surv++] = op->impls[i]; /* in ascending impl_id order */
     const struct fld_order *order = fld__policy_order_for(pol, op->name, &sel->order_source);
     fld__order_format(order, sel->order_text, sizeof sel->order_text);
-    for (size_t t = 0; t < order->n; t++) {
+    for (size_t t = 0; t < order->n && n_placed < n_surv; t++) {
         size_t first = sel->n;
         for (size_t i = 0; i < n_surv; i++) {
             if (placed[i] || !token_matches(&order->tokens[t], survivors[i]))
                 continue;
-            /* Insert by descending priority; equal priorities keep impl_id order. */
-            size_t k = sel->n;
-            while (k > first && sel->order[k - 1]->priority < survivors[i]->priority) {
-                sel->order[k] = sel->order[k - 1];
-                k--;
-            }
-            sel->order[k] = survivors[i];
-            sel->n++;
+            sel->order[sel->n++] = survivors[i];
             placed[i] = true;
+            n_placed++;
         }
+        /* Descending priority; equal priorities by ascending impl_id. */
+        qsort(sel->order + first, sel->n - first, sizeof *sel->order, by_priority);
     }
     for (size_t i = 0; i < n_surv; i++)
         if (!placed[i])
             reject(sel, survivors[i], "matches no token of the order '%s'", sel->order_text);
+    free(survivors);
+    free(placed);
     if (pol->manifest)
         apply_manifest(op, dev, dt, pol, sel);
+    sel->n_ranked = sel->n;
+    if (sel->n > MAX_CHAIN) {
+        for (size_t i = MAX_CHAIN; i < sel->n; i++)
+            reject(sel, sel->order[i],
+                   "ranked %zu of %zu candidates; a chain keeps the first %d, so it is never tried",
+                   i + 1, sel->n, MAX_CHAIN);
+        sel->n = MAX_CHAIN;
+    }
+    return FLD_OK;
+}
+
+static int by_priority(const void *a, const void *b)
+{
+    const struct fld_impl_rec *x = *(struct fld_impl_rec *const *)a;
+    const struct fld_impl_rec *y = *(struct fld_impl_rec *const *)b;
+    if (x->priority != y->priority)
+        return x->priority > y->priority ? -1 : 1;
+    return strcmp(x->impl_id, y->impl_id);
 }
 
 static bool token_matches(const struct fld_token *t, const struct fld_impl_rec *impl)
@@ -258,13 +305,13 @@ static void apply_manifest(struct fld_op_s *op, int dev, int dt, const struct fl
     memcpy(rest, sel->order_text, sizeof rest);
     snprintf(sel->order_text, sizeof sel->order_text, "impl:%s (then %s)", e->impl_id, rest);
     sel->order_source = sel->manifest_source;
+    /* sel->order has room for every impl of the op, and pinned passed the
+     * filters: it is among the ranked, or it matched no token. */
     size_t at = sel->n;
     for (size_t i = 0; i < sel->n; i++)
         if (sel->order[i] == pinned)
             at = i;
-    if (at == sel->n && sel->n == MAX_CHAIN)
-        at = sel->n - 1; /* full: the last candidate makes room */
-    else if (at == sel->n)
+    if (at == sel->n)
         sel->n++;
     memmove(&sel->order[1], &sel->order[0], at * sizeof sel->order[0]);
     sel->order[0] = pinned;

@@ -841,7 +841,8 @@ static inline bool fast_rows(const DLTensor *t, int64_t rows, int64_t width, uns
         if (rows > 1)
             stride = st[0];
     }
-    FAST_NEED((uint64_t)(stride - width) >> FAST_SHIFT == 0);
+    /* In unsigned arithmetic: a stride near INT64_MIN must not overflow. */
+    FAST_NEED(((uint64_t)stride - (uint64_t)width) >> FAST_SHIFT == 0);
     const uintptr_t data = (uintptr_t)t->data, lo = data + (uintptr_t)t->byte_offset;
     FAST_NEED(((data - 1) >> 62 | t->byte_offset >> FAST_SHIFT | (lo & ((1u << shift) - 1))) == 0);
     v->lo = lo;
@@ -941,8 +942,10 @@ static inline bool fast_rms_norm(const fld_rms_norm_args *a, struct fld_call_key
     FAST_NEED(fast_rows(x, rows, width, shift, &xv) && fast_rows(out, rows, width, shift, &ov));
     FAST_NEED((ov.lo == xv.lo && ov.stride == xv.stride) || fast_apart(&ov, &xv));
     FAST_NEED(a->eps >= 0.0f && a->eps <= FLT_MAX);
+    /* Each operand's rank (in its ndim and dtype word) is checked before
+     * its shape is read: the caller's shape array has ndim entries only. */
     if (w) {
-        FAST_NEED(w->shape && w->shape[0] == width && device_word(w) == device_word(x));
+        FAST_NEED(w->shape && device_word(w) == device_word(x));
         const uint64_t ww = ndim_dtype_word(w);
         unsigned wshift = shift;
         if (ww != (dt == FLD_DT_F32    ? nd_word(1, kDLFloat, 32)
@@ -951,17 +954,18 @@ static inline bool fast_rms_norm(const fld_rms_norm_args *a, struct fld_call_key
             FAST_NEED(ww == nd_word(1, kDLFloat, 32)); /* float32 with a 16-bit x */
             wshift = 2;
         }
+        FAST_NEED(w->shape[0] == width);
         FAST_NEED(fast_row(w, width, wshift, &wv) && fast_apart(&ov, &wv));
     }
     if (r) {
-        FAST_NEED(r->shape && r->shape[0] == rows && r->shape[1] == width &&
-                  device_word(r) == device_word(x));
+        FAST_NEED(r->shape && device_word(r) == device_word(x));
         const uint64_t rw = ndim_dtype_word(r);
         unsigned rshift = shift;
         if (rw != ndim_dtype_word(x)) {
             FAST_NEED(rw == nd_word(2, kDLFloat, 32)); /* float32 with a 16-bit x */
             rshift = 2;
         }
+        FAST_NEED(r->shape[0] == rows && r->shape[1] == width);
         struct fast_view rv;
         FAST_NEED(fast_rows(r, rows, width, rshift, &rv));
         FAST_NEED(fast_apart(&rv, &ov) && fast_apart(&rv, &xv) && (!w || fast_apart(&rv, &wv)));
@@ -1008,21 +1012,23 @@ static inline bool fast_rotary(const fld_rotary_embedding_args *a, struct fld_ca
     FAST_NEED(fast_first(q, &dt, &shift, &dev) && dev == FLD_DEV_CPU);
     FAST_NEED(p && p->shape && c && c->shape && device_word(p) == device_word(q) &&
               device_word(c) == device_word(q));
+    /* Ranks (in the ndim and dtype words) before shapes, as for rms_norm. */
+    const uint64_t cw = ndim_dtype_word(c);
+    const bool c32 = cw == nd_word(2, kDLFloat, 32);
+    FAST_NEED(c32 || cw == ndim_dtype_word(q));
     const int64_t tokens = q->shape[0], width = q->shape[1], hs = a->head_size;
     const int64_t max_pos = c->shape[0], rot_dim = c->shape[1];
     FAST_NEED(fast_sizes(tokens, width) && fast_sizes(max_pos, rot_dim) && fast_sizes(hs, 1));
     FAST_NEED((rot_dim & 1) == 0 && rot_dim <= hs && (uint32_t)width % (uint32_t)hs == 0);
-    const uint64_t cw = ndim_dtype_word(c);
-    const bool c32 = cw == nd_word(2, kDLFloat, 32);
-    FAST_NEED(c32 || cw == ndim_dtype_word(q));
     struct fast_view pv, qv, kv = {0, 0, 0}, cv;
     FAST_NEED(fast_rows(q, tokens, width, shift, &qv) &&
               fast_rows(c, max_pos, rot_dim, c32 ? 2 : shift, &cv));
     FAST_NEED(fast_apart(&qv, &cv));
     if (k) {
-        FAST_NEED(k->shape && k->shape[0] == tokens);
+        FAST_NEED(k->shape && ndim_dtype_word(k) == ndim_dtype_word(q) &&
+                  device_word(k) == device_word(q));
+        FAST_NEED(k->shape[0] == tokens);
         const int64_t kwidth = k->shape[1];
-        FAST_NEED(ndim_dtype_word(k) == ndim_dtype_word(q) && device_word(k) == device_word(q));
         FAST_NEED(fast_sizes(kwidth, 1) && (uint32_t)kwidth % (uint32_t)hs == 0);
         FAST_NEED(fast_rows(k, tokens, kwidth, shift, &kv));
         FAST_NEED(fast_apart(&kv, &qv) && fast_apart(&kv, &cv));

@@ -410,6 +410,53 @@ START_TEST(test_yaml_errors)
 }
 END_TEST
 
+/* Files in other encodings (tests/data/yaml_encoding/README.md): refused with a position. */
+static const struct {
+    const char *file, *position, *needle;
+} encoded_yaml[] = {
+    {"utf16le-bom.yaml", ":1:1: ", "byte order mark of UTF-16LE; a YAML file here is UTF-8"},
+    {"utf16be-bom.yaml", ":1:1: ", "byte order mark of UTF-16BE"},
+    {"utf32le-bom.yaml", ":1:1: ", "byte order mark of UTF-32LE"},
+    {"utf32be-bom.yaml", ":1:1: ", "byte order mark of UTF-32BE"},
+    {"utf16le-no-bom.yaml", ":1:2: ", "cannot read the file"},
+    {"latin1.yaml", ":2:6: ", "cannot read the file"},
+};
+
+START_TEST(test_yaml_encodings)
+{
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    char before[2048], path[PATH_MAX];
+    snprintf(before, sizeof before, "%s", describe());
+    snprintf(path, sizeof path, "%s/tests/data/yaml_encoding/%s", tt_src_dir(),
+             encoded_yaml[_i].file);
+    int rc = fld_policy_load_file(path);
+    ck_assert_msg(rc == FLD_ECONFIG, "%s gave %d (%s)", encoded_yaml[_i].file, rc,
+                  fld_last_error());
+    char located[PATH_MAX + 64];
+    snprintf(located, sizeof located, "%s%s", path, encoded_yaml[_i].position);
+    assert_error_has(located);
+    assert_error_has(encoded_yaml[_i].needle);
+    ck_assert_str_eq(describe(), before);
+}
+END_TEST
+
+/* A UTF-8 byte order mark is allowed; positions count from after it. */
+START_TEST(test_yaml_utf8_byte_order_mark)
+{
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/tests/data/yaml_encoding/utf8-bom.yaml", tt_src_dir());
+    int rc = fld_policy_load_file(path);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    ck_assert_msg(strstr(describe(), "prefer=vendor") != NULL, "%s", describe());
+    const char *bad = write_file("bom-bad.yaml", "\xef\xbb\xbfprefer: [vendor\n");
+    ck_assert_int_eq(fld_policy_load_file(bad), FLD_ECONFIG);
+    char located[PATH_MAX + 64];
+    snprintf(located, sizeof located, "%s:2:1: ", bad);
+    assert_error_has(located);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* Valid YAML: values                                                       */
 /* ------------------------------------------------------------------------ */
@@ -1499,6 +1546,8 @@ static Suite *config_suite(void)
     tc = tcase_create("yaml");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_loop_test(tc, test_yaml_errors, 0, N_OF(bad_yaml));
+    tcase_add_loop_test(tc, test_yaml_encodings, 0, N_OF(encoded_yaml));
+    tcase_add_test(tc, test_yaml_utf8_byte_order_mark);
     tcase_add_loop_test(tc, test_yaml_valid, 0, N_OF(good_yaml));
     tcase_add_test(tc, test_yaml_sources);
     suite_add_tcase(s, tc);

@@ -35,9 +35,9 @@ typedef struct good_echo_args {
 /* Every fixture of tests/plugins/, in reverse name order so that creation
  * order (and likely readdir order) differs from the sorted load order. */
 static const char *const all_fixtures[] = {
-    "vendor_missing", "unavailable", "register_fails", "null_fn",  "no_descriptor",
-    "good",           "failing",     "dup_impl",       "bad_name", "bad_magic",
-    "abi_old",        "abi_minor",   "abi_major",
+    "vendor_missing", "unavailable", "register_silent", "register_fails", "null_fn",
+    "no_descriptor",  "good",        "failing",         "dup_impl",       "bad_name",
+    "bad_magic",      "abi_old",     "abi_minor",       "abi_major",
 };
 #define N_FIXTURES (sizeof(all_fixtures) / sizeof(all_fixtures[0]))
 
@@ -379,6 +379,7 @@ static fld_resolution *explain_cpu_f32(const char *op)
 
 static const char *const rejected_impl_ids[] = {
     "vendor.register_fails",
+    "vendor.register_silent",
     "vendor.dup_impl",
     "vendor.vendor_missing",
     "vendor.null_fn",
@@ -413,7 +414,14 @@ START_TEST(test_every_fixture)
         {"abi_old", FLD_PLUGIN_LOADED, "", NULL},
         {"bad_magic", FLD_PLUGIN_REJECTED, "bad descriptor magic", NULL},
         {"bad_name", FLD_PLUGIN_REJECTED, "Bad Name!", NULL},
-        {"register_fails", FLD_PLUGIN_REJECTED, "register_builtins failed", NULL},
+        {"register_fails", FLD_PLUGIN_REJECTED,
+         "register_builtins failed: plugin 'register_fails' returned status -1 (invalid "
+         "argument): register_fails fixture: giving up",
+         NULL},
+        {"register_silent", FLD_PLUGIN_REJECTED,
+         "register_builtins failed: plugin 'register_silent' returned status -6 (implementation "
+         "failed) without an error message",
+         NULL},
         {"dup_impl", FLD_PLUGIN_REJECTED, "invalid implementation record",
          "duplicate impl_id 'vendor.dup_impl'"},
         {"vendor_missing", FLD_PLUGIN_REJECTED, "invalid implementation record",
@@ -856,6 +864,10 @@ START_TEST(test_load_plugin_rejections)
         {"abi_major", 0755, abi_major},
         {"no_descriptor", 0755, "no plugin descriptor"},
         {"register_fails", 0755, "register_builtins failed"},
+        /* after a failed load: the thread's last error must not pass for this plugin's */
+        {"register_silent", 0755,
+         "register_builtins failed: plugin 'register_silent' returned status -6 (implementation "
+         "failed) without an error message"},
         {"dup_impl", 0755, "duplicate impl_id"},
         {"good", 0646, "writable by others"},
     };

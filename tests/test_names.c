@@ -33,11 +33,13 @@ static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char lines[MAX_LINES][1100];
 static int levels[MAX_LINES];
 static int n_lines;
+static int n_warnings_total; /* every WARNING, also past MAX_LINES */
 
 static void capture(int level, const char *message, void *user)
 {
     (void)user;
     pthread_mutex_lock(&log_mu);
+    n_warnings_total += level == FLD_LOG_WARNING;
     if (n_lines < MAX_LINES) {
         levels[n_lines] = level;
         snprintf(lines[n_lines++], sizeof lines[0], "%s", message);
@@ -268,6 +270,51 @@ START_TEST(unknown_variables)
 }
 END_TEST
 
+/*
+ * Thousands of unknown names (a generated VLLM_FL_PER_OP) give the first
+ * five their lines and one line for the rest, not a line each.
+ */
+START_TEST(many_unknown_names_are_summarised)
+{
+    setup();
+    enum { UNKNOWN_OPS = 2000, UNKNOWN_VARIABLES = 40 };
+    char *per_op = malloc(UNKNOWN_OPS * 32);
+    ck_assert_ptr_nonnull(per_op);
+    size_t len = 0;
+    for (int i = 0; i < UNKNOWN_OPS; i++)
+        len += (size_t)sprintf(per_op + len, "%sno_such_op_%04d=vendor", i ? ";" : "", i);
+    setenv("VLLM_FL_PER_OP", per_op, 1);
+    free(per_op);
+    setenv("VLLM_FL_DENY_VENDORS", "no_vendor_a,no_vendor_b", 1);
+    for (int i = 0; i < UNKNOWN_VARIABLES; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "VLLM_FL_NO_SUCH_KNOB_%02d", i);
+        setenv(name, "1", 1);
+    }
+    char manifest[2048] = "version: 1\nentries:\n";
+    for (int i = 0; i < 12; i++)
+        snprintf(manifest + strlen(manifest), sizeof manifest - strlen(manifest),
+                 "  - {op: no_manifest_op_%02d, device: cpu, dtype: f32, impl: vendor.gamma}\n", i);
+    setenv("VLLM_FL_MANIFEST", write_file("frozen.yaml", manifest), 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    /* The policy: 5 names listed, then the count of the other 1997. */
+    ck_assert_int_eq(warnings_with((const char *const[]){"no op named 'no_such_op_", NULL}), 5);
+    assert_warned_once("... and 1997 more unknown names in the policy (only the first 5 are listed)");
+    /* The environment: the same, on its own count. */
+    ck_assert_int_eq(warnings_with((const char *const[]){"unknown variable VLLM_FL_NO_SUCH", NULL}),
+                     5);
+    assert_warned_once("... and 35 more unknown VLLM_FL_* variables");
+    /* The manifest: the same, on its own count. */
+    ck_assert_int_eq(warnings_with((const char *const[]){"no op named 'no_manifest_op_", NULL}), 5);
+    assert_warned_once("... and 7 more manifest entries that cannot be used");
+    ck_assert_msg(n_warnings_total == 18, "%d WARNING lines; log:\n%s", n_warnings_total,
+                  all_lines());
+    /* Every unknown name still counts for strict mode: the first is the error. */
+    setenv("VLLM_FL_STRICT", "1", 1);
+    ck_assert_int_eq(fld_reload(), FLD_ECONFIG);
+}
+END_TEST
+
 /* VLLM_FL_STRICT=1: the first unknown name is the error, nothing is applied. */
 static const struct {
     const char *variable, *value, *message;
@@ -321,6 +368,7 @@ static Suite *names_suite(void)
     tcase_add_test(tc, manifest_names_with_file_and_line);
     tcase_add_test(tc, custom_ops_and_op_lists);
     tcase_add_test(tc, unknown_variables);
+    tcase_add_test(tc, many_unknown_names_are_summarised);
     tcase_add_loop_test(tc, strict_mode_makes_them_errors, 0,
                         (int)(sizeof strict_cases / sizeof strict_cases[0]));
     tcase_add_test(tc, vendor_names_ignore_case);

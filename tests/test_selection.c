@@ -15,6 +15,7 @@
  * are kept out by pointing VLLM_FL_PLUGIN_DIR at an empty directory.
  */
 #include <check.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1683,6 +1684,127 @@ END_TEST
 
 /* ------------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------------ */
+/* Many candidates: every one is ranked before a chain keeps its first 64   */
+/* ------------------------------------------------------------------------ */
+
+#define VARIANTS 100
+#define CHAIN_KEEPS 64
+
+static int rejected_with(const fld_resolution *r, const char *needle)
+{
+    int n = 0;
+    for (size_t i = 0; i < r->n_rejected; i++)
+        n += strstr(r->rejected[i].reason, needle) != NULL;
+    return n;
+}
+
+/*
+ * The real cpu plugin plus one plugin of VARIANTS low-priority f32
+ * silu_and_mul variants whose impl_ids sort before 'vendor.cpu': ranked by
+ * priority, vendor.cpu still wins and runs, and the variants ranked past
+ * the chain's 64 are reported, not silently dropped.
+ */
+START_TEST(many_low_priority_variants_keep_vendor_cpu)
+{
+    static char ids[VARIANTS][32];
+    static fld_impl variants[VARIANTS];
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/lib/fldispatch/plugins/fld-cpu.so", tt_build_dir());
+    capture_logs();
+    fld_log_set_level(FLD_LOG_WARNING);
+    int rc = fld_load_plugin(path);
+    ck_assert_msg(rc == FLD_OK, "fld_load_plugin(%s): %s", path, fld_last_error());
+    for (int i = 0; i < VARIANTS; i++) {
+        snprintf(ids[i], sizeof ids[i], "vendor.a_variant_%03d", i);
+        variants[i] = mk_catalog(FLD_OP_SILU_AND_MUL, ids[i], FLD_KIND_VENDOR, "variants", 1, 0);
+        variants[i].devices = FLD_DEVICE_MASK_CPU;
+        variants[i].dtypes = FLD_DTYPE_MASK_F32;
+    }
+    add_plugin("variants", variants, VARIANTS);
+
+    const char *impl = NULL;
+    rc = fld_resolve(FLD_OP_SILU_AND_MUL, FLD_DEVICE_CPU, FLD_DTYPE_F32, &impl);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    ck_assert_str_eq(impl, "vendor.cpu");
+
+    fld_resolution *r = NULL;
+    ck_assert_int_eq(fld_explain(FLD_OP_SILU_AND_MUL, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r), FLD_OK);
+    ck_assert_uint_eq(r->n_candidates, CHAIN_KEEPS);
+    ck_assert_str_eq(r->candidates[0], "vendor.cpu");
+    /* vendor.cpu, the variants, then the reference impl(s): all ranked, the tail cut. */
+    const size_t ranked = CHAIN_KEEPS + (size_t)rejected_with(r, "a chain keeps the first 64");
+    ck_assert_uint_ge(ranked, VARIANTS + 2);
+    ck_assert_str_eq(r->candidates[1], "vendor.a_variant_000"); /* ties by impl_id */
+    fld_resolution_free(r);
+
+    /* A real call runs vendor.cpu, not a variant (their kernel counts slot 0). */
+    float xv[2 * 8], ov[2 * 4];
+    for (int i = 0; i < 16; i++)
+        xv[i] = (float)i / 8.0f;
+    int64_t xs[2] = {2, 8}, os[2] = {2, 4};
+    DLTensor x = {xv, {kDLCPU, 0}, 2, FLD_DTYPE_F32, xs, NULL, 0};
+    DLTensor out = {ov, {kDLCPU, 0}, 2, FLD_DTYPE_F32, os, NULL, 0};
+    ck_assert_int_eq(fld_silu_and_mul(&out, &x), FLD_OK);
+    ck_assert_int_eq(atomic_load(&runs[0]), 0);
+    /* Building that chain said what it left out. */
+    if (count_logs(FLD_LOG_WARNING, "a chain keeps the first 64") != 1)
+        dump_logs();
+    ck_assert_int_eq(count_logs(FLD_LOG_WARNING, "a chain keeps the first 64"), 1);
+}
+END_TEST
+
+#define SMALL_PLUGINS 1000
+
+/* 1,000 small plugins, then one whose impl has the highest priority: it is chosen. */
+START_TEST(high_priority_impl_after_a_thousand_others)
+{
+    static char names[SMALL_PLUGINS + 1][16], ids[SMALL_PLUGINS + 1][32];
+    static fld_impl impls[SMALL_PLUGINS + 1];
+    static fld_plugin_descriptor descs[SMALL_PLUGINS + 1];
+    capture_logs();
+    fld_log_set_level(FLD_LOG_WARNING);
+    for (int i = 0; i <= SMALL_PLUGINS; i++) {
+        const bool last = i == SMALL_PLUGINS;
+        snprintf(names[i], sizeof names[i], last ? "late" : "small%04d", i);
+        snprintf(ids[i], sizeof ids[i], last ? "vendor.zz_late" : "vendor.small%04d", i);
+        impls[i] = mk("t_many", ids[i], FLD_KIND_VENDOR, names[i], last ? 100000 : 1 + i % 7,
+                      last ? 1 : 0);
+        descs[i] = (fld_plugin_descriptor){FLD_PLUGIN_MAGIC,
+                                           FLD_PLUGIN_ABI_MAJOR,
+                                           FLD_PLUGIN_ABI_MINOR,
+                                           sizeof(fld_plugin_descriptor),
+                                           0,
+                                           names[i],
+                                           "1.0",
+                                           FLD_VERSION_STRING,
+                                           register_pending};
+        pending = &impls[i];
+        n_pending = 1;
+        int rc = fld_register_plugin(&descs[i]);
+        pending = NULL;
+        n_pending = 0;
+        ck_assert_msg(rc == FLD_OK, "plugin %s: %s", names[i], fld_last_error());
+    }
+    const char *impl = NULL;
+    int rc = fld_resolve("t_many", FLD_DEVICE_CPU, FLD_DTYPE_F32, &impl);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    ck_assert_str_eq(impl, "vendor.zz_late");
+    struct targs a = {0};
+    ck_assert_int_eq(fld_call_by_name("t_many", &a), FLD_OK);
+    ck_assert_int_eq(a.who, 1);
+
+    /* The chain holds the 64 best by priority (ties by impl_id), in that order. */
+    fld_resolution *r = NULL;
+    ck_assert_int_eq(fld_explain("t_many", FLD_DEVICE_CPU, FLD_DTYPE_F32, &r), FLD_OK);
+    ck_assert_uint_eq(r->n_candidates, CHAIN_KEEPS);
+    ck_assert_int_eq(rejected_with(r, "a chain keeps the first 64"), SMALL_PLUGINS + 1 - CHAIN_KEEPS);
+    ck_assert_str_eq(r->candidates[1], "vendor.small0006"); /* priority 7, the smallest id */
+    ck_assert_str_eq(r->candidates[2], "vendor.small0013");
+    fld_resolution_free(r);
+}
+END_TEST
+
 static Suite *selection_suite(void)
 {
     Suite *s = suite_create("selection");
@@ -1694,6 +1816,12 @@ static Suite *selection_suite(void)
     tcase_add_test(tc, ties_by_ascending_impl_id);
     tcase_add_test(tc, priority_descending_within_token);
     tcase_add_test(tc, registration_order_is_irrelevant);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("many_candidates");
+    tcase_add_test(tc, many_low_priority_variants_keep_vendor_cpu);
+    tcase_add_test(tc, high_priority_impl_after_a_thousand_others);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("tokens");

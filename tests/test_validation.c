@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <fldispatch/plugin.h>
 
@@ -80,6 +81,55 @@ static void td_strides(struct td *d, const int64_t *strides)
     d->t.strides = d->strides;
 }
 
+/*
+ * The caller's arrays as an application allocates them: shape and strides
+ * of exactly ndim entries (none for a rank <= 0), each ending where a
+ * PROT_NONE page starts. A validator that reads one entry past them
+ * (shape[1] of a rank-1 tensor, shape[0] of a rank-0 one) gets SIGSEGV in
+ * every build, not only under AddressSanitizer. The calls below pass their
+ * fixture tensors through tight().
+ */
+#define TIGHT_MAX 16
+static struct {
+    void *map[TIGHT_MAX];
+    size_t n;
+} tight_maps;
+
+static int64_t *tight_array(const int64_t *src, int ndim)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t n = ndim > 0 ? (size_t)ndim : 0;
+    ck_assert(n * sizeof(int64_t) <= page && tight_maps.n < TIGHT_MAX);
+    char *m = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(m != MAP_FAILED);
+    ck_assert_int_eq(mprotect(m + page, page, PROT_NONE), 0);
+    tight_maps.map[tight_maps.n++] = m;
+    int64_t *a = (int64_t *)(void *)(m + page) - n;
+    for (size_t i = 0; i < n; i++)
+        a[i] = i < 6 ? src[i] : 1; /* a fixture holds 6 entries */
+    return a;
+}
+
+/* A copy of d whose shape and strides (where set) are tight arrays. */
+static DLTensor *tight(DLTensor *copy, const struct td *d)
+{
+    *copy = d->t;
+    if (d->t.shape)
+        copy->shape = tight_array(d->t.shape, d->t.ndim);
+    if (d->t.strides)
+        copy->strides = tight_array(d->t.strides, d->t.ndim);
+    return copy;
+}
+
+/* Unmaps the arrays of the call that just returned. */
+static void tight_release(void)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < tight_maps.n; i++)
+        munmap(tight_maps.map[i], 2 * page);
+    tight_maps.n = 0;
+}
+
 /* A distinct no-access address for the k-th tensor of a call. */
 static void *na(int k)
 {
@@ -114,6 +164,15 @@ static int call_act(int op, DLTensor *out, const DLTensor *x)
     default:
         return fld_gelu_tanh_and_mul(out, x);
     }
+}
+
+/* call_act() on fixture tensors (NULL: absent), passed with tight arrays. */
+static int call_act_tight(int op, const struct td *out, const struct td *x)
+{
+    DLTensor o, i;
+    int rc = call_act(op, out ? tight(&o, out) : NULL, x ? tight(&i, x) : NULL);
+    tight_release();
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -294,6 +353,31 @@ static const char *act_case(int i, struct act_fx *f, const char **e)
         f->x.t.byte_offset = 32; /* data + byte_offset itself wraps */
         e[0] = "'x'", e[1] = "too large";
         return "byte_offset wraps the address";
+    /* Row strides at the far end of int64: no arithmetic on them may overflow. */
+    case 35:
+        td_strides(&f->x, (int64_t[]){INT64_MIN, 1});
+        e[0] = "'x'", e[1] = "negative row stride";
+        return "x row stride INT64_MIN";
+    case 36:
+        td_strides(&f->out, (int64_t[]){INT64_MIN, 1});
+        e[0] = "'out'", e[1] = "negative row stride";
+        return "out row stride INT64_MIN";
+    case 37:
+        td_strides(&f->out, (int64_t[]){INT64_MAX, 1});
+        e[0] = "'out'", e[1] = "too large";
+        return "out row stride INT64_MAX";
+    case 38:
+        td_set(&f->out, na(1), FLD_DTYPE_F32, 1, (int64_t[]){8}, NULL);
+        e[0] = "'out' has shape [8] but 'x' has [4, 16]";
+        return "out rank 1";
+    case 39:
+        td_set(&f->out, na(1), FLD_DTYPE_F32, 0, (int64_t[]){0}, NULL);
+        e[0] = "'out'", e[1] = "ndim 0";
+        return "out rank 0";
+    case 40:
+        td_set(&f->x, na(0), FLD_DTYPE_F32, 1, (int64_t[]){16}, NULL);
+        e[0] = "'out' has shape [4, 8] but 'x' has [16]";
+        return "x rank 1";
     default:
         return END_OF_CASES;
     }
@@ -312,7 +396,7 @@ START_TEST(test_activation_rules)
             break;
         char label[128];
         snprintf(label, sizeof label, "%s case %d (%s)", act_ops[_i], i, what);
-        int rc = call_act(_i, f.out_null ? NULL : &f.out.t, f.x_null ? NULL : &f.x.t);
+        int rc = call_act_tight(_i, f.out_null ? NULL : &f.out, f.x_null ? NULL : &f.x);
         const char *subs[9] = {act_ops[_i]};
         memcpy(subs + 1, e, sizeof e);
         expect_einval(label, rc, subs);
@@ -390,13 +474,17 @@ static void rms_fx_init(struct rms_fx *f)
     f->eps = 1e-6f;
 }
 
+/* The fixture's call, every tensor with tight arrays. */
 static int call_rms(bool gemma, struct rms_fx *f)
 {
-    DLTensor *out = f->out_null ? NULL : &f->out.t;
-    const DLTensor *x = f->x_null ? NULL : &f->x.t;
-    const DLTensor *w = f->no_weight ? NULL : &f->weight.t;
-    DLTensor *r = f->no_residual ? NULL : &f->residual.t;
-    return gemma ? fld_gemma_rms_norm(out, x, w, r, f->eps) : fld_rms_norm(out, x, w, r, f->eps);
+    DLTensor to, tx, tw, tr;
+    DLTensor *out = f->out_null ? NULL : tight(&to, &f->out);
+    const DLTensor *x = f->x_null ? NULL : tight(&tx, &f->x);
+    const DLTensor *w = f->no_weight ? NULL : tight(&tw, &f->weight);
+    DLTensor *r = f->no_residual ? NULL : tight(&tr, &f->residual);
+    int rc = gemma ? fld_gemma_rms_norm(out, x, w, r, f->eps) : fld_rms_norm(out, x, w, r, f->eps);
+    tight_release();
+    return rc;
 }
 
 static const char *rms_case(int i, struct rms_fx *f, const char **e)
@@ -525,6 +613,46 @@ static const char *rms_case(int i, struct rms_fx *f, const char **e)
         f->weight.t.dtype = (DLDataType){kDLFloat, 64, 1};
         e[0] = "'weight'", e[1] = "float64";
         return "weight float64";
+    /* Operands of every rank around the expected one (each shape array is
+     * exactly its rank long: nothing may read past it). */
+    case 29:
+        td_set(&f->residual, na(3), FLD_DTYPE_F32, 1, (int64_t[]){769}, NULL);
+        e[0] = "'residual' has shape [769] but 'x' has [7, 769]";
+        return "residual rank 1";
+    case 30:
+        td_set(&f->residual, na(3), FLD_DTYPE_F32, 0, (int64_t[]){0}, NULL);
+        e[0] = "'residual'", e[1] = "ndim 0";
+        return "residual rank 0";
+    case 31:
+        td_set(&f->weight, na(2), FLD_DTYPE_F32, 0, (int64_t[]){0}, NULL);
+        e[0] = "'weight'", e[1] = "ndim 0";
+        return "weight rank 0";
+    case 32:
+        td_set(&f->weight, na(2), FLD_DTYPE_F32, 2, (int64_t[]){1, 769}, NULL);
+        e[0] = "'weight' has shape [1, 769]", e[1] = "expected [769]";
+        return "weight rank 2";
+    case 33:
+        td_set(&f->out, na(1), FLD_DTYPE_F32, 1, (int64_t[]){769}, NULL);
+        e[0] = "'out' has shape [769] but 'x' has [7, 769]";
+        return "out rank 1";
+    case 34:
+        td_set(&f->x, na(0), FLD_DTYPE_F32, 1, (int64_t[]){769}, NULL);
+        e[0] = "'out' has shape [7, 769] but 'x' has [769]";
+        return "x rank 1";
+    case 35:
+        f->x.t.dtype = f->out.t.dtype = FLD_DTYPE_F16;
+        td_set(&f->residual, na(3), FLD_DTYPE_F32, 1, (int64_t[]){769}, NULL);
+        e[0] = "'residual' has shape [769]";
+        return "float32 residual of rank 1 with a 16-bit x";
+    case 36:
+        f->x.t.dtype = f->out.t.dtype = FLD_DTYPE_BF16;
+        td_set(&f->weight, na(2), FLD_DTYPE_F32, 0, (int64_t[]){0}, NULL);
+        e[0] = "'weight'", e[1] = "ndim 0";
+        return "float32 weight of rank 0 with a 16-bit x";
+    case 37:
+        td_strides(&f->residual, (int64_t[]){INT64_MIN, 1});
+        e[0] = "'residual'", e[1] = "negative row stride";
+        return "residual row stride INT64_MIN";
     default:
         return END_OF_CASES;
     }
@@ -565,6 +693,13 @@ START_TEST(test_rms_norm_empty)
     ck_assert_msg(call_rms(_i, &f) == FLD_OK, "%s", fld_last_error());
     rms_fx_init(&f);
     f.x.shape[1] = f.out.shape[1] = f.residual.shape[1] = f.weight.shape[0] = 0;
+    ck_assert_msg(call_rms(_i, &f) == FLD_OK, "%s", fld_last_error());
+    /* An empty weight's data and byte_offset are never validated: nothing may
+     * add them up (a pointer overflow, which UBSan reports). */
+    f.weight.t.data = (void *)(UINTPTR_MAX - 15);
+    f.weight.t.byte_offset = UINT64_MAX - 7;
+    ck_assert_msg(call_rms(_i, &f) == FLD_OK, "%s", fld_last_error());
+    f.weight.t.data = NULL;
     ck_assert_msg(call_rms(_i, &f) == FLD_OK, "%s", fld_last_error());
 }
 END_TEST
@@ -717,11 +852,16 @@ static void rope_fx_free(struct rope_fx *f)
     tt_free(f->pos);
 }
 
+/* The fixture's call, every tensor with tight arrays. */
 static int call_rope(struct rope_fx *f)
 {
-    return fld_rotary_embedding(f->pos_null ? NULL : &f->positions.t,
-                                f->query_null ? NULL : &f->query.t, f->key_null ? NULL : &f->key.t,
-                                f->head_size, f->cache_null ? NULL : &f->cache.t, f->neox);
+    DLTensor tp, tq, tk, tc;
+    int rc = fld_rotary_embedding(f->pos_null ? NULL : tight(&tp, &f->positions),
+                                  f->query_null ? NULL : tight(&tq, &f->query),
+                                  f->key_null ? NULL : tight(&tk, &f->key), f->head_size,
+                                  f->cache_null ? NULL : tight(&tc, &f->cache), f->neox);
+    tight_release();
+    return rc;
 }
 
 static void set_pos(struct rope_fx *f, int idx, int64_t v)
@@ -912,6 +1052,46 @@ static const char *rope_case(int i, struct rope_fx *f, const char **e)
         f->query.t.device = f->key.t.device = f->cache.t.device = (DLDevice){kDLMetal, 0};
         e[0] = "'query'", e[1] = "device type 8";
         return "unsupported device";
+    /* Every tensor at the ranks around its own (shape arrays exactly that long). */
+    case 38:
+        td_set(&f->key, na(1), FLD_DTYPE_BF16, 1, (int64_t[]){ROPE_T}, NULL);
+        e[0] = "'key' has shape [6] but 'positions' has [6]";
+        return "key rank 1";
+    case 39:
+        td_set(&f->key, na(1), FLD_DTYPE_BF16, 0, (int64_t[]){0}, NULL);
+        e[0] = "'key'", e[1] = "'positions' has [6]";
+        return "key rank 0";
+    case 40:
+        td_set(&f->key, na(1), FLD_DTYPE_BF16, 2, (int64_t[]){ROPE_T, 2 * ROPE_HEAD}, NULL);
+        td_set(&f->cache, na(2), FLD_DTYPE_F32, 1, (int64_t[]){ROPE_MAX_POS}, NULL);
+        e[0] = "'cos_sin_cache'", e[1] = "ndim 1";
+        return "cache rank 1 with a rank-2 key";
+    case 41:
+        td_set(&f->cache, na(2), FLD_DTYPE_F32, 0, (int64_t[]){0}, NULL);
+        e[0] = "'cos_sin_cache'", e[1] = "ndim 0";
+        return "cache rank 0";
+    case 42:
+        td_set(&f->cache, na(2), FLD_DTYPE_F32, 3, (int64_t[]){ROPE_MAX_POS, 1, ROPE_HEAD}, NULL);
+        e[0] = "'cos_sin_cache'", e[1] = "ndim 3";
+        return "cache rank 3";
+    case 43:
+        td_set(&f->query, na(0), FLD_DTYPE_BF16, 1, (int64_t[]){ROPE_T}, NULL);
+        e[0] = "'query' has shape [6] but 'positions' has [6]";
+        return "query rank 1";
+    case 44:
+        f->key_null = true; /* so that only the positions keep the shortcut from its answer */
+        f->positions.t.ndim = 0;
+        e[0] = "'positions'", e[1] = "ndim 0";
+        return "positions rank 0";
+    case 45:
+        td_set(&f->key, na(1), FLD_DTYPE_BF16, 2, (int64_t[]){ROPE_T, 2 * ROPE_HEAD},
+               (int64_t[]){INT64_MIN, 1});
+        e[0] = "'key'", e[1] = "negative row stride";
+        return "key row stride INT64_MIN";
+    case 46:
+        td_strides(&f->cache, (int64_t[]){INT64_MIN, 1});
+        e[0] = "'cos_sin_cache'", e[1] = "negative row stride";
+        return "cache row stride INT64_MIN";
     default:
         return END_OF_CASES;
     }

@@ -382,6 +382,11 @@ FLD_API int fld_call_on(fld_op op, int device_type, DLDataType dtype, const void
 /* ------------------------------------------------------------------------ */
 
 /*
+ * Selection ranks every implementation that passes the policy (token order,
+ * then descending priority, ties by ascending impl_id); a chain keeps the
+ * first 64 of them. Those ranked lower are never tried: a WARNING says so
+ * when such a chain is built, and fld_explain() lists each as rejected.
+ *
  * Which implementation a call of op on (device_type, dtype) would use now,
  * under the calling thread's policy, ignoring per-call supports()
  * predicates. *impl_id stays valid until fld_shutdown(). FLD_ENOTFOUND for

@@ -154,19 +154,24 @@ static DLDataType float_dtype(int i)
     return t[i % 3];
 }
 
-/* Sets t.shape/t.strides from ndim (arrays of exactly max(ndim, 0) entries). */
+/*
+ * Sets t.shape/t.strides from ndim (arrays of exactly max(ndim, 0) entries).
+ * A rank of 0 or less still gets a shape array, of no entry, as a caller's
+ * scalar tensor has (with AddressSanitizer, malloc(0) is a chunk whose every
+ * access is reported): a validator must check the rank before it reads a
+ * dimension. A NULL shape is the shape_null mutation's.
+ */
 static void set_rank(struct ft *f, int ndim, const int64_t *shape)
 {
     free(f->shape);
     free(f->strides);
     f->shape = f->strides = NULL;
     f->t.ndim = ndim;
-    if (ndim > 0) {
-        f->shape = calloc((size_t)ndim, sizeof *f->shape);
-        FUZZ_CHECK(f->shape != NULL, "out of memory");
-        for (int i = 0; i < ndim; i++)
-            f->shape[i] = shape ? shape[i] : 1;
-    }
+    const size_t n = ndim > 0 ? (size_t)ndim : 0;
+    f->shape = malloc(n * sizeof *f->shape);
+    FUZZ_CHECK(f->shape != NULL || n == 0, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        f->shape[i] = shape ? shape[i] : 1;
 }
 
 /* Explicit strides: contiguous plus padding after each row and (split 2) head. */

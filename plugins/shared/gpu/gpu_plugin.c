@@ -373,11 +373,14 @@ static void act_args_of(const fld_activation_args *a, int op, struct fld_gpu_act
 
 static void norm_args_of(const fld_rms_norm_args *a, bool gemma, struct fld_gpu_norm_args *g)
 {
-    fld_rows x, out, res = {0};
+    fld_rows x, out, res = {0}, w = {0};
     fld_tensor_rows(a->x, &x);
     fld_tensor_rows(a->out, &out);
     if (a->residual)
         fld_tensor_rows(a->residual, &res);
+    /* Not data + byte_offset: an empty weight's are not validated (see fld_tensor_rows). */
+    if (a->weight)
+        fld_tensor_rows(a->weight, &w);
     const int dt = fld_dtype_index(a->x->dtype);
     *g = (struct fld_gpu_norm_args){
         .dtype = dt,
@@ -386,7 +389,7 @@ static void norm_args_of(const fld_rms_norm_args *a, bool gemma, struct fld_gpu_
         .gemma = gemma,
         .out = out.data,
         .x = x.data,
-        .weight = a->weight ? (const char *)a->weight->data + a->weight->byte_offset : NULL,
+        .weight = a->weight ? w.data : NULL,
         .residual = a->residual ? res.data : NULL,
         .rows = x.rows,
         .width = x.width,
