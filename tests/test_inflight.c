@@ -280,8 +280,8 @@ END_TEST
  * (once the gates are closed, each refused call formats its message inside
  * the library): a shutdown must count a thread done once it has left a call
  * after the gates closed, not only when it happens to sample its count at
- * zero. 64 threads, a short timeout, shutdown and init in turn; bounded in
- * time.
+ * zero. 64 threads, shutdown and init in turn: each shutdown returns in
+ * milliseconds; the timeout (5 s) bounds the test when it does not.
  */
 #define MANY_WORKERS 64
 
@@ -312,7 +312,7 @@ static void *call_in_a_loop(void *arg)
 START_TEST(many_threads_calling_in_a_loop_do_not_stall_shutdown)
 {
     setup((const char *[]){NULL});
-    setenv("VLLM_FL_SHUTDOWN_TIMEOUT", "2", 1);
+    setenv("VLLM_FL_SHUTDOWN_TIMEOUT", "5", 1);
     _Atomic int stop = 0;
     static struct looper w[MANY_WORKERS];
     memset(w, 0, sizeof w);
@@ -346,7 +346,7 @@ START_TEST(many_threads_calling_in_a_loop_do_not_stall_shutdown)
                       w[i].other, fld_strerror(w[i].last_other));
     }
     ck_assert_msg(failed_round < 0, "round %d of %d: %s", failed_round, rounds, message);
-    ck_assert_msg(took < 8.0, "%d shutdowns took %.1f s", rounds, took);
+    ck_assert_msg(took < 9.0, "%d shutdowns took %.1f s", rounds, took);
 }
 END_TEST
 

@@ -25,6 +25,12 @@
  *     before fld_init() and after fld_shutdown().
  *   - Callbacks (fld_foreach_*, the log callback) run on the calling thread
  *     before the function returns; each function says what they may do.
+ *     Where a callback must not call back into the library (the log
+ *     callback, fld_foreach_plugin's and fld_foreach_impl's), a call that
+ *     needs the library's state (anything that initialises, fld_init,
+ *     fld_reload, fld_shutdown, fld_load_plugin, a policy function) returns
+ *     FLD_ESTATE naming the function and the callback, and changes nothing;
+ *     functions marked "No init", fld_log and fld_set_error still work.
  * Where a function's comment says otherwise, the comment wins.
  */
 #ifndef FLDISPATCH_FLDISPATCH_H
@@ -569,7 +575,8 @@ typedef struct fld_plugin_info {
  * early if fn returns non-zero (that value is returned). Availability is
  * evaluated for the status. fn runs with the library's lock held (loads,
  * reloads and registrations on other threads wait for it) and must not
- * call back into the library.
+ * call back into the library: such a call returns FLD_ESTATE (see the top
+ * of this file).
  */
 FLD_API int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user), void *user);
 
@@ -629,8 +636,12 @@ FLD_API int fld_log_get_level(void);
 /*
  * Routes log lines to fn instead of stderr (NULL restores stderr). fn gets
  * the level and the message without a trailing newline; it may run on any
- * thread, possibly while the library holds its lock, so it must not call
- * back into the library. No init. Replacing the callback is atomic, but a
+ * thread, possibly while the library holds its lock or is half-way through
+ * fld_init(), a reload or a plugin's load, so it must not call back into the
+ * library: a call that needs the library's state (fld_reload,
+ * fld_load_plugin, fld_policy_set, fld_shutdown, fld_resolve, ...) returns
+ * FLD_ESTATE ("fld_reload: called from the application's log callback ...")
+ * and changes nothing; the plugin being loaded is not blamed. No init. Replacing the callback is atomic, but a
  * line that another thread is logging at that moment may still reach the
  * previous fn: the library keeps the previous (fn, user) callable until
  * fld_shutdown(), and so must the application.
