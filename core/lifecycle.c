@@ -29,6 +29,7 @@
 #include "policy_override.h"
 #include "reclaim.h"
 #include "registry.h"
+#include "stats.h"
 
 /* fld_shutdown()'s wait for calls in flight (VLLM_FL_SHUTDOWN_TIMEOUT), in seconds. */
 #define FLD_SHUTDOWN_DEFAULT_TIMEOUT 10.0
@@ -84,6 +85,7 @@ static void after_fork_child(void)
     if (atomic_load(&state) == STATE_CLOSING)
         reopen_after_closing();
     atomic_store(&fld__override_threads, fld__policy_override_top() ? 1u : 0u);
+    fld__stats_after_fork(); /* the child counts its own calls */
     if (atomic_load(&state) == STATE_READY) {
         fld__registry_forget_availability();
         fld__bump_generation();
@@ -204,10 +206,14 @@ static int initialise_locked(void)
     /* Before any override can exist: every push initialises first. */
     fld__policy_on_override_pop(fld__manager_tls_flush);
     struct fld_log_env log_env;
+    struct fld_stats_env stats_env;
     int rc = fld__log_read_env(&log_env);
+    if (!rc)
+        rc = fld__stats_read_env(&stats_env);
     if (rc)
         return fail_init(rc);
     fld__log_commit_env(&log_env);
+    fld__stats_commit_env(&stats_env, false);
     rc = fld__ops_init();
     if (!rc)
         rc = fld__load_plugin_descriptor(&reference_plugin, "(built-in)", NULL);
@@ -330,12 +336,16 @@ static int reload_locked(void)
     }
     /* Everything is read and checked before anything changes. */
     struct fld_log_env log_env;
+    struct fld_stats_env stats_env = {0};
     struct fld_platform plat;
     struct fld_policy *policy = NULL;
     rc = fld__log_read_env(&log_env);
     if (!rc)
+        rc = fld__stats_read_env(&stats_env);
+    if (!rc)
         rc = build_configuration(&plat, &policy, false);
     if (rc) {
+        fld__stats_env_free(&stats_env);
         fld__error_prefix("fld_reload: configuration kept as it was");
         return rc;
     }
@@ -347,12 +357,14 @@ static int reload_locked(void)
         rc = fld__manifest_check(policy->manifest, policy->strict);
     if (rc) {
         fld__policy_free(policy);
+        fld__stats_env_free(&stats_env);
         fld__error_prefix("fld_reload: policy kept as it was (plugins found by the rescan stay "
                           "loaded)");
         return rc;
     }
     fld__log_reset_override();
     fld__log_commit_env(&log_env);
+    fld__stats_commit_env(&stats_env, true);
     fld__platform_set_current(&plat);
     fld__policy_publish(policy);
     fld__bump_generation();

@@ -11,8 +11,8 @@ TEST_EXTRA += $(REENTRY_SO)
 
 $(OBJ)/tests/reentry/%.pic.o: tests/reentry/%.c tests/reentry/reentry.h
 	@mkdir -p $(@D)
-	$(CC) $(ALLCFLAGS) -fPIC -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -c $< -o $@
 
 $(TESTOUT)/reentry/fld-%.so: $(OBJ)/tests/reentry/%.pic.o $(LIB_SO)
 	@mkdir -p $(@D)
-	$(CC) -shared $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
+	$(Q)$(call fld_say,LD,$@)$(CC) -shared $(ALLLDFLAGS) -o $@ $< -L$(LIBOUT) -lfldispatch -lm -pthread
