@@ -94,7 +94,7 @@ static PyObject *py_stats_enable(PyObject *self, PyObject *arg)
     else if (arg == Py_True)
         mode = FLD_STATS_CALLS;
     else if (PyUnicode_Check(arg)) {
-        const char *s = PyUnicode_AsUTF8(arg);
+        const char *s = fldpy_str("stats_enable", "mode", arg);
         if (!s)
             return NULL;
         for (int i = 0; i < 3; i++)
