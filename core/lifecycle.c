@@ -274,6 +274,11 @@ static int init_as(const char *fn)
         return FLD_OK;
     if (changing)
         return nested_change(fn);
+    /* Refused without the lock: threads that call in a loop while a shutdown
+     * waits would otherwise queue on it, and one left waiting behind the
+     * others still counts as inside a call. */
+    if (atomic_load_explicit(&state, memory_order_acquire) == STATE_CLOSING)
+        return shutting_down(fn);
     fld__lock();
     int rc = FLD_OK;
     switch (atomic_load(&state)) {
