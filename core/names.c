@@ -447,7 +447,8 @@ static const char *const library_variables[] = {
     "VLLM_FL_LOG_LEVEL",        "VLLM_FL_DISPATCH_DEBUG",
     "VLLM_FL_PLUGIN_DIR",       "VLLM_FL_PLUGIN_MODULES",
     "VLLM_FL_PLUGIN_PROBE",     "VLLM_FL_PLUGIN_PROBE_TIMEOUT",
-    "VLLM_FL_SHUTDOWN_TIMEOUT",
+    "VLLM_FL_SHUTDOWN_TIMEOUT", "VLLM_FL_STATS",
+    "VLLM_FL_STATS_FILE",       "VLLM_FL_TRACE",
     /* read by the Python package's IO dump (python/fldispatch/iodump.py) */
     "VLLM_FL_IO_DUMP",          "VLLM_FL_IO_DUMP_OPS",
     "VLLM_FL_IO_DUMP_MODULES",  "VLLM_FL_IO_DUMP_MAX_CALLS",

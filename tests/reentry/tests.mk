@@ -1,7 +1,8 @@
 # Re-entry fixtures for test_reentry (tests/reentry/*.c), included by the
 # top-level Makefile: $(TESTOUT)/reentry/fld-<name>.so. Plugins whose
 # constructor, register_builtins or is_available call back into the library
-# (fld_init, fld_reload, fld_resolve, fld_load_plugin, fld_shutdown). Built
+# (fld_init, fld_reload, fld_resolve, fld_load_plugin, fld_shutdown), one that
+# logs from register_builtins and one whose device hook calls back in. Built
 # with the sanitizers of the run, like tests/plugins/. Not in tests/plugins/,
 # whose directory other tests load whole.
 REENTRY_SRC := $(sort $(wildcard tests/reentry/*.c))
