@@ -14,7 +14,7 @@
  *                     the 65536 inputs, so these results are the
  *                     reference's to the bit); the product of two 16-bit
  *                     values is exact in float32 and is rounded on store.
- * With job->torch (VLLM_FL_CPU_ACTIVATIONS=torch) silu and gelu follow
+ * With job->torch (VLLM_FL_CPU_ACTIVATIONS=torch) the activations follow
  * PyTorch's CPU kernels instead: float32 through vmath.h's torch forms, the
  * 16-bit tables built from the same forms (exact.c).
  * The operation, the dtype and whether stores are non-temporal are
@@ -74,7 +74,10 @@ V_INLINE void act_apply_n(enum fld_cpu_act act, const int torch, vf *r, const vf
         VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
         break;
     case FLD_CPU_ACT_GELU_TANH_AND_MUL:
-        vm_gelu_tanh_n(r, a, n);
+        if (torch)
+            vm_gelu_tanh_torch_n(r, a, n);
+        else
+            vm_gelu_tanh_n(r, a, n);
         VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
         break;
     }

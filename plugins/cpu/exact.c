@@ -91,6 +91,75 @@ static float gelu_torch(float f)
     return f * 0.5f * (1.0f + erf);
 }
 
+/* SLEEF's tanhf_u10 in double-float arithmetic (vmath.h vm_tanh_torch). */
+struct dfl {
+    float hi, lo;
+};
+
+static struct dfl dfl_add_f(struct dfl x, float y)
+{
+    const float s = x.hi + y, v = s - x.hi;
+    return (struct dfl){s, ((x.hi - (s - v)) + (y - v)) + x.lo};
+}
+
+static struct dfl dfl_add(struct dfl x, struct dfl y)
+{
+    const float s = x.hi + y.hi, v = s - x.hi;
+    return (struct dfl){s, ((x.hi - (s - v)) + (y.hi - v)) + (x.lo + y.lo)};
+}
+
+static struct dfl dfl_mul_f(struct dfl x, float y)
+{
+    const float s = x.hi * y;
+    return (struct dfl){s, fmaf(x.lo, y, fmaf(x.hi, y, -s))};
+}
+
+static struct dfl dfl_mul(struct dfl x, struct dfl y)
+{
+    const float s = x.hi * y.hi;
+    return (struct dfl){s, fmaf(x.hi, y.lo, fmaf(x.lo, y.hi, fmaf(x.hi, y.hi, -s)))};
+}
+
+static float tanh_torch(float x)
+{
+    const float y = fabsf(x);
+    if (isnan(x))
+        return x;
+    if (y > 8.664339742f)
+        return copysignf(1.0f, x);
+    const float q = rintf(y * 1.442695040888963407359924681001892137426645954152985934135449406931f);
+    struct dfl sd = dfl_add_f((struct dfl){y, 0.0f}, q * -0.693145751953125f);
+    sd = dfl_add_f(sd, q * -1.428606765330187045e-06f);
+    float u = 0.1980960224e-3f;
+    u = fmaf(u, sd.hi, 0.1394256484e-2f);
+    u = fmaf(u, sd.hi, 0.8333456703e-2f);
+    u = fmaf(u, sd.hi, 0.4166637361e-1f);
+    struct dfl t = dfl_add_f(dfl_mul_f(sd, u), 0.166666659414234244790680580464e+0f);
+    t = dfl_add_f(dfl_mul(sd, t), 0.5f);
+    const float sq = sd.hi * sd.hi;
+    const struct dfl s2 = {sq, fmaf(sd.hi + sd.hi, sd.lo, fmaf(sd.hi, sd.hi, -sq))};
+    t = dfl_add(sd, dfl_mul(s2, t));
+    const float th = 1.0f + t.hi;
+    t = (struct dfl){th, ((1.0f - th) + t.hi) + t.lo};
+    const int k = (int)q;
+    const struct dfl e = {ldexpf(t.hi, k), ldexpf(t.lo, k)};
+    const float rh = 1.0f / e.hi;
+    const struct dfl r = {rh, rh * fmaf(-e.lo, rh, fmaf(-e.hi, rh, 1.0f))};
+    const struct dfl n = dfl_add(e, (struct dfl){-r.hi, -r.lo});
+    const struct dfl d = dfl_add(e, r);
+    const float dr = 1.0f / d.hi, qh = n.hi * dr;
+    const float ql = fmaf(dr, n.hi, -qh);
+    const float corr = fmaf(-d.lo, dr, fmaf(-d.hi, dr, 1.0f));
+    return copysignf(qh + fmaf(qh, corr, fmaf(n.lo, dr, ql)), x);
+}
+
+static float gelu_tanh_torch(float f)
+{
+    const float cube = f * f * f;
+    const float inner = (float)(M_SQRT2 * M_2_SQRTPI * 0.5) * fmaf(0.044715f, cube, f);
+    return 0.5f * f * (1.0f + tanh_torch(inner));
+}
+
 static float widen(int dt, uint16_t h)
 {
     return dt == FLD_CPU_F16 ? fld_f16_to_f32(h) : fld_bf16_to_f32(h);
@@ -106,7 +175,7 @@ static float act_rounded(enum fld_cpu_act_fn fn, int dt, int torch, float a)
 {
     float v = fn == FLD_CPU_FN_SILU   ? (torch ? silu_torch(a) : silu(a))
               : fn == FLD_CPU_FN_GELU ? (torch ? gelu_torch(a) : gelu_erf(a))
-                                      : gelu_tanh(a);
+                                      : (torch ? gelu_tanh_torch(a) : gelu_tanh(a));
     return widen(dt, narrow(dt, v));
 }
 

@@ -218,7 +218,7 @@ def _mixed_weight_ok():
     libraries do; older ones refuse, and the layer runs forward_native)."""
     global _mixed_weight
     if _mixed_weight is None:
-        x = torch.zeros(1, 8, dtype=torch.bfloat16)
+        x = torch.zeros(1, 8, dtype=torch.float16)  # a dtype the models here do not run
         try:
             _C.rms_norm(torch.empty_like(x), x, torch.ones(8), None, 1e-6)
             _mixed_weight = True
@@ -228,6 +228,27 @@ def _mixed_weight_ok():
 
 
 # ---- the entry point ---------------------------------------------------------------
+
+# What the CPU plugin does inside vLLM unless the user says otherwise:
+#   VLLM_FL_CPU_ACTIVATIONS=torch  silu and gelu as PyTorch's CPU kernels, to
+#       the bit: what vLLM's own layers run on CPU (forward_native), so that
+#       the plugin changes no result there;
+#   VLLM_FL_CPU_THREADS=1  the plugin's kernels run on the calling thread:
+#       vLLM's CPU workers bind torch's OpenMP team to their cores, and a
+#       second pool on those cores only contends with it (OpenMP threads spin
+#       after each parallel region); see bench/vllm_threads.py.
+HOST_DEFAULTS = {"VLLM_FL_CPU_ACTIVATIONS": "torch", "VLLM_FL_CPU_THREADS": "1"}
+
+
+def _host_defaults():
+    """Sets HOST_DEFAULTS' variables that are unset. In vLLM's processes
+    register() is the first call into the library; where the library already
+    started, they apply from its next fld_init()."""
+    import os
+
+    for name, value in HOST_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
 
 registered = {}
 
@@ -249,6 +270,7 @@ def register():
     VLLM_FL_OOT_* allow. Idempotent; returns {op name: vLLM class name}."""
     from vllm.model_executor import custom_op
 
+    _host_defaults()  # before the library starts: the CPU plugin reads them as it registers
     _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
     _mixed_weight_ok()  # decided now, not while Dynamo traces a layer
     for op_name in _LAYERS:

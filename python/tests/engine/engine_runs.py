@@ -4,21 +4,22 @@ in this process:
     python engine_runs.py PLAN.json OUTDIR
 
 PLAN.json is a list of runs, each {"name", "model", "dtype", "mode" (eager
-or compiled), "env" (variables set for this run only), "force" (the name of
-an earlier run, or null), "tensor_parallel" (default 1)}. For each run a
+or compiled), "force" (the name of an earlier run, or null),
+"tensor_parallel" (default 1)}, all under this process's environment:
+whether fldispatch is loaded, and under which policy, is set by the caller
+(VLLM_PLUGINS, VLLM_FL_*) as for a deployment, one driver per setting. For each run a
 vllm.LLM is made, models.PROMPTS are decoded greedily, and with "force" the
 token sequences of that earlier run (prompts plus what it generated) are
 fed back as prompts to record the log-probability the model gives each of
 their tokens (teacher forcing: both runs judged on the same tokens). Writes
 OUTDIR/NAME.json: {"tokens", "prompt_len", "forced", "startup_s",
-"generate_s", "wall_s"}, and the run's output (its engine processes'
+"generate_s", "wall_s", "workers"}, and the run's output (its engine processes'
 included) to OUTDIR/NAME.log.
 
-vLLM's engine core and workers are started with the spawn method, so each
-run's processes load (or do not load) the plugin afresh from the run's
-environment (VLLM_PLUGINS, VLLM_FL_*): the variables reach the worker
-processes as a deployment's would. fldispatch's counters come back through
-VLLM_FL_STATS_FILE, written by every process at exit.
+vLLM starts its engine core and worker processes as it does by default on
+CPU (fork), so the runs share this process's imports. fldispatch's
+counters come back through each worker's report (worker_report, through collective_rpc; callables
+need VLLM_ALLOW_INSECURE_SERIALIZATION=1) and VLLM_FL_STATS_FILE.
 """
 
 import gc
@@ -31,6 +32,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 
 MAX_TOKENS = 12
+
+
+def worker_report(worker=None):
+    """Runs in each vLLM worker (collective_rpc): its pid, its VLLM_FL_*
+    variables, whether fldispatch.vllm replaced layers there and
+    fldispatch's counters (None where fldispatch was never loaded)."""
+    if "fldispatch.vllm" not in sys.modules:
+        return {"pid": os.getpid(), "fldispatch": False}
+    import fldispatch
+
+    fv = sys.modules["fldispatch.vllm"]
+    return {"pid": os.getpid(), "fldispatch": True, "registered": dict(fv.registered),
+            "env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_FL_")},
+            "stats": fldispatch.stats() if hasattr(fldispatch, "stats") else None}
 
 
 def run(spec, outdir):
@@ -62,6 +77,7 @@ def run(spec, outdir):
         result["forced"] = [[o.prompt_logprobs[i][tok].logprob
                              for i, tok in enumerate(seq) if i > 0]
                             for seq, o in zip(ref["tokens"], outs)]
+    result["workers"] = llm.collective_rpc(worker_report)
     llm.llm_engine.engine_core.shutdown()
     del llm
     gc.collect()
@@ -72,17 +88,8 @@ def main():
     plan_file, outdir = sys.argv[1], sys.argv[2]
     with open(plan_file) as f:
         plan = json.load(f)
-    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
-    base = dict(os.environ)
     saved = os.dup(1), os.dup(2)
     for spec in plan:
-        os.environ.clear()
-        os.environ.update(base)
-        for name, value in spec.get("env", {}).items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         # this run's output, and its engine processes' (they inherit 1 and 2)
         log = os.open(os.path.join(outdir, spec["name"] + ".log"),
                       os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -3,8 +3,9 @@ random models, with fldispatch's plugin off and on (make check-vllm runs
 this in the environment venv.sh builds; elsewhere it skips).
 
 Asserted:
-- fldispatch served the layers, from its own counters (VLLM_FL_STATS,
-  VLLM_FL_STATS_FILE, written per process at exit): in eager mode and in
+- fldispatch served the layers, from its own counters (VLLM_FL_STATS=1;
+  each worker's fldispatch.stats(), taken through vLLM's collective_rpc
+  before shutdown, since vLLM may kill its workers at exit): in eager mode and in
   vLLM's default compiled mode, where nothing but the plugin's own
   enabled() puts the layers in the graph;
 - float32: the tokens equal vLLM's own path's, in each mode;
@@ -18,7 +19,6 @@ on Llama, Qwen2 and Gemma; compiled (vLLM's default compilation) on Llama
 in float32 and bfloat16; the policy run on Qwen2.
 """
 
-import glob
 import json
 import os
 import re
@@ -49,29 +49,32 @@ MEAN_FACTOR, MEAN_SLACK = 1.25, 2e-3
 MAX_FACTOR, MAX_SLACK = 1.5, 2e-2
 
 
-def plan(paths):
-    off = {"VLLM_PLUGINS": ""}
-    on = {"VLLM_FL_STATS": "1"}
-    runs = []
+OFF = {"VLLM_PLUGINS": ""}
+ON = {"VLLM_FL_STATS": "1", "VLLM_FL_DISPATCH_DEBUG": "1", "VLLM_FL_LOG_LEVEL": "debug"}
+REFERENCE = dict(ON, VLLM_FL_PREFER="reference")
 
-    def add(name, model, dtype, mode, env, force=None):
-        runs.append({"name": name, "model": paths[model], "dtype": dtype, "mode": mode,
-                     "env": env, "force": force})
+
+def plan(paths):
+    """[(environment, runs)]: one engine driver per plugin setting."""
+    groups = {"off": (OFF, []), "on": (ON, []), "reference": (REFERENCE, [])}
+
+    def add(name, model, dtype, mode, force=None):
+        setting = name.rsplit("-", 1)[1]
+        groups[setting][1].append({"name": name, "model": paths[model], "dtype": dtype,
+                                   "mode": mode, "force": force})
 
     for m in ("llama", "qwen2", "gemma"):
-        add(f"{m}-eager-f32-off", m, "float32", "eager", off, f"{m}-eager-f32-off")
-        add(f"{m}-eager-f32-on", m, "float32", "eager", on)
+        add(f"{m}-eager-f32-off", m, "float32", "eager", f"{m}-eager-f32-off")
+        add(f"{m}-eager-f32-on", m, "float32", "eager")
         if m != "qwen2" or FULL:
-            add(f"{m}-eager-bf16-off", m, "bfloat16", "eager", off, f"{m}-eager-f32-off")
-            add(f"{m}-eager-bf16-on", m, "bfloat16", "eager", on, f"{m}-eager-f32-off")
+            add(f"{m}-eager-bf16-off", m, "bfloat16", "eager", f"{m}-eager-f32-off")
+            add(f"{m}-eager-bf16-on", m, "bfloat16", "eager", f"{m}-eager-f32-off")
     for m in ("llama", "gemma") if FULL else ("llama",):
-        add(f"{m}-compiled-f32-off", m, "float32", "compiled", off)
-        add(f"{m}-compiled-f32-on", m, "float32", "compiled", on)
-        add(f"{m}-compiled-bf16-off", m, "bfloat16", "compiled", off, f"{m}-eager-f32-off")
-        add(f"{m}-compiled-bf16-on", m, "bfloat16", "compiled", on, f"{m}-eager-f32-off")
-    add("qwen2-eager-f32-reference", "qwen2", "float32", "eager",
-        dict(on, VLLM_FL_PREFER="reference"))
-    return runs
+        for s in ("off", "on"):
+            add(f"{m}-compiled-f32-{s}", m, "float32", "compiled")
+            add(f"{m}-compiled-bf16-{s}", m, "bfloat16", "compiled", f"{m}-eager-f32-off")
+    add("qwen2-eager-f32-reference", "qwen2", "float32", "eager")
+    return [groups[k] for k in ("off", "on", "reference")]
 
 
 @pytest.fixture(scope="module")
@@ -80,43 +83,36 @@ def runs(tmp_path_factory):
     paths = models.make(str(root / "models"))
     out = root / "runs"
     out.mkdir()
-    specs = plan(paths)
-    for spec in specs:
-        if spec["env"].get("VLLM_FL_STATS"):
-            spec["env"] = dict(spec["env"],
-                               VLLM_FL_STATS_FILE=str(out / f"{spec['name']}.stats-%p.json"),
-                               VLLM_FL_DISPATCH_DEBUG="1")
-    with open(root / "plan.json", "w") as f:
-        json.dump(specs, f)
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_DISABLE_COMPILE_CACHE="1",
-               TOKENIZERS_PARALLELISM="false")
-    for name in [n for n in env if n.startswith("VLLM_FL_")]:
-        del env[name]
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "engine_runs.py"),
-                           str(root / "plan.json"), str(out)], env=env)
+    base = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_DISABLE_COMPILE_CACHE="1",
+                TOKENIZERS_PARALLELISM="false", VLLM_ALLOW_INSECURE_SERIALIZATION="1")
+    for name in [n for n in base if n.startswith("VLLM_FL_")]:
+        del base[name]
+    names = []
+    for i, (setting, specs) in enumerate(plan(paths)):
+        with open(root / f"plan{i}.json", "w") as f:
+            json.dump(specs, f)
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "engine_runs.py"),
+                               str(root / f"plan{i}.json"), str(out)], env=dict(base, **setting))
+        assert proc.returncode == 0, f"engine runs failed (logs in {out})"
+        names += [spec["name"] for spec in specs]
     results = {}
-    for spec in specs:
-        path = out / f"{spec['name']}.json"
-        if path.exists():
-            with open(path) as f:
-                results[spec["name"]] = json.load(f)
-            results[spec["name"]]["stats"] = read_stats(out, spec["name"])
-            results[spec["name"]]["dispatch"] = read_dispatch(out / f"{spec['name']}.log")
-    assert proc.returncode == 0, f"engine runs failed (logs in {out})"
+    for name in names:
+        with open(out / f"{name}.json") as f:
+            results[name] = json.load(f)
+        results[name]["stats"] = read_stats(results[name])
+        results[name]["dispatch"] = read_dispatch(out / f"{name}.log")
     for name, r in results.items():
         print(f"{name}: {r['wall_s']:.1f} s (startup {r['startup_s']:.1f} s, "
               f"generate {r['generate_s']:.2f} s)")
     return results
 
 
-def read_stats(out, name):
-    """(op, impl_id, dtype) -> calls, summed over the run's processes."""
+def read_stats(result):
+    """(op, impl_id, dtype) -> calls, summed over the run's workers (their
+    fldispatch.stats(), taken through collective_rpc before shutdown)."""
     total = {}
-    for path in glob.glob(str(out / f"{name}.stats-*.json")):
-        with open(path) as f:
-            data = json.load(f)
-        rows = data if isinstance(data, list) else data.get("stats", [])
-        for row in rows:
+    for report in result.get("workers") or []:
+        for row in (report or {}).get("stats") or []:
             key = (row["op"], row["impl_id"], row["dtype"])
             total[key] = total.get(key, 0) + int(row["calls"])
     return total
@@ -172,7 +168,10 @@ def test_compiled_mode_runs_fldispatch(runs):
 def test_nothing_of_fldispatch_runs_with_the_plugin_off(runs):
     for name, r in runs.items():
         if name.endswith("-off"):
-            assert not r["stats"] and not r["dispatch"], name
+            assert not any(w and w["fldispatch"] for w in r["workers"]), name
+            assert not r["dispatch"], name
+        else:
+            assert all(w and w["fldispatch"] and w["registered"] for w in r["workers"]), name
 
 
 def test_float32_tokens_equal_vllms_own(runs):
@@ -207,6 +206,8 @@ def test_bfloat16_no_further_from_float32_than_vllms_own(runs):
 
 def test_policy_reaches_the_worker(runs):
     r = runs["qwen2-eager-f32-reference"]
+    assert all(w["pid"] != os.getpid() and w["env"].get("VLLM_FL_PREFER") == "reference"
+               for w in r["workers"])
     got = served(r, "float32")
     assert set(got) >= LAYER_OPS["qwen2"]
     assert all(got[op] == "reference.c" for op in LAYER_OPS["qwen2"]), got
