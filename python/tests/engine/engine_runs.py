@@ -16,8 +16,10 @@ OUTDIR/NAME.json: {"tokens", "prompt_len", "forced", "startup_s",
 "generate_s", "wall_s", "workers"}, and the run's output (its engine processes'
 included) to OUTDIR/NAME.log.
 
-vLLM starts its engine core and worker processes as it does by default on
-CPU (fork), so the runs share this process's imports. fldispatch's
+vLLM's engine core and workers are started with the spawn method (forked
+ones took this driver down with them at shutdown now and then), so each run's
+processes load the plugin afresh from this process's environment, as a
+deployment's would. fldispatch's
 counters come back through each worker's report (worker_report, through collective_rpc; callables
 need VLLM_ALLOW_INSECURE_SERIALIZATION=1) and VLLM_FL_STATS_FILE.
 """
@@ -88,6 +90,7 @@ def main():
     plan_file, outdir = sys.argv[1], sys.argv[2]
     with open(plan_file) as f:
         plan = json.load(f)
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
     saved = os.dup(1), os.dup(2)
     for spec in plan:
         # this run's output, and its engine processes' (they inherit 1 and 2)
