@@ -1,7 +1,8 @@
 /*
  * Device memory for tools (fld_device_*): the host serves the CPU itself and
  * forwards every other device type to the device hooks of the first loaded
- * plugin, in load order, whose hooks for it are available.
+ * plugin, in load order, whose hooks for it are available. A hook runs
+ * marked (reentry.h): a call from it back into the library is refused.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -134,7 +135,10 @@ int fld_device_alloc(DLDevice device, size_t bytes, void **ptr)
     if (!p.hooks->alloc)
         return missing_hook(fn, &p, "alloc");
     fld_set_error("%s", "");
+    struct fld_callout hook;
+    fld__callout_enter(&hook, FLD_CALLOUT_PLUGIN_HOOK, p.plugin, "alloc");
     rc = p.hooks->alloc(device.device_id, bytes, ptr);
+    fld__callout_leave(&hook);
     if (rc == FLD_OK && !*ptr)
         return fld__fail(FLD_EIMPL, "%s: plugin '%s' returned FLD_OK and a NULL pointer", fn,
                          p.plugin);
@@ -160,7 +164,11 @@ int fld_device_free(DLDevice device, void *ptr)
     if (!p.hooks->free)
         return missing_hook(fn, &p, "free");
     fld_set_error("%s", "");
-    return hook_result(p.hooks->free(device.device_id, ptr), fn, &p);
+    struct fld_callout hook;
+    fld__callout_enter(&hook, FLD_CALLOUT_PLUGIN_HOOK, p.plugin, "free");
+    rc = p.hooks->free(device.device_id, ptr);
+    fld__callout_leave(&hook);
+    return hook_result(rc, fn, &p);
 }
 
 int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes, fld_copy_kind kind)
@@ -188,7 +196,11 @@ int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes, f
     if (!p.hooks->copy)
         return missing_hook(fn, &p, "copy");
     fld_set_error("%s", "");
-    return hook_result(p.hooks->copy(device.device_id, dst, src, bytes, kind), fn, &p);
+    struct fld_callout hook;
+    fld__callout_enter(&hook, FLD_CALLOUT_PLUGIN_HOOK, p.plugin, "copy");
+    rc = p.hooks->copy(device.device_id, dst, src, bytes, kind);
+    fld__callout_leave(&hook);
+    return hook_result(rc, fn, &p);
 }
 
 int fld_device_synchronize(DLDevice device)
@@ -204,7 +216,11 @@ int fld_device_synchronize(DLDevice device)
     if (!p.hooks->synchronize)
         return missing_hook(fn, &p, "synchronize");
     fld_set_error("%s", "");
-    return hook_result(p.hooks->synchronize(device.device_id), fn, &p);
+    struct fld_callout hook;
+    fld__callout_enter(&hook, FLD_CALLOUT_PLUGIN_HOOK, p.plugin, "synchronize");
+    rc = p.hooks->synchronize(device.device_id);
+    fld__callout_leave(&hook);
+    return hook_result(rc, fn, &p);
 }
 
 int fld_device_provider(int device_type, const char **plugin)

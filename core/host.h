@@ -50,14 +50,15 @@ extern _Atomic bool fld__ready;
 int fld__init_from(const char *fn);
 /*
  * FLD_OK once initialised (lazily initialising), else the init error; from
- * plugin code the host runs while loading (reentry.h), FLD_ESTATE naming fn.
+ * code the library calls out to (plugin code while loading, a device hook, the
+ * application's log callback: reentry.h), FLD_ESTATE naming fn.
  * The fast path is two loads: the refusal is checked only while some thread
  * runs such code.
  */
 static inline int fld__ensure_init_from(const char *fn)
 {
     if (__builtin_expect(atomic_load_explicit(&fld__ready, memory_order_acquire) &&
-                             !atomic_load_explicit(&fld__plugin_code_threads, memory_order_relaxed),
+                             !atomic_load_explicit(&fld__callout_threads, memory_order_relaxed),
                          1))
         return 0;
     return fld__init_from(fn);

@@ -49,7 +49,7 @@ static struct fld_inflight_slot *next_slot(struct fld_inflight_slot *s, unsigned
 static void release_slot(void *arg)
 {
     struct fld_inflight_slot *s = arg;
-    atomic_store_explicit(&s->calls, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->count, 0, memory_order_relaxed);
     atomic_store_explicit(&s->owner, 0, memory_order_release);
     tls_slot = NULL;
 }
@@ -121,7 +121,7 @@ unsigned fld__inflight_mine(void)
         s = tls_slot && atomic_load_explicit(&tls_slot->owner, memory_order_relaxed) == self
                 ? tls_slot
                 : NULL;
-    return s ? atomic_load_explicit(&s->calls, memory_order_relaxed) : 0;
+    return s ? FLD_INFLIGHT_DEPTH(atomic_load_explicit(&s->count, memory_order_relaxed)) : 0;
 }
 
 /*
@@ -167,22 +167,34 @@ unsigned fld__inflight_wait(double timeout, int *barrier_err)
     if (barrier_err)
         *barrier_err = err;
     for (;;) {
-        /* A thread seen outside once is done: its later calls meet the closed
-         * gates. So each one is watched until it is seen at 0 (a thread that
-         * calls in a loop is outside between its calls). */
+        /* A thread that was outside once after the gates closed is done: its
+         * later calls meet them. It is seen at 0, or its exits (inflight.h)
+         * have moved since the first look: a thread that calls in a loop is
+         * outside only for a moment between its calls. */
         unsigned busy = 0;
         FOR_EACH_SLOT(s)
         {
-            if (atomic_load_explicit(&s->calls, memory_order_acquire) &&
-                atomic_load_explicit(&s->owner, memory_order_relaxed) != self &&
-                !atomic_load_explicit(&s->seen_outside, memory_order_relaxed))
-                busy++;
-            else
-                atomic_store_explicit(&s->seen_outside, true, memory_order_relaxed);
+            unsigned char watch = atomic_load_explicit(&s->watch, memory_order_relaxed);
+            if (watch == 2)
+                continue;
+            uint64_t count = atomic_load_explicit(&s->count, memory_order_acquire);
+            if (!FLD_INFLIGHT_DEPTH(count) ||
+                atomic_load_explicit(&s->owner, memory_order_relaxed) == self ||
+                (watch == 1 && FLD_INFLIGHT_EXITS(count) !=
+                                   atomic_load_explicit(&s->watch_exits, memory_order_relaxed))) {
+                atomic_store_explicit(&s->watch, 2, memory_order_relaxed);
+                continue;
+            }
+            if (watch == 0) {
+                atomic_store_explicit(&s->watch_exits, FLD_INFLIGHT_EXITS(count),
+                                      memory_order_relaxed);
+                atomic_store_explicit(&s->watch, 1, memory_order_relaxed);
+            }
+            busy++;
         }
         if (!busy || now_seconds() >= deadline) {
             FOR_EACH_SLOT(s)
-            atomic_store_explicit(&s->seen_outside, false, memory_order_relaxed);
+            atomic_store_explicit(&s->watch, 0, memory_order_relaxed);
             return busy;
         }
         struct timespec pause = {0, pause_ns};
@@ -199,7 +211,7 @@ void fld__inflight_after_fork(void)
     {
         if (atomic_load_explicit(&s->owner, memory_order_relaxed) == self)
             continue;
-        atomic_store_explicit(&s->calls, 0, memory_order_relaxed);
+        atomic_store_explicit(&s->count, 0, memory_order_relaxed);
         atomic_store_explicit(&s->owner, 0, memory_order_relaxed);
     }
 }

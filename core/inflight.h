@@ -28,13 +28,30 @@
 
 #define FLD_INFLIGHT_SLOTS 256 /* a power of two */
 
-/* One thread's count. Slots of the table, and more for threads past it (claimed, never freed). */
+/*
+ * One thread's count. Slots of the table, and more for threads past it
+ * (claimed, never freed).
+ *
+ * The count is one word that only its owner writes: the low half is how many
+ * library calls the owner is inside now (nested calls count), the high half
+ * how many times it has come out of its outermost call (wrapping). A waiting
+ * fld_shutdown() counts a thread done when it sees it outside, or when the
+ * high half has moved since it first looked: either way the thread was
+ * outside after the gates closed, and its later calls meet them. A thread
+ * that calls in a loop is inside nearly all the time, so a sampled zero alone
+ * would rarely be seen.
+ */
+#define FLD_INFLIGHT_DEPTH(word) ((uint32_t)(word))
+#define FLD_INFLIGHT_EXITS(word) ((uint32_t)((word) >> 32))
+
 struct fld_inflight_slot {
-    _Atomic uintptr_t owner;        /* the owning thread's pointer; 0 when free */
-    _Atomic unsigned calls;         /* library calls the owner is inside now (nested calls count);
-                                       written by the owner only */
+    _Atomic uintptr_t owner; /* the owning thread's pointer; 0 when free */
+    _Atomic uint64_t count;  /* depth | exits << 32; written by the owner only */
     struct fld_inflight_slot *next; /* the extra slots' list */
-    _Atomic bool seen_outside;      /* fld__inflight_wait()'s own mark */
+    /* fld__inflight_wait()'s own marks: 0 not looked at yet, 1 watched since
+     * exits were `watch_exits`, 2 done. */
+    _Atomic unsigned char watch;
+    _Atomic uint32_t watch_exits;
 } __attribute__((aligned(64)));
 
 extern struct fld_inflight_slot fld__inflight[FLD_INFLIGHT_SLOTS];
@@ -63,8 +80,8 @@ static inline struct fld_inflight_slot *fld__call_enter(void)
     struct fld_inflight_slot *s = &fld__inflight[fld__inflight_hash(self)];
     if (__builtin_expect(atomic_load_explicit(&s->owner, memory_order_relaxed) != self, 0))
         s = fld__inflight_claim(self);
-    unsigned n = atomic_load_explicit(&s->calls, memory_order_relaxed);
-    atomic_store_explicit(&s->calls, n + 1, memory_order_relaxed);
+    uint64_t n = atomic_load_explicit(&s->count, memory_order_relaxed);
+    atomic_store_explicit(&s->count, n + 1, memory_order_relaxed);
     /* The gates are read after this store; fld__inflight_wait()'s barrier orders it. */
     atomic_signal_fence(memory_order_seq_cst);
     return s;
@@ -72,8 +89,10 @@ static inline struct fld_inflight_slot *fld__call_enter(void)
 
 static inline void fld__call_leave(struct fld_inflight_slot *s)
 {
-    unsigned n = atomic_load_explicit(&s->calls, memory_order_relaxed);
-    atomic_store_explicit(&s->calls, n - 1, memory_order_release);
+    uint64_t n = atomic_load_explicit(&s->count, memory_order_relaxed) - 1;
+    /* Out of the outermost call: one more exit (no branch on the hot path). */
+    n += (uint64_t)(FLD_INFLIGHT_DEPTH(n) == 0) << 32;
+    atomic_store_explicit(&s->count, n, memory_order_release);
 }
 
 static inline void fld__call_scope_end(struct fld_inflight_slot **s)
@@ -91,8 +110,8 @@ unsigned fld__inflight_mine(void);
 
 /*
  * After the gates are closed: waits until every other thread that was
- * inside a call has been seen outside once (a later call of it meets the
- * closed gates), at most timeout seconds. Returns 0, or how many threads
+ * inside a call has been outside once since (seen outside, or its exits
+ * moved: a later call of it meets the closed gates), at most timeout seconds. Returns 0, or how many threads
  * were still inside when the time was up. *barrier_err (when not NULL) is
  * 0, or the errno of membarrier(2) when a pause had to stand in for it.
  */

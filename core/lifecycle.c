@@ -29,6 +29,7 @@
 #include "policy_override.h"
 #include "reclaim.h"
 #include "registry.h"
+#include "stats.h"
 
 /* fld_shutdown()'s wait for calls in flight (VLLM_FL_SHUTDOWN_TIMEOUT), in seconds. */
 #define FLD_SHUTDOWN_DEFAULT_TIMEOUT 10.0
@@ -42,6 +43,24 @@ static _Atomic int state = STATE_UNINIT;
 static int init_status;  /* the remembered init failure */
 static int closing_from; /* the state fld_shutdown() found, while CLOSING */
 static char init_message[1024];
+
+/*
+ * The change this thread is making ("fld_init", "fld_reload",
+ * "fld_shutdown"), NULL when none. Every way back in from the middle of one
+ * (plugin code, a device hook, the log callback) is refused earlier
+ * (reentry.h); this is the last line, should a callout be missed: a nested
+ * change on the same thread would run inside the recursive host lock and
+ * free or replace what the outer one is using.
+ */
+static _Thread_local const char *changing;
+
+static int nested_change(const char *fn)
+{
+    return fld__fail(FLD_ESTATE,
+                     "%s: called during %s() on the same thread (from code the library called "
+                     "out to); nothing was done",
+                     fn, changing);
+}
 
 static void set_state(enum init_state st)
 {
@@ -66,6 +85,7 @@ static void after_fork_child(void)
     if (atomic_load(&state) == STATE_CLOSING)
         reopen_after_closing();
     atomic_store(&fld__override_threads, fld__policy_override_top() ? 1u : 0u);
+    fld__stats_after_fork(); /* the child counts its own calls */
     if (atomic_load(&state) == STATE_READY) {
         fld__registry_forget_availability();
         fld__bump_generation();
@@ -186,10 +206,14 @@ static int initialise_locked(void)
     /* Before any override can exist: every push initialises first. */
     fld__policy_on_override_pop(fld__manager_tls_flush);
     struct fld_log_env log_env;
+    struct fld_stats_env stats_env;
     int rc = fld__log_read_env(&log_env);
+    if (!rc)
+        rc = fld__stats_read_env(&stats_env);
     if (rc)
         return fail_init(rc);
     fld__log_commit_env(&log_env);
+    fld__stats_commit_env(&stats_env, false);
     rc = fld__ops_init();
     if (!rc)
         rc = fld__load_plugin_descriptor(&reference_plugin, "(built-in)", NULL);
@@ -241,13 +265,20 @@ static int shutting_down(const char *fn)
 /* fld_init() on behalf of the entry point fn. */
 static int init_as(const char *fn)
 {
-    if (atomic_load_explicit(&fld__plugin_code_threads, memory_order_relaxed)) {
-        int rc = fld__plugin_code_refuse(fn);
+    if (atomic_load_explicit(&fld__callout_threads, memory_order_relaxed)) {
+        int rc = fld__callout_refuse(fn);
         if (rc)
             return rc;
     }
     if (atomic_load_explicit(&state, memory_order_acquire) == STATE_READY)
         return FLD_OK;
+    if (changing)
+        return nested_change(fn);
+    /* Refused without the lock: threads that call in a loop while a shutdown
+     * waits would otherwise queue on it, and one left waiting behind the
+     * others still counts as inside a call. */
+    if (atomic_load_explicit(&state, memory_order_acquire) == STATE_CLOSING)
+        return shutting_down(fn);
     fld__lock();
     int rc = FLD_OK;
     switch (atomic_load(&state)) {
@@ -260,7 +291,9 @@ static int init_as(const char *fn)
         rc = shutting_down(fn);
         break;
     default:
+        changing = "fld_init";
         rc = initialise_locked();
+        changing = NULL;
     }
     fld__unlock();
     return rc;
@@ -276,34 +309,49 @@ int fld_init(void)
     return init_as("fld_init");
 }
 
+static int reload_locked(void);
+
 int fld_reload(void)
 {
-    int rc = fld__plugin_code_refuse("fld_reload");
+    int rc = fld__callout_refuse("fld_reload");
     if (rc)
         return rc;
+    if (changing)
+        return nested_change("fld_reload");
     fld__lock();
-    if (atomic_load(&state) == STATE_CLOSING) {
-        fld__unlock();
+    changing = "fld_reload";
+    rc = reload_locked();
+    changing = NULL;
+    fld__unlock();
+    return rc;
+}
+
+/* fld_reload() with the host lock held; returns with it held. */
+static int reload_locked(void)
+{
+    int rc;
+    if (atomic_load(&state) == STATE_CLOSING)
         return shutting_down("fld_reload");
-    }
     if (atomic_load(&state) != STATE_READY) {
         set_state(STATE_UNINIT);
         rc = initialise_locked();
         if (rc == FLD_OK)
             fld__log_reset_override();
-        fld__unlock();
         return rc;
     }
     /* Everything is read and checked before anything changes. */
     struct fld_log_env log_env;
+    struct fld_stats_env stats_env = {0};
     struct fld_platform plat;
     struct fld_policy *policy = NULL;
     rc = fld__log_read_env(&log_env);
     if (!rc)
+        rc = fld__stats_read_env(&stats_env);
+    if (!rc)
         rc = build_configuration(&plat, &policy, false);
     if (rc) {
+        fld__stats_env_free(&stats_env);
         fld__error_prefix("fld_reload: configuration kept as it was");
-        fld__unlock();
         return rc;
     }
     /* New plugin files only (loaded ones stay), before the manifest check so
@@ -314,17 +362,17 @@ int fld_reload(void)
         rc = fld__manifest_check(policy->manifest, policy->strict);
     if (rc) {
         fld__policy_free(policy);
+        fld__stats_env_free(&stats_env);
         fld__error_prefix("fld_reload: policy kept as it was (plugins found by the rescan stay "
                           "loaded)");
-        fld__unlock();
         return rc;
     }
     fld__log_reset_override();
     fld__log_commit_env(&log_env);
+    fld__stats_commit_env(&stats_env, true);
     fld__platform_set_current(&plat);
     fld__policy_publish(policy);
     fld__bump_generation();
-    fld__unlock();
     return FLD_OK;
 }
 
@@ -350,9 +398,11 @@ static int shutdown_timeout(double *out)
     return FLD_OK;
 }
 
+static int shut_down(double timeout);
+
 int fld_shutdown(void)
 {
-    int rc = fld__plugin_code_refuse("fld_shutdown");
+    int rc = fld__callout_refuse("fld_shutdown");
     if (rc)
         return rc;
     /* It would wait for itself: a kernel, a supports() predicate, a callback
@@ -360,9 +410,20 @@ int fld_shutdown(void)
     if (fld__inflight_mine())
         return fld__fail(FLD_ESTATE, "fld_shutdown: called from inside a library call on this "
                                      "thread (a kernel or a callback); nothing was released");
+    if (changing)
+        return nested_change("fld_shutdown");
     double timeout;
     if ((rc = shutdown_timeout(&timeout)) != FLD_OK)
         return rc;
+    changing = "fld_shutdown";
+    rc = shut_down(timeout);
+    changing = NULL;
+    return rc;
+}
+
+/* fld_shutdown() once its checks passed. */
+static int shut_down(double timeout)
+{
     fld__lock();
     int from = atomic_load(&state);
     if (from == STATE_UNINIT) {

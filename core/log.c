@@ -21,6 +21,7 @@
 #include "escape.h"
 #include "log.h"
 #include "parse.h"
+#include "reentry.h"
 
 static _Atomic int log_level = FLD_LOG_WARNING;
 static _Atomic bool level_overridden; /* fld_log_set_level() wins over the environment */
@@ -66,7 +67,13 @@ static void emit(int level, const char *msg)
 {
     struct sink *s = atomic_load_explicit(&current_sink, memory_order_acquire);
     if (s && s->fn) {
+        /* The line may come from the middle of an initialisation, a reload
+         * or a plugin's load: a call back into the library is refused
+         * (reentry.h), and blamed on the callback, not on the plugin. */
+        struct fld_callout callout;
+        fld__app_callback_enter(&callout, "log callback");
         s->fn(level, msg, s->user);
+        fld__callout_leave(&callout);
         return;
     }
     char stamp[32];

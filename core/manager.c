@@ -54,6 +54,7 @@
 #include "reclaim.h"
 #include "registry.h"
 #include "select.h"
+#include "stats.h"
 
 #define likely(x)   __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -96,6 +97,18 @@ static void mark_failed(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
 static int no_candidate(struct fld_op_s *op, unsigned slot);
 static void slot_key(unsigned slot, int *dev, int *dt);
 static void describe_impl(const struct fld_impl_rec *r, char *buf, size_t size);
+
+/* What ran (stats.h), on while VLLM_FL_STATS, VLLM_FL_TRACE or fld_stats_enable() ask. */
+struct observed {
+    struct fld_stats_cell *last;   /* the cell of the last implementation called */
+    struct fld_stats_cell *failed; /* one that failed; a fallback if another runs */
+};
+__attribute__((noinline)) static int call_observed(struct fld_impl_rec *r, unsigned slot, int dev,
+                                                   int dt, const void *args, unsigned flags,
+                                                   struct observed *ob);
+__attribute__((noinline, cold)) static void trace_chain_built(const struct fld_op_s *op,
+                                                              unsigned slot,
+                                                              const struct fld_chain *c);
 
 /* Explain, failures, shutdown. */
 static int explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out);
@@ -320,6 +333,9 @@ static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
         slot_key(slot, &dev, &dt);
         struct fld_chain *fresh = fld__select_chain(op, dev, dt, fld__policy_global(), gen);
         if (fresh) {
+            if (unlikely(atomic_load_explicit(&fld__stats_flags, memory_order_relaxed) &
+                         FLD_STATS_FLAG_TRACE))
+                trace_chain_built(op, slot, fresh);
             fresh->global = true;
             atomic_store_explicit(&op->slots[slot], fresh, memory_order_release);
             if (c)
@@ -368,6 +384,9 @@ static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *arg
         fld__unlock();
         if (!c)
             return fld__fail(FLD_ENOMEM, "out of memory resolving op '%s'", op->name);
+        if (unlikely(atomic_load_explicit(&fld__stats_flags, memory_order_relaxed) &
+                     FLD_STATS_FLAG_TRACE))
+            trace_chain_built(op, slot, c);
         if (e->chain) {
             e->chain->tls_next = tls_retired;
             tls_retired = e->chain;
@@ -422,6 +441,9 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
     char decline_msg[512] = "";
     const struct fld_impl_rec *last_decliner = NULL;
     uint32_t tried = 0, skipped_failed = 0;
+    /* One load when off: the counting is out of line. */
+    const unsigned stats = atomic_load_explicit(&fld__stats_flags, memory_order_relaxed);
+    struct observed ob = {NULL, NULL};
 
     if (first_rc == FLD_EUNSUPPORTED) {
         /* Declined on the direct path, where its reason cannot be told from a
@@ -432,6 +454,14 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
     }
     if (first_rc != FLD_OK) {
         struct fld_impl_rec *r = c->impls[start - 1];
+        if (unlikely(stats & FLD_STATS_FLAG_COUNT)) {
+            /* It ran on the direct path, which counting closes: a call that
+             * raced the switch. */
+            ob.last = fld__stats_cell(r, slot, dev, dt);
+            if (ob.last)
+                fld__stats_count(ob.last, first_rc, 0);
+            ob.failed = c->strict ? NULL : ob.last;
+        }
         if (c->strict) {
             return first_rc;
         } else {
@@ -458,7 +488,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
             continue;
         /* Whatever message follows a failure is then the impl's own. */
         fld__error_clear();
-        int rc = r->fn(args);
+        int rc = likely(!stats) ? r->fn(args) : call_observed(r, slot, dev, dt, args, stats, &ob);
         if (rc == FLD_OK) {
             note_served(op, slot, c, i);
             return FLD_OK;
@@ -476,6 +506,8 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
         if (c->strict)
             return rc; /* the winner's own status and message, unchanged */
         mark_failed(op, slot, c, i);
+        if (unlikely(stats))
+            ob.failed = ob.last;
         fld__error_copy(last_msg, sizeof last_msg);
         fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s%s%s",
                  r->impl_id, op->name, fld__device_label(dev), fld__dtype_label(dt),
@@ -503,6 +535,48 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
                      op->name, fld__device_label(dev), fld__dtype_label(dt), c->n,
                      last_decliner ? "; '" : "", last_decliner ? last_decliner->impl_id : "",
                      last_decliner ? "' said: " : "", last_decliner ? decline_msg : "");
+}
+
+/*
+ * One call of r, counted and timed as flags ask: the previous failed
+ * implementation, if any, fell back to this one.
+ */
+__attribute__((noinline)) static int call_observed(struct fld_impl_rec *r, unsigned slot, int dev,
+                                                   int dt, const void *args, unsigned flags,
+                                                   struct observed *ob)
+{
+    struct fld_stats_cell *cell = fld__stats_cell(r, slot, dev, dt);
+    if (ob->failed) {
+        if (flags & FLD_STATS_FLAG_COUNT)
+            fld__stats_fallback(ob->failed);
+        ob->failed = NULL;
+    }
+    ob->last = cell;
+    const bool timed = flags & (FLD_STATS_FLAG_TIME | FLD_STATS_FLAG_TRACE);
+    uint64_t start = timed ? fld__stats_now() : 0;
+    int rc = r->fn(args);
+    uint64_t end = timed ? fld__stats_now() : 0;
+    if (cell) {
+        if (flags & FLD_STATS_FLAG_COUNT)
+            fld__stats_count(cell, rc, end - start);
+        if (flags & FLD_STATS_FLAG_TRACE)
+            fld__trace_call(cell, start, end, rc);
+    }
+    return rc;
+}
+
+/* The trace's record of a chain just built (its candidates, in order). */
+__attribute__((noinline, cold)) static void trace_chain_built(const struct fld_op_s *op,
+                                                              unsigned slot,
+                                                              const struct fld_chain *c)
+{
+    int dev, dt;
+    slot_key(slot, &dev, &dt);
+    const char *ids[64];
+    size_t n = c->n < 64 ? c->n : 64;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = c->impls[i]->impl_id;
+    fld__trace_chain(op->name, dev, dt, ids, n);
 }
 
 /* Logs the first use of impls[i] through chain c, then lets the hot path in. */
@@ -540,6 +614,9 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
  */
 static void enable_fast(struct fld_op_s *op, unsigned slot, struct fld_chain *c)
 {
+    /* Counting and tracing need every call on the chain path: no direct one. */
+    if (atomic_load_explicit(&fld__stats_flags, memory_order_relaxed))
+        return;
     struct fld_fast_call *f = &op->fast[slot];
     const fld_kernel_fn fn = c->impls[0]->fn;
     if (atomic_load_explicit(&f->generation, memory_order_relaxed) == c->generation &&

@@ -413,7 +413,8 @@ static const char *const library_variables[] = {
     "VLLM_FL_LOG_LEVEL",        "VLLM_FL_DISPATCH_DEBUG",
     "VLLM_FL_PLUGIN_DIR",       "VLLM_FL_PLUGIN_MODULES",
     "VLLM_FL_PLUGIN_PROBE",     "VLLM_FL_PLUGIN_PROBE_TIMEOUT",
-    "VLLM_FL_SHUTDOWN_TIMEOUT",
+    "VLLM_FL_SHUTDOWN_TIMEOUT", "VLLM_FL_STATS",
+    "VLLM_FL_STATS_FILE",       "VLLM_FL_TRACE",
 };
 
 /* Variables vllm-plugin-FL reads and this library does not. */

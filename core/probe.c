@@ -319,7 +319,8 @@ void fld__probe_child_main(int fd, const char *path)
     for (size_t i = 0; i < reg.n; i++) {
         const struct fld_impl_rec *r = reg.staged[i];
         const char *why;
-        bool ok = fld__plugin_available(r->is_available, name, &why);
+        char misbehaved[256];
+        bool ok = fld__plugin_available(r->is_available, name, &why, misbehaved, sizeof misbehaved);
         available += ok;
         if (!ok && !first_reason)
             first_reason = why;
@@ -331,7 +332,9 @@ void fld__probe_child_main(int fd, const char *path)
         if (!h)
             continue;
         const char *why;
-        bool ok = fld__plugin_available(h->hooks.is_available, name, &why);
+        char misbehaved[256];
+        bool ok =
+            fld__plugin_available(h->hooks.is_available, name, &why, misbehaved, sizeof misbehaved);
         emit(fd, "H\t%d\t%d\t%s", ok ? 1 : 0, h->hooks.device_type,
              field(ok ? "" : why, f1, sizeof f1));
     }

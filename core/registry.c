@@ -434,8 +434,13 @@ bool fld__impl_available(struct fld_impl_rec *impl, const char **reason)
     int a = atomic_load(&impl->available);
     if (a == 0) {
         const char *why;
-        bool ok = fld__plugin_available(impl->is_available, impl->plugin ? impl->plugin->name : "?",
-                                        &why);
+        char misbehaved[256];
+        const char *plugin = impl->plugin ? impl->plugin->name : "?";
+        bool ok = fld__plugin_available(impl->is_available, plugin, &why, misbehaved,
+                                        sizeof misbehaved);
+        if (misbehaved[0])
+            fld__log(FLD_LOG_WARNING, "plugin '%s': %s; counted as unavailable", plugin,
+                     misbehaved);
         impl->unavailable_reason = why;
         a = ok ? 1 : -1;
         atomic_store(&impl->available, a);
@@ -459,7 +464,12 @@ bool fld__hooks_available(struct fld_hook_rec *h, const char *plugin, const char
     int a = atomic_load(&h->available);
     if (a == 0) {
         const char *why;
-        bool ok = fld__plugin_available(h->hooks.is_available, plugin, &why);
+        char misbehaved[256];
+        bool ok =
+            fld__plugin_available(h->hooks.is_available, plugin, &why, misbehaved, sizeof misbehaved);
+        if (misbehaved[0])
+            fld__log(FLD_LOG_WARNING, "plugin '%s': %s; counted as unavailable", plugin,
+                     misbehaved);
         h->unavailable_reason = why;
         a = ok ? 1 : -1;
         atomic_store(&h->available, a);
@@ -612,7 +622,10 @@ int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user), void 
                 info.reason = pa.first_reason;
             }
         }
+        struct fld_callout callout;
+        fld__app_callback_enter(&callout, "fld_foreach_plugin() callback");
         rc = fn(&info, user);
+        fld__callout_leave(&callout);
     }
     fld__unlock();
     return rc;
@@ -644,7 +657,11 @@ static void walk_op_impls(struct fld_op_s *op, void *user)
             .available = ok,
             .unavailable_reason = why,
         };
+        /* Under the lock, in the middle of the walk: no call back in (reentry.h). */
+        struct fld_callout callout;
+        fld__app_callback_enter(&callout, "fld_foreach_impl() callback");
         w->rc = w->fn(&info, w->user);
+        fld__callout_leave(&callout);
     }
 }
 
@@ -666,10 +683,10 @@ int fld_foreach_impl(int (*fn)(const fld_impl_info *info, void *user), void *use
 int fld__plugin_register(const fld_plugin_descriptor *desc, struct fld_registry *reg, char *why,
                          size_t size)
 {
-    struct fld_plugin_code code;
+    struct fld_callout code;
     fld__plugin_code_enter(&code, desc->name, "register_builtins");
     int rc = desc->register_builtins(reg);
-    fld__plugin_code_leave(&code);
+    fld__callout_leave(&code);
     if (fld__plugin_code_misbehaved(&code, why, size))
         return FLD_EPLUGIN;
     if (rc == FLD_OK && reg->first_error == FLD_OK)

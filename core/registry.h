@@ -52,6 +52,8 @@ struct fld_impl_rec {
     /* Availability, evaluated once per process: 0 unknown, 1 yes, -1 no. */
     _Atomic int available;
     const char *unavailable_reason;
+    /* Its counter cell per cache slot, once stats counted a call (stats.c). */
+    struct fld_stats_cell *_Atomic stats[FLD_NSLOTS];
 };
 
 /* The staging registry behind the plugin API's fld_registry. */

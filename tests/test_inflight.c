@@ -275,6 +275,81 @@ START_TEST(shutdown_and_init_while_threads_call)
 }
 END_TEST
 
+/*
+ * Many threads that call in a tight loop are inside a call most of the time
+ * (once the gates are closed, each refused call formats its message inside
+ * the library): a shutdown must count a thread done once it has left a call
+ * after the gates closed, not only when it happens to sample its count at
+ * zero. 64 threads, shutdown and init in turn: each shutdown returns in
+ * milliseconds; the timeout (5 s) bounds the test when it does not.
+ */
+#define MANY_WORKERS 64
+
+struct looper {
+    pthread_t thread;
+    _Atomic int *stop;
+    _Atomic long calls;
+    long other;
+    int last_other;
+};
+
+static void *call_in_a_loop(void *arg)
+{
+    struct looper *w = arg;
+    tt_tensor *x = tt_new(FLD_DTYPE_F32, 1, (int64_t[]){8});
+    tt_tensor *out = tt_new(FLD_DTYPE_F32, 1, (int64_t[]){8});
+    while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
+        int rc = fld_rms_norm(&out->t, &x->t, NULL, NULL, 1e-6f);
+        if (rc != FLD_OK && rc != FLD_ESTATE)
+            w->other++, w->last_other = rc;
+        atomic_fetch_add_explicit(&w->calls, 1, memory_order_relaxed);
+    }
+    tt_free(x);
+    tt_free(out);
+    return NULL;
+}
+
+START_TEST(many_threads_calling_in_a_loop_do_not_stall_shutdown)
+{
+    setup((const char *[]){NULL});
+    setenv("VLLM_FL_SHUTDOWN_TIMEOUT", "5", 1);
+    _Atomic int stop = 0;
+    static struct looper w[MANY_WORKERS];
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < MANY_WORKERS; i++) {
+        w[i].stop = &stop;
+        ck_assert_int_eq(pthread_create(&w[i].thread, NULL, call_in_a_loop, &w[i]), 0);
+    }
+    /* Every thread is calling before the first shutdown. */
+    for (int i = 0; i < MANY_WORKERS; i++)
+        for (double limit = now() + 10; !atomic_load(&w[i].calls) && now() < limit;)
+            sleep_ms(1);
+    const int rounds = 4;
+    int failed_round = -1;
+    char message[512] = "";
+    double t0 = now();
+    for (int i = 0; i < rounds && failed_round < 0; i++) {
+        if (fld_shutdown() != FLD_OK) {
+            failed_round = i;
+            snprintf(message, sizeof message, "%s", fld_last_error());
+        } else if (fld_init() != FLD_OK) {
+            failed_round = i;
+            snprintf(message, sizeof message, "fld_init: %s", fld_last_error());
+        }
+        sleep_ms(5);
+    }
+    double took = now() - t0;
+    atomic_store(&stop, 1);
+    for (int i = 0; i < MANY_WORKERS; i++) {
+        pthread_join(w[i].thread, NULL);
+        ck_assert_msg(w[i].other == 0, "worker %d: %ld calls failed otherwise (last %s)", i,
+                      w[i].other, fld_strerror(w[i].last_other));
+    }
+    ck_assert_msg(failed_round < 0, "round %d of %d: %s", failed_round, rounds, message);
+    ck_assert_msg(took < 9.0, "%d shutdowns took %.1f s", rounds, took);
+}
+END_TEST
+
 /* ---- from inside a call ------------------------------------------------------- */
 
 static _Atomic int inner_rc;
@@ -349,6 +424,7 @@ static Suite *inflight_suite(void)
     tcase_add_test(tc, gives_up_at_the_timeout_and_releases_nothing);
     tcase_add_test(tc, calls_during_the_wait_are_refused);
     tcase_add_test(tc, shutdown_and_init_while_threads_call);
+    tcase_add_test(tc, many_threads_calling_in_a_loop_do_not_stall_shutdown);
     tcase_add_test(tc, refused_from_inside_a_call);
     tcase_add_test(tc, invalid_timeout_is_a_configuration_error);
     suite_add_tcase(s, tc);

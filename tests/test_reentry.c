@@ -291,6 +291,195 @@ START_TEST(probe_probes_once_and_rejects)
 }
 END_TEST
 
+/* ---- the application's callbacks and the device hooks ----------------------- */
+
+/* What a callback of the application calls back in with, by index. */
+static const char *const app_calls[] = {"fld_reload", "fld_load_plugin", "fld_policy_set",
+                                        "fld_shutdown", "fld_init", "fld_policy_reset"};
+#define N_APP_CALLS ((int)(sizeof app_calls / sizeof app_calls[0]))
+
+static struct {
+    int which;             /* the index in app_calls */
+    char plugin[PATH_MAX]; /* fld_load_plugin's argument */
+    int made;              /* nested calls made */
+    int first_status;
+    char first_message[1200];
+} nested_app;
+
+static int call_back_in(void)
+{
+    switch (nested_app.which) {
+    case 0:
+        return fld_reload();
+    case 1:
+        return fld_load_plugin(nested_app.plugin);
+    case 2:
+        return fld_policy_set("prefer", "reference");
+    case 3:
+        return fld_shutdown();
+    case 4:
+        return fld_init();
+    default:
+        return fld_policy_reset();
+    }
+}
+
+static void note_app_call(int rc)
+{
+    if (nested_app.made++ == 0) {
+        nested_app.first_status = rc;
+        snprintf(nested_app.first_message, sizeof nested_app.first_message, "%s",
+                 fld_last_error());
+    }
+}
+
+/* A log callback that calls back into the library on every line. */
+static void reentering_log(int level, const char *message, void *user)
+{
+    (void)level;
+    (void)message;
+    (void)user;
+    note_app_call(call_back_in());
+}
+
+/* The nested call was refused and blamed on the callback, never on a plugin. */
+static void assert_app_call_refused(const char *callback)
+{
+    const char *fn = app_calls[nested_app.which];
+    ck_assert_msg(nested_app.made >= 1, "%s: the callback never ran", fn);
+    ck_assert_msg(nested_app.first_status == FLD_ESTATE, "%s from the %s returned %d: %s", fn,
+                  callback, nested_app.first_status, nested_app.first_message);
+    char want[160];
+    snprintf(want, sizeof want, "%s: called from the application's %s", fn, callback);
+    ck_assert_contains(nested_app.first_message, want);
+    ck_assert_msg(!strstr(nested_app.first_message, "plugin '"), "%s",
+                  nested_app.first_message);
+}
+
+/* The library is initialised and works: nothing was shut down or re-initialised under it. */
+static void assert_library_intact(void)
+{
+    ck_assert_int_eq(plugin_state("good").status, FLD_PLUGIN_LOADED);
+    ck_assert_int_eq(plugin_state("fld-abi_major.so").status, FLD_PLUGIN_REJECTED);
+    const char *id = NULL;
+    ck_assert_msg(fld_resolve(FLD_OP_SILU_AND_MUL, FLD_DEVICE_CPU, FLD_DTYPE_F32, &id) == FLD_OK,
+                  "%s", fld_last_error());
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[4] = {0};
+    int64_t xs[2] = {1, 8}, os[2] = {1, 4};
+    DLTensor tx = {.data = x, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1},
+                   .shape = xs};
+    DLTensor to = {.data = out, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1},
+                   .shape = os};
+    ck_assert_msg(fld_silu_and_mul(&to, &tx) == FLD_OK, "%s", fld_last_error());
+    /* A policy set from the callback did not stay. */
+    char policy[512];
+    fld_policy_describe(policy, sizeof policy);
+    ck_assert_msg(!strstr(policy, "prefer=reference"), "%s", policy);
+}
+
+START_TEST(log_callback_calls_in_during_init)
+{
+    const char *dir = setup_dir(NULL, NULL);
+    snprintf(nested_app.plugin, sizeof nested_app.plugin, "%s/fld-good.so", dir);
+    tt_install_fixture(NULL, dir, "plugins", "abi_major");
+    nested_app.which = _i;
+    fld_log_set_callback(reentering_log, NULL);
+    ck_assert_msg(fld_init() == FLD_OK, "%s", fld_last_error());
+    fld_log_set_callback(NULL, NULL);
+    assert_app_call_refused("log callback");
+    assert_library_intact();
+    ck_assert_int_eq(fld_reload(), FLD_OK);
+    ck_assert_int_eq(fld_shutdown(), FLD_OK);
+}
+END_TEST
+
+START_TEST(log_callback_calls_in_during_reload)
+{
+    const char *dir = setup_dir(NULL, NULL);
+    snprintf(nested_app.plugin, sizeof nested_app.plugin, "%s/fld-good.so", dir);
+    nested_app.which = _i;
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    tt_install_fixture(NULL, dir, "plugins", "abi_major");
+    fld_log_set_callback(reentering_log, NULL);
+    ck_assert_msg(fld_reload() == FLD_OK, "%s", fld_last_error());
+    fld_log_set_callback(NULL, NULL);
+    assert_app_call_refused("log callback");
+    assert_library_intact();
+    ck_assert_int_eq(fld_shutdown(), FLD_OK);
+}
+END_TEST
+
+START_TEST(log_callback_inside_register_builtins_does_not_reject_the_plugin)
+{
+    setup_dir("reentry_logs", NULL);
+    nested_app.which = _i;
+    fld_log_set_callback(reentering_log, NULL);
+    ck_assert_msg(fld_init() == FLD_OK, "%s", fld_last_error());
+    fld_log_set_callback(NULL, NULL);
+    assert_app_call_refused("log callback");
+    struct seen s = plugin_state("reentry_logs");
+    ck_assert_msg(s.status == FLD_PLUGIN_LOADED, "status %d (%s)", s.status, s.reason);
+    ck_assert(impl_registered("vendor.reentry_logs"));
+    ck_assert_int_eq(plugin_state("good").status, FLD_PLUGIN_LOADED);
+}
+END_TEST
+
+static int reentering_plugin_walk(const fld_plugin_info *p, void *user)
+{
+    (void)p;
+    (void)user;
+    note_app_call(call_back_in());
+    return 0;
+}
+
+static int reentering_impl_walk(const fld_impl_info *i, void *user)
+{
+    (void)i;
+    (void)user;
+    note_app_call(call_back_in());
+    return 0;
+}
+
+START_TEST(foreach_callbacks_call_in)
+{
+    const char *dir = setup_dir(NULL, NULL);
+    snprintf(nested_app.plugin, sizeof nested_app.plugin, "%s/fld-good.so", dir);
+    tt_install_fixture(NULL, dir, "plugins", "abi_major");
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    /* fld_load_plugin: a plugin not loaded yet, whose registration would
+     * grow the lists the walk is reading. */
+    tt_install_fixture(nested_app.plugin, dir, "plugins", "unavailable");
+    nested_app.which = _i;
+    ck_assert_int_eq(fld_foreach_plugin(reentering_plugin_walk, NULL), FLD_OK);
+    assert_app_call_refused("fld_foreach_plugin() callback");
+    nested_app.made = 0;
+    ck_assert_int_eq(fld_foreach_impl(reentering_impl_walk, NULL), FLD_OK);
+    assert_app_call_refused("fld_foreach_impl() callback");
+    assert_library_intact();
+}
+END_TEST
+
+START_TEST(device_hook_calls_in)
+{
+    setup_dir("reentry_hook", NULL);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    void *p = NULL;
+    DLDevice cuda = {kDLCUDA, 0};
+    ck_assert_msg(fld_device_alloc(cuda, 64, &p) == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(fld_device_free(cuda, p), FLD_OK);
+    char *text = read_log();
+    ck_assert_ptr_nonnull(text);
+    int status = 0;
+    char message[1200];
+    ck_assert_int_eq(log_lines(text, &status, message, sizeof message), 1);
+    ck_assert_int_eq(status, FLD_ESTATE);
+    ck_assert_contains(message, "fld_reload: called by plugin 'reentry_hook' from its 'alloc' "
+                                "device hook");
+    free(text);
+    ck_assert_int_eq(plugin_state("reentry_hook").status, FLD_PLUGIN_LOADED);
+}
+END_TEST
+
 static Suite *reentry_suite(void)
 {
     Suite *s = suite_create("reentry");
@@ -301,6 +490,12 @@ static Suite *reentry_suite(void)
     tcase_add_loop_test(tc, nested_call_during_a_later_load, 0, n);
     tcase_add_test(tc, constructor_calls_init);
     tcase_add_test(tc, availability_check_calls_resolve);
+    tcase_add_loop_test(tc, log_callback_calls_in_during_init, 0, N_APP_CALLS);
+    tcase_add_loop_test(tc, log_callback_calls_in_during_reload, 0, N_APP_CALLS);
+    tcase_add_loop_test(tc, log_callback_inside_register_builtins_does_not_reject_the_plugin, 0,
+                        N_APP_CALLS);
+    tcase_add_loop_test(tc, foreach_callbacks_call_in, 0, N_APP_CALLS);
+    tcase_add_test(tc, device_hook_calls_in);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("probe");

@@ -25,6 +25,12 @@
  *     before fld_init() and after fld_shutdown().
  *   - Callbacks (fld_foreach_*, the log callback) run on the calling thread
  *     before the function returns; each function says what they may do.
+ *     Where a callback must not call back into the library (the log
+ *     callback, fld_foreach_plugin's and fld_foreach_impl's), a call that
+ *     needs the library's state (anything that initialises, fld_init,
+ *     fld_reload, fld_shutdown, fld_load_plugin, a policy function) returns
+ *     FLD_ESTATE naming the function and the callback, and changes nothing;
+ *     functions marked "No init", fld_log and fld_set_error still work.
  * Where a function's comment says otherwise, the comment wins.
  */
 #ifndef FLDISPATCH_FLDISPATCH_H
@@ -33,6 +39,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <dlpack/dlpack.h>
 
@@ -569,7 +576,8 @@ typedef struct fld_plugin_info {
  * early if fn returns non-zero (that value is returned). Availability is
  * evaluated for the status. fn runs with the library's lock held (loads,
  * reloads and registrations on other threads wait for it) and must not
- * call back into the library.
+ * call back into the library: such a call returns FLD_ESTATE (see the top
+ * of this file).
  */
 FLD_API int fld_foreach_plugin(int (*fn)(const fld_plugin_info *info, void *user), void *user);
 
@@ -629,14 +637,105 @@ FLD_API int fld_log_get_level(void);
 /*
  * Routes log lines to fn instead of stderr (NULL restores stderr). fn gets
  * the level and the message without a trailing newline; it may run on any
- * thread, possibly while the library holds its lock, so it must not call
- * back into the library. No init. Replacing the callback is atomic, but a
+ * thread, possibly while the library holds its lock or is half-way through
+ * fld_init(), a reload or a plugin's load, so it must not call back into the
+ * library: a call that needs the library's state (fld_reload,
+ * fld_load_plugin, fld_policy_set, fld_shutdown, fld_resolve, ...) returns
+ * FLD_ESTATE ("fld_reload: called from the application's log callback ...")
+ * and changes nothing; the plugin being loaded is not blamed. No init. Replacing the callback is atomic, but a
  * line that another thread is logging at that moment may still reach the
  * previous fn: the library keeps the previous (fn, user) callable until
  * fld_shutdown(), and so must the application.
  */
 typedef void (*fld_log_fn)(int level, const char *message, void *user);
 FLD_API void fld_log_set_callback(fld_log_fn fn, void *user);
+
+/* ------------------------------------------------------------------------ */
+/* What ran: call counters and the dispatch trace                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Opt-in counters per (op, implementation, device, dtype): how often each
+ * implementation was called, how often it failed, how often it failed and
+ * the next candidate ran (a fallback), and with FLD_STATS_TIME the time
+ * spent in it (CLOCK_MONOTONIC around the kernel). Switched by
+ * VLLM_FL_STATS (unset or 0: off; 1 or "calls"; "time") at fld_init() and
+ * fld_reload(), or by fld_stats_enable(), which wins until the next
+ * fld_reload().
+ *
+ * Off, they cost nothing on the direct call path. On, every call goes
+ * through the chain path (a cached chain, still no lock) and counts with
+ * relaxed atomic adds (a few hundred nanoseconds per call measured on a
+ * loaded machine, about twice that with the clock: docs/BENCHMARKS.md).
+ * Switching on re-resolves cached choices, as a policy change does.
+ *
+ * At process exit, when on: a summary table on stderr, or, when
+ * VLLM_FL_STATS_FILE=PATH is set, a JSON document written to PATH instead
+ * ({"pid", "rank", "mode", "entries": [{"op", "impl_id", "device", "dtype",
+ * "calls", "fallbacks", "failures", "total_ns"}]}); VLLM_FL_STATS_FILE alone
+ * turns counting on. In PATH, "%p" becomes the process id and "%r" the rank
+ * (RANK, else LOCAL_RANK, else 0), "%%" a "%", so that several worker
+ * processes write separate files. VLLM_FL_TRACE=PATH (same substitutions)
+ * records each dispatch decision (a chain built: op, device, dtype, the
+ * selected implementation and the candidates in order) and each call, timed,
+ * and writes them at exit as Chrome/Perfetto trace JSON (chrome://tracing,
+ * ui.perfetto.dev); the buffer holds at most 262144 events (FLD_TRACE_CAP),
+ * later ones are counted in otherData.dropped. A process that leaves with
+ * _exit() runs no exit handler: call fld_stats_flush() before. A forked
+ * child starts its counts and trace from zero.
+ *
+ * Counters survive fld_shutdown(); the strings of a snapshot stay valid
+ * until the process ends. All of these: no init, MT safe.
+ */
+enum fld_stats_mode { FLD_STATS_OFF = 0, FLD_STATS_CALLS = 1, FLD_STATS_TIME = 2 };
+#define FLD_TRACE_CAP 262144
+
+/* Switches counting; FLD_EINVAL for an unknown mode. */
+FLD_API int fld_stats_enable(int mode);
+/* The mode in force (FLD_STATS_*). */
+FLD_API int fld_stats_mode(void);
+
+typedef struct fld_stats_entry {
+    const char *op;
+    const char *impl_id;
+    const char *device; /* "cpu", "cuda", "rocm", "ascend"; "any" for ops outside the catalog */
+    const char *dtype;  /* "f32", "f16", "bf16"; "any" */
+    uint64_t calls;     /* times its kernel ran (declines included) */
+    uint64_t fallbacks; /* it failed and the next candidate ran */
+    uint64_t failures;  /* it returned an error (not FLD_EUNSUPPORTED) */
+    uint64_t total_ns;  /* time inside it, FLD_STATS_TIME only */
+} fld_stats_entry;
+
+/*
+ * Copies at most cap entries with calls into out (the caller's array),
+ * sorted by op, impl_id, device and dtype, and sets *count to how many there
+ * are (call with cap 0 to size the array). FLD_EINVAL for a NULL count, or a
+ * NULL out with cap > 0.
+ */
+FLD_API int fld_stats_snapshot(fld_stats_entry *out, size_t cap, size_t *count);
+/* Sets every counter to zero and empties the trace. */
+FLD_API void fld_stats_reset(void);
+/* Writes the summary table to f. */
+FLD_API int fld_stats_print(FILE *f);
+/* Writes the counters as JSON to path ("%p", "%r" expanded); FLD_EINVAL naming the path. */
+FLD_API int fld_stats_write(const char *path);
+/* Writes the trace as Chrome/Perfetto JSON to path ("%p", "%r" expanded). */
+FLD_API int fld_trace_write(const char *path);
+/* What the exit handler does, now: the JSON file or the table, and the trace. */
+FLD_API int fld_stats_flush(void);
+
+/*
+ * Counts one call made outside the library's call path (implementations
+ * that a binding runs itself, e.g. Python ones), into the same table. status
+ * is the implementation's (FLD_OK; FLD_EUNSUPPORTED: declined; else a
+ * failure), flags FLD_STATS_FELL_BACK when the next candidate ran after it, ns
+ * its time or 0. dtype all zero means "any". Does nothing while counting is
+ * off. FLD_EINVAL for a NULL or empty op or impl_id, an unknown device type
+ * or dtype.
+ */
+#define FLD_STATS_FELL_BACK 1u
+FLD_API int fld_stats_record(const char *op, const char *impl_id, int device_type,
+                             DLDataType dtype, int status, unsigned flags, uint64_t ns);
 
 /* ------------------------------------------------------------------------ */
 /* Streams                                                                  */

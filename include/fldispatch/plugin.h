@@ -210,6 +210,10 @@ FLD_API int fld_registry_set_detail(fld_registry *reg, const char *fmt, ...)
  * in <fldispatch/fldispatch.h> call these. Every function is optional (NULL
  * when the plugin cannot do it) and returns FLD_OK or an error explained with
  * fld_set_error(). device_id is DLDevice.device_id. They must be MT safe.
+ * Like the code of a plugin being loaded, a hook may call only fld_set_error,
+ * fld_log and the functions without library state (fld_get_stream,
+ * fld_strerror, ...): any other call returns FLD_ESTATE ("fld_reload: called
+ * by plugin 'x' from its 'alloc' device hook").
  *
  * Kernels and hooks run on the calling thread's current stream for their
  * device type, fld_get_stream(device_type); NULL means the runtime's default

@@ -44,6 +44,12 @@ from ._C import (  # noqa: F401  (re-exported)
     rotary_embedding,
     set_stream,
     silu_and_mul,
+    stats,
+    stats_enable,
+    stats_flush,
+    stats_mode,
+    stats_reset,
+    stats_summary,
 )
 
 __version__ = _C.version()
@@ -137,7 +143,8 @@ __all__ = list(OPS) + [
     "resolve", "explain", "plugins", "impls", "config", "reload", "init", "load_plugin", "policy",
     "set_stream", "get_stream", "oot_op_enabled", "Error", "InvalidArgumentError",
     "NotFoundError", "UnavailableError", "ConfigError", "PluginError", "ImplementationError",
-    "OutOfMemoryError", "UnsupportedError", "StateError", "__version__",
+    "OutOfMemoryError", "UnsupportedError", "StateError", "__version__", "stats", "stats_reset",
+    "stats_summary", "stats_enable", "stats_mode", "stats_flush",
 ]
 
 
@@ -232,3 +239,36 @@ class policy:
 def describe_policy():
     """This thread's effective policy as one line, e.g. 'prefer=flagos;strict=0'."""
     return _C.policy_describe()
+
+
+class _StatsWorkerFlush:
+    """A multiprocessing worker leaves through os._exit(), which runs no C exit
+    handler: it writes the counters and the trace from multiprocessing's own
+    exit hook instead (a plain process keeps the library's exit handler)."""
+
+    @staticmethod
+    def arm(_=None):
+        from multiprocessing import util
+
+        util.Finalize(None, _C.stats_flush, exitpriority=0)
+
+
+_stats_worker_flush = _StatsWorkerFlush()
+
+
+def _arm_worker_flush():
+    import os
+
+    if not any(os.environ.get(v) for v in ("VLLM_FL_STATS", "VLLM_FL_STATS_FILE",
+                                             "VLLM_FL_TRACE")):
+        return
+    import multiprocessing
+    from multiprocessing import util
+
+    if multiprocessing.parent_process() is not None:  # imported in a worker
+        _StatsWorkerFlush.arm()
+    # Workers forked later: run in the child once multiprocessing has reset its hooks.
+    util.register_after_fork(_stats_worker_flush, _StatsWorkerFlush.arm)
+
+
+_arm_worker_flush()

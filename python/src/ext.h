@@ -111,5 +111,6 @@ extern PyMethodDef fldpy_op_methods[];
 extern PyMethodDef fldpy_introspect_methods[];
 extern PyMethodDef fldpy_policy_methods[];
 extern PyMethodDef fldpy_hook_methods[];
+extern PyMethodDef fldpy_stats_methods[];
 
 #endif /* FLDPY_EXT_H */

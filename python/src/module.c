@@ -23,6 +23,7 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddFunctions(module, fldpy_introspect_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_policy_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_hook_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_stats_methods) < 0 ||
         PyModule_AddIntConstant(module, "DLPACK_MAJOR", FLDPY_DLPACK_MAJOR) < 0 ||
         PyModule_AddIntConstant(module, "DLPACK_MINOR", FLDPY_DLPACK_MINOR) < 0) {
         Py_DECREF(module);

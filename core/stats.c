@@ -1,0 +1,576 @@
+/*
+ * What ran: the counters, their switch and their output (see stats.h and
+ * the fld_stats_* functions of fldispatch.h). The trace is trace.c's.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fldispatch/fldispatch.h>
+
+#include "devices.h"
+#include "error.h"
+#include "host.h"
+#include "log.h"
+#include "ops.h"
+#include "registry.h"
+#include "stats.h"
+
+_Atomic unsigned fld__stats_flags;
+
+/* One (op, implementation, device, dtype). Never freed: a snapshot's strings
+ * and the pointers cached in implementation records stay valid. */
+struct fld_stats_cell {
+    char *op, *impl_id;
+    const char *device, *dtype; /* static names */
+    _Atomic uint64_t calls, fallbacks, failures, total_ns;
+    struct fld_stats_cell *next;
+};
+
+/* A leaf lock: the list of cells and the output settings. */
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fld_stats_cell *cells;
+static size_t n_cells;
+static char *stats_file;      /* VLLM_FL_STATS_FILE, unexpanded */
+static char *trace_file;      /* VLLM_FL_TRACE, unexpanded */
+static bool mode_set_by_call; /* fld_stats_enable() wins over the environment until a reload */
+static bool exit_armed;
+
+uint64_t fld__stats_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static const char *device_word(int dev)
+{
+    return dev == FLD_DEV_ANY ? "any" : fld_device_name(fld__device_type_of(dev));
+}
+
+static const char *dtype_word(int dt)
+{
+    static const char *const names[] = {"f32", "f16", "bf16", "any"};
+    return dt >= 0 && dt <= FLD_DT_ANY ? names[dt] : "any";
+}
+
+/* stats_lock held. */
+static struct fld_stats_cell *find_or_add(const char *op, const char *impl_id, const char *device,
+                                          const char *dtype)
+{
+    for (struct fld_stats_cell *c = cells; c; c = c->next)
+        if (c->device == device && c->dtype == dtype && strcmp(c->op, op) == 0 &&
+            strcmp(c->impl_id, impl_id) == 0)
+            return c;
+    struct fld_stats_cell *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->op = strdup(op);
+    c->impl_id = strdup(impl_id);
+    if (!c->op || !c->impl_id) {
+        free(c->op);
+        free(c->impl_id);
+        free(c);
+        return NULL;
+    }
+    c->device = device;
+    c->dtype = dtype;
+    c->next = cells;
+    cells = c;
+    n_cells++;
+    return c;
+}
+
+struct fld_stats_cell *fld__stats_cell(struct fld_impl_rec *r, unsigned slot, int dev, int dt)
+{
+    struct fld_stats_cell *c = atomic_load_explicit(&r->stats[slot], memory_order_acquire);
+    if (c)
+        return c;
+    pthread_mutex_lock(&stats_lock);
+    c = atomic_load_explicit(&r->stats[slot], memory_order_relaxed);
+    if (!c) {
+        c = find_or_add(r->op->name, r->impl_id, device_word(dev), dtype_word(dt));
+        atomic_store_explicit(&r->stats[slot], c, memory_order_release);
+    }
+    pthread_mutex_unlock(&stats_lock);
+    return c;
+}
+
+void fld__stats_count(struct fld_stats_cell *c, int rc, uint64_t ns)
+{
+    atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
+    if (rc != FLD_OK && rc != FLD_EUNSUPPORTED)
+        atomic_fetch_add_explicit(&c->failures, 1, memory_order_relaxed);
+    if (ns)
+        atomic_fetch_add_explicit(&c->total_ns, ns, memory_order_relaxed);
+}
+
+void fld__stats_fallback(struct fld_stats_cell *c)
+{
+    atomic_fetch_add_explicit(&c->fallbacks, 1, memory_order_relaxed);
+}
+
+void fld__stats_cell_names(const struct fld_stats_cell *c, const char **op, const char **impl_id,
+                           const char **device, const char **dtype)
+{
+    *op = c->op;
+    *impl_id = c->impl_id;
+    *device = c->device;
+    *dtype = c->dtype;
+}
+
+/* ---- the switch ------------------------------------------------------------ */
+
+static void arm_exit(void);
+
+/* Sets the flags; turning counting on closes the direct call paths. */
+static void set_flags(unsigned flags)
+{
+    unsigned old = atomic_exchange(&fld__stats_flags, flags);
+    if (flags && !old) {
+        fld__lock();
+        if (atomic_load(&fld__ready))
+            fld__bump_generation(); /* direct paths carry the old generation: closed */
+        fld__unlock();
+    }
+    if (flags)
+        arm_exit();
+}
+
+int fld_stats_enable(int mode)
+{
+    unsigned flags;
+    switch (mode) {
+    case FLD_STATS_OFF:
+        flags = 0;
+        break;
+    case FLD_STATS_CALLS:
+        flags = FLD_STATS_FLAG_COUNT;
+        break;
+    case FLD_STATS_TIME:
+        flags = FLD_STATS_FLAG_COUNT | FLD_STATS_FLAG_TIME;
+        break;
+    default:
+        return fld__fail(FLD_EINVAL,
+                         "fld_stats_enable: unknown mode %d (valid: 0 FLD_STATS_OFF, 1 "
+                         "FLD_STATS_CALLS, 2 FLD_STATS_TIME)",
+                         mode);
+    }
+    pthread_mutex_lock(&stats_lock);
+    mode_set_by_call = true;
+    unsigned trace = atomic_load(&fld__stats_flags) & FLD_STATS_FLAG_TRACE;
+    pthread_mutex_unlock(&stats_lock);
+    if (trace)
+        flags |= FLD_STATS_FLAG_TRACE | FLD_STATS_FLAG_TIME;
+    set_flags(flags);
+    return FLD_OK;
+}
+
+int fld_stats_mode(void)
+{
+    unsigned f = atomic_load(&fld__stats_flags);
+    if (!(f & FLD_STATS_FLAG_COUNT))
+        return FLD_STATS_OFF;
+    return f & FLD_STATS_FLAG_TIME ? FLD_STATS_TIME : FLD_STATS_CALLS;
+}
+
+/* A path variable: read with secure_getenv (ignored, with a WARNING, in a privileged process). */
+static int path_variable(const char *name, char **out)
+{
+    *out = NULL;
+    const char *v = secure_getenv(name);
+    if (!v && getenv(name)) {
+        fld__log(FLD_LOG_WARNING, "%s is ignored in a privileged (setuid/setgid) process", name);
+        return FLD_OK;
+    }
+    if (!v || !*v)
+        return FLD_OK;
+    char probe[4096];
+    if (!fld__stats_expand_path(v, probe, sizeof probe))
+        return fld__fail(FLD_ECONFIG, "%s: the path '%s' is too long once expanded", name, v);
+    if (!(*out = strdup(v)))
+        return fld__fail(FLD_ENOMEM, "%s: out of memory", name);
+    return FLD_OK;
+}
+
+int fld__stats_read_env(struct fld_stats_env *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *v = getenv("VLLM_FL_STATS");
+    bool mode_given = false;
+    if (v) {
+        char word[16];
+        size_t n = strlen(v);
+        while (n && isspace((unsigned char)v[n - 1]))
+            n--;
+        while (n && isspace((unsigned char)*v))
+            v++, n--;
+        if (n >= sizeof word)
+            n = sizeof word - 1;
+        memcpy(word, v, n);
+        word[n] = '\0';
+        mode_given = n > 0;
+        if (n == 0 || strcmp(word, "0") == 0 || strcasecmp(word, "off") == 0)
+            out->flags = 0;
+        else if (strcmp(word, "1") == 0 || strcasecmp(word, "calls") == 0)
+            out->flags = FLD_STATS_FLAG_COUNT;
+        else if (strcasecmp(word, "time") == 0)
+            out->flags = FLD_STATS_FLAG_COUNT | FLD_STATS_FLAG_TIME;
+        else
+            return fld__fail(FLD_ECONFIG,
+                             "VLLM_FL_STATS: invalid value '%s' (valid: 0 or unset: off; 1 or "
+                             "calls: count calls; time: count and time them)",
+                             getenv("VLLM_FL_STATS"));
+    }
+    int rc = path_variable("VLLM_FL_STATS_FILE", &out->file);
+    if (rc == FLD_OK)
+        rc = path_variable("VLLM_FL_TRACE", &out->trace);
+    if (rc) {
+        fld__stats_env_free(out);
+        return rc;
+    }
+    /* A file to write asks for counts, unless VLLM_FL_STATS says otherwise. */
+    if (out->file && !mode_given)
+        out->flags = FLD_STATS_FLAG_COUNT;
+    if (out->trace)
+        out->flags |= FLD_STATS_FLAG_TRACE | FLD_STATS_FLAG_TIME;
+    return FLD_OK;
+}
+
+void fld__stats_env_free(struct fld_stats_env *env)
+{
+    free(env->file);
+    free(env->trace);
+    env->file = env->trace = NULL;
+}
+
+void fld__stats_commit_env(struct fld_stats_env *env, bool reload)
+{
+    pthread_mutex_lock(&stats_lock);
+    if (reload)
+        mode_set_by_call = false;
+    unsigned flags = env->flags;
+    if (mode_set_by_call)
+        flags = (atomic_load(&fld__stats_flags) & (FLD_STATS_FLAG_COUNT | FLD_STATS_FLAG_TIME)) |
+                (env->flags & FLD_STATS_FLAG_TRACE);
+    if (flags & FLD_STATS_FLAG_TRACE)
+        flags |= FLD_STATS_FLAG_TIME;
+    free(stats_file);
+    free(trace_file);
+    stats_file = env->file;
+    trace_file = env->trace;
+    env->file = env->trace = NULL;
+    pthread_mutex_unlock(&stats_lock);
+    /* Init and reload bump the generation themselves once this returns. */
+    atomic_store(&fld__stats_flags, flags);
+    if (flags || stats_file)
+        arm_exit();
+}
+
+void fld__stats_after_fork(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    stats_lock = fresh;
+    fld_stats_reset();
+}
+
+/* ---- reading the counters --------------------------------------------------- */
+
+static int compare_entries(const void *a, const void *b)
+{
+    const fld_stats_entry *x = a, *y = b;
+    int d = strcmp(x->op, y->op);
+    if (!d)
+        d = strcmp(x->impl_id, y->impl_id);
+    if (!d)
+        d = strcmp(x->device, y->device);
+    if (!d)
+        d = strcmp(x->dtype, y->dtype);
+    return d;
+}
+
+int fld_stats_snapshot(fld_stats_entry *out, size_t cap, size_t *count)
+{
+    if (!count)
+        return fld__fail(FLD_EINVAL, "fld_stats_snapshot: argument 'count' is NULL");
+    if (cap && !out)
+        return fld__fail(FLD_EINVAL, "fld_stats_snapshot: argument 'out' is NULL with cap %zu",
+                         cap);
+    pthread_mutex_lock(&stats_lock);
+    size_t n = 0;
+    for (struct fld_stats_cell *c = cells; c; c = c->next) {
+        uint64_t calls = atomic_load_explicit(&c->calls, memory_order_relaxed);
+        if (!calls)
+            continue;
+        if (n < cap)
+            out[n] = (fld_stats_entry){
+                .op = c->op,
+                .impl_id = c->impl_id,
+                .device = c->device,
+                .dtype = c->dtype,
+                .calls = calls,
+                .fallbacks = atomic_load_explicit(&c->fallbacks, memory_order_relaxed),
+                .failures = atomic_load_explicit(&c->failures, memory_order_relaxed),
+                .total_ns = atomic_load_explicit(&c->total_ns, memory_order_relaxed),
+            };
+        n++;
+    }
+    pthread_mutex_unlock(&stats_lock);
+    qsort(out, n < cap ? n : cap, sizeof *out, compare_entries);
+    *count = n;
+    return FLD_OK;
+}
+
+void fld_stats_reset(void)
+{
+    pthread_mutex_lock(&stats_lock);
+    for (struct fld_stats_cell *c = cells; c; c = c->next) {
+        atomic_store_explicit(&c->calls, 0, memory_order_relaxed);
+        atomic_store_explicit(&c->fallbacks, 0, memory_order_relaxed);
+        atomic_store_explicit(&c->failures, 0, memory_order_relaxed);
+        atomic_store_explicit(&c->total_ns, 0, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&stats_lock);
+    fld__trace_reset();
+}
+
+/* Every entry with calls, sorted; *n of them. NULL when there are none or no memory. */
+static fld_stats_entry *take_snapshot(size_t *n)
+{
+    *n = 0;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        size_t want;
+        if (fld_stats_snapshot(NULL, 0, &want) != FLD_OK || want == 0)
+            return NULL;
+        want += 8; /* cells added meanwhile */
+        fld_stats_entry *e = malloc(want * sizeof *e);
+        if (!e)
+            return NULL;
+        size_t got;
+        fld_stats_snapshot(e, want, &got);
+        if (got <= want) {
+            *n = got;
+            return e;
+        }
+        free(e);
+    }
+    return NULL;
+}
+
+static long rank_of_process(void)
+{
+    const char *names[] = {"RANK", "LOCAL_RANK"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v) {
+            char *end;
+            long r = strtol(v, &end, 10);
+            if (!*end && r >= 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
+bool fld__stats_expand_path(const char *pattern, char *out, size_t size)
+{
+    size_t len = 0;
+    for (const char *p = pattern; *p; p++) {
+        char piece[32];
+        const char *add = piece;
+        if (p[0] == '%' && p[1] == 'p') {
+            snprintf(piece, sizeof piece, "%ld", (long)getpid());
+            p++;
+        } else if (p[0] == '%' && p[1] == 'r') {
+            snprintf(piece, sizeof piece, "%ld", rank_of_process());
+            p++;
+        } else if (p[0] == '%' && p[1] == '%') {
+            add = "%";
+            p++;
+        } else {
+            piece[0] = *p;
+            piece[1] = '\0';
+        }
+        size_t n = strlen(add);
+        if (len + n >= size)
+            return false;
+        memcpy(out + len, add, n);
+        len += n;
+    }
+    out[len] = '\0';
+    return true;
+}
+
+int fld_stats_print(FILE *f)
+{
+    if (!f)
+        return fld__fail(FLD_EINVAL, "fld_stats_print: argument 'f' is NULL");
+    size_t n;
+    fld_stats_entry *e = take_snapshot(&n);
+    int mode = fld_stats_mode();
+    fprintf(f, "fldispatch stats (pid %ld, rank %ld, %s): %zu row(s)\n", (long)getpid(),
+            rank_of_process(),
+            mode == FLD_STATS_TIME    ? "counts and times"
+            : mode == FLD_STATS_CALLS ? "counts"
+                                      : "off",
+            n);
+    if (n)
+        fprintf(f, "%-22s %-24s %-6s %-5s %12s %9s %8s %12s %9s\n", "op", "impl_id", "device",
+                "dtype", "calls", "fallbacks", "failures", "total_ms", "avg_ns");
+    for (size_t i = 0; i < n; i++) {
+        double ms = (double)e[i].total_ns / 1e6;
+        fprintf(f, "%-22s %-24s %-6s %-5s %12llu %9llu %8llu %12.3f %9.0f\n", e[i].op,
+                e[i].impl_id, e[i].device, e[i].dtype, (unsigned long long)e[i].calls,
+                (unsigned long long)e[i].fallbacks, (unsigned long long)e[i].failures, ms,
+                e[i].calls ? (double)e[i].total_ns / (double)e[i].calls : 0.0);
+    }
+    free(e);
+    return ferror(f) ? fld__fail(FLD_EINVAL, "fld_stats_print: write error") : FLD_OK;
+}
+
+/* A JSON string of s (op names and impl_ids from Python may hold anything). */
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static int write_json(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return fld__fail(FLD_EINVAL, "fld_stats_write: cannot create '%s': %s", path,
+                         strerror(errno));
+    size_t n;
+    fld_stats_entry *e = take_snapshot(&n);
+    int mode = fld_stats_mode();
+    fprintf(f, "{\"pid\": %ld, \"rank\": %ld, \"mode\": \"%s\", \"entries\": [", (long)getpid(),
+            rank_of_process(),
+            mode == FLD_STATS_TIME    ? "time"
+            : mode == FLD_STATS_CALLS ? "calls"
+                                      : "off");
+    for (size_t i = 0; i < n; i++) {
+        fputs(i ? ",\n  {\"op\": " : "\n  {\"op\": ", f);
+        json_string(f, e[i].op);
+        fputs(", \"impl_id\": ", f);
+        json_string(f, e[i].impl_id);
+        fprintf(f,
+                ", \"device\": \"%s\", \"dtype\": \"%s\", \"calls\": %llu, \"fallbacks\": %llu, "
+                "\"failures\": %llu, \"total_ns\": %llu}",
+                e[i].device, e[i].dtype, (unsigned long long)e[i].calls,
+                (unsigned long long)e[i].fallbacks, (unsigned long long)e[i].failures,
+                (unsigned long long)e[i].total_ns);
+    }
+    fputs(n ? "\n]}\n" : "]}\n", f);
+    free(e);
+    bool bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return fld__fail(FLD_EINVAL, "fld_stats_write: write error on '%s'", path);
+    return FLD_OK;
+}
+
+int fld_stats_write(const char *path)
+{
+    if (!path || !*path)
+        return fld__fail(FLD_EINVAL, "fld_stats_write: argument 'path' is %s",
+                         path ? "empty" : "NULL");
+    char expanded[4096];
+    if (!fld__stats_expand_path(path, expanded, sizeof expanded))
+        return fld__fail(FLD_EINVAL, "fld_stats_write: the path '%s' is too long once expanded",
+                         path);
+    return write_json(expanded);
+}
+
+int fld_trace_write(const char *path)
+{
+    if (!path || !*path)
+        return fld__fail(FLD_EINVAL, "fld_trace_write: argument 'path' is %s",
+                         path ? "empty" : "NULL");
+    char expanded[4096];
+    if (!fld__stats_expand_path(path, expanded, sizeof expanded))
+        return fld__fail(FLD_EINVAL, "fld_trace_write: the path '%s' is too long once expanded",
+                         path);
+    return fld__trace_write(expanded);
+}
+
+int fld_stats_flush(void)
+{
+    pthread_mutex_lock(&stats_lock);
+    char *file = stats_file ? strdup(stats_file) : NULL;
+    char *trace = trace_file ? strdup(trace_file) : NULL;
+    pthread_mutex_unlock(&stats_lock);
+    int rc = FLD_OK;
+    if (file)
+        rc = fld_stats_write(file);
+    else if (fld_stats_mode() != FLD_STATS_OFF)
+        rc = fld_stats_print(stderr);
+    if (trace) {
+        int trc = fld_trace_write(trace);
+        if (rc == FLD_OK)
+            rc = trc;
+    }
+    free(file);
+    free(trace);
+    return rc;
+}
+
+static void at_exit(void)
+{
+    if (fld_stats_flush() != FLD_OK)
+        fprintf(stderr, "[fldispatch] %s\n", fld_last_error());
+}
+
+static void arm_exit(void)
+{
+    pthread_mutex_lock(&stats_lock);
+    bool arm = !exit_armed;
+    exit_armed = true;
+    pthread_mutex_unlock(&stats_lock);
+    if (arm)
+        atexit(at_exit);
+}
+
+int fld_stats_record(const char *op, const char *impl_id, int device_type, DLDataType dtype,
+                     int status, unsigned flags, uint64_t ns)
+{
+    if (!op || !*op || !impl_id || !*impl_id)
+        return fld__fail(FLD_EINVAL, "fld_stats_record: argument '%s' is %s",
+                         !op || !*op ? "op" : "impl_id",
+                         (!op || !*op ? op : impl_id) ? "empty" : "NULL");
+    int dev = fld__device_index(device_type);
+    if (dev < 0)
+        return fld__fail(FLD_EINVAL, "fld_stats_record: unknown device type %d (valid: %s)",
+                         device_type, fld__device_text(FLD_DEVICE_TEXT_CODES));
+    int dt = dtype.code == 0 && dtype.bits == 0 && dtype.lanes == 0 ? FLD_DT_ANY
+                                                                     : fld_dtype_index(dtype);
+    if (dt < 0)
+        return fld__fail(FLD_EINVAL,
+                         "fld_stats_record: unsupported dtype (code %d, bits %d, lanes %d; valid: "
+                         "f32, f16, bf16, or all zero for any)",
+                         dtype.code, dtype.bits, dtype.lanes);
+    if (!(atomic_load_explicit(&fld__stats_flags, memory_order_relaxed) & FLD_STATS_FLAG_COUNT))
+        return FLD_OK;
+    pthread_mutex_lock(&stats_lock);
+    struct fld_stats_cell *c = find_or_add(op, impl_id, device_word(dev), dtype_word(dt));
+    pthread_mutex_unlock(&stats_lock);
+    if (!c)
+        return fld__fail(FLD_ENOMEM, "fld_stats_record: out of memory");
+    fld__stats_count(c, status, ns);
+    if (flags & FLD_STATS_FELL_BACK)
+        fld__stats_fallback(c);
+    return FLD_OK;
+}

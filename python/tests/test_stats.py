@@ -1,0 +1,117 @@
+"""fldispatch.stats(), stats_reset(), stats_summary() and friends: the library's
+call counters seen from Python, Python-side records into the same table, and
+the file a multiprocessing worker writes at its exit."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import fldispatch
+
+KEYS = {"op", "impl_id", "device", "dtype", "calls", "fallbacks", "failures", "total_ns"}
+
+
+def call_silu(n):
+    x = np.linspace(-2, 2, 32, dtype=np.float32).reshape(2, 16)
+    out = np.zeros((2, 8), np.float32)
+    for _ in range(n):
+        fldispatch.silu_and_mul(out, x)
+
+
+@pytest.fixture
+def counting():
+    fldispatch.stats_enable("calls")
+    fldispatch.stats_reset()
+    yield
+    fldispatch.stats_enable("off")
+    fldispatch.stats_reset()
+
+
+def rows_of(op):
+    return [r for r in fldispatch.stats() if r["op"] == op]
+
+
+def test_off_counts_nothing():
+    fldispatch.stats_enable("off")
+    fldispatch.stats_reset()
+    call_silu(3)
+    assert fldispatch.stats_mode() == "off"
+    assert fldispatch.stats() == []
+
+
+def test_counts_calls_per_implementation(counting):
+    call_silu(5)
+    impl = fldispatch.resolve("silu_and_mul")
+    rows = rows_of("silu_and_mul")
+    assert rows == [{"op": "silu_and_mul", "impl_id": impl, "device": "cpu", "dtype": "f32",
+                     "calls": 5, "fallbacks": 0, "failures": 0, "total_ns": 0}]
+    assert set(rows[0]) == KEYS
+    summary = fldispatch.stats_summary()
+    assert "fldispatch stats" in summary
+    assert any("silu_and_mul" in line and impl in line and " 5 " in line
+               for line in summary.splitlines())
+    fldispatch.stats_reset()
+    assert fldispatch.stats() == []
+
+
+def test_time_mode_times(counting):
+    fldispatch.stats_enable("time")
+    assert fldispatch.stats_mode() == "time"
+    call_silu(3)
+    (row,) = rows_of("silu_and_mul")
+    assert row["calls"] == 3 and row["total_ns"] > 0
+
+
+def test_python_side_records_join_the_table(counting):
+    fldispatch._C._stats_record("rms_norm", "vendor.python", "cpu", "bfloat16", 0, False, 100)
+    fldispatch._C._stats_record("rms_norm", "vendor.python", "cpu", "bf16", status=-7,
+                                fell_back=True, ns=50)
+    (row,) = rows_of("rms_norm")
+    assert row == {"op": "rms_norm", "impl_id": "vendor.python", "device": "cpu",
+                   "dtype": "bf16", "calls": 2, "fallbacks": 1, "failures": 1, "total_ns": 150}
+    with pytest.raises(fldispatch.InvalidArgumentError):
+        fldispatch._C._stats_record("", "vendor.python", "cpu", "f32")
+
+
+def test_stats_enable_rejects_unknown_modes():
+    with pytest.raises(ValueError, match="stats_enable"):
+        fldispatch.stats_enable("sometimes")
+
+
+def test_a_multiprocessing_worker_writes_its_own_file(tmp_path):
+    # A worker leaves through os._exit(): no C exit handler runs there, so the
+    # package writes the file from multiprocessing's exit hook.
+    script = textwrap.dedent("""
+        import multiprocessing as mp, os, sys
+        import numpy as np
+        import fldispatch
+
+        def work():
+            x = np.ones((2, 16), np.float32)
+            out = np.zeros((2, 8), np.float32)
+            for _ in range(6):
+                fldispatch.silu_and_mul(out, x)
+            print(os.getpid(), flush=True)
+
+        if __name__ == "__main__":
+            p = mp.get_context(sys.argv[1]).Process(target=work)
+            p.start(); p.join()
+            sys.exit(p.exitcode)
+    """)
+    path = tmp_path / "worker.py"
+    path.write_text(script)
+    for method in ("fork", "spawn"):
+        env = dict(os.environ, VLLM_FL_STATS="1",
+                   VLLM_FL_STATS_FILE=str(tmp_path / f"stats-{method}-%p.json"))
+        out = subprocess.run([sys.executable, str(path), method], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        child = out.stdout.split()[0]
+        doc = json.loads((tmp_path / f"stats-{method}-{child}.json").read_text())
+        rows = [e for e in doc["entries"] if e["op"] == "silu_and_mul"]
+        assert [r["calls"] for r in rows] == [6], doc

@@ -1,0 +1,401 @@
+/*
+ * core/stats.c and core/trace.c: the opt-in call counters and the dispatch
+ * trace. Off by default; VLLM_FL_STATS=1/calls counts, =time also times;
+ * fld_stats_enable() switches at run time (closing the direct call path,
+ * so calls already cached are counted too); failures and fallbacks are
+ * counted on the implementation that failed (tests/plugins' "failing");
+ * at exit the table goes to stderr, or JSON to VLLM_FL_STATS_FILE with %p
+ * and %r expanded; VLLM_FL_TRACE writes Chrome trace JSON; a bad value is
+ * FLD_ECONFIG naming the variable; the new variables are known to the
+ * unknown-VLLM_FL_* check; threads count exactly.
+ *
+ * Each test runs in its own process (CK_FORK); those that look at what
+ * happens at exit fork a child of their own and read what it wrote.
+ */
+#include <check.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fldispatch/plugin.h>
+
+#include "util/env.h"
+#include "util/files.h"
+#include "util/harness.h"
+#include "util/tool.h"
+
+#define ck_assert_contains(hay, needle)                                                            \
+    do {                                                                                           \
+        const char *hay_ = (hay);                                                                  \
+        ck_assert_msg(hay_ &&strstr(hay_, (needle)), "expected '%s' in '%s'", (needle),            \
+                      hay_ ? hay_ : "(null)");                                                     \
+    } while (0)
+
+static char tmp_dir[PATH_MAX];
+
+/* A private plugin directory holding the named fixtures of tests/plugins. */
+static void setup(const char *const *fixtures)
+{
+    char dir[PATH_MAX];
+    snprintf(tmp_dir, sizeof tmp_dir, "%s", tt_make_tmpdir("stats"));
+    tt_make_subdir(dir, tmp_dir, "plugins", 0700);
+    for (; fixtures && *fixtures; fixtures++)
+        tt_install_fixture(NULL, dir, "plugins", *fixtures);
+    tt_clear_fld_environment();
+    unsetenv("RANK");
+    unsetenv("LOCAL_RANK");
+    setenv("VLLM_FL_PLATFORM", "cpu", 1);
+    setenv("VLLM_FL_PLUGIN_DIR", dir, 1);
+}
+
+/* silu_and_mul on a [2, 16] float32 tensor. */
+static int call_silu(void)
+{
+    static float x[32], out[16];
+    static int64_t xs[2] = {2, 16}, os[2] = {2, 8};
+    DLTensor tx = {.data = x, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1},
+                   .shape = xs};
+    DLTensor to = {.data = out, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1},
+                   .shape = os};
+    return fld_silu_and_mul(&to, &tx);
+}
+
+/* The entry of (op, impl_id) for cpu/f32; zeroed (calls 0) when absent. */
+static fld_stats_entry entry_of(const char *op, const char *impl_id)
+{
+    fld_stats_entry all[64], none = {0};
+    size_t n = 0;
+    ck_assert_int_eq(fld_stats_snapshot(all, 64, &n), FLD_OK);
+    for (size_t i = 0; i < n && i < 64; i++)
+        if (strcmp(all[i].op, op) == 0 && strcmp(all[i].impl_id, impl_id) == 0 &&
+            strcmp(all[i].device, "cpu") == 0 && strcmp(all[i].dtype, "f32") == 0)
+            return all[i];
+    return none;
+}
+
+static size_t entries(void)
+{
+    size_t n = 99;
+    ck_assert_int_eq(fld_stats_snapshot(NULL, 0, &n), FLD_OK);
+    return n;
+}
+
+START_TEST(off_by_default)
+{
+    setup(NULL);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    ck_assert_int_eq(fld_stats_mode(), FLD_STATS_OFF);
+    ck_assert_uint_eq(entries(), 0);
+}
+END_TEST
+
+START_TEST(counts_calls)
+{
+    setup(NULL);
+    setenv("VLLM_FL_STATS", "1", 1);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    ck_assert_int_eq(fld_stats_mode(), FLD_STATS_CALLS);
+    fld_stats_entry e = entry_of(FLD_OP_SILU_AND_MUL, "reference.c");
+    ck_assert_uint_eq(e.calls, 5);
+    ck_assert_uint_eq(e.failures, 0);
+    ck_assert_uint_eq(e.fallbacks, 0);
+    ck_assert_uint_eq(e.total_ns, 0); /* not timed */
+    ck_assert_uint_eq(entries(), 1);
+    /* Counts survive a shutdown and go on after the next init. */
+    ck_assert_int_eq(fld_shutdown(), FLD_OK);
+    ck_assert_int_eq(call_silu(), FLD_OK);
+    ck_assert_uint_eq(entry_of(FLD_OP_SILU_AND_MUL, "reference.c").calls, 6);
+}
+END_TEST
+
+START_TEST(time_mode_times)
+{
+    setup(NULL);
+    setenv("VLLM_FL_STATS", " time ", 1);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    ck_assert_int_eq(fld_stats_mode(), FLD_STATS_TIME);
+    fld_stats_entry e = entry_of(FLD_OP_SILU_AND_MUL, "reference.c");
+    ck_assert_uint_eq(e.calls, 3);
+    ck_assert_uint_gt(e.total_ns, 0);
+}
+END_TEST
+
+START_TEST(switched_on_at_run_time_counts_cached_calls)
+{
+    setup(NULL);
+    /* The direct path is open for silu_and_mul after these. */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    ck_assert_int_eq(fld_stats_enable(FLD_STATS_CALLS), FLD_OK);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    ck_assert_uint_eq(entry_of(FLD_OP_SILU_AND_MUL, "reference.c").calls, 4);
+    ck_assert_int_eq(fld_stats_enable(FLD_STATS_OFF), FLD_OK);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    ck_assert_uint_eq(entry_of(FLD_OP_SILU_AND_MUL, "reference.c").calls, 4);
+    ck_assert_int_eq(fld_stats_enable(7), FLD_EINVAL);
+    ck_assert_contains(fld_last_error(), "fld_stats_enable: unknown mode 7");
+    /* The environment comes back at a reload. */
+    setenv("VLLM_FL_STATS", "calls", 1);
+    ck_assert_int_eq(fld_reload(), FLD_OK);
+    ck_assert_int_eq(fld_stats_mode(), FLD_STATS_CALLS);
+}
+END_TEST
+
+START_TEST(failures_and_fallbacks)
+{
+    setup((const char *[]){"failing", NULL});
+    setenv("VLLM_FL_STATS", "1", 1);
+    setenv("VLLM_FL_PREFER", "vendor", 1);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(call_silu() == FLD_OK, "%s", fld_last_error());
+    /* It failed once and the reference ran; then it is remembered and skipped. */
+    fld_stats_entry f = entry_of(FLD_OP_SILU_AND_MUL, "vendor.failing");
+    ck_assert_uint_eq(f.calls, 1);
+    ck_assert_uint_eq(f.failures, 1);
+    ck_assert_uint_eq(f.fallbacks, 1);
+    fld_stats_entry r = entry_of(FLD_OP_SILU_AND_MUL, "reference.c");
+    ck_assert_uint_eq(r.calls, 3);
+    ck_assert_uint_eq(r.failures, 0);
+    /* Strict: the failure is returned, nothing falls back. */
+    fld_stats_reset();
+    ck_assert_uint_eq(entries(), 0);
+    setenv("VLLM_FL_STRICT", "1", 1);
+    ck_assert_int_eq(fld_reload(), FLD_OK);
+    ck_assert_int_eq(call_silu(), FLD_EIMPL);
+    f = entry_of(FLD_OP_SILU_AND_MUL, "vendor.failing");
+    ck_assert_uint_eq(f.calls, 1);
+    ck_assert_uint_eq(f.failures, 1);
+    ck_assert_uint_eq(f.fallbacks, 0);
+    ck_assert_uint_eq(entry_of(FLD_OP_SILU_AND_MUL, "reference.c").calls, 0);
+}
+END_TEST
+
+START_TEST(invalid_value_is_a_configuration_error)
+{
+    setup(NULL);
+    setenv("VLLM_FL_STATS", "sometimes", 1);
+    ck_assert_int_eq(fld_init(), FLD_ECONFIG);
+    ck_assert_contains(fld_last_error(), "VLLM_FL_STATS: invalid value 'sometimes'");
+}
+END_TEST
+
+static char warnings[4096];
+static void capture(int level, const char *message, void *user)
+{
+    (void)user;
+    if (level >= FLD_LOG_WARNING && strlen(warnings) + strlen(message) + 2 < sizeof warnings) {
+        strcat(warnings, message);
+        strcat(warnings, "\n");
+    }
+}
+
+START_TEST(variables_are_known)
+{
+    setup(NULL);
+    setenv("VLLM_FL_STATS", "0", 1);
+    setenv("VLLM_FL_STATS_FILE", "/dev/null", 1);
+    setenv("VLLM_FL_TRACE", "/dev/null", 1);
+    setenv("VLLM_FL_STATZ", "1", 1); /* a typo, which is reported */
+    fld_log_set_callback(capture, NULL);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    fld_log_set_callback(NULL, NULL);
+    ck_assert_contains(warnings, "VLLM_FL_STATZ");
+    ck_assert_msg(!strstr(warnings, "VLLM_FL_STATS_FILE") && !strstr(warnings, "VLLM_FL_TRACE"),
+                  "%s", warnings);
+    /* VLLM_FL_STATS=0 wins over the file's "count". */
+    ck_assert_int_eq(fld_stats_mode(), FLD_STATS_OFF);
+}
+END_TEST
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    return f ? tool_read_all(f) : NULL;
+}
+
+/* Runs calls in a child process that then exits through exit(); its stderr to err_path. */
+static void child_calls_and_exits(int calls, const char *err_path)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(err_path, "w", stderr))
+            _exit(3);
+        for (int i = 0; i < calls; i++)
+            if (call_silu() != FLD_OK)
+                _exit(2);
+        exit(0);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    char expect[PATH_MAX];
+    snprintf(expect, sizeof expect, "%d", (int)pid);
+    setenv("FLD_TEST_CHILD_PID", expect, 1);
+}
+
+START_TEST(table_on_stderr_at_exit)
+{
+    setup(NULL);
+    setenv("VLLM_FL_STATS", "1", 1);
+    char err[PATH_MAX];
+    snprintf(err, sizeof err, "%s/stderr.txt", tmp_dir);
+    child_calls_and_exits(7, err);
+    char *text = read_file(err);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_contains(text, "fldispatch stats (pid ");
+    ck_assert_msg(line_with(text, "silu_and_mul", "reference.c", " 7 "), "%s", text);
+    free(text);
+}
+END_TEST
+
+START_TEST(json_file_with_pid_and_rank)
+{
+    setup(NULL);
+    char pattern[PATH_MAX + 32];
+    snprintf(pattern, sizeof pattern, "%s/stats-%%p-r%%r-%%%%.json", tmp_dir);
+    setenv("VLLM_FL_STATS_FILE", pattern, 1); /* alone: counts */
+    setenv("LOCAL_RANK", "5", 1);
+    setenv("RANK", "3", 1); /* wins */
+    char err[PATH_MAX];
+    snprintf(err, sizeof err, "%s/stderr.txt", tmp_dir);
+    child_calls_and_exits(4, err);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/stats-%s-r3-%%.json", tmp_dir, getenv("FLD_TEST_CHILD_PID"));
+    char *text = read_file(path);
+    ck_assert_msg(text != NULL, "no file %s", path);
+    ck_assert_contains(text, "\"rank\": 3");
+    ck_assert_contains(text, "\"op\": \"silu_and_mul\", \"impl_id\": \"reference.c\", "
+                             "\"device\": \"cpu\", \"dtype\": \"f32\", \"calls\": 4, "
+                             "\"fallbacks\": 0, \"failures\": 0");
+    free(text);
+    /* No table on stderr when the file takes the counts. */
+    text = read_file(err);
+    ck_assert_msg(!text || !strstr(text, "fldispatch stats"), "%s", text);
+    free(text);
+}
+END_TEST
+
+START_TEST(trace_as_chrome_json)
+{
+    setup((const char *[]){"failing", NULL});
+    char pattern[PATH_MAX + 16];
+    snprintf(pattern, sizeof pattern, "%s/trace-%%p.json", tmp_dir);
+    setenv("VLLM_FL_TRACE", pattern, 1);
+    setenv("VLLM_FL_PREFER", "vendor", 1);
+    char err[PATH_MAX];
+    snprintf(err, sizeof err, "%s/stderr.txt", tmp_dir);
+    child_calls_and_exits(3, err);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/trace-%s.json", tmp_dir, getenv("FLD_TEST_CHILD_PID"));
+    char *text = read_file(path);
+    ck_assert_msg(text != NULL, "no file %s", path);
+    ck_assert_contains(text, "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [");
+    ck_assert_contains(text, "\"name\": \"dispatch decision\"");
+    ck_assert_contains(text, "\"op\": \"silu_and_mul\", \"device\": \"cpu\", \"dtype\": "
+                             "\"f32\", \"selected\": \"vendor.failing\", \"candidates\": "
+                             "[\"vendor.failing\", \"reference.c\"]");
+    ck_assert_contains(text, "\"impl_id\": \"vendor.failing\", \"device\": \"cpu\", \"dtype\": "
+                             "\"f32\", \"status\": -");
+    ck_assert_int_eq(tool_count_of(text, "\"impl_id\": \"reference.c\""), 3);
+    ck_assert_contains(text, "\"dropped\": 0, \"cap\": 262144");
+    free(text);
+}
+END_TEST
+
+START_TEST(record_from_outside)
+{
+    setup(NULL);
+    DLDataType f16 = {kDLFloat, 16, 1};
+    /* Off: nothing counted. */
+    ck_assert_int_eq(fld_stats_record("rms_norm", "vendor.py", FLD_DEVICE_CPU, f16, 0, 0, 5),
+                     FLD_OK);
+    ck_assert_uint_eq(entries(), 0);
+    ck_assert_int_eq(fld_stats_enable(FLD_STATS_TIME), FLD_OK);
+    ck_assert_int_eq(fld_stats_record("rms_norm", "vendor.py", FLD_DEVICE_CPU, f16, FLD_OK, 0, 5),
+                     FLD_OK);
+    ck_assert_int_eq(fld_stats_record("rms_norm", "vendor.py", FLD_DEVICE_CPU, f16, FLD_EIMPL,
+                                      FLD_STATS_FELL_BACK, 7),
+                     FLD_OK);
+    fld_stats_entry e[4];
+    size_t n = 0;
+    ck_assert_int_eq(fld_stats_snapshot(e, 4, &n), FLD_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(e[0].impl_id, "vendor.py");
+    ck_assert_str_eq(e[0].dtype, "f16");
+    ck_assert_uint_eq(e[0].calls, 2);
+    ck_assert_uint_eq(e[0].failures, 1);
+    ck_assert_uint_eq(e[0].fallbacks, 1);
+    ck_assert_uint_eq(e[0].total_ns, 12);
+    ck_assert_int_eq(fld_stats_record(NULL, "x.y", FLD_DEVICE_CPU, f16, 0, 0, 0), FLD_EINVAL);
+    ck_assert_contains(fld_last_error(), "argument 'op' is NULL");
+    ck_assert_int_eq(fld_stats_record("op", "x.y", 12345, f16, 0, 0, 0), FLD_EINVAL);
+    ck_assert_contains(fld_last_error(), "unknown device type 12345");
+    ck_assert_int_eq(fld_stats_snapshot(NULL, 3, &n), FLD_EINVAL);
+    ck_assert_int_eq(fld_stats_print(NULL), FLD_EINVAL);
+}
+END_TEST
+
+#define THREADS 4
+#define CALLS   2000
+
+static void *call_many(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < CALLS; i++)
+        if (call_silu() != FLD_OK)
+            return (void *)1;
+    return NULL;
+}
+
+START_TEST(threads_count_exactly)
+{
+    setup(NULL);
+    setenv("VLLM_FL_STATS", "time", 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, call_many, NULL), 0);
+    for (int i = 0; i < THREADS; i++) {
+        void *rc;
+        pthread_join(t[i], &rc);
+        ck_assert_ptr_null(rc);
+    }
+    ck_assert_uint_eq(entry_of(FLD_OP_SILU_AND_MUL, "reference.c").calls, THREADS * CALLS);
+}
+END_TEST
+
+static Suite *stats_suite(void)
+{
+    Suite *s = suite_create("stats");
+    TCase *tc = tcase_create("stats");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, off_by_default);
+    tcase_add_test(tc, counts_calls);
+    tcase_add_test(tc, time_mode_times);
+    tcase_add_test(tc, switched_on_at_run_time_counts_cached_calls);
+    tcase_add_test(tc, failures_and_fallbacks);
+    tcase_add_test(tc, invalid_value_is_a_configuration_error);
+    tcase_add_test(tc, variables_are_known);
+    tcase_add_test(tc, table_on_stderr_at_exit);
+    tcase_add_test(tc, json_file_with_pid_and_rank);
+    tcase_add_test(tc, trace_as_chrome_json);
+    tcase_add_test(tc, record_from_outside);
+    tcase_add_test(tc, threads_count_exactly);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tt_run_suite_with_build_dir("test_stats", stats_suite());
+}
