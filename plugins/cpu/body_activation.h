@@ -14,6 +14,9 @@
  *                     the 65536 inputs, so these results are the
  *                     reference's to the bit); the product of two 16-bit
  *                     values is exact in float32 and is rounded on store.
+ * With job->torch (VLLM_FL_CPU_ACTIVATIONS=torch) the activations follow
+ * PyTorch's CPU kernels instead: float32 through vmath.h's torch forms, the
+ * 16-bit tables built from the same forms (exact.c).
  * The operation, the dtype and whether stores are non-temporal are
  * compile-time constants of each inner loop: act_range() switches once per
  * call into one of 4 x 3 x 2 loops.
@@ -40,24 +43,41 @@
 #endif
 #endif
 
-/* float32: r[u] = f(a[u], b[u]) for n vectors at once (see vmath.h: interleaved chains). */
-V_INLINE void act_apply_n(enum fld_cpu_act act, vf *r, const vf *a, const vf *b, int n)
+/*
+ * float32: r[u] = f(a[u], b[u]) for n vectors at once (see vmath.h:
+ * interleaved chains); torch: PyTorch's CPU forms of silu and gelu
+ * (vmath.h, VLLM_FL_CPU_ACTIVATIONS=torch).
+ */
+V_INLINE void act_apply_n(enum fld_cpu_act act, const int torch, vf *r, const vf *a, const vf *b,
+                          int n)
 {
     switch (act) {
     case FLD_CPU_ACT_SILU_AND_MUL:
-        vm_silu_n(r, a, n);
+        if (torch)
+            vm_silu_torch_n(r, a, n);
+        else
+            vm_silu_n(r, a, n);
         VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
         break;
     case FLD_CPU_ACT_MUL_AND_SILU:
-        vm_silu_n(r, b, n);
+        if (torch)
+            vm_silu_torch_n(r, b, n);
+        else
+            vm_silu_n(r, b, n);
         VM_FOR(u, n) r[u] = v_mul(a[u], r[u]);
         break;
     case FLD_CPU_ACT_GELU_AND_MUL:
-        vm_gelu_n(r, a, n);
+        if (torch)
+            vm_gelu_torch_n(r, a, n);
+        else
+            vm_gelu_n(r, a, n);
         VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
         break;
     case FLD_CPU_ACT_GELU_TANH_AND_MUL:
-        vm_gelu_tanh_n(r, a, n);
+        if (torch)
+            vm_gelu_tanh_torch_n(r, a, n);
+        else
+            vm_gelu_tanh_n(r, a, n);
         VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
         break;
     }
@@ -68,7 +88,8 @@ V_INLINE void act_apply_n(enum fld_cpu_act act, vf *r, const vf *a, const vf *b,
  * 16-bit dtypes the activated half (b for mul_and_silu, else a) is looked
  * up and the other half multiplied in.
  */
-V_INLINE void act_block(enum fld_cpu_act act, const int dt, const uint16_t *table, vf *r,
+V_INLINE void act_block(enum fld_cpu_act act, const int dt, const int torch,
+                        const uint16_t *table, vf *r,
                         const char *pa, const char *pb, int n)
 {
     const int64_t step = V_LANES * (int64_t)fld__cpu_elem_size(dt);
@@ -81,12 +102,12 @@ V_INLINE void act_block(enum fld_cpu_act act, const int dt, const uint16_t *tabl
     vf a[ACT_UNROLL], b[ACT_UNROLL];
     VM_FOR(u, n) a[u] = v_load(pa + u * step, dt);
     VM_FOR(u, n) b[u] = v_load(pb + u * step, dt);
-    act_apply_n(act, r, a, b, n);
+    act_apply_n(act, torch, r, a, b, n);
 }
 
 /* The same for the first m < V_LANES elements (other lanes 0). */
-V_INLINE vf act_part(enum fld_cpu_act act, const int dt, const uint16_t *table, const char *pa,
-                     const char *pb, int64_t m)
+V_INLINE vf act_part(enum fld_cpu_act act, const int dt, const int torch, const uint16_t *table,
+                     const char *pa, const char *pb, int64_t m)
 {
     if (dt != FLD_CPU_F32) {
         const bool second = act == FLD_CPU_ACT_MUL_AND_SILU;
@@ -94,7 +115,7 @@ V_INLINE vf act_part(enum fld_cpu_act act, const int dt, const uint16_t *table, 
         return v_mul(v_lookup16_n(table, pg, m, dt), v_load_n(po, m, dt));
     }
     vf a = v_load_n(pa, m, dt), b = v_load_n(pb, m, dt), r;
-    act_apply_n(act, &r, &a, &b, 1);
+    act_apply_n(act, torch, &r, &a, &b, 1);
     return r;
 }
 
@@ -116,7 +137,8 @@ V_INLINE void act_put(void *p, vf v, int dt, int stream)
  * medians of three alternated runs: one thread +6-72% float32, +10-33%
  * 16-bit; two threads +6-40% (docs/BENCHMARKS.md).
  */
-V_INLINE void act_row(enum fld_cpu_act act, const int dt, int stream, const uint16_t *table,
+V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, int stream,
+                      const uint16_t *table,
                       void *out, const void *x, int64_t d, const char *pf)
 {
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
@@ -130,7 +152,7 @@ V_INLINE void act_row(enum fld_cpu_act act, const int dt, int stream, const uint
         if (head > d)
             head = d;
         if (head > 0) {
-            v_store_n(po, act_part(act, dt, table, pa, pb, head), head, dt);
+            v_store_n(po, act_part(act, dt, torch, table, pa, pb, head), head, dt);
             j = head;
         }
     }
@@ -141,21 +163,21 @@ V_INLINE void act_row(enum fld_cpu_act act, const int dt, int stream, const uint
                 __builtin_prefetch(pf + (d + j) * es + b, 0, 3);
             }
         vf r[ACT_UNROLL];
-        act_block(act, dt, table, r, pa + j * es, pb + j * es, ACT_UNROLL);
+        act_block(act, dt, torch, table, r, pa + j * es, pb + j * es, ACT_UNROLL);
         VM_FOR(u, ACT_UNROLL) act_put(po + (j + u * V_LANES) * es, r[u], dt, stream);
     }
     for (; j + V_LANES <= d; j += V_LANES) {
         vf r;
-        act_block(act, dt, table, &r, pa + j * es, pb + j * es, 1);
+        act_block(act, dt, torch, table, &r, pa + j * es, pb + j * es, 1);
         act_put(po + j * es, r, dt, stream);
     }
     if (j < d)
-        v_store_n(po + j * es, act_part(act, dt, table, pa + j * es, pb + j * es, d - j), d - j,
+        v_store_n(po + j * es, act_part(act, dt, torch, table, pa + j * es, pb + j * es, d - j), d - j,
                   dt);
 }
 
 V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1,
-                       enum fld_cpu_act act, int dt)
+                       enum fld_cpu_act act, int dt, const int torch)
 {
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
     const char *x = job->x;
@@ -165,35 +187,37 @@ V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1
         fld__cpu_act_table(act == FLD_CPU_ACT_GELU_AND_MUL        ? FLD_CPU_FN_GELU
                            : act == FLD_CPU_ACT_GELU_TANH_AND_MUL ? FLD_CPU_FN_GELU_TANH
                                                                   : FLD_CPU_FN_SILU,
-                           dt);
+                           dt, job->torch);
 
     /* Non-temporal stores need element-aligned rows to reach vector alignment. */
     if (job->stream && (uintptr_t)out % (uintptr_t)es == 0) {
         for (int64_t r = r0; r < r1; r++)
-            act_row(act, dt, 1, table, out + r * job->out_stride * es, x + r * job->x_stride * es,
+            act_row(act, dt, torch, 1, table, out + r * job->out_stride * es, x + r * job->x_stride * es,
                     job->d, r + 1 < r1 ? x + (r + 1) * job->x_stride * es : NULL);
         v_stream_fence();
     } else {
         for (int64_t r = r0; r < r1; r++)
-            act_row(act, dt, 0, table, out + r * job->out_stride * es, x + r * job->x_stride * es,
+            act_row(act, dt, torch, 0, table, out + r * job->out_stride * es, x + r * job->x_stride * es,
                     job->d, r + 1 < r1 ? x + (r + 1) * job->x_stride * es : NULL);
     }
 }
 
-V_INLINE void act_rows_dt(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1, int dt)
+/* torch: a compile-time constant of each float32 loop (16-bit dtypes differ only by table). */
+V_INLINE void act_rows_dt(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1, int dt,
+                          const int torch)
 {
     switch (job->act) {
     case FLD_CPU_ACT_SILU_AND_MUL:
-        act_rows(job, r0, r1, FLD_CPU_ACT_SILU_AND_MUL, dt);
+        act_rows(job, r0, r1, FLD_CPU_ACT_SILU_AND_MUL, dt, torch);
         break;
     case FLD_CPU_ACT_MUL_AND_SILU:
-        act_rows(job, r0, r1, FLD_CPU_ACT_MUL_AND_SILU, dt);
+        act_rows(job, r0, r1, FLD_CPU_ACT_MUL_AND_SILU, dt, torch);
         break;
     case FLD_CPU_ACT_GELU_AND_MUL:
-        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_AND_MUL, dt);
+        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_AND_MUL, dt, torch);
         break;
     case FLD_CPU_ACT_GELU_TANH_AND_MUL:
-        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_TANH_AND_MUL, dt);
+        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_TANH_AND_MUL, dt, torch);
         break;
     }
 }
@@ -202,13 +226,16 @@ static void act_range(const struct fld_cpu_act_job *job, int64_t row_begin, int6
 {
     switch (job->dt) {
     case FLD_CPU_F32:
-        act_rows_dt(job, row_begin, row_end, FLD_CPU_F32);
+        if (job->torch)
+            act_rows_dt(job, row_begin, row_end, FLD_CPU_F32, 1);
+        else
+            act_rows_dt(job, row_begin, row_end, FLD_CPU_F32, 0);
         break;
     case FLD_CPU_F16:
-        act_rows_dt(job, row_begin, row_end, FLD_CPU_F16);
+        act_rows_dt(job, row_begin, row_end, FLD_CPU_F16, 0);
         break;
     case FLD_CPU_BF16:
-        act_rows_dt(job, row_begin, row_end, FLD_CPU_BF16);
+        act_rows_dt(job, row_begin, row_end, FLD_CPU_BF16, 0);
         break;
     }
 }

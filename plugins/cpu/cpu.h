@@ -74,6 +74,7 @@ struct fld_cpu_act_job {
     int64_t x_stride;
     int64_t d;
     bool stream; /* outputs may use non-temporal stores (output larger than the LLC) */
+    bool torch;  /* the activations in PyTorch's CPU forms (fld__cpu_torch_activations) */
 };
 
 /*
@@ -142,6 +143,8 @@ extern const struct fld_cpu_variant *fld__cpu_active;
  * 1.00-1.11x (docs/BENCHMARKS.md, "AMD EPYC Zen 4").
  */
 extern bool fld__cpu_rotary_prefetch;
+/* VLLM_FL_CPU_ACTIVATIONS=torch: the activations in PyTorch's CPU forms (vmath.h). */
+extern bool fld__cpu_torch_activations;
 
 /* ---- threads (pool.c) ---------------------------------------------------- */
 
@@ -161,9 +164,10 @@ size_t fld__cpu_stream_threshold(void);
 /* ---- scalar paths (exact.c) ---------------------------------------------- */
 
 /* The 65536 (+1 padding) activations fn of every 16-bit code of dt (F16 or
- * BF16), rounded to dt: the reference's values; NULL for F32. Built on
- * first use; MT safe. */
-const uint16_t *fld__cpu_act_table(enum fld_cpu_act_fn fn, int dt);
+ * BF16), rounded to dt: the reference's values, or with torch PyTorch's CPU
+ * forms (vmath.h's torch forms, one lane); NULL for F32.
+ * Built on first use; MT safe. */
+const uint16_t *fld__cpu_act_table(enum fld_cpu_act_fn fn, int dt, bool torch);
 /* One row normalised in double (core/reference_norm.c's numerics): for rows
  * whose float32 sum of squares overflowed, underflowed or is NaN. src is the
  * row being normalised (x or the updated residual), of dtype src_dt. */

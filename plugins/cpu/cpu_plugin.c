@@ -11,6 +11,11 @@
  *                                (default: physical cores of the caller's NUMA node)
  *   VLLM_FL_CPU_PARALLEL_MIN_KB  smallest call (KiB read + written) that runs
  *                                in parallel, 0..1048576 (default: pool.c)
+ *   VLLM_FL_CPU_ACTIVATIONS      reference (default): silu and gelu as the
+ *                                library's reference (vLLM's CUDA formulas);
+ *                                torch: as PyTorch's CPU kernels, to the bit
+ *                                (vmath.h), what vLLM runs on CPU; the vLLM
+ *                                plugin sets it when unset
  * An invalid value rejects the plugin with a reason naming the variable.
  */
 #include <stdio.h>
@@ -25,6 +30,7 @@
 
 const struct fld_cpu_variant *fld__cpu_active = &fld__cpu_variant_portable;
 bool fld__cpu_rotary_prefetch = true;
+bool fld__cpu_torch_activations = false;
 
 /* In the order of fld__cpu_isa_names (isa.c). */
 static const struct fld_cpu_variant *const variants[] = {
@@ -145,6 +151,16 @@ static int register_builtins(fld_registry *reg)
         rc = int_from_env("VLLM_FL_CPU_PARALLEL_MIN_KB", 0, PARALLEL_MIN_KB_MAX, &min_kb);
     if (rc != FLD_OK)
         return rc;
+    bool torch_activations = false;
+    const char *act_env = getenv("VLLM_FL_CPU_ACTIVATIONS");
+    if (act_env && strcmp(act_env, "torch") == 0) {
+        torch_activations = true;
+    } else if (act_env && strcmp(act_env, "reference") != 0) {
+        fld_set_error("VLLM_FL_CPU_ACTIVATIONS='%s' is not an activation form (valid: reference, "
+                      "torch)",
+                      act_env);
+        return FLD_ECONFIG;
+    }
 
     char isa_why[256];
     int isa = fld__cpu_isa_choose(fld__cpu_detect_features(), getenv("VLLM_FL_CPU_ISA"), isa_why,
@@ -172,6 +188,7 @@ static int register_builtins(fld_registry *reg)
     fld__cpu_pool_configure(&topo, (int)threads, min_bytes, llc);
     fld__cpu_active = variants[isa];
     fld__cpu_rotary_prefetch = !fld__cpu_is_amd();
+    fld__cpu_torch_activations = torch_activations;
 
     for (size_t i = 0; i < sizeof cpu_kernels / sizeof cpu_kernels[0]; i++) {
         const fld_impl impl = {
@@ -193,10 +210,11 @@ static int register_builtins(fld_registry *reg)
     format_size(stream, sizeof stream, fld__cpu_stream_threshold());
     return fld_registry_set_detail(reg,
                                    "isa %s%s%s%s; %s; parallel from %zu KiB; non-temporal stores "
-                                   "from %s%s",
+                                   "from %s%s%s",
                                    variants[isa]->name, isa_why[0] ? " (" : "", isa_why,
                                    isa_why[0] ? ")" : "", threads_text, min_bytes / 1024, stream,
-                                   llc ? "" : " (cache size unknown)");
+                                   llc ? "" : " (cache size unknown)",
+                                   torch_activations ? "; activations as torch's" : "");
 }
 
 FLD_PLUGIN_DEFINE("cpu", FLD_VERSION_STRING, register_builtins)

@@ -47,6 +47,119 @@ static float gelu_tanh(float f)
     return 0.5f * f * (1.0f + tanhf(beta * (f + kappa * cube)));
 }
 
+/* ---- PyTorch's CPU forms (vmath.h's torch forms, one lane) --------------- */
+
+static float exp_torch(float x)
+{
+    const float q = rintf(x * 1.442695040888963407359924681001892137426645954152985934135449406931f);
+    float s = fmaf(q, -0.693145751953125f, x);
+    s = fmaf(q, -1.428606765330187045e-06f, s);
+    float u = 0.000198527617612853646278381f;
+    u = fmaf(u, s, 0.00139304355252534151077271f);
+    u = fmaf(u, s, 0.00833336077630519866943359f);
+    u = fmaf(u, s, 0.0416664853692054748535156f);
+    u = fmaf(u, s, 0.166666671633720397949219f);
+    u = fmaf(u, s, 0.5f);
+    u = 1.0f + fmaf(s * s, u, s);
+    if (x < -104.0f)
+        return 0.0f;
+    if (x > 100.0f)
+        return INFINITY;
+    if (isnan(x))
+        return x;
+    /* two factors, each a normal power of two (|q| <= 150 here) */
+    const int k = (int)q, k1 = k / 2;
+    return ldexpf(ldexpf(u, k1), k - k1);
+}
+
+static float silu_torch(float f)
+{
+    return f / (1.0f + exp_torch(-f));
+}
+
+static float gelu_torch(float f)
+{
+    const float z = f * (float)M_SQRT1_2;
+    const float t = 1.0f / fmaf(0.3275911f, fabsf(z), 1.0f);
+    float r = fmaf(1.061405429f, t, -1.453152027f);
+    r = fmaf(r, t, 1.421413741f);
+    r = fmaf(r, t, -0.284496736f);
+    r = fmaf(r, t, 0.254829592f);
+    const float e = -exp_torch(-(z * z));
+    const float y = fmaf(e * t, r, 1.0f);
+    const float erf = signbit(z) ? -y : y;
+    return f * 0.5f * (1.0f + erf);
+}
+
+/* SLEEF's tanhf_u10 in double-float arithmetic (vmath.h vm_tanh_torch). */
+struct dfl {
+    float hi, lo;
+};
+
+static struct dfl dfl_add_f(struct dfl x, float y)
+{
+    const float s = x.hi + y, v = s - x.hi;
+    return (struct dfl){s, ((x.hi - (s - v)) + (y - v)) + x.lo};
+}
+
+static struct dfl dfl_add(struct dfl x, struct dfl y)
+{
+    const float s = x.hi + y.hi, v = s - x.hi;
+    return (struct dfl){s, ((x.hi - (s - v)) + (y.hi - v)) + (x.lo + y.lo)};
+}
+
+static struct dfl dfl_mul_f(struct dfl x, float y)
+{
+    const float s = x.hi * y;
+    return (struct dfl){s, fmaf(x.lo, y, fmaf(x.hi, y, -s))};
+}
+
+static struct dfl dfl_mul(struct dfl x, struct dfl y)
+{
+    const float s = x.hi * y.hi;
+    return (struct dfl){s, fmaf(x.hi, y.lo, fmaf(x.lo, y.hi, fmaf(x.hi, y.hi, -s)))};
+}
+
+static float tanh_torch(float x)
+{
+    const float y = fabsf(x);
+    if (isnan(x))
+        return x;
+    if (y > 8.664339742f)
+        return copysignf(1.0f, x);
+    const float q = rintf(y * 1.442695040888963407359924681001892137426645954152985934135449406931f);
+    struct dfl sd = dfl_add_f((struct dfl){y, 0.0f}, q * -0.693145751953125f);
+    sd = dfl_add_f(sd, q * -1.428606765330187045e-06f);
+    float u = 0.1980960224e-3f;
+    u = fmaf(u, sd.hi, 0.1394256484e-2f);
+    u = fmaf(u, sd.hi, 0.8333456703e-2f);
+    u = fmaf(u, sd.hi, 0.4166637361e-1f);
+    struct dfl t = dfl_add_f(dfl_mul_f(sd, u), 0.166666659414234244790680580464e+0f);
+    t = dfl_add_f(dfl_mul(sd, t), 0.5f);
+    const float sq = sd.hi * sd.hi;
+    const struct dfl s2 = {sq, fmaf(sd.hi + sd.hi, sd.lo, fmaf(sd.hi, sd.hi, -sq))};
+    t = dfl_add(sd, dfl_mul(s2, t));
+    const float th = 1.0f + t.hi;
+    t = (struct dfl){th, ((1.0f - th) + t.hi) + t.lo};
+    const int k = (int)q;
+    const struct dfl e = {ldexpf(t.hi, k), ldexpf(t.lo, k)};
+    const float rh = 1.0f / e.hi;
+    const struct dfl r = {rh, rh * fmaf(-e.lo, rh, fmaf(-e.hi, rh, 1.0f))};
+    const struct dfl n = dfl_add(e, (struct dfl){-r.hi, -r.lo});
+    const struct dfl d = dfl_add(e, r);
+    const float dr = 1.0f / d.hi, qh = n.hi * dr;
+    const float ql = fmaf(dr, n.hi, -qh);
+    const float corr = fmaf(-d.lo, dr, fmaf(-d.hi, dr, 1.0f));
+    return copysignf(qh + fmaf(qh, corr, fmaf(n.lo, dr, ql)), x);
+}
+
+static float gelu_tanh_torch(float f)
+{
+    const float cube = f * f * f;
+    const float inner = (float)(M_SQRT2 * M_2_SQRTPI * 0.5) * fmaf(0.044715f, cube, f);
+    return 0.5f * f * (1.0f + tanh_torch(inner));
+}
+
 static float widen(int dt, uint16_t h)
 {
     return dt == FLD_CPU_F16 ? fld_f16_to_f32(h) : fld_bf16_to_f32(h);
@@ -57,51 +170,61 @@ static uint16_t narrow(int dt, float v)
     return dt == FLD_CPU_F16 ? fld_f32_to_f16(v) : fld_f32_to_bf16(v);
 }
 
-/* vLLM's activation fn of a in float32, rounded to dt. */
-static float act_rounded(enum fld_cpu_act_fn fn, int dt, float a)
+/* vLLM's activation fn of a in float32 (torch: PyTorch's CPU form), rounded to dt. */
+static float act_rounded(enum fld_cpu_act_fn fn, int dt, int torch, float a)
 {
-    float v = fn == FLD_CPU_FN_SILU ? silu(a) : fn == FLD_CPU_FN_GELU ? gelu_erf(a) : gelu_tanh(a);
+    float v = fn == FLD_CPU_FN_SILU   ? (torch ? silu_torch(a) : silu(a))
+              : fn == FLD_CPU_FN_GELU ? (torch ? gelu_torch(a) : gelu_erf(a))
+                                      : (torch ? gelu_tanh_torch(a) : gelu_tanh(a));
     return widen(dt, narrow(dt, v));
 }
 
-/* [function: enum fld_cpu_act_fn][dtype: f16, bf16], 65536 entries + padding each. */
-static uint16_t tables[3][2][65537];
-static pthread_once_t built[3][2] = {{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
-                                     {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
-                                     {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}};
+/* [torch][function: enum fld_cpu_act_fn][dtype: f16, bf16], 65536 entries + padding each. */
+static uint16_t tables[2][3][2][65537];
+static pthread_once_t built[2][3][2] = {
+    {{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
+     {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
+     {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}},
+    {{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
+     {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
+     {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}}};
 
-static void build(enum fld_cpu_act_fn fn, int d)
+static void build(int torch, enum fld_cpu_act_fn fn, int d)
 {
     const int dt = d ? FLD_CPU_BF16 : FLD_CPU_F16;
     for (uint32_t code = 0; code < 65536; code++)
-        tables[fn][d][code] = narrow(dt, act_rounded(fn, dt, widen(dt, (uint16_t)code)));
+        tables[torch][fn][d][code] =
+            narrow(dt, act_rounded(fn, dt, torch, widen(dt, (uint16_t)code)));
 }
 
 /* pthread_once takes no argument: one builder per table. */
-#define BUILDER(fn, d)                                                                             \
-    static void build_##fn##_##d(void)                                                             \
+#define BUILDER(torch, fn, d)                                                                      \
+    static void build_##torch##_##fn##_##d(void)                                                   \
     {                                                                                              \
-        build(fn, d);                                                                              \
+        build(torch, fn, d);                                                                       \
     }
-BUILDER(FLD_CPU_FN_SILU, 0)
-BUILDER(FLD_CPU_FN_SILU, 1)
-BUILDER(FLD_CPU_FN_GELU, 0)
-BUILDER(FLD_CPU_FN_GELU, 1)
-BUILDER(FLD_CPU_FN_GELU_TANH, 0)
-BUILDER(FLD_CPU_FN_GELU_TANH, 1)
+#define BUILDERS(torch)                                                                            \
+    BUILDER(torch, FLD_CPU_FN_SILU, 0)                                                             \
+    BUILDER(torch, FLD_CPU_FN_SILU, 1)                                                             \
+    BUILDER(torch, FLD_CPU_FN_GELU, 0)                                                             \
+    BUILDER(torch, FLD_CPU_FN_GELU, 1)                                                             \
+    BUILDER(torch, FLD_CPU_FN_GELU_TANH, 0)                                                        \
+    BUILDER(torch, FLD_CPU_FN_GELU_TANH, 1)
+BUILDERS(0)
+BUILDERS(1)
+#define BUILDER_ROW(torch)                                                                         \
+    {{build_##torch##_FLD_CPU_FN_SILU_0, build_##torch##_FLD_CPU_FN_SILU_1},                       \
+     {build_##torch##_FLD_CPU_FN_GELU_0, build_##torch##_FLD_CPU_FN_GELU_1},                       \
+     {build_##torch##_FLD_CPU_FN_GELU_TANH_0, build_##torch##_FLD_CPU_FN_GELU_TANH_1}}
 
-const uint16_t *fld__cpu_act_table(enum fld_cpu_act_fn fn, int dt)
+const uint16_t *fld__cpu_act_table(enum fld_cpu_act_fn fn, int dt, bool torch)
 {
-    static void (*const builders[3][2])(void) = {
-        {build_FLD_CPU_FN_SILU_0, build_FLD_CPU_FN_SILU_1},
-        {build_FLD_CPU_FN_GELU_0, build_FLD_CPU_FN_GELU_1},
-        {build_FLD_CPU_FN_GELU_TANH_0, build_FLD_CPU_FN_GELU_TANH_1},
-    };
+    static void (*const builders[2][3][2])(void) = {BUILDER_ROW(0), BUILDER_ROW(1)};
     if (dt == FLD_CPU_F32 || (unsigned)fn > FLD_CPU_FN_GELU_TANH)
         return NULL;
-    const int d = dt == FLD_CPU_BF16;
-    pthread_once(&built[fn][d], builders[fn][d]);
-    return tables[fn][d];
+    const int d = dt == FLD_CPU_BF16, t = torch ? 1 : 0;
+    pthread_once(&built[t][fn][d], builders[t][fn][d]);
+    return tables[t][fn][d];
 }
 
 /* ---- rms_norm rows the float32 sum cannot serve -------------------------- */

@@ -55,6 +55,8 @@ V_INLINE vf v_fma(vf a, vf b, vf c)
 {
     return _mm256_fmadd_ps(a, b, c);
 }
+/* Fused on this ISA: the same as v_fma. */
+#define v_fma_fused v_fma
 V_INLINE vf v_fnma(vf a, vf b, vf c)
 {
     return _mm256_fnmadd_ps(a, b, c);

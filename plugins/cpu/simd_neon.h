@@ -56,6 +56,8 @@ V_INLINE vf v_fma(vf a, vf b, vf c)
 {
     return vfmaq_f32(c, a, b);
 }
+/* Fused on this ISA: the same as v_fma. */
+#define v_fma_fused v_fma
 V_INLINE vf v_fnma(vf a, vf b, vf c)
 {
     return vfmsq_f32(c, a, b);

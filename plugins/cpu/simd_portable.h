@@ -18,6 +18,8 @@
  *                         inputs unspecified (hardware estimate + Newton)
  *   v_fma(a, b, c)        a * b + c, fused (one rounding) where the ISA has it
  *   v_fnma(a, b, c)       c - a * b, fused likewise
+ *   v_fma_fused(a, b, c)  a * b + c with one rounding on every ISA (here a
+ *                         C library fmaf per lane: slow, for exact forms)
  *   v_abs(a) v_neg(a)
  *   v_copysign(mag, sgn)  |mag| with the sign bit of sgn
  *   v_hsum(a)             the sum of the lanes (in no particular order)
@@ -107,6 +109,13 @@ V_INLINE vf v_rcp(vf a)
 V_INLINE vf v_fma(vf a, vf b, vf c)
 {
     return a * b + c;
+}
+V_INLINE vf v_fma_fused(vf a, vf b, vf c)
+{
+    vf r;
+    for (int i = 0; i < V_LANES; i++)
+        r[i] = __builtin_fmaf(a[i], b[i], c[i]);
+    return r;
 }
 V_INLINE vf v_fnma(vf a, vf b, vf c)
 {

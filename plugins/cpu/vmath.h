@@ -279,4 +279,169 @@ V_INLINE vf vm_gelu(vf a)
     return r;
 }
 
+/* ---- PyTorch's CPU forms (VLLM_FL_CPU_ACTIVATIONS=torch) ----------------------
+ *
+ * What torch 2.x computes for F.silu and F.gelu(approximate="none") on CPU
+ * tensors through ATen's vectorised kernels (AVX2, AVX-512), the path of
+ * vLLM's forward_native for SiluAndMul, MulAndSilu and GeluAndMul on x86
+ * CPUs, reproduced operation for operation so that the results are the same
+ * to the bit (checked against torch on 2^22 random inputs and on every
+ * 16-bit input, python/tests/test_vllm_kernels.py):
+ *
+ *   exp(x)   q = rint(x log2e); s = x - q L2U - q L2L (two fused steps);
+ *            u = Horner(c5..c0, s) fused; u = 1 + (s*s u + s) (fused, then
+ *            added); u 2^q; 0 below -104, inf above 100 (SLEEF's expf_u10,
+ *            which ATen's Vectorized<float>::exp calls)
+ *   silu(x)  x / (1 + exp(-x)), a true division
+ *   erf(z)   Abramowitz-Stegun 7.1.26 as ATen's Vectorized<float>::erf:
+ *            t = 1 / (p|z| + 1) (fused), r = Horner(p5..p1, t) fused,
+ *            e = -exp(-(z z)), y = (e t) r + 1 (fused), and z's sign bit
+ *            flips y's (y may be a hair below 0 at z = 0)
+ *   gelu(x)  (x * 0.5) * (1 + erf(x * float(1/sqrt2)))
+ *
+ * Every multiply-add above is fused (v_fma_fused: one rounding on every
+ * ISA, a library call per lane on the portable one). ATen's scalar loop
+ * (the last elements of a row that do not fill two vectors, and the default
+ * build without AVX2) uses the C library's expf and erff instead, which
+ * these do not follow. tanh-GELU: below.
+ */
+#define VM_T_LOG2E 1.442695040888963407359924681001892137426645954152985934135449406931f
+#define VM_T_L2U   0.693145751953125f
+#define VM_T_L2L   1.428606765330187045e-06f
+
+V_INLINE vf vm_exp_torch(vf x)
+{
+    vf q = v_round(v_mul(x, v_set1(VM_T_LOG2E)));
+    vf s = v_fma_fused(q, v_set1(-VM_T_L2U), x);
+    s = v_fma_fused(q, v_set1(-VM_T_L2L), s);
+    vf u = v_set1(0.000198527617612853646278381f);
+    u = v_fma_fused(u, s, v_set1(0.00139304355252534151077271f));
+    u = v_fma_fused(u, s, v_set1(0.00833336077630519866943359f));
+    u = v_fma_fused(u, s, v_set1(0.0416664853692054748535156f));
+    u = v_fma_fused(u, s, v_set1(0.166666671633720397949219f));
+    u = v_fma_fused(u, s, v_set1(0.5f));
+    u = v_add(v_set1(1.0f), v_fma_fused(v_mul(s, s), u, s));
+    u = v_ldexp(u, q);
+    u = v_select(v_lt(x, v_set1(-104.0f)), v_zero(), u);
+    return v_select(v_gt(x, v_set1(100.0f)), v_set1(__builtin_inff()), u);
+}
+
+V_INLINE void vm_silu_torch_n(vf *res, const vf *a, int n)
+{
+    VM_FOR(u, n) res[u] = v_div(a[u], v_add(v_set1(1.0f), vm_exp_torch(v_neg(a[u]))));
+}
+
+V_INLINE vf vm_erf_torch(vf z)
+{
+    vf t = v_div(v_set1(1.0f), v_fma_fused(v_set1(0.3275911f), v_abs(z), v_set1(1.0f)));
+    vf r = v_fma_fused(v_set1(1.061405429f), t, v_set1(-1.453152027f));
+    r = v_fma_fused(r, t, v_set1(1.421413741f));
+    r = v_fma_fused(r, t, v_set1(-0.284496736f));
+    r = v_fma_fused(r, t, v_set1(0.254829592f));
+    vf e = v_neg(vm_exp_torch(v_neg(v_mul(z, z))));
+    vf y = v_fma_fused(v_mul(e, t), r, v_set1(1.0f));
+    return v_mul(y, v_copysign(v_set1(1.0f), z)); /* the sign of z flips y's, as ATen's xor */
+}
+
+V_INLINE void vm_gelu_torch_n(vf *res, const vf *a, int n)
+{
+    VM_FOR(u, n)
+    res[u] = v_mul(v_mul(a[u], v_set1(0.5f)),
+                   v_add(v_set1(1.0f), vm_erf_torch(v_mul(a[u], v_set1(0.707106781186547524f)))));
+}
+
+/*
+ * tanh as SLEEF's tanhf_u10 (ATen's Vectorized<float>::tanh), in
+ * double-float arithmetic (a value as an unevaluated sum hi + lo of two
+ * floats): e = e^|x| as hi + lo (SLEEF's expk2f), tanh = (e - 1/e) /
+ * (e + 1/e), 1 past |x| > 8.664339742, with x's sign. Each double-float step
+ * below is the fused form SLEEF uses where FMA exists.
+ */
+typedef struct {
+    vf hi, lo;
+} vm_df;
+
+V_INLINE vm_df vm_df_add_f(vm_df x, vf y) /* |x| >= |y| not assumed */
+{
+    vf s = v_add(x.hi, y), v = v_sub(s, x.hi);
+    vf t = v_add(v_sub(x.hi, v_sub(s, v)), v_sub(y, v));
+    return (vm_df){s, v_add(t, x.lo)};
+}
+
+V_INLINE vm_df vm_df_add(vm_df x, vm_df y)
+{
+    vf s = v_add(x.hi, y.hi), v = v_sub(s, x.hi);
+    vf t = v_add(v_sub(x.hi, v_sub(s, v)), v_sub(y.hi, v));
+    return (vm_df){s, v_add(t, v_add(x.lo, y.lo))};
+}
+
+V_INLINE vf vm_fmapn(vf a, vf b, vf c) /* a b - c, one rounding */
+{
+    return v_fma_fused(a, b, v_neg(c));
+}
+
+V_INLINE vf vm_fmanp(vf a, vf b, vf c) /* c - a b, one rounding */
+{
+    return v_fma_fused(v_neg(a), b, c);
+}
+
+V_INLINE vm_df vm_df_mul_f(vm_df x, vf y)
+{
+    vf s = v_mul(x.hi, y);
+    return (vm_df){s, v_fma_fused(x.lo, y, vm_fmapn(x.hi, y, s))};
+}
+
+V_INLINE vm_df vm_df_mul(vm_df x, vm_df y)
+{
+    vf s = v_mul(x.hi, y.hi);
+    return (vm_df){s, v_fma_fused(x.hi, y.lo, v_fma_fused(x.lo, y.hi, vm_fmapn(x.hi, y.hi, s)))};
+}
+
+V_INLINE vf vm_tanh_torch(vf x)
+{
+    const vf one = v_set1(1.0f);
+    vf y = v_abs(x);
+    /* e^y as a double-float (y >= 0, so no underflow handling) */
+    vf q = v_round(v_mul(y, v_set1(VM_T_LOG2E)));
+    vm_df sd = vm_df_add_f((vm_df){y, v_zero()}, v_mul(q, v_set1(-VM_T_L2U)));
+    sd = vm_df_add_f(sd, v_mul(q, v_set1(-VM_T_L2L)));
+    vf u = v_set1(0.1980960224e-3f);
+    u = v_fma_fused(u, sd.hi, v_set1(0.1394256484e-2f));
+    u = v_fma_fused(u, sd.hi, v_set1(0.8333456703e-2f));
+    u = v_fma_fused(u, sd.hi, v_set1(0.4166637361e-1f));
+    vm_df t = vm_df_add_f(vm_df_mul_f(sd, u), v_set1(0.166666659414234244790680580464e+0f));
+    t = vm_df_add_f(vm_df_mul(sd, t), v_set1(0.5f));
+    vf sq = v_mul(sd.hi, sd.hi);
+    vm_df s2 = {sq, v_fma_fused(v_add(sd.hi, sd.hi), sd.lo, vm_fmapn(sd.hi, sd.hi, sq))};
+    t = vm_df_add(sd, vm_df_mul(s2, t));
+    vf th = v_add(one, t.hi);
+    t = (vm_df){th, v_add(v_add(v_sub(one, th), t.hi), t.lo)};
+    vm_df e = {v_ldexp(t.hi, q), v_ldexp(t.lo, q)};
+    /* r = 1 / e */
+    vf rh = v_div(one, e.hi);
+    vm_df r = {rh, v_mul(rh, vm_fmanp(e.lo, rh, vm_fmanp(e.hi, rh, one)))};
+    /* (e - r) / (e + r) */
+    vm_df n = vm_df_add(e, (vm_df){v_neg(r.hi), v_neg(r.lo)});
+    vm_df d = vm_df_add(e, r);
+    vf dr = v_div(one, d.hi), qh = v_mul(n.hi, dr);
+    vf ql = vm_fmapn(dr, n.hi, qh);
+    vf corr = vm_fmanp(d.lo, dr, vm_fmanp(d.hi, dr, one));
+    vf res = v_add(qh, v_fma_fused(qh, corr, v_fma_fused(n.lo, dr, ql)));
+    res = v_select(v_gt(y, v_set1(8.664339742f)), one, res);
+    return v_copysign(res, x);
+}
+
+/* gelu_tanh as ATen: inner = beta * (x + kappa x^3), the add fused with the
+ * product as torch's build compiles it; (0.5 x) (1 + tanh(inner)). */
+V_INLINE void vm_gelu_tanh_torch_n(vf *res, const vf *a, int n)
+{
+    VM_FOR(u, n)
+    {
+        vf cube = v_mul(v_mul(a[u], a[u]), a[u]);
+        vf inner = v_mul(v_set1(0.797884560802865355f),
+                         v_fma_fused(v_set1(0.044715f), cube, a[u]));
+        res[u] = v_mul(v_mul(v_set1(0.5f), a[u]), v_add(v_set1(1.0f), vm_tanh_torch(inner)));
+    }
+}
+
 #endif

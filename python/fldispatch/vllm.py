@@ -22,12 +22,19 @@ oot_blacklist). Which implementation then runs each call is the library's
 dispatch policy (VLLM_FL_PREFER, VLLM_FL_PER_OP, ...).
 
 The layers call torch.ops.fldispatch.* (fldispatch.torch), so vLLM's
-torch.compile and CUDA graphs capture them. vLLM still decides whether a
-custom op runs at all: compilation_config.custom_ops, where an OOT layer goes
-by its vLLM class name ("+RMSNorm", "-SiluAndMul", or "all"); with "none"
-(vLLM's default when Inductor compiles the model) every CustomOp, ours too,
-runs its forward_native. Calls the ops cannot take (a device fldispatch does
-not serve, RMSNorm's var_hidden_size) also run the layer's forward_native.
+torch.compile and CUDA graphs capture them as opaque custom ops. A replaced
+layer runs fldispatch's op under every compilation setting, vLLM's default
+included: vLLM's default custom_ops is "none" when Inductor compiles the
+model (every CustomOp then runs its forward_native for Inductor to fuse),
+and a layer the user asked fldispatch to serve (VLLM_FL_OOT_*) would
+otherwise run nothing of it in most deployments. Our layers therefore
+answer CustomOp.enabled() themselves: on, unless custom_ops names the layer
+with a minus, by its OOT name or vLLM's ("-RMSNorm" or "-rms_norm"), which
+then runs vLLM's forward_native. To leave a layer to vLLM entirely, keep it
+out of VLLM_FL_OOT_* (VLLM_FL_OOT_BLACKLIST=rms_norm) or switch the plugin
+off (VLLM_FL_OOT_ENABLED=0, or VLLM_PLUGINS without fldispatch). Calls the
+ops cannot take (a device fldispatch does not serve, RMSNorm's
+var_hidden_size) also run the layer's forward_native.
 
 The forward functions below take plain tensors and hold all the logic, so
 they can be tested without vLLM.
@@ -117,12 +124,27 @@ def _forward_fldispatch(self, *args, **kwargs):
     return self.forward_fl(*args, **kwargs)
 
 
+def _enabled(cls):
+    """CustomOp.enabled() of our layers: on under any base mode of vLLM's
+    custom_ops ("none" is vLLM's default under Inductor), off where custom_ops
+    names the layer with a minus, by our OOT name or vLLM's own."""
+    from vllm.config import get_cached_compilation_config
+
+    custom_ops = get_cached_compilation_config().custom_ops
+    names = {getattr(cls, "name", None), getattr(cls, "vllm_name", None)} - {None}
+    return not any(f"-{name}" in custom_ops for name in names)
+
+
 def _dispatching(base):
     """The forward_* methods vLLM's dispatch_forward() may pick, all sent to
     forward_fl (forward_xpu and forward_tpu keep vLLM's: no plugin serves
-    them)."""
-    return dict.fromkeys(("forward_cuda", "forward_hip", "forward_cpu", "forward_oot"),
-                         _forward_fldispatch)
+    them); enabled() as above; vllm_name, the name vLLM registered its own
+    layer under (register_oot renames ours to the class name)."""
+    methods = dict.fromkeys(("forward_cuda", "forward_hip", "forward_cpu", "forward_oot"),
+                            _forward_fldispatch)
+    methods["enabled"] = classmethod(_enabled)
+    methods["vllm_name"] = getattr(base, "name", None)
+    return methods
 
 
 @_layer("rms_norm", "vllm.model_executor.layers.layernorm", "RMSNorm")
@@ -196,7 +218,7 @@ def _mixed_weight_ok():
     libraries do; older ones refuse, and the layer runs forward_native)."""
     global _mixed_weight
     if _mixed_weight is None:
-        x = torch.zeros(1, 8, dtype=torch.bfloat16)
+        x = torch.zeros(1, 8, dtype=torch.float16)  # a dtype the models here do not run
         try:
             _C.rms_norm(torch.empty_like(x), x, torch.ones(8), None, 1e-6)
             _mixed_weight = True
@@ -206,6 +228,27 @@ def _mixed_weight_ok():
 
 
 # ---- the entry point ---------------------------------------------------------------
+
+# What the CPU plugin does inside vLLM unless the user says otherwise:
+#   VLLM_FL_CPU_ACTIVATIONS=torch  silu and gelu as PyTorch's CPU kernels, to
+#       the bit: what vLLM's own layers run on CPU (forward_native), so that
+#       the plugin changes no result there;
+#   VLLM_FL_CPU_THREADS=1  the plugin's kernels run on the calling thread:
+#       vLLM's CPU workers bind torch's OpenMP team to their cores, and a
+#       second pool on those cores only contends with it (OpenMP threads spin
+#       after each parallel region); see bench/vllm_threads.py.
+HOST_DEFAULTS = {"VLLM_FL_CPU_ACTIVATIONS": "torch", "VLLM_FL_CPU_THREADS": "1"}
+
+
+def _host_defaults():
+    """Sets HOST_DEFAULTS' variables that are unset. In vLLM's processes
+    register() is the first call into the library; where the library already
+    started, they apply from its next fld_init()."""
+    import os
+
+    for name, value in HOST_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
 
 registered = {}
 
@@ -227,7 +270,9 @@ def register():
     VLLM_FL_OOT_* allow. Idempotent; returns {op name: vLLM class name}."""
     from vllm.model_executor import custom_op
 
+    _host_defaults()  # before the library starts: the CPU plugin reads them as it registers
     _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
+    _mixed_weight_ok()  # decided now, not while Dynamo traces a layer
     for op_name in _LAYERS:
         if op_name in registered:
             continue

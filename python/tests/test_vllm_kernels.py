@@ -1,0 +1,197 @@
+"""What vLLM's own kernel tests check (tests/kernels/core: test_activation's
+exact test_act_and_mul, test_layernorm's and test_pos_encoding's tolerances,
+opcheck), checked here in our own words:
+
+- always: the CPU plugin's PyTorch forms (VLLM_FL_CPU_ACTIVATIONS=torch,
+  which fldispatch.vllm sets) give torch's own F.silu / F.gelu results to
+  the bit at vLLM's test shapes and for every 16-bit input; they run in a
+  child process, since the plugin reads the variable when it registers;
+- with vLLM installed (make check-vllm's environment): vLLM's layer
+  classes replaced by fldispatch.vllm, against their forward_native under
+  vLLM's default configuration, and torch.library.opcheck on the ops.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# vLLM's test_act_and_mul grid (num_tokens 7, 83, 2048; d 512, 13824), trimmed for two cores.
+SHAPES = [(7, 512), (83, 512), (7, 13824)]
+EXACT = {"silu_and_mul": lambda x, d: F.silu(x[..., :d]) * x[..., d:],
+         "mul_and_silu": lambda x, d: x[..., :d] * F.silu(x[..., d:]),
+         "gelu_and_mul": lambda x, d: F.gelu(x[..., :d]) * x[..., d:],
+         "gelu_tanh_and_mul": lambda x, d: F.gelu(x[..., :d], approximate="tanh") * x[..., d:]}
+
+
+def child():
+    """Run with VLLM_FL_CPU_ACTIVATIONS=torch: prints {case: mismatches}."""
+    import fldispatch.torch  # noqa: F401
+
+    ops = torch.ops.fldispatch
+    g = torch.Generator().manual_seed(0)
+    found = {}
+    for name, ref in EXACT.items():
+        for dname, dt in DTYPES.items():
+            cases = [(f"{t}x{d}", torch.randn(t, 2 * d, generator=g).to(dt)) for t, d in SHAPES]
+            if dt != torch.float32:  # every 16-bit value as the activated operand
+                codes = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(dt)
+                x = torch.empty(2, 2 * 65536, dtype=dt)
+                x[:, :65536] = codes
+                x[:, 65536:] = codes
+                x[1, 65536:] = 1.0
+                cases.append(("every-16-bit", x))
+            for label, x in cases:
+                d = x.shape[-1] // 2
+                out = torch.empty(x.shape[0], d, dtype=dt)
+                getattr(ops, name)(out, x)
+                want = ref(x, d)
+                same = (out == want) | (out.isnan() & want.isnan())
+                found[f"{name} {dname} {label}"] = int((~same).sum())
+    print(json.dumps(found))
+
+
+def test_torch_forms_match_torch_to_the_bit():
+    env = dict(os.environ, VLLM_FL_CPU_ACTIVATIONS="torch")
+    out = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(found) == len(EXACT) * (3 * len(SHAPES) + 2)
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_bad_activation_form_rejects_the_plugin():
+    env = dict(os.environ, VLLM_FL_CPU_ACTIVATIONS="fast")
+    code = ("import fldispatch\n"
+            "print([p['status'] + ' ' + p.get('reason', '') for p in fldispatch.plugins()"
+            " if p['name'] == 'cpu'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "VLLM_FL_CPU_ACTIVATIONS='fast'" in out.stdout, out.stdout
+
+
+# ---- vLLM's layers (needs vLLM itself) ---------------------------------------------------
+
+
+def real_vllm():
+    try:
+        import vllm
+        from vllm.model_executor.layers import activation  # noqa: F401
+    except ImportError:
+        return None
+    return None if getattr(vllm, "__fake__", False) else vllm
+
+
+needs_vllm = pytest.mark.skipif(real_vllm() is None,
+                                reason="vLLM is not installed here (make check-vllm runs these)")
+
+
+@pytest.fixture(scope="module")
+def vllm_layers():
+    os.environ.setdefault("VLLM_FL_CPU_ACTIVATIONS", "torch")
+    import fldispatch.vllm as fv
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers import activation, layernorm, rotary_embedding
+
+    import fldispatch
+    fldispatch.plugins()
+    if "activations as torch's" not in next(p.get("detail", "") for p in fldispatch.plugins()
+                                            if p["name"] == "cpu"):
+        pytest.skip("the library started before VLLM_FL_CPU_ACTIVATIONS=torch was set")
+    fv.register()
+    with set_current_vllm_config(VllmConfig()):
+        yield activation, layernorm, rotary_embedding
+
+
+@needs_vllm
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("num_tokens, d", SHAPES)
+@pytest.mark.parametrize("kind", ["silu_and_mul", "mul_and_silu", "gelu", "gelu_tanh"])
+@torch.inference_mode()
+def test_act_and_mul_exact(vllm_layers, kind, num_tokens, d, dtype):
+    activation = vllm_layers[0]
+    layer = {"silu_and_mul": lambda: activation.SiluAndMul(compile_native=False),
+             "mul_and_silu": activation.MulAndSilu,
+             "gelu": lambda: activation.GeluAndMul(approximate="none"),
+             "gelu_tanh": lambda: activation.GeluAndMul(approximate="tanh")}[kind]()
+    assert type(layer).__module__ == "fldispatch.vllm"
+    torch.manual_seed(0)
+    x = torch.randn(num_tokens, 2 * d, dtype=dtype)
+    torch.testing.assert_close(layer(x), layer.forward_native(x), atol=0.0, rtol=0.0)
+
+
+@needs_vllm
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("gemma", [False, True])
+@torch.inference_mode()
+def test_rms_norm(vllm_layers, dtype, residual, gemma):
+    layernorm = vllm_layers[1]
+    torch.manual_seed(0)
+    hidden = 5120
+    layer = layernorm.GemmaRMSNorm(hidden) if gemma else layernorm.RMSNorm(hidden).to(dtype)
+    layer.weight.data.normal_(0.0 if gemma else 1.0, 0.1)
+    scale = 1 / (2 * hidden)
+    x = torch.randn(83, hidden, dtype=dtype) * scale
+    res = torch.randn_like(x) * scale if residual else None
+    want = layer.forward_native(x.clone(), None if res is None else res.clone())
+    got = layer(x.clone(), None if res is None else res.clone())
+    # test_layernorm's tolerance
+    if residual:
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-2, rtol=1e-2)
+    else:
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
+
+
+@needs_vllm
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("rotary_dim", [64, 32])
+@torch.inference_mode()
+def test_rotary(vllm_layers, dtype, is_neox, rotary_dim):
+    rotary_embedding = vllm_layers[2]
+    torch.manual_seed(0)
+    head_size, max_pos = 64, 8192
+    rope = rotary_embedding.get_rope(head_size, max_pos, is_neox_style=is_neox,
+                                     rope_parameters={"rope_type": "default",
+                                                      "rope_theta": 10000,
+                                                      "partial_rotary_factor":
+                                                          rotary_dim / head_size},
+                                     dtype=dtype)
+    assert type(rope).__module__ == "fldispatch.vllm"
+    positions = torch.randint(0, max_pos, (83,))
+    q = torch.randn(83, 8 * head_size, dtype=dtype)
+    k = torch.randn(83, 2 * head_size, dtype=dtype)
+    want_q, want_k = rope.forward_native(positions, q.clone(), k.clone())
+    got_q, got_k = rope(positions, q.clone(), k.clone())
+    # test_pos_encoding's tolerance: allclose's defaults for the dtype
+    torch.testing.assert_close(got_q, want_q, atol=1e-3 if dtype == torch.float32 else 1e-2,
+                               rtol=1e-5 if dtype == torch.float32 else 1.6e-2)
+    torch.testing.assert_close(got_k, want_k, atol=1e-3 if dtype == torch.float32 else 1e-2,
+                               rtol=1e-5 if dtype == torch.float32 else 1.6e-2)
+
+
+@needs_vllm
+def test_opcheck(vllm_layers):
+    ops = torch.ops.fldispatch
+    x = torch.randn(7, 1024)
+    out = torch.empty(7, 512)
+    for op in (ops.silu_and_mul, ops.mul_and_silu, ops.gelu_and_mul, ops.gelu_tanh_and_mul):
+        torch.library.opcheck(op, (out, x))
+    h = torch.randn(7, 512)
+    torch.library.opcheck(ops.rms_norm, (torch.empty_like(h), h, torch.ones(512), None, 1e-6))
+    torch.library.opcheck(ops.rms_norm, (h.clone(), h.clone(), torch.ones(512), h.clone(), 1e-6))
+    cache = torch.randn(128, 64)
+    torch.library.opcheck(ops.rotary_embedding,
+                          (torch.randint(0, 128, (7,)), torch.randn(7, 256), torch.randn(7, 128),
+                           64, cache, True))
+
+
+if __name__ == "__main__":
+    child()
