@@ -262,7 +262,7 @@ $(TESTOUT)/plugins/fld-%.so: $(OBJ)/tests/plugins/%.o $(LIB_SO)
 # line, and its whole log only when it failed.
 CHECK_BIN = $(if $(TESTS),$(filter $(addprefix $(TESTOUT)/,$(TESTS)),$(TEST_BIN)),$(TEST_BIN))
 check: all tests
-	@$(if $(TESTS),:,echo "fldispatch: the vLLM engine test is separate: make check-vllm (.ci/run runs it)")
+	@$(if $(TESTS),:,echo "fldispatch: the vLLM engine test is separate: make check-vllm")
 	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' FLD_SANITIZE='$(SANITIZE)' \
 	  FLD_PYTHON_LOG='$(abspath $(B))/tests/logs/python.log' sh tests/run.sh $(CHECK_BIN)
 
