@@ -504,7 +504,7 @@ START_TEST(test_build_library_first)
     write_file(script, 0755, text);
     int status =
         tt_sh_status(log,
-                     "env -u FLD_TEST_WRAPPER LD_LIBRARY_PATH='%s' FLD_TEST_LOGDIR='%s/logs' "
+                     "env -u FLD_TEST_WRAPPER -u FLD_PYTHON_LOG LD_LIBRARY_PATH='%s' FLD_TEST_LOGDIR='%s/logs' "
                      "sh '%s/tests/run.sh' '%s' >'%s/run.out' 2>&1",
                      impostor, tmp, tt_src_dir(), script, tmp);
     char *out = read_text(tmp, "run.out");
@@ -534,7 +534,7 @@ START_TEST(test_log_only_on_failure)
     snprintf(log, sizeof log, "%s/runner.log", tmp);
     int status =
         tt_sh_status(log,
-                     "env -u FLD_TEST_WRAPPER FLD_TEST_LOGDIR='%s/logs' sh '%s/tests/run.sh' "
+                     "env -u FLD_TEST_WRAPPER -u FLD_PYTHON_LOG FLD_TEST_LOGDIR='%s/logs' sh '%s/tests/run.sh' "
                      "'%s' '%s' >'%s/out'",
                      tmp, tt_src_dir(), pass, fail, tmp);
     char *out = read_text(tmp, "out");

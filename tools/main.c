@@ -92,16 +92,18 @@ static int find_strict(const fld_config_field *f, void *user)
 
 /* A plugin rejected for its configuration: its register_builtins returned
  * FLD_ECONFIG (a bad VLLM_FL_CPU_* value, for the cpu plugin). The host
- * words such a reason "register_builtins failed: <fld_strerror()>: ...". */
+ * words such a reason "register_builtins failed: plugin 'NAME' returned
+ * status <FLD_ECONFIG> (<fld_strerror()>)...". */
 static int report_rejected(const fld_plugin_info *p, void *user)
 {
-    char prefix[96];
-    snprintf(prefix, sizeof prefix, "register_builtins failed: %s: ", fld_strerror(FLD_ECONFIG));
+    char status[96];
+    snprintf(status, sizeof status, " returned status %d (%s)", FLD_ECONFIG,
+             fld_strerror(FLD_ECONFIG));
     if (p->status != FLD_PLUGIN_REJECTED || !p->reason ||
-        strncmp(p->reason, prefix, strlen(prefix)) != 0)
+        strncmp(p->reason, "register_builtins failed: ", 26) != 0 || !strstr(p->reason, status))
         return 0;
     fprintf(stderr, "fldispatch: plugin '%s' (%s) rejected: %s\n", cli_text(p->name),
-            cli_text(p->path), p->reason ? cli_text(p->reason) : "");
+            cli_text(p->path), cli_text(p->reason));
     ++*(int *)user;
     return 0;
 }

@@ -198,7 +198,7 @@ def test_catalog_op_python_impl_through_the_typed_api():
         out.copy_(torch.nn.functional.silu(x[..., :d]) * x[..., d:])
 
     fldispatch.register_impl("silu_and_mul", py_silu, impl_id="vendor.pyt_silu", kind="vendor",
-                             vendor="pytsilu", priority=1, plugin="pytest_cat")
+                             vendor="pytsilu", priority=1, devices=["cpu"], plugin="pytest_cat")
     x = torch.randn(4, 16)
     out = torch.zeros(4, 8)
     with fldispatch.policy(per_op={"silu_and_mul": ["vendor:pytsilu"]}):
@@ -214,7 +214,7 @@ def test_catalog_impl_returning_a_value_is_a_failure():
         return out
 
     fldispatch.register_impl("gelu_and_mul", returns_tensor, impl_id="vendor.pyt_ret",
-                             kind="vendor", vendor="pytret", priority=1, plugin="pytest_ret")
+                             kind="vendor", vendor="pytret", priority=1, devices=["cpu"], plugin="pytest_ret")
     x = torch.randn(2, 8)
     out = torch.zeros(2, 4)
     with fldispatch.policy(per_op={"gelu_and_mul": ["vendor:pytret"]}):
@@ -263,7 +263,7 @@ def test_c_caller_without_the_gil_is_declined_with_a_message():
         calls.append(1)
 
     fldispatch.register_impl("mul_and_silu", py_mul_and_silu, impl_id="vendor.pyt_nogil",
-                             kind="vendor", vendor="pytnogil", priority=1, plugin="pytest_gil")
+                             kind="vendor", vendor="pytnogil", priority=1, devices=["cpu"], plugin="pytest_gil")
     lib = library()
     x = torch.randn(2, 8)
     out = torch.zeros(2, 4)
@@ -292,7 +292,7 @@ def test_large_call_releasing_the_gil_takes_it_back_for_python_impls():
         out.copy_(torch.nn.functional.gelu(x[..., :d], approximate="tanh") * x[..., d:])
 
     fldispatch.register_impl("gelu_tanh_and_mul", py_gelu_tanh, impl_id="vendor.pyt_big",
-                             kind="vendor", vendor="pytbig", priority=1, plugin="pytest_big")
+                             kind="vendor", vendor="pytbig", priority=1, devices=["cpu"], plugin="pytest_big")
     x = torch.randn(256, 256)  # 256 KiB: the package releases the GIL for the call
     out = torch.empty(256, 128)
     with fldispatch.policy(per_op={"gelu_tanh_and_mul": ["vendor:pytbig"]}):
