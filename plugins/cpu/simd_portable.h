@@ -112,7 +112,7 @@ V_INLINE vf v_fma(vf a, vf b, vf c)
 }
 V_INLINE vf v_fma_fused(vf a, vf b, vf c)
 {
-    vf r;
+    vf r = c;
     for (int i = 0; i < V_LANES; i++)
         r[i] = __builtin_fmaf(a[i], b[i], c[i]);
     return r;

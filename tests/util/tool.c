@@ -128,6 +128,8 @@ const char *tool_line_with_all(const char *text, const char *const *needles)
 int tool_count_of(const char *text, const char *needle)
 {
     int n = 0;
+    if (!text)
+        return 0;
     for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
         n++;
     return n;
