@@ -433,11 +433,16 @@ START_TEST(test_pkg_config_program_starts)
     snprintf(path, sizeof path, "%s/app.c", tmp);
     write_file(path, 0644, program);
     free(program);
-    /* The README's line, with the prefix's fldispatch.pc. */
+    /* The README's line, with the prefix's fldispatch.pc (under a sanitizer
+     * the program links its runtime too, as the library did). */
+    const char *san = getenv("FLD_SANITIZE");
+    char sanflags[256] = "";
+    if (san != NULL && san[0] != '\0')
+        snprintf(sanflags, sizeof sanflags, "-fsanitize=%s", san);
     tt_sh(log,
           "cd '%s' && PKG_CONFIG_PATH='%s/lib/pkgconfig' sh -c "
-          "'cc app.c $(pkg-config --cflags --libs fldispatch) -o app'",
-          tmp, prefix);
+          "'cc %s app.c $(pkg-config --cflags --libs fldispatch) -o app'",
+          tmp, prefix, sanflags);
     /* Started as a user would: no LD_LIBRARY_PATH (tests/run.sh sets one). */
     int status = tt_sh_status(log,
                               "cd '%s' && env -u LD_LIBRARY_PATH -u VLLM_FL_PLUGIN_DIR "
