@@ -322,7 +322,8 @@ int fld_stats_snapshot(fld_stats_entry *out, size_t cap, size_t *count)
         n++;
     }
     pthread_mutex_unlock(&stats_lock);
-    qsort(out, n < cap ? n : cap, sizeof *out, compare_entries);
+    if (out && n)
+        qsort(out, n < cap ? n : cap, sizeof *out, compare_entries);
     *count = n;
     return FLD_OK;
 }
