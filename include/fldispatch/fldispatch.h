@@ -748,8 +748,8 @@ FLD_API void fld_log_set_callback(fld_log_fn fn, void *user);
  *
  * Off, they cost nothing on the direct call path. On, every call goes
  * through the chain path (a cached chain, still no lock) and counts with
- * relaxed atomic adds (a few hundred nanoseconds per call measured on a
- * loaded machine, about twice that with the clock: docs/BENCHMARKS.md).
+ * relaxed atomic adds: about 50 ns per call, 100 ns with the clock
+ * (docs/BENCHMARKS.md).
  * Switching on re-resolves cached choices, as a policy change does.
  *
  * At process exit, when on: a summary table on stderr, or, when
