@@ -1,5 +1,5 @@
 /*
- * core/validate.c's fast paths (issue 14): each family's shortcut for the
+ * core/validate.c's fast paths: each family's shortcut for the
  * common layouts must accept only calls that the full validator accepts,
  * with the same key, and must take the layouts a model passes. The file is
  * compiled into this program (its functions are static in the library), so
