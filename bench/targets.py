@@ -15,14 +15,14 @@ they are checked here, from the document of `fldispatch bench ... --json`
 the caller's policy selects by default ("selected_by_default"), on the plain
 shape (not the fused-residual line), and only when the run covers it:
 
-  CPU (issue 4)
+  CPU
     bandwidth  4096 x 4096, one thread, f32 and bf16: bw_share >= 80% of
                the one-thread STREAM triad
     threads    the same shapes, two threads >= 1.7x faster than one (needs
                --threads with 1 and 2)
     decode     one token, every dtype: <= 0.5 us per call with dispatch (at
                one thread if that ran, else at the first thread count)
-  other devices (issue 5)
+  other devices
     bandwidth  4096 x 4096 (rotary 4096 x 32 x 128), every dtype: bw_share
                >= 85% of the device-to-device copy
   Every kernel target needs --hidden 4096 (the default).
@@ -34,7 +34,7 @@ opaque) at one and two threads:
     threads    every variant: two threads >= 1.8x the aggregate throughput
                of one
 
-"registration" (bench --registration --json; issue 14): 4000 ops with one
+"registration" (bench --registration --json): 4000 ops with one
 implementation each registered in < 50 ms and < 4 MiB of heap (needs 4000
 in --ops and --impls 1, the defaults).
 
@@ -75,7 +75,7 @@ OVERHEAD_KERNELS = {"null": ("rms_norm", "vendor.bench_null"),
                     "loop": ("rms_norm", "vendor.bench_loop"),
                     "opaque": ("bench_opaque", "vendor.bench_null")}
 
-# bench --registration (issue 14)
+# bench --registration
 REG_OPS = 4000
 REG_IMPLS = 1
 REG_MS = 50.0
@@ -150,7 +150,7 @@ def collect_kernels(doc):
 
 def print_kernels(doc, targets):
     on_device = doc.get("device") != "cpu"
-    print(f"targets (issue {5 if on_device else 4}; the implementation the policy selects "
+    print(f"targets ({'device' if on_device else 'CPU'} kernels; the implementation the policy selects "
           f"by default):")
     if not targets:
         if on_device:
@@ -252,11 +252,11 @@ def collect_registration(doc):
 def print_registration(doc, targets):
     """The line bench --registration printed itself before its target left it."""
     if not targets:
-        print(f"target (issue 14): not covered by this run: it needs {REG_OPS} in --ops and "
+        print(f"target (registration): not covered by this run: it needs {REG_OPS} in --ops and "
               f"--impls {REG_IMPLS} (the defaults)")
         return
     ms, mib = targets[0]["value"], targets[1]["value"]
-    print(f"target (issue 14): {REG_OPS} ops with 1 implementation each registered in "
+    print(f"target (registration): {REG_OPS} ops with 1 implementation each registered in "
           f"< {REG_MS:.0f} ms and < {REG_MIB:.0f} MiB: "
           f"{'-' if ms is None else f'{ms:.2f}'} ms, {'n/a' if mib is None else f'{mib:.3f}'} MiB  "
           f"{'met' if all(t['met'] for t in targets) else 'MISSED'}")

@@ -963,7 +963,7 @@ START_TEST(op_name_round_trip)
 END_TEST
 
 /* ------------------------------------------------------------------------ */
-/* Many ops (issue 14): registration linear in time and memory              */
+/* Many ops: registration linear in time and memory                         */
 /* ------------------------------------------------------------------------ */
 
 /*

@@ -16,7 +16,7 @@
  * Each N runs reps times; the figures are the medians, printed as a table
  * or, with --json, as the document "benchmark": "registration"
  * (docs/schemas/bench.schema.json). The tool reports measurements only: the
- * target of issue 14 (N = 4000, K = 1: register < 50 ms and < 4 MiB) is
+ * registration target (N = 4000, K = 1: register < 50 ms and < 4 MiB) is
  * checked by bench/targets.py from that document.
  */
 #include <malloc.h>

@@ -17,7 +17,7 @@ INC      := -I$(MAIN)/plugins/cpu -I$(MAIN)/include -I.
 vpath %.c $(MAIN)/plugins/cpu
 vpath %.h $(MAIN)/plugins/cpu
 BASE     := -std=c11 -D_GNU_SOURCE $(WARN) $(INC) $(CFLAGS)
-# The per-file flags FLAGS.md lists.
+# The per-file flags of plugins/cpu/plugin.mk.
 F_portable    :=
 F_avx2        := -mavx2 -mfma -mf16c
 F_avx512      := -mavx512f -mavx512bw -mavx512vl -mavx512dq $(F_avx2)

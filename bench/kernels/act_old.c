@@ -1,6 +1,6 @@
 /*
  * The old plain-loop activation kernels (git HEAD:plugins/cpu/activation.c
- * before issue 4: scalar libm expf / erff / tanhf, 16-bit rows through
+ * before the vector rewrite: scalar libm expf / erff / tanhf, 16-bit rows through
  * float32 scratch chunks), behind the job interface, for the speed
  * comparison only.
  */

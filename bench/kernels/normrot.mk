@@ -83,7 +83,7 @@ check-x86: $(B)/nr_test
 check-arm: $(B)/arm/nr_test
 	$(QEMU) ./$(B)/arm/nr_test --quick
 
-# The real variants: isa_<name>.c with the per-file flags of FLAGS.md.
+# The real variants: isa_<name>.c with the per-file flags of plugins/cpu/plugin.mk.
 ISA_DEPS := $(DEPS) vmath.h body_activation.h
 F_isa_portable    :=
 F_isa_avx2        := $(F_AVX2)

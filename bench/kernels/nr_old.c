@@ -1,6 +1,6 @@
 /*
  * The old plain-loop norm and rotary kernels (git HEAD:plugins/cpu/norm.c,
- * rotary.c before issue 4): float32 scratch chunks, scalar conversion, for
+ * rotary.c before the vector rewrite): float32 scratch chunks, scalar conversion, for
  * the speed comparison only.
  */
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
  * The widening and rounding loops of the plain-loop kernels the cpu plugin
- * had before issue 4 (float32 scratch chunks, one element at a time), shared
+ * had before the vector rewrite (float32 scratch chunks, one element at a time), shared
  * by act_old.c and nr_old.c for the speed comparison.
  */
 #ifndef FLD_BENCH_KERNELS_OLD_CONVERT_H

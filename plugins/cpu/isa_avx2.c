@@ -1,6 +1,6 @@
 /*
  * The avx2 variant: the kernel bodies on the AVX2 + FMA + F16C layer
- * (8 lanes). Compiled with -mavx2 -mfma -mf16c (FLAGS.md); isa.c runs it
+ * (8 lanes). Compiled with -mavx2 -mfma -mf16c (plugins/cpu/plugin.mk); isa.c runs it
  * only where cpuid and xgetbv say the CPU and the OS support all three.
  */
 #if defined(__x86_64__)

@@ -1,7 +1,7 @@
 /*
  * The avx512 variant: the kernel bodies on the AVX-512 F/BW/VL/DQ layer
  * (16 lanes, opmask tails). Compiled with -mavx512f -mavx512bw -mavx512vl
- * -mavx512dq -mavx2 -mfma -mf16c (FLAGS.md); isa.c runs it only where the
+ * -mavx512dq -mavx2 -mfma -mf16c (plugins/cpu/plugin.mk); isa.c runs it only where the
  * CPU has all of them and the OS saves the opmask and ZMM state.
  */
 #if defined(__x86_64__)

@@ -1,7 +1,7 @@
 /*
  * The avx512_bf16 variant: the avx512 layer with bfloat16 narrowing done by
  * vcvtneps2bf16 (FLD_SIMD_AVX512_BF16) instead of integer rounding.
- * Compiled with the avx512 flags plus -mavx512bf16 (FLAGS.md).
+ * Compiled with the avx512 flags plus -mavx512bf16 (plugins/cpu/plugin.mk).
  */
 #if defined(__x86_64__)
 
