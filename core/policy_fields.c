@@ -122,18 +122,26 @@ static int check_result(const char *what, const struct fld_policy *p)
     return rc;
 }
 
+/* What both entry points do first: initialise, check the flags, read the fields. */
+static int start_fields(const char *what, unsigned flags, size_t n, const char *const keys[],
+                        const char *const values[], const char *source, struct fld_policy **delta)
+{
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if (flags & ~FLD_POLICY_WHOLE)
+        return fld__fail(FLD_EINVAL, "%s: unknown flags 0x%x", what, flags & ~FLD_POLICY_WHOLE);
+    return build_delta(what, n, keys, values, source, delta);
+}
+
 int fld_policy_set_fields(unsigned flags, size_t n, const char *const keys[],
                           const char *const values[])
 {
     FLD_CALL_SCOPE();
     static const char what[] = "fld_policy_set_fields";
     struct fld_policy *delta = NULL, *p = NULL;
-    int rc = fld__ensure_init();
+    int rc = start_fields(what, flags, n, keys, values, SOURCE_SET, &delta);
     if (rc != FLD_OK)
-        return rc;
-    if (flags & ~FLD_POLICY_WHOLE)
-        return fld__fail(FLD_EINVAL, "%s: unknown flags 0x%x", what, flags & ~FLD_POLICY_WHOLE);
-    if ((rc = build_delta(what, n, keys, values, SOURCE_SET, &delta)) != FLD_OK)
         return rc;
     fld__lock();
     if ((rc = fld__policy_refuse_if_frozen(what)) != FLD_OK)
@@ -181,12 +189,8 @@ int fld_policy_push_fields(unsigned flags, size_t n, const char *const keys[],
     FLD_CALL_SCOPE();
     static const char what[] = "fld_policy_push_fields";
     struct fld_policy *delta = NULL, *p = NULL;
-    int rc = fld__ensure_init();
+    int rc = start_fields(what, flags, n, keys, values, SOURCE_OVERRIDE, &delta);
     if (rc != FLD_OK)
-        return rc;
-    if (flags & ~FLD_POLICY_WHOLE)
-        return fld__fail(FLD_EINVAL, "%s: unknown flags 0x%x", what, flags & ~FLD_POLICY_WHOLE);
-    if ((rc = build_delta(what, n, keys, values, SOURCE_OVERRIDE, &delta)) != FLD_OK)
         return rc;
     p = push_base(flags & FLD_POLICY_WHOLE);
     if (!p) {
