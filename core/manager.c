@@ -27,7 +27,8 @@
  * by the override's policy serial; those chains belong to the thread.
  *
  * The file reads top-down, in the order a call meets it:
- *   - the entry points: fld__call_catalog() (the typed calls), fld_call(),
+ *   - the entry points: fld__call_catalog() (the typed calls),
+ *     fld__call_checked() (prepared calls, checked by prepared.c), fld_call(),
  *     fld_call_by_name(), fld_call_on(), down to call_validated();
  *   - the hot path, dispatch() (inlined into each entry point), and what it
  *     leaves to out-of-line functions: a failed direct call, a stale or
@@ -67,6 +68,8 @@
 /* The entry points. */
 __attribute__((noinline, cold)) static int call_catalog_cold(enum fld_catalog_index idx,
                                                              const void *args);
+__attribute__((noinline, cold)) static int call_checked_cold(enum fld_catalog_index idx,
+                                                             unsigned slot, const void *args);
 static inline int call_op(struct fld_op_s *op, const void *args);
 static inline bool library_open(void);
 static inline int call_validated(struct fld_op_s *op, const void *args);
@@ -153,6 +156,34 @@ __attribute__((noinline, cold)) static int call_catalog_cold(enum fld_catalog_in
         return fld__fail(FLD_ESTATE, "%s: the library was shut down during the call",
                          fld__catalog[idx].name);
     return call_validated(op, args);
+}
+
+/*
+ * A prepared call (prepared.c): its arguments were validated when it was
+ * prepared and its data pointers checked now, so only dispatch is left. In
+ * flight and cold start as for the typed entry points.
+ */
+int fld__call_checked(enum fld_catalog_index idx, unsigned slot, const void *args)
+{
+    struct fld_inflight_slot *in = fld__call_enter();
+    struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_acquire);
+    int rc = likely(op != NULL) ? dispatch(op, slot, args) : call_checked_cold(idx, slot, args);
+    fld__call_leave(in);
+    return rc;
+}
+
+/* A prepared call before initialisation (or after a shutdown), or while fld_shutdown() waits. */
+__attribute__((noinline, cold)) static int call_checked_cold(enum fld_catalog_index idx,
+                                                             unsigned slot, const void *args)
+{
+    int rc = fld__ensure_init_from(fld__catalog[idx].name);
+    if (rc)
+        return rc;
+    struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_acquire);
+    if (!op)
+        return fld__fail(FLD_ESTATE, "%s: the library was shut down during the call",
+                         fld__catalog[idx].name);
+    return dispatch(op, slot, args);
 }
 
 int fld_call(fld_op handle, const void *args)

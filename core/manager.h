@@ -11,6 +11,11 @@
 
 /* Dispatches a catalog op by index after validating args. */
 int fld__call_catalog(enum fld_catalog_index idx, const void *args);
+/*
+ * Dispatches a catalog op by index on the key (fld__slot()) of arguments the
+ * caller has checked as its validator would (prepared calls, prepared.c).
+ */
+int fld__call_checked(enum fld_catalog_index idx, unsigned slot, const void *args);
 
 /* Drops every cached chain of every op (host lock held; at shutdown). */
 void fld__manager_shutdown(void);

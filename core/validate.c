@@ -1401,6 +1401,13 @@ void fld_tensor_rows(const DLTensor *t, fld_rows *out)
     tensor_rows_general(t, out);
 }
 
+/* The bytes a validated tensor spans from its first element; 0 when empty. */
+uint64_t fld__tensor_span(const DLTensor *t, int split)
+{
+    const struct extent e = extent_of(t, split);
+    return (uint64_t)(e.hi - e.lo);
+}
+
 void fld_rotary_geometry_of(const fld_rotary_embedding_args *args, fld_rotary_geometry *out)
 {
     if (__builtin_expect(!args || !out, 0)) {

@@ -8,7 +8,9 @@
  *           dispatch, and the compiler cannot inline the kernel);
  *   handle  fld_call() with an fld_op handle looked up once;
  *   name    fld_call_by_name();
- *   typed   fld_rms_norm().
+ *   typed   fld_rms_norm();
+ *   prepared fld_prepared_rms_norm() on a call prepared once (fld_prepare()):
+ *           the per-call pointer checks and dispatch, no layout validation.
  * Each runs with a "null" kernel (returns at once, so only the dispatch is
  * measured) and with a "loop" kernel (a plain rms_norm, for scale). Both are
  * registered by an in-process plugin "bench" and pinned with a per-op policy
@@ -46,15 +48,17 @@
 #define LOOP_CALLS_DIVISOR 10
 #define NTHREADS_MAX       2
 
-enum variant { V_DIRECT, V_HANDLE, V_NAME, V_TYPED, V_COUNT };
-static const char *const variant_names[V_COUNT] = {"direct", "handle", "name", "typed"};
+enum variant { V_DIRECT, V_HANDLE, V_NAME, V_TYPED, V_PREPARED, V_COUNT };
+static const char *const variant_names[V_COUNT] = {"direct", "handle", "name", "typed",
+                                                   "prepared"};
 
 /*
  * null and loop are rms_norm kernels, so their dispatched calls include the
  * host's argument validation. opaque is the null kernel registered for an op
  * outside the catalog, whose arguments the host does not look at: its
  * overhead is the dispatch machinery alone. Its "typed" variant is
- * fld_call_on() (there is no typed entry point for a plugin's own op).
+ * fld_call_on() (there is no typed entry point for a plugin's own op), and it
+ * has no prepared variant (the host cannot prepare opaque arguments).
  */
 enum kernel { K_NULL, K_LOOP, K_OPAQUE, K_COUNT };
 static const char *const kernel_names[K_COUNT] = {"null", "loop", "opaque"};
@@ -119,6 +123,12 @@ static int bench_loop_kernel(const void *args)
 static int (*const kernel_fns[K_COUNT])(const void *) = {bench_null_kernel, bench_loop_kernel,
                                                          bench_null_kernel};
 
+/* Whether kernel k has variant v: an op outside the catalog cannot be prepared. */
+static bool variant_applies(enum kernel k, enum variant v)
+{
+    return !(k == K_OPAQUE && v == V_PREPARED);
+}
+
 static const char *variant_label(enum kernel k, enum variant v)
 {
     return k == K_OPAQUE && v == V_TYPED ? "call_on" : variant_names[v];
@@ -165,6 +175,7 @@ struct bench_args {
     int64_t shape[2], weight_shape[1];
     DLTensor x_t, out_t, weight_t;
     fld_rms_norm_args args;
+    fld_prepared *prepared; /* args, prepared once */
 } __attribute__((aligned(64)));
 
 static DLTensor cpu_f32_tensor(float *data, int ndim, int64_t *shape)
@@ -200,7 +211,7 @@ static int bench_args_init(struct bench_args *b)
     b->weight_t = cpu_f32_tensor(b->weight, 1, b->weight_shape);
     b->args = (fld_rms_norm_args){
         .out = &b->out_t, .x = &b->x_t, .weight = &b->weight_t, .residual = NULL, .eps = BENCH_EPS};
-    return FLD_OK;
+    return fld_prepare(FLD_OP_RMS_NORM, &b->args, &b->prepared);
 }
 
 static void bench_args_free(struct bench_args *b)
@@ -208,6 +219,7 @@ static void bench_args_free(struct bench_args *b)
     free(b->x);
     free(b->out);
     free(b->weight);
+    fld_prepared_free(b->prepared);
 }
 
 /* volatile: every direct call loads the pointer, so the kernel cannot be inlined. */
@@ -240,6 +252,10 @@ static bool run_calls(enum variant v, struct bench_args *b, long n)
         else
             for (long i = 0; i < n; i++)
                 failed |= fld_rms_norm(&b->out_t, &b->x_t, &b->weight_t, NULL, BENCH_EPS);
+        break;
+    case V_PREPARED:
+        for (long i = 0; i < n; i++)
+            failed |= fld_prepared_rms_norm(b->prepared, b->out, b->x, b->weight, NULL);
         break;
     case V_COUNT:
         break;
@@ -445,6 +461,11 @@ static int measure_all(const long calls[K_COUNT], int reps, struct bench_args *m
             /* Re-resolves and caches the chain after the pin, faults pages in. */
             long warm = calls[k] / 10 > 0 ? calls[k] / 10 : 1;
             for (int v = 0; v < V_COUNT && rc == FLD_OK; v++) {
+                if (!variant_applies(k, v)) {
+                    if (r >= 0)
+                        SAMPLE(k, v, 0, r) = SAMPLE(k, v, 1, r) = 0.0;
+                    continue;
+                }
                 timed_batch(v, main_args, warm);
                 if (r < 0) { /* the first round only warms up */
                     pool_batch(pool, v, warm);
@@ -460,7 +481,7 @@ static int measure_all(const long calls[K_COUNT], int reps, struct bench_args *m
         for (int v = 0; v < V_COUNT; v++) {
             for (int t = 0; t < NTHREADS_MAX; t++) {
                 m[k].ns[v][t] = bench_median(&SAMPLE(k, v, t, 0), reps);
-                if (isnan(m[k].ns[v][t]) && rc == FLD_OK) {
+                if (variant_applies(k, v) && isnan(m[k].ns[v][t]) && rc == FLD_OK) {
                     fprintf(stderr, "fldispatch bench: %s calls with the %s kernel failed: %s\n",
                             variant_label(k, v), kernel_names[k], fld_last_error());
                     rc = FLD_EIMPL;
@@ -494,15 +515,17 @@ static void report_text(const struct measurement m[K_COUNT], int reps, const cha
            FLD_OP_RMS_NORM, BENCH_WIDTH);
     printf("machine: %s, %ld online cpus; median of %d repetitions\n\n", cli_text(cpu), threads,
            reps);
-    printf("%-6s %-7s %7s %8s %10s %10s\n", "kernel", "variant", "threads", "calls", "ns/call",
+    printf("%-6s %-8s %7s %8s %10s %10s\n", "kernel", "variant", "threads", "calls", "ns/call",
            "overhead");
     for (int k = 0; k < K_COUNT; k++) {
         for (int t = 0; t < NTHREADS_MAX; t++) {
             for (int v = 0; v < V_COUNT; v++) {
+                if (!variant_applies(k, v))
+                    continue;
                 char over[32] = "-";
                 if (v != V_DIRECT)
                     snprintf(over, sizeof over, "%.1f", overhead(&m[k], v, t));
-                printf("%-6s %-7s %7d %8ld %10.1f %10s\n", kernel_names[k], variant_label(k, v),
+                printf("%-6s %-8s %7d %8ld %10.1f %10s\n", kernel_names[k], variant_label(k, v),
                        t + 1, m[k].calls, m[k].ns[v][t], over);
             }
         }
@@ -511,7 +534,8 @@ static void report_text(const struct measurement m[K_COUNT], int reps, const cha
     for (int k = 0; k < K_COUNT; k++) {
         printf("  %-6s", kernel_names[k]);
         for (int v = 0; v < V_COUNT; v++)
-            printf("  %s %.2fx", variant_label(k, v), scaling(&m[k], v));
+            if (variant_applies(k, v))
+                printf("  %s %.2fx", variant_label(k, v), scaling(&m[k], v));
         printf("\n");
     }
     if (threads < NTHREADS_MAX)
@@ -549,6 +573,8 @@ static void report_json(const struct measurement m[K_COUNT], int reps, const cha
     for (int k = 0; k < K_COUNT; k++) {
         for (int t = 0; t < NTHREADS_MAX; t++) {
             for (int v = 0; v < V_COUNT; v++) {
+                if (!variant_applies(k, v))
+                    continue;
                 json_begin_object(&w);
                 json_key(&w, "variant");
                 json_string(&w, variant_label(k, v));
@@ -574,6 +600,8 @@ static void report_json(const struct measurement m[K_COUNT], int reps, const cha
         json_key(&w, kernel_names[k]);
         json_begin_object(&w);
         for (int v = 0; v < V_COUNT; v++) {
+            if (!variant_applies(k, v))
+                continue;
             json_key(&w, variant_label(k, v));
             json_double(&w, scaling(&m[k], v), 3);
         }

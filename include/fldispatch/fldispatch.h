@@ -385,6 +385,86 @@ FLD_API int fld_call_by_name(const char *name, const void *args);
 FLD_API int fld_call_on(fld_op op, int device_type, DLDataType dtype, const void *args);
 
 /* ------------------------------------------------------------------------ */
+/* Operators: prepared calls                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A prepared call: a catalog op's call checked once and repeated with new
+ * data pointers. An engine calls each layer with the same shapes every step;
+ * preparing lets the host check shapes, strides, dtypes and devices once and
+ * then check, per call, only what the data pointers can change.
+ *
+ *   fld_rms_norm_args a = {&out, &x, &w, NULL, 1e-6f};
+ *   fld_prepared *p;
+ *   if (fld_prepare(FLD_OP_RMS_NORM, &a, &p) != FLD_OK) ... fld_last_error()
+ *   for (each step)
+ *       fld_prepared_rms_norm(p, out_data, x_data, w_data, NULL);
+ *   fld_prepared_free(p);
+ *
+ * fld_prepare() validates args as a call of op would (the same checks and
+ * messages: FLD_EINVAL naming the tensor at fault), without running it, and
+ * copies what it needs: the argument struct, every tensor's shape, strides,
+ * dtype, device and byte_offset, and the scalars (eps, head_size, is_neox).
+ * The caller's tensors, shape and stride arrays may be freed afterwards.
+ * op is a catalog op with tensors (FLD_OP_*, not attention_backend; an op
+ * outside the catalog has arguments the host cannot read): FLD_EINVAL
+ * otherwise, FLD_ENOTFOUND for an unknown name. *out is NULL on failure.
+ *
+ * A call of a prepared op takes one data pointer per tensor of its argument
+ * struct, in the struct's order (the tensor's byte_offset is added to it, as
+ * for any DLTensor), and checks per call what a new pointer can break: NULL
+ * data for a non-empty tensor, alignment to the element size, a span past the
+ * end of the address space, memory shared between a tensor the op writes and
+ * another (the exact aliasing the op allows, rms_norm's out == x, included),
+ * and for rotary on the CPU every position against the cache length (the
+ * positions' values can change between calls). Such a call fails as the
+ * unprepared call would, with the same status and message, and runs nothing.
+ * A tensor that was NULL in the template (rms_norm's weight or residual,
+ * rotary's key) stays absent: its pointer is ignored (pass NULL).
+ *
+ * Selection is not frozen: each call dispatches as the typed entry point
+ * does, so a policy or registry change (fld_policy_set, a scoped override on
+ * the calling thread, fld_reload, fld_load_plugin) is followed on the next
+ * call, with the same fallback and failure memory.
+ *
+ * Lifetime: an fld_prepared belongs to the application and is plain memory;
+ * it holds no lock, no handle and no pointer into the library's state. It
+ * stays valid across fld_reload() and fld_shutdown() (a call after a shutdown
+ * initialises the library again, as the typed entry points do; during one it
+ * returns FLD_ESTATE) and in a forked child. fld_prepared_free() needs no
+ * init and may come before or after fld_shutdown(); NULL is a no-op.
+ *
+ * Threads: fld_prepare() is MT safe. A call writes the new pointers into the
+ * prepared object before dispatching, so one fld_prepared is used by one
+ * thread at a time (prepare one per thread, or serialise); distinct prepared
+ * objects may be called concurrently, on the same op or not.
+ */
+typedef struct fld_prepared fld_prepared;
+
+/* The most tensors a catalog op's argument struct holds. */
+#define FLD_PREPARED_MAX_TENSORS 4
+
+FLD_API int fld_prepare(const char *op, const void *args, fld_prepared **out);
+/* The op's catalog name; the number of data pointers fld_prepared_call() takes. No init. */
+FLD_API const char *fld_prepared_op(const fld_prepared *p);
+FLD_API int fld_prepared_ntensors(const fld_prepared *p);
+FLD_API void fld_prepared_free(fld_prepared *p);
+
+/*
+ * Calls the prepared op with data[0 .. ntensors-1], in the argument struct's
+ * order: activations (out, x); rms_norm and gemma_rms_norm (out, x, weight,
+ * residual); rotary_embedding (positions, query, key, cos_sin_cache).
+ * Returns what the typed entry point would for the same tensors.
+ */
+FLD_API int fld_prepared_call(fld_prepared *p, void *const data[]);
+/* The same with the pointers as arguments; FLD_EINVAL when p was prepared for another family. */
+FLD_API int fld_prepared_activation(fld_prepared *p, void *out, const void *x);
+FLD_API int fld_prepared_rms_norm(fld_prepared *p, void *out, const void *x, const void *weight,
+                                  void *residual);
+FLD_API int fld_prepared_rotary(fld_prepared *p, const void *positions, void *query, void *key,
+                                const void *cos_sin_cache);
+
+/* ------------------------------------------------------------------------ */
 /* Selection: what runs, and why                                            */
 /* ------------------------------------------------------------------------ */
 

@@ -1,0 +1,388 @@
+/*
+ * Prepared calls (fldispatch.h, "Operators: prepared calls"): a catalog
+ * op's arguments validated once and copied, then called again with new data
+ * pointers.
+ *
+ * What a new data pointer can break is known in advance: NULL data, the
+ * alignment to the element, a span that wraps past the end of the address
+ * space, memory shared between a tensor the op writes and another, and (rotary
+ * on the CPU) positions out of the cache's range, since their values are read.
+ * fld_prepare() records per tensor what those checks need (its byte_offset,
+ * the bytes it spans, its element size) and which pairs must not meet; a call
+ * runs them in straight-line integer code and hands the arguments to
+ * dispatch (manager.c fld__call_checked()).
+ *
+ * The per-call checks only say "surely fine": anything they doubt (a NULL, a
+ * misaligned or wrapping pointer, byte ranges that meet, a position out of
+ * range, a template with an empty tensor) sends the call to the op's full
+ * validator, which accepts exactly what the typed entry point accepts
+ * (interleaved views of one buffer, out == x for rms_norm) and otherwise
+ * fails with its own message. So a prepared call and the typed call of the
+ * same tensors always agree.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "host.h"
+#include "inflight.h"
+#include "manager.h"
+#include "ops.h"
+#include "validate.h"
+
+#define NT        FLD_PREPARED_MAX_TENSORS
+#define MAX_PAIRS 6
+
+/* A pair of tensors whose bytes must not meet: w is written, o is the other. */
+struct pair {
+    uint8_t w, o;
+    bool alias; /* out and x of rms_norm: the same start is the allowed in-place form */
+};
+
+struct fld_prepared {
+    enum fld_catalog_index idx;
+    fld_args_kind kind;
+    unsigned slot;        /* the dispatch key, fld__slot(device, dtype) */
+    int ntensors;         /* data pointers a call takes */
+    bool always_full;     /* a template with an empty tensor: every call is fully validated */
+    bool read_positions;  /* rotary on the CPU: the positions' values are checked per call */
+    bool positions_int32; /* else int64 */
+    int npairs;
+    struct pair pairs[MAX_PAIRS];
+    uintptr_t keep[NT];   /* all ones for a tensor of the call, 0 for an absent one */
+    uintptr_t offset[NT]; /* its byte_offset */
+    uintptr_t span[NT];   /* the bytes from data + byte_offset past its last element */
+    uintptr_t align[NT];  /* its element size - 1 */
+    DLTensor *t[NT];      /* the copies; an absent tensor's is `scratch` */
+    int64_t tokens, max_pos;
+    union {
+        fld_activation_args act;
+        fld_rms_norm_args norm;
+        fld_rotary_embedding_args rot;
+    } args;
+    DLTensor tensors[NT];
+    DLTensor scratch;
+    int64_t dims[]; /* the copies' shape and stride arrays */
+};
+
+/* ---- preparing ---------------------------------------------------------- */
+
+/* The catalog index of name; -1 when it is not a catalog op. */
+static int catalog_index(const char *name)
+{
+    for (int i = 0; i < FLD_CAT_COUNT; i++)
+        if (strcmp(fld__catalog[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static __attribute__((cold)) int not_preparable(const char *name)
+{
+    int idx = catalog_index(name);
+    if (idx >= 0)
+        return fld__fail(FLD_EINVAL,
+                         "fld_prepare: op '%s' has no tensors to prepare; call it directly", name);
+    if (fld__op_find(name))
+        return fld__fail(FLD_EINVAL,
+                         "fld_prepare: op '%s' is outside the catalog: its arguments are opaque to "
+                         "the host, which cannot prepare them (call it with fld_call())",
+                         name);
+    return fld__fail(FLD_ENOTFOUND, "fld_prepare: no op named '%s'", name);
+}
+
+/* The tensors of a family's argument struct, in its order, and how many. */
+static int tensors_of(fld_args_kind kind, const void *args, const DLTensor *src[NT])
+{
+    memset(src, 0, sizeof(const DLTensor *) * NT);
+    switch (kind) {
+    case FLD_ARGS_ACTIVATION: {
+        const fld_activation_args *a = args;
+        src[0] = a->out;
+        src[1] = a->x;
+        return 2;
+    }
+    case FLD_ARGS_RMS_NORM: {
+        const fld_rms_norm_args *a = args;
+        src[0] = a->out;
+        src[1] = a->x;
+        src[2] = a->weight;
+        src[3] = a->residual;
+        return 4;
+    }
+    case FLD_ARGS_ROTARY_EMBEDDING: {
+        const fld_rotary_embedding_args *a = args;
+        src[0] = a->positions;
+        src[1] = a->query;
+        src[2] = a->key;
+        src[3] = a->cos_sin_cache;
+        return 4;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* The pairs that must not share memory, as the family's validator checks them. */
+static void pairs_of(fld_prepared *p, const DLTensor *const src[NT])
+{
+    static const struct pair act[] = {{0, 1, false}};
+    /* rms_norm: out, x, weight, residual; out and residual are written. */
+    static const struct pair norm[] = {{0, 1, true}, {0, 2, false}, {0, 3, false},
+                                       {3, 1, false}, {3, 2, false}};
+    /* rotary: positions, query, key, cos_sin_cache; query and key are written. */
+    static const struct pair rot[] = {{1, 0, false}, {1, 3, false}, {2, 1, false},
+                                      {2, 0, false}, {2, 3, false}};
+    const struct pair *list = p->kind == FLD_ARGS_ACTIVATION ? act
+                              : p->kind == FLD_ARGS_RMS_NORM ? norm
+                                                             : rot;
+    const int n = p->kind == FLD_ARGS_ACTIVATION ? 1 : 5;
+    p->npairs = 0;
+    for (int i = 0; i < n; i++)
+        if (src[list[i].w] && src[list[i].o])
+            p->pairs[p->npairs++] = list[i];
+}
+
+/* The copy of src in slot i, its shape and strides appended at *dims. */
+static void copy_tensor(fld_prepared *p, int i, const DLTensor *src, int64_t **dims)
+{
+    DLTensor *t = &p->tensors[i];
+    *t = *src;
+    memcpy(*dims, src->shape, sizeof(int64_t) * (size_t)src->ndim);
+    t->shape = *dims;
+    *dims += src->ndim;
+    if (src->strides) {
+        memcpy(*dims, src->strides, sizeof(int64_t) * (size_t)src->ndim);
+        t->strides = *dims;
+        *dims += src->ndim;
+    }
+    p->t[i] = t;
+}
+
+/* The argument struct over the copies, with the template's scalars. */
+static void point_args(fld_prepared *p, const void *args)
+{
+    DLTensor *const *t = p->t;
+    DLTensor *tens[NT];
+    for (int i = 0; i < NT; i++)
+        tens[i] = p->keep[i] ? t[i] : NULL;
+    switch (p->kind) {
+    case FLD_ARGS_ACTIVATION:
+        p->args.act = (fld_activation_args){tens[0], tens[1]};
+        break;
+    case FLD_ARGS_RMS_NORM:
+        p->args.norm = (fld_rms_norm_args){tens[0], tens[1], tens[2], tens[3],
+                                           ((const fld_rms_norm_args *)args)->eps};
+        break;
+    default: {
+        const fld_rotary_embedding_args *a = args;
+        p->args.rot =
+            (fld_rotary_embedding_args){tens[0], tens[1], tens[2], a->head_size, tens[3], a->is_neox};
+        break;
+    }
+    }
+}
+
+/* The split of tensor i for the span (a rotary query or key: its rank beyond the positions'). */
+static int split_of(const fld_prepared *p, int i, const DLTensor *const src[NT])
+{
+    if (p->kind == FLD_ARGS_ROTARY_EMBEDDING && (i == 1 || i == 2))
+        return src[i]->ndim - src[0]->ndim;
+    return 1;
+}
+
+/* Whether out == x at the same start is the exact aliasing rms_norm allows. */
+static bool same_rows(const DLTensor *a, const DLTensor *b)
+{
+    fld_rows ra, rb;
+    fld_tensor_rows(a, &ra);
+    fld_tensor_rows(b, &rb);
+    return ra.stride == rb.stride || rb.rows <= 1;
+}
+
+int fld_prepare(const char *op, const void *args, fld_prepared **out)
+{
+    if (out)
+        *out = NULL;
+    if (!op || !out)
+        return fld__fail(FLD_EINVAL, "fld_prepare: argument '%s' is NULL", op ? "out" : "op");
+    FLD_CALL_SCOPE();
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    const int idx = catalog_index(op);
+    if (idx < 0 || fld__catalog[idx].args_kind == FLD_ARGS_ATTENTION_BACKEND)
+        return not_preparable(op);
+    const struct fld_op_schema *schema = &fld__catalog[idx];
+    struct fld_call_key key;
+    rc = schema->validate(schema->name, args, &key);
+    if (rc)
+        return rc;
+
+    const DLTensor *src[NT];
+    const int n = tensors_of(schema->args_kind, args, src);
+    size_t ndims = 0;
+    for (int i = 0; i < n; i++)
+        if (src[i])
+            ndims += (size_t)src[i]->ndim * (src[i]->strides ? 2 : 1);
+    fld_prepared *p = calloc(1, sizeof *p + ndims * sizeof(int64_t));
+    if (!p)
+        return fld__fail(FLD_ENOMEM, "fld_prepare: out of memory preparing op '%s'", op);
+    p->idx = (enum fld_catalog_index)idx;
+    p->kind = schema->args_kind;
+    p->slot = fld__slot(key.device, key.dtype);
+    p->ntensors = n;
+    int64_t *dims = p->dims;
+    for (int i = 0; i < NT; i++) {
+        p->t[i] = &p->scratch;
+        if (i >= n || !src[i])
+            continue;
+        copy_tensor(p, i, src[i], &dims);
+        p->keep[i] = ~(uintptr_t)0;
+        p->offset[i] = (uintptr_t)src[i]->byte_offset;
+        p->span[i] = (uintptr_t)fld__tensor_span(src[i], split_of(p, i, src));
+        p->align[i] = (uintptr_t)(src[i]->dtype.bits >> 3) - 1;
+        p->always_full |= p->span[i] == 0; /* empty: its data may be anything */
+    }
+    pairs_of(p, src);
+    if (p->kind == FLD_ARGS_RMS_NORM && !same_rows(src[0], src[1]))
+        p->pairs[0].alias = false; /* out at x's start, other rows: the validator decides */
+    if (p->kind == FLD_ARGS_ROTARY_EMBEDDING && key.device == FLD_DEV_CPU) {
+        p->read_positions = true;
+        p->positions_int32 = src[0]->dtype.bits == 32;
+        p->tokens = 1;
+        for (int i = 0; i < src[0]->ndim; i++)
+            p->tokens *= src[0]->shape[i];
+        p->max_pos = src[3]->shape[0];
+    }
+    point_args(p, args);
+    *out = p;
+    return FLD_OK;
+}
+
+const char *fld_prepared_op(const fld_prepared *p)
+{
+    return p ? fld__catalog[p->idx].name : NULL;
+}
+
+int fld_prepared_ntensors(const fld_prepared *p)
+{
+    return p ? p->ntensors : 0;
+}
+
+void fld_prepared_free(fld_prepared *p)
+{
+    free(p);
+}
+
+/* ---- calling ------------------------------------------------------------ */
+
+/* Every position in [0, max_pos); read through the copy's new data pointer. */
+static bool positions_in_range(const fld_prepared *p)
+{
+    const DLTensor *t = p->t[0];
+    const char *base = (const char *)t->data + t->byte_offset;
+    const uint64_t max = (uint64_t)p->max_pos;
+    bool bad = false;
+    if (p->positions_int32) {
+        const int32_t *v = (const int32_t *)(const void *)base;
+        for (int64_t i = 0; i < p->tokens; i++)
+            bad |= (uint64_t)(int64_t)v[i] >= max;
+    } else {
+        const int64_t *v = (const int64_t *)(const void *)base;
+        for (int64_t i = 0; i < p->tokens; i++)
+            bad |= (uint64_t)v[i] >= max;
+    }
+    return !bad;
+}
+
+/* A call the quick checks doubt: the op's full validator decides, and names what is wrong. */
+static __attribute__((noinline, cold)) int call_validated(fld_prepared *p)
+{
+    const struct fld_op_schema *schema = &fld__catalog[p->idx];
+    struct fld_call_key key;
+    int rc = schema->validate(schema->name, &p->args, &key);
+    if (rc)
+        return rc;
+    return fld__call_checked(p->idx, fld__slot(key.device, key.dtype), &p->args);
+}
+
+/*
+ * Stores data[] into the copies and checks them: straight-line integer code
+ * folded into one "doubt" word, so the common call takes no branch but the
+ * last. data has NT entries (an absent tensor's is masked away).
+ */
+static inline __attribute__((always_inline)) int call_with(fld_prepared *p,
+                                                           void *const data[NT])
+{
+    uintptr_t lo[NT], hi[NT];
+    uintptr_t doubt = p->always_full;
+    for (int i = 0; i < NT; i++) {
+        const uintptr_t d = (uintptr_t)data[i] & p->keep[i];
+        p->t[i]->data = (void *)d;
+        const uintptr_t l = d + p->offset[i], h = l + p->span[i];
+        /* NULL data (an absent tensor's span is 0 and keep 0: never), a
+         * wrap past the address space, misalignment. */
+        doubt |= (uintptr_t)((d == 0) & (p->keep[i] != 0)) | (uintptr_t)(l < d) |
+                 (uintptr_t)(h < l) | (l & p->align[i]);
+        lo[i] = l;
+        hi[i] = h;
+    }
+    for (int j = 0; j < p->npairs; j++) {
+        const struct pair q = p->pairs[j];
+        const bool meet = (lo[q.w] < hi[q.o]) & (lo[q.o] < hi[q.w]);
+        doubt |= (uintptr_t)(meet & !(q.alias & (lo[q.w] == lo[q.o])));
+    }
+    if (__builtin_expect(doubt != 0, 0) ||
+        (p->read_positions && __builtin_expect(!positions_in_range(p), 0)))
+        return call_validated(p);
+    return fld__call_checked(p->idx, p->slot, &p->args);
+}
+
+static __attribute__((cold)) int wrong_family(const fld_prepared *p, const char *fn)
+{
+    if (!p)
+        return fld__fail(FLD_EINVAL, "%s: argument 'p' is NULL", fn);
+    return fld__fail(FLD_EINVAL, "%s: the prepared call is op '%s', whose arguments are not %s",
+                     fn, fld__catalog[p->idx].name,
+                     strcmp(fn, "fld_prepared_activation") == 0 ? "(out, x)"
+                     : strcmp(fn, "fld_prepared_rms_norm") == 0
+                         ? "(out, x, weight, residual)"
+                         : "(positions, query, key, cos_sin_cache)");
+}
+
+int fld_prepared_call(fld_prepared *p, void *const data[])
+{
+    if (__builtin_expect(!p || !data, 0))
+        return fld__fail(FLD_EINVAL, "fld_prepared_call: argument '%s' is NULL",
+                         p ? "data" : "p");
+    void *d[NT] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < p->ntensors; i++)
+        d[i] = data[i];
+    return call_with(p, d);
+}
+
+int fld_prepared_activation(fld_prepared *p, void *out, const void *x)
+{
+    if (__builtin_expect(!p || p->kind != FLD_ARGS_ACTIVATION, 0))
+        return wrong_family(p, "fld_prepared_activation");
+    void *const d[NT] = {out, (void *)x, NULL, NULL};
+    return call_with(p, d);
+}
+
+int fld_prepared_rms_norm(fld_prepared *p, void *out, const void *x, const void *weight,
+                          void *residual)
+{
+    if (__builtin_expect(!p || p->kind != FLD_ARGS_RMS_NORM, 0))
+        return wrong_family(p, "fld_prepared_rms_norm");
+    void *const d[NT] = {out, (void *)x, (void *)weight, residual};
+    return call_with(p, d);
+}
+
+int fld_prepared_rotary(fld_prepared *p, const void *positions, void *query, void *key,
+                        const void *cos_sin_cache)
+{
+    if (__builtin_expect(!p || p->kind != FLD_ARGS_ROTARY_EMBEDDING, 0))
+        return wrong_family(p, "fld_prepared_rotary");
+    void *const d[NT] = {(void *)positions, query, key, (void *)cos_sin_cache};
+    return call_with(p, d);
+}
