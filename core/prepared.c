@@ -8,9 +8,10 @@
  * space, memory shared between a tensor the op writes and another, and (rotary
  * on the CPU) positions out of the cache's range, since their values are read.
  * fld_prepare() records per tensor what those checks need (its byte_offset,
- * the bytes it spans, its element size) and which pairs must not meet; a call
- * runs them in straight-line integer code and hands the arguments to
- * dispatch (manager.c fld__call_checked()).
+ * the bytes it spans, its element size); a call runs them, one family's
+ * pairs of tensors that must not meet spelled out, in straight-line integer
+ * code folded into one "doubt" word, and hands the arguments to dispatch
+ * (manager.c fld__call_checked()).
  *
  * The per-call checks only say "surely fine": anything they doubt (a NULL, a
  * misaligned or wrapping pointer, byte ranges that meet, a position out of
@@ -31,14 +32,6 @@
 #include "validate.h"
 
 #define NT        FLD_PREPARED_MAX_TENSORS
-#define MAX_PAIRS 6
-
-/* A pair of tensors whose bytes must not meet: w is written, o is the other. */
-struct pair {
-    uint8_t w, o;
-    bool alias; /* out and x of rms_norm: the same start is the allowed in-place form */
-};
-
 struct fld_prepared {
     enum fld_catalog_index idx;
     fld_args_kind kind;
@@ -47,11 +40,10 @@ struct fld_prepared {
     bool always_full;     /* a template with an empty tensor: every call is fully validated */
     bool read_positions;  /* rotary on the CPU: the positions' values are checked per call */
     bool positions_int32; /* else int64 */
-    int npairs;
-    struct pair pairs[MAX_PAIRS];
-    uintptr_t keep[NT];   /* all ones for a tensor of the call, 0 for an absent one */
+    bool out_may_be_x;    /* rms_norm: out at x's start is the allowed in-place form */
+    bool has[NT];         /* the tensor is part of the call (weight, residual, key may not be) */
     uintptr_t offset[NT]; /* its byte_offset */
-    uintptr_t span[NT];   /* the bytes from data + byte_offset past its last element */
+    uintptr_t end[NT];    /* byte_offset + the bytes it spans: data + end is past its last byte */
     uintptr_t align[NT];  /* its element size - 1 */
     DLTensor *t[NT];      /* the copies; an absent tensor's is `scratch` */
     int64_t tokens, max_pos;
@@ -122,26 +114,6 @@ static int tensors_of(fld_args_kind kind, const void *args, const DLTensor *src[
     }
 }
 
-/* The pairs that must not share memory, as the family's validator checks them. */
-static void pairs_of(fld_prepared *p, const DLTensor *const src[NT])
-{
-    static const struct pair act[] = {{0, 1, false}};
-    /* rms_norm: out, x, weight, residual; out and residual are written. */
-    static const struct pair norm[] = {{0, 1, true}, {0, 2, false}, {0, 3, false},
-                                       {3, 1, false}, {3, 2, false}};
-    /* rotary: positions, query, key, cos_sin_cache; query and key are written. */
-    static const struct pair rot[] = {{1, 0, false}, {1, 3, false}, {2, 1, false},
-                                      {2, 0, false}, {2, 3, false}};
-    const struct pair *list = p->kind == FLD_ARGS_ACTIVATION ? act
-                              : p->kind == FLD_ARGS_RMS_NORM ? norm
-                                                             : rot;
-    const int n = p->kind == FLD_ARGS_ACTIVATION ? 1 : 5;
-    p->npairs = 0;
-    for (int i = 0; i < n; i++)
-        if (src[list[i].w] && src[list[i].o])
-            p->pairs[p->npairs++] = list[i];
-}
-
 /* The copy of src in slot i, its shape and strides appended at *dims. */
 static void copy_tensor(fld_prepared *p, int i, const DLTensor *src, int64_t **dims)
 {
@@ -164,7 +136,7 @@ static void point_args(fld_prepared *p, const void *args)
     DLTensor *const *t = p->t;
     DLTensor *tens[NT];
     for (int i = 0; i < NT; i++)
-        tens[i] = p->keep[i] ? t[i] : NULL;
+        tens[i] = p->has[i] ? t[i] : NULL;
     switch (p->kind) {
     case FLD_ARGS_ACTIVATION:
         p->args.act = (fld_activation_args){tens[0], tens[1]};
@@ -237,15 +209,15 @@ int fld_prepare(const char *op, const void *args, fld_prepared **out)
         if (i >= n || !src[i])
             continue;
         copy_tensor(p, i, src[i], &dims);
-        p->keep[i] = ~(uintptr_t)0;
+        const uint64_t span = fld__tensor_span(src[i], split_of(p, i, src));
+        p->has[i] = true;
         p->offset[i] = (uintptr_t)src[i]->byte_offset;
-        p->span[i] = (uintptr_t)fld__tensor_span(src[i], split_of(p, i, src));
+        p->end[i] = (uintptr_t)(src[i]->byte_offset + span); /* < 2^63: validated */
         p->align[i] = (uintptr_t)(src[i]->dtype.bits >> 3) - 1;
-        p->always_full |= p->span[i] == 0; /* empty: its data may be anything */
+        p->always_full |= span == 0; /* empty: its data may be anything */
     }
-    pairs_of(p, src);
-    if (p->kind == FLD_ARGS_RMS_NORM && !same_rows(src[0], src[1]))
-        p->pairs[0].alias = false; /* out at x's start, other rows: the validator decides */
+    /* out at x's start with other rows is not the in-place form: the validator decides */
+    p->out_may_be_x = p->kind == FLD_ARGS_RMS_NORM && same_rows(src[0], src[1]);
     if (p->kind == FLD_ARGS_ROTARY_EMBEDDING && key.device == FLD_DEV_CPU) {
         p->read_positions = true;
         p->positions_int32 = src[0]->dtype.bits == 32;
@@ -306,36 +278,102 @@ static __attribute__((noinline, cold)) int call_validated(fld_prepared *p)
     return fld__call_checked(p->idx, fld__slot(key.device, key.dtype), &p->args);
 }
 
+/* A tensor's byte range under a new data pointer. */
+struct range {
+    uintptr_t lo, hi;
+};
+
 /*
- * Stores data[] into the copies and checks them: straight-line integer code
- * folded into one "doubt" word, so the common call takes no branch but the
- * last. data has NT entries (an absent tensor's is masked away).
+ * Stores data into the copy of tensor i and returns its range in *r, and
+ * non-zero when the pointer is doubtful: NULL or a span that wraps (one
+ * compare: end = byte_offset + span < 2^63 and non-empty, so data - 1 >=
+ * data + end exactly for those) or misaligned.
  */
-static inline __attribute__((always_inline)) int call_with(fld_prepared *p,
-                                                           void *const data[NT])
+static inline __attribute__((always_inline)) uintptr_t take(fld_prepared *p, int i,
+                                                            const void *data, struct range *r)
 {
-    uintptr_t lo[NT], hi[NT];
-    uintptr_t doubt = p->always_full;
-    for (int i = 0; i < NT; i++) {
-        const uintptr_t d = (uintptr_t)data[i] & p->keep[i];
-        p->t[i]->data = (void *)d;
-        const uintptr_t l = d + p->offset[i], h = l + p->span[i];
-        /* NULL data (an absent tensor's span is 0 and keep 0: never), a
-         * wrap past the address space, misalignment. */
-        doubt |= (uintptr_t)((d == 0) & (p->keep[i] != 0)) | (uintptr_t)(l < d) |
-                 (uintptr_t)(h < l) | (l & p->align[i]);
-        lo[i] = l;
-        hi[i] = h;
-    }
-    for (int j = 0; j < p->npairs; j++) {
-        const struct pair q = p->pairs[j];
-        const bool meet = (lo[q.w] < hi[q.o]) & (lo[q.o] < hi[q.w]);
-        doubt |= (uintptr_t)(meet & !(q.alias & (lo[q.w] == lo[q.o])));
-    }
-    if (__builtin_expect(doubt != 0, 0) ||
-        (p->read_positions && __builtin_expect(!positions_in_range(p), 0)))
+    const uintptr_t d = (uintptr_t)data;
+    p->tensors[i].data = (void *)(uintptr_t)data; /* an absent tensor's slot is unused */
+    r->lo = d + p->offset[i];
+    r->hi = d + p->end[i];
+    return (uintptr_t)(d - 1 >= r->hi) | (r->lo & p->align[i]);
+}
+
+/* Byte ranges that meet (no branch: almost always false). */
+static inline uintptr_t meet(const struct range *a, const struct range *b)
+{
+    return (uintptr_t)((a->lo < b->hi) & (b->lo < a->hi));
+}
+
+/* The doubt word decides: dispatch, or the full validator first. */
+static inline __attribute__((always_inline)) int finish(fld_prepared *p, uintptr_t doubt)
+{
+    if (__builtin_expect(doubt != 0, 0))
         return call_validated(p);
     return fld__call_checked(p->idx, p->slot, &p->args);
+}
+
+static __attribute__((cold)) int wrong_family(const fld_prepared *p, const char *fn);
+
+int fld_prepared_activation(fld_prepared *p, void *out, const void *x)
+{
+    if (__builtin_expect(!p || p->kind != FLD_ARGS_ACTIVATION, 0))
+        return wrong_family(p, "fld_prepared_activation");
+    struct range o, i;
+    uintptr_t doubt = p->always_full | take(p, 0, out, &o) | take(p, 1, x, &i);
+    return finish(p, doubt | meet(&o, &i));
+}
+
+int fld_prepared_rms_norm(fld_prepared *p, void *out, const void *x, const void *weight,
+                          void *residual)
+{
+    if (__builtin_expect(!p || p->kind != FLD_ARGS_RMS_NORM, 0))
+        return wrong_family(p, "fld_prepared_rms_norm");
+    struct range o, i, w = {0, 0};
+    uintptr_t doubt = p->always_full | take(p, 0, out, &o) | take(p, 1, x, &i);
+    /* out == x, the in-place form, when the layouts allow it */
+    doubt |= meet(&o, &i) & (uintptr_t)!(p->out_may_be_x & (o.lo == i.lo));
+    if (p->has[2])
+        doubt |= take(p, 2, weight, &w) | meet(&o, &w);
+    if (p->has[3]) {
+        struct range r;
+        doubt |= take(p, 3, residual, &r) | meet(&r, &o) | meet(&r, &i) | meet(&r, &w);
+    }
+    return finish(p, doubt);
+}
+
+int fld_prepared_rotary(fld_prepared *p, const void *positions, void *query, void *key,
+                        const void *cos_sin_cache)
+{
+    if (__builtin_expect(!p || p->kind != FLD_ARGS_ROTARY_EMBEDDING, 0))
+        return wrong_family(p, "fld_prepared_rotary");
+    struct range pos, q, c;
+    uintptr_t doubt = p->always_full | take(p, 0, positions, &pos) | take(p, 1, query, &q) |
+                      take(p, 3, cos_sin_cache, &c);
+    doubt |= meet(&q, &pos) | meet(&q, &c);
+    if (p->has[2]) {
+        struct range k;
+        doubt |= take(p, 2, key, &k) | meet(&k, &q) | meet(&k, &pos) | meet(&k, &c);
+    }
+    /* The positions are read only through a pointer that passed its checks. */
+    if (!doubt && p->read_positions && __builtin_expect(!positions_in_range(p), 0))
+        doubt = 1;
+    return finish(p, doubt);
+}
+
+int fld_prepared_call(fld_prepared *p, void *const data[])
+{
+    if (__builtin_expect(!p || !data, 0))
+        return fld__fail(FLD_EINVAL, "fld_prepared_call: argument '%s' is NULL",
+                         p ? "data" : "p");
+    switch (p->kind) {
+    case FLD_ARGS_ACTIVATION:
+        return fld_prepared_activation(p, data[0], data[1]);
+    case FLD_ARGS_RMS_NORM:
+        return fld_prepared_rms_norm(p, data[0], data[1], data[2], data[3]);
+    default:
+        return fld_prepared_rotary(p, data[0], data[1], data[2], data[3]);
+    }
 }
 
 static __attribute__((cold)) int wrong_family(const fld_prepared *p, const char *fn)
@@ -350,39 +388,3 @@ static __attribute__((cold)) int wrong_family(const fld_prepared *p, const char 
                          : "(positions, query, key, cos_sin_cache)");
 }
 
-int fld_prepared_call(fld_prepared *p, void *const data[])
-{
-    if (__builtin_expect(!p || !data, 0))
-        return fld__fail(FLD_EINVAL, "fld_prepared_call: argument '%s' is NULL",
-                         p ? "data" : "p");
-    void *d[NT] = {NULL, NULL, NULL, NULL};
-    for (int i = 0; i < p->ntensors; i++)
-        d[i] = data[i];
-    return call_with(p, d);
-}
-
-int fld_prepared_activation(fld_prepared *p, void *out, const void *x)
-{
-    if (__builtin_expect(!p || p->kind != FLD_ARGS_ACTIVATION, 0))
-        return wrong_family(p, "fld_prepared_activation");
-    void *const d[NT] = {out, (void *)x, NULL, NULL};
-    return call_with(p, d);
-}
-
-int fld_prepared_rms_norm(fld_prepared *p, void *out, const void *x, const void *weight,
-                          void *residual)
-{
-    if (__builtin_expect(!p || p->kind != FLD_ARGS_RMS_NORM, 0))
-        return wrong_family(p, "fld_prepared_rms_norm");
-    void *const d[NT] = {out, (void *)x, (void *)weight, residual};
-    return call_with(p, d);
-}
-
-int fld_prepared_rotary(fld_prepared *p, const void *positions, void *query, void *key,
-                        const void *cos_sin_cache)
-{
-    if (__builtin_expect(!p || p->kind != FLD_ARGS_ROTARY_EMBEDDING, 0))
-        return wrong_family(p, "fld_prepared_rotary");
-    void *const d[NT] = {(void *)positions, query, key, (void *)cos_sin_cache};
-    return call_with(p, d);
-}

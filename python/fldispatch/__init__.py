@@ -38,6 +38,7 @@ from ._C import (  # noqa: F401  (re-exported)
     load_plugin,
     mul_and_silu,
     oot_op_enabled,
+    prepare,
     reload,
     rms_norm,
     rotary_embedding,
@@ -164,7 +165,7 @@ __all__ = list(OPS) + [
     "set_stream", "get_stream", "oot_op_enabled", "Error", "InvalidArgumentError",
     "NotFoundError", "UnavailableError", "ConfigError", "PluginError", "ImplementationError",
     "OutOfMemoryError", "UnsupportedError", "StateError", "__version__", "stats", "stats_reset",
-    "stats_summary", "stats_enable", "stats_mode", "stats_flush",
+    "stats_summary", "stats_enable", "stats_mode", "stats_flush", "prepare",
 ]
 
 

@@ -161,6 +161,12 @@ int fldpy_autograd_guard(const char *op, const fldpy_arg *args, int n);
 /* Adds the PolicyScope type (the C half of fldispatch.policy). */
 int fldpy_policy_init(PyObject *module);
 
+/* ---- prepared.c ------------------------------------------------------------ */
+
+/* Adds the Prepared type (fldispatch.prepare()'s callables). */
+int fldpy_prepared_init(PyObject *module);
+extern PyMethodDef fldpy_prepared_methods[];
+
 /* ---- ops.c, introspect.c, policy.c, hooks.c: method tables ------------- */
 
 extern PyMethodDef fldpy_op_methods[];
