@@ -31,6 +31,8 @@ shape (not the fused-residual line), and only when the run covers it:
 opaque) at one and two threads:
     handle     fld_call() by handle <= 5 ns over the direct call
     name       fld_call_by_name() <= 25 ns over the direct call
+    prepared   fld_prepared_rms_norm() <= 3 ns over the direct call (null
+               and loop: an op outside the catalog cannot be prepared)
     threads    every variant: two threads >= 1.8x the aggregate throughput
                of one
 
@@ -69,6 +71,7 @@ KEYS = {"bandwidth": "bw_share_4096_1t", "bandwidth_device": "bw_share_4096_d2d"
 # bench --overhead
 HANDLE_NS = 5.0
 NAME_NS = 25.0
+PREPARED_NS = 3.0
 OVERHEAD_SCALING = 1.8
 # The op and implementation each kernel of bench --overhead registers and pins.
 OVERHEAD_KERNELS = {"null": ("rms_norm", "vendor.bench_null"),
@@ -191,7 +194,8 @@ def collect_overhead(doc):
 
     for kernel in kernels:
         for variant, target, limit in (("handle", "handle_overhead_ns", HANDLE_NS),
-                                       ("name", "name_overhead_ns", NAME_NS)):
+                                       ("name", "name_overhead_ns", NAME_NS),
+                                       ("prepared", "prepared_overhead_ns", PREPARED_NS)):
             for r in results:
                 if r["kernel"] == kernel and r["variant"] == variant:
                     value = figure(r["overhead_ns"])
@@ -212,13 +216,13 @@ def print_overhead(doc, targets):
     print(f"targets (dispatch overhead: {doc.get('op')} [{shape}] {doc.get('dtype')}):")
     rows = [t for t in targets if t["target"] != "scaling_2t"]
     if rows:
-        print(f"  {'kernel':<6} {'variant':<7} {'threads':>7} {'calls':>8} {'ns/call':>10} "
+        print(f"  {'kernel':<6} {'variant':<8} {'threads':>7} {'calls':>8} {'ns/call':>10} "
               f"{'overhead':>10}  target")
         order = {k: i for i, k in enumerate(dict.fromkeys(t["kernel"] for t in rows))}
         for t in sorted(rows, key=lambda t: (order[t["kernel"]], t["threads"])):
             ns = "-" if t["ns_per_call"] is None else f"{t['ns_per_call']:.1f}"
             over = "-" if t["value"] is None else f"{t['value']:.1f}"
-            print(f"  {t['kernel']:<6} {t['variant']:<7} {t['threads']:>7} {t['calls']:>8} "
+            print(f"  {t['kernel']:<6} {t['variant']:<8} {t['threads']:>7} {t['calls']:>8} "
                   f"{ns:>10} {over:>10}  {'<= %g ns' % t['limit']:<9} "
                   f"{'ok' if t['met'] else 'MISS'}")
     print(f"  two threads vs one, aggregate throughput (target >= {OVERHEAD_SCALING:.1f}x):")
