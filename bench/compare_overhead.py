@@ -52,6 +52,14 @@ def main():
           f"{args.reps} repetitions")
     print(f"{'kernel':8}{'variant':10}{'threads':>7}{'base':>9}{'new':>9}{'new-base':>10}")
     for key in sorted({k[:3] for k in seen}):
+        if not seen[key + ("base",)] or not seen[key + ("new",)]:
+            # a variant one of the builds does not have (e.g. prepared calls)
+            only = "base" if seen[key + ("base",)] else "new"
+            value = statistics.median(seen[key + (only,)])
+            print(f"{key[0]:8}{key[1]:10}{key[2]:7d}"
+                  f"{value if only == 'base' else float('nan'):9.1f}"
+                  f"{value if only == 'new' else float('nan'):9.1f}{'-':>10}")
+            continue
         base = statistics.median(seen[key + ("base",)])
         new = statistics.median(seen[key + ("new",)])
         print(f"{key[0]:8}{key[1]:10}{key[2]:7d}{base:9.1f}{new:9.1f}{new - base:+10.1f}")
