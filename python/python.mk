@@ -5,6 +5,12 @@
 #                        use it with PYTHONPATH=build/python
 #   make check-python    the pytest suite (make check runs it; TESTS=python
 #                        runs it alone, any other TESTS= leaves it out)
+#   make python-torch-native
+#                        optional: build/python/fldispatch/_torch_ops.so, the
+#                        torch.ops.fldispatch.* CPU kernels registered in C++
+#                        (python/native/torch_ops.cpp); needs torch importable
+#                        by $(PYTHON) and a C++ compiler; fldispatch.torch loads
+#                        it instead of its Python-level CPU kernels when present
 #
 # The extension is compiled for the python3 in PATH (PYTHON=...) against the
 # limited API of Python 3.10 (abi3), with the flags of python/setup.py, which
@@ -35,7 +41,7 @@ PY_INCLUDE   = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths
 PY_CFLAGS    = -DPy_LIMITED_API=0x030A0000 -I$(PY_INCLUDE)
 PY_SKIP_MSG  = fldispatch: skipping the Python tests
 
-.PHONY: python python-headers check-python
+.PHONY: python python-headers check-python python-torch-native
 python: python-headers lib plugins configs tool $(PY_EXT) $(PY_TOOL) $(PY_MODULES) $(PYPKG)/lib
 
 python-headers:
@@ -58,6 +64,21 @@ $(OBJ)/python/tool/%.o: tools/%.c
 $(PY_TOOL): $(PY_TOOL_OBJ) $(LIB_SO)
 	@mkdir -p $(@D)
 	$(Q)$(call fld_say,LD,$@)$(CC) -shared $(ALLLDFLAGS) -o $@ $(PY_TOOL_OBJ) -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$$ORIGIN/lib' -lm -pthread
+
+# The optional native torch kernels: torch's include and library paths come
+# from the torch that $(PYTHON) imports (nothing is fetched); without torch the
+# target says so and fails, and no other target depends on it.
+CXX         ?= g++
+PY_TORCH_NATIVE := $(PYPKG)/_torch_ops.so
+TORCH_FLAGS  = $(shell $(PYTHON) -c 'import os, torch, torch.utils.cpp_extension as c; print(" ".join(["-I" + p for p in c.include_paths()] + ["-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI)]))' 2>/dev/null)
+TORCH_LIBDIR = $(shell $(PYTHON) -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null)
+python-torch-native: python python-headers $(PY_TORCH_NATIVE)
+
+$(PY_TORCH_NATIVE): python/native/torch_ops.cpp $(LIB_SO) include/fldispatch/fldispatch.h
+	@test -n '$(TORCH_LIBDIR)' || { echo "fldispatch: make python-torch-native needs torch importable by $(PYTHON)" >&2; exit 1; }
+	@mkdir -p $(@D)
+	$(Q)$(call fld_say,CXX,$<)$(CXX) -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -Iinclude -I$(PY_INCLUDE) $(TORCH_FLAGS) $< -o $@ \
+	  -L'$(TORCH_LIBDIR)' -lc10 -ltorch_cpu -ltorch_python -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$(TORCH_LIBDIR)' -Wl,-rpath,'$$ORIGIN/lib'
 
 $(PYPKG)/%.py: python/fldispatch/%.py
 	@mkdir -p $(@D)

@@ -21,6 +21,8 @@ while a CUDA graph is being captured. With a PyTorch that has no exchange API
 themselves.
 """
 
+import os as _os
+
 import torch
 
 from . import _C
@@ -42,6 +44,10 @@ SCHEMAS = {
 # Dispatch keys the C kernels serve: PyTorch's ROCm build uses CUDA's key,
 # torch_npu uses PrivateUse1.
 TENSOR_KEYS = ("CPU", "CUDA", "PrivateUse1")
+
+# The ops python/native/torch_ops.cpp serves on the CPU.
+NATIVE_OPS = ("silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul", "rms_norm",
+              "gemma_rms_norm", "rotary_embedding")
 
 HAS_EXCHANGE_API = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
 
@@ -72,6 +78,12 @@ def _nothing(*args):
     return None
 
 
+# The optional native CPU kernels (make python-torch-native): registered in C++
+# with the dispatcher, so a CPU call does not enter Python; their errors are
+# ValueError (invalid arguments) or RuntimeError with the library's message.
+_NATIVE_CPU = _os.path.join(_os.path.dirname(__file__), "_torch_ops.so")
+NATIVE_CPU = _os.path.exists(_NATIVE_CPU)
+
 for _name, _schema in SCHEMAS.items():
     library.define(_name + _schema)
     _kernel = getattr(_C, _name)
@@ -80,6 +92,8 @@ for _name, _schema in SCHEMAS.items():
         library.impl(_name, _kernel, "CompositeExplicitAutograd")
         continue
     for _key in TENSOR_KEYS:
+        if _key == "CPU" and NATIVE_CPU and _name in NATIVE_OPS:
+            continue
         if _key == "CUDA" and not HAS_EXCHANGE_API:
             library.impl(_name, _with_torch_stream(_kernel, 1), _key)
         else:
@@ -87,6 +101,9 @@ for _name, _schema in SCHEMAS.items():
     torch.library.register_fake(f"fldispatch::{_name}", _nothing, lib=library)
 
 del _name, _schema, _kernel
+
+if NATIVE_CPU:
+    torch.ops.load_library(_NATIVE_CPU)
 
 OPS = tuple(SCHEMAS)
 

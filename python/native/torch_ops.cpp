@@ -1,0 +1,182 @@
+// torch.ops.fldispatch.* CPU kernels registered with PyTorch's dispatcher in
+// C++ (TORCH_LIBRARY_IMPL), each calling libfldispatch's typed entry point on
+// DLTensor views of the at::Tensor arguments: a call pays the dispatcher and
+// the library, not the Python interpreter. Optional: built by
+// `make python-torch-native` when torch's headers are importable, and loaded
+// by fldispatch/torch.py in place of its Python-level CPU kernels. The
+// schemas are defined by torch.py; these are the CPU implementations only.
+#include <Python.h>
+
+#include <torch/library.h>
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <optional>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include <ATen/core/grad_mode.h>
+
+#include <fldispatch/plugin.h>
+
+namespace {
+
+// A DLTensor view of t: no copy, no ownership (t outlives the call).
+DLTensor view(const at::Tensor &t)
+{
+    DLTensor d{};
+    d.data = t.data_ptr();
+    d.device = DLDevice{kDLCPU, 0};
+    d.ndim = static_cast<int32_t>(t.dim());
+    switch (t.scalar_type()) {
+    case at::kFloat: d.dtype = FLD_DTYPE_F32; break;
+    case at::kHalf: d.dtype = FLD_DTYPE_F16; break;
+    case at::kBFloat16: d.dtype = FLD_DTYPE_BF16; break;
+    case at::kLong: d.dtype = DLDataType{kDLInt, 64, 1}; break;
+    case at::kInt: d.dtype = DLDataType{kDLInt, 32, 1}; break;
+    default: d.dtype = DLDataType{kDLOpaqueHandle, 0, 0}; break; // the library names it
+    }
+    d.shape = const_cast<int64_t *>(t.sizes().data());
+    d.strides = const_cast<int64_t *>(t.strides().data());
+    d.byte_offset = 0; // data_ptr() already points at the first element
+    return d;
+}
+
+// The fldispatch exception class of a status: the subclass of fldispatch._C.Error
+// whose `status` is rc (errors.c's classes), else Error itself. New reference.
+PyObject *error_class(int rc)
+{
+    PyObject *mod = PyImport_ImportModule("fldispatch._C");
+    if (!mod)
+        return nullptr;
+    PyObject *base = PyObject_GetAttrString(mod, "Error");
+    PyObject *names = base ? PyObject_Dir(mod) : nullptr;
+    PyObject *found = nullptr;
+    for (Py_ssize_t i = 0; names && !found && i < PyList_Size(names); i++) {
+        PyObject *obj = PyObject_GetAttr(mod, PyList_GetItem(names, i));
+        if (obj && PyType_Check(obj) && PyObject_IsSubclass(obj, base) == 1) {
+            PyObject *st = PyObject_GetAttrString(obj, "status");
+            if (st && PyLong_Check(st) && PyLong_AsLong(st) == rc)
+                found = Py_NewRef(obj);
+            Py_XDECREF(st);
+        }
+        Py_XDECREF(obj);
+        PyErr_Clear();
+    }
+    Py_XDECREF(names);
+    Py_DECREF(mod);
+    if (!found)
+        return base;
+    Py_XDECREF(base);
+    return found;
+}
+
+// A failed call raises what fldispatch's own functions raise: the exception
+// class of its status (InvalidArgumentError, ...) with fld_last_error().
+[[noreturn]] void fail(int rc)
+{
+    const std::string message = fld_last_error();
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *cls = error_class(rc);
+    if (cls) {
+        PyErr_SetString(cls, message.c_str());
+        Py_DECREF(cls);
+    }
+    PyGILState_Release(gil);
+    throw python_error();
+}
+
+inline void check(int rc)
+{
+    if (rc != FLD_OK)
+        fail(rc);
+}
+
+// As the Python kernels: with grad mode on, an argument that requires grad is
+// refused, naming it (the ops have no derivative and write in place).
+void refuse_grad(const char *op, std::initializer_list<std::pair<const char *, const at::Tensor *>> args)
+{
+    if (!at::GradMode::is_enabled())
+        return;
+    for (const auto &a : args) {
+        if (a.second && a.second->requires_grad()) {
+            fld_set_error("%s: argument '%s' requires grad, but fldispatch ops have no derivative "
+                          "(they write their outputs in place, as PyTorch's out= functions, which "
+                          "refuse it too): call under torch.no_grad() or pass %s.detach()",
+                          op, a.first, a.first);
+            fail(FLD_EINVAL);
+        }
+    }
+}
+
+// A tensor the op wrote in place: autograd's version counter moves, as for
+// the Python kernels (the dispatcher does not bump optional mutable arguments).
+inline void written(const at::Tensor &t)
+{
+    torch::autograd::impl::bump_version(t);
+}
+
+template <int (*Fn)(DLTensor *, const DLTensor *), const char *Name>
+void activation(const at::Tensor &out, const at::Tensor &x)
+{
+    refuse_grad(Name, {{"out", &out}, {"x", &x}});
+    DLTensor o = view(out), i = view(x);
+    check(Fn(&o, &i));
+    written(out);
+}
+
+template <int (*Fn)(DLTensor *, const DLTensor *, const DLTensor *, DLTensor *, float),
+          const char *Name>
+void norm(const at::Tensor &out, const at::Tensor &x, const std::optional<at::Tensor> &weight,
+          const std::optional<at::Tensor> &residual, double eps)
+{
+    refuse_grad(Name, {{"out", &out},
+                       {"x", &x},
+                       {"weight", weight ? &*weight : nullptr},
+                       {"residual", residual ? &*residual : nullptr}});
+    DLTensor o = view(out), i = view(x), w{}, r{};
+    if (weight)
+        w = view(*weight);
+    if (residual)
+        r = view(*residual);
+    check(Fn(&o, &i, weight ? &w : nullptr, residual ? &r : nullptr, static_cast<float>(eps)));
+    written(out);
+    if (residual)
+        written(*residual);
+}
+
+void rotary(const at::Tensor &positions, const at::Tensor &query,
+            const std::optional<at::Tensor> &key, int64_t head_size,
+            const at::Tensor &cos_sin_cache, bool is_neox)
+{
+    refuse_grad("rotary_embedding", {{"positions", &positions},
+                                     {"query", &query},
+                                     {"key", key ? &*key : nullptr},
+                                     {"cos_sin_cache", &cos_sin_cache}});
+    DLTensor p = view(positions), q = view(query), k{}, c = view(cos_sin_cache);
+    if (key)
+        k = view(*key);
+    check(fld_rotary_embedding(&p, &q, key ? &k : nullptr, head_size, &c, is_neox));
+    written(query);
+    if (key)
+        written(*key);
+}
+
+constexpr char silu_and_mul[] = "silu_and_mul", mul_and_silu[] = "mul_and_silu",
+               gelu_and_mul[] = "gelu_and_mul", gelu_tanh_and_mul[] = "gelu_tanh_and_mul",
+               rms_norm[] = "rms_norm", gemma_rms_norm[] = "gemma_rms_norm";
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(fldispatch, CPU, m)
+{
+    m.impl("silu_and_mul", activation<fld_silu_and_mul, silu_and_mul>);
+    m.impl("mul_and_silu", activation<fld_mul_and_silu, mul_and_silu>);
+    m.impl("gelu_and_mul", activation<fld_gelu_and_mul, gelu_and_mul>);
+    m.impl("gelu_tanh_and_mul", activation<fld_gelu_tanh_and_mul, gelu_tanh_and_mul>);
+    m.impl("rms_norm", norm<fld_rms_norm, rms_norm>);
+    m.impl("gemma_rms_norm", norm<fld_gemma_rms_norm, gemma_rms_norm>);
+    m.impl("rotary_embedding", rotary);
+}
