@@ -9,17 +9,21 @@
  *                     one rounding; within vLLM's float32 tolerance of the
  *                     reference, and more accurate than vLLM's formulas in
  *                     the far negative tails, where those cancel;
- *   float16/bfloat16  round(round(act) * other), round(act) looked up in
- *                     a table (exact.c: the reference's value for each of
- *                     the 65536 inputs, so these results are the
- *                     reference's to the bit); the product of two 16-bit
- *                     values is exact in float32 and is rounded on store.
+ *   float16/bfloat16  round(round(act) * other), round(act) computed in
+ *                     float32 and rounded where an error bound shows the
+ *                     rounding cannot differ from the reference's, else
+ *                     looked up in a table (exact.c: the reference's value
+ *                     for each of the 65536 inputs), so these results are
+ *                     the reference's to the bit (act16_n); the product of
+ *                     two 16-bit values is exact in float32 and is rounded
+ *                     on store.
  * With job->torch (VLLM_FL_CPU_ACTIVATIONS=torch) the activations follow
  * PyTorch's CPU kernels instead: float32 through vmath.h's torch forms, the
- * 16-bit tables built from the same forms (exact.c).
- * The operation, the dtype and whether stores are non-temporal are
- * compile-time constants of each inner loop: act_range() switches once per
- * call into one of 4 x 3 x 2 loops.
+ * 16-bit tables built from the same forms (exact.c) and the bound widened to
+ * PyTorch's erf.
+ * The operation, the dtype, the form (torch) and whether stores are
+ * non-temporal are compile-time constants of each inner loop: act_range()
+ * switches once per call into one of 4 x 3 x 2 x 2 loops.
  *
  * Reads and writes stay inside each row's [0, 2d) and [0, d) (tails use the
  * layer's partial loads and stores). out may be x's first half (a); each
