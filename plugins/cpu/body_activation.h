@@ -9,21 +9,17 @@
  *                     one rounding; within vLLM's float32 tolerance of the
  *                     reference, and more accurate than vLLM's formulas in
  *                     the far negative tails, where those cancel;
- *   float16/bfloat16  round(round(act) * other), round(act) computed in
- *                     float32 and rounded where an error bound shows the
- *                     rounding cannot differ from the reference's, else
- *                     looked up in a table (exact.c: the reference's value
- *                     for each of the 65536 inputs), so these results are
- *                     the reference's to the bit (act16_n); the product of
- *                     two 16-bit values is exact in float32 and is rounded
- *                     on store.
+ *   float16/bfloat16  round(round(act) * other), round(act) looked up in
+ *                     a table (exact.c: the reference's value for each of
+ *                     the 65536 inputs, so these results are the
+ *                     reference's to the bit); the product of two 16-bit
+ *                     values is exact in float32 and is rounded on store.
  * With job->torch (VLLM_FL_CPU_ACTIVATIONS=torch) the activations follow
  * PyTorch's CPU kernels instead: float32 through vmath.h's torch forms, the
- * 16-bit tables built from the same forms (exact.c) and the bound widened to
- * PyTorch's erf.
- * The operation, the dtype, the form (torch) and whether stores are
- * non-temporal are compile-time constants of each inner loop: act_range()
- * switches once per call into one of 4 x 3 x 2 x 2 loops.
+ * 16-bit tables built from the same forms (exact.c).
+ * The operation, the dtype and whether stores are non-temporal are
+ * compile-time constants of each inner loop: act_range() switches once per
+ * call into one of 4 x 3 x 2 loops.
  *
  * Reads and writes stay inside each row's [0, 2d) and [0, d) (tails use the
  * layer's partial loads and stores). out may be x's first half (a); each
@@ -88,115 +84,9 @@ V_INLINE void act_apply_n(enum fld_cpu_act act, const int torch, vf *r, const vf
 }
 
 /*
- * 16-bit dtypes: the activation rounded to dt, computed in float32 and
- * checked, exact for every input.
- *
- * v = the float32 vector form of the activation (vmath.h, whatever the
- * form asked for: it only has to lie near it). If every value within
- * +-bound of v rounds to the same 16-bit value, so does the form's own
- * float32 result (exact.c's table entry), provided it lies within bound of
- * v: bound = 2^-24 (rel |v| + abs |a|), the float32 results' relative
- * difference plus an absolute one for the forms that cancel (1 + erf,
- * 1 + tanh for a < 0, whose float32 error is absolute, about 2^-24 |a| / 2).
- * Lanes where the two roundings differ, or that are NaN, take the table
- * (one gather for the vector; a few percent of vectors at most on normally
- * distributed inputs). Below zero_below the form's result is -0 for every
- * finite float32 input (its erf or tanh is -1 there), and so is v; below
- * flag_below (silu: where the form divides by an overflowed exp or makes
- * denormals) every lane takes the table.
- *
- * The constants are measured, with a margin of 2 or more, over all 65536
- * inputs of each dtype (largest rel needed 5.5 units for silu, 11.6 for
- * gelu near a = -1.5; abs 0.25 for vLLM's forms, 1.5 for PyTorch's gelu,
- * whose erf is off by up to 1.5e-7), and tests/test_kernels.c checks
- * every variant against the formulas for every input; the last nonzero
- * results lie at -88.72 (silu), -5.543 (gelu) and -5.158 (gelu_tanh;
- * PyTorch's form: -5.061).
- */
-struct act16_bound {
-    float rel, abs, zero_below, flag_below;
-};
-
-V_INLINE struct act16_bound act16_bound_of(enum fld_cpu_act_fn fn, const int torch)
-{
-    const float u = 0x1p-24f;
-    switch (fn) {
-    case FLD_CPU_FN_SILU:
-        return (struct act16_bound){16 * u, 0.0f, -1e30f, -80.0f};
-    case FLD_CPU_FN_GELU:
-        return (struct act16_bound){16 * u, (torch ? 3.0f : 0.5f) * u, -5.6f, -1e30f};
-    case FLD_CPU_FN_GELU_TANH:
-        break;
-    }
-    return (struct act16_bound){16 * u, 0.5f * u, torch ? -5.1f : -5.2f, -1e30f};
-}
-
-/* The activation fn of a[u] in float32 (vmath.h's forms), n vectors. */
-V_INLINE void act_fn_n(enum fld_cpu_act_fn fn, vf *r, const vf *a, int n)
-{
-    switch (fn) {
-    case FLD_CPU_FN_SILU:
-        vm_silu_n(r, a, n);
-        break;
-    case FLD_CPU_FN_GELU:
-        vm_gelu_n(r, a, n);
-        break;
-    case FLD_CPU_FN_GELU_TANH:
-        vm_gelu_tanh_n(r, a, n);
-        break;
-    }
-}
-
-V_INLINE enum fld_cpu_act_fn act_fn_of(enum fld_cpu_act act)
-{
-    return act == FLD_CPU_ACT_GELU_AND_MUL        ? FLD_CPU_FN_GELU
-           : act == FLD_CPU_ACT_GELU_TANH_AND_MUL ? FLD_CPU_FN_GELU_TANH
-                                                  : FLD_CPU_FN_SILU;
-}
-
-/*
- * r[u] = the activation of the n vectors a[u] rounded to dt (see above);
- * pg: where a was loaded from (the codes the table fallback looks up), m
- * the lanes loaded (V_LANES: whole vectors).
- */
-V_INLINE void act16_n(enum fld_cpu_act act, const int dt, const int torch, const uint16_t *table,
-                      vf *r, const vf *a, const char *pg, int64_t m, int n)
-{
-    const int64_t step = V_LANES * (int64_t)fld__cpu_elem_size(dt);
-    const struct act16_bound k = act16_bound_of(act_fn_of(act), torch);
-    vf v[ACT_UNROLL], bound[ACT_UNROLL];
-    act_fn_n(act_fn_of(act), v, a, n);
-    VM_FOR(u, n) bound[u] = v_fma(v_abs(v[u]), v_set1(k.rel), v_mul(v_abs(a[u]), v_set1(k.abs)));
-    if (k.zero_below > -1e29f) {
-        VM_FOR(u, n)
-        {
-            const vmask z = v_lt(a[u], v_set1(k.zero_below));
-            v[u] = v_select(z, v_set1(-0.0f), v[u]);
-            /* 0, or NaN (a lane for the table) at a = -inf */
-            bound[u] = v_select(z, v_mul(v_abs(a[u]), v_zero()), bound[u]);
-        }
-    }
-    if (k.flag_below > -1e29f)
-        VM_FOR(u, n) bound[u] = v_select(v_lt(a[u], v_set1(k.flag_below)),
-                                         v_set1(__builtin_inff()), bound[u]);
-    VM_FOR(u, n)
-    {
-        const vf lo = v_round_prod(v_sub(v[u], bound[u]), dt);
-        const vf hi = v_round_prod(v_add(v[u], bound[u]), dt);
-        const vmask off = v_ne(lo, hi);
-        r[u] = lo;
-        if (__builtin_expect(v_any(off), 0))
-            r[u] = v_select(off,
-                            m == V_LANES ? v_lookup16(table, pg + u * step, dt)
-                                         : v_lookup16_n(table, pg, m, dt),
-                            lo);
-    }
-}
-
-/*
  * r[u] = f(a, b) for the n whole vectors at pa, pb (n <= ACT_UNROLL). For
- * 16-bit dtypes the activated half (b for mul_and_silu, else a) is rounded
- * (act16_n) and the other half multiplied in.
+ * 16-bit dtypes the activated half (b for mul_and_silu, else a) is looked
+ * up and the other half multiplied in.
  */
 V_INLINE void act_block(enum fld_cpu_act act, const int dt, const int torch,
                         const uint16_t *table, vf *r,
@@ -206,10 +96,7 @@ V_INLINE void act_block(enum fld_cpu_act act, const int dt, const int torch,
     if (dt != FLD_CPU_F32) {
         const bool second = act == FLD_CPU_ACT_MUL_AND_SILU;
         const char *pg = second ? pb : pa, *po = second ? pa : pb;
-        vf g[ACT_UNROLL];
-        VM_FOR(u, n) g[u] = v_load(pg + u * step, dt);
-        act16_n(act, dt, torch, table, r, g, pg, V_LANES, n);
-        VM_FOR(u, n) r[u] = v_mul(r[u], v_load(po + u * step, dt));
+        VM_FOR(u, n) r[u] = v_mul(v_lookup16(table, pg + u * step, dt), v_load(po + u * step, dt));
         return;
     }
     vf a[ACT_UNROLL], b[ACT_UNROLL];
@@ -225,9 +112,7 @@ V_INLINE vf act_part(enum fld_cpu_act act, const int dt, const int torch, const 
     if (dt != FLD_CPU_F32) {
         const bool second = act == FLD_CPU_ACT_MUL_AND_SILU;
         const char *pg = second ? pb : pa, *po = second ? pa : pb;
-        vf g = v_load_n(pg, m, dt), r;
-        act16_n(act, dt, torch, table, &r, &g, pg, m, 1);
-        return v_mul(r, v_load_n(po, m, dt));
+        return v_mul(v_lookup16_n(table, pg, m, dt), v_load_n(po, m, dt));
     }
     vf a = v_load_n(pa, m, dt), b = v_load_n(pb, m, dt), r;
     act_apply_n(act, torch, &r, &a, &b, 1);
@@ -317,7 +202,7 @@ V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1
     }
 }
 
-/* torch: a compile-time constant of each loop (16-bit dtypes: the bound constants and the table). */
+/* torch: a compile-time constant of each float32 loop (16-bit dtypes differ only by table). */
 V_INLINE void act_rows_dt(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1, int dt,
                           const int torch)
 {
@@ -347,16 +232,10 @@ static void act_range(const struct fld_cpu_act_job *job, int64_t row_begin, int6
             act_rows_dt(job, row_begin, row_end, FLD_CPU_F32, 0);
         break;
     case FLD_CPU_F16:
-        if (job->torch)
-            act_rows_dt(job, row_begin, row_end, FLD_CPU_F16, 1);
-        else
-            act_rows_dt(job, row_begin, row_end, FLD_CPU_F16, 0);
+        act_rows_dt(job, row_begin, row_end, FLD_CPU_F16, 0);
         break;
     case FLD_CPU_BF16:
-        if (job->torch)
-            act_rows_dt(job, row_begin, row_end, FLD_CPU_BF16, 1);
-        else
-            act_rows_dt(job, row_begin, row_end, FLD_CPU_BF16, 0);
+        act_rows_dt(job, row_begin, row_end, FLD_CPU_BF16, 0);
         break;
     }
 }

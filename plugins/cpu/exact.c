@@ -9,14 +9,14 @@
  * no variant's instruction set may change how these round.
  *
  * Activation tables: for float16 and bfloat16 an activation of one element
- * depends only on its 16 bits: 65536 entries of the activation rounded to
- * the dtype, per function and dtype (128 KiB each), built on first use
- * (0.5-1.5 ms) with one entry of padding for 4-byte gathers. The 16-bit
- * kernels compute the activation in float32 vectors and look up only the
- * lanes whose float32 value lies too close to a 16-bit rounding boundary
- * for its error bound (body_activation.h, act16_n): vLLM's gelu forms
- * cancel (1 + erff, 1 + tanhf) where no other form follows them, and near
- * rounding midpoints any difference in the last float32 bits shows.
+ * depends only on its 16 bits, so the 16-bit kernels look it up: 65536
+ * entries of the activation rounded to the dtype, per function and dtype
+ * (128 KiB each), built on first use (0.5-1.5 ms) with one entry of padding
+ * for 4-byte gathers. A vector approximation cannot give the reference's
+ * rounding for every input: vLLM's gelu forms cancel (1 + erff, 1 + tanhf)
+ * where no other form follows them, and near rounding midpoints any
+ * difference in the last float32 bit shows; checking for those lanes cost
+ * more than the lookup (measured on Zen 4, avx512: silu +55% against +15%).
  */
 #include <math.h>
 #include <pthread.h>

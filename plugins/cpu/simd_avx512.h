@@ -99,15 +99,6 @@ V_INLINE vmask v_gt(vf a, vf b)
 {
     return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ);
 }
-/* Lanes where a != b, or either is NaN. */
-V_INLINE vmask v_ne(vf a, vf b)
-{
-    return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ);
-}
-V_INLINE int v_any(vmask m)
-{
-    return m != 0;
-}
 V_INLINE vf v_select(vmask m, vf a, vf b)
 {
     return _mm512_mask_blend_ps(m, b, a);

@@ -94,15 +94,6 @@ V_INLINE vmask v_gt(vf a, vf b)
 {
     return vcgtq_f32(a, b);
 }
-/* Lanes where a != b, or either is NaN. */
-V_INLINE vmask v_ne(vf a, vf b)
-{
-    return vmvnq_u32(vceqq_f32(a, b));
-}
-V_INLINE int v_any(vmask m)
-{
-    return vmaxvq_u32(m) != 0;
-}
 V_INLINE vf v_select(vmask m, vf a, vf b)
 {
     return vbslq_f32(m, a, b);

@@ -24,8 +24,6 @@
  *   v_copysign(mag, sgn)  |mag| with the sign bit of sgn
  *   v_hsum(a)             the sum of the lanes (in no particular order)
  *   v_lt(a, b) v_gt(a, b) lane predicates (false for NaN)
- *   v_ne(a, b)            lanes where a != b or either is NaN
- *   v_any(m)              whether any lane of m is set
  *   v_select(m, a, b)     m ? a : b per lane
  *   v_round(a)            to the nearest integer, ties to even (|a| < 2^31)
  *   v_ldexp(a, n)         a * 2^n per lane, n integral, -252 <= n <= 252;
@@ -130,14 +128,6 @@ V_INLINE vmask v_lt(vf a, vf b)
 V_INLINE vmask v_gt(vf a, vf b)
 {
     return a > b;
-}
-V_INLINE vmask v_ne(vf a, vf b)
-{
-    return ~(a == b);
-}
-V_INLINE int v_any(vmask m)
-{
-    return (m[0] | m[1] | m[2] | m[3]) != 0;
 }
 V_INLINE vf v_select(vmask m, vf a, vf b)
 {
