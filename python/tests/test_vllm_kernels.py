@@ -13,6 +13,7 @@ opcheck), checked here in our own words:
 
 import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -56,8 +57,17 @@ def child():
     print(json.dumps(found))
 
 
-def test_torch_forms_match_torch_to_the_bit():
+# The cpu plugin's instruction-set variants besides the best one (its 16-bit
+# activations are computed per variant and checked against a bound).
+ISA_CAPS = [None] + (["avx2", "portable"] if platform.machine() in ("x86_64", "AMD64") else
+                     ["portable"])
+
+
+@pytest.mark.parametrize("isa", ISA_CAPS)
+def test_torch_forms_match_torch_to_the_bit(isa):
     env = dict(os.environ, VLLM_FL_CPU_ACTIVATIONS="torch")
+    if isa:
+        env["VLLM_FL_CPU_ISA"] = isa
     out = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout.strip().splitlines()[-1])
