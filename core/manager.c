@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include <fldispatch/host_impl.h>
+#include <fldispatch/internal/tool_api.h>
 
 #include "devices.h"
 #include "error.h"
@@ -52,10 +53,12 @@
 #include "host.h"
 #include "log.h"
 #include "manager.h"
+#include "manifest.h"
 #include "names.h"
 #include "policy.h"
 #include "reclaim.h"
 #include "registry.h"
+#include "rows.h"
 #include "select.h"
 #include "stats.h"
 
@@ -85,7 +88,12 @@ __attribute__((noinline, cold)) static int dispatch_overridden(struct fld_op_s *
                                                                const void *args);
 __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned slot,
                                                    const void *args);
+static inline unsigned bucket_slot(const struct fld_op_s *op, unsigned key, const void *args,
+                                   uint32_t buckets);
+__attribute__((noinline)) static int dispatch_bucketed(struct fld_op_s *op, unsigned key,
+                                                       const void *args, uint32_t buckets);
 static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot);
+static void publish_split(struct fld_op_s *op, unsigned key, struct fld_chain *c);
 static void chain_free(void *p);
 static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *args,
                              const struct fld_policy *pol);
@@ -279,6 +287,46 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
         return dispatch_overridden(op, slot, args);
     struct fld_fast_call *f = &op->fast[slot];
     fld_kernel_fn fn;
+    if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen)) {
+        if (likely((fn = atomic_load_explicit(&f->fn, memory_order_relaxed)) != NULL)) {
+            int rc = fn(args);
+            if (likely(rc == FLD_OK))
+                return FLD_OK;
+            return fast_failed(op, slot, args, fn, rc);
+        }
+        uint32_t buckets = atomic_load_explicit(&f->buckets, memory_order_relaxed);
+        if (buckets)
+            return dispatch_bucketed(op, slot, args, buckets);
+    }
+    return dispatch_slow(op, slot, args);
+}
+
+/*
+ * The slot of a call of a bucketed key: its row bucket's, or the rest's
+ * (rows no bucket covers, and ops outside the catalog, whose rows the host
+ * cannot read).
+ */
+static inline unsigned bucket_slot(const struct fld_op_s *op, unsigned key, const void *args,
+                                   uint32_t buckets)
+{
+    int64_t rows = op->schema ? fld__call_rows(op->schema->args_kind, args) : 0;
+    const struct fld_row_split *s = &op->split[key];
+    for (uint32_t b = 0; b < buckets && b < FLD_MAX_BUCKETS; b++)
+        if (rows >= atomic_load_explicit(&s->lo[b], memory_order_relaxed) &&
+            rows <= atomic_load_explicit(&s->hi[b], memory_order_relaxed))
+            return key + (b + 1) * FLD_NKEYS;
+    return key + FLD_BUCKET_REST * FLD_NKEYS;
+}
+
+/* A call of a key that the manifest splits into row buckets: the direct
+ * call of its bucket's slot, as dispatch() does for a key. */
+__attribute__((noinline)) static int dispatch_bucketed(struct fld_op_s *op, unsigned key,
+                                                       const void *args, uint32_t buckets)
+{
+    unsigned slot = bucket_slot(op, key, args, buckets);
+    uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
+    struct fld_fast_call *f = &op->fast[slot];
+    fld_kernel_fn fn;
     if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
                (fn = atomic_load_explicit(&f->fn, memory_order_relaxed)))) {
         int rc = fn(args);
@@ -326,13 +374,25 @@ __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned
     struct fld_chain *c = atomic_load(&op->slots[slot]);
     if (!c || c->generation != atomic_load(&fld__generation))
         c = global_chain(op, slot);
+    if (c && c->buckets) {
+        /* A bucketed key: the call runs on its bucket's chain. */
+        slot = bucket_slot(op, slot, args, c->buckets);
+        c = atomic_load(&op->slots[slot]);
+        if (!c || c->generation != atomic_load(&fld__generation))
+            c = global_chain(op, slot);
+    }
     int rc = c ? run_chain(op, slot, c, args, 0, FLD_OK)
                : fld__fail(FLD_ENOMEM, "out of memory resolving op '%s'", op->name);
     fld__read_end();
     return rc;
 }
 
-/* The global chain of (op, slot), rebuilt under the lock when stale. */
+/*
+ * The global chain of (op, slot), rebuilt under the lock when stale. A
+ * bucket's chain is built after its key's, whose rebuild publishes the
+ * key's buckets (publish_split()): the bucket's rows are then this
+ * generation's.
+ */
 static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
 {
     fld__lock();
@@ -341,7 +401,15 @@ static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
     if (!c || c->generation != gen) {
         int dev, dt;
         slot_key(slot, &dev, &dt);
-        struct fld_chain *fresh = fld__select_chain(op, dev, dt, fld__policy_global(), gen);
+        const unsigned key = fld__slot_key(slot), bucket = fld__slot_bucket(slot);
+        int64_t rows = 0; /* the key, and the rest: no bucket */
+        if (bucket >= 1 && bucket <= FLD_MAX_BUCKETS) {
+            const struct fld_chain *k = global_chain(op, key); /* the lock is recursive */
+            rows = k && bucket <= k->buckets ? atomic_load(&op->split[key].lo[bucket - 1]) : 0;
+        }
+        struct fld_chain *fresh = fld__select_chain(op, dev, dt, rows, fld__policy_global(), gen);
+        if (fresh && bucket == 0)
+            publish_split(op, key, fresh);
         if (fresh) {
             if (unlikely(atomic_load_explicit(&fld__stats_flags, memory_order_relaxed) &
                          FLD_STATS_FLAG_TRACE))
@@ -355,6 +423,34 @@ static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
     }
     fld__unlock();
     return c;
+}
+
+/*
+ * A key's fresh chain (host lock held): the global manifest's row buckets of
+ * the key go into op->split[] and the chain; the key's fast entry says
+ * "bucketed" for this generation (no direct fn: the calls go to their
+ * buckets' slots), or is left to enable_fast() when the key has none.
+ */
+static void publish_split(struct fld_op_s *op, unsigned key, struct fld_chain *c)
+{
+    const struct fld_policy *pol = fld__policy_global();
+    int dev, dt;
+    slot_key(key, &dev, &dt);
+    int64_t lo[FLD_MAX_BUCKETS], hi[FLD_MAX_BUCKETS];
+    int n = pol->manifest ? fld__manifest_buckets(pol->manifest, op->name, dev, dt, lo, hi) : 0;
+    c->buckets = (uint32_t)n;
+    struct fld_fast_call *f = &op->fast[key];
+    if (!n) {
+        atomic_store(&f->buckets, 0);
+        return;
+    }
+    for (int b = 0; b < n; b++) {
+        atomic_store_explicit(&op->split[key].lo[b], lo[b], memory_order_relaxed);
+        atomic_store_explicit(&op->split[key].hi[b], hi[b], memory_order_relaxed);
+    }
+    atomic_store(&f->fn, NULL);
+    atomic_store(&f->buckets, (uint32_t)n);
+    atomic_store_explicit(&f->generation, c->generation, memory_order_release);
 }
 
 /* fld__retire()'s callback for a replaced global chain. */
@@ -379,9 +475,37 @@ static _Thread_local struct tls_entry tls_cache[TLS_CACHE_SIZE];
 static _Thread_local struct fld_chain *tls_retired;
 static _Thread_local int tls_depth;
 
+/*
+ * Under a scoped policy with a manifest, the slot of a catalog call's row
+ * bucket in that manifest (key + bucket * FLD_NKEYS), and the bucket's
+ * first row count for selection; the key slot and 0 otherwise.
+ */
+static unsigned override_bucket(const struct fld_op_s *op, unsigned slot, const void *args,
+                                const struct fld_policy *pol, int64_t *rows)
+{
+    *rows = 0;
+    if (!pol->manifest || !op->schema)
+        return slot;
+    int dev, dt;
+    slot_key(slot, &dev, &dt);
+    int64_t lo[FLD_MAX_BUCKETS], hi[FLD_MAX_BUCKETS];
+    int n = fld__manifest_buckets(pol->manifest, op->name, dev, dt, lo, hi);
+    if (!n)
+        return slot;
+    int64_t r = fld__call_rows(op->schema->args_kind, args);
+    for (int b = 0; b < n; b++)
+        if (r >= lo[b] && r <= hi[b]) {
+            *rows = lo[b];
+            return slot + (unsigned)(b + 1) * FLD_NKEYS;
+        }
+    return slot + FLD_BUCKET_REST * FLD_NKEYS;
+}
+
 static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *args,
                              const struct fld_policy *pol)
 {
+    int64_t rows;
+    slot = override_bucket(op, slot, args, pol, &rows);
     uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
     struct tls_entry *e = &tls_cache[(((uintptr_t)op >> 4) * 31 + slot) % TLS_CACHE_SIZE];
     if (e->op != op || e->slot != slot || e->serial != pol->serial || e->generation != gen ||
@@ -390,7 +514,7 @@ static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *arg
         slot_key(slot, &dev, &dt);
         fld__lock();
         gen = atomic_load(&fld__generation);
-        struct fld_chain *c = fld__select_chain(op, dev, dt, pol, gen);
+        struct fld_chain *c = fld__select_chain(op, dev, dt, rows, pol, gen);
         fld__unlock();
         if (!c)
             return fld__fail(FLD_ENOMEM, "out of memory resolving op '%s'", op->name);
@@ -760,7 +884,7 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) switched from '%s' to '%s' (%s)", op->name,
                      fld__device_label(dev), fld__dtype_label(dt), prev->impl_id, r->impl_id, what);
     }
-    if (i == 0 && c->global && c->impls[0]->fn && !c->impls[0]->supports &&
+    if (i == 0 && c->global && !c->buckets && c->impls[0]->fn && !c->impls[0]->supports &&
         !(atomic_load(&c->failed) & 1u))
         enable_fast(op, slot, c);
 }
@@ -785,6 +909,7 @@ static void enable_fast(struct fld_op_s *op, unsigned slot, struct fld_chain *c)
     fld__lock();
     if (atomic_load(&op->slots[slot]) == c && c->generation == atomic_load(&fld__generation)) {
         atomic_store(&f->fn, fn);
+        atomic_store(&f->buckets, 0);
         atomic_store_explicit(&f->generation, c->generation, memory_order_release);
         if (atomic_load(&c->failed) & 1u)
             atomic_store(&f->fn, NULL);
@@ -845,8 +970,9 @@ static int no_candidate(struct fld_op_s *op, unsigned slot)
 
 static void slot_key(unsigned slot, int *dev, int *dt)
 {
-    *dev = (int)slot / (FLD_NDTYPES + 1);
-    *dt = (int)slot % (FLD_NDTYPES + 1);
+    unsigned key = fld__slot_key(slot);
+    *dev = (int)key / (FLD_NDTYPES + 1);
+    *dt = (int)key % (FLD_NDTYPES + 1);
 }
 
 static void describe_impl(const struct fld_impl_rec *r, char *buf, size_t size)
@@ -903,6 +1029,12 @@ int fld_resolve(const char *name, int device_type, DLDataType dtype, const char 
 /* fld_explain() once the public function has checked its arguments. */
 static int explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out)
 {
+    return fld__explain_rows(name, device_type, dtype, 0, out);
+}
+
+int fld__explain_rows(const char *name, int device_type, DLDataType dtype, int64_t rows,
+                      fld_resolution **out)
+{
     *out = NULL;
     int dev, dt;
     int rc = key_from(device_type, dtype, &dev, &dt);
@@ -911,7 +1043,7 @@ static int explain(const char *name, int device_type, DLDataType dtype, fld_reso
     struct fld_op_s *op = fld__op_find(name);
     if (!op)
         return unknown_op(name);
-    return fld__select_explain(op, dev, dt, device_type, dtype, out);
+    return fld__select_explain(op, dev, dt, rows, device_type, dtype, out);
 }
 
 /* FLD_ENOTFOUND for an op name nothing registered, with the closest names. */
@@ -1036,6 +1168,7 @@ static void drop_op_chains(struct fld_op_s *op, void *user)
         free(atomic_exchange(&op->slots[s], NULL));
         atomic_store(&op->last_served[s], NULL);
         atomic_store(&op->fast[s].fn, NULL);
+        atomic_store(&op->fast[s].buckets, 0);
         atomic_store(&op->fast[s].generation, 0);
     }
 }

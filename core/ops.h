@@ -15,11 +15,34 @@
 
 /* Dtype indexes of the cache slots; the device indexes are devices.h's. */
 enum { FLD_DT_F32, FLD_DT_F16, FLD_DT_BF16, FLD_NDTYPES, FLD_DT_ANY = FLD_NDTYPES };
-#define FLD_NSLOTS ((FLD_NDEVICES + 1) * (FLD_NDTYPES + 1))
+
+/*
+ * Cache slots. A key is a (device, dtype); when the global policy's
+ * manifest splits a key into row buckets (manifest.h), each bucket has a
+ * slot of its own: slot = key + bucket * FLD_NKEYS, bucket 0 being the key
+ * itself (whose fast entry then says "look at the rows"), 1 to
+ * FLD_MAX_BUCKETS the manifest's buckets in ascending order, and
+ * FLD_BUCKET_REST the rows no bucket covers.
+ */
+#define FLD_MAX_BUCKETS 6
+#define FLD_BUCKET_REST (FLD_MAX_BUCKETS + 1)
+#define FLD_NKEYS       ((FLD_NDEVICES + 1) * (FLD_NDTYPES + 1))
+#define FLD_NSLOTS      (FLD_NKEYS * (FLD_MAX_BUCKETS + 2))
 
 static inline unsigned fld__slot(int dev, int dt)
 {
     return (unsigned)(dev * (FLD_NDTYPES + 1) + dt);
+}
+
+/* The key slot of any slot, and its bucket. */
+static inline unsigned fld__slot_key(unsigned slot)
+{
+    return slot % FLD_NKEYS;
+}
+
+static inline unsigned fld__slot_bucket(unsigned slot)
+{
+    return slot / FLD_NKEYS;
 }
 
 /* FLD_DT_* index of a DLPack dtype, or -1 (same order as fld_dtype_index()). */
@@ -78,6 +101,20 @@ struct fld_impl_rec;
 struct fld_fast_call {
     _Atomic uint64_t generation;
     _Atomic(fld_kernel_fn) fn;
+    /* Key slots only: the number of row buckets (then fn stays NULL and the
+     * call goes to its bucket's slot, by the op's split[]). */
+    _Atomic uint32_t buckets;
+};
+
+/*
+ * The row buckets of one key under the global policy, in ascending order:
+ * bucket b (1-based) holds the calls with lo[b-1] <= rows <= hi[b-1].
+ * Written under the host lock before the key's fast entry publishes its
+ * generation and bucket count; read with relaxed loads after those.
+ */
+struct fld_row_split {
+    _Atomic int64_t lo[FLD_MAX_BUCKETS];
+    _Atomic int64_t hi[FLD_MAX_BUCKETS];
 };
 
 /* An interned op. Allocated at init (catalog) or on first registration. */
@@ -85,8 +122,10 @@ struct fld_op_s {
     const char *name;
     size_t name_len;
     const struct fld_op_schema *schema; /* NULL for ops outside the catalog */
-    /* Direct calls per slot: the hot path reads nothing else. */
+    /* Direct calls per slot: the hot path reads nothing else (a bucketed
+     * key: also its split). */
     struct fld_fast_call fast[FLD_NSLOTS];
+    struct fld_row_split split[FLD_NKEYS];
     /* Cached chains per slot; read without the lock inside a reader section
      * (reclaim.h, manager.c). */
     _Atomic(struct fld_chain *) slots[FLD_NSLOTS];
