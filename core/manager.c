@@ -91,7 +91,7 @@ __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned
 static inline unsigned bucket_slot(const struct fld_op_s *op, unsigned key, const void *args,
                                    uint32_t buckets);
 __attribute__((noinline)) static int dispatch_bucketed(struct fld_op_s *op, unsigned key,
-                                                       const void *args, uint32_t buckets);
+                                                       const void *args, uint64_t gen);
 static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot);
 static void publish_split(struct fld_op_s *op, unsigned key, struct fld_chain *c);
 static void chain_free(void *p);
@@ -287,45 +287,32 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
         return dispatch_overridden(op, slot, args);
     struct fld_fast_call *f = &op->fast[slot];
     fld_kernel_fn fn;
-    if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen)) {
-        if (likely((fn = atomic_load_explicit(&f->fn, memory_order_relaxed)) != NULL)) {
-            int rc = fn(args);
-            if (likely(rc == FLD_OK))
-                return FLD_OK;
-            return fast_failed(op, slot, args, fn, rc);
-        }
-        uint32_t buckets = atomic_load_explicit(&f->buckets, memory_order_relaxed);
-        if (buckets)
-            return dispatch_bucketed(op, slot, args, buckets);
+    if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
+               (fn = atomic_load_explicit(&f->fn, memory_order_relaxed)))) {
+        int rc = fn(args);
+        if (likely(rc == FLD_OK))
+            return FLD_OK;
+        return fast_failed(op, slot, args, fn, rc);
     }
-    return dispatch_slow(op, slot, args);
+    return dispatch_bucketed(op, slot, args, gen);
 }
 
 /*
- * The slot of a call of a bucketed key: its row bucket's, or the rest's
- * (rows no bucket covers, and ops outside the catalog, whose rows the host
- * cannot read).
+ * No direct call for the key: when the manifest splits it into row buckets
+ * (its fast entry of this generation has no fn but a bucket count), the
+ * same direct call on the bucket's slot; else dispatch_slow(). Out of line,
+ * so that the unbucketed path stays as it was.
  */
-static inline unsigned bucket_slot(const struct fld_op_s *op, unsigned key, const void *args,
-                                   uint32_t buckets)
-{
-    int64_t rows = op->schema ? fld__call_rows(op->schema->args_kind, args) : 0;
-    const struct fld_row_split *s = &op->split[key];
-    for (uint32_t b = 0; b < buckets && b < FLD_MAX_BUCKETS; b++)
-        if (rows >= atomic_load_explicit(&s->lo[b], memory_order_relaxed) &&
-            rows <= atomic_load_explicit(&s->hi[b], memory_order_relaxed))
-            return key + (b + 1) * FLD_NKEYS;
-    return key + FLD_BUCKET_REST * FLD_NKEYS;
-}
-
-/* A call of a key that the manifest splits into row buckets: the direct
- * call of its bucket's slot, as dispatch() does for a key. */
 __attribute__((noinline)) static int dispatch_bucketed(struct fld_op_s *op, unsigned key,
-                                                       const void *args, uint32_t buckets)
+                                                       const void *args, uint64_t gen)
 {
+    struct fld_fast_call *f = &op->fast[key];
+    uint32_t buckets;
+    if (atomic_load_explicit(&f->generation, memory_order_acquire) != gen ||
+        !(buckets = atomic_load_explicit(&f->buckets, memory_order_relaxed)))
+        return dispatch_slow(op, key, args);
     unsigned slot = bucket_slot(op, key, args, buckets);
-    uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
-    struct fld_fast_call *f = &op->fast[slot];
+    f = &op->fast[slot];
     fld_kernel_fn fn;
     if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
                (fn = atomic_load_explicit(&f->fn, memory_order_relaxed)))) {
@@ -335,6 +322,34 @@ __attribute__((noinline)) static int dispatch_bucketed(struct fld_op_s *op, unsi
         return fast_failed(op, slot, args, fn, rc);
     }
     return dispatch_slow(op, slot, args);
+}
+
+/*
+ * The slot of a call of a bucketed key: its row bucket's, or the rest's
+ * (rows no bucket covers, and ops outside the catalog, whose rows the host
+ * cannot read).
+ */
+static inline __attribute__((always_inline)) unsigned
+bucket_slot(const struct fld_op_s *op, unsigned key, const void *args, uint32_t buckets)
+{
+    const uint32_t keep = atomic_load_explicit(&op->rows_source.keep, memory_order_relaxed);
+    const int64_t rows =
+        keep == FLD_ROWS_NONE
+            ? 0
+            : fld__rows_at(args, atomic_load_explicit(&op->rows_source.offset, memory_order_relaxed),
+                           (int)keep);
+    const struct fld_row_split *s = &op->split[key];
+    if ((uint64_t)rows < FLD_SMALL_ROWS)
+        return key + atomic_load_explicit(&s->small[rows], memory_order_relaxed) * FLD_NKEYS;
+    /* Ascending and disjoint: the first bucket that ends at or after rows
+     * is the only one that can hold it. */
+    uint32_t b = 0, last = (buckets < FLD_MAX_BUCKETS ? buckets : FLD_MAX_BUCKETS) - 1;
+    while (b < last && rows > atomic_load_explicit(&s->hi[b], memory_order_relaxed))
+        b++;
+    if (rows >= atomic_load_explicit(&s->lo[b], memory_order_relaxed) &&
+        rows <= atomic_load_explicit(&s->hi[b], memory_order_relaxed))
+        return key + (b + 1) * FLD_NKEYS;
+    return key + FLD_BUCKET_REST * FLD_NKEYS;
 }
 
 /* The directly called fn (the first candidate) failed with rc: continue its
@@ -448,6 +463,19 @@ static void publish_split(struct fld_op_s *op, unsigned key, struct fld_chain *c
         atomic_store_explicit(&op->split[key].lo[b], lo[b], memory_order_relaxed);
         atomic_store_explicit(&op->split[key].hi[b], hi[b], memory_order_relaxed);
     }
+    for (int64_t r = 0; r < FLD_SMALL_ROWS; r++) {
+        uint8_t bucket = FLD_BUCKET_REST;
+        for (int b = 0; b < n; b++)
+            if (r >= lo[b] && r <= hi[b])
+                bucket = (uint8_t)(b + 1);
+        atomic_store_explicit(&op->split[key].small[r], bucket, memory_order_relaxed);
+    }
+    size_t offset = 0;
+    int keep = 0;
+    bool has_rows = op->schema && fld__rows_source(op->schema->args_kind, &offset, &keep);
+    atomic_store_explicit(&op->rows_source.offset, (uint32_t)offset, memory_order_relaxed);
+    atomic_store_explicit(&op->rows_source.keep, has_rows ? (uint32_t)keep : FLD_ROWS_NONE,
+                          memory_order_relaxed);
     atomic_store(&f->fn, NULL);
     atomic_store(&f->buckets, (uint32_t)n);
     atomic_store_explicit(&f->generation, c->generation, memory_order_release);

@@ -112,10 +112,22 @@ struct fld_fast_call {
  * Written under the host lock before the key's fast entry publishes its
  * generation and bucket count; read with relaxed loads after those.
  */
+#define FLD_SMALL_ROWS 64
 struct fld_row_split {
     _Atomic int64_t lo[FLD_MAX_BUCKETS];
     _Atomic int64_t hi[FLD_MAX_BUCKETS];
+    /* The slot's bucket (FLD_BUCKET_REST when none) for row counts below
+     * FLD_SMALL_ROWS: decode calls find theirs with one load. */
+    _Atomic uint8_t small[FLD_SMALL_ROWS];
 };
+
+/* Where a catalog op's calls keep their row count (rows.h): set with the
+ * first split, constant after. */
+struct fld_rows_source {
+    _Atomic uint32_t offset; /* of the tensor pointer in the argument struct */
+    _Atomic uint32_t keep;   /* trailing dims left out; FLD_ROWS_NONE: no rows (rest bucket) */
+};
+#define FLD_ROWS_NONE 255u
 
 /* An interned op. Allocated at init (catalog) or on first registration. */
 struct fld_op_s {
@@ -126,6 +138,7 @@ struct fld_op_s {
      * key: also its split). */
     struct fld_fast_call fast[FLD_NSLOTS];
     struct fld_row_split split[FLD_NKEYS];
+    struct fld_rows_source rows_source;
     /* Cached chains per slot; read without the lock inside a reader section
      * (reclaim.h, manager.c). */
     _Atomic(struct fld_chain *) slots[FLD_NSLOTS];

@@ -497,8 +497,10 @@ START_TEST(test_every_fixture)
     }
     fld_resolution_free(res);
     res = explain_cpu_f32("rms_norm");
-    ck_assert_uint_eq(res->n_candidates, 1);
-    ck_assert_str_eq(res->candidates[0], "reference.c");
+    ck_assert_uint_eq(res->n_candidates, 3); /* row_pair's two, then the reference */
+    ck_assert_str_eq(res->candidates[0], "vendor.row_large");
+    ck_assert_str_eq(res->candidates[1], "vendor.row_small");
+    ck_assert_str_eq(res->candidates[2], "reference.c");
     ck_assert_ptr_nonnull(find_rejection(res, "vendor.unavailable"));
     fld_resolution_free(res);
 
