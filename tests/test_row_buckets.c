@@ -250,6 +250,19 @@ START_TEST(reload_keeps_and_changes_buckets)
 }
 END_TEST
 
+/* A thread's scoped override keeps the manifest, so its calls go by bucket too. */
+START_TEST(scoped_override_keeps_buckets)
+{
+    init_with_pair(pair_manifest);
+    ck_assert_int_eq(fld_policy_push_strict(true), FLD_OK);
+    expect_served(2, false, 1, 0);
+    expect_served(40, false, 0, 1);
+    expect_served(16, false, 1, 0);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    expect_served(40, false, 0, 1);
+}
+END_TEST
+
 START_TEST(fork_keeps_buckets)
 {
     init_with_pair(pair_manifest);
@@ -287,6 +300,7 @@ static Suite *buckets_suite(void)
     tcase_add_test(dispatch, rows_outside_buckets_take_the_whole_entry);
     tcase_add_test(dispatch, explain_names_the_bucket);
     tcase_add_test(dispatch, reload_keeps_and_changes_buckets);
+    tcase_add_test(dispatch, scoped_override_keeps_buckets);
     tcase_add_test(dispatch, fork_keeps_buckets);
     suite_add_tcase(s, dispatch);
     return s;
