@@ -113,6 +113,44 @@ static int no_candidate(struct fld_op_s *op, unsigned slot);
 static void slot_key(unsigned slot, int *dev, int *dt);
 static void describe_impl(const struct fld_impl_rec *r, char *buf, size_t size);
 
+/*
+ * A slot's cached state: a key's in the op, a bucket's in op->buckets
+ * (which exists whenever a bucket slot is in use: bucket slots come from a
+ * published split, or, for a scoped override's chains, from the thread's
+ * own cache, which keeps no state in the op).
+ */
+static inline struct fld_op_buckets *op_buckets(const struct fld_op_s *op)
+{
+    return atomic_load_explicit(&op->buckets, memory_order_acquire);
+}
+
+static inline struct fld_fast_call *fast_at(struct fld_op_s *op, unsigned slot)
+{
+    return slot < FLD_NSLOTS ? &op->fast[slot] : &op_buckets(op)->fast[slot - FLD_NSLOTS];
+}
+
+static inline _Atomic(struct fld_chain *) *chain_at(struct fld_op_s *op, unsigned slot)
+{
+    return slot < FLD_NSLOTS ? &op->slots[slot] : &op_buckets(op)->slots[slot - FLD_NSLOTS];
+}
+
+/* The "switched" memory of a slot; a bucket slot without buckets (a scoped
+ * override's) shares its key's. */
+static inline _Atomic(const struct fld_impl_rec *) *served_at(struct fld_op_s *op, unsigned slot)
+{
+    struct fld_op_buckets *b = slot < FLD_NSLOTS ? NULL : op_buckets(op);
+    return b ? &b->last_served[slot - FLD_NSLOTS] : &op->last_served[fld__slot_key(slot)];
+}
+
+/* The op's bucket slots, allocated on first need (host lock held); NULL when out of memory. */
+static struct fld_op_buckets *ensure_buckets(struct fld_op_s *op)
+{
+    struct fld_op_buckets *b = op_buckets(op);
+    if (!b && (b = calloc(1, sizeof *b)) != NULL)
+        atomic_store_explicit(&op->buckets, b, memory_order_release);
+    return b;
+}
+
 /* What ran (stats.h), on while VLLM_FL_STATS, VLLM_FL_TRACE or fld_stats_enable() ask. */
 struct observed {
     struct fld_stats_cell *last;   /* the cell of the last implementation called */
@@ -307,12 +345,14 @@ __attribute__((noinline)) static int dispatch_bucketed(struct fld_op_s *op, unsi
                                                        const void *args, uint64_t gen)
 {
     struct fld_fast_call *f = &op->fast[key];
+    const struct fld_op_buckets *ob = op_buckets(op);
     uint32_t buckets;
-    if (atomic_load_explicit(&f->generation, memory_order_acquire) != gen ||
-        !(buckets = atomic_load_explicit(&f->buckets, memory_order_relaxed)))
+    if (!ob || atomic_load_explicit(&f->generation, memory_order_acquire) != gen ||
+        atomic_load_explicit(&ob->split[key].generation, memory_order_acquire) != gen ||
+        !(buckets = atomic_load_explicit(&ob->split[key].n, memory_order_relaxed)))
         return dispatch_slow(op, key, args);
     unsigned slot = bucket_slot(op, key, args, buckets);
-    f = &op->fast[slot];
+    f = fast_at(op, slot);
     fld_kernel_fn fn;
     if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
                (fn = atomic_load_explicit(&f->fn, memory_order_relaxed)))) {
@@ -332,13 +372,14 @@ __attribute__((noinline)) static int dispatch_bucketed(struct fld_op_s *op, unsi
 static inline __attribute__((always_inline)) unsigned
 bucket_slot(const struct fld_op_s *op, unsigned key, const void *args, uint32_t buckets)
 {
-    const uint32_t keep = atomic_load_explicit(&op->rows_source.keep, memory_order_relaxed);
+    const struct fld_op_buckets *ob = op_buckets(op);
+    const uint32_t keep = atomic_load_explicit(&ob->rows_source.keep, memory_order_relaxed);
     const int64_t rows =
         keep == FLD_ROWS_NONE
             ? 0
-            : fld__rows_at(args, atomic_load_explicit(&op->rows_source.offset, memory_order_relaxed),
+            : fld__rows_at(args, atomic_load_explicit(&ob->rows_source.offset, memory_order_relaxed),
                            (int)keep);
-    const struct fld_row_split *s = &op->split[key];
+    const struct fld_row_split *s = &ob->split[key];
     if ((uint64_t)rows < FLD_SMALL_ROWS)
         return key + atomic_load_explicit(&s->small[rows], memory_order_relaxed) * FLD_NKEYS;
     /* Ascending and disjoint: the first bucket that ends at or after rows
@@ -358,7 +399,7 @@ __attribute__((noinline, cold)) static int fast_failed(struct fld_op_s *op, unsi
                                                        const void *args, fld_kernel_fn fn, int rc)
 {
     fld__read_begin();
-    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    struct fld_chain *c = atomic_load(chain_at(op, slot));
     if (c && c->generation == atomic_load(&fld__generation) && c->n && c->impls[0]->fn == fn)
         rc = run_chain(op, slot, c, args, 1, rc);
     else
@@ -386,13 +427,13 @@ __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned
                                                    const void *args)
 {
     fld__read_begin();
-    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    struct fld_chain *c = atomic_load(chain_at(op, slot));
     if (!c || c->generation != atomic_load(&fld__generation))
         c = global_chain(op, slot);
     if (c && c->buckets) {
         /* A bucketed key: the call runs on its bucket's chain. */
         slot = bucket_slot(op, slot, args, c->buckets);
-        c = atomic_load(&op->slots[slot]);
+        c = atomic_load(chain_at(op, slot));
         if (!c || c->generation != atomic_load(&fld__generation))
             c = global_chain(op, slot);
     }
@@ -411,8 +452,12 @@ __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned
 static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
 {
     fld__lock();
+    if (slot >= FLD_NSLOTS && !ensure_buckets(op)) {
+        fld__unlock();
+        return NULL;
+    }
     uint64_t gen = atomic_load(&fld__generation);
-    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    struct fld_chain *c = atomic_load(chain_at(op, slot));
     if (!c || c->generation != gen) {
         int dev, dt;
         slot_key(slot, &dev, &dt);
@@ -420,7 +465,9 @@ static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
         int64_t rows = 0; /* the key, and the rest: no bucket */
         if (bucket >= 1 && bucket <= FLD_MAX_BUCKETS) {
             const struct fld_chain *k = global_chain(op, key); /* the lock is recursive */
-            rows = k && bucket <= k->buckets ? atomic_load(&op->split[key].lo[bucket - 1]) : 0;
+            rows = k && bucket <= k->buckets
+                       ? atomic_load(&op_buckets(op)->split[key].lo[bucket - 1])
+                       : 0;
         }
         struct fld_chain *fresh = fld__select_chain(op, dev, dt, rows, fld__policy_global(), gen);
         if (fresh && bucket == 0)
@@ -430,7 +477,7 @@ static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
                          FLD_STATS_FLAG_TRACE))
                 trace_chain_built(op, slot, fresh);
             fresh->global = true;
-            atomic_store_explicit(&op->slots[slot], fresh, memory_order_release);
+            atomic_store_explicit(chain_at(op, slot), fresh, memory_order_release);
             if (c)
                 fld__retire(c, chain_free);
         }
@@ -453,31 +500,34 @@ static void publish_split(struct fld_op_s *op, unsigned key, struct fld_chain *c
     slot_key(key, &dev, &dt);
     int64_t lo[FLD_MAX_BUCKETS], hi[FLD_MAX_BUCKETS];
     int n = pol->manifest ? fld__manifest_buckets(pol->manifest, op->name, dev, dt, lo, hi) : 0;
-    c->buckets = (uint32_t)n;
     struct fld_fast_call *f = &op->fast[key];
-    if (!n) {
-        atomic_store(&f->buckets, 0);
+    struct fld_op_buckets *ob = n ? ensure_buckets(op) : NULL;
+    if (!ob) { /* none, or out of memory: the key resolves without its buckets */
+        c->buckets = 0;
         return;
     }
+    c->buckets = (uint32_t)n;
+    struct fld_row_split *split = &ob->split[key];
     for (int b = 0; b < n; b++) {
-        atomic_store_explicit(&op->split[key].lo[b], lo[b], memory_order_relaxed);
-        atomic_store_explicit(&op->split[key].hi[b], hi[b], memory_order_relaxed);
+        atomic_store_explicit(&split->lo[b], lo[b], memory_order_relaxed);
+        atomic_store_explicit(&split->hi[b], hi[b], memory_order_relaxed);
     }
     for (int64_t r = 0; r < FLD_SMALL_ROWS; r++) {
         uint8_t bucket = FLD_BUCKET_REST;
         for (int b = 0; b < n; b++)
             if (r >= lo[b] && r <= hi[b])
                 bucket = (uint8_t)(b + 1);
-        atomic_store_explicit(&op->split[key].small[r], bucket, memory_order_relaxed);
+        atomic_store_explicit(&split->small[r], bucket, memory_order_relaxed);
     }
     size_t offset = 0;
     int keep = 0;
     bool has_rows = op->schema && fld__rows_source(op->schema->args_kind, &offset, &keep);
-    atomic_store_explicit(&op->rows_source.offset, (uint32_t)offset, memory_order_relaxed);
-    atomic_store_explicit(&op->rows_source.keep, has_rows ? (uint32_t)keep : FLD_ROWS_NONE,
+    atomic_store_explicit(&ob->rows_source.offset, (uint32_t)offset, memory_order_relaxed);
+    atomic_store_explicit(&ob->rows_source.keep, has_rows ? (uint32_t)keep : FLD_ROWS_NONE,
                           memory_order_relaxed);
+    atomic_store_explicit(&split->n, (uint32_t)n, memory_order_relaxed);
+    atomic_store_explicit(&split->generation, c->generation, memory_order_release);
     atomic_store(&f->fn, NULL);
-    atomic_store(&f->buckets, (uint32_t)n);
     atomic_store_explicit(&f->generation, c->generation, memory_order_release);
 }
 
@@ -766,7 +816,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
         if (unlikely(stats & FLD_STATS_FLAG_COUNT)) {
             /* It ran on the direct path, which counting closes: a call that
              * raced the switch. */
-            ob.last = fld__stats_cell(r, slot, dev, dt);
+            ob.last = fld__stats_cell(r, fld__slot_key(slot), dev, dt);
             if (ob.last)
                 fld__stats_count(ob.last, first_rc, 0);
             ob.failed = c->strict ? NULL : ob.last;
@@ -856,7 +906,7 @@ __attribute__((noinline)) static int call_observed(const struct fld_op_s *op,
                                                    int dt, const void *args, unsigned flags,
                                                    struct observed *ob)
 {
-    struct fld_stats_cell *cell = fld__stats_cell(r, slot, dev, dt);
+    struct fld_stats_cell *cell = fld__stats_cell(r, fld__slot_key(slot), dev, dt);
     if (ob->failed) {
         if (flags & FLD_STATS_FLAG_COUNT)
             fld__stats_fallback(ob->failed);
@@ -897,7 +947,7 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
     if (!(atomic_load_explicit(&c->announced, memory_order_relaxed) & bit) &&
         !(atomic_fetch_or(&c->announced, bit) & bit)) {
         struct fld_impl_rec *r = c->impls[i];
-        const struct fld_impl_rec *prev = atomic_exchange(&op->last_served[slot], r);
+        const struct fld_impl_rec *prev = atomic_exchange(served_at(op, slot), r);
         int dev, dt;
         slot_key(slot, &dev, &dt);
         char what[128];
@@ -929,15 +979,14 @@ static void enable_fast(struct fld_op_s *op, unsigned slot, struct fld_chain *c)
     /* Counting and tracing need every call on the chain path: no direct one. */
     if (atomic_load_explicit(&fld__stats_flags, memory_order_relaxed))
         return;
-    struct fld_fast_call *f = &op->fast[slot];
+    struct fld_fast_call *f = fast_at(op, slot);
     const fld_kernel_fn fn = c->impls[0]->fn;
     if (atomic_load_explicit(&f->generation, memory_order_relaxed) == c->generation &&
         atomic_load_explicit(&f->fn, memory_order_relaxed) == fn)
         return;
     fld__lock();
-    if (atomic_load(&op->slots[slot]) == c && c->generation == atomic_load(&fld__generation)) {
+    if (atomic_load(chain_at(op, slot)) == c && c->generation == atomic_load(&fld__generation)) {
         atomic_store(&f->fn, fn);
-        atomic_store(&f->buckets, 0);
         atomic_store_explicit(&f->generation, c->generation, memory_order_release);
         if (atomic_load(&c->failed) & 1u)
             atomic_store(&f->fn, NULL);
@@ -951,7 +1000,7 @@ static void mark_failed(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
 {
     atomic_fetch_or(&c->failed, 1ull << i);
     if (i == 0 && c->global)
-        atomic_store(&op->fast[slot].fn, NULL); /* a newer chain's: it is enabled again */
+        atomic_store(&fast_at(op, slot)->fn, NULL); /* a newer chain's: it is enabled again */
 }
 
 static int no_candidate(struct fld_op_s *op, unsigned slot)
@@ -1110,8 +1159,9 @@ int fld_clear_failures(const char *name)
 
 static void clear_op_failures(struct fld_op_s *op, void *user)
 {
-    for (unsigned s = 0; s < FLD_NSLOTS; s++) {
-        struct fld_chain *c = atomic_load(&op->slots[s]);
+    const unsigned n = op_buckets(op) ? FLD_NALLSLOTS : FLD_NSLOTS;
+    for (unsigned s = 0; s < n; s++) {
+        struct fld_chain *c = atomic_load(chain_at(op, s));
         if (c)
             atomic_store(&c->failed, 0);
     }
@@ -1154,8 +1204,9 @@ static void list_op_failures(struct fld_op_s *op, void *user)
 {
     struct failure_walk *w = user;
     uint64_t gen = atomic_load(&fld__generation);
-    for (unsigned s = 0; s < FLD_NSLOTS && w->rc == 0; s++) {
-        const struct fld_chain *c = atomic_load(&op->slots[s]);
+    const unsigned n = op_buckets(op) ? FLD_NALLSLOTS : FLD_NSLOTS;
+    for (unsigned s = 0; s < n && w->rc == 0; s++) {
+        const struct fld_chain *c = atomic_load(chain_at(op, s));
         if (c && c->generation == gen)
             list_chain_failures(w, op, s, c);
     }
@@ -1192,11 +1243,14 @@ void fld__manager_shutdown(void)
 
 static void drop_op_chains(struct fld_op_s *op, void *user)
 {
+    struct fld_op_buckets *b = atomic_exchange(&op->buckets, NULL);
     for (unsigned s = 0; s < FLD_NSLOTS; s++) {
         free(atomic_exchange(&op->slots[s], NULL));
         atomic_store(&op->last_served[s], NULL);
         atomic_store(&op->fast[s].fn, NULL);
-        atomic_store(&op->fast[s].buckets, 0);
         atomic_store(&op->fast[s].generation, 0);
     }
+    for (unsigned s = 0; b && s < FLD_NBSLOTS; s++)
+        free(atomic_load(&b->slots[s]));
+    free(b);
 }
