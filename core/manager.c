@@ -142,13 +142,16 @@ static inline _Atomic(const struct fld_impl_rec *) *served_at(struct fld_op_s *o
     return b ? &b->last_served[slot - FLD_NSLOTS] : &op->last_served[fld__slot_key(slot)];
 }
 
-/* The op's bucket slots, allocated on first need (host lock held); NULL when out of memory. */
-static struct fld_op_buckets *ensure_buckets(struct fld_op_s *op)
+/* Gives op its bucket record on first need (host lock held; freed at
+ * shutdown by drop_op_chains()); false when out of memory. */
+static bool ensure_buckets(struct fld_op_s *op)
 {
-    struct fld_op_buckets *b = op_buckets(op);
-    if (!b && (b = calloc(1, sizeof *b)) != NULL)
+    if (op_buckets(op))
+        return true;
+    struct fld_op_buckets *b = calloc(1, sizeof *b);
+    if (b)
         atomic_store_explicit(&op->buckets, b, memory_order_release);
-    return b;
+    return b != NULL;
 }
 
 /* What ran (stats.h), on while VLLM_FL_STATS, VLLM_FL_TRACE or fld_stats_enable() ask. */
@@ -337,7 +340,8 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
 
 /*
  * No direct call for the key: when the manifest splits it into row buckets
- * (its fast entry of this generation has no fn but a bucket count), the
+ * (its fast entry of this generation has no fn, and its split is of this
+ * generation with a bucket count), the
  * same direct call on the bucket's slot; else dispatch_slow(). Out of line,
  * so that the unbucketed path stays as it was.
  */
@@ -384,8 +388,9 @@ bucket_slot(const struct fld_op_s *op, unsigned key, const void *args, uint32_t 
         return key + atomic_load_explicit(&s->small[rows], memory_order_relaxed) * FLD_NKEYS;
     /* Ascending and disjoint: the first bucket that ends at or after rows
      * is the only one that can hold it. */
-    uint32_t b = 0, last = (buckets < FLD_MAX_BUCKETS ? buckets : FLD_MAX_BUCKETS) - 1;
-    while (b < last && rows > atomic_load_explicit(&s->hi[b], memory_order_relaxed))
+    const uint32_t n = buckets < FLD_MAX_BUCKETS ? buckets : FLD_MAX_BUCKETS;
+    uint32_t b = 0;
+    while (b + 1 < n && rows > atomic_load_explicit(&s->hi[b], memory_order_relaxed))
         b++;
     if (rows >= atomic_load_explicit(&s->lo[b], memory_order_relaxed) &&
         rows <= atomic_load_explicit(&s->hi[b], memory_order_relaxed))
@@ -501,7 +506,7 @@ static void publish_split(struct fld_op_s *op, unsigned key, struct fld_chain *c
     int64_t lo[FLD_MAX_BUCKETS], hi[FLD_MAX_BUCKETS];
     int n = pol->manifest ? fld__manifest_buckets(pol->manifest, op->name, dev, dt, lo, hi) : 0;
     struct fld_fast_call *f = &op->fast[key];
-    struct fld_op_buckets *ob = n ? ensure_buckets(op) : NULL;
+    struct fld_op_buckets *ob = n && ensure_buckets(op) ? op_buckets(op) : NULL;
     if (!ob) { /* none, or out of memory: the key resolves without its buckets */
         c->buckets = 0;
         return;
