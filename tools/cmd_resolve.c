@@ -32,7 +32,7 @@ static const char resolve_usage[] =
     "  --rows N     a call of N rows (tokens): where the manifest splits the op into\n"
     "               row buckets, the bucket holding N decides (default: no bucket)\n"
     "  --json       one JSON object {\"schema\", \"op\", \"device\", \"dtype\",\n"
-    "               \"rows\" (null without --rows), \"selected\" (null when none),\n"
+    "               \"rows\" (with --rows only), \"selected\" (null when none),\n"
     "               \"candidates\", \"rejected\":\n"
     "               [{\"impl_id\", \"reason\"}], \"order\" (tokens), \"order_source\",\n"
     "               \"policy_summary\"} (docs/schemas/resolve.schema.json)\n"
@@ -75,11 +75,10 @@ static void resolve_json(const fld_resolution *r, const char *op, const char *de
     json_string(&w, device);
     json_key(&w, "dtype");
     json_string(&w, dtype);
-    json_key(&w, "rows");
-    if (rows)
+    if (rows) { /* only with --rows: without, the object is fld_explain()'s as before */
+        json_key(&w, "rows");
         json_int(&w, rows);
-    else
-        json_null(&w);
+    }
     json_key(&w, "selected");
     json_string(&w, r->selected);
     json_key(&w, "candidates");
