@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include <fldispatch/host_impl.h>
+#include <fldispatch/internal/tool_api.h>
 
 #include "devices.h"
 #include "error.h"
@@ -53,10 +54,12 @@
 #include "host.h"
 #include "log.h"
 #include "manager.h"
+#include "manifest.h"
 #include "names.h"
 #include "policy.h"
 #include "reclaim.h"
 #include "registry.h"
+#include "rows.h"
 #include "select.h"
 #include "stats.h"
 
@@ -88,7 +91,12 @@ __attribute__((noinline, cold)) static int dispatch_overridden(struct fld_op_s *
                                                                const void *args);
 __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned slot,
                                                    const void *args);
+static inline unsigned bucket_slot(const struct fld_op_s *op, unsigned key, const void *args,
+                                   uint32_t buckets);
+__attribute__((noinline)) static int dispatch_bucketed(struct fld_op_s *op, unsigned key,
+                                                       const void *args, uint64_t gen);
 static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot);
+static void publish_split(struct fld_op_s *op, unsigned key, struct fld_chain *c);
 static void chain_free(void *p);
 static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *args,
                              const struct fld_policy *pol);
@@ -107,6 +115,47 @@ static void mark_failed(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
 static int no_candidate(struct fld_op_s *op, unsigned slot);
 static void slot_key(unsigned slot, int *dev, int *dt);
 static void describe_impl(const struct fld_impl_rec *r, char *buf, size_t size);
+
+/*
+ * A slot's cached state: a key's in the op, a bucket's in op->buckets
+ * (which exists whenever a bucket slot is in use: bucket slots come from a
+ * published split, or, for a scoped override's chains, from the thread's
+ * own cache, which keeps no state in the op).
+ */
+static inline struct fld_op_buckets *op_buckets(const struct fld_op_s *op)
+{
+    return atomic_load_explicit(&op->buckets, memory_order_acquire);
+}
+
+static inline struct fld_fast_call *fast_at(struct fld_op_s *op, unsigned slot)
+{
+    return slot < FLD_NSLOTS ? &op->fast[slot] : &op_buckets(op)->fast[slot - FLD_NSLOTS];
+}
+
+static inline _Atomic(struct fld_chain *) *chain_at(struct fld_op_s *op, unsigned slot)
+{
+    return slot < FLD_NSLOTS ? &op->slots[slot] : &op_buckets(op)->slots[slot - FLD_NSLOTS];
+}
+
+/* The "switched" memory of a slot; a bucket slot without buckets (a scoped
+ * override's) shares its key's. */
+static inline _Atomic(const struct fld_impl_rec *) *served_at(struct fld_op_s *op, unsigned slot)
+{
+    struct fld_op_buckets *b = slot < FLD_NSLOTS ? NULL : op_buckets(op);
+    return b ? &b->last_served[slot - FLD_NSLOTS] : &op->last_served[fld__slot_key(slot)];
+}
+
+/* Gives op its bucket record on first need (host lock held; freed at
+ * shutdown by drop_op_chains()); false when out of memory. */
+static bool ensure_buckets(struct fld_op_s *op)
+{
+    if (op_buckets(op))
+        return true;
+    struct fld_op_buckets *b = calloc(1, sizeof *b);
+    if (b)
+        atomic_store_explicit(&op->buckets, b, memory_order_release);
+    return b != NULL;
+}
 
 /* What ran (stats.h), on while VLLM_FL_STATS, VLLM_FL_TRACE or fld_stats_enable() ask. */
 struct observed {
@@ -317,7 +366,67 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
             return FLD_OK;
         return fast_failed(op, slot, args, fn, rc);
     }
+    return dispatch_bucketed(op, slot, args, gen);
+}
+
+/*
+ * No direct call for the key: when the manifest splits it into row buckets
+ * (its fast entry of this generation has no fn, and its split is of this
+ * generation with a bucket count), the
+ * same direct call on the bucket's slot; else dispatch_slow(). Out of line,
+ * so that the unbucketed path stays as it was.
+ */
+__attribute__((noinline)) static int dispatch_bucketed(struct fld_op_s *op, unsigned key,
+                                                       const void *args, uint64_t gen)
+{
+    struct fld_fast_call *f = &op->fast[key];
+    const struct fld_op_buckets *ob = op_buckets(op);
+    uint32_t buckets;
+    if (!ob || atomic_load_explicit(&f->generation, memory_order_acquire) != gen ||
+        atomic_load_explicit(&ob->split[key].generation, memory_order_acquire) != gen ||
+        !(buckets = atomic_load_explicit(&ob->split[key].n, memory_order_relaxed)))
+        return dispatch_slow(op, key, args);
+    unsigned slot = bucket_slot(op, key, args, buckets);
+    f = fast_at(op, slot);
+    fld_kernel_fn fn;
+    if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
+               (fn = atomic_load_explicit(&f->fn, memory_order_relaxed)))) {
+        int rc = fn(args);
+        if (likely(rc == FLD_OK))
+            return FLD_OK;
+        return fast_failed(op, slot, args, fn, rc);
+    }
     return dispatch_slow(op, slot, args);
+}
+
+/*
+ * The slot of a call of a bucketed key: its row bucket's, or the rest's
+ * (rows no bucket covers, and ops outside the catalog, whose rows the host
+ * cannot read).
+ */
+static inline __attribute__((always_inline)) unsigned
+bucket_slot(const struct fld_op_s *op, unsigned key, const void *args, uint32_t buckets)
+{
+    const struct fld_op_buckets *ob = op_buckets(op);
+    const uint32_t keep = atomic_load_explicit(&ob->rows_source.keep, memory_order_relaxed);
+    const int64_t rows =
+        keep == FLD_ROWS_NONE
+            ? 0
+            : fld__rows_at(args, atomic_load_explicit(&ob->rows_source.offset, memory_order_relaxed),
+                           (int)keep);
+    const struct fld_row_split *s = &ob->split[key];
+    if ((uint64_t)rows < FLD_SMALL_ROWS)
+        return key + atomic_load_explicit(&s->small[rows], memory_order_relaxed) * FLD_NKEYS;
+    /* Ascending and disjoint: the first bucket that ends at or after rows
+     * is the only one that can hold it. */
+    const uint32_t n = buckets < FLD_MAX_BUCKETS ? buckets : FLD_MAX_BUCKETS;
+    uint32_t b = 0;
+    while (b + 1 < n && rows > atomic_load_explicit(&s->hi[b], memory_order_relaxed))
+        b++;
+    if (rows >= atomic_load_explicit(&s->lo[b], memory_order_relaxed) &&
+        rows <= atomic_load_explicit(&s->hi[b], memory_order_relaxed))
+        return key + (b + 1) * FLD_NKEYS;
+    return key + FLD_BUCKET_REST * FLD_NKEYS;
 }
 
 /* The directly called fn (the first candidate) failed with rc: continue its
@@ -326,7 +435,7 @@ __attribute__((noinline, cold)) static int fast_failed(struct fld_op_s *op, unsi
                                                        const void *args, fld_kernel_fn fn, int rc)
 {
     fld__read_begin();
-    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    struct fld_chain *c = atomic_load(chain_at(op, slot));
     if (c && c->generation == atomic_load(&fld__generation) && c->n && c->impls[0]->fn == fn)
         rc = run_chain(op, slot, c, args, 1, rc);
     else
@@ -354,31 +463,57 @@ __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned
                                                    const void *args)
 {
     fld__read_begin();
-    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    struct fld_chain *c = atomic_load(chain_at(op, slot));
     if (!c || c->generation != atomic_load(&fld__generation))
         c = global_chain(op, slot);
+    if (c && c->buckets) {
+        /* A bucketed key: the call runs on its bucket's chain. */
+        slot = bucket_slot(op, slot, args, c->buckets);
+        c = atomic_load(chain_at(op, slot));
+        if (!c || c->generation != atomic_load(&fld__generation))
+            c = global_chain(op, slot);
+    }
     int rc = c ? run_chain(op, slot, c, args, 0, FLD_OK)
                : fld__fail(FLD_ENOMEM, "out of memory resolving op '%s'", op->name);
     fld__read_end();
     return rc;
 }
 
-/* The global chain of (op, slot), rebuilt under the lock when stale. */
+/*
+ * The global chain of (op, slot), rebuilt under the lock when stale. A
+ * bucket's chain is built after its key's, whose rebuild publishes the
+ * key's buckets (publish_split()): the bucket's rows are then this
+ * generation's.
+ */
 static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
 {
     fld__lock();
+    if (slot >= FLD_NSLOTS && !ensure_buckets(op)) {
+        fld__unlock();
+        return NULL;
+    }
     uint64_t gen = atomic_load(&fld__generation);
-    struct fld_chain *c = atomic_load(&op->slots[slot]);
+    struct fld_chain *c = atomic_load(chain_at(op, slot));
     if (!c || c->generation != gen) {
         int dev, dt;
         slot_key(slot, &dev, &dt);
-        struct fld_chain *fresh = fld__select_chain(op, dev, dt, fld__policy_global(), gen);
+        const unsigned key = fld__slot_key(slot), bucket = fld__slot_bucket(slot);
+        int64_t rows = 0; /* the key, and the rest: no bucket */
+        if (bucket >= 1 && bucket <= FLD_MAX_BUCKETS) {
+            const struct fld_chain *k = global_chain(op, key); /* the lock is recursive */
+            rows = k && bucket <= k->buckets
+                       ? atomic_load(&op_buckets(op)->split[key].lo[bucket - 1])
+                       : 0;
+        }
+        struct fld_chain *fresh = fld__select_chain(op, dev, dt, rows, fld__policy_global(), gen);
+        if (fresh && bucket == 0)
+            publish_split(op, key, fresh);
         if (fresh) {
             if (unlikely(atomic_load_explicit(&fld__stats_flags, memory_order_relaxed) &
                          FLD_STATS_FLAG_TRACE))
                 trace_chain_built(op, slot, fresh);
             fresh->global = true;
-            atomic_store_explicit(&op->slots[slot], fresh, memory_order_release);
+            atomic_store_explicit(chain_at(op, slot), fresh, memory_order_release);
             if (c)
                 fld__retire(c, chain_free);
         }
@@ -386,6 +521,50 @@ static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot)
     }
     fld__unlock();
     return c;
+}
+
+/*
+ * A key's fresh chain (host lock held): the global manifest's row buckets of
+ * the key go into op->split[] and the chain; the key's fast entry says
+ * "bucketed" for this generation (no direct fn: the calls go to their
+ * buckets' slots), or is left to enable_fast() when the key has none.
+ */
+static void publish_split(struct fld_op_s *op, unsigned key, struct fld_chain *c)
+{
+    const struct fld_policy *pol = fld__policy_global();
+    int dev, dt;
+    slot_key(key, &dev, &dt);
+    int64_t lo[FLD_MAX_BUCKETS], hi[FLD_MAX_BUCKETS];
+    int n = pol->manifest ? fld__manifest_buckets(pol->manifest, op->name, dev, dt, lo, hi) : 0;
+    struct fld_fast_call *f = &op->fast[key];
+    struct fld_op_buckets *ob = n && ensure_buckets(op) ? op_buckets(op) : NULL;
+    if (!ob) { /* none, or out of memory: the key resolves without its buckets */
+        c->buckets = 0;
+        return;
+    }
+    c->buckets = (uint32_t)n;
+    struct fld_row_split *split = &ob->split[key];
+    for (int b = 0; b < n; b++) {
+        atomic_store_explicit(&split->lo[b], lo[b], memory_order_relaxed);
+        atomic_store_explicit(&split->hi[b], hi[b], memory_order_relaxed);
+    }
+    for (int64_t r = 0; r < FLD_SMALL_ROWS; r++) {
+        uint8_t bucket = FLD_BUCKET_REST;
+        for (int b = 0; b < n; b++)
+            if (r >= lo[b] && r <= hi[b])
+                bucket = (uint8_t)(b + 1);
+        atomic_store_explicit(&split->small[r], bucket, memory_order_relaxed);
+    }
+    size_t offset = 0;
+    int keep = 0;
+    bool has_rows = op->schema && fld__rows_source(op->schema->args_kind, &offset, &keep);
+    atomic_store_explicit(&ob->rows_source.offset, (uint32_t)offset, memory_order_relaxed);
+    atomic_store_explicit(&ob->rows_source.keep, has_rows ? (uint32_t)keep : FLD_ROWS_NONE,
+                          memory_order_relaxed);
+    atomic_store_explicit(&split->n, (uint32_t)n, memory_order_relaxed);
+    atomic_store_explicit(&split->generation, c->generation, memory_order_release);
+    atomic_store(&f->fn, NULL);
+    atomic_store_explicit(&f->generation, c->generation, memory_order_release);
 }
 
 /* fld__retire()'s callback for a replaced global chain. */
@@ -410,9 +589,37 @@ static _Thread_local struct tls_entry tls_cache[TLS_CACHE_SIZE];
 static _Thread_local struct fld_chain *tls_retired;
 static _Thread_local int tls_depth;
 
+/*
+ * Under a scoped policy with a manifest, the slot of a catalog call's row
+ * bucket in that manifest (key + bucket * FLD_NKEYS), and the bucket's
+ * first row count for selection; the key slot and 0 otherwise.
+ */
+static unsigned override_bucket(const struct fld_op_s *op, unsigned slot, const void *args,
+                                const struct fld_policy *pol, int64_t *rows)
+{
+    *rows = 0;
+    if (!pol->manifest || !op->schema)
+        return slot;
+    int dev, dt;
+    slot_key(slot, &dev, &dt);
+    int64_t lo[FLD_MAX_BUCKETS], hi[FLD_MAX_BUCKETS];
+    int n = fld__manifest_buckets(pol->manifest, op->name, dev, dt, lo, hi);
+    if (!n)
+        return slot;
+    int64_t r = fld__call_rows(op->schema->args_kind, args);
+    for (int b = 0; b < n; b++)
+        if (r >= lo[b] && r <= hi[b]) {
+            *rows = lo[b];
+            return slot + (unsigned)(b + 1) * FLD_NKEYS;
+        }
+    return slot + FLD_BUCKET_REST * FLD_NKEYS;
+}
+
 static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *args,
                              const struct fld_policy *pol)
 {
+    int64_t rows;
+    slot = override_bucket(op, slot, args, pol, &rows);
     uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
     struct tls_entry *e = &tls_cache[(((uintptr_t)op >> 4) * 31 + slot) % TLS_CACHE_SIZE];
     if (e->op != op || e->slot != slot || e->serial != pol->serial || e->generation != gen ||
@@ -421,7 +628,7 @@ static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *arg
         slot_key(slot, &dev, &dt);
         fld__lock();
         gen = atomic_load(&fld__generation);
-        struct fld_chain *c = fld__select_chain(op, dev, dt, pol, gen);
+        struct fld_chain *c = fld__select_chain(op, dev, dt, rows, pol, gen);
         fld__unlock();
         if (!c)
             return fld__fail(FLD_ENOMEM, "out of memory resolving op '%s'", op->name);
@@ -645,7 +852,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
         if (unlikely(stats & FLD_STATS_FLAG_COUNT)) {
             /* It ran on the direct path, which counting closes: a call that
              * raced the switch. */
-            ob.last = fld__stats_cell(r, slot, dev, dt);
+            ob.last = fld__stats_cell(r, fld__slot_key(slot), dev, dt);
             if (ob.last)
                 fld__stats_count(ob.last, first_rc, 0);
             ob.failed = c->strict ? NULL : ob.last;
@@ -735,7 +942,7 @@ __attribute__((noinline)) static int call_observed(const struct fld_op_s *op,
                                                    int dt, const void *args, unsigned flags,
                                                    struct observed *ob)
 {
-    struct fld_stats_cell *cell = fld__stats_cell(r, slot, dev, dt);
+    struct fld_stats_cell *cell = fld__stats_cell(r, fld__slot_key(slot), dev, dt);
     if (ob->failed) {
         if (flags & FLD_STATS_FLAG_COUNT)
             fld__stats_fallback(ob->failed);
@@ -776,7 +983,7 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
     if (!(atomic_load_explicit(&c->announced, memory_order_relaxed) & bit) &&
         !(atomic_fetch_or(&c->announced, bit) & bit)) {
         struct fld_impl_rec *r = c->impls[i];
-        const struct fld_impl_rec *prev = atomic_exchange(&op->last_served[slot], r);
+        const struct fld_impl_rec *prev = atomic_exchange(served_at(op, slot), r);
         int dev, dt;
         slot_key(slot, &dev, &dt);
         char what[128];
@@ -791,7 +998,7 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) switched from '%s' to '%s' (%s)", op->name,
                      fld__device_label(dev), fld__dtype_label(dt), prev->impl_id, r->impl_id, what);
     }
-    if (i == 0 && c->global && c->impls[0]->fn && !c->impls[0]->supports &&
+    if (i == 0 && c->global && !c->buckets && c->impls[0]->fn && !c->impls[0]->supports &&
         !(atomic_load(&c->failed) & 1u))
         enable_fast(op, slot, c);
 }
@@ -808,13 +1015,13 @@ static void enable_fast(struct fld_op_s *op, unsigned slot, struct fld_chain *c)
     /* Counting and tracing need every call on the chain path: no direct one. */
     if (atomic_load_explicit(&fld__stats_flags, memory_order_relaxed))
         return;
-    struct fld_fast_call *f = &op->fast[slot];
+    struct fld_fast_call *f = fast_at(op, slot);
     const fld_kernel_fn fn = c->impls[0]->fn;
     if (atomic_load_explicit(&f->generation, memory_order_relaxed) == c->generation &&
         atomic_load_explicit(&f->fn, memory_order_relaxed) == fn)
         return;
     fld__lock();
-    if (atomic_load(&op->slots[slot]) == c && c->generation == atomic_load(&fld__generation)) {
+    if (atomic_load(chain_at(op, slot)) == c && c->generation == atomic_load(&fld__generation)) {
         atomic_store(&f->fn, fn);
         atomic_store_explicit(&f->generation, c->generation, memory_order_release);
         if (atomic_load(&c->failed) & 1u)
@@ -829,7 +1036,7 @@ static void mark_failed(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
 {
     atomic_fetch_or(&c->failed, 1ull << i);
     if (i == 0 && c->global)
-        atomic_store(&op->fast[slot].fn, NULL); /* a newer chain's: it is enabled again */
+        atomic_store(&fast_at(op, slot)->fn, NULL); /* a newer chain's: it is enabled again */
 }
 
 static int no_candidate(struct fld_op_s *op, unsigned slot)
@@ -876,8 +1083,9 @@ static int no_candidate(struct fld_op_s *op, unsigned slot)
 
 static void slot_key(unsigned slot, int *dev, int *dt)
 {
-    *dev = (int)slot / (FLD_NDTYPES + 1);
-    *dt = (int)slot % (FLD_NDTYPES + 1);
+    unsigned key = fld__slot_key(slot);
+    *dev = (int)key / (FLD_NDTYPES + 1);
+    *dt = (int)key % (FLD_NDTYPES + 1);
 }
 
 static void describe_impl(const struct fld_impl_rec *r, char *buf, size_t size)
@@ -934,6 +1142,12 @@ int fld_resolve(const char *name, int device_type, DLDataType dtype, const char 
 /* fld_explain() once the public function has checked its arguments. */
 static int explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out)
 {
+    return fld__explain_rows(name, device_type, dtype, 0, out);
+}
+
+int fld__explain_rows(const char *name, int device_type, DLDataType dtype, int64_t rows,
+                      fld_resolution **out)
+{
     *out = NULL;
     int dev, dt;
     int rc = key_from(device_type, dtype, &dev, &dt);
@@ -942,7 +1156,7 @@ static int explain(const char *name, int device_type, DLDataType dtype, fld_reso
     struct fld_op_s *op = fld__op_find(name);
     if (!op)
         return unknown_op(name);
-    return fld__select_explain(op, dev, dt, device_type, dtype, out);
+    return fld__select_explain(op, dev, dt, rows, device_type, dtype, out);
 }
 
 /* FLD_ENOTFOUND for an op name nothing registered, with the closest names. */
@@ -981,8 +1195,9 @@ int fld_clear_failures(const char *name)
 
 static void clear_op_failures(struct fld_op_s *op, void *user)
 {
-    for (unsigned s = 0; s < FLD_NSLOTS; s++) {
-        struct fld_chain *c = atomic_load(&op->slots[s]);
+    const unsigned n = op_buckets(op) ? FLD_NALLSLOTS : FLD_NSLOTS;
+    for (unsigned s = 0; s < n; s++) {
+        struct fld_chain *c = atomic_load(chain_at(op, s));
         if (c)
             atomic_store(&c->failed, 0);
     }
@@ -1025,8 +1240,9 @@ static void list_op_failures(struct fld_op_s *op, void *user)
 {
     struct failure_walk *w = user;
     uint64_t gen = atomic_load(&fld__generation);
-    for (unsigned s = 0; s < FLD_NSLOTS && w->rc == 0; s++) {
-        const struct fld_chain *c = atomic_load(&op->slots[s]);
+    const unsigned n = op_buckets(op) ? FLD_NALLSLOTS : FLD_NSLOTS;
+    for (unsigned s = 0; s < n && w->rc == 0; s++) {
+        const struct fld_chain *c = atomic_load(chain_at(op, s));
         if (c && c->generation == gen)
             list_chain_failures(w, op, s, c);
     }
@@ -1063,10 +1279,14 @@ void fld__manager_shutdown(void)
 
 static void drop_op_chains(struct fld_op_s *op, void *user)
 {
+    struct fld_op_buckets *b = atomic_exchange(&op->buckets, NULL);
     for (unsigned s = 0; s < FLD_NSLOTS; s++) {
         free(atomic_exchange(&op->slots[s], NULL));
         atomic_store(&op->last_served[s], NULL);
         atomic_store(&op->fast[s].fn, NULL);
         atomic_store(&op->fast[s].generation, 0);
     }
+    for (unsigned s = 0; b && s < FLD_NBSLOTS; s++)
+        free(atomic_load(&b->slots[s]));
+    free(b);
 }

@@ -15,6 +15,7 @@
 #include "names.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +31,11 @@
 static const char *const dtype_names[FLD_NDTYPES + 1] = {"f32", "f16", "bf16", "any"};
 
 #define TOP_KEYS   "version, entries"
-#define ENTRY_KEYS "op, device, dtype, impl"
+#define ENTRY_KEYS "op, device, dtype, impl, rows"
+#define REQUIRED_KEYS "op, device, dtype, impl"
 
-enum entry_key { KEY_OP, KEY_DEVICE, KEY_DTYPE, KEY_IMPL, KEY_COUNT };
-static const char *const entry_keys[KEY_COUNT] = {"op", "device", "dtype", "impl"};
+enum entry_key { KEY_OP, KEY_DEVICE, KEY_DTYPE, KEY_IMPL, KEY_ROWS, KEY_COUNT };
+static const char *const entry_keys[KEY_COUNT] = {"op", "device", "dtype", "impl", "rows"};
 
 struct reader {
     const char *path;
@@ -131,11 +133,53 @@ static int pair_key(const struct reader *r, const struct fld_ynode *key)
     return FLD_OK;
 }
 
+/* A row count of a bucket: decimal digits, 1 to FLD_ROWS_MAX; -1 otherwise. */
+static int64_t row_count(const char *s, size_t len)
+{
+    if (len == 0 || len > 18)
+        return -1;
+    int64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v >= 1 ? v : -1;
+}
+
+/*
+ * A bucket "LO-HI", "LO-" (no upper end) or "N" (LO = HI = N), 1-based row
+ * counts (the product of a call's leading dims; rotary: its tokens).
+ */
+static int parse_rows(const struct reader *r, const struct fld_ynode *v,
+                      struct fld_manifest_entry *e)
+{
+    if (v->type != FLD_YNODE_SCALAR || is_null(v) || v->tag_bool)
+        return fail_at(r, v, "key 'rows' must be a row range such as '1-16', '17-512' or '513-', got %s",
+                       is_null(v) ? "null" : v->tag_bool ? "a !!bool value" : node_kind(v));
+    const char *text = v->text, *dash = strchr(text, '-');
+    size_t lo_len = dash ? (size_t)(dash - text) : strlen(text);
+    int64_t lo = row_count(text, lo_len), hi = lo;
+    if (dash)
+        hi = dash[1] ? row_count(dash + 1, strlen(dash + 1)) : INT64_MAX;
+    if (lo < 0 || hi < 0)
+        return fail_at(r, v,
+                       "invalid rows '%s': expected LO-HI, LO- or N with whole row counts from 1 "
+                       "(e.g. '1-16', '513-')",
+                       text);
+    if (hi < lo)
+        return fail_at(r, v, "invalid rows '%s': the range ends (%" PRId64 ") before it starts (%" PRId64 ")",
+                       text, hi, lo);
+    e->rows_lo = lo;
+    e->rows_hi = hi;
+    return FLD_OK;
+}
+
 static int parse_entry(const struct reader *r, const struct fld_ynode *node,
                        struct fld_manifest_entry *e)
 {
     if (node->type != FLD_YNODE_MAPPING)
-        return fail_at(r, node, "each entry must be a mapping with keys " ENTRY_KEYS ", got %s",
+        return fail_at(r, node, "each entry must be a mapping with keys " REQUIRED_KEYS ", got %s",
                        node_kind(node));
     const struct fld_ynode *seen[KEY_COUNT] = {NULL};
     for (size_t i = 0; i + 1 < node->n; i += 2) {
@@ -149,6 +193,11 @@ static int parse_entry(const struct reader *r, const struct fld_ynode *node,
         if (seen[idx])
             return fail_at(r, k, "duplicate key '%s' (first at line %u)", k->text, seen[idx]->line);
         seen[idx] = k;
+        if (idx == KEY_ROWS) {
+            if ((rc = parse_rows(r, v, e)) != FLD_OK)
+                return rc;
+            continue;
+        }
         rc = string_value(r, k->text, v);
         if (rc)
             return rc;
@@ -159,10 +208,12 @@ static int parse_entry(const struct reader *r, const struct fld_ynode *node,
             char *copy = strdup(text);
             if (!copy)
                 return fld__fail(FLD_ENOMEM, "%s: out of memory", r->path);
-            if (idx == KEY_OP)
+            if (idx == KEY_OP) {
                 e->op = copy;
-            else
+            } else {
                 e->impl_id = copy;
+                e->impl_column = (int)v->column;
+            }
             break;
         }
         case KEY_DEVICE:
@@ -179,8 +230,8 @@ static int parse_entry(const struct reader *r, const struct fld_ynode *node,
         }
     }
     for (int i = 0; i < KEY_COUNT; i++)
-        if (!seen[i])
-            return fail_at(r, node, "entry is missing key '%s' (required: " ENTRY_KEYS ")",
+        if (!seen[i] && i != KEY_ROWS)
+            return fail_at(r, node, "entry is missing key '%s' (required: " REQUIRED_KEYS ")",
                            entry_keys[i]);
     e->line = (int)node->line;
     return FLD_OK;
@@ -198,18 +249,42 @@ static int entry_cmp(const struct fld_manifest_entry *a, const struct fld_manife
     return 0;
 }
 
+/* The key, then the bucket's start (the entry without rows, 0, first). */
+static int bucket_cmp(const struct fld_manifest_entry *a, const struct fld_manifest_entry *b)
+{
+    int c = entry_cmp(a, b);
+    if (c)
+        return c;
+    return (a->rows_lo > b->rows_lo) - (a->rows_lo < b->rows_lo);
+}
+
+/* "rows 1-16", "rows 513-", "rows 8" into buf; "" for an entry without rows. */
+static const char *rows_text(const struct fld_manifest_entry *e, char *buf, size_t size)
+{
+    if (!e->rows_lo)
+        snprintf(buf, size, "%s", "");
+    else if (e->rows_hi == INT64_MAX)
+        snprintf(buf, size, "rows %" PRId64 "-", e->rows_lo);
+    else if (e->rows_hi == e->rows_lo)
+        snprintf(buf, size, "rows %" PRId64, e->rows_lo);
+    else
+        snprintf(buf, size, "rows %" PRId64 "-%" PRId64, e->rows_lo, e->rows_hi);
+    return buf;
+}
+
 /* An entry while reading, with its mapping for messages. */
 struct parsed_entry {
     struct fld_manifest_entry e;
     const struct fld_ynode *node;
-    size_t index; /* position in the file */
+    const struct fld_ynode *rows; /* the 'rows' value, NULL without one */
+    size_t index;                 /* position in the file */
 };
 
 /* By key, then by position so the first occurrence leads. */
 static int parsed_cmp(const void *pa, const void *pb)
 {
     const struct parsed_entry *a = pa, *b = pb;
-    int c = entry_cmp(&a->e, &b->e);
+    int c = bucket_cmp(&a->e, &b->e);
     if (c)
         return c;
     return (a->index > b->index) - (a->index < b->index);
@@ -238,16 +313,42 @@ static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
         rc = parse_entry(r, seq->kids[i], &parsed[i].e);
         if (rc)
             goto done;
+        const struct fld_ynode *node = seq->kids[i];
+        for (size_t k = 0; k + 1 < node->n; k += 2)
+            if (strcmp(node->kids[k]->text, "rows") == 0)
+                parsed[i].rows = node->kids[k + 1];
     }
     /* Sorted, so that fld__manifest_find can bisect. */
     qsort(parsed, n, sizeof *parsed, parsed_cmp);
-    for (size_t i = 1; i < n; i++) {
-        if (entry_cmp(&parsed[i - 1].e, &parsed[i].e) != 0)
+    size_t buckets = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct fld_manifest_entry *e = &parsed[i].e, *prev = i ? &parsed[i - 1].e : NULL;
+        bool same_key = prev && entry_cmp(prev, e) == 0;
+        buckets = same_key ? buckets : 0;
+        if (e->rows_lo && ++buckets > FLD_MAX_BUCKETS) {
+            rc = fail_at(r, parsed[i].rows,
+                         "too many row buckets for (%s, %s, %s): at most %d per op, device and dtype",
+                         e->op, device_name(e->device), dtype_names[e->dtype], FLD_MAX_BUCKETS);
+            goto done;
+        }
+        if (!same_key)
             continue;
-        const struct fld_manifest_entry *e = &parsed[i].e;
-        rc = fail_at(r, parsed[i].node, "duplicate entry for (%s, %s, %s); first at line %d", e->op,
-                     device_name(e->device), dtype_names[e->dtype], parsed[i - 1].e.line);
-        goto done;
+        if (!e->rows_lo) {
+            rc = fail_at(r, parsed[i].node, "duplicate entry for (%s, %s, %s); first at line %d",
+                         e->op, device_name(e->device), dtype_names[e->dtype], prev->line);
+            goto done;
+        }
+        /* Sorted by start: a bucket overlaps only if it starts inside the one before. */
+        if (prev->rows_lo && e->rows_lo <= prev->rows_hi) {
+            char a[48], b[48];
+            const struct parsed_entry *later =
+                parsed[i].index > parsed[i - 1].index ? &parsed[i] : &parsed[i - 1];
+            const struct parsed_entry *earlier = later == &parsed[i] ? &parsed[i - 1] : &parsed[i];
+            rc = fail_at(r, later->rows, "%s overlaps %s of the entry at line %d for (%s, %s, %s)",
+                         rows_text(&later->e, a, sizeof a), rows_text(&earlier->e, b, sizeof b),
+                         earlier->e.line, e->op, device_name(e->device), dtype_names[e->dtype]);
+            goto done;
+        }
     }
     for (size_t i = 0; i < n; i++) {
         entries[i] = parsed[i].e;
@@ -378,34 +479,81 @@ done:
     return FLD_OK;
 }
 
-static const struct fld_manifest_entry *find_exact(const struct fld_manifest *m, const char *op,
-                                                   int device, int dtype)
+/*
+ * The entries of one key: bisected to the first (they are sorted by key,
+ * then by bucket start) and counted. NULL when the key has none.
+ */
+static const struct fld_manifest_entry *key_group(const struct fld_manifest *m, const char *op,
+                                                  int device, int dtype, size_t *count)
 {
     const struct fld_manifest_entry key = {.op = (char *)op, .device = device, .dtype = dtype};
     size_t lo = 0, hi = m->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int c = entry_cmp(&m->entries[mid], &key);
-        if (c == 0)
-            return &m->entries[mid];
-        if (c < 0)
+        if (entry_cmp(&m->entries[mid], &key) < 0)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return NULL;
+    size_t end = lo;
+    while (end < m->n && entry_cmp(&m->entries[end], &key) == 0)
+        end++;
+    *count = end - lo;
+    return end > lo ? &m->entries[lo] : NULL;
+}
+
+/*
+ * The group of entries that decides (op, device, dtype): the dtype's own,
+ * or, when it has none at all (bucketed or not), those of dtype "any".
+ */
+static const struct fld_manifest_entry *deciding_group(const struct fld_manifest *m,
+                                                       const char *op, int device, int dtype,
+                                                       size_t *count)
+{
+    *count = 0;
+    if (!m || !op || m->n == 0)
+        return NULL;
+    const struct fld_manifest_entry *g = key_group(m, op, device, dtype, count);
+    if (!g && dtype != FLD_DT_ANY)
+        g = key_group(m, op, device, FLD_DT_ANY, count);
+    return g;
 }
 
 /* An entry with dtype "any" pins every dtype of its (op, device) that has no entry of its own. */
 const struct fld_manifest_entry *fld__manifest_find(const struct fld_manifest *m, const char *op,
-                                                    int device, int dtype)
+                                                    int device, int dtype, int64_t rows)
 {
-    if (!m || !op || m->n == 0)
-        return NULL;
-    const struct fld_manifest_entry *e = find_exact(m, op, device, dtype);
-    if (!e && dtype != FLD_DT_ANY)
-        e = find_exact(m, op, device, FLD_DT_ANY);
-    return e;
+    size_t n;
+    const struct fld_manifest_entry *g = deciding_group(m, op, device, dtype, &n);
+    const struct fld_manifest_entry *whole = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!g[i].rows_lo)
+            whole = &g[i];
+        else if (rows >= g[i].rows_lo && rows <= g[i].rows_hi)
+            return &g[i];
+    }
+    return whole;
+}
+
+int fld__manifest_buckets(const struct fld_manifest *m, const char *op, int device, int dtype,
+                          int64_t lo[FLD_MAX_BUCKETS], int64_t hi[FLD_MAX_BUCKETS])
+{
+    size_t n;
+    const struct fld_manifest_entry *g = deciding_group(m, op, device, dtype, &n);
+    int k = 0;
+    for (size_t i = 0; i < n && k < FLD_MAX_BUCKETS; i++) {
+        if (!g[i].rows_lo)
+            continue;
+        lo[k] = g[i].rows_lo;
+        hi[k] = g[i].rows_hi;
+        k++;
+    }
+    return k;
+}
+
+const char *fld__manifest_rows_text(const struct fld_manifest_entry *e, char *buf, size_t size)
+{
+    return rows_text(e, buf, size);
 }
 
 static const char *mask_names(uint32_t mask, const char *(*name)(int), int n, char *buf,
@@ -494,21 +642,23 @@ int fld__manifest_check(const struct fld_manifest *m, bool strict)
     int rc = FLD_OK;
     for (size_t i = 0; i < m->n && rc == FLD_OK; i++) {
         const struct fld_manifest_entry *e = order[i];
-        char why[256];
+        char why[256], rows[48];
         if (entry_usable(e, why, sizeof why))
             continue;
+        rows_text(e, rows, sizeof rows);
         if (!strict && listed++ >= MANIFEST_LISTED)
             unlisted++;
         else if (strict)
-            rc = fld__fail(FLD_ECONFIG, "VLLM_FL_MANIFEST: %s:%d: impl '%s' for %s (%s, %s) %s",
-                           m->path, e->line, e->impl_id, e->op, device_name(e->device),
-                           dtype_names[e->dtype], why);
+            rc = fld__fail(FLD_ECONFIG, "VLLM_FL_MANIFEST: %s:%d:%d: impl '%s' for %s (%s, %s%s%s) %s",
+                           m->path, e->line, e->impl_column, e->impl_id, e->op,
+                           device_name(e->device), dtype_names[e->dtype], rows[0] ? ", " : "",
+                           rows, why);
         else
             fld__log(FLD_LOG_WARNING,
-                     "VLLM_FL_MANIFEST: %s:%d: impl '%s' for %s (%s, %s) %s; the entry is "
+                     "VLLM_FL_MANIFEST: %s:%d:%d: impl '%s' for %s (%s, %s%s%s) %s; the entry is "
                      "ignored and %s resolves by the policy",
-                     m->path, e->line, e->impl_id, e->op, device_name(e->device),
-                     dtype_names[e->dtype], why, e->op);
+                     m->path, e->line, e->impl_column, e->impl_id, e->op, device_name(e->device),
+                     dtype_names[e->dtype], rows[0] ? ", " : "", rows, why, e->op);
     }
     if (unlisted)
         fld__log(FLD_LOG_WARNING,

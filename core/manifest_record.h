@@ -16,6 +16,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct fld_manifest_entry {
     char *op;
@@ -23,6 +24,11 @@ struct fld_manifest_entry {
     int dtype;  /* FLD_DT_* (FLD_DT_ANY allowed) */
     char *impl_id;
     int line;
+    int impl_column; /* of the impl value, for messages */
+    /* The row bucket: calls whose row count lies in [rows_lo, rows_hi]
+     * (rows_hi INT64_MAX: no upper end). rows_lo 0: every row count, the
+     * entry without a 'rows' key. */
+    int64_t rows_lo, rows_hi;
 };
 
 /* Immutable once loaded (fld__manifest_load(), manifest.h), except refs. */
@@ -30,7 +36,7 @@ struct fld_manifest {
     _Atomic int refs;
     char *path;
     size_t n;
-    struct fld_manifest_entry *entries; /* sorted by (op, device, dtype) */
+    struct fld_manifest_entry *entries; /* sorted by (op, device, dtype, rows_lo) */
 };
 
 /* Takes a reference (m may be NULL) and returns m. */

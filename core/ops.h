@@ -15,11 +15,38 @@
 
 /* Dtype indexes of the cache slots; the device indexes are devices.h's. */
 enum { FLD_DT_F32, FLD_DT_F16, FLD_DT_BF16, FLD_NDTYPES, FLD_DT_ANY = FLD_NDTYPES };
-#define FLD_NSLOTS ((FLD_NDEVICES + 1) * (FLD_NDTYPES + 1))
+
+/*
+ * Cache slots. A key is a (device, dtype): slots 0 to FLD_NSLOTS - 1, in
+ * every op. When the global policy's manifest splits a key into row
+ * buckets (manifest.h), each bucket has a slot of its own, slot = key +
+ * bucket * FLD_NKEYS: bucket 0 is the key itself (whose fast entry then
+ * says "look at the rows"), 1 to FLD_MAX_BUCKETS the manifest's buckets in
+ * ascending order, FLD_BUCKET_REST the rows no bucket covers. The bucket
+ * slots live in the op's fld_op_buckets, allocated for the ops that have
+ * buckets only (an op without costs what it did).
+ */
+#define FLD_MAX_BUCKETS 6
+#define FLD_BUCKET_REST (FLD_MAX_BUCKETS + 1)
+#define FLD_NKEYS       ((FLD_NDEVICES + 1) * (FLD_NDTYPES + 1))
+#define FLD_NSLOTS      FLD_NKEYS
+#define FLD_NBSLOTS     (FLD_NKEYS * (FLD_MAX_BUCKETS + 1)) /* bucket slots: key + b * FLD_NKEYS, b >= 1 */
+#define FLD_NALLSLOTS   (FLD_NSLOTS + FLD_NBSLOTS)
 
 static inline unsigned fld__slot(int dev, int dt)
 {
     return (unsigned)(dev * (FLD_NDTYPES + 1) + dt);
+}
+
+/* The key slot of any slot, and its bucket. */
+static inline unsigned fld__slot_key(unsigned slot)
+{
+    return slot % FLD_NKEYS;
+}
+
+static inline unsigned fld__slot_bucket(unsigned slot)
+{
+    return slot / FLD_NKEYS;
 }
 
 /* FLD_DT_* index of a DLPack dtype, or -1 (same order as fld_dtype_index()). */
@@ -77,7 +104,46 @@ struct fld_impl_rec;
  */
 struct fld_fast_call {
     _Atomic uint64_t generation;
-    _Atomic(fld_kernel_fn) fn;
+    _Atomic(fld_kernel_fn) fn; /* NULL for a bucketed key: see fld_row_split */
+};
+
+/*
+ * The row buckets of one key under the global policy, in ascending order:
+ * bucket b (1-based) holds the calls with lo[b-1] <= rows <= hi[b-1]. The
+ * key is bucketed while `generation` equals fld__generation and n > 0; its
+ * fast entry then carries that generation with no fn, and the call goes to
+ * its bucket's slot. Written under the host lock, the generation last
+ * (release); read with relaxed loads after it.
+ */
+#define FLD_SMALL_ROWS 64
+struct fld_row_split {
+    _Atomic uint64_t generation;
+    _Atomic uint32_t n;
+    _Atomic int64_t lo[FLD_MAX_BUCKETS];
+    _Atomic int64_t hi[FLD_MAX_BUCKETS];
+    /* The slot's bucket (FLD_BUCKET_REST when none) for row counts below
+     * FLD_SMALL_ROWS: decode calls find theirs with one load. */
+    _Atomic uint8_t small[FLD_SMALL_ROWS];
+};
+
+/* Where a catalog op's calls keep their row count (rows.h): set with each
+ * split, the same every time. */
+struct fld_rows_source {
+    _Atomic uint32_t offset; /* of the tensor pointer in the argument struct */
+    _Atomic uint32_t keep;   /* trailing dims left out; FLD_ROWS_NONE: no rows (rest bucket) */
+};
+#define FLD_ROWS_NONE 255u
+
+struct fld_chain;
+struct fld_impl_rec;
+
+/* An op's bucket slots (index slot - FLD_NSLOTS) and the splits of its keys. */
+struct fld_op_buckets {
+    struct fld_fast_call fast[FLD_NBSLOTS];
+    _Atomic(struct fld_chain *) slots[FLD_NBSLOTS];
+    _Atomic(const struct fld_impl_rec *) last_served[FLD_NBSLOTS];
+    struct fld_row_split split[FLD_NKEYS];
+    struct fld_rows_source rows_source;
 };
 
 /* An interned op. Allocated at init (catalog) or on first registration. */
@@ -85,8 +151,12 @@ struct fld_op_s {
     const char *name;
     size_t name_len;
     const struct fld_op_schema *schema; /* NULL for ops outside the catalog */
-    /* Direct calls per slot: the hot path reads nothing else. */
+    /* Direct calls per slot: the hot path reads nothing else (a bucketed
+     * key: also its split, in buckets). */
     struct fld_fast_call fast[FLD_NSLOTS];
+    /* The bucket slots and splits, once a manifest gave this op buckets;
+     * written once (host lock), freed at shutdown (manager.c). */
+    struct fld_op_buckets *_Atomic buckets;
     /* Cached chains per slot; read without the lock inside a reader section
      * (reclaim.h, manager.c). */
     _Atomic(struct fld_chain *) slots[FLD_NSLOTS];

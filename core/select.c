@@ -54,16 +54,16 @@ struct selection {
     size_t n_rejected, cap_rejected;
     char order_text[256];
     const char *order_source;
-    char manifest_source[FLD_SOURCE_LEN + 32];
+    char manifest_source[FLD_SOURCE_LEN + 80];
 };
 
 /* Every static function, in the order they appear: the order, then the filters. */
-static int select_candidates(struct fld_op_s *op, int dev, int dt, const struct fld_policy *pol,
-                             struct selection *sel);
+static int select_candidates(struct fld_op_s *op, int dev, int dt, int64_t rows,
+                             const struct fld_policy *pol, struct selection *sel);
 static int by_priority(const void *a, const void *b);
 static bool token_matches(const struct fld_token *t, const struct fld_impl_rec *impl);
-static void apply_manifest(struct fld_op_s *op, int dev, int dt, const struct fld_policy *pol,
-                           struct selection *sel);
+static void apply_manifest(struct fld_op_s *op, int dev, int dt, int64_t rows,
+                           const struct fld_policy *pol, struct selection *sel);
 static struct fld_chain *chain_new(const struct selection *sel, const struct fld_policy *pol,
                                    uint64_t generation);
 static bool passes_filters(const struct fld_policy *pol, struct fld_impl_rec *impl, int dev, int dt,
@@ -74,11 +74,11 @@ static void reject(struct selection *sel, struct fld_impl_rec *impl, const char 
 /* ---- the two products: a chain, a resolution ---------------------------- */
 
 /* A chain from the selection; VLLM_FL_DISPATCH_DEBUG logs its choice. */
-struct fld_chain *fld__select_chain(struct fld_op_s *op, int dev, int dt,
+struct fld_chain *fld__select_chain(struct fld_op_s *op, int dev, int dt, int64_t rows,
                                     const struct fld_policy *pol, uint64_t generation)
 {
     struct selection sel = {0};
-    if (select_candidates(op, dev, dt, pol, &sel) != FLD_OK)
+    if (select_candidates(op, dev, dt, rows, pol, &sel) != FLD_OK)
         return NULL;
     struct fld_chain *c = chain_new(&sel, pol, generation);
     if (c && sel.n_ranked > sel.n)
@@ -103,8 +103,8 @@ struct fld_chain *fld__select_chain(struct fld_op_s *op, int dev, int dt,
 }
 
 /* fld_explain() once manager.c has checked its arguments and found op. */
-int fld__select_explain(struct fld_op_s *op, int dev, int dt, int device_type, DLDataType dtype,
-                        fld_resolution **out)
+int fld__select_explain(struct fld_op_s *op, int dev, int dt, int64_t rows, int device_type,
+                        DLDataType dtype, fld_resolution **out)
 {
     int rc = FLD_OK;
     fld_resolution *res = calloc(1, sizeof *res);
@@ -122,7 +122,7 @@ int fld__select_explain(struct fld_op_s *op, int dev, int dt, int device_type, D
         fld_resolution_free(res);
         return fld__fail(FLD_ENOMEM, "out of memory");
     }
-    if (select_candidates(op, dev, dt, fld__policy_effective(), &sel) != FLD_OK) {
+    if (select_candidates(op, dev, dt, rows, fld__policy_effective(), &sel) != FLD_OK) {
         fld__unlock();
         free(sel.rejected);
         fld_resolution_free(res);
@@ -177,8 +177,8 @@ void fld_resolution_free(fld_resolution *res)
  * MAX_CHAIN. Host lock held. FLD_ENOMEM (nothing logged or set) when the
  * working arrays cannot be allocated; else sel->order is the caller's to free.
  */
-static int select_candidates(struct fld_op_s *op, int dev, int dt, const struct fld_policy *pol,
-                             struct selection *sel)
+static int select_candidates(struct fld_op_s *op, int dev, int dt, int64_t rows,
+                             const struct fld_policy *pol, struct selection *sel)
 {
     const size_t cap = op->n_impls ? op->n_impls : 1;
     struct fld_impl_rec **survivors = malloc(cap * sizeof *survivors);
@@ -216,7 +216,7 @@ static int select_candidates(struct fld_op_s *op, int dev, int dt, const struct 
     free(survivors);
     free(placed);
     if (pol->manifest)
-        apply_manifest(op, dev, dt, pol, sel);
+        apply_manifest(op, dev, dt, rows, pol, sel);
     sel->n_ranked = sel->n;
     if (sel->n > MAX_CHAIN) {
         for (size_t i = MAX_CHAIN; i < sel->n; i++)
@@ -261,14 +261,16 @@ static bool token_matches(const struct fld_token *t, const struct fld_impl_rec *
  * strict mode leaves no candidate (the call fails naming the manifest) and
  * otherwise the normal order stands, with a WARNING.
  */
-static void apply_manifest(struct fld_op_s *op, int dev, int dt, const struct fld_policy *pol,
-                           struct selection *sel)
+static void apply_manifest(struct fld_op_s *op, int dev, int dt, int64_t rows,
+                           const struct fld_policy *pol, struct selection *sel)
 {
-    const struct fld_manifest_entry *e = fld__manifest_find(pol->manifest, op->name, dev, dt);
+    const struct fld_manifest_entry *e = fld__manifest_find(pol->manifest, op->name, dev, dt, rows);
     if (!e)
         return;
-    snprintf(sel->manifest_source, sizeof sel->manifest_source, "manifest %s:%d",
-             pol->manifest->path, e->line);
+    char bucket[48];
+    fld__manifest_rows_text(e, bucket, sizeof bucket);
+    snprintf(sel->manifest_source, sizeof sel->manifest_source, "manifest %s:%d%s%s%s",
+             pol->manifest->path, e->line, bucket[0] ? " (" : "", bucket, bucket[0] ? ")" : "");
     struct fld_impl_rec *pinned = NULL;
     for (size_t i = 0; i < op->n_impls; i++)
         if (strcmp(op->impls[i]->impl_id, e->impl_id) == 0)

@@ -35,20 +35,23 @@ struct fld_chain {
     _Atomic uint64_t failed;    /* bit i: impls[i] failed (non-strict memory) */
     _Atomic uint64_t announced; /* bit i: "using" line logged for impls[i] */
     struct fld_chain *tls_next; /* thread-local retire list */
+    uint32_t buckets;           /* a key slot's chain: the manifest's row buckets of the key */
     uint32_t n;
     struct fld_impl_rec *impls[];
 };
 
-/* The chain of op for the slot key (dev, dt) under pol, stamped with
- * generation; NULL when out of memory. Host lock held. */
-struct fld_chain *fld__select_chain(struct fld_op_s *op, int dev, int dt,
+/* The chain of op for the slot key (dev, dt) under pol, for calls of
+ * `rows` rows (0: the key's chain without a row bucket; see manifest.h),
+ * stamped with generation; NULL when out of memory. Host lock held. */
+struct fld_chain *fld__select_chain(struct fld_op_s *op, int dev, int dt, int64_t rows,
                                     const struct fld_policy *pol, uint64_t generation);
 
-/* fld_explain()'s resolution of op for (dev, dt) under the effective policy;
- * device_type and dtype are the caller's words for the key. Takes the host
- * lock. FLD_OK, or FLD_ENOMEM with the error set. */
-int fld__select_explain(struct fld_op_s *op, int dev, int dt, int device_type, DLDataType dtype,
-                        fld_resolution **out);
+/* fld_explain()'s resolution of op for (dev, dt) and `rows` rows (0: no
+ * row bucket) under the effective policy; device_type and dtype are the
+ * caller's words for the key. Takes the host lock. FLD_OK, or FLD_ENOMEM
+ * with the error set. */
+int fld__select_explain(struct fld_op_s *op, int dev, int dt, int64_t rows, int device_type,
+                        DLDataType dtype, fld_resolution **out);
 
 /* A slot key's device and dtype, as messages name them. */
 static inline const char *fld__device_label(int dev)

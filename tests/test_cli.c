@@ -564,6 +564,100 @@ START_TEST(resolve_json)
 }
 END_TEST
 
+/* tune: the row_pair fixture's two impls, vendor.cpu and the reference timed on tiny buckets;
+ * the manifest it writes loads, and resolve --rows names the bucket's entry. */
+START_TEST(tune_writes_a_bucketed_manifest)
+{
+    char dir[] = "/tmp/fld-cli-tune-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256], modules[4400], manifest_env[300];
+    snprintf(path, sizeof path, "%s/tuned.yaml", dir);
+    snprintf(modules, sizeof modules, "VLLM_FL_PLUGIN_MODULES=%s/tests/plugins/fld-row_pair.so",
+             tt_build_dir());
+    struct tool_run r;
+    tool_run(&r, ENV(modules),
+             ARGS("tune", "rms_norm", "--dtype", "f32", "--quick", "--shapes", "1-4=1,4;5-=32",
+                  "--hidden", "128", "--out", path));
+    assert_status(r, 0);
+    for (const char *const *id = (const char *const[]){"vendor.row_small", "vendor.row_large",
+                                                       "vendor.cpu", "reference.c", NULL};
+         *id; id++) {
+        ck_assert_msg(line_with(r.out, "rms_norm", "1-4 ", *id), "no 1-4 line for %s:\n" CLIP, *id,
+                      r.out);
+        ck_assert_msg(line_with(r.out, "rms_norm", "5- ", *id), "no 5- line for %s:\n" CLIP, *id,
+                      r.out);
+    }
+    ck_assert_int_eq(tool_count_of(r.out, "<- fastest"), 2);
+    tool_run_free(&r);
+
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char *file = tool_read_all(f);
+    ck_assert_msg(strstr(file, "version: 1\nentries:\n  - {op: rms_norm, device: cpu, dtype: f32, "),
+                  "%s", file);
+    /* The winner of rows 1-4 is the entry that holds 2 rows: resolve --rows 2 names it. */
+    const char *line = strstr(file, "  - {op: rms_norm");
+    const char *impl = strstr(line, "impl: ");
+    ck_assert_ptr_nonnull(impl);
+    char winner[64];
+    ck_assert_int_eq(sscanf(impl, "impl: %63[^}]", winner), 1);
+    bool bucketed = strstr(line, "rows: 1-4,") != NULL;
+    ck_assert_msg(bucketed || !strstr(file, "rows:"), "%s", file);
+    free(file);
+
+    snprintf(manifest_env, sizeof manifest_env, "VLLM_FL_MANIFEST=%s", path);
+    tool_run(&r, ENV(modules, manifest_env), ARGS("resolve", "rms_norm", "--rows", "2", "--json"));
+    assert_status(r, 0);
+    char want[128];
+    snprintf(want, sizeof want, "\"selected\": \"%s\"", winner);
+    ck_assert_msg(strstr(r.out, want), "expected %s:\n" CLIP, want, r.out);
+    ck_assert(strstr(r.out, "\"rows\": 2"));
+    ck_assert_msg(strstr(r.out, bucketed ? ":5 (rows 1-4)" : "tuned.yaml:5\""), CLIP, r.out);
+    tt_assert_schema(r.out, "resolve");
+    tool_run_free(&r);
+
+    /* JSON: every impl with its time or why not, and the winners. */
+    tool_run(&r, ENV(modules), ARGS("tune", "rms_norm", "--dtype", "f32", "--quick", "--shapes",
+                                    "1-4=1", "--hidden", "128", "--json"));
+    assert_status(r, 0);
+    assert_json_object(r.out);
+    tt_assert_schema(r.out, "tune");
+    ck_assert(strstr(r.out, "\"impl_id\": \"vendor.row_small\""));
+    ck_assert(strstr(r.out, "\"manifest\": null"));
+    tool_run_free(&r);
+
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+START_TEST(tune_and_resolve_rows_usage_errors)
+{
+    static const char *const cases[][8] = {
+        {"tune", "--shapes", "16-1=4", NULL},
+        {"tune", "--shapes", "1-16=32", NULL},
+        {"tune", "--shapes", "1-16=4;8-=64", NULL},
+        {"tune", "--hidden", "100", NULL},
+        {"tune", "rms_nrom", NULL},
+        {"resolve", "rms_norm", "--rows", "0", NULL},
+        {"resolve", "rms_norm", "--rows", "x", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct tool_run r;
+        tool_run(&r, NO_ENV, cases[i]);
+        ck_assert_msg(r.status == 2, "%s %s %s: status %d\n" CLIP, cases[i][0], cases[i][1],
+                      cases[i][2] ? cases[i][2] : "", r.status, r.err);
+        ck_assert_msg(strstr(r.err, cases[i][0]), CLIP, r.err);
+        tool_run_free(&r);
+    }
+    struct tool_run r;
+    tool_run(&r, NO_ENV, ARGS("tune", "--device", "cuda", "--quick"));
+    assert_status(r, 3);
+    ck_assert_msg(strstr(r.err, "cpu only"), CLIP, r.err);
+    tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(resolve_prefer_reference)
 {
     struct tool_run r;
@@ -1267,6 +1361,8 @@ static Suite *cli_suite(void)
     tcase_add_test(resolve, resolve_default_is_vendor_cpu);
     tcase_add_test(resolve, resolve_json);
     tcase_add_test(resolve, resolve_prefer_reference);
+    tcase_add_test(resolve, tune_writes_a_bucketed_manifest);
+    tcase_add_test(resolve, tune_and_resolve_rows_usage_errors);
     tcase_add_test(resolve, resolve_denied_vendor);
     tcase_add_test(resolve, resolve_unknown_op);
     tcase_add_test(resolve, double_dash_ends_options);

@@ -35,7 +35,7 @@ typedef struct good_echo_args {
 /* Every fixture of tests/plugins/, in reverse name order so that creation
  * order (and likely readdir order) differs from the sorted load order. */
 static const char *const all_fixtures[] = {
-    "vendor_missing", "unavailable", "register_silent", "register_fails", "null_fn",
+    "vendor_missing", "unavailable", "row_pair", "register_silent", "register_fails", "null_fn",
     "no_descriptor",  "good",        "failing",         "dup_impl",       "bad_name",
     "bad_magic",      "abi_old",     "abi_minor",       "abi_major",
 };
@@ -407,6 +407,7 @@ START_TEST(test_every_fixture)
     } want[] = {
         {"good", FLD_PLUGIN_LOADED, "", NULL},
         {"failing", FLD_PLUGIN_LOADED, "", NULL},
+        {"row_pair", FLD_PLUGIN_LOADED, "", NULL},
         {"no_descriptor", FLD_PLUGIN_REJECTED, "no plugin descriptor", "fld_plugin_entry"},
         {"abi_major", FLD_PLUGIN_REJECTED, abi_major, NULL},
         {"abi_minor", FLD_PLUGIN_REJECTED, abi_minor, NULL},
@@ -496,8 +497,10 @@ START_TEST(test_every_fixture)
     }
     fld_resolution_free(res);
     res = explain_cpu_f32("rms_norm");
-    ck_assert_uint_eq(res->n_candidates, 1);
-    ck_assert_str_eq(res->candidates[0], "reference.c");
+    ck_assert_uint_eq(res->n_candidates, 3); /* row_pair's two, then the reference */
+    ck_assert_str_eq(res->candidates[0], "vendor.row_large");
+    ck_assert_str_eq(res->candidates[1], "vendor.row_small");
+    ck_assert_str_eq(res->candidates[2], "reference.c");
     ck_assert_ptr_nonnull(find_rejection(res, "vendor.unavailable"));
     fld_resolution_free(res);
 

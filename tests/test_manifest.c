@@ -261,7 +261,7 @@ static const struct bad_case bad_cases[] = {
     /* Entry keys. */
     {"version: 1\nentries:\n  - {op: rms_norm, device: cpu, dtype: f32, impl: reference.c, why: "
      "x}\n",
-     "3:64", "unknown key 'why' in entry (valid: op, device, dtype, impl)"},
+     "3:64", "unknown key 'why' in entry (valid: op, device, dtype, impl, rows)"},
     {"version: 1\nentries:\n  - {op: rms_norm, device: cpu, dtype: f32}\n", "3:5",
      "entry is missing key 'impl' (required: op, device, dtype, impl)"},
     {"version: 1\nentries:\n  - {op: rms_norm, op: silu_and_mul, device: cpu, dtype: f32, impl: "
@@ -613,7 +613,7 @@ START_TEST(unfit_entry_strict)
     setenv("VLLM_FL_STRICT", "1", 1);
     ck_assert_int_eq(fld_init(), FLD_ECONFIG);
     char where[600];
-    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:4: ", path);
+    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:4:", path);
     const char *msg = fld_last_error();
     ck_assert_msg(strstr(msg, where), "case %d: message does not name %s:\n%s", _i, where, msg);
     ck_assert_msg(strstr(msg, unfit_cases[_i].what), "case %d: message lacks '%s':\n%s", _i,
@@ -628,7 +628,7 @@ START_TEST(unfit_entry_warns)
     fld_log_set_callback(capture_log, NULL);
     ck_assert_msg(fld_init() == FLD_OK, "case %d: %s", _i, fld_last_error());
     char where[600];
-    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:4: ", path);
+    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:4:", path);
     ck_assert_msg(count_of(log_text, where) == 1 && count_of(log_text, unfit_cases[_i].what) == 1,
                   "case %d: expected one warning naming %s and '%s', got:\n%s", _i, where,
                   unfit_cases[_i].what, log_text);

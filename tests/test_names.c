@@ -224,7 +224,7 @@ START_TEST(manifest_names_with_file_and_line)
     setenv("VLLM_FL_MANIFEST", path, 1);
     ck_assert_int_eq(fld_init(), FLD_OK);
     char where[PATH_MAX + 32];
-    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:3: impl 'vendor.gamam'", path);
+    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:3:51: impl 'vendor.gamam'", path);
     assert_warned_once(where, "did you mean 'vendor.gamma'");
     snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:4:", path);
     assert_warned_once(where, "no op named 'rms_nrom'; did you mean 'rms_norm'?");

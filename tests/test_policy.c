@@ -527,14 +527,14 @@ static void init_with_unusable_manifest(void)
     unlink(manifest_path);
     ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
     char where[128];
-    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:3: impl 'vendor.nope'", manifest_path);
+    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:3:51: impl 'vendor.nope'", manifest_path);
     ck_assert_msg(strstr(manifest_log, where), "no warning naming %s:\n%s", where, manifest_log);
 }
 
 static void assert_names_manifest_entry(void)
 {
     char where[128];
-    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:3: impl 'vendor.nope'", manifest_path);
+    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:3:51: impl 'vendor.nope'", manifest_path);
     assert_error_has(where);
     assert_error_has("is not registered");
 }

@@ -1,12 +1,17 @@
 /*
- * fldispatch resolve OP [--device D] [--dtype T] [--json]: which
+ * fldispatch resolve OP [--device D] [--dtype T] [--rows N] [--json]: which
  * implementation a call would use now, the fallback candidates in order,
  * every implementation selection dropped and why, and the token order used
  * with its source. The first text line is the selected impl_id alone (or
- * "none"), so scripts can take `| head -n 1`.
+ * "none"), so scripts can take `| head -n 1`. --rows N resolves a call of N
+ * rows, which picks the manifest's row bucket where it has them.
  */
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <fldispatch/internal/tool_api.h>
 
 #include "cli.h"
 #include "json.h"
@@ -15,7 +20,7 @@
 
 /* A printf format: its one conversion is the device list. */
 static const char resolve_usage[] =
-    "Usage: fldispatch resolve [--device D] [--dtype T] [--json] [--] OP\n"
+    "Usage: fldispatch resolve [--device D] [--dtype T] [--rows N] [--json] [--] OP\n"
     "\n"
     "Shows which implementation a call of OP would use now under the policy of\n"
     "the environment: first line the selected impl_id (or 'none'), then the\n"
@@ -24,8 +29,11 @@ static const char resolve_usage[] =
     "\n"
     "  --device D   %s\n"
     "  --dtype T    f32 (default), f16, bf16, any (default for attention_backend)\n"
+    "  --rows N     a call of N rows (tokens): where the manifest splits the op into\n"
+    "               row buckets, the bucket holding N decides (default: no bucket)\n"
     "  --json       one JSON object {\"schema\", \"op\", \"device\", \"dtype\",\n"
-    "               \"selected\" (null when none), \"candidates\", \"rejected\":\n"
+    "               \"rows\" (with --rows only), \"selected\" (null when none),\n"
+    "               \"candidates\", \"rejected\":\n"
     "               [{\"impl_id\", \"reason\"}], \"order\" (tokens), \"order_source\",\n"
     "               \"policy_summary\"} (docs/schemas/resolve.schema.json)\n"
     "\n"
@@ -34,10 +42,13 @@ static const char resolve_usage[] =
     "implementation available.\n";
 
 static void resolve_text(const fld_resolution *r, const char *device, const char *dtype,
-                         const char *policy)
+                         int64_t rows, const char *policy)
 {
     printf("%s\n", r->selected ? cli_text(r->selected) : "none");
-    printf("op: %s  device: %s  dtype: %s\n", r->op ? cli_text(r->op) : "?", device, dtype);
+    printf("op: %s  device: %s  dtype: %s", r->op ? cli_text(r->op) : "?", device, dtype);
+    if (rows)
+        printf("  rows: %" PRId64, rows);
+    printf("\n");
     printf("order: %s (from %s)\n", r->order ? cli_text(r->order) : "-",
            r->order_source ? cli_text(r->order_source) : "-");
     printf("policy: %s\n", cli_text(policy));
@@ -54,7 +65,7 @@ static void resolve_text(const fld_resolution *r, const char *device, const char
 }
 
 static void resolve_json(const fld_resolution *r, const char *op, const char *device,
-                         const char *dtype, const char *policy)
+                         const char *dtype, int64_t rows, const char *policy)
 {
     struct json_writer w;
     json_begin_document(&w, stdout);
@@ -64,6 +75,10 @@ static void resolve_json(const fld_resolution *r, const char *op, const char *de
     json_string(&w, device);
     json_key(&w, "dtype");
     json_string(&w, dtype);
+    if (rows) { /* only with --rows: without, the object is fld_explain()'s as before */
+        json_key(&w, "rows");
+        json_int(&w, rows);
+    }
     json_key(&w, "selected");
     json_string(&w, r->selected);
     json_key(&w, "candidates");
@@ -94,7 +109,7 @@ static void resolve_json(const fld_resolution *r, const char *op, const char *de
 
 /* What to print when fld_explain() gave no resolution at all. */
 static int explain_failed(int rc, const char *op, const char *device, const char *dtype,
-                          const char *policy, bool json)
+                          int64_t rows, const char *policy, bool json)
 {
     const char *detail = *fld_last_error() ? fld_last_error() : fld_strerror(rc);
     if (rc == FLD_ENOTFOUND) {
@@ -107,7 +122,7 @@ static int explain_failed(int rc, const char *op, const char *device, const char
     }
     fld_resolution empty = {.op = op};
     if (json)
-        resolve_json(&empty, op, device, dtype, policy);
+        resolve_json(&empty, op, device, dtype, rows, policy);
     else
         printf("none\n%s\n", cli_text(detail));
     return CLI_EXIT_NONE;
@@ -115,13 +130,15 @@ static int explain_failed(int rc, const char *op, const char *device, const char
 
 int cmd_resolve(int argc, char **argv)
 {
-    enum { OPT_JSON, OPT_DEVICE, OPT_DTYPE };
+    enum { OPT_JSON, OPT_DEVICE, OPT_DTYPE, OPT_ROWS };
     static const struct cli_option options[] = {
         [OPT_JSON] = {"--json", false},
         [OPT_DEVICE] = {"--device", true},
         [OPT_DTYPE] = {"--dtype", true},
+        [OPT_ROWS] = {"--rows", true},
         {NULL, false},
     };
+    int64_t rows = 0;
     const char *op = NULL, *device_name = "cpu", *dtype_name = NULL;
     bool json = false;
     struct cli_args a;
@@ -148,6 +165,15 @@ int cmd_resolve(int argc, char **argv)
         case OPT_DTYPE:
             dtype_name = value;
             break;
+        case OPT_ROWS: {
+            char *end;
+            long long n = strtoll(value, &end, 10);
+            if (*value < '0' || *value > '9' || *end || n < 1)
+                return cli_usage_error("resolve", "invalid --rows '%s' (a row count from 1)",
+                                       value);
+            rows = n;
+            break;
+        }
         }
     }
     if (!op)
@@ -184,14 +210,14 @@ int cmd_resolve(int argc, char **argv)
     fld_policy_describe(policy, sizeof policy);
 
     fld_resolution *res = NULL;
-    rc = fld_explain(op, device, dtype, &res);
+    rc = fld__explain_rows(op, device, dtype, rows, &res);
     if (!res)
         return explain_failed(rc == FLD_OK ? FLD_EUNAVAILABLE : rc, op, canonical_device,
-                              canonical_dtype, policy, json);
+                              canonical_dtype, rows, policy, json);
     if (json)
-        resolve_json(res, op, canonical_device, canonical_dtype, policy);
+        resolve_json(res, op, canonical_device, canonical_dtype, rows, policy);
     else
-        resolve_text(res, canonical_device, canonical_dtype, policy);
+        resolve_text(res, canonical_device, canonical_dtype, rows, policy);
     int status = res->selected ? CLI_EXIT_OK : CLI_EXIT_NONE;
     fld_resolution_free(res);
     return status;

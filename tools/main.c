@@ -26,7 +26,7 @@ static const char usage_text[] =
     "  list     [--verbose] [--strict] [--json]\n"
     "                                       one line per plugin; --verbose: every\n"
     "                                       registered implementation\n"
-    "  resolve  OP [--device D] [--dtype T] [--json]\n"
+    "  resolve  OP [--device D] [--dtype T] [--rows N] [--json]\n"
     "                                       which implementation runs OP, the candidates\n"
     "                                       in order and why the others were dropped\n"
     "  bench    [OP...] [--device D] [--dtype T] [--threads N,..] [--json]\n"
@@ -45,6 +45,9 @@ static const char usage_text[] =
     "  doctor   [PATH...] [--timeout S] [--json]\n"
     "                                       load each plugin in a child process; report\n"
     "                                       crashes (signal and stage) and hangs\n"
+    "  tune     [OP...] [--dtype T] [--shapes SPEC] [--out FILE] [--json]\n"
+    "                                       time every implementation per row bucket and\n"
+    "                                       write a manifest of the fastest correct ones\n"
     "\n"
     "Options:\n"
     "  -h, --help     this help; 'fldispatch <command> --help' (or 'fldispatch help\n"
@@ -265,7 +268,7 @@ static const struct command {
 } commands[] = {
     {"list", cmd_list},     {"resolve", cmd_resolve}, {"bench", cmd_bench},
     {"config", cmd_config}, {"freeze", cmd_freeze},   {"verify", cmd_verify},
-    {"doctor", cmd_doctor},
+    {"doctor", cmd_doctor}, {"tune", cmd_tune},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -2,11 +2,12 @@
 installation (list, resolve, config, verify, bench, doctor), which the
 package carries in bin/ (a build tree: next to the library).
 
-list, resolve, config and verify run inside this Python process when the
-package has the tool as a shared object (_tool.so, built by `make python`):
-they then see the Python implementations and plugins (fldispatch.register_impl,
-entry points, the flagos tier) as the library in this process has them, and
-verify runs the Python implementations too. The other commands, or a package
+list, resolve, config, verify and tune run inside this Python process when
+the package has the tool as a shared object (_tool.so, built by `make
+python`): they then see the Python implementations and plugins
+(fldispatch.register_impl, entry points, the flagos tier) as the library in
+this process has them, and verify and tune run the Python implementations
+too (tune times them beside the C ones and may pin them in its manifest). The other commands, or a package
 without _tool.so, run the tool program itself (a process of its own, which
 sees the C plugins only).
 """
@@ -25,7 +26,7 @@ def tool_path():
     return None
 
 
-IN_PROCESS = ("list", "resolve", "config", "verify")
+IN_PROCESS = ("list", "resolve", "config", "verify", "tune")
 
 
 def run_in_process(argv):

@@ -54,7 +54,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const struct fld_manifest_entry *e = &m->entries[i];
             FUZZ_CHECK(e->op && e->op[0] && e->impl_id && e->impl_id[0],
                        "manifest entry %zu incomplete", i);
-            FUZZ_CHECK(fld__manifest_find(m, e->op, e->device, e->dtype) == e,
+            /* A bucket is found by both of its ends, an entry without rows by rows 0. */
+            FUZZ_CHECK(fld__manifest_find(m, e->op, e->device, e->dtype, e->rows_lo) == e &&
+                           (!e->rows_lo ||
+                            fld__manifest_find(m, e->op, e->device, e->dtype, e->rows_hi) == e),
                        "manifest entry %zu (%s) not found by its own key", i, e->op);
         }
         fld__manifest_unref(m);

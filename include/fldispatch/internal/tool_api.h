@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include <fldispatch/fldispatch.h>
+
 #define FLD_TOOL_API __attribute__((visibility("default")))
 
 /* How long a probe may take unless told otherwise, in seconds. */
@@ -183,5 +185,16 @@ FLD_TOOL_API const struct fld_tool_device *fld__device_row(unsigned index);
  * values through it too.
  */
 FLD_TOOL_API char *fld__escape(char *dst, size_t size, const char *src);
+
+/*
+ * fld_explain() for a call of `rows` rows: where the effective policy's
+ * manifest splits (op, device, dtype) into row buckets (`rows: 1-16` and
+ * the like), the bucket holding rows decides the pin, and the resolution's
+ * order_source names it ("manifest m.yaml:4 (rows 1-16)"). rows 0 is
+ * fld_explain(). Same arguments and errors as fld_explain() otherwise
+ * (name and out must not be NULL; the library initialised).
+ */
+FLD_TOOL_API int fld__explain_rows(const char *name, int device_type, DLDataType dtype,
+                                   int64_t rows, fld_resolution **out);
 
 #endif
