@@ -142,7 +142,7 @@ ifeq ($(filter clean format lint deps uninstall,$(MAKECMDGOALS)),)
 $(foreach p,$(PLUGIN_ALL),$(if $(PLUGIN_SKIP_$(p)),$(info fldispatch: not building plugin '$(p)': $(PLUGIN_SKIP_$(p)))))
 endif
 
-TOOL_SRC := $(sort $(wildcard tools/*.c))
+TOOL_SRC := $(sort $(wildcard tools/*.c tools/bench/*.c))
 TOOL_OBJ := $(TOOL_SRC:%.c=$(OBJ)/%.o)
 TOOL     := $(BINOUT)/fldispatch
 
@@ -383,7 +383,7 @@ clean:
 format:
 	clang-format -i $(wildcard include/fldispatch/*.h include/fldispatch/internal/*.h core/*.[ch] \
 	  plugins/*/*.[ch] plugins/*/*.cu plugins/*/*.cuh plugins/*/*.hip plugins/shared/*/*.[ch] \
-	  plugins/shared/*/*.cuh tools/*.[ch] tests/*.[ch] tests/*/*.[ch] tests/*/*.cc tests/plugins/*.c)
+	  plugins/shared/*/*.cuh tools/*.[ch] tools/bench/*.[ch] tests/*.[ch] tests/*/*.[ch] tests/*/*.cc tests/plugins/*.c)
 
 # Static analysis: cppcheck over the library, the plugins, the tool, the
 # tests and the Python extension, as one configuration (the Makefile's

@@ -691,7 +691,7 @@ END_TEST
 /*
  * On a device, a case smaller than the device caches gets several tensor sets
  * that consecutive calls take in turn (DEVICE_COLD_BYTES / DEVICE_MAX_SETS in
- * bench_kernels.c): one token of silu_and_mul is tiny, so 64 sets, of which a
+ * tools/bench/kernels.c): one token of silu_and_mul is tiny, so 64 sets, of which a
  * --quick run reaches as many as it makes calls. How many calls fit in its
  * 2 ms batches depends on the machine's load (7 seen on a loaded 2-vCPU
  * machine, fewer under a sanitizer), so the test asks only for rotation:

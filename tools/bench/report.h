@@ -1,6 +1,6 @@
 /*
- * fldispatch bench OP...: what the kernel benchmark (bench_kernels.c) hands
- * its report (bench_report.c): the record of one run -- the plan, the
+ * fldispatch bench OP...: what the kernel benchmark (kernels.c) hands
+ * its report (report.c): the record of one run -- the plan, the
  * STREAM or d2d copy samples, one result per line -- and the two writers
  * of that record, text and JSON.
  *
@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "bench.h"
-#include "catalog.h"
+#include "../catalog.h"
 
 #define N_OPS    TOOL_MAX_OPS /* at most: bench_op_names() has bench_op_count() */
 #define N_DTYPES 3            /* TOOL_F32, TOOL_F16, TOOL_BF16: the FLD_DTYPE_MASK_* bit order */
@@ -31,10 +31,10 @@
 
 enum family { FAM_ACT, FAM_NORM, FAM_ROTARY };
 
-/* The family of the op at index op of bench_op_names() (bench_kernels.c). */
+/* The family of the op at index op of bench_op_names() (kernels.c). */
 enum family op_family(int op);
 
-/* "TxH" ("+res" with a fused residual), or "Tx<H/128>x128" for rotary (bench_kernels.c). */
+/* "TxH" ("+res" with a fused residual), or "Tx<H/128>x128" for rotary (kernels.c). */
 void bench_case_shape(enum family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
                       size_t size);
 
@@ -110,13 +110,13 @@ struct bench_run {
     bool failed;
 
     char cpu[256];
-    double cpu_ghz; /* bench_clock.c; 0 unknown */
+    double cpu_ghz; /* clock.c; 0 unknown */
     const char *cpu_ghz_source;
     struct plugin_line plugin;
     char isa[64];
 };
 
-/* ---- the report (bench_report.c) ------------------------------------------------ */
+/* ---- the report (report.c) ------------------------------------------------ */
 
 /* The text table, with the machine, the ceiling and the method in its head. */
 void bench_report_text(const struct bench_run *r);

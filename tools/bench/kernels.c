@@ -2,7 +2,7 @@
  * fldispatch bench [OP...]: per op, implementation, dtype, shape and thread
  * count, the time of one call through the dispatcher, the bytes it moves
  * per second, and that rate as a share of the memory bandwidth a STREAM
- * triad reaches in the same run (bench_stream.c).
+ * triad reaches in the same run (stream.c).
  *
  * Method (bench/README.md says the same for users):
  *   - every call goes through fld_call() with the op's handle, under a
@@ -20,7 +20,7 @@
  *   - elements are what the op computes: T x H outputs for the activations
  *     and norms (the fused residual's update included), T x (query heads +
  *     key heads) x rot_dim rotated values for rotary; per second and per
- *     CPU cycle (the clock of bench_clock.c, measured once), so that a
+ *     CPU cycle (the clock of clock.c, measured once), so that a
  *     kernel that is compute-bound shows as such whatever the memory;
  *   - each --threads value re-initialises the library with
  *     VLLM_FL_CPU_THREADS set (the cpu plugin reads it when it registers);
@@ -41,12 +41,12 @@
  * copies of its tensors on the device, up to that size in all (at most
  * DEVICE_MAX_SETS), and consecutive calls take them in turn: each call
  * reads inputs the previous ones did not touch. The ceiling is a
- * device-to-device copy of a large buffer (bench_d2d.c), measured before
+ * device-to-device copy of a large buffer (d2d.c), measured before
  * the first kernel and after each op like STREAM, median over those runs;
  * there is no thread count (0 in the results) and no STREAM.
  *
- * The report of a run (text table, JSON) is bench_report.c's, from the
- * record declared in bench_report.h; it prints measurements only.
+ * The report of a run (text table, JSON) is report.c's, from the
+ * record declared in report.h; it prints measurements only.
  *
  * Why one file of about 1,050 lines: the cases, their tensors, the plan and
  * the timing share the per-line record and the per-case state (device sets,
@@ -61,10 +61,10 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "bench_report.h"
-#include "cli.h"
-#include "device_tensors.h"
-#include "tensors.h"
+#include "report.h"
+#include "../cli.h"
+#include "../device_tensors.h"
+#include "../tensors.h"
 
 /*
  * The ops the bench times: the catalog's (tools/catalog.c) whose argument

@@ -1,7 +1,7 @@
 /*
  * fldispatch bench OP...: the report of a kernel benchmark run, as a text
  * table or as JSON (docs/schemas/bench.schema.json), from the record
- * bench_kernels.c fills (bench_report.h). It derives the figures of each
+ * kernels.c fills (report.h). It derives the figures of each
  * line from the record -- GB/s, share of the ceiling (the median STREAM
  * triad of the same thread count, or the median d2d copy on a device),
  * elements per second and per CPU cycle -- and prints nothing else: the
@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench_report.h"
-#include "cli.h"
-#include "json.h"
-#include "tensors.h"
+#include "report.h"
+#include "../cli.h"
+#include "../json.h"
+#include "../tensors.h"
 
 /* ---- the ceilings --------------------------------------------------------------- */
 
