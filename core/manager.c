@@ -32,7 +32,7 @@
  *   - the hot path, dispatch() (inlined into each entry point), and what it
  *     leaves to out-of-line functions: a failed direct call, a stale or
  *     missing chain (dispatch_slow(), global_chain()), a scoped override
- *     (the thread-local chains, dispatch_override());
+ *     (the thread-local chains, dispatch_thread_policy());
  *   - the run of a chain with fallback: run_chain(), note_served() and
  *     enable_fast() (which opens the hot path), mark_failed(),
  *     no_candidate();
@@ -81,14 +81,14 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
                                                           const void *args);
 __attribute__((noinline, cold)) static int fast_failed(struct fld_op_s *op, unsigned slot,
                                                        const void *args, fld_kernel_fn fn, int rc);
-__attribute__((noinline, cold)) static int dispatch_overridden(struct fld_op_s *op, unsigned slot,
-                                                               const void *args);
+__attribute__((noinline, cold)) static int dispatch_maybe_overridden(struct fld_op_s *op,
+                                                                     unsigned slot, const void *args);
 __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned slot,
                                                    const void *args);
 static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot);
 static void chain_free(void *p);
-static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *args,
-                             const struct fld_policy *pol);
+static int dispatch_thread_policy(struct fld_op_s *op, unsigned slot, const void *args,
+                                  const struct fld_policy *pol);
 static void tls_free_retired(void);
 
 /* The run of a chain. */
@@ -276,7 +276,7 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
 {
     uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
     if (unlikely(atomic_load_explicit(&fld__override_threads, memory_order_relaxed)))
-        return dispatch_overridden(op, slot, args);
+        return dispatch_maybe_overridden(op, slot, args);
     struct fld_fast_call *f = &op->fast[slot];
     fld_kernel_fn fn;
     if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
@@ -304,12 +304,13 @@ __attribute__((noinline, cold)) static int fast_failed(struct fld_op_s *op, unsi
     return rc;
 }
 
-__attribute__((noinline, cold)) static int dispatch_overridden(struct fld_op_s *op, unsigned slot,
-                                                               const void *args)
+/* Some thread has a scoped override: this one's chain if it is that thread, else the slow path. */
+__attribute__((noinline, cold)) static int dispatch_maybe_overridden(struct fld_op_s *op,
+                                                                     unsigned slot, const void *args)
 {
     const struct fld_policy *top = fld__policy_override_top();
     if (top)
-        return dispatch_override(op, slot, args, top);
+        return dispatch_thread_policy(op, slot, args, top);
     return dispatch_slow(op, slot, args);
 }
 
@@ -379,8 +380,8 @@ static _Thread_local struct tls_entry tls_cache[TLS_CACHE_SIZE];
 static _Thread_local struct fld_chain *tls_retired;
 static _Thread_local int tls_depth;
 
-static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *args,
-                             const struct fld_policy *pol)
+static int dispatch_thread_policy(struct fld_op_s *op, unsigned slot, const void *args,
+                                  const struct fld_policy *pol)
 {
     uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
     struct tls_entry *e = &tls_cache[(((uintptr_t)op >> 4) * 31 + slot) % TLS_CACHE_SIZE];
@@ -462,7 +463,7 @@ int fld_host_call(fld_op handle, int device_type, DLDataType dtype, const void *
     tls_host_args = host_args;
     /* Not dispatch(): its direct path may call a plugin kernel. */
     if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed))
-        rc = dispatch_overridden(op, slot, host_args);
+        rc = dispatch_maybe_overridden(op, slot, host_args);
     else
         rc = dispatch_slow(op, slot, host_args);
     tls_host_args = outer;

@@ -1,5 +1,5 @@
 /*
- * fld_gpu_api_hip: the device side of fld-rocm.so (plugins/shared/gpu/gpu_api.h),
+ * fld__gpu_api_hip: the device side of fld-rocm.so (plugins/shared/gpu/gpu_api.h),
  * the kernels of plugins/shared/gpu/gpu_kernels.cuh built by hipcc for the AMD
  * architectures of ROCM_ARCHS that the hipcc at hand supports (plugin.mk
  * asks it; Debian's hipcc 5.2: gfx908, gfx90a, gfx1030, not gfx942). It is
@@ -139,17 +139,17 @@ int hip_stream_synchronize(void *stream)
     return (int)hipStreamSynchronize((hipStream_t)stream);
 }
 
-int hip_act(const struct fld_gpu_act_args *a, int variant, void *stream)
+int hip_act(const struct fld__gpu_act_args *a, int variant, void *stream)
 {
     return fld_gpu::run_act(a, variant, stream);
 }
 
-int hip_norm(const struct fld_gpu_norm_args *a, int variant, void *stream)
+int hip_norm(const struct fld__gpu_norm_args *a, int variant, void *stream)
 {
     return fld_gpu::run_norm(a, variant, stream);
 }
 
-int hip_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
+int hip_rotary(const struct fld__gpu_rotary_args *a, int variant, void *stream)
 {
     return fld_gpu::run_rotary(a, variant, stream);
 }
@@ -159,9 +159,9 @@ int hip_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
 /* Host-only: the device pass must not emit a table of host functions. */
 #if !defined(__HIP_DEVICE_COMPILE__)
 /* The HIP release the kernels were compiled with, for fld-rocm.so's log line. */
-extern "C" __attribute__((visibility("default"))) const int fld_gpu_hip_build_version = HIP_VERSION;
+extern "C" __attribute__((visibility("default"))) const int fld__gpu_hip_build_version = HIP_VERSION;
 
-extern "C" __attribute__((visibility("default"))) const struct fld_gpu_api fld_gpu_api_hip = {
+extern "C" __attribute__((visibility("default"))) const struct fld__gpu_api fld__gpu_api_hip = {
     FLD_GPU_API_VERSION,
     "HIP",
     hip_error_string,
