@@ -146,8 +146,8 @@ TOOL_SRC := $(sort $(wildcard tools/*.c tools/bench/*.c))
 TOOL_OBJ := $(TOOL_SRC:%.c=$(OBJ)/%.o)
 TOOL     := $(BINOUT)/fldispatch
 
-# The tests' helpers, and the host-tensor helper they share with the tool.
-TEST_UTIL_SRC := $(sort $(wildcard tests/util/*.c)) tools/host_tensor.c
+# The tests' helpers (tests/util/).
+TEST_UTIL_SRC := $(sort $(wildcard tests/util/*.c))
 TEST_UTIL_OBJ := $(TEST_UTIL_SRC:%.c=$(OBJ)/%.o)
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTOUT)/%)

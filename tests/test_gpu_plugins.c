@@ -41,7 +41,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "../tools/host_tensor.h"
+#include "util/host_tensor.h"
 #include "../plugins/shared/gpu/gpu_api.h"
 #include "gpuplug/fakecuda.h"
 #include "util/env.h"
@@ -393,8 +393,8 @@ START_TEST(test_list_shows_unavailable)
     char env[4096];
     snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s", dir);
     free(dir);
-    struct tool_run r;
-    tool_run(&r, ENV(env), ARGS("list", "--verbose"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(env), ARGS("list", "--verbose"));
     assert_status(r, 0);
     char so[32], vid[32];
     snprintf(so, sizeof so, "fld-%s.so", c->plugin);
@@ -407,7 +407,7 @@ START_TEST(test_list_shows_unavailable)
                   r.out);
     ck_assert_msg(line_with(r.out, "detail: ", "probed on first use"), "no detail line:\n" CLIP,
                   r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 

@@ -323,20 +323,6 @@ bool verify_slot_written(const struct verify_io *io, enum verify_slot s)
 /* Inputs                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* splitmix64, for the sprinkled special values and the positions. */
-static uint64_t next_u64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double next_unit(uint64_t *state)
-{
-    return (double)(next_u64(state) >> 11) * 0x1.0p-53;
-}
-
 /*
  * Allocates a tensor whose padding, and whatever no kernel has written yet,
  * holds all-ones bytes: NaN in every float dtype, so that a kernel reading
@@ -360,13 +346,13 @@ static void fill_activation_input(struct tool_tensor *x, uint64_t *seed)
     tool_tensor_fill_normal(x, seed, 0.0f, 1.0f);
     const int64_t n = tool_tensor_numel(x);
     for (int64_t i = 0; i < n; i++) {
-        uint64_t r = next_u64(seed);
+        uint64_t r = tool_rng_u64(seed);
         if (r % 32 == 0)
-            tool_tensor_set(x, i, (float)(-10.0 + 20.0 * next_unit(seed)));
+            tool_tensor_set(x, i, (float)(-10.0 + 20.0 * tool_rng_unit(seed)));
         else if (r % 97 == 1)
             tool_tensor_set(x, i, 0.0f);
         else if (r % 89 == 2)
-            tool_tensor_set(x, i, (float)(-8.0 - 24.0 * next_unit(seed)));
+            tool_tensor_set(x, i, (float)(-8.0 - 24.0 * tool_rng_unit(seed)));
     }
     /* the extremes at least once, whatever the size */
     static const float fixed[] = {0.0f, -10.0f, 10.0f, -30.0f};
@@ -495,7 +481,7 @@ static bool make_rotary(struct verify_io *io, const struct verify_case *c, uint6
     if (!tool_tensor_alloc(pos, pdt, batch ? 2 : 1, pshape, 0))
         return false;
     for (int64_t t = 0; t < c->tokens; t++) {
-        int64_t p = (int64_t)(next_unit(seed) * MAX_POS);
+        int64_t p = (int64_t)(tool_rng_unit(seed) * MAX_POS);
         if (t == 0)
             p = MAX_POS - 1; /* the last row of the cache is reachable */
         else if (t == 1)
