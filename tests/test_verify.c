@@ -21,6 +21,7 @@
 
 #include <fldispatch/fldispatch.h>
 
+#include "../tools/catalog.c"
 #include "util/harness.h"
 #include "util/schema.h"
 #include "util/tool.h"
@@ -574,10 +575,41 @@ START_TEST(quick_passes_for_every_cpu_variant)
 }
 END_TEST
 
+/*
+ * Verify and bench take an op's inputs from its argument kind
+ * (tools/catalog.c tool_op_family()): the kinds of the catalog have their
+ * families, and a kind the tool does not know stops it (exit 2) instead of
+ * leaving the op out unsaid.
+ */
+START_TEST(every_args_kind_has_a_family)
+{
+    const struct tool_op *ops;
+    size_t n = tool_catalog_ops(&ops);
+    ck_assert_uint_gt(n, 0);
+    for (size_t i = 0; i < n; i++) {
+        enum tool_family f = tool_op_family(&ops[i]);
+        ck_assert_msg(f == TOOL_FAMILY_NONE ? ops[i].args == FLD_ARGS_ATTENTION_BACKEND
+                                            : ops[i].args != FLD_ARGS_ATTENTION_BACKEND,
+                      "op %s", ops[i].name);
+    }
+    struct tool_op tensors[TOOL_MAX_OPS];
+    ck_assert_uint_eq(tool_tensor_ops(tensors), n - 1);
+}
+END_TEST
+
+START_TEST(unknown_args_kind_stops_the_tool)
+{
+    const struct tool_op future = {"future_op", (fld_args_kind)99};
+    (void)tool_op_family(&future);
+}
+END_TEST
+
 static Suite *verify_suite(void)
 {
     Suite *s = suite_create("verify");
     TCase *tc = tcase_create("tool");
+    tcase_add_test(tc, every_args_kind_has_a_family);
+    tcase_add_exit_test(tc, unknown_args_kind_stops_the_tool, 2);
     tcase_set_timeout(tc, 120); /* each run of the tool is a fraction of a second when idle */
     tcase_add_test(tc, json_checker_rejects_bad_documents);
     tcase_add_test(tc, quick_passes_for_every_op_and_dtype);

@@ -29,13 +29,11 @@
 #define ROTARY_HEAD_SIZE 128
 #define ENV_THREADS      "VLLM_FL_CPU_THREADS"
 
-enum family { FAM_ACT, FAM_NORM, FAM_ROTARY };
-
 /* The family of the op at index op of bench_op_names() (kernels.c). */
-enum family op_family(int op);
+enum tool_family op_family(int op);
 
 /* "TxH" ("+res" with a fused residual), or "Tx<H/128>x128" for rotary (kernels.c). */
-void bench_case_shape(enum family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
+void bench_case_shape(enum tool_family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
                       size_t size);
 
 /* ---- the record of a run ------------------------------------------------------- */
