@@ -38,6 +38,8 @@
 #include "host.h"
 #include "linkage.h"
 #include "log.h"
+#include "parse.h"
+#include "pathvar.h"
 #include "plugin_file.h"
 #include "probe.h"
 #include "reclaim.h"
@@ -82,14 +84,6 @@ static int search_add(struct search_path *sp, const char *dir)
 }
 
 /* Reads a path-bearing variable; ignored (with a warning) in privileged processes. */
-static const char *path_variable(const char *name)
-{
-    const char *v = secure_getenv(name);
-    if (!v && getenv(name))
-        fld__log(FLD_LOG_WARNING, "%s is ignored in a privileged (setuid/setgid) process", name);
-    return v && *v ? v : NULL;
-}
-
 static void library_plugin_dir(char *out, size_t size)
 {
     Dl_info info;
@@ -109,7 +103,7 @@ static void library_plugin_dir(char *out, size_t size)
 static void compute_search_path(struct search_path *sp)
 {
     search_free(sp);
-    const char *env = path_variable("VLLM_FL_PLUGIN_DIR");
+    const char *env = fld__path_variable("VLLM_FL_PLUGIN_DIR");
     if (env) {
         char *copy = strdup(env);
         for (char *save = NULL, *d = copy ? strtok_r(copy, ":", &save) : NULL; d;
@@ -445,11 +439,9 @@ static void load_modules(const char *list)
     char *copy = strdup(list);
     for (char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL; e;
          e = strtok_r(NULL, ",", &save)) {
-        while (*e == ' ' || *e == '\t')
-            e++;
         size_t len = strlen(e);
-        while (len && (e[len - 1] == ' ' || e[len - 1] == '\t'))
-            e[--len] = '\0';
+        e += fld__trim(e, &len) - e;
+        e[len] = '\0';
         if (!*e)
             continue;
         char path[PATH_MAX];
@@ -497,7 +489,7 @@ void fld__discover_plugins(void)
     publish_search_path();
     /* A static copy has only the compiled-in directory: say when it is gone. */
     struct stat dir;
-    if (!path_variable("VLLM_FL_PLUGIN_DIR") && !fld__linkage_shared() &&
+    if (!fld__path_variable("VLLM_FL_PLUGIN_DIR") && !fld__linkage_shared() &&
         (stat(FLD_INSTALL_PLUGIN_DIR, &dir) != 0 || !S_ISDIR(dir.st_mode))) {
         char here[PATH_MAX];
         fld__linkage_object(here, sizeof here);
@@ -510,7 +502,7 @@ void fld__discover_plugins(void)
     fld__probe_session_begin();
     for (size_t i = 0; i < search.n; i++)
         scan_directory(search.dirs[i]);
-    const char *modules = path_variable("VLLM_FL_PLUGIN_MODULES");
+    const char *modules = fld__path_variable("VLLM_FL_PLUGIN_MODULES");
     if (modules)
         load_modules(modules);
     fld__probe_session_end();
@@ -569,15 +561,13 @@ int fld__plugin_candidates(char ***paths, size_t *n, char **search_path)
         }
         free(names);
     }
-    const char *modules = path_variable("VLLM_FL_PLUGIN_MODULES");
+    const char *modules = fld__path_variable("VLLM_FL_PLUGIN_MODULES");
     char *copy = modules ? strdup(modules) : NULL;
     for (char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL; e && !c.rc;
          e = strtok_r(NULL, ",", &save)) {
-        while (*e == ' ' || *e == '\t')
-            e++;
         size_t len = strlen(e);
-        while (len && (e[len - 1] == ' ' || e[len - 1] == '\t'))
-            e[--len] = '\0';
+        e += fld__trim(e, &len) - e;
+        e[len] = '\0';
         char path[PATH_MAX];
         if (e[0] == '/')
             candidates_add(&c, e);

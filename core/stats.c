@@ -2,7 +2,6 @@
  * What ran: the counters, their switch and their output (see stats.h and
  * the fld_stats_* functions of fldispatch.h). The trace is trace.c's.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +18,8 @@
 #include "host.h"
 #include "log.h"
 #include "ops.h"
+#include "parse.h"
+#include "pathvar.h"
 #include "registry.h"
 #include "stats.h"
 
@@ -180,16 +181,12 @@ int fld_stats_mode(void)
     return f & FLD_STATS_FLAG_TIME ? FLD_STATS_TIME : FLD_STATS_CALLS;
 }
 
-/* A path variable: read with secure_getenv (ignored, with a WARNING, in a privileged process). */
+/* A path variable (pathvar.h), copied into *out (NULL when unset), once its expansion fits. */
 static int path_variable(const char *name, char **out)
 {
     *out = NULL;
-    const char *v = secure_getenv(name);
-    if (!v && getenv(name)) {
-        fld__log(FLD_LOG_WARNING, "%s is ignored in a privileged (setuid/setgid) process", name);
-        return FLD_OK;
-    }
-    if (!v || !*v)
+    const char *v = fld__path_variable(name);
+    if (!v)
         return FLD_OK;
     char probe[4096];
     if (!fld__stats_expand_path(v, probe, sizeof probe))
@@ -207,10 +204,7 @@ int fld__stats_read_env(struct fld_stats_env *out)
     if (v) {
         char word[16];
         size_t n = strlen(v);
-        while (n && isspace((unsigned char)v[n - 1]))
-            n--;
-        while (n && isspace((unsigned char)*v))
-            v++, n--;
+        v = fld__trim(v, &n);
         if (n >= sizeof word)
             n = sizeof word - 1;
         memcpy(word, v, n);

@@ -31,9 +31,8 @@
  * rows are skipped with its reason and verify exits 3. Rotary positions are
  * not range-checked by the host on devices; the cases keep them in range.
  *
- * Why one file of about 1,150 lines: the four steps above pass one row
- * record between them; the cases and the device copies already live in
- * verify_cases.c and device_tensors.c.
+ * The four steps above pass one row record between them; the cases and the
+ * device copies live in verify_cases.c and device_tensors.c.
  */
 #include <errno.h>
 #include <inttypes.h>

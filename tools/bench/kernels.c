@@ -48,9 +48,8 @@
  * The report of a run (text table, JSON) is report.c's, from the
  * record declared in report.h; it prints measurements only.
  *
- * Why one file of about 1,050 lines: the cases, their tensors, the plan and
- * the timing share the per-line record and the per-case state (device sets,
- * argument structs); cut apart, each half would need the other's internals.
+ * The cases, their tensors, the plan and the timing share the per-line
+ * record and the per-case state (device sets, argument structs).
  */
 #include <ctype.h>
 #include <math.h>
@@ -101,7 +100,7 @@ int bench_op_count(void)
     return n_bench_ops;
 }
 
-enum tool_family op_family(int op)
+static enum tool_family op_family(int op)
 {
     load_bench_ops();
     return op_families[op];
@@ -437,8 +436,9 @@ static void case_free(struct bench_case *c)
     tool_tensor_free(&c->cache);
 }
 
-void bench_case_shape(enum tool_family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
-                      size_t size)
+/* "TxH" ("+res" with a fused residual), or "Tx<H/128>x128" for rotary. */
+static void bench_case_shape(enum tool_family fam, int64_t tokens, int64_t hidden, bool residual,
+                             char *buf, size_t size)
 {
     if (fam == TOOL_FAMILY_ROTARY)
         snprintf(buf, size, "%lldx%lldx%d", (long long)tokens,
@@ -870,7 +870,9 @@ static bool run_line(struct bench_run *r, int op, fld_op handle, const struct be
         .us = NAN,
     };
     snprintf(res.impl, sizeof res.impl, "%s", impl);
+    res.op_name = op_names[op];
     snprintf(res.shape, sizeof res.shape, "%s", c->shape);
+    bench_case_shape(c->family, c->tokens, c->hidden, false, res.json_shape, sizeof res.json_shape);
     struct timing t;
     char err[768];
     if (!pin_impl(op_names[op], impl, r->opt->device_type, c->dtype, err, sizeof err)) {

@@ -4,9 +4,10 @@
  * STREAM or d2d copy samples, one result per line -- and the two writers
  * of that record, text and JSON.
  *
- * Why a header of its own: the measuring side fills the record and the
- * report only reads it, so the record is the one thing the two files share;
- * bench.h stays the interface of the modes to cmd_bench.c.
+ * The measuring side fills the record and the report only reads it: the
+ * record is the one thing the two files share, and report.c calls nothing
+ * of kernels.c (each result carries its op's name and shapes). bench.h
+ * stays the interface of the modes to cmd_bench.c.
  *
  * The report prints measurements only (time, GB/s, share of the STREAM or
  * d2d ceiling, elements per second and per cycle). Speed targets of this
@@ -28,13 +29,6 @@
 
 #define ROTARY_HEAD_SIZE 128
 #define ENV_THREADS      "VLLM_FL_CPU_THREADS"
-
-/* The family of the op at index op of bench_op_names() (kernels.c). */
-enum tool_family op_family(int op);
-
-/* "TxH" ("+res" with a fused residual), or "Tx<H/128>x128" for rotary (kernels.c). */
-void bench_case_shape(enum tool_family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
-                      size_t size);
 
 /* ---- the record of a run ------------------------------------------------------- */
 
@@ -59,12 +53,15 @@ struct plugin_line {
 };
 
 struct bench_result {
-    int op, dtype, threads;
+    int op; /* index in bench_op_names() */
+    const char *op_name;
+    int dtype, threads;
     int64_t tokens;
     bool residual;
     bool selected; /* the impl the policy selects by default for (op, dtype) */
     char impl[128];
-    char shape[48];
+    char shape[48];      /* "TxH" ("+res" with a fused residual), "Tx<H/128>x128" for rotary */
+    char json_shape[48]; /* the same without "+res" (the JSON document's "residual" says it) */
     double bytes, us; /* us NAN when the call failed */
     double elements;
     long batch;
