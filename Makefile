@@ -8,8 +8,12 @@
 #   make clean           remove build/
 #   make format          apply .clang-format to every C file
 #   make lint            cppcheck over every C file (about 20 s on 2 cores), no
-#                        include cycle in core/ (.ci/include-graph.py), no tracked
-#                        file that .gitignore ignores (a committed build output)
+#                        include cycle in core/ (.ci/include-graph.py), nothing in
+#                        core/ or tools/ linked and unused (.ci/unused.py), no
+#                        tracked file that .gitignore ignores (a committed build
+#                        output), no work history in the tree (issue or phase
+#                        numbers, a FLAGS file); LINT_SPDX=yes: every source file
+#                        carries its SPDX licence line
 #   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
 #   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
@@ -25,7 +29,7 @@
 #                        loaded; up to 25 when it builds the root)
 #   make deps [SETS="build test"]     check (as root: install) Debian package sets
 #
-# Output is one short line per step (CC core/api.c); V=1 prints the commands.
+# Output is one short line per step (CC core/manager.c); V=1 prints the commands.
 #
 # Each plugins/<name>/ directory with C sources becomes build/lib/fldispatch/
 # plugins/fld-<name>.so, so a new backend needs no change here. plugins/shared/
@@ -62,7 +66,7 @@ fld_sets_of = $(strip \
   $(if $(filter check-valgrind,$(1)),build test valgrind, \
   $(if $(filter fuzz fuzz-smoke fuzz-run,$(1)),build fuzz, \
   $(if $(filter check-fresh,$(1)),fresh, \
-  $(if $(filter lint,$(1)),lint,build)))))))
+  $(if $(filter lint,$(1)),build lint,build)))))))
 FLD_DEP_SETS := $(sort $(foreach g,$(or $(MAKECMDGOALS),$(.DEFAULT_GOAL)),$(call fld_sets_of,$(g))))
 ifneq ($(DEPS_CHECK),no)
 ifneq ($(FLD_DEP_SETS),)
@@ -400,16 +404,30 @@ CPPCHECK_FLAGS := --quiet --error-exitcode=1 --std=c11 --enable=warning,portabil
   --template='{file}:{line}:{column}: {severity} ({id}): {message}'
 # (cppcheck 2.10 leaves its exit status at 0 for some whole-program
 # findings, so any output fails the goal too.)
-lint: $(B)/gen/fld_paths.h
+# Work history (issue and phase numbers, a FLAGS file) is git's: the raw
+# outputs under docs/gpu-runs/<run>/ are the only place it may appear.
+LINT_HISTORY := issue [0-9]|phase [0-9]|FLAGS[.]md
+# LINT_SPDX=yes also requires an SPDX-License-Identifier line in the first 5
+# lines of every tracked source file (C, headers, CUDA/HIP, Python, shell, make).
+LINT_SPDX ?= no
+LINT_SPDX_FILES = git ls-files -- '*.c' '*.h' '*.cc' '*.cu' '*.cuh' '*.hip' '*.py' '*.sh' '*.mk' Makefile
+lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ)
 	@mkdir -p $(B)/cppcheck
 	$(Q)$(call fld_say,LINT,core plugins tools tests python/src)out=$$($(CPPCHECK) $(CPPCHECK_FLAGS) \
 	  --cppcheck-build-dir=$(B)/cppcheck -j2 core plugins tools tests python/src 2>&1); st=$$?; \
 	  if [ -n "$$out" ]; then printf '%s\n' "$$out" >&2; exit 1; fi; exit $$st
 	$(Q)$(call fld_say,LINT,core include graph: no cycle)$(PYTHON) .ci/include-graph.py --max-cycle 1 >/dev/null \
 	  || { $(PYTHON) .ci/include-graph.py | sed -n '/cycle(s)/,$$p' >&2; exit 1; }
+	$(Q)$(call fld_say,LINT,core and tools: nothing linked and unused)$(PYTHON) .ci/unused.py $(CORE_OBJ) $(TOOL_OBJ)
 	$(Q)$(call fld_say,LINT,no tracked file that .gitignore ignores)if [ -d .git ] || [ -f .git ]; then \
 	  bad=$$(git ls-files -ci --exclude-standard); if [ -n "$$bad" ]; then \
 	  printf 'tracked but ignored (a build output?): %s\n' $$bad >&2; exit 1; fi; fi
+	$(Q)$(call fld_say,LINT,no work history outside docs/gpu-runs/<run>/)if [ -d .git ] || [ -f .git ]; then \
+	  if git grep -n -i -E '$(LINT_HISTORY)' -- . ':!docs/gpu-runs/*/*' >&2; then \
+	  echo 'work history belongs in git log, not in the tree' >&2; exit 1; fi; fi
+	$(Q)if [ '$(LINT_SPDX)' = yes ]; then $(call fld_say,LINT,an SPDX line in every source file)\
+	  bad=$$($(LINT_SPDX_FILES) | while read -r f; do head -n 5 "$$f" | grep -q 'SPDX-License-Identifier:' || \
+	    echo "$$f"; done); if [ -n "$$bad" ]; then printf 'no SPDX-License-Identifier line: %s\n' $$bad >&2; exit 1; fi; fi
 
 -include python/python.mk
 

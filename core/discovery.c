@@ -136,7 +136,8 @@ static void compute_search_path(struct search_path *sp)
     }
 }
 
-const char *fld__plugin_search_path(void)
+/* The search path in force (':'-separated), computed at discovery. */
+static const char *plugin_search_path(void)
 {
     return search.joined ? search.joined : "";
 }
@@ -144,9 +145,9 @@ const char *fld__plugin_search_path(void)
 static void publish_search_path(void)
 {
     const char *now = atomic_load(&published);
-    if (now && strcmp(now, fld__plugin_search_path()) == 0)
+    if (now && strcmp(now, plugin_search_path()) == 0)
         return; /* unchanged: a reload keeps no extra copy */
-    char *copy = strdup(fld__plugin_search_path());
+    char *copy = strdup(plugin_search_path());
     if (!copy)
         return;
     char *old = atomic_exchange(&published, copy);
@@ -259,7 +260,8 @@ int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *p
     return FLD_OK;
 }
 
-int fld__load_plugin_file(const char *path, bool explicit_request)
+/* Loads one file; FLD_OK or FLD_EPLUGIN with the reason. */
+static int load_plugin_file(const char *path, bool explicit_request)
 {
     char real[PATH_MAX], why[768];
     const char *key = realpath(path, real) ? real : path;
@@ -385,7 +387,7 @@ static void scan_directory(const char *dir)
     for (size_t i = 0; i < n; i++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        fld__load_plugin_file(path, false);
+        load_plugin_file(path, false);
         free(names[i]);
     }
     free(names);
@@ -455,9 +457,9 @@ static void load_modules(const char *list)
                                   "or a plugin name; the working directory is never searched)");
                 continue;
             }
-            fld__load_plugin_file(e, true);
+            load_plugin_file(e, true);
         } else if (find_module(&search, e, path, sizeof path)) {
-            fld__load_plugin_file(path, true);
+            load_plugin_file(path, true);
         } else if (python_module_name(e, &dotted) && (dotted || fld__host_claims_modules())) {
             /* A Python module (vllm-plugin-FL's meaning of the variable): the
              * Python package imports it; a C-only process says so once. */
@@ -468,7 +470,7 @@ static void load_modules(const char *list)
             char why[PATH_MAX + 128];
             snprintf(why, sizeof why,
                      "VLLM_FL_PLUGIN_MODULES: plugin '%s' not found in the search path (%s)", e,
-                     fld__plugin_search_path());
+                     plugin_search_path());
             if (p)
                 reject_plugin(p, FLD_PLUGIN_REJECTED, why);
         }
@@ -621,7 +623,7 @@ int fld_load_plugin(const char *path)
                          "up relative to the working directory)",
                          path);
     fld__lock();
-    rc = fld__load_plugin_file(path, true);
+    rc = load_plugin_file(path, true);
     fld__unlock();
     return rc;
 }

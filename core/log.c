@@ -52,7 +52,7 @@ static const char *level_name(int level)
     return "DEBUG";
 }
 
-bool fld__log_enabled(int level)
+static bool log_enabled(int level)
 {
     return level >= atomic_load_explicit(&log_level, memory_order_relaxed);
 }
@@ -85,7 +85,7 @@ static void emit(int level, const char *msg)
 
 static void vlog(int level, const char *fmt, va_list ap)
 {
-    if (!fld__log_enabled(level))
+    if (!log_enabled(level))
         return;
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);

@@ -338,7 +338,9 @@ static void compute_config_path(void)
                                 i ? ":" : "", config_path.dirs[i]);
 }
 
-const char *fld__platform_config_path(void)
+/* The platform file directories: <dir of libfldispatch.so>/../share/fldispatch/config,
+ * then the compiled-in install directory; ':'-separated. */
+static const char *platform_config_path(void)
 {
     pthread_once(&config_path_once, compute_config_path);
     return config_path.joined;
@@ -433,6 +435,6 @@ int fld_platform(fld_platform_info *out)
     out->name = p->name;
     out->detected_by = p->detected_by;
     out->config_file = p->config_file;
-    out->config_path = fld__platform_config_path();
+    out->config_path = platform_config_path();
     return FLD_OK;
 }

@@ -181,6 +181,8 @@ int fld_stats_mode(void)
     return f & FLD_STATS_FLAG_TIME ? FLD_STATS_TIME : FLD_STATS_CALLS;
 }
 
+static bool expand_path(const char *pattern, char *out, size_t size);
+
 /* A path variable (pathvar.h), copied into *out (NULL when unset), once its expansion fits. */
 static int path_variable(const char *name, char **out)
 {
@@ -189,7 +191,7 @@ static int path_variable(const char *name, char **out)
     if (!v)
         return FLD_OK;
     char probe[4096];
-    if (!fld__stats_expand_path(v, probe, sizeof probe))
+    if (!expand_path(v, probe, sizeof probe))
         return fld__fail(FLD_ECONFIG, "%s: the path '%s' is too long once expanded", name, v);
     if (!(*out = strdup(v)))
         return fld__fail(FLD_ENOMEM, "%s: out of memory", name);
@@ -373,7 +375,11 @@ static long rank_of_process(void)
     return 0;
 }
 
-bool fld__stats_expand_path(const char *pattern, char *out, size_t size)
+/*
+ * pattern with "%p" replaced by the process id, "%r" by the rank (RANK, else
+ * LOCAL_RANK, else 0) and "%%" by "%". false when it does not fit.
+ */
+static bool expand_path(const char *pattern, char *out, size_t size)
 {
     size_t len = 0;
     for (const char *p = pattern; *p; p++) {
@@ -484,7 +490,7 @@ int fld_stats_write(const char *path)
         return fld__fail(FLD_EINVAL, "fld_stats_write: argument 'path' is %s",
                          path ? "empty" : "NULL");
     char expanded[4096];
-    if (!fld__stats_expand_path(path, expanded, sizeof expanded))
+    if (!expand_path(path, expanded, sizeof expanded))
         return fld__fail(FLD_EINVAL, "fld_stats_write: the path '%s' is too long once expanded",
                          path);
     return write_json(expanded);
@@ -496,7 +502,7 @@ int fld_trace_write(const char *path)
         return fld__fail(FLD_EINVAL, "fld_trace_write: argument 'path' is %s",
                          path ? "empty" : "NULL");
     char expanded[4096];
-    if (!fld__stats_expand_path(path, expanded, sizeof expanded))
+    if (!expand_path(path, expanded, sizeof expanded))
         return fld__fail(FLD_EINVAL, "fld_trace_write: the path '%s' is too long once expanded",
                          path);
     return fld__trace_write(expanded);

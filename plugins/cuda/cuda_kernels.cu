@@ -15,9 +15,6 @@
  * every driver since CUDA 4 exports. The runtime uses whatever context is
  * current, so a kernel launched between push and pop runs on the pushed
  * device.
- *
- * Run on an NVIDIA H100 (driver 580, CUDA 13.0) on 2026-11-23; the kernels
- * are also tested under the host emulator in tests/gpu.
  */
 #include <dlfcn.h>
 #include <pthread.h>

@@ -5,11 +5,8 @@
  * device hooks. The kernels (cuda_kernels.cu) are linked with the static
  * CUDA runtime, so this object loads where no driver is installed; it then
  * reports itself unavailable with the reason. The glue, shared with the rocm
- * plugin, is plugins/shared/gpu/gpu_plugin.c.
- *
- * Run on an NVIDIA H100 (driver 580, CUDA 13.0) on 2026-11-23; where it is
- * built (no driver) the no-driver path is tested with the real object, the
- * glue over the GPU emulator (tests/gpuplug, tests/test_gpu_plugins.c).
+ * plugin, is plugins/shared/gpu/gpu_plugin.c. What has run where:
+ * docs/device-plugins.md.
  */
 #include <dlfcn.h>
 #include <stdio.h>

@@ -8,10 +8,6 @@
  * (libamdhip64.so.7, .6 or .5), then this, so a missing runtime is a reason
  * the plugin reports, not a load failure. The table and the build version
  * are the exported symbols (default visibility; the rest is hidden).
- *
- * Compiled here but never run on a GPU (none was available; the HIP runtime
- * here answers hipErrorNoDevice); the kernels are tested under the host
- * emulator in tests/gpu.
  */
 #include <stdio.h>
 

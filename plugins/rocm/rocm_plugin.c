@@ -12,12 +12,8 @@
  * plain libamdhip64.so -- with RTLD_GLOBAL, then the kernels library, whose
  * symbols bind to it. When either cannot be opened the plugin stays
  * registered and unavailable with the loader's message, so that
- * `fldispatch list` shows why rather than a rejected plugin.
- *
- * Never run on an AMD GPU: where this was written there was none (the HIP
- * 5.2 runtime answers hipErrorNoDevice), so only that path and the
- * missing-library paths are tested with the real objects; the glue itself is
- * tested over the GPU emulator (tests/gpuplug).
+ * `fldispatch list` shows why rather than a rejected plugin. What has run
+ * where: docs/device-plugins.md.
  */
 #include <dlfcn.h>
 #include <limits.h>
