@@ -28,6 +28,7 @@
 #                        5-12 min on 2 cores with the root cached, quiet to
 #                        loaded; up to 25 when it builds the root)
 #   make deps [SETS="build test"]     check (as root: install) Debian package sets
+#                        (make run and make check install theirs as root too)
 #
 # Output is one short line per step (CC core/manager.c); V=1 prints the commands.
 #
@@ -43,7 +44,8 @@ INCLUDEDIR ?= $(PREFIX)/include
 DATADIR    ?= $(PREFIX)/share
 PLUGINDIR   = $(LIBDIR)/fldispatch/plugins
 CONFIGDIR   = $(DATADIR)/fldispatch/config
-EXAMPLEDIR  = $(DATADIR)/doc/fldispatch/examples
+DOCDIR      = $(DATADIR)/doc/fldispatch
+EXAMPLEDIR  = $(DOCDIR)/examples
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
 CC       ?= cc
@@ -56,10 +58,12 @@ SOMAJOR  := 0
 .DEFAULT_GOAL := all
 
 # The Debian packages the goals need, by set (.ci/deps.sh lists them): make
-# and make run the build set, make check the test set too, and so on. As root
-# the missing ones are installed; otherwise make stops with the one apt-get
-# line to run. Checked before anything below runs a compiler. DEPS_CHECK=no
-# skips it (a build against libraries that are not Debian packages).
+# and make run the build set, make check the test set too, and so on. The
+# README's two commands, make run and make check, run as root, install the
+# missing ones (one line says so); every other goal, and any goal run as
+# another user, stops with the one apt-get line to run. Checked before
+# anything below runs a compiler. DEPS_CHECK=no skips it (a build against
+# libraries that are not Debian packages).
 fld_sets_of = $(strip \
   $(if $(filter clean format uninstall deps,$(1)),, \
   $(if $(filter check tests,$(1)),build test, \
@@ -70,7 +74,8 @@ fld_sets_of = $(strip \
 FLD_DEP_SETS := $(sort $(foreach g,$(or $(MAKECMDGOALS),$(.DEFAULT_GOAL)),$(call fld_sets_of,$(g))))
 ifneq ($(DEPS_CHECK),no)
 ifneq ($(FLD_DEP_SETS),)
-FLD_DEPS_MSG := $(shell sh .ci/deps.sh --make $(FLD_DEP_SETS))
+FLD_DEPS_INSTALL := $(if $(filter run check,$(MAKECMDGOALS)),--install)
+FLD_DEPS_MSG := $(shell sh .ci/deps.sh --make $(FLD_DEPS_INSTALL) $(FLD_DEP_SETS))
 ifneq ($(.SHELLSTATUS),0)
 $(error $(FLD_DEPS_MSG))
 endif
@@ -328,7 +333,7 @@ check-fresh:
 
 # Checks (as root: installs) package sets by name: make deps SETS="build test rocm".
 deps:
-	@sh .ci/deps.sh $(or $(SETS),build test)
+	@sh .ci/deps.sh --install $(or $(SETS),build test)
 
 # The example plugins are not installed into $(PLUGINDIR): their sources go
 # under $(EXAMPLEDIR)/<name>/.
@@ -355,6 +360,7 @@ install: all
 	$(Q)install -m 0755 $(TOOL) $(DESTDIR)$(BINDIR)/
 	$(Q)install -m 0644 include/fldispatch/*.h $(DESTDIR)$(INCLUDEDIR)/fldispatch/
 	$(Q)for f in $(wildcard config/*.yaml); do install -m 0644 $$f $(DESTDIR)$(CONFIGDIR)/; done
+	$(Q)install -d $(DESTDIR)$(DOCDIR) && install -m 0644 LICENSE $(DESTDIR)$(DOCDIR)/
 	$(Q)for p in $(PLUGIN_EXAMPLES); do \
 	  install -d $(DESTDIR)$(EXAMPLEDIR)/$$p && \
 	  install -m 0644 $$(ls plugins/$$p/*.c plugins/$$p/*.h plugins/$$p/*.md 2>/dev/null) \
@@ -377,9 +383,10 @@ uninstall:
 	$(Q)rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/fldispatch/,$(notdir $(wildcard include/fldispatch/*.h)))
 	$(Q)rm -f $(addprefix $(DESTDIR)$(CONFIGDIR)/,$(notdir $(wildcard config/*.yaml)))
 	$(Q)rm -rf $(PLUGIN_EXAMPLES:%=$(DESTDIR)$(EXAMPLEDIR)/%)
+	$(Q)rm -f $(DESTDIR)$(DOCDIR)/LICENSE
 	$(Q)rmdir $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(LIBDIR)/fldispatch $(DESTDIR)$(CONFIGDIR) \
 	  $(DESTDIR)$(DATADIR)/fldispatch $(DESTDIR)$(INCLUDEDIR)/fldispatch \
-	  $(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(DATADIR)/doc/fldispatch 2>/dev/null || true
+	  $(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 
 clean:
 	rm -rf $(B)

@@ -81,8 +81,8 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
                                                           const void *args);
 __attribute__((noinline, cold)) static int fast_failed(struct fld_op_s *op, unsigned slot,
                                                        const void *args, fld_kernel_fn fn, int rc);
-__attribute__((noinline, cold)) static int dispatch_maybe_overridden(struct fld_op_s *op,
-                                                                     unsigned slot, const void *args);
+__attribute__((noinline, cold)) static int
+dispatch_maybe_overridden(struct fld_op_s *op, unsigned slot, const void *args);
 __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned slot,
                                                    const void *args);
 static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot);
@@ -305,8 +305,8 @@ __attribute__((noinline, cold)) static int fast_failed(struct fld_op_s *op, unsi
 }
 
 /* Some thread has a scoped override: this one's chain if it is that thread, else the slow path. */
-__attribute__((noinline, cold)) static int dispatch_maybe_overridden(struct fld_op_s *op,
-                                                                     unsigned slot, const void *args)
+__attribute__((noinline, cold)) static int
+dispatch_maybe_overridden(struct fld_op_s *op, unsigned slot, const void *args)
 {
     const struct fld_policy *top = fld__policy_override_top();
     if (top)

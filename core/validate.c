@@ -16,7 +16,8 @@
  * The fast path of each family and the full validator it falls back to
  * must accept exactly the same calls (test_validate_fast compares them on
  * generated calls), and both read the same layout walk: they stay side by
- * side, so a change to one shows next to the other. The cold message builders (fail_*) are the bulk of the lines.
+ * side, so a change to one shows next to the other. The cold message
+ * builders (fail_*) are the bulk of the lines.
  */
 #include <float.h>
 #include <stddef.h>

@@ -360,7 +360,7 @@ START_TEST(quick_rms_norm_json)
     /* One thread by default: the caller's VLLM_FL_CPU_THREADS is the default the
      * machine reports, and STREAM then runs with one thread only, which is quicker. */
     tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
-             ARGS("bench", "--quick", "rms_norm", "--dtype", "f32", "--json"));
+                ARGS("bench", "--quick", "rms_norm", "--dtype", "f32", "--json"));
     assert_status(r, 0);
     ck_assert_msg(!strchr(r.err, '\r'), "progress written although stderr is not a terminal");
     struct jvalue *doc = parse_bench_json(&r);
@@ -419,7 +419,7 @@ START_TEST(threads_list_runs_each_count)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, NO_ENV,
-             ARGS("bench", "--quick", "silu_and_mul", "--dtype", "bf16", "--impl", "vendor.cpu",
+                ARGS("bench", "--quick", "silu_and_mul", "--dtype", "bf16", "--impl", "vendor.cpu",
                   "--tokens", "1,64", "--threads", "1,2", "--json"));
     assert_status(r, 0);
     struct jvalue *doc = parse_bench_json(&r);
@@ -461,7 +461,7 @@ START_TEST(text_output_has_header_lines_and_no_targets)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
-             ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
+                ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
                   "--tokens", "1"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "machine:"), CLIP, r.out);
@@ -519,7 +519,7 @@ START_TEST(targets_script_reads_the_json)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
-             ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
+                ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
                   "--tokens", "1", "--json"));
     assert_status(r, 0);
     char *out = NULL;
@@ -614,7 +614,7 @@ START_TEST(no_implementation_exits_3)
 
     /* The device's plugin is there but switched off: its reason is passed on. */
     tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"),
-             ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
+                ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
     assert_status(r, 3);
     ck_assert_msg(line_with(r.err, "device cuda: ", "fakedev", "FLD_FAKEDEV_UNAVAILABLE"), CLIP,
                   r.err);
@@ -634,7 +634,7 @@ START_TEST(device_quick_json_has_d2d_baseline)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env()),
-             ARGS("bench", "--quick", "rms_norm", "--device", "cuda", "--dtype", "f32,bf16",
+                ARGS("bench", "--quick", "rms_norm", "--device", "cuda", "--dtype", "f32,bf16",
                   "--copy-mib", "16", "--json"));
     assert_status(r, 0);
     struct jvalue *doc = parse_bench_json_on(&r, true);
@@ -671,7 +671,7 @@ START_TEST(device_text_names_the_baseline)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env()),
-             ARGS("bench", "--quick", "rotary_embedding", "--device", "cuda", "--dtype", "f16",
+                ARGS("bench", "--quick", "rotary_embedding", "--device", "cuda", "--dtype", "f16",
                   "--tokens", "4", "--copy-mib", "8"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "fldispatch bench: cuda", "fld_device_synchronize"), CLIP,
@@ -702,7 +702,7 @@ START_TEST(device_rotates_input_sets)
     struct tt_tool_run r;
     char counting[] = "FLD_FAKEDEV_COUNT_INPUTS=1";
     tt_tool_run(&r, ENV(fakedev_env(), counting),
-             ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
+                ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
                   "--tokens", "1", "--copy-mib", "4"));
     assert_status(r, 0);
     const char *line = strstr(r.err, "fakedev: silu_and_mul read ");
@@ -719,7 +719,7 @@ START_TEST(device_failing_kernel_fails_the_run)
      * the synchronisation at the end of the batch reports it. */
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_FAIL_SYNC=1"),
-             ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
+                ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
                   "--tokens", "1", "--copy-mib", "8"));
     assert_status(r, 1);
     ck_assert_msg(line_with(r.err, "silu_and_mul vendor.fakedev f32 1x4096 failed",
@@ -806,7 +806,7 @@ START_TEST(registration_reports_each_count)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, NO_ENV,
-             ARGS("bench", "--registration", "--ops", "10,300", "--impls", "2", "--reps", "1"));
+                ARGS("bench", "--registration", "--ops", "10,300", "--impls", "2", "--reps", "1"));
     assert_status(r, 0);
     ck_assert_msg(strstr(r.out, "with 2 implementations each"), CLIP, r.out);
     for (const char *const *n = (const char *const[]){"10", "300", NULL}; *n; n++) {
@@ -843,7 +843,7 @@ START_TEST(registration_json_and_targets_script)
     tt_tool_run_free(&r);
 
     tt_tool_run(&r, NO_ENV,
-             ARGS("bench", "--registration", "--ops", "10,4000", "--reps", "1", "--json"));
+                ARGS("bench", "--registration", "--ops", "10,4000", "--reps", "1", "--json"));
     assert_status(r, 0);
     tt_assert_schema(r.out, "bench");
     struct jvalue *doc = json_parse(r.out);

@@ -280,7 +280,8 @@ START_TEST(list_summary)
     tt_tool_run_free(&r);
 
     /* A long reason is cut, whole characters, with "..." */
-    tt_tool_run(&r, ENV("ASCEND_HOME_PATH=/nonexistent/ascend/toolkit/with/a/long/path/that/goes/on"),
+    tt_tool_run(&r,
+                ENV("ASCEND_HOME_PATH=/nonexistent/ascend/toolkit/with/a/long/path/that/goes/on"),
              ARGS("list"));
     assert_status(r, 0);
     const char *line = line_with(r.out, "ascend ", "unavailable");
@@ -474,7 +475,7 @@ START_TEST(rejected_cpu_plugin_is_reported)
     static const char *const commands[][2] = {{"list", NULL}, {"resolve", "rms_norm"}};
     for (size_t i = 0; i < 2; i++) {
         tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=abc", "VLLM_FL_STRICT=1"),
-                 ARGS(commands[i][0], commands[i][1]));
+                    ARGS(commands[i][0], commands[i][1]));
         assert_status(r, 2);
         ck_assert_msg(line_with(r.err, "plugin 'cpu'", "rejected", "VLLM_FL_CPU_THREADS='abc'"),
                       CLIP, r.err);
@@ -689,7 +690,8 @@ START_TEST(resolve_device_and_dtype_options)
     ck_assert_str_eq(first_line(r.out), "vendor.cpu");
     tt_tool_run_free(&r);
 
-    tt_tool_run(&r, NO_ENV, ARGS("resolve", "--dtype=f16", "--device=cpu", "silu_and_mul", "--json"));
+    tt_tool_run(&r, NO_ENV,
+                ARGS("resolve", "--dtype=f16", "--device=cpu", "silu_and_mul", "--json"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "\"dtype\": \"f16\""));
     ck_assert(strstr(r.out, "\"selected\": \"vendor.cpu\""));
@@ -732,7 +734,7 @@ START_TEST(template_plugin_selection)
     struct tt_tool_run r;
     /* Off by default: dropped with its reason. */
     tt_tool_run(&r, ENV("VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
-             ARGS("resolve", "silu_and_mul"));
+                ARGS("resolve", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "reference.c");
     ck_assert(line_with(r.out, "vendor.template", "FLD_TEMPLATE_ENABLE"));
@@ -746,14 +748,15 @@ START_TEST(template_plugin_selection)
     tt_tool_run_free(&r);
 
     tt_tool_run(&r,
-             ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
-             ARGS("resolve", "silu_and_mul"));
+                ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
+                ARGS("resolve", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "vendor.template");
     tt_tool_run_free(&r);
 
     /* float32 only. */
-    tt_tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("resolve", "silu_and_mul", "--dtype", "bf16"));
+    tt_tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"),
+                ARGS("resolve", "silu_and_mul", "--dtype", "bf16"));
     assert_status(r, 0);
     ck_assert(!line_with(r.out, ". vendor.template"));
     tt_tool_run_free(&r);
@@ -824,7 +827,7 @@ START_TEST(config_json)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV("VLLM_FL_PREFER=reference", "VLLM_FL_DENY_VENDORS=acme,cuda"),
-             ARGS("config", "--json"));
+                ARGS("config", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"platform\": {"));
@@ -856,7 +859,7 @@ START_TEST(config_json)
     tt_tool_run_free(&r);
 
     tt_tool_run(&r, ENV("VLLM_FL_STRICT=1", "VLLM_FL_CUSTOM_OPS=-rms_norm,+silu_and_mul"),
-             ARGS("config", "--json"));
+                ARGS("config", "--json"));
     assert_status(r, 0);
     ck_assert_msg(json_field(r.out, "strict", "true", "VLLM_FL_STRICT"), CLIP, r.out);
     ck_assert_msg(strstr(r.out, "\"-rms_norm\""), CLIP, r.out);
@@ -1019,7 +1022,7 @@ START_TEST(freeze_stdout)
 
     /* Pairs nothing qualifies for are left out, and said. */
     tt_tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template"),
-             ARGS("freeze", "--device", "cpu"));
+                ARGS("freeze", "--device", "cpu"));
     assert_status(r, 0);
     ck_assert(
         line_with(r.out, "{op: silu_and_mul, device: cpu, dtype: f32, impl: vendor.template}"));
@@ -1136,7 +1139,7 @@ START_TEST(freeze_devices)
 
     /* Nothing resolves under the policy: exit 3, no manifest. */
     tt_tool_run(&r,
-             ENV(fakedev_env(), "VLLM_FL_DENY_VENDORS=fakedev", "VLLM_FL_PREFER_ENABLED=0",
+                ENV(fakedev_env(), "VLLM_FL_DENY_VENDORS=fakedev", "VLLM_FL_PREFER_ENABLED=0",
                  "VLLM_FL_PER_OP=attention_backend=vendor"),
              ARGS("freeze", "--device", "cuda"));
     assert_status(r, 3);
@@ -1197,7 +1200,7 @@ START_TEST(bench_overhead_json)
     struct tt_tool_run r;
     /* Policy variables must not stop the bench from pinning its own kernels. */
     tt_tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=bench", "VLLM_FL_PREFER=reference"),
-             ARGS("bench", "--overhead", "--json", "--reps=3", "--calls=1000"));
+                ARGS("bench", "--overhead", "--json", "--reps=3", "--calls=1000"));
     assert_status(r, 0);
     assert_json_object(r.out);
     tt_assert_schema(r.out, "bench");

@@ -304,7 +304,7 @@ START_TEST(tool_stderr_has_no_escape_sequence)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV("VLLM_FL_PREFER=\x1b[2Jvendor\xff", "VLLM_FL_UNKNOWN\x1b[1m=1"),
-             ARGS("config"));
+                ARGS("config"));
     ck_assert_int_ne(r.status, 0);
     ck_assert_msg(strchr(r.err, '\x1b') == NULL, "escape byte on stderr:\n" CLIP, r.err);
     for (char *c = r.err; *c; c++)

@@ -194,7 +194,7 @@ START_TEST(list_with_invalid_utf8)
     struct tt_tool_run r;
     /* Plugin paths and a rejection reason that name the directory, a module name in a reason. */
     tt_tool_run(&r, ENV(dir_env, "VLLM_FL_PLUGIN_MODULES=no\xffsuch", "VLLM_FL_LOG_LEVEL=ERROR"),
-             ARGS("list", "--json"));
+                ARGS("list", "--json"));
     assert_status(r, 0);
     assert_replaced_and_valid(&r, "list");
     ck_assert_msg(strstr(r.out, "plug\\ufffdins/fld-bad_magic.so"), CLIP, r.out);
@@ -273,7 +273,7 @@ START_TEST(bench_registration_document)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, NO_ENV,
-             ARGS("bench", "--registration", "--ops", "10,20", "--reps", "1", "--json"));
+                ARGS("bench", "--registration", "--ops", "10,20", "--reps", "1", "--json"));
     assert_status(r, 0);
     tt_assert_schema(r.out, "bench");
     ck_assert_msg(strncmp(r.out, "{\n  \"schema\": 1,\n  \"benchmark\": \"registration\",", 47) ==

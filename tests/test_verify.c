@@ -160,7 +160,7 @@ START_TEST(same_seed_same_result)
     tt_tool_run(&a, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
     tt_tool_run(&b, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
     tt_tool_run(&c, NO_ENV,
-             ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json", "--seed", "7"));
+                ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json", "--seed", "7"));
     assert_status(a, 0);
     assert_status(c, 0);
     ck_assert_str_eq(a.out, b.out);
@@ -315,7 +315,7 @@ START_TEST(fake_device_catches_wrong_values_and_overruns)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_BAD=1"),
-             ARGS("verify", "--quick", "--device", "cuda", "silu_and_mul", "rms_norm", "--dtype",
+                ARGS("verify", "--quick", "--device", "cuda", "silu_and_mul", "rms_norm", "--dtype",
                   "f32,bf16"));
     assert_status(r, 1);
     for (size_t dt = 0; dt < 3; dt += 2) {
@@ -342,7 +342,7 @@ START_TEST(fake_device_unavailable_names_the_reason)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"),
-             ARGS("verify", "--quick", "--device", "cuda", "rms_norm"));
+                ARGS("verify", "--quick", "--device", "cuda", "rms_norm"));
     assert_status(r, 3);
     ck_assert_msg(line_with(r.err, "fldispatch verify: device cuda: ", "fakedev",
                             "switched off by FLD_FAKEDEV_UNAVAILABLE"),
@@ -356,7 +356,7 @@ START_TEST(fake_device_asynchronous_failure_fails)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_FAIL_SYNC=1"),
-             ARGS("verify", "--quick", "--device", "cuda", "rms_norm", "--dtype", "f16"));
+                ARGS("verify", "--quick", "--device", "cuda", "rms_norm", "--dtype", "f16"));
     assert_status(r, 1);
     ck_assert_msg(line_with(r.out, "rms_norm ", "f16 ", "vendor.fakedev ", "FAIL"), CLIP, r.out);
     ck_assert_msg(
@@ -371,7 +371,7 @@ START_TEST(fake_device_json)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env()),
-             ARGS("verify", "--quick", "--device", "cuda", "rotary_embedding", "--json"));
+                ARGS("verify", "--quick", "--device", "cuda", "rotary_embedding", "--json"));
     assert_status(r, 0);
     ck_assert_msg(r.out[0] == '{' && tt_json_valid(r.out), "not a JSON object:\n" CLIP, r.out);
     ck_assert(strstr(r.out, "\"device\": \"cuda\""));
@@ -388,7 +388,8 @@ END_TEST
 START_TEST(cpu_has_no_device_lines)
 {
     struct tt_tool_run r;
-    tt_tool_run(&r, ENV(fakedev_env()), ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32"));
+    tt_tool_run(&r, ENV(fakedev_env()),
+                ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32"));
     assert_status(r, 0);
     ck_assert_msg(!strstr(r.out, "device memory"), CLIP, r.out);
     ck_assert_msg(!strstr(r.out, "fakedev"), CLIP, r.out);
@@ -495,7 +496,7 @@ START_TEST(failure_in_json)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(bad_kernel_env()),
-             ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32", "--json"));
+                ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32", "--json"));
     assert_status(r, 1);
     ck_assert_msg(tt_json_valid(r.out), CLIP, r.out);
     ck_assert(strstr(r.out, "\"ok\": false"));
@@ -510,7 +511,7 @@ START_TEST(clean_decline_passes)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(bad_kernel_env()),
-             ARGS("verify", "--quick", "gelu_and_mul", "gelu_tanh_and_mul"));
+                ARGS("verify", "--quick", "gelu_and_mul", "gelu_tanh_and_mul"));
     assert_status(r, 0);
     /* FLD_EUNSUPPORTED from the kernel, and supports() false, for every dtype */
     for (size_t op = 2; op < 4; op++)
@@ -527,7 +528,7 @@ START_TEST(decline_after_writing_fails)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(bad_kernel_env()),
-             ARGS("verify", "--quick", "mul_and_silu", "--dtype", "bf16"));
+                ARGS("verify", "--quick", "mul_and_silu", "--dtype", "bf16"));
     assert_status(r, 1);
     ck_assert(line_with(r.out, "mul_and_silu ", "bf16 ", "vendor.bad ", "FAIL"));
     ck_assert_msg(line_with(r.out, "first failure", "declined", "but wrote 'out'"), CLIP, r.out);
@@ -539,7 +540,7 @@ START_TEST(policy_dropped_impl_is_skipped)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"),
-             ARGS("verify", "--quick", "rms_norm", "--dtype", "f16"));
+                ARGS("verify", "--quick", "rms_norm", "--dtype", "f16"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "rms_norm ", "vendor.cpu ", "skipped", "cpu"), CLIP, r.out);
     ck_assert(line_with(r.out, "rms_norm ", "reference.c ", "PASS"));

@@ -261,16 +261,16 @@ template <int DT, bool VEC> static int launch_act(const struct fld__gpu_act_args
     switch (a->op) {
     case FLD_GPU_SILU_AND_MUL:
         return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_SILU_AND_MUL>, grid, dim3(threads),
-                              stream, *a);
+                               stream, *a);
     case FLD_GPU_MUL_AND_SILU:
         return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_MUL_AND_SILU>, grid, dim3(threads),
-                              stream, *a);
+                               stream, *a);
     case FLD_GPU_GELU_AND_MUL:
         return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_GELU_AND_MUL>, grid, dim3(threads),
-                              stream, *a);
+                               stream, *a);
     case FLD_GPU_GELU_TANH_AND_MUL:
         return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_GELU_TANH_AND_MUL>, grid, dim3(threads),
-                              stream, *a);
+                               stream, *a);
     default:
         return FLD_GPU_EINVAL;
     }
@@ -572,7 +572,7 @@ static int launch_norm(const struct fld__gpu_norm_args *a, dim3 grid, dim3 block
         return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 2>, grid, block, stream, *a);
     if (block.x <= 256 && per <= FLD_GPU_NORM_REG_GROUPS)
         return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, FLD_GPU_NORM_REG_GROUPS>, grid,
-                              block, stream, *a);
+                               block, stream, *a);
     return fld__gpu_launch(norm_kernel<DT, WDT, RDT, VEC>, grid, block, stream, *a);
 }
 
