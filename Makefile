@@ -8,8 +8,12 @@
 #   make clean           remove build/
 #   make format          apply .clang-format to every C file
 #   make lint            cppcheck over every C file (about 20 s on 2 cores), no
-#                        include cycle in core/ (.ci/include-graph.py), no tracked
-#                        file that .gitignore ignores (a committed build output)
+#                        include cycle in core/ (.ci/include-graph.py), nothing in
+#                        core/ or tools/ linked and unused (.ci/unused.py), no
+#                        tracked file that .gitignore ignores (a committed build
+#                        output), no work history in the tree (issue or phase
+#                        numbers, a FLAGS file); LINT_SPDX=yes: every source file
+#                        carries its SPDX licence line
 #   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
 #   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
@@ -24,8 +28,9 @@
 #                        5-12 min on 2 cores with the root cached, quiet to
 #                        loaded; up to 25 when it builds the root)
 #   make deps [SETS="build test"]     check (as root: install) Debian package sets
+#                        (make run and make check install theirs as root too)
 #
-# Output is one short line per step (CC core/api.c); V=1 prints the commands.
+# Output is one short line per step (CC core/manager.c); V=1 prints the commands.
 #
 # Each plugins/<name>/ directory with C sources becomes build/lib/fldispatch/
 # plugins/fld-<name>.so, so a new backend needs no change here. plugins/shared/
@@ -39,7 +44,8 @@ INCLUDEDIR ?= $(PREFIX)/include
 DATADIR    ?= $(PREFIX)/share
 PLUGINDIR   = $(LIBDIR)/fldispatch/plugins
 CONFIGDIR   = $(DATADIR)/fldispatch/config
-EXAMPLEDIR  = $(DATADIR)/doc/fldispatch/examples
+DOCDIR      = $(DATADIR)/doc/fldispatch
+EXAMPLEDIR  = $(DOCDIR)/examples
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
 CC       ?= cc
@@ -52,21 +58,24 @@ SOMAJOR  := 0
 .DEFAULT_GOAL := all
 
 # The Debian packages the goals need, by set (.ci/deps.sh lists them): make
-# and make run the build set, make check the test set too, and so on. As root
-# the missing ones are installed; otherwise make stops with the one apt-get
-# line to run. Checked before anything below runs a compiler. DEPS_CHECK=no
-# skips it (a build against libraries that are not Debian packages).
+# and make run the build set, make check the test set too, and so on. The
+# README's two commands, make run and make check, run as root, install the
+# missing ones (one line says so); every other goal, and any goal run as
+# another user, stops with the one apt-get line to run. Checked before
+# anything below runs a compiler. DEPS_CHECK=no skips it (a build against
+# libraries that are not Debian packages).
 fld_sets_of = $(strip \
   $(if $(filter clean format uninstall deps,$(1)),, \
   $(if $(filter check tests,$(1)),build test, \
   $(if $(filter check-valgrind,$(1)),build test valgrind, \
   $(if $(filter fuzz fuzz-smoke fuzz-run,$(1)),build fuzz, \
   $(if $(filter check-fresh,$(1)),fresh, \
-  $(if $(filter lint,$(1)),lint,build)))))))
+  $(if $(filter lint,$(1)),build lint,build)))))))
 FLD_DEP_SETS := $(sort $(foreach g,$(or $(MAKECMDGOALS),$(.DEFAULT_GOAL)),$(call fld_sets_of,$(g))))
 ifneq ($(DEPS_CHECK),no)
 ifneq ($(FLD_DEP_SETS),)
-FLD_DEPS_MSG := $(shell sh .ci/deps.sh --make $(FLD_DEP_SETS))
+FLD_DEPS_INSTALL := $(if $(filter run check,$(MAKECMDGOALS)),--install)
+FLD_DEPS_MSG := $(shell sh .ci/deps.sh --make $(FLD_DEPS_INSTALL) $(FLD_DEP_SETS))
 ifneq ($(.SHELLSTATUS),0)
 $(error $(FLD_DEPS_MSG))
 endif
@@ -142,12 +151,12 @@ ifeq ($(filter clean format lint deps uninstall,$(MAKECMDGOALS)),)
 $(foreach p,$(PLUGIN_ALL),$(if $(PLUGIN_SKIP_$(p)),$(info fldispatch: not building plugin '$(p)': $(PLUGIN_SKIP_$(p)))))
 endif
 
-TOOL_SRC := $(sort $(wildcard tools/*.c))
+TOOL_SRC := $(sort $(wildcard tools/*.c tools/bench/*.c))
 TOOL_OBJ := $(TOOL_SRC:%.c=$(OBJ)/%.o)
 TOOL     := $(BINOUT)/fldispatch
 
-# The tests' helpers, and the host-tensor helper they share with the tool.
-TEST_UTIL_SRC := $(sort $(wildcard tests/util/*.c)) tools/host_tensor.c
+# The tests' helpers (tests/util/).
+TEST_UTIL_SRC := $(sort $(wildcard tests/util/*.c))
 TEST_UTIL_OBJ := $(TEST_UTIL_SRC:%.c=$(OBJ)/%.o)
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(TESTOUT)/%)
@@ -324,7 +333,7 @@ check-fresh:
 
 # Checks (as root: installs) package sets by name: make deps SETS="build test rocm".
 deps:
-	@sh .ci/deps.sh $(or $(SETS),build test)
+	@sh .ci/deps.sh --install $(or $(SETS),build test)
 
 # The example plugins are not installed into $(PLUGINDIR): their sources go
 # under $(EXAMPLEDIR)/<name>/.
@@ -351,6 +360,7 @@ install: all
 	$(Q)install -m 0755 $(TOOL) $(DESTDIR)$(BINDIR)/
 	$(Q)install -m 0644 include/fldispatch/*.h $(DESTDIR)$(INCLUDEDIR)/fldispatch/
 	$(Q)for f in $(wildcard config/*.yaml); do install -m 0644 $$f $(DESTDIR)$(CONFIGDIR)/; done
+	$(Q)install -d $(DESTDIR)$(DOCDIR) && install -m 0644 LICENSE $(DESTDIR)$(DOCDIR)/
 	$(Q)for p in $(PLUGIN_EXAMPLES); do \
 	  install -d $(DESTDIR)$(EXAMPLEDIR)/$$p && \
 	  install -m 0644 $$(ls plugins/$$p/*.c plugins/$$p/*.h plugins/$$p/*.md 2>/dev/null) \
@@ -373,9 +383,10 @@ uninstall:
 	$(Q)rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/fldispatch/,$(notdir $(wildcard include/fldispatch/*.h)))
 	$(Q)rm -f $(addprefix $(DESTDIR)$(CONFIGDIR)/,$(notdir $(wildcard config/*.yaml)))
 	$(Q)rm -rf $(PLUGIN_EXAMPLES:%=$(DESTDIR)$(EXAMPLEDIR)/%)
+	$(Q)rm -f $(DESTDIR)$(DOCDIR)/LICENSE
 	$(Q)rmdir $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(LIBDIR)/fldispatch $(DESTDIR)$(CONFIGDIR) \
 	  $(DESTDIR)$(DATADIR)/fldispatch $(DESTDIR)$(INCLUDEDIR)/fldispatch \
-	  $(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(DATADIR)/doc/fldispatch 2>/dev/null || true
+	  $(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 
 clean:
 	rm -rf $(B)
@@ -383,7 +394,7 @@ clean:
 format:
 	clang-format -i $(wildcard include/fldispatch/*.h include/fldispatch/internal/*.h core/*.[ch] \
 	  plugins/*/*.[ch] plugins/*/*.cu plugins/*/*.cuh plugins/*/*.hip plugins/shared/*/*.[ch] \
-	  plugins/shared/*/*.cuh tools/*.[ch] tests/*.[ch] tests/*/*.[ch] tests/*/*.cc tests/plugins/*.c)
+	  plugins/shared/*/*.cuh tools/*.[ch] tools/bench/*.[ch] tests/*.[ch] tests/*/*.[ch] tests/*/*.cc tests/plugins/*.c)
 
 # Static analysis: cppcheck over the library, the plugins, the tool, the
 # tests and the Python extension, as one configuration (the Makefile's
@@ -400,16 +411,30 @@ CPPCHECK_FLAGS := --quiet --error-exitcode=1 --std=c11 --enable=warning,portabil
   --template='{file}:{line}:{column}: {severity} ({id}): {message}'
 # (cppcheck 2.10 leaves its exit status at 0 for some whole-program
 # findings, so any output fails the goal too.)
-lint: $(B)/gen/fld_paths.h
+# Work history (issue and phase numbers, a FLAGS file) is git's: the raw
+# outputs under docs/gpu-runs/<run>/ are the only place it may appear.
+LINT_HISTORY := issue [0-9]|phase [0-9]|FLAGS[.]md
+# LINT_SPDX=yes also requires an SPDX-License-Identifier line in the first 5
+# lines of every tracked source file (C, headers, CUDA/HIP, Python, shell, make).
+LINT_SPDX ?= no
+LINT_SPDX_FILES = git ls-files -- '*.c' '*.h' '*.cc' '*.cu' '*.cuh' '*.hip' '*.py' '*.sh' '*.mk' Makefile
+lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ)
 	@mkdir -p $(B)/cppcheck
 	$(Q)$(call fld_say,LINT,core plugins tools tests python/src)out=$$($(CPPCHECK) $(CPPCHECK_FLAGS) \
 	  --cppcheck-build-dir=$(B)/cppcheck -j2 core plugins tools tests python/src 2>&1); st=$$?; \
 	  if [ -n "$$out" ]; then printf '%s\n' "$$out" >&2; exit 1; fi; exit $$st
 	$(Q)$(call fld_say,LINT,core include graph: no cycle)$(PYTHON) .ci/include-graph.py --max-cycle 1 >/dev/null \
 	  || { $(PYTHON) .ci/include-graph.py | sed -n '/cycle(s)/,$$p' >&2; exit 1; }
+	$(Q)$(call fld_say,LINT,core and tools: nothing linked and unused)$(PYTHON) .ci/unused.py $(CORE_OBJ) $(TOOL_OBJ)
 	$(Q)$(call fld_say,LINT,no tracked file that .gitignore ignores)if [ -d .git ] || [ -f .git ]; then \
 	  bad=$$(git ls-files -ci --exclude-standard); if [ -n "$$bad" ]; then \
 	  printf 'tracked but ignored (a build output?): %s\n' $$bad >&2; exit 1; fi; fi
+	$(Q)$(call fld_say,LINT,no work history outside docs/gpu-runs/<run>/)if [ -d .git ] || [ -f .git ]; then \
+	  if git grep -n -i -E '$(LINT_HISTORY)' -- . ':!docs/gpu-runs/*/*' >&2; then \
+	  echo 'work history belongs in git log, not in the tree' >&2; exit 1; fi; fi
+	$(Q)if [ '$(LINT_SPDX)' = yes ]; then $(call fld_say,LINT,an SPDX line in every source file)\
+	  bad=$$($(LINT_SPDX_FILES) | while read -r f; do head -n 5 "$$f" | grep -q 'SPDX-License-Identifier:' || \
+	    echo "$$f"; done); if [ -n "$$bad" ]; then printf 'no SPDX-License-Identifier line: %s\n' $$bad >&2; exit 1; fi; fi
 
 -include python/python.mk
 

@@ -18,7 +18,8 @@
 #    nvcc), and neither is libhwloc-plugins (the hwloc test topologies must
 #    read without libxml2).
 # 3. A second pristine copy: `make` and `make check` as an unprivileged user
-#    must each stop with exactly one line naming the apt-get install to run.
+#    must each stop with exactly one line naming the apt-get install to run,
+#    and so must `make` as root (only make run and make check install).
 #
 # The committed tree (HEAD) is what is tested: commit first. Logs go to
 # build/check-fresh/ in the clone.
@@ -179,6 +180,19 @@ for goal in "" check; do
     say "user: '$cmd' stops with: $(cat "$log")"
 done
 [ ! -e "$USER_ROOT/scratch/fldispatch/build" ] || die "'make' as a user built something before it stopped"
+# As root, plain make (not one of the README's two commands) installs nothing either.
+want="fldispatch: missing Debian packages (build): run 'apt-get install $(sh .ci/deps.sh --list build)'"
+log=$LOGS/root-make.log
+if in_root "$USER_ROOT" root make >"$log" 2>&1; then
+    cat "$log" >&2
+    die "'make' as root on a root without the packages succeeded (it installed them?)"
+fi
+lines=$(wc -l <"$log")
+if [ "$lines" -ne 1 ] || ! grep -qF "$want" "$log"; then
+    cat "$log" >&2
+    die "'make' as root printed $lines lines, not the one line: $want"
+fi
+say "root: 'make' stops with: $(cat "$log")"
 user_s=$(elapsed "$t")
 
 # ---- 2. the README's two commands as root --------------------------------------

@@ -1,7 +1,9 @@
 #!/bin/sh
 # The Debian packages fldispatch needs, in sets by purpose. Each make goal
-# asks for its sets only (see the Makefile): as root the missing packages are
-# installed; otherwise one line names the apt-get command to run.
+# asks for its sets only (see the Makefile). The README's two commands, make
+# run and make check, pass --install: run as root, they install the missing
+# packages and say so in one line. Every other goal, and any goal run as
+# another user, stops with one line naming the apt-get command to run.
 #
 #   build     make, make run, make install: the compiler, pkg-config, libyaml,
 #             hwloc and dlpack headers
@@ -15,10 +17,11 @@
 #   lint      make lint: cppcheck, and python3 for the include-graph check
 #   all       every set (what .ci/run installs)
 #
-# Usage: sh .ci/deps.sh [--make] SET...    check (and as root install) SETs
-#        sh .ci/deps.sh --list SET...      print the packages of SETs
+# Usage: sh .ci/deps.sh [--make] [--install] SET...   check SETs (--install: as root, install them)
+#        sh .ci/deps.sh --list SET...                   print the packages of SETs
 # --make: the message for a missing package goes to stdout, for make to stop
-# with it.
+# with it. FLD_DEPS_DRY_RUN=1: say what would be installed, run no apt-get
+# (tests/test_build.c checks the two paths with it).
 # The cuda plugin's nvcc is NVIDIA's, not Debian's: it is used when found in
 # /usr/local/cuda or PATH, and skipped otherwise (no set installs it).
 
@@ -37,10 +40,12 @@ set_packages() {
 }
 
 mode=check
+install=no
 case ${1:-} in
 --make) mode=make; shift ;;
 --list) mode=list; shift ;;
 esac
+[ "${1:-}" = --install ] && { install=yes; shift; }
 [ $# -gt 0 ] || set -- build test
 
 pkgs=""
@@ -70,8 +75,12 @@ for p in $pkgs; do
 done
 [ -z "$missing" ] && exit 0
 
-if [ "$(id -u)" = 0 ]; then
-    echo "fldispatch: installing Debian packages ($*): $missing" >&2
+if [ "$(id -u)" = 0 ] && [ $install = yes ]; then
+    if [ "${FLD_DEPS_DRY_RUN:-}" = 1 ]; then
+        echo "fldispatch: would install Debian packages ($*), as root: $missing (dry run)" >&2
+        exit 0
+    fi
+    echo "fldispatch: installing Debian packages ($*), as root: $missing" >&2
     export DEBIAN_FRONTEND=noninteractive
     if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing >/dev/null; }; then
         line="fldispatch: apt-get install failed for: $missing"
@@ -80,6 +89,10 @@ if [ "$(id -u)" = 0 ]; then
     fi
     exit 0
 fi
-line="fldispatch: missing Debian packages ($*): run 'sudo apt-get install $missing' (as root, make installs them)"
+if [ "$(id -u)" = 0 ]; then
+    line="fldispatch: missing Debian packages ($*): run 'apt-get install $missing' (make run and make check install them)"
+else
+    line="fldispatch: missing Debian packages ($*): run 'sudo apt-get install $missing' (as root, make run and make check install them)"
+fi
 if [ $mode = make ]; then echo "$line"; else echo "$line" >&2; fi
 exit 1

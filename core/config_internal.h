@@ -91,14 +91,6 @@ enum fld_read_status fld__read_regular_file(const char *path, size_t max, char *
  * "cannot open 'path': ...", "cannot read 'path': ..." (FLD_ECONFIG), FLD_ENOMEM. */
 int fld__read_config_file(const char *path, char **data, size_t *len);
 
-/*
- * Strict JSON (RFC 8259: no comments, trailing commas, single quotes or
- * byte-order mark; valid UTF-8) into the same tree: strings are
- * FLD_YSTYLE_DOUBLE scalars, numbers/true/false/null plain scalars with
- * their text (true/false with tag_bool). *root is NULL for a file with no
- * value. FLD_ECONFIG with "label:line:column: message"; FLD_ENOMEM.
- */
-int fld__json_parse(const char *data, size_t len, const char *label, struct fld_ynode **root);
 int fld__json_load(const char *path, const char *label, struct fld_ynode **root);
 /* "an object", "an array", "the string \"x\"", "the number 3", "true", "null". */
 const char *fld__json_describe(const struct fld_ynode *node, char *buf, size_t size);

@@ -477,7 +477,14 @@ static int read_value(struct json_reader *r, struct fld_ynode **out)
     return read_word(r, out);
 }
 
-int fld__json_parse(const char *data, size_t len, const char *label, struct fld_ynode **root)
+/*
+ * Strict JSON (RFC 8259: no comments, trailing commas, single quotes or
+ * byte-order mark; valid UTF-8) into the same tree: strings are
+ * FLD_YSTYLE_DOUBLE scalars, numbers/true/false/null plain scalars with
+ * their text (true/false with tag_bool). *root is NULL for a file with no
+ * value. FLD_ECONFIG with "label:line:column: message"; FLD_ENOMEM.
+ */
+static int json_parse(const char *data, size_t len, const char *label, struct fld_ynode **root)
 {
     struct json_reader r = {
         label, (const unsigned char *)data, (const unsigned char *)data + len, 1, 1, 0};
@@ -508,7 +515,7 @@ int fld__json_load(const char *path, const char *label, struct fld_ynode **root)
     int rc = fld__read_config_file(path, &data, &len);
     if (rc)
         return rc;
-    rc = fld__json_parse(data, len, label ? label : path, root);
+    rc = json_parse(data, len, label ? label : path, root);
     free(data);
     return rc;
 }

@@ -20,20 +20,7 @@
 #include "error.h"
 #include "parse.h"
 
-static bool is_blank(const char *s)
-{
-    for (; *s; s++)
-        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
-            return false;
-    return true;
-}
-
 #define CUSTOM_VALID "all, none, +OP, -OP with OP of [A-Za-z0-9_.-]"
-
-static bool is_space_char(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
 
 static bool is_op_name(const char *s, size_t n)
 {
@@ -109,14 +96,8 @@ static int reader_push(struct fld_strlist *l, char *name)
  */
 int fld__custom_ops_reader_add(struct fld_custom_ops_reader *r, const char *what, const char *item)
 {
-    const char *s = item ? item : "";
-    size_t n = strlen(s);
-    while (n && is_space_char(*s)) {
-        s++;
-        n--;
-    }
-    while (n && is_space_char(s[n - 1]))
-        n--;
+    size_t n = item ? strlen(item) : 0;
+    const char *s = fld__trim(item ? item : "", &n);
     if (n == 0)
         return fld__fail(FLD_ECONFIG, "%s: empty item (valid: " CUSTOM_VALID ")", what);
     if ((n == 3 && strncasecmp(s, "all", 3) == 0) || (n == 4 && strncasecmp(s, "none", 4) == 0)) {
@@ -154,7 +135,7 @@ int fld__custom_ops_parse(const char *what, const char *csv, struct fld_custom_o
     int rc = FLD_OK;
 
     fld__custom_ops_reader_init(&r);
-    if (!is_blank(s)) {
+    if (!fld__is_blank(s)) {
         for (const char *c = strchr(s, ','); c; c = strchr(c + 1, ','))
             items++;
         if (!(names = calloc(items, sizeof *names)) || !(sides = calloc(items, 1))) {

@@ -43,7 +43,8 @@ int fld__device_type_of(int dev_index)
     return dev_index >= 0 && dev_index < FLD_NDEVICES ? fld__devices[dev_index].type : 0;
 }
 
-int fld__device_index_of_name(const char *name)
+/* FLD_DEV_* index of a device name or its alias ("nvidia"), or -1. */
+static int device_index_of_name(const char *name)
 {
     for (int i = 0; i < FLD_NDEVICES; i++) {
         const struct fld_device_desc *d = &fld__devices[i];
@@ -64,7 +65,7 @@ int fld_device_from_name(const char *name, int *device_type)
     if (!name || !device_type)
         return fld__fail(FLD_EINVAL, "fld_device_from_name: argument '%s' is NULL",
                          name ? "device_type" : "name");
-    int i = fld__device_index_of_name(name);
+    int i = device_index_of_name(name);
     if (i < 0)
         return fld__fail(FLD_EINVAL, "unknown device '%s' (valid: %s)", name,
                          fld__device_text(FLD_DEVICE_TEXT_WORDS));

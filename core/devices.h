@@ -88,9 +88,6 @@ static inline int fld__device_index(int device_type)
 /* The canonical DLPack device type of a FLD_DEV_* index, or 0. */
 int fld__device_type_of(int dev_index);
 
-/* FLD_DEV_* index of a device name or its alias ("nvidia"), or -1. */
-int fld__device_index_of_name(const char *name);
-
 /* The lists the "valid: ..." parts of messages show, written from the table. */
 enum fld_device_text {
     FLD_DEVICE_TEXT_CODES,       /* "1 cpu, 2 cuda, 10 rocm, 12 or 21 ascend" */

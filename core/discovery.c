@@ -38,6 +38,8 @@
 #include "host.h"
 #include "linkage.h"
 #include "log.h"
+#include "parse.h"
+#include "pathvar.h"
 #include "plugin_file.h"
 #include "probe.h"
 #include "reclaim.h"
@@ -82,14 +84,6 @@ static int search_add(struct search_path *sp, const char *dir)
 }
 
 /* Reads a path-bearing variable; ignored (with a warning) in privileged processes. */
-static const char *path_variable(const char *name)
-{
-    const char *v = secure_getenv(name);
-    if (!v && getenv(name))
-        fld__log(FLD_LOG_WARNING, "%s is ignored in a privileged (setuid/setgid) process", name);
-    return v && *v ? v : NULL;
-}
-
 static void library_plugin_dir(char *out, size_t size)
 {
     Dl_info info;
@@ -109,7 +103,7 @@ static void library_plugin_dir(char *out, size_t size)
 static void compute_search_path(struct search_path *sp)
 {
     search_free(sp);
-    const char *env = path_variable("VLLM_FL_PLUGIN_DIR");
+    const char *env = fld__path_variable("VLLM_FL_PLUGIN_DIR");
     if (env) {
         char *copy = strdup(env);
         for (char *save = NULL, *d = copy ? strtok_r(copy, ":", &save) : NULL; d;
@@ -142,7 +136,8 @@ static void compute_search_path(struct search_path *sp)
     }
 }
 
-const char *fld__plugin_search_path(void)
+/* The search path in force (':'-separated), computed at discovery. */
+static const char *plugin_search_path(void)
 {
     return search.joined ? search.joined : "";
 }
@@ -150,9 +145,9 @@ const char *fld__plugin_search_path(void)
 static void publish_search_path(void)
 {
     const char *now = atomic_load(&published);
-    if (now && strcmp(now, fld__plugin_search_path()) == 0)
+    if (now && strcmp(now, plugin_search_path()) == 0)
         return; /* unchanged: a reload keeps no extra copy */
-    char *copy = strdup(fld__plugin_search_path());
+    char *copy = strdup(plugin_search_path());
     if (!copy)
         return;
     char *old = atomic_exchange(&published, copy);
@@ -265,7 +260,8 @@ int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *p
     return FLD_OK;
 }
 
-int fld__load_plugin_file(const char *path, bool explicit_request)
+/* Loads one file; FLD_OK or FLD_EPLUGIN with the reason. */
+static int load_plugin_file(const char *path, bool explicit_request)
 {
     char real[PATH_MAX], why[768];
     const char *key = realpath(path, real) ? real : path;
@@ -391,7 +387,7 @@ static void scan_directory(const char *dir)
     for (size_t i = 0; i < n; i++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        fld__load_plugin_file(path, false);
+        load_plugin_file(path, false);
         free(names[i]);
     }
     free(names);
@@ -445,11 +441,9 @@ static void load_modules(const char *list)
     char *copy = strdup(list);
     for (char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL; e;
          e = strtok_r(NULL, ",", &save)) {
-        while (*e == ' ' || *e == '\t')
-            e++;
         size_t len = strlen(e);
-        while (len && (e[len - 1] == ' ' || e[len - 1] == '\t'))
-            e[--len] = '\0';
+        e += fld__trim(e, &len) - e;
+        e[len] = '\0';
         if (!*e)
             continue;
         char path[PATH_MAX];
@@ -463,9 +457,9 @@ static void load_modules(const char *list)
                                   "or a plugin name; the working directory is never searched)");
                 continue;
             }
-            fld__load_plugin_file(e, true);
+            load_plugin_file(e, true);
         } else if (find_module(&search, e, path, sizeof path)) {
-            fld__load_plugin_file(path, true);
+            load_plugin_file(path, true);
         } else if (python_module_name(e, &dotted) && (dotted || fld__host_claims_modules())) {
             /* A Python module (vllm-plugin-FL's meaning of the variable): the
              * Python package imports it; a C-only process says so once. */
@@ -476,7 +470,7 @@ static void load_modules(const char *list)
             char why[PATH_MAX + 128];
             snprintf(why, sizeof why,
                      "VLLM_FL_PLUGIN_MODULES: plugin '%s' not found in the search path (%s)", e,
-                     fld__plugin_search_path());
+                     plugin_search_path());
             if (p)
                 reject_plugin(p, FLD_PLUGIN_REJECTED, why);
         }
@@ -497,7 +491,7 @@ void fld__discover_plugins(void)
     publish_search_path();
     /* A static copy has only the compiled-in directory: say when it is gone. */
     struct stat dir;
-    if (!path_variable("VLLM_FL_PLUGIN_DIR") && !fld__linkage_shared() &&
+    if (!fld__path_variable("VLLM_FL_PLUGIN_DIR") && !fld__linkage_shared() &&
         (stat(FLD_INSTALL_PLUGIN_DIR, &dir) != 0 || !S_ISDIR(dir.st_mode))) {
         char here[PATH_MAX];
         fld__linkage_object(here, sizeof here);
@@ -510,7 +504,7 @@ void fld__discover_plugins(void)
     fld__probe_session_begin();
     for (size_t i = 0; i < search.n; i++)
         scan_directory(search.dirs[i]);
-    const char *modules = path_variable("VLLM_FL_PLUGIN_MODULES");
+    const char *modules = fld__path_variable("VLLM_FL_PLUGIN_MODULES");
     if (modules)
         load_modules(modules);
     fld__probe_session_end();
@@ -569,15 +563,13 @@ int fld__plugin_candidates(char ***paths, size_t *n, char **search_path)
         }
         free(names);
     }
-    const char *modules = path_variable("VLLM_FL_PLUGIN_MODULES");
+    const char *modules = fld__path_variable("VLLM_FL_PLUGIN_MODULES");
     char *copy = modules ? strdup(modules) : NULL;
     for (char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL; e && !c.rc;
          e = strtok_r(NULL, ",", &save)) {
-        while (*e == ' ' || *e == '\t')
-            e++;
         size_t len = strlen(e);
-        while (len && (e[len - 1] == ' ' || e[len - 1] == '\t'))
-            e[--len] = '\0';
+        e += fld__trim(e, &len) - e;
+        e[len] = '\0';
         char path[PATH_MAX];
         if (e[0] == '/')
             candidates_add(&c, e);
@@ -631,7 +623,7 @@ int fld_load_plugin(const char *path)
                          "up relative to the working directory)",
                          path);
     fld__lock();
-    rc = fld__load_plugin_file(path, true);
+    rc = load_plugin_file(path, true);
     fld__unlock();
     return rc;
 }

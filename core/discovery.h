@@ -11,12 +11,8 @@
 
 /* Loads every plugin of the search path and of VLLM_FL_PLUGIN_MODULES not loaded yet. */
 void fld__discover_plugins(void);
-/* Loads one file; FLD_OK or FLD_EPLUGIN with the reason. */
-int fld__load_plugin_file(const char *path, bool explicit_request);
 /* Registers an in-process descriptor (the library's reference kernels, applications). */
 int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *path, void *dl);
-/* The search path in force (':'-separated), computed at discovery. */
-const char *fld__plugin_search_path(void);
 void fld__discovery_shutdown(void);
 
 #endif

@@ -19,17 +19,11 @@
 #include "error.h"
 #include "log.h"
 #include "manifest.h"
+#include "parse.h"
+#include "pathvar.h"
 #include "policy.h"
 
 #define OP_CONFIG "VLLM_FL_OP_CONFIG"
-
-static bool blank(const char *s)
-{
-    for (; *s; s++)
-        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v')
-            return false;
-    return true;
-}
 
 /* A white- or blacklist set by the environment replaces its pair from a
  * lower layer (a platform file's flagos_blacklist must not turn
@@ -57,7 +51,7 @@ int fld__policy_apply_env(struct fld_policy *p)
         /* Not path variables, so plain getenv (secure_getenv is for those). A
          * blank value reads as unset: `VAR= cmd` is how shells clear one. */
         const char *value = getenv(fld__policy_field_env(f));
-        if (!value || blank(value))
+        if (!value || fld__is_blank(value))
             continue;
         /* Each variable replaces its field, VLLM_FL_PER_OP included: it
          * replaces the platform file's op_backends as a whole, as in
@@ -67,35 +61,14 @@ int fld__policy_apply_env(struct fld_policy *p)
             return rc;
         from_env[f] = true;
     }
-    /* A path, so secure_getenv; applied after VLLM_FL_PER_OP, which it beats. */
-    const char *op_config = secure_getenv("VLLM_FL_OP_CONFIG");
-    if (op_config && !blank(op_config)) {
-        if ((rc = fld__op_config_apply(p, op_config)) != FLD_OK)
-            return rc;
-    } else if (!op_config && getenv("VLLM_FL_OP_CONFIG")) {
-        fld__log(FLD_LOG_WARNING, "VLLM_FL_OP_CONFIG ignored: path variables are not read in a "
-                                  "privileged (setuid/setgid) process");
-    }
+    /* A path (pathvar.h); applied after VLLM_FL_PER_OP, which it beats. */
+    const char *op_config = fld__path_variable("VLLM_FL_OP_CONFIG");
+    if (op_config && (rc = fld__op_config_apply(p, op_config)) != FLD_OK)
+        return rc;
     drop_replaced_pair(p, from_env, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
     drop_replaced_pair(p, from_env, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
     drop_replaced_pair(p, from_env, FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST);
     return fld__policy_check(p);
-}
-
-/* A path variable: secure_getenv, blank reads as unset, refused in
- * privileged processes with a warning. */
-static const char *path_env(const char *name)
-{
-    const char *v = secure_getenv(name);
-    if (!v) {
-        if (getenv(name))
-            fld__log(FLD_LOG_WARNING,
-                     "%s ignored: path variables are not read in a privileged "
-                     "(setuid/setgid) process",
-                     name);
-        return NULL;
-    }
-    return blank(v) ? NULL : v;
 }
 
 /* One WARNING naming every policy variable that VLLM_FL_CONFIG overrides. */
@@ -107,7 +80,7 @@ static void warn_ignored_env(const char *config)
     for (int f = 0; f <= FLD_PF_COUNT; f++) {
         const char *name = f < FLD_PF_COUNT ? fld__policy_field_env(f) : OP_CONFIG;
         const char *v = f < FLD_PF_COUNT ? getenv(name) : secure_getenv(name);
-        if (!v || blank(v))
+        if (!v || fld__is_blank(v))
             continue;
         int n = snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", name);
         if (n > 0)
@@ -128,7 +101,7 @@ int fld__policy_build(struct fld_platform *plat, struct fld_policy **out)
     *out = NULL;
     if (!(p = fld__policy_new_default()))
         return fld__fail(FLD_ENOMEM, "out of memory building the policy");
-    if ((config = path_env("VLLM_FL_CONFIG")) != NULL) {
+    if ((config = fld__path_variable("VLLM_FL_CONFIG")) != NULL) {
         if ((rc = fld__config_apply_file(p, config, config)) != FLD_OK) {
             fld__error_prefix("VLLM_FL_CONFIG");
             goto fail;
@@ -148,7 +121,7 @@ int fld__policy_build(struct fld_platform *plat, struct fld_policy **out)
         if ((rc = fld__policy_apply_env(p)) != FLD_OK)
             goto fail;
     }
-    if ((manifest = path_env("VLLM_FL_MANIFEST")) != NULL) {
+    if ((manifest = fld__path_variable("VLLM_FL_MANIFEST")) != NULL) {
         if ((rc = fld__manifest_load(manifest, &p->manifest)) != FLD_OK) {
             fld__error_prefix("VLLM_FL_MANIFEST");
             goto fail;

@@ -4,7 +4,6 @@
  * "[2026-11-22 01:02:03] [WARNING] [fldispatch] message", or to the
  * application's callback.
  */
-#include <ctype.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -53,7 +52,7 @@ static const char *level_name(int level)
     return "DEBUG";
 }
 
-bool fld__log_enabled(int level)
+static bool log_enabled(int level)
 {
     return level >= atomic_load_explicit(&log_level, memory_order_relaxed);
 }
@@ -86,7 +85,7 @@ static void emit(int level, const char *msg)
 
 static void vlog(int level, const char *fmt, va_list ap)
 {
-    if (!fld__log_enabled(level))
+    if (!log_enabled(level))
         return;
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -176,12 +175,7 @@ int fld__log_read_env(struct fld_log_env *out)
                      {"ERROR", FLD_LOG_ERROR}};
         char buf[32];
         size_t n = strlen(v);
-        while (n && isspace((unsigned char)v[n - 1]))
-            n--;
-        while (n && isspace((unsigned char)*v)) {
-            v++;
-            n--;
-        }
+        v = fld__trim(v, &n);
         bool found = false;
         if (n < sizeof buf) {
             memcpy(buf, v, n);

@@ -5,7 +5,6 @@
 #include <stdbool.h>
 
 void fld__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-bool fld__log_enabled(int level);
 /* True when VLLM_FL_DISPATCH_DEBUG asks for per-call dispatch lines. */
 bool fld__dispatch_debug(void);
 

@@ -33,7 +33,7 @@
  *   - the hot path, dispatch() (inlined into each entry point), and what it
  *     leaves to out-of-line functions: a failed direct call, a stale or
  *     missing chain (dispatch_slow(), global_chain()), a scoped override
- *     (the thread-local chains, dispatch_override());
+ *     (the thread-local chains, dispatch_thread_policy());
  *   - the run of a chain with fallback: run_chain(), note_served() and
  *     enable_fast() (which opens the hot path), mark_failed(),
  *     no_candidate();
@@ -87,8 +87,8 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
                                                           const void *args);
 __attribute__((noinline, cold)) static int fast_failed(struct fld_op_s *op, unsigned slot,
                                                        const void *args, fld_kernel_fn fn, int rc);
-__attribute__((noinline, cold)) static int dispatch_overridden(struct fld_op_s *op, unsigned slot,
-                                                               const void *args);
+__attribute__((noinline, cold)) static int
+dispatch_maybe_overridden(struct fld_op_s *op, unsigned slot, const void *args);
 __attribute__((noinline)) static int dispatch_slow(struct fld_op_s *op, unsigned slot,
                                                    const void *args);
 static inline unsigned bucket_slot(const struct fld_op_s *op, unsigned key, const void *args,
@@ -98,8 +98,8 @@ __attribute__((noinline)) static int dispatch_bucketed(struct fld_op_s *op, unsi
 static struct fld_chain *global_chain(struct fld_op_s *op, unsigned slot);
 static void publish_split(struct fld_op_s *op, unsigned key, struct fld_chain *c);
 static void chain_free(void *p);
-static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *args,
-                             const struct fld_policy *pol);
+static int dispatch_thread_policy(struct fld_op_s *op, unsigned slot, const void *args,
+                                  const struct fld_policy *pol);
 static void tls_free_retired(void);
 
 /* The run of a chain. */
@@ -356,7 +356,7 @@ static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, u
 {
     uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
     if (unlikely(atomic_load_explicit(&fld__override_threads, memory_order_relaxed)))
-        return dispatch_overridden(op, slot, args);
+        return dispatch_maybe_overridden(op, slot, args);
     struct fld_fast_call *f = &op->fast[slot];
     fld_kernel_fn fn;
     if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
@@ -444,12 +444,13 @@ __attribute__((noinline, cold)) static int fast_failed(struct fld_op_s *op, unsi
     return rc;
 }
 
-__attribute__((noinline, cold)) static int dispatch_overridden(struct fld_op_s *op, unsigned slot,
-                                                               const void *args)
+/* Some thread has a scoped override: this one's chain if it is that thread, else the slow path. */
+__attribute__((noinline, cold)) static int
+dispatch_maybe_overridden(struct fld_op_s *op, unsigned slot, const void *args)
 {
     const struct fld_policy *top = fld__policy_override_top();
     if (top)
-        return dispatch_override(op, slot, args, top);
+        return dispatch_thread_policy(op, slot, args, top);
     return dispatch_slow(op, slot, args);
 }
 
@@ -615,8 +616,8 @@ static unsigned override_bucket(const struct fld_op_s *op, unsigned slot, const 
     return slot + FLD_BUCKET_REST * FLD_NKEYS;
 }
 
-static int dispatch_override(struct fld_op_s *op, unsigned slot, const void *args,
-                             const struct fld_policy *pol)
+static int dispatch_thread_policy(struct fld_op_s *op, unsigned slot, const void *args,
+                                  const struct fld_policy *pol)
 {
     int64_t rows;
     slot = override_bucket(op, slot, args, pol, &rows);
@@ -700,7 +701,7 @@ int fld_host_call(fld_op handle, int device_type, DLDataType dtype, const void *
     tls_host_args = host_args;
     /* Not dispatch(): its direct path may call a plugin kernel. */
     if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed))
-        rc = dispatch_overridden(op, slot, host_args);
+        rc = dispatch_maybe_overridden(op, slot, host_args);
     else
         rc = dispatch_slow(op, slot, host_args);
     tls_host_args = outer;

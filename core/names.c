@@ -121,10 +121,11 @@ static const char *closest_text(const struct closest *c, char *buf, size_t size)
     if (!size)
         return buf;
     buf[0] = '\0';
-    if (c->n == 1)
-        snprintf(buf, size, "; did you mean '%s'?", c->best[0]);
-    else if (c->n > 1)
+    /* A second name only when it is as close as the first. */
+    if (c->n > 1 && c->dist[1] == c->dist[0])
         snprintf(buf, size, "; did you mean '%s' or '%s'?", c->best[0], c->best[1]);
+    else if (c->n > 0)
+        snprintf(buf, size, "; did you mean '%s'?", c->best[0]);
     return buf;
 }
 

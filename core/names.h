@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <fldispatch/internal/tool_api.h> /* fld__did_you_mean(), exported for the tool */
+
 struct fld_policy;
 
 /*
@@ -32,13 +34,8 @@ int fld__names_check_policy(const struct fld_policy *p);
  */
 int fld__names_check_environment(bool strict);
 
-/*
- * "; did you mean 'a'?" or "; did you mean 'a' or 'b'?" for name among the
- * n candidates (case-insensitive closeness), or "" when none is close.
- * Writes into buf and returns it.
- */
-const char *fld__did_you_mean(const char *name, const char *const *candidates, size_t n, char *buf,
-                              size_t size);
+/* fld__did_you_mean(name, candidates, n, buf, size) is declared in
+ * <fldispatch/internal/tool_api.h>: the tool suggests with it too. */
 
 /* fld__did_you_mean() among the registered op names. Host lock held. */
 const char *fld__did_you_mean_op(const char *name, char *buf, size_t size);

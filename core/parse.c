@@ -7,9 +7,9 @@
  * Lists are kept sorted and unique so that fingerprints and lookups need no
  * further normalisation.
  *
- * Why one file of about 900 lines: every grammar here builds its message
- * from the same few helpers (quote the fragment, list what is valid), so
- * that all of them read alike; each grammar is short.
+ * Every grammar here builds its message from the same few helpers (quote
+ * the fragment, list what is valid), so that all of them read alike; each
+ * grammar is short.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,11 +39,6 @@ struct span {
     size_t n;
 };
 
-static bool is_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
 /* Locale-independent on purpose: names must not depend on LC_CTYPE. */
 static bool is_name_char(char c)
 {
@@ -57,14 +52,27 @@ static struct span span_of(const char *s)
     return sp;
 }
 
+const char *fld__trim(const char *s, size_t *n)
+{
+    while (*n > 0 && fld__is_space(s[0])) {
+        s++;
+        (*n)--;
+    }
+    while (*n > 0 && fld__is_space(s[*n - 1]))
+        (*n)--;
+    return s;
+}
+
+bool fld__is_blank(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    fld__trim(s, &n);
+    return n == 0;
+}
+
 static struct span trim(struct span sp)
 {
-    while (sp.n > 0 && is_space(sp.s[0])) {
-        sp.s++;
-        sp.n--;
-    }
-    while (sp.n > 0 && is_space(sp.s[sp.n - 1]))
-        sp.n--;
+    sp.s = fld__trim(sp.s, &sp.n);
     return sp;
 }
 

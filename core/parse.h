@@ -49,6 +49,20 @@ struct fld_orders {
     struct fld_order *items; /* sorted by op name, unique */
 };
 
+/*
+ * The white space of every value grammar and variable: space, \t, \n, \r,
+ * \f, \v, whatever the locale (names must not depend on LC_CTYPE).
+ */
+static inline bool fld__is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+/* Whether s is NULL, empty or only white space: how a blank variable reads as unset. */
+bool fld__is_blank(const char *s);
+/* The first non-space character of s[0..*n), and in *n the length without the trailing white
+ * space (0 for a blank one). */
+const char *fld__trim(const char *s, size_t *n);
+
 /* Accepts 1/0, true/false, yes/no, on/off (case-insensitive, trimmed). */
 int fld__parse_bool(const char *what, const char *value, bool *out);
 /* An on/off environment switch: 1/true or 0/false (case-insensitive, trimmed). */

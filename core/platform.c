@@ -41,6 +41,7 @@
 #include "host.h"
 #include "log.h"
 #include "ops.h"
+#include "parse.h"
 #include "platform.h"
 #include "reclaim.h"
 #include "registry.h"
@@ -60,11 +61,6 @@ static _Atomic(struct fld_platform *) current;
 
 /* ---- VLLM_FL_PLATFORM ----------------------------------------------------- */
 
-static bool is_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
 /*
  * vllm-plugin-FL's platform names (its current_platform.vendor_name, each
  * with a config/<name>.yaml there) for accelerators that have no device type
@@ -80,12 +76,8 @@ static const char *const foreign_platforms[] = {"metax", "iluvatar", "musa", "hy
 /* 1 and the platform name for a valid value, 0 for a blank one, -1 otherwise. */
 static int parse_platform(const char *value, const char **name)
 {
-    const char *s = value;
-    while (is_space(*s))
-        s++;
-    size_t n = strlen(s);
-    while (n && is_space(s[n - 1]))
-        n--;
+    size_t n = strlen(value);
+    const char *s = fld__trim(value, &n);
     if (n == 0)
         return 0;
     for (int i = 0; i < FLD_NDEVICES; i++) {
@@ -346,7 +338,9 @@ static void compute_config_path(void)
                                 i ? ":" : "", config_path.dirs[i]);
 }
 
-const char *fld__platform_config_path(void)
+/* The platform file directories: <dir of libfldispatch.so>/../share/fldispatch/config,
+ * then the compiled-in install directory; ':'-separated. */
+static const char *platform_config_path(void)
 {
     pthread_once(&config_path_once, compute_config_path);
     return config_path.joined;
@@ -441,6 +435,6 @@ int fld_platform(fld_platform_info *out)
     out->name = p->name;
     out->detected_by = p->detected_by;
     out->config_file = p->config_file;
-    out->config_path = fld__platform_config_path();
+    out->config_path = platform_config_path();
     return FLD_OK;
 }

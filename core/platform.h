@@ -27,10 +27,6 @@ struct fld_platform {
  */
 int fld__platform_detect(struct fld_platform *out);
 
-/* The platform file directories: <dir of libfldispatch.so>/../share/fldispatch/config,
- * then the compiled-in install directory; ':'-separated. */
-const char *fld__platform_config_path(void);
-
 /* Records the platform in force (for fld_platform()). Host lock held. */
 void fld__platform_set_current(const struct fld_platform *p);
 /* Forgets the current platform (fld_shutdown: its copy is freed with the retire list). */

@@ -2,7 +2,6 @@
  * What ran: the counters, their switch and their output (see stats.h and
  * the fld_stats_* functions of fldispatch.h). The trace is trace.c's.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +18,8 @@
 #include "host.h"
 #include "log.h"
 #include "ops.h"
+#include "parse.h"
+#include "pathvar.h"
 #include "registry.h"
 #include "stats.h"
 
@@ -180,19 +181,17 @@ int fld_stats_mode(void)
     return f & FLD_STATS_FLAG_TIME ? FLD_STATS_TIME : FLD_STATS_CALLS;
 }
 
-/* A path variable: read with secure_getenv (ignored, with a WARNING, in a privileged process). */
+static bool expand_path(const char *pattern, char *out, size_t size);
+
+/* A path variable (pathvar.h), copied into *out (NULL when unset), once its expansion fits. */
 static int path_variable(const char *name, char **out)
 {
     *out = NULL;
-    const char *v = secure_getenv(name);
-    if (!v && getenv(name)) {
-        fld__log(FLD_LOG_WARNING, "%s is ignored in a privileged (setuid/setgid) process", name);
-        return FLD_OK;
-    }
-    if (!v || !*v)
+    const char *v = fld__path_variable(name);
+    if (!v)
         return FLD_OK;
     char probe[4096];
-    if (!fld__stats_expand_path(v, probe, sizeof probe))
+    if (!expand_path(v, probe, sizeof probe))
         return fld__fail(FLD_ECONFIG, "%s: the path '%s' is too long once expanded", name, v);
     if (!(*out = strdup(v)))
         return fld__fail(FLD_ENOMEM, "%s: out of memory", name);
@@ -207,10 +206,7 @@ int fld__stats_read_env(struct fld_stats_env *out)
     if (v) {
         char word[16];
         size_t n = strlen(v);
-        while (n && isspace((unsigned char)v[n - 1]))
-            n--;
-        while (n && isspace((unsigned char)*v))
-            v++, n--;
+        v = fld__trim(v, &n);
         if (n >= sizeof word)
             n = sizeof word - 1;
         memcpy(word, v, n);
@@ -379,7 +375,11 @@ static long rank_of_process(void)
     return 0;
 }
 
-bool fld__stats_expand_path(const char *pattern, char *out, size_t size)
+/*
+ * pattern with "%p" replaced by the process id, "%r" by the rank (RANK, else
+ * LOCAL_RANK, else 0) and "%%" by "%". false when it does not fit.
+ */
+static bool expand_path(const char *pattern, char *out, size_t size)
 {
     size_t len = 0;
     for (const char *p = pattern; *p; p++) {
@@ -490,7 +490,7 @@ int fld_stats_write(const char *path)
         return fld__fail(FLD_EINVAL, "fld_stats_write: argument 'path' is %s",
                          path ? "empty" : "NULL");
     char expanded[4096];
-    if (!fld__stats_expand_path(path, expanded, sizeof expanded))
+    if (!expand_path(path, expanded, sizeof expanded))
         return fld__fail(FLD_EINVAL, "fld_stats_write: the path '%s' is too long once expanded",
                          path);
     return write_json(expanded);
@@ -502,7 +502,7 @@ int fld_trace_write(const char *path)
         return fld__fail(FLD_EINVAL, "fld_trace_write: argument 'path' is %s",
                          path ? "empty" : "NULL");
     char expanded[4096];
-    if (!fld__stats_expand_path(path, expanded, sizeof expanded))
+    if (!expand_path(path, expanded, sizeof expanded))
         return fld__fail(FLD_EINVAL, "fld_trace_write: the path '%s' is too long once expanded",
                          path);
     return fld__trace_write(expanded);

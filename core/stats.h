@@ -66,11 +66,6 @@ void fld__stats_after_fork(void);
 
 /* ---- the output path and the trace (trace.c) ---- */
 
-/*
- * pattern with "%p" replaced by the process id, "%r" by the rank (RANK, else
- * LOCAL_RANK, else 0) and "%%" by "%". false when it does not fit.
- */
-bool fld__stats_expand_path(const char *pattern, char *out, size_t size);
 
 /* The trace: at most FLD_TRACE_MAX_EVENTS events, the rest counted as dropped. */
 #define FLD_TRACE_MAX_EVENTS FLD_TRACE_CAP

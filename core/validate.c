@@ -13,11 +13,11 @@
  * last dim). The same walk (layout_of) computes the layout for validation
  * and for the kernels' helpers, so they cannot disagree.
  *
- * Why one file of about 1,400 lines: the fast path of each family and the
- * full validator it falls back to must accept exactly the same calls
- * (test_validate_fast compares them on generated calls), and both read the
- * same layout walk; kept side by side, a change to one shows next to the
- * other. The cold message builders (fail_*) are the bulk of the lines.
+ * The fast path of each family and the full validator it falls back to
+ * must accept exactly the same calls (test_validate_fast compares them on
+ * generated calls), and both read the same layout walk: they stay side by
+ * side, so a change to one shows next to the other. The cold message
+ * builders (fail_*) are the bulk of the lines.
  */
 #include <float.h>
 #include <stddef.h>

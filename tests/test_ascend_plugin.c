@@ -21,7 +21,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "../tools/host_tensor.h"
+#include "util/host_tensor.h"
 #include "fake_acl/fake_acl.h"
 #include "util/env.h"
 #include "util/harness.h"

@@ -282,7 +282,7 @@ static bool jv_is_null(const struct jvalue *obj, const char *key)
  * the CPU) the baseline is the d2d copy and there are no thread counts and
  * no STREAM figures (null); on the CPU no device figures (null).
  */
-static struct jvalue *parse_bench_json_on(const struct tool_run *r, bool device)
+static struct jvalue *parse_bench_json_on(const struct tt_tool_run *r, bool device)
 {
     ck_assert_msg(r->out[0] == '{', "output is not a JSON object:\n" CLIP, r->out);
     tt_assert_schema(r->out, "bench");
@@ -333,7 +333,7 @@ static struct jvalue *parse_bench_json_on(const struct tool_run *r, bool device)
     return doc;
 }
 
-static struct jvalue *parse_bench_json(const struct tool_run *r)
+static struct jvalue *parse_bench_json(const struct tt_tool_run *r)
 {
     return parse_bench_json_on(r, false);
 }
@@ -356,11 +356,11 @@ static const struct jvalue *find_result(const struct jvalue *doc, const char *im
 
 START_TEST(quick_rms_norm_json)
 {
-    struct tool_run r;
+    struct tt_tool_run r;
     /* One thread by default: the caller's VLLM_FL_CPU_THREADS is the default the
      * machine reports, and STREAM then runs with one thread only, which is quicker. */
-    tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
-             ARGS("bench", "--quick", "rms_norm", "--dtype", "f32", "--json"));
+    tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
+                ARGS("bench", "--quick", "rms_norm", "--dtype", "f32", "--json"));
     assert_status(r, 0);
     ck_assert_msg(!strchr(r.err, '\r'), "progress written although stderr is not a terminal");
     struct jvalue *doc = parse_bench_json(&r);
@@ -411,15 +411,15 @@ START_TEST(quick_rms_norm_json)
     ck_assert_msg(jv_number(m, "cpu_ghz") > 0.2 && jv_number(m, "cpu_ghz") < 10, "cpu_ghz %g",
                   jv_number(m, "cpu_ghz"));
     jv_free(doc);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(threads_list_runs_each_count)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV,
-             ARGS("bench", "--quick", "silu_and_mul", "--dtype", "bf16", "--impl", "vendor.cpu",
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV,
+                ARGS("bench", "--quick", "silu_and_mul", "--dtype", "bf16", "--impl", "vendor.cpu",
                   "--tokens", "1,64", "--threads", "1,2", "--json"));
     assert_status(r, 0);
     struct jvalue *doc = parse_bench_json(&r);
@@ -453,15 +453,15 @@ START_TEST(threads_list_runs_each_count)
     }
     ck_assert(seen[1] && seen[2] && seen_default);
     jv_free(doc);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(text_output_has_header_lines_and_no_targets)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
-             ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
+                ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
                   "--tokens", "1"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "machine:"), CLIP, r.out);
@@ -478,7 +478,7 @@ START_TEST(text_output_has_header_lines_and_no_targets)
     /* The tool reports measurements only: the project's targets are bench/targets.py's. */
     ck_assert_msg(!strstr(r.out, "targets") && !strstr(r.out, "issue") && !strstr(r.out, "MISSED"),
                   CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -511,15 +511,15 @@ static int run_targets_script(const char *text, const char *extra_arg, char **ou
     while (waitpid(pid, &status, 0) < 0)
         ck_assert(errno == EINTR);
     unlink(doc);
-    *out = tool_read_all(o);
+    *out = tt_read_all(o);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 START_TEST(targets_script_reads_the_json)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
-             ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
+                ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
                   "--tokens", "1", "--json"));
     assert_status(r, 0);
     char *out = NULL;
@@ -544,7 +544,7 @@ START_TEST(targets_script_reads_the_json)
     rc = run_targets_script("[1, 2]", NULL, &out);
     ck_assert_msg(rc == 2, "status %d:\n" CLIP, rc, out);
     free(out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -577,54 +577,54 @@ START_TEST(usage_errors_name_the_option)
         {{"bench", "--registration", "--ops", "0"}, "--ops"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct tool_run r;
-        tool_run(&r, NO_ENV, cases[i].args);
+        struct tt_tool_run r;
+        tt_tool_run(&r, NO_ENV, cases[i].args);
         assert_status(r, 2);
         ck_assert_msg(strstr(r.err, cases[i].needle), "%s %s: message does not name '%s': %s",
                       cases[i].args[1], cases[i].args[2] ? cases[i].args[2] : "", cases[i].needle,
                       r.err);
         ck_assert_str_eq(r.out, "");
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
 }
 END_TEST
 
 START_TEST(no_implementation_exits_3)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--impl", "vendor.no_such"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--impl", "vendor.no_such"));
     assert_status(r, 3);
     ck_assert(strstr(r.err, "vendor.no_such"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* Registered but unavailable: the reason is passed on. */
-    tool_run(
+    tt_tool_run(
         &r, NO_ENV,
         ARGS("bench", "--quick", "silu_and_mul", "--dtype", "f32", "--impl", "vendor.template"));
     assert_status(r, 3);
     ck_assert_msg(strstr(r.err, "vendor.template") && strstr(r.err, "unavailable"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* No plugin provides cuda memory here (none built, or one without a driver). */
-    tool_run(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
     assert_status(r, 3);
     ck_assert_msg(strstr(r.err, "fldispatch bench: device cuda: fld_device_provider"), CLIP, r.err);
     ck_assert_str_eq(r.out, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* The device's plugin is there but switched off: its reason is passed on. */
-    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"),
-             ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
+    tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"),
+                ARGS("bench", "--quick", "rms_norm", "--device", "cuda"));
     assert_status(r, 3);
     ck_assert_msg(line_with(r.err, "device cuda: ", "fakedev", "FLD_FAKEDEV_UNAVAILABLE"), CLIP,
                   r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* A provider, but no implementation of the op for the device. */
-    tool_run(&r, ENV(fakedev_env()), ARGS("bench", "--quick", "gelu_and_mul", "--device", "cuda"));
+    tt_tool_run(&r, ENV(fakedev_env()), ARGS("bench", "--quick", "gelu_and_mul", "--device", "cuda"));
     assert_status(r, 3);
     ck_assert_msg(strstr(r.err, "no implementation of gelu_and_mul for cuda/f32"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -632,9 +632,9 @@ END_TEST
 
 START_TEST(device_quick_json_has_d2d_baseline)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(fakedev_env()),
-             ARGS("bench", "--quick", "rms_norm", "--device", "cuda", "--dtype", "f32,bf16",
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(fakedev_env()),
+                ARGS("bench", "--quick", "rms_norm", "--device", "cuda", "--dtype", "f32,bf16",
                   "--copy-mib", "16", "--json"));
     assert_status(r, 0);
     struct jvalue *doc = parse_bench_json_on(&r, true);
@@ -663,15 +663,15 @@ START_TEST(device_quick_json_has_d2d_baseline)
     ck_assert(jv_number(e, "bytes") >= 2.0 * (2 * 32 * 4096 + 4096));
     ck_assert_msg(!strstr(r.err, "not freed"), CLIP, r.err);
     jv_free(doc);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(device_text_names_the_baseline)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(fakedev_env()),
-             ARGS("bench", "--quick", "rotary_embedding", "--device", "cuda", "--dtype", "f16",
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(fakedev_env()),
+                ARGS("bench", "--quick", "rotary_embedding", "--device", "cuda", "--dtype", "f16",
                   "--tokens", "4", "--copy-mib", "8"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "fldispatch bench: cuda", "fld_device_synchronize"), CLIP,
@@ -684,14 +684,14 @@ START_TEST(device_text_names_the_baseline)
         r.out);
     ck_assert_msg(!strstr(r.out, "targets"), CLIP, r.out);
     ck_assert_msg(!strstr(r.err, "not freed"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 /*
  * On a device, a case smaller than the device caches gets several tensor sets
  * that consecutive calls take in turn (DEVICE_COLD_BYTES / DEVICE_MAX_SETS in
- * bench_kernels.c): one token of silu_and_mul is tiny, so 64 sets, of which a
+ * tools/bench/kernels.c): one token of silu_and_mul is tiny, so 64 sets, of which a
  * --quick run reaches as many as it makes calls. How many calls fit in its
  * 2 ms batches depends on the machine's load (7 seen on a loaded 2-vCPU
  * machine, fewer under a sanitizer), so the test asks only for rotation:
@@ -699,17 +699,17 @@ END_TEST
  */
 START_TEST(device_rotates_input_sets)
 {
-    struct tool_run r;
+    struct tt_tool_run r;
     char counting[] = "FLD_FAKEDEV_COUNT_INPUTS=1";
-    tool_run(&r, ENV(fakedev_env(), counting),
-             ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
+    tt_tool_run(&r, ENV(fakedev_env(), counting),
+                ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
                   "--tokens", "1", "--copy-mib", "4"));
     assert_status(r, 0);
     const char *line = strstr(r.err, "fakedev: silu_and_mul read ");
     ck_assert_msg(line, CLIP, r.err);
     int n = atoi(line + strlen("fakedev: silu_and_mul read "));
     ck_assert_msg(n >= 2 && n <= 64, "%d distinct inputs, expected 2 to 64:\n" CLIP, n, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -717,23 +717,23 @@ START_TEST(device_failing_kernel_fails_the_run)
 {
     /* A kernel that fails asynchronously, as GPU kernels do: the call returns FLD_OK and
      * the synchronisation at the end of the batch reports it. */
-    struct tool_run r;
-    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_FAIL_SYNC=1"),
-             ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_FAIL_SYNC=1"),
+                ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
                   "--tokens", "1", "--copy-mib", "8"));
     assert_status(r, 1);
     ck_assert_msg(line_with(r.err, "silu_and_mul vendor.fakedev f32 1x4096 failed",
                             "fld_device_synchronize", "failed asynchronously"),
                   CLIP, r.err);
     ck_assert_msg(line_with(r.out, "silu_and_mul", "vendor.fakedev", "failed"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(overhead_reports_no_targets)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "3", "--calls", "2000"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "3", "--calls", "2000"));
     assert_status(r, 0);
     for (const char *const *v = (const char *const[]){"direct", "handle", "name", "typed", NULL};
          *v; v++)
@@ -744,14 +744,14 @@ START_TEST(overhead_reports_no_targets)
     /* Measurements only: the project's targets are bench/targets.py's. */
     ck_assert_msg(!strstr(r.out, "target") && !strstr(r.out, "MISS") && !strstr(r.out, "<= "), CLIP,
                   r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(targets_script_judges_overhead)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "1", "--calls", "2000", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "1", "--calls", "2000", "--json"));
     assert_status(r, 0);
     tt_assert_schema(r.out, "bench");
     struct jvalue *doc = json_parse(r.out);
@@ -785,11 +785,11 @@ START_TEST(targets_script_judges_overhead)
 
     rc = run_targets_script(r.out, "--json", &out);
     ck_assert_msg(rc == 0, "status %d:\n" CLIP, rc, out);
-    ck_assert_int_eq(tool_count_of(out, "\"target\": "), 30);
-    ck_assert_int_eq(tool_count_of(out, "\"target\": \"handle_overhead_ns\""), 6);
-    ck_assert_int_eq(tool_count_of(out, "\"target\": \"name_overhead_ns\""), 6);
-    ck_assert_int_eq(tool_count_of(out, "\"target\": \"prepared_overhead_ns\""), 4);
-    ck_assert_int_eq(tool_count_of(out, "\"target\": \"scaling_2t\""), 14);
+    ck_assert_int_eq(tt_count_of(out, "\"target\": "), 30);
+    ck_assert_int_eq(tt_count_of(out, "\"target\": \"handle_overhead_ns\""), 6);
+    ck_assert_int_eq(tt_count_of(out, "\"target\": \"name_overhead_ns\""), 6);
+    ck_assert_int_eq(tt_count_of(out, "\"target\": \"prepared_overhead_ns\""), 4);
+    ck_assert_int_eq(tt_count_of(out, "\"target\": \"scaling_2t\""), 14);
     ck_assert_msg(strstr(out, "\"impl_id\": \"vendor.bench_loop\"") &&
                       strstr(out, "\"op\": \"bench_opaque\"") &&
                       strstr(out, "\"variant\": \"call_on\"") && strstr(out, "\"limit\": 1.8"),
@@ -800,15 +800,15 @@ START_TEST(targets_script_judges_overhead)
     rc = run_targets_script(r.out, "--strict", &out);
     ck_assert_msg(rc == (all_met ? 0 : 1), "status %d:\n" CLIP, rc, out);
     free(out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(registration_reports_each_count)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV,
-             ARGS("bench", "--registration", "--ops", "10,300", "--impls", "2", "--reps", "1"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV,
+                ARGS("bench", "--registration", "--ops", "10,300", "--impls", "2", "--reps", "1"));
     assert_status(r, 0);
     ck_assert_msg(strstr(r.out, "with 2 implementations each"), CLIP, r.out);
     for (const char *const *n = (const char *const[]){"10", "300", NULL}; *n; n++) {
@@ -830,22 +830,22 @@ START_TEST(registration_reports_each_count)
         ck_assert_msg(found, "no plausible row for %s ops:\n" CLIP, *n, r.out);
     }
     ck_assert_msg(line_with(r.out, "peak resident set"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(registration_json_and_targets_script)
 {
-    struct tool_run r;
+    struct tt_tool_run r;
     /* 4000 ops, one implementation each: what the registration target needs. */
-    tool_run(&r, NO_ENV, ARGS("bench", "--registration", "--ops", "10,4000", "--reps", "1"));
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--registration", "--ops", "10,4000", "--reps", "1"));
     assert_status(r, 0);
     ck_assert_msg(!strstr(r.out, "target") && !strstr(r.out, "issue") && !strstr(r.out, "MISSED"),
                   "the text names a target:\n" CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV,
-             ARGS("bench", "--registration", "--ops", "10,4000", "--reps", "1", "--json"));
+    tt_tool_run(&r, NO_ENV,
+                ARGS("bench", "--registration", "--ops", "10,4000", "--reps", "1", "--json"));
     assert_status(r, 0);
     tt_assert_schema(r.out, "bench");
     struct jvalue *doc = json_parse(r.out);
@@ -879,29 +879,29 @@ START_TEST(registration_json_and_targets_script)
                       strstr(out, "\"limit\": 50.0") && strstr(out, "\"ops\": 4000"),
                   "status %d:\n" CLIP, rc, out);
     free(out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* Without 4000 ops the run does not cover the target. */
-    tool_run(&r, NO_ENV, ARGS("bench", "--registration", "--ops", "10", "--reps", "1", "--json"));
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--registration", "--ops", "10", "--reps", "1", "--json"));
     assert_status(r, 0);
     rc = run_targets_script(r.out, "--strict", &out);
     ck_assert_msg(rc == 0 && line_with(out, "not covered by this run"), "status %d:\n" CLIP, rc,
                   out);
     free(out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(help_lists_modes_and_defaults)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("bench", "--help"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--help"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "--overhead"));
     ck_assert(strstr(r.out, "--registration"));
     ck_assert(strstr(r.out, "--threads"));
     ck_assert(line_with(r.out, "--dtype", "all three"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 

@@ -352,6 +352,8 @@ START_TEST(test_install_layout)
     ck_assert_msg(exists(path), "%s not installed", path);
     snprintf(path, sizeof path, "%s/template.c", example);
     ck_assert_msg(exists(path), "%s not installed", path);
+    snprintf(path, sizeof path, "%s%s/doc/fldispatch/LICENSE", dest, datadir);
+    ck_assert_msg(exists(path), "%s not installed", path);
 
     /* The public headers; not the tool's internal interface (include/fldispatch/internal/). */
     snprintf(path, sizeof path, "%s/usr/include/fldispatch/plugin.h", dest);
@@ -394,9 +396,11 @@ START_TEST(test_install_layout)
     ck_assert_msg(found != NULL, "the installed example did not load as plugin 'template'");
     fld_shutdown();
 
-    /* make uninstall takes the example away too. */
+    /* make uninstall takes the example and the licence away too. */
     tt_sh(log, "%s uninstall DESTDIR='%s' PREFIX=/usr %s", tt_make(), dest, args);
     ck_assert_msg(!exists(example), "%s left behind by make uninstall", example);
+    snprintf(path, sizeof path, "%s%s/doc/fldispatch", dest, datadir);
+    ck_assert_msg(!exists(path), "%s left behind by make uninstall", path);
 }
 END_TEST
 
@@ -659,7 +663,7 @@ START_TEST(test_missing_packages_one_line)
         {"check-valgrind", "build test valgrind"},
         {"fuzz-smoke", "build fuzz"},
         {"check-fresh", "fresh"},
-        {"lint", "lint"},
+        {"lint", "build lint"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int status = tt_sh_status(log, "PATH='%s':\"$PATH\" %s %s >'%s/out' 2>&1", bin,
@@ -681,6 +685,62 @@ START_TEST(test_missing_packages_one_line)
     ck_assert_int_eq(tt_sh_status(log, "PATH='%s':\"$PATH\" %s clean", bin, tt_make_in(tree)), 0);
     ck_assert_int_eq(
         tt_sh_status(log, "PATH='%s':\"$PATH\" %s -n lib DEPS_CHECK=no", bin, tt_make_in(tree)), 0);
+}
+END_TEST
+
+/*
+ * As root, only the README's two commands (make run, make check) install
+ * what is missing, and say so in one line; every other goal stops with the
+ * one apt-get line, as for a user. FLD_DEPS_DRY_RUN=1 runs no apt-get.
+ */
+START_TEST(test_root_installs_only_for_run_and_check)
+{
+    const char *tmp = tmpdir();
+    char bin[PATH_MAX], tool[PATH_MAX + 16], tree[PATH_MAX], log[PATH_MAX];
+    tt_make_subdir(bin, tmp, "bin", 0755);
+    snprintf(tool, sizeof tool, "%s/dpkg-query", bin);
+    write_file(tool, 0755, "#!/bin/sh\nexit 1\n");
+    snprintf(tool, sizeof tool, "%s/id", bin);
+    write_file(tool, 0755, "#!/bin/sh\necho 0\n");
+    snprintf(tree, sizeof tree, "%s/b", tmp);
+    snprintf(log, sizeof log, "%s/make.log", tmp);
+
+    static const struct {
+        const char *goal, *sets;
+        bool installs;
+    } cases[] = {
+        {"", "build", false},         {"lint", "build lint", false},
+        {"fuzz-smoke", "build fuzz", false}, {"run", "build", true},
+        {"check", "build test", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        /* -n: where the packages are "installed", make goes on running nothing. */
+        int status =
+            tt_sh_status(log, "PATH='%s':\"$PATH\" FLD_DEPS_DRY_RUN=1 %s -n %s >'%s/out' 2>&1", bin,
+                         tt_make_in(tree), cases[i].goal, tmp);
+        char *out = read_text(tmp, "out");
+        char *pkgs = set_packages(tmp, cases[i].sets);
+        char want[1024];
+        if (cases[i].installs)
+            snprintf(want, sizeof want, "would install Debian packages (%s), as root: %s (dry run)",
+                     cases[i].sets, pkgs);
+        else
+            snprintf(want, sizeof want,
+                     "missing Debian packages (%s): run 'apt-get install %s' (make run and make "
+                     "check install them)",
+                     cases[i].sets, pkgs);
+        /* Installing, the check lets make go on; what -n prints next (sub-makes that would
+         * find the packages installed) is not at issue. */
+        const char *first = strstr(out, "Debian packages");
+        bool installing = first - out >= 14 && strncmp(first - 14, "would install ", 14) == 0;
+        bool ok = strstr(out, want) != NULL &&
+                  (cases[i].installs ? installing : status == 2 && count_lines(out) == 1);
+        ck_assert_msg(ok,
+                      "make -n %s as root (status %d) did not print \"%s\":\n" CLIP,
+                      cases[i].goal, status, want, out);
+        free(pkgs);
+        free(out);
+    }
 }
 END_TEST
 
@@ -734,6 +794,7 @@ static Suite *build_suite(void)
     tc = tcase_create("deps");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_missing_packages_one_line);
+    tcase_add_test(tc, test_root_installs_only_for_run_and_check);
     tcase_add_test(tc, test_readme_lists_package_sets);
     suite_add_tcase(s, tc);
     return s;

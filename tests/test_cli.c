@@ -12,6 +12,7 @@
 
 #include <fldispatch/fldispatch.h>
 
+#include "util/env.h"
 #include "util/files.h"
 #include "util/harness.h"
 #include "util/schema.h"
@@ -53,20 +54,20 @@ static const char *first_line(const char *s)
 #define assert_json_object(text)                                                                   \
     do {                                                                                           \
         ck_assert_msg((text)[0] == '{', "JSON output does not start with '{':\n" CLIP, (text));    \
-        ck_assert_msg(tool_json_valid(text), "output is not valid JSON:\n" CLIP, (text));          \
+        ck_assert_msg(tt_json_valid(text), "output is not valid JSON:\n" CLIP, (text));          \
     } while (0)
 
 /* ---- the checker checks itself --------------------------------------------- */
 
 START_TEST(json_checker_rejects_bad_documents)
 {
-    ck_assert(tool_json_valid("{\"a\": [1, -2.5e3, true, null, \"x\\n\\u00e9\"], \"b\": {}}\n"));
-    ck_assert(!tool_json_valid("{\"a\": 1,}"));
-    ck_assert(!tool_json_valid("{\"a\" 1}"));
-    ck_assert(!tool_json_valid("[1, 2"));
-    ck_assert(!tool_json_valid("{\"a\": \"tab\there\"}"));
-    ck_assert(!tool_json_valid("{} {}"));
-    ck_assert(!tool_json_valid("{\"a\": 01}"));
+    ck_assert(tt_json_valid("{\"a\": [1, -2.5e3, true, null, \"x\\n\\u00e9\"], \"b\": {}}\n"));
+    ck_assert(!tt_json_valid("{\"a\": 1,}"));
+    ck_assert(!tt_json_valid("{\"a\" 1}"));
+    ck_assert(!tt_json_valid("[1, 2"));
+    ck_assert(!tt_json_valid("{\"a\": \"tab\there\"}"));
+    ck_assert(!tt_json_valid("{} {}"));
+    ck_assert(!tt_json_valid("{\"a\": 01}"));
 }
 END_TEST
 
@@ -76,8 +77,8 @@ START_TEST(help_lists_commands)
 {
     static const char *const flags[] = {"--help", "-h"};
     for (size_t i = 0; i < 2; i++) {
-        struct tool_run r;
-        tool_run(&r, NO_ENV, ARGS(flags[i]));
+        struct tt_tool_run r;
+        tt_tool_run(&r, NO_ENV, ARGS(flags[i]));
         assert_status(r, 0);
         for (const char *const *c = (const char *const[]){"list", "resolve", "bench", "config",
                                                           "freeze", "verify", "doctor", NULL};
@@ -89,7 +90,7 @@ START_TEST(help_lists_commands)
         ck_assert(!line_with(r.out, "config", "(coming)"));
         ck_assert(!line_with(r.out, "freeze", "(coming)"));
         ck_assert_str_eq(r.err, "");
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
 }
 END_TEST
@@ -101,8 +102,8 @@ static const char *const all_commands[] = {"list",   "resolve", "bench", "config
 START_TEST(command_help)
 {
     for (size_t i = 0; i < N_COMMANDS; i++) {
-        struct tool_run r, h, s;
-        tool_run(&r, NO_ENV, ARGS(all_commands[i], "--help"));
+        struct tt_tool_run r, h, s;
+        tt_tool_run(&r, NO_ENV, ARGS(all_commands[i], "--help"));
         assert_status(r, 0);
         char usage[64];
         snprintf(usage, sizeof usage, "Usage: fldispatch %s", all_commands[i]);
@@ -110,102 +111,102 @@ START_TEST(command_help)
                       all_commands[i], r.out);
         ck_assert_str_eq(r.err, "");
         /* 'fldispatch help CMD' and '-h' say the same. */
-        tool_run(&h, NO_ENV, ARGS("help", all_commands[i]));
+        tt_tool_run(&h, NO_ENV, ARGS("help", all_commands[i]));
         assert_status(h, 0);
         ck_assert_str_eq(h.out, r.out);
-        tool_run(&s, NO_ENV, ARGS(all_commands[i], "-h"));
+        tt_tool_run(&s, NO_ENV, ARGS(all_commands[i], "-h"));
         assert_status(s, 0);
         ck_assert_str_eq(s.out, r.out);
-        tool_run_free(&r);
-        tool_run_free(&h);
-        tool_run_free(&s);
+        tt_tool_run_free(&r);
+        tt_tool_run_free(&h);
+        tt_tool_run_free(&s);
     }
 
-    struct tool_run r, top;
-    tool_run(&r, NO_ENV, ARGS("help"));
-    tool_run(&top, NO_ENV, ARGS("--help"));
+    struct tt_tool_run r, top;
+    tt_tool_run(&r, NO_ENV, ARGS("help"));
+    tt_tool_run(&top, NO_ENV, ARGS("--help"));
     assert_status(r, 0);
     ck_assert_str_eq(r.out, top.out);
     ck_assert(line_with(r.out, "fldispatch help <command>"));
-    tool_run_free(&r);
-    tool_run_free(&top);
+    tt_tool_run_free(&r);
+    tt_tool_run_free(&top);
 
-    tool_run(&r, NO_ENV, ARGS("help", "lsit"));
+    tt_tool_run(&r, NO_ENV, ARGS("help", "lsit"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "unknown command 'lsit'", "did you mean 'list'?"), CLIP, r.err);
     ck_assert_str_eq(r.out, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(version)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("--version"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("--version"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "fldispatch " FLD_VERSION_STRING));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(no_command_is_usage_error)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, NO_ARGS);
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, NO_ARGS);
     assert_status(r, 2);
     ck_assert(strstr(r.err, "Usage:"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(unknown_command)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("frobnicate"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("frobnicate"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "frobnicate"));
     ck_assert(strstr(r.err, "--help"));
     ck_assert_str_eq(r.out, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("--frobnicate"));
+    tt_tool_run(&r, NO_ENV, ARGS("--frobnicate"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "--frobnicate"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* A near miss names the command meant; a far one names none. */
     static const char *const typos[][2] = {{"lsit", "list"},     {"reslove", "resolve"},
                                            {"doctr", "doctor"},  {"confg", "config"},
                                            {"Verify", "verify"}, {"--verison", "--version"}};
     for (size_t i = 0; i < sizeof typos / sizeof typos[0]; i++) {
-        tool_run(&r, NO_ENV, ARGS(typos[i][0]));
+        tt_tool_run(&r, NO_ENV, ARGS(typos[i][0]));
         assert_status(r, 2);
         char want[64];
         snprintf(want, sizeof want, "did you mean '%s'?", typos[i][1]);
         ck_assert_msg(line_with(r.err, typos[i][0], want), "%s:\n" CLIP, typos[i][0], r.err);
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
-    tool_run(&r, NO_ENV, ARGS("frobnicate"));
+    tt_tool_run(&r, NO_ENV, ARGS("frobnicate"));
     ck_assert(!strstr(r.err, "did you mean"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(unknown_options)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("list", "--bogus"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("list", "--bogus"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "--bogus", "fldispatch list --help"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--devcie", "cpu"));
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--devcie", "cpu"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "fldispatch resolve: unknown option '--devcie'",
                             "did you mean '--device'?", "fldispatch resolve --help"),
                   CLIP, r.err);
     ck_assert_str_eq(r.out, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* Every command says which option was meant. */
     static const char *const near[][3] = {
@@ -215,39 +216,39 @@ START_TEST(unknown_options)
         {"doctor", "--timeuot", "--timeout"},
     };
     for (size_t i = 0; i < sizeof near / sizeof near[0]; i++) {
-        tool_run(&r, NO_ENV, ARGS(near[i][0], near[i][1]));
+        tt_tool_run(&r, NO_ENV, ARGS(near[i][0], near[i][1]));
         assert_status(r, 2);
         char want[64];
         snprintf(want, sizeof want, "did you mean '%s'?", near[i][2]);
         ck_assert_msg(line_with(r.err, near[i][1], want), "%s %s:\n" CLIP, near[i][0], near[i][1],
                       r.err);
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
 
     /* A flag takes no value; an option without its value is a usage error. */
-    tool_run(&r, NO_ENV, ARGS("list", "--json=yes"));
+    tt_tool_run(&r, NO_ENV, ARGS("list", "--json=yes"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "'--json' takes no value"));
-    tool_run_free(&r);
-    tool_run(&r, NO_ENV, ARGS("doctor", "--timeout"));
+    tt_tool_run_free(&r);
+    tt_tool_run(&r, NO_ENV, ARGS("doctor", "--timeout"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "'--timeout' needs a value"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--fast"));
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--fast"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "--fast"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("config", "--verbose"));
+    tt_tool_run(&r, NO_ENV, ARGS("config", "--verbose"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "--verbose", "fldispatch config --help"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("freeze", "--outptu", "x.yaml"));
+    tt_tool_run(&r, NO_ENV, ARGS("freeze", "--outptu", "x.yaml"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "--outptu", "fldispatch freeze --help"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -255,8 +256,8 @@ END_TEST
 
 START_TEST(list_summary)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("list"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("list"));
     assert_status(r, 0);
     ck_assert_str_eq(r.err, "");
     ck_assert_msg(line_with(r.out, "PLUGIN", "VERSION", "ORIGIN", "STATUS", "IMPLS", "REASON"),
@@ -268,7 +269,7 @@ START_TEST(list_summary)
                             "set FLD_TEMPLATE_ENABLE=1 to enable the example"),
                   CLIP, r.out);
     /* ascend cpu template, and cuda and rocm where their compilers were found */
-    ck_assert_int_eq(tool_count_of(r.out, " in-tree "),
+    ck_assert_int_eq(tt_count_of(r.out, " in-tree "),
                      3 + plugin_built("cuda") + plugin_built("rocm"));
     /* No implementation table, no file names: those are --verbose. */
     ck_assert_msg(!strstr(r.out, "IMPL_ID") && !strstr(r.out, "fld-cpu.so") &&
@@ -276,22 +277,23 @@ START_TEST(list_summary)
                   "the summary shows details:\n" CLIP, r.out);
     ck_assert_msg(line_with(r.out, "8 op(s)", "implementation(s)", "available here"), CLIP, r.out);
     ck_assert(line_with(r.out, "fldispatch list --verbose"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* A long reason is cut, whole characters, with "..." */
-    tool_run(&r, ENV("ASCEND_HOME_PATH=/nonexistent/ascend/toolkit/with/a/long/path/that/goes/on"),
+    tt_tool_run(&r,
+                ENV("ASCEND_HOME_PATH=/nonexistent/ascend/toolkit/with/a/long/path/that/goes/on"),
              ARGS("list"));
     assert_status(r, 0);
     const char *line = line_with(r.out, "ascend ", "unavailable");
     ck_assert_msg(line && strstr(line, "...") && strlen(line) < 150, CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(list_verbose)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("list", "--verbose"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("list", "--verbose"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "  cpu ", "in-tree", "loaded", "fld-cpu.so"),
                   "no loaded cpu plugin:\n" CLIP, r.out);
@@ -310,31 +312,31 @@ START_TEST(list_verbose)
     ck_assert_msg(line_with(r.out, "vendor.template",
                             "unavailable: ", "set FLD_TEMPLATE_ENABLE=1 to enable the example"),
                   "template plugin not listed as unavailable:\n" CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(list_template_enabled)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("list", "--verbose"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("list", "--verbose"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "silu_and_mul", "vendor.template", " available"),
                   "template not available with FLD_TEMPLATE_ENABLE=1:\n" CLIP, r.out);
     ck_assert(!line_with(r.out, "vendor.template", "unavailable"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("list"));
+    tt_tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("list"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "template ", "loaded", " 1/1"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(list_json)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("list", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("list", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     tt_assert_schema(r.out, "list");
@@ -353,12 +355,12 @@ START_TEST(list_json)
     ck_assert(strstr(r.out, "\"reason\": \"set FLD_TEMPLATE_ENABLE=1 to enable the example\""));
 
     /* Complete with or without --verbose. */
-    struct tool_run v;
-    tool_run(&v, NO_ENV, ARGS("list", "--json", "--verbose"));
+    struct tt_tool_run v;
+    tt_tool_run(&v, NO_ENV, ARGS("list", "--json", "--verbose"));
     assert_status(v, 0);
     ck_assert_str_eq(v.out, r.out);
-    tool_run_free(&v);
-    tool_run_free(&r);
+    tt_tool_run_free(&v);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -376,31 +378,31 @@ START_TEST(list_strict)
 {
     char env[4200];
     snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s", dir_with_rejected_plugin());
-    struct tool_run r;
+    struct tt_tool_run r;
     /* A rejected plugin is listed, and by default is no failure of list. */
-    tool_run(&r, ENV(env), ARGS("list"));
+    tt_tool_run(&r, ENV(env), ARGS("list"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "fld-bad_magic", "rejected", "magic"), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "good", "loaded"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     static const char *const forms[][3] = {{"list", "--strict", NULL},
                                            {"list", "--strict", "--verbose"},
                                            {"list", "--json", "--strict"}};
     for (size_t i = 0; i < 3; i++) {
-        tool_run(&r, ENV(env), ARGS(forms[i][0], forms[i][1], forms[i][2]));
+        tt_tool_run(&r, ENV(env), ARGS(forms[i][0], forms[i][1], forms[i][2]));
         assert_status(r, 1);
         ck_assert_msg(line_with(r.err, "1 plugin(s) rejected", "--strict"), CLIP, r.err);
         ck_assert(strstr(r.out, "bad_magic")); /* the output is complete all the same */
         if (i == 2)
             tt_assert_schema(r.out, "list");
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
 
     /* Nothing rejected: --strict changes nothing. */
-    tool_run(&r, NO_ENV, ARGS("list", "--strict"));
+    tt_tool_run(&r, NO_ENV, ARGS("list", "--strict"));
     assert_status(r, 0);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -437,24 +439,24 @@ START_TEST(outside_text_is_escaped)
     static const char *const commands[][3] = {
         {"list", NULL, NULL}, {"list", "--verbose", NULL}, {"config", NULL, NULL}};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        struct tool_run r;
-        tool_run(&r, ENV(env), ARGS(commands[i][0], commands[i][1], commands[i][2]));
+        struct tt_tool_run r;
+        tt_tool_run(&r, ENV(env), ARGS(commands[i][0], commands[i][1], commands[i][2]));
         assert_status(r, 0);
         assert_no_control_bytes(commands[i][0], r.out);
         ck_assert_msg(strstr(r.out, "\\x1b]0;pwned\\x07\\x1b[2J"),
                       "the directory is not shown escaped:\n" CLIP, r.out);
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
-    struct tool_run r;
+    struct tt_tool_run r;
     /* The summary: the rejected file's name (its name column) on one row. */
-    tool_run(&r, ENV(env), ARGS("list"));
+    tt_tool_run(&r, ENV(env), ARGS("list"));
     ck_assert_msg(line_with(r.out, "fld-x\\x1b[31my.so", "rejected"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
     /* --verbose: each file on its own row, the newline as \x0a. */
-    tool_run(&r, ENV(env), ARGS("list", "--verbose"));
+    tt_tool_run(&r, ENV(env), ARGS("list", "--verbose"));
     ck_assert_msg(line_with(r.out, "good", "loaded", "/fld-a\\x0ab.so"), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "rejected", "/fld-x\\x1b[31my.so"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -463,27 +465,27 @@ END_TEST
  * it is a configuration error, as a bad core VLLM_FL_* variable is. */
 START_TEST(rejected_cpu_plugin_is_reported)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_CPU_THREADS=abc"), ARGS("list"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=abc"), ARGS("list"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "1 plugin(s) rejected", "not used"), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "Rejected: cpu: ", "VLLM_FL_CPU_THREADS='abc'"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     static const char *const commands[][2] = {{"list", NULL}, {"resolve", "rms_norm"}};
     for (size_t i = 0; i < 2; i++) {
-        tool_run(&r, ENV("VLLM_FL_CPU_THREADS=abc", "VLLM_FL_STRICT=1"),
-                 ARGS(commands[i][0], commands[i][1]));
+        tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=abc", "VLLM_FL_STRICT=1"),
+                    ARGS(commands[i][0], commands[i][1]));
         assert_status(r, 2);
         ck_assert_msg(line_with(r.err, "plugin 'cpu'", "rejected", "VLLM_FL_CPU_THREADS='abc'"),
                       CLIP, r.err);
         ck_assert_msg(line_with(r.err, "strict"), CLIP, r.err);
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
     /* Nothing rejected: strict changes nothing. */
-    tool_run(&r, ENV("VLLM_FL_STRICT=1"), ARGS("resolve", "rms_norm"));
+    tt_tool_run(&r, ENV("VLLM_FL_STRICT=1"), ARGS("resolve", "rms_norm"));
     assert_status(r, 0);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -497,34 +499,34 @@ START_TEST(list_duplicates_counted_not_warned)
     tt_install_fixture(NULL, first, "plugins", "good");
     tt_install_fixture(NULL, second, "plugins", "good");
     snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s:%s", first, second);
-    struct tool_run r;
-    tool_run(&r, ENV(env), ARGS("list"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(env), ARGS("list"));
     assert_status(r, 0);
     ck_assert_msg(!strstr(r.err, "WARNING") && !strstr(r.err, "duplicate"), CLIP, r.err);
-    ck_assert_int_eq(tool_count_of(r.out, "\ngood "), 1);
+    ck_assert_int_eq(tt_count_of(r.out, "\ngood "), 1);
     ck_assert_msg(line_with(r.out, "1 plugin file(s) skipped", "earlier in the search path"), CLIP,
                   r.out);
-    tool_run_free(&r);
-    tool_run(&r, ENV(env), ARGS("list", "--verbose"));
+    tt_tool_run_free(&r);
+    tt_tool_run(&r, ENV(env), ARGS("list", "--verbose"));
     ck_assert_msg(line_with(r.out, "skipped", second), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "reason: duplicate of ", first), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(bad_environment_is_config_error)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_PREFER=bogus"), ARGS("list"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_PREFER=bogus"), ARGS("list"));
     assert_status(r, 2);
     ck_assert_msg(strstr(r.err, "VLLM_FL_PREFER"), "stderr does not name the variable:\n" CLIP,
                   r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV("VLLM_FL_PREFER=bogus"), ARGS("resolve", "rms_norm"));
+    tt_tool_run(&r, ENV("VLLM_FL_PREFER=bogus"), ARGS("resolve", "rms_norm"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "VLLM_FL_PREFER"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -532,21 +534,21 @@ END_TEST
 
 START_TEST(resolve_default_is_vendor_cpu)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "vendor.cpu");
     ck_assert_msg(line_with(r.out, "1. vendor.cpu") && line_with(r.out, "2. reference.c"),
                   "candidates not in order:\n" CLIP, r.out);
     ck_assert(line_with(r.out, "order:", "vendor", "reference"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_json)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"op\": \"rms_norm\""));
@@ -560,7 +562,7 @@ START_TEST(resolve_json)
     ck_assert(strstr(r.out, "\"order_source\": \"default\""));
     ck_assert(strstr(r.out, "\"policy_summary\": \"prefer=flagos"));
     tt_assert_schema(r.out, "resolve");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -574,8 +576,8 @@ START_TEST(tune_writes_a_bucketed_manifest)
     snprintf(path, sizeof path, "%s/tuned.yaml", dir);
     snprintf(modules, sizeof modules, "VLLM_FL_PLUGIN_MODULES=%s/tests/plugins/fld-row_pair.so",
              tt_build_dir());
-    struct tool_run r;
-    tool_run(&r, ENV(modules),
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(modules),
              ARGS("tune", "rms_norm", "--dtype", "f32", "--quick", "--shapes", "1-4=1,4;5-=32",
                   "--hidden", "128", "--out", path));
     assert_status(r, 0);
@@ -587,12 +589,12 @@ START_TEST(tune_writes_a_bucketed_manifest)
         ck_assert_msg(line_with(r.out, "rms_norm", "5- ", *id), "no 5- line for %s:\n" CLIP, *id,
                       r.out);
     }
-    ck_assert_int_eq(tool_count_of(r.out, "<- fastest"), 2);
-    tool_run_free(&r);
+    ck_assert_int_eq(tt_count_of(r.out, "<- fastest"), 2);
+    tt_tool_run_free(&r);
 
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
-    char *file = tool_read_all(f);
+    char *file = tt_read_all(f);
     ck_assert_msg(strstr(file, "version: 1\nentries:\n  - {op: rms_norm, device: cpu, dtype: f32, "),
                   "%s", file);
     /* The winner of rows 1-4 is the entry that holds 2 rows: resolve --rows 2 names it. */
@@ -606,7 +608,7 @@ START_TEST(tune_writes_a_bucketed_manifest)
     free(file);
 
     snprintf(manifest_env, sizeof manifest_env, "VLLM_FL_MANIFEST=%s", path);
-    tool_run(&r, ENV(modules, manifest_env), ARGS("resolve", "rms_norm", "--rows", "2", "--json"));
+    tt_tool_run(&r, ENV(modules, manifest_env), ARGS("resolve", "rms_norm", "--rows", "2", "--json"));
     assert_status(r, 0);
     char want[128];
     snprintf(want, sizeof want, "\"selected\": \"%s\"", winner);
@@ -614,17 +616,17 @@ START_TEST(tune_writes_a_bucketed_manifest)
     ck_assert(strstr(r.out, "\"rows\": 2"));
     ck_assert_msg(strstr(r.out, bucketed ? ":5 (rows 1-4)" : "tuned.yaml:5\""), CLIP, r.out);
     tt_assert_schema(r.out, "resolve");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* JSON: every impl with its time or why not, and the winners. */
-    tool_run(&r, ENV(modules), ARGS("tune", "rms_norm", "--dtype", "f32", "--quick", "--shapes",
+    tt_tool_run(&r, ENV(modules), ARGS("tune", "rms_norm", "--dtype", "f32", "--quick", "--shapes",
                                     "1-4=1", "--hidden", "128", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     tt_assert_schema(r.out, "tune");
     ck_assert(strstr(r.out, "\"impl_id\": \"vendor.row_small\""));
     ck_assert(strstr(r.out, "\"manifest\": null"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     unlink(path);
     rmdir(dir);
@@ -643,114 +645,114 @@ START_TEST(tune_and_resolve_rows_usage_errors)
         {"resolve", "rms_norm", "--rows", "x", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct tool_run r;
-        tool_run(&r, NO_ENV, cases[i]);
+        struct tt_tool_run r;
+        tt_tool_run(&r, NO_ENV, cases[i]);
         ck_assert_msg(r.status == 2, "%s %s %s: status %d\n" CLIP, cases[i][0], cases[i][1],
                       cases[i][2] ? cases[i][2] : "", r.status, r.err);
         ck_assert_msg(strstr(r.err, cases[i][0]), CLIP, r.err);
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("tune", "--device", "cuda", "--quick"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("tune", "--device", "cuda", "--quick"));
     assert_status(r, 3);
     ck_assert_msg(strstr(r.err, "cpu only"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_prefer_reference)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("resolve", "rms_norm"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("resolve", "rms_norm"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "reference.c");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_denied_vendor)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"), ARGS("resolve", "rms_norm"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"), ARGS("resolve", "rms_norm"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "reference.c");
     ck_assert_msg(line_with(r.out, "vendor.cpu", "VLLM_FL_DENY_VENDORS"),
                   "rejection does not name VLLM_FL_DENY_VENDORS:\n" CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"), ARGS("resolve", "rms_norm", "--json"));
+    tt_tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"), ARGS("resolve", "rms_norm", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"selected\": \"reference.c\""));
     ck_assert(strstr(r.out, "\"impl_id\": \"vendor.cpu\""));
     tt_assert_schema(r.out, "resolve");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_unknown_op)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("resolve", "no_such_op"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "no_such_op"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "no such op", "no_such_op", "fldispatch list"));
     ck_assert(!strstr(r.err, "did you mean"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* A near miss names the op meant, in resolve, verify and bench. */
-    tool_run(&r, NO_ENV, ARGS("resolve", "rms_nrom"));
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_nrom"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "no such op 'rms_nrom'", "did you mean 'rms_norm'?"), CLIP,
                   r.err);
     ck_assert_str_eq(r.out, "");
-    tool_run_free(&r);
-    tool_run(&r, NO_ENV, ARGS("resolve", "attention_backnd"));
+    tt_tool_run_free(&r);
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "attention_backnd"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "did you mean 'attention_backend'?"), CLIP, r.err);
-    tool_run_free(&r);
-    tool_run(&r, NO_ENV, ARGS("verify", "--quick", "silu_and_mull"));
+    tt_tool_run_free(&r);
+    tt_tool_run(&r, NO_ENV, ARGS("verify", "--quick", "silu_and_mull"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "unknown op 'silu_and_mull'", "did you mean 'silu_and_mul'?"),
                   CLIP, r.err);
-    tool_run_free(&r);
-    tool_run(&r, NO_ENV, ARGS("bench", "--quick", "gemma_rmsnorm"));
+    tt_tool_run_free(&r);
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--quick", "gemma_rmsnorm"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "unknown op 'gemma_rmsnorm'", "did you mean 'gemma_rms_norm'?"),
                   CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(double_dash_ends_options)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("resolve", "--json", "--", "rms_norm"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "--json", "--", "rms_norm"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "\"selected\": \"vendor.cpu\""));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* After "--" an argument is an operand even when it looks like an option. */
-    tool_run(&r, NO_ENV, ARGS("resolve", "--", "--json"));
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "--", "--json"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "no such op '--json'"), CLIP, r.err);
     ck_assert_str_eq(r.out, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("doctor", "--", "-no-such-plugin.so"));
+    tt_tool_run(&r, NO_ENV, ARGS("doctor", "--", "-no-such-plugin.so"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "cannot use '-no-such-plugin.so'"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("list", "--", "--json"));
+    tt_tool_run(&r, NO_ENV, ARGS("list", "--", "--json"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "unexpected argument '--json'"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* A second "--" is an operand too. */
-    tool_run(&r, NO_ENV, ARGS("resolve", "--", "rms_norm", "--"));
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "--", "rms_norm", "--"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "one OP at a time", "'--'"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -758,98 +760,100 @@ START_TEST(resolve_nothing_available)
 {
     static const char *const env[] = {"VLLM_FL_PREFER_ENABLED=0", "VLLM_FL_PER_OP=rms_norm=vendor",
                                       NULL};
-    struct tool_run r;
-    tool_run(&r, env, ARGS("resolve", "rms_norm"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, env, ARGS("resolve", "rms_norm"));
     assert_status(r, 3);
     ck_assert_str_eq(first_line(r.out), "none");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, env, ARGS("resolve", "rms_norm", "--json"));
+    tt_tool_run(&r, env, ARGS("resolve", "rms_norm", "--json"));
     assert_status(r, 3);
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"selected\": null"));
     ck_assert(strstr(r.out, "\"candidates\": []"));
     tt_assert_schema(r.out, "resolve");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_device_and_dtype_options)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype", "bf16"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype", "bf16"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "vendor.cpu");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("resolve", "--dtype=f16", "--device=cpu", "silu_and_mul", "--json"));
+    tt_tool_run(&r, NO_ENV,
+                ARGS("resolve", "--dtype=f16", "--device=cpu", "silu_and_mul", "--json"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "\"dtype\": \"f16\""));
     ck_assert(strstr(r.out, "\"selected\": \"vendor.cpu\""));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--device", "tpu"));
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--device", "tpu"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "tpu"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype", "f64"));
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype", "f64"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "f64"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype"));
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--dtype"));
     assert_status(r, 2);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("resolve"));
+    tt_tool_run(&r, NO_ENV, ARGS("resolve"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "OP"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(resolve_attention_backend_uses_any_dtype)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("resolve", "attention_backend", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "attention_backend", "--json"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "\"dtype\": \"any\""));
     ck_assert(!strstr(r.out, "\"selected\": null"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(template_plugin_selection)
 {
-    struct tool_run r;
+    struct tt_tool_run r;
     /* Off by default: dropped with its reason. */
-    tool_run(&r, ENV("VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
-             ARGS("resolve", "silu_and_mul"));
+    tt_tool_run(&r, ENV("VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
+                ARGS("resolve", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "reference.c");
     ck_assert(line_with(r.out, "vendor.template", "FLD_TEMPLATE_ENABLE"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* On, but its low priority keeps it behind vendor.cpu. */
-    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("resolve", "silu_and_mul"));
+    tt_tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("resolve", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "vendor.cpu");
     ck_assert(line_with(r.out, "2. vendor.template"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r,
-             ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
-             ARGS("resolve", "silu_and_mul"));
+    tt_tool_run(&r,
+                ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
+                ARGS("resolve", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "vendor.template");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* float32 only. */
-    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"), ARGS("resolve", "silu_and_mul", "--dtype", "bf16"));
+    tt_tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1"),
+                ARGS("resolve", "silu_and_mul", "--dtype", "bf16"));
     assert_status(r, 0);
     ck_assert(!line_with(r.out, ". vendor.template"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -877,8 +881,8 @@ static bool json_field(const char *text, const char *key, const char *value, con
 
 START_TEST(config_text)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("config"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("config"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "platform:", "cpu"), "no platform line:\n" CLIP, r.out);
     ck_assert_msg(line_with(r.out, "detected by:", "VLLM_FL_PLATFORM"), "no detection line:\n" CLIP,
@@ -903,21 +907,21 @@ START_TEST(config_text)
     row++;
     ck_assert_msg(strncmp(row + value_col, "reference", 9) == 0, "prefer row misaligned:\n" CLIP,
                   r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* A value from the environment is replaced by a default once the variable goes. */
-    tool_run(&r, NO_ENV, ARGS("config"));
+    tt_tool_run(&r, NO_ENV, ARGS("config"));
     assert_status(r, 0);
     ck_assert(!line_with(r.out, "prefer ", "VLLM_FL_PREFER"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(config_json)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_PREFER=reference", "VLLM_FL_DENY_VENDORS=acme,cuda"),
-             ARGS("config", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_PREFER=reference", "VLLM_FL_DENY_VENDORS=acme,cuda"),
+                ARGS("config", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     ck_assert(strstr(r.out, "\"platform\": {"));
@@ -946,15 +950,15 @@ START_TEST(config_json)
     ck_assert(strstr(r.out, "\"policy_summary\": \"prefer=reference"));
     ck_assert(!strstr(r.out, "\"value\": \"true\"") && !strstr(r.out, "\"value\": \"\""));
     tt_assert_schema(r.out, "config");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV("VLLM_FL_STRICT=1", "VLLM_FL_CUSTOM_OPS=-rms_norm,+silu_and_mul"),
-             ARGS("config", "--json"));
+    tt_tool_run(&r, ENV("VLLM_FL_STRICT=1", "VLLM_FL_CUSTOM_OPS=-rms_norm,+silu_and_mul"),
+                ARGS("config", "--json"));
     assert_status(r, 0);
     ck_assert_msg(json_field(r.out, "strict", "true", "VLLM_FL_STRICT"), CLIP, r.out);
     ck_assert_msg(strstr(r.out, "\"-rms_norm\""), CLIP, r.out);
     tt_assert_schema(r.out, "config");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -970,34 +974,34 @@ START_TEST(config_file_replaces_platform_file)
     fclose(f);
     snprintf(env, sizeof env, "VLLM_FL_CONFIG=%s", path);
 
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("config"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("config"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "platform file:", "cpu.yaml"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV(env), ARGS("config"));
+    tt_tool_run(&r, ENV(env), ARGS("config"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "platform file:", "(none)"), CLIP, r.out);
     ck_assert_msg(!strstr(r.out, "cpu.yaml"), "the unread platform file is named:\n" CLIP, r.out);
     char source[4200];
     snprintf(source, sizeof source, "%s:1", path);
     ck_assert_msg(line_with(r.out, "prefer ", "reference", source), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV(env), ARGS("config", "--json"));
+    tt_tool_run(&r, ENV(env), ARGS("config", "--json"));
     assert_status(r, 0);
     ck_assert_msg(strstr(r.out, "\"config_file\": null"), CLIP, r.out);
     ck_assert(!strstr(r.out, "cpu.yaml"));
     tt_assert_schema(r.out, "config");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(config_per_op_order)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_PER_OP=rms_norm=reference|vendor"), ARGS("config", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_PER_OP=rms_norm=reference|vendor"), ARGS("config", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     ck_assert_msg(json_field(r.out, "op_backends.rms_norm",
@@ -1005,40 +1009,40 @@ START_TEST(config_per_op_order)
                              "VLLM_FL_PER_OP"),
                   "the per-op order is not reported:\n" CLIP, r.out);
     tt_assert_schema(r.out, "config");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(config_errors)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("config"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("config"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "VLLM_FL_PLATFORM", "tpu"),
                   "stderr does not name the variable and value:\n" CLIP, r.err);
     ck_assert_str_eq(r.out, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("config", "--json"));
+    tt_tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("config", "--json"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "VLLM_FL_PLATFORM"));
     ck_assert_str_eq(r.out, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV("VLLM_FL_PREFER=fastest"), ARGS("config"));
+    tt_tool_run(&r, ENV("VLLM_FL_PREFER=fastest"), ARGS("config"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "VLLM_FL_PREFER", "fastest"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("list"));
+    tt_tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("list"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "VLLM_FL_PLATFORM"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("config", "extra"));
+    tt_tool_run(&r, NO_ENV, ARGS("config", "extra"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "extra"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -1069,8 +1073,8 @@ static char *without_lines(const char *text, const char *prefix)
 
 START_TEST(freeze_stdout)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("freeze"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("freeze"));
     assert_status(r, 0);
     ck_assert_msg(strncmp(r.out, "# fldispatch manifest", 21) == 0, "no header:\n" CLIP, r.out);
     ck_assert(line_with(r.out, "# Written by fldispatch freeze " FLD_VERSION_STRING));
@@ -1085,8 +1089,8 @@ START_TEST(freeze_stdout)
     ck_assert(line_with(r.out, "  - {op: attention_backend, device: cpu, dtype: any, impl: "
                                "reference.c}"));
     /* Seven typed ops x three dtypes, plus attention_backend, on the cpu only: no GPU here. */
-    ck_assert_int_eq(tool_count_of(r.out, "  - {op: "), 22);
-    ck_assert_int_eq(tool_count_of(r.out, "device: cpu, dtype: f32"), 7);
+    ck_assert_int_eq(tt_count_of(r.out, "  - {op: "), 22);
+    ck_assert_int_eq(tt_count_of(r.out, "device: cpu, dtype: f32"), 7);
     ck_assert_msg(!strstr(r.out, "device: cuda") && !strstr(r.out, "device: rocm") &&
                       !strstr(r.out, "device: ascend"),
                   "a device without its runtime is frozen:\n" CLIP, r.out);
@@ -1094,25 +1098,25 @@ START_TEST(freeze_stdout)
     assert_left_out(r.err, "cuda", "no CUDA driver");
     assert_left_out(r.err, "rocm", NULL);
     assert_left_out(r.err, "ascend", NULL);
-    ck_assert_int_eq(tool_count_of(r.err, "\n"), 3);
+    ck_assert_int_eq(tt_count_of(r.err, "\n"), 3);
     ck_assert(line_with(r.out, "# left out device cuda: ",
                         plugin_built("cuda") ? "no CUDA driver" : "no plugin provides"));
     /* The unavailable template plugin is never frozen. */
     ck_assert(!strstr(r.out, "vendor.template"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* The policy of the environment decides. */
-    tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze", "--device", "cpu"));
+    tt_tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze", "--device", "cpu"));
     assert_status(r, 0);
     ck_assert(line_with(r.out, "  - {op: rms_norm, device: cpu, dtype: f32, impl: reference.c}"));
     ck_assert(line_with(r.out, "# Policy: ", "prefer=reference"));
     ck_assert(!strstr(r.out, "vendor.cpu"));
     ck_assert_str_eq(r.err, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* Pairs nothing qualifies for are left out, and said. */
-    tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template"),
-             ARGS("freeze", "--device", "cpu"));
+    tt_tool_run(&r, ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template"),
+                ARGS("freeze", "--device", "cpu"));
     assert_status(r, 0);
     ck_assert(
         line_with(r.out, "{op: silu_and_mul, device: cpu, dtype: f32, impl: vendor.template}"));
@@ -1122,7 +1126,7 @@ START_TEST(freeze_stdout)
                             "silu_and_mul f16, silu_and_mul bf16", "fldispatch resolve"),
                   CLIP, r.err);
     ck_assert(line_with(r.out, "# left out on cpu: 2 (op, dtype) pair(s)"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -1133,36 +1137,36 @@ START_TEST(freeze_to_file)
     char path[256];
     snprintf(path, sizeof path, "%s/manifest.yaml", dir);
 
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("freeze", "--output", path));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("freeze", "--output", path));
     assert_status(r, 0);
     ck_assert_str_eq(r.out, "");
     ck_assert_msg(line_with(r.err, "entries written to", path), "no summary:\n" CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
-    char *file = tool_read_all(f);
+    char *file = tt_read_all(f);
 
     /* The same manifest as on standard output, but for the time it was written. */
-    tool_run(&r, NO_ENV, ARGS("freeze"));
+    tt_tool_run(&r, NO_ENV, ARGS("freeze"));
     assert_status(r, 0);
     char *a = without_lines(file, "# Written by"), *b = without_lines(r.out, "# Written by");
     ck_assert_str_eq(a, b);
     free(a);
     free(b);
     free(file);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* Written through a temporary file that is gone afterwards; an existing file is replaced. */
     char opt[300];
     snprintf(opt, sizeof opt, "--output=%s", path);
-    tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze", opt));
+    tt_tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("freeze", opt));
     assert_status(r, 0);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
     f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
-    file = tool_read_all(f);
+    file = tt_read_all(f);
     ck_assert(line_with(file, "{op: rms_norm, device: cpu, dtype: f32, impl: reference.c}"));
     free(file);
     char cmd[512];
@@ -1172,10 +1176,10 @@ START_TEST(freeze_to_file)
     /* An unwritable destination is an error, and leaves nothing behind. */
     char bad[300];
     snprintf(bad, sizeof bad, "%s/no-such-dir/manifest.yaml", dir);
-    tool_run(&r, NO_ENV, ARGS("freeze", "--output", bad));
+    tt_tool_run(&r, NO_ENV, ARGS("freeze", "--output", bad));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "cannot write", "no-such-dir"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     unlink(path);
     ck_assert_int_eq(rmdir(dir), 0);
@@ -1193,9 +1197,9 @@ static const char *fakedev_env(void)
 
 START_TEST(freeze_devices)
 {
-    struct tool_run r;
+    struct tt_tool_run r;
     /* Devices asked for but not present: nothing to freeze, no manifest, exit 3. */
-    tool_run(&r, NO_ENV, ARGS("freeze", "--device", "rocm", "--device=ascend"));
+    tt_tool_run(&r, NO_ENV, ARGS("freeze", "--device", "rocm", "--device=ascend"));
     assert_status(r, 3);
     ck_assert_str_eq(r.out, "");
     assert_left_out(r.err, "rocm", NULL);
@@ -1203,10 +1207,10 @@ START_TEST(freeze_devices)
     ck_assert(!strstr(r.err, "device cuda"));
     ck_assert_msg(line_with(r.err, "nothing to freeze (no device present); no manifest written"),
                   CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* A device whose plugin provides its memory is frozen, with its own kernels. */
-    tool_run(&r, ENV(fakedev_env()), ARGS("freeze", "--device", "cuda"));
+    tt_tool_run(&r, ENV(fakedev_env()), ARGS("freeze", "--device", "cuda"));
     assert_status(r, 0);
     ck_assert(line_with(r.out, "# Devices: cuda"));
     ck_assert_msg(
@@ -1217,51 +1221,51 @@ START_TEST(freeze_devices)
     ck_assert(!strstr(r.out, "device: cpu"));
     /* The ops the fake device lacks are said. */
     ck_assert_msg(line_with(r.err, "left out on cuda: ", "gelu_and_mul f32"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* The same plugin, its device switched off: left out with the plugin's reason. */
-    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"), ARGS("freeze"));
+    tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"), ARGS("freeze"));
     assert_status(r, 0);
     ck_assert(!strstr(r.out, "device: cuda"));
     ck_assert(line_with(r.out, "# Devices: cpu"));
     ck_assert_msg(line_with(r.err, LEFT_OUT "cuda: ", "unavailable"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* Nothing resolves under the policy: exit 3, no manifest. */
-    tool_run(&r,
-             ENV(fakedev_env(), "VLLM_FL_DENY_VENDORS=fakedev", "VLLM_FL_PREFER_ENABLED=0",
+    tt_tool_run(&r,
+                ENV(fakedev_env(), "VLLM_FL_DENY_VENDORS=fakedev", "VLLM_FL_PREFER_ENABLED=0",
                  "VLLM_FL_PER_OP=attention_backend=vendor"),
              ARGS("freeze", "--device", "cuda"));
     assert_status(r, 3);
     ck_assert_str_eq(r.out, "");
     ck_assert_msg(line_with(r.err, "nothing to freeze (nothing resolves under the policy)"), CLIP,
                   r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("freeze", "--device", "tpu"));
+    tt_tool_run(&r, NO_ENV, ARGS("freeze", "--device", "tpu"));
     assert_status(r, 2);
     ck_assert(line_with(r.err, "tpu", "cpu, cuda, rocm, ascend"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("freeze", "--device"));
+    tt_tool_run(&r, NO_ENV, ARGS("freeze", "--device"));
     assert_status(r, 2);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(freeze_config_error)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("freeze"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_PLATFORM=tpu"), ARGS("freeze"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "VLLM_FL_PLATFORM"));
     ck_assert_str_eq(r.out, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV("VLLM_FL_PER_OP=rms_norm"), ARGS("freeze"));
+    tt_tool_run(&r, ENV("VLLM_FL_PER_OP=rms_norm"), ARGS("freeze"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "VLLM_FL_PER_OP"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -1269,8 +1273,8 @@ END_TEST
 
 START_TEST(bench_overhead_text)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "3", "--calls", "2000"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "3", "--calls", "2000"));
     assert_status(r, 0);
     static const char *const variants[] = {"direct", "handle", "name", "typed"};
     for (size_t v = 0; v < 4; v++)
@@ -1281,16 +1285,16 @@ START_TEST(bench_overhead_text)
     ck_assert(line_with(r.out, "two threads vs one"));
     /* Measurements only: the targets are bench/targets.py's (tests/test_bench.c). */
     ck_assert_msg(!strstr(r.out, "<= 5 ns") && !strstr(r.out, "MISS"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(bench_overhead_json)
 {
-    struct tool_run r;
+    struct tt_tool_run r;
     /* Policy variables must not stop the bench from pinning its own kernels. */
-    tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=bench", "VLLM_FL_PREFER=reference"),
-             ARGS("bench", "--overhead", "--json", "--reps=3", "--calls=1000"));
+    tt_tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=bench", "VLLM_FL_PREFER=reference"),
+                ARGS("bench", "--overhead", "--json", "--reps=3", "--calls=1000"));
     assert_status(r, 0);
     assert_json_object(r.out);
     tt_assert_schema(r.out, "bench");
@@ -1304,28 +1308,51 @@ START_TEST(bench_overhead_json)
     ck_assert(strstr(r.out, "\"results\": ["));
     ck_assert(strstr(r.out, "\"scaling_2t\": {"));
     /* 3 kernels x 4 variants x 2 thread counts */
-    ck_assert_int_eq(tool_count_of(r.out, "\"variant\": "), 24);
-    ck_assert_int_eq(tool_count_of(r.out, "\"ns_per_call\": "), 24);
-    ck_assert_int_eq(tool_count_of(r.out, "\"overhead_ns\": "), 24);
+    ck_assert_int_eq(tt_count_of(r.out, "\"variant\": "), 24);
+    ck_assert_int_eq(tt_count_of(r.out, "\"ns_per_call\": "), 24);
+    ck_assert_int_eq(tt_count_of(r.out, "\"overhead_ns\": "), 24);
     ck_assert(strstr(r.out, "\"kernel\": \"opaque\""));
     ck_assert(strstr(r.out, "\"variant\": \"call_on\""));
     ck_assert(!strstr(r.out, ": null")); /* every figure measured */
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(bench_overhead_options)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "0"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "0"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "--reps"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--calls", "12x"));
+    tt_tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--calls", "12x"));
     assert_status(r, 2);
     ck_assert(strstr(r.err, "12x"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
+}
+END_TEST
+
+/*
+ * The clean environment of the library tests and the tool runner's share
+ * one list of the variables that steer fldispatch: a plugin's switch and
+ * any hwloc variable are cleared like the library's own.
+ */
+START_TEST(steering_variables_cleared)
+{
+    const char *names[] = {"VLLM_FL_PREFER", "VLLM_FL_CPU_ISA", "USE_FLAGGEMS",
+                           "FLD_TEMPLATE_ENABLE", "HWLOC_COMPONENTS", "HWLOC_XMLFILE"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        ck_assert_msg(tt_steers_fldispatch(names[i]), "%s not a steering variable", names[i]);
+        setenv(names[i], "x", 1);
+    }
+    setenv("FLD_SRCDIR_NOT_STEERING", "kept", 1);
+    ck_assert(!tt_steers_fldispatch("FLD_SRCDIR_NOT_STEERING=kept"));
+    ck_assert(!tt_steers_fldispatch("VLLM_FL_"));
+    tt_clear_fld_environment();
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        ck_assert_msg(getenv(names[i]) == NULL, "%s survived the clean environment", names[i]);
+    ck_assert_str_eq(getenv("FLD_SRCDIR_NOT_STEERING"), "kept");
 }
 END_TEST
 
@@ -1335,6 +1362,7 @@ static Suite *cli_suite(void)
     TCase *basics = tcase_create("basics");
     tcase_set_timeout(basics, 60);
     tcase_add_test(basics, json_checker_rejects_bad_documents);
+    tcase_add_test(basics, steering_variables_cleared);
     tcase_add_test(basics, help_lists_commands);
     tcase_add_test(basics, command_help);
     tcase_add_test(basics, version);

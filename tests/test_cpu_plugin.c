@@ -28,7 +28,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "../tools/host_tensor.h"
+#include "util/host_tensor.h"
 #include "util/env.h"
 #include "util/harness.h"
 

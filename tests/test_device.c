@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../tools/host_tensor.h"
+#include "util/host_tensor.h"
 #include "util/harness.h"
 #include <fldispatch/plugin.h>
 

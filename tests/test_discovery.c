@@ -1057,9 +1057,15 @@ END_TEST
 /* The default search path                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Unset, empty and blank read alike (a blank path variable reads as unset). */
+static const char *const unset_plugin_dirs[] = {NULL, "", "  ", " \t\n"};
+
 START_TEST(test_default_search_path)
 {
-    unsetenv("VLLM_FL_PLUGIN_DIR");
+    if (unset_plugin_dirs[_i])
+        setenv("VLLM_FL_PLUGIN_DIR", unset_plugin_dirs[_i], 1);
+    else
+        unsetenv("VLLM_FL_PLUGIN_DIR");
     unsetenv("VLLM_FL_PLUGIN_MODULES");
     char want[PATH_MAX];
     snprintf(want, sizeof want, "%s/lib/fldispatch/plugins", tt_build_dir());
@@ -1086,6 +1092,7 @@ START_TEST(test_default_search_path)
     ck_assert_msg(cpu->in_tree, "the in-tree cpu plugin is reported out-of-tree");
     ck_assert_ptr_nonnull(find_impl(snap_impls(), "silu_and_mul", "vendor.cpu"));
     check_silu_and_mul();
+    ck_assert_int_eq(count_log(FLD_LOG_WARNING, "VLLM_FL_PLUGIN_DIR"), 0);
 }
 END_TEST
 
@@ -1211,7 +1218,8 @@ static Suite *discovery_suite(void)
     tcase_add_test(tc, test_modules_absolute_path);
     tcase_add_test(tc, test_modules_bare_names);
     tcase_add_test(tc, test_modules_missing);
-    tcase_add_test(tc, test_default_search_path);
+    tcase_add_loop_test(tc, test_default_search_path, 0,
+                        (int)(sizeof unset_plugin_dirs / sizeof unset_plugin_dirs[0]));
     suite_add_tcase(s, tc);
 
     tc = tcase_create("load_plugin");

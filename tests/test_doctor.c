@@ -53,7 +53,7 @@ static char *read_file(const char *path)
     FILE *f = fopen(path, "r");
     if (!f)
         return NULL;
-    return tool_read_all(f);
+    return tt_read_all(f);
 }
 
 /* How many lines "<plugin> <pid>" the fixtures wrote to the count file. */
@@ -167,7 +167,7 @@ static void cache_file_of(char *out, const char *cache_home)
 
 /* ---- doctor --------------------------------------------------------------------- */
 
-static void doctor(struct tool_run *r, const char *count_file, const char *const *args)
+static void doctor(struct tt_tool_run *r, const char *count_file, const char *const *args)
 {
     const char *env[] = {"VLLM_FL_LOG_LEVEL=ERROR", NULL, NULL};
     char count[PATH_MAX + 32];
@@ -175,11 +175,11 @@ static void doctor(struct tool_run *r, const char *count_file, const char *const
         snprintf(count, sizeof count, "FLD_CRASH_COUNT_FILE=%s", count_file);
         env[1] = count;
     }
-    tool_run(r, env, args);
+    tt_tool_run(r, env, args);
 }
 
 /* The doctor's line for one plugin file: "<state> <path>: <what>". */
-static const char *doctor_line(const struct tool_run *r, const char *name, const char *state)
+static const char *doctor_line(const struct tt_tool_run *r, const char *name, const char *state)
 {
     char file[96];
     snprintf(file, sizeof file, "/fld-%s.so: ", name);
@@ -211,7 +211,7 @@ START_TEST(doctor_reports_each_crasher)
     const struct crash_case *c = &crash_cases[_i];
     char path[PATH_MAX];
     tt_install_fixture(path, tt_make_tmpdir("doctor"), "crash", c->fixture);
-    struct tool_run r;
+    struct tt_tool_run r;
     doctor(&r, NULL, ARGS("doctor", path));
     assert_status(r, 1);
     const char *line = doctor_line(&r, c->fixture, c->state);
@@ -219,7 +219,7 @@ START_TEST(doctor_reports_each_crasher)
     char summary[64];
     snprintf(summary, sizeof summary, " 1 %s", c->state);
     ck_assert_msg(line_with(r.out, "Summary: 1 plugin file(s)", summary), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -237,10 +237,10 @@ START_TEST(doctor_json_reports_signal_and_stage)
     for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
         char path[PATH_MAX];
         tt_install_fixture(path, dir, "crash", expect[i].fixture);
-        struct tool_run r;
+        struct tt_tool_run r;
         doctor(&r, NULL, ARGS("doctor", "--json", path));
         assert_status(r, 1);
-        ck_assert_msg(tool_json_valid(r.out), "invalid JSON:\n" CLIP, r.out);
+        ck_assert_msg(tt_json_valid(r.out), "invalid JSON:\n" CLIP, r.out);
         tt_assert_schema(r.out, "doctor");
         char want[256];
         snprintf(want, sizeof want, "\"status\": \"%s\"", expect[i].state);
@@ -252,7 +252,7 @@ START_TEST(doctor_json_reports_signal_and_stage)
         snprintf(want, sizeof want, "\"exit_status\": %s", expect[i].exit_status);
         ck_assert_msg(strstr(r.out, want), "%s: no %s:\n" CLIP, expect[i].fixture, want, r.out);
         ck_assert(strstr(r.out, "\"healthy\": false"));
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
 }
 END_TEST
@@ -263,7 +263,7 @@ START_TEST(doctor_timeout_kills_the_hung_group)
     char path[PATH_MAX], count[PATH_MAX];
     tt_install_fixture(path, tmp, "crash", "hang");
     snprintf(count, sizeof count, "%s/count", tmp);
-    struct tool_run r;
+    struct tt_tool_run r;
     double t0 = now();
     doctor(&r, count, ARGS("doctor", "--timeout", "1", path));
     double took = now() - t0;
@@ -272,7 +272,7 @@ START_TEST(doctor_timeout_kills_the_hung_group)
     ck_assert_msg(strstr(line, "during register_builtins") && strstr(line, "within 1 s"), "%s",
                   line);
     ck_assert_msg(took >= 0.9 && took < 8, "doctor took %.2f s with --timeout 1", took);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     /* The grandchild the plugin forked is gone too (or a zombie of init). */
     char *text = read_file(count);
@@ -302,7 +302,7 @@ START_TEST(doctor_reports_good_plugin_with_availability)
     char path[PATH_MAX], count[PATH_MAX];
     tt_install_fixture(path, tmp, "crash", "probegood");
     snprintf(count, sizeof count, "%s/count", tmp);
-    struct tool_run r;
+    struct tt_tool_run r;
     doctor(&r, count, ARGS("doctor", path));
     assert_status(r, 0);
     const char *line = doctor_line(&r, "probegood", "ok");
@@ -314,7 +314,7 @@ START_TEST(doctor_reports_good_plugin_with_availability)
                         "unavailable: probegood fixture: no such device"));
     ck_assert(line_with(r.out, "device cuda", "unavailable: probegood fixture: no such device"));
     ck_assert(line_with(r.out, "detail: probe fixture"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
     /* Loaded once, in the child: the doctor itself never maps a plugin. */
     ck_assert_int_eq(loads_of(count, "probegood"), 1);
 }
@@ -328,7 +328,7 @@ START_TEST(doctor_rejects_as_the_host_does)
     tt_install_fixture(open_file, tmp, "crash", "probegood");
     ck_assert_int_eq(chmod(open_file, 0666), 0);
     snprintf(count, sizeof count, "%s/count", tmp);
-    struct tool_run r;
+    struct tt_tool_run r;
     doctor(&r, count, ARGS("doctor", bad_magic, open_file));
     assert_status(r, 1); /* a plugin the host refuses is a fault of the installation */
     const char *line = doctor_line(&r, "bad_magic", "rejected");
@@ -336,7 +336,7 @@ START_TEST(doctor_rejects_as_the_host_does)
     line = doctor_line(&r, "probegood", "rejected");
     ck_assert_msg(strstr(line, "writable by others"), "%s", line);
     ck_assert(line_with(r.out, "Summary: 2 plugin file(s)", "2 rejected"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
     doctor(&r, count, ARGS("doctor", "--json", bad_magic));
     assert_status(r, 1);
@@ -345,7 +345,7 @@ START_TEST(doctor_rejects_as_the_host_does)
     ck_assert(strstr(r.out, "\"healthy\": false"));
     ck_assert(strstr(r.out, "\"plugin_path\": null")); /* paths were given */
     ck_assert(strstr(r.out, "\"in_tree\": null"));     /* no descriptor was read */
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
     /* A file the host would refuse is never loaded, not even in a child. */
     ck_assert_int_eq(loads_of(count, "probegood"), 0);
 }
@@ -356,26 +356,26 @@ START_TEST(doctor_json_is_valid_for_all_fixtures)
     const char *dir = plugin_dir((const char *const[]){"probegood", CRASHERS, "hang", NULL});
     char hang[PATH_MAX];
     snprintf(hang, sizeof hang, "%s/fld-hang.so", dir);
-    struct tool_run r;
+    struct tt_tool_run r;
     const char *env[] = {"VLLM_FL_LOG_LEVEL=ERROR", NULL, NULL};
     char plugdir[PATH_MAX + 32];
     snprintf(plugdir, sizeof plugdir, "VLLM_FL_PLUGIN_DIR=%s", dir);
     env[1] = plugdir;
-    tool_run(&r, env, ARGS("doctor", "--json", "--timeout=1"));
+    tt_tool_run(&r, env, ARGS("doctor", "--json", "--timeout=1"));
     assert_status(r, 1);
-    ck_assert_msg(tool_json_valid(r.out), "invalid JSON:\n" CLIP, r.out);
+    ck_assert_msg(tt_json_valid(r.out), "invalid JSON:\n" CLIP, r.out);
     tt_assert_schema(r.out, "doctor");
-    ck_assert_int_eq(tool_count_of(r.out, "\"path\": "), 7);
-    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"crashed\""), 4);
-    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"hung\""), 1);
-    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"exited\""), 1);
-    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"ok\""), 1);
+    ck_assert_int_eq(tt_count_of(r.out, "\"path\": "), 7);
+    ck_assert_int_eq(tt_count_of(r.out, "\"status\": \"crashed\""), 4);
+    ck_assert_int_eq(tt_count_of(r.out, "\"status\": \"hung\""), 1);
+    ck_assert_int_eq(tt_count_of(r.out, "\"status\": \"exited\""), 1);
+    ck_assert_int_eq(tt_count_of(r.out, "\"status\": \"ok\""), 1);
     char plugin_path[PATH_MAX + 64];
     snprintf(plugin_path, sizeof plugin_path, "\"plugin_path\": [\n    \"%s\"", dir);
     ck_assert_msg(strstr(r.out, plugin_path), CLIP, r.out);
     ck_assert(strstr(r.out, "\"crashed\": 4"));
     ck_assert(strstr(r.out, hang));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -387,18 +387,18 @@ START_TEST(doctor_checks_the_search_path_and_modules)
     char plugdir[PATH_MAX + 32], modules[PATH_MAX + 32];
     snprintf(plugdir, sizeof plugdir, "VLLM_FL_PLUGIN_DIR=%s", dir);
     snprintf(modules, sizeof modules, "VLLM_FL_PLUGIN_MODULES=%s", extra);
-    struct tool_run r;
-    tool_run(&r, ENV(plugdir), ARGS("doctor"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(plugdir), ARGS("doctor"));
     assert_status(r, 0);
     doctor_line(&r, "probegood", "ok");
     ck_assert(line_with(r.out, "Plugin search path: ", dir));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, ENV(plugdir, modules), ARGS("doctor"));
+    tt_tool_run(&r, ENV(plugdir, modules), ARGS("doctor"));
     assert_status(r, 1);
     doctor_line(&r, "probegood", "ok");
     doctor_line(&r, "segv", "crashed");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -412,8 +412,8 @@ START_TEST(doctor_escapes_names)
     snprintf(to, sizeof to, "%s/fld-a\nb.so", dir);
     ck_assert_int_eq(rename(good, to), 0);
     snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s", dir);
-    struct tool_run r;
-    tool_run(&r, ENV(env), ARGS("doctor"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(env), ARGS("doctor"));
     assert_status(r, 0);
     for (const char *p = r.out; *p; p++)
         ck_assert_msg((unsigned char)*p >= 0x20 || *p == '\n',
@@ -421,24 +421,24 @@ START_TEST(doctor_escapes_names)
     ck_assert_msg(line_with(r.out, "Plugin search path: ", "/\\x1b]0;pwned\\x07\\x1b[2J"),
                   CLIP, r.out);
     ck_assert_msg(line_with(r.out, "ok ", "\\x1b[2J/fld-a\\x0ab.so: probegood"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(doctor_passes_the_in_tree_plugins)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("doctor"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("doctor"));
     assert_status(r, 0);
     doctor_line(&r, "cpu", "ok");
     ck_assert(line_with(r.out, "Summary:", "0 rejected", "0 crashed", "0 hung", "0 exited"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("doctor", "--json"));
+    tt_tool_run(&r, NO_ENV, ARGS("doctor", "--json"));
     assert_status(r, 0);
     tt_assert_schema(r.out, "doctor");
     ck_assert(strstr(r.out, "\"healthy\": true"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -450,17 +450,17 @@ START_TEST(doctor_usage_errors)
         {"--bogus", NULL, NULL},   {"/nonexistent/fld-x.so", NULL, NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        struct tool_run r;
-        tool_run(&r, NO_ENV, ARGS("doctor", bad[i][0], bad[i][1]));
+        struct tt_tool_run r;
+        tt_tool_run(&r, NO_ENV, ARGS("doctor", bad[i][0], bad[i][1]));
         assert_status(r, 2);
         ck_assert_msg(strstr(r.err, "fldispatch doctor"), "%s: " CLIP, bad[i][0], r.err);
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("doctor", "--help"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("doctor", "--help"));
     assert_status(r, 0);
     ck_assert(line_with(r.out, "Usage: fldispatch doctor"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -510,7 +510,7 @@ START_TEST(probe_skips_crashers_and_loads_the_good_one)
     ck_assert_msg(line_with(text, "\tcrashed\t", "/fld-segv.so"), "%s", text);
     ck_assert_msg(line_with(text, "\texited\t", "/fld-exit.so"), "%s", text);
     ck_assert_msg(line_with(text, "\tok\t", "/fld-probegood.so"), "%s", text);
-    ck_assert_int_eq(tool_count_of(text, "\n"), 7);
+    ck_assert_int_eq(tt_count_of(text, "\n"), 7);
     free(text);
     fld_shutdown();
 }

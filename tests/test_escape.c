@@ -302,9 +302,9 @@ END_TEST
 
 START_TEST(tool_stderr_has_no_escape_sequence)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_PREFER=\x1b[2Jvendor\xff", "VLLM_FL_UNKNOWN\x1b[1m=1"),
-             ARGS("config"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_PREFER=\x1b[2Jvendor\xff", "VLLM_FL_UNKNOWN\x1b[1m=1"),
+                ARGS("config"));
     ck_assert_int_ne(r.status, 0);
     ck_assert_msg(strchr(r.err, '\x1b') == NULL, "escape byte on stderr:\n" CLIP, r.err);
     for (char *c = r.err; *c; c++)
@@ -312,7 +312,7 @@ START_TEST(tool_stderr_has_no_escape_sequence)
             *c = ' '; /* the tool's own line ends */
     ck_assert_clean(r.err);
     ck_assert_contains(r.err, "\\x1b[2Jvendor\\xff");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 

@@ -41,7 +41,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "../tools/host_tensor.h"
+#include "util/host_tensor.h"
 #include "../plugins/shared/gpu/gpu_api.h"
 #include "gpuplug/fakecuda.h"
 #include "util/env.h"
@@ -393,8 +393,8 @@ START_TEST(test_list_shows_unavailable)
     char env[4096];
     snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s", dir);
     free(dir);
-    struct tool_run r;
-    tool_run(&r, ENV(env), ARGS("list", "--verbose"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(env), ARGS("list", "--verbose"));
     assert_status(r, 0);
     char so[32], vid[32];
     snprintf(so, sizeof so, "fld-%s.so", c->plugin);
@@ -407,7 +407,7 @@ START_TEST(test_list_shows_unavailable)
                   r.out);
     ck_assert_msg(line_with(r.out, "detail: ", "probed on first use"), "no detail line:\n" CLIP,
                   r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -1201,7 +1201,7 @@ START_TEST(test_fake_no_device)
 }
 END_TEST
 
-/* CUDA's binary compatibility, as fld_gpu_arch_runs() applies it. */
+/* CUDA's binary compatibility, as fld__gpu_arch_runs() applies it. */
 START_TEST(test_arch_rule)
 {
     const char *built = "sm_80 sm_90 compute_90";
@@ -1219,24 +1219,24 @@ START_TEST(test_arch_rule)
         {120, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        ck_assert_msg(fld_gpu_arch_runs(built, cases[i].arch) == cases[i].runs, "sm_%d: %d",
+        ck_assert_msg(fld__gpu_arch_runs(built, cases[i].arch) == cases[i].runs, "sm_%d: %d",
                       cases[i].arch, !cases[i].runs);
     /* Without PTX nothing runs past the machine code's major version. */
-    ck_assert(!fld_gpu_arch_runs("sm_80 sm_90", 100));
-    ck_assert(fld_gpu_arch_runs("sm_80 sm_90", 90));
-    ck_assert(!fld_gpu_arch_runs("sm_90", 89));
-    ck_assert(fld_gpu_arch_runs("sm_75 sm_80 compute_80", 75));
-    ck_assert(fld_gpu_arch_runs("compute_80", 89));
-    ck_assert(!fld_gpu_arch_runs("compute_80", 75));
+    ck_assert(!fld__gpu_arch_runs("sm_80 sm_90", 100));
+    ck_assert(fld__gpu_arch_runs("sm_80 sm_90", 90));
+    ck_assert(!fld__gpu_arch_runs("sm_90", 89));
+    ck_assert(fld__gpu_arch_runs("sm_75 sm_80 compute_80", 75));
+    ck_assert(fld__gpu_arch_runs("compute_80", 89));
+    ck_assert(!fld__gpu_arch_runs("compute_80", 75));
     /* Architecture-specific code runs on that one architecture alone. */
-    ck_assert(fld_gpu_arch_runs("sm_90a", 90));
-    ck_assert(!fld_gpu_arch_runs("sm_100a compute_100a", 103));
-    ck_assert(fld_gpu_arch_runs("sm_100f", 103));
+    ck_assert(fld__gpu_arch_runs("sm_90a", 90));
+    ck_assert(!fld__gpu_arch_runs("sm_100a compute_100a", 103));
+    ck_assert(fld__gpu_arch_runs("sm_100f", 103));
     /* Malformed or empty lists run nothing. */
-    ck_assert(!fld_gpu_arch_runs("", 90));
-    ck_assert(!fld_gpu_arch_runs(NULL, 90));
-    ck_assert(!fld_gpu_arch_runs("sm_ gfx90a sm_9 compute_", 90));
-    ck_assert(!fld_gpu_arch_runs("sm_90x", 90));
+    ck_assert(!fld__gpu_arch_runs("", 90));
+    ck_assert(!fld__gpu_arch_runs(NULL, 90));
+    ck_assert(!fld__gpu_arch_runs("sm_ gfx90a sm_9 compute_", 90));
+    ck_assert(!fld__gpu_arch_runs("sm_90x", 90));
 }
 END_TEST
 

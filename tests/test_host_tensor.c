@@ -1,8 +1,8 @@
 /*
- * tools/host_tensor.c, the host-tensor helper the tests and the tool share:
+ * tests/util/host_tensor.c, the tests' host-tensor helper:
  * the layout of a view (guards, byte_offset, strides), values through every
  * supported dtype, the sentinel check, the fixed-seed fills, and the
- * non-aborting creators the tool uses (NULL for a bad dtype, ndim, shape or
+ * non-aborting creators (NULL for a bad dtype, ndim, shape or
  * stride, or a size that overflows), against the aborting ones of the tests.
  */
 #include <check.h>
@@ -12,7 +12,7 @@
 
 #include <fldispatch/fldispatch.h>
 
-#include "../tools/host_tensor.h"
+#include "util/host_tensor.h"
 #include "util/harness.h"
 
 START_TEST(view_layout_and_guards)

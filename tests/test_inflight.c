@@ -22,7 +22,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "../tools/host_tensor.h"
+#include "util/host_tensor.h"
 #include "stress/stress_fixture.h"
 #include "util/env.h"
 #include "util/files.h"

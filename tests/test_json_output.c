@@ -107,7 +107,7 @@ START_TEST(writer_documents)
                            "  \"empty\": null,\n"
                            "  \"nan\": null\n"
                            "}\n");
-    ck_assert(tool_json_valid(text));
+    ck_assert(tt_json_valid(text));
     free(text);
 }
 END_TEST
@@ -180,7 +180,7 @@ static const char *plugin_dir_not_utf8(void)
 }
 
 /* out has no byte of invalid UTF-8 left and replaced some; it validates against schema. */
-static void assert_replaced_and_valid(const struct tool_run *r, const char *schema)
+static void assert_replaced_and_valid(const struct tt_tool_run *r, const char *schema)
 {
     ck_assert_msg(!strchr(r->out, 0xff), "a raw 0xff byte in:\n" CLIP, r->out);
     ck_assert_msg(strstr(r->out, "\\ufffd"), "nothing replaced in:\n" CLIP, r->out);
@@ -191,10 +191,10 @@ START_TEST(list_with_invalid_utf8)
 {
     char dir_env[PATH_MAX + 32];
     snprintf(dir_env, sizeof dir_env, "VLLM_FL_PLUGIN_DIR=%s", plugin_dir_not_utf8());
-    struct tool_run r;
+    struct tt_tool_run r;
     /* Plugin paths and a rejection reason that name the directory, a module name in a reason. */
-    tool_run(&r, ENV(dir_env, "VLLM_FL_PLUGIN_MODULES=no\xffsuch", "VLLM_FL_LOG_LEVEL=ERROR"),
-             ARGS("list", "--json"));
+    tt_tool_run(&r, ENV(dir_env, "VLLM_FL_PLUGIN_MODULES=no\xffsuch", "VLLM_FL_LOG_LEVEL=ERROR"),
+                ARGS("list", "--json"));
     assert_status(r, 0);
     assert_replaced_and_valid(&r, "list");
     ck_assert_msg(strstr(r.out, "plug\\ufffdins/fld-bad_magic.so"), CLIP, r.out);
@@ -204,7 +204,7 @@ START_TEST(list_with_invalid_utf8)
                   CLIP, r.out);
     ck_assert(strstr(r.out, "\"status\": \"rejected\""));
     ck_assert(strstr(r.out, "\"status\": \"unavailable\""));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -214,18 +214,18 @@ START_TEST(doctor_with_invalid_utf8)
     char dir_env[PATH_MAX + 32], one[PATH_MAX];
     snprintf(dir_env, sizeof dir_env, "VLLM_FL_PLUGIN_DIR=%s", dir);
     snprintf(one, sizeof one, "%s/fld-good.so", dir);
-    struct tool_run r;
-    tool_run(&r, ENV(dir_env), ARGS("doctor", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(dir_env), ARGS("doctor", "--json"));
     assert_status(r, 1); /* bad_magic is rejected */
     assert_replaced_and_valid(&r, "doctor");
     ck_assert(strstr(r.out, "\"plugin_path\": [\n    \""));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 
-    tool_run(&r, NO_ENV, ARGS("doctor", "--json", "--", one));
+    tt_tool_run(&r, NO_ENV, ARGS("doctor", "--json", "--", one));
     assert_status(r, 0);
     assert_replaced_and_valid(&r, "doctor");
     ck_assert(strstr(r.out, "\"plugin_path\": null"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -240,14 +240,14 @@ START_TEST(config_with_invalid_utf8)
     fclose(f);
     snprintf(config_env, sizeof config_env, "VLLM_FL_CONFIG=%s", path);
     snprintf(dir_env, sizeof dir_env, "VLLM_FL_PLUGIN_DIR=%s", dir);
-    struct tool_run r;
-    tool_run(&r, ENV(config_env, dir_env, "VLLM_FL_LOG_LEVEL=ERROR"), ARGS("config", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(config_env, dir_env, "VLLM_FL_LOG_LEVEL=ERROR"), ARGS("config", "--json"));
     assert_status(r, 0);
     assert_replaced_and_valid(&r, "config");
     ck_assert_msg(strstr(r.out, "policy\\ufffd.yaml:2"), CLIP, r.out);
     ck_assert_msg(strstr(r.out, "\"value\": true,\n      \"source\": \""), CLIP, r.out);
     ck_assert(strstr(r.out, "\"config_file\": null"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -255,13 +255,13 @@ START_TEST(resolve_with_invalid_utf8)
 {
     char dir_env[PATH_MAX + 32];
     snprintf(dir_env, sizeof dir_env, "VLLM_FL_PLUGIN_DIR=%s", plugin_dir_not_utf8());
-    struct tool_run r;
+    struct tt_tool_run r;
     /* The good fixture's op; the policy summary and reasons stay valid. */
-    tool_run(&r, ENV(dir_env, "VLLM_FL_LOG_LEVEL=ERROR"), ARGS("resolve", "rms_norm", "--json"));
+    tt_tool_run(&r, ENV(dir_env, "VLLM_FL_LOG_LEVEL=ERROR"), ARGS("resolve", "rms_norm", "--json"));
     assert_status(r, 0);
     ck_assert(!strchr(r.out, 0xff));
     tt_assert_schema(r.out, "resolve");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -271,27 +271,27 @@ END_TEST
  */
 START_TEST(bench_registration_document)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV,
-             ARGS("bench", "--registration", "--ops", "10,20", "--reps", "1", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV,
+                ARGS("bench", "--registration", "--ops", "10,20", "--reps", "1", "--json"));
     assert_status(r, 0);
     tt_assert_schema(r.out, "bench");
     ck_assert_msg(strncmp(r.out, "{\n  \"schema\": 1,\n  \"benchmark\": \"registration\",", 47) ==
                       0,
                   CLIP, r.out);
-    ck_assert_int_eq(tool_count_of(r.out, "\"register_ms\": "), 2);
+    ck_assert_int_eq(tt_count_of(r.out, "\"register_ms\": "), 2);
     ck_assert(!strstr(r.out, "target"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 /* The same things have the same names in every command's document. */
 START_TEST(same_names_across_commands)
 {
-    struct tool_run list, config, doctor;
-    tool_run(&list, NO_ENV, ARGS("list", "--json"));
-    tool_run(&config, NO_ENV, ARGS("config", "--json"));
-    tool_run(&doctor, NO_ENV, ARGS("doctor", "--json"));
+    struct tt_tool_run list, config, doctor;
+    tt_tool_run(&list, NO_ENV, ARGS("list", "--json"));
+    tt_tool_run(&config, NO_ENV, ARGS("config", "--json"));
+    tt_tool_run(&doctor, NO_ENV, ARGS("doctor", "--json"));
     assert_status(list, 0);
     assert_status(config, 0);
     assert_status(doctor, 0);
@@ -310,13 +310,13 @@ START_TEST(same_names_across_commands)
               strstr(doctor.out, "\"status\": \"ok\""));
     ck_assert(!strstr(list.out, "unavailable_reason") && !strstr(doctor.out, "\"state\""));
     ck_assert(strstr(list.out, "\"impl_id\": ") && strstr(doctor.out, "\"impl_id\": "));
-    for (const struct tool_run *r = &list; r; r = r == &list     ? &config
+    for (const struct tt_tool_run *r = &list; r; r = r == &list     ? &config
                                                   : r == &config ? &doctor
                                                                  : NULL)
         ck_assert_msg(strncmp(r->out, "{\n  \"schema\": 1,\n", 16) == 0, CLIP, r->out);
-    tool_run_free(&list);
-    tool_run_free(&config);
-    tool_run_free(&doctor);
+    tt_tool_run_free(&list);
+    tt_tool_run_free(&config);
+    tt_tool_run_free(&doctor);
 }
 END_TEST
 

@@ -31,7 +31,8 @@
 
 #include <fldispatch/plugin.h>
 
-#include "../tools/host_tensor.h"
+#include "util/harness.h"
+#include "util/host_tensor.h"
 
 /* ------------------------------------------------------------------------ */
 /* Implementations under test                                               */
@@ -1267,9 +1268,7 @@ static Suite *kernels_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(kernels_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
+    int failed = tt_run_suite(kernels_suite()) != EXIT_SUCCESS;
     for (size_t i = 0; i < N_CAPS; i++) {
         char chosen[64];
         if (!variant_runs_here(isa_caps[i], chosen, sizeof chosen)) {
@@ -1286,11 +1285,7 @@ int main(void)
         char suffix[64];
         snprintf(suffix, sizeof suffix, "/%s", isa_caps[i]);
         add_kernel_cases(vs, suffix, true);
-        srunner_free(sr);
-        sr = srunner_create(vs);
-        srunner_run_all(sr, CK_NORMAL);
-        failed += srunner_ntests_failed(sr);
+        failed += tt_run_suite(vs) != EXIT_SUCCESS;
     }
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

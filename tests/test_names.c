@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include <fldispatch/plugin.h>
+#include <fldispatch/internal/tool_api.h>
 
 #include "util/env.h"
 #include "util/files.h"
@@ -356,12 +357,33 @@ START_TEST(vendor_names_ignore_case)
 }
 END_TEST
 
+/*
+ * "Did you mean" (core/names.c, which the tool's usage errors call too):
+ * swaps and case count one edit; a second name only when it is as close as
+ * the first; nothing past the limit.
+ */
+START_TEST(did_you_mean_closeness)
+{
+    char buf[256];
+    const char *const ops[] = {"silu_and_mul", "gelu_and_mul", "rms_norm", "gemma_rms_norm"};
+    ck_assert_str_eq(fld__did_you_mean("silu_and_mull", ops, 4, buf, sizeof buf),
+                     "; did you mean 'silu_and_mul'?");
+    ck_assert_str_eq(fld__did_you_mean("RMS_NROM", ops, 4, buf, sizeof buf),
+                     "; did you mean 'rms_norm'?");
+    ck_assert_str_eq(fld__did_you_mean("copy", ops, 4, buf, sizeof buf), "");
+    const char *const twins[] = {"rms_norm", "rms_nor2", "rms_nxyz"};
+    ck_assert_str_eq(fld__did_you_mean("rms_nor", twins, 3, buf, sizeof buf),
+                     "; did you mean 'rms_norm' or 'rms_nor2'?");
+}
+END_TEST
+
 static Suite *names_suite(void)
 {
     Suite *s = suite_create("names");
     TCase *tc = tcase_create("check");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, valid_names_give_no_warning);
+    tcase_add_test(tc, did_you_mean_closeness);
     tcase_add_test(tc, environment_names);
     tcase_add_test(tc, yaml_names_with_file_and_line);
     tcase_add_test(tc, op_config_names_with_file_and_line);

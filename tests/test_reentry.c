@@ -69,7 +69,7 @@ static const char *setup_dir(const char *fixture, char *fixture_path)
 static char *read_log(void)
 {
     FILE *f = fopen(log_path, "r");
-    return f ? tool_read_all(f) : NULL;
+    return f ? tt_read_all(f) : NULL;
 }
 
 /* The lines of the log, counted, and the status of the first. */
@@ -241,13 +241,13 @@ START_TEST(doctor_says_what_the_host_says)
 {
     char path[PATH_MAX];
     setup_dir(nested[_i].name, path);
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("doctor", path));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("doctor", path));
     char want[160];
     snprintf(want, sizeof want, "register_builtins called %s()", nested[_i].function);
     ck_assert_msg(line_with(r.out, "rejected", path, want), "doctor output:\n" CLIP "\n" CLIP,
                   r.out, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -284,9 +284,9 @@ START_TEST(probe_probes_once_and_rejects)
     int n = log_lines(text, &status, message, sizeof message);
     char mine[32];
     snprintf(mine, sizeof mine, " %ld ", (long)getpid());
-    here = tool_count_of(text, mine);
+    here = tt_count_of(text, mine);
     ck_assert_msg(n == 2 && here == 1, "loads (all, here) = (%d, %d):\n%s", n, here, text);
-    ck_assert_int_eq(tool_count_of(text, " -9 "), 2); /* FLD_ESTATE both times */
+    ck_assert_int_eq(tt_count_of(text, " -9 "), 2); /* FLD_ESTATE both times */
     free(text);
 }
 END_TEST

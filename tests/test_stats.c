@@ -219,7 +219,7 @@ END_TEST
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "r");
-    return f ? tool_read_all(f) : NULL;
+    return f ? tt_read_all(f) : NULL;
 }
 
 /* Runs calls in a child process that then exits through exit(); its stderr to err_path. */
@@ -306,7 +306,7 @@ START_TEST(trace_as_chrome_json)
                              "[\"vendor.failing\", \"reference.c\"]");
     ck_assert_contains(text, "\"impl_id\": \"vendor.failing\", \"device\": \"cpu\", \"dtype\": "
                              "\"f32\", \"status\": -");
-    ck_assert_int_eq(tool_count_of(text, "\"impl_id\": \"reference.c\""), 3);
+    ck_assert_int_eq(tt_count_of(text, "\"impl_id\": \"reference.c\""), 3);
     ck_assert_contains(text, "\"dropped\": 0, \"cap\": 262144");
     free(text);
 }

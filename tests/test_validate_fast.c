@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "../core/validate.c"
+#include "util/harness.h"
 
 int fld__fail(int status, const char *fmt, ...)
 {
@@ -344,9 +345,5 @@ static Suite *fast_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(fast_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(fast_suite());
 }

@@ -21,6 +21,7 @@
 
 #include <fldispatch/fldispatch.h>
 
+#include "../tools/catalog.c"
 #include "util/harness.h"
 #include "util/schema.h"
 #include "util/tool.h"
@@ -70,11 +71,11 @@ static const char *line_after(const char *text, const char *needle)
 
 START_TEST(json_checker_rejects_bad_documents)
 {
-    ck_assert(tool_json_valid("{\"a\": [1, -2.5e3, true, null, \"x\"], \"b\": {}}\n"));
-    ck_assert(!tool_json_valid("{\"a\": 1,}"));
-    ck_assert(!tool_json_valid("{\"a\" 1}"));
-    ck_assert(!tool_json_valid("[1, 2"));
-    ck_assert(!tool_json_valid("{} {}"));
+    ck_assert(tt_json_valid("{\"a\": [1, -2.5e3, true, null, \"x\"], \"b\": {}}\n"));
+    ck_assert(!tt_json_valid("{\"a\": 1,}"));
+    ck_assert(!tt_json_valid("{\"a\" 1}"));
+    ck_assert(!tt_json_valid("[1, 2"));
+    ck_assert(!tt_json_valid("{} {}"));
 }
 END_TEST
 
@@ -97,8 +98,8 @@ static const char *cell(const char *name)
 
 START_TEST(quick_passes_for_every_op_and_dtype)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("verify", "--quick"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("verify", "--quick"));
     assert_status(r, 0);
     for (size_t op = 0; op < sizeof compute_ops / sizeof compute_ops[0]; op++)
         for (size_t dt = 0; dt < 3; dt++)
@@ -111,16 +112,16 @@ START_TEST(quick_passes_for_every_op_and_dtype)
     ck_assert(line_with(r.out, "rows:", " 0 failed"));
     ck_assert(!strstr(r.out, "attention_backend"));
     ck_assert_str_eq(r.err, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(json_for_one_op_and_dtype)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("verify", "--quick", "rms_norm", "--dtype", "bf16", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("verify", "--quick", "rms_norm", "--dtype", "bf16", "--json"));
     assert_status(r, 0);
-    ck_assert_msg(r.out[0] == '{' && tool_json_valid(r.out), "not a JSON object:\n" CLIP, r.out);
+    ck_assert_msg(r.out[0] == '{' && tt_json_valid(r.out), "not a JSON object:\n" CLIP, r.out);
     tt_assert_schema(r.out, "verify");
     static const char *const keys[] = {"\"op\": ",
                                        "\"dtype\": ",
@@ -135,45 +136,45 @@ START_TEST(json_for_one_op_and_dtype)
                                        "\"status\": ",
                                        "\"reason\": null",
                                        "\"first_failure\": null"};
-    const int n_results = tool_count_of(r.out, "\"impl_id\": ");
+    const int n_results = tt_count_of(r.out, "\"impl_id\": ");
     ck_assert_int_ge(n_results, 2);
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        ck_assert_msg(tool_count_of(r.out, keys[i]) == n_results, "key %s: %d of %d results",
-                      keys[i], tool_count_of(r.out, keys[i]), n_results);
+        ck_assert_msg(tt_count_of(r.out, keys[i]) == n_results, "key %s: %d of %d results",
+                      keys[i], tt_count_of(r.out, keys[i]), n_results);
     ck_assert(strstr(r.out, "\"device\": \"cpu\""));
     ck_assert(strstr(r.out, "\"results\": ["));
     ck_assert(strstr(r.out, "\"ok\": true"));
     ck_assert(strstr(r.out, "\"impl_id\": \"reference.c\""));
     ck_assert(strstr(r.out, "\"impl_id\": \"vendor.cpu\""));
-    ck_assert_int_eq(tool_count_of(r.out, "\"op\": \"rms_norm\""), n_results);
-    ck_assert_int_eq(tool_count_of(r.out, "\"dtype\": \"bf16\""), n_results);
-    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"pass\""), n_results);
-    ck_assert_int_eq(tool_count_of(r.out, "\"atol\": 0.01"), n_results); /* the norms' 1e-2 */
-    tool_run_free(&r);
+    ck_assert_int_eq(tt_count_of(r.out, "\"op\": \"rms_norm\""), n_results);
+    ck_assert_int_eq(tt_count_of(r.out, "\"dtype\": \"bf16\""), n_results);
+    ck_assert_int_eq(tt_count_of(r.out, "\"status\": \"pass\""), n_results);
+    ck_assert_int_eq(tt_count_of(r.out, "\"atol\": 0.01"), n_results); /* the norms' 1e-2 */
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(same_seed_same_result)
 {
-    struct tool_run a, b, c;
-    tool_run(&a, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
-    tool_run(&b, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
-    tool_run(&c, NO_ENV,
-             ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json", "--seed", "7"));
+    struct tt_tool_run a, b, c;
+    tt_tool_run(&a, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
+    tt_tool_run(&b, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
+    tt_tool_run(&c, NO_ENV,
+                ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json", "--seed", "7"));
     assert_status(a, 0);
     assert_status(c, 0);
     ck_assert_str_eq(a.out, b.out);
     ck_assert(strstr(c.out, "\"seed\": 7"));
-    tool_run_free(&a);
-    tool_run_free(&b);
-    tool_run_free(&c);
+    tt_tool_run_free(&a);
+    tt_tool_run_free(&b);
+    tt_tool_run_free(&c);
 }
 END_TEST
 
 START_TEST(help_describes_the_command)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("verify", "--help"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("verify", "--help"));
     assert_status(r, 0);
     ck_assert(strstr(r.out, "Usage: fldispatch verify"));
     ck_assert(line_with(r.out, "--dtype", "f32"));
@@ -181,7 +182,7 @@ START_TEST(help_describes_the_command)
     ck_assert(line_with(r.out, "rms_norm family", "0.01/0.01"));
     ck_assert(line_with(r.out, "activations", "1e-05/1.3e-06", "0.001/0.016"));
     ck_assert_str_eq(r.err, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -203,13 +204,13 @@ START_TEST(usage_errors)
         {{"verify", "attention_backend", NULL}, "attention_backend has no tensors"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct tool_run r;
-        tool_run(&r, NO_ENV, cases[i].args);
+        struct tt_tool_run r;
+        tt_tool_run(&r, NO_ENV, cases[i].args);
         assert_status(r, 2);
         ck_assert_msg(strstr(r.err, cases[i].message), "'%s' not in:\n" CLIP, cases[i].message,
                       r.err);
         ck_assert_str_eq(r.out, "");
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
 }
 END_TEST
@@ -228,30 +229,30 @@ START_TEST(ops_come_from_the_catalog)
     char list[512] = "", expected[600];
     ck_assert_int_eq(fld_foreach_catalog_op(join_tensor_op, list), FLD_OK);
     /* the unknown-op message lists the catalog's ops with tensors, in its order */
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("verify", "nosuch_op"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("verify", "nosuch_op"));
     assert_status(r, 2);
     snprintf(expected, sizeof expected, "unknown op 'nosuch_op' (%s)", list);
     ck_assert_msg(strstr(r.err, expected), "'%s' not in:\n" CLIP, expected, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
     /* and so does the help, in its words */
-    tool_run(&r, NO_ENV, ARGS("verify", "--help"));
+    tt_tool_run(&r, NO_ENV, ARGS("verify", "--help"));
     assert_status(r, 0);
     for (char *name = strtok(list, ", "); name; name = strtok(NULL, ", "))
         ck_assert_msg(strstr(r.out, name), "verify --help does not name %s:\n" CLIP, name, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(attention_backend_is_skipped_among_others)
 {
-    struct tool_run r;
-    tool_run(&r, NO_ENV, ARGS("verify", "--quick", "attention_backend", "silu_and_mul"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("verify", "--quick", "attention_backend", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert(strstr(r.err, "attention_backend has no tensors; skipped"));
     ck_assert(line_with(r.out, "silu_and_mul ", "vendor.cpu", "PASS"));
     ck_assert(!line_with(r.out, "rms_norm"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -261,25 +262,25 @@ START_TEST(device_without_memory_provider_exits_3)
      * no plugin at all, or one that is unavailable (no driver, no CANN). */
     static const char *const devices[] = {"cuda", "rocm", "ascend"};
     for (size_t i = 0; i < 3; i++) {
-        struct tool_run r;
-        tool_run(&r, NO_ENV, ARGS("verify", "--quick", "--device", devices[i]));
+        struct tt_tool_run r;
+        tt_tool_run(&r, NO_ENV, ARGS("verify", "--quick", "--device", devices[i]));
         assert_status(r, 3);
         char msg[128];
         snprintf(msg, sizeof msg, "fldispatch verify: device %s: ", devices[i]);
         ck_assert_msg(strstr(r.err, msg), "'%s' not in:\n" CLIP, msg, r.err);
         ck_assert_msg(strstr(r.err, "fld_device_provider"), CLIP, r.err);
         ck_assert_msg(!strstr(r.out, "PASS"), CLIP, r.out);
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
     /* an implementation registered for cuda is listed, skipped with the reason */
-    struct tool_run r;
-    tool_run(&r, ENV(bad_kernel_env()), ARGS("verify", "--device", "cuda", "rms_norm"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(bad_kernel_env()), ARGS("verify", "--device", "cuda", "rms_norm"));
     assert_status(r, 3);
     ck_assert_msg(line_with(r.out, "rms_norm ", "f32 ", "vendor.bad", "skipped",
                             "no device memory for cuda: fld_device_provider"),
                   CLIP, r.out);
     ck_assert(strstr(r.err, "fldispatch verify: device cuda: "));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -287,8 +288,8 @@ END_TEST
 
 START_TEST(fake_device_passes)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(fakedev_env()), ARGS("verify", "--quick", "--device", "cuda"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(fakedev_env()), ARGS("verify", "--quick", "--device", "cuda"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "verify: device cuda"), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "device memory: plugin 'fakedev'", "reference.c on the host",
@@ -306,15 +307,15 @@ START_TEST(fake_device_passes)
     /* every device buffer was freed (the fixture reports leaks when unloaded) */
     ck_assert_msg(!strstr(r.err, "not freed"), CLIP, r.err);
     ck_assert_str_eq(r.err, "");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(fake_device_catches_wrong_values_and_overruns)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_BAD=1"),
-             ARGS("verify", "--quick", "--device", "cuda", "silu_and_mul", "rms_norm", "--dtype",
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_BAD=1"),
+                ARGS("verify", "--quick", "--device", "cuda", "silu_and_mul", "rms_norm", "--dtype",
                   "f32,bf16"));
     assert_status(r, 1);
     for (size_t dt = 0; dt < 3; dt += 2) {
@@ -333,70 +334,71 @@ START_TEST(fake_device_catches_wrong_values_and_overruns)
     ck_assert_msg(line_with(r.out, "first failure", "guard bytes after the storage of"), CLIP,
                   r.out);
     ck_assert_msg(!strstr(r.err, "not freed"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(fake_device_unavailable_names_the_reason)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"),
-             ARGS("verify", "--quick", "--device", "cuda", "rms_norm"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_UNAVAILABLE=1"),
+                ARGS("verify", "--quick", "--device", "cuda", "rms_norm"));
     assert_status(r, 3);
     ck_assert_msg(line_with(r.err, "fldispatch verify: device cuda: ", "fakedev",
                             "switched off by FLD_FAKEDEV_UNAVAILABLE"),
                   CLIP, r.err);
     ck_assert_msg(!strstr(r.out, "PASS"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(fake_device_asynchronous_failure_fails)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_FAIL_SYNC=1"),
-             ARGS("verify", "--quick", "--device", "cuda", "rms_norm", "--dtype", "f16"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_FAIL_SYNC=1"),
+                ARGS("verify", "--quick", "--device", "cuda", "rms_norm", "--dtype", "f16"));
     assert_status(r, 1);
     ck_assert_msg(line_with(r.out, "rms_norm ", "f16 ", "vendor.fakedev ", "FAIL"), CLIP, r.out);
     ck_assert_msg(
         line_with(r.out, "first failure", "synchronizing after the call", "failed asynchronously"),
         CLIP, r.out);
     ck_assert_msg(!strstr(r.err, "not freed"), CLIP, r.err);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(fake_device_json)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(fakedev_env()),
-             ARGS("verify", "--quick", "--device", "cuda", "rotary_embedding", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(fakedev_env()),
+                ARGS("verify", "--quick", "--device", "cuda", "rotary_embedding", "--json"));
     assert_status(r, 0);
-    ck_assert_msg(r.out[0] == '{' && tool_json_valid(r.out), "not a JSON object:\n" CLIP, r.out);
+    ck_assert_msg(r.out[0] == '{' && tt_json_valid(r.out), "not a JSON object:\n" CLIP, r.out);
     ck_assert(strstr(r.out, "\"device\": \"cuda\""));
     ck_assert(strstr(r.out, "\"provider\": \"fakedev\""));
     tt_assert_schema(r.out, "verify");
-    ck_assert_int_eq(tool_count_of(r.out, "\"impl_id\": \"vendor.fakedev\""), 3);
-    ck_assert_int_eq(tool_count_of(r.out, "\"status\": \"pass\""), 3);
+    ck_assert_int_eq(tt_count_of(r.out, "\"impl_id\": \"vendor.fakedev\""), 3);
+    ck_assert_int_eq(tt_count_of(r.out, "\"status\": \"pass\""), 3);
     ck_assert(strstr(r.out, "\"ok\": true"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 /* The device --device cpu is unchanged: no provider line, a null provider. */
 START_TEST(cpu_has_no_device_lines)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(fakedev_env()), ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(fakedev_env()),
+                ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32"));
     assert_status(r, 0);
     ck_assert_msg(!strstr(r.out, "device memory"), CLIP, r.out);
     ck_assert_msg(!strstr(r.out, "fakedev"), CLIP, r.out);
-    tool_run_free(&r);
-    tool_run(&r, NO_ENV, ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32", "--json"));
+    tt_tool_run_free(&r);
+    tt_tool_run(&r, NO_ENV, ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32", "--json"));
     assert_status(r, 0);
     ck_assert_msg(strstr(r.out, "\"provider\": null"), CLIP, r.out);
     tt_assert_schema(r.out, "verify");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -419,8 +421,8 @@ START_TEST(fakecuda_plugin_passes)
                 "fakecuda_plugin_passes: SKIPPED under ThreadSanitizer (ucontext fibers)\n");
         return;
     }
-    struct tool_run r;
-    tool_run(&r, ENV(dir), ARGS("verify", "--quick", "--device", "cuda"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(dir), ARGS("verify", "--quick", "--device", "cuda"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "device memory: plugin 'fakecuda'"), CLIP, r.out);
     for (size_t op = 0; op < sizeof compute_ops / sizeof compute_ops[0]; op++)
@@ -430,7 +432,7 @@ START_TEST(fakecuda_plugin_passes)
                           "no PASS line for %s %s vendor.cuda:\n" CLIP, compute_ops[op], dtypes[dt],
                           r.out);
     ck_assert_msg(!strstr(r.out, "FAIL"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -441,13 +443,13 @@ START_TEST(fake_cann_ascend_passes)
     snprintf(plugin, sizeof plugin, "%s/lib/fldispatch/plugins/fld-ascend.so", tt_build_dir());
     if (access(plugin, R_OK) != 0 || access(home + strlen("ASCEND_HOME_PATH="), R_OK) != 0)
         return; /* the ascend plugin or the fake CANN is not in this tree yet */
-    struct tool_run r;
-    tool_run(&r, ENV(home), ARGS("verify", "--quick", "--device", "ascend"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(home), ARGS("verify", "--quick", "--device", "ascend"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "device memory: plugin 'ascend'"), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "PASS"), CLIP, r.out);
     ck_assert_msg(!strstr(r.out, "FAIL"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -455,8 +457,8 @@ END_TEST
 
 START_TEST(wrong_result_fails)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(bad_kernel_env()), ARGS("verify", "--quick", "silu_and_mul"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(bad_kernel_env()), ARGS("verify", "--quick", "silu_and_mul"));
     assert_status(r, 1);
     ck_assert_msg(line_with(r.out, "silu_and_mul ", "f32 ", "vendor.bad ", "FAIL"), CLIP, r.out);
     const char *detail = line_after(r.out, "vendor.bad ");
@@ -468,14 +470,14 @@ START_TEST(wrong_result_fails)
     ck_assert(line_with(r.out, "silu_and_mul ", "f32 ", "vendor.cpu ", "PASS"));
     ck_assert(line_with(r.out, "silu_and_mul ", "f32 ", "reference.c ", "PASS"));
     ck_assert(!line_with(r.out, "f16 ", "vendor.bad"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(padding_write_fails_and_names_the_case)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(bad_kernel_env()), ARGS("verify", "--quick", "rms_norm", "--dtype", "f32"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(bad_kernel_env()), ARGS("verify", "--quick", "rms_norm", "--dtype", "f32"));
     assert_status(r, 1);
     const char *row = line_with(r.out, "rms_norm ", "vendor.bad ", "FAIL");
     ck_assert_msg(row, CLIP, r.out);
@@ -486,30 +488,30 @@ START_TEST(padding_write_fails_and_names_the_case)
                       strstr(detail, "padding"),
                   "detail line: %s", detail);
     ck_assert(line_with(r.out, "rms_norm ", "vendor.cpu ", "PASS"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(failure_in_json)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(bad_kernel_env()),
-             ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32", "--json"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(bad_kernel_env()),
+                ARGS("verify", "--quick", "silu_and_mul", "--dtype", "f32", "--json"));
     assert_status(r, 1);
-    ck_assert_msg(tool_json_valid(r.out), CLIP, r.out);
+    ck_assert_msg(tt_json_valid(r.out), CLIP, r.out);
     ck_assert(strstr(r.out, "\"ok\": false"));
     ck_assert(strstr(r.out, "\"status\": \"fail\""));
     ck_assert(strstr(r.out, "\"first_failure\": \"case T="));
     tt_assert_schema(r.out, "verify");
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(clean_decline_passes)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(bad_kernel_env()),
-             ARGS("verify", "--quick", "gelu_and_mul", "gelu_tanh_and_mul"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(bad_kernel_env()),
+                ARGS("verify", "--quick", "gelu_and_mul", "gelu_tanh_and_mul"));
     assert_status(r, 0);
     /* FLD_EUNSUPPORTED from the kernel, and supports() false, for every dtype */
     for (size_t op = 2; op < 4; op++)
@@ -518,31 +520,31 @@ START_TEST(clean_decline_passes)
                                     "declined "),
                           "%s %s:\n" CLIP, compute_ops[op], dtypes[dt], r.out);
     ck_assert(!strstr(r.out, "FAIL"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(decline_after_writing_fails)
 {
-    struct tool_run r;
-    tool_run(&r, ENV(bad_kernel_env()),
-             ARGS("verify", "--quick", "mul_and_silu", "--dtype", "bf16"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(bad_kernel_env()),
+                ARGS("verify", "--quick", "mul_and_silu", "--dtype", "bf16"));
     assert_status(r, 1);
     ck_assert(line_with(r.out, "mul_and_silu ", "bf16 ", "vendor.bad ", "FAIL"));
     ck_assert_msg(line_with(r.out, "first failure", "declined", "but wrote 'out'"), CLIP, r.out);
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
 START_TEST(policy_dropped_impl_is_skipped)
 {
-    struct tool_run r;
-    tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"),
-             ARGS("verify", "--quick", "rms_norm", "--dtype", "f16"));
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV("VLLM_FL_DENY_VENDORS=cpu"),
+                ARGS("verify", "--quick", "rms_norm", "--dtype", "f16"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "rms_norm ", "vendor.cpu ", "skipped", "cpu"), CLIP, r.out);
     ck_assert(line_with(r.out, "rms_norm ", "reference.c ", "PASS"));
-    tool_run_free(&r);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -560,8 +562,8 @@ START_TEST(quick_passes_for_every_cpu_variant)
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         char isa[64];
         snprintf(isa, sizeof isa, "VLLM_FL_CPU_ISA=%s", variants[v]);
-        struct tool_run r;
-        tool_run(&r, ENV(isa), ARGS("verify", "--quick"));
+        struct tt_tool_run r;
+        tt_tool_run(&r, ENV(isa), ARGS("verify", "--quick"));
         assert_status(r, 0);
         int rows = 0;
         for (size_t op = 0; op < sizeof compute_ops / sizeof compute_ops[0]; op++)
@@ -569,8 +571,37 @@ START_TEST(quick_passes_for_every_cpu_variant)
                 rows += line_with(r.out, cell(compute_ops[op]), cell(dtypes[dt]), "vendor.cpu ",
                                   "PASS") != NULL;
         ck_assert_msg(rows == 21, "%s: %d of 21 vendor.cpu rows pass:\n" CLIP, isa, rows, r.out);
-        tool_run_free(&r);
+        tt_tool_run_free(&r);
     }
+}
+END_TEST
+
+/*
+ * Verify and bench take an op's inputs from its argument kind
+ * (tools/catalog.c tool_op_family()): the kinds of the catalog have their
+ * families, and a kind the tool does not know stops it (exit 2) instead of
+ * leaving the op out unsaid.
+ */
+START_TEST(every_args_kind_has_a_family)
+{
+    const struct tool_op *ops;
+    size_t n = tool_catalog_ops(&ops);
+    ck_assert_uint_gt(n, 0);
+    for (size_t i = 0; i < n; i++) {
+        enum tool_family f = tool_op_family(&ops[i]);
+        ck_assert_msg(f == TOOL_FAMILY_NONE ? ops[i].args == FLD_ARGS_ATTENTION_BACKEND
+                                            : ops[i].args != FLD_ARGS_ATTENTION_BACKEND,
+                      "op %s", ops[i].name);
+    }
+    struct tool_op tensors[TOOL_MAX_OPS];
+    ck_assert_uint_eq(tool_tensor_ops(tensors), n - 1);
+}
+END_TEST
+
+START_TEST(unknown_args_kind_stops_the_tool)
+{
+    const struct tool_op future = {"future_op", (fld_args_kind)99};
+    (void)tool_op_family(&future);
 }
 END_TEST
 
@@ -578,6 +609,8 @@ static Suite *verify_suite(void)
 {
     Suite *s = suite_create("verify");
     TCase *tc = tcase_create("tool");
+    tcase_add_test(tc, every_args_kind_has_a_family);
+    tcase_add_exit_test(tc, unknown_args_kind_stops_the_tool, 2);
     tcase_set_timeout(tc, 120); /* each run of the tool is a fraction of a second when idle */
     tcase_add_test(tc, json_checker_rejects_bad_documents);
     tcase_add_test(tc, quick_passes_for_every_op_and_dtype);

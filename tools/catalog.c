@@ -30,12 +30,31 @@ size_t tool_catalog_ops(const struct tool_op **ops)
     return n_catalog;
 }
 
+enum tool_family tool_op_family(const struct tool_op *op)
+{
+    switch (op->args) {
+    case FLD_ARGS_ACTIVATION:
+        return TOOL_FAMILY_ACTIVATION;
+    case FLD_ARGS_RMS_NORM:
+        return TOOL_FAMILY_NORM;
+    case FLD_ARGS_ROTARY_EMBEDDING:
+        return TOOL_FAMILY_ROTARY;
+    case FLD_ARGS_ATTENTION_BACKEND:
+        return TOOL_FAMILY_NONE;
+    }
+    fprintf(stderr,
+            "fldispatch: op '%s' takes argument kind %d, which this tool does not know "
+            "(rebuild it with the library)\n",
+            op->name, (int)op->args);
+    exit(2);
+}
+
 size_t tool_tensor_ops(struct tool_op *ops)
 {
     const struct tool_op *all;
     size_t n_all = tool_catalog_ops(&all), n = 0;
     for (size_t i = 0; i < n_all; i++)
-        if (all[i].args != FLD_ARGS_ATTENTION_BACKEND)
+        if (tool_op_family(&all[i]) != TOOL_FAMILY_NONE)
             ops[n++] = all[i];
     return n;
 }

@@ -21,6 +21,24 @@ struct tool_op {
 };
 
 /*
+ * The families of the tensor inputs verify and bench build: an op's argument
+ * struct decides which (tool_op_family()).
+ */
+enum tool_family {
+    TOOL_FAMILY_ACTIVATION, /* fld_activation_args */
+    TOOL_FAMILY_NORM,       /* fld_rms_norm_args */
+    TOOL_FAMILY_ROTARY,     /* fld_rotary_embedding_args */
+    TOOL_FAMILY_NONE        /* no tensors: fld_attention_backend_args */
+};
+
+/*
+ * The family of op's argument kind. A kind this tool does not know (a
+ * library newer than the tool) stops the tool with one line naming the op
+ * and the kind, exit status 2: verify and bench never skip an op silently.
+ */
+enum tool_family tool_op_family(const struct tool_op *op);
+
+/*
  * Every catalog op in catalog order, and how many. Asks the library once
  * (it needs no initialisation, so it works under any configuration). The
  * tool is single-threaded; so is this.
@@ -28,8 +46,8 @@ struct tool_op {
 size_t tool_catalog_ops(const struct tool_op **ops);
 
 /*
- * The catalog ops that take tensors (all but attention_backend), in catalog
- * order, in ops[TOOL_MAX_OPS]; returns how many.
+ * The catalog ops that take tensors (family other than TOOL_FAMILY_NONE), in
+ * catalog order, in ops[TOOL_MAX_OPS]; returns how many.
  */
 size_t tool_tensor_ops(struct tool_op *ops);
 

@@ -1,13 +1,13 @@
 /*
  * fldispatch bench: option parsing and the choice of mode.
  *
- *   bench [OP...] [options]   kernel benchmark (bench_kernels.c, with the
- *                             STREAM ceiling of bench_stream.c)
- *   bench --overhead          dispatch overhead per call (bench_overhead.c)
+ *   bench [OP...] [options]   kernel benchmark (bench/kernels.c, with the
+ *                             STREAM ceiling of bench/stream.c)
+ *   bench --overhead          dispatch overhead per call (bench/overhead.c)
  *   bench --registration      the cost of registering many ops
- *                             (bench_registration.c)
+ *                             (bench/registration.c)
  *
- * The helpers the bench files share are bench_util.c's (bench_util.h).
+ * The helpers the bench files share are bench/util.c's (bench/util.h).
  */
 #include <errno.h>
 #include <math.h>
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench.h"
+#include "bench/bench.h"
 #include "catalog.h"
 #include "cli.h"
 #include "options.h"

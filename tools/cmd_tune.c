@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench_util.h"
+#include "bench/util.h"
 #include "catalog.h"
 #include "cli.h"
 #include "json.h"

@@ -31,9 +31,8 @@
  * rows are skipped with its reason and verify exits 3. Rotary positions are
  * not range-checked by the host on devices; the cases keep them in range.
  *
- * Why one file of about 1,150 lines: the four steps above pass one row
- * record between them; the cases and the device copies already live in
- * verify_cases.c and device_tensors.c.
+ * The four steps above pass one row record between them; the cases and the
+ * device copies live in verify_cases.c and device_tensors.c.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -103,7 +102,7 @@ static const char verify_usage[] =
 /* The ops verify runs: the catalog's ops with tensors (catalog.h), each with its family. */
 static struct verify_op {
     const char *name;
-    enum verify_family family;
+    enum tool_family family;
 } verify_ops[TOOL_MAX_OPS];
 static size_t n_ops;
 
@@ -113,21 +112,8 @@ static void load_ops(void)
     struct tool_op ops[TOOL_MAX_OPS];
     size_t n = tool_tensor_ops(ops);
     n_ops = 0;
-    for (size_t i = 0; i < n; i++) {
-        switch (ops[i].args) {
-        case FLD_ARGS_ACTIVATION:
-            verify_ops[n_ops++] = (struct verify_op){ops[i].name, VF_ACTIVATION};
-            break;
-        case FLD_ARGS_RMS_NORM:
-            verify_ops[n_ops++] = (struct verify_op){ops[i].name, VF_NORM};
-            break;
-        case FLD_ARGS_ROTARY_EMBEDDING:
-            verify_ops[n_ops++] = (struct verify_op){ops[i].name, VF_ROTARY};
-            break;
-        default: /* a kind this tool has no cases for */
-            break;
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        verify_ops[n_ops++] = (struct verify_op){ops[i].name, tool_op_family(&ops[i])};
 }
 #define N_DTYPES 3 /* TOOL_F32, TOOL_F16, TOOL_BF16 */
 
@@ -156,13 +142,13 @@ static void print_usage(void)
     /* from the one tolerance table, so the help cannot drift from it */
     static const char *const family_names[] = {"activations", "rms_norm family", "rotary"};
     printf("\nTolerances (atol/rtol):\n");
-    for (int f = VF_ACTIVATION; f <= VF_ROTARY; f++) {
+    for (int f = TOOL_FAMILY_ACTIVATION; f <= TOOL_FAMILY_ROTARY; f++) {
         char line[160];
         int n = snprintf(line, sizeof line, "  %-16s", family_names[f]);
         for (int dt = 0; dt < N_DTYPES && n > 0 && (size_t)n < sizeof line; dt++) {
             double atol, rtol;
             char pair[32];
-            verify_tolerance((enum verify_family)f, dt, &atol, &rtol);
+            verify_tolerance((enum tool_family)f, dt, &atol, &rtol);
             snprintf(pair, sizeof pair, "%g/%g", atol, rtol);
             n += snprintf(line + n, sizeof line - (size_t)n, "  %-4s %-*s", tool_dtype_name(dt),
                           dt + 1 < N_DTYPES ? 14 : 0, pair);
@@ -597,7 +583,7 @@ static void compare_output(struct outcome *oc, enum verify_slot s, const struct 
     int64_t rows, width, stride;
     row_shape(got, &rows, &width, &stride);
     /* a row is whole heads for rotary; the rest of the ops compare it all */
-    const bool rotary = c->family == VF_ROTARY;
+    const bool rotary = c->family == TOOL_FAMILY_ROTARY;
     const int64_t seg = rotary ? c->head : width, cmp = rotary ? c->rot : width;
     const size_t esize = tool_dtype_size(got->dtype);
     for (int64_t r = 0; r < rows; r++) {
@@ -927,7 +913,7 @@ static void show_progress(struct progress *pg, const char *family, int dtype, co
                 tool_dtype_name(dtype), label);
 }
 
-static bool rows_runnable(const struct plan *p, enum verify_family f, int dtype)
+static bool rows_runnable(const struct plan *p, enum tool_family f, int dtype)
 {
     for (size_t i = 0; i < p->n; i++)
         if (verify_ops[p->rows[i].op].family == f && p->rows[i].dtype == dtype &&
@@ -941,21 +927,21 @@ static int run_plan(const struct verify_opts *o, struct plan *p)
 {
     static const char *const family_names[] = {"activations", "norms", "rotary"};
     struct progress pg = {.on = !o->json && isatty(STDERR_FILENO)};
-    for (int f = VF_ACTIVATION; f <= VF_ROTARY; f++)
+    for (int f = TOOL_FAMILY_ACTIVATION; f <= TOOL_FAMILY_ROTARY; f++)
         for (int dt = 0; dt < N_DTYPES; dt++)
-            if (rows_runnable(p, (enum verify_family)f, dt)) {
+            if (rows_runnable(p, (enum tool_family)f, dt)) {
                 size_t n;
-                verify_cases((enum verify_family)f, o->quick, &n);
+                verify_cases((enum tool_family)f, o->quick, &n);
                 pg.total += n;
             }
 
-    for (int f = VF_ACTIVATION; f <= VF_ROTARY; f++) {
+    for (int f = TOOL_FAMILY_ACTIVATION; f <= TOOL_FAMILY_ROTARY; f++) {
         for (int dt = 0; dt < N_DTYPES; dt++) {
-            if (!rows_runnable(p, (enum verify_family)f, dt))
+            if (!rows_runnable(p, (enum tool_family)f, dt))
                 continue;
             size_t n_cases;
             const struct verify_case *cases =
-                verify_cases((enum verify_family)f, o->quick, &n_cases);
+                verify_cases((enum tool_family)f, o->quick, &n_cases);
             for (size_t ci = 0; ci < n_cases; ci++) {
                 char label[160];
                 verify_case_label(&cases[ci], label, sizeof label);
@@ -968,7 +954,7 @@ static int run_plan(const struct verify_opts *o, struct plan *p)
                     return CLI_EXIT_CHECK_FAILED;
                 }
                 for (size_t op = 0; op < n_ops; op++)
-                    if (verify_ops[op].family == (enum verify_family)f && o->op_selected[op])
+                    if (verify_ops[op].family == (enum tool_family)f && o->op_selected[op])
                         run_op_case(p, o->device, (int)op, dt, &input, label);
                 verify_io_free(&input);
             }

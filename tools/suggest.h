@@ -9,9 +9,9 @@
 
 /*
  * Writes "; did you mean 'a'?" or "; did you mean 'a' or 'b'?" into buf for
- * the n candidates closest to name (edit distance with transpositions,
- * ignoring case; close means at most 1 edit for names up to 4 characters, 2
- * up to 8, 3 beyond), or "" when none is close. Returns buf.
+ * the n candidates closest to name, or "" when none is close; returns buf.
+ * The library's closeness and wording (fld__did_you_mean(), tool_api.h), so
+ * the tool and the library's messages suggest alike.
  */
 const char *cli_did_you_mean(const char *name, const char *const *candidates, size_t n, char *buf,
                              size_t size);

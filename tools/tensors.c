@@ -116,22 +116,6 @@ static int64_t storage_offset(const struct tool_tensor *tt, int64_t i)
     return (i / width) * tt->strides[last - 1] + i % width;
 }
 
-static float load_at(const struct tool_tensor *tt, int64_t off)
-{
-    switch (tt->dtype) {
-    case TOOL_F16:
-        return fld_f16_to_f32(((const uint16_t *)tt->alloc)[off]);
-    case TOOL_BF16:
-        return fld_bf16_to_f32(((const uint16_t *)tt->alloc)[off]);
-    case TOOL_I64:
-        return (float)((const int64_t *)tt->alloc)[off];
-    case TOOL_I32:
-        return (float)((const int32_t *)tt->alloc)[off];
-    default:
-        return ((const float *)tt->alloc)[off];
-    }
-}
-
 static void store_at(struct tool_tensor *tt, int64_t off, float v)
 {
     switch (tt->dtype) {
@@ -153,11 +137,6 @@ static void store_at(struct tool_tensor *tt, int64_t off, float v)
     }
 }
 
-float tool_tensor_get(const struct tool_tensor *tt, int64_t i)
-{
-    return load_at(tt, storage_offset(tt, i));
-}
-
 void tool_tensor_set(struct tool_tensor *tt, int64_t i, float v)
 {
     store_at(tt, storage_offset(tt, i), v);
@@ -173,7 +152,7 @@ static void row_layout(const struct tool_tensor *tt, int64_t *rows, int64_t *wid
 }
 
 /* splitmix64: tiny, fast, and the same sequence on every machine. */
-static uint64_t next_u64(uint64_t *state)
+uint64_t tool_rng_u64(uint64_t *state)
 {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -181,10 +160,9 @@ static uint64_t next_u64(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* Uniform in [0, 1) with 53 random bits. */
-static double next_unit(uint64_t *state)
+double tool_rng_unit(uint64_t *state)
 {
-    return (double)(next_u64(state) >> 11) * 0x1.0p-53;
+    return (double)(tool_rng_u64(state) >> 11) * 0x1.0p-53;
 }
 
 void tool_tensor_fill_uniform(struct tool_tensor *tt, uint64_t *seed, float lo, float hi)
@@ -194,7 +172,7 @@ void tool_tensor_fill_uniform(struct tool_tensor *tt, uint64_t *seed, float lo, 
     const double span = (double)hi - (double)lo;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < width; j++) {
-            float v = (float)((double)lo + span * next_unit(seed));
+            float v = (float)((double)lo + span * tool_rng_unit(seed));
             store_at(tt, r * stride + j, v >= hi ? lo : v); /* rounding to float can reach hi */
         }
 }
@@ -204,8 +182,8 @@ static void next_normal_pair(uint64_t *seed, double *a, double *b)
 {
     double u, v, s;
     do {
-        u = 2.0 * next_unit(seed) - 1.0;
-        v = 2.0 * next_unit(seed) - 1.0;
+        u = 2.0 * tool_rng_unit(seed) - 1.0;
+        v = 2.0 * tool_rng_unit(seed) - 1.0;
         s = u * u + v * v;
     } while (s >= 1.0 || s == 0.0);
     const double f = sqrt(-2.0 * log(s) / s);

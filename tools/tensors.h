@@ -3,12 +3,12 @@
  * optional row padding (strided rows), deterministic random fills, copies
  * and element access in float32 whatever the storage dtype.
  *
- * Superseded by host_tensor.h, the helper the tests and the tool share; it
- * stays until verify, bench and device_tensors.c move over together. Both
- * draw from splitmix64 with Marsaglia's polar method, but this one keeps the
- * generator's state across fills, hands out the second value of each pair
- * first and drops a leftover value at the end of a fill: verify's inputs for
- * a given --seed stay the same only if the move keeps that order.
+ * The fills draw from splitmix64 (tool_rng_u64(), the tool's one generator)
+ * with Marsaglia's polar method: the generator's state is kept across fills,
+ * the second value of each pair is handed out first and a leftover value is
+ * dropped at the end of a fill, so verify's inputs for a given --seed are
+ * the same on every machine. (The tests have their own helper,
+ * tests/util/host_tensor.h: guarded buffers that catch stray writes.)
  */
 #ifndef FLD_TOOLS_TENSORS_H
 #define FLD_TOOLS_TENSORS_H
@@ -53,14 +53,18 @@ void tool_tensor_free(struct tool_tensor *tt);
 /* Number of logical elements (padding excluded). */
 int64_t tool_tensor_numel(const struct tool_tensor *tt);
 
-/* Element i in row-major logical order (padding skipped), as float / stored from float
- * (rounded to nearest even for 16-bit dtypes). Floating dtypes only. */
-float tool_tensor_get(const struct tool_tensor *tt, int64_t i);
+/* Stores v as element i in row-major logical order (padding skipped), rounded to
+ * nearest even for 16-bit dtypes. */
 void tool_tensor_set(struct tool_tensor *tt, int64_t i, float v);
 
 /* Fills every logical element: uniform in [lo, hi), or normal(mean, std). seed is advanced. */
 void tool_tensor_fill_uniform(struct tool_tensor *tt, uint64_t *seed, float lo, float hi);
 void tool_tensor_fill_normal(struct tool_tensor *tt, uint64_t *seed, float mean, float std);
+
+/* The next value of the splitmix64 generator whose state is *state, and a
+ * uniform double in [0, 1) from its top 53 bits. */
+uint64_t tool_rng_u64(uint64_t *state);
+double tool_rng_unit(uint64_t *state);
 
 /* Copies the whole storage (padding included) of src into dst of identical layout. */
 void tool_tensor_copy(struct tool_tensor *dst, const struct tool_tensor *src);

@@ -12,9 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "catalog.h"
 #include "tensors.h"
-
-enum verify_family { VF_ACTIVATION, VF_NORM, VF_ROTARY };
 
 /* The layouts of rotary query and key. */
 enum verify_rope_layout {
@@ -24,7 +23,7 @@ enum verify_rope_layout {
 };
 
 struct verify_case {
-    enum verify_family family;
+    enum tool_family family;
     int64_t tokens; /* rows (VR_BATCH: batch * seq) */
     /* activations: x [tokens, 2d] with row_pad unused elements per row, out [tokens, d] */
     int64_t d, row_pad;
@@ -40,13 +39,13 @@ struct verify_case {
 };
 
 /* The cases of a family, full set or --quick, in a static table. */
-const struct verify_case *verify_cases(enum verify_family family, bool quick, size_t *count);
+const struct verify_case *verify_cases(enum tool_family family, bool quick, size_t *count);
 
 /* "T=83 H=769 residual strided in-place"-style label. */
 const char *verify_case_label(const struct verify_case *c, char *buf, size_t size);
 
 /* The allclose tolerance of a family and dtype (enum tool_dtype): vLLM's kernel tests' defaults. */
-void verify_tolerance(enum verify_family family, int dtype, double *atol, double *rtol);
+void verify_tolerance(enum tool_family family, int dtype, double *atol, double *rtol);
 
 /* ---- the tensors of one case ------------------------------------------- */
 

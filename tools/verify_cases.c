@@ -49,9 +49,9 @@ static const struct {
 };
 static const double norm_tol = 1e-2;
 
-void verify_tolerance(enum verify_family family, int dtype, double *atol, double *rtol)
+void verify_tolerance(enum tool_family family, int dtype, double *atol, double *rtol)
 {
-    if (family == VF_NORM) {
+    if (family == TOOL_FAMILY_NORM) {
         *atol = *rtol = norm_tol;
         return;
     }
@@ -78,7 +78,7 @@ static void add_case(struct case_table *t, struct verify_case c)
 
 static void activation_cases(struct case_table *t, bool quick)
 {
-    const struct verify_case base = {.family = VF_ACTIVATION};
+    const struct verify_case base = {.family = TOOL_FAMILY_ACTIVATION};
     struct verify_case c = base;
     if (quick) {
         static const int64_t q[][3] = {{7, 17, 0}, {83, 512, 64}, {3, 769, 3}, {1, 1, 0}};
@@ -124,7 +124,7 @@ enum {
 static struct verify_case norm_case(int64_t tokens, int64_t h, unsigned flags)
 {
     return (struct verify_case){
-        .family = VF_NORM,
+        .family = TOOL_FAMILY_NORM,
         .tokens = tokens,
         .h = h,
         .residual = flags & N_RES,
@@ -178,7 +178,7 @@ static struct verify_case rope_case(bool neox, int64_t head, int64_t rot, int64_
                                     int64_t k_heads, enum verify_rope_layout layout, int64_t tokens)
 {
     struct verify_case c = {
-        .family = VF_ROTARY,
+        .family = TOOL_FAMILY_ROTARY,
         .neox = neox,
         .head = head,
         .rot = rot,
@@ -234,16 +234,20 @@ static void rotary_cases(struct case_table *t, bool quick)
     add_case(t, c);
 }
 
-const struct verify_case *verify_cases(enum verify_family family, bool quick, size_t *count)
+const struct verify_case *verify_cases(enum tool_family family, bool quick, size_t *count)
 {
-    static struct case_table tables[3][2];
-    static bool built[3][2];
+    static struct case_table tables[TOOL_FAMILY_NONE][2];
+    static bool built[TOOL_FAMILY_NONE][2];
+    if (family >= TOOL_FAMILY_NONE) { /* no tensors, no cases */
+        *count = 0;
+        return NULL;
+    }
     struct case_table *t = &tables[family][quick];
     if (!built[family][quick]) {
         t->n = 0;
-        if (family == VF_ACTIVATION)
+        if (family == TOOL_FAMILY_ACTIVATION)
             activation_cases(t, quick);
-        else if (family == VF_NORM)
+        else if (family == TOOL_FAMILY_NORM)
             norm_cases(t, quick);
         else
             rotary_cases(t, quick);
@@ -257,7 +261,7 @@ const char *verify_case_label(const struct verify_case *c, char *buf, size_t siz
 {
     static const char *const layouts[] = {"[T,H*D]", "[T,H,D+64][..,:D]", "[B,S,H*D]"};
     switch (c->family) {
-    case VF_ACTIVATION:
+    case TOOL_FAMILY_ACTIVATION:
         snprintf(buf, size, "T=%lld d=%lld%s", (long long)c->tokens, (long long)c->d,
                  c->row_pad ? " strided" : "");
         if (c->row_pad) {
@@ -265,14 +269,14 @@ const char *verify_case_label(const struct verify_case *c, char *buf, size_t siz
             snprintf(buf + n, size - n, "(row+%lld)", (long long)c->row_pad);
         }
         break;
-    case VF_NORM:
+    case TOOL_FAMILY_NORM:
         snprintf(buf, size, "T=%lld H=%lld%s%s%s%s%s%s%s%s", (long long)c->tokens, (long long)c->h,
                  c->residual ? " residual" : "", c->strided ? " strided" : "",
                  c->in_place ? " in-place" : "", c->no_weight ? " no-weight" : "",
                  c->scaled ? " x/(2H)" : "", c->w32 ? " weight=f32" : "",
                  c->r32 ? " residual=f32" : "", c->huge ? " x*1e30" : "");
         break;
-    case VF_ROTARY: {
+    case TOOL_FAMILY_ROTARY: {
         char key[32] = "no-key";
         if (c->k_heads)
             snprintf(key, sizeof key, "k=%lld", (long long)c->k_heads);
@@ -282,6 +286,9 @@ const char *verify_case_label(const struct verify_case *c, char *buf, size_t siz
                  c->pos_i32 ? " pos=i32" : "", c->cache_f32 ? " cache=f32" : "");
         break;
     }
+    case TOOL_FAMILY_NONE:
+        snprintf(buf, size, "no tensors");
+        break;
     }
     return buf;
 }
@@ -313,7 +320,7 @@ bool verify_slot_written(const struct verify_io *io, enum verify_slot s)
     case VS_KEY:
         return true;
     case VS_X:
-        return io->c->family == VF_NORM && io->c->in_place;
+        return io->c->family == TOOL_FAMILY_NORM && io->c->in_place;
     default:
         return false;
     }
@@ -322,20 +329,6 @@ bool verify_slot_written(const struct verify_io *io, enum verify_slot s)
 /* ------------------------------------------------------------------------ */
 /* Inputs                                                                   */
 /* ------------------------------------------------------------------------ */
-
-/* splitmix64, for the sprinkled special values and the positions. */
-static uint64_t next_u64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double next_unit(uint64_t *state)
-{
-    return (double)(next_u64(state) >> 11) * 0x1.0p-53;
-}
 
 /*
  * Allocates a tensor whose padding, and whatever no kernel has written yet,
@@ -360,13 +353,13 @@ static void fill_activation_input(struct tool_tensor *x, uint64_t *seed)
     tool_tensor_fill_normal(x, seed, 0.0f, 1.0f);
     const int64_t n = tool_tensor_numel(x);
     for (int64_t i = 0; i < n; i++) {
-        uint64_t r = next_u64(seed);
+        uint64_t r = tool_rng_u64(seed);
         if (r % 32 == 0)
-            tool_tensor_set(x, i, (float)(-10.0 + 20.0 * next_unit(seed)));
+            tool_tensor_set(x, i, (float)(-10.0 + 20.0 * tool_rng_unit(seed)));
         else if (r % 97 == 1)
             tool_tensor_set(x, i, 0.0f);
         else if (r % 89 == 2)
-            tool_tensor_set(x, i, (float)(-8.0 - 24.0 * next_unit(seed)));
+            tool_tensor_set(x, i, (float)(-8.0 - 24.0 * tool_rng_unit(seed)));
     }
     /* the extremes at least once, whatever the size */
     static const float fixed[] = {0.0f, -10.0f, 10.0f, -30.0f};
@@ -495,7 +488,7 @@ static bool make_rotary(struct verify_io *io, const struct verify_case *c, uint6
     if (!tool_tensor_alloc(pos, pdt, batch ? 2 : 1, pshape, 0))
         return false;
     for (int64_t t = 0; t < c->tokens; t++) {
-        int64_t p = (int64_t)(next_unit(seed) * MAX_POS);
+        int64_t p = (int64_t)(tool_rng_unit(seed) * MAX_POS);
         if (t == 0)
             p = MAX_POS - 1; /* the last row of the cache is reachable */
         else if (t == 1)
@@ -522,8 +515,8 @@ bool verify_io_make(struct verify_io *io, const struct verify_case *c, int dtype
     memset(io, 0, sizeof *io);
     io->c = c;
     io->dtype = dtype;
-    bool ok = c->family == VF_ACTIVATION ? make_activation(io, c, &seed)
-              : c->family == VF_NORM     ? make_norm(io, c, &seed)
+    bool ok = c->family == TOOL_FAMILY_ACTIVATION ? make_activation(io, c, &seed)
+              : c->family == TOOL_FAMILY_NORM     ? make_norm(io, c, &seed)
                                          : make_rotary(io, c, &seed);
     if (!ok)
         verify_io_free(io);
@@ -582,21 +575,23 @@ void verify_io_drop_inputs(struct verify_io *io)
 int verify_call(const char *op, const struct verify_case *c, DLTensor *const views[VS_COUNT])
 {
     switch (c->family) {
-    case VF_ACTIVATION: {
+    case TOOL_FAMILY_ACTIVATION: {
         fld_activation_args args = {views[VS_OUT], views[VS_X]};
         return fld_call_by_name(op, &args);
     }
-    case VF_NORM: {
+    case TOOL_FAMILY_NORM: {
         DLTensor *x = views[VS_X];
         fld_rms_norm_args args = {c->in_place ? x : views[VS_OUT], x, views[VS_WEIGHT],
                                   views[VS_RESIDUAL], 1e-6f};
         return fld_call_by_name(op, &args);
     }
-    case VF_ROTARY: {
+    case TOOL_FAMILY_ROTARY: {
         fld_rotary_embedding_args args = {
             views[VS_POSITIONS], views[VS_QUERY], views[VS_KEY], c->head, views[VS_CACHE], c->neox};
         return fld_call_by_name(op, &args);
     }
+    case TOOL_FAMILY_NONE: /* no case has it */
+        break;
     }
     return FLD_EINVAL;
 }

@@ -19,7 +19,7 @@
  *             ggml computes cos/sin itself where ours reads vLLM's cache;
  *             f32 and f16.
  *
- * Method, as tools/bench_kernels.c: the graph is built once per case and
+ * Method, as tools/bench/kernels.c: the graph is built once per case and
  * planned once per thread count on a ggml threadpool made once; a line is
  * calibrated (calls doubled until a batch lasts 1/8 of 20 ms), then --reps
  * batches of calls lasting >= 20 ms are timed and the median per-call time

@@ -36,8 +36,6 @@ extern struct fld_ascend_api fld__acl;
 bool fld__ascend_load(void);
 /* The CANN root chosen by fld__ascend_load(). */
 const char *fld__ascend_home(void);
-/* aclrtGetDeviceCount() after a successful load (0 when it failed). */
-unsigned fld__ascend_device_count(void);
 /* Releases the workspaces and the libraries (at plugin unload). */
 void fld__ascend_unload(void);
 

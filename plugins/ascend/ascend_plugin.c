@@ -9,10 +9,8 @@
  * the runtime with dlopen() at registration (runtime.c). Without CANN, or
  * without a device, the plugin still loads and registers; its
  * implementations and device hooks report why they cannot run, which
- * `fldispatch list` shows as "unavailable: <reason>".
- *
- * Only ever run against the fake CANN library of tests/fake_acl (host
- * memory playing device memory); never on Ascend hardware.
+ * `fldispatch list` shows as "unavailable: <reason>". What has run where:
+ * docs/ascend-plugin.md.
  */
 #include "ascend.h"
 

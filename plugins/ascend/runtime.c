@@ -31,7 +31,6 @@ static const char *const lib_names[LIB_COUNT] = {"libascendcl.so", "libnnopbase.
 static void *libs[LIB_COUNT];
 static bool loaded;
 static char home[1024];
-static unsigned device_count;
 /* Why the plugin cannot run; static storage for fld_available_fn. */
 static char reason_text[1536];
 
@@ -42,11 +41,6 @@ static bool init_ok;
 const char *fld__ascend_home(void)
 {
     return home;
-}
-
-unsigned fld__ascend_device_count(void)
-{
-    return device_count;
 }
 
 static bool resolve(int lib, const char *name, void **slot, bool required)
@@ -146,7 +140,6 @@ bool fld__ascend_available(const char **reason)
                          "CANN at %s: aclrtGetDeviceCount failed: error %d", home, crc);
             else if (n == 0)
                 snprintf(reason_text, sizeof reason_text, "no Ascend device (CANN at %s)", home);
-            device_count = crc == ACL_OK ? n : 0;
             init_ok = crc == ACL_OK && n > 0;
         }
         init_pid = getpid();

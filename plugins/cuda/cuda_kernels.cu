@@ -1,5 +1,5 @@
 /*
- * fld_gpu_api_cuda: the device side of fld-cuda.so (gpu_api.h), built by
+ * fld__gpu_api_cuda: the device side of fld-cuda.so (gpu_api.h), built by
  * nvcc for the architectures of CUDA_ARCHS (plugin.mk passes the list as
  * FLD_GPU_BUILT_ARCHS) and linked with the static CUDA runtime, so the
  * plugin loads where there is no driver: every call then returns the
@@ -15,9 +15,6 @@
  * every driver since CUDA 4 exports. The runtime uses whatever context is
  * current, so a kernel launched between push and pop runs on the pushed
  * device.
- *
- * Run on an NVIDIA H100 (driver 580, CUDA 13.0) on 2026-11-23; the kernels
- * are also tested under the host emulator in tests/gpu.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -245,24 +242,24 @@ int cuda_stream_synchronize(void *stream)
     return (int)cudaStreamSynchronize((cudaStream_t)stream);
 }
 
-int cuda_act(const struct fld_gpu_act_args *a, int variant, void *stream)
+int cuda_act(const struct fld__gpu_act_args *a, int variant, void *stream)
 {
     return fld_gpu::run_act(a, variant, stream);
 }
 
-int cuda_norm(const struct fld_gpu_norm_args *a, int variant, void *stream)
+int cuda_norm(const struct fld__gpu_norm_args *a, int variant, void *stream)
 {
     return fld_gpu::run_norm(a, variant, stream);
 }
 
-int cuda_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
+int cuda_rotary(const struct fld__gpu_rotary_args *a, int variant, void *stream)
 {
     return fld_gpu::run_rotary(a, variant, stream);
 }
 
 } // namespace
 
-extern "C" __attribute__((visibility("default"))) const struct fld_gpu_api fld_gpu_api_cuda = {
+extern "C" __attribute__((visibility("default"))) const struct fld__gpu_api fld__gpu_api_cuda = {
     FLD_GPU_API_VERSION,
     "CUDA",
     cuda_error_string,

@@ -5,11 +5,8 @@
  * device hooks. The kernels (cuda_kernels.cu) are linked with the static
  * CUDA runtime, so this object loads where no driver is installed; it then
  * reports itself unavailable with the reason. The glue, shared with the rocm
- * plugin, is plugins/shared/gpu/gpu_plugin.c.
- *
- * Run on an NVIDIA H100 (driver 580, CUDA 13.0) on 2026-11-23; where it is
- * built (no driver) the no-driver path is tested with the real object, the
- * glue over the GPU emulator (tests/gpuplug, tests/test_gpu_plugins.c).
+ * plugin, is plugins/shared/gpu/gpu_plugin.c. What has run where:
+ * docs/device-plugins.md.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -17,7 +14,7 @@
 #include "../shared/gpu/gpu_plugin.h"
 
 /* Defined by cuda_kernels.cu. */
-extern const struct fld_gpu_api fld_gpu_api_cuda;
+extern const struct fld__gpu_api fld__gpu_api_cuda;
 
 /* cudaError_t values (driver_types.h), stable across CUDA releases. */
 enum { CUDA_ERROR_INSUFFICIENT_DRIVER = 35, CUDA_ERROR_NO_DEVICE = 100 };
@@ -68,19 +65,19 @@ static void explain(int code, char *buf, size_t size)
     dlclose(h);
     int rt = 0;
     char floor[96] = "";
-    if (fld_gpu_api_cuda.runtime_version(&rt) == 0 && driver_floor(rt))
+    if (fld__gpu_api_cuda.runtime_version(&rt) == 0 && driver_floor(rt))
         snprintf(floor, sizeof floor,
                  "; this build needs driver >= %d: rebuild with a CUDA %d toolkit for older "
                  "drivers",
                  driver_floor(rt), rt / 1000 - 1);
     snprintf(buf, size, "CUDA driver older than the runtime (%s)%s",
-             fld_gpu_api_cuda.error_string(code), floor);
+             fld__gpu_api_cuda.error_string(code), floor);
 }
 
 static int register_builtins(fld_registry *reg)
 {
-    const struct fld_gpu_plugin p = {
-        .api = &fld_gpu_api_cuda,
+    const struct fld__gpu_plugin p = {
+        .api = &fld__gpu_api_cuda,
         .vendor = "cuda",
         .device_type = FLD_DEVICE_CUDA,
         .device_mask = FLD_DEVICE_MASK_CUDA,

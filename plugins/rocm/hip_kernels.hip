@@ -1,5 +1,5 @@
 /*
- * fld_gpu_api_hip: the device side of fld-rocm.so (plugins/shared/gpu/gpu_api.h),
+ * fld__gpu_api_hip: the device side of fld-rocm.so (plugins/shared/gpu/gpu_api.h),
  * the kernels of plugins/shared/gpu/gpu_kernels.cuh built by hipcc for the AMD
  * architectures of ROCM_ARCHS that the hipcc at hand supports (plugin.mk
  * asks it; Debian's hipcc 5.2: gfx908, gfx90a, gfx1030, not gfx942). It is
@@ -8,10 +8,6 @@
  * (libamdhip64.so.7, .6 or .5), then this, so a missing runtime is a reason
  * the plugin reports, not a load failure. The table and the build version
  * are the exported symbols (default visibility; the rest is hidden).
- *
- * Compiled here but never run on a GPU (none was available; the HIP runtime
- * here answers hipErrorNoDevice); the kernels are tested under the host
- * emulator in tests/gpu.
  */
 #include <stdio.h>
 
@@ -139,17 +135,17 @@ int hip_stream_synchronize(void *stream)
     return (int)hipStreamSynchronize((hipStream_t)stream);
 }
 
-int hip_act(const struct fld_gpu_act_args *a, int variant, void *stream)
+int hip_act(const struct fld__gpu_act_args *a, int variant, void *stream)
 {
     return fld_gpu::run_act(a, variant, stream);
 }
 
-int hip_norm(const struct fld_gpu_norm_args *a, int variant, void *stream)
+int hip_norm(const struct fld__gpu_norm_args *a, int variant, void *stream)
 {
     return fld_gpu::run_norm(a, variant, stream);
 }
 
-int hip_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
+int hip_rotary(const struct fld__gpu_rotary_args *a, int variant, void *stream)
 {
     return fld_gpu::run_rotary(a, variant, stream);
 }
@@ -159,9 +155,9 @@ int hip_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
 /* Host-only: the device pass must not emit a table of host functions. */
 #if !defined(__HIP_DEVICE_COMPILE__)
 /* The HIP release the kernels were compiled with, for fld-rocm.so's log line. */
-extern "C" __attribute__((visibility("default"))) const int fld_gpu_hip_build_version = HIP_VERSION;
+extern "C" __attribute__((visibility("default"))) const int fld__gpu_hip_build_version = HIP_VERSION;
 
-extern "C" __attribute__((visibility("default"))) const struct fld_gpu_api fld_gpu_api_hip = {
+extern "C" __attribute__((visibility("default"))) const struct fld__gpu_api fld__gpu_api_hip = {
     FLD_GPU_API_VERSION,
     "HIP",
     hip_error_string,

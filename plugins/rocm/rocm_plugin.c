@@ -12,12 +12,8 @@
  * plain libamdhip64.so -- with RTLD_GLOBAL, then the kernels library, whose
  * symbols bind to it. When either cannot be opened the plugin stays
  * registered and unavailable with the loader's message, so that
- * `fldispatch list` shows why rather than a rejected plugin.
- *
- * Never run on an AMD GPU: where this was written there was none (the HIP
- * 5.2 runtime answers hipErrorNoDevice), so only that path and the
- * missing-library paths are tested with the real objects; the glue itself is
- * tested over the GPU emulator (tests/gpuplug).
+ * `fldispatch list` shows why rather than a rejected plugin. What has run
+ * where: docs/device-plugins.md.
  */
 #include <dlfcn.h>
 #include <limits.h>
@@ -29,8 +25,8 @@
 #include "../shared/gpu/gpu_plugin.h"
 
 #define HIP_LIBRARY   "libfld-rocm-hip.so"
-#define HIP_API_SYM   "fld_gpu_api_hip"
-#define HIP_BUILD_SYM "fld_gpu_hip_build_version"
+#define HIP_API_SYM   "fld__gpu_api_hip"
+#define HIP_BUILD_SYM "fld__gpu_hip_build_version"
 
 /* hipError_t value (hip_runtime_api.h). */
 enum { HIP_ERROR_NO_DEVICE = 100 };
@@ -111,12 +107,12 @@ static bool open_runtime(void)
 }
 
 /*
- * The deferred loader (fld_gpu_plugin.load). Kept open for the life of the
+ * The deferred loader (fld__gpu_plugin.load). Kept open for the life of the
  * process: unloading the HIP runtime while its own threads and atexit
  * handlers are registered is not safe, and dlopen() of the same files again
  * (after fld_shutdown() + fld_init()) only takes another reference.
  */
-static const struct fld_gpu_api *open_hip(void)
+static const struct fld__gpu_api *open_hip(void)
 {
     char path[PATH_MAX];
     if (!kernels_path(path, sizeof path))
@@ -134,7 +130,7 @@ static const struct fld_gpu_api *open_hip(void)
         snprintf(load_error, sizeof load_error, "HIP runtime not loadable: %s", why ? why : path);
         return NULL;
     }
-    const struct fld_gpu_api *api = dlsym(h, HIP_API_SYM);
+    const struct fld__gpu_api *api = dlsym(h, HIP_API_SYM);
     const int *built = dlsym(h, HIP_BUILD_SYM);
     if (!api) {
         const char *why = dlerror();
@@ -168,7 +164,7 @@ static void explain(int code, char *buf, size_t size)
 static int register_builtins(fld_registry *reg)
 {
     load_error[0] = '\0';
-    const struct fld_gpu_plugin p = {
+    const struct fld__gpu_plugin p = {
         .load = open_hip,
         .load_error = load_error,
         .load_note = "HIP runtime opened on first use (the first of libamdhip64.so.7, .so.6, "

@@ -104,8 +104,6 @@ int64_t fldpy_tensor_numel(const DLTensor *t);
  */
 int fldpy_tensor_stream(const fldpy_tensor *t, void **stream, bool *found);
 
-/* Forgets the cached exchange-API lookups (module teardown, tests). */
-void fldpy_tensors_clear_cache(void);
 /* Interned strings and constant tuples; 0 or -1 with an exception. */
 int fldpy_tensors_init(void);
 

@@ -61,13 +61,6 @@ static struct {
 } type_cache[TYPE_CACHE_SIZE];
 static int type_cache_used;
 
-void fldpy_tensors_clear_cache(void)
-{
-    for (int i = 0; i < type_cache_used; i++)
-        Py_CLEAR(type_cache[i].type);
-    type_cache_used = 0;
-}
-
 /* The first table in the chain whose major version we understand. */
 static const fldpy_dl_exchange_api *usable_api(const fldpy_dl_exchange_api *api)
 {

@@ -1,5 +1,5 @@
 /*
- * fld_gpu_api_emu: struct fld_gpu_api (plugins/shared/gpu/gpu_api.h) on host
+ * fld__gpu_api_emu: struct fld__gpu_api (plugins/shared/gpu/gpu_api.h) on host
  * memory, with the kernels of gpu_kernels.cuh run by the emulator (emu.h).
  * One "device" (id 0); "device" pointers are host pointers; copies and
  * launches are synchronous, so streams are ignored (the default stream is
@@ -105,24 +105,24 @@ int emu_stream_synchronize(void *stream)
     return 0;
 }
 
-int emu_act(const struct fld_gpu_act_args *a, int variant, void *stream)
+int emu_act(const struct fld__gpu_act_args *a, int variant, void *stream)
 {
     return fld_gpu::run_act(a, variant, stream);
 }
 
-int emu_norm(const struct fld_gpu_norm_args *a, int variant, void *stream)
+int emu_norm(const struct fld__gpu_norm_args *a, int variant, void *stream)
 {
     return fld_gpu::run_norm(a, variant, stream);
 }
 
-int emu_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
+int emu_rotary(const struct fld__gpu_rotary_args *a, int variant, void *stream)
 {
     return fld_gpu::run_rotary(a, variant, stream);
 }
 
 } // namespace
 
-extern "C" __attribute__((visibility("default"))) const struct fld_gpu_api fld_gpu_api_emu = {
+extern "C" __attribute__((visibility("default"))) const struct fld__gpu_api fld__gpu_api_emu = {
     FLD_GPU_API_VERSION,
     "emulator",
     emu_error_string,

@@ -8,8 +8,8 @@
  * norms, gemma, weight NULL, rotary neox/gptj with a float32 or same-dtype
  * cache, key NULL, rot_dim < head_size, int32 positions, out-of-range
  * positions, and guard bytes around every view. Each case builds CPU
- * tensors (tools/host_tensor.h), runs reference.c on one copy through the
- * public API (pinned with a strict per-op order) and fld_gpu_api_emu on
+ * tensors (tests/util/host_tensor.h), runs reference.c on one copy through the
+ * public API (pinned with a strict per-op order) and fld__gpu_api_emu on
  * another, with the kernel arguments built by fld_tensor_rows() and
  * fld_rotary_geometry_of() as the plugins' glue does.
  *
@@ -41,18 +41,18 @@
 extern "C" {
 #include "util/env.h"
 #include "util/harness.h"
-#include "../../tools/host_tensor.h"
+#include "../util/host_tensor.h"
 }
 
 #include "emu.h"
 #include "gpu_kernels.cuh"
 
-extern "C" const struct fld_gpu_api fld_gpu_api_emu;
+extern "C" const struct fld__gpu_api fld__gpu_api_emu;
 
 namespace
 {
 
-const struct fld_gpu_api &api = fld_gpu_api_emu;
+const struct fld__gpu_api &api = fld__gpu_api_emu;
 
 DLDataType dtype_at(int i)
 {
@@ -175,10 +175,10 @@ void check_act(int op, int dti, int variant, int64_t rows, int64_t d, int64_t x_
     fld_rows xr, orow;
     fld_tensor_rows(&x->t, &xr);
     fld_tensor_rows(&got->t, &orow);
-    struct fld_gpu_act_args a = {op, dti, orow.data, xr.data, rows, d, orow.stride, xr.stride};
+    struct fld__gpu_act_args a = {op, dti, orow.data, xr.data, rows, d, orow.stride, xr.stride};
     ck_assert_int_eq(xr.width, 2 * d);
     if (variant == FLD_GPU_VECTOR)
-        ck_assert_msg(fld_gpu_act_vector_ok(&a), "%s: not vector-aligned", what);
+        ck_assert_msg(fld__gpu_act_vector_ok(&a), "%s: not vector-aligned", what);
     const int rc = api.act(&a, variant, NULL);
     ck_assert_msg(rc == 0, "%s: emulator: %s", what, api.error_string(rc));
     ck_assert_msg(tt_padding_intact(x), "%s: input written", what);
@@ -242,7 +242,7 @@ START_TEST(act_rounding_all_16bit)
     fld_rows xr, orow;
     fld_tensor_rows(&x->t, &xr);
     fld_tensor_rows(&out->t, &orow);
-    struct fld_gpu_act_args a = {op, dti, orow.data, xr.data, 1, n, orow.stride, xr.stride};
+    struct fld__gpu_act_args a = {op, dti, orow.data, xr.data, 1, n, orow.stride, xr.stride};
     ck_assert_int_eq(api.act(&a, variant, NULL), 0);
     int64_t bad = -1, single_differs = 0;
     for (int64_t i = 0; i < n && bad < 0; i++) {
@@ -274,9 +274,9 @@ START_TEST(act_vector_refuses_misaligned)
 {
     setup();
     std::vector<uint16_t> x(2 * 2 * 24 + 8), out(2 * 24 + 8);
-    struct fld_gpu_act_args a = {FLD_GPU_SILU_AND_MUL, 1, out.data(), x.data(), 2, 20, 20, 40};
+    struct fld__gpu_act_args a = {FLD_GPU_SILU_AND_MUL, 1, out.data(), x.data(), 2, 20, 20, 40};
     /* d = 20 half-floats is 40 bytes: not a whole number of 16-byte vectors. */
-    ck_assert(!fld_gpu_act_vector_ok(&a));
+    ck_assert(!fld__gpu_act_vector_ok(&a));
     const uint64_t before = fld_emu::launches();
     ck_assert_int_eq(api.act(&a, FLD_GPU_VECTOR, NULL), FLD_EMU_ERR_INVALID_VALUE);
     ck_assert_int_eq(api.act(&a, 7, NULL), FLD_EMU_ERR_INVALID_VALUE);
@@ -354,7 +354,7 @@ void check_norm_dt(int mode, int dti, int wdti, int rdti, int variant, int64_t r
     fld_tensor_rows(&o1->t, &orow);
     if (r1)
         fld_tensor_rows(&r1->t, &rrow);
-    struct fld_gpu_norm_args a = {};
+    struct fld__gpu_norm_args a = {};
     a.dtype = dti;
     a.weight_dtype = wdti;
     a.residual_dtype = rdti;
@@ -370,7 +370,7 @@ void check_norm_dt(int mode, int dti, int wdti, int rdti, int variant, int64_t r
     a.residual_stride = r1 ? rrow.stride : 0;
     a.eps = eps;
     if (variant == FLD_GPU_VECTOR)
-        ck_assert_msg(fld_gpu_norm_vector_ok(&a), "%s: not vector-aligned", what);
+        ck_assert_msg(fld__gpu_norm_vector_ok(&a), "%s: not vector-aligned", what);
     const int rc = api.norm(&a, variant, NULL);
     ck_assert_msg(rc == 0, "%s: emulator: %s", what, api.error_string(rc));
 
@@ -496,7 +496,7 @@ START_TEST(norm_extremes)
         fld_rows xr, orow;
         fld_tensor_rows(&x->t, &xr);
         fld_tensor_rows(&out->t, &orow);
-        struct fld_gpu_norm_args a = {};
+        struct fld__gpu_norm_args a = {};
         a.dtype = a.weight_dtype = a.residual_dtype = dti;
         a.out = orow.data;
         a.x = xr.data;
@@ -534,7 +534,7 @@ START_TEST(norm_vector_refuses_misaligned)
 {
     setup();
     std::vector<float> buf(64 * 3 + 4);
-    struct fld_gpu_norm_args a = {};
+    struct fld__gpu_norm_args a = {};
     a.dtype = 0;
     a.out = buf.data();
     a.x = buf.data() + 1; /* 4 bytes past a 16-byte boundary */
@@ -543,7 +543,7 @@ START_TEST(norm_vector_refuses_misaligned)
     a.out_stride = 64;
     a.x_stride = 64;
     a.eps = 1e-6f;
-    ck_assert(!fld_gpu_norm_vector_ok(&a));
+    ck_assert(!fld__gpu_norm_vector_ok(&a));
     ck_assert_int_eq(api.norm(&a, FLD_GPU_VECTOR, NULL), FLD_EMU_ERR_INVALID_VALUE);
     ck_assert_int_eq(api.norm(&a, FLD_GPU_REFERENCE, NULL), 0);
 }
@@ -642,7 +642,7 @@ void check_rotary(const rotary_case &c)
     fld_rotary_geometry_of(&ra, &g);
     ck_assert_int_eq(g.tokens, c.tokens);
     ck_assert_int_eq(g.rot_dim, c.rot_dim);
-    struct fld_gpu_rotary_args a = {};
+    struct fld__gpu_rotary_args a = {};
     a.dtype = c.dti;
     a.cache_dtype = fld_dtype_index(g.cache_dtype);
     a.positions = g.positions;
@@ -786,7 +786,7 @@ START_TEST(rotary_rounding_order)
     fld_rotary_embedding_args ra = {&pos->t, &q->t, NULL, D, &cache->t, neox};
     fld_rotary_geometry g;
     fld_rotary_geometry_of(&ra, &g);
-    struct fld_gpu_rotary_args a = {};
+    struct fld__gpu_rotary_args a = {};
     a.dtype = dti;
     a.cache_dtype = 0;
     a.positions = g.positions;
@@ -833,7 +833,7 @@ END_TEST
 START_TEST(rotary_refuses_bad_arguments)
 {
     setup();
-    struct fld_gpu_rotary_args a = {};
+    struct fld__gpu_rotary_args a = {};
     a.dtype = 1;
     a.cache_dtype = 2; /* neither float32 nor the query's dtype */
     a.tokens = 1;
@@ -904,8 +904,8 @@ template <bool SYNC> __global__ void neighbour_kernel(int *out)
 START_TEST(emu_catches_missing_barrier)
 {
     int racy[64] = {0}, fine[64] = {0};
-    ck_assert_int_eq(fld_gpu_launch(neighbour_kernel<false>, dim3(1), dim3(64), NULL, racy), 0);
-    ck_assert_int_eq(fld_gpu_launch(neighbour_kernel<true>, dim3(1), dim3(64), NULL, fine), 0);
+    ck_assert_int_eq(fld__gpu_launch(neighbour_kernel<false>, dim3(1), dim3(64), NULL, racy), 0);
+    ck_assert_int_eq(fld__gpu_launch(neighbour_kernel<true>, dim3(1), dim3(64), NULL, fine), 0);
     int racy_ok = 0;
     for (int t = 0; t < 64; t++) {
         ck_assert_int_eq(fine[t], (t + 1) % 64 + 1);
@@ -934,16 +934,16 @@ __global__ void early_exit_kernel(int *out)
 START_TEST(emu_catches_divergent_barrier)
 {
     int out[32] = {0};
-    ck_assert_int_eq(fld_gpu_launch(divergent_kernel, dim3(1), dim3(32), NULL, out),
+    ck_assert_int_eq(fld__gpu_launch(divergent_kernel, dim3(1), dim3(32), NULL, out),
                      FLD_EMU_ERR_BARRIER);
-    ck_assert_int_eq(fld_gpu_launch(early_exit_kernel, dim3(1), dim3(32), NULL, out),
+    ck_assert_int_eq(fld__gpu_launch(early_exit_kernel, dim3(1), dim3(32), NULL, out),
                      FLD_EMU_ERR_BARRIER);
     /* The emulator is usable again after a failed launch. */
-    ck_assert_int_eq(fld_gpu_launch(neighbour_kernel<true>, dim3(2), dim3(32), NULL, out), 0);
+    ck_assert_int_eq(fld__gpu_launch(neighbour_kernel<true>, dim3(2), dim3(32), NULL, out), 0);
     ck_assert_int_eq(out[31], 1);
-    ck_assert_int_eq(fld_gpu_launch(neighbour_kernel<true>, dim3(1), dim3(1025), NULL, out),
+    ck_assert_int_eq(fld__gpu_launch(neighbour_kernel<true>, dim3(1), dim3(1025), NULL, out),
                      FLD_EMU_ERR_LAUNCH_CONFIG);
-    ck_assert_int_eq(fld_gpu_launch(neighbour_kernel<true>, dim3(0), dim3(32), NULL, out),
+    ck_assert_int_eq(fld__gpu_launch(neighbour_kernel<true>, dim3(0), dim3(32), NULL, out),
                      FLD_EMU_ERR_LAUNCH_CONFIG);
 }
 END_TEST
@@ -951,7 +951,7 @@ END_TEST
 __global__ void warp_sum_kernel(float *out)
 {
     out[blockIdx.x * blockDim.x + threadIdx.x] =
-        fld_gpu_warp_sum((float)(blockIdx.x * blockDim.x + threadIdx.x));
+        fld__gpu_warp_sum((float)(blockIdx.x * blockDim.x + threadIdx.x));
 }
 
 __global__ void block_sum_kernel(float *out)
@@ -969,14 +969,14 @@ START_TEST(emu_warp_and_block_sums)
     fld_emu::set_warp_size(lanes);
     fld_emu::set_schedule(static_cast<fld_emu::schedule>(_i / 2));
     std::vector<float> out(256);
-    ck_assert_int_eq(fld_gpu_launch(warp_sum_kernel, dim3(2), dim3(128), NULL, out.data()), 0);
+    ck_assert_int_eq(fld__gpu_launch(warp_sum_kernel, dim3(2), dim3(128), NULL, out.data()), 0);
     for (int t = 0; t < 256; t++) {
         const int first = t / lanes * lanes;
         const float want = (float)(lanes * first + lanes * (lanes - 1) / 2);
         ck_assert_msg(out[t] == want, "warp %d lane %d: %g, want %g", lanes, t, out[t], want);
     }
     std::vector<float> sums(1024);
-    ck_assert_int_eq(fld_gpu_launch(block_sum_kernel, dim3(1), dim3(1024), NULL, sums.data()), 0);
+    ck_assert_int_eq(fld__gpu_launch(block_sum_kernel, dim3(1), dim3(1024), NULL, sums.data()), 0);
     for (int t = 0; t < 1024; t++)
         ck_assert_float_eq(sums[t], 1023.0f * 1024.0f / 2.0f + 1e6f * 1024.0f);
 }
@@ -986,7 +986,7 @@ END_TEST
 START_TEST(conversions_match_half_h)
 {
     for (uint32_t h = 0; h < 65536; h++) {
-        const float f16 = fld_gpu_f16_to_f32((uint16_t)h), b16 = fld_gpu_bf16_to_f32((uint16_t)h);
+        const float f16 = fld__gpu_f16_to_f32((uint16_t)h), b16 = fld__gpu_bf16_to_f32((uint16_t)h);
         ck_assert(fld_f32_bits(f16) == fld_f32_bits(fld_f16_to_f32((uint16_t)h)));
         ck_assert(fld_f32_bits(b16) == fld_f32_bits(fld_bf16_to_f32((uint16_t)h)));
     }
@@ -995,8 +995,8 @@ START_TEST(conversions_match_half_h)
     for (int i = 0; i < 200000; i++) {
         const uint32_t u = (uint32_t)(tt_rng_uniform(&r) * 4294967296.0);
         const float f = fld_f32_from_bits(u);
-        ck_assert_uint_eq(fld_gpu_f32_to_bf16(f), fld_f32_to_bf16(f));
-        ck_assert_uint_eq(fld_gpu_f32_to_f16(f), fld_f32_to_f16(f));
+        ck_assert_uint_eq(fld__gpu_f32_to_bf16(f), fld_f32_to_bf16(f));
+        ck_assert_uint_eq(fld__gpu_f32_to_f16(f), fld_f32_to_f16(f));
     }
 }
 END_TEST

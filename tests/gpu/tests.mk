@@ -1,7 +1,7 @@
 # The GPU kernels under the host emulator (see tests/gpu/emu.h), included by
 # the top-level Makefile.
 #
-#   $(B)/tests/gpu/libfld-gpu-emu.a   the emulator + fld_gpu_api_emu (the kernels of
+#   $(B)/tests/gpu/libfld-gpu-emu.a   the emulator + fld__gpu_api_emu (the kernels of
 #                                     plugins/shared/gpu/gpu_kernels.cuh on host memory),
 #                                     -fPIC so a fixture plugin can link it; link
 #                                     users add -lstdc++

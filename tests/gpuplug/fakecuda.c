@@ -1,7 +1,7 @@
 /*
  * Fixture plugin "fakecuda": see fakecuda.h. Every call the glue makes goes
  * through a wrapper here that records it, then to the emulator's table
- * (fld_gpu_api_emu), which runs the real kernel source on the host.
+ * (fld__gpu_api_emu), which runs the real kernel source on the host.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,11 +9,11 @@
 #include "../../plugins/shared/gpu/gpu_plugin.h"
 #include "fakecuda.h"
 
-extern const struct fld_gpu_api fld_gpu_api_emu;
+extern const struct fld__gpu_api fld__gpu_api_emu;
 
 enum { EMU_ERR_INVALID_DEVICE = 101 }; /* FLD_EMU_ERR_INVALID_DEVICE (tests/gpu/emu.h) */
 
-static struct fld_gpu_api api;
+static struct fld__gpu_api api;
 static struct fakecuda_record rec = {.variant = -1, .device = -1, .memcpy_kind = -1};
 static int n_devices = 2, count_error, fail_next, driver = 13000;
 enum { MAX_DEVICES = 16, MAX_DEPTH = 8 };
@@ -111,7 +111,7 @@ static int fake_pop_device(void)
 static int fake_malloc(void **ptr, size_t bytes)
 {
     rec.device = current();
-    return fld_gpu_api_emu.malloc(ptr, bytes);
+    return fld__gpu_api_emu.malloc(ptr, bytes);
 }
 
 static int fake_memcpy(void *dst, const void *src, size_t bytes, int kind, void *stream)
@@ -119,7 +119,7 @@ static int fake_memcpy(void *dst, const void *src, size_t bytes, int kind, void 
     rec.device = current();
     rec.stream = stream;
     rec.memcpy_kind = kind;
-    return fld_gpu_api_emu.memcpy(dst, src, bytes, kind, stream);
+    return fld__gpu_api_emu.memcpy(dst, src, bytes, kind, stream);
 }
 
 static int fake_stream_synchronize(void *stream)
@@ -127,7 +127,7 @@ static int fake_stream_synchronize(void *stream)
     rec.device = current();
     rec.stream = stream;
     rec.synchronizes++;
-    return fld_gpu_api_emu.stream_synchronize(stream);
+    return fld__gpu_api_emu.stream_synchronize(stream);
 }
 
 /* Records a launch; a non-zero result is the injected failure. */
@@ -143,22 +143,22 @@ static int launch_begin(int variant, void *stream)
     return rc;
 }
 
-static int fake_act(const struct fld_gpu_act_args *a, int variant, void *stream)
+static int fake_act(const struct fld__gpu_act_args *a, int variant, void *stream)
 {
     int rc = launch_begin(variant, stream);
-    return rc ? rc : fld_gpu_api_emu.act(a, variant, stream);
+    return rc ? rc : fld__gpu_api_emu.act(a, variant, stream);
 }
 
-static int fake_norm(const struct fld_gpu_norm_args *a, int variant, void *stream)
+static int fake_norm(const struct fld__gpu_norm_args *a, int variant, void *stream)
 {
     int rc = launch_begin(variant, stream);
-    return rc ? rc : fld_gpu_api_emu.norm(a, variant, stream);
+    return rc ? rc : fld__gpu_api_emu.norm(a, variant, stream);
 }
 
-static int fake_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
+static int fake_rotary(const struct fld__gpu_rotary_args *a, int variant, void *stream)
 {
     int rc = launch_begin(variant, stream);
-    return rc ? rc : fld_gpu_api_emu.rotary(a, variant, stream);
+    return rc ? rc : fld__gpu_api_emu.rotary(a, variant, stream);
 }
 
 static int register_builtins(fld_registry *reg)
@@ -181,7 +181,7 @@ static int register_builtins(fld_registry *reg)
         }
     }
 
-    api = fld_gpu_api_emu;
+    api = fld__gpu_api_emu;
     api.device_count = fake_device_count;
     api.driver_version = fake_driver_version;
     api.device_name = fake_device_name;
@@ -198,7 +198,7 @@ static int register_builtins(fld_registry *reg)
     api.norm = fake_norm;
     api.rotary = fake_rotary;
 
-    const struct fld_gpu_plugin p = {
+    const struct fld__gpu_plugin p = {
         .api = &api,
         .vendor = "cuda",
         .device_type = FLD_DEVICE_CUDA,

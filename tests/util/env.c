@@ -5,15 +5,18 @@
 
 extern char **environ;
 
-static int steers_fldispatch(const char *entry, size_t name_len)
+bool tt_steers_fldispatch(const char *entry)
 {
-    static const char *const exact[] = {"USE_FLAGGEMS", "HWLOC_XMLFILE", "HWLOC_FORCE_XMLFILE"};
-    if (name_len >= 8 && strncmp(entry, "VLLM_FL_", 8) == 0)
-        return 1;
+    static const char *const prefixes[] = {"VLLM_FL_", "HWLOC_"};
+    static const char *const exact[] = {"USE_FLAGGEMS", "FLD_TEMPLATE_ENABLE"};
+    size_t len = strcspn(entry, "=");
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (strncmp(entry, prefixes[i], strlen(prefixes[i])) == 0 && len > strlen(prefixes[i]))
+            return true;
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
-        if (strlen(exact[i]) == name_len && strncmp(entry, exact[i], name_len) == 0)
-            return 1;
-    return 0;
+        if (strlen(exact[i]) == len && strncmp(entry, exact[i], len) == 0)
+            return true;
+    return false;
 }
 
 void tt_clear_fld_environment(void)
@@ -24,7 +27,7 @@ void tt_clear_fld_environment(void)
         for (char **e = environ; e && *e; e++) {
             const char *eq = strchr(*e, '=');
             size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
-            if (!steers_fldispatch(*e, len))
+            if (!tt_steers_fldispatch(*e))
                 continue;
             char name[256];
             if (len >= sizeof name)

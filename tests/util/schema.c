@@ -57,7 +57,7 @@ int tt_validate_json(const char *text, const char *schema, const char *python, c
     while (waitpid(pid, &status, 0) < 0)
         ck_assert_msg(errno == EINTR, "waitpid: %s", strerror(errno));
     fclose(in);
-    char *text_out = tool_read_all(out);
+    char *text_out = tt_read_all(out);
     if (report)
         *report = text_out;
     else

@@ -2,7 +2,7 @@
  * Test helper: a --json output checked against its published JSON Schema
  * (docs/schemas/<command>.schema.json) by a real validator.
  *
- *   tool_run(&r, NO_ENV, ARGS("list", "--json"));
+ *   tt_tool_run(&r, NO_ENV, ARGS("list", "--json"));
  *   tt_assert_schema(r.out, "list");
  *
  * The check runs tests/util/validate_json.py under /usr/bin/python3, the

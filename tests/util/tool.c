@@ -5,12 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "harness.h"
 #include "tool.h"
 
 extern char **environ;
 
-char *tool_read_all(FILE *f)
+char *tt_read_all(FILE *f)
 {
     fflush(f);
     fseek(f, 0, SEEK_END);
@@ -25,13 +26,6 @@ char *tool_read_all(FILE *f)
     return buf;
 }
 
-/* Variables of the caller's environment that would change what the tool does. */
-static bool steering_var(const char *entry)
-{
-    return strncmp(entry, "VLLM_FL_", 8) == 0 || strncmp(entry, "USE_FLAGGEMS=", 13) == 0 ||
-           strncmp(entry, "FLD_TEMPLATE_ENABLE=", 20) == 0 || strncmp(entry, "HWLOC_", 6) == 0;
-}
-
 /* Whether env (NULL-terminated "NAME=value" entries, or NULL) sets the variable of entry. */
 static bool env_sets(const char *const *env, const char *entry)
 {
@@ -42,7 +36,7 @@ static bool env_sets(const char *const *env, const char *entry)
     return false;
 }
 
-void tool_run(struct tool_run *r, const char *const *env, const char *const *args)
+void tt_tool_run(struct tt_tool_run *r, const char *const *env, const char *const *args)
 {
     char tool[4096], plugin_dir[4096];
     snprintf(tool, sizeof tool, "%s/bin/fldispatch", tt_build_dir());
@@ -50,27 +44,27 @@ void tool_run(struct tool_run *r, const char *const *env, const char *const *arg
              tt_build_dir());
     ck_assert_msg(access(tool, X_OK) == 0, "%s is not built", tool);
 
-    const char *argv[TOOL_MAX_ARGS + 2];
+    const char *argv[TT_TOOL_MAX_ARGS + 2];
     int argc = 0;
     argv[argc++] = tool;
     for (const char *const *a = args; *a; a++) {
-        ck_assert_int_le(argc, TOOL_MAX_ARGS);
+        ck_assert_int_le(argc, TT_TOOL_MAX_ARGS);
         argv[argc++] = *a;
     }
     argv[argc] = NULL;
 
     /* The defaults go in only where env does not set them: getenv() finds the first entry. */
-    const char *envp[TOOL_MAX_ENV + 1];
+    const char *envp[TT_TOOL_MAX_ENV + 1];
     int n = 0;
-    for (char **e = environ; *e && n < TOOL_MAX_ENV - 16; e++)
-        if (!steering_var(*e))
+    for (char **e = environ; *e && n < TT_TOOL_MAX_ENV - 16; e++)
+        if (!tt_steers_fldispatch(*e))
             envp[n++] = *e;
     if (!env_sets(env, plugin_dir))
         envp[n++] = plugin_dir;
     if (!env_sets(env, "VLLM_FL_PLATFORM="))
         envp[n++] = "VLLM_FL_PLATFORM=cpu";
     for (const char *const *e = env; e && *e; e++) {
-        ck_assert_int_lt(n, TOOL_MAX_ENV);
+        ck_assert_int_lt(n, TT_TOOL_MAX_ENV);
         envp[n++] = *e;
     }
     envp[n] = NULL;
@@ -92,17 +86,17 @@ void tool_run(struct tool_run *r, const char *const *env, const char *const *arg
     int ws;
     ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
     r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    r->out = tool_read_all(out);
-    r->err = tool_read_all(err);
+    r->out = tt_read_all(out);
+    r->err = tt_read_all(err);
 }
 
-void tool_run_free(struct tool_run *r)
+void tt_tool_run_free(struct tt_tool_run *r)
 {
     free(r->out);
     free(r->err);
 }
 
-const char *tool_line_with_all(const char *text, const char *const *needles)
+const char *tt_line_with_all(const char *text, const char *const *needles)
 {
     static char line[1024];
     for (const char *p = text; *p;) {
@@ -125,7 +119,7 @@ const char *tool_line_with_all(const char *text, const char *const *needles)
     return NULL;
 }
 
-int tool_count_of(const char *text, const char *needle)
+int tt_count_of(const char *text, const char *needle)
 {
     int n = 0;
     if (!text)
@@ -244,7 +238,7 @@ static const char *js_value(const char *p, int depth)
     }
 }
 
-bool tool_json_valid(const char *text)
+bool tt_json_valid(const char *text)
 {
     const char *end = js_value(text, 0);
     return end && *js_ws(end) == '\0';

@@ -1,18 +1,18 @@
 /*
  * Test helpers: the fldispatch tool, run for real.
  *
- *   struct tool_run r;
- *   tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("resolve", "rms_norm"));
+ *   struct tt_tool_run r;
+ *   tt_tool_run(&r, ENV("VLLM_FL_PREFER=reference"), ARGS("resolve", "rms_norm"));
  *   assert_status(r, 0);
  *   ck_assert_msg(line_with(r.out, "1.", "reference.c"), "no winner:\n" CLIP, r.out);
- *   tool_run_free(&r);
+ *   tt_tool_run_free(&r);
  *
  * $FLD_BUILDDIR/bin/fldispatch runs in a child with a controlled environment:
  * the caller's environment less every variable that would steer the tool
- * (VLLM_FL_*, USE_FLAGGEMS, FLD_TEMPLATE_ENABLE, HWLOC_*), plus
+ * (env.h tt_steers_fldispatch()), plus
  * VLLM_FL_PLUGIN_DIR=<build>/lib/fldispatch/plugins and VLLM_FL_PLATFORM=cpu
  * unless the run's own entries set those, plus the run's own entries. Its
- * exit status, stdout and stderr come back in a struct tool_run. Failures of
+ * exit status, stdout and stderr come back in a struct tt_tool_run. Failures of
  * the harness itself (tool not built, too many arguments) fail the test
  * through Check.
  *
@@ -25,10 +25,10 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#define TOOL_MAX_ARGS 24  /* arguments after the program name */
-#define TOOL_MAX_ENV  256 /* environment entries in all */
+#define TT_TOOL_MAX_ARGS 24  /* arguments after the program name */
+#define TT_TOOL_MAX_ENV  256 /* environment entries in all */
 
-struct tool_run {
+struct tt_tool_run {
     int status; /* exit status, or 128 + signal */
     char *out;  /* stdout, NUL-terminated */
     char *err;  /* stderr, NUL-terminated */
@@ -39,24 +39,24 @@ struct tool_run {
  * "NAME=value" entries added to the controlled environment (or NULL). A hung
  * tool is killed by SIGALRM after 120 s (status 128 + 14).
  */
-void tool_run(struct tool_run *r, const char *const *env, const char *const *args);
-void tool_run_free(struct tool_run *r);
+void tt_tool_run(struct tt_tool_run *r, const char *const *env, const char *const *args);
+void tt_tool_run_free(struct tt_tool_run *r);
 
 /* All of f (from its start) in a NUL-terminated malloc'd string; closes f. */
-char *tool_read_all(FILE *f);
+char *tt_read_all(FILE *f);
 
 /*
  * The first line of text that contains every one of needles (NULL-terminated),
  * without its newline, in a static buffer (clipped to 1023 bytes); NULL when
  * no line does.
  */
-const char *tool_line_with_all(const char *text, const char *const *needles);
+const char *tt_line_with_all(const char *text, const char *const *needles);
 
 /* How many times needle occurs in text, overlapping occurrences included. */
-int tool_count_of(const char *text, const char *needle);
+int tt_count_of(const char *text, const char *needle);
 
 /* Whether text is exactly one JSON value (RFC 8259 grammar, surrounding white space allowed). */
-bool tool_json_valid(const char *text);
+bool tt_json_valid(const char *text);
 
 #define NO_ENV    ((const char *const *)NULL)
 #define ENV(...)  ((const char *const[]){__VA_ARGS__, NULL})
@@ -71,7 +71,7 @@ bool tool_json_valid(const char *text);
                   "exit status %d, expected %d\nstdout:\n" CLIP "\nstderr:\n" CLIP, (r).status,    \
                   (expected), (r).out, (r).err)
 
-/* line_with(text, "a", "b", ...): tool_line_with_all with the needles inline. */
-#define line_with(text, ...) tool_line_with_all((text), (const char *const[]){__VA_ARGS__, NULL})
+/* line_with(text, "a", "b", ...): tt_line_with_all with the needles inline. */
+#define line_with(text, ...) tt_line_with_all((text), (const char *const[]){__VA_ARGS__, NULL})
 
 #endif

@@ -168,6 +168,19 @@ struct fld_tool_device {
 FLD_TOOL_API const struct fld_tool_device *fld__device_row(unsigned index);
 
 /*
+ * "; did you mean 'a'?", or "; did you mean 'a' or 'b'?" when two are
+ * equally close, for name among the n candidates, or "" when none is close;
+ * writes into buf and returns it.
+ * Closeness is the optimal-string-alignment edit distance (insertions,
+ * deletions, substitutions and swaps of neighbours each cost 1), ignoring
+ * case, at most 1 + length/4 edits (3 at most). The library's messages
+ * (unknown ops, impl ids, variables) and the tool's usage errors use it.
+ * MT safe; needs no fld_init().
+ */
+FLD_TOOL_API const char *fld__did_you_mean(const char *name, const char *const *candidates,
+                                           size_t n, char *buf, size_t size);
+
+/*
  * Copies src into dst (size bytes, always NUL-terminated when size > 0),
  * writing as an escape what could be misread:
  *   - C0 control characters (tab and newline included) and DEL: \xNN;

@@ -3,9 +3,9 @@
  * shared by the cuda and rocm plugins) and its device code (gpu_kernels.cuh,
  * compiled by nvcc as cuda_kernels.cu or by hipcc as rocm/hip_kernels.hip).
  *
- * The device code fills one `struct fld_gpu_api` table: the CUDA build
- * exports it as fld_gpu_api_cuda (linked into fld-cuda.so with the static
- * CUDA runtime); the HIP build as fld_gpu_api_hip in a separate object that
+ * The device code fills one `struct fld__gpu_api` table: the CUDA build
+ * exports it as fld__gpu_api_cuda (linked into fld-cuda.so with the static
+ * CUDA runtime); the HIP build as fld__gpu_api_hip in a separate object that
  * fld-rocm.so dlopens, so a missing HIP runtime is a reason, not a load error.
  *
  * Conventions: every function returns 0 or the runtime's error code (a
@@ -30,7 +30,7 @@ extern "C" {
 
 #define FLD_GPU_API_VERSION 2
 
-enum fld_gpu_act_op {
+enum fld__gpu_act_op {
     FLD_GPU_SILU_AND_MUL = 0,     /* out = silu(x[:d]) * x[d:] */
     FLD_GPU_MUL_AND_SILU = 1,     /* out = x[:d] * silu(x[d:]) */
     FLD_GPU_GELU_AND_MUL = 2,     /* erf gelu(x[:d]) * x[d:] */
@@ -38,20 +38,20 @@ enum fld_gpu_act_op {
 };
 
 /* Which kernel family runs a call. */
-enum fld_gpu_variant {
+enum fld__gpu_variant {
     FLD_GPU_REFERENCE = 0, /* simple kernels: any valid shape, stride and alignment */
-    FLD_GPU_VECTOR = 1     /* 128-bit loads and stores: needs fld_gpu_*_vector_ok() */
+    FLD_GPU_VECTOR = 1     /* 128-bit loads and stores: needs fld__gpu_*_vector_ok() */
 };
 
-struct fld_gpu_act_args {
-    int op;        /* enum fld_gpu_act_op */
+struct fld__gpu_act_args {
+    int op;        /* enum fld__gpu_act_op */
     int dtype;     /* out and x share it */
     void *out;     /* [rows, d], row stride out_stride */
     const void *x; /* [rows, 2d], row stride x_stride */
     int64_t rows, d, out_stride, x_stride;
 };
 
-struct fld_gpu_norm_args {
+struct fld__gpu_norm_args {
     int dtype;          /* out and x */
     int weight_dtype;   /* dtype, or 0 (float32) with a 16-bit dtype */
     int residual_dtype; /* likewise */
@@ -65,7 +65,7 @@ struct fld_gpu_norm_args {
     float eps;
 };
 
-struct fld_gpu_rotary_args {
+struct fld__gpu_rotary_args {
     int dtype;             /* query and key */
     int cache_dtype;       /* cos_sin_cache: float32 or the query's dtype */
     const void *positions; /* [tokens] int64 or int32 */
@@ -82,7 +82,7 @@ struct fld_gpu_rotary_args {
        a token whose position is outside [0, max_pos) is left unchanged. */
 };
 
-struct fld_gpu_api {
+struct fld__gpu_api {
     int version;         /* FLD_GPU_API_VERSION */
     const char *runtime; /* "CUDA" or "HIP" */
     const char *(*error_string)(int code);
@@ -120,9 +120,9 @@ struct fld_gpu_api {
        may still run. */
     int (*memcpy)(void *dst, const void *src, size_t bytes, int kind, void *stream);
     int (*stream_synchronize)(void *stream);
-    int (*act)(const struct fld_gpu_act_args *a, int variant, void *stream);
-    int (*norm)(const struct fld_gpu_norm_args *a, int variant, void *stream);
-    int (*rotary)(const struct fld_gpu_rotary_args *a, int variant, void *stream);
+    int (*act)(const struct fld__gpu_act_args *a, int variant, void *stream);
+    int (*norm)(const struct fld__gpu_norm_args *a, int variant, void *stream);
+    int (*rotary)(const struct fld__gpu_rotary_args *a, int variant, void *stream);
 };
 
 /*
@@ -134,7 +134,7 @@ struct fld_gpu_api {
  * compute_XYa run on XY alone, the family forms sm_XYf on X.Y and later
  * minors of X.
  */
-static inline bool fld_gpu_arch_runs(const char *built, int arch)
+static inline bool fld__gpu_arch_runs(const char *built, int arch)
 {
     if (!built)
         return false;
@@ -175,32 +175,32 @@ static inline bool fld_gpu_arch_runs(const char *built, int arch)
 }
 
 /* Element size of a dtype index. */
-static inline size_t fld_gpu_elem_size(int dtype)
+static inline size_t fld__gpu_elem_size(int dtype)
 {
     return dtype == 0 ? 4 : 2;
 }
 
 /* Whether p and every n elements of the given size keep 16-byte alignment. */
-static inline bool fld_gpu_aligned16(const void *p, int64_t n, size_t elem)
+static inline bool fld__gpu_aligned16(const void *p, int64_t n, size_t elem)
 {
     return ((uintptr_t)p % 16) == 0 && ((uint64_t)n * elem) % 16 == 0;
 }
 
 /* Whether FLD_GPU_VECTOR may run these activation / norm arguments. */
-static inline bool fld_gpu_act_vector_ok(const struct fld_gpu_act_args *a)
+static inline bool fld__gpu_act_vector_ok(const struct fld__gpu_act_args *a)
 {
-    size_t e = fld_gpu_elem_size(a->dtype);
-    return fld_gpu_aligned16(a->x, a->d, e) && fld_gpu_aligned16(a->out, a->d, e) &&
+    size_t e = fld__gpu_elem_size(a->dtype);
+    return fld__gpu_aligned16(a->x, a->d, e) && fld__gpu_aligned16(a->out, a->d, e) &&
            ((uint64_t)a->x_stride * e) % 16 == 0 && ((uint64_t)a->out_stride * e) % 16 == 0;
 }
-static inline bool fld_gpu_norm_vector_ok(const struct fld_gpu_norm_args *a)
+static inline bool fld__gpu_norm_vector_ok(const struct fld__gpu_norm_args *a)
 {
-    size_t e = fld_gpu_elem_size(a->dtype), we = fld_gpu_elem_size(a->weight_dtype),
-           re = fld_gpu_elem_size(a->residual_dtype);
-    return fld_gpu_aligned16(a->x, a->width, e) && fld_gpu_aligned16(a->out, a->width, e) &&
+    size_t e = fld__gpu_elem_size(a->dtype), we = fld__gpu_elem_size(a->weight_dtype),
+           re = fld__gpu_elem_size(a->residual_dtype);
+    return fld__gpu_aligned16(a->x, a->width, e) && fld__gpu_aligned16(a->out, a->width, e) &&
            ((uint64_t)a->x_stride * e) % 16 == 0 && ((uint64_t)a->out_stride * e) % 16 == 0 &&
-           (!a->weight || fld_gpu_aligned16(a->weight, a->width, we)) &&
-           (!a->residual || (fld_gpu_aligned16(a->residual, a->width, re) &&
+           (!a->weight || fld__gpu_aligned16(a->weight, a->width, we)) &&
+           (!a->residual || (fld__gpu_aligned16(a->residual, a->width, re) &&
                              ((uint64_t)a->residual_stride * re) % 16 == 0));
 }
 

@@ -11,7 +11,7 @@
  *
  * The kernels use the CUDA spellings (__global__, threadIdx, __syncthreads,
  * __shared__); under the emulator this file defines them. What differs per
- * target is behind fld_gpu_* helpers: 16-bit conversions, 128-bit vector
+ * target is behind fld__gpu_* helpers: 16-bit conversions, 128-bit vector
  * loads and stores, the warp-sum shuffle, the launch, and the runtime's
  * "invalid value" error code.
  *
@@ -35,8 +35,8 @@
 #define FLD_GPU_DEV_HOST   __host__ __device__ __forceinline__
 #define FLD_GPU_EINVAL     ((int)hipErrorInvalidValue)
 #define FLD_GPU_WARP_SIZE  warpSize
-typedef uint4 fld_gpu_vec16;
-typedef hipStream_t fld_gpu_stream_t;
+typedef uint4 fld__gpu_vec16;
+typedef hipStream_t fld__gpu_stream_t;
 
 #elif defined(__CUDACC__)
 /* --------------------------------------------------------------- CUDA -- */
@@ -49,8 +49,8 @@ typedef hipStream_t fld_gpu_stream_t;
 #define FLD_GPU_DEV_HOST    __host__ __device__ __forceinline__
 #define FLD_GPU_EINVAL      ((int)cudaErrorInvalidValue)
 #define FLD_GPU_WARP_SIZE   32
-typedef uint4 fld_gpu_vec16;
-typedef cudaStream_t fld_gpu_stream_t;
+typedef uint4 fld__gpu_vec16;
+typedef cudaStream_t fld__gpu_stream_t;
 
 #elif defined(FLD_GPU_EMULATE)
 /* ----------------------------------------------------------- emulator -- */
@@ -69,7 +69,7 @@ typedef cudaStream_t fld_gpu_stream_t;
 #define FLD_GPU_DEV_HOST   inline
 #define FLD_GPU_EINVAL     FLD_EMU_ERR_INVALID_VALUE
 #define FLD_GPU_WARP_SIZE  (fld_emu::warp_size())
-typedef void *fld_gpu_stream_t;
+typedef void *fld__gpu_stream_t;
 
 /* The CUDA spellings the kernels use. */
 #define __global__
@@ -87,7 +87,7 @@ typedef void *fld_gpu_stream_t;
 #define gridDim         (fld_emu::t_grid_dim)
 using dim3 = fld_emu::dim3;
 
-struct alignas(16) fld_gpu_vec16 {
+struct alignas(16) fld__gpu_vec16 {
     uint32_t x, y, z, w;
 };
 
@@ -101,42 +101,42 @@ struct alignas(16) fld_gpu_vec16 {
 
 #if defined(FLD_GPU_TARGET_EMU)
 
-FLD_GPU_DEV uint32_t fld_gpu_bits(float f)
+FLD_GPU_DEV uint32_t fld__gpu_bits(float f)
 {
     return fld_f32_bits(f);
 }
-FLD_GPU_DEV float fld_gpu_float(uint32_t u)
+FLD_GPU_DEV float fld__gpu_float(uint32_t u)
 {
     return fld_f32_from_bits(u);
 }
 /* The emulator is the executable check of the device code, so its rounding
    is exactly half.h's, which the library's reference uses. */
-FLD_GPU_DEV float fld_gpu_f16_to_f32(uint16_t h)
+FLD_GPU_DEV float fld__gpu_f16_to_f32(uint16_t h)
 {
     return fld_f16_to_f32(h);
 }
-FLD_GPU_DEV uint16_t fld_gpu_f32_to_f16(float f)
+FLD_GPU_DEV uint16_t fld__gpu_f32_to_f16(float f)
 {
     return fld_f32_to_f16(f);
 }
 
 #else
 
-FLD_GPU_DEV uint32_t fld_gpu_bits(float f)
+FLD_GPU_DEV uint32_t fld__gpu_bits(float f)
 {
     return __float_as_uint(f);
 }
-FLD_GPU_DEV float fld_gpu_float(uint32_t u)
+FLD_GPU_DEV float fld__gpu_float(uint32_t u)
 {
     return __uint_as_float(u);
 }
 /* Hardware conversions: IEEE round to nearest even with subnormals, the same
    values as half.h for every non-NaN input (NaN payloads may differ). */
-FLD_GPU_DEV float fld_gpu_f16_to_f32(uint16_t h)
+FLD_GPU_DEV float fld__gpu_f16_to_f32(uint16_t h)
 {
     return __half2float(__ushort_as_half(h));
 }
-FLD_GPU_DEV uint16_t fld_gpu_f32_to_f16(float f)
+FLD_GPU_DEV uint16_t fld__gpu_f32_to_f16(float f)
 {
     return __half_as_ushort(__float2half_rn(f));
 }
@@ -144,32 +144,32 @@ FLD_GPU_DEV uint16_t fld_gpu_f32_to_f16(float f)
 #endif
 
 #if defined(FLD_GPU_TARGET_EMU)
-FLD_GPU_DEV uint64_t fld_gpu_double_bits(double d)
+FLD_GPU_DEV uint64_t fld__gpu_double_bits(double d)
 {
     uint64_t u;
     memcpy(&u, &d, sizeof u);
     return u;
 }
-FLD_GPU_DEV double fld_gpu_double_from_bits(uint64_t u)
+FLD_GPU_DEV double fld__gpu_double_from_bits(uint64_t u)
 {
     double d;
     memcpy(&d, &u, sizeof d);
     return d;
 }
 #else
-FLD_GPU_DEV uint64_t fld_gpu_double_bits(double d)
+FLD_GPU_DEV uint64_t fld__gpu_double_bits(double d)
 {
     return (uint64_t)__double_as_longlong(d);
 }
-FLD_GPU_DEV double fld_gpu_double_from_bits(uint64_t u)
+FLD_GPU_DEV double fld__gpu_double_from_bits(uint64_t u)
 {
     return __longlong_as_double((long long)u);
 }
 #endif
 
-FLD_GPU_DEV float fld_gpu_bf16_to_f32(uint16_t h)
+FLD_GPU_DEV float fld__gpu_bf16_to_f32(uint16_t h)
 {
-    return fld_gpu_float((uint32_t)h << 16);
+    return fld__gpu_float((uint32_t)h << 16);
 }
 
 /* Round to nearest even, NaN kept quiet with its sign: half.h's rule. On
@@ -177,9 +177,9 @@ FLD_GPU_DEV float fld_gpu_bf16_to_f32(uint16_t h)
    sm_80 and later; the integer form cost a 16-bit rotary, which rounds six
    times per pair, a third of its bandwidth on an H100); elsewhere integer
    operations, so that every target gives the same bits. */
-FLD_GPU_DEV uint16_t fld_gpu_f32_to_bf16(float f)
+FLD_GPU_DEV uint16_t fld__gpu_f32_to_bf16(float f)
 {
-    uint32_t u = fld_gpu_bits(f);
+    uint32_t u = fld__gpu_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((u >> 16) | 0x0040u);
 #if defined(FLD_GPU_TARGET_CUDA)
@@ -197,7 +197,7 @@ FLD_GPU_DEV uint16_t fld_gpu_f32_to_bf16(float f)
  * some NaN (these are intermediate values: stores apply half.h's NaN rule).
  */
 #if defined(FLD_GPU_TARGET_CUDA)
-template <int DT> FLD_GPU_DEV void fld_gpu_round_pair(float &a, float &b)
+template <int DT> FLD_GPU_DEV void fld__gpu_round_pair(float &a, float &b)
 {
     if (DT == 1) {
         const __half2 h = __floats2half2_rn(a, b);
@@ -210,14 +210,14 @@ template <int DT> FLD_GPU_DEV void fld_gpu_round_pair(float &a, float &b)
     }
 }
 #else
-template <int DT> FLD_GPU_DEV void fld_gpu_round_pair(float &a, float &b)
+template <int DT> FLD_GPU_DEV void fld__gpu_round_pair(float &a, float &b)
 {
     if (DT == 1) {
-        a = fld_gpu_f16_to_f32(fld_gpu_f32_to_f16(a));
-        b = fld_gpu_f16_to_f32(fld_gpu_f32_to_f16(b));
+        a = fld__gpu_f16_to_f32(fld__gpu_f32_to_f16(a));
+        b = fld__gpu_f16_to_f32(fld__gpu_f32_to_f16(b));
     } else {
-        a = fld_gpu_bf16_to_f32(fld_gpu_f32_to_bf16(a));
-        b = fld_gpu_bf16_to_f32(fld_gpu_f32_to_bf16(b));
+        a = fld__gpu_bf16_to_f32(fld__gpu_f32_to_bf16(a));
+        b = fld__gpu_bf16_to_f32(fld__gpu_f32_to_bf16(b));
     }
 }
 #endif
@@ -229,34 +229,34 @@ template <int DT> FLD_GPU_DEV void fld_gpu_round_pair(float &a, float &b)
 #if defined(FLD_GPU_TARGET_EMU)
 /* A misaligned 128-bit access faults on a GPU (and kills the context); the
  * emulator stops the test instead of letting memcpy hide it. */
-static inline void fld_gpu_check_align16(const void *p, const char *what)
+static inline void fld__gpu_check_align16(const void *p, const char *what)
 {
     if ((uintptr_t)p % 16 != 0) {
         fprintf(stderr, "gpu emulator: misaligned 128-bit %s at %p\n", what, p);
         abort();
     }
 }
-FLD_GPU_DEV fld_gpu_vec16 fld_gpu_load16(const void *p)
+FLD_GPU_DEV fld__gpu_vec16 fld__gpu_load16(const void *p)
 {
-    fld_gpu_check_align16(p, "load");
-    fld_gpu_vec16 v;
+    fld__gpu_check_align16(p, "load");
+    fld__gpu_vec16 v;
     memcpy(&v, p, sizeof v);
     return v;
 }
-FLD_GPU_DEV void fld_gpu_store16(void *p, fld_gpu_vec16 v)
+FLD_GPU_DEV void fld__gpu_store16(void *p, fld__gpu_vec16 v)
 {
-    fld_gpu_check_align16(p, "store");
+    fld__gpu_check_align16(p, "store");
     memcpy(p, &v, sizeof v);
 }
 #else
 /* One ld.global.v4 / global_load_dwordx4 per call. */
-FLD_GPU_DEV fld_gpu_vec16 fld_gpu_load16(const void *p)
+FLD_GPU_DEV fld__gpu_vec16 fld__gpu_load16(const void *p)
 {
-    return *reinterpret_cast<const fld_gpu_vec16 *>(p);
+    return *reinterpret_cast<const fld__gpu_vec16 *>(p);
 }
-FLD_GPU_DEV void fld_gpu_store16(void *p, fld_gpu_vec16 v)
+FLD_GPU_DEV void fld__gpu_store16(void *p, fld__gpu_vec16 v)
 {
-    *reinterpret_cast<fld_gpu_vec16 *>(p) = v;
+    *reinterpret_cast<fld__gpu_vec16 *>(p) = v;
 }
 #endif
 
@@ -264,7 +264,7 @@ FLD_GPU_DEV void fld_gpu_store16(void *p, fld_gpu_vec16 v)
 /* Warp sum                                                                 */
 /* ------------------------------------------------------------------------ */
 
-FLD_GPU_DEV float fld_gpu_shfl_xor(float v, int mask)
+FLD_GPU_DEV float fld__gpu_shfl_xor(float v, int mask)
 {
 #if defined(FLD_GPU_TARGET_CUDA)
     return __shfl_xor_sync(0xffffffffu, v, mask);
@@ -279,10 +279,10 @@ FLD_GPU_DEV float fld_gpu_shfl_xor(float v, int mask)
  * Butterfly sum over the whole warp; every lane ends with the same value
  * (a + b and b + a round alike). All lanes of the warp must call it.
  */
-FLD_GPU_DEV float fld_gpu_warp_sum(float v)
+FLD_GPU_DEV float fld__gpu_warp_sum(float v)
 {
     for (int m = FLD_GPU_WARP_SIZE / 2; m > 0; m >>= 1)
-        v += fld_gpu_shfl_xor(v, m);
+        v += fld__gpu_shfl_xor(v, m);
     return v;
 }
 
@@ -296,7 +296,7 @@ FLD_GPU_DEV float fld_gpu_warp_sum(float v)
  * copied by value, as a <<<>>> launch does.
  */
 template <typename... P, typename... A>
-static inline int fld_gpu_launch(void (*k)(P...), dim3 g, dim3 b, void *stream, A... args)
+static inline int fld__gpu_launch(void (*k)(P...), dim3 g, dim3 b, void *stream, A... args)
 {
     /* The runtime's last error is per thread and left by any earlier call
      * (a failed cudaMalloc of a hook, say): reset it first, or a kernel that

@@ -1,7 +1,7 @@
 /*
  * The GPU kernels of the cuda and rocm plugins, one source for nvcc, hipcc
  * and the host emulator (gpu_compat.cuh), and the launchers that fill the
- * act/norm/rotary entries of struct fld_gpu_api (gpu_api.h).
+ * act/norm/rotary entries of struct fld__gpu_api (gpu_api.h).
  *
  * Semantics are those of the library's reference.c (core/reference_*.c),
  * which are vLLM's:
@@ -20,7 +20,7 @@
  * Two families:
  *
  *   FLD_GPU_VECTOR     128-bit loads and stores (4 x f32 or 8 x f16/bf16 per
- *                      access); the caller checks fld_gpu_*_vector_ok().
+ *                      access); the caller checks fld__gpu_*_vector_ok().
  *                      Rotary has no such check: its launcher takes the
  *                      vector kernel when the layout allows and the
  *                      one-thread-per-pair kernel otherwise.
@@ -58,17 +58,17 @@ template <int DT> FLD_GPU_DEV float load_elem(const void *row, int64_t i)
     if (DT == 0)
         return static_cast<const float *>(row)[i];
     const uint16_t h = static_cast<const uint16_t *>(row)[i];
-    return DT == 1 ? fld_gpu_f16_to_f32(h) : fld_gpu_bf16_to_f32(h);
+    return DT == 1 ? fld__gpu_f16_to_f32(h) : fld__gpu_bf16_to_f32(h);
 }
 
 template <int DT> FLD_GPU_DEV uint16_t narrow(float v)
 {
-    return DT == 1 ? fld_gpu_f32_to_f16(v) : fld_gpu_f32_to_bf16(v);
+    return DT == 1 ? fld__gpu_f32_to_f16(v) : fld__gpu_f32_to_bf16(v);
 }
 
 template <int DT> FLD_GPU_DEV float widen(uint32_t h)
 {
-    return DT == 1 ? fld_gpu_f16_to_f32((uint16_t)h) : fld_gpu_bf16_to_f32((uint16_t)h);
+    return DT == 1 ? fld__gpu_f16_to_f32((uint16_t)h) : fld__gpu_bf16_to_f32((uint16_t)h);
 }
 
 template <int DT> FLD_GPU_DEV void store_elem(void *row, int64_t i, float v)
@@ -99,11 +99,11 @@ template <int DT, bool VEC> struct group {
             f[0] = load_elem<DT>(row, k);
             return;
         }
-        const fld_gpu_vec16 v = fld_gpu_load16(static_cast<const char *>(row) + k * 16);
+        const fld__gpu_vec16 v = fld__gpu_load16(static_cast<const char *>(row) + k * 16);
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
         if (DT == 0) {
             for (int j = 0; j < N && j < 4; j++)
-                f[j] = fld_gpu_float(w[j]);
+                f[j] = fld__gpu_float(w[j]);
         } else {
             for (int j = 0; j < 4 && 2 * j + 1 < N; j++) {
                 f[2 * j] = widen<DT>(w[j] & 0xffffu);
@@ -121,17 +121,17 @@ template <int DT, bool VEC> struct group {
         uint32_t w[4];
         if (DT == 0) {
             for (int j = 0; j < N && j < 4; j++)
-                w[j] = fld_gpu_bits(f[j]);
+                w[j] = fld__gpu_bits(f[j]);
         } else {
             for (int j = 0; j < 4 && 2 * j + 1 < N; j++)
                 w[j] = (uint32_t)narrow<DT>(f[2 * j]) | ((uint32_t)narrow<DT>(f[2 * j + 1]) << 16);
         }
-        fld_gpu_vec16 v;
+        fld__gpu_vec16 v;
         v.x = w[0];
         v.y = w[1];
         v.z = w[2];
         v.w = w[3];
-        fld_gpu_store16(static_cast<char *>(row) + k * 16, v);
+        fld__gpu_store16(static_cast<char *>(row) + k * 16, v);
     }
 };
 
@@ -225,7 +225,7 @@ template <int OP, int DT> FLD_GPU_DEV float gated(float a, float b)
 
 /* blockIdx.y strides over rows, (blockIdx.x, threadIdx.x) over the row's groups. */
 template <int DT, bool VEC, int OP>
-__global__ void __launch_bounds__(256) act_kernel(struct fld_gpu_act_args a)
+__global__ void __launch_bounds__(256) act_kernel(struct fld__gpu_act_args a)
 {
     typedef group<DT, VEC> G;
     const int64_t groups = a.d / G::N;
@@ -251,7 +251,7 @@ static inline unsigned blocks_for(int64_t work, unsigned threads, int64_t cap)
     return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
 }
 
-template <int DT, bool VEC> static int launch_act(const struct fld_gpu_act_args *a, void *stream)
+template <int DT, bool VEC> static int launch_act(const struct fld__gpu_act_args *a, void *stream)
 {
     const int64_t groups = a->d / group<DT, VEC>::N;
     const unsigned threads = 256;
@@ -260,23 +260,23 @@ template <int DT, bool VEC> static int launch_act(const struct fld_gpu_act_args 
                     (unsigned)(a->rows < 65535 ? a->rows : 65535));
     switch (a->op) {
     case FLD_GPU_SILU_AND_MUL:
-        return fld_gpu_launch(act_kernel<DT, VEC, FLD_GPU_SILU_AND_MUL>, grid, dim3(threads),
-                              stream, *a);
+        return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_SILU_AND_MUL>, grid, dim3(threads),
+                               stream, *a);
     case FLD_GPU_MUL_AND_SILU:
-        return fld_gpu_launch(act_kernel<DT, VEC, FLD_GPU_MUL_AND_SILU>, grid, dim3(threads),
-                              stream, *a);
+        return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_MUL_AND_SILU>, grid, dim3(threads),
+                               stream, *a);
     case FLD_GPU_GELU_AND_MUL:
-        return fld_gpu_launch(act_kernel<DT, VEC, FLD_GPU_GELU_AND_MUL>, grid, dim3(threads),
-                              stream, *a);
+        return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_GELU_AND_MUL>, grid, dim3(threads),
+                               stream, *a);
     case FLD_GPU_GELU_TANH_AND_MUL:
-        return fld_gpu_launch(act_kernel<DT, VEC, FLD_GPU_GELU_TANH_AND_MUL>, grid, dim3(threads),
-                              stream, *a);
+        return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_GELU_TANH_AND_MUL>, grid, dim3(threads),
+                               stream, *a);
     default:
         return FLD_GPU_EINVAL;
     }
 }
 
-template <bool VEC> static int launch_act_dt(const struct fld_gpu_act_args *a, void *stream)
+template <bool VEC> static int launch_act_dt(const struct fld__gpu_act_args *a, void *stream)
 {
     switch (a->dtype) {
     case 0:
@@ -290,14 +290,14 @@ template <bool VEC> static int launch_act_dt(const struct fld_gpu_act_args *a, v
     }
 }
 
-static inline int run_act(const struct fld_gpu_act_args *a, int variant, void *stream)
+static inline int run_act(const struct fld__gpu_act_args *a, int variant, void *stream)
 {
     if (!a || a->dtype < 0 || a->dtype > 2 || a->rows < 0 || a->d < 0)
         return FLD_GPU_EINVAL;
     if (a->rows == 0 || a->d == 0)
         return 0;
     if (variant == FLD_GPU_VECTOR) {
-        if (!fld_gpu_act_vector_ok(a))
+        if (!fld__gpu_act_vector_ok(a))
             return FLD_GPU_EINVAL;
         return launch_act_dt<true>(a, stream);
     }
@@ -321,12 +321,12 @@ FLD_GPU_DEV float block_sum(float v)
     const int lanes = FLD_GPU_WARP_SIZE;
     const int lane = (int)threadIdx.x % lanes, warp = (int)threadIdx.x / lanes;
     const int warps = (int)blockDim.x / lanes;
-    v = fld_gpu_warp_sum(v);
+    v = fld__gpu_warp_sum(v);
     if (lane == 0)
         partial[warp] = v;
     __syncthreads();
     /* Every warp sums the partials in the same order: one value block-wide. */
-    v = fld_gpu_warp_sum(lane < warps ? partial[lane] : 0.0f);
+    v = fld__gpu_warp_sum(lane < warps ? partial[lane] : 0.0f);
     __syncthreads(); /* partial is reused by the block's next row */
     return v;
 }
@@ -335,11 +335,11 @@ FLD_GPU_DEV float block_sum(float v)
 FLD_GPU_DEV double warp_sum_d(double v)
 {
     for (int m = FLD_GPU_WARP_SIZE / 2; m > 0; m >>= 1) {
-        const uint64_t u = fld_gpu_double_bits(v);
+        const uint64_t u = fld__gpu_double_bits(v);
         /* shuffled as two 32-bit halves: the float shuffle moves bits, no arithmetic */
-        const uint32_t hi = fld_gpu_bits(fld_gpu_shfl_xor(fld_gpu_float((uint32_t)(u >> 32)), m));
-        const uint32_t lo = fld_gpu_bits(fld_gpu_shfl_xor(fld_gpu_float((uint32_t)u), m));
-        v += fld_gpu_double_from_bits(((uint64_t)hi << 32) | lo);
+        const uint32_t hi = fld__gpu_bits(fld__gpu_shfl_xor(fld__gpu_float((uint32_t)(u >> 32)), m));
+        const uint32_t lo = fld__gpu_bits(fld__gpu_shfl_xor(fld__gpu_float((uint32_t)u), m));
+        v += fld__gpu_double_from_bits(((uint64_t)hi << 32) | lo);
     }
     return v;
 }
@@ -377,7 +377,7 @@ FLD_GPU_DEV bool norm_sum_ok(float ss, float ms)
  * All threads of the block call it.
  */
 template <int DT, int WDT, int RDT, bool VEC>
-FLD_GPU_DEV void norm_row_in_double(const struct fld_gpu_norm_args &a, const char *xr, char *orow,
+FLD_GPU_DEV void norm_row_in_double(const struct fld__gpu_norm_args &a, const char *xr, char *orow,
                                     const char *rr)
 {
     typedef group<DT, VEC> G;
@@ -427,7 +427,7 @@ FLD_GPU_DEV void norm_row_in_double(const struct fld_gpu_norm_args &a, const cha
  * out = float(v * inv) * scale with inv in double, as the reference does.
  */
 template <int DT, int WDT, int RDT, bool VEC>
-__global__ void __launch_bounds__(1024) norm_kernel(struct fld_gpu_norm_args a)
+__global__ void __launch_bounds__(1024) norm_kernel(struct fld__gpu_norm_args a)
 {
     typedef group<DT, VEC> G;
     typedef lanes<WDT, G::N, VEC> W;
@@ -494,7 +494,7 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld_gpu_norm_args a)
  * barrier, and written after it.
  */
 template <int DT, int WDT, int RDT, bool VEC, int K>
-__global__ void __launch_bounds__(256) norm_kernel_reg(struct fld_gpu_norm_args a)
+__global__ void __launch_bounds__(256) norm_kernel_reg(struct fld__gpu_norm_args a)
 {
     typedef group<DT, VEC> G;
     typedef lanes<WDT, G::N, VEC> W;
@@ -563,22 +563,22 @@ static inline unsigned norm_threads(int64_t groups, int64_t rows)
 /* The one-pass kernel where the row fits its blocks' registers: 256-thread
    blocks (many rows) and at most FLD_GPU_NORM_REG_GROUPS groups per thread. */
 template <int DT, int WDT, int RDT, bool VEC>
-static int launch_norm(const struct fld_gpu_norm_args *a, dim3 grid, dim3 block, void *stream)
+static int launch_norm(const struct fld__gpu_norm_args *a, dim3 grid, dim3 block, void *stream)
 {
     const int64_t groups = a->width / group<DT, VEC>::N, per = (groups + block.x - 1) / block.x;
     if (block.x <= 256 && per <= 1)
-        return fld_gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 1>, grid, block, stream, *a);
+        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 1>, grid, block, stream, *a);
     if (block.x <= 256 && per <= 2)
-        return fld_gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 2>, grid, block, stream, *a);
+        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 2>, grid, block, stream, *a);
     if (block.x <= 256 && per <= FLD_GPU_NORM_REG_GROUPS)
-        return fld_gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, FLD_GPU_NORM_REG_GROUPS>, grid,
-                              block, stream, *a);
-    return fld_gpu_launch(norm_kernel<DT, WDT, RDT, VEC>, grid, block, stream, *a);
+        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, FLD_GPU_NORM_REG_GROUPS>, grid,
+                               block, stream, *a);
+    return fld__gpu_launch(norm_kernel<DT, WDT, RDT, VEC>, grid, block, stream, *a);
 }
 
 /* A 16-bit x's weight and residual: its own dtype (DT) or float32 (0). */
 template <int DT, bool VEC>
-static int launch_norm_mixed(const struct fld_gpu_norm_args *a, dim3 grid, dim3 block, void *stream)
+static int launch_norm_mixed(const struct fld__gpu_norm_args *a, dim3 grid, dim3 block, void *stream)
 {
     const bool w32 = a->weight && a->weight_dtype == 0, r32 = a->residual && a->residual_dtype == 0;
     if (w32 && r32)
@@ -590,7 +590,7 @@ static int launch_norm_mixed(const struct fld_gpu_norm_args *a, dim3 grid, dim3 
     return launch_norm<DT, DT, DT, VEC>(a, grid, block, stream);
 }
 
-template <bool VEC> static int launch_norm_dt(const struct fld_gpu_norm_args *a, void *stream)
+template <bool VEC> static int launch_norm_dt(const struct fld__gpu_norm_args *a, void *stream)
 {
     const int n = a->dtype == 0 ? (VEC ? 4 : 1) : (VEC ? 8 : 1);
     const dim3 grid((unsigned)(a->rows < (1 << 20) ? a->rows : (1 << 20)));
@@ -613,7 +613,7 @@ static inline bool norm_operand_dtype_ok(int dtype, const void *p, int operand_d
     return !p || operand_dtype == dtype || (operand_dtype == 0 && dtype != 0);
 }
 
-static inline int run_norm(const struct fld_gpu_norm_args *a, int variant, void *stream)
+static inline int run_norm(const struct fld__gpu_norm_args *a, int variant, void *stream)
 {
     if (!a || a->dtype < 0 || a->dtype > 2 || a->rows < 0 || a->width < 0 ||
         !norm_operand_dtype_ok(a->dtype, a->weight, a->weight_dtype) ||
@@ -622,7 +622,7 @@ static inline int run_norm(const struct fld_gpu_norm_args *a, int variant, void 
     if (a->rows == 0 || a->width == 0)
         return 0;
     if (variant == FLD_GPU_VECTOR) {
-        if (!fld_gpu_norm_vector_ok(a))
+        if (!fld__gpu_norm_vector_ok(a))
             return FLD_GPU_EINVAL;
         return launch_norm_dt<true>(a, stream);
     }
@@ -633,7 +633,7 @@ static inline int run_norm(const struct fld_gpu_norm_args *a, int variant, void 
 /* Rotary embedding                                                         */
 /* ------------------------------------------------------------------------ */
 
-FLD_GPU_DEV int64_t position_of(const struct fld_gpu_rotary_args &a, int64_t t)
+FLD_GPU_DEV int64_t position_of(const struct fld__gpu_rotary_args &a, int64_t t)
 {
     return a.positions_int32 ? (int64_t) static_cast<const int32_t *>(a.positions)[t]
                              : static_cast<const int64_t *>(a.positions)[t];
@@ -650,7 +650,7 @@ template <int DT> FLD_GPU_DEV float rot_x(float x, float y, float c, float s)
     if (DT == 0)
         return x * c - y * s;
     float p = x * c, q = y * s;
-    fld_gpu_round_pair<DT>(p, q);
+    fld__gpu_round_pair<DT>(p, q);
     return p - q;
 }
 
@@ -659,7 +659,7 @@ template <int DT> FLD_GPU_DEV float rot_y(float x, float y, float c, float s)
     if (DT == 0)
         return y * c + x * s;
     float p = y * c, q = x * s;
-    fld_gpu_round_pair<DT>(p, q);
+    fld__gpu_round_pair<DT>(p, q);
     return p + q;
 }
 
@@ -681,7 +681,7 @@ FLD_GPU_DEV_HOST int64_t rotary_units(int64_t rot_dim, bool neox, int n)
  * head cheap.
  */
 template <int DT, int CDT, bool VEC>
-__global__ void __launch_bounds__(512) rotary_kernel(struct fld_gpu_rotary_args a)
+__global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args a)
 {
     typedef group<DT, VEC> G;
     const int64_t half = a.rot_dim / 2;
@@ -753,7 +753,7 @@ static inline bool aligned16(const void *p, int64_t elems, int size)
  * Whether the vector kernel may run: every head's rotated run starts on a
  * 16-byte boundary and splits into whole groups (neox: each half does).
  */
-static inline bool rotary_vector_ok(const struct fld_gpu_rotary_args *a)
+static inline bool rotary_vector_ok(const struct fld__gpu_rotary_args *a)
 {
     const int size = a->dtype == 0 ? 4 : 2;
     const int64_t run = a->is_neox ? a->rot_dim / 2 : a->rot_dim;
@@ -766,7 +766,7 @@ static inline bool rotary_vector_ok(const struct fld_gpu_rotary_args *a)
 }
 
 template <int DT, int CDT>
-static int launch_rotary(const struct fld_gpu_rotary_args *a, bool vec, void *stream)
+static int launch_rotary(const struct fld__gpu_rotary_args *a, bool vec, void *stream)
 {
     const int64_t per_head =
         rotary_units(a->rot_dim, a->is_neox, vec ? 16 / dtype_size<DT>::value : 1);
@@ -777,11 +777,11 @@ static int launch_rotary(const struct fld_gpu_rotary_args *a, bool vec, void *st
     const dim3 block((unsigned)(t < 64 ? 64 : t > 512 ? 512 : t));
     const dim3 grid((unsigned)(a->tokens < (1 << 20) ? a->tokens : (1 << 20)));
     if (vec)
-        return fld_gpu_launch(rotary_kernel<DT, CDT, true>, grid, block, stream, *a);
-    return fld_gpu_launch(rotary_kernel<DT, CDT, false>, grid, block, stream, *a);
+        return fld__gpu_launch(rotary_kernel<DT, CDT, true>, grid, block, stream, *a);
+    return fld__gpu_launch(rotary_kernel<DT, CDT, false>, grid, block, stream, *a);
 }
 
-static inline int run_rotary(const struct fld_gpu_rotary_args *a, int variant, void *stream)
+static inline int run_rotary(const struct fld__gpu_rotary_args *a, int variant, void *stream)
 {
     if (!a || a->dtype < 0 || a->dtype > 2 || (a->cache_dtype != 0 && a->cache_dtype != a->dtype) ||
         a->tokens < 0 || a->rot_dim < 0 || a->rot_dim % 2 || a->q_heads < 0 ||

@@ -20,7 +20,7 @@
 #include "gpu_plugin.h"
 
 /* The plugin this object serves; set once by fld__gpu_plugin_register. */
-static struct fld_gpu_plugin plug;
+static struct fld__gpu_plugin plug;
 static char vendor_id[64], reference_id[64]; /* "vendor.cuda", "reference.cuda" */
 
 /* ------------------------------------------------------------------------ */
@@ -134,7 +134,7 @@ static bool check_archs(int n)
         if (plug.api->device_arch(i, &arch) != 0)
             arch = -1;
         probe_arch[i] = arch;
-        probe_runs[i] = arch > 0 && fld_gpu_arch_runs(plug.api->built_archs, arch);
+        probe_runs[i] = arch > 0 && fld__gpu_arch_runs(plug.api->built_archs, arch);
         good += probe_runs[i];
     }
     if (good > 0)
@@ -159,7 +159,7 @@ static bool check_archs(int n)
 }
 
 /* NULL when api can serve this glue, else why not (and api is dropped). */
-static const char *api_mismatch(const struct fld_gpu_api *api)
+static const char *api_mismatch(const struct fld__gpu_api *api)
 {
     static char why[160];
     if (!api || api->version == FLD_GPU_API_VERSION)
@@ -178,7 +178,7 @@ static void load_locked(void)
     if (plug.api || !plug.load || load_done)
         return;
     load_done = true;
-    const struct fld_gpu_api *api = plug.load();
+    const struct fld__gpu_api *api = plug.load();
     const char *why = api_mismatch(api);
     if (why) {
         plug.load_error = why;
@@ -354,12 +354,12 @@ static int launch(enum call_kind kind, const void *gargs, int variant, int devic
 /* Catalog arguments -> gpu_api.h                                           */
 /* ------------------------------------------------------------------------ */
 
-static void act_args_of(const fld_activation_args *a, int op, struct fld_gpu_act_args *g)
+static void act_args_of(const fld_activation_args *a, int op, struct fld__gpu_act_args *g)
 {
     fld_rows x, out;
     fld_tensor_rows(a->x, &x);
     fld_tensor_rows(a->out, &out);
-    *g = (struct fld_gpu_act_args){
+    *g = (struct fld__gpu_act_args){
         .op = op,
         .dtype = fld_dtype_index(a->x->dtype),
         .out = out.data,
@@ -371,7 +371,7 @@ static void act_args_of(const fld_activation_args *a, int op, struct fld_gpu_act
     };
 }
 
-static void norm_args_of(const fld_rms_norm_args *a, bool gemma, struct fld_gpu_norm_args *g)
+static void norm_args_of(const fld_rms_norm_args *a, bool gemma, struct fld__gpu_norm_args *g)
 {
     fld_rows x, out, res = {0}, w = {0};
     fld_tensor_rows(a->x, &x);
@@ -382,7 +382,7 @@ static void norm_args_of(const fld_rms_norm_args *a, bool gemma, struct fld_gpu_
     if (a->weight)
         fld_tensor_rows(a->weight, &w);
     const int dt = fld_dtype_index(a->x->dtype);
-    *g = (struct fld_gpu_norm_args){
+    *g = (struct fld__gpu_norm_args){
         .dtype = dt,
         .weight_dtype = a->weight ? fld_dtype_index(a->weight->dtype) : dt,
         .residual_dtype = a->residual ? fld_dtype_index(a->residual->dtype) : dt,
@@ -400,11 +400,11 @@ static void norm_args_of(const fld_rms_norm_args *a, bool gemma, struct fld_gpu_
     };
 }
 
-static void rotary_args_of(const fld_rotary_embedding_args *a, struct fld_gpu_rotary_args *g)
+static void rotary_args_of(const fld_rotary_embedding_args *a, struct fld__gpu_rotary_args *g)
 {
     fld_rotary_geometry geo;
     fld_rotary_geometry_of(a, &geo);
-    *g = (struct fld_gpu_rotary_args){
+    *g = (struct fld__gpu_rotary_args){
         .dtype = fld_dtype_index(a->query->dtype),
         .cache_dtype = fld_dtype_index(geo.cache_dtype),
         .positions = geo.positions,
@@ -436,7 +436,7 @@ static const char *id_of(int variant)
 static int run_act(const void *argp, int op, int variant, const char *name)
 {
     const fld_activation_args *a = argp;
-    struct fld_gpu_act_args g;
+    struct fld__gpu_act_args g;
     act_args_of(a, op, &g);
     if (g.rows == 0 || g.d == 0)
         return FLD_OK;
@@ -446,7 +446,7 @@ static int run_act(const void *argp, int op, int variant, const char *name)
 static int run_norm(const void *argp, bool gemma, int variant, const char *name)
 {
     const fld_rms_norm_args *a = argp;
-    struct fld_gpu_norm_args g;
+    struct fld__gpu_norm_args g;
     norm_args_of(a, gemma, &g);
     if (g.rows == 0 || g.width == 0)
         return FLD_OK;
@@ -456,7 +456,7 @@ static int run_norm(const void *argp, bool gemma, int variant, const char *name)
 static int run_rotary(const void *argp, int variant)
 {
     const fld_rotary_embedding_args *a = argp;
-    struct fld_gpu_rotary_args g;
+    struct fld__gpu_rotary_args g;
     rotary_args_of(a, &g);
     if (g.tokens == 0 || (g.q_heads == 0 && g.k_heads == 0))
         return FLD_OK;
@@ -506,16 +506,16 @@ static int rotary_reference(const void *a)
 /* vendor.<v> takes 128-bit paths only; other layouts go to reference.<v>. */
 static bool act_supports(const void *argp)
 {
-    struct fld_gpu_act_args g;
+    struct fld__gpu_act_args g;
     act_args_of(argp, 0, &g);
-    return fld_gpu_act_vector_ok(&g);
+    return fld__gpu_act_vector_ok(&g);
 }
 
 static bool norm_supports(const void *argp)
 {
-    struct fld_gpu_norm_args g;
+    struct fld__gpu_norm_args g;
     norm_args_of(argp, false, &g);
-    return fld_gpu_norm_vector_ok(&g);
+    return fld__gpu_norm_vector_ok(&g);
 }
 
 static int attention_backend(const void *argp)
@@ -666,7 +666,7 @@ static int set_detail(fld_registry *reg)
                                    head, code);
 }
 
-int fld__gpu_plugin_register(fld_registry *reg, const struct fld_gpu_plugin *p)
+int fld__gpu_plugin_register(fld_registry *reg, const struct fld__gpu_plugin *p)
 {
     plug = *p;
     const char *why = api_mismatch(plug.api);

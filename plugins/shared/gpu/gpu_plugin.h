@@ -21,10 +21,10 @@
 
 #include "gpu_api.h"
 
-struct fld_gpu_plugin {
+struct fld__gpu_plugin {
     /* The device code, or NULL when it could not be loaded: every impl and
      * the hooks are then unavailable with load_error as the reason. */
-    const struct fld_gpu_api *api;
+    const struct fld__gpu_api *api;
     const char *load_error;
     /*
      * Optional, with api NULL: opens the device code on first use (the first
@@ -33,7 +33,7 @@ struct fld_gpu_plugin {
      * never uses. Returns the table, or NULL with load_error filled.
      * load_note is shown in the detail line meanwhile.
      */
-    const struct fld_gpu_api *(*load)(void);
+    const struct fld__gpu_api *(*load)(void);
     const char *load_note;
     const char *vendor; /* "cuda", "rocm": impl ids vendor.<v> and reference.<v> */
     int device_type;    /* FLD_DEVICE_CUDA, FLD_DEVICE_ROCM */
@@ -64,6 +64,6 @@ struct fld_gpu_plugin {
  * static; the record is copied. Always registers (an unavailable device
  * makes the plugin UNAVAILABLE, not rejected); returns the registry's status.
  */
-int fld__gpu_plugin_register(fld_registry *reg, const struct fld_gpu_plugin *p);
+int fld__gpu_plugin_register(fld_registry *reg, const struct fld__gpu_plugin *p);
 
 #endif

@@ -1,4 +1,4 @@
-/* Owning DLTensors on the host, for the tests and the tool; see host_tensor.h. */
+/* Owning DLTensors on the host, for the tests; see host_tensor.h. */
 #include "host_tensor.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 /*
- * Helpers shared by the bench files (bench_util.h): the clock, the CPU's
+ * Helpers shared by the bench files (util.h): the clock, the CPU's
  * name, medians and CPU affinity. They depend on nothing else of the tool,
  * so every bench file can use them without reaching into cmd_bench.c.
  */
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench_util.h"
+#include "util.h"
 
 double bench_now_ns(void)
 {

@@ -27,8 +27,8 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "cli.h"
-#include "json.h"
+#include "../cli.h"
+#include "../json.h"
 
 #define OPS_MAX     1000000
 #define IMPLS_MAX   64

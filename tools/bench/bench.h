@@ -1,16 +1,16 @@
 /*
  * fldispatch bench: declarations shared by its files.
  *
- *   cmd_bench.c       option parsing, dispatch to a mode
- *   bench_util.c      helpers every mode uses (bench_util.h): clock, medians, affinity
- *   bench_overhead.c  bench --overhead: what dispatch costs per call
- *   bench_registration.c  bench --registration: what registering many ops costs
- *   bench_kernels.c   bench [OP...]: time, GB/s and bandwidth share per
- *                     op, impl, dtype, shape and thread count
- *   bench_report.c    its report, text or JSON (bench_report.h: the run's record)
- *   bench_stream.c    the STREAM-like bandwidth ceiling (triad and copy)
- *   bench_d2d.c       the ceiling on other devices: device-to-device copy
- *   bench_clock.c     the CPU clock, for elements per cycle
+ *   ../cmd_bench.c  option parsing, dispatch to a mode
+ *   util.c          helpers every mode uses (util.h): clock, medians, affinity
+ *   overhead.c      bench --overhead: what dispatch costs per call
+ *   registration.c  bench --registration: what registering many ops costs
+ *   kernels.c       bench [OP...]: time, GB/s and bandwidth share per
+ *                   op, impl, dtype, shape and thread count
+ *   report.c        its report, text or JSON (report.h: the run's record)
+ *   stream.c        the STREAM-like bandwidth ceiling (triad and copy)
+ *   d2d.c           the ceiling on other devices: device-to-device copy
+ *   clock.c         the CPU clock, for elements per cycle
  *
  * The method of each is described at the top of its file and in
  * bench/README.md.
@@ -22,9 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bench_util.h"
+#include "util.h"
 
-/* ---- bench --overhead (bench_overhead.c) ------------------------------------ */
+/* ---- bench --overhead (overhead.c) ------------------------------------ */
 
 #define BENCH_OVERHEAD_REPS  15
 #define BENCH_OVERHEAD_CALLS 200000L
@@ -38,7 +38,7 @@
 /* Runs the dispatch overhead benchmark and prints it; returns a CLI exit status. */
 int bench_overhead_run(long null_calls, int reps, bool json);
 
-/* ---- bench --registration (bench_registration.c) ----------------------------- */
+/* ---- bench --registration (registration.c) ----------------------------- */
 
 /*
  * Registers ops[i] ops with impls implementations each, reps times per count;
@@ -46,7 +46,7 @@ int bench_overhead_run(long null_calls, int reps, bool json);
  */
 int bench_registration_run(const int64_t *ops, int n_ops, long impls, int reps, bool json);
 
-/* ---- STREAM (bench_stream.c) ------------------------------------------------ */
+/* ---- STREAM (stream.c) ------------------------------------------------ */
 
 /* Three float arrays, each at least 4x the last-level cache and 64 MiB. */
 struct bench_stream;
@@ -81,7 +81,7 @@ const char *bench_stream_isa(void);
 bool bench_stream_measure(struct bench_stream *s, int threads, int reps,
                           struct bench_stream_figures *out);
 
-/* ---- device-to-device copy (bench_d2d.c) --------------------------------------- */
+/* ---- device-to-device copy (d2d.c) --------------------------------------- */
 
 #define BENCH_D2D_BYTES       ((size_t)1 << 30)   /* 1 GiB: far beyond any GPU's L2 */
 #define BENCH_D2D_QUICK_BYTES ((size_t)256 << 20) /* --quick */
@@ -106,7 +106,7 @@ size_t bench_d2d_bytes(const struct bench_d2d *d);
  */
 double bench_d2d_measure(struct bench_d2d *d, int reps, double batch_ns);
 
-/* ---- bench OP... (bench_kernels.c) -------------------------------------------- */
+/* ---- bench OP... (kernels.c) -------------------------------------------- */
 
 #define BENCH_MAX_LIST 16 /* values of --threads, --tokens and --ops */
 

@@ -1,8 +1,7 @@
 /*
- * Owning DLTensors on the host, for the tests and the tool: the one
- * host-tensor helper of the project. The tests link tools/host_tensor.o
- * (the Makefile's TEST_UTIL_OBJ); the tool builds it in. (tools/tensors.c,
- * the tool's older helper, serves verify and bench until they move here.)
+ * Owning DLTensors on the host, for the tests (the tool's own, for verify
+ * and bench, is tools/tensors.c: row padding and fallible allocation, no
+ * guards).
  *
  *   tt_tensor *x = tt_new(FLD_DTYPE_BF16, 2, (int64_t[]){7, 768});
  *   tt_fill_normal(x, 42, 0.0, 1.0);
@@ -24,11 +23,11 @@
  * with half.h (double -> float32 -> f16/bf16); int64 and int32 (positions)
  * are supported too. tt_new() and the other creators abort on failure (out
  * of memory, bad dtype, negative shape): that suits tests; tt_try_new() and
- * tt_try_new_strided() return NULL instead, for the tool. Not thread-safe
+ * tt_try_new_strided() return NULL instead, for a test of bad shapes. Not thread-safe
  * per tensor; distinct tensors are independent.
  */
-#ifndef FLD_TOOLS_HOST_TENSOR_H
-#define FLD_TOOLS_HOST_TENSOR_H
+#ifndef FLD_TESTS_HOST_TENSOR_H
+#define FLD_TESTS_HOST_TENSOR_H
 
 #include <stdbool.h>
 #include <stddef.h>

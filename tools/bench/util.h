@@ -1,6 +1,6 @@
 /*
  * fldispatch bench: helpers shared by its files, the floor under the modes
- * (bench_util.c; bench_cpu_ghz() is bench_clock.c's). Nothing here depends
+ * (util.c; bench_cpu_ghz() is clock.c's). Nothing here depends
  * on a mode or on cmd_bench.c.
  */
 #ifndef FLD_TOOLS_BENCH_UTIL_H
@@ -36,7 +36,7 @@ int bench_allowed_cpus(void);
 void bench_pin_thread(unsigned long thread, int index);
 
 /*
- * The CPU clock in GHz while a chain of dependent adds runs (bench_clock.c);
+ * The CPU clock in GHz while a chain of dependent adds runs (clock.c);
  * *source is "calibrated", or "cpuinfo" (/proc/cpuinfo's cpu MHz) when the
  * loop could not be timed, or "unknown" (0 returned).
  */

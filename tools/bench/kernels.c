@@ -2,7 +2,7 @@
  * fldispatch bench [OP...]: per op, implementation, dtype, shape and thread
  * count, the time of one call through the dispatcher, the bytes it moves
  * per second, and that rate as a share of the memory bandwidth a STREAM
- * triad reaches in the same run (bench_stream.c).
+ * triad reaches in the same run (stream.c).
  *
  * Method (bench/README.md says the same for users):
  *   - every call goes through fld_call() with the op's handle, under a
@@ -20,7 +20,7 @@
  *   - elements are what the op computes: T x H outputs for the activations
  *     and norms (the fused residual's update included), T x (query heads +
  *     key heads) x rot_dim rotated values for rotary; per second and per
- *     CPU cycle (the clock of bench_clock.c, measured once), so that a
+ *     CPU cycle (the clock of clock.c, measured once), so that a
  *     kernel that is compute-bound shows as such whatever the memory;
  *   - each --threads value re-initialises the library with
  *     VLLM_FL_CPU_THREADS set (the cpu plugin reads it when it registers);
@@ -41,16 +41,15 @@
  * copies of its tensors on the device, up to that size in all (at most
  * DEVICE_MAX_SETS), and consecutive calls take them in turn: each call
  * reads inputs the previous ones did not touch. The ceiling is a
- * device-to-device copy of a large buffer (bench_d2d.c), measured before
+ * device-to-device copy of a large buffer (d2d.c), measured before
  * the first kernel and after each op like STREAM, median over those runs;
  * there is no thread count (0 in the results) and no STREAM.
  *
- * The report of a run (text table, JSON) is bench_report.c's, from the
- * record declared in bench_report.h; it prints measurements only.
+ * The report of a run (text table, JSON) is report.c's, from the
+ * record declared in report.h; it prints measurements only.
  *
- * Why one file of about 1,050 lines: the cases, their tensors, the plan and
- * the timing share the per-line record and the per-case state (device sets,
- * argument structs); cut apart, each half would need the other's internals.
+ * The cases, their tensors, the plan and the timing share the per-line
+ * record and the per-case state (device sets, argument structs).
  */
 #include <ctype.h>
 #include <math.h>
@@ -61,19 +60,18 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "bench_report.h"
-#include "cli.h"
-#include "device_tensors.h"
-#include "tensors.h"
+#include "report.h"
+#include "../cli.h"
+#include "../device_tensors.h"
+#include "../tensors.h"
 
 /*
  * The ops the bench times: the catalog's (tools/catalog.c) whose argument
- * struct it can build tensors for, in catalog order, each with its family.
- * A catalog op of another argument kind is left out (attention_backend
- * takes no tensors).
+ * struct it can build tensors for, in catalog order, each with its family
+ * (tool_op_family(), which stops the tool at a kind it does not know).
  */
 static const char *op_names[N_OPS + 1];
-static enum family op_families[N_OPS];
+static enum tool_family op_families[N_OPS];
 static int n_bench_ops = -1;
 
 static void load_bench_ops(void)
@@ -84,16 +82,7 @@ static void load_bench_ops(void)
     size_t n = tool_tensor_ops(ops);
     n_bench_ops = 0;
     for (size_t i = 0; i < n; i++) {
-        enum family fam;
-        if (ops[i].args == FLD_ARGS_ACTIVATION)
-            fam = FAM_ACT;
-        else if (ops[i].args == FLD_ARGS_RMS_NORM)
-            fam = FAM_NORM;
-        else if (ops[i].args == FLD_ARGS_ROTARY_EMBEDDING)
-            fam = FAM_ROTARY;
-        else
-            continue;
-        op_families[n_bench_ops] = fam;
+        op_families[n_bench_ops] = tool_op_family(&ops[i]);
         op_names[n_bench_ops++] = ops[i].name;
     }
     op_names[n_bench_ops] = NULL;
@@ -111,7 +100,7 @@ int bench_op_count(void)
     return n_bench_ops;
 }
 
-enum family op_family(int op)
+static enum tool_family op_family(int op)
 {
     load_bench_ops();
     return op_families[op];
@@ -267,7 +256,7 @@ union case_args {
 };
 
 struct bench_case {
-    enum family family;
+    enum tool_family family;
     int dtype;
     int64_t tokens, hidden;
     bool residual;
@@ -447,10 +436,11 @@ static void case_free(struct bench_case *c)
     tool_tensor_free(&c->cache);
 }
 
-void bench_case_shape(enum family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
-                      size_t size)
+/* "TxH" ("+res" with a fused residual), or "Tx<H/128>x128" for rotary. */
+static void bench_case_shape(enum tool_family fam, int64_t tokens, int64_t hidden, bool residual,
+                             char *buf, size_t size)
 {
-    if (fam == FAM_ROTARY)
+    if (fam == TOOL_FAMILY_ROTARY)
         snprintf(buf, size, "%lldx%lldx%d", (long long)tokens,
                  (long long)(hidden / ROTARY_HEAD_SIZE), ROTARY_HEAD_SIZE);
     else
@@ -476,7 +466,7 @@ static void fill_rotary_cache(struct tool_tensor *cache, int64_t max_pos)
     }
 }
 
-static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t tokens,
+static bool case_init(struct bench_case *c, enum tool_family fam, int dtype, int64_t tokens,
                       int64_t hidden, bool residual)
 {
     memset(c, 0, sizeof *c);
@@ -491,7 +481,7 @@ static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t 
     bool ok = true;
 
     switch (fam) {
-    case FAM_ACT:
+    case TOOL_FAMILY_ACTIVATION:
         ok = tool_tensor_alloc(&c->x, dtype, 2, (const int64_t[]){tokens, 2 * hidden}, 0) &&
              tool_tensor_alloc(&c->out, dtype, 2, (const int64_t[]){tokens, hidden}, 0) &&
              fill_random(&c->x, &seed, -4.0f, 4.0f);
@@ -500,7 +490,7 @@ static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t 
         c->bytes = e * (t * 2 * h + t * h);
         c->elements = t * h;
         break;
-    case FAM_NORM:
+    case TOOL_FAMILY_NORM:
         ok = tool_tensor_alloc(&c->x, dtype, 2, (const int64_t[]){tokens, hidden}, 0) &&
              tool_tensor_alloc(&c->out, dtype, 2, (const int64_t[]){tokens, hidden}, 0) &&
              tool_tensor_alloc(&c->weight, dtype, 1, (const int64_t[]){hidden}, 0) &&
@@ -518,7 +508,7 @@ static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t 
         c->bytes = e * (2 * t * h + h + (residual ? 2 * t * h : 0));
         c->elements = t * h;
         break;
-    case FAM_ROTARY: {
+    case TOOL_FAMILY_ROTARY: {
         c->heads = (int)(hidden / ROTARY_HEAD_SIZE);
         int64_t width = (int64_t)c->heads * ROTARY_HEAD_SIZE;
         ok = tool_tensor_alloc(&c->positions, TOOL_I64, 1, (const int64_t[]){tokens}, 0) &&
@@ -545,6 +535,9 @@ static bool case_init(struct bench_case *c, enum family fam, int dtype, int64_t 
         c->elements = t * 2 * (double)width;
         break;
     }
+    case TOOL_FAMILY_NONE: /* not among bench_op_names() */
+        ok = false;
+        break;
     }
     if (!ok) {
         fprintf(stderr, "fldispatch bench: out of memory for the %s tensors of shape %s\n",
@@ -738,7 +731,7 @@ static int op_shapes(const struct bench_run *r, int op, int64_t *tokens, bool *r
         if (r->opt->tokens[i] > largest)
             largest = r->opt->tokens[i];
     }
-    if (op_family(op) == FAM_NORM) {
+    if (op_family(op) == TOOL_FAMILY_NORM) {
         tokens[n] = largest;
         residual[n++] = true;
     }
@@ -877,7 +870,9 @@ static bool run_line(struct bench_run *r, int op, fld_op handle, const struct be
         .us = NAN,
     };
     snprintf(res.impl, sizeof res.impl, "%s", impl);
+    res.op_name = op_names[op];
     snprintf(res.shape, sizeof res.shape, "%s", c->shape);
+    bench_case_shape(c->family, c->tokens, c->hidden, false, res.json_shape, sizeof res.json_shape);
     struct timing t;
     char err[768];
     if (!pin_impl(op_names[op], impl, r->opt->device_type, c->dtype, err, sizeof err)) {

@@ -1,12 +1,13 @@
 /*
- * fldispatch bench OP...: what the kernel benchmark (bench_kernels.c) hands
- * its report (bench_report.c): the record of one run -- the plan, the
+ * fldispatch bench OP...: what the kernel benchmark (kernels.c) hands
+ * its report (report.c): the record of one run -- the plan, the
  * STREAM or d2d copy samples, one result per line -- and the two writers
  * of that record, text and JSON.
  *
- * Why a header of its own: the measuring side fills the record and the
- * report only reads it, so the record is the one thing the two files share;
- * bench.h stays the interface of the modes to cmd_bench.c.
+ * The measuring side fills the record and the report only reads it: the
+ * record is the one thing the two files share, and report.c calls nothing
+ * of kernels.c (each result carries its op's name and shapes). bench.h
+ * stays the interface of the modes to cmd_bench.c.
  *
  * The report prints measurements only (time, GB/s, share of the STREAM or
  * d2d ceiling, elements per second and per cycle). Speed targets of this
@@ -21,22 +22,13 @@
 #include <stdint.h>
 
 #include "bench.h"
-#include "catalog.h"
+#include "../catalog.h"
 
 #define N_OPS    TOOL_MAX_OPS /* at most: bench_op_names() has bench_op_count() */
 #define N_DTYPES 3            /* TOOL_F32, TOOL_F16, TOOL_BF16: the FLD_DTYPE_MASK_* bit order */
 
 #define ROTARY_HEAD_SIZE 128
 #define ENV_THREADS      "VLLM_FL_CPU_THREADS"
-
-enum family { FAM_ACT, FAM_NORM, FAM_ROTARY };
-
-/* The family of the op at index op of bench_op_names() (bench_kernels.c). */
-enum family op_family(int op);
-
-/* "TxH" ("+res" with a fused residual), or "Tx<H/128>x128" for rotary (bench_kernels.c). */
-void bench_case_shape(enum family fam, int64_t tokens, int64_t hidden, bool residual, char *buf,
-                      size_t size);
 
 /* ---- the record of a run ------------------------------------------------------- */
 
@@ -61,12 +53,15 @@ struct plugin_line {
 };
 
 struct bench_result {
-    int op, dtype, threads;
+    int op; /* index in bench_op_names() */
+    const char *op_name;
+    int dtype, threads;
     int64_t tokens;
     bool residual;
     bool selected; /* the impl the policy selects by default for (op, dtype) */
     char impl[128];
-    char shape[48];
+    char shape[48];      /* "TxH" ("+res" with a fused residual), "Tx<H/128>x128" for rotary */
+    char json_shape[48]; /* the same without "+res" (the JSON document's "residual" says it) */
     double bytes, us; /* us NAN when the call failed */
     double elements;
     long batch;
@@ -110,13 +105,13 @@ struct bench_run {
     bool failed;
 
     char cpu[256];
-    double cpu_ghz; /* bench_clock.c; 0 unknown */
+    double cpu_ghz; /* clock.c; 0 unknown */
     const char *cpu_ghz_source;
     struct plugin_line plugin;
     char isa[64];
 };
 
-/* ---- the report (bench_report.c) ------------------------------------------------ */
+/* ---- the report (report.c) ------------------------------------------------ */
 
 /* The text table, with the machine, the ceiling and the method in its head. */
 void bench_report_text(const struct bench_run *r);

@@ -1,7 +1,7 @@
 /*
  * fldispatch bench OP...: the report of a kernel benchmark run, as a text
  * table or as JSON (docs/schemas/bench.schema.json), from the record
- * bench_kernels.c fills (bench_report.h). It derives the figures of each
+ * kernels.c fills (report.h). It derives the figures of each
  * line from the record -- GB/s, share of the ceiling (the median STREAM
  * triad of the same thread count, or the median d2d copy on a device),
  * elements per second and per CPU cycle -- and prints nothing else: the
@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench_report.h"
-#include "cli.h"
-#include "json.h"
-#include "tensors.h"
+#include "report.h"
+#include "../cli.h"
+#include "../json.h"
+#include "../tensors.h"
 
 /* ---- the ceilings --------------------------------------------------------------- */
 
@@ -114,7 +114,7 @@ void bench_report_text(const struct bench_run *r)
         char threads[16] = "-";
         if (!r->on_device)
             snprintf(threads, sizeof threads, "%d", res->threads);
-        printf("%-18s %-15s %-5s %-15s %7s ", bench_op_names()[res->op], cli_text(res->impl),
+        printf("%-18s %-15s %-5s %-15s %7s ", res->op_name, cli_text(res->impl),
                tool_dtype_name(res->dtype), res->shape, threads);
         if (isnan(res->us)) {
             printf("%12s %9s %9s %8s %7s\n", "failed", "-", "-", "-", "-");
@@ -222,17 +222,15 @@ void bench_report_json(const struct bench_run *r)
     json_begin_array(&w);
     for (size_t i = 0; i < r->n_results; i++) {
         const struct bench_result *res = &r->results[i];
-        char shape[48];
-        bench_case_shape(op_family(res->op), res->tokens, opt->hidden, false, shape, sizeof shape);
         json_begin_object(&w);
         json_key(&w, "op");
-        json_string(&w, bench_op_names()[res->op]);
+        json_string(&w, res->op_name);
         json_key(&w, "impl_id");
         json_string(&w, res->impl);
         json_key(&w, "dtype");
         json_string(&w, tool_dtype_name(res->dtype));
         json_key(&w, "shape");
-        json_string(&w, shape);
+        json_string(&w, res->json_shape);
         json_key(&w, "threads"); /* of the cpu plugin: null on other devices */
         if (r->on_device)
             json_null(&w);

@@ -40,8 +40,8 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "cli.h"
-#include "json.h"
+#include "../cli.h"
+#include "../json.h"
 
 #define BENCH_WIDTH        4096
 #define BENCH_EPS          1e-6f
