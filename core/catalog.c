@@ -118,6 +118,7 @@ int fld_foreach_catalog_op(int (*fn)(const fld_catalog_op_info *op, void *user),
             .name = fld__catalog[i].name,
             .args = fld__catalog[i].args_kind,
             .args_size = fld__catalog[i].args_size,
+            .signature = fld__catalog[i].signature,
         };
         int rc = fn(&info, user);
         if (rc)

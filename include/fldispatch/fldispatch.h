@@ -354,6 +354,7 @@ typedef struct fld_catalog_op_info {
     const char *name;   /* FLD_OP_*, static */
     fld_args_kind args; /* its argument struct */
     size_t args_size;   /* sizeof that struct */
+    const char *signature; /* its Python and torch form, static ("Op signatures" below) */
 } fld_catalog_op_info;
 
 /*

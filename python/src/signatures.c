@@ -42,6 +42,25 @@ static PyObject *py_signatures(PyObject *self, PyObject *unused)
     return list;
 }
 
+static int add_catalog_op(const fld_catalog_op_info *op, void *user)
+{
+    PyObject *t = Py_BuildValue("(ss)", op->name, op->signature);
+    if (!t || PyList_Append(user, t) < 0) {
+        Py_XDECREF(t);
+        return -1;
+    }
+    Py_DECREF(t);
+    return 0;
+}
+
+static PyObject *py_catalog_ops(PyObject *self, PyObject *unused)
+{
+    PyObject *list = PyList_New(0);
+    if (list && fld_foreach_catalog_op(add_catalog_op, list) != 0)
+        Py_CLEAR(list);
+    return list;
+}
+
 static PyObject *py_declare_op(PyObject *self, PyObject *args)
 {
     const char *plugin, *version, *origin, *op, *schema;
@@ -62,6 +81,9 @@ PyMethodDef fldpy_signature_methods[] = {
     {"signatures", py_signatures, METH_NOARGS,
      "signatures()\n--\n\nEvery op signature: (op, schema, declared_by, catalog) tuples, the "
      "catalog's first."},
+    {"catalog_ops", py_catalog_ops, METH_NOARGS,
+     "catalog_ops()\n--\n\nThe catalog's ops: (op, schema) tuples in catalog order; needs no "
+     "initialisation."},
     {"declare_op", py_declare_op, METH_VARARGS,
      "declare_op(plugin, version, origin, op, schema)\n--\n\nDeclares an op's signature (use "
      "fldispatch.declare_op)."},
