@@ -230,7 +230,7 @@ __attribute__((noinline)) static int call_declared(struct fld_op_s *op, const st
     int rc = fld__sig_check(sig, args, &dev, &dt);
     if (unlikely(rc))
         return rc;
-    return dispatch(op, fld__slot(dev, dt), args);
+    return dispatch(op, fld__slot(dev, dt < 0 ? FLD_DT_ANY : dt), args);
 }
 
 static inline int call_validated(struct fld_op_s *op, const void *args)

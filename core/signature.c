@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fldispatch/plugin.h>
+
+#include "devices.h"
 #include "error.h"
-#include "ops.h"
 #include "signature.h"
 
 #define MAX_ARGS 64
@@ -429,7 +431,7 @@ int fld__sig_check(const struct fld_sig *s, const void *args, int *dev, int *dt)
     const fld_signature_info *in = &s->info;
     const fld_args *a = args;
     *dev = FLD_DEV_ANY;
-    *dt = FLD_DT_ANY;
+    *dt = -1;
     if (!a)
         return fld__fail(FLD_EINVAL, "%s: args is NULL (the op's signature '%s' takes an fld_args)",
                          in->op, in->schema);
@@ -475,8 +477,8 @@ int fld__sig_check(const struct fld_sig *s, const void *args, int *dev, int *dt)
             return fld__fail(FLD_EINVAL, "%s: tensor '%s' is on %s, tensor '%s' on %s", in->op,
                              d->name, a1, first_name, a2);
         }
-        if (*dt == FLD_DT_ANY && fld__dtype_index(t->dtype) >= 0)
-            *dt = fld__dtype_index(t->dtype);
+        if (*dt < 0)
+            *dt = fld_dtype_index(t->dtype);
     }
     return FLD_OK;
 }

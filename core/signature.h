@@ -29,8 +29,9 @@ int fld__sig_parse(const char *op, const char *text, bool allow_returns, const c
 void fld__sig_free(struct fld_sig *s);
 
 /*
- * Checks a call's args (a const fld_args *) against s; on FLD_OK *dev and
- * *dt are the call's FLD_DEV_* / FLD_DT_* (any when it has no tensor).
+ * Checks a call's args (a const fld_args *) against s; on FLD_OK *dev is
+ * the FLD_DEV_* of its first tensor (FLD_DEV_ANY without one) and *dt the
+ * fld_dtype_index() of its first float32/float16/bfloat16 tensor (-1: none).
  * FLD_EINVAL with fld_last_error() naming op and argument otherwise.
  */
 int fld__sig_check(const struct fld_sig *s, const void *args, int *dev, int *dt);
