@@ -132,7 +132,8 @@ static inline int fldpy_ensure_plugins(void)
 {
     return fldpy_plugins_loaded ? 0 : fldpy_load_plugins();
 }
-/* After a declaration of op: its call_op() entry, if any, takes the signature. */
+/* After a declaration of op (NULL: of any op, after a plugin load): its
+ * call_op() entry, if any, takes the signature. */
 void fldpy_registry_declared(PyObject *name);
 /* OpCaller type and module state; 0 or -1 with an exception. */
 int fldpy_registry_init(PyObject *module);

@@ -801,6 +801,14 @@ static PyObject *call_declared(struct opentry *e, PyObject *const *args, Py_ssiz
 
 void fldpy_registry_declared(PyObject *name)
 {
+    if (!name) {
+        PyObject *names = PyDict_Keys(op_cache);
+        for (Py_ssize_t i = 0; names && i < PyList_Size(names); i++)
+            fldpy_registry_declared(PyList_GetItem(names, i));
+        Py_XDECREF(names);
+        PyErr_Clear();
+        return;
+    }
     PyObject *cap = PyDict_GetItemWithError(op_cache, name);
     struct opentry *e = cap ? PyCapsule_GetPointer(cap, "fldispatch.opentry") : NULL;
     const char *s = e && !e->typed ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;

@@ -218,3 +218,33 @@ def test_compile_call_op_of_python_impls_follows_policy_changes():
         assert compiled(out, x).tolist() == [-99.0, -99.0]
     assert compiled(out, x).tolist() == [101.0, 101.0]
     assert counter.frame_count == 1  # dispatch runs inside the op: no recompilation
+
+
+def test_a_plugin_loaded_after_call_op_saw_its_op_declares_it(tmp_path):
+    # call_op() on an op nobody declared yet caches the op as undeclared; the
+    # signature a plugin loaded later declares must still apply to it.
+    import subprocess
+    import sys
+    src = fixture_plugin("sig_ops")
+    code = f"""
+import torch, fldispatch
+fldispatch.register_impl("sig_fill", lambda *a, **k: None, impl_id="reference.noop",
+                         kind="reference")
+fldispatch.call_op("sig_fill", 1, 2)          # undeclared: any arguments go through
+fldispatch.load_plugin({src!r})
+out = torch.zeros(2)
+fldispatch.call_op("sig_fill", out, None, 4)
+assert out.tolist() == [4.0, 4.0], out
+try:
+    fldispatch.call_op("sig_fill", 1, 2)
+except TypeError as e:
+    assert "sig_fill" in str(e)
+else:
+    raise AssertionError("not checked by the signature")
+"""
+    env = dict(os.environ)
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(fldispatch.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
