@@ -15,12 +15,19 @@ round so that drift of a shared machine hits all alike), on x = torch.randn(1, 8
                     are read from x (the DLPack exchange API)
     rms_norm        fldispatch.rms_norm(out, x, w, None, 1e-6) (a C kernel)
     call_op_rms_norm  fldispatch.call_op("rms_norm", out, x, w, None, 1e-6)
+    call_op_c_declared  fldispatch.call_op("sig_axpy", out, x, y, 2.0): a C
+                    plugin's op outside the catalog, declared with a signature,
+                    three tensors marshalled per the signature (needs
+                    --sig-plugin build/python/tests/fld-sig_ops.so, which
+                    `make check-python` or `make build/python/tests/fld-sig_ops.so` builds)
 and, once per round in a fresh registry batch, registering 40 ops x 4
 implementations (one registering() block: validation, one C registration).
-Targets (docs/BENCHMARKS.md): call_op - direct <= 500 ns; registration <= 50 ms.
+Targets (docs/BENCHMARKS.md): call_op - direct <= 500 ns; registration <= 50 ms;
+call_op_c_declared - rms_norm <= 500 ns.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -59,6 +66,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--sig-plugin", help="path of fld-sig_ops.so (tests/plugins/sig_ops.c)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     fldispatch.register_impl("bench_any", fn, impl_id="vendor.b", kind="vendor", vendor="b")
@@ -77,6 +85,10 @@ def main():
         "rms_norm": lambda: fldispatch.rms_norm(out, x, w, None, 1e-6),
         "call_op_rms_norm": lambda: call_op("rms_norm", out, x, w, None, 1e-6),
     }
+    if args.sig_plugin:
+        fldispatch.load_plugin(os.path.abspath(args.sig_plugin))
+        y = torch.randn(1, 8)
+        variants["call_op_c_declared"] = lambda: call_op("sig_axpy", out, x, y, 2.0)
     for f in variants.values():  # warm: resolve and cache
         per_call(f, 100)
     samples = {k: [] for k in variants}
@@ -94,6 +106,9 @@ def main():
         "resolve_op_over_direct_ns": round(med["resolve_op"] - med["direct"], 1),
         "call_op_keyed_over_direct_ns": round(med["call_op_keyed"] - med["direct"], 1),
         "call_op_rms_norm_over_rms_norm_ns": round(med["call_op_rms_norm"] - med["rms_norm"], 1),
+        "call_op_c_declared_over_rms_norm_ns":
+            round(med["call_op_c_declared"] - med["rms_norm"], 1)
+            if "call_op_c_declared" in med else None,
         "python": sys.version.split()[0],
         "torch": torch.__version__,
     }
@@ -103,8 +118,10 @@ def main():
     for k, v in result["ns"].items():
         print(f"{k:18s} {v:9.1f} ns")
     for k in ("call_op_over_direct_ns", "resolve_op_over_direct_ns",
-              "call_op_keyed_over_direct_ns", "call_op_rms_norm_over_rms_norm_ns"):
-        print(f"{k:36s} {result[k]:8.1f}")
+              "call_op_keyed_over_direct_ns", "call_op_rms_norm_over_rms_norm_ns",
+              "call_op_c_declared_over_rms_norm_ns"):
+        if result[k] is not None:
+            print(f"{k:36s} {result[k]:8.1f}")
     print(f"register 40 ops x 4 impls: {result['register_40x4_ms']:.2f} ms (target <= 50 ms)")
 
 

@@ -16,31 +16,45 @@
 /* Reference kernels run on host memory; attention_backend has no tensors. */
 #define CPU_ALL_DTYPES FLD_DEVICE_MASK_CPU, FLD_DTYPE_MASK_ALL
 
+/*
+ * The signatures (fld_op_signature(), include/fldispatch/fldispatch.h): the
+ * ops' Python and torch form, from which fldispatch's Python lists and
+ * torch.ops.fldispatch schemas are derived.
+ */
+#define SIG_ACTIVATION "(Tensor(a!) out, Tensor x) -> ()"
+#define SIG_RMS_NORM                                                                               \
+    "(Tensor(a!) out, Tensor x, Tensor? weight=None, Tensor(b!)? residual=None, "                  \
+    "float eps=1e-06) -> ()"
+#define SIG_ROTARY_EMBEDDING                                                                       \
+    "(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, Tensor cos_sin_cache, "  \
+    "bool is_neox) -> ()"
+#define SIG_ATTENTION_BACKEND "(str device, bool use_mla=False, bool use_sparse=False) -> str"
+
 const struct fld_op_schema fld__catalog[FLD_CAT_COUNT] = {
     [FLD_CAT_SILU_AND_MUL] = {FLD_OP_SILU_AND_MUL, sizeof(fld_silu_and_mul_args),
                               fld__validate_activation, fld__ref_silu_and_mul, CPU_ALL_DTYPES,
-                              FLD_ARGS_ACTIVATION},
+                              FLD_ARGS_ACTIVATION, SIG_ACTIVATION},
     [FLD_CAT_MUL_AND_SILU] = {FLD_OP_MUL_AND_SILU, sizeof(fld_mul_and_silu_args),
                               fld__validate_activation, fld__ref_mul_and_silu, CPU_ALL_DTYPES,
-                              FLD_ARGS_ACTIVATION},
+                              FLD_ARGS_ACTIVATION, SIG_ACTIVATION},
     [FLD_CAT_GELU_AND_MUL] = {FLD_OP_GELU_AND_MUL, sizeof(fld_gelu_and_mul_args),
                               fld__validate_activation, fld__ref_gelu_and_mul, CPU_ALL_DTYPES,
-                              FLD_ARGS_ACTIVATION},
+                              FLD_ARGS_ACTIVATION, SIG_ACTIVATION},
     [FLD_CAT_GELU_TANH_AND_MUL] = {FLD_OP_GELU_TANH_AND_MUL, sizeof(fld_gelu_tanh_and_mul_args),
                                    fld__validate_activation, fld__ref_gelu_tanh_and_mul,
-                                   CPU_ALL_DTYPES, FLD_ARGS_ACTIVATION},
+                                   CPU_ALL_DTYPES, FLD_ARGS_ACTIVATION, SIG_ACTIVATION},
     [FLD_CAT_RMS_NORM] = {FLD_OP_RMS_NORM, sizeof(fld_rms_norm_args), fld__validate_rms_norm,
-                          fld__ref_rms_norm, CPU_ALL_DTYPES, FLD_ARGS_RMS_NORM},
+                          fld__ref_rms_norm, CPU_ALL_DTYPES, FLD_ARGS_RMS_NORM, SIG_RMS_NORM},
     [FLD_CAT_GEMMA_RMS_NORM] = {FLD_OP_GEMMA_RMS_NORM, sizeof(fld_gemma_rms_norm_args),
                                 fld__validate_rms_norm, fld__ref_gemma_rms_norm, CPU_ALL_DTYPES,
-                                FLD_ARGS_RMS_NORM},
+                                FLD_ARGS_RMS_NORM, SIG_RMS_NORM},
     [FLD_CAT_ROTARY_EMBEDDING] = {FLD_OP_ROTARY_EMBEDDING, sizeof(fld_rotary_embedding_args),
                                   fld__validate_rotary, fld__ref_rotary_embedding, CPU_ALL_DTYPES,
-                                  FLD_ARGS_ROTARY_EMBEDDING},
+                                  FLD_ARGS_ROTARY_EMBEDDING, SIG_ROTARY_EMBEDDING},
     [FLD_CAT_ATTENTION_BACKEND] = {FLD_OP_ATTENTION_BACKEND, sizeof(fld_attention_backend_args),
                                    fld__validate_attention, fld__ref_attention_backend,
                                    FLD_DEVICE_MASK_ALL, FLD_DTYPE_MASK_ALL,
-                                   FLD_ARGS_ATTENTION_BACKEND},
+                                   FLD_ARGS_ATTENTION_BACKEND, SIG_ATTENTION_BACKEND},
 };
 
 int fld_silu_and_mul(DLTensor *out, const DLTensor *x)
@@ -104,6 +118,7 @@ int fld_foreach_catalog_op(int (*fn)(const fld_catalog_op_info *op, void *user),
             .name = fld__catalog[i].name,
             .args = fld__catalog[i].args_kind,
             .args_size = fld__catalog[i].args_size,
+            .signature = fld__catalog[i].signature,
         };
         int rc = fn(&info, user);
         if (rc)

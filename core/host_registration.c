@@ -147,7 +147,7 @@ int fld_host_register(const char *plugin, const char *version, const char *origi
     if (rc == FLD_OK)
         rc = fld__registry_commit(&reg);
     if (rc != FLD_OK) {
-        char why[600];
+        char why[1200];
         snprintf(why, sizeof why, "plugin '%s': %s", plugin,
                  reg.first_error != FLD_OK ? reg.error : fld_last_error());
         fld__registry_discard(&reg);
@@ -157,6 +157,43 @@ int fld_host_register(const char *plugin, const char *version, const char *origi
         return fld__fail(rc, "%s", why);
     }
     fld__plugin_set_status(p, FLD_PLUGIN_LOADED, "%s", "");
+    fld__unlock();
+    return FLD_OK;
+}
+
+int fld_host_declare(const char *plugin, const char *version, const char *origin,
+                     const char *op, const char *schema)
+{
+    FLD_CALL_SCOPE();
+    int rc = fld__ensure_init();
+    if (rc)
+        return rc;
+    if ((rc = check_plugin_args("fld_host_declare", plugin, origin)) != FLD_OK)
+        return rc;
+    fld__lock();
+    struct fld_plugin_rec *p;
+    bool created;
+    if ((rc = host_plugin(plugin, version, origin, &p, &created)) != FLD_OK) {
+        fld__unlock();
+        return rc;
+    }
+    struct fld_registry reg;
+    fld__registry_begin(&reg, p);
+    rc = fld_registry_declare_op(&reg, op, schema);
+    if (rc == FLD_OK)
+        rc = fld__registry_commit(&reg);
+    if (rc != FLD_OK) {
+        char why[1200];
+        snprintf(why, sizeof why, "plugin '%s': %s", plugin,
+                 reg.first_error != FLD_OK ? reg.error : fld_last_error());
+        fld__registry_discard(&reg);
+        if (created)
+            fld__plugin_set_status(p, FLD_PLUGIN_REJECTED, "%s", why);
+        fld__unlock();
+        return fld__fail(rc, "%s", why);
+    }
+    if (created)
+        fld__plugin_set_status(p, FLD_PLUGIN_LOADED, "%s", "");
     fld__unlock();
     return FLD_OK;
 }

@@ -61,6 +61,7 @@
 #include "registry.h"
 #include "rows.h"
 #include "select.h"
+#include "signature.h"
 #include "stats.h"
 
 #define likely(x)   __builtin_expect(!!(x), 1)
@@ -78,6 +79,8 @@ static inline bool library_open(void);
 static inline int call_validated(struct fld_op_s *op, const void *args);
 static int key_from(int device_type, DLDataType dtype, int *dev, int *dt);
 __attribute__((noinline, cold)) static int null_args(const struct fld_op_s *op);
+__attribute__((noinline)) static int call_declared(struct fld_op_s *op, const struct fld_sig *sig,
+                                                   const void *args);
 __attribute__((noinline, cold)) static int null_handle(void);
 __attribute__((noinline, cold)) static int closed_handle(const char *fn);
 static __attribute__((cold, noinline)) int unknown_device_type(int device_type);
@@ -274,6 +277,12 @@ int fld_call_on(fld_op handle, int device_type, DLDataType dtype, const void *ar
     int rc = key_from(device_type, dtype, &dev, &dt);
     if (rc)
         return rc;
+    const struct fld_sig *sig = atomic_load_explicit(&op->sig, memory_order_acquire);
+    if (sig) {
+        int ignored_dev, ignored_dt;
+        if ((rc = fld__sig_check(sig, args, &ignored_dev, &ignored_dt)) != FLD_OK)
+            return rc;
+    }
     return dispatch(op, fld__slot(dev, dt), args);
 }
 
@@ -282,12 +291,26 @@ static inline int call_op(struct fld_op_s *op, const void *args)
 {
     if (op->schema)
         return call_validated(op, args);
+    const struct fld_sig *sig = atomic_load_explicit(&op->sig, memory_order_acquire);
+    if (unlikely(sig != NULL))
+        return call_declared(op, sig, args);
     return dispatch(op, fld__slot(FLD_DEV_ANY, FLD_DT_ANY), args);
 }
 
 static inline bool library_open(void)
 {
     return atomic_load_explicit(&fld__generation, memory_order_acquire) != 0;
+}
+
+/* A declared op's call (signature.h): checked, keyed by its tensors. */
+__attribute__((noinline)) static int call_declared(struct fld_op_s *op, const struct fld_sig *sig,
+                                                   const void *args)
+{
+    int dev, dt;
+    int rc = fld__sig_check(sig, args, &dev, &dt);
+    if (unlikely(rc))
+        return rc;
+    return dispatch(op, fld__slot(dev, dt < 0 ? FLD_DT_ANY : dt), args);
 }
 
 static inline int call_validated(struct fld_op_s *op, const void *args)

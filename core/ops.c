@@ -28,6 +28,7 @@
 #include "host.h"
 #include "ops.h"
 #include "reclaim.h"
+#include "signature.h"
 
 struct op_table {
     size_t mask;                       /* capacity - 1 (a power of two) */
@@ -253,9 +254,19 @@ void fld__op_foreach(void (*fn)(struct fld_op_s *op, void *user), void *user)
 
 int fld__ops_init(void)
 {
-    for (int i = 0; i < FLD_CAT_COUNT; i++)
-        if (!fld__op_intern(fld__catalog[i].name))
+    for (int i = 0; i < FLD_CAT_COUNT; i++) {
+        struct fld_op_s *op = fld__op_intern(fld__catalog[i].name);
+        if (!op)
             return fld__fail(FLD_ENOMEM, "out of memory interning op '%s'", fld__catalog[i].name);
+        char err[1024];
+        struct fld_sig *s;
+        int rc = fld__sig_parse(op->name, fld__catalog[i].signature, true, "the catalog", &s, err,
+                                sizeof err);
+        if (rc)
+            return fld__fail(rc, "%s", err);
+        s->info.catalog = true;
+        fld__sig_free(atomic_exchange(&op->sig, s));
+    }
     return FLD_OK;
 }
 
@@ -281,6 +292,7 @@ void fld__ops_shutdown(void)
     for (size_t i = 0; i < all.n; i++) {
         struct fld_op_s *op = all.v[i];
         free(op->impls);
+        fld__sig_free(atomic_load(&op->sig));
         free((char *)op->name);
         free(op);
     }

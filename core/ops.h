@@ -89,6 +89,7 @@ struct fld_op_schema {
     uint32_t reference_devices; /* FLD_DEVICE_MASK_* the reference serves */
     uint32_t reference_dtypes;  /* FLD_DTYPE_MASK_* */
     fld_args_kind args_kind;    /* the argument struct (fld_foreach_catalog_op) */
+    const char *signature;      /* its Python and torch form (fld_op_signature()) */
 };
 
 extern const struct fld_op_schema fld__catalog[FLD_CAT_COUNT];
@@ -151,6 +152,9 @@ struct fld_op_s {
     const char *name;
     size_t name_len;
     const struct fld_op_schema *schema; /* NULL for ops outside the catalog */
+    /* The declared signature (signature.h), or NULL: set once under the
+     * host lock, read without it, freed at shutdown. */
+    struct fld_sig *_Atomic sig;
     /* Direct calls per slot: the hot path reads nothing else (a bucketed
      * key: also its split, in buckets). */
     struct fld_fast_call fast[FLD_NSLOTS];

@@ -112,12 +112,26 @@ void fld__registry_discard(struct fld_registry *reg)
         free(reg->hooks[d]);
         reg->hooks[d] = NULL;
     }
+    fld__decls_discard(reg);
 }
 
 static int record_error(struct fld_registry *reg, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int record_error(struct fld_registry *reg, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fld__failv(status, fmt, ap);
+    va_end(ap);
+    if (reg->first_error == FLD_OK) {
+        reg->first_error = status;
+        fld__error_copy(reg->error, sizeof reg->error);
+    }
+    return status;
+}
+
+int fld__registry_fail(struct fld_registry *reg, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -402,8 +416,8 @@ int fld__registry_commit(struct fld_registry *reg)
      * many plugins adding to one op stay linear). r->op is set here; a
      * failure leaves the records staged, to be discarded.
      */
-    int rc = FLD_OK;
-    for (size_t i = 0; i < reg->n; i++) {
+    int rc = fld__decls_prepare(reg);
+    for (size_t i = 0; rc == FLD_OK && i < reg->n; i++) {
         struct fld_impl_rec *r = reg->staged[i];
         r->op = fld__op_intern(r->staged_op);
         if (!r->op) {
@@ -435,6 +449,7 @@ int fld__registry_commit(struct fld_registry *reg)
                          reg->plugin ? reg->plugin->name : "?");
     }
     dup_free(reg);
+    fld__decls_commit(reg);
     for (size_t i = 0; i < reg->n; i++) {
         struct fld_impl_rec *r = reg->staged[i];
         free(r->staged_op);

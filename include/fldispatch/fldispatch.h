@@ -354,6 +354,7 @@ typedef struct fld_catalog_op_info {
     const char *name;   /* FLD_OP_*, static */
     fld_args_kind args; /* its argument struct */
     size_t args_size;   /* sizeof that struct */
+    const char *signature; /* its Python and torch form, static ("Op signatures" below) */
 } fld_catalog_op_info;
 
 /*
@@ -463,6 +464,101 @@ FLD_API int fld_prepared_rms_norm(fld_prepared *p, void *out, const void *x, con
                                   void *residual);
 FLD_API int fld_prepared_rotary(fld_prepared *p, const void *positions, void *query, void *key,
                                 const void *cos_sin_cache);
+
+/* ------------------------------------------------------------------------ */
+/* Op signatures: the arguments of ops outside the catalog                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * An op outside the catalog may have a declared signature (a plugin's
+ * fld_registry_declare_op(), a binding's fld_host_declare(); plugin.h and
+ * host_impl.h): a torch-schema-like string such as
+ *
+ *     "(Tensor(a!) out, Tensor x, Tensor? scale=None, float eps=1e-06, int n=1) -> ()"
+ *
+ * Argument types: Tensor (read), Tensor! or Tensor(a!) (written: the op's
+ * outputs, which it mutates in place), either followed by ? (optional: may
+ * be absent, NULL), int (int64_t), float (double), bool, str (const char *).
+ * Defaults: None for an optional tensor, a literal for a scalar (True/False
+ * for bool); an argument with a default must not come before one without.
+ * Names: [A-Za-z_][A-Za-z0-9_]*, each once. Returns: always "()": the
+ * outputs are the written tensors. The catalog ops have signatures too
+ * (their Python and torch form; those may return a value).
+ *
+ * The arguments of a call of a declared op are an fld_args: one tagged
+ * fld_arg per declared argument, in declared order. The host checks a call
+ * of a declared op before any implementation sees it (FLD_EINVAL naming
+ * the op and the argument): the count, each tag, a tensor NULL where the
+ * signature does not say optional, tensors on different devices. The call
+ * selects by the device of its first tensor and the dtype of its first
+ * float32/float16/bfloat16 tensor (fld_call(), fld_call_by_name(); no
+ * tensor: any device and dtype) or by what fld_call_on() is given.
+ */
+typedef enum fld_arg_kind {
+    FLD_ARG_TENSOR = 1, /* v.tensor; NULL only when FLD_ARG_OPTIONAL */
+    FLD_ARG_INT = 2,    /* v.i */
+    FLD_ARG_FLOAT = 3,  /* v.f */
+    FLD_ARG_BOOL = 4,   /* v.b */
+    FLD_ARG_STR = 5     /* v.s, not NULL */
+} fld_arg_kind;
+
+/* fld_arg_decl.flags */
+#define FLD_ARG_WRITTEN     (1u << 0) /* Tensor! / Tensor(a!): the op writes it */
+#define FLD_ARG_OPTIONAL    (1u << 1) /* Tensor?: may be NULL */
+#define FLD_ARG_HAS_DEFAULT (1u << 2) /* fld_arg_decl.default_value holds it */
+
+/* One argument's value. */
+typedef union fld_arg_value {
+    DLTensor *tensor;
+    int64_t i;
+    double f;
+    bool b;
+    const char *s;
+} fld_arg_value;
+
+/* One argument of a call: its kind (fld_arg_kind, as declared) and value. 16 bytes. */
+typedef struct fld_arg {
+    uint32_t kind;
+    uint32_t reserved; /* 0 */
+    fld_arg_value v;
+} fld_arg;
+
+/* What fld_call() of a declared op takes, and its kernels receive as args. */
+typedef struct fld_args {
+    uint32_t count;     /* the signature's argument count */
+    const fld_arg *arg; /* arg[0..count), in declared order */
+} fld_args;
+
+/* One declared argument. */
+typedef struct fld_arg_decl {
+    const char *name;
+    fld_arg_kind kind;
+    uint32_t flags;            /* FLD_ARG_* */
+    fld_arg_value default_value; /* when FLD_ARG_HAS_DEFAULT; None of a tensor: NULL */
+} fld_arg_decl;
+
+/* An op's signature. Pointers valid until fld_shutdown() (a declaration never changes). */
+typedef struct fld_signature_info {
+    const char *op;
+    const char *schema;      /* canonical text: "(Tensor(a!) out, Tensor x) -> ()" */
+    const char *declared_by; /* "the catalog", "plugin 'acme' (/path/fld-acme.so)", ... */
+    bool catalog;            /* a catalog op: its typed struct, not fld_args, is what fn gets */
+    size_t n_args;
+    const fld_arg_decl *args;
+    const char *returns; /* "" for "()", else the return type ("str") */
+} fld_signature_info;
+
+/*
+ * The signature of op now: FLD_OK and *info, FLD_ENOTFOUND when the op has
+ * none (unknown, or registered without a declaration). Initialises; takes
+ * the host lock. MT safe.
+ */
+FLD_API int fld_op_signature(const char *op, fld_signature_info *info);
+/* Calls fn for every op with a signature (the catalog's first, then the
+ * declared in name order); stops when fn returns non-zero (returned). fn
+ * must not call into the library. */
+FLD_API int fld_foreach_signature(int (*fn)(const fld_signature_info *info, void *user),
+                                  void *user);
 
 /* ------------------------------------------------------------------------ */
 /* Selection: what runs, and why                                            */

@@ -103,6 +103,19 @@ FLD_API int fld_host_register(const char *plugin, const char *version, const cha
                               const fld_host_impl *impls, size_t n);
 
 /*
+ * Declares the signature of op (fldispatch.h "Op signatures") under the
+ * host plugin record `plugin` of origin, as a plugin's
+ * fld_registry_declare_op() does: the same signature again is fine, a
+ * different one (from a plugin or another binding) or a malformed string
+ * is FLD_EINVAL naming both declarations (a record this call created is
+ * kept REJECTED with the reason). Host implementations of a declared op
+ * receive a const fld_args * when the op is called through fld_call() and
+ * its kin, and the binding's own record through fld_host_call(). MT safe.
+ */
+FLD_API int fld_host_declare(const char *plugin, const char *version, const char *origin,
+                             const char *op, const char *schema);
+
+/*
  * Records a host plugin that could not register (its module raised, an
  * import failed): listed REJECTED with reason, as a plugin file that failed
  * to load. Does nothing to a plugin of that name that registered already

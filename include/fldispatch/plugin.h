@@ -102,7 +102,7 @@ extern "C" {
  * plugin whose major equals its own and whose minor is not newer.
  */
 #define FLD_PLUGIN_ABI_MAJOR 1
-#define FLD_PLUGIN_ABI_MINOR 1
+#define FLD_PLUGIN_ABI_MINOR 2
 #define FLD_PLUGIN_MAGIC     0x50444c46u /* "FLDP" */
 
 /* ------------------------------------------------------------------------ */
@@ -189,6 +189,30 @@ typedef struct fld_impl {
  * the op, VENDOR without vendor, NULL fn, empty device or dtype mask.
  */
 FLD_API int fld_registry_register(fld_registry *reg, const fld_impl *impl);
+
+/*
+ * Declares the signature of op (ABI 1.2): a torch-schema-like string (see
+ * "Op signatures" in fldispatch.h), e.g.
+ *
+ *     fld_registry_declare_op(reg, "acme_scale",
+ *                             "(Tensor(a!) out, Tensor x, float alpha=1.0) -> ()");
+ *
+ * Then the kernels of op receive a const fld_args * (one tagged fld_arg per
+ * declared argument, in declared order, checked by the host), Python calls
+ * it by name with tensors and scalars (fldispatch.call_op) and
+ * fldispatch.torch exposes it as torch.ops.fldispatch.<op>. Declaring an
+ * op is not needed to register implementations of it (it then stays opaque:
+ * args reach fn as the caller passed them). Only inside register_builtins,
+ * before or after the implementations. The same signature declared again,
+ * here or by another plugin or binding, is fine (equal after
+ * normalisation: "Tensor!" and "Tensor(b!)" are the same); a different one
+ * is FLD_EINVAL with a message naming both declarations and their
+ * declarers, as is a malformed string (naming the column) or a catalog op's
+ * name with another signature than the catalog's. Like an invalid record,
+ * a failed declaration rejects the whole plugin: nothing it registered or
+ * declared stays.
+ */
+FLD_API int fld_registry_declare_op(fld_registry *reg, const char *op, const char *schema);
 
 /*
  * Sets one line the host shows for the plugin (fldispatch list, the detail

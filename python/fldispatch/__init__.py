@@ -29,21 +29,13 @@ from ._C import (  # noqa: F401  (re-exported)
     StateError,
     UnavailableError,
     UnsupportedError,
-    attention_backend,
-    gelu_and_mul,
-    gelu_tanh_and_mul,
-    gemma_rms_norm,
     get_stream,
     init,
     load_plugin,
-    mul_and_silu,
     oot_op_enabled,
     prepare,
     reload,
-    rms_norm,
-    rotary_embedding,
     set_stream,
-    silu_and_mul,
     stats,
     stats_enable,
     stats_flush,
@@ -55,6 +47,7 @@ from ._C import (  # noqa: F401  (re-exported)
 __version__ = _C.version()
 
 from .registry import (  # noqa: E402,F401  (re-exported)
+    declare_op,
     discover_plugins,
     register_impl,
     registering,
@@ -80,6 +73,13 @@ def _split(text, seps):
 
 def _text_or_none(text):
     return text if text else None
+
+
+def signatures():
+    """Every op signature, {op: schema}: the catalog's first, then the ops
+    declared by plugins (fld_registry_declare_op) and Python (declare_op)."""
+    _ensure_plugins()
+    return {op: schema for op, schema, _by, _catalog in _C.signatures()}
 
 
 def resolve(op, device="cpu", dtype="float32"):
@@ -146,19 +146,14 @@ def config():
     return d
 
 
-OPS = (
-    "silu_and_mul",
-    "mul_and_silu",
-    "gelu_and_mul",
-    "gelu_tanh_and_mul",
-    "rms_norm",
-    "gemma_rms_norm",
-    "rotary_embedding",
-    "attention_backend",
-)
+#: The catalog's ops, in catalog order (the library's table: _C.catalog_ops()),
+#: each a function of this module: fldispatch.rms_norm(out, x, weight, residual, eps).
+OPS = tuple(_name for _name, _schema in _C.catalog_ops())
+globals().update({_name: getattr(_C, _name) for _name in OPS})
 
 __all__ = list(OPS) + [
-    "register_impl", "registering", "call_op", "resolve_op", "discover_plugins",
+    "register_impl", "registering", "declare_op", "signatures", "call_op", "resolve_op",
+    "discover_plugins",
     "resolve", "explain", "plugins", "impls", "config", "reload", "init", "load_plugin", "policy",
     "set_policy", "reset_policy", "load_policy", "reset_thread_policy", "failed_impls",
     "clear_failed_impls", "set_log_level", "get_log_level", "describe_policy",

@@ -132,8 +132,46 @@ def _default_plugin(fn):
     return name, "python:" + name
 
 
+def _caller_plugin(depth=2):
+    name = _sys._getframe(depth).f_globals.get("__name__", "python") or "python"
+    name = name.split(".", 1)[0].replace("<", "").replace(">", "") or "python"
+    return name
+
+
+#: Called with (op, schema) after each declaration (fldispatch.torch defines the torch op).
+declaration_hooks = []
+
+
+def declare_op(op, schema, *, plugin=None, version=""):
+    """Declares the signature of op, a torch-schema-like string such as
+    "(Tensor(a!) out, Tensor x, float alpha=1.0) -> ()" (docs/python.md):
+    call_op() then checks and converts its arguments, C plugins' kernels of
+    op can serve it, and fldispatch.torch exposes it as torch.ops.fldispatch.<op>
+    (torch.compile(fullgraph=True) traces call_op(op, ...) into it). The same
+    signature again is fine; another one, from a C plugin or Python, raises
+    InvalidArgumentError naming both declarations, as does a malformed string.
+    Inside a registering() block it is declared at the block's end, before
+    its implementations."""
+    if not isinstance(op, str) or not isinstance(schema, str):
+        raise TypeError(f"declare_op(): op and schema must be str, not {type(op).__name__} "
+                        f"and {type(schema).__name__}")
+    _ensure_plugins()
+    batch = getattr(_local, "batch", None)
+    if batch is not None and plugin in (None, batch.name):
+        batch.declarations.append((op, schema))
+        return
+    name = plugin or _caller_plugin()
+    _declare(name, version, "python:" + name, op, schema)
+
+
+def _declare(name, version, origin, op, schema):
+    _C.declare_op(name, version or "", origin, op, schema)
+    for hook in declaration_hooks:
+        hook(op)
+
+
 def register_impl(op, fn, *, impl_id, kind, vendor=None, priority=None, devices=None,
-                  dtypes=None, is_available=None, plugin=None, version=""):
+                  dtypes=None, is_available=None, plugin=None, version="", schema=None):
     """Registers the callable fn as implementation impl_id of op.
 
     kind: "flagos" (or "default"), "vendor" (needs vendor=) or "reference",
@@ -143,7 +181,8 @@ def register_impl(op, fn, *, impl_id, kind, vendor=None, priority=None, devices=
     predicate asked once, now (False, an exception, or (False, reason) make
     the implementation unavailable, with the reason shown by list/explain).
     plugin: the plugin record it belongs to (default: the enclosing
-    registering() block, else fn's top-level module). Registers at once,
+    registering() block, else fn's top-level module). schema: the op's
+    signature, declared first (declare_op()). Registers at once,
     unless inside a registering() block (then at the block's end, all or
     nothing). Errors: TypeError / ValueError naming op and impl_id, and
     fldispatch.StateError when a manifest freezes the registry.
@@ -152,9 +191,13 @@ def register_impl(op, fn, *, impl_id, kind, vendor=None, priority=None, devices=
     rec = _record(op, fn, impl_id, kind, vendor, priority, devices, dtypes, is_available)
     batch = getattr(_local, "batch", None)
     if batch is not None and plugin in (None, batch.name):
+        if schema is not None:
+            batch.declarations.append((op, schema))
         batch.records.append(rec)
         return
     name, origin = (plugin, "python:" + plugin) if plugin else _default_plugin(fn)
+    if schema is not None:
+        _declare(name, version, origin, op, schema)
     _C.register_impls(name, version or "", origin, [rec])
 
 
@@ -169,6 +212,7 @@ class registering:
         self.version = version
         self.origin = origin or "python:" + plugin
         self.records = []
+        self.declarations = []
         self._outer = None
 
     def __enter__(self):
@@ -182,11 +226,10 @@ class registering:
             _reject(self.name, self.version, self.origin,
                     f"registration raised {exc_type.__qualname__}: {exc}")
             return False
-        try:
-            _C.register_impls(self.name, self.version, self.origin, self.records)
-        except Exception:
-            # fld_host_register recorded the rejection with its reason
-            raise
+        for op, schema in self.declarations:
+            _declare(self.name, self.version, self.origin, op, schema)
+        # on failure fld_host_register recorded the rejection with its reason
+        _C.register_impls(self.name, self.version, self.origin, self.records)
         return False
 
     # vllm-plugin-FL's OpRegistry calls, so that an upstream register function

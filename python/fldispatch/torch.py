@@ -4,7 +4,11 @@
     torch.ops.fldispatch.silu_and_mul(out, x)
 
 Importing this module defines, in the `fldispatch` namespace, one operator per
-fldispatch function with the same arguments in the same order. Outputs are
+fldispatch function with the same arguments in the same order, and one per op
+that a plugin or Python declared with a signature (fldispatch.signatures();
+ops declared later are added as they are declared; define_declared() adds
+those of plugins loaded later). Schemas come from the library: the catalog's
+table and the declarations. Outputs are
 mutated in place and declared so in the schemas (Tensor(a!)), and every op
 has a fake (meta) implementation, so the ops trace into
 torch.compile(fullgraph=True) graphs without a graph break, and functionalise
@@ -26,20 +30,10 @@ import os as _os
 import torch
 
 from . import _C
+from . import registry as _registry
 
-SCHEMAS = {
-    "silu_and_mul": "(Tensor(a!) out, Tensor x) -> ()",
-    "mul_and_silu": "(Tensor(a!) out, Tensor x) -> ()",
-    "gelu_and_mul": "(Tensor(a!) out, Tensor x) -> ()",
-    "gelu_tanh_and_mul": "(Tensor(a!) out, Tensor x) -> ()",
-    "rms_norm": "(Tensor(a!) out, Tensor x, Tensor? weight=None, Tensor(b!)? residual=None, "
-                "float eps=1e-06) -> ()",
-    "gemma_rms_norm": "(Tensor(a!) out, Tensor x, Tensor? weight=None, "
-                      "Tensor(b!)? residual=None, float eps=1e-06) -> ()",
-    "rotary_embedding": "(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, "
-                        "Tensor cos_sin_cache, bool is_neox) -> ()",
-    "attention_backend": "(str device, bool use_mla=False, bool use_sparse=False) -> str",
-}
+#: The catalog's schemas, {op: schema}, from the library's catalog table.
+SCHEMAS = dict(_C.catalog_ops())
 
 # Dispatch keys the C kernels serve: PyTorch's ROCm build uses CUDA's key,
 # torch_npu uses PrivateUse1.
@@ -106,6 +100,71 @@ if NATIVE_CPU:
     torch.ops.load_library(_NATIVE_CPU)
 
 OPS = tuple(SCHEMAS)
+
+#: The declared ops defined here so far, {op: schema}.
+DECLARED = {}
+
+
+def _declared_kernel(op):
+    call_op = _C.call_op
+
+    def kernel(*args):
+        return call_op(op, *args)
+
+    kernel.__name__ = op
+    return kernel
+
+
+def _define(op, schema):
+    if op in DECLARED or op in SCHEMAS:
+        return
+    library.define(op + schema)
+    kernel = _declared_kernel(op)
+    if "Tensor" in schema:
+        for key in TENSOR_KEYS:
+            library.impl(op, kernel, key)
+    else:
+        library.impl(op, kernel, "CompositeExplicitAutograd")
+    # Declared ops return nothing: their outputs are the tensors they write.
+    torch.library.register_fake(f"fldispatch::{op}", _nothing, lib=library)
+    DECLARED[op] = schema
+
+
+def define_declared():
+    """Defines torch.ops.fldispatch.<op> for every declared op not defined yet
+    (e.g. those of a plugin loaded after this module was imported)."""
+    for op, schema, _by, catalog in _C.signatures():
+        if not catalog:
+            _define(op, schema)
+
+
+def _on_declaration(op):
+    for name, schema, _by, catalog in _C.signatures():
+        if name == op and not catalog:
+            _define(name, schema)
+
+
+try:
+    define_declared()
+except _C.Error:  # the configuration error is the caller's to see, at its own call
+    pass
+_registry.declaration_hooks.append(_on_declaration)
+
+
+# torch.compile: Dynamo cannot look into the C function call_op, so a traced
+# call_op(name, ...) is replaced by the torch op of that name, which calls the
+# C function at run time: the policy in force when the graph runs selects the
+# implementation (no recompilation needed after a policy change).
+def _call_op_in_graph(name, *args, **kwargs):
+    return getattr(torch.ops.fldispatch, name)(*args, **kwargs)
+
+
+try:
+    from torch._dynamo import substitute_in_graph as _substitute_in_graph
+except ImportError:  # pragma: no cover - PyTorch older than 2.5
+    _substitute_in_graph = None
+if _substitute_in_graph is not None:
+    _substitute_in_graph(_C.call_op, skip_signature_check=True)(_call_op_in_graph)
 
 # An IO dump already on (VLLM_FL_IO_DUMP) records these ops too.
 from . import iodump as _iodump  # noqa: E402

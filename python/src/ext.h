@@ -130,9 +130,52 @@ static inline int fldpy_ensure_plugins(void)
 {
     return fldpy_plugins_loaded ? 0 : fldpy_load_plugins();
 }
+/* After a declaration of op (NULL: of any op, after a plugin load): its
+ * call_op() entry, if any, takes the signature. */
+void fldpy_registry_declared(PyObject *name);
 /* OpCaller type and module state; 0 or -1 with an exception. */
 int fldpy_registry_init(PyObject *module);
 extern PyMethodDef fldpy_registry_methods[];
+
+/* ---- signatures.c -------------------------------------------------------- */
+
+#define FLDPY_SIG_MAX_ARGS 64
+
+/* The signature of an op outside the catalog, as call_op() uses it. */
+typedef struct fldpy_sig {
+    bool declared; /* false: the op has none (its arguments go to Python implementations as given) */
+    fld_signature_info info;
+    const char *names[FLDPY_SIG_MAX_ARGS];
+    int n_required; /* the leading arguments without a default */
+} fldpy_sig;
+
+/* One call's marshalled arguments. */
+typedef struct fldpy_sig_call {
+    fld_args args;
+    fld_arg arg[FLDPY_SIG_MAX_ARGS];
+    fldpy_tensor t[FLDPY_SIG_MAX_ARGS];
+    int n_tensors;
+    size_t bytes; /* of the CPU tensors */
+    bool stream_set;
+    int stream_device;
+    void *previous_stream;
+} fldpy_sig_call;
+
+/* Fills *s when op has a declared signature (s->declared); 0, or -1 with an exception. */
+int fldpy_sig_prepare(const char *op, fldpy_sig *s);
+/*
+ * The call's arguments (vector form) as a checked fld_args per the
+ * signature: count and names (TypeError naming op and argument), scalar
+ * types (TypeError), tensors imported (InvalidArgumentError naming op and
+ * argument), PyTorch's autograd rules, the GPU producer's stream set.
+ * 0, or -1 with an exception and nothing held.
+ */
+int fldpy_sig_marshal(const fldpy_sig *s, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames, fldpy_sig_call *c);
+void fldpy_sig_release(fldpy_sig_call *c);
+/* An fld_args as a tuple of Python values; tensors through tensor(). */
+PyObject *fldpy_sig_args_tuple(const fld_args *a, PyObject *(*tensor)(const DLTensor *));
+extern PyMethodDef fldpy_signature_methods[];
 
 /* ---- autograd.c ---------------------------------------------------------- */
 

@@ -27,6 +27,7 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddFunctions(module, fldpy_policy_methods) < 0 || fldpy_policy_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_hook_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_registry_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_signature_methods) < 0 ||
         fldpy_registry_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_stats_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_prepared_methods) < 0 ||

@@ -143,7 +143,8 @@ struct pyframe {
     PyObject *const *vargs;
     Py_ssize_t nargs;
     PyObject *kwnames;
-    PyObject *result; /* the winner's return value (new reference) */
+    const void *native; /* the fld_args of a declared op's call, or NULL */
+    PyObject *result;   /* the winner's return value (new reference) */
     PyObject *exc;    /* the last exception an implementation raised */
 };
 
@@ -299,14 +300,18 @@ done:
 static int call_python(struct pyimpl *impl, const void *args)
 {
     struct pyframe *f = tls_frame;
-    bool own = f && args == (const void *)f;
+    bool own = f && (args == (const void *)f || (f->native && args == f->native));
     PyObject *result = NULL;
     if (own) {
         result = f->args ? PyObject_Call(impl->fn, f->args, f->kwargs)
                          : call_vector(impl->fn, f->vargs, f->nargs, f->kwnames);
     } else {
-        const char *why;
-        PyObject *pargs = catalog_args(impl, args, &why);
+        const char *why = NULL;
+        fld_signature_info sig;
+        PyObject *pargs = impl->args_kind == 0 && fld_op_signature(impl->op, &sig) == FLD_OK &&
+                                  !sig.catalog
+                              ? fldpy_sig_args_tuple(args, tensor_object)
+                              : catalog_args(impl, args, &why);
         if (!pargs && why) {
             fld_set_error("%s: Python implementation '%s' cannot take this call: %s", impl->op,
                           impl->impl_id, why);
@@ -339,7 +344,8 @@ static int call_python(struct pyimpl *impl, const void *args)
         const char *name = tn ? PyUnicode_AsUTF8AndSize(tn, NULL) : NULL;
         PyErr_Clear();
         fld_set_error("%s: Python implementation '%s' returned a %s object; an implementation "
-                      "of a catalog op returns None (it writes its outputs in place)",
+                      "of a catalog or declared op returns None (it writes its outputs in "
+                      "place)",
                       impl->op, impl->impl_id, name ? name : "non-None");
         Py_XDECREF(tn);
         Py_DECREF(result);
@@ -529,6 +535,7 @@ struct opentry {
     struct fastslot fast[KEY_SLOTS];
     uint64_t keyed_stamp; /* the stamp `keyed` was asked at */
     int keyed;            /* whether selection depends on the call's (device, dtype) */
+    fldpy_sig sig;        /* its declared signature, if any: calls go through fld_call() */
 };
 
 static unsigned key_slot(int device, DLDataType dtype)
@@ -581,6 +588,8 @@ static struct opentry *op_entry(PyObject *name)
             fldpy_raise_status(FLD_ENOTFOUND);
             return NULL;
         }
+        if (fldpy_sig_prepare(s, &e.sig) < 0)
+            return NULL;
     }
     struct opentry *heap = malloc(sizeof *heap);
     if (!heap) {
@@ -751,6 +760,63 @@ static PyObject *call_entry(struct opentry *e, struct pyframe *frame, PyObject *
     return frame->result;
 }
 
+/* CPU calls of declared ops on at least this many bytes release the GIL (ops.c's threshold). */
+#define DECLARED_RELEASE_GIL_BYTES (64 * 1024)
+
+/* A call of an op with a declared signature: marshalled into an fld_args
+ * and run by fld_call(), which plugin kernels and Python implementations
+ * (with the call's own Python arguments) serve alike. */
+static PyObject *call_declared(struct opentry *e, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    fldpy_impl_exception_clear();
+    fldpy_sig_call c;
+    if (fldpy_sig_marshal(&e->sig, args, nargs, kwnames, &c) < 0)
+        return NULL;
+    struct pyframe frame = {.vargs = args, .nargs = nargs, .kwnames = kwnames, .native = &c.args};
+    struct pyframe *outer = tls_frame;
+    tls_frame = &frame;
+    int rc;
+    if (c.bytes >= DECLARED_RELEASE_GIL_BYTES) {
+        PyThreadState *released = fldpy_release_gil();
+        rc = fld_call(e->op, &c.args);
+        fldpy_restore_gil(released);
+    } else {
+        rc = fld_call(e->op, &c.args);
+    }
+    tls_frame = outer;
+    if (rc != FLD_OK) {
+        Py_XDECREF(frame.result);
+        fldpy_raise_status(rc);
+        chain_cause(frame.exc);
+        fldpy_sig_release(&c);
+        return NULL;
+    }
+    fldpy_sig_release(&c);
+    Py_XDECREF(frame.exc);
+    if (!frame.result)
+        Py_RETURN_NONE;
+    return frame.result;
+}
+
+void fldpy_registry_declared(PyObject *name)
+{
+    if (!name) {
+        PyObject *names = PyDict_Keys(op_cache);
+        for (Py_ssize_t i = 0; names && i < PyList_Size(names); i++)
+            fldpy_registry_declared(PyList_GetItem(names, i));
+        Py_XDECREF(names);
+        PyErr_Clear();
+        return;
+    }
+    PyObject *cap = PyDict_GetItemWithError(op_cache, name);
+    struct opentry *e = cap ? PyCapsule_GetPointer(cap, "fldispatch.opentry") : NULL;
+    const char *s = e && !e->typed ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
+    if (s && fldpy_sig_prepare(s, &e->sig) < 0)
+        PyErr_Clear();
+    PyErr_Clear();
+}
+
 static PyObject *py_call_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames)
 {
@@ -763,6 +829,8 @@ static PyObject *py_call_op(PyObject *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     if (e->typed)
         return call_vector(e->typed, args + 1, nargs - 1, kwnames);
+    if (e->sig.declared)
+        return call_declared(e, args + 1, nargs - 1, kwnames);
     Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
     struct pyframe frame = {.vargs = args + 1, .nargs = nargs - 1, .kwnames = kwnames};
     return call_entry(e, &frame, args + 1, nargs - 1 + nkw, NULL);
@@ -782,6 +850,30 @@ static PyObject *opcaller_call(PyObject *self, PyObject *args, PyObject *kwargs)
     if (c->entry->typed)
         return PyObject_Call(c->entry->typed, args, kwargs);
     Py_ssize_t n = PyTuple_Size(args);
+    if (c->entry->sig.declared) {
+        /* the vector form: positional values, then keyword values named by a tuple */
+        Py_ssize_t nkw = kwargs ? PyDict_Size(kwargs) : 0;
+        PyObject *items[FLDPY_SIG_MAX_ARGS * 2];
+        if (n + nkw > FLDPY_SIG_MAX_ARGS * 2) {
+            PyErr_Format(PyExc_TypeError, "%R: too many arguments", c->name);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            items[i] = PyTuple_GetItem(args, i);
+        PyObject *kwnames = nkw ? PyTuple_New(nkw) : NULL;
+        if (nkw && !kwnames)
+            return NULL;
+        Py_ssize_t pos = 0, k = 0;
+        PyObject *key, *value;
+        while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
+            Py_INCREF(key);
+            PyTuple_SetItem(kwnames, k, key);
+            items[n + k++] = value;
+        }
+        PyObject *r = call_declared(c->entry, items, n, kwnames);
+        Py_XDECREF(kwnames);
+        return r;
+    }
     PyObject *items[16];
     Py_ssize_t m = n < 16 ? n : 16;
     for (Py_ssize_t i = 0; i < m; i++)

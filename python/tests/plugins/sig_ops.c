@@ -1,0 +1,2 @@
+/* The fixture plugin of tests/plugins/sig_ops.c, built for the Python tests too. */
+#include "../../../tests/plugins/sig_ops.c"
