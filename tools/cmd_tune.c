@@ -311,30 +311,25 @@ static int parse_options(struct tune_opts *o, int argc, char **argv)
 
 /* ---- one sample ----------------------------------------------------------- */
 
-static enum verify_family family_of(fld_args_kind kind)
-{
-    return kind == FLD_ARGS_RMS_NORM          ? VF_NORM
-           : kind == FLD_ARGS_ROTARY_EMBEDDING ? VF_ROTARY
-                                               : VF_ACTIVATION;
-}
-
 /* The case of `rows` rows and hidden size h: no residual, contiguous, rotary neox on heads of 128. */
-static struct verify_case case_of(enum verify_family f, int64_t rows, int64_t h)
+static struct verify_case case_of(enum tool_family f, int64_t rows, int64_t h)
 {
     struct verify_case c = {.family = f, .tokens = rows};
     switch (f) {
-    case VF_ACTIVATION:
+    case TOOL_FAMILY_ACTIVATION:
         c.d = h;
         break;
-    case VF_NORM:
+    case TOOL_FAMILY_NORM:
         c.h = h;
         break;
-    case VF_ROTARY:
+    case TOOL_FAMILY_ROTARY:
         c.neox = true;
         c.head = c.rot = 128;
         c.q_heads = h / 128;
         c.k_heads = h / 128 >= 8 ? h / 128 / 4 : 1;
         c.layout = VR_FLAT;
+        break;
+    case TOOL_FAMILY_NONE:
         break;
     }
     return c;
@@ -411,7 +406,7 @@ static double time_calls(const char *op, struct verify_io *io, const struct tune
  * One sample of one bucket: the reference's result, then each
  * implementation's, checked and timed; log sums go into scores.
  */
-static void run_sample(const struct tune_opts *o, const char *op, enum verify_family f, int dtype,
+static void run_sample(const struct tune_opts *o, const char *op, enum tool_family f, int dtype,
                        int64_t rows, int64_t h, struct result *res, double *log_sum)
 {
     struct verify_case c = case_of(f, rows, h);
@@ -531,7 +526,7 @@ static int tune_bucket(const struct tune_opts *o, const struct tool_op *op, int 
             snprintf(res->scores[i].why, sizeof res->scores[i].why, "dropped by the policy");
         }
     double log_sum[TUNE_MAX_IMPLS] = {0};
-    enum verify_family f = family_of(op->args);
+    enum tool_family f = tool_op_family(op);
     for (int s = 0; s < b->n_samples; s++)
         for (int k = 0; k < o->n_hidden; k++)
             run_sample(o, op->name, f, dtype, b->samples[s], o->hidden[k], res, log_sum);

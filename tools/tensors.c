@@ -116,6 +116,22 @@ static int64_t storage_offset(const struct tool_tensor *tt, int64_t i)
     return (i / width) * tt->strides[last - 1] + i % width;
 }
 
+static float load_at(const struct tool_tensor *tt, int64_t off)
+{
+    switch (tt->dtype) {
+    case TOOL_F16:
+        return fld_f16_to_f32(((const uint16_t *)tt->alloc)[off]);
+    case TOOL_BF16:
+        return fld_bf16_to_f32(((const uint16_t *)tt->alloc)[off]);
+    case TOOL_I64:
+        return (float)((const int64_t *)tt->alloc)[off];
+    case TOOL_I32:
+        return (float)((const int32_t *)tt->alloc)[off];
+    default:
+        return ((const float *)tt->alloc)[off];
+    }
+}
+
 static void store_at(struct tool_tensor *tt, int64_t off, float v)
 {
     switch (tt->dtype) {
@@ -135,6 +151,11 @@ static void store_at(struct tool_tensor *tt, int64_t off, float v)
         ((float *)tt->alloc)[off] = v;
         break;
     }
+}
+
+float tool_tensor_get(const struct tool_tensor *tt, int64_t i)
+{
+    return load_at(tt, storage_offset(tt, i));
 }
 
 void tool_tensor_set(struct tool_tensor *tt, int64_t i, float v)

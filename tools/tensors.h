@@ -53,6 +53,8 @@ void tool_tensor_free(struct tool_tensor *tt);
 /* Number of logical elements (padding excluded). */
 int64_t tool_tensor_numel(const struct tool_tensor *tt);
 
+/* Element i in row-major logical order (padding skipped), widened to float. */
+float tool_tensor_get(const struct tool_tensor *tt, int64_t i);
 /* Stores v as element i in row-major logical order (padding skipped), rounded to
  * nearest even for 16-bit dtypes. */
 void tool_tensor_set(struct tool_tensor *tt, int64_t i, float v);
