@@ -39,7 +39,7 @@ static void drop_replaced_pair(struct fld_policy *p, const bool *from_env,
 {
     for (int side = 0; side < 2; side++) {
         enum fld_policy_field set = side ? black : white, other = side ? white : black;
-        struct fld_strlist *l = fld__policy_list_field(p, other);
+        struct fld_strlist *l = fld__policy_list_mut(p, other);
         if (from_env[set] && !from_env[other] && l->set) {
             fld__strlist_free(l);
             snprintf(p->source[other], sizeof p->source[other], "cleared by %s",
@@ -76,9 +76,9 @@ int fld__policy_apply_env(struct fld_policy *p)
         fld__log(FLD_LOG_WARNING, "VLLM_FL_OP_CONFIG ignored: path variables are not read in a "
                                   "privileged (setuid/setgid) process");
     }
-    drop_replaced_pair(p, from_env, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
-    drop_replaced_pair(p, from_env, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
-    drop_replaced_pair(p, from_env, FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST);
+    for (int f = 0; f < FLD_PF_COUNT; f++) /* each exclusive pair once */
+        if (fld__policy_row(f)->partner > f)
+            drop_replaced_pair(p, from_env, f, fld__policy_row(f)->partner);
     return fld__policy_check(p);
 }
 
