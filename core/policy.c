@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include <fldispatch/fldispatch.h>
+#include <fldispatch/internal/tool_api.h>
 
 #include "custom_ops.h"
 #include "error.h"
@@ -46,10 +47,21 @@ static const struct fld_policy_row rows[FLD_PF_COUNT] = {
 #define VALID_KEY(id, key, env, yaml, kind, member, partner, word, origin) key ", "
 #define VALID_KEYS FLD_POLICY_FIELDS(VALID_KEY) "or their environment variable names"
 
-static const char *const kind_names[] = {
-    [FLD_PK_PREFER] = "prefer", [FLD_PK_FLAG] = "flag",       [FLD_PK_SWITCH] = "switch",
-    [FLD_PK_NAMES] = "names",   [FLD_PK_VENDORS] = "vendors", [FLD_PK_ORDERS] = "orders",
-    [FLD_PK_CUSTOM] = "custom",
+#define KIND_NAME_PREFER  "prefer"
+#define KIND_NAME_FLAG    "flag"
+#define KIND_NAME_SWITCH  "switch"
+#define KIND_NAME_NAMES   "names"
+#define KIND_NAME_VENDORS "vendors"
+#define KIND_NAME_ORDERS  "orders"
+#define KIND_NAME_CUSTOM  "custom"
+
+/* The same rows for the tool and the Python extension (tool_api.h). */
+static const struct fld_tool_policy_field tool_rows[FLD_PF_COUNT] = {
+#define TOOL_ROW(id, key, env, yaml, kind, member, partner, word, origin)                          \
+    [FLD_PF_##id] = {key,        env, yaml, word, KIND_NAME_##kind, FLD_PF_##partner,              \
+                     FLD_PO_##origin == FLD_PO_UPSTREAM},
+    FLD_POLICY_FIELDS(TOOL_ROW)
+#undef TOOL_ROW
 };
 
 static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
@@ -116,9 +128,9 @@ const struct fld_policy_row *fld__policy_row(enum fld_policy_field f)
     return (unsigned)f < FLD_PF_COUNT ? &rows[f] : NULL;
 }
 
-const char *fld__policy_kind_name(enum fld_policy_kind k)
+const struct fld_tool_policy_field *fld__policy_field_row(unsigned index)
 {
-    return (unsigned)k < sizeof kind_names / sizeof kind_names[0] ? kind_names[k] : NULL;
+    return index < FLD_PF_COUNT ? &tool_rows[index] : NULL;
 }
 
 const char *fld__policy_field_key(enum fld_policy_field f)

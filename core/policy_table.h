@@ -119,7 +119,7 @@ struct fld_policy_row {
 /* Row f of the table, or NULL when f is not a field. */
 const struct fld_policy_row *fld__policy_row(enum fld_policy_field f);
 
-/* The kind's name ("prefer", "flag", "switch", "names", "vendors", "orders", "custom"). */
-const char *fld__policy_kind_name(enum fld_policy_kind k);
+/* The rows for the tool and the Python extension: fld__policy_field_row()
+ * (include/fldispatch/internal/tool_api.h), with the kinds' names. */
 
 #endif

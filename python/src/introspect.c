@@ -359,6 +359,29 @@ static PyObject *py_load_plugin(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* The library's policy-field table (tool_api.h), one dict per row. */
+static PyObject *py_policy_fields(PyObject *self, PyObject *unused)
+{
+    const struct fld_tool_policy_field *f;
+    unsigned n = 0;
+    while (fld__policy_field_row(n))
+        n++;
+    PyObject *rows = PyTuple_New((Py_ssize_t)n);
+    for (unsigned i = 0; rows && (f = fld__policy_field_row(i)); i++) {
+        const struct fld_tool_policy_field *partner =
+            f->partner >= 0 ? fld__policy_field_row((unsigned)f->partner) : NULL;
+        PyObject *row = Py_BuildValue("{s:s,s:s,s:s,s:s,s:s,s:z,s:O}", "key", f->key, "env", f->env,
+                                      "yaml_key", f->yaml, "word", f->word, "kind", f->kind,
+                                      "partner", partner ? partner->key : NULL, "upstream",
+                                      f->upstream ? Py_True : Py_False);
+        if (!row || PyTuple_SetItem(rows, (Py_ssize_t)i, row) < 0) { /* steals row */
+            Py_CLEAR(rows);
+            break;
+        }
+    }
+    return rows;
+}
+
 static PyObject *py_last_error(PyObject *self, PyObject *unused)
 {
     return str_or_none(fld_last_error());
@@ -392,6 +415,9 @@ PyMethodDef fldpy_introspect_methods[] = {
      "(VLLM_FL_OOT_*)."},
     {"load_plugin", py_load_plugin, METH_O,
      "load_plugin(path)\n--\n\nLoads one plugin file now (the checks of the search path apply)."},
+    {"policy_fields", py_policy_fields, METH_NOARGS,
+     "policy_fields()\n--\n\nThe library's policy-field table: one dict per field (key, env,\n"
+     "yaml_key, word, kind, partner, upstream), in the order of config()'s fields."},
     {"last_error", py_last_error, METH_NOARGS,
      "last_error()\n--\n\nfld_last_error() of this thread."},
     {NULL, NULL, 0, NULL},
