@@ -1,17 +1,14 @@
 /*
- * Policy files (see config.h for the precedence of the layers, and
- * layers.c for their assembly): the strict schema of YAML policy files,
- * VLLM_FL_OP_CONFIG's file, fld_policy_load_file() and the
- * effective-configuration report behind `fldispatch config`.
+ * Policy files, the policy-file schema only (config.h): YAML policy files
+ * read against the keys of the policy-field table (policy_table.h),
+ * VLLM_FL_OP_CONFIG's JSON file, and fld_policy_load_file(). The layers and
+ * their precedence are layers.c's; the report of the effective
+ * configuration is config_report.c's.
  *
  * A file is read in two steps: the whole document is checked and converted
  * into a `struct layer` first, and only a layer without a single error is
  * committed onto a policy. That is what makes "nothing is ever half-applied"
  * hold without undo code.
- *
- * Why one file of about 870 lines: the schema of a policy file is one walk
- * over one document (keys, their values, the file:line:column of each
- * error); the layer assembly already left for layers.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,16 +18,14 @@
 #include <fldispatch/fldispatch.h>
 
 #include "config.h"
-#include "config_internal.h"
+#include "config_tree.h"
 #include "custom_ops.h"
 #include "error.h"
 #include "inflight.h"
 #include "host.h"
 #include "log.h"
-#include "manifest.h"
 #include "names.h"
 #include "policy.h"
-#include "reclaim.h"
 
 #define BOOL_WORDS "true, false, yes, no, on, off"
 #define ORDER_FORM "a sequence of tokens or an \"a|b\" string"

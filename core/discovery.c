@@ -39,7 +39,7 @@
 #include "linkage.h"
 #include "log.h"
 #include "plugin_file.h"
-#include "probe.h"
+#include "probe_gate.h"
 #include "reclaim.h"
 #include "reentry.h"
 #include "registry.h"

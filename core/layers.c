@@ -5,7 +5,7 @@
  * VLLM_FL_OP_CONFIG are read here), or VLLM_FL_CONFIG's file instead of both;
  * then VLLM_FL_MANIFEST. "Where is VLLM_FL_X read" for the policy's
  * variables has its answer in this file; the names of the fields' variables
- * are policy.c's field table (fld__policy_field_env()).
+ * are the policy-field table's (policy_table.h).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include <fldispatch/fldispatch.h>
 
 #include "config.h"
-#include "config_internal.h"
+#include "layers.h"
 #include "error.h"
 #include "log.h"
 #include "manifest.h"

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_internal.h"
+#include "config_tree.h"
 #include "devices.h"
 #include "error.h"
 #include "log.h"

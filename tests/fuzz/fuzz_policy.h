@@ -14,9 +14,10 @@
 #define FLD_FUZZ_POLICY_H
 
 #include "config.h"
-#include "config_internal.h"
+#include "config_tree.h"
 #include "custom_ops.h"
 #include "error.h"
+#include "layers.h"
 #include "parse.h"
 #include "policy.h"
 
