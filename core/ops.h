@@ -12,9 +12,9 @@
 #include <fldispatch/plugin.h>
 
 #include "devices.h"
+#include "dtypes.h"
 
-/* Dtype indexes of the cache slots; the device indexes are devices.h's. */
-enum { FLD_DT_F32, FLD_DT_F16, FLD_DT_BF16, FLD_NDTYPES, FLD_DT_ANY = FLD_NDTYPES };
+/* The cache slots: one per (device index, dtype index), devices.h's and dtypes.h's. */
 #define FLD_NSLOTS ((FLD_NDEVICES + 1) * (FLD_NDTYPES + 1))
 
 static inline unsigned fld__slot(int dev, int dt)

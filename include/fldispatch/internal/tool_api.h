@@ -166,6 +166,24 @@ struct fld_tool_device {
 FLD_TOOL_API const struct fld_tool_device *fld__device_row(unsigned index);
 
 /*
+ * One row of the library's dtype table (core/dtypes.h FLD_DTYPE_TABLE), for
+ * the dtype names and mask bits the tool and the Python extension print and
+ * accept.
+ */
+struct fld_tool_dtype {
+    const char *name;      /* "bf16", as fld_dtype_name() */
+    const char *long_name; /* "bfloat16" (PyTorch's torch.bfloat16) */
+    uint8_t code, bits;    /* DLPack type code and width; element size bits / 8 */
+    uint32_t mask;         /* FLD_DTYPE_MASK_*: 1u << the row's index */
+};
+
+/*
+ * The dtype table's row at index, in the order of the FLD_DTYPE_MASK_* bits,
+ * or NULL past the last row. Constant data, MT safe; needs no fld_init().
+ */
+FLD_TOOL_API const struct fld_tool_dtype *fld__dtype_row(unsigned index);
+
+/*
  * One row of the library's policy-field table (core/policy_table.h
  * FLD_POLICY_FIELDS), for the policy keys the Python package accepts and
  * reads back.
