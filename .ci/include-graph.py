@@ -19,6 +19,8 @@ as a cycle.
     python3 .ci/include-graph.py --dot      # the graph for graphviz (dot -Tsvg)
     python3 .ci/include-graph.py --edges    # one "a -> b" line per dependency
 
+--self-test checks the rules on a made-up core (make lint runs it).
+
 Exit status 0; with --max-cycle N, 1 when a cycle has more than N modules
 (N = 1 forbids every cycle) and is not within one of KNOWN_CYCLES, for a
 check in CI. --includes-only draws the include graph alone.
@@ -141,6 +143,33 @@ def cycles(deps):
     return sorted(out, key=lambda c: (-len(c), c))
 
 
+def self_test():
+    """The uses are seen through a header named after another module; a
+    static function, a prototype and a comment are not definitions or uses."""
+    import tempfile
+    files = {
+        "x.h": "int fld__b(void);\nint fld__x(void);\n",
+        "x.c": '#include "x.h"\nint fld__x(void)\n{\n    return 0;\n}\n',
+        "b.c": '#include "a.h"\nint fld__b(void)\n{\n    return fld__a;\n}\n'
+               "static int fld__hidden(void)\n{\n    return 1;\n}\n",
+        "a.h": "extern int fld__a;\n",
+        "a.c": '#include "x.h"\nint fld__a = 1;\n/* fld__x() */\n'
+               "static int use(void)\n{\n    return fld__b();\n}\n",
+        "c.c": "static int fld__hidden(void);\nint fld__c(void)\n{\n    return fld__hidden();\n}\n",
+    }
+    with tempfile.TemporaryDirectory() as core:
+        for name, text in files.items():
+            with open(os.path.join(core, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        deps = modules(core)
+        inc = modules(core, calls=False)
+    want = {"a": {"x", "b"}, "b": {"a"}, "c": set(), "x": set()}
+    assert deps == want, deps
+    assert inc == {"a": {"x"}, "b": {"a"}, "c": set(), "x": set()}, inc
+    assert cycles(deps) == [["a", "b"]] and cycles(inc) == [], (cycles(deps), cycles(inc))
+    return 0
+
+
 def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under `| head`
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -150,7 +179,11 @@ def main():
     ap.add_argument("--max-cycle", type=int, default=0)
     ap.add_argument("--includes-only", action="store_true",
                     help="the include graph alone, without the uses of definitions")
+    ap.add_argument("--self-test", action="store_true",
+                    help="check the graph's rules on a small made-up core, then exit")
     args = ap.parse_args()
+    if args.self_test:
+        return self_test()
     deps = modules(args.core, calls=not args.includes_only)
     comps = cycles(deps)
     if args.dot:
