@@ -423,7 +423,8 @@ lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ)
 	$(Q)$(call fld_say,LINT,core plugins tools tests python/src)out=$$($(CPPCHECK) $(CPPCHECK_FLAGS) \
 	  --cppcheck-build-dir=$(B)/cppcheck -j2 core plugins tools tests python/src 2>&1); st=$$?; \
 	  if [ -n "$$out" ]; then printf '%s\n' "$$out" >&2; exit 1; fi; exit $$st
-	$(Q)$(call fld_say,LINT,core include graph: no cycle)$(PYTHON) .ci/include-graph.py --max-cycle 1 >/dev/null \
+	$(Q)$(call fld_say,LINT,core include graph: no cycle)$(PYTHON) .ci/include-graph.py --self-test \
+	  && $(PYTHON) .ci/include-graph.py --max-cycle 1 >/dev/null \
 	  || { $(PYTHON) .ci/include-graph.py | sed -n '/cycle(s)/,$$p' >&2; exit 1; }
 	$(Q)$(call fld_say,LINT,core and tools: nothing linked and unused)$(PYTHON) .ci/unused.py $(CORE_OBJ) $(TOOL_OBJ)
 	$(Q)$(call fld_say,LINT,no tracked file that .gitignore ignores)if [ -d .git ] || [ -f .git ]; then \

@@ -1,17 +1,14 @@
 /*
- * Policy files (see config.h for the precedence of the layers, and
- * layers.c for their assembly): the strict schema of YAML policy files,
- * VLLM_FL_OP_CONFIG's file, fld_policy_load_file() and the
- * effective-configuration report behind `fldispatch config`.
+ * Policy files, the policy-file schema only (config.h): YAML policy files
+ * read against the keys of the policy-field table (policy_table.h),
+ * VLLM_FL_OP_CONFIG's JSON file, and fld_policy_load_file(). The layers and
+ * their precedence are layers.c's; the report of the effective
+ * configuration is config_report.c's.
  *
  * A file is read in two steps: the whole document is checked and converted
  * into a `struct layer` first, and only a layer without a single error is
  * committed onto a policy. That is what makes "nothing is ever half-applied"
  * hold without undo code.
- *
- * Why one file of about 870 lines: the schema of a policy file is one walk
- * over one document (keys, their values, the file:line:column of each
- * error); the layer assembly already left for layers.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,64 +18,44 @@
 #include <fldispatch/fldispatch.h>
 
 #include "config.h"
-#include "config_internal.h"
+#include "config_tree.h"
 #include "custom_ops.h"
 #include "error.h"
 #include "inflight.h"
 #include "host.h"
 #include "log.h"
-#include "manifest.h"
 #include "names.h"
 #include "policy.h"
-#include "reclaim.h"
 
 #define BOOL_WORDS "true, false, yes, no, on, off"
-#define YAML_KEYS                                                                                  \
-    "prefer, strict, allow_vendors, deny_vendors, flagos_whitelist, flagos_blacklist, "            \
-    "oot_whitelist, oot_blacklist, op_backends, custom_ops, enabled, use_flaggems, oot_enabled, "  \
-    "external_enabled, external_whitelist, external_blacklist"
 #define ORDER_FORM "a sequence of tokens or an \"a|b\" string"
 #define TOKENS     "flagos, vendor, vendor:NAME, reference, impl:ID"
 #define OP_CONFIG  "VLLM_FL_OP_CONFIG"
 #define ACTION_KEY "action"
 
-enum value_kind { VK_PREFER, VK_BOOL, VK_LIST, VK_ORDERS, VK_CUSTOM };
+/* The valid keys of a policy file, from the field table: vllm-plugin-FL's
+ * first, then fldispatch's own (without them VLLM_FL_CONFIG, a complete
+ * override, could not express those fields at all). Each key is preceded
+ * by ", "; yaml_keys_text() skips the first. */
+#define YAML_KEY_UPSTREAM(yaml) ", " yaml
+#define YAML_KEY_OWN(yaml)
+#define OWN_KEY_UPSTREAM(yaml)
+#define OWN_KEY_OWN(yaml) ", " yaml
+#define UPSTREAM_KEY(id, key, env, yaml, kind, member, partner, word, origin)                      \
+    YAML_KEY_##origin(yaml)
+#define OWN_KEY(id, key, env, yaml, kind, member, partner, word, origin) OWN_KEY_##origin(yaml)
+static const char yaml_keys_list[] =
+    FLD_POLICY_FIELDS(UPSTREAM_KEY) FLD_POLICY_FIELDS(OWN_KEY);
+#define YAML_KEYS (yaml_keys_list + 2)
 
-struct yaml_key {
-    const char *name;
-    enum fld_policy_field field;
-    enum value_kind kind;
-};
-
-static const struct yaml_key yaml_keys[] = {
-    {"prefer", FLD_PF_PREFER, VK_PREFER},
-    {"strict", FLD_PF_STRICT, VK_BOOL},
-    {"allow_vendors", FLD_PF_ALLOW_VENDORS, VK_LIST},
-    {"deny_vendors", FLD_PF_DENY_VENDORS, VK_LIST},
-    {"flagos_whitelist", FLD_PF_FLAGOS_WHITELIST, VK_LIST},
-    {"flagos_blacklist", FLD_PF_FLAGOS_BLACKLIST, VK_LIST},
-    {"oot_whitelist", FLD_PF_OOT_WHITELIST, VK_LIST},
-    {"oot_blacklist", FLD_PF_OOT_BLACKLIST, VK_LIST},
-    {"op_backends", FLD_PF_PER_OP, VK_ORDERS},
-    {"custom_ops", FLD_PF_CUSTOM_OPS, VK_CUSTOM},
-    /* Not in the Python system's files, but without them VLLM_FL_CONFIG (a
-     * complete override) could not express these fields at all. */
-    {"enabled", FLD_PF_ENABLED, VK_BOOL},
-    {"use_flaggems", FLD_PF_USE_FLAGGEMS, VK_BOOL},
-    {"oot_enabled", FLD_PF_OOT_ENABLED, VK_BOOL},
-    /* fldispatch's own: plugins built outside this project. */
-    {"external_enabled", FLD_PF_EXTERNAL_ENABLED, VK_BOOL},
-    {"external_whitelist", FLD_PF_EXTERNAL_WHITELIST, VK_LIST},
-    {"external_blacklist", FLD_PF_EXTERNAL_BLACKLIST, VK_LIST},
-};
-#define N_YAML_KEYS (sizeof yaml_keys / sizeof yaml_keys[0])
-
-/* White- and blacklist pairs: one of each pair per layer. */
-static const enum fld_policy_field list_pairs[][2] = {
-    {FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST},
-    {FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST},
-    {FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST},
-};
+/* The field whose YAML key is name, or FLD_PF_NONE. */
+static enum fld_policy_field yaml_field(const char *name)
+{
+    for (int f = 0; f < FLD_PF_COUNT; f++)
+        if (strcmp(name, fld__policy_row(f)->yaml) == 0)
+            return (enum fld_policy_field)f;
+    return FLD_PF_NONE;
+}
 
 /* Locale-independent on purpose, like parse.c. */
 static bool is_name(const char *s)
@@ -96,10 +73,7 @@ static bool is_name(const char *s)
 
 static const char *key_name(enum fld_policy_field f)
 {
-    for (size_t i = 0; i < N_YAML_KEYS; i++)
-        if (yaml_keys[i].field == f)
-            return yaml_keys[i].name;
-    return fld__policy_field_key(f);
+    return fld__policy_row(f)->yaml;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -509,53 +483,53 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
     l->custom.base_enabled = true;
     if (!root || is_null(root))
         return fld__fail(FLD_ECONFIG,
-                         "%s:%u:%u: empty %s (expected a mapping of policy keys; valid keys: "
-                         "" YAML_KEYS ")",
+                         "%s:%u:%u: empty %s (expected a mapping of policy keys; valid keys: %s)",
                          label, root ? root->line : 1, root ? root->column : 1,
-                         root ? "document" : "file");
+                         root ? "document" : "file", YAML_KEYS);
     if (root->type != FLD_YNODE_MAPPING)
-        return fld__fail(
-            FLD_ECONFIG,
-            "%s:%u:%u: expected a mapping of policy keys, not %s (valid keys: " YAML_KEYS ")",
-            label, root->line, root->column, fld__ynode_describe(root, desc, sizeof desc));
+        return fld__fail(FLD_ECONFIG,
+                         "%s:%u:%u: expected a mapping of policy keys, not %s (valid keys: %s)",
+                         label, root->line, root->column,
+                         fld__ynode_describe(root, desc, sizeof desc), YAML_KEYS);
     for (size_t i = 0; i + 1 < root->n; i += 2) {
         const struct fld_ynode *k = root->kids[i], *v = root->kids[i + 1];
-        const struct yaml_key *key = NULL;
         if (k->type != FLD_YNODE_SCALAR || is_null(k))
-            return fld__fail(FLD_ECONFIG,
-                             "%s:%u:%u: a key must be a string, not %s (valid: " YAML_KEYS ")",
-                             label, k->line, k->column, fld__ynode_describe(k, desc, sizeof desc));
-        for (size_t j = 0; j < N_YAML_KEYS && !key; j++)
-            if (strcmp(k->text, yaml_keys[j].name) == 0)
-                key = &yaml_keys[j];
-        if (!key && strcmp(k->text, ACTION_KEY) == 0) {
+            return fld__fail(FLD_ECONFIG, "%s:%u:%u: a key must be a string, not %s (valid: %s)",
+                             label, k->line, k->column, fld__ynode_describe(k, desc, sizeof desc),
+                             YAML_KEYS);
+        enum fld_policy_field f = yaml_field(k->text);
+        if (f == FLD_PF_NONE && strcmp(k->text, ACTION_KEY) == 0) {
             if ((rc = read_action(label, k, v, &action_line)) != FLD_OK)
                 return rc;
             continue;
         }
-        if (!key)
-            return fld__fail(FLD_ECONFIG, "%s:%u:%u: unknown key '%s' (valid: " YAML_KEYS ")",
-                             label, k->line, k->column, k->text);
-        enum fld_policy_field f = key->field;
+        if (f == FLD_PF_NONE)
+            return fld__fail(FLD_ECONFIG, "%s:%u:%u: unknown key '%s' (valid: %s)", label, k->line,
+                             k->column, k->text, YAML_KEYS);
+        const char *name = key_name(f);
         if (l->has[f])
             return fld__fail(FLD_ECONFIG, "%s:%u:%u: duplicate key '%s' (first at line %u)", label,
-                             k->line, k->column, key->name, l->line[f]);
-        switch (key->kind) {
-        case VK_PREFER:
-            rc = read_prefer(label, key->name, v, &l->prefer);
+                             k->line, k->column, name, l->line[f]);
+        switch (fld__policy_row(f)->kind) {
+        case FLD_PK_PREFER:
+            rc = read_prefer(label, name, v, &l->prefer);
             break;
-        case VK_BOOL:
-            rc = read_bool(label, key->name, v, &l->bools[f]);
+        case FLD_PK_FLAG:
+        case FLD_PK_SWITCH:
+            rc = read_bool(label, name, v, &l->bools[f]);
             break;
-        case VK_LIST:
-            rc = read_list(label, key->name, v, &l->lists[f]);
-            if (rc == FLD_OK && (f == FLD_PF_ALLOW_VENDORS || f == FLD_PF_DENY_VENDORS))
+        case FLD_PK_NAMES:
+            rc = read_list(label, name, v, &l->lists[f]);
+            break;
+        case FLD_PK_VENDORS:
+            rc = read_list(label, name, v, &l->lists[f]);
+            if (rc == FLD_OK)
                 fld__strlist_lower(&l->lists[f]);
             break;
-        case VK_ORDERS:
+        case FLD_PK_ORDERS:
             rc = read_orders(label, v, &l->orders);
             break;
-        case VK_CUSTOM:
+        case FLD_PK_CUSTOM:
             rc = read_custom(label, v, &l->custom);
             break;
         default:
@@ -567,9 +541,9 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
         l->line[f] = k->line;
         l->column[f] = k->column;
     }
-    for (size_t i = 0; i < sizeof list_pairs / sizeof list_pairs[0]; i++) {
-        enum fld_policy_field a = list_pairs[i][0], b = list_pairs[i][1];
-        if (!l->has[a] || !l->has[b])
+    for (int i = 0; i < FLD_PF_COUNT; i++) {
+        enum fld_policy_field a = (enum fld_policy_field)i, b = fld__policy_row(a)->partner;
+        if (b <= a || !l->has[a] || !l->has[b]) /* each exclusive pair once */
             continue;
         enum fld_policy_field later = l->line[a] > l->line[b] ? a : b;
         enum fld_policy_field other = later == a ? b : a;
@@ -595,19 +569,22 @@ static int layer_commit(struct fld_policy *p, struct layer *l)
     for (int f = 0; f < FLD_PF_COUNT; f++) {
         if (!l->has[f])
             continue;
-        if (f == FLD_PF_PREFER) {
+        enum fld_policy_kind kind = fld__policy_row(f)->kind;
+        bool *b = fld__policy_bool_mut(p, f);
+        struct fld_strlist *list = fld__policy_list_mut(p, f);
+        if (kind == FLD_PK_PREFER) {
             p->prefer = (enum fld_prefer)l->prefer;
-        } else if (fld__policy_bool_field(p, f)) {
-            *fld__policy_bool_field(p, f) = l->bools[f];
-        } else if (fld__policy_list_field(p, f)) {
-            fld__strlist_free(fld__policy_list_field(p, f));
-            *fld__policy_list_field(p, f) = l->lists[f];
+        } else if (b) {
+            *b = l->bools[f];
+        } else if (list) {
+            fld__strlist_free(list);
+            *list = l->lists[f];
             l->lists[f] = (struct fld_strlist){false, 0, NULL};
-        } else if (f == FLD_PF_PER_OP) {
+        } else if (kind == FLD_PK_ORDERS) {
             /* Per op: the file's orders replace those of the same ops only. */
             fld__orders_free(&p->per_op);
             p->per_op = merged;
-        } else if (f == FLD_PF_CUSTOM_OPS) {
+        } else if (kind == FLD_PK_CUSTOM) {
             fld__custom_ops_free(&p->custom_ops);
             p->custom_ops = l->custom;
             memset(&l->custom, 0, sizeof l->custom);
@@ -616,11 +593,11 @@ static int layer_commit(struct fld_policy *p, struct layer *l)
     }
     /* A list set here replaces its pair from a lower layer: the platform
      * file's flagos_blacklist must not make a whitelist set here an error. */
-    for (size_t i = 0; i < sizeof list_pairs / sizeof list_pairs[0]; i++) {
-        for (int side = 0; side < 2; side++) {
-            enum fld_policy_field set = list_pairs[i][side], other = list_pairs[i][!side];
-            if (l->has[set] && !l->has[other] && fld__policy_list_field(p, other)->set) {
-                fld__strlist_free(fld__policy_list_field(p, other));
+    for (int i = 0; i < FLD_PF_COUNT; i++) {
+        enum fld_policy_field set = (enum fld_policy_field)i, other = fld__policy_row(set)->partner;
+        if (other != FLD_PF_NONE) {
+            if (l->has[set] && !l->has[other] && fld__policy_list(p, other)->set) {
+                fld__strlist_free(fld__policy_list_mut(p, other));
                 snprintf(p->source[other], FLD_SOURCE_LEN, "cleared by %s:%u", l->label,
                          l->line[set]);
             }
@@ -758,145 +735,4 @@ int fld_policy_load_file(const char *path)
         fld__policy_free(p);
     fld__unlock();
     return rc;
-}
-
-/* ------------------------------------------------------------------------ */
-/* The effective configuration, field by field                              */
-/* ------------------------------------------------------------------------ */
-
-/* A growable string; oom remembers a failed allocation. */
-struct text {
-    char *s;
-    size_t len, cap;
-    bool oom;
-};
-
-static void text_add(struct text *t, const char *s)
-{
-    size_t n = strlen(s);
-    if (t->oom)
-        return;
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 64;
-        while (cap < t->len + n + 1)
-            cap *= 2;
-        char *g = realloc(t->s, cap);
-        if (!g) {
-            t->oom = true;
-            return;
-        }
-        t->s = g;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, s, n + 1);
-    t->len += n;
-}
-
-static void text_list(struct text *t, const struct fld_strlist *l)
-{
-    text_add(t, "");
-    for (size_t i = 0; l->set && i < l->n; i++) {
-        if (i)
-            text_add(t, ",");
-        text_add(t, l->items[i]);
-    }
-}
-
-/* Calls fn with one field and empties value for the next. */
-static int emit(int (*fn)(const fld_config_field *, void *), void *user, const char *key,
-                struct text *value, const char *source)
-{
-    if (value->oom)
-        return fld__fail(FLD_ENOMEM, "fld_foreach_config_field: out of memory");
-    fld_config_field field = {key, value->s ? value->s : "", source};
-    int r = fn(&field, user);
-    value->len = 0;
-    if (value->s)
-        value->s[0] = '\0';
-    return r;
-}
-
-int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user), void *user)
-{
-    FLD_CALL_SCOPE();
-    static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
-    static const enum fld_policy_field order[] = {
-        FLD_PF_PREFER,
-        FLD_PF_STRICT,
-        FLD_PF_ENABLED,
-        FLD_PF_USE_FLAGGEMS,
-        FLD_PF_ALLOW_VENDORS,
-        FLD_PF_DENY_VENDORS,
-        FLD_PF_FLAGOS_WHITELIST,
-        FLD_PF_FLAGOS_BLACKLIST,
-        FLD_PF_OOT_ENABLED,
-        FLD_PF_OOT_WHITELIST,
-        FLD_PF_OOT_BLACKLIST,
-        FLD_PF_EXTERNAL_ENABLED,
-        FLD_PF_EXTERNAL_WHITELIST,
-        FLD_PF_EXTERNAL_BLACKLIST,
-        FLD_PF_CUSTOM_OPS,
-    };
-    struct text value = {NULL, 0, 0, false};
-    char key[256];
-    int r = fld__ensure_init();
-    if (r)
-        return r;
-    if (!fn)
-        return fld__fail(FLD_EINVAL, "fld_foreach_config_field: argument 'fn' is NULL");
-    /* A copy: fn may change the policy (set, push, pop) while it runs. */
-    fld__read_begin();
-    struct fld_policy *p = fld__policy_clone(fld__policy_effective());
-    fld__read_end();
-    if (!p)
-        return fld__fail(FLD_ENOMEM, "fld_foreach_config_field: out of memory");
-    struct fld_policy *mut = p; /* for the accessors; nothing is written */
-
-    for (size_t i = 0; i < sizeof order / sizeof order[0] && !r; i++) {
-        enum fld_policy_field f = order[i];
-        if (f == FLD_PF_PREFER) {
-            text_add(&value, prefer_names[(unsigned)p->prefer < 3 ? p->prefer : 0]);
-        } else if (fld__policy_bool_field(mut, f)) {
-            text_add(&value, *fld__policy_bool_field(mut, f) ? "true" : "false");
-        } else if (fld__policy_list_field(mut, f)) {
-            text_list(&value, fld__policy_list_field(mut, f));
-        } else {
-            size_t n = fld__custom_ops_format(&p->custom_ops, NULL, 0);
-            char *buf = malloc(n + 1);
-            if (!buf) {
-                value.oom = true;
-            } else {
-                fld__custom_ops_format(&p->custom_ops, buf, n + 1);
-                text_add(&value, buf);
-                free(buf);
-            }
-        }
-        r = emit(fn, user, key_name(f), &value, p->source[f]);
-    }
-    /* Orders, one entry each; with none, one entry says where that came from. */
-    if (!r && p->per_op.n == 0) {
-        text_add(&value, "");
-        r = emit(fn, user, "op_backends", &value, p->source[FLD_PF_PER_OP]);
-    }
-    for (size_t i = 0; !r && i < p->per_op.n; i++) {
-        const struct fld_order *o = &p->per_op.items[i];
-        size_t n = fld__order_format(o, NULL, 0);
-        char *buf = malloc(n + 1);
-        if (!buf) {
-            value.oom = true;
-        } else {
-            fld__order_format(o, buf, n + 1);
-            text_add(&value, buf);
-            free(buf);
-        }
-        snprintf(key, sizeof key, "op_backends.%s", o->op);
-        r = emit(fn, user, key, &value, o->source[0] ? o->source : p->source[FLD_PF_PER_OP]);
-    }
-    if (!r && p->manifest) {
-        text_add(&value, p->manifest->path ? p->manifest->path : "");
-        r = emit(fn, user, "manifest", &value, "VLLM_FL_MANIFEST");
-    }
-    free(value.s);
-    fld__policy_free(p);
-    return r;
 }

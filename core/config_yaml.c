@@ -21,7 +21,7 @@
 
 #include <fldispatch/fldispatch.h>
 
-#include "config_internal.h"
+#include "config_tree.h"
 #include "error.h"
 
 #define MAX_DEPTH 64

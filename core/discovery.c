@@ -41,7 +41,7 @@
 #include "parse.h"
 #include "pathvar.h"
 #include "plugin_file.h"
-#include "probe.h"
+#include "probe_gate.h"
 #include "reclaim.h"
 #include "reentry.h"
 #include "registry.h"
@@ -202,9 +202,9 @@ static int reject_plugin(struct fld_plugin_rec *p, fld_plugin_status st, const c
 {
     fld__plugin_set_status(p, st, "%s", why);
     fld__log(st == FLD_PLUGIN_SKIPPED ? FLD_LOG_WARNING : FLD_LOG_ERROR, "plugin %s %s: %s",
-             p->path, st == FLD_PLUGIN_SKIPPED ? "skipped" : "rejected", why);
+             p->path, fld_plugin_status_name(st), why);
     return fld__fail(FLD_EPLUGIN, "plugin %s %s: %s", p->path,
-                     st == FLD_PLUGIN_SKIPPED ? "skipped" : "rejected", why);
+                     fld_plugin_status_name(st), why);
 }
 
 int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *path, void *dl)

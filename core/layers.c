@@ -5,7 +5,7 @@
  * VLLM_FL_OP_CONFIG are read here), or VLLM_FL_CONFIG's file instead of both;
  * then VLLM_FL_MANIFEST. "Where is VLLM_FL_X read" for the policy's
  * variables has its answer in this file; the names of the fields' variables
- * are policy.c's field table (fld__policy_field_env()).
+ * are the policy-field table's (policy_table.h).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include <fldispatch/fldispatch.h>
 
 #include "config.h"
-#include "config_internal.h"
+#include "layers.h"
 #include "error.h"
 #include "log.h"
 #include "manifest.h"
@@ -33,7 +33,7 @@ static void drop_replaced_pair(struct fld_policy *p, const bool *from_env,
 {
     for (int side = 0; side < 2; side++) {
         enum fld_policy_field set = side ? black : white, other = side ? white : black;
-        struct fld_strlist *l = fld__policy_list_field(p, other);
+        struct fld_strlist *l = fld__policy_list_mut(p, other);
         if (from_env[set] && !from_env[other] && l->set) {
             fld__strlist_free(l);
             snprintf(p->source[other], sizeof p->source[other], "cleared by %s",
@@ -65,9 +65,9 @@ int fld__policy_apply_env(struct fld_policy *p)
     const char *op_config = fld__path_variable("VLLM_FL_OP_CONFIG");
     if (op_config && (rc = fld__op_config_apply(p, op_config)) != FLD_OK)
         return rc;
-    drop_replaced_pair(p, from_env, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
-    drop_replaced_pair(p, from_env, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
-    drop_replaced_pair(p, from_env, FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST);
+    for (int f = 0; f < FLD_PF_COUNT; f++) /* each exclusive pair once */
+        if (fld__policy_row(f)->partner > f)
+            drop_replaced_pair(p, from_env, f, fld__policy_row(f)->partner);
     return fld__policy_check(p);
 }
 

@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
 #include "discovery.h"
 #include "error.h"
 #include "host.h"
 #include "inflight.h"
+#include "layers.h"
 #include "log.h"
 #include "manager.h"
 #include "manifest.h"

@@ -21,14 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_internal.h"
+#include "config_tree.h"
 #include "devices.h"
+#include "dtypes.h"
 #include "error.h"
 #include "log.h"
 #include "ops.h"
 #include "registry.h"
 
-static const char *const dtype_names[FLD_NDTYPES + 1] = {"f32", "f16", "bf16", "any"};
 
 #define TOP_KEYS   "version, entries"
 #define ENTRY_KEYS "op, device, dtype, impl, rows"
@@ -111,7 +111,16 @@ static const char *device_name(int dev)
 
 static const char *dtype_name(int dt)
 {
-    return dtype_names[dt];
+    return fld__dtype_word(dt);
+}
+
+/* FLD_DT_* index of a dtype word of the table, FLD_DT_ANY for "any", or -1. */
+static int dtype_index(const char *s)
+{
+    for (int i = 0; i < FLD_NDTYPES; i++)
+        if (strcmp(s, fld__dtypes[i].name) == 0)
+            return i;
+    return strcmp(s, "any") == 0 ? FLD_DT_ANY : -1;
 }
 
 static int device_index(const char *s)
@@ -223,9 +232,9 @@ static int parse_entry(const struct reader *r, const struct fld_ynode *node,
                                fld__device_text(FLD_DEVICE_TEXT_NAMES));
             break;
         case KEY_DTYPE:
-            e->dtype = name_index(dtype_names, FLD_NDTYPES + 1, text);
+            e->dtype = dtype_index(text);
             if (e->dtype < 0)
-                return fail_at(r, v, "invalid dtype '%s' (valid: f32, f16, bf16, any)", text);
+                return fail_at(r, v, "invalid dtype '%s' (valid: " FLD_DTYPE_NAMES_TEXT ")", text);
             break;
         }
     }
@@ -328,14 +337,14 @@ static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
         if (e->rows_lo && ++buckets > FLD_MAX_BUCKETS) {
             rc = fail_at(r, parsed[i].rows,
                          "too many row buckets for (%s, %s, %s): at most %d per op, device and dtype",
-                         e->op, device_name(e->device), dtype_names[e->dtype], FLD_MAX_BUCKETS);
+                         e->op, device_name(e->device), fld__dtype_word(e->dtype), FLD_MAX_BUCKETS);
             goto done;
         }
         if (!same_key)
             continue;
         if (!e->rows_lo) {
             rc = fail_at(r, parsed[i].node, "duplicate entry for (%s, %s, %s); first at line %d",
-                         e->op, device_name(e->device), dtype_names[e->dtype], prev->line);
+                         e->op, device_name(e->device), fld__dtype_word(e->dtype), prev->line);
             goto done;
         }
         /* Sorted by start: a bucket overlaps only if it starts inside the one before. */
@@ -346,7 +355,7 @@ static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
             const struct parsed_entry *earlier = later == &parsed[i] ? &parsed[i - 1] : &parsed[i];
             rc = fail_at(r, later->rows, "%s overlaps %s of the entry at line %d for (%s, %s, %s)",
                          rows_text(&later->e, a, sizeof a), rows_text(&earlier->e, b, sizeof b),
-                         earlier->e.line, e->op, device_name(e->device), dtype_names[e->dtype]);
+                         earlier->e.line, e->op, device_name(e->device), fld__dtype_word(e->dtype));
             goto done;
         }
     }
@@ -604,7 +613,7 @@ static bool entry_usable(const struct fld_manifest_entry *e, char *why, size_t s
         return false;
     }
     if (e->dtype != FLD_DT_ANY && !(impl->dtypes & (1u << e->dtype))) {
-        snprintf(why, size, "does not support dtype %s (it declares %s)", dtype_names[e->dtype],
+        snprintf(why, size, "does not support dtype %s (it declares %s)", fld__dtype_word(e->dtype),
                  mask_names(impl->dtypes, dtype_name, FLD_NDTYPES, list, sizeof list));
         return false;
     }
@@ -651,14 +660,14 @@ int fld__manifest_check(const struct fld_manifest *m, bool strict)
         else if (strict)
             rc = fld__fail(FLD_ECONFIG, "VLLM_FL_MANIFEST: %s:%d:%d: impl '%s' for %s (%s, %s%s%s) %s",
                            m->path, e->line, e->impl_column, e->impl_id, e->op,
-                           device_name(e->device), dtype_names[e->dtype], rows[0] ? ", " : "",
+                           device_name(e->device), fld__dtype_word(e->dtype), rows[0] ? ", " : "",
                            rows, why);
         else
             fld__log(FLD_LOG_WARNING,
                      "VLLM_FL_MANIFEST: %s:%d:%d: impl '%s' for %s (%s, %s%s%s) %s; the entry is "
                      "ignored and %s resolves by the policy",
                      m->path, e->line, e->impl_column, e->impl_id, e->op, device_name(e->device),
-                     dtype_names[e->dtype], rows[0] ? ", " : "", rows, why, e->op);
+                     fld__dtype_word(e->dtype), rows[0] ? ", " : "", rows, why, e->op);
     }
     if (unlisted)
         fld__log(FLD_LOG_WARNING,

@@ -5,7 +5,7 @@
  *
  * Split from manifest.h so that the policy record can hold, share, free
  * and print a manifest without including manifest.h: reading a manifest
- * (config_internal.h's YAML tree) and checking it against the registry
+ * (config_tree.h's YAML tree) and checking it against the registry
  * (names.h, which reads policies) sit above the policy, and including them
  * from policy.c closed a cycle of modules. This header includes nothing of
  * the library; manifest.h includes it, so the readers of manifest.h see the

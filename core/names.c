@@ -363,7 +363,7 @@ static void check_vendors(struct report *r, const struct known *k, const struct 
                           enum fld_policy_field f)
 {
     char where[FLD_SOURCE_LEN + 64], hint[160], list[512];
-    const struct fld_strlist *l = fld__policy_list_field((struct fld_policy *)p, f);
+    const struct fld_strlist *l = fld__policy_list(p, f);
     for (size_t i = 0; l->set && i < l->n; i++) {
         if (known_vendor(k, l->items[i]) || !report_wanted(r))
             continue;
@@ -380,7 +380,7 @@ static void check_op_list(struct report *r, const struct known *k, const struct 
                           enum fld_policy_field f, bool foreign)
 {
     char where[FLD_SOURCE_LEN + 64], hint[160];
-    const struct fld_strlist *l = fld__policy_list_field((struct fld_policy *)p, f);
+    const struct fld_strlist *l = fld__policy_list(p, f);
     for (size_t i = 0; l->set && i < l->n; i++) {
         if (known_op(k, l->items[i]))
             continue;

@@ -45,36 +45,6 @@ static struct {
 static _Atomic(struct op_table *) table;
 struct fld_op_s *_Atomic fld__catalog_ops[FLD_CAT_COUNT];
 
-const char *fld_dtype_name(DLDataType dtype)
-{
-    static const char *names[FLD_NDTYPES] = {"f32", "f16", "bf16"};
-    if (dtype.code == 0 && dtype.bits == 0 && dtype.lanes == 0)
-        return "any";
-    int i = fld_dtype_index(dtype);
-    return i < 0 ? NULL : names[i];
-}
-
-int fld_dtype_from_name(const char *name, DLDataType *dtype)
-{
-    static const struct {
-        const char *name;
-        DLDataType dtype;
-    } names[] = {{"f32", FLD_DTYPE_F32},   {"float32", FLD_DTYPE_F32},
-                 {"f16", FLD_DTYPE_F16},   {"float16", FLD_DTYPE_F16},
-                 {"bf16", FLD_DTYPE_BF16}, {"bfloat16", FLD_DTYPE_BF16},
-                 {"any", FLD_DTYPE_ANY}};
-    if (!name || !dtype)
-        return fld__fail(FLD_EINVAL, "fld_dtype_from_name: argument '%s' is NULL",
-                         name ? "dtype" : "name");
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcmp(name, names[i].name) == 0) {
-            *dtype = names[i].dtype;
-            return FLD_OK;
-        }
-    }
-    return fld__fail(FLD_EINVAL, "unknown dtype '%s' (valid: f32, f16, bf16, any)", name);
-}
-
 /*
  * Op names are short and hashed on every by-name call: eight bytes per
  * multiply, the length folded in at the end so that one pass over a

@@ -12,9 +12,7 @@
 #include <fldispatch/plugin.h>
 
 #include "devices.h"
-
-/* Dtype indexes of the cache slots; the device indexes are devices.h's. */
-enum { FLD_DT_F32, FLD_DT_F16, FLD_DT_BF16, FLD_NDTYPES, FLD_DT_ANY = FLD_NDTYPES };
+#include "dtypes.h"
 
 /*
  * Cache slots. A key is a (device, dtype): slots 0 to FLD_NSLOTS - 1, in

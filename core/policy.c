@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include <fldispatch/fldispatch.h>
+#include <fldispatch/internal/tool_api.h>
 
 #include "custom_ops.h"
 #include "error.h"
@@ -34,49 +35,34 @@
 #define SOURCE_DEFAULT "default"
 #define SOURCE_SET     "fld_policy_set"
 
-static const char *const field_keys[FLD_PF_COUNT] = {
-    [FLD_PF_PREFER] = "prefer",
-    [FLD_PF_STRICT] = "strict",
-    [FLD_PF_ENABLED] = "enabled",
-    [FLD_PF_USE_FLAGGEMS] = "use_flaggems",
-    [FLD_PF_ALLOW_VENDORS] = "allow_vendors",
-    [FLD_PF_DENY_VENDORS] = "deny_vendors",
-    [FLD_PF_PER_OP] = "per_op",
-    [FLD_PF_FLAGOS_WHITELIST] = "flagos_whitelist",
-    [FLD_PF_FLAGOS_BLACKLIST] = "flagos_blacklist",
-    [FLD_PF_OOT_ENABLED] = "oot_enabled",
-    [FLD_PF_OOT_WHITELIST] = "oot_whitelist",
-    [FLD_PF_OOT_BLACKLIST] = "oot_blacklist",
-    [FLD_PF_EXTERNAL_ENABLED] = "external_enabled",
-    [FLD_PF_EXTERNAL_WHITELIST] = "external_whitelist",
-    [FLD_PF_EXTERNAL_BLACKLIST] = "external_blacklist",
-    [FLD_PF_CUSTOM_OPS] = "custom_ops",
+/* The table's rows as data. */
+static const struct fld_policy_row rows[FLD_PF_COUNT] = {
+#define ROW(id, key, env, yaml, kind, member, partner, word, origin)                               \
+    [FLD_PF_##id] = {key, env, yaml, word, FLD_PK_##kind, FLD_PF_##partner, FLD_PO_##origin},
+    FLD_POLICY_FIELDS(ROW)
+#undef ROW
 };
 
-static const char *const field_envs[FLD_PF_COUNT] = {
-    [FLD_PF_PREFER] = "VLLM_FL_PREFER",
-    [FLD_PF_STRICT] = "VLLM_FL_STRICT",
-    [FLD_PF_ENABLED] = "VLLM_FL_PREFER_ENABLED",
-    [FLD_PF_USE_FLAGGEMS] = "USE_FLAGGEMS",
-    [FLD_PF_ALLOW_VENDORS] = "VLLM_FL_ALLOW_VENDORS",
-    [FLD_PF_DENY_VENDORS] = "VLLM_FL_DENY_VENDORS",
-    [FLD_PF_PER_OP] = "VLLM_FL_PER_OP",
-    [FLD_PF_FLAGOS_WHITELIST] = "VLLM_FL_FLAGOS_WHITELIST",
-    [FLD_PF_FLAGOS_BLACKLIST] = "VLLM_FL_FLAGOS_BLACKLIST",
-    [FLD_PF_OOT_ENABLED] = "VLLM_FL_OOT_ENABLED",
-    [FLD_PF_OOT_WHITELIST] = "VLLM_FL_OOT_WHITELIST",
-    [FLD_PF_OOT_BLACKLIST] = "VLLM_FL_OOT_BLACKLIST",
-    [FLD_PF_EXTERNAL_ENABLED] = "VLLM_FL_EXTERNAL_ENABLED",
-    [FLD_PF_EXTERNAL_WHITELIST] = "VLLM_FL_EXTERNAL_WHITELIST",
-    [FLD_PF_EXTERNAL_BLACKLIST] = "VLLM_FL_EXTERNAL_BLACKLIST",
-    [FLD_PF_CUSTOM_OPS] = "VLLM_FL_CUSTOM_OPS",
-};
+/* "prefer, strict, ..., custom_ops, or their environment variable names". */
+#define VALID_KEY(id, key, env, yaml, kind, member, partner, word, origin) key ", "
+#define VALID_KEYS FLD_POLICY_FIELDS(VALID_KEY) "or their environment variable names"
 
-#define VALID_KEYS                                                                                 \
-    "prefer, strict, enabled, use_flaggems, allow_vendors, deny_vendors, per_op, "                 \
-    "flagos_whitelist, flagos_blacklist, oot_enabled, oot_whitelist, oot_blacklist, "              \
-    "external_enabled, external_whitelist, external_blacklist, custom_ops, or their environment "  \
-    "variable names"
+#define KIND_NAME_PREFER  "prefer"
+#define KIND_NAME_FLAG    "flag"
+#define KIND_NAME_SWITCH  "switch"
+#define KIND_NAME_NAMES   "names"
+#define KIND_NAME_VENDORS "vendors"
+#define KIND_NAME_ORDERS  "orders"
+#define KIND_NAME_CUSTOM  "custom"
+
+/* The same rows for the tool and the Python extension (tool_api.h). */
+static const struct fld_tool_policy_field tool_rows[FLD_PF_COUNT] = {
+#define TOOL_ROW(id, key, env, yaml, kind, member, partner, word, origin)                          \
+    [FLD_PF_##id] = {key,        env, yaml, word, KIND_NAME_##kind, FLD_PF_##partner,              \
+                     FLD_PO_##origin == FLD_PO_UPSTREAM},
+    FLD_POLICY_FIELDS(TOOL_ROW)
+#undef TOOL_ROW
+};
 
 static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
 
@@ -137,14 +123,24 @@ static uint64_t next_serial(void)
     return atomic_fetch_add(&last_serial, 1) + 1;
 }
 
+const struct fld_policy_row *fld__policy_row(enum fld_policy_field f)
+{
+    return (unsigned)f < FLD_PF_COUNT ? &rows[f] : NULL;
+}
+
+const struct fld_tool_policy_field *fld__policy_field_row(unsigned index)
+{
+    return index < FLD_PF_COUNT ? &tool_rows[index] : NULL;
+}
+
 const char *fld__policy_field_key(enum fld_policy_field f)
 {
-    return (unsigned)f < FLD_PF_COUNT ? field_keys[f] : NULL;
+    return (unsigned)f < FLD_PF_COUNT ? rows[f].key : NULL;
 }
 
 const char *fld__policy_field_env(enum fld_policy_field f)
 {
-    return (unsigned)f < FLD_PF_COUNT ? field_envs[f] : NULL;
+    return (unsigned)f < FLD_PF_COUNT ? rows[f].env : NULL;
 }
 
 void fld__policy_set_source(struct fld_policy *p, enum fld_policy_field f, const char *source)
@@ -161,7 +157,7 @@ void fld__policy_set_orders_source(struct fld_orders *orders, const char *source
 static bool field_by_name(const char *name, enum fld_policy_field *out)
 {
     for (int f = 0; f < FLD_PF_COUNT; f++) {
-        if (strcmp(name, field_keys[f]) == 0 || strcmp(name, field_envs[f]) == 0) {
+        if (strcmp(name, rows[f].key) == 0 || strcmp(name, rows[f].env) == 0) {
             *out = (enum fld_policy_field)f;
             return true;
         }
@@ -179,14 +175,13 @@ struct fld_policy *fld__policy_new_default(void)
     if (!p)
         return NULL;
     p->prefer = FLD_PREFER_FLAGOS;
-    p->strict = false;
-    p->enabled = true;
-    p->use_flaggems = true;
-    p->oot_enabled = true;
-    p->external_enabled = true;
     p->custom_ops.base_enabled = true;
-    for (int f = 0; f < FLD_PF_COUNT; f++)
+    for (int f = 0; f < FLD_PF_COUNT; f++) {
+        bool *b = fld__policy_bool_mut(p, (enum fld_policy_field)f);
+        if (b) /* a switch is on until turned off; a flag off until set */
+            *b = rows[f].kind == FLD_PK_SWITCH;
         fld__policy_set_source(p, (enum fld_policy_field)f, SOURCE_DEFAULT);
+    }
     p->serial = next_serial();
     return p;
 }
@@ -195,14 +190,11 @@ void fld__policy_free(struct fld_policy *p)
 {
     if (!p)
         return;
-    fld__strlist_free(&p->allow_vendors);
-    fld__strlist_free(&p->deny_vendors);
-    fld__strlist_free(&p->flagos_whitelist);
-    fld__strlist_free(&p->flagos_blacklist);
-    fld__strlist_free(&p->oot_whitelist);
-    fld__strlist_free(&p->oot_blacklist);
-    fld__strlist_free(&p->external_whitelist);
-    fld__strlist_free(&p->external_blacklist);
+    for (int f = 0; f < FLD_PF_COUNT; f++) {
+        struct fld_strlist *l = fld__policy_list_mut(p, (enum fld_policy_field)f);
+        if (l)
+            fld__strlist_free(l);
+    }
     fld__orders_free(&p->per_op);
     fld__custom_ops_free(&p->custom_ops);
     fld__manifest_unref(p->manifest);
@@ -215,21 +207,17 @@ struct fld_policy *fld__policy_clone(const struct fld_policy *src)
     if (!p)
         return NULL;
     p->prefer = src->prefer;
-    p->strict = src->strict;
-    p->enabled = src->enabled;
-    p->use_flaggems = src->use_flaggems;
-    p->oot_enabled = src->oot_enabled;
-    p->external_enabled = src->external_enabled;
     memcpy(p->source, src->source, sizeof p->source);
-    if (fld__strlist_copy(&p->allow_vendors, &src->allow_vendors) != FLD_OK ||
-        fld__strlist_copy(&p->deny_vendors, &src->deny_vendors) != FLD_OK ||
-        fld__strlist_copy(&p->flagos_whitelist, &src->flagos_whitelist) != FLD_OK ||
-        fld__strlist_copy(&p->flagos_blacklist, &src->flagos_blacklist) != FLD_OK ||
-        fld__strlist_copy(&p->oot_whitelist, &src->oot_whitelist) != FLD_OK ||
-        fld__strlist_copy(&p->oot_blacklist, &src->oot_blacklist) != FLD_OK ||
-        fld__strlist_copy(&p->external_whitelist, &src->external_whitelist) != FLD_OK ||
-        fld__strlist_copy(&p->external_blacklist, &src->external_blacklist) != FLD_OK ||
-        fld__orders_copy(&p->per_op, &src->per_op) != FLD_OK ||
+    for (int i = 0; i < FLD_PF_COUNT; i++) {
+        enum fld_policy_field f = (enum fld_policy_field)i;
+        const bool *b = fld__policy_bool(src, f);
+        const struct fld_strlist *l = fld__policy_list(src, f);
+        if (b)
+            *fld__policy_bool_mut(p, f) = *b;
+        if (l && fld__strlist_copy(fld__policy_list_mut(p, f), l) != FLD_OK)
+            goto fail;
+    }
+    if (fld__orders_copy(&p->per_op, &src->per_op) != FLD_OK ||
         fld__custom_ops_copy(&p->custom_ops, &src->custom_ops) != FLD_OK)
         goto fail;
     /* Shared and immutable: the clone holds a reference, not a copy. */
@@ -246,47 +234,50 @@ fail:
 /* Setting fields                                                           */
 /* ------------------------------------------------------------------------ */
 
-struct fld_strlist *fld__policy_list_field(struct fld_policy *p, enum fld_policy_field f)
+/* Each a switch over the members of one type, written by the table. */
+#define LIST_CASE(id, key, env, yaml, kind, member, partner, word, origin)                         \
+    FLD__PF_IF_LIST_##kind(case FLD_PF_##id : return &p->member;)
+#define BOOL_CASE(id, key, env, yaml, kind, member, partner, word, origin)                         \
+    FLD__PF_IF_BOOL_##kind(case FLD_PF_##id : return &p->member;)
+
+const struct fld_strlist *fld__policy_list(const struct fld_policy *p, enum fld_policy_field f)
 {
     switch (f) {
-    case FLD_PF_ALLOW_VENDORS:
-        return &p->allow_vendors;
-    case FLD_PF_DENY_VENDORS:
-        return &p->deny_vendors;
-    case FLD_PF_FLAGOS_WHITELIST:
-        return &p->flagos_whitelist;
-    case FLD_PF_FLAGOS_BLACKLIST:
-        return &p->flagos_blacklist;
-    case FLD_PF_OOT_WHITELIST:
-        return &p->oot_whitelist;
-    case FLD_PF_OOT_BLACKLIST:
-        return &p->oot_blacklist;
-    case FLD_PF_EXTERNAL_WHITELIST:
-        return &p->external_whitelist;
-    case FLD_PF_EXTERNAL_BLACKLIST:
-        return &p->external_blacklist;
+        FLD_POLICY_FIELDS(LIST_CASE)
     default:
         return NULL;
     }
 }
 
-bool *fld__policy_bool_field(struct fld_policy *p, enum fld_policy_field f)
+struct fld_strlist *fld__policy_list_mut(struct fld_policy *p, enum fld_policy_field f)
 {
     switch (f) {
-    case FLD_PF_STRICT:
-        return &p->strict;
-    case FLD_PF_ENABLED:
-        return &p->enabled;
-    case FLD_PF_USE_FLAGGEMS:
-        return &p->use_flaggems;
-    case FLD_PF_OOT_ENABLED:
-        return &p->oot_enabled;
-    case FLD_PF_EXTERNAL_ENABLED:
-        return &p->external_enabled;
+        FLD_POLICY_FIELDS(LIST_CASE)
     default:
         return NULL;
     }
 }
+
+const bool *fld__policy_bool(const struct fld_policy *p, enum fld_policy_field f)
+{
+    switch (f) {
+        FLD_POLICY_FIELDS(BOOL_CASE)
+    default:
+        return NULL;
+    }
+}
+
+bool *fld__policy_bool_mut(struct fld_policy *p, enum fld_policy_field f)
+{
+    switch (f) {
+        FLD_POLICY_FIELDS(BOOL_CASE)
+    default:
+        return NULL;
+    }
+}
+
+#undef LIST_CASE
+#undef BOOL_CASE
 
 int fld__policy_set_field(struct fld_policy *p, const char *key, const char *value,
                           const char *source)
@@ -298,40 +289,53 @@ int fld__policy_set_field(struct fld_policy *p, const char *key, const char *val
         return fld__fail(FLD_ECONFIG, "unknown policy key '%s' (valid: " VALID_KEYS ")",
                          key ? key : "(null)");
     /* Parse into temporaries first: on error p must stay as it was. */
-    if (f == FLD_PF_PREFER) {
+    switch (rows[f].kind) {
+    case FLD_PK_PREFER: {
         int prefer;
         if ((rc = fld__parse_prefer(key, value, &prefer)) != FLD_OK)
             return rc;
         p->prefer = (enum fld_prefer)prefer;
-    } else if (f == FLD_PF_PER_OP) {
+        break;
+    }
+    case FLD_PK_ORDERS: {
         struct fld_orders orders;
         if ((rc = fld__parse_per_op(key, value, &orders)) != FLD_OK)
             return rc;
         fld__policy_set_orders_source(&orders, source);
         fld__orders_free(&p->per_op);
         p->per_op = orders;
-    } else if (f == FLD_PF_CUSTOM_OPS) {
+        break;
+    }
+    case FLD_PK_CUSTOM: {
         struct fld_custom_ops ops;
         if ((rc = fld__custom_ops_parse(key, value, &ops)) != FLD_OK)
             return rc;
         fld__custom_ops_free(&p->custom_ops);
         p->custom_ops = ops;
-    } else if (fld__policy_bool_field(p, f)) {
+        break;
+    }
+    case FLD_PK_FLAG:
+    case FLD_PK_SWITCH: {
         bool b;
-        rc = f == FLD_PF_STRICT ? fld__parse_flag(key, value, &b)
-                                : fld__parse_switch(key, value, &b);
+        rc = rows[f].kind == FLD_PK_FLAG ? fld__parse_flag(key, value, &b)
+                                         : fld__parse_switch(key, value, &b);
         if (rc != FLD_OK)
             return rc;
-        *fld__policy_bool_field(p, f) = b;
-    } else {
+        *fld__policy_bool_mut(p, f) = b;
+        break;
+    }
+    case FLD_PK_NAMES:
+    case FLD_PK_VENDORS: {
         struct fld_strlist list;
         if ((rc = fld__parse_name_list(key, value, &list)) != FLD_OK)
             return rc;
-        if (f == FLD_PF_ALLOW_VENDORS || f == FLD_PF_DENY_VENDORS)
+        if (rows[f].kind == FLD_PK_VENDORS)
             fld__strlist_lower(&list);
-        struct fld_strlist *dst = fld__policy_list_field(p, f);
+        struct fld_strlist *dst = fld__policy_list_mut(p, f);
         fld__strlist_free(dst);
         *dst = list;
+        break;
+    }
     }
     fld__policy_set_source(p, f, source);
     return FLD_OK;
@@ -342,18 +346,18 @@ int fld__policy_set_field(struct fld_policy *p, const char *key, const char *val
 static const char *field_label(const struct fld_policy *p, enum fld_policy_field f, char *buf,
                                size_t size)
 {
-    if (strcmp(p->source[f], field_envs[f]) == 0)
-        snprintf(buf, size, "%s", field_envs[f]);
+    if (strcmp(p->source[f], rows[f].env) == 0)
+        snprintf(buf, size, "%s", rows[f].env);
     else
-        snprintf(buf, size, "%s (set by %s)", field_envs[f], p->source[f]);
+        snprintf(buf, size, "%s (set by %s)", rows[f].env, p->source[f]);
     return buf;
 }
 
 static int check_exclusive(const struct fld_policy *p, enum fld_policy_field white,
                            enum fld_policy_field black)
 {
-    const struct fld_strlist *w = fld__policy_list_field((struct fld_policy *)p, white);
-    const struct fld_strlist *b = fld__policy_list_field((struct fld_policy *)p, black);
+    const struct fld_strlist *w = fld__policy_list(p, white);
+    const struct fld_strlist *b = fld__policy_list(p, black);
     if (!w->set || !b->set)
         return FLD_OK;
     char wl[256], bl[256];
@@ -363,11 +367,11 @@ static int check_exclusive(const struct fld_policy *p, enum fld_policy_field whi
 
 int fld__policy_check(const struct fld_policy *p)
 {
-    int rc = check_exclusive(p, FLD_PF_FLAGOS_WHITELIST, FLD_PF_FLAGOS_BLACKLIST);
-    if (rc == FLD_OK)
-        rc = check_exclusive(p, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST);
-    if (rc == FLD_OK)
-        rc = check_exclusive(p, FLD_PF_EXTERNAL_WHITELIST, FLD_PF_EXTERNAL_BLACKLIST);
+    /* Each pair once: from the row that comes first. */
+    int rc = FLD_OK;
+    for (int f = 0; f < FLD_PF_COUNT && rc == FLD_OK; f++)
+        if (rows[f].partner > f)
+            rc = check_exclusive(p, (enum fld_policy_field)f, rows[f].partner);
     return rc;
 }
 
@@ -434,8 +438,8 @@ static bool list_allows_op(const struct fld_policy *p, const char *what,
                            enum fld_policy_field white, enum fld_policy_field black, const char *op,
                            char *why, size_t why_size)
 {
-    const struct fld_strlist *w = fld__policy_list_field((struct fld_policy *)p, white);
-    const struct fld_strlist *b = fld__policy_list_field((struct fld_policy *)p, black);
+    const struct fld_strlist *w = fld__policy_list(p, white);
+    const struct fld_strlist *b = fld__policy_list(p, black);
     if (w->set) {
         if (fld__strlist_has(w, op))
             return true;
@@ -520,31 +524,31 @@ size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t siz
     struct writer w = {buf, size, 0};
     unsigned prefer = (unsigned)p->prefer < 3 ? (unsigned)p->prefer : 0;
 
-    put(&w, "prefer=");
+    put(&w, rows[FLD_PF_PREFER].word);
+    put(&w, "=");
     put(&w, prefer_names[prefer]);
-    put(&w, p->strict ? ";strict=1" : ";strict=0");
-    if (!p->enabled)
-        put(&w, ";enabled=0");
-    if (!p->use_flaggems)
-        put(&w, ";flaggems=0");
-    if (!p->oot_enabled)
-        put(&w, ";oot=0");
-    if (!p->external_enabled)
-        put(&w, ";external=0");
-    /* Lists are kept sorted and unique by the parsers, so equal policies
-     * print equal strings. */
-    put_list(&w, "allow", &p->allow_vendors);
-    put_list(&w, "deny", &p->deny_vendors);
-    put_list(&w, "flagos_white", &p->flagos_whitelist);
-    put_list(&w, "flagos_black", &p->flagos_blacklist);
-    put_list(&w, "oot_white", &p->oot_whitelist);
-    put_list(&w, "oot_black", &p->oot_blacklist);
-    put_list(&w, "external_white", &p->external_whitelist);
-    put_list(&w, "external_black", &p->external_blacklist);
+    /* The switches, in row order: a flag always, a switch when it is off. */
+    for (int f = 0; f < FLD_PF_COUNT; f++) {
+        const bool *b = fld__policy_bool(p, (enum fld_policy_field)f);
+        if (!b || (rows[f].kind == FLD_PK_SWITCH && *b))
+            continue;
+        put(&w, ";");
+        put(&w, rows[f].word);
+        put(&w, *b ? "=1" : "=0");
+    }
+    /* The lists, in row order. They are kept sorted and unique by the
+     * parsers, so equal policies print equal strings. */
+    for (int f = 0; f < FLD_PF_COUNT; f++) {
+        const struct fld_strlist *l = fld__policy_list(p, (enum fld_policy_field)f);
+        if (l)
+            put_list(&w, rows[f].word, l);
+    }
     if (!fld__custom_ops_is_default(&p->custom_ops)) {
         char custom[1024];
         size_t n = fld__custom_ops_format(&p->custom_ops, custom, sizeof custom);
-        put(&w, ";custom=");
+        put(&w, ";");
+        put(&w, rows[FLD_PF_CUSTOM_OPS].word);
+        put(&w, "=");
         if (n < sizeof custom) {
             put(&w, custom);
         } else {
@@ -561,7 +565,9 @@ size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t siz
         put(&w, p->manifest->path ? p->manifest->path : "");
     }
     if (p->per_op.n) {
-        put(&w, ";per=");
+        put(&w, ";");
+        put(&w, rows[FLD_PF_PER_OP].word);
+        put(&w, "=");
         for (size_t i = 0; i < p->per_op.n; i++) {
             const struct fld_order *o = &p->per_op.items[i];
             if (i)

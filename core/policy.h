@@ -17,32 +17,13 @@
 
 #include "custom_ops.h"
 #include "parse.h"
+#include "policy_table.h"
 
 enum fld_prefer { FLD_PREFER_FLAGOS = 0, FLD_PREFER_VENDOR = 1, FLD_PREFER_REFERENCE = 2 };
 
-/* Fields of the policy, for per-field sources (config reports, messages). */
-enum fld_policy_field {
-    FLD_PF_PREFER,
-    FLD_PF_STRICT,
-    FLD_PF_ENABLED,
-    FLD_PF_USE_FLAGGEMS,
-    FLD_PF_ALLOW_VENDORS,
-    FLD_PF_DENY_VENDORS,
-    FLD_PF_PER_OP,
-    FLD_PF_FLAGOS_WHITELIST,
-    FLD_PF_FLAGOS_BLACKLIST,
-    FLD_PF_OOT_ENABLED,
-    FLD_PF_OOT_WHITELIST,
-    FLD_PF_OOT_BLACKLIST,
-    FLD_PF_EXTERNAL_ENABLED,
-    FLD_PF_EXTERNAL_WHITELIST,
-    FLD_PF_EXTERNAL_BLACKLIST,
-    FLD_PF_CUSTOM_OPS,
-    FLD_PF_COUNT
-};
-
 struct fld_manifest;
 
+/* One member per row of the policy-field table (policy_table.h). */
 struct fld_policy {
     enum fld_prefer prefer;
     bool strict;
@@ -75,11 +56,16 @@ struct fld_policy {
 /* Whether op may be served by non-reference implementations (custom_ops). */
 bool fld__policy_op_enabled(const struct fld_policy *p, const char *op, char *why, size_t why_size);
 
-/* The list or boolean member of p that field f is, or NULL if f is not one. */
-struct fld_strlist *fld__policy_list_field(struct fld_policy *p, enum fld_policy_field f);
-bool *fld__policy_bool_field(struct fld_policy *p, enum fld_policy_field f);
+/* The name list (kinds NAMES, VENDORS) or boolean (FLAG, SWITCH) member of
+ * p that field f is, or NULL if f is not one; the _mut forms for a policy
+ * being built. */
+const struct fld_strlist *fld__policy_list(const struct fld_policy *p, enum fld_policy_field f);
+const bool *fld__policy_bool(const struct fld_policy *p, enum fld_policy_field f);
+struct fld_strlist *fld__policy_list_mut(struct fld_policy *p, enum fld_policy_field f);
+bool *fld__policy_bool_mut(struct fld_policy *p, enum fld_policy_field f);
 
-/* Key names ("prefer", ...) and environment variables ("VLLM_FL_PREFER", ...) of fields. */
+/* Key names ("prefer", ...) and environment variables ("VLLM_FL_PREFER", ...)
+ * of fields (the table's columns), NULL when f is not a field. */
 const char *fld__policy_field_key(enum fld_policy_field f);
 const char *fld__policy_field_env(enum fld_policy_field f);
 

@@ -63,11 +63,12 @@ static int overlay(struct fld_policy *base, struct fld_policy *delta, const char
         enum fld_policy_field f = (enum fld_policy_field)i;
         if (strcmp(delta->source[f], source) != 0)
             continue;
-        struct fld_strlist *list = fld__policy_list_field(delta, f);
-        bool *flag = fld__policy_bool_field(delta, f);
-        if (f == FLD_PF_PREFER) {
+        struct fld_strlist *list = fld__policy_list_mut(delta, f);
+        const bool *flag = fld__policy_bool(delta, f);
+        enum fld_policy_kind kind = fld__policy_row(f)->kind;
+        if (kind == FLD_PK_PREFER) {
             base->prefer = delta->prefer;
-        } else if (f == FLD_PF_PER_OP) {
+        } else if (kind == FLD_PK_ORDERS) {
             if (add) {
                 if (fld__orders_merge(&base->per_op, &delta->per_op) != FLD_OK)
                     return FLD_ENOMEM;
@@ -76,14 +77,14 @@ static int overlay(struct fld_policy *base, struct fld_policy *delta, const char
                 base->per_op = delta->per_op;
                 delta->per_op = swap;
             }
-        } else if (f == FLD_PF_CUSTOM_OPS) {
+        } else if (kind == FLD_PK_CUSTOM) {
             struct fld_custom_ops swap = base->custom_ops;
             base->custom_ops = delta->custom_ops;
             delta->custom_ops = swap;
         } else if (flag) {
-            *fld__policy_bool_field(base, f) = *flag;
+            *fld__policy_bool_mut(base, f) = *flag;
         } else if (list) {
-            struct fld_strlist *dst = fld__policy_list_field(base, f);
+            struct fld_strlist *dst = fld__policy_list_mut(base, f);
             if (add && f == FLD_PF_DENY_VENDORS) {
                 if (fld__strlist_merge(dst, list) != FLD_OK)
                     return FLD_ENOMEM;

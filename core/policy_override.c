@@ -181,7 +181,7 @@ static int check_list_names(const char *what, enum fld_policy_field f, const str
                             bool strict)
 {
     struct fld_policy *pushed = fld__policy_new_default();
-    struct fld_strlist *dst = pushed ? fld__policy_list_field(pushed, f) : NULL;
+    struct fld_strlist *dst = pushed ? fld__policy_list_mut(pushed, f) : NULL;
     if (!dst || fld__strlist_merge(dst, l) != FLD_OK) {
         fld__policy_free(pushed);
         return fld__fail(FLD_ENOMEM, "%s: out of memory", what);

@@ -12,7 +12,8 @@
  *
  * What the tool uses (the probe's result and its functions, marked
  * FLD_TOOL_API: exported for the tool alone) is declared in
- * <fldispatch/internal/tool_api.h>; this header adds discovery's use.
+ * <fldispatch/internal/tool_api.h>; this header adds what probe.c and
+ * probe_gate.c share. Discovery's side of the probe is probe_gate.h.
  */
 #ifndef FLD_CORE_PROBE_H
 #define FLD_CORE_PROBE_H
@@ -22,21 +23,6 @@
 #include <sys/stat.h>
 
 #include <fldispatch/internal/tool_api.h>
-
-/* ---- discovery's use (host lock held; not exported) ------------------------ */
-
-/* One discovery pass: reads VLLM_FL_PLUGIN_PROBE* and the cache once, writes
- * the cache at the end if a probe added to it. */
-void fld__probe_session_begin(void);
-void fld__probe_session_end(void);
-
-/*
- * Whether the plugin file at path (already judged secure; st its stat) may be
- * dlopened in process: true when probing is off, the plugin probed (or was
- * remembered) as loadable, or the probe could not run. false when it crashed,
- * hung or exited, with the reason in why.
- */
-bool fld__probe_gate(const char *path, const struct stat *st, char *why, size_t size);
 
 /* Shared by probe.c and probe_gate.c. */
 bool fld__probe_state_from_name(const char *s, enum fld_probe_state *out);

@@ -30,6 +30,7 @@
 #include "parse.h"
 #include "plugin_file.h"
 #include "probe.h"
+#include "probe_gate.h"
 /* ---- configuration -------------------------------------------------------- */
 
 struct cache_entry {

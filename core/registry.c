@@ -38,6 +38,21 @@ const char *fld__kind_token(fld_kind k)
     return "?";
 }
 
+const char *fld_plugin_status_name(fld_plugin_status status)
+{
+    switch (status) {
+    case FLD_PLUGIN_LOADED:
+        return "loaded";
+    case FLD_PLUGIN_UNAVAILABLE:
+        return "unavailable";
+    case FLD_PLUGIN_REJECTED:
+        return "rejected";
+    case FLD_PLUGIN_SKIPPED:
+        return "skipped";
+    }
+    return NULL;
+}
+
 static const char *kind_prefix(fld_kind k)
 {
     switch (k) {

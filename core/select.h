@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "devices.h"
+#include "dtypes.h"
 #include "ops.h"
 
 struct fld_policy;
@@ -61,8 +62,7 @@ static inline const char *fld__device_label(int dev)
 
 static inline const char *fld__dtype_label(int dt)
 {
-    static const char *names[] = {"f32", "f16", "bf16", "any dtype"};
-    return names[dt];
+    return dt >= 0 && dt < FLD_NDTYPES ? fld__dtypes[dt].name : "any dtype";
 }
 
 #endif

@@ -14,6 +14,7 @@
 #include <fldispatch/fldispatch.h>
 
 #include "devices.h"
+#include "dtypes.h"
 #include "error.h"
 #include "host.h"
 #include "log.h"
@@ -57,8 +58,7 @@ static const char *device_word(int dev)
 
 static const char *dtype_word(int dt)
 {
-    static const char *const names[] = {"f32", "f16", "bf16", "any"};
-    return dt >= 0 && dt <= FLD_DT_ANY ? names[dt] : "any";
+    return fld__dtype_word(dt);
 }
 
 /* stats_lock held. */

@@ -18,6 +18,7 @@
 #include <fldispatch/fldispatch.h>
 
 #include "devices.h"
+#include "dtypes.h"
 #include "error.h"
 #include "ops.h"
 #include "stats.h"
@@ -99,12 +100,11 @@ void fld__trace_chain(const char *op, int dev, int dt, const char *const *candid
     char text[2048];
     size_t len = (size_t)snprintf(text, sizeof text, "{\"op\": ");
     len = add_quoted(text, sizeof text, len, op);
-    static const char *const dtypes[] = {"f32", "f16", "bf16", "any"};
     if (len < sizeof text)
         len += (size_t)snprintf(
             text + len, sizeof text - len, ", \"device\": \"%s\", \"dtype\": \"%s\", \"selected\": ",
             dev == FLD_DEV_ANY ? "any" : fld_device_name(fld__device_type_of(dev)),
-            dt >= 0 && dt <= FLD_DT_ANY ? dtypes[dt] : "any");
+            fld__dtype_word(dt));
     if (n)
         len = add_quoted(text, sizeof text, len, candidates[0]);
     else if (len < sizeof text)

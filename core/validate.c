@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dtypes.h"
 #include "error.h"
 #include "validate.h"
 
@@ -78,13 +79,11 @@ static void format_dims(char *buf, size_t size, int n, const int64_t *v)
 
 static const char *dtype_str(DLDataType t, char *buf, size_t size)
 {
+    const char *name = fld__dtype_long_name(t);
+    if (name)
+        return name;
+    /* Not dispatched on, but named: the likely mistakes. */
     if (t.lanes == 1) {
-        if (t.code == kDLFloat && t.bits == 32)
-            return "float32";
-        if (t.code == kDLFloat && t.bits == 16)
-            return "float16";
-        if (t.code == kDLBfloat && t.bits == 16)
-            return "bfloat16";
         if (t.code == kDLFloat && t.bits == 64)
             return "float64";
         if (t.code == kDLInt && t.bits == 64)

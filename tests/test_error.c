@@ -289,6 +289,9 @@ START_TEST(no_init_functions_work_under_a_refused_configuration)
     ck_assert_str_eq(fld_dtype_name(FLD_DTYPE_BF16), "bf16");
     DLDataType dt;
     ck_assert_int_eq(fld_dtype_from_name("float16", &dt), FLD_OK);
+    ck_assert_str_eq(fld_plugin_status_name(FLD_PLUGIN_UNAVAILABLE), "unavailable");
+    ck_assert_str_eq(fld_plugin_status_name(FLD_PLUGIN_SKIPPED), "skipped");
+    ck_assert_ptr_null(fld_plugin_status_name((fld_plugin_status)7));
     fld_log_set_level(FLD_LOG_ERROR);
     ck_assert_int_eq(fld_log_get_level(), FLD_LOG_ERROR);
     fld_log(FLD_LOG_DEBUG, "%s", "not shown");

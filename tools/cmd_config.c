@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fldispatch/internal/tool_api.h>
+
 #include "cli.h"
 #include "json.h"
 #include "options.h"
@@ -130,25 +132,24 @@ static void config_text(const fld_platform_info *plat, const struct fields *fs, 
 /* How a policy field's text value is written in JSON. */
 enum value_type { VALUE_STRING, VALUE_BOOL, VALUE_LIST, VALUE_ORDER };
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t ls = strlen(s), lx = strlen(suffix);
-    return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
-}
-
-/* The type of a field, by its key (fld_foreach_config_field's keys). */
+/* The type of a field, by its key (fld_foreach_config_field's keys: the
+ * policy-field table's YAML keys, an order's as "op_backends.OP"), from the
+ * kind of its row in the library's table. */
 static enum value_type value_type(const char *key)
 {
-    static const char *const switches[] = {"strict", "enabled", "use_flaggems", "oot_enabled",
-                                           "external_enabled"};
-    for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++)
-        if (strcmp(key, switches[i]) == 0)
+    const struct fld_tool_policy_field *row;
+    size_t stem = strcspn(key, ".");
+    for (unsigned i = 0; (row = fld__policy_field_row(i)); i++) {
+        if (strncmp(key, row->yaml, stem) != 0 || row->yaml[stem])
+            continue;
+        if (strcmp(row->kind, "flag") == 0 || strcmp(row->kind, "switch") == 0)
             return VALUE_BOOL;
-    if (strcmp(key, "op_backends") == 0 || strncmp(key, "op_backends.", 12) == 0)
-        return VALUE_ORDER;
-    if (ends_with(key, "_vendors") || ends_with(key, "_whitelist") ||
-        ends_with(key, "_blacklist") || strcmp(key, "custom_ops") == 0)
-        return VALUE_LIST;
+        if (strcmp(row->kind, "orders") == 0)
+            return VALUE_ORDER;
+        if (strcmp(row->kind, "names") == 0 || strcmp(row->kind, "vendors") == 0 ||
+            strcmp(row->kind, "custom") == 0)
+            return VALUE_LIST;
+    }
     return VALUE_STRING;
 }
 

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fldispatch/internal/tool_api.h>
+
 #include "catalog.h"
 #include "cli.h"
 #include "json.h"
@@ -215,12 +217,8 @@ static bool device_present(const struct op_list *ops, unsigned bit, struct devic
 static int freeze_all(const struct op_list *ops, uint32_t *want_devices, struct entry_list *out,
                       struct device_note notes[])
 {
-    static const struct {
-        const char *name;
-        uint32_t mask;
-    } dtypes[] = {
-        {"f32", FLD_DTYPE_MASK_F32}, {"f16", FLD_DTYPE_MASK_F16}, {"bf16", FLD_DTYPE_MASK_BF16}};
-    const DLDataType dtype_values[] = {FLD_DTYPE_F32, FLD_DTYPE_F16, FLD_DTYPE_BF16};
+    /* The dtypes are the rows of the library's dtype table. */
+    const struct fld_tool_dtype *dt;
 
     for (unsigned bit = 0; bit < cli_device_count(); bit++) {
         if ((*want_devices & (1u << bit)) && !device_present(ops, bit, &notes[bit])) {
@@ -240,18 +238,18 @@ static int freeze_all(const struct op_list *ops, uint32_t *want_devices, struct 
                    (a catalog op's every dtype; another op's "any"). */
                 if (!typed && tool_is_catalog_op(op->name))
                     note_missing(&notes[bit], op->name, "any");
-                for (size_t t = 0; typed && t < 3; t++)
-                    note_missing(&notes[bit], op->name, dtypes[t].name);
+                for (unsigned t = 0; typed && (dt = fld__dtype_row(t)); t++)
+                    note_missing(&notes[bit], op->name, dt->name);
                 continue;
             }
             int rc = FLD_OK;
             if (!typed) {
                 rc = freeze_one(out, &notes[bit], op->name, bit, "any", FLD_DTYPE_ANY);
             } else {
-                for (size_t t = 0; t < 3 && rc == FLD_OK; t++)
-                    if (op->dtypes & dtypes[t].mask)
-                        rc = freeze_one(out, &notes[bit], op->name, bit, dtypes[t].name,
-                                        dtype_values[t]);
+                for (unsigned t = 0; rc == FLD_OK && (dt = fld__dtype_row(t)); t++)
+                    if (op->dtypes & dt->mask)
+                        rc = freeze_one(out, &notes[bit], op->name, bit, dt->name,
+                                        (DLDataType){dt->code, dt->bits, 1});
             }
             if (rc != FLD_OK)
                 return rc;

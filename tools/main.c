@@ -144,8 +144,6 @@ bool cli_is_help(const char *arg)
     return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
 }
 
-static const char *const dtype_bits[] = {"f32", "f16", "bf16"};
-
 /* The device names come from the library's device table (fld__device_row()). */
 
 unsigned cli_device_count(void)
@@ -203,7 +201,8 @@ const char *cli_device_list(enum cli_device_list style)
 
 const char *cli_dtype_bit_name(unsigned bit)
 {
-    return bit < sizeof dtype_bits / sizeof dtype_bits[0] ? dtype_bits[bit] : NULL;
+    const struct fld_tool_dtype *d = fld__dtype_row(bit); /* the library's dtype table */
+    return d ? d->name : NULL;
 }
 
 static const char *mask_text(uint32_t mask, const char *(*bit_name)(unsigned), char *buf,
@@ -242,17 +241,8 @@ const char *cli_dtypes_text(uint32_t mask, char *buf, size_t size)
 
 const char *cli_plugin_status_name(fld_plugin_status st)
 {
-    switch (st) {
-    case FLD_PLUGIN_LOADED:
-        return "loaded";
-    case FLD_PLUGIN_UNAVAILABLE:
-        return "unavailable";
-    case FLD_PLUGIN_REJECTED:
-        return "rejected";
-    case FLD_PLUGIN_SKIPPED:
-        return "skipped";
-    }
-    return "unknown";
+    const char *name = fld_plugin_status_name(st);
+    return name ? name : "unknown";
 }
 
 static int print_version(void)

@@ -817,6 +817,10 @@ typedef enum fld_plugin_status {
     FLD_PLUGIN_SKIPPED = 3      /* not loaded on purpose: duplicate name, privileged process */
 } fld_plugin_status;
 
+/* "loaded", "unavailable", "rejected", "skipped"; NULL for another value.
+ * MT safe; needs no fld_init(). */
+FLD_API const char *fld_plugin_status_name(fld_plugin_status status);
+
 typedef struct fld_plugin_info {
     const char *name;    /* plugin name; the file name when no descriptor was read */
     const char *path;    /* file path, or "(built-in)" */

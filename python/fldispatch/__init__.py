@@ -59,7 +59,17 @@ from .registry import _ensure_plugins  # noqa: E402
 # The dicts carry the keys and value types of `fldispatch resolve/list/config
 # --json` (schema 1): lists as lists, absent as None, switches as bools.
 JSON_SCHEMA = 1
-_SWITCHES = ("strict", "enabled", "use_flaggems", "oot_enabled", "external_enabled")
+
+# The library's policy-field table (core/policy_table.h), one dict per field:
+# key, env, yaml_key, word, kind, partner, upstream. Every key list below is
+# taken from it.
+POLICY_FIELDS = _C.policy_fields()
+_SWITCH_KINDS = ("flag", "switch")
+_LIST_KINDS = ("names", "vendors", "custom")
+# config()'s keys (the YAML keys) by the shape of their value
+_SWITCHES = tuple(f["yaml_key"] for f in POLICY_FIELDS if f["kind"] in _SWITCH_KINDS)
+_LISTS = tuple(f["yaml_key"] for f in POLICY_FIELDS if f["kind"] in _LIST_KINDS)
+_ORDERS = tuple(f["yaml_key"] for f in POLICY_FIELDS if f["kind"] == "orders")
 
 
 def _split(text, seps):
@@ -127,9 +137,9 @@ def impls():
 def _config_value(key, value):
     if key in _SWITCHES and value in ("true", "false"):
         return value == "true"
-    if key == "op_backends" or key.startswith("op_backends."):
+    if key.partition(".")[0] in _ORDERS:
         return _split(value, "|")
-    if key.endswith(("_vendors", "_whitelist", "_blacklist")) or key == "custom_ops":
+    if key in _LISTS:
         return _split(value, ",")
     return _text_or_none(value)
 
@@ -168,12 +178,8 @@ __all__ = list(OPS) + [
 # Python values become the grammars of the library's policy keys
 # (fld_policy_set() in fldispatch.h); the C calls take them as strings.
 
-POLICY_KEYS = (
-    "prefer", "strict", "enabled", "use_flaggems", "allow_vendors", "deny_vendors", "per_op",
-    "flagos_whitelist", "flagos_blacklist", "oot_enabled", "oot_whitelist", "oot_blacklist",
-    "external_enabled", "external_whitelist", "external_blacklist", "custom_ops",
-)
-_SWITCH_KEYS = ("strict", "enabled", "use_flaggems", "oot_enabled", "external_enabled")
+POLICY_KEYS = tuple(f["key"] for f in POLICY_FIELDS)
+_KIND = {f["key"]: f["kind"] for f in POLICY_FIELDS}
 
 
 def _csv(value, name, fn="policy"):
@@ -222,15 +228,16 @@ def _policy_fields(fn, fields):
                             f"(policy keys: {', '.join(POLICY_KEYS)})")
         if value is None:
             continue
-        if key in _SWITCH_KEYS:
+        kind = _KIND[key]
+        if kind in _SWITCH_KINDS:
             if not isinstance(value, bool):
                 raise TypeError(f"{fn}(): {key} must be a bool, not {type(value).__name__}")
             text = "1" if value else "0"
-        elif key == "prefer":
+        elif kind == "prefer":
             if not isinstance(value, str):
-                raise TypeError(f"{fn}(): prefer must be a str, not {type(value).__name__}")
+                raise TypeError(f"{fn}(): {key} must be a str, not {type(value).__name__}")
             text = value
-        elif key == "per_op":
+        elif kind == "orders":
             text = _per_op_spec(value, fn)
         else:
             text = _csv(value, key, fn)

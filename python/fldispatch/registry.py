@@ -33,10 +33,11 @@ KIND_CODES = {"flagos": 0, "default": 0, "vendor": 1, "reference": 2}
 KIND_PREFIX = {0: "default", 1: "vendor", 2: "reference"}
 DEFAULT_PRIORITY = {0: 150, 1: 100, 2: 50}
 DEVICE_BITS = {"cpu": 1, "cuda": 2, "nvidia": 2, "rocm": 4, "ascend": 8, "npu": 8}
-DTYPE_BITS = {"float32": 1, "f32": 1, "float16": 2, "f16": 2, "half": 2, "bfloat16": 4, "bf16": 4,
-              "float": 1}
+# the library's dtype table: both names of each row, and PyTorch's other names
+DTYPE_BITS = {name: mask for short, long, mask in _C.dtypes() for name in (short, long)}
+DTYPE_BITS.update(half=DTYPE_BITS["float16"], float=DTYPE_BITS["float32"])
 ALL_DEVICES = 0xF
-ALL_DTYPES = 0x7
+ALL_DTYPES = sum(mask for _, _, mask in _C.dtypes())
 
 #: The entry-point groups read on first use: ours, and vllm-plugin-FL's.
 PLUGIN_GROUP = "fldispatch.plugins"

@@ -102,6 +102,24 @@ static const char *device_list(char *buf, size_t size, bool with_codes)
     return buf;
 }
 
+/* The dtypes of the library's table (tool_api.h) for messages:
+ * "float32/f32, float16/f16, bfloat16/bf16, any". */
+static const char *dtype_list(char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    const struct fld_tool_dtype *d;
+    for (unsigned i = 0; (d = fld__dtype_row(i)) && used < size; i++) {
+        int n = PyOS_snprintf(buf + used, size - used, "%s/%s, ", d->long_name, d->name);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+    if (used < size)
+        PyOS_snprintf(buf + used, size - used, "any");
+    return buf;
+}
+
 int fldpy_parse_device(const char *fn, PyObject *obj, int *device_type)
 {
     char valid[256];
@@ -130,7 +148,7 @@ int fldpy_parse_device(const char *fn, PyObject *obj, int *device_type)
 
 int fldpy_parse_dtype(const char *fn, PyObject *obj, DLDataType *dtype)
 {
-    char name[64];
+    char name[64], valid[256];
     if (name_of(obj, name, sizeof name, false) < 0)
         return -1;
     if (strcmp(name, "any") == 0) {
@@ -138,9 +156,8 @@ int fldpy_parse_dtype(const char *fn, PyObject *obj, DLDataType *dtype)
         return 0;
     }
     if (fld_dtype_from_name(name, dtype) != FLD_OK) {
-        fldpy_raise(FLD_EINVAL,
-                    "%s(): unknown dtype '%s' (float32/f32, float16/f16, bfloat16/bf16, any)", fn,
-                    name);
+        fldpy_raise(FLD_EINVAL, "%s(): unknown dtype '%s' (%s)", fn, name,
+                    dtype_list(valid, sizeof valid));
         return -1;
     }
     return 0;

@@ -57,8 +57,8 @@ static const char *device_bit_name(unsigned bit)
 
 static const char *dtype_bit_name(unsigned bit)
 {
-    static const char *const dtype_bits[] = {"f32", "f16", "bf16"};
-    return bit < sizeof dtype_bits / sizeof dtype_bits[0] ? dtype_bits[bit] : NULL;
+    const struct fld_tool_dtype *d = fld__dtype_row(bit); /* the library's dtype table */
+    return d ? d->name : NULL;
 }
 
 /* ---- resolve, explain ---------------------------------------------------------- */
@@ -175,17 +175,8 @@ static PyObject *py_explain(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 static const char *plugin_status_name(fld_plugin_status st)
 {
-    switch (st) {
-    case FLD_PLUGIN_LOADED:
-        return "loaded";
-    case FLD_PLUGIN_UNAVAILABLE:
-        return "unavailable";
-    case FLD_PLUGIN_REJECTED:
-        return "rejected";
-    case FLD_PLUGIN_SKIPPED:
-        return "skipped";
-    }
-    return "unknown";
+    const char *name = fld_plugin_status_name(st);
+    return name ? name : "unknown";
 }
 
 /* The walkers stop on a non-zero return; 1 means "a Python exception". */
@@ -360,6 +351,47 @@ static PyObject *py_load_plugin(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* The library's dtype table (tool_api.h): (name, long_name, mask) per row. */
+static PyObject *py_dtypes(PyObject *self, PyObject *unused)
+{
+    const struct fld_tool_dtype *d;
+    unsigned n = 0;
+    while (fld__dtype_row(n))
+        n++;
+    PyObject *rows = PyTuple_New((Py_ssize_t)n);
+    for (unsigned i = 0; rows && (d = fld__dtype_row(i)); i++) {
+        PyObject *row = Py_BuildValue("(ssI)", d->name, d->long_name, (unsigned)d->mask);
+        if (!row || PyTuple_SetItem(rows, (Py_ssize_t)i, row) < 0) { /* steals row */
+            Py_CLEAR(rows);
+            break;
+        }
+    }
+    return rows;
+}
+
+/* The library's policy-field table (tool_api.h), one dict per row. */
+static PyObject *py_policy_fields(PyObject *self, PyObject *unused)
+{
+    const struct fld_tool_policy_field *f;
+    unsigned n = 0;
+    while (fld__policy_field_row(n))
+        n++;
+    PyObject *rows = PyTuple_New((Py_ssize_t)n);
+    for (unsigned i = 0; rows && (f = fld__policy_field_row(i)); i++) {
+        const struct fld_tool_policy_field *partner =
+            f->partner >= 0 ? fld__policy_field_row((unsigned)f->partner) : NULL;
+        PyObject *row = Py_BuildValue("{s:s,s:s,s:s,s:s,s:s,s:z,s:O}", "key", f->key, "env", f->env,
+                                      "yaml_key", f->yaml, "word", f->word, "kind", f->kind,
+                                      "partner", partner ? partner->key : NULL, "upstream",
+                                      f->upstream ? Py_True : Py_False);
+        if (!row || PyTuple_SetItem(rows, (Py_ssize_t)i, row) < 0) { /* steals row */
+            Py_CLEAR(rows);
+            break;
+        }
+    }
+    return rows;
+}
+
 static PyObject *py_last_error(PyObject *self, PyObject *unused)
 {
     return str_or_none(fld_last_error());
@@ -393,6 +425,12 @@ PyMethodDef fldpy_introspect_methods[] = {
      "(VLLM_FL_OOT_*)."},
     {"load_plugin", py_load_plugin, METH_O,
      "load_plugin(path)\n--\n\nLoads one plugin file now (the checks of the search path apply)."},
+    {"dtypes", py_dtypes, METH_NOARGS,
+     "dtypes()\n--\n\nThe library's dtype table: (name, long_name, mask bit) per dtype, in the\n"
+     "order of the FLD_DTYPE_MASK_* bits."},
+    {"policy_fields", py_policy_fields, METH_NOARGS,
+     "policy_fields()\n--\n\nThe library's policy-field table: one dict per field (key, env,\n"
+     "yaml_key, word, kind, partner, upstream), in the order of config()'s fields."},
     {"last_error", py_last_error, METH_NOARGS,
      "last_error()\n--\n\nfld_last_error() of this thread."},
     {NULL, NULL, 0, NULL},

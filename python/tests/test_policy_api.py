@@ -275,3 +275,33 @@ def test_failed_impls_and_clear():
     assert r["other_cleared"] == [entry]
     assert r["cleared"] == []
     assert r["all_cleared"] == []
+
+
+# ---- the library's policy-field table -------------------------------------------------
+
+_SAMPLES = {"prefer": "vendor", "flag": True, "switch": False, "names": ["rms_norm"],
+            "vendors": ["cpu"], "orders": {"rms_norm": "reference"}, "custom": "-rms_norm"}
+
+
+def test_every_policy_field_is_a_keyword_and_reported_with_its_type():
+    """Each row of fldispatch.POLICY_FIELDS is a keyword of policy() and comes back
+    from config() under its YAML key, set by the scope, in its value's Python type."""
+    assert fldispatch.POLICY_KEYS == tuple(f["key"] for f in fldispatch.POLICY_FIELDS)
+    for field in fldispatch.POLICY_FIELDS:
+        value = _SAMPLES[field["kind"]]
+        with fldispatch.policy(**{field["key"]: value}):
+            reported = [f for f in fldispatch.config()["policy"]
+                        if f["key"].partition(".")[0] == field["yaml_key"]]
+        assert reported and reported[0]["source"] == "scoped override", field
+        got = reported[0]["value"]
+        if field["kind"] in ("flag", "switch"):
+            assert got is value, field
+        elif field["kind"] in ("names", "vendors"):
+            assert got == value, field
+        elif field["kind"] == "orders":
+            assert reported[0]["key"] == field["yaml_key"] + ".rms_norm" and got == ["reference"]
+        elif field["kind"] == "custom":
+            assert "-rms_norm" in got, field
+        else:
+            assert got == value, field
+    assert clean()

@@ -14,9 +14,10 @@
 #define FLD_FUZZ_POLICY_H
 
 #include "config.h"
-#include "config_internal.h"
+#include "config_tree.h"
 #include "custom_ops.h"
 #include "error.h"
+#include "layers.h"
 #include "parse.h"
 #include "policy.h"
 
@@ -112,13 +113,12 @@ static inline void fuzz_check_custom(const struct fld_custom_ops *c)
 
 static inline void fuzz_check_policy(struct fld_policy *p)
 {
-    static const enum fld_policy_field lists[] = {
-        FLD_PF_ALLOW_VENDORS,    FLD_PF_DENY_VENDORS,  FLD_PF_FLAGOS_WHITELIST,
-        FLD_PF_FLAGOS_BLACKLIST, FLD_PF_OOT_WHITELIST, FLD_PF_OOT_BLACKLIST,
-    };
     FUZZ_CHECK((unsigned)p->prefer <= FLD_PREFER_REFERENCE, "prefer %d", (int)p->prefer);
-    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
-        fuzz_check_strlist(fld__policy_list_field(p, lists[i]), fld__policy_field_key(lists[i]));
+    for (int f = 0; f < FLD_PF_COUNT; f++) {
+        const struct fld_strlist *l = fld__policy_list(p, (enum fld_policy_field)f);
+        if (l)
+            fuzz_check_strlist(l, fld__policy_field_key((enum fld_policy_field)f));
+    }
     fuzz_check_orders(&p->per_op);
     fuzz_check_custom(&p->custom_ops);
     for (int f = 0; f < FLD_PF_COUNT; f++)

@@ -59,6 +59,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <fldispatch/internal/tool_api.h>
+
 #include "bench.h"
 #include "report.h"
 #include "../cli.h"
@@ -201,15 +203,20 @@ static int detail_threads(const char *detail)
  */
 static bool open_policy(void)
 {
-    static const char *const fields[][2] = {
-        {"enabled", "1"},           {"strict", "1"},        {"use_flaggems", "1"},
-        {"allow_vendors", NULL},    {"deny_vendors", NULL}, {"flagos_whitelist", NULL},
-        {"flagos_blacklist", NULL}, {"oot_enabled", "1"},   {"oot_whitelist", NULL},
-        {"oot_blacklist", NULL},    {"custom_ops", "all"},  {"per_op", NULL},
-    };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        if (fld_policy_set(fields[i][0], fields[i][1]) != FLD_OK) {
-            fprintf(stderr, "fldispatch bench: cannot set policy '%s': %s\n", fields[i][0],
+    /* Every field of the library's policy table but prefer (which filters
+     * nothing): switches and the strict flag on, lists and orders unset,
+     * every custom op enabled. */
+    const struct fld_tool_policy_field *row;
+    for (unsigned i = 0; (row = fld__policy_field_row(i)); i++) {
+        const char *value = NULL;
+        if (strcmp(row->kind, "prefer") == 0)
+            continue;
+        if (strcmp(row->kind, "flag") == 0 || strcmp(row->kind, "switch") == 0)
+            value = "1";
+        else if (strcmp(row->kind, "custom") == 0)
+            value = "all";
+        if (fld_policy_set(row->key, value) != FLD_OK) {
+            fprintf(stderr, "fldispatch bench: cannot set policy '%s': %s\n", row->key,
                     fld_last_error());
             return false;
         }

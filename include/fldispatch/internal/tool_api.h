@@ -181,6 +181,46 @@ FLD_TOOL_API const char *fld__did_you_mean(const char *name, const char *const *
                                            size_t n, char *buf, size_t size);
 
 /*
+ * One row of the library's dtype table (core/dtypes.h FLD_DTYPE_TABLE), for
+ * the dtype names and mask bits the tool and the Python extension print and
+ * accept.
+ */
+struct fld_tool_dtype {
+    const char *name;      /* "bf16", as fld_dtype_name() */
+    const char *long_name; /* "bfloat16" (PyTorch's torch.bfloat16) */
+    uint8_t code, bits;    /* DLPack type code and width; element size bits / 8 */
+    uint32_t mask;         /* FLD_DTYPE_MASK_*: 1u << the row's index */
+};
+
+/*
+ * The dtype table's row at index, in the order of the FLD_DTYPE_MASK_* bits,
+ * or NULL past the last row. Constant data, MT safe; needs no fld_init().
+ */
+FLD_TOOL_API const struct fld_tool_dtype *fld__dtype_row(unsigned index);
+
+/*
+ * One row of the library's policy-field table (core/policy_table.h
+ * FLD_POLICY_FIELDS), for the policy keys the Python package accepts and
+ * reads back.
+ */
+struct fld_tool_policy_field {
+    const char *key;  /* fld_policy_set()'s key: "allow_vendors" */
+    const char *env;  /* its environment variable: "VLLM_FL_ALLOW_VENDORS" */
+    const char *yaml; /* its key in a policy file and in fld_foreach_config_field(): "op_backends" */
+    const char *word; /* its word in fld_policy_describe(): "allow" */
+    const char *kind; /* "prefer", "flag", "switch", "names", "vendors", "orders" or "custom" */
+    int partner;      /* the row of the field it excludes (white/blacklists), or -1 */
+    bool upstream;    /* vllm-plugin-FL's policy files know the YAML key */
+};
+
+/*
+ * The policy-field table's row at index, in the table's order (the order
+ * of fld_foreach_config_field()'s fields), or NULL past the last row.
+ * Constant data, MT safe; needs no fld_init().
+ */
+FLD_TOOL_API const struct fld_tool_policy_field *fld__policy_field_row(unsigned index);
+
+/*
  * Copies src into dst (size bytes, always NUL-terminated when size > 0),
  * writing as an escape what could be misread:
  *   - C0 control characters (tab and newline included) and DEL: \xNN;

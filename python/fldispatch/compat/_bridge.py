@@ -134,12 +134,10 @@ def _five(prefer, strict, per_op, allow_vendors, deny_vendors):
                 deny_vendors=sorted(deny_vendors) if deny_vendors else "")
 
 
-# fldispatch.describe_policy()'s words for the fields beyond upstream's five -> policy keys
-_DESCRIBED = {"enabled": "enabled", "flaggems": "use_flaggems", "oot": "oot_enabled",
-              "external": "external_enabled", "flagos_white": "flagos_whitelist",
-              "flagos_black": "flagos_blacklist", "oot_white": "oot_whitelist",
-              "oot_black": "oot_blacklist", "external_white": "external_whitelist",
-              "external_black": "external_blacklist", "custom": "custom_ops"}
+# fldispatch.describe_policy()'s words for the fields beyond upstream's five -> policy
+# keys, from the library's policy-field table
+_FIVE = ("prefer", "strict", "per_op", "allow_vendors", "deny_vendors")
+_DESCRIBED = {f["word"]: f["key"] for f in fldispatch.POLICY_FIELDS if f["key"] not in _FIVE}
 
 
 def _other_fields(described: str) -> dict:

@@ -1,23 +1,17 @@
 /*
- * What the configuration files share among themselves: the YAML tree that
- * config_yaml.c builds from libyaml's events (also the manifest's reader,
- * manifest.c), and the VLLM_FL_OP_CONFIG layer (config.c) that the
- * environment layer (layers.c) applies.
- *
- * It names the policy record only as an incomplete type and includes no
- * module header: the YAML reader sits below the policy, so manifest.c can
- * read its file without reaching policy.h through here. The custom_ops
- * grammar, once declared here, is custom_ops.h's.
- *
- * Not a module interface for the rest of the library: core/config.h is.
+ * The tree of a configuration document and its readers: config_yaml.c
+ * builds it from libyaml's events (policy files, config.c; the manifest,
+ * manifest.c), config_json.c from strict JSON
+ * (VLLM_FL_OP_CONFIG's file); both read files through
+ * fld__read_regular_file(). What a document means is its reader's: this
+ * header knows no policy and includes no module header, so the manifest
+ * reads its file without reaching the policy through here.
  */
-#ifndef FLD_CORE_CONFIG_INTERNAL_H
-#define FLD_CORE_CONFIG_INTERNAL_H
+#ifndef FLD_CORE_CONFIG_TREE_H
+#define FLD_CORE_CONFIG_TREE_H
 
 #include <stdbool.h>
 #include <stddef.h>
-
-struct fld_policy;
 
 /* ------------------------------------------------------------------------ */
 /* YAML documents as a small tree                                           */
@@ -97,17 +91,5 @@ const char *fld__json_describe(const struct fld_ynode *node, char *buf, size_t s
 
 /* "a mapping", "a sequence", "the quoted string 'x'", "the boolean 'on'", "null", ... */
 const char *fld__ynode_describe(const struct fld_ynode *node, char *buf, size_t size);
-
-/* ------------------------------------------------------------------------ */
-/* VLLM_FL_OP_CONFIG (config.c)                                             */
-/* ------------------------------------------------------------------------ */
-
-/*
- * Reads the JSON object op -> token ("a|b" allowed) at path (strict JSON)
- * and makes it p's per-op orders, replacing every order of the lower layers
- * (VLLM_FL_PER_OP, op_backends) as vllm-plugin-FL does. FLD_ECONFIG with
- * "VLLM_FL_OP_CONFIG: ..." naming the file and line; p unchanged on error.
- */
-int fld__op_config_apply(struct fld_policy *p, const char *path);
 
 #endif
