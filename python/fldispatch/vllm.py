@@ -236,7 +236,7 @@ def _mixed_weight_ok():
 #   VLLM_FL_CPU_THREADS=1  the plugin's kernels run on the calling thread:
 #       vLLM's CPU workers bind torch's OpenMP team to their cores, and a
 #       second pool on those cores only contends with it (OpenMP threads spin
-#       after each parallel region); see bench/vllm_threads.py.
+#       after each parallel region); see bench/vllm_layers.py.
 HOST_DEFAULTS = {"VLLM_FL_CPU_ACTIVATIONS": "torch", "VLLM_FL_CPU_THREADS": "1"}
 
 
