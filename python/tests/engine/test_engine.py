@@ -19,9 +19,12 @@ on Llama, Qwen2 and Gemma; compiled (vLLM's default compilation) on Llama
 in float32 and bfloat16; the policy run on Qwen2.
 """
 
+import glob
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -82,20 +85,42 @@ def plan(paths):
     return [groups[k] for k in ("off", "on")]
 
 
-def cache_env():
-    """Compiled artefacts shared between runs and between CI runs, under
-    the cache the venv lives in (vLLM keys them by model, configuration,
-    its variables (VLLM_PLUGINS among them) and the traced sources)."""
-    cache = os.environ.get("FLD_VLLM_CACHE") or os.path.join(
+def cache_dir():
+    """Where venv.sh keeps the environment: the models and vLLM's compiled
+    artefacts are kept there too, between runs of the goal."""
+    return os.environ.get("FLD_VLLM_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fldispatch")
-    return {"VLLM_CACHE_ROOT": os.path.join(cache, "vllm-cache"),
-            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor-cache")}
+
+
+def cache_env():
+    """Compiled artefacts shared between runs and between CI runs (vLLM
+    keys them by model, configuration, its variables (VLLM_PLUGINS among
+    them) and the traced sources; Inductor by the graph)."""
+    return {"VLLM_CACHE_ROOT": os.path.join(cache_dir(), "vllm-cache"),
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir(), "inductor-cache")}
+
+
+def cached_models():
+    """models.make()'s models, made once per version of models.py (made
+    aside and renamed into place, so a run cut short leaves nothing
+    half-written; older versions are removed)."""
+    with open(models.__file__, "rb") as f:
+        key = hashlib.sha256(f.read()).hexdigest()[:16]
+    root = os.path.join(cache_dir(), f"vllm-models-{key}")
+    if not os.path.exists(os.path.join(root, ".complete")):
+        for old in glob.glob(os.path.join(cache_dir(), "vllm-models-*")):
+            shutil.rmtree(old, ignore_errors=True)
+        aside = f"{root}.{os.getpid()}"
+        models.make(aside)
+        open(os.path.join(aside, ".complete"), "w").close()
+        os.rename(aside, root)
+    return models.make(root)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("engine")
-    paths = models.make(str(root / "models"))
+    paths = cached_models()
     out = root / "runs"
     out.mkdir()
     base = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false",
