@@ -24,8 +24,10 @@ torn down between runs. A "multiprocess" run starts vLLM's engine core (and,
 with tensor_parallel, its workers) as spawned processes, which read the
 plugin's variables from the environment as a deployment's would.
 fldispatch's counters come back through each worker's report (worker_report,
-through collective_rpc; callables need VLLM_ALLOW_INSECURE_SERIALIZATION=1),
-which also resets them, so each run's counters are its own.
+through collective_rpc; callables need VLLM_ALLOW_INSECURE_SERIALIZATION=1);
+they are reset once the engine has started, so each run's counters are its
+generate calls' (and a VLLM_FL_STATS_FILE written at a worker's exit holds
+them).
 """
 
 import gc
@@ -40,18 +42,19 @@ import models  # noqa: E402
 MAX_TOKENS = 12
 
 
-def worker_report(worker=None):
+def worker_report(worker=None, reset=False):
     """Runs in each vLLM worker (collective_rpc): its pid, its VLLM_FL_*
     variables, whether fldispatch.vllm replaced layers there and
-    fldispatch's counters (None where fldispatch was never loaded), which it
-    then resets."""
+    fldispatch's counters (None where fldispatch was never loaded); with
+    reset, resets them after."""
     if "fldispatch.vllm" not in sys.modules:
         return {"pid": os.getpid(), "fldispatch": False}
     import fldispatch
 
     fv = sys.modules["fldispatch.vllm"]
     stats = fldispatch.stats()
-    fldispatch.stats_reset()
+    if reset:
+        fldispatch.stats_reset()
     return {"pid": os.getpid(), "fldispatch": True, "registered": dict(fv.registered),
             "env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_FL_")},
             "stats": stats}
@@ -69,7 +72,7 @@ def run(spec, outdir):
     t1 = time.perf_counter()
     # what happened before this run's generate (profile and warm-up passes,
     # an earlier run in this process) is not this run's
-    llm.collective_rpc(worker_report)
+    llm.collective_rpc(worker_report, kwargs={"reset": True})
     greedy = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
     outs = llm.generate(models.PROMPTS, greedy, use_tqdm=False)
     t2 = time.perf_counter()
