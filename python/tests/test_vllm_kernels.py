@@ -182,7 +182,8 @@ def test_rms_norm(vllm_layers, dtype, residual, kind, hidden, strided):
 ROPE_LAYOUTS = {"batch": lambda b, s, n, h: (b, s, n, h), "flat": lambda b, s, n, h: (b, s, n * h),
                 "padded": lambda b, s, n, h: (b, s, n, h + 64)}
 # allclose's defaults for the dtype, which test_pos_encoding uses
-ROPE_TOL = {torch.float32: (1e-5, 1.3e-6), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-3, 1.6e-2)}
+ROPE_TOL = {torch.float32: (1e-5, 1.3e-6), torch.float16: (1e-3, 1e-3),
+            torch.bfloat16: (1e-3, 1.6e-2)}
 
 
 @needs_vllm

@@ -5,7 +5,8 @@ in this process:
 
 PLAN.json is a list of runs, each {"name", "model", "dtype", "mode" (eager
 or compiled), "force" (the name of an earlier run, or null), and optionally
-"tokenizer" (a directory; default the model's), "multiprocess" (default false), "tensor_parallel" (default 1), "env" (variables
+"tokenizer" (a directory; default the model's), "multiprocess" (default
+false), "tensor_parallel" (default 1), "env" (variables
 set for this run only)}. Whether fldispatch is loaded at all is set by the
 caller (VLLM_PLUGINS) for the whole process, as for a deployment: vLLM loads
 its plugins once per process. For each run a vllm.LLM is made, models.PROMPTS
@@ -66,7 +67,8 @@ def run(spec, outdir):
 
     tp = spec.get("tensor_parallel", 1)
     t0 = time.perf_counter()
-    llm = LLM(model=spec["model"], tokenizer=spec.get("tokenizer"), dtype=spec["dtype"], enforce_eager=spec["mode"] == "eager",
+    llm = LLM(model=spec["model"], tokenizer=spec.get("tokenizer"), dtype=spec["dtype"],
+              enforce_eager=spec["mode"] == "eager",
               max_model_len=256, max_num_seqs=8, seed=0, tensor_parallel_size=tp,
               distributed_executor_backend="mp" if tp > 1 else None)
     t1 = time.perf_counter()
