@@ -281,7 +281,8 @@ check: all tests
 # and caches it outside the clone (FLD_VLLM_CACHE, default
 # ~/.cache/fldispatch); this package is installed into it as a user would
 # (pip install ./python: a full C build the first time in a clone,
-# incremental after). FLD_VLLM_MATRIX=full runs the whole matrix.
+# incremental after); the tiny models and vLLM's compiled artefacts are
+# kept in the same cache. FLD_VLLM_MATRIX=full runs the whole matrix.
 check-vllm:
 	@venv=$$(sh python/tests/engine/venv.sh) && \
 	  echo "fldispatch: installing ./python into $$venv" && \

@@ -1,17 +1,27 @@
 """Each layer fldispatch replaces in vLLM, timed against vLLM's own CPU path,
-at decode (1 and 8 tokens) and prefill (512 tokens), and the CPU plugin's
-threading inside a host that runs torch's OpenMP pool: its own pool
-(VLLM_FL_CPU_THREADS=2) against inline on the calling thread (=1, what
-fldispatch.vllm sets in vLLM's processes). Run with vLLM installed (the
-environment of make check-vllm: python/tests/engine/venv.sh):
+at decode (1 and 8 tokens) and prefill (512 tokens), with torch's pool at one
+and at two threads, and the CPU plugin's threading inside a host that runs
+torch's OpenMP pool:
 
-    VENV/bin/python bench/vllm_layers.py [--rounds 5] [--hidden 4096] [--json]
+    vllm        vLLM's own layers (VLLM_PLUGINS="")
+    fld-1       fldispatch, inline on the calling thread (VLLM_FL_CPU_THREADS=1,
+                what fldispatch.vllm sets in vLLM's processes)
+    fld-torch   fldispatch's pool at torch.get_num_threads() threads
+                (only where that is more than 1: else it is fld-1)
+    fld-unset   fldispatch's pool at the library's own default (the caller's
+                NUMA node's physical cores), as without the plugin's setting
 
-Every setting runs in a child process of this one run (the plugin reads its
-variables when it registers), alternating round by round. Between two timed
-calls the child runs a matrix product on torch's pool, as a model's forward
-does between its layers, so the OpenMP threads are awake (spinning) when the
-layer runs; only the layer call is timed. Prints the median per call in us.
+Run with vLLM installed (the environment of make check-vllm:
+python/tests/engine/venv.sh):
+
+    VENV/bin/python bench/vllm_layers.py [--rounds 3] [--threads 1,2] [--hidden 4096] [--json]
+
+Every (setting, threads) runs in a child process of this one run (the plugin
+reads its variables when it registers), alternating round by round. Between
+two timed calls the child runs a matrix product on torch's pool, as a model's
+forward does between its layers, so the OpenMP threads are awake (spinning)
+when the layer runs; only the layer call is timed. Prints the median over
+rounds of each child's median per call, in us, and the minimum.
 """
 
 import argparse
@@ -22,24 +32,35 @@ import subprocess
 import sys
 import time
 
-SETTINGS = {
-    "vllm": {"VLLM_PLUGINS": ""},
-    "fld-inline": {"VLLM_FL_CPU_THREADS": "1"},
-    "fld-pool": {"VLLM_FL_CPU_THREADS": "2"},
-}
+SETTINGS = ("vllm", "fld-1", "fld-torch", "fld-unset")
 TOKENS = (1, 8, 512)
 
 
-def child(setting, hidden, dtype_name, reps):
+def setting_env(setting, threads):
+    """The variables a child runs under (None: the setting is another one at
+    this thread count)."""
+    if setting == "vllm":
+        return {"VLLM_PLUGINS": ""}
+    if setting == "fld-1":
+        return {"VLLM_FL_CPU_THREADS": "1"}
+    if setting == "fld-torch":
+        return None if threads == 1 else {"VLLM_FL_CPU_THREADS": str(threads)}
+    return {}
+
+
+def child(setting, threads, hidden, dtype_name, reps):
     import torch
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers import activation, layernorm
     from vllm.model_executor.layers.rotary_embedding import get_rope
 
     if setting != "vllm":
         import fldispatch.vllm as fv
+        if setting == "fld-unset":  # the library's own default, not the plugin's
+            fv.HOST_DEFAULTS = {k: v for k, v in fv.HOST_DEFAULTS.items()
+                                if k != "VLLM_FL_CPU_THREADS"}
         fv.register()
     dtype = getattr(torch, dtype_name)
     inter = hidden * 11 // 4 // 64 * 64
@@ -75,41 +96,51 @@ def child(setting, hidden, dtype_name, reps):
                     if i >= 3:
                         times.append(t1 - t0)
                 results[f"{name} T={t}"] = statistics.median(times) / 1000
-        print(json.dumps({"type": type(norm).__module__, "results": results}))
+        print(json.dumps({"type": type(norm).__module__, "results": results,
+                          "fl_threads": os.environ.get("VLLM_FL_CPU_THREADS")}))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--threads", default="1,2")
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child")
     args = ap.parse_args()
     if args.child:
-        return child(args.child, args.hidden, args.dtype, args.reps)
+        return child(args.child, int(args.threads), args.hidden, args.dtype, args.reps)
     env0 = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_FL_")}
-    runs = {s: [] for s in SETTINGS}
+    plan = [(s, int(t)) for t in args.threads.split(",") for s in SETTINGS
+            if setting_env(s, int(t)) is not None]
+    runs = {key: [] for key in plan}
     for _ in range(args.rounds):
-        for setting, extra in SETTINGS.items():
-            out = subprocess.run([sys.executable, __file__, "--child", setting, "--hidden",
-                                  str(args.hidden), "--dtype", args.dtype, "--reps",
-                                  str(args.reps)], env=dict(env0, **extra),
+        for setting, threads in plan:
+            out = subprocess.run([sys.executable, __file__, "--child", setting, "--threads",
+                                  str(threads), "--hidden", str(args.hidden), "--dtype", args.dtype,
+                                  "--reps", str(args.reps)],
+                                 env=dict(env0, **setting_env(setting, threads)),
                                  capture_output=True, text=True, check=True)
             got = json.loads(out.stdout.strip().splitlines()[-1])
             assert (got["type"] == "fldispatch.vllm") == (setting != "vllm"), got["type"]
-            runs[setting].append(got["results"])
-    table = {s: {case: statistics.median(r[case] for r in rs) for case in rs[0]}
-             for s, rs in runs.items()}
+            runs[(setting, threads)].append(got["results"])
+    table = {f"{s} t{t}": {case: (statistics.median(r[case] for r in rs), min(r[case] for r in rs))
+                           for case in rs[0]}
+             for (s, t), rs in runs.items()}
     if args.json:
         print(json.dumps(table, indent=1))
         return
-    print(f"median us per call, {args.dtype}, hidden {args.hidden}, {args.rounds} rounds")
-    print(f"{'case':28} {'vllm':>9} {'fld-inline':>11} {'fld-pool':>9}  inline/vllm  pool/inline")
-    for case in table["vllm"]:
-        v, i, p = (table[s][case] for s in ("vllm", "fld-inline", "fld-pool"))
-        print(f"{case:28} {v:9.1f} {i:11.1f} {p:9.1f}  {v / i:10.2f}x  {i / p:10.2f}x")
+    print(f"us per call (median of {args.rounds} rounds / min), {args.dtype}, hidden {args.hidden}")
+    for t in args.threads.split(","):
+        cols = [f"{s} t{t}" for s in SETTINGS if f"{s} t{t}" in table]
+        print(f"\ntorch threads {t}")
+        print(f"{'case':28}" + "".join(f"{c:>20}" for c in cols) + "   vllm/fld-1")
+        for case in table[cols[0]]:
+            cells = "".join(f"{table[c][case][0]:12.1f} /{table[c][case][1]:6.1f}" for c in cols)
+            ratio = table[f"vllm t{t}"][case][0] / table[f"fld-1 t{t}"][case][0]
+            print(f"{case:28}{cells}   {ratio:9.2f}x")
 
 
 if __name__ == "__main__":

@@ -236,7 +236,7 @@ def _mixed_weight_ok():
 #   VLLM_FL_CPU_THREADS=1  the plugin's kernels run on the calling thread:
 #       vLLM's CPU workers bind torch's OpenMP team to their cores, and a
 #       second pool on those cores only contends with it (OpenMP threads spin
-#       after each parallel region); see bench/vllm_threads.py.
+#       after each parallel region); see bench/vllm_layers.py.
 HOST_DEFAULTS = {"VLLM_FL_CPU_ACTIVATIONS": "torch", "VLLM_FL_CPU_THREADS": "1"}
 
 
@@ -253,6 +253,20 @@ def _host_defaults():
 registered = {}
 
 
+def note_rank():
+    """Puts this process's rank in torch.distributed into RANK, where the
+    library reads it for %r in VLLM_FL_STATS_FILE and VLLM_FL_TRACE: vLLM's
+    worker processes get their rank as arguments, not in the environment,
+    and inherit their parent's RANK if it has one. Called as each layer is
+    made (vLLM makes the model after its distributed setup); does nothing
+    before torch.distributed is initialised."""
+    import os
+
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        os.environ["RANK"] = str(dist.get_rank())
+
+
 def layer_class(op_name):
     """The OOT class for an op name, built on the installed vLLM's layer."""
     import importlib
@@ -260,6 +274,13 @@ def layer_class(op_name):
     module, class_name, factory = _LAYERS[op_name]
     base = getattr(importlib.import_module(module), class_name)
     cls = factory(base)
+    made = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        note_rank()
+
+    cls.__init__ = __init__
     cls.__module__ = __name__
     cls.__qualname__ = cls.__name__
     return cls, class_name

@@ -129,6 +129,23 @@ def test_register_sets_the_host_defaults_it_finds_unset(fake_vllm, monkeypatch):
     assert os.environ["VLLM_FL_CPU_THREADS"] == "2"  # the user's value stays
 
 
+def test_a_worker_layer_puts_its_rank_in_the_environment(fake_vllm, monkeypatch):
+    """vLLM's workers get their rank as arguments: the library's %r reads
+    RANK, which a worker may have inherited from its parent (here 0)."""
+    import os
+
+    monkeypatch.setenv("RANK", "0")
+    fv.register()
+    ln, _, _ = layers(fake_vllm)
+    ln.RMSNorm(64)
+    assert os.environ["RANK"] == "0"  # torch.distributed not initialised: left alone
+    monkeypatch.setattr(torch.distributed, "is_available", lambda: True)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 1)
+    ln.RMSNorm(64)
+    assert os.environ["RANK"] == "1"
+
+
 def test_a_layer_another_plugin_replaced_is_left_alone(fake_vllm, caplog):
     registry = fake_vllm["vllm.model_executor.custom_op"].op_registry_oot
     other = type("OtherRMSNorm", (), {})

@@ -8,7 +8,13 @@ opcheck), checked here in our own words:
   child process, since the plugin reads the variable when it registers;
 - with vLLM installed (make check-vllm's environment): vLLM's layer
   classes replaced by fldispatch.vllm, against their forward_native under
-  vLLM's default configuration, and torch.library.opcheck on the ops.
+  vLLM's default configuration, over the cases of vLLM's tests: the four
+  gated activations exact in every dtype; RMSNorm, weightless RMSNorm and
+  GemmaRMSNorm with and without residual, odd hidden sizes, rows sliced
+  from wider ones; rotary embedding neox and not, head sizes 64 to 256,
+  partial rotary dimensions, q and k as (batch, seq, heads, head), flat
+  or sliced from a wider last dimension, with and without a key, at
+  allclose's default tolerances; and torch.library.opcheck on the ops.
 """
 
 import json
@@ -135,22 +141,43 @@ def test_act_and_mul_exact(vllm_layers, kind, num_tokens, d, dtype):
     torch.testing.assert_close(layer(x), layer.forward_native(x), atol=0.0, rtol=0.0)
 
 
+def same_layout(t):
+    """A copy of t with t's strides (a slice of wider rows stays one): the
+    layers work in place, and clone() makes a sliced tensor contiguous."""
+    if t is None:
+        return None
+    out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype)
+    return out.copy_(t)
+
+
 @needs_vllm
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("residual", [False, True])
-@pytest.mark.parametrize("gemma", [False, True])
+@pytest.mark.parametrize("kind", ["rms", "gemma", "weightless"])
+@pytest.mark.parametrize("hidden", [8, 769, 5120, 5125])
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
 @torch.inference_mode()
-def test_rms_norm(vllm_layers, dtype, residual, gemma):
+def test_rms_norm(vllm_layers, dtype, residual, kind, hidden, strided):
+    """test_layernorm's cases: odd and even hidden sizes, rows that are a
+    slice of wider ones, RMSNorm without a weight, GemmaRMSNorm."""
     layernorm = vllm_layers[1]
     torch.manual_seed(0)
-    hidden = 5120
-    layer = layernorm.GemmaRMSNorm(hidden) if gemma else layernorm.RMSNorm(hidden).to(dtype)
-    layer.weight.data.normal_(0.0 if gemma else 1.0, 0.1)
+    if kind == "gemma":
+        layer = layernorm.GemmaRMSNorm(hidden)
+        layer.weight.data.normal_(0.0, 0.1)
+    elif kind == "weightless":
+        layer = layernorm.RMSNorm(hidden, has_weight=False).to(dtype)
+    else:
+        layer = layernorm.RMSNorm(hidden).to(dtype)
+        layer.weight.data.normal_(1.0, 0.1)
+    assert type(layer).__module__ == "fldispatch.vllm"
     scale = 1 / (2 * hidden)
-    x = torch.randn(83, hidden, dtype=dtype) * scale
+    x = (torch.randn(83, 2 * hidden if strided else hidden, dtype=dtype) * scale)[:, :hidden]
     res = torch.randn_like(x) * scale if residual else None
-    want = layer.forward_native(x.clone(), None if res is None else res.clone())
-    got = layer(x.clone(), None if res is None else res.clone())
+
+    want = layer.forward_native(same_layout(x), same_layout(res))
+    got = layer(same_layout(x), same_layout(res))
+    assert same_layout(x).stride() == x.stride()
     # test_layernorm's tolerance
     if residual:
         for a, b in zip(got, want):
@@ -159,15 +186,29 @@ def test_rms_norm(vllm_layers, dtype, residual, gemma):
         torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
 
 
+# test_pos_encoding's layouts of q and k: (batch, seq, heads, head), (batch,
+# seq, heads * head), and (batch, seq, heads, head) sliced from a wider last
+# dimension
+ROPE_LAYOUTS = {"batch": lambda b, s, n, h: (b, s, n, h), "flat": lambda b, s, n, h: (b, s, n * h),
+                "padded": lambda b, s, n, h: (b, s, n, h + 64)}
+# allclose's defaults for the dtype, which test_pos_encoding uses
+ROPE_TOL = {torch.float32: (1e-5, 1.3e-6), torch.float16: (1e-3, 1e-3),
+            torch.bfloat16: (1e-3, 1.6e-2)}
+
+
 @needs_vllm
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("is_neox", [True, False])
-@pytest.mark.parametrize("rotary_dim", [64, 32])
+@pytest.mark.parametrize("head_size", [64, 80, 120, 256])
+@pytest.mark.parametrize("rotary_dim", [None, 32])
+@pytest.mark.parametrize("layout", ROPE_LAYOUTS)
+@pytest.mark.parametrize("use_key", [True, False])
 @torch.inference_mode()
-def test_rotary(vllm_layers, dtype, is_neox, rotary_dim):
+def test_rotary(vllm_layers, dtype, is_neox, head_size, rotary_dim, layout, use_key):
     rotary_embedding = vllm_layers[2]
     torch.manual_seed(0)
-    head_size, max_pos = 64, 8192
+    rotary_dim = rotary_dim or head_size
+    max_pos = 8192
     rope = rotary_embedding.get_rope(head_size, max_pos, is_neox_style=is_neox,
                                      rope_parameters={"rope_type": "default",
                                                       "rope_theta": 10000,
@@ -175,16 +216,19 @@ def test_rotary(vllm_layers, dtype, is_neox, rotary_dim):
                                                           rotary_dim / head_size},
                                      dtype=dtype)
     assert type(rope).__module__ == "fldispatch.vllm"
-    positions = torch.randint(0, max_pos, (83,))
-    q = torch.randn(83, 8 * head_size, dtype=dtype)
-    k = torch.randn(83, 2 * head_size, dtype=dtype)
-    want_q, want_k = rope.forward_native(positions, q.clone(), k.clone())
-    got_q, got_k = rope(positions, q.clone(), k.clone())
-    # test_pos_encoding's tolerance: allclose's defaults for the dtype
-    torch.testing.assert_close(got_q, want_q, atol=1e-3 if dtype == torch.float32 else 1e-2,
-                               rtol=1e-5 if dtype == torch.float32 else 1.6e-2)
-    torch.testing.assert_close(got_k, want_k, atol=1e-3 if dtype == torch.float32 else 1e-2,
-                               rtol=1e-5 if dtype == torch.float32 else 1.6e-2)
+    positions = torch.randint(0, max_pos, (5, 11))
+    q = torch.randn(ROPE_LAYOUTS[layout](5, 11, 17, head_size), dtype=dtype)
+    k = torch.randn_like(q) if use_key else None
+    q = q[..., :head_size]
+    k = k[..., :head_size] if use_key else None
+    want_q, want_k = rope.forward_native(positions, same_layout(q), same_layout(k))
+    got_q, got_k = rope(positions, same_layout(q), same_layout(k))
+    atol, rtol = ROPE_TOL[dtype]
+    torch.testing.assert_close(got_q, want_q, atol=atol, rtol=rtol)
+    if use_key:
+        torch.testing.assert_close(got_k, want_k, atol=atol, rtol=rtol)
+    else:
+        assert got_k is None and want_k is None
 
 
 @needs_vllm

@@ -5,7 +5,10 @@
 writes DIR/llama, DIR/qwen2 and DIR/gemma (and DIR/llama-big with --big, a
 model with hidden size 2048 for the speed runs): a transformers config,
 random weights (safetensors) and a word-level tokenizer built with the
-tokenizers library over a fixed vocabulary. The shapes are chosen for vLLM's
+tokenizers library over a fixed vocabulary; and that tokenizer alone in
+DIR/tokenizer, for the engine to load with every model (transformers loads
+a tokenizer beside a Qwen2 config as Qwen2's BPE tokenizer, which encodes
+these prompts as nothing). The shapes are chosen for vLLM's
 CPU attention (head size 64) and to exercise every replaced layer: Llama and
 Qwen2 run RMSNorm, SiluAndMul and RotaryEmbedding; Gemma runs GemmaRMSNorm,
 GeluAndMul (tanh) and RotaryEmbedding. Weights are drawn with a fixed seed
@@ -71,7 +74,9 @@ def save(path, config, seed):
 def make(out, big=False):
     from transformers import GemmaConfig, LlamaConfig, Qwen2Config
 
-    made = {}
+    made = {"tokenizer": os.path.join(out, "tokenizer")}
+    if not os.path.exists(os.path.join(made["tokenizer"], "tokenizer.json")):
+        tokenizer(made["tokenizer"])
     specs = [("llama", LlamaConfig(**COMMON)),
              ("qwen2", Qwen2Config(**COMMON)),
              ("gemma", GemmaConfig(**dict(COMMON, hidden_activation="gelu_pytorch_tanh",

@@ -19,9 +19,12 @@ on Llama, Qwen2 and Gemma; compiled (vLLM's default compilation) on Llama
 in float32 and bfloat16; the policy run on Qwen2.
 """
 
+import glob
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -50,18 +53,22 @@ MAX_FACTOR, MAX_SLACK = 1.5, 2e-2
 
 
 OFF = {"VLLM_PLUGINS": ""}
-ON = {"VLLM_FL_STATS": "1", "VLLM_FL_DISPATCH_DEBUG": "1", "VLLM_FL_LOG_LEVEL": "debug"}
-REFERENCE = dict(ON, VLLM_FL_PREFER="reference")
+ON = {"VLLM_FL_STATS": "1"}
+# the policy run: the only one whose engine runs in its own processes
+# (spawned, as vllm serve's are), which must find the policy there
+REFERENCE = {"VLLM_FL_PREFER": "reference"}
 
 
 def plan(paths):
-    """[(environment, runs)]: one engine driver per plugin setting."""
-    groups = {"off": (OFF, []), "on": (ON, []), "reference": (REFERENCE, [])}
+    """[(environment, runs)]: one engine driver per plugin setting (vLLM
+    loads its plugins once per process)."""
+    groups = {"off": (OFF, []), "on": (ON, [])}
 
-    def add(name, model, dtype, mode, force=None):
-        setting = name.rsplit("-", 1)[1]
-        groups[setting][1].append({"name": name, "model": paths[model], "dtype": dtype,
-                                   "mode": mode, "force": force})
+    def add(name, model, dtype, mode, force=None, **extra):
+        setting = "off" if name.endswith("-off") else "on"
+        groups[setting][1].append(dict({"name": name, "model": paths[model], "dtype": dtype,
+                                        "mode": mode, "force": force,
+                                        "tokenizer": paths["tokenizer"]}, **extra))
 
     for m in ("llama", "qwen2", "gemma"):
         add(f"{m}-eager-f32-off", m, "float32", "eager", f"{m}-eager-f32-off")
@@ -73,18 +80,51 @@ def plan(paths):
         for s in ("off", "on"):
             add(f"{m}-compiled-f32-{s}", m, "float32", "compiled")
             add(f"{m}-compiled-bf16-{s}", m, "bfloat16", "compiled", f"{m}-eager-f32-off")
-    add("qwen2-eager-f32-reference", "qwen2", "float32", "eager")
-    return [groups[k] for k in ("off", "on", "reference")]
+    add("qwen2-eager-f32-reference", "qwen2", "float32", "eager", multiprocess=True,
+        env=REFERENCE)
+    return [groups[k] for k in ("off", "on")]
+
+
+def cache_dir():
+    """Where venv.sh keeps the environment: the models and vLLM's compiled
+    artefacts are kept there too, between runs of the goal."""
+    return os.environ.get("FLD_VLLM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fldispatch")
+
+
+def cache_env():
+    """Compiled artefacts shared between runs and between CI runs (vLLM
+    keys them by model, configuration, its variables (VLLM_PLUGINS among
+    them) and the traced sources; Inductor by the graph)."""
+    return {"VLLM_CACHE_ROOT": os.path.join(cache_dir(), "vllm-cache"),
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir(), "inductor-cache")}
+
+
+def cached_models():
+    """models.make()'s models, made once per version of models.py (made
+    aside and renamed into place, so a run cut short leaves nothing
+    half-written; older versions are removed)."""
+    with open(models.__file__, "rb") as f:
+        key = hashlib.sha256(f.read()).hexdigest()[:16]
+    root = os.path.join(cache_dir(), f"vllm-models-{key}")
+    if not os.path.exists(os.path.join(root, ".complete")):
+        for old in glob.glob(os.path.join(cache_dir(), "vllm-models-*")):
+            shutil.rmtree(old, ignore_errors=True)
+        aside = f"{root}.{os.getpid()}"
+        models.make(aside)
+        open(os.path.join(aside, ".complete"), "w").close()
+        os.rename(aside, root)
+    return models.make(root)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("engine")
-    paths = models.make(str(root / "models"))
+    paths = cached_models()
     out = root / "runs"
     out.mkdir()
-    base = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_DISABLE_COMPILE_CACHE="1",
-                TOKENIZERS_PARALLELISM="false", VLLM_ALLOW_INSECURE_SERIALIZATION="1")
+    base = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false",
+                VLLM_ALLOW_INSECURE_SERIALIZATION="1", **cache_env())
     for name in [n for n in base if n.startswith("VLLM_FL_")]:
         del base[name]
     names = []
@@ -100,7 +140,6 @@ def runs(tmp_path_factory):
         with open(out / f"{name}.json") as f:
             results[name] = json.load(f)
         results[name]["stats"] = read_stats(results[name])
-        results[name]["dispatch"] = read_dispatch(out / f"{name}.log")
     for name, r in results.items():
         print(f"{name}: {r['wall_s']:.1f} s (startup {r['startup_s']:.1f} s, "
               f"generate {r['generate_s']:.2f} s)")
@@ -118,22 +157,11 @@ def read_stats(result):
     return total
 
 
-DISPATCH = re.compile(r"\[DISPATCH\] Op '(\w+)' \((\w+), (\w+)\) -> '([\w.]+)'")
-
-
-def read_dispatch(path):
-    """(op, impl_id, dtype) chosen in the run's processes (VLLM_FL_DISPATCH_DEBUG)."""
-    with open(path, errors="replace") as f:
-        return {(m[1], m[4], m[3]) for m in DISPATCH.finditer(f.read())}
-
-
 def served(result, dtype):
     """{op: impl_id} of the catalog ops fldispatch served in a run, from its
-    counters (from the dispatch log where the library has none)."""
-    if result["stats"]:
-        return {op: impl for (op, impl, dt), calls in result["stats"].items()
-                if calls > 0 and dt in (dtype, DTYPE_NAMES[dtype])}
-    return {op: impl for op, impl, dt in result["dispatch"] if dt in (dtype, DTYPE_NAMES[dtype])}
+    counters."""
+    return {op: impl for (op, impl, dt), calls in result["stats"].items()
+            if calls > 0 and dt in (dtype, DTYPE_NAMES[dtype])}
 
 
 DTYPE_NAMES = {"float32": "f32", "bfloat16": "bf16"}
@@ -169,7 +197,7 @@ def test_nothing_of_fldispatch_runs_with_the_plugin_off(runs):
     for name, r in runs.items():
         if name.endswith("-off"):
             assert not any(w and w["fldispatch"] for w in r["workers"]), name
-            assert not r["dispatch"], name
+            assert not r["stats"], name
         else:
             assert all(w and w["fldispatch"] and w["registered"] for w in r["workers"]), name
 
@@ -206,8 +234,8 @@ def test_bfloat16_no_further_from_float32_than_vllms_own(runs):
 
 def test_policy_reaches_the_worker(runs):
     r = runs["qwen2-eager-f32-reference"]
-    assert all(w["pid"] != os.getpid() and w["env"].get("VLLM_FL_PREFER") == "reference"
-               for w in r["workers"])
+    assert all(w["pid"] != r["driver_pid"] and w["env"].get("VLLM_FL_PREFER") == "reference"
+               for w in r["workers"]), r["workers"]
     got = served(r, "float32")
     assert set(got) >= LAYER_OPS["qwen2"]
     assert all(got[op] == "reference.c" for op in LAYER_OPS["qwen2"]), got
