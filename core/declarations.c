@@ -16,7 +16,8 @@
 #include "registry.h"
 #include "signature.h"
 
-void fld__decls_declarer(const struct fld_plugin_rec *p, char *buf, size_t size)
+/* The declarer's text of a plugin record: "plugin 'x' (/path)". */
+static void decls_declarer(const struct fld_plugin_rec *p, char *buf, size_t size)
 {
     if (!p)
         snprintf(buf, size, "the library");
@@ -57,7 +58,7 @@ int fld_registry_declare_op(fld_registry *reg, const char *op, const char *schem
                                   "digits, '_' and '.')",
                                   op ? op : "(null)");
     char by[400], err[1024];
-    fld__decls_declarer(reg->plugin, by, sizeof by);
+    decls_declarer(reg->plugin, by, sizeof by);
     struct fld_sig *s;
     int rc = fld__sig_parse(op, schema, false, by, &s, err, sizeof err);
     if (rc)

@@ -102,8 +102,6 @@ int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
 int fld__decls_prepare(struct fld_registry *reg);
 void fld__decls_commit(struct fld_registry *reg);
 void fld__decls_discard(struct fld_registry *reg);
-/* The declarer's text of a plugin record: "plugin 'x' (/path)". */
-void fld__decls_declarer(const struct fld_plugin_rec *p, char *buf, size_t size);
 
 /* Whether a language binding claimed VLLM_FL_PLUGIN_MODULES's module names
  * (fld_host_claim_module_names(), host_registration.c); read by discovery. */

@@ -181,11 +181,11 @@ START_TEST(test_every_row_in_config_json)
     const struct fld_tool_policy_field *r;
     for (unsigned i = 0; (r = fld__policy_field_row(i)); i++) {
         char env[256], key[128], source[128];
-        struct tool_run run;
+        struct tt_tool_run run;
         snprintf(env, sizeof env, "%s=%s", r->env, sample_of(r)->text);
         snprintf(key, sizeof key, "\"key\": \"%s", r->yaml);
         snprintf(source, sizeof source, "\"source\": \"%s\"", r->env);
-        tool_run(&run, ENV(env), ARGS("config", "--json"));
+        tt_tool_run(&run, ENV(env), ARGS("config", "--json"));
         assert_status(run, 0);
         const char *at = strstr(run.out, key);
         ck_assert_msg(at, "%s: no %s in:\n" CLIP, env, key, run.out);
@@ -193,7 +193,7 @@ START_TEST(test_every_row_in_config_json)
         const char *src = strstr(at, source);
         ck_assert_msg(src && end && src < end, "%s: %s is not the source of %s in:\n" CLIP, env,
                       source, key, run.out);
-        tool_run_free(&run);
+        tt_tool_run_free(&run);
     }
 }
 END_TEST
