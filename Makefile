@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # fldispatch — plain, non-recursive Makefile.
 #
 #   make                 library, plugins and the fldispatch tool into build/
@@ -12,8 +13,8 @@
 #                        core/ or tools/ linked and unused (.ci/unused.py), no
 #                        tracked file that .gitignore ignores (a committed build
 #                        output), no work history in the tree (issue or phase
-#                        numbers, a FLAGS file); LINT_SPDX=yes: every source file
-#                        carries its SPDX licence line
+#                        numbers, a FLAGS file), every source file carrying its
+#                        SPDX licence line (LINT_SPDX=no skips that check)
 #   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
 #   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
@@ -415,9 +416,9 @@ CPPCHECK_FLAGS := --quiet --error-exitcode=1 --std=c11 --enable=warning,portabil
 # Work history (issue and phase numbers, a FLAGS file) is git's: the raw
 # outputs under docs/gpu-runs/<run>/ are the only place it may appear.
 LINT_HISTORY := issue [0-9]|phase [0-9]|FLAGS[.]md
-# LINT_SPDX=yes also requires an SPDX-License-Identifier line in the first 5
-# lines of every tracked source file (C, headers, CUDA/HIP, Python, shell, make).
-LINT_SPDX ?= no
+# An SPDX-License-Identifier line in the first 5 lines of every tracked source
+# file (C, headers, CUDA/HIP, Python, shell, make); LINT_SPDX=no skips it.
+LINT_SPDX ?= yes
 LINT_SPDX_FILES = git ls-files -- '*.c' '*.h' '*.cc' '*.cu' '*.cuh' '*.hip' '*.py' '*.sh' '*.mk' Makefile
 lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ)
 	@mkdir -p $(B)/cppcheck

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # make check-fresh: the README's two commands on a machine that has nothing
 # else. Needs root (debootstrap, chroot, mount).
 #

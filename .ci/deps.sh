@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The Debian packages fldispatch needs, in sets by purpose. Each make goal
 # asks for its sets only (see the Makefile). The README's two commands, make
 # run and make check, pass --install: run as root, they install the missing

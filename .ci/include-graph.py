@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The dependency graph of core/, by module, and its cycles.
 
 A module is a file stem: core/registry.c and core/registry.h are module

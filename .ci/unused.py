@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Code of core/ and tools/ that is linked and never used.
 
 Every function or variable an object of core/ or tools/ defines with

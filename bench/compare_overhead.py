@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Compare the dispatch overhead of two fldispatch builds in one run.
 
 Runs `fldispatch bench --overhead --json` of each build in turn (ABAB...,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Per-call cost of fldispatch from Python, beside what it is compared with.
 
     make python

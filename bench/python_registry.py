@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What an op registered from Python costs to call by name, and to register.
 
     make python

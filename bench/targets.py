@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Check a benchmark run against this project's speed targets.
 
 The shipped tool reports measurements only; the targets set for the kernels,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Time PyTorch eager and torch.compile on fldispatch's ops, next to `fldispatch bench`.
 
 For each op and dtype at the issue's shapes (4096 x 4096; rotary 4096 tokens x 32

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Each layer fldispatch replaces in vLLM, timed against vLLM's own CPU path,
 at decode (1 and 8 tokens) and prefill (512 tokens), with torch's pool at one
 and at two threads, and the CPU plugin's threading inside a host that runs

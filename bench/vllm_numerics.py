@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Compare fldispatch's CPU ops with vLLM's PyTorch references, element by element.
 
 Calls the C library through ctypes (build/lib/libfldispatch.so, no Python package

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The catalog: one schema row per op (name, argument struct, validator,
  * reference kernel and what it serves), and the typed public entry points,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Policy files, the policy-file schema only (config.h): YAML policy files
  * read against the keys of the policy-field table (policy_table.h),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Policy files (config.c): the schema of a YAML policy file (the platform
  * file config/<platform>.yaml, VLLM_FL_CONFIG's file, fld_policy_load_file(),

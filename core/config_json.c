@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Strict JSON (RFC 8259) into the same small tree as YAML files, for
  * VLLM_FL_OP_CONFIG.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The effective configuration, field by field: fld_foreach_config_field(),
  * behind `fldispatch config` and the Python package's config(). It reads the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tree of a configuration document and its readers: config_yaml.c
  * builds it from libyaml's events (policy files, config.c; the manifest,

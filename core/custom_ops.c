@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * vLLM's custom_ops grammar (see custom_ops.h): the reader that takes one
  * item at a time (policy files give each item its own line), the parser of

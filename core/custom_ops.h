@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * vLLM's custom_ops grammar, one of the policy's value grammars (the others
  * are parse.h's): "all" or "none" sets the base (default: all enabled), then

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Declared op signatures: fld_registry_declare_op() stages one in the
  * plugin's registry (checked against the op's signature in force and the

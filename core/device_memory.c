@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device memory for tools (fld_device_*): the host serves the CPU itself and
  * forwards every other device type to the device hooks of the first loaded

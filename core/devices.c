@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The device table's data and the names and texts derived from it
  * (devices.h): fld_device_name(), fld_device_from_name(), the "valid: ..."

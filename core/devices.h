@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The device table: one row per device type the host knows. Everything in
  * core that names, counts or checks a device derives from it: the FLD_DEV_*

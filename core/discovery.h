@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Plugin discovery and loading: the search path (VLLM_FL_PLUGIN_DIR, or the
  * library-relative and compiled-in directories), VLLM_FL_PLUGIN_MODULES,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The dtype table's rows as data, and the names derived from them (see
  * dtypes.h): fld_dtype_name(), fld_dtype_from_name(), the words of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The dtype table: one row per element type the catalog dispatches on.
  * Everything in core that names, counts or parses a dtype derives from it:

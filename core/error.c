@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Status strings and the thread-local detail of the last failure. */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Thread-local error detail behind fld_last_error(). */
 #ifndef FLD_CORE_ERROR_H
 #define FLD_CORE_ERROR_H

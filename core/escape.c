@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Escaping of text that leaves the library (see escape.h). A small UTF-8
  * decoder that follows the well-formed byte sequences of Unicode (table 3-7):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Text that leaves the library: fld_last_error(), log lines (stderr or the
  * application's callback), plugin reasons and details. Messages quote values

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The base floor's process state: the host lock and its fork handling, the
  * generation counter, the ready flag. See host.h for the locking rules;

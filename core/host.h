@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The base floor's process state: the one host lock, the generation counter
  * that invalidates cached choices, and the ready flag of lazy initialisation.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Host implementations (include/fldispatch/host_impl.h): what a language
  * binding in the host process registers, a plugin record per binding

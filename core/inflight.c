@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Calls in flight (see inflight.h): the slot table, claiming a slot for a
  * thread, the barrier and the wait of fld_shutdown().

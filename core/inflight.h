@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Calls in flight: which threads are inside the library now, so that
  * fld_shutdown() frees nothing a call still uses.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The policy of the process, assembled from its layers in one place (the
  * precedence is config.h's): built-in defaults (policy.c), the platform file

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The policy of the process assembled from its layers (layers.c: every
  * policy variable of the environment is read there).

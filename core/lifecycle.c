@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The top floor: init, reload, shutdown, and what a forked child redoes above
  * the base floor. Each starts or stops the floors below in order (log, ops,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * How this copy of the library is linked (see linkage.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Logging. The level and sink are process-wide atomics so that the check on
  * hot paths costs one load. Lines go to stderr as

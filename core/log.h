@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Logging: level, stderr or callback sink, VLLM_FL_LOG_LEVEL / VLLM_FL_DISPATCH_DEBUG. */
 #ifndef FLD_CORE_LOG_H
 #define FLD_CORE_LOG_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The op manager: the call path, the cache of resolved chains and the run
  * of a chain with fallback. Which implementations a chain holds, and in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The op manager: the call path, the lock-free per-(op, device, dtype)
  * cache of resolved chains, dispatch with non-strict fallback and failure

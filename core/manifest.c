@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Frozen-dispatch manifests (see manifest.h): a strict YAML reader, the
  * lookup used when chains are built, and the check against the registry.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Frozen dispatch: a manifest pins (op, device, dtype) -> impl_id so that
  * every worker of a deployment runs the same kernels. Written by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The lifetime of a loaded manifest (see manifest_record.h): references
  * shared by the policies that hold it, and the freeing of its entries.

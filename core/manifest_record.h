@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A loaded manifest as a value: its pinned entries, its path, and the
  * reference count that lets the policies holding it share it (a clone of a

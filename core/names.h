@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Names checked against what is registered: the op names, vendor names and
  * impl ids a configuration mentions, and the VLLM_FL_* variables of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Interned ops. Lookups by name read a hash table without a lock and
  * without a reader section: open addressing with linear probing, slots

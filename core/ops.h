@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Operators: the catalog schema table and the interned op entries that hold
  * each op's implementations (the registry) and its cached choices.

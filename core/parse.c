@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Strict parsers for the policy's value grammars. The Python system this
  * replaces skipped malformed fragments and read 'false' as true; here every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Strict parsers for the value grammars of the policy: booleans, comma
  * lists, tokens and per-op orders. Every failure returns FLD_ECONFIG with a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Path variables: the one reader (see pathvar.h). */
 #include <stdlib.h>
 

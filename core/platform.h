@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The platform: which kind of machine this is (cpu, nvidia, rocm, ascend),
  * how that was decided, and where its platform file lives.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The checks on a plugin file and its descriptor that discovery, the probe
  * and `fldispatch doctor` share (plugin_file.h says which rule is which and

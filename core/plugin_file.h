@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the host checks on a plugin before any of the plugin's code runs,
  * in one place for its three users: discovery (discovery.c), the probe

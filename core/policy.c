@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The selection policy's record: built-in defaults, clone and free, setting
  * a field by key (the environment, the files, fld_policy_set()), the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Selection policy: the immutable value that selection reads, how it is
  * built from the environment and from fld_policy_set() (policy.c), and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Several policy fields in one change: fld_policy_set_fields() for the
  * global policy, fld_policy_push_fields() and fld_policy_push_file() for a

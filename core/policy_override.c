@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The calling thread's policy: the thread-local stack of scoped overrides
  * (fld_policy_push_*(), fld_policy_pop()), the effective policy it gives

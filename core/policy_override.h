@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The thread-local stack of scoped overrides (policy_override.c), as the
  * top floor sees it: the hook it sets so that an override leaving a thread

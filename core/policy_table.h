@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The policy-field table: one row per field of the selection policy. Every
  * list and switch over the fields (their enum, key and variable names, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Prepared calls (fldispatch.h, "Operators: prepared calls"): a catalog
  * op's arguments validated once and copied, then called again with new data

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Crash isolation: a plugin is loaded in a child process and judged from
  * outside, so a plugin that crashes, hangs or calls exit() takes down the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Crash isolation: loading a plugin in a child process (dlopen, descriptor
  * checks, register_builtins into a scratch registry, every availability

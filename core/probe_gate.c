@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Discovery's side of crash isolation (VLLM_FL_PLUGIN_PROBE): the probe's
  * configuration, the on-disk verdict cache and the gate discovery asks

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Discovery's side of the crash-isolating probe (probe_gate.c): its
  * configuration (VLLM_FL_PLUGIN_PROBE, VLLM_FL_PLUGIN_PROBE_TIMEOUT), the

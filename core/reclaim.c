@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Epoch-based reclamation of retired objects; see reclaim.h for the rules.
  *

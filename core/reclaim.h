@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Deferred reclamation of objects that threads read without the host lock.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Re-entry from code the library calls out to: the thread-local mark, the
  * refusal, and the host's ways of running plugin code (see reentry.h).

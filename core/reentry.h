@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Re-entry from code the library calls out to. The host runs code that is
  * not its own at points where its state is half changed or its lock is held:

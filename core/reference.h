@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The library's reference kernels (impl_id "reference.c"): simple loops over
  * validated arguments in float32, rounding to the storage dtype where vLLM

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reference gated activations (impl "reference.c"), vLLM's numerics:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reference attention backend choice (impl "reference.c"): the backend vLLM
  * uses on each device for standard, MLA and sparse-MLA attention. Serves

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reference RMS normalisation (impl "reference.c") over the last dimension.
  * x and out have one dtype X; weight and residual have X or float32 (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reference rotary position embedding (impl "reference.c"), in place on
  * query and key. For token t at position p, the cache row p holds

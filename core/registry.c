@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The registry. A plugin registers into a staging struct fld_registry; the
  * host commits the staged records into the ops' lists only when the whole

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The registry: validated implementation records grouped by op, the plugin
  * records, and the staging registry a plugin fills during register_builtins

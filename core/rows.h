@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The row count of a catalog call, which picks its row bucket (manifest.h,
  * ops.h): the product of the leading dims of the input (activations and

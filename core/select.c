@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Selection: the ordered candidates of an op for one (device, dtype) under
  * one policy, and the reason each other implementation was left out.

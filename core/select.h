@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Selection: which of an op's registered implementations may serve a
  * (device, dtype) under a policy, in which order, and why each other one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Op signatures: a small recursive-descent reader of the torch-schema-like
  * strings of fldispatch.h, the canonical text two declarations are compared

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Op signatures (fldispatch.h "Op signatures"): parsing a torch-schema-like
  * string into its argument declarations and canonical text, and checking a

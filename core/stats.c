@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What ran: the counters, their switch and their output (see stats.h and
  * the fld_stats_* functions of fldispatch.h). The trace is trace.c's.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What ran: per (op, implementation, device, dtype) counters, their output
  * (the summary table, the JSON file), and the trace of dispatch decisions and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The calling thread's current stream per device type, for GPU plugins. */
 #include <fldispatch/fldispatch.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The trace of dispatch decisions and timed calls (VLLM_FL_TRACE), written
  * as Chrome/Perfetto trace JSON ("traceEvents"). A fixed buffer of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Argument validation of the catalog ops, by family (activation, rms_norm,
  * rotary, attention), plus the layout helpers kernels use on validated

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Argument validators of the catalog ops' families (used by the schema table). */
 #ifndef FLD_CORE_VALIDATE_H
 #define FLD_CORE_VALIDATE_H

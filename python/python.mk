@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The Python package (python/), included by the top-level Makefile.
 #
 #   make python          build/python/fldispatch: the package, its C extension

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Builds the fldispatch wheel: libfldispatch and its plugins from the C
 sources (with the project's own Makefile), then the extension fldispatch._C.
 

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs each Check test program, then prints one summary line.
 # Usage: tests/run.sh build/tests/test_a build/tests/test_b ...
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The ascend plugin (plugins/ascend) against the fake CANN of tests/fake_acl:
  * loading with and without CANN, the reasons it gives, every op's results on

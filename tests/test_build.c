@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The build, the install and the test runner: what the Makefile,
  * .ci/deps.sh and tests/run.sh promise, checked by running them.

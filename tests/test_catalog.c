@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core/catalog.c: the catalog table as fld_foreach_catalog_op() shows it.
  * The tool's op lists and the Makefile's `make run` derive from it (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The fldispatch tool, run for real: $FLD_BUILDDIR/bin/fldispatch is
  * executed in a child with a controlled environment (no inherited VLLM_FL_*

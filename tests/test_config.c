@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Configuration: YAML policy files and their strict schema (every error with
  * its file:line:column), VLLM_FL_CONFIG, VLLM_FL_OP_CONFIG,

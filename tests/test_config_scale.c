@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Policy input at scale, and the error order that reading it in one pass
  * must keep: long op_backends maps, lists, custom_ops and VLLM_FL_OP_CONFIG

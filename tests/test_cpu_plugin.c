@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cpu plugin's runtime (plugins/cpu: isa.c, topology.c, pool.c,
  * cpu_plugin.c): which variant it chooses and what it says about it, its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device hooks (plugin ABI 1.1) and the device-memory API built on them:
  * which plugin provides a device, availability with its reason, missing

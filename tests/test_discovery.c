@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Plugin discovery, tested with real shared objects: the fixtures of
  * tests/plugins/ (built into $FLD_BUILDDIR/tests/plugins) are copied into

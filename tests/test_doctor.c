@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Crash isolation: `fldispatch doctor` and VLLM_FL_PLUGIN_PROBE, tested with
  * the fixtures of tests/crash/ (plugins that segfault, abort, hang, exit or

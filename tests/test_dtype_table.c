@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The dtype table (core/dtypes.h) walked row by row through
  * fld__dtype_row(): each row's names parse back to its DLPack dtype

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core/error.c: the message a public function leaves when an argument is
  * NULL names that function and that argument ("fld_resolve: argument 'op'

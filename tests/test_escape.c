@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core/escape.c: values echoed in messages are escaped. The helper is
  * compiled into this program (it is hidden in the library) and checked

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fork(): a child of an initialised, warmed-up process works on its own —
  * correct results, no duplicate registrations, no inherited lock even when

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The GPU plugins (plugins/cuda: fld-cuda.so; plugins/rocm: fld-rocm.so and
  * libfld-rocm-hip.so) and their shared glue (plugins/shared/gpu/gpu_plugin.c).

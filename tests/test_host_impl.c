@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core/host_registration.c and the host side of manager.c: implementations
  * a language binding registers with a context pointer (host_impl.h). They

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/util/host_tensor.c, the tests' host-tensor helper:
  * the layout of a view (guards, byte_offset, strides), values through every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core/inflight.c and fld_shutdown(): shutting down while other threads are
  * inside calls. fld_shutdown() closes the gates (no new call starts), waits

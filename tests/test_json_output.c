@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tool's --json output: the writer (tools/json.c, compiled into this
  * test) and every command's documents checked against the published

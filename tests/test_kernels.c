@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Numerics of the catalog kernels: every CPU implementation registered for
  * an op (the library's reference.c and whatever plugins the build tree

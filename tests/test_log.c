@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Logging: the level from VLLM_FL_LOG_LEVEL and fld_log_set_level(), the
  * callback sink and the stderr sink, and the dispatch lines vllm-plugin-FL

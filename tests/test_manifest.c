@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Frozen dispatch: the manifest reader's errors (each kind, with its
  * line:column), the freeze round trip through the real tool, pinning that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Memory: a long run of calls does not grow the heap, and neither do cycles
  * of fld_init() / plugin loads / fld_shutdown(), nor thousands of policy

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core/names.c: names a configuration mentions that match nothing
  * registered, and VLLM_FL_* variables nothing reads (docs/configuration.md).

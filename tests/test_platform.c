@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Platforms: VLLM_FL_PLATFORM, detection from hwloc's PCI enumeration
  * (synthetic topologies from tests/data/hwloc fed through HWLOC_XMLFILE),

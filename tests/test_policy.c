@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The policy: environment variables and their grammars, fld_policy_set and
  * fld_policy_reset, scoped overrides, fingerprints, and the policy's effect

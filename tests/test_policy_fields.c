@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Policy changes of several fields at once and the thread's stack as a
  * whole: fld_policy_set_fields(), fld_policy_push_fields(),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The policy-field table (core/policy_table.h) walked row by row through
  * fld__policy_field_row(): every row is complete and its names unique, its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Prepared calls (fld_prepare, fld_prepared_*): validated once, then called
  * with new data pointers. Checked here:

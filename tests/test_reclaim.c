@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core/reclaim.c: epoch-based reclamation. The file is compiled into this
  * program (its functions are hidden in the library), so the tests see its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core/reentry.c: plugin code that calls back into the library while the
  * host loads it. The fixtures of tests/reentry/ call fld_init, fld_reload,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The registry: validation of implementation records, all-or-nothing
  * registration per plugin, duplicates, the listings for tools, availability

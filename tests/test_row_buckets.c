@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Row buckets in manifests: the reader's errors for 'rows' (each with its
  * line:column), dispatch that sends each call to its bucket's pin (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The op manager: candidate order, filters, fallback and failure memory,
  * strict mode, the cache and its invalidation, scoped overrides, explain.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Declared op signatures: a plugin's fld_registry_declare_op() and a
  * binding's fld_host_declare() (tests/plugins/sig_*.c), the parser's

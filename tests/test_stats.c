@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core/stats.c and core/trace.c: the opt-in call counters and the dispatch
  * trace. Off by default; VLLM_FL_STATS=1/calls counts, =time also times;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stress: worker threads call every catalog op in a loop -- typed entry
  * points, fld_call() by handle and fld_call_by_name() -- and push and pop

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Thread safety: callers on several threads while the global policy flips
  * and each caller pushes and pops its own scoped overrides; concurrent first

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core/validate.c's fast paths: each family's shortcut for the
  * common layouts must accept only calls that the full validator accepts,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Argument validation of every catalog op: each bad argument returns
  * FLD_EINVAL with a message that names the op and the offending tensor or

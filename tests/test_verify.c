@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch verify, run for real: $FLD_BUILDDIR/bin/fldispatch in a child
  * with a controlled environment (no inherited VLLM_FL_* variables, the

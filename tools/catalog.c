@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The catalog's ops, as the library lists them (see catalog.h). */
 #include "catalog.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The catalog's ops as the tool lists them. The library's catalog table
  * (core/catalog.c, through fld_foreach_catalog_op()) is the one list: verify,

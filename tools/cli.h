@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The fldispatch command-line tool: shared declarations of its commands
  * (cmd_*.c) and the helpers main.c provides them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch config [--json]: the effective policy, field by field, with
  * where each value came from (built-in default, environment variable,

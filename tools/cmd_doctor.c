@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch doctor [--json] [--timeout SECONDS] [PATH...]: loads each plugin
  * file in a child process (dlopen, descriptor checks, register_builtins into

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch freeze [--output FILE] [--device D]...: resolves every op that
  * has implementations on every device and dtype its implementations declare,

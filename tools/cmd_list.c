@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch list [--verbose] [--strict] [--json]: every plugin seen (loaded
  * or not, with the reason) and every registered implementation with its

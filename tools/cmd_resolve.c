@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch resolve OP [--device D] [--dtype T] [--rows N] [--json]: which
  * implementation a call would use now, the fallback candidates in order,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch tune [OP...] [--device D] [--dtype T] [--shapes SPEC]
  *                 [--hidden N,..] [--reps N] [--quick] [--out FILE] [--json]:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch verify [OP...] [--device D] [--dtype T] [--quick] [--json]
  * [--seed N]: every registered implementation of each op against the

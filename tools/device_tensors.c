@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device copies of host tensors (see device_tensors.h). Every transfer goes
  * through fld_device_copy(); host-to-device and device-to-host copies have

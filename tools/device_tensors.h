@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device copies of the tool's host tensors (tensors.h), for verify and
  * bench on devices other than the CPU, through the library's device memory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A tiny streaming JSON writer for the tool's --json output: it tracks
  * nesting and commas, escapes strings, and indents two spaces per level.

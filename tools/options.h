@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Command-line options of the tool's commands, parsed one way everywhere:
  *

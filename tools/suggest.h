@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * "Did you mean": the known names closest to a mistyped one, for the
  * tool's usage errors (commands, options, op names).

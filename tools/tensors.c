@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Host tensors of the tool (see tensors.h). Row-major storage with optional
  * padding after each row of the last dim; the DLTensor view always carries

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Host tensors owned by the tool, for verify and bench: allocation with
  * optional row padding (strided rows), deterministic random fills, copies

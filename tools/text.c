@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Outside text in the tool's output: plugin names and versions, file and
  * directory names, configuration values and sources come from files, the

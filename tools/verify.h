@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch verify: the test cases (verify_cases.c) and how cmd_verify.c
  * runs them. A case belongs to an op family; the ops of a family share

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cases of `fldispatch verify` and their inputs: vLLM's kernel test
  * shapes (tests/kernels in vLLM), trimmed where the full cartesian product would

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ggml_ops: times ggml's CPU kernels for the shapes `fldispatch bench` uses,
  * so that docs/BENCHMARKS.md can put the two side by side. Not built by the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # bench/ggml/run.sh DIR [ROUNDS]: fetch ggml (inside the llama-cpp-python sdist from PyPI), build its CPU
 # backend and our driver (bench/ggml/ggml_ops.c) under DIR, and run the comparison with `fldispatch bench`:
 # ROUNDS (default 3) rounds, each ggml_ops then fldispatch bench, alternated, the JSON of every run kept in

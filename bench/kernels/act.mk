@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Harness of the activation bodies and the isa_<name>.c files (helper "act").
 # Standalone: no library.
 #   make -f act.mk check      build every variant (avx512_bf16 compile-only unless the

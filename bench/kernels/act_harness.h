@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The activation harness (helper "act"): standalone, no library. The
  * variants come from the real isa_<name>.c files (all three bodies); the

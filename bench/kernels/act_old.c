@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The old plain-loop activation kernels (git HEAD:plugins/cpu/activation.c
  * before the vector rewrite: scalar libm expf / erff / tanhf, 16-bit rows through

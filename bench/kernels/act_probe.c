@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The vmath functions of one vector layer, callable from the harness for
  * the accuracy sweep. Compiled once per layer with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One-thread STREAM triad for the speed table; compiled as the brief asks
  * (-O3 -mavx512f on x86-64), nothing else in this file.

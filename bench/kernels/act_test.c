@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Tests and speed table of the activation kernels (helper "act"),
  * standalone (no library). Every variant this machine runs is checked

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Harness of the norm and rotary bodies (helper "normrot"). Standalone: no library.
 #   make -f normrot.mk check   build every variant, run the tests (x86-64 natively, arm64 under qemu)
 #   make -f normrot.mk bench   speed table (STREAM triad, 4096x4096 GB/s, 1x4096 us)

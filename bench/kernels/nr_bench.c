@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Speed of the norm and rotary bodies (helper "normrot"), one thread:
  *   - STREAM triad (nr_stream.c), one thread, best of 5, 3 x 256 MiB;

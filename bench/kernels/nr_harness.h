@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The normrot harness (norm and rotary bodies): variant tables built from
  * nr_variant.c once per instruction set, and the old plain-loop kernels

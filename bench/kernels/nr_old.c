@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The old plain-loop norm and rotary kernels (git HEAD:plugins/cpu/norm.c,
  * rotary.c before the vector rewrite): float32 scratch chunks, scalar conversion, for

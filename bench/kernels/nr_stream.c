@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * STREAM triad a[i] = b[i] + s * c[i] on one thread, as the brief asks:
  * three float arrays of 256 MiB, -O3 -mavx512f, best of `reps`, counted as

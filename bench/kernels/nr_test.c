@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Correctness harness of the norm and rotary bodies (helper "normrot"),
  * standalone (no library). Every variant this machine runs (nr_variants)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One instruction set's norm and rotary kernels for the harness: the same
  * shape as an isa_<name>.c, compiled once per layer with

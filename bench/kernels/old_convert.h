@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The widening and rounding loops of the plain-loop kernels the cpu plugin
  * had before the vector rewrite (float32 scratch chunks, one element at a time), shared

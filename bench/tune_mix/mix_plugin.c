@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The demonstration plugin of bench/tune_mix: two implementations of
  * rms_norm (CPU, float32) with opposite costs, a model of the choice a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A decode+prefill mix of rotary_embedding (float32, 32 query heads and 8
 key heads of 128, neox) through fldispatch from Python, timed under each
 manifest named: one process per manifest and round, the manifests alternated

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The tuned choice against every fixed one on a decode+prefill mix (README.md).
 #   bench/tune_mix/run.sh [OUTDIR] [ROUNDS]
 # Needs the build tree (make). Builds the demonstration plugin and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench/tune_mix: one decode+prefill mix of rms_norm calls (float32, hidden
  * 4096) timed under each manifest named on the command line, in the same

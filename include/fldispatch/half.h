@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * 16-bit float conversions for kernels: IEEE binary16 (float16) and
  * bfloat16 to and from float32. Narrowing rounds to nearest even and keeps

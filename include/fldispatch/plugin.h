@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch plugin interface — the plugin author's manual.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The slice of Huawei CANN (AscendCL runtime + aclnn operator API) that the
  * ascend plugin uses, declared here in our own words so the plugin builds

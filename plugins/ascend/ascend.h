@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The ascend plugin's internal interface: the CANN functions it resolved at
  * load time (runtime.c), and the per-call helpers the operator mappings

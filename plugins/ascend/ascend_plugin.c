@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fld-ascend.so: Huawei Ascend NPUs through CANN's aclnn operators.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The catalog ops of vendor.ascend mapped onto aclnn operators.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * reference.ascend: the catalog's compute ops composed of simple aclnn
  * operators on strided views, for any layout the host accepts (vendor.ascend

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * CANN discovery and the per-thread device memory of the ascend plugin.
  *

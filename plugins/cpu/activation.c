@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Entry points of the gated activations (silu_and_mul, mul_and_silu,
  * gelu_and_mul, gelu_tanh_and_mul): one job over the rows, split across

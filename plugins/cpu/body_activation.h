@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Gated activations over a range of rows (struct fld_cpu_act_job, cpu.h),
  * written once against the vector layer and vmath.h; each isa_<name>.c

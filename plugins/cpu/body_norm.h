@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rms_norm / gemma_rms_norm kernel body, written once against the vector
  * layer (simd_<isa>.h, included first) and compiled per instruction set by

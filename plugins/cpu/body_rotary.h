@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rotary_embedding kernel body, written once against the vector layer
  * (simd_<isa>.h, included first) and compiled per instruction set by an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cpu plugin: registers vendor.cpu for every compute op of the catalog,
  * on CPU, in float32, float16 and bfloat16. attention_backend is left to the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cpu plugin's scalar paths for what the vector kernels must not
  * approximate: vLLM's activation formulas (the spec is

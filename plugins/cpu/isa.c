@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Which variant of the kernels runs: the best one that both the CPU (cpuid)
  * and the OS (xgetbv: the OS saves the wider registers on a context switch)

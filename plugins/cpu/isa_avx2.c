@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The avx2 variant: the kernel bodies on the AVX2 + FMA + F16C layer
  * (8 lanes). Compiled with -mavx2 -mfma -mf16c (plugins/cpu/plugin.mk); isa.c runs it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The avx512 variant: the kernel bodies on the AVX-512 F/BW/VL/DQ layer
  * (16 lanes, opmask tails). Compiled with -mavx512f -mavx512bw -mavx512vl

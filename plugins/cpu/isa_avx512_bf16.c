@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The avx512_bf16 variant: the avx512 layer with bfloat16 narrowing done by
  * vcvtneps2bf16 (FLD_SIMD_AVX512_BF16) instead of integer rounding.

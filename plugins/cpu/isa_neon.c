@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The neon variant: the kernel bodies on the arm64 Advanced SIMD layer
  * (4 lanes). NEON is mandatory on AArch64, so no extra flags are needed;

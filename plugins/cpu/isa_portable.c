@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The portable variant: the kernel bodies on the portable vector layer
  * (GCC/Clang vector types, 4 lanes), compiled with the build's baseline

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Entry points of rms_norm and gemma_rms_norm: one job over the rows, split
  * across threads by the pool and run by the active variant's kernel. Rows

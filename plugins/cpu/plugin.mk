@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The cpu plugin's build flags, included by the top-level Makefile.
 # hwloc gives the topology (NUMA nodes, cores, cache sizes); pthreads the pool.
 PLUGIN_CFLAGS_cpu = $(shell $(PKG_CONFIG) --cflags hwloc 2>/dev/null)

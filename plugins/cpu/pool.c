@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cpu plugin's thread pool: one per NUMA node, built on the first
  * parallel call from a thread of that node, with threads - 1 workers (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Entry point of rotary_embedding: one job over the tokens (each token's
  * cos/sin row serves all its query and key heads), split across threads by

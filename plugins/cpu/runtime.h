@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cpu plugin's runtime: which variant runs (isa.c), where the threads
  * are (topology.c) and the thread pool's configuration (pool.c). Everything

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The vector layer on AVX2 + FMA + F16C: 8 float lanes, all-ones lane
  * masks as predicates. Tails go through a small stack buffer (AVX2 has no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The vector layer on AVX-512 (F, BW, VL, DQ): 16 float lanes, opmask
  * predicates, masked loads and stores for tails. float16 goes through the

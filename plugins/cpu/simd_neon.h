@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The vector layer on arm64 Advanced SIMD (NEON, mandatory on AArch64):
  * 4 float lanes, float16 through the FCVTL/FCVTN conversions (round to

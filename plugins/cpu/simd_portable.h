@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The vector layer, portable edition: 4 float lanes as a GCC/Clang vector
  * type, lowered by the compiler to whatever the target has (SSE2 on any

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Where the cpu plugin's threads may run, computed once at registration:
  * per NUMA node, the physical cores and PUs this process may use, a map

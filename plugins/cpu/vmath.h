@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Vector math for the activation kernels, written once against the vector
  * layer (include a simd_<isa>.h first). float32 in, float32 out, every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fld__gpu_api_cuda: the device side of fld-cuda.so (gpu_api.h), built by
  * nvcc for the architectures of CUDA_ARCHS (plugin.mk passes the list as

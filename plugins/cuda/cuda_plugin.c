@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cuda plugin: vendor.cuda (128-bit vectorised kernels) and
  * reference.cuda (any layout) for every compute op in float32, float16 and

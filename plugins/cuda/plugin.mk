@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The cuda plugin's build, included by the top-level Makefile.
 #
 # fld-cuda.so is cuda_plugin.c, the GPU glue shared with rocm

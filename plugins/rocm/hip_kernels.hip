@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fld__gpu_api_hip: the device side of fld-rocm.so (plugins/shared/gpu/gpu_api.h),
  * the kernels of plugins/shared/gpu/gpu_kernels.cuh built by hipcc for the AMD

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The rocm plugin's build, included by the top-level Makefile.
 #
 # fld-rocm.so is plain C (rocm_plugin.c and the GPU glue shared with cuda,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Prints "FLD_ROCM_PROBED_ARCHS := <archs>" for the GPU architectures among
 # $2... that hipcc ($1) can compile a kernel for (one device-only compile of
 # an empty kernel each, about half a second). Used by plugin.mk, once per hipcc.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The rocm plugin: vendor.rocm and reference.rocm for every compute op on
  * ROCm tensors, vendor.rocm attention_backend and the ROCm device hooks,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fld-template.so — a complete, minimal fldispatch plugin to copy.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fldispatch: libfldispatch's operators for any DLPack tensor.
 
     import fldispatch, torch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """python -m fldispatch ARGS: the fldispatch command-line tool of this
 installation (list, resolve, config, verify, bench, doctor), which the
 package carries in bin/ (a build tree: next to the library).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The flagos tier: FlagGems (Triton) kernels for the catalog ops, registered as
 kind "flagos" (impl_id default.flagos, priority 150) when `flag_gems` imports.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """IO dump: the inputs and outputs of dispatch-managed ops, written to disk.
 
     VLLM_FL_IO_DUMP=/tmp/dump VLLM_FL_IO_DUMP_WITH_METAS=1 python serve.py

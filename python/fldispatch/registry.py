@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python implementations in libfldispatch's registry, and any op by name.
 
     import fldispatch

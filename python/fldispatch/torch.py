@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch.ops.fldispatch.*: fldispatch's ops as PyTorch custom operators.
 
     import torch, fldispatch.torch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The vLLM plugin: fldispatch's ops in place of vLLM's own layer kernels.
 
 vLLM loads it through the entry point group `vllm.general_plugins`

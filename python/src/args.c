@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Argument parsing for METH_FASTCALL|METH_KEYWORDS functions: positional
  * arguments are read in place and keyword names are compared against a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * PyTorch's autograd rules for the tensors an op call reads and writes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What DLPack 1.x adds to the 0.6 header Debian ships (libdlpack-dev 0.6):
  * the versioned managed tensor with its flags (DLPack 1.0), and the C

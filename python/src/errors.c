@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch.Error and one subclass per FLD_E* status. Each class carries
  * the status as the class attribute `status`; the invalid-argument and

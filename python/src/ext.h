@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch._C: the CPython extension behind `import fldispatch`.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Hooks for the benchmark and the tests (underscored: not API).
  *   _bench_c_call(out, x, n)  the time of fld_silu_and_mul() alone, called n

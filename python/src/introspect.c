@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the library would do and why: resolve, explain, plugins, impls,
  * config, reload, version, oot_op_enabled. The dicts have the keys of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The module fldispatch._C: its functions come from the method tables of
  * ops.c, introspect.c, policy.c and hooks.c; its exception classes from

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The catalog ops as Python functions: fldispatch.silu_and_mul(out, x), ...
  * Each imports its tensor arguments (tensors.c), runs on the producer's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The policy and streams: the scope type behind `with fldispatch.policy()`
  * (fld_policy_push_fields() / fld_policy_push_file() and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Prepared calls from Python: fldispatch.prepare(op, *args, **kwargs)
  * takes the arguments of the op function (fldispatch.rms_norm(out, x, ...)),

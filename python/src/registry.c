@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Python implementations in the library's registry, and any op called by
  * name from Python.

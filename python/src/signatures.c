@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Declared op signatures from Python (fldispatch.h "Op signatures"): the
  * list of signatures (_C.signatures(), from which fldispatch.OPS and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch.stats() and friends: the library's call counters (fld_stats_*
  * in fldispatch.h) as Python values, and the entry point through which

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * DLPack import: a Python object becomes a DLTensor view without a copy.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared set-up of the Python tests (run by `make check`, or by hand:
 PYTHONPATH=build/python python3 -m pytest python/tests).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A DLPack producer made with ctypes, for what NumPy and a CPU PyTorch
 cannot show: tensors that claim another device (host memory labelled CUDA),
 DLPack flags, unsupported versions, legacy-only producers, the C exchange

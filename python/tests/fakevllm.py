@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in for the parts of vLLM that fldispatch.vllm touches, for
 machines without vLLM: CustomOp with register_oot and op_registry_oot, and
 the six layers with vLLM's constructor arguments, attributes and

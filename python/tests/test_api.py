@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The module surface: introspection, policy scopes, errors, streams."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch's autograd rules for the ops' in-place writes, the errors of
 tensors DLPack cannot carry, and the GIL during reloads."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fldispatch.compat: an upstream-style backend package loaded unmodified.
 
 The backend below is written the way vllm-plugin-FL's backends are: a package

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The code blocks of the documentation run as printed.
 
 Every ```python and ```c block of README.md, docs/*.md and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The IO dump (fldispatch.iodump): vllm-plugin-FL's layout for fldispatch's ops."""
 
 import json

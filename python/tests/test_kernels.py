@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's kernel-test grids (tests/kernels/core/test_layernorm.py,
 test_activation.py, test_pos_encoding.py), in our own words, against
 PyTorch formulas with vLLM's tolerances, under the default policy

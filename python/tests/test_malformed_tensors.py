@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tensors whose DLPack description is malformed (a rank without a shape
 array, a negative rank, dimensions whose product overflows): refused with
 an error naming the argument, before anything reads through the shape,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The policy from Python: scopes that a KeyboardInterrupt cannot leave
 behind, the thread's reset, whole-policy scopes and policy files, the
 global policy, the names check, the failure memory and the log level."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fldispatch.prepare(): a catalog call checked once, then run on new tensors of
 the same layouts. Results equal the op function's on the same tensors; a
 tensor of another layout, a missing or extra tensor, overlapping outputs and

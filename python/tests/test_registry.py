@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python implementations in the library's registry: registration, selection
 under the policy, fallback and failure memory, errors chained to the Python
 exception, any op by name (call_op / resolve_op), C callers without the GIL,

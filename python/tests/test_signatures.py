@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Op signatures from Python: the catalog's (fldispatch.OPS, torch.py's schemas),
 call_op on a C plugin's declared ops (tests/plugins/sig_ops.c) with no binding
 per op, Python declarations (declared twice, malformed), torch.ops.fldispatch

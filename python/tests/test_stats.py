@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fldispatch.stats(), stats_reset(), stats_summary() and friends: the library's
 call counters seen from Python, Python-side records into the same table, and
 the file a multiprocessing worker writes at its exit."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tensors from any DLPack producer: PyTorch (the C exchange API), NumPy
 (versioned capsules), legacy producers, capsules passed directly; zero
 copies, capsule ownership, and the errors that leave outputs untouched."""

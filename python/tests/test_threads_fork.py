@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scoped policies on several threads at once, and a fork."""
 
 import os

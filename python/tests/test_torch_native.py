@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The optional native torch kernels (make python-torch-native): when built,
 torch.ops.fldispatch.*'s CPU kernels are registered from C++ and give the
 results of fldispatch's own functions. Skipped when they are not built (make

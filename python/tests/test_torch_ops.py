@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch.ops.fldispatch.*: schemas, eager calls, fake implementations,
 torch.compile(fullgraph=True) with Inductor, and the policy read at run
 time by compiled code."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """python -m fldispatch tune: the tool's tune in this process, timing a
 Python implementation (torch eager rms_norm from a plugin module) beside the
 C ones, checked against the reference, and a manifest that the library loads."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fldispatch.vllm: the entry point, VLLM_FL_OOT_* handling and the layer
 shims. Without vLLM (this machine's make check) the layers are checked on
 a stand-in (fakevllm.py) carrying vLLM's constructor arguments and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What vLLM's own kernel tests check (tests/kernels/core: test_activation's
 exact test_act_and_mul, test_layernorm's and test_pos_encoding's tolerances,
 opcheck), checked here in our own words:

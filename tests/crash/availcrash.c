@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: registers cleanly, then its implementation's is_available()
  * dereferences a wild pointer (SIGSEGV during the availability checks).

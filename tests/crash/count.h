@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Shared by the crash fixtures: each appends one line "<plugin> <pid>" to the
  * file named by FLD_CRASH_COUNT_FILE (when set) as its register_builtins (or

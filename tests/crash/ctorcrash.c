@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a static constructor that crashes (SIGBUS by raise(), so that the
  * test can tell it from the other crashers) as soon as dlopen maps the file,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fixture: register_builtins calls exit(3), which would end the host. */
 #include <stdlib.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: register_builtins never returns. It first forks a grandchild that
  * sleeps as well, holding the report pipe open, so only killing the probe's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a well-behaved plugin for the crash tests. It registers two
  * implementations, one available and one that is not (with a reason), and

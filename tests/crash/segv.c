@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fixture: register_builtins writes through a wild pointer (SIGSEGV). */
 #include <fldispatch/plugin.h>
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Crash fixtures for test_doctor (tests/crash/*.c), included by the top-level
 # Makefile: $(TESTOUT)/crash/fld-<name>.so. Plugins that crash, abort, hang or
 # exit in their constructor, register_builtins or availability check, and one

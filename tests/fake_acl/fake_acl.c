@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A fake of Huawei CANN for testing the ascend plugin without hardware:
  * the AscendCL runtime calls, aclnn tensor descriptors and the aclnn

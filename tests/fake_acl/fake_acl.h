@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Test-only queries of the fake CANN library (tests/fake_acl/fake_acl.c).
  * A test dlopen()s $(FLD_BUILDDIR)/tests/fake_acl/lib64/libascendcl.so,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libnnopbase.so and libopapi.so of the fake CANN: empty libraries that
  * depend on the fake libascendcl.so, where every function lives (one shared

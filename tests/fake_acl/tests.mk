@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The fake CANN installation for tests/test_ascend_plugin.c:
 #   $(TESTOUT)/fake_acl/lib64/{libascendcl.so,libnnopbase.so,libopapi.so}
 # The tests point ASCEND_HOME_PATH at $(TESTOUT)/fake_acl; nothing else finds it.

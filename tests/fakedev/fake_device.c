@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture plugin "fakedev": a CUDA device made of host memory, so that
  * `fldispatch verify --device cuda` and `bench --device cuda` can run here

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The host-memory "cuda" device of test_verify and test_bench (fake_device.c),
 # included by the top-level Makefile: $(TESTOUT)/fakedev/fld-fakedev.so.
 # Not in tests/plugins/, whose directory other tests scan as a plugin dir.

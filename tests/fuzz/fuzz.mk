@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # libFuzzer targets of tests/fuzz/ (see docs/fuzzing.md). Not part of make
 # check, which must not need clang.
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Shared by the libFuzzer targets of tests/fuzz/: a reader that turns the
  * fuzzer's bytes into values (running dry reads zeros, so every input is

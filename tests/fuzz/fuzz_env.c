@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: the value grammars of the environment and of
  * fld_policy_set() / the scoped pushes (core/parse.c, core/custom_ops.c).

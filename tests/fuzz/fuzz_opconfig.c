@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: the VLLM_FL_OP_CONFIG file, a JSON object of op names
  * to token orders ({"rms_norm": "vendor|reference"}), parsed by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Properties of parsed policy values, checked by the parser fuzzers after
  * every successful parse (yaml, env, opconfig), and a snapshot of a policy

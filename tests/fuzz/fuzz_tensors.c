@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: tensor-argument validation of every typed entry point
  * (fld_silu_and_mul ... fld_rotary_embedding, fld_attention_backend), and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: YAML policy files (VLLM_FL_CONFIG, the platform files,
  * fld_policy_load_file) and, on the same bytes, manifests (VLLM_FL_MANIFEST),

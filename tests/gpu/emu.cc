@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The GPU emulator's scheduler (see emu.h): fibers on ucontext, a block
  * barrier and per-warp barriers, all on the calling OS thread.

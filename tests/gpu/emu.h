@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A small host emulator for the GPU kernels of plugins/shared/gpu/gpu_kernels.cuh
  * (compiled with -DFLD_GPU_EMULATE; see gpu_compat.cuh). It exists because

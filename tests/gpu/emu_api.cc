@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fld__gpu_api_emu: struct fld__gpu_api (plugins/shared/gpu/gpu_api.h) on host
  * memory, with the kernels of gpu_kernels.cuh run by the emulator (emu.h).

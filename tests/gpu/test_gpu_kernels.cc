@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The GPU kernels (plugins/shared/gpu/gpu_kernels.cuh) under the host emulator,
  * against the library's reference.c on the same inputs.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The GPU kernels under the host emulator (see tests/gpu/emu.h), included by
 # the top-level Makefile.
 #

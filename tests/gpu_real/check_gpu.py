@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """make check-gpu: what only a real NVIDIA GPU can show about fld-cuda.so.
 
 The CUDA plugin's logic is tested without a GPU (tests/gpu runs the kernel

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture plugin "fakecuda": see fakecuda.h. Every call the glue makes goes
  * through a wrapper here that records it, then to the emulator's table

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The "fakecuda" fixture plugin (tests/gpuplug/fakecuda.c): the GPU glue of
  * the cuda and rocm plugins (plugins/shared/gpu/gpu_plugin.c) over the GPU

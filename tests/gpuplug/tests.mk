@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The fixture plugin of test_gpu_plugins (included by the top-level Makefile):
 # fld-fakecuda.so = the GPU plugins' glue (the object fld-cuda.so and
 # fld-rocm.so link, plugins/shared/gpu/gpu_plugin.c; gpu.mk there) + the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * An out-of-tree plugin "oot", built the way a third party builds one:
  * against the installed headers and library only,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a descriptor from a future, incompatible ABI major. The host must
  * reject it from the descriptor alone: register_builtins aborts the process,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a descriptor built against a newer ABI minor than the host's. The
  * host must reject it before calling anything: register_builtins aborts.

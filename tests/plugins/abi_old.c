@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a plugin built for ABI 1.0, before device hooks existed (its
  * descriptor says minor 0, as an old binary's would). A 1.1 host must load

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: "vendor.bad", kernels that `fldispatch verify` must catch or
  * accept (tests/test_verify.c), all on CPU:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a descriptor with the wrong magic number (a symbol of the right
  * name that is not a descriptor). Rejected before anything is called:

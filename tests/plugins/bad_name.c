@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a plugin whose name is not of the form [a-z0-9_-]+. The name is
  * checked before register_builtins runs, which aborts.

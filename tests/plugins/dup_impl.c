@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: registers the same impl_id twice for one op. It ignores the
  * failed registration and returns success: the host must still reject the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: "vendor.failing" serves silu_and_mul on CPU (all dtypes) and
  * always fails with FLD_EIMPL, leaving the output untouched, so tests can

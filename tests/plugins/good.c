@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a well-formed plugin "good" (built without FLD_IN_TREE, so it is
  * out-of-tree). It serves silu_and_mul on CPU for float32 correctly, and an

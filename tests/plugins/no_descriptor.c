@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a valid shared object that is not a plugin. It exports a
  * look-alike symbol but no fld_plugin_entry, so the host must reject it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: an implementation record without a kernel (fn NULL), after a
  * valid one. Unlike dup_impl it passes the registration error on, as a

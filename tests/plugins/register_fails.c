@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: register_builtins registers two valid implementations, then
  * fails. Registration is all-or-nothing, so neither may stay; their kernels

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: register_builtins registers one implementation, then returns an
  * error status without fld_set_error(). The host must still say which

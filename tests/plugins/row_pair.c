@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a plugin "row_pair" (out-of-tree) with two implementations of
  * rms_norm on CPU float32, "vendor.row_small" and "vendor.row_large", both

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: declares an op with a signature that does not parse (a type
  * misspelt), after a valid declaration and an implementation. The host

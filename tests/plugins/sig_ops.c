@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a plugin whose ops are outside the catalog and declared with a
  * signature, so that C (fld_call with an fld_args) and Python (call_op,

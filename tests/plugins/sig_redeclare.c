@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: declares sig_axpy (sig_ops.c, which loads first: directory
  * order is by name) with another signature, after

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: declares sig_axpy with sig_ops.c's signature spelt differently
  * (Tensor! for Tensor(a!), alpha=1 for 1.0): the same signature, so it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a plugin whose every implementation says it cannot run here
  * (as a GPU plugin does on a machine without the device). It loads, but

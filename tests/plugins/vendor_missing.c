@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: a VENDOR implementation without a vendor name, next to a valid
  * one. It ignores the failed registration and returns success; the host must

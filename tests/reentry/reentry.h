@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Shared by the re-entry fixtures: each calls one library function from
  * plugin code the host runs while loading it, and appends one line

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: the implementation's is_available() calls fld_resolve() for its
  * own op (which would evaluate this check again, recursively). The plugin

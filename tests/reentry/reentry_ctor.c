@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fixture: a static constructor calls fld_init() while the host dlopens the plugin. */
 #include "reentry.h"
 

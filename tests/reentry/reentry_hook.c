@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: device hooks for CUDA made of host memory whose alloc hook calls
  * fld_reload() before it allocates. The nested call is refused (FLD_ESTATE,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: register_builtins calls fld_load_plugin() on its own file, the
  * worst case (a nested load of the plugin being loaded).

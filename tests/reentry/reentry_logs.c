@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture: register_builtins logs a WARNING with fld_log() (which plugins
  * may do) and registers its implementation. A log callback of the

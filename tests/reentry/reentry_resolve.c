@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fixture: register_builtins calls fld_resolve(). */
 #include "reentry.h"
 

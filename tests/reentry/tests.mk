@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Re-entry fixtures for test_reentry (tests/reentry/*.c), included by the
 # top-level Makefile: $(TESTOUT)/reentry/fld-<name>.so. Plugins whose
 # constructor, register_builtins or is_available call back into the library

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A program linked with libfldispatch.a, for test_build: it initialises the
  * library with its default search path and prints what it found.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture of test_fork: a plugin that is slow where the host holds its lock
  * (register_builtins, is_available) and a kernel that runs as long as a test

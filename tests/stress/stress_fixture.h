@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What tests/stress/stress_plugin.c and slow_plugin.c share with the tests
  * that load them: op and implementation codes, marks and priorities, and the

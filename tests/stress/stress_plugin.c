@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture of test_stress, test_fork and test_memory: implementations of every
  * catalog op (CPU, float32) that leave a mark saying which one ran, so a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Fixture plugins of test_stress, test_fork and test_memory (included by the
 # top-level Makefile), kept out of tests/plugins/, which other tests scan as a
 # plugin directory:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Test helpers: make, the compiler and shell commands, run for real on the
  * source tree ($FLD_SRCDIR) and the build tree ($FLD_BUILDDIR).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One small call of every catalog op; see catalog_args.h. */
 #include "catalog_args.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Test helper: one small call of every catalog op, on float32 CPU tensors
  * that live inside the struct (no allocation, so a forked child or a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Test helper: a clean fldispatch environment. */
 #ifndef FLD_TESTS_UTIL_ENV_H
 #define FLD_TESTS_UTIL_ENV_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The frame of a test program; see harness.h. */
 #include "harness.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Test helpers: the frame of a test program. `make check` (tests/run.sh)
  * runs each program with FLD_SRCDIR and FLD_BUILDDIR set to the absolute

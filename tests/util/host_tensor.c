@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Owning DLTensors on the host, for the tests; see host_tensor.h. */
 #include "host_tensor.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Owning DLTensors on the host, for the tests (the tool's own, for verify
  * and bench, is tools/tensors.c: row padding and fallible allocation, no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Test helper: a --json output checked against its published JSON Schema
  * (docs/schemas/<command>.schema.json) by a real validator.

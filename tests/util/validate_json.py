@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checks one fldispatch --json document against its JSON Schema.
 
 Usage: /usr/bin/python3 tests/util/validate_json.py SCHEMA [FILE]

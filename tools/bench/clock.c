@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CPU's clock as the benchmark sees it, for elements per cycle.
  *

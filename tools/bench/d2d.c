@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The memory bandwidth ceiling of bench on devices other than the CPU: a
  * device-to-device copy of a large buffer through fld_device_copy(), timed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch bench [OP...]: per op, implementation, dtype, shape and thread
  * count, the time of one call through the dispatcher, the bytes it moves

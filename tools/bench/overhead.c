@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch bench --overhead: what dispatch costs per call (options are
  * parsed by cmd_bench.c).

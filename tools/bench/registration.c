@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch bench --registration: what registering many ops costs (options
  * are parsed by cmd_bench.c).

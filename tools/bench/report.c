@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch bench OP...: the report of a kernel benchmark run, as a text
  * table or as JSON (docs/schemas/bench.schema.json), from the record

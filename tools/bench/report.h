@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch bench OP...: what the kernel benchmark (kernels.c) hands
  * its report (report.c): the record of one run -- the plan, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The memory bandwidth ceiling of bench: a STREAM-like triad and copy.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helpers shared by the bench files (util.h): the clock, the CPU's
  * name, medians and CPU affinity. They depend on nothing else of the tool,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fldispatch bench: helpers shared by its files, the floor under the modes
  * (util.c; bench_cpu_ghz() is clock.c's). Nothing here depends

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The coefficient fits of vmath.h: minimax-like (Lawson's iteratively reweighted
 # least squares on a dense grid against mpmath), then rounded to float32.
 # Run: /usr/bin/python3 tools/fit.py   (needs python3-numpy, python3-mpmath)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Static throughput of the activation loop bodies (llvm-mca), independent
  * of how busy the machine is. tools/mca.sh compiles this per layer with

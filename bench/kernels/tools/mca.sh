@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Cycles per vector of each activation body: llvm-mca on the compiled loop
 # of tools/mca.c (one vector per iteration). Usage: tools/mca.sh [mcpu]
 # (default cascadelake). Needs llvm-mca (Debian: llvm).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the fldispatch tool uses of the library beyond the public API: the
  * crash-isolating plugin probe of `fldispatch doctor` (core/probe.c),

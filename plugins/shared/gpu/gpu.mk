@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The GPU glue and kernels shared by the cuda and rocm plugins, included by
 # plugins/cuda/plugin.mk and plugins/rocm/plugin.mk (each includes it; the
 # guard makes the second include a no-op). plugins/shared/ is not a plugin:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The C interface between a GPU plugin's host glue (gpu_plugin.c, plain C,
  * shared by the cuda and rocm plugins) and its device code (gpu_kernels.cuh,

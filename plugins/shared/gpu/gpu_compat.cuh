@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Portability layer of the GPU kernels: one kernel source (gpu_kernels.cuh)
  * for three compilers.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The GPU kernels of the cuda and rocm plugins, one source for nvcc, hipcc
  * and the host emulator (gpu_compat.cuh), and the launchers that fill the

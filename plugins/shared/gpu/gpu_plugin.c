@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Host glue of the GPU plugins (see gpu_plugin.h). One object (gpu.mk),
  * linked into fld-cuda.so, fld-rocm.so and the emulator fixture of the tests

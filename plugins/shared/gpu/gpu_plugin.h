@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The host-side glue shared by the GPU plugins (cuda_plugin.c, rocm's
  * rocm_plugin.c, the test fixture tests/gpuplug/fakecuda.c): given the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm-plugin-FL's dispatch API (`vllm_fl.dispatch`) on fldispatch's C core.
 
     from fldispatch.compat import OpImpl, BackendImplKind, BackendPriority, call_op

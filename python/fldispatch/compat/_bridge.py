@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The compatibility layer's only door into fldispatch's Python API.
 
 Everything the upstream-shaped classes need from the library goes through the

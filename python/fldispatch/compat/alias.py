@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Make `import vllm_fl.dispatch...` resolve to fldispatch.compat (opt-in).
 
     import fldispatch.compat.alias

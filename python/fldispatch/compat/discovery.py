@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm_fl.dispatch.discovery: Python backend packages found by entry point or module name.
 
 A backend package exposes `register(registry)` or `vllm_fl_register(registry)`

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm_fl.dispatch.io_common: the parts of upstream's IO helpers fldispatch has.
 
 Steps, execution order, rank, module context and tensor statistics are

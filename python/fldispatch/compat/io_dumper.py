@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm_fl.dispatch.io_dumper: fldispatch.iodump under upstream's module name.
 
 This name and fldispatch.iodump are one module object, so state read or

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm_fl.dispatch.logger_manager: the dispatch loggers and their level.
 
 The compatibility layer logs through Python's `logging` under the name

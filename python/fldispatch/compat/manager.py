@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm_fl.dispatch.manager: OpManager over fldispatch's C selection and call path.
 
 resolve() asks the C core which implementation the op resolves to under the

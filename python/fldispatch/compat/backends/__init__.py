@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm_fl.dispatch.backends: the base class upstream-style backends derive from.
 
 vllm-plugin-FL's bundled backends (FlagGems, the PyTorch reference, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm_fl.dispatch.backends.base: Backend, the base of an upstream-style backend."""
 
 from __future__ import annotations
