@@ -101,6 +101,27 @@ static int check_plugin_args(const char *fn, const char *plugin, const char *ori
     return FLD_OK;
 }
 
+/*
+ * Commits what reg staged when rc is FLD_OK; otherwise (or when the commit
+ * fails) discards it, marks a plugin record created for this call rejected,
+ * and returns the failure naming the plugin. Under the host lock.
+ */
+static int commit_or_reject(struct fld_registry *reg, int rc, struct fld_plugin_rec *p,
+                            bool created, const char *plugin)
+{
+    if (rc == FLD_OK)
+        rc = fld__registry_commit(reg);
+    if (rc == FLD_OK)
+        return FLD_OK;
+    char why[1200];
+    snprintf(why, sizeof why, "plugin '%s': %s", plugin,
+             reg->first_error != FLD_OK ? reg->error : fld_last_error());
+    fld__registry_discard(reg);
+    if (created)
+        fld__plugin_set_status(p, FLD_PLUGIN_REJECTED, "%s", why);
+    return fld__fail(rc, "%s", why);
+}
+
 int fld_host_register(const char *plugin, const char *version, const char *origin,
                       const fld_host_impl *impls, size_t n)
 {
@@ -145,17 +166,9 @@ int fld_host_register(const char *plugin, const char *version, const char *origi
         };
         rc = fld__registry_register_host(&reg, &base, h->fn, h->ctx, h->unavailable_reason);
     }
-    if (rc == FLD_OK)
-        rc = fld__registry_commit(&reg);
-    if (rc != FLD_OK) {
-        char why[1200];
-        snprintf(why, sizeof why, "plugin '%s': %s", plugin,
-                 reg.first_error != FLD_OK ? reg.error : fld_last_error());
-        fld__registry_discard(&reg);
-        if (created)
-            fld__plugin_set_status(p, FLD_PLUGIN_REJECTED, "%s", why);
+    if ((rc = commit_or_reject(&reg, rc, p, created, plugin)) != FLD_OK) {
         fld__unlock();
-        return fld__fail(rc, "%s", why);
+        return rc;
     }
     fld__plugin_set_status(p, FLD_PLUGIN_LOADED, "%s", "");
     fld__unlock();
@@ -181,17 +194,9 @@ int fld_host_declare(const char *plugin, const char *version, const char *origin
     struct fld_registry reg;
     fld__registry_begin(&reg, p);
     rc = fld_registry_declare_op(&reg, op, schema);
-    if (rc == FLD_OK)
-        rc = fld__registry_commit(&reg);
-    if (rc != FLD_OK) {
-        char why[1200];
-        snprintf(why, sizeof why, "plugin '%s': %s", plugin,
-                 reg.first_error != FLD_OK ? reg.error : fld_last_error());
-        fld__registry_discard(&reg);
-        if (created)
-            fld__plugin_set_status(p, FLD_PLUGIN_REJECTED, "%s", why);
+    if ((rc = commit_or_reject(&reg, rc, p, created, plugin)) != FLD_OK) {
         fld__unlock();
-        return fld__fail(rc, "%s", why);
+        return rc;
     }
     if (created)
         fld__plugin_set_status(p, FLD_PLUGIN_LOADED, "%s", "");

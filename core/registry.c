@@ -131,22 +131,6 @@ void fld__registry_discard(struct fld_registry *reg)
     fld__decls_discard(reg);
 }
 
-static int record_error(struct fld_registry *reg, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int record_error(struct fld_registry *reg, int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fld__failv(status, fmt, ap);
-    va_end(ap);
-    if (reg->first_error == FLD_OK) {
-        reg->first_error = status;
-        fld__error_copy(reg->error, sizeof reg->error);
-    }
-    return status;
-}
-
 int fld__registry_fail(struct fld_registry *reg, int status, const char *fmt, ...)
 {
     va_list ap;
@@ -220,47 +204,47 @@ static int validate_record(struct fld_registry *reg, const fld_impl *impl)
 {
     const char *id = impl->impl_id ? impl->impl_id : "";
     if (!valid_name(impl->op, "."))
-        return record_error(reg, FLD_EINVAL,
+        return fld__registry_fail(reg, FLD_EINVAL,
                             "impl '%s': invalid op name '%s' (letters, digits, '_' and '.')", id,
                             impl->op ? impl->op : "(null)");
     if (!*id)
-        return record_error(reg, FLD_EINVAL, "impl_id '' for op '%s' is empty", impl->op);
+        return fld__registry_fail(reg, FLD_EINVAL, "impl_id '' for op '%s' is empty", impl->op);
     const char *prefix = kind_prefix(impl->kind);
     if (!prefix)
-        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid kind %d", id, impl->op,
+        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid kind %d", id, impl->op,
                             (int)impl->kind);
     size_t plen = strlen(prefix);
     if (!valid_name(id, ".-") || strncmp(id, prefix, plen) != 0 || id[plen] != '.' || !id[plen + 1])
-        return record_error(reg, FLD_EINVAL,
+        return fld__registry_fail(reg, FLD_EINVAL,
                             "impl_id '%s' for op '%s' must look like '%s.<name>' (the prefix names "
                             "its kind: default, vendor or reference)",
                             id, impl->op, prefix);
     if (impl->kind == FLD_KIND_VENDOR && (!impl->vendor || !*impl->vendor))
-        return record_error(reg, FLD_EINVAL,
+        return fld__registry_fail(reg, FLD_EINVAL,
                             "impl '%s' for op '%s': kind VENDOR requires a vendor name", id,
                             impl->op);
     if (impl->vendor && !valid_name(impl->vendor, ".-"))
-        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid vendor name '%s'", id,
+        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid vendor name '%s'", id,
                             impl->op, impl->vendor);
     if (!impl->fn)
-        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL", id, impl->op);
+        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL", id, impl->op);
     if (!impl->devices || (impl->devices & ~FLD_DEVICE_MASK_ALL))
-        return record_error(reg, FLD_EINVAL,
+        return fld__registry_fail(reg, FLD_EINVAL,
                             "impl '%s' for op '%s': device mask 0x%x is empty or "
                             "has unknown bits",
                             id, impl->op, impl->devices);
     if (!impl->dtypes || (impl->dtypes & ~FLD_DTYPE_MASK_ALL))
-        return record_error(reg, FLD_EINVAL,
+        return fld__registry_fail(reg, FLD_EINVAL,
                             "impl '%s' for op '%s': dtype mask 0x%x is empty or "
                             "has unknown bits",
                             id, impl->op, impl->dtypes);
     if (dup_find(reg, impl->op, id))
-        return record_error(reg, FLD_EINVAL,
+        return fld__registry_fail(reg, FLD_EINVAL,
                             "duplicate impl_id '%s' for op '%s' (registered twice by plugin '%s')",
                             id, impl->op, reg->plugin ? reg->plugin->name : "?");
     struct fld_impl_rec *existing = find_impl(fld__op_find(impl->op), id);
     if (existing)
-        return record_error(
+        return fld__registry_fail(
             reg, FLD_EINVAL,
             "duplicate impl_id '%s' for op '%s' (already registered by plugin '%s')", id, impl->op,
             existing->plugin ? existing->plugin->name : "?");
@@ -307,23 +291,23 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
     const size_t min_size = offsetof(fld_device_hooks, synchronize) + sizeof hooks->synchronize;
     const char *plugin = reg->plugin ? reg->plugin->name : "?";
     if (hooks->struct_size < min_size)
-        return record_error(reg, FLD_EINVAL,
+        return fld__registry_fail(reg, FLD_EINVAL,
                             "plugin '%s': device hooks: struct_size %zu is smaller than ABI 1.1's "
                             "%zu (set it to sizeof(fld_device_hooks))",
                             plugin, hooks->struct_size, min_size);
     int dev = fld__device_index(hooks->device_type);
     if (dev < 0 || dev == FLD_DEV_CPU)
-        return record_error(
+        return fld__registry_fail(
             reg, FLD_EINVAL, "plugin '%s': device hooks: device_type %d is %s (valid: %s)", plugin,
             hooks->device_type,
             dev == FLD_DEV_CPU ? "the CPU, which the host serves itself" : "unknown",
             fld__device_text(FLD_DEVICE_TEXT_ACCEL_CODES));
     if (reg->hooks[dev])
-        return record_error(reg, FLD_EINVAL, "plugin '%s': device hooks for %s registered twice",
+        return fld__registry_fail(reg, FLD_EINVAL, "plugin '%s': device hooks for %s registered twice",
                             plugin, fld_device_name(hooks->device_type));
     struct fld_hook_rec *h = calloc(1, sizeof *h);
     if (!h)
-        return record_error(reg, FLD_ENOMEM, "plugin '%s': out of memory", plugin);
+        return fld__registry_fail(reg, FLD_ENOMEM, "plugin '%s': out of memory", plugin);
     size_t n = hooks->struct_size < sizeof h->hooks ? hooks->struct_size : sizeof h->hooks;
     memcpy(&h->hooks, hooks, n);
     h->hooks.struct_size = sizeof h->hooks;
@@ -336,7 +320,7 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
     if (!reg)
         return fld__fail(FLD_EINVAL, "fld_registry_register: argument 'reg' is NULL");
     if (!impl)
-        return record_error(reg, FLD_EINVAL, "fld_registry_register: argument 'impl' is NULL");
+        return fld__registry_fail(reg, FLD_EINVAL, "fld_registry_register: argument 'impl' is NULL");
     int rc = validate_record(reg, impl);
     if (rc)
         return rc;
@@ -344,21 +328,21 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
         size_t cap = reg->cap ? reg->cap * 2 : 16;
         struct fld_impl_rec **s = realloc(reg->staged, cap * sizeof *s);
         if (!s)
-            return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+            return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
         reg->staged = s;
         reg->cap = cap;
     }
     if (dup_reserve(reg) != FLD_OK)
-        return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+        return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     struct fld_impl_rec *r = calloc(1, sizeof *r);
     if (!r)
-        return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+        return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     r->staged_op = strdup(impl->op);
     r->impl_id = strdup(impl->impl_id);
     r->vendor = impl->vendor ? strdup(impl->vendor) : NULL;
     if (!r->staged_op || !r->impl_id || (impl->vendor && !r->vendor)) {
         impl_free(r);
-        return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+        return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     }
     r->kind = impl->kind;
     r->priority = impl->priority;
@@ -384,9 +368,9 @@ int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
                                 fld_host_kernel_fn fn, void *ctx, const char *unavailable)
 {
     if (!impl)
-        return record_error(reg, FLD_EINVAL, "fld_host_register: an implementation is NULL");
+        return fld__registry_fail(reg, FLD_EINVAL, "fld_host_register: an implementation is NULL");
     if (!fn)
-        return record_error(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL",
+        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL",
                             impl->impl_id ? impl->impl_id : "", impl->op ? impl->op : "(null)");
     fld_impl copy = *impl;
     copy.fn = host_fn_placeholder;
@@ -404,7 +388,7 @@ int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
         if (dup_reserve(reg) == FLD_OK)
             for (size_t k = 0; k < reg->n; k++)
                 dup_put(reg->dup, reg->dup_mask, reg->staged[k], k);
-        return record_error(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+        return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     }
     r->fn = NULL;
     r->host_fn = fn;
