@@ -46,11 +46,18 @@ import logging
 import torch
 
 from . import _C
-from . import torch as _fld_torch  # noqa: F401  (defines torch.ops.fldispatch)
 
 logger = logging.getLogger("fldispatch.vllm")
 
+# Filled by fldispatch.torch, which register() and layer_class() import: not
+# at this module's import, because defining the declared ops starts the
+# library, and HOST_DEFAULTS must be in the environment before it starts.
 _ops = torch.ops.fldispatch
+
+
+def _define_torch_ops():
+    from . import torch as _fld_torch  # noqa: F401  (defines torch.ops.fldispatch)
+
 
 # torch device types whose tensors fldispatch's plugins can take (ROCm builds
 # of PyTorch call their GPUs "cuda"; torch_npu calls Ascend NPUs "npu").
@@ -242,9 +249,11 @@ HOST_DEFAULTS = {"VLLM_FL_CPU_ACTIVATIONS": "torch", "VLLM_FL_CPU_THREADS": "1"}
 
 
 def _host_defaults():
-    """Sets HOST_DEFAULTS' variables that are unset. In vLLM's processes
-    register() is the first call into the library; where the library already
-    started, they apply from its next fld_init()."""
+    """Sets HOST_DEFAULTS' variables that are unset. The CPU plugin reads them
+    when it registers, as the library starts: in vLLM's processes register()
+    is the first thing that starts it (importing this module does not); where
+    the process started the library before, they apply from its next
+    fld_init() after fld_shutdown()."""
     import os
 
     for name, value in HOST_DEFAULTS.items():
@@ -272,6 +281,7 @@ def layer_class(op_name):
     """The OOT class for an op name, built on the installed vLLM's layer."""
     import importlib
 
+    _define_torch_ops()
     module, class_name, factory = _LAYERS[op_name]
     base = getattr(importlib.import_module(module), class_name)
     cls = factory(base)
@@ -294,6 +304,7 @@ def register():
 
     _host_defaults()  # before the library starts: the CPU plugin reads them as it registers
     _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
+    _define_torch_ops()
     _mixed_weight_ok()  # decided now, not while Dynamo traces a layer
     for op_name in _LAYERS:
         if op_name in registered:

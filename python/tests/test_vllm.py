@@ -121,6 +121,34 @@ def test_bad_oot_configuration_is_an_error():
     assert "VLLM_FL_OOT_WHITELIST" in out.stdout and "VLLM_FL_OOT_BLACKLIST" in out.stdout
 
 
+def test_host_defaults_are_in_force_in_a_fresh_process():
+    """As vLLM loads the plugin: a fresh process imports fldispatch.vllm and
+    calls register(). The CPU plugin must start under HOST_DEFAULTS: the
+    layers' activations are PyTorch's to the bit, and the plugin runs its
+    kernels on the calling thread."""
+    import json
+    import os
+    import subprocess
+
+    code = ("import json, torch, torch.nn.functional as F\n"
+            "import fakevllm; fakevllm.install()\n"
+            "import fldispatch, fldispatch.vllm as fv\n"
+            "fv.register()\n"
+            "x = torch.randn(64, 2 * 4096, generator=torch.Generator().manual_seed(1))\n"
+            "out = torch.empty(64, 4096)\n"
+            "torch.ops.fldispatch.silu_and_mul(out, x)\n"
+            "want = F.silu(x[:, :4096]) * x[:, 4096:]\n"
+            "cpu = [p for p in fldispatch.plugins() if p['name'] == 'cpu'][0]\n"
+            "print(json.dumps({'differ': int((out != want).sum()), 'detail': cpu['detail']}))\n")
+    env = {k: v for k, v in os.environ.items() if k not in fv.HOST_DEFAULTS}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__)] + sys.path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["differ"] == 0, got
+    assert "; 1 thread " in got["detail"], got
+
+
 def test_register_sets_the_host_defaults_it_finds_unset(fake_vllm, monkeypatch):
     import os
 
