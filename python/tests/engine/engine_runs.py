@@ -57,9 +57,10 @@ def worker_report(worker=None, reset=False):
     stats = fldispatch.stats()
     if reset:
         fldispatch.stats_reset()
+    cpu = [p for p in fldispatch.plugins() if p["name"] == "cpu" and p["status"] == "loaded"]
     return {"pid": os.getpid(), "fldispatch": True, "registered": dict(fv.registered),
             "env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_FL_")},
-            "stats": stats}
+            "cpu_plugin": cpu[0]["detail"] if cpu else None, "stats": stats}
 
 
 def run(spec, outdir):

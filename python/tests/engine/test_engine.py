@@ -203,6 +203,20 @@ def test_nothing_of_fldispatch_runs_with_the_plugin_off(runs):
             assert all(w and w["fldispatch"] and w["registered"] for w in r["workers"]), name
 
 
+def test_the_cpu_plugin_runs_under_the_host_defaults(runs):
+    """fldispatch.vllm's HOST_DEFAULTS reach the CPU plugin in vLLM's own
+    processes: PyTorch's activation forms and kernels on the calling thread
+    (the plugin reads them as the library starts, so they must be set
+    before anything starts it)."""
+    for name, r in runs.items():
+        if name.endswith("-off"):
+            continue
+        for w in r["workers"]:
+            detail = w["cpu_plugin"] or ""
+            assert "activations as torch's" in detail, (name, detail)
+            assert "; 1 thread (VLLM_FL_CPU_THREADS=1)" in detail, (name, detail)
+
+
 def test_float32_tokens_equal_vllms_own(runs):
     for name, r in runs.items():
         if "-f32-" in name and not name.endswith("-off"):
