@@ -130,6 +130,8 @@ def parser():
     ap.add_argument("--logdir", help="where the children's vLLM output goes (default: a new "
                     "temporary directory)")
     ap.add_argument("--child", choices=SETTINGS, help=argparse.SUPPRESS)
+    ap.add_argument("--child-log", help=argparse.SUPPRESS)
+    ap.add_argument("--child-max-batch", type=positive(1), help=argparse.SUPPRESS)
     return ap
 
 
@@ -378,7 +380,7 @@ class Driven:
         self.setting = setting
         self.log = os.path.join(logdir, f"{setting}.log")
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", setting,
-                                      "--batch", str(max_batch), "--logdir", self.log],
+                                      "--child-max-batch", str(max_batch), "--child-log", self.log],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      env=child_env(setting))
         self.hello = self.read()
@@ -511,7 +513,7 @@ def report(doc):
 def main(argv=None):
     args = parser().parse_args(argv)
     if args.child:
-        return child_main(args.child, args.batch[0], args.logdir)
+        return child_main(args.child, args.child_max_batch, args.child_log)
     p = plan(args)
     logdir = args.logdir or tempfile.mkdtemp(prefix="fld-vllm-tokens-")
     os.makedirs(logdir, exist_ok=True)
