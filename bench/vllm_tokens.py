@@ -481,7 +481,7 @@ def format_row(row):
             f"{fmt(off['tok_s'], '10.1f')} {fmt(off['best_tok_s'], '9.1f')} "
             f"{fmt(on['tok_s'], '10.1f')} {fmt(on['best_tok_s'], '9.1f')} "
             f"{fmt(row['ratio'], '7.2f')}x"
-            + (f"  ({off['dropped']}/{on['dropped']} rounds dropped)"
+            + (f"  (pairs dropped: off {off['dropped']}, on {on['dropped']})"
                if off["dropped"] or on["dropped"] else ""))
 
 
