@@ -471,8 +471,11 @@ def run(p, logdir, progress):
             "wall_s": time.perf_counter() - t_start, "logdir": logdir}
 
 
-def fmt(x, spec):
-    return format(x, spec) if x is not None else "-"
+def fmt(x, spec, unit=""):
+    """x as spec, then unit; a missing figure as "-" of the same width."""
+    if x is None:
+        return format("-", ">" + str(int(spec.split(".")[0]) + len(unit)))
+    return format(x, spec) + unit
 
 
 def format_row(row):
@@ -480,7 +483,7 @@ def format_row(row):
     return (f"{row['model']:10} {row['mode']:9} {row['dtype']:5} {row['batch']:5} "
             f"{fmt(off['tok_s'], '10.1f')} {fmt(off['best_tok_s'], '9.1f')} "
             f"{fmt(on['tok_s'], '10.1f')} {fmt(on['best_tok_s'], '9.1f')} "
-            f"{fmt(row['ratio'], '7.2f')}x"
+            f"{fmt(row['ratio'], '7.2f', 'x')}"
             + (f"  (pairs dropped: off {off['dropped']}, on {on['dropped']})"
                if off["dropped"] or on["dropped"] else ""))
 

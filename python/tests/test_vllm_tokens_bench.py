@@ -104,3 +104,19 @@ def test_check_served():
                                            [{"pid": 1, "fldispatch": False}])
     assert vt.check_served("off", "llama", "float32", [{"pid": 1, "fldispatch": False}]) is None
     assert "loaded" in vt.check_served("off", "llama", "float32", ok)
+
+
+def test_a_row_without_a_figure_keeps_its_columns():
+    def sample(t):
+        return {"batch": 1, "tokens": 8, "prefill_s": 1.0, "generate_s": t}
+    row = {"model": "gemma", "mode": "eager", "dtype": "f32", "batch": 1,
+           "off": vt.summarise([sample(0.5)]), "on": vt.summarise([sample(2.0)])}
+    row["ratio"] = vt.ratio(row["on"], row["off"])
+    missing = vt.format_row(row)
+    row["off"] = row["on"]
+    row["ratio"] = vt.ratio(row["on"], row["off"])
+    full = vt.format_row(row)
+    assert full.endswith("1.00x")
+    assert missing.split()[4:8] == ["-", "-", "7.0", "7.0"]
+    assert len(missing.split("  (pairs")[0]) == len(full)
+    assert "pairs dropped: off 1, on 0" in missing
