@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The pure parts of bench/vllm_tokens.py (its command line, the plan it
+makes, the decode rate, medians and ratios, and the served-layers check),
+without vLLM: nothing here times anything."""
+
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+spec = importlib.util.spec_from_file_location(
+    "vllm_tokens", os.path.join(ROOT, "bench", "vllm_tokens.py"))
+vt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(vt)
+
+
+def plan_of(*argv):
+    return vt.plan(vt.parser().parse_args(list(argv)))
+
+
+def test_default_plan_compiles_only_the_large_model():
+    p = plan_of()
+    assert (p["rounds"], p["tokens"], p["batch"]) == (3, 32, [1, 8])
+    compiled = {m for m, mode, _ in p["configs"] if mode == "compiled"}
+    assert compiled == {"llama-big"}
+    eager = {m for m, mode, _ in p["configs"] if mode == "eager"}
+    assert eager == set(vt.MODELS)
+    assert len(p["configs"]) == (len(vt.MODELS) + 1) * 2
+
+
+def test_full_plan_compiles_every_model():
+    p = plan_of("--full")
+    assert len(p["configs"]) == len(vt.MODELS) * 2 * 2
+    assert (p["rounds"], p["tokens"]) == (5, 64)
+
+
+def test_quick_plan_and_explicit_options_override_it():
+    assert plan_of("--quick")["configs"] == [("llama", "eager", "f32")]
+    p = plan_of("--quick", "--models", "gemma,llama-big", "--modes", "compiled",
+                "--dtypes", "bf16", "--rounds", "4", "--tokens", "10", "--batch", "2")
+    assert p == {"configs": [("gemma", "compiled", "bf16"), ("llama-big", "compiled", "bf16")],
+                 "rounds": 4, "tokens": 10, "batch": [2]}
+    # --modes given: compiled on every model asked for, not only the default's
+    assert ("llama", "compiled", "f32") in plan_of("--modes", "compiled")["configs"]
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--models", "llama,mistral"], "--models: mistral"), (["--modes", "lazy"], "--modes: lazy"),
+    (["--dtypes", "f16"], "--dtypes: f16"), (["--tokens", "1"], "--tokens: '1'"),
+    (["--rounds", "0"], "--rounds: '0'"), (["--batch", "1,x"], "--batch: '1,x'"),
+    (["--batch", "0"], "--batch: '0'"), (["--quick", "--full"], "--full: not allowed")])
+def test_bad_command_lines_are_usage_errors(argv, named, capsys):
+    with pytest.raises(SystemExit) as e:
+        vt.parser().parse_args(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert named in err, err
+
+
+def test_decode_rate_leaves_the_prefill_out():
+    # 8 sequences, 33 new tokens: 32 decoded after the first, in 2.0 - 0.4 s
+    s = {"batch": 8, "tokens": 33, "prefill_s": 0.4, "generate_s": 2.0}
+    assert vt.decode_rate(s) == pytest.approx(8 * 32 / 1.6)
+    assert vt.decode_rate(dict(s, generate_s=0.3)) is None
+
+
+def test_summary_median_best_and_ratio():
+    def sample(t):
+        return {"batch": 1, "tokens": 11, "prefill_s": 0.0, "generate_s": t}
+    off = vt.summarise([sample(t) for t in (1.0, 2.0, 0.5)])
+    assert off["tok_s"] == pytest.approx(10.0) and off["best_tok_s"] == pytest.approx(20.0)
+    on = vt.summarise([sample(t) for t in (0.8, 0.8, 4.0, 0.4)])
+    assert on["tok_s"] == pytest.approx((12.5 + 12.5) / 2)
+    assert vt.ratio(on, off) == pytest.approx(1.25)
+    dropped = vt.summarise([dict(sample(1.0), prefill_s=2.0), sample(0.5)])
+    assert dropped["dropped"] == 1 and dropped["tok_s"] == pytest.approx(20.0)
+    none = vt.summarise([dict(sample(1.0), prefill_s=2.0)])
+    assert none["tok_s"] is None and vt.ratio(none, off) is None
+
+
+def row(op, dtype="f32", calls=5, fallbacks=0, failures=0, impl="vendor.cpu"):
+    return {"op": op, "impl_id": impl, "device": "cpu", "dtype": dtype, "calls": calls,
+            "fallbacks": fallbacks, "failures": failures, "total_ns": 0}
+
+
+def test_check_served():
+    ops = vt.LAYER_OPS["llama"]
+    ok = [{"pid": 1, "fldispatch": True, "stats": [row(op) for op in ops]}]
+    assert vt.check_served("on", "llama", "float32", ok) is None
+    assert vt.served_impls("llama", "float32", ok) == {op: ["vendor.cpu"] for op in sorted(ops)}
+    # another dtype's counters do not count
+    assert "did not serve" in vt.check_served("on", "llama", "bfloat16", ok)
+    # one op missing, or never called
+    assert "silu_and_mul" in vt.check_served(
+        "on", "llama", "float32", [dict(ok[0], stats=[row("rms_norm"), row("rotary_embedding")])])
+    assert "rms_norm" in vt.check_served(
+        "on", "llama", "float32", [dict(ok[0], stats=[row("rms_norm", calls=0)]
+                                        + [row(op) for op in ops[1:]])])
+    assert "fell back" in vt.check_served(
+        "on", "llama", "float32", [dict(ok[0], stats=ok[0]["stats"] + [row("rms_norm",
+                                                                            fallbacks=1)])])
+    assert "not loaded" in vt.check_served("on", "llama", "float32",
+                                           [{"pid": 1, "fldispatch": False}])
+    assert vt.check_served("off", "llama", "float32", [{"pid": 1, "fldispatch": False}]) is None
+    assert "loaded" in vt.check_served("off", "llama", "float32", ok)
+
+
+def test_a_row_without_a_figure_keeps_its_columns():
+    def sample(t):
+        return {"batch": 1, "tokens": 8, "prefill_s": 1.0, "generate_s": t}
+    row = {"model": "gemma", "mode": "eager", "dtype": "f32", "batch": 1,
+           "off": vt.summarise([sample(0.5)]), "on": vt.summarise([sample(2.0)])}
+    row["ratio"] = vt.ratio(row["on"], row["off"])
+    missing = vt.format_row(row)
+    row["off"] = row["on"]
+    row["ratio"] = vt.ratio(row["on"], row["off"])
+    full = vt.format_row(row)
+    assert full.endswith("1.00x")
+    assert missing.split()[4:8] == ["-", "-", "7.0", "7.0"]
+    assert len(missing.split("  (pairs")[0]) == len(full)
+    assert "pairs dropped: off 1, on 0" in missing
