@@ -66,9 +66,10 @@ $(FUZZ_OBJ)/plugins/cpu/%.o: plugins/cpu/%.c | fuzz-toolcheck
 # report as a call to the UBSan runtime, clang -O1 spent over half the time
 # of these files in code generation of those calls. FUZZ_KERNEL_CFLAGS makes
 # that one check a trap instruction in these files: it is still checked on
-# every address, and a violation still stops the fuzzer with a crash, its
-# stack trace (file:line) and the input saved, but its report is libFuzzer's
-# "deadly signal" instead of UBSan's sentence. Every other check, ASan and
+# every address, and a violation still stops the fuzzer with the input
+# saved, but its report is AddressSanitizer's "ILL" with the stack down to
+# the check's file:line (fuzz_tensors.c sets handle_sigill=1) instead of
+# UBSan's sentence. Every other check, ASan and
 # the fuzzer's coverage are as in every other file. FUZZ_KERNEL_CFLAGS= (empty)
 # restores the UBSan report (about twice the build time of these files).
 FUZZ_KERNEL_CFLAGS ?= -fsanitize-trap=pointer-overflow
