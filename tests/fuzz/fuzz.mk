@@ -22,6 +22,14 @@ FUZZ_OBJ      := $(FUZZ_OUT)/obj
 FUZZ_TARGETS  := yaml env opconfig tensors tensors_cpu
 FUZZ_BINS     := $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
 FUZZ_CORPUS_tensors_cpu := tensors
+# The cpu plugin's variants, best first (plugins/cpu/isa.c), for fuzz-smoke.
+ifneq ($(filter x86_64-%,$(FLD_CPU_MACHINE)),)
+FUZZ_CPU_ISAS ?= avx512_bf16 avx512 avx2 portable
+else ifneq ($(filter aarch64-%,$(FLD_CPU_MACHINE)),)
+FUZZ_CPU_ISAS ?= neon portable
+else
+FUZZ_CPU_ISAS ?= portable
+endif
 
 FUZZ_SANFLAGS = -fsanitize=$(FUZZ_SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The library's warning flags, without -Werror: the library is kept clean
@@ -51,6 +59,21 @@ $(FUZZ_OBJ)/core/%.o: core/%.c $(B)/gen/fld_paths.h | fuzz-toolcheck
 $(FUZZ_OBJ)/plugins/cpu/%.o: plugins/cpu/%.c | fuzz-toolcheck
 	@mkdir -p $(@D)
 	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -fvisibility=hidden -DFLD_IN_TREE $(PLUGIN_CFLAGS_cpu) -c $< -o $@
+# The kernel-variant files (plugins/cpu/isa_*.c: every kernel body, each
+# dtype and mode combination always-inlined into a few large functions) are
+# nearly all of the fuzz build's time, and UBSan's pointer-overflow check,
+# on every element address the bodies compute, was most of theirs: with its
+# report as a call to the UBSan runtime, clang -O1 spent over half the time
+# of these files in code generation of those calls. FUZZ_KERNEL_CFLAGS makes
+# that one check a trap instruction in these files: it is still checked on
+# every address, and a violation still stops the fuzzer with the input
+# saved, but its report is AddressSanitizer's "ILL" with the stack down to
+# the check's file:line (fuzz_tensors.c sets handle_sigill=1) instead of
+# UBSan's sentence. Every other check, ASan and
+# the fuzzer's coverage are as in every other file. FUZZ_KERNEL_CFLAGS= (empty)
+# restores the UBSan report (about twice the build time of these files).
+FUZZ_KERNEL_CFLAGS ?= -fsanitize-trap=pointer-overflow
+$(FUZZ_OBJ)/plugins/cpu/isa_%.o: FUZZ_CFLAGS += $(FUZZ_KERNEL_CFLAGS)
 # The per-ISA flags of plugins/cpu/plugin.mk, for these objects.
 ifneq ($(FLD_CPU_AVX2_FLAGS),)
 $(FUZZ_OBJ)/plugins/cpu/isa_avx2.o: PLUGIN_CFLAGS_cpu += $(FLD_CPU_AVX2_FLAGS)
@@ -73,18 +96,25 @@ $(FUZZ_OUT)/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $(FUZZ_CORE_OBJ)
 	$(Q)$(call fld_say,LD,$@)$(FUZZ_LINK)
 
 # Each input is a file argument, which libFuzzer runs once and never writes
-# back (a corpus directory argument could gain files).
+# back (a corpus directory argument could gain files). tensors_cpu replays
+# its inputs once per variant of the cpu plugin (VLLM_FL_CPU_ISA caps the
+# choice, so every variant this CPU runs is exercised; a cap above what the
+# CPU has runs the best one it does have again). A few seconds each.
 fuzz-smoke: $(FUZZ_BINS)
 	@set -e; for t in $(FUZZ_TARGETS); do \
-	  case $$t in tensors_cpu) c=tensors;; *) c=$$t;; esac; \
+	  case $$t in tensors_cpu) c=tensors; isas='$(FUZZ_CPU_ISAS)';; *) c=$$t; isas=-;; esac; \
 	  files=$$(find tests/fuzz/corpus/$$c tests/fuzz/regressions/$$c -type f 2>/dev/null | sort); \
 	  if [ -z "$$files" ]; then echo "fuzz-smoke: no inputs for $$t"; exit 1; fi; \
 	  n=$$(echo "$$files" | wc -l); \
-	  if $(FUZZ_OUT)/fuzz_$$t $$files > $(FUZZ_OUT)/smoke-$$t.log 2>&1; then \
-	    echo "fuzz-smoke: $$t: $$n inputs ok"; \
-	  else \
-	    tail -n 60 $(FUZZ_OUT)/smoke-$$t.log; echo "fuzz-smoke: $$t FAILED (log: $(FUZZ_OUT)/smoke-$$t.log)"; exit 1; \
-	  fi; \
+	  for isa in $$isas; do \
+	    if [ "$$isa" = - ]; then name=$$t; log=$(FUZZ_OUT)/smoke-$$t.log; set -- env; \
+	    else name="$$t (VLLM_FL_CPU_ISA=$$isa)"; log=$(FUZZ_OUT)/smoke-$$t-$$isa.log; set -- env VLLM_FL_CPU_ISA=$$isa; fi; \
+	    if "$$@" $(FUZZ_OUT)/fuzz_$$t $$files > $$log 2>&1; then \
+	      echo "fuzz-smoke: $$name: $$n inputs ok"; \
+	    else \
+	      tail -n 60 $$log; echo "fuzz-smoke: $$name FAILED (log: $$log)"; exit 1; \
+	    fi; \
+	  done; \
 	done
 
 fuzz-run: $(FUZZ_BINS)

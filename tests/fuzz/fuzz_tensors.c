@@ -536,6 +536,21 @@ static int64_t decode_leading(struct fuzz_reader *r, int64_t *lead)
     return n;
 }
 
+#ifdef FUZZ_CPU_PLUGIN
+/*
+ * The cpu plugin's kernel-variant files make UBSan's pointer-overflow check
+ * a trap instruction (tests/fuzz/fuzz.mk, FUZZ_KERNEL_CFLAGS): AddressSanitizer
+ * reports the SIGILL with its stack, file:line of the check included, however
+ * the binary is started (libFuzzer alone prints no stack for a signal raised
+ * while the pool's threads run). ASAN_OPTIONS still overrides it.
+ */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "handle_sigill=1";
+}
+#endif
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
