@@ -1070,6 +1070,55 @@ START_TEST(test_rotary)
 }
 END_TEST
 
+/*
+ * bfloat16 products that lie exactly halfway between two bfloat16 values
+ * (x = a/128 with cos 1.5 or sin 0.75: a 16-bit product whose dropped bits
+ * are 0x80): each must round to even, as vLLM's forward_native rounds it,
+ * in every implementation and for both pair layouts.
+ */
+START_TEST(test_rotary_bf16_ties)
+{
+    enum { D = 128, HEADS = 2 };
+    struct impl_list impls;
+    cpu_impls(FLD_OP_ROTARY_EMBEDDING, &impls);
+    tt_tensor *pos = tt_new(TT_INT64, 1, (int64_t[]){1});
+    tt_tensor *cache = tt_new(FLD_DTYPE_BF16, 2, (int64_t[]){1, D});
+    for (int64_t i = 0; i < D; i++)
+        tt_set(cache, i, i < D / 2 ? 1.5 : 0.75);
+    tt_set(pos, 0, 0);
+    for (int neox = 0; neox < 2; neox++)
+        for (int k = 0; k < impls.n; k++) {
+            tt_tensor *q = tt_new(FLD_DTYPE_BF16, 2, (int64_t[]){1, HEADS * D});
+            double want[HEADS * D];
+            for (int64_t i = 0; i < HEADS * D; i++)
+                tt_set(q, i, (double)(128 + (i * 37) % 128) / 128.0);
+            for (int64_t h = 0; h < HEADS; h++)
+                for (int64_t f = 0; f < D / 2; f++) {
+                    int64_t ix = h * D + (neox ? f : 2 * f);
+                    int64_t iy = h * D + (neox ? f + D / 2 : 2 * f + 1);
+                    double x = tt_get(q, ix), y = tt_get(q, iy), c = 1.5, sn = 0.75;
+                    want[ix] = tt_round(FLD_DTYPE_BF16, tt_round(FLD_DTYPE_BF16, x * c) -
+                                                            tt_round(FLD_DTYPE_BF16, y * sn));
+                    want[iy] = tt_round(FLD_DTYPE_BF16, tt_round(FLD_DTYPE_BF16, y * c) +
+                                                            tt_round(FLD_DTYPE_BF16, x * sn));
+                }
+            pin(FLD_OP_ROTARY_EMBEDDING, impls.ids[k], FLD_DTYPE_BF16);
+            int rc = fld_rotary_embedding(&pos->t, &q->t, NULL, D, &cache->t, neox);
+            unpin();
+            ck_assert_msg(rc == FLD_OK || (strcmp(impls.ids[k], REF_ID) != 0 && declined(rc)),
+                          "%s: status %d: %s", impls.ids[k], rc, fld_last_error());
+            for (int64_t i = 0; rc == FLD_OK && i < HEADS * D; i++)
+                ck_assert_msg(tt_get(q, i) == want[i],
+                              "%s bf16 rotary %s: element %lld is %.9g, round-to-even gives %.9g",
+                              impls.ids[k], neox ? "neox" : "gptj", (long long)i, tt_get(q, i),
+                              want[i]);
+            tt_free(q);
+        }
+    tt_free(pos);
+    tt_free(cache);
+}
+END_TEST
+
 /* No tokens: a valid call that touches nothing. */
 START_TEST(test_rotary_empty)
 {
@@ -1254,6 +1303,7 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run)
         tcase_add_checked_fixture(tc, setup_variant, NULL);
     tcase_add_loop_test(tc, test_rotary, 0, 4);
     tcase_add_test(tc, test_rotary_empty);
+    tcase_add_test(tc, test_rotary_bf16_ties);
     suite_add_tcase(s, tc);
 }
 

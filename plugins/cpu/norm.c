@@ -12,6 +12,15 @@ static void norm_range(const void *job, int64_t begin, int64_t end)
     fld__cpu_active->norm(job, begin, end);
 }
 
+/* Whether the bytes of two row sets (elements of es bytes) overlap. */
+static bool rows_overlap(const fld_rows *a, size_t aes, const fld_rows *b, size_t bes)
+{
+    const char *a0 = a->data, *b0 = b->data;
+    const char *a1 = a0 + ((size_t)(a->rows - 1) * (size_t)a->stride + (size_t)a->width) * aes;
+    const char *b1 = b0 + ((size_t)(b->rows - 1) * (size_t)b->stride + (size_t)b->width) * bes;
+    return a0 < b1 && b0 < a1;
+}
+
 static int run_rms_norm(const void *args, bool gemma, const char *op)
 {
     const fld_rms_norm_args *a = args;
@@ -35,6 +44,15 @@ static int run_rms_norm(const void *args, bool gemma, const char *op)
     if (wdt < 0 || rdt < 0)
         return FLD_EINVAL;
 
+    /*
+     * Non-temporal stores save the read of each output line before it is
+     * written; in place (out over x or the residual) that line was just read
+     * and is in cache, so streaming it would only evict it and send it to
+     * memory at once.
+     */
+    const bool in_place = rows_overlap(&out, fld__cpu_elem_size(dt), &x, fld__cpu_elem_size(dt)) ||
+                          (a->residual && rows_overlap(&out, fld__cpu_elem_size(dt), &res,
+                                                       fld__cpu_elem_size(rdt)));
     const size_t row_bytes = (size_t)x.width * fld__cpu_elem_size(dt);
     const size_t out_bytes = (size_t)x.rows * row_bytes;
     const size_t res_bytes = (size_t)x.rows * (size_t)x.width * fld__cpu_elem_size(rdt);
@@ -52,7 +70,7 @@ static int run_rms_norm(const void *args, bool gemma, const char *op)
         .h = x.width,
         .eps = a->eps,
         .gemma = gemma,
-        .stream = out_bytes >= fld__cpu_stream_threshold(),
+        .stream = !in_place && out_bytes >= fld__cpu_stream_threshold(),
     };
     /* x read and out written; a residual is read and written too; the weight once. */
     size_t bytes = out_bytes * 2u + (a->residual ? 2u * res_bytes : 0u) +

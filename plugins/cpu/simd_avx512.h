@@ -213,15 +213,19 @@ V_INLINE vf v_round_to(vf v, int dt)
     return dt == FLD_CPU_F16 ? _mm512_cvtph_ps(v_to_f16(v)) : v_from_bf16(v_to_bf16(v));
 }
 
-/* Products of two bfloat16 values: round to nearest even on the bits (their NaNs keep zero low
- * bits). */
+/*
+ * Products of two bfloat16 values: round to nearest even on the bits (their NaNs keep zero low
+ * bits): u + 0x7fff, plus 1 where the kept part is odd (bit 16, as a mask), low half cleared --
+ * four instructions, three deep.
+ */
 V_INLINE vf v_round_prod(vf v, int dt)
 {
     if (dt != FLD_CPU_BF16)
         return v_round_to(v, dt);
     __m512i u = _mm512_castps_si512(v);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+    __m512i r = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
+    r = _mm512_mask_add_epi32(r, odd, r, _mm512_set1_epi32(1));
     return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
