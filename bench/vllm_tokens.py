@@ -41,7 +41,7 @@ fails the run unless, "on", every layer op of the model ran in fldispatch
 with no fallback or failure, and "off", fldispatch was not loaded: a
 silent fallback cannot produce a figure.
 
-Default matrix (about 15 minutes on 2 cores): eager on the four models,
+Default matrix (4.5 minutes on 2 quiet cores): eager on the four models,
 compiled (vLLM's default compilation) on llama-big, f32 and bf16, batch 1
 and 8, 32 new tokens, 3 rounds. --full: compiled on every model, 5 rounds,
 64 tokens. --quick: llama, eager, f32, 2 rounds, 8 tokens (a smoke run).
