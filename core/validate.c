@@ -1085,15 +1085,20 @@ static __attribute__((noinline)) void tensor_rows_general(const DLTensor *t, fld
  * dim of 1 never steps, so its stride is the width); test_validate_fast
  * checks the two agree. Anything else takes layout_of().
  */
+static COLD void tensor_rows_null(const DLTensor *t, fld_rows *out)
+{
+    fld__fail(FLD_EINVAL, "fld_tensor_rows: argument '%s' is NULL",
+              !t     ? "t"
+              : !out ? "out"
+                     : "t->shape");
+    if (out)
+        memset(out, 0, sizeof *out);
+}
+
 void fld_tensor_rows(const DLTensor *t, fld_rows *out)
 {
     if (__builtin_expect(!t || !out || !t->shape, 0)) {
-        fld__fail(FLD_EINVAL, "fld_tensor_rows: argument '%s' is NULL",
-                  !t     ? "t"
-                  : !out ? "out"
-                         : "t->shape");
-        if (out)
-            memset(out, 0, sizeof *out);
+        tensor_rows_null(t, out); /* out of line: no frame on the path every kernel takes */
         return;
     }
     const int64_t *shape = t->shape;

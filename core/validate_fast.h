@@ -16,9 +16,9 @@
 
 #include <fldispatch/plugin.h>
 
+#include "call_key.h"
 #include "devices.h"
 #include "dtypes.h"
-#include "ops.h"
 
 /* ------------------------------------------------------------------------ */
 /* Fast paths: the common shapes in a few compares                          */
