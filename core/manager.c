@@ -370,25 +370,14 @@ static __attribute__((cold, noinline)) int unknown_device_type(int device_type)
 /* ---- the hot path and what it leaves out of line ------------------------ */
 
 /*
- * The hot path. Kept tiny so that it inlines into each entry point: every
- * slow case is a call to a non-inlined function.
+ * The hot path of this file's entry points: manager.h's fld__dispatch(),
+ * which the typed and prepared calls inline too, so that there is one copy
+ * of it. Every slow case is a call to a non-inlined function.
  */
 static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, unsigned slot,
                                                           const void *args)
 {
-    uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
-    if (unlikely(atomic_load_explicit(&fld__override_threads, memory_order_relaxed)))
-        return dispatch_maybe_overridden(op, slot, args);
-    struct fld_fast_call *f = &op->fast[slot];
-    fld_kernel_fn fn;
-    if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
-               (fn = atomic_load_explicit(&f->fn, memory_order_relaxed)))) {
-        int rc = fn(args);
-        if (likely(rc == FLD_OK))
-            return FLD_OK;
-        return fast_failed(op, slot, args, fn, rc);
-    }
-    return dispatch_bucketed(op, slot, args, gen);
+    return fld__dispatch(op, slot, args);
 }
 
 /*
