@@ -14,6 +14,8 @@
  *   typed      fld_rms_norm() on [1, 4096] float32 x, out, weight, with the
  *              null kernel pinned (what `fldispatch bench --overhead` times)
  *   prepared   fld_prepared_rms_norm() of the same call
+ *   opaque     fld_call() by handle of the null kernel registered for an op
+ *              outside the catalog (dispatch alone: no validation)
  *   norm, norm_res, silu, rotary, rotary_bf16
  *              the typed calls at 1 x 4096 (rotary: 1 token, 32 + 32 heads of
  *              128, neox, a float32 cache) with whatever the policy selects
@@ -35,17 +37,23 @@ static int null_kernel(const void *args)
 
 static int register_null(fld_registry *reg)
 {
-    const fld_impl impl = {
-        .op = FLD_OP_RMS_NORM,
-        .impl_id = "vendor.cost_null",
-        .kind = FLD_KIND_VENDOR,
-        .vendor = "cost",
-        .priority = 1,
-        .devices = FLD_DEVICE_MASK_CPU,
-        .dtypes = FLD_DTYPE_MASK_F32,
-        .fn = null_kernel,
-    };
-    return fld_registry_register(reg, &impl);
+    static const char *const ops[] = {FLD_OP_RMS_NORM, "cost_opaque"};
+    for (int i = 0; i < 2; i++) {
+        const fld_impl impl = {
+            .op = ops[i],
+            .impl_id = "vendor.cost_null",
+            .kind = FLD_KIND_VENDOR,
+            .vendor = "cost",
+            .priority = 1,
+            .devices = FLD_DEVICE_MASK_CPU,
+            .dtypes = FLD_DTYPE_MASK_F32,
+            .fn = null_kernel,
+        };
+        int rc = fld_registry_register(reg, &impl);
+        if (rc != FLD_OK)
+            return rc;
+    }
+    return FLD_OK;
 }
 
 static const fld_plugin_descriptor null_plugin = {
@@ -106,6 +114,12 @@ __attribute__((noinline)) void loop_prepared(long n, fld_prepared *p, const fld_
                     FLD_OK;
 }
 
+__attribute__((noinline)) void loop_opaque(long n, fld_op op, const void *args)
+{
+    for (long i = 0; i < n; i++)
+        failures += fld_call(op, args) != FLD_OK;
+}
+
 __attribute__((noinline)) void loop_norm(long n, const fld_rms_norm_args *a)
 {
     for (long i = 0; i < n; i++)
@@ -140,7 +154,7 @@ int main(int argc, char **argv)
     const char *kind = argv[1];
     const long n = atol(argv[2]);
     const bool null = !strcmp(kind, "direct") || !strcmp(kind, "typed") ||
-                      !strcmp(kind, "prepared");
+                      !strcmp(kind, "prepared") || !strcmp(kind, "opaque");
     if (null && fld_register_plugin(&null_plugin) != FLD_OK) {
         fprintf(stderr, "call_cost: %s\n", fld_last_error());
         return 1;
@@ -169,6 +183,14 @@ int main(int argc, char **argv)
         loop_prepared(1, p, &norm);
         loop_prepared(n, p, &norm);
         fld_prepared_free(p);
+    } else if (!strcmp(kind, "opaque")) {
+        fld_op op = fld_op_lookup("cost_opaque");
+        if (!op) {
+            fprintf(stderr, "call_cost: %s\n", fld_last_error());
+            return 1;
+        }
+        loop_opaque(1, op, &norm);
+        loop_opaque(n, op, &norm);
     } else if (!strcmp(kind, "norm")) {
         loop_norm(1, &norm);
         loop_norm(n, &norm);
