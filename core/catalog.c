@@ -2,8 +2,10 @@
 /*
  * The catalog: one schema row per op (name, argument struct, validator,
  * reference kernel and what it serves), and the typed public entry points,
- * each of which packs its arguments and goes through fld__call_catalog()
- * (validation, then dispatch). Per-op knowledge lives here and in the
+ * each of which packs its arguments, runs its family's quick checks
+ * (validate_fast.h) and dispatches, inlined in one function (manager.h
+ * fld__call_family()); a call the quick checks doubt goes to the family's
+ * full validator. Per-op knowledge lives here and in the
  * validator families of validate.c, nowhere else.
  */
 #include <fldispatch/plugin.h>
@@ -13,6 +15,7 @@
 #include "ops.h"
 #include "reference.h"
 #include "validate.h"
+#include "validate_fast.h"
 
 /* Reference kernels run on host memory; attention_backend has no tensors. */
 #define CPU_ALL_DTYPES FLD_DEVICE_MASK_CPU, FLD_DTYPE_MASK_ALL
@@ -58,42 +61,67 @@ const struct fld_op_schema fld__catalog[FLD_CAT_COUNT] = {
                                    FLD_ARGS_ATTENTION_BACKEND, SIG_ATTENTION_BACKEND},
 };
 
+/* One typed call per family: the quick checks, then dispatch or the full validator. */
+static inline __attribute__((always_inline)) int call_activation(enum fld_catalog_index idx,
+                                                                 const fld_activation_args *a)
+{
+    struct fld_call_key key = {0, 0};
+    const bool ok = fast_activation(a, &key);
+    return fld__call_family(idx, ok, fld__slot(key.device, key.dtype), a);
+}
+
+static inline __attribute__((always_inline)) int call_rms_norm(enum fld_catalog_index idx,
+                                                               const fld_rms_norm_args *a)
+{
+    struct fld_call_key key = {0, 0};
+    const bool ok = fast_rms_norm(a, &key);
+    return fld__call_family(idx, ok, fld__slot(key.device, key.dtype), a);
+}
+
+static inline __attribute__((always_inline)) int call_rotary(enum fld_catalog_index idx,
+                                                             const fld_rotary_embedding_args *a)
+{
+    struct fld_call_key key = {0, 0};
+    const bool ok = fast_rotary(a, &key);
+    return fld__call_family(idx, ok, fld__slot(key.device, key.dtype), a);
+}
+
 int fld_silu_and_mul(DLTensor *out, const DLTensor *x)
 {
     const fld_silu_and_mul_args args = {out, x};
-    return fld__call_catalog(FLD_CAT_SILU_AND_MUL, &args);
+    return call_activation(FLD_CAT_SILU_AND_MUL, &args);
 }
 
 int fld_mul_and_silu(DLTensor *out, const DLTensor *x)
 {
     const fld_mul_and_silu_args args = {out, x};
-    return fld__call_catalog(FLD_CAT_MUL_AND_SILU, &args);
+    return call_activation(FLD_CAT_MUL_AND_SILU, &args);
 }
 
 int fld_gelu_and_mul(DLTensor *out, const DLTensor *x)
 {
     const fld_gelu_and_mul_args args = {out, x};
-    return fld__call_catalog(FLD_CAT_GELU_AND_MUL, &args);
+    return call_activation(FLD_CAT_GELU_AND_MUL, &args);
 }
 
 int fld_gelu_tanh_and_mul(DLTensor *out, const DLTensor *x)
 {
     const fld_gelu_tanh_and_mul_args args = {out, x};
-    return fld__call_catalog(FLD_CAT_GELU_TANH_AND_MUL, &args);
+    return call_activation(FLD_CAT_GELU_TANH_AND_MUL, &args);
 }
 
 int fld_rms_norm(DLTensor *out, const DLTensor *x, const DLTensor *weight, DLTensor *residual,
                  float eps)
 {
     const fld_rms_norm_args args = {out, x, weight, residual, eps};
-    return fld__call_catalog(FLD_CAT_RMS_NORM, &args);
+    return call_rms_norm(FLD_CAT_RMS_NORM, &args);
 }
 
 int fld_gemma_rms_norm(DLTensor *out, const DLTensor *x, const DLTensor *weight, DLTensor *residual,
                        float eps)
 {
     const fld_gemma_rms_norm_args args = {out, x, weight, residual, eps};
-    return fld__call_catalog(FLD_CAT_GEMMA_RMS_NORM, &args);
+    return call_rms_norm(FLD_CAT_GEMMA_RMS_NORM, &args);
 }
 
 int fld_rotary_embedding(const DLTensor *positions, DLTensor *query, DLTensor *key,
@@ -101,7 +129,7 @@ int fld_rotary_embedding(const DLTensor *positions, DLTensor *query, DLTensor *k
 {
     const fld_rotary_embedding_args args = {positions, query,         key,
                                             head_size, cos_sin_cache, is_neox};
-    return fld__call_catalog(FLD_CAT_ROTARY_EMBEDDING, &args);
+    return call_rotary(FLD_CAT_ROTARY_EMBEDDING, &args);
 }
 
 int fld_attention_backend(int device_type, bool use_mla, bool use_sparse, const char **name)

@@ -28,8 +28,9 @@
  * by the override's policy serial; those chains belong to the thread.
  *
  * The file reads top-down, in the order a call meets it:
- *   - the entry points: fld__call_catalog() (the typed calls),
- *     fld__call_checked() (prepared calls, checked by prepared.c), fld_call(),
+ *   - the entry points: fld__call_catalog() (calls by catalog index),
+ *     the out-of-line parts of manager.h's inlined hot path (the typed
+ *     calls of catalog.c, the prepared calls of prepared.c), fld_call(),
  *     fld_call_by_name(), fld_call_on(), down to call_validated();
  *   - the hot path, dispatch() (inlined into each entry point), and what it
  *     leaves to out-of-line functions: a failed direct call, a stale or
@@ -73,8 +74,6 @@
 /* The entry points. */
 __attribute__((noinline, cold)) static int call_catalog_cold(enum fld_catalog_index idx,
                                                              const void *args);
-__attribute__((noinline, cold)) static int call_checked_cold(enum fld_catalog_index idx,
-                                                             unsigned slot, const void *args);
 static inline int call_op(struct fld_op_s *op, const void *args);
 static inline bool library_open(void);
 static inline int call_validated(struct fld_op_s *op, const void *args);
@@ -212,31 +211,30 @@ __attribute__((noinline, cold)) static int call_catalog_cold(enum fld_catalog_in
 }
 
 /*
- * A prepared call (prepared.c): its arguments were validated when it was
- * prepared and its data pointers checked now, so only dispatch is left. In
- * flight and cold start as for the typed entry points.
+ * The out-of-line parts of the inlined hot path (manager.h fld__dispatch(),
+ * fld__call_family()): the typed calls of catalog.c and the prepared calls
+ * of prepared.c run their family's checks and the cached direct call in one
+ * function, and come here for anything else.
  */
-int fld__call_checked(enum fld_catalog_index idx, unsigned slot, const void *args)
+__attribute__((noinline)) int fld__dispatch_miss(struct fld_op_s *op, unsigned slot,
+                                                 const void *args, uint64_t gen)
 {
-    struct fld_inflight_slot *in = fld__call_enter();
-    struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_acquire);
-    int rc = likely(op != NULL) ? dispatch(op, slot, args) : call_checked_cold(idx, slot, args);
-    fld__call_leave(in);
-    return rc;
+    if (unlikely(atomic_load_explicit(&fld__override_threads, memory_order_relaxed)))
+        return dispatch_maybe_overridden(op, slot, args);
+    return dispatch_bucketed(op, slot, args, gen);
 }
 
-/* A prepared call before initialisation (or after a shutdown), or while fld_shutdown() waits. */
-__attribute__((noinline, cold)) static int call_checked_cold(enum fld_catalog_index idx,
-                                                             unsigned slot, const void *args)
+__attribute__((noinline, cold)) int fld__dispatch_failed(struct fld_op_s *op, unsigned slot,
+                                                         const void *args, fld_kernel_fn fn, int rc)
 {
-    int rc = fld__ensure_init_from(fld__catalog[idx].name);
-    if (rc)
-        return rc;
-    struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_acquire);
-    if (!op)
-        return fld__fail(FLD_ESTATE, "%s: the library was shut down during the call",
-                         fld__catalog[idx].name);
-    return dispatch(op, slot, args);
+    return fast_failed(op, slot, args, fn, rc);
+}
+
+/* The family's quick checks doubted the call (or op is NULL: not initialised). In flight. */
+__attribute__((noinline)) int fld__call_unchecked(enum fld_catalog_index idx, struct fld_op_s *op,
+                                                  const void *args)
+{
+    return likely(op != NULL) ? call_validated(op, args) : call_catalog_cold(idx, args);
 }
 
 int fld_call(fld_op handle, const void *args)
@@ -372,25 +370,14 @@ static __attribute__((cold, noinline)) int unknown_device_type(int device_type)
 /* ---- the hot path and what it leaves out of line ------------------------ */
 
 /*
- * The hot path. Kept tiny so that it inlines into each entry point: every
- * slow case is a call to a non-inlined function.
+ * The hot path of this file's entry points: manager.h's fld__dispatch(),
+ * which the typed and prepared calls inline too, so that there is one copy
+ * of it. Every slow case is a call to a non-inlined function.
  */
 static inline __attribute__((always_inline)) int dispatch(struct fld_op_s *op, unsigned slot,
                                                           const void *args)
 {
-    uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
-    if (unlikely(atomic_load_explicit(&fld__override_threads, memory_order_relaxed)))
-        return dispatch_maybe_overridden(op, slot, args);
-    struct fld_fast_call *f = &op->fast[slot];
-    fld_kernel_fn fn;
-    if (likely(atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
-               (fn = atomic_load_explicit(&f->fn, memory_order_relaxed)))) {
-        int rc = fn(args);
-        if (likely(rc == FLD_OK))
-            return FLD_OK;
-        return fast_failed(op, slot, args, fn, rc);
-    }
-    return dispatch_bucketed(op, slot, args, gen);
+    return fld__dispatch(op, slot, args);
 }
 
 /*

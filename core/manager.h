@@ -8,7 +8,10 @@
 #ifndef FLD_CORE_MANAGER_H
 #define FLD_CORE_MANAGER_H
 
+#include "host.h"
+#include "inflight.h"
 #include "ops.h"
+#include "policy.h"
 
 /* Dispatches a catalog op by index after validating args. */
 int fld__call_catalog(enum fld_catalog_index idx, const void *args);
@@ -17,6 +20,57 @@ int fld__call_catalog(enum fld_catalog_index idx, const void *args);
  * caller has checked as its validator would (prepared calls, prepared.c).
  */
 int fld__call_checked(enum fld_catalog_index idx, unsigned slot, const void *args);
+
+/*
+ * The hot path, inlined into the entry points that know their family (the
+ * typed calls of catalog.c, the prepared calls of prepared.c), so that such
+ * a call is one function from its checks to the kernel. Everything but the
+ * cached direct call is out of line in manager.c:
+ *   fld__dispatch_miss()   a thread with a scoped override, a row-bucketed
+ *                          key, a missing or stale chain;
+ *   fld__dispatch_failed() the direct call returned rc: the rest of its chain;
+ *   fld__call_unchecked()  the op's full validator, then dispatch (the
+ *                          family's quick checks doubted the call, or the
+ *                          library is not initialised: op is NULL).
+ */
+int fld__dispatch_miss(struct fld_op_s *op, unsigned slot, const void *args, uint64_t gen);
+int fld__dispatch_failed(struct fld_op_s *op, unsigned slot, const void *args, fld_kernel_fn fn,
+                         int rc);
+int fld__call_unchecked(enum fld_catalog_index idx, struct fld_op_s *op, const void *args);
+
+static inline __attribute__((always_inline)) int fld__dispatch(struct fld_op_s *op, unsigned slot,
+                                                               const void *args)
+{
+    const uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
+    const struct fld_fast_call *f = &op->fast[slot];
+    fld_kernel_fn fn;
+    if (__builtin_expect(!atomic_load_explicit(&fld__override_threads, memory_order_relaxed) &&
+                             atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
+                             (fn = atomic_load_explicit(&f->fn, memory_order_relaxed)) != NULL,
+                         1)) {
+        const int rc = fn(args);
+        if (__builtin_expect(rc == FLD_OK, 1))
+            return FLD_OK;
+        return fld__dispatch_failed(op, slot, args, fn, rc);
+    }
+    return fld__dispatch_miss(op, slot, args, gen);
+}
+
+/*
+ * A catalog call whose family checks ran inline: ok when they accepted the
+ * call with the key slot, else the full validator decides. In flight from
+ * before the op is read, as fld__call_catalog().
+ */
+static inline __attribute__((always_inline)) int
+fld__call_family(enum fld_catalog_index idx, bool ok, unsigned slot, const void *args)
+{
+    struct fld_inflight_slot *in = fld__call_enter();
+    struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_acquire);
+    const int rc = __builtin_expect(ok && op != NULL, 1) ? fld__dispatch(op, slot, args)
+                                                         : fld__call_unchecked(idx, op, args);
+    fld__call_leave(in);
+    return rc;
+}
 
 /* Drops every cached chain of every op (host lock held; at shutdown). */
 void fld__manager_shutdown(void);

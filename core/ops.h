@@ -12,6 +12,7 @@
 
 #include <fldispatch/plugin.h>
 
+#include "call_key.h"
 #include "devices.h"
 #include "dtypes.h"
 
@@ -54,11 +55,6 @@ static inline int fld__dtype_index(DLDataType t)
     return fld_dtype_index(t);
 }
 
-/* What a validator derives from a call: the cache slot to use. */
-struct fld_call_key {
-    int device; /* FLD_DEV_* */
-    int dtype;  /* FLD_DT_* */
-};
 
 /*
  * Checks a catalog op's arguments without touching tensor memory (except

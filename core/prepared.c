@@ -11,8 +11,8 @@
  * fld_prepare() records per tensor what those checks need (its byte_offset,
  * the bytes it spans, its element size); a call runs them, one family's
  * pairs of tensors that must not meet spelled out, in straight-line integer
- * code folded into one "doubt" word, and hands the arguments to dispatch
- * (manager.c fld__call_checked()).
+ * code folded into one "doubt" word, and dispatches in the same function
+ * (manager.h fld__call_family()).
  *
  * The per-call checks only say "surely fine": anything they doubt (a NULL, a
  * misaligned or wrapping pointer, byte ranges that meet, a position out of
@@ -268,17 +268,6 @@ static bool positions_in_range(const fld_prepared *p)
     return !bad;
 }
 
-/* A call the quick checks doubt: the op's full validator decides, and names what is wrong. */
-static __attribute__((noinline, cold)) int call_validated(fld_prepared *p)
-{
-    const struct fld_op_schema *schema = &fld__catalog[p->idx];
-    struct fld_call_key key;
-    int rc = schema->validate(schema->name, &p->args, &key);
-    if (rc)
-        return rc;
-    return fld__call_checked(p->idx, fld__slot(key.device, key.dtype), &p->args);
-}
-
 /* A tensor's byte range under a new data pointer. */
 struct range {
     uintptr_t lo, hi;
@@ -306,12 +295,10 @@ static inline uintptr_t meet(const struct range *a, const struct range *b)
     return (uintptr_t)((a->lo < b->hi) & (b->lo < a->hi));
 }
 
-/* The doubt word decides: dispatch, or the full validator first. */
+/* The doubt word decides: dispatch, or the full validator first (manager.h). */
 static inline __attribute__((always_inline)) int finish(fld_prepared *p, uintptr_t doubt)
 {
-    if (__builtin_expect(doubt != 0, 0))
-        return call_validated(p);
-    return fld__call_checked(p->idx, p->slot, &p->args);
+    return fld__call_family(p->idx, doubt == 0, p->slot, &p->args);
 }
 
 static __attribute__((cold)) int wrong_family(const fld_prepared *p, const char *fn);

@@ -46,8 +46,15 @@ static inline void *fld__cpu_at(const void *base, int64_t idx, int dt)
     return (char *)(uintptr_t)base + (size_t)idx * fld__cpu_elem_size(dt);
 }
 
-/* The storage dtype of a validated tensor, or -1 after fld_set_error(). */
-int fld__cpu_dtype_of(const DLTensor *t, const char *op, const char *tensor);
+/* fld__cpu_dtype_of()'s refusal: fld_set_error() naming op and tensor, then -1. */
+int fld__cpu_dtype_unknown(const char *op, const char *tensor);
+
+/* The storage dtype of a validated tensor, or -1 after fld_set_error(). Inline: every call runs it. */
+static inline int fld__cpu_dtype_of(const DLTensor *t, const char *op, const char *tensor)
+{
+    const int dt = fld_dtype_index(t->dtype);
+    return __builtin_expect(dt >= 0, 1) ? dt : fld__cpu_dtype_unknown(op, tensor);
+}
 
 /* ---- jobs: one op call, as the kernels see it --------------------------- */
 
@@ -157,10 +164,33 @@ typedef void (*fld_cpu_range_fn)(const void *job, int64_t begin, int64_t end);
  * touches: below the parallel threshold, or when the pool is busy with
  * another caller, it runs inline on the calling thread.
  */
-void fld__cpu_parallel(fld_cpu_range_fn fn, const void *job, int64_t n, size_t bytes);
+void fld__cpu_parallel_run(fld_cpu_range_fn fn, const void *job, int64_t n, size_t bytes);
+
+/*
+ * The pool's settings the call path reads (pool.c keeps them with its
+ * configuration): calls touching fewer bytes than fld__cpu_inline_below run
+ * on the calling thread (SIZE_MAX when the pool has fewer than two
+ * threads); outputs of at least fld__cpu_stream_bytes are written with
+ * non-temporal stores.
+ */
+extern size_t fld__cpu_inline_below;
+extern size_t fld__cpu_stream_bytes;
+
+/* fld__cpu_parallel_run(), with the decision a decode-sized call takes inline. */
+static inline void fld__cpu_parallel(fld_cpu_range_fn fn, const void *job, int64_t n, size_t bytes)
+{
+    if (n < 2 || bytes < fld__cpu_inline_below) {
+        fn(job, 0, n);
+        return;
+    }
+    fld__cpu_parallel_run(fn, job, n, bytes);
+}
 
 /* Outputs of at least this many bytes are written with non-temporal stores. */
-size_t fld__cpu_stream_threshold(void);
+static inline size_t fld__cpu_stream_threshold(void)
+{
+    return fld__cpu_stream_bytes;
+}
 
 /* ---- scalar paths (exact.c) ---------------------------------------------- */
 

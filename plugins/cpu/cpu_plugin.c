@@ -45,12 +45,10 @@ static const struct fld_cpu_variant *const variants[] = {
     &fld__cpu_variant_portable,
 };
 
-int fld__cpu_dtype_of(const DLTensor *t, const char *op, const char *tensor)
+__attribute__((cold, noinline)) int fld__cpu_dtype_unknown(const char *op, const char *tensor)
 {
-    int dt = fld_dtype_index(t->dtype);
-    if (dt < 0)
-        fld_set_error("%s: tensor '%s' has a dtype vendor.cpu does not handle", op, tensor);
-    return dt;
+    fld_set_error("%s: tensor '%s' has a dtype vendor.cpu does not handle", op, tensor);
+    return -1;
 }
 
 static const struct {

@@ -169,9 +169,14 @@ size_t fld__cpu_default_parallel_min_bytes(void)
     return FLD_CPU_PARALLEL_MIN_BYTES;
 }
 
-size_t fld__cpu_stream_threshold(void)
+size_t fld__cpu_inline_below = SIZE_MAX; /* no pool until configured */
+size_t fld__cpu_stream_bytes = DEFAULT_STREAM_BYTES;
+
+/* cpu.h's copies of the settings, after each change of rt (create_lock held). */
+static void publish_settings(void)
 {
-    return rt.stream_bytes;
+    fld__cpu_inline_below = rt.max_threads < 2 ? SIZE_MAX : rt.parallel_min_bytes;
+    fld__cpu_stream_bytes = rt.stream_bytes;
 }
 
 static inline void cpu_relax(void)
@@ -409,7 +414,7 @@ static int caller_node(void)
     return rt.topo.cpu_node[cpu];
 }
 
-void fld__cpu_parallel(fld_cpu_range_fn fn, const void *job, int64_t n, size_t bytes)
+void fld__cpu_parallel_run(fld_cpu_range_fn fn, const void *job, int64_t n, size_t bytes)
 {
     if (n < 2 || bytes < rt.parallel_min_bytes || rt.max_threads < 2) {
         fn(job, 0, n);
@@ -456,6 +461,7 @@ void fld__cpu_pool_shutdown(void)
     rt.threads = rt.max_threads = 0;
     rt.parallel_min_bytes = FLD_CPU_PARALLEL_MIN_BYTES;
     rt.stream_bytes = DEFAULT_STREAM_BYTES;
+    publish_settings();
     pthread_mutex_unlock(&create_lock);
 }
 
@@ -476,6 +482,7 @@ void fld__cpu_pool_configure(struct fld_cpu_topology *topo, int threads, size_t 
     rt.pools = calloc((size_t)(rt.topo.n_nodes > 0 ? rt.topo.n_nodes : 1), sizeof *rt.pools);
     if (!rt.pools)
         rt.max_threads = 0; /* everything inline: slower, still correct */
+    publish_settings();
     pthread_mutex_unlock(&create_lock);
 }
 
