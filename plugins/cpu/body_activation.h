@@ -160,8 +160,8 @@ V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, int s
     for (; j + ACT_UNROLL * V_LANES <= d; j += ACT_UNROLL * V_LANES) {
         if (pf)
             for (int64_t b = 0; b < ACT_UNROLL * V_LANES * es; b += 64) {
-                __builtin_prefetch(pf + j * es + b, 0, 3);
-                __builtin_prefetch(pf + (d + j) * es + b, 0, 3);
+                fld__cpu_prefetch_row(pf + j * es + b, dt);
+                fld__cpu_prefetch_row(pf + (d + j) * es + b, dt);
             }
         vf r[ACT_UNROLL];
         act_block(act, dt, torch, table, r, pa + j * es, pb + j * es, ACT_UNROLL);

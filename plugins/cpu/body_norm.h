@@ -165,7 +165,7 @@ V_INLINE void norm_out(void *out, const void *src, const void *w, float inv_s, i
     for (; j + NORM_UNROLL * V_LANES <= h; j += NORM_UNROLL * V_LANES) {
         if (pf)
             for (size_t b = 0; b < NORM_UNROLL * V_LANES * es; b += 64)
-                __builtin_prefetch(pf + (size_t)j * es + b, 0, 3);
+                fld__cpu_prefetch_row(pf + (size_t)j * es + b, dt);
         vf v0 = v_load(fld__cpu_at(src, j, sdt), sdt);
         vf v1 = v_load(fld__cpu_at(src, j + V_LANES, sdt), sdt);
         vf v2 = v_load(fld__cpu_at(src, j + 2 * V_LANES, sdt), sdt);
