@@ -7,11 +7,14 @@
 #   make check-python    the pytest suite (make check runs it; TESTS=python
 #                        runs it alone, any other TESTS= leaves it out)
 #   make python-torch-native
-#                        optional: build/python/fldispatch/_torch_ops.so, the
+#                        build/python/fldispatch/_torch_ops.so, the
 #                        torch.ops.fldispatch.* CPU kernels registered in C++
-#                        (python/native/torch_ops.cpp); needs torch importable
-#                        by $(PYTHON) and a C++ compiler; fldispatch.torch loads
-#                        it instead of its Python-level CPU kernels when present
+#                        (python/native/torch_ops.cpp), and _torch_ops.abi, the
+#                        torch and Python it is bound to; needs torch importable
+#                        by $(PYTHON) and a C++ compiler (about 30 s); make
+#                        check-python builds it, since its tests import torch;
+#                        fldispatch.torch loads it instead of its Python-level
+#                        CPU kernels when the record matches the running torch
 #
 # The extension is compiled for the python3 in PATH (PYTHON=...) against the
 # limited API of Python 3.10 (abi3), with the flags of python/setup.py, which
@@ -71,15 +74,18 @@ $(PY_TOOL): $(PY_TOOL_OBJ) $(LIB_SO)
 # target says so and fails, and no other target depends on it.
 CXX         ?= g++
 PY_TORCH_NATIVE := $(PYPKG)/_torch_ops.so
+PY_TORCH_ABI    := $(PYPKG)/_torch_ops.abi
 TORCH_FLAGS  = $(shell $(PYTHON) -c 'import os, torch, torch.utils.cpp_extension as c; print(" ".join(["-I" + p for p in c.include_paths()] + ["-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI)]))' 2>/dev/null)
 TORCH_LIBDIR = $(shell $(PYTHON) -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null)
 python-torch-native: python python-headers $(PY_TORCH_NATIVE)
 
-$(PY_TORCH_NATIVE): python/native/torch_ops.cpp $(LIB_SO) include/fldispatch/fldispatch.h
+$(PY_TORCH_NATIVE): python/native/torch_ops.cpp python/fldispatch/native_abi.py $(LIB_SO) include/fldispatch/fldispatch.h
 	@test -n '$(TORCH_LIBDIR)' || { echo "fldispatch: make python-torch-native needs torch importable by $(PYTHON)" >&2; exit 1; }
 	@mkdir -p $(@D)
+	@rm -f '$(PY_TORCH_ABI)'
 	$(Q)$(call fld_say,CXX,$<)$(CXX) -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -Iinclude -I$(PY_INCLUDE) $(TORCH_FLAGS) $< -o $@ \
 	  -L'$(TORCH_LIBDIR)' -lc10 -ltorch_cpu -ltorch_python -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$(TORCH_LIBDIR)' -Wl,-rpath,'$$ORIGIN/lib'
+	$(Q)$(PYTHON) -c 'import runpy; runpy.run_path("python/fldispatch/native_abi.py", run_name="__main__")' > '$(PY_TORCH_ABI)'
 
 $(PYPKG)/%.py: python/fldispatch/%.py
 	@mkdir -p $(@D)
@@ -113,9 +119,9 @@ else ifneq ($(PY_RUN_TESTS),)
 	elif [ ! -f '$(PY_INCLUDE)/Python.h' ]; then \
 	  echo "$(PY_SKIP_MSG): no Python.h for $(PYTHON) (Debian: apt-get install python3-dev)"; \
 	else \
-	  $(MAKE) --no-print-directory python $(PY_FIXTURES) || exit 1; \
+	  $(MAKE) --no-print-directory python python-torch-native $(PY_FIXTURES) || exit 1; \
 	  mkdir -p '$(dir $(PY_LOG))'; \
-	  { PYTHONPATH='$(abspath $(PYOUT))' FLDPY_TEST_FIXTURES='$(abspath $(PYOUT))/tests' \
+	  { PYTHONPATH='$(abspath $(PYOUT))' FLDPY_EXPECT_NATIVE=1 FLDPY_TEST_FIXTURES='$(abspath $(PYOUT))/tests' \
 	      $(PYTHON) -m pytest -q -p no:cacheprovider python/tests 2>&1; \
 	    echo $$? > '$(PY_LOG).status'; } | tee '$(PY_LOG)'; \
 	  st=$$(cat '$(PY_LOG).status'); \

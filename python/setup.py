@@ -10,16 +10,24 @@ package, so nothing needs LD_LIBRARY_PATH:
     fldispatch/lib/fldispatch/plugins/fld-*.so  found next to the library
     fldispatch/share/fldispatch/config/*.yaml   platform files (<lib>/../share)
     fldispatch/bin/fldispatch                   the command-line tool
+    fldispatch/_torch_ops.so, _torch_ops.abi    the native torch.ops CPU kernels and
+                                                the torch and Python they are bound to
+                                                (only where torch is importable at
+                                                build time: pip install
+                                                --no-build-isolation; off with
+                                                FLDISPATCH_TORCH_NATIVE=0)
 
 The C sources are looked for in FLDISPATCH_SOURCE_DIR, then in the
 repository around this directory (pip >= 21.3 builds `pip install ./python`
 in place), then in _csrc/ (an sdist made by this setup.py copies them there).
 """
 
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -75,6 +83,48 @@ class BuildWithLibrary(build_ext):
         super().run()
         package_dir = Path(self.get_ext_fullpath("fldispatch._C")).parent
         self._copy_runtime(tree, package_dir)
+        self._build_torch_native(src, tree, package_dir)
+
+    @staticmethod
+    def _build_torch_native(src: Path, tree: Path, package_dir: Path):
+        """The native torch.ops CPU kernels (python/native/torch_ops.cpp), when
+        torch is importable here; otherwise a line says why, and fldispatch.torch
+        keeps its Python-level CPU kernels."""
+        so, abi = package_dir / "_torch_ops.so", package_dir / "_torch_ops.abi"
+        for f in (so, abi):
+            f.unlink(missing_ok=True)
+        if os.environ.get("FLDISPATCH_TORCH_NATIVE", "1") == "0":
+            print("fldispatch: FLDISPATCH_TORCH_NATIVE=0: native torch kernels not built", flush=True)
+            return
+        try:
+            import torch
+            import torch.utils.cpp_extension as cpp
+        except Exception as e:  # noqa: BLE001 (any failure to import means: no torch here)
+            print(f"fldispatch: torch is not importable while building ({e}): native torch "
+                  "kernels not built (build with --no-build-isolation in an environment that "
+                  "has torch to get them)", flush=True)
+            return
+        torch_lib = Path(torch.__file__).parent / "lib"
+        cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-fPIC", "-shared",
+               "-fvisibility=hidden", f"-I{src / 'include'}",
+               f"-I{sysconfig.get_paths()['include']}"]
+        cmd += [f"-I{p}" for p in cpp.include_paths()]
+        cmd += [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+                str(HERE / "native" / "torch_ops.cpp"), "-o", str(so), f"-L{torch_lib}", "-lc10",
+                "-ltorch_cpu", "-ltorch_python", f"-L{tree / 'lib'}", "-lfldispatch",
+                f"-Wl,-rpath,{torch_lib}", "-Wl,-rpath,$ORIGIN/lib"]
+        print("fldispatch: building the native torch kernels: " + " ".join(cmd[:1] + cmd[-8:-7]),
+              flush=True)
+        if subprocess.run(cmd, check=False).returncode != 0:
+            so.unlink(missing_ok=True)
+            print("fldispatch: the native torch kernels failed to build (above); the package "
+                  "uses its Python-level CPU kernels", flush=True)
+            return
+        spec = importlib.util.spec_from_file_location("fldispatch_native_abi",
+                                                      HERE / "fldispatch" / "native_abi.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        abi.write_text(module.record() + "\n")
 
     @staticmethod
     def _copy_runtime(tree: Path, package_dir: Path):

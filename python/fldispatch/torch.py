@@ -31,6 +31,7 @@ import os as _os
 import torch
 
 from . import _C
+from . import native_abi as _native_abi
 from . import registry as _registry
 
 #: The catalog's schemas, {op: schema}, from the library's catalog table.
@@ -73,32 +74,66 @@ def _nothing(*args):
     return None
 
 
-# The optional native CPU kernels (make python-torch-native): registered in C++
-# with the dispatcher, so a CPU call does not enter Python; their errors are
+# The native CPU kernels (python/native/torch_ops.cpp, built where torch's
+# headers are present: make python, pip install): registered in C++ with the
+# dispatcher, so a CPU call does not enter Python; their errors are
 # ValueError (invalid arguments) or RuntimeError with the library's message.
+# The .so is bound to the torch and the Python it was compiled against, which
+# its build records in _torch_ops.abi; under any other, or when it does not
+# load, the Python-level CPU kernels serve and NATIVE_CPU_REASON says why.
 _NATIVE_CPU = _os.path.join(_os.path.dirname(__file__), "_torch_ops.so")
-NATIVE_CPU = _os.path.exists(_NATIVE_CPU)
+
+
+def _native_mismatch(path=_NATIVE_CPU):
+    """None when the native kernels at path can be loaded, else the reason they are not."""
+    if _os.environ.get("FLDISPATCH_TORCH_NATIVE", "1") == "0":
+        return "FLDISPATCH_TORCH_NATIVE=0"
+    if not _os.path.exists(path):
+        return "not built (_torch_ops.so absent: torch's headers were not found at build time)"
+    try:
+        with open(_os.path.splitext(path)[0] + ".abi") as f:
+            built = f.read().strip()
+    except OSError:
+        return "_torch_ops.abi absent: the build of _torch_ops.so is incomplete"
+    if built != _native_abi.record():
+        return f"_torch_ops.so was built for {built}, this process runs {_native_abi.record()}"
+    return None
+
+
+NATIVE_CPU_REASON = _native_mismatch()
+NATIVE_CPU = NATIVE_CPU_REASON is None
+
+
+def _register_python_kernel(name, key):
+    kernel = getattr(_C, name)
+    if key == "CUDA" and not HAS_EXCHANGE_API:
+        library.impl(name, _with_torch_stream(kernel, 1), key)
+    else:
+        library.impl(name, kernel, key)
+
 
 for _name, _schema in SCHEMAS.items():
     library.define(_name + _schema)
-    _kernel = getattr(_C, _name)
     if _name == "attention_backend":
         # No tensors: one kernel for every backend.
-        library.impl(_name, _kernel, "CompositeExplicitAutograd")
+        library.impl(_name, getattr(_C, _name), "CompositeExplicitAutograd")
         continue
     for _key in TENSOR_KEYS:
         if _key == "CPU" and NATIVE_CPU and _name in NATIVE_OPS:
             continue
-        if _key == "CUDA" and not HAS_EXCHANGE_API:
-            library.impl(_name, _with_torch_stream(_kernel, 1), _key)
-        else:
-            library.impl(_name, _kernel, _key)
+        _register_python_kernel(_name, _key)
     torch.library.register_fake(f"fldispatch::{_name}", _nothing, lib=library)
 
-del _name, _schema, _kernel
+del _name, _schema
 
 if NATIVE_CPU:
-    torch.ops.load_library(_NATIVE_CPU)
+    try:
+        torch.ops.load_library(_NATIVE_CPU)
+    except (OSError, RuntimeError) as _e:
+        NATIVE_CPU, NATIVE_CPU_REASON = False, f"_torch_ops.so did not load: {_e}"
+        for _name in NATIVE_OPS:
+            _register_python_kernel(_name, "CPU")
+        del _e
 
 OPS = tuple(SCHEMAS)
 

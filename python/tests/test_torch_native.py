@@ -1,20 +1,65 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The optional native torch kernels (make python-torch-native): when built,
-torch.ops.fldispatch.*'s CPU kernels are registered from C++ and give the
-results of fldispatch's own functions. Skipped when they are not built (make
-check does not build them); test_torch_ops.py and test_autograd_and_gil.py then
-run against whichever CPU kernels are registered."""
+"""The native torch kernels (make python-torch-native; make check builds
+them): torch.ops.fldispatch.*'s CPU kernels are registered from C++ and give
+the results of fldispatch's own functions. Outside make check they are skipped
+when not built, and test_torch_ops.py and test_autograd_and_gil.py run against
+whichever CPU kernels are registered; under make check (FLDPY_EXPECT_NATIVE=1)
+their absence fails."""
+
+import os
 
 import pytest
 import torch
 
 import fldispatch
+import fldispatch.native_abi
 import fldispatch.torch as ft
 
-pytestmark = pytest.mark.skipif(not ft.NATIVE_CPU, reason="native torch kernels not built "
-                                "(make python-torch-native)")
+native = pytest.mark.skipif(not ft.NATIVE_CPU and os.environ.get("FLDPY_EXPECT_NATIVE") != "1",
+                            reason=f"native torch kernels not in use: {ft.NATIVE_CPU_REASON}")
 
 
+def test_native_kernels_are_in_use_when_built():
+    if os.environ.get("FLDPY_EXPECT_NATIVE") != "1" and not ft.NATIVE_CPU:
+        pytest.skip(f"native torch kernels not in use: {ft.NATIVE_CPU_REASON}")
+    assert ft.NATIVE_CPU, ft.NATIVE_CPU_REASON
+
+
+def _fake_build(tmp_path, record):
+    so = tmp_path / "_torch_ops.so"
+    so.write_bytes(b"")
+    if record is not None:
+        (tmp_path / "_torch_ops.abi").write_text(record + "\n")
+    return str(so)
+
+
+def test_a_build_for_another_torch_is_not_loaded(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLDISPATCH_TORCH_NATIVE", raising=False)
+    so = _fake_build(tmp_path, "torch=1.0.0 python=3.0")
+    reason = ft._native_mismatch(so)
+    assert "built for torch=1.0.0 python=3.0" in reason
+    assert fldispatch.native_abi.record() in reason
+
+
+def test_a_build_without_its_record_is_not_loaded(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLDISPATCH_TORCH_NATIVE", raising=False)
+    assert "_torch_ops.abi absent" in ft._native_mismatch(_fake_build(tmp_path, None))
+
+
+def test_a_matching_record_is_accepted_and_the_variable_turns_it_off(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLDISPATCH_TORCH_NATIVE", raising=False)
+    so = _fake_build(tmp_path, fldispatch.native_abi.record())
+    assert ft._native_mismatch(so) is None
+    monkeypatch.setenv("FLDISPATCH_TORCH_NATIVE", "0")
+    assert ft._native_mismatch(so) == "FLDISPATCH_TORCH_NATIVE=0"
+
+
+def test_absent_build_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLDISPATCH_TORCH_NATIVE", raising=False)
+    assert "not built" in ft._native_mismatch(str(tmp_path / "_torch_ops.so"))
+
+
+@native
 @pytest.mark.parametrize("op", ft.NATIVE_OPS)
 def test_cpu_kernel_is_the_native_one(op):
     cpu = [line for line in torch._C._dispatch_dump(f"fldispatch::{op}").splitlines()
@@ -22,6 +67,7 @@ def test_cpu_kernel_is_the_native_one(op):
     assert cpu and "torch_ops.cpp" in cpu[0], cpu
 
 
+@native
 @pytest.mark.parametrize("op", ["silu_and_mul", "mul_and_silu", "gelu_and_mul",
                                 "gelu_tanh_and_mul"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -33,6 +79,7 @@ def test_activations_match(op, dtype):
     assert torch.equal(out, ref)
 
 
+@native
 @pytest.mark.parametrize("op", ["rms_norm", "gemma_rms_norm"])
 def test_norms_match_with_a_strided_view_and_residual(op):
     base = torch.randn(4, 96)
@@ -44,6 +91,7 @@ def test_norms_match_with_a_strided_view_and_residual(op):
     assert torch.equal(out, ref) and torch.equal(res, res2)
 
 
+@native
 def test_rotary_matches():
     pos = torch.tensor([0, 3, 5])
     q, k, cache = torch.randn(3, 64), torch.randn(3, 32), torch.randn(8, 32)
@@ -53,6 +101,7 @@ def test_rotary_matches():
     assert torch.equal(q, q2) and torch.equal(k, k2)
 
 
+@native
 def test_errors_are_fldispatch_errors():
     with pytest.raises(fldispatch.InvalidArgumentError, match="rotary_embedding: .*position"):
         torch.ops.fldispatch.rotary_embedding(torch.tensor([0, 9]), torch.randn(2, 32), None, 32,
