@@ -529,6 +529,53 @@ START_TEST(test_parallel_min_kb)
 }
 END_TEST
 
+START_TEST(test_stream_min_kb)
+{
+    const char *bad[] = {"-1", "1073741825", "4M", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        base_env();
+        unsetenv("VLLM_FL_PER_OP");
+        setenv("VLLM_FL_CPU_STREAM_MIN_KB", bad[i], 1);
+        struct cpu_status s = cpu_plugin();
+        ck_assert_int_eq(s.status, FLD_PLUGIN_REJECTED);
+        assert_contains(s.reason, "VLLM_FL_CPU_STREAM_MIN_KB");
+        fld_shutdown();
+    }
+    /* Unset: the default and why, in the detail. */
+    base_env();
+    struct cpu_status s = cpu_plugin_loaded();
+    ck_assert_msg(strstr(s.detail, "VLLM_FL_CPU_STREAM_MIN_KB") == NULL, "%s", s.detail);
+    fld_shutdown();
+
+    /* Every output streamed (0) and none (1 TiB): the same bytes, odd widths and strided
+     * outputs included, every dtype. */
+    const DLDataType dts[] = {FLD_DTYPE_F32, FLD_DTYPE_BF16, FLD_DTYPE_F16};
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+        struct norm_case n[2] = {norm_new(dts[i], 37, 1003, 31), norm_new(dts[i], 37, 1003, 31)};
+        struct act_case a[2] = {act_new(dts[i], 29, 517, 32), act_new(dts[i], 29, 517, 32)};
+        const char *kb[2] = {"0", "1073741824"};
+        const char *size[2] = {"0 KiB", "1048576 MiB"};
+        for (int k = 0; k < 2; k++) {
+            base_env();
+            setenv("VLLM_FL_CPU_STREAM_MIN_KB", kb[k], 1);
+            char want[96];
+            snprintf(want, sizeof want,
+                     "non-temporal stores from %s (VLLM_FL_CPU_STREAM_MIN_KB=%s)", size[k], kb[k]);
+            assert_contains(cpu_plugin_loaded().detail, want);
+            norm_run(&n[k]);
+            act_run(&a[k]);
+            fld_shutdown();
+        }
+        norm_assert_same(&n[0], &n[1]);
+        ck_assert_msg(same_bytes(a[0].out, a[1].out), "silu_and_mul differs (dtype %zu)", i);
+        for (int k = 0; k < 2; k++) {
+            norm_free(&n[k]);
+            act_free(&a[k]);
+        }
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* The pool                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -857,11 +904,14 @@ static int package_xml(char *out, size_t size, int i)
                     "<object type=\"L3Cache\" %s gp_index=\"%d\" cache_size=\"16777216\" "
                     "depth=\"3\" cache_linesize=\"64\" cache_associativity=\"16\" "
                     "cache_type=\"0\">"
+                    "<object type=\"L2Cache\" %s gp_index=\"%d\" cache_size=\"1048576\" "
+                    "depth=\"2\" cache_linesize=\"64\" cache_associativity=\"16\" "
+                    "cache_type=\"0\">"
                     "<object type=\"Core\" os_index=\"%d\" %s gp_index=\"%d\">"
                     "<object type=\"PU\" os_index=\"%d\" %s gp_index=\"%d\"/>"
-                    "</object></object></object>",
-                    i, sets, 10 * i + 10, i, sets, 10 * i + 11, sets, 10 * i + 12, i, sets,
-                    10 * i + 13, i, sets, 10 * i + 14);
+                    "</object></object></object></object>",
+                    i, sets, 10 * i + 10, i, sets, 10 * i + 11, sets, 10 * i + 12, sets,
+                    10 * i + 15, i, sets, 10 * i + 13, i, sets, 10 * i + 14);
 }
 
 /*
@@ -903,8 +953,21 @@ START_TEST(test_two_numa_nodes)
     use_two_nodes("0x00000003");
     struct cpu_status s = cpu_plugin_loaded();
     assert_contains(s.detail, "1 thread (1 core in each of NUMA nodes 0, 1)");
-    assert_contains(s.detail, "non-temporal stores from 16 MiB");
+    /* One L3 of 16 MiB per node, an L2 of 1 MiB per core: in a virtual machine (cpuid's
+     * hypervisor bit) the L3 a guest is shown is the host's, and each thread's L2 counts. */
+    assert_contains(s.detail,
+                    fld__cpu_is_guest()
+                        ? "non-temporal stores from 1 MiB (virtual machine: L2 x 1 thread)"
+                        : "non-temporal stores from 16 MiB");
     fld_shutdown();
+    set_threads("2");
+    s = cpu_plugin_loaded();
+    assert_contains(s.detail,
+                    fld__cpu_is_guest()
+                        ? "non-temporal stores from 2 MiB (virtual machine: L2 x 2 threads)"
+                        : "non-temporal stores from 16 MiB");
+    fld_shutdown();
+    unsetenv("VLLM_FL_CPU_THREADS");
 
     /* Two threads per call: one pool per node, its worker on that node's CPU. */
     set_threads("2");
@@ -981,6 +1044,7 @@ static Suite *cpu_plugin_suite(void)
     tcase_add_test(tc, test_isa_unknown_rejects_plugin);
     tcase_add_test(tc, test_threads_invalid_rejects_plugin);
     tcase_add_test(tc, test_parallel_min_kb);
+    tcase_add_test(tc, test_stream_min_kb);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("pool");

@@ -12,6 +12,9 @@
  *                                (default: physical cores of the caller's NUMA node)
  *   VLLM_FL_CPU_PARALLEL_MIN_KB  smallest call (KiB read + written) that runs
  *                                in parallel, 0..1048576 (default: pool.c)
+ *   VLLM_FL_CPU_STREAM_MIN_KB    smallest output (KiB) written with
+ *                                non-temporal stores, 0..2^30 (default:
+ *                                fld__cpu_default_stream_bytes())
  *   VLLM_FL_CPU_ACTIVATIONS      reference (default): silu and gelu as the
  *                                library's reference (vLLM's CUDA formulas);
  *                                torch: as PyTorch's CPU kernels, to the bit
@@ -28,6 +31,7 @@
 
 #define THREADS_MAX         1024
 #define PARALLEL_MIN_KB_MAX 1048576L
+#define STREAM_MIN_KB_MAX   (1L << 30)
 
 const struct fld_cpu_variant *fld__cpu_active = &fld__cpu_variant_portable;
 bool fld__cpu_rotary_prefetch = true;
@@ -144,10 +148,12 @@ static void describe_threads(char *buf, size_t size, const struct fld_cpu_topolo
 static int register_builtins(fld_registry *reg)
 {
     /* The environment first: a bad value rejects the plugin before anything runs. */
-    long threads = 0, min_kb = -1;
+    long threads = 0, min_kb = -1, stream_kb = -1;
     int rc = int_from_env("VLLM_FL_CPU_THREADS", 1, THREADS_MAX, &threads);
     if (rc == FLD_OK)
         rc = int_from_env("VLLM_FL_CPU_PARALLEL_MIN_KB", 0, PARALLEL_MIN_KB_MAX, &min_kb);
+    if (rc == FLD_OK)
+        rc = int_from_env("VLLM_FL_CPU_STREAM_MIN_KB", 0, STREAM_MIN_KB_MAX, &stream_kb);
     if (rc != FLD_OK)
         return rc;
     bool torch_activations = false;
@@ -183,8 +189,19 @@ static int register_builtins(fld_registry *reg)
     describe_threads(threads_text, sizeof threads_text, &topo, threads,
                      getenv("VLLM_FL_CPU_THREADS"));
     size_t min_bytes = min_kb >= 0 ? (size_t)min_kb * 1024u : fld__cpu_default_parallel_min_bytes();
-    size_t llc = topo.llc_bytes;
-    fld__cpu_pool_configure(&topo, (int)threads, min_bytes, llc);
+    char stream_why[160];
+    size_t stream_bytes;
+    if (stream_kb >= 0) {
+        stream_bytes = (size_t)stream_kb * 1024u;
+        snprintf(stream_why, sizeof stream_why, "VLLM_FL_CPU_STREAM_MIN_KB=%ld", stream_kb);
+    } else {
+        int widest = (int)threads; /* 0: each call runs on its node's cores */
+        for (int i = 0; !threads && i < topo.n_nodes; i++)
+            if (topo.nodes[i].cores > widest)
+                widest = topo.nodes[i].cores;
+        stream_bytes = fld__cpu_default_stream_bytes(&topo, widest, stream_why, sizeof stream_why);
+    }
+    fld__cpu_pool_configure(&topo, (int)threads, min_bytes, stream_bytes);
     fld__cpu_active = variants[isa];
     fld__cpu_rotary_prefetch = !fld__cpu_is_amd();
     fld__cpu_torch_activations = torch_activations;
@@ -209,10 +226,10 @@ static int register_builtins(fld_registry *reg)
     format_size(stream, sizeof stream, fld__cpu_stream_threshold());
     return fld_registry_set_detail(reg,
                                    "isa %s%s%s%s; %s; parallel from %zu KiB; non-temporal stores "
-                                   "from %s%s%s",
+                                   "from %s%s%s%s%s",
                                    variants[isa]->name, isa_why[0] ? " (" : "", isa_why,
                                    isa_why[0] ? ")" : "", threads_text, min_bytes / 1024, stream,
-                                   llc ? "" : " (cache size unknown)",
+                                   stream_why[0] ? " (" : "", stream_why, stream_why[0] ? ")" : "",
                                    torch_activations ? "; activations as torch's" : "");
 }
 

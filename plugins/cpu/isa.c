@@ -111,6 +111,12 @@ bool fld__cpu_is_amd(void)
     /* "AuthenticAMD" in ebx, edx, ecx */
     return ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
 }
+
+bool fld__cpu_is_guest(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 31));
+}
 #elif defined(__aarch64__)
 uint32_t fld__cpu_detect_features(void)
 {
@@ -121,6 +127,11 @@ bool fld__cpu_is_amd(void)
 {
     return false;
 }
+
+bool fld__cpu_is_guest(void)
+{
+    return false;
+}
 #else
 uint32_t fld__cpu_detect_features(void)
 {
@@ -128,6 +139,11 @@ uint32_t fld__cpu_detect_features(void)
 }
 
 bool fld__cpu_is_amd(void)
+{
+    return false;
+}
+
+bool fld__cpu_is_guest(void)
 {
     return false;
 }

@@ -113,7 +113,7 @@
 #define FLD_CPU_PARALLEL_MIN_BYTES (512u * 1024u)
 #endif
 
-/* Outputs at least this large use non-temporal stores when the LLC size is unknown. */
+/* Before the plugin configures the pool: outputs of at least this size stream. */
 #define DEFAULT_STREAM_BYTES (32u * 1024u * 1024u)
 
 struct pool;
@@ -478,7 +478,7 @@ void fld__cpu_pool_configure(struct fld_cpu_topology *topo, int threads, size_t 
         if (rt.topo.nodes[i].cores > rt.max_threads)
             rt.max_threads = rt.topo.nodes[i].cores;
     rt.parallel_min_bytes = parallel_min_bytes;
-    rt.stream_bytes = stream_bytes ? stream_bytes : DEFAULT_STREAM_BYTES;
+    rt.stream_bytes = stream_bytes;
     rt.pools = calloc((size_t)(rt.topo.n_nodes > 0 ? rt.topo.n_nodes : 1), sizeof *rt.pools);
     if (!rt.pools)
         rt.max_threads = 0; /* everything inline: slower, still correct */

@@ -44,6 +44,9 @@ uint32_t fld__cpu_detect_features(void);
 /* Whether the CPU is AMD's (cpuid vendor "AuthenticAMD"); false off x86-64. */
 bool fld__cpu_is_amd(void);
 
+/* Whether we run in a virtual machine (cpuid's hypervisor bit); false off x86-64. */
+bool fld__cpu_is_guest(void);
+
 /*
  * Chooses the best variant that features allow at or below cap (a name from
  * fld__cpu_isa_names, or NULL for no cap): returns its index and writes to
@@ -68,6 +71,7 @@ struct fld_cpu_topology {
     int n_cpus;       /* entries of cpu_node */
     int *cpu_node;    /* OS CPU number -> index into nodes, or -1 */
     size_t llc_bytes; /* one last-level cache instance; 0 when unknown */
+    size_t l2_bytes;  /* one L2 instance (a core's own on x86-64); 0 when unknown */
     char note[160];   /* why hwloc was not used, or "" */
 };
 
@@ -78,6 +82,17 @@ struct fld_cpu_topology {
  */
 int fld__cpu_topology_load(struct fld_cpu_topology *t);
 void fld__cpu_topology_free(struct fld_cpu_topology *t);
+
+/*
+ * The smallest output (bytes) that kernels write with non-temporal stores
+ * when VLLM_FL_CPU_STREAM_MIN_KB is unset, for calls on up to threads
+ * threads: one last-level cache instance, or in a virtual machine the L2
+ * of each thread (the last-level cache a guest is shown is the host's,
+ * shared with CPUs it cannot see). why gets "" or the reason in a few
+ * words, for the plugin's detail line.
+ */
+size_t fld__cpu_default_stream_bytes(const struct fld_cpu_topology *t, int threads, char *why,
+                                     size_t size);
 
 /* ---- the pool (pool.c) --------------------------------------------------- */
 

@@ -3,8 +3,8 @@
  * Where the cpu plugin's threads may run, computed once at registration:
  * per NUMA node, the physical cores and PUs this process may use, a map
  * from CPU number to node (a call finds its node with sched_getcpu()), and
- * the size of the last-level cache (outputs larger than it are written
- * with non-temporal stores).
+ * the sizes of the last-level cache and of L2, from which the smallest
+ * output written with non-temporal stores is chosen.
  *
  * hwloc's default (no HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED) already drops
  * PUs the process's cgroup forbids; the thread's affinity mask (taskset,
@@ -92,6 +92,8 @@ static int load_fallback(struct fld_cpu_topology *t, const char *why)
     if (llc <= 0)
         llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
     t->llc_bytes = llc > 0 ? (size_t)llc : 0;
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    t->l2_bytes = l2 > 0 ? (size_t)l2 : 0;
     snprintf(t->note, sizeof t->note, "%s; %ld online CPUs", why, online);
     if (aff)
         CPU_FREE(aff);
@@ -105,6 +107,35 @@ nomem:
     return FLD_ENOMEM;
 }
 
+size_t fld__cpu_default_stream_bytes(const struct fld_cpu_topology *t, int threads, char *why,
+                                     size_t size)
+{
+    why[0] = '\0';
+    if (t->l2_bytes && fld__cpu_is_guest()) {
+        size_t per_threads = t->l2_bytes * (size_t)(threads > 0 ? threads : 1);
+        if (!t->llc_bytes || per_threads < t->llc_bytes) {
+            snprintf(why, size, "virtual machine: L2 x %d thread%s", threads,
+                     threads == 1 ? "" : "s");
+            return per_threads;
+        }
+    }
+    if (t->llc_bytes)
+        return t->llc_bytes;
+    snprintf(why, size, "cache size unknown");
+    return (size_t)32 << 20;
+}
+
+/* The size of the largest instance of one cache level, or 0. */
+static size_t cache_size(hwloc_topology_t topo, hwloc_obj_type_t level)
+{
+    size_t best = 0;
+    hwloc_obj_t c = NULL;
+    while ((c = hwloc_get_next_obj_by_type(topo, level, c)) != NULL)
+        if (c->attr && c->attr->cache.size > best)
+            best = (size_t)c->attr->cache.size;
+    return best;
+}
+
 /* The size of one instance of the deepest cache level present, or 0. */
 static size_t last_level_cache(hwloc_topology_t topo)
 {
@@ -112,13 +143,9 @@ static size_t last_level_cache(hwloc_topology_t topo)
                                               HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L2CACHE,
                                               HWLOC_OBJ_L1CACHE};
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
-        size_t best = 0;
-        hwloc_obj_t c = NULL;
-        while ((c = hwloc_get_next_obj_by_type(topo, levels[i], c)) != NULL)
-            if (c->attr && c->attr->cache.size > best)
-                best = (size_t)c->attr->cache.size;
-        if (best)
-            return best;
+        size_t size = cache_size(topo, levels[i]);
+        if (size)
+            return size;
     }
     return 0;
 }
@@ -200,6 +227,7 @@ static int load_hwloc(struct fld_cpu_topology *t, hwloc_topology_t topo)
         goto fail;
     }
     t->llc_bytes = last_level_cache(topo);
+    t->l2_bytes = cache_size(topo, HWLOC_OBJ_L2CACHE);
     rc = FLD_OK;
 
 fail:
