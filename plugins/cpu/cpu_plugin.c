@@ -195,11 +195,8 @@ static int register_builtins(fld_registry *reg)
         stream_bytes = (size_t)stream_kb * 1024u;
         snprintf(stream_why, sizeof stream_why, "VLLM_FL_CPU_STREAM_MIN_KB=%ld", stream_kb);
     } else {
-        int widest = (int)threads; /* 0: each call runs on its node's cores */
-        for (int i = 0; !threads && i < topo.n_nodes; i++)
-            if (topo.nodes[i].cores > widest)
-                widest = topo.nodes[i].cores;
-        stream_bytes = fld__cpu_default_stream_bytes(&topo, widest, stream_why, sizeof stream_why);
+        stream_bytes = fld__cpu_default_stream_bytes(
+            &topo, fld__cpu_threads_per_call(&topo, (int)threads), stream_why, sizeof stream_why);
     }
     fld__cpu_pool_configure(&topo, (int)threads, min_bytes, stream_bytes);
     fld__cpu_active = variants[isa];

@@ -473,10 +473,7 @@ void fld__cpu_pool_configure(struct fld_cpu_topology *topo, int threads, size_t 
     rt.topo = *topo;
     memset(topo, 0, sizeof *topo);
     rt.threads = threads;
-    rt.max_threads = threads;
-    for (int i = 0; !threads && i < rt.topo.n_nodes; i++)
-        if (rt.topo.nodes[i].cores > rt.max_threads)
-            rt.max_threads = rt.topo.nodes[i].cores;
+    rt.max_threads = fld__cpu_threads_per_call(&rt.topo, threads);
     rt.parallel_min_bytes = parallel_min_bytes;
     rt.stream_bytes = stream_bytes;
     rt.pools = calloc((size_t)(rt.topo.n_nodes > 0 ? rt.topo.n_nodes : 1), sizeof *rt.pools);

@@ -83,6 +83,10 @@ struct fld_cpu_topology {
 int fld__cpu_topology_load(struct fld_cpu_topology *t);
 void fld__cpu_topology_free(struct fld_cpu_topology *t);
 
+/* The most threads one call runs on: threads, or when 0 (each call on its node's cores) the
+ * cores of the largest node. */
+int fld__cpu_threads_per_call(const struct fld_cpu_topology *t, int threads);
+
 /*
  * The smallest output (bytes) that kernels write with non-temporal stores
  * when VLLM_FL_CPU_STREAM_MIN_KB is unset, for calls on up to threads

@@ -107,6 +107,15 @@ nomem:
     return FLD_ENOMEM;
 }
 
+int fld__cpu_threads_per_call(const struct fld_cpu_topology *t, int threads)
+{
+    int widest = threads;
+    for (int i = 0; !threads && i < t->n_nodes; i++)
+        if (t->nodes[i].cores > widest)
+            widest = t->nodes[i].cores;
+    return widest;
+}
+
 size_t fld__cpu_default_stream_bytes(const struct fld_cpu_topology *t, int threads, char *why,
                                      size_t size)
 {
