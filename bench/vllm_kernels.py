@@ -44,6 +44,8 @@ HEAD = 128
 MAX_POS = 8192
 HIDDEN = 4096
 EPS = 1e-6
+# In-place rotary: calls between two restores of q and k (at most about e^1 of growth in bfloat16).
+RESTORE_EVERY = 256
 
 
 def cases(tokens, dtypes, kv_heads, ops):
@@ -82,11 +84,15 @@ def make_call(lib, spec):
         ang = torch.rand(MAX_POS, HEAD // 2) * 6.2831853
         cache = torch.cat((ang.cos(), ang.sin()), dim=-1).to(dtype)
         neox = spec["neox"]
-        if lib == "vllm":
-            op = torch.ops._C.rotary_embedding
-            return lambda: op(pos, q, k, HEAD, cache, neox)
-        op = torch.ops.fldispatch.rotary_embedding
-        return lambda: op(pos, q, k, HEAD, cache, neox)
+        op = torch.ops._C.rotary_embedding if lib == "vllm" else torch.ops.fldispatch.rotary_embedding
+        # The rotation is in place and a batch repeats it on the same heads: with the cache's cos
+        # and sin rounded to the dtype it grows or shrinks them a little each time, and after some
+        # thousands of calls bfloat16 heads hold denormals (slow on x86) and infinities. time_call
+        # restores q and k from these copies every RESTORE_EVERY calls, outside the timed part.
+        q0, k0 = q.clone(), k.clone()
+        call = lambda: op(pos, q, k, HEAD, cache, neox)  # noqa: E731
+        call.restore = lambda: (q.copy_(q0), k.copy_(k0))
+        return call
     if spec["op"] == "silu":
         x = torch.randn(t, 2 * HIDDEN, dtype=dtype)
         out = torch.empty(t, HIDDEN, dtype=dtype)
@@ -109,24 +115,37 @@ def make_call(lib, spec):
     return lambda: op(x, x, w, r, EPS)
 
 
+def run_timed(fn, n):
+    """Nanoseconds that n calls of fn take, restoring its inputs (fn.restore, if it has one)
+    every RESTORE_EVERY calls outside the timed part."""
+    restore = getattr(fn, "restore", None)
+    if restore is None:
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        return time.perf_counter_ns() - t0
+    el = 0
+    for start in range(0, n, RESTORE_EVERY):
+        restore()
+        t0 = time.perf_counter_ns()
+        for _ in range(min(RESTORE_EVERY, n - start)):
+            fn()
+        el += time.perf_counter_ns() - t0
+    return el
+
+
 def time_call(fn, reps, batch_s):
     """Median and minimum of reps batches' time per call, in us."""
     fn()
     n = 1
     while True:  # calls per batch: at least batch_s seconds
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            fn()
-        el = time.perf_counter_ns() - t0
+        el = run_timed(fn, n)
         if el >= batch_s * 1e9 or n >= 1 << 22:
             break
         n = max(n * 2, int(n * batch_s * 1e9 / max(el, 1) * 1.1))
     per = []
     for _ in range(reps):
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            fn()
-        per.append((time.perf_counter_ns() - t0) / n / 1e3)
+        per.append(run_timed(fn, n) / n / 1e3)
     return statistics.median(per), min(per)
 
 
