@@ -77,8 +77,8 @@ static inline __m512 lookup(const uint16_t *p, __m512 fallback, __mmask16 lanes)
 __attribute__((noinline)) static void row_table(void)
 {
     for (int j = 0; j < ROW; j += 16)
-        store_rounded(out + j, _mm512_mul_ps(lookup(x + j, _mm512_setzero_ps(), 0xffff),
-                                             widen(x + ROW + j)));
+        store_rounded(
+            out + j, _mm512_mul_ps(lookup(x + j, _mm512_setzero_ps(), 0xffff), widen(x + ROW + j)));
 }
 
 __attribute__((noinline)) static void row_f32_check(void)
@@ -90,13 +90,13 @@ __attribute__((noinline)) static void row_f32_check(void)
         for (int u = 0; u < CHAINS; u++) {
             a[u] = widen(x + j + 16 * u);
             /* e = e^-|a|: n = round(-|a| log2e), r = -|a| - n ln2, degree-5 polynomial */
-            __m512 t = _mm512_max_ps(_mm512_set1_ps(-103.0f),
-                                     _mm512_or_ps(a[u], _mm512_set1_ps(-0.0f)));
+            __m512 t =
+                _mm512_max_ps(_mm512_set1_ps(-103.0f), _mm512_or_ps(a[u], _mm512_set1_ps(-0.0f)));
             __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(1.44269504f)), 0);
             r[u] = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), t);
             r[u] = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.4286068e-06f), r[u]);
-            __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0.0083125159f), r[u],
-                                       _mm512_set1_ps(0.041890111f));
+            __m512 p =
+                _mm512_fmadd_ps(_mm512_set1_ps(0.0083125159f), r[u], _mm512_set1_ps(0.041890111f));
             p = _mm512_fmadd_ps(p, r[u], _mm512_set1_ps(0.16667114f));
             p = _mm512_fmadd_ps(p, r[u], _mm512_set1_ps(0.49999231f));
             p = _mm512_fmadd_ps(p, r[u], one);
