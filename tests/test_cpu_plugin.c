@@ -500,18 +500,24 @@ START_TEST(test_threads_invalid_rejects_plugin)
 }
 END_TEST
 
+/* Each value of variable name rejects the plugin, with a reason naming the variable. */
+static void assert_each_rejects(const char *name, const char *const *values, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        base_env();
+        unsetenv("VLLM_FL_PER_OP"); /* strict: it would name an impl the rejection removes */
+        setenv(name, values[i], 1);
+        struct cpu_status s = cpu_plugin();
+        ck_assert_msg(s.status == FLD_PLUGIN_REJECTED, "%s='%s' accepted", name, values[i]);
+        assert_contains(s.reason, name);
+        fld_shutdown();
+    }
+}
+
 START_TEST(test_parallel_min_kb)
 {
     const char *bad[] = {"-1", "1048577", "1k", ""};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        base_env();
-        unsetenv("VLLM_FL_PER_OP");
-        setenv("VLLM_FL_CPU_PARALLEL_MIN_KB", bad[i], 1);
-        struct cpu_status s = cpu_plugin();
-        ck_assert_int_eq(s.status, FLD_PLUGIN_REJECTED);
-        assert_contains(s.reason, "VLLM_FL_CPU_PARALLEL_MIN_KB");
-        fld_shutdown();
-    }
+    assert_each_rejects("VLLM_FL_CPU_PARALLEL_MIN_KB", bad, sizeof bad / sizeof bad[0]);
     base_env();
     setenv("VLLM_FL_CPU_PARALLEL_MIN_KB", "1048576", 1);
     assert_contains(cpu_plugin_loaded().detail, "parallel from 1048576 KiB");
@@ -532,15 +538,7 @@ END_TEST
 START_TEST(test_stream_min_kb)
 {
     const char *bad[] = {"-1", "1073741825", "4M", ""};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        base_env();
-        unsetenv("VLLM_FL_PER_OP");
-        setenv("VLLM_FL_CPU_STREAM_MIN_KB", bad[i], 1);
-        struct cpu_status s = cpu_plugin();
-        ck_assert_int_eq(s.status, FLD_PLUGIN_REJECTED);
-        assert_contains(s.reason, "VLLM_FL_CPU_STREAM_MIN_KB");
-        fld_shutdown();
-    }
+    assert_each_rejects("VLLM_FL_CPU_STREAM_MIN_KB", bad, sizeof bad / sizeof bad[0]);
     /* Unset: the default and why, in the detail. */
     base_env();
     struct cpu_status s = cpu_plugin_loaded();
