@@ -173,7 +173,7 @@ CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 CONFIG_SRC := $(sort $(wildcard config/*.yaml))
 CONFIG_OUT := $(CONFIG_SRC:config/%=$(B)/share/fldispatch/config/%)
 
-.PHONY: all lib plugins tool configs tests check check-valgrind check-fresh check-gpu check-vllm run install uninstall \
+.PHONY: all lib plugins tool configs tests check check-under-load check-valgrind check-fresh check-gpu check-vllm run install uninstall \
   clean format lint deps FORCE
 all: lib plugins tool configs
 
@@ -270,11 +270,22 @@ $(TESTOUT)/plugins/fld-%.so: $(OBJ)/tests/plugins/%.o $(LIB_SO)
 # TESTS="test_a test_b" runs those programs only. Each program's output goes
 # to $(B)/tests/logs/<program>.log; tests/run.sh prints a program's summary
 # line, and its whole log only when it failed.
+# make check CPU_ISA=avx2 (or portable, ...): the whole suite, C and Python,
+# with the cpu plugin capped to that kernel variant (VLLM_FL_CPU_ISA).
+ifneq ($(CPU_ISA),)
+export FLD_CHECK_CPU_ISA := $(CPU_ISA)
+endif
 CHECK_BIN = $(if $(TESTS),$(filter $(addprefix $(TESTOUT)/,$(TESTS)),$(TEST_BIN)),$(TEST_BIN))
 check: all tests
 	@$(if $(TESTS),:,echo "fldispatch: the vLLM engine test is separate: make check-vllm")
 	@FLD_SRCDIR='$(CURDIR)' FLD_BUILDDIR='$(abspath $(B))' FLD_SANITIZE='$(SANITIZE)' \
 	  FLD_PYTHON_LOG='$(abspath $(B))/tests/logs/python.log' sh tests/run.sh $(CHECK_BIN)
+
+# make check with every CPU kept busy by busy loops it starts and stops
+# itself (LOAD=N loops, default one per online CPU): no test may depend on an
+# idle machine. Check's timeouts stretch with the load (tests/run.sh).
+check-under-load:
+	@sh tests/under_load.sh $(LOAD) $(MAKE) --no-print-directory check
 
 # vLLM in the loop (python/tests/engine/test_engine.py, and the vLLM layer
 # tests of python/tests/test_vllm_kernels.py and test_vllm.py): venv.sh

@@ -20,6 +20,13 @@
 for v in $(env | sed -n 's/^\(VLLM_FL_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 unset USE_FLAGGEMS HWLOC_XMLFILE HWLOC_FORCE_XMLFILE
 export VLLM_FL_PLATFORM=cpu
+# FLD_CHECK_CPU_ISA (make check CPU_ISA=avx2) caps the cpu plugin's kernel
+# variant for the whole run, as VLLM_FL_CPU_ISA would: the suite on a lesser
+# instruction set than the host's. Tests that set the variable themselves
+# still do.
+if [ -n "${FLD_CHECK_CPU_ISA:-}" ]; then
+    export VLLM_FL_CPU_ISA="$FLD_CHECK_CPU_ISA"
+fi
 # The build tree's library first, for everything the tests start (the tool,
 # probe helpers), even where LD_LIBRARY_PATH names an installed one. (The
 # test programs themselves carry a DT_RPATH to it: see the Makefile.)
@@ -35,9 +42,21 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=${FLD_SRCDIR:-.}/tests/lsan.supp:print_suppressions=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+# Check's per-test timeouts guard against hangs, not speed: each program's
+# are stretched by the load it starts under, ceil((load + cpus) / cpus)
+# (1 on an idle machine, 6 at a load of 10 on 2 CPUs), times the caller's
+# CK_TIMEOUT_MULTIPLIER (make check-valgrind sets 10).
+cpus=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+base_multiplier=${CK_TIMEOUT_MULTIPLIER:-1}
+load_multiplier() {
+    awk -v c="$cpus" -v m="$base_multiplier" '{ x = ($1 + c) / c; n = int(x); if (n < x) n++;
+        print n * m }' /proc/loadavg 2>/dev/null || echo "$base_multiplier"
+}
 for t in "$@"; do
     name=$(basename "$t")
     log="$logdir/$name.log"
+    CK_TIMEOUT_MULTIPLIER=$(load_multiplier)
+    export CK_TIMEOUT_MULTIPLIER
     ${FLD_TEST_WRAPPER:-} "$t" >"$log" 2>&1; rc=$?
     # A program may run several suites: add up every summary line it prints.
     # Each summary line, after the name of the suite it closes.

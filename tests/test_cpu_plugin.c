@@ -406,6 +406,23 @@ static int oracle_best(int cap)
     return fld__cpu_isa_count - 1;
 }
 
+/*
+ * "a, b not ": the variants better than best that the oracle says this CPU
+ * cannot run, in the plugin's order, as the detail names them.
+ */
+static void oracle_unrunnable(int best, char *out, size_t size)
+{
+    out[0] = '\0';
+    for (int i = 0; i < best; i++) {
+        if (oracle_best(i) == i)
+            continue;
+        size_t len = strlen(out);
+        snprintf(out + len, size - len, "%s%s", len ? ", " : "", fld__cpu_isa_names[i]);
+    }
+    size_t len = strlen(out);
+    snprintf(out + len, size - len, " not ");
+}
+
 START_TEST(test_detail_default)
 {
     base_env();
@@ -436,9 +453,13 @@ START_TEST(test_detail_each_cap)
         snprintf(want, sizeof want, "(capped by VLLM_FL_CPU_ISA=%s", name);
         assert_contains(s.detail, want);
         if (best != cap) {
-            /* Above the CPU: the detail says why the cap was not reached. */
-            snprintf(want, sizeof want, "%s not ", name);
+            /*
+             * Above the CPU: the detail lists, best first, every variant
+             * better than the one chosen that this CPU cannot run.
+             */
+            oracle_unrunnable(best, want, sizeof want);
             assert_contains(s.detail, want);
+            assert_contains(want, name);
         }
         /* The variant runs: a call of each kind succeeds. */
         struct norm_case n = norm_new(FLD_DTYPE_BF16, 3, 72, 7);

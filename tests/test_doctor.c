@@ -272,7 +272,8 @@ START_TEST(doctor_timeout_kills_the_hung_group)
     const char *line = doctor_line(&r, "hang", "hung");
     ck_assert_msg(strstr(line, "during register_builtins") && strstr(line, "within 1 s"), "%s",
                   line);
-    ck_assert_msg(took >= 0.9 && took < 8, "doctor took %.2f s with --timeout 1", took);
+    ck_assert_msg(took >= 0.9 && took < 8 * tt_time_scale(), "doctor took %.2f s with --timeout 1",
+                  took);
     tt_tool_run_free(&r);
 
     /* The grandchild the plugin forked is gone too (or a zombie of init). */
@@ -419,8 +420,8 @@ START_TEST(doctor_escapes_names)
     for (const char *p = r.out; *p; p++)
         ck_assert_msg((unsigned char)*p >= 0x20 || *p == '\n',
                       "doctor printed the raw byte 0x%02x:\n" CLIP, (unsigned char)*p, r.out);
-    ck_assert_msg(line_with(r.out, "Plugin search path: ", "/\\x1b]0;pwned\\x07\\x1b[2J"),
-                  CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "Plugin search path: ", "/\\x1b]0;pwned\\x07\\x1b[2J"), CLIP,
+                  r.out);
     ck_assert_msg(line_with(r.out, "ok ", "\\x1b[2J/fld-a\\x0ab.so: probegood"), CLIP, r.out);
     tt_tool_run_free(&r);
 }
@@ -529,16 +530,14 @@ START_TEST(probe_skips_a_hung_plugin)
     double t0 = now();
     ck_assert_int_eq(fld_init(), FLD_OK);
     double took = now() - t0;
-    ck_assert_msg(took >= 0.9 && took < 8, "init took %.2f s with a 1 s probe timeout", took);
+    ck_assert_msg(took >= 0.9 && took < 8 * tt_time_scale(),
+                  "init took %.2f s with a 1 s probe timeout", took);
     assert_skipped_with("hang", "hung during register_builtins", "within 1 s");
     assert_loaded("probegood");
     fld_shutdown();
 
-    /* Remembered: the second start does not wait for it again. */
-    t0 = now();
+    /* Remembered: the second start does not probe it again (one load in all). */
     ck_assert_int_eq(fld_init(), FLD_OK);
-    took = now() - t0;
-    ck_assert_msg(took < 0.9, "second init took %.2f s: the hang was probed again", took);
     assert_skipped_with("hang", "hung during register_builtins", "cached in");
     ck_assert_int_eq(loads_of(count, "hang"), 1);
     fld_shutdown();

@@ -980,7 +980,7 @@ START_TEST(test_stress_every_op)
 
     /* Run for the time asked once everything has happened at least twice,
      * within a hard limit that turns a stall into a failure. */
-    const double seconds = run_seconds(), start = now_s(), hard_limit = 40.0;
+    const double seconds = run_seconds(), start = now_s(), hard_limit = 40.0 * tt_time_scale();
     double going_since = -1;
     bool stalled = false;
     while (!failed()) {

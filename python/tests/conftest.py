@@ -13,6 +13,9 @@ for _name in [n for n in os.environ if n.startswith("VLLM_FL_")]:
 for _name in ("USE_FLAGGEMS", "HWLOC_XMLFILE", "HWLOC_FORCE_XMLFILE"):
     os.environ.pop(_name, None)
 os.environ["VLLM_FL_PLATFORM"] = "cpu"
+# make check CPU_ISA=avx2: the whole run on a capped kernel variant.
+if os.environ.get("FLD_CHECK_CPU_ISA"):
+    os.environ["VLLM_FL_CPU_ISA"] = os.environ["FLD_CHECK_CPU_ISA"]
 
 import pytest  # noqa: E402
 

@@ -27,6 +27,16 @@ const char *tt_build_dir(void)
     return absolute_dir("FLD_BUILDDIR", "build directory");
 }
 
+double tt_time_scale(void)
+{
+    const char *v = getenv("CK_TIMEOUT_MULTIPLIER");
+    char *end = NULL;
+    double scale = v ? strtod(v, &end) : 1.0;
+    if (!v || end == v || *end != '\0' || !(scale >= 1.0))
+        return 1.0;
+    return scale > 1000.0 ? 1000.0 : scale;
+}
+
 int tt_run_suite(Suite *suite)
 {
     SRunner *sr = srunner_create(suite);

@@ -24,6 +24,15 @@
 const char *tt_src_dir(void);
 const char *tt_build_dir(void);
 
+/*
+ * How much slower than an idle machine this run may be: CK_TIMEOUT_MULTIPLIER
+ * as a number >= 1 (tests/run.sh sets it from the load average when the
+ * program starts; make check-valgrind multiplies it by 10). A test that
+ * bounds a wall time from above ("finishes within 8 s", "no hang") scales
+ * the bound by it; a lower bound ("waited at least the 1 s timeout") does not.
+ */
+double tt_time_scale(void);
+
 /* Runs suite as it is: for tests that set up their own environment. */
 int tt_run_suite(Suite *suite);
 
