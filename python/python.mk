@@ -140,4 +140,4 @@ endif
 check-pip: python
 	@if ! $(PYTHON) -c 'import pytest, torch' >/dev/null 2>&1; then \
 	  echo "fldispatch: check-pip needs pytest and torch importable by $(PYTHON) (pip install -r python/requirements-test.txt)" >&2; exit 1; fi
-	$(Q)PYTHONPATH='$(abspath $(PYOUT))' FLDPY_PIP_INSTALL=1 $(PYTHON) -m pytest -q -p no:cacheprovider -rs python/tests/pip
+	$(Q)env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PYTHONPATH='$(abspath $(PYOUT))' FLDPY_PIP_INSTALL=1 $(PYTHON) -m pytest -q -p no:cacheprovider -rs python/tests/pip

@@ -22,8 +22,8 @@ package, so nothing needs LD_LIBRARY_PATH:
 
 Environment variables read here:
 
-    FLDISPATCH_BUILD_JOBS   make's -j (default: the CPUs this process may use;
-                            none when MAKEFLAGS already sets -j)
+    FLDISPATCH_BUILD_JOBS   make's -j (default: the -j of MAKEFLAGS, else one
+                            job per CPU this process may use)
     FLDISPATCH_BUILD_GPU    1: build the cuda and rocm plugins wherever their
                             compilers are found; 0: never; auto (default): only
                             where their GPUs can run (an NVIDIA driver:
@@ -96,25 +96,35 @@ def library_version() -> str:
     return m.group(1)
 
 
-def makeflags_set_jobs(makeflags: str) -> bool:
-    """Whether MAKEFLAGS (as make or a user exports it) already chooses -j."""
+def makeflags_jobs(makeflags: str):
+    """The -j that MAKEFLAGS (as make or a user exports it) sets: None when
+    it sets none, "" for -j without a number, else the number."""
     words = makeflags.split()
     if words and not words[0].startswith("-") and "=" not in words[0] and "j" in words[0]:
-        return True  # make's own form: the single-letter flags first, without a dash
-    return any(w.startswith(("-j", "--jobs", "--jobserver")) for w in words)
+        words[0] = "-j"  # make's own form: the single-letter flags first, without a dash
+    jobs = None
+    for i, w in enumerate(words):
+        m = re.fullmatch(r"(?:-j|--jobs=?)(\d*)", w)
+        if m:
+            jobs = m.group(1)
+            if not jobs and i + 1 < len(words) and words[i + 1].isdigit():
+                jobs = words[i + 1]
+    return jobs
 
 
 def build_jobs(env=os.environ) -> list:
-    """make's -j argument: FLDISPATCH_BUILD_JOBS, else nothing when MAKEFLAGS
-    sets -j, else one job per CPU this process may run on."""
+    """make's -j argument: FLDISPATCH_BUILD_JOBS, else the -j of MAKEFLAGS
+    (given again on the command line: a jobserver of a make that ran pip is
+    not reachable from here), else one job per CPU this process may run on."""
     value = env.get("FLDISPATCH_BUILD_JOBS", "")
     if value:
         if not value.isdigit() or int(value) < 1:
             raise RuntimeError(f"fldispatch: FLDISPATCH_BUILD_JOBS={value!r} is not a positive "
                                "whole number of make jobs")
         return [f"-j{int(value)}"]
-    if makeflags_set_jobs(env.get("MAKEFLAGS", "")):
-        return []
+    jobs = makeflags_jobs(env.get("MAKEFLAGS", ""))
+    if jobs is not None:
+        return [f"-j{jobs}"]
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -33,10 +33,11 @@ def test_the_job_count_can_be_set_and_a_bad_one_is_refused():
             build_jobs({"FLDISPATCH_BUILD_JOBS": bad})
 
 
-@pytest.mark.parametrize("makeflags", ["-j4", " -j2 --jobserver-auth=fifo:/tmp/x", "j --jobserver-fds=3,4",
-                                       "--jobs=3", "ikj"])
-def test_makeflags_that_choose_jobs_are_left_to_make(makeflags):
-    assert build_jobs({"MAKEFLAGS": makeflags}) == []
+@pytest.mark.parametrize("makeflags,jobs", [("-j4", "-j4"), (" -j2 --jobserver-auth=fifo:/tmp/x", "-j2"),
+                                            ("j --jobserver-fds=3,4", "-j"), ("--jobs=3", "-j3"),
+                                            ("--jobs 5", "-j5"), ("ikj", "-j")])
+def test_the_jobs_makeflags_sets_are_given_to_make(makeflags, jobs):
+    assert build_jobs({"MAKEFLAGS": makeflags}) == [jobs]
 
 
 @pytest.mark.parametrize("makeflags", ["k", "-k", "--keep-going", "CFLAGS=-j", "s -- V=1"])
