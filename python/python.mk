@@ -15,6 +15,10 @@
 #                        check-python builds it, since its tests import torch;
 #                        fldispatch.torch loads it instead of its Python-level
 #                        CPU kernels when the record matches the running torch
+#   make check-pip       python/tests/pip: the README's `pip install ./python`
+#                        into a new virtual environment that sees $(PYTHON)'s
+#                        torch, then the installed package's tool, native torch
+#                        kernels and GPU plugins (a full package build: minutes)
 #
 # The extension is compiled for the python3 in PATH (PYTHON=...) against the
 # limited API of Python 3.10 (abi3), with the flags of python/setup.py, which
@@ -24,8 +28,10 @@
 #
 # From the top-level Makefile this uses B, OBJ, LIBOUT, LIB_SO, ALLCFLAGS,
 # ALLLDFLAGS, SANITIZE, TESTS and the targets all, lib, plugins, configs,
-# tool and check; python/setup.py runs `make B=DIR lib plugins configs tool`
-# and takes DIR/lib, DIR/share and DIR/bin as the installation layout.
+# tool and check; python/setup.py runs `make B=DIR lib plugins configs tool
+# DIR/python/fldispatch/_tool.so` and takes DIR/lib, DIR/share, DIR/bin and
+# _tool.so as the installation layout (it compiles the native torch kernels
+# itself, for the torch of the environment it installs into).
 
 PYTHON      ?= python3
 PYOUT       := $(B)/python
@@ -45,7 +51,7 @@ PY_INCLUDE   = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths
 PY_CFLAGS    = -DPy_LIMITED_API=0x030A0000 -I$(PY_INCLUDE)
 PY_SKIP_MSG  = fldispatch: skipping the Python tests
 
-.PHONY: python python-headers check-python python-torch-native
+.PHONY: python python-headers check-python python-torch-native check-pip
 python: python-headers lib plugins configs tool $(PY_EXT) $(PY_TOOL) $(PY_MODULES) $(PYPKG)/lib
 
 python-headers:
@@ -128,3 +134,10 @@ else ifneq ($(PY_RUN_TESTS),)
 	  [ '$(FLD_PY_IN_CHECK)' = yes ] || exit $$st; \
 	fi
 endif
+
+# The pip install test: the build tree's package is the reference its
+# `python -m fldispatch list` is compared with.
+check-pip: python
+	@if ! $(PYTHON) -c 'import pytest, torch' >/dev/null 2>&1; then \
+	  echo "fldispatch: check-pip needs pytest and torch importable by $(PYTHON) (pip install -r python/requirements-test.txt)" >&2; exit 1; fi
+	$(Q)env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PYTHONPATH='$(abspath $(PYOUT))' FLDPY_PIP_INSTALL=1 $(PYTHON) -m pytest -q -p no:cacheprovider -rs python/tests/pip

@@ -6,28 +6,48 @@ The wheel carries the library like an installation prefix inside the
 package, so nothing needs LD_LIBRARY_PATH:
 
     fldispatch/_C.abi3.so                       rpath $ORIGIN/lib
+    fldispatch/_tool.so                         the command-line tool as a shared
+                                                object: python -m fldispatch list,
+                                                resolve, config, verify, tune run in
+                                                the Python process
     fldispatch/lib/libfldispatch.so.0
     fldispatch/lib/fldispatch/plugins/fld-*.so  found next to the library
     fldispatch/share/fldispatch/config/*.yaml   platform files (<lib>/../share)
     fldispatch/bin/fldispatch                   the command-line tool
     fldispatch/_torch_ops.so, _torch_ops.abi    the native torch.ops CPU kernels and
-                                                the torch and Python they are bound to
-                                                (only where torch is importable at
-                                                build time: pip install
-                                                --no-build-isolation; off with
-                                                FLDISPATCH_TORCH_NATIVE=0)
+                                                the torch and Python they are bound to,
+                                                where the target environment has torch
+                                                (off with FLDISPATCH_TORCH_NATIVE=0);
+                                                otherwise _torch_ops.why says why not
+
+Environment variables read here:
+
+    FLDISPATCH_BUILD_JOBS   make's -j (default: the -j of MAKEFLAGS, else one
+                            job per CPU this process may use)
+    FLDISPATCH_BUILD_GPU    1: build the cuda and rocm plugins wherever their
+                            compilers are found; 0: never; auto (default): only
+                            where their GPUs can run (an NVIDIA driver:
+                            /proc/driver/nvidia/version or /dev/nvidiactl; an
+                            AMD one: /dev/kfd)
+    FLDISPATCH_TORCH_NATIVE 0: no native torch kernels
+    FLDISPATCH_TORCH_PYTHON the Python whose torch the native kernels are built
+                            for (default: this build's interpreter, outside pip's
+                            build isolation)
+    FLDISPATCH_SOURCE_DIR   where the C sources are
+    CFLAGS, CXX             the C flags (default -O2) and the C++ compiler (g++)
 
 The C sources are looked for in FLDISPATCH_SOURCE_DIR, then in the
 repository around this directory (pip >= 21.3 builds `pip install ./python`
 in place), then in _csrc/ (an sdist made by this setup.py copies them there).
 """
 
-import importlib.util
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
-import sysconfig
+import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -37,8 +57,19 @@ from setuptools.command.sdist import sdist
 HERE = Path(__file__).resolve().parent
 
 # What an sdist must carry to build the library (the Makefile reads
-# plugins/*/plugin.mk and tests/*/tests.mk when present).
-C_TREE = ["Makefile", "fldispatch.pc.in", "include", "core", "plugins", "tools", "config"]
+# plugins/*/plugin.mk, tests/*/tests.mk and python/python.mk when present).
+C_TREE = ["Makefile", "fldispatch.pc.in", "include", "core", "plugins", "tools", "config",
+          "python/python.mk"]
+
+# The GPU plugins, what says their GPU can run on this machine, and its name.
+GPU_PLUGINS = {
+    "cuda": (("/proc/driver/nvidia/version", "/dev/nvidiactl"), "NVIDIA driver"),
+    "rocm": (("/dev/kfd",), "AMD GPU driver (/dev/kfd)"),
+}
+
+
+def say(line: str):
+    print("fldispatch: " + line, flush=True)
 
 
 def c_source_dir() -> Path:
@@ -65,66 +96,179 @@ def library_version() -> str:
     return m.group(1)
 
 
+def makeflags_jobs(makeflags: str):
+    """The -j that MAKEFLAGS (as make or a user exports it) sets: None when
+    it sets none, "" for -j without a number, else the number."""
+    words = makeflags.split()
+    if words and not words[0].startswith("-") and "=" not in words[0] and "j" in words[0]:
+        words[0] = "-j"  # make's own form: the single-letter flags first, without a dash
+    jobs = None
+    for i, w in enumerate(words):
+        m = re.fullmatch(r"(?:-j|--jobs=?)(\d*)", w)
+        if m:
+            jobs = m.group(1)
+            if not jobs and i + 1 < len(words) and words[i + 1].isdigit():
+                jobs = words[i + 1]
+    return jobs
+
+
+def build_jobs(env=os.environ) -> list:
+    """make's -j argument: FLDISPATCH_BUILD_JOBS, else the -j of MAKEFLAGS
+    (given again on the command line: a jobserver of a make that ran pip is
+    not reachable from here), else one job per CPU this process may run on."""
+    value = env.get("FLDISPATCH_BUILD_JOBS", "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise RuntimeError(f"fldispatch: FLDISPATCH_BUILD_JOBS={value!r} is not a positive "
+                               "whole number of make jobs")
+        return [f"-j{int(value)}"]
+    jobs = makeflags_jobs(env.get("MAKEFLAGS", ""))
+    if jobs is not None:
+        return [f"-j{jobs}"]
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return [f"-j{max(cpus, 1)}"]
+
+
+def gpu_plan(env=os.environ, exists=os.path.exists) -> dict:
+    """{plugin: reason not to build it} for the GPU plugins this build leaves
+    out (FLDISPATCH_BUILD_GPU; see the module's docstring)."""
+    mode = env.get("FLDISPATCH_BUILD_GPU", "auto").strip().lower() or "auto"
+    if mode not in ("0", "1", "auto"):
+        raise RuntimeError(f"fldispatch: FLDISPATCH_BUILD_GPU={mode!r} is not one of 0, 1, auto")
+    if mode == "1":
+        return {}
+    if mode == "0":
+        return {p: "FLDISPATCH_BUILD_GPU=0" for p in GPU_PLUGINS}
+    skip = {}
+    for plugin, (marks, what) in GPU_PLUGINS.items():
+        if not any(exists(m) for m in marks):
+            skip[plugin] = f"no {what} on this machine (FLDISPATCH_BUILD_GPU=1 builds it anyway)"
+    return skip
+
+
+def in_pip_build_isolation(env=os.environ) -> bool:
+    """Whether this runs in pip's isolated build environment: pip points
+    PYTHONPATH at its pip-build-env-* directory, whose sitecustomize hides
+    the target environment's site-packages (and sets PYTHONNOUSERSITE)."""
+    return any(Path(p).parent.name.startswith("pip-build-env-")
+               for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)
+
+
+# Run by the Python whose torch the native kernels are for; prints what the
+# compile needs and the ABI record (fldispatch/native_abi.py, given as argv[1]).
+TORCH_PROBE = r"""
+import json, os, runpy, sys, sysconfig
+import torch, torch.utils.cpp_extension as c
+print(json.dumps({
+    "include": c.include_paths(),
+    "python_include": sysconfig.get_paths()["include"],
+    "lib": os.path.join(os.path.dirname(torch.__file__), "lib"),
+    "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+    "record": runpy.run_path(sys.argv[1])["record"](),
+}))
+"""
+
+
+def torch_for_build(env=os.environ):
+    """(what the native torch kernels compile with, None), or (None, why not).
+
+    The torch is the one the installed package will run with: that of
+    FLDISPATCH_TORCH_PYTHON, else of this interpreter run outside pip's build
+    isolation (whose PYTHONPATH and PYTHONNOUSERSITE hide the target
+    environment's packages from this process)."""
+    if env.get("FLDISPATCH_TORCH_NATIVE", "1") == "0":
+        return None, "FLDISPATCH_TORCH_NATIVE=0 at build time"
+    python = env.get("FLDISPATCH_TORCH_PYTHON") or sys.executable
+    child_env = dict(env)
+    if in_pip_build_isolation(env):
+        for name in ("PYTHONPATH", "PYTHONNOUSERSITE"):
+            child_env.pop(name, None)
+    try:
+        r = subprocess.run([python, "-c", TORCH_PROBE, str(HERE / "fldispatch" / "native_abi.py")],
+                           env=child_env, capture_output=True, text=True, check=False)
+    except OSError as e:
+        return None, f"cannot run {python} to find its torch: {e.strerror}"
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"torch is not importable by {python} ({last})"
+    return json.loads(r.stdout.strip().splitlines()[-1]), None
+
+
 class BuildWithLibrary(build_ext):
-    """Runs the C build into build_temp, then builds the extension against
-    it and copies the library, plugins, platform files and tool next to it."""
+    """Runs the C build into build_temp (in parallel with the compile of the
+    native torch kernels), then builds the extension against it and copies
+    the library, plugins, platform files, tool and kernels next to it."""
 
     def run(self):
         src = c_source_dir()
-        tree = Path(self.build_temp).resolve() / "libfldispatch"
-        jobs = str(min(os.cpu_count() or 1, 8))
-        cmd = ["make", "-C", str(src), f"-j{jobs}", f"B={tree}",
-               f"CFLAGS={os.environ.get('CFLAGS', '-O2')}", "lib", "plugins", "configs", "tool"]
-        print("fldispatch: " + " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
+        temp = Path(self.build_temp).resolve()
+        tree = temp / "libfldispatch"
+        torch_info, torch_why = torch_for_build()
+        torch_obj = temp / "torch_ops.o"
+        torch_cc = self._start_torch_compile(src, torch_info, torch_obj) if torch_info else None
+        if torch_cc is None and torch_info:
+            torch_why = f"no C++ compiler ({os.environ.get('CXX', 'g++')}; set CXX=)"
+        cmd = ["make", "-C", str(src), *build_jobs(), f"B={tree}",
+               f"CFLAGS={os.environ.get('CFLAGS', '-O2')}"]
+        for plugin, reason in gpu_plan().items():
+            cmd.append(f"PLUGIN_SKIP_{plugin}={reason}")
+        cmd += ["lib", "plugins", "configs", "tool", str(tree / "python" / "fldispatch" / "_tool.so")]
+        say(shlex.join(cmd))
+        try:
+            subprocess.run(cmd, check=True)
+        finally:
+            torch_rc = torch_cc.wait() if torch_cc else None
         for ext in self.extensions:
             ext.include_dirs.append(str(src / "include"))
             ext.library_dirs.append(str(tree / "lib"))
         super().run()
         package_dir = Path(self.get_ext_fullpath("fldispatch._C")).parent
         self._copy_runtime(tree, package_dir)
-        self._build_torch_native(src, tree, package_dir)
+        if torch_rc is not None and torch_rc != 0:
+            torch_why = "the C++ compile of native/torch_ops.cpp failed (its output is above)"
+        self._link_torch_native(tree, package_dir, torch_info if torch_rc == 0 else None,
+                                torch_obj, torch_why)
 
     @staticmethod
-    def _build_torch_native(src: Path, tree: Path, package_dir: Path):
-        """The native torch.ops CPU kernels (python/native/torch_ops.cpp), when
-        torch is importable here; otherwise a line says why, and fldispatch.torch
-        keeps its Python-level CPU kernels."""
-        so, abi = package_dir / "_torch_ops.so", package_dir / "_torch_ops.abi"
-        for f in (so, abi):
-            f.unlink(missing_ok=True)
-        if os.environ.get("FLDISPATCH_TORCH_NATIVE", "1") == "0":
-            print("fldispatch: FLDISPATCH_TORCH_NATIVE=0: native torch kernels not built", flush=True)
-            return
+    def _start_torch_compile(src: Path, info: dict, obj: Path):
+        cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden",
+               f"-I{src / 'include'}", f"-I{info['python_include']}"]
+        cmd += [f"-I{p}" for p in info["include"]]
+        cmd += [f"-D_GLIBCXX_USE_CXX11_ABI={info['cxx11_abi']}", "-c",
+                str(HERE / "native" / "torch_ops.cpp"), "-o", str(obj)]
+        say(f"compiling the native torch kernels for {info['record']} beside the C build")
+        obj.parent.mkdir(parents=True, exist_ok=True)
         try:
-            import torch
-            import torch.utils.cpp_extension as cpp
-        except Exception as e:  # noqa: BLE001 (any failure to import means: no torch here)
-            print(f"fldispatch: torch is not importable while building ({e}): native torch "
-                  "kernels not built (build with --no-build-isolation in an environment that "
-                  "has torch to get them)", flush=True)
-            return
-        torch_lib = Path(torch.__file__).parent / "lib"
-        cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-fPIC", "-shared",
-               "-fvisibility=hidden", f"-I{src / 'include'}",
-               f"-I{sysconfig.get_paths()['include']}"]
-        cmd += [f"-I{p}" for p in cpp.include_paths()]
-        cmd += [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-                str(HERE / "native" / "torch_ops.cpp"), "-o", str(so), f"-L{torch_lib}", "-lc10",
-                "-ltorch_cpu", "-ltorch_python", f"-L{tree / 'lib'}", "-lfldispatch",
-                f"-Wl,-rpath,{torch_lib}", "-Wl,-rpath,$ORIGIN/lib"]
-        print("fldispatch: building the native torch kernels: " + " ".join(cmd[:1] + cmd[-8:-7]),
-              flush=True)
-        if subprocess.run(cmd, check=False).returncode != 0:
+            return subprocess.Popen(cmd)
+        except OSError:
+            return None
+
+    @staticmethod
+    def _link_torch_native(tree: Path, package_dir: Path, info, obj: Path, why):
+        """The native torch.ops CPU kernels (python/native/torch_ops.cpp) and
+        their ABI record, or _torch_ops.why saying why they are not there;
+        fldispatch.torch then keeps its Python-level CPU kernels and says so."""
+        so, abi, why_file = (package_dir / n for n in ("_torch_ops.so", "_torch_ops.abi",
+                                                        "_torch_ops.why"))
+        for f in (so, abi, why_file):
+            f.unlink(missing_ok=True)
+        if info is not None:
+            cmd = [os.environ.get("CXX", "g++"), "-shared", str(obj), "-o", str(so),
+                   f"-L{info['lib']}", "-lc10", "-ltorch_cpu", "-ltorch_python",
+                   f"-L{tree / 'lib'}", "-lfldispatch", f"-Wl,-rpath,{info['lib']}",
+                   "-Wl,-rpath,$ORIGIN/lib"]
+            if subprocess.run(cmd, check=False).returncode == 0:
+                abi.write_text(info["record"] + "\n")
+                say(f"native torch kernels built for {info['record']}")
+                return
             so.unlink(missing_ok=True)
-            print("fldispatch: the native torch kernels failed to build (above); the package "
-                  "uses its Python-level CPU kernels", flush=True)
-            return
-        spec = importlib.util.spec_from_file_location("fldispatch_native_abi",
-                                                      HERE / "fldispatch" / "native_abi.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        abi.write_text(module.record() + "\n")
+            why = "linking native/torch_ops.cpp failed (its output is above)"
+        why_file.write_text(why + "\n")
+        say(f"native torch kernels not built: {why}; fldispatch.torch uses its Python-level "
+            "CPU kernels")
 
     @staticmethod
     def _copy_runtime(tree: Path, package_dir: Path):
@@ -140,6 +284,7 @@ class BuildWithLibrary(build_ext):
         shutil.copytree(tree / "share", package_dir / "share")
         (package_dir / "bin").mkdir()
         shutil.copy2(tree / "bin" / "fldispatch", package_dir / "bin" / "fldispatch")
+        shutil.copy2(tree / "python" / "fldispatch" / "_tool.so", package_dir / "_tool.so")
 
 
 class SdistWithSources(sdist):
@@ -154,7 +299,7 @@ class SdistWithSources(sdist):
             if path.is_dir():
                 shutil.copytree(path, dest / name)
             else:
-                dest.mkdir(parents=True, exist_ok=True)
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, dest / name)
 
 
@@ -172,9 +317,12 @@ extension = Extension(
     py_limited_api=True,
 )
 
-setup(
-    version=library_version(),
-    ext_modules=[extension],
-    cmdclass={"build_ext": BuildWithLibrary, "sdist": SdistWithSources},
-    options={"bdist_wheel": {"py_limited_api": "cp310"}},
-)
+# setuptools runs this file as __main__; the tests load it under another name
+# for its functions (python/tests/test_install.py).
+if __name__ == "__main__":
+    setup(
+        version=library_version(),
+        ext_modules=[extension],
+        cmdclass={"build_ext": BuildWithLibrary, "sdist": SdistWithSources},
+        options={"bdist_wheel": {"py_limited_api": "cp310"}},
+    )

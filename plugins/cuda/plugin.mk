@@ -51,7 +51,10 @@ FLD_CUDART_A := $(firstword $(wildcard $(FLD_CUDA_ROOT)/lib64/libcudart_static.a
                   $(FLD_CUDA_ROOT)/lib/libcudart_static.a \
                   $(FLD_CUDA_ROOT)/targets/*/lib/libcudart_static.a))
 
-ifeq ($(FLD_NVCC),)
+ifneq ($(PLUGIN_SKIP_cuda),)
+# Given on the command line (python/setup.py: no GPU of this kind here):
+# the plugin is skipped with that reason and nothing below is probed.
+else ifeq ($(FLD_NVCC),)
 PLUGIN_SKIP_cuda := nvcc not found (set NVCC= or CUDA_HOME=, or install the CUDA toolkit in /usr/local/cuda)
 else ifeq ($(FLD_CUDART_A),)
 PLUGIN_SKIP_cuda := static CUDA runtime libcudart_static.a not found under $(FLD_CUDA_ROOT) (set CUDA_HOME=)

@@ -36,7 +36,10 @@ endif
 # Named here whether or not hipcc is found, so that `make uninstall` removes it.
 PLUGIN_EXTRA_rocm := $(PLUGOUT)/libfld-rocm-hip.so
 
-ifeq ($(FLD_HIPCC),)
+ifneq ($(PLUGIN_SKIP_rocm),)
+# Given on the command line (python/setup.py: no GPU of this kind here):
+# the plugin is skipped with that reason and nothing below is probed.
+else ifeq ($(FLD_HIPCC),)
 PLUGIN_SKIP_rocm := hipcc not found (set HIPCC= or install ROCm, or Debian's hipcc and libamdhip64-dev)
 else ifeq ($(wildcard plugins/rocm/hip_kernels.hip),)
 PLUGIN_SKIP_rocm := plugins/rocm/hip_kernels.hip is missing from the source tree

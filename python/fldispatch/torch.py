@@ -26,6 +26,7 @@ while a CUDA graph is being captured. With a PyTorch that has no exchange API
 themselves.
 """
 
+import logging as _logging
 import os as _os
 
 import torch
@@ -89,7 +90,11 @@ def _native_mismatch(path=_NATIVE_CPU):
     if _os.environ.get("FLDISPATCH_TORCH_NATIVE", "1") == "0":
         return "FLDISPATCH_TORCH_NATIVE=0"
     if not _os.path.exists(path):
-        return "not built (_torch_ops.so absent: torch's headers were not found at build time)"
+        try:
+            with open(_os.path.splitext(path)[0] + ".why") as f:
+                return "not built: " + f.read().strip()
+        except OSError:
+            return "not built (_torch_ops.so absent)"
     try:
         with open(_os.path.splitext(path)[0] + ".abi") as f:
             built = f.read().strip()
@@ -134,6 +139,25 @@ if NATIVE_CPU:
         for _name in NATIVE_OPS:
             _register_python_kernel(_name, "CPU")
         del _e
+
+
+def _native_hint(reason, package=_os.path.dirname(__file__)):
+    """The line import logs when the native kernels are not in use: why, and how to get them."""
+    if _os.path.islink(_os.path.join(package, "lib")):  # a build tree (make python)
+        how = "make python-torch-native builds them"
+    else:
+        how = ("reinstall with torch and a C++ compiler in this environment to build them: "
+               "pip install --force-reinstall --no-deps ./python")
+    return (f"fldispatch.torch: the native CPU kernels are not in use ({reason}); the Python-level "
+            f"kernels serve, each CPU call through Python (1.4-1.7x slower on small tensors); {how}")
+
+
+if not NATIVE_CPU:
+    # A warning (shown once, on stderr, without any logging set up) unless
+    # they were turned off on purpose.
+    _logging.getLogger("fldispatch.torch").log(
+        _logging.INFO if NATIVE_CPU_REASON == "FLDISPATCH_TORCH_NATIVE=0" else _logging.WARNING,
+        "%s", _native_hint(NATIVE_CPU_REASON))
 
 OPS = tuple(SCHEMAS)
 
