@@ -298,16 +298,40 @@ def layer_class(op_name):
 
 
 def register():
-    """vLLM's general-plugin hook: registers the OOT layers that
-    VLLM_FL_OOT_* allow. Idempotent; returns {op name: vLLM class name}."""
+    """vLLM's general-plugin hook: registers fldispatch's vLLM IR provider for
+    the IR ops of the installed vLLM (fldispatch.vllm_ir), puts it first in
+    the platform's default priority of the ops VLLM_FL_OOT_* enable, adds
+    fldispatch's variables to vLLM's compile-cache key (vllm_compile), and
+    registers the OOT layers that VLLM_FL_OOT_* allow, but those whose layer
+    calls an IR op. Idempotent; returns {op name: vLLM class name} of the
+    OOT layers."""
     from vllm.model_executor import custom_op
 
     _host_defaults()  # before the library starts: the CPU plugin reads them as it registers
     _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
     _define_torch_ops()
-    _mixed_weight_ok()  # decided now, not while Dynamo traces a layer
+    mixed = _mixed_weight_ok()  # decided now, not while Dynamo traces a layer
+    from . import vllm_compile, vllm_ir
+
+    vllm_ir.register_providers(mixed)
+    first = vllm_ir.default_first_ops()
+    vllm_ir.install_default_priority(first)
+    for name in sorted(vllm_ir.registered):
+        oot = vllm_ir.IR_OPS[name].oot
+        if name in first:
+            logger.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
+                        "priority (VLLM_FL_OOT_* enable %s)", name, oot)
+        else:
+            logger.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
+                        "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
+    vllm_compile.register_compile_factors()
+    superseded = vllm_ir.superseded_layers()
     for op_name in _LAYERS:
         if op_name in registered:
+            continue
+        if op_name in superseded:
+            logger.info("fldispatch: not replacing vLLM's %s: it calls vLLM IR ops, served "
+                        "through vLLM's ir_op_priority", _LAYERS[op_name][1])
             continue
         if not _C.oot_op_enabled(op_name):
             logger.info("fldispatch: not replacing vLLM's %s (VLLM_FL_OOT_* or "
