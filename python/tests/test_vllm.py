@@ -156,6 +156,33 @@ def test_host_defaults_are_in_force_in_a_fresh_process():
     assert "; 1 thread " in got["detail"], got
 
 
+def test_the_fingerprint_is_the_same_in_every_process_and_follows_the_switches():
+    """fldispatch.vllm_ir.fingerprint() enters vLLM's compile-cache key: equal
+    in two fresh processes under one configuration (else the cache would
+    never hit), different when a VLLM_FL_OOT_* switch differs (the policy:
+    test_vllm_ir.py's uuid test)."""
+    import os
+    import subprocess
+
+    code = ("import fldispatch, fldispatch.vllm as fv\n"
+            "from fldispatch import vllm_ir\n"
+            "fv._host_defaults(); fldispatch.init()\n"
+            "print(vllm_ir.fingerprint())\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_FL_")}
+    base["VLLM_FL_PLATFORM"] = "cpu"
+    base["PYTHONPATH"] = os.pathsep.join(sys.path)
+
+    def fingerprint(**extra):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=dict(base, **extra))
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip().splitlines()[-1]
+
+    first = fingerprint()
+    assert len(first) == 64 and fingerprint() == first
+    assert fingerprint(VLLM_FL_OOT_BLACKLIST="silu_and_mul") != first
+
+
 def test_register_sets_the_host_defaults_it_finds_unset(fake_vllm, monkeypatch):
     import os
 
