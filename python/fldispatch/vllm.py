@@ -3,9 +3,14 @@
 
 vLLM loads it through the entry point group `vllm.general_plugins`
 (name `fldispatch`, target `fldispatch.vllm:register`) in every process it
-starts. register() replaces these layers with out-of-tree CustomOps
-(vLLM's CustomOp.register_oot), each a subclass of vLLM's layer with the same
-constructor, arguments and return values:
+starts. For the ops vLLM dispatches through its IR (vllm.ir: rms_norm and
+fused_add_rms_norm, which RMSNorm and GemmaRMSNorm call), register() adds
+fldispatch as an IR provider (fldispatch.vllm_ir) and leaves those layers
+to vLLM; vLLM's ir_op_priority chooses the provider, and fldispatch's
+switches enter vLLM's compile-cache key (fldispatch.vllm_compile). The
+other layers (and the norms on a vLLM without IR) register() replaces with
+out-of-tree CustomOps (vLLM's CustomOp.register_oot), each a subclass of
+vLLM's layer with the same constructor, arguments and return values:
 
     vLLM layer       OOT op name (VLLM_FL_OOT_*)   fldispatch op
     RMSNorm          rms_norm                      rms_norm (fused residual)
