@@ -290,10 +290,10 @@ def register_providers(mixed_weight_ok):
         )(_with_signature(row.impl, native, name))
         impl.__class__ = impl_class
         registered[name] = impl
+        kinds = sorted(f"{d}/{str(x).rpartition('.')[2]}" for d, x, w in served if w in (None, x))
         logger.info("fldispatch: vLLM IR op %s has provider %r (%s; %s)", name, PROVIDER,
                     "in place" if row.inplace else "functional",
-                    ", ".join(sorted(f"{d}/{str(x).rpartition('.')[2]}"
-                                     for d, x, w in served if w is None or w == x)) or "serves nothing here")
+                    ", ".join(sorted(set(kinds))) or "serves nothing here")
     return dict(registered)
 
 

@@ -7,10 +7,11 @@ in this process:
 PLAN.json is a list of runs, each {"name", "model", "dtype", "mode" (eager
 or compiled), "force" (the name of an earlier run, or null), and optionally
 "tokenizer" (a directory; default the model's), "multiprocess" (default
-false), "tensor_parallel" (default 1), "ir_op_priority" (vLLM's, as LLM() takes
-it; default none), "env" (variables set for this run only)}. Whether fldispatch is loaded at all is set by the
-caller (VLLM_PLUGINS) for the whole process, as for a deployment: vLLM loads
-its plugins once per process. For each run a vllm.LLM is made, models.PROMPTS
+false), "tensor_parallel" (default 1), "ir_op_priority" (vLLM's, as LLM()
+takes it; default none), "env" (variables set for this run only)}.
+Whether fldispatch is loaded at all is set by the caller (VLLM_PLUGINS) for
+the whole process, as for a deployment: vLLM loads its plugins once per
+process. For each run a vllm.LLM is made, models.PROMPTS
 are decoded greedily, and with "force" the token sequences of that earlier
 run (prompts plus what it generated) are fed back as prompts to record the
 log-probability the model gives each of their tokens (teacher forcing: both
