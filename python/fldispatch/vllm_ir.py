@@ -94,8 +94,10 @@ class IrRow:
     VLLM_FL_OOT_* name that switches it), layers (the OOT names of the
     vLLM layers that call it, no longer replaced where it exists), op (our
     op), inplace (the impl writes its activations), impl (the call, with
-    the IR op's arguments) and accepts(served, *args) (the arguments it
-    takes, given the served set of (device type, x dtype, weight dtype))."""
+    the IR op's arguments), accepts(served, *args) (the arguments it
+    takes, given the served set of (device type, x dtype, weight dtype))
+    and weights (the weights served: "none", "same" dtype as x, "float32"
+    with a 16-bit x where the library takes it)."""
 
     ir_op: str
     oot: str
