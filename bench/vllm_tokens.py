@@ -22,19 +22,23 @@ Settings: "off" is vLLM alone (VLLM_PLUGINS=""); "on" is vLLM with the
 plugin as the engine test runs it (VLLM_FL_STATS=1, no other VLLM_FL_*
 variable: the caller's are removed), fldispatch serving the layers.
 
-Method. Two child processes, one per setting (vLLM loads its plugins once
-per process), each with vLLM's engine in-process
-(VLLM_ENABLE_V1_MULTIPROCESSING=0). For each (model, mode, dtype) both
-children start an engine, one after the other (start-up, compilation
-included, is timed and printed apart) and run an untimed warm-up (each
-batch size's prefill and decode); then, round by round, alternating which
-setting goes first, each child times for each batch size B pairs of
-generate calls on the same B prompts (16 tokens each, greedy, ignore_eos,
-prefix caching off): max_tokens=1 (the prefill and the first token), then
-max_tokens=N; pairs repeat until the round's pairs took 1 s (at most 10).
-Decode tokens/s of a pair = B * (N - 1) / (time(N) - time(1)). Reported per
-row: the median over all pairs of all rounds and the best pair, each
-setting, and on/off of the medians. After
+Method. Four child processes, two identical ones per setting ("a" and "b":
+the A/A control; vLLM loads its plugins once per process), each with
+vLLM's engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0). For each
+(model, mode, dtype) every child starts an engine, one after the other
+(start-up, compilation included, is timed and printed apart) and runs an
+untimed warm-up (each batch size's prefill and decode); then, round by
+round, rotating which child goes first, each child times for each batch
+size B pairs of generate calls on the same B prompts (16 tokens each,
+greedy, ignore_eos, prefix caching off): max_tokens=1 (the prefill and the
+first token), then max_tokens=N; pairs repeat until the round's pairs took
+1 s (at most 10). Decode tokens/s of a pair = B * (N - 1) / (time(N) -
+time(1)). Reported per row: each setting's median over all pairs of both
+its children and all rounds and its best pair, on/off of the medians, and
+beside it the A/A control: b/a of the medians of the two identical
+children of each setting, and the spread, the larger distance of those two
+from 1. An on/off ratio within the spread of 1 is noise: run more rounds
+(--rounds) where the spread is wide. After
 the rounds each child takes fldispatch's counters from its worker
 (fldispatch.stats() through collective_rpc; reset after the warm-up) and
 fails the run unless, "on", every layer op of the model ran in fldispatch
@@ -65,9 +69,14 @@ MODELS = ("llama", "qwen2", "gemma", "llama-big")
 MODES = ("eager", "compiled")
 DTYPES = {"f32": "float32", "bf16": "bfloat16"}
 SETTINGS = ("off", "on")
+# the A/A control: two identical children per setting
+COPIES = ("a", "b")
+CHILDREN = tuple(f"{s}-{c}" for s in SETTINGS for c in COPIES)
+# GemmaRMSNorm calls vLLM IR's rms_norm ops, which fldispatch serves as an IR
+# provider with its rms_norm op
 LAYER_OPS = {"llama": ("rms_norm", "silu_and_mul", "rotary_embedding"),
              "qwen2": ("rms_norm", "silu_and_mul", "rotary_embedding"),
-             "gemma": ("gemma_rms_norm", "gelu_tanh_and_mul", "rotary_embedding"),
+             "gemma": ("rms_norm", "gelu_tanh_and_mul", "rotary_embedding"),
              "llama-big": ("rms_norm", "silu_and_mul", "rotary_embedding")}
 PROMPT_LEN = 16
 # each round times pairs of generates until they took MIN_ROUND_S (at most
@@ -182,6 +191,23 @@ def ratio(on, off):
     if not on["tok_s"] or not off["tok_s"]:
         return None
     return on["tok_s"] / off["tok_s"]
+
+
+def aa_control(copies):
+    """{"off": b/a, "on": b/a, "spread"}: the ratio of the medians of the two
+    identical children of each setting, and the larger distance of those
+    ratios from 1 (None where a figure is missing)."""
+    aa = {s: ratio(copies[f"{s}-b"], copies[f"{s}-a"]) for s in SETTINGS}
+    known = [abs(r - 1) for r in aa.values() if r is not None]
+    aa["spread"] = max(known) if len(known) == len(SETTINGS) else None
+    return aa
+
+
+def child_order(round_no):
+    """The order the children time in a round: rotated by one each round, so
+    each goes first as often as the others."""
+    k = round_no % len(CHILDREN)
+    return CHILDREN[k:] + CHILDREN[:k]
 
 
 def check_served(setting, model, dtype, reports):
@@ -361,7 +387,8 @@ def cached_models(big):
     return paths
 
 
-def child_env(setting):
+def child_env(child):
+    setting = child.partition("-")[0]
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_FL_")}
     env.update(VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false",
                VLLM_ALLOW_INSECURE_SERIALIZATION="1", VLLM_ENABLE_V1_MULTIPROCESSING="0",
@@ -376,13 +403,14 @@ def child_env(setting):
 
 
 class Driven:
-    def __init__(self, setting, max_batch, logdir):
-        self.setting = setting
-        self.log = os.path.join(logdir, f"{setting}.log")
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", setting,
-                                      "--child-max-batch", str(max_batch), "--child-log", self.log],
+    def __init__(self, child, max_batch, logdir):
+        self.setting = child
+        self.log = os.path.join(logdir, f"{child}.log")
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child",
+                                      child.partition("-")[0], "--child-max-batch",
+                                      str(max_batch), "--child-log", self.log],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=child_env(setting))
+                                     env=child_env(child))
         self.hello = self.read()
 
     def read(self):
@@ -425,7 +453,7 @@ def run(p, logdir, progress):
     paths = cached_models(any(m == "llama-big" for m, _, _ in p["configs"]))
     children = {}
     try:
-        for s in SETTINGS:
+        for s in CHILDREN:
             children[s] = Driven(s, max(p["batch"]), logdir)
             progress(f"{s}: vLLM {children[s].hello['vllm']} imported in "
                      f"{children[s].hello['import_s']:.1f} s")
@@ -434,27 +462,30 @@ def run(p, logdir, progress):
             cmd = {"model": paths[model], "tokenizer": paths["tokenizer"], "model_name": model,
                    "mode": mode, "dtype": DTYPES[dt], "tokens": p["tokens"], "batch": p["batch"],
                    "min_s": MIN_ROUND_S}
-            for s in SETTINGS:
+            for s in CHILDREN:
                 got = children[s].ask(dict(cmd, cmd="start"))
                 startups.append({"model": model, "mode": mode, "dtype": dt, "setting": s,
                                  "startup_s": got["startup_s"], "warmup_s": got["warmup_s"]})
                 progress(f"{model} {mode} {dt} {s}: engine start {got['startup_s']:.1f} s, "
                          f"warm-up {got['warmup_s']:.1f} s")
-            samples = {s: [] for s in SETTINGS}
+            samples = {s: [] for s in CHILDREN}
             for r in range(p["rounds"]):
-                for s in SETTINGS if r % 2 == 0 else SETTINGS[::-1]:
+                for s in child_order(r):
                     samples[s] += children[s].ask(dict(cmd, cmd="time"))["samples"]
-            for s in SETTINGS:
+            for s in CHILDREN:
                 got = children[s].ask(dict(cmd, cmd="stop"))
-                if s == "on":
+                if s == "on-a":
                     served[f"{model} {mode} {dt}"] = got["served"]
             for b in p["batch"]:
                 row = {"model": model, "mode": mode, "dtype": dt, "batch": b,
                        "tokens": p["tokens"]}
+                mine = {c: [x for x in samples[c] if x["batch"] == b] for c in CHILDREN}
                 for s in SETTINGS:
-                    row[s] = summarise([x for x in samples[s] if x["batch"] == b])
-                    row[s]["samples"] = [x for x in samples[s] if x["batch"] == b]
+                    both = mine[f"{s}-a"] + mine[f"{s}-b"]
+                    row[s] = summarise(both)
+                    row[s]["samples"] = both
                 row["ratio"] = ratio(row["on"], row["off"])
+                row["aa"] = aa_control({c: summarise(x) for c, x in mine.items()})
                 results.append(row)
                 progress(format_row(row))
     finally:
@@ -463,7 +494,7 @@ def run(p, logdir, progress):
     return {"schema": 1, "benchmark": "vllm_decode_tokens",
             "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(),
                         "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
-            "vllm": children["off"].hello["vllm"],
+            "vllm": children["off-a"].hello["vllm"],
             "rounds": p["rounds"], "tokens": p["tokens"], "batch": p["batch"],
             "prompt_len": PROMPT_LEN,
             "import_s": {s: c.hello["import_s"] for s, c in children.items()},
@@ -479,11 +510,13 @@ def fmt(x, spec, unit=""):
 
 
 def format_row(row):
-    off, on = row["off"], row["on"]
+    off, on, aa = row["off"], row["on"], row["aa"]
     return (f"{row['model']:10} {row['mode']:9} {row['dtype']:5} {row['batch']:5} "
             f"{fmt(off['tok_s'], '10.1f')} {fmt(off['best_tok_s'], '9.1f')} "
             f"{fmt(on['tok_s'], '10.1f')} {fmt(on['best_tok_s'], '9.1f')} "
-            f"{fmt(row['ratio'], '7.2f', 'x')}"
+            f"{fmt(row['ratio'], '7.2f', 'x')} "
+            f"{fmt(None if aa['spread'] is None else 100 * aa['spread'], '5.1f', '%')}  "
+            f"{fmt(aa['off'], '5.2f', 'x')} {fmt(aa['on'], '5.2f', 'x')}"
             + (f"  (pairs dropped: off {off['dropped']}, on {on['dropped']})"
                if off["dropped"] or on["dropped"] else ""))
 
@@ -496,10 +529,13 @@ def report(doc):
              f"cpu: {m['cpu']}, {m['cpus']} CPUs; load average at start {la}, at end {lb}",
              f"{doc['rounds']} rounds, {doc['tokens']} new tokens per sequence, prompts of "
              f"{doc['prompt_len']} tokens, greedy; tok/s = B*(N-1) / (t(N) - t(1)): median "
-             f"over the timed pairs of all rounds, and the best pair",
+             f"over the timed pairs of both children and all rounds, and the best pair; "
+             f"A/A: b/a of two identical children per setting, spread = the larger |b/a - 1| "
+             f"(an on/off within 1 +- spread is noise)",
              "",
              f"{'model':10} {'mode':9} {'dtype':5} {'batch':>5} {'off tok/s':>10} {'best':>9} "
-             f"{'on tok/s':>10} {'best':>9} {'on/off':>8}"]
+             f"{'on tok/s':>10} {'best':>9} {'on/off':>8} {'+-A/A':>6}  {'off b/a':>6} "
+             f"{'on b/a':>6}"]
     lines += [format_row(r) for r in doc["results"]]
     lines += ["", "engine start (excluded from the figures; compilation included), s:"]
     for s in doc["startup"]:

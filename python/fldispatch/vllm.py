@@ -3,9 +3,14 @@
 
 vLLM loads it through the entry point group `vllm.general_plugins`
 (name `fldispatch`, target `fldispatch.vllm:register`) in every process it
-starts. register() replaces these layers with out-of-tree CustomOps
-(vLLM's CustomOp.register_oot), each a subclass of vLLM's layer with the same
-constructor, arguments and return values:
+starts. For the ops vLLM dispatches through its IR (vllm.ir: rms_norm and
+fused_add_rms_norm, which RMSNorm and GemmaRMSNorm call), register() adds
+fldispatch as an IR provider (fldispatch.vllm_ir) and leaves those layers
+to vLLM; vLLM's ir_op_priority chooses the provider, and fldispatch's
+switches enter vLLM's compile-cache key (fldispatch.vllm_compile). The
+other layers (and the norms on a vLLM without IR) register() replaces with
+out-of-tree CustomOps (vLLM's CustomOp.register_oot), each a subclass of
+vLLM's layer with the same constructor, arguments and return values:
 
     vLLM layer       OOT op name (VLLM_FL_OOT_*)   fldispatch op
     RMSNorm          rms_norm                      rms_norm (fused residual)
@@ -298,16 +303,40 @@ def layer_class(op_name):
 
 
 def register():
-    """vLLM's general-plugin hook: registers the OOT layers that
-    VLLM_FL_OOT_* allow. Idempotent; returns {op name: vLLM class name}."""
+    """vLLM's general-plugin hook: registers fldispatch's vLLM IR provider for
+    the IR ops of the installed vLLM (fldispatch.vllm_ir), puts it first in
+    the platform's default priority of the ops VLLM_FL_OOT_* enable, adds
+    fldispatch's variables to vLLM's compile-cache key (vllm_compile), and
+    registers the OOT layers that VLLM_FL_OOT_* allow, but those whose layer
+    calls an IR op. Idempotent; returns {op name: vLLM class name} of the
+    OOT layers."""
     from vllm.model_executor import custom_op
 
     _host_defaults()  # before the library starts: the CPU plugin reads them as it registers
     _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
     _define_torch_ops()
-    _mixed_weight_ok()  # decided now, not while Dynamo traces a layer
+    mixed = _mixed_weight_ok()  # decided now, not while Dynamo traces a layer
+    from . import vllm_compile, vllm_ir
+
+    vllm_ir.register_providers(mixed)
+    first = vllm_ir.default_first_ops()
+    vllm_ir.install_default_priority(first)
+    for name in sorted(vllm_ir.registered):
+        oot = vllm_ir.IR_OPS[name].oot
+        if name in first:
+            logger.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
+                        "priority (VLLM_FL_OOT_* enable %s)", name, oot)
+        else:
+            logger.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
+                        "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
+    vllm_compile.register_compile_factors()
+    superseded = vllm_ir.superseded_layers()
     for op_name in _LAYERS:
         if op_name in registered:
+            continue
+        if op_name in superseded:
+            logger.info("fldispatch: not replacing vLLM's %s: it calls vLLM IR ops, served "
+                        "through vLLM's ir_op_priority", _LAYERS[op_name][1])
             continue
         if not _C.oot_op_enabled(op_name):
             logger.info("fldispatch: not replacing vLLM's %s (VLLM_FL_OOT_* or "

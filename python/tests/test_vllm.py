@@ -5,6 +5,7 @@ a stand-in (fakevllm.py) carrying vLLM's constructor arguments and
 forward_native formulas; with vLLM importable, test_real_vllm_layers runs
 the same comparisons on vLLM's own classes."""
 
+import contextlib
 import importlib.metadata
 import sys
 
@@ -31,10 +32,16 @@ def have_real_vllm():
 HAVE_VLLM = have_real_vllm()
 
 
+# vLLM modules the stand-in has not: hidden while it stands in
+HIDDEN = ["vllm.ir", "vllm.ir.op", "vllm.envs", "vllm.platforms"]
+
+
 @pytest.fixture
 def fake_vllm(monkeypatch):
-    saved = {name: sys.modules.get(name) for name in fakevllm.MODULES}
+    saved = {name: sys.modules.get(name) for name in fakevllm.MODULES + HIDDEN}
     fakevllm.install()
+    for name in HIDDEN:  # a real vLLM imported earlier in this process stays out of sight
+        sys.modules[name] = None
     sys.modules["vllm"].__fake__ = True
     monkeypatch.setattr(fv, "registered", {})
     for name in fv.HOST_DEFAULTS:  # register() sets them; undone after the test
@@ -149,6 +156,33 @@ def test_host_defaults_are_in_force_in_a_fresh_process():
     assert "; 1 thread " in got["detail"], got
 
 
+def test_the_fingerprint_is_the_same_in_every_process_and_follows_the_switches():
+    """fldispatch.vllm_ir.fingerprint() enters vLLM's compile-cache key: equal
+    in two fresh processes under one configuration (else the cache would
+    never hit), different when a VLLM_FL_OOT_* switch differs (the policy:
+    test_vllm_ir.py's uuid test)."""
+    import os
+    import subprocess
+
+    code = ("import fldispatch, fldispatch.vllm as fv\n"
+            "from fldispatch import vllm_ir\n"
+            "fv._host_defaults(); fldispatch.init()\n"
+            "print(vllm_ir.fingerprint())\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_FL_")}
+    base["VLLM_FL_PLATFORM"] = "cpu"
+    base["PYTHONPATH"] = os.pathsep.join(sys.path)
+
+    def fingerprint(**extra):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=dict(base, **extra))
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip().splitlines()[-1]
+
+    first = fingerprint()
+    assert len(first) == 64 and fingerprint() == first
+    assert fingerprint(VLLM_FL_OOT_BLACKLIST="silu_and_mul") != first
+
+
 def test_register_sets_the_host_defaults_it_finds_unset(fake_vllm, monkeypatch):
     import os
 
@@ -214,7 +248,8 @@ def check_layers(ln, act, rope, dtype):
     want = norm.forward_native(h.clone(), residual.clone())
     h2, r2 = h.clone(), residual.clone()
     got = norm(h2, r2)
-    assert got[0] is h2 and got[1] is r2  # updated in place, as vLLM's kernel
+    if type(norm).__module__ == fv.__name__:
+        assert got[0] is h2 and got[1] is r2  # updated in place, as vLLM's kernel
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-2, rtol=1e-2)
 
@@ -286,10 +321,17 @@ def test_real_vllm_layers(dtype):
     from vllm.model_executor import custom_op
     from vllm.model_executor.layers import activation, layernorm, rotary_embedding
 
+    from fldispatch import vllm_ir
+
     got = fv.register()
-    assert set(got) == set(ALL) or all(custom_op.op_registry_oot[c].__module__ == fv.__name__
-                                       for c in ALL.values())
+    # the layers that call vLLM IR ops stay vLLM's: fldispatch serves their
+    # IR calls where the priority names it first
+    ours = {op: cls for op, cls in ALL.items() if op not in vllm_ir.superseded_layers()}
+    assert set(got) == set(ours) or all(custom_op.op_registry_oot[c].__module__ == fv.__name__
+                                        for c in ours.values())
     cfg = VllmConfig(device_config=DeviceConfig(device="cpu"),
                      compilation_config=CompilationConfig(custom_ops=["all"]))
-    with set_current_vllm_config(cfg):
+    with set_current_vllm_config(cfg), contextlib.ExitStack() as stack:
+        for impl in vllm_ir.registered.values():
+            stack.enter_context(impl.op.set_priority([vllm_ir.PROVIDER, "native"]))
         check_layers(layernorm, activation, rotary_embedding, dtype)

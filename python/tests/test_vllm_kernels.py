@@ -18,6 +18,7 @@ opcheck), checked here in our own words:
   allclose's default tolerances; and torch.library.opcheck on the ops.
 """
 
+import contextlib
 import json
 import os
 import platform
@@ -142,6 +143,21 @@ def test_act_and_mul_exact(vllm_layers, kind, num_tokens, d, dtype):
     torch.testing.assert_close(layer(x), layer.forward_native(x), atol=0.0, rtol=0.0)
 
 
+def ir_route(layer, stack):
+    """vllm.ir.ops where the layer is vLLM's and calls vLLM IR ops (the
+    priority of those ops set to fldispatch, then native, in stack), None
+    where the plugin replaced the layer."""
+    if type(layer).__module__ == "fldispatch.vllm":
+        return None
+    from vllm import ir
+
+    from fldispatch import vllm_ir
+
+    for name in vllm_ir.registered:
+        stack.enter_context(getattr(ir.ops, name).set_priority([vllm_ir.PROVIDER, "native"]))
+    return ir.ops
+
+
 def same_layout(t):
     """A copy of t with t's strides (a slice of wider rows stays one): the
     layers work in place, and clone() makes a sliced tensor contiguous."""
@@ -171,13 +187,24 @@ def test_rms_norm(vllm_layers, dtype, residual, kind, hidden, strided):
     else:
         layer = layernorm.RMSNorm(hidden).to(dtype)
         layer.weight.data.normal_(1.0, 0.1)
-    assert type(layer).__module__ == "fldispatch.vllm"
     scale = 1 / (2 * hidden)
     x = (torch.randn(83, 2 * hidden if strided else hidden, dtype=dtype) * scale)[:, :hidden]
     res = torch.randn_like(x) * scale if residual else None
 
-    want = layer.forward_native(same_layout(x), same_layout(res))
-    got = layer(same_layout(x), same_layout(res))
+    with contextlib.ExitStack() as stack:
+        ir_ops = ir_route(layer, stack)
+        if ir_ops is None:  # the plugin's layer
+            assert type(layer).__module__ == "fldispatch.vllm"
+            want = layer.forward_native(same_layout(x), same_layout(res))
+        else:  # vLLM's layer, its IR call served by fldispatch's provider
+            weight = layer.weight.data.float() + 1 if kind == "gemma" else \
+                None if kind == "weightless" else layer.weight.data
+            op = ir_ops.fused_add_rms_norm if residual else ir_ops.rms_norm
+            args = (x, res, weight, 1e-6) if residual else (x, weight, 1e-6)
+            assert op.dispatch(*args).provider == "fldispatch"
+            with op.set_priority(["native"]):
+                want = layer.forward_native(same_layout(x), same_layout(res))
+        got = layer(same_layout(x), same_layout(res))
     assert same_layout(x).stride() == x.stride()
     # test_layernorm's tolerance
     if residual:

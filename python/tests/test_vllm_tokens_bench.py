@@ -112,11 +112,34 @@ def test_a_row_without_a_figure_keeps_its_columns():
     row = {"model": "gemma", "mode": "eager", "dtype": "f32", "batch": 1,
            "off": vt.summarise([sample(0.5)]), "on": vt.summarise([sample(2.0)])}
     row["ratio"] = vt.ratio(row["on"], row["off"])
+    row["aa"] = vt.aa_control({"off-a": row["off"], "off-b": row["off"], "on-a": row["on"],
+                               "on-b": row["on"]})
     missing = vt.format_row(row)
     row["off"] = row["on"]
     row["ratio"] = vt.ratio(row["on"], row["off"])
+    row["aa"] = vt.aa_control({c: row["on"] for c in vt.CHILDREN})
     full = vt.format_row(row)
-    assert full.endswith("1.00x")
-    assert missing.split()[4:8] == ["-", "-", "7.0", "7.0"]
+    assert full.split()[8:] == ["1.00x", "0.0%", "1.00x", "1.00x"]
+    assert missing.split()[4:12] == ["-", "-", "7.0", "7.0", "-", "-", "-", "1.00x"]
     assert len(missing.split("  (pairs")[0]) == len(full)
     assert "pairs dropped: off 1, on 0" in missing
+
+
+def test_aa_control_spread_is_the_wider_setting():
+    def rate(tok_s):  # a summary with that median
+        return {"tok_s": tok_s}
+    aa = vt.aa_control({"off-a": rate(100.0), "off-b": rate(94.0), "on-a": rate(110.0),
+                        "on-b": rate(112.2)})
+    assert aa["off"] == pytest.approx(0.94) and aa["on"] == pytest.approx(1.02)
+    assert aa["spread"] == pytest.approx(0.06)
+    aa = vt.aa_control({"off-a": rate(None), "off-b": rate(94.0), "on-a": rate(110.0),
+                        "on-b": rate(112.2)})
+    assert aa["off"] is None and aa["spread"] is None
+
+
+def test_children_take_turns_going_first():
+    assert set(vt.CHILDREN) == {"off-a", "off-b", "on-a", "on-b"}
+    firsts = [vt.child_order(r)[0] for r in range(len(vt.CHILDREN))]
+    assert sorted(firsts) == sorted(vt.CHILDREN)
+    for r in range(6):
+        assert sorted(vt.child_order(r)) == sorted(vt.CHILDREN)

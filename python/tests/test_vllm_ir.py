@@ -1,0 +1,416 @@
+# SPDX-License-Identifier: Apache-2.0
+"""fldispatch as a vLLM IR provider (fldispatch.vllm_ir), held to vLLM's
+IR contract, with the installed vLLM (make check-vllm; skipped where vLLM
+or its IR is absent):
+
+- the provider is registered for every IR op of IR_OPS the installed vLLM
+  has, with vLLM's schema, and the layers calling those ops stay vLLM's;
+- supports_args returns a plain bool, also on FakeTensors whose sizes are
+  unbacked SymInts, and the same answer as on real tensors;
+- on the IR ops' own input generators, the provider matches native within
+  the op's tolerances (vllm/ir/tolerances.py and the op's overrides),
+  through the functional and the maybe_inplace overloads, and with
+  GemmaRMSNorm's float32 weight;
+- vLLM's lowering pass (VLLM_COMPILE) selects the provider eager dispatch
+  selects, and a function compiled with Dynamo tracing through dispatch
+  (vLLM's CPU path) calls what eager calls;
+- torch.library.opcheck passes on the IR ops with the provider first and on
+  our torch ops with the IR ops' arguments;
+- the default priority follows VLLM_FL_OOT_*, an explicit ir_op_priority
+  wins, and the provider's uuid (part of vLLM's compile-cache key) changes
+  with what the provider would select, as do vLLM's compile factors.
+"""
+
+import sys
+
+import pytest
+import torch
+
+ir = pytest.importorskip("vllm.ir", reason="vLLM with its IR is not installed here")
+if getattr(sys.modules.get("vllm"), "__fake__", False):
+    pytest.skip("a stand-in vLLM", allow_module_level=True)
+
+import fldispatch  # noqa: E402
+import fldispatch.vllm as fv  # noqa: E402
+from fldispatch import vllm_compile, vllm_ir  # noqa: E402
+from vllm.ir.op import IrOp  # noqa: E402
+
+PROVIDER = vllm_ir.PROVIDER
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+OPS = sorted(vllm_ir.available_rows())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    fv.register()
+    return vllm_ir.registered
+
+
+@pytest.fixture
+def env(monkeypatch):
+    """Sets VLLM_FL_* variables and reloads the library; restores both."""
+    def set_env(**values):
+        for k, v in values.items():
+            monkeypatch.setenv(k, v)
+        fldispatch.reload()
+
+    yield set_env
+    monkeypatch.undo()
+    fldispatch.reload()
+
+
+def op(name):
+    return IrOp.registry[name]
+
+
+def test_the_installed_vllm_has_the_ops_of_the_table():
+    assert {"rms_norm", "fused_add_rms_norm"} <= set(OPS)
+
+
+def test_a_provider_for_every_ir_op_of_the_table(registered):
+    from vllm.model_executor import custom_op
+
+    for name in OPS:
+        impl = op(name).impls[PROVIDER]
+        assert registered[name] is impl
+        assert impl.supported
+        assert impl.inplace == vllm_ir.IR_OPS[name].inplace
+    assert op("fused_add_rms_norm").impls[PROVIDER].inplace
+    # the norm layers call IR ops: they stay vLLM's
+    assert "RMSNorm" not in custom_op.op_registry_oot or \
+        custom_op.op_registry_oot["RMSNorm"].__module__ != fv.__name__
+    assert "rms_norm" not in fv.registered and "gemma_rms_norm" not in fv.registered
+    assert {"rms_norm", "gemma_rms_norm"} <= vllm_ir.superseded_layers()
+
+
+# ---- supports_args ----------------------------------------------------------------
+
+
+def args_of(name, x, weight, variance_size=None):
+    if name == "rms_norm":
+        return (x, weight, 1e-6, variance_size)
+    return (x, torch.empty_like(x), weight, 1e-6, variance_size)
+
+
+def weight_cases(dtype):
+    cases = [("none", None), ("same", dtype)]
+    if dtype != torch.float32:
+        cases.append(("float32", torch.float32))
+    return cases
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_supports_args_is_a_bool_under_unbacked_symints(name, dtype):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    impl = op(name).impls[PROVIDER]
+    shape_env = ShapeEnv()
+    with FakeTensorMode(shape_env=shape_env):
+        tokens, hidden = shape_env.create_unbacked_symint(), shape_env.create_unbacked_symint()
+        for _, wdtype in weight_cases(dtype):
+            x = torch.empty((tokens, hidden), dtype=dtype)
+            w = None if wdtype is None else torch.empty((hidden,), dtype=wdtype)
+            for variance_size in (None, 16):
+                got = impl.supports_args(*args_of(name, x, w, variance_size))
+                assert type(got) is bool
+                real = impl.supports_args(*args_of(
+                    name, torch.empty(3, 64, dtype=dtype),
+                    None if wdtype is None else torch.empty(64, dtype=wdtype), variance_size))
+                assert got == real
+                if variance_size is not None:
+                    assert got is False
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_supports_args_follows_the_resolution(name):
+    """What the library serves on the CPU is accepted; a device it has no
+    plugin for (meta) is not."""
+    impl = op(name).impls[PROVIDER]
+    x = torch.empty(2, 64)
+    assert impl.supports_args(*args_of(name, x, torch.ones(64))) is True
+    assert impl.supports_args(*args_of(name, x.to("meta"), torch.ones(64, device="meta"))) \
+        is False
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_calls_autograd_records_are_left_to_native(name):
+    """GemmaRMSNorm's weight.float() + 1 requires grad outside inference:
+    native serves it (fldispatch's ops have no derivative)."""
+    impl = op(name).impls[PROVIDER]
+    x, w = torch.empty(2, 64), torch.ones(64, requires_grad=True)
+    assert impl.supports_args(*args_of(name, x, w)) is False
+    with torch.no_grad():
+        assert impl.supports_args(*args_of(name, x, w)) is True
+    with torch.inference_mode():
+        assert impl.supports_args(*args_of(name, x, torch.ones(64))) is True
+
+
+# ---- numerics: the IR ops' own input generators and tolerances -------------------
+
+
+def assert_close(name, dtype, got, want):
+    tol = op(name).get_tolerance(dtype)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, **tol)
+
+
+SHAPES = [(1, 64), (7, 256), (83, 2048), (16, 4096)]
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens, hidden", SHAPES)
+@pytest.mark.parametrize("gemma", [False, True])
+def test_provider_matches_native(name, dtype, tokens, hidden, gemma):
+    torch.manual_seed(tokens * hidden)
+    ir_op = op(name)
+    args = list(ir_op.generate_inputs(num_tokens=tokens, hidden_size=hidden, dtype=dtype))
+    w_at = 1 if name == "rms_norm" else 2
+    if gemma:  # GemmaRMSNorm: weight.float() + 1
+        args[w_at] = args[w_at].float() + 1.0
+    native = ir_op.impls["native"].impl_fn
+    want = native(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    with ir_op.set_priority([PROVIDER, "native"]):
+        assert ir_op.dispatch(*args).provider == PROVIDER
+        kept = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        got = ir_op(*args)
+        # the functional overload leaves its inputs alone
+        for a, k in zip(args, kept):
+            if isinstance(a, torch.Tensor):
+                assert torch.equal(a, k)
+        assert_close(name, dtype, got, want)
+        if ir_op.allow_inplace:
+            got = ir_op.maybe_inplace(*args)
+            assert_close(name, dtype, got, want)
+            assert got[0].data_ptr() == args[0].data_ptr()
+            assert got[1].data_ptr() == args[1].data_ptr()
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_weightless_and_unserved_calls(name):
+    """weight None is served; variance_size is left to native, which the
+    list's last entry serves."""
+    ir_op = op(name)
+    args = list(ir_op.generate_inputs(num_tokens=5, hidden_size=128, dtype=torch.float32))
+    w_at = 1 if name == "rms_norm" else 2
+    args[w_at] = None
+    native = ir_op.impls["native"].impl_fn
+    with ir_op.set_priority([PROVIDER, "native"]):
+        want = native(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+        assert_close(name, torch.float32, ir_op(*args), want)
+        args.append(64)
+        assert ir_op.dispatch(*args).provider == "native"
+
+
+# ---- compiled: the same selection as eager ------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_lowering_selects_what_eager_selects(dtype):
+    """vLLM's IR lowering pass (VLLM_COMPILE) picks the provider from each
+    node's fake arguments: the same as eager dispatch on the real ones."""
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from vllm.compilation.passes.ir.lowering_pass import VllmIRLoweringPass
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    def fn(x, r, w):
+        y = ir.ops.rms_norm(x, w, 1e-6)
+        z, r2 = ir.ops.fused_add_rms_norm(y, r, w, 1e-6)
+        u = ir.ops.rms_norm(z, w, 1e-6, 32)  # variance_size: native
+        return u, r2
+
+    x, r, w = torch.randn(8, 64, dtype=dtype), torch.randn(8, 64, dtype=dtype), \
+        torch.randn(64, dtype=dtype)
+    priority = [PROVIDER, "native"]
+    with op("rms_norm").set_priority(priority), \
+            op("fused_add_rms_norm").set_priority(priority), ir.enable_torch_wrap(True):
+        eager = [op("rms_norm").dispatch(x, w, 1e-6).provider,
+                 op("fused_add_rms_norm").dispatch(x, r, w, 1e-6).provider,
+                 op("rms_norm").dispatch(x, w, 1e-6, 32).provider]
+        gm = make_fx(fn, tracing_mode="fake")(x, r, w)
+        cfg = VllmConfig()
+        # as in Inductor, where vLLM runs the pass: under the graph's fake mode
+        fake_mode = detect_fake_mode([n.meta["val"] for n in gm.graph.nodes if "val" in n.meta])
+        with set_current_vllm_config(cfg), fake_mode:
+            lowering = VllmIRLoweringPass(cfg)
+            lowering(gm.graph)
+        picked = dict(lowering.selected_impls)
+        assert eager == [PROVIDER, PROVIDER, "native"]
+        assert sorted(picked["rms_norm"].values()) == sorted([eager[0], eager[2]])
+        assert list(picked["fused_add_rms_norm"].values()) == [eager[1]]
+        gm.recompile()
+        got = gm(x, r, w)
+        want = fn(x, r, w)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e, **op("rms_norm").get_tolerance(dtype))
+
+
+def test_compiled_through_dispatch_calls_what_eager_calls():
+    """vLLM's CPU path: Dynamo traces through dispatch (torch wrap off), so
+    the graph calls the selected provider's op, without a graph break."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    def fn(x, r, w):
+        y = ir.ops.rms_norm(x, w, 1e-6)
+        return ir.ops.fused_add_rms_norm.maybe_inplace(y, r, w, 1e-6)
+
+    priority = [PROVIDER, "native"]
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    counter = CompileCounterWithBackend(backend)
+    x, r, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
+    with op("rms_norm").set_priority(priority), \
+            op("fused_add_rms_norm").set_priority(priority), ir.enable_torch_wrap(False):
+        want = fn(x.clone(), r.clone(), w)
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend=counter, fullgraph=True)(x.clone(), r.clone(), w)
+    assert counter.frame_count == 1
+    code = graphs[0].code
+    assert code.count("fldispatch.rms_norm") == 2, code
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e)
+
+
+# ---- opcheck ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(dtype):
+    x, r, w = torch.randn(5, 128, dtype=dtype), torch.randn(5, 128, dtype=dtype), \
+        torch.randn(128, dtype=dtype)
+    priority = [PROVIDER, "native"]
+    with op("rms_norm").set_priority(priority), \
+            op("fused_add_rms_norm").set_priority(priority):
+        torch.library.opcheck(op("rms_norm").torch_op, (x, w, 1e-6))
+        # the functional overloads (vLLM clones the activations for an in-place
+        # provider); maybe_inplace returns the activations it wrote, as vLLM's
+        # in-place providers do, which torch's schema check does not model
+        torch.library.opcheck(op("fused_add_rms_norm").torch_op, (x, r, w, 1e-6))
+    ops = torch.ops.fldispatch
+    torch.library.opcheck(ops.rms_norm, (torch.empty_like(x), x, w, None, 1e-6))
+    torch.library.opcheck(ops.rms_norm, (x.clone(), x.clone(), w, r.clone(), 1e-6))
+
+
+# ---- priority and the compile-cache key ----------------------------------------------
+
+
+def default_priority(name):
+    from vllm.platforms import current_platform
+
+    return list(getattr(current_platform.get_default_ir_op_priority(None), name))
+
+
+def kernel_priority(given):
+    """KernelConfig's lists after vLLM appends the platform default to what
+    the operator gave."""
+    from vllm.config import VllmConfig
+    from vllm.config.kernel import IrOpPriorityConfig, KernelConfig
+
+    kc = KernelConfig(ir_op_priority=IrOpPriorityConfig(**given))
+    kc.set_platform_defaults(VllmConfig())
+    return kc.ir_op_priority
+
+
+def reinstall():
+    vllm_ir.install_default_priority(vllm_ir.default_first_ops())
+
+
+def test_default_priority_follows_the_oot_switches(env):
+    reinstall()
+    for name in OPS:
+        assert default_priority(name)[0] == PROVIDER
+    env(VLLM_FL_OOT_BLACKLIST="rms_norm")
+    reinstall()
+    for name in OPS:
+        assert PROVIDER not in default_priority(name)
+    env(VLLM_FL_OOT_BLACKLIST="", VLLM_FL_OOT_ENABLED="0")
+    reinstall()
+    for name in OPS:
+        assert PROVIDER not in default_priority(name)
+    env(VLLM_FL_OOT_ENABLED="1", VLLM_FL_OOT_WHITELIST="silu_and_mul")
+    reinstall()
+    assert PROVIDER not in default_priority("rms_norm")
+    env(VLLM_FL_OOT_WHITELIST="rms_norm")
+    reinstall()
+    assert default_priority("rms_norm")[0] == PROVIDER
+
+
+def test_the_operators_list_wins(env):
+    env(VLLM_FL_OOT_BLACKLIST="")
+    reinstall()
+    pri = kernel_priority({})
+    assert pri.rms_norm[0] == PROVIDER and pri.fused_add_rms_norm[0] == PROVIDER
+    pri = kernel_priority({"rms_norm": ["native"]})
+    assert pri.rms_norm[0] == "native" and pri.fused_add_rms_norm[0] == PROVIDER
+    # the CLI's comma-separated form
+    pri = kernel_priority({"rms_norm": "fldispatch,native"})
+    assert pri.rms_norm == [PROVIDER, "native"]
+    env(VLLM_FL_OOT_ENABLED="0")
+    reinstall()
+    pri = kernel_priority({"rms_norm": ["fldispatch"]})
+    assert pri.rms_norm == [PROVIDER, "native"] and pri.fused_add_rms_norm == ["native"]
+    env(VLLM_FL_OOT_ENABLED="1")
+    reinstall()
+
+
+def test_cli_names_the_provider():
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    args = parser.parse_args(["--kernel-config.ir_op_priority.rms_norm=fldispatch,native"])
+    got = EngineArgs.from_cli_args(args)
+    kc = got.kernel_config
+    pri = kc["ir_op_priority"]["rms_norm"] if isinstance(kc, dict) else kc.ir_op_priority.rms_norm
+    assert list(pri if not isinstance(pri, str) else pri.split(",")) == [PROVIDER, "native"]
+
+
+def test_uuid_changes_with_what_the_provider_selects(env):
+    impl = op("rms_norm").impls[PROVIDER]
+    first = impl.uuid()
+    assert impl.uuid() == first  # stable while nothing changes
+    env(VLLM_FL_OOT_BLACKLIST="silu_and_mul")
+    second = impl.uuid()
+    assert second != first
+    env(VLLM_FL_OOT_BLACKLIST="silu_and_mul", VLLM_FL_PREFER="reference")
+    assert impl.uuid() not in (first, second)
+    env(VLLM_FL_OOT_BLACKLIST="", VLLM_FL_PREFER="")
+    assert impl.uuid() == first
+
+
+def test_priority_hash_includes_the_fingerprint(env):
+    """vLLM's KernelConfig hash, part of its compile-cache key, follows the
+    provider's uuid where the provider is listed."""
+    from vllm.config.kernel import IrOpPriorityConfig
+
+    listed = IrOpPriorityConfig.with_default(["native"], rms_norm=[PROVIDER, "native"])
+    unlisted = IrOpPriorityConfig.with_default(["native"])
+    a, u = listed.compute_hash(), unlisted.compute_hash()
+    env(VLLM_FL_OOT_BLACKLIST="rotary_embedding")
+    assert listed.compute_hash() != a
+    assert unlisted.compute_hash() == u
+
+
+def test_compile_factors_follow_the_variables(env):
+    import vllm.envs as envs
+
+    assert vllm_compile.FINGERPRINT in envs.environment_variables
+    base = envs.compile_factors()
+    assert "VLLM_FL_OOT_BLACKLIST" in base and "VLLM_FL_STATS" not in base
+    env(VLLM_FL_OOT_BLACKLIST="rms_norm")
+    got = envs.compile_factors()
+    assert got["VLLM_FL_OOT_BLACKLIST"] == "rms_norm"
+    assert got[vllm_compile.FINGERPRINT] != base[vllm_compile.FINGERPRINT]
+    env(VLLM_FL_STATS="1")
+    assert envs.compile_factors() == got
