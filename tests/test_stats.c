@@ -66,7 +66,7 @@ static void setup(const char *const *fixtures)
 /* silu_and_mul on a [2, 16] float32 tensor. */
 static int call_silu(void)
 {
-    static float x[32], out[16];
+    static _Thread_local float x[32], out[16]; /* threads call it at once */
     static int64_t xs[2] = {2, 16}, os[2] = {2, 8};
     DLTensor tx = {
         .data = x, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1}, .shape = xs};
