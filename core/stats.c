@@ -196,7 +196,7 @@ static int path_variable(const char *name, char **out)
         return FLD_OK;
     char probe[4096];
     if (expand_path(name, v, probe, sizeof probe) != FLD_OK) {
-        char why[512];
+        char why[sizeof probe + 512]; /* the message quotes the path */
         snprintf(why, sizeof why, "%s", fld_last_error());
         return fld__fail(FLD_ECONFIG, "%s", why);
     }
