@@ -154,16 +154,6 @@ int fld__atomic_file_commit(fld_atomic_file *af)
     return err;
 }
 
-void fld__atomic_file_discard(fld_atomic_file *af)
-{
-    if (af->f) {
-        fclose(af->f);
-        if (af->tmp)
-            unlink(af->tmp);
-    }
-    clear(af);
-}
-
 const char *fld__atomic_file_strerror(int err)
 {
     switch (err) {

@@ -247,14 +247,14 @@ FLD_TOOL_API char *fld__escape(char *dst, size_t size, const char *src);
  * random name, so no planted link is followed, mode `mode`), its stream in
  * af->f. commit flushes it, fsyncs it and renames it over path: a reader
  * sees the old file or the new one, never a part, and a failed write (full
- * disk, file-size limit) leaves the old file as it was. discard removes the
- * temporary file. open refuses a path that is a symbolic link (ELOOP: the
+ * disk, file-size limit) removes the temporary file and leaves the old file
+ * as it was. open refuses a path that is a symbolic link (ELOOP: the
  * link is not followed nor replaced), a directory (EISDIR) or anything
  * else that is not a regular file, a character device or a pipe (EINVAL).
  * A character device or a pipe that exists (/dev/null) is written in place,
- * never replaced.
- * Each returns 0 or an errno value; commit and discard free af's members
- * either way. fld__atomic_file_strerror() words such a value for a message.
+ * never replaced. Each returns 0 or an errno value; commit frees af's
+ * members either way. fld__atomic_file_strerror() words such a value for
+ * a message.
  * MT safe for distinct af; needs no fld_init().
  */
 typedef struct fld_atomic_file {
@@ -264,7 +264,6 @@ typedef struct fld_atomic_file {
 } fld_atomic_file;
 FLD_TOOL_API int fld__atomic_file_open(fld_atomic_file *af, const char *path, mode_t mode);
 FLD_TOOL_API int fld__atomic_file_commit(fld_atomic_file *af);
-FLD_TOOL_API void fld__atomic_file_discard(fld_atomic_file *af);
 FLD_TOOL_API const char *fld__atomic_file_strerror(int err);
 
 /*
