@@ -45,8 +45,7 @@
 #define UPSTREAM_KEY(id, key, env, yaml, kind, member, partner, word, origin)                      \
     YAML_KEY_##origin(yaml)
 #define OWN_KEY(id, key, env, yaml, kind, member, partner, word, origin) OWN_KEY_##origin(yaml)
-static const char yaml_keys_list[] =
-    FLD_POLICY_FIELDS(UPSTREAM_KEY) FLD_POLICY_FIELDS(OWN_KEY);
+static const char yaml_keys_list[] = FLD_POLICY_FIELDS(UPSTREAM_KEY) FLD_POLICY_FIELDS(OWN_KEY);
 #define YAML_KEYS (yaml_keys_list + 2)
 
 /* The field whose YAML key is name, or FLD_PF_NONE. */
@@ -504,9 +503,16 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
                 return rc;
             continue;
         }
-        if (f == FLD_PF_NONE)
-            return fld__fail(FLD_ECONFIG, "%s:%u:%u: unknown key '%s' (valid: %s)", label, k->line,
-                             k->column, k->text, YAML_KEYS);
+        if (f == FLD_PF_NONE) {
+            const char *keys[FLD_PF_COUNT + 1];
+            for (int j = 0; j < FLD_PF_COUNT; j++)
+                keys[j] = fld__policy_row(j)->yaml;
+            keys[FLD_PF_COUNT] = ACTION_KEY;
+            char hint[256];
+            fld__did_you_mean(k->text, keys, FLD_PF_COUNT + 1, hint, sizeof hint);
+            return fld__fail(FLD_ECONFIG, "%s:%u:%u: unknown key '%s'%s (valid: %s)", label,
+                             k->line, k->column, k->text, hint, YAML_KEYS);
+        }
         const char *name = key_name(f);
         if (l->has[f])
             return fld__fail(FLD_ECONFIG, "%s:%u:%u: duplicate key '%s' (first at line %u)", label,

@@ -204,8 +204,7 @@ static int reject_plugin(struct fld_plugin_rec *p, fld_plugin_status st, const c
     fld__plugin_set_status(p, st, "%s", why);
     fld__log(st == FLD_PLUGIN_SKIPPED ? FLD_LOG_WARNING : FLD_LOG_ERROR, "plugin %s %s: %s",
              p->path, fld_plugin_status_name(st), why);
-    return fld__fail(FLD_EPLUGIN, "plugin %s %s: %s", p->path,
-                     fld_plugin_status_name(st), why);
+    return fld__fail(FLD_EPLUGIN, "plugin %s %s: %s", p->path, fld_plugin_status_name(st), why);
 }
 
 int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *path, void *dl)
@@ -486,10 +485,46 @@ static void load_modules(const char *list)
                  fld__host_claims_modules() ? "" : "; no Python package runs in this process");
 }
 
+/*
+ * Each absolute directory of VLLM_FL_PLUGIN_DIR that is not a directory one
+ * can list: a WARNING naming the variable and, when record is set (a
+ * discovery, not doctor's listing), a rejected plugin record of its own, so
+ * that `fldispatch list --strict` and the plugin list say so too (as for a
+ * VLLM_FL_PLUGIN_MODULES entry that is not found).
+ */
+static void check_plugin_dir_variable(bool record)
+{
+    const char *env = fld__path_variable("VLLM_FL_PLUGIN_DIR");
+    char *copy = env ? strdup(env) : NULL;
+    for (char *save = NULL, *d = copy ? strtok_r(copy, ":", &save) : NULL; d;
+         d = strtok_r(NULL, ":", &save)) {
+        if (d[0] != '/')
+            continue; /* compute_search_path() warned */
+        struct stat st;
+        char why[PATH_MAX + 128];
+        if (stat(d, &st) != 0)
+            snprintf(why, sizeof why, "VLLM_FL_PLUGIN_DIR: the directory '%s' %s", d,
+                     errno == ENOENT ? "does not exist" : strerror(errno));
+        else if (!S_ISDIR(st.st_mode))
+            snprintf(why, sizeof why, "VLLM_FL_PLUGIN_DIR: '%s' is not a directory", d);
+        else if (access(d, R_OK | X_OK) != 0)
+            snprintf(why, sizeof why, "VLLM_FL_PLUGIN_DIR: the directory '%s' cannot be read: %s",
+                     d, strerror(errno));
+        else
+            continue;
+        fld__log(FLD_LOG_WARNING, "%s: no plugins are loaded from it", why);
+        struct fld_plugin_rec *p = record ? record_for(d, d) : NULL;
+        if (p)
+            fld__plugin_set_status(p, FLD_PLUGIN_REJECTED, "%s", why);
+    }
+    free(copy);
+}
+
 void fld__discover_plugins(void)
 {
     compute_search_path(&search);
     publish_search_path();
+    check_plugin_dir_variable(true);
     /* A static copy has only the compiled-in directory: say when it is gone. */
     struct stat dir;
     if (!fld__path_variable("VLLM_FL_PLUGIN_DIR") && !fld__linkage_shared() &&
@@ -551,6 +586,7 @@ int fld__plugin_candidates(char ***paths, size_t *n, char **search_path)
     *n = 0;
     *search_path = NULL;
     compute_search_path(&sp);
+    check_plugin_dir_variable(false);
     for (size_t i = 0; i < sp.n && !c.rc; i++) {
         char **names;
         size_t count;

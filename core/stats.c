@@ -4,6 +4,7 @@
  * the fld_stats_* functions of fldispatch.h). The trace is trace.c's.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,9 +15,11 @@
 
 #include <fldispatch/fldispatch.h>
 
+#include "atomic_file.h"
 #include "devices.h"
 #include "dtypes.h"
 #include "error.h"
+#include "escape.h"
 #include "host.h"
 #include "log.h"
 #include "ops.h"
@@ -182,7 +185,7 @@ int fld_stats_mode(void)
     return f & FLD_STATS_FLAG_TIME ? FLD_STATS_TIME : FLD_STATS_CALLS;
 }
 
-static bool expand_path(const char *pattern, char *out, size_t size);
+static int expand_path(const char *who, const char *pattern, char *out, size_t size);
 
 /* A path variable (pathvar.h), copied into *out (NULL when unset), once its expansion fits. */
 static int path_variable(const char *name, char **out)
@@ -192,8 +195,11 @@ static int path_variable(const char *name, char **out)
     if (!v)
         return FLD_OK;
     char probe[4096];
-    if (!expand_path(v, probe, sizeof probe))
-        return fld__fail(FLD_ECONFIG, "%s: the path '%s' is too long once expanded", name, v);
+    if (expand_path(name, v, probe, sizeof probe) != FLD_OK) {
+        char why[sizeof probe + 512]; /* the message quotes the path */
+        snprintf(why, sizeof why, "%s", fld_last_error());
+        return fld__fail(FLD_ECONFIG, "%s", why);
+    }
     if (!(*out = strdup(v)))
         return fld__fail(FLD_ENOMEM, "%s: out of memory", name);
     return FLD_OK;
@@ -274,6 +280,7 @@ void fld__stats_after_fork(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     stats_lock = fresh;
+    fld__trace_after_fork();
     fld_stats_reset();
 }
 
@@ -361,26 +368,37 @@ static fld_stats_entry *take_snapshot(size_t *n)
     return NULL;
 }
 
-static long rank_of_process(void)
+/*
+ * The rank of this process: RANK, else LOCAL_RANK (a whole number from 0 to
+ * LONG_MAX), else 0. -1 when the variable that decides is set to anything
+ * else, its name in *bad (a huge value does not saturate into a wrong rank).
+ */
+static long rank_of_process(const char **bad)
 {
-    const char *names[] = {"RANK", "LOCAL_RANK"};
+    static const char *const names[] = {"RANK", "LOCAL_RANK"};
+    *bad = NULL;
     for (int i = 0; i < 2; i++) {
         const char *v = getenv(names[i]);
-        if (v && *v) {
-            char *end;
-            long r = strtol(v, &end, 10);
-            if (!*end && r >= 0)
-                return r;
+        if (!v || !*v)
+            continue;
+        char *end;
+        errno = 0;
+        long r = strtol(v, &end, 10);
+        if (*end || errno == ERANGE || r < 0 || *v == '-' || *v == '+' || *v == ' ') {
+            *bad = names[i];
+            return -1;
         }
+        return r;
     }
     return 0;
 }
 
 /*
- * pattern with "%p" replaced by the process id, "%r" by the rank (RANK, else
- * LOCAL_RANK, else 0) and "%%" by "%". false when it does not fit.
+ * pattern with "%p" replaced by the process id, "%r" by the rank and "%%"
+ * by "%", into out (size bytes). FLD_EINVAL naming who when it does not fit
+ * or "%r" meets a rank variable that holds no rank.
  */
-static bool expand_path(const char *pattern, char *out, size_t size)
+static int expand_path(const char *who, const char *pattern, char *out, size_t size)
 {
     size_t len = 0;
     for (const char *p = pattern; *p; p++) {
@@ -390,7 +408,14 @@ static bool expand_path(const char *pattern, char *out, size_t size)
             snprintf(piece, sizeof piece, "%ld", (long)getpid());
             p++;
         } else if (p[0] == '%' && p[1] == 'r') {
-            snprintf(piece, sizeof piece, "%ld", rank_of_process());
+            const char *bad;
+            long rank = rank_of_process(&bad);
+            if (rank < 0)
+                return fld__fail(FLD_EINVAL,
+                                 "%s: the path '%s' uses %%r, but %s='%s' is not a rank (a whole "
+                                 "number from 0 to %ld)",
+                                 who, pattern, bad, getenv(bad), LONG_MAX);
+            snprintf(piece, sizeof piece, "%ld", rank);
             p++;
         } else if (p[0] == '%' && p[1] == '%') {
             add = "%";
@@ -401,12 +426,27 @@ static bool expand_path(const char *pattern, char *out, size_t size)
         }
         size_t n = strlen(add);
         if (len + n >= size)
-            return false;
+            return fld__fail(FLD_EINVAL, "%s: the path '%s' is too long once expanded", who,
+                             pattern);
         memcpy(out + len, add, n);
         len += n;
     }
     out[len] = '\0';
-    return true;
+    return FLD_OK;
+}
+
+/* A name for the table: s, or its escape (fld__escape()) in *buf when it
+ * holds control characters or bytes that are not UTF-8 text. */
+static const char *table_name(const char *s, char **buf)
+{
+    if (!fld__needs_escape(s))
+        return s;
+    size_t size = 4 * strlen(s) + 1;
+    char *p = realloc(*buf, size);
+    if (!p)
+        return "?";
+    *buf = p;
+    return fld__escape(p, size, s);
 }
 
 int fld_stats_print(FILE *f)
@@ -416,8 +456,14 @@ int fld_stats_print(FILE *f)
     size_t n;
     fld_stats_entry *e = take_snapshot(&n);
     int mode = fld_stats_mode();
-    fprintf(f, "fldispatch stats (pid %ld, rank %ld, %s): %zu row(s)\n", (long)getpid(),
-            rank_of_process(),
+    const char *bad;
+    long rank = rank_of_process(&bad);
+    char rank_text[32];
+    if (rank < 0)
+        snprintf(rank_text, sizeof rank_text, "? (%s is not a rank)", bad);
+    else
+        snprintf(rank_text, sizeof rank_text, "%ld", rank);
+    fprintf(f, "fldispatch stats (pid %ld, rank %s, %s): %zu row(s)\n", (long)getpid(), rank_text,
             mode == FLD_STATS_TIME    ? "counts and times"
             : mode == FLD_STATS_CALLS ? "counts"
                                       : "off",
@@ -425,13 +471,17 @@ int fld_stats_print(FILE *f)
     if (n)
         fprintf(f, "%-22s %-24s %-6s %-5s %12s %9s %8s %12s %9s\n", "op", "impl_id", "device",
                 "dtype", "calls", "fallbacks", "failures", "total_ms", "avg_ns");
+    char *op_buf = NULL, *impl_buf = NULL;
     for (size_t i = 0; i < n; i++) {
         double ms = (double)e[i].total_ns / 1e6;
-        fprintf(f, "%-22s %-24s %-6s %-5s %12llu %9llu %8llu %12.3f %9.0f\n", e[i].op,
-                e[i].impl_id, e[i].device, e[i].dtype, (unsigned long long)e[i].calls,
-                (unsigned long long)e[i].fallbacks, (unsigned long long)e[i].failures, ms,
+        fprintf(f, "%-22s %-24s %-6s %-5s %12llu %9llu %8llu %12.3f %9.0f\n",
+                table_name(e[i].op, &op_buf), table_name(e[i].impl_id, &impl_buf), e[i].device,
+                e[i].dtype, (unsigned long long)e[i].calls, (unsigned long long)e[i].fallbacks,
+                (unsigned long long)e[i].failures, ms,
                 e[i].calls ? (double)e[i].total_ns / (double)e[i].calls : 0.0);
     }
+    free(op_buf);
+    free(impl_buf);
     free(e);
     return ferror(f) ? fld__fail(FLD_EINVAL, "fld_stats_print: write error") : FLD_OK;
 }
@@ -451,17 +501,28 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static int write_json(const char *path)
+/* Writes the counters as JSON to path (expanded) through fld__atomic_file_*(); who names the
+ * caller or the variable in messages. */
+static int write_json(const char *who, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return fld__fail(FLD_EINVAL, "fld_stats_write: cannot create '%s': %s", path,
-                         strerror(errno));
+    fld_atomic_file af;
+    int err = fld__atomic_file_open(&af, path, 0600);
+    if (err)
+        return fld__fail(FLD_EINVAL, "%s: cannot write '%s': %s", who, path,
+                         fld__atomic_file_strerror(err));
+    FILE *f = af.f;
     size_t n;
     fld_stats_entry *e = take_snapshot(&n);
     int mode = fld_stats_mode();
-    fprintf(f, "{\"pid\": %ld, \"rank\": %ld, \"mode\": \"%s\", \"entries\": [", (long)getpid(),
-            rank_of_process(),
+    const char *bad;
+    long rank = rank_of_process(&bad);
+    char rank_text[32];
+    if (rank < 0)
+        snprintf(rank_text, sizeof rank_text, "null");
+    else
+        snprintf(rank_text, sizeof rank_text, "%ld", rank);
+    fprintf(f, "{\"pid\": %ld, \"rank\": %s, \"mode\": \"%s\", \"entries\": [", (long)getpid(),
+            rank_text,
             mode == FLD_STATS_TIME    ? "time"
             : mode == FLD_STATS_CALLS ? "calls"
                                       : "off");
@@ -479,34 +540,33 @@ static int write_json(const char *path)
     }
     fputs(n ? "\n]}\n" : "]}\n", f);
     free(e);
-    bool bad = ferror(f);
-    if (fclose(f) != 0 || bad)
-        return fld__fail(FLD_EINVAL, "fld_stats_write: write error on '%s'", path);
+    err = fld__atomic_file_commit(&af);
+    if (err)
+        return fld__fail(FLD_EINVAL, "%s: cannot write '%s' (the file there is unchanged): %s", who,
+                         path, fld__atomic_file_strerror(err));
     return FLD_OK;
+}
+
+/* fld_stats_write() or fld_trace_write() of pattern, who naming the caller or the variable. */
+static int write_expanded(const char *who, const char *pattern, bool trace)
+{
+    if (!pattern || !*pattern)
+        return fld__fail(FLD_EINVAL, "%s: argument 'path' is %s", who, pattern ? "empty" : "NULL");
+    char expanded[4096];
+    int rc = expand_path(who, pattern, expanded, sizeof expanded);
+    if (rc)
+        return rc;
+    return trace ? fld__trace_write(who, expanded) : write_json(who, expanded);
 }
 
 int fld_stats_write(const char *path)
 {
-    if (!path || !*path)
-        return fld__fail(FLD_EINVAL, "fld_stats_write: argument 'path' is %s",
-                         path ? "empty" : "NULL");
-    char expanded[4096];
-    if (!expand_path(path, expanded, sizeof expanded))
-        return fld__fail(FLD_EINVAL, "fld_stats_write: the path '%s' is too long once expanded",
-                         path);
-    return write_json(expanded);
+    return write_expanded("fld_stats_write", path, false);
 }
 
 int fld_trace_write(const char *path)
 {
-    if (!path || !*path)
-        return fld__fail(FLD_EINVAL, "fld_trace_write: argument 'path' is %s",
-                         path ? "empty" : "NULL");
-    char expanded[4096];
-    if (!expand_path(path, expanded, sizeof expanded))
-        return fld__fail(FLD_EINVAL, "fld_trace_write: the path '%s' is too long once expanded",
-                         path);
-    return fld__trace_write(expanded);
+    return write_expanded("fld_trace_write", path, true);
 }
 
 int fld_stats_flush(void)
@@ -517,11 +577,11 @@ int fld_stats_flush(void)
     pthread_mutex_unlock(&stats_lock);
     int rc = FLD_OK;
     if (file)
-        rc = fld_stats_write(file);
+        rc = write_expanded("VLLM_FL_STATS_FILE", file, false);
     else if (fld_stats_mode() != FLD_STATS_OFF)
         rc = fld_stats_print(stderr);
     if (trace) {
-        int trc = fld_trace_write(trace);
+        int trc = write_expanded("VLLM_FL_TRACE", trace, true);
         if (rc == FLD_OK)
             rc = trc;
     }
@@ -558,7 +618,7 @@ int fld_stats_record(const char *op, const char *impl_id, int device_type, DLDat
         return fld__fail(FLD_EINVAL, "fld_stats_record: unknown device type %d (valid: %s)",
                          device_type, fld__device_text(FLD_DEVICE_TEXT_CODES));
     int dt = dtype.code == 0 && dtype.bits == 0 && dtype.lanes == 0 ? FLD_DT_ANY
-                                                                     : fld_dtype_index(dtype);
+                                                                    : fld_dtype_index(dtype);
     if (dt < 0)
         return fld__fail(FLD_EINVAL,
                          "fld_stats_record: unsupported dtype (code %d, bits %d, lanes %d; valid: "

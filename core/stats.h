@@ -72,9 +72,13 @@ void fld__stats_after_fork(void);
 #define FLD_TRACE_MAX_EVENTS FLD_TRACE_CAP
 void fld__trace_chain(const char *op, int dev, int dt, const char *const *candidates, size_t n);
 void fld__trace_call(const struct fld_stats_cell *c, uint64_t start_ns, uint64_t end_ns, int rc);
-/* Writes the trace as Chrome/Perfetto JSON to path (already expanded). */
-int fld__trace_write(const char *path);
+/* Writes the trace as Chrome/Perfetto JSON to path (already expanded) through a
+ * temporary file renamed over it; who names the caller or the variable in messages. */
+int fld__trace_write(const char *who, const char *path);
+/* Empties the trace; MT safe with recording threads and writers (see trace.c). */
 void fld__trace_reset(void);
+/* In a forked child, before fld__trace_reset(): only the calling thread is left. */
+void fld__trace_after_fork(void);
 /* The strings of a cell, for the trace. */
 void fld__stats_cell_names(const struct fld_stats_cell *c, const char **op, const char **impl_id,
                            const char **device, const char **dtype);

@@ -765,10 +765,18 @@ static COLD int fail_activation_width(const char *op, const DLTensor *out, const
     if (x->shape[x->ndim - 1] % 2 != 0)
         return fld__fail(FLD_EINVAL, "%s: tensor 'x' has shape %s whose last dimension is odd", op,
                          b);
+    /* What out must be: x's shape with the last dimension halved (format_dims() shows 8). */
+    int64_t want[8];
+    char c[160];
+    for (int i = 0; i < x->ndim && i < 8; i++)
+        want[i] = x->shape[i];
+    if (x->ndim <= 8)
+        want[x->ndim - 1] /= 2;
+    format_dims(c, sizeof c, x->ndim, want);
     return fld__fail(FLD_EINVAL,
-                     "%s: tensor 'out' has shape %s but 'x' has %s; expected out = [..., d] for "
-                     "x = [..., 2d] with the same leading dimensions",
-                     op, a, b);
+                     "%s: tensor 'out' has shape %s but 'x' has %s; expected out %s (x's shape "
+                     "with the last dimension halved)",
+                     op, a, b, c);
 }
 
 /* The full checks of each family: every rule, every message. */

@@ -258,6 +258,10 @@ struct bad_yaml {
 static const struct bad_yaml bad_yaml[] = {
     /* unknown keys */
     {"prefer: vendor\nprefered: flagos\n", ":2:1: ", {"unknown key 'prefered'", VALID_KEYS_START}},
+    {"op_backend:\n  rms_norm: [vendor]\n",
+     ":1:1: ",
+     {"unknown key 'op_backend'; did you mean 'op_backends'?", VALID_KEYS_START}},
+    {"Prefer: vendor\n", ":1:1: ", {"unknown key 'Prefer'; did you mean 'prefer'?"}},
     {"Prefer: vendor\n", ":1:1: ", {"unknown key 'Prefer'", VALID_KEYS_START}},
     {"per_op: x=vendor\n", ":1:1: ", {"unknown key 'per_op'", "op_backends, custom_ops"}},
     /* vllm-plugin-FL's tooling directive: a name, once. */

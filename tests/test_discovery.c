@@ -27,6 +27,7 @@
 #include "util/build.h"
 #include "util/files.h"
 #include "util/harness.h"
+#include "util/tool.h"
 
 /* Layout of the "good_echo" op's arguments (tests/plugins/good.c). */
 typedef struct good_echo_args {
@@ -36,9 +37,9 @@ typedef struct good_echo_args {
 /* Every fixture of tests/plugins/, in reverse name order so that creation
  * order (and likely readdir order) differs from the sorted load order. */
 static const char *const all_fixtures[] = {
-    "vendor_missing", "unavailable", "row_pair", "register_silent", "register_fails", "null_fn",
-    "no_descriptor",  "good",        "failing",         "dup_impl",       "bad_name",
-    "bad_magic",      "abi_old",     "abi_minor",       "abi_major",
+    "vendor_missing", "unavailable",   "row_pair", "register_silent", "register_fails",
+    "null_fn",        "no_descriptor", "good",     "failing",         "dup_impl",
+    "bad_name",       "bad_magic",     "abi_old",  "abi_minor",       "abi_major",
 };
 #define N_FIXTURES (sizeof(all_fixtures) / sizeof(all_fixtures[0]))
 
@@ -379,11 +380,8 @@ static fld_resolution *explain_cpu_f32(const char *op)
 /* ------------------------------------------------------------------------ */
 
 static const char *const rejected_impl_ids[] = {
-    "vendor.register_fails",
-    "vendor.register_silent",
-    "vendor.dup_impl",
-    "vendor.vendor_missing",
-    "vendor.null_fn",
+    "vendor.register_fails", "vendor.register_silent", "vendor.dup_impl",
+    "vendor.vendor_missing", "vendor.null_fn",
 };
 
 START_TEST(test_every_fixture)
@@ -805,6 +803,47 @@ START_TEST(test_modules_missing)
 }
 END_TEST
 
+/* A directory of VLLM_FL_PLUGIN_DIR that does not exist: a WARNING naming the variable, a
+ * rejected record (so `list --strict` fails), the other directories still searched; the tool's
+ * list, list --strict and doctor say so. */
+START_TEST(test_plugin_dir_missing)
+{
+    const char *dir = tt_make_tmpdir("disc");
+    tt_install_fixture(NULL, dir, "plugins", "good");
+    char dirs[PATH_MAX + 64];
+    snprintf(dirs, sizeof dirs, "%s:/nonexistent-fld-dir/plugins", dir);
+    use_plugin_dirs(dirs);
+    fld_log_set_callback(capture_log, NULL);
+    init_ok();
+    ck_assert_int_eq(count_log(FLD_LOG_WARNING, "VLLM_FL_PLUGIN_DIR: the directory "
+                                                "'/nonexistent-fld-dir/plugins' does not exist"),
+                     1);
+    const struct plugin_snap *s = snap_plugins();
+    expect_status(find_by_path(s, "/nonexistent-fld-dir/plugins"), "the missing directory",
+                  FLD_PLUGIN_REJECTED, "does not exist");
+    expect_status(find_by_fixture(s, "good"), "fld-good.so", FLD_PLUGIN_LOADED, "");
+    check_silu_and_mul();
+
+    char env[PATH_MAX + 96];
+    snprintf(env, sizeof env, "VLLM_FL_PLUGIN_DIR=%s", dirs);
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(env), ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.err, "WARNING", "VLLM_FL_PLUGIN_DIR", "/nonexistent-fld-dir/plugins",
+                            "does not exist"),
+                  "list: no warning:\n" CLIP, r.err);
+    tt_tool_run_free(&r);
+    tt_tool_run(&r, ENV(env), ARGS("list", "--strict"));
+    assert_status(r, 1);
+    tt_tool_run_free(&r);
+    tt_tool_run(&r, ENV("VLLM_FL_PLUGIN_DIR=/nonexistent-fld-dir/plugins"), ARGS("doctor"));
+    ck_assert_msg(
+        line_with(r.err, "VLLM_FL_PLUGIN_DIR", "/nonexistent-fld-dir/plugins", "does not exist"),
+        "doctor: no warning:\nstdout:\n" CLIP "\nstderr:\n" CLIP, r.out, r.err);
+    tt_tool_run_free(&r);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* fld_load_plugin                                                          */
 /* ------------------------------------------------------------------------ */
@@ -1206,6 +1245,7 @@ static Suite *discovery_suite(void)
     Suite *s = suite_create("discovery");
     TCase *tc = tcase_create("fixtures");
     tcase_add_test(tc, test_every_fixture);
+    tcase_add_test(tc, test_plugin_dir_missing);
     tcase_add_test(tc, test_sorted_load_order);
     tcase_add_test(tc, test_world_writable_file);
     tcase_add_test(tc, test_world_writable_dir);

@@ -8,17 +8,27 @@
  * at exit the table goes to stderr, or JSON to VLLM_FL_STATS_FILE with %p
  * and %r expanded; VLLM_FL_TRACE writes Chrome trace JSON; a bad value is
  * FLD_ECONFIG naming the variable; the new variables are known to the
- * unknown-VLLM_FL_* check; threads count exactly.
+ * unknown-VLLM_FL_* check; threads count exactly. The files are never
+ * written through a link planted at their path (by us or, as root, by
+ * another user), a write that fails leaves the previous file whole, the
+ * table escapes control characters in names, a rank that is no rank is
+ * refused by "%r", and resets and writes of the trace are safe while other
+ * threads record.
  *
  * Each test runs in its own process (CK_FORK); those that look at what
  * happens at exit fork a child of their own and read what it wrote.
  */
 #include <check.h>
+#include <dirent.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,12 +66,12 @@ static void setup(const char *const *fixtures)
 /* silu_and_mul on a [2, 16] float32 tensor. */
 static int call_silu(void)
 {
-    static float x[32], out[16];
+    static _Thread_local float x[32], out[16]; /* threads call it at once */
     static int64_t xs[2] = {2, 16}, os[2] = {2, 8};
-    DLTensor tx = {.data = x, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1},
-                   .shape = xs};
-    DLTensor to = {.data = out, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1},
-                   .shape = os};
+    DLTensor tx = {
+        .data = x, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1}, .shape = xs};
+    DLTensor to = {
+        .data = out, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1}, .shape = os};
     return fld_silu_and_mul(&to, &tx);
 }
 
@@ -375,6 +385,278 @@ START_TEST(threads_count_exactly)
 }
 END_TEST
 
+/* ---- files: never through a planted link, whole or not at all ------------ */
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Plants at link (as uid when uid >= 0: a child process drops to it) a symbolic link to target. */
+static void plant_link(const char *target, const char *link, int uid)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (uid >= 0 && (setgid((gid_t)uid) != 0 || setuid((uid_t)uid) != 0))
+            _exit(3);
+        _exit(symlink(target, link) == 0 ? 0 : 4);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "planting %s: status %d", link,
+                  status);
+}
+
+/*
+ * A process with `variable` naming dir/out.json, where a link to a victim
+ * file was planted (by uid, or by us when uid < 0), runs calls and exits:
+ * the victim is unchanged, the link is still a link, and stderr names the
+ * variable, the path and why.
+ */
+static void planted_link_is_not_followed(const char *variable, const char *dir, int uid)
+{
+    char victim[PATH_MAX], link[PATH_MAX], err[PATH_MAX];
+    snprintf(victim, sizeof victim, "%s/victim.txt", tmp_dir);
+    snprintf(link, sizeof link, "%s/out.json", dir);
+    snprintf(err, sizeof err, "%s/stderr.txt", tmp_dir);
+    write_text(victim, "precious\n");
+    plant_link(victim, link, uid);
+    setenv(variable, link, 1);
+    child_calls_and_exits(2, err);
+    char *text = read_file(victim);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_str_eq(text, "precious\n");
+    free(text);
+    struct stat st;
+    ck_assert_int_eq(lstat(link, &st), 0);
+    ck_assert_msg(S_ISLNK(st.st_mode), "%s was replaced", link);
+    text = read_file(err);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_contains(text, variable);
+    ck_assert_contains(text, link);
+    ck_assert_contains(text, "symbolic link (not followed");
+    free(text);
+    unlink(link);
+    unsetenv(variable);
+}
+
+START_TEST(planted_link_at_stats_file_is_not_followed)
+{
+    setup(NULL);
+    planted_link_is_not_followed("VLLM_FL_STATS_FILE", tmp_dir, -1);
+}
+END_TEST
+
+START_TEST(planted_link_at_trace_is_not_followed)
+{
+    setup(NULL);
+    planted_link_is_not_followed("VLLM_FL_TRACE", tmp_dir, -1);
+}
+END_TEST
+
+/*
+ * As root (CI): another user (nobody, uid 65534) owns the directory the
+ * files go to and plants the links there, aiming at a file of root's.
+ */
+START_TEST(link_planted_by_another_user_is_not_followed)
+{
+    setup(NULL);
+    if (geteuid() != 0) {
+        fprintf(stderr, "test_stats: link_planted_by_another_user_is_not_followed skipped: "
+                        "needs root to act as a second user\n");
+        return;
+    }
+    char shared[PATH_MAX];
+    tt_make_subdir(shared, tmp_dir, "shared", 0755);
+    ck_assert_int_eq(chmod(tmp_dir, 0755), 0);
+    ck_assert_int_eq(chown(shared, 65534, 65534), 0);
+    planted_link_is_not_followed("VLLM_FL_STATS_FILE", shared, 65534);
+    planted_link_is_not_followed("VLLM_FL_TRACE", shared, 65534);
+}
+END_TEST
+
+/* A file of the variable's that cannot be written whole (the file-size limit)
+ * leaves the previous one as it was, and says so. */
+static void failed_write_keeps_previous(const char *variable)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/out.json", tmp_dir);
+    write_text(path, "{\"previous\": true}\n");
+    setenv(variable, path, 1);
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        /* stderr to a pipe: the file-size limit is for the file alone. */
+        close(fds[0]);
+        if (dup2(fds[1], 2) < 0)
+            _exit(3);
+        signal(SIGXFSZ, SIG_IGN);
+        for (int i = 0; i < 3; i++)
+            if (call_silu() != FLD_OK)
+                _exit(2);
+        struct rlimit lim = {.rlim_cur = 16, .rlim_max = 16};
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0)
+            _exit(4);
+        exit(0);
+    }
+    close(fds[1]);
+    char *text = calloc(1, 65536);
+    ck_assert_ptr_nonnull(text);
+    for (size_t len = 0; len + 1 < 65536;) {
+        ssize_t got = read(fds[0], text + len, 65536 - 1 - len);
+        if (got <= 0)
+            break;
+        len += (size_t)got;
+    }
+    close(fds[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_contains(text, variable);
+    ck_assert_contains(text, "the file there is unchanged");
+    free(text);
+    text = read_file(path);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_str_eq(text, "{\"previous\": true}\n");
+    free(text);
+    /* No temporary file is left beside it. */
+    DIR *d = opendir(tmp_dir);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d));)
+        ck_assert_msg(strncmp(e->d_name, ".out.json.", 10) != 0, "left behind: %s", e->d_name);
+    closedir(d);
+    unsetenv(variable);
+}
+
+START_TEST(failed_stats_write_keeps_previous_file)
+{
+    setup(NULL);
+    failed_write_keeps_previous("VLLM_FL_STATS_FILE");
+}
+END_TEST
+
+START_TEST(failed_trace_write_keeps_previous_file)
+{
+    setup(NULL);
+    failed_write_keeps_previous("VLLM_FL_TRACE");
+}
+END_TEST
+
+/* The table on a terminal: names' control characters are escaped, as the JSON file does. */
+START_TEST(table_escapes_control_characters)
+{
+    setup(NULL);
+    ck_assert_int_eq(fld_stats_enable(FLD_STATS_CALLS), FLD_OK);
+    DLDataType f32 = {kDLFloat, 32, 1};
+    ck_assert_int_eq(fld_stats_record("evil\x1b]0;owned\x07op", "vendor.\x1b[2Jx", FLD_DEVICE_CPU,
+                                      f32, FLD_OK, 0, 0),
+                     FLD_OK);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/table.txt", tmp_dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fld_stats_print(f), FLD_OK);
+    fclose(f);
+    char *text = read_file(path);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_contains(text, "evil\\x1b]0;owned\\x07op");
+    ck_assert_contains(text, "vendor.\\x1b[2Jx");
+    ck_assert_msg(!strchr(text, '\x1b') && !strchr(text, '\x07'), "raw control bytes: %s", text);
+    free(text);
+}
+END_TEST
+
+/* "%r" with a rank that does not fit a long is an error naming RANK, not a saturated rank. */
+START_TEST(huge_rank_is_refused)
+{
+    setup(NULL);
+    char pattern[PATH_MAX + 16];
+    snprintf(pattern, sizeof pattern, "%s/stats-%%r.json", tmp_dir);
+    setenv("RANK", "99999999999999999999", 1);
+    setenv("VLLM_FL_STATS_FILE", pattern, 1);
+    ck_assert_int_eq(fld_init(), FLD_ECONFIG);
+    ck_assert_contains(fld_last_error(), "VLLM_FL_STATS_FILE");
+    ck_assert_contains(fld_last_error(), "RANK='99999999999999999999' is not a rank");
+    unsetenv("VLLM_FL_STATS_FILE");
+    int rc = fld_reload();
+    ck_assert_msg(rc == FLD_OK, "%d: %s", rc, fld_last_error());
+    ck_assert_int_eq(fld_stats_write(pattern), FLD_EINVAL);
+    ck_assert_contains(fld_last_error(), "fld_stats_write");
+    ck_assert_contains(fld_last_error(), "is not a rank");
+    /* Without "%r" the rank is not needed. */
+    char plain[PATH_MAX + 16];
+    snprintf(plain, sizeof plain, "%s/stats.json", tmp_dir);
+    ck_assert_int_eq(fld_stats_write(plain), FLD_OK);
+    char *text = read_file(plain);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_contains(text, "\"rank\": null");
+    free(text);
+}
+END_TEST
+
+/* ---- the trace under threads: recording, resets and writes together ------- */
+
+#define TRACE_THREADS 3
+#define TRACE_ROUNDS  400
+
+static _Atomic int trace_stop;
+
+static void *trace_calls(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&trace_stop))
+        if (call_silu() != FLD_OK)
+            return (void *)1;
+    return NULL;
+}
+
+/*
+ * fld_stats_reset() and fld_trace_write() are MT safe while other threads
+ * record: no event is freed under a writer, no slot filled twice (run under
+ * ThreadSanitizer: `make check SANITIZE=thread TESTS=test_stats`). Every
+ * file written is whole JSON.
+ */
+START_TEST(trace_resets_and_writes_race_with_calls)
+{
+    setup(NULL);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/trace.json", tmp_dir);
+    setenv("VLLM_FL_TRACE", path, 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    atomic_store(&trace_stop, 0);
+    pthread_t t[TRACE_THREADS];
+    for (int i = 0; i < TRACE_THREADS; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, trace_calls, NULL), 0);
+    for (int round = 0; round < TRACE_ROUNDS; round++) {
+        if (round % 4 == 0) {
+            ck_assert_int_eq(fld_trace_write(path), FLD_OK);
+            char *text = read_file(path);
+            ck_assert_ptr_nonnull(text);
+            ck_assert_contains(text, "\"otherData\": {\"events\": ");
+            free(text);
+        }
+        fld_stats_reset();
+        /* A decision event too: the chain is traced on the next (re)resolution. */
+        if (round % 16 == 0)
+            ck_assert_int_eq(fld_reload(), FLD_OK);
+    }
+    atomic_store(&trace_stop, 1);
+    for (int i = 0; i < TRACE_THREADS; i++) {
+        void *rc;
+        pthread_join(t[i], &rc);
+        ck_assert_ptr_null(rc);
+    }
+    unsetenv("VLLM_FL_TRACE");
+}
+END_TEST
+
 static Suite *stats_suite(void)
 {
     Suite *s = suite_create("stats");
@@ -392,6 +674,14 @@ static Suite *stats_suite(void)
     tcase_add_test(tc, trace_as_chrome_json);
     tcase_add_test(tc, record_from_outside);
     tcase_add_test(tc, threads_count_exactly);
+    tcase_add_test(tc, planted_link_at_stats_file_is_not_followed);
+    tcase_add_test(tc, planted_link_at_trace_is_not_followed);
+    tcase_add_test(tc, link_planted_by_another_user_is_not_followed);
+    tcase_add_test(tc, failed_stats_write_keeps_previous_file);
+    tcase_add_test(tc, failed_trace_write_keeps_previous_file);
+    tcase_add_test(tc, table_escapes_control_characters);
+    tcase_add_test(tc, huge_rank_is_refused);
+    tcase_add_test(tc, trace_resets_and_writes_race_with_calls);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -293,15 +293,15 @@ static const char *act_case(int i, struct act_fx *f, const char **e)
         return "odd last dim";
     case 21:
         f->out.shape[1] = 7;
-        e[0] = "'out' has shape [4, 7] but 'x' has [4, 16]";
+        e[0] = "'out' has shape [4, 7] but 'x' has [4, 16]", e[1] = "expected out [4, 8]";
         return "out width";
     case 22:
         f->out.shape[0] = 5;
-        e[0] = "'out' has shape [5, 8] but 'x' has [4, 16]";
+        e[0] = "'out' has shape [5, 8] but 'x' has [4, 16]", e[1] = "expected out [4, 8]";
         return "leading shape";
     case 23:
         td_set(&f->out, na(1), FLD_DTYPE_F32, 3, (int64_t[]){4, 1, 8}, NULL);
-        e[0] = "'out' has shape [4, 1, 8]";
+        e[0] = "'out' has shape [4, 1, 8]", e[1] = "expected out [4, 8]";
         return "rank mismatch";
     case 24:
         f->x.shape[0] = (int64_t)1 << 40;

@@ -393,40 +393,24 @@ static void write_manifest(FILE *f, const struct entry_list *l, uint32_t want_de
     }
 }
 
-/* Writes path through a temporary file in the same directory, renamed over it. */
+/* Writes path whole or not at all (fld__atomic_file_open(): a temporary file beside it, renamed
+ * over it; a link planted at path is refused, not followed). */
 static int write_file(const char *path, const struct entry_list *l, uint32_t want_devices,
                       const struct device_note notes[])
 {
-    size_t len = strlen(path) + 32;
-    char *tmp = malloc(len);
-    if (!tmp) {
-        fprintf(stderr, "fldispatch freeze: out of memory\n");
-        return CLI_EXIT_CHECK_FAILED;
+    fld_atomic_file af;
+    int err = fld__atomic_file_open(&af, path, 0644);
+    if (!err) {
+        write_manifest(af.f, l, want_devices, notes);
+        err = fld__atomic_file_commit(&af);
     }
-    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        fprintf(stderr, "fldispatch freeze: cannot write '%s': %s\n", path, strerror(errno));
-        free(tmp);
-        return CLI_EXIT_USAGE;
-    }
-    write_manifest(f, l, want_devices, notes);
-    int err = 0;
-    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0)
-        err = errno ? errno : EIO;
-    if (fclose(f) != 0 && !err)
-        err = errno;
-    if (!err && rename(tmp, path) != 0)
-        err = errno;
     if (err) {
-        fprintf(stderr, "fldispatch freeze: cannot write '%s': %s\n", path, strerror(err));
-        unlink(tmp);
-        free(tmp);
+        fprintf(stderr, "fldispatch freeze: cannot write '%s': %s\n", cli_text(path),
+                fld__atomic_file_strerror(err));
         return CLI_EXIT_USAGE;
     }
-    free(tmp);
     fprintf(stderr, "fldispatch freeze: %zu entr%s written to %s\n", l->n, l->n == 1 ? "y" : "ies",
-            path);
+            cli_text(path));
     return CLI_EXIT_OK;
 }
 

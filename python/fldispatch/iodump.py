@@ -18,7 +18,8 @@ while the dump is enabled. Nothing is installed while it is off: the ops are
 the plain C functions, and the only cost is a module-level flag read by the
 compatibility layer's call path.
 
-The layout is vllm-plugin-FL's:
+The layout is vllm-plugin-FL's (rank_0000 stands for a process of rank 0; a
+process without a rank writes pid_NNNN instead, see below):
 
     DIR/rank_0000/summary.json                  {"rank", "flaggems_ops", "non_flaggems_ops"}
     DIR/rank_0000/step_0005/rms_norm/input.json  one JSON line per call: {"call_N": meta}
@@ -34,10 +35,21 @@ catalog ops write into their arguments and return nothing, so their output
 records hold the written arguments (out, residual, query, key) under their
 arg_N names.
 
-Each process writes under its own rank: torch.distributed's rank when a
-process group is up, else RANK, else LOCAL_RANK, else 0; vLLM's workers
-inherit the configuration through the environment (enable_io_dump() exports
-it, as upstream does). Steps advance only when the program says so
+Each process writes in a directory of its own: rank_NNNN for its rank
+(torch.distributed's when a process group is up, else RANK, else
+LOCAL_RANK), or pid_NNNN (its process id) when it has none, so that two
+processes without a rank never interleave or overwrite each other's files;
+meta's and summary.json's "rank" is then null. vLLM's workers inherit the
+configuration through the environment (enable_io_dump() exports it, as
+upstream does).
+
+The dump directory is created with mode 0700; one that exists must be a
+directory (not a symbolic link) owned by this process's user and not
+writable by its group or others, else enable_io_dump() raises ValueError
+naming VLLM_FL_IO_DUMP (or the argument) and the path. Everything under it
+is private to the user (directories 0700, files 0600); .pt files and
+summary.json are written to a temporary file renamed over the target, and
+JSON lines are appended without following links. Steps advance only when the program says so
 (io_dump_step() / advance_io_step()).
 
 Variables: VLLM_FL_IO_DUMP (a directory, "1" for ./io_dump, "0" off),
@@ -54,6 +66,8 @@ import atexit
 import json
 import logging
 import os
+import stat
+import tempfile
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
@@ -115,6 +129,20 @@ def get_rank() -> int:
             _rank = int(value)
             return _rank
     return 0  # not cached: a process group may come up later
+
+
+def rank_known() -> bool:
+    """Whether this process has a rank (torch.distributed's, RANK or LOCAL_RANK)."""
+    get_rank()
+    return _rank is not None
+
+
+def _process_dir() -> str:
+    """This process's own directory under the dump directory: rank_NNNN when it has a rank,
+    else pid_NNNN, so that processes without a rank never write into each other's files."""
+    if rank_known():
+        return os.path.join(_dump_dir, f"rank_{get_rank():04d}")
+    return os.path.join(_dump_dir, f"pid_{os.getpid()}")
 
 
 def reset_rank() -> None:
@@ -420,8 +448,70 @@ def _safe_component(name: str) -> str:
 
 
 def _op_dir(op_name: str) -> str:
-    return os.path.join(_dump_dir, f"rank_{get_rank():04d}", f"step_{_step_counter:04d}",
-                        _safe_component(op_name))
+    return os.path.join(_process_dir(), f"step_{_step_counter:04d}", _safe_component(op_name))
+
+
+# ---- files: in a private directory, never through a planted link -----------
+_OPEN_FLAGS = os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _check_dump_root(directory: str, source: str) -> None:
+    """Create the dump directory (0700) or check the one there: a directory of our own that no
+    one else can write into. Raises ValueError naming source (the variable or argument)."""
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+        os.mkdir(directory, 0o700)
+    st = os.lstat(directory)
+    if stat.S_ISLNK(st.st_mode):
+        raise ValueError(f"{source}: '{directory}' is a symbolic link; name the directory "
+                         "itself (a link there could be pointed elsewhere by its owner)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{source}: '{directory}' is not a directory")
+    if st.st_uid != os.geteuid():
+        raise ValueError(f"{source}: '{directory}' is owned by uid {st.st_uid}, not by this "
+                         f"process's user (uid {os.geteuid()}); use a directory of your own")
+    if st.st_mode & 0o022:
+        raise ValueError(f"{source}: '{directory}' is writable by "
+                         f"{'others' if st.st_mode & 0o002 else 'its group'} (mode "
+                         f"{stat.S_IMODE(st.st_mode):04o}); use a directory only you can write "
+                         "(chmod go-w)")
+
+
+def _makedirs(directory: str) -> None:
+    """The directories under the (checked) dump directory, each created 0700 (os.makedirs gives
+    its mode to the last one only)."""
+    if os.path.isdir(directory):
+        return
+    parent = os.path.dirname(directory)
+    if parent and parent != directory:
+        _makedirs(parent)
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+
+
+def _write_replacing(path: str, write: Callable[[Any], None], binary: bool) -> None:
+    """Writes path whole: a temporary file created exclusively beside it (never a planted
+    link), flushed and fsynced, renamed over it. write(f) fills the open file."""
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory or ".")
+    try:
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _record_summary(op_name: str, impl_id: Optional[str]) -> None:
@@ -435,8 +525,10 @@ def _record_summary(op_name: str, impl_id: Optional[str]) -> None:
 
 def _append_line(path: str, key: str, meta: Dict[str, Any]) -> None:
     line = json.dumps({key: meta}, ensure_ascii=False) + "\n"
-    with _lock, open(path, "a", encoding="utf-8") as f:
-        f.write(line)
+    with _lock:
+        fd = os.open(path, _OPEN_FLAGS | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(line)
 
 
 def _meta(op_name: str, call_num: int, order: int, module_tag: str, op_tag: str,
@@ -448,14 +540,15 @@ def _meta(op_name: str, call_num: int, order: int, module_tag: str, op_tag: str,
         except Exception as e:  # a tensor torch cannot reduce (meta device, ...)
             tensors[key] = {"error": str(e)}
     return {"op_name": op_name, "exec_order": order, "call_num": call_num, "step": _step_counter,
-            "rank": get_rank(), "module_tag": module_tag, "op_tag": op_tag,
+            "rank": get_rank() if rank_known() else None, "module_tag": module_tag,
+            "op_tag": op_tag,
             "impl_id": impl_id, "tensors": tensors}
 
 
 def _save_pt(path: str, data: Dict[str, Any]) -> None:
     import torch
 
-    torch.save(data, path)
+    _write_replacing(path, lambda f: torch.save(data, f), binary=True)
 
 
 def dump_before(op_name: str, args: tuple, kwargs: dict, exec_order: Optional[int] = None,
@@ -477,7 +570,7 @@ def dump_before(op_name: str, args: tuple, kwargs: dict, exec_order: Optional[in
         tag = module_tag if module_tag is not None else (get_current_module() or "")
         otag = op_tag or ""
         directory = _op_dir(op_name)
-        os.makedirs(directory, exist_ok=True)
+        _makedirs(directory)
         _record_summary(op_name, impl_id)
         stack = getattr(_pairing, "stack", None)
         if stack is None:
@@ -490,7 +583,8 @@ def dump_before(op_name: str, args: tuple, kwargs: dict, exec_order: Optional[in
             _save_pt(os.path.join(directory, f"call_{call_num}_input.pt"),
                      _build_data(args, kwargs))
     except Exception as e:
-        logger.warning("IO dump: recording the inputs of '%s' failed: %s", op_name, e)
+        logger.warning("IO dump (VLLM_FL_IO_DUMP=%s): recording the inputs of '%s' failed: %s",
+                       _dump_dir, op_name, e)
 
 
 def _pop_pairing(op_name: str):
@@ -514,7 +608,8 @@ def dump_after(op_name: str, args: tuple, result: Any, impl_id: Optional[str] = 
             _save_pt(os.path.join(directory, f"call_{call_num}_output.pt"),
                      _build_data((result,), {}, is_output=True))
     except Exception as e:
-        logger.warning("IO dump: recording the outputs of '%s' failed: %s", op_name, e)
+        logger.warning("IO dump (VLLM_FL_IO_DUMP=%s): recording the outputs of '%s' failed: %s",
+                       _dump_dir, op_name, e)
 
 
 def dump_written(op_name: str, args: tuple, written: Tuple[int, ...],
@@ -535,7 +630,8 @@ def dump_written(op_name: str, args: tuple, written: Tuple[int, ...],
             _save_pt(os.path.join(directory, f"call_{call_num}_output.pt"),
                      {key: _serialize_value(t) for key, t in refs.items()})
     except Exception as e:
-        logger.warning("IO dump: recording the outputs of '%s' failed: %s", op_name, e)
+        logger.warning("IO dump (VLLM_FL_IO_DUMP=%s): recording the outputs of '%s' failed: %s",
+                       _dump_dir, op_name, e)
 
 
 def dump_cleanup(op_name: str) -> None:
@@ -558,18 +654,17 @@ def _write_summary() -> None:
             is_flagos = any(i.startswith("default.") for i in ids) or \
                 "FlagGems" in entry.get("dispatch_keys", "")
             (flagos if is_flagos else other).append(op)
-        directory = os.path.join(_dump_dir, f"rank_{get_rank():04d}")
-        summary = {"rank": get_rank(), "flaggems_ops": flagos, "non_flaggems_ops": other,
+        directory = _process_dir()
+        summary = {"rank": get_rank() if rank_known() else None, "pid": os.getpid(),
+                   "flaggems_ops": flagos, "non_flaggems_ops": other,
                    "calls": {op: _op_summary[op].get("call_count", 0)
                              for op in sorted(_op_summary)},
                    "impl_ids": {op: sorted(_op_summary[op].get("impl_ids", ()))
                                 for op in sorted(_op_summary)}}
     try:
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, "summary.json")
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
-        os.replace(path + ".tmp", path)
+        _makedirs(directory)
+        _write_replacing(os.path.join(directory, "summary.json"),
+                         lambda f: json.dump(summary, f, indent=2), binary=False)
     except OSError as e:
         logger.warning("IO dump: cannot write %s/summary.json: %s", directory, e)
 
@@ -662,7 +757,11 @@ def enable_io_dump(dump_dir=_UNSET, ops=_UNSET, modules=_UNSET, layers=_UNSET,
     if not isinstance(count, int) or count < 0:
         raise ValueError(f"enable_io_dump(max_calls={count!r}): expected a count >= 0")
     ops_set, modules_set = cfg.get("ops"), cfg.get("modules")
-    os.makedirs(directory, exist_ok=True)
+    source = "enable_io_dump(dump_dir=...)" if dump_dir is not _UNSET else "VLLM_FL_IO_DUMP"
+    try:
+        _check_dump_root(directory, source)
+    except OSError as e:
+        raise ValueError(f"{source}: cannot create '{directory}': {e.strerror or e}") from e
     with _lock:
         _dump_dir = directory
         _match_all = ops_set is None and modules_set is None

@@ -14,7 +14,9 @@ import fldispatch.iodump as iodump
 
 
 @pytest.fixture(autouse=True)
-def clean():
+def clean(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
     iodump.disable_io_dump()
     iodump.reset_step()
     iodump.reset_rank()
@@ -32,8 +34,15 @@ def read_lines(path):
     return merged
 
 
-def op_dir(root, op, step=0, rank=0):
-    return os.path.join(root, f"rank_{rank:04d}", f"step_{step:04d}", op)
+def process_dir(root, rank=None, pid=None):
+    """rank_NNNN for a process with a rank, else pid_NNNN (this process's by default)."""
+    if rank is not None:
+        return os.path.join(root, f"rank_{rank:04d}")
+    return os.path.join(root, f"pid_{pid or os.getpid()}")
+
+
+def op_dir(root, op, step=0, rank=None, pid=None):
+    return os.path.join(process_dir(root, rank, pid), f"step_{step:04d}", op)
 
 
 def test_off_installs_nothing():
@@ -57,7 +66,7 @@ def test_catalog_call_layout(tmp_path):
     outputs = read_lines(os.path.join(d, "output.json"))
     assert sorted(inputs) == ["call_1", "call_2"] == sorted(outputs)
     meta = inputs["call_1"]
-    assert meta["op_name"] == "silu_and_mul" and meta["step"] == 0 and meta["rank"] == 0
+    assert meta["op_name"] == "silu_and_mul" and meta["step"] == 0 and meta["rank"] is None
     assert meta["impl_id"] == fldispatch.resolve("silu_and_mul")
     assert meta["tensors"]["arg_1"]["shape"] == [4, 16]
     assert meta["tensors"]["arg_1"]["max"] == pytest.approx(x.max().item())
@@ -74,8 +83,8 @@ def test_summary_only_by_default(tmp_path):
     fldispatch.rms_norm(torch.empty(2, 8), torch.randn(2, 8), torch.ones(8))
     assert not os.path.exists(op_dir(tmp_path, "rms_norm"))
     iodump.disable_io_dump()
-    summary = json.load(open(tmp_path / "rank_0000" / "summary.json"))
-    assert summary["rank"] == 0
+    summary = json.load(open(os.path.join(process_dir(tmp_path), "summary.json")))
+    assert summary["rank"] is None and summary["pid"] == os.getpid()
     assert "rms_norm" in summary["non_flaggems_ops"] + summary["flaggems_ops"]
     assert summary["calls"]["rms_norm"] == 1
 
@@ -180,5 +189,153 @@ def test_python_ops_by_name_and_through_compat(tmp_path):
     for op in ("iodump_scale", "iodump_twice"):
         out = read_lines(os.path.join(op_dir(tmp_path, op), "output.json"))
         assert out["call_1"]["tensors"]["result"]["max"] == 2.0
-    assert not [d for d in os.listdir(tmp_path / "rank_0000" / "step_0000")
+    assert not [d for d in os.listdir(os.path.join(process_dir(tmp_path), "step_0000"))
                 if d.startswith("compat")]
+
+
+# ---- one place per process, never through a planted link -------------------------
+WORKER = """
+import os, sys, torch, fldispatch, fldispatch.iodump as iodump
+sys.stdin.readline()  # start together
+x = torch.full((2, 8), float(os.getpid() % 1000))
+for i in range(50):
+    fldispatch.silu_and_mul(torch.empty(2, 4), x)
+iodump.disable_io_dump()
+print(os.getpid())
+"""
+
+
+def test_two_processes_without_a_rank_keep_their_own_files(tmp_path):
+    """Two processes with no rank dump into one directory at once: each gets a place of its own
+    (pid_NNNN), with its 50 calls, its own .pt files and its own summary."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    env.update(VLLM_FL_IO_DUMP=str(tmp_path), VLLM_FL_IO_DUMP_WITH_METAS="1",
+               VLLM_FL_IO_DUMP_WITH_VALUES="1", VLLM_FL_IO_DUMP_OPS="silu_and_mul")
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    pids = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        pids.append(int(out.split()[-1]))
+    assert not os.path.exists(tmp_path / "rank_0000")
+    for pid in pids:
+        d = op_dir(tmp_path, "silu_and_mul", pid=pid)
+        with open(os.path.join(d, "input.json"), encoding="utf-8") as f:
+            lines = [json.loads(line) for line in f]
+        assert len(lines) == 50
+        assert sorted(k for line in lines for k in line) == sorted(f"call_{i}"
+                                                                   for i in range(1, 51))
+        assert {line[k]["rank"] for line in lines for k in line} == {None}
+        for i in (1, 50):
+            data = torch.load(os.path.join(d, f"call_{i}_input.pt"))
+            assert float(data["arg_1"].flatten()[0]) == float(pid % 1000)
+        summary = json.load(open(os.path.join(process_dir(tmp_path, pid=pid), "summary.json")))
+        assert summary["pid"] == pid and summary["rank"] is None
+        assert summary["calls"] == {"silu_and_mul": 50}
+
+
+def plant_links(directory, victim, uid=None):
+    """Symbolic links to victim at the files a first silu_and_mul call writes under directory
+    (this process's place), planted by uid (a forked child that drops to it) or by us."""
+    d = op_dir(directory, "silu_and_mul")
+    names = ("input.json", "output.json", "call_1_input.pt", "call_1_output.pt")
+    pid = os.fork()
+    if pid == 0:  # only system calls here, then _exit
+        code = 1
+        try:
+            if uid is not None:
+                os.setgid(uid)
+                os.setuid(uid)
+            os.makedirs(d, exist_ok=True)
+            for name in names:
+                os.symlink(victim, os.path.join(d, name))
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"planting in {d}: {status}"
+    return d
+
+
+def test_planted_links_are_not_followed(tmp_path, caplog):
+    """Links planted in the dump at the files it writes: the file they point to is unchanged
+    (no append, no overwrite), with a warning naming the variable and the path."""
+    root = tmp_path / "dump"
+    os.mkdir(root, 0o700)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    d = plant_links(root, victim)
+    with caplog.at_level("WARNING", logger="vllm_fl.dispatch.io_dump"):
+        iodump.enable_io_dump(str(root), with_metas=True, with_values=True)
+        fldispatch.silu_and_mul(torch.empty(2, 4), torch.randn(2, 8))
+        iodump.disable_io_dump()
+    assert victim.read_text() == "precious\n"
+    assert os.path.islink(os.path.join(d, "input.json"))
+    text = caplog.text
+    assert "VLLM_FL_IO_DUMP" in text and os.path.join(d, "input.json") in text, text
+
+
+def test_new_dump_directory_is_private(tmp_path):
+    root = tmp_path / "fresh"
+    iodump.enable_io_dump(str(root), with_metas=True)
+    fldispatch.silu_and_mul(torch.empty(2, 4), torch.randn(2, 8))
+    iodump.disable_io_dump()
+    assert os.stat(root).st_mode & 0o777 == 0o700
+    assert os.stat(process_dir(root)).st_mode & 0o077 == 0
+    assert os.stat(os.path.join(op_dir(root, "silu_and_mul"), "input.json")).st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("how", ["writable by others", "a symbolic link"])
+def test_unsafe_dump_directory_is_refused(tmp_path, monkeypatch, how):
+    root = tmp_path / "shared"
+    os.mkdir(root)
+    if how == "writable by others":
+        os.chmod(root, 0o777)
+        where = root
+    else:
+        where = tmp_path / "link"
+        os.symlink(root, where)
+    monkeypatch.setenv("VLLM_FL_IO_DUMP", str(where))
+    with pytest.raises(ValueError, match=f"VLLM_FL_IO_DUMP: '{where}' is {how}"):
+        iodump.init_io_dump_from_env(True)
+    assert not iodump.is_dump_enabled()
+    assert os.listdir(root) == []
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+def test_directory_of_another_user_is_refused(monkeypatch):
+    """As root: another user made the dump directory (the documented example's, in a shared
+    temporary directory) and planted links in it; nothing is written there."""
+    import pathlib
+    import shutil
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="fld-iodump-")  # pytest's own is closed to other users
+    try:
+        os.chmod(base, 0o755)
+        refused_in_a_directory_of_another_user(pathlib.Path(base), monkeypatch)
+    finally:
+        shutil.rmtree(base)
+
+
+def refused_in_a_directory_of_another_user(tmp_path, monkeypatch):
+    root = tmp_path / "dump"
+    os.mkdir(root, 0o755)
+    os.chown(root, NOBODY, NOBODY)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    plant_links(root, victim, uid=NOBODY)
+    monkeypatch.setenv("VLLM_FL_IO_DUMP", str(root))
+    monkeypatch.setenv("VLLM_FL_IO_DUMP_WITH_METAS", "1")
+    with pytest.raises(ValueError, match=f"VLLM_FL_IO_DUMP: '{root}' is owned by uid {NOBODY}"):
+        iodump.init_io_dump_from_env(True)
+    fldispatch.silu_and_mul(torch.empty(2, 4), torch.randn(2, 8))
+    assert victim.read_text() == "precious\n"

@@ -19,7 +19,7 @@ FUZZ_SANITIZE ?= address,undefined
 FUZZ_TIME     ?= 600
 FUZZ_OUT      := $(B)/fuzz
 FUZZ_OBJ      := $(FUZZ_OUT)/obj
-FUZZ_TARGETS  := yaml env opconfig tensors tensors_cpu
+FUZZ_TARGETS  := yaml env opconfig signature tensors tensors_cpu
 FUZZ_BINS     := $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
 FUZZ_CORPUS_tensors_cpu := tensors
 # The cpu plugin's variants, best first (plugins/cpu/isa.c), for fuzz-smoke.

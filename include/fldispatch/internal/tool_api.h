@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 #include <fldispatch/fldispatch.h>
@@ -239,6 +240,31 @@ FLD_TOOL_API const struct fld_tool_policy_field *fld__policy_field_row(unsigned 
  * values through it too.
  */
 FLD_TOOL_API char *fld__escape(char *dst, size_t size, const char *src);
+
+/*
+ * A file written whole or not at all (core/atomic_file.c). open creates a
+ * temporary file beside path (same directory; O_CREAT | O_EXCL with a
+ * random name, so no planted link is followed, mode `mode`), its stream in
+ * af->f. commit flushes it, fsyncs it and renames it over path: a reader
+ * sees the old file or the new one, never a part, and a failed write (full
+ * disk, file-size limit) removes the temporary file and leaves the old file
+ * as it was. open refuses a path that is a symbolic link (ELOOP: the
+ * link is not followed nor replaced), a directory (EISDIR) or anything
+ * else that is not a regular file, a character device or a pipe (EINVAL).
+ * A character device or a pipe that exists (/dev/null) is written in place,
+ * never replaced. Each returns 0 or an errno value; commit frees af's
+ * members either way. fld__atomic_file_strerror() words such a value for
+ * a message.
+ * MT safe for distinct af; needs no fld_init().
+ */
+typedef struct fld_atomic_file {
+    FILE *f;
+    char *path; /* the target */
+    char *tmp;  /* the temporary file; NULL for a device or a pipe written in place */
+} fld_atomic_file;
+FLD_TOOL_API int fld__atomic_file_open(fld_atomic_file *af, const char *path, mode_t mode);
+FLD_TOOL_API int fld__atomic_file_commit(fld_atomic_file *af);
+FLD_TOOL_API const char *fld__atomic_file_strerror(int err);
 
 /*
  * fld_explain() for a call of `rows` rows: where the effective policy's
