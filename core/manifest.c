@@ -591,7 +591,7 @@ static bool entry_usable(const struct fld_manifest_entry *e, char *why, size_t s
     struct fld_op_s *op = fld__op_find(e->op);
     struct fld_impl_rec *impl = NULL;
     for (size_t i = 0; op && i < op->n_impls && !impl; i++)
-        if (strcmp(op->impls[i]->impl_id, e->impl_id) == 0)
+        if (fld__impl_named(op->impls[i], e->impl_id))
             impl = op->impls[i];
     if (!impl) {
         char hint[160];
