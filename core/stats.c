@@ -427,8 +427,8 @@ int fld_stats_print(FILE *f)
                 "dtype", "calls", "fallbacks", "failures", "total_ms", "avg_ns");
     for (size_t i = 0; i < n; i++) {
         double ms = (double)e[i].total_ns / 1e6;
-        fprintf(f, "%-22s %-24s %-6s %-5s %12llu %9llu %8llu %12.3f %9.0f\n", e[i].op,
-                e[i].impl_id, e[i].device, e[i].dtype, (unsigned long long)e[i].calls,
+        fprintf(f, "%-22s %-24s %-6s %-5s %12llu %9llu %8llu %12.3f %9.0f\n", e[i].op, e[i].impl_id,
+                e[i].device, e[i].dtype, (unsigned long long)e[i].calls,
                 (unsigned long long)e[i].fallbacks, (unsigned long long)e[i].failures, ms,
                 e[i].calls ? (double)e[i].total_ns / (double)e[i].calls : 0.0);
     }
@@ -558,7 +558,7 @@ int fld_stats_record(const char *op, const char *impl_id, int device_type, DLDat
         return fld__fail(FLD_EINVAL, "fld_stats_record: unknown device type %d (valid: %s)",
                          device_type, fld__device_text(FLD_DEVICE_TEXT_CODES));
     int dt = dtype.code == 0 && dtype.bits == 0 && dtype.lanes == 0 ? FLD_DT_ANY
-                                                                     : fld_dtype_index(dtype);
+                                                                    : fld_dtype_index(dtype);
     if (dt < 0)
         return fld__fail(FLD_EINVAL,
                          "fld_stats_record: unsupported dtype (code %d, bits %d, lanes %d; valid: "
