@@ -169,9 +169,8 @@ __attribute__((noinline)) static int call_observed(const struct fld_op_s *op,
                                                    struct fld_impl_rec *r, unsigned slot, int dev,
                                                    int dt, const void *args, unsigned flags,
                                                    struct observed *ob);
-__attribute__((noinline, cold)) static void trace_chain_built(const struct fld_op_s *op,
-                                                              unsigned slot,
-                                                              const struct fld_chain *c);
+__attribute__((noinline, cold)) static void
+trace_chain_built(const struct fld_op_s *op, unsigned slot, const struct fld_chain *c);
 
 /* Explain, failures, shutdown. */
 static int explain(const char *name, int device_type, DLDataType dtype, fld_resolution **out);
@@ -423,7 +422,8 @@ bucket_slot(const struct fld_op_s *op, unsigned key, const void *args, uint32_t 
     const int64_t rows =
         keep == FLD_ROWS_NONE
             ? 0
-            : fld__rows_at(args, atomic_load_explicit(&ob->rows_source.offset, memory_order_relaxed),
+            : fld__rows_at(args,
+                           atomic_load_explicit(&ob->rows_source.offset, memory_order_relaxed),
                            (int)keep);
     const struct fld_row_split *s = &ob->split[key];
     if ((uint64_t)rows < FLD_SMALL_ROWS)
@@ -725,7 +725,10 @@ int fld_host_first(fld_op handle, int device_type, DLDataType dtype, fld_host_ke
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (!op || !fn || !ctx || !stamp)
         return fld__fail(FLD_EINVAL, "fld_host_first: argument '%s' is NULL",
-                         !op ? "op" : !fn ? "fn" : !ctx ? "ctx" : "stamp");
+                         !op    ? "op"
+                         : !fn  ? "fn"
+                         : !ctx ? "ctx"
+                                : "stamp");
     *fn = NULL;
     *ctx = NULL;
     *stamp = 0;
@@ -779,8 +782,8 @@ uint64_t fld_host_stamp(void)
     return atomic_load_explicit(&fld__generation, memory_order_acquire);
 }
 
-int fld_host_first_failed(fld_op handle, int device_type, DLDataType dtype,
-                          const void *host_args, void *ctx, int status)
+int fld_host_first_failed(fld_op handle, int device_type, DLDataType dtype, const void *host_args,
+                          void *ctx, int status)
 {
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (!op || !host_args)
@@ -875,7 +878,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
             mark_failed(op, slot, c, start - 1);
             fld__error_copy(last_msg, sizeof last_msg);
             fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s%s%s",
-                     r->impl_id, op->name, fld__device_label(dev), fld__dtype_label(dt),
+                     fld__impl_name(r), op->name, fld__device_label(dev), fld__dtype_label(dt),
                      fld_strerror(first_rc), last_msg[0] ? ": " : "", last_msg);
             last_rc = first_rc;
             last_failed = r;
@@ -902,8 +905,8 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
             return FLD_OK;
         }
         if (rc == FLD_EUNSUPPORTED) {
-            fld__log(FLD_LOG_DEBUG, "Implementation '%s' declined op '%s' (%s, %s)", r->impl_id,
-                     op->name, fld__device_label(dev), fld__dtype_label(dt));
+            fld__log(FLD_LOG_DEBUG, "Implementation '%s' declined op '%s' (%s, %s)",
+                     fld__impl_name(r), op->name, fld__device_label(dev), fld__dtype_label(dt));
             if (fld_last_error()[0]) {
                 fld__error_copy(decline_msg, sizeof decline_msg);
                 last_decliner = r;
@@ -918,7 +921,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
             ob.failed = ob.last;
         fld__error_copy(last_msg, sizeof last_msg);
         fld__log(FLD_LOG_WARNING, "Implementation '%s' failed for op '%s' (%s, %s): %s%s%s",
-                 r->impl_id, op->name, fld__device_label(dev), fld__dtype_label(dt),
+                 fld__impl_name(r), op->name, fld__device_label(dev), fld__dtype_label(dt),
                  fld_strerror(rc), last_msg[0] ? ": " : "", last_msg);
         last_rc = rc;
         last_failed = r;
@@ -929,8 +932,8 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
                          "all %u implementation(s) of op '%s' (%s, %s) that ran failed; last error "
                          "from '%s': %s%s%s",
                          tried, op->name, fld__device_label(dev), fld__dtype_label(dt),
-                         last_failed->impl_id, fld_strerror(last_rc), last_msg[0] ? ": " : "",
-                         last_msg);
+                         fld__impl_name(last_failed), fld_strerror(last_rc),
+                         last_msg[0] ? ": " : "", last_msg);
     if (skipped_failed)
         return fld__fail(FLD_EIMPL,
                          "every implementation of op '%s' (%s, %s) that accepts these arguments "
@@ -941,7 +944,7 @@ static int run_chain(struct fld_op_s *op, unsigned slot, struct fld_chain *c, co
                      "no implementation of op '%s' (%s, %s) accepts these arguments (%u "
                      "candidate(s) declined)%s%s%s%s",
                      op->name, fld__device_label(dev), fld__dtype_label(dt), c->n,
-                     last_decliner ? "; '" : "", last_decliner ? last_decliner->impl_id : "",
+                     last_decliner ? "; '" : "", last_decliner ? fld__impl_name(last_decliner) : "",
                      last_decliner ? "' said: " : "", last_decliner ? decline_msg : "");
 }
 
@@ -975,16 +978,15 @@ __attribute__((noinline)) static int call_observed(const struct fld_op_s *op,
 }
 
 /* The trace's record of a chain just built (its candidates, in order). */
-__attribute__((noinline, cold)) static void trace_chain_built(const struct fld_op_s *op,
-                                                              unsigned slot,
-                                                              const struct fld_chain *c)
+__attribute__((noinline, cold)) static void
+trace_chain_built(const struct fld_op_s *op, unsigned slot, const struct fld_chain *c)
 {
     int dev, dt;
     slot_key(slot, &dev, &dt);
     const char *ids[64];
     size_t n = c->n < 64 ? c->n : 64;
     for (size_t i = 0; i < n; i++)
-        ids[i] = c->impls[i]->impl_id;
+        ids[i] = fld__impl_name(c->impls[i]);
     fld__trace_chain(op->name, dev, dt, ids, n);
 }
 
@@ -1002,13 +1004,14 @@ static void note_served(struct fld_op_s *op, unsigned slot, struct fld_chain *c,
         describe_impl(r, what, sizeof what);
         if (i > 0 && atomic_load(&c->failed))
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) fallback to '%s' (%s)", op->name,
-                     fld__device_label(dev), fld__dtype_label(dt), r->impl_id, what);
+                     fld__device_label(dev), fld__dtype_label(dt), fld__impl_name(r), what);
         else if (!prev)
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) using '%s' (%s)", op->name,
-                     fld__device_label(dev), fld__dtype_label(dt), r->impl_id, what);
+                     fld__device_label(dev), fld__dtype_label(dt), fld__impl_name(r), what);
         else if (prev != r)
             fld__log(FLD_LOG_INFO, "Op '%s' (%s, %s) switched from '%s' to '%s' (%s)", op->name,
-                     fld__device_label(dev), fld__dtype_label(dt), prev->impl_id, r->impl_id, what);
+                     fld__device_label(dev), fld__dtype_label(dt), fld__impl_name(prev),
+                     fld__impl_name(r), what);
     }
     if (i == 0 && c->global && !c->buckets && c->impls[0]->fn && !c->impls[0]->supports &&
         !(atomic_load(&c->failed) & 1u))
@@ -1242,7 +1245,7 @@ static void list_chain_failures(struct failure_walk *w, const struct fld_op_s *o
             .op = op->name,
             .device_type = dev == FLD_DEV_ANY ? 0 : fld__device_type_of(dev),
             .dtype = dtypes[dt],
-            .impl_id = c->impls[i]->impl_id,
+            .impl_id = fld__impl_name(c->impls[i]),
         };
         w->rc = w->fn(&info, w->user);
     }

@@ -335,8 +335,7 @@ static void check_order(struct report *r, const struct known *k, const struct fl
                suggest_op(k, o->op, hint, sizeof hint));
     for (size_t t = 0; t < o->n; t++) {
         const struct fld_token *tok = &o->tokens[t];
-        if (tok->kind == FLD_TOKEN_VENDOR_NAME && !known_vendor(k, tok->arg) &&
-            report_wanted(r)) {
+        if (tok->kind == FLD_TOKEN_VENDOR_NAME && !known_vendor(k, tok->arg) && report_wanted(r)) {
             report(r,
                    "%s: order of op '%s': token 'vendor:%s' names no registered vendor%s "
                    "(registered vendors: %s)",
@@ -347,7 +346,7 @@ static void check_order(struct report *r, const struct known *k, const struct fl
         } else if (tok->kind == FLD_TOKEN_IMPL && op) {
             bool found = false;
             for (size_t i = 0; i < op->n_impls && !found; i++)
-                found = strcmp(op->impls[i]->impl_id, tok->arg) == 0;
+                found = fld__impl_named(op->impls[i], tok->arg);
             if (found || !report_wanted(r))
                 continue;
             struct closest c;
@@ -444,18 +443,29 @@ int fld__names_check_policy(const struct fld_policy *p)
 
 /* Variables the library reads besides the policy fields' (policy.c). */
 static const char *const library_variables[] = {
-    "VLLM_FL_CONFIG",           "VLLM_FL_OP_CONFIG",
-    "VLLM_FL_MANIFEST",         "VLLM_FL_PLATFORM",
-    "VLLM_FL_LOG_LEVEL",        "VLLM_FL_DISPATCH_DEBUG",
-    "VLLM_FL_PLUGIN_DIR",       "VLLM_FL_PLUGIN_MODULES",
-    "VLLM_FL_PLUGIN_PROBE",     "VLLM_FL_PLUGIN_PROBE_TIMEOUT",
-    "VLLM_FL_SHUTDOWN_TIMEOUT", "VLLM_FL_STATS",
-    "VLLM_FL_STATS_FILE",       "VLLM_FL_TRACE",
+    "VLLM_FL_CONFIG",
+    "VLLM_FL_OP_CONFIG",
+    "VLLM_FL_MANIFEST",
+    "VLLM_FL_PLATFORM",
+    "VLLM_FL_LOG_LEVEL",
+    "VLLM_FL_DISPATCH_DEBUG",
+    "VLLM_FL_PLUGIN_DIR",
+    "VLLM_FL_PLUGIN_MODULES",
+    "VLLM_FL_PLUGIN_PROBE",
+    "VLLM_FL_PLUGIN_PROBE_TIMEOUT",
+    "VLLM_FL_SHUTDOWN_TIMEOUT",
+    "VLLM_FL_STATS",
+    "VLLM_FL_STATS_FILE",
+    "VLLM_FL_TRACE",
     /* read by the Python package's IO dump (python/fldispatch/iodump.py) */
-    "VLLM_FL_IO_DUMP",          "VLLM_FL_IO_DUMP_OPS",
-    "VLLM_FL_IO_DUMP_MODULES",  "VLLM_FL_IO_DUMP_MAX_CALLS",
-    "VLLM_FL_IO_DUMP_STEP_RANGE", "VLLM_FL_IO_DUMP_RANK",
-    "VLLM_FL_IO_DUMP_WITH_METAS", "VLLM_FL_IO_DUMP_WITH_VALUES",
+    "VLLM_FL_IO_DUMP",
+    "VLLM_FL_IO_DUMP_OPS",
+    "VLLM_FL_IO_DUMP_MODULES",
+    "VLLM_FL_IO_DUMP_MAX_CALLS",
+    "VLLM_FL_IO_DUMP_STEP_RANGE",
+    "VLLM_FL_IO_DUMP_RANK",
+    "VLLM_FL_IO_DUMP_WITH_METAS",
+    "VLLM_FL_IO_DUMP_WITH_VALUES",
 };
 
 /* Variables vllm-plugin-FL reads and this library does not. */

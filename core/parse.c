@@ -361,6 +361,19 @@ fail:
     return FLD_ENOMEM;
 }
 
+/* Whether sp holds only commas and whitespace (at least one comma). */
+static bool separators_only(struct span sp)
+{
+    bool comma = false;
+    for (size_t i = 0; i < sp.n; i++) {
+        if (sp.s[i] == ',')
+            comma = true;
+        else if (sp.s[i] != ' ' && sp.s[i] != '\t')
+            return false;
+    }
+    return comma;
+}
+
 int fld__parse_name_list(const char *what, const char *value, struct fld_strlist *out)
 {
     struct fld_strlist list = {false, 0, NULL};
@@ -369,8 +382,8 @@ int fld__parse_name_list(const char *what, const char *value, struct fld_strlist
     char *name;
     int rc = FLD_OK;
 
-    if (trim(rest).n == 0)
-        goto done;
+    if (trim(rest).n == 0 || separators_only(rest))
+        goto done; /* as vllm-plugin-FL, which drops empty items: no list */
     list.set = true;
     for (bool more = true; more;) {
         more = split_next(&rest, ',', &item);
@@ -465,11 +478,22 @@ static int parse_token_span(const char *what, const char *op, struct span sp, st
                 what, (int)arg.n, arg.s, (int)sp.n, sp.s, for_op(op, opbuf, sizeof opbuf));
         out->kind = FLD_TOKEN_VENDOR_NAME;
     } else if (span_ieq(head, "impl")) {
-        const char *dot = arg.n ? memchr(arg.s, '.', arg.n) : NULL;
-        if (!span_is_name(arg) || !dot || dot == arg.s || arg.s[arg.n - 1] == '.')
+        /* KIND.NAME, or KIND.NAME@PLUGIN for the record of one plugin when
+         * several plugins registered that impl_id for the op. */
+        struct span id = arg, plugin = {NULL, 0};
+        const char *at = arg.n ? memchr(arg.s, '@', arg.n) : NULL;
+        if (at) {
+            id.n = (size_t)(at - arg.s);
+            plugin.s = at + 1;
+            plugin.n = arg.n - id.n - 1;
+        }
+        const char *dot = id.n ? memchr(id.s, '.', id.n) : NULL;
+        if (!span_is_name(id) || !dot || dot == id.s || id.s[id.n - 1] == '.' ||
+            (at && !span_is_name(plugin)))
             return fld__fail(FLD_ECONFIG,
                              "%s: invalid impl id '%.*s' in token '%.*s'%s (expected KIND.NAME "
-                             "of " NAME_CHARS ", e.g. impl:vendor.cuda)",
+                             "or KIND.NAME@PLUGIN of " NAME_CHARS
+                             ", e.g. impl:vendor.cuda or impl:vendor.cuda@cuda)",
                              what, (int)arg.n, arg.s, (int)sp.n, sp.s,
                              for_op(op, opbuf, sizeof opbuf));
         out->kind = FLD_TOKEN_IMPL;

@@ -88,17 +88,44 @@ static void impl_free(struct fld_impl_rec *r)
         return;
     free(r->staged_op);
     free(r->impl_id);
+    free(r->qualified);
     free(r->vendor);
     free(r->host_unavailable);
     free(r);
 }
 
-static struct fld_impl_rec *find_impl(struct fld_op_s *op, const char *impl_id)
+/* The committed record of (op, impl_id) that plugin registered, or NULL. */
+static struct fld_impl_rec *find_own_impl(struct fld_op_s *op, const char *impl_id,
+                                          const struct fld_plugin_rec *plugin)
 {
     for (size_t i = 0; op && i < op->n_impls; i++)
-        if (strcmp(op->impls[i]->impl_id, impl_id) == 0)
+        if (op->impls[i]->plugin == plugin && strcmp(op->impls[i]->impl_id, impl_id) == 0)
             return op->impls[i];
     return NULL;
+}
+
+const char *fld__impl_name(const struct fld_impl_rec *impl)
+{
+    return atomic_load_explicit(&impl->shared_id, memory_order_relaxed) ? impl->qualified
+                                                                        : impl->impl_id;
+}
+
+bool fld__impl_named(const struct fld_impl_rec *impl, const char *name)
+{
+    return strcmp(impl->impl_id, name) == 0 || strcmp(impl->qualified, name) == 0;
+}
+
+/* Marks r and every other plugin's record of its (op, impl_id) as sharing the id. */
+static void mark_shared_id(struct fld_impl_rec *r)
+{
+    struct fld_op_s *op = r->op;
+    for (size_t i = 0; i < op->n_impls; i++) {
+        struct fld_impl_rec *o = op->impls[i];
+        if (o != r && strcmp(o->impl_id, r->impl_id) == 0) {
+            atomic_store_explicit(&o->shared_id, true, memory_order_relaxed);
+            atomic_store_explicit(&r->shared_id, true, memory_order_relaxed);
+        }
+    }
 }
 
 void fld__registry_begin(struct fld_registry *reg, struct fld_plugin_rec *plugin)
@@ -205,49 +232,54 @@ static int validate_record(struct fld_registry *reg, const fld_impl *impl)
     const char *id = impl->impl_id ? impl->impl_id : "";
     if (!valid_name(impl->op, "."))
         return fld__registry_fail(reg, FLD_EINVAL,
-                            "impl '%s': invalid op name '%s' (letters, digits, '_' and '.')", id,
-                            impl->op ? impl->op : "(null)");
+                                  "impl '%s': invalid op name '%s' (letters, digits, '_' and '.')",
+                                  id, impl->op ? impl->op : "(null)");
     if (!*id)
         return fld__registry_fail(reg, FLD_EINVAL, "impl_id '' for op '%s' is empty", impl->op);
     const char *prefix = kind_prefix(impl->kind);
     if (!prefix)
-        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid kind %d", id, impl->op,
-                            (int)impl->kind);
+        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid kind %d", id,
+                                  impl->op, (int)impl->kind);
     size_t plen = strlen(prefix);
     if (!valid_name(id, ".-") || strncmp(id, prefix, plen) != 0 || id[plen] != '.' || !id[plen + 1])
-        return fld__registry_fail(reg, FLD_EINVAL,
-                            "impl_id '%s' for op '%s' must look like '%s.<name>' (the prefix names "
-                            "its kind: default, vendor or reference)",
-                            id, impl->op, prefix);
-    if (impl->kind == FLD_KIND_VENDOR && (!impl->vendor || !*impl->vendor))
-        return fld__registry_fail(reg, FLD_EINVAL,
-                            "impl '%s' for op '%s': kind VENDOR requires a vendor name", id,
-                            impl->op);
-    if (impl->vendor && !valid_name(impl->vendor, ".-"))
-        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid vendor name '%s'", id,
-                            impl->op, impl->vendor);
-    if (!impl->fn)
-        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL", id, impl->op);
-    if (!impl->devices || (impl->devices & ~FLD_DEVICE_MASK_ALL))
-        return fld__registry_fail(reg, FLD_EINVAL,
-                            "impl '%s' for op '%s': device mask 0x%x is empty or "
-                            "has unknown bits",
-                            id, impl->op, impl->devices);
-    if (!impl->dtypes || (impl->dtypes & ~FLD_DTYPE_MASK_ALL))
-        return fld__registry_fail(reg, FLD_EINVAL,
-                            "impl '%s' for op '%s': dtype mask 0x%x is empty or "
-                            "has unknown bits",
-                            id, impl->op, impl->dtypes);
-    if (dup_find(reg, impl->op, id))
-        return fld__registry_fail(reg, FLD_EINVAL,
-                            "duplicate impl_id '%s' for op '%s' (registered twice by plugin '%s')",
-                            id, impl->op, reg->plugin ? reg->plugin->name : "?");
-    struct fld_impl_rec *existing = find_impl(fld__op_find(impl->op), id);
-    if (existing)
         return fld__registry_fail(
             reg, FLD_EINVAL,
-            "duplicate impl_id '%s' for op '%s' (already registered by plugin '%s')", id, impl->op,
-            existing->plugin ? existing->plugin->name : "?");
+            "impl_id '%s' for op '%s' must look like '%s.<name>' (the prefix names "
+            "its kind: default, vendor or reference)",
+            id, impl->op, prefix);
+    if (impl->kind == FLD_KIND_VENDOR && (!impl->vendor || !*impl->vendor))
+        return fld__registry_fail(reg, FLD_EINVAL,
+                                  "impl '%s' for op '%s': kind VENDOR requires a vendor name", id,
+                                  impl->op);
+    if (impl->vendor && !valid_name(impl->vendor, ".-"))
+        return fld__registry_fail(reg, FLD_EINVAL,
+                                  "impl '%s' for op '%s': invalid vendor name '%s'", id, impl->op,
+                                  impl->vendor);
+    if (!impl->fn)
+        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL", id,
+                                  impl->op);
+    if (!impl->devices || (impl->devices & ~FLD_DEVICE_MASK_ALL))
+        return fld__registry_fail(reg, FLD_EINVAL,
+                                  "impl '%s' for op '%s': device mask 0x%x is empty or "
+                                  "has unknown bits",
+                                  id, impl->op, impl->devices);
+    if (!impl->dtypes || (impl->dtypes & ~FLD_DTYPE_MASK_ALL))
+        return fld__registry_fail(reg, FLD_EINVAL,
+                                  "impl '%s' for op '%s': dtype mask 0x%x is empty or "
+                                  "has unknown bits",
+                                  id, impl->op, impl->dtypes);
+    if (dup_find(reg, impl->op, id))
+        return fld__registry_fail(
+            reg, FLD_EINVAL, "duplicate impl_id '%s' for op '%s' (registered twice by plugin '%s')",
+            id, impl->op, reg->plugin ? reg->plugin->name : "?");
+    /* Another plugin's record of the same impl_id stays beside this one
+     * (a vendor's own package beside the in-tree plugin of that vendor):
+     * both are named "impl_id@plugin" and ranked by select.c. */
+    if (find_own_impl(fld__op_find(impl->op), id, reg->plugin))
+        return fld__registry_fail(
+            reg, FLD_EINVAL,
+            "duplicate impl_id '%s' for op '%s' (already registered by the same plugin '%s')", id,
+            impl->op, reg->plugin ? reg->plugin->name : "?");
     return FLD_OK;
 }
 
@@ -291,10 +323,11 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
     const size_t min_size = offsetof(fld_device_hooks, synchronize) + sizeof hooks->synchronize;
     const char *plugin = reg->plugin ? reg->plugin->name : "?";
     if (hooks->struct_size < min_size)
-        return fld__registry_fail(reg, FLD_EINVAL,
-                            "plugin '%s': device hooks: struct_size %zu is smaller than ABI 1.1's "
-                            "%zu (set it to sizeof(fld_device_hooks))",
-                            plugin, hooks->struct_size, min_size);
+        return fld__registry_fail(
+            reg, FLD_EINVAL,
+            "plugin '%s': device hooks: struct_size %zu is smaller than ABI 1.1's "
+            "%zu (set it to sizeof(fld_device_hooks))",
+            plugin, hooks->struct_size, min_size);
     int dev = fld__device_index(hooks->device_type);
     if (dev < 0 || dev == FLD_DEV_CPU)
         return fld__registry_fail(
@@ -303,8 +336,9 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
             dev == FLD_DEV_CPU ? "the CPU, which the host serves itself" : "unknown",
             fld__device_text(FLD_DEVICE_TEXT_ACCEL_CODES));
     if (reg->hooks[dev])
-        return fld__registry_fail(reg, FLD_EINVAL, "plugin '%s': device hooks for %s registered twice",
-                            plugin, fld_device_name(hooks->device_type));
+        return fld__registry_fail(reg, FLD_EINVAL,
+                                  "plugin '%s': device hooks for %s registered twice", plugin,
+                                  fld_device_name(hooks->device_type));
     struct fld_hook_rec *h = calloc(1, sizeof *h);
     if (!h)
         return fld__registry_fail(reg, FLD_ENOMEM, "plugin '%s': out of memory", plugin);
@@ -320,7 +354,8 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
     if (!reg)
         return fld__fail(FLD_EINVAL, "fld_registry_register: argument 'reg' is NULL");
     if (!impl)
-        return fld__registry_fail(reg, FLD_EINVAL, "fld_registry_register: argument 'impl' is NULL");
+        return fld__registry_fail(reg, FLD_EINVAL,
+                                  "fld_registry_register: argument 'impl' is NULL");
     int rc = validate_record(reg, impl);
     if (rc)
         return rc;
@@ -328,7 +363,8 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
         size_t cap = reg->cap ? reg->cap * 2 : 16;
         struct fld_impl_rec **s = realloc(reg->staged, cap * sizeof *s);
         if (!s)
-            return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+            return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'",
+                                      impl->impl_id);
         reg->staged = s;
         reg->cap = cap;
     }
@@ -340,7 +376,9 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
     r->staged_op = strdup(impl->op);
     r->impl_id = strdup(impl->impl_id);
     r->vendor = impl->vendor ? strdup(impl->vendor) : NULL;
-    if (!r->staged_op || !r->impl_id || (impl->vendor && !r->vendor)) {
+    if (asprintf(&r->qualified, "%s@%s", impl->impl_id, reg->plugin ? reg->plugin->name : "?") < 0)
+        r->qualified = NULL;
+    if (!r->staged_op || !r->impl_id || !r->qualified || (impl->vendor && !r->vendor)) {
         impl_free(r);
         return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     }
@@ -371,7 +409,8 @@ int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
         return fld__registry_fail(reg, FLD_EINVAL, "fld_host_register: an implementation is NULL");
     if (!fn)
         return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL",
-                            impl->impl_id ? impl->impl_id : "", impl->op ? impl->op : "(null)");
+                                  impl->impl_id ? impl->impl_id : "",
+                                  impl->op ? impl->op : "(null)");
     fld_impl copy = *impl;
     copy.fn = host_fn_placeholder;
     copy.is_available = NULL;
@@ -455,6 +494,7 @@ int fld__registry_commit(struct fld_registry *reg)
         free(r->staged_op);
         r->staged_op = NULL;
         insert_sorted(r->op, r);
+        mark_shared_id(r);
     }
     if (reg->plugin) {
         reg->plugin->n_impls += reg->n;
@@ -491,10 +531,9 @@ bool fld__impl_available(struct fld_impl_rec *impl, const char **reason)
         const char *why = impl->host_unavailable;
         char misbehaved[256] = "";
         const char *plugin = impl->plugin ? impl->plugin->name : "?";
-        bool ok = impl->host_unavailable
-                      ? false
-                      : fld__plugin_available(impl->is_available, plugin, &why, misbehaved,
-                                              sizeof misbehaved);
+        bool ok = impl->host_unavailable ? false
+                                         : fld__plugin_available(impl->is_available, plugin, &why,
+                                                                 misbehaved, sizeof misbehaved);
         if (misbehaved[0])
             fld__log(FLD_LOG_WARNING, "plugin '%s': %s; counted as unavailable", plugin,
                      misbehaved);
@@ -522,8 +561,8 @@ bool fld__hooks_available(struct fld_hook_rec *h, const char *plugin, const char
     if (a == 0) {
         const char *why;
         char misbehaved[256];
-        bool ok =
-            fld__plugin_available(h->hooks.is_available, plugin, &why, misbehaved, sizeof misbehaved);
+        bool ok = fld__plugin_available(h->hooks.is_available, plugin, &why, misbehaved,
+                                        sizeof misbehaved);
         if (misbehaved[0])
             fld__log(FLD_LOG_WARNING, "plugin '%s': %s; counted as unavailable", plugin,
                      misbehaved);

@@ -45,6 +45,10 @@ struct fld_impl_rec {
     struct fld_op_s *op; /* NULL while staged */
     char *staged_op;     /* the op name while staged */
     char *impl_id;
+    /* "impl_id@plugin": the name shown and matched when another plugin
+     * registered the same impl_id for the op (shared_id, set at commit). */
+    char *qualified;
+    _Atomic bool shared_id;
     fld_kind kind;
     char *vendor;
     int priority;
@@ -110,6 +114,11 @@ bool fld__host_claims_modules(void);
 
 /* Whether an impl can run here; evaluates is_available once. */
 bool fld__impl_available(struct fld_impl_rec *impl, const char **reason);
+/* The name of impl in resolutions, logs and failure records: its impl_id, or
+ * "impl_id@plugin" when another plugin registered the same impl_id for its op. */
+const char *fld__impl_name(const struct fld_impl_rec *impl);
+/* Whether name addresses impl: its impl_id (any plugin's), or exactly "impl_id@plugin". */
+bool fld__impl_named(const struct fld_impl_rec *impl, const char *name);
 /* Whether a plugin's device hooks can be used here; evaluates is_available once. */
 bool fld__hooks_available(struct fld_hook_rec *h, const char *plugin, const char **reason);
 /* Marks every impl's and device hook's availability unknown (after fork). */

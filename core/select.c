@@ -50,7 +50,7 @@ struct rejection {
 struct selection {
     struct fld_impl_rec **order; /* ranked candidates; room for every impl of the op */
     size_t n;
-    size_t n_ranked; /* before the cut to MAX_CHAIN: n_ranked - n were left out */
+    size_t n_ranked;            /* before the cut to MAX_CHAIN: n_ranked - n were left out */
     struct rejection *rejected; /* optional (explain) */
     size_t n_rejected, cap_rejected;
     char order_text[256];
@@ -88,13 +88,14 @@ struct fld_chain *fld__select_chain(struct fld_op_s *op, int dev, int dt, int64_
                  "priority (the last of them '%s'), so %zu lower-ranked ones are never tried "
                  "(fld_explain and 'fldispatch resolve' list them)",
                  op->name, fld__device_label(dev), fld__dtype_label(dt), sel.n_ranked, MAX_CHAIN,
-                 sel.order[sel.n - 1]->impl_id, sel.n_ranked - sel.n);
+                 fld__impl_name(sel.order[sel.n - 1]), sel.n_ranked - sel.n);
     free(sel.order);
     if (c && fld__dispatch_debug()) {
         if (c->n)
             fld__log(FLD_LOG_DEBUG, "[DISPATCH] Op '%s' (%s, %s) -> '%s' (kind=%s%s%s) order %s",
-                     op->name, fld__device_label(dev), fld__dtype_label(dt), c->impls[0]->impl_id,
-                     fld__kind_token(c->impls[0]->kind), c->impls[0]->vendor ? ", vendor=" : "",
+                     op->name, fld__device_label(dev), fld__dtype_label(dt),
+                     fld__impl_name(c->impls[0]), fld__kind_token(c->impls[0]->kind),
+                     c->impls[0]->vendor ? ", vendor=" : "",
                      c->impls[0]->vendor ? c->impls[0]->vendor : "", sel.order_text);
         else
             fld__log(FLD_LOG_DEBUG, "[DISPATCH] Op '%s' (%s, %s) -> no candidate (order %s)",
@@ -137,10 +138,10 @@ int fld__select_explain(struct fld_op_s *op, int dev, int dt, int64_t rows, int 
     res->device_type = device_type;
     res->dtype = dtype;
     for (size_t i = 0; i < sel.n; i++)
-        res->candidates[res->n_candidates++] = sel.order[i]->impl_id;
-    res->selected = sel.n ? sel.order[0]->impl_id : NULL;
+        res->candidates[res->n_candidates++] = fld__impl_name(sel.order[i]);
+    res->selected = sel.n ? fld__impl_name(sel.order[0]) : NULL;
     for (size_t i = 0; i < sel.n_rejected; i++) {
-        res->rejected[i].impl_id = sel.rejected[i].impl->impl_id;
+        res->rejected[i].impl_id = fld__impl_name(sel.rejected[i].impl);
         res->rejected[i].reason = strdup(sel.rejected[i].reason);
         res->n_rejected++;
         if (!res->rejected[i].reason)
@@ -208,7 +209,8 @@ static int select_candidates(struct fld_op_s *op, int dev, int dt, int64_t rows,
             placed[i] = true;
             n_placed++;
         }
-        /* Descending priority; equal priorities by ascending impl_id. */
+        /* Descending priority; equal priorities by ascending impl_id; one impl_id
+         * of several plugins: out-of-tree before in-tree, then by plugin name. */
         qsort(sel->order + first, sel->n - first, sizeof *sel->order, by_priority);
     }
     for (size_t i = 0; i < n_surv; i++)
@@ -235,7 +237,14 @@ static int by_priority(const void *a, const void *b)
     const struct fld_impl_rec *y = *(struct fld_impl_rec *const *)b;
     if (x->priority != y->priority)
         return x->priority > y->priority ? -1 : 1;
-    return strcmp(x->impl_id, y->impl_id);
+    int d = strcmp(x->impl_id, y->impl_id);
+    if (d || x->plugin == y->plugin || !x->plugin || !y->plugin)
+        return d;
+    /* The same impl_id from two plugins: a vendor's own package (out of
+     * tree) goes before the in-tree plugin of that vendor. */
+    if (x->plugin->in_tree != y->plugin->in_tree)
+        return x->plugin->in_tree ? 1 : -1;
+    return strcmp(x->plugin->name, y->plugin->name);
 }
 
 static bool token_matches(const struct fld_token *t, const struct fld_impl_rec *impl)
@@ -251,7 +260,7 @@ static bool token_matches(const struct fld_token *t, const struct fld_impl_rec *
     case FLD_TOKEN_REFERENCE:
         return impl->kind == FLD_KIND_REFERENCE;
     case FLD_TOKEN_IMPL:
-        return strcmp(impl->impl_id, t->arg) == 0;
+        return fld__impl_named(impl, t->arg);
     }
     return false;
 }
@@ -274,7 +283,8 @@ static void apply_manifest(struct fld_op_s *op, int dev, int dt, int64_t rows,
              pol->manifest->path, e->line, bucket[0] ? " (" : "", bucket, bucket[0] ? ")" : "");
     struct fld_impl_rec *pinned = NULL;
     for (size_t i = 0; i < op->n_impls; i++)
-        if (strcmp(op->impls[i]->impl_id, e->impl_id) == 0)
+        if (fld__impl_named(op->impls[i], e->impl_id) &&
+            (!pinned || by_priority(&op->impls[i], &pinned) < 0))
             pinned = op->impls[i];
     /* The pin overrides the token order, never the policy's hard filters
      * (kill switch, vendor lists, custom_ops, external plugins) or availability. */

@@ -100,7 +100,7 @@ struct fld_stats_cell *fld__stats_cell(struct fld_impl_rec *r, unsigned slot, in
     pthread_mutex_lock(&stats_lock);
     c = atomic_load_explicit(&r->stats[slot], memory_order_relaxed);
     if (!c) {
-        c = find_or_add(r->op->name, r->impl_id, device_word(dev), dtype_word(dt));
+        c = find_or_add(r->op->name, fld__impl_name(r), device_word(dev), dtype_word(dt));
         atomic_store_explicit(&r->stats[slot], c, memory_order_release);
     }
     pthread_mutex_unlock(&stats_lock);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "util/harness.h"
+#include <fldispatch/host_impl.h>
 #include <fldispatch/plugin.h>
 
 static int count_builtin_records(const fld_plugin_info *info, void *user);
@@ -77,6 +78,12 @@ static bool counted_yes(const char **reason)
 {
     atomic_fetch_add(&avail_calls, 1);
     return true;
+}
+
+static int host_fn(void *ctx, const void *args)
+{
+    (void)ctx;
+    return run_slot(2, args);
 }
 
 static fld_impl mk(const char *op, const char *impl_id, fld_kind kind, const char *vendor,
@@ -487,44 +494,137 @@ START_TEST(register_builtins_error_keeps_nothing)
 }
 END_TEST
 
-START_TEST(duplicate_across_plugins)
+/* The resolution of t_op on CPU/f32 now: its candidates joined by ' '. */
+static void explain_t(const char *op, char *buf, size_t size)
+{
+    fld_resolution *res = NULL;
+    ck_assert_int_eq(fld_explain(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &res), FLD_OK);
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < res->n_candidates && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? " " : "", res->candidates[i]);
+    fld_resolution_free(res);
+}
+
+/*
+ * One impl_id from two plugins (a vendor's own package beside the in-tree
+ * plugin of that vendor): both stay, each named impl_id@plugin, ranked by
+ * priority, then out-of-tree before in-tree, then plugin name; a token
+ * impl:ID@PLUGIN picks one, impl:ID matches both.
+ */
+START_TEST(same_impl_id_across_plugins)
 {
     fld_impl first[] = {
         mk("t_op", "vendor.x", FLD_KIND_VENDOR, "acme", 100),
     };
     fld_impl second[] = {
         mk("t_other", "vendor.y", FLD_KIND_VENDOR, "acme", 100),
-        mk("t_op", "vendor.x", FLD_KIND_VENDOR, "zeta", 500),
+        mk("t_op", "vendor.x", FLD_KIND_VENDOR, "zeta", 100),
     };
     second[0].fn = fn1;
     second[1].fn = fn1;
     add_plugin("first", first, 1);
-    ck_assert_int_eq(call_t("t_op"), 0);
-    ck_assert_int_eq(try_plugin("second", second, 2), FLD_EPLUGIN);
-    ck_assert_contains(fld_last_error(), "duplicate impl_id 'vendor.x' for op 't_op'");
-    ck_assert_int_eq(reg_status[1], FLD_EINVAL);
+    char buf[256];
+    explain_t("t_op", buf, sizeof buf);
+    ck_assert_str_eq(buf, "vendor.x"); /* alone: its own id */
+    add_plugin("second", second, 2);
 
-    /* the first keeps serving, the second left nothing behind */
-    ck_assert_int_eq(call_t("t_op"), 0);
     list_impls();
-    const struct impl_copy *c = find_impl("t_op", "vendor.x");
-    ck_assert_ptr_nonnull(c);
-    ck_assert_str_eq(c->plugin, "first");
-    ck_assert_str_eq(c->vendor, "acme");
-    ck_assert_ptr_null(find_impl("t_other", "vendor.y"));
+    int n = 0;
+    for (int i = 0; i < n_seen_impls; i++)
+        if (strcmp(seen_impls[i].op, "t_op") == 0) {
+            ck_assert_str_eq(seen_impls[i].impl_id, "vendor.x");
+            ck_assert_str_eq(seen_impls[i].plugin, n++ ? "second" : "first");
+        }
+    ck_assert_int_eq(n, 2);
+    explain_t("t_op", buf, sizeof buf);
+    ck_assert_str_eq(buf, "vendor.x@first vendor.x@second");
+    const char *id = NULL;
+    ck_assert_int_eq(fld_resolve("t_op", FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_OK);
+    ck_assert_str_eq(id, "vendor.x@first");
+    ck_assert_int_eq(call_t("t_op"), 0);
+
+    ck_assert_int_eq(fld_policy_push_per_op("t_op=impl:vendor.x@second"), FLD_OK);
+    explain_t("t_op", buf, sizeof buf);
+    ck_assert_str_eq(buf, "vendor.x@second");
+    ck_assert_int_eq(call_t("t_op"), 1);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    ck_assert_int_eq(fld_policy_push_per_op("t_op=impl:vendor.x"), FLD_OK);
+    explain_t("t_op", buf, sizeof buf);
+    ck_assert_str_eq(buf, "vendor.x@first vendor.x@second");
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    ck_assert_int_eq(fld_policy_push_per_op("t_op=vendor:zeta"), FLD_OK);
+    ck_assert_int_eq(call_t("t_op"), 1);
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    /* a plugin that registered no such record: nothing matches (a warning, non-strict) */
+    ck_assert_int_eq(fld_policy_push_per_op("t_op=impl:vendor.x@third|vendor"), FLD_OK);
+    explain_t("t_op", buf, sizeof buf);
+    ck_assert_str_eq(buf, "vendor.x@first vendor.x@second");
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    ck_assert_int_eq(fld_policy_push_per_op("t_op=impl:vendor.x@"), FLD_ECONFIG);
+    ck_assert_contains(fld_last_error(), "invalid impl id 'vendor.x@'");
+
     list_plugins();
     ck_assert_int_eq(find_plugin("first")->status, FLD_PLUGIN_LOADED);
-    ck_assert_int_eq(find_plugin("second")->status, FLD_PLUGIN_REJECTED);
+    ck_assert_int_eq(find_plugin("second")->status, FLD_PLUGIN_LOADED);
 }
 END_TEST
 
-START_TEST(duplicate_of_builtin_reference)
+/* A higher priority wins over the tie rule. */
+START_TEST(same_impl_id_priority_first)
+{
+    fld_impl low[] = {mk("t_op", "vendor.x", FLD_KIND_VENDOR, "acme", 100)};
+    fld_impl high[] = {mk("t_op", "vendor.x", FLD_KIND_VENDOR, "acme", 120)};
+    high[0].fn = fn1;
+    add_plugin("a_low", low, 1);
+    add_plugin("z_high", high, 1);
+    char buf[256];
+    explain_t("t_op", buf, sizeof buf);
+    ck_assert_str_eq(buf, "vendor.x@z_high vendor.x@a_low");
+    ck_assert_int_eq(call_t("t_op"), 1);
+}
+END_TEST
+
+/* The built-in reference plugin is in-tree: an out-of-tree record of its id goes first. */
+START_TEST(same_impl_id_as_builtin_reference)
 {
     const fld_impl impls[] = {
         mk(FLD_OP_RMS_NORM, "reference.c", FLD_KIND_REFERENCE, NULL, 50),
     };
-    ck_assert_int_eq(try_plugin("clash", impls, 1), FLD_EPLUGIN);
-    ck_assert_contains(fld_last_error(), "duplicate impl_id 'reference.c' for op 'rms_norm'");
+    add_plugin("clash", impls, 1);
+    fld_resolution *res = NULL;
+    ck_assert_int_eq(fld_explain(FLD_OP_RMS_NORM, FLD_DEVICE_CPU, FLD_DTYPE_F32, &res), FLD_OK);
+    int at_clash = -1, at_builtin = -1;
+    for (size_t i = 0; i < res->n_candidates; i++) {
+        if (strcmp(res->candidates[i], "reference.c@clash") == 0)
+            at_clash = (int)i;
+        else if (strncmp(res->candidates[i], "reference.c@", 12) == 0)
+            at_builtin = (int)i;
+    }
+    fld_resolution_free(res);
+    ck_assert_int_ge(at_clash, 0);
+    ck_assert_int_eq(at_builtin, at_clash + 1);
+}
+END_TEST
+
+/* A plugin registering an impl_id of an op again, in a later registration: refused. */
+START_TEST(duplicate_within_plugin_across_registrations)
+{
+    static const fld_host_impl one = {
+        .op = "t_op",
+        .impl_id = "reference.h",
+        .kind = FLD_KIND_REFERENCE,
+        .priority = 50,
+        .devices = FLD_DEVICE_MASK_ALL,
+        .dtypes = FLD_DTYPE_MASK_ALL,
+        .fn = host_fn,
+    };
+    ck_assert_int_eq(fld_host_register("hostp", "1", "test:hostp", &one, 1), FLD_OK);
+    ck_assert_int_eq(fld_host_register("hostp", "1", "test:hostp", &one, 1), FLD_EINVAL);
+    ck_assert_contains(fld_last_error(),
+                       "duplicate impl_id 'reference.h' for op 't_op' (already registered by the "
+                       "same plugin 'hostp')");
+    ck_assert_int_eq(fld_host_register("hostq", "1", "test:hostq", &one, 1), FLD_OK);
 }
 END_TEST
 
@@ -1124,8 +1224,10 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, duplicate_within_plugin);
     tcase_add_test(tc, all_or_nothing);
     tcase_add_test(tc, register_builtins_error_keeps_nothing);
-    tcase_add_test(tc, duplicate_across_plugins);
-    tcase_add_test(tc, duplicate_of_builtin_reference);
+    tcase_add_test(tc, same_impl_id_across_plugins);
+    tcase_add_test(tc, same_impl_id_priority_first);
+    tcase_add_test(tc, same_impl_id_as_builtin_reference);
+    tcase_add_test(tc, duplicate_within_plugin_across_registrations);
     tcase_add_test(tc, same_impl_id_for_different_ops);
     tcase_add_test(tc, descriptor_checks_before_any_call);
     tcase_add_test(tc, other_major_layout_is_not_read);

@@ -207,6 +207,11 @@ int fldpy_policy_init(PyObject *module);
 
 /* Adds the Prepared type (fldispatch.prepare()'s callables). */
 int fldpy_prepared_init(PyObject *module);
+
+/* ---- logging.c ----------------------------------------------------------- */
+
+/* The library's log lines go to Python's logging (fldispatch._logbridge). */
+int fldpy_logging_init(PyObject *module);
 extern PyMethodDef fldpy_prepared_methods[];
 
 /* ---- ops.c, introspect.c, policy.c, hooks.c: method tables ------------- */

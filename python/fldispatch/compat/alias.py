@@ -8,10 +8,13 @@
 Nothing happens at import: install() must be called (from the program, a
 conftest, or a sitecustomize). It refuses to shadow a real vllm_fl: when one
 is importable it returns False and changes nothing (force=True overrides).
-After install(), `vllm_fl` is an empty package and `vllm_fl.dispatch` and
-`vllm_fl.dispatch.<sub>` are the very module objects of fldispatch.compat
-and fldispatch.compat.<sub>, so patching an attribute through either name
-patches both. Other vllm_fl modules (the vLLM plugin itself) do not exist.
+After install(), `vllm_fl` is a package holding only `vllm_fl.dispatch`,
+`vllm_fl.dispatch.<sub>` and `vllm_fl.utils`, the very module objects of
+fldispatch.compat, fldispatch.compat.<sub> and fldispatch.compat.utils, so
+patching an attribute through either name patches both. Other vllm_fl
+modules (the vLLM plugin itself) do not exist. While installed, the
+library's log lines go to upstream's logger `vllm_fl.dispatch` instead of
+`fldispatch` (fldispatch._logbridge).
 """
 
 from __future__ import annotations
@@ -23,11 +26,17 @@ import importlib.util
 import sys
 import types
 
+from .. import _logbridge
+
 __all__ = ["install", "uninstall", "installed"]
 
 _TOP = "vllm_fl"
 _ALIASED = "vllm_fl.dispatch"
 _TARGET = "fldispatch.compat"
+# vllm_fl modules beyond .dispatch that upstream's backends import
+_OTHERS = {"vllm_fl.utils": "fldispatch.compat.utils"}
+# where the library's log lines go while the alias is installed: upstream's logger
+_LOGGER = "vllm_fl.dispatch"
 
 
 class _Loader(importlib.abc.Loader):
@@ -50,6 +59,8 @@ class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == _TOP:
             target_name = None
+        elif name in _OTHERS:
+            target_name = _OTHERS[name]
         elif name == _ALIASED or name.startswith(_ALIASED + "."):
             target_name = _TARGET + name[len(_ALIASED):]
             if importlib.util.find_spec(target_name) is None:
@@ -80,6 +91,7 @@ def install(force: bool = False) -> bool:
     for name in [n for n in sys.modules if n == _TOP or n.startswith(_TOP + ".")]:
         del sys.modules[name]
     sys.meta_path.insert(0, _finder)
+    _logbridge.logger_name = _LOGGER
     return True
 
 
@@ -87,5 +99,6 @@ def uninstall() -> None:
     """Undo install(): the vllm_fl names are forgotten."""
     if _finder in sys.meta_path:
         sys.meta_path.remove(_finder)
+    _logbridge.logger_name = "fldispatch"
     for name in [n for n in sys.modules if n == _TOP or n.startswith(_TOP + ".")]:
         del sys.modules[name]

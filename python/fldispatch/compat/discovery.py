@@ -9,21 +9,26 @@ core's to load and are passed over here).
 
 Loading is all-or-nothing per package: its register function fills a staging
 list, and only when it returns are the records registered; one that raises
-leaves nothing behind and is recorded as failed, with the reason logged.
+leaves nothing behind and is recorded as failed, with the reason logged. A
+package that fldispatch discovers on first use and that offers one bad
+implementation (an invalid name, a non-callable fn, an impl_id twice) loses
+that implementation alone, with its reason logged (rejected_impls()).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, List, Tuple
+import re
+from typing import Any, List, Optional, Tuple
 
 from .logger_manager import get_logger
 from . import _bridge
 from .registry import OpRegistry, register_face
 
 __all__ = ["PLUGIN_GROUP", "PLUGIN_MODULES_ENV", "discover_plugins", "discover_from_entry_points",
-           "discover_from_env_modules", "get_discovered_plugins", "clear_discovered_plugins"]
+           "discover_from_env_modules", "get_discovered_plugins", "clear_discovered_plugins",
+           "rejected_impls"]
 
 PLUGIN_GROUP = "vllm_fl.plugin"
 PLUGIN_MODULES_ENV = "VLLM_FL_PLUGIN_MODULES"
@@ -166,9 +171,29 @@ class _PluginView:
 
     def __init__(self, batch):
         self._batch = batch
+        self._seen = set()
 
     def register_impl(self, impl) -> None:
-        register_face(impl.op_name, impl, into=self._batch)
+        """Stage one implementation; a bad one is rejected alone, with its reason
+        logged and kept (rejected_impls()), and the package's others stay."""
+        op = getattr(impl, "op_name", None)
+        impl_id = getattr(impl, "impl_id", None)
+        plugin = getattr(self._batch, "name", "?")
+        try:
+            why = _record_problem(impl)
+            if why is None and (op, impl_id) in self._seen:
+                why = (f"duplicate impl_id '{impl_id}' for op '{op}' (registered twice by "
+                       f"plugin '{plugin}')")
+            if why is None:
+                register_face(op, impl, into=self._batch)
+        except (TypeError, ValueError, AttributeError) as e:
+            why = str(e)
+        if why is not None:
+            log.error("plugin %s: implementation '%s' of op '%s' rejected: %s", plugin, impl_id,
+                      op, why)
+            _rejected_impls.append((plugin, op, impl_id, why))
+            return
+        self._seen.add((op, impl_id))
 
     def register_many(self, impls) -> None:
         for impl in impls:
@@ -178,6 +203,31 @@ class _PluginView:
         from .manager import get_default_manager
 
         return getattr(get_default_manager().registry, name)
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.]+\Z")
+_VENDOR = re.compile(r"[A-Za-z0-9_.-]+\Z")
+_rejected_impls: List[Tuple[str, str, str, str]] = []
+
+
+def _record_problem(impl) -> Optional[str]:
+    """What the core would refuse in this record (which would reject the whole
+    package at commit), or None."""
+    op = getattr(impl, "op_name", None)
+    if not isinstance(op, str) or not _NAME.match(op) or len(op) > 96:
+        return f"invalid op name {op!r} (letters, digits, '_' and '.')"
+    vendor = getattr(impl, "vendor", None)
+    if vendor is not None and (not isinstance(vendor, str) or not _VENDOR.match(vendor)):
+        return f"invalid vendor name {vendor!r} (letters, digits, '_', '.' and '-')"
+    if not callable(getattr(impl, "fn", None)):
+        return "fn is not callable"
+    return None
+
+
+def rejected_impls() -> List[Tuple[str, str, str, str]]:
+    """(plugin, op, impl_id, reason) of each implementation a discovered package
+    offered and that was rejected alone (the package's others are registered)."""
+    return list(_rejected_impls)
 
 
 def install_plugin_view() -> bool:

@@ -21,8 +21,9 @@ import fldispatch
 
 from .. import iodump
 from . import _bridge
+from .convention import UPSTREAM_OPS, call_upstream, is_upstream_call
 from .policy import PolicyManager, get_policy
-from .registry import OpRegistry
+from .registry import OpRegistry, _CImpl
 from .types import OpImpl
 
 __all__ = ["OpManager", "get_default_manager", "reset_default_manager"]
@@ -186,6 +187,19 @@ class OpManager:
     def get_selected_impl_id(self, op_name: str) -> str:
         return self._resolve_impl(op_name).impl_id
 
+    def _upstream_fns(self, op_name: str, device: str) -> list:
+        """(fn, strict) of op_name's candidates on device in the core's order: the
+        upstream implementation's fn, or None for one the core runs itself."""
+        c_op = self._registry.c_op(op_name)
+        with self._scope(op_name):
+            info = fldispatch.explain(c_op, device)
+        strict = get_policy().strict
+        out = []
+        for name in info.get("candidates", []):
+            impl = self._registry.impl_for_c_id(op_name, name)
+            out.append((None if isinstance(impl.fn, _CImpl) else impl.fn, strict))
+        return out
+
     # -- calls --------------------------------------------------------------
     def call(self, op_name: str, *args, **kwargs):
         """Call `op_name` through the core: selection, fallback, failure memory."""
@@ -194,6 +208,8 @@ class OpManager:
             self.ensure_initialized()
         if _policies._reset_pending:
             _policies.sync()
+        if op_name in UPSTREAM_OPS and is_upstream_call(op_name, args):
+            return call_upstream(op_name, args, dict(kwargs), self.call, self._upstream_fns)
         prefix = self._registry._prefix
         try:
             if not prefix and not iodump._enabled:

@@ -3,7 +3,9 @@
 
 register_impl() puts the implementation into the C registry (the one C
 plugins fill), so the C core selects it, lists it (`fldispatch list`,
-fldispatch.impls()) and calls it; a duplicate is refused by the core. What
+fldispatch.impls()) and calls it; an impl_id the same registry already has for
+the op is refused by the core, one that another plugin registered stays beside
+it (the core names each `impl_id@plugin`). What
 the registry answers (get_implementations, list_operators, snapshot) is read
 back from the core: the OpImpl objects registered through this module come
 back as given, and implementations of C plugins appear as OpImpls whose fn
@@ -24,16 +26,17 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import _bridge
+from .convention import UPSTREAM_OPS, adapt_upstream_fn, call_upstream, is_upstream_call
 from .types import BackendImplKind, OpImpl
 
 __all__ = ["OpRegistry", "OpRegistrySnapshot"]
 
 _namespaces = itertools.count(1)
 _faces_lock = threading.RLock()
-# (C op, C impl_id) -> the OpImpl registered through this module
-_faces: Dict[Tuple[str, str], OpImpl] = {}
-# (C op, C impl_id) -> OpImpl standing for a C plugin's implementation
-_foreign: Dict[Tuple[str, str], OpImpl] = {}
+# (C op, C impl_id, plugin) -> the OpImpl registered through this module
+_faces: Dict[Tuple[str, str, str], OpImpl] = {}
+# (C op, C impl_id, plugin) -> OpImpl standing for a C plugin's implementation
+_foreign: Dict[Tuple[str, str, str], OpImpl] = {}
 
 
 @dataclass
@@ -46,13 +49,22 @@ class OpRegistrySnapshot:
 class _CImpl:
     """The fn of an implementation a C plugin registered: calls the op pinned to it."""
 
-    def __init__(self, c_op: str, impl_id: str):
+    def __init__(self, c_op: str, impl_id: str, plugin: str = ""):
         self.c_op = c_op
         self.impl_id = impl_id
+        self.token = f"impl:{impl_id}@{plugin}" if plugin else f"impl:{impl_id}"
 
     def __call__(self, *args, **kwargs):
-        with _bridge.scoped_fields(per_op={self.c_op: [f"impl:{self.impl_id}"]}, strict=True):
+        with _bridge.scoped_fields(per_op={self.c_op: [self.token]}, strict=True):
+            op = self.c_op.rpartition(".")[2] if self.c_op.startswith("compat") else self.c_op
+            if op in UPSTREAM_OPS and is_upstream_call(op, args):
+                return call_upstream(op, args, dict(kwargs),
+                                     lambda name, *a: _bridge.call(self._c_name(name), a, {}))
             return _bridge.call(self.c_op, args, kwargs)
+
+    def _c_name(self, op: str) -> str:
+        return self.c_op[: len(self.c_op) - len(self.c_op.rpartition(".")[2])] + op \
+            if self.c_op.startswith("compat") else op
 
     def __repr__(self):
         return f"<fldispatch implementation {self.impl_id} of {self.c_op}>"
@@ -62,15 +74,28 @@ def _kind_of(token: str) -> BackendImplKind:
     return BackendImplKind("flagos" if token in ("default", "flagos") else token)
 
 
-def face(c_op: str, c_id: str, op_name: str, row: Optional[dict] = None) -> OpImpl:
-    """The OpImpl that stands for C record (c_op, c_id)."""
-    key = (c_op, c_id)
+def split_name(name: str) -> Tuple[str, str]:
+    """(impl_id, plugin) of a name the core reports: 'impl_id@plugin' when several
+    plugins registered that impl_id for the op, else the bare impl_id (plugin '')."""
+    c_id, _, plugin = name.partition("@")
+    return c_id, plugin
+
+
+def face(c_op: str, name: str, op_name: str, row: Optional[dict] = None) -> OpImpl:
+    """The OpImpl that stands for C record (c_op, name); name may be 'impl_id@plugin'."""
+    c_id, plugin = split_name(name)
+    if row is None and not plugin:
+        row = next((m for m in _bridge.impls_of(c_op) if m["impl_id"] == c_id), {})
+    elif row is None:
+        row = next((m for m in _bridge.impls_of(c_op)
+                    if m["impl_id"] == c_id and m.get("plugin") == plugin), {})
+    plugin = plugin or row.get("plugin", "")
+    key = (c_op, c_id, plugin)
     with _faces_lock:
         impl = _faces.get(key) or _foreign.get(key)
         if impl is None:
-            row = row or next((m for m in _bridge.impls_of(c_op) if m["impl_id"] == c_id), {})
             impl = OpImpl(op_name=op_name, impl_id=c_id, kind=_kind_of(row.get("kind", "flagos")),
-                          fn=_CImpl(c_op, c_id), vendor=row.get("vendor") or None,
+                          fn=_CImpl(c_op, c_id, plugin), vendor=row.get("vendor") or None,
                           priority=row.get("priority", 0))
             _foreign[key] = impl
         return impl
@@ -85,8 +110,9 @@ def register_face(c_op: str, impl: OpImpl, into=None, plugin=None) -> None:
         raise ValueError(f"OpImpl '{impl.impl_id}' for op '{impl.op_name}': invalid kind "
                          f"{impl.kind!r} (valid: BackendImplKind.DEFAULT, VENDOR, REFERENCE)")
     c_id = _bridge.c_impl_id(kind, impl.impl_id)
+    fn = adapt_upstream_fn(c_op, impl.fn)
     try:
-        _bridge.register(c_op, c_id, kind, impl.fn, impl.vendor, impl.priority,
+        _bridge.register(c_op, c_id, kind, fn, impl.vendor, impl.priority,
                          impl.is_available, into=into, plugin=plugin)
     except (TypeError, ValueError) as e:
         # the core's message, naming the op as the caller knows it
@@ -95,8 +121,9 @@ def register_face(c_op: str, impl: OpImpl, into=None, plugin=None) -> None:
             raise ValueError(f"Duplicate impl_id '{impl.impl_id}' for op='{impl.op_name}': "
                              f"{text}") from e
         raise type(e)(text) from e
+    owner = into.name if into is not None else plugin
     with _faces_lock:
-        _faces[(c_op, c_id)] = impl
+        _faces[(c_op, c_id, owner or "")] = impl
 
 
 class OpRegistry:

@@ -1,0 +1,50 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The library's log lines on Python's logging.
+
+The C extension hands every line libfldispatch logs (fallbacks, failures,
+rejected plugins and implementations, did-you-mean hints, ...) to emit()
+here, once, instead of printing it to stderr (python/src/logging.c says
+when: on the main thread, between bytecodes; fldispatch._C.log_flush()
+delivers at once). Each goes to one logger: "fldispatch", or, once the
+vllm_fl alias is installed, upstream's "vllm_fl.dispatch", at the level the
+library gave it (the same numbers as logging's: 10 DEBUG ... 40 ERROR).
+The library's own level (VLLM_FL_LOG_LEVEL, fldispatch.set_log_level())
+decides first which lines exist; the logger's level and handlers decide
+where they go, the standard way:
+
+    logging.getLogger("fldispatch").setLevel(logging.ERROR)     # quieter
+    logging.getLogger("fldispatch").addHandler(my_handler)      # elsewhere
+
+With no handler configured anywhere, Python's last-resort handler prints
+WARNING and above to stderr, so nothing is lost by default and nothing is
+printed twice.
+
+This module imports nothing of fldispatch: the extension imports it while
+the package is still importing.
+"""
+
+import atexit
+import logging
+
+#: The logger the library's lines go to (fldispatch.compat.alias switches it).
+logger_name = "fldispatch"
+_loggers = {}
+
+
+def emit(level, message):
+    name = logger_name
+    logger = _loggers.get(name)
+    if logger is None:
+        logger = _loggers[name] = logging.getLogger(name)
+    if logger.isEnabledFor(level):
+        logger.log(level, "%s", message)
+
+
+@atexit.register
+def _detach():
+    """From exit on, the library's lines go to stderr again (after what is queued)."""
+    import sys
+
+    ext = sys.modules.get("fldispatch._C")
+    if ext is not None:
+        ext._log_detach()

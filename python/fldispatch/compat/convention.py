@@ -1,0 +1,247 @@
+# SPDX-License-Identifier: Apache-2.0
+"""vllm-plugin-FL's calling convention for the catalog ops both sides have.
+
+Upstream's layers call `silu_and_mul(layer, x)`, `gelu_and_mul(layer, x)`,
+`rms_norm(layer, x, residual=None)`, `rotary_embedding(layer, q, k, cos, sin,
+positions, rotary_interleaved=False, inplace=True)` and
+`attention_backend(use_mla=False, use_sparse=False)`, and get the result back;
+fldispatch's catalog functions take the outputs as arguments and write them
+(`silu_and_mul(out, x)`, ...). Both reach the same C chain:
+
+  - an upstream-style call (the first argument is not a tensor; for
+    attention_backend, no positional argument) is turned into the catalog
+    call here: the outputs are allocated, the catalog op is called (selection,
+    fallback and failure memory are the core's), the results are returned as
+    upstream's implementations return them;
+  - an upstream-style implementation (it returns its result) registered for
+    one of these ops through the compatibility layer is wrapped once, at
+    registration, so that the core's catalog call reaches it with upstream's
+    arguments and its result is copied into the outputs. The layer the caller
+    passed is handed to it when the call came upstream's way; otherwise it
+    gets a stand-in carrying the attributes upstream's implementations read
+    (`weight`, `variance_epsilon`, `approximate`).
+
+fldispatch's own catalog functions are not touched: nothing here runs on
+their path unless an upstream implementation is selected.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional
+
+__all__ = ["UPSTREAM_OPS", "is_upstream_call", "call_upstream", "adapt_upstream_fn"]
+
+#: The catalog ops upstream calls with (layer, ...) and results returned.
+UPSTREAM_OPS = frozenset(
+    ("silu_and_mul", "gelu_and_mul", "rms_norm", "rotary_embedding", "attention_backend"))
+
+_tls = threading.local()
+
+
+def _is_tensor(obj) -> bool:
+    return hasattr(obj, "__dlpack__")
+
+
+def is_upstream_call(op: str, args: tuple) -> bool:
+    """Whether a call of catalog op `op` uses upstream's arguments (op in UPSTREAM_OPS)."""
+    if op == "attention_backend":
+        return not args
+    return not args or not _is_tensor(args[0])
+
+
+class _Layer:
+    """Stands for the calling layer when the call came fldispatch's way."""
+
+    def __init__(self, **attrs):
+        self.__dict__.update(attrs)
+
+
+def _layer(op: str, **attrs):
+    held = getattr(_tls, "held", None)
+    if held is not None and held[0] == op:
+        return held[1]
+    return _Layer(**attrs)
+
+
+class _Holding:
+    """Hands `layer` to the upstream implementations of `op` while the catalog call runs."""
+
+    __slots__ = ("entry", "saved")
+
+    def __init__(self, op: str, layer) -> None:
+        self.entry = (op, layer)
+
+    def __enter__(self):
+        self.saved = getattr(_tls, "held", None)
+        _tls.held = self.entry
+
+    def __exit__(self, *exc):
+        _tls.held = self.saved
+        return False
+
+
+# ---- upstream's call -> the catalog call ------------------------------------------
+
+
+def _platform_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _cos_sin_cache(cos, sin):
+    """cat([cos, sin], -1) without a copy when they are the two halves of one tensor
+    (what `cos_sin_cache.chunk(2, -1)` gives)."""
+    import torch
+
+    half = cos.shape[-1]
+    if (cos.dim() == 2 and cos.shape == sin.shape and cos.dtype == sin.dtype
+            and cos.device == sin.device and cos.stride() == sin.stride()
+            and cos.stride(-1) == 1 and cos.stride(0) == 2 * half
+            and sin.data_ptr() == cos.data_ptr() + half * cos.element_size()):
+        return cos.as_strided((cos.shape[0], 2 * half), (2 * half, 1))
+    return torch.cat([cos, sin], dim=-1)
+
+
+def call_upstream(op: str, args: tuple, kwargs: dict, call: Callable[..., Any],
+                  upstream_fns: Optional[Callable[[str, str], list]] = None):
+    """Serve an upstream-style call of `op` through call(op, *catalog_args).
+
+    attention_backend's catalog call cannot reach a Python implementation (its
+    result is the library's string): upstream_fns(op, device), when given, lists
+    the candidates in the core's order as (fn or None for a C one, strict), and
+    upstream implementations ahead of the first C one are called upstream's way."""
+    if op == "attention_backend":
+        device = kwargs.pop("device", None) or _platform_device()
+        flags = dict(use_mla=bool(kwargs.get("use_mla", False)),
+                     use_sparse=bool(kwargs.get("use_sparse", False)))
+        error = None
+        for fn, strict in (upstream_fns(op, device) if upstream_fns else ()):
+            if fn is None:
+                break
+            try:
+                return fn(**flags)
+            except Exception as e:  # noqa: BLE001 - the next candidate, as the core does
+                if strict:
+                    raise
+                error = e
+        try:
+            return call(op, device, flags["use_mla"], flags["use_sparse"])
+        except Exception as e:
+            if error is not None and e.__cause__ is None:
+                raise e from error
+            raise
+    layer, rest = (args[0], args[1:]) if args else (None, ())
+    with _Holding(op, layer):
+        if op in ("silu_and_mul", "gelu_and_mul"):
+            x = rest[0] if rest else kwargs["x"]
+            out = x.new_empty(x.shape[:-1] + (x.shape[-1] // 2,))
+            name = op
+            if op == "gelu_and_mul" and getattr(layer, "approximate", "none") == "tanh":
+                name = "gelu_tanh_and_mul"
+            call(name, out, x)
+            return out
+        if op == "rms_norm":
+            x = rest[0] if rest else kwargs["x"]
+            residual = rest[1] if len(rest) > 1 else kwargs.get("residual")
+            weight = getattr(layer, "weight", None)
+            if weight is not None and getattr(weight, "requires_grad", False):
+                weight = weight.detach()    # a layer's Parameter; the op has no derivative
+            eps = float(getattr(layer, "variance_epsilon", 1e-6))
+            out = x.new_empty(x.shape)
+            if residual is None:
+                call(op, out, x, weight, None, eps)
+                return out
+            # upstream's reference leaves its inputs alone and returns (out, x + residual)
+            summed = residual.clone()
+            call(op, out, x, weight, summed, eps)
+            return out, summed
+        if op == "rotary_embedding":
+            return _rotary(op, rest, kwargs, call)
+    raise ValueError(f"{op}: no upstream calling convention")
+
+
+def _rotary(op, rest, kwargs, call):
+    names = ("query", "key", "cos", "sin", "position_ids", "rotary_interleaved", "inplace")
+    given = dict(zip(names, rest))
+    given.update(kwargs)
+    query, key, cos, sin = given["query"], given["key"], given["cos"], given["sin"]
+    positions = given["position_ids"].flatten()
+    interleaved = bool(given.get("rotary_interleaved", False))
+    if query.dim() != 3 or query.shape[0] != positions.shape[0]:
+        raise ValueError(f"{op}: upstream's call needs query [tokens, heads, rotary_dim] with "
+                         f"one position per token (query {tuple(query.shape)}, positions "
+                         f"{tuple(positions.shape)})")
+    rot = query.shape[-1]
+    q = query.clone(memory_format=_contiguous()).reshape(query.shape[0], -1)
+    k = key.clone(memory_format=_contiguous()).reshape(key.shape[0], -1)
+    call(op, positions, q, k, rot, _cos_sin_cache(cos, sin), not interleaved)
+    return q.view(query.shape), k.view(key.shape)
+
+
+def _contiguous():
+    import torch
+
+    return torch.contiguous_format
+
+
+# ---- an upstream implementation -> the catalog call ---------------------------------
+
+
+def _serve_activation(op, fn, out, x):
+    approximate = "tanh" if op == "gelu_tanh_and_mul" else "none"
+    out.copy_(fn(_layer(op, approximate=approximate), x))
+
+
+def _serve_rms_norm(op, fn, out, x, weight, residual, eps):
+    layer = _layer(op, weight=weight, variance_epsilon=eps)
+    if residual is None:
+        out.copy_(fn(layer, x))
+        return
+    result, summed = fn(layer, x, residual)
+    if summed is not residual:
+        residual.copy_(summed)
+    out.copy_(result)
+
+
+def _serve_rotary(op, fn, positions, query, key, head_size, cos_sin_cache, is_neox):
+    tokens = positions.numel()
+    rot = cos_sin_cache.shape[-1]
+    cos, sin = cos_sin_cache.chunk(2, dim=-1)
+    q = query.view(tokens, -1, head_size)[..., :rot]
+    k = key.view(tokens, -1, head_size)[..., :rot] if key is not None else None
+    q_out, k_out = fn(_layer(op), q, k, cos, sin, positions.flatten(), not is_neox, True)
+    if q_out is not q:
+        q.copy_(q_out)
+    if k is not None and k_out is not k:
+        k.copy_(k_out)
+
+
+_SERVE = {
+    "silu_and_mul": _serve_activation,
+    "gelu_and_mul": _serve_activation,
+    "rms_norm": _serve_rms_norm,
+    "rotary_embedding": _serve_rotary,
+}
+
+
+def adapt_upstream_fn(c_op: str, fn: Optional[Callable]):
+    """What to register for an upstream implementation `fn` of C op `c_op`: fn itself,
+    or, for a catalog op upstream calls its own way, a wrapper that serves the core's
+    catalog call (outputs as arguments) by calling fn upstream's way."""
+    op = c_op.rpartition(".")[2] if c_op.startswith("compat") else c_op
+    serve = _SERVE.get(op)
+    if serve is None or not callable(fn):
+        return fn
+
+    def catalog_call(*args):
+        if not args or not _is_tensor(args[0]):
+            return fn(*args)
+        serve(op, fn, *args)
+
+    catalog_call.__wrapped__ = fn
+    catalog_call.__name__ = getattr(fn, "__name__", op)
+    catalog_call.__qualname__ = getattr(fn, "__qualname__", op)
+    catalog_call.__module__ = getattr(fn, "__module__", None)
+    return catalog_call
