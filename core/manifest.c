@@ -30,9 +30,8 @@
 #include "ops.h"
 #include "registry.h"
 
-
-#define TOP_KEYS   "version, entries"
-#define ENTRY_KEYS "op, device, dtype, impl, rows"
+#define TOP_KEYS      "version, entries"
+#define ENTRY_KEYS    "op, device, dtype, impl, rows"
 #define REQUIRED_KEYS "op, device, dtype, impl"
 
 enum entry_key { KEY_OP, KEY_DEVICE, KEY_DTYPE, KEY_IMPL, KEY_ROWS, KEY_COUNT };
@@ -143,18 +142,25 @@ static int pair_key(const struct reader *r, const struct fld_ynode *key)
     return FLD_OK;
 }
 
-/* A row count of a bucket: decimal digits, 1 to FLD_ROWS_MAX; -1 otherwise. */
+/* The largest row count a bucket may name (18 digits); "LO-" has no upper end. */
+#define ROWS_MAX INT64_C(999999999999999999)
+
+/* A row count of a bucket: decimal digits, 1 to ROWS_MAX; -1 otherwise, -2 when only too large. */
 static int64_t row_count(const char *s, size_t len)
 {
-    if (len == 0 || len > 18)
+    if (len == 0)
         return -1;
     int64_t v = 0;
+    bool big = false;
     for (size_t i = 0; i < len; i++) {
         if (s[i] < '0' || s[i] > '9')
             return -1;
-        v = v * 10 + (s[i] - '0');
+        if (big || v > (ROWS_MAX - (s[i] - '0')) / 10)
+            big = true;
+        else
+            v = v * 10 + (s[i] - '0');
     }
-    return v >= 1 ? v : -1;
+    return big ? -2 : v >= 1 ? v : -1;
 }
 
 /*
@@ -165,21 +171,30 @@ static int parse_rows(const struct reader *r, const struct fld_ynode *v,
                       struct fld_manifest_entry *e)
 {
     if (v->type != FLD_YNODE_SCALAR || is_null(v) || v->tag_bool)
-        return fail_at(r, v, "key 'rows' must be a row range such as '1-16', '17-512' or '513-', got %s",
-                       is_null(v) ? "null" : v->tag_bool ? "a !!bool value" : node_kind(v));
+        return fail_at(r, v,
+                       "key 'rows' must be a row range such as '1-16', '17-512' or '513-', got %s",
+                       is_null(v)    ? "null"
+                       : v->tag_bool ? "a !!bool value"
+                                     : node_kind(v));
     const char *text = v->text, *dash = strchr(text, '-');
     size_t lo_len = dash ? (size_t)(dash - text) : strlen(text);
     int64_t lo = row_count(text, lo_len), hi = lo;
     if (dash)
         hi = dash[1] ? row_count(dash + 1, strlen(dash + 1)) : INT64_MAX;
-    if (lo < 0 || hi < 0)
+    if (lo == -1 || hi == -1)
         return fail_at(r, v,
                        "invalid rows '%s': expected LO-HI, LO- or N with whole row counts from 1 "
                        "(e.g. '1-16', '513-')",
                        text);
+    if (lo < 0 || hi < 0)
+        return fail_at(r, v,
+                       "invalid rows '%s': a row count is at most %" PRId64
+                       " (write 'LO-' for a range without an upper end)",
+                       text, ROWS_MAX);
     if (hi < lo)
-        return fail_at(r, v, "invalid rows '%s': the range ends (%" PRId64 ") before it starts (%" PRId64 ")",
-                       text, hi, lo);
+        return fail_at(
+            r, v, "invalid rows '%s': the range ends (%" PRId64 ") before it starts (%" PRId64 ")",
+            text, hi, lo);
     e->rows_lo = lo;
     e->rows_hi = hi;
     return FLD_OK;
@@ -336,9 +351,10 @@ static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
         bool same_key = prev && entry_cmp(prev, e) == 0;
         buckets = same_key ? buckets : 0;
         if (e->rows_lo && ++buckets > FLD_MAX_BUCKETS) {
-            rc = fail_at(r, parsed[i].rows,
-                         "too many row buckets for (%s, %s, %s): at most %d per op, device and dtype",
-                         e->op, device_name(e->device), fld__dtype_word(e->dtype), FLD_MAX_BUCKETS);
+            rc = fail_at(
+                r, parsed[i].rows,
+                "too many row buckets for (%s, %s, %s): at most %d per op, device and dtype", e->op,
+                device_name(e->device), fld__dtype_word(e->dtype), FLD_MAX_BUCKETS);
             goto done;
         }
         if (!same_key)
@@ -516,9 +532,8 @@ static const struct fld_manifest_entry *key_group(const struct fld_manifest *m, 
  * The group of entries that decides (op, device, dtype): the dtype's own,
  * or, when it has none at all (bucketed or not), those of dtype "any".
  */
-static const struct fld_manifest_entry *deciding_group(const struct fld_manifest *m,
-                                                       const char *op, int device, int dtype,
-                                                       size_t *count)
+static const struct fld_manifest_entry *deciding_group(const struct fld_manifest *m, const char *op,
+                                                       int device, int dtype, size_t *count)
 {
     *count = 0;
     if (!m || !op || m->n == 0)
@@ -659,10 +674,10 @@ int fld__manifest_check(const struct fld_manifest *m, bool strict)
         if (!strict && listed++ >= MANIFEST_LISTED)
             unlisted++;
         else if (strict)
-            rc = fld__fail(FLD_ECONFIG, "VLLM_FL_MANIFEST: %s:%d:%d: impl '%s' for %s (%s, %s%s%s) %s",
-                           m->path, e->line, e->impl_column, e->impl_id, e->op,
-                           device_name(e->device), fld__dtype_word(e->dtype), rows[0] ? ", " : "",
-                           rows, why);
+            rc = fld__fail(FLD_ECONFIG,
+                           "VLLM_FL_MANIFEST: %s:%d:%d: impl '%s' for %s (%s, %s%s%s) %s", m->path,
+                           e->line, e->impl_column, e->impl_id, e->op, device_name(e->device),
+                           fld__dtype_word(e->dtype), rows[0] ? ", " : "", rows, why);
         else
             fld__log(FLD_LOG_WARNING,
                      "VLLM_FL_MANIFEST: %s:%d:%d: impl '%s' for %s (%s, %s%s%s) %s; the entry is "
@@ -671,10 +686,11 @@ int fld__manifest_check(const struct fld_manifest *m, bool strict)
                      fld__dtype_word(e->dtype), rows[0] ? ", " : "", rows, why, e->op);
     }
     if (unlisted)
-        fld__log(FLD_LOG_WARNING,
-                 "VLLM_FL_MANIFEST: %s: ... and %zu more manifest entries that cannot be used (only "
-                 "the first %d are listed); they are ignored",
-                 m->path, unlisted, (int)MANIFEST_LISTED);
+        fld__log(
+            FLD_LOG_WARNING,
+            "VLLM_FL_MANIFEST: %s: ... and %zu more manifest entries that cannot be used (only "
+            "the first %d are listed); they are ignored",
+            m->path, unlisted, (int)MANIFEST_LISTED);
     free(order);
     return rc;
 }
