@@ -144,6 +144,7 @@ struct score {
     char impl[128];
     double min_ns, median_ns; /* NAN when it cannot win */
     double min_spread, spread;
+    int clean_rounds; /* rounds in which every sample had a stretch no preemption touched */
     bool correct;
     char why[200];
 };
@@ -622,7 +623,9 @@ static bool matches(struct verify_io *got, struct verify_io *want, double atol, 
 
 /*
  * One batch of `calls` calls of op on io (impl pinned by the caller), timed in
- * TUNE_STRETCHES stretches: the mean time per call and the fastest stretch's.
+ * TUNE_STRETCHES stretches: the mean time per call and the fastest clean
+ * stretch's (one during which no thread of the process was preempted; NAN
+ * when none was).
  */
 static void time_batch(const char *op, const char *impl, struct verify_io *io, long calls,
                        double *mean, double *fastest)
@@ -630,14 +633,16 @@ static void time_batch(const char *op, const char *impl, struct verify_io *io, l
     long per = calls / TUNE_STRETCHES > 0 ? calls / TUNE_STRETCHES : 1;
     int stretches = calls >= TUNE_STRETCHES ? TUNE_STRETCHES : (int)calls;
     double sum = 0;
-    *fastest = INFINITY;
+    *fastest = NAN;
     for (int k = 0; k < stretches; k++) {
-        double t0 = tune_clock_now();
+        struct tune_mark m;
+        bool clean;
+        tune_clock_start(&m);
         for (long i = 0; i < per; i++)
             verify_io_call(op, io);
-        double t = tune_clock_per_call(impl, per, tune_clock_now() - t0);
+        double t = tune_clock_stop(&m, impl, per, &clean);
         sum += t;
-        if (t < *fastest)
+        if (clean && !(t >= *fastest))
             *fastest = t;
     }
     *mean = sum / stretches;
@@ -649,10 +654,12 @@ static long batch_calls(const char *op, const char *impl, struct verify_io *io,
 {
     long calls = 1;
     for (;;) {
-        double t0 = tune_clock_now();
+        struct tune_mark m;
+        bool clean;
+        tune_clock_start(&m);
         for (long i = 0; i < calls; i++)
             verify_io_call(op, io);
-        double dt = tune_clock_per_call(impl, calls, tune_clock_now() - t0) * (double)calls;
+        double dt = tune_clock_stop(&m, impl, calls, &clean) * (double)calls;
         if (dt >= o->batch_ns / 4 || calls >= (1L << 24))
             return dt > 0 ? (long)((double)calls * o->batch_ns / dt) + 1 : calls;
         calls *= 4;
@@ -663,6 +670,7 @@ static long batch_calls(const char *op, const char *impl, struct verify_io *io,
 struct round_logs {
     double min[TUNE_MAX_IMPLS][TUNE_MAX_ROUNDS];
     double mean[TUNE_MAX_IMPLS][TUNE_MAX_ROUNDS];
+    bool interrupted[TUNE_MAX_IMPLS][TUNE_MAX_ROUNDS]; /* a sample had no clean stretch */
 };
 
 /* Copies every owned tensor of src into dst (same layout: dst is a clone of src). */
@@ -756,7 +764,10 @@ static bool run_sample(const struct tune_opts *o, const char *op, enum tool_fami
                 unpin();
             }
             logs->mean[i][r] += log(mean);
-            logs->min[i][r] += log(fastest);
+            if (isfinite(fastest))
+                logs->min[i][r] += log(fastest);
+            else
+                logs->interrupted[i][r] = true;
         }
     verify_io_free(&got);
     verify_io_free(&want);
@@ -833,10 +844,18 @@ static double pct(double fraction)
     return 100 * fraction;
 }
 
+/* Whether s has a MIN to compare: at least 2 rounds with a clean stretch in every sample. */
+static bool compared(const struct score *s)
+{
+    return s->correct && isfinite(s->min_ns);
+}
+
 /*
  * The winner of a bucket: the default winner unless a correct challenger's
  * min is lower by more than min_gain and both spreads of min, and its
- * median is lower too; then each loser's why.
+ * median is lower too; then each loser's why. An implementation whose
+ * rounds were interrupted has no min: it is not compared, and when it is
+ * the default winner, it stays.
  */
 static void decide(const struct tune_opts *o, struct result *res)
 {
@@ -845,10 +864,13 @@ static void decide(const struct tune_opts *o, struct result *res)
         if (res->default_impl[0] && strcmp(res->scores[i].impl, res->default_impl) == 0)
             d = i;
     if (d < 0 || !res->scores[d].correct) {
-        for (int i = 0; i < res->n_scores; i++)
-            if (res->scores[i].correct &&
-                (res->winner < 0 || res->scores[i].min_ns < res->scores[res->winner].min_ns))
+        for (int i = 0; i < res->n_scores; i++) {
+            const struct score *c = &res->scores[i];
+            const struct score *b = res->winner < 0 ? NULL : &res->scores[res->winner];
+            if (c->correct && (!b || (compared(c) && (!compared(b) || c->min_ns < b->min_ns)) ||
+                               (!compared(c) && !compared(b) && c->median_ns < b->median_ns)))
                 res->winner = i;
+        }
         res->decision = res->winner < 0 ? DECIDED_NONE : DECIDED_FALLBACK;
         if (!res->default_impl[0])
             snprintf(res->reason, sizeof res->reason, "the policy selects no implementation here%s",
@@ -862,7 +884,7 @@ static void decide(const struct tune_opts *o, struct result *res)
         int best = d, close = -1;
         for (int i = 0; i < res->n_scores; i++) {
             const struct score *c = &res->scores[i];
-            if (i == d || !c->correct || !(c->min_ns < def->min_ns))
+            if (i == d || !compared(c) || !compared(def) || !(c->min_ns < def->min_ns))
                 continue;
             double gain = 1 - c->min_ns / def->min_ns;
             double need = fmax(o->min_gain, c->min_spread + def->min_spread);
@@ -872,6 +894,9 @@ static void decide(const struct tune_opts *o, struct result *res)
             } else if (close < 0 || c->min_ns < res->scores[close].min_ns)
                 close = i;
         }
+        int others = 0;
+        for (int i = 0; i < res->n_scores; i++)
+            others += i != d && res->scores[i].correct;
         res->winner = best;
         const struct score *w = &res->scores[best];
         if (best != d) {
@@ -882,6 +907,12 @@ static void decide(const struct tune_opts *o, struct result *res)
                      def->impl, pct(1 - w->min_ns / def->min_ns),
                      pct(w->min_spread + def->min_spread),
                      pct(fmax(o->min_gain, w->min_spread + def->min_spread)));
+        } else if (others && !compared(def)) {
+            res->decision = DECIDED_UNDECIDED;
+            snprintf(res->reason, sizeof res->reason,
+                     "kept default: its timings were interrupted (preempted) in %d of %d rounds, "
+                     "nothing to compare with",
+                     o->reps - def->clean_rounds, o->reps);
         } else if (close >= 0) {
             const struct score *c = &res->scores[close];
             res->decision = DECIDED_UNDECIDED;
@@ -903,7 +934,16 @@ static void decide(const struct tune_opts *o, struct result *res)
         if (i == res->winner || !s->correct)
             continue;
         double err = pct(s->min_spread + w->min_spread);
-        if (s->min_ns >= w->min_ns)
+        if (!compared(s))
+            snprintf(s->why, sizeof s->why,
+                     "not compared: its timings were interrupted (preempted) in %d of %d rounds",
+                     o->reps - s->clean_rounds, o->reps);
+        else if (!compared(w))
+            snprintf(s->why, sizeof s->why,
+                     "not compared: the timings of %s were interrupted (preempted) in %d of %d "
+                     "rounds",
+                     w->impl, o->reps - w->clean_rounds, o->reps);
+        else if (s->min_ns >= w->min_ns)
             snprintf(s->why, sizeof s->why, "slower by %.1f%% ± %.1f%%",
                      pct(s->min_ns / w->min_ns - 1), err);
         else
@@ -964,11 +1004,15 @@ static int tune_bucket(const struct tune_opts *o, const struct tool_op *op, int 
             continue;
         }
         double mins[TUNE_MAX_ROUNDS], means[TUNE_MAX_ROUNDS];
+        s->clean_rounds = 0;
         for (int r = 0; r < o->reps; r++) {
-            mins[r] = exp(logs->min[i][r] / samples);
+            if (!logs->interrupted[i][r])
+                mins[s->clean_rounds++] = exp(logs->min[i][r] / samples);
             means[r] = exp(logs->mean[i][r] / samples);
         }
-        s->min_ns = median_spread(mins, o->reps, &s->min_spread);
+        s->min_ns = s->min_spread = NAN;
+        if (s->clean_rounds >= 2)
+            s->min_ns = median_spread(mins, s->clean_rounds, &s->min_spread);
         s->median_ns = median_spread(means, o->reps, &s->spread);
         if (s->spread > TUNE_NOISY || s->min_spread > TUNE_NOISY)
             res->noisy = true;
@@ -1108,20 +1152,26 @@ static void report_text(FILE *f, const struct tune_run *run)
                          r->reason);
             else
                 snprintf(note, sizeof note, "%s%s", def ? "(default winner) " : "", s->why);
-            if (s->correct)
-                fprintf(f, "%-18s %-5s %-10s %-22s %12.1f %12.1f %6.1f%%  %s\n", r->op,
-                        tool_dtype_name(r->dtype), rows, cli_text(s->impl), s->min_ns, s->median_ns,
+            if (s->correct) {
+                char min[32] = "interrupted";
+                if (isfinite(s->min_ns))
+                    snprintf(min, sizeof min, "%.1f", s->min_ns);
+                fprintf(f, "%-18s %-5s %-10s %-22s %12s %12.1f %6.1f%%  %s\n", r->op,
+                        tool_dtype_name(r->dtype), rows, cli_text(s->impl), min, s->median_ns,
                         pct(s->spread), cli_text(note));
-            else
+            } else
                 fprintf(f, "%-18s %-5s %-10s %-22s %12s %12s %7s  %s\n", r->op,
                         tool_dtype_name(r->dtype), rows, cli_text(s->impl), "-", "-", "-",
                         cli_text(note));
         }
     }
-    fprintf(f, "MIN NS: median over rounds of the fastest stretch of calls; MEDIAN NS: median over "
-               "rounds of the batch's mean; SPREAD: its interquartile range over the median. Each "
-               "a geometric mean over the bucket's row counts and hidden sizes, each "
-               "implementation pinned alone, alternated within each round.\n");
+    fprintf(
+        f,
+        "MIN NS: median over rounds of the fastest stretch of calls that no preemption "
+        "touched ('interrupted': fewer than 2 such rounds, not compared); MEDIAN NS: median over "
+        "rounds of the batch's mean; SPREAD: its interquartile range over the median. Each "
+        "a geometric mean over the bucket's row counts and hidden sizes, each "
+        "implementation pinned alone, alternated within each round.\n");
 }
 
 /* The load average over the last minute, -1 when unknown. */
@@ -1201,6 +1251,8 @@ static void report_json(const struct tune_run *run, const struct tune_opts *o,
                 else
                     json_null(&w);
             }
+            json_key(&w, "clean_rounds");
+            json_int(&w, s->correct ? s->clean_rounds : 0);
             json_key(&w, "correct");
             json_bool(&w, s->correct);
             json_key(&w, "why");

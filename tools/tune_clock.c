@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench/util.h"
 #include "tensors.h"
@@ -90,10 +91,26 @@ double tune_clock_now(void)
     return bench_now_ns();
 }
 
-double tune_clock_per_call(const char *impl, long calls, double real_ns)
+static long involuntary_switches(void)
 {
-    if (!sim.on)
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_nivcsw : -1;
+}
+
+void tune_clock_start(struct tune_mark *m)
+{
+    m->switches = sim.on ? 0 : involuntary_switches();
+    m->ns = bench_now_ns();
+}
+
+double tune_clock_stop(const struct tune_mark *m, const char *impl, long calls, bool *clean)
+{
+    double real_ns = bench_now_ns() - m->ns;
+    if (!sim.on) {
+        long now = involuntary_switches();
+        *clean = now >= 0 && now == m->switches;
         return real_ns / (double)calls;
+    }
     double ns = 1000;
     bool threaded = false;
     for (int i = 0; i < sim.n; i++)
@@ -101,9 +118,13 @@ double tune_clock_per_call(const char *impl, long calls, double real_ns)
             ns = sim.costs[i].ns;
             threaded = sim.costs[i].threaded;
         }
-    double u = tool_rng_unit(&sim.state), v = tool_rng_unit(&sim.state);
+    double u = tool_rng_unit(&sim.state), v = tool_rng_unit(&sim.state),
+           w = tool_rng_unit(&sim.state);
     double factor = 1 + 0.02 * v;
-    if (sim.load && u < 0.7)
+    *clean = true;
+    if (sim.load && u < 0.7) {
         factor = 1 + (threaded ? 29 : 2) * v;
+        *clean = w >= 0.5;
+    }
     return ns * factor;
 }

@@ -31,10 +31,20 @@ bool tune_clock_init(char *err, unsigned long size);
 bool tune_clock_simulated(void);
 /* Nanoseconds of the monotonic clock. */
 double tune_clock_now(void);
+
+/* The start of a timed stretch: the process's involuntary context switches, then the clock. */
+struct tune_mark {
+    double ns;
+    long switches;
+};
+void tune_clock_start(struct tune_mark *m);
 /*
- * The time per call of a stretch of `calls` calls of impl that took
- * real_ns on the monotonic clock: real_ns / calls, or the simulated time.
+ * The time per call of the stretch of `calls` calls of impl begun at m: the
+ * monotonic clock's, or the simulated one. *clean: whether no thread of the
+ * process was preempted meanwhile (getrusage's involuntary context
+ * switches; the simulated clock flags half of its disturbed stretches, as
+ * a real machine slows some stretches without preempting anything).
  */
-double tune_clock_per_call(const char *impl, long calls, double real_ns);
+double tune_clock_stop(const struct tune_mark *m, const char *impl, long calls, bool *clean);
 
 #endif
