@@ -81,11 +81,6 @@ bool tune_clock_init(char *err, unsigned long size)
     return true;
 }
 
-bool tune_clock_simulated(void)
-{
-    return sim.on;
-}
-
 double tune_clock_now(void)
 {
     return bench_now_ns();

@@ -27,8 +27,6 @@
  * err) when it is set and malformed.
  */
 bool tune_clock_init(char *err, unsigned long size);
-/* Whether the simulated clock is in use. */
-bool tune_clock_simulated(void);
 /* Nanoseconds of the monotonic clock. */
 double tune_clock_now(void);
 
