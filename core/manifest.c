@@ -142,18 +142,25 @@ static int pair_key(const struct reader *r, const struct fld_ynode *key)
     return FLD_OK;
 }
 
-/* A row count of a bucket: decimal digits, 1 to FLD_ROWS_MAX; -1 otherwise. */
+/* The largest row count a bucket may name (18 digits); "LO-" has no upper end. */
+#define ROWS_MAX INT64_C(999999999999999999)
+
+/* A row count of a bucket: decimal digits, 1 to ROWS_MAX; -1 otherwise, -2 when only too large. */
 static int64_t row_count(const char *s, size_t len)
 {
-    if (len == 0 || len > 18)
+    if (len == 0)
         return -1;
     int64_t v = 0;
+    bool big = false;
     for (size_t i = 0; i < len; i++) {
         if (s[i] < '0' || s[i] > '9')
             return -1;
-        v = v * 10 + (s[i] - '0');
+        if (big || v > (ROWS_MAX - (s[i] - '0')) / 10)
+            big = true;
+        else
+            v = v * 10 + (s[i] - '0');
     }
-    return v >= 1 ? v : -1;
+    return big ? -2 : v >= 1 ? v : -1;
 }
 
 /*
@@ -174,11 +181,16 @@ static int parse_rows(const struct reader *r, const struct fld_ynode *v,
     int64_t lo = row_count(text, lo_len), hi = lo;
     if (dash)
         hi = dash[1] ? row_count(dash + 1, strlen(dash + 1)) : INT64_MAX;
-    if (lo < 0 || hi < 0)
+    if (lo == -1 || hi == -1)
         return fail_at(r, v,
                        "invalid rows '%s': expected LO-HI, LO- or N with whole row counts from 1 "
                        "(e.g. '1-16', '513-')",
                        text);
+    if (lo < 0 || hi < 0)
+        return fail_at(r, v,
+                       "invalid rows '%s': a row count is at most %" PRId64
+                       " (write 'LO-' for a range without an upper end)",
+                       text, ROWS_MAX);
     if (hi < lo)
         return fail_at(
             r, v, "invalid rows '%s': the range ends (%" PRId64 ") before it starts (%" PRId64 ")",

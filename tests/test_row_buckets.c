@@ -75,6 +75,12 @@ static const struct bad_case bad_cases[] = {
      "invalid rows '16-1': the range ends (1) before it starts (16)"},
     {"version: 1\nentries:\n" ROWS_ENTRY("0-4", "vendor.cpu"), "3:51",
      "invalid rows '0-4': expected LO-HI, LO- or N with whole row counts from 1"},
+    /* A count past the largest one says what the largest is. */
+    {"version: 1\nentries:\n" ROWS_ENTRY("1-9223372036854775807", "vendor.cpu"), "3:51",
+     "invalid rows '1-9223372036854775807': a row count is at most 999999999999999999 (write "
+     "'LO-' for a range without an upper end)"},
+    {"version: 1\nentries:\n" ROWS_ENTRY("1000000000000000000-", "vendor.cpu"), "3:51",
+     "a row count is at most 999999999999999999"},
     {"version: 1\nentries:\n" ROWS_ENTRY("-4", "vendor.cpu"), "3:51", "invalid rows '-4'"},
     {"version: 1\nentries:\n" ROWS_ENTRY("a-b", "vendor.cpu"), "3:51", "invalid rows 'a-b'"},
     {"version: 1\nentries:\n" ROWS_ENTRY("1-2-3", "vendor.cpu"), "3:51", "invalid rows '1-2-3'"},
@@ -87,9 +93,9 @@ static const struct bad_case bad_cases[] = {
              ROWS_ENTRY("6", "vendor.cpu") ROWS_ENTRY("7-", "vendor.cpu"),
      "9:51", "too many row buckets for (rms_norm, cpu, f32): at most 6"},
     /* Two entries without rows for one key are still a duplicate. */
-    {"version: 1\nentries:\n" ROWS_ENTRY("1-16", "vendor.cpu")
-     "  - {op: rms_norm, device: cpu, dtype: f32, impl: vendor.cpu}\n"
-     "  - {op: rms_norm, device: cpu, dtype: f32, impl: reference.c}\n",
+    {"version: 1\nentries:\n" ROWS_ENTRY(
+         "1-16", "vendor.cpu") "  - {op: rms_norm, device: cpu, dtype: f32, impl: vendor.cpu}\n"
+                               "  - {op: rms_norm, device: cpu, dtype: f32, impl: reference.c}\n",
      "5:5", "duplicate entry for (rms_norm, cpu, f32); first at line 4"},
 };
 
@@ -116,8 +122,10 @@ START_TEST(bucket_unknown_impl_is_named)
     setenv("VLLM_FL_STRICT", "1", 1);
     ck_assert_int_eq(fld_init(), FLD_ECONFIG);
     char where[PATH_MAX + 64];
-    snprintf(where, sizeof where, "VLLM_FL_MANIFEST: %s:3:63: impl 'vendor.nope' for rms_norm "
-             "(cpu, f32, rows 1-16) is not registered", manifest);
+    snprintf(where, sizeof where,
+             "VLLM_FL_MANIFEST: %s:3:63: impl 'vendor.nope' for rms_norm "
+             "(cpu, f32, rows 1-16) is not registered",
+             manifest);
     ck_assert_msg(strstr(fld_last_error(), where), "expected '%s' in:\n%s", where,
                   fld_last_error());
 }
@@ -207,8 +215,9 @@ END_TEST
 /* Rows outside every bucket resolve as the key without a bucket: here the entry without rows. */
 START_TEST(rows_outside_buckets_take_the_whole_entry)
 {
-    init_with_pair("version: 1\nentries:\n" ROWS_ENTRY("5-8", "vendor.row_large")
-                   "  - {op: rms_norm, device: cpu, dtype: f32, impl: vendor.row_small}\n");
+    init_with_pair("version: 1\nentries:\n" ROWS_ENTRY(
+        "5-8", "vendor.row_large") "  - {op: rms_norm, device: cpu, dtype: f32, impl: "
+                                   "vendor.row_small}\n");
     expect_served(4, false, 1, 0);
     expect_served(6, false, 0, 1);
     expect_served(9, false, 1, 0);
@@ -244,7 +253,7 @@ START_TEST(reload_keeps_and_changes_buckets)
     expect_served(40, false, 0, 1);
     /* A new manifest with the buckets swapped takes over at reload. */
     write_manifest("version: 1\nentries:\n" ROWS_ENTRY("1-16", "vendor.row_large")
-                   ROWS_ENTRY("17-", "vendor.row_small"));
+                       ROWS_ENTRY("17-", "vendor.row_small"));
     ck_assert_int_eq(fld_reload(), FLD_OK);
     expect_served(2, false, 0, 1);
     expect_served(40, false, 1, 0);

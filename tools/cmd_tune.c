@@ -1,27 +1,45 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fldispatch tune [OP...] [--device D] [--dtype T] [--shapes SPEC]
- *                 [--hidden N,..] [--reps N] [--quick] [--out FILE] [--json]:
+ * fldispatch tune [OP...] [--device D,..] [--dtype T,..] [--shapes SPEC]
+ *                 [--hidden N,..] [--reps N] [--min-gain PCT] [--max-memory SIZE]
+ *                 [--quick] [--quiet] [--out FILE] [--json]:
  * measured, shape-aware selection. For each op and dtype it times every
  * available implementation over row buckets (by default decode 1-16 rows,
  * small prefill 17-512, large prefill 513 and up), each on a few sample
  * row counts and hidden sizes, checks each result against the reference
  * implementation with verify's tolerances, and writes a manifest that pins
- * the fastest correct implementation per (op, device, dtype, row bucket).
- * Adjacent buckets with the same winner merge; an op whose winner is the
- * same everywhere gets one entry without rows.
+ * per (op, device, dtype, row bucket) the policy's own choice (the default
+ * winner, what fld_resolve() selects) unless a correct challenger beats it
+ * by more than the measured spread. Adjacent buckets with the same winner
+ * merge; an op whose winner is the same everywhere gets one entry without
+ * rows.
  *
- * Method. Each implementation runs alone, pinned by a strict per-op order
+ * Method. Each implementation runs pinned by a strict per-op order
  * 'impl:<id>' as verify pins it (so every one pays the same scoped-policy
- * cost per call). A sample's time is the median over --reps batches of the
- * time per call, each batch sized to last about 2 ms (0.2 ms with --quick);
- * a bucket's score is the geometric mean of its samples' times, so that
- * every sample weighs the same whatever its size. An implementation that
- * fails, declines or is wrong on any sample of a bucket cannot win it.
+ * cost per call). Every sample (a row count and hidden size) is timed in
+ * --reps rounds; a round times one batch of each implementation in turn,
+ * starting one further along each round (A B C, B C A, ...), so that a
+ * change of load falls on all of them alike. A batch lasts about 2 ms (0.2
+ * ms with --quick) and is timed in 16 stretches: the batch's mean time per
+ * call and its fastest stretch's. Per round, the geometric mean over the
+ * bucket's samples gives the implementation's "min" (fastest stretches:
+ * what it costs when nothing interrupts it) and "mean" figures; the bucket
+ * reports the median over rounds of each and their spread (interquartile
+ * range over the median). A challenger is pinned over the default winner
+ * only when its min is lower by more than both spreads together and
+ * --min-gain, and its median is lower too; otherwise the default winner
+ * stays. An implementation that fails, declines or is wrong on any sample
+ * of a bucket cannot win it.
+ *
+ * Before anything is timed, the tensors of every sample are sized: a size
+ * that overflows or exceeds --max-memory is an error naming the bucket, and
+ * nothing is written. The clock is tune_clock.h's (a simulated one for the
+ * tests).
  *
  * Only the CPU for now: the tensors are host tensors.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,45 +52,71 @@
 #include "cli.h"
 #include "json.h"
 #include "options.h"
+#include "tune_clock.h"
 #include "verify.h"
 
 #define TUNE_MAX_BUCKETS 6 /* as many as a manifest takes per (op, device, dtype) */
 #define TUNE_MAX_SAMPLES 8
 #define TUNE_MAX_HIDDEN  8
 #define TUNE_MAX_IMPLS   16
+#define TUNE_MAX_ROUNDS  100
+#define TUNE_STRETCHES   16   /* timed stretches per batch */
+#define TUNE_NOISY       0.10 /* a spread past this is named in the warning */
 #define TUNE_REFERENCE   "reference.c"
+#define TUNE_ROPE_CACHE  (8192 * 128 * 2) /* elements of the rotary cos/sin cache and its copy */
 
 static const char tune_usage[] =
-    "Usage: fldispatch tune [OP...] [--device D] [--dtype T] [--shapes SPEC]\n"
-    "                       [--hidden N[,N...]] [--reps N] [--quick] [--out FILE] [--json]\n"
+    "Usage: fldispatch tune [OP...] [--device D[,D...]] [--dtype T[,T...]] [--shapes SPEC]\n"
+    "                       [--hidden N[,N...]] [--reps N] [--min-gain PCT]\n"
+    "                       [--max-memory SIZE] [--quick] [--quiet] [--out FILE] [--json]\n"
     "\n"
     "Times every available implementation of each op (default: every catalog op\n"
     "with tensors) over row buckets, checks each against the reference\n"
-    "implementation (verify's tolerances), and writes a manifest that pins the\n"
-    "fastest correct implementation per (op, device, dtype, row bucket). Use it\n"
-    "with VLLM_FL_MANIFEST=FILE; 'fldispatch resolve --rows N OP' shows the\n"
-    "choice for a call of N rows.\n"
+    "implementation (verify's tolerances), and writes a manifest that pins, per\n"
+    "(op, device, dtype, row bucket), the policy's own choice (the default\n"
+    "winner) unless a correct challenger is faster by more than the measured\n"
+    "spread. Use it with VLLM_FL_MANIFEST=FILE; 'fldispatch resolve --rows N OP'\n"
+    "shows the choice for a call of N rows.\n"
     "\n"
-    "  --device D     cpu (the only device tune measures for now)\n"
-    "  --dtype T      f32, f16, bf16 (default: all three)\n"
-    "  --shapes SPEC  the buckets and the row counts timed in each:\n"
-    "                 'LO-HI=R,R;LO-=R' (default '1-16=1,4,16;17-512=64,256;513-=2048');\n"
-    "                 at most 6 buckets, ascending, not overlapping\n"
-    "  --hidden N,..  hidden sizes timed for each row count (default 2048,4096;\n"
-    "                 activations: d, the output width; rotary: heads of 128)\n"
-    "  --reps N       timed batches per sample (default 5); the median counts\n"
-    "  --quick        short batches and one repetition (a smoke test, not a tuning)\n"
-    "  --out FILE     write the manifest to FILE (atomically) instead of standard\n"
-    "                 output; the table then goes to standard output, else to stderr\n"
-    "  --json         one JSON object on standard output {\"schema\", \"device\",\n"
-    "                 \"results\": [{\"op\", \"dtype\", \"rows\", \"impls\": [{\"impl_id\",\n"
-    "                 \"ns\", \"correct\", \"why\"}], \"winner\"}], \"entries\"}; the\n"
-    "                 manifest only with --out\n"
+    "Each sample is timed in rounds, the implementations alternated within each\n"
+    "round; per implementation the table gives MIN (the median over rounds of the\n"
+    "fastest stretch of calls during which no thread of the process was preempted:\n"
+    "its cost when nothing interrupts it; 'interrupted' with fewer than 2 such\n"
+    "rounds, and then it is not compared), MEDIAN (of the batches' mean) and\n"
+    "SPREAD (interquartile range over the median). A challenger is pinned only\n"
+    "when its MIN is lower than the default winner's by\n"
+    "more than both SPREADs of MIN and --min-gain, and its MEDIAN is lower too;\n"
+    "otherwise the default stays (\"kept default\", with the reason). A warning\n"
+    "on stderr says when the machine is loaded (load average above the online\n"
+    "cores) or a spread passed 10%, and names the buckets that stayed undecided.\n"
+    "\n"
+    "  --device D,..    cpu (the only device tune measures for now; others are\n"
+    "                   left out with a message, exit 3 when none is left)\n"
+    "  --dtype T,..     f32, f16, bf16, comma-separated (default: all three)\n"
+    "  --shapes SPEC    the buckets and the row counts timed in each:\n"
+    "                   'LO-HI=R,R;LO-=R' (default '1-16=1,4,16;17-512=64,256;513-=2048');\n"
+    "                   at most 6 buckets, ascending, not overlapping\n"
+    "  --hidden N,..    hidden sizes timed for each row count (default 2048,4096;\n"
+    "                   activations: d, the output width; rotary: heads of 128)\n"
+    "  --reps N         rounds per sample, 2 to 100 (default 5; 3 with --quick)\n"
+    "  --min-gain PCT   the least gain that pins a challenger over the default\n"
+    "                   winner, in percent (default 5)\n"
+    "  --max-memory SIZE  the most a sample's tensors may take, in bytes or with\n"
+    "                   K, M, G or T (default: half the available memory); checked for\n"
+    "                   every bucket before anything is timed\n"
+    "  --quick          short batches (a smoke test, not a tuning)\n"
+    "  --quiet          no progress line (it is shown only when stderr is a terminal)\n"
+    "  --out FILE       write the manifest to FILE (atomically) instead of standard\n"
+    "                   output; the table then goes to standard output, else to stderr\n"
+    "  --json           one JSON object on standard output (docs/schemas/tune.schema.json):\n"
+    "                   every implementation's figures, each loser's why, each\n"
+    "                   bucket's default and decision; the manifest only with --out\n"
     "\n"
     "Exit status: 0 a manifest was written; 1 an implementation failed or was\n"
-    "wrong (it is left out, the manifest is still written); 2 usage error or the\n"
-    "file cannot be written; 3 nothing to tune (no op with an available\n"
-    "implementation, or a device tune does not measure).\n";
+    "wrong (it is left out, the manifest is still written); 2 usage error, a\n"
+    "bucket whose tensors overflow, exceed --max-memory or cannot be allocated\n"
+    "(nothing is written), or the file cannot be written; 3 nothing to tune (no\n"
+    "op with an available implementation, or no device tune measures).\n";
 
 struct bucket {
     int64_t lo, hi; /* hi INT64_MAX: no upper end */
@@ -91,16 +135,28 @@ struct tune_opts {
     int n_hidden;
     int reps;
     double batch_ns;
+    double min_gain;   /* fraction */
+    double max_memory; /* bytes */
     const char *out;
-    bool json;
+    bool json, quiet;
 };
 
 /* One implementation's outcome in one bucket. */
 struct score {
     char impl[128];
-    double ns; /* geometric mean over the samples; NAN when it cannot win */
+    double min_ns, median_ns; /* NAN when it cannot win */
+    double min_spread, spread;
+    int clean_rounds; /* rounds in which every sample had a stretch no preemption touched */
     bool correct;
-    char why[160];
+    char why[200];
+};
+
+enum decision {
+    DECIDED_NONE,      /* no correct implementation */
+    DECIDED_DEFAULT,   /* the default winner is the fastest */
+    DECIDED_PINNED,    /* a challenger beat it by more than the spread */
+    DECIDED_UNDECIDED, /* a challenger looked faster, within the spread: kept the default */
+    DECIDED_FALLBACK   /* the default winner cannot serve: the fastest correct one */
 };
 
 /* One (op, dtype, bucket): every implementation's score and the winner. */
@@ -110,13 +166,18 @@ struct result {
     const struct bucket *bucket;
     struct score scores[TUNE_MAX_IMPLS];
     int n_scores;
-    int winner; /* index in scores, -1 when none */
+    int winner;             /* index in scores, -1 when none */
+    char default_impl[128]; /* what the policy selects; empty when nothing */
+    enum decision decision;
+    char reason[240];
+    bool noisy; /* a correct implementation's spread passed TUNE_NOISY */
 };
 
 struct tune_run {
     struct result *results;
     size_t n, cap;
     bool failures;
+    char alloc_error[400]; /* a sample's tensors could not be allocated: what and where */
 };
 
 /* ---- options -------------------------------------------------------------- */
@@ -144,8 +205,8 @@ static int parse_shapes(struct tune_opts *o, const char *spec)
         struct bucket *b = &o->buckets[o->n_buckets];
         int n = parse_count(p, &b->lo);
         if (n < 0 || p[n] != '-')
-            return cli_usage_error("tune", "--shapes '%s': expected LO-HI=R,... or LO-=R,... at '%s'",
-                                   spec, p);
+            return cli_usage_error(
+                "tune", "--shapes '%s': expected LO-HI=R,... or LO-=R,... at '%s'", spec, p);
         p += n + 1;
         b->hi = INT64_MAX;
         if (*p != '=') {
@@ -154,23 +215,28 @@ static int parse_shapes(struct tune_opts *o, const char *spec)
             p += n;
         }
         if (b->hi < b->lo)
-            return cli_usage_error("tune", "--shapes '%s': bucket %" PRId64 "-%" PRId64
-                                   " ends before it starts", spec, b->lo, b->hi);
+            return cli_usage_error(
+                "tune", "--shapes '%s': bucket %" PRId64 "-%" PRId64 " ends before it starts", spec,
+                b->lo, b->hi);
         if (o->n_buckets && b->lo <= o->buckets[o->n_buckets - 1].hi)
             return cli_usage_error("tune", "--shapes '%s': buckets must ascend without overlap",
                                    spec);
         if (*p++ != '=')
-            return cli_usage_error("tune", "--shapes '%s': expected '=' and row counts after "
-                                   "bucket %" PRId64 "-", spec, b->lo);
+            return cli_usage_error("tune",
+                                   "--shapes '%s': expected '=' and row counts after "
+                                   "bucket %" PRId64 "-",
+                                   spec, b->lo);
         b->n_samples = 0;
         for (;;) {
             int64_t r;
             if (b->n_samples == TUNE_MAX_SAMPLES || (n = parse_count(p, &r)) < 0)
-                return cli_usage_error("tune", "--shapes '%s': expected up to %d row counts at '%s'",
-                                       spec, TUNE_MAX_SAMPLES, p);
+                return cli_usage_error("tune",
+                                       "--shapes '%s': expected up to %d row counts at '%s'", spec,
+                                       TUNE_MAX_SAMPLES, p);
             if (r < b->lo || r > b->hi)
-                return cli_usage_error("tune", "--shapes '%s': row count %" PRId64
-                                       " lies outside its bucket", spec, r);
+                return cli_usage_error(
+                    "tune", "--shapes '%s': row count %" PRId64 " lies outside its bucket", spec,
+                    r);
             b->samples[b->n_samples++] = r;
             p += n;
             if (*p != ',')
@@ -206,29 +272,137 @@ static int parse_hidden(struct tune_opts *o, const char *list)
     }
 }
 
-static int dtype_of(const char *name)
+static int dtype_of(const char *name, size_t len)
 {
     static const char *const names[] = {"f32", "f16", "bf16"};
     for (int i = 0; i < 3; i++)
-        if (strcmp(name, names[i]) == 0)
+        if (strlen(names[i]) == len && strncmp(name, names[i], len) == 0)
             return i;
     return -1;
 }
 
+/* "f32,bf16": the dtypes' bits. */
+static int parse_dtypes(struct tune_opts *o, const char *list)
+{
+    o->dtypes = 0;
+    for (const char *p = list;;) {
+        size_t len = strcspn(p, ",");
+        int dt = dtype_of(p, len);
+        if (dt < 0)
+            return cli_usage_error("tune", "--dtype '%s': unknown dtype '%.*s' (f32, f16, bf16)",
+                                   list, (int)len, p);
+        o->dtypes |= 1u << dt;
+        if (!p[len])
+            return CLI_EXIT_OK;
+        p += len + 1;
+    }
+}
+
+/* "cpu,cuda": CLI_EXIT_OK when the cpu is among them (the others are named and left out). */
+static int parse_devices(const char *list)
+{
+    bool cpu = false;
+    char name[64];
+    for (const char *p = list;;) {
+        size_t len = strcspn(p, ",");
+        int device;
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+        if (!len || len >= sizeof name || fld_device_from_name(name, &device) != FLD_OK)
+            return cli_usage_error("tune", "--device '%s': unknown device '%.*s' (%s)", list,
+                                   (int)len, p, cli_device_list(CLI_DEVICES));
+        if (device == FLD_DEVICE_CPU)
+            cpu = true;
+        else
+            fprintf(stderr,
+                    "fldispatch tune: device %s: tune measures the cpu only for now; "
+                    "left out\n",
+                    cli_text(name));
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    return cpu ? CLI_EXIT_OK : CLI_EXIT_NONE;
+}
+
+/* "512M", "2G", "1048576": bytes. */
+static int parse_size(const char *text, double *bytes)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    double unit = 1;
+    if (*end == 'K' || *end == 'k')
+        unit = 1024.0;
+    else if (*end == 'M' || *end == 'm')
+        unit = 1024.0 * 1024;
+    else if (*end == 'G' || *end == 'g')
+        unit = 1024.0 * 1024 * 1024;
+    else if (*end == 'T' || *end == 't')
+        unit = 1024.0 * 1024 * 1024 * 1024;
+    if (unit > 1)
+        end++;
+    if (*text < '0' || *text > '9' || errno || end == text || *end || !(v > 0) ||
+        !isfinite(v * unit))
+        return cli_usage_error("tune",
+                               "invalid --max-memory '%s' (bytes, or a number with K, M, "
+                               "G or T)",
+                               text);
+    *bytes = v * unit;
+    return CLI_EXIT_OK;
+}
+
+/* Half the memory the kernel says is available (MemAvailable), else half the physical memory. */
+static double default_max_memory(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (kib > 0)
+        return kib * 1024 / 2;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (double)pages * (double)page / 2 : 1024.0 * 1024 * 1024;
+}
+
 static int parse_options(struct tune_opts *o, int argc, char **argv)
 {
-    enum { OPT_DEVICE, OPT_DTYPE, OPT_SHAPES, OPT_HIDDEN, OPT_REPS, OPT_QUICK, OPT_OUT, OPT_JSON };
+    enum {
+        OPT_DEVICE,
+        OPT_DTYPE,
+        OPT_SHAPES,
+        OPT_HIDDEN,
+        OPT_REPS,
+        OPT_MIN_GAIN,
+        OPT_MAX_MEMORY,
+        OPT_QUICK,
+        OPT_QUIET,
+        OPT_OUT,
+        OPT_JSON
+    };
     static const struct cli_option options[] = {
-        [OPT_DEVICE] = {"--device", true}, [OPT_DTYPE] = {"--dtype", true},
-        [OPT_SHAPES] = {"--shapes", true}, [OPT_HIDDEN] = {"--hidden", true},
-        [OPT_REPS] = {"--reps", true},     [OPT_QUICK] = {"--quick", false},
-        [OPT_OUT] = {"--out", true},       [OPT_JSON] = {"--json", false},
+        [OPT_DEVICE] = {"--device", true},
+        [OPT_DTYPE] = {"--dtype", true},
+        [OPT_SHAPES] = {"--shapes", true},
+        [OPT_HIDDEN] = {"--hidden", true},
+        [OPT_REPS] = {"--reps", true},
+        [OPT_MIN_GAIN] = {"--min-gain", true},
+        [OPT_MAX_MEMORY] = {"--max-memory", true},
+        [OPT_QUICK] = {"--quick", false},
+        [OPT_QUIET] = {"--quiet", false},
+        [OPT_OUT] = {"--out", true},
+        [OPT_JSON] = {"--json", false},
         {NULL, false},
     };
     o->n_ops = tool_tensor_ops(o->ops);
     o->dtypes = 7;
     o->reps = 5;
     o->batch_ns = 2e6;
+    o->min_gain = 0.05;
+    o->max_memory = -1;
     int rc = parse_shapes(o, "1-16=1,4,16;17-512=64,256;513-=2048");
     if (rc == CLI_EXIT_OK)
         rc = parse_hidden(o, "2048,4096");
@@ -254,25 +428,14 @@ static int parse_options(struct tune_opts *o, int argc, char **argv)
             o->op_selected[i] = any_op = true;
             break;
         }
-        case OPT_DEVICE: {
-            int device;
-            if (fld_device_from_name(value, &device) != FLD_OK)
-                return cli_usage_error("tune", "unknown device '%s' (%s)", value,
-                                       cli_device_list(CLI_DEVICES));
-            if (device != FLD_DEVICE_CPU) {
-                fprintf(stderr, "fldispatch tune: device %s: tune measures the cpu only for now\n",
-                        cli_text(value));
-                return CLI_EXIT_NONE;
-            }
+        case OPT_DEVICE:
+            if ((rc = parse_devices(value)) != CLI_EXIT_OK)
+                return rc;
             break;
-        }
-        case OPT_DTYPE: {
-            int dt = dtype_of(value);
-            if (dt < 0)
-                return cli_usage_error("tune", "unknown dtype '%s' (f32, f16, bf16)", value);
-            o->dtypes = 1u << dt;
+        case OPT_DTYPE:
+            if ((rc = parse_dtypes(o, value)) != CLI_EXIT_OK)
+                return rc;
             break;
-        }
         case OPT_SHAPES:
             if ((rc = parse_shapes(o, value)) != CLI_EXIT_OK)
                 return rc;
@@ -283,14 +446,34 @@ static int parse_options(struct tune_opts *o, int argc, char **argv)
             break;
         case OPT_REPS: {
             int64_t n;
-            if (parse_count(value, &n) != (int)strlen(value) || n > 1000)
-                return cli_usage_error("tune", "invalid --reps '%s' (1 to 1000)", value);
+            if (parse_count(value, &n) != (int)strlen(value) || n < 2 || n > TUNE_MAX_ROUNDS)
+                return cli_usage_error("tune", "invalid --reps '%s' (2 to %d rounds)", value,
+                                       TUNE_MAX_ROUNDS);
             o->reps = (int)n;
             reps_given = true;
             break;
         }
+        case OPT_MIN_GAIN: {
+            char *end;
+            errno = 0;
+            double pct = strtod(value, &end);
+            if (errno || end == value || *end || !(pct >= 0 && pct < 100))
+                return cli_usage_error("tune",
+                                       "invalid --min-gain '%s' (a percentage, 0 to "
+                                       "less than 100)",
+                                       value);
+            o->min_gain = pct / 100;
+            break;
+        }
+        case OPT_MAX_MEMORY:
+            if ((rc = parse_size(value, &o->max_memory)) != CLI_EXIT_OK)
+                return rc;
+            break;
         case OPT_QUICK:
             quick = true;
+            break;
+        case OPT_QUIET:
+            o->quiet = true;
             break;
         case OPT_OUT:
             o->out = value;
@@ -305,14 +488,17 @@ static int parse_options(struct tune_opts *o, int argc, char **argv)
     if (quick) {
         o->batch_ns = 2e5;
         if (!reps_given)
-            o->reps = 1;
+            o->reps = 3;
     }
+    if (o->max_memory < 0)
+        o->max_memory = default_max_memory();
     return CLI_EXIT_OK;
 }
 
 /* ---- one sample ----------------------------------------------------------- */
 
-/* The case of `rows` rows and hidden size h: no residual, contiguous, rotary neox on heads of 128. */
+/* The case of `rows` rows and hidden size h: no residual, contiguous, rotary neox on heads of 128.
+ */
 static struct verify_case case_of(enum tool_family f, int64_t rows, int64_t h)
 {
     struct verify_case c = {.family = f, .tokens = rows};
@@ -336,6 +522,46 @@ static struct verify_case case_of(enum tool_family f, int64_t rows, int64_t h)
     return c;
 }
 
+/*
+ * The bytes a sample's tensors take: the input, the reference's result and
+ * the copy the implementations run on (the rotary cos/sin cache beside
+ * them). false when the size overflows.
+ */
+static bool sample_bytes(enum tool_family f, int dtype, int64_t rows, int64_t h, double *bytes)
+{
+    struct verify_case c = case_of(f, rows, h);
+    uint64_t elems = 0, extra = 0, t;
+    switch (f) {
+    case TOOL_FAMILY_ACTIVATION: /* x [T, 2d], out [T, d] */
+        if (__builtin_mul_overflow((uint64_t)c.tokens, (uint64_t)c.d, &t) ||
+            __builtin_mul_overflow(t, (uint64_t)3, &elems))
+            return false;
+        break;
+    case TOOL_FAMILY_NORM: /* x, out [T, h], weight [h] */
+        if (__builtin_mul_overflow((uint64_t)c.tokens, (uint64_t)c.h, &t) ||
+            __builtin_mul_overflow(t, (uint64_t)2, &elems) ||
+            __builtin_add_overflow(elems, (uint64_t)c.h, &elems))
+            return false;
+        break;
+    case TOOL_FAMILY_ROTARY: /* query, key [T, heads * 128], positions [T] int64 */
+        if (__builtin_mul_overflow((uint64_t)c.tokens, (uint64_t)((c.q_heads + c.k_heads) * c.head),
+                                   &elems) ||
+            __builtin_mul_overflow((uint64_t)c.tokens, (uint64_t)8, &extra))
+            return false;
+        break;
+    case TOOL_FAMILY_NONE:
+        break;
+    }
+    uint64_t one;
+    if (__builtin_mul_overflow(elems, (uint64_t)tool_dtype_size(dtype), &one) ||
+        __builtin_add_overflow(one, extra, &one) || __builtin_mul_overflow(one, (uint64_t)3, &one))
+        return false;
+    *bytes =
+        (double)one +
+        (f == TOOL_FAMILY_ROTARY ? (double)TUNE_ROPE_CACHE * (double)tool_dtype_size(dtype) : 0);
+    return true;
+}
+
 static int pin(const char *op, const char *impl)
 {
     char spec[256];
@@ -352,10 +578,16 @@ static void unpin(void)
     fld_policy_pop();
 }
 
-/* Whether every written tensor of got is within (atol, rtol) of want; else why. */
+/*
+ * Whether every written tensor of got is within (atol, rtol) of want; else
+ * why, with the largest error beyond the tolerance and where it is.
+ */
 static bool matches(struct verify_io *got, struct verify_io *want, double atol, double rtol,
                     char *why, size_t size)
 {
+    double worst = -1, worst_got = 0, worst_want = 0;
+    int64_t worst_i = 0, bad = 0;
+    int worst_slot = 0;
     for (int s = 0; s < VS_COUNT; s++) {
         if (!verify_slot_written(got, (enum verify_slot)s))
             continue;
@@ -368,55 +600,126 @@ static bool matches(struct verify_io *got, struct verify_io *want, double atol, 
             double a = tool_tensor_get(g, i), b = tool_tensor_get(w, i);
             if (isnan(a) && isnan(b))
                 continue;
-            if (!(fabs(a - b) <= atol + rtol * fabs(b))) {
-                snprintf(why, size, "wrong: %s[%" PRId64 "] = %g, the reference %g",
-                         verify_slot_name((enum verify_slot)s), i, a, b);
-                return false;
+            if (fabs(a - b) <= atol + rtol * fabs(b))
+                continue;
+            double err = isnan(a - b) ? INFINITY : fabs(a - b);
+            bad++;
+            if (err > worst) {
+                worst = err;
+                worst_got = a;
+                worst_want = b;
+                worst_i = i;
+                worst_slot = s;
             }
         }
     }
-    return true;
-}
-
-/* Median time per call of op on io, the implementation pinned by the caller. */
-static double time_calls(const char *op, struct verify_io *io, const struct tune_opts *o)
-{
-    long calls = 1;
-    for (;;) { /* calls per batch: about batch_ns */
-        double t0 = bench_now_ns();
-        for (long i = 0; i < calls; i++)
-            verify_io_call(op, io);
-        double dt = bench_now_ns() - t0;
-        if (dt >= o->batch_ns / 4 || calls >= (1L << 24)) {
-            calls = dt > 0 ? (long)(calls * o->batch_ns / dt) + 1 : calls;
-            break;
-        }
-        calls *= 4;
-    }
-    double per[1000];
-    for (int r = 0; r < o->reps; r++) {
-        double t0 = bench_now_ns();
-        for (long i = 0; i < calls; i++)
-            verify_io_call(op, io);
-        per[r] = (bench_now_ns() - t0) / (double)calls;
-    }
-    return bench_median(per, o->reps);
+    if (!bad)
+        return true;
+    snprintf(why, size,
+             "wrong: max error %.3g at %s[%" PRId64 "] (%g, the reference %g; %" PRId64
+             " element(s) beyond atol %g + rtol %g)",
+             worst, verify_slot_name((enum verify_slot)worst_slot), worst_i, worst_got, worst_want,
+             bad, atol, rtol);
+    return false;
 }
 
 /*
- * One sample of one bucket: the reference's result, then each
- * implementation's, checked and timed; log sums go into scores.
+ * One batch of `calls` calls of op on io (impl pinned by the caller), timed in
+ * TUNE_STRETCHES stretches: the mean time per call and the fastest clean
+ * stretch's (one during which no thread of the process was preempted; NAN
+ * when none was).
  */
-static void run_sample(const struct tune_opts *o, const char *op, enum tool_family f, int dtype,
-                       int64_t rows, int64_t h, struct result *res, double *log_sum)
+static void time_batch(const char *op, const char *impl, struct verify_io *io, long calls,
+                       double *mean, double *fastest)
+{
+    long per = calls / TUNE_STRETCHES > 0 ? calls / TUNE_STRETCHES : 1;
+    int stretches = calls >= TUNE_STRETCHES ? TUNE_STRETCHES : (int)calls;
+    double sum = 0;
+    *fastest = NAN;
+    for (int k = 0; k < stretches; k++) {
+        struct tune_mark m;
+        bool clean;
+        tune_clock_start(&m);
+        for (long i = 0; i < per; i++)
+            verify_io_call(op, io);
+        double t = tune_clock_stop(&m, impl, per, &clean);
+        sum += t;
+        if (clean && !(t >= *fastest))
+            *fastest = t;
+    }
+    *mean = sum / stretches;
+}
+
+/* Calls per batch for about batch_ns (impl pinned by the caller). */
+static long batch_calls(const char *op, const char *impl, struct verify_io *io,
+                        const struct tune_opts *o)
+{
+    long calls = 1;
+    for (;;) {
+        struct tune_mark m;
+        bool clean;
+        tune_clock_start(&m);
+        for (long i = 0; i < calls; i++)
+            verify_io_call(op, io);
+        double dt = tune_clock_stop(&m, impl, calls, &clean) * (double)calls;
+        if (dt >= o->batch_ns / 4 || calls >= (1L << 24))
+            return dt > 0 ? (long)((double)calls * o->batch_ns / dt) + 1 : calls;
+        calls *= 4;
+    }
+}
+
+/* Per-bucket accumulators: sums over samples of the logs of each round's figures. */
+struct round_logs {
+    double min[TUNE_MAX_IMPLS][TUNE_MAX_ROUNDS];
+    double mean[TUNE_MAX_IMPLS][TUNE_MAX_ROUNDS];
+    bool interrupted[TUNE_MAX_IMPLS][TUNE_MAX_ROUNDS]; /* a sample had no clean stretch */
+};
+
+/* Copies every owned tensor of src into dst (same layout: dst is a clone of src). */
+static void io_copy(struct verify_io *dst, const struct verify_io *src)
+{
+    for (int s = 0; s < VS_COUNT; s++)
+        if (src->t[s].alloc)
+            tool_tensor_copy(&dst->t[s], &src->t[s]);
+}
+
+/*
+ * One sample of one bucket: the reference's result, each implementation's,
+ * checked; then the correct ones timed in alternated rounds, their logs
+ * added to logs. false when the tensors cannot be allocated (err says so).
+ */
+static bool run_sample(const struct tune_opts *o, const char *op, enum tool_family f, int dtype,
+                       int64_t rows, int64_t h, struct result *res, struct round_logs *logs,
+                       char *err, size_t err_size)
 {
     struct verify_case c = case_of(f, rows, h);
-    struct verify_io input, want;
+    struct verify_io input, want, got;
     uint64_t seed = 0x74756e65ULL ^ (uint64_t)(rows * 131 + h);
-    if (!verify_io_make(&input, &c, dtype, seed) || !verify_io_clone(&want, &input)) {
-        for (int i = 0; i < res->n_scores; i++)
-            snprintf(res->scores[i].why, sizeof res->scores[i].why, "out of memory");
-        return;
+    double bytes = 0;
+    sample_bytes(f, dtype, rows, h, &bytes);
+    if (!verify_io_make(&input, &c, dtype, seed)) {
+        snprintf(err, err_size,
+                 "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64
+                 " (%.0f MiB)",
+                 rows, h, bytes / 1048576);
+        return false;
+    }
+    if (!verify_io_clone(&want, &input)) {
+        verify_io_free(&input);
+        snprintf(err, err_size,
+                 "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64
+                 " (%.0f MiB)",
+                 rows, h, bytes / 1048576);
+        return false;
+    }
+    if (!verify_io_clone(&got, &input)) {
+        verify_io_free(&want);
+        verify_io_free(&input);
+        snprintf(err, err_size,
+                 "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64
+                 " (%.0f MiB)",
+                 rows, h, bytes / 1048576);
+        return false;
     }
     int rc = pin(op, TUNE_REFERENCE);
     if (rc == FLD_OK) {
@@ -425,6 +728,8 @@ static void run_sample(const struct tune_opts *o, const char *op, enum tool_fami
     }
     double atol, rtol;
     verify_tolerance(f, dtype, &atol, &rtol);
+    int timed[TUNE_MAX_IMPLS], n_timed = 0;
+    long calls[TUNE_MAX_IMPLS];
     for (int i = 0; i < res->n_scores; i++) {
         struct score *s = &res->scores[i];
         if (!s->correct)
@@ -434,18 +739,14 @@ static void run_sample(const struct tune_opts *o, const char *op, enum tool_fami
             s->correct = false;
             continue;
         }
-        struct verify_io got;
-        if (!verify_io_clone(&got, &input)) {
-            snprintf(s->why, sizeof s->why, "out of memory");
-            s->correct = false;
-            continue;
-        }
+        io_copy(&got, &input);
         int st = pin(op, s->impl);
         if (st == FLD_OK) {
             st = verify_io_call(op, &got);
-            if (st == FLD_OK && matches(&got, &want, atol, rtol, s->why, sizeof s->why))
-                log_sum[i] += log(time_calls(op, &got, o));
-            else if (st == FLD_OK)
+            if (st == FLD_OK && matches(&got, &want, atol, rtol, s->why, sizeof s->why)) {
+                calls[n_timed] = batch_calls(op, s->impl, &got, o);
+                timed[n_timed++] = i;
+            } else if (st == FLD_OK)
                 s->correct = false;
             unpin();
         }
@@ -454,13 +755,31 @@ static void run_sample(const struct tune_opts *o, const char *op, enum tool_fami
                      fld_last_error());
             s->correct = false;
         }
-        verify_io_free(&got);
     }
+    /* Rounds: A B C, B C A, C A B, ... */
+    for (int r = 0; r < o->reps; r++)
+        for (int j = 0; j < n_timed; j++) {
+            int k = (j + r) % n_timed, i = timed[k];
+            double mean = NAN, fastest = NAN;
+            if (pin(op, res->scores[i].impl) == FLD_OK) {
+                time_batch(op, res->scores[i].impl, &got, calls[k], &mean, &fastest);
+                unpin();
+            }
+            logs->mean[i][r] += log(mean);
+            if (isfinite(fastest))
+                logs->min[i][r] += log(fastest);
+            else
+                logs->interrupted[i][r] = true;
+        }
+    verify_io_free(&got);
     verify_io_free(&want);
     verify_io_free(&input);
+    return true;
 }
 
 /* ---- the plan ------------------------------------------------------------- */
+
+static const char *rows_label(const struct bucket *b, char *buf, size_t size);
 
 struct impl_walk {
     const char *op;
@@ -478,7 +797,7 @@ static int collect_impl(const fld_impl_info *info, void *user)
     struct score *s = &w->res->scores[w->res->n_scores++];
     snprintf(s->impl, sizeof s->impl, "%s", info->impl_id);
     s->correct = true;
-    s->ns = NAN;
+    s->min_ns = s->median_ns = NAN;
     return 0;
 }
 
@@ -510,6 +829,135 @@ static struct result *add_result(struct tune_run *run)
     return r;
 }
 
+/* The median of v[0..n) (reordered) and its spread: interquartile range over the median. */
+static double median_spread(double *v, int n, double *spread)
+{
+    double med = bench_median(v, n); /* sorts v */
+    double q1p = 0.25 * (n - 1), q3p = 0.75 * (n - 1);
+    int a = (int)q1p, b = (int)q3p;
+    double q1 = v[a] + (a + 1 < n ? (q1p - a) * (v[a + 1] - v[a]) : 0);
+    double q3 = v[b] + (b + 1 < n ? (q3p - b) * (v[b + 1] - v[b]) : 0);
+    *spread = med > 0 ? (q3 - q1) / med : NAN;
+    return med;
+}
+
+static double pct(double fraction)
+{
+    return 100 * fraction;
+}
+
+/* Whether s has a MIN to compare: at least 2 rounds with a clean stretch in every sample. */
+static bool compared(const struct score *s)
+{
+    return s->correct && isfinite(s->min_ns);
+}
+
+/*
+ * The winner of a bucket: the default winner unless a correct challenger's
+ * min is lower by more than min_gain and both spreads of min, and its
+ * median is lower too; then each loser's why. An implementation whose
+ * rounds were interrupted has no min: it is not compared, and when it is
+ * the default winner, it stays.
+ */
+static void decide(const struct tune_opts *o, struct result *res)
+{
+    int d = -1;
+    for (int i = 0; i < res->n_scores; i++)
+        if (res->default_impl[0] && strcmp(res->scores[i].impl, res->default_impl) == 0)
+            d = i;
+    if (d < 0 || !res->scores[d].correct) {
+        for (int i = 0; i < res->n_scores; i++) {
+            const struct score *c = &res->scores[i];
+            const struct score *b = res->winner < 0 ? NULL : &res->scores[res->winner];
+            if (c->correct && (!b || (compared(c) && (!compared(b) || c->min_ns < b->min_ns)) ||
+                               (!compared(c) && !compared(b) && c->median_ns < b->median_ns)))
+                res->winner = i;
+        }
+        res->decision = res->winner < 0 ? DECIDED_NONE : DECIDED_FALLBACK;
+        if (!res->default_impl[0])
+            snprintf(res->reason, sizeof res->reason, "the policy selects no implementation here%s",
+                     res->winner < 0 ? "" : ": the fastest correct one");
+        else
+            snprintf(res->reason, sizeof res->reason, "the default winner %s cannot serve (%s)%s",
+                     res->default_impl, d < 0 ? "not timed" : res->scores[d].why,
+                     res->winner < 0 ? "" : ": the fastest correct one");
+    } else {
+        const struct score *def = &res->scores[d];
+        int best = d, close = -1;
+        for (int i = 0; i < res->n_scores; i++) {
+            const struct score *c = &res->scores[i];
+            if (i == d || !compared(c) || !compared(def) || !(c->min_ns < def->min_ns))
+                continue;
+            double gain = 1 - c->min_ns / def->min_ns;
+            double need = fmax(o->min_gain, c->min_spread + def->min_spread);
+            if (gain > need && c->median_ns < def->median_ns) {
+                if (best == d || c->min_ns < res->scores[best].min_ns)
+                    best = i;
+            } else if (close < 0 || c->min_ns < res->scores[close].min_ns)
+                close = i;
+        }
+        int others = 0;
+        for (int i = 0; i < res->n_scores; i++)
+            others += i != d && res->scores[i].correct;
+        res->winner = best;
+        const struct score *w = &res->scores[best];
+        if (best != d) {
+            res->decision = DECIDED_PINNED;
+            snprintf(res->reason, sizeof res->reason,
+                     "faster than the default winner %s by %.1f%% ± %.1f%% (more than the %.1f%% "
+                     "needed)",
+                     def->impl, pct(1 - w->min_ns / def->min_ns),
+                     pct(w->min_spread + def->min_spread),
+                     pct(fmax(o->min_gain, w->min_spread + def->min_spread)));
+        } else if (others && !compared(def)) {
+            res->decision = DECIDED_UNDECIDED;
+            snprintf(res->reason, sizeof res->reason,
+                     "kept default: its timings were interrupted (preempted) in %d of %d rounds, "
+                     "nothing to compare with",
+                     o->reps - def->clean_rounds, o->reps);
+        } else if (close >= 0) {
+            const struct score *c = &res->scores[close];
+            res->decision = DECIDED_UNDECIDED;
+            snprintf(res->reason, sizeof res->reason,
+                     "kept default: %s is faster by %.1f%% ± %.1f%%, %s", c->impl,
+                     pct(1 - c->min_ns / def->min_ns), pct(c->min_spread + def->min_spread),
+                     c->median_ns < def->median_ns ? "within the spread or --min-gain"
+                                                   : "but its median is not lower");
+        } else {
+            res->decision = DECIDED_DEFAULT;
+            snprintf(res->reason, sizeof res->reason, "the default winner is the fastest");
+        }
+    }
+    if (res->winner < 0)
+        return;
+    const struct score *w = &res->scores[res->winner];
+    for (int i = 0; i < res->n_scores; i++) {
+        struct score *s = &res->scores[i];
+        if (i == res->winner || !s->correct)
+            continue;
+        double err = pct(s->min_spread + w->min_spread);
+        if (!compared(s))
+            snprintf(s->why, sizeof s->why,
+                     "not compared: its timings were interrupted (preempted) in %d of %d rounds",
+                     o->reps - s->clean_rounds, o->reps);
+        else if (!compared(w))
+            snprintf(s->why, sizeof s->why,
+                     "not compared: the timings of %s were interrupted (preempted) in %d of %d "
+                     "rounds",
+                     w->impl, o->reps - w->clean_rounds, o->reps);
+        else if (s->min_ns >= w->min_ns)
+            snprintf(s->why, sizeof s->why, "slower by %.1f%% ± %.1f%%",
+                     pct(s->min_ns / w->min_ns - 1), err);
+        else
+            snprintf(s->why, sizeof s->why, "faster by %.1f%% ± %.1f%%, %s: kept %s",
+                     pct(1 - s->min_ns / w->min_ns), err,
+                     s->median_ns < w->median_ns ? "not by more than the spread or --min-gain"
+                                                 : "but its median is not lower",
+                     w->impl);
+    }
+}
+
+/* Times one (op, dtype, bucket); false when a sample's tensors could not be allocated. */
 static int tune_bucket(const struct tune_opts *o, const struct tool_op *op, int dtype,
                        const struct bucket *b, struct tune_run *run)
 {
@@ -519,6 +967,9 @@ static int tune_bucket(const struct tune_opts *o, const struct tool_op *op, int 
     res->op = op->name;
     res->dtype = dtype;
     res->bucket = b;
+    const char *def = NULL;
+    if (fld_resolve(op->name, FLD_DEVICE_CPU, tool_dlpack_dtype(dtype), &def) == FLD_OK && def)
+        snprintf(res->default_impl, sizeof res->default_impl, "%s", def);
     struct impl_walk w = {op->name, dtype, res};
     fld_foreach_impl(collect_impl, &w);
     for (int i = 0; i < res->n_scores; i++)
@@ -526,11 +977,26 @@ static int tune_bucket(const struct tune_opts *o, const struct tool_op *op, int 
             res->scores[i].correct = false;
             snprintf(res->scores[i].why, sizeof res->scores[i].why, "dropped by the policy");
         }
-    double log_sum[TUNE_MAX_IMPLS] = {0};
+    struct round_logs *logs = calloc(1, sizeof *logs);
+    if (!logs)
+        return FLD_ENOMEM;
     enum tool_family f = tool_op_family(op);
+    char err[sizeof run->alloc_error - 64];
     for (int s = 0; s < b->n_samples; s++)
         for (int k = 0; k < o->n_hidden; k++)
-            run_sample(o, op->name, f, dtype, b->samples[s], o->hidden[k], res, log_sum);
+            if (!run_sample(o, op->name, f, dtype, b->samples[s], o->hidden[k], res, logs, err,
+                            sizeof err)) {
+                char rows[48];
+                snprintf(run->alloc_error, sizeof run->alloc_error, "%s %s rows %s: %s", op->name,
+                         tool_dtype_name(dtype), rows_label(b, rows, sizeof rows), err);
+                for (int i = 0; i < res->n_scores; i++)
+                    if (res->scores[i].correct) {
+                        res->scores[i].correct = false;
+                        snprintf(res->scores[i].why, sizeof res->scores[i].why, "%s", err);
+                    }
+                free(logs);
+                return FLD_ENOMEM;
+            }
     const int samples = b->n_samples * o->n_hidden;
     for (int i = 0; i < res->n_scores; i++) {
         struct score *s = &res->scores[i];
@@ -539,10 +1005,22 @@ static int tune_bucket(const struct tune_opts *o, const struct tool_op *op, int 
                 run->failures = true;
             continue;
         }
-        s->ns = exp(log_sum[i] / samples);
-        if (res->winner < 0 || s->ns < res->scores[res->winner].ns)
-            res->winner = i;
+        double mins[TUNE_MAX_ROUNDS], means[TUNE_MAX_ROUNDS];
+        s->clean_rounds = 0;
+        for (int r = 0; r < o->reps; r++) {
+            if (!logs->interrupted[i][r])
+                mins[s->clean_rounds++] = exp(logs->min[i][r] / samples);
+            means[r] = exp(logs->mean[i][r] / samples);
+        }
+        s->min_ns = s->min_spread = NAN;
+        if (s->clean_rounds >= 2)
+            s->min_ns = median_spread(mins, s->clean_rounds, &s->min_spread);
+        s->median_ns = median_spread(means, o->reps, &s->spread);
+        if (s->spread > TUNE_NOISY || s->min_spread > TUNE_NOISY)
+            res->noisy = true;
     }
+    free(logs);
+    decide(o, res);
     return FLD_OK;
 }
 
@@ -604,7 +1082,8 @@ static int write_manifest(FILE *f, const struct tune_run *run, const struct tune
     char model[128];
     bench_cpu_model(model, sizeof model);
     fprintf(f, "# fldispatch manifest, written by 'fldispatch tune' on %s\n", model);
-    fprintf(f, "# the fastest correct implementation per row bucket; hidden sizes");
+    fprintf(f, "# per row bucket the default winner, or a correct challenger faster by more than "
+               "the spread; hidden sizes");
     for (int k = 0; k < o->n_hidden; k++)
         fprintf(f, " %" PRId64, o->hidden[k]);
     fprintf(f, "\nversion: 1\nentries:\n");
@@ -628,8 +1107,13 @@ static int write_manifest_file(const char *path, const struct tune_run *run,
 {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
         fprintf(stderr, "fldispatch tune: cannot write '%s': %s\n", cli_text(tmp), strerror(errno));
         return CLI_EXIT_USAGE;
     }
@@ -643,30 +1127,80 @@ static int write_manifest_file(const char *path, const struct tune_run *run,
     return CLI_EXIT_OK;
 }
 
+static const char *decision_name(enum decision d)
+{
+    static const char *const names[] = {
+        [DECIDED_NONE] = "none",         [DECIDED_DEFAULT] = "default",
+        [DECIDED_PINNED] = "pinned",     [DECIDED_UNDECIDED] = "undecided",
+        [DECIDED_FALLBACK] = "fallback",
+    };
+    return names[d];
+}
+
 static void report_text(FILE *f, const struct tune_run *run)
 {
-    fprintf(f, "%-18s %-5s %-10s %-22s %12s  %s\n", "OP", "DTYPE", "ROWS", "IMPL", "NS/CALL",
-            "NOTE");
+    fprintf(f, "%-18s %-5s %-10s %-22s %12s %12s %7s  %s\n", "OP", "DTYPE", "ROWS", "IMPL",
+            "MIN NS", "MEDIAN NS", "SPREAD", "NOTE");
     for (size_t i = 0; i < run->n; i++) {
         const struct result *r = &run->results[i];
-        char rows[48];
+        char rows[48], note[320];
         rows_label(r->bucket, rows, sizeof rows);
         for (int k = 0; k < r->n_scores; k++) {
             const struct score *s = &r->scores[k];
-            if (s->correct)
-                fprintf(f, "%-18s %-5s %-10s %-22s %12.1f  %s\n", r->op,
-                        tool_dtype_name(r->dtype), rows, cli_text(s->impl), s->ns,
-                        k == r->winner ? "<- fastest" : "");
+            const bool def = strcmp(s->impl, r->default_impl) == 0;
+            if (k == r->winner)
+                snprintf(note, sizeof note, "<- %s%s: %s", decision_name(r->decision),
+                         def && r->decision != DECIDED_DEFAULT ? " (default winner)" : "",
+                         r->reason);
             else
-                fprintf(f, "%-18s %-5s %-10s %-22s %12s  %s\n", r->op, tool_dtype_name(r->dtype),
-                        rows, cli_text(s->impl), "-", cli_text(s->why));
+                snprintf(note, sizeof note, "%s%s", def ? "(default winner) " : "", s->why);
+            if (s->correct) {
+                char min[32] = "interrupted";
+                if (isfinite(s->min_ns))
+                    snprintf(min, sizeof min, "%.1f", s->min_ns);
+                fprintf(f, "%-18s %-5s %-10s %-22s %12s %12.1f %6.1f%%  %s\n", r->op,
+                        tool_dtype_name(r->dtype), rows, cli_text(s->impl), min, s->median_ns,
+                        pct(s->spread), cli_text(note));
+            } else
+                fprintf(f, "%-18s %-5s %-10s %-22s %12s %12s %7s  %s\n", r->op,
+                        tool_dtype_name(r->dtype), rows, cli_text(s->impl), "-", "-", "-",
+                        cli_text(note));
         }
     }
-    fprintf(f, "NS/CALL: geometric mean over the bucket's row counts and hidden sizes of the "
-               "median time per call (each implementation pinned alone).\n");
+    fprintf(
+        f,
+        "MIN NS: median over rounds of the fastest stretch of calls that no preemption "
+        "touched ('interrupted': fewer than 2 such rounds, not compared); MEDIAN NS: median over "
+        "rounds of the batch's mean; SPREAD: its interquartile range over the median. Each "
+        "a geometric mean over the bucket's row counts and hidden sizes, each "
+        "implementation pinned alone, alternated within each round.\n");
 }
 
-static void report_json(const struct tune_run *run, const struct tune_opts *o)
+/* The load average over the last minute, -1 when unknown. */
+static double load_average(void)
+{
+    double load = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1)
+            load = -1;
+        fclose(f);
+    }
+    return load;
+}
+
+struct machine {
+    double load_before, load_after;
+    long cores;
+};
+
+static bool loaded(const struct machine *m)
+{
+    return fmax(m->load_before, m->load_after) > (double)m->cores;
+}
+
+static void report_json(const struct tune_run *run, const struct tune_opts *o,
+                        const struct machine *m, bool manifest_written)
 {
     struct json_writer w;
     json_begin_document(&w, stdout);
@@ -677,6 +1211,19 @@ static void report_json(const struct tune_run *run, const struct tune_opts *o)
     for (int k = 0; k < o->n_hidden; k++)
         json_int(&w, o->hidden[k]);
     json_end_array(&w);
+    json_key(&w, "rounds");
+    json_int(&w, o->reps);
+    json_key(&w, "min_gain");
+    json_double(&w, o->min_gain, 4);
+    json_key(&w, "load_average");
+    if (m->load_before >= 0)
+        json_double(&w, fmax(m->load_before, m->load_after), 2);
+    else
+        json_null(&w);
+    json_key(&w, "cores");
+    json_int(&w, m->cores);
+    json_key(&w, "loaded");
+    json_bool(&w, loaded(m));
     json_key(&w, "results");
     json_begin_array(&w);
     for (size_t i = 0; i < run->n; i++) {
@@ -696,27 +1243,160 @@ static void report_json(const struct tune_run *run, const struct tune_opts *o)
             json_begin_object(&w);
             json_key(&w, "impl_id");
             json_string(&w, s->impl);
-            json_key(&w, "ns");
-            if (s->correct)
-                json_double(&w, s->ns, 1);
-            else
-                json_null(&w);
+            const double figures[] = {s->median_ns, s->min_ns, s->median_ns, s->spread,
+                                      s->min_spread};
+            const char *const keys[] = {"ns", "min_ns", "median_ns", "spread", "min_spread"};
+            for (int q = 0; q < 5; q++) {
+                json_key(&w, keys[q]);
+                if (s->correct && isfinite(figures[q]))
+                    json_double(&w, figures[q], q < 3 ? 1 : 4);
+                else
+                    json_null(&w);
+            }
+            json_key(&w, "clean_rounds");
+            json_int(&w, s->correct ? s->clean_rounds : 0);
             json_key(&w, "correct");
             json_bool(&w, s->correct);
             json_key(&w, "why");
-            json_text_or_null(&w, s->correct ? NULL : s->why);
+            json_text_or_null(&w, k == r->winner ? NULL : s->why);
             json_end_object(&w);
         }
         json_end_array(&w);
+        json_key(&w, "default");
+        json_text_or_null(&w, r->default_impl[0] ? r->default_impl : NULL);
         json_key(&w, "winner");
         json_text_or_null(&w, winner_of(r));
+        json_key(&w, "decision");
+        json_string(&w, decision_name(r->decision));
+        json_key(&w, "reason");
+        json_text_or_null(&w, r->reason[0] ? r->reason : NULL);
+        json_key(&w, "noisy");
+        json_bool(&w, r->noisy);
         json_end_object(&w);
     }
     json_end_array(&w);
     json_key(&w, "manifest");
-    json_text_or_null(&w, o->out);
+    json_text_or_null(&w, manifest_written ? o->out : NULL);
     json_end_object(&w);
     json_finish(&w);
+}
+
+/* The warnings on stderr: a loaded machine, noisy buckets, the buckets that stayed undecided. */
+static void report_warnings(const struct tune_run *run, const struct machine *m)
+{
+    size_t noisy = 0, undecided = 0;
+    for (size_t i = 0; i < run->n; i++) {
+        noisy += run->results[i].noisy;
+        undecided += run->results[i].decision == DECIDED_UNDECIDED;
+    }
+    if (loaded(m))
+        fprintf(stderr,
+                "fldispatch tune: warning: the machine is loaded (load average %.2f, %ld online "
+                "core(s)): the figures are noisy; a challenger is pinned only when it wins by "
+                "more than the spread\n",
+                fmax(m->load_before, m->load_after), m->cores);
+    if (noisy) {
+        fprintf(stderr,
+                "fldispatch tune: warning: %zu bucket(s) with a spread above %.0f%%:", noisy,
+                pct(TUNE_NOISY));
+        for (size_t i = 0; i < run->n; i++)
+            if (run->results[i].noisy) {
+                char rows[48];
+                fprintf(stderr, " %s %s %s;", cli_text(run->results[i].op),
+                        tool_dtype_name(run->results[i].dtype),
+                        rows_label(run->results[i].bucket, rows, sizeof rows));
+            }
+        fprintf(stderr, "\n");
+    }
+    if (undecided && (noisy || loaded(m))) {
+        fprintf(stderr,
+                "fldispatch tune: warning: %zu bucket(s) stayed undecided (kept the "
+                "default winner):",
+                undecided);
+        for (size_t i = 0; i < run->n; i++)
+            if (run->results[i].decision == DECIDED_UNDECIDED) {
+                char rows[48];
+                fprintf(stderr, " %s %s %s;", cli_text(run->results[i].op),
+                        tool_dtype_name(run->results[i].dtype),
+                        rows_label(run->results[i].bucket, rows, sizeof rows));
+            }
+        fprintf(stderr, " re-run on a quiet machine to decide them\n");
+    }
+}
+
+/*
+ * Every sample's tensors sized before anything is timed: CLI_EXIT_USAGE
+ * naming the first bucket whose size overflows or exceeds --max-memory.
+ */
+static int check_sizes(const struct tune_opts *o)
+{
+    for (size_t i = 0; i < o->n_ops; i++) {
+        if (!o->op_selected[i])
+            continue;
+        enum tool_family f = tool_op_family(&o->ops[i]);
+        for (int dt = 0; dt < 3; dt++) {
+            if (!(o->dtypes & (1u << dt)))
+                continue;
+            for (int b = 0; b < o->n_buckets; b++) {
+                const struct bucket *bk = &o->buckets[b];
+                for (int s = 0; s < bk->n_samples; s++)
+                    for (int k = 0; k < o->n_hidden; k++) {
+                        double bytes;
+                        char rows[48];
+                        rows_label(bk, rows, sizeof rows);
+                        if (!sample_bytes(f, dt, bk->samples[s], o->hidden[k], &bytes)) {
+                            fprintf(stderr,
+                                    "fldispatch tune: %s %s rows %s: %" PRId64
+                                    " rows of hidden %" PRId64 " is an impossible shape: the "
+                                    "size of its tensors overflows; nothing written\n",
+                                    o->ops[i].name, tool_dtype_name(dt), rows, bk->samples[s],
+                                    o->hidden[k]);
+                            return CLI_EXIT_USAGE;
+                        }
+                        if (bytes > o->max_memory) {
+                            fprintf(stderr,
+                                    "fldispatch tune: %s %s rows %s: %" PRId64
+                                    " rows of hidden %" PRId64 " needs %.0f MiB of tensors, "
+                                    "more than --max-memory allows (%.0f MiB; default half the "
+                                    "available memory); nothing written\n",
+                                    o->ops[i].name, tool_dtype_name(dt), rows, bk->samples[s],
+                                    o->hidden[k], bytes / 1048576, o->max_memory / 1048576);
+                            return CLI_EXIT_USAGE;
+                        }
+                    }
+            }
+        }
+    }
+    return CLI_EXIT_OK;
+}
+
+/* "1m05s" */
+static const char *duration_text(double s, char *buf, size_t size)
+{
+    long t = (long)(s + 0.5);
+    if (t >= 60)
+        snprintf(buf, size, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, size, "%lds", t);
+    return buf;
+}
+
+static void progress(bool on, int done, int total, const struct result *next, double t0)
+{
+    if (!on)
+        return;
+    if (!next) {
+        fprintf(stderr, "\r\033[K");
+        return;
+    }
+    char rows[48], eta[32] = "?";
+    double elapsed = (tune_clock_now() - t0) / 1e9;
+    if (done)
+        duration_text(elapsed / done * (total - done), eta, sizeof eta);
+    fprintf(stderr, "\r\033[Kfldispatch tune: bucket %d of %d (%s %s rows %s), ETA %s", done + 1,
+            total, cli_text(next->op), tool_dtype_name(next->dtype),
+            rows_label(next->bucket, rows, sizeof rows), eta);
+    fflush(stderr);
 }
 
 int cmd_tune(int argc, char **argv)
@@ -728,24 +1408,52 @@ int cmd_tune(int argc, char **argv)
         return CLI_EXIT_OK; /* --help */
     if (rc != CLI_EXIT_OK)
         return rc;
+    char err[512];
+    if (!tune_clock_init(err, sizeof err)) {
+        fprintf(stderr, "fldispatch tune: %s\n", cli_text(err));
+        return CLI_EXIT_USAGE;
+    }
+    if ((rc = check_sizes(&o)) != CLI_EXIT_OK)
+        return rc;
     if ((rc = cli_init()) != CLI_EXIT_OK)
         return rc;
+    struct machine m = {load_average(), -1, sysconf(_SC_NPROCESSORS_ONLN)};
+    const bool show = !o.quiet && isatty(STDERR_FILENO);
+    int total = 0, done = 0;
+    for (size_t i = 0; i < o.n_ops; i++)
+        for (int dt = 0; dt < 3; dt++)
+            total += o.op_selected[i] && (o.dtypes & (1u << dt)) ? o.n_buckets : 0;
     struct tune_run run = {0};
-    for (size_t i = 0; i < o.n_ops; i++) {
+    const double t0 = tune_clock_now();
+    bool stop = false;
+    for (size_t i = 0; i < o.n_ops && !stop; i++) {
         if (!o.op_selected[i])
             continue;
-        for (int dt = 0; dt < 3; dt++) {
+        for (int dt = 0; dt < 3 && !stop; dt++) {
             if (!(o.dtypes & (1u << dt)))
                 continue;
-            for (int b = 0; b < o.n_buckets; b++)
+            for (int b = 0; b < o.n_buckets && !stop; b++) {
+                const struct result next = {
+                    .op = o.ops[i].name, .dtype = dt, .bucket = &o.buckets[b]};
+                progress(show, done++, total, &next, t0);
                 if (tune_bucket(&o, &o.ops[i], dt, &o.buckets[b], &run) != FLD_OK) {
-                    fprintf(stderr, "fldispatch tune: out of memory\n");
-                    free(run.results);
-                    return CLI_EXIT_USAGE;
+                    if (!run.alloc_error[0])
+                        snprintf(run.alloc_error, sizeof run.alloc_error, "out of memory");
+                    stop = true;
                 }
+            }
         }
     }
+    progress(show, done, total, NULL, t0);
     verify_caches_free();
+    m.load_after = load_average();
+    if (stop) {
+        if (o.json)
+            report_json(&run, &o, &m, false);
+        fprintf(stderr, "fldispatch tune: %s; nothing written\n", cli_text(run.alloc_error));
+        free(run.results);
+        return CLI_EXIT_USAGE;
+    }
     bool any = false;
     for (size_t i = 0; i < run.n && !any; i++)
         any = run.results[i].winner >= 0;
@@ -756,14 +1464,15 @@ int cmd_tune(int argc, char **argv)
         return CLI_EXIT_NONE;
     }
     FILE *table = o.out ? stdout : stderr;
-    if (o.json)
-        report_json(&run, &o);
-    else
-        report_text(table, &run);
     if (o.out)
         rc = write_manifest_file(o.out, &run, &o);
-    else if (!o.json)
+    if (o.json)
+        report_json(&run, &o, &m, o.out && rc == CLI_EXIT_OK);
+    else
+        report_text(table, &run);
+    if (!o.out && !o.json)
         write_manifest(stdout, &run, &o);
+    report_warnings(&run, &m);
     if (rc == CLI_EXIT_OK && run.failures)
         rc = CLI_EXIT_CHECK_FAILED;
     free(run.results);

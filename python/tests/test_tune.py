@@ -54,8 +54,17 @@ def test_tune_times_a_python_implementation(tmp_path):
         assert by_id["vendor.torch_eager"]["correct"], by_id["vendor.torch_eager"]["why"]
         assert by_id["vendor.torch_eager"]["ns"] > 0
         assert by_id["reference.c"]["correct"]
-        assert res["winner"] == min((i for i in res["impls"] if i["correct"]),
-                                    key=lambda i: i["ns"])["impl_id"]
+        # The policy's choice stays unless a challenger wins by more than the spread.
+        assert res["default"] == "vendor.cpu"
+        winner = by_id[res["winner"]]
+        assert winner["why"] is None
+        if res["decision"] == "pinned":
+            assert winner["min_ns"] < by_id["vendor.cpu"]["min_ns"]
+            assert res["reason"].startswith("faster than the default winner vendor.cpu by ")
+        else:
+            assert res["winner"] == "vendor.cpu"
+        for i in res["impls"]:
+            assert (i["why"] is None) == (i["impl_id"] == res["winner"])
     text = manifest.read_text()
     assert "version: 1\nentries:\n  - {op: rms_norm, device: cpu, dtype: f32, " in text
     for res in doc["results"]:
@@ -83,5 +92,6 @@ def test_tune_leaves_out_a_wrong_python_implementation(tmp_path):
     assert r.returncode == 1, r.stderr  # a wrong implementation: left out, the run says so
     res = json.loads(r.stdout)["results"][0]
     wrong = [i for i in res["impls"] if i["impl_id"] == "vendor.wrong"][0]
-    assert not wrong["correct"] and wrong["why"].startswith("wrong: out[")
+    assert not wrong["correct"] and wrong["why"].startswith("wrong: max error ")
+    assert " at out[" in wrong["why"]
     assert res["winner"] != "vendor.wrong"
