@@ -136,7 +136,7 @@ def _first_line(exc):
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
-def _define_op(op, schema, declared_by, add_kernels):
+def _define_op(op, schema, declared_by, add_kernels, fake=True):
     """Defines torch.ops.fldispatch.<op>, add_kernels() registering its kernels;
     False, with a WARNING, when PyTorch refuses it (no other op is affected)."""
     if op in _DEFINED or op in SKIPPED:
@@ -151,8 +151,9 @@ def _define_op(op, schema, declared_by, add_kernels):
         if "kernels" not in done:
             add_kernels()
             done.add("kernels")
-        # The ops return nothing: their outputs are the tensors they write.
-        torch.library.register_fake(f"fldispatch::{op}", _nothing, lib=library)
+        # The tensor ops return nothing: their outputs are the tensors they write.
+        if fake:
+            torch.library.register_fake(f"fldispatch::{op}", _nothing, lib=library)
     except Exception as exc:  # noqa: BLE001 - one op's failure is that op's alone
         SKIPPED[op] = _first_line(exc)
         _logger.warning("torch.ops.fldispatch.%s is not defined: PyTorch refuses it (signature "
@@ -175,7 +176,8 @@ def _catalog_kernels(name):
 
 
 for _name, _schema in SCHEMAS.items():
-    _define_op(_name, _schema, "the catalog", lambda n=_name: _catalog_kernels(n))
+    _define_op(_name, _schema, "the catalog", lambda n=_name: _catalog_kernels(n),
+               fake=_name != "attention_backend")  # no tensors: no fake implementation
 
 del _name, _schema
 
