@@ -229,7 +229,7 @@ START_TEST(parser_errors_and_canonical_text)
         {"(Tensor x, float f=-nan) -> ()", "'-nan' is not a finite float default"},
         {"(Tensor x, float f=+inf) -> ()", "'+inf' is not a finite float default"},
         {"(Tensor x, float f=-infinity) -> ()", "'-infinity' is not a finite float default"},
-        {"(Tensor x, float f=nan) -> ()", "'nan' is not a finite float default"},
+        {"(Tensor x, float f=nan) -> ()", "'nan' is not a float default"},
         {"(Tensor x, float f=5e-324) -> ()", "float default"},
         {"(Tensor x, int none, float Def=1e300) -> ()", NULL},
         {"(Tensor x) -> () extra", "unexpected 'extra'"},
