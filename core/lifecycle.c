@@ -12,8 +12,11 @@
  * the generation counter and the ready flag are the base floor's (host.c).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <fldispatch/host_impl.h>
 
 #include "discovery.h"
 #include "error.h"
@@ -125,11 +128,43 @@ static int build_configuration(struct fld_platform *plat, struct fld_policy **ou
  * what is registered now (after discovery): WARNINGs, or FLD_ECONFIG when p
  * is strict. Host lock held.
  */
-static int check_names(const struct fld_policy *p)
+static int check_names_now(const struct fld_policy *p)
 {
     int rc = fld__names_check_environment(p->strict);
     if (rc == FLD_OK)
         rc = fld__names_check_policy(p);
+    return rc;
+}
+
+/* Set by a binding that registers implementations of its own: the check
+ * waits for fld_host_check_names() (host_impl.h). */
+static atomic_bool names_deferred;
+
+static int check_names(const struct fld_policy *p)
+{
+    return atomic_load(&names_deferred) ? FLD_OK : check_names_now(p);
+}
+
+void fld_host_defer_name_check(void)
+{
+    atomic_store(&names_deferred, true);
+}
+
+int fld_host_check_names(void)
+{
+    if (!atomic_load(&names_deferred))
+        return FLD_OK;
+    FLD_CALL_SCOPE();
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    fld__lock();
+    if (atomic_load(&names_deferred)) {
+        rc = check_names_now(fld__policy_global());
+        if (rc == FLD_OK)
+            atomic_store(&names_deferred, false);
+    }
+    fld__unlock();
     return rc;
 }
 

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,27 @@ static bool ident_start(char c)
 static bool ident_char(char c)
 {
     return ident_start(c) || (c >= '0' && c <= '9');
+}
+
+/*
+ * Names no binding can take as an argument name: Python's keywords (a
+ * Python caller could not pass it by name, and PyTorch's schema parser
+ * refuses most of them: torch.ops.fldispatch.<op> could not be defined).
+ * The Python package's tests check this list against keyword.kwlist.
+ */
+static const char *const reserved_names[] = {
+    "False", "None",     "True",  "and",    "as",   "assert", "async",  "await",    "break",
+    "class", "continue", "def",   "del",    "elif", "else",   "except", "finally",  "for",
+    "from",  "global",   "if",    "import", "in",   "is",     "lambda", "nonlocal", "not",
+    "or",    "pass",     "raise", "return", "try",  "while",  "with",   "yield",
+};
+
+static bool reserved_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof reserved_names / sizeof reserved_names[0]; i++)
+        if (strcmp(reserved_names[i], name) == 0)
+            return true;
+    return false;
 }
 
 /* The identifier at r->p (length in *n), or 0 length. */
@@ -201,6 +223,12 @@ static int read_default(struct reader *r, struct decl *d)
         if (*end || errno || (lit[0] != '-' && lit[0] != '+' && lit[0] != '.' &&
                               (lit[0] < '0' || lit[0] > '9')))
             return bad(r, "'%s' is not a float default", lit);
+        /* PyTorch's schemas have no spelling for them (nor read a subnormal number) */
+        if (!isfinite(d->def.f) || (d->def.f != 0.0 && !isnormal(d->def.f)))
+            return bad(r,
+                       "'%s' is not a finite float default (inf, nan and subnormal numbers "
+                       "cannot be defaults)",
+                       lit);
         float_text(d->def.f, lit, sizeof lit);
         break;
     case FLD_ARG_BOOL:
@@ -231,6 +259,8 @@ static int read_arg(struct reader *r, struct decl *d, const struct decl *prev, s
         return bad(r, "argument name longer than %d characters", (int)sizeof d->name - 1);
     memcpy(d->name, r->p, n);
     d->name[n] = '\0';
+    if (reserved_name(d->name))
+        return bad(r, "argument name '%s' is a Python keyword, which no binding can take", d->name);
     for (size_t i = 0; i < n_prev; i++)
         if (strcmp(prev[i].name, d->name) == 0)
             return bad(r, "argument name '%s' used twice", d->name);

@@ -481,8 +481,10 @@ FLD_API int fld_prepared_rotary(fld_prepared *p, const void *positions, void *qu
  * outputs, which it mutates in place), either followed by ? (optional: may
  * be absent, NULL), int (int64_t), float (double), bool, str (const char *).
  * Defaults: None for an optional tensor, a literal for a scalar (True/False
- * for bool); an argument with a default must not come before one without.
- * Names: [A-Za-z_][A-Za-z0-9_]*, each once. Returns: always "()": the
+ * for bool; a float's is finite: no inf or nan); an argument with a default
+ * must not come before one without. Names: [A-Za-z_][A-Za-z0-9_]*, each
+ * once, not a Python keyword (def, None, lambda, ...: no binding could
+ * take them). Returns: always "()": the
  * outputs are the written tensors. The catalog ops have signatures too
  * (their Python and torch form; those may return a value).
  *

@@ -179,6 +179,25 @@ FLD_API int fld_host_first_failed(fld_op op, int device_type, DLDataType dtype,
  */
 FLD_API void fld_host_claim_module_names(void);
 
+/*
+ * Names in the configuration (per-op orders, vendor lists, impl:ID tokens,
+ * VLLM_FL_<PLUGIN>_* variables) are checked against what is registered:
+ * a WARNING for one that matches nothing, FLD_ECONFIG under strict mode.
+ * A binding that registers implementations of its own (Python entry points,
+ * VLLM_FL_PLUGIN_MODULES, register_impl() in a script) calls
+ * fld_host_defer_name_check() before the library initialises: fld_init()
+ * and fld_reload() then skip that check, and the binding runs it with
+ * fld_host_check_names() once its sources have registered (the Python
+ * package: at its first op call or resolve). fld_host_check_names() checks
+ * the global policy's names and the environment once: FLD_OK (WARNINGs
+ * logged) and no later call checks again (fld_reload() checks as usual
+ * from then on); FLD_ECONFIG under strict mode, and the next call checks
+ * again; FLD_OK at once when nothing is deferred. Both MT safe;
+ * fld_host_check_names() initialises.
+ */
+FLD_API void fld_host_defer_name_check(void);
+FLD_API int fld_host_check_names(void);
+
 #ifdef __cplusplus
 }
 #endif

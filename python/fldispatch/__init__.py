@@ -95,13 +95,13 @@ def signatures():
 
 def resolve(op, device="cpu", dtype="float32"):
     """The impl_id a call of `op` on (device, dtype) would use now."""
-    _ensure_plugins()
+    _C._ready()
     return _C.resolve(op, device, dtype)
 
 
 def explain(op, device="cpu", dtype="float32"):
     """How `op` resolves on (device, dtype): the keys of `fldispatch resolve --json`."""
-    _ensure_plugins()
+    _C._ready()
     d = _C.explain(op, device, dtype)
     d["schema"] = JSON_SCHEMA
     d["order"] = _split(d["order"], "|")

@@ -24,6 +24,7 @@ caller gets). Plugins are discovered on first use from the entry-point groups
 See docs/python.md.
 """
 
+import logging as _logging
 import os as _os
 import sys as _sys
 import threading as _threading
@@ -47,6 +48,7 @@ PLUGIN_MODULES_ENV = "VLLM_FL_PLUGIN_MODULES"
 
 _local = _threading.local()
 _lock = _threading.RLock()
+_logger = _logging.getLogger("fldispatch")
 
 
 def _kind_code(kind, op, impl_id):
@@ -85,14 +87,27 @@ def _availability(is_available, op, impl_id):
     """None when available, else the reason: asked once, now, with the GIL held."""
     if is_available is None:
         return None
+    # The result's truth value (and a reason's str()) is the predicate's too:
+    # an exception from either makes the implementation unavailable.
     try:
         ok = is_available()
+        why = None
+        if isinstance(ok, tuple):
+            ok, why = (ok + (None,))[:2]
+        if ok:
+            return None
+        reason = str(why) if why else "is_available() returned False"
     except Exception as exc:  # noqa: BLE001 - the predicate's failure is the reason
-        return f"is_available() raised {type(exc).__qualname__}: {exc}"
-    if isinstance(ok, tuple):
-        ok, why = (ok + (None,))[:2]
-        return None if ok else str(why or "is_available() returned False")
-    return None if ok else "is_available() returned False"
+        reason = f"is_available() raised {type(exc).__qualname__}: {_text(exc)}"
+    return reason.replace("\0", "\\0")
+
+
+def _text(exc):
+    """str(exc), or a placeholder when that raises too."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001
+        return f"<{type(exc).__qualname__} whose str() raised>"
 
 
 def _record(op, fn, impl_id, kind, vendor, priority, devices, dtypes, is_available):
@@ -167,9 +182,16 @@ def declare_op(op, schema, *, plugin=None, version=""):
 
 
 def _declare(name, version, origin, op, schema):
+    # The library's check is the whole check: a signature it refuses leaves
+    # nothing recorded, and what follows a declaration it took cannot undo
+    # it, so a hook that fails (torch refusing the op) only warns.
     _C.declare_op(name, version or "", origin, op, schema)
     for hook in declaration_hooks:
-        hook(op)
+        try:
+            hook(op)
+        except Exception as exc:  # noqa: BLE001 - the declaration stands
+            _logger.warning("op '%s' (declared by plugin '%s'): %s failed: %s: %s", op, name,
+                            getattr(hook, "__qualname__", hook), type(exc).__name__, _text(exc))
 
 
 def register_impl(op, fn, *, impl_id, kind, vendor=None, priority=None, devices=None,
@@ -224,9 +246,11 @@ class registering:
 
     def __exit__(self, exc_type, exc, tb):
         _local.batch = self._outer
+        if isinstance(exc, KeyboardInterrupt):
+            return False  # the user's interrupt: nothing registered, nothing recorded
         if exc is not None:
             _reject(self.name, self.version, self.origin,
-                    f"registration raised {exc_type.__qualname__}: {exc}")
+                    f"registration raised {exc_type.__qualname__}: {_text(exc)}")
             return False
         for op, schema in self.declarations:
             _declare(self.name, self.version, self.origin, op, schema)
@@ -268,20 +292,36 @@ def _reject(name, version, origin, reason):
 # ---- discovery -----------------------------------------------------------------
 
 _discovered = False
+_discovering = False
 #: (name, source, ok, reason) of every Python plugin looked at, in order.
 discovered_plugins = []
 
 
 def _ensure_plugins():
-    """Loads the Python plugins once, on the first registry read from Python."""
-    global _discovered
+    """Loads the Python plugins once, on the first registry read from Python.
+
+    Complete or retried: discovery is marked done only once every plugin
+    has been looked at. Another thread's first call waits for it (so it
+    never sees a registry that is half-filled); the discovering thread's
+    own calls (a plugin that calls an op while registering) go on without
+    waiting. A KeyboardInterrupt propagates and leaves discovery not done:
+    the next call resumes with the plugins not yet looked at. Returns True
+    when discovery is complete, False on the discovering thread during it."""
+    global _discovered, _discovering
     if _discovered:
-        return
-    with _lock:
+        return True
+    with _lock:  # re-entrant: the discovering thread passes
         if _discovered:
-            return
-        _discovered = True
-        discover_plugins()
+            return True
+        if _discovering:
+            return False
+        _discovering = True
+        try:
+            discover_plugins()
+            _discovered = True
+        finally:
+            _discovering = False
+    return True
 
 
 def _call_plugin(obj, registrar, source):
@@ -297,15 +337,29 @@ def _call_plugin(obj, registrar, source):
                       "vllm_fl_register or register)")
 
 
+def _plugin_failed(name, source, what, exc):
+    reason = f"{type(exc).__qualname__}: {_text(exc)}"
+    _reject(name, "", f"python:{source}", f"{what} {reason}")
+    discovered_plugins.append((name, source, False, reason))
+    _logger.warning("Python plugin '%s' (%s) was rejected: %s %s", name, source, what, reason)
+
+
 def _load_one(name, source, load, upstream):
-    """Imports and registers one plugin all-or-nothing; records the outcome."""
+    """Imports and registers one plugin all-or-nothing; records the outcome.
+
+    A plugin's exception is its failure, recorded and never raised, whatever
+    its class: SystemExit or any other BaseException from a plugin's import
+    or register function rejects that plugin (WARNING naming it), it does
+    not end the process or the discovery. KeyboardInterrupt alone is the
+    user's: it propagates, and the plugin is not recorded (looked at again
+    on the next call)."""
     batch = registering(name, origin=f"python:{source}")
     try:
         obj = load()
-    except Exception as exc:  # noqa: BLE001 - recorded, never raised
-        reason = f"{type(exc).__qualname__}: {exc}"
-        _reject(name, "", f"python:{source}", f"import failed: {reason}")
-        discovered_plugins.append((name, source, False, reason))
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - recorded, never raised
+        _plugin_failed(name, source, "import failed:", exc)
         return
     try:
         registrar = batch
@@ -313,10 +367,10 @@ def _load_one(name, source, load, upstream):
             registrar = _upstream_registry_factory(batch)
         with batch:
             _call_plugin(obj, registrar, source)
-    except Exception as exc:  # noqa: BLE001 - a plugin's failure is recorded, never raised
-        reason = f"{type(exc).__qualname__}: {exc}"
-        _reject(name, "", f"python:{source}", f"registration raised {reason}")
-        discovered_plugins.append((name, source, False, reason))
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a plugin's failure is recorded, never raised
+        _plugin_failed(name, source, "registration raised", exc)
         return
     discovered_plugins.append((name, source, True, None))
 
@@ -371,11 +425,16 @@ def discover_plugins():
 
     from . import flagos
     flagos.register()
+    # after an interrupted discovery: the plugins looked at already stay as they are
+    seen = {source for _, source, _, _ in discovered_plugins}
     for group, upstream in ((PLUGIN_GROUP, False), (UPSTREAM_PLUGIN_GROUP, True)):
         for ep in _entry_points(group):
-            _load_one(ep.name, f"{group}:{ep.name}", ep.load, upstream)
+            source = f"{group}:{ep.name}"
+            if source not in seen:
+                _load_one(ep.name, source, ep.load, upstream)
     for module in _python_module_names():
-        _load_one(module, module, lambda m=module: importlib.import_module(m), True)
+        if module not in seen:
+            _load_one(module, module, lambda m=module: importlib.import_module(m), True)
 
 
 def call_op(name, *args, **kwargs):

@@ -15,6 +15,13 @@ has a fake (meta) implementation, so the ops trace into
 torch.compile(fullgraph=True) graphs without a graph break, and functionalise
 like any mutating ATen op.
 
+One op PyTorch refuses (its schema parser is stricter than the library's,
+or a later PyTorch changes it) does not take the others down: each op is
+defined on its own, and one that fails is skipped with a WARNING naming the
+op and who declared it (SKIPPED says why; fldispatch.call_op() still calls
+it). The `fldispatch` torch library is created once per process, so an
+import that failed halfway (an interrupt) can be repeated.
+
 The kernels are fldispatch's C functions themselves, registered for the CPU,
 CUDA (also PyTorch's ROCm build) and PrivateUse1 (torch_npu) dispatch keys:
 a call goes from PyTorch's dispatcher straight into the C extension. For
@@ -48,7 +55,18 @@ NATIVE_OPS = ("silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul
 
 HAS_EXCHANGE_API = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
 
-library = torch.library.Library("fldispatch", "DEF")
+_logger = _logging.getLogger("fldispatch")
+
+# PyTorch takes one DEF library per namespace and process: kept outside this
+# module, so that importing it again (after an import that failed) reuses it.
+_STATE = _registry.__dict__.setdefault("_torch_state", {})
+if "library" not in _STATE:
+    _STATE["library"] = torch.library.Library("fldispatch", "DEF")
+library = _STATE["library"]
+#: Every op defined as torch.ops.fldispatch.<op>, {op: schema}.
+_DEFINED = _STATE.setdefault("defined", {})
+#: The ops PyTorch refused, {op: reason}.
+SKIPPED = _STATE.setdefault("skipped", {})
 
 
 def _with_torch_stream(kernel, tensor_arg):
@@ -117,27 +135,65 @@ def _register_python_kernel(name, key):
         library.impl(name, kernel, key)
 
 
-for _name, _schema in SCHEMAS.items():
-    library.define(_name + _schema)
-    if _name == "attention_backend":
+def _first_line(exc):
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _define_op(op, schema, declared_by, add_kernels, fake=True):
+    """Defines torch.ops.fldispatch.<op>, add_kernels() registering its kernels;
+    False, with a WARNING, when PyTorch refuses it (no other op is affected)."""
+    if op in _DEFINED or op in SKIPPED:
+        return op in _DEFINED
+    # The steps done so far, kept across imports: an import interrupted
+    # half-way through an op goes on from the step it had reached.
+    done = _STATE.setdefault("steps", {}).setdefault(op, set())
+    try:
+        if "define" not in done:
+            library.define(op + schema)
+            done.add("define")
+        if "kernels" not in done:
+            add_kernels()
+            done.add("kernels")
+        # The tensor ops return nothing: their outputs are the tensors they write.
+        if fake:
+            torch.library.register_fake(f"fldispatch::{op}", _nothing, lib=library)
+    except Exception as exc:  # noqa: BLE001 - one op's failure is that op's alone
+        SKIPPED[op] = _first_line(exc)
+        _logger.warning("torch.ops.fldispatch.%s is not defined: PyTorch refuses it (signature "
+                        "'%s', declared by %s): %s; fldispatch.call_op(%r, ...) still calls it",
+                        op, schema, declared_by, SKIPPED[op], op)
+        return False
+    _DEFINED[op] = schema
+    return True
+
+
+def _catalog_kernels(name):
+    if name == "attention_backend":
         # No tensors: one kernel for every backend.
-        library.impl(_name, getattr(_C, _name), "CompositeExplicitAutograd")
-        continue
-    for _key in TENSOR_KEYS:
-        if _key == "CPU" and NATIVE_CPU and _name in NATIVE_OPS:
+        library.impl(name, getattr(_C, name), "CompositeExplicitAutograd")
+        return
+    for key in TENSOR_KEYS:
+        if key == "CPU" and NATIVE_CPU and name in NATIVE_OPS:
             continue
-        _register_python_kernel(_name, _key)
-    torch.library.register_fake(f"fldispatch::{_name}", _nothing, lib=library)
+        _register_python_kernel(name, key)
+
+
+for _name, _schema in SCHEMAS.items():
+    _define_op(_name, _schema, "the catalog", lambda n=_name: _catalog_kernels(n),
+               fake=_name != "attention_backend")  # no tensors: no fake implementation
 
 del _name, _schema
 
-if NATIVE_CPU:
+if NATIVE_CPU and not _STATE.get("native_loaded"):
     try:
         torch.ops.load_library(_NATIVE_CPU)
+        _STATE["native_loaded"] = True
     except (OSError, RuntimeError) as _e:
         NATIVE_CPU, NATIVE_CPU_REASON = False, f"_torch_ops.so did not load: {_e}"
         for _name in NATIVE_OPS:
-            _register_python_kernel(_name, "CPU")
+            if _name in _DEFINED:
+                _register_python_kernel(_name, "CPU")
         del _e
 
 
@@ -162,7 +218,7 @@ if not NATIVE_CPU:
 OPS = tuple(SCHEMAS)
 
 #: The declared ops defined here so far, {op: schema}.
-DECLARED = {}
+DECLARED = _STATE.setdefault("declared", {})
 
 
 def _declared_kernel(op):
@@ -175,39 +231,44 @@ def _declared_kernel(op):
     return kernel
 
 
-def _define(op, schema):
-    if op in DECLARED or op in SCHEMAS:
-        return
-    library.define(op + schema)
+def _declared_kernels(op, schema):
     kernel = _declared_kernel(op)
     if "Tensor" in schema:
         for key in TENSOR_KEYS:
             library.impl(op, kernel, key)
     else:
         library.impl(op, kernel, "CompositeExplicitAutograd")
-    # Declared ops return nothing: their outputs are the tensors they write.
-    torch.library.register_fake(f"fldispatch::{op}", _nothing, lib=library)
-    DECLARED[op] = schema
+
+
+def _define(op, schema, declared_by):
+    if op in DECLARED or op in SCHEMAS:
+        return
+    if _define_op(op, schema, declared_by, lambda: _declared_kernels(op, schema)):
+        DECLARED[op] = schema
 
 
 def define_declared():
     """Defines torch.ops.fldispatch.<op> for every declared op not defined yet
-    (e.g. those of a plugin loaded after this module was imported)."""
-    for op, schema, _by, catalog in _C.signatures():
+    (e.g. those of a plugin loaded after this module was imported); an op
+    PyTorch refuses is skipped with a WARNING (SKIPPED)."""
+    for op, schema, by, catalog in _C.signatures():
         if not catalog:
-            _define(op, schema)
+            _define(op, schema, by)
 
 
 def _on_declaration(op):
-    for name, schema, _by, catalog in _C.signatures():
+    for name, schema, by, catalog in _C.signatures():
         if name == op and not catalog:
-            _define(name, schema)
+            _define(name, schema, by)
 
 
 try:
     define_declared()
 except _C.Error:  # the configuration error is the caller's to see, at its own call
     pass
+# one hook however often this module is imported
+_registry.declaration_hooks[:] = [h for h in _registry.declaration_hooks
+                                  if getattr(h, "__module__", None) != __name__]
 _registry.declaration_hooks.append(_on_declaration)
 
 

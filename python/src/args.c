@@ -52,6 +52,13 @@ int fldpy_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, Py
     return 0;
 }
 
+/*
+ * The one way a name (op, impl id, vendor, plugin, policy field) enters the
+ * library from Python: a C string ends at its first NUL, so "silu_and_mul\0x"
+ * would pass the library's checks as "silu_and_mul". Such a string, or one
+ * that has no UTF-8 form (a lone surrogate), is an InvalidArgumentError (a
+ * ValueError) naming the function, the argument and the value.
+ */
 const char *fldpy_str(const char *fn, const char *arg, PyObject *obj)
 {
     if (!PyUnicode_Check(obj)) {
@@ -59,16 +66,29 @@ const char *fldpy_str(const char *fn, const char *arg, PyObject *obj)
                      (PyObject *)Py_TYPE(obj));
         return NULL;
     }
-    return PyUnicode_AsUTF8AndSize(obj, NULL);
+    Py_ssize_t size = 0;
+    const char *text = PyUnicode_AsUTF8AndSize(obj, &size);
+    if (!text) {
+        PyErr_Clear();
+        fldpy_raise(FLD_EINVAL, "%s(): argument '%s' has no UTF-8 form (a lone surrogate?): %R", fn,
+                    arg, obj);
+        return NULL;
+    }
+    if ((size_t)size != strlen(text)) {
+        fldpy_raise(FLD_EINVAL, "%s(): argument '%s' contains a NUL character: %R", fn, arg, obj);
+        return NULL;
+    }
+    return text;
 }
 
 /* str(obj) as UTF-8 into buf, without a "torch." prefix or a ":N" suffix. */
-static int name_of(PyObject *obj, char *buf, size_t size, bool strip_index)
+static int name_of(const char *fn, const char *arg, PyObject *obj, char *buf, size_t size,
+                   bool strip_index)
 {
     PyObject *s = PyUnicode_Check(obj) ? Py_NewRef(obj) : PyObject_Str(obj);
     if (!s)
         return -1;
-    const char *text = PyUnicode_AsUTF8AndSize(s, NULL);
+    const char *text = fldpy_str(fn, arg, s);
     if (!text) {
         Py_DECREF(s);
         return -1;
@@ -137,7 +157,7 @@ int fldpy_parse_device(const char *fn, PyObject *obj, int *device_type)
         return 0;
     }
     char name[64];
-    if (name_of(obj, name, sizeof name, true) < 0)
+    if (name_of(fn, "device", obj, name, sizeof name, true) < 0)
         return -1;
     if (fld_device_from_name(name, device_type) != FLD_OK) {
         fldpy_raise(FLD_EINVAL, "%s(): unknown device '%s' (%s)", fn, name,
@@ -150,7 +170,7 @@ int fldpy_parse_device(const char *fn, PyObject *obj, int *device_type)
 int fldpy_parse_dtype(const char *fn, PyObject *obj, DLDataType *dtype)
 {
     char name[64], valid[256];
-    if (name_of(obj, name, sizeof name, false) < 0)
+    if (name_of(fn, "dtype", obj, name, sizeof name, false) < 0)
         return -1;
     if (strcmp(name, "any") == 0) {
         *dtype = FLD_DTYPE_ANY;
@@ -167,4 +187,45 @@ int fldpy_parse_dtype(const char *fn, PyObject *obj, DLDataType *dtype)
 int fldpy_parse_bool(PyObject *obj)
 {
     return PyObject_IsTrue(obj);
+}
+
+/* Replaces the pending TypeError or OverflowError of a scalar's conversion by
+ * one naming the function, the argument and the value. */
+static int scalar_error(const char *fn, const char *arg, PyObject *obj, const char *want)
+{
+    PyObject *type = PyErr_ExceptionMatches(PyExc_OverflowError) ? PyExc_OverflowError
+                     : PyErr_ExceptionMatches(PyExc_TypeError)   ? PyExc_TypeError
+                                                                 : NULL;
+    if (!type)
+        return -1; /* anything else (an error of __float__ itself) stays as it is */
+    PyErr_Clear();
+    if (type == PyExc_OverflowError) {
+        PyErr_Format(type, "%s(): argument '%s' = %R does not fit %s", fn, arg, obj, want);
+        return -1;
+    }
+    PyObject *type_name = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__name__");
+    if (!type_name)
+        return -1;
+    PyErr_Format(type, "%s(): argument '%s' must be %s, not %S (%R)", fn, arg, want, type_name,
+                 obj);
+    Py_DECREF(type_name);
+    return -1;
+}
+
+int fldpy_parse_float(const char *fn, const char *arg, PyObject *obj, double *out)
+{
+    double v = PyFloat_AsDouble(obj);
+    if (v == -1.0 && PyErr_Occurred())
+        return scalar_error(fn, arg, obj, "a float");
+    *out = v;
+    return 0;
+}
+
+int fldpy_parse_int(const char *fn, const char *arg, PyObject *obj, int64_t *out)
+{
+    long long v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred())
+        return scalar_error(fn, arg, obj, "an int (int64)");
+    *out = (int64_t)v;
+    return 0;
 }

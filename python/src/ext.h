@@ -61,7 +61,13 @@ int fldpy_parse_device(const char *fn, PyObject *obj, int *device_type);
 int fldpy_parse_dtype(const char *fn, PyObject *obj, DLDataType *dtype);
 /* A Python truth value; -1 with an exception set on failure. */
 int fldpy_parse_bool(PyObject *obj);
-/* A UTF-8 view of a str argument, valid while obj lives; NULL + TypeError. */
+/* A float (anything with __float__ but a str) or an int64 (anything with
+ * __index__) argument; -1 with a TypeError or OverflowError naming fn, the
+ * argument and the value. */
+int fldpy_parse_float(const char *fn, const char *arg, PyObject *obj, double *out);
+int fldpy_parse_int(const char *fn, const char *arg, PyObject *obj, int64_t *out);
+/* A UTF-8 view of a str argument, valid while obj lives; NULL + TypeError (not a
+ * str) or InvalidArgumentError (an embedded NUL, no UTF-8 form): see args.c. */
 const char *fldpy_str(const char *fn, const char *arg, PyObject *obj);
 
 /* ---- tensors.c --------------------------------------------------------- */
@@ -118,8 +124,15 @@ int fldpy_tensors_init(void);
  */
 PyThreadState *fldpy_release_gil(void);
 void fldpy_restore_gil(PyThreadState *s);
-/* Forgets this thread's last implementation exception (before an op call). */
+/* Forgets this thread's last implementation exception and pending interrupt
+ * (before an op call). */
 void fldpy_impl_exception_clear(void);
+void fldpy_interrupt_clear(void);
+/* After an op call that returned status: 0 when it succeeded; else -1 with
+ * the exception raised: this thread's pending interrupt (a KeyboardInterrupt
+ * or SystemExit an implementation raised during the call, whatever the
+ * status), or the status's error as fldpy_raise_impl_status(). */
+int fldpy_finish_call(int status);
 /* fldpy_raise_status(), with the last implementation exception of this
  * thread, if any, as the error's __cause__. Returns NULL. */
 PyObject *fldpy_raise_impl_status(int status);

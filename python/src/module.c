@@ -19,6 +19,7 @@ PyMODINIT_FUNC PyInit__C(void);
 PyMODINIT_FUNC PyInit__C(void)
 {
     fld_host_claim_module_names(); /* fldispatch.registry imports them */
+    fld_host_defer_name_check();   /* checked once Python has registered: registry.c */
     PyObject *module = PyModule_Create(&module_def);
     if (!module)
         return NULL;

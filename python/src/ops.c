@@ -106,11 +106,10 @@ static bool release_gil(const DLTensor *x)
  * code), put the stream back, release the tensors. */
 static PyObject *finish(struct call *c, int rc)
 {
-    if (rc != FLD_OK)
-        fldpy_raise_impl_status(rc);
+    int failed = fldpy_finish_call(rc);
     leave(c);
     release(c);
-    if (rc != FLD_OK)
+    if (failed)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -195,7 +194,7 @@ static PyObject *norm(const char *op, norm_fn fn, PyObject *const *args, Py_ssiz
     if (fldpy_parse_args(op, args, nargs, kwnames, norm_names, 5, 2, a) < 0)
         return NULL;
     double eps = 1e-6;
-    if (a[4] && (eps = PyFloat_AsDouble(a[4])) == -1.0 && PyErr_Occurred())
+    if (a[4] && fldpy_parse_float(op, "eps", a[4], &eps) < 0)
         return NULL;
     const fldpy_arg guarded[] = {
         {a[0], "out", true}, {a[1], "x", false}, {a[2], "weight", false}, {a[3], "residual", true}};
@@ -246,8 +245,8 @@ static PyObject *py_rotary_embedding(PyObject *self, PyObject *const *args, Py_s
     PyObject *a[6];
     if (fldpy_parse_args(op, args, nargs, kwnames, rotary_names, 6, 6, a) < 0)
         return NULL;
-    long long head_size = PyLong_AsLongLong(a[3]);
-    if (head_size == -1 && PyErr_Occurred())
+    int64_t head_size;
+    if (fldpy_parse_int(op, "head_size", a[3], &head_size) < 0)
         return NULL;
     int is_neox = fldpy_parse_bool(a[5]);
     if (is_neox < 0)
@@ -297,9 +296,12 @@ static PyObject *py_attention_backend(PyObject *self, PyObject *const *args, Py_
         (a[2] && (use_sparse = fldpy_parse_bool(a[2])) < 0))
         return NULL;
     const char *name = NULL;
+    fldpy_impl_exception_clear();
+    if (fldpy_ensure_plugins() < 0)
+        return NULL;
     int rc = fld_attention_backend(device, use_mla, use_sparse, &name);
-    if (rc != FLD_OK)
-        return fldpy_raise_status(rc);
+    if (fldpy_finish_call(rc) < 0)
+        return NULL;
     return PyUnicode_FromString(name ? name : "");
 }
 

@@ -60,8 +60,8 @@ static PyObject *thread_scopes(void)
 static int scope_fields(scope_object *self, const char **keys, const char **values, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
-        keys[i] = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(self->keys, i), NULL);
-        values[i] = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(self->values, i), NULL);
+        keys[i] = fldpy_str("policy", "field", PyTuple_GetItem(self->keys, i));
+        values[i] = keys[i] ? fldpy_str("policy", keys[i], PyTuple_GetItem(self->values, i)) : NULL;
         if (!keys[i] || !values[i])
             return -1;
     }
@@ -76,7 +76,7 @@ static PyObject *scope_enter(PyObject *obj, PyObject *unused)
     const char *keys[MAX_FIELDS], *values[MAX_FIELDS];
     const char *file = NULL;
     Py_ssize_t n = self->keys ? PyTuple_Size(self->keys) : 0;
-    if (self->file && !(file = PyUnicode_AsUTF8AndSize(self->file, NULL)))
+    if (self->file && !(file = fldpy_str("policy", "file", self->file)))
         return NULL;
     if (scope_fields(self, keys, values, n) < 0)
         return NULL;

@@ -14,6 +14,16 @@
  * data pointers to fld_prepared_call(), which checks only what a pointer can
  * change. Host (CPU) tensors only: a device call also needs the producer's
  * stream, which the op functions set up.
+ *
+ * Threads: a Prepared may be shared by any number of Python threads (a
+ * module-level prepared op). An fld_prepared takes one call at a time (it
+ * stores the call's pointers), and a call may run without the GIL or run a
+ * Python implementation that lets other threads in, so each Prepared keeps a
+ * stack of idle fld_prepared copies: a call pops one (or, when all are busy,
+ * prepares another from its own tensors, which have the prepared layouts)
+ * and pushes it back after the call. Popping and pushing happen with the GIL
+ * held, so they need no lock; the stack grows to the number of calls ever in
+ * flight at once on that Prepared.
  */
 #include <string.h>
 
@@ -34,8 +44,13 @@ struct layout {
 
 typedef struct {
     PyObject_HEAD
-    fld_prepared *p;
+    fld_prepared **idle;            /* copies no call is using: a stack */
+    int n_idle, cap_idle;
     const char *op;
+    fld_args_kind kind;
+    double eps;                     /* the prepared scalars, for more copies */
+    int64_t head_size;
+    bool is_neox;
     int n;                          /* tensor arguments a call takes */
     const char *names[MAX_ARGS];    /* "out", "x", ... */
     bool writes[MAX_ARGS];          /* the op writes it (autograd's version counter) */
@@ -131,29 +146,56 @@ static void release_all(fldpy_tensor *t, int n)
         fldpy_tensor_release(&t[i]);
 }
 
-/* The template's scalars and tensors into the op's argument struct. */
-static int build_args(const struct family *fam, const char *op, PyObject *const *a,
-                      DLTensor *dl[MAX_ARGS], void *args)
+union call_args {
+    fld_activation_args act;
+    fld_rms_norm_args norm;
+    fld_rotary_embedding_args rot;
+};
+
+/* The template's scalars into po. */
+static int read_scalars(prepared_object *po, PyObject *const *a)
 {
-    if (fam->kind == FLD_ARGS_ACTIVATION) {
-        *(fld_activation_args *)args = (fld_activation_args){dl[0], dl[1]};
-    } else if (fam->kind == FLD_ARGS_RMS_NORM) {
-        double eps = 1e-6;
-        if (a[4] && (eps = PyFloat_AsDouble(a[4])) == -1.0 && PyErr_Occurred())
+    if (po->kind == FLD_ARGS_RMS_NORM) {
+        po->eps = 1e-6;
+        if (a[4] && fldpy_parse_float(po->op, "eps", a[4], &po->eps) < 0)
             return -1;
-        *(fld_rms_norm_args *)args = (fld_rms_norm_args){dl[0], dl[1], dl[2], dl[3], (float)eps};
-    } else {
-        long long head_size = PyLong_AsLongLong(a[3]);
-        if (head_size == -1 && PyErr_Occurred())
+    } else if (po->kind == FLD_ARGS_ROTARY_EMBEDDING) {
+        if (fldpy_parse_int(po->op, "head_size", a[3], &po->head_size) < 0)
             return -1;
         int is_neox = fldpy_parse_bool(a[5]);
         if (is_neox < 0)
             return -1;
-        *(fld_rotary_embedding_args *)args =
-            (fld_rotary_embedding_args){dl[0], dl[1], dl[2], (int64_t)head_size, dl[3], is_neox};
+        po->is_neox = is_neox;
     }
-    (void)op;
     return 0;
+}
+
+/* The op's argument struct: these tensors and po's scalars. */
+static void build_args(const prepared_object *po, DLTensor *dl[MAX_ARGS], union call_args *args)
+{
+    if (po->kind == FLD_ARGS_ACTIVATION)
+        args->act = (fld_activation_args){dl[0], dl[1]};
+    else if (po->kind == FLD_ARGS_RMS_NORM)
+        args->norm = (fld_rms_norm_args){dl[0], dl[1], dl[2], dl[3], (float)po->eps};
+    else
+        args->rot =
+            (fld_rotary_embedding_args){dl[0], dl[1], dl[2], po->head_size, dl[3], po->is_neox};
+}
+
+/* Pushes an idle copy; a copy the stack has no room for is freed. */
+static void push_idle(prepared_object *po, fld_prepared *p)
+{
+    if (po->n_idle == po->cap_idle) {
+        int cap = po->cap_idle ? 2 * po->cap_idle : 2;
+        fld_prepared **grown = PyMem_Realloc(po->idle, sizeof *grown * (size_t)cap);
+        if (!grown) {
+            fld_prepared_free(p);
+            return;
+        }
+        po->idle = grown;
+        po->cap_idle = cap;
+    }
+    po->idle[po->n_idle++] = p;
 }
 
 static PyObject *py_prepare(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -201,24 +243,27 @@ static PyObject *py_prepare(PyObject *self, PyObject *const *args, Py_ssize_t na
         dl[i] = &t[n].dl;
         slot_of[i] = n++;
     }
-    union {
-        fld_activation_args act;
-        fld_rms_norm_args norm;
-        fld_rotary_embedding_args rot;
-    } call_args;
-    if (build_args(fam, op, a, dl, &call_args) < 0) {
-        release_all(t, n);
-        return NULL;
-    }
     prepared_object *po = PyObject_New(prepared_object, (PyTypeObject *)prepared_type);
     if (!po) {
         release_all(t, n);
         return NULL;
     }
-    po->p = NULL;
-    po->op = NULL;
+    po->idle = NULL;
+    po->n_idle = po->cap_idle = 0;
+    po->op = op; /* the catalog's own name once prepared */
+    po->kind = fam->kind;
+    po->eps = 0;
+    po->head_size = 0;
+    po->is_neox = false;
     po->n = ntensors;
     po->release_gil = false;
+    union call_args call_args;
+    if (read_scalars(po, a) < 0) {
+        release_all(t, n);
+        Py_DECREF(po);
+        return NULL;
+    }
+    build_args(po, dl, &call_args);
     for (int i = 0; i < ntensors; i++) {
         po->names[i] = fam->names[fam->tensor_arg[i]];
         po->writes[i] = fam->writes[i];
@@ -229,13 +274,20 @@ static PyObject *py_prepare(PyObject *self, PyObject *const *args, Py_ssize_t na
             return NULL;
         }
     }
-    int rc = fld_prepare(op, &call_args, &po->p);
+    fld_prepared *p = NULL;
+    int rc = fld_prepare(op, &call_args, &p);
     if (rc == FLD_OK) {
         /* as the op functions: a large call runs without the GIL */
         const DLTensor *big = dl[1];
         int64_t bytes = big->dtype.bits / 8 > 0 ? big->dtype.bits / 8 : 1;
         po->release_gil = fldpy_tensor_numel(big) >= (RELEASE_GIL_BYTES + bytes - 1) / bytes;
-        po->op = fld_prepared_op(po->p);
+        po->op = fld_prepared_op(p);
+        push_idle(po, p);
+        if (po->n_idle == 0) {
+            release_all(t, n);
+            Py_DECREF(po);
+            return PyErr_NoMemory();
+        }
     }
     release_all(t, n);
     (void)slot_of;
@@ -247,6 +299,29 @@ static PyObject *py_prepare(PyObject *self, PyObject *const *args, Py_ssize_t na
 }
 
 /* ---- calling a Prepared ---------------------------------------------------------- */
+
+/*
+ * Another fld_prepared for po, prepared from the tensors of a call (t[], in
+ * po's order of present tensors) at the pointers data[]: their layouts are
+ * po's, checked, with po's byte_offsets. FLD_* status.
+ */
+static int prepare_copy(const prepared_object *po, const fldpy_tensor *t, void *const data[],
+                        fld_prepared **out)
+{
+    DLTensor copy[MAX_ARGS];
+    DLTensor *dl[MAX_ARGS] = {NULL};
+    for (int i = 0, k = 0; i < po->n; i++) {
+        if (!po->has[i])
+            continue;
+        copy[i] = t[k++].dl;
+        copy[i].data = data[i];
+        copy[i].byte_offset = po->layout[i].byte_offset;
+        dl[i] = &copy[i];
+    }
+    union call_args args;
+    build_args(po, dl, &args);
+    return fld_prepare(po->op, &args, out);
+}
 
 static PyObject *prepared_call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -306,18 +381,24 @@ static PyObject *prepared_call(PyObject *self, PyObject *args, PyObject *kwargs)
         data[i] = (void *)((uintptr_t)d->data + (uintptr_t)d->byte_offset -
                            (uintptr_t)po->layout[i].byte_offset);
     }
-    int rc;
-    if (po->release_gil) {
-        PyThreadState *released = fldpy_release_gil();
-        rc = fld_prepared_call(po->p, data);
-        fldpy_restore_gil(released);
-    } else {
-        rc = fld_prepared_call(po->p, data);
+    /* an idle copy, or another one prepared from this call's tensors */
+    fld_prepared *p = po->n_idle ? po->idle[--po->n_idle] : NULL;
+    int rc = FLD_OK;
+    if (!p)
+        rc = prepare_copy(po, t, data, &p);
+    if (rc == FLD_OK) {
+        if (po->release_gil) {
+            PyThreadState *released = fldpy_release_gil();
+            rc = fld_prepared_call(p, data);
+            fldpy_restore_gil(released);
+        } else {
+            rc = fld_prepared_call(p, data);
+        }
+        push_idle(po, p);
     }
-    if (rc != FLD_OK)
-        fldpy_raise_impl_status(rc);
+    int failed = fldpy_finish_call(rc);
     release_all(t, n);
-    if (rc != FLD_OK)
+    if (failed)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -325,7 +406,9 @@ static PyObject *prepared_call(PyObject *self, PyObject *args, PyObject *kwargs)
 static void prepared_dealloc(PyObject *self)
 {
     prepared_object *po = (prepared_object *)self;
-    fld_prepared_free(po->p);
+    for (int i = 0; i < po->n_idle; i++)
+        fld_prepared_free(po->idle[i]);
+    PyMem_Free(po->idle);
     PyTypeObject *type = Py_TYPE(self);
     PyObject_Free(self);
     Py_DECREF(type);

@@ -36,6 +36,16 @@
  * naming op, implementation and exception); the exception is kept (frame,
  * or this thread's last one) and becomes the __cause__ of the error the
  * caller gets. An implementation of a catalog op must return None.
+ *
+ * A BaseException that is not an Exception (KeyboardInterrupt, SystemExit,
+ * GeneratorExit) is no failure of the implementation: it is kept as this
+ * thread's pending interrupt and the implementation declines the call
+ * (FLD_EUNSUPPORTED: no failure memory, no WARNING). While it is pending,
+ * every Python implementation on this thread declines at once; the library
+ * has no status that stops a chain, so a C kernel later in the chain may
+ * still run, and its result is dropped: the binding's function that made
+ * the call (fldpy_finish_call()) raises the interrupt instead of any
+ * result or error.
  */
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -73,9 +83,13 @@ void fldpy_restore_gil(PyThreadState *s)
 
 /* This thread's last exception raised by an implementation outside a frame. */
 static _Thread_local PyObject *tls_impl_exception;
+/* This thread's pending interrupt: a BaseException that is not an Exception,
+ * raised by an implementation during the current call (see the top). */
+static _Thread_local PyObject *tls_interrupt;
 
 void fldpy_impl_exception_clear(void)
 {
+    Py_CLEAR(tls_interrupt);
     if (tls_impl_exception) {
         PyObject *e = tls_impl_exception;
         tls_impl_exception = NULL;
@@ -98,6 +112,28 @@ static void chain_cause(PyObject *exc)
     PyErr_Restore(type, value, tb);
 }
 
+void fldpy_interrupt_clear(void)
+{
+    Py_CLEAR(tls_interrupt);
+}
+
+int fldpy_finish_call(int status)
+{
+    if (tls_interrupt) {
+        PyObject *exc = tls_interrupt;
+        tls_interrupt = NULL;
+        fldpy_impl_exception_clear();
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+        return -1;
+    }
+    if (status != FLD_OK) {
+        fldpy_raise_impl_status(status);
+        return -1;
+    }
+    return 0;
+}
+
 PyObject *fldpy_raise_impl_status(int status)
 {
     fldpy_raise_status(status);
@@ -109,17 +145,31 @@ PyObject *fldpy_raise_impl_status(int status)
 
 /* ---- Python plugins, loaded on first use ---------------------------------- */
 
+/* Set once discovery is complete: until then every call asks registry.py,
+ * which makes other threads wait for a discovery in progress and lets the
+ * discovering thread (a plugin calling an op) through. */
 int fldpy_plugins_loaded;
 
 int fldpy_load_plugins(void)
 {
-    fldpy_plugins_loaded = 1;
     PyObject *m = PyImport_ImportModule("fldispatch.registry");
     PyObject *r = m ? PyObject_CallMethod(m, "_ensure_plugins", NULL) : NULL;
     Py_XDECREF(m);
     if (!r)
         return -1;
+    bool complete = r == Py_True;
     Py_DECREF(r);
+    if (!complete)
+        return 0; /* a plugin calling an op during discovery */
+    /* Every source has registered (the plugins; a script registers before
+     * its first call): the configuration's names are checked now, once.
+     * Under strict mode an unknown name fails every call until it exists. */
+    int rc = fld_host_check_names();
+    if (rc != FLD_OK) {
+        fldpy_raise_status(rc);
+        return -1;
+    }
+    fldpy_plugins_loaded = 1;
     return 0;
 }
 
@@ -334,6 +384,14 @@ static int call_python(struct pyimpl *impl, const void *args)
         char what[400] = "unknown error";
         if (value)
             describe_exception(value, what, sizeof what);
+        if (value && !PyObject_TypeCheck(value, (PyTypeObject *)PyExc_Exception)) {
+            /* an interrupt, not a failure: declined, raised by the caller */
+            Py_XDECREF(tls_interrupt);
+            tls_interrupt = value;
+            fld_set_error("%s: Python implementation '%s' was interrupted by %s", impl->op,
+                          impl->impl_id, what);
+            return FLD_EUNSUPPORTED;
+        }
         fld_set_error("%s: Python implementation '%s' raised %s", impl->op, impl->impl_id, what);
         PyObject **slot = own ? &f->exc : &tls_impl_exception;
         Py_XDECREF(*slot);
@@ -361,6 +419,14 @@ static int call_python(struct pyimpl *impl, const void *args)
     return FLD_OK;
 }
 
+/* A call while this thread's interrupt is pending: declined at once. */
+static int interrupted(const struct pyimpl *impl)
+{
+    fld_set_error("%s: Python implementation '%s' not run: the call was interrupted", impl->op,
+                  impl->impl_id);
+    return FLD_EUNSUPPORTED;
+}
+
 /* The library's kernel for every Python implementation (host_impl.h). */
 static int run_impl(void *ctx, const void *args)
 {
@@ -371,7 +437,7 @@ static int run_impl(void *ctx, const void *args)
         return FLD_EUNSUPPORTED;
     }
     if (PyGILState_Check())
-        return call_python(impl, args);
+        return tls_interrupt ? interrupted(impl) : call_python(impl, args);
     PyThreadState *saved = tls_released;
     if (!saved) {
         fld_set_error("%s: Python implementation '%s' cannot run on this thread: the thread "
@@ -381,16 +447,17 @@ static int run_impl(void *ctx, const void *args)
         return FLD_EUNSUPPORTED;
     }
     fldpy_restore_gil(saved);
-    int rc = call_python(impl, args);
+    int rc = tls_interrupt ? interrupted(impl) : call_python(impl, args);
     fldpy_release_gil();
     return rc;
 }
 
 /* ---- register_impls(plugin, version, origin, records) ---------------------- */
 
-static const char *str_or_null(PyObject *o)
+/* An optional name: NULL for None (no exception), else as fldpy_str(). */
+static const char *name_or_null(const char *fn, const char *arg, PyObject *o)
 {
-    return o == Py_None ? NULL : PyUnicode_AsUTF8AndSize(o, NULL);
+    return o == Py_None ? NULL : fldpy_str(fn, arg, o);
 }
 
 static void pyimpl_free(struct pyimpl *p)
@@ -424,10 +491,14 @@ static int find_catalog(const fld_catalog_op_info *info, void *user)
  */
 static PyObject *py_register_impls(PyObject *self, PyObject *args)
 {
-    const char *plugin, *version, *origin;
-    PyObject *records;
-    if (!PyArg_ParseTuple(args, "sssO!:register_impls", &plugin, &version, &origin, &PyList_Type,
-                          &records))
+    PyObject *plugin_obj, *version_obj, *origin_obj, *records;
+    if (!PyArg_ParseTuple(args, "UUUO!:register_impls", &plugin_obj, &version_obj, &origin_obj,
+                          &PyList_Type, &records))
+        return NULL;
+    const char *plugin = fldpy_str("register_impls", "plugin", plugin_obj);
+    const char *version = plugin ? fldpy_str("register_impls", "version", version_obj) : NULL;
+    const char *origin = version ? fldpy_str("register_impls", "origin", origin_obj) : NULL;
+    if (!origin)
         return NULL;
     Py_ssize_t n = PyList_Size(records);
     fld_host_impl *impls = calloc(n ? (size_t)n : 1, sizeof *impls);
@@ -454,12 +525,19 @@ static PyObject *py_register_impls(PyObject *self, PyObject *args)
         ctx[i] = p;
         Py_INCREF(fn);
         p->fn = fn;
-        p->op = strdup(PyUnicode_AsUTF8AndSize(op, NULL));
-        p->impl_id = strdup(PyUnicode_AsUTF8AndSize(id, NULL));
+        const char *op_name = fldpy_str("register_impl", "op", op);
+        const char *impl_name = op_name ? fldpy_str("register_impl", "impl_id", id) : NULL;
+        if (!impl_name)
+            goto fail;
+        p->op = strdup(op_name);
+        p->impl_id = strdup(impl_name);
         if (!p->op || !p->impl_id) {
             PyErr_NoMemory();
             goto fail;
         }
+        const char *vendor_name = name_or_null("register_impl", "vendor", vendor);
+        if (!vendor_name && PyErr_Occurred())
+            goto fail;
         struct catalog_find cf = {p->op, 0};
         fld_foreach_catalog_op(find_catalog, &cf);
         p->args_kind = cf.kind;
@@ -467,13 +545,13 @@ static PyObject *py_register_impls(PyObject *self, PyObject *args)
             .op = p->op,
             .impl_id = p->impl_id,
             .kind = (fld_kind)kind,
-            .vendor = str_or_null(vendor),
+            .vendor = vendor_name,
             .priority = priority,
             .devices = devices,
             .dtypes = dtypes,
             .fn = run_impl,
             .ctx = p,
-            .unavailable_reason = str_or_null(why),
+            .unavailable_reason = why == Py_None ? NULL : PyUnicode_AsUTF8AndSize(why, NULL),
         };
         if (PyErr_Occurred())
             goto fail;
@@ -502,12 +580,25 @@ fail:
 
 static PyObject *py_host_reject(PyObject *self, PyObject *args)
 {
-    const char *plugin, *version, *origin, *reason;
-    if (!PyArg_ParseTuple(args, "ssss:host_reject", &plugin, &version, &origin, &reason))
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "UUUU:host_reject", &o[0], &o[1], &o[2], &o[3]))
+        return NULL;
+    const char *plugin = fldpy_str("host_reject", "plugin", o[0]);
+    const char *version = plugin ? fldpy_str("host_reject", "version", o[1]) : NULL;
+    const char *origin = version ? fldpy_str("host_reject", "origin", o[2]) : NULL;
+    const char *reason = origin ? fldpy_str("host_reject", "reason", o[3]) : NULL;
+    if (!reason)
         return NULL;
     int rc = fld_host_reject(plugin, version, origin, reason);
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_ready(PyObject *self, PyObject *unused)
+{
+    if (fldpy_ensure_plugins() < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -572,7 +663,7 @@ static struct opentry *op_entry(PyObject *name)
         return PyCapsule_GetPointer(cap, "fldispatch.opentry");
     if (PyErr_Occurred() || fldpy_ensure_plugins() < 0)
         return NULL;
-    const char *s = PyUnicode_AsUTF8AndSize(name, NULL);
+    const char *s = fldpy_str("call_op", "op", name);
     if (!s)
         return NULL;
     struct catalog_find cf = {s, 0};
@@ -586,7 +677,10 @@ static struct opentry *op_entry(PyObject *name)
     } else {
         e.op = fld_op_lookup(s);
         if (!e.op) {
-            fldpy_raise_status(FLD_ENOTFOUND);
+            /* fld_resolve()'s message names the closest ops ("did you mean") */
+            const char *impl = NULL;
+            int rc = fld_resolve(s, FLD_DEVICE_CPU, FLD_DTYPE_ANY, &impl);
+            fldpy_raise_status(rc != FLD_OK ? rc : FLD_ENOTFOUND);
             return NULL;
         }
         if (fldpy_sig_prepare(s, &e.sig) < 0)
@@ -693,7 +787,7 @@ static void call_key(PyObject *const *args, Py_ssize_t n, PyObject *kwargs, int 
 }
 
 /* The library's (device, dtype) for a call of e, from its arguments only
- * when the selection depends on it. */
+ * when the selection depends on it or calls are counted. */
 static void entry_key(struct opentry *e, PyObject *const *items, Py_ssize_t n, PyObject *kwargs,
                       uint64_t now, int *device, DLDataType *dtype)
 {
@@ -703,12 +797,36 @@ static void entry_key(struct opentry *e, PyObject *const *items, Py_ssize_t n, P
         e->keyed = keyed != 0;
         e->keyed_stamp = keyed < 0 ? 0 : stamp;
     }
-    if (e->keyed) {
+    /* While calls are counted, the table shows each call's own device and
+     * dtype (a failure under "f16", not "any"); the chain is the same. */
+    if (e->keyed || fld_stats_mode() != FLD_STATS_OFF) {
         call_key(items, n, kwargs, device, dtype);
     } else {
         *device = platform_device();
         *dtype = FLD_DTYPE_ANY;
     }
+}
+
+/* What a call of frame that returned rc gives Python: its interrupt, its
+ * error (the last exception an implementation raised as __cause__), or the
+ * winner's return value. */
+static PyObject *frame_result(struct pyframe *frame, int rc)
+{
+    if (tls_interrupt || rc != FLD_OK) {
+        Py_CLEAR(frame->result);
+        if (tls_interrupt) {
+            Py_CLEAR(frame->exc);
+            fldpy_finish_call(rc);
+            return NULL;
+        }
+        fldpy_raise_status(rc);
+        chain_cause(frame->exc);
+        return NULL;
+    }
+    Py_XDECREF(frame->exc);
+    if (!frame->result)
+        Py_RETURN_NONE;
+    return frame->result;
 }
 
 /* Runs a call of e whose frame holds its arguments; items[0..n) are its
@@ -722,6 +840,7 @@ static PyObject *call_entry(struct opentry *e, struct pyframe *frame, PyObject *
     entry_key(e, items, n, kwargs, now, &device, &dtype);
     struct pyframe *outer = tls_frame;
     tls_frame = frame;
+    fldpy_interrupt_clear();
     struct fastslot *fs = &e->fast[key_slot(device, dtype)];
     int rc;
     /* Call sites for the statistics facility count here: one per call_op(). */
@@ -731,6 +850,7 @@ static PyObject *call_entry(struct opentry *e, struct pyframe *frame, PyObject *
         rc = call_python(impl, frame);
         if (rc != FLD_OK) {
             fs->impl = NULL;
+            fs->checked = 0; /* asked again after the next call that succeeds */
             rc = fld_host_first_failed(e->op, device, dtype, frame, impl, rc);
         }
     } else {
@@ -749,16 +869,7 @@ static PyObject *call_entry(struct opentry *e, struct pyframe *frame, PyObject *
         }
     }
     tls_frame = outer;
-    if (rc != FLD_OK) {
-        Py_XDECREF(frame->result);
-        fldpy_raise_status(rc);
-        chain_cause(frame->exc);
-        return NULL;
-    }
-    Py_XDECREF(frame->exc);
-    if (!frame->result)
-        Py_RETURN_NONE;
-    return frame->result;
+    return frame_result(frame, rc);
 }
 
 /* CPU calls of declared ops on at least this many bytes release the GIL (ops.c's threshold). */
@@ -777,6 +888,7 @@ static PyObject *call_declared(struct opentry *e, PyObject *const *args, Py_ssiz
     struct pyframe frame = {.vargs = args, .nargs = nargs, .kwnames = kwnames, .native = &c.args};
     struct pyframe *outer = tls_frame;
     tls_frame = &frame;
+    fldpy_interrupt_clear();
     int rc;
     if (c.bytes >= DECLARED_RELEASE_GIL_BYTES) {
         PyThreadState *released = fldpy_release_gil();
@@ -786,18 +898,9 @@ static PyObject *call_declared(struct opentry *e, PyObject *const *args, Py_ssiz
         rc = fld_call(e->op, &c.args);
     }
     tls_frame = outer;
-    if (rc != FLD_OK) {
-        Py_XDECREF(frame.result);
-        fldpy_raise_status(rc);
-        chain_cause(frame.exc);
-        fldpy_sig_release(&c);
-        return NULL;
-    }
+    PyObject *result = frame_result(&frame, rc);
     fldpy_sig_release(&c);
-    Py_XDECREF(frame.exc);
-    if (!frame.result)
-        Py_RETURN_NONE;
-    return frame.result;
+    return result;
 }
 
 void fldpy_registry_declared(PyObject *name)
@@ -953,6 +1056,9 @@ PyMethodDef fldpy_registry_methods[] = {
      "implementation returns."},
     {"resolve_op", py_resolve_op, METH_O,
      "resolve_op(name)\n--\n\nA callable for the op that follows policy changes."},
+    {"_ready", py_ready, METH_NOARGS,
+     "_ready()\n--\n\nWhat an op call does first: the Python plugins discovered, then the\n"
+     "configuration's names checked against what is registered (once)."},
     {"_interpreter_exiting", py_interpreter_exiting, METH_NOARGS,
      "_interpreter_exiting()\n--\n\nFrom atexit: Python implementations decline from now on."},
     {NULL, NULL, 0, NULL},

@@ -64,9 +64,15 @@ static PyObject *py_catalog_ops(PyObject *self, PyObject *unused)
 
 static PyObject *py_declare_op(PyObject *self, PyObject *args)
 {
-    const char *plugin, *version, *origin, *op, *schema;
-    if (!PyArg_ParseTuple(args, "sssss", &plugin, &version, &origin, &op, &schema))
+    static const char *const arg_names[5] = {"plugin", "version", "origin", "op", "schema"};
+    PyObject *o[5];
+    const char *v[5] = {NULL};
+    if (!PyArg_ParseTuple(args, "UUUUU:declare_op", &o[0], &o[1], &o[2], &o[3], &o[4]))
         return NULL;
+    for (int i = 0; i < 5; i++)
+        if (!(v[i] = fldpy_str("declare_op", arg_names[i], o[i])))
+            return NULL;
+    const char *plugin = v[0], *version = v[1], *origin = v[2], *op = v[3], *schema = v[4];
     int rc = fld_host_declare(plugin, version, origin, op, schema);
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);
@@ -159,7 +165,7 @@ static int scalar(const char *op, const fld_arg_decl *d, PyObject *o, fld_arg *a
             want = "a str";
             break;
         }
-        a->v.s = PyUnicode_AsUTF8AndSize(o, NULL);
+        a->v.s = fldpy_str(op, d->name, o); /* a NUL would cut the string short */
         return a->v.s ? 0 : -1;
     default:
         want = "?";

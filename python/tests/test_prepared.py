@@ -123,3 +123,100 @@ def test_requires_grad_refused():
     p = fldispatch.prepare("silu_and_mul", out, x.detach())
     with pytest.raises(fldispatch.InvalidArgumentError):
         p(out, x)
+
+
+# ---- one Prepared shared by threads ---------------------------------------------------
+
+
+def run_child(code):
+    import subprocess
+    import sys
+    import textwrap
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_shared_prepared_keeps_each_threads_pointers_through_a_fallback():
+    """Thread A's call of a shared Prepared is inside a Python implementation
+    when thread B calls the same Prepared; A's implementation then fails and
+    the fallback runs A's call: it must write A's output, not B's (each call
+    has its own pointers). In a child: the Python implementation of rms_norm
+    would serve the other tests' calls."""
+    out = run_child("""
+        import threading
+        import torch
+        import fldispatch
+
+        both_inside = threading.Barrier(2, timeout=60)
+
+        def slow(out, x, weight, residual, eps):
+            both_inside.wait()
+            if threading.current_thread().name == "A":
+                raise RuntimeError("A fails after B has called")
+            out.copy_(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight)
+
+        fldispatch.register_impl("rms_norm", slow, impl_id="vendor.slow", kind="vendor",
+                                 vendor="slow", plugin="pytest_slow", dtypes=["float32"])
+        w = torch.randn(64)
+        p = fldispatch.prepare("rms_norm", torch.empty(4, 64), torch.randn(4, 64), w)
+        xs = {"A": torch.randn(4, 64), "B": torch.randn(4, 64)}
+        outs = {"A": torch.zeros(4, 64), "B": torch.zeros(4, 64)}
+        errors = []
+
+        def run():
+            name = threading.current_thread().name
+            try:
+                with fldispatch.policy(per_op="rms_norm=impl:vendor.slow|reference"):
+                    p(outs[name], xs[name], w)
+            except BaseException as e:
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=run, name=n) for n in "AB"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for name in "AB":
+            ref = torch.empty(4, 64)
+            fldispatch.rms_norm(ref, xs[name], w)
+            print(name, "equal" if torch.allclose(outs[name], ref) else "WRONG")
+        print("errors", errors)
+    """)
+    assert "A equal" in out and "B equal" in out and "errors []" in out, out
+
+
+@pytest.mark.parametrize("rows", [4, 512])  # 512 x 64 f32 = 128 KiB: runs without the GIL
+def test_shared_prepared_from_threads_matches_one_thread(rows):
+    import threading
+    w = torch.randn(64)
+    p = fldispatch.prepare("rms_norm", torch.empty(rows, 64), torch.randn(rows, 64), w, eps=1e-5)
+    n_threads, n_calls = 4, 150
+    xs = [[torch.randn(rows, 64) for _ in range(3)] for _ in range(n_threads)]
+    refs = []
+    for per_thread in xs:
+        refs.append([])
+        for x in per_thread:
+            ref = torch.empty(rows, 64)
+            fldispatch.rms_norm(ref, x, w, eps=1e-5)
+            refs[-1].append(ref)
+    wrong = []
+    start = threading.Barrier(n_threads, timeout=60)
+
+    def run(i):
+        start.wait()
+        out = torch.empty(rows, 64)
+        for k in range(n_calls):
+            j = k % 3
+            out.fill_(float("nan"))
+            p(out, xs[i][j], w)
+            if not torch.equal(out, refs[i][j]):
+                wrong.append((i, k))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, f"{len(wrong)} of {n_threads * n_calls} calls gave another thread's result"

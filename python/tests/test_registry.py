@@ -503,3 +503,176 @@ def test_default_plugin_is_the_top_level_package():
     assert owners == {"vendor.one": "pytestpkg", "reference.two": "pytestpkg"}
     p = [p for p in fldispatch.plugins() if p["name"] == "pytestpkg"][0]
     assert p["path"] == "python:pytestpkg" and p["impl_count"] == 2
+
+
+# ---- names with a NUL, interrupts, hostile predicates, messages -------------------------
+
+
+def test_a_nul_inside_a_name_is_a_value_error_everywhere():
+    """A C string ends at its first NUL: "silu_and_mul\\0zzz" must not pass the
+    library's checks as "silu_and_mul" (and "vendor.hijack\\0x" win it)."""
+    before = fldispatch.resolve("silu_and_mul")
+    with pytest.raises(ValueError, match="NUL") as e:
+        fldispatch.register_impl("silu_and_mul\x00zzz", lambda out, x: None,
+                                 impl_id="vendor.hijack\x00x", kind="vendor", vendor="hijack")
+    assert "silu_and_mul\\x00zzz" in str(e.value)
+    for op, iid, vendor in (("nul_op", "vendor.hijack\x00x", "hijack"),
+                            ("nul_op", "vendor.hijack", "hij\x00ack")):
+        with pytest.raises(ValueError, match="NUL"):
+            fldispatch.register_impl(op, len, impl_id=iid, kind="vendor", vendor=vendor)
+    assert not [m for m in fldispatch.impls() if "hijack" in m["impl_id"] or m["op"] == "nul_op"]
+    assert fldispatch.resolve("silu_and_mul") == before
+    with pytest.raises(ValueError, match="NUL"):
+        fldispatch.declare_op("nul_decl\x00x", "(Tensor(a!) out) -> ()")
+    assert "nul_decl" not in fldispatch.signatures()
+    for call in (lambda: fldispatch.resolve("silu_and_mul\x00x"),
+                 lambda: fldispatch.explain("silu_and_mul\x00x"),
+                 lambda: fldispatch.resolve("silu_and_mul", "cpu\x00x"),
+                 lambda: fldispatch.resolve("silu_and_mul", "cpu", "f32\x00x"),
+                 lambda: fldispatch.call_op("silu_and_mul\x00x"),
+                 lambda: fldispatch.resolve_op("silu_and_mul\x00x"),
+                 lambda: fldispatch.prepare("silu_and_mul\x00x")):
+        with pytest.raises(ValueError, match="NUL"):
+            call()
+    for kwargs in ({"prefer": "vendor\x00x"}, {"per_op": "silu_and_mul=reference\x00|vendor"},
+                   {"deny_vendors": "cpu\x00x"}):
+        with pytest.raises(ValueError, match="NUL"):
+            with fldispatch.policy(**kwargs):
+                pass
+    with pytest.raises(ValueError, match="NUL"):
+        with fldispatch.registering("nul\x00plugin"):
+            fldispatch.register_impl("nul_op2", len, impl_id="reference.n", kind="reference")
+    assert not [m for m in fldispatch.impls() if m["op"] == "nul_op2"]
+
+
+def test_a_lone_surrogate_in_a_name_is_a_value_error():
+    with pytest.raises(ValueError, match="UTF-8"):
+        fldispatch.register_impl("sur\udc80op", len, impl_id="reference.s", kind="reference")
+    with pytest.raises(ValueError, match="UTF-8"):
+        fldispatch.resolve("rms\udc80norm")
+
+
+def test_interrupt_in_an_implementation_propagates_and_is_not_a_failure():
+    """KeyboardInterrupt and SystemExit from an implementation are not its
+    failure: they reach the caller, the fallback's result is not returned,
+    and the implementation is not remembered as failed."""
+    for exc_type in (KeyboardInterrupt, SystemExit):
+        op = fresh_op("interrupt")
+        raised = []
+
+        def first(x):
+            if not raised:
+                raised.append(1)
+                raise exc_type("stop")
+            return "first"
+
+        fldispatch.register_impl(op, first, impl_id="vendor.first", kind="vendor",
+                                 vendor="first", plugin="pytest_interrupt")
+        fldispatch.register_impl(op, lambda x: "fallback", impl_id="reference.fb",
+                                 kind="reference", plugin="pytest_interrupt")
+        with pytest.raises(exc_type):
+            fldispatch.call_op(op, 1)
+        assert not [f for f in fldispatch.failed_impls() if f[0] == op]
+        # not remembered: the next call is served by the same implementation
+        assert fldispatch.call_op(op, 1) == "first"
+        caller = fldispatch.resolve_op(op)
+        raised.clear()
+        with pytest.raises(exc_type):
+            caller(1)
+        assert caller(1) == "first"
+
+
+def test_interrupt_in_a_catalog_implementation_propagates():
+    out = run_child("""
+        import torch
+        import fldispatch
+        calls = []
+        def kbd(out, x):
+            calls.append(1)
+            if len(calls) == 1:
+                raise KeyboardInterrupt()
+            out.fill_(7.0)
+        fldispatch.register_impl("silu_and_mul", kbd, impl_id="vendor.kbd", kind="vendor",
+                                 vendor="kbd", plugin="pytest_kbd")
+        out, x = torch.zeros(2, 4), torch.randn(2, 8)
+        with fldispatch.policy(per_op="silu_and_mul=impl:vendor.kbd|reference"):
+            try:
+                fldispatch.silu_and_mul(out, x)
+                print("no interrupt")
+            except KeyboardInterrupt:
+                print("interrupted")
+            print("failed", [f[3] for f in fldispatch.failed_impls()])
+            fldispatch.silu_and_mul(out, x)
+            print("second", float(out[0, 0]))
+    """)
+    assert "interrupted" in out and "failed []" in out and "second 7.0" in out, out
+
+
+def test_is_available_whose_truth_value_raises_makes_it_unavailable():
+    class Hostile:
+        def __bool__(self):
+            raise RuntimeError("no truth here")
+
+    class HostileReason:
+        def __str__(self):
+            raise RuntimeError("no text here")
+
+    op = fresh_op("avail")
+    fldispatch.register_impl(op, len, impl_id="vendor.hostile", kind="vendor", vendor="hostile",
+                             is_available=Hostile, plugin="pytest_avail")
+    fldispatch.register_impl(op, len, impl_id="vendor.tuple", kind="vendor", vendor="hostile",
+                             is_available=lambda: (Hostile(), "x"), plugin="pytest_avail")
+    fldispatch.register_impl(op, len, impl_id="vendor.reason", kind="vendor", vendor="hostile",
+                             is_available=lambda: (False, HostileReason()), plugin="pytest_avail")
+    fldispatch.register_impl(op, len, impl_id="reference.ok", kind="reference",
+                             plugin="pytest_avail")
+    info = {m["impl_id"]: m for m in fldispatch.impls() if m["op"] == op}
+    for iid in ("vendor.hostile", "vendor.tuple", "vendor.reason"):
+        assert not info[iid]["available"]
+        assert "RuntimeError" in info[iid]["reason"], info[iid]
+    assert fldispatch.resolve(op) == "reference.ok"
+
+
+def test_call_op_of_a_misspelt_op_suggests_the_name():
+    with pytest.raises(fldispatch.NotFoundError, match="did you mean 'rms_norm'"):
+        fldispatch.call_op("rms_nrom")
+    with pytest.raises(fldispatch.NotFoundError, match="did you mean 'rms_norm'"):
+        fldispatch.resolve_op("rms_nrom")
+
+
+def test_a_scalar_of_the_wrong_type_names_the_op_and_argument():
+    out, x, w = torch.empty(2, 8), torch.randn(2, 8), torch.ones(8)
+    with pytest.raises(TypeError, match=r"rms_norm\(\): argument 'eps' must be a float, not str"):
+        fldispatch.rms_norm(out, x, w, eps="1e-6")
+    with pytest.raises(TypeError, match=r"gemma_rms_norm\(\): argument 'eps'"):
+        fldispatch.gemma_rms_norm(out, x, w, None, [1e-6])
+    q = torch.randn(2, 16)
+    cache = torch.randn(8, 16)
+    pos = torch.zeros(2, dtype=torch.int64)
+    with pytest.raises(TypeError, match=r"rotary_embedding\(\): argument 'head_size' must be an int"):
+        fldispatch.rotary_embedding(pos, q, None, "16", cache, True)
+    with pytest.raises(OverflowError, match=r"rotary_embedding\(\): argument 'head_size'"):
+        fldispatch.rotary_embedding(pos, q, None, 2**70, cache, True)
+    with pytest.raises(TypeError, match=r"rms_norm\(\): argument 'eps'"):
+        fldispatch.prepare("rms_norm", out, x, w, eps="1e-6")
+
+
+def test_a_python_ops_calls_are_counted_under_their_dtype():
+    out = run_child("""
+        import torch
+        import fldispatch
+        fldispatch.stats_enable("calls")
+        def bad(x):
+            raise RuntimeError("no")
+        fldispatch.register_impl("dtype_op", bad, impl_id="vendor.bad", kind="vendor",
+                                 vendor="bad", plugin="pytest_dtype")
+        fldispatch.register_impl("dtype_op", lambda x: x, impl_id="reference.ok",
+                                 kind="reference", plugin="pytest_dtype")
+        fldispatch.call_op("dtype_op", torch.ones(2, dtype=torch.float16))
+        fldispatch.call_op("dtype_op", torch.ones(2, dtype=torch.bfloat16))
+        for s in fldispatch.stats():
+            if s["op"] == "dtype_op":
+                print("row", s["impl_id"], s["device"], s["dtype"], s["calls"], s["failures"])
+    """)
+    assert "row vendor.bad cpu f16 1 1" in out, out
+    assert "row reference.ok cpu f16 1 0" in out and "row reference.ok cpu bf16 1 0" in out, out

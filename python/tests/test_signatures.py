@@ -249,3 +249,30 @@ else:
     run = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True,
                          text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_argument_names_no_binding_can_take_are_refused():
+    """The library's rule for argument names is Python's keyword list: each
+    keyword is refused (naming it), every other identifier is accepted,
+    and every accepted schema is one PyTorch's parser takes."""
+    import keyword
+
+    torch_parse = torch._C.parse_schema
+    for i, word in enumerate(keyword.kwlist):
+        op = fresh_op("kw")
+        with pytest.raises(fldispatch.InvalidArgumentError, match=f"'{word}' is a Python keyword"):
+            fldispatch.declare_op(op, f"(Tensor(a!) out, int {word}) -> ()")
+        assert op not in fldispatch.signatures()
+    for word in keyword.softkwlist + ["none", "true", "self", "Tensor", "int", "async_"]:
+        op = fresh_op("soft")
+        fldispatch.declare_op(op, f"(Tensor(a!) out, int {word}=1) -> ()")
+        torch_parse(op + fldispatch.signatures()[op])
+    for default in ("nan", "-nan", "inf", "+inf", "-inf", "infinity", "-infinity", "1e999",
+                    "5e-324"):
+        op = fresh_op("fdef")
+        with pytest.raises(fldispatch.InvalidArgumentError, match="float default"):
+            fldispatch.declare_op(op, f"(Tensor(a!) out, float f={default}) -> ()")
+    for default in ("0.0", "-0.0", "1e-300", "1.7976931348623157e308", "+2.5", ".5", "5."):
+        op = fresh_op("fdef")
+        fldispatch.declare_op(op, f"(Tensor(a!) out, float f={default}) -> ()")
+        torch_parse(op + fldispatch.signatures()[op])

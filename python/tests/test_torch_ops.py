@@ -145,3 +145,102 @@ def test_compiled_code_follows_the_policy_at_run_time():
 
 def test_attention_backend_op_in_eager():
     assert ops.attention_backend("cpu", False, False) == "CPU_ATTN"
+
+
+# ---- one bad op must not take the others down -------------------------------------------
+
+
+def run_child(code):
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=240, env=dict(os.environ))
+    return r
+
+
+def test_signatures_torch_cannot_define_are_refused_where_they_are_declared():
+    """Argument names that are keywords and non-finite float defaults: the
+    library refuses the declaration (nothing recorded), so importing
+    fldispatch.torch works, before and after such a declaration."""
+    r = run_child("""
+        import fldispatch
+        bad = ["(Tensor! out, int None) -> ()", "(Tensor! out, float def=1.0) -> ()",
+               "(Tensor! out, float f=-nan) -> ()", "(Tensor! out, float f=+inf) -> ()",
+               "(Tensor! out, float f=-infinity) -> ()"]
+        for i, schema in enumerate(bad):
+            try:
+                fldispatch.declare_op(f"bad_early_{i}", schema)
+                print("accepted", schema)
+            except ValueError as e:
+                print("refused", i, "bad_early" in str(e))
+        fldispatch.declare_op("good_early", "(Tensor! out, float f=1.5) -> ()")
+        import torch
+        import fldispatch.torch
+        print("imported", hasattr(torch.ops.fldispatch, "good_early"))
+        try:
+            fldispatch.declare_op("bad_late", "(Tensor! out, int None) -> ()")
+            print("accepted late")
+        except ValueError:
+            print("refused late")
+        print("recorded", sorted(op for op in fldispatch.signatures() if "bad_" in op))
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "accepted" not in r.stdout, r.stdout
+    assert r.stdout.count("True") == 6, r.stdout  # five refusals naming the op, one import
+    assert "refused late" in r.stdout and "recorded []" in r.stdout, r.stdout
+
+
+def test_an_op_torch_refuses_is_skipped_with_a_warning_and_import_can_repeat():
+    """A schema PyTorch refuses (here: a define() that fails for one op, as a
+    PyTorch with a stricter parser would) skips that op alone, with a WARNING
+    naming the op and its plugin; an import interrupted halfway can be
+    repeated (one torch library per process)."""
+    r = run_child("""
+        import sys
+        import torch
+        import fldispatch
+        fldispatch.declare_op("refused_op", "(Tensor! out, float f=1.0) -> ()",
+                              plugin="pytest_refused")
+        fldispatch.declare_op("kept_op", "(Tensor! out) -> ()", plugin="pytest_kept")
+        real_define = torch.library.Library.define
+        def define(self, schema, *args, **kwargs):
+            if schema.startswith("refused_op"):
+                raise RuntimeError("schema refused by this torch")
+            return real_define(self, schema, *args, **kwargs)
+        torch.library.Library.define = define
+        # the first import is interrupted halfway through the catalog
+        real_fake = torch.library.register_fake
+        def interrupted(name, *args, **kwargs):
+            if name == "fldispatch::rms_norm":
+                torch.library.register_fake = real_fake
+                raise KeyboardInterrupt()
+            return real_fake(name, *args, **kwargs)
+        torch.library.register_fake = interrupted
+        try:
+            import fldispatch.torch
+        except KeyboardInterrupt:
+            print("first import interrupted")
+        sys.modules.pop("fldispatch.torch", None)
+        import fldispatch.torch as ft
+        out, x = torch.zeros(2, 4), torch.ones(2, 8)
+        torch.ops.fldispatch.silu_and_mul(out, x)
+        ref = torch.zeros(2, 4)
+        fldispatch.silu_and_mul(ref, x)
+        print("silu", torch.equal(out, ref))
+        torch.ops.fldispatch.rms_norm(torch.zeros(2, 8), x)
+        print("rms_norm ok")
+        print("kept", hasattr(torch.ops.fldispatch, "kept_op"))
+        print("refused", hasattr(torch.ops.fldispatch, "refused_op"), sorted(ft.SKIPPED))
+        torch.library.Library.define = real_define
+        fldispatch.declare_op("late_op", "(Tensor! out) -> ()")
+        print("late", hasattr(torch.ops.fldispatch, "late_op"))
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "first import interrupted" in out and "silu True" in out and "rms_norm ok" in out, \
+        out + r.stderr
+    assert "kept True" in out and "refused False ['refused_op']" in out and "late True" in out
+    assert "torch.ops.fldispatch.refused_op is not defined" in r.stderr
+    assert "pytest_refused" in r.stderr
