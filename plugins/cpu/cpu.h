@@ -68,7 +68,8 @@ static inline __attribute__((always_inline)) void fld__cpu_prefetch_row(const vo
 /* fld__cpu_dtype_of()'s refusal: fld_set_error() naming op and tensor, then -1. */
 int fld__cpu_dtype_unknown(const char *op, const char *tensor);
 
-/* The storage dtype of a validated tensor, or -1 after fld_set_error(). Inline: every call runs it. */
+/* The storage dtype of a validated tensor, or -1 after fld_set_error(). Inline: every call runs it.
+ */
 static inline int fld__cpu_dtype_of(const DLTensor *t, const char *op, const char *tensor)
 {
     const int dt = fld_dtype_index(t->dtype);
@@ -170,6 +171,12 @@ extern const struct fld_cpu_variant *fld__cpu_active;
  * 1.00-1.11x (docs/BENCHMARKS.md, "AMD EPYC Zen 4").
  */
 extern bool fld__cpu_rotary_prefetch;
+/*
+ * Whether the avx2 variant looks the 16-bit activation tables up with
+ * scalar loads instead of vpgatherdd, set at load: on AMD. Measured on Zen 3
+ * (docs/BENCHMARKS.md, "AVX2 on AMD EPYC Zen 3").
+ */
+extern bool fld__cpu_lookup_scalar;
 /* VLLM_FL_CPU_ACTIVATIONS=torch: the activations in PyTorch's CPU forms (vmath.h). */
 extern bool fld__cpu_torch_activations;
 

@@ -20,6 +20,9 @@
  *                                torch: as PyTorch's CPU kernels, to the bit
  *                                (vmath.h), what vLLM runs on CPU; the vLLM
  *                                plugin sets it when unset
+ *   VLLM_FL_CPU_LOOKUP           gather or scalar: how the avx2 variant reads
+ *                                the 16-bit activation tables (default:
+ *                                scalar on AMD, gather elsewhere)
  * An invalid value rejects the plugin with a reason naming the variable.
  */
 #include <stdio.h>
@@ -35,6 +38,7 @@
 
 const struct fld_cpu_variant *fld__cpu_active = &fld__cpu_variant_portable;
 bool fld__cpu_rotary_prefetch = true;
+bool fld__cpu_lookup_scalar = false;
 bool fld__cpu_torch_activations = false;
 
 /* In the order of fld__cpu_isa_names (isa.c). */
@@ -167,6 +171,18 @@ static int register_builtins(fld_registry *reg)
         return FLD_ECONFIG;
     }
 
+    const char *lookup_env = getenv("VLLM_FL_CPU_LOOKUP");
+    bool lookup_scalar = fld__cpu_is_amd();
+    if (lookup_env && strcmp(lookup_env, "scalar") == 0) {
+        lookup_scalar = true;
+    } else if (lookup_env && strcmp(lookup_env, "gather") == 0) {
+        lookup_scalar = false;
+    } else if (lookup_env) {
+        fld_set_error("VLLM_FL_CPU_LOOKUP='%s' is not a table lookup (valid: gather, scalar)",
+                      lookup_env);
+        return FLD_ECONFIG;
+    }
+
     char isa_why[256];
     int isa = fld__cpu_isa_choose(fld__cpu_detect_features(), getenv("VLLM_FL_CPU_ISA"), isa_why,
                                   sizeof isa_why);
@@ -201,6 +217,7 @@ static int register_builtins(fld_registry *reg)
     fld__cpu_pool_configure(&topo, (int)threads, min_bytes, stream_bytes);
     fld__cpu_active = variants[isa];
     fld__cpu_rotary_prefetch = !fld__cpu_is_amd();
+    fld__cpu_lookup_scalar = lookup_scalar;
     fld__cpu_torch_activations = torch_activations;
 
     for (size_t i = 0; i < sizeof cpu_kernels / sizeof cpu_kernels[0]; i++) {
@@ -223,11 +240,14 @@ static int register_builtins(fld_registry *reg)
     format_size(stream, sizeof stream, fld__cpu_stream_threshold());
     return fld_registry_set_detail(reg,
                                    "isa %s%s%s%s; %s; parallel from %zu KiB; non-temporal stores "
-                                   "from %s%s%s%s%s",
+                                   "from %s%s%s%s%s%s",
                                    variants[isa]->name, isa_why[0] ? " (" : "", isa_why,
                                    isa_why[0] ? ")" : "", threads_text, min_bytes / 1024, stream,
                                    stream_why[0] ? " (" : "", stream_why, stream_why[0] ? ")" : "",
-                                   torch_activations ? "; activations as torch's" : "");
+                                   torch_activations ? "; activations as torch's" : "",
+                                   strcmp(variants[isa]->name, "avx2") == 0 && lookup_scalar
+                                       ? "; 16-bit tables read with scalar loads"
+                                       : "");
 }
 
 FLD_PLUGIN_DEFINE("cpu", FLD_VERSION_STRING, register_builtins)

@@ -213,9 +213,31 @@ V_INLINE vf v_widen_low16(__m256i g, int dt)
     return _mm256_cvtph_ps(h);
 }
 
+/*
+ * 8 table entries at the 16-bit codes c[0..7], as 8 float16 / bfloat16
+ * values packed in 128 bits: 16 scalar loads (Zen 3 has three load ports)
+ * and shifts. On AMD's AVX2 cores the gather costs more than that
+ * (fld__cpu_lookup_scalar).
+ */
+V_INLINE __m128i v_lookup16_scalar(const uint16_t *table, const uint16_t *c)
+{
+    uint64_t lo = (uint64_t)table[c[0]] | (uint64_t)table[c[1]] << 16 |
+                  (uint64_t)table[c[2]] << 32 | (uint64_t)table[c[3]] << 48;
+    uint64_t hi = (uint64_t)table[c[4]] | (uint64_t)table[c[5]] << 16 |
+                  (uint64_t)table[c[6]] << 32 | (uint64_t)table[c[7]] << 48;
+    return _mm_set_epi64x((long long)hi, (long long)lo);
+}
+
+V_INLINE vf v_widen16(__m128i h, int dt)
+{
+    return dt == FLD_CPU_BF16 ? v_from_bf16(h) : _mm256_cvtph_ps(h);
+}
+
 /* The table has a padding entry: a 4-byte gather at entry 65535 stays inside it. */
 V_INLINE vf v_lookup16(const uint16_t *table, const void *p, int dt)
 {
+    if (fld__cpu_lookup_scalar)
+        return v_widen16(v_lookup16_scalar(table, p), dt);
     __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return v_widen_low16(_mm256_i32gather_epi32((const int *)(const void *)table, idx, 2), dt);
 }
@@ -224,8 +246,7 @@ V_INLINE vf v_lookup16_n(const uint16_t *table, const void *p, int64_t n, int dt
 {
     uint16_t codes[V_LANES] = {0};
     memcpy(codes, p, (size_t)n * 2u);
-    __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)codes));
-    vf v = v_widen_low16(_mm256_i32gather_epi32((const int *)(const void *)table, idx, 2), dt);
+    vf v = v_widen16(v_lookup16_scalar(table, codes), dt);
     /* lanes past n looked up entry 0; zero them as v_load_n does */
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_and_ps(v,
