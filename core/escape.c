@@ -124,3 +124,17 @@ void fld__escape_in_place(char *buf, size_t size)
     if (copy != local)
         free(copy);
 }
+
+void fld__json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}

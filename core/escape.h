@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include <fldispatch/internal/tool_api.h> /* fld__escape(), exported for the tool */
 
@@ -24,5 +25,9 @@ bool fld__needs_escape(const char *s);
 
 /* fld__escape() of buf (a NUL-terminated string in a buffer of size bytes) in place. */
 void fld__escape_in_place(char *buf, size_t size);
+
+/* Writes s to f as a JSON string: quotes, backslash and control bytes escaped
+ * (the stats and trace files; names registered from Python may hold anything). */
+void fld__json_string(FILE *f, const char *s);
 
 #endif

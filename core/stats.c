@@ -486,21 +486,6 @@ int fld_stats_print(FILE *f)
     return ferror(f) ? fld__fail(FLD_EINVAL, "fld_stats_print: write error") : FLD_OK;
 }
 
-/* A JSON string of s (op names and impl_ids from Python may hold anything). */
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
 /* Writes the counters as JSON to path (expanded) through fld__atomic_file_*(); who names the
  * caller or the variable in messages. */
 static int write_json(const char *who, const char *path)
@@ -528,9 +513,9 @@ static int write_json(const char *who, const char *path)
                                       : "off");
     for (size_t i = 0; i < n; i++) {
         fputs(i ? ",\n  {\"op\": " : "\n  {\"op\": ", f);
-        json_string(f, e[i].op);
+        fld__json_string(f, e[i].op);
         fputs(", \"impl_id\": ", f);
-        json_string(f, e[i].impl_id);
+        fld__json_string(f, e[i].impl_id);
         fprintf(f,
                 ", \"device\": \"%s\", \"dtype\": \"%s\", \"calls\": %llu, \"fallbacks\": %llu, "
                 "\"failures\": %llu, \"total_ns\": %llu}",

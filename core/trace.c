@@ -42,6 +42,7 @@
 #include "devices.h"
 #include "dtypes.h"
 #include "error.h"
+#include "escape.h"
 #include "ops.h"
 #include "stats.h"
 
@@ -231,21 +232,6 @@ void fld__trace_after_fork(void)
     atomic_store(&sections[1].n, 0);
 }
 
-/* A JSON string of s (names registered from Python may hold anything). */
-static void write_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
 static void write_ts(FILE *f, uint64_t ns)
 {
     fprintf(f, "%llu.%03llu", (unsigned long long)(ns / 1000), (unsigned long long)(ns % 1000));
@@ -279,13 +265,13 @@ int fld__trace_write(const char *who, const char *path)
             const char *op, *impl, *device, *dtype;
             fld__stats_cell_names(ev->cell, &op, &impl, &device, &dtype);
             fputs(",\n  {\"name\": ", f);
-            write_string(f, op);
+            fld__json_string(f, op);
             fputs(", \"cat\": \"call\", \"ph\": \"X\", \"ts\": ", f);
             write_ts(f, ev->start);
             fputs(", \"dur\": ", f);
             write_ts(f, ev->end - ev->start);
             fprintf(f, ", \"pid\": %ld, \"tid\": %ld, \"args\": {\"impl_id\": ", pid, ev->tid);
-            write_string(f, impl);
+            fld__json_string(f, impl);
             fprintf(f, ", \"device\": \"%s\", \"dtype\": \"%s\", \"status\": %d}}", device, dtype,
                     ev->rc);
         } else if (kind == EVENT_CHAIN) {

@@ -39,13 +39,14 @@
  * Only the CPU for now: the tensors are host tensors.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <fldispatch/internal/tool_api.h>
 
 #include "bench/util.h"
 #include "catalog.h"
@@ -1101,27 +1102,20 @@ static int write_manifest(FILE *f, const struct tune_run *run, const struct tune
     return lines;
 }
 
-/* Writes the manifest to path through a temporary file renamed over it. */
+/* Writes the manifest to path whole or not at all (fld__atomic_file_open(): a temporary file
+ * beside it, renamed over it; a link planted at path is refused, not followed). */
 static int write_manifest_file(const char *path, const struct tune_run *run,
                                const struct tune_opts *o)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
-        fprintf(stderr, "fldispatch tune: cannot write '%s': %s\n", cli_text(tmp), strerror(errno));
-        return CLI_EXIT_USAGE;
+    fld_atomic_file af;
+    int err = fld__atomic_file_open(&af, path, 0644);
+    if (!err) {
+        write_manifest(af.f, run, o);
+        err = fld__atomic_file_commit(&af);
     }
-    write_manifest(f, run, o);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    if (err) {
         fprintf(stderr, "fldispatch tune: cannot write '%s': %s\n", cli_text(path),
-                strerror(errno));
-        unlink(tmp);
+                fld__atomic_file_strerror(err));
         return CLI_EXIT_USAGE;
     }
     return CLI_EXIT_OK;
