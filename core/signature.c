@@ -155,8 +155,9 @@ static int read_type(struct reader *r, struct decl *d)
                 return bad(r, "expected an alias letter after 'Tensor(', found %s",
                            found(r, buf, sizeof buf));
             if (*r->p != '!')
-                return bad(r, "an alias annotation must say the tensor is written "
-                              "('Tensor(a!)'), found %s",
+                return bad(r,
+                           "an alias annotation must say the tensor is written "
+                           "('Tensor(a!)'), found %s",
                            found(r, buf, sizeof buf));
             r->p++;
             if (*r->p != ')')
@@ -205,8 +206,9 @@ static int read_default(struct reader *r, struct decl *d)
     switch (d->kind) {
     case FLD_ARG_TENSOR:
         if (strcmp(lit, "None") != 0 || !(d->flags & FLD_ARG_OPTIONAL))
-            return bad(r, "a tensor's only default is None, and only for an optional tensor "
-                          "('Tensor? %s=None')",
+            return bad(r,
+                       "a tensor's only default is None, and only for an optional tensor "
+                       "('Tensor? %s=None')",
                        d->name);
         d->def.tensor = NULL;
         break;
@@ -220,8 +222,8 @@ static int read_default(struct reader *r, struct decl *d)
     case FLD_ARG_FLOAT:
         errno = 0;
         d->def.f = strtod(lit, &end);
-        if (*end || errno || (lit[0] != '-' && lit[0] != '+' && lit[0] != '.' &&
-                              (lit[0] < '0' || lit[0] > '9')))
+        if (*end || errno ||
+            (lit[0] != '-' && lit[0] != '+' && lit[0] != '.' && (lit[0] < '0' || lit[0] > '9')))
             return bad(r, "'%s' is not a float default", lit);
         /* PyTorch's schemas have no spelling for them (nor read a subnormal number) */
         if (!isfinite(d->def.f) || (d->def.f != 0.0 && !isnormal(d->def.f)))
@@ -382,7 +384,8 @@ int fld__sig_parse(const char *op, const char *text, bool allow_returns, const c
     int rc = FLD_OK;
     char returns[16] = "";
     if (!expect(&r, "(")) {
-        rc = bad(&r, "expected '(' opening the argument list, found %s", found(&r, buf, sizeof buf));
+        rc =
+            bad(&r, "expected '(' opening the argument list, found %s", found(&r, buf, sizeof buf));
         goto done;
     }
     skip_ws(&r);
@@ -422,8 +425,9 @@ int fld__sig_parse(const char *op, const char *text, bool allow_returns, const c
         skip_ws(&r);
         const char *at = r.p;
         if (!allow_returns) {
-            rc = bad(&r, "a declared op returns '()' (its outputs are the written tensors), "
-                         "found %s",
+            rc = bad(&r,
+                     "a declared op returns '()' (its outputs are the written tensors), "
+                     "found %s",
                      found(&r, buf, sizeof buf));
             goto done;
         }
@@ -498,8 +502,8 @@ int fld__sig_check(const struct fld_sig *s, const void *args, int *dev, int *dt)
             first_name = d->name;
             *dev = fld__device_index((int)t->device.device_type);
             if (*dev < 0)
-                return fld__fail(FLD_EINVAL, "%s: tensor '%s' is on unknown device type %d",
-                                 in->op, d->name, (int)t->device.device_type);
+                return fld__fail(FLD_EINVAL, "%s: tensor '%s' is on unknown device type %d", in->op,
+                                 d->name, (int)t->device.device_type);
         } else if (fld__device_index((int)t->device.device_type) != *dev ||
                    t->device.device_id != first->device.device_id) {
             char a1[48], a2[48];

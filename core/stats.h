@@ -67,7 +67,6 @@ void fld__stats_after_fork(void);
 
 /* ---- the output path and the trace (trace.c) ---- */
 
-
 /* The trace: at most FLD_TRACE_MAX_EVENTS events, the rest counted as dropped. */
 #define FLD_TRACE_MAX_EVENTS FLD_TRACE_CAP
 void fld__trace_chain(const char *op, int dev, int dt, const char *const *candidates, size_t n);

@@ -55,7 +55,7 @@ static const char *first_line(const char *s)
 #define assert_json_object(text)                                                                   \
     do {                                                                                           \
         ck_assert_msg((text)[0] == '{', "JSON output does not start with '{':\n" CLIP, (text));    \
-        ck_assert_msg(tt_json_valid(text), "output is not valid JSON:\n" CLIP, (text));          \
+        ck_assert_msg(tt_json_valid(text), "output is not valid JSON:\n" CLIP, (text));            \
     } while (0)
 
 /* ---- the checker checks itself --------------------------------------------- */
@@ -283,7 +283,7 @@ START_TEST(list_summary)
     /* A long reason is cut, whole characters, with "..." */
     tt_tool_run(&r,
                 ENV("ASCEND_HOME_PATH=/nonexistent/ascend/toolkit/with/a/long/path/that/goes/on"),
-             ARGS("list"));
+                ARGS("list"));
     assert_status(r, 0);
     const char *line = line_with(r.out, "ascend ", "unavailable");
     ck_assert_msg(line && strstr(line, "...") && strlen(line) < 150, CLIP, r.out);
@@ -579,8 +579,8 @@ START_TEST(tune_writes_a_bucketed_manifest)
              tt_build_dir());
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(modules),
-             ARGS("tune", "rms_norm", "--dtype", "f32", "--quick", "--shapes", "1-4=1,4;5-=32",
-                  "--hidden", "128", "--out", path));
+                ARGS("tune", "rms_norm", "--dtype", "f32", "--quick", "--shapes", "1-4=1,4;5-=32",
+                     "--hidden", "128", "--out", path));
     assert_status(r, 0);
     for (const char *const *id = (const char *const[]){"vendor.row_small", "vendor.row_large",
                                                        "vendor.cpu", "reference.c", NULL};
@@ -596,8 +596,9 @@ START_TEST(tune_writes_a_bucketed_manifest)
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
     char *file = tt_read_all(f);
-    ck_assert_msg(strstr(file, "version: 1\nentries:\n  - {op: rms_norm, device: cpu, dtype: f32, "),
-                  "%s", file);
+    ck_assert_msg(
+        strstr(file, "version: 1\nentries:\n  - {op: rms_norm, device: cpu, dtype: f32, "), "%s",
+        file);
     /* The winner of rows 1-4 is the entry that holds 2 rows: resolve --rows 2 names it. */
     const char *line = strstr(file, "  - {op: rms_norm");
     const char *impl = strstr(line, "impl: ");
@@ -609,7 +610,8 @@ START_TEST(tune_writes_a_bucketed_manifest)
     free(file);
 
     snprintf(manifest_env, sizeof manifest_env, "VLLM_FL_MANIFEST=%s", path);
-    tt_tool_run(&r, ENV(modules, manifest_env), ARGS("resolve", "rms_norm", "--rows", "2", "--json"));
+    tt_tool_run(&r, ENV(modules, manifest_env),
+                ARGS("resolve", "rms_norm", "--rows", "2", "--json"));
     assert_status(r, 0);
     char want[128];
     snprintf(want, sizeof want, "\"selected\": \"%s\"", winner);
@@ -620,8 +622,9 @@ START_TEST(tune_writes_a_bucketed_manifest)
     tt_tool_run_free(&r);
 
     /* JSON: every impl with its time or why not, and the winners. */
-    tt_tool_run(&r, ENV(modules), ARGS("tune", "rms_norm", "--dtype", "f32", "--quick", "--shapes",
-                                    "1-4=1", "--hidden", "128", "--json"));
+    tt_tool_run(&r, ENV(modules),
+                ARGS("tune", "rms_norm", "--dtype", "f32", "--quick", "--shapes", "1-4=1",
+                     "--hidden", "128", "--json"));
     assert_status(r, 0);
     assert_json_object(r.out);
     tt_assert_schema(r.out, "tune");
@@ -842,9 +845,9 @@ START_TEST(template_plugin_selection)
     ck_assert(line_with(r.out, "2. vendor.template"));
     tt_tool_run_free(&r);
 
-    tt_tool_run(&r,
-                ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
-                ARGS("resolve", "silu_and_mul"));
+    tt_tool_run(
+        &r, ENV("FLD_TEMPLATE_ENABLE=1", "VLLM_FL_PER_OP=silu_and_mul=vendor:template|reference"),
+        ARGS("resolve", "silu_and_mul"));
     assert_status(r, 0);
     ck_assert_str_eq(first_line(r.out), "vendor.template");
     tt_tool_run_free(&r);
@@ -1235,8 +1238,8 @@ START_TEST(freeze_devices)
     /* Nothing resolves under the policy: exit 3, no manifest. */
     tt_tool_run(&r,
                 ENV(fakedev_env(), "VLLM_FL_DENY_VENDORS=fakedev", "VLLM_FL_PREFER_ENABLED=0",
-                 "VLLM_FL_PER_OP=attention_backend=vendor"),
-             ARGS("freeze", "--device", "cuda"));
+                    "VLLM_FL_PER_OP=attention_backend=vendor"),
+                ARGS("freeze", "--device", "cuda"));
     assert_status(r, 3);
     ck_assert_str_eq(r.out, "");
     ck_assert_msg(line_with(r.err, "nothing to freeze (nothing resolves under the policy)"), CLIP,
@@ -1342,7 +1345,7 @@ END_TEST
  */
 START_TEST(steering_variables_cleared)
 {
-    const char *names[] = {"VLLM_FL_PREFER", "VLLM_FL_CPU_ISA", "USE_FLAGGEMS",
+    const char *names[] = {"VLLM_FL_PREFER",      "VLLM_FL_CPU_ISA",  "USE_FLAGGEMS",
                            "FLD_TEMPLATE_ENABLE", "HWLOC_COMPONENTS", "HWLOC_XMLFILE"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         ck_assert_msg(tt_steers_fldispatch(names[i]), "%s not a steering variable", names[i]);

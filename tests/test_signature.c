@@ -78,8 +78,8 @@ static void expect_error(int rc, int want, const char *const *fragments)
 /* A float32 CPU vector of n elements. */
 static DLTensor vec(float *data, int64_t *shape)
 {
-    return (DLTensor){.data = data, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1},
-                      .shape = shape};
+    return (DLTensor){
+        .data = data, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = shape};
 }
 
 START_TEST(declared_op_called_from_c)
@@ -151,8 +151,8 @@ START_TEST(bad_calls_are_refused_before_a_kernel_runs)
     EXPECT_ERROR(fld_call_by_name("sig_axpy", &args), FLD_EINVAL, "sig_axpy", "tensor 'x' is NULL");
     a[1].v.tensor = &tx;
     ty.device.device_id = 1;
-    EXPECT_ERROR(fld_call_by_name("sig_axpy", &args), FLD_EINVAL, "sig_axpy", "tensor 'y'",
-                 "cpu:1", "tensor 'out' on cpu:0");
+    EXPECT_ERROR(fld_call_by_name("sig_axpy", &args), FLD_EINVAL, "sig_axpy", "tensor 'y'", "cpu:1",
+                 "tensor 'out' on cpu:0");
     EXPECT_ERROR(fld_call_on(fld_op_lookup("sig_axpy"), FLD_DEVICE_CPU,
                              (DLDataType){kDLFloat, 32, 1}, &args),
                  FLD_EINVAL, "tensor 'y'");
@@ -170,9 +170,12 @@ START_TEST(same_signature_twice_loads_a_different_one_rejects_the_plugin)
     ck_assert_uint_eq(same.n_impls, 1);
     struct find_plugin bad = plugin_named("sig_redeclare");
     ck_assert_int_eq(bad.status, FLD_PLUGIN_REJECTED);
-    const char *want[] = {"op 'sig_axpy'", "plugin 'sig_redeclare'", "plugin 'sig_ops'",
+    const char *want[] = {"op 'sig_axpy'",
+                          "plugin 'sig_redeclare'",
+                          "plugin 'sig_ops'",
                           "(Tensor(a!) out, Tensor x, int alpha) -> ()",
-                          "(Tensor(a!) out, Tensor x, Tensor y, float alpha=1.0) -> ()", NULL};
+                          "(Tensor(a!) out, Tensor x, Tensor y, float alpha=1.0) -> ()",
+                          NULL};
     for (const char *const *w = want; *w; w++)
         ck_assert_msg(strstr(bad.reason, *w), "'%s' not in: %s", *w, bad.reason);
     /* nothing of the rejected plugin stays: its own op has no impl, no signature */
@@ -198,8 +201,7 @@ START_TEST(malformed_signature_rejects_the_whole_plugin)
     ck_assert_int_ne(fld_op_signature("sig_malformed_ok", &info), FLD_OK);
     ck_assert_int_ne(fld_op_signature("sig_malformed_bad", &info), FLD_OK);
     const char *impl = NULL;
-    ck_assert_int_ne(fld_resolve("sig_malformed_ok", FLD_DEVICE_CPU, FLD_DTYPE_ANY, &impl),
-                     FLD_OK);
+    ck_assert_int_ne(fld_resolve("sig_malformed_ok", FLD_DEVICE_CPU, FLD_DTYPE_ANY, &impl), FLD_OK);
 }
 END_TEST
 
@@ -244,8 +246,7 @@ START_TEST(parser_errors_and_canonical_text)
             continue;
         }
         ck_assert_msg(rc == FLD_EINVAL, "'%s' accepted", bad[i].schema);
-        ck_assert_msg(strstr(fld_last_error(), bad[i].fragment) &&
-                          strstr(fld_last_error(), op),
+        ck_assert_msg(strstr(fld_last_error(), bad[i].fragment) && strstr(fld_last_error(), op),
                       "'%s' not in: %s", bad[i].fragment, fld_last_error());
         fld_signature_info info;
         ck_assert_int_eq(fld_op_signature(op, &info), FLD_ENOTFOUND);

@@ -131,7 +131,8 @@ START_TEST(looks_contiguous_but_is_not)
 
     int64_t narrow[2] = {32, 1}; /* rows overlap: stride below the width */
     DLTensor x = tensor(BASE, F32, 2, s, narrow);
-    refused(fld_rms_norm(&out, &x, &w, NULL, 1e-6f), "the row stride is smaller than the row width");
+    refused(fld_rms_norm(&out, &x, &w, NULL, 1e-6f),
+            "the row stride is smaller than the row width");
 
     int64_t column[2] = {64, 2}; /* every other element */
     x = tensor(BASE, F32, 2, s, column);

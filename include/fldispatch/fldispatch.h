@@ -352,9 +352,9 @@ typedef enum fld_args_kind {
 
 /* One op of the catalog. Later versions may add fields at the end. */
 typedef struct fld_catalog_op_info {
-    const char *name;   /* FLD_OP_*, static */
-    fld_args_kind args; /* its argument struct */
-    size_t args_size;   /* sizeof that struct */
+    const char *name;      /* FLD_OP_*, static */
+    fld_args_kind args;    /* its argument struct */
+    size_t args_size;      /* sizeof that struct */
     const char *signature; /* its Python and torch form, static ("Op signatures" below) */
 } fld_catalog_op_info;
 
@@ -536,7 +536,7 @@ typedef struct fld_args {
 typedef struct fld_arg_decl {
     const char *name;
     fld_arg_kind kind;
-    uint32_t flags;            /* FLD_ARG_* */
+    uint32_t flags;              /* FLD_ARG_* */
     fld_arg_value default_value; /* when FLD_ARG_HAS_DEFAULT; None of a tensor: NULL */
 } fld_arg_decl;
 
@@ -908,10 +908,10 @@ FLD_API int fld_log_get_level(void);
  * library: a call that needs the library's state (fld_reload,
  * fld_load_plugin, fld_policy_set, fld_shutdown, fld_resolve, ...) returns
  * FLD_ESTATE ("fld_reload: called from the application's log callback ...")
- * and changes nothing; the plugin being loaded is not blamed. No init. Replacing the callback is atomic, but a
- * line that another thread is logging at that moment may still reach the
- * previous fn: the library keeps the previous (fn, user) callable until
- * fld_shutdown(), and so must the application.
+ * and changes nothing; the plugin being loaded is not blamed. No init. Replacing the callback is
+ * atomic, but a line that another thread is logging at that moment may still reach the previous fn:
+ * the library keeps the previous (fn, user) callable until fld_shutdown(), and so must the
+ * application.
  */
 typedef void (*fld_log_fn)(int level, const char *message, void *user);
 FLD_API void fld_log_set_callback(fld_log_fn fn, void *user);
@@ -1000,8 +1000,8 @@ FLD_API int fld_stats_flush(void);
  * or dtype.
  */
 #define FLD_STATS_FELL_BACK 1u
-FLD_API int fld_stats_record(const char *op, const char *impl_id, int device_type,
-                             DLDataType dtype, int status, unsigned flags, uint64_t ns);
+FLD_API int fld_stats_record(const char *op, const char *impl_id, int device_type, DLDataType dtype,
+                             int status, unsigned flags, uint64_t ns);
 
 /* ------------------------------------------------------------------------ */
 /* Streams                                                                  */

@@ -73,8 +73,8 @@ typedef struct fld_host_impl {
     fld_kind kind;
     const char *vendor; /* required for FLD_KIND_VENDOR */
     int priority;
-    uint32_t devices; /* FLD_DEVICE_MASK_*; not 0 */
-    uint32_t dtypes;  /* FLD_DTYPE_MASK_*; not 0 */
+    uint32_t devices;      /* FLD_DEVICE_MASK_*; not 0 */
+    uint32_t dtypes;       /* FLD_DTYPE_MASK_*; not 0 */
     fld_host_kernel_fn fn; /* required */
     void *ctx;             /* passed to fn; may be NULL */
     /* NULL when it can run in this process; else why not (the binding asked

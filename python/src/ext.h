@@ -157,7 +157,8 @@ extern PyMethodDef fldpy_registry_methods[];
 
 /* The signature of an op outside the catalog, as call_op() uses it. */
 typedef struct fldpy_sig {
-    bool declared; /* false: the op has none (its arguments go to Python implementations as given) */
+    bool
+        declared; /* false: the op has none (its arguments go to Python implementations as given) */
     fld_signature_info info;
     const char *names[FLDPY_SIG_MAX_ARGS];
     int n_required; /* the leading arguments without a default */

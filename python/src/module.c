@@ -30,11 +30,9 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddFunctions(module, fldpy_hook_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_registry_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_signature_methods) < 0 ||
-        fldpy_registry_init(module) < 0 ||
-        PyModule_AddFunctions(module, fldpy_stats_methods) < 0 ||
+        fldpy_registry_init(module) < 0 || PyModule_AddFunctions(module, fldpy_stats_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_prepared_methods) < 0 ||
-        fldpy_prepared_init(module) < 0 ||
-        fldpy_logging_init(module) < 0 ||
+        fldpy_prepared_init(module) < 0 || fldpy_logging_init(module) < 0 ||
         PyModule_AddIntConstant(module, "DLPACK_MAJOR", FLDPY_DLPACK_MAJOR) < 0 ||
         PyModule_AddIntConstant(module, "DLPACK_MINOR", FLDPY_DLPACK_MINOR) < 0) {
         Py_DECREF(module);

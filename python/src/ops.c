@@ -269,8 +269,7 @@ static PyObject *py_rotary_embedding(PyObject *self, PyObject *const *args, Py_s
     int rc;
     if (release_gil(query)) {
         PyThreadState *released = fldpy_release_gil();
-        rc =
-            fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);
+        rc = fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);
         fldpy_restore_gil(released);
     } else {
         rc = fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);

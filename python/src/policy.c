@@ -27,11 +27,10 @@
  * inside it (an inner block that could not pop, reset_thread_policy()).
  */
 typedef struct {
-    PyObject_HEAD
-    PyObject *keys;   /* tuple of str */
-    PyObject *values; /* tuple of str, as long as keys */
-    PyObject *file;   /* str, or NULL: push a policy file */
-    unsigned flags;   /* FLD_POLICY_WHOLE */
+    PyObject_HEAD PyObject *keys; /* tuple of str */
+    PyObject *values;             /* tuple of str, as long as keys */
+    PyObject *file;               /* str, or NULL: push a policy file */
+    unsigned flags;               /* FLD_POLICY_WHOLE */
 } scope_object;
 
 static PyObject *str_scopes_key; /* the thread state dict's key */
@@ -138,8 +137,9 @@ static int scope_init(PyObject *obj, PyObject *args, PyObject *kwargs)
         return -1;
     Py_ssize_t n = keys ? PyTuple_Size(keys) : 0;
     if ((values ? PyTuple_Size(values) : 0) != n || n > MAX_FIELDS) {
-        PyErr_Format(PyExc_TypeError, "PolicyScope: keys and values must be tuples of the same "
-                                      "length (at most %d)",
+        PyErr_Format(PyExc_TypeError,
+                     "PolicyScope: keys and values must be tuples of the same "
+                     "length (at most %d)",
                      MAX_FIELDS);
         return -1;
     }
@@ -240,8 +240,9 @@ static PyObject *py_policy_set(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     if (!PyTuple_Check(a[0]) || !PyTuple_Check(a[1]) || PyTuple_Size(a[0]) != PyTuple_Size(a[1]) ||
         PyTuple_Size(a[0]) > MAX_FIELDS) {
-        PyErr_Format(PyExc_TypeError, "policy_set(): keys and values must be tuples of the same "
-                                      "length (at most %d)",
+        PyErr_Format(PyExc_TypeError,
+                     "policy_set(): keys and values must be tuples of the same "
+                     "length (at most %d)",
                      MAX_FIELDS);
         return NULL;
     }
@@ -334,7 +335,7 @@ static const struct {
     const char *name;
     int level;
 } log_levels[] = {
-    {"debug", FLD_LOG_DEBUG}, {"info", FLD_LOG_INFO}, {"warning", FLD_LOG_WARNING},
+    {"debug", FLD_LOG_DEBUG},  {"info", FLD_LOG_INFO},   {"warning", FLD_LOG_WARNING},
     {"warn", FLD_LOG_WARNING}, {"error", FLD_LOG_ERROR}, {"off", FLD_LOG_OFF},
 };
 

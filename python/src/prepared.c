@@ -29,8 +29,8 @@
 
 #include "ext.h"
 
-#define MAX_ARGS    4
-#define MAX_RANK    8
+#define MAX_ARGS          4
+#define MAX_RANK          8
 #define RELEASE_GIL_BYTES (64 * 1024) /* as ops.c: larger CPU calls release the GIL */
 
 /* A tensor's layout as prepared: strides spelled out even when the producer gave none. */
@@ -43,19 +43,18 @@ struct layout {
 };
 
 typedef struct {
-    PyObject_HEAD
-    fld_prepared **idle;            /* copies no call is using: a stack */
+    PyObject_HEAD fld_prepared **idle; /* copies no call is using: a stack */
     int n_idle, cap_idle;
     const char *op;
     fld_args_kind kind;
-    double eps;                     /* the prepared scalars, for more copies */
+    double eps; /* the prepared scalars, for more copies */
     int64_t head_size;
     bool is_neox;
-    int n;                          /* tensor arguments a call takes */
-    const char *names[MAX_ARGS];    /* "out", "x", ... */
-    bool writes[MAX_ARGS];          /* the op writes it (autograd's version counter) */
-    bool has[MAX_ARGS];             /* part of the prepared call (weight, residual, key may not be) */
-    bool release_gil;               /* large enough to run without the GIL */
+    int n;                       /* tensor arguments a call takes */
+    const char *names[MAX_ARGS]; /* "out", "x", ... */
+    bool writes[MAX_ARGS];       /* the op writes it (autograd's version counter) */
+    bool has[MAX_ARGS];          /* part of the prepared call (weight, residual, key may not be) */
+    bool release_gil;            /* large enough to run without the GIL */
     struct layout layout[MAX_ARGS];
 } prepared_object;
 
@@ -65,8 +64,9 @@ static PyObject *prepared_type;
 static int layout_of(const char *op, const char *name, const DLTensor *t, struct layout *l)
 {
     if (t->ndim > MAX_RANK) {
-        fldpy_raise(FLD_EINVAL, "%s (prepared): tensor '%s' has rank %d; prepared calls take "
-                                "ranks up to %d",
+        fldpy_raise(FLD_EINVAL,
+                    "%s (prepared): tensor '%s' has rank %d; prepared calls take "
+                    "ranks up to %d",
                     op, name, (int)t->ndim, MAX_RANK);
         return -1;
     }
@@ -342,10 +342,9 @@ static PyObject *prepared_call(PyObject *self, PyObject *args, PyObject *kwargs)
         if (obj[i] == Py_None)
             obj[i] = NULL;
         if ((obj[i] != NULL) != po->has[i])
-            return fldpy_raise(FLD_EINVAL,
-                               "%s (prepared): tensor '%s' %s; the call was prepared %s it",
-                               po->op, po->names[i], obj[i] ? "is given" : "is missing",
-                               po->has[i] ? "with" : "without");
+            return fldpy_raise(
+                FLD_EINVAL, "%s (prepared): tensor '%s' %s; the call was prepared %s it", po->op,
+                po->names[i], obj[i] ? "is given" : "is missing", po->has[i] ? "with" : "without");
         guarded[i] = (fldpy_arg){obj[i], po->names[i], po->writes[i]};
     }
     if (fldpy_autograd_guard(po->op, guarded, po->n) < 0)

@@ -196,7 +196,7 @@ struct pyframe {
     PyObject *kwnames;
     const void *native; /* the fld_args of a declared op's call, or NULL */
     PyObject *result;   /* the winner's return value (new reference) */
-    PyObject *exc;    /* the last exception an implementation raised */
+    PyObject *exc;      /* the last exception an implementation raised */
 };
 
 static _Thread_local struct pyframe *tls_frame;
@@ -359,10 +359,10 @@ static int call_python(struct pyimpl *impl, const void *args)
     } else {
         const char *why = NULL;
         fld_signature_info sig;
-        PyObject *pargs = impl->args_kind == 0 && fld_op_signature(impl->op, &sig) == FLD_OK &&
-                                  !sig.catalog
-                              ? fldpy_sig_args_tuple(args, tensor_object)
-                              : catalog_args(impl, args, &why);
+        PyObject *pargs =
+            impl->args_kind == 0 && fld_op_signature(impl->op, &sig) == FLD_OK && !sig.catalog
+                ? fldpy_sig_args_tuple(args, tensor_object)
+                : catalog_args(impl, args, &why);
         if (!pargs && why) {
             fld_set_error("%s: Python implementation '%s' cannot take this call: %s", impl->op,
                           impl->impl_id, why);
@@ -558,8 +558,8 @@ static PyObject *py_register_impls(PyObject *self, PyObject *args)
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = fld_host_register(plugin, version, origin, impls, (size_t)n);
-    Py_END_ALLOW_THREADS
-    if (rc != FLD_OK) {
+    Py_END_ALLOW_THREADS if (rc != FLD_OK)
+    {
         fldpy_raise_status(rc);
         goto fail;
     }
@@ -632,14 +632,16 @@ struct opentry {
 
 static unsigned key_slot(int device, DLDataType dtype)
 {
-    unsigned d = device == FLD_DEVICE_CUDA ? 1 : device == FLD_DEVICE_ROCM ? 2
-                 : device == FLD_DEVICE_CPU ? 0 : 3;
+    unsigned d = device == FLD_DEVICE_CUDA   ? 1
+                 : device == FLD_DEVICE_ROCM ? 2
+                 : device == FLD_DEVICE_CPU  ? 0
+                                             : 3;
     int t = fld_dtype_index(dtype);
     return d * 4 + (unsigned)(t < 0 ? 3 : t);
 }
 
-static PyObject *op_cache;      /* name -> capsule of struct opentry */
-static PyObject *module_ref;    /* fldispatch._C, for the catalog functions */
+static PyObject *op_cache;   /* name -> capsule of struct opentry */
+static PyObject *module_ref; /* fldispatch._C, for the catalog functions */
 static PyObject *str_dlpack_device;
 
 static void opentry_free(PyObject *capsule)
@@ -922,7 +924,7 @@ void fldpy_registry_declared(PyObject *name)
 }
 
 static PyObject *py_call_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                           PyObject *kwnames)
+                            PyObject *kwnames)
 {
     if (nargs < 1) {
         PyErr_SetString(PyExc_TypeError, "call_op() needs the op name");
@@ -943,8 +945,7 @@ static PyObject *py_call_op(PyObject *self, PyObject *const *args, Py_ssize_t na
 /* ---- OpCaller: what resolve_op() returns ------------------------------------- */
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *name;
+    PyObject_HEAD PyObject *name;
     struct opentry *entry; /* owned by op_cache */
 } OpCaller;
 

@@ -194,8 +194,8 @@ int fldpy_sig_marshal(const fldpy_sig *s, PyObject *const *args, Py_ssize_t narg
     int n_guarded = 0;
     for (size_t i = 0; i < in->n_args && n_guarded < MAX_GUARDED_ARGS; i++)
         if (in->args[i].kind == FLD_ARG_TENSOR && given[i] && given[i] != Py_None)
-            guarded[n_guarded++] = (fldpy_arg){given[i], in->args[i].name,
-                                               (in->args[i].flags & FLD_ARG_WRITTEN) != 0};
+            guarded[n_guarded++] =
+                (fldpy_arg){given[i], in->args[i].name, (in->args[i].flags & FLD_ARG_WRITTEN) != 0};
     if (n_guarded && fldpy_autograd_guard(op, guarded, n_guarded) < 0)
         return -1;
     for (size_t i = 0; i < in->n_args; i++) {

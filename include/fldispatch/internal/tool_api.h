@@ -206,9 +206,10 @@ FLD_TOOL_API const struct fld_tool_dtype *fld__dtype_row(unsigned index);
  * reads back.
  */
 struct fld_tool_policy_field {
-    const char *key;  /* fld_policy_set()'s key: "allow_vendors" */
-    const char *env;  /* its environment variable: "VLLM_FL_ALLOW_VENDORS" */
-    const char *yaml; /* its key in a policy file and in fld_foreach_config_field(): "op_backends" */
+    const char *key; /* fld_policy_set()'s key: "allow_vendors" */
+    const char *env; /* its environment variable: "VLLM_FL_ALLOW_VENDORS" */
+    const char
+        *yaml; /* its key in a policy file and in fld_foreach_config_field(): "op_backends" */
     const char *word; /* its word in fld_policy_describe(): "allow" */
     const char *kind; /* "prefer", "flag", "switch", "names", "vendors", "orders" or "custom" */
     int partner;      /* the row of the field it excludes (white/blacklists), or -1 */
