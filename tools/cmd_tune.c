@@ -698,30 +698,12 @@ static bool run_sample(const struct tune_opts *o, const char *op, enum tool_fami
     uint64_t seed = 0x74756e65ULL ^ (uint64_t)(rows * 131 + h);
     double bytes = 0;
     sample_bytes(f, dtype, rows, h, &bytes);
-    if (!verify_io_make(&input, &c, dtype, seed)) {
-        snprintf(err, err_size,
-                 "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64
-                 " (%.0f MiB)",
-                 rows, h, bytes / 1048576);
-        return false;
-    }
-    if (!verify_io_clone(&want, &input)) {
-        verify_io_free(&input);
-        snprintf(err, err_size,
-                 "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64
-                 " (%.0f MiB)",
-                 rows, h, bytes / 1048576);
-        return false;
-    }
-    if (!verify_io_clone(&got, &input)) {
-        verify_io_free(&want);
-        verify_io_free(&input);
-        snprintf(err, err_size,
-                 "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64
-                 " (%.0f MiB)",
-                 rows, h, bytes / 1048576);
-        return false;
-    }
+    if (!verify_io_make(&input, &c, dtype, seed))
+        goto no_memory;
+    if (!verify_io_clone(&want, &input))
+        goto free_input;
+    if (!verify_io_clone(&got, &input))
+        goto free_want;
     int rc = pin(op, TUNE_REFERENCE);
     if (rc == FLD_OK) {
         rc = verify_io_call(op, &want);
@@ -776,6 +758,16 @@ static bool run_sample(const struct tune_opts *o, const char *op, enum tool_fami
     verify_io_free(&want);
     verify_io_free(&input);
     return true;
+
+free_want:
+    verify_io_free(&want);
+free_input:
+    verify_io_free(&input);
+no_memory:
+    snprintf(err, err_size,
+             "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64 " (%.0f MiB)",
+             rows, h, bytes / 1048576);
+    return false;
 }
 
 /* ---- the plan ------------------------------------------------------------- */
