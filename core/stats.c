@@ -490,7 +490,7 @@ int fld_stats_print(FILE *f)
  * caller or the variable in messages. */
 static int write_json(const char *who, const char *path)
 {
-    fld_atomic_file af;
+    fld_atomic_file af = {0};
     int err = fld__atomic_file_open(&af, path, 0600);
     if (err)
         return fld__fail(FLD_EINVAL, "%s: cannot write '%s': %s", who, path,

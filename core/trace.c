@@ -239,7 +239,7 @@ static void write_ts(FILE *f, uint64_t ns)
 
 int fld__trace_write(const char *who, const char *path)
 {
-    fld_atomic_file af;
+    fld_atomic_file af = {0};
     int err = fld__atomic_file_open(&af, path, 0600);
     if (err)
         return fld__fail(FLD_EINVAL, "%s: cannot write '%s': %s", who, path,

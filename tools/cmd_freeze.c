@@ -398,7 +398,7 @@ static void write_manifest(FILE *f, const struct entry_list *l, uint32_t want_de
 static int write_file(const char *path, const struct entry_list *l, uint32_t want_devices,
                       const struct device_note notes[])
 {
-    fld_atomic_file af;
+    fld_atomic_file af = {0};
     int err = fld__atomic_file_open(&af, path, 0644);
     if (!err) {
         write_manifest(af.f, l, want_devices, notes);

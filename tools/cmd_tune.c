@@ -1099,7 +1099,7 @@ static int write_manifest(FILE *f, const struct tune_run *run, const struct tune
 static int write_manifest_file(const char *path, const struct tune_run *run,
                                const struct tune_opts *o)
 {
-    fld_atomic_file af;
+    fld_atomic_file af = {0};
     int err = fld__atomic_file_open(&af, path, 0644);
     if (!err) {
         write_manifest(af.f, run, o);
