@@ -217,6 +217,32 @@ if not NATIVE_CPU:
 
 OPS = tuple(SCHEMAS)
 
+# The dispatcher's floor: a do-nothing op per family of the native kernels,
+# with the family's schema and a C++ kernel registered as theirs are
+# (python/native/torch_ops.cpp), {family: the op whose schema it takes}.
+FLOOR_FAMILIES = {"activation": "silu_and_mul", "norm": "rms_norm", "rotary": "rotary_embedding"}
+
+
+def dispatch_floor(op):
+    """The do-nothing torch op with op's schema, torch.ops.fldispatch._floor_<family>,
+    defined on first use: a call of it costs what PyTorch's dispatcher alone adds
+    to a call of op (benchmarks subtract it). Needs the native CPU kernels
+    (RuntimeError naming why they are not in use); ValueError for an op outside
+    the families."""
+    schema = SCHEMAS.get(op)
+    family = next((f for f, rep in FLOOR_FAMILIES.items() if schema is not None
+                   and SCHEMAS.get(rep) == schema), None)
+    if family is None:
+        raise ValueError(f"dispatch_floor: op '{op}' has no floor; the families are "
+                         + ", ".join(f"{f} ({rep}'s schema)" for f, rep in FLOOR_FAMILIES.items()))
+    if not NATIVE_CPU:
+        raise RuntimeError(f"dispatch_floor: the native CPU kernels are not in use ({NATIVE_CPU_REASON})")
+    name = "_floor_" + family
+    if name not in _STATE.setdefault("floors", set()):
+        library.define(name + schema)
+        _STATE["floors"].add(name)
+    return getattr(torch.ops.fldispatch, name).default
+
 #: The declared ops defined here so far, {op: schema}.
 DECLARED = _STATE.setdefault("declared", {})
 

@@ -164,6 +164,22 @@ void rotary(const at::Tensor &positions, const at::Tensor &query,
         written(*key);
 }
 
+// Do-nothing kernels with the argument lists of the three families, served
+// as torch.ops.fldispatch._floor_<family> (fldispatch.torch.dispatch_floor()):
+// a call of one costs what PyTorch's dispatcher alone adds to a call of an op
+// registered as ours are, the floor a benchmark measures our ops against.
+void floor_activation(const at::Tensor &, const at::Tensor &) {}
+
+void floor_norm(const at::Tensor &, const at::Tensor &, const std::optional<at::Tensor> &,
+                const std::optional<at::Tensor> &, double)
+{
+}
+
+void floor_rotary(const at::Tensor &, const at::Tensor &, const std::optional<at::Tensor> &,
+                  int64_t, const at::Tensor &, bool)
+{
+}
+
 constexpr char silu_and_mul[] = "silu_and_mul", mul_and_silu[] = "mul_and_silu",
                gelu_and_mul[] = "gelu_and_mul", gelu_tanh_and_mul[] = "gelu_tanh_and_mul",
                rms_norm[] = "rms_norm", gemma_rms_norm[] = "gemma_rms_norm";
@@ -179,4 +195,7 @@ TORCH_LIBRARY_IMPL(fldispatch, CPU, m)
     m.impl("rms_norm", norm<fld_rms_norm, rms_norm>);
     m.impl("gemma_rms_norm", norm<fld_gemma_rms_norm, gemma_rms_norm>);
     m.impl("rotary_embedding", rotary);
+    m.impl("_floor_activation", floor_activation);
+    m.impl("_floor_norm", floor_norm);
+    m.impl("_floor_rotary", floor_rotary);
 }

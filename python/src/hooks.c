@@ -4,10 +4,17 @@
  *   _bench_c_call(out, x, n)  the time of fld_silu_and_mul() alone, called n
  *                             times in a C loop on tensors imported once:
  *                             the floor the Python call is measured against.
+ *   _bench_c_op(op, n, *args)  the same for any catalog op with tensors, its
+ *                             arguments in the order of its torch schema
+ *                             (activations: out, x; norms: out, x, weight,
+ *                             residual, eps; rotary_embedding: positions,
+ *                             query, key, head_size, cos_sin_cache, is_neox;
+ *                             None for an absent optional tensor).
  *   _producer_stream(tensor)  the stream the exchange API reports for the
  *                             tensor's device (None when it has none): what
  *                             an op call sets with fld_set_stream().
  */
+#include <string.h>
 #include <time.h>
 
 #include "ext.h"
@@ -52,6 +59,137 @@ static PyObject *py_bench_c_call(PyObject *self, PyObject *const *args, Py_ssize
     return PyFloat_FromDouble(elapsed / (double)n);
 }
 
+/* The tensors and scalars of one catalog call, imported once. */
+struct bench_call {
+    int family; /* 0 activation, 1 norm, 2 rotary */
+    int (*act)(DLTensor *, const DLTensor *);
+    int (*norm)(DLTensor *, const DLTensor *, const DLTensor *, DLTensor *, float);
+    fldpy_tensor t[4];
+    bool has[4];
+    double eps;
+    long long head_size;
+    int is_neox;
+};
+
+static const struct {
+    const char *name;
+    int family;
+    int (*act)(DLTensor *, const DLTensor *);
+    int (*norm)(DLTensor *, const DLTensor *, const DLTensor *, DLTensor *, float);
+} bench_ops[] = {
+    {"silu_and_mul", 0, fld_silu_and_mul, NULL},
+    {"mul_and_silu", 0, fld_mul_and_silu, NULL},
+    {"gelu_and_mul", 0, fld_gelu_and_mul, NULL},
+    {"gelu_tanh_and_mul", 0, fld_gelu_tanh_and_mul, NULL},
+    {"rms_norm", 1, NULL, fld_rms_norm},
+    {"gemma_rms_norm", 1, NULL, fld_gemma_rms_norm},
+    {"rotary_embedding", 2, NULL, NULL},
+};
+
+static int bench_call_run(struct bench_call *c)
+{
+    DLTensor *t[4];
+    for (int i = 0; i < 4; i++)
+        t[i] = c->has[i] ? &c->t[i].dl : NULL;
+    switch (c->family) {
+    case 0:
+        return c->act(t[0], t[1]);
+    case 1:
+        return c->norm(t[0], t[1], t[2], t[3], (float)c->eps);
+    default:
+        return fld_rotary_embedding(t[0], t[1], t[2], (int64_t)c->head_size, t[3], c->is_neox != 0);
+    }
+}
+
+static void bench_call_release(struct bench_call *c)
+{
+    for (int i = 0; i < 4; i++)
+        if (c->has[i])
+            fldpy_tensor_release(&c->t[i]);
+}
+
+/* Imports args[i] as tensor slot when it is not None (optional says None may stand there). */
+static int bench_take(struct bench_call *c, int slot, PyObject *obj, const char *arg, bool writable,
+                      bool optional)
+{
+    if (obj == Py_None && optional)
+        return 0;
+    if (fldpy_tensor_import(obj, "_bench_c_op", arg, writable, &c->t[slot]) < 0)
+        return -1;
+    c->has[slot] = true;
+    return 0;
+}
+
+static PyObject *py_bench_c_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2) {
+        PyErr_SetString(PyExc_TypeError, "_bench_c_op(op, n, *args)");
+        return NULL;
+    }
+    const char *op = fldpy_str("_bench_c_op", "op", args[0]);
+    if (!op)
+        return NULL;
+    long n = PyLong_AsLong(args[1]);
+    if (n <= 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "_bench_c_op: n must be positive");
+        return NULL;
+    }
+    struct bench_call c = {.family = -1};
+    for (size_t i = 0; i < sizeof bench_ops / sizeof bench_ops[0]; i++)
+        if (strcmp(op, bench_ops[i].name) == 0) {
+            c.family = bench_ops[i].family;
+            c.act = bench_ops[i].act;
+            c.norm = bench_ops[i].norm;
+        }
+    static const Py_ssize_t nargs_of[] = {2, 5, 6};
+    if (c.family < 0) {
+        PyErr_Format(PyExc_ValueError, "_bench_c_op: '%s' is not a catalog op with tensors", op);
+        return NULL;
+    }
+    if (nargs - 2 != nargs_of[c.family]) {
+        PyErr_Format(PyExc_TypeError, "_bench_c_op: op '%s' takes %zd arguments after n, got %zd",
+                     op, nargs_of[c.family], nargs - 2);
+        return NULL;
+    }
+    PyObject *const *a = args + 2;
+    int bad = 0;
+    switch (c.family) {
+    case 0:
+        bad = bench_take(&c, 0, a[0], "out", true, false) ||
+              bench_take(&c, 1, a[1], "x", false, false);
+        break;
+    case 1:
+        bad = bench_take(&c, 0, a[0], "out", true, false) ||
+              bench_take(&c, 1, a[1], "x", false, false) ||
+              bench_take(&c, 2, a[2], "weight", false, true) ||
+              bench_take(&c, 3, a[3], "residual", true, true);
+        c.eps = bad ? 0 : PyFloat_AsDouble(a[4]);
+        break;
+    default: /* positions, query, key, cos_sin_cache in slots 0, 1, 2, 3 */
+        bad = bench_take(&c, 0, a[0], "positions", false, false) ||
+              bench_take(&c, 1, a[1], "query", true, false) ||
+              bench_take(&c, 2, a[2], "key", true, true) ||
+              bench_take(&c, 3, a[4], "cos_sin_cache", false, false);
+        c.head_size = bad ? 0 : PyLong_AsLongLong(a[3]);
+        c.is_neox = bad ? 0 : PyObject_IsTrue(a[5]);
+        break;
+    }
+    if (bad || PyErr_Occurred()) {
+        bench_call_release(&c);
+        return NULL;
+    }
+    int rc = bench_call_run(&c); /* warm: resolves and caches */
+    double start = now_ns();
+    for (long i = 0; i < n && rc == FLD_OK; i++)
+        rc = bench_call_run(&c);
+    double elapsed = now_ns() - start;
+    bench_call_release(&c);
+    if (rc != FLD_OK)
+        return fldpy_raise_status(rc);
+    return PyFloat_FromDouble(elapsed / (double)n);
+}
+
 static PyObject *py_producer_stream(PyObject *self, PyObject *obj)
 {
     fldpy_tensor t;
@@ -71,6 +209,9 @@ static PyObject *py_producer_stream(PyObject *self, PyObject *obj)
 PyMethodDef fldpy_hook_methods[] = {
     {"_bench_c_call", (PyCFunction)(void (*)(void))py_bench_c_call, METH_FASTCALL,
      "_bench_c_call(out, x, n)\n--\n\nNanoseconds per fld_silu_and_mul() call, timed in C."},
+    {"_bench_c_op", (PyCFunction)(void (*)(void))py_bench_c_op, METH_FASTCALL,
+     "_bench_c_op(op, n, *args)\n--\n\nNanoseconds per call of catalog op's typed entry point, "
+     "timed in C."},
     {"_producer_stream", py_producer_stream, METH_O,
      "_producer_stream(tensor)\n--\n\nThe stream an op call on this tensor would run on."},
     {NULL, NULL, 0, NULL},

@@ -106,3 +106,71 @@ def test_errors_are_fldispatch_errors():
     with pytest.raises(fldispatch.InvalidArgumentError, match="rotary_embedding: .*position"):
         torch.ops.fldispatch.rotary_embedding(torch.tensor([0, 9]), torch.randn(2, 32), None, 32,
                                               torch.randn(8, 32), True)
+
+
+# The dispatcher's floor (fldispatch.torch.dispatch_floor) and the C-loop timer
+# (_C._bench_c_op) that bench/torch_floor.py subtracts from a torch op's time.
+
+def _floor_cases():
+    x = torch.randn(3, 16)
+    out = torch.zeros(3, 8)
+    w = torch.randn(16)
+    res = torch.randn(3, 16)
+    pos = torch.arange(3)
+    q = torch.randn(3, 2 * 8)
+    k = torch.randn(3, 2 * 8)
+    cache = torch.randn(8, 8)
+    return {
+        "silu_and_mul": (out, x),
+        "gelu_tanh_and_mul": (out, x),
+        "rms_norm": (torch.zeros(3, 16), x, w, res, 1e-6),
+        "gemma_rms_norm": (torch.zeros(3, 16), x, w, None, 1e-6),
+        "rotary_embedding": (pos, q, k, 8, cache, True),
+    }
+
+
+@native
+@pytest.mark.parametrize("op", ["silu_and_mul", "gelu_tanh_and_mul", "rms_norm", "gemma_rms_norm",
+                                "rotary_embedding"])
+def test_floor_takes_the_ops_schema_and_does_nothing(op):
+    args = _floor_cases()[op]
+    floor = ft.dispatch_floor(op)
+    ours = getattr(torch.ops.fldispatch, op).default
+    assert str(floor._schema).split("(", 1)[1] == str(ours._schema).split("(", 1)[1]
+    assert ft.dispatch_floor(op) is floor  # defined once
+    before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    assert floor(*args) is None
+    for a, b in zip(args, before):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b)
+
+
+def test_floor_refuses_an_op_outside_its_families():
+    with pytest.raises(ValueError, match="'attention_backend' has no floor.*rotary_embedding's schema"):
+        ft.dispatch_floor("attention_backend")
+    with pytest.raises(ValueError, match="'no_such_op' has no floor"):
+        ft.dispatch_floor("no_such_op")
+
+
+@pytest.mark.parametrize("op", ["silu_and_mul", "rms_norm", "rotary_embedding"])
+def test_bench_c_op_runs_the_typed_entry_point(op):
+    args = _floor_cases()[op]
+    expected = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    for _ in range(2):  # the timer's warm call and its one timed call
+        getattr(fldispatch, op)(*expected)
+    assert fldispatch._C._bench_c_op(op, 1, *args) > 0
+    for a, b in zip(args, expected):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b)
+
+
+def test_bench_c_op_errors_name_the_fault():
+    x = torch.randn(2, 8)
+    with pytest.raises(TypeError, match="'rms_norm' takes 5 arguments after n, got 2"):
+        fldispatch._C._bench_c_op("rms_norm", 1, torch.empty(2, 8), x)
+    with pytest.raises(ValueError, match="'attention_backend' is not a catalog op with tensors"):
+        fldispatch._C._bench_c_op("attention_backend", 1, "cpu")
+    with pytest.raises(ValueError, match="n must be positive"):
+        fldispatch._C._bench_c_op("silu_and_mul", 0, torch.empty(2, 4), x)
+    with pytest.raises(fldispatch.InvalidArgumentError, match="out"):
+        fldispatch._C._bench_c_op("silu_and_mul", 1, torch.empty(2, 5), x)

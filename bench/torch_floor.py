@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""What a torch.ops.fldispatch call adds beyond PyTorch's dispatcher and our C call.
+
+    make python python-torch-native
+    PYTHONPATH=build/python python3 bench/torch_floor.py [--rounds 15] [--calls 2000]
+        [--tokens 1,16] [--hidden 4096] [--dtype f32,bf16] [--vllm] [--json]
+
+For each op at decode shapes, in one process, per call (median over rounds):
+    torch_op   torch.ops.fldispatch.<op>(...) with the native CPU kernels
+    floor      torch.ops.fldispatch._floor_<family>(...) on the same tensors:
+               a do-nothing C++ kernel with the op's schema, registered in the
+               same library the same way (fldispatch.torch.dispatch_floor()),
+               so it costs what the dispatcher alone adds to our op
+    c_call     the op's typed entry point on the same tensors in a C loop
+               (fldispatch._C._bench_c_op): what the library costs
+    again      torch_op once more, timed in the same round: the A/A control
+    vllm       vLLM's own torch op on the same shapes (with --vllm, the CPU
+               library vLLM itself would load: bench/vllm_peer.py)
+added = torch_op - floor - c_call is what our binding adds (DLPack views,
+the grad-mode check, the version-counter bumps); the target is added <= 300 ns
+on every row. spread = |torch_op - again| / torch_op, the noise of the run:
+an added figure within torch_op x spread of the target is undecided.
+Rounds rotate the order of the variants so that drift hits all alike.
+Single-threaded library calls (VLLM_FL_CPU_THREADS=1 unless set): at decode
+the cpu plugin runs them inline anyway.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+os.environ.setdefault("VLLM_FL_CPU_THREADS", "1")
+
+import torch  # noqa: E402
+
+import fldispatch  # noqa: E402
+import fldispatch.torch as fltorch  # noqa: E402
+
+TARGET_NS = 300
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def cases(tokens, hidden, dtypes):
+    """(label, op, args, vllm_call or None): decode shapes of the ops a vLLM layer calls."""
+    out = []
+    heads, head_size = max(1, hidden // 128), 128
+    for dt_name in dtypes:
+        dt = DTYPES[dt_name]
+        for t in tokens:
+            x = torch.randn(t, hidden, dtype=dt)
+            w = torch.randn(hidden, dtype=dt)
+            o = torch.empty_like(x)
+            res = torch.randn(t, hidden, dtype=dt)
+            out.append((f"rms_norm {dt_name} {t}x{hidden}", "rms_norm", (o, x, w, None, 1e-6),
+                        lambda o=o, x=x, w=w: torch.ops._C.rms_norm(o, x, w, 1e-6)))
+            out.append((f"rms_norm+residual {dt_name} {t}x{hidden}", "rms_norm",
+                        (o, x, w, res, 1e-6),
+                        lambda x=x, r=res, w=w: torch.ops._C.fused_add_rms_norm(x, r, w, 1e-6)))
+            gate = torch.randn(t, 2 * hidden, dtype=dt)
+            act = torch.empty(t, hidden, dtype=dt)
+            out.append((f"silu_and_mul {dt_name} {t}x{hidden}", "silu_and_mul", (act, gate),
+                        lambda a=act, g=gate: torch.ops._C.silu_and_mul(a, g)))
+            pos = torch.arange(t, dtype=torch.int64)
+            q = torch.randn(t, heads * head_size, dtype=dt)
+            k = torch.randn(t, heads * head_size, dtype=dt)
+            cache = torch.randn(4096, head_size, dtype=dt)
+            out.append((f"rotary neox {dt_name} {t}x{heads}x{head_size}", "rotary_embedding",
+                        (pos, q, k, head_size, cache, True),
+                        lambda p=pos, q=q, k=k, c=cache:
+                        torch.ops._C.rotary_embedding(p, q, k, head_size, c, True)))
+    return out
+
+
+def per_call_ns(fn, calls):
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter_ns() - start) / calls
+
+
+def measure(op, args, vllm_call, rounds, calls):
+    torch_op = getattr(torch.ops.fldispatch, op).default
+    floor = fltorch.dispatch_floor(op)
+    variants = {
+        "torch_op": lambda: per_call_ns(lambda: torch_op(*args), calls),
+        "floor": lambda: per_call_ns(lambda: floor(*args), calls),
+        "c_call": lambda: fldispatch._C._bench_c_op(op, calls, *args),
+        "again": lambda: per_call_ns(lambda: torch_op(*args), calls),
+    }
+    if vllm_call is not None:
+        variants["vllm"] = lambda: per_call_ns(vllm_call, calls)
+    for fn in variants.values():  # warm: first calls resolve and cache
+        fn()
+    samples = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(variants[name]())
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--tokens", default="1,16")
+    p.add_argument("--hidden", type=int, default=4096)
+    p.add_argument("--dtype", default="f32,bf16")
+    p.add_argument("--vllm", action="store_true",
+                   help="time vLLM's own op too (vllm installed: bench/vllm_peer.py picks its library)")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    if a.rounds < 3 or a.calls < 1 or a.hidden < 128 or a.hidden % 128:
+        p.error("--rounds >= 3, --calls >= 1, --hidden a positive multiple of 128")
+    dtypes = [d.strip() for d in a.dtype.split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        p.error(f"--dtype: unknown {', '.join(bad)}; valid: {', '.join(DTYPES)}")
+    try:
+        tokens = [int(t) for t in a.tokens.split(",")]
+    except ValueError:
+        p.error(f"--tokens: not a comma list of integers: {a.tokens!r}")
+    if not fltorch.NATIVE_CPU:
+        sys.exit(f"torch_floor: the native CPU kernels are not in use ({fltorch.NATIVE_CPU_REASON}); "
+                 "make python-torch-native builds them")
+    peer = None
+    if a.vllm:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import vllm_peer
+        lib, how = vllm_peer.load()
+        peer = f"vllm.{lib} ({how})"
+    torch.set_num_threads(1)
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    machine = {"cpu": cpu_model(), "cpus": os.cpu_count(), "load_at_start": float(load),
+               "torch": torch.__version__, "vllm_library": peer}
+    rows = []
+    with torch.no_grad():
+        for label, op, args, vllm_call in cases(tokens, a.hidden, dtypes):
+            m = measure(op, args, vllm_call if peer else None, a.rounds, a.calls)
+            added = m["torch_op"] - m["floor"] - m["c_call"]
+            spread = abs(m["torch_op"] - m["again"]) / m["torch_op"]
+            noise = m["torch_op"] * spread
+            verdict = ("ok" if added + noise <= TARGET_NS else
+                       "over" if added - noise > TARGET_NS else "undecided")
+            rows.append({"case": label, "op": op, **{k: round(v, 1) for k, v in m.items()},
+                         "added_ns": round(added, 1), "spread": round(spread, 4), "verdict": verdict})
+    if a.json:
+        print(json.dumps({"benchmark": "torch_floor", "machine": machine, "target_added_ns": TARGET_NS,
+                          "rows": rows}, indent=1))
+        return
+    print(f"# {machine['cpu']}, {machine['cpus']} CPUs, load {load} at start, torch {torch.__version__}"
+          + (f", vLLM peer {machine['vllm_library']}" if peer else ""))
+    print(f"# ns per call, median of {a.rounds} rounds x {a.calls} calls; target: added <= {TARGET_NS} ns")
+    cols = ["torch_op", "floor", "c_call", "added_ns", "spread"] + (["vllm"] if peer else [])
+    print(f"{'case':36s}" + "".join(f"{c:>10s}" for c in cols) + "  verdict")
+    for r in rows:
+        cells = "".join(f"{r[c]:>10.1%}" if c == "spread" else f"{r[c]:>10.0f}" for c in cols)
+        print(f"{r['case']:36s}{cells}  {r['verdict']}")
+
+
+if __name__ == "__main__":
+    main()
