@@ -81,8 +81,9 @@ START_TEST(help_lists_commands)
         struct tt_tool_run r;
         tt_tool_run(&r, NO_ENV, ARGS(flags[i]));
         assert_status(r, 0);
-        for (const char *const *c = (const char *const[]){"list", "resolve", "bench", "config",
-                                                          "freeze", "verify", "doctor", NULL};
+        for (const char *const *c =
+                 (const char *const[]){"list", "resolve", "bench", "config", "freeze", "verify",
+                                       "doctor", "tune", "stats", NULL};
              *c; c++)
             ck_assert_msg(line_with(r.out, "  ", *c), "--help does not list '%s':\n" CLIP, *c,
                           r.out);
@@ -96,8 +97,8 @@ START_TEST(help_lists_commands)
 }
 END_TEST
 
-static const char *const all_commands[] = {"list",   "resolve", "bench", "config",
-                                           "freeze", "verify",  "doctor"};
+static const char *const all_commands[] = {"list",   "resolve", "bench", "config", "freeze",
+                                           "verify", "doctor",  "tune",  "stats"};
 #define N_COMMANDS (sizeof all_commands / sizeof all_commands[0])
 
 START_TEST(command_help)

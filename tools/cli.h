@@ -29,6 +29,7 @@ int cmd_freeze(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
 
 /*
  * Prints "fldispatch <cmd>: <message>" and a one-line hint to stderr and

@@ -49,6 +49,9 @@ static const char usage_text[] =
     "  tune     [OP...] [--dtype T] [--shapes SPEC] [--out FILE] [--json]\n"
     "                                       time every implementation per row bucket and\n"
     "                                       write a manifest of the fastest correct ones\n"
+    "  stats    FILE... [--by-rank] [--json]\n"
+    "                                       merge the counters files of a deployment's\n"
+    "                                       processes and ranks into one report\n"
     "\n"
     "Options:\n"
     "  -h, --help     this help; 'fldispatch <command> --help' (or 'fldispatch help\n"
@@ -259,7 +262,7 @@ static const struct command {
 } commands[] = {
     {"list", cmd_list},     {"resolve", cmd_resolve}, {"bench", cmd_bench},
     {"config", cmd_config}, {"freeze", cmd_freeze},   {"verify", cmd_verify},
-    {"doctor", cmd_doctor}, {"tune", cmd_tune},
+    {"doctor", cmd_doctor}, {"tune", cmd_tune},       {"stats", cmd_stats},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -278,4 +278,28 @@ FLD_TOOL_API const char *fld__atomic_file_strerror(int err);
 FLD_TOOL_API int fld__explain_rows(const char *name, int device_type, DLDataType dtype,
                                    int64_t rows, fld_resolution **out);
 
+/*
+ * A counters file as VLLM_FL_STATS_FILE and fld_stats_write() write it
+ * (core/stats_file.c reads what core/stats.c writes): `fldispatch stats`
+ * merges several. read fills *out (zeroed first) or fails with
+ * FLD_ECONFIG "path:line:column: message" (a key missing, unknown or
+ * twice, a value of the wrong type or out of range), the reader's
+ * "cannot open" messages, or FLD_ENOMEM; *out is then empty. free releases
+ * what read filled (and zeroes it). Needs no fld_init().
+ */
+struct fld_stats_file_entry {
+    char *op, *impl_id, *device, *dtype;
+    uint64_t calls, fallbacks, failures, total_ns;
+};
+struct fld_stats_file {
+    uint64_t pid;
+    bool has_rank; /* false: the writer's rank variable was not a rank ("rank": null) */
+    uint64_t rank;
+    char mode[8]; /* "calls", "time" or "off" */
+    size_t n;
+    struct fld_stats_file_entry *entries;
+};
+FLD_TOOL_API int fld__stats_file_read(const char *path, struct fld_stats_file *out);
+FLD_TOOL_API void fld__stats_file_free(struct fld_stats_file *f);
+
 #endif
