@@ -1,30 +1,23 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Declared op signatures: fld_registry_declare_op() stages one in the
- * plugin's registry (checked against the op's signature in force and the
- * plugin's own earlier declarations), the commit publishes it on its op,
- * where it stays until fld_shutdown(); the catalog's are read from its table
- * at init. fld_op_signature() and fld_foreach_signature() read them.
+ * Declared op signatures: fld_registry_declare_op() (registry.c) stages one
+ * with the plugin's registrations (checked against the op's signature in
+ * force and the plugin's own earlier declarations), the registry's commit
+ * publishes it on its op, where it stays until fld_shutdown(); the catalog's
+ * are read from its table at init. fld_op_signature() and
+ * fld_foreach_signature() read them. Below the registry (declarations.h).
  */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "declarations.h"
 #include "error.h"
 #include "host.h"
 #include "inflight.h"
-#include "registry.h"
+#include "ops.h"
 #include "signature.h"
-
-/* The declarer's text of a plugin record: "plugin 'x' (/path)". */
-static void decls_declarer(const struct fld_plugin_rec *p, char *buf, size_t size)
-{
-    if (!p)
-        snprintf(buf, size, "the library");
-    else
-        snprintf(buf, size, "plugin '%s' (%s)", p->name, p->path ? p->path : "?");
-}
 
 static bool valid_op(const char *s)
 {
@@ -39,86 +32,87 @@ static bool valid_op(const char *s)
     return true;
 }
 
-/* The signature op has now: committed, or staged by this registry. */
-static const struct fld_sig *current(const struct fld_registry *reg, const char *op)
+/* The signature op has now: committed, or staged in d. */
+static const struct fld_sig *current(const struct fld_decls *d, const char *op)
 {
-    for (size_t i = 0; i < reg->n_decls; i++)
-        if (strcmp(reg->decls[i]->info.op, op) == 0)
-            return reg->decls[i];
+    for (size_t i = 0; i < d->n; i++)
+        if (strcmp(d->v[i]->info.op, op) == 0)
+            return d->v[i];
     struct fld_op_s *o = fld__op_find(op);
     return o ? atomic_load(&o->sig) : NULL;
 }
 
-int fld_registry_declare_op(fld_registry *reg, const char *op, const char *schema)
+int fld__decls_stage(struct fld_decls *d, const char *op, const char *schema, const char *by,
+                     char *err, size_t size)
 {
-    if (!reg)
-        return fld__fail(FLD_EINVAL, "fld_registry_declare_op: argument 'reg' is NULL");
-    if (!valid_op(op))
-        return fld__registry_fail(reg, FLD_EINVAL,
-                                  "fld_registry_declare_op: invalid op name '%s' (letters, "
-                                  "digits, '_' and '.')",
-                                  op ? op : "(null)");
-    char by[400], err[1024];
-    decls_declarer(reg->plugin, by, sizeof by);
+    if (!valid_op(op)) {
+        snprintf(err, size,
+                 "fld_registry_declare_op: invalid op name '%s' (letters, digits, '_' and '.')",
+                 op ? op : "(null)");
+        return FLD_EINVAL;
+    }
+    char why[1024];
     struct fld_sig *s;
-    int rc = fld__sig_parse(op, schema, false, by, &s, err, sizeof err);
-    if (rc)
-        return fld__registry_fail(reg, rc, "%s (declared by %s)", err, by);
-    const struct fld_sig *have = current(reg, op);
-    if (have && strcmp(have->info.schema, s->info.schema) != 0) {
-        rc = fld__registry_fail(reg, FLD_EINVAL,
-                                "op '%s': signature '%s' declared by %s differs from '%s' "
-                                "declared by %s",
-                                op, s->info.schema, by, have->info.schema, have->info.declared_by);
-        fld__sig_free(s);
+    int rc = fld__sig_parse(op, schema, false, by, &s, why, sizeof why);
+    if (rc) {
+        snprintf(err, size, "%s (declared by %s)", why, by);
         return rc;
+    }
+    const struct fld_sig *have = current(d, op);
+    if (have && strcmp(have->info.schema, s->info.schema) != 0) {
+        snprintf(err, size,
+                 "op '%s': signature '%s' declared by %s differs from '%s' declared by %s", op,
+                 s->info.schema, by, have->info.schema, have->info.declared_by);
+        fld__sig_free(s);
+        return FLD_EINVAL;
     }
     if (have) {
         fld__sig_free(s); /* the same again */
         return FLD_OK;
     }
-    if (reg->n_decls == reg->cap_decls) {
-        size_t cap = reg->cap_decls ? 2 * reg->cap_decls : 4;
-        struct fld_sig **v = realloc(reg->decls, cap * sizeof *v);
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 4;
+        struct fld_sig **v = realloc(d->v, cap * sizeof *v);
         if (!v) {
             fld__sig_free(s);
-            return fld__registry_fail(reg, FLD_ENOMEM, "out of memory declaring op '%s'", op);
+            snprintf(err, size, "out of memory declaring op '%s'", op);
+            return FLD_ENOMEM;
         }
-        reg->decls = v;
-        reg->cap_decls = cap;
+        d->v = v;
+        d->cap = cap;
     }
-    reg->decls[reg->n_decls++] = s;
+    d->v[d->n++] = s;
     return FLD_OK;
 }
 
-int fld__decls_prepare(struct fld_registry *reg)
+int fld__decls_prepare(struct fld_decls *d)
 {
-    for (size_t i = 0; i < reg->n_decls; i++)
-        if (!fld__op_intern(reg->decls[i]->info.op))
+    for (size_t i = 0; i < d->n; i++)
+        if (!fld__op_intern(d->v[i]->info.op))
             return FLD_ENOMEM;
     return FLD_OK;
 }
 
-void fld__decls_commit(struct fld_registry *reg)
+void fld__decls_commit(struct fld_decls *d)
 {
-    for (size_t i = 0; i < reg->n_decls; i++) {
-        struct fld_op_s *op = fld__op_find(reg->decls[i]->info.op);
+    for (size_t i = 0; i < d->n; i++) {
+        struct fld_op_s *op = fld__op_find(d->v[i]->info.op);
         struct fld_sig *expected = NULL;
         /* Declarations are checked under the host lock the commit holds: an
          * op has none yet, or the same, which this one need not replace. */
-        if (op && atomic_compare_exchange_strong(&op->sig, &expected, reg->decls[i]))
-            reg->decls[i] = NULL;
+        if (op && atomic_compare_exchange_strong(&op->sig, &expected, d->v[i]))
+            d->v[i] = NULL;
     }
-    fld__decls_discard(reg);
+    fld__decls_discard(d);
 }
 
-void fld__decls_discard(struct fld_registry *reg)
+void fld__decls_discard(struct fld_decls *d)
 {
-    for (size_t i = 0; i < reg->n_decls; i++)
-        fld__sig_free(reg->decls[i]);
-    free(reg->decls);
-    reg->decls = NULL;
-    reg->n_decls = reg->cap_decls = 0;
+    for (size_t i = 0; i < d->n; i++)
+        fld__sig_free(d->v[i]);
+    free(d->v);
+    d->v = NULL;
+    d->n = d->cap = 0;
 }
 
 int fld_op_signature(const char *op, fld_signature_info *info)
@@ -128,8 +122,7 @@ int fld_op_signature(const char *op, fld_signature_info *info)
     if (rc)
         return rc;
     if (!op || !info)
-        return fld__fail(FLD_EINVAL, "fld_op_signature: argument '%s' is NULL",
-                         op ? "info" : "op");
+        return fld__fail(FLD_EINVAL, "fld_op_signature: argument '%s' is NULL", op ? "info" : "op");
     struct fld_op_s *o = fld__op_find(op);
     const struct fld_sig *s = o ? atomic_load(&o->sig) : NULL;
     if (!s)

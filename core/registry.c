@@ -155,10 +155,12 @@ void fld__registry_discard(struct fld_registry *reg)
         free(reg->hooks[d]);
         reg->hooks[d] = NULL;
     }
-    fld__decls_discard(reg);
+    fld__decls_discard(&reg->decls);
 }
 
-int fld__registry_fail(struct fld_registry *reg, int status, const char *fmt, ...)
+/* Records a failed registration call (the plugin's first error); returns status. */
+__attribute__((format(printf, 3, 4))) static int registry_fail(struct fld_registry *reg, int status,
+                                                               const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -231,52 +233,50 @@ static int validate_record(struct fld_registry *reg, const fld_impl *impl)
 {
     const char *id = impl->impl_id ? impl->impl_id : "";
     if (!valid_name(impl->op, "."))
-        return fld__registry_fail(reg, FLD_EINVAL,
-                                  "impl '%s': invalid op name '%s' (letters, digits, '_' and '.')",
-                                  id, impl->op ? impl->op : "(null)");
+        return registry_fail(reg, FLD_EINVAL,
+                             "impl '%s': invalid op name '%s' (letters, digits, '_' and '.')", id,
+                             impl->op ? impl->op : "(null)");
     if (!*id)
-        return fld__registry_fail(reg, FLD_EINVAL, "impl_id '' for op '%s' is empty", impl->op);
+        return registry_fail(reg, FLD_EINVAL, "impl_id '' for op '%s' is empty", impl->op);
     const char *prefix = kind_prefix(impl->kind);
     if (!prefix)
-        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid kind %d", id,
-                                  impl->op, (int)impl->kind);
+        return registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid kind %d", id,
+                             impl->op, (int)impl->kind);
     size_t plen = strlen(prefix);
     if (!valid_name(id, ".-") || strncmp(id, prefix, plen) != 0 || id[plen] != '.' || !id[plen + 1])
-        return fld__registry_fail(
+        return registry_fail(
             reg, FLD_EINVAL,
             "impl_id '%s' for op '%s' must look like '%s.<name>' (the prefix names "
             "its kind: default, vendor or reference)",
             id, impl->op, prefix);
     if (impl->kind == FLD_KIND_VENDOR && (!impl->vendor || !*impl->vendor))
-        return fld__registry_fail(reg, FLD_EINVAL,
-                                  "impl '%s' for op '%s': kind VENDOR requires a vendor name", id,
-                                  impl->op);
+        return registry_fail(reg, FLD_EINVAL,
+                             "impl '%s' for op '%s': kind VENDOR requires a vendor name", id,
+                             impl->op);
     if (impl->vendor && !valid_name(impl->vendor, ".-"))
-        return fld__registry_fail(reg, FLD_EINVAL,
-                                  "impl '%s' for op '%s': invalid vendor name '%s'", id, impl->op,
-                                  impl->vendor);
+        return registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': invalid vendor name '%s'", id,
+                             impl->op, impl->vendor);
     if (!impl->fn)
-        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL", id,
-                                  impl->op);
+        return registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL", id, impl->op);
     if (!impl->devices || (impl->devices & ~FLD_DEVICE_MASK_ALL))
-        return fld__registry_fail(reg, FLD_EINVAL,
-                                  "impl '%s' for op '%s': device mask 0x%x is empty or "
-                                  "has unknown bits",
-                                  id, impl->op, impl->devices);
+        return registry_fail(reg, FLD_EINVAL,
+                             "impl '%s' for op '%s': device mask 0x%x is empty or "
+                             "has unknown bits",
+                             id, impl->op, impl->devices);
     if (!impl->dtypes || (impl->dtypes & ~FLD_DTYPE_MASK_ALL))
-        return fld__registry_fail(reg, FLD_EINVAL,
-                                  "impl '%s' for op '%s': dtype mask 0x%x is empty or "
-                                  "has unknown bits",
-                                  id, impl->op, impl->dtypes);
+        return registry_fail(reg, FLD_EINVAL,
+                             "impl '%s' for op '%s': dtype mask 0x%x is empty or "
+                             "has unknown bits",
+                             id, impl->op, impl->dtypes);
     if (dup_find(reg, impl->op, id))
-        return fld__registry_fail(
-            reg, FLD_EINVAL, "duplicate impl_id '%s' for op '%s' (registered twice by plugin '%s')",
-            id, impl->op, reg->plugin ? reg->plugin->name : "?");
+        return registry_fail(reg, FLD_EINVAL,
+                             "duplicate impl_id '%s' for op '%s' (registered twice by plugin '%s')",
+                             id, impl->op, reg->plugin ? reg->plugin->name : "?");
     /* Another plugin's record of the same impl_id stays beside this one
      * (a vendor's own package beside the in-tree plugin of that vendor):
      * both are named "impl_id@plugin" and ranked by select.c. */
     if (find_own_impl(fld__op_find(impl->op), id, reg->plugin))
-        return fld__registry_fail(
+        return registry_fail(
             reg, FLD_EINVAL,
             "duplicate impl_id '%s' for op '%s' (already registered by the same plugin '%s')", id,
             impl->op, reg->plugin ? reg->plugin->name : "?");
@@ -323,25 +323,23 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
     const size_t min_size = offsetof(fld_device_hooks, synchronize) + sizeof hooks->synchronize;
     const char *plugin = reg->plugin ? reg->plugin->name : "?";
     if (hooks->struct_size < min_size)
-        return fld__registry_fail(
-            reg, FLD_EINVAL,
-            "plugin '%s': device hooks: struct_size %zu is smaller than ABI 1.1's "
-            "%zu (set it to sizeof(fld_device_hooks))",
-            plugin, hooks->struct_size, min_size);
+        return registry_fail(reg, FLD_EINVAL,
+                             "plugin '%s': device hooks: struct_size %zu is smaller than ABI 1.1's "
+                             "%zu (set it to sizeof(fld_device_hooks))",
+                             plugin, hooks->struct_size, min_size);
     int dev = fld__device_index(hooks->device_type);
     if (dev < 0 || dev == FLD_DEV_CPU)
-        return fld__registry_fail(
+        return registry_fail(
             reg, FLD_EINVAL, "plugin '%s': device hooks: device_type %d is %s (valid: %s)", plugin,
             hooks->device_type,
             dev == FLD_DEV_CPU ? "the CPU, which the host serves itself" : "unknown",
             fld__device_text(FLD_DEVICE_TEXT_ACCEL_CODES));
     if (reg->hooks[dev])
-        return fld__registry_fail(reg, FLD_EINVAL,
-                                  "plugin '%s': device hooks for %s registered twice", plugin,
-                                  fld_device_name(hooks->device_type));
+        return registry_fail(reg, FLD_EINVAL, "plugin '%s': device hooks for %s registered twice",
+                             plugin, fld_device_name(hooks->device_type));
     struct fld_hook_rec *h = calloc(1, sizeof *h);
     if (!h)
-        return fld__registry_fail(reg, FLD_ENOMEM, "plugin '%s': out of memory", plugin);
+        return registry_fail(reg, FLD_ENOMEM, "plugin '%s': out of memory", plugin);
     size_t n = hooks->struct_size < sizeof h->hooks ? hooks->struct_size : sizeof h->hooks;
     memcpy(&h->hooks, hooks, n);
     h->hooks.struct_size = sizeof h->hooks;
@@ -349,13 +347,27 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
     return FLD_OK;
 }
 
+/* Stages op's signature (declarations.c), declared by the plugin this registry fills. */
+int fld_registry_declare_op(fld_registry *reg, const char *op, const char *schema)
+{
+    if (!reg)
+        return fld__fail(FLD_EINVAL, "fld_registry_declare_op: argument 'reg' is NULL");
+    char by[400], err[sizeof reg->error];
+    if (!reg->plugin)
+        snprintf(by, sizeof by, "the library");
+    else
+        snprintf(by, sizeof by, "plugin '%s' (%s)", reg->plugin->name,
+                 reg->plugin->path ? reg->plugin->path : "?");
+    int rc = fld__decls_stage(&reg->decls, op, schema, by, err, sizeof err);
+    return rc ? registry_fail(reg, rc, "%s", err) : FLD_OK;
+}
+
 int fld_registry_register(fld_registry *reg, const fld_impl *impl)
 {
     if (!reg)
         return fld__fail(FLD_EINVAL, "fld_registry_register: argument 'reg' is NULL");
     if (!impl)
-        return fld__registry_fail(reg, FLD_EINVAL,
-                                  "fld_registry_register: argument 'impl' is NULL");
+        return registry_fail(reg, FLD_EINVAL, "fld_registry_register: argument 'impl' is NULL");
     int rc = validate_record(reg, impl);
     if (rc)
         return rc;
@@ -363,16 +375,15 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
         size_t cap = reg->cap ? reg->cap * 2 : 16;
         struct fld_impl_rec **s = realloc(reg->staged, cap * sizeof *s);
         if (!s)
-            return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'",
-                                      impl->impl_id);
+            return registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
         reg->staged = s;
         reg->cap = cap;
     }
     if (dup_reserve(reg) != FLD_OK)
-        return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+        return registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     struct fld_impl_rec *r = calloc(1, sizeof *r);
     if (!r)
-        return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+        return registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     r->staged_op = strdup(impl->op);
     r->impl_id = strdup(impl->impl_id);
     r->vendor = impl->vendor ? strdup(impl->vendor) : NULL;
@@ -380,7 +391,7 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
         r->qualified = NULL;
     if (!r->staged_op || !r->impl_id || !r->qualified || (impl->vendor && !r->vendor)) {
         impl_free(r);
-        return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+        return registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     }
     r->kind = impl->kind;
     r->priority = impl->priority;
@@ -406,11 +417,10 @@ int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
                                 fld_host_kernel_fn fn, void *ctx, const char *unavailable)
 {
     if (!impl)
-        return fld__registry_fail(reg, FLD_EINVAL, "fld_host_register: an implementation is NULL");
+        return registry_fail(reg, FLD_EINVAL, "fld_host_register: an implementation is NULL");
     if (!fn)
-        return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL",
-                                  impl->impl_id ? impl->impl_id : "",
-                                  impl->op ? impl->op : "(null)");
+        return registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL",
+                             impl->impl_id ? impl->impl_id : "", impl->op ? impl->op : "(null)");
     fld_impl copy = *impl;
     copy.fn = host_fn_placeholder;
     copy.is_available = NULL;
@@ -427,7 +437,7 @@ int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
         if (dup_reserve(reg) == FLD_OK)
             for (size_t k = 0; k < reg->n; k++)
                 dup_put(reg->dup, reg->dup_mask, reg->staged[k], k);
-        return fld__registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
+        return registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     }
     r->fn = NULL;
     r->host_fn = fn;
@@ -455,7 +465,7 @@ int fld__registry_commit(struct fld_registry *reg)
      * many plugins adding to one op stay linear). r->op is set here; a
      * failure leaves the records staged, to be discarded.
      */
-    int rc = fld__decls_prepare(reg);
+    int rc = fld__decls_prepare(&reg->decls);
     for (size_t i = 0; rc == FLD_OK && i < reg->n; i++) {
         struct fld_impl_rec *r = reg->staged[i];
         r->op = fld__op_intern(r->staged_op);
@@ -488,7 +498,7 @@ int fld__registry_commit(struct fld_registry *reg)
                          reg->plugin ? reg->plugin->name : "?");
     }
     dup_free(reg);
-    fld__decls_commit(reg);
+    fld__decls_commit(&reg->decls);
     for (size_t i = 0; i < reg->n; i++) {
         struct fld_impl_rec *r = reg->staged[i];
         free(r->staged_op);

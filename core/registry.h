@@ -13,6 +13,7 @@
 
 #include <fldispatch/host_impl.h>
 
+#include "declarations.h"
 #include "ops.h"
 
 /* A plugin's device hooks for one device type, with their availability. */
@@ -79,15 +80,11 @@ struct fld_registry {
     int first_error; /* FLD_OK or the first failing registration's status */
     char *detail;    /* staged fld_registry_set_detail() text, or NULL */
     struct fld_hook_rec *hooks[FLD_NDEVICES]; /* staged device hooks */
-    struct fld_sig **decls;                   /* staged signatures (fld_registry_declare_op) */
-    size_t n_decls, cap_decls;
+    struct fld_decls decls;                   /* staged signatures (fld_registry_declare_op) */
     char error[1024];
 };
 
 void fld__registry_begin(struct fld_registry *reg, struct fld_plugin_rec *plugin);
-/* Records a failed registration call (the plugin's first error); returns status. */
-int fld__registry_fail(struct fld_registry *reg, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 /* Moves the staged records into their ops, bumps the generation. */
 int fld__registry_commit(struct fld_registry *reg);
 void fld__registry_discard(struct fld_registry *reg);
@@ -98,15 +95,6 @@ void fld__registry_discard(struct fld_registry *reg);
  */
 int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
                                 fld_host_kernel_fn fn, void *ctx, const char *unavailable);
-
-/*
- * Staged signatures (declarations.c): interns their ops ahead of the commit
- * (FLD_ENOMEM, nothing changed), publishes them on the ops (cannot fail),
- * frees what is staged.
- */
-int fld__decls_prepare(struct fld_registry *reg);
-void fld__decls_commit(struct fld_registry *reg);
-void fld__decls_discard(struct fld_registry *reg);
 
 /* Whether a language binding claimed VLLM_FL_PLUGIN_MODULES's module names
  * (fld_host_claim_module_names(), host_registration.c); read by discovery. */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What ran: the counters, their switch and their output (see stats.h and
- * the fld_stats_* functions of fldispatch.h). The trace is trace.c's.
+ * the fld_stats_* functions of fldispatch.h). The trace is trace.c's; this
+ * file switches it, names its cells and has it written.
  */
 #include <errno.h>
 #include <limits.h>
@@ -121,8 +122,9 @@ void fld__stats_fallback(struct fld_stats_cell *c)
     atomic_fetch_add_explicit(&c->fallbacks, 1, memory_order_relaxed);
 }
 
-void fld__stats_cell_names(const struct fld_stats_cell *c, const char **op, const char **impl_id,
-                           const char **device, const char **dtype)
+/* The trace's names of a cell (fld_trace_cell_names_fn). */
+static void cell_names(const struct fld_stats_cell *c, const char **op, const char **impl_id,
+                       const char **device, const char **dtype)
 {
     *op = c->op;
     *impl_id = c->impl_id;
@@ -541,7 +543,7 @@ static int write_expanded(const char *who, const char *pattern, bool trace)
     int rc = expand_path(who, pattern, expanded, sizeof expanded);
     if (rc)
         return rc;
-    return trace ? fld__trace_write(who, expanded) : write_json(who, expanded);
+    return trace ? fld__trace_write(who, expanded, cell_names) : write_json(who, expanded);
 }
 
 int fld_stats_write(const char *path)

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What ran: per (op, implementation, device, dtype) counters, their output
- * (the summary table, the JSON file), and the trace of dispatch decisions and
- * timed calls (trace.c). Opt-in: VLLM_FL_STATS, VLLM_FL_STATS_FILE,
- * VLLM_FL_TRACE, or fld_stats_enable().
+ * (the summary table, the JSON file), and the switch and the file of the
+ * trace of dispatch decisions and timed calls (trace.h). Opt-in:
+ * VLLM_FL_STATS, VLLM_FL_STATS_FILE, VLLM_FL_TRACE, or fld_stats_enable().
  *
  * Off costs nothing on the direct call path: while any of it is on, the
  * manager does not open the direct path (enable_fast() refuses, and the
@@ -22,6 +22,9 @@
 #include <stdint.h>
 
 #include <fldispatch/fldispatch.h>
+
+/* The trace's recording calls, which dispatch makes beside the counters. */
+#include "trace.h"
 
 #define FLD_STATS_FLAG_COUNT 1u /* count calls, fallbacks, failures */
 #define FLD_STATS_FLAG_TIME  2u /* and time each call */
@@ -64,22 +67,5 @@ void fld__stats_env_free(struct fld_stats_env *env);
 
 /* In a forked child: its counts and trace start from zero (they are its own process's). */
 void fld__stats_after_fork(void);
-
-/* ---- the output path and the trace (trace.c) ---- */
-
-/* The trace: at most FLD_TRACE_MAX_EVENTS events, the rest counted as dropped. */
-#define FLD_TRACE_MAX_EVENTS FLD_TRACE_CAP
-void fld__trace_chain(const char *op, int dev, int dt, const char *const *candidates, size_t n);
-void fld__trace_call(const struct fld_stats_cell *c, uint64_t start_ns, uint64_t end_ns, int rc);
-/* Writes the trace as Chrome/Perfetto JSON to path (already expanded) through a
- * temporary file renamed over it; who names the caller or the variable in messages. */
-int fld__trace_write(const char *who, const char *path);
-/* Empties the trace; MT safe with recording threads and writers (see trace.c). */
-void fld__trace_reset(void);
-/* In a forked child, before fld__trace_reset(): only the calling thread is left. */
-void fld__trace_after_fork(void);
-/* The strings of a cell, for the trace. */
-void fld__stats_cell_names(const struct fld_stats_cell *c, const char **op, const char **impl_id,
-                           const char **device, const char **dtype);
 
 #endif

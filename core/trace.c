@@ -30,10 +30,13 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <fldispatch/fldispatch.h>
@@ -43,8 +46,7 @@
 #include "dtypes.h"
 #include "error.h"
 #include "escape.h"
-#include "ops.h"
-#include "stats.h"
+#include "trace.h"
 
 enum { EVENT_CALL = 1, EVENT_CHAIN = 2 };
 
@@ -72,6 +74,14 @@ static struct {
 static _Atomic unsigned section_side;
 /* Reset and write; never taken while recording. */
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* CLOCK_MONOTONIC in ns: the clock of the call events' times (fld__stats_now()). */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static long thread_id(void)
 {
@@ -148,7 +158,7 @@ static size_t add_quoted(char *buf, size_t size, size_t len, const char *s)
 
 void fld__trace_chain(const char *op, int dev, int dt, const char *const *candidates, size_t n)
 {
-    uint64_t now = fld__stats_now();
+    uint64_t now = now_ns();
     char text[2048];
     size_t len = (size_t)snprintf(text, sizeof text, "{\"op\": ");
     len = add_quoted(text, sizeof text, len, op);
@@ -237,7 +247,7 @@ static void write_ts(FILE *f, uint64_t ns)
     fprintf(f, "%llu.%03llu", (unsigned long long)(ns / 1000), (unsigned long long)(ns % 1000));
 }
 
-int fld__trace_write(const char *who, const char *path)
+int fld__trace_write(const char *who, const char *path, fld_trace_cell_names_fn *names)
 {
     fld_atomic_file af = {0};
     int err = fld__atomic_file_open(&af, path, 0600);
@@ -263,7 +273,7 @@ int fld__trace_write(const char *who, const char *path)
         int kind = atomic_load_explicit(&b->ev[i].ready, memory_order_acquire);
         if (kind == EVENT_CALL) {
             const char *op, *impl, *device, *dtype;
-            fld__stats_cell_names(ev->cell, &op, &impl, &device, &dtype);
+            names(ev->cell, &op, &impl, &device, &dtype);
             fputs(",\n  {\"name\": ", f);
             fld__json_string(f, op);
             fputs(", \"cat\": \"call\", \"ph\": \"X\", \"ts\": ", f);
