@@ -21,6 +21,7 @@
 #include "ops.h"
 #include "policy.h"
 #include "registry.h"
+#include "variables.h"
 
 extern char **environ;
 
@@ -441,46 +442,20 @@ int fld__names_check_policy(const struct fld_policy *p)
 /* The environment                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* Variables the library reads besides the policy fields' (policy.c). */
-static const char *const library_variables[] = {
-    "VLLM_FL_CONFIG",
-    "VLLM_FL_OP_CONFIG",
-    "VLLM_FL_MANIFEST",
-    "VLLM_FL_PLATFORM",
-    "VLLM_FL_LOG_LEVEL",
-    "VLLM_FL_DISPATCH_DEBUG",
-    "VLLM_FL_PLUGIN_DIR",
-    "VLLM_FL_PLUGIN_MODULES",
-    "VLLM_FL_PLUGIN_PROBE",
-    "VLLM_FL_PLUGIN_PROBE_TIMEOUT",
-    "VLLM_FL_SHUTDOWN_TIMEOUT",
-    "VLLM_FL_STATS",
-    "VLLM_FL_STATS_FILE",
-    "VLLM_FL_TRACE",
-    /* read by the Python package's IO dump (python/fldispatch/iodump.py) */
-    "VLLM_FL_IO_DUMP",
-    "VLLM_FL_IO_DUMP_OPS",
-    "VLLM_FL_IO_DUMP_MODULES",
-    "VLLM_FL_IO_DUMP_MAX_CALLS",
-    "VLLM_FL_IO_DUMP_STEP_RANGE",
-    "VLLM_FL_IO_DUMP_RANK",
-    "VLLM_FL_IO_DUMP_WITH_METAS",
-    "VLLM_FL_IO_DUMP_WITH_VALUES",
+/* The variables fldispatch reads besides the policy fields' (variables.h). */
+static const char *const own_variables[] = {
+#define FLD__VARIABLE_NAME(name, reader, use) name,
+    FLD_VARIABLES(FLD__VARIABLE_NAME)
+#undef FLD__VARIABLE_NAME
 };
 
 /* Variables vllm-plugin-FL reads and this library does not. */
 static const struct {
     const char *name, *note;
 } upstream_variables[] = {
-    {"VLLM_FL_OP_FAST_PATH", "fldispatch always calls through its cached fast path"},
-    {"VLLM_FL_USE_FLAGGEMS_ATTN",
-     "fldispatch's attention_backend follows the policy (prefer, per-op orders)"},
-    {"VLLM_FL_FLAGOS_BLACKLIST_APPEND", "set VLLM_FL_FLAGOS_BLACKLIST here"},
-    {"VLLM_FL_DISPATCH_MODE", "fldispatch has one dispatch mode"},
-    {"VLLM_FL_IO_DUMP_LAYERS", "the IO dump does not track vLLM's layer paths"},
-    {"VLLM_FL_IO_DUMP_WITH_TORCH_FUNCS", "the IO dump records dispatch-managed ops only"},
-    {"VLLM_FL_IO_DUMP_WITH_PRINT", "the IO dump writes files, it does not print tensors"},
-    {"VLLM_FL_IO_DUMP_BG_WORKERS", "the IO dump writes in the calling thread"},
+#define FLD__UPSTREAM_ROW(name, note) {name, note},
+    FLD_UPSTREAM_VARIABLES(FLD__UPSTREAM_ROW)
+#undef FLD__UPSTREAM_ROW
 };
 
 #define PREFIX     "VLLM_FL_"
@@ -500,12 +475,12 @@ static bool plugin_namespace(const char *name, size_t len)
 int fld__names_check_environment(bool strict)
 {
     struct report r = {.strict = strict, .rc = FLD_OK};
-    const char *known[FLD_PF_COUNT + sizeof library_variables / sizeof library_variables[0]];
+    const char *known[FLD_PF_COUNT + sizeof own_variables / sizeof own_variables[0]];
     size_t n_known = 0;
     for (int f = 0; f < FLD_PF_COUNT; f++)
         known[n_known++] = fld__policy_field_env((enum fld_policy_field)f);
-    for (size_t i = 0; i < sizeof library_variables / sizeof library_variables[0]; i++)
-        known[n_known++] = library_variables[i];
+    for (size_t i = 0; i < sizeof own_variables / sizeof own_variables[0]; i++)
+        known[n_known++] = own_variables[i];
 
     for (char **e = environ; e && *e && r.rc == FLD_OK; e++) {
         const char *eq = strchr(*e, '=');

@@ -24,6 +24,7 @@
 #include <fldispatch/plugin.h>
 #include <fldispatch/internal/tool_api.h>
 
+#include "../core/variables.h"
 #include "util/env.h"
 #include "util/files.h"
 #include "util/harness.h"
@@ -273,6 +274,47 @@ START_TEST(unknown_variables)
 END_TEST
 
 /*
+ * The check knows every variable of the variable table (core/variables.h),
+ * also where what reads it is not loaded here (no cpu plugin, no Python
+ * package), and names each of vllm-plugin-FL's once as such. Set blank,
+ * which every reader takes as unset, so that no value has to parse.
+ */
+static const char *const table_rows[] = {
+#define ROW(name, reader, use) name,
+    FLD_VARIABLES(ROW)
+#undef ROW
+};
+static const char *const upstream_rows[] = {
+#define ROW(name, note) name,
+    FLD_UPSTREAM_VARIABLES(ROW)
+#undef ROW
+};
+
+START_TEST(every_variable_of_the_table_is_known)
+{
+    setup();
+    for (size_t i = 0; i < sizeof table_rows / sizeof table_rows[0]; i++)
+        if (strncmp(table_rows[i], "VLLM_FL_", 8) == 0) /* the names the check reads */
+            setenv(table_rows[i], "", 0); /* VLLM_FL_PLATFORM and _PLUGIN_DIR stay as set */
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    ck_assert_msg(warnings() == 0, "a variable of core/variables.h was warned about:\n%s",
+                  all_lines());
+}
+END_TEST
+
+START_TEST(every_upstream_variable_is_named_as_such)
+{
+    setup();
+    setenv(upstream_rows[_i], "1", 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    char is_read[128];
+    snprintf(is_read, sizeof is_read, "%s is read by vllm-plugin-FL", upstream_rows[_i]);
+    assert_warned_once(is_read, "not by fldispatch");
+    ck_assert_int_eq(warnings(), 1);
+}
+END_TEST
+
+/*
  * Thousands of unknown names (a generated VLLM_FL_PER_OP) give the first
  * five their lines and one line for the rest, not a line each.
  */
@@ -391,6 +433,9 @@ static Suite *names_suite(void)
     tcase_add_test(tc, manifest_names_with_file_and_line);
     tcase_add_test(tc, custom_ops_and_op_lists);
     tcase_add_test(tc, unknown_variables);
+    tcase_add_test(tc, every_variable_of_the_table_is_known);
+    tcase_add_loop_test(tc, every_upstream_variable_is_named_as_such, 0,
+                        (int)(sizeof upstream_rows / sizeof upstream_rows[0]));
     tcase_add_test(tc, many_unknown_names_are_summarised);
     tcase_add_loop_test(tc, strict_mode_makes_them_errors, 0,
                         (int)(sizeof strict_cases / sizeof strict_cases[0]));

@@ -23,14 +23,14 @@ F_portable    :=
 F_avx2        := -mavx2 -mfma -mf16c
 F_avx512      := -mavx512f -mavx512bw -mavx512vl -mavx512dq $(F_avx2)
 F_avx512_bf16 := $(F_avx512) -mavx512bf16
-DEPS     := vmath.h body_activation.h body_norm.h body_rotary.h act_harness.h old_convert.h simd_portable.h \
+DEPS     := vmath.h body_activation.h body_norm.h body_rotary.h act_harness.h simd_portable.h \
             simd_avx2.h simd_avx512.h simd_neon.h $(MAIN)/plugins/cpu/cpu.h
 
 X86_ISAS := portable avx2 avx512 avx512_bf16
 # exact.o: the scalar paths the bodies call (16-bit activation tables, rare norm rows).
-X86_OBJS := $(X86_ISAS:%=$(B)/isa_%.o) $(X86_ISAS:%=$(B)/probe_%.o) $(B)/act_old.o $(B)/exact.o
+X86_OBJS := $(X86_ISAS:%=$(B)/isa_%.o) $(X86_ISAS:%=$(B)/probe_%.o) $(B)/exact.o
 ARM_OBJS := $(B)/arm/isa_portable.o $(B)/arm/isa_neon.o $(B)/arm/probe_portable.o \
-            $(B)/arm/probe_neon.o $(B)/arm/act_old.o $(B)/arm/act_stream.o $(B)/arm/exact.o
+            $(B)/arm/probe_neon.o $(B)/arm/act_stream.o $(B)/arm/exact.o
 
 .PHONY: all check check-x86 check-arm accuracy bench
 all: $(B)/act_test $(B)/arm/act_test
@@ -48,8 +48,6 @@ $(B)/probe_%.o: act_probe.c $(DEPS) | $(B)
 	$(CC) $(BASE) $(F_$*) $(if $(filter avx512_bf16,$*),-DFLD_SIMD_AVX512_BF16) \
 	    -DAP_LAYER='"simd_$(if $(filter avx512_bf16,$*),avx512,$*).h"' -DAP_NAME=act_probe_$* \
 	    -c $< -o $@
-$(B)/act_old.o: act_old.c $(DEPS) | $(B)
-	$(CC) $(BASE) -c $< -o $@
 $(B)/exact.o: exact.c $(DEPS) | $(B)
 	$(CC) $(BASE) -c $< -o $@
 $(B)/act_test.o: act_test.c $(DEPS) | $(B)
@@ -66,8 +64,6 @@ $(B)/arm/isa_%.o: isa_%.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -fPIC -c $< -o $@
 $(B)/arm/probe_%.o: act_probe.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -DAP_LAYER='"simd_$*.h"' -DAP_NAME=act_probe_$* -c $< -o $@
-$(B)/arm/act_old.o: act_old.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
-	$(XCC) $(XBASE) -c $< -o $@
 $(B)/arm/exact.o: exact.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -c $< -o $@
 $(B)/arm/act_stream.o: act_stream.c $(B)/xinc/dlpack | $(B)/arm

@@ -3,8 +3,8 @@
  * The activation harness (helper "act"): standalone, no library. The
  * variants come from the real isa_<name>.c files (all three bodies); the
  * vmath functions are reached through act_probe.c, compiled once per
- * vector layer; act_old.c holds the plain loops of git HEAD's
- * plugins/cpu/activation.c for the speed comparison.
+ * vector layer. Another build's kernels are compared through the tool:
+ * bench/compare_kernels.py.
  */
 #ifndef ACT_HARNESS_H
 #define ACT_HARNESS_H
@@ -35,9 +35,6 @@ void act_probe_avx512_bf16(int fn, float *out, const float *in, int64_t n);
 #if defined(__aarch64__)
 void act_probe_neon(int fn, float *out, const float *in, int64_t n);
 #endif
-
-/* The old plain loops behind the job interface. */
-void act_old_range(const struct fld_cpu_act_job *job, int64_t row_begin, int64_t row_end);
 
 /* One-thread STREAM triad a[i] = b[i] + s * c[i] over 3 arrays of n doubles:
  * best of reps, in GB/s (24 bytes per element, the STREAM convention). */

@@ -43,6 +43,9 @@
 
 #include "act_harness.h"
 
+/* Set by the plugin at load (cpu_plugin.c); here the avx2 variant gathers. */
+bool fld__cpu_lookup_scalar = false;
+
 /* ---- variants ------------------------------------------------------------- */
 
 struct variant {
@@ -54,7 +57,7 @@ struct variant {
 #define MAXV 8
 
 /* The variants this machine runs; the portable one first (the others are compared with it). */
-static int variants(struct variant *v, int with_old)
+static int variants(struct variant *v)
 {
     int n = 0;
     v[n++] = (struct variant){"portable", fld__cpu_variant_portable.act, act_probe_portable};
@@ -73,8 +76,6 @@ static int variants(struct variant *v, int with_old)
 #if defined(__aarch64__)
     v[n++] = (struct variant){"neon", fld__cpu_variant_neon.act, act_probe_neon};
 #endif
-    if (with_old)
-        v[n++] = (struct variant){"old", act_old_range, NULL};
     return n;
 }
 
@@ -303,7 +304,7 @@ static void run_case(const struct variant *vars, int nv, enum fld_cpu_act act, i
         memcpy(o1, o0, o_bytes);
         unsigned char *xb = x1 + (GUARD + xoff) * es;
         unsigned char *ob = c->inplace ? xb : o1 + (GUARD + c->ooff) * es;
-        struct fld_cpu_act_job job = {act, dt, ob, os, xb, xs, d, c->stream != 0};
+        struct fld_cpu_act_job job = {act, dt, ob, os, xb, xs, d, c->stream != 0, false};
         run_split(v, &job, rows);
 
         long bad = 0;
@@ -508,7 +509,8 @@ static void specials(const struct variant *vars, int nv)
                 }
             for (int vi = 0; vi < nv; vi++) {
                 memset(o, 0x5a, (size_t)(d * es));
-                struct fld_cpu_act_job job = {(enum fld_cpu_act)act, dt, o, d, x, 2 * d, d, false};
+                struct fld_cpu_act_job job = {
+                    (enum fld_cpu_act)act, dt, o, d, x, 2 * d, d, false, false};
                 vars[vi].act(&job, 0, 1);
                 int bad = 0;
                 for (int64_t j = 0; j < d; j++) {
@@ -662,7 +664,7 @@ static double time_call(const struct variant *v, enum fld_cpu_act act, int dt, v
                         int64_t rows, int64_t d, int stream, int reps, int inner)
 {
     double t[16];
-    struct fld_cpu_act_job job = {act, dt, o, d, x, 2 * d, d, stream != 0};
+    struct fld_cpu_act_job job = {act, dt, o, d, x, 2 * d, d, stream != 0, false};
     v->act(&job, 0, rows); /* warm up */
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
@@ -689,7 +691,7 @@ static void paired(const struct variant *v, enum fld_cpu_act act, int dt, void *
                    double *gbps, double *share)
 {
     double g[16], s[16];
-    struct fld_cpu_act_job job = {act, dt, o, d, x, 2 * d, d, stream != 0};
+    struct fld_cpu_act_job job = {act, dt, o, d, x, 2 * d, d, stream != 0, false};
     const double bytes = 3.0 * (double)(rows * d) * (double)fld__cpu_elem_size(dt);
     for (int r = 0; r < reps; r++) {
         double st = act_triad_once(tr->a, tr->b, tr->c, tr->n);
@@ -705,7 +707,7 @@ static void paired(const struct variant *v, enum fld_cpu_act act, int dt, void *
 static void bench(void)
 {
     struct variant vars[MAXV];
-    int nv = variants(vars, 1);
+    int nv = variants(vars);
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(0, &one);
@@ -733,7 +735,7 @@ static void bench(void)
            stream);
 
     printf("\n4096 x 4096 (out d = 4096, input 2d), one thread; GB/s = (read 2d + write d) / time, "
-           "median of 5 (old, portable: 3);\n(%%) = median share of a STREAM triad run just "
+           "median of 5 (portable: 3);\n(%%) = median share of a STREAM triad run just "
            "before each pass; * = non-temporal stores (job->stream) were faster\n");
     printf("%-18s %-5s", "op", "dtype");
     for (int vi = 0; vi < nv; vi++)
@@ -747,13 +749,10 @@ static void bench(void)
             printf("%-18s %-5s", act_name[act], dt_name[dt]);
             fflush(stdout);
             for (int vi = 0; vi < nv; vi++) {
-                int slow = !strcmp(vars[vi].name, "old") || !strcmp(vars[vi].name, "portable");
-                int reps = slow ? 3 : 5;
+                int reps = !strcmp(vars[vi].name, "portable") ? 3 : 5;
                 double g, sh, g2 = 0, sh2 = 0;
                 paired(&vars[vi], (enum fld_cpu_act)act, dt, x, o, R, D, 0, reps, &tr, &g, &sh);
-                if (strcmp(vars[vi].name, "old"))
-                    paired(&vars[vi], (enum fld_cpu_act)act, dt, x, o, R, D, 1, reps, &tr, &g2,
-                           &sh2);
+                paired(&vars[vi], (enum fld_cpu_act)act, dt, x, o, R, D, 1, reps, &tr, &g2, &sh2);
                 int nt = g2 > g;
                 printf(" %7.2f%c (%4.0f%%)", nt ? g2 : g, nt ? '*' : ' ', 100.0 * (nt ? sh2 : sh));
                 fflush(stdout);
@@ -793,7 +792,7 @@ static void bench(void)
 static double min_call_ns(const struct variant *v, enum fld_cpu_act act, int dt, void *x, void *o,
                           int64_t d, int calls)
 {
-    struct fld_cpu_act_job job = {act, dt, o, d, x, 2 * d, d, false};
+    struct fld_cpu_act_job job = {act, dt, o, d, x, 2 * d, d, false, false};
     double best = 1e30;
     for (int i = 0; i < calls; i++) {
         double t0 = now_s();
@@ -808,7 +807,7 @@ static double min_call_ns(const struct variant *v, enum fld_cpu_act act, int dt,
 static void micro(void)
 {
     struct variant vars[MAXV];
-    int nv = variants(vars, 1);
+    int nv = variants(vars);
     const int64_t d = 4096;
     void *x = aligned_alloc(64, (size_t)(2 * d * 4)), *o = aligned_alloc(64, (size_t)(d * 4));
     if (!x || !o) {
@@ -866,7 +865,7 @@ int main(int argc, char **argv)
         return g_failures != 0;
     }
     struct variant vars[MAXV];
-    int nv = variants(vars, 0);
+    int nv = variants(vars);
     printf("variants:");
     for (int i = 0; i < nv; i++)
         printf(" %s", vars[i].name);

@@ -19,13 +19,13 @@ BASE     := -std=c11 -D_GNU_SOURCE $(WARN) $(INC) $(CFLAGS)
 F_AVX2   := -mavx2 -mfma -mf16c
 F_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq $(F_AVX2)
 F_BF16   := $(F_AVX512) -mavx512bf16
-DEPS     := body_norm.h body_rotary.h nr_harness.h old_convert.h simd_portable.h simd_avx2.h simd_avx512.h \
+DEPS     := body_norm.h body_rotary.h nr_harness.h simd_portable.h simd_avx2.h simd_avx512.h \
             simd_neon.h $(MAIN)/plugins/cpu/cpu.h
 
 # exact.o: the scalar paths the bodies call (rare norm rows, 16-bit activation tables).
-X86_OBJS := $(B)/var_portable.o $(B)/var_avx2.o $(B)/var_avx512.o $(B)/var_avx512_bf16.o $(B)/nr_old.o \
+X86_OBJS := $(B)/var_portable.o $(B)/var_avx2.o $(B)/var_avx512.o $(B)/var_avx512_bf16.o $(B)/nr_select.o \
             $(B)/exact.o
-ARM_OBJS := $(B)/arm/var_portable.o $(B)/arm/var_neon.o $(B)/arm/nr_old.o $(B)/arm/exact.o
+ARM_OBJS := $(B)/arm/var_portable.o $(B)/arm/var_neon.o $(B)/arm/nr_select.o $(B)/arm/exact.o
 
 .PHONY: all check check-x86 check-arm check-isa bench clean-nr
 all: $(B)/nr_test $(B)/nr_bench $(B)/arm/nr_test
@@ -47,7 +47,7 @@ $(B)/var_avx512.o: nr_variant.c $(DEPS) | $(B)
 	$(CC) $(BASE) $(F_AVX512) $(call var,avx512,avx512) -c $< -o $@
 $(B)/var_avx512_bf16.o: nr_variant.c $(DEPS) | $(B)
 	$(CC) $(BASE) $(F_BF16) -DFLD_SIMD_AVX512_BF16 $(call var,avx512,avx512_bf16) -c $< -o $@
-$(B)/nr_old.o: nr_old.c $(DEPS) | $(B)
+$(B)/nr_select.o: nr_select.c $(DEPS) | $(B)
 	$(CC) $(BASE) -c $< -o $@
 $(B)/exact.o: exact.c $(DEPS) | $(B)
 	$(CC) $(BASE) -c $< -o $@
@@ -69,7 +69,7 @@ $(B)/arm/var_portable.o: nr_variant.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) $(call var,portable,portable) -c $< -o $@
 $(B)/arm/var_neon.o: nr_variant.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) $(call var,neon,neon) -c $< -o $@
-$(B)/arm/nr_old.o: nr_old.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
+$(B)/arm/nr_select.o: nr_select.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -c $< -o $@
 $(B)/arm/exact.o: exact.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm
 	$(XCC) $(XBASE) -c $< -o $@
@@ -94,16 +94,16 @@ $(B)/isa $(B)/arm/isa:
 	mkdir -p $@
 $(B)/isa/%.o: %.c $(ISA_DEPS) | $(B)/isa
 	$(CC) $(BASE) $(F_$*) -c $< -o $@
-$(B)/isa/nr_old.o: nr_old.c $(DEPS) | $(B)/isa
+$(B)/isa/nr_select.o: nr_select.c $(DEPS) | $(B)/isa
 	$(CC) $(BASE) -DNR_REAL_ISA -c $< -o $@
-$(B)/isa/nr_test: $(B)/nr_test.o $(B)/isa/nr_old.o $(B)/isa/isa_portable.o $(B)/isa/isa_avx2.o \
+$(B)/isa/nr_test: $(B)/nr_test.o $(B)/isa/nr_select.o $(B)/isa/isa_portable.o $(B)/isa/isa_avx2.o \
                   $(B)/isa/isa_avx512.o $(B)/isa/isa_avx512_bf16.o $(B)/isa/exact.o
 	$(CC) $^ -o $@ -lm -pthread
 $(B)/arm/isa/%.o: %.c $(ISA_DEPS) $(B)/xinc/dlpack | $(B)/arm/isa
 	$(XCC) $(XBASE) -c $< -o $@
-$(B)/arm/isa/nr_old.o: nr_old.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm/isa
+$(B)/arm/isa/nr_select.o: nr_select.c $(DEPS) $(B)/xinc/dlpack | $(B)/arm/isa
 	$(XCC) $(XBASE) -DNR_REAL_ISA -c $< -o $@
-$(B)/arm/isa/nr_test: $(B)/arm/nr_test.o $(B)/arm/isa/nr_old.o $(B)/arm/isa/isa_portable.o \
+$(B)/arm/isa/nr_test: $(B)/arm/nr_test.o $(B)/arm/isa/nr_select.o $(B)/arm/isa/isa_portable.o \
                       $(B)/arm/isa/isa_neon.o $(B)/arm/isa/exact.o
 	$(XCC) -static $^ -o $@ -lm -pthread
 check-isa: $(B)/isa/nr_test $(B)/arm/isa/nr_test

@@ -9,8 +9,8 @@
  *     cache rows used + positions), and the share of the triad figure;
  *   - decode 1 x 4096 (rotary: 1 token x 32 + 32 heads), hot cache: median
  *     over batches of the time per call, in us.
- * For every dtype and every variant this machine runs, plus the old plain
- * loops of git HEAD. The 4096 x 4096 norm lines show stream (non-temporal
+ * For every dtype and every variant this machine runs (another build's
+ * kernels: bench/compare_kernels.py). The 4096 x 4096 norm lines show stream (non-temporal
  * output stores) on and off: the runtime decides it from the output size.
  *
  * Usage: nr_bench [--quick] [--reps N] [--threads N] [--op
@@ -299,7 +299,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < OP_COUNT; k++)
             want[k] = 1;
     const struct fld_cpu_variant *vars[8];
-    int nv = nr_variants(vars, 8, 1);
+    int nv = nr_variants(vars, 8);
 
     double triad = nr_stream_triad_gbps(5);
     printf("STREAM triad, 1 thread, best of 5, 3 x 256 MiB: %.2f GB/s; kernels on %d thread(s)\n\n",
@@ -321,7 +321,7 @@ int main(int argc, char **argv)
                 double b_plain, b_nt = 0.0, b1;
                 double t_plain = time_big(vars[vi], &j, T, &b_plain);
                 double t_nt = 0.0;
-                if (op <= OP_GEMMA && strcmp(vars[vi]->name, "old")) {
+                if (op <= OP_GEMMA) {
                     j.nj.stream = 1;
                     t_nt = time_big(vars[vi], &j, T, &b_nt);
                 }

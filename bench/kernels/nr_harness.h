@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The normrot harness (norm and rotary bodies): variant tables built from
- * nr_variant.c once per instruction set, and the old plain-loop kernels
- * (nr_old.c) for speed comparison. Standalone: needs only cpu.h, plugin.h
- * (types) and half.h, no library.
+ * nr_variant.c once per instruction set. Standalone: needs only cpu.h,
+ * plugin.h (types) and half.h, no library. Another build's kernels are
+ * compared through the tool: bench/compare_kernels.py.
  */
 #ifndef NR_HARNESS_H
 #define NR_HARNESS_H
@@ -31,10 +31,7 @@ extern const struct fld_cpu_variant nr_variant_avx512_bf16;
 extern const struct fld_cpu_variant nr_variant_neon;
 #endif
 
-/* The plain loops of git HEAD:plugins/cpu/{norm,rotary}.c behind the job interface. */
-extern const struct fld_cpu_variant nr_variant_old;
-
-/* Variants this machine can run, best first; returns the count. */
-int nr_variants(const struct fld_cpu_variant **v, int max, int with_old);
+/* Variants this machine can run, best first; returns the count (nr_select.c). */
+int nr_variants(const struct fld_cpu_variant **v, int max);
 
 #endif

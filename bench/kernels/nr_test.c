@@ -895,7 +895,7 @@ int main(int argc, char **argv)
         }
     }
     const struct fld_cpu_variant *vars[MAXV];
-    int nv = nr_variants(vars, MAXV, 0);
+    int nv = nr_variants(vars, MAXV);
     /* The portable variant first: the others are compared with it. */
     for (int i = 0; i < nv; i++)
         if (!strcmp(vars[i]->name, "portable")) {
