@@ -11,7 +11,7 @@
 #include <fldispatch/plugin.h>
 
 #include "error.h"
-#include "manager.h"
+#include "dispatch.h"
 #include "ops.h"
 #include "reference.h"
 #include "validate.h"

@@ -28,7 +28,7 @@
 #include "error.h"
 #include "host.h"
 #include "inflight.h"
-#include "manager.h"
+#include "dispatch.h"
 #include "ops.h"
 #include "validate.h"
 

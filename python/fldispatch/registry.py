@@ -254,7 +254,7 @@ class registering:
             return False
         for op, schema in self.declarations:
             _declare(self.name, self.version, self.origin, op, schema)
-        # on failure fld_host_register recorded the rejection with its reason
+        # on failure fld_binding_register recorded the rejection with its reason
         _C.register_impls(self.name, self.version, self.origin, self.records)
         return False
 
@@ -284,7 +284,7 @@ def _register_upstream(impl, plugin):
 
 def _reject(name, version, origin, reason):
     try:
-        _C.host_reject(name, version or "", origin, reason)
+        _C.binding_reject(name, version or "", origin, reason)
     except _C.Error:
         pass
 

@@ -146,10 +146,10 @@ static inline int fldpy_ensure_plugins(void)
 }
 /* After a declaration of op (NULL: of any op, after a plugin load): its
  * call_op() entry, if any, takes the signature. */
-void fldpy_registry_declared(PyObject *name);
+void fldpy_binding_declared(PyObject *name);
 /* OpCaller type and module state; 0 or -1 with an exception. */
-int fldpy_registry_init(PyObject *module);
-extern PyMethodDef fldpy_registry_methods[];
+int fldpy_binding_init(PyObject *module);
+extern PyMethodDef fldpy_binding_methods[];
 
 /* ---- signatures.c -------------------------------------------------------- */
 

@@ -10,7 +10,7 @@
  */
 #include <string.h>
 
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 
 #include "ext.h"
 
@@ -73,13 +73,13 @@ static PyObject *py_declare_op(PyObject *self, PyObject *args)
         if (!(v[i] = fldpy_str("declare_op", arg_names[i], o[i])))
             return NULL;
     const char *plugin = v[0], *version = v[1], *origin = v[2], *op = v[3], *schema = v[4];
-    int rc = fld_host_declare(plugin, version, origin, op, schema);
+    int rc = fld_binding_declare(plugin, version, origin, op, schema);
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);
     PyObject *name = PyUnicode_FromString(op);
     if (!name)
         return NULL;
-    fldpy_registry_declared(name); /* a call_op() entry made before the declaration */
+    fldpy_binding_declared(name); /* a call_op() entry made before the declaration */
     Py_DECREF(name);
     Py_RETURN_NONE;
 }

@@ -16,7 +16,7 @@
 #include <fldispatch/fldispatch.h>
 
 #include "config.h"
-#include "layers.h"
+#include "policy_sources.h"
 #include "error.h"
 #include "log.h"
 #include "manifest.h"

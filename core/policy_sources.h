@@ -13,8 +13,8 @@
  * Per-op orders: VLLM_FL_OP_CONFIG > VLLM_FL_PER_OP > YAML op_backends (per op).
  * custom_ops: VLLM_FL_CUSTOM_OPS replaces the YAML custom_ops list.
  */
-#ifndef FLD_CORE_LAYERS_H
-#define FLD_CORE_LAYERS_H
+#ifndef FLD_CORE_POLICY_SOURCES_H
+#define FLD_CORE_POLICY_SOURCES_H
 
 #include "platform.h"
 #include "policy.h"

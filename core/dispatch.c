@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 #include <fldispatch/internal/tool_api.h>
 
 #include "devices.h"
@@ -55,7 +55,7 @@
 #include "inflight.h"
 #include "host.h"
 #include "log.h"
-#include "manager.h"
+#include "dispatch.h"
 #include "manifest.h"
 #include "names.h"
 #include "policy.h"
@@ -660,7 +660,7 @@ static int dispatch_thread_policy(struct fld_op_s *op, unsigned slot, const void
     return rc;
 }
 
-void fld__manager_tls_flush(void)
+void fld__dispatch_tls_flush(void)
 {
     for (int i = 0; i < TLS_CACHE_SIZE; i++) {
         if (tls_cache[i].chain) {
@@ -682,22 +682,22 @@ static void tls_free_retired(void)
     }
 }
 
-/* ---- host calls (host_impl.h) ------------------------------------------ */
+/* ---- host calls (binding.h) ------------------------------------------ */
 
 /* The binding's argument record of the host call this thread is making, if
  * any: plugin implementations decline it (run_plugin_impl()). */
-static _Thread_local const void *tls_host_args;
+static _Thread_local const void *tls_binding_args;
 
-int fld_host_call(fld_op handle, int device_type, DLDataType dtype, const void *host_args)
+int fld_binding_call(fld_op handle, int device_type, DLDataType dtype, const void *binding_args)
 {
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (!op)
-        return fld__fail(FLD_EINVAL, "fld_host_call: argument 'op' is NULL");
-    if (!host_args)
-        return fld__fail(FLD_EINVAL, "fld_host_call: argument 'host_args' is NULL");
+        return fld__fail(FLD_EINVAL, "fld_binding_call: argument 'op' is NULL");
+    if (!binding_args)
+        return fld__fail(FLD_EINVAL, "fld_binding_call: argument 'binding_args' is NULL");
     FLD_CALL_SCOPE();
     if (unlikely(!library_open()))
-        return closed_handle("fld_host_call");
+        return closed_handle("fld_binding_call");
     if (op->schema)
         return fld__fail(FLD_EINVAL,
                          "%s is a catalog op: call it with its argument struct (its typed entry "
@@ -708,23 +708,23 @@ int fld_host_call(fld_op handle, int device_type, DLDataType dtype, const void *
     if (rc)
         return rc;
     unsigned slot = fld__slot(dev, dt);
-    const void *outer = tls_host_args;
-    tls_host_args = host_args;
+    const void *outer = tls_binding_args;
+    tls_binding_args = binding_args;
     /* Not dispatch(): its direct path may call a plugin kernel. */
     if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed))
-        rc = dispatch_maybe_overridden(op, slot, host_args);
+        rc = dispatch_maybe_overridden(op, slot, binding_args);
     else
-        rc = dispatch_slow(op, slot, host_args);
-    tls_host_args = outer;
+        rc = dispatch_slow(op, slot, binding_args);
+    tls_binding_args = outer;
     return rc;
 }
 
-int fld_host_first(fld_op handle, int device_type, DLDataType dtype, fld_host_kernel_fn *fn,
+int fld_binding_first(fld_op handle, int device_type, DLDataType dtype, fld_binding_kernel_fn *fn,
                    void **ctx, uint64_t *stamp)
 {
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (!op || !fn || !ctx || !stamp)
-        return fld__fail(FLD_EINVAL, "fld_host_first: argument '%s' is NULL",
+        return fld__fail(FLD_EINVAL, "fld_binding_first: argument '%s' is NULL",
                          !op    ? "op"
                          : !fn  ? "fn"
                          : !ctx ? "ctx"
@@ -734,7 +734,7 @@ int fld_host_first(fld_op handle, int device_type, DLDataType dtype, fld_host_ke
     *stamp = 0;
     FLD_CALL_SCOPE();
     if (unlikely(!library_open()))
-        return closed_handle("fld_host_first");
+        return closed_handle("fld_binding_first");
     int dev, dt;
     int rc = key_from(device_type, dtype, &dev, &dt);
     if (rc)
@@ -748,23 +748,23 @@ int fld_host_first(fld_op handle, int device_type, DLDataType dtype, fld_host_ke
         c = global_chain(op, slot);
     if (c && c->n && !c->impls[0]->fn && !(atomic_load(&c->failed) & 1u) &&
         (atomic_load(&c->announced) & 1u)) {
-        *fn = c->impls[0]->host_fn;
-        *ctx = c->impls[0]->host_ctx;
+        *fn = c->impls[0]->binding_fn;
+        *ctx = c->impls[0]->binding_ctx;
         *stamp = c->generation;
     }
     fld__read_end();
     return FLD_OK;
 }
 
-int fld_host_op_keyed(fld_op handle, uint64_t *stamp)
+int fld_binding_op_keyed(fld_op handle, uint64_t *stamp)
 {
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (!op || !stamp)
-        return fld__fail(FLD_EINVAL, "fld_host_op_keyed: argument '%s' is NULL",
+        return fld__fail(FLD_EINVAL, "fld_binding_op_keyed: argument '%s' is NULL",
                          op ? "stamp" : "op");
     FLD_CALL_SCOPE();
     if (unlikely(!library_open()))
-        return closed_handle("fld_host_op_keyed");
+        return closed_handle("fld_binding_op_keyed");
     fld__lock();
     *stamp = atomic_load(&fld__generation);
     int keyed = op->schema || fld__policy_global()->manifest;
@@ -775,39 +775,39 @@ int fld_host_op_keyed(fld_op handle, uint64_t *stamp)
     return keyed;
 }
 
-uint64_t fld_host_stamp(void)
+uint64_t fld_binding_stamp(void)
 {
     if (atomic_load_explicit(&fld__override_threads, memory_order_relaxed))
         return 0;
     return atomic_load_explicit(&fld__generation, memory_order_acquire);
 }
 
-int fld_host_first_failed(fld_op handle, int device_type, DLDataType dtype, const void *host_args,
+int fld_binding_first_failed(fld_op handle, int device_type, DLDataType dtype, const void *binding_args,
                           void *ctx, int status)
 {
     struct fld_op_s *op = (struct fld_op_s *)handle;
-    if (!op || !host_args)
-        return fld__fail(FLD_EINVAL, "fld_host_first_failed: argument '%s' is NULL",
-                         op ? "host_args" : "op");
+    if (!op || !binding_args)
+        return fld__fail(FLD_EINVAL, "fld_binding_first_failed: argument '%s' is NULL",
+                         op ? "binding_args" : "op");
     FLD_CALL_SCOPE();
     if (unlikely(!library_open()))
-        return closed_handle("fld_host_first_failed");
+        return closed_handle("fld_binding_first_failed");
     int dev, dt;
     int rc = key_from(device_type, dtype, &dev, &dt);
     if (rc)
         return rc;
     unsigned slot = fld__slot(dev, dt);
-    const void *outer = tls_host_args;
-    tls_host_args = host_args;
+    const void *outer = tls_binding_args;
+    tls_binding_args = binding_args;
     fld__read_begin();
     struct fld_chain *c = atomic_load(&op->slots[slot]);
     if (c && c->generation == atomic_load(&fld__generation) && c->n && !c->impls[0]->fn &&
-        c->impls[0]->host_ctx == ctx)
-        rc = run_chain(op, slot, c, host_args, 1, status == FLD_OK ? FLD_EIMPL : status);
+        c->impls[0]->binding_ctx == ctx)
+        rc = run_chain(op, slot, c, binding_args, 1, status == FLD_OK ? FLD_EIMPL : status);
     else
-        rc = dispatch_slow(op, slot, host_args);
+        rc = dispatch_slow(op, slot, binding_args);
     fld__read_end();
-    tls_host_args = outer;
+    tls_binding_args = outer;
     return rc;
 }
 
@@ -815,7 +815,7 @@ int fld_host_first_failed(fld_op handle, int device_type, DLDataType dtype, cons
 static inline int run_plugin_impl(const struct fld_op_s *op, const struct fld_impl_rec *r,
                                   const void *args)
 {
-    if (unlikely(args == tls_host_args && args))
+    if (unlikely(args == tls_binding_args && args))
         return fld__fail(FLD_EUNSUPPORTED,
                          "%s: '%s' is a C implementation (plugin '%s') and the call came from a "
                          "language binding with its own arguments, which it cannot read (an op "
@@ -829,7 +829,7 @@ static inline int run_plugin_impl(const struct fld_op_s *op, const struct fld_im
 static inline int run_impl(const struct fld_op_s *op, const struct fld_impl_rec *r,
                            const void *args)
 {
-    return r->fn ? run_plugin_impl(op, r, args) : r->host_fn(r->host_ctx, args);
+    return r->fn ? run_plugin_impl(op, r, args) : r->binding_fn(r->binding_ctx, args);
 }
 
 /* ---- the run of a chain ------------------------------------------------- */
@@ -1204,7 +1204,7 @@ int fld_clear_failures(const char *name)
         fld__op_foreach(clear_op_failures, NULL);
     }
     fld__unlock();
-    fld__manager_tls_flush();
+    fld__dispatch_tls_flush();
     return FLD_OK;
 }
 
@@ -1286,10 +1286,10 @@ int fld_foreach_failure(int (*fn)(const fld_failure_info *info, void *user), voi
     return w.rc;
 }
 
-void fld__manager_shutdown(void)
+void fld__dispatch_shutdown(void)
 {
     fld__op_foreach(drop_op_chains, NULL);
-    fld__manager_tls_flush();
+    fld__dispatch_tls_flush();
 }
 
 static void drop_op_chains(struct fld_op_s *op, void *user)

@@ -3,14 +3,14 @@
  * Python implementations in the library's registry, and any op called by
  * name from Python.
  *
- *   register_impls()  hands Python callables to fld_host_register()
- *                     (<fldispatch/host_impl.h>): each becomes a host
+ *   register_impls()  hands Python callables to fld_binding_register()
+ *                     (<fldispatch/binding.h>): each becomes a host
  *                     implementation whose context is a `struct pyimpl`
  *                     (the callable, its op and id); run_impl() below is
  *                     the kernel the library calls for all of them;
  *   call_op()         an op outside the catalog: the arguments stay Python
  *                     objects in a `struct pyframe`, passed to
- *                     fld_host_call(), which selects under the thread's
+ *                     fld_binding_call(), which selects under the thread's
  *                     policy and runs the chain (fallback, failure memory);
  *                     the winner's return value comes back in the frame.
  *                     A catalog op goes to its typed function (ops.c);
@@ -51,7 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 
 #include "ext.h"
 
@@ -164,7 +164,7 @@ int fldpy_load_plugins(void)
     /* Every source has registered (the plugins; a script registers before
      * its first call): the configuration's names are checked now, once.
      * Under strict mode an unknown name fails every call until it exists. */
-    int rc = fld_host_check_names();
+    int rc = fld_binding_check_names();
     if (rc != FLD_OK) {
         fldpy_raise_status(rc);
         return -1;
@@ -427,7 +427,7 @@ static int interrupted(const struct pyimpl *impl)
     return FLD_EUNSUPPORTED;
 }
 
-/* The library's kernel for every Python implementation (host_impl.h). */
+/* The library's kernel for every Python implementation (binding.h). */
 static int run_impl(void *ctx, const void *args)
 {
     struct pyimpl *impl = ctx;
@@ -501,7 +501,7 @@ static PyObject *py_register_impls(PyObject *self, PyObject *args)
     if (!origin)
         return NULL;
     Py_ssize_t n = PyList_Size(records);
-    fld_host_impl *impls = calloc(n ? (size_t)n : 1, sizeof *impls);
+    fld_binding_impl *impls = calloc(n ? (size_t)n : 1, sizeof *impls);
     struct pyimpl **ctx = calloc(n ? (size_t)n : 1, sizeof *ctx);
     if (!impls || !ctx) {
         free(impls);
@@ -541,7 +541,7 @@ static PyObject *py_register_impls(PyObject *self, PyObject *args)
         struct catalog_find cf = {p->op, 0};
         fld_foreach_catalog_op(find_catalog, &cf);
         p->args_kind = cf.kind;
-        impls[i] = (fld_host_impl){
+        impls[i] = (fld_binding_impl){
             .op = p->op,
             .impl_id = p->impl_id,
             .kind = (fld_kind)kind,
@@ -557,7 +557,7 @@ static PyObject *py_register_impls(PyObject *self, PyObject *args)
             goto fail;
     }
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = fld_host_register(plugin, version, origin, impls, (size_t)n);
+    Py_BEGIN_ALLOW_THREADS rc = fld_binding_register(plugin, version, origin, impls, (size_t)n);
     Py_END_ALLOW_THREADS if (rc != FLD_OK)
     {
         fldpy_raise_status(rc);
@@ -578,18 +578,18 @@ fail:
     return NULL;
 }
 
-static PyObject *py_host_reject(PyObject *self, PyObject *args)
+static PyObject *py_binding_reject(PyObject *self, PyObject *args)
 {
     PyObject *o[4];
-    if (!PyArg_ParseTuple(args, "UUUU:host_reject", &o[0], &o[1], &o[2], &o[3]))
+    if (!PyArg_ParseTuple(args, "UUUU:binding_reject", &o[0], &o[1], &o[2], &o[3]))
         return NULL;
-    const char *plugin = fldpy_str("host_reject", "plugin", o[0]);
-    const char *version = plugin ? fldpy_str("host_reject", "version", o[1]) : NULL;
-    const char *origin = version ? fldpy_str("host_reject", "origin", o[2]) : NULL;
-    const char *reason = origin ? fldpy_str("host_reject", "reason", o[3]) : NULL;
+    const char *plugin = fldpy_str("binding_reject", "plugin", o[0]);
+    const char *version = plugin ? fldpy_str("binding_reject", "version", o[1]) : NULL;
+    const char *origin = version ? fldpy_str("binding_reject", "origin", o[2]) : NULL;
+    const char *reason = origin ? fldpy_str("binding_reject", "reason", o[3]) : NULL;
     if (!reason)
         return NULL;
-    int rc = fld_host_reject(plugin, version, origin, reason);
+    int rc = fld_binding_reject(plugin, version, origin, reason);
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);
     Py_RETURN_NONE;
@@ -611,10 +611,10 @@ static PyObject *py_interpreter_exiting(PyObject *self, PyObject *unused)
 /* ---- call_op ------------------------------------------------------------------ */
 
 /* The direct call of one (device, dtype) of an op: the Python implementation
- * the library runs first, valid while fld_host_stamp() returns stamp. */
+ * the library runs first, valid while fld_binding_stamp() returns stamp. */
 struct fastslot {
     uint64_t stamp;
-    uint64_t checked; /* the stamp fld_host_first() was last asked at */
+    uint64_t checked; /* the stamp fld_binding_first() was last asked at */
     struct pyimpl *impl;
 };
 
@@ -795,7 +795,7 @@ static void entry_key(struct opentry *e, PyObject *const *items, Py_ssize_t n, P
 {
     if (!now || e->keyed_stamp != now) {
         uint64_t stamp = 0;
-        int keyed = fld_host_op_keyed(e->op, &stamp);
+        int keyed = fld_binding_op_keyed(e->op, &stamp);
         e->keyed = keyed != 0;
         e->keyed_stamp = keyed < 0 ? 0 : stamp;
     }
@@ -836,7 +836,7 @@ static PyObject *frame_result(struct pyframe *frame, int rc)
 static PyObject *call_entry(struct opentry *e, struct pyframe *frame, PyObject *const *items,
                             Py_ssize_t n, PyObject *kwargs)
 {
-    uint64_t now = fld_host_stamp();
+    uint64_t now = fld_binding_stamp();
     int device;
     DLDataType dtype;
     entry_key(e, items, n, kwargs, now, &device, &dtype);
@@ -853,17 +853,17 @@ static PyObject *call_entry(struct opentry *e, struct pyframe *frame, PyObject *
         if (rc != FLD_OK) {
             fs->impl = NULL;
             fs->checked = 0; /* asked again after the next call that succeeds */
-            rc = fld_host_first_failed(e->op, device, dtype, frame, impl, rc);
+            rc = fld_binding_first_failed(e->op, device, dtype, frame, impl, rc);
         }
     } else {
-        rc = fld_host_call(e->op, device, dtype, frame);
+        rc = fld_binding_call(e->op, device, dtype, frame);
         if (rc == FLD_OK && fs->checked != now) {
-            fld_host_kernel_fn fn;
+            fld_binding_kernel_fn fn;
             void *ctx;
             uint64_t stamp;
             fs->checked = now;
             fs->impl = NULL;
-            if (fld_host_first(e->op, device, dtype, &fn, &ctx, &stamp) == FLD_OK &&
+            if (fld_binding_first(e->op, device, dtype, &fn, &ctx, &stamp) == FLD_OK &&
                 fn == run_impl && stamp == now) {
                 fs->impl = ctx;
                 fs->stamp = stamp;
@@ -905,12 +905,12 @@ static PyObject *call_declared(struct opentry *e, PyObject *const *args, Py_ssiz
     return result;
 }
 
-void fldpy_registry_declared(PyObject *name)
+void fldpy_binding_declared(PyObject *name)
 {
     if (!name) {
         PyObject *names = PyDict_Keys(op_cache);
         for (Py_ssize_t i = 0; names && i < PyList_Size(names); i++)
-            fldpy_registry_declared(PyList_GetItem(names, i));
+            fldpy_binding_declared(PyList_GetItem(names, i));
         Py_XDECREF(names);
         PyErr_Clear();
         return;
@@ -1032,7 +1032,7 @@ static PyObject *py_resolve_op(PyObject *self, PyObject *name)
     return (PyObject *)c;
 }
 
-int fldpy_registry_init(PyObject *module)
+int fldpy_binding_init(PyObject *module)
 {
     module_ref = module; /* borrowed: the module outlives these functions */
     vectorcall = (vectorcall_fn)dlsym(RTLD_DEFAULT, "PyObject_Vectorcall");
@@ -1046,12 +1046,12 @@ int fldpy_registry_init(PyObject *module)
     return PyModule_AddObject(module, "OpCaller", opcaller_type);
 }
 
-PyMethodDef fldpy_registry_methods[] = {
+PyMethodDef fldpy_binding_methods[] = {
     {"register_impls", py_register_impls, METH_VARARGS,
      "register_impls(plugin, version, origin, records)\n--\n\nRegisters Python implementations "
      "all-or-nothing (use fldispatch.register_impl)."},
-    {"host_reject", py_host_reject, METH_VARARGS,
-     "host_reject(plugin, version, origin, reason)\n--\n\nRecords a Python plugin that failed."},
+    {"binding_reject", py_binding_reject, METH_VARARGS,
+     "binding_reject(plugin, version, origin, reason)\n--\n\nRecords a Python plugin that failed."},
     {"call_op", (PyCFunction)(void (*)(void))py_call_op, METH_FASTCALL | METH_KEYWORDS,
      "call_op(name, *args, **kwargs)\n--\n\nCalls any op by name; returns what the "
      "implementation returns."},

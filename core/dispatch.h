@@ -5,8 +5,8 @@
  * memory, and explain/resolve for tools. The chains' contents are
  * selection's (select.h).
  */
-#ifndef FLD_CORE_MANAGER_H
-#define FLD_CORE_MANAGER_H
+#ifndef FLD_CORE_DISPATCH_H
+#define FLD_CORE_DISPATCH_H
 
 #include "host.h"
 #include "inflight.h"
@@ -73,8 +73,8 @@ fld__call_family(enum fld_catalog_index idx, bool ok, unsigned slot, const void 
 }
 
 /* Drops every cached chain of every op (host lock held; at shutdown). */
-void fld__manager_shutdown(void);
+void fld__dispatch_shutdown(void);
 /* The calling thread's override caches: frees them (on pop, thread exit). */
-void fld__manager_tls_flush(void);
+void fld__dispatch_tls_flush(void);
 
 #endif
