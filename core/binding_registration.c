@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Host implementations (include/fldispatch/binding.h): what a language
+ * Binding implementations (include/fldispatch/binding.h): what a language
  * binding in the host process registers, a plugin record per binding
  * package, filled all-or-nothing through the same staging registry as a
  * plugin's register_builtins. The call side (fld_binding_call()) is in
- * manager.c, next to the chain it runs.
+ * binding_call.c, beside the files of dispatch.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -53,7 +53,7 @@ static struct fld_plugin_rec *plugin_named(const char *name)
 }
 
 /*
- * The host plugin record `name` of origin, created when missing (*created
+ * The binding plugin record `name` of origin, created when missing (*created
  * then true); FLD_ESTATE when the name belongs to a plugin file or another
  * origin. Host lock held.
  */
@@ -63,11 +63,11 @@ static int binding_plugin(const char *name, const char *version, const char *ori
     *created = false;
     struct fld_plugin_rec *p = plugin_named(name);
     if (p) {
-        if (!p->host || strcmp(p->path, origin) != 0)
+        if (!p->binding || strcmp(p->path, origin) != 0)
             return fld__fail(FLD_ESTATE,
-                             "plugin name '%s' is taken by %s (%s): a host plugin needs a name of "
+                             "plugin name '%s' is taken by %s (%s): a binding plugin needs a name of "
                              "its own",
-                             name, p->host ? "another host plugin" : "a plugin file", p->path);
+                             name, p->binding ? "another binding plugin" : "a plugin file", p->path);
         *out = p;
         return FLD_OK;
     }
@@ -79,7 +79,7 @@ static int binding_plugin(const char *name, const char *version, const char *ori
         return fld__fail(FLD_ENOMEM, "out of memory recording plugin '%s'", name);
     free(p->version);
     p->version = v;
-    p->host = true;
+    p->binding = true;
     p->in_tree = false;
     p->abi_major = FLD_PLUGIN_ABI_MAJOR;
     p->abi_minor = FLD_PLUGIN_ABI_MINOR;

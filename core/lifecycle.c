@@ -8,7 +8,7 @@
  * fld__ensure_init_from(), and by two hooks it sets at its first
  * initialisation: what a forked child redoes (host.c runs it) and dispatch's
  * flush of a thread's caches when an override leaves it (policy_override.c
- * runs it, so the override stack need not include manager.h). The host lock,
+ * runs it, so the override stack need not include dispatch.h). The host lock,
  * the generation counter and the ready flag are the base floor's (host.c).
  */
 #include <errno.h>
@@ -25,6 +25,7 @@
 #include "policy_sources.h"
 #include "log.h"
 #include "dispatch.h"
+#include "dispatch_override.h"
 #include "manifest.h"
 #include "names.h"
 #include "ops.h"
@@ -97,7 +98,7 @@ static void after_fork_child(void)
 }
 
 /*
- * Decides the platform and builds the policy of all layers against the
+ * Decides the platform and builds the policy of all sources against the
  * current registry; checks the manifest. Nothing is applied: on error *out
  * is NULL and the message names the variable or file:line. Host lock held.
  */

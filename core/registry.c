@@ -395,7 +395,7 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
     return FLD_OK;
 }
 
-/* What validate_record() sees as fn of a host implementation, which has none. */
+/* What validate_record() sees as fn of a binding implementation, which has none. */
 static int binding_fn_placeholder(const void *args)
 {
     (void)args;

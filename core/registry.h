@@ -37,7 +37,7 @@ struct fld_plugin_rec {
     void *dl_handle;                          /* NULL unless dlopen()ed */
     dev_t st_dev;                             /* identity of the file, to load each file once */
     ino_t st_ino;
-    bool host; /* registered by a language binding (binding_registration.c), not loaded */
+    bool binding; /* registered by a language binding (binding_registration.c), not loaded */
     struct fld_plugin_rec *next;
 };
 
@@ -53,10 +53,10 @@ struct fld_impl_rec {
     char *vendor;
     int priority;
     uint32_t devices, dtypes;
-    fld_kernel_fn fn; /* NULL for a host implementation, which runs binding_fn */
+    fld_kernel_fn fn; /* NULL for a binding implementation, which runs binding_fn */
     fld_binding_kernel_fn binding_fn;
     void *binding_ctx;
-    char *binding_unavailable; /* a host implementation's reason it cannot run, or NULL */
+    char *binding_unavailable; /* a binding implementation's reason it cannot run, or NULL */
     fld_available_fn is_available;
     fld_supports_fn supports;
     struct fld_plugin_rec *plugin;
@@ -93,7 +93,7 @@ int fld__registry_commit(struct fld_registry *reg);
 void fld__registry_discard(struct fld_registry *reg);
 
 /*
- * Stages a host implementation (binding.h): the checks of
+ * Stages a binding implementation (binding.h): the checks of
  * fld_registry_register() on impl (whose fn is ignored), then fn and ctx.
  */
 int fld__registry_register_binding(struct fld_registry *reg, const fld_impl *impl,

@@ -416,6 +416,18 @@ def _python_module_names():
     return out
 
 
+# The package's own plugins (the flagos tier), registered first at discovery in
+# the order added: each module adds its own when the package imports it, so
+# that this module imports none of them.
+_builtin_plugins = []
+
+
+def _add_builtin_plugin(register):
+    """Runs register() at discovery, before the entry points; returns it."""
+    _builtin_plugins.append(register)
+    return register
+
+
 def discover_plugins():
     """Loads the Python plugins: entry points of fldispatch.plugins, then of
     vllm_fl.plugin, then the module names of VLLM_FL_PLUGIN_MODULES. A
@@ -423,8 +435,8 @@ def discover_plugins():
     the reason) and registers nothing; the others are not affected."""
     import importlib
 
-    from . import flagos
-    flagos.register()
+    for register in tuple(_builtin_plugins):
+        register()
     # after an interrupted discovery: the plugins looked at already stay as they are
     seen = {source for _, source, _, _ in discovered_plugins}
     for group, upstream in ((PLUGIN_GROUP, False), (UPSTREAM_PLUGIN_GROUP, True)):

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Python implementations in the library's registry, and any op called by
- * name from Python.
+ * The Python side of <fldispatch/binding.h>: Python implementations in the
+ * library's registry, and any op called by name from Python.
  *
- *   register_impls()  hands Python callables to fld_binding_register()
- *                     (<fldispatch/binding.h>): each becomes a host
+ *   register_impls()  hands Python callables to fld_binding_register():
+ *                     each becomes a binding
  *                     implementation whose context is a `struct pyimpl`
  *                     (the callable, its op and id); run_impl() below is
  *                     the kernel the library calls for all of them;
@@ -141,36 +141,6 @@ PyObject *fldpy_raise_impl_status(int status)
     tls_impl_exception = NULL;
     chain_cause(exc);
     return NULL;
-}
-
-/* ---- Python plugins, loaded on first use ---------------------------------- */
-
-/* Set once discovery is complete: until then every call asks registry.py,
- * which makes other threads wait for a discovery in progress and lets the
- * discovering thread (a plugin calling an op) through. */
-int fldpy_plugins_loaded;
-
-int fldpy_load_plugins(void)
-{
-    PyObject *m = PyImport_ImportModule("fldispatch.registry");
-    PyObject *r = m ? PyObject_CallMethod(m, "_ensure_plugins", NULL) : NULL;
-    Py_XDECREF(m);
-    if (!r)
-        return -1;
-    bool complete = r == Py_True;
-    Py_DECREF(r);
-    if (!complete)
-        return 0; /* a plugin calling an op during discovery */
-    /* Every source has registered (the plugins; a script registers before
-     * its first call): the configuration's names are checked now, once.
-     * Under strict mode an unknown name fails every call until it exists. */
-    int rc = fld_binding_check_names();
-    if (rc != FLD_OK) {
-        fldpy_raise_status(rc);
-        return -1;
-    }
-    fldpy_plugins_loaded = 1;
-    return 0;
 }
 
 /* ---- registered implementations -------------------------------------------- */
@@ -595,6 +565,28 @@ static PyObject *py_binding_reject(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_declare_op(PyObject *self, PyObject *args)
+{
+    static const char *const arg_names[5] = {"plugin", "version", "origin", "op", "schema"};
+    PyObject *o[5];
+    const char *v[5] = {NULL};
+    if (!PyArg_ParseTuple(args, "UUUUU:declare_op", &o[0], &o[1], &o[2], &o[3], &o[4]))
+        return NULL;
+    for (int i = 0; i < 5; i++)
+        if (!(v[i] = fldpy_str("declare_op", arg_names[i], o[i])))
+            return NULL;
+    const char *plugin = v[0], *version = v[1], *origin = v[2], *op = v[3], *schema = v[4];
+    int rc = fld_binding_declare(plugin, version, origin, op, schema);
+    if (rc != FLD_OK)
+        return fldpy_raise_status(rc);
+    PyObject *name = PyUnicode_FromString(op);
+    if (!name)
+        return NULL;
+    fldpy_binding_declared(name); /* a call_op() entry made before the declaration */
+    Py_DECREF(name);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_ready(PyObject *self, PyObject *unused)
 {
     if (fldpy_ensure_plugins() < 0)
@@ -614,7 +606,7 @@ static PyObject *py_interpreter_exiting(PyObject *self, PyObject *unused)
  * the library runs first, valid while fld_binding_stamp() returns stamp. */
 struct fastslot {
     uint64_t stamp;
-    uint64_t checked; /* the stamp fld_binding_first() was last asked at */
+    uint64_t checked; /* the stamp fld_binding_call() last said fld_binding_direct at */
     struct pyimpl *impl;
 };
 
@@ -856,17 +848,16 @@ static PyObject *call_entry(struct opentry *e, struct pyframe *frame, PyObject *
             rc = fld_binding_first_failed(e->op, device, dtype, frame, impl, rc);
         }
     } else {
-        rc = fld_binding_call(e->op, device, dtype, frame);
-        if (rc == FLD_OK && fs->checked != now) {
-            fld_binding_kernel_fn fn;
-            void *ctx;
-            uint64_t stamp;
+        /* What to call directly from then on: asked once per stamp. */
+        const bool ask = fs->checked != now;
+        fld_binding_direct direct;
+        rc = fld_binding_call(e->op, device, dtype, frame, ask ? &direct : NULL);
+        if (rc == FLD_OK && ask) {
             fs->checked = now;
             fs->impl = NULL;
-            if (fld_binding_first(e->op, device, dtype, &fn, &ctx, &stamp) == FLD_OK &&
-                fn == run_impl && stamp == now) {
-                fs->impl = ctx;
-                fs->stamp = stamp;
+            if (direct.fn == run_impl && direct.stamp == now) {
+                fs->impl = direct.ctx;
+                fs->stamp = direct.stamp;
             }
         }
     }
@@ -1050,6 +1041,9 @@ PyMethodDef fldpy_binding_methods[] = {
     {"register_impls", py_register_impls, METH_VARARGS,
      "register_impls(plugin, version, origin, records)\n--\n\nRegisters Python implementations "
      "all-or-nothing (use fldispatch.register_impl)."},
+    {"declare_op", py_declare_op, METH_VARARGS,
+     "declare_op(plugin, version, origin, op, schema)\n--\n\nDeclares an op's signature (use "
+     "fldispatch.declare_op)."},
     {"binding_reject", py_binding_reject, METH_VARARGS,
      "binding_reject(plugin, version, origin, reason)\n--\n\nRecords a Python plugin that failed."},
     {"call_op", (PyCFunction)(void (*)(void))py_call_op, METH_FASTCALL | METH_KEYWORDS,
