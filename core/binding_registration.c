@@ -58,16 +58,17 @@ static struct fld_plugin_rec *plugin_named(const char *name)
  * origin. Host lock held.
  */
 static int binding_plugin(const char *name, const char *version, const char *origin,
-                       struct fld_plugin_rec **out, bool *created)
+                          struct fld_plugin_rec **out, bool *created)
 {
     *created = false;
     struct fld_plugin_rec *p = plugin_named(name);
     if (p) {
         if (!p->binding || strcmp(p->path, origin) != 0)
-            return fld__fail(FLD_ESTATE,
-                             "plugin name '%s' is taken by %s (%s): a binding plugin needs a name of "
-                             "its own",
-                             name, p->binding ? "another binding plugin" : "a plugin file", p->path);
+            return fld__fail(
+                FLD_ESTATE,
+                "plugin name '%s' is taken by %s (%s): a binding plugin needs a name of "
+                "its own",
+                name, p->binding ? "another binding plugin" : "a plugin file", p->path);
         *out = p;
         return FLD_OK;
     }
@@ -123,7 +124,7 @@ static int commit_or_reject(struct fld_registry *reg, int rc, struct fld_plugin_
 }
 
 int fld_binding_register(const char *plugin, const char *version, const char *origin,
-                      const fld_binding_impl *impls, size_t n)
+                         const fld_binding_impl *impls, size_t n)
 {
     FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
@@ -175,8 +176,8 @@ int fld_binding_register(const char *plugin, const char *version, const char *or
     return FLD_OK;
 }
 
-int fld_binding_declare(const char *plugin, const char *version, const char *origin,
-                     const char *op, const char *schema)
+int fld_binding_declare(const char *plugin, const char *version, const char *origin, const char *op,
+                        const char *schema)
 {
     FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
@@ -205,7 +206,7 @@ int fld_binding_declare(const char *plugin, const char *version, const char *ori
 }
 
 int fld_binding_reject(const char *plugin, const char *version, const char *origin,
-                    const char *reason)
+                       const char *reason)
 {
     FLD_CALL_SCOPE();
     int rc = fld__ensure_init();

@@ -403,10 +403,11 @@ static int binding_fn_placeholder(const void *args)
 }
 
 int fld__registry_register_binding(struct fld_registry *reg, const fld_impl *impl,
-                                fld_binding_kernel_fn fn, void *ctx, const char *unavailable)
+                                   fld_binding_kernel_fn fn, void *ctx, const char *unavailable)
 {
     if (!impl)
-        return fld__registry_fail(reg, FLD_EINVAL, "fld_binding_register: an implementation is NULL");
+        return fld__registry_fail(reg, FLD_EINVAL,
+                                  "fld_binding_register: an implementation is NULL");
     if (!fn)
         return fld__registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL",
                                   impl->impl_id ? impl->impl_id : "",
@@ -531,9 +532,10 @@ bool fld__impl_available(struct fld_impl_rec *impl, const char **reason)
         const char *why = impl->binding_unavailable;
         char misbehaved[256] = "";
         const char *plugin = impl->plugin ? impl->plugin->name : "?";
-        bool ok = impl->binding_unavailable ? false
-                                         : fld__plugin_available(impl->is_available, plugin, &why,
-                                                                 misbehaved, sizeof misbehaved);
+        bool ok = impl->binding_unavailable
+                      ? false
+                      : fld__plugin_available(impl->is_available, plugin, &why, misbehaved,
+                                              sizeof misbehaved);
         if (misbehaved[0])
             fld__log(FLD_LOG_WARNING, "plugin '%s': %s; counted as unavailable", plugin,
                      misbehaved);

@@ -97,7 +97,7 @@ void fld__registry_discard(struct fld_registry *reg);
  * fld_registry_register() on impl (whose fn is ignored), then fn and ctx.
  */
 int fld__registry_register_binding(struct fld_registry *reg, const fld_impl *impl,
-                                fld_binding_kernel_fn fn, void *ctx, const char *unavailable);
+                                   fld_binding_kernel_fn fn, void *ctx, const char *unavailable);
 
 /*
  * Staged signatures (declarations.c): interns their ops ahead of the commit

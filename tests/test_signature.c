@@ -252,8 +252,8 @@ START_TEST(parser_errors_and_canonical_text)
         ck_assert_int_eq(fld_op_signature(op, &info), FLD_ENOTFOUND);
     }
     ck_assert_int_eq(fld_binding_declare("binding", "1", "test:binding", "canon",
-                                      " ( Tensor! a , str s, Tensor(zz!)? b=None, int n=+3, "
-                                      "float e=1e-6, bool f=True ) -> ( ) "),
+                                         " ( Tensor! a , str s, Tensor(zz!)? b=None, int n=+3, "
+                                         "float e=1e-6, bool f=True ) -> ( ) "),
                      FLD_OK);
     fld_signature_info info;
     ck_assert_int_eq(fld_op_signature("canon", &info), FLD_OK);
@@ -262,10 +262,10 @@ START_TEST(parser_errors_and_canonical_text)
     ck_assert_ptr_nonnull(strstr(info.declared_by, "binding"));
     /* the catalog's signature cannot be redeclared otherwise */
     EXPECT_ERROR(fld_binding_declare("binding", "1", "test:binding", FLD_OP_SILU_AND_MUL,
-                                  "(Tensor(a!) out, Tensor x, float y) -> ()"),
+                                     "(Tensor(a!) out, Tensor x, float y) -> ()"),
                  FLD_EINVAL, "op 'silu_and_mul'", "the catalog");
     ck_assert_int_eq(fld_binding_declare("binding", "1", "test:binding", FLD_OP_SILU_AND_MUL,
-                                      "(Tensor! out, Tensor x) -> ()"),
+                                         "(Tensor! out, Tensor x) -> ()"),
                      FLD_OK);
 }
 END_TEST
