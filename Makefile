@@ -35,7 +35,7 @@
 #   make deps [SETS="build test"]     check (as root: install) Debian package sets
 #                        (make run and make check install theirs as root too)
 #
-# Output is one short line per step (CC core/manager.c); V=1 prints the commands.
+# Output is one short line per step (CC core/dispatch.c); V=1 prints the commands.
 #
 # Each plugins/<name>/ directory with C sources becomes build/lib/fldispatch/
 # plugins/fld-<name>.so, so a new backend needs no change here. plugins/shared/

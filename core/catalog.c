@@ -3,7 +3,7 @@
  * The catalog: one schema row per op (name, argument struct, validator,
  * reference kernel and what it serves), and the typed public entry points,
  * each of which packs its arguments, runs its family's quick checks
- * (validate_fast.h) and dispatches, inlined in one function (manager.h
+ * (validate_fast.h) and dispatches, inlined in one function (dispatch.h
  * fld__call_family()); a call the quick checks doubt goes to the family's
  * full validator. Per-op knowledge lives here and in the
  * validator families of validate.c, nowhere else.
@@ -11,7 +11,7 @@
 #include <fldispatch/plugin.h>
 
 #include "error.h"
-#include "manager.h"
+#include "dispatch.h"
 #include "ops.h"
 #include "reference.h"
 #include "validate.h"

@@ -2,8 +2,8 @@
 /*
  * Policy files, the policy-file schema only (config.h): YAML policy files
  * read against the keys of the policy-field table (policy_table.h),
- * VLLM_FL_OP_CONFIG's JSON file, and fld_policy_load_file(). The layers and
- * their precedence are layers.c's; the report of the effective
+ * VLLM_FL_OP_CONFIG's JSON file, and fld_policy_load_file(). The sources and
+ * their precedence are policy_sources.c's; the report of the effective
  * configuration is config_report.c's.
  *
  * A file is read in two steps: the whole document is checked and converted

@@ -2,8 +2,8 @@
 /*
  * Policy files (config.c): the schema of a YAML policy file (the platform
  * file config/<platform>.yaml, VLLM_FL_CONFIG's file, fld_policy_load_file(),
- * fld_policy_push_file()) and of VLLM_FL_OP_CONFIG's JSON file. The layers
- * they are and their precedence: layers.h.
+ * fld_policy_push_file()) and of VLLM_FL_OP_CONFIG's JSON file. The sources
+ * they are and their precedence: policy_sources.h.
  *
  * YAML files are parsed with libyaml against a strict schema: an unknown
  * key, a wrong type, an invalid token, a duplicate key or a document that is
@@ -28,7 +28,7 @@ int fld__config_apply_file(struct fld_policy *p, const char *path, const char *l
 
 /*
  * Reads the JSON object op -> token ("a|b" allowed) at path (strict JSON)
- * and makes it p's per-op orders, replacing every order of the lower layers
+ * and makes it p's per-op orders, replacing every order of the lower sources
  * (VLLM_FL_PER_OP, op_backends) as vllm-plugin-FL does. FLD_ECONFIG with
  * "VLLM_FL_OP_CONFIG: ..." naming the file and line; p unchanged on error.
  */

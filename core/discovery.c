@@ -460,7 +460,7 @@ static void load_modules(const char *list)
             load_plugin_file(e, true);
         } else if (find_module(&search, e, path, sizeof path)) {
             load_plugin_file(path, true);
-        } else if (python_module_name(e, &dotted) && (dotted || fld__host_claims_modules())) {
+        } else if (python_module_name(e, &dotted) && (dotted || fld__binding_claims_modules())) {
             /* A Python module (vllm-plugin-FL's meaning of the variable): the
              * Python package imports it; a C-only process says so once. */
             size_t used = strlen(skipped);
@@ -477,12 +477,12 @@ static void load_modules(const char *list)
     }
     free(copy);
     if (n_skipped)
-        fld__log(fld__host_claims_modules() ? FLD_LOG_DEBUG : FLD_LOG_WARNING,
+        fld__log(fld__binding_claims_modules() ? FLD_LOG_DEBUG : FLD_LOG_WARNING,
                  "VLLM_FL_PLUGIN_MODULES: %s %s: Python module name%s, which only the Python "
                  "package imports (import fldispatch)%s",
-                 fld__host_claims_modules() ? "left to the Python package:" : "skipped", skipped,
+                 fld__binding_claims_modules() ? "left to the Python package:" : "skipped", skipped,
                  n_skipped > 1 ? "s" : "",
-                 fld__host_claims_modules() ? "" : "; no Python package runs in this process");
+                 fld__binding_claims_modules() ? "" : "; no Python package runs in this process");
 }
 
 /*

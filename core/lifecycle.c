@@ -8,7 +8,7 @@
  * fld__ensure_init_from(), and by two hooks it sets at its first
  * initialisation: what a forked child redoes (host.c runs it) and dispatch's
  * flush of a thread's caches when an override leaves it (policy_override.c
- * runs it, so the override stack need not include manager.h). The host lock,
+ * runs it, so the override stack need not include dispatch.h). The host lock,
  * the generation counter and the ready flag are the base floor's (host.c).
  */
 #include <errno.h>
@@ -16,15 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 
 #include "discovery.h"
 #include "error.h"
 #include "host.h"
 #include "inflight.h"
-#include "layers.h"
+#include "policy_sources.h"
 #include "log.h"
-#include "manager.h"
+#include "dispatch.h"
+#include "dispatch_override.h"
 #include "manifest.h"
 #include "names.h"
 #include "ops.h"
@@ -97,7 +98,7 @@ static void after_fork_child(void)
 }
 
 /*
- * Decides the platform and builds the policy of all layers against the
+ * Decides the platform and builds the policy of all sources against the
  * current registry; checks the manifest. Nothing is applied: on error *out
  * is NULL and the message names the variable or file:line. Host lock held.
  */
@@ -137,7 +138,7 @@ static int check_names_now(const struct fld_policy *p)
 }
 
 /* Set by a binding that registers implementations of its own: the check
- * waits for fld_host_check_names() (host_impl.h). */
+ * waits for fld_binding_check_names() (binding.h). */
 static atomic_bool names_deferred;
 
 static int check_names(const struct fld_policy *p)
@@ -145,12 +146,12 @@ static int check_names(const struct fld_policy *p)
     return atomic_load(&names_deferred) ? FLD_OK : check_names_now(p);
 }
 
-void fld_host_defer_name_check(void)
+void fld_binding_defer_name_check(void)
 {
     atomic_store(&names_deferred, true);
 }
 
-int fld_host_check_names(void)
+int fld_binding_check_names(void)
 {
     if (!atomic_load(&names_deferred))
         return FLD_OK;
@@ -240,7 +241,7 @@ static int initialise_locked(void)
 {
     fld__host_on_fork_child(after_fork_child);
     /* Before any override can exist: every push initialises first. */
-    fld__policy_on_override_pop(fld__manager_tls_flush);
+    fld__policy_on_override_pop(fld__dispatch_tls_flush);
     struct fld_log_env log_env;
     struct fld_stats_env stats_env;
     int rc = fld__log_read_env(&log_env);
@@ -268,7 +269,7 @@ static int initialise_locked(void)
          * fld_reload() must start from nothing. */
         char message[sizeof init_message];
         fld__error_copy(message, sizeof message);
-        fld__manager_shutdown();
+        fld__dispatch_shutdown();
         fld__registry_shutdown();
         fld__ops_shutdown();
         fld__discovery_shutdown();
@@ -501,7 +502,7 @@ static int shut_down(double timeout)
     }
     fld__bump_generation(); /* no chain is valid any more */
     atomic_store(&fld__generation, 0);
-    fld__manager_shutdown();
+    fld__dispatch_shutdown();
     fld__registry_shutdown();
     fld__ops_shutdown();
     fld__discovery_shutdown();

@@ -96,7 +96,7 @@ struct fld_impl_rec;
  * What the dispatch fast path reads for one slot: it may call fn directly
  * while `generation` equals fld__generation. Kept in the op (which lives
  * until fld_shutdown()) so the hot path never dereferences a chain that a
- * policy change could retire. Written under the host lock (manager.c).
+ * policy change could retire. Written under the host lock (chain_cache.c, chain_run.c).
  */
 struct fld_fast_call {
     _Atomic uint64_t generation;
@@ -154,10 +154,10 @@ struct fld_op_s {
      * key: also its split, in buckets). */
     struct fld_fast_call fast[FLD_NSLOTS];
     /* The bucket slots and splits, once a manifest gave this op buckets;
-     * written once (host lock), freed at shutdown (manager.c). */
+     * written once (host lock), freed at shutdown (chain_cache.c). */
     struct fld_op_buckets *_Atomic buckets;
     /* Cached chains per slot; read without the lock inside a reader section
-     * (reclaim.h, manager.c). */
+     * (reclaim.h, chain_cache.c). */
     _Atomic(struct fld_chain *) slots[FLD_NSLOTS];
     /* The impl that served the last call per slot, for "switched" log lines. */
     _Atomic(const struct fld_impl_rec *) last_served[FLD_NSLOTS];

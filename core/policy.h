@@ -8,7 +8,7 @@
  * one (fld__policy_clone + edit) and publishes it. Published policies are
  * kept until fld_shutdown(), so a reader holding a pointer never sees it
  * freed (reclaim.c keeps the retire list). The global policy pointer and
- * its publication are here too; lifecycle.c builds the policy of all layers.
+ * its publication are here too; lifecycle.c builds the policy of all sources.
  */
 #ifndef FLD_CORE_POLICY_H
 #define FLD_CORE_POLICY_H

@@ -11,9 +11,9 @@
  *
  * It sits above policy.c, which knows nothing of it: it checks a manifest
  * on a strict push (manifest.h, above the policy), and it must not include
- * dispatch (manager.h, above it). Dispatch caches choices per thread; when
+ * dispatch (dispatch.h, above it). Dispatch caches choices per thread; when
  * an override leaves, those caches are stale, so the pop runs a hook that
- * the top floor sets (lifecycle.c sets fld__manager_tls_flush() at its
+ * the top floor sets (lifecycle.c sets fld__dispatch_tls_flush() at its
  * first initialisation), as host.c runs lifecycle.c's fork hook. Every push
  * initialises the library first, so the hook is set before any override
  * exists.

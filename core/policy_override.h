@@ -3,7 +3,7 @@
  * The thread-local stack of scoped overrides (policy_override.c), as the
  * top floor sees it: the hook it sets so that an override leaving a thread
  * reaches dispatch's per-thread caches without the stack including
- * manager.h. The stack's reads on the call path are declared in policy.h.
+ * dispatch.h. The stack's reads on the call path are declared in policy.h.
  */
 #ifndef FLD_CORE_POLICY_OVERRIDE_H
 #define FLD_CORE_POLICY_OVERRIDE_H

@@ -12,7 +12,7 @@
  * Columns of X(id, key, env, yaml, kind, member, partner, word, origin):
  *   id       FLD_PF_<id>, the field's index
  *   key      fld_policy_set()'s key and the report's key
- *   env      the environment variable that sets it (layers.c reads it)
+ *   env      the environment variable that sets it (policy_sources.c reads it)
  *   yaml     its key in a YAML policy file (config.c)
  *   kind     its grammar and storage, FLD_PK_<kind>:
  *              PREFER   one of flagos, vendor, reference  enum fld_prefer

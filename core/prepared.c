@@ -12,7 +12,7 @@
  * the bytes it spans, its element size); a call runs them, one family's
  * pairs of tensors that must not meet spelled out, in straight-line integer
  * code folded into one "doubt" word, and dispatches in the same function
- * (manager.h fld__call_family()).
+ * (dispatch.h fld__call_family()).
  *
  * The per-call checks only say "surely fine": anything they doubt (a NULL, a
  * misaligned or wrapping pointer, byte ranges that meet, a position out of
@@ -28,7 +28,7 @@
 #include "error.h"
 #include "host.h"
 #include "inflight.h"
-#include "manager.h"
+#include "dispatch.h"
 #include "ops.h"
 #include "validate.h"
 
@@ -295,7 +295,7 @@ static inline uintptr_t meet(const struct range *a, const struct range *b)
     return (uintptr_t)((a->lo < b->hi) & (b->lo < a->hi));
 }
 
-/* The doubt word decides: dispatch, or the full validator first (manager.h). */
+/* The doubt word decides: dispatch, or the full validator first (dispatch.h). */
 static inline __attribute__((always_inline)) int finish(fld_prepared *p, uintptr_t doubt)
 {
     return fld__call_family(p->idx, doubt == 0, p->slot, &p->args);

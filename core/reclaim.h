@@ -17,7 +17,7 @@
  *   pointers after the unlink, so it cannot hold the object.
  *
  * The dispatch fast path holds no retirable object (it reads the op's own
- * fast-call fields, see manager.c), so it pays nothing for this. Objects
+ * fast-call fields, see chain_run.c), so it pays nothing for this. Objects
  * whose address is handed to the application (fld_platform(),
  * fld_plugin_path()) use fld__retire_until_shutdown() instead.
  */

@@ -90,7 +90,7 @@ static void impl_free(struct fld_impl_rec *r)
     free(r->impl_id);
     free(r->qualified);
     free(r->vendor);
-    free(r->host_unavailable);
+    free(r->binding_unavailable);
     free(r);
 }
 
@@ -406,30 +406,30 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
     return FLD_OK;
 }
 
-/* What validate_record() sees as fn of a host implementation, which has none. */
-static int host_fn_placeholder(const void *args)
+/* What validate_record() sees as fn of a binding implementation, which has none. */
+static int binding_fn_placeholder(const void *args)
 {
     (void)args;
     return FLD_EUNSUPPORTED;
 }
 
-int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
-                                fld_host_kernel_fn fn, void *ctx, const char *unavailable)
+int fld__registry_register_binding(struct fld_registry *reg, const fld_impl *impl,
+                                   fld_binding_kernel_fn fn, void *ctx, const char *unavailable)
 {
     if (!impl)
-        return registry_fail(reg, FLD_EINVAL, "fld_host_register: an implementation is NULL");
+        return registry_fail(reg, FLD_EINVAL, "fld_binding_register: an implementation is NULL");
     if (!fn)
         return registry_fail(reg, FLD_EINVAL, "impl '%s' for op '%s': fn is NULL",
                              impl->impl_id ? impl->impl_id : "", impl->op ? impl->op : "(null)");
     fld_impl copy = *impl;
-    copy.fn = host_fn_placeholder;
+    copy.fn = binding_fn_placeholder;
     copy.is_available = NULL;
     copy.supports = NULL;
     int rc = fld_registry_register(reg, &copy);
     if (rc)
         return rc;
     struct fld_impl_rec *r = reg->staged[reg->n - 1];
-    if (unavailable && !(r->host_unavailable = strdup(unavailable))) {
+    if (unavailable && !(r->binding_unavailable = strdup(unavailable))) {
         reg->n--;
         impl_free(r);
         /* the duplicate index still names it: rebuild it without */
@@ -440,8 +440,8 @@ int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
         return registry_fail(reg, FLD_ENOMEM, "out of memory registering '%s'", impl->impl_id);
     }
     r->fn = NULL;
-    r->host_fn = fn;
-    r->host_ctx = ctx;
+    r->binding_fn = fn;
+    r->binding_ctx = ctx;
     return FLD_OK;
 }
 
@@ -538,12 +538,13 @@ bool fld__impl_available(struct fld_impl_rec *impl, const char **reason)
 {
     int a = atomic_load(&impl->available);
     if (a == 0) {
-        const char *why = impl->host_unavailable;
+        const char *why = impl->binding_unavailable;
         char misbehaved[256] = "";
         const char *plugin = impl->plugin ? impl->plugin->name : "?";
-        bool ok = impl->host_unavailable ? false
-                                         : fld__plugin_available(impl->is_available, plugin, &why,
-                                                                 misbehaved, sizeof misbehaved);
+        bool ok = impl->binding_unavailable
+                      ? false
+                      : fld__plugin_available(impl->is_available, plugin, &why, misbehaved,
+                                              sizeof misbehaved);
         if (misbehaved[0])
             fld__log(FLD_LOG_WARNING, "plugin '%s': %s; counted as unavailable", plugin,
                      misbehaved);

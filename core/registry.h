@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 
 #include "declarations.h"
 #include "ops.h"
@@ -38,7 +38,7 @@ struct fld_plugin_rec {
     void *dl_handle;                          /* NULL unless dlopen()ed */
     dev_t st_dev;                             /* identity of the file, to load each file once */
     ino_t st_ino;
-    bool host; /* registered by a language binding (host_registration.c), not loaded */
+    bool binding; /* registered by a language binding (binding_registration.c), not loaded */
     struct fld_plugin_rec *next;
 };
 
@@ -54,10 +54,10 @@ struct fld_impl_rec {
     char *vendor;
     int priority;
     uint32_t devices, dtypes;
-    fld_kernel_fn fn; /* NULL for a host implementation, which runs host_fn */
-    fld_host_kernel_fn host_fn;
-    void *host_ctx;
-    char *host_unavailable; /* a host implementation's reason it cannot run, or NULL */
+    fld_kernel_fn fn; /* NULL for a binding implementation, which runs binding_fn */
+    fld_binding_kernel_fn binding_fn;
+    void *binding_ctx;
+    char *binding_unavailable; /* a binding implementation's reason it cannot run, or NULL */
     fld_available_fn is_available;
     fld_supports_fn supports;
     struct fld_plugin_rec *plugin;
@@ -90,15 +90,15 @@ int fld__registry_commit(struct fld_registry *reg);
 void fld__registry_discard(struct fld_registry *reg);
 
 /*
- * Stages a host implementation (host_impl.h): the checks of
+ * Stages a binding implementation (binding.h): the checks of
  * fld_registry_register() on impl (whose fn is ignored), then fn and ctx.
  */
-int fld__registry_register_host(struct fld_registry *reg, const fld_impl *impl,
-                                fld_host_kernel_fn fn, void *ctx, const char *unavailable);
+int fld__registry_register_binding(struct fld_registry *reg, const fld_impl *impl,
+                                   fld_binding_kernel_fn fn, void *ctx, const char *unavailable);
 
 /* Whether a language binding claimed VLLM_FL_PLUGIN_MODULES's module names
- * (fld_host_claim_module_names(), host_registration.c); read by discovery. */
-bool fld__host_claims_modules(void);
+ * (fld_binding_claim_module_names(), binding_registration.c); read by discovery. */
+bool fld__binding_claims_modules(void);
 
 /* Whether an impl can run here; evaluates is_available once. */
 bool fld__impl_available(struct fld_impl_rec *impl, const char **reason);

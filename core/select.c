@@ -10,7 +10,7 @@
  * policy's tokens for the op, by descending priority within a token; a
  * frozen-dispatch manifest (manifest.c) then puts its pinned implementation
  * first (when the pin cannot serve, strict mode leaves no candidate). The
- * result is either a chain, which dispatch caches and runs (manager.c), or
+ * result is either a chain, which dispatch caches and runs (chain_cache.c, chain_run.c), or
  * a resolution with every rejection's reason, for fld_explain() and
  * fld_resolve().
  *
@@ -104,7 +104,7 @@ struct fld_chain *fld__select_chain(struct fld_op_s *op, int dev, int dt, int64_
     return c;
 }
 
-/* fld_explain() once manager.c has checked its arguments and found op. */
+/* fld_explain() once explain.c has checked its arguments and found op. */
 int fld__select_explain(struct fld_op_s *op, int dev, int dt, int64_t rows, int device_type,
                         DLDataType dtype, fld_resolution **out)
 {

@@ -2,7 +2,7 @@
 /*
  * Selection: which of an op's registered implementations may serve a
  * (device, dtype) under a policy, in which order, and why each other one
- * may not. Its product is the chain that dispatch (manager.c) caches and
+ * may not. Its product is the chain that dispatch (chain_cache.c) caches and
  * runs, and the resolution that fld_explain()/fld_resolve() hand out.
  *
  * This header is the whole interface between the two files: the chain

@@ -30,7 +30,7 @@
 #define FLD_STATS_FLAG_TIME  2u /* and time each call */
 #define FLD_STATS_FLAG_TRACE 4u /* and record decisions and timed calls in the trace */
 
-/* 0 when off; read once per call on the chain path (manager.c). */
+/* 0 when off; read once per call on the chain path (chain_run.c). */
 extern _Atomic unsigned fld__stats_flags;
 
 struct fld_stats_cell;

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "util/harness.h"
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 #include <fldispatch/plugin.h>
 
 static int count_builtin_records(const fld_plugin_info *info, void *user);
@@ -80,7 +80,7 @@ static bool counted_yes(const char **reason)
     return true;
 }
 
-static int host_fn(void *ctx, const void *args)
+static int binding_fn(void *ctx, const void *args)
 {
     (void)ctx;
     return run_slot(2, args);
@@ -610,21 +610,21 @@ END_TEST
 /* A plugin registering an impl_id of an op again, in a later registration: refused. */
 START_TEST(duplicate_within_plugin_across_registrations)
 {
-    static const fld_host_impl one = {
+    static const fld_binding_impl one = {
         .op = "t_op",
         .impl_id = "reference.h",
         .kind = FLD_KIND_REFERENCE,
         .priority = 50,
         .devices = FLD_DEVICE_MASK_ALL,
         .dtypes = FLD_DTYPE_MASK_ALL,
-        .fn = host_fn,
+        .fn = binding_fn,
     };
-    ck_assert_int_eq(fld_host_register("hostp", "1", "test:hostp", &one, 1), FLD_OK);
-    ck_assert_int_eq(fld_host_register("hostp", "1", "test:hostp", &one, 1), FLD_EINVAL);
+    ck_assert_int_eq(fld_binding_register("hostp", "1", "test:hostp", &one, 1), FLD_OK);
+    ck_assert_int_eq(fld_binding_register("hostp", "1", "test:hostp", &one, 1), FLD_EINVAL);
     ck_assert_contains(fld_last_error(),
                        "duplicate impl_id 'reference.h' for op 't_op' (already registered by the "
                        "same plugin 'hostp')");
-    ck_assert_int_eq(fld_host_register("hostq", "1", "test:hostq", &one, 1), FLD_OK);
+    ck_assert_int_eq(fld_binding_register("hostq", "1", "test:hostq", &one, 1), FLD_OK);
 }
 END_TEST
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The op manager: candidate order, filters, fallback and failure memory,
+ * Dispatch: candidate order, filters, fallback and failure memory,
  * strict mode, the cache and its invalidation, scoped overrides, explain.
  *
  * This carries over vllm-plugin-FL's manager and call_op tests and pins

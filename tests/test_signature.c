@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Declared op signatures: a plugin's fld_registry_declare_op() and a
- * binding's fld_host_declare() (tests/plugins/sig_*.c), the parser's
+ * binding's fld_binding_declare() (tests/plugins/sig_*.c), the parser's
  * canonical text and its errors, the catalog's signatures, and calls of a
  * declared op from C with an fld_args (checked by the host before any
  * kernel runs). Each test runs in its own process with a private plugin
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 
 #include "util/env.h"
 #include "util/files.h"
@@ -240,7 +240,7 @@ START_TEST(parser_errors_and_canonical_text)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char op[32];
         snprintf(op, sizeof op, "parse_%zu", i);
-        int rc = fld_host_declare("binding", "1", "test:binding", op, bad[i].schema);
+        int rc = fld_binding_declare("binding", "1", "test:binding", op, bad[i].schema);
         if (!bad[i].fragment) {
             ck_assert_msg(rc == FLD_OK, "'%s': %s", bad[i].schema, fld_last_error());
             continue;
@@ -251,9 +251,9 @@ START_TEST(parser_errors_and_canonical_text)
         fld_signature_info info;
         ck_assert_int_eq(fld_op_signature(op, &info), FLD_ENOTFOUND);
     }
-    ck_assert_int_eq(fld_host_declare("binding", "1", "test:binding", "canon",
-                                      " ( Tensor! a , str s, Tensor(zz!)? b=None, int n=+3, "
-                                      "float e=1e-6, bool f=True ) -> ( ) "),
+    ck_assert_int_eq(fld_binding_declare("binding", "1", "test:binding", "canon",
+                                         " ( Tensor! a , str s, Tensor(zz!)? b=None, int n=+3, "
+                                         "float e=1e-6, bool f=True ) -> ( ) "),
                      FLD_OK);
     fld_signature_info info;
     ck_assert_int_eq(fld_op_signature("canon", &info), FLD_OK);
@@ -261,11 +261,11 @@ START_TEST(parser_errors_and_canonical_text)
                                   "float e=1e-06, bool f=True) -> ()");
     ck_assert_ptr_nonnull(strstr(info.declared_by, "binding"));
     /* the catalog's signature cannot be redeclared otherwise */
-    EXPECT_ERROR(fld_host_declare("binding", "1", "test:binding", FLD_OP_SILU_AND_MUL,
-                                  "(Tensor(a!) out, Tensor x, float y) -> ()"),
+    EXPECT_ERROR(fld_binding_declare("binding", "1", "test:binding", FLD_OP_SILU_AND_MUL,
+                                     "(Tensor(a!) out, Tensor x, float y) -> ()"),
                  FLD_EINVAL, "op 'silu_and_mul'", "the catalog");
-    ck_assert_int_eq(fld_host_declare("binding", "1", "test:binding", FLD_OP_SILU_AND_MUL,
-                                      "(Tensor! out, Tensor x) -> ()"),
+    ck_assert_int_eq(fld_binding_declare("binding", "1", "test:binding", FLD_OP_SILU_AND_MUL,
+                                         "(Tensor! out, Tensor x) -> ()"),
                      FLD_OK);
 }
 END_TEST

@@ -472,8 +472,8 @@ FLD_API int fld_prepared_rotary(fld_prepared *p, const void *positions, void *qu
 
 /*
  * An op outside the catalog may have a declared signature (a plugin's
- * fld_registry_declare_op(), a binding's fld_host_declare(); plugin.h and
- * host_impl.h): a torch-schema-like string such as
+ * fld_registry_declare_op(), a binding's fld_binding_declare(); plugin.h and
+ * binding.h): a torch-schema-like string such as
  *
  *     "(Tensor(a!) out, Tensor x, Tensor? scale=None, float eps=1e-06, int n=1) -> ()"
  *

@@ -55,6 +55,7 @@ from .registry import (  # noqa: E402,F401  (re-exported)
 )
 from ._C import call_op, resolve_op  # noqa: E402,F401  (plugins load on first use, in C)
 from .registry import _ensure_plugins  # noqa: E402
+from . import flagos as _flagos  # noqa: E402,F401  (adds the flagos tier to discovery)
 
 # ---- introspection, shaped as the tool's --json (docs/json-output.md) -------
 # The dicts carry the keys and value types of `fldispatch resolve/list/config

@@ -69,6 +69,7 @@ def _kernels(fg):
 OPS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul", "rms_norm", "rotary_embedding")
 
 
+@_registry._add_builtin_plugin
 def register():
     """Registers the flagos tier once per process (from plugin discovery)."""
     if _state["done"]:

@@ -254,7 +254,7 @@ class registering:
             return False
         for op, schema in self.declarations:
             _declare(self.name, self.version, self.origin, op, schema)
-        # on failure fld_host_register recorded the rejection with its reason
+        # on failure fld_binding_register recorded the rejection with its reason
         _C.register_impls(self.name, self.version, self.origin, self.records)
         return False
 
@@ -284,7 +284,7 @@ def _register_upstream(impl, plugin):
 
 def _reject(name, version, origin, reason):
     try:
-        _C.host_reject(name, version or "", origin, reason)
+        _C.binding_reject(name, version or "", origin, reason)
     except _C.Error:
         pass
 
@@ -416,6 +416,18 @@ def _python_module_names():
     return out
 
 
+# The package's own plugins (the flagos tier), registered first at discovery in
+# the order added: each module adds its own when the package imports it, so
+# that this module imports none of them.
+_builtin_plugins = []
+
+
+def _add_builtin_plugin(register):
+    """Runs register() at discovery, before the entry points; returns it."""
+    _builtin_plugins.append(register)
+    return register
+
+
 def discover_plugins():
     """Loads the Python plugins: entry points of fldispatch.plugins, then of
     vllm_fl.plugin, then the module names of VLLM_FL_PLUGIN_MODULES. A
@@ -423,8 +435,8 @@ def discover_plugins():
     the reason) and registers nothing; the others are not affected."""
     import importlib
 
-    from . import flagos
-    flagos.register()
+    for register in tuple(_builtin_plugins):
+        register()
     # after an interrupted discovery: the plugins looked at already stay as they are
     seen = {source for _, source, _, _ in discovered_plugins}
     for group, upstream in ((PLUGIN_GROUP, False), (UPSTREAM_PLUGIN_GROUP, True)):

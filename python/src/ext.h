@@ -114,28 +114,8 @@ int fldpy_tensor_stream(const fldpy_tensor *t, void **stream, bool *found);
 /* Interned strings and constant tuples; 0 or -1 with an exception. */
 int fldpy_tensors_init(void);
 
-/* ---- registry.c -------------------------------------------------------- */
+/* ---- plugins.c --------------------------------------------------------- */
 
-/*
- * Releases the GIL around a library call that may run a Python
- * implementation: the implementation takes it back on this thread (any
- * other thread without the GIL is refused). Use instead of
- * Py_BEGIN/END_ALLOW_THREADS around op calls.
- */
-PyThreadState *fldpy_release_gil(void);
-void fldpy_restore_gil(PyThreadState *s);
-/* Forgets this thread's last implementation exception and pending interrupt
- * (before an op call). */
-void fldpy_impl_exception_clear(void);
-void fldpy_interrupt_clear(void);
-/* After an op call that returned status: 0 when it succeeded; else -1 with
- * the exception raised: this thread's pending interrupt (a KeyboardInterrupt
- * or SystemExit an implementation raised during the call, whatever the
- * status), or the status's error as fldpy_raise_impl_status(). */
-int fldpy_finish_call(int status);
-/* fldpy_raise_status(), with the last implementation exception of this
- * thread, if any, as the error's __cause__. Returns NULL. */
-PyObject *fldpy_raise_impl_status(int status);
 /* Loads the Python plugins (fldispatch.registry) the first time an op is
  * called or the registry read from Python; 0, or -1 with an exception. */
 extern int fldpy_plugins_loaded;
@@ -144,12 +124,6 @@ static inline int fldpy_ensure_plugins(void)
 {
     return fldpy_plugins_loaded ? 0 : fldpy_load_plugins();
 }
-/* After a declaration of op (NULL: of any op, after a plugin load): its
- * call_op() entry, if any, takes the signature. */
-void fldpy_registry_declared(PyObject *name);
-/* OpCaller type and module state; 0 or -1 with an exception. */
-int fldpy_registry_init(PyObject *module);
-extern PyMethodDef fldpy_registry_methods[];
 
 /* ---- signatures.c -------------------------------------------------------- */
 
@@ -191,6 +165,35 @@ void fldpy_sig_release(fldpy_sig_call *c);
 /* An fld_args as a tuple of Python values; tensors through tensor(). */
 PyObject *fldpy_sig_args_tuple(const fld_args *a, PyObject *(*tensor)(const DLTensor *));
 extern PyMethodDef fldpy_signature_methods[];
+
+/* ---- binding.c --------------------------------------------------------- */
+
+/*
+ * Releases the GIL around a library call that may run a Python
+ * implementation: the implementation takes it back on this thread (any
+ * other thread without the GIL is refused). Use instead of
+ * Py_BEGIN/END_ALLOW_THREADS around op calls.
+ */
+PyThreadState *fldpy_release_gil(void);
+void fldpy_restore_gil(PyThreadState *s);
+/* Forgets this thread's last implementation exception and pending interrupt
+ * (before an op call). */
+void fldpy_impl_exception_clear(void);
+void fldpy_interrupt_clear(void);
+/* After an op call that returned status: 0 when it succeeded; else -1 with
+ * the exception raised: this thread's pending interrupt (a KeyboardInterrupt
+ * or SystemExit an implementation raised during the call, whatever the
+ * status), or the status's error as fldpy_raise_impl_status(). */
+int fldpy_finish_call(int status);
+/* fldpy_raise_status(), with the last implementation exception of this
+ * thread, if any, as the error's __cause__. Returns NULL. */
+PyObject *fldpy_raise_impl_status(int status);
+/* After a declaration of op (NULL: of any op, after a plugin load): its
+ * call_op() entry, if any, takes the signature. */
+void fldpy_binding_declared(PyObject *name);
+/* OpCaller type and module state; 0 or -1 with an exception. */
+int fldpy_binding_init(PyObject *module);
+extern PyMethodDef fldpy_binding_methods[];
 
 /* ---- autograd.c ---------------------------------------------------------- */
 

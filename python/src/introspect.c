@@ -348,7 +348,7 @@ static PyObject *py_load_plugin(PyObject *self, PyObject *arg)
     Py_DECREF(path);
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);
-    fldpy_registry_declared(NULL); /* the plugin may declare ops call_op() has seen */
+    fldpy_binding_declared(NULL); /* the plugin may declare ops call_op() has seen */
     Py_RETURN_NONE;
 }
 

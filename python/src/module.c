@@ -4,7 +4,7 @@
  * ops.c, introspect.c, policy.c and hooks.c; its exception classes from
  * errors.c. See ext.h for how a call flows through these files.
  */
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 
 #include "ext.h"
 
@@ -18,8 +18,8 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__C(void);
 PyMODINIT_FUNC PyInit__C(void)
 {
-    fld_host_claim_module_names(); /* fldispatch.registry imports them */
-    fld_host_defer_name_check();   /* checked once Python has registered: registry.c */
+    fld_binding_claim_module_names(); /* fldispatch.registry imports them */
+    fld_binding_defer_name_check();   /* checked once Python has registered: registry.c */
     PyObject *module = PyModule_Create(&module_def);
     if (!module)
         return NULL;
@@ -28,9 +28,9 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddFunctions(module, fldpy_introspect_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_policy_methods) < 0 || fldpy_policy_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_hook_methods) < 0 ||
-        PyModule_AddFunctions(module, fldpy_registry_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_binding_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_signature_methods) < 0 ||
-        fldpy_registry_init(module) < 0 || PyModule_AddFunctions(module, fldpy_stats_methods) < 0 ||
+        fldpy_binding_init(module) < 0 || PyModule_AddFunctions(module, fldpy_stats_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_prepared_methods) < 0 ||
         fldpy_prepared_init(module) < 0 || fldpy_logging_init(module) < 0 ||
         PyModule_AddIntConstant(module, "DLPACK_MAJOR", FLDPY_DLPACK_MAJOR) < 0 ||

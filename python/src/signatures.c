@@ -2,19 +2,17 @@
 /*
  * Declared op signatures from Python (fldispatch.h "Op signatures"): the
  * list of signatures (_C.signatures(), from which fldispatch.OPS and
- * torch.ops.fldispatch are derived), declarations by Python packages
- * (_C.declare_op), and the marshalling of a call_op() of a declared op:
- * Python arguments to a checked fld_args, by the signature alone (no
- * binding per op), and an fld_args back to Python arguments for a Python
- * implementation called from C.
+ * torch.ops.fldispatch are derived) and the marshalling of a call_op() of a
+ * declared op: Python arguments to a checked fld_args, by the signature
+ * alone (no wrapper per op), and an fld_args back to Python arguments for a
+ * Python implementation called from C. Declarations by Python packages
+ * (_C.declare_op) are binding.c's.
  */
 #include <string.h>
 
-#include <fldispatch/host_impl.h>
-
 #include "ext.h"
 
-/* ---- _C.signatures(), _C.declare_op() ---------------------------------------- */
+/* ---- _C.signatures(), _C.catalog_ops() --------------------------------------- */
 
 static int add_signature(const fld_signature_info *info, void *user)
 {
@@ -62,28 +60,6 @@ static PyObject *py_catalog_ops(PyObject *self, PyObject *unused)
     return list;
 }
 
-static PyObject *py_declare_op(PyObject *self, PyObject *args)
-{
-    static const char *const arg_names[5] = {"plugin", "version", "origin", "op", "schema"};
-    PyObject *o[5];
-    const char *v[5] = {NULL};
-    if (!PyArg_ParseTuple(args, "UUUUU:declare_op", &o[0], &o[1], &o[2], &o[3], &o[4]))
-        return NULL;
-    for (int i = 0; i < 5; i++)
-        if (!(v[i] = fldpy_str("declare_op", arg_names[i], o[i])))
-            return NULL;
-    const char *plugin = v[0], *version = v[1], *origin = v[2], *op = v[3], *schema = v[4];
-    int rc = fld_host_declare(plugin, version, origin, op, schema);
-    if (rc != FLD_OK)
-        return fldpy_raise_status(rc);
-    PyObject *name = PyUnicode_FromString(op);
-    if (!name)
-        return NULL;
-    fldpy_registry_declared(name); /* a call_op() entry made before the declaration */
-    Py_DECREF(name);
-    Py_RETURN_NONE;
-}
-
 PyMethodDef fldpy_signature_methods[] = {
     {"signatures", py_signatures, METH_NOARGS,
      "signatures()\n--\n\nEvery op signature: (op, schema, declared_by, catalog) tuples, the "
@@ -91,9 +67,6 @@ PyMethodDef fldpy_signature_methods[] = {
     {"catalog_ops", py_catalog_ops, METH_NOARGS,
      "catalog_ops()\n--\n\nThe catalog's ops: (op, schema) tuples in catalog order; needs no "
      "initialisation."},
-    {"declare_op", py_declare_op, METH_VARARGS,
-     "declare_op(plugin, version, origin, op, schema)\n--\n\nDeclares an op's signature (use "
-     "fldispatch.declare_op)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -144,8 +144,8 @@ def test_the_tables_do_not_overlap():
 
 
 def test_the_policy_variables_are_read_from_the_table():
-    # core/layers.c reads every policy field's variable through the table's env column.
-    assert re.search(r"getenv\(\s*fld__policy_field_env\(", (ROOT / "core" / "layers.c").read_text())
+    # core/policy_sources.c reads every policy field's variable through the table's env column.
+    assert re.search(r"getenv\(\s*fld__policy_field_env\(", (ROOT / "core" / "policy_sources.c").read_text())
 
 
 # ---- the documentation ----------------------------------------------------------

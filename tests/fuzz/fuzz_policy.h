@@ -18,7 +18,7 @@
 #include "config_tree.h"
 #include "custom_ops.h"
 #include "error.h"
-#include "layers.h"
+#include "policy_sources.h"
 #include "parse.h"
 #include "policy.h"
 

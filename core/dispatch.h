@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The op manager: the call path, the lock-free per-(op, device, dtype)
- * cache of resolved chains, dispatch with non-strict fallback and failure
- * memory, and explain/resolve for tools. The chains' contents are
- * selection's (select.h).
+ * Dispatch: the call path of an op, from its entry points to the cached
+ * direct call of its winner (dispatch.c), with the lock-free per-(op,
+ * device, dtype) cache of resolved chains and their run with non-strict
+ * fallback and failure memory behind it (chain.h). The chains' contents
+ * are selection's (select.h).
  */
-#ifndef FLD_CORE_MANAGER_H
-#define FLD_CORE_MANAGER_H
+#ifndef FLD_CORE_DISPATCH_H
+#define FLD_CORE_DISPATCH_H
 
 #include "host.h"
 #include "inflight.h"
@@ -25,7 +26,7 @@ int fld__call_checked(enum fld_catalog_index idx, unsigned slot, const void *arg
  * The hot path, inlined into the entry points that know their family (the
  * typed calls of catalog.c, the prepared calls of prepared.c), so that such
  * a call is one function from its checks to the kernel. Everything but the
- * cached direct call is out of line in manager.c:
+ * cached direct call is out of line in dispatch.c:
  *   fld__dispatch_miss()   a thread with a scoped override, a row-bucketed
  *                          key, a missing or stale chain;
  *   fld__dispatch_failed() the direct call returned rc: the rest of its chain;
@@ -73,8 +74,6 @@ fld__call_family(enum fld_catalog_index idx, bool ok, unsigned slot, const void 
 }
 
 /* Drops every cached chain of every op (host lock held; at shutdown). */
-void fld__manager_shutdown(void);
-/* The calling thread's override caches: frees them (on pop, thread exit). */
-void fld__manager_tls_flush(void);
+void fld__dispatch_shutdown(void);
 
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The policy of the process, assembled from its layers in one place (the
+ * The policy of the process, assembled from its sources in one place (the
  * precedence is config.h's): built-in defaults (policy.c), the platform file
  * (config.c reads it), the environment (every policy variable and
  * VLLM_FL_OP_CONFIG are read here), or VLLM_FL_CONFIG's file instead of both;
@@ -16,7 +16,7 @@
 #include <fldispatch/fldispatch.h>
 
 #include "config.h"
-#include "layers.h"
+#include "policy_sources.h"
 #include "error.h"
 #include "log.h"
 #include "manifest.h"

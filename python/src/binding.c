@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Python implementations in the library's registry, and any op called by
- * name from Python.
+ * The Python side of <fldispatch/binding.h>: Python implementations in the
+ * library's registry, and any op called by name from Python.
  *
- *   register_impls()  hands Python callables to fld_host_register()
- *                     (<fldispatch/host_impl.h>): each becomes a host
+ *   register_impls()  hands Python callables to fld_binding_register():
+ *                     each becomes a binding
  *                     implementation whose context is a `struct pyimpl`
  *                     (the callable, its op and id); run_impl() below is
  *                     the kernel the library calls for all of them;
  *   call_op()         an op outside the catalog: the arguments stay Python
  *                     objects in a `struct pyframe`, passed to
- *                     fld_host_call(), which selects under the thread's
+ *                     fld_binding_call(), which selects under the thread's
  *                     policy and runs the chain (fallback, failure memory);
  *                     the winner's return value comes back in the frame.
  *                     A catalog op goes to its typed function (ops.c);
@@ -51,7 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 
 #include "ext.h"
 
@@ -141,36 +141,6 @@ PyObject *fldpy_raise_impl_status(int status)
     tls_impl_exception = NULL;
     chain_cause(exc);
     return NULL;
-}
-
-/* ---- Python plugins, loaded on first use ---------------------------------- */
-
-/* Set once discovery is complete: until then every call asks registry.py,
- * which makes other threads wait for a discovery in progress and lets the
- * discovering thread (a plugin calling an op) through. */
-int fldpy_plugins_loaded;
-
-int fldpy_load_plugins(void)
-{
-    PyObject *m = PyImport_ImportModule("fldispatch.registry");
-    PyObject *r = m ? PyObject_CallMethod(m, "_ensure_plugins", NULL) : NULL;
-    Py_XDECREF(m);
-    if (!r)
-        return -1;
-    bool complete = r == Py_True;
-    Py_DECREF(r);
-    if (!complete)
-        return 0; /* a plugin calling an op during discovery */
-    /* Every source has registered (the plugins; a script registers before
-     * its first call): the configuration's names are checked now, once.
-     * Under strict mode an unknown name fails every call until it exists. */
-    int rc = fld_host_check_names();
-    if (rc != FLD_OK) {
-        fldpy_raise_status(rc);
-        return -1;
-    }
-    fldpy_plugins_loaded = 1;
-    return 0;
 }
 
 /* ---- registered implementations -------------------------------------------- */
@@ -427,7 +397,7 @@ static int interrupted(const struct pyimpl *impl)
     return FLD_EUNSUPPORTED;
 }
 
-/* The library's kernel for every Python implementation (host_impl.h). */
+/* The library's kernel for every Python implementation (binding.h). */
 static int run_impl(void *ctx, const void *args)
 {
     struct pyimpl *impl = ctx;
@@ -501,7 +471,7 @@ static PyObject *py_register_impls(PyObject *self, PyObject *args)
     if (!origin)
         return NULL;
     Py_ssize_t n = PyList_Size(records);
-    fld_host_impl *impls = calloc(n ? (size_t)n : 1, sizeof *impls);
+    fld_binding_impl *impls = calloc(n ? (size_t)n : 1, sizeof *impls);
     struct pyimpl **ctx = calloc(n ? (size_t)n : 1, sizeof *ctx);
     if (!impls || !ctx) {
         free(impls);
@@ -541,7 +511,7 @@ static PyObject *py_register_impls(PyObject *self, PyObject *args)
         struct catalog_find cf = {p->op, 0};
         fld_foreach_catalog_op(find_catalog, &cf);
         p->args_kind = cf.kind;
-        impls[i] = (fld_host_impl){
+        impls[i] = (fld_binding_impl){
             .op = p->op,
             .impl_id = p->impl_id,
             .kind = (fld_kind)kind,
@@ -557,7 +527,7 @@ static PyObject *py_register_impls(PyObject *self, PyObject *args)
             goto fail;
     }
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = fld_host_register(plugin, version, origin, impls, (size_t)n);
+    Py_BEGIN_ALLOW_THREADS rc = fld_binding_register(plugin, version, origin, impls, (size_t)n);
     Py_END_ALLOW_THREADS if (rc != FLD_OK)
     {
         fldpy_raise_status(rc);
@@ -578,20 +548,42 @@ fail:
     return NULL;
 }
 
-static PyObject *py_host_reject(PyObject *self, PyObject *args)
+static PyObject *py_binding_reject(PyObject *self, PyObject *args)
 {
     PyObject *o[4];
-    if (!PyArg_ParseTuple(args, "UUUU:host_reject", &o[0], &o[1], &o[2], &o[3]))
+    if (!PyArg_ParseTuple(args, "UUUU:binding_reject", &o[0], &o[1], &o[2], &o[3]))
         return NULL;
-    const char *plugin = fldpy_str("host_reject", "plugin", o[0]);
-    const char *version = plugin ? fldpy_str("host_reject", "version", o[1]) : NULL;
-    const char *origin = version ? fldpy_str("host_reject", "origin", o[2]) : NULL;
-    const char *reason = origin ? fldpy_str("host_reject", "reason", o[3]) : NULL;
+    const char *plugin = fldpy_str("binding_reject", "plugin", o[0]);
+    const char *version = plugin ? fldpy_str("binding_reject", "version", o[1]) : NULL;
+    const char *origin = version ? fldpy_str("binding_reject", "origin", o[2]) : NULL;
+    const char *reason = origin ? fldpy_str("binding_reject", "reason", o[3]) : NULL;
     if (!reason)
         return NULL;
-    int rc = fld_host_reject(plugin, version, origin, reason);
+    int rc = fld_binding_reject(plugin, version, origin, reason);
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_declare_op(PyObject *self, PyObject *args)
+{
+    static const char *const arg_names[5] = {"plugin", "version", "origin", "op", "schema"};
+    PyObject *o[5];
+    const char *v[5] = {NULL};
+    if (!PyArg_ParseTuple(args, "UUUUU:declare_op", &o[0], &o[1], &o[2], &o[3], &o[4]))
+        return NULL;
+    for (int i = 0; i < 5; i++)
+        if (!(v[i] = fldpy_str("declare_op", arg_names[i], o[i])))
+            return NULL;
+    const char *plugin = v[0], *version = v[1], *origin = v[2], *op = v[3], *schema = v[4];
+    int rc = fld_binding_declare(plugin, version, origin, op, schema);
+    if (rc != FLD_OK)
+        return fldpy_raise_status(rc);
+    PyObject *name = PyUnicode_FromString(op);
+    if (!name)
+        return NULL;
+    fldpy_binding_declared(name); /* a call_op() entry made before the declaration */
+    Py_DECREF(name);
     Py_RETURN_NONE;
 }
 
@@ -611,10 +603,10 @@ static PyObject *py_interpreter_exiting(PyObject *self, PyObject *unused)
 /* ---- call_op ------------------------------------------------------------------ */
 
 /* The direct call of one (device, dtype) of an op: the Python implementation
- * the library runs first, valid while fld_host_stamp() returns stamp. */
+ * the library runs first, valid while fld_binding_stamp() returns stamp. */
 struct fastslot {
     uint64_t stamp;
-    uint64_t checked; /* the stamp fld_host_first() was last asked at */
+    uint64_t checked; /* the stamp fld_binding_call() last said fld_binding_direct at */
     struct pyimpl *impl;
 };
 
@@ -795,7 +787,7 @@ static void entry_key(struct opentry *e, PyObject *const *items, Py_ssize_t n, P
 {
     if (!now || e->keyed_stamp != now) {
         uint64_t stamp = 0;
-        int keyed = fld_host_op_keyed(e->op, &stamp);
+        int keyed = fld_binding_op_keyed(e->op, &stamp);
         e->keyed = keyed != 0;
         e->keyed_stamp = keyed < 0 ? 0 : stamp;
     }
@@ -836,7 +828,7 @@ static PyObject *frame_result(struct pyframe *frame, int rc)
 static PyObject *call_entry(struct opentry *e, struct pyframe *frame, PyObject *const *items,
                             Py_ssize_t n, PyObject *kwargs)
 {
-    uint64_t now = fld_host_stamp();
+    uint64_t now = fld_binding_stamp();
     int device;
     DLDataType dtype;
     entry_key(e, items, n, kwargs, now, &device, &dtype);
@@ -853,20 +845,19 @@ static PyObject *call_entry(struct opentry *e, struct pyframe *frame, PyObject *
         if (rc != FLD_OK) {
             fs->impl = NULL;
             fs->checked = 0; /* asked again after the next call that succeeds */
-            rc = fld_host_first_failed(e->op, device, dtype, frame, impl, rc);
+            rc = fld_binding_first_failed(e->op, device, dtype, frame, impl, rc);
         }
     } else {
-        rc = fld_host_call(e->op, device, dtype, frame);
-        if (rc == FLD_OK && fs->checked != now) {
-            fld_host_kernel_fn fn;
-            void *ctx;
-            uint64_t stamp;
+        /* What to call directly from then on: asked once per stamp. */
+        const bool ask = fs->checked != now;
+        fld_binding_direct direct;
+        rc = fld_binding_call(e->op, device, dtype, frame, ask ? &direct : NULL);
+        if (rc == FLD_OK && ask) {
             fs->checked = now;
             fs->impl = NULL;
-            if (fld_host_first(e->op, device, dtype, &fn, &ctx, &stamp) == FLD_OK &&
-                fn == run_impl && stamp == now) {
-                fs->impl = ctx;
-                fs->stamp = stamp;
+            if (direct.fn == run_impl && direct.stamp == now) {
+                fs->impl = direct.ctx;
+                fs->stamp = direct.stamp;
             }
         }
     }
@@ -905,12 +896,12 @@ static PyObject *call_declared(struct opentry *e, PyObject *const *args, Py_ssiz
     return result;
 }
 
-void fldpy_registry_declared(PyObject *name)
+void fldpy_binding_declared(PyObject *name)
 {
     if (!name) {
         PyObject *names = PyDict_Keys(op_cache);
         for (Py_ssize_t i = 0; names && i < PyList_Size(names); i++)
-            fldpy_registry_declared(PyList_GetItem(names, i));
+            fldpy_binding_declared(PyList_GetItem(names, i));
         Py_XDECREF(names);
         PyErr_Clear();
         return;
@@ -1032,7 +1023,7 @@ static PyObject *py_resolve_op(PyObject *self, PyObject *name)
     return (PyObject *)c;
 }
 
-int fldpy_registry_init(PyObject *module)
+int fldpy_binding_init(PyObject *module)
 {
     module_ref = module; /* borrowed: the module outlives these functions */
     vectorcall = (vectorcall_fn)dlsym(RTLD_DEFAULT, "PyObject_Vectorcall");
@@ -1046,12 +1037,15 @@ int fldpy_registry_init(PyObject *module)
     return PyModule_AddObject(module, "OpCaller", opcaller_type);
 }
 
-PyMethodDef fldpy_registry_methods[] = {
+PyMethodDef fldpy_binding_methods[] = {
     {"register_impls", py_register_impls, METH_VARARGS,
      "register_impls(plugin, version, origin, records)\n--\n\nRegisters Python implementations "
      "all-or-nothing (use fldispatch.register_impl)."},
-    {"host_reject", py_host_reject, METH_VARARGS,
-     "host_reject(plugin, version, origin, reason)\n--\n\nRecords a Python plugin that failed."},
+    {"declare_op", py_declare_op, METH_VARARGS,
+     "declare_op(plugin, version, origin, op, schema)\n--\n\nDeclares an op's signature (use "
+     "fldispatch.declare_op)."},
+    {"binding_reject", py_binding_reject, METH_VARARGS,
+     "binding_reject(plugin, version, origin, reason)\n--\n\nRecords a Python plugin that failed."},
     {"call_op", (PyCFunction)(void (*)(void))py_call_op, METH_FASTCALL | METH_KEYWORDS,
      "call_op(name, *args, **kwargs)\n--\n\nCalls any op by name; returns what the "
      "implementation returns."},

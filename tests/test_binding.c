@@ -1,19 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/host_registration.c and the host side of manager.c: implementations
- * a language binding registers with a context pointer (host_impl.h). They
+ * core/binding_registration.c and binding_call.c: implementations
+ * a language binding registers with a context pointer (binding.h). They
  * are listed, selected under the policy, run through the chain with
  * fallback and failure memory as plugin kernels are; registration is
- * all-or-nothing per call; a binding's own argument record reaches host
- * implementations only; the binding's direct path (fld_host_first) follows
- * registry changes and failures.
+ * all-or-nothing per call; a binding's own argument record reaches binding
+ * implementations only; the binding's direct path (fld_binding_direct)
+ * follows registry changes and failures.
  */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 
 #include "util/harness.h"
 
@@ -35,10 +35,10 @@ static int kernel(void *ctx, const void *args)
     return FLD_OK;
 }
 
-static fld_host_impl impl(const char *op, const char *id, fld_kind kind, const char *vendor,
-                          int i)
+static fld_binding_impl impl(const char *op, const char *id, fld_kind kind, const char *vendor,
+                             int i)
 {
-    return (fld_host_impl){
+    return (fld_binding_impl){
         .op = op,
         .impl_id = id,
         .kind = kind,
@@ -81,11 +81,11 @@ static int plugin_status(const char *name, fld_plugin_status *st, char *reason, 
 
 START_TEST(registered_and_selected_with_fallback)
 {
-    const fld_host_impl impls[] = {
+    const fld_binding_impl impls[] = {
         impl("host_op", "vendor.py", FLD_KIND_VENDOR, "py", 0),
         impl("host_op", "reference.py", FLD_KIND_REFERENCE, NULL, 1),
     };
-    ck_assert_int_eq(fld_host_register("binding", "1.0", "test:binding", impls, 2), FLD_OK);
+    ck_assert_int_eq(fld_binding_register("binding", "1.0", "test:binding", impls, 2), FLD_OK);
     const char *id;
     ck_assert_int_eq(fld_resolve("host_op", FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_OK);
     ck_assert_str_eq(id, "vendor.py");
@@ -94,46 +94,48 @@ START_TEST(registered_and_selected_with_fallback)
 
     struct record r;
     memset(&r, 0, sizeof r);
-    ck_assert_int_eq(fld_host_call(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r), FLD_OK);
+    fld_binding_direct direct;
+    ck_assert_int_eq(fld_binding_call(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r, &direct), FLD_OK);
     ck_assert_int_eq(r.calls[0], 1);
     /* served once: the binding may now call it directly */
-    fld_host_kernel_fn kfn;
-    void *ctx;
+    ck_assert_ptr_eq(direct.fn, kernel);
+    ck_assert_ptr_eq(direct.ctx, (void *)0);
+    ck_assert_uint_eq(direct.stamp, fld_binding_stamp());
     uint64_t stamp;
-    ck_assert_int_eq(fld_host_first(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &kfn, &ctx, &stamp), FLD_OK);
-    ck_assert_ptr_eq(kfn, kernel);
-    ck_assert_ptr_eq(ctx, (void *)0);
-    ck_assert_uint_eq(stamp, fld_host_stamp());
-    ck_assert_int_eq(fld_host_op_keyed(op, &stamp), 0);
+    ck_assert_int_eq(fld_binding_op_keyed(op, &stamp), 0);
+    ck_assert_uint_eq(stamp, direct.stamp);
+    void *ctx = direct.ctx;
 
     /* a failure falls back and is remembered */
     r.fail_with[0] = FLD_EIMPL;
-    ck_assert_int_eq(fld_host_first_failed(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r, ctx, FLD_EIMPL),
-                     FLD_OK);
+    ck_assert_int_eq(
+        fld_binding_first_failed(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r, ctx, FLD_EIMPL), FLD_OK);
     ck_assert_int_eq(r.calls[1], 1);
-    ck_assert_int_eq(fld_host_call(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r), FLD_OK);
+    ck_assert_int_eq(fld_binding_call(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r, &direct), FLD_OK);
     ck_assert_int_eq(r.calls[0], 1); /* not tried again */
     ck_assert_int_eq(r.calls[1], 2);
-    ck_assert_int_eq(fld_host_first(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &kfn, &ctx, &stamp), FLD_OK);
-    ck_assert_ptr_null(ctx); /* the first has failed: no direct call */
+    /* the first has failed: no direct call */
+    ck_assert_ptr_null(direct.fn);
+    ck_assert_ptr_null(direct.ctx);
+    ck_assert_uint_eq(direct.stamp, 0);
 
     /* a registration changes the stamp */
-    uint64_t before = fld_host_stamp();
-    const fld_host_impl more = impl("host_op", "default.py", FLD_KIND_DEFAULT, NULL, 2);
-    ck_assert_int_eq(fld_host_register("binding", "1.0", "test:binding", &more, 1), FLD_OK);
-    ck_assert_uint_ne(fld_host_stamp(), before);
-    ck_assert_int_eq(fld_host_call(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r), FLD_OK);
+    uint64_t before = fld_binding_stamp();
+    const fld_binding_impl more = impl("host_op", "default.py", FLD_KIND_DEFAULT, NULL, 2);
+    ck_assert_int_eq(fld_binding_register("binding", "1.0", "test:binding", &more, 1), FLD_OK);
+    ck_assert_uint_ne(fld_binding_stamp(), before);
+    ck_assert_int_eq(fld_binding_call(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r, NULL), FLD_OK);
     ck_assert_int_eq(r.calls[2], 1);
 }
 END_TEST
 
 START_TEST(all_or_nothing_and_rejected_record)
 {
-    const fld_host_impl impls[] = {
+    const fld_binding_impl impls[] = {
         impl("host_a", "vendor.ok", FLD_KIND_VENDOR, "x", 0),
         impl("host_b", "vendor.novendor", FLD_KIND_VENDOR, NULL, 1),
     };
-    ck_assert_int_eq(fld_host_register("halfway", "", "test:halfway", impls, 2), FLD_EINVAL);
+    ck_assert_int_eq(fld_binding_register("halfway", "", "test:halfway", impls, 2), FLD_EINVAL);
     ck_assert_ptr_nonnull(strstr(fld_last_error(), "vendor.novendor"));
     ck_assert_ptr_nonnull(strstr(fld_last_error(), "host_b"));
     ck_assert_ptr_null(fld_op_lookup("host_a")); /* nothing of it stays */
@@ -143,15 +145,16 @@ START_TEST(all_or_nothing_and_rejected_record)
     ck_assert_int_eq(st, FLD_PLUGIN_REJECTED);
     ck_assert_ptr_nonnull(strstr(reason, "vendor.novendor"));
     /* a null fn names op and impl */
-    fld_host_impl nofn = impl("host_c", "reference.nofn", FLD_KIND_REFERENCE, NULL, 0);
+    fld_binding_impl nofn = impl("host_c", "reference.nofn", FLD_KIND_REFERENCE, NULL, 0);
     nofn.fn = NULL;
-    ck_assert_int_eq(fld_host_register("nofn", "", "test:nofn", &nofn, 1), FLD_EINVAL);
+    ck_assert_int_eq(fld_binding_register("nofn", "", "test:nofn", &nofn, 1), FLD_EINVAL);
     ck_assert_ptr_nonnull(strstr(fld_last_error(), "'reference.nofn' for op 'host_c'"));
     /* a plugin file's name cannot be taken */
-    const fld_host_impl ok = impl("host_d", "reference.d", FLD_KIND_REFERENCE, NULL, 0);
-    ck_assert_int_eq(fld_host_register("reference", "", "test:x", &ok, 1), FLD_ESTATE);
+    const fld_binding_impl ok = impl("host_d", "reference.d", FLD_KIND_REFERENCE, NULL, 0);
+    ck_assert_int_eq(fld_binding_register("reference", "", "test:x", &ok, 1), FLD_ESTATE);
     /* a failed import is recorded */
-    ck_assert_int_eq(fld_host_reject("broken_pkg", "", "test:broken", "import failed: X"), FLD_OK);
+    ck_assert_int_eq(fld_binding_reject("broken_pkg", "", "test:broken", "import failed: X"),
+                     FLD_OK);
     ck_assert(plugin_status("broken_pkg", &st, reason, sizeof reason));
     ck_assert_int_eq(st, FLD_PLUGIN_REJECTED);
     ck_assert_str_eq(reason, "import failed: X");
@@ -180,42 +183,55 @@ static int register_mixed(fld_registry *reg)
     return fld_registry_register(reg, &c);
 }
 
-static const fld_plugin_descriptor mixed_desc = {
-    FLD_PLUGIN_MAGIC, FLD_PLUGIN_ABI_MAJOR, FLD_PLUGIN_ABI_MINOR, sizeof(fld_plugin_descriptor), 0,
-    "mixed", "1", FLD_VERSION_STRING, register_mixed};
+static const fld_plugin_descriptor mixed_desc = {FLD_PLUGIN_MAGIC,
+                                                 FLD_PLUGIN_ABI_MAJOR,
+                                                 FLD_PLUGIN_ABI_MINOR,
+                                                 sizeof(fld_plugin_descriptor),
+                                                 0,
+                                                 "mixed",
+                                                 "1",
+                                                 FLD_VERSION_STRING,
+                                                 register_mixed};
 
 START_TEST(plugin_kernels_decline_a_binding_record)
 {
     ck_assert_int_eq(fld_register_plugin(&mixed_desc), FLD_OK);
-    const fld_host_impl h = impl("mixed_op", "reference.py", FLD_KIND_REFERENCE, NULL, 0);
-    ck_assert_int_eq(fld_host_register("mixedpy", "", "test:mixedpy", &h, 1), FLD_OK);
+    const fld_binding_impl h = impl("mixed_op", "reference.py", FLD_KIND_REFERENCE, NULL, 0);
+    ck_assert_int_eq(fld_binding_register("mixedpy", "", "test:mixedpy", &h, 1), FLD_OK);
     fld_op op = fld_op_lookup("mixed_op");
     struct record r;
     memset(&r, 0, sizeof r);
-    ck_assert_int_eq(fld_host_call(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r), FLD_OK);
+    fld_binding_direct direct;
+    ck_assert_int_eq(fld_binding_call(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r, &direct), FLD_OK);
     ck_assert_int_eq(plugin_kernel_calls, 0);
     ck_assert_int_eq(r.calls[0], 1);
+    /* the plugin kernel comes first: nothing for the binding to call directly */
+    ck_assert_ptr_null(direct.fn);
     /* through fld_call the plugin kernel (first by priority) serves, as before */
     int dummy = 0;
     ck_assert_int_eq(fld_call(op, &dummy), FLD_OK);
     ck_assert_int_eq(plugin_kernel_calls, 1);
     /* with only the plugin kernel left, a binding call names the cause */
     ck_assert_int_eq(fld_policy_push_per_op("mixed_op=vendor"), FLD_OK);
-    ck_assert_int_eq(fld_host_call(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r), FLD_EUNAVAILABLE);
+    direct.stamp = 1;
+    ck_assert_int_eq(fld_binding_call(op, FLD_DEVICE_CPU, FLD_DTYPE_F32, &r, &direct),
+                     FLD_EUNAVAILABLE);
     ck_assert_ptr_nonnull(strstr(fld_last_error(), "C implementation"));
+    ck_assert_uint_eq(direct.stamp, 0); /* a failed call says nothing to call directly */
     ck_assert_int_eq(fld_policy_pop(), FLD_OK);
     ck_assert_int_eq(plugin_kernel_calls, 1);
     /* a catalog op takes no binding record */
-    ck_assert_int_eq(fld_host_call(fld_op_lookup("rms_norm"), FLD_DEVICE_CPU, FLD_DTYPE_F32, &r),
-                     FLD_EINVAL);
+    ck_assert_int_eq(
+        fld_binding_call(fld_op_lookup("rms_norm"), FLD_DEVICE_CPU, FLD_DTYPE_F32, &r, NULL),
+        FLD_EINVAL);
 }
 END_TEST
 
 START_TEST(unavailable_reason_is_listed)
 {
-    fld_host_impl h = impl("unav_op", "vendor.gpu", FLD_KIND_VENDOR, "gpu", 0);
+    fld_binding_impl h = impl("unav_op", "vendor.gpu", FLD_KIND_VENDOR, "gpu", 0);
     h.unavailable_reason = "no GPU here";
-    ck_assert_int_eq(fld_host_register("unav", "", "test:unav", &h, 1), FLD_OK);
+    ck_assert_int_eq(fld_binding_register("unav", "", "test:unav", &h, 1), FLD_OK);
     fld_resolution *res;
     ck_assert_int_eq(fld_explain("unav_op", FLD_DEVICE_CPU, FLD_DTYPE_F32, &res), FLD_OK);
     ck_assert_ptr_null(res->selected);
@@ -229,10 +245,10 @@ START_TEST(unavailable_reason_is_listed)
 }
 END_TEST
 
-static Suite *host_impl_suite(void)
+static Suite *binding_suite(void)
 {
     Suite *s = suite_create("host_impl");
-    TCase *tc = tcase_create("host implementations");
+    TCase *tc = tcase_create("binding implementations");
     tcase_add_test(tc, registered_and_selected_with_fallback);
     tcase_add_test(tc, all_or_nothing_and_rejected_record);
     tcase_add_test(tc, plugin_kernels_decline_a_binding_record);
@@ -243,5 +259,5 @@ static Suite *host_impl_suite(void)
 
 int main(void)
 {
-    return tt_run_suite_without_plugins("test_host_impl", host_impl_suite());
+    return tt_run_suite_without_plugins("test_binding", binding_suite());
 }

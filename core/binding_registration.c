@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Host implementations (include/fldispatch/host_impl.h): what a language
+ * Binding implementations (include/fldispatch/binding.h): what a language
  * binding in the host process registers, a plugin record per binding
  * package, filled all-or-nothing through the same staging registry as a
- * plugin's register_builtins. The call side (fld_host_call()) is in
- * manager.c, next to the chain it runs.
+ * plugin's register_builtins. The call side (fld_binding_call()) is in
+ * binding_call.c, beside the files of dispatch.
  */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <fldispatch/host_impl.h>
+#include <fldispatch/binding.h>
 
 #include "error.h"
 #include "host.h"
@@ -21,12 +21,12 @@
 
 static _Atomic bool claims_modules;
 
-void fld_host_claim_module_names(void)
+void fld_binding_claim_module_names(void)
 {
     atomic_store(&claims_modules, true);
 }
 
-bool fld__host_claims_modules(void)
+bool fld__binding_claims_modules(void)
 {
     return atomic_load(&claims_modules);
 }
@@ -53,21 +53,22 @@ static struct fld_plugin_rec *plugin_named(const char *name)
 }
 
 /*
- * The host plugin record `name` of origin, created when missing (*created
+ * The binding plugin record `name` of origin, created when missing (*created
  * then true); FLD_ESTATE when the name belongs to a plugin file or another
  * origin. Host lock held.
  */
-static int host_plugin(const char *name, const char *version, const char *origin,
-                       struct fld_plugin_rec **out, bool *created)
+static int binding_plugin(const char *name, const char *version, const char *origin,
+                          struct fld_plugin_rec **out, bool *created)
 {
     *created = false;
     struct fld_plugin_rec *p = plugin_named(name);
     if (p) {
-        if (!p->host || strcmp(p->path, origin) != 0)
-            return fld__fail(FLD_ESTATE,
-                             "plugin name '%s' is taken by %s (%s): a host plugin needs a name of "
-                             "its own",
-                             name, p->host ? "another host plugin" : "a plugin file", p->path);
+        if (!p->binding || strcmp(p->path, origin) != 0)
+            return fld__fail(
+                FLD_ESTATE,
+                "plugin name '%s' is taken by %s (%s): a binding plugin needs a name of "
+                "its own",
+                name, p->binding ? "another binding plugin" : "a plugin file", p->path);
         *out = p;
         return FLD_OK;
     }
@@ -79,7 +80,7 @@ static int host_plugin(const char *name, const char *version, const char *origin
         return fld__fail(FLD_ENOMEM, "out of memory recording plugin '%s'", name);
     free(p->version);
     p->version = v;
-    p->host = true;
+    p->binding = true;
     p->in_tree = false;
     p->abi_major = FLD_PLUGIN_ABI_MAJOR;
     p->abi_minor = FLD_PLUGIN_ABI_MINOR;
@@ -122,17 +123,17 @@ static int commit_or_reject(struct fld_registry *reg, int rc, struct fld_plugin_
     return fld__fail(rc, "%s", why);
 }
 
-int fld_host_register(const char *plugin, const char *version, const char *origin,
-                      const fld_host_impl *impls, size_t n)
+int fld_binding_register(const char *plugin, const char *version, const char *origin,
+                         const fld_binding_impl *impls, size_t n)
 {
     FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;
-    if ((rc = check_plugin_args("fld_host_register", plugin, origin)) != FLD_OK)
+    if ((rc = check_plugin_args("fld_binding_register", plugin, origin)) != FLD_OK)
         return rc;
     if (n && !impls)
-        return fld__fail(FLD_EINVAL, "fld_host_register: argument 'impls' is NULL");
+        return fld__fail(FLD_EINVAL, "fld_binding_register: argument 'impls' is NULL");
     fld__lock();
     if (n && fld__policy_global()->manifest) {
         char what[256];
@@ -147,14 +148,14 @@ int fld_host_register(const char *plugin, const char *version, const char *origi
     }
     struct fld_plugin_rec *p;
     bool created;
-    if ((rc = host_plugin(plugin, version, origin, &p, &created)) != FLD_OK) {
+    if ((rc = binding_plugin(plugin, version, origin, &p, &created)) != FLD_OK) {
         fld__unlock();
         return rc;
     }
     struct fld_registry reg;
     fld__registry_begin(&reg, p);
     for (size_t i = 0; i < n && rc == FLD_OK; i++) {
-        const fld_host_impl *h = &impls[i];
+        const fld_binding_impl *h = &impls[i];
         const fld_impl base = {
             .op = h->op,
             .impl_id = h->impl_id,
@@ -164,7 +165,7 @@ int fld_host_register(const char *plugin, const char *version, const char *origi
             .devices = h->devices,
             .dtypes = h->dtypes,
         };
-        rc = fld__registry_register_host(&reg, &base, h->fn, h->ctx, h->unavailable_reason);
+        rc = fld__registry_register_binding(&reg, &base, h->fn, h->ctx, h->unavailable_reason);
     }
     if ((rc = commit_or_reject(&reg, rc, p, created, plugin)) != FLD_OK) {
         fld__unlock();
@@ -175,19 +176,19 @@ int fld_host_register(const char *plugin, const char *version, const char *origi
     return FLD_OK;
 }
 
-int fld_host_declare(const char *plugin, const char *version, const char *origin,
-                     const char *op, const char *schema)
+int fld_binding_declare(const char *plugin, const char *version, const char *origin, const char *op,
+                        const char *schema)
 {
     FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;
-    if ((rc = check_plugin_args("fld_host_declare", plugin, origin)) != FLD_OK)
+    if ((rc = check_plugin_args("fld_binding_declare", plugin, origin)) != FLD_OK)
         return rc;
     fld__lock();
     struct fld_plugin_rec *p;
     bool created;
-    if ((rc = host_plugin(plugin, version, origin, &p, &created)) != FLD_OK) {
+    if ((rc = binding_plugin(plugin, version, origin, &p, &created)) != FLD_OK) {
         fld__unlock();
         return rc;
     }
@@ -204,22 +205,22 @@ int fld_host_declare(const char *plugin, const char *version, const char *origin
     return FLD_OK;
 }
 
-int fld_host_reject(const char *plugin, const char *version, const char *origin,
-                    const char *reason)
+int fld_binding_reject(const char *plugin, const char *version, const char *origin,
+                       const char *reason)
 {
     FLD_CALL_SCOPE();
     int rc = fld__ensure_init();
     if (rc)
         return rc;
-    if ((rc = check_plugin_args("fld_host_reject", plugin, origin)) != FLD_OK)
+    if ((rc = check_plugin_args("fld_binding_reject", plugin, origin)) != FLD_OK)
         return rc;
     fld__lock();
     struct fld_plugin_rec *p;
     bool created;
-    rc = host_plugin(plugin, version, origin, &p, &created);
+    rc = binding_plugin(plugin, version, origin, &p, &created);
     if (rc == FLD_OK && !created && p->status == FLD_PLUGIN_LOADED)
         rc = fld__fail(FLD_ESTATE,
-                       "fld_host_reject: plugin '%s' has registered implementations already; "
+                       "fld_binding_reject: plugin '%s' has registered implementations already; "
                        "they stay",
                        plugin);
     if (rc == FLD_OK)

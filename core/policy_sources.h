@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The policy of the process assembled from its layers (layers.c: every
+ * The policy of the process assembled from its sources (policy_sources.c: every
  * policy variable of the environment is read there).
  *
  * Precedence, highest first (docs/configuration.md):
@@ -13,8 +13,8 @@
  * Per-op orders: VLLM_FL_OP_CONFIG > VLLM_FL_PER_OP > YAML op_backends (per op).
  * custom_ops: VLLM_FL_CUSTOM_OPS replaces the YAML custom_ops list.
  */
-#ifndef FLD_CORE_LAYERS_H
-#define FLD_CORE_LAYERS_H
+#ifndef FLD_CORE_POLICY_SOURCES_H
+#define FLD_CORE_POLICY_SOURCES_H
 
 #include "platform.h"
 #include "policy.h"
@@ -29,7 +29,7 @@
 int fld__policy_apply_env(struct fld_policy *p);
 
 /*
- * Builds the policy of the process from all layers for the given platform
+ * Builds the policy of the process from all sources for the given platform
  * (its platform file, if any, is plat->config_file; under VLLM_FL_CONFIG the
  * platform file is not read and plat->config_file is emptied, so that no
  * report claims it). *out is a new policy or NULL with FLD_ECONFIG and a
