@@ -434,9 +434,11 @@ CPPCHECK_FLAGS := --quiet --error-exitcode=1 --std=c11 --enable=warning,portabil
 # Work history (issue and phase numbers, a FLAGS file) is git's, not the tree's.
 LINT_HISTORY := issue [0-9]|phase [0-9]|FLAGS[.]md
 # An SPDX-License-Identifier line in the first 5 lines of every tracked source
-# file (C, headers, CUDA/HIP, Python, shell, make); LINT_SPDX=no skips it.
+# file (C and C++ sources and headers, CUDA/HIP, assembly, Python and Cython,
+# shell, make); LINT_SPDX=no skips it.
 LINT_SPDX ?= yes
-LINT_SPDX_FILES = git ls-files -- '*.c' '*.h' '*.cc' '*.cu' '*.cuh' '*.hip' '*.py' '*.sh' '*.mk' Makefile
+LINT_SPDX_FILES = git ls-files -- '*.c' '*.h' '*.cc' '*.cpp' '*.cxx' '*.hh' '*.hpp' '*.cu' '*.cuh' \
+  '*.hip' '*.S' '*.s' '*.py' '*.pyx' '*.pxd' '*.sh' '*.mk' '*Makefile'
 lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ)
 	@mkdir -p $(B)/cppcheck
 	$(Q)$(call fld_say,LINT,core plugins tools tests python/src)out=$$($(CPPCHECK) $(CPPCHECK_FLAGS) \

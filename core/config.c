@@ -85,19 +85,14 @@ struct layer {
     const char *label;
     bool has[FLD_PF_COUNT];
     unsigned line[FLD_PF_COUNT], column[FLD_PF_COUNT]; /* of each key */
-    int prefer;
-    bool bools[FLD_PF_COUNT];
-    struct fld_strlist lists[FLD_PF_COUNT];
-    struct fld_orders orders; /* each with its "label:line" source */
-    struct fld_custom_ops custom;
+    /* The values of the keys the file has (orders each with its
+     * "label:line" source); the others are defaults, never applied. */
+    struct fld_policy *values;
 };
 
 static void layer_free(struct layer *l)
 {
-    for (int f = 0; f < FLD_PF_COUNT; f++)
-        fld__strlist_free(&l->lists[f]);
-    fld__orders_free(&l->orders);
-    fld__custom_ops_free(&l->custom);
+    fld__policy_free(l->values);
 }
 
 /* "label:line:column: key" — the `what` handed to the grammar parsers. */
@@ -176,18 +171,31 @@ static int read_string(const char *label, const char *key, const struct fld_ynod
                      key, expected, fld__ynode_describe(n, desc, sizeof desc));
 }
 
-static int read_prefer(const char *label, const char *key, const struct fld_ynode *n, int *out)
+static int read_prefer(const char *label, const char *key, const struct fld_ynode *n, void *out)
 {
     char what[512];
     const char *text;
+    int prefer;
     int rc = read_string(label, key, n, "one of flagos, vendor, reference", &text);
-    if (rc)
-        return rc;
-    return fld__parse_prefer(where(what, sizeof what, label, n, key), text, out);
+    if (rc == FLD_OK)
+        rc = fld__parse_prefer(where(what, sizeof what, label, n, key), text, &prefer);
+    if (rc == FLD_OK)
+        *(enum fld_prefer *)out = (enum fld_prefer)prefer;
+    return rc;
 }
 
-static int read_list(const char *label, const char *key, const struct fld_ynode *n,
-                     struct fld_strlist *out)
+/* A flag and a switch take the same YAML booleans. */
+static int read_flag(const char *label, const char *key, const struct fld_ynode *n, void *out)
+{
+    return read_bool(label, key, n, out);
+}
+
+static int read_switch(const char *label, const char *key, const struct fld_ynode *n, void *out)
+{
+    return read_bool(label, key, n, out);
+}
+
+static int read_names(const char *label, const char *key, const struct fld_ynode *n, void *out)
 {
     static const char form[] = "a sequence of names or a comma-separated string";
     char what[512], desc[256];
@@ -233,10 +241,19 @@ static int read_list(const char *label, const char *key, const struct fld_ynode 
         free(one.items);
     }
     fld__strlist_sort_unique(&list);
-    *out = list;
+    *(struct fld_strlist *)out = list;
     return FLD_OK;
 fail:
     fld__strlist_free(&list);
+    return rc;
+}
+
+/* Vendor names compare without case: the lists hold them lowercase. */
+static int read_vendors(const char *label, const char *key, const struct fld_ynode *n, void *out)
+{
+    int rc = read_names(label, key, n, out);
+    if (rc == FLD_OK)
+        fld__strlist_lower(out);
     return rc;
 }
 
@@ -315,13 +332,14 @@ static int repeated_key(const char *label, const struct fld_ynode *map, size_t *
     return FLD_OK;
 }
 
-static int read_orders(const char *label, const struct fld_ynode *n, struct fld_orders *out)
+static int read_orders(const char *label, const char *key, const struct fld_ynode *n, void *out)
 {
     char what[512], desc[256], keybuf[256];
     struct fld_orders orders = {0, NULL};
     size_t cap = 0, dup, first;
     int rc;
 
+    (void)key; /* op_backends: the messages spell it */
     if (n->type != FLD_YNODE_MAPPING)
         return fld__fail(FLD_ECONFIG,
                          "%s:%u:%u: op_backends: expected a mapping of op names to orders "
@@ -367,7 +385,7 @@ static int read_orders(const char *label, const struct fld_ynode *n, struct fld_
             goto fail;
     }
     fld__orders_sort(&orders);
-    *out = orders;
+    *(struct fld_orders *)out = orders;
     return FLD_OK;
 fail:
     fld__orders_free(&orders);
@@ -381,7 +399,7 @@ fail:
  * is reported, as a check at each item would have done; an error at a later
  * item would not have been reached.
  */
-static int read_custom(const char *label, const struct fld_ynode *n, struct fld_custom_ops *out)
+static int read_custom(const char *label, const char *key, const struct fld_ynode *n, void *out)
 {
     static const char form[] = "a sequence of all, none, +OP, -OP or a comma-separated string";
     struct fld_custom_ops_reader r;
@@ -391,6 +409,7 @@ static int read_custom(const char *label, const struct fld_ynode *n, struct fld_
     size_t done, at, first;
     int rc = FLD_OK;
 
+    (void)key; /* custom_ops: the messages spell it */
     fld__custom_ops_reader_init(&r);
     if (n->type == FLD_YNODE_SCALAR) {
         if ((rc = read_string(label, "custom_ops", n, form, &text)) != FLD_OK)
@@ -438,7 +457,7 @@ static int read_custom(const char *label, const struct fld_ynode *n, struct fld_
     fld__strlist_sort_unique(&r.ops.disabled);
     free(names);
     free(sides);
-    *out = r.ops;
+    *(struct fld_custom_ops *)out = r.ops;
     return FLD_OK;
 fail:
     free(names);
@@ -446,6 +465,14 @@ fail:
     fld__custom_ops_free(&r.ops);
     return rc;
 }
+
+/* The YAML grammar of each value kind (FLD_POLICY_KINDS), into a value of
+ * that kind (a temporary: written only on success). */
+typedef int (*yaml_reader)(const char *label, const char *key, const struct fld_ynode *n,
+                           void *out);
+#define READER(id, name) [FLD_PK_##id] = read_##name,
+static const yaml_reader readers[FLD_PK_COUNT] = {FLD_POLICY_KINDS(READER)};
+#undef READER
 
 /*
  * vllm-plugin-FL's policy files may carry `action: NAME` (e.g. auto_tune), a
@@ -480,7 +507,8 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
 
     memset(l, 0, sizeof *l);
     l->label = label;
-    l->custom.base_enabled = true;
+    if (!(l->values = fld__policy_new_default()))
+        return oom(label);
     if (!root || is_null(root))
         return fld__fail(FLD_ECONFIG,
                          "%s:%u:%u: empty %s (expected a mapping of policy keys; valid keys: %s)",
@@ -517,33 +545,10 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
         if (l->has[f])
             return fld__fail(FLD_ECONFIG, "%s:%u:%u: duplicate key '%s' (first at line %u)", label,
                              k->line, k->column, name, l->line[f]);
-        switch (fld__policy_row(f)->kind) {
-        case FLD_PK_PREFER:
-            rc = read_prefer(label, name, v, &l->prefer);
-            break;
-        case FLD_PK_FLAG:
-        case FLD_PK_SWITCH:
-            rc = read_bool(label, name, v, &l->bools[f]);
-            break;
-        case FLD_PK_NAMES:
-            rc = read_list(label, name, v, &l->lists[f]);
-            break;
-        case FLD_PK_VENDORS:
-            rc = read_list(label, name, v, &l->lists[f]);
-            if (rc == FLD_OK)
-                fld__strlist_lower(&l->lists[f]);
-            break;
-        case FLD_PK_ORDERS:
-            rc = read_orders(label, v, &l->orders);
-            break;
-        case FLD_PK_CUSTOM:
-            rc = read_custom(label, v, &l->custom);
-            break;
-        default:
-            rc = FLD_ECONFIG;
-        }
-        if (rc)
+        union fld_policy_value value;
+        if ((rc = readers[fld__policy_row(f)->kind](label, name, v, &value)) != FLD_OK)
             return rc;
+        fld__policy_put_value(l->values, f, &value);
         l->has[f] = true;
         l->line[f] = k->line;
         l->column[f] = k->column;
@@ -564,38 +569,16 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
 /* Moves a checked layer onto p. p is untouched when this fails (memory). */
 static int layer_commit(struct fld_policy *p, struct layer *l)
 {
-    struct fld_orders merged = {0, NULL};
-    if (l->has[FLD_PF_PER_OP]) {
-        if (fld__orders_copy(&merged, &p->per_op) != FLD_OK ||
-            fld__orders_merge(&merged, &l->orders) != FLD_OK) {
-            fld__orders_free(&merged);
+    /* Per op: the file's orders replace those of the same ops only. Merged
+     * first, so that nothing below can fail. */
+    for (int f = 0; f < FLD_PF_COUNT; f++)
+        if (l->has[f] && fld__policy_row(f)->kind == FLD_PK_ORDERS &&
+            fld__policy_merge_onto(l->values, p, f) != FLD_OK)
             return oom(l->label);
-        }
-    }
-    /* Nothing below can fail. */
     for (int f = 0; f < FLD_PF_COUNT; f++) {
         if (!l->has[f])
             continue;
-        enum fld_policy_kind kind = fld__policy_row(f)->kind;
-        bool *b = fld__policy_bool_mut(p, f);
-        struct fld_strlist *list = fld__policy_list_mut(p, f);
-        if (kind == FLD_PK_PREFER) {
-            p->prefer = (enum fld_prefer)l->prefer;
-        } else if (b) {
-            *b = l->bools[f];
-        } else if (list) {
-            fld__strlist_free(list);
-            *list = l->lists[f];
-            l->lists[f] = (struct fld_strlist){false, 0, NULL};
-        } else if (kind == FLD_PK_ORDERS) {
-            /* Per op: the file's orders replace those of the same ops only. */
-            fld__orders_free(&p->per_op);
-            p->per_op = merged;
-        } else if (kind == FLD_PK_CUSTOM) {
-            fld__custom_ops_free(&p->custom_ops);
-            p->custom_ops = l->custom;
-            memset(&l->custom, 0, sizeof l->custom);
-        }
+        fld__policy_swap_value(p, l->values, f);
         snprintf(p->source[f], FLD_SOURCE_LEN, "%s:%u", l->label, l->line[f]);
     }
     /* A list set here replaces its pair from a lower layer: the platform

@@ -14,7 +14,6 @@
 
 #include <fldispatch/fldispatch.h>
 
-#include "custom_ops.h"
 #include "error.h"
 #include "host.h"
 #include "inflight.h"
@@ -51,14 +50,25 @@ static void text_add(struct text *t, const char *s)
     t->len += n;
 }
 
-static void text_list(struct text *t, const struct fld_strlist *l)
+/* Appends what format writes of v (a value or an order). */
+static void text_format(struct text *t, size_t (*format)(const void *, char *, size_t),
+                        const void *v)
 {
-    text_add(t, "");
-    for (size_t i = 0; l->set && i < l->n; i++) {
-        if (i)
-            text_add(t, ",");
-        text_add(t, l->items[i]);
+    size_t n = format(v, NULL, 0);
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        t->oom = true;
+        return;
     }
+    format(v, buf, n + 1);
+    text_add(t, buf);
+    free(buf);
+}
+
+/* fld__order_format() in text_format()'s shape. */
+static size_t order_format(const void *o, char *buf, size_t size)
+{
+    return fld__order_format(o, buf, size);
 }
 
 /* Calls fn with one field and empties value for the next. */
@@ -78,7 +88,6 @@ static int emit(int (*fn)(const fld_config_field *, void *), void *user, const c
 int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user), void *user)
 {
     FLD_CALL_SCOPE();
-    static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
     struct text value = {NULL, 0, 0, false};
     char key[256];
     int r = fld__ensure_init();
@@ -93,31 +102,14 @@ int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user
     if (!p)
         return fld__fail(FLD_ENOMEM, "fld_foreach_config_field: out of memory");
 
-    /* Every field in row order, but the orders: they follow, one entry each. */
+    /* Every field in row order, but the orders (a kind without a format):
+     * they follow, one entry each. */
     for (int i = 0; i < FLD_PF_COUNT && !r; i++) {
         enum fld_policy_field f = (enum fld_policy_field)i;
-        enum fld_policy_kind kind = fld__policy_row(f)->kind;
-        const bool *b = fld__policy_bool(p, f);
-        const struct fld_strlist *list = fld__policy_list(p, f);
-        if (kind == FLD_PK_ORDERS)
+        const struct fld_policy_kind_ops *kind = fld__policy_kind(f);
+        if (!kind->format)
             continue;
-        if (kind == FLD_PK_PREFER) {
-            text_add(&value, prefer_names[(unsigned)p->prefer < 3 ? p->prefer : 0]);
-        } else if (b) {
-            text_add(&value, *b ? "true" : "false");
-        } else if (list) {
-            text_list(&value, list);
-        } else {
-            size_t n = fld__custom_ops_format(&p->custom_ops, NULL, 0);
-            char *buf = malloc(n + 1);
-            if (!buf) {
-                value.oom = true;
-            } else {
-                fld__custom_ops_format(&p->custom_ops, buf, n + 1);
-                text_add(&value, buf);
-                free(buf);
-            }
-        }
+        text_format(&value, kind->format, fld__policy_value(p, f));
         r = emit(fn, user, fld__policy_row(f)->yaml, &value, p->source[f]);
     }
     /* Orders, one entry each; with none, one entry says where that came from. */
@@ -127,15 +119,7 @@ int fld_foreach_config_field(int (*fn)(const fld_config_field *field, void *user
     }
     for (size_t i = 0; !r && i < p->per_op.n; i++) {
         const struct fld_order *o = &p->per_op.items[i];
-        size_t n = fld__order_format(o, NULL, 0);
-        char *buf = malloc(n + 1);
-        if (!buf) {
-            value.oom = true;
-        } else {
-            fld__order_format(o, buf, n + 1);
-            text_add(&value, buf);
-            free(buf);
-        }
+        text_format(&value, order_format, o);
         snprintf(key, sizeof key, "%s.%s", fld__policy_row(FLD_PF_PER_OP)->yaml, o->op);
         r = emit(fn, user, key, &value, o->source[0] ? o->source : p->source[FLD_PF_PER_OP]);
     }

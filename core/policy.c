@@ -48,24 +48,304 @@ static const struct fld_policy_row rows[FLD_PF_COUNT] = {
 #define VALID_KEY(id, key, env, yaml, kind, member, partner, word, origin) key ", "
 #define VALID_KEYS FLD_POLICY_FIELDS(VALID_KEY) "or their environment variable names"
 
-#define KIND_NAME_PREFER  "prefer"
-#define KIND_NAME_FLAG    "flag"
-#define KIND_NAME_SWITCH  "switch"
-#define KIND_NAME_NAMES   "names"
-#define KIND_NAME_VENDORS "vendors"
-#define KIND_NAME_ORDERS  "orders"
-#define KIND_NAME_CUSTOM  "custom"
-
+/* The kinds' names, from their list: kind_name_PREFER is "prefer". */
+#define KIND_NAME(id, name) static const char kind_name_##id[] = #name;
+FLD_POLICY_KINDS(KIND_NAME)
+#undef KIND_NAME
 /* The same rows for the tool and the Python extension (tool_api.h). */
 static const struct fld_tool_policy_field tool_rows[FLD_PF_COUNT] = {
 #define TOOL_ROW(id, key, env, yaml, kind, member, partner, word, origin)                          \
-    [FLD_PF_##id] = {key,        env, yaml, word, KIND_NAME_##kind, FLD_PF_##partner,              \
+    [FLD_PF_##id] = {key,        env, yaml, word, kind_name_##kind, FLD_PF_##partner,              \
                      FLD_PO_##origin == FLD_PO_UPSTREAM},
     FLD_POLICY_FIELDS(TOOL_ROW)
 #undef TOOL_ROW
 };
 
 static const char *const prefer_names[] = {"flagos", "vendor", "reference"};
+
+/* ------------------------------------------------------------------------ */
+/* The value kinds                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Appends s to buf as far as it fits (NUL-terminated), counting all of it. */
+static void format_put(char *buf, size_t size, size_t *len, const char *s)
+{
+    size_t n = strlen(s);
+    if (buf && *len + 1 < size) {
+        size_t room = size - 1 - *len, k = n < room ? n : room;
+        memcpy(buf + *len, s, k);
+        buf[*len + k] = '\0';
+    }
+    *len += n;
+}
+
+static void prefer_init(void *v)
+{
+    *(enum fld_prefer *)v = FLD_PREFER_FLAGOS;
+}
+
+static int prefer_parse(const char *what, const char *text, void *v)
+{
+    int prefer;
+    int rc = fld__parse_prefer(what, text, &prefer);
+    if (rc == FLD_OK)
+        *(enum fld_prefer *)v = (enum fld_prefer)prefer;
+    return rc;
+}
+
+static size_t prefer_format(const void *v, char *buf, size_t size)
+{
+    unsigned prefer = *(const enum fld_prefer *)v;
+    size_t len = 0;
+    if (buf && size)
+        buf[0] = '\0';
+    format_put(buf, size, &len, prefer_names[prefer < 3 ? prefer : 0]);
+    return len;
+}
+
+/* A flag is off until set, a switch on until turned off. */
+static void flag_init(void *v)
+{
+    *(bool *)v = false;
+}
+
+static void switch_init(void *v)
+{
+    *(bool *)v = true;
+}
+
+static int flag_parse(const char *what, const char *text, void *v)
+{
+    return fld__parse_flag(what, text, v);
+}
+
+static int switch_parse(const char *what, const char *text, void *v)
+{
+    return fld__parse_switch(what, text, v);
+}
+
+static size_t bool_format(const void *v, char *buf, size_t size)
+{
+    size_t len = 0;
+    if (buf && size)
+        buf[0] = '\0';
+    format_put(buf, size, &len, *(const bool *)v ? "true" : "false");
+    return len;
+}
+
+static void list_init(void *v)
+{
+    *(struct fld_strlist *)v = (struct fld_strlist){false, 0, NULL};
+}
+
+static int names_parse(const char *what, const char *text, void *v)
+{
+    return fld__parse_name_list(what, text, v);
+}
+
+/* Vendor names compare without case: the lists hold them lowercase. */
+static int vendors_parse(const char *what, const char *text, void *v)
+{
+    int rc = fld__parse_name_list(what, text, v);
+    if (rc == FLD_OK)
+        fld__strlist_lower(v);
+    return rc;
+}
+
+static int list_copy(void *dst, const void *src)
+{
+    return fld__strlist_copy(dst, src);
+}
+
+static int list_merge(void *dst, const void *add)
+{
+    return fld__strlist_merge(dst, add);
+}
+
+static bool list_empty(const void *v)
+{
+    return !((const struct fld_strlist *)v)->set;
+}
+
+/* "a,b,c"; "" when unset. */
+static size_t list_format(const void *v, char *buf, size_t size)
+{
+    const struct fld_strlist *l = v;
+    size_t len = 0;
+    if (buf && size)
+        buf[0] = '\0';
+    for (size_t i = 0; l->set && i < l->n; i++) {
+        if (i)
+            format_put(buf, size, &len, ",");
+        format_put(buf, size, &len, l->items[i]);
+    }
+    return len;
+}
+
+static void list_free(void *v)
+{
+    fld__strlist_free(v);
+}
+
+static void orders_init(void *v)
+{
+    *(struct fld_orders *)v = (struct fld_orders){0, NULL};
+}
+
+static int orders_parse(const char *what, const char *text, void *v)
+{
+    return fld__parse_per_op(what, text, v);
+}
+
+static int orders_copy(void *dst, const void *src)
+{
+    return fld__orders_copy(dst, src);
+}
+
+static int orders_merge(void *dst, const void *add)
+{
+    return fld__orders_merge(dst, add);
+}
+
+static bool orders_empty(const void *v)
+{
+    return ((const struct fld_orders *)v)->n == 0;
+}
+
+/* Each order carries its own source. */
+static void orders_stamp(void *v, const char *source)
+{
+    struct fld_orders *orders = v;
+    for (size_t i = 0; i < orders->n; i++)
+        snprintf(orders->items[i].source, sizeof orders->items[i].source, "%s", source);
+}
+
+static void orders_free(void *v)
+{
+    fld__orders_free(v);
+}
+
+static void custom_init(void *v)
+{
+    *(struct fld_custom_ops *)v = (struct fld_custom_ops){.base_enabled = true};
+}
+
+static int custom_parse(const char *what, const char *text, void *v)
+{
+    return fld__custom_ops_parse(what, text, v);
+}
+
+static int custom_copy(void *dst, const void *src)
+{
+    return fld__custom_ops_copy(dst, src);
+}
+
+static size_t custom_format(const void *v, char *buf, size_t size)
+{
+    return fld__custom_ops_format(v, buf, size);
+}
+
+static void custom_free(void *v)
+{
+    fld__custom_ops_free(v);
+}
+
+/* The kinds, one row each (FLD_POLICY_KINDS lists them). */
+/* clang-format off */
+static const struct fld_policy_kind_ops kind_prefer = {
+    .name = kind_name_PREFER, .size = sizeof(enum fld_prefer),
+    .init = prefer_init, .parse = prefer_parse, .format = prefer_format};
+static const struct fld_policy_kind_ops kind_flag = {
+    .name = kind_name_FLAG, .size = sizeof(bool),
+    .init = flag_init, .parse = flag_parse, .format = bool_format};
+static const struct fld_policy_kind_ops kind_switch = {
+    .name = kind_name_SWITCH, .size = sizeof(bool),
+    .init = switch_init, .parse = switch_parse, .format = bool_format};
+static const struct fld_policy_kind_ops kind_names = {
+    .name = kind_name_NAMES, .size = sizeof(struct fld_strlist), .names = true,
+    .init = list_init, .parse = names_parse, .copy = list_copy, .merge = list_merge,
+    .empty = list_empty, .format = list_format, .free = list_free};
+static const struct fld_policy_kind_ops kind_vendors = {
+    .name = kind_name_VENDORS, .size = sizeof(struct fld_strlist), .names = true,
+    .init = list_init, .parse = vendors_parse, .copy = list_copy, .merge = list_merge,
+    .empty = list_empty, .format = list_format, .free = list_free};
+static const struct fld_policy_kind_ops kind_orders = {
+    .name = kind_name_ORDERS, .size = sizeof(struct fld_orders), .names = true,
+    .init = orders_init, .parse = orders_parse, .copy = orders_copy, .merge = orders_merge,
+    .empty = orders_empty, .stamp = orders_stamp, .free = orders_free};
+static const struct fld_policy_kind_ops kind_custom = {
+    .name = kind_name_CUSTOM, .size = sizeof(struct fld_custom_ops), .names = true,
+    .init = custom_init, .parse = custom_parse, .copy = custom_copy,
+    .format = custom_format, .free = custom_free};
+/* clang-format on */
+
+#define KIND_ROW(id, name) [FLD_PK_##id] = &kind_##name,
+static const struct fld_policy_kind_ops *const kinds[FLD_PK_COUNT] = {FLD_POLICY_KINDS(KIND_ROW)};
+#undef KIND_ROW
+
+const struct fld_policy_kind_ops *fld__policy_kind(enum fld_policy_field f)
+{
+    return kinds[rows[f].kind];
+}
+
+/* Each field's member, written by the table. */
+#define VALUE_CASE(id, key, env, yaml, kind, member, partner, word, origin)                        \
+    case FLD_PF_##id:                                                                              \
+        return &p->member;
+
+static void *value_mut(struct fld_policy *p, enum fld_policy_field f)
+{
+    switch (f) {
+        FLD_POLICY_FIELDS(VALUE_CASE)
+    default:
+        return NULL;
+    }
+}
+
+const void *fld__policy_value(const struct fld_policy *p, enum fld_policy_field f)
+{
+    switch (f) {
+        FLD_POLICY_FIELDS(VALUE_CASE)
+    default:
+        return NULL;
+    }
+}
+
+#undef VALUE_CASE
+
+void fld__policy_put_value(struct fld_policy *p, enum fld_policy_field f, void *v)
+{
+    const struct fld_policy_kind_ops *k = fld__policy_kind(f);
+    void *slot = value_mut(p, f);
+    if (k->free)
+        k->free(slot);
+    memcpy(slot, v, k->size);
+}
+
+void fld__policy_swap_value(struct fld_policy *a, struct fld_policy *b, enum fld_policy_field f)
+{
+    union fld_policy_value tmp;
+    size_t size = fld__policy_kind(f)->size;
+    void *va = value_mut(a, f), *vb = value_mut(b, f);
+    memcpy(&tmp, va, size);
+    memcpy(va, vb, size);
+    memcpy(vb, &tmp, size);
+}
+
+int fld__policy_merge_onto(struct fld_policy *delta, const struct fld_policy *base,
+                           enum fld_policy_field f)
+{
+    const struct fld_policy_kind_ops *k = fld__policy_kind(f);
+    union fld_policy_value merged;
+    if (k->copy(&merged, fld__policy_value(base, f)) != FLD_OK)
+        return FLD_ENOMEM;
+    if (k->merge(&merged, fld__policy_value(delta, f)) != FLD_OK) {
+        k->free(&merged);
+        return FLD_ENOMEM;
+    }
+    fld__policy_put_value(delta, f, &merged);
+    return FLD_OK;
+}
 
 /* The default orders by prefer; selection reads them without copying. */
 static struct fld_token tokens_flagos_first[] = {
@@ -149,12 +429,6 @@ void fld__policy_set_source(struct fld_policy *p, enum fld_policy_field f, const
     snprintf(p->source[f], sizeof p->source[f], "%s", source);
 }
 
-void fld__policy_set_orders_source(struct fld_orders *orders, const char *source)
-{
-    for (size_t i = 0; i < orders->n; i++)
-        snprintf(orders->items[i].source, sizeof orders->items[i].source, "%s", source);
-}
-
 static bool field_by_name(const char *name, enum fld_policy_field *out)
 {
     for (int f = 0; f < FLD_PF_COUNT; f++) {
@@ -175,12 +449,8 @@ struct fld_policy *fld__policy_new_default(void)
     struct fld_policy *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    p->prefer = FLD_PREFER_FLAGOS;
-    p->custom_ops.base_enabled = true;
     for (int f = 0; f < FLD_PF_COUNT; f++) {
-        bool *b = fld__policy_bool_mut(p, (enum fld_policy_field)f);
-        if (b) /* a switch is on until turned off; a flag off until set */
-            *b = rows[f].kind == FLD_PK_SWITCH;
+        kinds[rows[f].kind]->init(value_mut(p, (enum fld_policy_field)f));
         fld__policy_set_source(p, (enum fld_policy_field)f, SOURCE_DEFAULT);
     }
     p->serial = next_serial();
@@ -191,13 +461,9 @@ void fld__policy_free(struct fld_policy *p)
 {
     if (!p)
         return;
-    for (int f = 0; f < FLD_PF_COUNT; f++) {
-        struct fld_strlist *l = fld__policy_list_mut(p, (enum fld_policy_field)f);
-        if (l)
-            fld__strlist_free(l);
-    }
-    fld__orders_free(&p->per_op);
-    fld__custom_ops_free(&p->custom_ops);
+    for (int f = 0; f < FLD_PF_COUNT; f++)
+        if (kinds[rows[f].kind]->free)
+            kinds[rows[f].kind]->free(value_mut(p, (enum fld_policy_field)f));
     fld__manifest_unref(p->manifest);
     free(p);
 }
@@ -207,20 +473,18 @@ struct fld_policy *fld__policy_clone(const struct fld_policy *src)
     struct fld_policy *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    p->prefer = src->prefer;
     memcpy(p->source, src->source, sizeof p->source);
+    /* Copied into a zeroed record: what is not copied yet frees as empty. */
     for (int i = 0; i < FLD_PF_COUNT; i++) {
         enum fld_policy_field f = (enum fld_policy_field)i;
-        const bool *b = fld__policy_bool(src, f);
-        const struct fld_strlist *l = fld__policy_list(src, f);
-        if (b)
-            *fld__policy_bool_mut(p, f) = *b;
-        if (l && fld__strlist_copy(fld__policy_list_mut(p, f), l) != FLD_OK)
+        const struct fld_policy_kind_ops *k = kinds[rows[f].kind];
+        void *dst = value_mut(p, f);
+        const void *from = fld__policy_value(src, f);
+        if (!k->copy)
+            memcpy(dst, from, k->size);
+        else if (k->copy(dst, from) != FLD_OK)
             goto fail;
     }
-    if (fld__orders_copy(&p->per_op, &src->per_op) != FLD_OK ||
-        fld__custom_ops_copy(&p->custom_ops, &src->custom_ops) != FLD_OK)
-        goto fail;
     /* Shared and immutable: the clone holds a reference, not a copy. */
     if (src->manifest)
         p->manifest = fld__manifest_ref(src->manifest);
@@ -259,16 +523,8 @@ struct fld_strlist *fld__policy_list_mut(struct fld_policy *p, enum fld_policy_f
     }
 }
 
-const bool *fld__policy_bool(const struct fld_policy *p, enum fld_policy_field f)
-{
-    switch (f) {
-        FLD_POLICY_FIELDS(BOOL_CASE)
-    default:
-        return NULL;
-    }
-}
-
-bool *fld__policy_bool_mut(struct fld_policy *p, enum fld_policy_field f)
+/* The boolean (FLAG, SWITCH) member of p that field f is, or NULL. */
+static const bool *policy_bool(const struct fld_policy *p, enum fld_policy_field f)
 {
     switch (f) {
         FLD_POLICY_FIELDS(BOOL_CASE)
@@ -280,66 +536,30 @@ bool *fld__policy_bool_mut(struct fld_policy *p, enum fld_policy_field f)
 #undef LIST_CASE
 #undef BOOL_CASE
 
+int fld__policy_set_value(struct fld_policy *p, enum fld_policy_field f, const char *what,
+                          const char *value, const char *source)
+{
+    const struct fld_policy_kind_ops *k = kinds[rows[f].kind];
+    union fld_policy_value v;
+    /* Parsed into a temporary first: on error p must stay as it was. */
+    int rc = k->parse(what, value, &v);
+    if (rc != FLD_OK)
+        return rc;
+    if (k->stamp)
+        k->stamp(&v, source);
+    fld__policy_put_value(p, f, &v);
+    fld__policy_set_source(p, f, source);
+    return FLD_OK;
+}
+
 int fld__policy_set_field(struct fld_policy *p, const char *key, const char *value,
                           const char *source)
 {
     enum fld_policy_field f;
-    int rc;
-
     if (!key || !field_by_name(key, &f))
         return fld__fail(FLD_ECONFIG, "unknown policy key '%s' (valid: " VALID_KEYS ")",
                          key ? key : "(null)");
-    /* Parse into temporaries first: on error p must stay as it was. */
-    switch (rows[f].kind) {
-    case FLD_PK_PREFER: {
-        int prefer;
-        if ((rc = fld__parse_prefer(key, value, &prefer)) != FLD_OK)
-            return rc;
-        p->prefer = (enum fld_prefer)prefer;
-        break;
-    }
-    case FLD_PK_ORDERS: {
-        struct fld_orders orders;
-        if ((rc = fld__parse_per_op(key, value, &orders)) != FLD_OK)
-            return rc;
-        fld__policy_set_orders_source(&orders, source);
-        fld__orders_free(&p->per_op);
-        p->per_op = orders;
-        break;
-    }
-    case FLD_PK_CUSTOM: {
-        struct fld_custom_ops ops;
-        if ((rc = fld__custom_ops_parse(key, value, &ops)) != FLD_OK)
-            return rc;
-        fld__custom_ops_free(&p->custom_ops);
-        p->custom_ops = ops;
-        break;
-    }
-    case FLD_PK_FLAG:
-    case FLD_PK_SWITCH: {
-        bool b;
-        rc = rows[f].kind == FLD_PK_FLAG ? fld__parse_flag(key, value, &b)
-                                         : fld__parse_switch(key, value, &b);
-        if (rc != FLD_OK)
-            return rc;
-        *fld__policy_bool_mut(p, f) = b;
-        break;
-    }
-    case FLD_PK_NAMES:
-    case FLD_PK_VENDORS: {
-        struct fld_strlist list;
-        if ((rc = fld__parse_name_list(key, value, &list)) != FLD_OK)
-            return rc;
-        if (rows[f].kind == FLD_PK_VENDORS)
-            fld__strlist_lower(&list);
-        struct fld_strlist *dst = fld__policy_list_mut(p, f);
-        fld__strlist_free(dst);
-        *dst = list;
-        break;
-    }
-    }
-    fld__policy_set_source(p, f, source);
-    return FLD_OK;
+    return fld__policy_set_value(p, f, key, value, source);
 }
 
 /* "VLLM_FL_FLAGOS_WHITELIST", or "VLLM_FL_FLAGOS_WHITELIST (set by X)" when
@@ -530,7 +750,7 @@ size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t siz
     put(&w, prefer_names[prefer]);
     /* The switches, in row order: a flag always, a switch when it is off. */
     for (int f = 0; f < FLD_PF_COUNT; f++) {
-        const bool *b = fld__policy_bool(p, (enum fld_policy_field)f);
+        const bool *b = policy_bool(p, (enum fld_policy_field)f);
         if (!b || (rows[f].kind == FLD_PK_SWITCH && *b))
             continue;
         put(&w, ";");

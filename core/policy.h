@@ -57,13 +57,72 @@ struct fld_policy {
 /* Whether op may be served by non-reference implementations (custom_ops). */
 bool fld__policy_op_enabled(const struct fld_policy *p, const char *op, char *why, size_t why_size);
 
-/* The name list (kinds NAMES, VENDORS) or boolean (FLAG, SWITCH) member of
- * p that field f is, or NULL if f is not one; the _mut forms for a policy
- * being built. */
+/* The name list (kinds NAMES, VENDORS) member of p that field f is, or
+ * NULL if f is not one; the _mut form for a policy being built. */
 const struct fld_strlist *fld__policy_list(const struct fld_policy *p, enum fld_policy_field f);
-const bool *fld__policy_bool(const struct fld_policy *p, enum fld_policy_field f);
 struct fld_strlist *fld__policy_list_mut(struct fld_policy *p, enum fld_policy_field f);
-bool *fld__policy_bool_mut(struct fld_policy *p, enum fld_policy_field f);
+
+/*
+ * The value kinds of the fields (FLD_PK_*, policy_table.h): how a value of
+ * each is made, read from text, copied, merged, reported and freed. Every
+ * operation on a field's value, whatever its kind, goes through its kind's
+ * row (policy.c); a value is the member of struct fld_policy that the
+ * field's row names, or a union fld_policy_value holding one.
+ */
+struct fld_policy_kind_ops {
+    const char *name; /* "prefer", "flag", ...: FLD_POLICY_KINDS' name */
+    size_t size;      /* of a value */
+    /* Its values name ops, vendors or impls (the registry check reads them). */
+    bool names;
+    /* The built-in default into v. */
+    void (*init)(void *v);
+    /* The environment's and fld_policy_set()'s grammar into v (a temporary:
+     * written only on success); FLD_ECONFIG naming what. */
+    int (*parse)(const char *what, const char *text, void *v);
+    /* A copy of src into dst (written only on success); FLD_ENOMEM. NULL:
+     * the value is plain data, copied as it is. */
+    int (*copy)(void *dst, const void *src);
+    /* The items of add into dst (dst unchanged on FLD_ENOMEM). NULL: a
+     * value of this kind is only ever replaced. */
+    int (*merge)(void *dst, const void *add);
+    /* Whether v sets nothing (an unset list, no orders). NULL: never. */
+    bool (*empty)(const void *v);
+    /* Records source in the items of v that carry their own (the orders).
+     * NULL: none do. */
+    void (*stamp)(void *v, const char *source);
+    /* The value as fld_foreach_config_field() reports it, snprintf's
+     * contract. NULL: reported item by item (the orders, one per op). */
+    size_t (*format)(const void *v, char *buf, size_t size);
+    /* NULL: nothing to free. */
+    void (*free)(void *v);
+};
+
+/* Room for a value of any kind, for a value read before it is put in place. */
+union fld_policy_value {
+    enum fld_prefer prefer;
+    bool flag;
+    struct fld_strlist list;
+    struct fld_orders orders;
+    struct fld_custom_ops custom;
+};
+
+/* The kind of field f (f must be a field). */
+const struct fld_policy_kind_ops *fld__policy_kind(enum fld_policy_field f);
+/* The member of p that holds field f's value (f must be a field). */
+const void *fld__policy_value(const struct fld_policy *p, enum fld_policy_field f);
+/* Frees field f's value in p and moves *v (a value of f's kind, taken) in
+ * its place. */
+void fld__policy_put_value(struct fld_policy *p, enum fld_policy_field f, void *v);
+/* Exchanges field f's values of a and b. */
+void fld__policy_swap_value(struct fld_policy *a, struct fld_policy *b, enum fld_policy_field f);
+/*
+ * Makes delta's value of f what merging it into base's would give (base's
+ * items with delta's added or replacing theirs), so that
+ * fld__policy_swap_value() then moves it into base without a step that can
+ * fail. Only for a kind with a merge; FLD_ENOMEM leaves delta as it was.
+ */
+int fld__policy_merge_onto(struct fld_policy *delta, const struct fld_policy *base,
+                           enum fld_policy_field f);
 
 /* Key names ("prefer", ...) and environment variables ("VLLM_FL_PREFER", ...)
  * of fields (the table's columns), NULL when f is not a field. */
@@ -77,8 +136,6 @@ void fld__policy_free(struct fld_policy *p);
 
 /* Records source as where field f's value came from (truncated to FLD_SOURCE_LEN). */
 void fld__policy_set_source(struct fld_policy *p, enum fld_policy_field f, const char *source);
-/* The same for each order of a per-op list (each order carries its own source). */
-void fld__policy_set_orders_source(struct fld_orders *orders, const char *source);
 
 /*
  * Sets one field by key name (see fld_policy_set() in fldispatch.h) from a
@@ -87,6 +144,9 @@ void fld__policy_set_orders_source(struct fld_orders *orders, const char *source
  */
 int fld__policy_set_field(struct fld_policy *p, const char *key, const char *value,
                           const char *source);
+/* The same for field f, the messages naming what (a key, a function). */
+int fld__policy_set_value(struct fld_policy *p, enum fld_policy_field f, const char *what,
+                          const char *value, const char *source);
 
 /* FLD_ESTATE naming what, when a manifest freezes the global policy; host lock held. */
 int fld__policy_refuse_if_frozen(const char *what);

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Several policy fields in one change: fld_policy_set_fields() for the
- * global policy, fld_policy_push_fields() and fld_policy_push_file() for a
- * scoped override of the calling thread. All or nothing, and the names they
- * bring are checked against the registry as the environment's are (a
- * WARNING, or FLD_ECONFIG when the resulting policy is strict).
+ * Policy fields changed as one: fld_policy_set_fields() for the global
+ * policy; fld_policy_push_fields(), the one-field pushes
+ * (fld_policy_push_preference() and its siblings, each one field through
+ * the same path) and fld_policy_push_file() for a scoped override of the
+ * calling thread. All or nothing, and the names they bring are checked
+ * against the registry as the environment's are (a WARNING, or FLD_ECONFIG
+ * when the resulting policy is strict).
  *
  * Each change is parsed into a "delta": a policy of built-in defaults whose
  * given fields carry the change's source. The delta validates every value
@@ -56,7 +58,8 @@ static int build_delta(const char *what, size_t n, const char *const keys[],
 /*
  * Moves the fields delta's sources mark as `source` onto base. add: the
  * deny list grows and per-op orders replace only the ops they name (the
- * scoped push semantics); otherwise every given field replaces its own.
+ * scoped push semantics), and a field such a merge leaves empty keeps its
+ * source (nothing was set); otherwise every given field replaces its own.
  */
 static int overlay(struct fld_policy *base, struct fld_policy *delta, const char *source, bool add)
 {
@@ -64,38 +67,13 @@ static int overlay(struct fld_policy *base, struct fld_policy *delta, const char
         enum fld_policy_field f = (enum fld_policy_field)i;
         if (strcmp(delta->source[f], source) != 0)
             continue;
-        struct fld_strlist *list = fld__policy_list_mut(delta, f);
-        const bool *flag = fld__policy_bool(delta, f);
-        enum fld_policy_kind kind = fld__policy_row(f)->kind;
-        if (kind == FLD_PK_PREFER) {
-            base->prefer = delta->prefer;
-        } else if (kind == FLD_PK_ORDERS) {
-            if (add) {
-                if (fld__orders_merge(&base->per_op, &delta->per_op) != FLD_OK)
-                    return FLD_ENOMEM;
-            } else {
-                struct fld_orders swap = base->per_op;
-                base->per_op = delta->per_op;
-                delta->per_op = swap;
-            }
-        } else if (kind == FLD_PK_CUSTOM) {
-            struct fld_custom_ops swap = base->custom_ops;
-            base->custom_ops = delta->custom_ops;
-            delta->custom_ops = swap;
-        } else if (flag) {
-            *fld__policy_bool_mut(base, f) = *flag;
-        } else if (list) {
-            struct fld_strlist *dst = fld__policy_list_mut(base, f);
-            if (add && f == FLD_PF_DENY_VENDORS) {
-                if (fld__strlist_merge(dst, list) != FLD_OK)
-                    return FLD_ENOMEM;
-            } else {
-                struct fld_strlist swap = *dst;
-                *dst = *list;
-                *list = swap;
-            }
-        }
-        fld__policy_set_source(base, f, source);
+        const struct fld_policy_kind_ops *kind = fld__policy_kind(f);
+        bool merge = add && (f == FLD_PF_DENY_VENDORS || fld__policy_row(f)->kind == FLD_PK_ORDERS);
+        if (merge && fld__policy_merge_onto(delta, base, f) != FLD_OK)
+            return FLD_ENOMEM;
+        fld__policy_swap_value(base, delta, f);
+        if (!merge || !kind->empty(fld__policy_value(base, f)))
+            fld__policy_set_source(base, f, source);
     }
     return FLD_OK;
 }
@@ -105,6 +83,11 @@ static int overlay(struct fld_policy *base, struct fld_policy *delta, const char
 static int check_names(const char *what, const struct fld_policy *base, struct fld_policy *delta,
                        const char *source)
 {
+    bool names = false;
+    for (int f = 0; f < FLD_PF_COUNT; f++)
+        names |= fld__policy_kind(f)->names && strcmp(delta->source[f], source) == 0;
+    if (!names) /* nothing to look up */
+        return FLD_OK;
     bool strict = strcmp(delta->source[FLD_PF_STRICT], source) == 0 ? delta->strict : base->strict;
     return fld__policy_check_pushed_names(what, delta, strict);
 }
@@ -185,23 +168,19 @@ static struct fld_policy *push_base(bool whole)
     return p;
 }
 
-int fld_policy_push_fields(unsigned flags, size_t n, const char *const keys[],
-                           const char *const values[])
+/* Pushes base (the thread's effective policy, or defaults when whole)
+ * with delta laid over it; takes delta. */
+static int push_delta(const char *what, bool whole, struct fld_policy *delta)
 {
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_fields";
-    struct fld_policy *delta = NULL, *p = NULL;
-    int rc = start_fields(what, flags, n, keys, values, SOURCE_OVERRIDE, &delta);
-    if (rc != FLD_OK)
-        return rc;
-    p = push_base(flags & FLD_POLICY_WHOLE);
+    int rc;
+    struct fld_policy *p = push_base(whole);
     if (!p) {
         rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
         goto fail;
     }
     if ((rc = check_names(what, p, delta, SOURCE_OVERRIDE)) != FLD_OK)
         goto fail;
-    if (overlay(p, delta, SOURCE_OVERRIDE, !(flags & FLD_POLICY_WHOLE)) != FLD_OK) {
+    if (overlay(p, delta, SOURCE_OVERRIDE, !whole) != FLD_OK) {
         rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
         goto fail;
     }
@@ -213,6 +192,73 @@ fail:
     fld__policy_free(p);
     fld__policy_free(delta);
     return rc;
+}
+
+int fld_policy_push_fields(unsigned flags, size_t n, const char *const keys[],
+                           const char *const values[])
+{
+    FLD_CALL_SCOPE();
+    static const char what[] = "fld_policy_push_fields";
+    struct fld_policy *delta = NULL;
+    int rc = start_fields(what, flags, n, keys, values, SOURCE_OVERRIDE, &delta);
+    if (rc != FLD_OK)
+        return rc;
+    return push_delta(what, flags & FLD_POLICY_WHOLE, delta);
+}
+
+/* The one-field pushes: field f from text in its grammar, what naming the
+ * entry point in every message. */
+static int push_field(const char *what, enum fld_policy_field f, const char *value)
+{
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    struct fld_policy *delta = fld__policy_new_default();
+    if (!delta)
+        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
+    if ((rc = fld__policy_set_value(delta, f, what, value, SOURCE_OVERRIDE)) != FLD_OK) {
+        fld__policy_free(delta);
+        return rc;
+    }
+    return push_delta(what, false, delta);
+}
+
+int fld_policy_push_preference(const char *kind)
+{
+    FLD_CALL_SCOPE();
+    static const char what[] = "fld_policy_push_preference";
+    int rc = fld__ensure_init();
+    if (rc != FLD_OK)
+        return rc;
+    if (!kind)
+        return fld__fail(FLD_EINVAL, "%s: argument 'kind' is NULL", what);
+    return push_field(what, FLD_PF_PREFER, kind);
+}
+
+int fld_policy_push_strict(bool strict)
+{
+    FLD_CALL_SCOPE();
+    /* A strict override needs a manifest that holds strictly, as
+     * fld_policy_set()'s does: push_delta() checks the result. */
+    return push_field("fld_policy_push_strict", FLD_PF_STRICT, strict ? "1" : "0");
+}
+
+int fld_policy_push_allowed_vendors(const char *csv)
+{
+    FLD_CALL_SCOPE();
+    return push_field("fld_policy_push_allowed_vendors", FLD_PF_ALLOW_VENDORS, csv);
+}
+
+int fld_policy_push_denied_vendors(const char *csv)
+{
+    FLD_CALL_SCOPE();
+    return push_field("fld_policy_push_denied_vendors", FLD_PF_DENY_VENDORS, csv);
+}
+
+int fld_policy_push_per_op(const char *spec)
+{
+    FLD_CALL_SCOPE();
+    return push_field("fld_policy_push_per_op", FLD_PF_PER_OP, spec);
 }
 
 int fld_policy_push_file(const char *path)

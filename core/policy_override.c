@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The calling thread's policy: the thread-local stack of scoped overrides
- * (fld_policy_push_*(), fld_policy_pop()), the effective policy it gives
+ * (fld__policy_push(), fld_policy_pop()), the effective policy it gives
  * (the innermost override, else the global policy), and the entry points
  * that read that policy (fld_policy_describe(), fld_oot_op_enabled()).
  *
  * Override policies belong to the thread that pushed them and are freed on
- * pop or thread exit; only that thread ever reads them. A push clones the
- * effective policy and edits the clone (policy.c's record functions).
+ * pop or thread exit; only that thread ever reads them. The public pushes
+ * (fld_policy_push_*()) build the policy they push in policy_fields.c, the
+ * floor above, from a clone of the effective policy.
  *
  * It sits above policy.c, which knows nothing of it: it checks a manifest
  * on a strict push (manifest.h, above the policy), and it must not include
@@ -33,14 +34,10 @@
 #include "error.h"
 #include "host.h"
 #include "inflight.h"
-#include "manifest.h"
 #include "names.h"
-#include "parse.h"
 #include "policy.h"
 #include "policy_override.h"
 #include "reclaim.h"
-
-#define SOURCE_OVERRIDE "scoped override"
 
 _Atomic unsigned fld__override_threads;
 
@@ -150,17 +147,6 @@ nomem:
     return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
 }
 
-/* A clone of the calling thread's effective policy, to be edited and pushed. */
-static int begin_push(const char *what, struct fld_policy **out)
-{
-    fld__read_begin(); /* the global policy may be replaced meanwhile */
-    *out = fld__policy_clone(fld__policy_effective());
-    fld__read_end();
-    if (!*out)
-        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-    return FLD_OK;
-}
-
 int fld__policy_check_pushed_names(const char *what, struct fld_policy *pushed, bool strict)
 {
     pushed->strict = strict;
@@ -169,171 +155,6 @@ int fld__policy_check_pushed_names(const char *what, struct fld_policy *pushed, 
     fld__unlock();
     if (rc != FLD_OK)
         fld__error_prefix("%s", what);
-    return rc;
-}
-
-/*
- * The names a push brings (vendors, per-op orders) are checked as the
- * environment's are: a WARNING, or FLD_ECONFIG under the strictness the
- * thread has after the push. Only the pushed names: the global policy's
- * were checked when it was built.
- */
-static int check_list_names(const char *what, enum fld_policy_field f, const struct fld_strlist *l,
-                            bool strict)
-{
-    struct fld_policy *pushed = fld__policy_new_default();
-    struct fld_strlist *dst = pushed ? fld__policy_list_mut(pushed, f) : NULL;
-    if (!dst || fld__strlist_merge(dst, l) != FLD_OK) {
-        fld__policy_free(pushed);
-        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-    }
-    fld__policy_set_source(pushed, f, SOURCE_OVERRIDE);
-    int rc = fld__policy_check_pushed_names(what, pushed, strict);
-    fld__policy_free(pushed);
-    return rc;
-}
-
-static int check_order_names(const char *what, const struct fld_orders *orders, bool strict)
-{
-    struct fld_policy *pushed = fld__policy_new_default();
-    if (!pushed || fld__orders_merge(&pushed->per_op, orders) != FLD_OK) {
-        fld__policy_free(pushed);
-        return fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-    }
-    fld__policy_set_source(pushed, FLD_PF_PER_OP, SOURCE_OVERRIDE);
-    int rc = fld__policy_check_pushed_names(what, pushed, strict);
-    fld__policy_free(pushed);
-    return rc;
-}
-
-int fld_policy_push_preference(const char *kind)
-{
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_preference";
-    struct fld_policy *p;
-    int prefer;
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    if (!kind)
-        return fld__fail(FLD_EINVAL, "%s: argument 'kind' is NULL", what);
-    if ((rc = fld__parse_prefer(what, kind, &prefer)) != FLD_OK)
-        return rc;
-    if ((rc = begin_push(what, &p)) != FLD_OK)
-        return rc;
-    p->prefer = (enum fld_prefer)prefer;
-    fld__policy_set_source(p, FLD_PF_PREFER, SOURCE_OVERRIDE);
-    return fld__policy_push(what, p);
-}
-
-int fld_policy_push_strict(bool strict)
-{
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_strict";
-    struct fld_policy *p;
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    if ((rc = begin_push(what, &p)) != FLD_OK)
-        return rc;
-    /* As fld_policy_set: a strict override needs a manifest that holds strictly. */
-    if (strict && p->manifest) {
-        fld__lock();
-        rc = fld__manifest_check(p->manifest, true);
-        fld__unlock();
-        if (rc != FLD_OK) {
-            fld__error_prefix("%s", what);
-            fld__policy_free(p);
-            return rc;
-        }
-    }
-    p->strict = strict;
-    fld__policy_set_source(p, FLD_PF_STRICT, SOURCE_OVERRIDE);
-    return fld__policy_push(what, p);
-}
-
-int fld_policy_push_allowed_vendors(const char *csv)
-{
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_allowed_vendors";
-    struct fld_strlist list;
-    struct fld_policy *p;
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
-        return rc;
-    fld__strlist_lower(&list);
-    if ((rc = begin_push(what, &p)) != FLD_OK) {
-        fld__strlist_free(&list);
-        return rc;
-    }
-    if ((rc = check_list_names(what, FLD_PF_ALLOW_VENDORS, &list, p->strict)) != FLD_OK) {
-        fld__strlist_free(&list);
-        fld__policy_free(p);
-        return rc;
-    }
-    fld__strlist_free(&p->allow_vendors);
-    p->allow_vendors = list;
-    fld__policy_set_source(p, FLD_PF_ALLOW_VENDORS, SOURCE_OVERRIDE);
-    return fld__policy_push(what, p);
-}
-
-int fld_policy_push_denied_vendors(const char *csv)
-{
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_denied_vendors";
-    struct fld_strlist list;
-    struct fld_policy *p = NULL;
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    if ((rc = fld__parse_name_list(what, csv, &list)) != FLD_OK)
-        return rc;
-    fld__strlist_lower(&list);
-    if ((rc = begin_push(what, &p)) != FLD_OK ||
-        (rc = check_list_names(what, FLD_PF_DENY_VENDORS, &list, p->strict)) != FLD_OK)
-        goto fail;
-    if (fld__strlist_merge(&p->deny_vendors, &list) != FLD_OK) {
-        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-        goto fail;
-    }
-    fld__strlist_free(&list);
-    if (p->deny_vendors.set)
-        fld__policy_set_source(p, FLD_PF_DENY_VENDORS, SOURCE_OVERRIDE);
-    return fld__policy_push(what, p);
-fail:
-    fld__strlist_free(&list);
-    fld__policy_free(p);
-    return rc;
-}
-
-int fld_policy_push_per_op(const char *spec)
-{
-    FLD_CALL_SCOPE();
-    static const char what[] = "fld_policy_push_per_op";
-    struct fld_orders orders;
-    struct fld_policy *p = NULL;
-    int rc = fld__ensure_init();
-    if (rc != FLD_OK)
-        return rc;
-    if ((rc = fld__parse_per_op(what, spec, &orders)) != FLD_OK)
-        return rc;
-    fld__policy_set_orders_source(&orders, SOURCE_OVERRIDE);
-    if ((rc = begin_push(what, &p)) != FLD_OK ||
-        (rc = check_order_names(what, &orders, p->strict)) != FLD_OK)
-        goto fail;
-    if (fld__orders_merge(&p->per_op, &orders) != FLD_OK) {
-        rc = fld__fail(FLD_ENOMEM, "%s: out of memory", what);
-        goto fail;
-    }
-    fld__orders_free(&orders);
-    if (p->per_op.n)
-        fld__policy_set_source(p, FLD_PF_PER_OP, SOURCE_OVERRIDE);
-    return fld__policy_push(what, p);
-fail:
-    fld__orders_free(&orders);
-    fld__policy_free(p);
     return rc;
 }
 

@@ -76,14 +76,27 @@ enum fld_policy_field {
     FLD_PF_NONE = -1 /* the partner of a field that has none */
 };
 
+/*
+ * The value kinds, X(id, name): FLD_PK_<id>, and <name> its word in the
+ * tool rows. Each kind is a row of policy.c's kind table (its storage:
+ * default, text grammar, copy, merge, report text, free) and of config.c's
+ * YAML readers; both are expansions of this list, so a kind that lacks
+ * either does not compile.
+ */
+#define FLD_POLICY_KINDS(X)                                                                        \
+    X(PREFER, prefer)                                                                              \
+    X(FLAG, flag)                                                                                  \
+    X(SWITCH, switch)                                                                              \
+    X(NAMES, names)                                                                                \
+    X(VENDORS, vendors)                                                                            \
+    X(ORDERS, orders)                                                                              \
+    X(CUSTOM, custom)
+
 enum fld_policy_kind {
-    FLD_PK_PREFER,
-    FLD_PK_FLAG,
-    FLD_PK_SWITCH,
-    FLD_PK_NAMES,
-    FLD_PK_VENDORS,
-    FLD_PK_ORDERS,
-    FLD_PK_CUSTOM
+#define FLD__PK_ENUM(id, name) FLD_PK_##id,
+    FLD_POLICY_KINDS(FLD__PK_ENUM)
+#undef FLD__PK_ENUM
+        FLD_PK_COUNT
 };
 
 enum fld_policy_origin { FLD_PO_UPSTREAM, FLD_PO_OWN };

@@ -194,6 +194,89 @@ START_TEST(test_push_fields_all_or_nothing)
 }
 END_TEST
 
+/* ---- the one-field pushes are fld_policy_push_fields() of one field ------ */
+
+/* The thread's policy as fld_foreach_config_field() reports it: every
+ * field's value and source, appended to report (which is NUL-terminated). */
+static int report_field(const fld_config_field *f, void *user)
+{
+    char *report = user;
+    size_t len = strlen(report);
+    snprintf(report + len, 4096 - len, "%s=%s (%s)\n", f->key, f->value, f->source);
+    return 0;
+}
+
+/* describe() and the report after push, popped again. */
+static void pushed_state(int (*push)(const char *), const char *value, char *report)
+{
+    report[0] = '\0';
+    int depth = (int)fld_policy_depth();
+    ck_assert_msg(push(value) == FLD_OK, "push '%s': %s", value, fld_last_error());
+    ck_assert_int_eq(fld_foreach_config_field(report_field, report), FLD_OK);
+    size_t len = strlen(report);
+    snprintf(report + len, 4096 - len, "%s\n", describe());
+    ck_assert_int_eq(fld_policy_pop_to((size_t)depth), FLD_OK);
+}
+
+static const char *field_key;
+
+static int push_as_fields(const char *value)
+{
+    const char *keys[] = {field_key};
+    const char *values[] = {value};
+    return fld_policy_push_fields(0, 1, keys, values);
+}
+
+static int push_preference(const char *value)
+{
+    return fld_policy_push_preference(value);
+}
+
+static int push_strict(const char *value)
+{
+    return fld_policy_push_strict(strcmp(value, "1") == 0);
+}
+
+/* Each one-field push leaves the thread where fld_policy_push_fields() of
+ * that one field does, values and sources alike: also where a merge (the
+ * deny list, the orders) adds nothing, on a policy that has none and on
+ * one that has. */
+START_TEST(test_one_field_pushes_are_push_fields)
+{
+    static const struct {
+        const char *key;
+        int (*push)(const char *);
+        const char *value;
+    } cases[] = {
+        {"prefer", push_preference, "vendor"},
+        {"strict", push_strict, "1"},
+        {"strict", push_strict, "0"},
+        {"allow_vendors", fld_policy_push_allowed_vendors, "AMD"},
+        {"allow_vendors", fld_policy_push_allowed_vendors, ""},
+        {"deny_vendors", fld_policy_push_denied_vendors, "amd"},
+        {"deny_vendors", fld_policy_push_denied_vendors, ""},
+        {"per_op", fld_policy_push_per_op, "test_op=vendor|reference"},
+        {"per_op", fld_policy_push_per_op, ""},
+    };
+    static char one[4096], fields[4096];
+    register_test_plugin();
+    for (int base = 0; base < 2; base++) {
+        /* base 1: a policy that already has a deny list and orders */
+        if (base == 1) {
+            ck_assert_int_eq(fld_policy_push_denied_vendors("amd"), FLD_OK);
+            ck_assert_int_eq(fld_policy_push_per_op("test_op=reference"), FLD_OK);
+        }
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            pushed_state(cases[i].push, cases[i].value, one);
+            field_key = cases[i].key;
+            pushed_state(push_as_fields, cases[i].value, fields);
+            ck_assert_msg(strcmp(one, fields) == 0, "%s='%s' on base %d:\n%s\nvs push_fields:\n%s",
+                          cases[i].key, cases[i].value, base, one, fields);
+        }
+    }
+}
+END_TEST
+
 /* ---- the names check of scoped pushes ------------------------------------ */
 
 START_TEST(test_push_names_strict_in_the_same_push)
@@ -403,6 +486,7 @@ static Suite *fields_suite(void)
     tcase_add_test(tc, test_push_fields_deny_adds_set_fields_replaces);
     tcase_add_test(tc, test_push_fields_whole_policy_starts_from_defaults);
     tcase_add_test(tc, test_push_fields_all_or_nothing);
+    tcase_add_test(tc, test_one_field_pushes_are_push_fields);
     tcase_add_test(tc, test_push_names_strict_in_the_same_push);
     tcase_add_test(tc, test_push_names_warn_when_not_strict);
     tcase_add_test(tc, test_push_file);

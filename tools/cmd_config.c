@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "json.h"
 #include "options.h"
+#include "vec.h"
 
 static const char config_usage[] =
     "Usage: fldispatch config [--json]\n"
@@ -49,15 +50,9 @@ struct fields {
 static int collect_field(const fld_config_field *f, void *user)
 {
     struct fields *fs = user;
-    if (fs->n == fs->cap) {
-        size_t cap = fs->cap ? 2 * fs->cap : 32;
-        struct field *items = realloc(fs->items, cap * sizeof *items);
-        if (!items) {
-            fs->oom = true;
-            return 1;
-        }
-        fs->items = items;
-        fs->cap = cap;
+    if (VEC_RESERVE(fs->items, fs->n, fs->cap, 32) != 0) {
+        fs->oom = true;
+        return 1;
     }
     struct field *d = &fs->items[fs->n];
     d->key = strdup(f->key ? f->key : "");

@@ -27,6 +27,7 @@
 #include "cli.h"
 #include "json.h"
 #include "options.h"
+#include "vec.h"
 
 /* A printf format: its one conversion is the device list. */
 static const char freeze_usage[] =
@@ -106,15 +107,9 @@ static int collect_impl(const fld_impl_info *info, void *user)
         ops->items[ops->n - 1].dtypes |= info->dtypes;
         return 0;
     }
-    if (ops->n == ops->cap) {
-        size_t cap = ops->cap ? 2 * ops->cap : 16;
-        struct op_decl *items = realloc(ops->items, cap * sizeof *items);
-        if (!items) {
-            ops->oom = true;
-            return 1;
-        }
-        ops->items = items;
-        ops->cap = cap;
+    if (VEC_RESERVE(ops->items, ops->n, ops->cap, 16) != 0) {
+        ops->oom = true;
+        return 1;
     }
     char *name = strdup(info->op);
     if (!name) {
@@ -134,14 +129,8 @@ static void ops_free(struct op_list *ops)
 
 static bool entry_add(struct entry_list *l, struct entry e)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        struct entry *items = realloc(l->items, cap * sizeof *items);
-        if (!items)
-            return false;
-        l->items = items;
-        l->cap = cap;
-    }
+    if (VEC_RESERVE(l->items, l->n, l->cap, 64) != 0)
+        return false;
     l->items[l->n++] = e;
     return true;
 }

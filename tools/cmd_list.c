@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "json.h"
 #include "options.h"
+#include "vec.h"
 
 static const char list_usage[] =
     "Usage: fldispatch list [--verbose] [--strict] [--json]\n"
@@ -62,14 +63,8 @@ static struct plugin_count *count_for(struct counts *c, const char *plugin)
     for (size_t i = 0; i < c->n; i++)
         if (strcmp(c->items[i].plugin, plugin) == 0)
             return &c->items[i];
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 16;
-        struct plugin_count *items = realloc(c->items, cap * sizeof *items);
-        if (!items)
-            return NULL;
-        c->items = items;
-        c->cap = cap;
-    }
+    if (VEC_RESERVE(c->items, c->n, c->cap, 16) != 0)
+        return NULL;
     char *name = strdup(plugin);
     if (!name)
         return NULL;

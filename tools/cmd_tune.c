@@ -54,6 +54,7 @@
 #include "json.h"
 #include "options.h"
 #include "tune_clock.h"
+#include "vec.h"
 #include "verify.h"
 
 #define TUNE_MAX_BUCKETS 6 /* as many as a manifest takes per (op, device, dtype) */
@@ -808,14 +809,8 @@ static bool pinnable(const char *op, int dtype, const char *impl)
 
 static struct result *add_result(struct tune_run *run)
 {
-    if (run->n == run->cap) {
-        size_t cap = run->cap ? run->cap * 2 : 16;
-        struct result *r = realloc(run->results, cap * sizeof *r);
-        if (!r)
-            return NULL;
-        run->results = r;
-        run->cap = cap;
-    }
+    if (VEC_RESERVE(run->results, run->n, run->cap, 16) != 0)
+        return NULL;
     struct result *r = &run->results[run->n++];
     memset(r, 0, sizeof *r);
     r->winner = -1;

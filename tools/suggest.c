@@ -13,6 +13,7 @@
 #include <fldispatch/internal/tool_api.h>
 
 #include "catalog.h"
+#include "vec.h"
 
 const char *cli_did_you_mean(const char *name, const char *const *candidates, size_t n, char *buf,
                              size_t size)
@@ -31,14 +32,8 @@ static int add_op(const fld_impl_info *m, void *user)
     /* fld_foreach_impl runs by op name: one entry per op. */
     if (ops->n && strcmp(ops->names[ops->n - 1], m->op) == 0)
         return 0;
-    if (ops->n == ops->cap) {
-        size_t cap = ops->cap ? 2 * ops->cap : 32;
-        char **names = realloc(ops->names, cap * sizeof *names);
-        if (!names)
-            return 1;
-        ops->names = names;
-        ops->cap = cap;
-    }
+    if (VEC_RESERVE(ops->names, ops->n, ops->cap, 32) != 0)
+        return 1;
     if (!(ops->names[ops->n] = strdup(m->op)))
         return 1;
     ops->n++;

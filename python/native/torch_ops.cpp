@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.ops.fldispatch.* CPU kernels registered with PyTorch's dispatcher in
 // C++ (TORCH_LIBRARY_IMPL), each calling libfldispatch's typed entry point on
 // DLTensor views of the at::Tensor arguments: a call pays the dispatcher and

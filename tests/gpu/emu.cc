@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The GPU emulator's scheduler (see emu.h): fibers on ucontext, a block
+ * The GPU emulator's scheduler (see plugins/shared/gpu/gpu_emu.h): fibers on ucontext, a block
  * barrier and per-warp barriers, all on the calling OS thread.
  */
-#include "emu.h"
+#include "gpu_emu.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fld__gpu_api_emu: struct fld__gpu_api (plugins/shared/gpu/gpu_api.h) on host
- * memory, with the kernels of gpu_kernels.cuh run by the emulator (emu.h).
+ * memory, with the kernels of gpu_kernels.cuh run by the emulator (gpu_emu.h).
  * One "device" (id 0); "device" pointers are host pointers; copies and
  * launches are synchronous, so streams are ignored (the default stream is
  * FLD_EMU_PER_THREAD_STREAM, as CUDA's cudaStreamPerThread). Error codes are the
- * FLD_EMU_ERR_* values of emu.h.
+ * FLD_EMU_ERR_* values of gpu_emu.h.
  *
  * It lets tests (and a fixture plugin standing in for fld-cuda.so) run the
  * whole glue + kernel path without a GPU. Link users add -lstdc++.

@@ -45,7 +45,7 @@ extern "C" {
 #include "../util/host_tensor.h"
 }
 
-#include "emu.h"
+#include "gpu_emu.h"
 #include "gpu_kernels.cuh"
 
 extern "C" const struct fld__gpu_api fld__gpu_api_emu;

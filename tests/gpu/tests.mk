@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# The GPU kernels under the host emulator (see tests/gpu/emu.h), included by
+# The GPU kernels under the host emulator (see plugins/shared/gpu/gpu_emu.h), included by
 # the top-level Makefile.
 #
 #   $(B)/tests/gpu/libfld-gpu-emu.a   the emulator + fld__gpu_api_emu (the kernels of
@@ -12,7 +12,7 @@
 GPU_EMU_LIB := $(B)/tests/gpu/libfld-gpu-emu.a
 GPU_EMU_OBJ := $(OBJ)/tests/gpu/emu.o $(OBJ)/tests/gpu/emu_api.o
 GPU_EMU_CXXFLAGS = -std=c++17 -O2 -g -fPIC -pthread -Wall -Wextra -Werror -Wshadow \
-  -DFLD_GPU_EMULATE -Iinclude -Iplugins/shared/gpu -Itests/gpu -Itests -MMD -MP $(SANFLAGS)
+  -DFLD_GPU_EMULATE -Iinclude -Iplugins/shared/gpu -Itests -MMD -MP $(SANFLAGS)
 
 $(OBJ)/tests/gpu/%.o: tests/gpu/%.cc
 	@mkdir -p $(@D)

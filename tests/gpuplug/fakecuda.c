@@ -12,7 +12,8 @@
 
 extern const struct fld__gpu_api fld__gpu_api_emu;
 
-enum { EMU_ERR_INVALID_DEVICE = 101 }; /* FLD_EMU_ERR_INVALID_DEVICE (tests/gpu/emu.h) */
+/* FLD_EMU_ERR_INVALID_DEVICE (plugins/shared/gpu/gpu_emu.h) */
+enum { EMU_ERR_INVALID_DEVICE = 101 };
 
 static struct fld__gpu_api api;
 static struct fakecuda_record rec = {.variant = -1, .device = -1, .memcpy_kind = -1};

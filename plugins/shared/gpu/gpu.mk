@@ -10,6 +10,9 @@
 #   gpu_kernels.cuh             the kernels, one source for nvcc, hipcc and
 #                               the host emulator of tests/gpu
 #   gpu_compat.cuh              what differs between those three compilers
+#   gpu_emu.h                   the host emulator's interface, which the kernels
+#                               compile against under FLD_GPU_EMULATE (the
+#                               emulator's code is the tests', in tests/gpu)
 #
 # One glue object serves both plugins (and the test fixture of
 # tests/gpuplug): each shared object that links it gets its own copy of the

@@ -7,7 +7,7 @@
  *   hipcc  (__HIPCC__)        HIP device code; the warp (wavefront) is 64 on
  *                             CDNA (gfx90a, gfx908) and 32 on RDNA (gfx1030),
  *                             so warp code reads FLD_GPU_WARP_SIZE at run time
- *   g++    (FLD_GPU_EMULATE)  the host emulator of tests/gpu/emu.h, which runs
+ *   g++    (FLD_GPU_EMULATE)  the host emulator of gpu_emu.h, which runs
  *                             each block's threads as cooperative fibers
  *
  * The kernels use the CUDA spellings (__global__, threadIdx, __syncthreads,
@@ -62,7 +62,7 @@ typedef cudaStream_t fld__gpu_stream_t;
 
 #include <fldispatch/half.h>
 
-#include "emu.h"
+#include "gpu_emu.h"
 
 #define FLD_GPU_TARGET_EMU 1
 #define FLD_GPU_UNROLL     /* the host compiler unrolls as it sees fit */

@@ -15,6 +15,14 @@ makes `import vllm_fl.dispatch...` resolve to them when the real vllm_fl is
 not installed. See docs/porting-from-vllm-plugin-fl.md.
 """
 
+import sys as _sys
+
+from .. import iodump as io_dumper
+
+# io_dumper.py runs once, as fldispatch.iodump (see there): this package's
+# name for it is the same module object.
+_sys.modules[__name__ + ".io_dumper"] = io_dumper
+
 from .types import BackendImplKind, BackendPriority, OpImpl, match_token
 from .registry import OpRegistry, OpRegistrySnapshot
 from .policy import (

@@ -16,7 +16,7 @@ import contextlib
 
 import fldispatch
 
-from .. import iodump
+from . import io_dumper as iodump
 
 _KIND_TOKEN = {"flagos": "flagos", "vendor": "vendor", "reference": "reference"}
 # The C registry wants impl ids of the form '<prefix>.<name>', the prefix

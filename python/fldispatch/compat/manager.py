@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Set
 
 import fldispatch
 
-from .. import iodump
+from . import io_dumper as iodump
 from . import _bridge
 from .convention import UPSTREAM_OPS, call_upstream, is_upstream_call
 from .policy import PolicyManager, get_policy

@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A small host emulator for the GPU kernels of plugins/shared/gpu/gpu_kernels.cuh
- * (compiled with -DFLD_GPU_EMULATE; see gpu_compat.cuh). It exists because
- * no GPU is available to test on: the device code runs here, on the CPU,
- * with the semantics that matter for its correctness.
+ * The interface of a small host emulator for the GPU kernels of
+ * gpu_kernels.cuh: what the device code compiles against under
+ * -DFLD_GPU_EMULATE (see gpu_compat.cuh). The emulator itself (the fiber
+ * scheduler, tests/gpu/emu.cc) and its api table (tests/gpu/emu_api.cc)
+ * are test code; this header is here so that the kernel source depends on
+ * nothing under tests/. It exists because no GPU is available to test on:
+ * the device code runs on the CPU, with the semantics that matter for its
+ * correctness.
  *
  * A launch runs the grid's blocks one after another on the calling thread.
  * Within a block, every thread is a cooperative fiber (ucontext) with its
@@ -27,8 +31,8 @@
  * atomics. Each OS thread has its own emulator state; launches on different
  * threads are independent.
  */
-#ifndef FLD_TESTS_GPU_EMU_H
-#define FLD_TESTS_GPU_EMU_H
+#ifndef FLD_GPU_EMU_H
+#define FLD_GPU_EMU_H
 
 #include <stdint.h>
 
