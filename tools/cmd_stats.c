@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "json.h"
 #include "options.h"
+#include "vec.h"
 
 static const char stats_usage[] =
     "Usage: fldispatch stats [--by-rank] [--json] [--] FILE...\n"
@@ -78,14 +79,8 @@ static struct row *find_row(struct merge *m, const struct fld_stats_file_entry *
     for (size_t i = 0; i < m->n; i++)
         if (same_key(m->rows[i].key, e) && (!m->by_rank || m->rows[i].rank == rank))
             return &m->rows[i];
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 16;
-        struct row *p = realloc(m->rows, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        m->rows = p;
-        m->cap = cap;
-    }
+    if (VEC_RESERVE(m->rows, m->n, m->cap, 16))
+        return NULL;
     struct row *r = &m->rows[m->n];
     *r = (struct row){.key = e, .rank = rank, .from = calloc(m->nfiles, 1)};
     if (!r->from)
