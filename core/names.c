@@ -466,6 +466,8 @@ static const char *const library_variables[] = {
     "VLLM_FL_IO_DUMP_RANK",
     "VLLM_FL_IO_DUMP_WITH_METAS",
     "VLLM_FL_IO_DUMP_WITH_VALUES",
+    /* read by the Python package's vLLM plugin (python/fldispatch/vllm_path.py) */
+    "VLLM_FL_OOT_FORCE",
 };
 
 /* Variables vllm-plugin-FL reads and this library does not. */
