@@ -6,8 +6,9 @@ vLLM loads it through the entry point group `vllm.general_plugins`
 starts. For the ops vLLM dispatches through its IR (vllm.ir: rms_norm and
 fused_add_rms_norm, which RMSNorm and GemmaRMSNorm call), register() adds
 fldispatch as an IR provider (fldispatch.vllm_ir) and leaves those layers
-to vLLM; vLLM's ir_op_priority chooses the provider, and fldispatch's
-switches enter vLLM's compile-cache key (fldispatch.vllm_compile). The
+to vLLM; vLLM's ir_op_priority chooses the provider (the plugin's default
+per vLLM mode: fldispatch.vllm_path), and fldispatch's switches enter vLLM's
+compile-cache key (fldispatch.vllm_compile). The
 other layers (and the norms on a vLLM without IR) register() replaces with
 out-of-tree CustomOps (vLLM's CustomOp.register_oot), each a subclass of
 vLLM's layer with the same constructor, arguments and return values:
@@ -321,20 +322,6 @@ def layer_class(op_name):
     return cls, class_name
 
 
-def _follow_vllm_logging():
-    """The plugin's lines in vLLM's log: where vLLM configured its own logger
-    ("vllm": handlers, no propagation) and nothing handles Python's root
-    logger, the logger "fldispatch.vllm" gets vLLM's handlers and level
-    (vLLM's VLLM_LOGGING_LEVEL, INFO by default). A program that configured
-    logging itself keeps its own routing."""
-    ours, theirs = logging.getLogger(logger.name), logging.getLogger("vllm")
-    if ours.handlers or logging.getLogger().handlers or theirs.propagate or not theirs.handlers:
-        return
-    for handler in theirs.handlers:
-        ours.addHandler(handler)
-    ours.setLevel(theirs.level)
-
-
 def register():
     """vLLM's general-plugin hook: registers fldispatch's vLLM IR provider for
     the IR ops of the installed vLLM (fldispatch.vllm_ir) and its place in
@@ -347,7 +334,6 @@ def register():
 
     from . import vllm_compile, vllm_ir, vllm_path
 
-    _follow_vllm_logging()
     _host_defaults()  # before the library starts: the CPU plugin reads them as it registers
     _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
     vllm_path.forced()  # likewise a bad VLLM_FL_OOT_FORCE
@@ -360,11 +346,11 @@ def register():
     for name in sorted(vllm_ir.registered):
         oot = vllm_ir.IR_OPS[name].oot
         if name in enabled:
-            logger.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
+            vllm_path.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
                         "priority in the modes where it serves %s by default (VLLM_FL_OOT_* "
                         "enable it)", name, oot)
         else:
-            logger.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
+            vllm_path.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
                         "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
     vllm_compile.register_compile_factors()
     superseded = vllm_ir.superseded_layers()
@@ -385,7 +371,7 @@ def register():
             continue
         custom_op.CustomOp.register_oot(_decorated_op_cls=cls, name=class_name)
         registered[op_name] = class_name
-        logger.info("fldispatch: vLLM's %s replaced by fldispatch's %s layer; vLLM's custom_ops "
-                    "and VLLM_FL_OOT_FORCE decide per mode whether it runs fldispatch's op",
-                    class_name, op_name)
+        vllm_path.info("fldispatch: vLLM's %s replaced by fldispatch's %s layer; vLLM's "
+                       "custom_ops and VLLM_FL_OOT_FORCE decide per mode whether it runs "
+                       "fldispatch's op", class_name, op_name)
     return dict(registered)

@@ -21,7 +21,9 @@ replacement it supersedes, our op, whether it runs in place, and the call.
 Which provider runs is vLLM's priority list. Where the operator gave none for
 an op, the platform's default is used; the plugin puts "fldispatch" in front
 of that default for the ops whose OOT name VLLM_FL_OOT_* (and
-VLLM_FL_PREFER_ENABLED) enable, so an explicit list always wins and
+VLLM_FL_PREFER_ENABLED) enable, in the vLLM modes where fldispatch serves
+them by default or VLLM_FL_OOT_FORCE names them (fldispatch.vllm_path:
+eager mode, not under Inductor), so an explicit list always wins and
 VLLM_FL_OOT_BLACKLIST=rms_norm leaves the norms to vLLM.
 
 supports_args accepts what fldispatch's resolution serves: the device, the
@@ -267,6 +269,8 @@ def register_providers(mixed_weight_ok):
         return dict(registered)
     from vllm.ir.op import IrOp
 
+    from . import vllm_path
+
     impl_class = _impl_class()
     for name, row in available_rows().items():
         if name in registered:
@@ -293,9 +297,9 @@ def register_providers(mixed_weight_ok):
         impl.__class__ = impl_class
         registered[name] = impl
         kinds = sorted(f"{d}/{str(x).rpartition('.')[2]}" for d, x, w in served if w in (None, x))
-        logger.info("fldispatch: vLLM IR op %s has provider %r (%s; %s)", name, PROVIDER,
-                    "in place" if row.inplace else "functional",
-                    ", ".join(sorted(set(kinds))) or "serves nothing here")
+        vllm_path.info("fldispatch: vLLM IR op %s has provider %r (%s; %s)", name, PROVIDER,
+                       "in place" if row.inplace else "functional",
+                       ", ".join(sorted(set(kinds))) or "serves nothing here")
     return dict(registered)
 
 

@@ -28,8 +28,8 @@ VLLM_COMPILE on GPUs, CUDA graphs or not), "compiled" for another backend,
 "eager" for mode NONE (enforce_eager).
 
 Every decision is logged once per layer class, decision and process, at
-INFO on the logger "fldispatch.vllm" (which follows vLLM's own handlers
-and level inside vLLM's processes, fldispatch.vllm.register()):
+INFO on the logger "fldispatch.vllm" (through vLLM's own handlers and level
+inside vLLM's processes, info()):
 
     fldispatch: SiluAndMul -> fldispatch CustomOp (custom_ops all: vLLM's
         default in eager mode, where ...)
@@ -40,6 +40,7 @@ and level inside vLLM's processes, fldispatch.vllm.register()):
 
 import logging
 import os
+import sys
 
 logger = logging.getLogger("fldispatch.vllm")
 
@@ -156,6 +157,27 @@ def custom_op(oot_name, vllm_name, compilation_config):
     return base == "all", why
 
 
+def info(msg, *args):
+    """Logs at INFO on "fldispatch.vllm". Inside vLLM's processes, where
+    nothing handles that logger nor Python's root logger and vLLM has
+    configured its own ("vllm": handlers, no propagation; vLLM does so as
+    it makes an engine, after loading its plugins), through vLLM's handlers
+    and level (VLLM_LOGGING_LEVEL) instead: the line is in vLLM's log, in
+    vLLM's format. A program that configured logging keeps its routing."""
+    theirs = logging.getLogger("vllm")
+    if logger.hasHandlers() or not theirs.handlers or theirs.propagate:
+        logger.info(msg, *args)
+        return
+    if not theirs.isEnabledFor(logging.INFO):
+        return
+    caller = sys._getframe(1)
+    record = logger.makeRecord(logger.name, logging.INFO, caller.f_code.co_filename,
+                               caller.f_lineno, msg, args, None)
+    for handler in theirs.handlers:
+        if record.levelno >= handler.level:
+            handler.handle(record)
+
+
 _logged = set()
 
 
@@ -164,7 +186,7 @@ def log_once(class_name, text):
     if (class_name, text) in _logged:
         return
     _logged.add((class_name, text))
-    logger.info("fldispatch: %s -> %s", class_name, text)
+    info("fldispatch: %s -> %s", class_name, text)
 
 
 def log_custom_op(class_name, serve, why):
