@@ -19,8 +19,11 @@ against 45 M per layer, so the decoder layers, where the replaced ops are,
 carry the step rather than the head).
 
 Settings: "off" is vLLM alone (VLLM_PLUGINS=""); "on" is vLLM with the
-plugin as the engine test runs it (VLLM_FL_STATS=1, no other VLLM_FL_*
-variable: the caller's are removed), fldispatch serving the layers.
+plugin serving every layer in every mode (VLLM_FL_STATS=1 and
+VLLM_FL_OOT_FORCE=all, no other VLLM_FL_* variable: the caller's are
+removed). Compiled by Inductor, the plugin's default leaves the layers to
+vLLM (docs/vllm.md), which makes its compiled rows vLLM's own: "on" there
+measures what that default steps aside from.
 
 Method. Four child processes, two identical ones per setting ("a" and "b":
 the A/A control; vLLM loads its plugins once per process), each with
@@ -399,6 +402,7 @@ def child_env(child):
     else:
         env.pop("VLLM_PLUGINS", None)
         env["VLLM_FL_STATS"] = "1"
+        env["VLLM_FL_OOT_FORCE"] = "all"
     return env
 
 

@@ -62,6 +62,7 @@
     X("VLLM_FL_IO_DUMP_RANK", PYTHON, USER)                  \
     X("VLLM_FL_IO_DUMP_WITH_METAS", PYTHON, USER)            \
     X("VLLM_FL_IO_DUMP_WITH_VALUES", PYTHON, USER)           \
+    X("VLLM_FL_OOT_FORCE", PYTHON, USER)                     \
     X("FLDISPATCH_TORCH_NATIVE", PYTHON, USER)               \
     X("FLDISPATCH_BUILD_GPU", BUILD, USER)                   \
     X("FLDISPATCH_BUILD_JOBS", BUILD, USER)                  \

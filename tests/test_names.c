@@ -147,6 +147,7 @@ START_TEST(valid_names_give_no_warning)
     setenv("VLLM_FL_FLAGOS_BLACKLIST", "some_flaggems_op", 1); /* a FlagGems name: foreign */
     setenv("VLLM_FL_STRESSA_KNOB", "1", 1);                    /* plugin stressa's namespace */
     setenv("VLLM_FL_SHUTDOWN_TIMEOUT", "5", 1);
+    setenv("VLLM_FL_OOT_FORCE", "rotary_embedding", 1); /* read by the vLLM plugin */
     ck_assert_int_eq(fld_init(), FLD_OK);
     ck_assert_msg(warnings() == 0, "unexpected warnings:\n%s", all_lines());
     ck_assert_str_eq(winner(FLD_OP_RMS_NORM), "vendor.gamma");

@@ -6,8 +6,9 @@ vLLM loads it through the entry point group `vllm.general_plugins`
 starts. For the ops vLLM dispatches through its IR (vllm.ir: rms_norm and
 fused_add_rms_norm, which RMSNorm and GemmaRMSNorm call), register() adds
 fldispatch as an IR provider (fldispatch.vllm_ir) and leaves those layers
-to vLLM; vLLM's ir_op_priority chooses the provider, and fldispatch's
-switches enter vLLM's compile-cache key (fldispatch.vllm_compile). The
+to vLLM; vLLM's ir_op_priority chooses the provider (the plugin's default
+per vLLM mode: fldispatch.vllm_path), and fldispatch's switches enter vLLM's
+compile-cache key (fldispatch.vllm_compile). The
 other layers (and the norms on a vLLM without IR) register() replaces with
 out-of-tree CustomOps (vLLM's CustomOp.register_oot), each a subclass of
 vLLM's layer with the same constructor, arguments and return values:
@@ -27,20 +28,18 @@ all but the listed ones with VLLM_FL_OOT_BLACKLIST (or the platform file's
 oot_blacklist). Which implementation then runs each call is the library's
 dispatch policy (VLLM_FL_PREFER, VLLM_FL_PER_OP, ...).
 
-The layers call torch.ops.fldispatch.* (fldispatch.torch), so vLLM's
-torch.compile and CUDA graphs capture them as opaque custom ops. A replaced
-layer runs fldispatch's op under every compilation setting, vLLM's default
-included: vLLM's default custom_ops is "none" when Inductor compiles the
-model (every CustomOp then runs its forward_native for Inductor to fuse),
-and a layer the user asked fldispatch to serve (VLLM_FL_OOT_*) would
-otherwise run nothing of it in most deployments. Our layers therefore
-answer CustomOp.enabled() themselves: on, unless custom_ops names the layer
-with a minus, by its OOT name or vLLM's ("-RMSNorm" or "-rms_norm"), which
-then runs vLLM's forward_native. To leave a layer to vLLM entirely, keep it
-out of VLLM_FL_OOT_* (VLLM_FL_OOT_BLACKLIST=rms_norm) or switch the plugin
-off (VLLM_FL_OOT_ENABLED=0, or VLLM_PLUGINS without fldispatch). Calls the
-ops cannot take (a device fldispatch does not serve, RMSNorm's
-var_hidden_size) also run the layer's forward_native.
+The layers call torch.ops.fldispatch.*, so vLLM's torch.compile and CUDA
+graphs capture them as opaque custom ops. Whether a replaced layer runs
+fldispatch's op or vLLM's forward_native is vLLM's custom_ops, as for any
+CustomOp, unless VLLM_FL_OOT_FORCE says otherwise (fldispatch.vllm_path):
+a "+name" or "-name" of custom_ops (vLLM's name or the class name) decides;
+else a layer VLLM_FL_OOT_FORCE names runs fldispatch's op; else custom_ops'
+base mode: "all" (vLLM's default in eager mode) runs ours, "none" (vLLM's
+default when Inductor compiles the model, which fuses these layers with
+their neighbours) runs vLLM's forward_native. Each layer class logs, once
+per process and decision, which path it took and why. Calls the ops cannot
+take (a device fldispatch does not serve, RMSNorm's var_hidden_size) also
+run the layer's forward_native.
 
 The forward functions below take plain tensors and hold all the logic, so
 they can be tested without vLLM.
@@ -114,7 +113,21 @@ def gelu_op_name(approximate):
 
 
 def rotary_forward(positions, query, key, head_size, cos_sin_cache, is_neox_style):
-    """RotaryEmbedding.forward: rotates query and key in place, returns them."""
+    """RotaryEmbedding.forward: rotates query and key in place, returns them.
+
+    While torch.compile traces it, on contiguous copies instead, returned in
+    their place: vLLM passes views of one qkv tensor, and an op that writes
+    views of an intermediate makes functionalization (vLLM's CPU Inductor
+    configuration keeps its version 1) copy the whole qkv storage for each
+    written view and scatter the results back, two copy kernels per layer;
+    with copies of query and key the op writes tensors nothing else holds,
+    which Inductor leaves in place: one copy kernel, of query and key only.
+    (Callers take the returned tensors: vLLM's own forward_native, which
+    compiled models run, rotates out of place.)"""
+    if torch.compiler.is_compiling():
+        query = query.clone(memory_format=torch.contiguous_format)
+        if key is not None:
+            key = key.clone(memory_format=torch.contiguous_format)
     _ops.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox_style)
     return query, key
 
@@ -138,25 +151,30 @@ def _forward_fldispatch(self, *args, **kwargs):
 
 
 def _enabled(cls):
-    """CustomOp.enabled() of our layers: on under any base mode of vLLM's
-    custom_ops ("none" is vLLM's default under Inductor), off where custom_ops
-    names the layer with a minus, by our OOT name or vLLM's own."""
+    """CustomOp.enabled() of our layers: vLLM's custom_ops, with
+    VLLM_FL_OOT_FORCE over its base mode (fldispatch.vllm_path.custom_op);
+    logs the decision once per class per process."""
     from vllm.config import get_cached_compilation_config
 
-    custom_ops = get_cached_compilation_config().custom_ops
-    names = {getattr(cls, "name", None), getattr(cls, "vllm_name", None)} - {None}
-    return not any(f"-{name}" in custom_ops for name in names)
+    from . import vllm_path
+
+    serve, why = vllm_path.custom_op(cls.oot_name, getattr(cls, "vllm_name", None),
+                                     get_cached_compilation_config())
+    vllm_path.log_custom_op(_LAYERS[cls.oot_name][1], serve, why)
+    return serve
 
 
-def _dispatching(base):
+def _dispatching(base, oot_name):
     """The forward_* methods vLLM's dispatch_forward() may pick, all sent to
     forward_fl (forward_xpu and forward_tpu keep vLLM's: no plugin serves
     them); enabled() as above; vllm_name, the name vLLM registered its own
-    layer under (register_oot renames ours to the class name)."""
+    layer under (register_oot renames ours to the class name); oot_name, the
+    layer's name in VLLM_FL_OOT_*."""
     methods = dict.fromkeys(("forward_cuda", "forward_hip", "forward_cpu", "forward_oot"),
                             _forward_fldispatch)
     methods["enabled"] = classmethod(_enabled)
     methods["vllm_name"] = getattr(base, "name", None)
+    methods["oot_name"] = oot_name
     return methods
 
 
@@ -171,7 +189,7 @@ def _rms_norm_class(base):
             return self.forward_native(x, residual)
         return rms_norm_forward(x, weight, self.variance_epsilon, residual)
 
-    return type("RMSNormFL", (base,), {"forward_fl": forward_fl, **_dispatching(base)})
+    return type("RMSNormFL", (base,), {"forward_fl": forward_fl, **_dispatching(base, "rms_norm")})
 
 
 @_layer("gemma_rms_norm", "vllm.model_executor.layers.layernorm", "GemmaRMSNorm")
@@ -182,10 +200,11 @@ def _gemma_rms_norm_class(base):
             return self.forward_native(x, residual)
         return rms_norm_forward(x, weight, self.variance_epsilon, residual, gemma=True)
 
-    return type("GemmaRMSNormFL", (base,), {"forward_fl": forward_fl, **_dispatching(base)})
+    return type("GemmaRMSNormFL", (base,), {"forward_fl": forward_fl,
+                                              **_dispatching(base, "gemma_rms_norm")})
 
 
-def _activation_class(name, op_name_of):
+def _activation_class(name, oot_name, op_name_of):
     def factory(base):
         def __init__(self, *args, **kwargs):
             base.__init__(self, *args, **kwargs)
@@ -199,17 +218,17 @@ def _activation_class(name, op_name_of):
             return act_and_mul_forward(op_name_of(self), x)
 
         return type(name, (base,), {"__init__": __init__, "forward_fl": forward_fl,
-                                    **_dispatching(base)})
+                                    **_dispatching(base, oot_name)})
 
     return factory
 
 
 _layer("silu_and_mul", "vllm.model_executor.layers.activation", "SiluAndMul")(
-    _activation_class("SiluAndMulFL", lambda self: "silu_and_mul"))
+    _activation_class("SiluAndMulFL", "silu_and_mul", lambda self: "silu_and_mul"))
 _layer("mul_and_silu", "vllm.model_executor.layers.activation", "MulAndSilu")(
-    _activation_class("MulAndSiluFL", lambda self: "mul_and_silu"))
+    _activation_class("MulAndSiluFL", "mul_and_silu", lambda self: "mul_and_silu"))
 _layer("gelu_and_mul", "vllm.model_executor.layers.activation", "GeluAndMul")(
-    _activation_class("GeluAndMulFL", lambda self: gelu_op_name(self.approximate)))
+    _activation_class("GeluAndMulFL", "gelu_and_mul", lambda self: gelu_op_name(self.approximate)))
 
 
 @_layer("rotary_embedding", "vllm.model_executor.layers.rotary_embedding", "RotaryEmbedding")
@@ -220,7 +239,8 @@ def _rotary_class(base):
         cache = self._match_cos_sin_cache_dtype(query)
         return rotary_forward(positions, query, key, self.head_size, cache, self.is_neox_style)
 
-    return type("RotaryEmbeddingFL", (base,), {"forward_fl": forward_fl, **_dispatching(base)})
+    return type("RotaryEmbeddingFL", (base,), {"forward_fl": forward_fl,
+                                               **_dispatching(base, "rotary_embedding")})
 
 
 _mixed_weight = None
@@ -304,43 +324,45 @@ def layer_class(op_name):
 
 def register():
     """vLLM's general-plugin hook: registers fldispatch's vLLM IR provider for
-    the IR ops of the installed vLLM (fldispatch.vllm_ir), puts it first in
-    the platform's default priority of the ops VLLM_FL_OOT_* enable, adds
-    fldispatch's variables to vLLM's compile-cache key (vllm_compile), and
-    registers the OOT layers that VLLM_FL_OOT_* allow, but those whose layer
-    calls an IR op. Idempotent; returns {op name: vLLM class name} of the
-    OOT layers."""
+    the IR ops of the installed vLLM (fldispatch.vllm_ir) and its place in
+    the platform's default priority (per vLLM mode, fldispatch.vllm_path),
+    adds fldispatch's variables to vLLM's compile-cache key (vllm_compile),
+    and registers the OOT layers that VLLM_FL_OOT_* allow, but those whose
+    layer calls an IR op. Idempotent; returns {op name: vLLM class name} of
+    the OOT layers."""
     from vllm.model_executor import custom_op
+
+    from . import vllm_compile, vllm_ir, vllm_path
 
     _host_defaults()  # before the library starts: the CPU plugin reads them as it registers
     _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
+    vllm_path.forced()  # likewise a bad VLLM_FL_OOT_FORCE
     _define_torch_ops()
     mixed = _mixed_weight_ok()  # decided now, not while Dynamo traces a layer
-    from . import vllm_compile, vllm_ir
 
     vllm_ir.register_providers(mixed)
-    first = vllm_ir.default_first_ops()
-    vllm_ir.install_default_priority(first)
+    enabled = vllm_ir.default_first_ops()
+    vllm_ir.install_default_priority(enabled)
     for name in sorted(vllm_ir.registered):
         oot = vllm_ir.IR_OPS[name].oot
-        if name in first:
-            logger.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
-                        "priority (VLLM_FL_OOT_* enable %s)", name, oot)
+        if name in enabled:
+            vllm_path.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
+                        "priority in the modes where it serves %s by default (VLLM_FL_OOT_* "
+                        "enable it)", name, oot)
         else:
-            logger.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
+            vllm_path.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
                         "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
     vllm_compile.register_compile_factors()
     superseded = vllm_ir.superseded_layers()
     for op_name in _LAYERS:
         if op_name in registered:
             continue
+        class_name = _LAYERS[op_name][1]
         if op_name in superseded:
-            logger.info("fldispatch: not replacing vLLM's %s: it calls vLLM IR ops, served "
-                        "through vLLM's ir_op_priority", _LAYERS[op_name][1])
-            continue
+            continue  # its line comes as vLLM installs the IR priority (vllm_ir)
         if not _C.oot_op_enabled(op_name):
-            logger.info("fldispatch: not replacing vLLM's %s (VLLM_FL_OOT_* or "
-                        "VLLM_FL_PREFER_ENABLED)", op_name)
+            vllm_path.log_custom_op(class_name, False, "VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED "
+                                    f"leave {op_name} to vLLM: not replaced")
             continue
         cls, class_name = layer_class(op_name)
         if class_name in custom_op.op_registry_oot:
@@ -349,5 +371,7 @@ def register():
             continue
         custom_op.CustomOp.register_oot(_decorated_op_cls=cls, name=class_name)
         registered[op_name] = class_name
-        logger.info("fldispatch: vLLM's %s runs fldispatch's %s", class_name, op_name)
+        vllm_path.info("fldispatch: vLLM's %s replaced by fldispatch's %s layer; vLLM's "
+                       "custom_ops and VLLM_FL_OOT_FORCE decide per mode whether it runs "
+                       "fldispatch's op", class_name, op_name)
     return dict(registered)

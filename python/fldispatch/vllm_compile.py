@@ -7,7 +7,8 @@ hashes each one's value but a few it knows to be irrelevant). register()
 adds fldispatch's own there:
 
 - every VLLM_FL_* variable that may change a compiled graph (which layers the
-  plugin replaces, which IR ops it serves, the policy and plugins that decide
+  plugin replaces and which of them run fldispatch's op in the mode
+  (VLLM_FL_OOT_FORCE), which IR ops it serves, the policy and plugins that decide
   what its provider accepts), with its value from the environment; the
   variables that only observe (counters, trace, IO dump, log level) are left
   out, and vLLM warns about them as unknown variables as for any other;
@@ -31,7 +32,7 @@ FINGERPRINT = "VLLM_FL_FINGERPRINT"
 # Variables that change what the plugin puts in a graph or what its IR
 # provider accepts. The policy's own are added from the library's table.
 GRAPH_VARIABLES = (
-    "VLLM_FL_OOT_ENABLED", "VLLM_FL_OOT_BLACKLIST", "VLLM_FL_OOT_WHITELIST",
+    "VLLM_FL_OOT_ENABLED", "VLLM_FL_OOT_BLACKLIST", "VLLM_FL_OOT_WHITELIST", "VLLM_FL_OOT_FORCE",
     "VLLM_FL_PREFER_ENABLED", "VLLM_FL_MANIFEST", "VLLM_FL_CONFIG", "VLLM_FL_PLATFORM",
     "VLLM_FL_OP_CONFIG", "VLLM_FL_PLUGIN_DIR", "VLLM_FL_PLUGIN_MODULES", "VLLM_FL_PLUGIN_PROBE",
     "VLLM_FL_CPU_ISA", "VLLM_FL_CPU_ACTIVATIONS", "VLLM_FL_CUSTOM_OPS",

@@ -21,7 +21,9 @@ replacement it supersedes, our op, whether it runs in place, and the call.
 Which provider runs is vLLM's priority list. Where the operator gave none for
 an op, the platform's default is used; the plugin puts "fldispatch" in front
 of that default for the ops whose OOT name VLLM_FL_OOT_* (and
-VLLM_FL_PREFER_ENABLED) enable, so an explicit list always wins and
+VLLM_FL_PREFER_ENABLED) enable, in the vLLM modes where fldispatch serves
+them by default or VLLM_FL_OOT_FORCE names them (fldispatch.vllm_path:
+eager mode, not under Inductor), so an explicit list always wins and
 VLLM_FL_OOT_BLACKLIST=rms_norm leaves the norms to vLLM.
 
 supports_args accepts what fldispatch's resolution serves: the device, the
@@ -267,6 +269,8 @@ def register_providers(mixed_weight_ok):
         return dict(registered)
     from vllm.ir.op import IrOp
 
+    from . import vllm_path
+
     impl_class = _impl_class()
     for name, row in available_rows().items():
         if name in registered:
@@ -293,15 +297,15 @@ def register_providers(mixed_weight_ok):
         impl.__class__ = impl_class
         registered[name] = impl
         kinds = sorted(f"{d}/{str(x).rpartition('.')[2]}" for d, x, w in served if w in (None, x))
-        logger.info("fldispatch: vLLM IR op %s has provider %r (%s; %s)", name, PROVIDER,
-                    "in place" if row.inplace else "functional",
-                    ", ".join(sorted(set(kinds))) or "serves nothing here")
+        vllm_path.info("fldispatch: vLLM IR op %s has provider %r (%s; %s)", name, PROVIDER,
+                       "in place" if row.inplace else "functional",
+                       ", ".join(sorted(set(kinds))) or "serves nothing here")
     return dict(registered)
 
 
-# ---- priority: the VLLM_FL_OOT_* switches as vLLM's platform default -----------
+# ---- priority: the VLLM_FL_OOT_* switches and the mode as vLLM's platform default ---
 
-first_by_default = set()  # IR ops where the plugin puts fldispatch in front of the platform default
+first_by_default = set()  # IR ops VLLM_FL_OOT_* hand to fldispatch (first where the mode says)
 
 
 def default_first_ops():
@@ -311,32 +315,90 @@ def default_first_ops():
             if name in registered and _C.oot_op_enabled(row.oot)}
 
 
+def _compilation_config(vllm_config):
+    return getattr(vllm_config, "compilation_config", None)
+
+
 def install_default_priority(ops):
     """Puts PROVIDER in front of the current platform's default IR priority
-    for each op in ops. vLLM appends the platform default to the list the
-    operator gave (ir_op_priority) and dispatches to the first provider that
-    takes the arguments: an op the operator left empty gets fldispatch
-    first, one the operator listed keeps the operator's order (a list ending
-    in native never reaches what follows)."""
+    for each op in ops where fldispatch.vllm_path.ir_default() says so for
+    the configuration's mode (MODE_TABLE, VLLM_FL_OOT_FORCE). vLLM appends
+    the platform default to the list the operator gave (ir_op_priority) and
+    dispatches to the first provider that takes the arguments: an op the
+    operator left empty gets the plugin's default, one the operator listed
+    keeps the operator's order (a list ending in native never reaches what
+    follows). Also logs, as each vLLM worker installs the lists, which
+    provider each layer calling the ops gets first and why."""
     first_by_default.clear()
     first_by_default.update(ops)
-    if not registered:  # a vLLM without IR: no priority to extend
+    if not registered or not available_rows():  # a vLLM without IR: no priority to extend
         return
     from vllm.platforms import current_platform
 
+    from . import vllm_path
+
     cls = type(current_platform)
-    if getattr(cls.get_default_ir_op_priority, "_fldispatch", False):
+    if not getattr(cls.get_default_ir_op_priority, "_fldispatch", False):
+        platform_default = cls.get_default_ir_op_priority.__func__
+
+        def get_default_ir_op_priority(klass, vllm_config):
+            priority = platform_default(klass, vllm_config)
+            config = _compilation_config(vllm_config)
+            for name in sorted(first_by_default):
+                if not vllm_path.ir_default(IR_OPS[name].oot, config)[0]:
+                    continue
+                current = list(getattr(priority, name, None) or [])
+                if PROVIDER not in current:
+                    setattr(priority, name, [PROVIDER] + current)
+            return priority
+
+        get_default_ir_op_priority._fldispatch = True
+        get_default_ir_op_priority.__doc__ = platform_default.__doc__
+        cls.get_default_ir_op_priority = classmethod(get_default_ir_op_priority)
+    _install_priority_log()
+
+
+def log_layers(vllm_config=None):
+    """One line per vLLM layer class whose IR ops fldispatch serves: the
+    provider lists installed now and why fldispatch is, or is not, first
+    (fldispatch.vllm_path.log_ir; once per class, decision and process)."""
+    from . import vllm as _fv
+    from . import vllm_path
+
+    if vllm_config is None:
+        try:
+            from vllm.config import get_current_vllm_config
+
+            vllm_config = get_current_vllm_config()
+        except (ImportError, AssertionError):
+            vllm_config = None
+    from vllm.ir.op import IrOp
+
+    layers = {}  # OOT layer name -> ({IR op: installed list}, OOT name of the ops)
+    for name in sorted(registered):
+        for layer in IR_OPS[name].layers:
+            lists, _ = layers.setdefault(layer, ({}, IR_OPS[name].oot))
+            lists[name] = list(IrOp.registry[name].get_priority())
+    for layer, (lists, oot) in layers.items():
+        vllm_path.log_ir(_fv._LAYERS[layer][1], lists, oot, _compilation_config(vllm_config))
+
+
+def _install_priority_log():
+    """Wraps vLLM's IrOpPriorityConfig.set_default, which each vLLM worker
+    calls as it starts (under its configuration) to install the lists for
+    its lifetime: after it, log_layers()."""
+    try:
+        from vllm.config.kernel import IrOpPriorityConfig
+    except ImportError:
         return
-    platform_default = cls.get_default_ir_op_priority.__func__
+    if getattr(IrOpPriorityConfig.set_default, "_fldispatch", False):
+        return
+    set_default = IrOpPriorityConfig.set_default
 
-    def get_default_ir_op_priority(klass, vllm_config):
-        priority = platform_default(klass, vllm_config)
-        for name in sorted(first_by_default):
-            current = list(getattr(priority, name, None) or [])
-            if PROVIDER not in current:
-                setattr(priority, name, [PROVIDER] + current)
-        return priority
+    def set_default_and_log(self):
+        set_default(self)
+        log_layers()
 
-    get_default_ir_op_priority._fldispatch = True
-    get_default_ir_op_priority.__doc__ = platform_default.__doc__
-    cls.get_default_ir_op_priority = classmethod(get_default_ir_op_priority)
+    set_default_and_log._fldispatch = True
+    set_default_and_log.__doc__ = set_default.__doc__
+    IrOpPriorityConfig.set_default = set_default_and_log

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """A stand-in for the parts of vLLM that fldispatch.vllm touches, for
-machines without vLLM: CustomOp with register_oot and op_registry_oot, and
+machines without vLLM: CustomOp with register_oot and op_registry_oot, its
+choice of forward method by enabled() under the compilation configuration
+(vllm.config.get_cached_compilation_config; set_compilation() sets it), and
 the six layers with vLLM's constructor arguments, attributes and
 forward_native formulas (written here in our words). install() puts it into
 sys.modules; remove() takes it out again.
@@ -12,21 +14,46 @@ import types
 import torch
 import torch.nn.functional as F
 
-MODULES = ["vllm", "vllm.model_executor", "vllm.model_executor.custom_op",
+MODULES = ["vllm", "vllm.config", "vllm.model_executor", "vllm.model_executor.custom_op",
            "vllm.model_executor.layers", "vllm.model_executor.layers.layernorm",
            "vllm.model_executor.layers.activation",
            "vllm.model_executor.layers.rotary_embedding"]
 
 
+class CompilationConfig:
+    """The fields of vLLM's CompilationConfig that fldispatch.vllm reads:
+    mode (vLLM's CompilationMode numbers: 0 NONE, 2 Dynamo trace once, 3
+    VLLM_COMPILE), backend, and custom_ops with its base mode as vLLM fills
+    it in ("none" where Inductor compiles, else "all")."""
+
+    def __init__(self, mode=0, backend="inductor", custom_ops=()):
+        self.mode, self.backend, self.custom_ops = mode, backend, list(custom_ops)
+        if "all" not in self.custom_ops and "none" not in self.custom_ops:
+            self.custom_ops.append("none" if mode != 0 and backend == "inductor" else "all")
+
+
+def set_compilation(**kwargs):
+    """Sets the configuration CustomOps read as they are made (eager, vLLM's
+    defaults, without arguments)."""
+    sys.modules["vllm.config"].current = CompilationConfig(**kwargs)
+
+
 def build():
     mods = {name: types.ModuleType(name) for name in MODULES}
+    config = mods["vllm.config"]
+    config.CompilationConfig = CompilationConfig
+    config.current = CompilationConfig()
+    config.get_cached_compilation_config = lambda: config.current
     custom_op = mods["vllm.model_executor.custom_op"]
     custom_op.op_registry_oot = {}
 
     class CustomOp(torch.nn.Module):
         """As vLLM's: instantiating a class whose name was registered out of
         tree makes the registered class instead; forward goes to the method
-        dispatch_forward chose (here: forward_cpu, as on a CPU platform)."""
+        dispatch_forward chose: forward_cpu (as on a CPU platform) where the
+        class's enabled() says so, else forward_native. enabled() as vLLM's,
+        by the class's name: "+name" or "-name" in custom_ops, else its base
+        mode."""
 
         def __new__(cls, *args, **kwargs):
             cls = custom_op.op_registry_oot.get(cls.__name__, cls)
@@ -36,8 +63,16 @@ def build():
             super().__init__()
             self._forward_method = self.dispatch_forward(compile_native=False)
 
+        @classmethod
+        def enabled(cls):
+            ops = config.get_cached_compilation_config().custom_ops
+            name = getattr(cls, "name", None)
+            if f"-{name}" in ops:
+                return False
+            return "all" in ops or f"+{name}" in ops
+
         def dispatch_forward(self, compile_native):
-            return self.forward_cpu
+            return self.forward_cpu if self.enabled() else self.forward_native
 
         def forward(self, *args, **kwargs):
             return self._forward_method(*args, **kwargs)
@@ -68,6 +103,8 @@ def build():
         return xf.to(dtype) if residual is None else (xf.to(dtype), residual)
 
     class RMSNorm(CustomOp):
+        name = "rms_norm"
+
         def __init__(self, hidden_size, eps=1e-6, var_hidden_size=None, has_weight=True,
                      dtype=None):
             super().__init__()
@@ -84,6 +121,8 @@ def build():
             return rms(x, w, self.variance_epsilon, residual, False)
 
     class GemmaRMSNorm(CustomOp):
+        name = "gemma_rms_norm"
+
         def __init__(self, hidden_size, eps=1e-6):
             super().__init__()
             self.weight = torch.nn.Parameter(torch.zeros(hidden_size))
@@ -96,11 +135,15 @@ def build():
     layernorm.RMSNorm, layernorm.GemmaRMSNorm = RMSNorm, GemmaRMSNorm
 
     class SiluAndMul(CustomOp):
+        name = "silu_and_mul"
+
         def forward_native(self, x):
             d = x.shape[-1] // 2
             return F.silu(x[..., :d]) * x[..., d:]
 
     class MulAndSilu(CustomOp):
+        name = "mul_and_silu"
+
         def __init__(self):
             super().__init__()
             self._forward_method = self.forward_native  # as vLLM does on CPU
@@ -110,6 +153,8 @@ def build():
             return x[..., :d] * F.silu(x[..., d:])
 
     class GeluAndMul(CustomOp):
+        name = "gelu_and_mul"
+
         def __init__(self, approximate="none"):
             super().__init__()
             self.approximate = approximate
@@ -123,6 +168,8 @@ def build():
     activation.GeluAndMul = GeluAndMul
 
     class RotaryEmbedding(CustomOp):
+        name = "rotary_embedding"
+
         def __init__(self, head_size, rotary_dim, max_position_embeddings, base, is_neox_style,
                      dtype):
             super().__init__()

@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""fldispatch.vllm: the entry point, VLLM_FL_OOT_* handling and the layer
-shims. Without vLLM (this machine's make check) the layers are checked on
-a stand-in (fakevllm.py) carrying vLLM's constructor arguments and
-forward_native formulas; with vLLM importable, test_real_vllm_layers runs
-the same comparisons on vLLM's own classes."""
+"""fldispatch.vllm: the entry point, VLLM_FL_OOT_* handling, the layer
+shims, and which path each layer takes (fldispatch.vllm_path: vLLM's
+custom_ops, VLLM_FL_OOT_FORCE, the mode table) with its log line. Without
+vLLM (this machine's make check) the layers are checked on a stand-in
+(fakevllm.py) carrying vLLM's constructor arguments, forward_native
+formulas and CustomOp.enabled() rule; with vLLM importable, the
+test_real_vllm_* tests run the same checks on vLLM's own classes and
+configuration."""
 
 import contextlib
 import importlib.metadata
@@ -15,6 +18,7 @@ import torch
 import fakevllm
 import fldispatch
 import fldispatch.vllm as fv
+from fldispatch import vllm_path
 
 ALL = {"rms_norm": "RMSNorm", "gemma_rms_norm": "GemmaRMSNorm", "silu_and_mul": "SiluAndMul",
        "mul_and_silu": "MulAndSilu", "gelu_and_mul": "GeluAndMul",
@@ -44,6 +48,7 @@ def fake_vllm(monkeypatch):
         sys.modules[name] = None
     sys.modules["vllm"].__fake__ = True
     monkeypatch.setattr(fv, "registered", {})
+    monkeypatch.setattr(vllm_path, "_logged", set())  # each test sees its own lines
     for name in fv.HOST_DEFAULTS:  # register() sets them; undone after the test
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
@@ -335,3 +340,243 @@ def test_real_vllm_layers(dtype):
         for impl in vllm_ir.registered.values():
             stack.enter_context(impl.op.set_priority([vllm_ir.PROVIDER, "native"]))
         check_layers(layernorm, activation, rotary_embedding, dtype)
+
+
+# ---- which path each layer takes: custom_ops, VLLM_FL_OOT_FORCE, the mode --------------
+
+EAGER = dict(mode=0)
+INDUCTOR = dict(mode=2)  # vLLM's default compilation on CPU (VLLM_COMPILE on GPUs: 3)
+CUSTOM_OPS_LAYERS = ("silu_and_mul", "mul_and_silu", "gelu_and_mul", "rotary_embedding",
+                     "rms_norm", "gemma_rms_norm")
+
+
+def make_layer(mods, op_name):
+    ln, act, rope = layers(mods)
+    return {"rms_norm": lambda: ln.RMSNorm(64), "gemma_rms_norm": lambda: ln.GemmaRMSNorm(64),
+            "silu_and_mul": act.SiluAndMul, "mul_and_silu": act.MulAndSilu,
+            "gelu_and_mul": lambda: act.GeluAndMul("tanh"),
+            "rotary_embedding": lambda: rope.RotaryEmbedding(64, 64, 100, 10000.0, True,
+                                                             torch.float32)}[op_name]()
+
+
+def runs_fldispatch(layer, op_name):
+    """Whether the layer's forward reaches fldispatch's op: a policy that
+    names no implementation makes our op fail, vLLM's forward_native not."""
+    op = op_name if op_name != "gelu_and_mul" else "gelu_tanh_and_mul"
+    if op_name == "rotary_embedding":
+        args = (torch.arange(3), torch.randn(3, 128), torch.randn(3, 64))
+    else:
+        args = (torch.randn(3, 64),)
+    with fldispatch.policy(per_op={op: "impl:no.such"}):
+        try:
+            layer(*args)
+        except fldispatch.UnavailableError as e:
+            assert op in str(e)
+            return True
+    return False
+
+
+@pytest.mark.parametrize("compilation, force, expected", [
+    # vLLM's defaults per mode: eager "all", Inductor "none"
+    (EAGER, None, set(CUSTOM_OPS_LAYERS)),
+    (INDUCTOR, None, set()),
+    (dict(mode=3), None, set()),  # VLLM_COMPILE with Inductor (vLLM's GPU default)
+    (dict(mode=2, backend="eager"), None, set(CUSTOM_OPS_LAYERS)),  # no Inductor: "all"
+    # custom_ops names a layer, by vLLM's name or the class name
+    (dict(INDUCTOR, custom_ops=["none", "+silu_and_mul"]), None, {"silu_and_mul"}),
+    (dict(INDUCTOR, custom_ops=["none", "+RotaryEmbedding"]), None, {"rotary_embedding"}),
+    (dict(EAGER, custom_ops=["all", "-rotary_embedding", "-MulAndSilu"]), None,
+     set(CUSTOM_OPS_LAYERS) - {"rotary_embedding", "mul_and_silu"}),
+    (dict(INDUCTOR, custom_ops=["all"]), None, set(CUSTOM_OPS_LAYERS)),  # the operator's "all"
+    (dict(EAGER, custom_ops=["none"]), None, set()),
+    # VLLM_FL_OOT_FORCE over the base mode, not over a minus
+    (INDUCTOR, "all", set(CUSTOM_OPS_LAYERS)),
+    (INDUCTOR, "rotary_embedding, silu_and_mul", {"rotary_embedding", "silu_and_mul"}),
+    (dict(INDUCTOR, custom_ops=["none", "-silu_and_mul"]), "ALL",
+     set(CUSTOM_OPS_LAYERS) - {"silu_and_mul"}),
+])
+def test_custom_ops_and_force_decide_the_path(fake_vllm, monkeypatch, compilation, force,
+                                              expected):
+    if force is not None:
+        monkeypatch.setenv(vllm_path.FORCE, force)
+    fv.register()
+    fakevllm.set_compilation(**compilation)
+    got = {op for op in CUSTOM_OPS_LAYERS if runs_fldispatch(make_layer(fake_vllm, op), op)}
+    assert got == expected
+
+
+@pytest.mark.parametrize("value, message", [
+    ("silu", "VLLM_FL_OOT_FORCE: unknown layer 'silu' (valid: all, gelu_and_mul, "),
+    ("rms_norm,,silu_and_mul", "VLLM_FL_OOT_FORCE: empty item in 'rms_norm,,silu_and_mul'"),
+    ("SiluAndMul", "unknown layer 'SiluAndMul'"),
+])
+def test_a_bad_force_value_is_an_error(fake_vllm, monkeypatch, value, message):
+    monkeypatch.setenv(vllm_path.FORCE, value)
+    with pytest.raises(fldispatch.ConfigError) as e:
+        fv.register()
+    assert message in str(e.value)
+    assert not fake_vllm["vllm.model_executor.custom_op"].op_registry_oot
+
+
+def test_the_mode_table_names_every_layer_and_mode():
+    assert set(vllm_path.FAMILIES) == set(fv._LAYERS)
+    for mode, row in vllm_path.MODE_TABLE.items():
+        assert set(row) == set(vllm_path.FAMILIES.values()), mode
+    # the CustomOp column is vLLM's default base mode (fakevllm: as vLLM fills it in)
+    for compilation, mode in ((EAGER, "eager"), (INDUCTOR, "inductor"),
+                              (dict(mode=3, backend="eager"), "compiled")):
+        config = fakevllm.CompilationConfig(**compilation)
+        assert vllm_path.mode(config) == mode
+        for family in ("activation", "rotary"):
+            assert vllm_path.MODE_TABLE[mode][family][0] == ("all" in config.custom_ops)
+
+
+def path_lines(caplog):
+    return [r.getMessage() for r in caplog.records
+            if r.name == "fldispatch.vllm" and " -> " in r.getMessage()]
+
+
+def test_one_log_line_per_layer_class_and_decision(fake_vllm, monkeypatch, caplog, env):
+    caplog.set_level("INFO", logger="fldispatch.vllm")
+    env(VLLM_FL_OOT_BLACKLIST="mul_and_silu")
+    fv.register()
+    assert path_lines(caplog) == [
+        "fldispatch: MulAndSilu -> vLLM's own (VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave "
+        "mul_and_silu to vLLM: not replaced)"]
+    caplog.clear()
+    for _ in range(3):  # three layers of a model: one line
+        make_layer(fake_vllm, "silu_and_mul")
+    assert path_lines(caplog) == [
+        "fldispatch: SiluAndMul -> fldispatch CustomOp (custom_ops all: vLLM's default in eager "
+        "mode, where fldispatch's kernel was measured faster than vLLM's unfused one)"]
+    caplog.clear()
+    fakevllm.set_compilation(**INDUCTOR)
+    make_layer(fake_vllm, "silu_and_mul")
+    make_layer(fake_vllm, "rotary_embedding")
+    make_layer(fake_vllm, "rotary_embedding")
+    assert path_lines(caplog) == [
+        "fldispatch: SiluAndMul -> vLLM's own (custom_ops none: vLLM's default compiled by "
+        "Inductor, which fuses the activation with its neighbours, measured faster than "
+        "fldispatch's opaque call; VLLM_FL_OOT_FORCE does not name silu_and_mul)",
+        "fldispatch: RotaryEmbedding -> vLLM's own (custom_ops none: vLLM's default compiled by "
+        "Inductor, which fuses rope with its neighbours, measured faster than fldispatch's "
+        "opaque call; VLLM_FL_OOT_FORCE does not name rotary_embedding)"]
+    caplog.clear()
+    monkeypatch.setenv(vllm_path.FORCE, "rotary_embedding")
+    make_layer(fake_vllm, "rotary_embedding")
+    make_layer(fake_vllm, "silu_and_mul")
+    fakevllm.set_compilation(mode=2, custom_ops=["none", "+gelu_and_mul"])
+    make_layer(fake_vllm, "gelu_and_mul")
+    fakevllm.set_compilation(mode=0, custom_ops=["all", "-RMSNorm"])
+    make_layer(fake_vllm, "rms_norm")
+    fakevllm.set_compilation(mode=2, custom_ops=["all"])
+    make_layer(fake_vllm, "gemma_rms_norm")
+    assert path_lines(caplog) == [
+        "fldispatch: RotaryEmbedding -> fldispatch CustomOp (VLLM_FL_OOT_FORCE=rotary_embedding, "
+        "over custom_ops none)",
+        "fldispatch: SiluAndMul -> vLLM's own (custom_ops none: vLLM's default compiled by "
+        "Inductor, which fuses the activation with its neighbours, measured faster than "
+        "fldispatch's opaque call; VLLM_FL_OOT_FORCE=rotary_embedding does not name "
+        "silu_and_mul)",
+        "fldispatch: GeluAndMul -> fldispatch CustomOp (custom_ops +gelu_and_mul)",
+        "fldispatch: RMSNorm -> vLLM's own (custom_ops -RMSNorm)",
+        "fldispatch: GemmaRMSNorm -> fldispatch CustomOp (custom_ops all, the operator's (vLLM's "
+        "default compiled by Inductor is none))"]
+    assert all(r.levelname == "INFO" for r in caplog.records if r.name == "fldispatch.vllm")
+
+
+# ---- rotary under torch.compile: no copies of the qkv storage ------------------------------
+
+
+def functionalized_graph(fn, *args):
+    """fn compiled by Dynamo, then functionalized as Inductor's input is
+    (auto_functionalized version 1, as vLLM's CPU Inductor configuration
+    sets it): (the call targets of that graph, fn's compiled result)."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        def capture(g, inputs):
+            graphs.append(g)
+            return g.forward
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=capture)
+
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(enable_auto_functionalized_v2=False), torch.no_grad():
+        got = torch.compile(fn, backend=backend, fullgraph=True)(*args)
+    torch._dynamo.reset()
+    return [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"], got
+
+
+def test_compiled_rotary_writes_copies_not_views_of_qkv(fake_vllm):
+    """vLLM passes q and k as views of one qkv tensor. Compiled, the layer
+    rotates contiguous copies of them and returns those: functionalization
+    then needs no scatter of the written views back into qkv (two copy
+    kernels of the whole storage per layer in Inductor's code), and the
+    tokens are the eager layer's."""
+    fv.register()
+    rope = make_layer(fake_vllm, "rotary_embedding")
+    w = torch.randn(32, 8 * 64, generator=torch.Generator().manual_seed(3))
+
+    def attention_input(x, positions):
+        q, k, v = (x @ w).split([4 * 64, 2 * 64, 2 * 64], dim=-1)
+        q, k = rope(positions, q, k)
+        return q * 2, k * 2, v * 2
+
+    x, positions = torch.randn(5, 32), torch.randint(0, 100, (5,))
+    targets, got = functionalized_graph(attention_input, x, positions)
+    assert "auto_functionalized" in targets  # the layer called fldispatch's op
+    scatters = [t for t in targets if "scatter" in t or "copy" in t]
+    assert not scatters, targets
+    assert targets.count("aten.clone.default") == 2
+    for a, b in zip(got, attention_input(x, positions)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not importable here (see docs/python.md)")
+@pytest.mark.parametrize("mode, force, custom_ops, expected", [
+    ("eager", None, None, {"silu_and_mul", "gelu_and_mul", "rotary_embedding"}),
+    ("inductor", None, None, set()),
+    ("inductor", "rotary_embedding", None, {"rotary_embedding"}),
+    ("inductor", None, ["none", "+silu_and_mul"], {"silu_and_mul"}),
+    ("eager", "all", ["all", "-GeluAndMul"], {"silu_and_mul", "rotary_embedding"}),
+])
+def test_real_vllm_paths(monkeypatch, caplog, mode, force, custom_ops, expected):
+    """vLLM's own layers and configuration: eager (enforce_eager) runs
+    fldispatch's, vLLM's default compilation (Inductor, custom_ops "none")
+    vLLM's own, custom_ops and VLLM_FL_OOT_FORCE as documented; the line of
+    each layer class says so."""
+    from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
+    from vllm.config.compilation import CompilationMode
+    from vllm.model_executor.layers import activation, rotary_embedding
+
+    if force:
+        monkeypatch.setenv(vllm_path.FORCE, force)
+    monkeypatch.setattr(vllm_path, "_logged", set())
+    # get_rope() keeps the layers it made for the process: each case makes its own
+    monkeypatch.setattr(rotary_embedding, "_ROPE_DICT", {})
+    caplog.set_level("INFO", logger="fldispatch.vllm")
+    fv.register()
+    compilation = {"mode": CompilationMode.NONE} if mode == "eager" else {}
+    if custom_ops:
+        compilation["custom_ops"] = custom_ops
+    cfg = VllmConfig(compilation_config=CompilationConfig(**compilation))
+    assert vllm_path.mode(cfg.compilation_config) == mode
+    with set_current_vllm_config(cfg):
+        made = {"silu_and_mul": activation.SiluAndMul(),
+                "gelu_and_mul": activation.GeluAndMul("tanh"),
+                "rotary_embedding": rotary_embedding.get_rope(
+                    64, 100, is_neox_style=True, dtype=torch.float32,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000})}
+        for layer in made.values():
+            assert type(layer).__module__ == fv.__name__
+        got = {op for op, layer in made.items() if runs_fldispatch(layer, op)}
+    assert got == expected
+    lines = path_lines(caplog)
+    for op, layer in made.items():
+        name = fv._LAYERS[op][1]
+        path = "fldispatch CustomOp" if op in expected else "vLLM's own"
+        assert sum(line.startswith(f"fldispatch: {name} -> {path} (") for line in lines) == 1, \
+            lines

@@ -16,8 +16,11 @@ or its IR is absent):
   (vLLM's CPU path) calls what eager calls;
 - torch.library.opcheck passes on the IR ops with the provider first and on
   our torch ops with the IR ops' arguments;
-- the default priority follows VLLM_FL_OOT_*, an explicit ir_op_priority
-  wins, and the provider's uuid (part of vLLM's compile-cache key) changes
+- the default priority follows VLLM_FL_OOT_* and the mode (fldispatch first
+  in eager mode, vLLM's own under Inductor unless VLLM_FL_OOT_FORCE names
+  the norms), an explicit ir_op_priority wins, each worker's installation of
+  the lists logs one line per norm layer saying which provider is first and
+  why, and the provider's uuid (part of vLLM's compile-cache key) changes
   with what the provider would select, as do vLLM's compile factors.
 """
 
@@ -311,14 +314,24 @@ def default_priority(name):
     return list(getattr(current_platform.get_default_ir_op_priority(None), name))
 
 
-def kernel_priority(given):
+def vllm_config(mode="eager", **compilation):
+    """vLLM's configuration in eager mode (enforce_eager's compilation mode
+    NONE) or its default compilation (Inductor)."""
+    from vllm.config import CompilationConfig, VllmConfig
+    from vllm.config.compilation import CompilationMode
+
+    if mode == "eager":
+        compilation.setdefault("mode", CompilationMode.NONE)
+    return VllmConfig(compilation_config=CompilationConfig(**compilation))
+
+
+def kernel_priority(given, mode="eager"):
     """KernelConfig's lists after vLLM appends the platform default to what
     the operator gave."""
-    from vllm.config import VllmConfig
     from vllm.config.kernel import IrOpPriorityConfig, KernelConfig
 
     kc = KernelConfig(ir_op_priority=IrOpPriorityConfig(**given))
-    kc.set_platform_defaults(VllmConfig())
+    kc.set_platform_defaults(vllm_config(mode))
     return kc.ir_op_priority
 
 
@@ -362,6 +375,121 @@ def test_the_operators_list_wins(env):
     assert pri.rms_norm == [PROVIDER, "native"] and pri.fused_add_rms_norm == ["native"]
     env(VLLM_FL_OOT_ENABLED="1")
     reinstall()
+
+
+def test_the_default_priority_follows_the_mode(env, monkeypatch):
+    """fldispatch first for the norms in eager mode; under Inductor (vLLM's
+    default compilation), which fuses add + norm, the platform's default
+    alone, unless VLLM_FL_OOT_FORCE names rms_norm; a list the operator gave
+    still wins."""
+    from fldispatch import vllm_path
+
+    env(VLLM_FL_OOT_BLACKLIST="")
+    reinstall()
+    assert vllm_path.mode(vllm_config("inductor").compilation_config) == "inductor"
+    assert vllm_path.mode(vllm_config("eager").compilation_config) == "eager"
+    eager, compiled = kernel_priority({}), kernel_priority({}, "inductor")
+    for name in OPS:
+        assert getattr(eager, name)[0] == PROVIDER
+        assert PROVIDER not in getattr(compiled, name)
+    monkeypatch.setenv(vllm_path.FORCE, "silu_and_mul")
+    assert PROVIDER not in kernel_priority({}, "inductor").rms_norm
+    monkeypatch.setenv(vllm_path.FORCE, "rms_norm")
+    forced = kernel_priority({}, "inductor")
+    assert forced.rms_norm[0] == PROVIDER and forced.fused_add_rms_norm[0] == PROVIDER
+    assert kernel_priority({"rms_norm": ["native"]}, "inductor").rms_norm[0] == "native"
+    monkeypatch.setenv(vllm_path.FORCE, "all")
+    assert kernel_priority({}, "inductor").rms_norm[0] == PROVIDER
+    # compiled by another backend, nothing is fused: fldispatch first (vLLM
+    # decides its defaults before the CPU platform turns such a backend into
+    # Inductor, as here)
+    monkeypatch.delenv(vllm_path.FORCE)
+    from types import SimpleNamespace
+
+    from vllm.config import CompilationConfig
+    from vllm.config.compilation import CompilationMode
+    from vllm.platforms import current_platform
+
+    other = SimpleNamespace(compilation_config=CompilationConfig(
+        mode=CompilationMode.VLLM_COMPILE, backend="eager"))
+    assert current_platform.get_default_ir_op_priority(other).rms_norm[0] == PROVIDER
+
+
+def norm_lines(caplog):
+    return [r.getMessage() for r in caplog.records
+            if r.name == "fldispatch.vllm" and "Norm -> " in r.getMessage()]
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """Installs a configuration's lists as a vLLM worker does at its start
+    (IrOpPriorityConfig.set_default under the configuration), with fresh
+    log lines; restores the lists after."""
+    from vllm.config import set_current_vllm_config
+    from fldispatch import vllm_path
+
+    monkeypatch.setattr(vllm_path, "_logged", set())
+    saved = {name: op(name).get_priority() for name in OPS}
+
+    def install(cfg):
+        with set_current_vllm_config(cfg):
+            cfg.kernel_config.ir_op_priority.set_default()
+
+    yield install
+    for name, priority in saved.items():
+        op(name).set_default(priority)
+
+
+def test_a_worker_logs_which_provider_each_norm_layer_gets(env, monkeypatch, caplog, installed):
+    from fldispatch import vllm_path
+
+    caplog.set_level("INFO", logger="fldispatch.vllm")
+    env(VLLM_FL_OOT_BLACKLIST="")
+    reinstall()
+    installed(vllm_config("eager"))
+    why = ("fldispatch first by default in eager mode, where fldispatch's kernel was measured "
+           "faster than vLLM's unfused one")
+    assert norm_lines(caplog) == [
+        f"fldispatch: {layer} -> vLLM IR provider fldispatch (ir_op_priority fused_add_rms_norm: "
+        f"fldispatch, native; rms_norm: fldispatch, native; {why})"
+        for layer in ("RMSNorm", "GemmaRMSNorm")]
+    caplog.clear()
+    installed(vllm_config("eager"))  # once per class and decision
+    assert norm_lines(caplog) == []
+    installed(vllm_config("inductor"))
+    assert norm_lines(caplog)[0] == (
+        "fldispatch: RMSNorm -> vLLM IR provider native (ir_op_priority fused_add_rms_norm: "
+        "native; rms_norm: native; compiled by Inductor, which fuses add + norm with its "
+        "neighbours, measured faster than fldispatch's opaque call; VLLM_FL_OOT_FORCE does not "
+        "name rms_norm)")
+    caplog.clear()
+    monkeypatch.setenv(vllm_path.FORCE, "rms_norm")
+    installed(vllm_config("inductor"))
+    assert norm_lines(caplog)[0] == (
+        "fldispatch: RMSNorm -> vLLM IR provider fldispatch (ir_op_priority fused_add_rms_norm: "
+        "fldispatch, native; rms_norm: fldispatch, native; VLLM_FL_OOT_FORCE=rms_norm, over the "
+        "default compiled by Inductor)")
+    caplog.clear()
+    monkeypatch.delenv(vllm_path.FORCE)
+    cfg = vllm_config("eager")
+    cfg.kernel_config.ir_op_priority.rms_norm = ["native"]
+    cfg.kernel_config.ir_op_priority.fused_add_rms_norm = ["native"]
+    installed(cfg)
+    assert norm_lines(caplog)[0] == (
+        "fldispatch: RMSNorm -> vLLM IR provider native (ir_op_priority fused_add_rms_norm: "
+        "native; rms_norm: native; ir_op_priority puts native first)")
+
+
+def test_the_mode_table_is_vllms_default_custom_ops():
+    """The CustomOp column of fldispatch.vllm_path.MODE_TABLE is vLLM's own
+    default base mode of custom_ops for each mode."""
+    from fldispatch import vllm_path
+
+    for cfg in (vllm_config("eager"), vllm_config("inductor")):
+        cc = cfg.compilation_config
+        for family in ("activation", "rotary"):
+            assert vllm_path.MODE_TABLE[vllm_path.mode(cc)][family][0] == \
+                ("all" in cc.custom_ops), (cc.mode, cc.backend, cc.custom_ops)
 
 
 def test_cli_names_the_provider():
@@ -408,6 +536,7 @@ def test_compile_factors_follow_the_variables(env):
     assert vllm_compile.FINGERPRINT in envs.environment_variables
     base = envs.compile_factors()
     assert "VLLM_FL_OOT_BLACKLIST" in base and "VLLM_FL_STATS" not in base
+    assert "VLLM_FL_OOT_FORCE" in base
     env(VLLM_FL_OOT_BLACKLIST="rms_norm")
     got = envs.compile_factors()
     assert got["VLLM_FL_OOT_BLACKLIST"] == "rms_norm"

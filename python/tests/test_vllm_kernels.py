@@ -9,7 +9,8 @@ opcheck), checked here in our own words:
   child process, since the plugin reads the variable when it registers;
 - with vLLM installed (make check-vllm's environment): vLLM's layer
   classes replaced by fldispatch.vllm, against their forward_native under
-  vLLM's default configuration, over the cases of vLLM's tests: the four
+  vLLM's configuration in eager mode (where the replaced layers run
+  fldispatch's op by default), over the cases of vLLM's tests: the four
   gated activations exact in every dtype; RMSNorm, weightless RMSNorm and
   GemmaRMSNorm with and without residual, odd hidden sizes, rows sliced
   from wider ones; rotary embedding neox and not, head sizes 64 to 256,
@@ -122,8 +123,20 @@ def vllm_layers():
                                             if p["name"] == "cpu"):
         pytest.skip("the library started before VLLM_FL_CPU_ACTIVATIONS=torch was set")
     fv.register()
-    with set_current_vllm_config(VllmConfig()):
+    from vllm.config import CompilationConfig
+    from vllm.config.compilation import CompilationMode
+
+    eager = VllmConfig(compilation_config=CompilationConfig(mode=CompilationMode.NONE))
+    with set_current_vllm_config(eager):
         yield activation, layernorm, rotary_embedding
+
+
+def assert_runs_fldispatch(layer):
+    """The replaced layer's forward is fldispatch's, not forward_native."""
+    import fldispatch.vllm as fv
+
+    assert type(layer).__module__ == fv.__name__
+    assert getattr(layer._forward_method, "__func__", None) is fv._forward_fldispatch
 
 
 @needs_vllm
@@ -137,7 +150,7 @@ def test_act_and_mul_exact(vllm_layers, kind, num_tokens, d, dtype):
              "mul_and_silu": activation.MulAndSilu,
              "gelu": lambda: activation.GeluAndMul(approximate="none"),
              "gelu_tanh": lambda: activation.GeluAndMul(approximate="tanh")}[kind]()
-    assert type(layer).__module__ == "fldispatch.vllm"
+    assert_runs_fldispatch(layer)
     torch.manual_seed(0)
     x = torch.randn(num_tokens, 2 * d, dtype=dtype)
     torch.testing.assert_close(layer(x), layer.forward_native(x), atol=0.0, rtol=0.0)
@@ -243,7 +256,7 @@ def test_rotary(vllm_layers, dtype, is_neox, head_size, rotary_dim, layout, use_
                                                       "partial_rotary_factor":
                                                           rotary_dim / head_size},
                                      dtype=dtype)
-    assert type(rope).__module__ == "fldispatch.vllm"
+    assert_runs_fldispatch(rope)
     positions = torch.randint(0, max_pos, (5, 11))
     q = torch.randn(ROPE_LAYOUTS[layout](5, 11, 17, head_size), dtype=dtype)
     k = torch.randn_like(q) if use_key else None

@@ -143,3 +143,14 @@ def test_children_take_turns_going_first():
     assert sorted(firsts) == sorted(vt.CHILDREN)
     for r in range(6):
         assert sorted(vt.child_order(r)) == sorted(vt.CHILDREN)
+
+
+def test_on_serves_the_layers_in_every_mode(monkeypatch):
+    """"on" is the plugin serving every layer, compiled mode included (where
+    its default leaves them to vLLM); the caller's VLLM_FL_* do not leak in."""
+    monkeypatch.setenv("VLLM_FL_OOT_BLACKLIST", "silu_and_mul")
+    monkeypatch.setenv("VLLM_PLUGINS", "other")
+    on, off = vt.child_env("on-a"), vt.child_env("off-b")
+    assert on["VLLM_FL_OOT_FORCE"] == "all" and on["VLLM_FL_STATS"] == "1"
+    assert "VLLM_PLUGINS" not in on and "VLLM_FL_OOT_BLACKLIST" not in on
+    assert off["VLLM_PLUGINS"] == "" and not any(k.startswith("VLLM_FL_") for k in off)

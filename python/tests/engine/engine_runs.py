@@ -112,10 +112,15 @@ def run(spec, outdir):
 
 def cleanup():
     """vLLM's distributed state and its cached environment, for the next
-    in-process engine."""
+    in-process engine; and the rotary layers vLLM's get_rope() keeps for the
+    process, which chose their path (fldispatch's or vLLM's own) under the
+    configuration of the engine that made them: the next engine makes its
+    own, as a process of its own would."""
     from vllm.distributed import cleanup_dist_env_and_memory
+    from vllm.model_executor.layers import rotary_embedding
 
     cleanup_dist_env_and_memory()
+    rotary_embedding._ROPE_DICT.clear()
 
 
 def main():

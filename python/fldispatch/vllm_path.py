@@ -1,0 +1,217 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Which path each vLLM layer takes inside vLLM, and the log line saying why.
+
+fldispatch reaches vLLM's layers by two routes (fldispatch.vllm): as the
+provider of vLLM IR ops (RMSNorm and GemmaRMSNorm call vllm.ir ops) and as
+out-of-tree CustomOps (the other layers; the norms too on a vLLM without
+IR). On both, a layer the VLLM_FL_OOT_* switches hand to fldispatch runs
+fldispatch's kernel by default only in the vLLM modes where that was
+measured faster than vLLM's own path (MODE_TABLE), and vLLM's own switches
+keep their meaning:
+
+- IR ops: vLLM's ir_op_priority. Where the operator gave no list for an
+  op, the platform's default applies, and the plugin puts fldispatch in
+  front of it where MODE_TABLE says so for the mode (or VLLM_FL_OOT_FORCE
+  names the layer); a list the operator gave always wins.
+- CustomOps: vLLM's compilation_config.custom_ops, read as vLLM reads it
+  for its own layers: "+name" or "-name" (vLLM's name, "silu_and_mul", or
+  the class name, "SiluAndMul") decides; else VLLM_FL_OOT_FORCE naming the
+  layer (or "all") runs fldispatch's; else the base mode: "all" runs
+  fldispatch's, "none" vLLM's forward_native. vLLM's own default base mode
+  is "none" where Inductor compiles the model and "all" elsewhere: the
+  CustomOp column of MODE_TABLE (a test checks that they agree).
+
+The modes are told apart as vLLM tells them apart for its own default
+custom_ops: "inductor" where the compilation mode is not NONE and the
+backend is Inductor (vLLM's default: Dynamo-trace-once on CPU,
+VLLM_COMPILE on GPUs, CUDA graphs or not), "compiled" for another backend,
+"eager" for mode NONE (enforce_eager).
+
+Every decision is logged once per layer class, decision and process, at
+INFO on the logger "fldispatch.vllm" (through vLLM's own handlers and level
+inside vLLM's processes, info()):
+
+    fldispatch: SiluAndMul -> fldispatch CustomOp (custom_ops all: vLLM's
+        default in eager mode, where ...)
+    fldispatch: RMSNorm -> vLLM IR provider native (ir_op_priority
+        fused_add_rms_norm: native; rms_norm: native; compiled by Inductor,
+        ...; VLLM_FL_OOT_FORCE does not name rms_norm)
+"""
+
+import logging
+import os
+import sys
+
+logger = logging.getLogger("fldispatch.vllm")
+
+FORCE = "VLLM_FL_OOT_FORCE"
+
+# OOT layer name (VLLM_FL_OOT_*) -> family, the column of MODE_TABLE
+FAMILIES = {"rms_norm": "norm", "gemma_rms_norm": "norm", "silu_and_mul": "activation",
+            "mul_and_silu": "activation", "gelu_and_mul": "activation",
+            "rotary_embedding": "rotary"}
+
+# mode -> family -> (fldispatch serves it by default, why). The figures it
+# rests on are in docs/vllm.md ("Which path each layer takes").
+_EAGER_WHY = "where fldispatch's kernel was measured faster than vLLM's unfused one"
+_INDUCTOR_WHY = "which fuses {} with its neighbours, measured faster than fldispatch's opaque call"
+MODE_TABLE = {
+    "eager": {"norm": (True, _EAGER_WHY), "activation": (True, _EAGER_WHY),
+              "rotary": (True, _EAGER_WHY)},
+    "inductor": {"norm": (False, _INDUCTOR_WHY.format("add + norm")),
+                 "activation": (False, _INDUCTOR_WHY.format("the activation")),
+                 "rotary": (False, _INDUCTOR_WHY.format("rope"))},
+    "compiled": {family: (True, "no Inductor fusion to lose (not measured)")
+                 for family in ("norm", "activation", "rotary")},
+}
+
+# how a mode reads in a log line
+MODE_WORDS = {"eager": "in eager mode", "inductor": "compiled by Inductor",
+              "compiled": "compiled without Inductor"}
+
+
+def mode(compilation_config):
+    """"eager", "inductor" or "compiled" for vLLM's CompilationConfig (None:
+    no configuration, as a direct call without vLLM's: "eager"), by vLLM's
+    own test for its default custom_ops."""
+    if compilation_config is None:
+        return "eager"
+    compile_mode = getattr(compilation_config, "mode", None)
+    if compile_mode is not None and int(compile_mode) == 0:  # CompilationMode.NONE
+        return "eager"
+    if getattr(compilation_config, "backend", "inductor") == "inductor":
+        return "inductor"
+    return "compiled"
+
+
+def forced():
+    """The OOT names VLLM_FL_OOT_FORCE names (all of FAMILIES for "all"),
+    read from the environment at each call. A name that is not a layer's,
+    or an empty item, raises fldispatch.ConfigError naming the variable."""
+    from . import _C
+
+    raw = os.environ.get(FORCE, "")
+    items = [item.strip() for item in raw.split(",")]
+    if not any(items):
+        return frozenset()
+    valid = "all, " + ", ".join(sorted(FAMILIES))
+    names = set()
+    for item in items:
+        if not item:
+            raise _C.ConfigError(f"{FORCE}: empty item in '{raw}' (valid: {valid})")
+        if item.lower() == "all":
+            names.update(FAMILIES)
+        elif item in FAMILIES:
+            names.add(item)
+        else:
+            raise _C.ConfigError(f"{FORCE}: unknown layer '{item}' (valid: {valid})")
+    return frozenset(names)
+
+
+def _force_words(oot_name):
+    value = os.environ.get(FORCE, "").strip()
+    return f"{FORCE} does not name {oot_name}" if not value else \
+        f"{FORCE}={value} does not name {oot_name}"
+
+
+def ir_default(oot_name, compilation_config):
+    """(whether the platform's default IR priority gets fldispatch first for
+    the IR ops of layer oot_name, why), where VLLM_FL_OOT_* enable it."""
+    m = mode(compilation_config)
+    first, why = MODE_TABLE[m][FAMILIES[oot_name]]
+    if oot_name in forced():
+        return True, f"{FORCE}={os.environ[FORCE].strip()}" + \
+            ("" if first else f", over the default {MODE_WORDS[m]}")
+    if first:
+        return True, f"fldispatch first by default {MODE_WORDS[m]}, {why}"
+    return False, f"{MODE_WORDS[m]}, {why}; {_force_words(oot_name)}"
+
+
+def custom_op(oot_name, vllm_name, compilation_config):
+    """(whether a replaced CustomOp layer runs fldispatch's op, why): its
+    enabled() under vLLM's custom_ops and VLLM_FL_OOT_FORCE."""
+    custom_ops = list(getattr(compilation_config, "custom_ops", None) or [])
+    class_name = None
+    from . import vllm as _fv
+
+    if oot_name in _fv._LAYERS:
+        class_name = _fv._LAYERS[oot_name][1]
+    names = [n for n in (vllm_name, oot_name, class_name) if n]
+    for sign, serve in (("-", False), ("+", True)):
+        for name in names:
+            if f"{sign}{name}" in custom_ops:
+                return serve, f"custom_ops {sign}{name}"
+    base = "none" if "none" in custom_ops else "all"
+    m = mode(compilation_config)
+    if oot_name in forced():
+        return True, f"{FORCE}={os.environ[FORCE].strip()}, over custom_ops {base}"
+    default_base = "none" if m == "inductor" else "all"
+    if base != default_base:
+        why = (f"custom_ops {base}, the operator's "
+               f"(vLLM's default {MODE_WORDS[m]} is {default_base})")
+    else:
+        why = f"custom_ops {base}: vLLM's default {MODE_WORDS[m]}, " + \
+            MODE_TABLE[m][FAMILIES[oot_name]][1]
+    if base == "none":
+        why += f"; {_force_words(oot_name)}"
+    return base == "all", why
+
+
+def info(msg, *args):
+    """Logs at INFO on "fldispatch.vllm". Inside vLLM's processes, where
+    nothing handles that logger nor Python's root logger and vLLM has
+    configured its own ("vllm": handlers, no propagation; vLLM does so as
+    it makes an engine, after loading its plugins), through vLLM's handlers
+    and level (VLLM_LOGGING_LEVEL) instead: the line is in vLLM's log, in
+    vLLM's format. A program that configured logging keeps its routing."""
+    theirs = logging.getLogger("vllm")
+    if logger.hasHandlers() or not theirs.handlers or theirs.propagate:
+        logger.info(msg, *args)
+        return
+    if not theirs.isEnabledFor(logging.INFO):
+        return
+    caller = sys._getframe(1)
+    record = logger.makeRecord(logger.name, logging.INFO, caller.f_code.co_filename,
+                               caller.f_lineno, msg, args, None)
+    for handler in theirs.handlers:
+        if record.levelno >= handler.level:
+            handler.handle(record)
+
+
+_logged = set()
+
+
+def log_once(class_name, text):
+    """Logs "fldispatch: <class_name> -> <text>" at INFO once per process."""
+    if (class_name, text) in _logged:
+        return
+    _logged.add((class_name, text))
+    info("fldispatch: %s -> %s", class_name, text)
+
+
+def log_custom_op(class_name, serve, why):
+    """The CustomOp route's line for a layer class."""
+    log_once(class_name, ("fldispatch CustomOp" if serve else "vLLM's own") + f" ({why})")
+
+
+def log_ir(class_name, priorities, oot_name, compilation_config):
+    """The IR route's line for a layer class: priorities, {IR op: the
+    installed provider list}; which provider comes first and why."""
+    firsts = sorted({p[0] for p in priorities.values() if p})
+    path = f"vLLM IR provider {firsts[0]}" if len(firsts) == 1 else \
+        "vLLM IR providers " + ", ".join(f"{op}: {p[0]}" for op, p in sorted(priorities.items()))
+    lists = "; ".join(f"{op}: {', '.join(p)}" for op, p in sorted(priorities.items()))
+    from . import _C
+
+    ours = "fldispatch" in firsts
+    if not _C.oot_op_enabled(oot_name):
+        why = f"VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave {oot_name} to vLLM"
+        if ours:
+            why = "ir_op_priority names fldispatch first; " + why
+    else:
+        first, why = ir_default(oot_name, compilation_config)
+        if ours and not first:
+            why = "ir_op_priority names fldispatch first"
+        elif first and not ours:
+            why = f"ir_op_priority puts {', '.join(firsts)} first"
+    log_once(class_name, f"{path} (ir_op_priority {lists}; {why})")
