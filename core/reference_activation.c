@@ -27,6 +27,13 @@
  * quantised values, not the exact function, and so are ours. vendor.cpu
  * and the GPU kernels give the same 16-bit results for every input
  * (tests/test_kernels.c checks all 65536 of each dtype).
+ *
+ * Elementwise activations, out the shape of x, one rounding:
+ *
+ *   gelu_quick         out = round(f / (1 + expf(-1.702 * f)))
+ *
+ * vLLM's gelu_quick kernel in float32 (QuickGELU, x * sigmoid(1.702 x)).
+ * The reference serves them on the CPU; no plugin has a kernel of its own.
  */
 #include <math.h>
 
@@ -35,6 +42,7 @@
 #include "reference.h"
 
 enum act { ACT_SILU_MUL, ACT_MUL_SILU, ACT_GELU_MUL, ACT_GELU_TANH_MUL };
+enum unary { UNARY_GELU_QUICK };
 
 static inline float silu(float f)
 {
@@ -109,4 +117,39 @@ int fld__ref_gelu_and_mul(const void *args)
 int fld__ref_gelu_tanh_and_mul(const void *args)
 {
     return gated(args, ACT_GELU_TANH_MUL);
+}
+
+static inline float gelu_quick(float f)
+{
+    return f / (1.0f + expf(-1.702f * f));
+}
+
+static int elementwise(const void *argp, enum unary kind)
+{
+    const fld_activation_args *args = argp;
+    fld_rows x, out;
+    fld_tensor_rows(args->x, &x);
+    fld_tensor_rows(args->out, &out);
+    const int dt = fld_dtype_index(args->x->dtype);
+    const size_t elem = dt == 0 ? 4 : 2;
+    for (int64_t r = 0; r < x.rows && x.width > 0; r++) {
+        const char *xr = (const char *)x.data + (size_t)(r * x.stride) * elem;
+        char *orow = (char *)out.data + (size_t)(r * out.stride) * elem;
+        for (int64_t j = 0; j < x.width; j++) {
+            const float f = fld__ref_load(xr, j, dt);
+            float v;
+            switch (kind) {
+            default:
+                v = gelu_quick(f);
+                break;
+            }
+            fld__ref_store(orow, j, dt, v);
+        }
+    }
+    return FLD_OK;
+}
+
+int fld__ref_gelu_quick(const void *args)
+{
+    return elementwise(args, UNARY_GELU_QUICK);
 }

@@ -178,6 +178,54 @@ def test_silu_family_is_vllm_bit_for_bit(policy, name, dtype):
     assert torch.equal(out, reference_activation(name, x))
 
 
+# ---- elementwise activations (test_activation.py's gelu_quick) ---------------------------------
+
+
+def reference_elementwise(name, x):
+    """vLLM's CUDA kernel: the activation in float32, rounded once to the dtype."""
+    xf = x.float()
+    assert name == "gelu_quick"
+    return (xf * torch.sigmoid(1.702 * xf)).to(x.dtype)
+
+
+ELEMENTWISE = ["gelu_quick"]
+
+
+@pytest.mark.parametrize("d", [1, 17, 512, 13824])
+@pytest.mark.parametrize("tokens", [7, 83])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_elementwise_activation_grid(policy, name, dtype, tokens, d):
+    g = seeded("elementwise", name, dtype, tokens, d)
+    x = torch.randn(tokens, d, generator=g).to(dtype)
+    out = torch.empty(tokens, d, dtype=dtype)
+    getattr(fldispatch, name)(out, x)
+    atol, rtol = DEFAULT_TOL[dtype]
+    torch.testing.assert_close(out, reference_elementwise(name, x), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_elementwise_activation_strided_rows_and_tails(policy, name):
+    """Rows of a wider tensor, and the tails: large |x| (sigmoid saturates to
+    0 and 1), inf and NaN as PyTorch's formula gives them."""
+    g = seeded("elementwise-strided", name)
+    x = (torch.randn(9, 64, generator=g) * 20.0)[:, :40]
+    x[0, :3] = torch.tensor([float("inf"), float("-inf"), float("nan")])
+    out = torch.empty(9, 40)
+    getattr(fldispatch, name)(out, x)
+    torch.testing.assert_close(out, reference_elementwise(name, x), atol=1e-5, rtol=1.3e-6,
+                               equal_nan=True)
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_elementwise_activation_refuses_a_gated_out(policy, name):
+    """out must be x's shape (a gated activation's [T, d] out of [T, 2d] is refused)."""
+    x = torch.randn(3, 8)
+    out = torch.empty(3, 4)
+    with pytest.raises(ValueError, match=name + ": tensor 'out' has shape"):
+        getattr(fldispatch, name)(out, x)
+
+
 # ---- rotary_embedding (test_pos_encoding.py) -------------------------------------------------
 
 
