@@ -31,8 +31,13 @@
  * Elementwise activations, out the shape of x, one rounding:
  *
  *   gelu_quick         out = round(f / (1 + expf(-1.702 * f)))
+ *   gelu_new           out = round(0.5 * f * (1 + tanhf(c * (f + 0.044715 * f^3))))
+ *   gelu_fast          out = round(0.5 * f * (1 + tanhf(c * f * (1 + 0.044715 * f^2))))
  *
- * vLLM's gelu_quick kernel in float32 (QuickGELU, x * sigmoid(1.702 x)).
+ * with c = 0.79788456 (sqrt(2/pi)): vLLM's kernels' formulas (QuickGELU,
+ * x * sigmoid(1.702 x); NewGELU; FastGELU) in float32. Where vLLM's 16-bit
+ * kernels round an intermediate to the storage type, these do not; vLLM's
+ * own tests hold these three to its default tolerances, not to exactness.
  * The reference serves them on the CPU; no plugin has a kernel of its own.
  */
 #include <math.h>
@@ -42,7 +47,7 @@
 #include "reference.h"
 
 enum act { ACT_SILU_MUL, ACT_MUL_SILU, ACT_GELU_MUL, ACT_GELU_TANH_MUL };
-enum unary { UNARY_GELU_QUICK };
+enum unary { UNARY_GELU_QUICK, UNARY_GELU_NEW, UNARY_GELU_FAST };
 
 static inline float silu(float f)
 {
@@ -124,6 +129,18 @@ static inline float gelu_quick(float f)
     return f / (1.0f + expf(-1.702f * f));
 }
 
+static inline float gelu_new(float f)
+{
+    const float c = 0.79788456f, cube = f * f * f;
+    return 0.5f * f * (1.0f + tanhf(c * (f + 0.044715f * cube)));
+}
+
+static inline float gelu_fast(float f)
+{
+    const float c = 0.79788456f;
+    return 0.5f * f * (1.0f + tanhf(c * f * (1.0f + 0.044715f * f * f)));
+}
+
 static int elementwise(const void *argp, enum unary kind)
 {
     const fld_activation_args *args = argp;
@@ -139,6 +156,12 @@ static int elementwise(const void *argp, enum unary kind)
             const float f = fld__ref_load(xr, j, dt);
             float v;
             switch (kind) {
+            case UNARY_GELU_NEW:
+                v = gelu_new(f);
+                break;
+            case UNARY_GELU_FAST:
+                v = gelu_fast(f);
+                break;
             default:
                 v = gelu_quick(f);
                 break;
@@ -152,4 +175,14 @@ static int elementwise(const void *argp, enum unary kind)
 int fld__ref_gelu_quick(const void *args)
 {
     return elementwise(args, UNARY_GELU_QUICK);
+}
+
+int fld__ref_gelu_new(const void *args)
+{
+    return elementwise(args, UNARY_GELU_NEW);
+}
+
+int fld__ref_gelu_fast(const void *args)
+{
+    return elementwise(args, UNARY_GELU_FAST);
 }

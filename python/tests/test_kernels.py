@@ -11,6 +11,7 @@ key are crossed with two (head size, rot_dim) pairs rather than all ten. The
 seed is vLLM's (0).
 """
 
+import math
 import zlib
 
 import numpy as np
@@ -184,11 +185,16 @@ def test_silu_family_is_vllm_bit_for_bit(policy, name, dtype):
 def reference_elementwise(name, x):
     """vLLM's CUDA kernel: the activation in float32, rounded once to the dtype."""
     xf = x.float()
-    assert name == "gelu_quick"
-    return (xf * torch.sigmoid(1.702 * xf)).to(x.dtype)
+    if name == "gelu_quick":
+        return (xf * torch.sigmoid(1.702 * xf)).to(x.dtype)
+    c = math.sqrt(2.0 / math.pi)
+    if name == "gelu_new":
+        return (0.5 * xf * (1.0 + torch.tanh(c * (xf + 0.044715 * xf.pow(3))))).to(x.dtype)
+    assert name == "gelu_fast"
+    return (0.5 * xf * (1.0 + torch.tanh(c * xf * (1.0 + 0.044715 * xf * xf)))).to(x.dtype)
 
 
-ELEMENTWISE = ["gelu_quick"]
+ELEMENTWISE = ["gelu_quick", "gelu_new", "gelu_fast"]
 
 
 @pytest.mark.parametrize("d", [1, 17, 512, 13824])
