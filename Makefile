@@ -328,10 +328,10 @@ check-gpu: all
 	@$(PYTHON) tests/gpu_real/check_gpu.py --lib '$(abspath $(LIB_SO))' --tool '$(abspath $(TOOL))' \
 	  $(CHECK_GPU_FLAGS)
 
-# The catalog's ops, by the FLD_OP_* names of the public header, in its order
-# (tests/test_catalog.c checks that they are the library's catalog table).
+# The catalog's ops, by the FLD_OP_* names of the public catalog table, in its
+# order (tests/test_catalog.c checks that they are the library's catalog).
 FLD_CATALOG_OPS = $(shell sed -n 's/^\#define FLD_OP_[A-Z_]* *"\([a-z_]*\)".*/\1/p' \
-  include/fldispatch/fldispatch.h)
+  include/fldispatch/catalog.def)
 
 run: all
 	@echo "== fldispatch config"; $(TOOL) config
@@ -378,7 +378,7 @@ install: all
 	$(Q)install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
 	$(Q)install -m 0755 $(PLUGIN_INSTALLED:%=$(PLUGOUT)/fld-%.so) $(PLUGIN_EXTRA) $(DESTDIR)$(PLUGINDIR)/
 	$(Q)install -m 0755 $(TOOL) $(DESTDIR)$(BINDIR)/
-	$(Q)install -m 0644 include/fldispatch/*.h $(DESTDIR)$(INCLUDEDIR)/fldispatch/
+	$(Q)install -m 0644 include/fldispatch/*.h include/fldispatch/*.def $(DESTDIR)$(INCLUDEDIR)/fldispatch/
 	$(Q)for f in $(wildcard config/*.yaml); do install -m 0644 $$f $(DESTDIR)$(CONFIGDIR)/; done
 	$(Q)install -d $(DESTDIR)$(DOCDIR) && install -m 0644 LICENSE $(DESTDIR)$(DOCDIR)/
 	$(Q)for p in $(PLUGIN_EXAMPLES); do \
@@ -400,7 +400,7 @@ uninstall:
 	  $(DESTDIR)$(BINDIR)/fldispatch $(DESTDIR)$(PKGCONFIGDIR)/fldispatch.pc
 	$(Q)rm -f $(PLUGIN_ALL:%=$(DESTDIR)$(PLUGINDIR)/fld-%.so) \
 	  $(addprefix $(DESTDIR)$(PLUGINDIR)/,$(notdir $(foreach p,$(PLUGIN_ALL),$(PLUGIN_EXTRA_$(p)))))
-	$(Q)rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/fldispatch/,$(notdir $(wildcard include/fldispatch/*.h)))
+	$(Q)rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/fldispatch/,$(notdir $(wildcard include/fldispatch/*.h include/fldispatch/*.def)))
 	$(Q)rm -f $(addprefix $(DESTDIR)$(CONFIGDIR)/,$(notdir $(wildcard config/*.yaml)))
 	$(Q)rm -rf $(PLUGIN_EXAMPLES:%=$(DESTDIR)$(EXAMPLEDIR)/%)
 	$(Q)rm -f $(DESTDIR)$(DOCDIR)/LICENSE

@@ -7,7 +7,10 @@ external linkage (nm) must be used outside its own source file: called or
 named in another C, C++, CUDA or HIP source of the tree, or in a header
 other than as its own declaration (a macro or a static inline function
 that calls it counts). The public API (what include/fldispatch/*.h
-declares, outside internal/) is the applications' to use and is left out.
+declares, outside internal/) is the applications' to use and is left out;
+so are the names each row of the catalog table (include/fldispatch/catalog.def)
+derives by token pasting: its typed entry point fld_<name> (public) and its
+reference kernel fld__ref_<name> (named by core/catalog.c's schema rows).
 A definition nothing else uses is either dead or belongs in its file as
 static; both fail the check.
 
@@ -61,6 +64,10 @@ def public_names():
         if f.endswith(".h"):
             with open(os.path.join(inc, f), encoding="utf-8") as h:
                 names.update(re.findall(r"\bfld_[a-z0-9_]+\b", h.read()))
+        if f.endswith(".def"):
+            with open(os.path.join(inc, f), encoding="utf-8") as h:
+                for op in re.findall(r"^FLD_CATALOG_OP\(\w+,\s*(\w+),", h.read(), re.M):
+                    names.update({"fld_" + op, "fld__ref_" + op})
     return names
 
 

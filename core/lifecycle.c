@@ -251,7 +251,7 @@ static int initialise_locked(void)
         return fail_init(rc);
     fld__log_commit_env(&log_env);
     fld__stats_commit_env(&stats_env, false);
-    rc = fld__ops_init();
+    rc = fld__ops_init(fld__catalog);
     if (!rc)
         rc = fld__load_plugin_descriptor(&reference_plugin, "(built-in)", NULL);
     struct fld_platform plat;

@@ -45,6 +45,8 @@ static struct {
 
 static _Atomic(struct op_table *) table;
 struct fld_op_s *_Atomic fld__catalog_ops[FLD_CAT_COUNT];
+/* The catalog's schema rows (FLD_CAT_COUNT), as fld__ops_init() was handed them. */
+static const struct fld_op_schema *catalog;
 
 /*
  * Op names are short and hashed on every by-name call: eight bytes per
@@ -184,9 +186,9 @@ static int table_add(struct fld_op_s *op)
 
 static const struct fld_op_schema *catalog_schema(const char *name)
 {
-    for (int i = 0; i < FLD_CAT_COUNT; i++)
-        if (strcmp(fld__catalog[i].name, name) == 0)
-            return &fld__catalog[i];
+    for (int i = 0; catalog && i < FLD_CAT_COUNT; i++)
+        if (strcmp(catalog[i].name, name) == 0)
+            return &catalog[i];
     return NULL;
 }
 
@@ -205,7 +207,7 @@ struct fld_op_s *fld__op_intern(const char *name)
     if (table_add(op) != FLD_OK)
         goto fail;
     if (op->schema)
-        atomic_store(&fld__catalog_ops[op->schema - fld__catalog], op);
+        atomic_store(&fld__catalog_ops[op->schema - catalog], op);
     return op;
 fail:
     free(copy);
@@ -223,15 +225,16 @@ void fld__op_foreach(void (*fn)(struct fld_op_s *op, void *user), void *user)
         fn(all.v[i], user);
 }
 
-int fld__ops_init(void)
+int fld__ops_init(const struct fld_op_schema *rows)
 {
+    catalog = rows;
     for (int i = 0; i < FLD_CAT_COUNT; i++) {
-        struct fld_op_s *op = fld__op_intern(fld__catalog[i].name);
+        struct fld_op_s *op = fld__op_intern(catalog[i].name);
         if (!op)
-            return fld__fail(FLD_ENOMEM, "out of memory interning op '%s'", fld__catalog[i].name);
+            return fld__fail(FLD_ENOMEM, "out of memory interning op '%s'", catalog[i].name);
         char err[1024];
         struct fld_sig *s;
-        int rc = fld__sig_parse(op->name, fld__catalog[i].signature, true, "the catalog", &s, err,
+        int rc = fld__sig_parse(op->name, catalog[i].signature, true, "the catalog", &s, err,
                                 sizeof err);
         if (rc)
             return fld__fail(rc, "%s", err);
@@ -250,7 +253,7 @@ void fld__ops_close(void)
 void fld__ops_reopen(void)
 {
     for (int i = 0; i < FLD_CAT_COUNT; i++)
-        atomic_store(&fld__catalog_ops[i], fld__op_find(fld__catalog[i].name));
+        atomic_store(&fld__catalog_ops[i], catalog ? fld__op_find(catalog[i].name) : NULL);
 }
 
 void fld__ops_shutdown(void)
@@ -271,6 +274,7 @@ void fld__ops_shutdown(void)
     all.v = NULL;
     all.n = all.cap = 0;
     all.sorted = true;
+    catalog = NULL;
 }
 
 fld_op fld_op_lookup(const char *name)

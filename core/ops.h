@@ -30,8 +30,9 @@
 #define FLD_BUCKET_REST (FLD_MAX_BUCKETS + 1)
 #define FLD_NKEYS       ((FLD_NDEVICES + 1) * (FLD_NDTYPES + 1))
 #define FLD_NSLOTS      FLD_NKEYS
-#define FLD_NBSLOTS     (FLD_NKEYS * (FLD_MAX_BUCKETS + 1)) /* bucket slots: key + b * FLD_NKEYS, b >= 1 */
-#define FLD_NALLSLOTS   (FLD_NSLOTS + FLD_NBSLOTS)
+#define FLD_NBSLOTS                                                                                \
+    (FLD_NKEYS * (FLD_MAX_BUCKETS + 1)) /* bucket slots: key + b * FLD_NKEYS, b >= 1 */
+#define FLD_NALLSLOTS (FLD_NSLOTS + FLD_NBSLOTS)
 
 static inline unsigned fld__slot(int dev, int dt)
 {
@@ -55,7 +56,6 @@ static inline int fld__dtype_index(DLDataType t)
     return fld_dtype_index(t);
 }
 
-
 /*
  * Checks a catalog op's arguments without touching tensor memory (except
  * rotary positions, which it reads to range-check). FLD_OK and the key, or
@@ -63,19 +63,14 @@ static inline int fld__dtype_index(DLDataType t)
  */
 typedef int (*fld_validate_fn)(const char *op, const void *args, struct fld_call_key *key);
 
+/* Catalog indexes: FLD_CAT_<ID> per row of <fldispatch/catalog.def>, in its order. */
 enum fld_catalog_index {
-    FLD_CAT_SILU_AND_MUL,
-    FLD_CAT_MUL_AND_SILU,
-    FLD_CAT_GELU_AND_MUL,
-    FLD_CAT_GELU_TANH_AND_MUL,
-    FLD_CAT_RMS_NORM,
-    FLD_CAT_GEMMA_RMS_NORM,
-    FLD_CAT_ROTARY_EMBEDDING,
-    FLD_CAT_ATTENTION_BACKEND,
+#define FLD_CATALOG_OP(id, name, family, doc) FLD_CAT_##id,
+#include <fldispatch/catalog.def>
     FLD_CAT_COUNT
 };
 
-/* One row of the schema table (core/catalog.c). */
+/* One row of the schema table (the catalog's data, core/catalog.c). */
 struct fld_op_schema {
     const char *name;
     size_t args_size;
@@ -87,6 +82,11 @@ struct fld_op_schema {
     const char *signature;      /* its Python and torch form (fld_op_signature()) */
 };
 
+/*
+ * The table, defined by catalog.c (a floor below this one, read by the
+ * dispatch and the tools' walks): ops.c itself keeps the table that
+ * fld__ops_init() is handed.
+ */
 extern const struct fld_op_schema fld__catalog[FLD_CAT_COUNT];
 
 struct fld_chain;
@@ -180,8 +180,12 @@ struct fld_op_s *fld__op_find(const char *name);
 struct fld_op_s *fld__op_intern(const char *name);
 /* Calls fn for every op in name order; host lock held. */
 void fld__op_foreach(void (*fn)(struct fld_op_s *op, void *user), void *user);
-/* Creates the catalog entries (init) and frees everything (shutdown). */
-int fld__ops_init(void);
+/*
+ * Creates the entries of the catalog ops, the FLD_CAT_COUNT rows of
+ * catalog (fld__catalog, handed over by lifecycle.c), which op entries of
+ * the same names then point at (init); frees everything (shutdown).
+ */
+int fld__ops_init(const struct fld_op_schema *catalog);
 void fld__ops_shutdown(void);
 /*
  * fld_shutdown()'s gate for the typed entry points: unpublishes the catalog

@@ -38,13 +38,8 @@ static inline float fld__ref_round(int dt, float v)
     return dt == 1 ? fld_f16_to_f32(fld_f32_to_f16(v)) : fld_bf16_to_f32(fld_f32_to_bf16(v));
 }
 
-int fld__ref_silu_and_mul(const void *args);
-int fld__ref_mul_and_silu(const void *args);
-int fld__ref_gelu_and_mul(const void *args);
-int fld__ref_gelu_tanh_and_mul(const void *args);
-int fld__ref_rms_norm(const void *args);
-int fld__ref_gemma_rms_norm(const void *args);
-int fld__ref_rotary_embedding(const void *args);
-int fld__ref_attention_backend(const void *args);
+/* Each catalog op's reference kernel, fld__ref_<name> (<fldispatch/catalog.def>). */
+#define FLD_CATALOG_OP(id, name, family, doc) int fld__ref_##name(const void *args);
+#include <fldispatch/catalog.def>
 
 #endif

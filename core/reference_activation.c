@@ -27,6 +27,18 @@
  * quantised values, not the exact function, and so are ours. vendor.cpu
  * and the GPU kernels give the same 16-bit results for every input
  * (tests/test_kernels.c checks all 65536 of each dtype).
+ *
+ * Elementwise activations, out the shape of x, one rounding:
+ *
+ *   gelu_quick         out = round(f / (1 + expf(-1.702 * f)))
+ *   gelu_new           out = round(0.5 * f * (1 + tanhf(c * (f + 0.044715 * f^3))))
+ *   gelu_fast          out = round(0.5 * f * (1 + tanhf(c * f * (1 + 0.044715 * f^2))))
+ *
+ * with c = 0.79788456 (sqrt(2/pi)): vLLM's kernels' formulas (QuickGELU,
+ * x * sigmoid(1.702 x); NewGELU; FastGELU) in float32. Where vLLM's 16-bit
+ * kernels round an intermediate to the storage type, these do not; vLLM's
+ * own tests hold these three to its default tolerances, not to exactness.
+ * The reference serves them on the CPU; no plugin has a kernel of its own.
  */
 #include <math.h>
 
@@ -35,6 +47,7 @@
 #include "reference.h"
 
 enum act { ACT_SILU_MUL, ACT_MUL_SILU, ACT_GELU_MUL, ACT_GELU_TANH_MUL };
+enum unary { UNARY_GELU_QUICK, UNARY_GELU_NEW, UNARY_GELU_FAST };
 
 static inline float silu(float f)
 {
@@ -109,4 +122,67 @@ int fld__ref_gelu_and_mul(const void *args)
 int fld__ref_gelu_tanh_and_mul(const void *args)
 {
     return gated(args, ACT_GELU_TANH_MUL);
+}
+
+static inline float gelu_quick(float f)
+{
+    return f / (1.0f + expf(-1.702f * f));
+}
+
+static inline float gelu_new(float f)
+{
+    const float c = 0.79788456f, cube = f * f * f;
+    return 0.5f * f * (1.0f + tanhf(c * (f + 0.044715f * cube)));
+}
+
+static inline float gelu_fast(float f)
+{
+    const float c = 0.79788456f;
+    return 0.5f * f * (1.0f + tanhf(c * f * (1.0f + 0.044715f * f * f)));
+}
+
+static int elementwise(const void *argp, enum unary kind)
+{
+    const fld_activation_args *args = argp;
+    fld_rows x, out;
+    fld_tensor_rows(args->x, &x);
+    fld_tensor_rows(args->out, &out);
+    const int dt = fld_dtype_index(args->x->dtype);
+    const size_t elem = dt == 0 ? 4 : 2;
+    for (int64_t r = 0; r < x.rows && x.width > 0; r++) {
+        const char *xr = (const char *)x.data + (size_t)(r * x.stride) * elem;
+        char *orow = (char *)out.data + (size_t)(r * out.stride) * elem;
+        for (int64_t j = 0; j < x.width; j++) {
+            const float f = fld__ref_load(xr, j, dt);
+            float v;
+            switch (kind) {
+            case UNARY_GELU_NEW:
+                v = gelu_new(f);
+                break;
+            case UNARY_GELU_FAST:
+                v = gelu_fast(f);
+                break;
+            default:
+                v = gelu_quick(f);
+                break;
+            }
+            fld__ref_store(orow, j, dt, v);
+        }
+    }
+    return FLD_OK;
+}
+
+int fld__ref_gelu_quick(const void *args)
+{
+    return elementwise(args, UNARY_GELU_QUICK);
+}
+
+int fld__ref_gelu_new(const void *args)
+{
+    return elementwise(args, UNARY_GELU_NEW);
+}
+
+int fld__ref_gelu_fast(const void *args)
+{
+    return elementwise(args, UNARY_GELU_FAST);
 }

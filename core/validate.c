@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Argument validation of the catalog ops, by family (activation, rms_norm,
- * rotary, attention), plus the layout helpers kernels use on validated
+ * Argument validation of the catalog ops, by family (activation, elementwise,
+ * rms_norm, rotary, attention), plus the layout helpers kernels use on validated
  * tensors (fld_tensor_rows, fld_rotary_geometry_of).
  *
  * Every catalog call runs one of these validators, so the success path is
@@ -800,6 +800,36 @@ static __attribute__((noinline)) int full_activation(const char *op, const fld_a
     return FLD_OK;
 }
 
+static COLD int fail_elementwise_shape(const char *op, const DLTensor *out, const DLTensor *x)
+{
+    char a[160], b[160];
+    format_dims(a, sizeof a, out->ndim, out->shape);
+    format_dims(b, sizeof b, x->ndim, x->shape);
+    return fld__fail(FLD_EINVAL,
+                     "%s: tensor 'out' has shape %s but 'x' has %s; expected out of x's shape", op,
+                     a, b);
+}
+
+/* out of x's shape, dtype and device, sharing no memory with it. */
+static __attribute__((noinline)) int full_elementwise(const char *op, const fld_activation_args *a,
+                                                      struct fld_call_key *key)
+{
+    struct tview x = {0}, out = {0};
+    TRY(check_tensor(op, "x", a->x, 1, TK_FLOAT, &x));
+    TRY(check_tensor(op, "out", a->out, 1, TK_FLOAT, &out));
+    TRY(device_key(op, "x", a->x, &key->device));
+    TRY(same_device(op, "out", a->out, "x", a->x));
+    TRY(same_dtype(op, "out", a->out, &out, "x", a->x, &x));
+    bool ok = a->out->ndim == a->x->ndim;
+    for (int i = 0; ok && i < a->x->ndim; i++)
+        ok = a->out->shape[i] == a->x->shape[i];
+    if (__builtin_expect(!ok, 0))
+        return fail_elementwise_shape(op, a->out, a->x);
+    TRY(check_aliasing_activation(op, a, &x, &out));
+    key->dtype = x.dtype;
+    return FLD_OK;
+}
+
 static COLD int fail_weight(const char *op, const DLTensor *w, const DLTensor *x)
 {
     char a[160], b[160];
@@ -1022,6 +1052,16 @@ int fld__validate_activation(const char *op, const void *argp, struct fld_call_k
     if (__builtin_expect(fast_activation(a, key), 1))
         return FLD_OK;
     return full_activation(op, a, key);
+}
+
+int fld__validate_elementwise(const char *op, const void *argp, struct fld_call_key *key)
+{
+    const fld_activation_args *a = argp;
+    if (__builtin_expect(a == NULL, 0))
+        return fail_args_null(op);
+    if (__builtin_expect(fast_elementwise(a, key), 1))
+        return FLD_OK;
+    return full_elementwise(op, a, key);
 }
 
 int fld__validate_rms_norm(const char *op, const void *argp, struct fld_call_key *key)

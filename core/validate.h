@@ -6,6 +6,7 @@
 #include "ops.h"
 
 int fld__validate_activation(const char *op, const void *args, struct fld_call_key *key);
+int fld__validate_elementwise(const char *op, const void *args, struct fld_call_key *key);
 int fld__validate_rms_norm(const char *op, const void *args, struct fld_call_key *key);
 int fld__validate_rotary(const char *op, const void *args, struct fld_call_key *key);
 int fld__validate_attention(const char *op, const void *args, struct fld_call_key *key);

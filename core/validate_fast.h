@@ -173,7 +173,8 @@ static inline bool fast_like(const DLTensor *t, const DLTensor *x, int64_t rows,
 }
 
 /* out [rows, d] of x [rows, 2d], same dtype and device, out disjoint from x. */
-static inline __attribute__((always_inline)) bool fast_activation(const fld_activation_args *a, struct fld_call_key *key)
+static inline __attribute__((always_inline)) bool fast_activation(const fld_activation_args *a,
+                                                                  struct fld_call_key *key)
 {
     const DLTensor *x = a->x, *out = a->out;
     int dt, dev;
@@ -185,6 +186,25 @@ static inline __attribute__((always_inline)) bool fast_activation(const fld_acti
     struct fast_view xv, ov;
     FAST_NEED(fast_rows(x, rows, width, shift, &xv) &&
               fast_rows(out, rows, width >> 1, shift, &ov));
+    FAST_NEED(fast_apart(&ov, &xv));
+    key->device = dev;
+    key->dtype = dt;
+    return true;
+}
+
+/* out [rows, width] of x [rows, width], same dtype and device, out disjoint from x. */
+static inline __attribute__((always_inline)) bool fast_elementwise(const fld_activation_args *a,
+                                                                   struct fld_call_key *key)
+{
+    const DLTensor *x = a->x, *out = a->out;
+    int dt, dev;
+    unsigned shift;
+    FAST_NEED(fast_first(x, &dt, &shift, &dev));
+    const int64_t rows = x->shape[0], width = x->shape[1];
+    FAST_NEED(fast_sizes(rows, width));
+    FAST_NEED(fast_like(out, x, rows, width));
+    struct fast_view xv, ov;
+    FAST_NEED(fast_rows(x, rows, width, shift, &xv) && fast_rows(out, rows, width, shift, &ov));
     FAST_NEED(fast_apart(&ov, &xv));
     key->device = dev;
     key->dtype = dt;
@@ -296,7 +316,8 @@ static inline bool fast_positions(const DLTensor *p, int64_t tokens, int64_t max
  * positions and the cache. Other devices take the full path (their
  * positions are not read here).
  */
-static inline __attribute__((always_inline)) bool fast_rotary(const fld_rotary_embedding_args *a, struct fld_call_key *key)
+static inline __attribute__((always_inline)) bool fast_rotary(const fld_rotary_embedding_args *a,
+                                                              struct fld_call_key *key)
 {
     const DLTensor *p = a->positions, *q = a->query, *k = a->key, *c = a->cos_sin_cache;
     int dt, dev;

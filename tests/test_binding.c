@@ -247,7 +247,7 @@ END_TEST
 
 static Suite *binding_suite(void)
 {
-    Suite *s = suite_create("host_impl");
+    Suite *s = suite_create("binding");
     TCase *tc = tcase_create("binding implementations");
     tcase_add_test(tc, registered_and_selected_with_fallback);
     tcase_add_test(tc, all_or_nothing_and_rejected_record);

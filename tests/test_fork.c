@@ -558,9 +558,9 @@ static void setup_stress_fixtures(void)
 
 /* STRESS_OP_* are the catalog order of util/catalog_args.h. */
 _Static_assert((int)STRESS_N_OPS == (int)TT_CAT_N_OPS &&
-                   (int)STRESS_OP_RMS == (int)TT_CAT_RMS_NORM &&
-                   (int)STRESS_OP_ROTARY == (int)TT_CAT_ROTARY_EMBEDDING &&
-                   (int)STRESS_OP_ATTN == (int)TT_CAT_ATTENTION_BACKEND,
+                   (int)STRESS_OP_RMS_NORM == (int)TT_CAT_RMS_NORM &&
+                   (int)STRESS_OP_ROTARY_EMBEDDING == (int)TT_CAT_ROTARY_EMBEDDING &&
+                   (int)STRESS_OP_ATTENTION_BACKEND == (int)TT_CAT_ATTENTION_BACKEND,
                "STRESS_OP_* follow the catalog order");
 static const char *const stress_impl_ids[STRESS_N_IMPLS] = {
     "reference.c", "vendor.alpha", "vendor.beta", "default.stress", "vendor.gamma",
@@ -610,23 +610,25 @@ static const char *ops_served_by(int impl, bool resolve)
         if (rc != FLD_OK)
             return fail_with("%s: %s: %s", tt_catalog_op_names[op], fld_strerror(rc),
                              fld_last_error());
-        if (op <= STRESS_OP_GELU_TANH)
+        const enum tt_catalog_writes writes = tt_catalog_writes(op);
+        if (writes == TT_WRITES_AOUT)
             marked = all_equal(&a.aout[0][0], sizeof a.aout / sizeof(float), mark);
-        else if (op <= STRESS_OP_GEMMA)
+        else if (writes == TT_WRITES_NOUT)
             marked = all_equal(&a.nout[0][0], sizeof a.nout / sizeof(float), mark);
-        else if (op == STRESS_OP_ROTARY)
+        else if (writes == TT_WRITES_QK)
             marked = all_equal(&a.q[0][0], sizeof a.q / sizeof(float), mark) &&
                      all_equal(&a.k[0][0], sizeof a.k / sizeof(float), mark);
         else
             marked = attn != NULL && strncmp(attn, "STRESS_", 7) == 0 && attn[7] - '0' == impl &&
                      attn[8] == '\0';
         if (impl == STRESS_IMPL_REF) {
-            float first = op <= STRESS_OP_GELU_TANH ? a.aout[0][0]
-                          : op <= STRESS_OP_GEMMA   ? a.nout[0][0]
-                                                    : a.q[0][0];
-            bool any_mark = op == STRESS_OP_ATTN ? attn == NULL || strncmp(attn, "STRESS_", 7) == 0
-                                                 : first > STRESS_MARK_BASE + 0.5f &&
-                                                       first < STRESS_MARK_BASE + 9.5f;
+            float first = writes == TT_WRITES_AOUT   ? a.aout[0][0]
+                          : writes == TT_WRITES_NOUT ? a.nout[0][0]
+                                                     : a.q[0][0];
+            bool any_mark =
+                writes == TT_WRITES_ATTN
+                    ? attn == NULL || strncmp(attn, "STRESS_", 7) == 0
+                    : first > STRESS_MARK_BASE + 0.5f && first < STRESS_MARK_BASE + 9.5f;
             if (any_mark)
                 return fail_with("%s was not served by reference.c", tt_catalog_op_names[op]);
         } else if (!marked) {

@@ -137,9 +137,9 @@ static void setup_environment(void)
 
 /* STRESS_OP_* are the catalog order of util/catalog_args.h. */
 _Static_assert((int)STRESS_N_OPS == (int)TT_CAT_N_OPS &&
-                   (int)STRESS_OP_RMS == (int)TT_CAT_RMS_NORM &&
-                   (int)STRESS_OP_ROTARY == (int)TT_CAT_ROTARY_EMBEDDING &&
-                   (int)STRESS_OP_ATTN == (int)TT_CAT_ATTENTION_BACKEND,
+                   (int)STRESS_OP_RMS_NORM == (int)TT_CAT_RMS_NORM &&
+                   (int)STRESS_OP_ROTARY_EMBEDDING == (int)TT_CAT_ROTARY_EMBEDDING &&
+                   (int)STRESS_OP_ATTENTION_BACKEND == (int)TT_CAT_ATTENTION_BACKEND,
                "STRESS_OP_* follow the catalog order");
 
 typedef struct good_echo_args {

@@ -300,7 +300,10 @@ START_TEST(catalog_and_declared_signatures_are_listed)
     setup((const char *const[]){"sig_ops", NULL});
     int seen[2] = {0, 0};
     fld_foreach_catalog_op(count_catalog, &n_catalog);
-    ck_assert_int_eq(n_catalog, 8);
+    int rows = 0; /* the rows of the public catalog table */
+#define FLD_CATALOG_OP(id, name, family, doc) rows++;
+#include <fldispatch/catalog.def>
+    ck_assert_int_eq(n_catalog, rows);
     ck_assert_int_eq(fld_foreach_signature(count_sig, seen), FLD_OK);
     ck_assert_int_eq(seen[0], n_catalog + 2);
     ck_assert_int_eq(seen[1], 1);

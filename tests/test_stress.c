@@ -74,9 +74,9 @@ static void quiet_log(int level, const char *message, void *user)
 
 /* STRESS_OP_* are the catalog order of util/catalog_args.h. */
 _Static_assert((int)STRESS_N_OPS == (int)TT_CAT_N_OPS &&
-                   (int)STRESS_OP_RMS == (int)TT_CAT_RMS_NORM &&
-                   (int)STRESS_OP_ROTARY == (int)TT_CAT_ROTARY_EMBEDDING &&
-                   (int)STRESS_OP_ATTN == (int)TT_CAT_ATTENTION_BACKEND,
+                   (int)STRESS_OP_RMS_NORM == (int)TT_CAT_RMS_NORM &&
+                   (int)STRESS_OP_ROTARY_EMBEDDING == (int)TT_CAT_ROTARY_EMBEDDING &&
+                   (int)STRESS_OP_ATTENTION_BACKEND == (int)TT_CAT_ATTENTION_BACKEND,
                "STRESS_OP_* follow the catalog order");
 
 static const char *const impl_ids[STRESS_N_IMPLS] = {
@@ -470,7 +470,7 @@ enum { HQ = TT_CAT_QHEADS, HK = TT_CAT_KHEADS };
 struct tensors {
     struct tt_catalog_args a; /* the calls (util/catalog_args.h), in STRESS_OP_* order */
     /* reference.c's results, recorded at the start under a reference-only override */
-    float ref_aout[4][ROWS][HALF], ref_nout[2][ROWS][WIDTH], ref_nres[ROWS][WIDTH];
+    float ref_aout[STRESS_N_OPS][ROWS][HALF], ref_nout[2][ROWS][WIDTH], ref_nres[ROWS][WIDTH];
     float ref_q[ROWS][HQ * HS], ref_k[ROWS][HK * HS];
     const char *ref_attn;
 };
@@ -515,23 +515,23 @@ static int served_by(struct tensors *t, int op, bool record)
 {
     int who;
     switch (op) {
-    case STRESS_OP_RMS:
-    case STRESS_OP_GEMMA:
+    case STRESS_OP_RMS_NORM:
+    case STRESS_OP_GEMMA_RMS_NORM:
         who = marked_by(&t->a.nout[0][0], ROWS * WIDTH);
         if (who >= 0)
             return memcmp(t->a.nres, t->a.nres0, sizeof t->a.nres) == 0 ? who : -1;
         if (record) {
-            memcpy(t->ref_nout[op - STRESS_OP_RMS], t->a.nout, sizeof t->a.nout);
-            if (op == STRESS_OP_GEMMA)
+            memcpy(t->ref_nout[op - STRESS_OP_RMS_NORM], t->a.nout, sizeof t->a.nout);
+            if (op == STRESS_OP_GEMMA_RMS_NORM)
                 memcpy(t->ref_nres, t->a.nres, sizeof t->a.nres);
             return isnan(t->a.nout[0][0]) ? -1 : STRESS_IMPL_REF;
         }
-        if (memcmp(t->a.nout, t->ref_nout[op - STRESS_OP_RMS], sizeof t->a.nout) != 0)
+        if (memcmp(t->a.nout, t->ref_nout[op - STRESS_OP_RMS_NORM], sizeof t->a.nout) != 0)
             return -1;
-        if (op == STRESS_OP_GEMMA && memcmp(t->a.nres, t->ref_nres, sizeof t->a.nres) != 0)
+        if (op == STRESS_OP_GEMMA_RMS_NORM && memcmp(t->a.nres, t->ref_nres, sizeof t->a.nres) != 0)
             return -1;
         return STRESS_IMPL_REF;
-    case STRESS_OP_ROTARY:
+    case STRESS_OP_ROTARY_EMBEDDING:
         who = marked_by(&t->a.q[0][0], ROWS * HQ * HS);
         if (who >= 0)
             return marked_by(&t->a.k[0][0], ROWS * HK * HS) == who ? who : -1;
@@ -544,7 +544,7 @@ static int served_by(struct tensors *t, int op, bool record)
                        memcmp(t->a.k, t->ref_k, sizeof t->a.k) == 0
                    ? STRESS_IMPL_REF
                    : -1;
-    case STRESS_OP_ATTN:
+    case STRESS_OP_ATTENTION_BACKEND:
         if (t->a.attn == NULL)
             return -1;
         if (strncmp(t->a.attn, "STRESS_", 7) == 0) {

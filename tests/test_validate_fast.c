@@ -157,6 +157,24 @@ START_TEST(activation_fast_path_agrees)
 }
 END_TEST
 
+START_TEST(elementwise_fast_path_agrees)
+{
+    rng_state = 0x3c6ef372fe94f82bull;
+    struct tally tally = {0, 0};
+    for (long i = 0; i < RANDOM_CALLS; i++) {
+        struct gen_tensor x, out;
+        int64_t d = PICK(1, 8, 64, 4096);
+        gen(&x, NULL, 2, d);
+        gen(&out, &x, 2, d);
+        const fld_activation_args a = {&out.t, &x.t};
+        struct fld_call_key kf = {-1, -1}, k = {-1, -1};
+        bool fast = fast_elementwise(&a, &kf);
+        agree(fast, &kf, full_elementwise("gelu_quick", &a, &k), &k, i, &tally);
+    }
+    check_coverage("elementwise", &tally);
+}
+END_TEST
+
 START_TEST(rms_norm_fast_path_agrees)
 {
     rng_state = 0x2545f4914f6cdd1dull;
@@ -336,6 +354,7 @@ static Suite *fast_suite(void)
     TCase *tc = tcase_create("agreement");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, activation_fast_path_agrees);
+    tcase_add_test(tc, elementwise_fast_path_agrees);
     tcase_add_test(tc, rms_norm_fast_path_agrees);
     tcase_add_test(tc, rotary_fast_path_agrees);
     tcase_add_test(tc, common_layouts_take_the_fast_path);

@@ -1497,6 +1497,62 @@ START_TEST(test_generic_calls)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* Elementwise activations (gelu_quick): out of x's shape                   */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_elementwise_rules)
+{
+    tt_tensor *x = tt_new_strided(FLD_DTYPE_BF16, 2, (int64_t[]){4, 16}, (int64_t[]){20, 1});
+    tt_tensor *half = tt_new(FLD_DTYPE_BF16, 2, (int64_t[]){4, 8});
+    tt_tensor *f32 = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){4, 16});
+    tt_fill_normal(x, 1, 0, 1);
+    tt_fill_normal(half, 2, 0, 1);
+    double before[32], now[32];
+    tt_to_double(half, before);
+    /* A gated activation's out ([T, d] of [T, 2d]) is not an elementwise one's: untouched. */
+    expect_einval("gated out", fld_gelu_quick(&half->t, &x->t),
+                  (const char *[]){"gelu_quick: ", "'out' has shape [4, 8] but 'x' has [4, 16]",
+                                   "expected out of x's shape", NULL});
+    tt_to_double(half, now);
+    ck_assert(memcmp(before, now, sizeof now) == 0);
+    expect_einval("dtype", fld_gelu_quick(&f32->t, &x->t),
+                  (const char *[]){"gelu_quick: ", "'out'", NULL});
+    /* out may not be x (nor overlap it) */
+    expect_einval("in place", fld_gelu_quick(&x->t, &x->t),
+                  (const char *[]){"gelu_quick: ", "'out'", "'x'", NULL});
+    expect_einval("NULL x", fld_gelu_quick(&f32->t, NULL),
+                  (const char *[]){"gelu_quick: ", "'x'", NULL});
+    tt_free(x);
+    tt_free(half);
+    tt_free(f32);
+}
+END_TEST
+
+/* Empty tensors need no data; a valid call computes x * sigmoid(1.702 x) in float32. */
+START_TEST(test_elementwise_runs)
+{
+    struct act_fx f;
+    act_fx_init(&f);
+    f.out.shape[1] = f.x.shape[1] = 16;
+    f.x.shape[0] = f.out.shape[0] = 0;
+    f.x.t.data = f.out.t.data = NULL;
+    ck_assert_int_eq(fld_gelu_quick(&f.out.t, &f.x.t), FLD_OK);
+    tt_tensor *x = tt_new_strided(FLD_DTYPE_F32, 2, (int64_t[]){3, 5}, (int64_t[]){9, 1});
+    tt_tensor *out = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){3, 5});
+    tt_fill_normal(x, 3, 0, 3);
+    ck_assert_int_eq(fld_gelu_quick(&out->t, &x->t), FLD_OK);
+    for (int i = 0; i < 15; i++) {
+        const float v = (float)tt_get(x, i), want = v / (1.0f + expf(-1.702f * v));
+        ck_assert_msg(fabsf((float)tt_get(out, i) - want) <= 1e-6f * (1.0f + fabsf(want)),
+                      "element %d: gelu_quick(%g) = %g, want %g", i, (double)v, tt_get(out, i),
+                      (double)want);
+    }
+    tt_free(x);
+    tt_free(out);
+}
+END_TEST
+
 static Suite *validation_suite(void)
 {
     Suite *s = suite_create("validation");
@@ -1505,6 +1561,12 @@ static Suite *validation_suite(void)
     tcase_add_loop_test(tc, test_activation_rules, 0, 4);
     tcase_add_loop_test(tc, test_activation_empty, 0, 4);
     tcase_add_loop_test(tc, test_activation_guarded, 0, 4);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("elementwise");
+    tcase_add_checked_fixture(tc, noaccess_setup, noaccess_teardown);
+    tcase_add_test(tc, test_elementwise_rules);
+    tcase_add_test(tc, test_elementwise_runs);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("rms_norm");

@@ -31,18 +31,27 @@ size_t tool_catalog_ops(const struct tool_op **ops)
     return n_catalog;
 }
 
+/* The tool's family and the argument kind of each family of the catalog table. */
+#define TOOL_GATED       TOOL_FAMILY_ACTIVATION, FLD_ARGS_ACTIVATION
+#define TOOL_ELEMENTWISE TOOL_FAMILY_ELEMENTWISE, FLD_ARGS_ACTIVATION
+#define TOOL_NORM        TOOL_FAMILY_NORM, FLD_ARGS_RMS_NORM
+#define TOOL_ROTARY      TOOL_FAMILY_ROTARY, FLD_ARGS_ROTARY_EMBEDDING
+#define TOOL_ATTENTION   TOOL_FAMILY_NONE, FLD_ARGS_ATTENTION_BACKEND
+
+static const struct {
+    const char *name;
+    enum tool_family family;
+    fld_args_kind args;
+} families[] = {
+#define FLD_CATALOG_OP(id, name, family, doc) {FLD_OP_##id, TOOL_##family},
+#include <fldispatch/catalog.def>
+};
+
 enum tool_family tool_op_family(const struct tool_op *op)
 {
-    switch (op->args) {
-    case FLD_ARGS_ACTIVATION:
-        return TOOL_FAMILY_ACTIVATION;
-    case FLD_ARGS_RMS_NORM:
-        return TOOL_FAMILY_NORM;
-    case FLD_ARGS_ROTARY_EMBEDDING:
-        return TOOL_FAMILY_ROTARY;
-    case FLD_ARGS_ATTENTION_BACKEND:
-        return TOOL_FAMILY_NONE;
-    }
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (strcmp(families[i].name, op->name) == 0 && families[i].args == op->args)
+            return families[i].family;
     fprintf(stderr,
             "fldispatch: op '%s' takes argument kind %d, which this tool does not know "
             "(rebuild it with the library)\n",

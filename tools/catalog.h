@@ -22,20 +22,24 @@ struct tool_op {
 };
 
 /*
- * The families of the tensor inputs verify and bench build: an op's argument
- * struct decides which (tool_op_family()).
+ * The families of the tensor inputs verify and bench build: an op's family
+ * in the catalog table (<fldispatch/catalog.def>) decides which
+ * (tool_op_family()).
  */
 enum tool_family {
-    TOOL_FAMILY_ACTIVATION, /* fld_activation_args */
-    TOOL_FAMILY_NORM,       /* fld_rms_norm_args */
-    TOOL_FAMILY_ROTARY,     /* fld_rotary_embedding_args */
-    TOOL_FAMILY_NONE        /* no tensors: fld_attention_backend_args */
+    TOOL_FAMILY_ACTIVATION,  /* GATED: fld_activation_args, x [T, 2d] -> out [T, d] */
+    TOOL_FAMILY_ELEMENTWISE, /* ELEMENTWISE: fld_activation_args, x [T, d] -> out [T, d] */
+    TOOL_FAMILY_NORM,        /* NORM: fld_rms_norm_args */
+    TOOL_FAMILY_ROTARY,      /* ROTARY: fld_rotary_embedding_args */
+    TOOL_FAMILY_NONE         /* ATTENTION, no tensors: fld_attention_backend_args */
 };
 
 /*
- * The family of op's argument kind. A kind this tool does not know (a
- * library newer than the tool) stops the tool with one line naming the op
- * and the kind, exit status 2: verify and bench never skip an op silently.
+ * The family of op, from its row of the catalog table this tool was built
+ * with. An op this tool does not know (a library newer than the tool), or
+ * one whose argument kind disagrees with its row, stops the tool with one
+ * line naming the op, exit status 2: verify and bench never skip an op
+ * silently.
  */
 enum tool_family tool_op_family(const struct tool_op *op);
 

@@ -506,6 +506,7 @@ static struct verify_case case_of(enum tool_family f, int64_t rows, int64_t h)
     struct verify_case c = {.family = f, .tokens = rows};
     switch (f) {
     case TOOL_FAMILY_ACTIVATION:
+    case TOOL_FAMILY_ELEMENTWISE:
         c.d = h;
         break;
     case TOOL_FAMILY_NORM:
@@ -534,9 +535,10 @@ static bool sample_bytes(enum tool_family f, int dtype, int64_t rows, int64_t h,
     struct verify_case c = case_of(f, rows, h);
     uint64_t elems = 0, extra = 0, t;
     switch (f) {
-    case TOOL_FAMILY_ACTIVATION: /* x [T, 2d], out [T, d] */
+    case TOOL_FAMILY_ACTIVATION:  /* x [T, 2d], out [T, d] */
+    case TOOL_FAMILY_ELEMENTWISE: /* x, out [T, d] */
         if (__builtin_mul_overflow((uint64_t)c.tokens, (uint64_t)c.d, &t) ||
-            __builtin_mul_overflow(t, (uint64_t)3, &elems))
+            __builtin_mul_overflow(t, (uint64_t)(f == TOOL_FAMILY_ACTIVATION ? 3 : 2), &elems))
             return false;
         break;
     case TOOL_FAMILY_NORM: /* x, out [T, h], weight [h] */

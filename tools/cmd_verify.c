@@ -107,7 +107,7 @@ static struct verify_op {
 } verify_ops[TOOL_MAX_OPS];
 static size_t n_ops;
 
-/* The inputs of an op follow from its argument struct. */
+/* The inputs of an op follow from its family in the catalog table (catalog.h). */
 static void load_ops(void)
 {
     struct tool_op ops[TOOL_MAX_OPS];
@@ -141,7 +141,12 @@ static void print_usage(void)
     printf(verify_usage, tool_wrap_names(names, ", ", 15, 79, tail),
            cli_device_list(CLI_DEVICES_DEFAULT));
     /* from the one tolerance table, so the help cannot drift from it */
-    static const char *const family_names[] = {"activations", "rms_norm family", "rotary"};
+    static const char *const family_names[] = {
+        [TOOL_FAMILY_ACTIVATION] = "activations",
+        [TOOL_FAMILY_ELEMENTWISE] = "elementwise",
+        [TOOL_FAMILY_NORM] = "rms_norm family",
+        [TOOL_FAMILY_ROTARY] = "rotary",
+    };
     printf("\nTolerances (atol/rtol):\n");
     for (int f = TOOL_FAMILY_ACTIVATION; f <= TOOL_FAMILY_ROTARY; f++) {
         char line[160];
@@ -926,7 +931,12 @@ static bool rows_runnable(const struct plan *p, enum tool_family f, int dtype)
 /* Every case of every family and dtype with a runnable row. */
 static int run_plan(const struct verify_opts *o, struct plan *p)
 {
-    static const char *const family_names[] = {"activations", "norms", "rotary"};
+    static const char *const family_names[] = {
+        [TOOL_FAMILY_ACTIVATION] = "activations",
+        [TOOL_FAMILY_ELEMENTWISE] = "elementwise",
+        [TOOL_FAMILY_NORM] = "norms",
+        [TOOL_FAMILY_ROTARY] = "rotary",
+    };
     struct progress pg = {.on = !o->json && isatty(STDERR_FILENO)};
     for (int f = TOOL_FAMILY_ACTIVATION; f <= TOOL_FAMILY_ROTARY; f++)
         for (int dt = 0; dt < N_DTYPES; dt++)
@@ -941,8 +951,7 @@ static int run_plan(const struct verify_opts *o, struct plan *p)
             if (!rows_runnable(p, (enum tool_family)f, dt))
                 continue;
             size_t n_cases;
-            const struct verify_case *cases =
-                verify_cases((enum tool_family)f, o->quick, &n_cases);
+            const struct verify_case *cases = verify_cases((enum tool_family)f, o->quick, &n_cases);
             for (size_t ci = 0; ci < n_cases; ci++) {
                 char label[160];
                 verify_case_label(&cases[ci], label, sizeof label);

@@ -5,7 +5,8 @@
  * not fit the time budget (every dtype of the full set well under a minute
  * on two cores, --quick about two seconds for everything):
  *   - activations: tokens {7, 83, 2048} x d {512, 13824} in full, odd d
- *     {1, 3, 17, 769} with tokens {7, 83} only, strided rows, no tokens;
+ *     {1, 3, 17, 769} with tokens {7, 83} only, strided rows, no tokens
+ *     (gated: x [T, 2d]; elementwise: x [T, d]);
  *   - norms: tokens {7, 83} x H {8, 768, 769, 5120, 5125, 8192} x {plain,
  *     residual, strided, in place, strided in place with residual}; tokens
  *     4096 only with H {768, 5125} (plain, and strided with residual);
@@ -77,9 +78,10 @@ static void add_case(struct case_table *t, struct verify_case c)
         t->v[t->n++] = c;
 }
 
-static void activation_cases(struct case_table *t, bool quick)
+/* The gated activations' cases; elementwise ones take the same (tokens, d), x [T, d]. */
+static void activation_cases(struct case_table *t, enum tool_family family, bool quick)
 {
-    const struct verify_case base = {.family = TOOL_FAMILY_ACTIVATION};
+    const struct verify_case base = {.family = family};
     struct verify_case c = base;
     if (quick) {
         static const int64_t q[][3] = {{7, 17, 0}, {83, 512, 64}, {3, 769, 3}, {1, 1, 0}};
@@ -246,8 +248,8 @@ const struct verify_case *verify_cases(enum tool_family family, bool quick, size
     struct case_table *t = &tables[family][quick];
     if (!built[family][quick]) {
         t->n = 0;
-        if (family == TOOL_FAMILY_ACTIVATION)
-            activation_cases(t, quick);
+        if (family == TOOL_FAMILY_ACTIVATION || family == TOOL_FAMILY_ELEMENTWISE)
+            activation_cases(t, family, quick);
         else if (family == TOOL_FAMILY_NORM)
             norm_cases(t, quick);
         else
@@ -263,6 +265,7 @@ const char *verify_case_label(const struct verify_case *c, char *buf, size_t siz
     static const char *const layouts[] = {"[T,H*D]", "[T,H,D+64][..,:D]", "[B,S,H*D]"};
     switch (c->family) {
     case TOOL_FAMILY_ACTIVATION:
+    case TOOL_FAMILY_ELEMENTWISE:
         snprintf(buf, size, "T=%lld d=%lld%s", (long long)c->tokens, (long long)c->d,
                  c->row_pad ? " strided" : "");
         if (c->row_pad) {
@@ -370,7 +373,8 @@ static void fill_activation_input(struct tool_tensor *x, uint64_t *seed)
 
 static bool make_activation(struct verify_io *io, const struct verify_case *c, uint64_t *seed)
 {
-    const int64_t xs[2] = {c->tokens, 2 * c->d}, os[2] = {c->tokens, c->d};
+    const int64_t width = c->family == TOOL_FAMILY_ELEMENTWISE ? c->d : 2 * c->d;
+    const int64_t xs[2] = {c->tokens, width}, os[2] = {c->tokens, c->d};
     if (!alloc_sentinel(&io->t[VS_X], io->dtype, 2, xs, c->row_pad) ||
         !alloc_sentinel(&io->t[VS_OUT], io->dtype, 2, os, 0))
         return false;
@@ -516,9 +520,10 @@ bool verify_io_make(struct verify_io *io, const struct verify_case *c, int dtype
     memset(io, 0, sizeof *io);
     io->c = c;
     io->dtype = dtype;
-    bool ok = c->family == TOOL_FAMILY_ACTIVATION ? make_activation(io, c, &seed)
-              : c->family == TOOL_FAMILY_NORM     ? make_norm(io, c, &seed)
-                                         : make_rotary(io, c, &seed);
+    bool ok = c->family == TOOL_FAMILY_ACTIVATION || c->family == TOOL_FAMILY_ELEMENTWISE
+                  ? make_activation(io, c, &seed)
+              : c->family == TOOL_FAMILY_NORM ? make_norm(io, c, &seed)
+                                              : make_rotary(io, c, &seed);
     if (!ok)
         verify_io_free(io);
     return ok;
@@ -576,7 +581,8 @@ void verify_io_drop_inputs(struct verify_io *io)
 int verify_call(const char *op, const struct verify_case *c, DLTensor *const views[VS_COUNT])
 {
     switch (c->family) {
-    case TOOL_FAMILY_ACTIVATION: {
+    case TOOL_FAMILY_ACTIVATION:
+    case TOOL_FAMILY_ELEMENTWISE: {
         fld_activation_args args = {views[VS_OUT], views[VS_X]};
         return fld_call_by_name(op, &args);
     }

@@ -193,14 +193,14 @@ FLD_API int fld_reload(void);
 /* Operators: the catalog                                                   */
 /* ------------------------------------------------------------------------ */
 
-#define FLD_OP_SILU_AND_MUL      "silu_and_mul"
-#define FLD_OP_MUL_AND_SILU      "mul_and_silu"
-#define FLD_OP_GELU_AND_MUL      "gelu_and_mul"
-#define FLD_OP_GELU_TANH_AND_MUL "gelu_tanh_and_mul"
-#define FLD_OP_RMS_NORM          "rms_norm"
-#define FLD_OP_GEMMA_RMS_NORM    "gemma_rms_norm"
-#define FLD_OP_ROTARY_EMBEDDING  "rotary_embedding"
-#define FLD_OP_ATTENTION_BACKEND "attention_backend"
+/*
+ * The catalog's ops are the rows of <fldispatch/catalog.def>: each row's
+ * FLD_OP_<ID> name, its family, and what it computes. The families below
+ * give each op its argument struct, its typed entry point's parameters and
+ * its checks; the typed entry points themselves are declared, one per row,
+ * after the families.
+ */
+#include <fldispatch/catalog.def>
 
 /*
  * Tensor layout rules shared by all ops. The host checks them on every call
@@ -224,30 +224,31 @@ FLD_API int fld_reload(void);
  */
 
 /*
- * Gated activations: out[..., d] = act(x[..., :d]) * x[..., d:] for
- * silu_and_mul, gelu_and_mul (erf GELU) and gelu_tanh_and_mul (tanh GELU);
- * mul_and_silu computes x[..., :d] * silu(x[..., d:]). x is [..., 2d] and out
- * is [..., d] with the same leading shape and dtype. Rounding is vLLM's: the
+ * Activations (families GATED and ELEMENTWISE), argument struct
+ * fld_activation_args, entry point int fld_<name>(DLTensor *out,
+ * const DLTensor *x).
+ * GATED: out[..., d] = act(x[..., :d]) * x[..., d:] for silu_and_mul,
+ * gelu_and_mul (erf GELU) and gelu_tanh_and_mul (tanh GELU); mul_and_silu
+ * computes x[..., :d] * silu(x[..., d:]). x is [..., 2d] and out is [..., d]
+ * with the same leading shape and dtype. Rounding is vLLM's: the
  * activation is computed in float32 (vLLM's CUDA formulas), rounded to the
  * dtype, and the product with the other half is rounded again, i.e.
  * out = round(round(act(a)) * b); for float32 that is one float32 product.
+ * ELEMENTWISE: out = act(x) element by element, out of x's shape and dtype,
+ * computed in float32 and rounded once (gelu_quick: x * sigmoid(1.702 x),
+ * as vLLM's QuickGELU kernel, x / (1 + exp(-1.702 x))). out and x share no
+ * memory.
  */
 typedef struct fld_activation_args {
     DLTensor *out;
     const DLTensor *x;
 } fld_activation_args;
-typedef fld_activation_args fld_silu_and_mul_args;
-typedef fld_activation_args fld_mul_and_silu_args;
-typedef fld_activation_args fld_gelu_and_mul_args;
-typedef fld_activation_args fld_gelu_tanh_and_mul_args;
-
-FLD_API int fld_silu_and_mul(DLTensor *out, const DLTensor *x);
-FLD_API int fld_mul_and_silu(DLTensor *out, const DLTensor *x);
-FLD_API int fld_gelu_and_mul(DLTensor *out, const DLTensor *x);
-FLD_API int fld_gelu_tanh_and_mul(DLTensor *out, const DLTensor *x);
 
 /*
- * RMS normalisation over the last dimension H.
+ * RMS normalisation (family NORM: rms_norm, gemma_rms_norm), argument
+ * struct fld_rms_norm_args, entry point int fld_<name>(DLTensor *out,
+ * const DLTensor *x, const DLTensor *weight, DLTensor *residual, float eps).
+ * Over the last dimension H.
  * Without residual: out = x * rsqrt(mean(x^2) + eps) * w.
  * With residual (same shape as x, updated in place): first
  * residual = x + residual (summed in float32, rounded to the residual's
@@ -274,15 +275,12 @@ typedef struct fld_rms_norm_args {
     DLTensor *residual;     /* may be NULL */
     float eps;
 } fld_rms_norm_args;
-typedef fld_rms_norm_args fld_gemma_rms_norm_args;
-
-FLD_API int fld_rms_norm(DLTensor *out, const DLTensor *x, const DLTensor *weight,
-                         DLTensor *residual, float eps);
-FLD_API int fld_gemma_rms_norm(DLTensor *out, const DLTensor *x, const DLTensor *weight,
-                               DLTensor *residual, float eps);
 
 /*
- * Rotary position embedding, in place on query and key.
+ * Rotary position embedding (family ROTARY), in place on query and key;
+ * argument struct fld_rotary_embedding_args, entry point
+ * int fld_<name>(const DLTensor *positions, DLTensor *query, DLTensor *key,
+ *                int64_t head_size, const DLTensor *cos_sin_cache, bool is_neox).
  *   positions      int64 (or int32), [T] or [B, S] (T = B*S), contiguous;
  *                  every value in [0, max_pos).
  *   query          [..., Hq * head_size] or [..., Hq, head_size], whose
@@ -308,11 +306,11 @@ typedef struct fld_rotary_embedding_args {
     bool is_neox;
 } fld_rotary_embedding_args;
 
-FLD_API int fld_rotary_embedding(const DLTensor *positions, DLTensor *query, DLTensor *key,
-                                 int64_t head_size, const DLTensor *cos_sin_cache, bool is_neox);
-
 /*
- * The name of the attention backend to use on a device, as vLLM names them
+ * The attention backend (family ATTENTION), argument struct
+ * fld_attention_backend_args, entry point int fld_<name>(int device_type,
+ * bool use_mla, bool use_sparse, const char **name): the name of the
+ * attention backend to use on a device, as vLLM names them
  * ("FLASH_ATTN", "FLASHMLA", "FLASHMLA_SPARSE", "CPU_ATTN", ...). use_sparse
  * requires use_mla. *name receives a static string.
  */
@@ -323,8 +321,34 @@ typedef struct fld_attention_backend_args {
     const char **name; /* out */
 } fld_attention_backend_args;
 
-FLD_API int fld_attention_backend(int device_type, bool use_mla, bool use_sparse,
-                                  const char **name);
+/*
+ * Per row of <fldispatch/catalog.def>: fld_<name>_args, the family's struct,
+ * and the typed entry point fld_<name>() with the family's parameters
+ * (fld_silu_and_mul(out, x), fld_rms_norm(out, x, weight, residual, eps),
+ * fld_rotary_embedding(positions, query, key, head_size, cos_sin_cache,
+ * is_neox), fld_attention_backend(device_type, use_mla, use_sparse, name),
+ * ...). FLD_CATALOG_ARGS_<FAMILY> names a family's struct.
+ */
+#define FLD_CATALOG_ARGS_GATED       fld_activation_args
+#define FLD_CATALOG_ARGS_ELEMENTWISE fld_activation_args
+#define FLD_CATALOG_ARGS_NORM        fld_rms_norm_args
+#define FLD_CATALOG_ARGS_ROTARY      fld_rotary_embedding_args
+#define FLD_CATALOG_ARGS_ATTENTION   fld_attention_backend_args
+
+#define FLD_CATALOG_PARAMS_GATED       (DLTensor * out, const DLTensor *x)
+#define FLD_CATALOG_PARAMS_ELEMENTWISE (DLTensor * out, const DLTensor *x)
+#define FLD_CATALOG_PARAMS_NORM                                                                    \
+    (DLTensor * out, const DLTensor *x, const DLTensor *weight, DLTensor *residual, float eps)
+#define FLD_CATALOG_PARAMS_ROTARY                                                                  \
+    (const DLTensor *positions, DLTensor *query, DLTensor *key, int64_t head_size,                 \
+     const DLTensor *cos_sin_cache, bool is_neox)
+#define FLD_CATALOG_PARAMS_ATTENTION                                                               \
+    (int device_type, bool use_mla, bool use_sparse, const char **name)
+
+#define FLD_CATALOG_OP(id, name, family, doc)                                                      \
+    typedef FLD_CATALOG_ARGS_##family fld_##name##_args;                                           \
+    FLD_API int fld_##name FLD_CATALOG_PARAMS_##family;
+#include <fldispatch/catalog.def>
 
 /* ------------------------------------------------------------------------ */
 /* Operators: generic calls                                                 */
@@ -359,9 +383,9 @@ typedef struct fld_catalog_op_info {
 } fld_catalog_op_info;
 
 /*
- * Calls fn for every op of the catalog, in the order of the FLD_OP_* names
- * above, and stops early when fn returns non-zero (that value is returned).
- * Ops that plugins register outside the catalog are not listed
+ * Calls fn for every op of the catalog, in the order of the rows of
+ * <fldispatch/catalog.def>, and stops early when fn returns non-zero (that
+ * value is returned). Ops that plugins register outside the catalog are not listed
  * (fld_foreach_impl() names them). FLD_EINVAL when fn is NULL.
  * Unlike the rest of this header it neither initialises the library nor
  * takes a lock (the catalog is fixed when the library is built): it works

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The catalog ops as Python functions: fldispatch.silu_and_mul(out, x), ...
+ * The catalog ops as Python functions, one per row of <fldispatch/catalog.def>
+ * with its family's arguments: fldispatch.silu_and_mul(out, x), ...
  * Each imports its tensor arguments (tensors.c), runs on the producer's
  * current stream for GPU tensors, calls the library's typed entry point and
  * releases what it imported. Outputs are written in place; the functions
@@ -156,30 +157,6 @@ static PyObject *activation(const char *op, activation_fn fn, PyObject *const *a
     return finish(&c, rc);
 }
 
-static PyObject *py_silu_and_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
-{
-    return activation("silu_and_mul", fld_silu_and_mul, args, nargs, kwnames);
-}
-
-static PyObject *py_mul_and_silu(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
-{
-    return activation("mul_and_silu", fld_mul_and_silu, args, nargs, kwnames);
-}
-
-static PyObject *py_gelu_and_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
-{
-    return activation("gelu_and_mul", fld_gelu_and_mul, args, nargs, kwnames);
-}
-
-static PyObject *py_gelu_tanh_and_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                      PyObject *kwnames)
-{
-    return activation("gelu_tanh_and_mul", fld_gelu_tanh_and_mul, args, nargs, kwnames);
-}
-
 /* ---- rms_norm, gemma_rms_norm ---------------------------------------------- */
 
 typedef int (*norm_fn)(DLTensor *out, const DLTensor *x, const DLTensor *weight, DLTensor *residual,
@@ -221,27 +198,17 @@ static PyObject *norm(const char *op, norm_fn fn, PyObject *const *args, Py_ssiz
     return finish(&c, rc);
 }
 
-static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                             PyObject *kwnames)
-{
-    return norm("rms_norm", fld_rms_norm, args, nargs, kwnames);
-}
-
-static PyObject *py_gemma_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                   PyObject *kwnames)
-{
-    return norm("gemma_rms_norm", fld_gemma_rms_norm, args, nargs, kwnames);
-}
-
 /* ---- rotary_embedding -------------------------------------------------------- */
 
 static const char *const rotary_names[] = {"positions", "query",         "key",
                                            "head_size", "cos_sin_cache", "is_neox"};
 
-static PyObject *py_rotary_embedding(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                     PyObject *kwnames)
+typedef int (*rotary_fn)(const DLTensor *positions, DLTensor *query, DLTensor *key,
+                         int64_t head_size, const DLTensor *cos_sin_cache, bool is_neox);
+
+static PyObject *rotary(const char *op, rotary_fn fn, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames)
 {
-    const char *op = "rotary_embedding";
     PyObject *a[6];
     if (fldpy_parse_args(op, args, nargs, kwnames, rotary_names, 6, 6, a) < 0)
         return NULL;
@@ -269,10 +236,10 @@ static PyObject *py_rotary_embedding(PyObject *self, PyObject *const *args, Py_s
     int rc;
     if (release_gil(query)) {
         PyThreadState *released = fldpy_release_gil();
-        rc = fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);
+        rc = fn(positions, query, key, (int64_t)head_size, cache, is_neox);
         fldpy_restore_gil(released);
     } else {
-        rc = fld_rotary_embedding(positions, query, key, (int64_t)head_size, cache, is_neox);
+        rc = fn(positions, query, key, (int64_t)head_size, cache, is_neox);
     }
     return finish(&c, rc);
 }
@@ -281,10 +248,11 @@ static PyObject *py_rotary_embedding(PyObject *self, PyObject *const *args, Py_s
 
 static const char *const attention_names[] = {"device", "use_mla", "use_sparse"};
 
-static PyObject *py_attention_backend(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                      PyObject *kwnames)
+typedef int (*attention_fn)(int device_type, bool use_mla, bool use_sparse, const char **name);
+
+static PyObject *attention(const char *op, attention_fn fn, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
 {
-    const char *op = "attention_backend";
     PyObject *a[3];
     if (fldpy_parse_args(op, args, nargs, kwnames, attention_names, 3, 1, a) < 0)
         return NULL;
@@ -298,35 +266,41 @@ static PyObject *py_attention_backend(PyObject *self, PyObject *const *args, Py_
     fldpy_impl_exception_clear();
     if (fldpy_ensure_plugins() < 0)
         return NULL;
-    int rc = fld_attention_backend(device, use_mla, use_sparse, &name);
+    int rc = fn(device, use_mla, use_sparse, &name);
     if (fldpy_finish_call(rc) < 0)
         return NULL;
     return PyUnicode_FromString(name ? name : "");
 }
 
+/* ---- the functions: one per row of the catalog table ------------------------- */
+
+/* Each family's function, and its Python arguments (the docstring's first line). */
+#define FAMILY_GATED       activation
+#define FAMILY_ELEMENTWISE activation
+#define FAMILY_NORM        norm
+#define FAMILY_ROTARY      rotary
+#define FAMILY_ATTENTION   attention
+
+#define PYARGS_GATED       "(out, x)"
+#define PYARGS_ELEMENTWISE "(out, x)"
+#define PYARGS_NORM        "(out, x, weight=None, residual=None, eps=1e-6)"
+#define PYARGS_ROTARY      "(positions, query, key, head_size, cos_sin_cache, is_neox)"
+#define PYARGS_ATTENTION   "(device, use_mla=False, use_sparse=False)"
+
+#define FLD_CATALOG_OP(id, name, family, doc)                                                      \
+    static PyObject *py_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs,            \
+                               PyObject *kwnames)                                                  \
+    {                                                                                              \
+        (void)self;                                                                                \
+        return FAMILY_##family(FLD_OP_##id, fld_##name, args, nargs, kwnames);                     \
+    }
+#include <fldispatch/catalog.def>
+
 #define FASTCALL(fn) ((PyCFunction)(void (*)(void))(fn)), METH_FASTCALL | METH_KEYWORDS
 
 PyMethodDef fldpy_op_methods[] = {
-    {"silu_and_mul", FASTCALL(py_silu_and_mul),
-     "silu_and_mul(out, x)\n--\n\nout = silu(x[..., :d]) * x[..., d:], written in place."},
-    {"mul_and_silu", FASTCALL(py_mul_and_silu),
-     "mul_and_silu(out, x)\n--\n\nout = x[..., :d] * silu(x[..., d:]), written in place."},
-    {"gelu_and_mul", FASTCALL(py_gelu_and_mul),
-     "gelu_and_mul(out, x)\n--\n\nout = gelu(x[..., :d]) * x[..., d:] (erf GELU), in place."},
-    {"gelu_tanh_and_mul", FASTCALL(py_gelu_tanh_and_mul),
-     "gelu_tanh_and_mul(out, x)\n--\n\nout = gelu_tanh(x[..., :d]) * x[..., d:], in place."},
-    {"rms_norm", FASTCALL(py_rms_norm),
-     "rms_norm(out, x, weight=None, residual=None, eps=1e-6)\n--\n\n"
-     "RMS normalisation over the last dimension. With residual: residual = x + residual\n"
-     "(in place), then out = norm(residual) * weight. out may be x."},
-    {"gemma_rms_norm", FASTCALL(py_gemma_rms_norm),
-     "gemma_rms_norm(out, x, weight=None, residual=None, eps=1e-6)\n--\n\n"
-     "As rms_norm, scaling by (1 + weight)."},
-    {"rotary_embedding", FASTCALL(py_rotary_embedding),
-     "rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)\n--\n\n"
-     "Rotary position embedding, in place on query and key (key may be None)."},
-    {"attention_backend", FASTCALL(py_attention_backend),
-     "attention_backend(device, use_mla=False, use_sparse=False)\n--\n\n"
-     "The name of the attention backend to use on a device."},
+#define FLD_CATALOG_OP(id, name, family, doc)                                                      \
+    {FLD_OP_##id, FASTCALL(py_##name), #name PYARGS_##family "\n--\n\n" doc},
+#include <fldispatch/catalog.def>
     {NULL, NULL, 0, NULL},
 };

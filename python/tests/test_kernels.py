@@ -11,6 +11,7 @@ key are crossed with two (head size, rot_dim) pairs rather than all ten. The
 seed is vLLM's (0).
 """
 
+import math
 import zlib
 
 import numpy as np
@@ -176,6 +177,59 @@ def test_silu_family_is_vllm_bit_for_bit(policy, name, dtype):
     out = torch.empty(83, 1024, dtype=dtype)
     getattr(fldispatch, name)(out, x)
     assert torch.equal(out, reference_activation(name, x))
+
+
+# ---- elementwise activations (test_activation.py's gelu_quick) ---------------------------------
+
+
+def reference_elementwise(name, x):
+    """vLLM's CUDA kernel: the activation in float32, rounded once to the dtype."""
+    xf = x.float()
+    if name == "gelu_quick":
+        return (xf * torch.sigmoid(1.702 * xf)).to(x.dtype)
+    c = math.sqrt(2.0 / math.pi)
+    if name == "gelu_new":
+        return (0.5 * xf * (1.0 + torch.tanh(c * (xf + 0.044715 * xf.pow(3))))).to(x.dtype)
+    assert name == "gelu_fast"
+    return (0.5 * xf * (1.0 + torch.tanh(c * xf * (1.0 + 0.044715 * xf * xf)))).to(x.dtype)
+
+
+ELEMENTWISE = ["gelu_quick", "gelu_new", "gelu_fast"]
+
+
+@pytest.mark.parametrize("d", [1, 17, 512, 13824])
+@pytest.mark.parametrize("tokens", [7, 83])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_elementwise_activation_grid(policy, name, dtype, tokens, d):
+    g = seeded("elementwise", name, dtype, tokens, d)
+    x = torch.randn(tokens, d, generator=g).to(dtype)
+    out = torch.empty(tokens, d, dtype=dtype)
+    getattr(fldispatch, name)(out, x)
+    atol, rtol = DEFAULT_TOL[dtype]
+    torch.testing.assert_close(out, reference_elementwise(name, x), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_elementwise_activation_strided_rows_and_tails(policy, name):
+    """Rows of a wider tensor, and the tails: large |x| (sigmoid saturates to
+    0 and 1), inf and NaN as PyTorch's formula gives them."""
+    g = seeded("elementwise-strided", name)
+    x = (torch.randn(9, 64, generator=g) * 20.0)[:, :40]
+    x[0, :3] = torch.tensor([float("inf"), float("-inf"), float("nan")])
+    out = torch.empty(9, 40)
+    getattr(fldispatch, name)(out, x)
+    torch.testing.assert_close(out, reference_elementwise(name, x), atol=1e-5, rtol=1.3e-6,
+                               equal_nan=True)
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_elementwise_activation_refuses_a_gated_out(policy, name):
+    """out must be x's shape (a gated activation's [T, d] out of [T, 2d] is refused)."""
+    x = torch.randn(3, 8)
+    out = torch.empty(3, 4)
+    with pytest.raises(ValueError, match=name + ": tensor 'out' has shape"):
+        getattr(fldispatch, name)(out, x)
 
 
 # ---- rotary_embedding (test_pos_encoding.py) -------------------------------------------------

@@ -9,16 +9,10 @@
 
 #include <stdatomic.h>
 
-/* Catalog ops, in this order. */
+/* Catalog ops: STRESS_OP_<ID> per row of the catalog table, in its order. */
 enum {
-    STRESS_OP_SILU,
-    STRESS_OP_MUL_SILU,
-    STRESS_OP_GELU,
-    STRESS_OP_GELU_TANH,
-    STRESS_OP_RMS,
-    STRESS_OP_GEMMA,
-    STRESS_OP_ROTARY,
-    STRESS_OP_ATTN,
+#define FLD_CATALOG_OP(id, name, family, doc) STRESS_OP_##id,
+#include <fldispatch/catalog.def>
     STRESS_N_OPS
 };
 

@@ -109,30 +109,31 @@ static int backend(int op, int impl, const void *args)
     return FLD_OK;
 }
 
-/* One kernel function per (op, impl): the host gets plain function pointers. */
-#define KERNEL(fn, op, impl)                                                                       \
+/*
+ * One kernel function per (op, impl): the host gets plain function pointers.
+ * stress_kernels.h defines those of implementation STRESS_IMPL, one per row of the
+ * catalog table with its family's kernel, and their table kernels_<impl>
+ * (stress_kernels.h, included once per implementation).
+ */
+#define FAMILY_GATED       activation
+#define FAMILY_ELEMENTWISE activation
+#define FAMILY_NORM        norm
+#define FAMILY_ROTARY      rotary
+#define FAMILY_ATTENTION   backend
+#define KERNEL_(fn, op, impl)                                                                      \
     static int k_##op##_##impl(const void *args)                                                   \
     {                                                                                              \
         return fn(op, impl, args);                                                                 \
     }
-#define KERNELS(impl)                                                                              \
-    KERNEL(activation, STRESS_OP_SILU, impl)                                                       \
-    KERNEL(activation, STRESS_OP_MUL_SILU, impl)                                                   \
-    KERNEL(activation, STRESS_OP_GELU, impl)                                                       \
-    KERNEL(activation, STRESS_OP_GELU_TANH, impl)                                                  \
-    KERNEL(norm, STRESS_OP_RMS, impl)                                                              \
-    KERNEL(norm, STRESS_OP_GEMMA, impl)                                                            \
-    KERNEL(rotary, STRESS_OP_ROTARY, impl)                                                         \
-    KERNEL(backend, STRESS_OP_ATTN, impl)                                                          \
-    static const fld_kernel_fn kernels_##impl[STRESS_N_OPS] = {                                    \
-        k_STRESS_OP_SILU_##impl,      k_STRESS_OP_MUL_SILU_##impl, k_STRESS_OP_GELU_##impl,        \
-        k_STRESS_OP_GELU_TANH_##impl, k_STRESS_OP_RMS_##impl,      k_STRESS_OP_GEMMA_##impl,       \
-        k_STRESS_OP_ROTARY_##impl,    k_STRESS_OP_ATTN_##impl,                                     \
-    };
+#define KERNEL(fn, op, impl)   KERNEL_(fn, op, impl)
+#define KERNEL_NAME_(op, impl) k_##op##_##impl,
+#define KERNEL_NAME(op, impl)  KERNEL_NAME_(op, impl)
+#define TABLE_(impl)           kernels_##impl
+#define TABLE(impl)            TABLE_(impl)
 
 static const char *const op_names[STRESS_N_OPS] = {
-    FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
-    FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING, FLD_OP_ATTENTION_BACKEND,
+#define FLD_CATALOG_OP(id, name, family, doc) FLD_OP_##id,
+#include <fldispatch/catalog.def>
 };
 
 static int register_all(fld_registry *reg, const fld_kernel_fn *kernels, const char *impl_id,
@@ -158,9 +159,12 @@ static int register_all(fld_registry *reg, const fld_kernel_fn *kernels, const c
 
 #ifdef STRESS_VARIANT_A
 
-KERNELS(STRESS_IMPL_ALPHA)
-KERNELS(STRESS_IMPL_BETA)
-KERNELS(STRESS_IMPL_FLAGOS)
+#define STRESS_IMPL STRESS_IMPL_ALPHA
+#include "stress_kernels.h"
+#define STRESS_IMPL STRESS_IMPL_BETA
+#include "stress_kernels.h"
+#define STRESS_IMPL STRESS_IMPL_FLAGOS
+#include "stress_kernels.h"
 
 static int register_builtins(fld_registry *reg)
 {
@@ -179,7 +183,8 @@ FLD_PLUGIN_DEFINE("stressa", "1.0.0", register_builtins)
 
 #else
 
-KERNELS(STRESS_IMPL_GAMMA)
+#define STRESS_IMPL STRESS_IMPL_GAMMA
+#include "stress_kernels.h"
 
 static int register_builtins(fld_registry *reg)
 {

@@ -9,10 +9,12 @@ STRESS_FIXTURES := $(TESTOUT)/stress/fld-stressa.so $(TESTOUT)/stress/fld-stress
   $(TESTOUT)/stress/fld-slow.so
 TEST_EXTRA += $(STRESS_FIXTURES)
 
-$(OBJ)/tests/stress/stressa.pic.o: tests/stress/stress_plugin.c tests/stress/stress_fixture.h
+$(OBJ)/tests/stress/stressa.pic.o: tests/stress/stress_plugin.c tests/stress/stress_fixture.h \
+  tests/stress/stress_kernels.h include/fldispatch/catalog.def
 	@mkdir -p $(@D)
 	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -DSTRESS_VARIANT_A -c $< -o $@
-$(OBJ)/tests/stress/stressb.pic.o: tests/stress/stress_plugin.c tests/stress/stress_fixture.h
+$(OBJ)/tests/stress/stressb.pic.o: tests/stress/stress_plugin.c tests/stress/stress_fixture.h \
+  tests/stress/stress_kernels.h include/fldispatch/catalog.def
 	@mkdir -p $(@D)
 	$(Q)$(call fld_say,CC,$<)$(CC) $(ALLCFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 $(OBJ)/tests/stress/slow.pic.o: tests/stress/slow_plugin.c tests/stress/stress_fixture.h

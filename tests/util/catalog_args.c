@@ -6,8 +6,8 @@
 #include <string.h>
 
 const char *const tt_catalog_op_names[TT_CAT_N_OPS] = {
-    FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
-    FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING, FLD_OP_ATTENTION_BACKEND,
+#define FLD_CATALOG_OP(id, name, family, doc) FLD_OP_##id,
+#include <fldispatch/catalog.def>
 };
 
 enum { ROWS = TT_CAT_ROWS, HALF = TT_CAT_HALF, WIDTH = TT_CAT_WIDTH, HS = TT_CAT_HEAD };
@@ -34,6 +34,8 @@ void tt_catalog_args_init(struct tt_catalog_args *a, unsigned seed)
     for (int r = 0; r < ROWS; r++) {
         for (int i = 0; i < 2 * HALF; i++)
             a->ax[r][i] = (float)((int)(next(&seed) >> 16) % 2001 - 1000) / 300.0f;
+        for (int i = 0; i < HALF; i++)
+            a->ex[r][i] = a->ax[r][HALF + i] - a->ax[r][i];
         for (int i = 0; i < WIDTH; i++) {
             next(&seed);
             a->nx[r][i] = (float)((int)(seed >> 16) % 2001 - 1000) / 500.0f;
@@ -62,6 +64,7 @@ void tt_catalog_args_init(struct tt_catalog_args *a, unsigned seed)
     a->s_cache[0] = MAXPOS, a->s_cache[1] = HS;
     a->t_ax = f32_tensor(a->ax, 2, a->s_ax);
     a->t_aout = f32_tensor(a->aout, 2, a->s_aout);
+    a->t_ex = f32_tensor(a->ex, 2, a->s_aout);
     a->t_nx = f32_tensor(a->nx, 2, a->s_n);
     a->t_nw = f32_tensor(a->nw, 1, a->s_w);
     a->t_nout = f32_tensor(a->nout, 2, a->s_n);
@@ -75,6 +78,7 @@ void tt_catalog_args_init(struct tt_catalog_args *a, unsigned seed)
     a->t_k = f32_tensor(a->k, 2, a->s_k);
     a->t_cache = f32_tensor(a->cache, 2, a->s_cache);
     a->act = (fld_activation_args){&a->t_aout, &a->t_ax};
+    a->elem = (fld_activation_args){&a->t_aout, &a->t_ex};
     a->rms = (fld_rms_norm_args){&a->t_nout, &a->t_nx, &a->t_nw, NULL, 1e-6f};
     a->gemma = (fld_rms_norm_args){&a->t_nout, &a->t_nx, &a->t_nw, &a->t_nres, 1e-5f};
     a->rope = (fld_rotary_embedding_args){&a->t_pos, &a->t_q, &a->t_k, HS, &a->t_cache, true};
@@ -92,20 +96,44 @@ void tt_catalog_args_reset(struct tt_catalog_args *a)
     a->attn = NULL;
 }
 
+/* Each family's argument struct in a, and its typed call (fn its entry point). */
+#define ARGS_GATED(a, id)       (&(a)->act)
+#define ARGS_ELEMENTWISE(a, id) (&(a)->elem)
+#define ARGS_NORM(a, id)        (TT_CAT_##id == TT_CAT_GEMMA_RMS_NORM ? &(a)->gemma : &(a)->rms)
+#define ARGS_ROTARY(a, id)      (&(a)->rope)
+#define ARGS_ATTENTION(a, id)   (&(a)->attn_args)
+
+#define CALL_GATED(fn, p)       fn((p)->out, (p)->x)
+#define CALL_ELEMENTWISE(fn, p) fn((p)->out, (p)->x)
+#define CALL_NORM(fn, p)        fn((p)->out, (p)->x, (p)->weight, (p)->residual, (p)->eps)
+#define CALL_ROTARY(fn, p)                                                                         \
+    fn((p)->positions, (p)->query, (p)->key, (p)->head_size, (p)->cos_sin_cache, (p)->is_neox)
+#define CALL_ATTENTION(fn, p) fn((p)->device_type, (p)->use_mla, (p)->use_sparse, (p)->name)
+
 const void *tt_catalog_args_of(struct tt_catalog_args *a, int op)
 {
     switch (op) {
-    case TT_CAT_RMS_NORM:
-        return &a->rms;
-    case TT_CAT_GEMMA_RMS_NORM:
-        return &a->gemma;
-    case TT_CAT_ROTARY_EMBEDDING:
-        return &a->rope;
-    case TT_CAT_ATTENTION_BACKEND:
-        return &a->attn_args;
-    default:
-        return &a->act;
+#define FLD_CATALOG_OP(id, name, family, doc)                                                      \
+    case TT_CAT_##id:                                                                              \
+        return ARGS_##family(a, id);
+#include <fldispatch/catalog.def>
     }
+    return NULL;
+}
+
+#define WRITES_GATED       TT_WRITES_AOUT
+#define WRITES_ELEMENTWISE TT_WRITES_AOUT
+#define WRITES_NORM        TT_WRITES_NOUT
+#define WRITES_ROTARY      TT_WRITES_QK
+#define WRITES_ATTENTION   TT_WRITES_ATTN
+
+enum tt_catalog_writes tt_catalog_writes(int op)
+{
+    static const enum tt_catalog_writes writes[TT_CAT_N_OPS] = {
+#define FLD_CATALOG_OP(id, name, family, doc) WRITES_##family,
+#include <fldispatch/catalog.def>
+    };
+    return writes[op];
 }
 
 int tt_catalog_call(struct tt_catalog_args *a, int op, enum tt_call_way way, fld_op handle)
@@ -114,23 +142,13 @@ int tt_catalog_call(struct tt_catalog_args *a, int op, enum tt_call_way way, fld
         return fld_call(handle, tt_catalog_args_of(a, op));
     if (way == TT_CALL_BY_NAME)
         return fld_call_by_name(tt_catalog_op_names[op], tt_catalog_args_of(a, op));
-    const fld_rms_norm_args *n = op == TT_CAT_GEMMA_RMS_NORM ? &a->gemma : &a->rms;
     switch (op) {
-    case TT_CAT_SILU_AND_MUL:
-        return fld_silu_and_mul(&a->t_aout, &a->t_ax);
-    case TT_CAT_MUL_AND_SILU:
-        return fld_mul_and_silu(&a->t_aout, &a->t_ax);
-    case TT_CAT_GELU_AND_MUL:
-        return fld_gelu_and_mul(&a->t_aout, &a->t_ax);
-    case TT_CAT_GELU_TANH_AND_MUL:
-        return fld_gelu_tanh_and_mul(&a->t_aout, &a->t_ax);
-    case TT_CAT_RMS_NORM:
-        return fld_rms_norm(n->out, n->x, n->weight, n->residual, n->eps);
-    case TT_CAT_GEMMA_RMS_NORM:
-        return fld_gemma_rms_norm(n->out, n->x, n->weight, n->residual, n->eps);
-    case TT_CAT_ROTARY_EMBEDDING:
-        return fld_rotary_embedding(&a->t_pos, &a->t_q, &a->t_k, HS, &a->t_cache, true);
-    default:
-        return fld_attention_backend(FLD_DEVICE_CPU, false, false, &a->attn);
+#define FLD_CATALOG_OP(id, name, family, doc)                                                      \
+    case TT_CAT_##id: {                                                                            \
+        const fld_##name##_args *p = ARGS_##family(a, id);                                         \
+        return CALL_##family(fld_##name, p);                                                       \
     }
+#include <fldispatch/catalog.def>
+    }
+    return FLD_EINVAL;
 }

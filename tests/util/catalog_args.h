@@ -10,9 +10,10 @@
  *   int rc = tt_catalog_call(&a, TT_CAT_RMS_NORM, TT_CALL_TYPED, NULL);
  *   ... a.nout holds the result ...
  *
- * Ops are numbered in catalog order, the order of the FLD_OP_* names of the
- * public header and of STRESS_OP_* in tests/stress/stress_fixture.h.
- * Shapes: activations x [ROWS, 2*HALF] -> out [ROWS, HALF]; norms x, out and
+ * Ops are numbered in catalog order, the rows of <fldispatch/catalog.def>,
+ * as STRESS_OP_* in tests/stress/stress_fixture.h are.
+ * Shapes: gated activations x [ROWS, 2*HALF] -> out [ROWS, HALF];
+ * elementwise ones x [ROWS, HALF] (ex) -> out [ROWS, HALF]; norms x, out and
  * residual [ROWS, WIDTH], weight [WIDTH] (rms_norm without residual,
  * gemma_rms_norm with it, eps 1e-6 and 1e-5); rotary (neox) positions
  * [ROWS] in [0, MAXPOS), query [ROWS, QHEADS*HEAD], key [ROWS, KHEADS*HEAD],
@@ -35,17 +36,21 @@ enum {
     TT_CAT_MAXPOS = 4
 };
 
+/* TT_CAT_<ID> per row of the catalog table. */
 enum {
-    TT_CAT_SILU_AND_MUL,
-    TT_CAT_MUL_AND_SILU,
-    TT_CAT_GELU_AND_MUL,
-    TT_CAT_GELU_TANH_AND_MUL,
-    TT_CAT_RMS_NORM,
-    TT_CAT_GEMMA_RMS_NORM,
-    TT_CAT_ROTARY_EMBEDDING,
-    TT_CAT_ATTENTION_BACKEND,
+#define FLD_CATALOG_OP(id, name, family, doc) TT_CAT_##id,
+#include <fldispatch/catalog.def>
     TT_CAT_N_OPS
 };
+
+/* What an op writes: the family of its row in the catalog table. */
+enum tt_catalog_writes {
+    TT_WRITES_AOUT, /* GATED, ELEMENTWISE: aout */
+    TT_WRITES_NOUT, /* NORM: nout (and nres with a residual) */
+    TT_WRITES_QK,   /* ROTARY: q and k */
+    TT_WRITES_ATTN  /* ATTENTION: attn */
+};
+enum tt_catalog_writes tt_catalog_writes(int op);
 
 /* The FLD_OP_* name of each op. */
 extern const char *const tt_catalog_op_names[TT_CAT_N_OPS];
@@ -57,6 +62,7 @@ enum tt_call_way { TT_CALL_TYPED, TT_CALL_HANDLE, TT_CALL_BY_NAME };
 struct tt_catalog_args {
     /* The data: outputs, inputs, and the pristine copies of the in-place ones. */
     float ax[TT_CAT_ROWS][2 * TT_CAT_HALF], aout[TT_CAT_ROWS][TT_CAT_HALF];
+    float ex[TT_CAT_ROWS][TT_CAT_HALF];
     float nx[TT_CAT_ROWS][TT_CAT_WIDTH], nw[TT_CAT_WIDTH], nout[TT_CAT_ROWS][TT_CAT_WIDTH];
     float nres[TT_CAT_ROWS][TT_CAT_WIDTH], nres0[TT_CAT_ROWS][TT_CAT_WIDTH];
     int64_t pos[TT_CAT_ROWS];
@@ -66,8 +72,8 @@ struct tt_catalog_args {
     const char *attn; /* attention_backend's answer */
     /* The views of the data, and the argument structs over them. */
     int64_t s_ax[2], s_aout[2], s_n[2], s_w[1], s_pos[1], s_q[2], s_k[2], s_cache[2];
-    DLTensor t_ax, t_aout, t_nx, t_nw, t_nout, t_nres, t_pos, t_q, t_k, t_cache;
-    fld_activation_args act;
+    DLTensor t_ax, t_aout, t_ex, t_nx, t_nw, t_nout, t_nres, t_pos, t_q, t_k, t_cache;
+    fld_activation_args act, elem;
     fld_rms_norm_args rms, gemma;
     fld_rotary_embedding_args rope;
     fld_attention_backend_args attn_args;

@@ -489,15 +489,18 @@ static bool case_init(struct bench_case *c, enum tool_family fam, int dtype, int
     bool ok = true;
 
     switch (fam) {
-    case TOOL_FAMILY_ACTIVATION:
-        ok = tool_tensor_alloc(&c->x, dtype, 2, (const int64_t[]){tokens, 2 * hidden}, 0) &&
+    case TOOL_FAMILY_ACTIVATION:    /* x [T, 2H] -> out [T, H] */
+    case TOOL_FAMILY_ELEMENTWISE: { /* x [T, H] -> out [T, H] */
+        const int64_t width = fam == TOOL_FAMILY_ACTIVATION ? 2 * hidden : hidden;
+        ok = tool_tensor_alloc(&c->x, dtype, 2, (const int64_t[]){tokens, width}, 0) &&
              tool_tensor_alloc(&c->out, dtype, 2, (const int64_t[]){tokens, hidden}, 0) &&
              fill_random(&c->x, &seed, -4.0f, 4.0f);
         c->act = (fld_activation_args){.out = &c->out.t, .x = &c->x.t};
         c->args = &c->act;
-        c->bytes = e * (t * 2 * h + t * h);
+        c->bytes = e * (t * (double)width + t * h);
         c->elements = t * h;
         break;
+    }
     case TOOL_FAMILY_NORM:
         ok = tool_tensor_alloc(&c->x, dtype, 2, (const int64_t[]){tokens, hidden}, 0) &&
              tool_tensor_alloc(&c->out, dtype, 2, (const int64_t[]){tokens, hidden}, 0) &&

@@ -129,9 +129,9 @@ void bench_report_text(const struct bench_run *r)
                 printf("%7.3f\n", epc);
         }
     }
-    printf("\nshapes: activations [T, 2H] -> [T, H] shown TxH; norms [T, H] with weight, +res "
-           "with a fused residual;\nrotary T tokens x %lld query and %lld key heads x %d, rot_dim "
-           "%d, neox. %s\n",
+    printf("\nshapes: gated activations [T, 2H] -> [T, H] shown TxH; elementwise ones [T, H] -> "
+           "[T, H];\nnorms [T, H] with weight, +res with a fused residual;\nrotary T tokens x %lld "
+           "query and %lld key heads x %d, rot_dim %d, neox. %s\n",
            (long long)(opt->hidden / ROTARY_HEAD_SIZE), (long long)(opt->hidden / ROTARY_HEAD_SIZE),
            ROTARY_HEAD_SIZE, ROTARY_HEAD_SIZE,
            r->on_device ? "bw_share: GB/s over the d2d copy's GB/s (baseline d2d_copy)."
