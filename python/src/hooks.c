@@ -71,19 +71,21 @@ struct bench_call {
     int is_neox;
 };
 
+/* Each catalog op with tensors by its family's argument list (catalog.def): 0 (out, x), 1 a norm's,
+ * 2 rotary's; -1 none (attention_backend). */
+#define BENCH_GATED(fn)       0, fn, NULL
+#define BENCH_ELEMENTWISE(fn) 0, fn, NULL
+#define BENCH_NORM(fn)        1, NULL, fn
+#define BENCH_ROTARY(fn)      2, NULL, NULL
+#define BENCH_ATTENTION(fn)   -1, NULL, NULL
 static const struct {
     const char *name;
     int family;
     int (*act)(DLTensor *, const DLTensor *);
     int (*norm)(DLTensor *, const DLTensor *, const DLTensor *, DLTensor *, float);
 } bench_ops[] = {
-    {"silu_and_mul", 0, fld_silu_and_mul, NULL},
-    {"mul_and_silu", 0, fld_mul_and_silu, NULL},
-    {"gelu_and_mul", 0, fld_gelu_and_mul, NULL},
-    {"gelu_tanh_and_mul", 0, fld_gelu_tanh_and_mul, NULL},
-    {"rms_norm", 1, NULL, fld_rms_norm},
-    {"gemma_rms_norm", 1, NULL, fld_gemma_rms_norm},
-    {"rotary_embedding", 2, NULL, NULL},
+#define FLD_CATALOG_OP(id, name, family, doc) {#name, BENCH_##family(fld_##name)},
+#include <fldispatch/catalog.def>
 };
 
 static int bench_call_run(struct bench_call *c)

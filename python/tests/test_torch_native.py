@@ -123,6 +123,7 @@ def _floor_cases():
     return {
         "silu_and_mul": (out, x),
         "gelu_tanh_and_mul": (out, x),
+        "gelu_quick": (torch.zeros(3, 16), x),
         "rms_norm": (torch.zeros(3, 16), x, w, res, 1e-6),
         "gemma_rms_norm": (torch.zeros(3, 16), x, w, None, 1e-6),
         "rotary_embedding": (pos, q, k, 8, cache, True),
@@ -152,7 +153,7 @@ def test_floor_refuses_an_op_outside_its_families():
         ft.dispatch_floor("no_such_op")
 
 
-@pytest.mark.parametrize("op", ["silu_and_mul", "rms_norm", "rotary_embedding"])
+@pytest.mark.parametrize("op", ["silu_and_mul", "gelu_quick", "rms_norm", "rotary_embedding"])
 def test_bench_c_op_runs_the_typed_entry_point(op):
     args = _floor_cases()[op]
     expected = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
