@@ -26,13 +26,11 @@ static int fail_at(const struct reader *r, const struct fld_ynode *n, const char
 
 static int fail_at(const struct reader *r, const struct fld_ynode *n, const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = fld__ynode_vfail(r->path, n, fmt, ap);
     va_end(ap);
-    return fld__fail(FLD_ECONFIG, "%s:%u:%u: %s", r->path, n ? n->line : 1u, n ? n->column : 1u,
-                     msg);
+    return rc;
 }
 
 static bool is_plain(const struct fld_ynode *n)
