@@ -1044,45 +1044,21 @@ static __attribute__((noinline)) int full_rotary(const char *op, const fld_rotar
 }
 
 /* Each family's validator: the fast path for the common shapes, else the full checks. */
-int fld__validate_activation(const char *op, const void *argp, struct fld_call_key *key)
-{
-    const fld_activation_args *a = argp;
-    if (__builtin_expect(a == NULL, 0))
-        return fail_args_null(op);
-    if (__builtin_expect(fast_activation(a, key), 1))
-        return FLD_OK;
-    return full_activation(op, a, key);
-}
-
-int fld__validate_elementwise(const char *op, const void *argp, struct fld_call_key *key)
-{
-    const fld_activation_args *a = argp;
-    if (__builtin_expect(a == NULL, 0))
-        return fail_args_null(op);
-    if (__builtin_expect(fast_elementwise(a, key), 1))
-        return FLD_OK;
-    return full_elementwise(op, a, key);
-}
-
-int fld__validate_rms_norm(const char *op, const void *argp, struct fld_call_key *key)
-{
-    const fld_rms_norm_args *a = argp;
-    if (__builtin_expect(a == NULL, 0))
-        return fail_args_null(op);
-    if (__builtin_expect(fast_rms_norm(a, key), 1))
-        return FLD_OK;
-    return full_rms_norm(op, a, key);
-}
-
-int fld__validate_rotary(const char *op, const void *argp, struct fld_call_key *key)
-{
-    const fld_rotary_embedding_args *a = argp;
-    if (__builtin_expect(a == NULL, 0))
-        return fail_args_null(op);
-    if (__builtin_expect(fast_rotary(a, key), 1))
-        return FLD_OK;
-    return full_rotary(op, a, key);
-}
+#define FAMILY_VALIDATOR(family, args_type)                                                        \
+    int fld__validate_##family(const char *op, const void *argp, struct fld_call_key *key)         \
+    {                                                                                              \
+        const args_type *a = argp;                                                                 \
+        if (__builtin_expect(a == NULL, 0))                                                        \
+            return fail_args_null(op);                                                             \
+        if (__builtin_expect(fast_##family(a, key), 1))                                            \
+            return FLD_OK;                                                                         \
+        return full_##family(op, a, key);                                                          \
+    }
+FAMILY_VALIDATOR(activation, fld_activation_args)
+FAMILY_VALIDATOR(elementwise, fld_activation_args)
+FAMILY_VALIDATOR(rms_norm, fld_rms_norm_args)
+FAMILY_VALIDATOR(rotary, fld_rotary_embedding_args)
+#undef FAMILY_VALIDATOR
 
 int fld__validate_attention(const char *op, const void *argp, struct fld_call_key *key)
 {
