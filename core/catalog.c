@@ -16,7 +16,7 @@
 
 /*
  * Each family's argument kind, validator, the devices and dtypes its
- * reference kernels serve (on host memory; attention_backend has no
+ * reference kernels serve (on CPU memory; attention_backend has no
  * tensors), and its signature (fld_op_signature(), fldispatch.h): the ops'
  * Python and torch form, from which fldispatch's Python lists and
  * torch.ops.fldispatch schemas are derived.

@@ -129,7 +129,7 @@ int fld_device_alloc(DLDevice device, size_t bytes, void **ptr)
         size_t rounded = (bytes + 63) & ~(size_t)63;
         if (rounded < bytes || posix_memalign(ptr, 64, rounded)) {
             *ptr = NULL;
-            return fld__fail(FLD_ENOMEM, "%s: out of host memory for %zu bytes", fn, bytes);
+            return fld__fail(FLD_ENOMEM, "%s: out of CPU memory for %zu bytes", fn, bytes);
         }
         return FLD_OK;
     }

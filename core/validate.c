@@ -1020,7 +1020,7 @@ static __attribute__((noinline)) int full_rotary(const char *op, const fld_rotar
     }
 
     /* Positions index the cache, so an out-of-range value would read past
-     * it. Only host memory can be read here; for device tensors the range
+     * it. Only CPU memory can be read here; for device tensors the range
      * check is the device kernel's business (reading device memory from the
      * host would fault or need a synchronising copy). */
     if (key->device == FLD_DEV_CPU && !pos.empty) {

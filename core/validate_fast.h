@@ -287,7 +287,7 @@ static inline __attribute__((always_inline)) bool fast_rms_norm(const fld_rms_no
     return false;
 }
 
-/* Positions [T] (int64 or int32, contiguous, host memory), each in [0, max_pos). */
+/* Positions [T] (int64 or int32, contiguous, CPU memory), each in [0, max_pos). */
 static inline bool fast_positions(const DLTensor *p, int64_t tokens, int64_t max_pos,
                                   struct fast_view *v)
 {

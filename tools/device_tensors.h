@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Device copies of the tool's host tensors (tensors.h), for verify and
+ * Device copies of the tool's CPU tensors (tensors.h), for verify and
  * bench on devices other than the CPU, through the library's device memory
  * API (fld_device_alloc/copy/free, served by the device plugin's hooks).
  *
- * A device tensor has the host tensor's shape, strides, byte_offset (0) and
+ * A device tensor has the CPU tensor's shape, strides, byte_offset (0) and
  * storage size, padding included. verify asks for guard regions on both
  * sides of the storage: they hold a pattern, are not part of the tensor, and
  * must be intact after a call (a kernel that writes past either end of a
@@ -27,7 +27,7 @@ struct dev_tensor {
     int64_t strides[TOOL_MAX_DIMS];
     DLDevice device;
     void *base;   /* the allocation: guard, storage, guard; NULL when empty */
-    size_t bytes; /* storage bytes (the host tensor's) */
+    size_t bytes; /* storage bytes (the CPU tensor's) */
     size_t guard; /* bytes on each side */
 };
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Host tensors owned by the tool, for verify and bench: allocation with
+ * CPU tensors owned by the tool, for verify and bench: allocation with
  * optional row padding (strided rows), deterministic random fills, copies
  * and element access in float32 whatever the storage dtype.
  *
