@@ -780,15 +780,24 @@ static COLD int fail_activation_width(const char *op, const DLTensor *out, const
 }
 
 /* The full checks of each family: every rule, every message. */
+
+/* What the (out, x) families share: each a float tensor, x's device and dtype for out too. */
+static int check_out_and_x(const char *op, const fld_activation_args *a, struct tview *x,
+                           struct tview *out, struct fld_call_key *key)
+{
+    TRY(check_tensor(op, "x", a->x, 1, TK_FLOAT, x));
+    TRY(check_tensor(op, "out", a->out, 1, TK_FLOAT, out));
+    TRY(device_key(op, "x", a->x, &key->device));
+    TRY(same_device(op, "out", a->out, "x", a->x));
+    TRY(same_dtype(op, "out", a->out, out, "x", a->x, x));
+    return FLD_OK;
+}
+
 static __attribute__((noinline)) int full_activation(const char *op, const fld_activation_args *a,
                                                      struct fld_call_key *key)
 {
     struct tview x = {0}, out = {0};
-    TRY(check_tensor(op, "x", a->x, 1, TK_FLOAT, &x));
-    TRY(check_tensor(op, "out", a->out, 1, TK_FLOAT, &out));
-    TRY(device_key(op, "x", a->x, &key->device));
-    TRY(same_device(op, "out", a->out, "x", a->x));
-    TRY(same_dtype(op, "out", a->out, &out, "x", a->x, &x));
+    TRY(check_out_and_x(op, a, &x, &out, key));
     const int nd = a->x->ndim;
     bool ok = (x.width & 1) == 0 && a->out->ndim == nd && out.width == x.width / 2;
     for (int i = 0; ok && i < nd - 1; i++)
@@ -815,11 +824,7 @@ static __attribute__((noinline)) int full_elementwise(const char *op, const fld_
                                                       struct fld_call_key *key)
 {
     struct tview x = {0}, out = {0};
-    TRY(check_tensor(op, "x", a->x, 1, TK_FLOAT, &x));
-    TRY(check_tensor(op, "out", a->out, 1, TK_FLOAT, &out));
-    TRY(device_key(op, "x", a->x, &key->device));
-    TRY(same_device(op, "out", a->out, "x", a->x));
-    TRY(same_dtype(op, "out", a->out, &out, "x", a->x, &x));
+    TRY(check_out_and_x(op, a, &x, &out, key));
     bool ok = a->out->ndim == a->x->ndim;
     for (int i = 0; ok && i < a->x->ndim; i++)
         ok = a->out->shape[i] == a->x->shape[i];
