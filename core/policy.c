@@ -46,7 +46,7 @@ static const struct fld_policy_row rows[FLD_PF_COUNT] = {
 
 /* "prefer, strict, ..., custom_ops, or their environment variable names". */
 #define VALID_KEY(id, key, env, yaml, kind, member, partner, word, origin) key ", "
-#define VALID_KEYS FLD_POLICY_FIELDS(VALID_KEY) "or their environment variable names"
+#define VALID_KEYS                                                         FLD_POLICY_FIELDS(VALID_KEY) "or their environment variable names"
 
 /* The kinds' names, from their list: kind_name_PREFER is "prefer". */
 #define KIND_NAME(id, name) static const char kind_name_##id[] = #name;
@@ -55,7 +55,12 @@ FLD_POLICY_KINDS(KIND_NAME)
 /* The same rows for the tool and the Python extension (tool_api.h). */
 static const struct fld_tool_policy_field tool_rows[FLD_PF_COUNT] = {
 #define TOOL_ROW(id, key, env, yaml, kind, member, partner, word, origin)                          \
-    [FLD_PF_##id] = {key,        env, yaml, word, kind_name_##kind, FLD_PF_##partner,              \
+    [FLD_PF_##id] = {key,                                                                          \
+                     env,                                                                          \
+                     yaml,                                                                         \
+                     word,                                                                         \
+                     kind_name_##kind,                                                             \
+                     FLD_PF_##partner,                                                             \
                      FLD_PO_##origin == FLD_PO_UPSTREAM},
     FLD_POLICY_FIELDS(TOOL_ROW)
 #undef TOOL_ROW

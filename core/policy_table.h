@@ -108,8 +108,8 @@ enum fld_policy_origin { FLD_PO_UPSTREAM, FLD_PO_OWN };
  * one type (policy.c's accessors).
  */
 #define FLD__PF_IF_BOOL_PREFER(x)
-#define FLD__PF_IF_BOOL_FLAG(x)    x
-#define FLD__PF_IF_BOOL_SWITCH(x)  x
+#define FLD__PF_IF_BOOL_FLAG(x)   x
+#define FLD__PF_IF_BOOL_SWITCH(x) x
 #define FLD__PF_IF_BOOL_NAMES(x)
 #define FLD__PF_IF_BOOL_VENDORS(x)
 #define FLD__PF_IF_BOOL_ORDERS(x)

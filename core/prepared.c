@@ -32,7 +32,7 @@
 #include "ops.h"
 #include "validate.h"
 
-#define NT        FLD_PREPARED_MAX_TENSORS
+#define NT FLD_PREPARED_MAX_TENSORS
 struct fld_prepared {
     enum fld_catalog_index idx;
     fld_args_kind kind;
@@ -148,8 +148,8 @@ static void point_args(fld_prepared *p, const void *args)
         break;
     default: {
         const fld_rotary_embedding_args *a = args;
-        p->args.rot =
-            (fld_rotary_embedding_args){tens[0], tens[1], tens[2], a->head_size, tens[3], a->is_neox};
+        p->args.rot = (fld_rotary_embedding_args){tens[0],      tens[1], tens[2],
+                                                  a->head_size, tens[3], a->is_neox};
         break;
     }
     }
@@ -320,7 +320,7 @@ int fld_prepared_rms_norm(fld_prepared *p, void *out, const void *x, const void 
     struct range o, i, w = {0, 0};
     uintptr_t doubt = p->always_full | take(p, 0, out, &o) | take(p, 1, x, &i);
     /* out == x, the in-place form, when the layouts allow it */
-    doubt |= meet(&o, &i) & (uintptr_t)!(p->out_may_be_x & (o.lo == i.lo));
+    doubt |= meet(&o, &i) & (uintptr_t) !(p->out_may_be_x & (o.lo == i.lo));
     if (p->has[2])
         doubt |= take(p, 2, weight, &w) | meet(&o, &w);
     if (p->has[3]) {
@@ -352,8 +352,7 @@ int fld_prepared_rotary(fld_prepared *p, const void *positions, void *query, voi
 int fld_prepared_call(fld_prepared *p, void *const data[])
 {
     if (__builtin_expect(!p || !data, 0))
-        return fld__fail(FLD_EINVAL, "fld_prepared_call: argument '%s' is NULL",
-                         p ? "data" : "p");
+        return fld__fail(FLD_EINVAL, "fld_prepared_call: argument '%s' is NULL", p ? "data" : "p");
     switch (p->kind) {
     case FLD_ARGS_ACTIVATION:
         return fld_prepared_activation(p, data[0], data[1]);
@@ -368,11 +367,10 @@ static __attribute__((cold)) int wrong_family(const fld_prepared *p, const char 
 {
     if (!p)
         return fld__fail(FLD_EINVAL, "%s: argument 'p' is NULL", fn);
-    return fld__fail(FLD_EINVAL, "%s: the prepared call is op '%s', whose arguments are not %s",
-                     fn, fld__catalog[p->idx].name,
+    return fld__fail(FLD_EINVAL, "%s: the prepared call is op '%s', whose arguments are not %s", fn,
+                     fld__catalog[p->idx].name,
                      strcmp(fn, "fld_prepared_activation") == 0 ? "(out, x)"
                      : strcmp(fn, "fld_prepared_rms_norm") == 0
                          ? "(out, x, weight, residual)"
                          : "(positions, query, key, cos_sin_cache)");
 }
-

@@ -344,7 +344,8 @@ START_TEST(many_unknown_names_are_summarised)
     ck_assert_int_eq(fld_init(), FLD_OK);
     /* The policy: 5 names listed, then the count of the other 1997. */
     ck_assert_int_eq(warnings_with((const char *const[]){"no op named 'no_such_op_", NULL}), 5);
-    assert_warned_once("... and 1997 more unknown names in the policy (only the first 5 are listed)");
+    assert_warned_once(
+        "... and 1997 more unknown names in the policy (only the first 5 are listed)");
     /* The environment: the same, on its own count. */
     ck_assert_int_eq(warnings_with((const char *const[]){"unknown variable VLLM_FL_NO_SUCH", NULL}),
                      5);

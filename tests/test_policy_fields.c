@@ -133,8 +133,7 @@ START_TEST(test_push_fields_is_one_override)
     ck_assert_int_eq(fld_policy_push_fields(0, 4, keys, values), FLD_OK);
     ck_assert_uint_eq(fld_policy_depth(), 2);
     /* per_op replaces only the orders it names, as fld_policy_push_per_op() */
-    assert_describe(
-        "prefer=vendor;strict=1;deny=amd;per=silu_and_mul=reference;test_op=reference");
+    assert_describe("prefer=vendor;strict=1;deny=amd;per=silu_and_mul=reference;test_op=reference");
     assert_winner("reference.test");
     ck_assert_int_eq(fld_policy_pop(), FLD_OK);
     assert_describe("prefer=flagos;strict=0;per=test_op=reference");

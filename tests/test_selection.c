@@ -1689,7 +1689,7 @@ END_TEST
 /* Many candidates: every one is ranked before a chain keeps its first 64   */
 /* ------------------------------------------------------------------------ */
 
-#define VARIANTS 100
+#define VARIANTS    100
 #define CHAIN_KEEPS 64
 
 static int rejected_with(const fld_resolution *r, const char *needle)
@@ -1799,7 +1799,8 @@ START_TEST(high_priority_impl_after_a_thousand_others)
     fld_resolution *r = NULL;
     ck_assert_int_eq(fld_explain("t_many", FLD_DEVICE_CPU, FLD_DTYPE_F32, &r), FLD_OK);
     ck_assert_uint_eq(r->n_candidates, CHAIN_KEEPS);
-    ck_assert_int_eq(rejected_with(r, "a chain keeps the first 64"), SMALL_PLUGINS + 1 - CHAIN_KEEPS);
+    ck_assert_int_eq(rejected_with(r, "a chain keeps the first 64"),
+                     SMALL_PLUGINS + 1 - CHAIN_KEEPS);
     ck_assert_str_eq(r->candidates[1], "vendor.small0006"); /* priority 7, the smallest id */
     ck_assert_str_eq(r->candidates[2], "vendor.small0013");
     fld_resolution_free(r);

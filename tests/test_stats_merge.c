@@ -301,7 +301,8 @@ END_TEST
 START_TEST(a_rank_that_was_not_a_number)
 {
     const char *dir = tt_make_tmpdir("stats-norank");
-    write_counters(in_dir(dir, "n.json"), "5", "null", "time", "myop", "impl", "4", "0", "0", "400");
+    write_counters(in_dir(dir, "n.json"), "5", "null", "time", "myop", "impl", "4", "0", "0",
+                   "400");
     write_counters(in_dir(dir, "r.json"), "6", "3", "time", "myop", "impl", "4", "0", "0", "400");
     struct tt_tool_run r;
     tt_tool_run(&r, NO_ENV, ARGS("stats", in_dir(dir, "n.json"), in_dir(dir, "r.json")));

@@ -307,9 +307,7 @@ static PyObject *py_reload(PyObject *self, PyObject *unused)
 {
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = fld_reload();
-    Py_END_ALLOW_THREADS
-    if (rc != FLD_OK)
-        return fldpy_raise_status(rc);
+    Py_END_ALLOW_THREADS if (rc != FLD_OK) return fldpy_raise_status(rc);
     Py_RETURN_NONE;
 }
 
@@ -317,9 +315,7 @@ static PyObject *py_init(PyObject *self, PyObject *unused)
 {
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = fld_init();
-    Py_END_ALLOW_THREADS
-    if (rc != FLD_OK)
-        return fldpy_raise_status(rc);
+    Py_END_ALLOW_THREADS if (rc != FLD_OK) return fldpy_raise_status(rc);
     Py_RETURN_NONE;
 }
 
@@ -344,8 +340,7 @@ static PyObject *py_load_plugin(PyObject *self, PyObject *arg)
     int rc;
     const char *file = PyBytes_AsString(path);
     Py_BEGIN_ALLOW_THREADS rc = fld_load_plugin(file);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(path);
+    Py_END_ALLOW_THREADS Py_DECREF(path);
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);
     fldpy_binding_declared(NULL); /* the plugin may declare ops call_op() has seen */
