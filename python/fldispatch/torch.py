@@ -49,9 +49,9 @@ SCHEMAS = dict(_C.catalog_ops())
 # torch_npu uses PrivateUse1.
 TENSOR_KEYS = ("CPU", "CUDA", "PrivateUse1")
 
-# The ops python/native/torch_ops.cpp serves on the CPU.
-NATIVE_OPS = ("silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul", "rms_norm",
-              "gemma_rms_norm", "rotary_embedding")
+# The ops python/native/torch_ops.cpp serves on the CPU: every catalog op with tensors (its
+# kernels follow the rows of <fldispatch/catalog.def>, as the catalog does).
+NATIVE_OPS = tuple(op for op, schema in SCHEMAS.items() if "Tensor" in schema)
 
 HAS_EXCHANGE_API = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
 

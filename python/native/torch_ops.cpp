@@ -181,21 +181,23 @@ void floor_rotary(const at::Tensor &, const at::Tensor &, const std::optional<at
 {
 }
 
-constexpr char silu_and_mul[] = "silu_and_mul", mul_and_silu[] = "mul_and_silu",
-               gelu_and_mul[] = "gelu_and_mul", gelu_tanh_and_mul[] = "gelu_tanh_and_mul",
-               rms_norm[] = "rms_norm", gemma_rms_norm[] = "gemma_rms_norm";
+// Each catalog op's name, a template argument of its kernel (one per row of <fldispatch/catalog.def>).
+#define FLD_CATALOG_OP(id, name, family, doc) constexpr char name_##name[] = #name;
+#include <fldispatch/catalog.def>
 
 } // namespace
 
 TORCH_LIBRARY_IMPL(fldispatch, CPU, m)
 {
-    m.impl("silu_and_mul", activation<fld_silu_and_mul, silu_and_mul>);
-    m.impl("mul_and_silu", activation<fld_mul_and_silu, mul_and_silu>);
-    m.impl("gelu_and_mul", activation<fld_gelu_and_mul, gelu_and_mul>);
-    m.impl("gelu_tanh_and_mul", activation<fld_gelu_tanh_and_mul, gelu_tanh_and_mul>);
-    m.impl("rms_norm", norm<fld_rms_norm, rms_norm>);
-    m.impl("gemma_rms_norm", norm<fld_gemma_rms_norm, gemma_rms_norm>);
-    m.impl("rotary_embedding", rotary);
+// Every catalog op with tensors, by its family's kernel (attention_backend has none: torch.py
+// registers its Python kernel for every key).
+#define NATIVE_GATED(name)       m.impl(#name, activation<fld_##name, name_##name>);
+#define NATIVE_ELEMENTWISE(name) m.impl(#name, activation<fld_##name, name_##name>);
+#define NATIVE_NORM(name)        m.impl(#name, norm<fld_##name, name_##name>);
+#define NATIVE_ROTARY(name)      m.impl(#name, rotary);
+#define NATIVE_ATTENTION(name)
+#define FLD_CATALOG_OP(id, name, family, doc) NATIVE_##family(name)
+#include <fldispatch/catalog.def>
     m.impl("_floor_activation", floor_activation);
     m.impl("_floor_norm", floor_norm);
     m.impl("_floor_rotary", floor_rotary);
