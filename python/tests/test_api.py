@@ -67,14 +67,27 @@ def test_explain_of_an_unservable_device_selects_nothing():
     assert got["selected"] is None and got["candidates"] == []
 
 
+def fresh_process_api():
+    """plugins(), impls() and config() of a new Python process in this environment: what the
+    library finds by itself, whatever earlier tests of this process loaded at run time."""
+    code = ("import json, fldispatch; print(json.dumps({'plugins': fldispatch.plugins(), "
+            "'impls': fldispatch.impls(), 'config': fldispatch.config()}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False, env=os.environ)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_plugins_impls_config_are_the_tool_json():
-    """The same keys, values and types as `fldispatch list/config --json` (schema 1)."""
+    """The same keys, values and types as `fldispatch list/config --json` (schema 1), compared
+    in a new process, so that plugins other tests load at run time do not count."""
     listing = tool_json("list")
-    assert fldispatch.plugins() == listing["plugins"]
-    assert fldispatch.impls() == listing["impls"]
-    cpu = [p for p in fldispatch.plugins() if p["name"] == "cpu"]
+    api = fresh_process_api()
+    assert api["plugins"] == listing["plugins"]
+    assert api["impls"] == listing["impls"]
+    cpu = [p for p in api["plugins"] if p["name"] == "cpu"]
     assert cpu and cpu[0]["status"] == "loaded" and cpu[0]["impl_count"] > 0
-    cfg = fldispatch.config()
+    cfg = api["config"]
     assert cfg == tool_json("config")
     assert cfg["platform"]["name"] == "cpu"
     strict = [f for f in cfg["policy"] if f["key"] == "strict"][0]
