@@ -28,10 +28,8 @@ the cpu plugin runs them inline anyway.
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
-import time
 
 os.environ.setdefault("VLLM_FL_CPU_THREADS", "1")
 
@@ -39,20 +37,10 @@ import torch  # noqa: E402
 
 import fldispatch  # noqa: E402
 import fldispatch.torch as fltorch  # noqa: E402
+from python_overhead import cpu_model, per_call_ns  # noqa: E402  (bench/, this script's folder)
 
 TARGET_NS = 300
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def cases(tokens, hidden, dtypes):
@@ -84,13 +72,6 @@ def cases(tokens, hidden, dtypes):
                         lambda p=pos, q=q, k=k, c=cache:
                         torch.ops._C.rotary_embedding(p, q, k, head_size, c, True)))
     return out
-
-
-def per_call_ns(fn, calls):
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter_ns() - start) / calls
 
 
 def measure(op, args, vllm_call, rounds, calls):
