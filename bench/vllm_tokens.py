@@ -5,7 +5,7 @@ Llama-shaped model:
 
     VENV/bin/python bench/vllm_tokens.py [--quick | --full] [--models M,...]
         [--modes eager,compiled] [--dtypes f32,bf16] [--rounds N] [--tokens N]
-        [--batch N,...] [--json] [--logdir DIR]
+        [--batch N,...] [--on default|forced] [--json] [--logdir DIR]
 
 Run with vLLM installed (the environment of make check-vllm: VENV is the
 path python/tests/engine/venv.sh prints, with this package installed into it
@@ -19,11 +19,15 @@ against 45 M per layer, so the decoder layers, where the replaced ops are,
 carry the step rather than the head).
 
 Settings: "off" is vLLM alone (VLLM_PLUGINS=""); "on" is vLLM with the
-plugin serving every layer in every mode (VLLM_FL_STATS=1 and
-VLLM_FL_OOT_FORCE=all, no other VLLM_FL_* variable: the caller's are
-removed). Compiled by Inductor, the plugin's default leaves the layers to
-vLLM (docs/vllm.md), which makes its compiled rows vLLM's own: "on" there
-measures what that default steps aside from.
+plugin loaded (VLLM_FL_STATS=1, no other VLLM_FL_* variable: the caller's
+are removed), in one of two forms (--on):
+  default  the plugin's defaults, what an operator gets by installing it:
+           fldispatch serves the layers in the modes where its path was
+           measured faster (python/fldispatch/vllm_path.py MODE_TABLE) and
+           steps aside elsewhere (compiled by Inductor, vLLM's default
+           compiled mode, it leaves every layer to vLLM);
+  forced   VLLM_FL_OOT_FORCE=all: fldispatch serves every layer in every
+           mode, which measures what the default steps aside from.
 
 Method. Four child processes, two identical ones per setting ("a" and "b":
 the A/A control; vLLM loads its plugins once per process), each with
@@ -45,8 +49,10 @@ from 1. An on/off ratio within the spread of 1 is noise: run more rounds
 the rounds each child takes fldispatch's counters from its worker
 (fldispatch.stats() through collective_rpc; reset after the warm-up) and
 fails the run unless, "on", every layer op of the model ran in fldispatch
-with no fallback or failure, and "off", fldispatch was not loaded: a
-silent fallback cannot produce a figure.
+with no fallback or failure (under --on default: every layer op that
+MODE_TABLE gives fldispatch in the engine's mode ran in fldispatch, and
+none of the others did), and "off", fldispatch was not loaded: a silent
+fallback cannot produce a figure.
 
 Default matrix (4.5 minutes on 2 quiet cores): eager on the four models,
 compiled (vLLM's default compilation) on llama-big, f32 and bf16, batch 1
@@ -81,6 +87,10 @@ LAYER_OPS = {"llama": ("rms_norm", "silu_and_mul", "rotary_embedding"),
              "qwen2": ("rms_norm", "silu_and_mul", "rotary_embedding"),
              "gemma": ("rms_norm", "gelu_tanh_and_mul", "rotary_embedding"),
              "llama-big": ("rms_norm", "silu_and_mul", "rotary_embedding")}
+# the family (vllm_path.MODE_TABLE's column) of each layer op
+OP_FAMILY = {"rms_norm": "norm", "silu_and_mul": "activation",
+             "gelu_tanh_and_mul": "activation", "rotary_embedding": "rotary"}
+ON_FORMS = ("default", "forced")
 PROMPT_LEN = 16
 # each round times pairs of generates until they took MIN_ROUND_S (at most
 # MAX_PAIRS pairs): on the tiny models a pair lasts tens of milliseconds
@@ -138,6 +148,8 @@ def parser():
     ap.add_argument("--rounds", type=positive(1))
     ap.add_argument("--tokens", type=positive(2), help="new tokens per sequence (>= 2)")
     ap.add_argument("--batch", type=positive_list, help="batch sizes, e.g. 1,8")
+    ap.add_argument("--on", choices=ON_FORMS, default="default",
+                    help="the plugin's defaults (default) or VLLM_FL_OOT_FORCE=all (forced)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--logdir", help="where the children's vLLM output goes (default: a new "
                     "temporary directory)")
@@ -163,7 +175,7 @@ def plan(args):
                     and model not in DEFAULT_COMPILED):
                 continue
             configs += [(model, mode, d) for d in dtypes]
-    return {"configs": configs, "rounds": args.rounds or p["rounds"],
+    return {"configs": configs, "rounds": args.rounds or p["rounds"], "on": args.on,
             "tokens": args.tokens or p["tokens"],
             "batch": args.batch or positive_list(p["batch"])}
 
@@ -213,10 +225,25 @@ def child_order(round_no):
     return CHILDREN[k:] + CHILDREN[:k]
 
 
-def check_served(setting, model, dtype, reports):
+def expected_ops(model, on_form, engine_mode):
+    """The model's layer ops fldispatch must serve "on": all of them when
+    forced, else those vllm_path.MODE_TABLE gives it in engine_mode
+    ("eager", "inductor" or "compiled", vllm_path.mode())."""
+    if on_form == "forced":
+        return set(LAYER_OPS[model])
+    from fldispatch import vllm_path
+
+    table = vllm_path.MODE_TABLE[engine_mode]
+    return {op for op in LAYER_OPS[model] if table[OP_FAMILY[op]][0]}
+
+
+def check_served(setting, model, dtype, reports, expected=None):
     """None when the counters agree with the setting, else what is wrong:
-    "on", every layer op of the model ran in fldispatch in this dtype with
-    no fallback and no failure; "off", fldispatch was not loaded."""
+    "on", every op of expected (default: the model's layer ops) ran in
+    fldispatch in this dtype with no fallback and no failure, and no other
+    layer op of the model did; "off", fldispatch was not loaded."""
+    if expected is None:
+        expected = set(LAYER_OPS[model])
     if setting == "off":
         loaded = [r["pid"] for r in reports if r and r.get("fldispatch")]
         return f"fldispatch was loaded in worker(s) {loaded} with the plugin off" if loaded else None
@@ -226,9 +253,12 @@ def check_served(setting, model, dtype, reports):
     rows = [row for r in reports for row in r.get("stats") or []
             if row["op"] in LAYER_OPS[model] and row["dtype"] in (dtype, short)]
     ran = {row["op"] for row in rows if int(row["calls"]) > 0}
-    missing = sorted(set(LAYER_OPS[model]) - ran)
+    missing = sorted(expected - ran)
     if missing:
         return f"fldispatch did not serve {missing} ({dtype}); its counters: {rows}"
+    extra = sorted(ran - expected)
+    if extra:
+        return f"fldispatch served {extra} ({dtype}), which its default leaves to vLLM here"
     bad = [row for row in rows if int(row["fallbacks"]) or int(row["failures"])]
     if bad:
         return f"fldispatch fell back or failed: {bad}"
@@ -254,6 +284,23 @@ def prompts(batch):
     return [[4 + (7 * i + 13 * j) % 500 for j in range(PROMPT_LEN)] for i in range(batch)]
 
 
+def forget_cached_layers():
+    """Drops the layers vLLM's model code keeps for the process's lifetime,
+    so that each engine this process starts builds its own: vLLM's Gemma
+    makes its activation layer once per process (functools.cache on
+    _get_gemma_act_fn), and a CustomOp layer decides its forward when it is
+    made, under the engine's mode of that time, so without this an engine
+    compiled by Inductor would run the activation an earlier eager engine
+    chose."""
+    try:
+        from vllm.model_executor.models import gemma
+    except ImportError:
+        return
+    cached = getattr(gemma, "_get_gemma_act_fn", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()
+
+
 class Child:
     """One setting's engine, driven by commands on stdin (one JSON object a
     line), answering one JSON line each on the original stdout; vLLM's own
@@ -269,6 +316,7 @@ class Child:
 
         import engine_runs
 
+        forget_cached_layers()
         t0 = time.perf_counter()
         self.llm = LLM(model=cmd["model"], tokenizer=cmd["tokenizer"], dtype=cmd["dtype"],
                        enforce_eager=cmd["mode"] == "eager", max_model_len=256,
@@ -315,12 +363,19 @@ class Child:
         import engine_runs
 
         reports = self.llm.collective_rpc(engine_runs.worker_report)
+        expected = None
+        if self.setting == "on":
+            from fldispatch import vllm_path
+
+            engine_mode = vllm_path.mode(self.llm.llm_engine.vllm_config.compilation_config)
+            expected = expected_ops(cmd["model_name"], cmd["on"], engine_mode)
         self.llm.llm_engine.engine_core.shutdown()
         self.llm = None
         import gc
         gc.collect()
         engine_runs.cleanup()
-        return {"error": check_served(self.setting, cmd["model_name"], cmd["dtype"], reports),
+        return {"error": check_served(self.setting, cmd["model_name"], cmd["dtype"], reports,
+                                      expected),
                 "served": served_impls(cmd["model_name"], cmd["dtype"], reports)}
 
 
@@ -390,7 +445,7 @@ def cached_models(big):
     return paths
 
 
-def child_env(child):
+def child_env(child, on_form):
     setting = child.partition("-")[0]
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_FL_")}
     env.update(VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false",
@@ -402,19 +457,20 @@ def child_env(child):
     else:
         env.pop("VLLM_PLUGINS", None)
         env["VLLM_FL_STATS"] = "1"
-        env["VLLM_FL_OOT_FORCE"] = "all"
+        if on_form == "forced":
+            env["VLLM_FL_OOT_FORCE"] = "all"
     return env
 
 
 class Driven:
-    def __init__(self, child, max_batch, logdir):
+    def __init__(self, child, max_batch, logdir, on_form):
         self.setting = child
         self.log = os.path.join(logdir, f"{child}.log")
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child",
                                       child.partition("-")[0], "--child-max-batch",
                                       str(max_batch), "--child-log", self.log],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=child_env(child))
+                                     env=child_env(child, on_form))
         self.hello = self.read()
 
     def read(self):
@@ -458,14 +514,14 @@ def run(p, logdir, progress):
     children = {}
     try:
         for s in CHILDREN:
-            children[s] = Driven(s, max(p["batch"]), logdir)
+            children[s] = Driven(s, max(p["batch"]), logdir, p["on"])
             progress(f"{s}: vLLM {children[s].hello['vllm']} imported in "
                      f"{children[s].hello['import_s']:.1f} s")
         results, startups, served = [], [], {}
         for model, mode, dt in p["configs"]:
             cmd = {"model": paths[model], "tokenizer": paths["tokenizer"], "model_name": model,
                    "mode": mode, "dtype": DTYPES[dt], "tokens": p["tokens"], "batch": p["batch"],
-                   "min_s": MIN_ROUND_S}
+                   "min_s": MIN_ROUND_S, "on": p["on"]}
             for s in CHILDREN:
                 got = children[s].ask(dict(cmd, cmd="start"))
                 startups.append({"model": model, "mode": mode, "dtype": dt, "setting": s,
@@ -500,7 +556,7 @@ def run(p, logdir, progress):
                         "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
             "vllm": children["off-a"].hello["vllm"],
             "rounds": p["rounds"], "tokens": p["tokens"], "batch": p["batch"],
-            "prompt_len": PROMPT_LEN,
+            "on": p["on"], "prompt_len": PROMPT_LEN,
             "import_s": {s: c.hello["import_s"] for s, c in children.items()},
             "startup": startups, "served": served, "results": results,
             "wall_s": time.perf_counter() - t_start, "logdir": logdir}
@@ -529,7 +585,10 @@ def report(doc):
     m = doc["machine"]
     la = " ".join(f"{x:.2f}" for x in m["loadavg_start"])
     lb = " ".join(f"{x:.2f}" for x in m["loadavg_end"])
-    lines = [f"vLLM {doc['vllm']} CPU decode tokens/s, plugin off (vLLM alone) and on (fldispatch)",
+    on_words = {"default": "on (fldispatch with its defaults)",
+                "forced": "on (fldispatch forced on every layer: VLLM_FL_OOT_FORCE=all)"}
+    lines = [f"vLLM {doc['vllm']} CPU decode tokens/s, plugin off (vLLM alone) and "
+             f"{on_words[doc['on']]}",
              f"cpu: {m['cpu']}, {m['cpus']} CPUs; load average at start {la}, at end {lb}",
              f"{doc['rounds']} rounds, {doc['tokens']} new tokens per sequence, prompts of "
              f"{doc['prompt_len']} tokens, greedy; tok/s = B*(N-1) / (t(N) - t(1)): median "
@@ -547,7 +606,7 @@ def report(doc):
                      f"start {s['startup_s']:6.1f}  warm-up {s['warmup_s']:6.1f}")
     lines.append("vLLM import: " + ", ".join(f"{s} {t:.1f} s" for s, t in doc["import_s"].items()))
     lines.append("fldispatch served (plugin on): " + "; ".join(
-        f"{k}: " + ", ".join(f"{op} {'/'.join(v)}" for op, v in ops.items())
+        f"{k}: " + (", ".join(f"{op} {'/'.join(v)}" for op, v in ops.items()) or "nothing")
         for k, ops in doc["served"].items()))
     lines.append(f"wall {doc['wall_s']:.0f} s; children's vLLM output in {doc['logdir']}")
     return "\n".join(lines)

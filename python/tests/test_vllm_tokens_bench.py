@@ -40,7 +40,7 @@ def test_quick_plan_and_explicit_options_override_it():
     p = plan_of("--quick", "--models", "gemma,llama-big", "--modes", "compiled",
                 "--dtypes", "bf16", "--rounds", "4", "--tokens", "10", "--batch", "2")
     assert p == {"configs": [("gemma", "compiled", "bf16"), ("llama-big", "compiled", "bf16")],
-                 "rounds": 4, "tokens": 10, "batch": [2]}
+                 "rounds": 4, "tokens": 10, "batch": [2], "on": "default"}
     # --modes given: compiled on every model asked for, not only the default's
     assert ("llama", "compiled", "f32") in plan_of("--modes", "compiled")["configs"]
 
@@ -145,12 +145,35 @@ def test_children_take_turns_going_first():
         assert sorted(vt.child_order(r)) == sorted(vt.CHILDREN)
 
 
-def test_on_serves_the_layers_in_every_mode(monkeypatch):
-    """"on" is the plugin serving every layer, compiled mode included (where
-    its default leaves them to vLLM); the caller's VLLM_FL_* do not leak in."""
+def test_on_forms_and_the_environment(monkeypatch):
+    """"on" is the plugin with its defaults, or forced on every layer in
+    every mode (compiled included, where the default leaves them to vLLM);
+    the caller's VLLM_FL_* do not leak in."""
     monkeypatch.setenv("VLLM_FL_OOT_BLACKLIST", "silu_and_mul")
+    monkeypatch.setenv("VLLM_FL_OOT_FORCE", "rms_norm")
     monkeypatch.setenv("VLLM_PLUGINS", "other")
-    on, off = vt.child_env("on-a"), vt.child_env("off-b")
-    assert on["VLLM_FL_OOT_FORCE"] == "all" and on["VLLM_FL_STATS"] == "1"
-    assert "VLLM_PLUGINS" not in on and "VLLM_FL_OOT_BLACKLIST" not in on
+    forced, default = vt.child_env("on-a", "forced"), vt.child_env("on-b", "default")
+    off = vt.child_env("off-b", "forced")
+    assert forced["VLLM_FL_OOT_FORCE"] == "all" and forced["VLLM_FL_STATS"] == "1"
+    assert "VLLM_FL_OOT_FORCE" not in default and default["VLLM_FL_STATS"] == "1"
+    for on in (forced, default):
+        assert "VLLM_PLUGINS" not in on and "VLLM_FL_OOT_BLACKLIST" not in on
     assert off["VLLM_PLUGINS"] == "" and not any(k.startswith("VLLM_FL_") for k in off)
+    assert vt.plan(vt.parser().parse_args([]))["on"] == "default"
+    assert vt.plan(vt.parser().parse_args(["--on", "forced"]))["on"] == "forced"
+
+
+def test_default_on_expects_what_the_mode_table_gives():
+    """Under the defaults, eager serves every layer op and Inductor none;
+    forced serves all in any mode; check_served holds the counters to it."""
+    ops = set(vt.LAYER_OPS["gemma"])
+    assert vt.expected_ops("gemma", "default", "eager") == ops
+    assert vt.expected_ops("gemma", "default", "inductor") == set()
+    assert vt.expected_ops("gemma", "forced", "inductor") == ops
+    nothing = [{"pid": 1, "fldispatch": True, "stats": []}]
+    assert vt.check_served("on", "llama", "float32", nothing, set()) is None
+    served = [{"pid": 1, "fldispatch": True, "stats": [row("rotary_embedding")]}]
+    assert "rotary_embedding" in vt.check_served("on", "llama", "float32", served, set())
+    assert "which its default leaves to vLLM" in vt.check_served(
+        "on", "llama", "float32", served, set())
+    assert vt.check_served("on", "llama", "float32", served, {"rotary_embedding"}) is None
