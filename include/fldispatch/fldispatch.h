@@ -469,8 +469,9 @@ FLD_API int fld_call_on(fld_op op, int device_type, DLDataType dtype, const void
  * they differ.
  *
  * Lifetime: an fld_prepared belongs to the application and is plain memory;
- * it holds no lock, no handle and no pointer into the library's state. It
- * stays valid across fld_reload() and fld_shutdown() (a call after a shutdown
+ * it holds no lock and no handle, and the op it caches is used only while
+ * the generation it was read in holds (never after a shutdown). It stays
+ * valid across fld_reload() and fld_shutdown() (a call after a shutdown
  * initialises the library again, as the typed entry points do; during one it
  * returns FLD_ESTATE) and in a forked child. fld_prepared_free() needs no
  * init and may come before or after fld_shutdown(); NULL is a no-op.
@@ -507,8 +508,9 @@ FLD_API int fld_prepared_rotary(fld_prepared *p, const void *positions, void *qu
 
 /*
  * Binds data[0 .. ntensors-1] (fld_prepared_call()'s order) without running
- * the op: the checks of a call with those pointers, and FLD_EINVAL with the
- * unprepared call's message when they fail (the previous binding stays).
+ * the op: the checks of a call with those pointers, and the unprepared
+ * call's status (FLD_EINVAL) and message when they fail; the previous
+ * binding stays.
  */
 FLD_API int fld_prepared_bind(fld_prepared *p, void *const data[]);
 /*
