@@ -39,22 +39,41 @@ int fld__dispatch_failed(struct fld_op_s *op, unsigned slot, const void *args, f
                          int rc);
 int fld__call_unchecked(enum fld_catalog_index idx, struct fld_op_s *op, const void *args);
 
-static inline __attribute__((always_inline)) int fld__dispatch(struct fld_op_s *op, unsigned slot,
-                                                               const void *args)
+/*
+ * The direct call of fast entry f under generation gen (loaded with acquire
+ * after the caller was counted in flight), or NULL when the hot path does not
+ * apply: a thread has a scoped override, the entry is of another generation,
+ * or it has no direct call (a failure, a supports() predicate, row buckets).
+ */
+static inline __attribute__((always_inline)) fld_kernel_fn
+fld__fast_fn(const struct fld_fast_call *f, uint64_t gen)
 {
-    const uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
-    const struct fld_fast_call *f = &op->fast[slot];
-    fld_kernel_fn fn;
     if (__builtin_expect(!atomic_load_explicit(&fld__override_threads, memory_order_relaxed) &&
-                             atomic_load_explicit(&f->generation, memory_order_acquire) == gen &&
-                             (fn = atomic_load_explicit(&f->fn, memory_order_relaxed)) != NULL,
-                         1)) {
+                             atomic_load_explicit(&f->generation, memory_order_acquire) == gen,
+                         1))
+        return atomic_load_explicit(&f->fn, memory_order_relaxed);
+    return NULL;
+}
+
+/* The hot path under generation gen (fld__fast_fn()). */
+static inline __attribute__((always_inline)) int
+fld__dispatch_gen(struct fld_op_s *op, unsigned slot, const void *args, uint64_t gen)
+{
+    const fld_kernel_fn fn = fld__fast_fn(&op->fast[slot], gen);
+    if (__builtin_expect(fn != NULL, 1)) {
         const int rc = fn(args);
         if (__builtin_expect(rc == FLD_OK, 1))
             return FLD_OK;
         return fld__dispatch_failed(op, slot, args, fn, rc);
     }
     return fld__dispatch_miss(op, slot, args, gen);
+}
+
+static inline __attribute__((always_inline)) int fld__dispatch(struct fld_op_s *op, unsigned slot,
+                                                               const void *args)
+{
+    return fld__dispatch_gen(op, slot, args,
+                             atomic_load_explicit(&fld__generation, memory_order_acquire));
 }
 
 /*

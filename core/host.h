@@ -37,8 +37,11 @@ void fld__unlock(void);
  */
 void fld__host_on_fork_child(void (*fn)(void));
 
-/* 0 until initialised; bumped on every registry or policy change. */
-extern _Atomic uint64_t fld__generation;
+/* 0 until initialised; bumped on every registry or policy change. Read by
+ * every call: hidden in the declaration too, so that the compiler addresses
+ * it directly rather than through the GOT (as fld__inflight, fld__catalog_ops,
+ * fld__override_threads). */
+extern __attribute__((visibility("hidden"))) _Atomic uint64_t fld__generation;
 /* Host lock held. Invalidates every cached chain and remembered failure. */
 void fld__bump_generation(void);
 

@@ -55,7 +55,9 @@ struct fld_inflight_slot {
     _Atomic uint32_t watch_exits;
 } __attribute__((aligned(64)));
 
-extern struct fld_inflight_slot fld__inflight[FLD_INFLIGHT_SLOTS];
+/* Hidden in the declaration too: addressed directly, not through the GOT. */
+extern __attribute__((visibility("hidden"))) struct fld_inflight_slot
+    fld__inflight[FLD_INFLIGHT_SLOTS];
 
 /* An identity of the calling thread that is cheap to read (the thread pointer). */
 static inline uintptr_t fld__thread_id(void)

@@ -168,8 +168,10 @@ struct fld_op_s {
     size_t n_staged;
 };
 
-/* Catalog op entries by FLD_CAT_* index (NULL before init). */
-extern struct fld_op_s *_Atomic fld__catalog_ops[FLD_CAT_COUNT];
+/* Catalog op entries by FLD_CAT_* index (NULL before init). Hidden in the
+ * declaration too: the typed calls address it directly, not through the GOT. */
+extern
+    __attribute__((visibility("hidden"))) struct fld_op_s *_Atomic fld__catalog_ops[FLD_CAT_COUNT];
 
 /*
  * Lock-free lookup of an interned op by name; NULL if unknown. Callers must

@@ -184,7 +184,7 @@ size_t fld__policy_fingerprint(const struct fld_policy *p, char *buf, size_t siz
  * The override policies are built on top of the calling thread's effective
  * policy at push time.
  */
-extern _Atomic unsigned fld__override_threads;
+extern __attribute__((visibility("hidden"))) _Atomic unsigned fld__override_threads;
 const struct fld_policy *fld__policy_override_top(void);
 
 /* The global policy (never NULL after init). Without the host lock, read it

@@ -2,25 +2,38 @@
 /*
  * Prepared calls (fldispatch.h, "Operators: prepared calls"): a catalog
  * op's arguments validated once and copied, then called again with new data
- * pointers.
+ * pointers, or run again on the pointers last bound.
  *
  * What a new data pointer can break is known in advance: NULL data, the
  * alignment to the element, a span that wraps past the end of the address
  * space, memory shared between a tensor the op writes and another, and (rotary
  * on the CPU) positions out of the cache's range, since their values are read.
  * fld_prepare() records per tensor what those checks need (its byte_offset,
- * the bytes it spans, its element size); a call runs them, one family's
- * pairs of tensors that must not meet spelled out, in straight-line integer
- * code folded into one "doubt" word, and dispatches in the same function
- * (dispatch.h fld__call_family()).
+ * the bytes it spans, its element size); binding new pointers (a call with
+ * pointers, fld_prepared_bind()) runs them, one family's pairs of tensors
+ * that must not meet spelled out, in straight-line integer code folded into
+ * one "doubt" word.
  *
- * The per-call checks only say "surely fine": anything they doubt (a NULL, a
- * misaligned or wrapping pointer, byte ranges that meet, a position out of
- * range, a template with an empty tensor) sends the call to the op's full
- * validator, which accepts exactly what the typed entry point accepts
+ * The per-pointer checks only say "surely fine": anything they doubt (a NULL,
+ * a misaligned or wrapping pointer, byte ranges that meet, a position out of
+ * range, a template with an empty tensor) sends the new pointers to the op's
+ * full validator, which accepts exactly what the typed entry point accepts
  * (interleaved views of one buffer, out == x for rms_norm) and otherwise
  * fails with its own message. So a prepared call and the typed call of the
- * same tensors always agree.
+ * same tensors always agree. Pointers are stored only once accepted: a
+ * refused bind or call leaves the object bound as it was.
+ *
+ * The bound pointers have passed every check that does not read tensor data,
+ * so fld_prepared_run() checks nothing of them again (rotary on the CPU reads
+ * the positions again: their values change between calls). What a run, and
+ * the dispatch of a call with pointers, does is run_bound(): the op is read
+ * from the catalog once and cached with the generation it was read in; a
+ * call whose generation is still that one goes straight to the hot path
+ * (dispatch.h fld__dispatch_gen()), which compares the slot's direct call
+ * with the same generation. Every policy and registry change bumps the
+ * generation (a scoped override is seen by the hot path itself), and a
+ * shutdown sets it to 0 after a bump, so a cached op is never used after
+ * either.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,29 +46,35 @@
 #include "validate.h"
 
 #define NT FLD_PREPARED_MAX_TENSORS
+
+/* No generation is ever this: nothing cached (generations count up from 1). */
+#define NO_GENERATION UINT64_MAX
+
 struct fld_prepared {
+    /* What run_bound() reads, first. */
+    uint64_t gen;                     /* NO_GENERATION: no op cached */
+    const struct fld_fast_call *fast; /* the op's direct call of the slot, read in `gen` */
+    struct fld_op_s *op;              /* the catalog's op, read in generation `gen` */
+    unsigned slot;                    /* the dispatch key, fld__slot(device, dtype) */
+    bool read_positions; /* rotary on the CPU: the positions' values are checked per call */
+    union {
+        fld_activation_args act;
+        fld_rms_norm_args norm;
+        fld_rotary_embedding_args rot;
+    } args;
     enum fld_catalog_index idx;
     fld_args_kind kind;
-    unsigned slot;        /* the dispatch key, fld__slot(device, dtype) */
     int ntensors;         /* data pointers a call takes */
-    bool always_full;     /* a template with an empty tensor: every call is fully validated */
-    bool read_positions;  /* rotary on the CPU: the positions' values are checked per call */
+    bool always_full;     /* a template with an empty tensor: new pointers are fully validated */
     bool positions_int32; /* else int64 */
     bool out_may_be_x;    /* rms_norm: out at x's start is the allowed in-place form */
     bool has[NT];         /* the tensor is part of the call (weight, residual, key may not be) */
     uintptr_t offset[NT]; /* its byte_offset */
     uintptr_t end[NT];    /* byte_offset + the bytes it spans: data + end is past its last byte */
     uintptr_t align[NT];  /* its element size - 1 */
-    DLTensor *t[NT];      /* the copies; an absent tensor's is `scratch` */
     int64_t tokens, max_pos;
-    union {
-        fld_activation_args act;
-        fld_rms_norm_args norm;
-        fld_rotary_embedding_args rot;
-    } args;
-    DLTensor tensors[NT];
-    DLTensor scratch;
-    int64_t dims[]; /* the copies' shape and stride arrays */
+    DLTensor tensors[NT]; /* the copies, holding the bound data pointers; an absent one is unused */
+    int64_t dims[];       /* the copies' shape and stride arrays */
 };
 
 /* ---- preparing ---------------------------------------------------------- */
@@ -128,28 +147,30 @@ static void copy_tensor(fld_prepared *p, int i, const DLTensor *src, int64_t **d
         t->strides = *dims;
         *dims += src->ndim;
     }
-    p->t[i] = t;
 }
 
-/* The argument struct over the copies, with the template's scalars. */
-static void point_args(fld_prepared *p, const void *args)
+/*
+ * The family's argument struct in *out over tensors t[] (an absent tensor's
+ * entry is ignored: NULL in the struct), with the scalars of `scalars` (an
+ * argument struct of the same family).
+ */
+static void point_args(const fld_prepared *p, DLTensor *t, const void *scalars, void *out)
 {
-    DLTensor *const *t = p->t;
     DLTensor *tens[NT];
     for (int i = 0; i < NT; i++)
-        tens[i] = p->has[i] ? t[i] : NULL;
+        tens[i] = p->has[i] ? &t[i] : NULL;
     switch (p->kind) {
     case FLD_ARGS_ACTIVATION:
-        p->args.act = (fld_activation_args){tens[0], tens[1]};
+        *(fld_activation_args *)out = (fld_activation_args){tens[0], tens[1]};
         break;
     case FLD_ARGS_RMS_NORM:
-        p->args.norm = (fld_rms_norm_args){tens[0], tens[1], tens[2], tens[3],
-                                           ((const fld_rms_norm_args *)args)->eps};
+        *(fld_rms_norm_args *)out = (fld_rms_norm_args){tens[0], tens[1], tens[2], tens[3],
+                                                        ((const fld_rms_norm_args *)scalars)->eps};
         break;
     default: {
-        const fld_rotary_embedding_args *a = args;
-        p->args.rot = (fld_rotary_embedding_args){tens[0],      tens[1], tens[2],
-                                                  a->head_size, tens[3], a->is_neox};
+        const fld_rotary_embedding_args *a = scalars;
+        *(fld_rotary_embedding_args *)out = (fld_rotary_embedding_args){
+            tens[0], tens[1], tens[2], a->head_size, tens[3], a->is_neox};
         break;
     }
     }
@@ -204,9 +225,9 @@ int fld_prepare(const char *op, const void *args, fld_prepared **out)
     p->kind = schema->args_kind;
     p->slot = fld__slot(key.device, key.dtype);
     p->ntensors = n;
+    p->gen = NO_GENERATION;
     int64_t *dims = p->dims;
     for (int i = 0; i < NT; i++) {
-        p->t[i] = &p->scratch;
         if (i >= n || !src[i])
             continue;
         copy_tensor(p, i, src[i], &dims);
@@ -227,7 +248,7 @@ int fld_prepare(const char *op, const void *args, fld_prepared **out)
             p->tokens *= src[0]->shape[i];
         p->max_pos = src[3]->shape[0];
     }
-    point_args(p, args);
+    point_args(p, p->tensors, args, &p->args);
     *out = p;
     return FLD_OK;
 }
@@ -247,13 +268,67 @@ void fld_prepared_free(fld_prepared *p)
     free(p);
 }
 
-/* ---- calling ------------------------------------------------------------ */
+/* ---- dispatching the bound call ------------------------------------------ */
 
-/* Every position in [0, max_pos); read through the copy's new data pointer. */
-static bool positions_in_range(const fld_prepared *p)
+#define likely(x)   __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/*
+ * In flight, generation gen did not match: reads the catalog's op and
+ * caches it with gen, then the hot path; before initialisation (no op) or
+ * during a shutdown (gen 0) the typed path's cold start instead, which
+ * initialises and validates.
+ */
+static __attribute__((noinline)) int resolve(fld_prepared *p, uint64_t gen)
 {
-    const DLTensor *t = p->t[0];
-    const char *base = (const char *)t->data + t->byte_offset;
+    struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[p->idx], memory_order_acquire);
+    if (unlikely(!op || !gen)) {
+        p->gen = NO_GENERATION;
+        return fld__call_unchecked(p->idx, op, &p->args);
+    }
+    p->op = op;
+    p->fast = &op->fast[p->slot];
+    p->gen = gen;
+    return fld__dispatch_gen(op, p->slot, &p->args, gen);
+}
+
+/* In flight, no direct call: another generation, or the hot path's own misses. */
+static __attribute__((noinline)) int run_miss(fld_prepared *p, uint64_t gen)
+{
+    if (gen != p->gen)
+        return resolve(p, gen);
+    return fld__dispatch_miss(p->op, p->slot, &p->args, gen);
+}
+
+/*
+ * The call of the bound pointers: counted in flight, then, while the
+ * generation the op was read in holds, the hot path on the op's direct call
+ * of the slot (dispatch.h fld__dispatch_gen() without the catalog load and
+ * the slot's address), else run_miss().
+ */
+static inline __attribute__((always_inline)) int run_bound(fld_prepared *p)
+{
+    struct fld_inflight_slot *in = fld__call_enter();
+    const uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
+    const fld_kernel_fn fn = likely(gen == p->gen) ? fld__fast_fn(p->fast, gen) : NULL;
+    int rc;
+    if (likely(fn != NULL)) {
+        rc = fn(&p->args);
+        if (unlikely(rc != FLD_OK))
+            rc = fld__dispatch_failed(p->op, p->slot, &p->args, fn, rc);
+    } else {
+        rc = run_miss(p, gen);
+    }
+    fld__call_leave(in);
+    return rc;
+}
+
+/* ---- checking new pointers ------------------------------------------------ */
+
+/* Every position in [0, max_pos), read through data (the positions' pointer). */
+static bool positions_in_range(const fld_prepared *p, const void *data)
+{
+    const char *base = (const char *)data + p->offset[0];
     const uint64_t max = (uint64_t)p->max_pos;
     bool bad = false;
     if (p->positions_int32) {
@@ -274,16 +349,15 @@ struct range {
 };
 
 /*
- * Stores data into the copy of tensor i and returns its range in *r, and
- * non-zero when the pointer is doubtful: NULL or a span that wraps (one
- * compare: end = byte_offset + span < 2^63 and non-empty, so data - 1 >=
- * data + end exactly for those) or misaligned.
+ * Tensor i's range under data in *r, and non-zero when the pointer is
+ * doubtful: NULL or a span that wraps (one compare: end = byte_offset + span
+ * < 2^63 and non-empty, so data - 1 >= data + end exactly for those) or
+ * misaligned.
  */
-static inline __attribute__((always_inline)) uintptr_t take(fld_prepared *p, int i,
-                                                            const void *data, struct range *r)
+static inline __attribute__((always_inline)) uintptr_t check(const fld_prepared *p, int i,
+                                                             const void *data, struct range *r)
 {
     const uintptr_t d = (uintptr_t)data;
-    p->tensors[i].data = (void *)(uintptr_t)data; /* an absent tensor's slot is unused */
     r->lo = d + p->offset[i];
     r->hi = d + p->end[i];
     return (uintptr_t)(d - 1 >= r->hi) | (r->lo & p->align[i]);
@@ -295,63 +369,130 @@ static inline uintptr_t meet(const struct range *a, const struct range *b)
     return (uintptr_t)((a->lo < b->hi) & (b->lo < a->hi));
 }
 
-/* The doubt word decides: dispatch, or the full validator first (dispatch.h). */
-static inline __attribute__((always_inline)) int finish(fld_prepared *p, uintptr_t doubt)
+/* Each family's doubt about new pointers d[] (in its argument struct's order). */
+static inline __attribute__((always_inline)) uintptr_t doubt_activation(const fld_prepared *p,
+                                                                        void *const d[NT])
 {
-    return fld__call_family(p->idx, doubt == 0, p->slot, &p->args);
+    struct range o, i;
+    uintptr_t doubt = p->always_full | check(p, 0, d[0], &o) | check(p, 1, d[1], &i);
+    return doubt | meet(&o, &i);
 }
+
+static inline __attribute__((always_inline)) uintptr_t doubt_rms_norm(const fld_prepared *p,
+                                                                      void *const d[NT])
+{
+    struct range o, i, w = {0, 0};
+    uintptr_t doubt = p->always_full | check(p, 0, d[0], &o) | check(p, 1, d[1], &i);
+    /* out == x, the in-place form, when the layouts allow it */
+    doubt |= meet(&o, &i) & (uintptr_t) !(p->out_may_be_x & (o.lo == i.lo));
+    if (p->has[2])
+        doubt |= check(p, 2, d[2], &w) | meet(&o, &w);
+    if (p->has[3]) {
+        struct range r;
+        doubt |= check(p, 3, d[3], &r) | meet(&r, &o) | meet(&r, &i) | meet(&r, &w);
+    }
+    return doubt;
+}
+
+static inline __attribute__((always_inline)) uintptr_t doubt_rotary(const fld_prepared *p,
+                                                                    void *const d[NT])
+{
+    struct range pos, q, c;
+    uintptr_t doubt =
+        p->always_full | check(p, 0, d[0], &pos) | check(p, 1, d[1], &q) | check(p, 3, d[3], &c);
+    doubt |= meet(&q, &pos) | meet(&q, &c);
+    if (p->has[2]) {
+        struct range k;
+        doubt |= check(p, 2, d[2], &k) | meet(&k, &q) | meet(&k, &pos) | meet(&k, &c);
+    }
+    /* The positions are read only through a pointer that passed its checks. */
+    if (!doubt && p->read_positions && unlikely(!positions_in_range(p, d[0])))
+        doubt = 1;
+    return doubt;
+}
+
+/* Binds accepted pointers: n of them (an absent tensor's copy is unused). */
+static inline __attribute__((always_inline)) void store(fld_prepared *p, void *const d[NT], int n)
+{
+    for (int i = 0; i < n; i++)
+        p->tensors[i].data = d[i];
+}
+
+/*
+ * New pointers the checks doubted: the op's full validator on copies of the
+ * tensors with them (after initialising, as the typed call does first); bound
+ * only when it accepts, then run when asked. A refusal is the validator's
+ * status and message, and the object stays bound as it was.
+ */
+static __attribute__((noinline)) int bind_validated(fld_prepared *p, void *const d[NT], bool run)
+{
+    FLD_CALL_SCOPE();
+    const struct fld_op_schema *schema = &fld__catalog[p->idx];
+    int rc = fld__ensure_init_from(schema->name);
+    if (rc)
+        return rc;
+    DLTensor t[NT];
+    union {
+        fld_activation_args act;
+        fld_rms_norm_args norm;
+        fld_rotary_embedding_args rot;
+    } args;
+    for (int i = 0; i < NT; i++) {
+        t[i] = p->tensors[i];
+        t[i].data = i < p->ntensors ? d[i] : NULL;
+    }
+    point_args(p, t, &p->args, &args);
+    struct fld_call_key key;
+    rc = schema->validate(schema->name, &args, &key);
+    if (rc)
+        return rc;
+    store(p, d, p->ntensors);
+    return run ? run_bound(p) : FLD_OK;
+}
+
+/* ---- the entry points ------------------------------------------------------ */
 
 static __attribute__((cold)) int wrong_family(const fld_prepared *p, const char *fn);
 
 int fld_prepared_activation(fld_prepared *p, void *out, const void *x)
 {
-    if (__builtin_expect(!p || p->kind != FLD_ARGS_ACTIVATION, 0))
+    if (unlikely(!p || p->kind != FLD_ARGS_ACTIVATION))
         return wrong_family(p, "fld_prepared_activation");
-    struct range o, i;
-    uintptr_t doubt = p->always_full | take(p, 0, out, &o) | take(p, 1, x, &i);
-    return finish(p, doubt | meet(&o, &i));
+    void *const d[NT] = {out, (void *)(uintptr_t)x, NULL, NULL};
+    if (unlikely(doubt_activation(p, d)))
+        return bind_validated(p, d, true);
+    store(p, d, 2);
+    return run_bound(p);
 }
 
 int fld_prepared_rms_norm(fld_prepared *p, void *out, const void *x, const void *weight,
                           void *residual)
 {
-    if (__builtin_expect(!p || p->kind != FLD_ARGS_RMS_NORM, 0))
+    if (unlikely(!p || p->kind != FLD_ARGS_RMS_NORM))
         return wrong_family(p, "fld_prepared_rms_norm");
-    struct range o, i, w = {0, 0};
-    uintptr_t doubt = p->always_full | take(p, 0, out, &o) | take(p, 1, x, &i);
-    /* out == x, the in-place form, when the layouts allow it */
-    doubt |= meet(&o, &i) & (uintptr_t) !(p->out_may_be_x & (o.lo == i.lo));
-    if (p->has[2])
-        doubt |= take(p, 2, weight, &w) | meet(&o, &w);
-    if (p->has[3]) {
-        struct range r;
-        doubt |= take(p, 3, residual, &r) | meet(&r, &o) | meet(&r, &i) | meet(&r, &w);
-    }
-    return finish(p, doubt);
+    void *const d[NT] = {out, (void *)(uintptr_t)x, (void *)(uintptr_t)weight, residual};
+    if (unlikely(doubt_rms_norm(p, d)))
+        return bind_validated(p, d, true);
+    store(p, d, 4);
+    return run_bound(p);
 }
 
 int fld_prepared_rotary(fld_prepared *p, const void *positions, void *query, void *key,
                         const void *cos_sin_cache)
 {
-    if (__builtin_expect(!p || p->kind != FLD_ARGS_ROTARY_EMBEDDING, 0))
+    if (unlikely(!p || p->kind != FLD_ARGS_ROTARY_EMBEDDING))
         return wrong_family(p, "fld_prepared_rotary");
-    struct range pos, q, c;
-    uintptr_t doubt = p->always_full | take(p, 0, positions, &pos) | take(p, 1, query, &q) |
-                      take(p, 3, cos_sin_cache, &c);
-    doubt |= meet(&q, &pos) | meet(&q, &c);
-    if (p->has[2]) {
-        struct range k;
-        doubt |= take(p, 2, key, &k) | meet(&k, &q) | meet(&k, &pos) | meet(&k, &c);
-    }
-    /* The positions are read only through a pointer that passed its checks. */
-    if (!doubt && p->read_positions && __builtin_expect(!positions_in_range(p), 0))
-        doubt = 1;
-    return finish(p, doubt);
+    void *const d[NT] = {(void *)(uintptr_t)positions, query, key,
+                         (void *)(uintptr_t)cos_sin_cache};
+    if (unlikely(doubt_rotary(p, d)))
+        return bind_validated(p, d, true);
+    store(p, d, 4);
+    return run_bound(p);
 }
 
 int fld_prepared_call(fld_prepared *p, void *const data[])
 {
-    if (__builtin_expect(!p || !data, 0))
+    if (unlikely(!p || !data))
         return fld__fail(FLD_EINVAL, "fld_prepared_call: argument '%s' is NULL", p ? "data" : "p");
     switch (p->kind) {
     case FLD_ARGS_ACTIVATION:
@@ -361,6 +502,52 @@ int fld_prepared_call(fld_prepared *p, void *const data[])
     default:
         return fld_prepared_rotary(p, data[0], data[1], data[2], data[3]);
     }
+}
+
+int fld_prepared_bind(fld_prepared *p, void *const data[])
+{
+    if (unlikely(!p || !data))
+        return fld__fail(FLD_EINVAL, "fld_prepared_bind: argument '%s' is NULL", p ? "data" : "p");
+    void *d[NT] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < p->ntensors; i++)
+        d[i] = data[i];
+    uintptr_t doubt;
+    switch (p->kind) {
+    case FLD_ARGS_ACTIVATION:
+        doubt = doubt_activation(p, d);
+        break;
+    case FLD_ARGS_RMS_NORM:
+        doubt = doubt_rms_norm(p, d);
+        break;
+    default:
+        doubt = doubt_rotary(p, d);
+        break;
+    }
+    if (doubt)
+        return bind_validated(p, d, false);
+    store(p, d, p->ntensors);
+    return FLD_OK;
+}
+
+/* A run that reads the positions first (rotary on the CPU). */
+static __attribute__((noinline)) int run_positions(fld_prepared *p)
+{
+    if (!positions_in_range(p, p->tensors[0].data)) {
+        /* the validator names the position at fault */
+        void *const d[NT] = {p->tensors[0].data, p->tensors[1].data, p->tensors[2].data,
+                             p->tensors[3].data};
+        return bind_validated(p, d, true);
+    }
+    return run_bound(p);
+}
+
+int fld_prepared_run(fld_prepared *p)
+{
+    if (unlikely(!p))
+        return fld__fail(FLD_EINVAL, "fld_prepared_run: argument 'p' is NULL");
+    if (unlikely(p->read_positions))
+        return run_positions(p);
+    return run_bound(p);
 }
 
 static __attribute__((cold)) int wrong_family(const fld_prepared *p, const char *fn)

@@ -779,18 +779,19 @@ START_TEST(targets_script_judges_overhead)
     ck_assert_msg(line_with(out, "two threads vs one", "(target >= 1.8x)"), CLIP, out);
     ck_assert_msg(line_with(out, "opaque", "direct", "handle", "name", "call_on"), CLIP, out);
     /* 3 kernels x (handle and name at 1 and 2 threads + 4 variants' scaling), and
-     * null and loop x (prepared at 1 and 2 threads + its scaling) */
-    ck_assert_msg(line_with(out, " of 30 met"), CLIP, out);
-    bool all_met = line_with(out, "30 of 30 met") != NULL;
+     * null and loop x (prepared and run at 1 and 2 threads + their scaling) */
+    ck_assert_msg(line_with(out, " of 36 met"), CLIP, out);
+    bool all_met = line_with(out, "36 of 36 met") != NULL;
     free(out);
 
     rc = run_targets_script(r.out, "--json", &out);
     ck_assert_msg(rc == 0, "status %d:\n" CLIP, rc, out);
-    ck_assert_int_eq(tt_count_of(out, "\"target\": "), 30);
+    ck_assert_int_eq(tt_count_of(out, "\"target\": "), 36);
     ck_assert_int_eq(tt_count_of(out, "\"target\": \"handle_overhead_ns\""), 6);
     ck_assert_int_eq(tt_count_of(out, "\"target\": \"name_overhead_ns\""), 6);
     ck_assert_int_eq(tt_count_of(out, "\"target\": \"prepared_overhead_ns\""), 4);
-    ck_assert_int_eq(tt_count_of(out, "\"target\": \"scaling_2t\""), 14);
+    ck_assert_int_eq(tt_count_of(out, "\"target\": \"run_overhead_ns\""), 4);
+    ck_assert_int_eq(tt_count_of(out, "\"target\": \"scaling_2t\""), 16);
     ck_assert_msg(strstr(out, "\"impl_id\": \"vendor.bench_loop\"") &&
                       strstr(out, "\"op\": \"bench_opaque\"") &&
                       strstr(out, "\"variant\": \"call_on\"") && strstr(out, "\"limit\": 1.8"),

@@ -1317,11 +1317,13 @@ START_TEST(bench_overhead_json)
     ck_assert(strstr(r.out, "\"threads\": "));
     ck_assert(strstr(r.out, "\"results\": ["));
     ck_assert(strstr(r.out, "\"scaling_2t\": {"));
-    /* (3 kernels x 4 variants + the 2 catalog kernels' prepared call) x 2 thread counts */
-    ck_assert_int_eq(tt_count_of(r.out, "\"variant\": "), 28);
-    ck_assert_int_eq(tt_count_of(r.out, "\"ns_per_call\": "), 28);
-    ck_assert_int_eq(tt_count_of(r.out, "\"overhead_ns\": "), 28);
+    /* (3 kernels x 4 variants + the 2 catalog kernels' prepared call and run) x 2 thread
+     * counts */
+    ck_assert_int_eq(tt_count_of(r.out, "\"variant\": "), 32);
+    ck_assert_int_eq(tt_count_of(r.out, "\"ns_per_call\": "), 32);
+    ck_assert_int_eq(tt_count_of(r.out, "\"overhead_ns\": "), 32);
     ck_assert_int_eq(tt_count_of(r.out, "\"variant\": \"prepared\""), 4);
+    ck_assert_int_eq(tt_count_of(r.out, "\"variant\": \"run\""), 4);
     ck_assert(strstr(r.out, "\"kernel\": \"opaque\""));
     ck_assert(strstr(r.out, "\"variant\": \"call_on\""));
     ck_assert(!strstr(r.out, ": null")); /* every figure measured */

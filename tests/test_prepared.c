@@ -10,6 +10,11 @@
  *   - bad templates and bad per-call pointers fail with FLD_EINVAL naming the
  *     tensor, and run nothing;
  *   - a policy change, a scoped override and a new plugin are followed;
+ *   - bound pointers (fld_prepare()'s, fld_prepared_bind()'s, an accepted
+ *     call's) are what fld_prepared_run() runs on; a refused bind or call
+ *     keeps the previous ones; a run follows policy changes, reloads, new
+ *     plugins, a shutdown, and falls back from a failing implementation
+ *     without calling it again until the policy changes;
  *   - a forked child and a call after fld_shutdown() work;
  *   - threads with their own prepared calls while the policy changes (for TSan).
  *
@@ -68,14 +73,27 @@ static void record_args(char impl, const void *args, fld_args_kind kind)
     }
 }
 
+/* While set, vendor.prep_a's silu_and_mul fails (counting its calls) and touches nothing. */
+static atomic_bool act_a_fails;
+static atomic_int act_a_failures;
+
 static int act_a(const void *args)
 {
+    if (atomic_load(&act_a_fails)) {
+        atomic_fetch_add(&act_a_failures, 1);
+        return FLD_EIMPL;
+    }
     record_args('a', args, FLD_ARGS_ACTIVATION);
     return FLD_OK;
 }
 static int act_b(const void *args)
 {
     record_args('b', args, FLD_ARGS_ACTIVATION);
+    return FLD_OK;
+}
+static int act_c(const void *args)
+{
+    record_args('c', args, FLD_ARGS_ACTIVATION);
     return FLD_OK;
 }
 static int norm_a(const void *args)
@@ -135,6 +153,34 @@ static const fld_plugin_descriptor prep_plugin = {
     .version = FLD_VERSION_STRING,
     .host_version = FLD_VERSION_STRING,
     .register_builtins = prep_register,
+};
+
+/* A second plugin, loaded later: its silu_and_mul outranks prep's. */
+static int prep_c_register(fld_registry *reg)
+{
+    const fld_impl impl = {
+        .op = FLD_OP_SILU_AND_MUL,
+        .impl_id = "vendor.prep_c",
+        .kind = FLD_KIND_VENDOR,
+        .vendor = "prepc",
+        .priority = 130,
+        .devices = FLD_DEVICE_MASK_ALL,
+        .dtypes = FLD_DTYPE_MASK_ALL,
+        .fn = act_c,
+    };
+    return fld_registry_register(reg, &impl);
+}
+
+static const fld_plugin_descriptor prep_c_plugin = {
+    .magic = FLD_PLUGIN_MAGIC,
+    .abi_major = FLD_PLUGIN_ABI_MAJOR,
+    .abi_minor = FLD_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(fld_plugin_descriptor),
+    .flags = FLD_PLUGIN_FLAG_IN_TREE,
+    .name = "prepc",
+    .version = FLD_VERSION_STRING,
+    .host_version = FLD_VERSION_STRING,
+    .register_builtins = prep_c_register,
 };
 
 static void load_prep_plugin(void)
@@ -206,9 +252,23 @@ static void *gen_pointer(void *const *prev, int i, size_t elem)
 
 struct counts {
     long ok, refused;
+    void *bound[4]; /* what the prepared object holds: the template's, then the last accepted */
 };
 
-/* One generated call: prepared against typed, same tensors. */
+static struct counts counts_of(DLTensor *const t[4])
+{
+    struct counts c = {0, 0, {NULL, NULL, NULL, NULL}};
+    for (int k = 0; k < 4; k++)
+        c.bound[k] = t[k] ? t[k]->data : NULL;
+    return c;
+}
+
+/*
+ * One generated call: prepared against typed, same tensors; then the same
+ * pointers bound (the same verdict, nothing run) and a run, which must use
+ * the pointers bound last (rotary: only when they were just accepted, since
+ * the generator rewrites the positions of the buffer bound before).
+ */
 static void compare(fld_prepared *p, int family, DLTensor *t[4], const void *typed_args,
                     void *const data[4], long i, struct counts *c)
 {
@@ -242,6 +302,22 @@ static void compare(fld_prepared *p, int family, DLTensor *t[4], const void *typ
         ck_assert_str_eq(fld_last_error(), typed_msg);
         c->refused++;
     }
+    seen.calls = 0;
+    const int bound = fld_prepared_bind(p, data);
+    ck_assert_msg(bound == typed, "call %ld (%s): bind %d, typed %d (%s / %s)", i,
+                  fld_prepared_op(p), bound, typed, fld_last_error(), typed_msg);
+    ck_assert_int_eq(seen.calls, 0);
+    if (typed != FLD_OK)
+        ck_assert_str_eq(fld_last_error(), typed_msg);
+    else
+        for (int k = 0; k < 4; k++)
+            c->bound[k] = t[k] ? data[k] : NULL;
+    if (family != 2 || typed == FLD_OK) {
+        ck_assert_msg(fld_prepared_run(p) == FLD_OK, "call %ld: run: %s", i, fld_last_error());
+        ck_assert_int_eq(seen.calls, 1);
+        for (int k = 0; k < 4; k++)
+            ck_assert_ptr_eq(seen.data[k], c->bound[k]);
+    }
 }
 
 #define GENERATED_CALLS 20000
@@ -265,7 +341,7 @@ START_TEST(agrees_with_typed_activation)
         ck_assert_msg(fld_prepare(FLD_OP_SILU_AND_MUL, &a, &p) == FLD_OK, "%s", fld_last_error());
         ck_assert_int_eq(fld_prepared_ntensors(p), 2);
         DLTensor *t[4] = {&out.t, &x.t, NULL, NULL};
-        struct counts c = {0, 0};
+        struct counts c = counts_of(t);
         for (long i = 0; i < GENERATED_CALLS; i++) {
             void *d[4] = {NULL, NULL, NULL, NULL};
             for (int k = 0; k < 2; k++)
@@ -294,12 +370,12 @@ START_TEST(agrees_with_typed_rms_norm)
         out.t = tensor((void *)(ARENA + 65536), dt, 2, out.shape, out.strides);
         w.t = tensor((void *)(ARENA + 2 * 65536), dt, 1, w.shape, NULL);
         r.t = tensor((void *)(ARENA + 3 * 65536), dt, 2, r.shape, NULL);
-        fld_rms_norm_args a = {&out.t, &x.t, layout & 2 ? &w.t : NULL,
-                               layout & 4 ? &r.t : NULL, 1e-6f};
+        fld_rms_norm_args a = {&out.t, &x.t, layout & 2 ? &w.t : NULL, layout & 4 ? &r.t : NULL,
+                               1e-6f};
         fld_prepared *p;
         ck_assert_msg(fld_prepare(FLD_OP_RMS_NORM, &a, &p) == FLD_OK, "%s", fld_last_error());
         DLTensor *t[4] = {&out.t, &x.t, a.weight ? &w.t : NULL, a.residual ? &r.t : NULL};
-        struct counts c = {0, 0};
+        struct counts c = counts_of(t);
         for (long i = 0; i < GENERATED_CALLS; i++) {
             void *d[4] = {NULL, NULL, NULL, NULL};
             for (int k = 0; k < 4; k++)
@@ -345,7 +421,7 @@ START_TEST(agrees_with_typed_rotary)
         ck_assert_msg(fld_prepare(FLD_OP_ROTARY_EMBEDDING, &a, &p) == FLD_OK, "%s",
                       fld_last_error());
         DLTensor *t[4] = {&pos.t, &q.t, has_key ? &k.t : NULL, &cache.t};
-        struct counts c = {0, 0};
+        struct counts c = counts_of(t);
         for (long i = 0; i < GENERATED_CALLS; i++) {
             /* positions: one of two real buffers, values mostly in range */
             const int buf = (int)(rnd() % 2);
@@ -505,6 +581,97 @@ START_TEST(positions_checked_per_call)
 }
 END_TEST
 
+START_TEST(bind_and_run)
+{
+    load_prep_plugin();
+    int64_t s[2] = {2, 64}, ws[1] = {64};
+    DLTensor x = tensor((void *)ARENA, FLD_DTYPE_F32, 2, s, NULL);
+    DLTensor out = tensor((void *)(ARENA + 4096), FLD_DTYPE_F32, 2, s, NULL);
+    DLTensor w = tensor((void *)(ARENA + 8192), FLD_DTYPE_F32, 1, ws, NULL);
+    fld_rms_norm_args n = {&out, &x, &w, NULL, 1e-6f};
+    fld_prepared *p;
+    ck_assert_int_eq(fld_prepare(FLD_OP_RMS_NORM, &n, &p), FLD_OK);
+    /* bound at first: the template's pointers, which fld_prepare() checked */
+    seen.calls = 0;
+    ck_assert_msg(fld_prepared_run(p) == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(seen.calls, 1);
+    ck_assert_ptr_eq(seen.data[0], out.data);
+    ck_assert_ptr_eq(seen.data[1], x.data);
+    ck_assert_ptr_eq(seen.data[2], w.data);
+    ck_assert_ptr_null(seen.data[3]);
+    /* a bind runs nothing; the runs after it use its pointers */
+    void *o = (void *)(ARENA + 65536), *xd = (void *)(ARENA + 2 * 65536),
+         *wd = (void *)(ARENA + 3 * 65536);
+    seen.calls = 0;
+    ck_assert_int_eq(fld_prepared_bind(p, (void *[]){o, xd, wd, NULL}), FLD_OK);
+    ck_assert_int_eq(seen.calls, 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(fld_prepared_run(p), FLD_OK);
+        ck_assert_ptr_eq(seen.data[0], o);
+        ck_assert_ptr_eq(seen.data[1], xd);
+        ck_assert_ptr_eq(seen.data[2], wd);
+    }
+    ck_assert_int_eq(seen.calls, 3);
+    /* refused binds and calls: the typed call's message, nothing run, the binding kept */
+    seen.calls = 0;
+    ck_assert_int_eq(fld_prepared_bind(p, (void *[]){o, NULL, wd, NULL}), FLD_EINVAL);
+    ck_assert_msg(strstr(fld_last_error(), "tensor 'x' has NULL data"), "%s", fld_last_error());
+    ck_assert_int_eq(fld_prepared_bind(p, (void *[]){o, xd, (char *)o + 128, NULL}), FLD_EINVAL);
+    ck_assert_msg(strstr(fld_last_error(), "overlaps tensor 'weight'"), "%s", fld_last_error());
+    ck_assert_int_eq(fld_prepared_rms_norm(p, o, (char *)o + 4, wd, NULL), FLD_EINVAL);
+    ck_assert_msg(strstr(fld_last_error(), "out may alias x only exactly"), "%s", fld_last_error());
+    ck_assert_int_eq(seen.calls, 0);
+    ck_assert_int_eq(fld_prepared_run(p), FLD_OK);
+    ck_assert_int_eq(seen.calls, 1);
+    ck_assert_ptr_eq(seen.data[0], o);
+    ck_assert_ptr_eq(seen.data[1], xd);
+    ck_assert_ptr_eq(seen.data[2], wd);
+    /* in place, accepted by the call: bound */
+    ck_assert_int_eq(fld_prepared_rms_norm(p, xd, xd, wd, NULL), FLD_OK);
+    ck_assert_int_eq(fld_prepared_run(p), FLD_OK);
+    ck_assert_ptr_eq(seen.data[0], xd);
+    ck_assert_ptr_eq(seen.data[1], xd);
+    /* wrong use */
+    ck_assert_int_eq(fld_prepared_run(NULL), FLD_EINVAL);
+    ck_assert_msg(strstr(fld_last_error(), "fld_prepared_run: argument 'p' is NULL"), "%s",
+                  fld_last_error());
+    ck_assert_int_eq(fld_prepared_bind(NULL, (void *[]){o, xd, wd, NULL}), FLD_EINVAL);
+    ck_assert_msg(strstr(fld_last_error(), "fld_prepared_bind: argument 'p' is NULL"), "%s",
+                  fld_last_error());
+    ck_assert_int_eq(fld_prepared_bind(p, NULL), FLD_EINVAL);
+    ck_assert_msg(strstr(fld_last_error(), "fld_prepared_bind: argument 'data' is NULL"), "%s",
+                  fld_last_error());
+    fld_prepared_free(p);
+}
+END_TEST
+
+START_TEST(run_checks_positions)
+{
+    load_prep_plugin();
+    int64_t pos[2] = {0, 1}, ps[1] = {2}, qs[2] = {2, 32}, cs[2] = {8, 16};
+    DLTensor p_t = tensor(pos, (DLDataType){kDLInt, 64, 1}, 1, ps, NULL);
+    DLTensor q = tensor((void *)ARENA, FLD_DTYPE_F32, 2, qs, NULL);
+    DLTensor c = tensor((void *)(ARENA + 65536), FLD_DTYPE_F32, 2, cs, NULL);
+    fld_rotary_embedding_args a = {&p_t, &q, NULL, 16, &c, true};
+    fld_prepared *p;
+    ck_assert_int_eq(fld_prepare(FLD_OP_ROTARY_EMBEDDING, &a, &p), FLD_OK);
+    seen.calls = 0;
+    ck_assert_int_eq(fld_prepared_run(p), FLD_OK);
+    ck_assert_int_eq(seen.calls, 1);
+    /* the bound positions' values change: each run reads them */
+    pos[0] = 8; /* the cache has 8 rows */
+    ck_assert_int_eq(fld_prepared_run(p), FLD_EINVAL);
+    ck_assert_msg(strstr(fld_last_error(), "positions"), "%s", fld_last_error());
+    pos[0] = -1;
+    ck_assert_int_eq(fld_prepared_run(p), FLD_EINVAL);
+    ck_assert_int_eq(seen.calls, 1);
+    pos[0] = 7;
+    ck_assert_int_eq(fld_prepared_run(p), FLD_OK);
+    ck_assert_int_eq(seen.calls, 2);
+    fld_prepared_free(p);
+}
+END_TEST
+
 /* ---- selection is followed ---------------------------------------------------------- */
 
 START_TEST(follows_policy_changes)
@@ -543,6 +710,88 @@ START_TEST(follows_policy_changes)
 }
 END_TEST
 
+/* A prepared silu_and_mul of the arena's addresses, and the impl its run selected. */
+static char run_impl(fld_prepared *p)
+{
+    seen.calls = 0;
+    seen.impl = '?';
+    int rc = fld_prepared_run(p);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(seen.calls, 1);
+    return seen.impl;
+}
+
+static fld_prepared *prepare_silu(void)
+{
+    static int64_t s[2] = {1, 64}, so[2] = {1, 32};
+    DLTensor x = tensor((void *)ARENA, FLD_DTYPE_F32, 2, s, NULL);
+    DLTensor out = tensor((void *)(ARENA + 4096), FLD_DTYPE_F32, 2, so, NULL);
+    fld_activation_args a = {&out, &x};
+    fld_prepared *p;
+    ck_assert_int_eq(fld_prepare(FLD_OP_SILU_AND_MUL, &a, &p), FLD_OK);
+    return p;
+}
+
+START_TEST(run_follows_changes)
+{
+    load_prep_plugin();
+    fld_prepared *p = prepare_silu();
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(run_impl(p), 'a');
+    ck_assert_int_eq(fld_policy_set("per_op", "silu_and_mul=impl:vendor.prep_b"), FLD_OK);
+    ck_assert_int_eq(run_impl(p), 'b');
+    ck_assert_int_eq(run_impl(p), 'b');
+    ck_assert_int_eq(fld_policy_push_per_op("silu_and_mul=impl:vendor.prep_a"), FLD_OK);
+    ck_assert_int_eq(run_impl(p), 'a');
+    ck_assert_int_eq(fld_policy_pop(), FLD_OK);
+    ck_assert_int_eq(run_impl(p), 'b');
+    /* a reload: the environment's policy replaces the one set above */
+    ck_assert_int_eq(setenv("VLLM_FL_PER_OP", "silu_and_mul=impl:vendor.prep_b", 1), 0);
+    ck_assert_int_eq(fld_policy_set("per_op", "silu_and_mul=impl:vendor.prep_a"), FLD_OK);
+    ck_assert_int_eq(run_impl(p), 'a');
+    ck_assert_msg(fld_reload() == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(run_impl(p), 'b');
+    ck_assert_int_eq(unsetenv("VLLM_FL_PER_OP"), 0);
+    ck_assert_msg(fld_reload() == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(run_impl(p), 'a');
+    /* a new plugin whose implementation ranks first */
+    ck_assert_msg(fld_register_plugin(&prep_c_plugin) == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(run_impl(p), 'c');
+    ck_assert_int_eq(run_impl(p), 'c');
+    fld_prepared_free(p);
+}
+END_TEST
+
+START_TEST(run_falls_back_and_remembers)
+{
+    load_prep_plugin();
+    fld_prepared *p = prepare_silu();
+    ck_assert_int_eq(run_impl(p), 'a');
+    ck_assert_int_eq(run_impl(p), 'a'); /* the direct call is open */
+    atomic_store(&act_a_fails, true);
+    atomic_store(&act_a_failures, 0);
+    ck_assert_int_eq(run_impl(p), 'b');
+    ck_assert_int_eq(atomic_load(&act_a_failures), 1);
+    /* remembered for (silu_and_mul, cpu, float32): not called again, by a run or a call */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(run_impl(p), 'b');
+    ck_assert_int_eq(fld_prepared_activation(p, (void *)(ARENA + 65536), (void *)ARENA), FLD_OK);
+    ck_assert_int_eq(seen.impl, 'b');
+    ck_assert_int_eq(atomic_load(&act_a_failures), 1);
+    /* a policy change forgets the failure: a is tried again */
+    ck_assert_int_eq(fld_policy_set("strict", "0"), FLD_OK);
+    ck_assert_int_eq(run_impl(p), 'b');
+    ck_assert_int_eq(atomic_load(&act_a_failures), 2);
+    /* strict: the winner's own error */
+    ck_assert_int_eq(fld_policy_set("strict", "1"), FLD_OK);
+    ck_assert_int_eq(fld_prepared_run(p), FLD_EIMPL);
+    ck_assert_int_eq(atomic_load(&act_a_failures), 3);
+    atomic_store(&act_a_fails, false);
+    ck_assert_int_eq(run_impl(p), 'a');
+    fld_prepared_free(p);
+}
+END_TEST
+
 /* rms_norm of one row of ones with unit weight: every output is 1/sqrt(1 + eps). */
 static void check_norm_result(const float *out, int n)
 {
@@ -567,6 +816,16 @@ START_TEST(survives_shutdown)
     check_norm_result(out[0], 64);
     ck_assert_int_eq(fld_shutdown(), FLD_OK);
     ck_assert_int_eq(fld_prepared_rms_norm(p, out[1], x[1], w, NULL), FLD_OK);
+    check_norm_result(out[1], 64);
+    ck_assert_int_eq(fld_shutdown(), FLD_OK);
+    /* a run after a shutdown: the op is looked up again, on the pointers bound last */
+    memset(out[1], 0, sizeof out[1]);
+    ck_assert_int_eq(fld_prepared_run(p), FLD_OK);
+    check_norm_result(out[1], 64);
+    ck_assert_int_eq(fld_prepared_run(p), FLD_OK);
+    ck_assert_int_eq(fld_shutdown(), FLD_OK);
+    memset(out[1], 0, sizeof out[1]);
+    ck_assert_int_eq(fld_prepared_run(p), FLD_OK);
     check_norm_result(out[1], 64);
     ck_assert_int_eq(fld_shutdown(), FLD_OK);
     fld_prepared_free(p); /* after the shutdown: plain memory */
@@ -621,8 +880,11 @@ static void *caller(void *arg)
         return (void *)1;
     long bad = 0, n = 0;
     while (!atomic_load(&stop) || n < 1000) {
-        bad += fld_prepared_activation(p, (void *)(ARENA + 65536), (void *)(ARENA + 131072)) !=
-               FLD_OK;
+        bad +=
+            fld_prepared_activation(p, (void *)(ARENA + 65536), (void *)(ARENA + 131072)) != FLD_OK;
+        bad += fld_prepared_run(p) != FLD_OK;
+        /* the run's kernel saw this thread's bound pointers */
+        bad += seen.data[0] != (void *)(ARENA + 65536) || seen.data[1] != (void *)(ARENA + 131072);
         n++;
     }
     fld_prepared_free(p);
@@ -662,7 +924,11 @@ static Suite *prepared_suite(void)
     tcase_add_test(tc, bad_templates);
     tcase_add_test(tc, bad_pointers);
     tcase_add_test(tc, positions_checked_per_call);
+    tcase_add_test(tc, bind_and_run);
+    tcase_add_test(tc, run_checks_positions);
     tcase_add_test(tc, follows_policy_changes);
+    tcase_add_test(tc, run_follows_changes);
+    tcase_add_test(tc, run_falls_back_and_remembers);
     tcase_add_test(tc, survives_shutdown);
     tcase_add_test(tc, works_in_forked_child);
     tcase_add_test(tc, threads_and_policy_changes);

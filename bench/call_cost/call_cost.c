@@ -14,6 +14,7 @@
  *   typed      fld_rms_norm() on [1, 4096] float32 x, out, weight, with the
  *              null kernel pinned (what `fldispatch bench --overhead` times)
  *   prepared   fld_prepared_rms_norm() of the same call
+ *   run        fld_prepared_run() of the same prepared call (its bound pointers)
  *   opaque     fld_call() by handle of the null kernel registered for an op
  *              outside the catalog (dispatch alone: no validation)
  *   norm, norm_res, silu, rotary, rotary_bf16
@@ -114,6 +115,12 @@ __attribute__((noinline)) void loop_prepared(long n, fld_prepared *p, const fld_
                     FLD_OK;
 }
 
+__attribute__((noinline)) void loop_run(long n, fld_prepared *p)
+{
+    for (long i = 0; i < n; i++)
+        failures += fld_prepared_run(p) != FLD_OK;
+}
+
 __attribute__((noinline)) void loop_opaque(long n, fld_op op, const void *args)
 {
     for (long i = 0; i < n; i++)
@@ -154,7 +161,7 @@ int main(int argc, char **argv)
     const char *kind = argv[1];
     const long n = atol(argv[2]);
     const bool null = !strcmp(kind, "direct") || !strcmp(kind, "typed") ||
-                      !strcmp(kind, "prepared") || !strcmp(kind, "opaque");
+                      !strcmp(kind, "prepared") || !strcmp(kind, "run") || !strcmp(kind, "opaque");
     if (null && fld_register_plugin(&null_plugin) != FLD_OK) {
         fprintf(stderr, "call_cost: %s\n", fld_last_error());
         return 1;
@@ -174,14 +181,19 @@ int main(int argc, char **argv)
     } else if (!strcmp(kind, "typed")) {
         loop_typed(1, &norm);
         loop_typed(n, &norm);
-    } else if (!strcmp(kind, "prepared")) {
+    } else if (!strcmp(kind, "prepared") || !strcmp(kind, "run")) {
         fld_prepared *p;
         if (fld_prepare(FLD_OP_RMS_NORM, &norm, &p) != FLD_OK) {
             fprintf(stderr, "call_cost: %s\n", fld_last_error());
             return 1;
         }
-        loop_prepared(1, p, &norm);
-        loop_prepared(n, p, &norm);
+        if (!strcmp(kind, "run")) {
+            loop_run(1, p);
+            loop_run(n, p);
+        } else {
+            loop_prepared(1, p, &norm);
+            loop_prepared(n, p, &norm);
+        }
         fld_prepared_free(p);
     } else if (!strcmp(kind, "opaque")) {
         fld_op op = fld_op_lookup("cost_opaque");

@@ -10,7 +10,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
 [ $# -gt 0 ] && shift
-kinds=${*:-direct typed prepared opaque norm norm_res silu rotary rotary_bf16}
+kinds=${*:-direct typed prepared run opaque norm norm_res silu rotary rotary_bf16}
 root=$(cd "$here/../.." && pwd)
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT

@@ -416,9 +416,11 @@ FLD_API int fld_call_on(fld_op op, int device_type, DLDataType dtype, const void
 
 /*
  * A prepared call: a catalog op's call checked once and repeated with new
- * data pointers. An engine calls each layer with the same shapes every step;
- * preparing lets the host check shapes, strides, dtypes and devices once and
- * then check, per call, only what the data pointers can change.
+ * data pointers, or repeated on the same ones. An engine calls each layer
+ * with the same shapes every step; preparing lets the host check shapes,
+ * strides, dtypes and devices once and then check, per call, only what the
+ * data pointers can change, and nothing at all when they stay the same (as
+ * SQLite's prepare, bind and step).
  *
  *   fld_rms_norm_args a = {&out, &x, &w, NULL, 1e-6f};
  *   fld_prepared *p;
@@ -448,22 +450,36 @@ FLD_API int fld_call_on(fld_op op, int device_type, DLDataType dtype, const void
  * A tensor that was NULL in the template (rms_norm's weight or residual,
  * rotary's key) stays absent: its pointer is ignored (pass NULL).
  *
+ * Bound pointers: the object holds the data pointers of its last accepted
+ * call or fld_prepared_bind(), at first the template's (fld_prepare() checked
+ * them). A refused call or bind leaves them as they were. fld_prepared_run()
+ * runs the op on them and checks nothing of them again, since nothing a check
+ * looks at has changed: the caller's part, as for any call, is that the
+ * memory behind them is still allocated, of the prepared layout, while the
+ * op runs. Rotary on the CPU is the exception: its positions' values are read
+ * again at every run (they change between calls), and one out of range fails
+ * the run as the typed call would.
+ *
  * Selection is not frozen: each call dispatches as the typed entry point
  * does, so a policy or registry change (fld_policy_set, a scoped override on
  * the calling thread, fld_reload, fld_load_plugin) is followed on the next
- * call, with the same fallback and failure memory.
+ * call, with the same fallback and failure memory. The object caches the op
+ * it dispatches through with the library's generation counter, which every
+ * such change moves: a call compares the two and looks the op up again when
+ * they differ.
  *
  * Lifetime: an fld_prepared belongs to the application and is plain memory;
- * it holds no lock, no handle and no pointer into the library's state. It
- * stays valid across fld_reload() and fld_shutdown() (a call after a shutdown
+ * it holds no lock and no handle, and the op it caches is used only while
+ * the generation it was read in holds (never after a shutdown). It stays
+ * valid across fld_reload() and fld_shutdown() (a call after a shutdown
  * initialises the library again, as the typed entry points do; during one it
  * returns FLD_ESTATE) and in a forked child. fld_prepared_free() needs no
  * init and may come before or after fld_shutdown(); NULL is a no-op.
  *
- * Threads: fld_prepare() is MT safe. A call writes the new pointers into the
- * prepared object before dispatching, so one fld_prepared is used by one
- * thread at a time (prepare one per thread, or serialise); distinct prepared
- * objects may be called concurrently, on the same op or not.
+ * Threads: fld_prepare() is MT safe. A call or bind writes the new pointers
+ * (and a run its cache) into the prepared object, so one fld_prepared is used
+ * by one thread at a time (prepare one per thread, or serialise); distinct
+ * prepared objects may be called concurrently, on the same op or not.
  */
 typedef struct fld_prepared fld_prepared;
 
@@ -489,6 +505,20 @@ FLD_API int fld_prepared_rms_norm(fld_prepared *p, void *out, const void *x, con
                                   void *residual);
 FLD_API int fld_prepared_rotary(fld_prepared *p, const void *positions, void *query, void *key,
                                 const void *cos_sin_cache);
+
+/*
+ * Binds data[0 .. ntensors-1] (fld_prepared_call()'s order) without running
+ * the op: the checks of a call with those pointers, and the unprepared
+ * call's status (FLD_EINVAL) and message when they fail; the previous
+ * binding stays.
+ */
+FLD_API int fld_prepared_bind(fld_prepared *p, void *const data[]);
+/*
+ * Runs the prepared op on the bound pointers ("Bound pointers" above): the
+ * fastest call of an op with tensors. Returns what the typed entry point would
+ * for those tensors; FLD_EINVAL when p is NULL.
+ */
+FLD_API int fld_prepared_run(fld_prepared *p);
 
 /* ------------------------------------------------------------------------ */
 /* Op signatures: the arguments of ops outside the catalog                  */

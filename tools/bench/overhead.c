@@ -11,7 +11,9 @@
  *   name    fld_call_by_name();
  *   typed   fld_rms_norm();
  *   prepared fld_prepared_rms_norm() on a call prepared once (fld_prepare()):
- *           the per-call pointer checks and dispatch, no layout validation.
+ *           the per-call pointer checks and dispatch, no layout validation;
+ *   run     fld_prepared_run() of the same prepared call on its bound
+ *           pointers: dispatch alone (the cached op, a generation compare).
  * Each runs with a "null" kernel (returns at once, so only the dispatch is
  * measured) and with a "loop" kernel (a plain rms_norm, for scale). Both are
  * registered by an in-process plugin "bench" and pinned with a per-op policy
@@ -49,9 +51,9 @@
 #define LOOP_CALLS_DIVISOR 10
 #define NTHREADS_MAX       2
 
-enum variant { V_DIRECT, V_HANDLE, V_NAME, V_TYPED, V_PREPARED, V_COUNT };
-static const char *const variant_names[V_COUNT] = {"direct", "handle", "name", "typed",
-                                                   "prepared"};
+enum variant { V_DIRECT, V_HANDLE, V_NAME, V_TYPED, V_PREPARED, V_RUN, V_COUNT };
+static const char *const variant_names[V_COUNT] = {"direct", "handle",   "name",
+                                                   "typed",  "prepared", "run"};
 
 /*
  * null and loop are rms_norm kernels, so their dispatched calls include the
@@ -59,7 +61,7 @@ static const char *const variant_names[V_COUNT] = {"direct", "handle", "name", "
  * outside the catalog, whose arguments the host does not look at: its
  * overhead is the dispatch machinery alone. Its "typed" variant is
  * fld_call_on() (there is no typed entry point for a plugin's own op), and it
- * has no prepared variant (the host cannot prepare opaque arguments).
+ * has no prepared or run variant (the host cannot prepare opaque arguments).
  */
 enum kernel { K_NULL, K_LOOP, K_OPAQUE, K_COUNT };
 static const char *const kernel_names[K_COUNT] = {"null", "loop", "opaque"};
@@ -127,7 +129,7 @@ static int (*const kernel_fns[K_COUNT])(const void *) = {bench_null_kernel, benc
 /* Whether kernel k has variant v: an op outside the catalog cannot be prepared. */
 static bool variant_applies(enum kernel k, enum variant v)
 {
-    return !(k == K_OPAQUE && v == V_PREPARED);
+    return !(k == K_OPAQUE && (v == V_PREPARED || v == V_RUN));
 }
 
 static const char *variant_label(enum kernel k, enum variant v)
@@ -257,6 +259,10 @@ static bool run_calls(enum variant v, struct bench_args *b, long n)
     case V_PREPARED:
         for (long i = 0; i < n; i++)
             failed |= fld_prepared_rms_norm(b->prepared, b->out, b->x, b->weight, NULL);
+        break;
+    case V_RUN:
+        for (long i = 0; i < n; i++)
+            failed |= fld_prepared_run(b->prepared);
         break;
     case V_COUNT:
         break;
