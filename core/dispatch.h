@@ -17,12 +17,6 @@
 /* Dispatches a catalog op by index after validating args. */
 int fld__call_catalog(enum fld_catalog_index idx, const void *args);
 /*
- * Dispatches a catalog op by index on the key (fld__slot()) of arguments the
- * caller has checked as its validator would (prepared calls, prepared.c).
- */
-int fld__call_checked(enum fld_catalog_index idx, unsigned slot, const void *args);
-
-/*
  * The hot path, inlined into the entry points that know their family (the
  * typed calls of catalog.c, the prepared calls of prepared.c), so that such
  * a call is one function from its checks to the kernel. Everything but the
