@@ -292,14 +292,21 @@ def note_rank():
     """Puts this process's rank in torch.distributed into RANK, where the
     library reads it for %r in VLLM_FL_STATS_FILE and VLLM_FL_TRACE: vLLM's
     worker processes get their rank as arguments, not in the environment,
-    and inherit their parent's RANK if it has one. Called as each layer is
-    made (vLLM makes the model after its distributed setup); does nothing
-    before torch.distributed is initialised."""
+    and inherit their parent's RANK if it has one (a driver that ran an
+    in-process engine has one). The IO dump, which may have taken its rank
+    from that inherited RANK before the process group came up, reads it
+    again. Called as each layer is made (vLLM makes the model after its
+    distributed setup); does nothing before torch.distributed is
+    initialised."""
     import os
+    import sys
 
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         os.environ["RANK"] = str(dist.get_rank())
+        dump = sys.modules.get("fldispatch.iodump")
+        if dump is not None:
+            dump.reset_rank()
 
 
 def layer_class(op_name):

@@ -199,11 +199,16 @@ def test_register_sets_the_host_defaults_it_finds_unset(fake_vllm, monkeypatch):
 
 def test_a_worker_layer_puts_its_rank_in_the_environment(fake_vllm, monkeypatch):
     """vLLM's workers get their rank as arguments: the library's %r reads
-    RANK, which a worker may have inherited from its parent (here 0)."""
+    RANK, which a worker may have inherited from its parent (here 0), and so
+    may the IO dump (its rank_NNNN directory) before the process group is up."""
     import os
 
+    from fldispatch import iodump
+
     monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(iodump, "_rank", None)
     fv.register()
+    assert iodump.get_rank() == 0  # from the inherited RANK
     ln, _, _ = layers(fake_vllm)
     ln.RMSNorm(64)
     assert os.environ["RANK"] == "0"  # torch.distributed not initialised: left alone
@@ -212,6 +217,7 @@ def test_a_worker_layer_puts_its_rank_in_the_environment(fake_vllm, monkeypatch)
     monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 1)
     ln.RMSNorm(64)
     assert os.environ["RANK"] == "1"
+    assert iodump.get_rank() == 1
 
 
 def test_a_layer_another_plugin_replaced_is_left_alone(fake_vllm, caplog):

@@ -5,8 +5,10 @@ opcheck), checked here in our own words:
 
 - always: the CPU plugin's PyTorch forms (VLLM_FL_CPU_ACTIVATIONS=torch,
   which fldispatch.vllm sets) give torch's own F.silu / F.gelu results to
-  the bit at vLLM's test shapes and for every 16-bit input; they run in a
-  child process, since the plugin reads the variable when it registers;
+  the bit at vLLM's test shapes and for every 16-bit input, and its own
+  forms (reference, the library's default) are within vLLM IR's default
+  tolerances (vllm/ir/tolerances.py) of them there; they run in a child
+  process, since the plugin reads the variable when it registers;
 - with vLLM installed (make check-vllm's environment): vLLM's layer
   classes replaced by fldispatch.vllm, against their forward_native under
   vLLM's configuration in eager mode (where the replaced layers run
@@ -39,8 +41,15 @@ EXACT = {"silu_and_mul": lambda x, d: F.silu(x[..., :d]) * x[..., d:],
          "gelu_tanh_and_mul": lambda x, d: F.gelu(x[..., :d], approximate="tanh") * x[..., d:]}
 
 
+# vLLM IR's default tolerances per dtype (vllm/ir/tolerances.py,
+# DEFAULT_TOLERANCES: what vLLM's IR op tests allow a provider against the
+# op's native form, and what an activation IR op without an override gets)
+IR_TOLERANCES = {"float32": (1e-5, 1.3e-6), "float16": (1e-3, 1e-3), "bfloat16": (1e-3, 1.6e-2)}
+
+
 def child():
-    """Run with VLLM_FL_CPU_ACTIVATIONS=torch: prints {case: mismatches}."""
+    """Run under VLLM_FL_CPU_ACTIVATIONS: prints {case: [elements that differ
+    from torch's, elements outside vLLM IR's default tolerance of torch's]}."""
     import fldispatch.torch  # noqa: F401
 
     ops = torch.ops.fldispatch
@@ -48,6 +57,7 @@ def child():
     found = {}
     for name, ref in EXACT.items():
         for dname, dt in DTYPES.items():
+            atol, rtol = IR_TOLERANCES[dname]
             cases = [(f"{t}x{d}", torch.randn(t, 2 * d, generator=g).to(dt)) for t, d in SHAPES]
             if dt != torch.float32:  # every 16-bit value as the activated operand
                 codes = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(dt)
@@ -62,7 +72,9 @@ def child():
                 getattr(ops, name)(out, x)
                 want = ref(x, d)
                 same = (out == want) | (out.isnan() & want.isnan())
-                found[f"{name} {dname} {label}"] = int((~same).sum())
+                a, b = out.double(), want.double()
+                close = same | ((a - b).abs() <= atol + rtol * b.abs())
+                found[f"{name} {dname} {label}"] = [int((~same).sum()), int((~close).sum())]
     print(json.dumps(found))
 
 
@@ -72,16 +84,31 @@ ISA_CAPS = [None] + (["avx2", "portable"] if platform.machine() in ("x86_64", "A
                      ["portable"])
 
 
-@pytest.mark.parametrize("isa", ISA_CAPS)
-def test_torch_forms_match_torch_to_the_bit(isa):
-    env = dict(os.environ, VLLM_FL_CPU_ACTIVATIONS="torch")
+def activation_results(form, isa):
+    env = dict(os.environ, VLLM_FL_CPU_ACTIVATIONS=form)
     if isa:
         env["VLLM_FL_CPU_ISA"] = isa
     out = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(found) == len(EXACT) * (3 * len(SHAPES) + 2)
-    assert {k: v for k, v in found.items() if v} == {}
+    return found
+
+
+@pytest.mark.parametrize("isa", ISA_CAPS)
+def test_torch_forms_match_torch_to_the_bit(isa):
+    found = activation_results("torch", isa)
+    assert {k: v for k, v in found.items() if v[0]} == {}
+
+
+@pytest.mark.parametrize("isa", ISA_CAPS)
+def test_reference_forms_within_vllm_ir_tolerances(isa):
+    """The library's own forms (what the CPU plugin runs outside vLLM) may
+    differ from torch's in the last bits, which vLLM's exact
+    test_act_and_mul refuses (fldispatch.vllm sets the torch forms in vLLM's
+    processes), but stay within the tolerance vLLM's IR allows a provider."""
+    found = activation_results("reference", isa)
+    assert {k: v for k, v in found.items() if v[1]} == {}
 
 
 def test_bad_activation_form_rejects_the_plugin():

@@ -46,8 +46,8 @@ MAX_TOKENS = 12
 
 
 def worker_report(worker=None, reset=False):
-    """Runs in each vLLM worker (collective_rpc): its pid, its VLLM_FL_*
-    variables, whether fldispatch.vllm replaced layers there and
+    """Runs in each vLLM worker (collective_rpc): its pid, its rank in
+    torch.distributed, its VLLM_FL_* variables, whether fldispatch.vllm replaced layers there and
     fldispatch's counters (None where fldispatch was never loaded); with
     reset, resets them after."""
     if "fldispatch.vllm" not in sys.modules:
@@ -63,7 +63,11 @@ def worker_report(worker=None, reset=False):
 
     ir = {name: op.get_priority() for name, op in IrOp.registry.items()}
     fv_ir = sys.modules.get("fldispatch.vllm_ir")  # absent from a package without the IR route
-    return {"pid": os.getpid(), "fldispatch": True, "registered": dict(fv.registered),
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else None
+    return {"pid": os.getpid(), "rank": rank, "fldispatch": True,
+            "registered": dict(fv.registered),
             "ir_priority": ir, "ir_providers": sorted(fv_ir.registered if fv_ir else ()),
             "env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_FL_")},
             "cpu_plugin": cpu[0]["detail"] if cpu else None, "stats": stats}

@@ -15,12 +15,16 @@ Asserted:
 - bfloat16: teacher-forced on the float32 run's tokens, the log-probability
   error against float32 (mean and max) is no larger than vLLM's own
   bfloat16 path's, within a margin;
-- VLLM_FL_PREFER=reference reaches the engine's worker process: its
-  counters name reference.c.
+- tensor parallel 2 with vLLM's multiprocessing executor (the path of a
+  deployment's several workers): the plugin and its IR provider load in
+  both ranks' workers, VLLM_FL_* and a manifest (fldispatch freeze) reach
+  them, each rank leaves its counters file, trace and IO dump, `fldispatch
+  stats --by-rank` merges the counters files into each rank's counters,
+  and the float32 tokens equal vLLM's own path's.
 The matrix (FLD_VLLM_MATRIX=full adds the rest): float32 and bfloat16 eager
 on Llama, Qwen2 and Gemma; compiled (vLLM's default compilation) on Llama
 in float32 with the plugin's defaults and with VLLM_FL_OOT_FORCE=all, and in
-bfloat16 with VLLM_FL_OOT_FORCE=all; the policy run on Qwen2.
+bfloat16 with VLLM_FL_OOT_FORCE=all; the two-rank run on Qwen2.
 """
 
 import glob
@@ -64,9 +68,13 @@ OFF = {"VLLM_PLUGINS": ""}
 ON = {"VLLM_FL_STATS": "1"}
 # the layers served in every mode, vLLM's default compilation included
 FORCED = {"VLLM_FL_OOT_FORCE": "all"}
-# the policy run: the only one whose engine runs in its own processes
-# (spawned, as vllm serve's are), which must find the policy there
-REFERENCE = {"VLLM_FL_PREFER": "reference"}
+# the two-rank run: the only one whose engine runs in its own processes
+# (spawned, as vllm serve's are: the engine core and one worker per rank),
+# which must find fldispatch's variables there. Its manifest is frozen under
+# VLLM_FL_PREFER=reference and the run itself prefers vendor: reference.c in
+# a rank's counters says the manifest reached it and pinned the choice.
+FROZEN_UNDER = {"VLLM_FL_PREFER": "reference"}
+TP = 2
 # the compile-cache run: a second start of the compiled float32 Llama on the
 # same vLLM cache directory as the "forced" one, with a layer blacklisted; it
 # must run the new choice, not the graph compiled for the first
@@ -75,9 +83,32 @@ BLACKLIST = dict(ON, VLLM_FL_OOT_BLACKLIST="silu_and_mul", **FORCED)
 IR_NATIVE = {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}
 
 
-def plan(paths):
+def omp_bind(ranks):
+    """VLLM_CPU_OMP_THREADS_BIND for ranks workers on this host: a core of
+    its own for each where there are enough ("0|1"), else vLLM's "nobind"
+    (its automatic binding wants a NUMA node per rank)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return "|".join(str(c) for c in cpus[:ranks]) if len(cpus) >= ranks else "nobind"
+
+
+def tp_env(manifest, files):
+    """The two-rank run's variables: the manifest, a policy the manifest
+    overrides, and the per-rank files (%r the rank, %p the pid), in files."""
+    return {"VLLM_FL_MANIFEST": str(manifest), "VLLM_FL_PREFER": "vendor",
+            "VLLM_FL_STATS_FILE": os.path.join(files, "stats-%r-%p.json"),
+            "VLLM_FL_TRACE": os.path.join(files, "trace-%r-%p.json"),
+            "VLLM_FL_IO_DUMP": os.path.join(files, "io_dump"),
+            "VLLM_FL_IO_DUMP_WITH_METAS": "1", "VLLM_FL_IO_DUMP_MAX_CALLS": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": omp_bind(TP),
+            # the files are written as a worker exits: time for that before
+            # vLLM's executor kills the workers still alive
+            "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "120"}
+
+
+def plan(paths, tp_vars=None):
     """[(environment, runs)]: one engine driver per plugin setting (vLLM
-    loads its plugins once per process), in order."""
+    loads its plugins once per process), in order; tp_vars: the two-rank
+    run's variables (tp_env)."""
     groups = {"off": (OFF, []), "on": (ON, []), "blacklist": (BLACKLIST, [])}
 
     def add(name, model, dtype, mode, force=None, **extra):
@@ -100,8 +131,8 @@ def plan(paths):
             if s != "on" or FULL:
                 add(f"{m}-compiled-bf16-{s}", m, "bfloat16", "compiled", f"{m}-eager-f32-off",
                     env=env)
-    add("qwen2-eager-f32-reference", "qwen2", "float32", "eager", multiprocess=True,
-        env=REFERENCE)
+    add("qwen2-eager-f32-tp2", "qwen2", "float32", "eager", multiprocess=True,
+        tensor_parallel=TP, env=tp_vars)
     add("llama-eager-f32-irnative", "llama", "float32", "eager", ir_op_priority=IR_NATIVE)
     add("llama-compiled-f32-blacklist", "llama", "float32", "compiled")
     return [groups[k] for k in ("off", "on", "blacklist")]
@@ -149,8 +180,14 @@ def runs(tmp_path_factory):
                 VLLM_ALLOW_INSECURE_SERIALIZATION="1", **cache_env())
     for name in [n for n in base if n.startswith("VLLM_FL_")]:
         del base[name]
+    manifest, files = root / "frozen.yaml", root / "tp-files"
+    files.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "fldispatch", "freeze", "--output",
+                           str(manifest)], env=dict(base, **FROZEN_UNDER),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
     names = []
-    for i, (setting, specs) in enumerate(plan(paths)):
+    for i, (setting, specs) in enumerate(plan(paths, tp_env(manifest, str(files)))):
         with open(root / f"plan{i}.json", "w") as f:
             json.dump(specs, f)
         proc = subprocess.run([sys.executable, os.path.join(HERE, "engine_runs.py"),
@@ -166,6 +203,8 @@ def runs(tmp_path_factory):
     for name, r in results.items():
         print(f"{name}: {r['wall_s']:.1f} s (startup {r['startup_s']:.1f} s, "
               f"generate {r['generate_s']:.2f} s)")
+    results["qwen2-eager-f32-tp2"]["files"] = str(files)
+    results["qwen2-eager-f32-tp2"]["manifest"] = str(manifest)
     return results
 
 
@@ -196,7 +235,7 @@ def names(model, mode, dtypes):
 
 def serves_by_default(name):
     """Whether fldispatch serves the layers in a run: eager, or compiled with
-    VLLM_FL_OOT_FORCE (and the policy run, eager)."""
+    VLLM_FL_OOT_FORCE (and the two-rank run, eager)."""
     return not name.endswith("-off") and ("-eager-" in name or name.endswith(
         ("-forced", "-blacklist")))
 
@@ -274,8 +313,9 @@ PATH_LINES = {
     "llama-eager-f32-irnative": [
         "fldispatch: RMSNorm -> vLLM IR provider native (ir_op_priority fused_add_rms_norm: "
         "native; rms_norm: native; ir_op_priority puts native first)"],
-    # a spawned engine process: vLLM's own log handlers carry the lines there too
-    "qwen2-eager-f32-reference": [
+    # spawned workers, one per rank: vLLM's own log handlers carry the lines there
+    # too, one per worker
+    "qwen2-eager-f32-tp2": [
         "fldispatch: SiluAndMul -> fldispatch CustomOp (custom_ops all: ",
         "fldispatch: RMSNorm -> vLLM IR provider fldispatch ("],
 }
@@ -284,14 +324,15 @@ PATH_LINES = {
 def test_each_layer_class_logs_its_path(runs):
     for name, wanted in PATH_LINES.items():
         lines = log_lines(runs[name])
-        for want in wanted:
-            assert sum(line.startswith(want) for line in lines) == 1, (name, want, lines)
+        for want in wanted:  # once per worker (in-process runs: one)
+            count = sum(line.startswith(want) for line in lines)
+            assert count == len(runs[name]["workers"]), (name, want, lines)
     for name, r in runs.items():
         lines = log_lines(r)
         if name.endswith("-off"):
             assert not lines, (name, lines)
-        else:  # at most one line per layer class and decision
-            assert len(lines) == len(set(lines)), (name, lines)
+        else:  # at most one line per layer class and decision in each worker
+            assert all(lines.count(line) <= len(r["workers"]) for line in lines), (name, lines)
 
 
 def test_nothing_of_fldispatch_runs_with_the_plugin_off(runs):
@@ -320,7 +361,7 @@ def test_the_cpu_plugin_runs_under_the_host_defaults(runs):
 def test_float32_tokens_equal_vllms_own(runs):
     for name, r in runs.items():
         if "-f32-" in name and not name.endswith("-off"):
-            own = runs[re.sub(r"-(on|forced|reference|irnative|blacklist)$", "-off", name)]
+            own = runs[re.sub(r"-(on|forced|tp2|irnative|blacklist)$", "-off", name)]
             assert r["tokens"] == own["tokens"], name
 
 
@@ -347,13 +388,71 @@ def test_bfloat16_no_further_from_float32_than_vllms_own(runs):
     assert checked >= 2
 
 
-def test_policy_reaches_the_worker(runs):
-    r = runs["qwen2-eager-f32-reference"]
-    assert all(w["pid"] != r["driver_pid"] and w["env"].get("VLLM_FL_PREFER") == "reference"
-               for w in r["workers"]), r["workers"]
-    got = served(r, "float32")
-    assert set(got) >= LAYER_OPS["qwen2"]
-    assert all(got[op] == "reference.c" for op in LAYER_OPS["qwen2"]), got
+def test_the_variables_and_the_manifest_reach_every_rank(runs):
+    """Each rank's worker is a process of its own, with fldispatch's
+    variables, and runs what the manifest pins (reference.c, frozen under
+    VLLM_FL_PREFER=reference) over the policy's order (vendor first): every
+    layer op in each rank's counters, the norms through the IR provider."""
+    r = runs["qwen2-eager-f32-tp2"]
+    workers = r["workers"]
+    assert sorted(w["rank"] for w in workers) == list(range(TP)), workers
+    assert len({w["pid"] for w in workers} | {r["driver_pid"]}) == TP + 1, workers
+    for w in workers:
+        assert w["env"].get("VLLM_FL_MANIFEST") == r["manifest"], w["env"]
+        assert w["env"].get("VLLM_FL_PREFER") == "vendor", w["env"]
+        got = {row["op"]: row["impl_id"] for row in w["stats"] or [] if int(row["calls"])}
+        assert set(got) >= LAYER_OPS["qwen2"], (w["rank"], w["stats"])
+        assert all(got[op] == "reference.c" for op in LAYER_OPS["qwen2"]), (w["rank"], got)
+
+
+def rank_files(r, pattern):
+    """{rank: [path]} of the two-rank run's files matching pattern, named
+    <kind>-<rank>-<pid>.json (%r and %p of the variables filled in)."""
+    found = {}
+    for path in glob.glob(os.path.join(r["files"], pattern)):
+        rank = os.path.basename(path).split("-")[1]
+        found.setdefault(int(rank), []).append(path)
+    return found
+
+
+def test_each_rank_leaves_its_counters_trace_and_io_dump(runs):
+    """VLLM_FL_STATS_FILE, VLLM_FL_TRACE (%r the rank, %p the pid) and
+    VLLM_FL_IO_DUMP (a directory per rank) in every worker; `fldispatch
+    stats --by-rank` merges the workers' counters files into each rank's
+    counters as the worker gave them through collective_rpc before shutdown.
+    (The engine core's process loads the plugin too and leaves files of its
+    own, under rank 0, vLLM giving it no rank: they hold the plugin's start,
+    not the model's calls.)"""
+    r = runs["qwen2-eager-f32-tp2"]
+    workers = {w["rank"]: w for w in r["workers"]}
+    stats = rank_files(r, "stats-*-*.json")
+    traces = rank_files(r, "trace-*-*.json")
+    assert set(stats) == set(workers) and set(traces) == set(workers), (stats, traces)
+    own = []
+    for rank, w in workers.items():
+        mine = os.path.join(r["files"], f"stats-{rank}-{w['pid']}.json")
+        assert mine in stats[rank], (rank, w["pid"], stats[rank])
+        own.append(mine)
+        with open(os.path.join(r["files"], f"trace-{rank}-{w['pid']}.json")) as f:
+            names = {e.get("name") for e in json.load(f)["traceEvents"]}
+        assert names >= LAYER_OPS["qwen2"], (rank, sorted(n for n in names if n))
+        for op in LAYER_OPS["qwen2"]:
+            with open(os.path.join(r["files"], "io_dump", f"rank_{rank:04d}", "step_0000", op,
+                                   "input.json")) as f:
+                assert json.loads(f.readline()), (rank, op)
+    proc = subprocess.run([sys.executable, "-m", "fldispatch", "stats", "--by-rank", "--json",
+                           *own], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+    def key(rank, row):
+        return rank, row["op"], row["impl_id"], short.get(row["dtype"], row["dtype"])
+
+    merged = {key(row["rank"], row): row["calls"]
+              for row in json.loads(proc.stdout)["entries"] if row["calls"]}
+    want = {key(rank, row): int(row["calls"])
+            for rank, w in workers.items() for row in w["stats"] if int(row["calls"])}
+    assert merged == want, (merged, want)
 
 
 def test_the_norms_are_vllm_ir_calls_served_by_the_provider(runs):
