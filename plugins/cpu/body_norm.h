@@ -403,38 +403,6 @@ V_INLINE void norm_rows_dt(const struct fld_cpu_norm_job *job, int64_t r0, int64
         norm_rows_res(job, r0, r1, dt, FLD_CPU_F32, NORM_W_MUL);
 }
 
-#if defined(V_NORM_WIDE_F16_WEIGHT) && !defined(FLD_NORM_NARROW_WEIGHT)
-/*
- * A float16 weight widened once per range of two rows or more (a layer
- * that defines V_NORM_WIDE_F16_WEIGHT: simd_avx2.h), so that pass 2 reads
- * float32 and spends no conversion on it: the values are the same (float16
- * widens exactly), so are the results. Rows up to NORM_WIDE_MAX elements
- * (the buffer is on the stack). Built with -DFLD_NORM_NARROW_WEIGHT the
- * weight is read as float16 throughout (to measure one against the other).
- */
-#define NORM_WIDE_MAX 4096
-
-static void norm_rows_f16_wide(const struct fld_cpu_norm_job *job, int64_t r0, int64_t r1)
-{
-    float wide[NORM_WIDE_MAX] __attribute__((aligned(64)));
-    const int64_t h = job->h;
-    int64_t j = 0;
-    for (; j + V_LANES <= h; j += V_LANES)
-        v_store(wide + j, v_load(fld__cpu_at(job->weight, j, FLD_CPU_F16), FLD_CPU_F16),
-                FLD_CPU_F32);
-    if (j < h)
-        v_store_n(wide + j, v_load_n(fld__cpu_at(job->weight, j, FLD_CPU_F16), h - j, FLD_CPU_F16),
-                  h - j, FLD_CPU_F32);
-    struct fld_cpu_norm_job wj = *job;
-    wj.weight = wide;
-    wj.weight_f32 = true;
-    if (job->gemma)
-        norm_rows_res(&wj, r0, r1, FLD_CPU_F16, FLD_CPU_F32, NORM_W_GEMMA);
-    else
-        norm_rows_res(&wj, r0, r1, FLD_CPU_F16, FLD_CPU_F32, NORM_W_MUL);
-}
-#endif
-
 static void norm_range(const struct fld_cpu_norm_job *job, int64_t r0, int64_t r1)
 {
     if (job->h <= 0)
@@ -444,12 +412,6 @@ static void norm_range(const struct fld_cpu_norm_job *job, int64_t r0, int64_t r
         norm_rows_dt(job, r0, r1, FLD_CPU_F32);
         break;
     case FLD_CPU_F16:
-#if defined(V_NORM_WIDE_F16_WEIGHT) && !defined(FLD_NORM_NARROW_WEIGHT)
-        if (job->weight && !job->weight_f32 && job->h <= NORM_WIDE_MAX && r1 - r0 >= 2) {
-            norm_rows_f16_wide(job, r0, r1);
-            break;
-        }
-#endif
         norm_rows_dt(job, r0, r1, FLD_CPU_F16);
         break;
     default:

@@ -278,9 +278,6 @@ V_INLINE void v_stream_fence(void)
  */
 #define V_BF16_PAIRS 1
 
-/* body_norm.h: widen a float16 weight once per range of rows (measured on Zen 3). */
-#define V_NORM_WIDE_F16_WEIGHT 1
-
 V_INLINE void v_bf16_pair_load(const void *p, vf *a, vf *b)
 {
     const __m256i r = _mm256_loadu_si256((const __m256i *)p);
