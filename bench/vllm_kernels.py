@@ -65,10 +65,10 @@ def cases(tokens, dtypes, kv_heads, ops):
                     name = f"rotary {dt} {t}x{Q_HEADS}+{kv}x{HEAD} {style}"
                     out.append((name, {"op": "rotary", "tokens": t, "dtype": dt, "kv": kv,
                                        "neox": neox}))
-        name = f"fused_add_rms_norm f32 {t}x{HIDDEN}"
-        if "fused" in ops:
-            out.append((name, {"op": "fused", "tokens": t, "dtype": "f32"}))
         for dt in dtypes:
+            if "fused" in ops:
+                out.append((f"fused_add_rms_norm {dt} {t}x{HIDDEN}",
+                            {"op": "fused", "tokens": t, "dtype": dt}))
             if "rms" in ops:
                 out.append((f"rms_norm {dt} {t}x{HIDDEN}", {"op": "rms", "tokens": t, "dtype": dt}))
             if "silu" in ops:
@@ -304,6 +304,8 @@ def main():
             line["fld_c"] = statistics.median(cs) if cs else None
             line["ratio"] = line["vllm"] / line["fld"]
             line["ratio_min"] = line["vllm_min"] / line["fld_min"]
+            if spec["dtype"] == "bf16" and vllm_peer.truncates(notes["vllm"][0]):
+                line["peer_note"] = "peer truncates bf16"
             rows.append(line)
 
     if a.json:
@@ -319,7 +321,7 @@ def main():
     for ln in rows:
         c = f"{ln['fld_c']:9.2f}" if ln["fld_c"] is not None else f"{'-':>9}"
         print(f"{ln['case']:44} {ln['threads']:3d} {ln['vllm']:9.2f} {ln['fld']:9.2f} {c} "
-              f"{ln['ratio']:7.2f}x {ln['ratio_min']:5.2f}x")
+              f"{ln['ratio']:7.2f}x {ln['ratio_min']:5.2f}x {ln.get('peer_note', '')}".rstrip())
     print(f"# peer vllm.{peer}: {vllm_peer.rounding_note(*notes['vllm'])}")
     print(f"# ours:       {vllm_peer.rounding_note(*notes['fld'])}")
     print(f"# medians over {a.rounds} rounds of each child's median; (min) is min/min; "

@@ -144,7 +144,12 @@ def bf16_rounding(rms_norm, tokens=64, hidden=4096, eps=1e-6):
     return differ, err
 
 
+def truncates(differ):
+    """Whether a library whose bf16_rounding() gave this share of differing outputs truncates."""
+    return differ >= 0.05
+
+
 def rounding_note(differ, err):
-    kind = "rounds to nearest even" if differ < 0.05 else "truncates (rounds toward zero)"
+    kind = "truncates (rounds toward zero)" if truncates(differ) else "rounds to nearest even"
     return (f"bf16 rounding: {kind}: {100 * differ:.1f}% of rms_norm outputs differ from "
             f"round-to-nearest of the float64 result, max error {err:.3g}")

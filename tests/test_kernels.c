@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fldispatch/half.h>
 #include <fldispatch/plugin.h>
 
 #include "util/harness.h"
@@ -818,6 +819,115 @@ START_TEST(test_rms_norm_extremes)
 }
 END_TEST
 
+/* The bits a value of dtype dt stores for f: half.h's rounding (NaN made quiet). */
+static uint32_t stored_bits(DLDataType dt, float f)
+{
+    if (dt.bits == 32)
+        return fld_f32_bits(f);
+    return dt.code == kDLBfloat ? fld_f32_to_bf16(f) : fld_f32_to_f16(f);
+}
+
+/* The bits of element i of a contiguous tensor. */
+static uint32_t bits_at(const tt_tensor *t, int64_t i)
+{
+    const unsigned char *p = (const unsigned char *)t->t.data + t->t.byte_offset;
+    if (t->t.dtype.bits == 32) {
+        uint32_t u;
+        memcpy(&u, p + 4 * i, 4);
+        return u;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return h;
+}
+
+/*
+ * NaN and infinity in single lanes of a row, at every position of a
+ * kernel's loops (width 157: unrolled blocks, a lone block, a lone vector
+ * and a tail on every variant): the stored residual = round(x + residual)
+ * to the bit as half.h rounds the float32 sum (a NaN operand's NaN made
+ * quiet, inf + -inf, sums that overflow to inf), and a weight holding NaN,
+ * inf and -inf gives NaN, NaN (inf * 0) and -inf in those lanes of an
+ * otherwise ordinary row, whose other lanes stay right. _i: dtype.
+ */
+START_TEST(test_rms_norm_special_lanes)
+{
+    const DLDataType dt = dtype_at(_i);
+    const int64_t R = 3, H = 157;
+    const bool is16 = dt.bits == 16;
+    const double big = dt.code == kDLFloat && is16 ? 65504.0 : dt.bits == 32 ? 3.4e38 : 3.38e38;
+    static const int64_t lanes[] = {3, 40, 127, 130, 140, 150, 156};
+    for (int gemma = 0; gemma < 2; gemma++) {
+        const char *op = gemma ? FLD_OP_GEMMA_RMS_NORM : FLD_OP_RMS_NORM;
+        const float eps = 1e-6f;
+        tt_tensor *x = tt_new(dt, 2, (int64_t[]){R, H});
+        tt_tensor *res = tt_new(dt, 2, (int64_t[]){R, H});
+        tt_tensor *w = tt_new(dt, 1, &H);
+        tt_fill_normal(x, 21, 0.0, 1.0);
+        tt_fill_normal(res, 22, 0.0, 1.0);
+        tt_fill_normal(w, 23, gemma ? 0.0 : 1.0, 0.1);
+        /* row 0: x + residual = 0 where the weight is inf (inf * 0) */
+        tt_set(x, 40, 1.0), tt_set(res, 40, -1.0);
+        tt_set(w, 3, NAN), tt_set(w, 40, INFINITY), tt_set(w, 130, NAN);
+        tt_set(w, 150, -INFINITY), tt_set(x, 150, 2.0), tt_set(res, 150, 1.0);
+        /* row 1: NaN operands (either side) and inf + -inf; row 2: sums that overflow */
+        for (size_t k = 0; k < sizeof lanes / sizeof lanes[0]; k++) {
+            const int64_t j = lanes[k];
+            /* one NaN operand, or the same NaN on both sides (no operand order to depend on) */
+            const double nan = k % 2 ? -NAN : NAN;
+            tt_set(k % 3 == 0 ? x : res, H + j, nan);
+            if (k % 3 == 2)
+                tt_set(x, H + j, nan);
+            tt_set(x, H + (j + 5) % H, INFINITY), tt_set(res, H + (j + 5) % H, -INFINITY);
+            tt_set(x, 2 * H + j, k % 2 ? -big : big), tt_set(res, 2 * H + j, k % 2 ? -big : big);
+        }
+        double *xv = values_of(x), *rv = values_of(res), *wv = values_of(w);
+        struct impl_list impls;
+        cpu_impls(op, &impls);
+        for (int k = 0; k < impls.n; k++) {
+            tt_tensor *out = tt_new(dt, 2, (int64_t[]){R, H});
+            tt_tensor *ri = tt_clone(res);
+            pin(op, impls.ids[k], dt);
+            int rc = gemma ? fld_gemma_rms_norm(&out->t, &x->t, &w->t, &ri->t, eps)
+                           : fld_rms_norm(&out->t, &x->t, &w->t, &ri->t, eps);
+            unpin();
+            if (strcmp(impls.ids[k], REF_ID) != 0 && declined(rc)) {
+                tt_free(out), tt_free(ri);
+                continue;
+            }
+            ck_assert_msg(rc == FLD_OK, "%s %s: %s", impls.ids[k], op, fld_last_error());
+            for (int64_t i = 0; i < R * H; i++) {
+                const uint32_t want = stored_bits(dt, (float)xv[i] + (float)rv[i]);
+                ck_assert_msg(bits_at(ri, i) == want,
+                              "%s %s %s: residual[%lld][%lld] bits 0x%x, want 0x%x (%g + %g)",
+                              impls.ids[k], op, dtype_label(dt), (long long)(i / H),
+                              (long long)(i % H), bits_at(ri, i), want, xv[i], rv[i]);
+            }
+            double ss = 0;
+            for (int64_t j = 0; j < H; j++) {
+                const double v = tt_round(dt, (float)(xv[j] + rv[j]));
+                ss += v * v;
+            }
+            const double inv = 1.0 / sqrt(ss / (double)H + (double)eps);
+            for (int64_t j = 0; j < H; j++) {
+                const double v = tt_round(dt, (float)(xv[j] + rv[j]));
+                const double want = v * inv * (gemma ? 1.0 + wv[j] : wv[j]);
+                const double got = tt_get(out, j);
+                const bool ok = isnan(want) ? isnan(got)
+                                : isinf(want)
+                                    ? got == want
+                                    : fabs(got - want) <= 2 * ulp_of(dt, want) + 1e-5 * fabs(want);
+                ck_assert_msg(ok, "%s %s %s: out[0][%lld] = %.9g, want %.9g (w %g)", impls.ids[k],
+                              op, dtype_label(dt), (long long)j, got, want, wv[j]);
+            }
+            tt_free(out), tt_free(ri);
+        }
+        free(xv), free(rv), free(wv);
+        tt_free(x), tt_free(res), tt_free(w);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* rotary_embedding                                                         */
 /* ------------------------------------------------------------------------ */
@@ -1303,6 +1413,7 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run, boo
     tcase_add_loop_test(tc, test_rms_norm_variants, 0, 6);
     tcase_add_loop_test(tc, test_rms_norm_mixed_dtypes, 0, 4);
     tcase_add_loop_test(tc, test_rms_norm_extremes, 0, 3);
+    tcase_add_loop_test(tc, test_rms_norm_special_lanes, 0, 3);
     suite_add_tcase(s, tc);
 
     tc = tcase_create(case_name("rotary", suffix));

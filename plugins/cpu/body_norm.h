@@ -31,6 +31,10 @@
  * every row: the normalised value for any finite row, PyTorch's NaN/0 for
  * non-finite ones. Ordinary rows never take that path.
  *
+ * bfloat16 rows on a layer with bfloat16 pairs (V_BF16_PAIRS) run the
+ * same two passes on pairs of vectors, widened and packed without shuffles
+ * (norm_sumsq_pair, norm_out_pair below).
+ *
  * The dtype, the weight's and the residual's dtypes (x's, or float32 with
  * a 16-bit x), the weight mode, the residual and the store kind are
  * compile-time constants of each loop (always-inlined helpers called from
@@ -187,15 +191,129 @@ V_INLINE void norm_out(void *out, const void *src, const void *w, float inv_s, i
 }
 
 /*
- * Elements before out reaches vector alignment (0..V_LANES-1), or -1 when
- * it never does (an address that is not a multiple of the element size).
+ * Elements before out reaches the alignment of `lanes` elements (0..lanes-1),
+ * or -1 when it never does (an address that is not a multiple of the
+ * element size).
  */
-V_INLINE int64_t norm_lead(const void *out, const int dt)
+V_INLINE int64_t norm_lead(const void *out, const int dt, const int64_t lanes)
 {
-    const uintptr_t es = (uintptr_t)fld__cpu_elem_size(dt), vb = (uintptr_t)V_LANES * es;
+    const uintptr_t es = (uintptr_t)fld__cpu_elem_size(dt), vb = (uintptr_t)lanes * es;
     uintptr_t gap = (vb - (uintptr_t)out % vb) % vb;
     return gap % es ? -1 : (int64_t)(gap / es);
 }
+
+#ifdef V_BF16_PAIRS
+/*
+ * bfloat16 rows on a layer with bfloat16 pairs (V_BF16_PAIRS: simd_avx2.h),
+ * when x, out, the residual and the weight are all bfloat16: 2 * V_LANES
+ * elements at a time in the layer's pair order, widened and packed without
+ * shuffles, rounded to nearest even by v_bf16_round (integer operations,
+ * giving the float32 value of the rounded number, so the residual's
+ * squares need no reload; outputs only stored skip the final mask,
+ * v_bf16_round_hi). Every value rounded here is a sum or product of
+ * bfloat16 values and the finite inv, so a NaN among them has zero low 16
+ * bits and v_bf16_round stores it as v_store would. The same two passes,
+ * prefetch and stores as above; the last < 2 * V_LANES elements of a row
+ * take the single-vector code. With job->stream, pairs go out
+ * non-temporally from the first element aligned to a whole pair.
+ */
+#define NORM_PAIR (2 * V_LANES)
+
+/* norm_in for one pair: x, or residual = round(x + residual) stored and kept. */
+V_INLINE void norm_in_pair(const void *x, void *res, int64_t j, vf *a, vf *b, const int has_res)
+{
+    v_bf16_pair_load(fld__cpu_at(x, j, FLD_CPU_BF16), a, b);
+    if (has_res) {
+        void *rp = fld__cpu_at(res, j, FLD_CPU_BF16);
+        vf ra, rb;
+        v_bf16_pair_load(rp, &ra, &rb);
+        *a = v_bf16_round(v_add(*a, ra));
+        *b = v_bf16_round(v_add(*b, rb));
+        v_bf16_pair_store(rp, *a, *b);
+    }
+}
+
+V_INLINE float norm_sumsq_pair(const void *x, void *res, int64_t h, const int has_res)
+{
+    vf a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
+    int64_t j = 0;
+    for (; j + 2 * NORM_PAIR <= h; j += 2 * NORM_PAIR) {
+        vf p0, q0, p1, q1;
+        norm_in_pair(x, res, j, &p0, &q0, has_res);
+        norm_in_pair(x, res, j + NORM_PAIR, &p1, &q1, has_res);
+        a0 = v_fma(p0, p0, a0);
+        a1 = v_fma(q0, q0, a1);
+        a2 = v_fma(p1, p1, a2);
+        a3 = v_fma(q1, q1, a3);
+    }
+    if (j + NORM_PAIR <= h) {
+        vf p0, q0;
+        norm_in_pair(x, res, j, &p0, &q0, has_res);
+        a0 = v_fma(p0, p0, a0);
+        a1 = v_fma(q0, q0, a1);
+        j += NORM_PAIR;
+    }
+    if (j + V_LANES <= h) {
+        vf v = norm_in(x, res, j, FLD_CPU_BF16, FLD_CPU_BF16, has_res);
+        a2 = v_fma(v, v, a2);
+        j += V_LANES;
+    }
+    if (j < h) {
+        vf v = norm_in_n(x, res, j, h - j, FLD_CPU_BF16, FLD_CPU_BF16, has_res);
+        a3 = v_fma(v, v, a3);
+    }
+    return v_hsum(v_add(v_add(a0, a1), v_add(a2, a3)));
+}
+
+/* One pair of pass 2: out = round((src * inv) * scale). */
+V_INLINE void norm_out_pair1(void *out, const void *src, const void *w, vf inv, int64_t j,
+                             const int wm, const int st)
+{
+    vf a, b;
+    v_bf16_pair_load(fld__cpu_at(src, j, FLD_CPU_BF16), &a, &b);
+    a = v_mul(a, inv);
+    b = v_mul(b, inv);
+    if (wm != NORM_W_NONE) {
+        vf wa, wb;
+        v_bf16_pair_load(fld__cpu_at(w, j, FLD_CPU_BF16), &wa, &wb);
+        if (wm == NORM_W_GEMMA) {
+            wa = v_add(wa, v_set1(1.0f));
+            wb = v_add(wb, v_set1(1.0f));
+        }
+        a = v_mul(a, wa);
+        b = v_mul(b, wb);
+    }
+    a = v_bf16_round_hi(a); /* only stored: the low bits may stay */
+    b = v_bf16_round_hi(b);
+    if (st)
+        v_bf16_pair_stream(fld__cpu_at(out, j, FLD_CPU_BF16), a, b);
+    else
+        v_bf16_pair_store(fld__cpu_at(out, j, FLD_CPU_BF16), a, b);
+}
+
+/* norm_out for bfloat16 pairs; st: out is aligned to a pair (v_bf16_pair_stream). */
+V_INLINE void norm_out_pair(void *out, const void *src, const void *w, float inv_s, int64_t h,
+                            const int wm, const int st, const char *pf)
+{
+    const vf inv = v_set1(inv_s);
+    int64_t j = 0;
+    for (; j + 2 * NORM_PAIR <= h; j += 2 * NORM_PAIR) {
+        if (pf)
+            for (size_t b = 0; b < 2 * NORM_PAIR * 2u; b += 64)
+                fld__cpu_prefetch_row(pf + (size_t)j * 2u + b, FLD_CPU_BF16);
+        norm_out_pair1(out, src, w, inv, j, wm, st);
+        norm_out_pair1(out, src, w, inv, j + NORM_PAIR, wm, st);
+    }
+    if (j + NORM_PAIR <= h) {
+        norm_out_pair1(out, src, w, inv, j, wm, st);
+        j += NORM_PAIR;
+    }
+    if (j < h)
+        norm_out(fld__cpu_at(out, j, FLD_CPU_BF16), fld__cpu_at(src, j, FLD_CPU_BF16),
+                 wm == NORM_W_NONE ? NULL : fld__cpu_at(w, j, FLD_CPU_BF16), inv_s, 0, h - j,
+                 FLD_CPU_BF16, FLD_CPU_BF16, FLD_CPU_BF16, wm, 0, NULL);
+}
+#endif
 
 V_INLINE void norm_rows(const struct fld_cpu_norm_job *job, int64_t r0, int64_t r1, const int dt,
                         const int wdt, const int rdt, const int wm, const int has_res)
@@ -203,13 +321,23 @@ V_INLINE void norm_rows(const struct fld_cpu_norm_job *job, int64_t r0, int64_t 
     const int64_t h = job->h;
     const void *w = job->weight;
     const int sdt = has_res ? rdt : dt; /* the dtype of the row being normalised */
+#ifdef V_BF16_PAIRS
+    /* every operand bfloat16: the pair code (a constant of each instance) */
+    const int pairs =
+        dt == FLD_CPU_BF16 && sdt == FLD_CPU_BF16 && (wm == NORM_W_NONE || wdt == FLD_CPU_BF16);
+#endif
     for (int64_t r = r0; r < r1; r++) {
         const void *x = fld__cpu_at(job->x, r * job->x_stride, dt);
         void *res = has_res ? fld__cpu_at(job->residual, r * job->residual_stride, rdt) : NULL;
         void *out = fld__cpu_at(job->out, r * job->out_stride, dt);
         const void *src = has_res ? (const void *)res : x;
 
+#ifdef V_BF16_PAIRS
+        const float sum =
+            pairs ? norm_sumsq_pair(x, res, h, has_res) : norm_sumsq(x, res, h, dt, rdt, has_res);
+#else
         const float sum = norm_sumsq(x, res, h, dt, rdt, has_res);
+#endif
         const float ms = sum / (float)h + job->eps;
         if (__builtin_expect(!(sum <= FLT_MAX && ms >= 0x1p-100f), 0)) {
             fld__cpu_norm_row_exact(job, out, src, sdt);
@@ -218,7 +346,22 @@ V_INLINE void norm_rows(const struct fld_cpu_norm_job *job, int64_t r0, int64_t 
         const float inv = 1.0f / sqrtf(ms);
 
         const char *pf = r + 1 < r1 ? (const char *)fld__cpu_at(x, job->x_stride, dt) : NULL;
-        int64_t lead = job->stream ? norm_lead(out, dt) : -1;
+#ifdef V_BF16_PAIRS
+        if (pairs) {
+            int64_t lead = job->stream ? norm_lead(out, dt, NORM_PAIR) : -1;
+            if (lead < 0 || h - lead < NORM_PAIR) {
+                norm_out_pair(out, src, w, inv, h, wm, 0, pf);
+            } else {
+                if (lead > 0)
+                    norm_out(out, src, w, inv, 0, lead, dt, sdt, wdt, wm, 0, NULL);
+                norm_out_pair(fld__cpu_at(out, lead, dt), fld__cpu_at(src, lead, sdt),
+                              wm == NORM_W_NONE ? NULL : fld__cpu_at(w, lead, wdt), inv, h - lead,
+                              wm, 1, pf ? (const char *)fld__cpu_at(pf, lead, dt) : NULL);
+            }
+            continue;
+        }
+#endif
+        int64_t lead = job->stream ? norm_lead(out, dt, V_LANES) : -1;
         if (lead < 0 || h - lead < V_LANES) {
             norm_out(out, src, w, inv, 0, h, dt, sdt, wdt, wm, 0, pf);
         } else {

@@ -266,4 +266,65 @@ V_INLINE void v_stream_fence(void)
     _mm_sfence();
 }
 
+/* ---- bfloat16 in pairs (body_norm.h) ------------------------------------
+ *
+ * V_BF16_PAIRS: 2 * V_LANES bfloat16 elements as two vectors, a holding the
+ * even elements and b the odd ones (lane k: elements 2k and 2k + 1), so a
+ * 256-bit load widens with one shift and one mask, and a pair of rounded
+ * values packs back with one shift and one 16-bit blend: no shuffles
+ * across lanes. Every operand
+ * of a loop loaded this way is in the same order, so elementwise work
+ * needs no reordering.
+ */
+#define V_BF16_PAIRS 1
+
+V_INLINE void v_bf16_pair_load(const void *p, vf *a, vf *b)
+{
+    const __m256i r = _mm256_loadu_si256((const __m256i *)p);
+    *a = _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
+    *b = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/*
+ * v rounded to the nearest-even bfloat16: in the high 16 bits of each lane
+ * (the low 16 bits unspecified). v_store's result for v computed from
+ * bfloat16 values and finite floats by x86 arithmetic: such a NaN is an
+ * operand's NaN made quiet or the default NaN, both with zero low 16 bits
+ * and the quiet bit set, so adding the rounding bias leaves it as it is,
+ * as half.h's (u >> 16) | 0x40 does.
+ */
+V_INLINE vf v_bf16_round_hi(vf v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+    return _mm256_castsi256_ps(r);
+}
+
+/* The same as a float: the rounded value (low 16 bits zero). */
+V_INLINE vf v_bf16_round(vf v)
+{
+    return _mm256_and_ps(v_bf16_round_hi(v),
+                         _mm256_castsi256_ps(_mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* The high 16 bits of each lane of a pair, packed back into element order. */
+V_INLINE __m256i v_bf16_pair_pack(vf a, vf b)
+{
+    return _mm256_blend_epi16(_mm256_srli_epi32(_mm256_castps_si256(a), 16), _mm256_castps_si256(b),
+                              0xAA);
+}
+
+/* Stores a pair of v_bf16_round or v_bf16_round_hi results. */
+V_INLINE void v_bf16_pair_store(void *p, vf a, vf b)
+{
+    _mm256_storeu_si256((__m256i *)p, v_bf16_pair_pack(a, b));
+}
+
+/* The same, non-temporal; p aligned to 2 * V_LANES * 2 bytes. */
+V_INLINE void v_bf16_pair_stream(void *p, vf a, vf b)
+{
+    _mm256_stream_si256((__m256i *)p, v_bf16_pair_pack(a, b));
+}
+
 #endif
