@@ -266,4 +266,43 @@ V_INLINE void v_stream_fence(void)
     _mm_sfence();
 }
 
+/* ---- bfloat16 in even/odd order (rotary) ------------------------------- */
+/*
+ * 2 * V_LANES bfloat16 elements as two float vectors without a widening or
+ * narrowing instruction: the even elements (0, 2, ...) are the low halves
+ * of the 32-bit words shifted up, the odd ones the high halves with the low
+ * half cleared. A kernel whose lanes are independent works in that order
+ * when its other operands are in it too (body_rotary.h). Two integer
+ * operations load 16 elements and two store them, where v_load/v_store
+ * take four and twenty (with the NaN care and the lane-crossing pack).
+ *
+ *   v_bf16_split(p, &even, &odd)  16 elements at p
+ *   v_bf16_join(p, even, odd)     the inverse, each lane rounded to nearest
+ *                                 even; for values whose NaNs have zero low
+ *                                 16 bits (products and sums of bfloat16
+ *                                 values, as v_round_prod)
+ */
+#define V_BF16_PAIRS 1
+
+V_INLINE void v_bf16_split(const void *p, vf *even, vf *odd)
+{
+    const __m256i w = _mm256_loadu_si256((const __m256i *)p);
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* v rounded to nearest even bfloat16 in the high half of each word; the low half is not cleared. */
+V_INLINE __m256i v_bf16_round_high(vf v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+}
+
+V_INLINE void v_bf16_join(void *p, vf even, vf odd)
+{
+    const __m256i e = _mm256_srli_epi32(v_bf16_round_high(even), 16);
+    _mm256_storeu_si256((__m256i *)p, _mm256_blend_epi16(e, v_bf16_round_high(odd), 0xAA));
+}
+
 #endif
