@@ -89,7 +89,7 @@ $(PY_TORCH_NATIVE): python/native/torch_ops.cpp python/fldispatch/native_abi.py 
 	@test -n '$(TORCH_LIBDIR)' || { echo "fldispatch: make python-torch-native needs torch importable by $(PYTHON)" >&2; exit 1; }
 	@mkdir -p $(@D)
 	@rm -f '$(PY_TORCH_ABI)'
-	$(Q)$(call fld_say,CXX,$<)$(CXX) -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -Iinclude -I$(PY_INCLUDE) $(TORCH_FLAGS) $< -o $@ \
+	$(Q)$(call fld_say,CXX,$<)$(CXX) -std=c++20 -O2 -fopenmp -fPIC -shared -fvisibility=hidden -Iinclude -I$(PY_INCLUDE) $(TORCH_FLAGS) $< -o $@ \
 	  -L'$(TORCH_LIBDIR)' -lc10 -ltorch_cpu -ltorch_python -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$(TORCH_LIBDIR)' -Wl,-rpath,'$$ORIGIN/lib'
 	$(Q)$(PYTHON) -c 'import runpy; runpy.run_path("python/fldispatch/native_abi.py", run_name="__main__")' > '$(PY_TORCH_ABI)'
 

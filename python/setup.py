@@ -234,7 +234,8 @@ class BuildWithLibrary(build_ext):
 
     @staticmethod
     def _start_torch_compile(src: Path, info: dict, obj: Path):
-        cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden",
+        cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-fopenmp", "-fPIC",
+               "-fvisibility=hidden",
                f"-I{src / 'include'}", f"-I{info['python_include']}"]
         cmd += [f"-I{p}" for p in info["include"]]
         cmd += [f"-D_GLIBCXX_USE_CXX11_ABI={info['cxx11_abi']}", "-c",
@@ -256,7 +257,7 @@ class BuildWithLibrary(build_ext):
         for f in (so, abi, why_file):
             f.unlink(missing_ok=True)
         if info is not None:
-            cmd = [os.environ.get("CXX", "g++"), "-shared", str(obj), "-o", str(so),
+            cmd = [os.environ.get("CXX", "g++"), "-shared", "-fopenmp", str(obj), "-o", str(so),
                    f"-L{info['lib']}", "-lc10", "-ltorch_cpu", "-ltorch_python",
                    f"-L{tree / 'lib'}", "-lfldispatch", f"-Wl,-rpath,{info['lib']}",
                    "-Wl,-rpath,$ORIGIN/lib"]

@@ -1229,6 +1229,112 @@ START_TEST(test_rotary_bf16_ties)
 }
 END_TEST
 
+/* The bits of contiguous bfloat16 tensor t. */
+static uint16_t *bf16_bits(const tt_tensor *t)
+{
+    return (uint16_t *)(void *)((char *)t->t.data + t->t.byte_offset);
+}
+
+static double bf16_value(uint16_t b)
+{
+    return (double)fld_bf16_to_f32(b);
+}
+
+static bool bf16_is_nan(uint16_t b)
+{
+    return (b & 0x7f80u) == 0x7f80u && (b & 0x7fu) != 0;
+}
+
+/*
+ * bfloat16 rotary on special values, every implementation: zeros of both
+ * signs, subnormals, the largest finite values (whose products and sums
+ * overflow to infinity), infinities, and NaN (quiet, signalling, with
+ * payloads), in the heads and in the cos/sin cache (bfloat16, and float32
+ * values that round to bfloat16 with ties), over whole vectors and partial
+ * ones (head 40: 20 frequencies, 40 gptj elements), neox and gptj, query and
+ * key. Each element must be vLLM's rounding of the exact result bit for
+ * bit (a NaN result: any NaN).
+ */
+START_TEST(test_rotary_bf16_specials)
+{
+    enum { D = 40, QH = 3, KH = 2, T = 3 };
+    static const uint16_t heads[] = {0x0000, 0x8000, 0x0001, 0x8003, 0x007f, 0x0080, 0x7f7f,
+                                     0xff7f, 0x7f80, 0xff80, 0x7fc0, 0x7fc1, 0x7f81, 0xffc5,
+                                     0x3f80, 0xbfc0, 0x4040, 0x3c01, 0x5f00, 0x2000, 0x7f00,
+                                     0x3f81, 0xc2f7, 0x0100, 0x80ff, 0x7e80, 0x4b00};
+    static const uint16_t trig[] = {0x3fc0, 0x3f40, 0x3f80, 0x0000, 0x8000, 0xbf80, 0x0001,
+                                    0x4040, 0x3f7f, 0x3c00, 0xbf35, 0x3f35, 0x7f00, 0x0080};
+    static const double trig32[] = {
+        1.0 + 1.0 / 256, 1.0 + 3.0 / 256, 1.0 / 3, -0.1, 0.0, -0.0, 1e-39, 0.75, -1.0, 0.70710678};
+    const DLDataType bf = FLD_DTYPE_BF16;
+    struct impl_list impls;
+    cpu_impls(FLD_OP_ROTARY_EMBEDDING, &impls);
+    tt_tensor *pos = tt_new(TT_INT64, 1, (int64_t[]){T});
+    for (int64_t t = 0; t < T; t++)
+        tt_set(pos, t, (double)t);
+    for (int f32_cache = 0; f32_cache < 2; f32_cache++) {
+        tt_tensor *cache = tt_new(f32_cache ? FLD_DTYPE_F32 : bf, 2, (int64_t[]){T, D});
+        double cv[T * D]; /* cos/sin as the kernels use them: rounded to bfloat16 */
+        for (int64_t i = 0; i < T * D; i++) {
+            if (f32_cache)
+                tt_set(cache, i, trig32[(i * 7) % (sizeof trig32 / sizeof trig32[0])]);
+            else
+                bf16_bits(cache)[i] = trig[(i * 5) % (sizeof trig / sizeof trig[0])];
+            cv[i] = tt_round(bf, tt_get(cache, i));
+        }
+        for (int neox = 0; neox < 2; neox++)
+            for (int k = 0; k < impls.n; k++) {
+                tt_tensor *q = tt_new(bf, 2, (int64_t[]){T, QH * D});
+                tt_tensor *key = tt_new(bf, 2, (int64_t[]){T, KH * D});
+                tt_tensor *both[2] = {q, key};
+                const int64_t nh[2] = {QH, KH};
+                for (int w = 0; w < 2; w++)
+                    for (int64_t i = 0; i < T * nh[w] * D; i++)
+                        bf16_bits(both[w])[i] =
+                            heads[(i * (w ? 11 : 3) + w) % (sizeof heads / sizeof heads[0])];
+                uint16_t want[2][T * QH * D];
+                for (int w = 0; w < 2; w++)
+                    for (int64_t t = 0; t < T; t++)
+                        for (int64_t h = 0; h < nh[w]; h++)
+                            for (int64_t f = 0; f < D / 2; f++) {
+                                const int64_t base = (t * nh[w] + h) * D;
+                                const int64_t ix = base + (neox ? f : 2 * f);
+                                const int64_t iy = base + (neox ? f + D / 2 : 2 * f + 1);
+                                const double x = bf16_value(bf16_bits(both[w])[ix]);
+                                const double y = bf16_value(bf16_bits(both[w])[iy]);
+                                const double c = cv[t * D + f], sn = cv[t * D + D / 2 + f];
+                                /* float32 products and sums of bfloat16 values are exact or
+                                 * overflow, as these in double then rounded to float32 */
+                                const double xc = tt_round(bf, x * c), ys = tt_round(bf, y * sn);
+                                const double yc = tt_round(bf, y * c), xs = tt_round(bf, x * sn);
+                                want[w][ix] = fld_f32_to_bf16((float)(xc - ys));
+                                want[w][iy] = fld_f32_to_bf16((float)(yc + xs));
+                            }
+                pin(FLD_OP_ROTARY_EMBEDDING, impls.ids[k], bf);
+                int rc = fld_rotary_embedding(&pos->t, &q->t, &key->t, D, &cache->t, neox);
+                unpin();
+                ck_assert_msg(rc == FLD_OK || (strcmp(impls.ids[k], REF_ID) != 0 && declined(rc)),
+                              "%s: status %d: %s", impls.ids[k], rc, fld_last_error());
+                for (int w = 0; rc == FLD_OK && w < 2; w++)
+                    for (int64_t i = 0; i < T * nh[w] * D; i++) {
+                        const uint16_t got = bf16_bits(both[w])[i], ref = want[w][i];
+                        ck_assert_msg(got == ref || (bf16_is_nan(got) && bf16_is_nan(ref)),
+                                      "%s bf16 rotary %s, %s cache, %s element %lld: 0x%04x, "
+                                      "vLLM's rounding gives 0x%04x",
+                                      impls.ids[k], neox ? "neox" : "gptj",
+                                      f32_cache ? "float32" : "bfloat16", w ? "key" : "query",
+                                      (long long)i, got, ref);
+                    }
+                ck_assert(tt_padding_intact(q) && tt_padding_intact(key));
+                tt_free(q);
+                tt_free(key);
+            }
+        tt_free(cache);
+    }
+    tt_free(pos);
+}
+END_TEST
+
 /* No tokens: a valid call that touches nothing. */
 START_TEST(test_rotary_empty)
 {
@@ -1423,6 +1529,7 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run, boo
     tcase_add_loop_test(tc, test_rotary, 0, 4);
     tcase_add_test(tc, test_rotary_empty);
     tcase_add_test(tc, test_rotary_bf16_ties);
+    tcase_add_test(tc, test_rotary_bf16_specials);
     suite_add_tcase(s, tc);
 }
 

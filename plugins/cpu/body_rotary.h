@@ -24,6 +24,8 @@
  * round(round(x c) - round(y s)); gptj's s2 = -s keeps that, as rounding
  * is symmetric. These are exact results rounded once each, so the bits are
  * the reference's.
+ * bfloat16 on a layer with V_BF16_PAIRS (avx2) takes its own loops below:
+ * the same operations lane by lane, on elements in even/odd order.
  * Elements past rot_dim in a head are never read or written (only
  * prefetched: with job->prefetch, the next token's heads are prefetched
  * while this one computes; cpu.h says where that pays).
@@ -37,6 +39,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cpu.h"
 
@@ -161,10 +164,26 @@ V_INLINE void rot_gptj_head(void *head, int64_t f0, int64_t n, const float *c2, 
 }
 
 /*
- * The chunk [f0, f0 + n) of every head at base. next (or NULL): the same
- * heads of the next token, prefetched head by head so that memory works
- * while this token computes (measured +17% f32, +30% bf16 at 4096 tokens,
- * one thread, on the Xeon; not on AMD, where it cost: cpu.h).
+ * Prefetches the chunk [f0, f0 + n) of the head at nh (the same head of the
+ * next token) so that memory works while this token computes (measured +17%
+ * f32, +30% bf16 at 4096 tokens, one thread, on the Xeon; not on AMD, where
+ * it cost: cpu.h).
+ */
+V_INLINE void rot_prefetch_head(const char *nh, int64_t f0, int64_t n, int64_t half, int64_t es,
+                                const bool neox)
+{
+    if (neox) {
+        for (int64_t b = f0 * es; b < (f0 + n) * es; b += 64) {
+            __builtin_prefetch(nh + b, 1, 3);
+            __builtin_prefetch(nh + (half * es) + b, 1, 3);
+        }
+    } else {
+        for (int64_t b = 2 * f0 * es; b < 2 * (f0 + n) * es; b += 64)
+            __builtin_prefetch(nh + b, 1, 3);
+    }
+}
+
+/* The chunk [f0, f0 + n) of every head at base; next (or NULL): the same heads of the next token.
  */
 V_INLINE void rot_heads(void *base, int64_t heads, int64_t head_stride, int64_t f0, int64_t n,
                         int64_t half, const float *c, const float *s, const int dt, const bool neox,
@@ -173,24 +192,149 @@ V_INLINE void rot_heads(void *base, int64_t heads, int64_t head_stride, int64_t 
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
     for (int64_t h = 0; h < heads; h++) {
         void *head = fld__cpu_at(base, h * head_stride, dt);
-        if (next) {
-            const char *nh = (const char *)fld__cpu_at(next, h * head_stride, dt);
-            if (neox) {
-                for (int64_t b = f0 * es; b < (f0 + n) * es; b += 64) {
-                    __builtin_prefetch(nh + b, 1, 3);
-                    __builtin_prefetch(nh + (half * es) + b, 1, 3);
-                }
-            } else {
-                for (int64_t b = 2 * f0 * es; b < 2 * (f0 + n) * es; b += 64)
-                    __builtin_prefetch(nh + b, 1, 3);
-            }
-        }
+        if (next)
+            rot_prefetch_head(fld__cpu_at(next, h * head_stride, dt), f0, n, half, es, neox);
         if (neox)
             rot_neox_head(head, f0, n, half, c, s, dt);
         else
             rot_gptj_head(head, f0, n, c, s, dt);
     }
 }
+
+#ifdef V_BF16_PAIRS
+/*
+ * bfloat16 heads on a layer that has V_BF16_PAIRS (simd_avx2.h): blocks of
+ * ROT_BLOCK = 2 * V_LANES elements split into their even and odd elements
+ * (v_bf16_pair_load), so that no widening or narrowing instruction runs; the
+ * arithmetic and its roundings are those above, lane by lane, so the bits
+ * are the same.
+ *   neox: ROT_BLOCK frequencies of x and of y per block; the scratch holds cos and
+ *     sin in the same order, per block the even frequencies then the odd.
+ *   gptj: a block is ROT_BLOCK / 2 pairs, whose first elements are the even ones
+ *     and second the odd: cos and sin plain, ROT_BLOCK / 2 frequencies per block.
+ * A partial last block goes through a zero-padded copy; the scratch is
+ * zero-padded to whole blocks.
+ */
+#define ROT_BLOCK (2 * V_LANES)
+
+/* (x, y) <- (round(x c) - round(y s), round(y c) + round(x s)), the sums not yet rounded. */
+V_INLINE void rot_pair_bf16(vf *x, vf *y, vf c, vf s)
+{
+    const vf xc = rot_mul(*x, c, FLD_CPU_BF16), ys = rot_mul(*y, s, FLD_CPU_BF16);
+    const vf yc = rot_mul(*y, c, FLD_CPU_BF16), xs = rot_mul(*x, s, FLD_CPU_BF16);
+    *x = v_sub(xc, ys);
+    *y = v_add(yc, xs);
+}
+
+V_INLINE void rot_neox_block_bf16(void *xp, void *yp, const float *c, const float *s)
+{
+    vf xe, xo, ye, yo;
+    v_bf16_pair_load(xp, &xe, &xo);
+    v_bf16_pair_load(yp, &ye, &yo);
+    rot_pair_bf16(&xe, &ye, v_load(c, FLD_CPU_F32), v_load(s, FLD_CPU_F32));
+    rot_pair_bf16(&xo, &yo, v_load(c + V_LANES, FLD_CPU_F32), v_load(s + V_LANES, FLD_CPU_F32));
+    v_bf16_pair_store(xp, v_bf16_round_hi(xe), v_bf16_round_hi(xo));
+    v_bf16_pair_store(yp, v_bf16_round_hi(ye), v_bf16_round_hi(yo));
+}
+
+V_INLINE void rot_gptj_block_bf16(void *p, const float *c, const float *s)
+{
+    vf x, y;
+    v_bf16_pair_load(p, &x, &y);
+    rot_pair_bf16(&x, &y, v_load(c, FLD_CPU_F32), v_load(s, FLD_CPU_F32));
+    v_bf16_pair_store(p, v_bf16_round_hi(x), v_bf16_round_hi(y));
+}
+
+/* neox: frequencies [f0, f0 + n) of one head; c, s (block order) indexed from f0. */
+V_INLINE void rot_neox_head_bf16(void *head, int64_t f0, int64_t n, int64_t half, const float *c,
+                                 const float *s)
+{
+    void *xh = fld__cpu_at(head, f0, FLD_CPU_BF16),
+         *yh = fld__cpu_at(head, half + f0, FLD_CPU_BF16);
+    int64_t i = 0;
+    for (; i + ROT_BLOCK <= n; i += ROT_BLOCK)
+        rot_neox_block_bf16(fld__cpu_at(xh, i, FLD_CPU_BF16), fld__cpu_at(yh, i, FLD_CPU_BF16),
+                            c + i, s + i);
+    if (i < n) {
+        uint16_t xb[ROT_BLOCK] = {0}, yb[ROT_BLOCK] = {0};
+        const size_t bytes = (size_t)(n - i) * 2u;
+        memcpy(xb, fld__cpu_at(xh, i, FLD_CPU_BF16), bytes);
+        memcpy(yb, fld__cpu_at(yh, i, FLD_CPU_BF16), bytes);
+        rot_neox_block_bf16(xb, yb, c + i, s + i);
+        memcpy(fld__cpu_at(xh, i, FLD_CPU_BF16), xb, bytes);
+        memcpy(fld__cpu_at(yh, i, FLD_CPU_BF16), yb, bytes);
+    }
+}
+
+/* gptj: elements [2 f0, 2 (f0 + n)) of one head; c, s (plain) indexed from f0. */
+V_INLINE void rot_gptj_head_bf16(void *head, int64_t f0, int64_t n, const float *c, const float *s)
+{
+    void *ph = fld__cpu_at(head, 2 * f0, FLD_CPU_BF16);
+    const int64_t m = 2 * n;
+    int64_t i = 0;
+    for (; i + ROT_BLOCK <= m; i += ROT_BLOCK)
+        rot_gptj_block_bf16(fld__cpu_at(ph, i, FLD_CPU_BF16), c + i / 2, s + i / 2);
+    if (i < m) { /* m - i is even: no pair is split */
+        uint16_t pb[ROT_BLOCK] = {0};
+        const size_t bytes = (size_t)(m - i) * 2u;
+        memcpy(pb, fld__cpu_at(ph, i, FLD_CPU_BF16), bytes);
+        rot_gptj_block_bf16(pb, c + i / 2, s + i / 2);
+        memcpy(fld__cpu_at(ph, i, FLD_CPU_BF16), pb, bytes);
+    }
+}
+
+/*
+ * Scratch for frequencies [f0, f0 + n) of a cache row, rounded to bfloat16,
+ * zero-padded to whole blocks: gptj plain in c, s; neox widened plain into
+ * the upper halves, then reordered per block (even frequencies, then odd)
+ * into the lower halves.
+ */
+V_INLINE void rot_fill_bf16_cdt(float *c, float *s, const void *row, int64_t f0, int64_t n,
+                                int64_t half, const int cdt, const bool neox)
+{
+    const int64_t padded = (n + ROT_BLOCK - 1) / ROT_BLOCK * ROT_BLOCK;
+    float *cw = neox ? c + ROT_CHUNK : c, *sw = neox ? s + ROT_CHUNK : s;
+    rot_widen(cw, fld__cpu_at(row, f0, cdt), n, cdt, FLD_CPU_BF16);
+    rot_widen(sw, fld__cpu_at(row, half + f0, cdt), n, cdt, FLD_CPU_BF16);
+    for (int64_t i = n; i < padded; i++)
+        cw[i] = sw[i] = 0.0f;
+    if (!neox)
+        return;
+    for (int64_t b = 0; b < padded; b += ROT_BLOCK)
+        for (int64_t j = 0; j < V_LANES; j++) {
+            c[b + j] = cw[b + 2 * j];
+            c[b + V_LANES + j] = cw[b + 2 * j + 1];
+            s[b + j] = sw[b + 2 * j];
+            s[b + V_LANES + j] = sw[b + 2 * j + 1];
+        }
+}
+
+/* cdt is bfloat16 or float32 (validated by the host). */
+V_INLINE void rot_fill_bf16(float *c, float *s, const void *row, int64_t f0, int64_t n,
+                            int64_t half, int cdt, const bool neox)
+{
+    if (cdt == FLD_CPU_F32)
+        rot_fill_bf16_cdt(c, s, row, f0, n, half, FLD_CPU_F32, neox);
+    else
+        rot_fill_bf16_cdt(c, s, row, f0, n, half, FLD_CPU_BF16, neox);
+}
+
+V_INLINE void rot_heads_bf16(void *base, int64_t heads, int64_t head_stride, int64_t f0, int64_t n,
+                             int64_t half, const float *c, const float *s, const bool neox,
+                             const void *next)
+{
+    for (int64_t h = 0; h < heads; h++) {
+        void *head = fld__cpu_at(base, h * head_stride, FLD_CPU_BF16);
+        if (next)
+            rot_prefetch_head(fld__cpu_at(next, h * head_stride, FLD_CPU_BF16), f0, n, half, 2,
+                              neox);
+        if (neox)
+            rot_neox_head_bf16(head, f0, n, half, c, s);
+        else
+            rot_gptj_head_bf16(head, f0, n, c, s);
+    }
+}
+#endif
 
 V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64_t t1, const int dt,
                          const bool neox)
@@ -210,8 +354,20 @@ V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64
         void *k = g->key && g->k_heads ? fld__cpu_at(g->key, t * g->k_token_stride, dt) : NULL;
         for (int64_t f0 = 0; f0 < half; f0 += ROT_CHUNK) {
             const int64_t n = half - f0 < ROT_CHUNK ? half - f0 : ROT_CHUNK;
-            rot_fill(c, s, row, f0, n, half, cdt, dt, neox);
             const bool more = job->prefetch && t + 1 < t1;
+#ifdef V_BF16_PAIRS
+            if (dt == FLD_CPU_BF16) {
+                rot_fill_bf16(c, s, row, f0, n, half, cdt, neox);
+                if (q)
+                    rot_heads_bf16(q, g->q_heads, g->q_head_stride, f0, n, half, c, s, neox,
+                                   more ? fld__cpu_at(q, g->q_token_stride, dt) : NULL);
+                if (k)
+                    rot_heads_bf16(k, g->k_heads, g->k_head_stride, f0, n, half, c, s, neox,
+                                   more ? fld__cpu_at(k, g->k_token_stride, dt) : NULL);
+                continue;
+            }
+#endif
+            rot_fill(c, s, row, f0, n, half, cdt, dt, neox);
             if (q)
                 rot_heads(q, g->q_heads, g->q_head_stride, f0, n, half, c, s, dt, neox,
                           more ? fld__cpu_at(q, g->q_token_stride, dt) : NULL);

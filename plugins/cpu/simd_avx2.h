@@ -266,7 +266,7 @@ V_INLINE void v_stream_fence(void)
     _mm_sfence();
 }
 
-/* ---- bfloat16 in pairs (body_norm.h) ------------------------------------
+/* ---- bfloat16 in pairs (body_norm.h, body_rotary.h) ---------------------
  *
  * V_BF16_PAIRS: 2 * V_LANES bfloat16 elements as two vectors, a holding the
  * even elements and b the odd ones (lane k: elements 2k and 2k + 1), so a

@@ -13,11 +13,15 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <optional>
 #include <initializer_list>
 #include <string>
 #include <utility>
 
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include <fldispatch/plugin.h>
@@ -148,6 +152,77 @@ void norm(const at::Tensor &out, const at::Tensor &x, const std::optional<at::Te
         written(*residual);
 }
 
+// Rotary over torch's intra-op threads. Through torch.ops the caller is a
+// torch process whose OpenMP team spins for a while after each parallel
+// region (GOMP_SPINCOUNT): a second pool of threads (the cpu plugin's) then
+// shares the cores with spinning threads and a two-thread call runs little
+// faster than a one-thread one (docs/BENCHMARKS.md). A large call is instead
+// cut into token ranges that at::parallel_for hands to torch's own threads,
+// each range a library call small enough for the plugin to run on the thread
+// that makes it (kSliceBytes, below the plugin's parallel threshold), as
+// vLLM's own CPU kernels run on that team.
+//
+// at::parallel_for is inlined here: this file is compiled with -fopenmp and
+// resolves the OpenMP runtime torch itself loaded (libgomp.so.1 from torch's
+// lib directory, already in the process), so the ranges run on torch's team.
+//
+// Arguments are checked before anything is written: fld_prepare() checks the
+// whole call (the checks and messages of the call itself, positions
+// included) and the first range runs before the others, so a call with a bad
+// argument writes nothing. Not split: calls
+// under a thread-local policy override (the team's threads would not see
+// it), with statistics on (a call would count once per range), inside a
+// parallel region, with positions other than one contiguous [T], or with
+// query and key overlapping.
+constexpr int64_t kSplitMinBytes = 512 * 1024; // the plugin's default parallel threshold
+constexpr int64_t kSliceBytes = 128 * 1024;
+
+struct TokenRange {
+    DLTensor t;
+    int64_t shape[4];
+};
+
+// Tokens [begin, end) of d, whose dimension 0 is the token dimension (ndim <= 4).
+TokenRange tokens_of(const DLTensor &d, int64_t begin, int64_t end)
+{
+    TokenRange r{d, {}};
+    for (int i = 0; i < d.ndim; i++)
+        r.shape[i] = d.shape[i];
+    r.shape[0] = end - begin;
+    r.t.shape = r.shape;
+    const int64_t stride0 = d.strides ? d.strides[0] : 1;
+    r.t.data = static_cast<char *>(d.data) + begin * stride0 * (d.dtype.bits / 8);
+    return r;
+}
+
+// The bytes [first, last) that t's elements span.
+std::pair<uintptr_t, uintptr_t> span(const at::Tensor &t)
+{
+    uintptr_t first = reinterpret_cast<uintptr_t>(t.data_ptr()), last = first;
+    for (int64_t i = 0; i < t.dim(); i++)
+        last += static_cast<uintptr_t>((t.size(i) - 1) * t.stride(i)) * t.element_size();
+    return {first, last + t.element_size()};
+}
+
+bool rotary_splits(const at::Tensor &positions, const at::Tensor &query,
+                   const std::optional<at::Tensor> &key, int64_t bytes)
+{
+    if (bytes < kSplitMinBytes || at::get_num_threads() < 2 || at::in_parallel_region() ||
+        fld_policy_depth() != 0 || fld_stats_mode() != FLD_STATS_OFF)
+        return false;
+    if (positions.dim() != 1 || positions.size(0) < 2 || !positions.is_contiguous() ||
+        query.dim() < 2 || query.dim() > 4 || query.numel() == 0)
+        return false;
+    if (key) {
+        if (key->dim() < 2 || key->dim() > 4 || key->numel() == 0)
+            return false;
+        auto a = span(query), b = span(*key);
+        if (a.first < b.second && b.first < a.second)
+            return false;
+    }
+    return true;
+}
+
 void rotary(const at::Tensor &positions, const at::Tensor &query,
             const std::optional<at::Tensor> &key, int64_t head_size,
             const at::Tensor &cos_sin_cache, bool is_neox)
@@ -159,7 +234,46 @@ void rotary(const at::Tensor &positions, const at::Tensor &query,
     DLTensor p = view(positions), q = view(query), k{}, c = view(cos_sin_cache);
     if (key)
         k = view(*key);
-    check(fld_rotary_embedding(&p, &q, key ? &k : nullptr, head_size, &c, is_neox));
+    const int64_t bytes = 2 * (query.numel() * query.element_size() +
+                               (key ? key->numel() * key->element_size() : 0));
+    if (!rotary_splits(positions, query, key, bytes)) {
+        check(fld_rotary_embedding(&p, &q, key ? &k : nullptr, head_size, &c, is_neox));
+    } else {
+        fld_rotary_embedding_args whole{&p, &q, key ? &k : nullptr, head_size, &c, is_neox};
+        fld_prepared *checked = nullptr;
+        check(fld_prepare(FLD_OP_ROTARY_EMBEDDING, &whole, &checked));
+        fld_prepared_free(checked);
+        const int64_t T = positions.size(0);
+        const int64_t slice = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, bytes / T));
+        auto run = [&](int64_t begin, int64_t end) {
+            TokenRange rp = tokens_of(p, begin, end), rq = tokens_of(q, begin, end);
+            TokenRange rk = key ? tokens_of(k, begin, end) : TokenRange{};
+            return fld_rotary_embedding(&rp.t, &rq.t, key ? &rk.t : nullptr, head_size, &c,
+                                        is_neox);
+        };
+        const int64_t first = std::min(T, slice);
+        check(run(0, first)); // a failure here has written nothing
+        std::atomic<int> status{FLD_OK};
+        std::mutex lock;
+        std::string message;
+        at::parallel_for(first, T, slice, [&](int64_t begin, int64_t end) {
+            for (int64_t t = begin; t < end && status.load(std::memory_order_relaxed) == FLD_OK;
+                 t += slice) {
+                const int rc = run(t, std::min(end, t + slice));
+                if (rc != FLD_OK) {
+                    std::lock_guard<std::mutex> guard(lock);
+                    if (status.load() == FLD_OK) {
+                        message = fld_last_error();
+                        status.store(rc);
+                    }
+                }
+            }
+        });
+        if (status.load() != FLD_OK) {
+            fld_set_error("%s", message.c_str());
+            fail(status.load());
+        }
+    }
     written(query);
     if (key)
         written(*key);

@@ -101,6 +101,55 @@ def test_rotary_matches():
     assert torch.equal(q, q2) and torch.equal(k, k2)
 
 
+# A large rotary call runs on torch's intra-op threads in token ranges (torch_ops.cpp):
+# 64 tokens x 40 heads of 128 are 1.25 MiB (float32) or 640 KiB (bfloat16) read and written,
+# above the size where it splits; the result must be the library's own, bit for bit.
+@pytest.fixture
+def two_torch_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def _rotary_inputs(dtype, tokens=64, pos_dtype=torch.int64, padded=False):
+    g = torch.Generator().manual_seed(7)
+    pos = torch.randint(0, 512, (tokens,), generator=g).to(pos_dtype)
+    width = 32 * 128
+    qbase = torch.randn(tokens, width + (256 if padded else 0), generator=g).to(dtype)
+    q = qbase[:, 128:128 + width] if padded else qbase  # row stride past the row
+    k = torch.randn(tokens, 8, 128, generator=g).to(dtype)
+    ang = torch.rand(512, 64, generator=g) * 6.2831853
+    cache = torch.cat((ang.cos(), ang.sin()), dim=-1).to(dtype)
+    return pos, q, k, cache
+
+
+@native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("form", ["plain", "int32", "padded", "no_key", "odd_tokens"])
+def test_rotary_on_torch_threads_matches(two_torch_threads, dtype, neox, form):
+    pos, q, k, cache = _rotary_inputs(dtype, tokens=61 if form == "odd_tokens" else 64,
+                                      pos_dtype=torch.int32 if form == "int32" else torch.int64,
+                                      padded=form == "padded")
+    key = None if form == "no_key" else k
+    q2, k2 = q.clone(), k.clone()
+    torch.ops.fldispatch.rotary_embedding(pos, q, key, 128, cache, neox)
+    fldispatch.rotary_embedding(pos, q2, None if key is None else k2, 128, cache, neox)
+    assert torch.equal(q, q2)
+    assert torch.equal(k, k2)
+
+
+@native
+def test_rotary_on_torch_threads_writes_nothing_on_error(two_torch_threads):
+    pos, q, k, cache = _rotary_inputs(torch.float32)
+    pos[-1] = 512  # past the cache: only the last token range holds it
+    q0, k0 = q.clone(), k.clone()
+    with pytest.raises(fldispatch.InvalidArgumentError, match="rotary_embedding: .*position"):
+        torch.ops.fldispatch.rotary_embedding(pos, q, k, 128, cache, True)
+    assert torch.equal(q, q0) and torch.equal(k, k0)
+
+
 @native
 def test_errors_are_fldispatch_errors():
     with pytest.raises(fldispatch.InvalidArgumentError, match="rotary_embedding: .*position"):
