@@ -67,16 +67,20 @@ def child():
 
 
 # The cpu plugin's instruction-set variants besides the best one (its 16-bit
-# activations are computed per variant and checked against a bound).
-ISA_CAPS = [None] + (["avx2", "portable"] if platform.machine() in ("x86_64", "AMD64") else
-                     ["portable"])
+# activations are computed per variant and checked against a bound), the avx2
+# one with its 16-bit activations looked up and computed (VLLM_FL_CPU_ACT16).
+ISA_CAPS = [(None, None)] + ([("avx2", "table"), ("avx2", "compute"), ("portable", None)]
+                             if platform.machine() in ("x86_64", "AMD64") else
+                             [("portable", None)])
 
 
-@pytest.mark.parametrize("isa", ISA_CAPS)
-def test_torch_forms_match_torch_to_the_bit(isa):
+@pytest.mark.parametrize("isa,act16", ISA_CAPS)
+def test_torch_forms_match_torch_to_the_bit(isa, act16):
     env = dict(os.environ, VLLM_FL_CPU_ACTIVATIONS="torch")
     if isa:
         env["VLLM_FL_CPU_ISA"] = isa
+    if act16:
+        env["VLLM_FL_CPU_ACT16"] = act16
     out = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout.strip().splitlines()[-1])
