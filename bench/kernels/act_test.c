@@ -46,8 +46,9 @@
 #include "act_harness.h"
 
 /* Set by the plugin at load (cpu_plugin.c); here the avx2 variant gathers, and computes its
- * 16-bit activations in float32 (looking up the vectors it cannot round for certain), unless
- * VLLM_FL_CPU_LOOKUP=scalar or VLLM_FL_CPU_ACT16=table say otherwise (read in main). */
+ * 16-bit activations in float32 (looking up the vectors it cannot round for certain: the path
+ * the plugin's default does not take, tested here), unless VLLM_FL_CPU_LOOKUP=scalar or
+ * VLLM_FL_CPU_ACT16=table say otherwise (read in main). */
 bool fld__cpu_lookup_scalar = false;
 bool fld__cpu_act16_compute = true;
 
