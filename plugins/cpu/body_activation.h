@@ -118,13 +118,13 @@ V_INLINE void act_apply_n(enum fld_cpu_act act, const int torch, vf *r, const vf
  * silu 0.2%, gelu and gelu_tanh 9% (float16) and 2-4% (bfloat16), from
  * their negative tails; for normally distributed inputs 0.05-0.5%.
  *
- * The constants: over all 65536 inputs of each dtype, the largest
- * |v - ref| needs rel = 2^-21.7 (silu) and, with abs_a = 2^-26, 2^-21.5
- * (gelu) and 2^-20.3 (gelu_tanh); abs_a cannot be below 2^-26 (where
- * erff(z) rounds to -1, the reference's gelu is -0 while a Phi(a) is up
- * to 2^-26 |a|). rel = 2^-20 and abs_a = 2^-24 leave a factor of 2.5 to 4
- * above that, and abs_a = 2^-24 is the bound for a C library whose erff is
- * off by 1 ulp and tanhf by 2 (glibc's documented worst cases).
+ * The constants: over all 65536 inputs of each dtype (glibc 2.36), the
+ * largest |v - ref| needs rel = 2^-21.7 (silu) and, with abs_a = 2^-24,
+ * 2^-22.1 (gelu) and 2^-22.6 (gelu_tanh); abs_a cannot be below 2^-26
+ * (where erff(z) rounds to -1, the reference's gelu is -0 while a Phi(a)
+ * is up to 2^-26 |a|). rel = 2^-20 and abs_a = 2^-24 leave a factor of 3
+ * to 6 above that, and abs_a = 2^-24 is the bound for a C library whose
+ * erff is off by 1 ulp and tanhf by 2 (glibc's documented worst cases).
  */
 #define ACT16_SILU_REL      0x1p-20f
 #define ACT16_GELU_REL      0x1p-20f
