@@ -51,6 +51,7 @@
     X("VLLM_FL_CPU_STREAM_MIN_KB", CPU, USER)                \
     X("VLLM_FL_CPU_ACTIVATIONS", CPU, USER)                  \
     X("VLLM_FL_CPU_LOOKUP", CPU, USER)                       \
+    X("VLLM_FL_CPU_ACT16", CPU, USER)                        \
     X("VLLM_FL_CPU_ISA", CPU, USER)                          \
     X("FLD_TEMPLATE_ENABLE", TEMPLATE, USER)                 \
     X("FLD_TUNE_TEST_CLOCK", TOOL, TEST)                     \

@@ -579,6 +579,35 @@ START_TEST(test_lookup_values)
 }
 END_TEST
 
+START_TEST(test_act16_values)
+{
+    const char *bad[] = {"Table", "float32", ""};
+    assert_each_rejects("VLLM_FL_CPU_ACT16", bad, sizeof bad / sizeof bad[0]);
+    const char *good[] = {"table", "compute"};
+    for (size_t i = 0; i < 2; i++) {
+        base_env();
+        setenv("VLLM_FL_CPU_ACT16", good[i], 1);
+        setenv("VLLM_FL_CPU_ISA", "portable", 1); /* loads on every CPU */
+        struct cpu_status s = cpu_plugin_loaded();
+        ck_assert_msg(strstr(s.detail, "computed in float32") == NULL, "portable: %s", s.detail);
+        fld_shutdown();
+        unsetenv("VLLM_FL_CPU_ISA");
+        /* The variant this CPU runs: avx2 says which it was given, in either activation form. */
+        for (int torch = 0; torch < 2; torch++) {
+            if (torch)
+                setenv("VLLM_FL_CPU_ACTIVATIONS", "torch", 1);
+            s = cpu_plugin_loaded();
+            if (strncmp(s.detail, "isa avx2 ", 9) == 0)
+                ck_assert_msg((strstr(s.detail, "16-bit activations computed in float32") !=
+                               NULL) == (i == 1),
+                              "%s%s: %s", good[i], torch ? ", torch" : "", s.detail);
+            fld_shutdown();
+        }
+        unsetenv("VLLM_FL_CPU_ACTIVATIONS");
+    }
+}
+END_TEST
+
 START_TEST(test_stream_min_kb)
 {
     const char *bad[] = {"-1", "1073741825", "4M", ""};
@@ -1087,6 +1116,7 @@ static Suite *cpu_plugin_suite(void)
     tcase_add_test(tc, test_parallel_min_kb);
     tcase_add_test(tc, test_stream_min_kb);
     tcase_add_test(tc, test_lookup_values);
+    tcase_add_test(tc, test_act16_values);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("pool");

@@ -519,6 +519,65 @@ START_TEST(test_activation_every_16bit_input)
 }
 END_TEST
 
+/*
+ * Every 16-bit value again, each alone in its vector: 15 lanes of +0 on each
+ * side (any vector of up to 16 lanes holds one input), so that a kernel that
+ * computes the activation and falls back to its table for a whole vector
+ * when one lane's rounding is unsure (the avx2 variant's 16-bit path,
+ * body_activation.h) has each input's fallback decided by that input
+ * alone: next to its neighbours, another lane's fallback could hide a lane
+ * that needed one and was not detected. _i as above.
+ */
+START_TEST(test_activation_each_16bit_input_alone)
+{
+    enum { SPACING = 16 };
+    const int op = _i / 2;
+    const DLDataType dt = dtype_at(1 + _i % 2);
+    const int64_t codes = 65536, n = codes * SPACING;
+    static const double others[] = {1.0, -3.0, 0.7109375, 5.5, -1.1875, 0.0};
+    tt_tensor *x = tt_new(dt, 2, (int64_t[]){1, 2 * n}), *out = tt_new(dt, 2, (int64_t[]){1, n});
+    uint16_t *bits = (uint16_t *)x->t.data;
+    const bool second = op == 1; /* mul_and_silu activates the second half */
+    const int64_t g0 = second ? n : 0, o0 = second ? 0 : n;
+    for (int64_t j = 0; j < n; j++) {
+        bits[g0 + j] = 0; /* +0 in both dtypes: its rounding is never unsure */
+        tt_set(x, o0 + j, 1.0);
+    }
+    for (int64_t i = 0; i < codes; i++) {
+        /* the input's lane within its vector varies from one input to the next */
+        const int64_t at = i * SPACING + (i * 5) % SPACING;
+        bits[g0 + at] = (uint16_t)i;
+        tt_set(x, o0 + at, others[i % 6]);
+    }
+    double *xv = values_of(x);
+    struct impl_list impls;
+    cpu_impls(act_ops[op], &impls);
+    for (int k = 0; k < impls.n; k++) {
+        pin(act_ops[op], impls.ids[k], dt);
+        int rc = call_act(op, &out->t, &x->t);
+        unpin();
+        if (strcmp(impls.ids[k], REF_ID) != 0 && declined(rc))
+            continue;
+        ck_assert_msg(rc == FLD_OK, "%s %s: %s", impls.ids[k], act_ops[op], fld_last_error());
+        double *ov = values_of(out);
+        int64_t bad = -1;
+        for (int64_t j = 0; j < n && bad < 0; j++) {
+            const double w = act_rounded(op, dt, xv[j], xv[n + j]);
+            if (ov[j] != w && !(isnan(w) && isnan(ov[j])))
+                bad = j;
+        }
+        ck_assert_msg(bad < 0, "%s %s %s: input %g alone (other %g): got %.9g, want %.9g",
+                      impls.ids[k], act_ops[op], dtype_label(dt), bad >= 0 ? xv[g0 + bad] : 0.0,
+                      bad >= 0 ? xv[o0 + bad] : 0.0, bad >= 0 ? ov[bad] : 0.0,
+                      bad >= 0 ? act_rounded(op, dt, xv[bad], xv[n + bad]) : 0.0);
+        free(ov);
+    }
+    free(xv);
+    tt_free(x);
+    tt_free(out);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* rms_norm                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -1470,6 +1529,9 @@ static bool variant_runs_here(const char *cap, char *chosen, size_t size)
 static const char *current_cap;
 /* VLLM_FL_CPU_LOOKUP for the run (the avx2 variant's two table lookups), or NULL: the default. */
 static const char *current_lookup;
+/* VLLM_FL_CPU_ACT16 for the run (the avx2 variant's 16-bit activations: table or compute), or
+ * NULL: the default. */
+static const char *current_act16;
 
 /* Checked fixture (runs in each test's child): cap the variant, check it is the one in force. */
 static void setup_variant(void)
@@ -1479,18 +1541,30 @@ static void setup_variant(void)
         setenv("VLLM_FL_CPU_LOOKUP", current_lookup, 1);
     else
         unsetenv("VLLM_FL_CPU_LOOKUP");
+    if (current_act16)
+        setenv("VLLM_FL_CPU_ACT16", current_act16, 1);
+    else
+        unsetenv("VLLM_FL_CPU_ACT16");
     only_impl = "vendor.cpu";
     ck_assert_msg(fld_init() == FLD_OK, "fld_init: %s", fld_last_error());
     char name[64];
     active_variant(name, sizeof name);
     ck_assert_msg(strcmp(name, current_cap) == 0, "VLLM_FL_CPU_ISA=%s but the plugin runs '%s'",
                   current_cap, name);
+    if (current_act16) {
+        /* the mode asked for is the one in force (the detail line says so) */
+        struct detail_probe p = {{0}};
+        fld_foreach_plugin(find_cpu_detail, &p);
+        const bool computed = strstr(p.detail, "16-bit activations computed in float32") != NULL;
+        ck_assert_msg(computed == (strcmp(current_act16, "compute") == 0),
+                      "VLLM_FL_CPU_ACT16=%s but the plugin says: %s", current_act16, p.detail);
+    }
 }
 
 /* A test case name that lives as long as the suite (Check keeps the pointer). */
 static const char *case_name(const char *base, const char *suffix)
 {
-    static char names[3 * (N_CAPS + 1) + 2][48];
+    static char names[3 * (N_CAPS + 1) + 4][48];
     static size_t used;
     if (used == sizeof names / sizeof names[0])
         abort(); /* more cases than names: a bug in this file (no Check assert outside tests) */
@@ -1507,6 +1581,7 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run, boo
     tcase_add_loop_test(tc, test_activation, 0, 12);
     tcase_add_loop_test(tc, test_activation_tails, 0, 12);
     tcase_add_loop_test(tc, test_activation_every_16bit_input, 0, 8);
+    tcase_add_loop_test(tc, test_activation_each_16bit_input_alone, 0, 8);
     suite_add_tcase(s, tc);
     if (only_activations)
         return;
@@ -1565,17 +1640,22 @@ int main(void)
         failed += tt_run_suite(vs) != EXIT_SUCCESS;
         if (strcmp(isa_caps[i], "avx2") != 0)
             continue;
-        /* Both ways of reading the 16-bit tables, whichever this CPU gets by default. */
+        /* The 16-bit activations looked up and computed, each with both ways of reading the
+         * tables, whichever this CPU gets by default. */
+        static const char *const act16s[] = {"table", "compute"};
         static const char *const lookups[] = {"gather", "scalar"};
-        for (size_t k = 0; k < 2; k++) {
-            static char lookup_names[2][40];
-            snprintf(lookup_names[k], sizeof lookup_names[k], "isa avx2, lookup %s", lookups[k]);
-            current_lookup = lookups[k];
-            Suite *ls = suite_create(lookup_names[k]);
-            snprintf(suffix, sizeof suffix, "/avx2/%s", lookups[k]);
+        for (size_t k = 0; k < 4; k++) {
+            static char mode_names[4][48];
+            snprintf(mode_names[k], sizeof mode_names[k], "isa avx2, act16 %s, lookup %s",
+                     act16s[k / 2], lookups[k % 2]);
+            current_act16 = act16s[k / 2];
+            current_lookup = lookups[k % 2];
+            Suite *ls = suite_create(mode_names[k]);
+            snprintf(suffix, sizeof suffix, "/avx2/%s/%s", act16s[k / 2], lookups[k % 2]);
             add_kernel_cases(ls, suffix, true, true);
             failed += tt_run_suite(ls) != EXIT_SUCCESS;
         }
+        current_act16 = NULL;
         current_lookup = NULL;
     }
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -22,6 +22,8 @@
  * 83 x 13824 stay), for time.
  *
  * Usage: act_test [--quick] [--accuracy [STRIDE]] [--bench] [--micro] [-v]
+ *   (VLLM_FL_CPU_ACT16=table|compute and VLLM_FL_CPU_LOOKUP=gather|scalar set
+ *   the avx2 variant's 16-bit path, as in the plugin; default compute, gather)
  *   (no option)      the tests; exit 0 when every check passes
  *   --quick          smaller shapes (for qemu)
  *   --accuracy [S]   only the accuracy sweep, every S-th float (default 17)
@@ -43,8 +45,12 @@
 
 #include "act_harness.h"
 
-/* Set by the plugin at load (cpu_plugin.c); here the avx2 variant gathers. */
+/* Set by the plugin at load (cpu_plugin.c); here the avx2 variant gathers, and computes its
+ * 16-bit activations in float32 (looking up the vectors it cannot round for certain: the path
+ * the plugin's default does not take, tested here), unless VLLM_FL_CPU_LOOKUP=scalar or
+ * VLLM_FL_CPU_ACT16=table say otherwise (read in main). */
 bool fld__cpu_lookup_scalar = false;
+bool fld__cpu_act16_compute = true;
 
 /* ---- variants ------------------------------------------------------------- */
 
@@ -857,6 +863,12 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    const char *lookup = getenv("VLLM_FL_CPU_LOOKUP"), *act16 = getenv("VLLM_FL_CPU_ACT16");
+    fld__cpu_lookup_scalar = lookup && !strcmp(lookup, "scalar");
+    fld__cpu_act16_compute = !act16 || strcmp(act16, "table") != 0;
+    printf("avx2: 16-bit activations %s, tables read with %s\n",
+           fld__cpu_act16_compute ? "computed" : "looked up",
+           fld__cpu_lookup_scalar ? "scalar loads" : "gathers");
     if (do_bench) {
         if (do_bench == 2)
             micro();

@@ -9,6 +9,7 @@
 #ifdef NR_REAL_ISA
 /* Set by the plugin at load (cpu_plugin.c); the real isa_<name>.c files read it. */
 bool fld__cpu_lookup_scalar = false;
+bool fld__cpu_act16_compute = false;
 #endif
 
 int nr_variants(const struct fld_cpu_variant **v, int max)

@@ -13,14 +13,19 @@
  *   float16/bfloat16  round(round(act) * other), round(act) looked up in
  *                     a table (exact.c: the reference's value for each of
  *                     the 65536 inputs, so these results are the
- *                     reference's to the bit); the product of two 16-bit
- *                     values is exact in float32 and is rounded on store.
+ *                     reference's to the bit), or, where the layer defines
+ *                     V_ROUND16_BOUND and fld__cpu_act16_compute is set,
+ *                     computed in float32 and rounded wherever an error
+ *                     bound settles the rounding, looked up elsewhere
+ *                     (act16_block: the same bits); the product of two
+ *                     16-bit values is exact in float32 and is rounded on
+ *                     store.
  * With job->torch (VLLM_FL_CPU_ACTIVATIONS=torch) the activations follow
  * PyTorch's CPU kernels instead: float32 through vmath.h's torch forms, the
  * 16-bit tables built from the same forms (exact.c).
- * The operation, the dtype and whether stores are non-temporal are
- * compile-time constants of each inner loop: act_range() switches once per
- * call into one of 4 x 3 x 2 loops.
+ * The operation, the dtype, the form, whether 16-bit activations are
+ * computed and whether stores are non-temporal are compile-time constants
+ * of each inner loop: act_range() switches once per call into one of them.
  *
  * Reads and writes stay inside each row's [0, 2d) and [0, d) (tails use the
  * layer's partial loads and stores). out may be x's first half (a); each
@@ -84,19 +89,127 @@ V_INLINE void act_apply_n(enum fld_cpu_act act, const int torch, vf *r, const vf
     }
 }
 
+#if defined(V_ROUND16_BOUND)
+/*
+ * 16-bit activations computed in float32 (where the layer defines
+ * V_ROUND16_BOUND, and fld__cpu_act16_compute is set): v = the vector form
+ * of vmath.h, and round(v) is the reference's round(act(a)) wherever every
+ * value within t of v rounds alike, with t a bound on |v - ref|, ref the
+ * reference's float32 value (exact.c: vLLM's formulas with the C
+ * library's expf, erff, tanhf):
+ *
+ *   t = rel |v| + abs_a |a|
+ *
+ * rel covers the vector form's error and the reference's own rounding
+ * errors (a few float32 ulps each); abs_a covers where the reference
+ * cancels: 1 + erff(z) and 1 + tanhf(u) carry the absolute error of
+ * erff / tanhf (~2^-24), times a / 2, which for a < 0 is large against
+ * the small result (gelu at a = -3: 2^-12 relative; at a < -5.5 the
+ * reference's result is -0, and t exceeds |v|, so such lanes always fall
+ * back). silu has no cancellation (abs_a 0) but the reference's expf(-a)
+ * overflows below a = -88.7 (result -0 where the true one is not), so its
+ * lanes below a_min = -80 fall back; a NaN or -inf a falls back in every
+ * function (a >= a_min is false).
+ *
+ * A vector with any such lane (v_round16_bound's unsure bits) is looked up
+ * whole in the table (v_lookup16, VLLM_FL_CPU_LOOKUP's way), so every
+ * result is still the table's. The fraction of lanes that fall back is
+ * about 2 t / (the 16-bit spacing at v): for inputs uniform in [-4, 4],
+ * silu 0.2%, gelu and gelu_tanh 9% (float16) and 2-4% (bfloat16), from
+ * their negative tails; for normally distributed inputs 0.05-0.5%.
+ *
+ * The constants: over all 65536 inputs of each dtype (glibc 2.36), the
+ * largest |v - ref| needs rel = 2^-21.7 (silu) and, with abs_a = 2^-24,
+ * 2^-22.1 (gelu) and 2^-22.6 (gelu_tanh); abs_a cannot be below 2^-26
+ * (where erff(z) rounds to -1, the reference's gelu is -0 while a Phi(a)
+ * is up to 2^-26 |a|). rel = 2^-20 and abs_a = 2^-24 leave a factor of 3
+ * to 6 above that, and abs_a = 2^-24 is the bound for a C library whose
+ * erff is off by 1 ulp and tanhf by 2 (glibc's documented worst cases).
+ */
+#define ACT16_SILU_REL      0x1p-20f
+#define ACT16_GELU_REL      0x1p-20f
+#define ACT16_GELU_ABS      0x1p-24f
+#define ACT16_GELU_TANH_REL 0x1p-20f
+#define ACT16_GELU_TANH_ABS 0x1p-24f
+#define ACT16_TORCH_REL     0x1p-22f
+
+struct act16_bound {
+    float rel, abs_a, a_min;
+};
+
+V_INLINE struct act16_bound act16_bound_of(enum fld_cpu_act act, const int torch)
+{
+    if (torch) /* vmath.h's torch forms are exact.c's, operation for operation */
+        return (struct act16_bound){ACT16_TORCH_REL, 0.0f, -__FLT_MAX__};
+    switch (act) {
+    case FLD_CPU_ACT_GELU_AND_MUL:
+        return (struct act16_bound){ACT16_GELU_REL, ACT16_GELU_ABS, -__FLT_MAX__};
+    case FLD_CPU_ACT_GELU_TANH_AND_MUL:
+        return (struct act16_bound){ACT16_GELU_TANH_REL, ACT16_GELU_TANH_ABS, -__FLT_MAX__};
+    default:
+        return (struct act16_bound){ACT16_SILU_REL, 0.0f, -80.0f};
+    }
+}
+
+/* r[u] = round(act(g[u])) * o[u] for n vectors of the activated half at pg, the other at po. */
+V_INLINE void act16_block(enum fld_cpu_act act, const int dt, const int torch,
+                          const uint16_t *table, vf *r, const char *pg, const char *po, int n)
+{
+    const int64_t step = V_LANES * 2;
+    const struct act16_bound bd = act16_bound_of(act, torch);
+    vf a[ACT_UNROLL], v[ACT_UNROLL];
+    VM_FOR(u, n) a[u] = v_load(pg + u * step, dt);
+    if (act == FLD_CPU_ACT_GELU_AND_MUL) {
+        if (torch)
+            vm_gelu_torch_n(v, a, n);
+        else
+            vm_gelu_n(v, a, n);
+    } else if (act == FLD_CPU_ACT_GELU_TANH_AND_MUL) {
+        if (torch)
+            vm_gelu_tanh_torch_n(v, a, n);
+        else
+            vm16_gelu_tanh_n(v, a, n);
+    } else {
+        if (torch)
+            vm_silu_torch_n(v, a, n);
+        else
+            vm16_silu_n(v, a, n);
+    }
+    VM_FOR(u, n)
+    {
+        vf t = v_mul(v_abs(v[u]), v_set1(bd.rel));
+        if (bd.abs_a != 0.0f)
+            t = v_fma(v_abs(a[u]), v_set1(bd.abs_a), t);
+        unsigned unsure;
+        vf g = v_round16_bound(v[u], t, dt, &unsure);
+        unsure |= v_lanes_not_ge(a[u], v_set1(bd.a_min));
+        if (__builtin_expect(unsure != 0, 0))
+            g = v_lookup16(table, pg + u * step, dt);
+        r[u] = v_mul(g, v_load(po + u * step, dt));
+    }
+}
+#endif
+
 /*
  * r[u] = f(a, b) for the n whole vectors at pa, pb (n <= ACT_UNROLL). For
  * 16-bit dtypes the activated half (b for mul_and_silu, else a) is looked
- * up and the other half multiplied in.
+ * up (with c16, computed: act16_block) and the other half multiplied in.
  */
-V_INLINE void act_block(enum fld_cpu_act act, const int dt, const int torch,
-                        const uint16_t *table, vf *r,
-                        const char *pa, const char *pb, int n)
+V_INLINE void act_block(enum fld_cpu_act act, const int dt, const int torch, const int c16,
+                        const uint16_t *table, vf *r, const char *pa, const char *pb, int n)
 {
     const int64_t step = V_LANES * (int64_t)fld__cpu_elem_size(dt);
     if (dt != FLD_CPU_F32) {
         const bool second = act == FLD_CPU_ACT_MUL_AND_SILU;
         const char *pg = second ? pb : pa, *po = second ? pa : pb;
+#if defined(V_ROUND16_BOUND)
+        if (c16) {
+            act16_block(act, dt, torch, table, r, pg, po, n);
+            return;
+        }
+#else
+        (void)c16;
+#endif
         VM_FOR(u, n) r[u] = v_mul(v_lookup16(table, pg + u * step, dt), v_load(po + u * step, dt));
         return;
     }
@@ -138,9 +251,9 @@ V_INLINE void act_put(void *p, vf v, int dt, int stream)
  * medians of three alternated runs: one thread +6-72% float32, +10-33%
  * 16-bit; two threads +6-40% (docs/BENCHMARKS.md).
  */
-V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, int stream,
-                      const uint16_t *table,
-                      void *out, const void *x, int64_t d, const char *pf)
+V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, const int c16,
+                      int stream, const uint16_t *table, void *out, const void *x, int64_t d,
+                      const char *pf)
 {
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
     const char *pa = x;
@@ -164,21 +277,21 @@ V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, int s
                 fld__cpu_prefetch_row(pf + (d + j) * es + b, dt);
             }
         vf r[ACT_UNROLL];
-        act_block(act, dt, torch, table, r, pa + j * es, pb + j * es, ACT_UNROLL);
+        act_block(act, dt, torch, c16, table, r, pa + j * es, pb + j * es, ACT_UNROLL);
         VM_FOR(u, ACT_UNROLL) act_put(po + (j + u * V_LANES) * es, r[u], dt, stream);
     }
     for (; j + V_LANES <= d; j += V_LANES) {
         vf r;
-        act_block(act, dt, torch, table, &r, pa + j * es, pb + j * es, 1);
+        act_block(act, dt, torch, c16, table, &r, pa + j * es, pb + j * es, 1);
         act_put(po + j * es, r, dt, stream);
     }
     if (j < d)
-        v_store_n(po + j * es, act_part(act, dt, torch, table, pa + j * es, pb + j * es, d - j), d - j,
-                  dt);
+        v_store_n(po + j * es, act_part(act, dt, torch, table, pa + j * es, pb + j * es, d - j),
+                  d - j, dt);
 }
 
 V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1,
-                       enum fld_cpu_act act, int dt, const int torch)
+                       enum fld_cpu_act act, int dt, const int torch, const int c16)
 {
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
     const char *x = job->x;
@@ -193,51 +306,72 @@ V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1
     /* Non-temporal stores need element-aligned rows to reach vector alignment. */
     if (job->stream && (uintptr_t)out % (uintptr_t)es == 0) {
         for (int64_t r = r0; r < r1; r++)
-            act_row(act, dt, torch, 1, table, out + r * job->out_stride * es, x + r * job->x_stride * es,
-                    job->d, r + 1 < r1 ? x + (r + 1) * job->x_stride * es : NULL);
+            act_row(act, dt, torch, c16, 1, table, out + r * job->out_stride * es,
+                    x + r * job->x_stride * es, job->d,
+                    r + 1 < r1 ? x + (r + 1) * job->x_stride * es : NULL);
         v_stream_fence();
     } else {
         for (int64_t r = r0; r < r1; r++)
-            act_row(act, dt, torch, 0, table, out + r * job->out_stride * es, x + r * job->x_stride * es,
-                    job->d, r + 1 < r1 ? x + (r + 1) * job->x_stride * es : NULL);
+            act_row(act, dt, torch, c16, 0, table, out + r * job->out_stride * es,
+                    x + r * job->x_stride * es, job->d,
+                    r + 1 < r1 ? x + (r + 1) * job->x_stride * es : NULL);
     }
 }
 
-/* torch: a compile-time constant of each float32 loop (16-bit dtypes differ only by table). */
+/*
+ * torch: a compile-time constant of each float32 loop (16-bit dtypes differ
+ * only by table); c16 of each 16-bit one (computed, not only looked up).
+ */
 V_INLINE void act_rows_dt(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1, int dt,
-                          const int torch)
+                          const int torch, const int c16)
 {
     switch (job->act) {
     case FLD_CPU_ACT_SILU_AND_MUL:
-        act_rows(job, r0, r1, FLD_CPU_ACT_SILU_AND_MUL, dt, torch);
+        act_rows(job, r0, r1, FLD_CPU_ACT_SILU_AND_MUL, dt, torch, c16);
         break;
     case FLD_CPU_ACT_MUL_AND_SILU:
-        act_rows(job, r0, r1, FLD_CPU_ACT_MUL_AND_SILU, dt, torch);
+        act_rows(job, r0, r1, FLD_CPU_ACT_MUL_AND_SILU, dt, torch, c16);
         break;
     case FLD_CPU_ACT_GELU_AND_MUL:
-        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_AND_MUL, dt, torch);
+        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_AND_MUL, dt, torch, c16);
         break;
     case FLD_CPU_ACT_GELU_TANH_AND_MUL:
-        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_TANH_AND_MUL, dt, torch);
+        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_TANH_AND_MUL, dt, torch, c16);
         break;
     }
 }
 
 static void act_range(const struct fld_cpu_act_job *job, int64_t row_begin, int64_t row_end)
 {
-    switch (job->dt) {
-    case FLD_CPU_F32:
+#if defined(V_ROUND16_BOUND)
+    const bool c16 = fld__cpu_act16_compute;
+#else
+    const bool c16 = false;
+#endif
+    const int dt = job->dt;
+    if (dt == FLD_CPU_F32) {
         if (job->torch)
-            act_rows_dt(job, row_begin, row_end, FLD_CPU_F32, 1);
+            act_rows_dt(job, row_begin, row_end, FLD_CPU_F32, 1, 0);
         else
-            act_rows_dt(job, row_begin, row_end, FLD_CPU_F32, 0);
-        break;
-    case FLD_CPU_F16:
-        act_rows_dt(job, row_begin, row_end, FLD_CPU_F16, 0);
-        break;
-    case FLD_CPU_BF16:
-        act_rows_dt(job, row_begin, row_end, FLD_CPU_BF16, 0);
-        break;
+            act_rows_dt(job, row_begin, row_end, FLD_CPU_F32, 0, 0);
+        return;
+    }
+    /* 16-bit: looked up (torch or not: the table tells), or computed in one of the two forms */
+    if (!c16) {
+        if (dt == FLD_CPU_F16)
+            act_rows_dt(job, row_begin, row_end, FLD_CPU_F16, 0, 0);
+        else
+            act_rows_dt(job, row_begin, row_end, FLD_CPU_BF16, 0, 0);
+    } else if (job->torch) {
+        if (dt == FLD_CPU_F16)
+            act_rows_dt(job, row_begin, row_end, FLD_CPU_F16, 1, 1);
+        else
+            act_rows_dt(job, row_begin, row_end, FLD_CPU_BF16, 1, 1);
+    } else {
+        if (dt == FLD_CPU_F16)
+            act_rows_dt(job, row_begin, row_end, FLD_CPU_F16, 0, 1);
+        else
+            act_rows_dt(job, row_begin, row_end, FLD_CPU_BF16, 0, 1);
     }
 }
 

@@ -177,6 +177,16 @@ extern bool fld__cpu_rotary_prefetch;
  * (docs/BENCHMARKS.md, "AVX2 on AMD EPYC Zen 3").
  */
 extern bool fld__cpu_lookup_scalar;
+/*
+ * Whether the avx2 variant computes the 16-bit activations in float32 and
+ * reads the table only for the lanes whose rounding the float32 value
+ * cannot settle (body_activation.h), instead of reading the table for every
+ * element; set at load (VLLM_FL_CPU_ACT16; default off: on Zen 3, where
+ * the table is read with scalar loads, the float32 form took 1.7-5.8x
+ * longer at 4096 x 4096; docs/BENCHMARKS.md, "Measured choices in the CPU
+ * plugin").
+ */
+extern bool fld__cpu_act16_compute;
 /* VLLM_FL_CPU_ACTIVATIONS=torch: the activations in PyTorch's CPU forms (vmath.h). */
 extern bool fld__cpu_torch_activations;
 

@@ -18,6 +18,11 @@
  * where no other form follows them, and near rounding midpoints any
  * difference in the last float32 bit shows; checking for those lanes cost
  * more than the lookup (measured on Zen 4, avx512: silu +55% against +15%).
+ * The avx2 variant can compute and check instead (VLLM_FL_CPU_ACT16=compute,
+ * body_activation.h's act16_block), reading a table only for the vectors
+ * whose rounding its float32 value cannot settle; on Zen 3, where the
+ * table is read with scalar loads, that too lost to the lookup (1.7-5.8x
+ * longer at 4096 x 4096).
  */
 #include <math.h>
 #include <pthread.h>
@@ -52,7 +57,8 @@ static float gelu_tanh(float f)
 
 static float exp_torch(float x)
 {
-    const float q = rintf(x * 1.442695040888963407359924681001892137426645954152985934135449406931f);
+    const float q =
+        rintf(x * 1.442695040888963407359924681001892137426645954152985934135449406931f);
     float s = fmaf(q, -0.693145751953125f, x);
     s = fmaf(q, -1.428606765330187045e-06f, s);
     float u = 0.000198527617612853646278381f;
@@ -128,7 +134,8 @@ static float tanh_torch(float x)
         return x;
     if (y > 8.664339742f)
         return copysignf(1.0f, x);
-    const float q = rintf(y * 1.442695040888963407359924681001892137426645954152985934135449406931f);
+    const float q =
+        rintf(y * 1.442695040888963407359924681001892137426645954152985934135449406931f);
     struct dfl sd = dfl_add_f((struct dfl){y, 0.0f}, q * -0.693145751953125f);
     sd = dfl_add_f(sd, q * -1.428606765330187045e-06f);
     float u = 0.1980960224e-3f;
@@ -182,13 +189,12 @@ static float act_rounded(enum fld_cpu_act_fn fn, int dt, int torch, float a)
 
 /* [torch][function: enum fld_cpu_act_fn][dtype: f16, bf16], 65536 entries + padding each. */
 static uint16_t tables[2][3][2][65537];
-static pthread_once_t built[2][3][2] = {
-    {{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
-     {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
-     {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}},
-    {{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
-     {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
-     {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}}};
+static pthread_once_t built[2][3][2] = {{{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
+                                         {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
+                                         {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}},
+                                        {{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
+                                         {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
+                                         {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}}};
 
 static void build(int torch, enum fld_cpu_act_fn fn, int d)
 {
@@ -214,9 +220,13 @@ static void build(int torch, enum fld_cpu_act_fn fn, int d)
 BUILDERS(0)
 BUILDERS(1)
 #define BUILDER_ROW(torch)                                                                         \
-    {{build_##torch##_FLD_CPU_FN_SILU_0, build_##torch##_FLD_CPU_FN_SILU_1},                       \
-     {build_##torch##_FLD_CPU_FN_GELU_0, build_##torch##_FLD_CPU_FN_GELU_1},                       \
-     {build_##torch##_FLD_CPU_FN_GELU_TANH_0, build_##torch##_FLD_CPU_FN_GELU_TANH_1}}
+    {                                                                                              \
+        {build_##torch##_FLD_CPU_FN_SILU_0, build_##torch##_FLD_CPU_FN_SILU_1},                    \
+            {build_##torch##_FLD_CPU_FN_GELU_0, build_##torch##_FLD_CPU_FN_GELU_1},                \
+        {                                                                                          \
+            build_##torch##_FLD_CPU_FN_GELU_TANH_0, build_##torch##_FLD_CPU_FN_GELU_TANH_1         \
+        }                                                                                          \
+    }
 
 const uint16_t *fld__cpu_act_table(enum fld_cpu_act_fn fn, int dt, bool torch)
 {

@@ -327,4 +327,59 @@ V_INLINE void v_bf16_pair_stream(void *p, vf a, vf b)
     _mm256_stream_si256((__m256i *)p, v_bf16_pair_pack(a, b));
 }
 
+/* ---- 16-bit activations computed in float32 (body_activation.h) -------- */
+
+/*
+ * The layer rounds an activation computed in float32 to the 16-bit dtype
+ * and says in which lanes that rounding is not certain (body_activation.h
+ * takes this path where V_ROUND16_BOUND is defined).
+ */
+#define V_ROUND16_BOUND 1
+
+/*
+ * v rounded to dt (float16 or bfloat16), widened back to float32, for
+ * values known only to within t (t >= 0) of v: *unsure gets a bit for each
+ * lane where some value of [v - t, v + t] rounds differently from v; the
+ * other lanes are the rounding of every value in that interval. Rounding
+ * to nearest is monotonic, so comparing the roundings of the two ends
+ * suffices. float16: both ends through vcvtps2ph. bfloat16: on the
+ * magnitudes' bits, the low end with a tie rounded down and the high end
+ * with a tie rounded up, so that an interval touching a midpoint is unsure
+ * too; the sign is v's. An end below zero, an infinity or a NaN makes the
+ * lane unsure (the caller treats NaN inputs apart: see v_lanes_not_ge).
+ */
+V_INLINE vf v_round16_bound(vf v, vf t, int dt, unsigned *unsure)
+{
+    if (dt == FLD_CPU_F16) {
+        __m128i lo = v_to_f16(_mm256_sub_ps(v, t)), hi = v_to_f16(_mm256_add_ps(v, t));
+        *unsure = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi16(lo, hi)) ^ 0xffffu;
+        return _mm256_cvtph_ps(lo);
+    }
+    const __m256i keep = _mm256_set1_epi32((int)0xffff0000u);
+    vf m = v_abs(v);
+    __m256i lo = _mm256_castps_si256(_mm256_sub_ps(m, t));
+    __m256i hi = _mm256_castps_si256(_mm256_add_ps(m, t));
+    lo = _mm256_and_si256(_mm256_add_epi32(lo, _mm256_set1_epi32(0x7fff)), keep);
+    hi = _mm256_and_si256(_mm256_add_epi32(hi, _mm256_set1_epi32(0x8000)), keep);
+    *unsure = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(lo, hi))) ^ 0xffu;
+    return _mm256_or_ps(_mm256_castsi256_ps(lo), _mm256_and_ps(v, _mm256_set1_ps(-0.0f)));
+}
+
+/*
+ * p 2^n for k = n + VM_ROUNDER (vmath.h: the rounding by a magic number
+ * leaves n in k's low mantissa bits), n in [-126, 127] and p in [0.5, 2]:
+ * one integer add to p's exponent (v_ldexp's two factors take any n).
+ */
+V_INLINE vf v_scale_rounded(vf p, vf k)
+{
+    return _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(k), 23)));
+}
+
+/* A bit for each lane where a >= lo is false (a below lo, or NaN). */
+V_INLINE unsigned v_lanes_not_ge(vf a, vf lo)
+{
+    return (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, lo, _CMP_NGE_UQ));
+}
+
 #endif

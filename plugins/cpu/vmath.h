@@ -280,6 +280,52 @@ V_INLINE vf vm_gelu(vf a)
     return r;
 }
 
+#if defined(V_ROUND16_BOUND)
+/* ---- forms for results rounded to 16 bits ------------------------------------
+ *
+ * body_activation.h's computed 16-bit path rounds these to float16 or
+ * bfloat16 and looks up every lane whose input lies outside the range
+ * where its error bound holds, so they need to be accurate only there and
+ * may give anything finite elsewhere: e^x with x clamped to [-87, 87], so
+ * 2^n is a normal number, applied by one integer add (v_scale_rounded), and
+ * the sigmoid as 1 / (1 + e^-h) without the sign split (1 + e^-h stays
+ * below 2^126 for h >= -87). Below h = -87 the result is a / (1 + e^87),
+ * not a sigmoid(h), but only gelu_tanh's h gets there (silu's inputs below
+ * -80 are looked up), and there its error bound (abs |a|) exceeds the
+ * result, so those lanes are looked up too. Same degree-5 exp and refined
+ * reciprocal as vm_mul_sigmoid_n, so the accuracy is that of the table at
+ * the top of this file; 19 vector operations for silu against 30.
+ */
+V_INLINE void vm16_mul_sigmoid_n(vf *res, const vf *a, const vf *h, int n)
+{
+    vf x[VM_MAXN], k[VM_MAXN], m[VM_MAXN], r[VM_MAXN], r2[VM_MAXN], lo[VM_MAXN], hi[VM_MAXN];
+    VM_FOR(u, n) x[u] = v_min(v_set1(87.0f), v_max(v_set1(-87.0f), v_neg(h[u]))); /* -h */
+    VM_FOR(u, n) k[u] = v_fma(x[u], v_set1(VM_LOG2E), v_set1(VM_ROUNDER));
+    VM_FOR(u, n) m[u] = v_sub(k[u], v_set1(VM_ROUNDER));
+    VM_FOR(u, n) r[u] = v_fnma(m[u], v_set1(VM_LN2_HI), x[u]);
+    VM_FOR(u, n) r[u] = v_fnma(m[u], v_set1(VM_LN2_LO), r[u]);
+    VM_FOR(u, n) r2[u] = v_mul(r[u], r[u]);
+    VM_FOR(u, n) lo[u] = v_fma(v_set1(VM_EXP5_C3), r[u], v_set1(VM_EXP5_C2));
+    VM_FOR(u, n) hi[u] = v_fma(v_set1(VM_EXP5_C5), r[u], v_set1(VM_EXP5_C4));
+    VM_FOR(u, n) lo[u] = v_fma(hi[u], r2[u], lo[u]);
+    VM_FOR(u, n) lo[u] = v_fma(lo[u], r2[u], v_add(r[u], v_set1(1.0f)));
+    VM_FOR(u, n) x[u] = v_add(v_set1(1.0f), v_scale_rounded(lo[u], k[u])); /* 1 + e^-h */
+    VM_FOR(u, n) res[u] = v_mul(a[u], v_rcp(x[u]));
+}
+
+V_INLINE void vm16_silu_n(vf *res, const vf *a, int n)
+{
+    vm16_mul_sigmoid_n(res, a, a, n);
+}
+
+V_INLINE void vm16_gelu_tanh_n(vf *res, const vf *a, int n)
+{
+    vf h[VM_MAXN];
+    VM_FOR(u, n) h[u] = v_mul(a[u], v_fma(v_mul(a[u], a[u]), v_set1(VM_GT_K1), v_set1(VM_GT_K0)));
+    vm16_mul_sigmoid_n(res, a, h, n);
+}
+#endif
+
 /* ---- PyTorch's CPU forms (VLLM_FL_CPU_ACTIVATIONS=torch) ----------------------
  *
  * What torch 2.x computes for F.silu and F.gelu(approximate="none") on CPU
@@ -439,8 +485,7 @@ V_INLINE void vm_gelu_tanh_torch_n(vf *res, const vf *a, int n)
     VM_FOR(u, n)
     {
         vf cube = v_mul(v_mul(a[u], a[u]), a[u]);
-        vf inner = v_mul(v_set1(0.797884560802865355f),
-                         v_fma_fused(v_set1(0.044715f), cube, a[u]));
+        vf inner = v_mul(v_set1(0.797884560802865355f), v_fma_fused(v_set1(0.044715f), cube, a[u]));
         res[u] = v_mul(v_mul(v_set1(0.5f), a[u]), v_add(v_set1(1.0f), vm_tanh_torch(inner)));
     }
 }

@@ -79,15 +79,19 @@ def child():
 
 
 # The cpu plugin's instruction-set variants besides the best one (its 16-bit
-# activations are computed per variant and checked against a bound).
-ISA_CAPS = [None] + (["avx2", "portable"] if platform.machine() in ("x86_64", "AMD64") else
-                     ["portable"])
+# activations are computed per variant and checked against a bound), the avx2
+# one with its 16-bit activations looked up and computed (VLLM_FL_CPU_ACT16).
+ISA_CAPS = [(None, None)] + ([("avx2", "table"), ("avx2", "compute"), ("portable", None)]
+                             if platform.machine() in ("x86_64", "AMD64") else
+                             [("portable", None)])
 
 
-def activation_results(form, isa):
+def activation_results(form, isa, act16):
     env = dict(os.environ, VLLM_FL_CPU_ACTIVATIONS=form)
     if isa:
         env["VLLM_FL_CPU_ISA"] = isa
+    if act16:
+        env["VLLM_FL_CPU_ACT16"] = act16
     out = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout.strip().splitlines()[-1])
@@ -95,19 +99,19 @@ def activation_results(form, isa):
     return found
 
 
-@pytest.mark.parametrize("isa", ISA_CAPS)
-def test_torch_forms_match_torch_to_the_bit(isa):
-    found = activation_results("torch", isa)
+@pytest.mark.parametrize("isa,act16", ISA_CAPS)
+def test_torch_forms_match_torch_to_the_bit(isa, act16):
+    found = activation_results("torch", isa, act16)
     assert {k: v for k, v in found.items() if v[0]} == {}
 
 
-@pytest.mark.parametrize("isa", ISA_CAPS)
-def test_reference_forms_within_vllm_ir_tolerances(isa):
+@pytest.mark.parametrize("isa,act16", ISA_CAPS)
+def test_reference_forms_within_vllm_ir_tolerances(isa, act16):
     """The library's own forms (what the CPU plugin runs outside vLLM) may
     differ from torch's in the last bits, which vLLM's exact
     test_act_and_mul refuses (fldispatch.vllm sets the torch forms in vLLM's
     processes), but stay within the tolerance vLLM's IR allows a provider."""
-    found = activation_results("reference", isa)
+    found = activation_results("reference", isa, act16)
     assert {k: v for k, v in found.items() if v[1]} == {}
 
 
