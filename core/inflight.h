@@ -46,8 +46,8 @@
 #define FLD_INFLIGHT_EXITS(word) ((uint32_t)((word) >> 32))
 
 struct fld_inflight_slot {
-    _Atomic uintptr_t owner; /* the owning thread's pointer; 0 when free */
-    _Atomic uint64_t count;  /* depth | exits << 32; written by the owner only */
+    _Atomic uintptr_t owner;        /* the owning thread's pointer; 0 when free */
+    _Atomic uint64_t count;         /* depth | exits << 32; written by the owner only */
     struct fld_inflight_slot *next; /* the extra slots' list */
     /* fld__inflight_wait()'s own marks: 0 not looked at yet, 1 watched since
      * exits were `watch_exits`, 2 done. */
@@ -56,8 +56,8 @@ struct fld_inflight_slot {
 } __attribute__((aligned(64)));
 
 /* Hidden in the declaration too: addressed directly, not through the GOT. */
-extern __attribute__((visibility("hidden"))) struct fld_inflight_slot
-    fld__inflight[FLD_INFLIGHT_SLOTS];
+extern __attribute__((
+    visibility("hidden"))) struct fld_inflight_slot fld__inflight[FLD_INFLIGHT_SLOTS];
 
 /* An identity of the calling thread that is cheap to read (the thread pointer). */
 static inline uintptr_t fld__thread_id(void)
@@ -114,9 +114,9 @@ unsigned fld__inflight_mine(void);
 /*
  * After the gates are closed: waits until every other thread that was
  * inside a call has been outside once since (seen outside, or its exits
- * moved: a later call of it meets the closed gates), at most timeout seconds. Returns 0, or how many threads
- * were still inside when the time was up. *barrier_err (when not NULL) is
- * 0, or the errno of membarrier(2) when a pause had to stand in for it.
+ * moved: a later call of it meets the closed gates), at most timeout seconds. Returns 0, or how
+ * many threads were still inside when the time was up. *barrier_err (when not NULL) is 0, or the
+ * errno of membarrier(2) when a pause had to stand in for it.
  */
 unsigned fld__inflight_wait(double timeout, int *barrier_err);
 

@@ -421,7 +421,7 @@ START_TEST(threads_list_runs_each_count)
     struct tt_tool_run r;
     tt_tool_run(&r, NO_ENV,
                 ARGS("bench", "--quick", "silu_and_mul", "--dtype", "bf16", "--impl", "vendor.cpu",
-                  "--tokens", "1,64", "--threads", "1,2", "--json"));
+                     "--tokens", "1,64", "--threads", "1,2", "--json"));
     assert_status(r, 0);
     struct jvalue *doc = parse_bench_json(&r);
     const struct jvalue *m = jv_get(doc, "machine");
@@ -462,8 +462,8 @@ START_TEST(text_output_has_header_lines_and_no_targets)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
-                ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
-                  "--tokens", "1"));
+                ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl",
+                     "vendor.cpu", "--tokens", "1"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "machine:"), CLIP, r.out);
     ck_assert_msg(line_with(r.out, "STREAM"), CLIP, r.out);
@@ -520,8 +520,8 @@ START_TEST(targets_script_reads_the_json)
 {
     struct tt_tool_run r;
     tt_tool_run(&r, ENV("VLLM_FL_CPU_THREADS=1"),
-                ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl", "vendor.cpu",
-                  "--tokens", "1", "--json"));
+                ARGS("bench", "--quick", "rotary_embedding", "--dtype", "f16", "--impl",
+                     "vendor.cpu", "--tokens", "1", "--json"));
     assert_status(r, 0);
     char *out = NULL;
     /* One token covers the decode target; met or missed, the exit status stays 0. */
@@ -622,7 +622,8 @@ START_TEST(no_implementation_exits_3)
     tt_tool_run_free(&r);
 
     /* A provider, but no implementation of the op for the device. */
-    tt_tool_run(&r, ENV(fakedev_env()), ARGS("bench", "--quick", "gelu_and_mul", "--device", "cuda"));
+    tt_tool_run(&r, ENV(fakedev_env()),
+                ARGS("bench", "--quick", "gelu_and_mul", "--device", "cuda"));
     assert_status(r, 3);
     ck_assert_msg(strstr(r.err, "no implementation of gelu_and_mul for cuda/f32"), CLIP, r.err);
     tt_tool_run_free(&r);
@@ -636,7 +637,7 @@ START_TEST(device_quick_json_has_d2d_baseline)
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env()),
                 ARGS("bench", "--quick", "rms_norm", "--device", "cuda", "--dtype", "f32,bf16",
-                  "--copy-mib", "16", "--json"));
+                     "--copy-mib", "16", "--json"));
     assert_status(r, 0);
     struct jvalue *doc = parse_bench_json_on(&r, true);
     ck_assert_str_eq(jv_string(doc, "device"), "cuda");
@@ -673,7 +674,7 @@ START_TEST(device_text_names_the_baseline)
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env()),
                 ARGS("bench", "--quick", "rotary_embedding", "--device", "cuda", "--dtype", "f16",
-                  "--tokens", "4", "--copy-mib", "8"));
+                     "--tokens", "4", "--copy-mib", "8"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "fldispatch bench: cuda", "fld_device_synchronize"), CLIP,
                   r.out);
@@ -704,7 +705,7 @@ START_TEST(device_rotates_input_sets)
     char counting[] = "FLD_FAKEDEV_COUNT_INPUTS=1";
     tt_tool_run(&r, ENV(fakedev_env(), counting),
                 ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
-                  "--tokens", "1", "--copy-mib", "4"));
+                     "--tokens", "1", "--copy-mib", "4"));
     assert_status(r, 0);
     const char *line = strstr(r.err, "fakedev: silu_and_mul read ");
     ck_assert_msg(line, CLIP, r.err);
@@ -721,7 +722,7 @@ START_TEST(device_failing_kernel_fails_the_run)
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_FAIL_SYNC=1"),
                 ARGS("bench", "--quick", "silu_and_mul", "--device", "cuda", "--dtype", "f32",
-                  "--tokens", "1", "--copy-mib", "8"));
+                     "--tokens", "1", "--copy-mib", "8"));
     assert_status(r, 1);
     ck_assert_msg(line_with(r.err, "silu_and_mul vendor.fakedev f32 1x4096 failed",
                             "fld_device_synchronize", "failed asynchronously"),
@@ -752,7 +753,8 @@ END_TEST
 START_TEST(targets_script_judges_overhead)
 {
     struct tt_tool_run r;
-    tt_tool_run(&r, NO_ENV, ARGS("bench", "--overhead", "--reps", "1", "--calls", "2000", "--json"));
+    tt_tool_run(&r, NO_ENV,
+                ARGS("bench", "--overhead", "--reps", "1", "--calls", "2000", "--json"));
     assert_status(r, 0);
     tt_assert_schema(r.out, "bench");
     struct jvalue *doc = json_parse(r.out);
@@ -871,9 +873,10 @@ START_TEST(registration_json_and_targets_script)
     char *out = NULL;
     int rc = run_targets_script(r.out, NULL, &out);
     ck_assert_msg(rc == 0, "bench/targets.py exited %d:\n" CLIP, rc, out);
-    ck_assert_msg(line_with(out, "target (registration): 4000 ops", "< 50 ms", "< 4 MiB", "met") ||
-                      line_with(out, "target (registration): 4000 ops", "< 50 ms", "< 4 MiB", "MISSED"),
-                  CLIP, out);
+    ck_assert_msg(
+        line_with(out, "target (registration): 4000 ops", "< 50 ms", "< 4 MiB", "met") ||
+            line_with(out, "target (registration): 4000 ops", "< 50 ms", "< 4 MiB", "MISSED"),
+        CLIP, out);
     free(out);
     rc = run_targets_script(r.out, "--json", &out);
     ck_assert_msg(rc == 0 && strstr(out, "\"target\": \"register_ms\"") &&
@@ -884,7 +887,8 @@ START_TEST(registration_json_and_targets_script)
     tt_tool_run_free(&r);
 
     /* Without 4000 ops the run does not cover the target. */
-    tt_tool_run(&r, NO_ENV, ARGS("bench", "--registration", "--ops", "10", "--reps", "1", "--json"));
+    tt_tool_run(&r, NO_ENV,
+                ARGS("bench", "--registration", "--ops", "10", "--reps", "1", "--json"));
     assert_status(r, 0);
     rc = run_targets_script(r.out, "--strict", &out);
     ck_assert_msg(rc == 0 && line_with(out, "not covered by this run"), "status %d:\n" CLIP, rc,

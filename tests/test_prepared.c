@@ -68,8 +68,7 @@ static void record_args(char impl, const void *args, fld_args_kind kind)
         record(impl, (const DLTensor *const[4]){a->out, a->x, a->weight, a->residual});
     } else {
         const fld_rotary_embedding_args *a = args;
-        record(impl,
-               (const DLTensor *const[4]){a->positions, a->query, a->key, a->cos_sin_cache});
+        record(impl, (const DLTensor *const[4]){a->positions, a->query, a->key, a->cos_sin_cache});
     }
 }
 
@@ -539,8 +538,7 @@ START_TEST(bad_pointers)
                       strstr(fld_last_error(), "overlaps tensor 'weight'"),
                   "%s", fld_last_error());
     ck_assert_int_eq(fld_prepared_rms_norm(p, o, (char *)o + 4, wd, NULL), FLD_EINVAL);
-    ck_assert_msg(strstr(fld_last_error(), "out may alias x only exactly"), "%s",
-                  fld_last_error());
+    ck_assert_msg(strstr(fld_last_error(), "out may alias x only exactly"), "%s", fld_last_error());
     ck_assert_int_eq(seen.calls, 0);
     /* in place is the allowed aliasing */
     ck_assert_int_eq(fld_prepared_rms_norm(p, o, o, wd, NULL), FLD_OK);

@@ -111,8 +111,8 @@ __attribute__((noinline)) void loop_typed(long n, const fld_rms_norm_args *a)
 __attribute__((noinline)) void loop_prepared(long n, fld_prepared *p, const fld_rms_norm_args *a)
 {
     for (long i = 0; i < n; i++)
-        failures += fld_prepared_rms_norm(p, a->out->data, a->x->data, a->weight->data, NULL) !=
-                    FLD_OK;
+        failures +=
+            fld_prepared_rms_norm(p, a->out->data, a->x->data, a->weight->data, NULL) != FLD_OK;
 }
 
 __attribute__((noinline)) void loop_run(long n, fld_prepared *p)
