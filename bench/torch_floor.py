@@ -4,7 +4,7 @@
 
     make python python-torch-native
     PYTHONPATH=build/python python3 bench/torch_floor.py [--rounds 15] [--calls 2000]
-        [--tokens 1,16] [--hidden 4096] [--dtype f32,bf16] [--vllm] [--json]
+        [--tokens 1,16] [--hidden 4096] [--dtype f32,bf16] [--evict KIB,...] [--vllm] [--json]
 
 For each op at decode shapes, in one process, per call (median over rounds):
     torch_op   torch.ops.fldispatch.<op>(...) with the native CPU kernels
@@ -15,12 +15,19 @@ For each op at decode shapes, in one process, per call (median over rounds):
     c_call     the op's typed entry point on the same tensors in a C loop
                (fldispatch._C._bench_c_op): what the library costs
     again      torch_op once more, timed in the same round: the A/A control
+    evict_K    (--evict K,...) c_call with K KiB of another buffer written
+               before each call, that writing's own time taken off
+               (fldispatch._C._bench_c_op_evicting): the kernel as a caller
+               that works between calls, as the interpreter does, sees it
     vllm       vLLM's own torch op on the same shapes (with --vllm, the CPU
                library vLLM itself would load: bench/vllm_peer.py)
 added = torch_op - floor - c_call is what our binding adds (DLPack views,
 the grad-mode check, the version-counter bumps); the target is added <= 300 ns
 on every row. spread = |torch_op - again| / torch_op, the noise of the run:
 an added figure within torch_op x spread of the target is undecided.
+When torch_op - floor is close to an evict_K column and far from c_call,
+what the row adds is the kernel's data leaving the caches between calls,
+not work of the binding.
 Rounds rotate the order of the variants so that drift hits all alike.
 Single-threaded library calls (VLLM_FL_CPU_THREADS=1 unless set): at decode
 the cpu plugin runs them inline anyway.
@@ -66,7 +73,12 @@ def cases(tokens, hidden, dtypes):
             pos = torch.arange(t, dtype=torch.int64)
             q = torch.randn(t, heads * head_size, dtype=dt)
             k = torch.randn(t, heads * head_size, dtype=dt)
-            cache = torch.randn(4096, head_size, dtype=dt)
+            # The timed loops rotate the same q and k in place ~10^5 times: a cache of random
+            # values (or any angle but zero, once rounded to a 16-bit dtype) drifts them to
+            # infinities, NaNs or denormals, whose microcode assists then dominate the time. Angle
+            # zero (cos 1, sin 0) keeps them as they are, at the same arithmetic per element.
+            cache = torch.cat((torch.ones(4096, head_size // 2), torch.zeros(4096, head_size // 2)),
+                              dim=-1).to(dt)
             out.append((f"rotary neox {dt_name} {t}x{heads}x{head_size}", "rotary_embedding",
                         (pos, q, k, head_size, cache, True),
                         lambda p=pos, q=q, k=k, c=cache:
@@ -74,7 +86,7 @@ def cases(tokens, hidden, dtypes):
     return out
 
 
-def measure(op, args, vllm_call, rounds, calls):
+def measure(op, args, vllm_call, rounds, calls, evict_kib=()):
     torch_op = getattr(torch.ops.fldispatch, op).default
     floor = fltorch.dispatch_floor(op)
     variants = {
@@ -83,6 +95,9 @@ def measure(op, args, vllm_call, rounds, calls):
         "c_call": lambda: fldispatch._C._bench_c_op(op, calls, *args),
         "again": lambda: per_call_ns(lambda: torch_op(*args), calls),
     }
+    for k in evict_kib:
+        variants[f"evict_{k}"] = (lambda k=k: fldispatch._C._bench_c_op_evicting(
+            op, calls, k * 1024, *args))
     if vllm_call is not None:
         variants["vllm"] = lambda: per_call_ns(vllm_call, calls)
     for fn in variants.values():  # warm: first calls resolve and cache
@@ -102,6 +117,9 @@ def main():
     p.add_argument("--tokens", default="1,16")
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--dtype", default="f32,bf16")
+    p.add_argument("--evict", default="",
+                   help="comma list of KiB: c_call again with that much other memory written "
+                        "before each call")
     p.add_argument("--vllm", action="store_true",
                    help="time vLLM's own op too (vllm installed: bench/vllm_peer.py picks its library)")
     p.add_argument("--json", action="store_true")
@@ -116,6 +134,12 @@ def main():
         tokens = [int(t) for t in a.tokens.split(",")]
     except ValueError:
         p.error(f"--tokens: not a comma list of integers: {a.tokens!r}")
+    try:
+        evict_kib = [int(k) for k in a.evict.split(",") if k.strip()]
+    except ValueError:
+        p.error(f"--evict: not a comma list of integers: {a.evict!r}")
+    if any(k <= 0 or k > 1024 * 1024 for k in evict_kib):
+        p.error("--evict: each KiB count in 1 .. 1048576")
     if not fltorch.NATIVE_CPU:
         sys.exit(f"torch_floor: the native CPU kernels are not in use ({fltorch.NATIVE_CPU_REASON}); "
                  "make python-torch-native builds them")
@@ -133,7 +157,7 @@ def main():
     rows = []
     with torch.no_grad():
         for label, op, args, vllm_call in cases(tokens, a.hidden, dtypes):
-            m = measure(op, args, vllm_call if peer else None, a.rounds, a.calls)
+            m = measure(op, args, vllm_call if peer else None, a.rounds, a.calls, evict_kib)
             added = m["torch_op"] - m["floor"] - m["c_call"]
             spread = abs(m["torch_op"] - m["again"]) / m["torch_op"]
             noise = m["torch_op"] * spread
@@ -148,7 +172,8 @@ def main():
     print(f"# {machine['cpu']}, {machine['cpus']} CPUs, load {load} at start, torch {torch.__version__}"
           + (f", vLLM peer {machine['vllm_library']}" if peer else ""))
     print(f"# ns per call, median of {a.rounds} rounds x {a.calls} calls; target: added <= {TARGET_NS} ns")
-    cols = ["torch_op", "floor", "c_call", "added_ns", "spread"] + (["vllm"] if peer else [])
+    cols = (["torch_op", "floor", "c_call"] + [f"evict_{k}" for k in evict_kib]
+            + ["added_ns", "spread"] + (["vllm"] if peer else []))
     print(f"{'case':36s}" + "".join(f"{c:>10s}" for c in cols) + "  verdict")
     for r in rows:
         cells = "".join(f"{r[c]:>10.1%}" if c == "spread" else f"{r[c]:>10.0f}" for c in cols)

@@ -10,6 +10,10 @@
  *                             residual, eps; rotary_embedding: positions,
  *                             query, key, head_size, cos_sin_cache, is_neox;
  *                             None for an absent optional tensor).
+ *   _bench_c_op_evicting(op, n, evict_bytes, *args)  the same with
+ *                             evict_bytes of another buffer written before
+ *                             each call (their time taken off): the kernel
+ *                             as a caller that works between calls sees it.
  *   _producer_stream(tensor)  the stream the exchange API reports for the
  *                             tensor's device (None when it has none): what
  *                             an op call sets with fld_set_stream().
@@ -61,7 +65,8 @@ static PyObject *py_bench_c_call(PyObject *self, PyObject *const *args, Py_ssize
 
 /* The tensors and scalars of one catalog call, imported once. */
 struct bench_call {
-    int family; /* 0 activation, 1 norm, 2 rotary */
+    const char *fn; /* the hook's name, for messages */
+    int family;     /* 0 activation, 1 norm, 2 rotary */
     int (*act)(DLTensor *, const DLTensor *);
     int (*norm)(DLTensor *, const DLTensor *, const DLTensor *, DLTensor *, float);
     fldpy_tensor t[4];
@@ -116,28 +121,40 @@ static int bench_take(struct bench_call *c, int slot, PyObject *obj, const char 
 {
     if (obj == Py_None && optional)
         return 0;
-    if (fldpy_tensor_import(obj, "_bench_c_op", arg, writable, &c->t[slot]) < 0)
+    if (fldpy_tensor_import(obj, c->fn, arg, writable, &c->t[slot]) < 0)
         return -1;
     c->has[slot] = true;
     return 0;
 }
 
-static PyObject *py_bench_c_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Writes one byte of every 64-byte line of buf[0 .. bytes): what runs between two calls of
+ * _bench_c_op_evicting. */
+static void touch_lines(volatile unsigned char *buf, size_t bytes, unsigned char v)
 {
-    if (nargs < 2) {
-        PyErr_SetString(PyExc_TypeError, "_bench_c_op(op, n, *args)");
-        return NULL;
-    }
-    const char *op = fldpy_str("_bench_c_op", "op", args[0]);
+    for (size_t i = 0; i < bytes; i += 64)
+        buf[i] = v;
+}
+
+/*
+ * The loop of _bench_c_op (evict_bytes 0) and _bench_c_op_evicting: args
+ * (op, n, *op_args). With evict_bytes > 0, every call follows a write of
+ * evict_bytes of another buffer (a stand-in for what the interpreter and the
+ * dispatcher touch between two calls from Python), and the time of the same
+ * writes alone, in a loop of their own, is taken off.
+ */
+static PyObject *bench_c_op(const char *fn, PyObject *const *args, Py_ssize_t nargs,
+                            size_t evict_bytes)
+{
+    const char *op = fldpy_str(fn, "op", args[0]);
     if (!op)
         return NULL;
     long n = PyLong_AsLong(args[1]);
     if (n <= 0) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "_bench_c_op: n must be positive");
+            PyErr_Format(PyExc_ValueError, "%s: n must be positive", fn);
         return NULL;
     }
-    struct bench_call c = {.family = -1};
+    struct bench_call c = {.fn = fn, .family = -1};
     for (size_t i = 0; i < sizeof bench_ops / sizeof bench_ops[0]; i++)
         if (strcmp(op, bench_ops[i].name) == 0) {
             c.family = bench_ops[i].family;
@@ -146,12 +163,12 @@ static PyObject *py_bench_c_op(PyObject *self, PyObject *const *args, Py_ssize_t
         }
     static const Py_ssize_t nargs_of[] = {2, 5, 6};
     if (c.family < 0) {
-        PyErr_Format(PyExc_ValueError, "_bench_c_op: '%s' is not a catalog op with tensors", op);
+        PyErr_Format(PyExc_ValueError, "%s: '%s' is not a catalog op with tensors", fn, op);
         return NULL;
     }
     if (nargs - 2 != nargs_of[c.family]) {
-        PyErr_Format(PyExc_TypeError, "_bench_c_op: op '%s' takes %zd arguments after n, got %zd",
-                     op, nargs_of[c.family], nargs - 2);
+        PyErr_Format(PyExc_TypeError, "%s: op '%s' takes %zd arguments after n, got %zd", fn, op,
+                     nargs_of[c.family], nargs - 2);
         return NULL;
     }
     PyObject *const *a = args + 2;
@@ -181,15 +198,60 @@ static PyObject *py_bench_c_op(PyObject *self, PyObject *const *args, Py_ssize_t
         bench_call_release(&c);
         return NULL;
     }
+    unsigned char *evict = NULL;
+    if (evict_bytes > 0 && !(evict = PyMem_Malloc(evict_bytes))) {
+        bench_call_release(&c);
+        return PyErr_NoMemory();
+    }
     int rc = bench_call_run(&c); /* warm: resolves and caches */
     double start = now_ns();
-    for (long i = 0; i < n && rc == FLD_OK; i++)
+    for (long i = 0; i < n && rc == FLD_OK; i++) {
+        if (evict)
+            touch_lines(evict, evict_bytes, (unsigned char)i);
         rc = bench_call_run(&c);
+    }
     double elapsed = now_ns() - start;
+    if (evict) {
+        start = now_ns();
+        for (long i = 0; i < n; i++)
+            touch_lines(evict, evict_bytes, (unsigned char)i);
+        elapsed -= now_ns() - start;
+        PyMem_Free(evict);
+    }
     bench_call_release(&c);
     if (rc != FLD_OK)
         return fldpy_raise_status(rc);
     return PyFloat_FromDouble(elapsed / (double)n);
+}
+
+static PyObject *py_bench_c_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2) {
+        PyErr_SetString(PyExc_TypeError, "_bench_c_op(op, n, *args)");
+        return NULL;
+    }
+    return bench_c_op("_bench_c_op", args, nargs, 0);
+}
+
+static PyObject *py_bench_c_op_evicting(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *rest[8]; /* op, n and the longest argument list (rotary's 6) */
+    if (nargs < 3 || nargs - 1 > (Py_ssize_t)(sizeof rest / sizeof rest[0])) {
+        PyErr_SetString(PyExc_TypeError, "_bench_c_op_evicting(op, n, evict_bytes, *args)");
+        return NULL;
+    }
+    const long long bytes = PyLong_AsLongLong(args[2]);
+    if (bytes <= 0 || bytes > (1LL << 30)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError,
+                            "_bench_c_op_evicting: evict_bytes must be in 1 .. 2^30");
+        return NULL;
+    }
+    rest[0] = args[0];
+    rest[1] = args[1];
+    for (Py_ssize_t i = 3; i < nargs; i++)
+        rest[i - 1] = args[i];
+    return bench_c_op("_bench_c_op_evicting", rest, nargs - 1, (size_t)bytes);
 }
 
 static PyObject *py_producer_stream(PyObject *self, PyObject *obj)
@@ -214,6 +276,9 @@ PyMethodDef fldpy_hook_methods[] = {
     {"_bench_c_op", (PyCFunction)(void (*)(void))py_bench_c_op, METH_FASTCALL,
      "_bench_c_op(op, n, *args)\n--\n\nNanoseconds per call of catalog op's typed entry point, "
      "timed in C."},
+    {"_bench_c_op_evicting", (PyCFunction)(void (*)(void))py_bench_c_op_evicting, METH_FASTCALL,
+     "_bench_c_op_evicting(op, n, evict_bytes, *args)\n--\n\nAs _bench_c_op, each call after "
+     "a write of evict_bytes of another buffer, whose own time is taken off."},
     {"_producer_stream", py_producer_stream, METH_O,
      "_producer_stream(tensor)\n--\n\nThe stream an op call on this tensor would run on."},
     {NULL, NULL, 0, NULL},

@@ -214,6 +214,30 @@ def test_bench_c_op_runs_the_typed_entry_point(op):
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("op", ["silu_and_mul", "rms_norm", "rotary_embedding"])
+def test_bench_c_op_evicting_runs_the_typed_entry_point(op):
+    args = _floor_cases()[op]
+    expected = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    for _ in range(3):  # the warm call and two timed calls
+        getattr(fldispatch, op)(*expected)
+    assert fldispatch._C._bench_c_op_evicting(op, 2, 64 * 1024, *args) > 0
+    for a, b in zip(args, expected):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b)
+
+
+def test_bench_c_op_evicting_errors_name_the_fault():
+    x = torch.randn(2, 8)
+    with pytest.raises(ValueError, match="_bench_c_op_evicting: evict_bytes must be in 1 .. 2"):
+        fldispatch._C._bench_c_op_evicting("silu_and_mul", 1, 0, torch.empty(2, 4), x)
+    with pytest.raises(TypeError, match=r"_bench_c_op_evicting\(op, n, evict_bytes, \*args\)"):
+        fldispatch._C._bench_c_op_evicting("silu_and_mul", 1)
+    with pytest.raises(TypeError, match="_bench_c_op_evicting: op 'rms_norm' takes 5 arguments"):
+        fldispatch._C._bench_c_op_evicting("rms_norm", 1, 64, torch.empty(2, 8), x)
+    with pytest.raises(fldispatch.InvalidArgumentError, match="out"):
+        fldispatch._C._bench_c_op_evicting("silu_and_mul", 1, 64, torch.empty(2, 5), x)
+
+
 def test_bench_c_op_errors_name_the_fault():
     x = torch.randn(2, 8)
     with pytest.raises(TypeError, match="'rms_norm' takes 5 arguments after n, got 2"):
