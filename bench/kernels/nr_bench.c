@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Speed of the norm and rotary bodies (helper "normrot"), one thread:
+ * Speed of the norm and rotary bodies, one thread:
  *   - STREAM triad (nr_stream.c), one thread, best of 5, 3 x 256 MiB;
  *   - 4096 x 4096 (rotary: 4096 tokens x 32 q heads + 32 k heads x 128,
  *     rot_dim 128, int64 positions = token index): median of 7 calls, GB/s

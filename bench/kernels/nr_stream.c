@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * STREAM triad a[i] = b[i] + s * c[i] on one thread, as the brief asks:
- * three float arrays of 256 MiB, -O3 -mavx512f, best of `reps`, counted as
+ * STREAM triad a[i] = b[i] + s * c[i] on one thread:
+ * three float arrays of 256 MiB, -O3 with AVX2, best of `reps`, counted as
  * 3 arrays x 4 bytes per element (STREAM's convention: the write-allocate
  * read of a is not counted).
  */
