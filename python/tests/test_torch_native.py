@@ -352,16 +352,20 @@ def test_large_calls_run_in_ranges_on_torch_threads(tmp_path, threads):
 def test_a_manifest_in_force_keeps_calls_whole(tmp_path):
     # A manifest may pin implementations by row count (rows: 1-16 and the
     # like): a range of a cut call would then run what the whole call would not.
+    entries = "".join(f"  - {{op: {op}, device: cpu, dtype: f32, impl: {impl}, rows: {rows}}}\n"
+                      for op in ("rms_norm", "rotary_embedding")
+                      for impl, rows in (("vendor.cpu", "1-16"), ("reference.c", "17-")))
     manifest = tmp_path / "m.yaml"
-    manifest.write_text("version: 1\nentries:\n"
-                        "  - {op: rms_norm, device: cpu, dtype: f32, impl: vendor.cpu, rows: 1-16}\n"
-                        "  - {op: rms_norm, device: cpu, dtype: f32, impl: reference.c, rows: 17-}\n")
+    manifest.write_text("version: 1\nentries:\n" + entries)
     trace = tmp_path / "trace.json"
     env = dict(os.environ, VLLM_FL_TRACE=str(trace), VLLM_FL_MANIFEST=str(manifest))
     subprocess.run([sys.executable, "-c", _TRACED_CALLS, "2"], env=env, check=True, timeout=120)
-    calls = [ev for ev in json.loads(trace.read_text())["traceEvents"]
-             if ev.get("cat") == "call" and ev["name"] == "rms_norm"]
-    assert [ev["args"]["impl_id"] for ev in calls] == ["reference.c"]
+    calls = {}
+    for ev in json.loads(trace.read_text())["traceEvents"]:
+        if ev.get("cat") == "call":
+            calls.setdefault(ev["name"], []).append(ev["args"]["impl_id"])
+    assert calls["rms_norm"] == ["reference.c"]
+    assert calls["rotary_embedding"] == ["reference.c"]
 
 
 @native
