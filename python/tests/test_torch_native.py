@@ -104,7 +104,7 @@ def test_rotary_matches():
     assert torch.equal(q, q2) and torch.equal(k, k2)
 
 
-# A large rotary call runs on torch's intra-op threads in token ranges (torch_ops.cpp):
+# A large rotary call runs on torch's intra-op threads in token ranges (row_split.h):
 # 64 tokens x 40 heads of 128 are 1.25 MiB (float32) or 640 KiB (bfloat16) read and written,
 # above the size where it splits; the result must be the library's own, bit for bit.
 @pytest.fixture
