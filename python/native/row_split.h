@@ -30,6 +30,10 @@
 //     implementation by row count);
 //   - the counts: not cut with statistics on (a call would count once per
 //     range), nor inside a parallel region.
+// The trace (VLLM_FL_TRACE without statistics) shows each range as a call
+// on the thread that ran it. On CPUs shared with other processes a cut call
+// waits until torch's second thread gets a CPU, and can lose to one call
+// (docs/BENCHMARKS.md, "Norms and activations on torch's threads").
 // The families say which layouts they cut (rotary_embedding: one contiguous
 // [T] of positions, query and key apart; the norms and the activations: any
 // layout the library takes, as rows of their leading dimensions).
