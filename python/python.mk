@@ -9,7 +9,7 @@
 #   make python-torch-native
 #                        build/python/fldispatch/_torch_ops.so, the
 #                        torch.ops.fldispatch.* CPU kernels registered in C++
-#                        (python/native/torch_ops.cpp), and _torch_ops.abi, the
+#                        (python/native/torch_ops.cpp, row_split.h), and _torch_ops.abi, the
 #                        torch and Python it is bound to; needs torch importable
 #                        by $(PYTHON) and a C++ compiler (about 30 s); make
 #                        check-python builds it, since its tests import torch;
@@ -85,7 +85,7 @@ TORCH_FLAGS  = $(shell $(PYTHON) -c 'import os, torch, torch.utils.cpp_extension
 TORCH_LIBDIR = $(shell $(PYTHON) -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null)
 python-torch-native: python python-headers $(PY_TORCH_NATIVE)
 
-$(PY_TORCH_NATIVE): python/native/torch_ops.cpp python/fldispatch/native_abi.py $(LIB_SO) include/fldispatch/fldispatch.h
+$(PY_TORCH_NATIVE): python/native/torch_ops.cpp python/native/row_split.h python/fldispatch/native_abi.py $(LIB_SO) include/fldispatch/fldispatch.h
 	@test -n '$(TORCH_LIBDIR)' || { echo "fldispatch: make python-torch-native needs torch importable by $(PYTHON)" >&2; exit 1; }
 	@mkdir -p $(@D)
 	@rm -f '$(PY_TORCH_ABI)'

@@ -6,6 +6,8 @@
 // `make python-torch-native` when torch's headers are importable, and loaded
 // by fldispatch/torch.py in place of its Python-level CPU kernels. The
 // schemas are defined by torch.py; these are the CPU implementations only.
+// A large call of the norms, the activations or rotary runs on torch's
+// intra-op threads in row ranges (row_split.h).
 #include <Python.h>
 
 #include <torch/library.h>
@@ -13,18 +15,17 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <algorithm>
-#include <atomic>
-#include <mutex>
+#include <cstdint>
 #include <optional>
 #include <initializer_list>
 #include <string>
 #include <utility>
 
-#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include <fldispatch/plugin.h>
+
+#include "row_split.h"
 
 namespace {
 
@@ -123,12 +124,34 @@ inline void written(const at::Tensor &t)
     torch::autograd::impl::bump_version(t);
 }
 
+// The rows a call of the norms or the activations is cut by
+// (row_split.h): those of x's leading dimensions, which out's and the
+// residual's follow (0 for a tensor without elements).
+int64_t leading_rows(const at::Tensor &x)
+{
+    return x.dim() < 1 || x.numel() == 0 ? 0 : x.numel() / x.size(-1);
+}
+
+int64_t bytes_of(const at::Tensor &t)
+{
+    return t.numel() * t.element_size();
+}
+
 template <int (*Fn)(DLTensor *, const DLTensor *), const char *Name>
 void activation(const at::Tensor &out, const at::Tensor &x)
 {
     refuse_grad(Name, {{"out", &out}, {"x", &x}});
     DLTensor o = view(out), i = view(x);
-    check(Fn(&o, &i));
+    const int64_t rows = leading_rows(x), bytes = bytes_of(x) + bytes_of(out);
+    if (!fld_split::splits(rows, bytes)) {
+        check(Fn(&o, &i));
+    } else {
+        fld_activation_args whole{&o, &i};
+        check(fld_split::run_split(Name, &whole, rows, bytes, [&](int64_t begin, int64_t end) {
+            auto ro = fld_split::rows_of(o, begin, end), ri = fld_split::rows_of(i, begin, end);
+            return Fn(&ro.t, &ri.t);
+        }));
+    }
     written(out);
 }
 
@@ -146,53 +169,24 @@ void norm(const at::Tensor &out, const at::Tensor &x, const std::optional<at::Te
         w = view(*weight);
     if (residual)
         r = view(*residual);
-    check(Fn(&o, &i, weight ? &w : nullptr, residual ? &r : nullptr, static_cast<float>(eps)));
+    const DLTensor *wp = weight ? &w : nullptr;
+    const float e = static_cast<float>(eps);
+    const int64_t rows = leading_rows(x);
+    const int64_t bytes = bytes_of(x) + bytes_of(out) + (residual ? 2 * bytes_of(*residual) : 0);
+    if (!fld_split::splits(rows, bytes)) {
+        check(Fn(&o, &i, wp, residual ? &r : nullptr, e));
+    } else {
+        // out may be x itself: then each range's out is its x, the in-place form again.
+        fld_rms_norm_args whole{&o, &i, wp, residual ? &r : nullptr, e};
+        check(fld_split::run_split(Name, &whole, rows, bytes, [&](int64_t begin, int64_t end) {
+            auto ro = fld_split::rows_of(o, begin, end), ri = fld_split::rows_of(i, begin, end);
+            auto rr = residual ? fld_split::rows_of(r, begin, end) : fld_split::RowRange{};
+            return Fn(&ro.t, &ri.t, wp, residual ? &rr.t : nullptr, e);
+        }));
+    }
     written(out);
     if (residual)
         written(*residual);
-}
-
-// Rotary over torch's intra-op threads. Through torch.ops the caller is a
-// torch process whose OpenMP team spins for a while after each parallel
-// region (GOMP_SPINCOUNT): a second pool of threads (the cpu plugin's) then
-// shares the cores with spinning threads and a two-thread call runs little
-// faster than a one-thread one (docs/BENCHMARKS.md). A large call is instead
-// cut into token ranges that at::parallel_for hands to torch's own threads,
-// each range a library call small enough for the plugin to run on the thread
-// that makes it (kSliceBytes, below the plugin's parallel threshold), as
-// vLLM's own CPU kernels run on that team.
-//
-// at::parallel_for is inlined here: this file is compiled with -fopenmp and
-// resolves the OpenMP runtime torch itself loaded (libgomp.so.1 from torch's
-// lib directory, already in the process), so the ranges run on torch's team.
-//
-// Arguments are checked before anything is written: fld_prepare() checks the
-// whole call (the checks and messages of the call itself, positions
-// included) and the first range runs before the others, so a call with a bad
-// argument writes nothing. Not split: calls
-// under a thread-local policy override (the team's threads would not see
-// it), with statistics on (a call would count once per range), inside a
-// parallel region, with positions other than one contiguous [T], or with
-// query and key overlapping.
-constexpr int64_t kSplitMinBytes = 512 * 1024; // the plugin's default parallel threshold
-constexpr int64_t kSliceBytes = 128 * 1024;
-
-struct TokenRange {
-    DLTensor t;
-    int64_t shape[4];
-};
-
-// Tokens [begin, end) of d, whose dimension 0 is the token dimension (ndim <= 4).
-TokenRange tokens_of(const DLTensor &d, int64_t begin, int64_t end)
-{
-    TokenRange r{d, {}};
-    for (int i = 0; i < d.ndim; i++)
-        r.shape[i] = d.shape[i];
-    r.shape[0] = end - begin;
-    r.t.shape = r.shape;
-    const int64_t stride0 = d.strides ? d.strides[0] : 1;
-    r.t.data = static_cast<char *>(d.data) + begin * stride0 * (d.dtype.bits / 8);
-    return r;
 }
 
 // The bytes [first, last) that t's elements span.
@@ -204,14 +198,13 @@ std::pair<uintptr_t, uintptr_t> span(const at::Tensor &t)
     return {first, last + t.element_size()};
 }
 
+// Rotary is cut by tokens (row_split.h) where positions are one contiguous
+// [T] and query and key apart (the bytes they span do not meet).
 bool rotary_splits(const at::Tensor &positions, const at::Tensor &query,
                    const std::optional<at::Tensor> &key, int64_t bytes)
 {
-    if (bytes < kSplitMinBytes || at::get_num_threads() < 2 || at::in_parallel_region() ||
-        fld_policy_depth() != 0 || fld_stats_mode() != FLD_STATS_OFF)
-        return false;
-    if (positions.dim() != 1 || positions.size(0) < 2 || !positions.is_contiguous() ||
-        query.dim() < 2 || query.dim() > 4 || query.numel() == 0)
+    if (positions.dim() != 1 || !positions.is_contiguous() || query.dim() < 2 ||
+        query.dim() > 4 || query.numel() == 0)
         return false;
     if (key) {
         if (key->dim() < 2 || key->dim() > 4 || key->numel() == 0)
@@ -220,7 +213,7 @@ bool rotary_splits(const at::Tensor &positions, const at::Tensor &query,
         if (a.first < b.second && b.first < a.second)
             return false;
     }
-    return true;
+    return fld_split::splits(positions.size(0), bytes);
 }
 
 void rotary(const at::Tensor &positions, const at::Tensor &query,
@@ -240,39 +233,15 @@ void rotary(const at::Tensor &positions, const at::Tensor &query,
         check(fld_rotary_embedding(&p, &q, key ? &k : nullptr, head_size, &c, is_neox));
     } else {
         fld_rotary_embedding_args whole{&p, &q, key ? &k : nullptr, head_size, &c, is_neox};
-        fld_prepared *checked = nullptr;
-        check(fld_prepare(FLD_OP_ROTARY_EMBEDDING, &whole, &checked));
-        fld_prepared_free(checked);
-        const int64_t T = positions.size(0);
-        const int64_t slice = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, bytes / T));
-        auto run = [&](int64_t begin, int64_t end) {
-            TokenRange rp = tokens_of(p, begin, end), rq = tokens_of(q, begin, end);
-            TokenRange rk = key ? tokens_of(k, begin, end) : TokenRange{};
-            return fld_rotary_embedding(&rp.t, &rq.t, key ? &rk.t : nullptr, head_size, &c,
-                                        is_neox);
-        };
-        const int64_t first = std::min(T, slice);
-        check(run(0, first)); // a failure here has written nothing
-        std::atomic<int> status{FLD_OK};
-        std::mutex lock;
-        std::string message;
-        at::parallel_for(first, T, slice, [&](int64_t begin, int64_t end) {
-            for (int64_t t = begin; t < end && status.load(std::memory_order_relaxed) == FLD_OK;
-                 t += slice) {
-                const int rc = run(t, std::min(end, t + slice));
-                if (rc != FLD_OK) {
-                    std::lock_guard<std::mutex> guard(lock);
-                    if (status.load() == FLD_OK) {
-                        message = fld_last_error();
-                        status.store(rc);
-                    }
-                }
-            }
-        });
-        if (status.load() != FLD_OK) {
-            fld_set_error("%s", message.c_str());
-            fail(status.load());
-        }
+        check(fld_split::run_split(
+            FLD_OP_ROTARY_EMBEDDING, &whole, positions.size(0), bytes,
+            [&](int64_t begin, int64_t end) {
+                auto rp = fld_split::tokens_of(p, begin, end);
+                auto rq = fld_split::tokens_of(q, begin, end);
+                auto rk = key ? fld_split::tokens_of(k, begin, end) : fld_split::TokenRange{};
+                return fld_rotary_embedding(&rp.t, &rq.t, key ? &rk.t : nullptr, head_size, &c,
+                                            is_neox);
+            }));
     }
     written(query);
     if (key)

@@ -6,7 +6,10 @@ when not built, and test_torch_ops.py and test_autograd_and_gil.py run against
 whichever CPU kernels are registered; under make check (FLDPY_EXPECT_NATIVE=1)
 their absence fails."""
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -101,7 +104,7 @@ def test_rotary_matches():
     assert torch.equal(q, q2) and torch.equal(k, k2)
 
 
-# A large rotary call runs on torch's intra-op threads in token ranges (torch_ops.cpp):
+# A large rotary call runs on torch's intra-op threads in token ranges (row_split.h):
 # 64 tokens x 40 heads of 128 are 1.25 MiB (float32) or 640 KiB (bfloat16) read and written,
 # above the size where it splits; the result must be the library's own, bit for bit.
 @pytest.fixture
@@ -148,6 +151,221 @@ def test_rotary_on_torch_threads_writes_nothing_on_error(two_torch_threads):
     with pytest.raises(fldispatch.InvalidArgumentError, match="rotary_embedding: .*position"):
         torch.ops.fldispatch.rotary_embedding(pos, q, k, 128, cache, True)
     assert torch.equal(q, q0) and torch.equal(k, k0)
+
+
+# The norms and the activations are cut the same way, by rows of x (out's and
+# the residual's rows follow). 64 rows of 4096 are 1 MiB or more read and
+# written in every dtype, above the size where a call is cut: with torch's
+# team at 2 threads the call runs in ranges, at 1 thread whole, and the result
+# is the library's own (fldispatch's functions, one call), bit for bit.
+NORMS = ["rms_norm", "gemma_rms_norm"]
+GATED = ["silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul"]
+ELEMENTWISE = ["gelu_quick", "gelu_new", "gelu_fast"]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(params=[2, 1], ids=["2threads", "1thread"])
+def torch_threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def _rows(shape, dtype, g, pad=0):
+    """A [*shape] tensor; pad > 0: a view whose rows sit inside wider rows of a
+    larger buffer (data past the storage's start, row stride past the row)."""
+    if not pad:
+        return torch.randn(*shape, generator=g).to(dtype)
+    base = torch.randn(*shape[:-1], shape[-1] + 2 * pad, generator=g).to(dtype)
+    return base[..., pad:pad + shape[-1]]
+
+
+def _norm_inputs(dtype, form, hidden=4096):
+    g = torch.Generator().manual_seed(11)
+    lead = {"odd_rows": (61,), "batch_seq": (4, 16)}.get(form, (64,))
+    pad = 128 if form in ("strided", "batch_seq") else 0
+    x = _rows((*lead, hidden), dtype, g, pad)
+    wdtype = torch.float32 if form == "f32_weight" else dtype
+    w = None if form == "no_weight" else (torch.randn(hidden, generator=g) * 0.1).to(wdtype)
+    res = (_rows((*lead, hidden), dtype, g, pad)
+           if form in ("residual", "in_place_residual", "strided", "odd_rows", "batch_seq") else None)
+    out = x if form.startswith("in_place") else _rows((*lead, hidden), dtype, g, pad)
+    return out, x, w, res
+
+
+def _clone_like(t, x=None, x2=None):
+    """A clone of t that keeps its strides (its own buffer); t is x: x2."""
+    if t is None:
+        return None
+    if x is not None and t is x:
+        return x2
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).copy_(t)
+
+
+@native
+@pytest.mark.parametrize("op", NORMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("form", ["plain", "residual", "in_place", "in_place_residual",
+                                  "strided", "odd_rows", "batch_seq", "f32_weight",
+                                  "no_weight"])
+def test_norms_on_torch_threads_match(torch_threads, op, dtype, form):
+    out, x, w, res = _norm_inputs(dtype, form)
+    x2 = _clone_like(x)
+    out2, res2 = _clone_like(out, x, x2), _clone_like(res)
+    getattr(torch.ops.fldispatch, op)(out, x, w, res, 1e-6)
+    getattr(fldispatch, op)(out2, x2, w, res2, eps=1e-6)
+    assert torch.equal(out, out2)
+    if res is not None:
+        assert torch.equal(res, res2)
+
+
+def _activation_inputs(op, dtype, form):
+    g = torch.Generator().manual_seed(5)
+    lead = {"odd_rows": (61,), "batch_seq": (4, 16)}.get(form, (64,))
+    width = 4096
+    pad = 64 if form in ("strided", "batch_seq") else 0
+    x = _rows((*lead, width), dtype, g, pad)
+    out_width = width // 2 if op in GATED else width
+    out = torch.zeros(*lead, out_width + 2 * pad, dtype=dtype)[..., pad:pad + out_width]
+    return out, x
+
+
+@native
+@pytest.mark.parametrize("op", GATED + ELEMENTWISE)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("form", ["plain", "strided", "odd_rows", "batch_seq"])
+def test_activations_on_torch_threads_match(torch_threads, op, dtype, form):
+    out, x = _activation_inputs(op, dtype, form)
+    out2 = _clone_like(out)
+    getattr(torch.ops.fldispatch, op)(out, x)
+    getattr(fldispatch, op)(out2, x)
+    assert torch.equal(out, out2)
+
+
+@native
+def test_gated_activation_into_the_other_columns_of_its_input(two_torch_threads):
+    # out and x as column slices of one buffer: they interleave without sharing
+    # a byte, which the library takes, and so does each range.
+    buf = torch.randn(64, 4096 + 2048)
+    x, out = buf[:, :4096], buf[:, 4096:]
+    buf2 = buf.clone()
+    torch.ops.fldispatch.silu_and_mul(out, x)
+    fldispatch.silu_and_mul(buf2[:, 4096:], buf2[:, :4096])
+    assert torch.equal(buf, buf2)
+
+
+def _unchanged(*tensors):
+    before = [t.clone() for t in tensors]
+    return lambda: all(torch.equal(t, b) for t, b in zip(tensors, before))
+
+
+@native
+@pytest.mark.parametrize("case", ["weight_size", "residual_rows", "out_rows", "out_overlaps_x",
+                                  "residual_is_x", "uncollapsible_rows"])
+def test_norm_on_torch_threads_writes_nothing_on_error(two_torch_threads, case):
+    out, x, w, res = _norm_inputs(torch.float32, "residual")
+    message = {"weight_size": "rms_norm: .*weight", "residual_rows": "rms_norm: .*residual",
+               "out_rows": "rms_norm: .*out", "out_overlaps_x": "rms_norm: .*overlaps",
+               "residual_is_x": "rms_norm: .*overlaps",
+               "uncollapsible_rows": "rms_norm: .*x"}[case]
+    if case == "weight_size":
+        w = torch.randn(4095)
+    elif case == "residual_rows":
+        res = torch.randn(63, 4096)
+    elif case == "out_rows":
+        out = torch.zeros(63, 4096)
+    elif case == "out_overlaps_x":
+        buf = torch.randn(65, 4096)
+        x, out = buf[:64], buf[1:]  # out is x one row on: each range would read rows another wrote
+    elif case == "residual_is_x":
+        res = x
+    else:  # leading dims [8, 8] of a [8, 16, 4096] buffer: no single row stride
+        buf = torch.randn(8, 16, 4096)
+        x, out, res = buf[:, :8], torch.zeros(8, 8, 4096), torch.randn(8, 8, 4096)
+    same = _unchanged(out, x, res)
+    with pytest.raises(fldispatch.InvalidArgumentError, match=message):
+        torch.ops.fldispatch.rms_norm(out, x, w, res, 1e-6)
+    assert same()
+
+
+@native
+@pytest.mark.parametrize("case", ["out_width", "out_rows", "out_overlaps_x", "dtype"])
+def test_activation_on_torch_threads_writes_nothing_on_error(two_torch_threads, case):
+    out, x = _activation_inputs("silu_and_mul", torch.float32, "plain")
+    message = {"out_width": "silu_and_mul: .*out", "out_rows": "silu_and_mul: .*out",
+               "out_overlaps_x": "silu_and_mul: .*overlaps",
+               "dtype": "silu_and_mul: .*dtype"}[case]
+    if case == "out_width":
+        out = torch.zeros(64, 2047)
+    elif case == "out_rows":
+        out = torch.zeros(65, 2048)
+    elif case == "out_overlaps_x":
+        out = x[:, 2048:]  # the second half of x itself
+    else:
+        out = torch.zeros(64, 2048, dtype=torch.bfloat16)
+    same = _unchanged(out, x)
+    with pytest.raises(fldispatch.InvalidArgumentError, match=message):
+        torch.ops.fldispatch.silu_and_mul(out, x)
+    assert same()
+
+
+# Whether a call ran in ranges over torch's threads, seen from outside: the
+# library's trace (VLLM_FL_TRACE, no counting, so calls are cut) records each
+# library call with the thread that made it.
+_TRACED_CALLS = r"""
+import json, sys
+import torch
+import fldispatch, fldispatch.torch
+torch.set_num_threads(int(sys.argv[1]))
+x, res, w = torch.randn(64, 4096), torch.randn(64, 4096), torch.randn(4096)
+torch.ops.fldispatch.rms_norm(x, x, w, res, 1e-6)
+torch.ops.fldispatch.silu_and_mul(torch.empty(64, 2048), x)
+torch.ops.fldispatch.gelu_quick(torch.empty(64, 4096), x)
+q, k = torch.randn(64, 4096), torch.randn(64, 1024)
+torch.ops.fldispatch.rotary_embedding(torch.arange(64), q, k, 128, torch.randn(512, 128), True)
+fldispatch.stats_flush()
+"""
+
+
+@native
+@pytest.mark.parametrize("threads", [2, 1])
+def test_large_calls_run_in_ranges_on_torch_threads(tmp_path, threads):
+    trace = tmp_path / "trace.json"
+    env = dict(os.environ, VLLM_FL_TRACE=str(trace))
+    for name in ("VLLM_FL_STATS", "VLLM_FL_STATS_FILE", "VLLM_FL_MANIFEST"):
+        env.pop(name, None)
+    subprocess.run([sys.executable, "-c", _TRACED_CALLS, str(threads)], env=env, check=True,
+                   timeout=120)
+    calls = {}
+    for ev in json.loads(trace.read_text())["traceEvents"]:
+        if ev.get("cat") == "call":
+            calls.setdefault(ev["name"], []).append(ev["tid"])
+    for op in ("rms_norm", "silu_and_mul", "gelu_quick", "rotary_embedding"):
+        if threads == 1:
+            assert len(calls[op]) == 1, (op, calls[op])
+        else:
+            assert len(calls[op]) > 2 and len(set(calls[op])) == 2, (op, calls[op])
+
+
+@native
+def test_a_manifest_in_force_keeps_calls_whole(tmp_path):
+    # A manifest may pin implementations by row count (rows: 1-16 and the
+    # like): a range of a cut call would then run what the whole call would not.
+    entries = "".join(f"  - {{op: {op}, device: cpu, dtype: f32, impl: {impl}, rows: {rows}}}\n"
+                      for op in ("rms_norm", "rotary_embedding")
+                      for impl, rows in (("vendor.cpu", "1-16"), ("reference.c", "17-")))
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nentries:\n" + entries)
+    trace = tmp_path / "trace.json"
+    env = dict(os.environ, VLLM_FL_TRACE=str(trace), VLLM_FL_MANIFEST=str(manifest))
+    subprocess.run([sys.executable, "-c", _TRACED_CALLS, "2"], env=env, check=True, timeout=120)
+    calls = {}
+    for ev in json.loads(trace.read_text())["traceEvents"]:
+        if ev.get("cat") == "call":
+            calls.setdefault(ev["name"], []).append(ev["args"]["impl_id"])
+    assert calls["rms_norm"] == ["reference.c"]
+    assert calls["rotary_embedding"] == ["reference.c"]
 
 
 @native
