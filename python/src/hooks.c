@@ -72,11 +72,12 @@ struct bench_call {
 };
 
 /* Each catalog op with tensors by its family's argument list (catalog.def): 0 (out, x), 1 a norm's,
- * 2 rotary's; -1 none (attention_backend). */
+ * 2 rotary's; -1 none (attention_backend, and rotary_embedding_out, which has no form here). */
 #define BENCH_GATED(fn)       0, fn, NULL
 #define BENCH_ELEMENTWISE(fn) 0, fn, NULL
 #define BENCH_NORM(fn)        1, NULL, fn
 #define BENCH_ROTARY(fn)      2, NULL, NULL
+#define BENCH_ROTARY_OUT(fn)  -1, NULL, NULL
 #define BENCH_ATTENTION(fn)   -1, NULL, NULL
 static const struct {
     const char *name;
@@ -146,7 +147,10 @@ static PyObject *py_bench_c_op(PyObject *self, PyObject *const *args, Py_ssize_t
         }
     static const Py_ssize_t nargs_of[] = {2, 5, 6};
     if (c.family < 0) {
-        PyErr_Format(PyExc_ValueError, "_bench_c_op: '%s' is not a catalog op with tensors", op);
+        PyErr_Format(PyExc_ValueError,
+                     "_bench_c_op: '%s' is not a catalog op with tensors of the activation, "
+                     "norm or in-place rotary families",
+                     op);
         return NULL;
     }
     if (nargs - 2 != nargs_of[c.family]) {
