@@ -25,18 +25,21 @@
 #define KIND_ELEMENTWISE FLD_ARGS_ACTIVATION
 #define KIND_NORM        FLD_ARGS_RMS_NORM
 #define KIND_ROTARY      FLD_ARGS_ROTARY_EMBEDDING
+#define KIND_ROTARY_OUT  FLD_ARGS_ROTARY_EMBEDDING_OUT
 #define KIND_ATTENTION   FLD_ARGS_ATTENTION_BACKEND
 
 #define VALIDATE_GATED       fld__validate_activation
 #define VALIDATE_ELEMENTWISE fld__validate_elementwise
 #define VALIDATE_NORM        fld__validate_rms_norm
 #define VALIDATE_ROTARY      fld__validate_rotary
+#define VALIDATE_ROTARY_OUT  fld__validate_rotary_out
 #define VALIDATE_ATTENTION   fld__validate_attention
 
 #define SERVES_GATED       FLD_DEVICE_MASK_CPU, FLD_DTYPE_MASK_ALL
 #define SERVES_ELEMENTWISE FLD_DEVICE_MASK_CPU, FLD_DTYPE_MASK_ALL
 #define SERVES_NORM        FLD_DEVICE_MASK_CPU, FLD_DTYPE_MASK_ALL
 #define SERVES_ROTARY      FLD_DEVICE_MASK_CPU, FLD_DTYPE_MASK_ALL
+#define SERVES_ROTARY_OUT  FLD_DEVICE_MASK_CPU, FLD_DTYPE_MASK_ALL
 #define SERVES_ATTENTION   FLD_DEVICE_MASK_ALL, FLD_DTYPE_MASK_ALL
 
 #define SIG_GATED       "(Tensor(a!) out, Tensor x) -> ()"
@@ -47,6 +50,9 @@
 #define SIG_ROTARY                                                                                 \
     "(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, Tensor cos_sin_cache, "  \
     "bool is_neox) -> ()"
+#define SIG_ROTARY_OUT                                                                             \
+    "(Tensor positions, Tensor query, Tensor? key, int head_size, Tensor cos_sin_cache, "          \
+    "bool is_neox, Tensor(a!) query_out, Tensor(b!)? key_out) -> ()"
 #define SIG_ATTENTION "(str device, bool use_mla=False, bool use_sparse=False) -> str"
 
 const struct fld_op_schema fld__catalog[FLD_CAT_COUNT] = {

@@ -91,6 +91,9 @@ static int catalog_index(const char *name)
 static __attribute__((cold)) int not_preparable(const char *name)
 {
     int idx = catalog_index(name);
+    if (idx >= 0 && fld__catalog[idx].args_kind == FLD_ARGS_ROTARY_EMBEDDING_OUT)
+        return fld__fail(FLD_EINVAL, "fld_prepare: op '%s' has no prepared form; call it directly",
+                         name);
     if (idx >= 0)
         return fld__fail(FLD_EINVAL,
                          "fld_prepare: op '%s' has no tensors to prepare; call it directly", name);
@@ -204,7 +207,8 @@ int fld_prepare(const char *op, const void *args, fld_prepared **out)
     if (rc)
         return rc;
     const int idx = catalog_index(op);
-    if (idx < 0 || fld__catalog[idx].args_kind == FLD_ARGS_ATTENTION_BACKEND)
+    if (idx < 0 || fld__catalog[idx].args_kind == FLD_ARGS_ATTENTION_BACKEND ||
+        fld__catalog[idx].args_kind == FLD_ARGS_ROTARY_EMBEDDING_OUT)
         return not_preparable(op);
     const struct fld_op_schema *schema = &fld__catalog[idx];
     struct fld_call_key key;

@@ -47,6 +47,10 @@ static inline bool fld__rows_source(fld_args_kind kind, size_t *offset, int *kee
         *offset = offsetof(fld_rotary_embedding_args, positions);
         *keep = 0;
         return true;
+    case FLD_ARGS_ROTARY_EMBEDDING_OUT:
+        *offset = offsetof(fld_rotary_embedding_out_args, positions);
+        *keep = 0;
+        return true;
     case FLD_ARGS_ATTENTION_BACKEND:
     default:
         return false;
@@ -68,6 +72,8 @@ static inline int64_t fld__call_rows(fld_args_kind kind, const void *args)
         return fld__leading_rows(((const fld_rms_norm_args *)args)->x, 1);
     case FLD_ARGS_ROTARY_EMBEDDING:
         return fld__leading_rows(((const fld_rotary_embedding_args *)args)->positions, 0);
+    case FLD_ARGS_ROTARY_EMBEDDING_OUT:
+        return fld__leading_rows(((const fld_rotary_embedding_out_args *)args)->positions, 0);
     case FLD_ARGS_ATTENTION_BACKEND:
     default:
         return 0;

@@ -46,6 +46,14 @@ static inline __attribute__((always_inline)) int call_rotary(enum fld_catalog_in
     return fld__call_family(idx, ok, fld__slot(key.device, key.dtype), a);
 }
 
+static inline __attribute__((always_inline)) int
+call_rotary_out(enum fld_catalog_index idx, const fld_rotary_embedding_out_args *a)
+{
+    struct fld_call_key key = {0, 0};
+    const bool ok = fast_rotary_out(a, &key);
+    return fld__call_family(idx, ok, fld__slot(key.device, key.dtype), a);
+}
+
 /* Each family's packing of the entry point's parameters, and its call. */
 #define PACK_GATED                                                                                 \
     {                                                                                              \
@@ -63,6 +71,10 @@ static inline __attribute__((always_inline)) int call_rotary(enum fld_catalog_in
     {                                                                                              \
         positions, query, key, head_size, cos_sin_cache, is_neox                                   \
     }
+#define PACK_ROTARY_OUT                                                                            \
+    {                                                                                              \
+        positions, query, key, head_size, cos_sin_cache, is_neox, query_out, key_out               \
+    }
 #define PACK_ATTENTION                                                                             \
     {                                                                                              \
         device_type, use_mla, use_sparse, name                                                     \
@@ -72,6 +84,7 @@ static inline __attribute__((always_inline)) int call_rotary(enum fld_catalog_in
 #define CALL_ELEMENTWISE call_elementwise
 #define CALL_NORM        call_rms_norm
 #define CALL_ROTARY      call_rotary
+#define CALL_ROTARY_OUT  call_rotary_out
 #define CALL_ATTENTION   fld__call_catalog
 
 #define FLD_CATALOG_OP(id, name, family, doc)                                                      \

@@ -693,6 +693,34 @@ static COLD int aliasing_rotary(const char *op, const fld_rotary_embedding_args 
 }
 
 /*
+ * rotary_embedding_out: query_out and key_out are written; positions, the
+ * cache, query and key are only read (query and key may share memory).
+ */
+static COLD int aliasing_rotary_out(const char *op, const fld_rotary_embedding_out_args *a)
+{
+    static const struct extent none = {0, 0, 0, 0, 0};
+    const DLTensor *p = a->positions;
+    const struct extent pos = extent_of(p, 1), cache = extent_of(a->cos_sin_cache, 1);
+    const struct extent q = extent_of(a->query, a->query->ndim - p->ndim);
+    const struct extent k = a->key ? extent_of(a->key, a->key->ndim - p->ndim) : none;
+    const struct extent qo = extent_of(a->query_out, a->query_out->ndim - p->ndim);
+    const struct extent ko = a->key_out ? extent_of(a->key_out, a->key_out->ndim - p->ndim) : none;
+    const struct {
+        const char *name;
+        const DLTensor *t;
+        const struct extent *e;
+    } outs[] = {{"query_out", a->query_out, &qo}, {"key_out", a->key_out, &ko}},
+      ins[] = {{"query", a->query, &q},
+               {"key", a->key, &k},
+               {"positions", p, &pos},
+               {"cos_sin_cache", a->cos_sin_cache, &cache}};
+    for (int o = 0; o < 2 && outs[o].t; o++)
+        for (int i = 0; i < 4; i++)
+            TRY(disjoint(op, outs[o].name, outs[o].t, outs[o].e, ins[i].name, ins[i].e));
+    return disjoint(op, "key_out", a->key_out, &ko, "query_out", &qo);
+}
+
+/*
  * The fast filters, on the byte ranges validation computed (tview lo, hi):
  * a few compares per pair. Only when two ranges meet does the precise check
  * run (interleaved views of one buffer, or a real overlap).
@@ -750,6 +778,21 @@ static inline int check_aliasing_rotary(const char *op, const fld_rotary_embeddi
         hit |= meet(k, q) | meet(k, pos) | meet(k, cache);
     if (__builtin_expect(hit, 0))
         return aliasing_rotary(op, a);
+    return FLD_OK;
+}
+
+/* qo, ko: the outputs' views (ko 0, 0 without key); the inputs may meet each other. */
+static inline int check_aliasing_rotary_out(const char *op, const fld_rotary_embedding_out_args *a,
+                                            const struct tview *pos, const struct tview *q,
+                                            const struct tview *k, const struct tview *cache,
+                                            const struct tview *qo, const struct tview *ko)
+{
+    bool hit = meet(qo, pos) | meet(qo, cache) | meet(qo, q);
+    if (a->key)
+        hit |= meet(qo, k) | meet(ko, q) | meet(ko, k) | meet(ko, pos) | meet(ko, cache) |
+               meet(ko, qo);
+    if (__builtin_expect(hit, 0))
+        return aliasing_rotary_out(op, a);
     return FLD_OK;
 }
 
@@ -979,22 +1022,31 @@ static inline int check_heads(const char *op, const char *name, const DLTensor *
     return FLD_OK;
 }
 
-static __attribute__((noinline)) int full_rotary(const char *op, const fld_rotary_embedding_args *a,
-                                                 struct fld_call_key *key)
+/* The tensors of a rotary call as the validator saw them. */
+struct rotary_views {
+    struct tview pos, q, k, cache;
+};
+
+/*
+ * The checks of a rotary call's inputs, shared by both rotary families:
+ * everything but the aliasing rules (which depend on what the op writes).
+ */
+static int rotary_inputs(const char *op, const fld_rotary_embedding_args *a,
+                         struct fld_call_key *key, struct rotary_views *v)
 {
-    struct tview pos = {0}, q = {0}, k = {0}, cache = {0};
+    memset(v, 0, sizeof *v);
     const DLTensor *p = a->positions;
     if (__builtin_expect(p == NULL, 0))
         return fail_null_tensor(op, "positions");
     if (__builtin_expect(p->ndim != 1 && p->ndim != 2, 0))
         return fail_rank(op, "positions", p, "1 ([T]) or 2 ([B, S])");
-    TRY(check_tensor(op, "positions", p, 1, TK_INDEX, &pos));
-    if (__builtin_expect(!pos.empty && pos.rows > 1 && pos.row_stride != pos.width, 0))
+    TRY(check_tensor(op, "positions", p, 1, TK_INDEX, &v->pos));
+    if (__builtin_expect(!v->pos.empty && v->pos.rows > 1 && v->pos.row_stride != v->pos.width, 0))
         return fail_strides(op, "positions", p, "positions must be contiguous");
     if (__builtin_expect(a->head_size <= 0, 0))
         return fail_rotary(op, "argument 'head_size' is %" PRId64 "; expected > 0", a->head_size);
 
-    TRY(check_heads(op, "query", a->query, p, a->head_size, &q));
+    TRY(check_heads(op, "query", a->query, p, a->head_size, &v->q));
     TRY(device_key(op, "query", a->query, &key->device));
     TRY(same_device(op, "positions", p, "query", a->query));
 
@@ -1003,9 +1055,9 @@ static __attribute__((noinline)) int full_rotary(const char *op, const fld_rotar
         return fail_null_tensor(op, "cos_sin_cache");
     if (__builtin_expect(c->ndim != 2, 0))
         return fail_rank(op, "cos_sin_cache", c, "2 ([max_pos, rot_dim])");
-    TRY(check_tensor(op, "cos_sin_cache", c, 1, TK_FLOAT, &cache));
+    TRY(check_tensor(op, "cos_sin_cache", c, 1, TK_FLOAT, &v->cache));
     TRY(same_device(op, "cos_sin_cache", c, "query", a->query));
-    if (__builtin_expect(cache.dtype != q.dtype && cache.dtype != FLD_DT_F32, 0)) {
+    if (__builtin_expect(v->cache.dtype != v->q.dtype && v->cache.dtype != FLD_DT_F32, 0)) {
         char b1[64], b2[64];
         return fail_rotary(
             op, "tensor 'cos_sin_cache' has dtype %s; expected %s ('query') or float32",
@@ -1019,33 +1071,71 @@ static __attribute__((noinline)) int full_rotary(const char *op, const fld_rotar
                            rot_dim, a->head_size);
 
     if (a->key) {
-        TRY(check_heads(op, "key", a->key, p, a->head_size, &k));
+        TRY(check_heads(op, "key", a->key, p, a->head_size, &v->k));
         TRY(same_device(op, "key", a->key, "query", a->query));
-        TRY(same_dtype(op, "key", a->key, &k, "query", a->query, &q));
+        TRY(same_dtype(op, "key", a->key, &v->k, "query", a->query, &v->q));
     }
 
     /* Positions index the cache, so an out-of-range value would read past
      * it. Only CPU memory can be read here; for device tensors the range
      * check is the device kernel's business (reading device memory from the
      * host would fault or need a synchronising copy). */
-    if (key->device == FLD_DEV_CPU && !pos.empty) {
-        const int64_t n = pos.rows * pos.width;
+    if (key->device == FLD_DEV_CPU && !v->pos.empty) {
+        const int64_t n = v->pos.rows * v->pos.width;
         const char *base = (const char *)p->data + p->byte_offset;
-        if (pos.dtype == 0) {
-            const int64_t *v = (const int64_t *)(const void *)base;
+        if (v->pos.dtype == 0) {
+            const int64_t *vals = (const int64_t *)(const void *)base;
             for (int64_t i = 0; i < n; i++)
-                if (__builtin_expect((uint64_t)v[i] >= (uint64_t)max_pos, 0))
-                    return fail_position(op, i, v[i], max_pos);
+                if (__builtin_expect((uint64_t)vals[i] >= (uint64_t)max_pos, 0))
+                    return fail_position(op, i, vals[i], max_pos);
         } else {
-            const int32_t *v = (const int32_t *)(const void *)base;
+            const int32_t *vals = (const int32_t *)(const void *)base;
             for (int64_t i = 0; i < n; i++)
-                if (__builtin_expect(v[i] < 0 || (int64_t)v[i] >= max_pos, 0))
-                    return fail_position(op, i, v[i], max_pos);
+                if (__builtin_expect(vals[i] < 0 || (int64_t)vals[i] >= max_pos, 0))
+                    return fail_position(op, i, vals[i], max_pos);
         }
     }
-    TRY(check_aliasing_rotary(op, a, &pos, &q, &k, &cache));
-    key->dtype = q.dtype;
+    key->dtype = v->q.dtype;
     return FLD_OK;
+}
+
+static __attribute__((noinline)) int full_rotary(const char *op, const fld_rotary_embedding_args *a,
+                                                 struct fld_call_key *key)
+{
+    struct rotary_views v;
+    TRY(rotary_inputs(op, a, key, &v));
+    return check_aliasing_rotary(op, a, &v.pos, &v.q, &v.k, &v.cache);
+}
+
+/* An output of rotary_embedding_out: in's rank, shape, dtype and device, its own layout. */
+static int rotary_output(const char *op, const char *name, const DLTensor *out, const char *in_name,
+                         const DLTensor *in, const struct tview *inv,
+                         const fld_rotary_embedding_out_args *a, struct tview *v)
+{
+    TRY(check_heads(op, name, out, a->positions, a->head_size, v));
+    TRY(same_device(op, name, out, in_name, in));
+    TRY(same_dtype(op, name, out, v, in_name, in, inv));
+    return same_shape(op, name, out, in_name, in);
+}
+
+static __attribute__((noinline)) int
+full_rotary_out(const char *op, const fld_rotary_embedding_out_args *a, struct fld_call_key *key)
+{
+    /* The inputs as an in-place call would pass them: only read here. */
+    const fld_rotary_embedding_args in = {a->positions, (DLTensor *)a->query, (DLTensor *)a->key,
+                                          a->head_size, a->cos_sin_cache,     a->is_neox};
+    struct rotary_views v;
+    struct tview qo = {0}, ko = {0};
+    TRY(rotary_inputs(op, &in, key, &v));
+    TRY(rotary_output(op, "query_out", a->query_out, "query", a->query, &v.q, a, &qo));
+    if (__builtin_expect(!a->key != !a->key_out, 0))
+        return fail_rotary(op,
+                           "tensor '%s' is NULL but '%s' is not; key and key_out are both "
+                           "NULL or both set",
+                           a->key ? "key_out" : "key", a->key ? "key" : "key_out");
+    if (a->key)
+        TRY(rotary_output(op, "key_out", a->key_out, "key", a->key, &v.k, a, &ko));
+    return check_aliasing_rotary_out(op, a, &v.pos, &v.q, &v.k, &v.cache, &qo, &ko);
 }
 
 /* Each family's validator: the fast path for the common shapes, else the full checks. */
@@ -1063,6 +1153,7 @@ FAMILY_VALIDATOR(activation, fld_activation_args)
 FAMILY_VALIDATOR(elementwise, fld_activation_args)
 FAMILY_VALIDATOR(rms_norm, fld_rms_norm_args)
 FAMILY_VALIDATOR(rotary, fld_rotary_embedding_args)
+FAMILY_VALIDATOR(rotary_out, fld_rotary_embedding_out_args)
 #undef FAMILY_VALIDATOR
 
 int fld__validate_attention(const char *op, const void *argp, struct fld_call_key *key)

@@ -9,6 +9,7 @@ int fld__validate_activation(const char *op, const void *args, struct fld_call_k
 int fld__validate_elementwise(const char *op, const void *args, struct fld_call_key *key);
 int fld__validate_rms_norm(const char *op, const void *args, struct fld_call_key *key);
 int fld__validate_rotary(const char *op, const void *args, struct fld_call_key *key);
+int fld__validate_rotary_out(const char *op, const void *args, struct fld_call_key *key);
 int fld__validate_attention(const char *op, const void *args, struct fld_call_key *key);
 
 /*

@@ -308,18 +308,27 @@ static inline bool fast_positions(const DLTensor *p, int64_t tokens, int64_t max
     return !bad;
 }
 
+/* The views of a rotary call's tensors that passed fast_rotary_inputs(). */
+struct fast_rotary_views {
+    struct fast_view pos, q, k, cache;
+    unsigned shift;
+};
+
 /*
  * rotary on the CPU: positions [T]; query [T, Hq * head_size] and key (or
  * NULL) [T, Hk * head_size] of one float dtype; cos_sin_cache [max_pos,
  * rot_dim] of that dtype or float32, rot_dim even and <= head_size; every
  * position in range; query and key disjoint from each other and from
  * positions and the cache. Other devices take the full path (their
- * positions are not read here).
+ * positions are not read here). The checks both rotary families share;
+ * written says whether query and key are written: only then must they be
+ * apart from each other and from positions and the cache.
  */
-static inline __attribute__((always_inline)) bool fast_rotary(const fld_rotary_embedding_args *a,
-                                                              struct fld_call_key *key)
+static inline __attribute__((always_inline)) bool
+fast_rotary_inputs(const DLTensor *p, const DLTensor *q, const DLTensor *k, int64_t hs,
+                   const DLTensor *c, const bool written, struct fld_call_key *key,
+                   struct fast_rotary_views *v)
 {
-    const DLTensor *p = a->positions, *q = a->query, *k = a->key, *c = a->cos_sin_cache;
     int dt, dev;
     unsigned shift;
     FAST_NEED(fast_first(q, &dt, &shift, &dev) && dev == FLD_DEV_CPU);
@@ -329,27 +338,69 @@ static inline __attribute__((always_inline)) bool fast_rotary(const fld_rotary_e
     const uint64_t cw = ndim_dtype_word(c);
     const bool c32 = cw == nd_word(2, kDLFloat, 32);
     FAST_NEED(c32 || cw == ndim_dtype_word(q));
-    const int64_t tokens = q->shape[0], width = q->shape[1], hs = a->head_size;
+    const int64_t tokens = q->shape[0], width = q->shape[1];
     const int64_t max_pos = c->shape[0], rot_dim = c->shape[1];
     FAST_NEED(fast_sizes(tokens, width) && fast_sizes(max_pos, rot_dim) && fast_sizes(hs, 1));
     FAST_NEED((rot_dim & 1) == 0 && rot_dim <= hs && (uint32_t)width % (uint32_t)hs == 0);
-    struct fast_view pv, qv, kv = {0, 0, 0}, cv;
-    FAST_NEED(fast_rows(q, tokens, width, shift, &qv) &&
-              fast_rows(c, max_pos, rot_dim, c32 ? 2 : shift, &cv));
-    FAST_NEED(fast_apart(&qv, &cv));
+    v->k = (struct fast_view){0, 0, 0};
+    FAST_NEED(fast_rows(q, tokens, width, shift, &v->q) &&
+              fast_rows(c, max_pos, rot_dim, c32 ? 2 : shift, &v->cache));
+    FAST_NEED(!written || fast_apart(&v->q, &v->cache));
     if (k) {
         FAST_NEED(k->shape && ndim_dtype_word(k) == ndim_dtype_word(q) &&
                   device_word(k) == device_word(q));
         FAST_NEED(k->shape[0] == tokens);
         const int64_t kwidth = k->shape[1];
         FAST_NEED(fast_sizes(kwidth, 1) && (uint32_t)kwidth % (uint32_t)hs == 0);
-        FAST_NEED(fast_rows(k, tokens, kwidth, shift, &kv));
-        FAST_NEED(fast_apart(&kv, &qv) && fast_apart(&kv, &cv));
+        FAST_NEED(fast_rows(k, tokens, kwidth, shift, &v->k));
+        FAST_NEED(!written || (fast_apart(&v->k, &v->q) && fast_apart(&v->k, &v->cache)));
     }
-    FAST_NEED(fast_positions(p, tokens, max_pos, &pv) && fast_apart(&qv, &pv));
-    FAST_NEED(!k || fast_apart(&kv, &pv));
+    FAST_NEED(fast_positions(p, tokens, max_pos, &v->pos));
+    FAST_NEED(!written || (fast_apart(&v->q, &v->pos) && (!k || fast_apart(&v->k, &v->pos))));
+    v->shift = shift;
     key->device = FLD_DEV_CPU;
     key->dtype = dt;
+    return true;
+}
+
+static inline __attribute__((always_inline)) bool fast_rotary(const fld_rotary_embedding_args *a,
+                                                              struct fld_call_key *key)
+{
+    struct fast_rotary_views v;
+    return fast_rotary_inputs(a->positions, a->query, a->key, a->head_size, a->cos_sin_cache, true,
+                              key, &v);
+}
+
+/* An output of rotary_embedding_out: like its input in, apart from every other tensor. */
+static inline bool fast_rotary_output(const DLTensor *out, const DLTensor *in,
+                                      const struct fast_rotary_views *v, struct fast_view *ov)
+{
+    FAST_NEED(fast_like(out, in, in->shape[0], in->shape[1]));
+    FAST_NEED(fast_rows(out, in->shape[0], in->shape[1], v->shift, ov));
+    FAST_NEED(fast_apart(ov, &v->q) && fast_apart(ov, &v->cache) && fast_apart(ov, &v->pos));
+    return true;
+}
+
+/*
+ * rotary_embedding_out on the CPU: the inputs as fast_rotary_inputs()
+ * takes them, query and key only read (so they may share memory: column
+ * slices of one fused qkv, as vLLM passes them), query_out and key_out of
+ * the shapes, dtype and device of query and key, each apart from every
+ * other tensor of the call.
+ */
+static inline __attribute__((always_inline)) bool
+fast_rotary_out(const fld_rotary_embedding_out_args *a, struct fld_call_key *key)
+{
+    struct fast_rotary_views v;
+    FAST_NEED(fast_rotary_inputs(a->positions, a->query, a->key, a->head_size, a->cos_sin_cache,
+                                 false, key, &v));
+    struct fast_view qo, ko;
+    FAST_NEED(fast_rotary_output(a->query_out, a->query, &v, &qo));
+    FAST_NEED((a->key == NULL) == (a->key_out == NULL));
+    if (a->key) {
+        FAST_NEED(fast_rotary_output(a->key_out, a->key, &v, &ko));
+        FAST_NEED(fast_apart(&ko, &v.k) && fast_apart(&qo, &v.k) && fast_apart(&ko, &qo));
+    }
     return true;
 }
 

@@ -27,6 +27,7 @@
 #define KIND_ELEMENTWISE FLD_ARGS_ACTIVATION
 #define KIND_NORM        FLD_ARGS_RMS_NORM
 #define KIND_ROTARY      FLD_ARGS_ROTARY_EMBEDDING
+#define KIND_ROTARY_OUT  FLD_ARGS_ROTARY_EMBEDDING_OUT
 #define KIND_ATTENTION   FLD_ARGS_ATTENTION_BACKEND
 
 /* The rows of the public table. */
@@ -150,6 +151,7 @@ START_TEST(typed_entry_points_call_their_op)
 #define CALL_ELEMENTWISE(fn) fn(&o, &t)
 #define CALL_NORM(fn)        fn(&o, &t, NULL, NULL, 1e-6f)
 #define CALL_ROTARY(fn)      fn(&t, &o, NULL, 8, &t, true)
+#define CALL_ROTARY_OUT(fn)  fn(&t, &o, NULL, 8, &t, true, &o, NULL)
 #define CALL_ATTENTION(fn)   fn(-1, false, false, &name)
 #define FLD_CATALOG_OP(id, op, family, doc)                                                        \
     do {                                                                                           \

@@ -618,13 +618,17 @@ static const char *ops_served_by(int impl, bool resolve)
         else if (writes == TT_WRITES_QK)
             marked = all_equal(&a.q[0][0], sizeof a.q / sizeof(float), mark) &&
                      all_equal(&a.k[0][0], sizeof a.k / sizeof(float), mark);
+        else if (writes == TT_WRITES_QK_OUT)
+            marked = all_equal(&a.qout[0][0], sizeof a.qout / sizeof(float), mark) &&
+                     all_equal(&a.kout[0][0], sizeof a.kout / sizeof(float), mark);
         else
             marked = attn != NULL && strncmp(attn, "STRESS_", 7) == 0 && attn[7] - '0' == impl &&
                      attn[8] == '\0';
         if (impl == STRESS_IMPL_REF) {
-            float first = writes == TT_WRITES_AOUT   ? a.aout[0][0]
-                          : writes == TT_WRITES_NOUT ? a.nout[0][0]
-                                                     : a.q[0][0];
+            float first = writes == TT_WRITES_AOUT     ? a.aout[0][0]
+                          : writes == TT_WRITES_NOUT   ? a.nout[0][0]
+                          : writes == TT_WRITES_QK_OUT ? a.qout[0][0]
+                                                       : a.q[0][0];
             bool any_mark =
                 writes == TT_WRITES_ATTN
                     ? attn == NULL || strncmp(attn, "STRESS_", 7) == 0

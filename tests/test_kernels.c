@@ -1137,6 +1137,82 @@ static void check_rope_tensor(const char *label, const char *name, const tt_tens
     free(got);
 }
 
+/*
+ * An output for rotary_embedding_out of in's shape and dtype: contiguous, or
+ * with its own padding (8 elements after each row of its last dimension,
+ * the outer dims contiguous over it), which must stay unwritten.
+ */
+static tt_tensor *out_like(const tt_tensor *in, bool padded)
+{
+    const int nd = in->t.ndim;
+    if (!padded)
+        return tt_new(in->t.dtype, nd, in->t.shape);
+    int64_t strides[4];
+    strides[nd - 1] = 1;
+    strides[nd - 2] = in->t.shape[nd - 1] + 8;
+    for (int i = nd - 3; i >= 0; i--)
+        strides[i] = strides[i + 1] * in->t.shape[i + 1];
+    return tt_new_strided(in->t.dtype, nd, in->t.shape, strides);
+}
+
+/* got holds want bit for bit (NaN for NaN), its padding intact. */
+static void assert_bits(const char *label, const char *name, const tt_tensor *got,
+                        const double *want)
+{
+    double *v = values_of(got);
+    int64_t n = tt_numel(got), i = 0;
+    while (i < n && (v[i] == want[i] || (isnan(v[i]) && isnan(want[i]))))
+        i++;
+    ck_assert_msg(i == n, "%s: '%s' element %lld is %.9g, the in-place result %.9g", label, name,
+                  (long long)i, i < n ? v[i] : 0.0, i < n ? want[i] : 0.0);
+    ck_assert_msg(tt_padding_intact(got), "%s: bytes outside the view of '%s' were written", label,
+                  name);
+    free(v);
+}
+
+/*
+ * rotary_embedding_out on a case's inputs, by every implementation of it,
+ * into contiguous and padded outputs: reference.c's in-place result (qref,
+ * kref) to the bit, the inputs untouched; a declined call writes nothing.
+ */
+static void run_rope_out(DLDataType qdt, const struct rope_case *rc_, const char *case_label,
+                         tt_tensor *pos, tt_tensor *q, tt_tensor *k, const tt_tensor *cache,
+                         const double *qv, const double *kv, const double *qref, const double *kref)
+{
+    struct impl_list impls;
+    cpu_impls(FLD_OP_ROTARY_EMBEDDING_OUT, &impls);
+    for (int i = 0; i < impls.n; i++)
+        for (int padded = 0; padded < 2; padded++) {
+            const char *impl = impls.ids[i];
+            char label[320];
+            snprintf(label, sizeof label, "%s out of place (%s outputs): %s", impl,
+                     padded ? "padded" : "contiguous", case_label);
+            tt_tensor *qo = out_like(q, padded), *ko = k ? out_like(k, padded) : NULL;
+            double *qo0 = values_of(qo), *ko0 = ko ? values_of(ko) : NULL;
+            pin(FLD_OP_ROTARY_EMBEDDING_OUT, impl, qdt);
+            int rc = fld_rotary_embedding_out(&pos->t, &q->t, k ? &k->t : NULL, rc_->head,
+                                              &cache->t, rc_->neox, &qo->t, ko ? &ko->t : NULL);
+            unpin();
+            if (strcmp(impl, REF_ID) != 0 && declined(rc)) {
+                assert_unchanged(label, "query_out", qo, qo0);
+                if (ko)
+                    assert_unchanged(label, "key_out", ko, ko0);
+            } else {
+                ck_assert_msg(rc == FLD_OK, "%s: status %d: %s", label, rc, fld_last_error());
+                assert_bits(label, "query_out", qo, qref);
+                if (ko)
+                    assert_bits(label, "key_out", ko, kref);
+            }
+            assert_unchanged(label, "query", q, qv);
+            if (k)
+                assert_unchanged(label, "key", k, kv);
+            free(qo0);
+            free(ko0);
+            tt_free(qo);
+            tt_free(ko);
+        }
+}
+
 /* One case: inputs and expected values once, then every implementation on copies. */
 static void run_rope(const struct impl_list *impls, DLDataType qdt, DLDataType cdt,
                      const struct rope_case *rc_)
@@ -1169,6 +1245,8 @@ static void run_rope(const struct impl_list *impls, DLDataType qdt, DLDataType c
     if (k)
         rope_expect(ke, km, T, K_HEADS, D, rc_->rot, rc_->neox, pv, cache->values, qdt);
 
+    double *qref = NULL, *kref = NULL; /* reference.c's in-place result */
+    char case_label[256];
     for (int i = 0; i < impls->n; i++) {
         const char *impl = impls->ids[i];
         const bool is_ref = strcmp(impl, REF_ID) == 0;
@@ -1195,9 +1273,25 @@ static void run_rope(const struct impl_list *impls, DLDataType qdt, DLDataType c
                 check_rope_tensor(label, "key", ki, kv, ke, km, D, rc_->rot, is_ref);
         }
         assert_unchanged(label, "positions", pos, pv);
+        snprintf(case_label, sizeof case_label, "%s", label + strlen(impl) + 1);
         tt_free(qi);
         tt_free(ki);
     }
+    /* reference.c in place (also when a variant run tests another implementation alone) */
+    tt_tensor *qi = tt_clone(q), *ki = k ? tt_clone(k) : NULL;
+    pin(FLD_OP_ROTARY_EMBEDDING, REF_ID, qdt);
+    ck_assert_int_eq(
+        fld_rotary_embedding(&pos->t, &qi->t, ki ? &ki->t : NULL, D, &cache->t->t, rc_->neox),
+        FLD_OK);
+    unpin();
+    qref = values_of(qi);
+    kref = ki ? values_of(ki) : NULL;
+    tt_free(qi);
+    tt_free(ki);
+    run_rope_out(qdt, rc_, case_label, pos, q, k, cache->t, qv, kv, qref, kref);
+    assert_unchanged(case_label, "positions", pos, pv);
+    free(qref);
+    free(kref);
     free(pv);
     free(qv);
     free(qe);
@@ -1416,6 +1510,111 @@ START_TEST(test_rotary_empty)
 }
 END_TEST
 
+/*
+ * rotary_embedding_out reading query and key where vLLM passes them: column
+ * slices of one fused qkv tensor (rows strided by the qkv width). Each
+ * implementation's outputs equal reference.c's in-place rotation of the same
+ * views, bit for bit; qkv is not written. _i: the dtype (0 f32, 1 f16, 2 bf16);
+ * neox and gptj, rot_dim 32 of head 64, int32 positions for gptj.
+ */
+START_TEST(test_rotary_out_qkv_views)
+{
+    enum { T = 7, D = 64, HQ = 4, HK = 2, W = (HQ + 2 * HK) * D, ROT = 32, MAXP = 16 };
+    const DLDataType dt = dtype_at(_i);
+    const size_t es = dt.bits / 8;
+    struct impl_list impls;
+    cpu_impls(FLD_OP_ROTARY_EMBEDDING_OUT, &impls);
+    tt_tensor *qkv = tt_new(dt, 2, (int64_t[]){T, W});
+    tt_fill_normal(qkv, 77 + (uint64_t)_i, 0.0, 1.0);
+    tt_tensor *cache = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){MAXP, ROT});
+    tt_fill_normal(cache, 5, 0.0, 1.0);
+    double *qkv0 = values_of(qkv);
+    for (int neox = 0; neox < 2; neox++) {
+        tt_tensor *pos = tt_new(neox ? TT_INT64 : TT_INT32, 1, (int64_t[]){T});
+        for (int t = 0; t < T; t++)
+            tt_set(pos, t, (t * 5 + 3) % MAXP);
+        int64_t qshape[2] = {T, HQ * D}, kshape[2] = {T, HK * D}, rows[2] = {W, 1};
+        /* q and k views of a buffer */
+        DLTensor q = {.data = NULL,
+                      .device = {kDLCPU, 0},
+                      .ndim = 2,
+                      .dtype = dt,
+                      .shape = qshape,
+                      .strides = rows};
+        DLTensor k = q;
+        k.shape = kshape;
+        /* reference.c in place on a copy of qkv */
+        tt_tensor *ref = tt_clone(qkv);
+        q.data = k.data = ref->t.data;
+        q.byte_offset = ref->t.byte_offset;
+        k.byte_offset = ref->t.byte_offset + (uint64_t)(HQ * D) * es;
+        pin(FLD_OP_ROTARY_EMBEDDING, REF_ID, dt);
+        ck_assert_int_eq(fld_rotary_embedding(&pos->t, &q, &k, D, &cache->t, neox), FLD_OK);
+        unpin();
+        for (int i = 0; i < impls.n; i++) {
+            char label[160];
+            snprintf(label, sizeof label, "%s qkv views %s %s", impls.ids[i], dtype_label(dt),
+                     neox ? "neox" : "gptj");
+            tt_tensor *qo = tt_new(dt, 2, qshape), *ko = tt_new(dt, 2, kshape);
+            q.data = k.data = qkv->t.data;
+            q.byte_offset = qkv->t.byte_offset;
+            k.byte_offset = qkv->t.byte_offset + (uint64_t)(HQ * D) * es;
+            pin(FLD_OP_ROTARY_EMBEDDING_OUT, impls.ids[i], dt);
+            int rc = fld_rotary_embedding_out(&pos->t, &q, &k, D, &cache->t, neox, &qo->t, &ko->t);
+            unpin();
+            if (strcmp(impls.ids[i], REF_ID) != 0 && declined(rc)) {
+                tt_free(qo);
+                tt_free(ko);
+                continue;
+            }
+            ck_assert_msg(rc == FLD_OK, "%s: status %d: %s", label, rc, fld_last_error());
+            int64_t bad = -1;
+            for (int64_t t = 0; t < T && bad < 0; t++)
+                for (int64_t j = 0; j < W - HK * D && bad < 0; j++) {
+                    const double got = j < HQ * D ? tt_get(qo, t * HQ * D + j)
+                                                  : tt_get(ko, t * HK * D + j - HQ * D);
+                    if (got != tt_get(ref, t * W + j))
+                        bad = t * W + j;
+                }
+            ck_assert_msg(bad < 0, "%s: element %lld of qkv differs from the in-place result",
+                          label, (long long)bad);
+            assert_unchanged(label, "qkv", qkv, qkv0);
+            tt_free(qo);
+            tt_free(ko);
+        }
+        tt_free(ref);
+        tt_free(pos);
+    }
+    free(qkv0);
+    tt_free(qkv);
+    tt_free(cache);
+}
+END_TEST
+
+/* An empty call is a no-op for every implementation, without touching its outputs' padding. */
+START_TEST(test_rotary_out_empty)
+{
+    struct impl_list impls;
+    cpu_impls(FLD_OP_ROTARY_EMBEDDING_OUT, &impls);
+    tt_tensor *pos = tt_new(TT_INT64, 1, (int64_t[]){0});
+    tt_tensor *q = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){0, 4 * 64});
+    tt_tensor *qo = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){0, 4 * 64});
+    tt_tensor *cache = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){16, 64});
+    for (int k = 0; k < impls.n; k++) {
+        pin(FLD_OP_ROTARY_EMBEDDING_OUT, impls.ids[k], FLD_DTYPE_F32);
+        int rc = fld_rotary_embedding_out(&pos->t, &q->t, NULL, 64, &cache->t, true, &qo->t, NULL);
+        ck_assert_msg(rc == FLD_OK || (strcmp(impls.ids[k], REF_ID) != 0 && declined(rc)),
+                      "%s: status %d: %s", impls.ids[k], rc, fld_last_error());
+        unpin();
+    }
+    ck_assert(tt_padding_intact(qo));
+    tt_free(pos);
+    tt_free(q);
+    tt_free(qo);
+    tt_free(cache);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* attention_backend                                                        */
 /* ------------------------------------------------------------------------ */
@@ -1605,6 +1804,8 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run, boo
     tcase_add_test(tc, test_rotary_empty);
     tcase_add_test(tc, test_rotary_bf16_ties);
     tcase_add_test(tc, test_rotary_bf16_specials);
+    tcase_add_loop_test(tc, test_rotary_out_qkv_views, 0, 3);
+    tcase_add_test(tc, test_rotary_out_empty);
     suite_add_tcase(s, tc);
 }
 

@@ -471,7 +471,8 @@ struct tensors {
     struct tt_catalog_args a; /* the calls (util/catalog_args.h), in STRESS_OP_* order */
     /* reference.c's results, recorded at the start under a reference-only override */
     float ref_aout[STRESS_N_OPS][ROWS][HALF], ref_nout[2][ROWS][WIDTH], ref_nres[ROWS][WIDTH];
-    float ref_q[ROWS][HQ * HS], ref_k[ROWS][HK * HS];
+    float ref_q[ROWS][HQ * HS], ref_k[ROWS][HK * HS], ref_qout[ROWS][HQ * HS],
+        ref_kout[ROWS][HK * HS];
     const char *ref_attn;
 };
 
@@ -542,6 +543,23 @@ static int served_by(struct tensors *t, int op, bool record)
         }
         return memcmp(t->a.q, t->ref_q, sizeof t->a.q) == 0 &&
                        memcmp(t->a.k, t->ref_k, sizeof t->a.k) == 0
+                   ? STRESS_IMPL_REF
+                   : -1;
+    case STRESS_OP_ROTARY_EMBEDDING_OUT:
+        /* query and key are only read, whoever serves */
+        if (memcmp(t->a.q, t->a.q0, sizeof t->a.q) != 0 ||
+            memcmp(t->a.k, t->a.k0, sizeof t->a.k) != 0)
+            return -1;
+        who = marked_by(&t->a.qout[0][0], ROWS * HQ * HS);
+        if (who >= 0)
+            return marked_by(&t->a.kout[0][0], ROWS * HK * HS) == who ? who : -1;
+        if (record) {
+            memcpy(t->ref_qout, t->a.qout, sizeof t->a.qout);
+            memcpy(t->ref_kout, t->a.kout, sizeof t->a.kout);
+            return isnan(t->a.qout[0][0]) ? -1 : STRESS_IMPL_REF;
+        }
+        return memcmp(t->a.qout, t->ref_qout, sizeof t->a.qout) == 0 &&
+                       memcmp(t->a.kout, t->ref_kout, sizeof t->a.kout) == 0
                    ? STRESS_IMPL_REF
                    : -1;
     case STRESS_OP_ATTENTION_BACKEND:

@@ -249,6 +249,75 @@ START_TEST(rotary_fast_path_agrees)
 }
 END_TEST
 
+/*
+ * An output of rotary_embedding_out like its input in: mostly its rank, shape
+ * and dtype, and mostly a new contiguous tensor in a window of its own
+ * (region 3 or 4 of the arena), as callers allocate them.
+ */
+static void gen_output(struct gen_tensor *o, const struct gen_tensor *in, uintptr_t region)
+{
+    gen(o, in, in->t.ndim > 0 && in->t.ndim <= 4 ? in->t.ndim : 2,
+        in->t.shape && in->t.ndim > 0 && in->t.ndim <= 4 ? in->shape[in->t.ndim - 1] : 64);
+    if (rnd() % 8 && in->t.shape && in->t.ndim >= 0 && in->t.ndim <= 4) {
+        o->t.ndim = in->t.ndim;
+        memcpy(o->shape, in->shape, sizeof o->shape);
+        o->t.shape = o->shape;
+        o->t.dtype = in->t.dtype;
+        o->t.device = in->t.device;
+    }
+    if (rnd() % 4) {
+        o->t.strides = NULL;
+        o->t.byte_offset = 0;
+        o->t.data = (void *)(region * ARENA + (uintptr_t)(rnd() % 64) * 4096);
+    }
+}
+
+START_TEST(rotary_out_fast_path_agrees)
+{
+    rng_state = 0x2545f4914f6cdd1dull;
+    static int64_t positions[64];
+    struct tally tally = {0, 0};
+    for (long i = 0; i < RANDOM_CALLS; i++) {
+        const int64_t hs = rnd() % 16 ? PICK(64, 128) : PICK(1, 0, -128);
+        const int64_t tokens = PICK(1, 3, 7);
+        struct gen_tensor q, k, c, p, qo, ko;
+        gen(&q, NULL, 2, PICK(1, 2, 4) * (hs > 0 ? hs : 64));
+        q.shape[0] = rnd() % 8 ? tokens : PICK(0, 2);
+        gen(&k, &q, 2, PICK(1, 2) * (hs > 0 ? hs : 64) + (rnd() % 16 == 0));
+        k.shape[0] = rnd() % 8 ? tokens : PICK(0, 2);
+        gen(&c, &q, 2, rnd() % 8 ? PICK(64, 32) : PICK(63, 256, 128));
+        c.shape[0] = rnd() % 8 ? 16 : PICK(1, 0);
+        if (rnd() % 4 == 0)
+            c.t.dtype = (DLDataType){kDLFloat, 32, 1};
+        memset(&p, 0, sizeof p);
+        p.shape[0] = rnd() % 8 ? tokens : PICK(0, 1, 2);
+        p.t = (DLTensor){positions, q.t.device, 1, {kDLInt, 64, 1}, p.shape, NULL, 0};
+        if (rnd() % 4 == 0)
+            p.t.dtype = (DLDataType){kDLInt, (uint8_t)PICK(32, 32, 16), 1};
+        const int64_t bad_at = rnd() % 8 == 0 ? (int64_t)(rnd() % 8) : -1;
+        for (int j = 0; j < 8; j++) {
+            int64_t v = j == bad_at ? PICK(16, -1, 1000) : PICK(0, 3, 15);
+            if (p.t.dtype.bits == 32)
+                ((int32_t *)positions)[j] = (int32_t)v;
+            else
+                positions[j] = v;
+        }
+        gen_output(&qo, &q, 3);
+        gen_output(&ko, &k, 4);
+        const bool with_key = rnd() % 4;
+        /* key and key_out: both or neither, now and then one alone */
+        const bool with_key_out = rnd() % 32 ? with_key : !with_key;
+        const fld_rotary_embedding_out_args a = {
+            &p.t, &q.t,      with_key ? &k.t : NULL,    hs,
+            &c.t, rnd() % 2, rnd() % 64 ? &qo.t : NULL, with_key_out ? &ko.t : NULL};
+        struct fld_call_key kf = {-1, -1}, kk = {-1, -1};
+        bool fast = fast_rotary_out(&a, &kf);
+        agree(fast, &kf, full_rotary_out("rotary_embedding_out", &a, &kk), &kk, i, &tally);
+    }
+    check_coverage("rotary_out", &tally);
+}
+END_TEST
+
 /* ---- the everyday layouts take the shortcut ---------------------------------------------- */
 
 static DLTensor tensor(uintptr_t addr, int ndim, int64_t *shape, int64_t *strides, DLDataType dt)
@@ -345,6 +414,26 @@ START_TEST(common_layouts_take_the_fast_path)
     pos32[3] = 4096;
     ck_assert(!fast_rotary(&rot, &k));
     ck_assert_int_eq(full_rotary("rotary_embedding", &rot, &k), FLD_EINVAL);
+    pos32[3] = 3;
+
+    /* rotary_embedding_out: q and k as column slices of one qkv, new contiguous outputs */
+    int64_t rows[2] = {(32 + 16) * 128, 1};
+    DLTensor qv = tensor(ARENA, 2, qshape, rows, bf16), kv = tensor(ARENA, 2, kshape, rows, bf16);
+    kv.byte_offset = 32 * 128 * 2;
+    DLTensor qo = tensor(4 * ARENA, 2, qshape, NULL, bf16),
+             ko = tensor(5 * ARENA, 2, kshape, NULL, bf16);
+    fld_rotary_embedding_out_args ro = {&p, &qv, &kv, 128, &c, true, &qo, &ko};
+    ck_assert(fast_rotary_out(&ro, &k)); /* inputs only read: their ranges may meet */
+    ck_assert_int_eq(full_rotary_out("rotary_embedding_out", &ro, &k), FLD_OK);
+    ro.query = &q;
+    ro.key = &kt;
+    ck_assert(fast_rotary_out(&ro, &k));
+    ck_assert_int_eq(k.dtype, FLD_DT_BF16);
+    ro.key = ro.key_out = NULL;
+    ck_assert(fast_rotary_out(&ro, &k));
+    ro.query_out = &q; /* written over what it reads */
+    ck_assert(!fast_rotary_out(&ro, &k));
+    ck_assert_int_eq(full_rotary_out("rotary_embedding_out", &ro, &k), FLD_EINVAL);
 }
 END_TEST
 
@@ -357,6 +446,7 @@ static Suite *fast_suite(void)
     tcase_add_test(tc, elementwise_fast_path_agrees);
     tcase_add_test(tc, rms_norm_fast_path_agrees);
     tcase_add_test(tc, rotary_fast_path_agrees);
+    tcase_add_test(tc, rotary_out_fast_path_agrees);
     tcase_add_test(tc, common_layouts_take_the_fast_path);
     tcase_add_test(tc, tensor_rows_shortcut_agrees);
     suite_add_tcase(s, tc);

@@ -1236,6 +1236,239 @@ START_TEST(test_rotary_guarded)
 END_TEST
 
 /* ------------------------------------------------------------------------ */
+/* rotary_embedding_out                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The fixture's call out of place: query_out and key_out (unless NULL) as given. */
+static int call_rope_out(struct rope_fx *f, const struct td *qo, const struct td *ko)
+{
+    DLTensor tp, tq, tk, tc, tqo, tko;
+    int rc = fld_rotary_embedding_out(f->pos_null ? NULL : tight(&tp, &f->positions),
+                                      f->query_null ? NULL : tight(&tq, &f->query),
+                                      f->key_null ? NULL : tight(&tk, &f->key), f->head_size,
+                                      f->cache_null ? NULL : tight(&tc, &f->cache), f->neox,
+                                      qo ? tight(&tqo, qo) : NULL, ko ? tight(&tko, ko) : NULL);
+    tight_release();
+    return rc;
+}
+
+/* A contiguous output of t's shape and dtype at data (what a caller allocates). */
+static void td_output(struct td *out, const struct td *t, void *data)
+{
+    td_set(out, data, t->t.dtype, t->t.ndim, t->shape, NULL);
+    out->t.device = t->t.device;
+}
+
+/* The inputs follow rotary_embedding's rules, with the same messages. */
+START_TEST(test_rotary_out_input_rules)
+{
+    int n = 0;
+    for (int i = 0;; i++, n++) {
+        struct rope_fx f;
+        const char *e[8] = {0};
+        rope_fx_init(&f);
+        const char *what = rope_case(i, &f, e);
+        if (!what) {
+            rope_fx_free(&f);
+            break;
+        }
+        struct td qo, ko;
+        td_output(&qo, &f.query, na(3));
+        td_output(&ko, &f.key, na(4));
+        char label[128];
+        snprintf(label, sizeof label, "rotary_out case %d (%s)", i, what);
+        const char *subs[9] = {"rotary_embedding_out: "};
+        memcpy(subs + 1, e, sizeof e);
+        expect_einval(label, call_rope_out(&f, &qo, f.key_null ? NULL : &ko), subs);
+        rope_fx_free(&f);
+    }
+    ck_assert_int_ge(n, 35);
+}
+END_TEST
+
+/* The outputs' own rules: shape, dtype and device of their input, both or neither key, no
+ * overlap with any other tensor of the call. */
+static const char *rope_out_case(int i, struct rope_fx *f, struct td *qo, struct td *ko,
+                                 bool *ko_null, const char **e)
+{
+    switch (i) {
+    case 0: /* the caller passes NULL */
+        e[0] = "tensor 'query_out' is NULL";
+        return "query_out NULL";
+    case 1:
+        qo->shape[1] = 128;
+        e[0] = "tensor 'query_out' has shape [6, 128] but 'query' has [6, 256]";
+        return "query_out shape";
+    case 2:
+        qo->t.dtype = FLD_DTYPE_F16;
+        e[0] = "tensor 'query_out' has dtype float16 but 'query' has bfloat16";
+        return "query_out dtype";
+    case 3:
+        qo->t.device = (DLDevice){kDLCPU, 1};
+        e[0] = "tensor 'query_out' is on cpu:1 but 'query' is on cpu:0";
+        return "query_out device";
+    case 4:
+        td_strides(qo, (int64_t[]){ROPE_HEADS * ROPE_HEAD * 2, 2});
+        e[0] = "'query_out'", e[1] = "stride 2";
+        return "query_out last stride";
+    case 5:
+        *ko_null = true;
+        e[0] = "tensor 'key_out' is NULL but 'key' is not";
+        return "key without key_out";
+    case 6:
+        f->key_null = true;
+        e[0] = "tensor 'key' is NULL but 'key_out' is not";
+        return "key_out without key";
+    case 7:
+        td_set(ko, na(4), FLD_DTYPE_BF16, 2, (int64_t[]){ROPE_T, 2 * ROPE_HEAD}, NULL);
+        e[0] = "tensor 'key_out' has shape [6, 128] but 'key' has [6, 2, 64]";
+        return "key_out rank";
+    case 8:
+        ko->shape[1] = 4;
+        e[0] = "tensor 'key_out' has shape [6, 4, 64] but 'key' has [6, 2, 64]";
+        return "key_out heads";
+    case 9:
+        qo->t.data = f->query.t.data;
+        e[0] = "tensor 'query_out'", e[1] = "overlaps tensor 'query'";
+        return "query_out is query";
+    case 10:
+        ko->t.data = (char *)f->query.t.data + 64;
+        e[0] = "tensor 'key_out'", e[1] = "overlaps tensor 'query'";
+        return "key_out inside query";
+    case 11:
+        ko->t.data = qo->t.data;
+        e[0] = "tensor 'key_out'", e[1] = "overlaps tensor 'query_out'";
+        return "key_out is query_out";
+    case 12:
+        qo->t.data = f->cache.t.data;
+        e[0] = "tensor 'query_out'", e[1] = "overlaps tensor 'cos_sin_cache'";
+        return "query_out over the cache";
+    case 13:
+        ko->t.data = f->key.t.data;
+        e[0] = "tensor 'key_out'", e[1] = "overlaps tensor 'key'";
+        return "key_out is key";
+    case 14:
+        qo->t.dtype = (DLDataType){kDLInt, 64, 1};
+        e[0] = "'query_out' has dtype int64", e[1] = "float32, float16 or bfloat16";
+        return "query_out int64";
+    default:
+        return END_OF_CASES;
+    }
+}
+
+START_TEST(test_rotary_out_output_rules)
+{
+    int n = 0;
+    for (int i = 0;; i++, n++) {
+        struct rope_fx f;
+        struct td qo, ko;
+        bool ko_null = false;
+        const char *e[8] = {0};
+        rope_fx_init(&f);
+        td_output(&qo, &f.query, na(3));
+        td_output(&ko, &f.key, na(4));
+        const char *what = rope_out_case(i, &f, &qo, &ko, &ko_null, e);
+        if (!what) {
+            rope_fx_free(&f);
+            break;
+        }
+        char label[128];
+        snprintf(label, sizeof label, "rotary_out output case %d (%s)", i, what);
+        const char *subs[9] = {"rotary_embedding_out: "};
+        memcpy(subs + 1, e, sizeof e);
+        expect_einval(label, call_rope_out(&f, i == 0 ? NULL : &qo, ko_null ? NULL : &ko), subs);
+        rope_fx_free(&f);
+    }
+    ck_assert_int_ge(n, 15);
+}
+END_TEST
+
+/* A refused call writes nothing: outputs and inputs keep their bytes; the message names the tensor.
+ */
+START_TEST(test_rotary_out_guarded)
+{
+    tt_tensor *pos = tt_new(TT_INT64, 1, (int64_t[]){4});
+    tt_tensor *q = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){4, 128});
+    tt_tensor *k = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){4, 64});
+    tt_tensor *qo = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){4, 128});
+    tt_tensor *ko = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){4, 64});
+    tt_tensor *cache = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){16, 64});
+    tt_fill_normal(q, 1, 0, 1);
+    tt_fill_normal(k, 2, 0, 1);
+    tt_fill_normal(qo, 4, 0, 1);
+    tt_fill_normal(ko, 5, 0, 1);
+    tt_fill_normal(cache, 3, 0, 1);
+    tt_tensor *q0 = tt_clone(q), *k0 = tt_clone(k), *qo0 = tt_clone(qo), *ko0 = tt_clone(ko);
+    for (int t = 0; t < 4; t++)
+        tt_set(pos, t, t * 3);
+    tt_set(pos, 3, 16); /* == max_pos */
+    int rc = fld_rotary_embedding_out(&pos->t, &q->t, &k->t, 64, &cache->t, true, &qo->t, &ko->t);
+    expect_einval(
+        "guarded out", rc,
+        (const char *[]){"rotary_embedding_out: ", "'positions' has value 16 at index 3", NULL});
+    tt_set(pos, 3, 15);
+    ck_assert_int_eq(
+        fld_rotary_embedding_out(&pos->t, &q->t, &k->t, 64, &cache->t, true, &qo->t, NULL),
+        FLD_EINVAL);
+    ck_assert_str_eq(fld_last_error(),
+                     "rotary_embedding_out: tensor 'key_out' is NULL but 'key' is not; key and "
+                     "key_out are both NULL or both set");
+    ck_assert(memcmp(q->buf, q0->buf, q->buf_bytes) == 0);
+    ck_assert(memcmp(k->buf, k0->buf, k->buf_bytes) == 0);
+    ck_assert(memcmp(qo->buf, qo0->buf, qo->buf_bytes) == 0);
+    ck_assert(memcmp(ko->buf, ko0->buf, ko->buf_bytes) == 0);
+    ck_assert_int_eq(
+        fld_rotary_embedding_out(&pos->t, &q->t, &k->t, 64, &cache->t, true, &qo->t, &ko->t),
+        FLD_OK);
+    ck_assert(memcmp(q->buf, q0->buf, q->buf_bytes) == 0); /* only read */
+    ck_assert(memcmp(k->buf, k0->buf, k->buf_bytes) == 0);
+    ck_assert(memcmp(qo->buf, qo0->buf, qo->buf_bytes) != 0);
+    ck_assert(memcmp(ko->buf, ko0->buf, ko->buf_bytes) != 0);
+    tt_free(pos);
+    tt_free(q);
+    tt_free(k);
+    tt_free(qo);
+    tt_free(ko);
+    tt_free(cache);
+    tt_free(q0);
+    tt_free(k0);
+    tt_free(qo0);
+    tt_free(ko0);
+}
+END_TEST
+
+/* Read-only inputs may share memory (query and key as the same view); no prepared form. */
+START_TEST(test_rotary_out_inputs_may_meet)
+{
+    tt_tensor *pos = tt_new(TT_INT64, 1, (int64_t[]){3});
+    tt_tensor *q = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){3, 64});
+    tt_tensor *qo = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){3, 64});
+    tt_tensor *ko = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){3, 64});
+    tt_tensor *cache = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){4, 32});
+    tt_fill_normal(q, 1, 0, 1);
+    tt_fill_normal(cache, 3, 0, 1);
+    for (int t = 0; t < 3; t++)
+        tt_set(pos, t, t);
+    ck_assert_msg(fld_rotary_embedding_out(&pos->t, &q->t, &q->t, 64, &cache->t, false, &qo->t,
+                                           &ko->t) == FLD_OK,
+                  "%s", fld_last_error());
+    ck_assert(memcmp(qo->buf, ko->buf, qo->buf_bytes) == 0);
+    fld_rotary_embedding_out_args a = {&pos->t, &q->t, &q->t, 64, &cache->t, false, &qo->t, &ko->t};
+    fld_prepared *p = (fld_prepared *)&a;
+    ck_assert_int_eq(fld_prepare(FLD_OP_ROTARY_EMBEDDING_OUT, &a, &p), FLD_EINVAL);
+    ck_assert_ptr_null(p);
+    ck_assert_str_eq(
+        fld_last_error(),
+        "fld_prepare: op 'rotary_embedding_out' has no prepared form; call it directly");
+    tt_free(pos);
+    tt_free(q);
+    tt_free(qo);
+    tt_free(ko);
+    tt_free(cache);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 /* Aliasing: a written tensor shares no memory with another of the call    */
 /* ------------------------------------------------------------------------ */
 
@@ -1586,6 +1819,10 @@ static Suite *validation_suite(void)
     tcase_add_test(tc, test_rotary_no_heads);
     tcase_add_test(tc, test_rotary_valid_layouts);
     tcase_add_test(tc, test_rotary_guarded);
+    tcase_add_test(tc, test_rotary_out_input_rules);
+    tcase_add_test(tc, test_rotary_out_output_rules);
+    tcase_add_test(tc, test_rotary_out_guarded);
+    tcase_add_test(tc, test_rotary_out_inputs_may_meet);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("aliasing");

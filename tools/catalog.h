@@ -31,6 +31,7 @@ enum tool_family {
     TOOL_FAMILY_ELEMENTWISE, /* ELEMENTWISE: fld_activation_args, x [T, d] -> out [T, d] */
     TOOL_FAMILY_NORM,        /* NORM: fld_rms_norm_args */
     TOOL_FAMILY_ROTARY,      /* ROTARY: fld_rotary_embedding_args */
+    TOOL_FAMILY_ROTARY_OUT,  /* ROTARY_OUT: fld_rotary_embedding_out_args */
     TOOL_FAMILY_NONE         /* ATTENTION, no tensors: fld_attention_backend_args */
 };
 

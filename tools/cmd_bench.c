@@ -355,11 +355,13 @@ int cmd_bench(int argc, char **argv)
         opt.n_tokens = opt.quick ? 2 : 4;
         memcpy(opt.tokens, src, (size_t)opt.n_tokens * sizeof *src);
     }
-    if ((opt.ops & (1u << op_index(FLD_OP_ROTARY_EMBEDDING))) && opt.hidden % 128 != 0)
-        return cli_usage_error("bench",
-                               "--hidden %lld: rotary_embedding needs a multiple of 128 "
-                               "(heads of 128)",
-                               (long long)opt.hidden);
+    static const char *const rotary_ops[] = {FLD_OP_ROTARY_EMBEDDING, FLD_OP_ROTARY_EMBEDDING_OUT};
+    for (int k = 0; k < 2; k++)
+        if (op_index(rotary_ops[k]) >= 0 && (opt.ops & (1u << op_index(rotary_ops[k]))) &&
+            opt.hidden % 128 != 0)
+            return cli_usage_error("bench",
+                                   "--hidden %lld: %s needs a multiple of 128 (heads of 128)",
+                                   (long long)opt.hidden, rotary_ops[k]);
     opt.reps = reps_set ? (int)reps : opt.quick ? 3 : 7;
     opt.json = json;
     return bench_kernels_run(&opt);

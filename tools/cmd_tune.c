@@ -513,6 +513,7 @@ static struct verify_case case_of(enum tool_family f, int64_t rows, int64_t h)
         c.h = h;
         break;
     case TOOL_FAMILY_ROTARY:
+    case TOOL_FAMILY_ROTARY_OUT:
         c.neox = true;
         c.head = c.rot = 128;
         c.q_heads = h / 128;
@@ -547,8 +548,11 @@ static bool sample_bytes(enum tool_family f, int dtype, int64_t rows, int64_t h,
             __builtin_add_overflow(elems, (uint64_t)c.h, &elems))
             return false;
         break;
-    case TOOL_FAMILY_ROTARY: /* query, key [T, heads * 128], positions [T] int64 */
-        if (__builtin_mul_overflow((uint64_t)c.tokens, (uint64_t)((c.q_heads + c.k_heads) * c.head),
+    case TOOL_FAMILY_ROTARY:     /* query, key [T, heads * 128], positions [T] int64 */
+    case TOOL_FAMILY_ROTARY_OUT: /* the same, query_out and key_out beside */
+        if (__builtin_mul_overflow((uint64_t)c.tokens,
+                                   (uint64_t)((c.q_heads + c.k_heads) * c.head *
+                                              (f == TOOL_FAMILY_ROTARY_OUT ? 2 : 1)),
                                    &elems) ||
             __builtin_mul_overflow((uint64_t)c.tokens, (uint64_t)8, &extra))
             return false;
@@ -560,9 +564,9 @@ static bool sample_bytes(enum tool_family f, int dtype, int64_t rows, int64_t h,
     if (__builtin_mul_overflow(elems, (uint64_t)tool_dtype_size(dtype), &one) ||
         __builtin_add_overflow(one, extra, &one) || __builtin_mul_overflow(one, (uint64_t)3, &one))
         return false;
-    *bytes =
-        (double)one +
-        (f == TOOL_FAMILY_ROTARY ? (double)TUNE_ROPE_CACHE * (double)tool_dtype_size(dtype) : 0);
+    *bytes = (double)one + (f == TOOL_FAMILY_ROTARY || f == TOOL_FAMILY_ROTARY_OUT
+                                ? (double)TUNE_ROPE_CACHE * (double)tool_dtype_size(dtype)
+                                : 0);
     return true;
 }
 

@@ -142,13 +142,12 @@ static void print_usage(void)
            cli_device_list(CLI_DEVICES_DEFAULT));
     /* from the one tolerance table, so the help cannot drift from it */
     static const char *const family_names[] = {
-        [TOOL_FAMILY_ACTIVATION] = "activations",
-        [TOOL_FAMILY_ELEMENTWISE] = "elementwise",
-        [TOOL_FAMILY_NORM] = "rms_norm family",
-        [TOOL_FAMILY_ROTARY] = "rotary",
+        [TOOL_FAMILY_ACTIVATION] = "activations", [TOOL_FAMILY_ELEMENTWISE] = "elementwise",
+        [TOOL_FAMILY_NORM] = "rms_norm family",   [TOOL_FAMILY_ROTARY] = "rotary",
+        [TOOL_FAMILY_ROTARY_OUT] = "rotary out",
     };
     printf("\nTolerances (atol/rtol):\n");
-    for (int f = TOOL_FAMILY_ACTIVATION; f <= TOOL_FAMILY_ROTARY; f++) {
+    for (int f = TOOL_FAMILY_ACTIVATION; f < TOOL_FAMILY_NONE; f++) {
         char line[160];
         int n = snprintf(line, sizeof line, "  %-16s", family_names[f]);
         for (int dt = 0; dt < N_DTYPES && n > 0 && (size_t)n < sizeof line; dt++) {
@@ -589,7 +588,7 @@ static void compare_output(struct outcome *oc, enum verify_slot s, const struct 
     int64_t rows, width, stride;
     row_shape(got, &rows, &width, &stride);
     /* a row is whole heads for rotary; the rest of the ops compare it all */
-    const bool rotary = c->family == TOOL_FAMILY_ROTARY;
+    const bool rotary = c->family == TOOL_FAMILY_ROTARY || c->family == TOOL_FAMILY_ROTARY_OUT;
     const int64_t seg = rotary ? c->head : width, cmp = rotary ? c->rot : width;
     const size_t esize = tool_dtype_size(got->dtype);
     for (int64_t r = 0; r < rows; r++) {
@@ -664,8 +663,12 @@ static void check_run(struct outcome *oc, struct verify_io *got, struct verify_i
                 violation(oc, "read-only input '%s' was written", verify_slot_name(s));
             continue;
         }
+        /* the tail past rot_dim equals the input read: an output's own input out of place */
+        const struct tool_tensor *src = s == VS_QUERY_OUT ? &input->t[VS_QUERY]
+                                        : s == VS_KEY_OUT ? &input->t[VS_KEY]
+                                                          : in;
         compare_output(oc, (enum verify_slot)s, g,
-                       want ? verify_slot(want, (enum verify_slot)s) : NULL, in, got->c, atol,
+                       want ? verify_slot(want, (enum verify_slot)s) : NULL, src, got->c, atol,
                        rtol);
         compare_padding(oc, (enum verify_slot)s, g, in);
     }
@@ -936,9 +939,10 @@ static int run_plan(const struct verify_opts *o, struct plan *p)
         [TOOL_FAMILY_ELEMENTWISE] = "elementwise",
         [TOOL_FAMILY_NORM] = "norms",
         [TOOL_FAMILY_ROTARY] = "rotary",
+        [TOOL_FAMILY_ROTARY_OUT] = "rotary out",
     };
     struct progress pg = {.on = !o->json && isatty(STDERR_FILENO)};
-    for (int f = TOOL_FAMILY_ACTIVATION; f <= TOOL_FAMILY_ROTARY; f++)
+    for (int f = TOOL_FAMILY_ACTIVATION; f < TOOL_FAMILY_NONE; f++)
         for (int dt = 0; dt < N_DTYPES; dt++)
             if (rows_runnable(p, (enum tool_family)f, dt)) {
                 size_t n;
@@ -946,7 +950,7 @@ static int run_plan(const struct verify_opts *o, struct plan *p)
                 pg.total += n;
             }
 
-    for (int f = TOOL_FAMILY_ACTIVATION; f <= TOOL_FAMILY_ROTARY; f++) {
+    for (int f = TOOL_FAMILY_ACTIVATION; f < TOOL_FAMILY_NONE; f++) {
         for (int dt = 0; dt < N_DTYPES; dt++) {
             if (!rows_runnable(p, (enum tool_family)f, dt))
                 continue;

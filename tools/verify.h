@@ -57,7 +57,9 @@ enum verify_slot {
     VS_RESIDUAL, /* absent without residual */
     VS_POSITIONS,
     VS_QUERY,
-    VS_KEY, /* absent when k_heads is 0 */
+    VS_KEY,       /* absent when k_heads is 0 */
+    VS_QUERY_OUT, /* rotary_embedding_out's outputs, in the layout of query and key */
+    VS_KEY_OUT,
     VS_CACHE,
     VS_COUNT
 };
@@ -78,7 +80,7 @@ struct verify_io {
 /* The tensor of a slot, NULL when absent (the cache for VS_CACHE). */
 struct tool_tensor *verify_slot(struct verify_io *io, enum verify_slot s);
 const char *verify_slot_name(enum verify_slot s);
-/* Whether op writes the slot ("out", residual, query, key; x when in place). */
+/* Whether op writes the slot ("out", residual, query, key, query_out, key_out; x when in place). */
 bool verify_slot_written(const struct verify_io *io, enum verify_slot s);
 
 /*

@@ -237,6 +237,14 @@ static void rotary_cases(struct case_table *t, bool quick)
     add_case(t, c);
 }
 
+/* The rotary cases, for the out-of-place op: the same inputs, query_out and key_out beside. */
+static void rotary_out_cases(struct case_table *t, bool quick)
+{
+    rotary_cases(t, quick);
+    for (size_t i = 0; i < t->n; i++)
+        t->v[i].family = TOOL_FAMILY_ROTARY_OUT;
+}
+
 const struct verify_case *verify_cases(enum tool_family family, bool quick, size_t *count)
 {
     static struct case_table tables[TOOL_FAMILY_NONE][2];
@@ -252,6 +260,8 @@ const struct verify_case *verify_cases(enum tool_family family, bool quick, size
             activation_cases(t, family, quick);
         else if (family == TOOL_FAMILY_NORM)
             norm_cases(t, quick);
+        else if (family == TOOL_FAMILY_ROTARY_OUT)
+            rotary_out_cases(t, quick);
         else
             rotary_cases(t, quick);
         built[family][quick] = true;
@@ -280,7 +290,8 @@ const char *verify_case_label(const struct verify_case *c, char *buf, size_t siz
                  c->scaled ? " x/(2H)" : "", c->w32 ? " weight=f32" : "",
                  c->r32 ? " residual=f32" : "", c->huge ? " x*1e30" : "");
         break;
-    case TOOL_FAMILY_ROTARY: {
+    case TOOL_FAMILY_ROTARY:
+    case TOOL_FAMILY_ROTARY_OUT: {
         char key[32] = "no-key";
         if (c->k_heads)
             snprintf(key, sizeof key, "k=%lld", (long long)c->k_heads);
@@ -303,8 +314,9 @@ const char *verify_case_label(const struct verify_case *c, char *buf, size_t siz
 
 const char *verify_slot_name(enum verify_slot s)
 {
-    static const char *const names[VS_COUNT] = {"x",         "out",   "weight", "residual",
-                                                "positions", "query", "key",    "cos_sin_cache"};
+    static const char *const names[VS_COUNT] = {"x",         "out",          "weight", "residual",
+                                                "positions", "query",        "key",    "query_out",
+                                                "key_out",   "cos_sin_cache"};
     return s < VS_COUNT ? names[s] : "?";
 }
 
@@ -320,9 +332,12 @@ bool verify_slot_written(const struct verify_io *io, enum verify_slot s)
     switch (s) {
     case VS_OUT:
     case VS_RESIDUAL:
+    case VS_QUERY_OUT:
+    case VS_KEY_OUT:
+        return true;
     case VS_QUERY:
     case VS_KEY:
-        return true;
+        return io->c->family == TOOL_FAMILY_ROTARY;
     case VS_X:
         return io->c->family == TOOL_FAMILY_NORM && io->c->in_place;
     default:
@@ -464,7 +479,7 @@ void verify_caches_free(void)
     }
 }
 
-/* query or key in the case's layout, N(0, 1). */
+/* query or key in the case's layout, N(0, 1) (seed NULL: an output, all sentinel). */
 static bool make_heads(struct tool_tensor *tt, const struct verify_case *c, int dtype,
                        int64_t heads, uint64_t *seed)
 {
@@ -479,7 +494,7 @@ static bool make_heads(struct tool_tensor *tt, const struct verify_case *c, int 
         const int64_t shape[2] = {c->tokens, heads * c->head};
         ok = alloc_sentinel(tt, dtype, 2, shape, 0);
     }
-    if (ok)
+    if (ok && seed)
         tool_tensor_fill_normal(tt, seed, 0.0f, 1.0f);
     return ok;
 }
@@ -506,6 +521,10 @@ static bool make_rotary(struct verify_io *io, const struct verify_case *c, uint6
     if (!make_heads(&io->t[VS_QUERY], c, io->dtype, c->q_heads, seed))
         return false;
     if (c->k_heads && !make_heads(&io->t[VS_KEY], c, io->dtype, c->k_heads, seed))
+        return false;
+    if (c->family == TOOL_FAMILY_ROTARY_OUT &&
+        (!make_heads(&io->t[VS_QUERY_OUT], c, io->dtype, c->q_heads, NULL) ||
+         (c->k_heads && !make_heads(&io->t[VS_KEY_OUT], c, io->dtype, c->k_heads, NULL))))
         return false;
     struct cache_memo *m = cos_sin_cache(c->rot, c->cache_f32 ? TOOL_F32 : io->dtype);
     if (!m)
@@ -595,6 +614,12 @@ int verify_call(const char *op, const struct verify_case *c, DLTensor *const vie
     case TOOL_FAMILY_ROTARY: {
         fld_rotary_embedding_args args = {
             views[VS_POSITIONS], views[VS_QUERY], views[VS_KEY], c->head, views[VS_CACHE], c->neox};
+        return fld_call_by_name(op, &args);
+    }
+    case TOOL_FAMILY_ROTARY_OUT: {
+        fld_rotary_embedding_out_args args = {
+            views[VS_POSITIONS], views[VS_QUERY], views[VS_KEY],       c->head,
+            views[VS_CACHE],     c->neox,         views[VS_QUERY_OUT], views[VS_KEY_OUT]};
         return fld_call_by_name(op, &args);
     }
     case TOOL_FAMILY_NONE: /* no case has it */

@@ -198,6 +198,7 @@ static void setup(bjob *j, enum op op, int64_t T, int dt, int stream, void **buf
                                             .is_neox = op == OP_ROT_NEOX,
                                             .dt = dt,
                                             .cache_dt = dt};
+        j->rj.out = j->rj.g; /* in place */
         j->bytes = (double)(2 * 2 * T * heads * rot + T * rot) * (double)es + 8.0 * (double)T;
     }
 }

@@ -775,6 +775,7 @@ static void run_rot_case(const rot_case *c, const struct fld_cpu_variant **vars,
             .dt = dt,
             .cache_dt = cdt,
         };
+        job.out = job.g; /* in place */
         rot_call(vars[vi], &job);
 
         long bad = 0, badr = 0;

@@ -214,12 +214,11 @@ FLD_API int fld_reload(void);
  *     they must collapse into one row stride (dims before the last two are
  *     contiguous over the dims after them), and the row stride is at least
  *     the row width. byte_offset is honoured;
- *   - a tensor the op writes (out, residual, query, key) shares no byte with
- *     another tensor of the call, except the full aliasing an op allows
- *     (rms_norm: out may be x itself). Views of one buffer that interleave
- *     without sharing bytes are fine (query and key as column slices of a
- *     fused qkv tensor, out and x as column halves of one buffer). The
- *     message names both tensors and their byte ranges.
+ *   - a tensor the op writes (out, residual, query, key, query_out,
+ *     key_out) shares no byte with another tensor of the call, except the
+ *     full aliasing an op allows (rms_norm: out may be x itself). Views of one buffer that
+ * interleave without sharing bytes are fine (query and key as column slices of a fused qkv tensor,
+ * out and x as column halves of one buffer). The message names both tensors and their byte ranges.
  * Zero-sized tensors are valid and make the call a no-op.
  */
 
@@ -307,6 +306,37 @@ typedef struct fld_rotary_embedding_args {
 } fld_rotary_embedding_args;
 
 /*
+ * Rotary position embedding out of place (family ROTARY_OUT); argument
+ * struct fld_rotary_embedding_out_args, entry point
+ * int fld_<name>(const DLTensor *positions, const DLTensor *query,
+ *                const DLTensor *key, int64_t head_size,
+ *                const DLTensor *cos_sin_cache, bool is_neox,
+ *                DLTensor *query_out, DLTensor *key_out).
+ * rotary_embedding's computation (the same pairs, frequencies and rounding,
+ * so the same bits), reading query and key and writing the result into
+ * query_out and key_out; query and key are not written. The inputs follow
+ * rotary_embedding's rules (strided views of one fused qkv tensor
+ * included). query_out has query's shape, dtype and device, key_out key's;
+ * each has its own strides under the layout rules above (contiguous is the
+ * common case: a new tensor), and every element of it is written: the
+ * rotated ones and, past rot_dim in each head, a copy of the input's. Bytes
+ * between padded heads or rows of an output are not touched. key and
+ * key_out are both NULL or both set. An output shares no byte with any
+ * other tensor of the call (the inputs, the cache, positions, the other
+ * output). On a failure nothing is written.
+ */
+typedef struct fld_rotary_embedding_out_args {
+    const DLTensor *positions;
+    const DLTensor *query;
+    const DLTensor *key; /* may be NULL, then key_out is NULL too */
+    int64_t head_size;
+    const DLTensor *cos_sin_cache;
+    bool is_neox;
+    DLTensor *query_out;
+    DLTensor *key_out; /* NULL exactly when key is */
+} fld_rotary_embedding_out_args;
+
+/*
  * The attention backend (family ATTENTION), argument struct
  * fld_attention_backend_args, entry point int fld_<name>(int device_type,
  * bool use_mla, bool use_sparse, const char **name): the name of the
@@ -326,13 +356,16 @@ typedef struct fld_attention_backend_args {
  * and the typed entry point fld_<name>() with the family's parameters
  * (fld_silu_and_mul(out, x), fld_rms_norm(out, x, weight, residual, eps),
  * fld_rotary_embedding(positions, query, key, head_size, cos_sin_cache,
- * is_neox), fld_attention_backend(device_type, use_mla, use_sparse, name),
+ * is_neox), fld_rotary_embedding_out(positions, query, key, head_size,
+ * cos_sin_cache, is_neox, query_out, key_out), fld_attention_backend(device_type, use_mla,
+ * use_sparse, name),
  * ...). FLD_CATALOG_ARGS_<FAMILY> names a family's struct.
  */
 #define FLD_CATALOG_ARGS_GATED       fld_activation_args
 #define FLD_CATALOG_ARGS_ELEMENTWISE fld_activation_args
 #define FLD_CATALOG_ARGS_NORM        fld_rms_norm_args
 #define FLD_CATALOG_ARGS_ROTARY      fld_rotary_embedding_args
+#define FLD_CATALOG_ARGS_ROTARY_OUT  fld_rotary_embedding_out_args
 #define FLD_CATALOG_ARGS_ATTENTION   fld_attention_backend_args
 
 #define FLD_CATALOG_PARAMS_GATED       (DLTensor * out, const DLTensor *x)
@@ -342,6 +375,9 @@ typedef struct fld_attention_backend_args {
 #define FLD_CATALOG_PARAMS_ROTARY                                                                  \
     (const DLTensor *positions, DLTensor *query, DLTensor *key, int64_t head_size,                 \
      const DLTensor *cos_sin_cache, bool is_neox)
+#define FLD_CATALOG_PARAMS_ROTARY_OUT                                                              \
+    (const DLTensor *positions, const DLTensor *query, const DLTensor *key, int64_t head_size,     \
+     const DLTensor *cos_sin_cache, bool is_neox, DLTensor *query_out, DLTensor *key_out)
 #define FLD_CATALOG_PARAMS_ATTENTION                                                               \
     (int device_type, bool use_mla, bool use_sparse, const char **name)
 
@@ -368,10 +404,11 @@ FLD_API const char *fld_op_name(fld_op op);
 
 /* Which argument struct a catalog op takes (fld_call() and the kernels). */
 typedef enum fld_args_kind {
-    FLD_ARGS_ACTIVATION = 1,       /* fld_activation_args */
-    FLD_ARGS_RMS_NORM = 2,         /* fld_rms_norm_args */
-    FLD_ARGS_ROTARY_EMBEDDING = 3, /* fld_rotary_embedding_args */
-    FLD_ARGS_ATTENTION_BACKEND = 4 /* fld_attention_backend_args: no tensors */
+    FLD_ARGS_ACTIVATION = 1,          /* fld_activation_args */
+    FLD_ARGS_RMS_NORM = 2,            /* fld_rms_norm_args */
+    FLD_ARGS_ROTARY_EMBEDDING = 3,    /* fld_rotary_embedding_args */
+    FLD_ARGS_ATTENTION_BACKEND = 4,   /* fld_attention_backend_args: no tensors */
+    FLD_ARGS_ROTARY_EMBEDDING_OUT = 5 /* fld_rotary_embedding_out_args */
 } fld_args_kind;
 
 /* One op of the catalog. Later versions may add fields at the end. */
@@ -434,8 +471,9 @@ FLD_API int fld_call_on(fld_op op, int device_type, DLDataType dtype, const void
  * copies what it needs: the argument struct, every tensor's shape, strides,
  * dtype, device and byte_offset, and the scalars (eps, head_size, is_neox).
  * The caller's tensors, shape and stride arrays may be freed afterwards.
- * op is a catalog op with tensors (FLD_OP_*, not attention_backend; an op
- * outside the catalog has arguments the host cannot read): FLD_EINVAL
+ * op is a catalog op with tensors (FLD_OP_*, not attention_backend, nor
+ * rotary_embedding_out, which has no prepared form; an op outside the
+ * catalog has arguments the host cannot read): FLD_EINVAL
  * otherwise, FLD_ENOTFOUND for an unknown name. *out is NULL on failure.
  *
  * A call of a prepared op takes one data pointer per tensor of its argument

@@ -103,7 +103,7 @@ extern "C" {
  * plugin whose major equals its own and whose minor is not newer.
  */
 #define FLD_PLUGIN_ABI_MAJOR 1
-#define FLD_PLUGIN_ABI_MINOR 2
+#define FLD_PLUGIN_ABI_MINOR 3
 #define FLD_PLUGIN_MAGIC     0x50444c46u /* "FLDP" */
 
 /* ------------------------------------------------------------------------ */
@@ -179,8 +179,17 @@ typedef struct fld_impl {
  * serves every combination on CPU):
  *   rms_norm, gemma_rms_norm  weight and residual may be float32 while x and
  *                             out are float16 or bfloat16 (each on its own);
- *   rotary_embedding          cos_sin_cache may be float32 with 16-bit
- *                             query and key.
+ *   rotary_embedding,         cos_sin_cache may be float32 with 16-bit
+ *   rotary_embedding_out      query and key.
+ *
+ * rotary_embedding_out (ABI 1.3, family ROTARY_OUT,
+ * fld_rotary_embedding_out_args) reaches only the implementations
+ * registered for it: a plugin that serves rotary_embedding need not serve
+ * it, and its calls then go to the next candidate (on the CPU, the
+ * library's reference.c). Its kernels read query and key and write
+ * query_out and key_out, whose strides are their own
+ * (fld_rotary_out_geometry_of() below); each element of an output is
+ * written, those past rot_dim with a copy of the input's.
  */
 
 /*
@@ -365,6 +374,33 @@ typedef struct fld_rotary_geometry {
 } fld_rotary_geometry;
 FLD_API void fld_rotary_geometry_of(const fld_rotary_embedding_args *args,
                                     fld_rotary_geometry *out);
+
+/*
+ * The geometry of a validated rotary_embedding_out call (ABI 1.3): in
+ * describes positions, the cache and query and key as read; out the same
+ * call with query_out and key_out in their place (its query, key, heads and
+ * strides are the outputs'; its other fields equal in's). Heads, tokens
+ * and rot_dim agree, since the outputs have the inputs' shapes.
+ */
+static inline void fld_rotary_out_geometry_of(const fld_rotary_embedding_out_args *args,
+                                              fld_rotary_geometry *in, fld_rotary_geometry *out)
+{
+    fld_rotary_embedding_args a = {NULL, NULL, NULL, 0, NULL, false};
+    if (args) {
+        a.positions = args->positions;
+        a.query = (DLTensor *)args->query; /* only read through a */
+        a.key = (DLTensor *)args->key;
+        a.head_size = args->head_size;
+        a.cos_sin_cache = args->cos_sin_cache;
+        a.is_neox = args->is_neox;
+    }
+    fld_rotary_geometry_of(args ? &a : NULL, in);
+    if (args) {
+        a.query = args->query_out;
+        a.key = args->key_out;
+    }
+    fld_rotary_geometry_of(args ? &a : NULL, out);
+}
 
 /* Index of a DLPack dtype in FLD_DTYPE_MASK_* bit order (0 f32, 1 f16, 2 bf16), or -1. */
 static inline int fld_dtype_index(DLDataType t)

@@ -6,7 +6,10 @@
  *
  *   static void rotary_range(const struct fld_cpu_rotary_job *job, int64_t t0, int64_t t1);
  *
- * In place on query and key. Per token, the cache row of its position is
+ * Reads query and key and writes the result where the job says: the same
+ * heads (rotary_embedding, in place) or query_out and key_out
+ * (rotary_embedding_out), one loop for both; every pair is read before it
+ * is written, so src == dst is safe. Per token, the cache row of its position is
  * widened to float32 once into aligned stack scratch and reused for every
  * head of query and key; rot_dim/2 frequencies are taken ROT_CHUNK at a
  * time so the scratch stays small whatever the rotary width.
@@ -26,9 +29,10 @@
  * the reference's.
  * bfloat16 on a layer with V_BF16_PAIRS (avx2) takes its own loops below:
  * the same operations lane by lane, on elements in even/odd order.
- * Elements past rot_dim in a head are never read or written (only
+ * Elements past rot_dim in a head are never read or written in place (only
  * prefetched: with job->prefetch, the next token's heads are prefetched
- * while this one computes; cpu.h says where that pays).
+ * while this one computes; cpu.h says where that pays); out of place they
+ * are copied after the rotation (job->copy_rest).
  */
 #ifndef FLD_PLUGIN_CPU_BODY_ROTARY_H
 #define FLD_PLUGIN_CPU_BODY_ROTARY_H
@@ -95,71 +99,78 @@ V_INLINE vf rot_mul(vf a, vf b, const int dt)
     return v_round_prod(v_mul(a, b), dt);
 }
 
-/* neox, one vector of pairs: x at xp, y at yp, cos/sin from scratch. */
-V_INLINE void rot_neox_vec(void *xp, void *yp, const float *c, const float *s, const int dt)
+/* neox, one vector of pairs: x at xp, y at yp (written at xd, yd), cos/sin from scratch. */
+V_INLINE void rot_neox_vec(const void *xp, const void *yp, void *xd, void *yd, const float *c,
+                           const float *s, const int dt)
 {
     vf x = v_load(xp, dt), y = v_load(yp, dt);
     vf cv = v_load(c, FLD_CPU_F32), sv = v_load(s, FLD_CPU_F32);
-    v_store(xp, v_sub(rot_mul(x, cv, dt), rot_mul(y, sv, dt)), dt);
-    v_store(yp, v_add(rot_mul(y, cv, dt), rot_mul(x, sv, dt)), dt);
+    v_store(xd, v_sub(rot_mul(x, cv, dt), rot_mul(y, sv, dt)), dt);
+    v_store(yd, v_add(rot_mul(y, cv, dt), rot_mul(x, sv, dt)), dt);
 }
 
-/* neox: frequencies [f0, f0 + n) of one head; c, s indexed from f0. */
-V_INLINE void rot_neox_head(void *head, int64_t f0, int64_t n, int64_t half, const float *c,
-                            const float *s, const int dt)
+/* neox: frequencies [f0, f0 + n) of one head read at head, written at dst; c, s indexed from f0. */
+V_INLINE void rot_neox_head(const void *head, void *dst, int64_t f0, int64_t n, int64_t half,
+                            const float *c, const float *s, const int dt)
 {
-    void *xh = fld__cpu_at(head, f0, dt), *yh = fld__cpu_at(head, half + f0, dt);
+    const void *xh = fld__cpu_at(head, f0, dt), *yh = fld__cpu_at(head, half + f0, dt);
+    void *xd = fld__cpu_at(dst, f0, dt), *yd = fld__cpu_at(dst, half + f0, dt);
     int64_t i = 0;
     for (; i + 2 * V_LANES <= n; i += 2 * V_LANES) {
-        rot_neox_vec(fld__cpu_at(xh, i, dt), fld__cpu_at(yh, i, dt), c + i, s + i, dt);
+        rot_neox_vec(fld__cpu_at(xh, i, dt), fld__cpu_at(yh, i, dt), fld__cpu_at(xd, i, dt),
+                     fld__cpu_at(yd, i, dt), c + i, s + i, dt);
         rot_neox_vec(fld__cpu_at(xh, i + V_LANES, dt), fld__cpu_at(yh, i + V_LANES, dt),
+                     fld__cpu_at(xd, i + V_LANES, dt), fld__cpu_at(yd, i + V_LANES, dt),
                      c + i + V_LANES, s + i + V_LANES, dt);
     }
     if (i + V_LANES <= n) {
-        rot_neox_vec(fld__cpu_at(xh, i, dt), fld__cpu_at(yh, i, dt), c + i, s + i, dt);
+        rot_neox_vec(fld__cpu_at(xh, i, dt), fld__cpu_at(yh, i, dt), fld__cpu_at(xd, i, dt),
+                     fld__cpu_at(yd, i, dt), c + i, s + i, dt);
         i += V_LANES;
     }
     if (i < n) {
         int64_t m = n - i;
-        void *xp = fld__cpu_at(xh, i, dt), *yp = fld__cpu_at(yh, i, dt);
+        const void *xp = fld__cpu_at(xh, i, dt), *yp = fld__cpu_at(yh, i, dt);
         vf x = v_load_n(xp, m, dt), y = v_load_n(yp, m, dt);
         vf cv = v_load_n(c + i, m, FLD_CPU_F32), sv = v_load_n(s + i, m, FLD_CPU_F32);
-        v_store_n(xp, v_sub(rot_mul(x, cv, dt), rot_mul(y, sv, dt)), m, dt);
-        v_store_n(yp, v_add(rot_mul(y, cv, dt), rot_mul(x, sv, dt)), m, dt);
+        v_store_n(fld__cpu_at(xd, i, dt), v_sub(rot_mul(x, cv, dt), rot_mul(y, sv, dt)), m, dt);
+        v_store_n(fld__cpu_at(yd, i, dt), v_add(rot_mul(y, cv, dt), rot_mul(x, sv, dt)), m, dt);
     }
 }
 
-/* gptj, one vector of interleaved pairs: p' = p c2 + swap_pairs(p) s2. */
-V_INLINE void rot_gptj_vec(void *p, const float *c2, const float *s2, const int dt)
+/* gptj, one vector of interleaved pairs read at p, written at d: p' = p c2 + swap_pairs(p) s2. */
+V_INLINE void rot_gptj_vec(const void *p, void *d, const float *c2, const float *s2, const int dt)
 {
     vf v = v_load(p, dt);
     vf r = v_add(rot_mul(v, v_load(c2, FLD_CPU_F32), dt),
                  rot_mul(v_swap_pairs(v), v_load(s2, FLD_CPU_F32), dt));
-    v_store(p, r, dt);
+    v_store(d, r, dt);
 }
 
-/* gptj: elements [2 f0, 2 (f0 + n)) of one head; c2, s2 indexed from 2 f0. */
-V_INLINE void rot_gptj_head(void *head, int64_t f0, int64_t n, const float *c2, const float *s2,
-                            const int dt)
+/* gptj: elements [2 f0, 2 (f0 + n)) of one head read at head, written at dst; c2, s2 indexed
+ * from 2 f0. */
+V_INLINE void rot_gptj_head(const void *head, void *dst, int64_t f0, int64_t n, const float *c2,
+                            const float *s2, const int dt)
 {
-    void *ph = fld__cpu_at(head, 2 * f0, dt);
+    const void *ph = fld__cpu_at(head, 2 * f0, dt);
+    void *pd = fld__cpu_at(dst, 2 * f0, dt);
     const int64_t m = 2 * n;
     int64_t i = 0;
     for (; i + 2 * V_LANES <= m; i += 2 * V_LANES) {
-        rot_gptj_vec(fld__cpu_at(ph, i, dt), c2 + i, s2 + i, dt);
-        rot_gptj_vec(fld__cpu_at(ph, i + V_LANES, dt), c2 + i + V_LANES, s2 + i + V_LANES, dt);
+        rot_gptj_vec(fld__cpu_at(ph, i, dt), fld__cpu_at(pd, i, dt), c2 + i, s2 + i, dt);
+        rot_gptj_vec(fld__cpu_at(ph, i + V_LANES, dt), fld__cpu_at(pd, i + V_LANES, dt),
+                     c2 + i + V_LANES, s2 + i + V_LANES, dt);
     }
     if (i + V_LANES <= m) {
-        rot_gptj_vec(fld__cpu_at(ph, i, dt), c2 + i, s2 + i, dt);
+        rot_gptj_vec(fld__cpu_at(ph, i, dt), fld__cpu_at(pd, i, dt), c2 + i, s2 + i, dt);
         i += V_LANES;
     }
     if (i < m) { /* m - i is even and V_LANES is even: no pair is split */
         int64_t k = m - i;
-        void *p = fld__cpu_at(ph, i, dt);
-        vf v = v_load_n(p, k, dt);
+        vf v = v_load_n(fld__cpu_at(ph, i, dt), k, dt);
         vf r = v_add(rot_mul(v, v_load_n(c2 + i, k, FLD_CPU_F32), dt),
                      rot_mul(v_swap_pairs(v), v_load_n(s2 + i, k, FLD_CPU_F32), dt));
-        v_store_n(p, r, k, dt);
+        v_store_n(fld__cpu_at(pd, i, dt), r, k, dt);
     }
 }
 
@@ -183,21 +194,29 @@ V_INLINE void rot_prefetch_head(const char *nh, int64_t f0, int64_t n, int64_t h
     }
 }
 
-/* The chunk [f0, f0 + n) of every head at base; next (or NULL): the same heads of the next token.
+/* One token's heads: read at base (head_stride apart), written at dst (dst_stride apart). */
+struct rot_side {
+    const void *base;
+    void *dst;
+    int64_t heads, head_stride, dst_stride;
+};
+
+/* The chunk [f0, f0 + n) of every head of side; next (or NULL): the same heads of the next token.
  */
-V_INLINE void rot_heads(void *base, int64_t heads, int64_t head_stride, int64_t f0, int64_t n,
-                        int64_t half, const float *c, const float *s, const int dt, const bool neox,
+V_INLINE void rot_heads(const struct rot_side *side, int64_t f0, int64_t n, int64_t half,
+                        const float *c, const float *s, const int dt, const bool neox,
                         const void *next)
 {
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
-    for (int64_t h = 0; h < heads; h++) {
-        void *head = fld__cpu_at(base, h * head_stride, dt);
+    for (int64_t h = 0; h < side->heads; h++) {
+        const void *head = fld__cpu_at(side->base, h * side->head_stride, dt);
+        void *dst = fld__cpu_at(side->dst, h * side->dst_stride, dt);
         if (next)
-            rot_prefetch_head(fld__cpu_at(next, h * head_stride, dt), f0, n, half, es, neox);
+            rot_prefetch_head(fld__cpu_at(next, h * side->head_stride, dt), f0, n, half, es, neox);
         if (neox)
-            rot_neox_head(head, f0, n, half, c, s, dt);
+            rot_neox_head(head, dst, f0, n, half, c, s, dt);
         else
-            rot_gptj_head(head, f0, n, c, s, dt);
+            rot_gptj_head(head, dst, f0, n, c, s, dt);
     }
 }
 
@@ -226,60 +245,68 @@ V_INLINE void rot_pair_bf16(vf *x, vf *y, vf c, vf s)
     *y = v_add(yc, xs);
 }
 
-V_INLINE void rot_neox_block_bf16(void *xp, void *yp, const float *c, const float *s)
+V_INLINE void rot_neox_block_bf16(const void *xp, const void *yp, void *xd, void *yd,
+                                  const float *c, const float *s)
 {
     vf xe, xo, ye, yo;
     v_bf16_pair_load(xp, &xe, &xo);
     v_bf16_pair_load(yp, &ye, &yo);
     rot_pair_bf16(&xe, &ye, v_load(c, FLD_CPU_F32), v_load(s, FLD_CPU_F32));
     rot_pair_bf16(&xo, &yo, v_load(c + V_LANES, FLD_CPU_F32), v_load(s + V_LANES, FLD_CPU_F32));
-    v_bf16_pair_store(xp, v_bf16_round_hi(xe), v_bf16_round_hi(xo));
-    v_bf16_pair_store(yp, v_bf16_round_hi(ye), v_bf16_round_hi(yo));
+    v_bf16_pair_store(xd, v_bf16_round_hi(xe), v_bf16_round_hi(xo));
+    v_bf16_pair_store(yd, v_bf16_round_hi(ye), v_bf16_round_hi(yo));
 }
 
-V_INLINE void rot_gptj_block_bf16(void *p, const float *c, const float *s)
+V_INLINE void rot_gptj_block_bf16(const void *p, void *d, const float *c, const float *s)
 {
     vf x, y;
     v_bf16_pair_load(p, &x, &y);
     rot_pair_bf16(&x, &y, v_load(c, FLD_CPU_F32), v_load(s, FLD_CPU_F32));
-    v_bf16_pair_store(p, v_bf16_round_hi(x), v_bf16_round_hi(y));
+    v_bf16_pair_store(d, v_bf16_round_hi(x), v_bf16_round_hi(y));
 }
 
-/* neox: frequencies [f0, f0 + n) of one head; c, s (block order) indexed from f0. */
-V_INLINE void rot_neox_head_bf16(void *head, int64_t f0, int64_t n, int64_t half, const float *c,
-                                 const float *s)
+/* neox: frequencies [f0, f0 + n) of one head read at head, written at dst; c, s (block order)
+ * indexed from f0. */
+V_INLINE void rot_neox_head_bf16(const void *head, void *dst, int64_t f0, int64_t n, int64_t half,
+                                 const float *c, const float *s)
 {
-    void *xh = fld__cpu_at(head, f0, FLD_CPU_BF16),
-         *yh = fld__cpu_at(head, half + f0, FLD_CPU_BF16);
+    const void *xh = fld__cpu_at(head, f0, FLD_CPU_BF16),
+               *yh = fld__cpu_at(head, half + f0, FLD_CPU_BF16);
+    void *xd = fld__cpu_at(dst, f0, FLD_CPU_BF16), *yd = fld__cpu_at(dst, half + f0, FLD_CPU_BF16);
     int64_t i = 0;
     for (; i + ROT_BLOCK <= n; i += ROT_BLOCK)
         rot_neox_block_bf16(fld__cpu_at(xh, i, FLD_CPU_BF16), fld__cpu_at(yh, i, FLD_CPU_BF16),
+                            fld__cpu_at(xd, i, FLD_CPU_BF16), fld__cpu_at(yd, i, FLD_CPU_BF16),
                             c + i, s + i);
     if (i < n) {
         uint16_t xb[ROT_BLOCK] = {0}, yb[ROT_BLOCK] = {0};
         const size_t bytes = (size_t)(n - i) * 2u;
         memcpy(xb, fld__cpu_at(xh, i, FLD_CPU_BF16), bytes);
         memcpy(yb, fld__cpu_at(yh, i, FLD_CPU_BF16), bytes);
-        rot_neox_block_bf16(xb, yb, c + i, s + i);
-        memcpy(fld__cpu_at(xh, i, FLD_CPU_BF16), xb, bytes);
-        memcpy(fld__cpu_at(yh, i, FLD_CPU_BF16), yb, bytes);
+        rot_neox_block_bf16(xb, yb, xb, yb, c + i, s + i);
+        memcpy(fld__cpu_at(xd, i, FLD_CPU_BF16), xb, bytes);
+        memcpy(fld__cpu_at(yd, i, FLD_CPU_BF16), yb, bytes);
     }
 }
 
-/* gptj: elements [2 f0, 2 (f0 + n)) of one head; c, s (plain) indexed from f0. */
-V_INLINE void rot_gptj_head_bf16(void *head, int64_t f0, int64_t n, const float *c, const float *s)
+/* gptj: elements [2 f0, 2 (f0 + n)) of one head read at head, written at dst; c, s (plain)
+ * indexed from f0. */
+V_INLINE void rot_gptj_head_bf16(const void *head, void *dst, int64_t f0, int64_t n, const float *c,
+                                 const float *s)
 {
-    void *ph = fld__cpu_at(head, 2 * f0, FLD_CPU_BF16);
+    const void *ph = fld__cpu_at(head, 2 * f0, FLD_CPU_BF16);
+    void *pd = fld__cpu_at(dst, 2 * f0, FLD_CPU_BF16);
     const int64_t m = 2 * n;
     int64_t i = 0;
     for (; i + ROT_BLOCK <= m; i += ROT_BLOCK)
-        rot_gptj_block_bf16(fld__cpu_at(ph, i, FLD_CPU_BF16), c + i / 2, s + i / 2);
+        rot_gptj_block_bf16(fld__cpu_at(ph, i, FLD_CPU_BF16), fld__cpu_at(pd, i, FLD_CPU_BF16),
+                            c + i / 2, s + i / 2);
     if (i < m) { /* m - i is even: no pair is split */
         uint16_t pb[ROT_BLOCK] = {0};
         const size_t bytes = (size_t)(m - i) * 2u;
         memcpy(pb, fld__cpu_at(ph, i, FLD_CPU_BF16), bytes);
-        rot_gptj_block_bf16(pb, c + i / 2, s + i / 2);
-        memcpy(fld__cpu_at(ph, i, FLD_CPU_BF16), pb, bytes);
+        rot_gptj_block_bf16(pb, pb, c + i / 2, s + i / 2);
+        memcpy(fld__cpu_at(pd, i, FLD_CPU_BF16), pb, bytes);
     }
 }
 
@@ -319,27 +346,37 @@ V_INLINE void rot_fill_bf16(float *c, float *s, const void *row, int64_t f0, int
         rot_fill_bf16_cdt(c, s, row, f0, n, half, FLD_CPU_BF16, neox);
 }
 
-V_INLINE void rot_heads_bf16(void *base, int64_t heads, int64_t head_stride, int64_t f0, int64_t n,
-                             int64_t half, const float *c, const float *s, const bool neox,
-                             const void *next)
+V_INLINE void rot_heads_bf16(const struct rot_side *side, int64_t f0, int64_t n, int64_t half,
+                             const float *c, const float *s, const bool neox, const void *next)
 {
-    for (int64_t h = 0; h < heads; h++) {
-        void *head = fld__cpu_at(base, h * head_stride, FLD_CPU_BF16);
+    for (int64_t h = 0; h < side->heads; h++) {
+        const void *head = fld__cpu_at(side->base, h * side->head_stride, FLD_CPU_BF16);
+        void *dst = fld__cpu_at(side->dst, h * side->dst_stride, FLD_CPU_BF16);
         if (next)
-            rot_prefetch_head(fld__cpu_at(next, h * head_stride, FLD_CPU_BF16), f0, n, half, 2,
-                              neox);
+            rot_prefetch_head(fld__cpu_at(next, h * side->head_stride, FLD_CPU_BF16), f0, n, half,
+                              2, neox);
         if (neox)
-            rot_neox_head_bf16(head, f0, n, half, c, s);
+            rot_neox_head_bf16(head, dst, f0, n, half, c, s);
         else
-            rot_gptj_head_bf16(head, f0, n, c, s);
+            rot_gptj_head_bf16(head, dst, f0, n, c, s);
     }
 }
 #endif
 
+/* Out of place: the elements past rot_dim of every head of side, copied. */
+V_INLINE void rot_copy_rest(const struct rot_side *side, int64_t rot_dim, int64_t head_size,
+                            const int dt)
+{
+    const size_t bytes = (size_t)(head_size - rot_dim) * fld__cpu_elem_size(dt);
+    for (int64_t h = 0; h < side->heads; h++)
+        memcpy(fld__cpu_at(side->dst, h * side->dst_stride + rot_dim, dt),
+               fld__cpu_at(side->base, h * side->head_stride + rot_dim, dt), bytes);
+}
+
 V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64_t t1, const int dt,
                          const bool neox)
 {
-    const fld_rotary_geometry *g = &job->g;
+    const fld_rotary_geometry *g = &job->g, *o = &job->out;
     const int64_t half = g->rot_dim / 2;
     const int cdt = job->cache_dt;
     float c[2 * ROT_CHUNK] __attribute__((aligned(64)));
@@ -350,30 +387,49 @@ V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64
                                                : ((const int64_t *)g->positions)[t];
         const void *row = fld__cpu_at(g->cache, pos * g->cache_stride, cdt);
         /* A side with no heads may have no storage at all: no address for it. */
-        void *q = g->q_heads ? fld__cpu_at(g->query, t * g->q_token_stride, dt) : NULL;
-        void *k = g->key && g->k_heads ? fld__cpu_at(g->key, t * g->k_token_stride, dt) : NULL;
+        const bool has_q = g->q_heads > 0, has_k = g->key && g->k_heads > 0;
+        const struct rot_side q = {
+            has_q ? fld__cpu_at(g->query, t * g->q_token_stride, dt) : NULL,
+            has_q ? fld__cpu_at(o->query, t * o->q_token_stride, dt) : NULL,
+            g->q_heads,
+            g->q_head_stride,
+            o->q_head_stride,
+        };
+        const struct rot_side k = {
+            has_k ? fld__cpu_at(g->key, t * g->k_token_stride, dt) : NULL,
+            has_k ? fld__cpu_at(o->key, t * o->k_token_stride, dt) : NULL,
+            g->k_heads,
+            g->k_head_stride,
+            o->k_head_stride,
+        };
         for (int64_t f0 = 0; f0 < half; f0 += ROT_CHUNK) {
             const int64_t n = half - f0 < ROT_CHUNK ? half - f0 : ROT_CHUNK;
             const bool more = job->prefetch && t + 1 < t1;
 #ifdef V_BF16_PAIRS
             if (dt == FLD_CPU_BF16) {
                 rot_fill_bf16(c, s, row, f0, n, half, cdt, neox);
-                if (q)
-                    rot_heads_bf16(q, g->q_heads, g->q_head_stride, f0, n, half, c, s, neox,
-                                   more ? fld__cpu_at(q, g->q_token_stride, dt) : NULL);
-                if (k)
-                    rot_heads_bf16(k, g->k_heads, g->k_head_stride, f0, n, half, c, s, neox,
-                                   more ? fld__cpu_at(k, g->k_token_stride, dt) : NULL);
+                if (has_q)
+                    rot_heads_bf16(&q, f0, n, half, c, s, neox,
+                                   more ? fld__cpu_at(q.base, g->q_token_stride, dt) : NULL);
+                if (has_k)
+                    rot_heads_bf16(&k, f0, n, half, c, s, neox,
+                                   more ? fld__cpu_at(k.base, g->k_token_stride, dt) : NULL);
                 continue;
             }
 #endif
             rot_fill(c, s, row, f0, n, half, cdt, dt, neox);
-            if (q)
-                rot_heads(q, g->q_heads, g->q_head_stride, f0, n, half, c, s, dt, neox,
-                          more ? fld__cpu_at(q, g->q_token_stride, dt) : NULL);
-            if (k)
-                rot_heads(k, g->k_heads, g->k_head_stride, f0, n, half, c, s, dt, neox,
-                          more ? fld__cpu_at(k, g->k_token_stride, dt) : NULL);
+            if (has_q)
+                rot_heads(&q, f0, n, half, c, s, dt, neox,
+                          more ? fld__cpu_at(q.base, g->q_token_stride, dt) : NULL);
+            if (has_k)
+                rot_heads(&k, f0, n, half, c, s, dt, neox,
+                          more ? fld__cpu_at(k.base, g->k_token_stride, dt) : NULL);
+        }
+        if (job->copy_rest) {
+            if (has_q)
+                rot_copy_rest(&q, g->rot_dim, job->head_size, dt);
+            if (has_k)
+                rot_copy_rest(&k, g->rot_dim, job->head_size, dt);
         }
     }
 }

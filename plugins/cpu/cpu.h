@@ -129,9 +129,16 @@ struct fld_cpu_norm_job {
     bool stream;
 };
 
-/* rotary_embedding over tokens, in place on query and key heads. */
+/*
+ * rotary_embedding over tokens: query and key heads read as g says and
+ * written as out says (out equals g in place; rotary_embedding_out: the
+ * outputs' geometry, and the elements past rot_dim copied up to head_size).
+ */
 struct fld_cpu_rotary_job {
     fld_rotary_geometry g;
+    fld_rotary_geometry out;
+    int64_t head_size;
+    bool copy_rest; /* out of place with rot_dim < head_size */
     bool is_neox;
     int dt;        /* query and key */
     int cache_dt;  /* cos_sin_cache, may differ from dt */
@@ -250,5 +257,6 @@ int fld__cpu_gelu_tanh_and_mul(const void *args);
 int fld__cpu_rms_norm(const void *args);
 int fld__cpu_gemma_rms_norm(const void *args);
 int fld__cpu_rotary_embedding(const void *args);
+int fld__cpu_rotary_embedding_out(const void *args);
 
 #endif

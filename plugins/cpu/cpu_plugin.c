@@ -76,6 +76,7 @@ static const struct {
     {FLD_OP_RMS_NORM, fld__cpu_rms_norm},
     {FLD_OP_GEMMA_RMS_NORM, fld__cpu_gemma_rms_norm},
     {FLD_OP_ROTARY_EMBEDDING, fld__cpu_rotary_embedding},
+    {FLD_OP_ROTARY_EMBEDDING_OUT, fld__cpu_rotary_embedding_out},
 };
 
 /*

@@ -112,22 +112,67 @@ def gelu_op_name(approximate):
     raise ValueError(f"GeluAndMul: unknown approximate mode {approximate!r} (none, tanh)")
 
 
+# torch device type -> fldispatch's device name, for resolving (ROCm builds of
+# PyTorch call their GPUs "cuda").
+def _library_device(device_type):
+    if device_type == "cuda" and torch.version.hip:
+        return "rocm"
+    return {"npu": "ascend"}.get(device_type, device_type)
+
+
+# The torch device types on which rotary_embedding_out resolves for every
+# dtype: decided by register() (or the first eager call), not while Dynamo
+# traces a layer. Until then, the CPU: the library's reference kernel serves
+# every CPU call.
+_rotary_out_devices = None
+
+
+def rotary_out_devices():
+    """The torch device types whose tensors rotary_embedding_out serves now (resolved once)."""
+    global _rotary_out_devices
+    if _rotary_out_devices is None:
+        served_now = set()
+        for device_type in sorted(SERVED_DEVICES):
+            try:
+                for dtype in ("float32", "float16", "bfloat16"):
+                    _C.resolve("rotary_embedding_out", _library_device(device_type), dtype)
+            except _C.Error:
+                continue
+            served_now.add(device_type)
+        _rotary_out_devices = frozenset(served_now)
+    return _rotary_out_devices
+
+
 def rotary_forward(positions, query, key, head_size, cos_sin_cache, is_neox_style):
     """RotaryEmbedding.forward: rotates query and key in place, returns them.
 
-    While torch.compile traces it, on contiguous copies instead, returned in
-    their place: vLLM passes views of one qkv tensor, and an op that writes
-    views of an intermediate makes functionalization (vLLM's CPU Inductor
-    configuration keeps its version 1) copy the whole qkv storage for each
-    written view and scatter the results back, two copy kernels per layer;
-    with copies of query and key the op writes tensors nothing else holds,
-    which Inductor leaves in place: one copy kernel, of query and key only.
-    (Callers take the returned tensors: vLLM's own forward_native, which
-    compiled models run, rotates out of place.)"""
+    While torch.compile traces it, out of place instead: new query_out and
+    key_out, written by rotary_embedding_out, are returned in their place.
+    vLLM passes views of one qkv tensor, and an op that writes views of an
+    intermediate makes functionalization (vLLM's CPU Inductor configuration
+    keeps its version 1) copy the whole qkv storage for each written view
+    and scatter the results back, two copy kernels per layer; an op that
+    only reads query and key and writes tensors nothing else holds leaves
+    the graph without any copy of them. (Callers take the returned tensors:
+    vLLM's own forward_native, which compiled models run, rotates out of
+    place.) On a device no implementation of rotary_embedding_out serves,
+    the traced layer rotates contiguous copies of query and key in place,
+    one copy kernel of them."""
     if torch.compiler.is_compiling():
+        devices = _rotary_out_devices if _rotary_out_devices is not None else frozenset({"cpu"})
+        if query.device.type in devices:
+            query_out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+            key_out = None
+            if key is not None:
+                key_out = torch.empty(key.shape, dtype=key.dtype, device=key.device)
+            _ops.rotary_embedding_out(positions, query, key, head_size, cos_sin_cache,
+                                      is_neox_style, query_out, key_out)
+            return query_out, key_out
         query = query.clone(memory_format=torch.contiguous_format)
         if key is not None:
             key = key.clone(memory_format=torch.contiguous_format)
+    elif _rotary_out_devices is None:
+        rotary_out_devices()
     _ops.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox_style)
     return query, key
 
@@ -346,6 +391,7 @@ def register():
     vllm_path.forced()  # likewise a bad VLLM_FL_OOT_FORCE
     _define_torch_ops()
     mixed = _mixed_weight_ok()  # decided now, not while Dynamo traces a layer
+    rotary_out_devices()  # likewise
 
     vllm_ir.register_providers(mixed)
     enabled = vllm_ir.default_first_ops()

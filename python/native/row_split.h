@@ -85,23 +85,19 @@ inline bool splits(int64_t rows, int64_t bytes)
            fld_stats_mode() == FLD_STATS_OFF && !manifest_in_force();
 }
 
-// Runs the call of op with args (checked whole first) as run(begin, end)
-// over rows [0, rows), ranges of about kSliceBytes: the first alone, the
-// others on torch's threads. run makes the library call of its rows and
-// returns its status. Returns FLD_OK or the first failure's status, with
-// its message as the calling thread's fld_last_error().
+// Runs run(begin, end) over rows [0, rows), ranges of about kSliceBytes
+// of the call's `bytes`: the first alone, the others on torch's threads.
+// run makes the library call of its rows and returns its status. Returns
+// FLD_OK or the first failure's status, with its message as the calling
+// thread's fld_last_error(). The caller has made sure that a range can only
+// fail where the first one would (run_split() below, or checks of its own).
 template <class Run>
-int run_split(const char *op, const void *args, int64_t rows, int64_t bytes, Run run)
+int run_ranges(int64_t rows, int64_t bytes, Run run)
 {
-    fld_prepared *checked = nullptr;
-    int rc = fld_prepare(op, args, &checked);
-    fld_prepared_free(checked);
-    if (rc != FLD_OK)
-        return rc;
     const int64_t slice = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, bytes / rows));
     const int64_t ranges = (rows + slice - 1) / slice;
     auto range = [&](int64_t i) { return run(i * slice, std::min(rows, (i + 1) * slice)); };
-    rc = range(0); // a failure here has written nothing
+    int rc = range(0); // a failure here has written nothing
     if (rc != FLD_OK)
         return rc;
     std::atomic<int> status{FLD_OK};
@@ -122,6 +118,19 @@ int run_split(const char *op, const void *args, int64_t rows, int64_t bytes, Run
     if (status.load() != FLD_OK)
         fld_set_error("%s", message.c_str());
     return status.load();
+}
+
+// The call of op with args, checked whole first (fld_prepare()), then
+// run_ranges().
+template <class Run>
+int run_split(const char *op, const void *args, int64_t rows, int64_t bytes, Run run)
+{
+    fld_prepared *checked = nullptr;
+    int rc = fld_prepare(op, args, &checked);
+    fld_prepared_free(checked);
+    if (rc != FLD_OK)
+        return rc;
+    return run_ranges(rows, bytes, run);
 }
 
 // Rows [begin, end) of a tensor the library validated, as a [rows, width]

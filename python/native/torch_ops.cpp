@@ -248,6 +248,91 @@ void rotary(const at::Tensor &positions, const at::Tensor &query,
         written(*key);
 }
 
+// rotary_embedding_out, split over torch's threads as rotary() is. It has no
+// prepared form to check the whole call first; instead a call is split only
+// when nothing a range's check can refuse differs between ranges: every
+// position in [0, max_pos) (checked here) and the outputs' bytes apart from
+// every input's and from each other (spans, a conservative test). Any other
+// call goes to the library whole, which checks it before writing anything.
+bool rotary_out_splits(const at::Tensor &positions, const at::Tensor &query,
+                       const std::optional<at::Tensor> &key, const at::Tensor &cos_sin_cache,
+                       const at::Tensor &query_out, const std::optional<at::Tensor> &key_out,
+                       int64_t bytes)
+{
+    if (!rotary_splits(positions, query, key, bytes) || !key != !key_out ||
+        query_out.sizes() != query.sizes() || (key && key_out->sizes() != key->sizes()) ||
+        cos_sin_cache.dim() != 2 || query_out.numel() == 0)
+        return false;
+    const int64_t max_pos = cos_sin_cache.size(0);
+    const int64_t T = positions.size(0);
+    if (positions.scalar_type() == at::kLong) {
+        const int64_t *p = positions.const_data_ptr<int64_t>();
+        for (int64_t i = 0; i < T; i++)
+            if (p[i] < 0 || p[i] >= max_pos)
+                return false;
+    } else if (positions.scalar_type() == at::kInt) {
+        const int32_t *p = positions.const_data_ptr<int32_t>();
+        for (int64_t i = 0; i < T; i++)
+            if (p[i] < 0 || p[i] >= max_pos)
+                return false;
+    } else {
+        return false;
+    }
+    auto meet = [](std::pair<uintptr_t, uintptr_t> a, std::pair<uintptr_t, uintptr_t> b) {
+        return a.first < b.second && b.first < a.second;
+    };
+    std::pair<uintptr_t, uintptr_t> outs[2] = {span(query_out), {0, 0}};
+    std::pair<uintptr_t, uintptr_t> ins[5] = {span(query), {0, 0}, span(positions),
+                                              span(cos_sin_cache), {0, 0}};
+    if (key) {
+        outs[1] = span(*key_out);
+        ins[1] = span(*key);
+        ins[4] = outs[0];
+    }
+    for (int o = 0; o < (key ? 2 : 1); o++)
+        for (const auto &in : ins)
+            if (in.second != 0 && meet(outs[o], in))
+                return false;
+    return true;
+}
+
+void rotary_out(const at::Tensor &positions, const at::Tensor &query,
+                const std::optional<at::Tensor> &key, int64_t head_size,
+                const at::Tensor &cos_sin_cache, bool is_neox, const at::Tensor &query_out,
+                const std::optional<at::Tensor> &key_out)
+{
+    refuse_grad("rotary_embedding_out", {{"positions", &positions},
+                                         {"query", &query},
+                                         {"key", key ? &*key : nullptr},
+                                         {"cos_sin_cache", &cos_sin_cache},
+                                         {"query_out", &query_out},
+                                         {"key_out", key_out ? &*key_out : nullptr}});
+    DLTensor p = view(positions), q = view(query), k{}, c = view(cos_sin_cache);
+    DLTensor qo = view(query_out), ko{};
+    if (key)
+        k = view(*key);
+    if (key_out)
+        ko = view(*key_out);
+    const int64_t bytes = 2 * (query.numel() * query.element_size() +
+                               (key ? key->numel() * key->element_size() : 0));
+    if (!rotary_out_splits(positions, query, key, cos_sin_cache, query_out, key_out, bytes)) {
+        check(fld_rotary_embedding_out(&p, &q, key ? &k : nullptr, head_size, &c, is_neox, &qo,
+                                       key_out ? &ko : nullptr));
+    } else {
+        check(fld_split::run_ranges(positions.size(0), bytes, [&](int64_t begin, int64_t end) {
+            auto rp = fld_split::tokens_of(p, begin, end), rq = fld_split::tokens_of(q, begin, end);
+            auto rqo = fld_split::tokens_of(qo, begin, end);
+            auto rk = key ? fld_split::tokens_of(k, begin, end) : fld_split::TokenRange{};
+            auto rko = key ? fld_split::tokens_of(ko, begin, end) : fld_split::TokenRange{};
+            return fld_rotary_embedding_out(&rp.t, &rq.t, key ? &rk.t : nullptr, head_size, &c,
+                                            is_neox, &rqo.t, key ? &rko.t : nullptr);
+        }));
+    }
+    written(query_out);
+    if (key_out)
+        written(*key_out);
+}
+
 // Do-nothing kernels with the argument lists of the three families, served
 // as torch.ops.fldispatch._floor_<family> (fldispatch.torch.dispatch_floor()):
 // a call of one costs what PyTorch's dispatcher alone adds to a call of an op
@@ -278,6 +363,7 @@ TORCH_LIBRARY_IMPL(fldispatch, CPU, m)
 #define NATIVE_ELEMENTWISE(name) m.impl(#name, activation<fld_##name, name_##name>);
 #define NATIVE_NORM(name)        m.impl(#name, norm<fld_##name, name_##name>);
 #define NATIVE_ROTARY(name)      m.impl(#name, rotary);
+#define NATIVE_ROTARY_OUT(name)  m.impl(#name, rotary_out);
 #define NATIVE_ATTENTION(name)
 #define FLD_CATALOG_OP(id, name, family, doc) NATIVE_##family(name)
 #include <fldispatch/catalog.def>

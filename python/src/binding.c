@@ -276,6 +276,19 @@ static PyObject *catalog_args(const struct pyimpl *impl, const void *args, const
             Py_XDECREF(v[i]);
         return t;
     }
+    case FLD_ARGS_ROTARY_EMBEDDING_OUT: {
+        const fld_rotary_embedding_out_args *a = args;
+        PyObject *v[8] = {tensor_object(a->positions), NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+        PyObject *t = NULL;
+        if (v[0] && (v[1] = tensor_object(a->query)) && (v[2] = tensor_object(a->key)) &&
+            (v[3] = PyLong_FromLongLong(a->head_size)) &&
+            (v[4] = tensor_object(a->cos_sin_cache)) && (v[5] = PyBool_FromLong(a->is_neox)) &&
+            (v[6] = tensor_object(a->query_out)) && (v[7] = tensor_object(a->key_out)))
+            t = PyTuple_Pack(8, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+        for (int i = 0; i < 8; i++)
+            Py_XDECREF(v[i]);
+        return t;
+    }
     default:
         *why = impl->args_kind ? "its arguments have no Python form here"
                                : "the op is outside the catalog and was called from C with its "

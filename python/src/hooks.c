@@ -77,11 +77,12 @@ struct bench_call {
 };
 
 /* Each catalog op with tensors by its family's argument list (catalog.def): 0 (out, x), 1 a norm's,
- * 2 rotary's; -1 none (attention_backend). */
+ * 2 rotary's; -1 none (attention_backend, and rotary_embedding_out, which has no form here). */
 #define BENCH_GATED(fn)       0, fn, NULL
 #define BENCH_ELEMENTWISE(fn) 0, fn, NULL
 #define BENCH_NORM(fn)        1, NULL, fn
 #define BENCH_ROTARY(fn)      2, NULL, NULL
+#define BENCH_ROTARY_OUT(fn)  -1, NULL, NULL
 #define BENCH_ATTENTION(fn)   -1, NULL, NULL
 static const struct {
     const char *name;
@@ -163,7 +164,10 @@ static PyObject *bench_c_op(const char *fn, PyObject *const *args, Py_ssize_t na
         }
     static const Py_ssize_t nargs_of[] = {2, 5, 6};
     if (c.family < 0) {
-        PyErr_Format(PyExc_ValueError, "%s: '%s' is not a catalog op with tensors", fn, op);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: '%s' is not a catalog op with tensors of the activation, norm or "
+                     "in-place rotary families",
+                     fn, op);
         return NULL;
     }
     if (nargs - 2 != nargs_of[c.family]) {

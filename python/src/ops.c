@@ -14,7 +14,7 @@
 /* CPU calls on at least this many bytes of input release the GIL. */
 #define RELEASE_GIL_BYTES (64 * 1024)
 
-#define MAX_TENSORS 5
+#define MAX_TENSORS 6 /* rotary_embedding_out: positions, query, key, cache and two outputs */
 
 /* The tensors of one call, and the stream set for it. */
 struct call {
@@ -244,6 +244,57 @@ static PyObject *rotary(const char *op, rotary_fn fn, PyObject *const *args, Py_
     return finish(&c, rc);
 }
 
+/* ---- rotary_embedding_out ------------------------------------------------------ */
+
+static const char *const rotary_out_names[] = {"positions",     "query",   "key",       "head_size",
+                                               "cos_sin_cache", "is_neox", "query_out", "key_out"};
+
+typedef int (*rotary_out_fn)(const DLTensor *positions, const DLTensor *query, const DLTensor *key,
+                             int64_t head_size, const DLTensor *cos_sin_cache, bool is_neox,
+                             DLTensor *query_out, DLTensor *key_out);
+
+static PyObject *rotary_out(const char *op, rotary_out_fn fn, PyObject *const *args,
+                            Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[8];
+    if (fldpy_parse_args(op, args, nargs, kwnames, rotary_out_names, 8, 8, a) < 0)
+        return NULL;
+    int64_t head_size;
+    if (fldpy_parse_int(op, "head_size", a[3], &head_size) < 0)
+        return NULL;
+    int is_neox = fldpy_parse_bool(a[5]);
+    if (is_neox < 0)
+        return NULL;
+    const fldpy_arg guarded[] = {{a[0], "positions", false}, {a[1], "query", false},
+                                 {a[2], "key", false},       {a[4], "cos_sin_cache", false},
+                                 {a[6], "query_out", true},  {a[7], "key_out", true}};
+    if (fldpy_autograd_guard(op, guarded, 6) < 0)
+        return NULL;
+    struct call c = {.op = op};
+    DLTensor *positions, *query, *key = NULL, *cache, *query_out, *key_out = NULL;
+    if (take(&c, a[0], "positions", false, &positions) < 0 ||
+        take(&c, a[1], "query", false, &query) < 0)
+        return fail(&c);
+    if (a[2] != Py_None && take(&c, a[2], "key", false, &key) < 0)
+        return fail(&c);
+    if (take(&c, a[4], "cos_sin_cache", false, &cache) < 0 ||
+        take(&c, a[6], "query_out", true, &query_out) < 0)
+        return fail(&c);
+    if (a[7] != Py_None && take(&c, a[7], "key_out", true, &key_out) < 0)
+        return fail(&c);
+    if (enter(&c) < 0)
+        return fail(&c);
+    int rc;
+    if (release_gil(query)) {
+        PyThreadState *released = fldpy_release_gil();
+        rc = fn(positions, query, key, (int64_t)head_size, cache, is_neox, query_out, key_out);
+        fldpy_restore_gil(released);
+    } else {
+        rc = fn(positions, query, key, (int64_t)head_size, cache, is_neox, query_out, key_out);
+    }
+    return finish(&c, rc);
+}
+
 /* ---- attention_backend --------------------------------------------------------- */
 
 static const char *const attention_names[] = {"device", "use_mla", "use_sparse"};
@@ -279,13 +330,16 @@ static PyObject *attention(const char *op, attention_fn fn, PyObject *const *arg
 #define FAMILY_ELEMENTWISE activation
 #define FAMILY_NORM        norm
 #define FAMILY_ROTARY      rotary
+#define FAMILY_ROTARY_OUT  rotary_out
 #define FAMILY_ATTENTION   attention
 
 #define PYARGS_GATED       "(out, x)"
 #define PYARGS_ELEMENTWISE "(out, x)"
 #define PYARGS_NORM        "(out, x, weight=None, residual=None, eps=1e-6)"
 #define PYARGS_ROTARY      "(positions, query, key, head_size, cos_sin_cache, is_neox)"
-#define PYARGS_ATTENTION   "(device, use_mla=False, use_sparse=False)"
+#define PYARGS_ROTARY_OUT                                                                          \
+    "(positions, query, key, head_size, cos_sin_cache, is_neox, query_out, key_out)"
+#define PYARGS_ATTENTION "(device, use_mla=False, use_sparse=False)"
 
 #define FLD_CATALOG_OP(id, name, family, doc)                                                      \
     static PyObject *py_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs,            \

@@ -150,6 +150,8 @@ def _catalog_samples():
         "gemma_rms_norm": (torch.empty(3, 16), x16, torch.randn(16), None, 1e-6),
         "rotary_embedding": (torch.tensor([0, 3, 7]), torch.randn(3, 16), torch.randn(3, 8), 8,
                              cache, True),
+        "rotary_embedding_out": (torch.tensor([0, 3, 7]), torch.randn(3, 16), torch.randn(3, 8), 8,
+                                 cache, True, torch.empty(3, 16), torch.empty(3, 8)),
         "attention_backend": ("cpu", False, False),
     }
 

@@ -94,6 +94,16 @@ static int rotary(int op, int impl, const void *args)
     return FLD_OK;
 }
 
+static int rotary_out(int op, int impl, const void *args)
+{
+    const fld_rotary_embedding_out_args *a = args;
+    fill_rows(a->query_out, mark_of(impl));
+    if (a->key_out)
+        fill_rows(a->key_out, mark_of(impl));
+    count(op, impl);
+    return FLD_OK;
+}
+
 static const char *const backend_names[STRESS_N_IMPLS] = {
     [STRESS_IMPL_ALPHA] = "STRESS_1",
     [STRESS_IMPL_BETA] = "STRESS_2",
@@ -119,6 +129,7 @@ static int backend(int op, int impl, const void *args)
 #define FAMILY_ELEMENTWISE activation
 #define FAMILY_NORM        norm
 #define FAMILY_ROTARY      rotary
+#define FAMILY_ROTARY_OUT  rotary_out
 #define FAMILY_ATTENTION   backend
 #define KERNEL_(fn, op, impl)                                                                      \
     static int k_##op##_##impl(const void *args)                                                   \

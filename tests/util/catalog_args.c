@@ -77,11 +77,15 @@ void tt_catalog_args_init(struct tt_catalog_args *a, unsigned seed)
     a->t_q = f32_tensor(a->q, 2, a->s_q);
     a->t_k = f32_tensor(a->k, 2, a->s_k);
     a->t_cache = f32_tensor(a->cache, 2, a->s_cache);
+    a->t_qout = f32_tensor(a->qout, 2, a->s_q);
+    a->t_kout = f32_tensor(a->kout, 2, a->s_k);
     a->act = (fld_activation_args){&a->t_aout, &a->t_ax};
     a->elem = (fld_activation_args){&a->t_aout, &a->t_ex};
     a->rms = (fld_rms_norm_args){&a->t_nout, &a->t_nx, &a->t_nw, NULL, 1e-6f};
     a->gemma = (fld_rms_norm_args){&a->t_nout, &a->t_nx, &a->t_nw, &a->t_nres, 1e-5f};
     a->rope = (fld_rotary_embedding_args){&a->t_pos, &a->t_q, &a->t_k, HS, &a->t_cache, true};
+    a->rope_out = (fld_rotary_embedding_out_args){&a->t_pos,   &a->t_q, &a->t_k,    HS,
+                                                  &a->t_cache, true,    &a->t_qout, &a->t_kout};
     a->attn_args = (fld_attention_backend_args){FLD_DEVICE_CPU, false, false, &a->attn};
     tt_catalog_args_reset(a);
 }
@@ -90,6 +94,8 @@ void tt_catalog_args_reset(struct tt_catalog_args *a)
 {
     memset(a->aout, 0xff, sizeof a->aout);
     memset(a->nout, 0xff, sizeof a->nout);
+    memset(a->qout, 0xff, sizeof a->qout);
+    memset(a->kout, 0xff, sizeof a->kout);
     memcpy(a->nres, a->nres0, sizeof a->nres);
     memcpy(a->q, a->q0, sizeof a->q);
     memcpy(a->k, a->k0, sizeof a->k);
@@ -101,6 +107,7 @@ void tt_catalog_args_reset(struct tt_catalog_args *a)
 #define ARGS_ELEMENTWISE(a, id) (&(a)->elem)
 #define ARGS_NORM(a, id)        (TT_CAT_##id == TT_CAT_GEMMA_RMS_NORM ? &(a)->gemma : &(a)->rms)
 #define ARGS_ROTARY(a, id)      (&(a)->rope)
+#define ARGS_ROTARY_OUT(a, id)  (&(a)->rope_out)
 #define ARGS_ATTENTION(a, id)   (&(a)->attn_args)
 
 #define CALL_GATED(fn, p)       fn((p)->out, (p)->x)
@@ -108,6 +115,9 @@ void tt_catalog_args_reset(struct tt_catalog_args *a)
 #define CALL_NORM(fn, p)        fn((p)->out, (p)->x, (p)->weight, (p)->residual, (p)->eps)
 #define CALL_ROTARY(fn, p)                                                                         \
     fn((p)->positions, (p)->query, (p)->key, (p)->head_size, (p)->cos_sin_cache, (p)->is_neox)
+#define CALL_ROTARY_OUT(fn, p)                                                                     \
+    fn((p)->positions, (p)->query, (p)->key, (p)->head_size, (p)->cos_sin_cache, (p)->is_neox,     \
+       (p)->query_out, (p)->key_out)
 #define CALL_ATTENTION(fn, p) fn((p)->device_type, (p)->use_mla, (p)->use_sparse, (p)->name)
 
 const void *tt_catalog_args_of(struct tt_catalog_args *a, int op)
@@ -125,6 +135,7 @@ const void *tt_catalog_args_of(struct tt_catalog_args *a, int op)
 #define WRITES_ELEMENTWISE TT_WRITES_AOUT
 #define WRITES_NORM        TT_WRITES_NOUT
 #define WRITES_ROTARY      TT_WRITES_QK
+#define WRITES_ROTARY_OUT  TT_WRITES_QK_OUT
 #define WRITES_ATTENTION   TT_WRITES_ATTN
 
 enum tt_catalog_writes tt_catalog_writes(int op)

@@ -17,7 +17,8 @@
  * residual [ROWS, WIDTH], weight [WIDTH] (rms_norm without residual,
  * gemma_rms_norm with it, eps 1e-6 and 1e-5); rotary (neox) positions
  * [ROWS] in [0, MAXPOS), query [ROWS, QHEADS*HEAD], key [ROWS, KHEADS*HEAD],
- * cache [MAXPOS, HEAD]; attention_backend on the CPU without MLA.
+ * cache [MAXPOS, HEAD] (rotary_embedding_out reads the same query and key
+ * and writes qout and kout); attention_backend on the CPU without MLA.
  */
 #ifndef FLD_TESTS_UTIL_CATALOG_ARGS_H
 #define FLD_TESTS_UTIL_CATALOG_ARGS_H
@@ -45,10 +46,11 @@ enum {
 
 /* What an op writes: the family of its row in the catalog table. */
 enum tt_catalog_writes {
-    TT_WRITES_AOUT, /* GATED, ELEMENTWISE: aout */
-    TT_WRITES_NOUT, /* NORM: nout (and nres with a residual) */
-    TT_WRITES_QK,   /* ROTARY: q and k */
-    TT_WRITES_ATTN  /* ATTENTION: attn */
+    TT_WRITES_AOUT,   /* GATED, ELEMENTWISE: aout */
+    TT_WRITES_NOUT,   /* NORM: nout (and nres with a residual) */
+    TT_WRITES_QK,     /* ROTARY: q and k */
+    TT_WRITES_QK_OUT, /* ROTARY_OUT: qout and kout */
+    TT_WRITES_ATTN    /* ATTENTION: attn */
 };
 enum tt_catalog_writes tt_catalog_writes(int op);
 
@@ -69,20 +71,25 @@ struct tt_catalog_args {
     float q[TT_CAT_ROWS][TT_CAT_QHEADS * TT_CAT_HEAD], q0[TT_CAT_ROWS][TT_CAT_QHEADS * TT_CAT_HEAD];
     float k[TT_CAT_ROWS][TT_CAT_KHEADS * TT_CAT_HEAD], k0[TT_CAT_ROWS][TT_CAT_KHEADS * TT_CAT_HEAD];
     float cache[TT_CAT_MAXPOS][TT_CAT_HEAD];
+    float qout[TT_CAT_ROWS][TT_CAT_QHEADS * TT_CAT_HEAD],
+        kout[TT_CAT_ROWS][TT_CAT_KHEADS * TT_CAT_HEAD];
     const char *attn; /* attention_backend's answer */
     /* The views of the data, and the argument structs over them. */
     int64_t s_ax[2], s_aout[2], s_n[2], s_w[1], s_pos[1], s_q[2], s_k[2], s_cache[2];
-    DLTensor t_ax, t_aout, t_ex, t_nx, t_nw, t_nout, t_nres, t_pos, t_q, t_k, t_cache;
+    DLTensor t_ax, t_aout, t_ex, t_nx, t_nw, t_nout, t_nres, t_pos, t_q, t_k, t_cache, t_qout,
+        t_kout;
     fld_activation_args act, elem;
     fld_rms_norm_args rms, gemma;
     fld_rotary_embedding_args rope;
+    fld_rotary_embedding_out_args rope_out;
     fld_attention_backend_args attn_args;
 };
 
 /* Fills a with inputs drawn from seed (the same seed, the same values) and resets it. */
 void tt_catalog_args_init(struct tt_catalog_args *a, unsigned seed);
 
-/* Outputs to all-ones bits (NaN), the residual, query and key to their pristine values, attn NULL.
+/* Outputs (qout, kout included) to all-ones bits (NaN), the residual, query and key to their
+ * pristine values, attn NULL.
  */
 void tt_catalog_args_reset(struct tt_catalog_args *a);
 

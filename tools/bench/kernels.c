@@ -261,7 +261,11 @@ union case_args {
     fld_activation_args act;
     fld_rms_norm_args norm;
     fld_rotary_embedding_args rot;
+    fld_rotary_embedding_out_args rot_out;
 };
+
+/* The tensors of a case (bench_case.dev's order: case_tensor()). */
+#define CASE_TENSORS 10
 
 struct bench_case {
     enum tool_family family;
@@ -269,17 +273,18 @@ struct bench_case {
     int64_t tokens, hidden;
     bool residual;
     int heads; /* rotary: query heads, also key heads */
-    struct tool_tensor x, out, weight, res, positions, query, key, cache;
+    struct tool_tensor x, out, weight, res, positions, query, key, cache, qout, kout;
     /* devices other than the CPU: the copies the calls use, in the order above */
-    struct dev_tensor dev[8];
+    struct dev_tensor dev[CASE_TENSORS];
     int device_type;
     fld_activation_args act;
     fld_rms_norm_args norm;
     fld_rotary_embedding_args rot;
+    fld_rotary_embedding_out_args rot_out;
     const void *args;
     /* devices: the sets calls take in turn (set 0 is dev[] and args) */
-    int n_sets, n_extra;           /* sets in use; extra sets allocated */
-    struct dev_tensor (*extra)[8]; /* sets 1 .. n_sets - 1 */
+    int n_sets, n_extra;                      /* sets in use; extra sets allocated */
+    struct dev_tensor (*extra)[CASE_TENSORS]; /* sets 1 .. n_sets - 1 */
     union case_args *extra_args;
     const void *set_args[DEVICE_MAX_SETS];
     double bytes;    /* compulsory traffic of one call */
@@ -318,15 +323,16 @@ static bool fill_random(struct tool_tensor *tt, uint64_t *seed, float lo, float 
 /* The host tensors of a case, in the order of bench_case.dev. */
 static struct tool_tensor *case_tensor(struct bench_case *c, int i)
 {
-    struct tool_tensor *const t[8] = {&c->x,         &c->out,   &c->weight, &c->res,
-                                      &c->positions, &c->query, &c->key,    &c->cache};
+    struct tool_tensor *const t[CASE_TENSORS] = {&c->x,         &c->out,   &c->weight, &c->res,
+                                                 &c->positions, &c->query, &c->key,    &c->cache,
+                                                 &c->qout,      &c->kout};
     return t[i];
 }
 
 /* The device copy in set (dev[] or an extra set) standing for a host view of the case. */
 static DLTensor *device_view(struct bench_case *c, struct dev_tensor *set, DLTensor *host)
 {
-    for (int i = 0; host && i < 8; i++)
+    for (int i = 0; host && i < CASE_TENSORS; i++)
         if (host == &case_tensor(c, i)->t)
             return &set[i].t;
     return host;
@@ -345,6 +351,14 @@ static void args_on_set(struct bench_case *c, struct dev_tensor *set, union case
         a->norm.x = device_view(c, set, (DLTensor *)c->norm.x);
         a->norm.weight = device_view(c, set, (DLTensor *)c->norm.weight);
         a->norm.residual = device_view(c, set, c->norm.residual);
+    } else if (c->args == &c->rot_out) {
+        a->rot_out = c->rot_out;
+        a->rot_out.positions = device_view(c, set, (DLTensor *)c->rot_out.positions);
+        a->rot_out.query = device_view(c, set, (DLTensor *)c->rot_out.query);
+        a->rot_out.key = device_view(c, set, (DLTensor *)c->rot_out.key);
+        a->rot_out.cos_sin_cache = device_view(c, set, (DLTensor *)c->rot_out.cos_sin_cache);
+        a->rot_out.query_out = device_view(c, set, c->rot_out.query_out);
+        a->rot_out.key_out = device_view(c, set, c->rot_out.key_out);
     } else {
         a->rot = c->rot;
         a->rot.positions = device_view(c, set, (DLTensor *)c->rot.positions);
@@ -357,7 +371,7 @@ static void args_on_set(struct bench_case *c, struct dev_tensor *set, union case
 /* Uploads the case's host tensors into set; FLD_OK or the library's status. */
 static int upload_set(struct bench_case *c, struct dev_tensor *set, DLDevice dev)
 {
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < CASE_TENSORS; i++) {
         struct tool_tensor *tt = case_tensor(c, i);
         if (!tt->alloc)
             continue;
@@ -384,7 +398,7 @@ static bool case_to_device(struct bench_case *c, int device_type)
         return false;
     }
     double set_bytes = 0;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < CASE_TENSORS; i++)
         set_bytes += (double)case_tensor(c, i)->bytes;
     int want = set_bytes > 0 ? (int)ceil(DEVICE_COLD_BYTES / set_bytes) : 1;
     want = want < 1 ? 1 : want > DEVICE_MAX_SETS ? DEVICE_MAX_SETS : want;
@@ -404,7 +418,7 @@ static bool case_to_device(struct bench_case *c, int device_type)
         }
         /* A set that did not fit is freed (case_free frees the rest); fewer sets still run. */
         if (c->n_sets < want)
-            for (int i = 0; i < 8; i++)
+            for (int i = 0; i < CASE_TENSORS; i++)
                 dev_tensor_free(&c->extra[c->n_sets - 1][i]);
     }
     /* Set 0: the case's own argument structs, pointed at dev[]. */
@@ -414,21 +428,23 @@ static bool case_to_device(struct bench_case *c, int device_type)
         c->act = first.act;
     else if (c->args == &c->norm)
         c->norm = first.norm;
+    else if (c->args == &c->rot_out)
+        c->rot_out = first.rot_out;
     else
         c->rot = first.rot;
     c->set_args[0] = c->args;
     c->device_type = device_type;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < CASE_TENSORS; i++)
         tool_tensor_free(case_tensor(c, i));
     return true;
 }
 
 static void case_free(struct bench_case *c)
 {
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < CASE_TENSORS; i++)
         dev_tensor_free(&c->dev[i]);
     for (int k = 0; c->extra && k < c->n_extra; k++)
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < CASE_TENSORS; i++)
             dev_tensor_free(&c->extra[k][i]);
     free(c->extra);
     free(c->extra_args);
@@ -442,13 +458,15 @@ static void case_free(struct bench_case *c)
     tool_tensor_free(&c->query);
     tool_tensor_free(&c->key);
     tool_tensor_free(&c->cache);
+    tool_tensor_free(&c->qout);
+    tool_tensor_free(&c->kout);
 }
 
 /* "TxH" ("+res" with a fused residual), or "Tx<H/128>x128" for rotary. */
 static void bench_case_shape(enum tool_family fam, int64_t tokens, int64_t hidden, bool residual,
                              char *buf, size_t size)
 {
-    if (fam == TOOL_FAMILY_ROTARY)
+    if (fam == TOOL_FAMILY_ROTARY || fam == TOOL_FAMILY_ROTARY_OUT)
         snprintf(buf, size, "%lldx%lldx%d", (long long)tokens,
                  (long long)(hidden / ROTARY_HEAD_SIZE), ROTARY_HEAD_SIZE);
     else
@@ -519,7 +537,8 @@ static bool case_init(struct bench_case *c, enum tool_family fam, int dtype, int
         c->bytes = e * (2 * t * h + h + (residual ? 2 * t * h : 0));
         c->elements = t * h;
         break;
-    case TOOL_FAMILY_ROTARY: {
+    case TOOL_FAMILY_ROTARY:
+    case TOOL_FAMILY_ROTARY_OUT: {
         c->heads = (int)(hidden / ROTARY_HEAD_SIZE);
         int64_t width = (int64_t)c->heads * ROTARY_HEAD_SIZE;
         ok = tool_tensor_alloc(&c->positions, TOOL_I64, 1, (const int64_t[]){tokens}, 0) &&
@@ -541,7 +560,20 @@ static bool case_init(struct bench_case *c, enum tool_family fam, int dtype, int
                                              .cos_sin_cache = &c->cache.t,
                                              .is_neox = true};
         c->args = &c->rot;
-        /* q and k rotated part read and written, the cache rows used, the positions. */
+        if (ok && fam == TOOL_FAMILY_ROTARY_OUT) {
+            ok = tool_tensor_alloc(&c->qout, dtype, 2, (const int64_t[]){tokens, width}, 0) &&
+                 tool_tensor_alloc(&c->kout, dtype, 2, (const int64_t[]){tokens, width}, 0);
+            c->rot_out = (fld_rotary_embedding_out_args){.positions = &c->positions.t,
+                                                         .query = &c->query.t,
+                                                         .key = &c->key.t,
+                                                         .head_size = ROTARY_HEAD_SIZE,
+                                                         .cos_sin_cache = &c->cache.t,
+                                                         .is_neox = true,
+                                                         .query_out = &c->qout.t,
+                                                         .key_out = &c->kout.t};
+            c->args = &c->rot_out;
+        }
+        /* q and k read, q and k (or their outputs) written, the cache rows used, the positions. */
         c->bytes = e * (2 * t * 2 * (double)width) + e * t * ROTARY_HEAD_SIZE + 8 * t;
         c->elements = t * 2 * (double)width;
         break;

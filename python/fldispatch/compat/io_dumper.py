@@ -845,7 +845,7 @@ def _init_from_env() -> None:
 # Positions of the arguments each catalog op writes.
 WRITTEN = {"silu_and_mul": (0,), "mul_and_silu": (0,), "gelu_and_mul": (0,),
            "gelu_tanh_and_mul": (0,), "rms_norm": (0, 3), "gemma_rms_norm": (0, 3),
-           "rotary_embedding": (1, 2)}
+           "rotary_embedding": (1, 2), "rotary_embedding_out": (6, 7)}
 _saved: Dict[str, Callable] = {}
 _torch_lib = None
 
