@@ -69,7 +69,9 @@ SERVED_DEVICES = frozenset({"cpu", "cuda", "npu"})
 
 
 def served(x):
-    return x.device.type in SERVED_DEVICES
+    # x.is_cpu first: a torch.device object per call costs more than the rest
+    # of the check
+    return x.is_cpu or x.device.type in SERVED_DEVICES
 
 
 # ---- forward functions (vLLM's argument conventions) -------------------------
@@ -81,27 +83,41 @@ def rms_norm_forward(x, weight, eps, residual=None, gemma=False):
     updated in place as vLLM's fused_add_rms_norm kernel does."""
     op = _ops.gemma_rms_norm if gemma else _ops.rms_norm
     if residual is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
         op(out, x, weight, None, eps)
         return out
     op(x, x, weight, residual, eps)
     return x, residual
 
 
-_ACTIVATIONS = {
-    "silu_and_mul": lambda: _ops.silu_and_mul,
-    "mul_and_silu": lambda: _ops.mul_and_silu,
-    "gelu_and_mul": lambda: _ops.gelu_and_mul,
-    "gelu_tanh_and_mul": lambda: _ops.gelu_tanh_and_mul,
-}
+# The activation ops, {op name: torch.ops.fldispatch.<op>.default}, each
+# resolved on first use (the torch ops are defined once per process, and a
+# call reads the library's policy in force then).
+_ACTIVATIONS = dict.fromkeys(("silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul"))
+
+
+def _activation_op(op_name):
+    """torch.ops.fldispatch.<op_name>.default for an activation op name
+    (KeyError for another name)."""
+    op = _ACTIVATIONS[op_name]
+    if op is None:
+        _define_torch_ops()
+        op = _ACTIVATIONS[op_name] = getattr(torch.ops.fldispatch, op_name).default
+    return op
+
+
+def _act_and_mul(op, x):
+    # the shape as a list: torch.Size arguments cost more to parse
+    shape = list(x.shape)
+    shape[-1] //= 2
+    out = x.new_empty(shape)
+    op(out, x)
+    return out
 
 
 def act_and_mul_forward(op_name, x):
     """SiluAndMul / MulAndSilu / GeluAndMul.forward: [..., 2d] -> [..., d]."""
-    d = x.shape[-1] // 2
-    out = torch.empty(x.shape[:-1] + (d,), dtype=x.dtype, device=x.device)
-    _ACTIVATIONS[op_name]()(out, x)
-    return out
+    return _act_and_mul(_activation_op(op_name), x)
 
 
 def gelu_op_name(approximate):
@@ -191,10 +207,6 @@ def _layer(op_name, module, class_name):
     return decorate
 
 
-def _forward_fldispatch(self, *args, **kwargs):
-    return self.forward_fl(*args, **kwargs)
-
-
 def _enabled(cls):
     """CustomOp.enabled() of our layers: vLLM's custom_ops, with
     VLLM_FL_OOT_FORCE over its base mode (fldispatch.vllm_path.custom_op);
@@ -209,14 +221,14 @@ def _enabled(cls):
     return serve
 
 
-def _dispatching(base, oot_name):
-    """The forward_* methods vLLM's dispatch_forward() may pick, all sent to
-    forward_fl (forward_xpu and forward_tpu keep vLLM's: no plugin serves
-    them); enabled() as above; vllm_name, the name vLLM registered its own
-    layer under (register_oot renames ours to the class name); oot_name, the
+def _dispatching(base, oot_name, forward_fl):
+    """forward_fl, and as the forward_* methods vLLM's dispatch_forward() may
+    pick (forward_xpu and forward_tpu keep vLLM's: no plugin serves them);
+    enabled() as above; vllm_name, the name vLLM registered its own layer
+    under (register_oot renames ours to the class name); oot_name, the
     layer's name in VLLM_FL_OOT_*."""
-    methods = dict.fromkeys(("forward_cuda", "forward_hip", "forward_cpu", "forward_oot"),
-                            _forward_fldispatch)
+    methods = dict.fromkeys(("forward_fl", "forward_cuda", "forward_hip", "forward_cpu",
+                             "forward_oot"), forward_fl)
     methods["enabled"] = classmethod(_enabled)
     methods["vllm_name"] = getattr(base, "name", None)
     methods["oot_name"] = oot_name
@@ -234,7 +246,7 @@ def _rms_norm_class(base):
             return self.forward_native(x, residual)
         return rms_norm_forward(x, weight, self.variance_epsilon, residual)
 
-    return type("RMSNormFL", (base,), {"forward_fl": forward_fl, **_dispatching(base, "rms_norm")})
+    return type("RMSNormFL", (base,), _dispatching(base, "rms_norm", forward_fl))
 
 
 @_layer("gemma_rms_norm", "vllm.model_executor.layers.layernorm", "GemmaRMSNorm")
@@ -245,8 +257,7 @@ def _gemma_rms_norm_class(base):
             return self.forward_native(x, residual)
         return rms_norm_forward(x, weight, self.variance_epsilon, residual, gemma=True)
 
-    return type("GemmaRMSNormFL", (base,), {"forward_fl": forward_fl,
-                                              **_dispatching(base, "gemma_rms_norm")})
+    return type("GemmaRMSNormFL", (base,), _dispatching(base, "gemma_rms_norm", forward_fl))
 
 
 def _activation_class(name, oot_name, op_name_of):
@@ -256,14 +267,16 @@ def _activation_class(name, oot_name, op_name_of):
             # MulAndSilu pins forward_native on CPU in its constructor:
             # choose again, now that forward_cpu is ours.
             self._forward_method = self.dispatch_forward(compile_native=False)
+            # the op, resolved once (as vLLM's layers resolve theirs)
+            self._fl_op = _activation_op(op_name_of(self))
 
         def forward_fl(self, x):
             if not served(x):
                 return self.forward_native(x)
-            return act_and_mul_forward(op_name_of(self), x)
+            return _act_and_mul(self._fl_op, x)
 
-        return type(name, (base,), {"__init__": __init__, "forward_fl": forward_fl,
-                                    **_dispatching(base, oot_name)})
+        return type(name, (base,), {"__init__": __init__,
+                                    **_dispatching(base, oot_name, forward_fl)})
 
     return factory
 
@@ -281,11 +294,15 @@ def _rotary_class(base):
     def forward_fl(self, positions, query, key=None):
         if not served(query):
             return self.forward_native(positions, query, key)
-        cache = self._match_cos_sin_cache_dtype(query)
+        # vLLM's buffer read directly where it needs no conversion (what
+        # _match_cos_sin_cache_dtype returns then): nn.Module's attribute
+        # lookup of a buffer costs more than the rest of the layer's Python
+        cache = self._buffers.get("cos_sin_cache")
+        if cache is None or cache.dtype != query.dtype or not (cache.is_cpu and query.is_cpu):
+            cache = self._match_cos_sin_cache_dtype(query)
         return rotary_forward(positions, query, key, self.head_size, cache, self.is_neox_style)
 
-    return type("RotaryEmbeddingFL", (base,), {"forward_fl": forward_fl,
-                                               **_dispatching(base, "rotary_embedding")})
+    return type("RotaryEmbeddingFL", (base,), _dispatching(base, "rotary_embedding", forward_fl))
 
 
 _mixed_weight = None

@@ -43,6 +43,7 @@ import inspect
 import json
 import logging
 import os
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,35 +60,78 @@ DEVICE_NAMES = {"cpu": "cpu", "cuda": "rocm" if torch.version.hip else "cuda", "
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _ops():
+def _overload(op):
+    """torch.ops.fldispatch.<op>.default. Resolved once, by register_providers()
+    or the first call (defining the torch ops starts the library, which
+    importing this module must not): an OpOverload stays valid for the
+    process (the torch library is defined once; fldispatch.reload() does not
+    redefine it), and each call runs the library's policy in force then."""
     from . import torch as _fld_torch  # noqa: F401  (defines torch.ops.fldispatch)
 
-    return torch.ops.fldispatch
+    return getattr(torch.ops.fldispatch, op).default
 
 
 def _rms_norm(x, weight, epsilon, variance_size=None):
     # empty_like: a FakeTensor where x is one (vLLM's lowering traces this)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    _ops().rms_norm(out, x, weight, None, epsilon)
+    _RMS_NORM(out, x, weight, None, epsilon)
     return out
 
 
 def _fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
-    _ops().rms_norm(x, x, weight, x_residual, epsilon)
+    _RMS_NORM(x, x, weight, x_residual, epsilon)
     return x, x_residual
 
 
-def _needs_grad(*tensors):
-    """Whether autograd would record the call: fldispatch's ops have no
-    derivative and refuse such tensors (native serves them)."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+def _bind_overloads():
+    global _RMS_NORM
+    _RMS_NORM = _overload("rms_norm")
 
 
-def _norm_served(served, x, weight, variance_size, residual=None):
-    if variance_size is not None or _needs_grad(x, weight, residual):
-        return False
-    key = (x.device.type, x.dtype, None if weight is None else weight.dtype)
-    return key in served
+def _rms_norm_first_call(*args):
+    """_RMS_NORM until the overload is bound: binds it and calls it."""
+    _bind_overloads()
+    return _RMS_NORM(*args)
+
+
+_RMS_NORM = _rms_norm_first_call
+
+
+def _norm_accepts(served, residual):
+    """supports_args of the norm rows, for the served set of (device type, x
+    dtype, weight dtype or None): the key served, no variance_size, a
+    residual of x's dtype and device, and no tensor autograd would record
+    (fldispatch's ops have no derivative and refuse such tensors; native
+    serves them). Reads device, dtype and requires_grad only, never a size,
+    and returns a plain bool. A CPU x (x.is_cpu, also on a FakeTensor) is
+    looked up by its dtypes alone: a torch.device object per call costs
+    more than the rest of the check."""
+    cpu = frozenset((xd, wd) for dev, xd, wd in served if dev == "cpu")
+    grad_enabled = torch.is_grad_enabled
+
+    def rms_norm(x, weight, epsilon, variance_size=None):
+        if variance_size is not None:
+            return False
+        wdtype = None if weight is None else weight.dtype
+        if not ((x.dtype, wdtype) in cpu if x.is_cpu
+                else (x.device.type, x.dtype, wdtype) in served):
+            return False
+        return not (grad_enabled() and (x.requires_grad
+                                        or (weight is not None and weight.requires_grad)))
+
+    def fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
+        if variance_size is not None or x_residual.dtype != x.dtype:
+            return False
+        wdtype = None if weight is None else weight.dtype
+        if x.is_cpu:
+            if not (x_residual.is_cpu and (x.dtype, wdtype) in cpu):
+                return False
+        elif x_residual.device != x.device or (x.device.type, x.dtype, wdtype) not in served:
+            return False
+        return not (grad_enabled() and (x.requires_grad or x_residual.requires_grad
+                                        or (weight is not None and weight.requires_grad)))
+
+    return fused_add_rms_norm if residual else rms_norm
 
 
 @dataclass
@@ -96,10 +140,11 @@ class IrRow:
     VLLM_FL_OOT_* name that switches it), layers (the OOT names of the
     vLLM layers that call it, no longer replaced where it exists), op (our
     op), inplace (the impl writes its activations), impl (the call, with
-    the IR op's arguments), accepts(served, *args) (the arguments it
-    takes, given the served set of (device type, x dtype, weight dtype))
-    and weights (the weights served: "none", "same" dtype as x, "float32"
-    with a 16-bit x where the library takes it)."""
+    the IR op's arguments), accepts(served) (supports_args for the served
+    set of (device type, x dtype, weight dtype): a function of the IR op's
+    arguments, named as native's, returning a plain bool) and weights (the
+    weights served: "none", "same" dtype as x, "float32" with a 16-bit x
+    where the library takes it)."""
 
     ir_op: str
     oot: str
@@ -115,14 +160,9 @@ IR_OPS = {
     row.ir_op: row
     for row in (
         IrRow("rms_norm", "rms_norm", ("rms_norm", "gemma_rms_norm"), "rms_norm", False,
-              _rms_norm,
-              lambda served, x, weight, epsilon, variance_size=None:
-              _norm_served(served, x, weight, variance_size)),
+              _rms_norm, lambda served: _norm_accepts(served, residual=False)),
         IrRow("fused_add_rms_norm", "rms_norm", ("rms_norm", "gemma_rms_norm"), "rms_norm", True,
-              _fused_add_rms_norm,
-              lambda served, x, x_residual, weight, epsilon, variance_size=None:
-              _norm_served(served, x, weight, variance_size, x_residual)
-              and x_residual.dtype == x.dtype and x_residual.device == x.device),
+              _fused_add_rms_norm, lambda served: _norm_accepts(served, residual=True)),
     )
 }
 
@@ -244,17 +284,32 @@ def _supported_here(served):
     return any(key[0] == device_type for key in served)
 
 
+def _same_parameters(a, b):
+    """Whether two signatures have the same parameters (names, kinds,
+    defaults), annotations aside."""
+    return [(p.name, p.kind, p.default) for p in a.parameters.values()] == \
+        [(p.name, p.kind, p.default) for p in b.parameters.values()]
+
+
 def _with_signature(fn, native, name):
     """fn with the native implementation's signature (names, annotations,
     defaults): vLLM requires the provider's schema and supports_args'
-    parameters to equal native's."""
+    parameters to equal native's. Where fn's own parameters are native's
+    (names, kinds, defaults), a copy of fn that carries native's signature,
+    so a call costs what fn's does; else a wrapper that binds a keyword
+    caller's arguments by position (vLLM passes them by position)."""
 
     signature = inspect.signature(native)
-
-    def wrapper(*args, **kwargs):
-        if kwargs:  # vLLM passes the arguments by position; a keyword caller is bound here
-            args = signature.bind(*args, **kwargs).args
-        return fn(*args)
+    if _same_parameters(inspect.signature(fn), signature):
+        wrapper = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__,
+                                     fn.__closure__)
+        wrapper.__kwdefaults__ = fn.__kwdefaults__
+        wrapper.__doc__ = fn.__doc__
+    else:
+        def wrapper(*args, **kwargs):
+            if kwargs:
+                args = signature.bind(*args, **kwargs).args
+            return fn(*args)
 
     wrapper.__signature__ = signature
     wrapper.__name__ = wrapper.__qualname__ = name
@@ -271,6 +326,7 @@ def register_providers(mixed_weight_ok):
 
     from . import vllm_path
 
+    _bind_overloads()
     impl_class = _impl_class()
     for name, row in available_rows().items():
         if name in registered:
@@ -283,15 +339,10 @@ def register_providers(mixed_weight_ok):
         native = op.impls["native"].impl_fn
         served = served_set(row, mixed_weight_ok)
         served_by_op[name] = served
-        accepts = row.accepts
-
-        def supports(*args, _served=served, _accepts=accepts):
-            return bool(_accepts(_served, *args))
-
         impl = op.register_impl(
             PROVIDER,
             supported=_supported_here(served),
-            supports_args=_with_signature(supports, native, f"{name}_supports_args"),
+            supports_args=_with_signature(row.accepts(served), native, f"{name}_supports_args"),
             inplace=row.inplace,
         )(_with_signature(row.impl, native, name))
         impl.__class__ = impl_class

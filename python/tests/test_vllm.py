@@ -305,6 +305,33 @@ def test_the_layers_run_fldispatch(fake_vllm):
         layer(*args)
 
 
+def test_layers_built_before_a_reload_follow_the_library_after_it(fake_vllm, env):
+    """The layers hold torch.ops.fldispatch's overloads, resolved once: a
+    layer built before the library is re-initialised under another policy
+    runs that policy (an implementation that does not exist: the call
+    fails), and the default again after the next re-initialisation."""
+    fv.register()
+    ln, act, rope = layers(fake_vllm)
+    x = torch.randn(3, 64)
+    positions, q, k = torch.arange(3), torch.randn(3, 2 * 32), torch.randn(3, 32)
+    built = [("silu_and_mul", act.SiluAndMul(), (x,)), ("mul_and_silu", act.MulAndSilu(), (x,)),
+             ("gelu_and_mul", act.GeluAndMul("none"), (x,)),
+             ("gelu_tanh_and_mul", act.GeluAndMul("tanh"), (x,)),
+             ("rms_norm", ln.RMSNorm(64), (x,)),
+             ("rotary_embedding", rope.RotaryEmbedding(32, 32, 16, 10000.0, True, torch.float32),
+              (positions, q, k))]
+    want = [layer(*args) for _, layer, args in built]
+    for op, layer, args in built:
+        env(VLLM_FL_PER_OP=f"{op}=impl:no.such")
+        with pytest.raises(fldispatch.UnavailableError, match=op):
+            layer(*args)
+    env(VLLM_FL_PER_OP="")
+    for (op, layer, args), w in zip(built, want):
+        if op == "rotary_embedding":  # in place: rotates q and k again
+            continue
+        torch.testing.assert_close(layer(*args), w)
+
+
 def test_what_fldispatch_cannot_take_runs_forward_native(fake_vllm, monkeypatch):
     fv.register()
     ln, act, _ = layers(fake_vllm)

@@ -211,6 +211,34 @@ def test_weightless_and_unserved_calls(name):
         assert ir_op.dispatch(*args).provider == "native"
 
 
+@pytest.mark.parametrize("name", OPS)
+def test_the_provider_follows_the_library_after_reload_and_policy_changes(name, env):
+    """The provider calls torch.ops.fldispatch's overload resolved once: after
+    the library is re-initialised under another policy, and under a policy
+    set later in the process, each call runs the policy in force then."""
+    ir_op = op(name)
+    impl = ir_op.impls[PROVIDER].impl_fn
+    args = list(ir_op.generate_inputs(num_tokens=3, hidden_size=64, dtype=torch.float32))
+
+    def call():
+        return impl(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+
+    want = ir_op.impls["native"].impl_fn(*[a.clone() if isinstance(a, torch.Tensor) else a
+                                           for a in args])
+    assert_close(name, torch.float32, call(), want)
+    env(VLLM_FL_PER_OP="rms_norm=impl:no.such")
+    with pytest.raises(fldispatch.UnavailableError, match="rms_norm"):
+        call()
+    env(VLLM_FL_PER_OP="rms_norm=reference", VLLM_FL_STATS="1")
+    fldispatch.stats_reset()
+    assert_close(name, torch.float32, call(), want)
+    assert {r["impl_id"] for r in fldispatch.stats() if r["op"] == "rms_norm"} == {"reference.c"}
+    with fldispatch.policy(per_op={"rms_norm": "impl:no.such"}):
+        with pytest.raises(fldispatch.UnavailableError, match="rms_norm"):
+            call()
+    assert_close(name, torch.float32, call(), want)
+
+
 # ---- compiled: the same selection as eager ------------------------------------------
 
 

@@ -167,7 +167,7 @@ def assert_runs_fldispatch(layer):
     import fldispatch.vllm as fv
 
     assert type(layer).__module__ == fv.__name__
-    assert getattr(layer._forward_method, "__func__", None) is fv._forward_fldispatch
+    assert getattr(layer._forward_method, "__func__", None) is type(layer).forward_fl
 
 
 @needs_vllm
