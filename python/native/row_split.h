@@ -51,7 +51,8 @@
 
 #include <fldispatch/binding.h>
 
-namespace fld_split {
+namespace fld_split
+{
 
 constexpr int64_t kSplitMinBytes = 512 * 1024; // the plugin's default parallel threshold
 constexpr int64_t kSliceBytes = 128 * 1024;
@@ -91,8 +92,7 @@ inline bool splits(int64_t rows, int64_t bytes)
 // FLD_OK or the first failure's status, with its message as the calling
 // thread's fld_last_error(). The caller has made sure that a range can only
 // fail where the first one would (run_split() below, or checks of its own).
-template <class Run>
-int run_ranges(int64_t rows, int64_t bytes, Run run)
+template <class Run> int run_ranges(int64_t rows, int64_t bytes, Run run)
 {
     const int64_t slice = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, bytes / rows));
     const int64_t ranges = (rows + slice - 1) / slice;

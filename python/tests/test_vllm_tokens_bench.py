@@ -104,6 +104,10 @@ def test_check_served():
                                            [{"pid": 1, "fldispatch": False}])
     assert vt.check_served("off", "llama", "float32", [{"pid": 1, "fldispatch": False}]) is None
     assert "loaded" in vt.check_served("off", "llama", "float32", ok)
+    # a compiled engine's rotary layer counts as rotary_embedding_out
+    traced = [dict(ok[0], stats=[row("rotary_embedding_out" if op == "rotary_embedding" else op)
+                                 for op in ops])]
+    assert vt.check_served("on", "llama", "float32", traced) is None
 
 
 def test_a_row_without_a_figure_keeps_its_columns():
