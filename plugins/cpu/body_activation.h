@@ -242,35 +242,33 @@ V_INLINE void act_put(void *p, vf v, int dt, int stream)
 }
 
 /*
- * One row. With stream, the elements before the first vector-aligned
- * output address go through a partial store, so every full vector after
- * them can be a non-temporal store. pf (or NULL): the next row's x,
- * prefetched at the offsets this row reads, so that memory keeps streaming
- * while the row computes (the hardware prefetchers alone left loading and
- * computing to take turns). Measured on Zen 4 at 4096 x 4096, after/before
- * medians of three alternated runs: one thread +6-72% float32, +10-33%
- * 16-bit; two threads +6-40% (docs/BENCHMARKS.md).
+ * n elements of a row: out at po, the halves at pa and pb. With stream, the
+ * elements before the first vector-aligned output address go through a
+ * partial store, so every full vector after them can be a non-temporal
+ * store. pf (or NULL): the next row's x, prefetched at the offsets this
+ * span reads (pf + the offset into pa, and that plus d for pb), so that
+ * memory keeps streaming while the row computes (the hardware prefetchers
+ * alone left loading and computing to take turns). Measured on Zen 4 at
+ * 4096 x 4096, after/before medians of three alternated runs: one thread
+ * +6-72% float32, +10-33% 16-bit; two threads +6-40% (docs/BENCHMARKS.md).
  */
-V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, const int c16,
-                      int stream, const uint16_t *table, void *out, const void *x, int64_t d,
-                      const char *pf)
+V_INLINE void act_span(enum fld_cpu_act act, const int dt, const int torch, const int c16,
+                       int stream, const uint16_t *table, char *po, const char *pa,
+                       const char *pb, int64_t n, int64_t d, const char *pf)
 {
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
-    const char *pa = x;
-    const char *pb = pa + d * es;
-    char *po = out;
     int64_t j = 0;
 
     if (stream) {
         int64_t head = (int64_t)((0u - (uintptr_t)po) % (uintptr_t)(V_LANES * es)) / es;
-        if (head > d)
-            head = d;
+        if (head > n)
+            head = n;
         if (head > 0) {
             v_store_n(po, act_part(act, dt, torch, table, pa, pb, head), head, dt);
             j = head;
         }
     }
-    for (; j + ACT_UNROLL * V_LANES <= d; j += ACT_UNROLL * V_LANES) {
+    for (; j + ACT_UNROLL * V_LANES <= n; j += ACT_UNROLL * V_LANES) {
         if (pf)
             for (int64_t b = 0; b < ACT_UNROLL * V_LANES * es; b += 64) {
                 fld__cpu_prefetch_row(pf + j * es + b, dt);
@@ -280,14 +278,94 @@ V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, const
         act_block(act, dt, torch, c16, table, r, pa + j * es, pb + j * es, ACT_UNROLL);
         VM_FOR(u, ACT_UNROLL) act_put(po + (j + u * V_LANES) * es, r[u], dt, stream);
     }
-    for (; j + V_LANES <= d; j += V_LANES) {
+    for (; j + V_LANES <= n; j += V_LANES) {
         vf r;
         act_block(act, dt, torch, c16, table, &r, pa + j * es, pb + j * es, 1);
         act_put(po + j * es, r, dt, stream);
     }
+    if (j < n)
+        v_store_n(po + j * es, act_part(act, dt, torch, table, pa + j * es, pb + j * es, n - j),
+                  n - j, dt);
+}
+
+#ifdef V_BF16_PAIRS
+/*
+ * bfloat16 rows looked up (not computed) on a layer with bfloat16 pairs
+ * (V_BF16_PAIRS: simd_avx2.h): 2 * V_LANES elements at a time in the
+ * layer's pair order. The table's entries come as a pair
+ * (v_bf16_pair_lookup), the other half is widened by v_bf16_pair_load, and
+ * the products are rounded by v_bf16_round_hi and packed back without
+ * shuffles: v_to_bf16's per-vector widening, NaN blend and cross-lane pack
+ * are gone. The same bits as act_span: each product of two bfloat16 values
+ * is exact in float32 and rounded once to nearest even, and a NaN product
+ * (an operand's NaN made quiet, or the default NaN) has zero low 16 bits
+ * and the quiet bit set, which the rounding bias leaves as it is. With
+ * stream, pairs go out non-temporally from the first element whose output
+ * address is aligned to a whole pair; the elements before it and the last
+ * < 2 * V_LANES take act_span.
+ */
+#define ACT_PAIR (2 * V_LANES)
+
+V_INLINE void act_pair1(enum fld_cpu_act act, const uint16_t *table, char *po, const char *pa,
+                        const char *pb, const int stream)
+{
+    const bool second = act == FLD_CPU_ACT_MUL_AND_SILU;
+    vf ga, gb, oa, ob;
+    v_bf16_pair_lookup(table, second ? pb : pa, &ga, &gb);
+    v_bf16_pair_load(second ? pa : pb, &oa, &ob);
+    const vf ra = v_bf16_round_hi(v_mul(ga, oa)), rb = v_bf16_round_hi(v_mul(gb, ob));
+    if (stream)
+        v_bf16_pair_stream(po, ra, rb);
+    else
+        v_bf16_pair_store(po, ra, rb);
+}
+
+V_INLINE void act_row_pairs(enum fld_cpu_act act, int stream, const uint16_t *table, void *out,
+                            const void *x, int64_t d, const char *pf)
+{
+    const int64_t es = 2, pair_bytes = ACT_PAIR * es;
+    const char *pa = x;
+    const char *pb = pa + d * es;
+    char *po = out;
+    int64_t j = 0;
+
+    if (stream) {
+        j = (int64_t)((0u - (uintptr_t)po) % (uintptr_t)pair_bytes) / es;
+        if (j > d)
+            j = d;
+        act_span(act, FLD_CPU_BF16, 0, 0, 0, table, po, pa, pb, j, d, NULL);
+    }
+    for (; j + 2 * ACT_PAIR <= d; j += 2 * ACT_PAIR) {
+        if (pf)
+            for (int64_t b = 0; b < 2 * pair_bytes; b += 64) {
+                fld__cpu_prefetch_row(pf + j * es + b, FLD_CPU_BF16);
+                fld__cpu_prefetch_row(pf + (d + j) * es + b, FLD_CPU_BF16);
+            }
+        act_pair1(act, table, po + j * es, pa + j * es, pb + j * es, stream);
+        act_pair1(act, table, po + (j + ACT_PAIR) * es, pa + (j + ACT_PAIR) * es,
+                  pb + (j + ACT_PAIR) * es, stream);
+    }
+    for (; j + ACT_PAIR <= d; j += ACT_PAIR)
+        act_pair1(act, table, po + j * es, pa + j * es, pb + j * es, stream);
     if (j < d)
-        v_store_n(po + j * es, act_part(act, dt, torch, table, pa + j * es, pb + j * es, d - j),
-                  d - j, dt);
+        act_span(act, FLD_CPU_BF16, 0, 0, stream, table, po + j * es, pa + j * es, pb + j * es,
+                 d - j, d, NULL);
+}
+#endif
+
+/* One row: out[0, d) from x[0, 2d). */
+V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, const int c16,
+                      int stream, const uint16_t *table, void *out, const void *x, int64_t d,
+                      const char *pf)
+{
+#ifdef V_BF16_PAIRS
+    if (dt == FLD_CPU_BF16 && !c16) {
+        act_row_pairs(act, stream, table, out, x, d, pf);
+        return;
+    }
+#endif
+    const int64_t es = (int64_t)fld__cpu_elem_size(dt);
+    act_span(act, dt, torch, c16, stream, table, out, x, (const char *)x + d * es, d, d, pf);
 }
 
 V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1,

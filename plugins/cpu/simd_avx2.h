@@ -327,6 +327,31 @@ V_INLINE void v_bf16_pair_stream(void *p, vf a, vf b)
     _mm256_stream_si256((__m256i *)p, v_bf16_pair_pack(a, b));
 }
 
+/*
+ * The table entries (bfloat16) at the 2 * V_LANES bfloat16 codes at p, as a
+ * pair: a the entries of the even elements, b of the odd ones. Scalar
+ * loads (fld__cpu_lookup_scalar): the 16 entries packed in element order,
+ * then split as v_bf16_pair_load splits a row; gathers: one for the even
+ * codes (the low halves of the code words) and one for the odd ones.
+ */
+V_INLINE void v_bf16_pair_lookup(const uint16_t *table, const void *p, vf *a, vf *b)
+{
+    if (fld__cpu_lookup_scalar) {
+        const uint16_t *c = p;
+        const __m256i r = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(v_lookup16_scalar(table, c)), v_lookup16_scalar(table, c + 8), 1);
+        *a = _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
+        *b = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
+        return;
+    }
+    const __m256i codes = _mm256_loadu_si256((const __m256i *)p);
+    const int *t = (const int *)(const void *)table;
+    const __m256i even = _mm256_and_si256(codes, _mm256_set1_epi32(0xffff));
+    const __m256i odd = _mm256_srli_epi32(codes, 16);
+    *a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_i32gather_epi32(t, even, 2), 16));
+    *b = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_i32gather_epi32(t, odd, 2), 16));
+}
+
 /* ---- 16-bit activations computed in float32 (body_activation.h) -------- */
 
 /*
