@@ -279,9 +279,9 @@ V_INLINE void act_span(enum fld_cpu_act act, const int dt, const int torch, cons
         VM_FOR(u, ACT_UNROLL) act_put(po + (j + u * V_LANES) * es, r[u], dt, stream);
     }
     for (; j + V_LANES <= n; j += V_LANES) {
-        vf r;
-        act_block(act, dt, torch, c16, table, &r, pa + j * es, pb + j * es, 1);
-        act_put(po + j * es, r, dt, stream);
+        vf r[1];
+        act_block(act, dt, torch, c16, table, r, pa + j * es, pb + j * es, 1);
+        act_put(po + j * es, r[0], dt, stream);
     }
     if (j < n)
         v_store_n(po + j * es, act_part(act, dt, torch, table, pa + j * es, pb + j * es, n - j),
