@@ -253,8 +253,8 @@ V_INLINE void act_put(void *p, vf v, int dt, int stream)
  * +6-72% float32, +10-33% 16-bit; two threads +6-40% (docs/BENCHMARKS.md).
  */
 V_INLINE void act_span(enum fld_cpu_act act, const int dt, const int torch, const int c16,
-                       int stream, const uint16_t *table, char *po, const char *pa,
-                       const char *pb, int64_t n, int64_t d, const char *pf)
+                       int stream, const uint16_t *table, char *po, const char *pa, const char *pb,
+                       int64_t n, int64_t d, const char *pf)
 {
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
     int64_t j = 0;

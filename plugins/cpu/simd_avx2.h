@@ -338,8 +338,9 @@ V_INLINE void v_bf16_pair_lookup(const uint16_t *table, const void *p, vf *a, vf
 {
     if (fld__cpu_lookup_scalar) {
         const uint16_t *c = p;
-        const __m256i r = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(v_lookup16_scalar(table, c)), v_lookup16_scalar(table, c + 8), 1);
+        const __m256i r =
+            _mm256_inserti128_si256(_mm256_castsi128_si256(v_lookup16_scalar(table, c)),
+                                    v_lookup16_scalar(table, c + 8), 1);
         *a = _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
         *b = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
         return;
