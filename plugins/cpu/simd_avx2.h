@@ -215,17 +215,23 @@ V_INLINE vf v_widen_low16(__m256i g, int dt)
 
 /*
  * 8 table entries at the 16-bit codes c[0..7], as 8 float16 / bfloat16
- * values packed in 128 bits: 16 scalar loads (Zen 3 has three load ports)
- * and shifts. On AMD's AVX2 cores the gather costs more than that
- * (fld__cpu_lookup_scalar).
+ * values packed in 128 bits: 16 scalar loads (Zen 3 has three load ports),
+ * each entry inserted into its word (pinsrw). On AMD's AVX2 cores the
+ * gather costs more than that (fld__cpu_lookup_scalar). Assembling the
+ * entries in two 64-bit registers by shifts and ors instead took 1.07-1.16x
+ * (float16) and 1.25-1.55x (bfloat16) the inserts' time in the 16-bit
+ * activations on Zen 3 (docs/BENCHMARKS.md, "Measured choices").
  */
 V_INLINE __m128i v_lookup16_scalar(const uint16_t *table, const uint16_t *c)
 {
-    uint64_t lo = (uint64_t)table[c[0]] | (uint64_t)table[c[1]] << 16 |
-                  (uint64_t)table[c[2]] << 32 | (uint64_t)table[c[3]] << 48;
-    uint64_t hi = (uint64_t)table[c[4]] | (uint64_t)table[c[5]] << 16 |
-                  (uint64_t)table[c[6]] << 32 | (uint64_t)table[c[7]] << 48;
-    return _mm_set_epi64x((long long)hi, (long long)lo);
+    __m128i r = _mm_cvtsi32_si128(table[c[0]]);
+    r = _mm_insert_epi16(r, table[c[1]], 1);
+    r = _mm_insert_epi16(r, table[c[2]], 2);
+    r = _mm_insert_epi16(r, table[c[3]], 3);
+    r = _mm_insert_epi16(r, table[c[4]], 4);
+    r = _mm_insert_epi16(r, table[c[5]], 5);
+    r = _mm_insert_epi16(r, table[c[6]], 6);
+    return _mm_insert_epi16(r, table[c[7]], 7);
 }
 
 V_INLINE vf v_widen16(__m128i h, int dt)
