@@ -206,17 +206,23 @@ static const char *const rotary_names[] = {"positions", "query",         "key",
 typedef int (*rotary_fn)(const DLTensor *positions, DLTensor *query, DLTensor *key,
                          int64_t head_size, const DLTensor *cos_sin_cache, bool is_neox);
 
+/* head_size (a[3]) and is_neox (a[5]), the two rotary forms' non-tensor arguments; -1 on error. */
+static int rotary_scalars(const char *op, PyObject *const *a, int64_t *head_size, int *is_neox)
+{
+    if (fldpy_parse_int(op, "head_size", a[3], head_size) < 0)
+        return -1;
+    *is_neox = fldpy_parse_bool(a[5]);
+    return *is_neox < 0 ? -1 : 0;
+}
+
 static PyObject *rotary(const char *op, rotary_fn fn, PyObject *const *args, Py_ssize_t nargs,
                         PyObject *kwnames)
 {
     PyObject *a[6];
-    if (fldpy_parse_args(op, args, nargs, kwnames, rotary_names, 6, 6, a) < 0)
-        return NULL;
     int64_t head_size;
-    if (fldpy_parse_int(op, "head_size", a[3], &head_size) < 0)
-        return NULL;
-    int is_neox = fldpy_parse_bool(a[5]);
-    if (is_neox < 0)
+    int is_neox;
+    if (fldpy_parse_args(op, args, nargs, kwnames, rotary_names, 6, 6, a) < 0 ||
+        rotary_scalars(op, a, &head_size, &is_neox) < 0)
         return NULL;
     const fldpy_arg guarded[] = {{a[0], "positions", false},
                                  {a[1], "query", true},
@@ -257,13 +263,10 @@ static PyObject *rotary_out(const char *op, rotary_out_fn fn, PyObject *const *a
                             Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *a[8];
-    if (fldpy_parse_args(op, args, nargs, kwnames, rotary_out_names, 8, 8, a) < 0)
-        return NULL;
     int64_t head_size;
-    if (fldpy_parse_int(op, "head_size", a[3], &head_size) < 0)
-        return NULL;
-    int is_neox = fldpy_parse_bool(a[5]);
-    if (is_neox < 0)
+    int is_neox;
+    if (fldpy_parse_args(op, args, nargs, kwnames, rotary_out_names, 8, 8, a) < 0 ||
+        rotary_scalars(op, a, &head_size, &is_neox) < 0)
         return NULL;
     const fldpy_arg guarded[] = {{a[0], "positions", false}, {a[1], "query", false},
                                  {a[2], "key", false},       {a[4], "cos_sin_cache", false},
