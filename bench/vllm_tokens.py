@@ -44,8 +44,12 @@ time(1)). Reported per row: each setting's median over all pairs of both
 its children and all rounds and its best pair, on/off of the medians, and
 beside it the A/A control: b/a of the medians of the two identical
 children of each setting, and the spread, the larger distance of those two
-from 1. An on/off ratio within the spread of 1 is noise: run more rounds
-(--rounds) where the spread is wide. After
+from 1. An on/off ratio within the spread of 1 is noise. Where the spread
+is wide, more pairs are taken: after --rounds rounds, a configuration with
+a batch size whose spread is above --spread (default 3%) runs more rounds,
+one at a time, until every batch size's spread is within it or
+--max-rounds (default twice --rounds) rounds have run; each row says how
+many rounds it took. After
 the rounds each child takes fldispatch's counters from its worker
 (fldispatch.stats() through collective_rpc; reset after the warm-up) and
 fails the run unless, "on", every layer op of the model ran in fldispatch
@@ -54,7 +58,8 @@ MODE_TABLE gives fldispatch in the engine's mode ran in fldispatch, and
 none of the others did), and "off", fldispatch was not loaded: a silent
 fallback cannot produce a figure.
 
-Default matrix (4.5 minutes on 2 quiet cores): eager on the four models,
+Default matrix (4.5 minutes on 2 quiet cores, more where extra rounds
+run): eager on the four models,
 compiled (vLLM's default compilation) on llama-big, f32 and bf16, batch 1
 and 8, 32 new tokens, 3 rounds. --full: compiled on every model, 5 rounds,
 64 tokens. --quick: llama, eager, f32, 2 rounds, 8 tokens (a smoke run).
@@ -136,6 +141,16 @@ def positive(minimum):
     return parse
 
 
+def percent(text):
+    try:
+        x = float(text)
+    except ValueError:
+        x = None
+    if x is None or not 0 < x < 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage between 0 and 100")
+    return x
+
+
 def parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     group = ap.add_mutually_exclusive_group()
@@ -146,6 +161,10 @@ def parser():
     ap.add_argument("--modes", type=lambda s: names(s, MODES, "--modes"))
     ap.add_argument("--dtypes", type=lambda s: names(s, tuple(DTYPES), "--dtypes"))
     ap.add_argument("--rounds", type=positive(1))
+    ap.add_argument("--max-rounds", type=positive(1),
+                    help="rounds at most where the A/A spread stays wide (default: 2 x --rounds)")
+    ap.add_argument("--spread", type=percent, default=3.0,
+                    help="A/A spread (%%) above which more rounds run (default 3)")
     ap.add_argument("--tokens", type=positive(2), help="new tokens per sequence (>= 2)")
     ap.add_argument("--batch", type=positive_list, help="batch sizes, e.g. 1,8")
     ap.add_argument("--on", choices=ON_FORMS, default="default",
@@ -175,7 +194,10 @@ def plan(args):
                     and model not in DEFAULT_COMPILED):
                 continue
             configs += [(model, mode, d) for d in dtypes]
-    return {"configs": configs, "rounds": args.rounds or p["rounds"], "on": args.on,
+    rounds = args.rounds or p["rounds"]
+    return {"configs": configs, "rounds": rounds,
+            "max_rounds": max(rounds, args.max_rounds or 2 * rounds),
+            "spread": args.spread / 100, "on": args.on,
             "tokens": args.tokens or p["tokens"],
             "batch": args.batch or positive_list(p["batch"])}
 
@@ -216,6 +238,27 @@ def aa_control(copies):
     known = [abs(r - 1) for r in aa.values() if r is not None]
     aa["spread"] = max(known) if len(known) == len(SETTINGS) else None
     return aa
+
+
+def make_row(config, batch, tokens, samples, rounds):
+    """One reported row: config (model, mode, dtype) at one batch size, from
+    every child's samples so far (those of other batch sizes left out)."""
+    model, mode, dt = config
+    row = {"model": model, "mode": mode, "dtype": dt, "batch": batch, "tokens": tokens,
+           "rounds": rounds}
+    mine = {c: [x for x in samples[c] if x["batch"] == batch] for c in CHILDREN}
+    for s in SETTINGS:
+        both = mine[f"{s}-a"] + mine[f"{s}-b"]
+        row[s] = summarise(both)
+        row[s]["samples"] = both
+    row["ratio"] = ratio(row["on"], row["off"])
+    row["aa"] = aa_control({c: summarise(x) for c, x in mine.items()})
+    return row
+
+
+def wide(rows, spread):
+    """The batch sizes of rows whose A/A spread is above spread, or unknown."""
+    return [r["batch"] for r in rows if r["aa"]["spread"] is None or r["aa"]["spread"] > spread]
 
 
 def child_order(round_no):
@@ -536,23 +579,25 @@ def run(p, logdir, progress):
                 progress(f"{model} {mode} {dt} {s}: engine start {got['startup_s']:.1f} s, "
                          f"warm-up {got['warmup_s']:.1f} s")
             samples = {s: [] for s in CHILDREN}
-            for r in range(p["rounds"]):
-                for s in child_order(r):
+            config = (model, mode, dt)
+            rounds = 0
+            while True:
+                for s in child_order(rounds):
                     samples[s] += children[s].ask(dict(cmd, cmd="time"))["samples"]
+                rounds += 1
+                rows = [make_row(config, b, p["tokens"], samples, rounds) for b in p["batch"]]
+                if rounds >= p["rounds"]:
+                    still = wide(rows, p["spread"])
+                    if not still or rounds >= p["max_rounds"]:
+                        break
+                    progress(f"{model} {mode} {dt}: A/A spread above {100 * p['spread']:.0f}% "
+                             f"at batch {','.join(map(str, still))} after {rounds} rounds; "
+                             f"one more")
             for s in CHILDREN:
                 got = children[s].ask(dict(cmd, cmd="stop"))
                 if s == "on-a":
                     served[f"{model} {mode} {dt}"] = got["served"]
-            for b in p["batch"]:
-                row = {"model": model, "mode": mode, "dtype": dt, "batch": b,
-                       "tokens": p["tokens"]}
-                mine = {c: [x for x in samples[c] if x["batch"] == b] for c in CHILDREN}
-                for s in SETTINGS:
-                    both = mine[f"{s}-a"] + mine[f"{s}-b"]
-                    row[s] = summarise(both)
-                    row[s]["samples"] = both
-                row["ratio"] = ratio(row["on"], row["off"])
-                row["aa"] = aa_control({c: summarise(x) for c, x in mine.items()})
+            for row in rows:
                 results.append(row)
                 progress(format_row(row))
     finally:
@@ -562,7 +607,8 @@ def run(p, logdir, progress):
             "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(),
                         "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
             "vllm": children["off-a"].hello["vllm"],
-            "rounds": p["rounds"], "tokens": p["tokens"], "batch": p["batch"],
+            "rounds": p["rounds"], "max_rounds": p["max_rounds"], "spread_target": p["spread"],
+            "tokens": p["tokens"], "batch": p["batch"],
             "on": p["on"], "prompt_len": PROMPT_LEN,
             "import_s": {s: c.hello["import_s"] for s, c in children.items()},
             "startup": startups, "served": served, "results": results,
@@ -583,7 +629,8 @@ def format_row(row):
             f"{fmt(on['tok_s'], '10.1f')} {fmt(on['best_tok_s'], '9.1f')} "
             f"{fmt(row['ratio'], '7.2f', 'x')} "
             f"{fmt(None if aa['spread'] is None else 100 * aa['spread'], '5.1f', '%')}  "
-            f"{fmt(aa['off'], '5.2f', 'x')} {fmt(aa['on'], '5.2f', 'x')}"
+            f"{fmt(aa['off'], '5.2f', 'x')} {fmt(aa['on'], '5.2f', 'x')} "
+            f"{row['rounds']:6d}"
             + (f"  (pairs dropped: off {off['dropped']}, on {on['dropped']})"
                if off["dropped"] or on["dropped"] else ""))
 
@@ -597,7 +644,9 @@ def report(doc):
     lines = [f"vLLM {doc['vllm']} CPU decode tokens/s, plugin off (vLLM alone) and "
              f"{on_words[doc['on']]}",
              f"cpu: {m['cpu']}, {m['cpus']} CPUs; load average at start {la}, at end {lb}",
-             f"{doc['rounds']} rounds, {doc['tokens']} new tokens per sequence, prompts of "
+             f"{doc['rounds']} rounds, up to {doc['max_rounds']} where the A/A spread is above "
+             f"{100 * doc['spread_target']:.1f}%; "
+             f"{doc['tokens']} new tokens per sequence, prompts of "
              f"{doc['prompt_len']} tokens, greedy; tok/s = B*(N-1) / (t(N) - t(1)): median "
              f"over the timed pairs of both children and all rounds, and the best pair; "
              f"A/A: b/a of two identical children per setting, spread = the larger |b/a - 1| "
@@ -605,7 +654,7 @@ def report(doc):
              "",
              f"{'model':10} {'mode':9} {'dtype':5} {'batch':>5} {'off tok/s':>10} {'best':>9} "
              f"{'on tok/s':>10} {'best':>9} {'on/off':>8} {'+-A/A':>6}  {'off b/a':>6} "
-             f"{'on b/a':>6}"]
+             f"{'on b/a':>6} {'rounds':>6}"]
     lines += [format_row(r) for r in doc["results"]]
     lines += ["", "engine start (excluded from the figures; compilation included), s:"]
     for s in doc["startup"]:

@@ -40,7 +40,8 @@ def test_quick_plan_and_explicit_options_override_it():
     p = plan_of("--quick", "--models", "gemma,llama-big", "--modes", "compiled",
                 "--dtypes", "bf16", "--rounds", "4", "--tokens", "10", "--batch", "2")
     assert p == {"configs": [("gemma", "compiled", "bf16"), ("llama-big", "compiled", "bf16")],
-                 "rounds": 4, "tokens": 10, "batch": [2], "on": "default"}
+                 "rounds": 4, "max_rounds": 8, "spread": 0.03, "tokens": 10, "batch": [2],
+                 "on": "default"}
     # --modes given: compiled on every model asked for, not only the default's
     assert ("llama", "compiled", "f32") in plan_of("--modes", "compiled")["configs"]
 
@@ -49,7 +50,9 @@ def test_quick_plan_and_explicit_options_override_it():
     (["--models", "llama,mistral"], "--models: mistral"), (["--modes", "lazy"], "--modes: lazy"),
     (["--dtypes", "f16"], "--dtypes: f16"), (["--tokens", "1"], "--tokens: '1'"),
     (["--rounds", "0"], "--rounds: '0'"), (["--batch", "1,x"], "--batch: '1,x'"),
-    (["--batch", "0"], "--batch: '0'"), (["--quick", "--full"], "--full: not allowed")])
+    (["--batch", "0"], "--batch: '0'"), (["--quick", "--full"], "--full: not allowed"),
+    (["--spread", "0"], "--spread: '0'"), (["--spread", "x"], "--spread: 'x'"),
+    (["--max-rounds", "0"], "--max-rounds: '0'")])
 def test_bad_command_lines_are_usage_errors(argv, named, capsys):
     with pytest.raises(SystemExit) as e:
         vt.parser().parse_args(argv)
@@ -113,7 +116,7 @@ def test_check_served():
 def test_a_row_without_a_figure_keeps_its_columns():
     def sample(t):
         return {"batch": 1, "tokens": 8, "prefill_s": 1.0, "generate_s": t}
-    row = {"model": "gemma", "mode": "eager", "dtype": "f32", "batch": 1,
+    row = {"model": "gemma", "mode": "eager", "dtype": "f32", "batch": 1, "rounds": 3,
            "off": vt.summarise([sample(0.5)]), "on": vt.summarise([sample(2.0)])}
     row["ratio"] = vt.ratio(row["on"], row["off"])
     row["aa"] = vt.aa_control({"off-a": row["off"], "off-b": row["off"], "on-a": row["on"],
@@ -123,7 +126,7 @@ def test_a_row_without_a_figure_keeps_its_columns():
     row["ratio"] = vt.ratio(row["on"], row["off"])
     row["aa"] = vt.aa_control({c: row["on"] for c in vt.CHILDREN})
     full = vt.format_row(row)
-    assert full.split()[8:] == ["1.00x", "0.0%", "1.00x", "1.00x"]
+    assert full.split()[8:] == ["1.00x", "0.0%", "1.00x", "1.00x", "3"]
     assert missing.split()[4:12] == ["-", "-", "7.0", "7.0", "-", "-", "-", "1.00x"]
     assert len(missing.split("  (pairs")[0]) == len(full)
     assert "pairs dropped: off 1, on 0" in missing
@@ -181,3 +184,77 @@ def test_default_on_expects_what_the_mode_table_gives():
     assert "which its default leaves to vLLM" in vt.check_served(
         "on", "llama", "float32", served, set())
     assert vt.check_served("on", "llama", "float32", served, {"rotary_embedding"}) is None
+
+
+def test_spread_target_and_round_limit_in_the_plan():
+    p = plan_of("--rounds", "5")
+    assert (p["rounds"], p["max_rounds"], p["spread"]) == (5, 10, 0.03)
+    p = plan_of("--rounds", "5", "--max-rounds", "3", "--spread", "1.5")
+    # never fewer rounds than --rounds
+    assert (p["rounds"], p["max_rounds"], p["spread"]) == (5, 5, 0.015)
+
+
+def timed(batch, generate_s):
+    return {"batch": batch, "tokens": 11, "prefill_s": 0.0, "generate_s": generate_s}
+
+
+def test_rows_and_the_batch_sizes_whose_spread_is_wide():
+    # batch 1: the two children of each setting agree; batch 8: off-b is 10% slower than off-a
+    samples = {"off-a": [timed(1, 1.0), timed(8, 1.0)], "off-b": [timed(1, 1.0), timed(8, 1.1)],
+               "on-a": [timed(1, 0.8), timed(8, 0.9)], "on-b": [timed(1, 0.8), timed(8, 0.9)]}
+    rows = [vt.make_row(("llama", "eager", "f32"), b, 11, samples, 2) for b in (1, 8)]
+    assert [r["batch"] for r in rows] == [1, 8] and rows[0]["rounds"] == 2
+    assert rows[0]["ratio"] == pytest.approx(1.25) and rows[0]["aa"]["spread"] == 0
+    assert rows[1]["aa"]["off"] == pytest.approx(1 / 1.1)
+    assert len(rows[1]["off"]["samples"]) == 2
+    assert vt.wide(rows, 0.03) == [8]
+    assert vt.wide(rows, 0.10) == []
+    # a row without an A/A figure is wide: more pairs may give one
+    samples["on-b"] = [timed(1, 0.8)]
+    rows = [vt.make_row(("llama", "eager", "f32"), b, 11, samples, 2) for b in (1, 8)]
+    assert vt.wide(rows, 0.5) == [8]
+
+
+class Scripted:
+    """A stand-in child: its "time" answers are the next of a list of
+    generate times, one sample per batch size."""
+
+    def __init__(self, times, batch):
+        self.times, self.batch, self.asked = list(times), batch, 0
+
+    def ask(self, cmd):
+        if cmd["cmd"] == "time":
+            self.asked += 1
+            t = self.times.pop(0)
+            return {"samples": [timed(b, t) for b in self.batch]}
+        if cmd["cmd"] == "start":
+            return {"startup_s": 0.0, "warmup_s": 0.0}
+        return {"served": {}}
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("off_b, max_rounds, rounds_run", [
+    # the two off children agree from the start: the fixed rounds only
+    ([1.0] * 8, 6, 2),
+    # off-b is slow in its first round only: one extra round brings the medians together
+    ([1.3, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], 6, 3),
+    # always 20% apart: more rounds up to the limit, then the row reports its spread
+    ([1.2] * 8, 5, 5)])
+def test_more_rounds_run_while_the_spread_is_wide(monkeypatch, off_b, max_rounds, rounds_run):
+    batch = [1, 4]
+    kids = {"off-a": Scripted([1.0] * 8, batch), "off-b": Scripted(off_b, batch),
+            "on-a": Scripted([0.9] * 8, batch), "on-b": Scripted([0.9] * 8, batch)}
+    monkeypatch.setattr(vt, "Driven", lambda s, *a: kids[s])
+    monkeypatch.setattr(vt, "cached_models", lambda big: {"llama": "m", "tokenizer": "t"})
+    for k in kids.values():
+        k.hello = {"vllm": "0", "import_s": 0.0}
+    p = {"configs": [("llama", "eager", "f32")], "rounds": 2, "max_rounds": max_rounds,
+         "spread": 0.03, "on": "default", "tokens": 11, "batch": batch}
+    said = []
+    doc = vt.run(p, "/nonexistent", said.append)
+    assert all(k.asked == rounds_run for k in kids.values())
+    assert [r["rounds"] for r in doc["results"]] == [rounds_run] * len(batch)
+    assert sum("one more" in m for m in said) == rounds_run - 2
+    assert len(doc["results"][0]["off"]["samples"]) == 2 * rounds_run
