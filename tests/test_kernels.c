@@ -1069,6 +1069,7 @@ struct rope_case {
     bool neox, key, pos32, pos2d;
     int64_t head, rot;
     enum layout layout;
+    int64_t tokens; /* 0: 55 (pos2d: [5, 11]); otherwise [tokens] */
 };
 
 /*
@@ -1217,10 +1218,11 @@ static void run_rope_out(DLDataType qdt, const struct rope_case *rc_, const char
 static void run_rope(const struct impl_list *impls, DLDataType qdt, DLDataType cdt,
                      const struct rope_case *rc_)
 {
-    const int64_t lead2[2] = {5, 11}, lead1[1] = {55};
-    const int nlead = rc_->pos2d ? 2 : 1;
-    const int64_t *lead = rc_->pos2d ? lead2 : lead1;
-    const int64_t T = 55, D = rc_->head;
+    const int64_t T = rc_->tokens ? rc_->tokens : 55, D = rc_->head;
+    const bool pos2d = rc_->pos2d && !rc_->tokens;
+    const int64_t lead2[2] = {5, 11}, lead1[1] = {T};
+    const int nlead = pos2d ? 2 : 1;
+    const int64_t *lead = pos2d ? lead2 : lead1;
     tt_tensor *pos = tt_new(rc_->pos32 ? TT_INT32 : TT_INT64, nlead, lead);
     tt_rng rng;
     tt_rng_seed(&rng, 4242 + (uint64_t)D);
@@ -1256,7 +1258,7 @@ static void run_rope(const struct impl_list *impls, DLDataType qdt, DLDataType c
                  "%s rotary %s q=%s cache=%s head=%lld rot=%lld key=%d layout=%s pos=%s%s", impl,
                  rc_->neox ? "neox" : "gptj", dtype_label(qdt), dtype_label(cdt), (long long)D,
                  (long long)rc_->rot, rc_->key, layouts[rc_->layout],
-                 rc_->pos32 ? "int32" : "int64", rc_->pos2d ? "[B,S]" : "[T]");
+                 rc_->pos32 ? "int32" : "int64", pos2d ? "[B,S]" : "[T]");
         tt_tensor *qi = tt_clone(q), *ki = k ? tt_clone(k) : NULL;
         pin(FLD_OP_ROTARY_EMBEDDING, impl, qdt);
         int rc =
@@ -1329,6 +1331,14 @@ START_TEST(test_rotary)
                         };
                         run_rope(&impls, qdt, cdt, &c);
                     }
+    /* Enough tokens that the cpu plugin's neox goes a head at a time instead of
+     * keeping cos and sin across the heads (body_rotary.h, rot_blocked): 2.4 MiB
+     * of 16-bit heads, more than 1 MiB in each of two threads' ranges. */
+    for (int neox = 0; neox < 2; neox++) {
+        struct rope_case c = {
+            .neox = neox, .key = true, .head = 256, .rot = 256, .layout = L_FLAT, .tokens = 600};
+        run_rope(&impls, qdt, cdt, &c);
+    }
     check_caches_unchanged();
 }
 END_TEST

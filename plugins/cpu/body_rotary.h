@@ -201,6 +201,70 @@ struct rot_side {
     int64_t heads, head_stride, dst_stride;
 };
 
+/*
+ * neox, the chunk [f0, f0 + n) of every head of side, blocks of 2 V_LANES
+ * frequencies outermost: a block's cos and sin are loaded once and stay in
+ * registers across the heads (rot_neox_head, a head at a time, would load
+ * them again for every head); the frequencies left after the last whole
+ * block go head by head. next (or NULL): prefetched as rot_heads does.
+ */
+V_INLINE void rot_neox_heads(const struct rot_side *side, int64_t f0, int64_t n, int64_t half,
+                             const float *c, const float *s, const int dt, const void *next)
+{
+    const int64_t es = (int64_t)fld__cpu_elem_size(dt);
+    int64_t i = 0;
+    for (; i + 2 * V_LANES <= n; i += 2 * V_LANES, next = NULL) {
+        const vf c0 = v_load(c + i, FLD_CPU_F32), c1 = v_load(c + i + V_LANES, FLD_CPU_F32);
+        const vf s0 = v_load(s + i, FLD_CPU_F32), s1 = v_load(s + i + V_LANES, FLD_CPU_F32);
+        const char *xh = fld__cpu_at(side->base, f0 + i, dt);
+        char *xd = fld__cpu_at(side->dst, f0 + i, dt);
+        const int64_t yo = half * es, lo = V_LANES * es;
+        for (int64_t h = 0; h < side->heads; h++) {
+            if (next) /* in the first block, a head at a time as rot_heads does */
+                rot_prefetch_head(fld__cpu_at(next, h * side->head_stride, dt), f0, n, half, es,
+                                  true);
+            const char *xp = xh + h * side->head_stride * es;
+            char *dp = xd + h * side->dst_stride * es;
+            const vf x0 = v_load(xp, dt), y0 = v_load(xp + yo, dt);
+            const vf x1 = v_load(xp + lo, dt), y1 = v_load(xp + yo + lo, dt);
+            v_store(dp, v_sub(rot_mul(x0, c0, dt), rot_mul(y0, s0, dt)), dt);
+            v_store(dp + yo, v_add(rot_mul(y0, c0, dt), rot_mul(x0, s0, dt)), dt);
+            v_store(dp + lo, v_sub(rot_mul(x1, c1, dt), rot_mul(y1, s1, dt)), dt);
+            v_store(dp + yo + lo, v_add(rot_mul(y1, c1, dt), rot_mul(x1, s1, dt)), dt);
+        }
+    }
+    if (i < n)
+        for (int64_t h = 0; h < side->heads; h++) {
+            if (next)
+                rot_prefetch_head(fld__cpu_at(next, h * side->head_stride, dt), f0, n, half, es,
+                                  true);
+            rot_neox_head(fld__cpu_at(side->base, h * side->head_stride, dt),
+                          fld__cpu_at(side->dst, h * side->dst_stride, dt), f0 + i, n - i, half,
+                          c + i, s + i, dt);
+        }
+}
+
+/*
+ * Whether neox takes rot_neox_heads for tokens tokens of job: when the
+ * rotated part of their heads is at most ROT_BLOCKED_MAX_BYTES, so that it
+ * stays in a core's caches. Measured on Zen 3 (float32, 32 + 32 heads of
+ * 128, one thread; docs/BENCHMARKS.md, "Measured choices in the CPU
+ * plugin"): cos and sin kept in registers across the heads made 1 token
+ * 1.48x and 16 tokens (512 KiB) 1.17x faster, 64 tokens 1.07x; from 8 MiB
+ * on it was slower (0.55-0.75x at 512-4096 tokens): the heads are then
+ * read from memory, and a block's stride of a head across the token keeps
+ * the hardware prefetcher from the whole-line streams that a head at a
+ * time gives it.
+ */
+#define ROT_BLOCKED_MAX_BYTES ((int64_t)1 << 20)
+
+V_INLINE bool rot_blocked(const struct fld_cpu_rotary_job *job, int64_t tokens, const int dt)
+{
+    const fld_rotary_geometry *g = &job->g;
+    const int64_t heads = g->q_heads + (g->key ? g->k_heads : 0);
+    return tokens * heads * g->rot_dim * (int64_t)fld__cpu_elem_size(dt) <= ROT_BLOCKED_MAX_BYTES;
+}
+
 /* The chunk [f0, f0 + n) of every head of side; next (or NULL): the same heads of the next token.
  */
 V_INLINE void rot_heads(const struct rot_side *side, int64_t f0, int64_t n, int64_t half,
@@ -376,6 +440,7 @@ V_INLINE void rot_copy_rest(const struct rot_side *side, int64_t rot_dim, int64_
 V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64_t t1, const int dt,
                          const bool neox)
 {
+    const bool blocked = neox && rot_blocked(job, t1 - t0, dt);
     const fld_rotary_geometry *g = &job->g, *o = &job->out;
     const int64_t half = g->rot_dim / 2;
     const int cdt = job->cache_dt;
@@ -418,6 +483,15 @@ V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64
             }
 #endif
             rot_fill(c, s, row, f0, n, half, cdt, dt, neox);
+            if (blocked) {
+                if (has_q)
+                    rot_neox_heads(&q, f0, n, half, c, s, dt,
+                                   more ? fld__cpu_at(q.base, g->q_token_stride, dt) : NULL);
+                if (has_k)
+                    rot_neox_heads(&k, f0, n, half, c, s, dt,
+                                   more ? fld__cpu_at(k.base, g->k_token_stride, dt) : NULL);
+                continue;
+            }
             if (has_q)
                 rot_heads(&q, f0, n, half, c, s, dt, neox,
                           more ? fld__cpu_at(q.base, g->q_token_stride, dt) : NULL);
