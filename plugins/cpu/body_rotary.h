@@ -265,12 +265,16 @@ V_INLINE bool rot_blocked(const struct fld_cpu_rotary_job *job, int64_t tokens, 
     return tokens * heads * g->rot_dim * (int64_t)fld__cpu_elem_size(dt) <= ROT_BLOCKED_MAX_BYTES;
 }
 
-/* The chunk [f0, f0 + n) of every head of side; next (or NULL): the same heads of the next token.
- */
+/* The chunk [f0, f0 + n) of every head of side (neox with blocked: rot_neox_heads); next (or
+ * NULL): the same heads of the next token. */
 V_INLINE void rot_heads(const struct rot_side *side, int64_t f0, int64_t n, int64_t half,
                         const float *c, const float *s, const int dt, const bool neox,
-                        const void *next)
+                        const bool blocked, const void *next)
 {
+    if (neox && blocked) {
+        rot_neox_heads(side, f0, n, half, c, s, dt, next);
+        return;
+    }
     const int64_t es = (int64_t)fld__cpu_elem_size(dt);
     for (int64_t h = 0; h < side->heads; h++) {
         const void *head = fld__cpu_at(side->base, h * side->head_stride, dt);
@@ -483,20 +487,11 @@ V_INLINE void rot_tokens(const struct fld_cpu_rotary_job *job, int64_t t0, int64
             }
 #endif
             rot_fill(c, s, row, f0, n, half, cdt, dt, neox);
-            if (blocked) {
-                if (has_q)
-                    rot_neox_heads(&q, f0, n, half, c, s, dt,
-                                   more ? fld__cpu_at(q.base, g->q_token_stride, dt) : NULL);
-                if (has_k)
-                    rot_neox_heads(&k, f0, n, half, c, s, dt,
-                                   more ? fld__cpu_at(k.base, g->k_token_stride, dt) : NULL);
-                continue;
-            }
             if (has_q)
-                rot_heads(&q, f0, n, half, c, s, dt, neox,
+                rot_heads(&q, f0, n, half, c, s, dt, neox, blocked,
                           more ? fld__cpu_at(q.base, g->q_token_stride, dt) : NULL);
             if (has_k)
-                rot_heads(&k, f0, n, half, c, s, dt, neox,
+                rot_heads(&k, f0, n, half, c, s, dt, neox, blocked,
                           more ? fld__cpu_at(k.base, g->k_token_stride, dt) : NULL);
         }
         if (job->copy_rest) {
