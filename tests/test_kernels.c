@@ -1333,12 +1333,26 @@ START_TEST(test_rotary)
                     }
     /* Enough tokens that the cpu plugin's neox goes a head at a time instead of
      * keeping cos and sin across the heads (body_rotary.h, rot_blocked): 2.4 MiB
-     * of 16-bit heads, more than 1 MiB in each of two threads' ranges. */
+     * of 16-bit heads, more than 1 MiB in each range of a two-thread call. Two
+     * threads whatever the host has, so that its core count does not decide
+     * which path runs. */
+    const char *threads = getenv("VLLM_FL_CPU_THREADS");
+    char *before = threads ? strdup(threads) : NULL;
+    setenv("VLLM_FL_CPU_THREADS", "2", 1);
+    fld_shutdown();
+    ck_assert_msg(fld_init() == FLD_OK, "fld_init: %s", fld_last_error());
     for (int neox = 0; neox < 2; neox++) {
         struct rope_case c = {
             .neox = neox, .key = true, .head = 256, .rot = 256, .layout = L_FLAT, .tokens = 600};
         run_rope(&impls, qdt, cdt, &c);
     }
+    if (before)
+        setenv("VLLM_FL_CPU_THREADS", before, 1);
+    else
+        unsetenv("VLLM_FL_CPU_THREADS");
+    free(before);
+    fld_shutdown();
+    ck_assert_msg(fld_init() == FLD_OK, "fld_init: %s", fld_last_error());
     check_caches_unchanged();
 }
 END_TEST
