@@ -585,14 +585,14 @@ def run(p, logdir, progress):
                 for s in child_order(rounds):
                     samples[s] += children[s].ask(dict(cmd, cmd="time"))["samples"]
                 rounds += 1
+                if rounds < p["rounds"]:
+                    continue
                 rows = [make_row(config, b, p["tokens"], samples, rounds) for b in p["batch"]]
-                if rounds >= p["rounds"]:
-                    still = wide(rows, p["spread"])
-                    if not still or rounds >= p["max_rounds"]:
-                        break
-                    progress(f"{model} {mode} {dt}: A/A spread above {100 * p['spread']:.0f}% "
-                             f"at batch {','.join(map(str, still))} after {rounds} rounds; "
-                             f"one more")
+                still = wide(rows, p["spread"])
+                if not still or rounds >= p["max_rounds"]:
+                    break
+                progress(f"{model} {mode} {dt}: A/A spread above {100 * p['spread']:g}% at "
+                         f"batch {','.join(map(str, still))} after {rounds} rounds; one more")
             for s in CHILDREN:
                 got = children[s].ask(dict(cmd, cmd="stop"))
                 if s == "on-a":

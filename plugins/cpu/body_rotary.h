@@ -248,13 +248,13 @@ V_INLINE void rot_neox_heads(const struct rot_side *side, int64_t f0, int64_t n,
  * Whether neox takes rot_neox_heads for tokens tokens of job: when the
  * rotated part of their heads is at most ROT_BLOCKED_MAX_BYTES, so that it
  * stays in a core's caches. Measured on Zen 3 (float32, 32 + 32 heads of
- * 128, one thread; docs/BENCHMARKS.md, "Measured choices in the CPU
- * plugin"): cos and sin kept in registers across the heads made 1 token
- * 1.48x and 16 tokens (512 KiB) 1.17x faster, 64 tokens 1.07x; from 8 MiB
- * on it was slower (0.55-0.75x at 512-4096 tokens): the heads are then
- * read from memory, and a block's stride of a head across the token keeps
- * the hardware prefetcher from the whole-line streams that a head at a
- * time gives it.
+ * 128, one and two threads; docs/BENCHMARKS.md, "Measured choices in the
+ * CPU plugin"): cos and sin kept in registers across the heads made 1 token
+ * 1.45-1.51x and 16 tokens (512 KiB) 1.22-1.29x faster; blocked at every
+ * size, 128-256 tokens were 0.96-1.03x and 512-4096 tokens 0.55-0.75x: the
+ * heads then come from memory, and going across a token's heads a block at
+ * a time keeps the hardware prefetchers from the whole-line streams that a
+ * head at a time gives them.
  */
 #define ROT_BLOCKED_MAX_BYTES ((int64_t)1 << 20)
 
