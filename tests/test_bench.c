@@ -627,6 +627,17 @@ START_TEST(no_implementation_exits_3)
     assert_status(r, 3);
     ck_assert_msg(strstr(r.err, "no implementation of gelu_and_mul for cuda/f32"), CLIP, r.err);
     tt_tool_run_free(&r);
+
+    /* Without OP, such an op is skipped and the others run. */
+    tt_tool_run(&r, ENV(fakedev_env()),
+                ARGS("bench", "--quick", "--device", "cuda", "--dtype", "f32", "--tokens", "1",
+                     "--copy-mib", "16"));
+    assert_status(r, 0);
+    ck_assert_msg(strstr(r.err, "skipped: no implementation of gelu_and_mul for cuda/f32"), CLIP,
+                  r.err);
+    ck_assert_msg(line_with(r.out, "rms_norm", "f32"), CLIP, r.out);
+    ck_assert_msg(!line_with(r.out, "gelu_and_mul", "f32"), CLIP, r.out);
+    tt_tool_run_free(&r);
 }
 END_TEST
 

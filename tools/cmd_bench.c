@@ -85,8 +85,10 @@ static const char bench_usage[] =
     "Every mode reports measurements only. This project's speed targets are\n"
     "checked from the --json document by bench/targets.py (in the source tree).\n"
     "See bench/README.md for the method.\n"
+    "Without OP, an op and dtype that nothing here can run (none registered for\n"
+    "the device, or none available) is skipped with a note on stderr.\n"
     "Exit status: 0 success, 1 a call failed, 2 usage, 3 no implementation for\n"
-    "an op, device and dtype.\n";
+    "a named op, device and dtype (without OP: for any of them).\n";
 
 /* ---- option values ------------------------------------------------------------ */
 
@@ -347,6 +349,7 @@ int cmd_bench(int argc, char **argv)
     opt.copy_bytes = copy_mib    ? (size_t)copy_mib << 20
                      : opt.quick ? BENCH_D2D_QUICK_BYTES
                                  : BENCH_D2D_BYTES;
+    opt.ops_named = opt.ops != 0;
     if (!opt.ops)
         for (int k = 0; bench_op_names()[k]; k++)
             opt.ops |= 1u << k;

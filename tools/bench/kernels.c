@@ -784,7 +784,8 @@ static int op_shapes(const struct bench_run *r, int op, int64_t *tokens, bool *r
 /*
  * Decides which impls run for every (op, dtype) and which one the caller's
  * policy selects. Returns CLI_EXIT_NONE (after a message per missing pair)
- * when some (op, dtype) has nothing to run.
+ * when a named op has a dtype with nothing to run, or when nothing at all
+ * can run; without named ops such a pair is skipped with a note.
  */
 static int plan(struct bench_run *r)
 {
@@ -837,12 +838,19 @@ static int plan(struct bench_run *r)
             }
             r->plan_count[op][dt] = r->n_planned - r->plan_first[op][dt];
             if (r->plan_count[op][dt] == 0) {
-                fprintf(stderr, "fldispatch bench: no implementation%s%s of %s for %s/%s%s\n",
-                        opt->impl ? " " : "", opt->impl ? cli_text(opt->impl) : "", op_names[op],
+                fprintf(stderr, "fldispatch bench: %sno implementation%s%s of %s for %s/%s%s\n",
+                        opt->ops_named ? "" : "skipped: ", opt->impl ? " " : "",
+                        opt->impl ? cli_text(opt->impl) : "", op_names[op],
                         fld_device_name(opt->device_type), tool_dtype_name(dt), unavailable);
-                status = CLI_EXIT_NONE;
+                if (opt->ops_named)
+                    status = CLI_EXIT_NONE;
             }
         }
+    }
+    if (status == CLI_EXIT_OK && r->n_planned == 0) {
+        fprintf(stderr, "fldispatch bench: nothing to run on %s\n",
+                fld_device_name(opt->device_type));
+        status = CLI_EXIT_NONE;
     }
     return status;
 }
