@@ -54,9 +54,16 @@
 /* Helpers                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Every catalog op that computes on tensors, by family (the GPU plugins serve them all). */
+#define COMPUTE_GATED(name)       #name,
+#define COMPUTE_ELEMENTWISE(name) #name,
+#define COMPUTE_NORM(name)        #name,
+#define COMPUTE_ROTARY(name)      #name,
+#define COMPUTE_ROTARY_OUT(name)  #name,
+#define COMPUTE_ATTENTION(name)
 static const char *const compute_ops[] = {
-    FLD_OP_SILU_AND_MUL, FLD_OP_MUL_AND_SILU,   FLD_OP_GELU_AND_MUL,     FLD_OP_GELU_TANH_AND_MUL,
-    FLD_OP_RMS_NORM,     FLD_OP_GEMMA_RMS_NORM, FLD_OP_ROTARY_EMBEDDING,
+#define FLD_CATALOG_OP(id, name, family, doc) COMPUTE_##family(name)
+#include <fldispatch/catalog.def>
 };
 enum { N_COMPUTE_OPS = sizeof compute_ops / sizeof compute_ops[0] };
 
@@ -171,8 +178,27 @@ static int call_on_fake_device(const char *op, int device_type, DLDataType dt)
         const fld_rotary_embedding_args a = {&pos.t, &q.t, NULL, 64, &cache.t, true};
         return fld_call_by_name(op, &a);
     }
+    if (strcmp(op, FLD_OP_ROTARY_EMBEDDING_OUT) == 0) {
+        struct fake_tensor q_out;
+        fake_tensor(&pos, device_type, 0x10000000, (DLDataType){kDLInt, 64, 1}, 1, (int64_t[]){4});
+        fake_tensor(&q, device_type, 0x20000000, dt, 2, (int64_t[]){4, 2 * 64});
+        fake_tensor(&cache, device_type, 0x30000000, FLD_DTYPE_F32, 2, (int64_t[]){16, 64});
+        fake_tensor(&q_out, device_type, 0x40000000, dt, 2, (int64_t[]){4, 2 * 64});
+        const fld_rotary_embedding_out_args a = {&pos.t,   &q.t, NULL, 64, &cache.t,
+                                                 true,     &q_out.t, NULL};
+        return fld_call_by_name(op, &a);
+    }
+    static const struct {
+        const char *name, *family;
+    } families[] = {
+#define FLD_CATALOG_OP(id, name, family, doc) {#name, #family},
+#include <fldispatch/catalog.def>
+    };
+    bool gated = false;
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        gated |= strcmp(op, families[i].name) == 0 && strcmp(families[i].family, "GATED") == 0;
     fake_tensor(&out, device_type, 0x10000000, dt, 2, (int64_t[]){4, 64});
-    fake_tensor(&x, device_type, 0x20000000, dt, 2, (int64_t[]){4, 128});
+    fake_tensor(&x, device_type, 0x20000000, dt, 2, (int64_t[]){4, gated ? 128 : 64});
     const fld_activation_args a = {&out.t, &x.t};
     return fld_call_by_name(op, &a);
 }

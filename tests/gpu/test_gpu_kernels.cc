@@ -132,8 +132,9 @@ int64_t differing(const tt_tensor *a, const tt_tensor *b)
     return d;
 }
 
-const char *const act_names[4] = {"silu_and_mul", "mul_and_silu", "gelu_and_mul",
-                                  "gelu_tanh_and_mul"};
+const char *const act_names[FLD_GPU_ACT_OPS] = {"silu_and_mul",      "mul_and_silu", "gelu_and_mul",
+                                                "gelu_tanh_and_mul", "gelu_quick",   "gelu_new",
+                                                "gelu_fast"};
 
 int call_act(int op, DLTensor *out, const DLTensor *x)
 {
@@ -144,8 +145,14 @@ int call_act(int op, DLTensor *out, const DLTensor *x)
         return fld_mul_and_silu(out, x);
     case FLD_GPU_GELU_AND_MUL:
         return fld_gelu_and_mul(out, x);
-    default:
+    case FLD_GPU_GELU_TANH_AND_MUL:
         return fld_gelu_tanh_and_mul(out, x);
+    case FLD_GPU_GELU_QUICK:
+        return fld_gelu_quick(out, x);
+    case FLD_GPU_GELU_NEW:
+        return fld_gelu_new(out, x);
+    default:
+        return fld_gelu_fast(out, x);
     }
 }
 
@@ -162,7 +169,8 @@ void check_act(int op, int dti, int variant, int64_t rows, int64_t d, int64_t x_
     snprintf(what, sizeof what, "%s %s %s rows=%lld d=%lld", act_names[op], fld_dtype_name(dt),
              variant == FLD_GPU_VECTOR ? "vector" : "reference", (long long)rows, (long long)d);
 
-    const int64_t xs[2] = {rows, 2 * d}, xst[2] = {2 * d + x_pad, 1};
+    const int64_t xd = fld__gpu_act_gated(op) ? 2 * d : d;
+    const int64_t xs[2] = {rows, xd}, xst[2] = {xd + x_pad, 1};
     const int64_t os[2] = {rows, d}, ost[2] = {d + out_pad, 1};
     tt_tensor *x = tt_new_strided(dt, 2, xs, xst);
     tt_fill_normal(x, 1000 + (uint64_t)op * 7 + (uint64_t)dti, 0.0, 3.0);
@@ -177,7 +185,7 @@ void check_act(int op, int dti, int variant, int64_t rows, int64_t d, int64_t x_
     fld_tensor_rows(&x->t, &xr);
     fld_tensor_rows(&got->t, &orow);
     struct fld__gpu_act_args a = {op, dti, orow.data, xr.data, rows, d, orow.stride, xr.stride};
-    ck_assert_int_eq(xr.width, 2 * d);
+    ck_assert_int_eq(xr.width, xd);
     if (variant == FLD_GPU_VECTOR)
         ck_assert_msg(fld__gpu_act_vector_ok(&a), "%s: not vector-aligned", what);
     const int rc = api.act(&a, variant, NULL);
@@ -189,10 +197,11 @@ void check_act(int op, int dti, int variant, int64_t rows, int64_t d, int64_t x_
     tt_free(got);
 }
 
-/* _i: op (4) x dtype (3) x family (2). */
+/* _i: op (7) x dtype (3) x family (2). */
 START_TEST(act_matches_reference)
 {
-    const int op = _i % 4, dti = (_i / 4) % 3, variant = _i / 12;
+    const int op = _i % FLD_GPU_ACT_OPS, dti = (_i / FLD_GPU_ACT_OPS) % 3,
+              variant = _i / (3 * FLD_GPU_ACT_OPS);
     if (variant == FLD_GPU_VECTOR)
         check_act(op, dti, variant, 7, 64, 16, 8 * (dti ? 1 : 2));
     else
@@ -204,7 +213,49 @@ END_TEST
 START_TEST(act_wide_rows)
 {
     const int dti = _i % 3, variant = _i / 3;
-    check_act(FLD_GPU_SILU_AND_MUL, dti, variant, 3, variant == FLD_GPU_VECTOR ? 4096 : 1100, 0, 0);
+    const int64_t d = variant == FLD_GPU_VECTOR ? 4096 : 1100;
+    check_act(FLD_GPU_SILU_AND_MUL, dti, variant, 3, d, 0, 0);
+    check_act(FLD_GPU_GELU_QUICK, dti, variant, 3, d, 0, 0);
+}
+END_TEST
+
+/* vLLM's elementwise formulas, written here for the check. */
+float unary_f32(int op, float f)
+{
+    if (op == FLD_GPU_GELU_QUICK)
+        return f / (1.0f + expf(-1.702f * f));
+    if (op == FLD_GPU_GELU_NEW)
+        return 0.5f * f * (1.0f + tanhf(0.79788456f * (f + 0.044715f * (f * f * f))));
+    return 0.5f * f * (1.0f + tanhf(0.79788456f * f * (1.0f + 0.044715f * f * f)));
+}
+
+/* Every 16-bit value through each elementwise activation: out = round(act(x)),
+   one rounding. _i: dtype (f16, bf16) x op (3) x family (2). */
+START_TEST(unary_all_16bit)
+{
+    setup();
+    const int dti = 1 + _i % 2, op = FLD_GPU_GELU_QUICK + (_i / 2) % 3, variant = _i / 6;
+    const DLDataType dt = dtype_at(dti);
+    const int64_t n = 65536, shape[2] = {1, n};
+    tt_tensor *x = tt_new(dt, 2, shape), *out = tt_new(dt, 2, shape);
+    uint16_t *xv = static_cast<uint16_t *>(ptr(x));
+    for (int64_t i = 0; i < n; i++)
+        xv[i] = (uint16_t)i;
+    fld_rows xr, orow;
+    fld_tensor_rows(&x->t, &xr);
+    fld_tensor_rows(&out->t, &orow);
+    struct fld__gpu_act_args a = {op, dti, orow.data, xr.data, 1, n, orow.stride, xr.stride};
+    ck_assert_int_eq(api.act(&a, variant, NULL), 0);
+    for (int64_t i = 0; i < n; i++) {
+        const double want = tt_round(dt, unary_f32(op, (float)tt_get(x, i)));
+        const double got = tt_get(out, i);
+        ck_assert_msg(got == want || (isnan(got) && isnan(want)),
+                      "%s %s %s: input 0x%04llx: got %.9g, want %.9g", act_names[op],
+                      fld_dtype_name(dt), variant == FLD_GPU_VECTOR ? "vector" : "reference",
+                      (long long)i, got, want);
+    }
+    tt_free(x);
+    tt_free(out);
 }
 END_TEST
 
@@ -562,16 +613,18 @@ struct rotary_case {
     int64_t head_pad;  /* > 0: [T, H, D] with head stride D + pad; 0: [T, H * D] */
     int64_t bad_token; /* >= 0: this token's position is out of range (and the next one's -1) */
     int expect_vec;    /* FLD_GPU_VECTOR: 1 the 16-byte kernel must run, 0 it must not, -1 either */
+    bool out;          /* rotary_embedding_out: into new heads, padded by out_pad (as head_pad) */
+    int64_t out_pad;
 };
 
-tt_tensor *new_heads(const rotary_case &c, int64_t heads)
+tt_tensor *new_heads(const rotary_case &c, int64_t heads, int64_t pad)
 {
     const DLDataType dt = dtype_at(c.dti);
-    if (c.head_pad == 0) {
+    if (pad == 0) {
         const int64_t s[2] = {c.tokens, heads * c.head_size};
         return tt_new(dt, 2, s);
     }
-    const int64_t hs = c.head_size + c.head_pad;
+    const int64_t hs = c.head_size + pad;
     const int64_t s[3] = {c.tokens, heads, c.head_size}, st[3] = {heads * hs, hs, 1};
     return tt_new_strided(dt, 3, s, st);
 }
@@ -582,12 +635,12 @@ void check_rotary(const rotary_case &c)
     char what[224];
     snprintf(what, sizeof what,
              "rotary %s cache=%s %s %s key=%d pos=%s T=%lld Hq=%lld Hk=%lld D=%lld rot=%lld "
-             "pad=%lld",
+             "pad=%lld%s",
              fld_dtype_name(dt), fld_dtype_name(cdt), c.neox ? "neox" : "gptj",
              c.variant == FLD_GPU_VECTOR ? "vector" : "reference", c.key,
              c.int32_pos ? "int32" : "int64", (long long)c.tokens, (long long)c.q_heads,
              (long long)c.k_heads, (long long)c.head_size, (long long)c.rot_dim,
-             (long long)c.head_pad);
+             (long long)c.head_pad, c.out ? " out of place" : "");
 
     const int64_t max_pos = 64;
     const int64_t cshape[2] = {max_pos, c.rot_dim};
@@ -614,7 +667,8 @@ void check_rotary(const rotary_case &c)
         tt_set(pos, t, bad);
     }
 
-    tt_tensor *q0 = new_heads(c, c.q_heads), *k0 = c.key ? new_heads(c, c.k_heads) : NULL;
+    tt_tensor *q0 = new_heads(c, c.q_heads, c.head_pad),
+              *k0 = c.key ? new_heads(c, c.k_heads, c.head_pad) : NULL;
     tt_fill_normal(q0, 300 + (uint64_t)c.dti, 0.0, 1.0);
     if (k0)
         tt_fill_normal(k0, 301, 0.0, 1.0);
@@ -663,12 +717,55 @@ void check_rotary(const rotary_case &c)
     a.cache_stride = g.cache_stride;
     a.max_pos = g.max_pos;
     a.is_neox = c.neox;
+    /* Out of place: outputs filled with a poison value, which the tokens of
+       bad positions keep (their heads are not written). */
+    const bool out_of_place = c.out;
+    const double poison = -7.0;
+    tt_tensor *qo = NULL, *ko = NULL;
+    if (out_of_place) {
+        qo = new_heads(c, c.q_heads, c.out_pad);
+        ko = k1 ? new_heads(c, c.k_heads, c.out_pad) : NULL;
+        for (int64_t i = 0; i < tt_numel(qo); i++)
+            tt_set(qo, i, poison);
+        for (int64_t i = 0; ko && i < tt_numel(ko); i++)
+            tt_set(ko, i, poison);
+        const fld_rotary_embedding_out_args oa = {&pos->t,   &q1->t, k1 ? &k1->t : NULL,
+                                                  c.head_size, &cache->t, c.neox,
+                                                  &qo->t,    ko ? &ko->t : NULL};
+        fld_rotary_geometry gin, gout;
+        fld_rotary_out_geometry_of(&oa, &gin, &gout);
+        a.query_out = gout.query;
+        a.key_out = ko ? gout.key : NULL;
+        a.qo_token_stride = gout.q_token_stride;
+        a.qo_head_stride = gout.q_head_stride;
+        a.ko_token_stride = gout.k_token_stride;
+        a.ko_head_stride = gout.k_head_stride;
+        /* rotary_embedding_out gives rotary_embedding's bits: q0 and k0. */
+        for (int64_t t = c.bad_token; c.bad_token >= 0 && t < c.bad_token + 2 && t < c.tokens;
+             t++) {
+            for (int64_t i = 0; i < c.q_heads * c.head_size; i++)
+                tt_set(q0, t * c.q_heads * c.head_size + i, poison);
+            for (int64_t i = 0; k0 && i < c.k_heads * c.head_size; i++)
+                tt_set(k0, t * c.k_heads * c.head_size + i, poison);
+        }
+    }
     if (c.variant == FLD_GPU_VECTOR && c.expect_vec >= 0)
         ck_assert_msg(fld_gpu::rotary_vector_ok(&a) == (c.expect_vec == 1), "%s: vector kernel %s",
                       what, c.expect_vec ? "not taken" : "taken");
     const int rc = api.rotary(&a, c.variant, NULL);
     ck_assert_msg(rc == 0, "%s: emulator: %s", what, api.error_string(rc));
 
+    if (out_of_place) {
+        char iw[240];
+        snprintf(iw, sizeof iw, "%s (inputs)", what);
+        expect_close(q1, q_orig, iw, true);
+        if (k1)
+            expect_close(k1, k_orig, iw, true);
+        tt_free(q1);
+        tt_free(k1);
+        q1 = qo; /* the checks below read the outputs */
+        k1 = ko;
+    }
     expect_close(q1, q0, what, true);
     ck_assert_msg(differing(q1, q_orig) > 0, "%s: query unchanged", what);
     if (k1) {
@@ -677,8 +774,9 @@ void check_rotary(const rotary_case &c)
         expect_close(k1, k0, kw, true);
         ck_assert_msg(differing(k1, k_orig) > 0, "%s: key unchanged", what);
     }
-    /* Elements past rot_dim are never written. */
-    for (int64_t t = 0; t < c.tokens; t++)
+    /* Elements past rot_dim are never written in place (out of place, the
+       comparison with q0 saw them copied). */
+    for (int64_t t = 0; !out_of_place && t < c.tokens; t++)
         for (int64_t h = 0; h < c.q_heads; h++)
             for (int64_t i = c.rot_dim; i < c.head_size; i++) {
                 const int64_t at = (t * c.q_heads + h) * c.head_size + i;
@@ -754,6 +852,47 @@ START_TEST(rotary_variants)
     c.int32_pos = true;
     c.neox = false;
     c.bad_token = 9;
+    check_rotary(c);
+}
+END_TEST
+
+/*
+ * rotary_embedding_out: the outputs get rotary_embedding's bits, the tail
+ * past rot_dim copied, the inputs untouched, the tokens of bad positions not
+ * written, the outputs' own layout honoured. _i: dtype (3) x neox/gptj (2) x
+ * family (2) x output layout (2: contiguous, or padded heads).
+ */
+START_TEST(rotary_out_of_place)
+{
+    setup();
+    rotary_case c = {};
+    c.dti = _i % 3;
+    c.neox = (_i / 3) % 2;
+    c.variant = (_i / 6) % 2;
+    c.out = true;
+    c.out_pad = (_i / 12) ? 8 : 0;
+    c.key = true;
+    c.cache_f32 = true;
+    c.tokens = 7;
+    c.q_heads = 4;
+    c.k_heads = 2;
+    c.head_size = 64;
+    c.rot_dim = 64;
+    c.head_pad = 8;
+    c.bad_token = -1;
+    c.expect_vec = 1;
+    check_rotary(c);
+    c.rot_dim = 32; /* a tail to copy */
+    c.cache_f32 = false;
+    check_rotary(c);
+    c.key = false;
+    c.int32_pos = true;
+    c.bad_token = 3;
+    c.expect_vec = -1;
+    check_rotary(c);
+    c.key = true;
+    c.out_pad = 3; /* odd output head stride: the vector family falls back to pairs */
+    c.expect_vec = 0;
     check_rotary(c);
 }
 END_TEST
@@ -1015,8 +1154,9 @@ Suite *gpu_suite(void)
 
     tc = tcase_create("activations");
     tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, act_matches_reference, 0, 24);
+    tcase_add_loop_test(tc, act_matches_reference, 0, 6 * FLD_GPU_ACT_OPS);
     tcase_add_loop_test(tc, act_wide_rows, 0, 6);
+    tcase_add_loop_test(tc, unary_all_16bit, 0, 12);
     tcase_add_loop_test(tc, act_rounding_all_16bit, 0, 16);
     tcase_add_test(tc, act_vector_refuses_misaligned);
     suite_add_tcase(s, tc);
@@ -1036,6 +1176,7 @@ Suite *gpu_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, rotary_matches_reference, 0, 24);
     tcase_add_loop_test(tc, rotary_variants, 0, 6);
+    tcase_add_loop_test(tc, rotary_out_of_place, 0, 24);
     tcase_add_loop_test(tc, rotary_rounding_order, 0, 8);
     tcase_add_test(tc, rotary_refuses_bad_arguments);
     suite_add_tcase(s, tc);

@@ -6,14 +6,19 @@ The CUDA plugin's logic is tested without a GPU (tests/gpu runs the kernel
 source under a CPU emulator, tests/gpuplug the glue over it); this program
 runs the built library on a CUDA device through PyTorch tensors and checks:
 
-  sizes     activations with more than 65,535 rows (the grid's y limit) in
-            every dtype, more than 2^31 elements (64-bit indexing), norms
-            with few wide rows and very many narrow ones (qk-norm);
+  sizes     gated and elementwise activations with more than 65,535 rows
+            (the grid's y limit) in every dtype, more than 2^31 elements
+            (64-bit indexing), norms with few wide rows and very many narrow
+            ones (qk-norm);
   layouts   views 2 bytes off 16-byte alignment (vendor.cuda declines them,
             reference.cuda runs them), the fused residual in place (out is
             x), rotary on q/k views of one fused qkv tensor, int32 and int64
             positions, rot_dim < head_size, an out-of-range position left
-            alone, a float32 cache with 16-bit q/k;
+            alone, a float32 cache with 16-bit q/k; rotary_embedding_out
+            from such views into new tensors gives the in-place op's bits,
+            leaves its inputs alone and does not write the token of an
+            out-of-range position;
+  selection every compute op resolves to vendor.cuda in every dtype;
   streams   with no fld_set_stream() the kernels run on the per-thread
             default stream and stay ordered with PyTorch's legacy-stream
             work; a side stream and cudaStreamLegacy are used as given;
@@ -31,9 +36,8 @@ skipped: no CUDA device), 1 a check failed, 2 usage.
     python3 tests/gpu_real/check_gpu.py [--lib build/lib/libfldispatch.so]
         [--tool build/bin/fldispatch] [--quick] [--json FILE]
 
-FLD_LIB / FLD_TOOL stand for --lib / --tool. Run on an NVIDIA H100 the first
-time on 2026-11-23 (the shared GPU kit's checks; this program is their
-in-repo successor and has not run on a GPU yet where it was written).
+FLD_LIB / FLD_TOOL stand for --lib / --tool. It has run on an NVIDIA H100
+and an H200: docs/BENCHMARKS.md ("Device kernels") has the results.
 """
 import argparse
 import ctypes
@@ -107,11 +111,13 @@ class Fld:
         L.fld_set_stream.argtypes = [ctypes.c_int, ctypes.c_void_p]
         L.fld_get_stream.argtypes = [ctypes.c_int]
         L.fld_get_stream.restype = ctypes.c_void_p
-        for n in ("silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul"):
+        for n in ACTS + UNARY:
             getattr(L, "fld_" + n).argtypes = [TP, TP]
         for n in ("rms_norm", "gemma_rms_norm"):
             getattr(L, "fld_" + n).argtypes = [TP, TP, TP, TP, ctypes.c_float]
         L.fld_rotary_embedding.argtypes = [TP, TP, TP, ctypes.c_int64, TP, ctypes.c_bool]
+        L.fld_rotary_embedding_out.argtypes = [TP, TP, TP, ctypes.c_int64, TP, ctypes.c_bool,
+                                               TP, TP]
         L.fld_resolve.argtypes = [ctypes.c_char_p, ctypes.c_int, DType,
                                   ctypes.POINTER(ctypes.c_char_p)]
         self.ok(L.fld_init(), "fld_init")
@@ -143,6 +149,11 @@ class Fld:
     def rotary(self, pos, q, k, head, cache, neox):
         self.ok(self.lib.fld_rotary_embedding(self.view(pos), self.view(q), self.view(k), head,
                                               self.view(cache), neox), "rotary_embedding")
+
+    def rotary_out(self, pos, q, k, head, cache, neox, q_out, k_out):
+        self.ok(self.lib.fld_rotary_embedding_out(self.view(pos), self.view(q), self.view(k), head,
+                                                  self.view(cache), neox, self.view(q_out),
+                                                  self.view(k_out)), "rotary_embedding_out")
 
     def set_stream(self, handle):
         self.ok(self.lib.fld_set_stream(CUDA, ctypes.c_void_p(handle)), "fld_set_stream")
@@ -187,6 +198,17 @@ def act_ref(op, x, d):
     return torch.nn.functional.gelu(a, approximate="tanh") * b
 
 
+def unary_ref(op, x):
+    """vLLM's QuickGELU, NewGELU and FastGELU in float32."""
+    v = x.float()
+    if op == "gelu_quick":
+        return v * torch.sigmoid(1.702 * v)
+    c = 0.79788456
+    if op == "gelu_new":
+        return 0.5 * v * (1.0 + torch.tanh(c * (v + 0.044715 * v.pow(3))))
+    return 0.5 * v * (1.0 + torch.tanh(c * v * (1.0 + 0.044715 * v * v)))
+
+
 def norm_ref(x, w, res, eps, gemma, dtype):
     v = x.float()
     new_res = None
@@ -220,6 +242,7 @@ def rotary_ref(x, pos, cache, heads, head, rot, neox):
 # ------------------------------------------------------------------- cases --
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 ACTS = ("silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul")
+UNARY = ("gelu_quick", "gelu_new", "gelu_fast")
 
 
 def twice(fn):
@@ -251,6 +274,22 @@ def case_act(fld, op, dtype, rows, d, misaligned=False, chunk=16384):
         err = max(err, compare(out[r:r + chunk], act_ref(op, x[r:r + chunk], d), dtype,
                                f"{op} rows {r}+"))
     return f"max err {err:.2e}"
+
+
+def case_unary(fld, op, dtype, rows, d, misaligned=False):
+    if misaligned:
+        store = torch.empty(rows, d + 8, dtype=dtype, device="cuda").uniform_(-6, 6)
+        x = store[:, 1:1 + d]
+    else:
+        x = torch.empty(rows, d, dtype=dtype, device="cuda").uniform_(-6, 6)
+
+    def run():
+        out = torch.full((rows, d), float("nan"), dtype=dtype, device="cuda")
+        fld.act(op, out, x)
+        return out
+
+    out = twice(run)
+    return f"max err {compare(out, unary_ref(op, x), dtype, op):.2e}"
 
 
 def case_norm(fld, dtype, rows, width, residual=False, inplace=False, gemma=False, weight=True,
@@ -308,6 +347,40 @@ def case_rotary(fld, dtype, cache_dtype, T, qh, kh, head=128, rot=128, neox=True
                  rotary_ref(qkv0[:, q_end:k_end], pos, cache, kh, head, rot, neox), dtype,
                  "rotary k")
     return f"max err {max(e1, e2):.2e}"
+
+
+def case_rotary_out(fld, dtype, T, qh, kh, head=128, rot=128, neox=True, max_pos=4096):
+    """rotary_embedding_out from q/k views of a qkv tensor into new tensors: the same bits as
+    rotary_embedding in place, the inputs untouched, the tail past rot copied, and the token of
+    an out-of-range position not written (its rows keep their NaN)."""
+    qkv0 = torch.empty(T, (qh + 2 * kh) * head, dtype=dtype, device="cuda").uniform_(-1, 1)
+    inv = 1.0 / (10000.0 ** (torch.arange(0, rot, 2, device="cuda").float() / rot))
+    ang = torch.arange(max_pos, device="cuda").float()[:, None] * inv[None, :]
+    cache = torch.cat([ang.cos(), ang.sin()], -1).to(dtype).contiguous()
+    pos = torch.randint(0, max_pos, (T,), device="cuda")
+    bad = T // 3
+    pos[bad] = max_pos + 5
+    q_end, k_end = qh * head, (qh + kh) * head
+    qkv = qkv0.clone()
+
+    def run():
+        q_out = torch.full((T, qh * head), float("nan"), dtype=dtype, device="cuda")
+        k_out = torch.full((T, kh * head), float("nan"), dtype=dtype, device="cuda")
+        fld.rotary_out(pos, qkv[:, :q_end], qkv[:, q_end:k_end], head, cache, neox, q_out, k_out)
+        return torch.cat([q_out, k_out], 1)
+
+    out = twice(run)
+    if not torch.equal(qkv.view(torch.uint8), qkv0.view(torch.uint8)):
+        raise AssertionError("rotary_embedding_out wrote into its inputs")
+    if not torch.isnan(out[bad].float()).all():
+        raise AssertionError("the token of an out-of-range position was written")
+    inplace = qkv0.clone()
+    fld.rotary(pos, inplace[:, :q_end], inplace[:, q_end:k_end], head, cache, neox)
+    torch.cuda.synchronize()
+    keep = torch.arange(T, device="cuda") != bad
+    if not torch.equal(out[keep].view(torch.uint8), inplace[keep, :k_end].view(torch.uint8)):
+        raise AssertionError("rotary_embedding_out differs from rotary_embedding in place")
+    return "bits equal to rotary_embedding in place"
 
 
 def case_default_stream_order(fld):
@@ -440,11 +513,13 @@ def case_no_context_created(fld):
 
 
 def case_selection(fld, tool):
-    """vendor.cuda serves aligned calls; the listing names the runtime, driver floor and code."""
-    for dt in DTYPES:
-        got = fld.resolve("rms_norm", dt)
-        if got != "vendor.cuda":
-            raise AssertionError(f"rms_norm {dt} resolves to {got}, not vendor.cuda")
+    """vendor.cuda serves every op; the listing names the runtime, driver floor and code."""
+    for op in ACTS + UNARY + ("rms_norm", "gemma_rms_norm", "rotary_embedding",
+                              "rotary_embedding_out"):
+        for dt in DTYPES:
+            got = fld.resolve(op, dt)
+            if got != "vendor.cuda":
+                raise AssertionError(f"{op} {dt} resolves to {got}, not vendor.cuda")
     if not tool:
         return "resolve only (no --tool)"
     text = subprocess.run([tool, "list", "--verbose"], capture_output=True, text=True,
@@ -560,6 +635,17 @@ def main():
 
     checks = [("selection and listing", lambda: case_selection(fld, args.tool))]
     for dt in DTYPES:
+        for op in UNARY:
+            checks.append((f"{op} {dt} 70000x2048 (> 65535 rows)",
+                           lambda op=op, dt=dt: case_unary(fld, op, dt, 70000, 2048)))
+            checks.append((f"{op} {dt} 97x4096 misaligned view",
+                           lambda op=op, dt=dt: case_unary(fld, op, dt, 97, 4096, misaligned=True)))
+        checks += [
+            (f"rotary_embedding_out {dt} neox 1000 tokens 32q/8k of a qkv tensor",
+             lambda dt=dt: case_rotary_out(fld, dt, 1000, 32, 8)),
+            (f"rotary_embedding_out {dt} gptj rot_dim 64 of head 128",
+             lambda dt=dt: case_rotary_out(fld, dt, 333, 8, 2, rot=64, neox=False)),
+        ]
         for op in ACTS:
             checks.append((f"{op} {dt} 70000x4096 (> 65535 rows)",
                            lambda op=op, dt=dt: case_act(fld, op, dt, 70000, 4096)))

@@ -29,14 +29,24 @@
 extern "C" {
 #endif
 
-#define FLD_GPU_API_VERSION 2
+#define FLD_GPU_API_VERSION 3
 
+/* Gated ops read x as [rows, 2d]; elementwise ones (fld__gpu_act_gated() false) as [rows, d]. */
 enum fld__gpu_act_op {
-    FLD_GPU_SILU_AND_MUL = 0,     /* out = silu(x[:d]) * x[d:] */
-    FLD_GPU_MUL_AND_SILU = 1,     /* out = x[:d] * silu(x[d:]) */
-    FLD_GPU_GELU_AND_MUL = 2,     /* erf gelu(x[:d]) * x[d:] */
-    FLD_GPU_GELU_TANH_AND_MUL = 3 /* tanh gelu(x[:d]) * x[d:] */
+    FLD_GPU_SILU_AND_MUL = 0,      /* out = silu(x[:d]) * x[d:] */
+    FLD_GPU_MUL_AND_SILU = 1,      /* out = x[:d] * silu(x[d:]) */
+    FLD_GPU_GELU_AND_MUL = 2,      /* erf gelu(x[:d]) * x[d:] */
+    FLD_GPU_GELU_TANH_AND_MUL = 3, /* tanh gelu(x[:d]) * x[d:] */
+    FLD_GPU_GELU_QUICK = 4,        /* out = x * sigmoid(1.702 x) */
+    FLD_GPU_GELU_NEW = 5,          /* out = tanh gelu(x), vLLM's NewGELU */
+    FLD_GPU_GELU_FAST = 6,         /* out = tanh gelu(x), vLLM's FastGELU */
+    FLD_GPU_ACT_OPS = 7
 };
+
+static inline bool fld__gpu_act_gated(int op)
+{
+    return op <= FLD_GPU_GELU_TANH_AND_MUL;
+}
 
 /* Which kernel family runs a call. */
 enum fld__gpu_variant {
@@ -48,7 +58,7 @@ struct fld__gpu_act_args {
     int op;        /* enum fld__gpu_act_op */
     int dtype;     /* out and x share it */
     void *out;     /* [rows, d], row stride out_stride */
-    const void *x; /* [rows, 2d], row stride x_stride */
+    const void *x; /* [rows, 2d] (gated) or [rows, d], row stride x_stride */
     int64_t rows, d, out_stride, x_stride;
 };
 
@@ -71,8 +81,8 @@ struct fld__gpu_rotary_args {
     int cache_dtype;       /* cos_sin_cache: float32 or the query's dtype */
     const void *positions; /* [tokens] int64 or int32 */
     bool positions_int32;
-    void *query; /* in place */
-    void *key;   /* in place, or NULL (then k_heads is 0) */
+    void *query; /* read, and written in place unless query_out is set */
+    void *key;   /* likewise, or NULL (then k_heads is 0) */
     int64_t tokens, head_size, rot_dim;
     int64_t q_heads, q_token_stride, q_head_stride;
     int64_t k_heads, k_token_stride, k_head_stride;
@@ -80,7 +90,15 @@ struct fld__gpu_rotary_args {
     int64_t cache_stride, max_pos;
     bool is_neox; /* pairs (i, i + rot_dim/2); else (2i, 2i + 1) */
     /* Positions live in device memory, so the host cannot range-check them:
-       a token whose position is outside [0, max_pos) is left unchanged. */
+       a token whose position is outside [0, max_pos) is left unchanged
+       (out of place: its output heads are not written). */
+    /* Out of place (rotary_embedding_out): the results go to query_out and
+       key_out, of the inputs' heads with their own strides, and elements
+       past rot_dim are copied; query and key are only read. NULL: in place. */
+    void *query_out;
+    void *key_out; /* set exactly when key and query_out are */
+    int64_t qo_token_stride, qo_head_stride;
+    int64_t ko_token_stride, ko_head_stride;
 };
 
 struct fld__gpu_api {

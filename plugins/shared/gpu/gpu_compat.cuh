@@ -223,6 +223,45 @@ template <int DT> FLD_GPU_DEV void fld__gpu_round_pair(float &a, float &b)
 }
 #endif
 
+/*
+ * f[0..n) (n even) stored as 16-bit elements of dtype DT, two per 32-bit
+ * word of w, the even element in the low half: the bits fld__gpu_f32_to_f16
+ * / fld__gpu_f32_to_bf16 give each. On CUDA paired conversions round two at
+ * a time; a bfloat16 NaN, whose bits the hardware would not keep, sends the
+ * whole group down the one-at-a-time path (one test per group, not per pair).
+ */
+template <int DT, int N> FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, uint32_t *w)
+{
+#if defined(FLD_GPU_TARGET_CUDA)
+    bool nan = false;
+    if (DT == 2)
+        for (int j = 0; j < N; j++)
+            nan |= f[j] != f[j];
+    if (!nan) {
+        for (int j = 0; j < N / 2; j++) {
+            if (DT == 1) {
+                const __half2 h = __floats2half2_rn(f[2 * j], f[2 * j + 1]);
+                w[j] = (uint32_t)__half_as_ushort(__low2half(h)) |
+                       ((uint32_t)__half_as_ushort(__high2half(h)) << 16);
+            } else {
+                const __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+                w[j] = (uint32_t)__bfloat16_as_ushort(__low2bfloat16(h)) |
+                       ((uint32_t)__bfloat16_as_ushort(__high2bfloat16(h)) << 16);
+            }
+        }
+        return;
+    }
+#endif
+    for (int j = 0; j < N / 2; j++) {
+        if (DT == 1)
+            w[j] = (uint32_t)fld__gpu_f32_to_f16(f[2 * j]) |
+                   ((uint32_t)fld__gpu_f32_to_f16(f[2 * j + 1]) << 16);
+        else
+            w[j] = (uint32_t)fld__gpu_f32_to_bf16(f[2 * j]) |
+                   ((uint32_t)fld__gpu_f32_to_bf16(f[2 * j + 1]) << 16);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* 128-bit loads and stores (p 16-byte aligned)                             */
 /* ------------------------------------------------------------------------ */

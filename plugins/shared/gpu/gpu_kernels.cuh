@@ -7,8 +7,9 @@
  * Semantics are those of the library's reference.c (core/reference_*.c),
  * which are vLLM's:
  *   - activations: vLLM's CUDA formulas (csrc/activation_kernels.cu), term
- *     for term, so nvcc compiles them as it compiles vLLM's; the activation
- *     is rounded to the dtype, then multiplied and rounded again;
+ *     for term, so nvcc compiles them as it compiles vLLM's; a gated one's
+ *     activation is rounded to the dtype, then multiplied and rounded again;
+ *     an elementwise one (gelu_quick, gelu_new, gelu_fast) rounded once;
  *   - norms: float32 math, one rounding per output; weight and residual of
  *     x's dtype or float32 (weight_dtype, residual_dtype); the fused
  *     residual rounded to its own dtype before it is normalised; gemma's
@@ -17,7 +18,9 @@
  *     (so rows of 1e30 normalise);
  *   - rotary: float32 queries rotate in float32; 16-bit ones round cos and
  *     sin to their dtype and round every product and sum to it, as vLLM's
- *     forward_native computes on 16-bit tensors.
+ *     forward_native computes on 16-bit tensors. In place, or out of place
+ *     (rotary_embedding_out: the same bits into other tensors, the elements
+ *     past rot_dim copied).
  * Two families:
  *
  *   FLD_GPU_VECTOR     128-bit loads and stores (4 x f32 or 8 x f16/bf16 per
@@ -33,8 +36,9 @@
  * block per token and one thread per (head, pair) -- or per (head, 16-byte
  * group of pairs) in the vector family, neox and gptj.
  *
- * These kernels have been compiled for sm_80/sm_90 and gfx90a/gfx908/gfx1030
- * but only ever run under the emulator (tests/gpu): no GPU was available.
+ * The CUDA build has run on NVIDIA H100 and H200 GPUs (docs/BENCHMARKS.md,
+ * tests/gpu_real); the HIP build, for gfx90a/gfx908/gfx1030, only under the
+ * emulator (tests/gpu): no AMD GPU was available.
  */
 #ifndef FLD_PLUGINS_GPU_KERNELS_CUH
 #define FLD_PLUGINS_GPU_KERNELS_CUH
@@ -113,7 +117,11 @@ template <int DT, bool VEC> struct group {
         }
     }
 
-    static FLD_GPU_DEV void store(void *row, int64_t k, const float *f)
+    /* PAIRED: 16-bit groups rounded two at a time (fld__gpu_pack_pairs): on an
+       H200 bfloat16 rotary, gated activations and the norms' outputs ran
+       4-13% faster so; the norms' residual and the elementwise activations
+       ran slower (0.93x, 0.97x) and round one at a time. Same bits either way. */
+    template <bool PAIRED = false> static FLD_GPU_DEV void store(void *row, int64_t k, const float *f)
     {
         if (!VEC) {
             store_elem<DT>(row, k, f[0]);
@@ -123,6 +131,8 @@ template <int DT, bool VEC> struct group {
         if (DT == 0) {
             for (int j = 0; j < N && j < 4; j++)
                 w[j] = fld__gpu_bits(f[j]);
+        } else if (PAIRED) {
+            fld__gpu_pack_pairs<DT, N>(f, w);
         } else {
             for (int j = 0; j < 4 && 2 * j + 1 < N; j++)
                 w[j] = (uint32_t)narrow<DT>(f[2 * j]) | ((uint32_t)narrow<DT>(f[2 * j + 1]) << 16);
@@ -209,6 +219,41 @@ FLD_GPU_DEV float gelu_tanh(float f)
     return 0.5f * f * (1.0f + tanhf(beta * (f + kappa * cube)));
 }
 
+/*
+ * The elementwise activations, in float32 with one rounding of the result
+ * (core/reference_activation.c): QuickGELU x * sigmoid(1.702 x) as
+ * x / (1 + exp(-1.702 x)); NewGELU and FastGELU, the tanh GELU with
+ * c = 0.79788456 written as vLLM's kernels write it.
+ */
+FLD_GPU_DEV float gelu_quick(float f)
+{
+    return f / (1.0f + expf(-1.702f * f));
+}
+
+FLD_GPU_DEV float gelu_new(float f)
+{
+    const float c = 0.79788456f, cube = f * f * f;
+    return 0.5f * f * (1.0f + tanhf(c * (f + 0.044715f * cube)));
+}
+
+FLD_GPU_DEV float gelu_fast(float f)
+{
+    const float c = 0.79788456f;
+    return 0.5f * f * (1.0f + tanhf(c * f * (1.0f + 0.044715f * f * f)));
+}
+
+template <int OP> FLD_GPU_DEV float elementwise(float f)
+{
+    switch (OP) {
+    case FLD_GPU_GELU_QUICK:
+        return gelu_quick(f);
+    case FLD_GPU_GELU_NEW:
+        return gelu_new(f);
+    default:
+        return gelu_fast(f);
+    }
+}
+
 /* round(round(act) * other): the activation rounded to DT, as vLLM's ACT_FN returns it. */
 template <int OP, int DT> FLD_GPU_DEV float gated(float a, float b)
 {
@@ -224,7 +269,8 @@ template <int OP, int DT> FLD_GPU_DEV float gated(float a, float b)
     }
 }
 
-/* blockIdx.y strides over rows, (blockIdx.x, threadIdx.x) over the row's groups. */
+/* blockIdx.y strides over rows, (blockIdx.x, threadIdx.x) over the row's
+   groups. Gated ops read the row's second half too; elementwise ones not. */
 template <int DT, bool VEC, int OP>
 __global__ void __launch_bounds__(256) act_kernel(struct fld__gpu_act_args a)
 {
@@ -236,12 +282,18 @@ __global__ void __launch_bounds__(256) act_kernel(struct fld__gpu_act_args a)
         const char *yr = xr + a.d * dtype_size<DT>::value;
         char *orow = row_at<DT>(a.out, r, a.out_stride);
         for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < groups; k += step) {
-            float x[G::N], y[G::N];
+            float x[G::N];
             G::load(xr, k, x);
-            G::load(yr, k, y);
-            for (int j = 0; j < G::N; j++)
-                x[j] = gated<OP, DT>(x[j], y[j]);
-            G::store(orow, k, x);
+            if (OP <= FLD_GPU_GELU_TANH_AND_MUL) { /* gated: fld__gpu_act_gated() */
+                float y[G::N];
+                G::load(yr, k, y);
+                for (int j = 0; j < G::N; j++)
+                    x[j] = gated<OP, DT>(x[j], y[j]);
+            } else {
+                for (int j = 0; j < G::N; j++)
+                    x[j] = elementwise<OP>(x[j]);
+            }
+            G::template store<OP <= FLD_GPU_GELU_TANH_AND_MUL>(orow, k, x);
         }
     }
 }
@@ -259,22 +311,21 @@ template <int DT, bool VEC> static int launch_act(const struct fld__gpu_act_args
     /* Enough blocks to fill every SM several times over (grid-stride beyond). */
     const dim3 grid(blocks_for(groups, threads, 1 << 16),
                     (unsigned)(a->rows < 65535 ? a->rows : 65535));
+#define FLD_GPU_ACT_CASE(OP)                                                                       \
+    case OP:                                                                                       \
+        return fld__gpu_launch(act_kernel<DT, VEC, OP>, grid, dim3(threads), stream, *a)
     switch (a->op) {
-    case FLD_GPU_SILU_AND_MUL:
-        return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_SILU_AND_MUL>, grid, dim3(threads),
-                               stream, *a);
-    case FLD_GPU_MUL_AND_SILU:
-        return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_MUL_AND_SILU>, grid, dim3(threads),
-                               stream, *a);
-    case FLD_GPU_GELU_AND_MUL:
-        return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_GELU_AND_MUL>, grid, dim3(threads),
-                               stream, *a);
-    case FLD_GPU_GELU_TANH_AND_MUL:
-        return fld__gpu_launch(act_kernel<DT, VEC, FLD_GPU_GELU_TANH_AND_MUL>, grid, dim3(threads),
-                               stream, *a);
+        FLD_GPU_ACT_CASE(FLD_GPU_SILU_AND_MUL);
+        FLD_GPU_ACT_CASE(FLD_GPU_MUL_AND_SILU);
+        FLD_GPU_ACT_CASE(FLD_GPU_GELU_AND_MUL);
+        FLD_GPU_ACT_CASE(FLD_GPU_GELU_TANH_AND_MUL);
+        FLD_GPU_ACT_CASE(FLD_GPU_GELU_QUICK);
+        FLD_GPU_ACT_CASE(FLD_GPU_GELU_NEW);
+        FLD_GPU_ACT_CASE(FLD_GPU_GELU_FAST);
     default:
         return FLD_GPU_EINVAL;
     }
+#undef FLD_GPU_ACT_CASE
 }
 
 template <bool VEC> static int launch_act_dt(const struct fld__gpu_act_args *a, void *stream)
@@ -293,7 +344,8 @@ template <bool VEC> static int launch_act_dt(const struct fld__gpu_act_args *a, 
 
 static inline int run_act(const struct fld__gpu_act_args *a, int variant, void *stream)
 {
-    if (!a || a->dtype < 0 || a->dtype > 2 || a->rows < 0 || a->d < 0)
+    if (!a || a->op < 0 || a->op >= FLD_GPU_ACT_OPS || a->dtype < 0 || a->dtype > 2 ||
+        a->rows < 0 || a->d < 0)
         return FLD_GPU_EINVAL;
     if (a->rows == 0 || a->d == 0)
         return 0;
@@ -408,7 +460,7 @@ FLD_GPU_DEV void norm_row_in_double(const struct fld__gpu_norm_args &a, const ch
             W::load(a.weight, k, w);
         for (int j = 0; j < G::N; j++)
             v[j] = (float)((double)v[j] * invd) * (a.weight ? w[j] + add : 1.0f);
-        G::store(orow, k, v);
+        G::template store<true>(orow, k, v);
     }
 }
 
@@ -474,7 +526,7 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld__gpu_norm_args a)
                 for (int j = 0; j < G::N; j++)
                     v[j] = v[j] * inv;
             }
-            G::store(orow, k, v);
+            G::template store<true>(orow, k, v);
         }
     }
 }
@@ -544,7 +596,7 @@ __global__ void __launch_bounds__(256) norm_kernel_reg(struct fld__gpu_norm_args
                     for (int j = 0; j < G::N; j++)
                         v[i][j] = v[i][j] * inv;
                 }
-                G::store(orow, k, v[i]);
+                G::template store<true>(orow, k, v[i]);
             }
         }
     }
@@ -674,12 +726,27 @@ FLD_GPU_DEV_HOST int64_t rotary_units(int64_t rot_dim, bool neox, int n)
     return n == 1 ? rot_dim / 2 : neox ? rot_dim / 2 / n : rot_dim / n;
 }
 
+/* Head h of token t: of the query (q) or the key, as read (in) or written. */
+template <int DT>
+FLD_GPU_DEV char *head_at(const struct fld__gpu_rotary_args &a, bool q, bool in, int64_t t,
+                          uint32_t h)
+{
+    const bool out = !in && a.query_out;
+    void *base = q ? (out ? a.query_out : a.query) : (out ? a.key_out : a.key);
+    const int64_t ts = q ? (out ? a.qo_token_stride : a.q_token_stride)
+                         : (out ? a.ko_token_stride : a.k_token_stride);
+    const int64_t hs = q ? (out ? a.qo_head_stride : a.q_head_stride)
+                         : (out ? a.ko_head_stride : a.k_head_stride);
+    return row_at<DT>(base, t, ts) + (int64_t)h * hs * dtype_size<DT>::value;
+}
+
 /*
  * One block per token (grid-stride); its threads take the units of the
  * query's heads, then of the key's. The cos/sin row of the token's position
  * is read by every head (from L1). The index within a token fits in 32 bits
  * (at most 2^31 units per token), which keeps the division by the units per
- * head cheap.
+ * head cheap. Out of place, the elements past rot_dim are then copied, one
+ * thread each.
  */
 template <int DT, int CDT, bool VEC>
 __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args a)
@@ -689,6 +756,9 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
     const uint32_t per_head = (uint32_t)rotary_units(a.rot_dim, a.is_neox, G::N);
     const uint32_t nq = (uint32_t)a.q_heads * per_head;
     const uint32_t nk = a.key ? (uint32_t)a.k_heads * per_head : 0u;
+    const uint32_t tail = a.query_out ? (uint32_t)(a.head_size - a.rot_dim) : 0u;
+    const uint32_t tq = (uint32_t)a.q_heads * tail;
+    const uint32_t tk = a.key ? (uint32_t)a.k_heads * tail : 0u;
     for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
         const int64_t pos = position_of(a, t);
         if (pos < 0 || pos >= a.max_pos)
@@ -699,16 +769,14 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
             const bool q = w < nq;
             const uint32_t u = q ? w : w - nq;
             const uint32_t h = u / per_head, k = u - h * per_head;
-            char *head = q ? row_at<DT>(a.query, t, a.q_token_stride) +
-                                 (int64_t)h * a.q_head_stride * dtype_size<DT>::value
-                           : row_at<DT>(a.key, t, a.k_token_stride) +
-                                 (int64_t)h * a.k_head_stride * dtype_size<DT>::value;
+            const char *src = head_at<DT>(a, q, true, t, h);
+            char *dst = head_at<DT>(a, q, false, t, h);
             if (VEC && a.is_neox) {
                 /* pairs (i, i + half) for i in [k N, k N + N) */
                 float x[G::N], y[G::N];
-                char *yrow = head + half * dtype_size<DT>::value;
-                G::load(head, k, x);
-                G::load(yrow, k, y);
+                const int64_t yoff = half * dtype_size<DT>::value;
+                G::load(src, k, x);
+                G::load(src + yoff, k, y);
                 for (int j = 0; j < G::N; j++) {
                     const int64_t i = (int64_t)k * G::N + j;
                     const float c = round_to<DT>(load_elem<CDT>(crow, i)),
@@ -717,12 +785,12 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
                     x[j] = rot_x<DT>(xv, yv, c, s);
                     y[j] = rot_y<DT>(xv, yv, c, s);
                 }
-                G::store(head, k, x);
-                G::store(yrow, k, y);
+                G::template store<true>(dst, k, x);
+                G::template store<true>(dst + yoff, k, y);
             } else if (VEC) {
                 /* pairs (2i, 2i + 1) for i in [k N/2, k N/2 + N/2) */
                 float x[G::N];
-                G::load(head, k, x);
+                G::load(src, k, x);
                 for (int j = 0; j + 1 < G::N; j += 2) {
                     const int64_t i = ((int64_t)k * G::N + j) / 2;
                     const float c = round_to<DT>(load_elem<CDT>(crow, i)),
@@ -731,16 +799,29 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
                     x[j] = rot_x<DT>(xv, yv, c, s);
                     x[j + 1] = rot_y<DT>(xv, yv, c, s);
                 }
-                G::store(head, k, x);
+                G::template store<true>(dst, k, x);
             } else {
                 const float c = round_to<DT>(load_elem<CDT>(crow, k)),
                             s = round_to<DT>(load_elem<CDT>(crow, half + k));
                 const int64_t ix = a.is_neox ? k : 2 * (int64_t)k;
                 const int64_t iy = a.is_neox ? k + half : 2 * (int64_t)k + 1;
-                const float x = load_elem<DT>(head, ix), y = load_elem<DT>(head, iy);
-                store_elem<DT>(head, ix, rot_x<DT>(x, y, c, s));
-                store_elem<DT>(head, iy, rot_y<DT>(x, y, c, s));
+                const float x = load_elem<DT>(src, ix), y = load_elem<DT>(src, iy);
+                store_elem<DT>(dst, ix, rot_x<DT>(x, y, c, s));
+                store_elem<DT>(dst, iy, rot_y<DT>(x, y, c, s));
             }
+        }
+        for (uint32_t w = threadIdx.x; w < tq + tk; w += blockDim.x) {
+            const bool q = w < tq;
+            const uint32_t u = q ? w : w - tq;
+            const uint32_t h = u / tail, i = u - h * tail;
+            /* Raw element copy: the bits of the input, whatever the dtype. */
+            const int64_t e = a.rot_dim + i;
+            const char *src = head_at<DT>(a, q, true, t, h);
+            char *dst = head_at<DT>(a, q, false, t, h);
+            if (DT == 0)
+                reinterpret_cast<uint32_t *>(dst)[e] = reinterpret_cast<const uint32_t *>(src)[e];
+            else
+                reinterpret_cast<uint16_t *>(dst)[e] = reinterpret_cast<const uint16_t *>(src)[e];
         }
     }
 }
@@ -752,7 +833,8 @@ static inline bool aligned16(const void *p, int64_t elems, int size)
 
 /*
  * Whether the vector kernel may run: every head's rotated run starts on a
- * 16-byte boundary and splits into whole groups (neox: each half does).
+ * 16-byte boundary and splits into whole groups (neox: each half does), in
+ * the inputs and, out of place, in the outputs.
  */
 static inline bool rotary_vector_ok(const struct fld__gpu_rotary_args *a)
 {
@@ -763,6 +845,14 @@ static inline bool rotary_vector_ok(const struct fld__gpu_rotary_args *a)
     if (a->key)
         ok = ok && aligned16(a->key, run, size) && aligned16(nullptr, a->k_token_stride, size) &&
              aligned16(nullptr, a->k_head_stride, size);
+    if (a->query_out)
+        ok = ok && aligned16(a->query_out, run, size) &&
+             aligned16(nullptr, a->qo_token_stride, size) &&
+             aligned16(nullptr, a->qo_head_stride, size);
+    if (a->key_out)
+        ok = ok && aligned16(a->key_out, run, size) &&
+             aligned16(nullptr, a->ko_token_stride, size) &&
+             aligned16(nullptr, a->ko_head_stride, size);
     return ok;
 }
 
@@ -771,8 +861,10 @@ static int launch_rotary(const struct fld__gpu_rotary_args *a, bool vec, void *s
 {
     const int64_t per_head =
         rotary_units(a->rot_dim, a->is_neox, vec ? 16 / dtype_size<DT>::value : 1);
-    const int64_t work = (a->q_heads + (a->key ? a->k_heads : 0)) * per_head;
-    if (work > INT32_MAX)
+    const int64_t heads = a->q_heads + (a->key ? a->k_heads : 0);
+    const int64_t work = heads * per_head;
+    const int64_t tail = a->query_out ? heads * (a->head_size - a->rot_dim) : 0;
+    if (work > INT32_MAX || tail > INT32_MAX)
         return FLD_GPU_EINVAL;
     int64_t t = (work + 63) / 64 * 64;
     const dim3 block((unsigned)(t < 64 ? 64 : t > 512 ? 512 : t));
@@ -786,10 +878,12 @@ static inline int run_rotary(const struct fld__gpu_rotary_args *a, int variant, 
 {
     if (!a || a->dtype < 0 || a->dtype > 2 || (a->cache_dtype != 0 && a->cache_dtype != a->dtype) ||
         a->tokens < 0 || a->rot_dim < 0 || a->rot_dim % 2 || a->q_heads < 0 ||
-        (a->key && a->k_heads < 0) || (variant != FLD_GPU_VECTOR && variant != FLD_GPU_REFERENCE))
+        (a->key && a->k_heads < 0) || (variant != FLD_GPU_VECTOR && variant != FLD_GPU_REFERENCE) ||
+        (a->query_out && (a->rot_dim > a->head_size || (!a->key != !a->key_out))) ||
+        (!a->query_out && a->key_out))
         return FLD_GPU_EINVAL;
     const int64_t heads = a->q_heads + (a->key ? a->k_heads : 0);
-    if (a->tokens == 0 || a->rot_dim == 0 || heads == 0)
+    if (a->tokens == 0 || heads == 0 || (a->rot_dim == 0 && !a->query_out))
         return 0;
     const bool vec = variant == FLD_GPU_VECTOR && rotary_vector_ok(a);
     switch (a->dtype * 3 + a->cache_dtype) {

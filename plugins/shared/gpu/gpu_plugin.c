@@ -401,31 +401,53 @@ static void norm_args_of(const fld_rms_norm_args *a, bool gemma, struct fld__gpu
     };
 }
 
+/* The in-place arguments of a call whose query, key and cache geo describes. */
+static void rotary_args_from(const fld_rotary_geometry *geo, DLDataType dtype, int64_t head_size,
+                             bool is_neox, struct fld__gpu_rotary_args *g)
+{
+    *g = (struct fld__gpu_rotary_args){
+        .dtype = fld_dtype_index(dtype),
+        .cache_dtype = fld_dtype_index(geo->cache_dtype),
+        .positions = geo->positions,
+        .positions_int32 = geo->positions_int32,
+        .query = geo->query,
+        .key = geo->key,
+        .tokens = geo->tokens,
+        .head_size = head_size,
+        .rot_dim = geo->rot_dim,
+        .q_heads = geo->q_heads,
+        .q_token_stride = geo->q_token_stride,
+        .q_head_stride = geo->q_head_stride,
+        .k_heads = geo->key ? geo->k_heads : 0,
+        .k_token_stride = geo->k_token_stride,
+        .k_head_stride = geo->k_head_stride,
+        .cache = geo->cache,
+        .cache_stride = geo->cache_stride,
+        .max_pos = geo->max_pos,
+        .is_neox = is_neox,
+    };
+}
+
 static void rotary_args_of(const fld_rotary_embedding_args *a, struct fld__gpu_rotary_args *g)
 {
     fld_rotary_geometry geo;
     fld_rotary_geometry_of(a, &geo);
-    *g = (struct fld__gpu_rotary_args){
-        .dtype = fld_dtype_index(a->query->dtype),
-        .cache_dtype = fld_dtype_index(geo.cache_dtype),
-        .positions = geo.positions,
-        .positions_int32 = geo.positions_int32,
-        .query = geo.query,
-        .key = geo.key,
-        .tokens = geo.tokens,
-        .head_size = a->head_size,
-        .rot_dim = geo.rot_dim,
-        .q_heads = geo.q_heads,
-        .q_token_stride = geo.q_token_stride,
-        .q_head_stride = geo.q_head_stride,
-        .k_heads = geo.key ? geo.k_heads : 0,
-        .k_token_stride = geo.k_token_stride,
-        .k_head_stride = geo.k_head_stride,
-        .cache = geo.cache,
-        .cache_stride = geo.cache_stride,
-        .max_pos = geo.max_pos,
-        .is_neox = a->is_neox,
-    };
+    rotary_args_from(&geo, a->query->dtype, a->head_size, a->is_neox, g);
+}
+
+/* rotary_embedding_out: the in-place arguments of its inputs, plus the outputs. */
+static void rotary_out_args_of(const fld_rotary_embedding_out_args *a,
+                               struct fld__gpu_rotary_args *g)
+{
+    fld_rotary_geometry in, out;
+    fld_rotary_out_geometry_of(a, &in, &out);
+    rotary_args_from(&in, a->query->dtype, a->head_size, a->is_neox, g);
+    g->query_out = out.query;
+    g->key_out = in.key ? out.key : NULL;
+    g->qo_token_stride = out.q_token_stride;
+    g->qo_head_stride = out.q_head_stride;
+    g->ko_token_stride = out.k_token_stride;
+    g->ko_head_stride = out.k_head_stride;
 }
 
 static const char *id_of(int variant)
@@ -465,6 +487,17 @@ static int run_rotary(const void *argp, int variant)
                   FLD_OP_ROTARY_EMBEDDING);
 }
 
+static int run_rotary_out(const void *argp, int variant)
+{
+    const fld_rotary_embedding_out_args *a = argp;
+    struct fld__gpu_rotary_args g;
+    rotary_out_args_of(a, &g);
+    if (g.tokens == 0 || (g.q_heads == 0 && g.k_heads == 0))
+        return FLD_OK;
+    return launch(CALL_ROTARY, &g, variant, a->query->device.device_id, id_of(variant),
+                  FLD_OP_ROTARY_EMBEDDING_OUT);
+}
+
 #define ACT_KERNELS(name, code)                                                                    \
     static int name##_vector(const void *a)                                                        \
     {                                                                                              \
@@ -478,6 +511,9 @@ ACT_KERNELS(silu_and_mul, FLD_GPU_SILU_AND_MUL)
 ACT_KERNELS(mul_and_silu, FLD_GPU_MUL_AND_SILU)
 ACT_KERNELS(gelu_and_mul, FLD_GPU_GELU_AND_MUL)
 ACT_KERNELS(gelu_tanh_and_mul, FLD_GPU_GELU_TANH_AND_MUL)
+ACT_KERNELS(gelu_quick, FLD_GPU_GELU_QUICK)
+ACT_KERNELS(gelu_new, FLD_GPU_GELU_NEW)
+ACT_KERNELS(gelu_fast, FLD_GPU_GELU_FAST)
 
 static int rms_norm_vector(const void *a)
 {
@@ -502,6 +538,14 @@ static int rotary_vector(const void *a)
 static int rotary_reference(const void *a)
 {
     return run_rotary(a, FLD_GPU_REFERENCE);
+}
+static int rotary_out_vector(const void *a)
+{
+    return run_rotary_out(a, FLD_GPU_VECTOR);
+}
+static int rotary_out_reference(const void *a)
+{
+    return run_rotary_out(a, FLD_GPU_REFERENCE);
 }
 
 /* vendor.<v> takes 128-bit paths only; other layouts go to reference.<v>. */
@@ -699,10 +743,14 @@ int fld__gpu_plugin_register(fld_registry *reg, const struct fld__gpu_plugin *p)
         {FLD_OP_GELU_AND_MUL, gelu_and_mul_vector, gelu_and_mul_reference, act_supports},
         {FLD_OP_GELU_TANH_AND_MUL, gelu_tanh_and_mul_vector, gelu_tanh_and_mul_reference,
          act_supports},
+        {FLD_OP_GELU_QUICK, gelu_quick_vector, gelu_quick_reference, act_supports},
+        {FLD_OP_GELU_NEW, gelu_new_vector, gelu_new_reference, act_supports},
+        {FLD_OP_GELU_FAST, gelu_fast_vector, gelu_fast_reference, act_supports},
         {FLD_OP_RMS_NORM, rms_norm_vector, rms_norm_reference, norm_supports},
         {FLD_OP_GEMMA_RMS_NORM, gemma_rms_norm_vector, gemma_rms_norm_reference, norm_supports},
         /* One thread per pair whatever the layout: every shape is the fast path. */
         {FLD_OP_ROTARY_EMBEDDING, rotary_vector, rotary_reference, NULL},
+        {FLD_OP_ROTARY_EMBEDDING_OUT, rotary_out_vector, rotary_out_reference, NULL},
     };
     int rc = FLD_OK;
     for (size_t i = 0; rc == FLD_OK && i < sizeof ops / sizeof ops[0]; i++) {
