@@ -38,7 +38,8 @@
  * x * sigmoid(1.702 x); NewGELU; FastGELU) in float32. Where vLLM's 16-bit
  * kernels round an intermediate to the storage type, these do not; vLLM's
  * own tests hold these three to its default tolerances, not to exactness.
- * The reference serves them on the CPU; no plugin has a kernel of its own.
+ * The cpu plugin serves them with vector kernels (16-bit: tables of these
+ * formulas' rounded results), the GPU plugins with their own.
  */
 #include <math.h>
 

@@ -519,6 +519,138 @@ START_TEST(test_activation_every_16bit_input)
 }
 END_TEST
 
+/* ---- elementwise activations: out = round(f(x)) --------------------------- */
+
+static const char *const unary_ops[3] = {FLD_OP_GELU_QUICK, FLD_OP_GELU_NEW, FLD_OP_GELU_FAST};
+
+static int call_unary(int op, DLTensor *out, const DLTensor *x)
+{
+    return op == 0 ? fld_gelu_quick(out, x) : op == 1 ? fld_gelu_new(out, x) : fld_gelu_fast(out, x);
+}
+
+/* vLLM's kernels' formulas (QuickGELU, NewGELU, FastGELU) in float32, written here. */
+static float unary_vllm(int op, float f)
+{
+    if (op == 0)
+        return f / (1.0f + expf(-1.702f * f));
+    if (op == 1)
+        return 0.5f * f * (1.0f + tanhf(0.79788456f * (f + 0.044715f * (f * f * f))));
+    return 0.5f * f * (1.0f + tanhf(0.79788456f * f * (1.0f + 0.044715f * f * f)));
+}
+
+/* The functions in double, without the tanh form's cancellation for x < 0. */
+static double unary_ref(int op, double a)
+{
+    if (op == 0)
+        return a / (1.0 + exp(-1.702 * a));
+    return a / (1.0 + exp(-2.0 * sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a)));
+}
+
+/*
+ * x [rows, d] (rows strided by pad) against the double form within vLLM's
+ * tolerances; 16-bit results to the bit against round(f(x)) of vLLM's
+ * float32 formula, float32 ones for reference.c. Large values (x scaled by
+ * scale) reach the tails.
+ */
+static void run_unary(int op, const struct impl_list *impls, DLDataType dt, int64_t rows, int64_t d,
+                      int64_t pad, double scale)
+{
+    const int64_t xs[2] = {rows, d}, st[2] = {d + pad, 1};
+    tt_tensor *x = pad ? tt_new_strided(dt, 2, xs, st) : tt_new(dt, 2, xs);
+    tt_fill_normal(x, 4000 + (uint64_t)(op * 11 + d + rows), 0.0, scale);
+    double *xv = values_of(x);
+    for (int k = 0; k < impls->n; k++) {
+        const char *impl = impls->ids[k];
+        const bool is_ref = strcmp(impl, REF_ID) == 0;
+        tt_tensor *out = pad ? tt_new_strided(dt, 2, xs, st) : tt_new(dt, 2, xs);
+        double *before = values_of(out);
+        char label[192];
+        snprintf(label, sizeof label, "%s %s %s rows=%lld d=%lld pad=%lld scale=%g", impl,
+                 unary_ops[op], dtype_label(dt), (long long)rows, (long long)d, (long long)pad,
+                 scale);
+        pin(unary_ops[op], impl, dt);
+        int rc = call_unary(op, &out->t, &x->t);
+        unpin();
+        if (!is_ref && declined(rc)) {
+            assert_unchanged(label, "out", out, before);
+        } else {
+            ck_assert_msg(rc == FLD_OK, "%s: status %d: %s", label, rc, fld_last_error());
+            double *ov = values_of(out);
+            struct cmp c;
+            cmp_default(&c, label, dt);
+            for (int64_t i = 0; i < rows * d; i++) {
+                const double want = unary_ref(op, xv[i]);
+                cmp_one(&c, i, ov[i], want, fabs(want));
+            }
+            cmp_done(&c);
+            for (int64_t i = 0; i < rows * d && (dt.bits == 16 || is_ref); i++) {
+                const double w = tt_round(dt, unary_vllm(op, (float)xv[i]));
+                ck_assert_msg(ov[i] == w || (isnan(w) && isnan(ov[i])),
+                              "%s: element %lld (x %.9g) is %.9g, vLLM's formula gives %.9g",
+                              label, (long long)i, xv[i], ov[i], w);
+            }
+            ck_assert_msg(tt_padding_intact(out), "%s: bytes outside 'out' were written", label);
+            free(ov);
+        }
+        assert_unchanged(label, "x", x, xv);
+        free(before);
+        tt_free(out);
+    }
+    free(xv);
+    tt_free(x);
+}
+
+/* _i = op * 3 + dtype index */
+START_TEST(test_elementwise)
+{
+    const int op = _i / 3;
+    const DLDataType dt = dtype_at(_i % 3);
+    struct impl_list impls;
+    cpu_impls(unary_ops[op], &impls);
+    run_unary(op, &impls, dt, 7, 512, 0, 1.0);
+    run_unary(op, &impls, dt, 83, 13824, 0, 1.0);
+    run_unary(op, &impls, dt, 5, 40, 24, 1.0);  /* strided rows, a partial vector */
+    run_unary(op, &impls, dt, 9, 67, 3, 20.0);  /* odd widths, the tails */
+    run_unary(op, &impls, dt, 0, 512, 0, 1.0);  /* no rows */
+    run_unary(op, &impls, dt, 3, 0, 0, 1.0);    /* empty rows */
+}
+END_TEST
+
+/* Every 16-bit input: round(f(x)) of vLLM's float32 formula. _i = op * 2 + (0 f16, 1 bf16). */
+START_TEST(test_elementwise_every_16bit_input)
+{
+    const int op = _i / 2;
+    const DLDataType dt = dtype_at(1 + _i % 2);
+    const int64_t n = 65536;
+    tt_tensor *x = tt_new(dt, 2, (int64_t[]){1, n}), *out = tt_new(dt, 2, (int64_t[]){1, n});
+    uint16_t *codes = (uint16_t *)x->t.data;
+    for (int64_t i = 0; i < n; i++)
+        codes[i] = (uint16_t)i;
+    double *xv = values_of(x);
+    struct impl_list impls;
+    cpu_impls(unary_ops[op], &impls);
+    for (int k = 0; k < impls.n; k++) {
+        pin(unary_ops[op], impls.ids[k], dt);
+        int rc = call_unary(op, &out->t, &x->t);
+        unpin();
+        if (strcmp(impls.ids[k], REF_ID) != 0 && declined(rc))
+            continue;
+        ck_assert_msg(rc == FLD_OK, "%s %s: %s", impls.ids[k], unary_ops[op], fld_last_error());
+        double *ov = values_of(out);
+        for (int64_t i = 0; i < n; i++) {
+            const double w = tt_round(dt, unary_vllm(op, (float)xv[i]));
+            ck_assert_msg(ov[i] == w || (isnan(w) && isnan(ov[i])),
+                          "%s %s %s: input 0x%04llx (%g): got %.9g, want %.9g", impls.ids[k],
+                          unary_ops[op], dtype_label(dt), (long long)i, xv[i], ov[i], w);
+        }
+        free(ov);
+    }
+    free(xv);
+    tt_free(x);
+    tt_free(out);
+}
+END_TEST
+
 /*
  * Every 16-bit value again, each alone in its vector: 15 lanes of +0 on each
  * side (any vector of up to 16 lanes holds one input), so that a kernel that
@@ -1805,6 +1937,8 @@ static void add_kernel_cases(Suite *s, const char *suffix, bool variant_run, boo
     tcase_add_loop_test(tc, test_activation_tails, 0, 12);
     tcase_add_loop_test(tc, test_activation_every_16bit_input, 0, 8);
     tcase_add_loop_test(tc, test_activation_each_16bit_input_alone, 0, 8);
+    tcase_add_loop_test(tc, test_elementwise, 0, 9);
+    tcase_add_loop_test(tc, test_elementwise_every_16bit_input, 0, 6);
     suite_add_tcase(s, tc);
     if (only_activations)
         return;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Entry points of the gated activations (silu_and_mul, mul_and_silu,
- * gelu_and_mul, gelu_tanh_and_mul): one job over the rows, split across
- * threads by the pool and run by the active variant's kernel (rounding:
- * body_activation.h).
+ * Entry points of the activations, gated (silu_and_mul, mul_and_silu,
+ * gelu_and_mul, gelu_tanh_and_mul) and elementwise (gelu_quick, gelu_new,
+ * gelu_fast): one job over the rows, split across threads by the pool and
+ * run by the active variant's kernel (rounding: body_activation.h).
  */
 #include "cpu.h"
 
@@ -37,8 +37,9 @@ static int run_activation(const void *args, enum fld_cpu_act act, const char *op
                   fld__cpu_stream_threshold(),
         .torch = fld__cpu_torch_activations,
     };
-    /* Read 2d, write d per row. */
-    size_t bytes = (size_t)out.rows * (size_t)out.width * 3u * fld__cpu_elem_size(dt);
+    /* Read 2d (gated) or d, write d per row. */
+    size_t bytes = (size_t)out.rows * (size_t)out.width * (fld__cpu_act_gated(act) ? 3u : 2u) *
+                   fld__cpu_elem_size(dt);
     fld__cpu_parallel(act_range, &job, out.rows, bytes);
     return FLD_OK;
 }
@@ -61,4 +62,19 @@ int fld__cpu_gelu_and_mul(const void *args)
 int fld__cpu_gelu_tanh_and_mul(const void *args)
 {
     return run_activation(args, FLD_CPU_ACT_GELU_TANH_AND_MUL, FLD_OP_GELU_TANH_AND_MUL);
+}
+
+int fld__cpu_gelu_quick(const void *args)
+{
+    return run_activation(args, FLD_CPU_ACT_GELU_QUICK, FLD_OP_GELU_QUICK);
+}
+
+int fld__cpu_gelu_new(const void *args)
+{
+    return run_activation(args, FLD_CPU_ACT_GELU_NEW, FLD_OP_GELU_NEW);
+}
+
+int fld__cpu_gelu_fast(const void *args)
+{
+    return run_activation(args, FLD_CPU_ACT_GELU_FAST, FLD_OP_GELU_FAST);
 }

@@ -51,6 +51,25 @@
 #endif
 
 /*
+ * Elementwise, float32: r[u] = f(a[u]) for n vectors (vmath.h): gelu_quick
+ * = a * sigmoid(1.702 a); NewGELU and FastGELU are the same function, the
+ * tanh GELU, computed as vm_gelu_tanh_n's a * sigmoid(2u), within vLLM's
+ * float32 tolerance of the reference's tanhf forms (as the gated tanh GELU
+ * is). One form: no PyTorch one (the vLLM plugin does not replace these
+ * layers).
+ */
+V_INLINE void unary_apply_n(enum fld_cpu_act act, vf *r, const vf *a, int n)
+{
+    if (act == FLD_CPU_ACT_GELU_QUICK) {
+        vf h[ACT_UNROLL];
+        VM_FOR(u, n) h[u] = v_mul(a[u], v_set1(1.702f));
+        vm_mul_sigmoid_n(r, a, h, n);
+    } else {
+        vm_gelu_tanh_n(r, a, n);
+    }
+}
+
+/*
  * float32: r[u] = f(a[u], b[u]) for n vectors at once (see vmath.h:
  * interleaved chains); torch: PyTorch's CPU forms of silu and gelu
  * (vmath.h, VLLM_FL_CPU_ACTIVATIONS=torch).
@@ -86,6 +105,11 @@ V_INLINE void act_apply_n(enum fld_cpu_act act, const int torch, vf *r, const vf
         else
             vm_gelu_tanh_n(r, a, n);
         VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
+        break;
+    case FLD_CPU_ACT_GELU_QUICK:
+    case FLD_CPU_ACT_GELU_NEW:
+    case FLD_CPU_ACT_GELU_FAST:
+        unary_apply_n(act, r, a, n);
         break;
     }
 }
@@ -355,11 +379,65 @@ V_INLINE void act_row_pairs(enum fld_cpu_act act, int stream, const uint16_t *ta
 }
 #endif
 
-/* One row: out[0, d) from x[0, 2d). */
+/*
+ * An elementwise row: out[0, n) = f(x[0, n)); 16-bit values looked up
+ * whole (the table holds round(f(x)), the reference's bits), float32
+ * computed. stream and pf as in act_span.
+ */
+V_INLINE vf unary_part(enum fld_cpu_act act, const int dt, const uint16_t *table, const char *px,
+                       int64_t m)
+{
+    if (dt != FLD_CPU_F32)
+        return v_lookup16_n(table, px, m, dt);
+    vf a = v_load_n(px, m, dt), r;
+    unary_apply_n(act, &r, &a, 1);
+    return r;
+}
+
+V_INLINE void unary_row(enum fld_cpu_act act, const int dt, int stream, const uint16_t *table,
+                        char *po, const char *px, int64_t n, const char *pf)
+{
+    const int64_t es = (int64_t)fld__cpu_elem_size(dt), step = V_LANES * es;
+    int64_t j = 0;
+
+    if (stream) {
+        int64_t head = (int64_t)((0u - (uintptr_t)po) % (uintptr_t)step) / es;
+        if (head > n)
+            head = n;
+        if (head > 0) {
+            v_store_n(po, unary_part(act, dt, table, px, head), head, dt);
+            j = head;
+        }
+    }
+    for (; j + ACT_UNROLL * V_LANES <= n; j += ACT_UNROLL * V_LANES) {
+        if (pf)
+            for (int64_t b = 0; b < ACT_UNROLL * step; b += 64)
+                fld__cpu_prefetch_row(pf + j * es + b, dt);
+        vf r[ACT_UNROLL];
+        if (dt != FLD_CPU_F32) {
+            VM_FOR(u, ACT_UNROLL) r[u] = v_lookup16(table, px + j * es + u * step, dt);
+        } else {
+            vf a[ACT_UNROLL];
+            VM_FOR(u, ACT_UNROLL) a[u] = v_load(px + j * es + u * step, dt);
+            unary_apply_n(act, r, a, ACT_UNROLL);
+        }
+        VM_FOR(u, ACT_UNROLL) act_put(po + j * es + u * step, r[u], dt, stream);
+    }
+    for (; j + V_LANES <= n; j += V_LANES)
+        act_put(po + j * es, unary_part(act, dt, table, px + j * es, V_LANES), dt, stream);
+    if (j < n)
+        v_store_n(po + j * es, unary_part(act, dt, table, px + j * es, n - j), n - j, dt);
+}
+
+/* One row: out[0, d) from x[0, 2d) (gated) or x[0, d) (elementwise). */
 V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, const int c16,
                       int stream, const uint16_t *table, void *out, const void *x, int64_t d,
                       const char *pf)
 {
+    if (!fld__cpu_act_gated(act)) {
+        unary_row(act, dt, stream, table, out, x, d, pf);
+        return;
+    }
 #ifdef V_BF16_PAIRS
     if (dt == FLD_CPU_BF16 && !c16) {
         act_row_pairs(act, stream, table, out, x, d, pf);
@@ -370,6 +448,24 @@ V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, const
     act_span(act, dt, torch, c16, stream, table, out, x, (const char *)x + d * es, d, pf);
 }
 
+V_INLINE enum fld_cpu_act_fn act_fn_of(enum fld_cpu_act act)
+{
+    switch (act) {
+    case FLD_CPU_ACT_GELU_AND_MUL:
+        return FLD_CPU_FN_GELU;
+    case FLD_CPU_ACT_GELU_TANH_AND_MUL:
+        return FLD_CPU_FN_GELU_TANH;
+    case FLD_CPU_ACT_GELU_QUICK:
+        return FLD_CPU_FN_GELU_QUICK;
+    case FLD_CPU_ACT_GELU_NEW:
+        return FLD_CPU_FN_GELU_NEW;
+    case FLD_CPU_ACT_GELU_FAST:
+        return FLD_CPU_FN_GELU_FAST;
+    default:
+        return FLD_CPU_FN_SILU;
+    }
+}
+
 V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1,
                        enum fld_cpu_act act, int dt, const int torch, const int c16)
 {
@@ -377,11 +473,7 @@ V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1
     const char *x = job->x;
     char *out = job->out;
     /* 16-bit dtypes: the rounded activations (built on first use; NULL for float32) */
-    const uint16_t *table =
-        fld__cpu_act_table(act == FLD_CPU_ACT_GELU_AND_MUL        ? FLD_CPU_FN_GELU
-                           : act == FLD_CPU_ACT_GELU_TANH_AND_MUL ? FLD_CPU_FN_GELU_TANH
-                                                                  : FLD_CPU_FN_SILU,
-                           dt, job->torch);
+    const uint16_t *table = fld__cpu_act_table(act_fn_of(act), dt, job->torch);
 
     /* Non-temporal stores need element-aligned rows to reach vector alignment. */
     if (job->stream && (uintptr_t)out % (uintptr_t)es == 0) {
@@ -417,6 +509,16 @@ V_INLINE void act_rows_dt(const struct fld_cpu_act_job *job, int64_t r0, int64_t
         break;
     case FLD_CPU_ACT_GELU_TANH_AND_MUL:
         act_rows(job, r0, r1, FLD_CPU_ACT_GELU_TANH_AND_MUL, dt, torch, c16);
+        break;
+    /* one form each (unary_apply_n), looked up in 16-bit whatever c16 says */
+    case FLD_CPU_ACT_GELU_QUICK:
+        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_QUICK, dt, 0, 0);
+        break;
+    case FLD_CPU_ACT_GELU_NEW:
+        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_NEW, dt, 0, 0);
+        break;
+    case FLD_CPU_ACT_GELU_FAST:
+        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_FAST, dt, 0, 0);
         break;
     }
 }

@@ -79,19 +79,37 @@ static inline int fld__cpu_dtype_of(const DLTensor *t, const char *op, const cha
 /* ---- jobs: one op call, as the kernels see it --------------------------- */
 
 enum fld_cpu_act {
-    FLD_CPU_ACT_SILU_AND_MUL,     /* out = silu(a) * b */
-    FLD_CPU_ACT_MUL_AND_SILU,     /* out = a * silu(b) */
-    FLD_CPU_ACT_GELU_AND_MUL,     /* out = gelu_erf(a) * b */
-    FLD_CPU_ACT_GELU_TANH_AND_MUL /* out = gelu_tanh(a) * b */
+    FLD_CPU_ACT_SILU_AND_MUL,      /* out = silu(a) * b */
+    FLD_CPU_ACT_MUL_AND_SILU,      /* out = a * silu(b) */
+    FLD_CPU_ACT_GELU_AND_MUL,      /* out = gelu_erf(a) * b */
+    FLD_CPU_ACT_GELU_TANH_AND_MUL, /* out = gelu_tanh(a) * b */
+    /* elementwise: out = f(x), x [rows, d] */
+    FLD_CPU_ACT_GELU_QUICK, /* x * sigmoid(1.702 x) */
+    FLD_CPU_ACT_GELU_NEW,   /* the tanh GELU as vLLM's NewGELU writes it */
+    FLD_CPU_ACT_GELU_FAST   /* the tanh GELU as vLLM's FastGELU writes it */
 };
 
-/* The activation functions themselves. */
-enum fld_cpu_act_fn { FLD_CPU_FN_SILU, FLD_CPU_FN_GELU, FLD_CPU_FN_GELU_TANH };
+static inline bool fld__cpu_act_gated(enum fld_cpu_act act)
+{
+    return act <= FLD_CPU_ACT_GELU_TANH_AND_MUL;
+}
+
+/* The activation functions themselves (their 16-bit tables: fld__cpu_act_table). */
+enum fld_cpu_act_fn {
+    FLD_CPU_FN_SILU,
+    FLD_CPU_FN_GELU,
+    FLD_CPU_FN_GELU_TANH,
+    FLD_CPU_FN_GELU_QUICK,
+    FLD_CPU_FN_GELU_NEW,
+    FLD_CPU_FN_GELU_FAST,
+    FLD_CPU_FNS
+};
 
 /*
  * Gated activation over rows: a = x[r][0, d), b = x[r][d, 2d),
- * out[r][j] = f(a[j], b[j]), for 16-bit dtypes round(round(act) * other).
- * Strides in elements between row starts.
+ * out[r][j] = f(a[j], b[j]), for 16-bit dtypes round(round(act) * other);
+ * elementwise: out[r][j] = round(f(x[r][j])). Strides in elements between
+ * row starts.
  */
 struct fld_cpu_act_job {
     enum fld_cpu_act act;
@@ -254,6 +272,9 @@ int fld__cpu_silu_and_mul(const void *args);
 int fld__cpu_mul_and_silu(const void *args);
 int fld__cpu_gelu_and_mul(const void *args);
 int fld__cpu_gelu_tanh_and_mul(const void *args);
+int fld__cpu_gelu_quick(const void *args);
+int fld__cpu_gelu_new(const void *args);
+int fld__cpu_gelu_fast(const void *args);
 int fld__cpu_rms_norm(const void *args);
 int fld__cpu_gemma_rms_norm(const void *args);
 int fld__cpu_rotary_embedding(const void *args);

@@ -178,23 +178,58 @@ static uint16_t narrow(int dt, float v)
     return dt == FLD_CPU_F16 ? fld_f32_to_f16(v) : fld_f32_to_bf16(v);
 }
 
+/*
+ * The elementwise activations (core/reference_activation.c's formulas, the
+ * same operations; they have no PyTorch form of their own here: the vLLM
+ * plugin does not replace their layers).
+ */
+static float gelu_quick(float f)
+{
+    return f / (1.0f + expf(-1.702f * f));
+}
+
+static float gelu_new(float f)
+{
+    const float c = 0.79788456f, cube = f * f * f;
+    return 0.5f * f * (1.0f + tanhf(c * (f + 0.044715f * cube)));
+}
+
+static float gelu_fast(float f)
+{
+    const float c = 0.79788456f;
+    return 0.5f * f * (1.0f + tanhf(c * f * (1.0f + 0.044715f * f * f)));
+}
+
 /* vLLM's activation fn of a in float32 (torch: PyTorch's CPU form), rounded to dt. */
 static float act_rounded(enum fld_cpu_act_fn fn, int dt, int torch, float a)
 {
-    float v = fn == FLD_CPU_FN_SILU   ? (torch ? silu_torch(a) : silu(a))
-              : fn == FLD_CPU_FN_GELU ? (torch ? gelu_torch(a) : gelu_erf(a))
-                                      : (torch ? gelu_tanh_torch(a) : gelu_tanh(a));
+    float v;
+    switch (fn) {
+    case FLD_CPU_FN_SILU:
+        v = torch ? silu_torch(a) : silu(a);
+        break;
+    case FLD_CPU_FN_GELU:
+        v = torch ? gelu_torch(a) : gelu_erf(a);
+        break;
+    case FLD_CPU_FN_GELU_TANH:
+        v = torch ? gelu_tanh_torch(a) : gelu_tanh(a);
+        break;
+    case FLD_CPU_FN_GELU_QUICK:
+        v = gelu_quick(a);
+        break;
+    case FLD_CPU_FN_GELU_NEW:
+        v = gelu_new(a);
+        break;
+    default:
+        v = gelu_fast(a);
+        break;
+    }
     return widen(dt, narrow(dt, v));
 }
 
 /* [torch][function: enum fld_cpu_act_fn][dtype: f16, bf16], 65536 entries + padding each. */
-static uint16_t tables[2][3][2][65537];
-static pthread_once_t built[2][3][2] = {{{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
-                                         {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
-                                         {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}},
-                                        {{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
-                                         {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT},
-                                         {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}}};
+static uint16_t tables[2][FLD_CPU_FNS][2][65537];
+static pthread_once_t built[2][FLD_CPU_FNS][2];
 
 static void build(int torch, enum fld_cpu_act_fn fn, int d)
 {
@@ -204,36 +239,51 @@ static void build(int torch, enum fld_cpu_act_fn fn, int d)
             narrow(dt, act_rounded(fn, dt, torch, widen(dt, (uint16_t)code)));
 }
 
-/* pthread_once takes no argument: one builder per table. */
+/* pthread_once takes no argument: one builder per table, and their table by the same index. */
 #define BUILDER(torch, fn, d)                                                                      \
     static void build_##torch##_##fn##_##d(void)                                                   \
     {                                                                                              \
         build(torch, fn, d);                                                                       \
     }
-#define BUILDERS(torch)                                                                            \
-    BUILDER(torch, FLD_CPU_FN_SILU, 0)                                                             \
-    BUILDER(torch, FLD_CPU_FN_SILU, 1)                                                             \
-    BUILDER(torch, FLD_CPU_FN_GELU, 0)                                                             \
-    BUILDER(torch, FLD_CPU_FN_GELU, 1)                                                             \
-    BUILDER(torch, FLD_CPU_FN_GELU_TANH, 0)                                                        \
-    BUILDER(torch, FLD_CPU_FN_GELU_TANH, 1)
-BUILDERS(0)
-BUILDERS(1)
-#define BUILDER_ROW(torch)                                                                         \
-    {                                                                                              \
-        {build_##torch##_FLD_CPU_FN_SILU_0, build_##torch##_FLD_CPU_FN_SILU_1},                    \
-            {build_##torch##_FLD_CPU_FN_GELU_0, build_##torch##_FLD_CPU_FN_GELU_1},                \
-        {                                                                                          \
-            build_##torch##_FLD_CPU_FN_GELU_TANH_0, build_##torch##_FLD_CPU_FN_GELU_TANH_1         \
-        }                                                                                          \
-    }
+#define BUILDERS_OF(torch, fn) BUILDER(torch, fn, 0) BUILDER(torch, fn, 1)
+#define FOR_EACH_FN(X, torch)                                                                      \
+    X(torch, FLD_CPU_FN_SILU)                                                                      \
+    X(torch, FLD_CPU_FN_GELU)                                                                      \
+    X(torch, FLD_CPU_FN_GELU_TANH)                                                                 \
+    X(torch, FLD_CPU_FN_GELU_QUICK)                                                                \
+    X(torch, FLD_CPU_FN_GELU_NEW)                                                                  \
+    X(torch, FLD_CPU_FN_GELU_FAST)
+FOR_EACH_FN(BUILDERS_OF, 0)
+FOR_EACH_FN(BUILDERS_OF, 1)
+#define BUILDER_PAIR(torch, fn) {build_##torch##_##fn##_0, build_##torch##_##fn##_1},
+#define COUNT_FN(torch, fn) +1
+_Static_assert(0 FOR_EACH_FN(COUNT_FN, 0) == FLD_CPU_FNS,
+               "FOR_EACH_FN names every enum fld_cpu_act_fn");
+
+static void (*const builders[2][FLD_CPU_FNS][2])(void) = {
+    {FOR_EACH_FN(BUILDER_PAIR, 0)},
+    {FOR_EACH_FN(BUILDER_PAIR, 1)},
+};
+
+static pthread_once_t flags_once = PTHREAD_ONCE_INIT;
+
+/* pthread_once_t has no portable zero value: every flag starts as a copy of PTHREAD_ONCE_INIT. */
+static void init_flags(void)
+{
+    static const pthread_once_t initial = PTHREAD_ONCE_INIT;
+    for (int t = 0; t < 2; t++)
+        for (int f = 0; f < FLD_CPU_FNS; f++)
+            for (int d = 0; d < 2; d++)
+                built[t][f][d] = initial;
+}
 
 const uint16_t *fld__cpu_act_table(enum fld_cpu_act_fn fn, int dt, bool torch)
 {
-    static void (*const builders[2][3][2])(void) = {BUILDER_ROW(0), BUILDER_ROW(1)};
-    if (dt == FLD_CPU_F32 || (unsigned)fn > FLD_CPU_FN_GELU_TANH)
+    if (dt == FLD_CPU_F32 || (unsigned)fn >= FLD_CPU_FNS)
         return NULL;
-    const int d = dt == FLD_CPU_BF16, t = torch ? 1 : 0;
+    /* the elementwise functions have one form */
+    const int d = dt == FLD_CPU_BF16, t = torch && fn <= FLD_CPU_FN_GELU_TANH ? 1 : 0;
+    pthread_once(&flags_once, init_flags);
     pthread_once(&built[t][fn][d], builders[t][fn][d]);
     return tables[t][fn][d];
 }
