@@ -239,7 +239,7 @@ static void build(int torch, enum fld_cpu_act_fn fn, int d)
             narrow(dt, act_rounded(fn, dt, torch, widen(dt, (uint16_t)code)));
 }
 
-/* pthread_once takes no argument: one builder per table, and their table by the same index. */
+/* pthread_once takes no argument: one builder function per table, indexed as the tables are. */
 #define BUILDER(torch, fn, d)                                                                      \
     static void build_##torch##_##fn##_##d(void)                                                   \
     {                                                                                              \
