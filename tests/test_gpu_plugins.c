@@ -184,8 +184,8 @@ static int call_on_fake_device(const char *op, int device_type, DLDataType dt)
         fake_tensor(&q, device_type, 0x20000000, dt, 2, (int64_t[]){4, 2 * 64});
         fake_tensor(&cache, device_type, 0x30000000, FLD_DTYPE_F32, 2, (int64_t[]){16, 64});
         fake_tensor(&q_out, device_type, 0x40000000, dt, 2, (int64_t[]){4, 2 * 64});
-        const fld_rotary_embedding_out_args a = {&pos.t,   &q.t, NULL, 64, &cache.t,
-                                                 true,     &q_out.t, NULL};
+        const fld_rotary_embedding_out_args a = {&pos.t,   &q.t, NULL,     64,
+                                                 &cache.t, true, &q_out.t, NULL};
         return fld_call_by_name(op, &a);
     }
     static const struct {

@@ -525,7 +525,9 @@ static const char *const unary_ops[3] = {FLD_OP_GELU_QUICK, FLD_OP_GELU_NEW, FLD
 
 static int call_unary(int op, DLTensor *out, const DLTensor *x)
 {
-    return op == 0 ? fld_gelu_quick(out, x) : op == 1 ? fld_gelu_new(out, x) : fld_gelu_fast(out, x);
+    return op == 0   ? fld_gelu_quick(out, x)
+           : op == 1 ? fld_gelu_new(out, x)
+                     : fld_gelu_fast(out, x);
 }
 
 /* vLLM's kernels' formulas (QuickGELU, NewGELU, FastGELU) in float32, written here. */
@@ -586,8 +588,8 @@ static void run_unary(int op, const struct impl_list *impls, DLDataType dt, int6
             for (int64_t i = 0; i < rows * d && (dt.bits == 16 || is_ref); i++) {
                 const double w = tt_round(dt, unary_vllm(op, (float)xv[i]));
                 ck_assert_msg(ov[i] == w || (isnan(w) && isnan(ov[i])),
-                              "%s: element %lld (x %.9g) is %.9g, vLLM's formula gives %.9g",
-                              label, (long long)i, xv[i], ov[i], w);
+                              "%s: element %lld (x %.9g) is %.9g, vLLM's formula gives %.9g", label,
+                              (long long)i, xv[i], ov[i], w);
             }
             ck_assert_msg(tt_padding_intact(out), "%s: bytes outside 'out' were written", label);
             free(ov);
@@ -609,10 +611,10 @@ START_TEST(test_elementwise)
     cpu_impls(unary_ops[op], &impls);
     run_unary(op, &impls, dt, 7, 512, 0, 1.0);
     run_unary(op, &impls, dt, 83, 13824, 0, 1.0);
-    run_unary(op, &impls, dt, 5, 40, 24, 1.0);  /* strided rows, a partial vector */
-    run_unary(op, &impls, dt, 9, 67, 3, 20.0);  /* odd widths, the tails */
-    run_unary(op, &impls, dt, 0, 512, 0, 1.0);  /* no rows */
-    run_unary(op, &impls, dt, 3, 0, 0, 1.0);    /* empty rows */
+    run_unary(op, &impls, dt, 5, 40, 24, 1.0); /* strided rows, a partial vector */
+    run_unary(op, &impls, dt, 9, 67, 3, 20.0); /* odd widths, the tails */
+    run_unary(op, &impls, dt, 0, 512, 0, 1.0); /* no rows */
+    run_unary(op, &impls, dt, 3, 0, 0, 1.0);   /* empty rows */
 }
 END_TEST
 

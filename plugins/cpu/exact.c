@@ -256,7 +256,7 @@ static void build(int torch, enum fld_cpu_act_fn fn, int d)
 FOR_EACH_FN(BUILDERS_OF, 0)
 FOR_EACH_FN(BUILDERS_OF, 1)
 #define BUILDER_PAIR(torch, fn) {build_##torch##_##fn##_0, build_##torch##_##fn##_1},
-#define COUNT_FN(torch, fn) +1
+#define COUNT_FN(torch, fn)     +1
 _Static_assert(0 FOR_EACH_FN(COUNT_FN, 0) == FLD_CPU_FNS,
                "FOR_EACH_FN names every enum fld_cpu_act_fn");
 

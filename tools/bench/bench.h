@@ -112,8 +112,9 @@ double bench_d2d_measure(struct bench_d2d *d, int reps, double batch_ns);
 #define BENCH_MAX_LIST 16 /* values of --threads, --tokens and --ops */
 
 struct bench_kernel_options {
-    uint32_t ops;    /* bits: index in bench_op_names() */
-    bool ops_named;  /* ops were named: an (op, dtype) with nothing to run is an error, not skipped */
+    uint32_t ops; /* bits: index in bench_op_names() */
+    bool
+        ops_named; /* ops were named: an (op, dtype) with nothing to run is an error, not skipped */
     int device_type; /* FLD_DEVICE_* */
     uint32_t dtypes; /* FLD_DTYPE_MASK_* */
     int threads[BENCH_MAX_LIST];
