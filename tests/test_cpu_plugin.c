@@ -246,6 +246,21 @@ static void act_run(struct act_case *c)
     ck_assert_int_eq(fld_silu_and_mul(&c->out->t, &c->x->t), FLD_OK);
 }
 
+/* An elementwise activation: out [rows, d] of x [rows, d], its rows padded. */
+static struct act_case unary_new(DLDataType dt, int64_t rows, int64_t d, uint64_t seed)
+{
+    struct act_case c;
+    c.x = tt_new(dt, 2, (int64_t[]){rows, d});
+    c.out = tt_new_strided(dt, 2, (int64_t[]){rows, d}, (int64_t[]){d + 8, 1});
+    tt_fill_normal(c.x, seed, 0.0, 2.0);
+    return c;
+}
+
+static void unary_run(struct act_case *c)
+{
+    ck_assert_int_eq(fld_gelu_new(&c->out->t, &c->x->t), FLD_OK);
+}
+
 static void act_free(struct act_case *c)
 {
     tt_free(c->x);
@@ -619,11 +634,12 @@ START_TEST(test_stream_min_kb)
     fld_shutdown();
 
     /* Every output streamed (0) and none (1 TiB): the same bytes, odd widths and strided
-     * outputs included, every dtype. */
+     * outputs included, every dtype, gated and elementwise activations. */
     const DLDataType dts[] = {FLD_DTYPE_F32, FLD_DTYPE_BF16, FLD_DTYPE_F16};
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
         struct norm_case n[2] = {norm_new(dts[i], 37, 1003, 31), norm_new(dts[i], 37, 1003, 31)};
         struct act_case a[2] = {act_new(dts[i], 29, 517, 32), act_new(dts[i], 29, 517, 32)};
+        struct act_case u[2] = {unary_new(dts[i], 29, 517, 33), unary_new(dts[i], 29, 517, 33)};
         const char *kb[2] = {"0", "1073741824"};
         const char *size[2] = {"0 KiB", "1048576 MiB"};
         for (int k = 0; k < 2; k++) {
@@ -635,13 +651,16 @@ START_TEST(test_stream_min_kb)
             assert_contains(cpu_plugin_loaded().detail, want);
             norm_run(&n[k]);
             act_run(&a[k]);
+            unary_run(&u[k]);
             fld_shutdown();
         }
         norm_assert_same(&n[0], &n[1]);
         ck_assert_msg(same_bytes(a[0].out, a[1].out), "silu_and_mul differs (dtype %zu)", i);
+        ck_assert_msg(same_bytes(u[0].out, u[1].out), "gelu_new differs (dtype %zu)", i);
         for (int k = 0; k < 2; k++) {
             norm_free(&n[k]);
             act_free(&a[k]);
+            act_free(&u[k]);
         }
     }
 }

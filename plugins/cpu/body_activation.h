@@ -381,8 +381,9 @@ V_INLINE void act_row_pairs(enum fld_cpu_act act, int stream, const uint16_t *ta
 
 /*
  * An elementwise row: out[0, n) = f(x[0, n)); 16-bit values looked up
- * whole (the table holds round(f(x)), the reference's bits), float32
- * computed. stream and pf as in act_span.
+ * whole (the table holds round(f(x)), the reference's bits; a layer with
+ * V_LOOKUP16_STORE, simd_avx2.h, stores the entries without widening
+ * them), float32 computed. stream and pf as in act_span.
  */
 V_INLINE vf unary_part(enum fld_cpu_act act, const int dt, const uint16_t *table, const char *px,
                        int64_t m)
@@ -415,7 +416,13 @@ V_INLINE void unary_row(enum fld_cpu_act act, const int dt, int stream, const ui
                 fld__cpu_prefetch_row(pf + j * es + b, dt);
         vf r[ACT_UNROLL];
         if (dt != FLD_CPU_F32) {
+#ifdef V_LOOKUP16_STORE
+            VM_FOR(u, ACT_UNROLL)
+            v_lookup16_store(table, px + j * es + u * step, po + j * es + u * step, stream);
+            continue;
+#else
             VM_FOR(u, ACT_UNROLL) r[u] = v_lookup16(table, px + j * es + u * step, dt);
+#endif
         } else {
             vf a[ACT_UNROLL];
             VM_FOR(u, ACT_UNROLL) a[u] = v_load(px + j * es + u * step, dt);

@@ -220,7 +220,8 @@ V_INLINE vf v_widen_low16(__m256i g, int dt)
  * gather costs more than that (fld__cpu_lookup_scalar). Assembling the
  * entries in two 64-bit registers by shifts and ors instead took 1.07-1.16x
  * (float16) and 1.25-1.55x (bfloat16) the inserts' time in the 16-bit
- * activations on Zen 3 (docs/BENCHMARKS.md, "Measured choices").
+ * activations on Zen 3, and two chains of four inserts joined at the end
+ * were no faster than one (docs/BENCHMARKS.md, "Measured choices").
  */
 V_INLINE __m128i v_lookup16_scalar(const uint16_t *table, const uint16_t *c)
 {
@@ -234,6 +235,28 @@ V_INLINE __m128i v_lookup16_scalar(const uint16_t *table, const uint16_t *c)
     return _mm_insert_epi16(r, table[c[7]], 7);
 }
 
+/*
+ * The same with the codes read as two 64-bit words and split by shifts:
+ * 2 loads for the codes instead of 8. On Zen 3 faster for the float16
+ * activations and the elementwise stores below, not for bfloat16 rows
+ * widened for a product (v_lookup16, v_bf16_pair_lookup), which keep
+ * v_lookup16_scalar.
+ */
+V_INLINE __m128i v_lookup16_scalar_words(const uint16_t *table, const uint16_t *c)
+{
+    uint64_t lo, hi;
+    memcpy(&lo, c, sizeof lo);
+    memcpy(&hi, c + 4, sizeof hi);
+    __m128i r = _mm_cvtsi32_si128(table[(uint16_t)lo]);
+    r = _mm_insert_epi16(r, table[(uint16_t)(lo >> 16)], 1);
+    r = _mm_insert_epi16(r, table[(uint16_t)(lo >> 32)], 2);
+    r = _mm_insert_epi16(r, table[lo >> 48], 3);
+    r = _mm_insert_epi16(r, table[(uint16_t)hi], 4);
+    r = _mm_insert_epi16(r, table[(uint16_t)(hi >> 16)], 5);
+    r = _mm_insert_epi16(r, table[(uint16_t)(hi >> 32)], 6);
+    return _mm_insert_epi16(r, table[hi >> 48], 7);
+}
+
 V_INLINE vf v_widen16(__m128i h, int dt)
 {
     return dt == FLD_CPU_BF16 ? v_from_bf16(h) : _mm256_cvtph_ps(h);
@@ -243,9 +266,36 @@ V_INLINE vf v_widen16(__m128i h, int dt)
 V_INLINE vf v_lookup16(const uint16_t *table, const void *p, int dt)
 {
     if (fld__cpu_lookup_scalar)
-        return v_widen16(v_lookup16_scalar(table, p), dt);
+        return v_widen16(dt == FLD_CPU_BF16 ? v_lookup16_scalar(table, p)
+                                            : v_lookup16_scalar_words(table, p),
+                         dt);
     __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return v_widen_low16(_mm256_i32gather_epi32((const int *)(const void *)table, idx, 2), dt);
+}
+
+/*
+ * V_LOOKUP16_STORE: the V_LANES table entries at the 16-bit codes at p,
+ * stored at o as they are (the entries are the results: no widening and
+ * narrowing); stream: o is vector-aligned and the store non-temporal.
+ */
+#define V_LOOKUP16_STORE 1
+
+V_INLINE void v_lookup16_store(const uint16_t *table, const void *p, void *o, int stream)
+{
+    __m128i r;
+    if (fld__cpu_lookup_scalar) {
+        r = v_lookup16_scalar_words(table, p);
+    } else {
+        __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+        __m256i g =
+            _mm256_and_si256(_mm256_i32gather_epi32((const int *)(const void *)table, idx, 2),
+                             _mm256_set1_epi32(0xffff));
+        r = _mm_packus_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
+    }
+    if (stream)
+        _mm_stream_si128((__m128i *)o, r);
+    else
+        _mm_storeu_si128((__m128i *)o, r);
 }
 
 V_INLINE vf v_lookup16_n(const uint16_t *table, const void *p, int64_t n, int dt)
