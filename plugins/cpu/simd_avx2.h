@@ -262,15 +262,24 @@ V_INLINE vf v_widen16(__m128i h, int dt)
     return dt == FLD_CPU_BF16 ? v_from_bf16(h) : _mm256_cvtph_ps(h);
 }
 
-/* The table has a padding entry: a 4-byte gather at entry 65535 stays inside it. */
+/*
+ * The table entries at the 8 codes at p, each in the low 16 bits of a dword
+ * lane (the high bits are the next entry's). The table has a padding entry:
+ * a 4-byte gather at entry 65535 stays inside it.
+ */
+V_INLINE __m256i v_gather16(const uint16_t *table, const void *p)
+{
+    __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_i32gather_epi32((const int *)(const void *)table, idx, 2);
+}
+
 V_INLINE vf v_lookup16(const uint16_t *table, const void *p, int dt)
 {
     if (fld__cpu_lookup_scalar)
         return v_widen16(dt == FLD_CPU_BF16 ? v_lookup16_scalar(table, p)
                                             : v_lookup16_scalar_words(table, p),
                          dt);
-    __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return v_widen_low16(_mm256_i32gather_epi32((const int *)(const void *)table, idx, 2), dt);
+    return v_widen_low16(v_gather16(table, p), dt);
 }
 
 /*
@@ -286,10 +295,7 @@ V_INLINE void v_lookup16_store(const uint16_t *table, const void *p, void *o, in
     if (fld__cpu_lookup_scalar) {
         r = v_lookup16_scalar_words(table, p);
     } else {
-        __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-        __m256i g =
-            _mm256_and_si256(_mm256_i32gather_epi32((const int *)(const void *)table, idx, 2),
-                             _mm256_set1_epi32(0xffff));
+        __m256i g = _mm256_and_si256(v_gather16(table, p), _mm256_set1_epi32(0xffff));
         r = _mm_packus_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
     }
     if (stream)
