@@ -63,9 +63,11 @@ def cases(tokens, hidden, dtypes):
             res = torch.randn(t, hidden, dtype=dt)
             out.append((f"rms_norm {dt_name} {t}x{hidden}", "rms_norm", (o, x, w, None, 1e-6),
                         lambda o=o, x=x, w=w: torch.ops._C.rms_norm(o, x, w, 1e-6)))
+            # In place, as vLLM calls it: x becomes the output, the residual x + residual.
+            xr = torch.randn(t, hidden, dtype=dt)
             out.append((f"rms_norm+residual {dt_name} {t}x{hidden}", "rms_norm",
-                        (o, x, w, res, 1e-6),
-                        lambda x=x, r=res, w=w: torch.ops._C.fused_add_rms_norm(x, r, w, 1e-6)))
+                        (xr, xr, w, res, 1e-6),
+                        lambda x=xr, r=res, w=w: torch.ops._C.fused_add_rms_norm(x, r, w, 1e-6)))
             gate = torch.randn(t, 2 * hidden, dtype=dt)
             act = torch.empty(t, hidden, dtype=dt)
             out.append((f"silu_and_mul {dt_name} {t}x{hidden}", "silu_and_mul", (act, gate),
