@@ -449,6 +449,7 @@ START_TEST(test_detail_default)
     assert_contains(s.detail, " in NUMA node ");
     assert_contains(s.detail, "; parallel from ");
     assert_contains(s.detail, " KiB; non-temporal stores from ");
+    assert_contains(s.detail, "; norms prefetch rows above ");
     ck_assert_msg(strchr(s.detail, '\n') == NULL, "one line: %s", s.detail);
 }
 END_TEST
@@ -1049,6 +1050,8 @@ START_TEST(test_two_numa_nodes)
                     fld__cpu_is_guest()
                         ? "non-temporal stores from 1 MiB (virtual machine: L2 x 1 thread)"
                         : "non-temporal stores from 16 MiB");
+    /* The norms prefetch each next row only in calls larger than a quarter of the L3. */
+    assert_contains(s.detail, "; norms prefetch rows above 4 MiB");
     fld_shutdown();
     set_threads("2");
     s = cpu_plugin_loaded();

@@ -145,6 +145,7 @@ struct fld_cpu_norm_job {
     float eps;
     bool gemma;
     bool stream;
+    bool prefetch; /* each next row, as the current one is written (fld__cpu_norm_prefetch_bytes) */
 };
 
 /*
@@ -196,6 +197,9 @@ extern const struct fld_cpu_variant *fld__cpu_active;
  * 1.00-1.11x (docs/BENCHMARKS.md, "AMD EPYC Zen 4").
  */
 extern bool fld__cpu_rotary_prefetch;
+/* Norm calls with more data than this (bytes, each buffer once) prefetch each next row; set at
+ * load (fld__cpu_default_norm_prefetch_bytes). */
+extern size_t fld__cpu_norm_prefetch_bytes;
 /*
  * Whether the avx2 variant looks the 16-bit activation tables up with
  * scalar loads instead of vpgatherdd, set at load: on AMD. Measured on Zen 3

@@ -43,6 +43,7 @@
 
 const struct fld_cpu_variant *fld__cpu_active = &fld__cpu_variant_portable;
 bool fld__cpu_rotary_prefetch = true;
+size_t fld__cpu_norm_prefetch_bytes = 0;
 bool fld__cpu_lookup_scalar = false;
 bool fld__cpu_act16_compute = false;
 bool fld__cpu_torch_activations = false;
@@ -237,7 +238,9 @@ static int register_builtins(fld_registry *reg)
         stream_bytes = fld__cpu_default_stream_bytes(
             &topo, fld__cpu_threads_per_call(&topo, (int)threads), stream_why, sizeof stream_why);
     }
+    const size_t norm_prefetch_bytes = fld__cpu_default_norm_prefetch_bytes(&topo);
     fld__cpu_pool_configure(&topo, (int)threads, min_bytes, stream_bytes);
+    fld__cpu_norm_prefetch_bytes = norm_prefetch_bytes;
     fld__cpu_active = variants[isa];
     fld__cpu_rotary_prefetch = !fld__cpu_is_amd();
     fld__cpu_lookup_scalar = lookup_scalar;
@@ -261,15 +264,16 @@ static int register_builtins(fld_registry *reg)
     }
 
     const bool avx2 = strcmp(variants[isa]->name, "avx2") == 0;
-    char stream[48];
+    char stream[48], prefetch[48];
     format_size(stream, sizeof stream, fld__cpu_stream_threshold());
+    format_size(prefetch, sizeof prefetch, norm_prefetch_bytes);
     return fld_registry_set_detail(
         reg,
         "isa %s%s%s%s; %s; parallel from %zu KiB; non-temporal stores "
-        "from %s%s%s%s%s%s%s",
+        "from %s%s%s%s; norms prefetch rows above %s%s%s%s",
         variants[isa]->name, isa_why[0] ? " (" : "", isa_why, isa_why[0] ? ")" : "", threads_text,
         min_bytes / 1024, stream, stream_why[0] ? " (" : "", stream_why, stream_why[0] ? ")" : "",
-        torch_activations ? "; activations as torch's" : "",
+        prefetch, torch_activations ? "; activations as torch's" : "",
         avx2 && act16_compute ? "; 16-bit activations computed in float32" : "",
         avx2 && lookup_scalar ? "; 16-bit tables read with scalar loads" : "");
 }

@@ -50,12 +50,19 @@ static int run_rms_norm(const void *args, bool gemma, const char *op)
      * and is in cache, so streaming it would only evict it and send it to
      * memory at once.
      */
-    const bool in_place = rows_overlap(&out, fld__cpu_elem_size(dt), &x, fld__cpu_elem_size(dt)) ||
-                          (a->residual && rows_overlap(&out, fld__cpu_elem_size(dt), &res,
-                                                       fld__cpu_elem_size(rdt)));
+    const bool in_place =
+        rows_overlap(&out, fld__cpu_elem_size(dt), &x, fld__cpu_elem_size(dt)) ||
+        (a->residual && rows_overlap(&out, fld__cpu_elem_size(dt), &res, fld__cpu_elem_size(rdt)));
     const size_t row_bytes = (size_t)x.width * fld__cpu_elem_size(dt);
     const size_t out_bytes = (size_t)x.rows * row_bytes;
     const size_t res_bytes = (size_t)x.rows * (size_t)x.width * fld__cpu_elem_size(rdt);
+    /*
+     * The next row is prefetched while the output streams to memory, or
+     * when the buffers the call touches (each once: out over x or the
+     * residual is no other) are too large to come from the caches.
+     */
+    const bool stream = !in_place && out_bytes >= fld__cpu_stream_threshold();
+    const size_t data_bytes = out_bytes * (in_place ? 1u : 2u) + (a->residual ? res_bytes : 0u);
     const struct fld_cpu_norm_job job = {
         .dt = dt,
         .out = out.data,
@@ -70,7 +77,8 @@ static int run_rms_norm(const void *args, bool gemma, const char *op)
         .h = x.width,
         .eps = a->eps,
         .gemma = gemma,
-        .stream = !in_place && out_bytes >= fld__cpu_stream_threshold(),
+        .stream = stream,
+        .prefetch = stream || data_bytes > fld__cpu_norm_prefetch_bytes,
     };
     /* x read and out written; a residual is read and written too; the weight once. */
     size_t bytes = out_bytes * 2u + (a->residual ? 2u * res_bytes : 0u) +

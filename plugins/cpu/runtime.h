@@ -98,6 +98,15 @@ int fld__cpu_threads_per_call(const struct fld_cpu_topology *t, int threads);
 size_t fld__cpu_default_stream_bytes(const struct fld_cpu_topology *t, int threads, char *why,
                                      size_t size);
 
+/*
+ * The data (bytes read or written, each buffer once) above which the norms
+ * prefetch each next row: a quarter of one last-level cache instance (8 MiB
+ * when its size is unknown). Smaller calls find their rows in L2 or L3,
+ * where the prefetches only cost (docs/BENCHMARKS.md, "Measured choices in
+ * the CPU plugin").
+ */
+size_t fld__cpu_default_norm_prefetch_bytes(const struct fld_cpu_topology *t);
+
 /* ---- the pool (pool.c) --------------------------------------------------- */
 
 /*

@@ -134,6 +134,11 @@ size_t fld__cpu_default_stream_bytes(const struct fld_cpu_topology *t, int threa
     return (size_t)32 << 20;
 }
 
+size_t fld__cpu_default_norm_prefetch_bytes(const struct fld_cpu_topology *t)
+{
+    return t->llc_bytes ? t->llc_bytes / 4u : (size_t)8 << 20;
+}
+
 /* The size of the largest instance of one cache level, or 0. */
 static size_t cache_size(hwloc_topology_t topo, hwloc_obj_type_t level)
 {
