@@ -409,6 +409,17 @@ V_INLINE void norm_rows(const struct fld_cpu_norm_job *job, int64_t r0, int64_t 
         norm_rows(job, r0, r1, dt, wdt, rdt, wm, has_res);                                         \
     }
 
+/* The residuals and weights a job can have: the indices of norm_rows_fns. */
+enum { NORM_RES_NONE, NORM_RES_X, NORM_RES_F32, NORM_RESIDUALS };
+enum {
+    NORM_WEIGHT_NONE,
+    NORM_WEIGHT_MUL,
+    NORM_WEIGHT_GEMMA,
+    NORM_WEIGHT_MUL_F32,
+    NORM_WEIGHT_GEMMA_F32,
+    NORM_WEIGHTS
+};
+
 /* The three residuals of one dtype and weight: none, of x's dtype, float32. */
 #define NORM_ROWS_RESIDUALS(name, dt, wdt, wm)                                                     \
     NORM_ROWS_FN(name##_plain, dt, wdt, wm, dt, 0)                                                 \
@@ -416,7 +427,7 @@ V_INLINE void norm_rows(const struct fld_cpu_norm_job *job, int64_t r0, int64_t 
     NORM_ROWS_FN(name##_res_f32, dt, wdt, wm, FLD_CPU_F32, 1)
 #define NORM_ROWS_RESIDUALS_ROW(name)                                                              \
     {                                                                                              \
-        name##_plain, name##_res, name##_res_f32                                                   \
+        [NORM_RES_NONE] = name##_plain, [NORM_RES_X] = name##_res, [NORM_RES_F32] = name##_res_f32 \
     }
 
 /* The five weights of one dtype: none, x's dtype or float32, multiplied or gemma's (1 + w). */
@@ -428,36 +439,38 @@ V_INLINE void norm_rows(const struct fld_cpu_norm_job *job, int64_t r0, int64_t 
     NORM_ROWS_RESIDUALS(name##_gemma_f32, dt, FLD_CPU_F32, NORM_W_GEMMA)
 #define NORM_ROWS_WEIGHTS_ROW(name)                                                                \
     {                                                                                              \
-        NORM_ROWS_RESIDUALS_ROW(name##_none), NORM_ROWS_RESIDUALS_ROW(name##_mul),                 \
-            NORM_ROWS_RESIDUALS_ROW(name##_gemma), NORM_ROWS_RESIDUALS_ROW(name##_mul_f32),        \
-            NORM_ROWS_RESIDUALS_ROW(name##_gemma_f32)                                              \
+        [NORM_WEIGHT_NONE] = NORM_ROWS_RESIDUALS_ROW(name##_none),                                 \
+        [NORM_WEIGHT_MUL] = NORM_ROWS_RESIDUALS_ROW(name##_mul),                                   \
+        [NORM_WEIGHT_GEMMA] = NORM_ROWS_RESIDUALS_ROW(name##_gemma),                               \
+        [NORM_WEIGHT_MUL_F32] = NORM_ROWS_RESIDUALS_ROW(name##_mul_f32),                           \
+        [NORM_WEIGHT_GEMMA_F32] = NORM_ROWS_RESIDUALS_ROW(name##_gemma_f32)                        \
     }
 
 NORM_ROWS_WEIGHTS(norm_rows_f32, FLD_CPU_F32)
 NORM_ROWS_WEIGHTS(norm_rows_f16, FLD_CPU_F16)
 NORM_ROWS_WEIGHTS(norm_rows_bf16, FLD_CPU_BF16)
 
-/* [dtype (enum fld_cpu_dtype)][weight (norm_weight_kind)][residual (norm_residual_kind)] */
-static void (*const norm_rows_fns[3][5][3])(const struct fld_cpu_norm_job *, int64_t, int64_t) = {
-    NORM_ROWS_WEIGHTS_ROW(norm_rows_f32),
-    NORM_ROWS_WEIGHTS_ROW(norm_rows_f16),
-    NORM_ROWS_WEIGHTS_ROW(norm_rows_bf16),
+static void (*const norm_rows_fns[3][NORM_WEIGHTS][NORM_RESIDUALS])(const struct fld_cpu_norm_job *,
+                                                                    int64_t, int64_t) = {
+    [FLD_CPU_F32] = NORM_ROWS_WEIGHTS_ROW(norm_rows_f32),
+    [FLD_CPU_F16] = NORM_ROWS_WEIGHTS_ROW(norm_rows_f16),
+    [FLD_CPU_BF16] = NORM_ROWS_WEIGHTS_ROW(norm_rows_bf16),
 };
 
-/* The job's weight, in the order of NORM_ROWS_WEIGHTS. */
-V_INLINE int norm_weight_kind(const struct fld_cpu_norm_job *job)
+V_INLINE int norm_weight_of(const struct fld_cpu_norm_job *job)
 {
     if (!job->weight)
-        return 0;
-    return (job->weight_f32 ? 3 : 1) + (job->gemma ? 1 : 0);
+        return NORM_WEIGHT_NONE;
+    if (job->weight_f32)
+        return job->gemma ? NORM_WEIGHT_GEMMA_F32 : NORM_WEIGHT_MUL_F32;
+    return job->gemma ? NORM_WEIGHT_GEMMA : NORM_WEIGHT_MUL;
 }
 
-/* The job's residual, in the order of NORM_ROWS_RESIDUALS. */
-V_INLINE int norm_residual_kind(const struct fld_cpu_norm_job *job)
+V_INLINE int norm_residual_of(const struct fld_cpu_norm_job *job)
 {
     if (!job->residual)
-        return 0;
-    return job->residual_f32 ? 2 : 1;
+        return NORM_RES_NONE;
+    return job->residual_f32 ? NORM_RES_F32 : NORM_RES_X;
 }
 
 static void norm_range(const struct fld_cpu_norm_job *job, int64_t r0, int64_t r1)
@@ -465,7 +478,7 @@ static void norm_range(const struct fld_cpu_norm_job *job, int64_t r0, int64_t r
     if (job->h <= 0)
         return;
     const int dt = job->dt == FLD_CPU_F32 || job->dt == FLD_CPU_F16 ? job->dt : FLD_CPU_BF16;
-    norm_rows_fns[dt][norm_weight_kind(job)][norm_residual_kind(job)](job, r0, r1);
+    norm_rows_fns[dt][norm_weight_of(job)][norm_residual_of(job)](job, r0, r1);
 }
 
 #endif
