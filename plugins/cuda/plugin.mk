@@ -88,4 +88,13 @@ $(FLD_CUDA_STAMP): FORCE
 $(OBJ)/plugins/cuda/cuda_kernels.o: plugins/cuda/cuda_kernels.cu $(FLD_GPU_DEVICE_DEPS) $(FLD_CUDA_STAMP)
 	@mkdir -p $(@D)
 	$(Q)$(call fld_say,NVCC,$<)$(FLD_NVCC) -Iinclude -I$(B)/gen $(FLD_NVCC_FLAGS) -c $< -o $@
+
+# bench/gpu_sweep.cu: every candidate launch shape of the kernels timed under
+# CUDA-graph replay on the GPU it runs on (gpu_launch.h's rows come from it).
+# Built on request only: `make gpu-sweep`, then build/bench/gpu_sweep.
+.PHONY: gpu-sweep
+gpu-sweep: $(B)/bench/gpu_sweep
+$(B)/bench/gpu_sweep: bench/gpu_sweep.cu $(FLD_GPU_DEVICE_DEPS) $(FLD_CUDA_STAMP)
+	@mkdir -p $(@D)
+	$(Q)$(call fld_say,NVCC,$<)$(FLD_NVCC) -Iinclude $(FLD_NVCC_FLAGS) -o $@ $<
 endif

@@ -106,19 +106,23 @@ int emu_stream_synchronize(void *stream)
     return 0;
 }
 
+/* The launch shape tests force (fld_emu_force_shape), or NULL: gpu_launch.h's. */
+bool shape_forced = false;
+struct fld__gpu_shape forced_shape;
+
 int emu_act(const struct fld__gpu_act_args *a, int variant, void *stream)
 {
-    return fld_gpu::run_act(a, variant, stream);
+    return fld_gpu::run_act_shaped(a, variant, stream, shape_forced ? &forced_shape : nullptr);
 }
 
 int emu_norm(const struct fld__gpu_norm_args *a, int variant, void *stream)
 {
-    return fld_gpu::run_norm(a, variant, stream);
+    return fld_gpu::run_norm_shaped(a, variant, stream, shape_forced ? &forced_shape : nullptr);
 }
 
 int emu_rotary(const struct fld__gpu_rotary_args *a, int variant, void *stream)
 {
-    return fld_gpu::run_rotary(a, variant, stream);
+    return fld_gpu::run_rotary_shaped(a, variant, stream, shape_forced ? &forced_shape : nullptr);
 }
 
 } // namespace
@@ -145,3 +149,13 @@ extern "C" __attribute__((visibility("default"))) const struct fld__gpu_api fld_
     emu_norm,
     emu_rotary,
 };
+
+/* Every later act/norm/rotary call of fld__gpu_api_emu launches with *shape
+   (the candidates bench/gpu_sweep.cu times), until a call with NULL puts
+   gpu_launch.h's choice back. For tests; not thread-safe. */
+extern "C" void fld_emu_force_shape(const struct fld__gpu_shape *shape)
+{
+    shape_forced = shape != nullptr;
+    if (shape)
+        forced_shape = *shape;
+}

@@ -1041,6 +1041,99 @@ template <bool SYNC> __global__ void neighbour_kernel(int *out)
     out[t] = slot[(t + 1) % blockDim.x];
 }
 
+/* ------------------------------------------------------------------------ */
+/* Launch shapes                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Every kind of launch shape bench/gpu_sweep.cu may time, and gpu_launch.h
+   may then choose, gives the reference's results: one-pass kernels of 1, 2
+   and 4 groups per thread with and without the kept weight, the two-pass
+   kernel, grids that stride over rows, tokens and groups, and a token's
+   units split over blocks. */
+extern "C" void fld_emu_force_shape(const struct fld__gpu_shape *shape);
+
+const struct fld__gpu_shape forced_norm_shapes[] = {
+    {64, 5, 1, 2, true},   {64, 5, 1, 2, false}, {128, 5, 1, 1, true}, {64, 5, 1, 4, false},
+    {1024, 5, 1, 1, true}, {256, 2, 1, 1, true}, {64, 2, 1, 0, false}, {64, 3, 1, 4, false},
+};
+
+START_TEST(launch_shapes_norm)
+{
+    setup();
+    fld_emu_force_shape(&forced_norm_shapes[_i]);
+    check_norm(RESIDUAL, 2, FLD_GPU_VECTOR, 5, 768, 0);     /* 96 groups of 8 */
+    check_norm(GEMMA, 1, FLD_GPU_VECTOR, 5, 768, 0);
+    check_norm(IN_PLACE_RESIDUAL, 0, FLD_GPU_VECTOR, 5, 256, 0); /* 64 groups of 4 */
+    fld_emu_force_shape(NULL);
+}
+END_TEST
+
+START_TEST(launch_shape_out_of_range_is_refused)
+{
+    setup();
+    /* 96 groups do not fit 64 threads x 1 group; 4 groups with 1024 threads
+       pass the kernel's launch bound; a kept weight needs at most 2 groups */
+    const struct fld__gpu_shape bad[] = {
+        {64, 5, 1, 1, false}, {1024, 5, 1, 4, false}, {64, 5, 1, 4, true}, {96, 5, 1, 2, false}};
+    const int64_t width = 768;
+    std::vector<uint16_t> x(5 * width), out(5 * width);
+    struct fld__gpu_norm_args a = {};
+    a.dtype = a.weight_dtype = a.residual_dtype = 2;
+    a.x = x.data();
+    a.out = out.data();
+    a.rows = 5;
+    a.width = width;
+    a.x_stride = a.out_stride = width;
+    a.eps = 1e-6f;
+    for (const fld__gpu_shape &s : bad) {
+        fld_emu_force_shape(&s);
+        ck_assert_int_eq(api.norm(&a, FLD_GPU_VECTOR, NULL), FLD_EMU_ERR_INVALID_VALUE);
+    }
+    fld_emu_force_shape(NULL);
+}
+END_TEST
+
+const struct fld__gpu_shape forced_act_shapes[] = {
+    {32, 1, 7, 0, false}, {32, 3, 1, 0, false}, {256, 1, 7, 0, false}, {64, 2, 3, 0, false}};
+
+START_TEST(launch_shapes_act)
+{
+    setup();
+    fld_emu_force_shape(&forced_act_shapes[_i]);
+    check_act(FLD_GPU_SILU_AND_MUL, 2, FLD_GPU_VECTOR, 7, 256, 0, 0); /* 32 groups of 8 */
+    check_act(FLD_GPU_GELU_QUICK, 0, FLD_GPU_VECTOR, 7, 128, 0, 0);
+    check_act(FLD_GPU_GELU_AND_MUL, 1, FLD_GPU_REFERENCE, 7, 37, 3, 5);
+    fld_emu_force_shape(NULL);
+}
+END_TEST
+
+const struct fld__gpu_shape forced_rotary_shapes[] = {
+    {64, 5, 1, 0, false}, {64, 5, 3, 0, false}, {64, 2, 2, 0, false}, {512, 5, 1, 0, false}};
+
+START_TEST(launch_shapes_rotary)
+{
+    setup();
+    fld_emu_force_shape(&forced_rotary_shapes[_i / 4]);
+    rotary_case c = {};
+    c.dti = 2;
+    c.cache_f32 = (_i % 4) == 1;
+    c.neox = (_i % 2) == 0;
+    c.variant = FLD_GPU_VECTOR;
+    c.key = true;
+    c.tokens = 5;
+    c.q_heads = 4;
+    c.k_heads = 2;
+    c.head_size = 64;
+    c.rot_dim = (_i % 4) == 3 ? 32 : 64;
+    c.bad_token = 2;
+    c.expect_vec = 1;
+    c.out = (_i % 4) >= 2;
+    c.out_pad = 8;
+    check_rotary(c);
+    fld_emu_force_shape(NULL);
+}
+END_TEST
+
 START_TEST(emu_catches_missing_barrier)
 {
     int racy[64] = {0}, fine[64] = {0};
@@ -1159,6 +1252,7 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, unary_all_16bit, 0, 12);
     tcase_add_loop_test(tc, act_rounding_all_16bit, 0, 16);
     tcase_add_test(tc, act_vector_refuses_misaligned);
+    tcase_add_loop_test(tc, launch_shapes_act, 0, 4);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("norms");
@@ -1170,6 +1264,8 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, norm_mixed_dtypes, 0, 12);
     tcase_add_loop_test(tc, norm_extremes, 0, 6);
     tcase_add_test(tc, norm_vector_refuses_misaligned);
+    tcase_add_loop_test(tc, launch_shapes_norm, 0, 8);
+    tcase_add_test(tc, launch_shape_out_of_range_is_refused);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("rotary");
@@ -1179,6 +1275,7 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, rotary_out_of_place, 0, 24);
     tcase_add_loop_test(tc, rotary_rounding_order, 0, 8);
     tcase_add_test(tc, rotary_refuses_bad_arguments);
+    tcase_add_loop_test(tc, launch_shapes_rotary, 0, 16);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -77,7 +77,7 @@ typedef void *fld__gpu_stream_t;
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 /* One copy per (emulator) OS thread: blocks run one after another on it, so
    a block's fibers share it, which is what __shared__ means. */
 #define __shared__      static thread_local
@@ -288,6 +288,17 @@ FLD_GPU_DEV void fld__gpu_store16(void *p, fld__gpu_vec16 v)
     fld__gpu_check_align16(p, "store");
     memcpy(p, &v, sizeof v);
 }
+/* A 64-bit load (p 8-byte aligned). */
+FLD_GPU_DEV uint64_t fld__gpu_load8(const void *p)
+{
+    if ((uintptr_t)p % 8 != 0) {
+        fprintf(stderr, "gpu emulator: misaligned 64-bit load at %p\n", p);
+        abort();
+    }
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
 #else
 /* One ld.global.v4 / global_load_dwordx4 per call. */
 FLD_GPU_DEV fld__gpu_vec16 fld__gpu_load16(const void *p)
@@ -297,6 +308,11 @@ FLD_GPU_DEV fld__gpu_vec16 fld__gpu_load16(const void *p)
 FLD_GPU_DEV void fld__gpu_store16(void *p, fld__gpu_vec16 v)
 {
     *reinterpret_cast<fld__gpu_vec16 *>(p) = v;
+}
+/* One 64-bit load (p 8-byte aligned). */
+FLD_GPU_DEV uint64_t fld__gpu_load8(const void *p)
+{
+    return *reinterpret_cast<const uint64_t *>(p);
 }
 #endif
 
@@ -354,6 +370,50 @@ static inline int fld__gpu_launch(void (*k)(P...), dim3 g, dim3 b, void *stream,
 #else
     (void)stream;
     return fld_emu::launch(g, b, [&]() { k(args...); });
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Device properties the launch shapes depend on (gpu_launch.h)              */
+/* ------------------------------------------------------------------------ */
+
+/* What the emulator reports: few SMs, so tests reach both launch regimes
+   with small calls. */
+#define FLD_GPU_EMU_SM_COUNT 4
+/* Where the runtime cannot say (no current device): a mid-size GPU. */
+#define FLD_GPU_DEFAULT_SM_COUNT 108
+#define FLD_GPU_MAX_DEVICES      64
+
+/*
+ * The SM (CUDA) or compute-unit (HIP) count of the calling thread's current
+ * device, read from the runtime once per device and kept: a launch asks it
+ * each time. Concurrent first reads store the same value.
+ */
+static inline int fld__gpu_sm_count(void)
+{
+#if defined(FLD_GPU_TARGET_EMU)
+    return FLD_GPU_EMU_SM_COUNT;
+#else
+    static int known[FLD_GPU_MAX_DEVICES];
+    int dev = 0, n = 0;
+#if defined(FLD_GPU_TARGET_CUDA)
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= FLD_GPU_MAX_DEVICES)
+        return FLD_GPU_DEFAULT_SM_COUNT;
+    if ((n = __atomic_load_n(&known[dev], __ATOMIC_RELAXED)) > 0)
+        return n;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+        return FLD_GPU_DEFAULT_SM_COUNT;
+#else
+    if (hipGetDevice(&dev) != hipSuccess || dev < 0 || dev >= FLD_GPU_MAX_DEVICES)
+        return FLD_GPU_DEFAULT_SM_COUNT;
+    if ((n = __atomic_load_n(&known[dev], __ATOMIC_RELAXED)) > 0)
+        return n;
+    if (hipDeviceGetAttribute(&n, hipDeviceAttributeMultiprocessorCount, dev) != hipSuccess ||
+        n <= 0)
+        return FLD_GPU_DEFAULT_SM_COUNT;
+#endif
+    __atomic_store_n(&known[dev], n, __ATOMIC_RELAXED);
+    return n;
 #endif
 }
 

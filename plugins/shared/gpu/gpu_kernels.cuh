@@ -45,6 +45,7 @@
 
 #include "gpu_api.h"
 #include "gpu_compat.cuh"
+#include "gpu_launch.h"
 
 namespace fld_gpu
 {
@@ -298,22 +299,16 @@ __global__ void __launch_bounds__(256) act_kernel(struct fld__gpu_act_args a)
     }
 }
 
-static inline unsigned blocks_for(int64_t work, unsigned threads, int64_t cap)
+template <int DT, bool VEC>
+static int launch_act(const struct fld__gpu_act_args *a, const struct fld__gpu_shape &s,
+                      void *stream)
 {
-    int64_t b = (work + threads - 1) / threads;
-    return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
-}
-
-template <int DT, bool VEC> static int launch_act(const struct fld__gpu_act_args *a, void *stream)
-{
-    const int64_t groups = a->d / group<DT, VEC>::N;
-    const unsigned threads = 256;
-    /* Enough blocks to fill every SM several times over (grid-stride beyond). */
-    const dim3 grid(blocks_for(groups, threads, 1 << 16),
-                    (unsigned)(a->rows < 65535 ? a->rows : 65535));
+    /* grid.x over the row's groups (grid-stride beyond), grid.y over rows */
+    const dim3 grid((unsigned)(s.blocks < (1 << 16) ? s.blocks : (1 << 16)),
+                    (unsigned)(s.blocks_y < 65535 ? s.blocks_y : 65535));
 #define FLD_GPU_ACT_CASE(OP)                                                                       \
     case OP:                                                                                       \
-        return fld__gpu_launch(act_kernel<DT, VEC, OP>, grid, dim3(threads), stream, *a)
+        return fld__gpu_launch(act_kernel<DT, VEC, OP>, grid, dim3(s.threads), stream, *a)
     switch (a->op) {
         FLD_GPU_ACT_CASE(FLD_GPU_SILU_AND_MUL);
         FLD_GPU_ACT_CASE(FLD_GPU_MUL_AND_SILU);
@@ -328,33 +323,47 @@ template <int DT, bool VEC> static int launch_act(const struct fld__gpu_act_args
 #undef FLD_GPU_ACT_CASE
 }
 
-template <bool VEC> static int launch_act_dt(const struct fld__gpu_act_args *a, void *stream)
+template <bool VEC>
+static int launch_act_dt(const struct fld__gpu_act_args *a, const struct fld__gpu_shape &s,
+                         void *stream)
 {
     switch (a->dtype) {
     case 0:
-        return launch_act<0, VEC>(a, stream);
+        return launch_act<0, VEC>(a, s, stream);
     case 1:
-        return launch_act<1, VEC>(a, stream);
+        return launch_act<1, VEC>(a, s, stream);
     case 2:
-        return launch_act<2, VEC>(a, stream);
+        return launch_act<2, VEC>(a, s, stream);
     default:
         return FLD_GPU_EINVAL;
     }
 }
 
-static inline int run_act(const struct fld__gpu_act_args *a, int variant, void *stream)
+/* The activation of a; shape: the launch to use, or NULL for gpu_launch.h's. */
+static inline int run_act_shaped(const struct fld__gpu_act_args *a, int variant, void *stream,
+                                 const struct fld__gpu_shape *shape)
 {
     if (!a || a->op < 0 || a->op >= FLD_GPU_ACT_OPS || a->dtype < 0 || a->dtype > 2 ||
         a->rows < 0 || a->d < 0)
         return FLD_GPU_EINVAL;
     if (a->rows == 0 || a->d == 0)
         return 0;
-    if (variant == FLD_GPU_VECTOR) {
-        if (!fld__gpu_act_vector_ok(a))
-            return FLD_GPU_EINVAL;
-        return launch_act_dt<true>(a, stream);
-    }
-    return variant == FLD_GPU_REFERENCE ? launch_act_dt<false>(a, stream) : FLD_GPU_EINVAL;
+    if (variant == FLD_GPU_VECTOR && !fld__gpu_act_vector_ok(a))
+        return FLD_GPU_EINVAL;
+    if (variant != FLD_GPU_VECTOR && variant != FLD_GPU_REFERENCE)
+        return FLD_GPU_EINVAL;
+    const bool vec = variant == FLD_GPU_VECTOR;
+    const int64_t groups = a->d / (vec ? (a->dtype == 0 ? 4 : 8) : 1);
+    const struct fld__gpu_shape s =
+        shape ? *shape : fld__gpu_act_shape(a->rows, groups, fld__gpu_sm_count());
+    if (s.threads < 1 || s.threads > 256 || s.blocks < 1 || s.blocks_y < 1)
+        return FLD_GPU_EINVAL;
+    return vec ? launch_act_dt<true>(a, s, stream) : launch_act_dt<false>(a, s, stream);
+}
+
+static inline int run_act(const struct fld__gpu_act_args *a, int variant, void *stream)
+{
+    return run_act_shaped(a, variant, stream, nullptr);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -531,29 +540,41 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld__gpu_norm_args a)
     }
 }
 
-/* The most groups of a row each thread of norm_kernel_reg keeps in registers. */
-#define FLD_GPU_NORM_REG_GROUPS 4
-
 /*
  * norm_kernel in one pass over memory, for rows of at most K groups per
- * thread (K <= FLD_GPU_NORM_REG_GROUPS: hidden <= 4096 in float32, 8192 in
- * 16-bit, with 256 threads): each thread keeps its groups in registers
- * between the sum of squares and the scaling, so x (or the residual) is
- * read once instead of twice. K is the fewest that holds the row, so the
- * kernel takes no more registers (and keeps as many blocks per SM) than
- * the row needs. Sums in the same order as
- * norm_kernel with the same block size, so the results are the same bits.
- * out may alias x: the block's whole row is read before the reduction's
- * barrier, and written after it.
+ * thread (K = 1, 2 or 4; gpu_launch.h picks it): each thread keeps its
+ * groups in registers between the sum of squares and the scaling, so x (or
+ * the residual) is read once instead of twice. K is the fewest that holds
+ * the row, so the kernel takes no more registers (and keeps as many blocks
+ * per SM) than the row needs. With K <= 2 the thread's part of the weight
+ * is loaded once per block, before the first row, and kept in registers
+ * (gemma's 1 + w applied once): a decode row then waits for one trip to
+ * memory, not one for x and another for the weight after the reduction.
+ * With K = 4 the weight is read after each reduction, as registers are
+ * scarcer there. out may alias x: the block's whole row is read before the
+ * reduction's barrier, and written after it.
  */
-template <int DT, int WDT, int RDT, bool VEC, int K>
-__global__ void __launch_bounds__(256) norm_kernel_reg(struct fld__gpu_norm_args a)
+template <int DT, int WDT, int RDT, bool VEC, int K, bool KEEP_WEIGHT>
+__global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fld__gpu_norm_args a)
 {
     typedef group<DT, VEC> G;
     typedef lanes<WDT, G::N, VEC> W;
     typedef lanes<RDT, G::N, VEC> R;
+    static_assert(!KEEP_WEIGHT || K <= 2, "the weight is kept for at most 2 groups");
     const int64_t groups = a.width / G::N;
     const float add = a.gemma ? 1.0f : 0.0f;
+    float wk[KEEP_WEIGHT ? K : 1][G::N] = {}; /* the kept weight (+ add), where k < groups */
+    if (KEEP_WEIGHT && a.weight) {
+        FLD_GPU_UNROLL
+        for (int i = 0; i < K; i++) {
+            const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
+            if (k < groups) {
+                W::load(a.weight, k, wk[i]);
+                for (int j = 0; j < G::N; j++)
+                    wk[i][j] += add;
+            }
+        }
+    }
     for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
         const char *xr = row_at<DT>(a.x, r, a.x_stride);
         char *orow = row_at<DT>(a.out, r, a.out_stride);
@@ -589,9 +610,16 @@ __global__ void __launch_bounds__(256) norm_kernel_reg(struct fld__gpu_norm_args
             if (k < groups) {
                 if (a.weight) {
                     float w[G::N];
-                    W::load(a.weight, k, w);
+                    if (KEEP_WEIGHT) {
+                        for (int j = 0; j < G::N; j++)
+                            w[j] = wk[KEEP_WEIGHT ? i : 0][j];
+                    } else {
+                        W::load(a.weight, k, w);
+                        for (int j = 0; j < G::N; j++)
+                            w[j] += add;
+                    }
                     for (int j = 0; j < G::N; j++)
-                        v[i][j] = v[i][j] * inv * (w[j] + add);
+                        v[i][j] = v[i][j] * inv * w[j];
                 } else {
                     for (int j = 0; j < G::N; j++)
                         v[i][j] = v[i][j] * inv;
@@ -602,59 +630,82 @@ __global__ void __launch_bounds__(256) norm_kernel_reg(struct fld__gpu_norm_args
     }
 }
 
-/* Multiple of 64 threads: a whole number of warps on every target. */
-static inline unsigned norm_threads(int64_t groups, int64_t rows)
-{
-    /* Few rows: wide blocks so one row's reduction is spread far; many rows:
-       256-thread blocks, several per SM, so loads of other rows hide the
-       reduction's barriers. */
-    const int64_t cap = rows < 256 ? 1024 : 256;
-    int64_t t = (groups + 63) / 64 * 64;
-    return (unsigned)(t < 64 ? 64 : t > cap ? cap : t);
-}
-
-/* The one-pass kernel where the row fits its blocks' registers: 256-thread
-   blocks (many rows) and at most FLD_GPU_NORM_REG_GROUPS groups per thread. */
+/* The kernel of shape s (gpu_launch.h): one pass with s.per_thread groups in
+   registers, or two passes (per_thread 0). */
 template <int DT, int WDT, int RDT, bool VEC>
-static int launch_norm(const struct fld__gpu_norm_args *a, dim3 grid, dim3 block, void *stream)
+static int launch_norm(const struct fld__gpu_norm_args *a, const struct fld__gpu_shape &s,
+                       void *stream)
 {
-    const int64_t groups = a->width / group<DT, VEC>::N, per = (groups + block.x - 1) / block.x;
-    if (block.x <= 256 && per <= 1)
-        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 1>, grid, block, stream, *a);
-    if (block.x <= 256 && per <= 2)
-        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 2>, grid, block, stream, *a);
-    if (block.x <= 256 && per <= FLD_GPU_NORM_REG_GROUPS)
-        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, FLD_GPU_NORM_REG_GROUPS>, grid,
-                               block, stream, *a);
-    return fld__gpu_launch(norm_kernel<DT, WDT, RDT, VEC>, grid, block, stream, *a);
+    const dim3 grid((unsigned)(s.blocks < (1 << 20) ? s.blocks : (1 << 20))), block(s.threads);
+    switch (s.per_thread * 2 + (s.keep_weight ? 1 : 0)) {
+    case 2:
+        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 1, false>, grid, block, stream,
+                               *a);
+    case 3:
+        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 1, true>, grid, block, stream,
+                               *a);
+    case 4:
+        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 2, false>, grid, block, stream,
+                               *a);
+    case 5:
+        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 2, true>, grid, block, stream,
+                               *a);
+    case 8:
+        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 4, false>, grid, block, stream,
+                               *a);
+    default:
+        return fld__gpu_launch(norm_kernel<DT, WDT, RDT, VEC>, grid, block, stream, *a);
+    }
 }
 
 /* A 16-bit x's weight and residual: its own dtype (DT) or float32 (0). */
 template <int DT, bool VEC>
-static int launch_norm_mixed(const struct fld__gpu_norm_args *a, dim3 grid, dim3 block, void *stream)
+static int launch_norm_mixed(const struct fld__gpu_norm_args *a, const struct fld__gpu_shape &s,
+                             void *stream)
 {
     const bool w32 = a->weight && a->weight_dtype == 0, r32 = a->residual && a->residual_dtype == 0;
     if (w32 && r32)
-        return launch_norm<DT, 0, 0, VEC>(a, grid, block, stream);
+        return launch_norm<DT, 0, 0, VEC>(a, s, stream);
     if (w32)
-        return launch_norm<DT, 0, DT, VEC>(a, grid, block, stream);
+        return launch_norm<DT, 0, DT, VEC>(a, s, stream);
     if (r32)
-        return launch_norm<DT, DT, 0, VEC>(a, grid, block, stream);
-    return launch_norm<DT, DT, DT, VEC>(a, grid, block, stream);
+        return launch_norm<DT, DT, 0, VEC>(a, s, stream);
+    return launch_norm<DT, DT, DT, VEC>(a, s, stream);
 }
 
-template <bool VEC> static int launch_norm_dt(const struct fld__gpu_norm_args *a, void *stream)
+/* Groups per row of x: 16-byte groups (VEC) or elements. */
+static inline int64_t norm_groups(const struct fld__gpu_norm_args *a, bool vec)
 {
-    const int n = a->dtype == 0 ? (VEC ? 4 : 1) : (VEC ? 8 : 1);
-    const dim3 grid((unsigned)(a->rows < (1 << 20) ? a->rows : (1 << 20)));
-    const dim3 block(norm_threads(a->width / n, a->rows));
+    return a->width / (vec ? (a->dtype == 0 ? 4 : 8) : 1);
+}
+
+/* Whether shape s is one the norm kernels can run for these arguments. */
+static inline bool norm_shape_ok(const struct fld__gpu_norm_args *a, bool vec,
+                                 const struct fld__gpu_shape &s)
+{
+    const int64_t groups = norm_groups(a, vec);
+    if (s.threads < 64 || s.threads > 1024 || s.threads % 64 || s.blocks < 1)
+        return false;
+    if (s.per_thread == 0)
+        return !s.keep_weight;
+    if (s.keep_weight && s.per_thread > 2)
+        return false;
+    const unsigned bound = s.per_thread <= 2 ? 1024u : 512u;
+    return (s.per_thread == 1 || s.per_thread == 2 || s.per_thread == 4) && s.threads <= bound &&
+           groups <= (int64_t)s.threads * s.per_thread;
+}
+
+template <bool VEC>
+static int launch_norm_dt(const struct fld__gpu_norm_args *a, const struct fld__gpu_shape &s,
+                          void *stream)
+{
     switch (a->dtype) {
     case 0:
-        return launch_norm<0, 0, 0, VEC>(a, grid, block, stream);
+        return launch_norm<0, 0, 0, VEC>(a, s, stream);
     case 1:
-        return launch_norm_mixed<1, VEC>(a, grid, block, stream);
+        return launch_norm_mixed<1, VEC>(a, s, stream);
     case 2:
-        return launch_norm_mixed<2, VEC>(a, grid, block, stream);
+        return launch_norm_mixed<2, VEC>(a, s, stream);
     default:
         return FLD_GPU_EINVAL;
     }
@@ -666,7 +717,12 @@ static inline bool norm_operand_dtype_ok(int dtype, const void *p, int operand_d
     return !p || operand_dtype == dtype || (operand_dtype == 0 && dtype != 0);
 }
 
-static inline int run_norm(const struct fld__gpu_norm_args *a, int variant, void *stream)
+/*
+ * The norm of a; shape: the launch to use (bench/gpu_sweep.cu times the
+ * alternatives), or NULL for gpu_launch.h's choice for this device.
+ */
+static inline int run_norm_shaped(const struct fld__gpu_norm_args *a, int variant, void *stream,
+                                  const struct fld__gpu_shape *shape)
 {
     if (!a || a->dtype < 0 || a->dtype > 2 || a->rows < 0 || a->width < 0 ||
         !norm_operand_dtype_ok(a->dtype, a->weight, a->weight_dtype) ||
@@ -674,12 +730,21 @@ static inline int run_norm(const struct fld__gpu_norm_args *a, int variant, void
         return FLD_GPU_EINVAL;
     if (a->rows == 0 || a->width == 0)
         return 0;
-    if (variant == FLD_GPU_VECTOR) {
-        if (!fld__gpu_norm_vector_ok(a))
-            return FLD_GPU_EINVAL;
-        return launch_norm_dt<true>(a, stream);
-    }
-    return variant == FLD_GPU_REFERENCE ? launch_norm_dt<false>(a, stream) : FLD_GPU_EINVAL;
+    if (variant == FLD_GPU_VECTOR && !fld__gpu_norm_vector_ok(a))
+        return FLD_GPU_EINVAL;
+    if (variant != FLD_GPU_VECTOR && variant != FLD_GPU_REFERENCE)
+        return FLD_GPU_EINVAL;
+    const bool vec = variant == FLD_GPU_VECTOR;
+    const struct fld__gpu_shape s =
+        shape ? *shape : fld__gpu_norm_shape(a->rows, norm_groups(a, vec), fld__gpu_sm_count());
+    if (!norm_shape_ok(a, vec, s))
+        return FLD_GPU_EINVAL;
+    return vec ? launch_norm_dt<true>(a, s, stream) : launch_norm_dt<false>(a, s, stream);
+}
+
+static inline int run_norm(const struct fld__gpu_norm_args *a, int variant, void *stream)
+{
+    return run_norm_shaped(a, variant, stream, nullptr);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -741,14 +806,49 @@ FLD_GPU_DEV char *head_at(const struct fld__gpu_rotary_args &a, bool q, bool in,
 }
 
 /*
- * One block per token (grid-stride); its threads take the units of the
- * query's heads, then of the key's. The cos/sin row of the token's position
- * is read by every head (from L1). The index within a token fits in 32 bits
- * (at most 2^31 units per token), which keeps the division by the units per
- * head cheap. Out of place, the elements past rot_dim are then copied, one
- * thread each.
+ * M consecutive cos (or sin) values of a cache row of dtype CDT from element
+ * i on, rounded to DT. CVEC: the run is one or two 16-byte accesses, or one
+ * 8-byte access (rotary_cache_vector_ok() checked the alignment); otherwise
+ * M scalar loads.
  */
-template <int DT, int CDT, bool VEC>
+template <int DT, int CDT, int M, bool CVEC>
+FLD_GPU_DEV void load_cos_sin_run(const char *crow, int64_t i, float *f)
+{
+    constexpr int BYTES = M * dtype_size<CDT>::value;
+    if (CVEC && (BYTES == 16 || BYTES == 32)) {
+        group<CDT, true>::load(crow, i * dtype_size<CDT>::value / 16, f);
+        if (BYTES == 32)
+            group<CDT, true>::load(crow, i * dtype_size<CDT>::value / 16 + 1,
+                                   f + 16 / dtype_size<CDT>::value);
+    } else if (CVEC && BYTES == 8) {
+        const uint64_t u = fld__gpu_load8(crow + i * dtype_size<CDT>::value);
+        if (CDT == 0) {
+            f[0] = fld__gpu_float((uint32_t)u);
+            f[1] = fld__gpu_float((uint32_t)(u >> 32));
+        } else {
+            for (int j = 0; j < 4 && j < M; j++)
+                f[j] = widen<CDT>((uint32_t)(u >> (16 * j)) & 0xffffu);
+        }
+    } else {
+        for (int j = 0; j < M; j++)
+            f[j] = load_elem<CDT>(crow, i + j);
+    }
+    for (int j = 0; j < M; j++)
+        f[j] = round_to<DT>(f[j]);
+}
+
+/*
+ * Tokens grid-stride over blockIdx.x; a token's units (query heads' first,
+ * then the key's) over the threads of gridDim.y blocks (gpu_launch.h: one
+ * block at many tokens, several at few). A thread loads its head's
+ * elements first and the token's position after, so the cos/sin row, which
+ * depends on the position, is the only load that waits for another. The
+ * cos/sin row is read by every head (from L1). The index within a token
+ * fits in 32 bits (at most 2^31 units per token), which keeps the division
+ * by the units per head cheap. Out of place, the elements past rot_dim are
+ * then copied, one thread each. CVEC: the cos/sin runs are read as vectors.
+ */
+template <int DT, int CDT, bool VEC, bool CVEC>
 __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args a)
 {
     typedef group<DT, VEC> G;
@@ -759,13 +859,9 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
     const uint32_t tail = a.query_out ? (uint32_t)(a.head_size - a.rot_dim) : 0u;
     const uint32_t tq = (uint32_t)a.q_heads * tail;
     const uint32_t tk = a.key ? (uint32_t)a.k_heads * tail : 0u;
+    const uint32_t first = blockIdx.y * blockDim.x + threadIdx.x, step = gridDim.y * blockDim.x;
     for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
-        const int64_t pos = position_of(a, t);
-        if (pos < 0 || pos >= a.max_pos)
-            continue; /* left unchanged: see gpu_api.h */
-        const char *crow =
-            static_cast<const char *>(a.cache) + pos * a.cache_stride * dtype_size<CDT>::value;
-        for (uint32_t w = threadIdx.x; w < nq + nk; w += blockDim.x) {
+        for (uint32_t w = first; w < nq + nk; w += step) {
             const bool q = w < nq;
             const uint32_t u = q ? w : w - nq;
             const uint32_t h = u / per_head, k = u - h * per_head;
@@ -773,44 +869,63 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
             char *dst = head_at<DT>(a, q, false, t, h);
             if (VEC && a.is_neox) {
                 /* pairs (i, i + half) for i in [k N, k N + N) */
-                float x[G::N], y[G::N];
+                float x[G::N], y[G::N], c[G::N], sn[G::N];
                 const int64_t yoff = half * dtype_size<DT>::value;
                 G::load(src, k, x);
                 G::load(src + yoff, k, y);
+                const int64_t pos = position_of(a, t);
+                if (pos < 0 || pos >= a.max_pos)
+                    continue; /* left unchanged: see gpu_api.h */
+                const char *crow = static_cast<const char *>(a.cache) +
+                                   pos * a.cache_stride * dtype_size<CDT>::value;
+                load_cos_sin_run<DT, CDT, G::N, CVEC>(crow, (int64_t)k * G::N, c);
+                load_cos_sin_run<DT, CDT, G::N, CVEC>(crow, half + (int64_t)k * G::N, sn);
                 for (int j = 0; j < G::N; j++) {
-                    const int64_t i = (int64_t)k * G::N + j;
-                    const float c = round_to<DT>(load_elem<CDT>(crow, i)),
-                                s = round_to<DT>(load_elem<CDT>(crow, half + i));
                     const float xv = x[j], yv = y[j];
-                    x[j] = rot_x<DT>(xv, yv, c, s);
-                    y[j] = rot_y<DT>(xv, yv, c, s);
+                    x[j] = rot_x<DT>(xv, yv, c[j], sn[j]);
+                    y[j] = rot_y<DT>(xv, yv, c[j], sn[j]);
                 }
                 G::template store<true>(dst, k, x);
                 G::template store<true>(dst + yoff, k, y);
             } else if (VEC) {
                 /* pairs (2i, 2i + 1) for i in [k N/2, k N/2 + N/2) */
-                float x[G::N];
+                constexpr int P = G::N / 2 > 0 ? G::N / 2 : 1;
+                float x[G::N], c[P], sn[P];
                 G::load(src, k, x);
+                const int64_t pos = position_of(a, t);
+                if (pos < 0 || pos >= a.max_pos)
+                    continue;
+                const char *crow = static_cast<const char *>(a.cache) +
+                                   pos * a.cache_stride * dtype_size<CDT>::value;
+                load_cos_sin_run<DT, CDT, P, CVEC>(crow, (int64_t)k * P, c);
+                load_cos_sin_run<DT, CDT, P, CVEC>(crow, half + (int64_t)k * P, sn);
                 for (int j = 0; j + 1 < G::N; j += 2) {
-                    const int64_t i = ((int64_t)k * G::N + j) / 2;
-                    const float c = round_to<DT>(load_elem<CDT>(crow, i)),
-                                s = round_to<DT>(load_elem<CDT>(crow, half + i));
                     const float xv = x[j], yv = x[j + 1];
-                    x[j] = rot_x<DT>(xv, yv, c, s);
-                    x[j + 1] = rot_y<DT>(xv, yv, c, s);
+                    x[j] = rot_x<DT>(xv, yv, c[j / 2], sn[j / 2]);
+                    x[j + 1] = rot_y<DT>(xv, yv, c[j / 2], sn[j / 2]);
                 }
                 G::template store<true>(dst, k, x);
             } else {
-                const float c = round_to<DT>(load_elem<CDT>(crow, k)),
-                            s = round_to<DT>(load_elem<CDT>(crow, half + k));
                 const int64_t ix = a.is_neox ? k : 2 * (int64_t)k;
                 const int64_t iy = a.is_neox ? k + half : 2 * (int64_t)k + 1;
                 const float x = load_elem<DT>(src, ix), y = load_elem<DT>(src, iy);
-                store_elem<DT>(dst, ix, rot_x<DT>(x, y, c, s));
-                store_elem<DT>(dst, iy, rot_y<DT>(x, y, c, s));
+                const int64_t pos = position_of(a, t);
+                if (pos < 0 || pos >= a.max_pos)
+                    continue;
+                const char *crow = static_cast<const char *>(a.cache) +
+                                   pos * a.cache_stride * dtype_size<CDT>::value;
+                const float c = round_to<DT>(load_elem<CDT>(crow, k)),
+                            sn = round_to<DT>(load_elem<CDT>(crow, half + k));
+                store_elem<DT>(dst, ix, rot_x<DT>(x, y, c, sn));
+                store_elem<DT>(dst, iy, rot_y<DT>(x, y, c, sn));
             }
         }
-        for (uint32_t w = threadIdx.x; w < tq + tk; w += blockDim.x) {
+        if (tq + tk == 0)
+            continue;
+        const int64_t pos = position_of(a, t);
+        if (pos < 0 || pos >= a.max_pos)
+            continue; /* out of place: the token's output heads are not written */
+        for (uint32_t w = first; w < tq + tk; w += step) {
             const bool q = w < tq;
             const uint32_t u = q ? w : w - tq;
             const uint32_t h = u / tail, i = u - h * tail;
@@ -856,25 +971,47 @@ static inline bool rotary_vector_ok(const struct fld__gpu_rotary_args *a)
     return ok;
 }
 
-template <int DT, int CDT>
-static int launch_rotary(const struct fld__gpu_rotary_args *a, bool vec, void *stream)
+/*
+ * Whether the cos/sin runs of the vector kernel may be read as vectors: the
+ * cache, its row stride and the offset of the sin half keep the alignment
+ * of the widest access (16 bytes, or 8 for gptj's runs of 8 bytes).
+ */
+static inline bool rotary_cache_vector_ok(const struct fld__gpu_rotary_args *a)
 {
-    const int64_t per_head =
-        rotary_units(a->rot_dim, a->is_neox, vec ? 16 / dtype_size<DT>::value : 1);
-    const int64_t heads = a->q_heads + (a->key ? a->k_heads : 0);
-    const int64_t work = heads * per_head;
-    const int64_t tail = a->query_out ? heads * (a->head_size - a->rot_dim) : 0;
-    if (work > INT32_MAX || tail > INT32_MAX)
-        return FLD_GPU_EINVAL;
-    int64_t t = (work + 63) / 64 * 64;
-    const dim3 block((unsigned)(t < 64 ? 64 : t > 512 ? 512 : t));
-    const dim3 grid((unsigned)(a->tokens < (1 << 20) ? a->tokens : (1 << 20)));
-    if (vec)
-        return fld__gpu_launch(rotary_kernel<DT, CDT, true>, grid, block, stream, *a);
-    return fld__gpu_launch(rotary_kernel<DT, CDT, false>, grid, block, stream, *a);
+    const int64_t size = a->cache_dtype == 0 ? 4 : 2;
+    const int64_t n = a->dtype == 0 ? 4 : 8; /* x's elements per 16 bytes */
+    const int64_t run = (a->is_neox ? n : n / 2) * size; /* bytes of one cos run */
+    const int64_t align = run >= 16 ? 16 : run;
+    if (align != 8 && align != 16)
+        return false;
+    return (uintptr_t)a->cache % (uintptr_t)align == 0 && (a->cache_stride * size) % align == 0 &&
+           (a->rot_dim / 2 * size) % align == 0;
 }
 
-static inline int run_rotary(const struct fld__gpu_rotary_args *a, int variant, void *stream)
+/* Units of one token (query and key heads' (head, group) units), vec or not. */
+static inline int64_t rotary_token_units(const struct fld__gpu_rotary_args *a, bool vec)
+{
+    const int64_t per_head = rotary_units(a->rot_dim, a->is_neox, vec ? (a->dtype == 0 ? 4 : 8) : 1);
+    return (a->q_heads + (a->key ? a->k_heads : 0)) * per_head;
+}
+
+template <int DT, int CDT>
+static int launch_rotary(const struct fld__gpu_rotary_args *a, bool vec, bool cvec,
+                         const struct fld__gpu_shape &s, void *stream)
+{
+    const dim3 block(s.threads);
+    const dim3 grid((unsigned)(s.blocks < (1 << 20) ? s.blocks : (1 << 20)),
+                    (unsigned)(s.blocks_y < 65535 ? s.blocks_y : 65535));
+    if (vec && cvec)
+        return fld__gpu_launch(rotary_kernel<DT, CDT, true, true>, grid, block, stream, *a);
+    if (vec)
+        return fld__gpu_launch(rotary_kernel<DT, CDT, true, false>, grid, block, stream, *a);
+    return fld__gpu_launch(rotary_kernel<DT, CDT, false, false>, grid, block, stream, *a);
+}
+
+/* Rotary of a; shape: the launch to use, or NULL for gpu_launch.h's. */
+static inline int run_rotary_shaped(const struct fld__gpu_rotary_args *a, int variant,
+                                    void *stream, const struct fld__gpu_shape *shape)
 {
     if (!a || a->dtype < 0 || a->dtype > 2 || (a->cache_dtype != 0 && a->cache_dtype != a->dtype) ||
         a->tokens < 0 || a->rot_dim < 0 || a->rot_dim % 2 || a->q_heads < 0 ||
@@ -886,18 +1023,33 @@ static inline int run_rotary(const struct fld__gpu_rotary_args *a, int variant, 
     if (a->tokens == 0 || heads == 0 || (a->rot_dim == 0 && !a->query_out))
         return 0;
     const bool vec = variant == FLD_GPU_VECTOR && rotary_vector_ok(a);
+    const bool cvec = vec && rotary_cache_vector_ok(a);
+    const int64_t work = rotary_token_units(a, vec);
+    const int64_t tail = a->query_out ? heads * (a->head_size - a->rot_dim) : 0;
+    if (work > INT32_MAX || tail > INT32_MAX)
+        return FLD_GPU_EINVAL;
+    const struct fld__gpu_shape s =
+        shape ? *shape
+              : fld__gpu_rotary_shape(a->tokens, work > tail ? work : tail, fld__gpu_sm_count());
+    if (s.threads < 1 || s.threads > 512 || s.blocks < 1 || s.blocks_y < 1)
+        return FLD_GPU_EINVAL;
     switch (a->dtype * 3 + a->cache_dtype) {
     case 0: /* f32, f32 cache */
-        return launch_rotary<0, 0>(a, vec, stream);
+        return launch_rotary<0, 0>(a, vec, cvec, s, stream);
     case 3: /* f16, f32 cache */
-        return launch_rotary<1, 0>(a, vec, stream);
+        return launch_rotary<1, 0>(a, vec, cvec, s, stream);
     case 4:
-        return launch_rotary<1, 1>(a, vec, stream);
+        return launch_rotary<1, 1>(a, vec, cvec, s, stream);
     case 6: /* bf16, f32 cache */
-        return launch_rotary<2, 0>(a, vec, stream);
+        return launch_rotary<2, 0>(a, vec, cvec, s, stream);
     default:
-        return launch_rotary<2, 2>(a, vec, stream);
+        return launch_rotary<2, 2>(a, vec, cvec, s, stream);
     }
+}
+
+static inline int run_rotary(const struct fld__gpu_rotary_args *a, int variant, void *stream)
+{
+    return run_rotary_shaped(a, variant, stream, nullptr);
 }
 
 } // namespace fld_gpu

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The launch shapes of the GPU kernels: for each kernel family, the block
+ * size, the grid and how much of a row each thread keeps in registers,
+ * chosen from the call's size and the device's SM count. This file is the
+ * one place those numbers live; the launchers in gpu_kernels.cuh only carry
+ * them out, and bench/gpu_sweep.cu times the alternatives on a real GPU
+ * (docs/device-plugins.md, "Launch shapes", has the measurements behind each
+ * row).
+ *
+ * Two regimes matter to a serving engine, and they want different shapes:
+ *
+ *   latency   decode steps: a few rows, replayed in a CUDA graph, where the
+ *             kernel's time is one trip to memory plus its own critical
+ *             path. Each thread carries little (one 16-byte group of a norm's
+ *             row), every independent load is issued before the first
+ *             dependent step (rotary loads q and k while the position is
+ *             still in flight), and work is spread over more SMs.
+ *   streaming prefill: enough rows to fill every SM several times, where the
+ *             kernel must keep enough bytes in flight per SM to saturate
+ *             HBM. Blocks are sized for occupancy and each thread carries a
+ *             few 16-byte accesses.
+ *
+ * Plain C++ (host side): nvcc, hipcc and the emulator's g++ compile it alike.
+ */
+#ifndef FLD_PLUGINS_GPU_LAUNCH_H
+#define FLD_PLUGINS_GPU_LAUNCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/*
+ * A launch: threads per block, blocks (grid.x; the launcher clamps it to the
+ * runtime's limit and the kernels grid-stride beyond it), and for the norms
+ * per_thread, the row's 16-byte groups each thread keeps in registers
+ * (1, 2 or 4: the one-pass kernel) or 0 (the two-pass kernel, which re-reads
+ * the row). blocks_y: the second grid dimension where a family splits a row
+ * or a token across blocks (activations: rows; rotary: chunks of a token's
+ * heads). keep_weight (norms, per_thread 1 or 2): the weight is loaded
+ * once per block with the first row and kept in registers.
+ */
+struct fld__gpu_shape {
+    unsigned threads;
+    int64_t blocks;
+    int64_t blocks_y;
+    int per_thread;
+    bool keep_weight;
+};
+
+/* ---- the table --------------------------------------------------------- */
+/*
+ * Each row was chosen by bench/gpu_sweep.cu on an H100 (132 SMs; figures in
+ * docs/device-plugins.md, "Launch shapes"): the rule below came within 1%
+ * of the fastest candidate on average over 98 norm, 18 activation and 54
+ * rotary cases (decode 1-128 rows, prefill 512-16,384; hidden 2048-8192;
+ * f32, f16, bf16), and within 7% (norms), 1% (activations) and 17%
+ * (rotary at 512 tokens) on the worst case.
+ */
+
+/* Norms, three regimes by rows per SM:
+     latency    rows <= NORM_LATENCY_ROWS_PER_SM x SMs: one 16-byte group
+                per thread (threads = the row's groups, up to
+                NORM_MAX_THREADS; two groups beyond), so each row is one
+                short trip to memory and a wide block reduction;
+     between    NORM_STREAM_THREADS threads, the fewest groups per thread
+                that hold the row;
+     streaming  rows >= NORM_STREAM_ROWS_PER_SM x SMs: NORM_MAX_GROUPS
+                groups per thread (threads = groups / 4, at least 64), so
+                more, smaller blocks share an SM and each thread keeps four
+                16-byte loads in flight.
+   The weight is read after the reduction in all three: keeping it in
+   registers from the start (keep_weight) measured no faster at decode (0.98
+   to 1.03x) and costs registers. Rows too wide for 4 groups per thread run
+   the two-pass kernel with NORM_TWO_PASS_THREADS. */
+#define FLD_GPU_NORM_LATENCY_ROWS_PER_SM 1
+#define FLD_GPU_NORM_STREAM_ROWS_PER_SM  8
+#define FLD_GPU_NORM_STREAM_THREADS      256
+#define FLD_GPU_NORM_MAX_GROUPS          4
+#define FLD_GPU_NORM_MAX_THREADS         1024
+#define FLD_GPU_NORM_TWO_PASS_THREADS    1024
+
+/* Activations: one 16-byte group per thread per step, grid.x over a row's
+   groups and grid.y over rows; ACT_LATENCY_THREADS-thread blocks while
+   there are at most as many rows as SMs (a decode row of 14,336 bf16
+   spread over 14 SMs rather than 7: 1.05x), ACT_THREADS beyond. */
+#define FLD_GPU_ACT_THREADS         256
+#define FLD_GPU_ACT_LATENCY_THREADS 128
+
+/* Rotary, three regimes by tokens per SM:
+     latency    fewer tokens than SMs: a token's (head, group) units split
+                over blocks of ROTARY_SPLIT_THREADS, so more SMs share them;
+     between    one block per token of up to ROTARY_MID_THREADS;
+     streaming  tokens >= ROTARY_STREAM_TOKENS_PER_SM x SMs: one block of
+                ROTARY_SPLIT_THREADS per token, its threads looping over the
+                units: many small blocks per SM (1.18-1.54x over one thread
+                per unit at 4096 tokens). */
+#define FLD_GPU_ROTARY_SPLIT_THREADS        64
+#define FLD_GPU_ROTARY_MID_THREADS          512
+#define FLD_GPU_ROTARY_STREAM_TOKENS_PER_SM 8
+
+/* Threads rounded up to a whole number of 64-lane waves (a whole number of
+   warps on every target), within [64, cap]. */
+static inline unsigned fld__gpu_waves(int64_t threads, unsigned cap)
+{
+    int64_t t = (threads + 63) / 64 * 64;
+    return (unsigned)(t < 64 ? 64 : t > (int64_t)cap ? cap : t);
+}
+
+static inline int64_t fld__gpu_ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* The fewest groups per thread of the one-pass kernel (1, 2 or 4) that hold
+   groups with threads; 0 where 4 do not. */
+static inline int fld__gpu_norm_groups_per_thread(int64_t groups, unsigned threads)
+{
+    const int64_t per = fld__gpu_ceil_div(groups, threads);
+    return per <= 1 ? 1 : per <= 2 ? 2 : per <= FLD_GPU_NORM_MAX_GROUPS ? 4 : 0;
+}
+
+/* rows x groups (16-byte groups, or elements for the scalar family) on sms SMs. */
+static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t groups, int sms)
+{
+    struct fld__gpu_shape s = {0, rows, 1, 0, false};
+    if (rows <= (int64_t)sms * FLD_GPU_NORM_LATENCY_ROWS_PER_SM) {
+        s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_MAX_THREADS);
+        if (groups > (int64_t)s.threads)
+            s.threads = fld__gpu_waves(fld__gpu_ceil_div(groups, 2), FLD_GPU_NORM_MAX_THREADS);
+    } else if (rows < (int64_t)sms * FLD_GPU_NORM_STREAM_ROWS_PER_SM) {
+        s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_STREAM_THREADS);
+    } else {
+        s.threads = fld__gpu_waves(fld__gpu_ceil_div(groups, FLD_GPU_NORM_MAX_GROUPS), 512);
+    }
+    s.per_thread = fld__gpu_norm_groups_per_thread(groups, s.threads);
+    if (s.per_thread == 4 && s.threads > 512) /* the 4-group kernel's launch bound */
+        s.per_thread = 0;
+    if (s.per_thread == 0)
+        s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_TWO_PASS_THREADS);
+    return s;
+}
+
+/* rows x groups per row (16-byte groups, or elements for the scalar family). */
+static inline struct fld__gpu_shape fld__gpu_act_shape(int64_t rows, int64_t groups, int sms)
+{
+    struct fld__gpu_shape s = {FLD_GPU_ACT_THREADS, 1, rows, 0, false};
+    if (rows <= (int64_t)sms)
+        s.threads = FLD_GPU_ACT_LATENCY_THREADS;
+    s.blocks = fld__gpu_ceil_div(groups, s.threads);
+    return s;
+}
+
+/* tokens x units per token (the (head, group) units of query and key). */
+static inline struct fld__gpu_shape fld__gpu_rotary_shape(int64_t tokens, int64_t units, int sms)
+{
+    struct fld__gpu_shape s = {FLD_GPU_ROTARY_SPLIT_THREADS, tokens, 1, 0, false};
+    if (tokens < sms)
+        s.blocks_y = fld__gpu_ceil_div(units, FLD_GPU_ROTARY_SPLIT_THREADS);
+    else if (tokens < (int64_t)sms * FLD_GPU_ROTARY_STREAM_TOKENS_PER_SM)
+        s.threads = fld__gpu_waves(units, FLD_GPU_ROTARY_MID_THREADS);
+    return s;
+}
+
+#endif /* FLD_PLUGINS_GPU_LAUNCH_H */
