@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Runs fldispatch's GPU benchmarks and checks on a machine with an NVIDIA GPU,
+# from the kit bench/gpu/pack.sh made (.gpu-kit/ at the project root).
+#
+#   bash .gpu-kit/on_device.sh [STEP...]
+#
+# Steps, in the order given (default: sweep verify check peers):
+#   sweep    gpu_sweep: every candidate launch shape under CUDA graphs
+#   verify   fldispatch verify --device cuda (every op, dtype and family
+#            against the reference), text and JSON
+#   check    gpu_check.py (where the kit has it): > 65535 rows, > 2^31
+#            elements, misaligned views, rotary on qkv views, graph capture
+#   install  fldispatch's wheel and the peers' into /tmp/fld-site
+#   vllm     vLLM from the chunks staged under /tmp/vllm-stage into
+#            /tmp/vllm-site (the chunks of the kit's pack-vllm.sh)
+#   peers    gpu_peers.py (budget PEERS_BUDGET_S, default 200 s)
+#   base     gpu_peers.py on the base build's library alone, in its own
+#            process (two copies of the library in one process bind each
+#            other's symbols): its rows are fld_base, for before/after
+#   ncu      Nsight Compute on one call of each decode and 4096-row case,
+#            this tree's kernels, then the base's (each its own process)
+#   engine   vllm_cuda.py, vLLM's CUDA engine with and without fldispatch
+#            (budget ENGINE_BUDGET_S, default 300 s)
+# Results are written to /tmp/fld-gpu-results (kept while the machine is)
+# and packed, at the end, into $OUT/results.tgz beside $OUT/log.txt, which
+# names each step's exit status and time. A step that fails does not stop
+# the next.
+set -u
+kit=$(cd "$(dirname "$0")" && pwd)
+out=/tmp/fld-gpu-results
+mkdir -p "$out" "${OUT:=/tmp/fld-gpu-out}"
+export LD_LIBRARY_PATH="$kit/syslib:$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export VLLM_FL_PLATFORM=nvidia PYTHONUNBUFFERED=1
+site=/tmp/fld-site vsite=/tmp/vllm-site
+log=$out/log.txt
+step() { # name outfile command...: at most STEP_LIMIT_S (default 300) seconds
+  local name=$1 file=$2 t0=$SECONDS; shift 2
+  timeout "${STEP_LIMIT_S:-300}" "$@" >"$out/$file" 2>&1
+  echo "== $name: exit $? in $((SECONDS - t0)) s -> $file" | tee -a "$log"
+}
+pypath() { local p=$site; [ -d "$vsite/vllm" ] && p=$p:$vsite; echo "$p"; }
+install_vllm() {
+  [ -f "$vsite/vllm/__init__.py" ] || { mkdir -p "$vsite" && cat /tmp/vllm-stage/vslim.* | tar xz -C "$vsite"; } || return 1
+  [ -f /tmp/vllm-stage/fa3.so.gz ] && gunzip -c /tmp/vllm-stage/fa3.so.gz > "$vsite/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$vsite" /tmp/vllm-stage/deps/*.whl || return 1
+  PYTHONPATH=$vsite python3 -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'
+}
+{ nvidia-smi; echo; "$kit/bin/fldispatch" list; } >"$out/nvidia-smi.txt" 2>&1
+for s in ${*:-sweep verify check peers}; do
+  case $s in
+  sweep) step sweep sweep.txt "$kit/gpu_sweep" --json "$out/sweep.jsonl" ;;
+  verify) step verify verify.txt "$kit/bin/fldispatch" verify --device cuda ;;
+  check) [ -f "$kit/gpu_check.py" ] && step check gpu_check.txt env FLD_LIB="$kit/lib/libfldispatch.so" \
+           python3 "$kit/gpu_check.py" --json "$out/gpu_check.json" ;;
+  install) step install install.txt python3 -m pip install -q --no-index --no-deps --no-compile \
+             --no-cache-dir --upgrade --target "$site" "$kit"/wheels/*.whl ;;
+  vllm) export -f install_vllm; export vsite; step vllm vllm_install.txt bash -c install_vllm ;;
+  peers) step peers peers.txt env PYTHONPATH="$(pypath)" FLD_LIB="$kit/lib/libfldispatch.so" \
+           python3 "$kit/gpu_peers.py" --budget-s "${PEERS_BUDGET_S:-200}" --out "$out" ;;
+  base) step base base.txt env LD_LIBRARY_PATH="$kit/syslib:$kit/base/lib" \
+          VLLM_FL_PLUGIN_DIR="$kit/base/lib/fldispatch/plugins" \
+          FLD_LIB="$kit/base/lib/libfldispatch.so" python3 "$kit/gpu_peers.py" --label fld_base \
+          --impls floor,fldispatch --budget-s "${BASE_BUDGET_S:-60}" --out "$out" ;;
+  ncu) for build in lib base/lib; do
+         step "ncu $build" "ncu-${build%%/*}.txt" env LD_LIBRARY_PATH="$kit/syslib:$kit/$build" \
+           VLLM_FL_PLUGIN_DIR="$kit/$build/fldispatch/plugins" \
+           FLD_LIB="$kit/$build/libfldispatch.so" ncu --profile-from-start off \
+           --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+           python3 "$kit/gpu_peers.py" --ncu --impls fldispatch --label "$build" --out /tmp/fld-ncu
+       done ;;
+  engine) step engine engine.txt env PYTHONPATH="$(pypath)" python3 "$kit/vllm_cuda.py" \
+            --budget-s "${ENGINE_BUDGET_S:-300}" --out "$out/engine" ;;
+  *) echo "== unknown step $s" | tee -a "$log" ;;
+  esac
+done
+cp "$log" "$OUT/log.txt"
+tar czf "$OUT/results.tgz" -C "$out" .
