@@ -215,9 +215,17 @@ def _enabled(cls):
 
     from . import vllm_path
 
-    serve, why = vllm_path.custom_op(cls.oot_name, getattr(cls, "vllm_name", None),
-                                     get_cached_compilation_config())
+    device = vllm_path.device_type()
+    serve, theirs, why = vllm_path.custom_op_route(cls.oot_name, getattr(cls, "vllm_name", None),
+                                                   get_cached_compilation_config(), device)
     vllm_path.log_custom_op(_LAYERS[cls.oot_name][1], serve, why)
+    if vllm_path.mode_table(device) is vllm_path.GPU_MODE_TABLE:
+        # vLLM's dispatch_forward() binds forward_cuda / forward_hip right
+        # after asking enabled(): ours where fldispatch serves, else vLLM's own
+        # GPU kernel, so stepping aside keeps vLLM's kernel, not forward_native
+        for name, theirs_fn in cls.vllm_gpu_forwards.items():
+            setattr(cls, name, cls.forward_fl if serve or theirs_fn is None else theirs_fn)
+        return serve or theirs
     return serve
 
 
@@ -230,6 +238,9 @@ def _dispatching(base, oot_name, forward_fl):
     methods = dict.fromkeys(("forward_fl", "forward_cuda", "forward_hip", "forward_cpu",
                              "forward_oot"), forward_fl)
     methods["enabled"] = classmethod(_enabled)
+    # vLLM's own GPU forwards, which _enabled() puts back where fldispatch steps aside
+    methods["vllm_gpu_forwards"] = {name: getattr(base, name, None)
+                                    for name in ("forward_cuda", "forward_hip")}
     methods["vllm_name"] = getattr(base, "name", None)
     methods["oot_name"] = oot_name
     return methods

@@ -72,10 +72,15 @@ def _overload(op):
 
 
 def _rms_norm(x, weight, epsilon, variance_size=None):
+    # Rows as the library takes them: one row stride. A q/k-norm's x is a
+    # [tokens, heads, head_dim] view of a fused qkv tensor whose leading
+    # dimensions do not collapse into one stride (Qwen3); reshape copies
+    # exactly those, and is a view of every other x.
+    rows = x.reshape(-1, x.shape[-1])
     # empty_like: a FakeTensor where x is one (vLLM's lowering traces this)
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    _RMS_NORM(out, x, weight, None, epsilon)
-    return out
+    out = torch.empty_like(rows, memory_format=torch.contiguous_format)
+    _RMS_NORM(out, rows, weight, None, epsilon)
+    return out.view(x.shape)
 
 
 def _fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):

@@ -6,8 +6,9 @@ provider of vLLM IR ops (RMSNorm and GemmaRMSNorm call vllm.ir ops) and as
 out-of-tree CustomOps (the other layers; the norms too on a vLLM without
 IR). On both, a layer the VLLM_FL_OOT_* switches hand to fldispatch runs
 fldispatch's kernel by default only in the vLLM modes where that was
-measured faster than vLLM's own path (MODE_TABLE), and vLLM's own switches
-keep their meaning:
+measured faster than vLLM's own path (MODE_TABLE on CPUs, GPU_MODE_TABLE
+on GPUs, where vLLM's own CUDA kernels stay wherever fldispatch does not
+serve), and vLLM's own switches keep their meaning:
 
 - IR ops: vLLM's ir_op_priority. Where the operator gave no list for an
   op, the platform's default applies, and the plugin puts fldispatch in
@@ -65,9 +66,49 @@ MODE_TABLE = {
                  for family in ("norm", "activation", "rotary")},
 }
 
+# The same on an NVIDIA or AMD GPU (vLLM's device type "cuda"). vLLM runs its
+# own CUDA kernels there in eager mode (ir_op_priority vllm_c, CustomOps'
+# forward_cuda) and Inductor's under VLLM_COMPILE, CUDA graphs or not. Under
+# CUDA graphs fldispatch's kernels were measured no faster than Inductor's,
+# and through torch.ops its host launch costs more than vLLM's C++ ops
+# (docs/vllm.md, "On a GPU"), so it serves nothing there by default: an
+# operator puts it first with ir_op_priority, "+name" in custom_ops or
+# VLLM_FL_OOT_FORCE.
+_GPU_WHY = "vLLM's own GPU kernels, which fldispatch's were not measured to beat there"
+GPU_MODE_TABLE = {
+    "eager": {family: (False, _GPU_WHY) for family in ("norm", "activation", "rotary")},
+    "inductor": MODE_TABLE["inductor"],
+    "compiled": {family: (False, _GPU_WHY + " (not measured)")
+                 for family in ("norm", "activation", "rotary")},
+}
+
+# vLLM's device type -> the table of its modes; a device not named here
+# (cpu, and the others fldispatch serves through vLLM) takes MODE_TABLE.
+DEVICE_MODE_TABLES = {"cpu": MODE_TABLE, "cuda": GPU_MODE_TABLE}
+
 # how a mode reads in a log line
 MODE_WORDS = {"eager": "in eager mode", "inductor": "compiled by Inductor",
               "compiled": "compiled without Inductor"}
+
+
+def device_type():
+    """vLLM's current platform's device type ("cpu", "cuda", ...), or "cpu"
+    where vLLM cannot say."""
+    try:
+        from vllm.platforms import current_platform
+
+        return str(getattr(current_platform, "device_type", None) or "cpu")
+    except Exception:  # noqa: BLE001  (a vLLM without platforms, or one that fails to detect)
+        return "cpu"
+
+
+def mode_table(device):
+    """The mode table of a vLLM device type."""
+    return DEVICE_MODE_TABLES.get(device, MODE_TABLE)
+
+
+def _mode_words(m, device):
+    return MODE_WORDS[m] + (" on a GPU" if mode_table(device) is GPU_MODE_TABLE else "")
 
 
 def mode(compilation_config):
@@ -114,22 +155,28 @@ def _force_words(oot_name):
         f"{FORCE}={value} does not name {oot_name}"
 
 
-def ir_default(oot_name, compilation_config):
+def ir_default(oot_name, compilation_config, device=None):
     """(whether the platform's default IR priority gets fldispatch first for
-    the IR ops of layer oot_name, why), where VLLM_FL_OOT_* enable it."""
+    the IR ops of layer oot_name, why), where VLLM_FL_OOT_* enable it, on
+    vLLM's device type device (None: the current platform's)."""
+    device = device_type() if device is None else device
     m = mode(compilation_config)
-    first, why = MODE_TABLE[m][FAMILIES[oot_name]]
+    first, why = mode_table(device)[m][FAMILIES[oot_name]]
+    words = _mode_words(m, device)
     if oot_name in forced():
         return True, f"{FORCE}={os.environ[FORCE].strip()}" + \
-            ("" if first else f", over the default {MODE_WORDS[m]}")
+            ("" if first else f", over the default {words}")
     if first:
-        return True, f"fldispatch first by default {MODE_WORDS[m]}, {why}"
-    return False, f"{MODE_WORDS[m]}, {why}; {_force_words(oot_name)}"
+        return True, f"fldispatch first by default {words}, {why}"
+    return False, f"{words}, {why}; {_force_words(oot_name)}"
 
 
-def custom_op(oot_name, vllm_name, compilation_config):
-    """(whether a replaced CustomOp layer runs fldispatch's op, why): its
-    enabled() under vLLM's custom_ops and VLLM_FL_OOT_FORCE."""
+def custom_op_route(oot_name, vllm_name, compilation_config, device=None):
+    """(whether a replaced CustomOp layer runs fldispatch's op, whether vLLM
+    would run its own layer's kernel (its enabled()), why) under vLLM's
+    custom_ops, VLLM_FL_OOT_FORCE and the mode table of vLLM's device type
+    device (None: the current platform's)."""
+    device = device_type() if device is None else device
     custom_ops = list(getattr(compilation_config, "custom_ops", None) or [])
     class_name = None
     from . import vllm as _fv
@@ -140,21 +187,33 @@ def custom_op(oot_name, vllm_name, compilation_config):
     for sign, serve in (("-", False), ("+", True)):
         for name in names:
             if f"{sign}{name}" in custom_ops:
-                return serve, f"custom_ops {sign}{name}"
+                return serve, serve, f"custom_ops {sign}{name}"
     base = "none" if "none" in custom_ops else "all"
     m = mode(compilation_config)
+    words = _mode_words(m, device)
     if oot_name in forced():
-        return True, f"{FORCE}={os.environ[FORCE].strip()}, over custom_ops {base}"
+        return True, base == "all", f"{FORCE}={os.environ[FORCE].strip()}, over custom_ops {base}"
     default_base = "none" if m == "inductor" else "all"
+    first, table_why = mode_table(device)[m][FAMILIES[oot_name]]
     if base != default_base:
         why = (f"custom_ops {base}, the operator's "
                f"(vLLM's default {MODE_WORDS[m]} is {default_base})")
     else:
-        why = f"custom_ops {base}: vLLM's default {MODE_WORDS[m]}, " + \
-            MODE_TABLE[m][FAMILIES[oot_name]][1]
+        why = f"custom_ops {base}: vLLM's default {words}, " + table_why
+    serve = base == "all"
+    if serve and not first and mode_table(device) is not MODE_TABLE:
+        # vLLM's own kernel where the device's table leaves the layer to vLLM
+        return False, True, why + f"; {_force_words(oot_name)}"
     if base == "none":
         why += f"; {_force_words(oot_name)}"
-    return base == "all", why
+    return serve, serve, why
+
+
+def custom_op(oot_name, vllm_name, compilation_config, device=None):
+    """(whether a replaced CustomOp layer runs fldispatch's op, why): see
+    custom_op_route()."""
+    serve, _, why = custom_op_route(oot_name, vllm_name, compilation_config, device)
+    return serve, why
 
 
 def info(msg, *args):

@@ -10,6 +10,7 @@ configuration."""
 
 import contextlib
 import importlib.metadata
+import logging
 import sys
 
 import pytest
@@ -449,6 +450,97 @@ def test_a_bad_force_value_is_an_error(fake_vllm, monkeypatch, value, message):
         fv.register()
     assert message in str(e.value)
     assert not fake_vllm["vllm.model_executor.custom_op"].op_registry_oot
+
+
+@pytest.fixture
+def gpu_platform(fake_vllm, monkeypatch):
+    """The stand-in as on a GPU: vLLM's device type "cuda", and CustomOp's
+    dispatch_forward choosing forward_cuda, vLLM's own CUDA kernel, where
+    enabled() says so. Returns the list of layer classes whose vLLM
+    forward_cuda ran."""
+    monkeypatch.setattr(vllm_path, "device_type", lambda: "cuda")
+    custom_op = fake_vllm["vllm.model_executor.custom_op"].CustomOp
+    ran = []
+
+    def forward_cuda(self, *args, **kwargs):
+        ran.append(type(self).__name__)
+        return self.forward_native(*args, **kwargs)
+
+    monkeypatch.setattr(custom_op, "forward_cuda", forward_cuda, raising=False)
+    monkeypatch.setattr(custom_op, "dispatch_forward", lambda self, compile_native:
+                        self.forward_cuda if self.enabled() else self.forward_native)
+    return ran
+
+
+@pytest.mark.parametrize("compilation, force, expected", [
+    # GPU_MODE_TABLE: vLLM's own kernels by default, in every mode
+    (EAGER, None, set()),
+    (dict(mode=3), None, set()),
+    (dict(mode=2, backend="eager"), None, set()),
+    # the operator's word still wins
+    (dict(EAGER, custom_ops=["all", "+silu_and_mul"]), None, {"silu_and_mul"}),
+    (dict(mode=3, custom_ops=["none", "+RMSNorm"]), None, {"rms_norm"}),
+    (EAGER, "rotary_embedding", {"rotary_embedding"}),
+    (dict(mode=3), "all", set(CUSTOM_OPS_LAYERS)),
+])
+def test_on_a_gpu_layers_keep_vllms_kernels_by_default(fake_vllm, gpu_platform, monkeypatch,
+                                                       compilation, force, expected):
+    if force is not None:
+        monkeypatch.setenv(vllm_path.FORCE, force)
+    fv.register()
+    fakevllm.set_compilation(**compilation)
+    got = {op for op in CUSTOM_OPS_LAYERS if runs_fldispatch(make_layer(fake_vllm, op), op)}
+    assert got == expected
+
+
+def test_on_a_gpu_stepping_aside_keeps_vllms_cuda_kernel(fake_vllm, gpu_platform, caplog):
+    """In eager mode vLLM runs its CUDA kernel (forward_cuda), and a layer
+    fldispatch does not serve must still run it, not forward_native; one line
+    per class says why."""
+    caplog.set_level(logging.INFO, logger="fldispatch.vllm")
+    fv.register()
+    fakevllm.set_compilation(**EAGER)
+    layer = make_layer(fake_vllm, "silu_and_mul")
+    out = layer(torch.randn(3, 64))
+    assert out.shape == (3, 32)
+    assert len(gpu_platform) == 1
+    lines = [line for line in path_lines(caplog) if line.startswith("fldispatch: SiluAndMul")]
+    assert len(lines) == 1 and "vLLM's own" in lines[0] and "on a GPU" in lines[0], lines
+    # Inductor: vLLM's default custom_ops "none", forward_native, as without the plugin
+    gpu_platform.clear()
+    fakevllm.set_compilation(mode=3)
+    make_layer(fake_vllm, "silu_and_mul")(torch.randn(3, 64))
+    assert gpu_platform == []
+
+
+def test_the_ir_rms_norm_takes_heads_of_a_fused_qkv_tensor():
+    """A q/k-norm (Qwen3) normalises [tokens, heads, head_dim] views of a
+    fused qkv tensor, whose leading dimensions have no single row stride:
+    the IR provider's rms_norm serves them, with native's result."""
+    from fldispatch import vllm_ir
+
+    qkv = torch.randn(5, 16 * 8 + 2 * 4 * 8)
+    q = qkv[:, :16 * 8].view(5, 16, 8)  # strides (192, 8, 1)
+    weight = torch.rand(8) + 0.5
+    out = vllm_ir._rms_norm(q, weight, 1e-6)
+    want = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+    assert out.shape == q.shape and out.is_contiguous()
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    # a row-strided 2-D view needs no copy and keeps working
+    k = qkv[:, 16 * 8:16 * 8 + 32]
+    torch.testing.assert_close(vllm_ir._rms_norm(k, torch.ones(32), 1e-6),
+                               k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + 1e-6),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_the_gpu_mode_table_names_every_family_and_mode():
+    assert set(vllm_path.GPU_MODE_TABLE) == set(vllm_path.MODE_TABLE)
+    for mode, row in vllm_path.GPU_MODE_TABLE.items():
+        assert set(row) == set(vllm_path.FAMILIES.values()), mode
+        assert not any(first for first, _ in row.values()), mode
+    assert vllm_path.mode_table("cuda") is vllm_path.GPU_MODE_TABLE
+    assert vllm_path.mode_table("cpu") is vllm_path.MODE_TABLE
+    assert vllm_path.mode_table("npu") is vllm_path.MODE_TABLE
 
 
 def test_the_mode_table_names_every_layer_and_mode():
