@@ -28,6 +28,7 @@ import logging as _logging
 import os as _os
 import sys as _sys
 import threading as _threading
+import time as _time
 
 from . import _C
 
@@ -293,8 +294,20 @@ def _reject(name, version, origin, reason):
 
 _discovered = False
 _discovering = False
+# While discovery runs: the discovering thread, the threads alive when it
+# began, and the plugin it is loading, (name, source).
+_discoverer = None
+_threads_before = frozenset()
+_loading = None
 #: (name, source, ok, reason) of every Python plugin looked at, in order.
 discovered_plugins = []
+
+# A thread born during discovery whose first call finds the discovering
+# thread waiting on a thread, a future or a queue for this long is what that
+# thread waits for: a deadlock, raised instead of waited out.
+DEADLOCK_AFTER_S = 1.0
+_POLL_S = 0.05
+_WAIT_MODULES = frozenset(("threading", "queue", "concurrent.futures._base"))
 
 
 def _ensure_plugins():
@@ -304,24 +317,88 @@ def _ensure_plugins():
     has been looked at. Another thread's first call waits for it (so it
     never sees a registry that is half-filled); the discovering thread's
     own calls (a plugin that calls an op while registering) go on without
-    waiting. A KeyboardInterrupt propagates and leaves discovery not done:
-    the next call resumes with the plugins not yet looked at. Returns True
-    when discovery is complete, False on the discovering thread during it."""
-    global _discovered, _discovering
+    waiting. A plugin that waits for a thread of its own which calls
+    fldispatch would deadlock: that thread's call raises StateError naming
+    the plugin instead. A KeyboardInterrupt propagates and leaves discovery
+    not done: the next call resumes with the plugins not yet looked at.
+    Returns True when discovery is complete, False on the discovering
+    thread during it."""
+    global _discovered, _discovering, _discoverer, _threads_before, _loading
     if _discovered:
         return True
-    with _lock:  # re-entrant: the discovering thread passes
+    lock = _lock
+    if not lock.acquire(blocking=False):  # re-entrant: the discovering thread passes
+        _wait_for_discovery(lock)
+    try:
         if _discovered:
             return True
         if _discovering:
             return False
         _discovering = True
+        _discoverer = _threading.get_ident()
+        _threads_before = frozenset(t.ident for t in _threading.enumerate())
         try:
             discover_plugins()
             _discovered = True
         finally:
             _discovering = False
+            _discoverer = None
+            _loading = None
+    finally:
+        lock.release()
     return True
+
+
+def _wait_for_discovery(lock):
+    """Takes lock, held by a discovery on another thread; raises StateError
+    where waiting would never end (see _ensure_plugins)."""
+    me = _threading.get_ident()
+    since = None
+    while not lock.acquire(timeout=_POLL_S):
+        owner = _discoverer
+        if owner is None or me in _threads_before or not _waits_on_a_thread(owner):
+            since = None
+            continue
+        now = _time.monotonic()
+        if since is None:
+            since = now
+        elif now - since >= DEADLOCK_AFTER_S:
+            raise _C.StateError(_deadlock_message(owner))
+
+
+def _waits_on_a_thread(ident):
+    """Whether thread ident is blocked in a wait of threading, queue or
+    concurrent.futures (a join, an event, a future's result, a queue)."""
+    frame = _sys._current_frames().get(ident)
+    return frame is not None and frame.f_globals.get("__name__") in _WAIT_MODULES
+
+
+def _deadlock_message(owner):
+    name, source = _loading or ("?", "?")
+    thread = next((t.name for t in _threading.enumerate() if t.ident == owner), str(owner))
+    return (f"fldispatch: Python plugin '{name}' ({source}) is registering on thread "
+            f"'{thread}', which waits on a thread, a future or a queue, while this thread, "
+            f"born during that registration, waits for it to finish: a deadlock. A plugin's "
+            f"register function must not wait for a thread that calls fldispatch (start it "
+            f"and let it run after the registration)")
+
+
+def _after_fork_in_child():
+    """A child forked while another thread ran discovery has no such thread:
+    a fresh lock, and discovery resumes at the child's first call with the
+    plugins not yet looked at. A fork from the discovering thread itself
+    (a plugin's register function) goes on with its discovery."""
+    global _lock, _discovering, _discoverer, _loading
+    if _discovering and _discoverer == _threading.get_ident():
+        return
+    _lock = _threading.RLock()
+    _discovering = False
+    _discoverer = None
+    _loading = None
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _call_plugin(obj, registrar, source):
@@ -353,6 +430,8 @@ def _load_one(name, source, load, upstream):
     not end the process or the discovery. KeyboardInterrupt alone is the
     user's: it propagates, and the plugin is not recorded (looked at again
     on the next call)."""
+    global _loading
+    _loading = (name, source)
     batch = registering(name, origin=f"python:{source}")
     try:
         obj = load()
@@ -435,7 +514,9 @@ def discover_plugins():
     the reason) and registers nothing; the others are not affected."""
     import importlib
 
+    global _loading
     for register in tuple(_builtin_plugins):
+        _loading = (getattr(register, "__module__", "fldispatch"), "built-in")
         register()
     # after an interrupted discovery: the plugins looked at already stay as they are
     seen = {source for _, source, _, _ in discovered_plugins}
