@@ -292,3 +292,86 @@ def test_bad_records_name_op_and_impl_and_register_nothing():
         registry.register_impl(OpImpl(op_name="ok", impl_id="default.z",
                                       kind=BackendImplKind.DEFAULT, fn=len))
     assert [i.impl_id for i in registry.get_implementations("ok")] == ["default.z"]
+
+
+# ---- an upstream implementation's result ------------------------------------------------
+
+
+def serving(op, impl_id, fn):
+    """A manager of a fresh registry whose only implementation of op is fn."""
+    from fldispatch.compat import BackendImplKind, OpImpl, OpManager, OpRegistry
+
+    registry = OpRegistry()
+    registry.register_impl(OpImpl(op_name=op, impl_id=impl_id, kind=BackendImplKind.VENDOR,
+                                  vendor="acme", fn=fn))
+    return OpManager(registry)
+
+
+@pytest.mark.parametrize("result, words", [
+    ("one", ["returned a tensor of shape (1,) float32", "out: shape (2, 4) float32"]),
+    ("float64", ["returned a tensor of shape (2, 4) float64", "out: shape (2, 4) float32"]),
+    ("list", ["returned a list", "out: shape (2, 4) float32"]),
+])
+def test_an_upstream_activations_wrong_result_is_its_failure(result, words):
+    """The result of an upstream implementation is copied into out only when it
+    has out's shape and dtype: tensor([7.]) is not broadcast, float64 not
+    converted; the failure names the implementation and both shapes."""
+    import torch
+
+    def fn(layer, x):
+        if result == "one":
+            return torch.tensor([7.0])
+        if result == "float64":
+            return torch.zeros(2, 4, dtype=torch.float64)
+        return [0.0] * 4
+
+    manager = serving("silu_and_mul", "vendor.wrong_act", fn)
+    out = torch.full((2, 4), -1.0)
+    with pytest.raises(RuntimeError) as info:
+        manager.call("silu_and_mul", out, torch.randn(2, 8))
+    text = str(info.value)
+    assert "upstream implementation 'vendor.wrong_act' of silu_and_mul" in text, text
+    for word in words:
+        assert word in text, text
+    assert torch.equal(out, torch.full((2, 4), -1.0))
+
+
+def test_an_upstream_norms_single_tensor_for_a_pair_is_its_failure():
+    """With a residual, an upstream rms_norm returns (out, residual): one [2, H]
+    tensor is not unpacked into two rows that broadcast."""
+    import torch
+
+    manager = serving("rms_norm", "vendor.one_tensor", lambda layer, x, residual: x * 0 + 5)
+    out, residual = torch.full((2, 8), -1.0), torch.full((2, 8), -2.0)
+    with pytest.raises(RuntimeError) as info:
+        manager.call("rms_norm", out, torch.randn(2, 8), torch.ones(8), residual, 1e-6)
+    text = str(info.value)
+    assert "upstream implementation 'vendor.one_tensor' of rms_norm returned a tensor of " \
+           "shape (2, 8) float32 where a pair (out, residual) is due" in text, text
+    assert torch.equal(out, torch.full((2, 8), -1.0))
+    assert torch.equal(residual, torch.full((2, 8), -2.0))
+
+
+def test_an_upstream_norms_wrong_residual_is_its_failure():
+    import torch
+
+    def fn(layer, x, residual):
+        return x.clone(), torch.zeros(8)
+
+    manager = serving("rms_norm", "vendor.short_residual", fn)
+    out, residual = torch.empty(2, 8), torch.randn(2, 8)
+    with pytest.raises(RuntimeError) as info:
+        manager.call("rms_norm", out, torch.randn(2, 8), torch.ones(8), residual, 1e-6)
+    text = str(info.value)
+    assert "'vendor.short_residual' of rms_norm returned a tensor of shape (8,) float32 " \
+           "for residual: shape (2, 8) float32" in text, text
+
+
+def test_an_upstream_implementations_right_result_is_copied():
+    import torch
+
+    manager = serving("silu_and_mul", "vendor.right_act",
+                      lambda layer, x: torch.nn.functional.silu(x[:, :4]) * x[:, 4:])
+    x, out = torch.randn(2, 8), torch.empty(2, 4)
+    manager.call("silu_and_mul", out, x)
+    torch.testing.assert_close(out, torch.nn.functional.silu(x[:, :4]) * x[:, 4:])

@@ -110,7 +110,7 @@ def register_face(c_op: str, impl: OpImpl, into=None, plugin=None) -> None:
         raise ValueError(f"OpImpl '{impl.impl_id}' for op '{impl.op_name}': invalid kind "
                          f"{impl.kind!r} (valid: BackendImplKind.DEFAULT, VENDOR, REFERENCE)")
     c_id = _bridge.c_impl_id(kind, impl.impl_id)
-    fn = adapt_upstream_fn(c_op, impl.fn)
+    fn = adapt_upstream_fn(c_op, impl.fn, impl.impl_id)
     try:
         _bridge.register(c_op, c_id, kind, fn, impl.vendor, impl.priority,
                          impl.is_available, into=into, plugin=plugin)
