@@ -375,3 +375,52 @@ def test_an_upstream_implementations_right_result_is_copied():
     x, out = torch.randn(2, 8), torch.empty(2, 4)
     manager.call("silu_and_mul", out, x)
     torch.testing.assert_close(out, torch.nn.functional.silu(x[:, :4]) * x[:, 4:])
+
+
+# ---- the caller's own arguments -----------------------------------------------------------
+
+
+def no_backtrace(exc):
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    assert "frame #0" not in text and "Exception raised from" not in text, text
+
+
+def test_a_layers_meta_weight_is_named_without_a_backtrace():
+    """A layer whose weight is a meta tensor: the error names the argument, as
+    fldispatch.rms_norm's does, with no PyTorch C++ backtrace and no "All
+    implementation(s) failed" (no implementation ran)."""
+    import torch
+
+    import fldispatch
+    from fldispatch.compat import call_op, get_default_manager
+
+    class Layer:
+        weight = torch.empty(8, device="meta")
+        variance_epsilon = 1e-6
+
+    for call in (lambda: get_default_manager().call("rms_norm", Layer(), torch.randn(2, 8)),
+                 lambda: call_op("rms_norm", Layer(), torch.randn(2, 8))):
+        with pytest.raises(fldispatch.InvalidArgumentError) as info:
+            call()
+        assert str(info.value) == ("rms_norm: argument 'weight' cannot be passed through DLPack "
+                                   "(<class 'torch.Tensor'>): Cannot pack tensors on meta")
+        no_backtrace(info.value)
+
+
+def test_a_nul_in_an_op_name_is_named():
+    import torch
+
+    import fldispatch
+    from fldispatch.compat import BackendImplKind, CachedOp, OpImpl, OpRegistry, call_op
+
+    for call in (lambda: call_op("rms\0norm", torch.randn(2, 8)),
+                 lambda: CachedOp("rms\0norm")(torch.randn(2, 8))):
+        with pytest.raises(fldispatch.InvalidArgumentError,
+                           match=r"argument 'op' contains a NUL character: 'rms\\x00norm'$"):
+            call()
+    with pytest.raises(ValueError, match=r"^OpImpl 'default\.x': op_name 'a\\x00b' contains a "
+                                         r"NUL character$"):
+        OpRegistry().register_impl(OpImpl(op_name="a\0b", impl_id="default.x",
+                                          kind=BackendImplKind.DEFAULT, fn=len))

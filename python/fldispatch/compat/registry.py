@@ -109,6 +109,9 @@ def register_face(c_op: str, impl: OpImpl, into=None, plugin=None) -> None:
     except ValueError:
         raise ValueError(f"OpImpl '{impl.impl_id}' for op '{impl.op_name}': invalid kind "
                          f"{impl.kind!r} (valid: BackendImplKind.DEFAULT, VENDOR, REFERENCE)")
+    if isinstance(impl.op_name, str) and "\0" in impl.op_name:
+        raise ValueError(f"OpImpl '{impl.impl_id}': op_name {impl.op_name!r} contains a NUL "
+                         "character")
     c_id = _bridge.c_impl_id(kind, impl.impl_id)
     fn = adapt_upstream_fn(c_op, impl.fn, impl.impl_id)
     try:
