@@ -35,6 +35,8 @@ from . import _C
 KIND_CODES = {"flagos": 0, "default": 0, "vendor": 1, "reference": 2}
 KIND_PREFIX = {0: "default", 1: "vendor", 2: "reference"}
 DEFAULT_PRIORITY = {0: 150, 1: 100, 2: 50}
+# The library keeps a priority as a C int.
+PRIORITY_RANGE = (-2**31, 2**31 - 1)
 DEVICE_BITS = {"cpu": 1, "cuda": 2, "nvidia": 2, "rocm": 4, "ascend": 8, "npu": 8}
 # the library's dtype table: both names of each row, and PyTorch's other names
 DTYPE_BITS = {name: mask for short, long, mask in _C.dtypes() for name in (short, long)}
@@ -129,6 +131,9 @@ def _record(op, fn, impl_id, kind, vendor, priority, devices, dtypes, is_availab
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise TypeError(f"register_impl(): op '{op}', impl '{impl_id}': priority must be an "
                         f"int, not {type(priority).__name__}")
+    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        raise ValueError(f"register_impl(): op '{op}', impl '{impl_id}': priority {priority} is "
+                         f"out of range ({PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]})")
     if vendor is not None and not isinstance(vendor, str):
         raise TypeError(f"register_impl(): op '{op}', impl '{impl_id}': vendor must be a str")
     if code == 1 and not vendor:
