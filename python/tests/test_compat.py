@@ -9,6 +9,7 @@ fldispatch.compat.alias installed, so `import vllm_fl.dispatch` is ours.
 """
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -424,3 +425,96 @@ def test_a_nul_in_an_op_name_is_named():
                                          r"NUL character$"):
         OpRegistry().register_impl(OpImpl(op_name="a\0b", impl_id="default.x",
                                           kind=BackendImplKind.DEFAULT, fn=len))
+
+
+# ---- values checked as the core would, named by field ---------------------------------------
+
+
+@pytest.mark.parametrize("priority, shown", [("high", "str ('high')"), (1.7, "float (1.7)"),
+                                             (True, "bool (True)")])
+def test_an_opimpls_priority_must_be_an_int(priority, shown):
+    """priority="high" is refused naming the field, 1.7 is refused rather than
+    truncated to 1, and nothing is registered."""
+    from fldispatch.compat import BackendImplKind, OpImpl, OpRegistry
+
+    registry = OpRegistry()
+    with pytest.raises(TypeError, match="^" + re.escape(f"OpImpl 'vendor.p' for op 'prio_op': "
+                                                        f"priority must be an int, not {shown}")
+                       + "$"):
+        registry.register_impl(OpImpl(op_name="prio_op", impl_id="vendor.p",
+                                      kind=BackendImplKind.VENDOR, vendor="acme", fn=len,
+                                      priority=priority))
+    assert registry.get_implementations("prio_op") == []
+
+
+def test_an_opimpls_priority_outside_a_c_int_is_named():
+    from fldispatch.compat import BackendImplKind, OpImpl, OpRegistry
+
+    with pytest.raises(ValueError, match=r"op 'prio_op', impl 'vendor\.q': priority 2147483648 "
+                                         r"is out of range"):
+        OpRegistry().register_impl(OpImpl(op_name="prio_op", impl_id="vendor.q",
+                                          kind=BackendImplKind.VENDOR, vendor="acme", fn=len,
+                                          priority=2**31))
+
+
+def test_per_op_order_and_vendor_lists_given_as_strings():
+    """As in vllm-plugin-FL's configuration, a per-op order given as one string
+    is 'a|b' and a vendor list given as one string is comma-separated: neither
+    is split into characters."""
+    from fldispatch.compat import SelectionPolicy
+
+    p = SelectionPolicy.from_dict(per_op_order={"rms_norm": "vendor|reference"},
+                                  allow_vendors="cpu, cuda", deny_vendors="ascend")
+    assert p.get_per_op_order("rms_norm") == ["vendor", "reference"]
+    assert p.allow_vendors == frozenset({"cpu", "cuda"})
+    assert p.deny_vendors == frozenset({"ascend"})
+    q = SelectionPolicy(per_op_order=(("rms_norm", "reference"),))
+    assert q.per_op_order == (("rms_norm", ("reference",)),)
+
+
+@pytest.mark.parametrize("fields, word", [
+    (dict(allow_vendors={"cpu,cuda"}), "allow_vendors: vendor name 'cpu,cuda'"),
+    (dict(deny_vendors={"a,b"}), "deny_vendors: vendor name 'a,b'"),
+    (dict(per_op_order={"rms_norm": ["vendor|reference"]}),
+     "per_op_order['rms_norm']: token 'vendor|reference'"),
+])
+def test_a_name_holding_a_separator_is_refused(fields, word):
+    """A vendor name 'a,b' in a vendor set is one name the core cannot hold
+    (it would be split in two): refused, naming the field, as is a per-op
+    token holding '|'."""
+    from fldispatch.compat import SelectionPolicy, with_allowed_vendors
+
+    with pytest.raises(ValueError, match="^" + re.escape("SelectionPolicy: " + word)):
+        SelectionPolicy.from_dict(**fields)
+    with pytest.raises(ValueError, match=r"allow_vendors: vendor name 'x,y'"):
+        with_allowed_vendors("x,y")
+
+
+def test_a_policy_context_left_on_another_thread_is_a_state_error():
+    """Leaving a policy_context on a thread that did not enter it raises the
+    library's StateError (as fldispatch.policy does), not AttributeError; the
+    entering thread then leaves it."""
+    import threading
+
+    import fldispatch
+    from fldispatch.compat import SelectionPolicy, get_policy, policy_context
+
+    before = get_policy()
+    ctx = policy_context(SelectionPolicy.from_dict(prefer="reference"))
+    ctx.__enter__()
+    errors = []
+
+    def leave():
+        try:
+            ctx.__exit__(None, None, None)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=leave)
+    t.start()
+    t.join()
+    assert get_policy().prefer == "reference"
+    ctx.__exit__(None, None, None)
+    assert get_policy() == before
+    assert len(errors) == 1 and isinstance(errors[0], fldispatch.StateError), errors
+    assert "policy_context" in str(errors[0]) and "did not enter it" in str(errors[0])
