@@ -307,10 +307,13 @@ _loading = None
 #: (name, source, ok, reason) of every Python plugin looked at, in order.
 discovered_plugins = []
 
-# A thread born during discovery whose first call finds the discovering
-# thread waiting on a thread, a future or a queue for this long is what that
-# thread waits for: a deadlock, raised instead of waited out.
-DEADLOCK_AFTER_S = 1.0
+# A thread's first call that waits for a discovery on another thread: when the
+# discovering thread joins this thread, or waits for the future this thread
+# runs, the wait would never end (StateError); when this thread was born
+# during the discovery and the discovering thread waits on some other thread,
+# future, queue or event for this long, it may be waiting for this one (a
+# WARNING, once).
+DEADLOCK_WARN_S = 5.0
 _POLL_S = 0.05
 _WAIT_MODULES = frozenset(("threading", "queue", "concurrent.futures._base"))
 
@@ -356,36 +359,72 @@ def _ensure_plugins():
 
 def _wait_for_discovery(lock):
     """Takes lock, held by a discovery on another thread; raises StateError
-    where waiting would never end (see _ensure_plugins)."""
+    where waiting would never end (see DEADLOCK_WARN_S)."""
     me = _threading.get_ident()
     since = None
+    warned = False
     while not lock.acquire(timeout=_POLL_S):
         owner = _discoverer
-        if owner is None or me in _threads_before or not _waits_on_a_thread(owner):
+        waits_on = _waited_on(owner) if owner is not None else None
+        if waits_on is not None and _is_this_thread(waits_on):
+            raise _C.StateError(_deadlock_message(owner))
+        if waits_on is None or me in _threads_before:
             since = None
             continue
         now = _time.monotonic()
-        if since is None:
-            since = now
-        elif now - since >= DEADLOCK_AFTER_S:
-            raise _C.StateError(_deadlock_message(owner))
+        since = since or now
+        if not warned and now - since >= DEADLOCK_WARN_S:
+            warned = True
+            name, source = _loading or ("?", "?")
+            _logger.warning("Python plugin '%s' (%s) has been registering on thread '%s' for "
+                            "%.0f s, waiting on a thread, a future, a queue or an event, while "
+                            "thread '%s', started since, waits for that registration to finish: "
+                            "if the plugin waits for that thread, this is a deadlock (a register "
+                            "function must not wait for a thread that calls fldispatch)", name,
+                            source, _thread_name(owner), now - since,
+                            _threading.current_thread().name)
 
 
-def _waits_on_a_thread(ident):
-    """Whether thread ident is blocked in a wait of threading, queue or
-    concurrent.futures (a join, an event, a future's result, a queue)."""
+def _waited_on(ident):
+    """What thread ident waits on, when it is blocked in a wait of threading,
+    queue or concurrent.futures: the objects (a Thread, a Future, a Condition)
+    whose methods it is in, innermost first; None otherwise."""
     frame = _sys._current_frames().get(ident)
-    return frame is not None and frame.f_globals.get("__name__") in _WAIT_MODULES
+    objects = []
+    while frame is not None and frame.f_globals.get("__name__") in _WAIT_MODULES:
+        objects.append(frame.f_locals.get("self"))
+        frame = frame.f_back
+    return objects or None
+
+
+def _is_this_thread(objects):
+    """Whether one of objects is this thread, or the future it runs (a
+    ThreadPoolExecutor's work item on this thread's stack)."""
+    current = _threading.current_thread()
+    if any(o is current for o in objects):
+        return True
+    frame = _sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "concurrent.futures.thread" and \
+                frame.f_code.co_name == "run":
+            future = getattr(frame.f_locals.get("self"), "future", None)
+            if future is not None and any(o is future for o in objects):
+                return True
+        frame = frame.f_back
+    return False
+
+
+def _thread_name(ident):
+    return next((t.name for t in _threading.enumerate() if t.ident == ident), str(ident))
 
 
 def _deadlock_message(owner):
     name, source = _loading or ("?", "?")
-    thread = next((t.name for t in _threading.enumerate() if t.ident == owner), str(owner))
     return (f"fldispatch: Python plugin '{name}' ({source}) is registering on thread "
-            f"'{thread}', which waits on a thread, a future or a queue, while this thread, "
-            f"born during that registration, waits for it to finish: a deadlock. A plugin's "
-            f"register function must not wait for a thread that calls fldispatch (start it "
-            f"and let it run after the registration)")
+            f"'{_thread_name(owner)}', which waits for this thread, while this thread waits for "
+            f"that registration to finish: a deadlock. A plugin's register function must not "
+            f"wait for a thread that calls fldispatch (start it and let it run after the "
+            f"registration)")
 
 
 def _after_fork_in_child():

@@ -255,3 +255,33 @@ def test_a_plugin_waiting_for_a_thread_that_calls_fldispatch_is_named(tmp_path, 
     assert said.startswith("worker: StateError: "), said
     assert "Python plugin 'waiting' (fldispatch.plugins:waiting)" in said, said
     assert "deadlock" in said
+
+
+def test_a_plugin_waiting_on_a_queue_for_a_thread_that_calls_fldispatch_is_warned_of(tmp_path):
+    """Where the wait cannot be traced to the thread (a queue), the thread's
+    call logs a WARNING naming the plugin once the wait has lasted
+    DEADLOCK_WARN_S; here the plugin gives up, is rejected, and both go on."""
+    site = tmp_path / "site"
+    site.mkdir()
+    write_package(site, "queue_dist", "queue_plugin", """
+        import queue, threading
+        import fldispatch
+        def register(registry):
+            q = queue.Queue()
+            threading.Thread(target=lambda: q.put(fldispatch.call_op("other_op")),
+                             name="queue-worker").start()
+            q.get(timeout=5)
+    """, "[fldispatch.plugins]\nqueued = queue_plugin:register\n")
+    good_plugin(site, "zzz_other", "other_op")
+    r = run_child("""
+        import fldispatch
+        fldispatch.registry.DEADLOCK_WARN_S = 0.5
+        print("main:", fldispatch.call_op("other_op"))
+        print([(p["name"], p["status"]) for p in fldispatch.plugins() if p["name"] == "queued"])
+    """, site, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "main: zzz_other" in r.stdout
+    assert "[('queued', 'rejected')]" in r.stdout, r.stdout
+    assert "Python plugin 'queued' (fldispatch.plugins:queued) has been registering on " \
+           "thread 'MainThread'" in r.stderr, r.stderr
+    assert "thread 'queue-worker', started since" in r.stderr and "deadlock" in r.stderr
