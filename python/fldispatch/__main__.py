@@ -72,7 +72,16 @@ def run_in_process(argv):
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] in IN_PROCESS:
-        rc = run_in_process(sys.argv[1:])
+        try:
+            rc = run_in_process(sys.argv[1:])
+        except KeyboardInterrupt:
+            # Ctrl-C while the Python plugins load: ended as the tool would be,
+            # by SIGINT, without a traceback
+            import signal
+
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+            raise
         if rc is not None:
             sys.exit(rc)
     path = tool_path()

@@ -101,6 +101,17 @@ def test_an_implementations_interrupt_ends_verify(tmp_path, raised, status, word
 
 
 @needs_tool_so
+def test_ctrl_c_while_the_plugins_load_ends_without_a_traceback(tmp_path):
+    """A KeyboardInterrupt while the Python plugins load (here raised by one at
+    import) ends the command by SIGINT, as the tool program, with no traceback."""
+    env = plugin_env(tmp_path, "interrupting_plugin", "raise KeyboardInterrupt\n")
+    r = subprocess.run([sys.executable, "-m", "fldispatch", "list"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == -signal.SIGINT, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+
+
+@needs_tool_so
 def test_a_default_sigint_handler_is_restored_after_the_tool():
     """The SIGINT handler is Python's again after an in-process command."""
     code = textwrap.dedent("""
