@@ -184,7 +184,9 @@ POLICY_KEYS = tuple(f["key"] for f in POLICY_FIELDS)
 _KIND = {f["key"]: f["kind"] for f in POLICY_FIELDS}
 
 
-def _csv(value, name, fn="policy"):
+def _csv(value, name, fn="policy", separators=","):
+    """A str as given, or a list of str joined by ','; an item holding one of
+    the separators would be split by the library: ConfigError naming it."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, (bytes, dict)):
@@ -198,6 +200,10 @@ def _csv(value, name, fn="policy"):
     for item in items:
         if not isinstance(item, str):
             raise TypeError(f"{fn}(): {name} must hold str, not {type(item).__name__}")
+        if any(sep in item for sep in separators):
+            raise _C.ConfigError(f"{fn}(): {name}: {item!r} is not one name (an item of a list "
+                                 f"holds no {' or '.join(repr(s) for s in separators)}; give a "
+                                 "list of names or one str in the variable's form)")
     return ",".join(items)
 
 
@@ -216,7 +222,7 @@ def _per_op_spec(per_op, fn="policy"):
             raise TypeError(f"{fn}(): per_op[{op!r}] must be a str 'a|b' or a list of tokens, "
                             "not None")
         if not isinstance(tokens, str):
-            tokens = "|".join(_csv(tokens, f"per_op[{op!r}]", fn).split(","))
+            tokens = "|".join(_csv(tokens, f"per_op[{op!r}]", fn, ",|;=").split(","))
         parts.append(f"{op}={tokens}")
     return ";".join(parts)
 

@@ -11,6 +11,12 @@ this process has them, and verify and tune run the Python implementations
 too (tune times them beside the C ones and may pin them in its manifest). The other commands, or a package
 without _tool.so, run the tool program itself (a process of its own, which
 sees the C plugins only).
+
+Ctrl-C ends an in-process command as it ends the tool program (SIGINT, at
+once, nothing more written), also while a Python implementation runs; an
+implementation that raises KeyboardInterrupt or SystemExit ends it too,
+instead of declining its calls (the tool has no caller to hand them to).
+Arguments reach the tool as the bytes the command line held (os.fsencode).
 """
 
 import os
@@ -39,20 +45,43 @@ def run_in_process(argv):
     so = os.path.join(here, "_tool.so")
     if not os.path.exists(so):
         return None
+    import signal
+
     import fldispatch
     fldispatch.registry._ensure_plugins()
     sys.stdout.flush()
     tool = ctypes.PyDLL(so)  # keeps the GIL: Python implementations may run (verify)
-    args = [b"fldispatch"] + [a.encode() for a in argv]
+    args = [b"fldispatch"] + [os.fsencode(a) for a in argv]
     c_argv = (ctypes.c_char_p * (len(args) + 1))(*args, None)
-    rc = tool.fld_tool_main(len(args), c_argv)
+    # Python's SIGINT handler only sets a flag that the tool's C loops never
+    # look at: the default action instead, as the tool program has (an
+    # ignored SIGINT, as in a background job, stays ignored).
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    fldispatch._C._interrupts_end_process(True)
+    try:
+        rc = tool.fld_tool_main(len(args), c_argv)
+    finally:
+        fldispatch._C._interrupts_end_process(False)
+        if handler is signal.default_int_handler:
+            signal.signal(signal.SIGINT, handler)
     ctypes.CDLL(None).fflush(None)
     return rc
 
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] in IN_PROCESS:
-        rc = run_in_process(sys.argv[1:])
+        try:
+            rc = run_in_process(sys.argv[1:])
+        except KeyboardInterrupt:
+            # Ctrl-C while the Python plugins load: ended as the tool would be,
+            # by SIGINT, without a traceback
+            import signal
+
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+            raise
         if rc is not None:
             sys.exit(rc)
     path = tool_path()

@@ -28,12 +28,15 @@ import logging as _logging
 import os as _os
 import sys as _sys
 import threading as _threading
+import time as _time
 
 from . import _C
 
 KIND_CODES = {"flagos": 0, "default": 0, "vendor": 1, "reference": 2}
 KIND_PREFIX = {0: "default", 1: "vendor", 2: "reference"}
 DEFAULT_PRIORITY = {0: 150, 1: 100, 2: 50}
+# The library keeps a priority as a C int.
+PRIORITY_RANGE = (-2**31, 2**31 - 1)
 DEVICE_BITS = {"cpu": 1, "cuda": 2, "nvidia": 2, "rocm": 4, "ascend": 8, "npu": 8}
 # the library's dtype table: both names of each row, and PyTorch's other names
 DTYPE_BITS = {name: mask for short, long, mask in _C.dtypes() for name in (short, long)}
@@ -128,6 +131,9 @@ def _record(op, fn, impl_id, kind, vendor, priority, devices, dtypes, is_availab
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise TypeError(f"register_impl(): op '{op}', impl '{impl_id}': priority must be an "
                         f"int, not {type(priority).__name__}")
+    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        raise ValueError(f"register_impl(): op '{op}', impl '{impl_id}': priority {priority} is "
+                         f"out of range ({PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]})")
     if vendor is not None and not isinstance(vendor, str):
         raise TypeError(f"register_impl(): op '{op}', impl '{impl_id}': vendor must be a str")
     if code == 1 and not vendor:
@@ -293,8 +299,23 @@ def _reject(name, version, origin, reason):
 
 _discovered = False
 _discovering = False
+# While discovery runs: the discovering thread, the threads alive when it
+# began, and the plugin it is loading, (name, source).
+_discoverer = None
+_threads_before = frozenset()
+_loading = None
 #: (name, source, ok, reason) of every Python plugin looked at, in order.
 discovered_plugins = []
+
+# A thread's first call that waits for a discovery on another thread: when the
+# discovering thread joins this thread, or waits for the future this thread
+# runs, the wait would never end (StateError); when this thread was born
+# during the discovery and the discovering thread waits on some other thread,
+# future, queue or event for this long, it may be waiting for this one (a
+# WARNING, once).
+DEADLOCK_WARN_S = 5.0
+_POLL_S = 0.05
+_WAIT_MODULES = frozenset(("threading", "queue", "concurrent.futures._base"))
 
 
 def _ensure_plugins():
@@ -304,24 +325,124 @@ def _ensure_plugins():
     has been looked at. Another thread's first call waits for it (so it
     never sees a registry that is half-filled); the discovering thread's
     own calls (a plugin that calls an op while registering) go on without
-    waiting. A KeyboardInterrupt propagates and leaves discovery not done:
-    the next call resumes with the plugins not yet looked at. Returns True
-    when discovery is complete, False on the discovering thread during it."""
-    global _discovered, _discovering
+    waiting. A plugin that waits for a thread of its own which calls
+    fldispatch would deadlock: that thread's call raises StateError naming
+    the plugin instead. A KeyboardInterrupt propagates and leaves discovery
+    not done: the next call resumes with the plugins not yet looked at.
+    Returns True when discovery is complete, False on the discovering
+    thread during it."""
+    global _discovered, _discovering, _discoverer, _threads_before, _loading
     if _discovered:
         return True
-    with _lock:  # re-entrant: the discovering thread passes
+    lock = _lock
+    if not lock.acquire(blocking=False):  # re-entrant: the discovering thread passes
+        _wait_for_discovery(lock)
+    try:
         if _discovered:
             return True
         if _discovering:
             return False
         _discovering = True
+        _discoverer = _threading.get_ident()
+        _threads_before = frozenset(t.ident for t in _threading.enumerate())
         try:
             discover_plugins()
             _discovered = True
         finally:
             _discovering = False
+            _discoverer = None
+            _loading = None
+    finally:
+        lock.release()
     return True
+
+
+def _wait_for_discovery(lock):
+    """Takes lock, held by a discovery on another thread; raises StateError
+    where waiting would never end (see DEADLOCK_WARN_S)."""
+    me = _threading.get_ident()
+    since = None
+    warned = False
+    while not lock.acquire(timeout=_POLL_S):
+        owner = _discoverer
+        waits_on = _waited_on(owner) if owner is not None else None
+        if waits_on is not None and _is_this_thread(waits_on):
+            raise _C.StateError(_deadlock_message(owner))
+        if waits_on is None or me in _threads_before:
+            since = None
+            continue
+        now = _time.monotonic()
+        since = since or now
+        if not warned and now - since >= DEADLOCK_WARN_S:
+            warned = True
+            name, source = _loading or ("?", "?")
+            _logger.warning("Python plugin '%s' (%s) has been registering on thread '%s' for "
+                            "%.0f s, waiting on a thread, a future, a queue or an event, while "
+                            "thread '%s', started since, waits for that registration to finish: "
+                            "if the plugin waits for that thread, this is a deadlock (a register "
+                            "function must not wait for a thread that calls fldispatch)", name,
+                            source, _thread_name(owner), now - since,
+                            _threading.current_thread().name)
+
+
+def _waited_on(ident):
+    """What thread ident waits on, when it is blocked in a wait of threading,
+    queue or concurrent.futures: the objects (a Thread, a Future, a Condition)
+    whose methods it is in, innermost first; None otherwise."""
+    frame = _sys._current_frames().get(ident)
+    objects = []
+    while frame is not None and frame.f_globals.get("__name__") in _WAIT_MODULES:
+        objects.append(frame.f_locals.get("self"))
+        frame = frame.f_back
+    return objects or None
+
+
+def _is_this_thread(objects):
+    """Whether one of objects is this thread, or the future it runs (a
+    ThreadPoolExecutor's work item on this thread's stack)."""
+    current = _threading.current_thread()
+    if any(o is current for o in objects):
+        return True
+    frame = _sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "concurrent.futures.thread" and \
+                frame.f_code.co_name == "run":
+            future = getattr(frame.f_locals.get("self"), "future", None)
+            if future is not None and any(o is future for o in objects):
+                return True
+        frame = frame.f_back
+    return False
+
+
+def _thread_name(ident):
+    return next((t.name for t in _threading.enumerate() if t.ident == ident), str(ident))
+
+
+def _deadlock_message(owner):
+    name, source = _loading or ("?", "?")
+    return (f"fldispatch: Python plugin '{name}' ({source}) is registering on thread "
+            f"'{_thread_name(owner)}', which waits for this thread, while this thread waits for "
+            f"that registration to finish: a deadlock. A plugin's register function must not "
+            f"wait for a thread that calls fldispatch (start it and let it run after the "
+            f"registration)")
+
+
+def _after_fork_in_child():
+    """A child forked while another thread ran discovery has no such thread:
+    a fresh lock, and discovery resumes at the child's first call with the
+    plugins not yet looked at. A fork from the discovering thread itself
+    (a plugin's register function) goes on with its discovery."""
+    global _lock, _discovering, _discoverer, _loading
+    if _discovering and _discoverer == _threading.get_ident():
+        return
+    _lock = _threading.RLock()
+    _discovering = False
+    _discoverer = None
+    _loading = None
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _call_plugin(obj, registrar, source):
@@ -353,6 +474,8 @@ def _load_one(name, source, load, upstream):
     not end the process or the discovery. KeyboardInterrupt alone is the
     user's: it propagates, and the plugin is not recorded (looked at again
     on the next call)."""
+    global _loading
+    _loading = (name, source)
     batch = registering(name, origin=f"python:{source}")
     try:
         obj = load()
@@ -435,7 +558,9 @@ def discover_plugins():
     the reason) and registers nothing; the others are not affected."""
     import importlib
 
+    global _loading
     for register in tuple(_builtin_plugins):
+        _loading = (getattr(register, "__module__", "fldispatch"), "built-in")
         register()
     # after an interrupted discovery: the plugins looked at already stay as they are
     seen = {source for _, source, _, _ in discovered_plugins}

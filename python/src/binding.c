@@ -46,10 +46,21 @@
  * still run, and its result is dropped: the binding's function that made
  * the call (fldpy_finish_call()) raises the interrupt instead of any
  * result or error.
+ *
+ * While `python -m fldispatch` runs the tool in this process
+ * (_interrupts_end_process(True)) no Python caller is there to raise the
+ * interrupt to: a KeyboardInterrupt ends the process by SIGINT, as Ctrl-C
+ * ends the tool program, a SystemExit with its exit status, any other such
+ * BaseException with status 1, each after a line on stderr naming the op and
+ * the implementation. Declining there would let the tool go on and report
+ * (or pin in a manifest) what the interrupt cut short.
  */
 #include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <fldispatch/binding.h>
 
@@ -65,6 +76,7 @@ PyAPI_FUNC(int) PyGILState_Check(void);
 /* The thread state ops.c saved when it released the GIL on this thread. */
 static _Thread_local PyThreadState *tls_released;
 static volatile int interpreter_exiting;
+static volatile int interrupts_end_process;
 
 PyThreadState *fldpy_release_gil(void)
 {
@@ -330,6 +342,52 @@ done:
     return result;
 }
 
+/* Python's own flush of sys.stdout and sys.stderr, then C's. */
+static void flush_all(void)
+{
+    static const char *const streams[] = {"stdout", "stderr"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *stream = PySys_GetObject(streams[i]); /* borrowed */
+        PyObject *r = stream && stream != Py_None ? PyObject_CallMethod(stream, "flush", NULL)
+                                                  : NULL;
+        Py_XDECREF(r);
+        PyErr_Clear();
+    }
+    fflush(NULL);
+}
+
+/* An interrupt while the tool runs in this process: ends the process (see the top). */
+static void end_process(const struct pyimpl *impl, PyObject *exc, const char *what)
+{
+    int status = 1;
+    bool sigint = PyObject_TypeCheck(exc, (PyTypeObject *)PyExc_KeyboardInterrupt);
+    if (PyObject_TypeCheck(exc, (PyTypeObject *)PyExc_SystemExit)) {
+        PyObject *code = PyObject_GetAttrString(exc, "code");
+        if (code == Py_None) {
+            status = 0;
+        } else if (code && PyLong_Check(code)) {
+            long v = PyLong_AsLong(code);
+            status = v == -1 && PyErr_Occurred() ? 1 : (int)(v & 0xff);
+        }
+        Py_XDECREF(code);
+        PyErr_Clear();
+    }
+    flush_all();
+    if (sigint)
+        fprintf(stderr, "fldispatch: %s: Python implementation '%s' raised %s: interrupted\n",
+                impl->op, impl->impl_id, what);
+    else
+        fprintf(stderr, "fldispatch: %s: Python implementation '%s' raised %s: exit status %d\n",
+                impl->op, impl->impl_id, what, status);
+    fflush(stderr);
+    if (sigint) {
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+        status = 128 + SIGINT; /* only if the signal did not end the process */
+    }
+    _exit(status);
+}
+
 /* Calls impl with the GIL held; FLD_* status. */
 static int call_python(struct pyimpl *impl, const void *args)
 {
@@ -369,6 +427,8 @@ static int call_python(struct pyimpl *impl, const void *args)
             describe_exception(value, what, sizeof what);
         if (value && !PyObject_TypeCheck(value, (PyTypeObject *)PyExc_Exception)) {
             /* an interrupt, not a failure: declined, raised by the caller */
+            if (interrupts_end_process)
+                end_process(impl, value, what);
             Py_XDECREF(tls_interrupt);
             tls_interrupt = value;
             fld_set_error("%s: Python implementation '%s' was interrupted by %s", impl->op,
@@ -604,6 +664,15 @@ static PyObject *py_ready(PyObject *self, PyObject *unused)
 {
     if (fldpy_ensure_plugins() < 0)
         return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_interrupts_end_process(PyObject *self, PyObject *on)
+{
+    int v = PyObject_IsTrue(on);
+    if (v < 0)
+        return NULL;
+    interrupts_end_process = v;
     Py_RETURN_NONE;
 }
 
@@ -1067,6 +1136,9 @@ PyMethodDef fldpy_binding_methods[] = {
     {"_ready", py_ready, METH_NOARGS,
      "_ready()\n--\n\nWhat an op call does first: the Python plugins discovered, then the\n"
      "configuration's names checked against what is registered (once)."},
+    {"_interrupts_end_process", py_interrupts_end_process, METH_O,
+     "_interrupts_end_process(on)\n--\n\nWhile on (python -m fldispatch running the tool in "
+     "this process),\nan interrupt raised by a Python implementation ends the process."},
     {"_interpreter_exiting", py_interpreter_exiting, METH_NOARGS,
      "_interpreter_exiting()\n--\n\nFrom atexit: Python implementations decline from now on."},
     {NULL, NULL, 0, NULL},

@@ -9,6 +9,7 @@ fldispatch.compat.alias installed, so `import vllm_fl.dispatch` is ours.
 """
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -292,3 +293,228 @@ def test_bad_records_name_op_and_impl_and_register_nothing():
         registry.register_impl(OpImpl(op_name="ok", impl_id="default.z",
                                       kind=BackendImplKind.DEFAULT, fn=len))
     assert [i.impl_id for i in registry.get_implementations("ok")] == ["default.z"]
+
+
+# ---- an upstream implementation's result ------------------------------------------------
+
+
+def serving(op, impl_id, fn):
+    """A manager of a fresh registry whose only implementation of op is fn."""
+    from fldispatch.compat import BackendImplKind, OpImpl, OpManager, OpRegistry
+
+    registry = OpRegistry()
+    registry.register_impl(OpImpl(op_name=op, impl_id=impl_id, kind=BackendImplKind.VENDOR,
+                                  vendor="acme", fn=fn))
+    return OpManager(registry)
+
+
+@pytest.mark.parametrize("result, words", [
+    ("one", ["returned a tensor of shape (1,) float32", "out: shape (2, 4) float32"]),
+    ("float64", ["returned a tensor of shape (2, 4) float64", "out: shape (2, 4) float32"]),
+    ("list", ["returned a list", "out: shape (2, 4) float32"]),
+])
+def test_an_upstream_activations_wrong_result_is_its_failure(result, words):
+    """The result of an upstream implementation is copied into out only when it
+    has out's shape and dtype: tensor([7.]) is not broadcast, float64 not
+    converted; the failure names the implementation and both shapes."""
+    import torch
+
+    def fn(layer, x):
+        if result == "one":
+            return torch.tensor([7.0])
+        if result == "float64":
+            return torch.zeros(2, 4, dtype=torch.float64)
+        return [0.0] * 4
+
+    manager = serving("silu_and_mul", "vendor.wrong_act", fn)
+    out = torch.full((2, 4), -1.0)
+    with pytest.raises(RuntimeError) as info:
+        manager.call("silu_and_mul", out, torch.randn(2, 8))
+    text = str(info.value)
+    assert "upstream implementation 'vendor.wrong_act' of silu_and_mul" in text, text
+    for word in words:
+        assert word in text, text
+    assert torch.equal(out, torch.full((2, 4), -1.0))
+
+
+def test_an_upstream_norms_single_tensor_for_a_pair_is_its_failure():
+    """With a residual, an upstream rms_norm returns (out, residual): one [2, H]
+    tensor is not unpacked into two rows that broadcast."""
+    import torch
+
+    manager = serving("rms_norm", "vendor.one_tensor", lambda layer, x, residual: x * 0 + 5)
+    out, residual = torch.full((2, 8), -1.0), torch.full((2, 8), -2.0)
+    with pytest.raises(RuntimeError) as info:
+        manager.call("rms_norm", out, torch.randn(2, 8), torch.ones(8), residual, 1e-6)
+    text = str(info.value)
+    assert "upstream implementation 'vendor.one_tensor' of rms_norm returned a tensor of " \
+           "shape (2, 8) float32 where a pair (out, residual) is due" in text, text
+    assert torch.equal(out, torch.full((2, 8), -1.0))
+    assert torch.equal(residual, torch.full((2, 8), -2.0))
+
+
+def test_an_upstream_norms_wrong_residual_is_its_failure():
+    import torch
+
+    def fn(layer, x, residual):
+        return x.clone(), torch.zeros(8)
+
+    manager = serving("rms_norm", "vendor.short_residual", fn)
+    out, residual = torch.empty(2, 8), torch.randn(2, 8)
+    with pytest.raises(RuntimeError) as info:
+        manager.call("rms_norm", out, torch.randn(2, 8), torch.ones(8), residual, 1e-6)
+    text = str(info.value)
+    assert "'vendor.short_residual' of rms_norm returned a tensor of shape (8,) float32 " \
+           "for residual: shape (2, 8) float32" in text, text
+
+
+def test_an_upstream_implementations_right_result_is_copied():
+    import torch
+
+    manager = serving("silu_and_mul", "vendor.right_act",
+                      lambda layer, x: torch.nn.functional.silu(x[:, :4]) * x[:, 4:])
+    x, out = torch.randn(2, 8), torch.empty(2, 4)
+    manager.call("silu_and_mul", out, x)
+    torch.testing.assert_close(out, torch.nn.functional.silu(x[:, :4]) * x[:, 4:])
+
+
+# ---- the caller's own arguments -----------------------------------------------------------
+
+
+def no_backtrace(exc):
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    assert "frame #0" not in text and "Exception raised from" not in text, text
+
+
+def test_a_layers_meta_weight_is_named_without_a_backtrace():
+    """A layer whose weight is a meta tensor: the error names the argument, as
+    fldispatch.rms_norm's does, with no PyTorch C++ backtrace and no "All
+    implementation(s) failed" (no implementation ran)."""
+    import torch
+
+    import fldispatch
+    from fldispatch.compat import call_op, get_default_manager
+
+    class Layer:
+        weight = torch.empty(8, device="meta")
+        variance_epsilon = 1e-6
+
+    for call in (lambda: get_default_manager().call("rms_norm", Layer(), torch.randn(2, 8)),
+                 lambda: call_op("rms_norm", Layer(), torch.randn(2, 8))):
+        with pytest.raises(fldispatch.InvalidArgumentError) as info:
+            call()
+        assert str(info.value) == ("rms_norm: argument 'weight' cannot be passed through DLPack "
+                                   "(<class 'torch.Tensor'>): Cannot pack tensors on meta")
+        no_backtrace(info.value)
+
+
+def test_a_nul_in_an_op_name_is_named():
+    import torch
+
+    import fldispatch
+    from fldispatch.compat import BackendImplKind, CachedOp, OpImpl, OpRegistry, call_op
+
+    for call in (lambda: call_op("rms\0norm", torch.randn(2, 8)),
+                 lambda: CachedOp("rms\0norm")(torch.randn(2, 8))):
+        with pytest.raises(fldispatch.InvalidArgumentError,
+                           match=r"argument 'op' contains a NUL character: 'rms\\x00norm'$"):
+            call()
+    with pytest.raises(ValueError, match=r"^OpImpl 'default\.x': op_name 'a\\x00b' contains a "
+                                         r"NUL character$"):
+        OpRegistry().register_impl(OpImpl(op_name="a\0b", impl_id="default.x",
+                                          kind=BackendImplKind.DEFAULT, fn=len))
+
+
+# ---- values checked as the core would, named by field ---------------------------------------
+
+
+@pytest.mark.parametrize("priority, shown", [("high", "str ('high')"), (1.7, "float (1.7)"),
+                                             (True, "bool (True)")])
+def test_an_opimpls_priority_must_be_an_int(priority, shown):
+    """priority="high" is refused naming the field, 1.7 is refused rather than
+    truncated to 1, and nothing is registered."""
+    from fldispatch.compat import BackendImplKind, OpImpl, OpRegistry
+
+    registry = OpRegistry()
+    with pytest.raises(TypeError, match="^" + re.escape(f"OpImpl 'vendor.p' for op 'prio_op': "
+                                                        f"priority must be an int, not {shown}")
+                       + "$"):
+        registry.register_impl(OpImpl(op_name="prio_op", impl_id="vendor.p",
+                                      kind=BackendImplKind.VENDOR, vendor="acme", fn=len,
+                                      priority=priority))
+    assert registry.get_implementations("prio_op") == []
+
+
+def test_an_opimpls_priority_outside_a_c_int_is_named():
+    from fldispatch.compat import BackendImplKind, OpImpl, OpRegistry
+
+    with pytest.raises(ValueError, match=r"op 'prio_op', impl 'vendor\.q': priority 2147483648 "
+                                         r"is out of range"):
+        OpRegistry().register_impl(OpImpl(op_name="prio_op", impl_id="vendor.q",
+                                          kind=BackendImplKind.VENDOR, vendor="acme", fn=len,
+                                          priority=2**31))
+
+
+def test_per_op_order_and_vendor_lists_given_as_strings():
+    """As in vllm-plugin-FL's configuration, a per-op order given as one string
+    is 'a|b' and a vendor list given as one string is comma-separated: neither
+    is split into characters."""
+    from fldispatch.compat import SelectionPolicy
+
+    p = SelectionPolicy.from_dict(per_op_order={"rms_norm": "vendor|reference"},
+                                  allow_vendors="cpu, cuda", deny_vendors="ascend")
+    assert p.get_per_op_order("rms_norm") == ["vendor", "reference"]
+    assert p.allow_vendors == frozenset({"cpu", "cuda"})
+    assert p.deny_vendors == frozenset({"ascend"})
+    q = SelectionPolicy(per_op_order=(("rms_norm", "reference"),))
+    assert q.per_op_order == (("rms_norm", ("reference",)),)
+
+
+@pytest.mark.parametrize("fields, word", [
+    (dict(allow_vendors={"cpu,cuda"}), "allow_vendors: vendor name 'cpu,cuda'"),
+    (dict(deny_vendors={"a,b"}), "deny_vendors: vendor name 'a,b'"),
+    (dict(per_op_order={"rms_norm": ["vendor|reference"]}),
+     "per_op_order['rms_norm']: token 'vendor|reference'"),
+])
+def test_a_name_holding_a_separator_is_refused(fields, word):
+    """A vendor name 'a,b' in a vendor set is one name the core cannot hold
+    (it would be split in two): refused, naming the field, as is a per-op
+    token holding '|'."""
+    from fldispatch.compat import SelectionPolicy, with_allowed_vendors
+
+    with pytest.raises(ValueError, match="^" + re.escape("SelectionPolicy: " + word)):
+        SelectionPolicy.from_dict(**fields)
+    with pytest.raises(ValueError, match=r"allow_vendors: vendor name 'x,y'"):
+        with_allowed_vendors("x,y")
+
+
+def test_a_policy_context_left_on_another_thread_is_a_state_error():
+    """Leaving a policy_context on a thread that did not enter it raises the
+    library's StateError (as fldispatch.policy does), not AttributeError; the
+    entering thread then leaves it."""
+    import threading
+
+    import fldispatch
+    from fldispatch.compat import SelectionPolicy, get_policy, policy_context
+
+    before = get_policy()
+    ctx = policy_context(SelectionPolicy.from_dict(prefer="reference"))
+    ctx.__enter__()
+    errors = []
+
+    def leave():
+        try:
+            ctx.__exit__(None, None, None)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=leave)
+    t.start()
+    t.join()
+    assert get_policy().prefer == "reference"
+    ctx.__exit__(None, None, None)
+    assert get_policy() == before
+    assert len(errors) == 1 and isinstance(errors[0], fldispatch.StateError), errors
+    assert "policy_context" in str(errors[0]) and "did not enter it" in str(errors[0])

@@ -1,13 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """Python plugin discovery under pressure: a plugin that raises SystemExit or
-KeyboardInterrupt, and a second thread whose first call comes while another
-thread's discovery is still running. Each case runs in a child process with
+KeyboardInterrupt, a second thread whose first call comes while another
+thread's discovery is still running, a fork meanwhile, and a plugin that
+waits for a thread calling fldispatch. Each case runs in a child process with
 its own installed distributions (discovery happens once per process)."""
 
 import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 
 def write_package(site, dist, module, source, entry_points=None):
@@ -19,12 +22,12 @@ def write_package(site, dist, module, source, entry_points=None):
         (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
 
 
-def run_child(code, site, env=None):
+def run_child(code, site, env=None, timeout=180):
     full = dict(os.environ)
     full["PYTHONPATH"] = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
     full.update(env or {})
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                       text=True, env=full, timeout=180)
+                       text=True, env=full, timeout=timeout)
     return r
 
 
@@ -148,3 +151,137 @@ def test_a_second_threads_first_call_waits_for_discovery(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "[('first', 'slow'), ('op function', 42.0), ('second', 'slow')]" in r.stdout, \
         r.stdout + r.stderr
+
+
+def slow_plugin(site):
+    """A plugin whose register function, in the process that set
+    builtins.parent_pid, signals `discovery_started` and waits for
+    `release_discovery`; elsewhere (a forked child) it registers at once."""
+    write_package(site, "slow_dist", "slow_plugin", """
+        import builtins, os
+        def register(registry):
+            if os.getpid() == builtins.parent_pid:
+                builtins.discovery_started.set()
+                builtins.release_discovery.wait(timeout=60)
+            registry.register_impl("slow_op", lambda: "slow", impl_id="reference.slow",
+                                   kind="reference")
+    """, "[fldispatch.plugins]\nslow = slow_plugin:register\n")
+
+
+def test_a_child_forked_during_another_threads_discovery_works(tmp_path):
+    """A fork while another thread is inside a plugin's register function: the
+    child (whose copy of that thread does not run) discovers and calls as the
+    parent would, instead of waiting for ever on the registry's lock."""
+    site = tmp_path / "site"
+    site.mkdir()
+    slow_plugin(site)
+    r = run_child("""
+        import builtins, os, signal, sys, threading, time
+        builtins.parent_pid = os.getpid()
+        builtins.discovery_started = threading.Event()
+        builtins.release_discovery = threading.Event()
+        import fldispatch
+        results = {}
+        t = threading.Thread(target=lambda: results.update(thread=fldispatch.call_op("slow_op")))
+        t.start()
+        assert builtins.discovery_started.wait(timeout=60)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                print("child:", fldispatch.call_op("slow_op"), flush=True)
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 30
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                print("child: hung", flush=True)
+                break
+            time.sleep(0.05)
+        builtins.release_discovery.set()
+        t.join()
+        print("parent:", results["thread"], fldispatch.call_op("slow_op"), flush=True)
+    """, site)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "child: slow" in r.stdout, r.stdout + r.stderr
+    assert "parent: slow slow" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("waits", ["thread.join()", "future.result()"])
+def test_a_plugin_waiting_for_a_thread_that_calls_fldispatch_is_named(tmp_path, waits):
+    """A register function that waits for a thread whose fldispatch call waits
+    for that registration to finish would deadlock: the thread's call raises
+    StateError naming the plugin instead, and discovery goes on."""
+    site = tmp_path / "site"
+    site.mkdir()
+    write_package(site, "waiting_dist", "waiting_plugin", f"""
+        import builtins, concurrent.futures, threading
+        import fldispatch
+        def worker():
+            try:
+                return "worker: " + fldispatch.call_op("other_op")
+            except Exception as e:
+                return f"worker: {{type(e).__name__}}: {{e}}"
+        def register(registry):
+            if "{waits}" == "thread.join()":
+                got = []
+                thread = threading.Thread(target=lambda: got.append(worker()))
+                thread.start()
+                thread.join()
+                builtins.worker_said = got[0]
+            else:
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                    future = pool.submit(worker)
+                    builtins.worker_said = future.result()
+            registry.register_impl("waiting_op", lambda: "waiting", impl_id="reference.waiting",
+                                   kind="reference")
+    """, "[fldispatch.plugins]\nwaiting = waiting_plugin:register\n")
+    good_plugin(site, "zzz_other", "other_op")
+    try:
+        r = run_child("""
+            import builtins
+            import fldispatch
+            print("main:", fldispatch.call_op("waiting_op"), fldispatch.call_op("other_op"))
+            print(builtins.worker_said)
+        """, site, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the plugin's register function and its worker thread deadlocked")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "main: waiting zzz_other" in r.stdout, r.stdout + r.stderr
+    said = r.stdout.splitlines()[-1]
+    assert said.startswith("worker: StateError: "), said
+    assert "Python plugin 'waiting' (fldispatch.plugins:waiting)" in said, said
+    assert "deadlock" in said
+
+
+def test_a_plugin_waiting_on_a_queue_for_a_thread_that_calls_fldispatch_is_warned_of(tmp_path):
+    """Where the wait cannot be traced to the thread (a queue), the thread's
+    call logs a WARNING naming the plugin once the wait has lasted
+    DEADLOCK_WARN_S; here the plugin gives up, is rejected, and both go on."""
+    site = tmp_path / "site"
+    site.mkdir()
+    write_package(site, "queue_dist", "queue_plugin", """
+        import queue, threading
+        import fldispatch
+        def register(registry):
+            q = queue.Queue()
+            threading.Thread(target=lambda: q.put(fldispatch.call_op("other_op")),
+                             name="queue-worker").start()
+            q.get(timeout=5)
+    """, "[fldispatch.plugins]\nqueued = queue_plugin:register\n")
+    good_plugin(site, "zzz_other", "other_op")
+    r = run_child("""
+        import fldispatch
+        fldispatch.registry.DEADLOCK_WARN_S = 0.5
+        print("main:", fldispatch.call_op("other_op"))
+        print([(p["name"], p["status"]) for p in fldispatch.plugins() if p["name"] == "queued"])
+    """, site, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "main: zzz_other" in r.stdout
+    assert "[('queued', 'rejected')]" in r.stdout, r.stdout
+    assert "Python plugin 'queued' (fldispatch.plugins:queued) has been registering on " \
+           "thread 'MainThread'" in r.stderr, r.stderr
+    assert "thread 'queue-worker', started since" in r.stderr and "deadlock" in r.stderr

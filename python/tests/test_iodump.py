@@ -339,3 +339,39 @@ def refused_in_a_directory_of_another_user(tmp_path, monkeypatch):
         iodump.init_io_dump_from_env(True)
     fldispatch.silu_and_mul(torch.empty(2, 4), torch.randn(2, 8))
     assert victim.read_text() == "precious\n"
+
+
+def catalog_written():
+    """{op: positions of its arguments marked written, Tensor(a!)}, read off the
+    catalog's schemas by a parser of this test's own."""
+    out = {}
+    for op, schema in fldispatch._C.catalog_ops():
+        args = [a.strip() for a in schema[1:schema.rindex(") ->")].split(",")]
+        marks = [i for i, arg in enumerate(args) if arg.split(" ", 1)[0].endswith(("!)", "!)?"))]
+        if marks:
+            out[op] = tuple(marks)
+    return out
+
+
+def test_written_positions_cover_every_catalog_op_that_writes():
+    """The dumper's table of written arguments is the catalog's: every op with
+    a Tensor(a!) argument, at the positions the schemas mark."""
+    from fldispatch.compat import io_dumper
+
+    expected = catalog_written()
+    assert {"gelu_quick", "gelu_new", "gelu_fast", "rms_norm"} <= set(expected)
+    assert expected["rms_norm"] == (0, 3) and expected["rotary_embedding_out"] == (6, 7)
+    assert dict(io_dumper.WRITTEN) == expected
+
+
+@pytest.mark.parametrize("op", [op for op, pos in catalog_written().items() if pos == (0,)])
+def test_an_activations_output_record_holds_out(tmp_path, op):
+    """Every activation's output record holds the `out` it wrote, not the None it returned."""
+    iodump.enable_io_dump(str(tmp_path), ops={op}, with_metas=True, with_values=True)
+    gated = op.endswith("_and_mul") or op.startswith("mul_and_")
+    out, x = torch.empty(2, 8), torch.randn(2, 16 if gated else 8)
+    getattr(fldispatch, op)(out, x)
+    d = op_dir(tmp_path, op)
+    record = read_lines(os.path.join(d, "output.json"))["call_1"]
+    assert set(record["tensors"]) == {"arg_0"}, record
+    torch.testing.assert_close(torch.load(os.path.join(d, "call_1_output.pt"))["arg_0"], out)

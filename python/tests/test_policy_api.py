@@ -5,6 +5,7 @@ global policy, the names check, the failure memory and the log level."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -128,6 +129,23 @@ def test_per_op_none_is_a_type_error_naming_it():
         fldispatch.policy(inherit="no")
     with pytest.raises(TypeError, match="file="):
         fldispatch.policy(prefer="vendor", file="x.yaml")
+
+
+@pytest.mark.parametrize("fields, named", [
+    (dict(allow_vendors=["cpu,cuda"]), "allow_vendors: 'cpu,cuda'"),
+    (dict(deny_vendors=("a,b", "c")), "deny_vendors: 'a,b'"),
+    (dict(per_op={"rms_norm": ["vendor|reference"]}), "per_op['rms_norm']: 'vendor|reference'"),
+    (dict(per_op={"rms_norm": ["vendor;x=y"]}), "per_op['rms_norm']: 'vendor;x=y'"),
+])
+def test_a_list_item_holding_a_separator_is_refused(fields, named):
+    """An item of a list is one name: 'cpu,cuda' is not taken for two vendors,
+    nor 'vendor|reference' for two tokens (a str in the variable's form is)."""
+    for make in (fldispatch.policy, fldispatch.set_policy):
+        with pytest.raises(fldispatch.ConfigError, match="^" + re.escape(
+                f"{make.__name__}(): {named} is not one name")):
+            make(**fields)
+    with fldispatch.policy(allow_vendors="cpu,cuda", per_op={"rms_norm": "vendor|reference"}):
+        pass
 
 
 # ---- names --------------------------------------------------------------------------

@@ -676,3 +676,20 @@ def test_a_python_ops_calls_are_counted_under_their_dtype():
     """)
     assert "row vendor.bad cpu f16 1 1" in out, out
     assert "row reference.ok cpu f16 1 0" in out and "row reference.ok cpu bf16 1 0" in out, out
+
+
+@pytest.mark.parametrize("priority, edge", [(2**31, 2**31 - 1), (-2**31 - 1, -2**31),
+                                            (10**30, 2**31 - 1)])
+def test_a_priority_outside_a_c_int_names_op_and_impl(priority, edge):
+    """The library keeps a priority as a C int: one outside it is a ValueError
+    naming op, implementation and the range, and registers nothing."""
+    op = f"pyprio_op_{priority}".replace("-", "m")
+    with pytest.raises(ValueError, match=rf"^register_impl\(\): op '{op}', impl "
+                                         r"'reference\.big': priority -?\d+ is out of range "
+                                         r"\(-2147483648 to 2147483647\)$"):
+        fldispatch.register_impl(op, lambda: 1, impl_id="reference.big", kind="reference",
+                                 priority=priority)
+    assert not [m for m in fldispatch.impls() if m["op"] == op]
+    fldispatch.register_impl(op, lambda: 1, impl_id="reference.edge", kind="reference",
+                             priority=edge)
+    assert [m["priority"] for m in fldispatch.impls() if m["op"] == op] == [edge]

@@ -16,7 +16,10 @@ fldispatch's catalog functions take the outputs as arguments and write them
   - an upstream-style implementation (it returns its result) registered for
     one of these ops through the compatibility layer is wrapped once, at
     registration, so that the core's catalog call reaches it with upstream's
-    arguments and its result is copied into the outputs. The layer the caller
+    arguments and its result is copied into the outputs. A result is copied
+    only when it has the output's shape, dtype and device (never broadcast or
+    converted), and a pair only where a pair is due: anything else is that
+    implementation's failure, naming it and both shapes. The layer the caller
     passed is handed to it when the call came upstream's way; otherwise it
     gets a stand-in carrying the attributes upstream's implementations read
     (`weight`, `variance_epsilon`, `approximate`).
@@ -189,29 +192,78 @@ def _contiguous():
 # ---- an upstream implementation -> the catalog call ---------------------------------
 
 
-def _serve_activation(op, fn, out, x):
+def _spec(tensor) -> str:
+    return f"shape {tuple(tensor.shape)} {str(tensor.dtype).rpartition('.')[2]}"
+
+
+def _describe(obj) -> str:
+    if _is_tensor(obj) and hasattr(obj, "shape") and hasattr(obj, "dtype"):
+        return f"a tensor of {_spec(obj)}"
+    return f"a {type(obj).__name__}"
+
+
+class _Result:
+    """Checks what upstream implementation `impl_id` of `op` returned."""
+
+    __slots__ = ("op", "impl_id")
+
+    def __init__(self, op: str, impl_id: str) -> None:
+        self.op = op
+        self.impl_id = impl_id
+
+    def _returned(self, got) -> str:
+        return f"upstream implementation '{self.impl_id}' of {self.op} returned {_describe(got)}"
+
+    def tensor(self, got, name: str, want):
+        """got, when it has the shape, dtype and device of output `name` (want)."""
+        if _is_tensor(got) and hasattr(got, "shape") and tuple(got.shape) == tuple(want.shape) \
+                and got.dtype == want.dtype and got.device == want.device:
+            return got
+        where = ""
+        if _is_tensor(got) and getattr(got, "device", want.device) != want.device:
+            where = f" (on {got.device}, {name} on {want.device})"
+        error = ValueError if _is_tensor(got) else TypeError
+        raise error(f"{self._returned(got)}{where} for {name}: {_spec(want)} is due "
+                    "(a result is copied as it is, never broadcast or converted)")
+
+    def pair(self, got, names: str):
+        """got as a pair, when it is one (a tuple or a list of two)."""
+        if isinstance(got, (tuple, list)) and len(got) == 2:
+            return got
+        raise TypeError(f"{self._returned(got)} where a pair ({names}) is due")
+
+
+def _serve_activation(op, impl_id, fn, out, x):
     approximate = "tanh" if op == "gelu_tanh_and_mul" else "none"
-    out.copy_(fn(_layer(op, approximate=approximate), x))
+    result = fn(_layer(op, approximate=approximate), x)
+    out.copy_(_Result(op, impl_id).tensor(result, "out", out))
 
 
-def _serve_rms_norm(op, fn, out, x, weight, residual, eps):
+def _serve_rms_norm(op, impl_id, fn, out, x, weight, residual, eps):
     layer = _layer(op, weight=weight, variance_epsilon=eps)
+    check = _Result(op, impl_id)
     if residual is None:
-        out.copy_(fn(layer, x))
+        out.copy_(check.tensor(fn(layer, x), "out", out))
         return
-    result, summed = fn(layer, x, residual)
+    result, summed = check.pair(fn(layer, x, residual), "out, residual")
+    check.tensor(result, "out", out)
     if summed is not residual:
-        residual.copy_(summed)
+        residual.copy_(check.tensor(summed, "residual", residual))
     out.copy_(result)
 
 
-def _serve_rotary(op, fn, positions, query, key, head_size, cos_sin_cache, is_neox):
+def _serve_rotary(op, impl_id, fn, positions, query, key, head_size, cos_sin_cache, is_neox):
     tokens = positions.numel()
     rot = cos_sin_cache.shape[-1]
     cos, sin = cos_sin_cache.chunk(2, dim=-1)
     q = query.view(tokens, -1, head_size)[..., :rot]
     k = key.view(tokens, -1, head_size)[..., :rot] if key is not None else None
-    q_out, k_out = fn(_layer(op), q, k, cos, sin, positions.flatten(), not is_neox, True)
+    check = _Result(op, impl_id)
+    q_out, k_out = check.pair(fn(_layer(op), q, k, cos, sin, positions.flatten(), not is_neox,
+                                 True), "query, key")
+    check.tensor(q_out, "query", q)
+    if k is not None:
+        check.tensor(k_out, "key", k)
     if q_out is not q:
         q.copy_(q_out)
     if k is not None and k_out is not k:
@@ -226,10 +278,10 @@ _SERVE = {
 }
 
 
-def adapt_upstream_fn(c_op: str, fn: Optional[Callable]):
-    """What to register for an upstream implementation `fn` of C op `c_op`: fn itself,
-    or, for a catalog op upstream calls its own way, a wrapper that serves the core's
-    catalog call (outputs as arguments) by calling fn upstream's way."""
+def adapt_upstream_fn(c_op: str, fn: Optional[Callable], impl_id: str = "?"):
+    """What to register for an upstream implementation `fn` (impl_id) of C op `c_op`:
+    fn itself, or, for a catalog op upstream calls its own way, a wrapper that serves
+    the core's catalog call (outputs as arguments) by calling fn upstream's way."""
     op = c_op.rpartition(".")[2] if c_op.startswith("compat") else c_op
     serve = _SERVE.get(op)
     if serve is None or not callable(fn):
@@ -238,7 +290,7 @@ def adapt_upstream_fn(c_op: str, fn: Optional[Callable]):
     def catalog_call(*args):
         if not args or not _is_tensor(args[0]):
             return fn(*args)
-        serve(op, fn, *args)
+        serve(op, impl_id, fn, *args)
 
     catalog_call.__wrapped__ = fn
     catalog_call.__name__ = getattr(fn, "__name__", op)

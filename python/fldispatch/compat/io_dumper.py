@@ -842,10 +842,26 @@ def _init_from_env() -> None:
 
 
 # ---- the hooks on fldispatch's call paths ---------------------------------------
-# Positions of the arguments each catalog op writes.
-WRITTEN = {"silu_and_mul": (0,), "mul_and_silu": (0,), "gelu_and_mul": (0,),
-           "gelu_tanh_and_mul": (0,), "rms_norm": (0, 3), "gemma_rms_norm": (0, 3),
-           "rotary_embedding": (1, 2), "rotary_embedding_out": (6, 7)}
+def _written_positions(schema: str) -> Tuple[int, ...]:
+    """Positions of the arguments a schema marks written: `Tensor(a!)`, `Tensor(b!)?`."""
+    params = schema[schema.index("(") + 1:schema.rindex(") ->")]
+    return tuple(i for i, param in enumerate(params.split(","))
+                 if param.split() and param.split()[0].endswith(("!)", "!)?")))
+
+
+def _catalog_written() -> Dict[str, Tuple[int, ...]]:
+    import fldispatch
+
+    table = {}
+    for op, schema in fldispatch._C.catalog_ops():
+        positions = _written_positions(schema)
+        if positions:
+            table[op] = positions
+    return table
+
+
+# Positions of the arguments each catalog op writes, from the catalog's schemas.
+WRITTEN = _catalog_written()
 _saved: Dict[str, Callable] = {}
 _torch_lib = None
 

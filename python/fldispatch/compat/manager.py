@@ -223,6 +223,11 @@ class OpManager:
         except fldispatch.NotFoundError as e:
             raise RuntimeError(f"No available implementation for op='{op_name}'. "
                                f"Registered: []") from e
+        except fldispatch.InvalidArgumentError as e:
+            # The call's own arguments, refused before any implementation ran: the
+            # library's message names op and argument; the producer's exception behind it
+            # (PyTorch's DLPack export, with its C++ backtrace) adds nothing.
+            raise type(e)(str(e)) from None
         except fldispatch.Error as e:
             cause = e.__cause__
             if get_policy().strict and isinstance(cause, Exception):

@@ -55,16 +55,26 @@ class SelectionPolicy:
         if self.prefer not in VALID_PREFER_VALUES:
             raise ValueError(f"Invalid prefer value: '{self.prefer}'. Must be one of: "
                              f"{', '.join(sorted(VALID_PREFER_VALUES))}")
+        # As upstream's configuration reads them: an order given as one string is
+        # 'a|b', a vendor list given as one string is comma-separated.
+        per_op = tuple((op, _tokens(op, tokens)) for op, tokens in self.per_op_order)
+        object.__setattr__(self, "per_op_order", per_op)
+        object.__setattr__(self, "deny_vendors", _vendors("deny_vendors", self.deny_vendors))
+        if self.allow_vendors is not None:
+            object.__setattr__(self, "allow_vendors",
+                               _vendors("allow_vendors", self.allow_vendors))
 
     @classmethod
     def from_dict(cls, prefer: str = PREFER_DEFAULT, strict: bool = False,
                   per_op_order: Optional[Dict[str, List[str]]] = None,
                   deny_vendors: Optional[Set[str]] = None,
                   allow_vendors: Optional[Set[str]] = None) -> "SelectionPolicy":
-        per_op = tuple((op, tuple(tokens)) for op, tokens in sorted((per_op_order or {}).items()))
+        per_op = tuple((op, _tokens(op, tokens))
+                       for op, tokens in sorted((per_op_order or {}).items()))
+        allow = _vendors("allow_vendors", allow_vendors) if allow_vendors else None
         return cls(prefer=prefer.lower(), strict=bool(strict), per_op_order=per_op,
-                   deny_vendors=frozenset(deny_vendors or ()),
-                   allow_vendors=frozenset(allow_vendors) if allow_vendors else None)
+                   deny_vendors=_vendors("deny_vendors", deny_vendors or ()),
+                   allow_vendors=allow or None)
 
     @property
     def per_op_order_dict(self) -> Dict[str, List[str]]:
@@ -103,6 +113,34 @@ class SelectionPolicy:
         return (self.prefer, self.strict, self.per_op_order_dict,
                 sorted(self.allow_vendors) if self.allow_vendors is not None else None,
                 sorted(self.deny_vendors))
+
+
+def _tokens(op, tokens) -> Tuple[str, ...]:
+    """A per-op order as a tuple of tokens: a str is 'a|b'; a token holding one
+    of the core's separators is refused (the core would split it)."""
+    if isinstance(tokens, str):
+        return tuple(t.strip() for t in tokens.split("|") if t.strip())
+    out = tuple(tokens)
+    for token in out:
+        if not isinstance(token, str) or any(sep in token for sep in "|;,="):
+            raise ValueError(f"SelectionPolicy: per_op_order[{op!r}]: token {token!r} is not one "
+                             "token (a str without '|', ';', ',' or '='); give an order as a "
+                             "list of tokens or as one string 'a|b'")
+    return out
+
+
+def _vendors(field_name, vendors) -> FrozenSet[str]:
+    """A vendor list as a frozenset of names: a str is comma-separated; a name
+    holding a ',' is refused (the core would take it for two)."""
+    if isinstance(vendors, str):
+        return frozenset(v.strip() for v in vendors.split(",") if v.strip())
+    out = frozenset(vendors)
+    for name in out:
+        if not isinstance(name, str) or "," in name:
+            raise ValueError(f"SelectionPolicy: {field_name}: vendor name {name!r} is not one "
+                             "name (a str without ','); give the vendors as separate names or "
+                             "as one comma-separated string")
+    return out
 
 
 def parse_described(text: str) -> SelectionPolicy:
@@ -199,7 +237,14 @@ class _PolicyContext:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._scopes.stack.pop().__exit__(exc_type, exc, tb)
+        stack = getattr(self._scopes, "stack", None)
+        if not stack:
+            import fldispatch
+
+            raise fldispatch.StateError(
+                "policy_context: leaving a block on a thread that did not enter it (the "
+                "override is thread-local)")
+        stack.pop().__exit__(exc_type, exc, tb)
         self._manager.bump_policy_epoch()
 
 

@@ -21,6 +21,7 @@ registry to a fresh prefix: its earlier records stay in C, out of its sight.
 from __future__ import annotations
 
 import itertools
+import numbers
 import threading
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -109,8 +110,15 @@ def register_face(c_op: str, impl: OpImpl, into=None, plugin=None) -> None:
     except ValueError:
         raise ValueError(f"OpImpl '{impl.impl_id}' for op '{impl.op_name}': invalid kind "
                          f"{impl.kind!r} (valid: BackendImplKind.DEFAULT, VENDOR, REFERENCE)")
+    priority = impl.priority
+    if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
+        raise TypeError(f"OpImpl '{impl.impl_id}' for op '{impl.op_name}': priority must be an "
+                        f"int, not {type(priority).__name__} ({priority!r})")
+    if isinstance(impl.op_name, str) and "\0" in impl.op_name:
+        raise ValueError(f"OpImpl '{impl.impl_id}': op_name {impl.op_name!r} contains a NUL "
+                         "character")
     c_id = _bridge.c_impl_id(kind, impl.impl_id)
-    fn = adapt_upstream_fn(c_op, impl.fn)
+    fn = adapt_upstream_fn(c_op, impl.fn, impl.impl_id)
     try:
         _bridge.register(c_op, c_id, kind, fn, impl.vendor, impl.priority,
                          impl.is_available, into=into, plugin=plugin)
