@@ -41,6 +41,10 @@ from vllm.ir.op import IrOp  # noqa: E402
 PROVIDER = vllm_ir.PROVIDER
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 OPS = sorted(vllm_ir.available_rows())
+# The provider's numerics, lowering and schema run on every device PyTorch
+# has here: the CPU, and a GPU where one is (vLLM's CUDA engine, its IR ops
+# on CUDA tensors, fldispatch's cuda plugin).
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -127,12 +131,13 @@ def test_supports_args_is_a_bool_under_unbacked_symints(name, dtype):
 
 
 @pytest.mark.parametrize("name", OPS)
-def test_supports_args_follows_the_resolution(name):
-    """What the library serves on the CPU is accepted; a device it has no
+@pytest.mark.parametrize("device", DEVICES)
+def test_supports_args_follows_the_resolution(name, device):
+    """What the library serves on the device is accepted; a device it has no
     plugin for (meta) is not."""
     impl = op(name).impls[PROVIDER]
-    x = torch.empty(2, 64)
-    assert impl.supports_args(*args_of(name, x, torch.ones(64))) is True
+    x = torch.empty(2, 64, device=device)
+    assert impl.supports_args(*args_of(name, x, torch.ones(64, device=device))) is True
     assert impl.supports_args(*args_of(name, x.to("meta"), torch.ones(64, device="meta"))) \
         is False
 
@@ -170,10 +175,12 @@ SHAPES = [(1, 64), (7, 256), (83, 2048), (16, 4096)]
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens, hidden", SHAPES)
 @pytest.mark.parametrize("gemma", [False, True])
-def test_provider_matches_native(name, dtype, tokens, hidden, gemma):
+@pytest.mark.parametrize("device", DEVICES)
+def test_provider_matches_native(name, dtype, tokens, hidden, gemma, device):
     torch.manual_seed(tokens * hidden)
     ir_op = op(name)
-    args = list(ir_op.generate_inputs(num_tokens=tokens, hidden_size=hidden, dtype=dtype))
+    args = [a.to(device) if isinstance(a, torch.Tensor) else a
+            for a in ir_op.generate_inputs(num_tokens=tokens, hidden_size=hidden, dtype=dtype)]
     w_at = 1 if name == "rms_norm" else 2
     if gemma:  # GemmaRMSNorm: weight.float() + 1
         args[w_at] = args[w_at].float() + 1.0
@@ -243,7 +250,8 @@ def test_the_provider_follows_the_library_after_reload_and_policy_changes(name, 
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_lowering_selects_what_eager_selects(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_lowering_selects_what_eager_selects(dtype, device):
     """vLLM's IR lowering pass (VLLM_COMPILE) picks the provider from each
     node's fake arguments: the same as eager dispatch on the real ones."""
     from torch._guards import detect_fake_mode
@@ -257,8 +265,8 @@ def test_lowering_selects_what_eager_selects(dtype):
         u = ir.ops.rms_norm(z, w, 1e-6, 32)  # variance_size: native
         return u, r2
 
-    x, r, w = torch.randn(8, 64, dtype=dtype), torch.randn(8, 64, dtype=dtype), \
-        torch.randn(64, dtype=dtype)
+    x, r, w = torch.randn(8, 64, dtype=dtype, device=device), \
+        torch.randn(8, 64, dtype=dtype, device=device), torch.randn(64, dtype=dtype, device=device)
     priority = [PROVIDER, "native"]
     with op("rms_norm").set_priority(priority), \
             op("fused_add_rms_norm").set_priority(priority), ir.enable_torch_wrap(True):
@@ -313,13 +321,29 @@ def test_compiled_through_dispatch_calls_what_eager_calls():
         torch.testing.assert_close(g, e)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_provider_serves_q_k_heads_of_a_fused_qkv_tensor(device):
+    """Qwen3's q/k norm: [tokens, heads, head_dim] views of the fused qkv
+    tensor, whose leading dimensions have no single row stride, through vLLM's
+    IR dispatch with fldispatch first: served, with native's result."""
+    ir_op = op("rms_norm")
+    qkv = torch.randn(6, (16 + 2 * 8) * 64, dtype=torch.bfloat16, device=device)
+    q = qkv[:, :16 * 64].view(6, 16, 64)
+    w = torch.rand(64, dtype=torch.bfloat16, device=device) + 0.5
+    want = ir_op.impls["native"].impl_fn(q, w, 1e-6)
+    with ir_op.set_priority([PROVIDER, "native"]):
+        assert ir_op.dispatch(q, w, 1e-6).provider == PROVIDER
+        assert_close("rms_norm", torch.bfloat16, ir_op(q, w, 1e-6), want)
+
+
 # ---- opcheck ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_opcheck(dtype):
-    x, r, w = torch.randn(5, 128, dtype=dtype), torch.randn(5, 128, dtype=dtype), \
-        torch.randn(128, dtype=dtype)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(dtype, device):
+    x, r, w = torch.randn(5, 128, dtype=dtype, device=device), \
+        torch.randn(5, 128, dtype=dtype, device=device), torch.randn(128, dtype=dtype, device=device)
     priority = [PROVIDER, "native"]
     with op("rms_norm").set_priority(priority), \
             op("fused_add_rms_norm").set_priority(priority):
