@@ -132,6 +132,40 @@ void fld__registry_begin(struct fld_registry *reg, struct fld_plugin_rec *plugin
 {
     memset(reg, 0, sizeof *reg);
     reg->plugin = plugin;
+    reg->thread = pthread_self();
+    if (plugin)
+        snprintf(reg->who, sizeof reg->who, "plugin '%s' (%s)", plugin->name,
+                 plugin->path ? plugin->path : "?");
+    else
+        snprintf(reg->who, sizeof reg->who, "the library");
+    atomic_store_explicit(&reg->open, true, memory_order_release);
+}
+
+static void registry_close(struct fld_registry *reg)
+{
+    atomic_store_explicit(&reg->open, false, memory_order_release);
+}
+
+/*
+ * FLD_OK when reg is open and the caller is the thread that fills it. Else
+ * FLD_ESTATE naming fn and the plugin, and nothing else of reg is read or
+ * written: a plugin may have kept the pointer past its register_builtins
+ * (to call from a kernel, say), or passed it to a thread of its own.
+ */
+static int registry_usable(const struct fld_registry *reg, const char *fn)
+{
+    if (!atomic_load_explicit(&reg->open, memory_order_acquire))
+        return fld__fail(FLD_ESTATE,
+                         "%s: called by %s after its register_builtins returned (a registry is "
+                         "valid only inside register_builtins; nothing was registered)",
+                         fn, reg->who);
+    if (!pthread_equal(reg->thread, pthread_self()))
+        return fld__fail(FLD_ESTATE,
+                         "%s: called by %s on another thread than its register_builtins (a "
+                         "registry is valid only on the thread that runs register_builtins; "
+                         "nothing was registered)",
+                         fn, reg->who);
+    return FLD_OK;
 }
 
 static void dup_free(struct fld_registry *reg)
@@ -143,6 +177,7 @@ static void dup_free(struct fld_registry *reg)
 
 void fld__registry_discard(struct fld_registry *reg)
 {
+    registry_close(reg);
     dup_free(reg);
     for (size_t i = 0; i < reg->n; i++)
         impl_free(reg->staged[i]);
@@ -288,6 +323,9 @@ int fld_registry_set_detail(fld_registry *reg, const char *fmt, ...)
     if (!reg || !fmt)
         return fld__fail(FLD_EINVAL, "fld_registry_set_detail: argument '%s' is NULL",
                          reg ? "fmt" : "reg");
+    int rc = registry_usable(reg, "fld_registry_set_detail");
+    if (rc)
+        return rc;
     va_list ap;
     va_start(ap, fmt);
     char *text = NULL;
@@ -319,6 +357,9 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
     if (!reg || !hooks)
         return fld__fail(FLD_EINVAL, "fld_registry_set_device_hooks: argument '%s' is NULL",
                          reg ? "hooks" : "reg");
+    int rc = registry_usable(reg, "fld_registry_set_device_hooks");
+    if (rc)
+        return rc;
     /* The ABI 1.1 record ends with synchronize; newer plugins may pass more. */
     const size_t min_size = offsetof(fld_device_hooks, synchronize) + sizeof hooks->synchronize;
     const char *plugin = reg->plugin ? reg->plugin->name : "?";
@@ -352,13 +393,16 @@ int fld_registry_declare_op(fld_registry *reg, const char *op, const char *schem
 {
     if (!reg)
         return fld__fail(FLD_EINVAL, "fld_registry_declare_op: argument 'reg' is NULL");
+    int rc = registry_usable(reg, "fld_registry_declare_op");
+    if (rc)
+        return rc;
     char by[400], err[sizeof reg->error];
     if (!reg->plugin)
         snprintf(by, sizeof by, "the library");
     else
         snprintf(by, sizeof by, "plugin '%s' (%s)", reg->plugin->name,
                  reg->plugin->path ? reg->plugin->path : "?");
-    int rc = fld__decls_stage(&reg->decls, op, schema, by, err, sizeof err);
+    rc = fld__decls_stage(&reg->decls, op, schema, by, err, sizeof err);
     return rc ? registry_fail(reg, rc, "%s", err) : FLD_OK;
 }
 
@@ -366,9 +410,12 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
 {
     if (!reg)
         return fld__fail(FLD_EINVAL, "fld_registry_register: argument 'reg' is NULL");
+    int rc = registry_usable(reg, "fld_registry_register");
+    if (rc)
+        return rc;
     if (!impl)
         return registry_fail(reg, FLD_EINVAL, "fld_registry_register: argument 'impl' is NULL");
-    int rc = validate_record(reg, impl);
+    rc = validate_record(reg, impl);
     if (rc)
         return rc;
     if (reg->n == reg->cap) {
@@ -459,6 +506,7 @@ static void insert_sorted(struct fld_op_s *op, struct fld_impl_rec *r)
 
 int fld__registry_commit(struct fld_registry *reg)
 {
+    registry_close(reg);
     /*
      * Intern every op and reserve room first, so nothing fails half-way:
      * each op grows by what this plugin adds to it (at least doubling, so
@@ -665,6 +713,7 @@ void fld__registry_shutdown(void)
         free(p->detail);
         for (int d = 0; d < FLD_NDEVICES; d++)
             free(p->hooks[d]);
+        free(p->staging);
         free(p);
     }
     plugins_tail = NULL;

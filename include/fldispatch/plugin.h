@@ -112,8 +112,10 @@ extern "C" {
 
 /*
  * The registry a plugin fills; only valid inside register_builtins, on the
- * thread that runs it (the fld_registry_* functions are not for other
- * threads, nor for later).
+ * thread that runs it. A fld_registry_* call through a pointer kept past
+ * register_builtins (from a kernel, say), or made on another thread,
+ * returns FLD_ESTATE naming the function and the plugin, and changes
+ * nothing.
  */
 typedef struct fld_registry fld_registry;
 
