@@ -94,12 +94,36 @@ static void impl_free(struct fld_impl_rec *r)
     free(r);
 }
 
+/*
+ * An op's records are kept in ascending impl_id order (the records of one
+ * impl_id from several plugins side by side, in commit order), so that
+ * finding one and committing many stay near-linear in the op's records:
+ * binary search, and one merge per op and commit.
+ */
+
+/* The index of op's first record whose impl_id is not below impl_id. */
+static size_t lower_bound(const struct fld_op_s *op, const char *impl_id)
+{
+    size_t lo = 0, hi = op->n_impls;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(op->impls[mid]->impl_id, impl_id) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* The committed record of (op, impl_id) that plugin registered, or NULL. */
 static struct fld_impl_rec *find_own_impl(struct fld_op_s *op, const char *impl_id,
                                           const struct fld_plugin_rec *plugin)
 {
-    for (size_t i = 0; op && i < op->n_impls; i++)
-        if (op->impls[i]->plugin == plugin && strcmp(op->impls[i]->impl_id, impl_id) == 0)
+    if (!op)
+        return NULL;
+    for (size_t i = lower_bound(op, impl_id);
+         i < op->n_impls && strcmp(op->impls[i]->impl_id, impl_id) == 0; i++)
+        if (op->impls[i]->plugin == plugin)
             return op->impls[i];
     return NULL;
 }
@@ -115,17 +139,15 @@ bool fld__impl_named(const struct fld_impl_rec *impl, const char *name)
     return strcmp(impl->impl_id, name) == 0 || strcmp(impl->qualified, name) == 0;
 }
 
-/* Marks r and every other plugin's record of its (op, impl_id) as sharing the id. */
-static void mark_shared_id(struct fld_impl_rec *r)
+/* Marks r's committed (op, impl_id) records as sharing the id when there are several. */
+static void mark_shared_id(const struct fld_impl_rec *r)
 {
     struct fld_op_s *op = r->op;
-    for (size_t i = 0; i < op->n_impls; i++) {
-        struct fld_impl_rec *o = op->impls[i];
-        if (o != r && strcmp(o->impl_id, r->impl_id) == 0) {
-            atomic_store_explicit(&o->shared_id, true, memory_order_relaxed);
-            atomic_store_explicit(&r->shared_id, true, memory_order_relaxed);
-        }
-    }
+    size_t first = lower_bound(op, r->impl_id), end = first;
+    while (end < op->n_impls && strcmp(op->impls[end]->impl_id, r->impl_id) == 0)
+        end++;
+    for (size_t i = first; end - first > 1 && i < end; i++)
+        atomic_store_explicit(&op->impls[i]->shared_id, true, memory_order_relaxed);
 }
 
 void fld__registry_begin(struct fld_registry *reg, struct fld_plugin_rec *plugin)
@@ -492,16 +514,31 @@ int fld__registry_register_binding(struct fld_registry *reg, const fld_impl *imp
     return FLD_OK;
 }
 
-/* Room must have been reserved. */
-static void insert_sorted(struct fld_op_s *op, struct fld_impl_rec *r)
+/* Staged records by op, then impl_id (unique within one plugin's staging). */
+static int by_op_and_id(const void *a, const void *b)
 {
-    size_t i = op->n_impls;
-    while (i > 0 && strcmp(op->impls[i - 1]->impl_id, r->impl_id) > 0) {
-        op->impls[i] = op->impls[i - 1];
-        i--;
+    const struct fld_impl_rec *x = *(struct fld_impl_rec *const *)a;
+    const struct fld_impl_rec *y = *(struct fld_impl_rec *const *)b;
+    if (x->op != y->op)
+        return (uintptr_t)x->op < (uintptr_t)y->op ? -1 : 1;
+    return strcmp(x->impl_id, y->impl_id);
+}
+
+/*
+ * Merges add[0..k), sorted by impl_id, into op's sorted records, from the
+ * back so that no record moves twice; an impl_id already there keeps its
+ * earlier records first. Room must have been reserved.
+ */
+static void merge_sorted(struct fld_op_s *op, struct fld_impl_rec *const *add, size_t k)
+{
+    size_t i = op->n_impls, j = k, out = op->n_impls + k;
+    while (j > 0) {
+        if (i > 0 && strcmp(op->impls[i - 1]->impl_id, add[j - 1]->impl_id) > 0)
+            op->impls[--out] = op->impls[--i];
+        else
+            op->impls[--out] = add[--j];
     }
-    op->impls[i] = r;
-    op->n_impls++;
+    op->n_impls += k;
 }
 
 int fld__registry_commit(struct fld_registry *reg)
@@ -547,11 +584,17 @@ int fld__registry_commit(struct fld_registry *reg)
     }
     dup_free(reg);
     fld__decls_commit(&reg->decls);
+    if (reg->n > 1)
+        qsort(reg->staged, reg->n, sizeof *reg->staged, by_op_and_id);
+    for (size_t i = 0, k; i < reg->n; i += k) {
+        for (k = 1; i + k < reg->n && reg->staged[i + k]->op == reg->staged[i]->op; k++)
+            ;
+        merge_sorted(reg->staged[i]->op, reg->staged + i, k);
+    }
     for (size_t i = 0; i < reg->n; i++) {
         struct fld_impl_rec *r = reg->staged[i];
         free(r->staged_op);
         r->staged_op = NULL;
-        insert_sorted(r->op, r);
         mark_shared_id(r);
     }
     if (reg->plugin) {
