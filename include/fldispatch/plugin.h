@@ -42,8 +42,11 @@
  * functions without library state (fld_strerror, fld_last_error,
  * fld_device_name, fld_dtype_index, ...), nothing else: any other call
  * (fld_init, fld_reload, fld_resolve, fld_call, fld_load_plugin,
- * fld_shutdown, a policy function, ...) returns FLD_ESTATE naming the
- * function, the plugin and the stage, and the plugin is rejected
+ * fld_shutdown, a policy function, the process-wide settings:
+ * fld_log_set_level, fld_log_set_callback, fld_stats_enable,
+ * fld_stats_write, fld_stats_record, fld_set_stream, ...) returns
+ * FLD_ESTATE, changes nothing, names the function, the plugin and the
+ * stage, and the plugin is rejected
  * ("register_builtins called fld_init(), which plugins must not call while
  * the host loads them"); an is_available() that called in counts as
  * unavailable. fldispatch doctor judges the plugin the same way.
