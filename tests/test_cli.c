@@ -655,6 +655,8 @@ START_TEST(tune_and_resolve_rows_usage_errors)
         {"tune", "rms_nrom", NULL},
         {"resolve", "rms_norm", "--rows", "0", NULL},
         {"resolve", "rms_norm", "--rows", "x", NULL},
+        {"resolve", "rms_norm", "--rows", "99999999999999999999999", NULL},
+        {"resolve", "rms_norm", "--rows", "9223372036854775808", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct tt_tool_run r;
@@ -662,9 +664,14 @@ START_TEST(tune_and_resolve_rows_usage_errors)
         ck_assert_msg(r.status == 2, "%s %s %s: status %d\n" CLIP, cases[i][0], cases[i][1],
                       cases[i][2] ? cases[i][2] : "", r.status, r.err);
         ck_assert_msg(strstr(r.err, cases[i][0]), CLIP, r.err);
+        if (cases[i][2] && strcmp(cases[i][2], "--rows") == 0)
+            ck_assert_msg(strstr(r.err, "invalid --rows"), CLIP, r.err);
         tt_tool_run_free(&r);
     }
     struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--rows", "9223372036854775807"));
+    assert_status(r, 0);
+    tt_tool_run_free(&r);
     tt_tool_run(&r, NO_ENV, ARGS("tune", "--device", "cuda", "--quick"));
     assert_status(r, 3);
     ck_assert_msg(strstr(r.err, "cpu only"), CLIP, r.err);
