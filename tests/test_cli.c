@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fldispatch/fldispatch.h>
@@ -1017,6 +1018,85 @@ START_TEST(config_file_replaces_platform_file)
 }
 END_TEST
 
+/*
+ * A copy of the tool and its library in a fresh prefix: <prefix>/bin/fldispatch,
+ * <prefix>/lib/libfldispatch.so.0, and the platform file directory
+ * <prefix>/share/fldispatch/config, empty, into config_dir. The tool's path in tool.
+ */
+static void relocated_tool(char *tool, char *config_dir)
+{
+    const char *prefix = tt_make_tmpdir("cli-prefix");
+    char bin[4096], lib[4096], share[4096], fld[4096], src[4200], dst[4200];
+    tt_make_subdir(bin, prefix, "bin", 0755);
+    tt_make_subdir(lib, prefix, "lib", 0755);
+    tt_make_subdir(share, prefix, "share", 0755);
+    tt_make_subdir(fld, share, "fldispatch", 0755);
+    tt_make_subdir(config_dir, fld, "config", 0755);
+    snprintf(src, sizeof src, "%s/bin/fldispatch", tt_build_dir());
+    snprintf(tool, 4096, "%s/fldispatch", bin);
+    tt_copy_file(src, tool, 0755);
+    snprintf(src, sizeof src, "%s/lib/libfldispatch.so.0", tt_build_dir());
+    snprintf(dst, sizeof dst, "%s/libfldispatch.so.0", lib);
+    tt_copy_file(src, dst, 0755);
+}
+
+/*
+ * The platform file path names a directory: an error naming it, as any path
+ * that is not a regular file is (a later directory never silently takes over).
+ */
+START_TEST(platform_file_that_is_a_directory)
+{
+    char tool[4096], config_dir[4096], path[4200];
+    relocated_tool(tool, config_dir);
+    struct tt_tool_run r;
+    tt_tool_run_at(&r, tool, NO_ENV, ARGS("config"));
+    assert_status(r, 0);
+    tt_tool_run_free(&r);
+
+    snprintf(path, sizeof path, "%s/cpu.yaml", config_dir);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    tt_tool_run_at(&r, tool, NO_ENV, ARGS("config"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "platform file of 'cpu'", path, "Is a directory"), CLIP,
+                  r.err);
+    tt_tool_run_free(&r);
+}
+END_TEST
+
+/* A platform file others may write is skipped with the warning a plugin file gets. */
+START_TEST(platform_file_writable_by_others)
+{
+    char tool[4096], config_dir[4096], path[4200];
+    relocated_tool(tool, config_dir);
+    snprintf(path, sizeof path, "%s/cpu.yaml", config_dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("prefer: reference\n", f);
+    fclose(f);
+    ck_assert_int_eq(chmod(path, 0644), 0);
+    struct tt_tool_run r;
+    tt_tool_run_at(&r, tool, NO_ENV, ARGS("resolve", "rms_norm"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "order:", "reference", path), CLIP "\n" CLIP, r.out, r.err);
+    ck_assert_msg(!strstr(r.err, "WARNING"), CLIP, r.err);
+    tt_tool_run_free(&r);
+
+    ck_assert_int_eq(chmod(path, 0666), 0);
+    tt_tool_run_at(&r, tool, NO_ENV, ARGS("resolve", "rms_norm"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.err, "WARNING", "platform file", path,
+                            "file is writable by others (mode 0666)"),
+                  CLIP, r.err);
+    ck_assert_msg(!strstr(r.out, path), "the skipped file is named as a source:\n" CLIP, r.out);
+    tt_tool_run_free(&r);
+    tt_tool_run_at(&r, tool, NO_ENV, ARGS("config"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "platform file:", "(none)"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "prefer ", "default"), CLIP, r.out);
+    tt_tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(config_per_op_order)
 {
     struct tt_tool_run r;
@@ -1428,6 +1508,8 @@ static Suite *cli_suite(void)
     tcase_add_test(config, config_json);
     tcase_add_test(config, config_per_op_order);
     tcase_add_test(config, config_file_replaces_platform_file);
+    tcase_add_test(config, platform_file_that_is_a_directory);
+    tcase_add_test(config, platform_file_writable_by_others);
     tcase_add_test(config, config_errors);
     suite_add_tcase(s, config);
 
