@@ -135,6 +135,24 @@ START_TEST(command_help)
     tt_tool_run_free(&r);
     tt_tool_run_free(&top);
 
+    /* help of help is the top-level help; "--" ends the top-level options. */
+    tt_tool_run(&r, NO_ENV, ARGS("help", "help"));
+    tt_tool_run(&top, NO_ENV, ARGS("--help"));
+    assert_status(r, 0);
+    ck_assert_str_eq(r.out, top.out);
+    tt_tool_run_free(&r);
+    tt_tool_run_free(&top);
+    tt_tool_run(&r, NO_ENV, ARGS("--", "list"));
+    tt_tool_run(&top, NO_ENV, ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_str_eq(r.out, top.out);
+    tt_tool_run_free(&r);
+    tt_tool_run_free(&top);
+    tt_tool_run(&r, NO_ENV, ARGS("--"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "no command after '--'"), CLIP, r.err);
+    tt_tool_run_free(&r);
+
     tt_tool_run(&r, NO_ENV, ARGS("help", "lsit"));
     assert_status(r, 2);
     ck_assert_msg(line_with(r.err, "unknown command 'lsit'", "did you mean 'list'?"), CLIP, r.err);
