@@ -318,6 +318,33 @@ START_TEST(list_summary)
 }
 END_TEST
 
+/*
+ * In the table of text that starts at the line with header, every line up
+ * to the first blank one has the text of column `word` starting where the
+ * header's word starts (columns sized from their longest entry).
+ */
+static void assert_column_aligned(const char *text, const char *header, const char *word)
+{
+    const char *h = strstr(text, header);
+    ck_assert_msg(h != NULL, "no '%s' header:\n" CLIP, header, text);
+    const char *line = h;
+    while (line > text && line[-1] != '\n')
+        line--;
+    const char *at = strstr(line, word);
+    ck_assert_ptr_nonnull(at);
+    size_t col = (size_t)(at - line);
+    int rows = 0;
+    for (line = strchr(line, '\n'); line && line[1] && line[1] != '\n'; line = strchr(line + 1, '\n')) {
+        const char *row = line + 1;
+        const char *end = strchr(row, '\n');
+        size_t len = end ? (size_t)(end - row) : strlen(row);
+        ck_assert_msg(len > col && row[col - 1] == ' ' && row[col] != ' ',
+                      "column %s (at %zu) does not line up in:\n%.*s", word, col, (int)len, row);
+        rows++;
+    }
+    ck_assert_int_gt(rows, 0);
+}
+
 START_TEST(list_verbose)
 {
     struct tt_tool_run r;
@@ -340,6 +367,10 @@ START_TEST(list_verbose)
     ck_assert_msg(line_with(r.out, "vendor.template",
                             "unavailable: ", "set FLD_TEMPLATE_ENABLE=1 to enable the example"),
                   "template plugin not listed as unavailable:\n" CLIP, r.out);
+    /* The longest op name (rotary_embedding_out) does not shift the columns. */
+    ck_assert(line_with(r.out, "rotary_embedding_out ", "reference.c"));
+    assert_column_aligned(r.out, "OP ", "IMPL_ID");
+    assert_column_aligned(r.out, "OP ", "KIND");
     tt_tool_run_free(&r);
 }
 END_TEST

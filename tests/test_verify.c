@@ -113,6 +113,22 @@ START_TEST(quick_passes_for_every_op_and_dtype)
     ck_assert(line_with(r.out, "rows:", " 0 failed"));
     ck_assert(!strstr(r.out, "attention_backend"));
     ck_assert_str_eq(r.err, "");
+    /* Every row's IMPL starts under the header's, the longest op name (rotary_embedding_out) too. */
+    const char *header = strstr(r.out, "\nOP ");
+    ck_assert_ptr_nonnull(header);
+    size_t col = (size_t)(strstr(header, "IMPL") - (header + 1));
+    int rows = 0;
+    for (const char *line = strchr(header + 1, '\n'); line && strchr(line + 1, '\n');
+         line = strchr(line + 1, '\n')) {
+        const char *row = line + 1;
+        if (strncmp(row, "rotary_embedding_out ", 21) != 0 && strncmp(row, "rms_norm ", 9) != 0)
+            continue;
+        ck_assert_msg(row[col - 1] == ' ' && (strncmp(row + col, "reference.c", 11) == 0 ||
+                                              strncmp(row + col, "vendor.cpu", 10) == 0),
+                      "IMPL is not at column %zu in:\n%.*s", col, (int)strcspn(row, "\n"), row);
+        rows++;
+    }
+    ck_assert_int_ge(rows, 12);
     tt_tool_run_free(&r);
 }
 END_TEST

@@ -1014,16 +1014,24 @@ static void report_text(const struct verify_opts *o, const struct plan *p)
         printf("device memory: plugin '%s'; expected outputs: %s on the host; %d guard bytes "
                "around every tensor\n",
                cli_text(o->provider), REFERENCE_ID, DEV_GUARD_BYTES);
-    printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8s %-8s %s\n", "OP", "DTYPE", "IMPL", "CASES",
-           "MAX_ABS", "MAX_REL", "ATOL", "RTOL", "VERDICT");
+    /* Columns as wide as their longest op name and impl_id (at least the usual 18 and 16). */
+    int op_w = 18, impl_w = 16;
+    for (size_t i = 0; i < p->n; i++) {
+        int n = (int)strlen(verify_ops[p->rows[i].op].name);
+        op_w = n > op_w ? n : op_w;
+        n = (int)strlen(cli_text(p->rows[i].impl[0] ? p->rows[i].impl : "-"));
+        impl_w = n > impl_w ? n : impl_w;
+    }
+    printf("%-*s %-5s %-*s %-9s %-10s %-10s %-8s %-8s %s\n", op_w, "OP", "DTYPE", impl_w, "IMPL",
+           "CASES", "MAX_ABS", "MAX_REL", "ATOL", "RTOL", "VERDICT");
     int passed = 0, failed = 0, skipped = 0;
     for (size_t i = 0; i < p->n; i++) {
         const struct row *r = &p->rows[i];
         char cases[24], verdict[400];
         if (r->skip[0]) {
             skipped++;
-            printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8s %-8s skipped: %s\n",
-                   verify_ops[r->op].name, tool_dtype_name(r->dtype),
+            printf("%-*s %-5s %-*s %-9s %-10s %-10s %-8s %-8s skipped: %s\n", op_w,
+                   verify_ops[r->op].name, tool_dtype_name(r->dtype), impl_w,
                    r->impl[0] ? cli_text(r->impl) : "-", "-", "-", "-", "-", "-",
                    cli_text(r->skip));
             continue;
@@ -1045,9 +1053,9 @@ static void report_text(const struct verify_opts *o, const struct plan *p)
             snprintf(abs_err, sizeof abs_err, "%.3g", r->max_abs);
             snprintf(rel_err, sizeof rel_err, "%.3g", r->max_rel);
         }
-        printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8.2g %-8.2g %s\n", verify_ops[r->op].name,
-               tool_dtype_name(r->dtype), cli_text(r->impl), cases, abs_err, rel_err, r->atol,
-               r->rtol, verdict);
+        printf("%-*s %-5s %-*s %-9s %-10s %-10s %-8.2g %-8.2g %s\n", op_w, verify_ops[r->op].name,
+               tool_dtype_name(r->dtype), impl_w, cli_text(r->impl), cases, abs_err, rel_err,
+               r->atol, r->rtol, verdict);
         if (r->failed)
             printf("    first failure: %s\n", cli_text(r->first_failure));
     }
