@@ -999,6 +999,67 @@ START_TEST(test_registry_kept_past_loading)
 }
 END_TEST
 
+/* Layout of the "recursive_call" op's arguments (tests/plugins/recursive.c). */
+typedef struct recursive_args {
+    int remaining;
+    int calls;
+} recursive_args;
+
+/* A kernel that calls its own op without end is stopped by the nesting limit, not the stack. */
+START_TEST(test_recursive_kernel_is_stopped)
+{
+    const char *empty = tt_make_tmpdir("disc");
+    const char *dir = tt_make_tmpdir("disc");
+    char path[PATH_MAX];
+    tt_install_fixture(path, dir, "plugins", "recursive");
+    use_plugin_dirs(empty);
+    fld_log_set_callback(capture_log, NULL);
+    init_ok();
+    int rc = fld_load_plugin(path);
+    ck_assert_msg(rc == FLD_OK, "fld_load_plugin(%s): %s", path, fld_last_error());
+
+    /* Nesting well inside the limit works. */
+    recursive_args bounded = {.remaining = 20};
+    rc = fld_call_by_name("recursive_call", &bounded);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(bounded.calls, 21);
+
+    /* Without end: the call 65 deep is refused; the error comes back up. */
+    recursive_args endless = {.remaining = -1};
+    rc = fld_call_by_name("recursive_call", &endless);
+    ck_assert_int_ne(rc, FLD_OK);
+    ck_assert_int_eq(endless.calls, 64);
+    ck_assert_msg(count_log(FLD_LOG_WARNING, "nested more than 64 deep") >= 1 ||
+                      strstr(fld_last_error(), "nested more than 64 deep"),
+                  "the nesting limit is not named: %s", fld_last_error());
+
+    /* The typed entry point, on its cached direct call: the deepest call falls back to the
+     * reference, which serves it. */
+    float x[2][8], out[2][8];
+    for (int i = 0; i < 16; i++)
+        x[i / 8][i % 8] = (float)(i % 5) - 2.0f;
+    int64_t shape[2] = {2, 8};
+    DLTensor tx = {
+        .data = x, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1}, .shape = shape};
+    DLTensor tout = tx;
+    tout.data = out;
+    expect_resolve("rms_norm", "vendor.recursive");
+    rc = fld_rms_norm(&tout, &tx, NULL, NULL, 1e-6f);
+    ck_assert_msg(rc == FLD_OK, "fld_rms_norm: %s", fld_last_error());
+    for (int r = 0; r < 2; r++) {
+        double ss = 0;
+        for (int i = 0; i < 8; i++)
+            ss += (double)x[r][i] * x[r][i];
+        double scale = 1.0 / sqrt(ss / 8 + 1e-6);
+        for (int i = 0; i < 8; i++)
+            ck_assert_msg(fabs(out[r][i] - x[r][i] * scale) <= 1e-5,
+                          "rms_norm[%d][%d] = %.9g, expected %.9g", r, i, (double)out[r][i],
+                          x[r][i] * scale);
+    }
+    ck_assert_int_ge(count_log(FLD_LOG_WARNING, "nested more than 64 deep"), 1);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* In-tree and out-of-tree                                                  */
 /* ------------------------------------------------------------------------ */
@@ -1329,6 +1390,7 @@ static Suite *discovery_suite(void)
     tcase_add_test(tc, test_load_plugin_at_runtime);
     tcase_add_test(tc, test_load_plugin_rejections);
     tcase_add_test(tc, test_registry_kept_past_loading);
+    tcase_add_test(tc, test_recursive_kernel_is_stopped);
     tcase_add_test(tc, test_in_tree_classification);
     tcase_add_test(tc, test_in_tree_needs_flag_and_version);
     tcase_add_test(tc, test_external_disabled);

@@ -143,7 +143,11 @@ enum fld_priority {
  * FLD_EUNSUPPORTED to decline a call without it counting as a failure
  * (outputs untouched; the host may ask again, so a decline must be
  * repeatable).
- * Call fld_set_error() to explain a failure. Must be MT safe.
+ * Call fld_set_error() to explain a failure. Must be MT safe. A kernel may
+ * call ops itself; calls nest at most 64 deep on a thread, and a deeper one
+ * returns FLD_ESTATE ("refused, calls of ops nested more than 64 deep"), so
+ * a kernel that calls the op it serves without end fails instead of running
+ * out of stack.
  */
 typedef int (*fld_kernel_fn)(const void *args);
 
