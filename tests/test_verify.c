@@ -553,6 +553,22 @@ START_TEST(decline_after_writing_fails)
 }
 END_TEST
 
+/* A kernel that writes past the end of out fails its row, named, and the run goes on. */
+START_TEST(write_past_out_fails_by_name)
+{
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(bad_kernel_env()),
+                ARGS("verify", "--quick", "gelu_quick", "rms_norm", "--dtype", "f32"));
+    assert_status(r, 1);
+    ck_assert_msg(line_with(r.out, "gelu_quick ", "f32 ", "vendor.bad ", "FAIL"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "first failure", "wrote past the end of 'out'", "guard bytes"),
+                  CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "gelu_quick ", "f32 ", "reference.c ", "PASS"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "rms_norm ", "f32 ", "reference.c ", "PASS"), CLIP, r.out);
+    tt_tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(policy_dropped_impl_is_skipped)
 {
     struct tt_tool_run r;
@@ -652,6 +668,7 @@ static Suite *verify_suite(void)
     tcase_add_test(tc, failure_in_json);
     tcase_add_test(tc, clean_decline_passes);
     tcase_add_test(tc, decline_after_writing_fails);
+    tcase_add_test(tc, write_past_out_fails_by_name);
     tcase_add_test(tc, policy_dropped_impl_is_skipped);
     suite_add_tcase(s, tc);
     return s;

@@ -18,6 +18,9 @@
  *   compare  outputs element-wise against the reference (max abs and rel
  *            error, allclose), and bytes outside them (row padding, the
  *            rotary tail past rot_dim, read-only inputs) against the input;
+ *            on the CPU, the guard bytes after every tensor's storage
+ *            (tensors.h TOOL_GUARD_BYTES) must be intact: a kernel that
+ *            wrote past the end fails its row, named, and the run goes on;
  *   report   a table, or JSON.
  *
  * Devices other than cpu: the inputs are generated on the host as for the
@@ -68,7 +71,8 @@ static const char verify_usage[] =
     "Each implementation runs alone (pinned by a strict per-op order 'impl:<id>')\n"
     "on its own copy of the inputs. Its outputs must satisfy\n"
     "|got - want| <= atol + rtol * |want| element-wise, and nothing else may change:\n"
-    "row padding, rotary elements past rot_dim, read-only inputs. An implementation\n"
+    "row padding, rotary elements past rot_dim, read-only inputs, the guard bytes\n"
+    "after every tensor (a write past the end fails the row). An implementation\n"
     "may decline a call (counted as 'declined') if it leaves its outputs untouched.\n"
     "reference.c's own row shows that it accepted every case and wrote nothing\n"
     "but its outputs; its errors are 0 by definition.\n"
@@ -799,6 +803,21 @@ static void run_row(struct row *r, int device, const struct verify_io *input,
     int rc;
     if (device == FLD_DEVICE_CPU) {
         rc = call_pinned(op, r->impl, &io);
+        for (int s = 0; s < VS_COUNT; s++) {
+            struct tool_tensor *tt = verify_slot(&io, (enum verify_slot)s);
+            if (!tt || tool_tensor_guard_intact(tt))
+                continue;
+            violation(&oc, "wrote past the end of '%s' (into the %d guard bytes after its storage; "
+                      "status %d)",
+                      verify_slot_name((enum verify_slot)s), TOOL_GUARD_BYTES, rc);
+            if (s == VS_CACHE) /* shared by the next runs */
+                tool_tensor_guard_reset(tt);
+        }
+        if (oc.bad) {
+            record(r, label, &oc);
+            verify_io_free(&io);
+            return;
+        }
     } else {
         bool moved;
         rc = call_pinned_device(op, r->impl, &io, device, &oc, &moved);
