@@ -104,8 +104,10 @@ bool tool_tensor_alloc(struct tool_tensor *tt, int dtype, int ndim, const int64_
 
 bool tool_tensor_guard_intact(const struct tool_tensor *tt)
 {
+    if (!tt->alloc)
+        return true;
     const unsigned char *g = (const unsigned char *)tt->alloc + tt->bytes;
-    for (size_t i = 0; tt->alloc && i < tt->guard; i++)
+    for (size_t i = 0; i < tt->guard; i++)
         if (g[i] != guard_byte(i))
             return false;
     return true;
@@ -113,8 +115,10 @@ bool tool_tensor_guard_intact(const struct tool_tensor *tt)
 
 void tool_tensor_guard_reset(struct tool_tensor *tt)
 {
+    if (!tt->alloc)
+        return;
     unsigned char *g = (unsigned char *)tt->alloc + tt->bytes;
-    for (size_t i = 0; tt->alloc && i < tt->guard; i++)
+    for (size_t i = 0; i < tt->guard; i++)
         g[i] = guard_byte(i);
 }
 
