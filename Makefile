@@ -152,13 +152,14 @@ PLUGIN_SO    := $(PLUGIN_NAMES:%=$(PLUGOUT)/fld-%.so)
 PLUGIN_EXTRA := $(foreach p,$(PLUGIN_NAMES),$(PLUGIN_EXTRA_$(p)))
 PLUGIN_EXAMPLES := $(foreach p,$(PLUGIN_ALL),$(if $(PLUGIN_EXAMPLE_$(p)),$(p)))
 PLUGIN_INSTALLED := $(filter-out $(PLUGIN_EXAMPLES),$(PLUGIN_NAMES))
-ifeq ($(filter clean format lint deps uninstall,$(MAKECMDGOALS)),)
+ifeq ($(filter clean format lint deps uninstall run,$(MAKECMDGOALS)),)
 $(foreach p,$(PLUGIN_ALL),$(if $(PLUGIN_SKIP_$(p)),$(info fldispatch: not building plugin '$(p)': $(PLUGIN_SKIP_$(p)))))
 endif
 
 TOOL_SRC := $(sort $(wildcard tools/*.c tools/bench/*.c))
 TOOL_OBJ := $(TOOL_SRC:%.c=$(OBJ)/%.o)
 TOOL     := $(BINOUT)/fldispatch
+
 
 # The tests' helpers (tests/util/).
 TEST_UTIL_SRC := $(sort $(wildcard tests/util/*.c))
@@ -333,7 +334,14 @@ check-gpu: all
 FLD_CATALOG_OPS = $(shell sed -n 's/^\#define FLD_OP_[A-Z_]* *"\([a-z_]*\)".*/\1/p' \
   include/fldispatch/catalog.def)
 
-run: all
+# The build first, with one job per CPU unless -j says otherwise (MAKEFLAGS
+# holds -j only in recipes), saying what it costs when nothing is built yet.
+FLD_CPUS = $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+run:
+	@$(if $(wildcard $(TOOL)),:,echo "make run: building the library, the plugins and the tool first,\
+	  $(or $(filter -j%,$(MAKEFLAGS)),-j$(FLD_CPUS)): 3 to 5 minutes on 2 cores, more where nvcc\
+	  builds the CUDA plugin")
+	@$(MAKE) --no-print-directory DEPS_CHECK=no $(if $(filter -j%,$(MAKEFLAGS)),,-j$(FLD_CPUS)) all
 	@echo "== fldispatch config"; $(TOOL) config
 	@echo; echo "== fldispatch list"; $(TOOL) list
 	@echo; echo "== winner of every op (cpu, f32)"

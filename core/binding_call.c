@@ -8,6 +8,7 @@
 #include <fldispatch/binding.h>
 
 #include "chain.h"
+#include "dispatch.h"
 #include "error.h"
 #include "host.h"
 #include "inflight.h"
@@ -52,6 +53,8 @@ int fld_binding_call(fld_op handle, int device_type, DLDataType dtype, const voi
     FLD_CALL_SCOPE();
     if (unlikely(!fld__library_open()))
         return fld__closed_handle("fld_binding_call");
+    if (unlikely(fld__inflight_mine() > FLD_MAX_CALL_DEPTH))
+        return fld__call_too_deep(op->name);
     if (op->schema)
         return fld__fail(FLD_EINVAL,
                          "%s is a catalog op: call it with its argument struct (its typed entry "

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Strict JSON (RFC 8259) into the same small tree as YAML files, for
- * VLLM_FL_OP_CONFIG.
+ * VLLM_FL_OP_CONFIG and the counters files `fldispatch stats` merges.
  *
  * That file is JSON in vllm-plugin-FL, read with Python's json module; read
  * as YAML (a superset) it accepted comments, single quotes, unquoted words
@@ -9,7 +9,8 @@
  * something here and was an error there. This reader takes exactly JSON:
  * no comments, no trailing commas, no single quotes, no byte-order mark,
  * valid UTF-8, escapes checked, nothing but white space after the value.
- * Every error is "label:line:column: ...", columns counted in characters.
+ * Every error is "label:line:column: JSON syntax error: ..." (or "nested
+ * deeper than 64 levels"), columns counted in characters.
  *
  * Strings become double-quoted scalars (FLD_YSTYLE_DOUBLE); numbers, true,
  * false and null become plain scalars holding their text, so the schema
@@ -45,7 +46,7 @@ static int fail_at(const struct json_reader *r, unsigned line, unsigned column, 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return fld__fail(FLD_ECONFIG, "%s:%u:%u: %s", r->label, line, column, msg);
+    return fld__fail(FLD_ECONFIG, "%s:%u:%u: JSON syntax error: %s", r->label, line, column, msg);
 }
 
 static int fail_here(const struct json_reader *r, const char *what)
@@ -404,7 +405,8 @@ static int read_collection(struct json_reader *r, struct fld_ynode **out)
     if (!n)
         return FLD_ENOMEM;
     if (++r->depth > MAX_DEPTH) {
-        rc = fail_at(r, r->line, r->column, "nested deeper than %d levels", MAX_DEPTH);
+        rc = fld__fail(FLD_ECONFIG, "%s:%u:%u: nested deeper than %d levels", r->label, r->line,
+                       r->column, MAX_DEPTH);
         goto fail;
     }
     advance(r, 1);

@@ -238,19 +238,23 @@ int fld__load_plugin_descriptor(const fld_plugin_descriptor *desc, const char *p
         }
     }
 
-    struct fld_registry reg;
-    fld__registry_begin(&reg, p);
+    /* The registry the plugin fills outlives the load (registry.h): a
+     * pointer the plugin keeps reaches a closed registry, never a dead one. */
+    if (!p->staging && !(p->staging = malloc(sizeof *p->staging)))
+        return fld__fail(FLD_ENOMEM, "out of memory loading plugin %s", path);
+    struct fld_registry *reg = p->staging;
+    fld__registry_begin(reg, p);
     /* Marked as plugin code: a call back into the library is refused (reentry.h). */
-    int rc = fld__plugin_register(desc, &reg, why, sizeof why);
+    int rc = fld__plugin_register(desc, reg, why, sizeof why);
     if (rc != FLD_OK) {
-        fld__registry_discard(&reg);
+        fld__registry_discard(reg);
         return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
     }
-    size_t n = reg.n;
-    rc = fld__registry_commit(&reg);
+    size_t n = reg->n;
+    rc = fld__registry_commit(reg);
     if (rc) {
         fld__error_copy(why, sizeof why);
-        fld__registry_discard(&reg);
+        fld__registry_discard(reg);
         return reject_plugin(p, FLD_PLUGIN_REJECTED, why);
     }
     p->dl_handle = dl;

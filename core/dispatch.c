@@ -241,11 +241,23 @@ __attribute__((noinline, cold)) static int call_catalog_cold(enum fld_catalog_in
  */
 int fld__call_catalog(enum fld_catalog_index idx, const void *args)
 {
-    struct fld_inflight_slot *in = fld__call_enter();
+    uint32_t depth;
+    struct fld_inflight_slot *in = fld__call_enter_depth(&depth);
     struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_acquire);
-    int rc = likely(op != NULL) ? call_validated(op, args) : call_catalog_cold(idx, args);
+    int rc = unlikely(depth > FLD_MAX_CALL_DEPTH) ? fld__call_too_deep(fld__catalog[idx].name)
+             : likely(op != NULL)                 ? call_validated(op, args)
+                                                  : call_catalog_cold(idx, args);
     fld__call_leave(in);
     return rc;
+}
+
+__attribute__((noinline, cold)) int fld__call_too_deep(const char *op)
+{
+    return fld__fail(FLD_ESTATE,
+                     "%s: refused, calls of ops nested more than %d deep on this thread (an "
+                     "implementation that calls the op it serves, directly or through other ops, "
+                     "without end?)",
+                     op, FLD_MAX_CALL_DEPTH);
 }
 
 /*
@@ -280,8 +292,11 @@ int fld_call(fld_op handle, const void *args)
     struct fld_op_s *op = (struct fld_op_s *)handle;
     if (unlikely(!op))
         return null_handle();
-    struct fld_inflight_slot *in = fld__call_enter();
-    int rc = likely(fld__library_open()) ? call_op(op, args) : fld__closed_handle("fld_call");
+    uint32_t depth;
+    struct fld_inflight_slot *in = fld__call_enter_depth(&depth);
+    int rc = unlikely(!fld__library_open())        ? fld__closed_handle("fld_call")
+             : unlikely(depth > FLD_MAX_CALL_DEPTH) ? fld__call_too_deep(op->name)
+                                                    : call_op(op, args);
     fld__call_leave(in);
     return rc;
 }
@@ -297,6 +312,8 @@ int fld_call_by_name(const char *name, const void *args)
     struct fld_op_s *op = fld__op_find(name);
     if (!op)
         return fld__fail(FLD_ENOTFOUND, "no op named '%s'", name);
+    if (unlikely(fld__inflight_mine() > FLD_MAX_CALL_DEPTH))
+        return fld__call_too_deep(op->name);
     return call_op(op, args); /* counted in flight by the scope above; initialised, so open */
 }
 
@@ -308,6 +325,8 @@ int fld_call_on(fld_op handle, int device_type, DLDataType dtype, const void *ar
     FLD_CALL_SCOPE();
     if (unlikely(!fld__library_open()))
         return fld__closed_handle("fld_call_on");
+    if (unlikely(fld__inflight_mine() > FLD_MAX_CALL_DEPTH))
+        return fld__call_too_deep(op->name);
     if (op->schema)
         return call_validated(op, args);
     int dev, dt;

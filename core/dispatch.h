@@ -32,6 +32,8 @@ int fld__dispatch_miss(struct fld_op_s *op, unsigned slot, const void *args, uin
 int fld__dispatch_failed(struct fld_op_s *op, unsigned slot, const void *args, fld_kernel_fn fn,
                          int rc);
 int fld__call_unchecked(enum fld_catalog_index idx, struct fld_op_s *op, const void *args);
+/* FLD_ESTATE: a call of op nested deeper than FLD_MAX_CALL_DEPTH (inflight.h). */
+int fld__call_too_deep(const char *op);
 
 /*
  * The direct call of fast entry f under generation gen (loaded with acquire
@@ -78,10 +80,16 @@ static inline __attribute__((always_inline)) int fld__dispatch(struct fld_op_s *
 static inline __attribute__((always_inline)) int
 fld__call_family(enum fld_catalog_index idx, bool ok, unsigned slot, const void *args)
 {
-    struct fld_inflight_slot *in = fld__call_enter();
+    uint32_t depth;
+    struct fld_inflight_slot *in = fld__call_enter_depth(&depth);
     struct fld_op_s *op = atomic_load_explicit(&fld__catalog_ops[idx], memory_order_acquire);
-    const int rc = __builtin_expect(ok && op != NULL, 1) ? fld__dispatch(op, slot, args)
-                                                         : fld__call_unchecked(idx, op, args);
+    int rc;
+    if (__builtin_expect(ok && op != NULL && depth <= FLD_MAX_CALL_DEPTH, 1))
+        rc = fld__dispatch(op, slot, args);
+    else if (depth > FLD_MAX_CALL_DEPTH)
+        rc = fld__call_too_deep(fld__catalog[idx].name);
+    else
+        rc = fld__call_unchecked(idx, op, args);
     fld__call_leave(in);
     return rc;
 }

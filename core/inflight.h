@@ -77,7 +77,17 @@ static inline unsigned fld__inflight_hash(uintptr_t self)
 /* The calling thread's slot when its hash slot is another thread's; claimed on first use. */
 struct fld_inflight_slot *fld__inflight_claim(uintptr_t self);
 
-static inline struct fld_inflight_slot *fld__call_enter(void)
+/*
+ * How deep calls of ops may nest on one thread (a kernel that calls an op
+ * calls in again). A call deeper than this fails with FLD_ESTATE
+ * (fld__call_too_deep()) instead of running the thread out of stack: an
+ * implementation that calls the op it serves, directly or through others,
+ * ends there, as a recursion in Python ends in RecursionError.
+ */
+#define FLD_MAX_CALL_DEPTH 64
+
+/* Counts the calling thread in; *depth is how many calls it is inside now, this one included. */
+static inline struct fld_inflight_slot *fld__call_enter_depth(uint32_t *depth)
 {
     const uintptr_t self = fld__thread_id();
     struct fld_inflight_slot *s = &fld__inflight[fld__inflight_hash(self)];
@@ -87,7 +97,14 @@ static inline struct fld_inflight_slot *fld__call_enter(void)
     atomic_store_explicit(&s->count, n + 1, memory_order_relaxed);
     /* The gates are read after this store; fld__inflight_wait()'s barrier orders it. */
     atomic_signal_fence(memory_order_seq_cst);
+    *depth = FLD_INFLIGHT_DEPTH(n + 1);
     return s;
+}
+
+static inline struct fld_inflight_slot *fld__call_enter(void)
+{
+    uint32_t depth;
+    return fld__call_enter_depth(&depth);
 }
 
 static inline void fld__call_leave(struct fld_inflight_slot *s)

@@ -115,10 +115,14 @@ void fld_log(int level, const char *fmt, ...)
     va_end(ap);
 }
 
-void fld_log_set_level(int level)
+int fld_log_set_level(int level)
 {
+    int rc = fld__callout_refuse("fld_log_set_level");
+    if (rc)
+        return rc;
     atomic_store(&log_level, level);
     atomic_store(&level_overridden, true);
+    return FLD_OK;
 }
 
 int fld_log_get_level(void)
@@ -126,15 +130,16 @@ int fld_log_get_level(void)
     return atomic_load(&log_level);
 }
 
-void fld_log_set_callback(fld_log_fn fn, void *user)
+int fld_log_set_callback(fld_log_fn fn, void *user)
 {
+    int rc = fld__callout_refuse("fld_log_set_callback");
+    if (rc)
+        return rc;
     struct sink *fresh = NULL;
     if (fn) {
         fresh = malloc(sizeof *fresh);
-        if (!fresh) {
-            fprintf(stderr, "[fldispatch] out of memory setting the log callback\n");
-            return;
-        }
+        if (!fresh)
+            return fld__fail(FLD_ENOMEM, "fld_log_set_callback: out of memory");
         fresh->fn = fn;
         fresh->user = user;
         fresh->retired_next = NULL;
@@ -146,6 +151,7 @@ void fld_log_set_callback(fld_log_fn fn, void *user)
         retired_sinks = old;
         pthread_mutex_unlock(&retired_lock);
     }
+    return FLD_OK;
 }
 
 void fld__log_shutdown(void)

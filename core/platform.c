@@ -357,9 +357,10 @@ static void find_config_file(struct fld_platform *out)
         int n = snprintf(path, sizeof path, "%s/%s.yaml", config_path.dirs[i], out->name);
         if (n < 0 || (size_t)n >= sizeof path)
             continue;
-        /* Present but unreadable is still "found": the config loader then
-         * reports it, rather than a later directory silently taking over. */
-        if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        /* Present but unreadable, or not a regular file (a directory, a
+         * FIFO), is still "found": the config loader then reports it, rather
+         * than a later directory silently taking over. */
+        if (stat(path, &st) == 0) {
             snprintf(out->config_file, sizeof out->config_file, "%s", path);
             return;
         }

@@ -8,10 +8,12 @@
  * variables has its answer in this file; the names of the fields' variables
  * are the policy-field table's (policy_table.h).
  */
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <fldispatch/fldispatch.h>
 
@@ -22,6 +24,7 @@
 #include "manifest.h"
 #include "parse.h"
 #include "pathvar.h"
+#include "plugin_file.h"
 #include "policy.h"
 
 #define OP_CONFIG "VLLM_FL_OP_CONFIG"
@@ -93,6 +96,27 @@ static void warn_ignored_env(const char *config)
                  names);
 }
 
+/*
+ * A platform file steers every process that finds it. One that others could
+ * have changed (writable by others, owned by another user, in a directory
+ * others may write) is skipped with a warning, by the rule a plugin file is
+ * judged by (plugin_file.c); false then. A path that is not a regular file
+ * is left to the reader, which refuses it by name.
+ */
+static bool platform_file_trusted(const struct fld_platform *plat)
+{
+    struct stat st;
+    char why[PATH_MAX + 128];
+    if (stat(plat->config_file, &st) != 0 || !S_ISREG(st.st_mode) ||
+        fld__plugin_check_file(plat->config_file, &st, why, sizeof why))
+        return true;
+    fld__log(FLD_LOG_WARNING,
+             "platform file %s of '%s' skipped: %s (its settings do not apply; make it writable "
+             "by its owner only)",
+             plat->config_file, plat->name, why);
+    return false;
+}
+
 int fld__policy_build(struct fld_platform *plat, struct fld_policy **out)
 {
     struct fld_policy *p;
@@ -112,6 +136,9 @@ int fld__policy_build(struct fld_platform *plat, struct fld_policy **out)
         if (plat)
             plat->config_file[0] = '\0';
     } else {
+        /* Not read, so not claimed either. */
+        if (plat && plat->config_file[0] && !platform_file_trusted(plat))
+            plat->config_file[0] = '\0';
         if (plat && plat->config_file[0]) {
             rc = fld__config_apply_file(p, plat->config_file, plat->config_file);
             if (rc) {

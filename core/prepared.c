@@ -312,11 +312,15 @@ static __attribute__((noinline)) int run_miss(fld_prepared *p, uint64_t gen)
  */
 static inline __attribute__((always_inline)) int run_bound(fld_prepared *p)
 {
-    struct fld_inflight_slot *in = fld__call_enter();
+    uint32_t depth;
+    struct fld_inflight_slot *in = fld__call_enter_depth(&depth);
     const uint64_t gen = atomic_load_explicit(&fld__generation, memory_order_acquire);
-    const fld_kernel_fn fn = likely(gen == p->gen) ? fld__fast_fn(p->fast, gen) : NULL;
+    const fld_kernel_fn fn =
+        likely(gen == p->gen && depth <= FLD_MAX_CALL_DEPTH) ? fld__fast_fn(p->fast, gen) : NULL;
     int rc;
-    if (likely(fn != NULL)) {
+    if (unlikely(depth > FLD_MAX_CALL_DEPTH)) {
+        rc = fld__call_too_deep(fld__catalog[p->idx].name);
+    } else if (likely(fn != NULL)) {
         rc = fn(&p->args);
         if (unlikely(rc != FLD_OK))
             rc = fld__dispatch_failed(p->op, p->slot, &p->args, fn, rc);

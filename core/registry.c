@@ -94,12 +94,36 @@ static void impl_free(struct fld_impl_rec *r)
     free(r);
 }
 
+/*
+ * An op's records are kept in ascending impl_id order (the records of one
+ * impl_id from several plugins side by side, in commit order), so that
+ * finding one and committing many stay near-linear in the op's records:
+ * binary search, and one merge per op and commit.
+ */
+
+/* The index of op's first record whose impl_id is not below impl_id. */
+static size_t lower_bound(const struct fld_op_s *op, const char *impl_id)
+{
+    size_t lo = 0, hi = op->n_impls;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(op->impls[mid]->impl_id, impl_id) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* The committed record of (op, impl_id) that plugin registered, or NULL. */
 static struct fld_impl_rec *find_own_impl(struct fld_op_s *op, const char *impl_id,
                                           const struct fld_plugin_rec *plugin)
 {
-    for (size_t i = 0; op && i < op->n_impls; i++)
-        if (op->impls[i]->plugin == plugin && strcmp(op->impls[i]->impl_id, impl_id) == 0)
+    if (!op)
+        return NULL;
+    for (size_t i = lower_bound(op, impl_id);
+         i < op->n_impls && strcmp(op->impls[i]->impl_id, impl_id) == 0; i++)
+        if (op->impls[i]->plugin == plugin)
             return op->impls[i];
     return NULL;
 }
@@ -115,23 +139,55 @@ bool fld__impl_named(const struct fld_impl_rec *impl, const char *name)
     return strcmp(impl->impl_id, name) == 0 || strcmp(impl->qualified, name) == 0;
 }
 
-/* Marks r and every other plugin's record of its (op, impl_id) as sharing the id. */
-static void mark_shared_id(struct fld_impl_rec *r)
+/* Marks r's committed (op, impl_id) records as sharing the id when there are several. */
+static void mark_shared_id(const struct fld_impl_rec *r)
 {
     struct fld_op_s *op = r->op;
-    for (size_t i = 0; i < op->n_impls; i++) {
-        struct fld_impl_rec *o = op->impls[i];
-        if (o != r && strcmp(o->impl_id, r->impl_id) == 0) {
-            atomic_store_explicit(&o->shared_id, true, memory_order_relaxed);
-            atomic_store_explicit(&r->shared_id, true, memory_order_relaxed);
-        }
-    }
+    size_t first = lower_bound(op, r->impl_id), end = first;
+    while (end < op->n_impls && strcmp(op->impls[end]->impl_id, r->impl_id) == 0)
+        end++;
+    for (size_t i = first; end - first > 1 && i < end; i++)
+        atomic_store_explicit(&op->impls[i]->shared_id, true, memory_order_relaxed);
 }
 
 void fld__registry_begin(struct fld_registry *reg, struct fld_plugin_rec *plugin)
 {
     memset(reg, 0, sizeof *reg);
     reg->plugin = plugin;
+    reg->thread = pthread_self();
+    if (plugin)
+        snprintf(reg->who, sizeof reg->who, "plugin '%s' (%s)", plugin->name,
+                 plugin->path ? plugin->path : "?");
+    else
+        snprintf(reg->who, sizeof reg->who, "the library");
+    atomic_store_explicit(&reg->open, true, memory_order_release);
+}
+
+static void registry_close(struct fld_registry *reg)
+{
+    atomic_store_explicit(&reg->open, false, memory_order_release);
+}
+
+/*
+ * FLD_OK when reg is open and the caller is the thread that fills it. Else
+ * FLD_ESTATE naming fn and the plugin, and nothing else of reg is read or
+ * written: a plugin may have kept the pointer past its register_builtins
+ * (to call from a kernel, say), or passed it to a thread of its own.
+ */
+static int registry_usable(const struct fld_registry *reg, const char *fn)
+{
+    if (!atomic_load_explicit(&reg->open, memory_order_acquire))
+        return fld__fail(FLD_ESTATE,
+                         "%s: called by %s after its register_builtins returned (a registry is "
+                         "valid only inside register_builtins; nothing was registered)",
+                         fn, reg->who);
+    if (!pthread_equal(reg->thread, pthread_self()))
+        return fld__fail(FLD_ESTATE,
+                         "%s: called by %s on another thread than its register_builtins (a "
+                         "registry is valid only on the thread that runs register_builtins; "
+                         "nothing was registered)",
+                         fn, reg->who);
+    return FLD_OK;
 }
 
 static void dup_free(struct fld_registry *reg)
@@ -143,6 +199,7 @@ static void dup_free(struct fld_registry *reg)
 
 void fld__registry_discard(struct fld_registry *reg)
 {
+    registry_close(reg);
     dup_free(reg);
     for (size_t i = 0; i < reg->n; i++)
         impl_free(reg->staged[i]);
@@ -288,6 +345,9 @@ int fld_registry_set_detail(fld_registry *reg, const char *fmt, ...)
     if (!reg || !fmt)
         return fld__fail(FLD_EINVAL, "fld_registry_set_detail: argument '%s' is NULL",
                          reg ? "fmt" : "reg");
+    int rc = registry_usable(reg, "fld_registry_set_detail");
+    if (rc)
+        return rc;
     va_list ap;
     va_start(ap, fmt);
     char *text = NULL;
@@ -319,6 +379,9 @@ int fld_registry_set_device_hooks(fld_registry *reg, const fld_device_hooks *hoo
     if (!reg || !hooks)
         return fld__fail(FLD_EINVAL, "fld_registry_set_device_hooks: argument '%s' is NULL",
                          reg ? "hooks" : "reg");
+    int rc = registry_usable(reg, "fld_registry_set_device_hooks");
+    if (rc)
+        return rc;
     /* The ABI 1.1 record ends with synchronize; newer plugins may pass more. */
     const size_t min_size = offsetof(fld_device_hooks, synchronize) + sizeof hooks->synchronize;
     const char *plugin = reg->plugin ? reg->plugin->name : "?";
@@ -352,13 +415,16 @@ int fld_registry_declare_op(fld_registry *reg, const char *op, const char *schem
 {
     if (!reg)
         return fld__fail(FLD_EINVAL, "fld_registry_declare_op: argument 'reg' is NULL");
+    int rc = registry_usable(reg, "fld_registry_declare_op");
+    if (rc)
+        return rc;
     char by[400], err[sizeof reg->error];
     if (!reg->plugin)
         snprintf(by, sizeof by, "the library");
     else
         snprintf(by, sizeof by, "plugin '%s' (%s)", reg->plugin->name,
                  reg->plugin->path ? reg->plugin->path : "?");
-    int rc = fld__decls_stage(&reg->decls, op, schema, by, err, sizeof err);
+    rc = fld__decls_stage(&reg->decls, op, schema, by, err, sizeof err);
     return rc ? registry_fail(reg, rc, "%s", err) : FLD_OK;
 }
 
@@ -366,9 +432,12 @@ int fld_registry_register(fld_registry *reg, const fld_impl *impl)
 {
     if (!reg)
         return fld__fail(FLD_EINVAL, "fld_registry_register: argument 'reg' is NULL");
+    int rc = registry_usable(reg, "fld_registry_register");
+    if (rc)
+        return rc;
     if (!impl)
         return registry_fail(reg, FLD_EINVAL, "fld_registry_register: argument 'impl' is NULL");
-    int rc = validate_record(reg, impl);
+    rc = validate_record(reg, impl);
     if (rc)
         return rc;
     if (reg->n == reg->cap) {
@@ -445,20 +514,36 @@ int fld__registry_register_binding(struct fld_registry *reg, const fld_impl *imp
     return FLD_OK;
 }
 
-/* Room must have been reserved. */
-static void insert_sorted(struct fld_op_s *op, struct fld_impl_rec *r)
+/* Staged records by op, then impl_id (unique within one plugin's staging). */
+static int by_op_and_id(const void *a, const void *b)
 {
-    size_t i = op->n_impls;
-    while (i > 0 && strcmp(op->impls[i - 1]->impl_id, r->impl_id) > 0) {
-        op->impls[i] = op->impls[i - 1];
-        i--;
+    const struct fld_impl_rec *x = *(struct fld_impl_rec *const *)a;
+    const struct fld_impl_rec *y = *(struct fld_impl_rec *const *)b;
+    if (x->op != y->op)
+        return (uintptr_t)x->op < (uintptr_t)y->op ? -1 : 1;
+    return strcmp(x->impl_id, y->impl_id);
+}
+
+/*
+ * Merges add[0..k), sorted by impl_id, into op's sorted records, from the
+ * back so that no record moves twice; an impl_id already there keeps its
+ * earlier records first. Room must have been reserved.
+ */
+static void merge_sorted(struct fld_op_s *op, struct fld_impl_rec *const *add, size_t k)
+{
+    size_t i = op->n_impls, j = k, out = op->n_impls + k;
+    while (j > 0) {
+        if (i > 0 && strcmp(op->impls[i - 1]->impl_id, add[j - 1]->impl_id) > 0)
+            op->impls[--out] = op->impls[--i];
+        else
+            op->impls[--out] = add[--j];
     }
-    op->impls[i] = r;
-    op->n_impls++;
+    op->n_impls += k;
 }
 
 int fld__registry_commit(struct fld_registry *reg)
 {
+    registry_close(reg);
     /*
      * Intern every op and reserve room first, so nothing fails half-way:
      * each op grows by what this plugin adds to it (at least doubling, so
@@ -499,11 +584,17 @@ int fld__registry_commit(struct fld_registry *reg)
     }
     dup_free(reg);
     fld__decls_commit(&reg->decls);
+    if (reg->n > 1)
+        qsort(reg->staged, reg->n, sizeof *reg->staged, by_op_and_id);
+    for (size_t i = 0, k; i < reg->n; i += k) {
+        for (k = 1; i + k < reg->n && reg->staged[i + k]->op == reg->staged[i]->op; k++)
+            ;
+        merge_sorted(reg->staged[i]->op, reg->staged + i, k);
+    }
     for (size_t i = 0; i < reg->n; i++) {
         struct fld_impl_rec *r = reg->staged[i];
         free(r->staged_op);
         r->staged_op = NULL;
-        insert_sorted(r->op, r);
         mark_shared_id(r);
     }
     if (reg->plugin) {
@@ -665,6 +756,7 @@ void fld__registry_shutdown(void)
         free(p->detail);
         for (int d = 0; d < FLD_NDEVICES; d++)
             free(p->hooks[d]);
+        free(p->staging);
         free(p);
     }
     plugins_tail = NULL;

@@ -7,6 +7,7 @@
 #ifndef FLD_CORE_REGISTRY_H
 #define FLD_CORE_REGISTRY_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/types.h>
@@ -39,6 +40,11 @@ struct fld_plugin_rec {
     dev_t st_dev;                             /* identity of the file, to load each file once */
     ino_t st_ino;
     bool binding; /* registered by a language binding (binding_registration.c), not loaded */
+    /* The registry its register_builtins filled, kept (closed) until
+     * fld_shutdown(): a plugin that keeps the pointer and calls the
+     * fld_registry_* functions later is refused through it. NULL until the
+     * first load (discovery.c). */
+    struct fld_registry *staging;
     struct fld_plugin_rec *next;
 };
 
@@ -82,11 +88,19 @@ struct fld_registry {
     struct fld_hook_rec *hooks[FLD_NDEVICES]; /* staged device hooks */
     struct fld_decls decls;                   /* staged signatures (fld_registry_declare_op) */
     char error[1024];
+    /* Open from fld__registry_begin() to the commit or discard, for the
+     * thread that began it: the fld_registry_* functions refuse any other
+     * call (FLD_ESTATE) without touching the rest of the record. */
+    _Atomic bool open;
+    pthread_t thread;
+    char who[320]; /* "plugin 'name' (path)", for those refusals */
 };
 
+/* Opens reg for plugin on the calling thread. */
 void fld__registry_begin(struct fld_registry *reg, struct fld_plugin_rec *plugin);
-/* Moves the staged records into their ops, bumps the generation. */
+/* Closes reg, moves the staged records into their ops, bumps the generation. */
 int fld__registry_commit(struct fld_registry *reg);
+/* Closes reg and frees what it staged. */
 void fld__registry_discard(struct fld_registry *reg);
 
 /*

@@ -26,6 +26,7 @@
 #include "ops.h"
 #include "parse.h"
 #include "pathvar.h"
+#include "reentry.h"
 #include "registry.h"
 #include "stats.h"
 
@@ -152,6 +153,9 @@ static void set_flags(unsigned flags)
 
 int fld_stats_enable(int mode)
 {
+    int rc = fld__callout_refuse("fld_stats_enable");
+    if (rc)
+        return rc;
     unsigned flags;
     switch (mode) {
     case FLD_STATS_OFF:
@@ -548,15 +552,26 @@ static int write_expanded(const char *who, const char *pattern, bool trace)
 
 int fld_stats_write(const char *path)
 {
-    return write_expanded("fld_stats_write", path, false);
+    int rc = fld__callout_refuse("fld_stats_write");
+    return rc ? rc : write_expanded("fld_stats_write", path, false);
 }
 
 int fld_trace_write(const char *path)
 {
-    return write_expanded("fld_trace_write", path, true);
+    int rc = fld__callout_refuse("fld_trace_write");
+    return rc ? rc : write_expanded("fld_trace_write", path, true);
 }
 
+static int flush_now(void);
+
 int fld_stats_flush(void)
+{
+    int rc = fld__callout_refuse("fld_stats_flush");
+    return rc ? rc : flush_now();
+}
+
+/* What the exit handler does; also at an exit() from plugin code. */
+static int flush_now(void)
 {
     pthread_mutex_lock(&stats_lock);
     char *file = stats_file ? strdup(stats_file) : NULL;
@@ -579,7 +594,7 @@ int fld_stats_flush(void)
 
 static void at_exit(void)
 {
-    if (fld_stats_flush() != FLD_OK)
+    if (flush_now() != FLD_OK)
         fprintf(stderr, "[fldispatch] %s\n", fld_last_error());
 }
 
@@ -596,6 +611,9 @@ static void arm_exit(void)
 int fld_stats_record(const char *op, const char *impl_id, int device_type, DLDataType dtype,
                      int status, unsigned flags, uint64_t ns)
 {
+    int rc = fld__callout_refuse("fld_stats_record");
+    if (rc)
+        return rc;
     if (!op || !*op || !impl_id || !*impl_id)
         return fld__fail(FLD_EINVAL, "fld_stats_record: argument '%s' is %s",
                          !op || !*op ? "op" : "impl_id",

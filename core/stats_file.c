@@ -3,8 +3,9 @@
  * The reader of the counters' JSON files that stats.c writes
  * (VLLM_FL_STATS_FILE, fld_stats_write()), for `fldispatch stats`, which
  * merges the files of a deployment's processes and ranks into one report.
- * Strict: the writer's keys and nothing else, each of its type; a message
- * names "path:line:column" of the value at fault.
+ * Strict: JSON (RFC 8259, config_json.c), the writer's keys and nothing
+ * else, each of its type; a message names "path:line:column" of the value
+ * at fault.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -47,11 +48,19 @@ static int read_count(const struct reader *r, const char *key, const struct fld_
     bool digits = *s != '\0' && (s[0] != '0' || s[1] == '\0');
     for (const char *p = s; digits && *p; p++)
         digits = *p >= '0' && *p <= '9';
-    if (!digits)
-        return fail_at(r, v, "'%s' must be a whole number from 0 to 2^64-1, got %s", key,
-                       v->type != FLD_YNODE_SCALAR ? "a list or an object"
-                       : *v->text                  ? v->text
-                                                   : "nothing");
+    if (!digits) {
+        /* As written: a string keeps its quotes, so "1" does not read as 1. */
+        char shown[96];
+        if (v->type == FLD_YNODE_SEQUENCE)
+            snprintf(shown, sizeof shown, "an array");
+        else if (v->type == FLD_YNODE_MAPPING)
+            snprintf(shown, sizeof shown, "an object");
+        else if (v->style == FLD_YSTYLE_DOUBLE)
+            snprintf(shown, sizeof shown, "the string \"%.80s\"", v->text);
+        else
+            snprintf(shown, sizeof shown, "%.80s", v->text);
+        return fail_at(r, v, "'%s' must be a whole number from 0 to 2^64-1, got %s", key, shown);
+    }
     errno = 0;
     unsigned long long x = strtoull(s, NULL, 10);
     if (errno == ERANGE)
@@ -160,7 +169,7 @@ int fld__stats_file_read(const char *path, struct fld_stats_file *out)
         return fld__fail(FLD_EINVAL, "fld__stats_file_read: argument 'path' is NULL");
     struct reader r = {path};
     struct fld_ynode *root = NULL;
-    int rc = fld__yaml_load(path, path, &root);
+    int rc = fld__json_load(path, path, &root);
     if (!rc && !root)
         rc = fail_at(&r, NULL, "the file is empty: a counters file is one JSON object");
     if (!rc)

@@ -5,11 +5,15 @@
 #include "devices.h"
 #include "error.h"
 #include "ops.h"
+#include "reentry.h"
 
 static _Thread_local void *streams[FLD_NDEVICES];
 
 int fld_set_stream(int device_type, void *stream)
 {
+    int rc = fld__callout_refuse("fld_set_stream");
+    if (rc)
+        return rc;
     int dev = fld__device_index(device_type);
     if (dev < 0)
         return fld__fail(FLD_EINVAL, "fld_set_stream: unknown device type %d (valid: %s)",

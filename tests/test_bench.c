@@ -757,6 +757,19 @@ START_TEST(overhead_reports_no_targets)
     /* Measurements only: the project's targets are bench/targets.py's. */
     ck_assert_msg(!strstr(r.out, "target") && !strstr(r.out, "MISS") && !strstr(r.out, "<= "), CLIP,
                   r.out);
+    /* An overhead below zero is marked, and said what it means once, under the table. */
+    int negative = 0;
+    for (const char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        size_t len = strcspn(line, "\n");
+        const char *last = line + len;
+        while (last > line && last[-1] != ' ')
+            last--;
+        if (last < line + len && last[0] == '-' && last[1] >= '0' && last[1] <= '9') {
+            ck_assert_msg(line[len - 1] == '*', "unmarked negative overhead: %.*s", (int)len, line);
+            negative++;
+        }
+    }
+    ck_assert_int_eq(tt_count_of(r.out, "* below zero: "), negative ? 1 : 0);
     tt_tool_run_free(&r);
 }
 END_TEST

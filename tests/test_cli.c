@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fldispatch/fldispatch.h>
@@ -133,6 +134,24 @@ START_TEST(command_help)
     ck_assert(line_with(r.out, "fldispatch help <command>"));
     tt_tool_run_free(&r);
     tt_tool_run_free(&top);
+
+    /* help of help is the top-level help; "--" ends the top-level options. */
+    tt_tool_run(&r, NO_ENV, ARGS("help", "help"));
+    tt_tool_run(&top, NO_ENV, ARGS("--help"));
+    assert_status(r, 0);
+    ck_assert_str_eq(r.out, top.out);
+    tt_tool_run_free(&r);
+    tt_tool_run_free(&top);
+    tt_tool_run(&r, NO_ENV, ARGS("--", "list"));
+    tt_tool_run(&top, NO_ENV, ARGS("list"));
+    assert_status(r, 0);
+    ck_assert_str_eq(r.out, top.out);
+    tt_tool_run_free(&r);
+    tt_tool_run_free(&top);
+    tt_tool_run(&r, NO_ENV, ARGS("--"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "no command after '--'"), CLIP, r.err);
+    tt_tool_run_free(&r);
 
     tt_tool_run(&r, NO_ENV, ARGS("help", "lsit"));
     assert_status(r, 2);
@@ -299,6 +318,33 @@ START_TEST(list_summary)
 }
 END_TEST
 
+/*
+ * In the table of text that starts at the line with header, every line up
+ * to the first blank one has the text of column `word` starting where the
+ * header's word starts (columns sized from their longest entry).
+ */
+static void assert_column_aligned(const char *text, const char *header, const char *word)
+{
+    const char *h = strstr(text, header);
+    ck_assert_msg(h != NULL, "no '%s' header:\n" CLIP, header, text);
+    const char *line = h;
+    while (line > text && line[-1] != '\n')
+        line--;
+    const char *at = strstr(line, word);
+    ck_assert_ptr_nonnull(at);
+    size_t col = (size_t)(at - line);
+    int rows = 0;
+    for (line = strchr(line, '\n'); line && line[1] && line[1] != '\n'; line = strchr(line + 1, '\n')) {
+        const char *row = line + 1;
+        const char *end = strchr(row, '\n');
+        size_t len = end ? (size_t)(end - row) : strlen(row);
+        ck_assert_msg(len > col && row[col - 1] == ' ' && row[col] != ' ',
+                      "column %s (at %zu) does not line up in:\n%.*s", word, col, (int)len, row);
+        rows++;
+    }
+    ck_assert_int_gt(rows, 0);
+}
+
 START_TEST(list_verbose)
 {
     struct tt_tool_run r;
@@ -321,6 +367,10 @@ START_TEST(list_verbose)
     ck_assert_msg(line_with(r.out, "vendor.template",
                             "unavailable: ", "set FLD_TEMPLATE_ENABLE=1 to enable the example"),
                   "template plugin not listed as unavailable:\n" CLIP, r.out);
+    /* The longest op name (rotary_embedding_out) does not shift the columns. */
+    ck_assert(line_with(r.out, "rotary_embedding_out ", "reference.c"));
+    assert_column_aligned(r.out, "OP ", "IMPL_ID");
+    assert_column_aligned(r.out, "OP ", "KIND");
     tt_tool_run_free(&r);
 }
 END_TEST
@@ -655,6 +705,8 @@ START_TEST(tune_and_resolve_rows_usage_errors)
         {"tune", "rms_nrom", NULL},
         {"resolve", "rms_norm", "--rows", "0", NULL},
         {"resolve", "rms_norm", "--rows", "x", NULL},
+        {"resolve", "rms_norm", "--rows", "99999999999999999999999", NULL},
+        {"resolve", "rms_norm", "--rows", "9223372036854775808", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct tt_tool_run r;
@@ -662,9 +714,14 @@ START_TEST(tune_and_resolve_rows_usage_errors)
         ck_assert_msg(r.status == 2, "%s %s %s: status %d\n" CLIP, cases[i][0], cases[i][1],
                       cases[i][2] ? cases[i][2] : "", r.status, r.err);
         ck_assert_msg(strstr(r.err, cases[i][0]), CLIP, r.err);
+        if (cases[i][2] && strcmp(cases[i][2], "--rows") == 0)
+            ck_assert_msg(strstr(r.err, "invalid --rows"), CLIP, r.err);
         tt_tool_run_free(&r);
     }
     struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--rows", "9223372036854775807"));
+    assert_status(r, 0);
+    tt_tool_run_free(&r);
     tt_tool_run(&r, NO_ENV, ARGS("tune", "--device", "cuda", "--quick"));
     assert_status(r, 3);
     ck_assert_msg(strstr(r.err, "cpu only"), CLIP, r.err);
@@ -1006,6 +1063,85 @@ START_TEST(config_file_replaces_platform_file)
     ck_assert_msg(strstr(r.out, "\"config_file\": null"), CLIP, r.out);
     ck_assert(!strstr(r.out, "cpu.yaml"));
     tt_assert_schema(r.out, "config");
+    tt_tool_run_free(&r);
+}
+END_TEST
+
+/*
+ * A copy of the tool and its library in a fresh prefix: <prefix>/bin/fldispatch,
+ * <prefix>/lib/libfldispatch.so.0, and the platform file directory
+ * <prefix>/share/fldispatch/config, empty, into config_dir. The tool's path in tool.
+ */
+static void relocated_tool(char *tool, char *config_dir)
+{
+    const char *prefix = tt_make_tmpdir("cli-prefix");
+    char bin[4096], lib[4096], share[4096], fld[4096], src[4200], dst[4200];
+    tt_make_subdir(bin, prefix, "bin", 0755);
+    tt_make_subdir(lib, prefix, "lib", 0755);
+    tt_make_subdir(share, prefix, "share", 0755);
+    tt_make_subdir(fld, share, "fldispatch", 0755);
+    tt_make_subdir(config_dir, fld, "config", 0755);
+    snprintf(src, sizeof src, "%s/bin/fldispatch", tt_build_dir());
+    snprintf(tool, 4096, "%s/fldispatch", bin);
+    tt_copy_file(src, tool, 0755);
+    snprintf(src, sizeof src, "%s/lib/libfldispatch.so.0", tt_build_dir());
+    snprintf(dst, sizeof dst, "%s/libfldispatch.so.0", lib);
+    tt_copy_file(src, dst, 0755);
+}
+
+/*
+ * The platform file path names a directory: an error naming it, as any path
+ * that is not a regular file is (a later directory never silently takes over).
+ */
+START_TEST(platform_file_that_is_a_directory)
+{
+    char tool[4096], config_dir[4096], path[4200];
+    relocated_tool(tool, config_dir);
+    struct tt_tool_run r;
+    tt_tool_run_at(&r, tool, NO_ENV, ARGS("config"));
+    assert_status(r, 0);
+    tt_tool_run_free(&r);
+
+    snprintf(path, sizeof path, "%s/cpu.yaml", config_dir);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    tt_tool_run_at(&r, tool, NO_ENV, ARGS("config"));
+    assert_status(r, 2);
+    ck_assert_msg(line_with(r.err, "platform file of 'cpu'", path, "Is a directory"), CLIP,
+                  r.err);
+    tt_tool_run_free(&r);
+}
+END_TEST
+
+/* A platform file others may write is skipped with the warning a plugin file gets. */
+START_TEST(platform_file_writable_by_others)
+{
+    char tool[4096], config_dir[4096], path[4200];
+    relocated_tool(tool, config_dir);
+    snprintf(path, sizeof path, "%s/cpu.yaml", config_dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("prefer: reference\n", f);
+    fclose(f);
+    ck_assert_int_eq(chmod(path, 0644), 0);
+    struct tt_tool_run r;
+    tt_tool_run_at(&r, tool, NO_ENV, ARGS("resolve", "rms_norm"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "order:", "reference", path), CLIP "\n" CLIP, r.out, r.err);
+    ck_assert_msg(!strstr(r.err, "WARNING"), CLIP, r.err);
+    tt_tool_run_free(&r);
+
+    ck_assert_int_eq(chmod(path, 0666), 0);
+    tt_tool_run_at(&r, tool, NO_ENV, ARGS("resolve", "rms_norm"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.err, "WARNING", "platform file", path,
+                            "file is writable by others (mode 0666)"),
+                  CLIP, r.err);
+    ck_assert_msg(!strstr(r.out, path), "the skipped file is named as a source:\n" CLIP, r.out);
+    tt_tool_run_free(&r);
+    tt_tool_run_at(&r, tool, NO_ENV, ARGS("config"));
+    assert_status(r, 0);
+    ck_assert_msg(line_with(r.out, "platform file:", "(none)"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "prefer ", "default"), CLIP, r.out);
     tt_tool_run_free(&r);
 }
 END_TEST
@@ -1421,6 +1557,8 @@ static Suite *cli_suite(void)
     tcase_add_test(config, config_json);
     tcase_add_test(config, config_per_op_order);
     tcase_add_test(config, config_file_replaces_platform_file);
+    tcase_add_test(config, platform_file_that_is_a_directory);
+    tcase_add_test(config, platform_file_writable_by_others);
     tcase_add_test(config, config_errors);
     suite_add_tcase(s, config);
 

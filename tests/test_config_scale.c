@@ -533,7 +533,7 @@ static const struct order_case order_cases[] = {
     {"VLLM_FL_OP_CONFIG", "{\"a\": \"cuda\",\n \"a\": \"vendor\"}",
      ":1:7: invalid token 'cuda' for op 'a'"},
     {"VLLM_FL_OP_CONFIG", "{\"a\": \"vendor\",\n b: \"x\",\n \"a\": \"vendor\"}",
-     ":2:2: unexpected 'b', expected a string key in double quotes"},
+     ":2:2: JSON syntax error: unexpected 'b', expected a string key in double quotes"},
     {"VLLM_FL_PER_OP", "a=vendor;a=flagos;b",
      "VLLM_FL_PER_OP: op 'a' is given more than once (again in 'a=flagos')"},
     {"VLLM_FL_PER_OP", "a=vendor;b;a=flagos", "VLLM_FL_PER_OP: fragment 'b' has no '='"},

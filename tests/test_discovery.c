@@ -937,6 +937,129 @@ START_TEST(test_load_plugin_rejections)
 }
 END_TEST
 
+/* Layout of the "kept_registry_late" op's arguments (tests/plugins/kept_registry.c). */
+typedef struct kept_registry_args {
+    int which;
+    int status;
+    char message[1024];
+} kept_registry_args;
+
+/* A registry pointer kept past register_builtins, or used on another thread, registers nothing. */
+START_TEST(test_registry_kept_past_loading)
+{
+    const char *empty = tt_make_tmpdir("disc");
+    const char *dir = tt_make_tmpdir("disc");
+    char path[PATH_MAX];
+    tt_install_fixture(path, dir, "plugins", "kept_registry");
+    use_plugin_dirs(empty);
+    init_ok();
+    int rc = fld_load_plugin(path);
+    ck_assert_msg(rc == FLD_OK, "fld_load_plugin(%s): %s: %s", path, fld_strerror(rc),
+                  fld_last_error());
+
+    static const char *const functions[] = {"fld_registry_register", "fld_registry_declare_op",
+                                            "fld_registry_set_detail",
+                                            "fld_registry_set_device_hooks"};
+    for (int which = 0; which < 4; which++) {
+        kept_registry_args a = {.which = which, .status = 1};
+        ck_assert_int_eq(fld_call_by_name("kept_registry_late", &a), FLD_OK);
+        ck_assert_msg(a.status == FLD_ESTATE, "%s through a kept registry: status %d (%s)",
+                      functions[which], a.status, a.message);
+        char want[PATH_MAX + 128];
+        snprintf(want, sizeof want, "%s: called by plugin 'kept_registry' (", functions[which]);
+        ck_assert_msg(strstr(a.message, want) && strstr(a.message, "after its register_builtins "
+                                                                   "returned"),
+                      "message '%s' does not contain '%s'", a.message, want);
+    }
+    /* Its own thread, while register_builtins waited for it. */
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(h);
+    int (*thread_status)(void) =
+        (int (*)(void))dlsym(h, "fld_fixture_kept_registry_thread_status");
+    ck_assert_ptr_nonnull(thread_status);
+    ck_assert_int_eq(thread_status(), FLD_ESTATE);
+    dlclose(h);
+
+    /* Nothing of it reached the registry or the plugin record. */
+    ck_assert_ptr_null(fld_op_lookup("kept_registry_extra"));
+    fld_signature_info sig;
+    ck_assert_int_eq(fld_op_signature("kept_registry_extra", &sig), FLD_ENOTFOUND);
+    const struct plugin_rec *r = find_by_name(snap_plugins(), "kept_registry");
+    expect_status(r, path, FLD_PLUGIN_LOADED, "");
+    ck_assert_str_eq(r->detail, "loaded");
+    ck_assert_uint_eq(r->n_impls, 1);
+    const char *provider = NULL;
+    ck_assert_int_ne(fld_device_provider(FLD_DEVICE_CUDA, &provider), FLD_OK);
+    /* Still refused after a reload, which keeps the plugin loaded. */
+    ck_assert_int_eq(fld_reload(), FLD_OK);
+    kept_registry_args a = {.which = 0, .status = 1};
+    ck_assert_int_eq(fld_call_by_name("kept_registry_late", &a), FLD_OK);
+    ck_assert_int_eq(a.status, FLD_ESTATE);
+    ck_assert_ptr_null(fld_op_lookup("kept_registry_extra"));
+}
+END_TEST
+
+/* Layout of the "recursive_call" op's arguments (tests/plugins/recursive.c). */
+typedef struct recursive_args {
+    int remaining;
+    int calls;
+} recursive_args;
+
+/* A kernel that calls its own op without end is stopped by the nesting limit, not the stack. */
+START_TEST(test_recursive_kernel_is_stopped)
+{
+    const char *empty = tt_make_tmpdir("disc");
+    const char *dir = tt_make_tmpdir("disc");
+    char path[PATH_MAX];
+    tt_install_fixture(path, dir, "plugins", "recursive");
+    use_plugin_dirs(empty);
+    fld_log_set_callback(capture_log, NULL);
+    init_ok();
+    int rc = fld_load_plugin(path);
+    ck_assert_msg(rc == FLD_OK, "fld_load_plugin(%s): %s", path, fld_last_error());
+
+    /* Nesting well inside the limit works. */
+    recursive_args bounded = {.remaining = 20};
+    rc = fld_call_by_name("recursive_call", &bounded);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    ck_assert_int_eq(bounded.calls, 21);
+
+    /* Without end: the call 65 deep is refused; the error comes back up. */
+    recursive_args endless = {.remaining = -1};
+    rc = fld_call_by_name("recursive_call", &endless);
+    ck_assert_int_ne(rc, FLD_OK);
+    ck_assert_int_eq(endless.calls, 64);
+    ck_assert_msg(count_log(FLD_LOG_WARNING, "nested more than 64 deep") >= 1 ||
+                      strstr(fld_last_error(), "nested more than 64 deep"),
+                  "the nesting limit is not named: %s", fld_last_error());
+
+    /* The typed entry point, on its cached direct call: the deepest call falls back to the
+     * reference, which serves it. */
+    float x[2][8], out[2][8];
+    for (int i = 0; i < 16; i++)
+        x[i / 8][i % 8] = (float)(i % 5) - 2.0f;
+    int64_t shape[2] = {2, 8};
+    DLTensor tx = {
+        .data = x, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1}, .shape = shape};
+    DLTensor tout = tx;
+    tout.data = out;
+    expect_resolve("rms_norm", "vendor.recursive");
+    rc = fld_rms_norm(&tout, &tx, NULL, NULL, 1e-6f);
+    ck_assert_msg(rc == FLD_OK, "fld_rms_norm: %s", fld_last_error());
+    for (int r = 0; r < 2; r++) {
+        double ss = 0;
+        for (int i = 0; i < 8; i++)
+            ss += (double)x[r][i] * x[r][i];
+        double scale = 1.0 / sqrt(ss / 8 + 1e-6);
+        for (int i = 0; i < 8; i++)
+            ck_assert_msg(fabs(out[r][i] - x[r][i] * scale) <= 1e-5,
+                          "rms_norm[%d][%d] = %.9g, expected %.9g", r, i, (double)out[r][i],
+                          x[r][i] * scale);
+    }
+    ck_assert_int_ge(count_log(FLD_LOG_WARNING, "nested more than 64 deep"), 1);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* In-tree and out-of-tree                                                  */
 /* ------------------------------------------------------------------------ */
@@ -1266,6 +1389,8 @@ static Suite *discovery_suite(void)
     tc = tcase_create("load_plugin");
     tcase_add_test(tc, test_load_plugin_at_runtime);
     tcase_add_test(tc, test_load_plugin_rejections);
+    tcase_add_test(tc, test_registry_kept_past_loading);
+    tcase_add_test(tc, test_recursive_kernel_is_stopped);
     tcase_add_test(tc, test_in_tree_classification);
     tcase_add_test(tc, test_in_tree_needs_flag_and_version);
     tcase_add_test(tc, test_external_disabled);

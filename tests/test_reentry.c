@@ -46,7 +46,15 @@ static const struct {
     {"reentry_init", "fld_init"},         {"reentry_reload", "fld_reload"},
     {"reentry_resolve", "fld_resolve"},   {"reentry_load_plugin", "fld_load_plugin"},
     {"reentry_shutdown", "fld_shutdown"},
+    /* the process-wide settings, the application's (FIRST_SETTING on) */
+    {"reentry_log_level", "fld_log_set_level"},
+    {"reentry_log_callback", "fld_log_set_callback"},
+    {"reentry_stats_enable", "fld_stats_enable"},
+    {"reentry_stats_write", "fld_stats_write"},
+    {"reentry_stats_record", "fld_stats_record"},
+    {"reentry_set_stream", "fld_set_stream"},
 };
+#define FIRST_SETTING 5
 
 static char log_path[PATH_MAX];
 
@@ -479,6 +487,40 @@ START_TEST(device_hook_calls_in)
 }
 END_TEST
 
+static int setting_log_lines;
+
+static void count_setting_log(int level, const char *message, void *user)
+{
+    (void)level;
+    (void)user;
+    if (strstr(message, "after the load"))
+        setting_log_lines++;
+}
+
+/* A refused setting changed nothing: the application's level, callback, counters and stream. */
+START_TEST(setting_from_register_builtins_changes_nothing)
+{
+    setup_dir(nested[_i].name, NULL);
+    ck_assert_int_eq(fld_log_set_level(FLD_LOG_INFO), FLD_OK);
+    ck_assert_int_eq(fld_log_set_callback(count_setting_log, NULL), FLD_OK);
+    ck_assert_int_eq(fld_stats_enable(FLD_STATS_CALLS), FLD_OK);
+    ck_assert_msg(fld_init() == FLD_OK, "%s", fld_last_error());
+    assert_rejected_cleanly(_i);
+    ck_assert_int_eq(fld_log_get_level(), FLD_LOG_INFO);
+    fld_log(FLD_LOG_WARNING, "a line after the load");
+    ck_assert_int_eq(setting_log_lines, 1);
+    ck_assert_int_eq(fld_stats_mode(), FLD_STATS_CALLS);
+    size_t count = 1;
+    ck_assert_int_eq(fld_stats_snapshot(NULL, 0, &count), FLD_OK);
+    ck_assert_uint_eq(count, 0);
+    char stats_file[PATH_MAX + 16];
+    snprintf(stats_file, sizeof stats_file, "%s.stats.json", log_path);
+    ck_assert_msg(access(stats_file, F_OK) != 0, "%s was written", stats_file);
+    ck_assert_ptr_null(fld_get_stream(FLD_DEVICE_CUDA));
+    fld_log_set_callback(NULL, NULL);
+}
+END_TEST
+
 static Suite *reentry_suite(void)
 {
     Suite *s = suite_create("reentry");
@@ -495,6 +537,7 @@ static Suite *reentry_suite(void)
                         N_APP_CALLS);
     tcase_add_loop_test(tc, foreach_callbacks_call_in, 0, N_APP_CALLS);
     tcase_add_test(tc, device_hook_calls_in);
+    tcase_add_loop_test(tc, setting_from_register_builtins_changes_nothing, FIRST_SETTING, n);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("probe");

@@ -10,12 +10,14 @@
  * (#524); here a bad plugin loses only its own impls, and all of them.
  */
 #include <check.h>
+#include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/catalog_args.h"
@@ -1215,6 +1217,108 @@ START_TEST(lookups_while_the_table_grows)
 }
 END_TEST
 
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int binding_declines(void *ctx, const void *args)
+{
+    (void)ctx;
+    (void)args;
+    return FLD_EUNSUPPORTED;
+}
+
+struct id_walk {
+    char last[64];
+    size_t seen, shared;
+    bool ordered;
+};
+
+static int walk_silu_impls(const fld_impl_info *info, void *user)
+{
+    struct id_walk *w = user;
+    if (strcmp(info->op, FLD_OP_SILU_AND_MUL) != 0)
+        return 0;
+    if (w->seen && strcmp(w->last, info->impl_id) > 0)
+        w->ordered = false;
+    snprintf(w->last, sizeof w->last, "%s", info->impl_id);
+    w->seen++;
+    return 0;
+}
+
+/*
+ * Many implementations of one op stay near-linear to register: a real
+ * plugin's 40000 in descending impl_id order (tests/plugins/many_impls.c),
+ * a binding's 40000 of the same ids in one call (each id then shared by two
+ * plugins), and 2000 more registered one call each: seconds at most, where
+ * a scan or a shift of the op's whole list per record would take minutes.
+ */
+START_TEST(many_impls_of_one_op)
+{
+    enum { N = 40000, ONE_BY_ONE = 2000 };
+    char text[32], path[PATH_MAX];
+    snprintf(text, sizeof text, "%d", N);
+    setenv("FLD_FIXTURE_MANY_IMPLS", text, 1);
+    snprintf(path, sizeof path, "%s/tests/plugins/fld-many_impls.so", tt_build_dir());
+    ck_assert_int_eq(fld_init(), FLD_OK);
+
+    double start = seconds_now();
+    int rc = fld_load_plugin(path);
+    ck_assert_msg(rc == FLD_OK, "fld_load_plugin(%s): %s", path, fld_last_error());
+    double loaded = seconds_now();
+
+    fld_binding_impl *b = calloc(N, sizeof *b);
+    char(*ids)[32] = calloc(N, sizeof *ids);
+    ck_assert(b && ids);
+    for (int i = 0; i < N; i++) {
+        snprintf(ids[i], sizeof ids[i], "vendor.many_%06d", i);
+        b[i] = (fld_binding_impl){.op = FLD_OP_SILU_AND_MUL,
+                                  .impl_id = ids[i],
+                                  .kind = FLD_KIND_VENDOR,
+                                  .vendor = "many",
+                                  .priority = FLD_PRIORITY_VENDOR,
+                                  .devices = FLD_DEVICE_MASK_CPU,
+                                  .dtypes = FLD_DTYPE_MASK_ALL,
+                                  .fn = binding_declines};
+    }
+    rc = fld_binding_register("many_binding", "1.0", "test:many", b, N);
+    ck_assert_msg(rc == FLD_OK, "fld_binding_register: %s", fld_last_error());
+    double shared = seconds_now();
+    for (int i = ONE_BY_ONE - 1; i >= 0; i--) {
+        snprintf(ids[0], sizeof ids[0], "vendor.more_%06d", i);
+        rc = fld_binding_register("more_binding", "1.0", "test:more", b, 1);
+        ck_assert_msg(rc == FLD_OK, "fld_binding_register %s: %s", ids[0], fld_last_error());
+    }
+    double done = seconds_now();
+    free(b);
+    free(ids);
+    double limit = 3.0 * tt_time_scale();
+    ck_assert_msg(done - start < limit,
+                  "registering took %.2f s, over %.1f s: the plugin's %.2f s, the shared ids' "
+                  "%.2f s, %d one by one %.2f s",
+                  done - start, limit, loaded - start, shared - loaded, ONE_BY_ONE,
+                  done - shared);
+
+    struct id_walk w = {.ordered = true};
+    ck_assert_int_eq(fld_foreach_impl(walk_silu_impls, &w), FLD_OK);
+    ck_assert_uint_eq(w.seen, 2 * N + ONE_BY_ONE + 1); /* and reference.c */
+    ck_assert_msg(w.ordered, "silu_and_mul's implementations not listed in impl_id order");
+    /* Ties by impl_id, then out-of-tree plugins by name: the binding's record first. */
+    const char *impl = NULL;
+    rc = fld_resolve(FLD_OP_SILU_AND_MUL, FLD_DEVICE_CPU, FLD_DTYPE_F32, &impl);
+    ck_assert_msg(rc == FLD_OK, "%s", fld_last_error());
+    ck_assert_str_eq(impl, "vendor.many_000000@many_binding");
+    fld_resolution *res = NULL;
+    ck_assert_int_eq(fld_explain(FLD_OP_SILU_AND_MUL, FLD_DEVICE_CPU, FLD_DTYPE_F32, &res), FLD_OK);
+    ck_assert_str_eq(res->candidates[1], "vendor.many_000000@many_impls");
+    ck_assert_str_eq(res->candidates[2], "vendor.many_000001@many_binding");
+    fld_resolution_free(res);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 
 static Suite *registry_suite(void)
@@ -1256,6 +1360,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, many_ops_linear_memory);
     tcase_add_test(tc, duplicate_found_among_many_staged);
     tcase_add_test(tc, lookups_while_the_table_grows);
+    tcase_add_test(tc, many_impls_of_one_op);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -263,7 +263,16 @@ START_TEST(refuses_what_is_not_a_counters_file)
             "  {\"op\": 5, \"impl_id\": \"b\", \"device\": \"cpu\", \"dtype\": \"f32\", "
             "\"calls\": 1, \"fallbacks\": 0, \"failures\": 0, \"total_ns\": 0}]}\n",
             2, "opnum.json:2:10: 'op' must be a string");
-    refused(dir, "syntax.json", "{\"pid\": 1, \"rank\": \n", 2, "syntax.json:");
+    refused(dir, "syntax.json", "{\"pid\": 1, \"rank\": \n", 2,
+            "syntax.json:2:1: JSON syntax error: unexpected end of file");
+    /* JSON, not YAML: what YAML alone would read is refused as JSON. */
+    refused(dir, "yaml.json", "pid: 1\nrank: 0\nmode: time\nentries: []\n", 2,
+            "yaml.json:1:1: JSON syntax error: unexpected 'p'");
+    /* A string is shown with its quotes: "1" is not the number 1. */
+    refused(dir, "quoted.json", "{\"pid\": \"1\", \"rank\": 0, \"mode\": \"time\", \"entries\": []}\n",
+            2, "quoted.json:1:9: 'pid' must be a whole number from 0 to 2^64-1, got the string \"1\"");
+    refused(dir, "listpid.json", "{\"pid\": [1], \"rank\": 0, \"mode\": \"time\", \"entries\": []}\n",
+            2, "'pid' must be a whole number from 0 to 2^64-1, got an array");
 
     /* two files of one process; a sum past 2^63-1 */
     write_counters(in_dir(dir, "p1.json"), "42", "3", "calls", "x", "y", "9223372036854775807", "0",
@@ -298,6 +307,26 @@ START_TEST(refuses_what_is_not_a_counters_file)
 }
 END_TEST
 
+/* What a process with no calls writes: no rows, not an error. */
+START_TEST(a_file_without_entries)
+{
+    const char *dir = tt_make_tmpdir("stats-empty");
+    write_text(in_dir(dir, "none.json"), "{\"pid\": 7, \"rank\": null, \"mode\": \"calls\", \"entries\": []}\n");
+    write_text(in_dir(dir, "none2.json"), "{\"pid\": 8, \"rank\": 1, \"mode\": \"time\", \"entries\": []}\n");
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("stats", in_dir(dir, "none.json")));
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.out, "1 file(s), 0 with a rank, 0 timed: 0 row(s)"), "%s", r.out);
+    tt_tool_run_free(&r);
+    tt_tool_run(&r, NO_ENV,
+                ARGS("stats", "--json", "--by-rank", in_dir(dir, "none.json"), in_dir(dir, "none2.json")));
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    tt_assert_schema(r.out, "stats");
+    ck_assert_msg(strstr(r.out, "\"entries\": []"), "%s", r.out);
+    tt_tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(a_rank_that_was_not_a_number)
 {
     const char *dir = tt_make_tmpdir("stats-norank");
@@ -328,6 +357,7 @@ static Suite *stats_merge_suite(void)
     tcase_add_test(tc, sums_over_files_and_keeps_modes_apart);
     tcase_add_test(tc, merges_what_the_library_writes);
     tcase_add_test(tc, refuses_what_is_not_a_counters_file);
+    tcase_add_test(tc, a_file_without_entries);
     tcase_add_test(tc, a_rank_that_was_not_a_number);
     suite_add_tcase(s, tc);
     return s;

@@ -287,6 +287,9 @@ START_TEST(dtype_and_device_lists)
         {"--min-gain", "x", "invalid --min-gain 'x'"},
         {"--min-gain", "100", "invalid --min-gain '100'"},
         {"--max-memory", "12Q", "invalid --max-memory '12Q'"},
+        {"--max-memory", "99999999999999999999999", "invalid --max-memory '99999999999999999999999'"},
+        {"--max-memory", "16777216T", "invalid --max-memory '16777216T'"},
+        {"--max-memory", "1e400", "invalid --max-memory '1e400'"},
         {"--reps", "1", "invalid --reps '1'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -113,6 +113,22 @@ START_TEST(quick_passes_for_every_op_and_dtype)
     ck_assert(line_with(r.out, "rows:", " 0 failed"));
     ck_assert(!strstr(r.out, "attention_backend"));
     ck_assert_str_eq(r.err, "");
+    /* Every row's IMPL starts under the header's, the longest op name (rotary_embedding_out) too. */
+    const char *header = strstr(r.out, "\nOP ");
+    ck_assert_ptr_nonnull(header);
+    size_t col = (size_t)(strstr(header, "IMPL") - (header + 1));
+    int rows = 0;
+    for (const char *line = strchr(header + 1, '\n'); line && strchr(line + 1, '\n');
+         line = strchr(line + 1, '\n')) {
+        const char *row = line + 1;
+        if (strncmp(row, "rotary_embedding_out ", 21) != 0 && strncmp(row, "rms_norm ", 9) != 0)
+            continue;
+        ck_assert_msg(row[col - 1] == ' ' && (strncmp(row + col, "reference.c", 11) == 0 ||
+                                              strncmp(row + col, "vendor.cpu", 10) == 0),
+                      "IMPL is not at column %zu in:\n%.*s", col, (int)strcspn(row, "\n"), row);
+        rows++;
+    }
+    ck_assert_int_ge(rows, 12);
     tt_tool_run_free(&r);
 }
 END_TEST
@@ -537,6 +553,22 @@ START_TEST(decline_after_writing_fails)
 }
 END_TEST
 
+/* A kernel that writes past the end of out fails its row, named, and the run goes on. */
+START_TEST(write_past_out_fails_by_name)
+{
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(bad_kernel_env()),
+                ARGS("verify", "--quick", "gelu_quick", "rms_norm", "--dtype", "f32"));
+    assert_status(r, 1);
+    ck_assert_msg(line_with(r.out, "gelu_quick ", "f32 ", "vendor.bad ", "FAIL"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "first failure", "wrote past the end of 'out'", "guard bytes"),
+                  CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "gelu_quick ", "f32 ", "reference.c ", "PASS"), CLIP, r.out);
+    ck_assert_msg(line_with(r.out, "rms_norm ", "f32 ", "reference.c ", "PASS"), CLIP, r.out);
+    tt_tool_run_free(&r);
+}
+END_TEST
+
 START_TEST(policy_dropped_impl_is_skipped)
 {
     struct tt_tool_run r;
@@ -636,6 +668,7 @@ static Suite *verify_suite(void)
     tcase_add_test(tc, failure_in_json);
     tcase_add_test(tc, clean_decline_passes);
     tcase_add_test(tc, decline_after_writing_fails);
+    tcase_add_test(tc, write_past_out_fails_by_name);
     tcase_add_test(tc, policy_dropped_impl_is_skipped);
     suite_add_tcase(s, tc);
     return s;

@@ -286,13 +286,28 @@ static int print_plugin_text(const fld_plugin_info *p, void *user)
     return 0;
 }
 
+/* The widths of the implementation table's name columns: the longest op name and impl_id. */
+struct impl_widths {
+    int op, impl_id;
+};
+
+static int measure_impl(const fld_impl_info *m, void *user)
+{
+    struct impl_widths *w = user;
+    int n = (int)strlen(cli_text(m->op));
+    w->op = n > w->op ? n : w->op;
+    n = (int)strlen(cli_text(m->impl_id));
+    w->impl_id = n > w->impl_id ? n : w->impl_id;
+    return 0;
+}
+
 static int print_impl_text(const fld_impl_info *m, void *user)
 {
-    (void)user;
+    const struct impl_widths *w = user;
     char devices[64], dtypes[64];
     bool why = !m->available && m->unavailable_reason && *m->unavailable_reason;
-    printf("  %-18s %-18s %-9s %-8s %4d  %-20s %-13s %-10s %s%s%s\n", cli_text(m->op),
-           cli_text(m->impl_id), cli_text(m->kind), m->vendor ? cli_text(m->vendor) : "-",
+    printf("  %-*s %-*s %-9s %-8s %4d  %-20s %-13s %-10s %s%s%s\n", w->op, cli_text(m->op),
+           w->impl_id, cli_text(m->impl_id), cli_text(m->kind), m->vendor ? cli_text(m->vendor) : "-",
            m->priority, cli_devices_text(m->devices, devices, sizeof devices),
            cli_dtypes_text(m->dtypes, dtypes, sizeof dtypes), cli_text(m->plugin),
            m->available ? "available" : "unavailable", why ? ": " : "",
@@ -309,9 +324,12 @@ static int list_verbose(size_t *rejected)
     if (walk_failed(fld_foreach_plugin(print_plugin_text, rejected), false))
         return CLI_EXIT_CHECK_FAILED;
     printf("\nImplementations:\n");
-    printf("  %-18s %-18s %-9s %-8s %4s  %-20s %-13s %-10s %s\n", "OP", "IMPL_ID", "KIND", "VENDOR",
-           "PRIO", "DEVICES", "DTYPES", "PLUGIN", "STATUS");
-    if (walk_failed(fld_foreach_impl(print_impl_text, NULL), false))
+    struct impl_widths widths = {18, 18};
+    if (walk_failed(fld_foreach_impl(measure_impl, &widths), false))
+        return CLI_EXIT_CHECK_FAILED;
+    printf("  %-*s %-*s %-9s %-8s %4s  %-20s %-13s %-10s %s\n", widths.op, "OP", widths.impl_id,
+           "IMPL_ID", "KIND", "VENDOR", "PRIO", "DEVICES", "DTYPES", "PLUGIN", "STATUS");
+    if (walk_failed(fld_foreach_impl(print_impl_text, &widths), false))
         return CLI_EXIT_CHECK_FAILED;
     return CLI_EXIT_OK;
 }

@@ -7,6 +7,7 @@
  * "none"), so scripts can take `| head -n 1`. --rows N resolves a call of N
  * rows, which picks the manifest's row bucket where it has them.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,10 +169,11 @@ int cmd_resolve(int argc, char **argv)
             break;
         case OPT_ROWS: {
             char *end;
+            errno = 0;
             long long n = strtoll(value, &end, 10);
-            if (*value < '0' || *value > '9' || *end || n < 1)
-                return cli_usage_error("resolve", "invalid --rows '%s' (a row count from 1)",
-                                       value);
+            if (*value < '0' || *value > '9' || *end || errno || n < 1)
+                return cli_usage_error("resolve",
+                                       "invalid --rows '%s' (a row count from 1 to 2^63-1)", value);
             rows = n;
             break;
         }

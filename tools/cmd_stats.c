@@ -367,7 +367,8 @@ int cmd_stats(int argc, char **argv)
         status = merge_files(&m);
     if (!status) {
         sort_ctx = &m;
-        qsort(m.rows, m.n, sizeof *m.rows, row_order);
+        if (m.n > 1) /* rows is NULL when no file has an entry */
+            qsort(m.rows, m.n, sizeof *m.rows, row_order);
         if (json)
             print_json(&m);
         else

@@ -343,11 +343,12 @@ static int parse_size(const char *text, double *bytes)
         unit = 1024.0 * 1024 * 1024 * 1024;
     if (unit > 1)
         end++;
+    /* 2^64 bytes and more cannot be addressed: refused, not clamped. */
     if (*text < '0' || *text > '9' || errno || end == text || *end || !(v > 0) ||
-        !isfinite(v * unit))
+        !(v * unit < 18446744073709551616.0))
         return cli_usage_error("tune",
                                "invalid --max-memory '%s' (bytes, or a number with K, M, "
-                               "G or T)",
+                               "G or T; below 2^64 bytes)",
                                text);
     *bytes = v * unit;
     return CLI_EXIT_OK;

@@ -18,6 +18,9 @@
  *   compare  outputs element-wise against the reference (max abs and rel
  *            error, allclose), and bytes outside them (row padding, the
  *            rotary tail past rot_dim, read-only inputs) against the input;
+ *            on the CPU, the guard bytes after every tensor's storage
+ *            (tensors.h TOOL_GUARD_BYTES) must be intact: a kernel that
+ *            wrote past the end fails its row, named, and the run goes on;
  *   report   a table, or JSON.
  *
  * Devices other than cpu: the inputs are generated on the host as for the
@@ -68,7 +71,8 @@ static const char verify_usage[] =
     "Each implementation runs alone (pinned by a strict per-op order 'impl:<id>')\n"
     "on its own copy of the inputs. Its outputs must satisfy\n"
     "|got - want| <= atol + rtol * |want| element-wise, and nothing else may change:\n"
-    "row padding, rotary elements past rot_dim, read-only inputs. An implementation\n"
+    "row padding, rotary elements past rot_dim, read-only inputs, the guard bytes\n"
+    "after every tensor (a write past the end fails the row). An implementation\n"
     "may decline a call (counted as 'declined') if it leaves its outputs untouched.\n"
     "reference.c's own row shows that it accepted every case and wrote nothing\n"
     "but its outputs; its errors are 0 by definition.\n"
@@ -799,6 +803,21 @@ static void run_row(struct row *r, int device, const struct verify_io *input,
     int rc;
     if (device == FLD_DEVICE_CPU) {
         rc = call_pinned(op, r->impl, &io);
+        for (int s = 0; s < VS_COUNT; s++) {
+            struct tool_tensor *tt = verify_slot(&io, (enum verify_slot)s);
+            if (!tt || tool_tensor_guard_intact(tt))
+                continue;
+            violation(&oc, "wrote past the end of '%s' (into the %d guard bytes after its storage; "
+                      "status %d)",
+                      verify_slot_name((enum verify_slot)s), TOOL_GUARD_BYTES, rc);
+            if (s == VS_CACHE) /* shared by the next runs */
+                tool_tensor_guard_reset(tt);
+        }
+        if (oc.bad) {
+            record(r, label, &oc);
+            verify_io_free(&io);
+            return;
+        }
     } else {
         bool moved;
         rc = call_pinned_device(op, r->impl, &io, device, &oc, &moved);
@@ -1014,16 +1033,24 @@ static void report_text(const struct verify_opts *o, const struct plan *p)
         printf("device memory: plugin '%s'; expected outputs: %s on the host; %d guard bytes "
                "around every tensor\n",
                cli_text(o->provider), REFERENCE_ID, DEV_GUARD_BYTES);
-    printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8s %-8s %s\n", "OP", "DTYPE", "IMPL", "CASES",
-           "MAX_ABS", "MAX_REL", "ATOL", "RTOL", "VERDICT");
+    /* Columns as wide as their longest op name and impl_id (at least the usual 18 and 16). */
+    int op_w = 18, impl_w = 16;
+    for (size_t i = 0; i < p->n; i++) {
+        int n = (int)strlen(verify_ops[p->rows[i].op].name);
+        op_w = n > op_w ? n : op_w;
+        n = (int)strlen(cli_text(p->rows[i].impl[0] ? p->rows[i].impl : "-"));
+        impl_w = n > impl_w ? n : impl_w;
+    }
+    printf("%-*s %-5s %-*s %-9s %-10s %-10s %-8s %-8s %s\n", op_w, "OP", "DTYPE", impl_w, "IMPL",
+           "CASES", "MAX_ABS", "MAX_REL", "ATOL", "RTOL", "VERDICT");
     int passed = 0, failed = 0, skipped = 0;
     for (size_t i = 0; i < p->n; i++) {
         const struct row *r = &p->rows[i];
         char cases[24], verdict[400];
         if (r->skip[0]) {
             skipped++;
-            printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8s %-8s skipped: %s\n",
-                   verify_ops[r->op].name, tool_dtype_name(r->dtype),
+            printf("%-*s %-5s %-*s %-9s %-10s %-10s %-8s %-8s skipped: %s\n", op_w,
+                   verify_ops[r->op].name, tool_dtype_name(r->dtype), impl_w,
                    r->impl[0] ? cli_text(r->impl) : "-", "-", "-", "-", "-", "-",
                    cli_text(r->skip));
             continue;
@@ -1045,9 +1072,9 @@ static void report_text(const struct verify_opts *o, const struct plan *p)
             snprintf(abs_err, sizeof abs_err, "%.3g", r->max_abs);
             snprintf(rel_err, sizeof rel_err, "%.3g", r->max_rel);
         }
-        printf("%-18s %-5s %-16s %-9s %-10s %-10s %-8.2g %-8.2g %s\n", verify_ops[r->op].name,
-               tool_dtype_name(r->dtype), cli_text(r->impl), cases, abs_err, rel_err, r->atol,
-               r->rtol, verdict);
+        printf("%-*s %-5s %-*s %-9s %-10s %-10s %-8.2g %-8.2g %s\n", op_w, verify_ops[r->op].name,
+               tool_dtype_name(r->dtype), impl_w, cli_text(r->impl), cases, abs_err, rel_err,
+               r->atol, r->rtol, verdict);
         if (r->failed)
             printf("    first failure: %s\n", cli_text(r->first_failure));
     }

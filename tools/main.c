@@ -294,6 +294,10 @@ static int help(int argc, char **argv)
     }
     if (argc > 3)
         return cli_usage_error(NULL, "'help' takes one command ('%s' and '%s')", argv[2], argv[3]);
+    if (strcmp(argv[2], "help") == 0) {
+        print_usage(stdout);
+        return CLI_EXIT_OK;
+    }
     const struct command *c = find_command(argv[2]);
     if (!c)
         return unknown_command(argv[2]);
@@ -308,20 +312,29 @@ int main(int argc, char **argv)
         print_usage(stderr);
         return CLI_EXIT_USAGE;
     }
+    /* "--" ends the top-level options: what follows is a command, even if it starts with '-'. */
+    bool operands = strcmp(argv[1], "--") == 0;
+    if (operands) {
+        if (argc < 3)
+            return cli_usage_error(NULL, "no command after '--'");
+        argv[1] = argv[0];
+        argc--;
+        argv++;
+    }
     const char *cmd = argv[1];
-    if (cli_is_help(cmd)) {
+    if (!operands && cli_is_help(cmd)) {
         print_usage(stdout);
         return CLI_EXIT_OK;
     }
     if (strcmp(cmd, "help") == 0)
         return help(argc, argv);
-    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0)
+    if ((!operands && strcmp(cmd, "--version") == 0) || strcmp(cmd, "version") == 0)
         return print_version();
 
     const struct command *c = find_command(cmd);
     if (c)
         return c->run(argc - 1, argv + 1);
-    if (cmd[0] == '-') {
+    if (cmd[0] == '-' && !operands) {
         static const char *const top_options[] = {"--help", "--version"};
         char hint[128];
         cli_did_you_mean(cmd, top_options, 2, hint, sizeof hint);

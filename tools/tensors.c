@@ -47,6 +47,12 @@ size_t tool_dtype_size(int dtype)
     }
 }
 
+/* Byte i of the guard pattern: not a constant a memset could write, nor a plausible float. */
+static unsigned char guard_byte(size_t i)
+{
+    return (unsigned char)(0xa5u ^ (i * 0x3bu));
+}
+
 bool tool_tensor_alloc(struct tool_tensor *tt, int dtype, int ndim, const int64_t *shape,
                        int64_t row_pad)
 {
@@ -70,16 +76,21 @@ bool tool_tensor_alloc(struct tool_tensor *tt, int dtype, int ndim, const int64_
     overflow |= __builtin_mul_overflow((size_t)step, tool_dtype_size(dtype), &bytes);
     if (overflow)
         return false;
-    /* aligned_alloc wants a multiple of the alignment, and something for empty tensors. */
-    size_t rounded = (bytes + 63) & ~(size_t)63;
-    if (rounded == 0)
-        rounded = 64;
+    /* aligned_alloc wants a multiple of the alignment; guard bytes follow the storage, so a
+     * kernel that writes past the end is caught (verify) instead of corrupting the heap. */
+    size_t rounded;
+    if (__builtin_add_overflow(bytes, (size_t)TOOL_GUARD_BYTES + 63, &rounded))
+        return false;
+    rounded &= ~(size_t)63;
     void *p = aligned_alloc(64, rounded);
     if (!p)
         return false;
-    memset(p, 0, rounded);
+    memset(p, 0, bytes);
+    for (size_t i = bytes; i < rounded; i++)
+        ((unsigned char *)p)[i] = guard_byte(i - bytes);
     tt->alloc = p;
     tt->bytes = bytes;
+    tt->guard = rounded - bytes;
     tt->dtype = dtype;
     tt->t.data = p;
     tt->t.device = (DLDevice){kDLCPU, 0};
@@ -89,6 +100,26 @@ bool tool_tensor_alloc(struct tool_tensor *tt, int dtype, int ndim, const int64_
     tt->t.strides = tt->strides;
     tt->t.byte_offset = 0;
     return true;
+}
+
+bool tool_tensor_guard_intact(const struct tool_tensor *tt)
+{
+    if (!tt->alloc)
+        return true;
+    const unsigned char *g = (const unsigned char *)tt->alloc + tt->bytes;
+    for (size_t i = 0; i < tt->guard; i++)
+        if (g[i] != guard_byte(i))
+            return false;
+    return true;
+}
+
+void tool_tensor_guard_reset(struct tool_tensor *tt)
+{
+    if (!tt->alloc)
+        return;
+    unsigned char *g = (unsigned char *)tt->alloc + tt->bytes;
+    for (size_t i = 0; i < tt->guard; i++)
+        g[i] = guard_byte(i);
 }
 
 void tool_tensor_free(struct tool_tensor *tt)

@@ -32,7 +32,11 @@ struct tool_tensor {
     int dtype;    /* enum tool_dtype */
     void *alloc;  /* 64-byte aligned storage; t.data == alloc, t.byte_offset == 0 */
     size_t bytes; /* size of the storage, padding included */
+    size_t guard; /* bytes of guard pattern after the storage (tool_tensor_guard_intact()) */
 };
+
+/* At least this many bytes of a fixed pattern follow every tensor's storage. */
+#define TOOL_GUARD_BYTES 256
 
 /* The DLPack dtype of a tool dtype. */
 DLDataType tool_dlpack_dtype(int dtype);
@@ -50,6 +54,10 @@ size_t tool_dtype_size(int dtype);
 bool tool_tensor_alloc(struct tool_tensor *tt, int dtype, int ndim, const int64_t *shape,
                        int64_t row_pad);
 void tool_tensor_free(struct tool_tensor *tt);
+/* Whether the guard pattern after tt's storage is as written: nothing wrote past the end. */
+bool tool_tensor_guard_intact(const struct tool_tensor *tt);
+/* Writes the guard pattern again (a tensor shared by several runs, after one wrote past it). */
+void tool_tensor_guard_reset(struct tool_tensor *tt);
 
 /* Number of logical elements (padding excluded). */
 int64_t tool_tensor_numel(const struct tool_tensor *tt);

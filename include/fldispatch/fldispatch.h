@@ -987,9 +987,13 @@ enum fld_log_level {
  * Messages at or above the level are emitted. The default is WARNING, or
  * VLLM_FL_LOG_LEVEL (DEBUG, INFO, WARNING, ERROR). Setting it here wins over
  * the environment until fld_reload(). Both: no init; one process-wide
- * level, read and set atomically.
+ * level, read and set atomically. The setter returns FLD_OK, or FLD_ESTATE
+ * and changes nothing when called from code the library runs (a plugin's
+ * code while it is loaded, a device hook, a callback of the application;
+ * plugin.h), like fld_log_set_callback(), the fld_stats_* functions that
+ * change or write the counters, and fld_set_stream().
  */
-FLD_API void fld_log_set_level(int level);
+FLD_API int fld_log_set_level(int level);
 FLD_API int fld_log_get_level(void);
 
 /*
@@ -1003,10 +1007,11 @@ FLD_API int fld_log_get_level(void);
  * and changes nothing; the plugin being loaded is not blamed. No init. Replacing the callback is
  * atomic, but a line that another thread is logging at that moment may still reach the previous fn:
  * the library keeps the previous (fn, user) callable until fld_shutdown(), and so must the
- * application.
+ * application. FLD_OK; FLD_ENOMEM; FLD_ESTATE from code the library runs
+ * (fld_log_set_level()).
  */
 typedef void (*fld_log_fn)(int level, const char *message, void *user);
-FLD_API void fld_log_set_callback(fld_log_fn fn, void *user);
+FLD_API int fld_log_set_callback(fld_log_fn fn, void *user);
 
 /* ------------------------------------------------------------------------ */
 /* What ran: call counters and the dispatch trace                          */
@@ -1043,7 +1048,9 @@ FLD_API void fld_log_set_callback(fld_log_fn fn, void *user);
  * child starts its counts and trace from zero.
  *
  * Counters survive fld_shutdown(); the strings of a snapshot stay valid
- * until the process ends. All of these: no init, MT safe.
+ * until the process ends. All of these: no init, MT safe. Those that
+ * return a status return FLD_ESTATE and change and write nothing when
+ * called from code the library runs (fld_log_set_level()).
  */
 enum fld_stats_mode { FLD_STATS_OFF = 0, FLD_STATS_CALLS = 1, FLD_STATS_TIME = 2 };
 #define FLD_TRACE_CAP 262144
@@ -1104,7 +1111,9 @@ FLD_API int fld_stats_record(const char *op, const char *impl_id, int device_typ
  * hipStream_t or aclrtStream); the device plugins queue every kernel, copy
  * and synchronize of that thread on it. Thread-local; one stream per device
  * type, so set the stream of the device you call on. No init: the setting
- * belongs to the thread and outlives fld_shutdown().
+ * belongs to the thread and outlives fld_shutdown(). FLD_EINVAL for an
+ * unknown device type; FLD_ESTATE from code the library runs
+ * (fld_log_set_level()), where the stream is the caller's to keep.
  *
  * The contract:
  *   - a stream that was set is used as it is, whatever its value: PyTorch's

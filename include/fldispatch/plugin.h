@@ -42,8 +42,11 @@
  * functions without library state (fld_strerror, fld_last_error,
  * fld_device_name, fld_dtype_index, ...), nothing else: any other call
  * (fld_init, fld_reload, fld_resolve, fld_call, fld_load_plugin,
- * fld_shutdown, a policy function, ...) returns FLD_ESTATE naming the
- * function, the plugin and the stage, and the plugin is rejected
+ * fld_shutdown, a policy function, the process-wide settings:
+ * fld_log_set_level, fld_log_set_callback, fld_stats_enable,
+ * fld_stats_write, fld_stats_record, fld_set_stream, ...) returns
+ * FLD_ESTATE, changes nothing, names the function, the plugin and the
+ * stage, and the plugin is rejected
  * ("register_builtins called fld_init(), which plugins must not call while
  * the host loads them"); an is_available() that called in counts as
  * unavailable. fldispatch doctor judges the plugin the same way.
@@ -112,8 +115,10 @@ extern "C" {
 
 /*
  * The registry a plugin fills; only valid inside register_builtins, on the
- * thread that runs it (the fld_registry_* functions are not for other
- * threads, nor for later).
+ * thread that runs it. A fld_registry_* call through a pointer kept past
+ * register_builtins (from a kernel, say), or made on another thread,
+ * returns FLD_ESTATE naming the function and the plugin, and changes
+ * nothing.
  */
 typedef struct fld_registry fld_registry;
 
@@ -138,7 +143,11 @@ enum fld_priority {
  * FLD_EUNSUPPORTED to decline a call without it counting as a failure
  * (outputs untouched; the host may ask again, so a decline must be
  * repeatable).
- * Call fld_set_error() to explain a failure. Must be MT safe.
+ * Call fld_set_error() to explain a failure. Must be MT safe. A kernel may
+ * call ops itself; calls nest at most 64 deep on a thread, and a deeper one
+ * returns FLD_ESTATE ("refused, calls of ops nested more than 64 deep"), so
+ * a kernel that calls the op it serves without end fails instead of running
+ * out of stack.
  */
 typedef int (*fld_kernel_fn)(const void *args);
 

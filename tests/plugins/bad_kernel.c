@@ -9,7 +9,9 @@
  *                      cannot run yet;
  *   gelu_and_mul       declines every call (FLD_EUNSUPPORTED), untouched;
  *   gelu_tanh_and_mul  its supports() refuses every call: declined too;
- *   mul_and_silu       declines, but only after writing out: a failure.
+ *   mul_and_silu       declines, but only after writing out: a failure;
+ *   gelu_quick         float32, right values, then one element past the
+ *                      end of out: caught by verify's guard bytes.
  */
 #include <math.h>
 
@@ -85,6 +87,23 @@ static int declines_after_writing(const void *args)
     return FLD_EUNSUPPORTED;
 }
 
+static int writes_past_out(const void *args)
+{
+    const fld_activation_args *a = args;
+    fld_rows x, out;
+    fld_tensor_rows(a->x, &x);
+    fld_tensor_rows(a->out, &out);
+    for (int64_t r = 0; r < out.rows; r++) {
+        const float *xr = (const float *)x.data + r * x.stride;
+        float *o = (float *)out.data + r * out.stride;
+        for (int64_t i = 0; i < out.width; i++)
+            o[i] = xr[i] / (1.0f + expf(-1.702f * xr[i]));
+    }
+    if (out.rows > 0)
+        ((float *)out.data)[(out.rows - 1) * out.stride + out.width] = 1.0f;
+    return FLD_OK;
+}
+
 static int register_builtins(fld_registry *reg)
 {
     const fld_impl base = {
@@ -95,8 +114,8 @@ static int register_builtins(fld_registry *reg)
         .devices = FLD_DEVICE_MASK_CPU,
         .dtypes = FLD_DTYPE_MASK_ALL,
     };
-    fld_impl impls[5];
-    for (int i = 0; i < 5; i++)
+    fld_impl impls[6];
+    for (int i = 0; i < 6; i++)
         impls[i] = base;
     impls[0].op = FLD_OP_SILU_AND_MUL;
     impls[0].dtypes = FLD_DTYPE_MASK_F32;
@@ -112,7 +131,10 @@ static int register_builtins(fld_registry *reg)
     impls[3].supports = refuses;
     impls[4].op = FLD_OP_MUL_AND_SILU;
     impls[4].fn = declines_after_writing;
-    for (int i = 0; i < 5; i++) {
+    impls[5].op = FLD_OP_GELU_QUICK;
+    impls[5].dtypes = FLD_DTYPE_MASK_F32;
+    impls[5].fn = writes_past_out;
+    for (int i = 0; i < 6; i++) {
         int rc = fld_registry_register(reg, &impls[i]);
         if (rc != FLD_OK)
             return rc;

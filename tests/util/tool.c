@@ -39,8 +39,17 @@ static bool env_sets(const char *const *env, const char *entry)
 
 void tt_tool_run(struct tt_tool_run *r, const char *const *env, const char *const *args)
 {
-    char tool[4096], plugin_dir[4096];
+    char tool[4096];
     snprintf(tool, sizeof tool, "%s/bin/fldispatch", tt_build_dir());
+    tt_tool_run_at(r, tool, env, args);
+}
+
+void tt_tool_run_at(struct tt_tool_run *r, const char *tool, const char *const *env,
+                    const char *const *args)
+{
+    char plugin_dir[4096], build_tool[4096];
+    snprintf(build_tool, sizeof build_tool, "%s/bin/fldispatch", tt_build_dir());
+    bool relocated = strcmp(tool, build_tool) != 0;
     snprintf(plugin_dir, sizeof plugin_dir, "VLLM_FL_PLUGIN_DIR=%s/lib/fldispatch/plugins",
              tt_build_dir());
     ck_assert_msg(access(tool, X_OK) == 0, "%s is not built", tool);
@@ -58,7 +67,7 @@ void tt_tool_run(struct tt_tool_run *r, const char *const *env, const char *cons
     const char *envp[TT_TOOL_MAX_ENV + 1];
     int n = 0;
     for (char **e = environ; *e && n < TT_TOOL_MAX_ENV - 16; e++)
-        if (!tt_steers_fldispatch(*e))
+        if (!tt_steers_fldispatch(*e) && !(relocated && strncmp(*e, "LD_LIBRARY_PATH=", 16) == 0))
             envp[n++] = *e;
     if (!env_sets(env, plugin_dir))
         envp[n++] = plugin_dir;

@@ -41,6 +41,13 @@ struct tt_tool_run {
  * tool is killed by SIGALRM after 120 s (status 128 + 14).
  */
 void tt_tool_run(struct tt_tool_run *r, const char *const *env, const char *const *args);
+/*
+ * As tt_tool_run, with the tool at the path tool (a copy of the build's
+ * beside a copy of its library, say). LD_LIBRARY_PATH is not passed on, so
+ * the copy loads the library its run path ($ORIGIN/../lib) names.
+ */
+void tt_tool_run_at(struct tt_tool_run *r, const char *tool, const char *const *env,
+                    const char *const *args);
 void tt_tool_run_free(struct tt_tool_run *r);
 
 /* All of f (from its start) in a NUL-terminated malloc'd string; closes f. */

@@ -524,19 +524,28 @@ static void report_text(const struct measurement m[K_COUNT], int reps, const cha
            reps);
     printf("%-6s %-8s %7s %8s %10s %10s\n", "kernel", "variant", "threads", "calls", "ns/call",
            "overhead");
+    bool below_zero = false;
     for (int k = 0; k < K_COUNT; k++) {
         for (int t = 0; t < NTHREADS_MAX; t++) {
             for (int v = 0; v < V_COUNT; v++) {
                 if (!variant_applies(k, v))
                     continue;
                 char over[32] = "-";
-                if (v != V_DIRECT)
-                    snprintf(over, sizeof over, "%.1f", overhead(&m[k], v, t));
+                if (v != V_DIRECT) {
+                    double o = overhead(&m[k], v, t);
+                    snprintf(over, sizeof over, o < 0 ? "%.1f*" : "%.1f", o);
+                    below_zero |= o < 0;
+                }
                 printf("%-6s %-8s %7d %8ld %10.1f %10s\n", kernel_names[k], variant_label(k, v),
                        t + 1, m[k].calls, m[k].ns[v][t], over);
             }
         }
     }
+    if (below_zero)
+        printf("* below zero: that variant's calls measured faster than the direct calls of the "
+               "same kernel,\n  so its dispatch cost is smaller than the run-to-run noise of "
+               "that kernel (clock, cache and\n  scheduling effects); read it as no measurable "
+               "overhead, not as a gain\n");
     printf("\ntwo threads vs one, aggregate throughput:\n");
     for (int k = 0; k < K_COUNT; k++) {
         printf("  %-6s", kernel_names[k]);
