@@ -78,6 +78,32 @@ def test_catalog_call_layout(tmp_path):
     torch.testing.assert_close(given["arg_1"], x)
 
 
+def test_non_finite_statistics_are_strict_json(tmp_path):
+    """A tensor holding NaN or an infinity (often why a dump is taken): its
+    statistics are written as the strings "NaN", "Infinity", "-Infinity",
+    so every line is RFC 8259 JSON."""
+    iodump.enable_io_dump(str(tmp_path), with_metas=True)
+    x = torch.randn(2, 16)
+    x[0, 0] = float("nan")
+    out = torch.empty(2, 8)
+    fldispatch.silu_and_mul(out, x)
+    y = torch.tensor([[float("inf"), -float("inf"), 1.0, 2.0]])
+    fldispatch.gelu_quick(torch.empty_like(y), y)
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    for op in ("silu_and_mul", "gelu_quick"):
+        with open(os.path.join(op_dir(tmp_path, op), "input.json"), encoding="utf-8") as f:
+            for line in f:
+                json.loads(line, parse_constant=refuse)
+    meta = read_lines(os.path.join(op_dir(tmp_path, "silu_and_mul"), "input.json"))
+    assert "NaN" in meta["call_1"]["tensors"]["arg_1"].values()
+    meta = read_lines(os.path.join(op_dir(tmp_path, "gelu_quick"), "input.json"))
+    stats = meta["call_1"]["tensors"]["arg_1"]
+    assert stats["max"] == "Infinity" and stats["min"] == "-Infinity"
+
+
 def test_summary_only_by_default(tmp_path):
     iodump.enable_io_dump(str(tmp_path))
     fldispatch.rms_norm(torch.empty(2, 8), torch.randn(2, 8), torch.ones(8))

@@ -69,6 +69,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import os
 import stat
 import tempfile
@@ -527,8 +528,25 @@ def _record_summary(op_name: str, impl_id: Optional[str]) -> None:
             entry["impl_ids"].add(impl_id)
 
 
+# JSON (RFC 8259) has no NaN or infinity: a statistic that is one is written
+# as this string, which JSON readers of any language take.
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _json_safe(value: Any) -> Any:
+    """value with every non-finite float replaced by "NaN", "Infinity" or
+    "-Infinity" (NaN is often why a dump is taken)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE[repr(value)]
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def _append_line(path: str, key: str, meta: Dict[str, Any]) -> None:
-    line = json.dumps({key: meta}, ensure_ascii=False) + "\n"
+    line = json.dumps({key: _json_safe(meta)}, ensure_ascii=False, allow_nan=False) + "\n"
     with _lock:
         fd = os.open(path, _OPEN_FLAGS | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as f:
