@@ -368,9 +368,9 @@ class Score:
     def as_dict(self):
         def num(x):
             return None if isinstance(x, float) and not math.isfinite(x) else x
-        return {"impl_id": self.impl, "correct": self.correct, "min_ns": num(self.min_ns),
+        return {"impl_id": self.impl, "ns": num(self.median_ns), "min_ns": num(self.min_ns),
                 "median_ns": num(self.median_ns), "spread": num(self.spread),
-                "min_spread": num(self.min_spread), "why": self.why}
+                "min_spread": num(self.min_spread), "correct": self.correct, "why": self.why}
 
 
 class Result:
@@ -725,14 +725,16 @@ def _table(results, out):
 def _json(results, o, device, machine, manifest):
     import json
 
-    doc = {"device": device, "machine": machine, "timer": o["timer"], "reps": o["reps"],
-           "calls": o["calls"], "hidden": o["hidden"], "min_gain": o["min_gain"],
-           "results": [{"op": r.op, "device": device, "dtype": r.dtype, "rows": r.bucket.label(),
-                        "default": r.default, "winner": r.winner, "decision": r.decision,
-                        "reason": r.reason,
+    # the keys of `fldispatch tune --json` (docs/schemas/tune.schema.json), with the
+    # machine, the timer and the calls captured per graph
+    doc = {"schema": 1, "device": device, "machine": machine, "timer": o["timer"],
+           "hidden": o["hidden"], "rounds": o["reps"], "calls": o["calls"],
+           "min_gain": o["min_gain"],
+           "results": [{"op": r.op, "dtype": r.dtype, "rows": r.bucket.label(),
+                        "impls": [s.as_dict() for s in r.scores], "default": r.default,
+                        "winner": r.winner, "decision": r.decision, "reason": r.reason,
                         "noisy": any(s.min_spread > NOISY for s in r.scores
-                                     if math.isfinite(s.min_spread)),
-                        "impls": [s.as_dict() for s in r.scores]} for r in results],
+                                     if math.isfinite(s.min_spread))} for r in results],
            "manifest": manifest}
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 

@@ -86,6 +86,7 @@ def tune_host(tmp_path, impls, only, *args):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["manifest"] == str(manifest) and doc["timer"] == "host"
+    assert (doc["device"], doc["rounds"], doc["calls"], doc["hidden"]) == ("cpu", 5, 4, [128])
     (res,) = doc["results"]
     assert res["rows"] == "1-4"
     return res, {i["impl_id"]: i for i in res["impls"]}, manifest.read_text()
@@ -237,3 +238,45 @@ def test_ctrl_c_ends_it_by_sigint_with_nothing_written(tmp_path):
     assert "Traceback" not in err and out == ""
     assert not manifest.exists()
     assert [f for f in os.listdir(tmp_path) if f.startswith(".tuned")] == []
+
+
+def test_a_device_list_with_the_cpu_stays_the_tools_cpu_tune():
+    r = subprocess.run([sys.executable, "-m", "fldispatch", "tune", "rms_norm",
+                        "--device", "cpu,cuda", "--dtype", "f32", "--quick", "--hidden", "256",
+                        "--shapes", "1-4=1", "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert ("device cuda: tune measures the cpu only for now; left out (a GPU: python -m "
+            "fldispatch tune --device cuda)") in r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["device"] == "cpu" and [res["rows"] for res in doc["results"]] == ["1-4"]
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.version.cuda),
+                    reason="needs PyTorch with CUDA and a device")
+def test_graph_timer_on_cuda(tmp_path):
+    """The GPU path itself: graphs captured and replayed, device time per call."""
+    manifest = tmp_path / "tuned.yaml"
+    r = subprocess.run([sys.executable, "-m", "fldispatch", "tune", "--device", "cuda", "rms_norm",
+                        "silu_and_mul", "rotary_embedding", "--dtype", "bf16", "--hidden", "4096",
+                        "--shapes", "1-16=1,16;17-=2048", "--reps", "3", "--quick",
+                        "--out", str(manifest), "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["timer"] == "graph" and doc["device"] == "cuda"
+    for res in doc["results"]:
+        timed = [i for i in res["impls"] if i["min_ns"] is not None]
+        assert timed and all(i["correct"] for i in res["impls"]), res
+        assert all(0 < i["min_ns"] < 1e6 for i in timed), res  # device time per call, not host
+        assert res["winner"] is not None
+    text = manifest.read_text()
+    assert "device: cuda, dtype: bf16" in text and "CUDA-graph replay" in text
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os
+        import fldispatch
+        os.environ["VLLM_FL_MANIFEST"] = {str(manifest)!r}
+        fldispatch.reload()
+        print(fldispatch.resolve("rms_norm", "cuda", "bfloat16"))
+    """)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr
+    assert "VLLM_FL_MANIFEST" not in r.stderr, r.stderr  # every entry loaded, none ignored
