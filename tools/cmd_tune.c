@@ -312,13 +312,18 @@ static int parse_devices(const char *list)
         if (!len || len >= sizeof name || fld_device_from_name(name, &device) != FLD_OK)
             return cli_usage_error("tune", "--device '%s': unknown device '%.*s' (%s)", list,
                                    (int)len, p, cli_device_list(CLI_DEVICES));
+        /* a GPU is tuned under CUDA-graph replay by the Python package */
+        const char *gpu = device == FLD_DEVICE_CUDA   ? "cuda"
+                          : device == FLD_DEVICE_ROCM ? "rocm"
+                                                      : NULL;
         if (device == FLD_DEVICE_CPU)
             cpu = true;
         else
             fprintf(stderr,
                     "fldispatch tune: device %s: tune measures the cpu only for now; "
-                    "left out\n",
-                    cli_text(name));
+                    "left out%s%s%s\n",
+                    cli_text(name), gpu ? " (a GPU: python -m fldispatch tune --device " : "",
+                    gpu ? gpu : "", gpu ? ")" : "");
         if (!p[len])
             break;
         p += len + 1;

@@ -17,6 +17,11 @@ once, nothing more written), also while a Python implementation runs; an
 implementation that raises KeyboardInterrupt or SystemExit ends it too,
 instead of declining its calls (the tool has no caller to hand them to).
 Arguments reach the tool as the bytes the command line held (os.fsencode).
+
+tune with --device cuda or rocm (or --timer) is the GPU tune of
+fldispatch.tune_gpu instead: device time under CUDA-graph replay, measured
+through PyTorch (the tool has no GPU runtime of its own); without a PyTorch
+that has the device it says why and exits 2.
 """
 
 import os
@@ -70,7 +75,26 @@ def run_in_process(argv):
     return rc
 
 
+def gpu_tune(argv):
+    """Whether `tune ARGS` is the GPU tune: --device cuda or rocm (a list with the cpu
+    stays the tool's, which leaves the GPU out with a message), or --timer."""
+    it = iter(argv)
+    for a in it:
+        name, eq, value = a.partition("=")
+        if name == "--timer":
+            return True
+        if name == "--device":
+            value = value if eq else next(it, "")
+            if value in ("cuda", "rocm"):
+                return True
+    return False
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "tune" and gpu_tune(sys.argv[2:]):
+        from fldispatch import tune_gpu
+
+        sys.exit(tune_gpu.main(sys.argv[2:]))
     if len(sys.argv) > 1 and sys.argv[1] in IN_PROCESS:
         try:
             rc = run_in_process(sys.argv[1:])
