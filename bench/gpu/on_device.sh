@@ -22,6 +22,11 @@
 #            this tree's kernels, then the base's (each its own process)
 #   engine   vllm_cuda.py, vLLM's CUDA engine with and without fldispatch
 #            (budget ENGINE_BUDGET_S, default 300 s)
+#   tune     python -m fldispatch tune --device cuda --quick (device time
+#            under CUDA-graph replay; the manifest into the results)
+#   irtests  python/tests/test_vllm_ir.py (vLLM's IR contract, also on CUDA
+#            tensors) and test_tune_gpu.py, from this checkout, against the
+#            installed package and vLLM
 # Results are written to /tmp/fld-gpu-results (kept while the machine is)
 # and packed, at the end, into $OUT/results.tgz beside $OUT/log.txt, which
 # names each step's exit status and time. A step that fails does not stop
@@ -71,6 +76,10 @@ for s in ${*:-sweep verify check peers}; do
        done ;;
   engine) step engine engine.txt env PYTHONPATH="$(pypath)" python3 "$kit/vllm_cuda.py" \
             --budget-s "${ENGINE_BUDGET_S:-300}" --out "$out/engine" ;;
+  tune) step tune tune.txt env PYTHONPATH="$(pypath)" python3 -m fldispatch tune --device cuda \
+          --quick --out "$out/manifest-cuda.yaml" ;;
+  irtests) step irtests irtests.txt env PYTHONPATH="$(pypath)" python3 -m pytest -q -p no:cacheprovider \
+             -rs "$PWD/python/tests/test_vllm_ir.py" "$PWD/python/tests/test_tune_gpu.py" ;;
   *) echo "== unknown step $s" | tee -a "$log" ;;
   esac
 done
