@@ -2,7 +2,9 @@
 # fldispatch — plain, non-recursive Makefile.
 #
 #   make                 library, plugins and the fldispatch tool into build/
-#   make check           build and run the Check test suite
+#   make check           build and run the Check test suite and the Python tests
+#                        (python/python.mk: their pip requirements go into a
+#                        cached virtual environment where python3 lacks them)
 #   make run             build, then list the plugins and the winner of every op
 #   make install         PREFIX=/usr/local DESTDIR= LIBDIR= INCLUDEDIR= DATADIR= BINDIR=
 #   make uninstall       remove what install put there
