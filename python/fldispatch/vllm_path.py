@@ -193,8 +193,8 @@ _held = []  # ((file, line), msg, args) of the lines _hold() keeps
 def _hold(where, msg, args):
     """Keeps a line until vLLM configures its logging (vllm.logger's
     configure_logging, which vLLM calls as it makes an engine, after it has
-    loaded its plugins in the driver), then logs it through info()'s
-    routing then. False where vLLM's logger module is not loaded."""
+    loaded its plugins in the driver), and logs it then, routed as info()
+    routes it. False where vLLM's logger module is not loaded."""
     vllm_logger = sys.modules.get("vllm.logger")
     configure = getattr(vllm_logger, "configure_logging", None)
     if configure is None:
