@@ -32,8 +32,8 @@
 #   make fuzz, fuzz-smoke, fuzz-run   the libFuzzer targets (tests/fuzz/fuzz.mk)
 #   make check-fresh     as root: the README's two commands in a minimal Debian
 #                        bookworm root built by debootstrap (.ci/check-fresh.sh;
-#                        29 min on 2 cores at load 4-6, the Python tests
-#                        and a root built in 54 s included)
+#                        17 min on 2 cores with the root cached, the Python
+#                        tests included; 29 under load with the root built)
 #   make deps [SETS="build test"]     check (as root: install) Debian package sets
 #                        (make run and make check install theirs as root too)
 #
@@ -347,8 +347,9 @@ run: all
 # debootstrap, and runs there `make run` and `make check` as root on a clean
 # `git archive HEAD`, then `make` as an unprivileged user in a second pristine
 # copy, which must stop with one apt-get line. .ci/check-fresh.sh says more.
-# Cost on 2 cores at load 4-6: 29 min (make run 7.3, make check about 20 with
-# the Python tests' 8; debootstrap's root 1 min, built once every 30 days).
+# Cost on 2 cores: 17 min with the root cached (make run 7, make check 9.8 with
+# the Python tests' 2.4); 29 at load 4-6 (make check 19), debootstrap's root
+# (1 min, built once every 30 days) included.
 check-fresh:
 	@sh .ci/check-fresh.sh
 
