@@ -2,7 +2,9 @@
 # fldispatch — plain, non-recursive Makefile.
 #
 #   make                 library, plugins and the fldispatch tool into build/
-#   make check           build and run the Check test suite
+#   make check           build and run the Check test suite and the Python tests
+#                        (python/python.mk: their pip requirements go into a
+#                        cached virtual environment where python3 lacks them)
 #   make run             build, then list the plugins and the winner of every op
 #   make install         PREFIX=/usr/local DESTDIR= LIBDIR= INCLUDEDIR= DATADIR= BINDIR=
 #   make uninstall       remove what install put there
@@ -30,8 +32,8 @@
 #   make fuzz, fuzz-smoke, fuzz-run   the libFuzzer targets (tests/fuzz/fuzz.mk)
 #   make check-fresh     as root: the README's two commands in a minimal Debian
 #                        bookworm root built by debootstrap (.ci/check-fresh.sh;
-#                        5-12 min on 2 cores with the root cached, quiet to
-#                        loaded; up to 25 when it builds the root)
+#                        17 min on 2 cores with the root cached, the Python
+#                        tests included; 29 under load with the root built)
 #   make deps [SETS="build test"]     check (as root: install) Debian package sets
 #                        (make run and make check install theirs as root too)
 #
@@ -305,7 +307,7 @@ check-vllm:
 	  echo "fldispatch: installing ./python into $$venv" && \
 	  $$venv/bin/python -m pip install -q --no-build-isolation --no-deps ./python && \
 	  cd python/tests && $$venv/bin/python -m pytest -q -p no:cacheprovider -rs \
-	    engine/test_engine.py test_vllm.py test_vllm_ir.py && \
+	    engine/test_engine.py engine/test_quickstart.py test_vllm.py test_vllm_ir.py && \
 	  $$venv/bin/python -m pytest -q -p no:cacheprovider -rs test_vllm_kernels.py
 # (test_vllm_kernels.py in a process of its own: it sets VLLM_FL_CPU_ACTIVATIONS
 # before the library starts, which the engine tests would have started.)
@@ -353,9 +355,9 @@ run:
 # debootstrap, and runs there `make run` and `make check` as root on a clean
 # `git archive HEAD`, then `make` as an unprivileged user in a second pristine
 # copy, which must stop with one apt-get line. .ci/check-fresh.sh says more.
-# Cost on 2 cores: 5-12 min with the root cached (quiet to heavily loaded; a
-# loaded run took 11.5), up to 25 when debootstrap builds the root (first run,
-# or every 30 days; 1.5 min more on a quiet machine).
+# Cost on 2 cores: 17 min with the root cached (make run 7, make check 9.8 with
+# the Python tests' 2.4); 29 at load 4-6 (make check 19), debootstrap's root
+# (1 min, built once every 30 days) included.
 check-fresh:
 	@sh .ci/check-fresh.sh
 

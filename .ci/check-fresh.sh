@@ -17,7 +17,14 @@
 #    the build and test package sets itself; the rocm set is not installed
 #    (the rocm plugin is skipped with one line, as the cuda plugin is without
 #    nvcc), and neither is libhwloc-plugins (the hwloc test topologies must
-#    read without libxml2).
+#    read without libxml2). make check installs the Python tests' pip
+#    requirements (python/requirements-test.txt) into a virtual environment
+#    (python/tests/venv.sh) and runs them: their wheels come from a
+#    wheelhouse that this machine's pip fills once per version of the
+#    requirements for the root's Python ($CACHE/fresh-wheels-<key>), copied
+#    into the root with an /etc/pip.conf that names it (no index), as the
+#    packages come from this machine's Debian mirror: the same torch
+#    2.13.0 wheel every run, no multi-GB download of PyPI's CUDA build.
 # 3. A second pristine copy: `make` and `make check` as an unprivileged user
 #    must each stop with exactly one line naming the apt-get install to run,
 #    and so must `make` as root (only make run and make check install).
@@ -123,6 +130,29 @@ else
 fi
 cache_s=$(elapsed "$t")
 
+# ---- the Python tests' wheels, for the root's Python -------------------------
+ROOT_PY=3.11 # bookworm's python3
+wheel_key=$({ cat python/requirements-test.txt; echo "python=$ROOT_PY arch=$(uname -m)"; } |
+    sha256sum | cut -c1-16)
+WHEELS=$CACHE/fresh-wheels-$wheel_key
+t=$(date +%s)
+if [ ! -f "$WHEELS/.complete" ]; then
+    command -v python3 >/dev/null 2>&1 || die "python3 not found: it fills the wheelhouse of the Python tests"
+    for old in "$CACHE"/fresh-wheels-*; do
+        [ -d "$old" ] && [ "$old" != "$WHEELS" ] && rm -rf "$old"
+    done
+    rm -rf "$WHEELS"
+    say "filling $WHEELS with python/requirements-test.txt for Python $ROOT_PY"
+    if ! python3 -m pip download --only-binary=:all: --implementation cp --python-version "$ROOT_PY" \
+        --platform "manylinux_2_28_$(uname -m)" -r python/requirements-test.txt -d "$WHEELS" \
+        >"$LOGS/wheels.log" 2>&1; then
+        tail -n 20 "$LOGS/wheels.log" >&2
+        die "pip download of python/requirements-test.txt failed (log: $LOGS/wheels.log)"
+    fi
+    touch "$WHEELS/.complete"
+    say "wheelhouse filled in $(elapsed "$t") s ($(du -sh "$WHEELS" | cut -f1))"
+fi
+
 WORK=$(mktemp -d "$CACHE/fresh-work.XXXXXX")
 commit=$(git -C "$SRC" rev-parse --short HEAD)
 if [ -n "$(git -C "$SRC" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
@@ -133,6 +163,9 @@ fi
 new_root() {
     cp -a "$BASE" "$1"
     cp /etc/resolv.conf "$1/etc/resolv.conf" # the package downloads need DNS
+    mkdir -p "$1/var/cache/fldispatch-wheels"
+    cp "$WHEELS"/*.whl "$1/var/cache/fldispatch-wheels/"
+    printf '[global]\nno-index = true\nfind-links = /var/cache/fldispatch-wheels\n' >"$1/etc/pip.conf"
     mkdir -p "$1/scratch/fldispatch"
     git -C "$SRC" archive --format=tar HEAD | tar -x -C "$1/scratch/fldispatch"
 }
@@ -213,6 +246,8 @@ for cmd in "make run" "make check"; do
     tail -n 3 "$log" | sed 's/^/    /'
     say "root: $cmd passed in $(elapsed "$t1") s"
 done
+grep -q '^python/tests: .* passed' "$LOGS/make-check.log" ||
+    die "make check did not run the Python tests (no 'python/tests: ... passed' line in $LOGS/make-check.log)"
 grep -q "fldispatch: not building plugin 'rocm': hipcc not found" "$LOGS/make-run.log" ||
     die "make run did not say in one line that the rocm plugin is skipped"
 grep -q "fldispatch: not building plugin 'cuda': nvcc not found" "$LOGS/make-run.log" ||

@@ -8,8 +8,10 @@
 #
 #   build     make, make run, make install: the compiler, pkg-config, libyaml,
 #             hwloc and dlpack headers
-#   test      make check: the Check framework, and python3-jsonschema for
-#             the JSON-schema tests
+#   test      make check: the Check framework, python3-jsonschema for
+#             the JSON-schema tests, and Python's headers and venv module
+#             for the Python tests (make check installs their pip
+#             requirements into a virtual environment: python/tests/venv.sh)
 #   rocm      the rocm plugin (Debian's hipcc); without it make builds the
 #             rest and says in one line that the plugin is skipped
 #   fuzz      make fuzz, fuzz-smoke, fuzz-run: clang with libFuzzer
@@ -29,7 +31,7 @@
 set_packages() {
     case $1 in
     build) echo "build-essential pkg-config libyaml-dev libhwloc-dev libdlpack-dev" ;;
-    test) echo "check python3-jsonschema" ;;
+    test) echo "check python3-jsonschema python3-dev python3-venv" ;;
     rocm) echo "hipcc libamdhip64-dev" ;;
     fuzz) echo "clang libclang-rt-14-dev" ;;
     valgrind) echo "valgrind" ;;

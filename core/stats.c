@@ -49,6 +49,17 @@ static char *stats_file;      /* VLLM_FL_STATS_FILE, unexpanded */
 static char *trace_file;      /* VLLM_FL_TRACE, unexpanded */
 static bool mode_set_by_call; /* fld_stats_enable() wins over the environment until a reload */
 static bool exit_armed;
+/* What the last fld_stats_flush() wrote, so that the exit handler writes only
+ * what came after: a worker that flushed from its own exit hook and then
+ * leaves through exit() prints one table, not two. Under stats_lock. */
+static struct {
+    bool valid;
+    int mode;
+    fld_stats_entry *entries; /* its snapshot; NULL with n 0 */
+    size_t n;
+    size_t trace_claimed;
+    char *file, *trace; /* the settings it wrote under */
+} flushed;
 
 uint64_t fld__stats_now(void)
 {
@@ -286,6 +297,7 @@ void fld__stats_after_fork(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     stats_lock = fresh;
+    flushed.valid = false; /* the parent's flush wrote the parent's counters */
     fld__trace_after_fork();
     fld_stats_reset();
 }
@@ -563,6 +575,7 @@ int fld_trace_write(const char *path)
 }
 
 static int flush_now(void);
+static void note_flushed(char *file, char *trace);
 
 int fld_stats_flush(void)
 {
@@ -587,13 +600,69 @@ static int flush_now(void)
         if (rc == FLD_OK)
             rc = trc;
     }
+    if (rc == FLD_OK)
+        note_flushed(file, trace);
     free(file);
     free(trace);
     return rc;
 }
 
+static bool same_text(const char *a, const char *b)
+{
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+/* Records what fld_stats_flush() wrote: the counters, the trace's length,
+ * the mode and the settings (file and trace take their owner's strings). */
+static void note_flushed(char *file, char *trace)
+{
+    size_t n;
+    fld_stats_entry *e = take_snapshot(&n);
+    size_t claimed = fld__trace_claimed();
+    int mode = fld_stats_mode();
+    char *file_copy = file ? strdup(file) : NULL, *trace_copy = trace ? strdup(trace) : NULL;
+    pthread_mutex_lock(&stats_lock);
+    free(flushed.entries);
+    free(flushed.file);
+    free(flushed.trace);
+    flushed.entries = e;
+    flushed.n = n;
+    flushed.trace_claimed = claimed;
+    flushed.mode = mode;
+    flushed.file = file_copy;
+    flushed.trace = trace_copy;
+    /* a snapshot or a copy that failed: write again at exit rather than lose anything */
+    flushed.valid = (e || !n) && same_text(file, file_copy) && same_text(trace, trace_copy);
+    pthread_mutex_unlock(&stats_lock);
+}
+
+/* Whether the counters, the trace and the settings are what the last
+ * fld_stats_flush() wrote: nothing counted or traced since. */
+static bool unchanged_since_flush(void)
+{
+    size_t n;
+    fld_stats_entry *e = take_snapshot(&n);
+    size_t claimed = fld__trace_claimed();
+    int mode = fld_stats_mode();
+    pthread_mutex_lock(&stats_lock);
+    bool same = flushed.valid && mode == flushed.mode && n == flushed.n &&
+                claimed == flushed.trace_claimed && same_text(stats_file, flushed.file) &&
+                same_text(trace_file, flushed.trace);
+    for (size_t i = 0; same && i < n; i++) {
+        const fld_stats_entry *a = &e[i], *b = &flushed.entries[i];
+        same = a->op == b->op && a->impl_id == b->impl_id && a->device == b->device &&
+               a->dtype == b->dtype && a->calls == b->calls && a->fallbacks == b->fallbacks &&
+               a->failures == b->failures && a->total_ns == b->total_ns;
+    }
+    pthread_mutex_unlock(&stats_lock);
+    free(e);
+    return same;
+}
+
 static void at_exit(void)
 {
+    if (unchanged_since_flush())
+        return; /* fld_stats_flush() wrote these already */
     if (flush_now() != FLD_OK)
         fprintf(stderr, "[fldispatch] %s\n", fld_last_error());
 }

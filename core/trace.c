@@ -233,6 +233,15 @@ void fld__trace_reset(void)
     free_buffer(old);
 }
 
+size_t fld__trace_claimed(void)
+{
+    pthread_mutex_lock(&trace_lock);
+    struct buffer *b = atomic_load_explicit(&current, memory_order_acquire);
+    size_t n = b ? atomic_load_explicit(&b->claimed, memory_order_relaxed) : 0;
+    pthread_mutex_unlock(&trace_lock);
+    return n;
+}
+
 void fld__trace_after_fork(void)
 {
     /* One thread is left: no section is open, and the lock may have been held. */

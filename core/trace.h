@@ -36,6 +36,8 @@ typedef void fld_trace_cell_names_fn(const struct fld_stats_cell *c, const char 
 int fld__trace_write(const char *who, const char *path, fld_trace_cell_names_fn *names);
 /* Empties the trace; MT safe with recording threads and writers (see trace.c). */
 void fld__trace_reset(void);
+/* Events recorded or dropped since the last reset (0 after it): grows with each one. */
+size_t fld__trace_claimed(void);
 /* In a forked child, before fld__trace_reset(): only the calling thread is left. */
 void fld__trace_after_fork(void);
 

@@ -5,7 +5,11 @@
 #                        (_C.abi3.so) and a link to the library and plugins;
 #                        use it with PYTHONPATH=build/python
 #   make check-python    the pytest suite (make check runs it; TESTS=python
-#                        runs it alone, any other TESTS= leaves it out)
+#                        runs it alone, any other TESTS= leaves it out), with
+#                        $(PYTHON) where it imports pytest, numpy and torch,
+#                        else with a virtual environment holding
+#                        requirements-test.txt (python/tests/venv.sh builds
+#                        it once, in ~/.cache/fldispatch)
 #   make python-torch-native
 #                        build/python/fldispatch/_torch_ops.so, the
 #                        torch.ops.fldispatch.* CPU kernels registered in C++
@@ -120,19 +124,17 @@ check-python: all
 ifneq ($(SANITIZE),)
 	@echo "$(PY_SKIP_MSG) under SANITIZE=$(SANITIZE) (python would need the sanitizer runtime preloaded)"
 else ifneq ($(PY_RUN_TESTS),)
-	@if ! $(PYTHON) -c 'import pytest, numpy, torch' >/dev/null 2>&1; then \
-	  echo "$(PY_SKIP_MSG): pytest, numpy and torch are not all importable by $(PYTHON) (pip install -r python/requirements-test.txt)"; \
-	elif [ ! -f '$(PY_INCLUDE)/Python.h' ]; then \
-	  echo "$(PY_SKIP_MSG): no Python.h for $(PYTHON) (Debian: apt-get install python3-dev)"; \
-	else \
-	  $(MAKE) --no-print-directory python python-torch-native $(PY_FIXTURES) || exit 1; \
-	  mkdir -p '$(dir $(PY_LOG))'; \
-	  { PYTHONPATH='$(abspath $(PYOUT))' FLDPY_EXPECT_NATIVE=1 FLDPY_TEST_FIXTURES='$(abspath $(PYOUT))/tests' \
-	      $(PYTHON) -m pytest -q -p no:cacheprovider python/tests 2>&1; \
-	    echo $$? > '$(PY_LOG).status'; } | tee '$(PY_LOG)'; \
-	  st=$$(cat '$(PY_LOG).status'); \
-	  [ '$(FLD_PY_IN_CHECK)' = yes ] || exit $$st; \
-	fi
+	@if [ ! -f '$(PY_INCLUDE)/Python.h' ]; then \
+	  echo "fldispatch: the Python tests need Python.h for $(PYTHON) (Debian: apt-get install python3-dev)" >&2; exit 1; \
+	fi; \
+	py=$$(PYTHON='$(PYTHON)' sh python/tests/venv.sh) || exit 1; \
+	$(MAKE) --no-print-directory PYTHON="$$py" python python-torch-native $(PY_FIXTURES) || exit 1; \
+	mkdir -p '$(dir $(PY_LOG))'; \
+	{ PYTHONPATH='$(abspath $(PYOUT))' FLDPY_EXPECT_NATIVE=1 FLDPY_TEST_FIXTURES='$(abspath $(PYOUT))/tests' \
+	    "$$py" -m pytest -q -p no:cacheprovider python/tests 2>&1; \
+	  echo $$? > '$(PY_LOG).status'; } | tee '$(PY_LOG)'; \
+	st=$$(cat '$(PY_LOG).status'); \
+	[ '$(FLD_PY_IN_CHECK)' = yes ] || exit $$st
 endif
 
 # The pip install test: the build tree's package is the reference its

@@ -269,6 +269,61 @@ START_TEST(table_on_stderr_at_exit)
 }
 END_TEST
 
+/* A child that calls, flushes, calls again and exits through exit(): its stderr to err_path. */
+static void child_flushes_then_exits(int before, int after, const char *err_path)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(err_path, "w", stderr))
+            _exit(3);
+        for (int i = 0; i < before; i++)
+            if (call_silu() != FLD_OK)
+                _exit(2);
+        if (fld_stats_flush() != FLD_OK)
+            _exit(4);
+        for (int i = 0; i < after; i++)
+            if (call_silu() != FLD_OK)
+                _exit(2);
+        exit(0);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* The exit handler writes nothing that fld_stats_flush() already wrote (a
+ * worker that flushes from its own exit hook, then exits, prints one table),
+ * and writes again what was counted after the flush. */
+START_TEST(flush_then_exit_writes_once)
+{
+    setup(NULL);
+    setenv("VLLM_FL_STATS", "1", 1);
+    char err[PATH_MAX];
+    snprintf(err, sizeof err, "%s/stderr.txt", tmp_dir);
+    child_flushes_then_exits(5, 0, err);
+    char *text = read_file(err);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(count_of(text, "fldispatch stats (pid ") == 1, "%s", text);
+    ck_assert_msg(line_with(text, "silu_and_mul", "reference.c", " 5 "), "%s", text);
+    free(text);
+    child_flushes_then_exits(5, 2, err);
+    text = read_file(err);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(count_of(text, "fldispatch stats (pid ") == 2, "%s", text);
+    ck_assert_msg(line_with(text, "silu_and_mul", "reference.c", " 7 "), "%s", text);
+    free(text);
+}
+END_TEST
+
 START_TEST(json_file_with_pid_and_rank)
 {
     setup(NULL);
@@ -663,6 +718,7 @@ static Suite *stats_suite(void)
     TCase *tc = tcase_create("stats");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, off_by_default);
+    tcase_add_test(tc, flush_then_exit_writes_once);
     tcase_add_test(tc, counts_calls);
     tcase_add_test(tc, time_mode_times);
     tcase_add_test(tc, switched_on_at_run_time_counts_cached_calls);

@@ -1044,8 +1044,11 @@ FLD_API int fld_log_set_callback(fld_log_fn fn, void *user);
  * and writes them at exit as Chrome/Perfetto trace JSON (chrome://tracing,
  * ui.perfetto.dev); the buffer holds at most 262144 events (FLD_TRACE_CAP),
  * later ones are counted in otherData.dropped. A process that leaves with
- * _exit() runs no exit handler: call fld_stats_flush() before. A forked
- * child starts its counts and trace from zero.
+ * _exit() runs no exit handler: call fld_stats_flush() before. The exit
+ * handler writes nothing where fld_stats_flush() has written the same
+ * counters, trace and settings (nothing counted or traced since): a
+ * process that flushes, then exits, writes once. A forked child starts
+ * its counts and trace from zero.
  *
  * Counters survive fld_shutdown(); the strings of a snapshot stay valid
  * until the process ends. All of these: no init, MT safe. Those that

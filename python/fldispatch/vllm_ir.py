@@ -398,6 +398,7 @@ def install_default_priority(ops):
         platform_default = cls.get_default_ir_op_priority.__func__
 
         def get_default_ir_op_priority(klass, vllm_config):
+            _note_operator_lists(vllm_config)
             priority = platform_default(klass, vllm_config)
             config = _compilation_config(vllm_config)
             for name in sorted(first_by_default):
@@ -412,6 +413,27 @@ def install_default_priority(ops):
         get_default_ir_op_priority.__doc__ = platform_default.__doc__
         cls.get_default_ir_op_priority = classmethod(get_default_ir_op_priority)
     _install_priority_log()
+
+
+# On the configuration's IrOpPriorityConfig: the IR ops whose list the operator gave
+OPERATOR_LISTS = "_fldispatch_operator_lists"
+
+
+def _note_operator_lists(vllm_config):
+    """Records on the configuration's IrOpPriorityConfig which IR ops of
+    IR_OPS have a list the operator gave (KernelConfig.ir_op_priority), as
+    vLLM asks for the platform's default before it appends it to them, so
+    that the log tells an operator's list from the default (log_layers).
+    Once per configuration: vLLM extends the lists in place and may ask
+    again. The record goes with the configuration to vLLM's workers."""
+    priority = getattr(getattr(vllm_config, "kernel_config", None), "ir_op_priority", None)
+    if priority is None or OPERATOR_LISTS in getattr(priority, "__dict__", {}):
+        return
+    given = frozenset(name for name in IR_OPS if getattr(priority, name, None))
+    try:
+        object.__setattr__(priority, OPERATOR_LISTS, given)
+    except (AttributeError, TypeError):
+        pass  # a configuration that takes no attribute: the log infers the source
 
 
 def log_layers(vllm_config=None):
@@ -435,8 +457,11 @@ def log_layers(vllm_config=None):
         for layer in IR_OPS[name].layers:
             lists, _ = layers.setdefault(layer, ({}, IR_OPS[name].oot))
             lists[name] = list(IrOp.registry[name].get_priority())
+    kernel = getattr(vllm_config, "kernel_config", None)
+    given = getattr(getattr(kernel, "ir_op_priority", None), OPERATOR_LISTS, frozenset())
     for layer, (lists, oot) in layers.items():
-        vllm_path.log_ir(_fv._LAYERS[layer][1], lists, oot, _compilation_config(vllm_config))
+        vllm_path.log_ir(_fv._LAYERS[layer][1], lists, oot, _compilation_config(vllm_config),
+                         given)
 
 
 def _install_priority_log():

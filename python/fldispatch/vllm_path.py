@@ -219,22 +219,59 @@ def custom_op(oot_name, vllm_name, compilation_config, device=None):
 def info(msg, *args):
     """Logs at INFO on "fldispatch.vllm". Inside vLLM's processes, where
     nothing handles that logger nor Python's root logger and vLLM has
-    configured its own ("vllm": handlers, no propagation; vLLM does so as
-    it makes an engine, after loading its plugins), through vLLM's handlers
-    and level (VLLM_LOGGING_LEVEL) instead: the line is in vLLM's log, in
-    vLLM's format. A program that configured logging keeps its routing."""
+    configured its own ("vllm": handlers, no propagation), through vLLM's
+    handlers and level (VLLM_LOGGING_LEVEL) instead: the line is in vLLM's
+    log, in vLLM's format. A program that configured logging keeps its
+    routing. A line logged before vLLM configures its logging, where
+    nothing else would show it (vLLM's driver, and an engine in the
+    driver's process, load the plugins first), is held and logged as vLLM
+    configures it (_hold)."""
+    caller = sys._getframe(1)
+    _emit((caller.f_code.co_filename, caller.f_lineno), msg, args, hold=True)
+
+
+def _emit(where, msg, args, hold):
+    """info()'s routing; where: (file, line) of the caller."""
     theirs = logging.getLogger("vllm")
+    if not logger.hasHandlers() and not theirs.handlers and hold and _hold(where, msg, args):
+        return
     if logger.hasHandlers() or not theirs.handlers or theirs.propagate:
         logger.info(msg, *args)
         return
     if not theirs.isEnabledFor(logging.INFO):
         return
-    caller = sys._getframe(1)
-    record = logger.makeRecord(logger.name, logging.INFO, caller.f_code.co_filename,
-                               caller.f_lineno, msg, args, None)
+    record = logger.makeRecord(logger.name, logging.INFO, where[0], where[1], msg, args, None)
     for handler in theirs.handlers:
         if record.levelno >= handler.level:
             handler.handle(record)
+
+
+_held = []  # ((file, line), msg, args) of the lines _hold() keeps
+
+
+def _hold(where, msg, args):
+    """Keeps a line until vLLM configures its logging (vllm.logger's
+    configure_logging, which vLLM calls as it makes an engine, after it has
+    loaded its plugins in the driver), and logs it then, routed as info()
+    routes it. False where vLLM's logger module is not loaded."""
+    vllm_logger = sys.modules.get("vllm.logger")
+    configure = getattr(vllm_logger, "configure_logging", None)
+    if configure is None:
+        return False
+    if not getattr(configure, "_fldispatch", False):
+        def configure_logging(*a, **kw):
+            result = configure(*a, **kw)
+            held = list(_held)
+            _held.clear()
+            for held_where, held_msg, held_args in held:
+                _emit(held_where, held_msg, held_args, hold=False)
+            return result
+
+        configure_logging._fldispatch = True
+        configure_logging.__doc__ = configure.__doc__
+        vllm_logger.configure_logging = configure_logging
+    _held.append((where, msg, args))
+    return True
 
 
 _logged = set()
@@ -253,24 +290,45 @@ def log_custom_op(class_name, serve, why):
     log_once(class_name, ("fldispatch CustomOp" if serve else "vLLM's own") + f" ({why})")
 
 
-def log_ir(class_name, priorities, oot_name, compilation_config):
+def log_ir(class_name, priorities, oot_name, compilation_config, given=frozenset()):
     """The IR route's line for a layer class: priorities, {IR op: the
-    installed provider list}; which provider comes first and why."""
+    installed provider list}; which provider comes first and why. given:
+    the IR ops whose list the operator gave (KernelConfig.ir_op_priority,
+    the platform's default appended): their first provider is the
+    operator's choice; the others' comes from the default (the plugin's
+    place in it), or, where it disagrees with the default, from a list
+    set otherwise."""
     firsts = sorted({p[0] for p in priorities.values() if p})
     path = f"vLLM IR provider {firsts[0]}" if len(firsts) == 1 else \
         "vLLM IR providers " + ", ".join(f"{op}: {p[0]}" for op, p in sorted(priorities.items()))
     lists = "; ".join(f"{op}: {', '.join(p)}" for op, p in sorted(priorities.items()))
     from . import _C
 
-    ours = "fldispatch" in firsts
-    if not _C.oot_op_enabled(oot_name):
-        why = f"VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave {oot_name} to vLLM"
-        if ours:
-            why = "ir_op_priority names fldispatch first; " + why
+    enabled = _C.oot_op_enabled(oot_name)
+    theirs = {op: p for op, p in priorities.items() if op in given and p}
+    rest = {op: p for op, p in priorities.items() if op not in theirs}
+    reasons = []  # (ops, why)
+    for first in sorted({p[0] for p in theirs.values()}):
+        why = f"ir_op_priority {'names' if first == 'fldispatch' else 'puts'} {first} first"
+        if first == "fldispatch" and not enabled:
+            why += f"; VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave {oot_name} to vLLM"
+        reasons.append((sorted(op for op, p in theirs.items() if p[0] == first), why))
+    if rest:
+        rest_firsts = sorted({p[0] for p in rest.values() if p})
+        ours = "fldispatch" in rest_firsts
+        if not enabled:
+            why = f"VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave {oot_name} to vLLM"
+            if ours:
+                why = "ir_op_priority names fldispatch first; " + why
+        else:
+            first, why = ir_default(oot_name, compilation_config)
+            if ours and not first:
+                why = "ir_op_priority names fldispatch first"
+            elif first and not ours:
+                why = f"ir_op_priority puts {', '.join(rest_firsts)} first"
+        reasons.append((sorted(rest), why))
+    if len(reasons) == 1:
+        why = reasons[0][1]
     else:
-        first, why = ir_default(oot_name, compilation_config)
-        if ours and not first:
-            why = "ir_op_priority names fldispatch first"
-        elif first and not ours:
-            why = f"ir_op_priority puts {', '.join(firsts)} first"
+        why = "; ".join(f"{', '.join(ops)}: {text}" for ops, text in reasons)
     log_once(class_name, f"{path} (ir_op_priority {lists}; {why})")

@@ -116,3 +116,43 @@ def test_a_multiprocessing_worker_writes_its_own_file(tmp_path):
         doc = json.loads((tmp_path / f"stats-{method}-{child}.json").read_text())
         rows = [e for e in doc["entries"] if e["op"] == "silu_and_mul"]
         assert [r["calls"] for r in rows] == [6], doc
+
+
+def test_a_multiprocessing_worker_prints_its_table_once(tmp_path):
+    # Without VLLM_FL_STATS_FILE the counters go to stderr as a table: once
+    # per process whatever the start method, though a spawned worker runs
+    # both multiprocessing's exit hook and the library's exit handler. The
+    # worker imports fldispatch as vLLM's workers load the plugin: once it
+    # runs, as a worker (which arms the exit hook).
+    script = textwrap.dedent("""
+        import multiprocessing as mp, os, sys
+        import numpy as np
+
+        def work():
+            import fldispatch
+
+            x = np.ones((2, 16), np.float32)
+            out = np.zeros((2, 8), np.float32)
+            for _ in range(3):
+                fldispatch.silu_and_mul(out, x)
+            print(os.getpid(), flush=True)
+
+        if __name__ == "__main__":
+            p = mp.get_context(sys.argv[1]).Process(target=work)
+            p.start(); p.join()
+            sys.exit(p.exitcode)
+    """)
+    path = tmp_path / "worker.py"
+    path.write_text(script)
+    for method in ("fork", "spawn", "forkserver"):
+        env = dict(os.environ, VLLM_FL_STATS="1")
+        env.pop("VLLM_FL_STATS_FILE", None)
+        out = subprocess.run([sys.executable, str(path), method], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        child = out.stdout.split()[0]
+        tables = [line for line in out.stderr.splitlines()
+                  if line.startswith(f"fldispatch stats (pid {child},")]
+        assert len(tables) == 1, (method, out.stderr)
+        rows = [line.split() for line in out.stderr.splitlines() if line.startswith("silu_and_mul")]
+        assert [r[4] for r in rows] == ["3"], (method, out.stderr)

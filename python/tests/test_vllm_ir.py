@@ -532,6 +532,82 @@ def test_a_worker_logs_which_provider_each_norm_layer_gets(env, monkeypatch, cap
         "native; rms_norm: native; ir_op_priority puts native first)")
 
 
+def operator_config(mode="eager", **lists):
+    """vLLM's configuration with the lists an operator gave
+    (KernelConfig.ir_op_priority), made as vLLM makes it: the platform's
+    default appended as the configuration is built."""
+    from vllm.config import CompilationConfig, KernelConfig, VllmConfig
+    from vllm.config.compilation import CompilationMode
+    from vllm.config.kernel import IrOpPriorityConfig
+
+    compilation = CompilationConfig(mode=CompilationMode.NONE) if mode == "eager" else \
+        CompilationConfig()
+    return VllmConfig(compilation_config=compilation,
+                      kernel_config=KernelConfig(ir_op_priority=IrOpPriorityConfig(**lists)))
+
+
+def test_the_log_tells_an_operators_list_from_the_default(env, caplog, installed):
+    """In eager mode the default list of the norms is fldispatch, native: the
+    same list given by the operator is said to be the operator's. Which
+    lists the operator gave goes with the configuration to vLLM's workers
+    (pickled, as vLLM sends it to a spawned process)."""
+    import pickle
+
+    caplog.set_level("INFO", logger="fldispatch.vllm")
+    env(VLLM_FL_OOT_BLACKLIST="")
+    reinstall()
+    both = [PROVIDER, "native"]
+    installed(pickle.loads(pickle.dumps(operator_config(rms_norm=both, fused_add_rms_norm=both))))
+    assert norm_lines(caplog)[0] == (
+        "fldispatch: RMSNorm -> vLLM IR provider fldispatch (ir_op_priority fused_add_rms_norm: "
+        "fldispatch, native; rms_norm: fldispatch, native; ir_op_priority names fldispatch first)")
+    caplog.clear()
+    installed(operator_config(rms_norm=["native"]))  # one list the operator's, one the default
+    assert norm_lines(caplog)[0] == (
+        "fldispatch: RMSNorm -> vLLM IR providers fused_add_rms_norm: fldispatch, rms_norm: "
+        "native (ir_op_priority fused_add_rms_norm: fldispatch, native; rms_norm: native; "
+        "rms_norm: ir_op_priority puts native first; fused_add_rms_norm: fldispatch "
+        "first by default in eager mode, where fldispatch's kernel was measured faster than "
+        "vLLM's unfused one)")
+    caplog.clear()
+    installed(operator_config("inductor", rms_norm=[PROVIDER]))
+    assert ("; rms_norm: ir_op_priority names fldispatch first; fused_add_rms_norm: compiled by "
+            "Inductor, ") in norm_lines(caplog)[0]
+    caplog.clear()
+    installed(operator_config())  # no list of the operator's: the default, said so
+    assert norm_lines(caplog)[0].endswith(
+        "; fldispatch first by default in eager mode, where fldispatch's kernel was measured "
+        "faster than vLLM's unfused one)")
+
+
+def test_the_start_lines_wait_for_vllms_logging(tmp_path):
+    """vLLM loads its plugins in its driver (and so in an engine run in the
+    driver's process) before it configures its logging: register()'s lines
+    come out once, as vLLM configures it, through vLLM's handlers."""
+    import subprocess
+
+    script = tmp_path / "driver.py"
+    script.write_text(
+        "import logging, vllm.logger\n"
+        "from vllm.config.logging import LoggingConfig\n"
+        "from fldispatch import vllm as fv\n"
+        "assert not logging.getLogger('vllm').handlers\n"
+        "fv.register(); fv.register()\n"
+        "print('registered', flush=True)\n"
+        "vllm.logger.configure_logging_if_needed(LoggingConfig())\n"
+        "vllm.logger.configure_logging_if_needed(LoggingConfig(log_level='DEBUG'))\n")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("VLLM_")}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    assert "registered" in out.stdout, text
+    for name in OPS:
+        line = f"fldispatch: vLLM IR op {name} has provider 'fldispatch'"
+        assert text.count(line) == 1, text
+        assert out.stdout.index(line) > out.stdout.index("registered"), out.stdout
+
+
 def test_the_mode_table_is_vllms_default_custom_ops():
     """The CustomOp column of fldispatch.vllm_path.MODE_TABLE is vLLM's own
     default base mode of custom_ops for each mode."""

@@ -342,6 +342,26 @@ def test_each_layer_class_logs_its_path(runs):
             assert all(lines.count(line) <= len(r["workers"]) for line in lines), (name, lines)
 
 
+def provider_lines(result, op):
+    with open(result["log"], errors="replace") as f:
+        return [line for line in f
+                if f"fldispatch: vLLM IR op {op} has provider 'fldispatch'" in line]
+
+
+def test_each_process_that_registers_the_provider_logs_it_once(runs):
+    """register()'s start-up lines, once per process that loads the plugin:
+    in the driver, where vLLM loads its plugins before it configures its
+    logging, as it does (the first run of the "on" driver, whose engine is
+    in the driver's process), and in each process of a multiprocess engine
+    (the two-rank run: the engine core and one worker per rank; its driver
+    logged them in its first run)."""
+    for op in ("rms_norm", "fused_add_rms_norm"):
+        assert len(provider_lines(runs["llama-eager-f32-on"], op)) == 1, op
+        assert len(provider_lines(runs["qwen2-eager-f32-on"], op)) == 0, op
+        assert len(provider_lines(runs["qwen2-eager-f32-tp2"], op)) == TP + 1, op
+        assert not provider_lines(runs["llama-eager-f32-off"], op), op
+
+
 def test_nothing_of_fldispatch_runs_with_the_plugin_off(runs):
     for name, r in runs.items():
         if name.endswith("-off"):
