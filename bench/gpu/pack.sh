@@ -29,8 +29,8 @@ base=${1:-HEAD}
 kit=.gpu-kit
 grep -qx "/$kit/" .git/info/exclude 2>/dev/null || echo "/$kit/" >> .git/info/exclude
 make -j2 >/dev/null
-make gpu-sweep >/dev/null
 [ -f build/lib/fldispatch/plugins/fld-cuda.so ] || { echo "pack: the cuda plugin was not built (nvcc?)" >&2; exit 1; }
+make gpu-sweep >/dev/null
 rm -rf "$kit"; mkdir -p "$kit/syslib" "$kit/wheels" "$kit/base"
 cp -a build/bin build/lib build/share "$kit/"
 rm -f "$kit"/lib/*.a "$kit"/lib/fldispatch/plugins/fld-cpu.so
