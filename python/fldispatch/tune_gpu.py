@@ -601,25 +601,13 @@ def manifest_text(results, device, hidden, timer_name, machine):
 
 
 def write_atomically(path, text):
-    """path whole or not at all: a temporary file beside it, renamed over it;
-    a symbolic link at path is refused, not followed."""
+    """path whole or not at all (fldispatch._files.write_replacing); a
+    symbolic link at path is refused, not replaced."""
     if os.path.islink(path):
         raise OSError(f"'{path}' is a symbolic link (not followed)")
-    d = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from ._files import write_replacing
+
+    write_replacing(path, lambda f: f.write(text), mode=0o644)
 
 
 # ---- the command -------------------------------------------------------------------------

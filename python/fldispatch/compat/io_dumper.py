@@ -72,7 +72,6 @@ import logging
 import math
 import os
 import stat
-import tempfile
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
@@ -501,22 +500,10 @@ def _makedirs(directory: str) -> None:
 
 
 def _write_replacing(path: str, write: Callable[[Any], None], binary: bool) -> None:
-    """Writes path whole: a temporary file created exclusively beside it (never a planted
-    link), flushed and fsynced, renamed over it. write(f) fills the open file."""
-    directory, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory or ".")
-    try:
-        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Writes path whole (fldispatch._files.write_replacing)."""
+    from fldispatch._files import write_replacing  # this module also runs as fldispatch.iodump
+
+    write_replacing(path, write, binary)
 
 
 def _record_summary(op_name: str, impl_id: Optional[str]) -> None:
