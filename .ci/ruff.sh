@@ -65,5 +65,5 @@ else
 fi
 count=$(printf '%s\n' "$files" | grep -c .)
 # shellcheck disable=SC2086 # the paths have no spaces (git ls-files would quote them)
-"$ruff" check --quiet --no-cache $files >&2
+"$ruff" check --quiet --no-cache --output-format concise $files >&2
 echo "python: ruff $pinned over $count files (ruff.toml), clean"
