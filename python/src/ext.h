@@ -16,7 +16,11 @@
  *   errors.c   turns a failed status into fldispatch.<Status>Error with the
  *              library's fld_last_error() as the message.
  * introspect.c (resolve, explain, plugins, config, reload) and policy.c
- * (scoped overrides, streams) wrap the rest of the C API.
+ * (scoped overrides, streams) wrap the rest of the C API. The binding_*.c
+ * files are the Python side of <fldispatch/binding.h>: Python
+ * implementations registered (binding_registration.c) and run
+ * (binding_impl.c, with the GIL and interrupts of binding_gil.c), and any
+ * op called by name (binding_call.c: call_op, resolve_op).
  *
  * The module keeps its state in static variables (single-phase
  * initialisation): one interpreter per process, as PyTorch itself.
