@@ -17,7 +17,11 @@
 #                        tracked file that .gitignore ignores (a committed build
 #                        output), no work history in the tree (issue or phase
 #                        numbers, a FLAGS file), every source file carrying its
-#                        SPDX licence line (LINT_SPDX=no skips that check)
+#                        SPDX licence line (LINT_SPDX=no skips that check); the
+#                        Python files clean by ruff (pinned in
+#                        python/requirements-lint.txt, rules in ruff.toml;
+#                        .ci/ruff.sh), no import cycle in python/fldispatch but
+#                        the known ones (.ci/import-graph.py)
 #   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
 #   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
@@ -456,6 +460,10 @@ lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ)
 	  if [ -n "$$out" ]; then printf '%s\n' "$$out" >&2; exit 1; fi; exit $$st
 	$(Q)$(PYTHON) .ci/include-graph.py --self-test && out=$$($(PYTHON) .ci/include-graph.py --check); \
 	  st=$$?; printf '%s\n' "$$out" | while IFS= read -r l; do printf '  %-7s %s\n' LINT "$$l"; done; exit $$st
+	$(Q)out=$$(PYTHON='$(PYTHON)' sh .ci/ruff.sh); st=$$?; \
+	  [ -z "$$out" ] || printf '  %-7s %s\n' LINT "$$out"; exit $$st
+	$(Q)$(PYTHON) .ci/import-graph.py --self-test && out=$$($(PYTHON) .ci/import-graph.py --check); \
+	  st=$$?; printf '  %-7s %s\n' LINT "$$out"; exit $$st
 	$(Q)$(call fld_say,LINT,core and tools: nothing linked and unused)$(PYTHON) .ci/unused.py $(CORE_OBJ) $(TOOL_OBJ)
 	$(Q)$(call fld_say,LINT,no tracked file that .gitignore ignores)if [ -d .git ] || [ -f .git ]; then \
 	  bad=$$(git ls-files -ci --exclude-standard); if [ -n "$$bad" ]; then \

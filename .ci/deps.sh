@@ -17,7 +17,9 @@
 #   fuzz      make fuzz, fuzz-smoke, fuzz-run: clang with libFuzzer
 #   valgrind  make check-valgrind
 #   fresh     make check-fresh: debootstrap
-#   lint      make lint: cppcheck, and python3 for the include-graph check
+#   lint      make lint: cppcheck, python3 for the include- and import-graph
+#             checks, and its venv module for ruff (.ci/ruff.sh installs the
+#             pinned ruff with pip into a virtual environment, once)
 #   all       every set (what .ci/run installs)
 #
 # Usage: sh .ci/deps.sh [--make] [--install] SET...   check SETs (--install: as root, install them)
@@ -36,7 +38,7 @@ set_packages() {
     fuzz) echo "clang libclang-rt-14-dev" ;;
     valgrind) echo "valgrind" ;;
     fresh) echo "debootstrap" ;;
-    lint) echo "cppcheck python3" ;;
+    lint) echo "cppcheck python3 python3-venv" ;;
     all) for s in build test rocm fuzz valgrind fresh lint; do set_packages $s; done ;;
     *) return 1 ;;
     esac

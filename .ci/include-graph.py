@@ -43,8 +43,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
 # A function defined at file scope: a line that starts with its type, the
 # name, the parameters, then the body's brace (attributes allowed between).
-FUNCTION = re.compile(r"^(?!static\b)[A-Za-z_][^;{}()\n]*?\b(fld_\w+)\s*\([^;{}]*?\)\s*(?:__attribute__\s*\(\(.*?\)\)\s*)?\{",
-                      re.M | re.S)
+FUNCTION = re.compile(r"^(?!static\b)[A-Za-z_][^;{}()\n]*?\b(fld_\w+)\s*\([^;{}]*?\)\s*"
+                      r"(?:__attribute__\s*\(\(.*?\)\)\s*)?\{", re.M | re.S)
 # A variable defined at file scope (not static, not extern).
 VARIABLE = re.compile(r"^(?!static\b|extern\b|typedef\b|struct\s+\w+\s*\{|enum\b|#)"
                       r"[A-Za-z_][^;{}()=\n]*?\b(fld_\w+)\s*(?:\[[^\]]*\])*\s*(?:=|;)", re.M)

@@ -536,7 +536,8 @@ def main():
         return 2
     started = time.time()
     os.makedirs(args.out, exist_ok=True)
-    jsonl = open(os.path.join(args.out, f"gpu_peers{'' if args.label == 'fldispatch' else '-' + args.label}.jsonl"), "w")
+    suffix = "" if args.label == "fldispatch" else "-" + args.label
+    jsonl = open(os.path.join(args.out, f"gpu_peers{suffix}.jsonl"), "w")
 
     def say(line):
         print(line, flush=True)

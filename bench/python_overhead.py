@@ -78,7 +78,7 @@ def main():
         "numpy_call": lambda: call(outn, xn),
     }
     # Warm up: caches, the dispatcher, the library's resolution.
-    for name, fn in variants.items():
+    for fn in variants.values():
         if fn:
             per_call_ns(fn, 1000)
     fldispatch._C._bench_c_call(out, x, 1000)

@@ -251,11 +251,12 @@ def breakdown_cases(t, hidden, dtype, fld):
     ir_stages("gemma_rms_norm+residual", fused, (xg, resg, gw, eps), (xg, xg, gw, resg, eps))
     for case, layer, op_name in (("silu_and_mul", silu, "silu_and_mul"),
                                  ("gelu_and_mul", gelu, "gelu_and_mul")):
+        op_default = getattr(ops, op_name).default
         cases[case].update({
             "forward_fl": lambda layer=layer: layer.forward_fl(g),
             "forward": lambda op_name=op_name: fv.act_and_mul_forward(op_name, g),
             "op": lambda op_name=op_name: getattr(ops, op_name)(h, g),
-            "op.default": lambda op=getattr(ops, op_name).default: op(h, g),
+            "op.default": lambda op=op_default: op(h, g),
             "alloc": lambda: g.new_empty([t, inter]),
         })
     cases["rotary_embedding"].update({

@@ -31,15 +31,14 @@ each pinned with a per-op policy in strict mode). VLLM_FL_CPU_ISA picks vendor.c
 instruction set as usual (set it before running). With --device cuda (or rocm) the tensors
 are PyTorch's on that GPU, the implementations vendor.cuda and reference.cuda, and the
 references PyTorch's GPU kernels: there vLLM's CUDA activation formulas and PyTorch's share
-CUDA's expf/erff/tanhf, so every 16-bit activation should agree to the bit (GELU included). Exit status: 0 when every call
-succeeded and every norm case is within vLLM's tolerance; 1 otherwise; 2 usage;
+CUDA's expf/erff/tanhf, so every 16-bit activation should agree to the bit (GELU included).
+Exit status: 0 when every call succeeded and every norm case is within vLLM's tolerance; 1 otherwise; 2 usage;
 3 PyTorch or the library missing. Mismatch counts of activations and rotary are
 reported, not judged: see docs/cpu-plugin.md ("Rounding") for what they should be.
 """
 
 import argparse
 import ctypes
-import math
 import os
 import sys
 

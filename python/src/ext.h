@@ -16,7 +16,11 @@
  *   errors.c   turns a failed status into fldispatch.<Status>Error with the
  *              library's fld_last_error() as the message.
  * introspect.c (resolve, explain, plugins, config, reload) and policy.c
- * (scoped overrides, streams) wrap the rest of the C API.
+ * (scoped overrides, streams) wrap the rest of the C API. The binding_*.c
+ * files are the Python side of <fldispatch/binding.h>: Python
+ * implementations registered (binding_registration.c) and run
+ * (binding_impl.c, with the GIL and interrupts of binding_gil.c), and any
+ * op called by name (binding_call.c: call_op, resolve_op).
  *
  * The module keeps its state in static variables (single-phase
  * initialisation): one interpreter per process, as PyTorch itself.
@@ -166,7 +170,7 @@ void fldpy_sig_release(fldpy_sig_call *c);
 PyObject *fldpy_sig_args_tuple(const fld_args *a, PyObject *(*tensor)(const DLTensor *));
 extern PyMethodDef fldpy_signature_methods[];
 
-/* ---- binding.c --------------------------------------------------------- */
+/* ---- binding_gil.c ------------------------------------------------------- */
 
 /*
  * Releases the GIL around a library call that may run a Python
@@ -188,12 +192,76 @@ int fldpy_finish_call(int status);
 /* fldpy_raise_status(), with the last implementation exception of this
  * thread, if any, as the error's __cause__. Returns NULL. */
 PyObject *fldpy_raise_impl_status(int status);
+/* Sets the pending exception's __cause__ to exc (a new reference, stolen). */
+void fldpy_chain_cause(PyObject *exc);
+/* Whether Python is exiting (atexit): Python implementations decline. */
+bool fldpy_interpreter_exiting(void);
+/* The thread state fldpy_release_gil() saved on this thread, or NULL. */
+PyThreadState *fldpy_released_gil(void);
+/* Whether this thread has an interrupt pending (see binding_gil.c). */
+bool fldpy_interrupt_pending(void);
+/* An interrupt (exc, a BaseException that is not an Exception, stolen;
+ * what: its description) raised by impl_id of op: kept as this thread's
+ * pending interrupt, or the end of the process while the tool runs in it. */
+void fldpy_keep_interrupt(const char *op, const char *impl_id, PyObject *exc, const char *what);
+/* exc (stolen) as this thread's last implementation exception. */
+void fldpy_keep_impl_exception(PyObject *exc);
+extern PyMethodDef fldpy_gil_methods[];
+
+/* ---- binding_impl.c ------------------------------------------------------ */
+
+/* The context of one Python implementation; lives until the process ends. */
+struct pyimpl {
+    PyObject *fn;
+    char *op;
+    char *impl_id;
+    int args_kind; /* fld_args_kind of a catalog op, 0 otherwise */
+    struct pyimpl *next;
+};
+
+/* The Python-side arguments of one call_op() call. */
+struct pyframe {
+    /* the arguments: a tuple and a dict (OpCaller), or a vector (call_op) */
+    PyObject *args;   /* tuple, or NULL for the vector form */
+    PyObject *kwargs; /* dict or NULL */
+    PyObject *const *vargs;
+    Py_ssize_t nargs;
+    PyObject *kwnames;
+    const void *native; /* the fld_args of a declared op's call, or NULL */
+    PyObject *result;   /* the winner's return value (new reference) */
+    PyObject *exc;      /* the last exception an implementation raised */
+};
+
+/* The fld_args_kind of a catalog op's argument struct; 0 for an op outside
+ * the catalog. */
+int fldpy_catalog_args_kind(const char *op);
+/* The library's kernel for every Python implementation (binding.h). */
+int fldpy_run_impl(void *ctx, const void *args);
+/* Calls impl with the GIL held; FLD_* status. */
+int fldpy_call_python(struct pyimpl *impl, const void *args);
+/* frame as this thread's call_op() frame; returns the one it replaces, for
+ * fldpy_frame_leave() after the call. */
+struct pyframe *fldpy_frame_enter(struct pyframe *frame);
+void fldpy_frame_leave(struct pyframe *outer);
+/* fn(*args[0..nargs), **kwnames' values) by PyObject_Vectorcall where the
+ * running CPython has it (fldpy_call_vector_init() looks it up), else with a
+ * tuple and a dict. */
+PyObject *fldpy_call_vector(PyObject *fn, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames);
+void fldpy_call_vector_init(void);
+
+/* ---- binding_registration.c ---------------------------------------------- */
+
+extern PyMethodDef fldpy_binding_methods[];
+
+/* ---- binding_call.c ------------------------------------------------------ */
+
 /* After a declaration of op (NULL: of any op, after a plugin load): its
  * call_op() entry, if any, takes the signature. */
 void fldpy_binding_declared(PyObject *name);
 /* OpCaller type and module state; 0 or -1 with an exception. */
 int fldpy_binding_init(PyObject *module);
-extern PyMethodDef fldpy_binding_methods[];
+extern PyMethodDef fldpy_call_methods[];
 
 /* ---- autograd.c ---------------------------------------------------------- */
 

@@ -29,6 +29,8 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddFunctions(module, fldpy_policy_methods) < 0 || fldpy_policy_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_hook_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_binding_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_gil_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_call_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_signature_methods) < 0 ||
         fldpy_binding_init(module) < 0 || PyModule_AddFunctions(module, fldpy_stats_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_prepared_methods) < 0 ||

@@ -6,7 +6,7 @@
  * declared op: Python arguments to a checked fld_args, by the signature
  * alone (no wrapper per op), and an fld_args back to Python arguments for a
  * Python implementation called from C. Declarations by Python packages
- * (_C.declare_op) are binding.c's.
+ * (_C.declare_op) are binding_registration.c's.
  */
 #include <string.h>
 

@@ -89,7 +89,7 @@ def test_malformed_rank_is_refused_naming_the_argument(producer, edit):
 
 @pytest.mark.parametrize("producer", sorted(PRODUCERS))
 def test_dimensions_whose_product_overflows_are_refused(producer):
-    for op, arg, call in calls(lambda a: PRODUCERS[producer](a, huge_dims)):
+    for _op, _arg, call in calls(lambda a: PRODUCERS[producer](a, huge_dims)):
         with pytest.raises(fldispatch.InvalidArgumentError):
             call()
 

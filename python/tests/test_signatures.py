@@ -263,7 +263,7 @@ def test_argument_names_no_binding_can_take_are_refused():
     import keyword
 
     torch_parse = torch._C.parse_schema
-    for i, word in enumerate(keyword.kwlist):
+    for word in keyword.kwlist:
         op = fresh_op("kw")
         with pytest.raises(fldispatch.InvalidArgumentError, match=f"'{word}' is a Python keyword"):
             fldispatch.declare_op(op, f"(Tensor(a!) out, int {word}) -> ()")

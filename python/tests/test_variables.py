@@ -21,7 +21,6 @@ environment variables the library's own and the policy's.
 """
 
 import re
-from pathlib import Path
 
 import pytest
 

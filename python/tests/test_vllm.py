@@ -733,7 +733,7 @@ def test_real_vllm_paths(monkeypatch, caplog, mode, force, custom_ops, expected)
         got = {op for op, layer in made.items() if runs_fldispatch(layer, op)}
     assert got == expected
     lines = path_lines(caplog)
-    for op, layer in made.items():
+    for op in made:
         name = fv._LAYERS[op][1]
         path = "fldispatch CustomOp" if op in expected else "vLLM's own"
         assert sum(line.startswith(f"fldispatch: {name} -> {path} (") for line in lines) == 1, \

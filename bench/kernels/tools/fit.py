@@ -2,7 +2,9 @@
 # The coefficient fits of vmath.h: minimax-like (Lawson's iteratively reweighted
 # least squares on a dense grid against mpmath), then rounded to float32.
 # Run: /usr/bin/python3 tools/fit.py   (needs python3-numpy, python3-mpmath)
-import numpy as np, mpmath as mp
+import mpmath as mp
+import numpy as np
+
 mp.mp.dps = 40
 
 def lawson(A, y, w0, iters=400):
@@ -35,17 +37,23 @@ def fit_erfcx(T=10.5, p=4, q=5, iters=60):
     # (linearised Lawson iterations, reweighted by 1/Q)
     t = np.linspace(0, T, 6001)
     ex = np.array([float(mp.erfc(v) * mp.exp(v * v)) for v in t])
-    wq = np.ones(len(t)); w = np.ones(len(t)) / len(t); best = None
+    wq = np.ones(len(t))
+    w = np.ones(len(t)) / len(t)
+    best = None
     for _ in range(iters):
         A = np.concatenate([np.stack([t ** k for k in range(p + 1)], 1),
                             np.stack([-ex * t ** k for k in range(1, q + 1)], 1)], 1)
         for _ in range(40):
             sw = np.sqrt(w) * wq / ex
             c, *_ = np.linalg.lstsq(A * sw[:, None], ex * sw, rcond=None)
-            e = np.abs((A @ c - ex) * wq / ex); w = w * e; w /= w.sum()
-        P = np.polyval(c[:p + 1][::-1], t); Q = 1 + t * np.polyval(c[p + 1:][::-1], t)
+            e = np.abs((A @ c - ex) * wq / ex)
+            w = w * e
+            w /= w.sum()
+        P = np.polyval(c[:p + 1][::-1], t)
+        Q = 1 + t * np.polyval(c[p + 1:][::-1], t)
         err = np.abs((P / Q - ex) / ex).max()
-        if best is None or err < best[0]: best = (err, c.copy())
+        if best is None or err < best[0]:
+            best = (err, c.copy())
         wq = 1 / np.abs(Q)
     err, c = best
     return c[:p + 1], np.concatenate([[1.0], c[p + 1:]]), err
