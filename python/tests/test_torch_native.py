@@ -80,6 +80,17 @@ def test_cpu_and_cuda_kernels_are_the_native_ones(op):
     assert "torch.py" in kernels["PrivateUse1"], kernels
 
 
+@native
+def test_no_python_kernel_is_registered_where_a_native_one_serves():
+    # A Python kernel registered for the same key before the native one would
+    # be overridden, and PyTorch warns when that happens.
+    r = subprocess.run([sys.executable, "-W", "always", "-c",
+                        "import fldispatch.torch as t; print(t.NATIVE)"],
+                       env=dict(os.environ), capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "True"
+    assert "Overriding a previously registered kernel" not in r.stderr, r.stderr
+
+
 def test_native_keys_are_cpu_and_cuda_and_the_old_names_follow():
     assert ft.NATIVE_KEYS == ("CPU", "CUDA")
     assert (ft.NATIVE_CPU, ft.NATIVE_REASON) == (ft.NATIVE, ft.NATIVE_REASON)
