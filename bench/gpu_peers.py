@@ -12,7 +12,11 @@ Implementations (those importable run; the others are named once):
               names its rows otherwise: another build's library, for a
               before/after, runs in a process of its own, as two copies of
               the library in one process bind each other's symbols)
-  fld_torch   torch.ops.fldispatch.*, the path vLLM's IR provider calls
+  fld_torch   torch.ops.fldispatch.*, the path vLLM's IR provider calls: the
+              native CUDA kernels (python/native/torch_ops.cpp) where the
+              installed package has them for this torch, else the Python-level
+              ones; the first line and the JSON head's fld_torch_kernels say
+              which ("native" or "python (why)")
   eager       PyTorch eager, vLLM's forward_native formulas
   compile     torch.compile of the same (Inductor, dynamic token count, as
               vLLM compiles: the kernel vLLM runs by default on CUDA)
@@ -133,6 +137,18 @@ class Fld:
 
 
 # ---- peers ---------------------------------------------------------------------------------
+
+def fld_torch_kernels():
+    """Which kernels serve torch.ops.fldispatch.* on CUDA tensors, as the
+    dispatcher has them: "native", or "python (why the native ones are not in use)"."""
+    import fldispatch.torch as fltorch
+
+    dump = torch._C._dispatch_dump("fldispatch::rms_norm").splitlines()
+    cuda = next((line for line in dump if line.startswith("CUDA:")), "")
+    if "torch_ops.cpp" in cuda:
+        return "native"
+    return f"python ({fltorch.NATIVE_REASON or 'the CUDA kernel is ' + (cuda or 'absent')})"
+
 
 def load_peers(wanted, say):
     peers = {}
@@ -554,9 +570,14 @@ def main():
     copy = copy_gbps()
     head = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbps": copy,
             "impls": [i for i in impls if i in peers or i in ("floor", "eager", "compile")]}
+    if "fld_torch" in peers:
+        head["fld_torch_kernels"] = fld_torch_kernels()
     jsonl.write(json.dumps(head) + "\n")
     say(f"device {head['device']}, torch {head['torch']}, copy {copy:.0f} GB/s, "
         f"impls {', '.join(head['impls'])}")
+    if "fld_torch" in peers:
+        say(f"fld_torch: torch.ops.fldispatch.* on CUDA tensors through the "
+            f"{head['fld_torch_kernels']} kernels")
     say(f"{'op':<19}{'dt':<5}{'T':>6}{'H':>6} {'impl':<11}{'graph_us':>9}{'launch_us':>10}"
         f"{'GB/s':>7}{'copy':>6}{'err':>10}")
     skipped = []

@@ -7,7 +7,7 @@
         [--tokens 1,16] [--hidden 4096] [--dtype f32,bf16] [--evict KIB,...] [--vllm] [--json]
 
 For each op at decode shapes, in one process, per call (median over rounds):
-    torch_op   torch.ops.fldispatch.<op>(...) with the native CPU kernels
+    torch_op   torch.ops.fldispatch.<op>(...) with the native kernels
     floor      torch.ops.fldispatch._floor_<family>(...) on the same tensors:
                a do-nothing C++ kernel with the op's schema, registered in the
                same library the same way (fldispatch.torch.dispatch_floor()),
@@ -142,8 +142,8 @@ def main():
         p.error(f"--evict: not a comma list of integers: {a.evict!r}")
     if any(k <= 0 or k > 1024 * 1024 for k in evict_kib):
         p.error("--evict: each KiB count in 1 .. 1048576")
-    if not fltorch.NATIVE_CPU:
-        sys.exit(f"torch_floor: the native CPU kernels are not in use ({fltorch.NATIVE_CPU_REASON}); "
+    if not fltorch.NATIVE:
+        sys.exit(f"torch_floor: the native kernels are not in use ({fltorch.NATIVE_REASON}); "
                  "make python-torch-native builds them")
     peer = None
     if a.vllm:

@@ -12,13 +12,14 @@
 #                        it once, in ~/.cache/fldispatch)
 #   make python-torch-native
 #                        build/python/fldispatch/_torch_ops.so, the
-#                        torch.ops.fldispatch.* CPU kernels registered in C++
-#                        (python/native/torch_ops.cpp, row_split.h), and _torch_ops.abi, the
-#                        torch and Python it is bound to; needs torch importable
+#                        torch.ops.fldispatch.* CPU and CUDA kernels registered
+#                        in C++ (python/native/torch_ops.cpp, row_split.h), and
+#                        _torch_ops.abi, the torch and Python it is bound to,
+#                        and its tests' fake CUDA backend; needs torch importable
 #                        by $(PYTHON) and a C++ compiler (about 30 s); make
 #                        check-python builds it, since its tests import torch;
 #                        fldispatch.torch loads it instead of its Python-level
-#                        CPU kernels when the record matches the running torch
+#                        kernels when the record matches the running torch
 #   make check-pip       python/tests/pip: the README's `pip install ./python`
 #                        into a new virtual environment that sees $(PYTHON)'s
 #                        torch, then the installed package's tool, native torch
@@ -87,7 +88,10 @@ PY_TORCH_NATIVE := $(PYPKG)/_torch_ops.so
 PY_TORCH_ABI    := $(PYPKG)/_torch_ops.abi
 TORCH_FLAGS  = $(shell $(PYTHON) -c 'import os, torch, torch.utils.cpp_extension as c; print(" ".join(["-I" + p for p in c.include_paths()] + ["-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI)]))' 2>/dev/null)
 TORCH_LIBDIR = $(shell $(PYTHON) -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null)
-python-torch-native: python python-headers $(PY_TORCH_NATIVE)
+# The fixture of test_torch_native_gpu.py: a stand-in for torch's CUDA backend
+# on host memory (python/tests/native/fake_cuda.cpp), built with the kernels.
+PY_TORCH_FIXTURE := $(PYOUT)/tests/_fake_cuda.so
+python-torch-native: python python-headers $(PY_TORCH_NATIVE) $(PY_TORCH_FIXTURE)
 
 $(PY_TORCH_NATIVE): python/native/torch_ops.cpp python/native/row_split.h python/fldispatch/native_abi.py $(LIB_SO) include/fldispatch/fldispatch.h
 	@test -n '$(TORCH_LIBDIR)' || { echo "fldispatch: make python-torch-native needs torch importable by $(PYTHON)" >&2; exit 1; }
@@ -96,6 +100,12 @@ $(PY_TORCH_NATIVE): python/native/torch_ops.cpp python/native/row_split.h python
 	$(Q)$(call fld_say,CXX,$<)$(CXX) -std=c++20 -O2 -fopenmp -fPIC -shared -fvisibility=hidden -Iinclude -I$(PY_INCLUDE) $(TORCH_FLAGS) $< -o $@ \
 	  -L'$(TORCH_LIBDIR)' -lc10 -ltorch_cpu -ltorch_python -L$(LIBOUT) -lfldispatch -Wl,-rpath,'$(TORCH_LIBDIR)' -Wl,-rpath,'$$ORIGIN/lib'
 	$(Q)$(PYTHON) -c 'import runpy; runpy.run_path("python/fldispatch/native_abi.py", run_name="__main__")' > '$(PY_TORCH_ABI)'
+
+$(PY_TORCH_FIXTURE): python/tests/native/fake_cuda.cpp
+	@test -n '$(TORCH_LIBDIR)' || { echo "fldispatch: $@ needs torch importable by $(PYTHON)" >&2; exit 1; }
+	@mkdir -p $(@D)
+	$(Q)$(call fld_say,CXX,$<)$(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -fPIC -shared $(TORCH_FLAGS) $< -o $@ \
+	  -L'$(TORCH_LIBDIR)' -lc10 -ltorch_cpu -Wl,-rpath,'$(TORCH_LIBDIR)'
 
 $(PYPKG)/%.py: python/fldispatch/%.py
 	@mkdir -p $(@D)
@@ -128,7 +138,7 @@ else ifneq ($(PY_RUN_TESTS),)
 	  echo "fldispatch: the Python tests need Python.h for $(PYTHON) (Debian: apt-get install python3-dev)" >&2; exit 1; \
 	fi; \
 	py=$$(PYTHON='$(PYTHON)' sh python/tests/venv.sh) || exit 1; \
-	$(MAKE) --no-print-directory PYTHON="$$py" python python-torch-native $(PY_FIXTURES) || exit 1; \
+	$(MAKE) --no-print-directory PYTHON="$$py" python python-torch-native $(PY_FIXTURES) $(GPUPLUG_FIXTURE) || exit 1; \
 	mkdir -p '$(dir $(PY_LOG))'; \
 	{ PYTHONPATH='$(abspath $(PYOUT))' FLDPY_EXPECT_NATIVE=1 FLDPY_TEST_FIXTURES='$(abspath $(PYOUT))/tests' \
 	    "$$py" -m pytest -q -p no:cacheprovider python/tests 2>&1; \

@@ -14,7 +14,7 @@ package, so nothing needs LD_LIBRARY_PATH:
     fldispatch/lib/fldispatch/plugins/fld-*.so  found next to the library
     fldispatch/share/fldispatch/config/*.yaml   platform files (<lib>/../share)
     fldispatch/bin/fldispatch                   the command-line tool
-    fldispatch/_torch_ops.so, _torch_ops.abi    the native torch.ops CPU kernels and
+    fldispatch/_torch_ops.so, _torch_ops.abi    the native torch.ops CPU and CUDA kernels and
                                                 the torch and Python they are bound to,
                                                 where the target environment has torch
                                                 (off with FLDISPATCH_TORCH_NATIVE=0);
@@ -249,9 +249,9 @@ class BuildWithLibrary(build_ext):
 
     @staticmethod
     def _link_torch_native(tree: Path, package_dir: Path, info, obj: Path, why):
-        """The native torch.ops CPU kernels (python/native/torch_ops.cpp) and
+        """The native torch.ops CPU and CUDA kernels (python/native/torch_ops.cpp) and
         their ABI record, or _torch_ops.why saying why they are not there;
-        fldispatch.torch then keeps its Python-level CPU kernels and says so."""
+        fldispatch.torch then keeps its Python-level kernels and says so."""
         so, abi, why_file = (package_dir / n for n in ("_torch_ops.so", "_torch_ops.abi",
                                                         "_torch_ops.why"))
         for f in (so, abi, why_file):
@@ -269,7 +269,7 @@ class BuildWithLibrary(build_ext):
             why = "linking native/torch_ops.cpp failed (its output is above)"
         why_file.write_text(why + "\n")
         say(f"native torch kernels not built: {why}; fldispatch.torch uses its Python-level "
-            "CPU kernels")
+            "kernels")
 
     @staticmethod
     def _copy_runtime(tree: Path, package_dir: Path):

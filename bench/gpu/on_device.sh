@@ -11,7 +11,11 @@
 #            against the reference), text and JSON
 #   check    gpu_check.py (where the kit has it): > 65535 rows, > 2^31
 #            elements, misaligned views, rotary on qkv views, graph capture
-#   install  fldispatch's wheel and the peers' into /tmp/fld-site
+#   install  fldispatch's wheel and the peers' into /tmp/fld-site, then the
+#            native torch kernels compiled for this machine's torch into it
+#            (torch_native.sh; without a C++ compiler or Python.h the
+#            Python-level kernels serve torch.ops.fldispatch.*, and
+#            gpu_peers.py's fld_torch rows say so)
 #   vllm     vLLM from the chunks staged under /tmp/vllm-stage into
 #            /tmp/vllm-site (the chunks of the kit's pack-vllm.sh)
 #   peers    gpu_peers.py (budget PEERS_BUDGET_S, default 200 s)
@@ -59,7 +63,8 @@ for s in ${*:-sweep verify check peers}; do
   check) [ -f "$kit/gpu_check.py" ] && step check gpu_check.txt env FLD_LIB="$kit/lib/libfldispatch.so" \
            python3 "$kit/gpu_check.py" --json "$out/gpu_check.json" ;;
   install) step install install.txt python3 -m pip install -q --no-index --no-deps --no-compile \
-             --no-cache-dir --upgrade --target "$site" "$kit"/wheels/*.whl ;;
+             --no-cache-dir --upgrade --target "$site" "$kit"/wheels/*.whl
+           step "install native" install_native.txt bash "$kit/torch_native.sh" "$site" "$kit/native" ;;
   vllm) export -f install_vllm; export vsite; step vllm vllm_install.txt bash -c install_vllm ;;
   peers) step peers peers.txt env PYTHONPATH="$(pypath)" FLD_LIB="$kit/lib/libfldispatch.so" \
            python3 "$kit/gpu_peers.py" --budget-s "${PEERS_BUDGET_S:-200}" --out "$out" ;;

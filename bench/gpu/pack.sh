@@ -11,8 +11,12 @@
 #   syslib/           libyaml and hwloc, which a bare CUDA image lacks
 #   gpu_sweep         bench/gpu_sweep.cu, built for CUDA_ARCHS
 #   wheels/           fldispatch's own wheel (with the cuda plugin; no native
-#                     CPU torch kernels, which are bound to one torch) and the
+#                     torch kernels, which are bound to one torch) and the
 #                     peers: Liger-Kernel, FlagGems and what FlagGems imports
+#   native/           the native torch kernels' sources (torch_ops.cpp,
+#                     row_split.h, the library's headers and dlpack/dlpack.h),
+#                     which on_device.sh's install step compiles there for the
+#                     GPU machine's torch (torch_native.sh)
 #   *.py, on_device.sh  the benchmarks and the script that runs them there
 #
 #   bench/gpu/pack.sh [BASE]       # from the project root
@@ -35,7 +39,13 @@ rm -rf "$kit"; mkdir -p "$kit/syslib" "$kit/wheels" "$kit/base"
 cp -a build/bin build/lib build/share "$kit/"
 rm -f "$kit"/lib/*.a "$kit"/lib/fldispatch/plugins/fld-cpu.so
 cp build/bench/gpu_sweep "$kit/"
-cp bench/gpu_peers.py bench/gpu/on_device.sh "$kit/"
+cp bench/gpu_peers.py bench/gpu/on_device.sh bench/gpu/torch_native.sh "$kit/"
+mkdir -p "$kit/native/include/dlpack"
+cp python/native/torch_ops.cpp python/native/row_split.h "$kit/native/"
+cp -a include/fldispatch "$kit/native/include/"
+dlpack=$(printf '#include <dlpack/dlpack.h>\n' | ${CC:-cc} -M -x c - | tr ' \\' '\n\n' | grep 'dlpack/dlpack\.h$' | head -1)
+[ -n "$dlpack" ] || { echo "pack: dlpack/dlpack.h not found (install libdlpack-dev)" >&2; exit 1; }
+cp "$dlpack" "$kit/native/include/dlpack/"
 [ -f bench/vllm_cuda.py ] && cp bench/vllm_cuda.py "$kit/"
 [ -f ../shared/gpu/gpu_check.py ] && cp ../shared/gpu/gpu_check.py "$kit/"
 cache=$(ldconfig -p)

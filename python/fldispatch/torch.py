@@ -22,15 +22,26 @@ op and who declared it (SKIPPED says why; fldispatch.call_op() still calls
 it). The `fldispatch` torch library is created once per process, so an
 import that failed halfway (an interrupt) can be repeated.
 
-The kernels are fldispatch's C functions themselves, registered for the CPU,
-CUDA (also PyTorch's ROCm build) and PrivateUse1 (torch_npu) dispatch keys:
-a call goes from PyTorch's dispatcher straight into the C extension. For
-tensors on a GPU the extension asks PyTorch, through the DLPack exchange API,
-for its current stream on that device at every call and passes it to the
-library (fld_set_stream): the ops run on torch.cuda.current_stream(), also
-while a CUDA graph is being captured. With a PyTorch that has no exchange API
-(older releases) the CUDA kernels set the stream from torch.cuda.current_stream()
-themselves.
+The kernels for the CPU and CUDA (also PyTorch's ROCm build) dispatch keys
+are native (python/native/torch_ops.cpp, registered in C++ when
+_torch_ops.so is built for this torch: NATIVE): a call goes from PyTorch's
+dispatcher into the library without entering Python. On a GPU they pass the
+library torch's current stream of the tensors' device at every call
+(fld_set_stream, the thread's previous stream put back after it): the ops run
+on torch.cuda.current_stream(), also while a CUDA graph is being captured.
+
+Where the native kernels are not in use (NATIVE_REASON says why), and always
+for PrivateUse1 (torch_npu), the kernels are fldispatch's Python-level C
+functions, registered as Python callables: a call boxes its arguments into
+Python objects and goes through the C extension, which asks PyTorch, through
+the DLPack exchange API, for its current stream of the tensors' device and
+passes it to the library in the same way. With a PyTorch that has no exchange
+API (older releases) the CUDA kernels set the stream from
+torch.cuda.current_stream() themselves. PrivateUse1 stays on that path: the
+native kernels would take the stream from the device guard's native handle,
+which c10's interface leaves optional (its default raises) and which torch_npu
+is not known to provide, where the exchange-API path goes on without a
+stream for a device other than CUDA and ROCm.
 """
 
 import logging as _logging
@@ -49,9 +60,11 @@ SCHEMAS = dict(_C.catalog_ops())
 # torch_npu uses PrivateUse1.
 TENSOR_KEYS = ("CPU", "CUDA", "PrivateUse1")
 
-# The ops python/native/torch_ops.cpp serves on the CPU: every catalog op with tensors (its
+# The ops python/native/torch_ops.cpp serves: every catalog op with tensors (its
 # kernels follow the rows of <fldispatch/catalog.def>, as the catalog does).
 NATIVE_OPS = tuple(op for op, schema in SCHEMAS.items() if "Tensor" in schema)
+#: The dispatch keys python/native/torch_ops.cpp registers NATIVE_OPS' kernels for.
+NATIVE_KEYS = ("CPU", "CUDA")
 
 HAS_EXCHANGE_API = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
 
@@ -93,17 +106,17 @@ def _nothing(*args):
     return None
 
 
-# The native CPU kernels (python/native/torch_ops.cpp, built where torch's
-# headers are present: make python, pip install): registered in C++ with the
-# dispatcher, so a CPU call does not enter Python; their errors are
-# ValueError (invalid arguments) or RuntimeError with the library's message.
+# The native kernels (python/native/torch_ops.cpp, built where torch's
+# headers are present: make python-torch-native, pip install): registered in
+# C++ with the dispatcher for NATIVE_KEYS, so a call does not enter Python;
+# their errors are fldispatch's own exceptions, with the library's message.
 # The .so is bound to the torch and the Python it was compiled against, which
 # its build records in _torch_ops.abi; under any other, or when it does not
-# load, the Python-level CPU kernels serve and NATIVE_CPU_REASON says why.
-_NATIVE_CPU = _os.path.join(_os.path.dirname(__file__), "_torch_ops.so")
+# load, the Python-level kernels serve every key and NATIVE_REASON says why.
+_NATIVE_SO = _os.path.join(_os.path.dirname(__file__), "_torch_ops.so")
 
 
-def _native_mismatch(path=_NATIVE_CPU):
+def _native_mismatch(path=_NATIVE_SO):
     """None when the native kernels at path can be loaded, else the reason they are not."""
     if _os.environ.get("FLDISPATCH_TORCH_NATIVE", "1") == "0":
         return "FLDISPATCH_TORCH_NATIVE=0"
@@ -123,8 +136,10 @@ def _native_mismatch(path=_NATIVE_CPU):
     return None
 
 
-NATIVE_CPU_REASON = _native_mismatch()
-NATIVE_CPU = NATIVE_CPU_REASON is None
+#: Why the native kernels are not in use, None when they are.
+NATIVE_REASON = _native_mismatch()
+#: Whether the native kernels serve NATIVE_OPS on NATIVE_KEYS.
+NATIVE = NATIVE_REASON is None
 
 
 def _register_python_kernel(name, key):
@@ -174,7 +189,7 @@ def _catalog_kernels(name):
         library.impl(name, getattr(_C, name), "CompositeExplicitAutograd")
         return
     for key in TENSOR_KEYS:
-        if key == "CPU" and NATIVE_CPU and name in NATIVE_OPS:
+        if NATIVE and key in NATIVE_KEYS and name in NATIVE_OPS:
             continue
         _register_python_kernel(name, key)
 
@@ -185,16 +200,20 @@ for _name, _schema in SCHEMAS.items():
 
 del _name, _schema
 
-if NATIVE_CPU and not _STATE.get("native_loaded"):
+if NATIVE and not _STATE.get("native_loaded"):
     try:
-        torch.ops.load_library(_NATIVE_CPU)
+        torch.ops.load_library(_NATIVE_SO)
         _STATE["native_loaded"] = True
     except (OSError, RuntimeError) as _e:
-        NATIVE_CPU, NATIVE_CPU_REASON = False, f"_torch_ops.so did not load: {_e}"
+        NATIVE, NATIVE_REASON = False, f"_torch_ops.so did not load: {_e}"
         for _name in NATIVE_OPS:
             if _name in _DEFINED:
-                _register_python_kernel(_name, "CPU")
+                for _key in NATIVE_KEYS:
+                    _register_python_kernel(_name, _key)
         del _e
+
+# Aliases of NATIVE and NATIVE_REASON, for callers asking about the CPU key.
+NATIVE_CPU, NATIVE_CPU_REASON = NATIVE, NATIVE_REASON
 
 
 def _native_hint(reason, package=_os.path.dirname(__file__)):
@@ -204,16 +223,17 @@ def _native_hint(reason, package=_os.path.dirname(__file__)):
     else:
         how = ("reinstall with torch and a C++ compiler in this environment to build them: "
                "pip install --force-reinstall --no-deps ./python")
-    return (f"fldispatch.torch: the native CPU kernels are not in use ({reason}); the Python-level "
-            f"kernels serve, each CPU call through Python (1.4-1.7x slower on small tensors); {how}")
+    return (f"fldispatch.torch: the native kernels are not in use ({reason}); the Python-level "
+            f"kernels serve, each CPU and CUDA call through Python (1.4-1.7x slower on small CPU "
+            f"tensors); {how}")
 
 
-if not NATIVE_CPU:
+if not NATIVE:
     # A warning (shown once, on stderr, without any logging set up) unless
     # they were turned off on purpose.
     _logging.getLogger("fldispatch.torch").log(
-        _logging.INFO if NATIVE_CPU_REASON == "FLDISPATCH_TORCH_NATIVE=0" else _logging.WARNING,
-        "%s", _native_hint(NATIVE_CPU_REASON))
+        _logging.INFO if NATIVE_REASON == "FLDISPATCH_TORCH_NATIVE=0" else _logging.WARNING,
+        "%s", _native_hint(NATIVE_REASON))
 
 OPS = tuple(SCHEMAS)
 
@@ -226,7 +246,7 @@ FLOOR_FAMILIES = {"activation": "silu_and_mul", "norm": "rms_norm", "rotary": "r
 def dispatch_floor(op):
     """The do-nothing torch op with op's schema, torch.ops.fldispatch._floor_<family>,
     defined on first use: a call of it costs what PyTorch's dispatcher alone adds
-    to a call of op (benchmarks subtract it). Needs the native CPU kernels
+    to a call of op (benchmarks subtract it). Needs the native kernels
     (RuntimeError naming why they are not in use); ValueError for an op outside
     the families."""
     schema = SCHEMAS.get(op)
@@ -235,8 +255,8 @@ def dispatch_floor(op):
     if family is None:
         raise ValueError(f"dispatch_floor: op '{op}' has no floor; the families are "
                          + ", ".join(f"{f} ({rep}'s schema)" for f, rep in FLOOR_FAMILIES.items()))
-    if not NATIVE_CPU:
-        raise RuntimeError(f"dispatch_floor: the native CPU kernels are not in use ({NATIVE_CPU_REASON})")
+    if not NATIVE:
+        raise RuntimeError(f"dispatch_floor: the native kernels are not in use ({NATIVE_REASON})")
     name = "_floor_" + family
     if name not in _STATE.setdefault("floors", set()):
         library.define(name + schema)

@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// torch.ops.fldispatch.* CPU kernels registered with PyTorch's dispatcher in
-// C++ (TORCH_LIBRARY_IMPL), each calling libfldispatch's typed entry point on
+// torch.ops.fldispatch.* kernels registered with PyTorch's dispatcher in C++
+// (TORCH_LIBRARY_IMPL) for the CPU and CUDA keys (PyTorch's ROCm build uses
+// the CUDA key too), each calling libfldispatch's typed entry point on
 // DLTensor views of the at::Tensor arguments: a call pays the dispatcher and
 // the library, not the Python interpreter. Optional: built by
 // `make python-torch-native` when torch's headers are importable, and loaded
-// by fldispatch/torch.py in place of its Python-level CPU kernels. The
-// schemas are defined by torch.py; these are the CPU implementations only.
-// A large call of the norms, the activations or rotary runs on torch's
-// intra-op threads in row ranges (row_split.h).
+// by fldispatch/torch.py in place of its Python-level kernels for those keys.
+// The schemas are defined by torch.py. On the CPU a large call of the norms,
+// the activations or rotary runs on torch's intra-op threads in row ranges
+// (row_split.h); on a GPU a call runs whole, on torch's current stream of the
+// tensors' device (CallStream), and the plugin selects the tensors' device
+// itself from their DLPack device id, as for fldispatch's own functions.
 #include <Python.h>
 
 #include <torch/library.h>
@@ -21,7 +24,10 @@
 #include <string>
 #include <utility>
 
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <fldispatch/plugin.h>
 
@@ -29,12 +35,35 @@
 
 namespace {
 
-// A DLTensor view of t: no copy, no ownership (t outlives the call).
+// The DLPack device type of torch's CUDA device type: kDLROCM where the
+// torch is a ROCm build (its CUDA hooks, compiled with it, say so: at::
+// toDLPack names the device in the same way), else kDLCUDA.
+DLDeviceType cuda_device_type()
+{
+    static const DLDeviceType type = at::detail::getCUDAHooks().hasROCM() ? kDLROCM : kDLCUDA;
+    return type;
+}
+
+// The DLPack device of t, the one fldispatch's own functions see for it. The
+// kernels are registered for the CPU and CUDA keys; a tensor on another
+// device (an argument beside tensors on those) is refused.
+DLDevice dlpack_device(const at::Tensor &t)
+{
+    if (t.is_cpu())
+        return DLDevice{kDLCPU, 0};
+    TORCH_CHECK(t.is_cuda(), "fldispatch: a tensor on ", t.device(),
+                " beside tensors on the CPU or a CUDA device");
+    return DLDevice{cuda_device_type(), t.get_device()};
+}
+
+// A DLTensor view of t: no copy, no ownership (t outlives the call). Each
+// tensor has its own device: the library refuses a call whose tensors' devices
+// differ, naming the tensor.
 DLTensor view(const at::Tensor &t)
 {
     DLTensor d{};
     d.data = t.data_ptr();
-    d.device = DLDevice{kDLCPU, 0};
+    d.device = dlpack_device(t);
     d.ndim = static_cast<int32_t>(t.dim());
     switch (t.scalar_type()) {
     case at::kFloat: d.dtype = FLD_DTYPE_F32; break;
@@ -100,6 +129,44 @@ inline void check(int rc)
         fail(rc);
 }
 
+// For a call on a GPU: the library launches on torch's current stream of the
+// device of the call's first tensor (torch.cuda.current_stream(), also while
+// a CUDA graph is being captured), set with fld_set_stream() for the call and
+// the thread's previous stream put back after it, as fldispatch's own
+// functions do. The stream comes through c10's device-generic interface
+// (the device guard of the tensor's device type, which PyTorch's CUDA and
+// ROCm builds register), so the kernels need no CUDA headers or libraries.
+// Nothing for a CPU tensor; the current device is left alone (the plugin
+// works on the device the tensors' DLPack device id names).
+class CallStream
+{
+  public:
+    explicit CallStream(const at::Tensor &first)
+    {
+        if (first.is_cpu())
+            return;
+        const c10::Device device = first.device();
+        void *stream =
+            c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
+        device_type_ = dlpack_device(first).device_type;
+        previous_ = fld_get_stream(device_type_);
+        check(fld_set_stream(device_type_, stream));
+        set_ = true;
+    }
+    ~CallStream()
+    {
+        if (set_)
+            fld_set_stream(device_type_, previous_);
+    }
+    CallStream(const CallStream &) = delete;
+    CallStream &operator=(const CallStream &) = delete;
+
+  private:
+    bool set_ = false;
+    int device_type_ = kDLCPU;
+    void *previous_ = nullptr;
+};
+
 // As the Python kernels: with grad mode on, an argument that requires grad is
 // refused, naming it (the ops have no derivative and write in place).
 void refuse_grad(const char *op, std::initializer_list<std::pair<const char *, const at::Tensor *>> args)
@@ -141,9 +208,10 @@ template <int (*Fn)(DLTensor *, const DLTensor *), const char *Name>
 void activation(const at::Tensor &out, const at::Tensor &x)
 {
     refuse_grad(Name, {{"out", &out}, {"x", &x}});
+    CallStream stream(out);
     DLTensor o = view(out), i = view(x);
     const int64_t rows = leading_rows(x), bytes = bytes_of(x) + bytes_of(out);
-    if (!fld_split::splits(rows, bytes)) {
+    if (!out.is_cpu() || !fld_split::splits(rows, bytes)) {
         check(Fn(&o, &i));
     } else {
         fld_activation_args whole{&o, &i};
@@ -164,6 +232,7 @@ void norm(const at::Tensor &out, const at::Tensor &x, const std::optional<at::Te
                        {"x", &x},
                        {"weight", weight ? &*weight : nullptr},
                        {"residual", residual ? &*residual : nullptr}});
+    CallStream stream(out);
     DLTensor o = view(out), i = view(x), w{}, r{};
     if (weight)
         w = view(*weight);
@@ -173,7 +242,7 @@ void norm(const at::Tensor &out, const at::Tensor &x, const std::optional<at::Te
     const float e = static_cast<float>(eps);
     const int64_t rows = leading_rows(x);
     const int64_t bytes = bytes_of(x) + bytes_of(out) + (residual ? 2 * bytes_of(*residual) : 0);
-    if (!fld_split::splits(rows, bytes)) {
+    if (!out.is_cpu() || !fld_split::splits(rows, bytes)) {
         check(Fn(&o, &i, wp, residual ? &r : nullptr, e));
     } else {
         // out may be x itself: then each range's out is its x, the in-place form again.
@@ -224,12 +293,13 @@ void rotary(const at::Tensor &positions, const at::Tensor &query,
                                      {"query", &query},
                                      {"key", key ? &*key : nullptr},
                                      {"cos_sin_cache", &cos_sin_cache}});
+    CallStream stream(positions);
     DLTensor p = view(positions), q = view(query), k{}, c = view(cos_sin_cache);
     if (key)
         k = view(*key);
     const int64_t bytes = 2 * (query.numel() * query.element_size() +
                                (key ? key->numel() * key->element_size() : 0));
-    if (!rotary_splits(positions, query, key, bytes)) {
+    if (!positions.is_cpu() || !rotary_splits(positions, query, key, bytes)) {
         check(fld_rotary_embedding(&p, &q, key ? &k : nullptr, head_size, &c, is_neox));
     } else {
         fld_rotary_embedding_args whole{&p, &q, key ? &k : nullptr, head_size, &c, is_neox};
@@ -307,6 +377,7 @@ void rotary_out(const at::Tensor &positions, const at::Tensor &query,
                                          {"cos_sin_cache", &cos_sin_cache},
                                          {"query_out", &query_out},
                                          {"key_out", key_out ? &*key_out : nullptr}});
+    CallStream stream(positions);
     DLTensor p = view(positions), q = view(query), k{}, c = view(cos_sin_cache);
     DLTensor qo = view(query_out), ko{};
     if (key)
@@ -315,7 +386,9 @@ void rotary_out(const at::Tensor &positions, const at::Tensor &query,
         ko = view(*key_out);
     const int64_t bytes = 2 * (query.numel() * query.element_size() +
                                (key ? key->numel() * key->element_size() : 0));
-    if (!rotary_out_splits(positions, query, key, cos_sin_cache, query_out, key_out, bytes)) {
+    // rotary_out_splits reads the positions: host memory only.
+    if (!positions.is_cpu() ||
+        !rotary_out_splits(positions, query, key, cos_sin_cache, query_out, key_out, bytes)) {
         check(fld_rotary_embedding_out(&p, &q, key ? &k : nullptr, head_size, &c, is_neox, &qo,
                                        key_out ? &ko : nullptr));
     } else {
@@ -353,12 +426,11 @@ void floor_rotary(const at::Tensor &, const at::Tensor &, const std::optional<at
 #define FLD_CATALOG_OP(id, name, family, doc) constexpr char name_##name[] = #name;
 #include <fldispatch/catalog.def>
 
-} // namespace
-
-TORCH_LIBRARY_IMPL(fldispatch, CPU, m)
+// The kernels of every catalog op with tensors, by its family
+// (attention_backend has none: torch.py registers its Python kernel for every
+// key), and the dispatcher's floors, for one dispatch key.
+void register_kernels(torch::Library &m)
 {
-// Every catalog op with tensors, by its family's kernel (attention_backend has none: torch.py
-// registers its Python kernel for every key).
 #define NATIVE_GATED(name)       m.impl(#name, activation<fld_##name, name_##name>);
 #define NATIVE_ELEMENTWISE(name) m.impl(#name, activation<fld_##name, name_##name>);
 #define NATIVE_NORM(name)        m.impl(#name, norm<fld_##name, name_##name>);
@@ -370,4 +442,18 @@ TORCH_LIBRARY_IMPL(fldispatch, CPU, m)
     m.impl("_floor_activation", floor_activation);
     m.impl("_floor_norm", floor_norm);
     m.impl("_floor_rotary", floor_rotary);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(fldispatch, CPU, m)
+{
+    register_kernels(m);
+}
+
+// PyTorch's CUDA and ROCm builds. PrivateUse1 (torch_npu) keeps torch.py's
+// Python-level kernels (fldispatch/torch.py says why).
+TORCH_LIBRARY_IMPL(fldispatch, CUDA, m)
+{
+    register_kernels(m);
 }

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The native torch kernels (make python-torch-native; make check builds
-them): torch.ops.fldispatch.*'s CPU kernels are registered from C++ and give
+them): torch.ops.fldispatch.*'s CPU and CUDA kernels are registered from C++ and give
 the results of fldispatch's own functions. Outside make check they are skipped
 when not built, and test_torch_ops.py and test_autograd_and_gil.py run against
 whichever CPU kernels are registered; under make check (FLDPY_EXPECT_NATIVE=1)
@@ -18,14 +18,14 @@ import fldispatch
 import fldispatch.native_abi
 import fldispatch.torch as ft
 
-native = pytest.mark.skipif(not ft.NATIVE_CPU and os.environ.get("FLDPY_EXPECT_NATIVE") != "1",
-                            reason=f"native torch kernels not in use: {ft.NATIVE_CPU_REASON}")
+native = pytest.mark.skipif(not ft.NATIVE and os.environ.get("FLDPY_EXPECT_NATIVE") != "1",
+                            reason=f"native torch kernels not in use: {ft.NATIVE_REASON}")
 
 
 def test_native_kernels_are_in_use_when_built():
-    if os.environ.get("FLDPY_EXPECT_NATIVE") != "1" and not ft.NATIVE_CPU:
-        pytest.skip(f"native torch kernels not in use: {ft.NATIVE_CPU_REASON}")
-    assert ft.NATIVE_CPU, ft.NATIVE_CPU_REASON
+    if os.environ.get("FLDPY_EXPECT_NATIVE") != "1" and not ft.NATIVE:
+        pytest.skip(f"native torch kernels not in use: {ft.NATIVE_REASON}")
+    assert ft.NATIVE, ft.NATIVE_REASON
 
 
 def _fake_build(tmp_path, record):
@@ -62,12 +62,56 @@ def test_absent_build_says_so(tmp_path, monkeypatch):
     assert "not built" in ft._native_mismatch(str(tmp_path / "_torch_ops.so"))
 
 
+def _kernels(op):
+    """{dispatch key: where its kernel of torch.ops.fldispatch.<op> was registered}."""
+    lines = torch._C._dispatch_dump(f"fldispatch::{op}").splitlines()
+    return {line.split(":", 1)[0]: line.split(":", 1)[1] for line in lines
+            if line.split(":", 1)[0] in ft.TENSOR_KEYS}
+
+
 @native
 @pytest.mark.parametrize("op", ft.NATIVE_OPS)
-def test_cpu_kernel_is_the_native_one(op):
-    cpu = [line for line in torch._C._dispatch_dump(f"fldispatch::{op}").splitlines()
-           if line.startswith("CPU:")]
-    assert cpu and "torch_ops.cpp" in cpu[0], cpu
+def test_cpu_and_cuda_kernels_are_the_native_ones(op):
+    kernels = _kernels(op)
+    for key in ("CPU", "CUDA"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"fldispatch::{op}", key)
+        assert "torch_ops.cpp" in kernels[key], kernels
+    # torch_npu keeps the Python-level kernel (fldispatch/torch.py says why).
+    assert "torch.py" in kernels["PrivateUse1"], kernels
+
+
+@native
+def test_no_python_kernel_is_registered_where_a_native_one_serves():
+    # A Python kernel registered for the same key before the native one would
+    # be overridden, and PyTorch warns when that happens.
+    r = subprocess.run([sys.executable, "-W", "always", "-c",
+                        "import fldispatch.torch as t; print(t.NATIVE)"],
+                       env=dict(os.environ), capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "True"
+    assert "Overriding a previously registered kernel" not in r.stderr, r.stderr
+
+
+def test_native_keys_are_cpu_and_cuda_and_the_old_names_follow():
+    assert ft.NATIVE_KEYS == ("CPU", "CUDA")
+    assert (ft.NATIVE_CPU, ft.NATIVE_REASON) == (ft.NATIVE, ft.NATIVE_REASON)
+
+
+_KERNEL_PLACES = """
+import json, torch
+import fldispatch.torch as ft
+lines = torch._C._dispatch_dump("fldispatch::rms_norm").splitlines()
+print(json.dumps([ft.NATIVE, ft.NATIVE_REASON,
+                  {l.split(":", 1)[0]: l.split(":", 1)[1] for l in lines if l.split(":", 1)[0] in ft.TENSOR_KEYS}]))
+"""
+
+
+def test_without_native_kernels_python_ones_serve_cpu_and_cuda():
+    env = dict(os.environ, FLDISPATCH_TORCH_NATIVE="0")
+    r = subprocess.run([sys.executable, "-c", _KERNEL_PLACES], env=env, capture_output=True,
+                       text=True, check=True)
+    native, reason, kernels = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (native, reason) == (False, "FLDISPATCH_TORCH_NATIVE=0")
+    assert all("torch.py" in kernels[key] for key in ft.TENSOR_KEYS), kernels
 
 
 @native

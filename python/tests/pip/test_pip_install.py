@@ -5,7 +5,7 @@ this; it builds the package, a few minutes on two cores, so make check
 leaves it out). Asserted on the installed package:
 - it carries the tool: `python -m fldispatch list --json` runs in the
   Python process (_tool.so) and lists what the build tree's lists;
-- its native torch kernels are in use (fldispatch.torch.NATIVE_CPU), built
+- its native torch kernels are in use (fldispatch.torch.NATIVE), built
   under pip's build isolation for the environment's torch;
 - a GPU plugin whose GPU cannot run here was not built, with a line saying
   why (FLDISPATCH_BUILD_GPU)."""
@@ -80,7 +80,7 @@ def test_the_package_carries_the_tool_and_lists_as_the_tree(installed):
 
 def test_the_native_torch_kernels_are_in_use(installed):
     python, package, _ = installed
-    r = _run(python, "-c", "import fldispatch.torch as t; print(t.NATIVE_CPU, t.NATIVE_CPU_REASON)",
+    r = _run(python, "-c", "import fldispatch.torch as t; print(t.NATIVE, t.NATIVE_REASON)",
              check=True)
     assert r.stdout.split() == ["True", "None"], r.stdout + r.stderr
     assert "not in use" not in r.stderr
