@@ -39,6 +39,7 @@ import os as _os
 import torch
 
 from . import _C
+from . import devices as _devices
 from . import native_abi as _native_abi
 from . import registry as _registry
 
@@ -75,7 +76,7 @@ def _with_torch_stream(kernel, tensor_arg):
 
     def run(*args):
         device = args[tensor_arg].device
-        device_name = "rocm" if torch.version.hip else "cuda"
+        device_name = _devices.library_name(device.type)
         stream = torch.cuda.current_stream(device).cuda_stream
         previous = _C.get_stream(device_name)
         _C.set_stream(device_name, stream)

@@ -34,6 +34,7 @@ import sys
 import time
 
 import fldispatch
+from fldispatch import devices
 
 USAGE = """\
 Usage: python -m fldispatch tune --device cuda|rocm [OP...] [--dtype T[,T...]]
@@ -644,7 +645,7 @@ def _options(argv):
         return o
     if o["device"] is None:
         raise UsageError("the GPU tune needs --device cuda or --device rocm")
-    if o["device"] not in ("cuda", "rocm", "cpu"):
+    if o["device"] not in devices.TORCH_BUILT + ("cpu",):
         raise UsageError(f"--device '{o['device']}': the GPU tune takes one device, cuda or "
                          "rocm (the CPU is tuned by 'fldispatch tune --device cpu')")
     if o["timer"] not in ("graph", "host"):
@@ -689,7 +690,7 @@ def gpu_backend(device):
     except ImportError as exc:
         raise UsageError(f"--device {device} needs PyTorch built for {device}: "
                          f"'import torch' failed: {exc}") from None
-    build = getattr(torch.version, "hip" if device == "rocm" else "cuda", None)
+    build = devices.torch_build(device)
     if not build:
         raise UsageError(f"--device {device} needs PyTorch built for {device}: this PyTorch "
                          f"({torch.__version__}) is built without "

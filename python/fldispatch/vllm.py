@@ -49,7 +49,7 @@ import logging
 
 import torch
 
-from . import _C
+from . import _C, devices
 
 logger = logging.getLogger("fldispatch.vllm")
 
@@ -63,9 +63,10 @@ def _define_torch_ops():
     from . import torch as _fld_torch  # noqa: F401  (defines torch.ops.fldispatch)
 
 
-# torch device types whose tensors fldispatch's plugins can take (ROCm builds
-# of PyTorch call their GPUs "cuda"; torch_npu calls Ascend NPUs "npu").
-SERVED_DEVICES = frozenset({"cpu", "cuda", "npu"})
+# torch device types whose tensors fldispatch's plugins can take (the
+# library's device table: ROCm builds of PyTorch call their GPUs "cuda";
+# torch_npu calls Ascend NPUs "npu").
+SERVED_DEVICES = devices.TORCH_TYPES
 
 
 def served(x):
@@ -128,14 +129,6 @@ def gelu_op_name(approximate):
     raise ValueError(f"GeluAndMul: unknown approximate mode {approximate!r} (none, tanh)")
 
 
-# torch device type -> fldispatch's device name, for resolving (ROCm builds of
-# PyTorch call their GPUs "cuda").
-def _library_device(device_type):
-    if device_type == "cuda" and torch.version.hip:
-        return "rocm"
-    return {"npu": "ascend"}.get(device_type, device_type)
-
-
 # The torch device types on which rotary_embedding_out resolves for every
 # dtype: decided by register() (or the first eager call), not while Dynamo
 # traces a layer. Until then, the CPU: the library's reference kernel serves
@@ -151,7 +144,7 @@ def rotary_out_devices():
         for device_type in sorted(SERVED_DEVICES):
             try:
                 for dtype in ("float32", "float16", "bfloat16"):
-                    _C.resolve("rotary_embedding_out", _library_device(device_type), dtype)
+                    _C.resolve("rotary_embedding_out", devices.library_name(device_type), dtype)
             except _C.Error:
                 continue
             served_now.add(device_type)

@@ -49,14 +49,14 @@ from pathlib import Path
 
 import torch
 
-from . import _C
+from . import _C, devices
 
 logger = logging.getLogger("fldispatch.vllm")
 
 PROVIDER = "fldispatch"
 
-# torch device type -> the library's device name
-DEVICE_NAMES = {"cpu": "cpu", "cuda": "rocm" if torch.version.hip else "cuda", "npu": "ascend"}
+# torch device type -> the library's device name (the library's device table)
+DEVICE_NAMES = {torch_type: devices.library_name(torch_type) for torch_type in devices.TORCH_TYPES}
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 

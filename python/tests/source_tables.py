@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The library's tables read from the source tree, for the tests that hold the
 documentation and the code to them: the policy-field table
-(core/policy_table.h) and the variable table (core/variables.h)."""
+(core/policy_table.h), the variable table (core/variables.h) and the device
+table (core/devices.h)."""
 
 import re
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 POLICY_TABLE = ROOT / "core" / "policy_table.h"
 VARIABLE_TABLE = ROOT / "core" / "variables.h"
+DEVICE_TABLE = ROOT / "core" / "devices.h"
 
 
 def _macro_body(path, macro):
@@ -43,3 +45,19 @@ def upstream_variables(path=VARIABLE_TABLE):
     names = re.findall(r'X\(\s*"([^"]+)"', body)
     assert len(names) == body.count("X("), f"{path}: a row of FLD_UPSTREAM_VARIABLES was not read"
     return names
+
+
+def _c_string(token):
+    """None for NULL, else the text of a C string literal."""
+    return None if token == "NULL" else token.strip('"')
+
+
+def device_rows(path=DEVICE_TABLE):
+    """[{name, alias, platform, vendor, torch, torch_build}] of FLD_DEVICE_TABLE, in row order."""
+    body = _macro_body(path, "FLD_DEVICE_TABLE")
+    keys = ("name", "alias", "platform", "vendor", "torch", "torch_build")
+    literal = r'\s*("[^"]*"|NULL)\s*'
+    rows = [dict(zip(keys, map(_c_string, m.groups()))) for m in re.finditer(
+        r"X\(\s*\w+\s*,\s*\w+\s*," + ",".join([literal] * len(keys)) + r"\)", body)]
+    assert len(rows) == body.count("X("), f"{path}: a row of FLD_DEVICE_TABLE was not read"
+    return rows

@@ -160,6 +160,9 @@ struct fld_tool_device {
     const char *alias; /* another name fld_device_from_name() accepts ("nvidia"), or NULL */
     uint32_t mask;     /* FLD_DEVICE_MASK_*: 1u << the row's index */
     const char *codes; /* every DLPack code of the row: "2", "12 or 21" */
+    const char *torch; /* PyTorch's device type of its tensors: "cuda", "npu" */
+    /* the torch.version attribute set in a PyTorch built for it ("hip"), or NULL */
+    const char *torch_build;
 };
 
 /*

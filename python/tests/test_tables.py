@@ -1,0 +1,45 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The tables the Python package derives from the library (_C.devices())
+against their C sources, read from the tree: a row added, changed or
+dropped there is one here."""
+
+from fldispatch import devices, registry
+from source_tables import device_rows
+
+
+def test_the_device_rows_are_the_device_table():
+    keys = ("name", "alias", "torch", "torch_build")
+    assert [{k: r[k] for k in keys} for r in devices.ROWS] == \
+        [{k: r[k] for k in keys} for r in device_rows()]
+    assert [r["mask"] for r in devices.ROWS] == [1 << i for i in range(len(devices.ROWS))]
+    assert devices.ALL_BITS == registry.ALL_DEVICES == (1 << len(devices.ROWS)) - 1
+
+
+def test_every_name_of_a_device_is_a_registration_name():
+    rows = device_rows()
+    names = {r["name"] for r in rows} | {r["alias"] for r in rows if r["alias"]} | \
+        {r["torch"] for r in rows}
+    assert set(registry.DEVICE_BITS) == names
+    for i, r in enumerate(rows):
+        assert registry.DEVICE_BITS[r["name"]] == 1 << i
+        if r["alias"]:
+            assert registry.DEVICE_BITS[r["alias"]] == 1 << i
+    # a torch device type several rows share names the first of them
+    first = {}
+    for i, r in enumerate(rows):
+        first.setdefault(r["torch"], 1 << i)
+    assert {t: registry.DEVICE_BITS[t] for t in first} == first
+
+
+def test_torch_device_types_name_the_library_device_of_this_pytorch():
+    import torch
+
+    assert devices.TORCH_TYPES == {r["torch"] for r in device_rows()}
+    assert devices.TORCH_BUILT == tuple(r["name"] for r in device_rows() if r["torch_build"])
+    for torch_type in devices.TORCH_TYPES:
+        rows = [r for r in device_rows() if r["torch"] == torch_type]
+        built = [r["name"] for r in rows
+                 if r["torch_build"] and getattr(torch.version, r["torch_build"], None)]
+        assert devices.library_name(torch_type) == (built or [rows[0]["name"]])[0]
+    assert devices.library_name("cpu") == "cpu"
+    assert devices.library_name("meta") == "meta"  # no row: the name itself
