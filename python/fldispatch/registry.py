@@ -33,9 +33,11 @@ import time as _time
 from . import _C
 from . import devices as _devices
 
-KIND_CODES = {"flagos": 0, "default": 0, "vendor": 1, "reference": 2}
-KIND_PREFIX = {0: "default", 1: "vendor", 2: "reference"}
-DEFAULT_PRIORITY = {0: 150, 1: 100, 2: 50}
+# The kinds of <fldispatch/plugin.h> (_C.kinds()): each known by its policy
+# token and its impl_id prefix ("flagos" and "default" are one kind).
+KIND_CODES = {name: k["code"] for k in _C.kinds() for name in (k["token"], k["prefix"])}
+KIND_PREFIX = {k["code"]: k["prefix"] for k in _C.kinds()}
+DEFAULT_PRIORITY = {k["code"]: k["priority"] for k in _C.kinds()}
 # The library keeps a priority as a C int.
 PRIORITY_RANGE = (-2**31, 2**31 - 1)
 # the library's device table: its names, aliases and PyTorch's device types

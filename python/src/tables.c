@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The library's tables as the Python package reads them, so that it keeps
- * no copy of its own: the device table (_C.devices(), core/devices.h).
- * None needs fld_init(). The dtype and policy-field tables are
- * introspect.c's (_C.dtypes(), _C.policy_fields()).
+ * no copy of its own: the device table (_C.devices(), core/devices.h) and
+ * the implementation kinds with their default priorities (_C.kinds(),
+ * <fldispatch/plugin.h>). None needs fld_init(). The dtype and policy-field
+ * tables are introspect.c's (_C.dtypes(), _C.policy_fields()).
  */
 #include <fldispatch/internal/tool_api.h>
+#include <fldispatch/plugin.h>
 
 #include "ext.h"
 
@@ -39,9 +41,37 @@ static PyObject *py_devices(PyObject *self, PyObject *unused)
     return rows_tuple(n, device_row);
 }
 
+/* ---- _C.kinds() ------------------------------------------------------------- */
+
+/* The kinds of <fldispatch/plugin.h>: the policy's token for each, the
+ * prefix of its impl_ids and its default priority. */
+static const struct {
+    fld_kind code;
+    const char *token, *prefix;
+    int priority;
+} kinds[] = {
+    {FLD_KIND_DEFAULT, "flagos", "default", FLD_PRIORITY_DEFAULT},
+    {FLD_KIND_VENDOR, "vendor", "vendor", FLD_PRIORITY_VENDOR},
+    {FLD_KIND_REFERENCE, "reference", "reference", FLD_PRIORITY_REFERENCE},
+};
+
+static PyObject *kind_row(unsigned i)
+{
+    return Py_BuildValue("{s:i,s:s,s:s,s:i}", "code", (int)kinds[i].code, "token", kinds[i].token,
+                         "prefix", kinds[i].prefix, "priority", kinds[i].priority);
+}
+
+static PyObject *py_kinds(PyObject *self, PyObject *unused)
+{
+    return rows_tuple(sizeof kinds / sizeof kinds[0], kind_row);
+}
+
 PyMethodDef fldpy_table_methods[] = {
     {"devices", py_devices, METH_NOARGS,
      "devices()\n--\n\nThe library's device table: one dict per device (name, alias, type,\n"
      "mask, codes, torch, torch_build), in the order of the FLD_DEVICE_MASK_* bits."},
+    {"kinds", py_kinds, METH_NOARGS,
+     "kinds()\n--\n\nThe implementation kinds of <fldispatch/plugin.h>: one dict per kind\n"
+     "(code, token, prefix, priority), in the order of their codes."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The library's tables read from the source tree, for the tests that hold the
 documentation and the code to them: the policy-field table
-(core/policy_table.h), the variable table (core/variables.h) and the device
-table (core/devices.h)."""
+(core/policy_table.h), the variable table (core/variables.h), the device
+table (core/devices.h) and the kinds (include/fldispatch/plugin.h)."""
 
 import re
 from pathlib import Path
@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 POLICY_TABLE = ROOT / "core" / "policy_table.h"
 VARIABLE_TABLE = ROOT / "core" / "variables.h"
 DEVICE_TABLE = ROOT / "core" / "devices.h"
+PLUGIN_HEADER = ROOT / "include" / "fldispatch" / "plugin.h"
 
 
 def _macro_body(path, macro):
@@ -61,3 +62,13 @@ def device_rows(path=DEVICE_TABLE):
         r"X\(\s*\w+\s*,\s*\w+\s*," + ",".join([literal] * len(keys)) + r"\)", body)]
     assert len(rows) == body.count("X("), f"{path}: a row of FLD_DEVICE_TABLE was not read"
     return rows
+
+
+def kinds(path=PLUGIN_HEADER):
+    """{KIND: (code, default priority)} of the FLD_KIND_* and FLD_PRIORITY_* enumerators."""
+    text = path.read_text(encoding="utf-8")
+    codes = dict(re.findall(r"\bFLD_KIND_(\w+)\s*=\s*(\d+)", text))
+    priorities = dict(re.findall(r"\bFLD_PRIORITY_(\w+)\s*=\s*(\d+)", text))
+    assert codes and set(codes) == set(priorities), f"{path}: FLD_KIND_* and FLD_PRIORITY_* differ"
+    return {kind: (int(codes[kind]), int(priorities[kind])) for kind in codes}
+

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The tables the Python package derives from the library (_C.devices())
-against their C sources, read from the tree: a row added, changed or
+"""The tables the Python package derives from the library (_C.devices(),
+_C.kinds()) against their C sources, read from the tree: a row added, changed or
 dropped there is one here."""
 
-from fldispatch import devices, registry
-from source_tables import device_rows
+from fldispatch import _C, devices, registry
+from source_tables import device_rows, kinds
 
 
 def test_the_device_rows_are_the_device_table():
@@ -43,3 +43,18 @@ def test_torch_device_types_name_the_library_device_of_this_pytorch():
         assert devices.library_name(torch_type) == (built or [rows[0]["name"]])[0]
     assert devices.library_name("cpu") == "cpu"
     assert devices.library_name("meta") == "meta"  # no row: the name itself
+
+
+def test_the_kinds_are_plugin_h():
+    header = kinds()
+    assert sorted((k["code"], k["priority"]) for k in _C.kinds()) == sorted(header.values())
+    assert registry.DEFAULT_PRIORITY == {code: prio for code, prio in header.values()}
+    # each kind by its policy token and its impl_id prefix (contract section 6)
+    by_token = {k["token"]: k for k in _C.kinds()}
+    assert set(by_token) == {"flagos", "vendor", "reference"}
+    assert by_token["flagos"]["code"] == header["DEFAULT"][0]
+    assert by_token["flagos"]["prefix"] == "default"
+    for k in _C.kinds():
+        assert registry.KIND_CODES[k["token"]] == registry.KIND_CODES[k["prefix"]] == k["code"]
+        assert registry.KIND_PREFIX[k["code"]] == k["prefix"]
+
