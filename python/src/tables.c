@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The library's tables as the Python package reads them, so that it keeps
- * no copy of its own: the device table (_C.devices(), core/devices.h) and
- * the implementation kinds with their default priorities (_C.kinds(),
- * <fldispatch/plugin.h>). None needs fld_init(). The dtype and policy-field
+ * no copy of its own: the device table (_C.devices(), core/devices.h), the
+ * implementation kinds with their default priorities (_C.kinds(),
+ * <fldispatch/plugin.h>) and the variable table (_C.variables(),
+ * core/variables.h). None needs fld_init(). The dtype and policy-field
  * tables are introspect.c's (_C.dtypes(), _C.policy_fields()).
  */
 #include <fldispatch/internal/tool_api.h>
@@ -66,6 +67,23 @@ static PyObject *py_kinds(PyObject *self, PyObject *unused)
     return rows_tuple(sizeof kinds / sizeof kinds[0], kind_row);
 }
 
+/* ---- _C.variables() --------------------------------------------------------- */
+
+static PyObject *variable_row(unsigned i)
+{
+    const struct fld_tool_variable *v = fld__variable_row(i);
+    return Py_BuildValue("{s:s,s:s,s:s,s:s}", "name", v->name, "reader", v->reader, "use", v->use,
+                         "compile", v->compile);
+}
+
+static PyObject *py_variables(PyObject *self, PyObject *unused)
+{
+    unsigned n = 0;
+    while (fld__variable_row(n))
+        n++;
+    return rows_tuple(n, variable_row);
+}
+
 PyMethodDef fldpy_table_methods[] = {
     {"devices", py_devices, METH_NOARGS,
      "devices()\n--\n\nThe library's device table: one dict per device (name, alias, type,\n"
@@ -73,5 +91,8 @@ PyMethodDef fldpy_table_methods[] = {
     {"kinds", py_kinds, METH_NOARGS,
      "kinds()\n--\n\nThe implementation kinds of <fldispatch/plugin.h>: one dict per kind\n"
      "(code, token, prefix, priority), in the order of their codes."},
+    {"variables", py_variables, METH_NOARGS,
+     "variables()\n--\n\nThe library's variable table: one dict per variable (name, reader, use,\n"
+     "compile), the policy fields' aside (policy_fields())."},
     {NULL, NULL, 0, NULL},
 };

@@ -32,10 +32,10 @@ def policy_rows(path=POLICY_TABLE):
 
 
 def variable_rows(path=VARIABLE_TABLE):
-    """[{name, reader, use}] of FLD_VARIABLES, in row order."""
+    """[{name, reader, use, compile}] of FLD_VARIABLES, in row order."""
     body = _macro_body(path, "FLD_VARIABLES")
-    rows = [dict(zip(("name", "reader", "use"), m.groups())) for m in re.finditer(
-        r'X\(\s*"([^"]+)"\s*,\s*(\w+)\s*,\s*(\w+)\s*\)', body)]
+    rows = [dict(zip(("name", "reader", "use", "compile"), m.groups())) for m in re.finditer(
+        r'X\(\s*"([^"]+)"\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)', body)]
     assert len(rows) == body.count("X("), f"{path}: a row of FLD_VARIABLES was not read"
     return rows
 

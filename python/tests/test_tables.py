@@ -1,10 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """The tables the Python package derives from the library (_C.devices(),
-_C.kinds()) against their C sources, read from the tree: a row added, changed or
-dropped there is one here."""
+_C.kinds(), _C.variables()) against their C sources, read from the tree: a
+row added, changed or dropped there is one here."""
+
+import os
+
+import pytest
 
 from fldispatch import _C, devices, registry
-from source_tables import device_rows, kinds
+from source_tables import device_rows, kinds, variable_rows
 
 
 def test_the_device_rows_are_the_device_table():
@@ -57,4 +61,38 @@ def test_the_kinds_are_plugin_h():
     for k in _C.kinds():
         assert registry.KIND_CODES[k["token"]] == registry.KIND_CODES[k["prefix"]] == k["code"]
         assert registry.KIND_PREFIX[k["code"]] == k["prefix"]
+
+
+def test_the_variable_rows_are_the_variable_table():
+    assert [dict(v) for v in _C.variables()] == variable_rows()
+    assert {v["compile"] for v in _C.variables()} <= {"GRAPH", "WHEN_SET", "NEVER"}
+
+
+def test_the_compile_key_takes_the_graph_rows_and_the_policys_variables(monkeypatch):
+    from fldispatch import vllm_compile
+
+    rows = variable_rows()
+    policy = {env.strip() for f in _C.policy_fields() for env in (f["env"] or "").split(",")
+              if env.strip()}
+    for name in list(os.environ):
+        if name.startswith("VLLM_FL_"):
+            monkeypatch.delenv(name)
+    graph = {r["name"] for r in rows if r["compile"] == "GRAPH"}
+    assert set(vllm_compile.graph_variables()) == graph | policy
+    never = [r["name"] for r in rows if r["compile"] == "NEVER" and r["name"].startswith("VLLM_FL_")]
+    when_set = [r["name"] for r in rows if r["compile"] == "WHEN_SET"]
+    assert never and when_set
+    for name in never + when_set + ["VLLM_FL_NOT_A_ROW"]:
+        monkeypatch.setenv(name, "")
+    assert set(vllm_compile.graph_variables()) == \
+        graph | policy | set(when_set) | {"VLLM_FL_NOT_A_ROW"}
+
+
+@pytest.mark.parametrize("name", ["VLLM_FL_STATS", "VLLM_FL_IO_DUMP", "VLLM_FL_LOG_LEVEL",
+                                  "VLLM_FL_TRACE"])
+def test_observing_variables_stay_out_of_the_compile_key(monkeypatch, name):
+    from fldispatch import vllm_compile
+
+    monkeypatch.setenv(name, "1")
+    assert name not in vllm_compile.graph_variables()
 
