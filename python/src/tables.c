@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The library's tables as the Python package reads them, so that it keeps
- * no copy of its own: the device table (_C.devices(), core/devices.h), the
- * implementation kinds with their default priorities (_C.kinds(),
- * <fldispatch/plugin.h>) and the variable table (_C.variables(),
- * core/variables.h). None needs fld_init(). The dtype and policy-field
+ * no copy of its own: the catalog's rows with their families (_C.catalog(),
+ * <fldispatch/catalog.def>), the device table (_C.devices(),
+ * core/devices.h), the implementation kinds with their default priorities
+ * (_C.kinds(), <fldispatch/plugin.h>) and the variable table
+ * (_C.variables(), core/variables.h). None needs fld_init(). The dtype and policy-field
  * tables are introspect.c's (_C.dtypes(), _C.policy_fields()).
  */
 #include <fldispatch/internal/tool_api.h>
@@ -22,6 +23,26 @@ static PyObject *rows_tuple(unsigned n, PyObject *(*row)(unsigned))
             Py_CLEAR(rows);
     }
     return rows;
+}
+
+/* ---- _C.catalog() ----------------------------------------------------------- */
+
+static const struct {
+    const char *name, *family, *doc;
+} catalog_rows[] = {
+#define FLD_CATALOG_OP(id, name, family, doc) {#name, #family, doc},
+#include <fldispatch/catalog.def>
+};
+
+static PyObject *catalog_row(unsigned i)
+{
+    return Py_BuildValue("(sss)", catalog_rows[i].name, catalog_rows[i].family,
+                         catalog_rows[i].doc);
+}
+
+static PyObject *py_catalog(PyObject *self, PyObject *unused)
+{
+    return rows_tuple(sizeof catalog_rows / sizeof catalog_rows[0], catalog_row);
 }
 
 /* ---- _C.devices() ----------------------------------------------------------- */
@@ -85,6 +106,9 @@ static PyObject *py_variables(PyObject *self, PyObject *unused)
 }
 
 PyMethodDef fldpy_table_methods[] = {
+    {"catalog", py_catalog, METH_NOARGS,
+     "catalog()\n--\n\nThe catalog's rows: (op, family, doc) tuples in catalog order; the\n"
+     "families are <fldispatch/catalog.def>'s (GATED, ELEMENTWISE, NORM, ...)."},
     {"devices", py_devices, METH_NOARGS,
      "devices()\n--\n\nThe library's device table: one dict per device (name, alias, type,\n"
      "mask, codes, torch, torch_build), in the order of the FLD_DEVICE_MASK_* bits."},

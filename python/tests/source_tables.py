@@ -2,7 +2,8 @@
 """The library's tables read from the source tree, for the tests that hold the
 documentation and the code to them: the policy-field table
 (core/policy_table.h), the variable table (core/variables.h), the device
-table (core/devices.h) and the kinds (include/fldispatch/plugin.h)."""
+table (core/devices.h), the kinds (include/fldispatch/plugin.h) and the
+catalog (include/fldispatch/catalog.def)."""
 
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ POLICY_TABLE = ROOT / "core" / "policy_table.h"
 VARIABLE_TABLE = ROOT / "core" / "variables.h"
 DEVICE_TABLE = ROOT / "core" / "devices.h"
 PLUGIN_HEADER = ROOT / "include" / "fldispatch" / "plugin.h"
+CATALOG = ROOT / "include" / "fldispatch" / "catalog.def"
 
 
 def _macro_body(path, macro):
@@ -72,3 +74,11 @@ def kinds(path=PLUGIN_HEADER):
     assert codes and set(codes) == set(priorities), f"{path}: FLD_KIND_* and FLD_PRIORITY_* differ"
     return {kind: (int(codes[kind]), int(priorities[kind])) for kind in codes}
 
+
+def catalog_rows(path=CATALOG):
+    """[(op, family)] of the catalog's FLD_CATALOG_OP rows, in row order."""
+    text = path.read_text(encoding="utf-8")
+    rows = re.findall(r"^FLD_CATALOG_OP\(\s*\w+\s*,\s*(\w+)\s*,\s*(\w+)\s*,", text, re.M)
+    assert len(rows) == len(re.findall(r"^FLD_CATALOG_OP\(", text, re.M)), \
+        f"{path}: a row of the catalog was not read"
+    return rows

@@ -1,14 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The tables the Python package derives from the library (_C.devices(),
-_C.kinds(), _C.variables()) against their C sources, read from the tree: a
-row added, changed or dropped there is one here."""
+"""The tables the Python package derives from the library (_C.catalog(),
+_C.devices(), _C.kinds(), _C.variables()) against their C sources, read
+from the tree: a row added, changed or dropped there is one here."""
 
 import os
 
 import pytest
 
+import fldispatch
 from fldispatch import _C, devices, registry
-from source_tables import device_rows, kinds, variable_rows
+from source_tables import catalog_rows, device_rows, kinds, variable_rows
+
+
+def test_the_catalog_with_its_families_is_catalog_def():
+    assert [(op, family) for op, family, _doc in _C.catalog()] == catalog_rows()
+    assert [op for op, _family, _doc in _C.catalog()] == list(fldispatch.OPS)
 
 
 def test_the_device_rows_are_the_device_table():
@@ -96,3 +102,8 @@ def test_observing_variables_stay_out_of_the_compile_key(monkeypatch, name):
     monkeypatch.setenv(name, "1")
     assert name not in vllm_compile.graph_variables()
 
+
+def test_the_flagos_tier_serves_catalog_ops():
+    from fldispatch import flagos
+
+    assert flagos.OPS and set(flagos.OPS) <= set(op for op, _f, _d in _C.catalog())
