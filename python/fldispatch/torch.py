@@ -220,8 +220,11 @@ OPS = tuple(SCHEMAS)
 
 # The dispatcher's floor: a do-nothing op per family of the native kernels,
 # with the family's schema and a C++ kernel registered as theirs are
-# (python/native/torch_ops.cpp), {family: the op whose schema it takes}.
-FLOOR_FAMILIES = {"activation": "silu_and_mul", "norm": "rms_norm", "rotary": "rotary_embedding"}
+# (python/native/torch_ops.cpp), {family: the op whose schema it takes, the
+# first of its catalog family (_C.catalog())}.
+FLOOR_FAMILIES = {
+    floor: next(op for op, family, _doc in _C.catalog() if family == catalog_family)
+    for floor, catalog_family in (("activation", "GATED"), ("norm", "NORM"), ("rotary", "ROTARY"))}
 
 
 def dispatch_floor(op):

@@ -83,12 +83,9 @@ ROPE_MAX_POS = 8192
 HEAD = 128
 NOISY = 0.10
 
-FAMILY = {
-    "silu_and_mul": "gated", "mul_and_silu": "gated", "gelu_and_mul": "gated",
-    "gelu_tanh_and_mul": "gated", "gelu_quick": "elementwise", "gelu_new": "elementwise",
-    "gelu_fast": "elementwise", "rms_norm": "norm", "gemma_rms_norm": "norm",
-    "rotary_embedding": "rotary", "rotary_embedding_out": "rotary_out",
-}
+# The ops with tensors, {op: its catalog family, lower case} (_C.catalog()).
+FAMILY = {op: family.lower() for op, family, _doc in fldispatch._C.catalog()
+          if family != "ATTENTION"}
 # verify's tolerances (allclose: |got - want| <= atol + rtol |want|); the norms 1e-2 for every dtype
 TOLERANCE = {"f32": (1e-5, 1.3e-6), "f16": (1e-3, 1e-3), "bf16": (1e-3, 1.6e-2)}
 NORM_TOLERANCE = 1e-2
