@@ -28,7 +28,8 @@ lists name, carries the same fingerprint.
 
 import os
 
-from . import _C
+from . import _C, vllm_ir
+from .vllm_state import DECIDED
 
 FINGERPRINT = "VLLM_FL_FINGERPRINT"
 
@@ -67,14 +68,12 @@ def register_compile_factors():
     except (ImportError, AttributeError):
         return []
 
-    from . import vllm_ir
-
     added = []
     for name in graph_variables():
         if name not in table:
             table[name] = _env_getter(name)
             added.append(name)
     if FINGERPRINT not in table:
-        table[FINGERPRINT] = lambda: vllm_ir.fingerprint(vllm_ir.served_by_op)
+        table[FINGERPRINT] = lambda: vllm_ir.fingerprint(DECIDED.served_by_ir_op)
         added.append(FINGERPRINT)
     return added
