@@ -55,7 +55,7 @@ PLUGIN_MODULES_ENV = "VLLM_FL_PLUGIN_MODULES"
 
 _local = _threading.local()
 _lock = _threading.RLock()
-_logger = _logging.getLogger("fldispatch")
+_logger = _logging.getLogger(__name__)
 
 
 def _kind_code(kind, op, impl_id):

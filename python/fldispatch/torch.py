@@ -56,7 +56,7 @@ NATIVE_OPS = tuple(op for op, schema in SCHEMAS.items() if "Tensor" in schema)
 
 HAS_EXCHANGE_API = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
 
-_logger = _logging.getLogger("fldispatch")
+_logger = _logging.getLogger(__name__)
 
 # PyTorch takes one DEF library per namespace and process: kept outside this
 # module, so that importing it again (after an import that failed) reuses it.
@@ -212,7 +212,7 @@ def _native_hint(reason, package=_os.path.dirname(__file__)):
 if not NATIVE_CPU:
     # A warning (shown once, on stderr, without any logging set up) unless
     # they were turned off on purpose.
-    _logging.getLogger("fldispatch.torch").log(
+    _logger.log(
         _logging.INFO if NATIVE_CPU_REASON == "FLDISPATCH_TORCH_NATIVE=0" else _logging.WARNING,
         "%s", _native_hint(NATIVE_CPU_REASON))
 
