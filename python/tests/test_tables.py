@@ -107,3 +107,24 @@ def test_the_flagos_tier_serves_catalog_ops():
     from fldispatch import flagos
 
     assert flagos.OPS and set(flagos.OPS) <= set(op for op, _f, _d in _C.catalog())
+
+
+def test_the_vllm_plugins_tables_name_catalog_ops():
+    """The vLLM plugin's tables (fldispatch.vllm_layers) against the catalog:
+    each layer's op is a catalog op of a family the mode tables have a
+    column for, each IR op's is a catalog op with a call, and the
+    activation ops are the catalog's gated ones."""
+    from fldispatch import vllm_ir, vllm_layers, vllm_path
+
+    families = dict(catalog_rows())
+    for oot, layer in vllm_layers.LAYERS.items():
+        assert families[oot] in vllm_layers.MODE_COLUMNS, oot
+        assert vllm_path.FAMILIES[oot] == vllm_layers.MODE_COLUMNS[families[oot]]
+    for name, row in vllm_layers.IR_OPS.items():
+        assert row.op in families and row.oot in vllm_layers.LAYERS, name
+        assert set(row.layers) <= set(vllm_layers.LAYERS), name
+    assert set(vllm_ir.CALLS) == set(vllm_layers.IR_OPS)
+    assert vllm_layers.ACTIVATIONS == tuple(op for op, family in catalog_rows() if family == "GATED")
+    assert set(vllm_layers.GELU_APPROXIMATE.values()) <= set(vllm_layers.ACTIVATIONS)
+    for mode, row in vllm_path.MODE_TABLE.items():
+        assert set(row) == set(vllm_layers.MODE_COLUMNS.values()), mode
