@@ -117,7 +117,7 @@ def test_the_vllm_plugins_tables_name_catalog_ops():
     from fldispatch import vllm_ir, vllm_layers, vllm_path
 
     families = dict(catalog_rows())
-    for oot, layer in vllm_layers.LAYERS.items():
+    for oot in vllm_layers.LAYERS:
         assert families[oot] in vllm_layers.MODE_COLUMNS, oot
         assert vllm_path.FAMILIES[oot] == vllm_layers.MODE_COLUMNS[families[oot]]
     for name, row in vllm_layers.IR_OPS.items():

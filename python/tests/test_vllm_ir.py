@@ -479,7 +479,6 @@ def installed(monkeypatch):
     (IrOpPriorityConfig.set_default under the configuration), with fresh
     log lines; restores the lists after."""
     from vllm.config import set_current_vllm_config
-    from fldispatch import vllm_path
 
     monkeypatch.setattr(DECIDED, "logged", set())
     saved = {name: op(name).get_priority() for name in OPS}
