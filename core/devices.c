@@ -25,7 +25,7 @@ _Static_assert(FLD_DEVICE_MASK_ALL == (1u << FLD_NDEVICES) - 1,
                "FLD_DEVICE_MASK_ALL is not the bits of the table's rows");
 
 const struct fld_device_desc fld__devices[FLD_NDEVICES] = {
-#define FLD__DEVICE_ROW(id, type, name, alias, platform, vendor)                                   \
+#define FLD__DEVICE_ROW(id, type, name, alias, platform, vendor, ...)                              \
     [FLD_DEV_##id] = {type, name, alias, FLD_DEVICE_MASK_##id, platform, vendor},
     FLD_DEVICE_TABLE(FLD__DEVICE_ROW)
 #undef FLD__DEVICE_ROW
@@ -124,8 +124,9 @@ const char *fld__device_text(enum fld_device_text which)
 /* ---- the rows for the tool (tool_api.h) --------------------------------------- */
 
 static const struct fld_tool_device tool_rows[FLD_NDEVICES] = {
-#define FLD__DEVICE_TOOL_ROW(id, type, name, alias, ...)                                           \
-    [FLD_DEV_##id] = {type, name, alias, FLD_DEVICE_MASK_##id, row_codes[FLD_DEV_##id]},
+#define FLD__DEVICE_TOOL_ROW(id, type, name, alias, platform, vendor, torch, torch_build)        \
+    [FLD_DEV_##id] = {type,  name, alias, FLD_DEVICE_MASK_##id, row_codes[FLD_DEV_##id],         \
+                      torch, torch_build},
     FLD_DEVICE_TABLE(FLD__DEVICE_TOOL_ROW)
 #undef FLD__DEVICE_TOOL_ROW
 };

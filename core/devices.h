@@ -22,6 +22,12 @@
  *   alias       another name fld_device_from_name() and VLLM_FL_PLATFORM accept, or NULL
  *   platform    the platform it makes a machine (fld_platform())
  *   vendor      the accelerator's vendor, for messages; NULL for the CPU (not an accelerator)
+ *   torch       PyTorch's device type of its tensors ("npu": torch_npu's; PyTorch's
+ *               ROCm build calls AMD GPUs "cuda")
+ *   torch_build the attribute of torch.version set in a PyTorch built for it ("hip"
+ *               for ROCm), NULL where no build of PyTorch itself serves it; among the
+ *               rows of one torch device type, the one whose build is set is the
+ *               device's, else the first
  *
  * Thread-safety: constant data and pure functions, MT safe.
  */
@@ -34,11 +40,11 @@
 #include <fldispatch/fldispatch.h>
 
 /* clang-format off */
-#define FLD_DEVICE_TABLE(X)                                                                  \
-    X(CPU,    FLD_DEVICE_CPU,    "cpu",    NULL,     "cpu",    NULL)     \
-    X(CUDA,   FLD_DEVICE_CUDA,   "cuda",   "nvidia", "nvidia", "NVIDIA") \
-    X(ROCM,   FLD_DEVICE_ROCM,   "rocm",   NULL,     "rocm",   "AMD")    \
-    X(ASCEND, FLD_DEVICE_ASCEND, "ascend", NULL,     "ascend", "Huawei")
+#define FLD_DEVICE_TABLE(X)                                                              \
+    X(CPU,    FLD_DEVICE_CPU,    "cpu",    NULL,     "cpu",    NULL,     "cpu",  NULL)   \
+    X(CUDA,   FLD_DEVICE_CUDA,   "cuda",   "nvidia", "nvidia", "NVIDIA", "cuda", "cuda") \
+    X(ROCM,   FLD_DEVICE_ROCM,   "rocm",   NULL,     "rocm",   "AMD",    "cuda", "hip")  \
+    X(ASCEND, FLD_DEVICE_ASCEND, "ascend", NULL,     "ascend", "Huawei", "npu",  NULL)
 
 /* Other DLPack codes of a row's device, X(id, type): DLPack's newer Ascend code. */
 #define FLD_DEVICE_TYPE_ALIASES(X) \

@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include <fldispatch/fldispatch.h>
+#include <fldispatch/internal/tool_api.h>
 
 #include "error.h"
 #include "log.h"
@@ -444,10 +445,21 @@ int fld__names_check_policy(const struct fld_policy *p)
 
 /* The variables fldispatch reads besides the policy fields' (variables.h). */
 static const char *const own_variables[] = {
-#define FLD__VARIABLE_NAME(name, reader, use) name,
+#define FLD__VARIABLE_NAME(name, ...) name,
     FLD_VARIABLES(FLD__VARIABLE_NAME)
 #undef FLD__VARIABLE_NAME
 };
+
+static const struct fld_tool_variable variable_rows[] = {
+#define FLD__VARIABLE_ROW(name, reader, use, compile) {name, #reader, #use, #compile},
+    FLD_VARIABLES(FLD__VARIABLE_ROW)
+#undef FLD__VARIABLE_ROW
+};
+
+const struct fld_tool_variable *fld__variable_row(unsigned index)
+{
+    return index < sizeof variable_rows / sizeof variable_rows[0] ? &variable_rows[index] : NULL;
+}
 
 /* Variables vllm-plugin-FL reads and this library does not. */
 static const struct {

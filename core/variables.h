@@ -10,7 +10,7 @@
  * here, or listed and read nowhere, fails) and against the documentation
  * (docs/configuration.md lists every row, the user guide the library's).
  *
- * Columns of X(name, reader, use):
+ * Columns of X(name, reader, use, compile):
  *   name    the variable
  *   reader  where it is read:
  *             LIBRARY   core/ (the C library)
@@ -20,6 +20,14 @@
  *             PYTHON    python/fldispatch/ (the Python package)
  *             BUILD     python/setup.py (building the Python package)
  *   use     USER: a setting for users; TEST: for tests and debugging
+ *   compile whether it enters vLLM's compile-cache key (python/fldispatch/vllm_compile.py):
+ *             GRAPH     always: it may change what the vLLM plugin puts in a
+ *                       compiled graph or what its IR provider accepts
+ *             WHEN_SET  when set: not known to change a graph, keyed as any
+ *                       VLLM_FL_* variable the table does not list
+ *             NEVER     never: it only observes (counters, trace, IO dump, log
+ *                       level) or is not a VLLM_FL_* variable
+ *           (the policy fields' variables are always in the key)
  *
  * Variables of other systems that fldispatch also reads (RANK, LOCAL_RANK,
  * HOME, XDG_CACHE_HOME, ASCEND_HOME_PATH) and the benchmarks' own (bench/)
@@ -29,46 +37,46 @@
 #define FLD_CORE_VARIABLES_H
 
 /* clang-format off */
-#define FLD_VARIABLES(X)                                     \
-    X("VLLM_FL_CONFIG", LIBRARY, USER)                       \
-    X("VLLM_FL_OP_CONFIG", LIBRARY, USER)                    \
-    X("VLLM_FL_MANIFEST", LIBRARY, USER)                     \
-    X("VLLM_FL_PLATFORM", LIBRARY, USER)                     \
-    X("VLLM_FL_LOG_LEVEL", LIBRARY, USER)                    \
-    X("VLLM_FL_DISPATCH_DEBUG", LIBRARY, USER)               \
-    X("VLLM_FL_PLUGIN_DIR", LIBRARY, USER)                   \
-    X("VLLM_FL_PLUGIN_MODULES", LIBRARY, USER)               \
-    X("VLLM_FL_PLUGIN_PROBE", LIBRARY, USER)                 \
-    X("VLLM_FL_PLUGIN_PROBE_TIMEOUT", LIBRARY, USER)         \
-    X("VLLM_FL_SHUTDOWN_TIMEOUT", LIBRARY, USER)             \
-    X("VLLM_FL_STATS", LIBRARY, USER)                        \
-    X("VLLM_FL_STATS_FILE", LIBRARY, USER)                   \
-    X("VLLM_FL_TRACE", LIBRARY, USER)                        \
-    X("FLD_PROBE_NO_EXEC", LIBRARY, TEST)                    \
-    X("FLD_NO_DLCLOSE", LIBRARY, TEST)                       \
-    X("VLLM_FL_CPU_THREADS", CPU, USER)                      \
-    X("VLLM_FL_CPU_PARALLEL_MIN_KB", CPU, USER)              \
-    X("VLLM_FL_CPU_STREAM_MIN_KB", CPU, USER)                \
-    X("VLLM_FL_CPU_ACTIVATIONS", CPU, USER)                  \
-    X("VLLM_FL_CPU_LOOKUP", CPU, USER)                       \
-    X("VLLM_FL_CPU_ACT16", CPU, USER)                        \
-    X("VLLM_FL_CPU_ISA", CPU, USER)                          \
-    X("FLD_TEMPLATE_ENABLE", TEMPLATE, USER)                 \
-    X("FLD_TUNE_TEST_CLOCK", TOOL, TEST)                     \
-    X("VLLM_FL_IO_DUMP", PYTHON, USER)                       \
-    X("VLLM_FL_IO_DUMP_OPS", PYTHON, USER)                   \
-    X("VLLM_FL_IO_DUMP_MODULES", PYTHON, USER)               \
-    X("VLLM_FL_IO_DUMP_MAX_CALLS", PYTHON, USER)             \
-    X("VLLM_FL_IO_DUMP_STEP_RANGE", PYTHON, USER)            \
-    X("VLLM_FL_IO_DUMP_RANK", PYTHON, USER)                  \
-    X("VLLM_FL_IO_DUMP_WITH_METAS", PYTHON, USER)            \
-    X("VLLM_FL_IO_DUMP_WITH_VALUES", PYTHON, USER)           \
-    X("VLLM_FL_OOT_FORCE", PYTHON, USER)                     \
-    X("FLDISPATCH_TORCH_NATIVE", PYTHON, USER)               \
-    X("FLDISPATCH_BUILD_GPU", BUILD, USER)                   \
-    X("FLDISPATCH_BUILD_JOBS", BUILD, USER)                  \
-    X("FLDISPATCH_SOURCE_DIR", BUILD, USER)                  \
-    X("FLDISPATCH_TORCH_PYTHON", BUILD, USER)
+#define FLD_VARIABLES(X)                                        \
+    X("VLLM_FL_CONFIG", LIBRARY, USER, GRAPH)                   \
+    X("VLLM_FL_OP_CONFIG", LIBRARY, USER, GRAPH)                \
+    X("VLLM_FL_MANIFEST", LIBRARY, USER, GRAPH)                 \
+    X("VLLM_FL_PLATFORM", LIBRARY, USER, GRAPH)                 \
+    X("VLLM_FL_LOG_LEVEL", LIBRARY, USER, NEVER)                \
+    X("VLLM_FL_DISPATCH_DEBUG", LIBRARY, USER, NEVER)           \
+    X("VLLM_FL_PLUGIN_DIR", LIBRARY, USER, GRAPH)               \
+    X("VLLM_FL_PLUGIN_MODULES", LIBRARY, USER, GRAPH)           \
+    X("VLLM_FL_PLUGIN_PROBE", LIBRARY, USER, GRAPH)             \
+    X("VLLM_FL_PLUGIN_PROBE_TIMEOUT", LIBRARY, USER, WHEN_SET)  \
+    X("VLLM_FL_SHUTDOWN_TIMEOUT", LIBRARY, USER, NEVER)         \
+    X("VLLM_FL_STATS", LIBRARY, USER, NEVER)                    \
+    X("VLLM_FL_STATS_FILE", LIBRARY, USER, NEVER)               \
+    X("VLLM_FL_TRACE", LIBRARY, USER, NEVER)                    \
+    X("FLD_PROBE_NO_EXEC", LIBRARY, TEST, NEVER)                \
+    X("FLD_NO_DLCLOSE", LIBRARY, TEST, NEVER)                   \
+    X("VLLM_FL_CPU_THREADS", CPU, USER, WHEN_SET)               \
+    X("VLLM_FL_CPU_PARALLEL_MIN_KB", CPU, USER, WHEN_SET)       \
+    X("VLLM_FL_CPU_STREAM_MIN_KB", CPU, USER, WHEN_SET)         \
+    X("VLLM_FL_CPU_ACTIVATIONS", CPU, USER, GRAPH)              \
+    X("VLLM_FL_CPU_LOOKUP", CPU, USER, WHEN_SET)                \
+    X("VLLM_FL_CPU_ACT16", CPU, USER, WHEN_SET)                 \
+    X("VLLM_FL_CPU_ISA", CPU, USER, GRAPH)                      \
+    X("FLD_TEMPLATE_ENABLE", TEMPLATE, USER, NEVER)             \
+    X("FLD_TUNE_TEST_CLOCK", TOOL, TEST, NEVER)                 \
+    X("VLLM_FL_IO_DUMP", PYTHON, USER, NEVER)                   \
+    X("VLLM_FL_IO_DUMP_OPS", PYTHON, USER, NEVER)               \
+    X("VLLM_FL_IO_DUMP_MODULES", PYTHON, USER, NEVER)           \
+    X("VLLM_FL_IO_DUMP_MAX_CALLS", PYTHON, USER, NEVER)         \
+    X("VLLM_FL_IO_DUMP_STEP_RANGE", PYTHON, USER, NEVER)        \
+    X("VLLM_FL_IO_DUMP_RANK", PYTHON, USER, NEVER)              \
+    X("VLLM_FL_IO_DUMP_WITH_METAS", PYTHON, USER, NEVER)        \
+    X("VLLM_FL_IO_DUMP_WITH_VALUES", PYTHON, USER, NEVER)       \
+    X("VLLM_FL_OOT_FORCE", PYTHON, USER, GRAPH)                 \
+    X("FLDISPATCH_TORCH_NATIVE", PYTHON, USER, NEVER)           \
+    X("FLDISPATCH_BUILD_GPU", BUILD, USER, NEVER)               \
+    X("FLDISPATCH_BUILD_JOBS", BUILD, USER, NEVER)              \
+    X("FLDISPATCH_SOURCE_DIR", BUILD, USER, NEVER)              \
+    X("FLDISPATCH_TORCH_PYTHON", BUILD, USER, NEVER)
 
 /*
  * Variables that vllm-plugin-FL reads and fldispatch does not: the check

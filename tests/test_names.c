@@ -281,7 +281,7 @@ END_TEST
  * which every reader takes as unset, so that no value has to parse.
  */
 static const char *const table_rows[] = {
-#define ROW(name, reader, use) name,
+#define ROW(name, ...) name,
     FLD_VARIABLES(ROW)
 #undef ROW
 };

@@ -85,7 +85,9 @@ def gpu_tune(argv):
             return True
         if name == "--device":
             value = value if eq else next(it, "")
-            if value in ("cuda", "rocm"):
+            from fldispatch import devices
+
+            if value in devices.TORCH_BUILT:
                 return True
     return False
 

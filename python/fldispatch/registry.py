@@ -31,17 +31,21 @@ import threading as _threading
 import time as _time
 
 from . import _C
+from . import devices as _devices
 
-KIND_CODES = {"flagos": 0, "default": 0, "vendor": 1, "reference": 2}
-KIND_PREFIX = {0: "default", 1: "vendor", 2: "reference"}
-DEFAULT_PRIORITY = {0: 150, 1: 100, 2: 50}
+# The kinds of <fldispatch/plugin.h> (_C.kinds()): each known by its policy
+# token and its impl_id prefix ("flagos" and "default" are one kind).
+KIND_CODES = {name: k["code"] for k in _C.kinds() for name in (k["token"], k["prefix"])}
+KIND_PREFIX = {k["code"]: k["prefix"] for k in _C.kinds()}
+DEFAULT_PRIORITY = {k["code"]: k["priority"] for k in _C.kinds()}
 # The library keeps a priority as a C int.
 PRIORITY_RANGE = (-2**31, 2**31 - 1)
-DEVICE_BITS = {"cpu": 1, "cuda": 2, "nvidia": 2, "rocm": 4, "ascend": 8, "npu": 8}
+# the library's device table: its names, aliases and PyTorch's device types
+DEVICE_BITS = _devices.BITS
 # the library's dtype table: both names of each row, and PyTorch's other names
 DTYPE_BITS = {name: mask for short, long, mask in _C.dtypes() for name in (short, long)}
 DTYPE_BITS.update(half=DTYPE_BITS["float16"], float=DTYPE_BITS["float32"])
-ALL_DEVICES = 0xF
+ALL_DEVICES = _devices.ALL_BITS
 ALL_DTYPES = sum(mask for _, _, mask in _C.dtypes())
 
 #: The entry-point groups read on first use: ours, and vllm-plugin-FL's.
@@ -51,7 +55,7 @@ PLUGIN_MODULES_ENV = "VLLM_FL_PLUGIN_MODULES"
 
 _local = _threading.local()
 _lock = _threading.RLock()
-_logger = _logging.getLogger("fldispatch")
+_logger = _logging.getLogger(__name__)
 
 
 def _kind_code(kind, op, impl_id):

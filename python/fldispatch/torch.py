@@ -50,6 +50,7 @@ import os as _os
 import torch
 
 from . import _C
+from . import devices as _devices
 from . import native_abi as _native_abi
 from . import registry as _registry
 
@@ -68,7 +69,7 @@ NATIVE_KEYS = ("CPU", "CUDA")
 
 HAS_EXCHANGE_API = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
 
-_logger = _logging.getLogger("fldispatch")
+_logger = _logging.getLogger(__name__)
 
 # PyTorch takes one DEF library per namespace and process: kept outside this
 # module, so that importing it again (after an import that failed) reuses it.
@@ -88,7 +89,7 @@ def _with_torch_stream(kernel, tensor_arg):
 
     def run(*args):
         device = args[tensor_arg].device
-        device_name = "rocm" if torch.version.hip else "cuda"
+        device_name = _devices.library_name(device.type)
         stream = torch.cuda.current_stream(device).cuda_stream
         previous = _C.get_stream(device_name)
         _C.set_stream(device_name, stream)
@@ -231,7 +232,7 @@ def _native_hint(reason, package=_os.path.dirname(__file__)):
 if not NATIVE:
     # A warning (shown once, on stderr, without any logging set up) unless
     # they were turned off on purpose.
-    _logging.getLogger("fldispatch.torch").log(
+    _logger.log(
         _logging.INFO if NATIVE_REASON == "FLDISPATCH_TORCH_NATIVE=0" else _logging.WARNING,
         "%s", _native_hint(NATIVE_REASON))
 
@@ -239,8 +240,11 @@ OPS = tuple(SCHEMAS)
 
 # The dispatcher's floor: a do-nothing op per family of the native kernels,
 # with the family's schema and a C++ kernel registered as theirs are
-# (python/native/torch_ops.cpp), {family: the op whose schema it takes}.
-FLOOR_FAMILIES = {"activation": "silu_and_mul", "norm": "rms_norm", "rotary": "rotary_embedding"}
+# (python/native/torch_ops.cpp), {family: the op whose schema it takes, the
+# first of its catalog family (_C.catalog())}.
+FLOOR_FAMILIES = {
+    floor: next(op for op, family, _doc in _C.catalog() if family == catalog_family)
+    for floor, catalog_family in (("activation", "GATED"), ("norm", "NORM"), ("rotary", "ROTARY"))}
 
 
 def dispatch_floor(op):

@@ -34,6 +34,7 @@ import sys
 import time
 
 import fldispatch
+from fldispatch import devices
 
 USAGE = """\
 Usage: python -m fldispatch tune --device cuda|rocm [OP...] [--dtype T[,T...]]
@@ -82,12 +83,9 @@ ROPE_MAX_POS = 8192
 HEAD = 128
 NOISY = 0.10
 
-FAMILY = {
-    "silu_and_mul": "gated", "mul_and_silu": "gated", "gelu_and_mul": "gated",
-    "gelu_tanh_and_mul": "gated", "gelu_quick": "elementwise", "gelu_new": "elementwise",
-    "gelu_fast": "elementwise", "rms_norm": "norm", "gemma_rms_norm": "norm",
-    "rotary_embedding": "rotary", "rotary_embedding_out": "rotary_out",
-}
+# The ops with tensors, {op: its catalog family, lower case} (_C.catalog()).
+FAMILY = {op: family.lower() for op, family, _doc in fldispatch._C.catalog()
+          if family != "ATTENTION"}
 # verify's tolerances (allclose: |got - want| <= atol + rtol |want|); the norms 1e-2 for every dtype
 TOLERANCE = {"f32": (1e-5, 1.3e-6), "f16": (1e-3, 1e-3), "bf16": (1e-3, 1.6e-2)}
 NORM_TOLERANCE = 1e-2
@@ -644,7 +642,7 @@ def _options(argv):
         return o
     if o["device"] is None:
         raise UsageError("the GPU tune needs --device cuda or --device rocm")
-    if o["device"] not in ("cuda", "rocm", "cpu"):
+    if o["device"] not in devices.TORCH_BUILT + ("cpu",):
         raise UsageError(f"--device '{o['device']}': the GPU tune takes one device, cuda or "
                          "rocm (the CPU is tuned by 'fldispatch tune --device cpu')")
     if o["timer"] not in ("graph", "host"):
@@ -689,7 +687,7 @@ def gpu_backend(device):
     except ImportError as exc:
         raise UsageError(f"--device {device} needs PyTorch built for {device}: "
                          f"'import torch' failed: {exc}") from None
-    build = getattr(torch.version, "hip" if device == "rocm" else "cuda", None)
+    build = devices.torch_build(device)
     if not build:
         raise UsageError(f"--device {device} needs PyTorch built for {device}: this PyTorch "
                          f"({torch.__version__}) is built without "

@@ -11,15 +11,10 @@ per vLLM mode: fldispatch.vllm_path), and fldispatch's switches enter vLLM's
 compile-cache key (fldispatch.vllm_compile). The
 other layers (and the norms on a vLLM without IR) register() replaces with
 out-of-tree CustomOps (vLLM's CustomOp.register_oot), each a subclass of
-vLLM's layer with the same constructor, arguments and return values:
-
-    vLLM layer       OOT op name (VLLM_FL_OOT_*)   fldispatch op
-    RMSNorm          rms_norm                      rms_norm (fused residual)
-    GemmaRMSNorm     gemma_rms_norm                gemma_rms_norm
-    SiluAndMul       silu_and_mul                  silu_and_mul
-    MulAndSilu       mul_and_silu                  mul_and_silu
-    GeluAndMul       gelu_and_mul                  gelu_and_mul / gelu_tanh_and_mul
-    RotaryEmbedding  rotary_embedding              rotary_embedding
+vLLM's layer with the same constructor, arguments and return values: the
+layers of fldispatch.vllm_layers.LAYERS. What register() decides is held
+on fldispatch.vllm_state.DECIDED; the plugin's wraps of vLLM's own
+functions are in fldispatch.vllm_patches.
 
 Which layers are replaced follows vllm-plugin-FL's switches, read by the
 library (fld_oot_op_enabled): none when VLLM_FL_PREFER_ENABLED or
@@ -49,9 +44,11 @@ import logging
 
 import torch
 
-from . import _C
+from . import _C, devices, vllm_compile, vllm_ir, vllm_path
+from .vllm_layers import ACTIVATIONS, GELU_APPROXIMATE, LAYERS
+from .vllm_state import DECIDED
 
-logger = logging.getLogger("fldispatch.vllm")
+logger = logging.getLogger(__name__)
 
 # Filled by fldispatch.torch, which register() and layer_class() import: not
 # at this module's import, because defining the declared ops starts the
@@ -63,9 +60,10 @@ def _define_torch_ops():
     from . import torch as _fld_torch  # noqa: F401  (defines torch.ops.fldispatch)
 
 
-# torch device types whose tensors fldispatch's plugins can take (ROCm builds
-# of PyTorch call their GPUs "cuda"; torch_npu calls Ascend NPUs "npu").
-SERVED_DEVICES = frozenset({"cpu", "cuda", "npu"})
+# torch device types whose tensors fldispatch's plugins can take (the
+# library's device table: ROCm builds of PyTorch call their GPUs "cuda";
+# torch_npu calls Ascend NPUs "npu").
+SERVED_DEVICES = devices.TORCH_TYPES
 
 
 def served(x):
@@ -90,10 +88,11 @@ def rms_norm_forward(x, weight, eps, residual=None, gemma=False):
     return x, residual
 
 
-# The activation ops, {op name: torch.ops.fldispatch.<op>.default}, each
-# resolved on first use (the torch ops are defined once per process, and a
-# call reads the library's policy in force then).
-_ACTIVATIONS = dict.fromkeys(("silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul"))
+# The activation ops (the catalog's gated ones), {op name:
+# torch.ops.fldispatch.<op>.default}, each resolved on first use (the torch
+# ops are defined once per process, and a call reads the library's policy in
+# force then).
+_ACTIVATIONS = dict.fromkeys(ACTIVATIONS)
 
 
 def _activation_op(op_name):
@@ -121,42 +120,30 @@ def act_and_mul_forward(op_name, x):
 
 
 def gelu_op_name(approximate):
-    if approximate == "none":
-        return "gelu_and_mul"
-    if approximate == "tanh":
-        return "gelu_tanh_and_mul"
-    raise ValueError(f"GeluAndMul: unknown approximate mode {approximate!r} (none, tanh)")
-
-
-# torch device type -> fldispatch's device name, for resolving (ROCm builds of
-# PyTorch call their GPUs "cuda").
-def _library_device(device_type):
-    if device_type == "cuda" and torch.version.hip:
-        return "rocm"
-    return {"npu": "ascend"}.get(device_type, device_type)
-
-
-# The torch device types on which rotary_embedding_out resolves for every
-# dtype: decided by register() (or the first eager call), not while Dynamo
-# traces a layer. Until then, the CPU: the library's reference kernel serves
-# every CPU call.
-_rotary_out_devices = None
+    op = GELU_APPROXIMATE.get(approximate)
+    if op is None:
+        raise ValueError(f"GeluAndMul: unknown approximate mode {approximate!r} "
+                         f"({', '.join(GELU_APPROXIMATE)})")
+    return op
 
 
 def rotary_out_devices():
-    """The torch device types whose tensors rotary_embedding_out serves now (resolved once)."""
-    global _rotary_out_devices
-    if _rotary_out_devices is None:
+    """The torch device types whose tensors rotary_embedding_out serves now,
+    for every dtype (DECIDED.rotary_out_devices): resolved once, by
+    register() (or the first eager call), not while Dynamo traces a layer.
+    Until then a traced layer takes the CPU: the library's reference kernel
+    serves every CPU call."""
+    if DECIDED.rotary_out_devices is None:
         served_now = set()
         for device_type in sorted(SERVED_DEVICES):
             try:
                 for dtype in ("float32", "float16", "bfloat16"):
-                    _C.resolve("rotary_embedding_out", _library_device(device_type), dtype)
+                    _C.resolve("rotary_embedding_out", devices.library_name(device_type), dtype)
             except _C.Error:
                 continue
             served_now.add(device_type)
-        _rotary_out_devices = frozenset(served_now)
-    return _rotary_out_devices
+        DECIDED.rotary_out_devices = frozenset(served_now)
+    return DECIDED.rotary_out_devices
 
 
 def rotary_forward(positions, query, key, head_size, cos_sin_cache, is_neox_style):
@@ -175,8 +162,8 @@ def rotary_forward(positions, query, key, head_size, cos_sin_cache, is_neox_styl
     the traced layer rotates contiguous copies of query and key in place,
     one copy kernel of them."""
     if torch.compiler.is_compiling():
-        devices = _rotary_out_devices if _rotary_out_devices is not None else frozenset({"cpu"})
-        if query.device.type in devices:
+        served_now = DECIDED.rotary_out_devices
+        if query.device.type in (served_now if served_now is not None else ("cpu",)):
             query_out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
             key_out = None
             if key is not None:
@@ -187,24 +174,13 @@ def rotary_forward(positions, query, key, head_size, cos_sin_cache, is_neox_styl
         query = query.clone(memory_format=torch.contiguous_format)
         if key is not None:
             key = key.clone(memory_format=torch.contiguous_format)
-    elif _rotary_out_devices is None:
+    elif DECIDED.rotary_out_devices is None:
         rotary_out_devices()
     _ops.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox_style)
     return query, key
 
 
 # ---- the vLLM layers ------------------------------------------------------------
-
-# OOT op name -> (vLLM module, vLLM class, our class factory)
-_LAYERS = {}
-
-
-def _layer(op_name, module, class_name):
-    def decorate(factory):
-        _LAYERS[op_name] = (module, class_name, factory)
-        return factory
-
-    return decorate
 
 
 def _enabled(cls):
@@ -213,12 +189,10 @@ def _enabled(cls):
     logs the decision once per class per process."""
     from vllm.config import get_cached_compilation_config
 
-    from . import vllm_path
-
     device = vllm_path.device_type()
     serve, theirs, why = vllm_path.custom_op_route(cls.oot_name, getattr(cls, "vllm_name", None),
                                                    get_cached_compilation_config(), device)
-    vllm_path.log_custom_op(_LAYERS[cls.oot_name][1], serve, why)
+    vllm_path.log_custom_op(LAYERS[cls.oot_name].class_name, serve, why)
     if vllm_path.mode_table(device) is vllm_path.GPU_MODE_TABLE:
         # vLLM's dispatch_forward() binds forward_cuda / forward_hip right
         # after asking enabled(): ours where fldispatch serves, else vLLM's own
@@ -246,8 +220,7 @@ def _dispatching(base, oot_name, forward_fl):
     return methods
 
 
-@_layer("rms_norm", "vllm.model_executor.layers.layernorm", "RMSNorm")
-def _rms_norm_class(base):
+def _rms_norm_class(base, layer):
     def forward_fl(self, x, residual=None):
         if self.variance_size_override is not None or not served(x):
             return self.forward_native(x, residual)
@@ -257,51 +230,39 @@ def _rms_norm_class(base):
             return self.forward_native(x, residual)
         return rms_norm_forward(x, weight, self.variance_epsilon, residual)
 
-    return type("RMSNormFL", (base,), _dispatching(base, "rms_norm", forward_fl))
+    return type(layer.class_name + "FL", (base,), _dispatching(base, layer.oot, forward_fl))
 
 
-@_layer("gemma_rms_norm", "vllm.model_executor.layers.layernorm", "GemmaRMSNorm")
-def _gemma_rms_norm_class(base):
+def _gemma_rms_norm_class(base, layer):
     def forward_fl(self, x, residual=None):
         weight = self.weight.data
         if not served(x) or (weight.dtype != x.dtype and not _mixed_weight_ok()):
             return self.forward_native(x, residual)
         return rms_norm_forward(x, weight, self.variance_epsilon, residual, gemma=True)
 
-    return type("GemmaRMSNormFL", (base,), _dispatching(base, "gemma_rms_norm", forward_fl))
+    return type(layer.class_name + "FL", (base,), _dispatching(base, layer.oot, forward_fl))
 
 
-def _activation_class(name, oot_name, op_name_of):
-    def factory(base):
-        def __init__(self, *args, **kwargs):
-            base.__init__(self, *args, **kwargs)
-            # MulAndSilu pins forward_native on CPU in its constructor:
-            # choose again, now that forward_cpu is ours.
-            self._forward_method = self.dispatch_forward(compile_native=False)
-            # the op, resolved once (as vLLM's layers resolve theirs)
-            self._fl_op = _activation_op(op_name_of(self))
+def _activation_class(base, layer):
+    def __init__(self, *args, **kwargs):
+        base.__init__(self, *args, **kwargs)
+        # MulAndSilu pins forward_native on CPU in its constructor:
+        # choose again, now that forward_cpu is ours.
+        self._forward_method = self.dispatch_forward(compile_native=False)
+        # the op, resolved once (as vLLM's layers resolve theirs)
+        op_name = gelu_op_name(self.approximate) if layer.forward == "gelu_gated" else layer.oot
+        self._fl_op = _activation_op(op_name)
 
-        def forward_fl(self, x):
-            if not served(x):
-                return self.forward_native(x)
-            return _act_and_mul(self._fl_op, x)
+    def forward_fl(self, x):
+        if not served(x):
+            return self.forward_native(x)
+        return _act_and_mul(self._fl_op, x)
 
-        return type(name, (base,), {"__init__": __init__,
-                                    **_dispatching(base, oot_name, forward_fl)})
-
-    return factory
+    return type(layer.class_name + "FL", (base,),
+                {"__init__": __init__, **_dispatching(base, layer.oot, forward_fl)})
 
 
-_layer("silu_and_mul", "vllm.model_executor.layers.activation", "SiluAndMul")(
-    _activation_class("SiluAndMulFL", "silu_and_mul", lambda self: "silu_and_mul"))
-_layer("mul_and_silu", "vllm.model_executor.layers.activation", "MulAndSilu")(
-    _activation_class("MulAndSiluFL", "mul_and_silu", lambda self: "mul_and_silu"))
-_layer("gelu_and_mul", "vllm.model_executor.layers.activation", "GeluAndMul")(
-    _activation_class("GeluAndMulFL", "gelu_and_mul", lambda self: gelu_op_name(self.approximate)))
-
-
-@_layer("rotary_embedding", "vllm.model_executor.layers.rotary_embedding", "RotaryEmbedding")
-def _rotary_class(base):
+def _rotary_class(base, layer):
     def forward_fl(self, positions, query, key=None):
         if not served(query):
             return self.forward_native(positions, query, key)
@@ -313,24 +274,28 @@ def _rotary_class(base):
             cache = self._match_cos_sin_cache_dtype(query)
         return rotary_forward(positions, query, key, self.head_size, cache, self.is_neox_style)
 
-    return type("RotaryEmbeddingFL", (base,), _dispatching(base, "rotary_embedding", forward_fl))
+    return type(layer.class_name + "FL", (base,), _dispatching(base, layer.oot, forward_fl))
 
 
-_mixed_weight = None
+# Layer.forward (fldispatch.vllm_layers) -> the factory of our class,
+# factory(vLLM's class, the layer)
+_CLASS_FACTORIES = {"norm": _rms_norm_class, "gemma_norm": _gemma_rms_norm_class,
+                    "gated": _activation_class, "gelu_gated": _activation_class,
+                    "rotary": _rotary_class}
 
 
 def _mixed_weight_ok():
     """Whether the library takes a float32 weight with 16-bit x (newer
-    libraries do; older ones refuse, and the layer runs forward_native)."""
-    global _mixed_weight
-    if _mixed_weight is None:
+    libraries do; older ones refuse, and the layer runs forward_native);
+    asked once (DECIDED.mixed_weight)."""
+    if DECIDED.mixed_weight is None:
         x = torch.zeros(1, 8, dtype=torch.float16)  # a dtype the models here do not run
         try:
             _C.rms_norm(torch.empty_like(x), x, torch.ones(8), None, 1e-6)
-            _mixed_weight = True
+            DECIDED.mixed_weight = True
         except _C.InvalidArgumentError:
-            _mixed_weight = False
-    return _mixed_weight
+            DECIDED.mixed_weight = False
+    return DECIDED.mixed_weight
 
 
 # ---- the entry point ---------------------------------------------------------------
@@ -356,9 +321,6 @@ def _host_defaults():
 
     for name, value in HOST_DEFAULTS.items():
         os.environ.setdefault(name, value)
-
-
-registered = {}
 
 
 def note_rank():
@@ -387,9 +349,10 @@ def layer_class(op_name):
     import importlib
 
     _define_torch_ops()
-    module, class_name, factory = _LAYERS[op_name]
-    base = getattr(importlib.import_module(module), class_name)
-    cls = factory(base)
+    layer = LAYERS[op_name]
+    class_name = layer.class_name
+    base = getattr(importlib.import_module(layer.module), class_name)
+    cls = _CLASS_FACTORIES[layer.forward](base, layer)
     made = cls.__init__
 
     def __init__(self, *args, **kwargs):
@@ -409,11 +372,10 @@ def register():
     adds fldispatch's variables to vLLM's compile-cache key (vllm_compile),
     and registers the OOT layers that VLLM_FL_OOT_* allow, but those whose
     layer calls an IR op. Idempotent; returns {op name: vLLM class name} of
-    the OOT layers."""
+    the OOT layers (DECIDED.oot_layers)."""
     from vllm.model_executor import custom_op
 
-    from . import vllm_compile, vllm_ir, vllm_path
-
+    registered = DECIDED.oot_layers
     _host_defaults()  # before the library starts: the CPU plugin reads them as it registers
     _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
     vllm_path.forced()  # likewise a bad VLLM_FL_OOT_FORCE
@@ -424,7 +386,7 @@ def register():
     vllm_ir.register_providers(mixed)
     enabled = vllm_ir.default_first_ops()
     vllm_ir.install_default_priority(enabled)
-    for name in sorted(vllm_ir.registered):
+    for name in sorted(DECIDED.ir_providers):
         oot = vllm_ir.IR_OPS[name].oot
         if name in enabled:
             vllm_path.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
@@ -435,10 +397,10 @@ def register():
                         "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
     vllm_compile.register_compile_factors()
     superseded = vllm_ir.superseded_layers()
-    for op_name in _LAYERS:
+    for op_name, layer in LAYERS.items():
         if op_name in registered:
             continue
-        class_name = _LAYERS[op_name][1]
+        class_name = layer.class_name
         if op_name in superseded:
             continue  # its line comes as vLLM installs the IR priority (vllm_ir)
         if not _C.oot_op_enabled(op_name):

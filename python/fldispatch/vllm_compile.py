@@ -9,9 +9,12 @@ adds fldispatch's own there:
 - every VLLM_FL_* variable that may change a compiled graph (which layers the
   plugin replaces and which of them run fldispatch's op in the mode
   (VLLM_FL_OOT_FORCE), which IR ops it serves, the policy and plugins that decide
-  what its provider accepts), with its value from the environment; the
-  variables that only observe (counters, trace, IO dump, log level) are left
-  out, and vLLM warns about them as unknown variables as for any other;
+  what its provider accepts), with its value from the environment: the
+  policy fields' variables and the rows of the library's variable table
+  (_C.variables(), core/variables.h) whose compile column is GRAPH, and any
+  other VLLM_FL_* variable set, but those the table marks NEVER (the
+  variables that only observe: counters, trace, IO dump, log level), which
+  vLLM warns about as unknown variables as for any other;
 - VLLM_FL_FINGERPRINT, which no one sets: its value is fldispatch.vllm_ir's
   fingerprint(), a hash of the library's policy with its sources, the
   plugins, the manifest's content and the layers the OOT switches replace,
@@ -25,36 +28,29 @@ lists name, carries the same fingerprint.
 
 import os
 
-from . import _C
+from . import _C, vllm_ir
+from .vllm_state import DECIDED
 
 FINGERPRINT = "VLLM_FL_FINGERPRINT"
 
 # Variables that change what the plugin puts in a graph or what its IR
-# provider accepts. The policy's own are added from the library's table.
-GRAPH_VARIABLES = (
-    "VLLM_FL_OOT_ENABLED", "VLLM_FL_OOT_BLACKLIST", "VLLM_FL_OOT_WHITELIST", "VLLM_FL_OOT_FORCE",
-    "VLLM_FL_PREFER_ENABLED", "VLLM_FL_MANIFEST", "VLLM_FL_CONFIG", "VLLM_FL_PLATFORM",
-    "VLLM_FL_OP_CONFIG", "VLLM_FL_PLUGIN_DIR", "VLLM_FL_PLUGIN_MODULES", "VLLM_FL_PLUGIN_PROBE",
-    "VLLM_FL_CPU_ISA", "VLLM_FL_CPU_ACTIVATIONS", "VLLM_FL_CUSTOM_OPS",
-)
+# provider accepts: the variable table's GRAPH rows and the policy's variables.
+GRAPH_VARIABLES = tuple(
+    [v["name"] for v in _C.variables() if v["compile"] == "GRAPH"]
+    + [env.strip() for f in _C.policy_fields() for env in (f.get("env") or "").split(",")
+       if env.strip()])
 
 # Variables that only observe or tune timing: never in the key.
-NEUTRAL_PREFIXES = ("VLLM_FL_STATS", "VLLM_FL_TRACE", "VLLM_FL_IO_DUMP", "VLLM_FL_LOG_LEVEL",
-                    "VLLM_FL_DISPATCH_DEBUG", "VLLM_FL_SHUTDOWN_TIMEOUT")
+NEUTRAL_VARIABLES = frozenset(v["name"] for v in _C.variables() if v["compile"] == "NEVER")
 
 
 def graph_variables():
     """The VLLM_FL_* names that enter vLLM's compile-cache key: GRAPH_VARIABLES,
-    the policy's variables, and any other VLLM_FL_* set in the environment
-    that is not an observing one."""
+    and any other VLLM_FL_* set in the environment that is not a neutral
+    one."""
     names = set(GRAPH_VARIABLES)
-    for f in _C.policy_fields():
-        for env in (f.get("env") or "").split(","):
-            if env.strip():
-                names.add(env.strip())
     names.update(n for n in os.environ if n.startswith("VLLM_FL_"))
-    return sorted(n for n in names
-                  if n != FINGERPRINT and not n.startswith(NEUTRAL_PREFIXES))
+    return sorted(n for n in names if n != FINGERPRINT and n not in NEUTRAL_VARIABLES)
 
 
 def _env_getter(name):
@@ -72,14 +68,12 @@ def register_compile_factors():
     except (ImportError, AttributeError):
         return []
 
-    from . import vllm_ir
-
     added = []
     for name in graph_variables():
         if name not in table:
             table[name] = _env_getter(name)
             added.append(name)
     if FINGERPRINT not in table:
-        table[FINGERPRINT] = lambda: vllm_ir.fingerprint(vllm_ir.served_by_op)
+        table[FINGERPRINT] = lambda: vllm_ir.fingerprint(DECIDED.served_by_ir_op)
         added.append(FINGERPRINT)
     return added

@@ -5,18 +5,14 @@ vLLM dispatches some ops through its IR (vllm.ir): a layer such as RMSNorm
 calls vllm.ir.ops.rms_norm, and vLLM picks, per call, the first provider of
 the op's priority list (KernelConfig.ir_op_priority) whose supports_args
 accepts the arguments. register() adds the provider "fldispatch" to every IR
-op of the installed vLLM that a row of IR_OPS describes; the layer stays
-vLLM's, and only its IR call reaches fldispatch.
+op of the installed vLLM that a row of IR_OPS (fldispatch.vllm_layers)
+describes; the layer stays vLLM's, and only its IR call reaches fldispatch.
 
-    IR op               our op     mapping
-    rms_norm            rms_norm   out = new; rms_norm(out, x, weight, None, epsilon)
-    fused_add_rms_norm  rms_norm   rms_norm(x, x, weight, x_residual, epsilon): both in place
-
-GemmaRMSNorm calls the same two ops with a float32 weight (its 1 + w), which
-the provider takes where the library does (mixed_weight_ok). An op vLLM
-adds later (silu_and_mul, rotary_embedding) is one more row: its name, the
-OOT name that switches it (VLLM_FL_OOT_*), the vLLM layers whose CustomOp
-replacement it supersedes, our op, whether it runs in place, and the call.
+GemmaRMSNorm calls the norms' two IR ops with a float32 weight (its 1 + w),
+which the provider takes where the library does (mixed_weight_ok). An op
+vLLM adds later is one more row of IR_OPS (its name, the OOT name that
+switches it, the vLLM layers whose CustomOp replacement it supersedes, our
+op, whether it runs in place) and its call and supports_args here (CALLS).
 
 Which provider runs is vLLM's priority list. Where the operator gave none for
 an op, the platform's default is used; the plugin puts "fldispatch" in front
@@ -44,19 +40,20 @@ import json
 import logging
 import os
 import types
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from . import _C
+from . import _C, devices, vllm_patches, vllm_path
+from .vllm_layers import IR_OPS, LAYERS
+from .vllm_state import DECIDED
 
-logger = logging.getLogger("fldispatch.vllm")
+logger = logging.getLogger(__name__)
 
 PROVIDER = "fldispatch"
 
-# torch device type -> the library's device name
-DEVICE_NAMES = {"cpu": "cpu", "cuda": "rocm" if torch.version.hip else "cuda", "npu": "ascend"}
+# torch device type -> the library's device name (the library's device table)
+DEVICE_NAMES = {torch_type: devices.library_name(torch_type) for torch_type in devices.TORCH_TYPES}
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -139,36 +136,14 @@ def _norm_accepts(served, residual):
     return fused_add_rms_norm if residual else rms_norm
 
 
-@dataclass
-class IrRow:
-    """One IR op fldispatch serves: ir_op (vllm.ir.ops.<ir_op>), oot (the
-    VLLM_FL_OOT_* name that switches it), layers (the OOT names of the
-    vLLM layers that call it, no longer replaced where it exists), op (our
-    op), inplace (the impl writes its activations), impl (the call, with
-    the IR op's arguments), accepts(served) (supports_args for the served
-    set of (device type, x dtype, weight dtype): a function of the IR op's
-    arguments, named as native's, returning a plain bool) and weights (the
-    weights served: "none", "same" dtype as x, "float32" with a 16-bit x
-    where the library takes it)."""
-
-    ir_op: str
-    oot: str
-    layers: tuple
-    op: str
-    inplace: bool
-    impl: object
-    accepts: object
-    weights: tuple = field(default=("none", "same", "float32"))
-
-
-IR_OPS = {
-    row.ir_op: row
-    for row in (
-        IrRow("rms_norm", "rms_norm", ("rms_norm", "gemma_rms_norm"), "rms_norm", False,
-              _rms_norm, lambda served: _norm_accepts(served, residual=False)),
-        IrRow("fused_add_rms_norm", "rms_norm", ("rms_norm", "gemma_rms_norm"), "rms_norm", True,
-              _fused_add_rms_norm, lambda served: _norm_accepts(served, residual=True)),
-    )
+# IR op name -> (the call, with the IR op's arguments; accepts(served), the
+# supports_args for the served set of (device type, x dtype, weight dtype):
+# a function of the IR op's arguments, named as native's, returning a plain
+# bool). One per row of IR_OPS.
+CALLS = {
+    "rms_norm": (_rms_norm, lambda served: _norm_accepts(served, residual=False)),
+    "fused_add_rms_norm": (_fused_add_rms_norm,
+                           lambda served: _norm_accepts(served, residual=True)),
 }
 
 
@@ -231,8 +206,6 @@ def fingerprint(served=None):
     library's version and policy (with each value's source), its plugins
     (name, version, path, status, implementations), the manifest's content,
     the OOT switches' answer for every layer and the served sets."""
-    from . import vllm as _fv
-
     parts = {"version": _C.version()}
     try:
         import fldispatch
@@ -247,7 +220,7 @@ def fingerprint(served=None):
     if manifest:
         parts["manifest"] = _file_sha(manifest)
     oot = {}
-    for name in sorted(set(_fv._LAYERS) | {row.oot for row in IR_OPS.values()}):
+    for name in sorted(set(LAYERS) | {row.oot for row in IR_OPS.values()}):
         try:
             oot[name] = bool(_C.oot_op_enabled(name))
         except _C.Error as e:
@@ -257,10 +230,6 @@ def fingerprint(served=None):
         parts["served"] = {op: sorted(map(str, s)) for op, s in sorted(served.items())}
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-registered = {}  # IR op name -> vLLM's IrOpImpl of our provider
-served_by_op = {}  # IR op name -> its served set
 
 
 def _impl_class():
@@ -275,7 +244,7 @@ def _impl_class():
         def uuid(self):
             source = hash_source(Path(inspect.getfile(self.impl_fn)))
             return hashlib.sha256(
-                f"{source}|{fingerprint(served_by_op)}".encode()).hexdigest()
+                f"{source}|{fingerprint(DECIDED.served_by_ir_op)}".encode()).hexdigest()
 
     return FldIrOpImpl
 
@@ -325,11 +294,10 @@ def _with_signature(fn, native, name):
 def register_providers(mixed_weight_ok):
     """Registers provider "fldispatch" for every row of IR_OPS the installed
     vLLM has. Idempotent; returns {IR op name: vLLM's IrOpImpl}."""
+    registered = DECIDED.ir_providers
     if not available_rows():
         return dict(registered)
     from vllm.ir.op import IrOp
-
-    from . import vllm_path
 
     _bind_overloads()
     impl_class = _impl_class()
@@ -343,13 +311,14 @@ def register_providers(mixed_weight_ok):
             continue
         native = op.impls["native"].impl_fn
         served = served_set(row, mixed_weight_ok)
-        served_by_op[name] = served
+        DECIDED.served_by_ir_op[name] = served
+        call, accepts = CALLS[name]
         impl = op.register_impl(
             PROVIDER,
             supported=_supported_here(served),
-            supports_args=_with_signature(row.accepts(served), native, f"{name}_supports_args"),
+            supports_args=_with_signature(accepts(served), native, f"{name}_supports_args"),
             inplace=row.inplace,
-        )(_with_signature(row.impl, native, name))
+        )(_with_signature(call, native, name))
         impl.__class__ = impl_class
         registered[name] = impl
         kinds = sorted(f"{d}/{str(x).rpartition('.')[2]}" for d, x, w in served if w in (None, x))
@@ -361,14 +330,12 @@ def register_providers(mixed_weight_ok):
 
 # ---- priority: the VLLM_FL_OOT_* switches and the mode as vLLM's platform default ---
 
-first_by_default = set()  # IR ops VLLM_FL_OOT_* hand to fldispatch (first where the mode says)
-
 
 def default_first_ops():
     """The IR ops (of the installed vLLM, with our provider) whose OOT name
     VLLM_FL_OOT_* and VLLM_FL_PREFER_ENABLED enable."""
     return {name for name, row in available_rows().items()
-            if name in registered and _C.oot_op_enabled(row.oot)}
+            if name in DECIDED.ir_providers and _C.oot_op_enabled(row.oot)}
 
 
 def _compilation_config(vllm_config):
@@ -385,34 +352,30 @@ def install_default_priority(ops):
     keeps the operator's order (a list ending in native never reaches what
     follows). Also logs, as each vLLM worker installs the lists, which
     provider each layer calling the ops gets first and why."""
-    first_by_default.clear()
-    first_by_default.update(ops)
-    if not registered or not available_rows():  # a vLLM without IR: no priority to extend
+    DECIDED.first_by_default.clear()
+    DECIDED.first_by_default.update(ops)
+    if not DECIDED.ir_providers or not available_rows():  # a vLLM without IR: nothing to extend
         return
     from vllm.platforms import current_platform
 
-    from . import vllm_path
+    vllm_patches.patch_default_ir_priority(type(current_platform), _with_fldispatch_first)
+    vllm_patches.patch_priority_set_default(log_layers)
 
-    cls = type(current_platform)
-    if not getattr(cls.get_default_ir_op_priority, "_fldispatch", False):
-        platform_default = cls.get_default_ir_op_priority.__func__
 
-        def get_default_ir_op_priority(klass, vllm_config):
-            _note_operator_lists(vllm_config)
-            priority = platform_default(klass, vllm_config)
-            config = _compilation_config(vllm_config)
-            for name in sorted(first_by_default):
-                if not vllm_path.ir_default(IR_OPS[name].oot, config)[0]:
-                    continue
-                current = list(getattr(priority, name, None) or [])
-                if PROVIDER not in current:
-                    setattr(priority, name, [PROVIDER] + current)
-            return priority
-
-        get_default_ir_op_priority._fldispatch = True
-        get_default_ir_op_priority.__doc__ = platform_default.__doc__
-        cls.get_default_ir_op_priority = classmethod(get_default_ir_op_priority)
-    _install_priority_log()
+def _with_fldispatch_first(vllm_config, priority):
+    """The platform's default priority with PROVIDER in front for the ops of
+    DECIDED.first_by_default whose mode says so (vllm_path.ir_default); notes
+    the operator's lists first (vLLM asks for the default before it appends
+    it to them)."""
+    _note_operator_lists(vllm_config)
+    config = _compilation_config(vllm_config)
+    for name in sorted(DECIDED.first_by_default):
+        if not vllm_path.ir_default(IR_OPS[name].oot, config)[0]:
+            continue
+        current = list(getattr(priority, name, None) or [])
+        if PROVIDER not in current:
+            setattr(priority, name, [PROVIDER] + current)
+    return priority
 
 
 # On the configuration's IrOpPriorityConfig: the IR ops whose list the operator gave
@@ -440,9 +403,6 @@ def log_layers(vllm_config=None):
     """One line per vLLM layer class whose IR ops fldispatch serves: the
     provider lists installed now and why fldispatch is, or is not, first
     (fldispatch.vllm_path.log_ir; once per class, decision and process)."""
-    from . import vllm as _fv
-    from . import vllm_path
-
     if vllm_config is None:
         try:
             from vllm.config import get_current_vllm_config
@@ -453,33 +413,12 @@ def log_layers(vllm_config=None):
     from vllm.ir.op import IrOp
 
     layers = {}  # OOT layer name -> ({IR op: installed list}, OOT name of the ops)
-    for name in sorted(registered):
+    for name in sorted(DECIDED.ir_providers):
         for layer in IR_OPS[name].layers:
             lists, _ = layers.setdefault(layer, ({}, IR_OPS[name].oot))
             lists[name] = list(IrOp.registry[name].get_priority())
     kernel = getattr(vllm_config, "kernel_config", None)
     given = getattr(getattr(kernel, "ir_op_priority", None), OPERATOR_LISTS, frozenset())
     for layer, (lists, oot) in layers.items():
-        vllm_path.log_ir(_fv._LAYERS[layer][1], lists, oot, _compilation_config(vllm_config),
-                         given)
-
-
-def _install_priority_log():
-    """Wraps vLLM's IrOpPriorityConfig.set_default, which each vLLM worker
-    calls as it starts (under its configuration) to install the lists for
-    its lifetime: after it, log_layers()."""
-    try:
-        from vllm.config.kernel import IrOpPriorityConfig
-    except ImportError:
-        return
-    if getattr(IrOpPriorityConfig.set_default, "_fldispatch", False):
-        return
-    set_default = IrOpPriorityConfig.set_default
-
-    def set_default_and_log(self):
-        set_default(self)
-        log_layers()
-
-    set_default_and_log._fldispatch = True
-    set_default_and_log.__doc__ = set_default.__doc__
-    IrOpPriorityConfig.set_default = set_default_and_log
+        vllm_path.log_ir(LAYERS[layer].class_name, lists, oot,
+                         _compilation_config(vllm_config), given)

@@ -43,14 +43,20 @@ import logging
 import os
 import sys
 
+from . import _C, vllm_patches
+from .vllm_layers import LAYERS
+from .vllm_state import DECIDED
+
+# The path lines are the vLLM plugin's: they go to its module's logger
+# (fldispatch.vllm, which imports this module), where docs/vllm.md says
+# operators find them.
 logger = logging.getLogger("fldispatch.vllm")
 
 FORCE = "VLLM_FL_OOT_FORCE"
 
 # OOT layer name (VLLM_FL_OOT_*) -> family, the column of MODE_TABLE
-FAMILIES = {"rms_norm": "norm", "gemma_rms_norm": "norm", "silu_and_mul": "activation",
-            "mul_and_silu": "activation", "gelu_and_mul": "activation",
-            "rotary_embedding": "rotary"}
+# (vllm_layers: from the catalog family of the layer's op)
+FAMILIES = {oot: layer.family for oot, layer in LAYERS.items()}
 
 # mode -> family -> (fldispatch serves it by default, why). The figures it
 # rests on are in docs/vllm.md ("Which path each layer takes").
@@ -129,8 +135,6 @@ def forced():
     """The OOT names VLLM_FL_OOT_FORCE names (all of FAMILIES for "all"),
     read from the environment at each call. A name that is not a layer's,
     or an empty item, raises fldispatch.ConfigError naming the variable."""
-    from . import _C
-
     raw = os.environ.get(FORCE, "")
     items = [item.strip() for item in raw.split(",")]
     if not any(items):
@@ -178,11 +182,7 @@ def custom_op_route(oot_name, vllm_name, compilation_config, device=None):
     device (None: the current platform's)."""
     device = device_type() if device is None else device
     custom_ops = list(getattr(compilation_config, "custom_ops", None) or [])
-    class_name = None
-    from . import vllm as _fv
-
-    if oot_name in _fv._LAYERS:
-        class_name = _fv._LAYERS[oot_name][1]
+    class_name = LAYERS[oot_name].class_name if oot_name in LAYERS else None
     names = [n for n in (vllm_name, oot_name, class_name) if n]
     for sign, serve in (("-", False), ("+", True)):
         for name in names:
@@ -246,42 +246,32 @@ def _emit(where, msg, args, hold):
             handler.handle(record)
 
 
-_held = []  # ((file, line), msg, args) of the lines _hold() keeps
-
-
 def _hold(where, msg, args):
-    """Keeps a line until vLLM configures its logging (vllm.logger's
-    configure_logging, which vLLM calls as it makes an engine, after it has
-    loaded its plugins in the driver), and logs it then, routed as info()
-    routes it. False where vLLM's logger module is not loaded."""
+    """Keeps a line (DECIDED.held) until vLLM configures its logging
+    (vllm.logger's configure_logging, which vLLM calls as it makes an
+    engine, after it has loaded its plugins in the driver), and logs it
+    then, routed as info() routes it. False where vLLM's logger module is
+    not loaded."""
     vllm_logger = sys.modules.get("vllm.logger")
-    configure = getattr(vllm_logger, "configure_logging", None)
-    if configure is None:
+    if getattr(vllm_logger, "configure_logging", None) is None:
         return False
-    if not getattr(configure, "_fldispatch", False):
-        def configure_logging(*a, **kw):
-            result = configure(*a, **kw)
-            held = list(_held)
-            _held.clear()
-            for held_where, held_msg, held_args in held:
-                _emit(held_where, held_msg, held_args, hold=False)
-            return result
-
-        configure_logging._fldispatch = True
-        configure_logging.__doc__ = configure.__doc__
-        vllm_logger.configure_logging = configure_logging
-    _held.append((where, msg, args))
+    vllm_patches.patch_configure_logging(vllm_logger, _release_held)
+    DECIDED.held.append((where, msg, args))
     return True
 
 
-_logged = set()
+def _release_held():
+    held = list(DECIDED.held)
+    DECIDED.held.clear()
+    for where, msg, args in held:
+        _emit(where, msg, args, hold=False)
 
 
 def log_once(class_name, text):
     """Logs "fldispatch: <class_name> -> <text>" at INFO once per process."""
-    if (class_name, text) in _logged:
+    if (class_name, text) in DECIDED.logged:
         return
-    _logged.add((class_name, text))
+    DECIDED.logged.add((class_name, text))
     info("fldispatch: %s -> %s", class_name, text)
 
 
@@ -302,8 +292,6 @@ def log_ir(class_name, priorities, oot_name, compilation_config, given=frozenset
     path = f"vLLM IR provider {firsts[0]}" if len(firsts) == 1 else \
         "vLLM IR providers " + ", ".join(f"{op}: {p[0]}" for op, p in sorted(priorities.items()))
     lists = "; ".join(f"{op}: {', '.join(p)}" for op, p in sorted(priorities.items()))
-    from . import _C
-
     enabled = _C.oot_op_enabled(oot_name)
     theirs = {op: p for op, p in priorities.items() if op in given and p}
     rest = {op: p for op, p in priorities.items() if op not in theirs}

@@ -303,6 +303,7 @@ extern PyMethodDef fldpy_prepared_methods[];
 
 extern PyMethodDef fldpy_op_methods[];
 extern PyMethodDef fldpy_introspect_methods[];
+extern PyMethodDef fldpy_table_methods[];
 extern PyMethodDef fldpy_policy_methods[];
 extern PyMethodDef fldpy_hook_methods[];
 extern PyMethodDef fldpy_stats_methods[];

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The module fldispatch._C: its functions come from the method tables of
- * ops.c, introspect.c, policy.c and hooks.c; its exception classes from
+ * ops.c, introspect.c, tables.c, policy.c and hooks.c; its exception classes from
  * errors.c. See ext.h for how a call flows through these files.
  */
 #include <fldispatch/binding.h>
@@ -26,6 +26,7 @@ PyMODINIT_FUNC PyInit__C(void)
     if (fldpy_tensors_init() < 0 || fldpy_errors_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_op_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_introspect_methods) < 0 ||
+        PyModule_AddFunctions(module, fldpy_table_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_policy_methods) < 0 || fldpy_policy_init(module) < 0 ||
         PyModule_AddFunctions(module, fldpy_hook_methods) < 0 ||
         PyModule_AddFunctions(module, fldpy_binding_methods) < 0 ||

@@ -390,6 +390,28 @@ def test_written_positions_cover_every_catalog_op_that_writes():
     assert dict(io_dumper.WRITTEN) == expected
 
 
+def _scale_into(out, x):
+    out.copy_(x * 2)
+
+
+def test_a_declared_ops_output_record_holds_what_it_wrote(tmp_path):
+    """An op declared with a signature (not the catalog's) records the
+    argument its schema marks written, and the implementation that served."""
+    op = f"iodump_declared_{os.getpid()}"
+    with fldispatch.registering("iodump_declared"):
+        fldispatch.declare_op(op, "(Tensor(a!) out, Tensor x) -> ()")
+        fldispatch.register_impl(op, _scale_into, impl_id="vendor.pyscale", kind="vendor",
+                                 vendor="py")
+    iodump.enable_io_dump(str(tmp_path), ops={op}, with_metas=True, with_values=True)
+    out, x = torch.empty(2, 4), torch.randn(2, 4)
+    fldispatch.call_op(op, out, x)
+    d = op_dir(tmp_path, op)
+    record = read_lines(os.path.join(d, "output.json"))["call_1"]
+    assert set(record["tensors"]) == {"arg_0"}, record
+    assert record["impl_id"] == "vendor.pyscale"
+    torch.testing.assert_close(torch.load(os.path.join(d, "call_1_output.pt"))["arg_0"], x * 2)
+
+
 @pytest.mark.parametrize("op", [op for op, pos in catalog_written().items() if pos == (0,)])
 def test_an_activations_output_record_holds_out(tmp_path, op):
     """Every activation's output record holds the `out` it wrote, not the None it returned."""

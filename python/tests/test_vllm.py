@@ -20,6 +20,8 @@ import fakevllm
 import fldispatch
 import fldispatch.vllm as fv
 from fldispatch import vllm_path
+from fldispatch.vllm_layers import LAYERS
+from fldispatch.vllm_state import DECIDED
 
 ALL = {"rms_norm": "RMSNorm", "gemma_rms_norm": "GemmaRMSNorm", "silu_and_mul": "SiluAndMul",
        "mul_and_silu": "MulAndSilu", "gelu_and_mul": "GeluAndMul",
@@ -48,8 +50,8 @@ def fake_vllm(monkeypatch):
     for name in HIDDEN:  # a real vLLM imported earlier in this process stays out of sight
         sys.modules[name] = None
     sys.modules["vllm"].__fake__ = True
-    monkeypatch.setattr(fv, "registered", {})
-    monkeypatch.setattr(vllm_path, "_logged", set())  # each test sees its own lines
+    monkeypatch.setattr(DECIDED, "oot_layers", {})
+    monkeypatch.setattr(DECIDED, "logged", set())  # each test sees its own lines
     for name in fv.HOST_DEFAULTS:  # register() sets them; undone after the test
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
@@ -371,7 +373,7 @@ def test_real_vllm_layers(dtype):
     cfg = VllmConfig(device_config=DeviceConfig(device="cpu"),
                      compilation_config=CompilationConfig(custom_ops=["all"]))
     with set_current_vllm_config(cfg), contextlib.ExitStack() as stack:
-        for impl in vllm_ir.registered.values():
+        for impl in DECIDED.ir_providers.values():
             stack.enter_context(impl.op.set_priority([vllm_ir.PROVIDER, "native"]))
         check_layers(layernorm, activation, rotary_embedding, dtype)
 
@@ -544,7 +546,7 @@ def test_the_gpu_mode_table_names_every_family_and_mode():
 
 
 def test_the_mode_table_names_every_layer_and_mode():
-    assert set(vllm_path.FAMILIES) == set(fv._LAYERS)
+    assert set(vllm_path.FAMILIES) == set(LAYERS)
     for mode, row in vllm_path.MODE_TABLE.items():
         assert set(row) == set(vllm_path.FAMILIES.values()), mode
     # the CustomOp column is vLLM's default base mode (fakevllm: as vLLM fills it in)
@@ -712,7 +714,7 @@ def test_real_vllm_paths(monkeypatch, caplog, mode, force, custom_ops, expected)
 
     if force:
         monkeypatch.setenv(vllm_path.FORCE, force)
-    monkeypatch.setattr(vllm_path, "_logged", set())
+    monkeypatch.setattr(DECIDED, "logged", set())
     # get_rope() keeps the layers it made for the process: each case makes its own
     monkeypatch.setattr(rotary_embedding, "_ROPE_DICT", {})
     caplog.set_level("INFO", logger="fldispatch.vllm")
@@ -734,7 +736,7 @@ def test_real_vllm_paths(monkeypatch, caplog, mode, force, custom_ops, expected)
     assert got == expected
     lines = path_lines(caplog)
     for op in made:
-        name = fv._LAYERS[op][1]
+        name = LAYERS[op].class_name
         path = "fldispatch CustomOp" if op in expected else "vLLM's own"
         assert sum(line.startswith(f"fldispatch: {name} -> {path} (") for line in lines) == 1, \
             lines

@@ -36,6 +36,7 @@ if getattr(sys.modules.get("vllm"), "__fake__", False):
 import fldispatch  # noqa: E402
 import fldispatch.vllm as fv  # noqa: E402
 from fldispatch import vllm_compile, vllm_ir  # noqa: E402
+from fldispatch.vllm_state import DECIDED  # noqa: E402
 from vllm.ir.op import IrOp  # noqa: E402
 
 PROVIDER = vllm_ir.PROVIDER
@@ -50,7 +51,7 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     fv.register()
-    return vllm_ir.registered
+    return DECIDED.ir_providers
 
 
 @pytest.fixture
@@ -86,7 +87,7 @@ def test_a_provider_for_every_ir_op_of_the_table(registered):
     # the norm layers call IR ops: they stay vLLM's
     assert "RMSNorm" not in custom_op.op_registry_oot or \
         custom_op.op_registry_oot["RMSNorm"].__module__ != fv.__name__
-    assert "rms_norm" not in fv.registered and "gemma_rms_norm" not in fv.registered
+    assert "rms_norm" not in DECIDED.oot_layers and "gemma_rms_norm" not in DECIDED.oot_layers
     assert {"rms_norm", "gemma_rms_norm"} <= vllm_ir.superseded_layers()
 
 
@@ -478,9 +479,8 @@ def installed(monkeypatch):
     (IrOpPriorityConfig.set_default under the configuration), with fresh
     log lines; restores the lists after."""
     from vllm.config import set_current_vllm_config
-    from fldispatch import vllm_path
 
-    monkeypatch.setattr(vllm_path, "_logged", set())
+    monkeypatch.setattr(DECIDED, "logged", set())
     saved = {name: op(name).get_priority() for name in OPS}
 
     def install(cfg):

@@ -196,8 +196,9 @@ def ir_route(layer, stack):
     from vllm import ir
 
     from fldispatch import vllm_ir
+    from fldispatch.vllm_state import DECIDED
 
-    for name in vllm_ir.registered:
+    for name in DECIDED.ir_providers:
         stack.enter_context(getattr(ir.ops, name).set_priority([vllm_ir.PROVIDER, "native"]))
     return ir.ops
 

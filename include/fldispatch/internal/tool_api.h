@@ -160,6 +160,9 @@ struct fld_tool_device {
     const char *alias; /* another name fld_device_from_name() accepts ("nvidia"), or NULL */
     uint32_t mask;     /* FLD_DEVICE_MASK_*: 1u << the row's index */
     const char *codes; /* every DLPack code of the row: "2", "12 or 21" */
+    const char *torch; /* PyTorch's device type of its tensors: "cuda", "npu" */
+    /* the torch.version attribute set in a PyTorch built for it ("hip"), or NULL */
+    const char *torch_build;
 };
 
 /*
@@ -222,6 +225,23 @@ struct fld_tool_policy_field {
  * Constant data, MT safe; needs no fld_init().
  */
 FLD_TOOL_API const struct fld_tool_policy_field *fld__policy_field_row(unsigned index);
+
+/*
+ * One row of the variable table (core/variables.h FLD_VARIABLES): an
+ * environment variable of fldispatch's own besides the policy fields'.
+ */
+struct fld_tool_variable {
+    const char *name;    /* "VLLM_FL_MANIFEST" */
+    const char *reader;  /* "LIBRARY", "CPU", "TEMPLATE", "TOOL", "PYTHON" or "BUILD" */
+    const char *use;     /* "USER" or "TEST" */
+    const char *compile; /* in vLLM's compile-cache key: "GRAPH", "WHEN_SET" or "NEVER" */
+};
+
+/*
+ * The variable table's row at index, in the table's order, or NULL past the
+ * last row. Constant data, MT safe; needs no fld_init().
+ */
+FLD_TOOL_API const struct fld_tool_variable *fld__variable_row(unsigned index);
 
 /*
  * Copies src into dst (size bytes, always NUL-terminated when size > 0),

@@ -18,10 +18,10 @@ import fldispatch
 
 from . import io_dumper as iodump
 
-_KIND_TOKEN = {"flagos": "flagos", "vendor": "vendor", "reference": "reference"}
 # The C registry wants impl ids of the form '<prefix>.<name>', the prefix
-# naming the kind; upstream accepts any string.
-_KIND_PREFIX = {"flagos": "default", "vendor": "vendor", "reference": "reference"}
+# naming the kind; upstream accepts any string. Upstream's kinds are the
+# library's policy tokens (<fldispatch/plugin.h>, _C.kinds()).
+_KIND_PREFIX = {k["token"]: k["prefix"] for k in fldispatch._C.kinds()}
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -49,7 +49,7 @@ def register(op: str, impl_id: str, kind: str, fn, vendor, priority: int, is_ava
     the plugin record named `plugin`.
     Raises ValueError (with the library's message) when C refuses it.
     """
-    kwargs = dict(impl_id=impl_id, kind=_KIND_TOKEN[kind], vendor=vendor,
+    kwargs = dict(impl_id=impl_id, kind=kind, vendor=vendor,
                   priority=int(priority), is_available=is_available)
     try:
         if into is not None:

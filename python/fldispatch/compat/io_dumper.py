@@ -865,8 +865,31 @@ def _catalog_written() -> Dict[str, Tuple[int, ...]]:
     return table
 
 
-# Positions of the arguments each catalog op writes, from the catalog's schemas.
+# Positions of the arguments each catalog op writes, from the catalog's schemas
+# (known without starting the library).
 WRITTEN = _catalog_written()
+# The same for the other ops with a signature (declared by a plugin or by
+# Python), read as each is first called: an empty tuple for one that writes
+# nothing.
+_declared_written: Dict[str, Tuple[int, ...]] = {}
+
+
+def written_positions(op_name: str) -> Optional[Tuple[int, ...]]:
+    """Positions of the arguments op_name writes, from its signature's
+    `Tensor(a!)` marks: the catalog's, or the one a plugin or Python declared;
+    None for an op that writes none or has no signature (yet)."""
+    positions = WRITTEN.get(op_name)
+    if positions is not None:
+        return positions
+    positions = _declared_written.get(op_name)
+    if positions is None:
+        import fldispatch
+
+        schema = fldispatch.signatures().get(op_name)
+        if schema is None:
+            return None  # not declared: a later declaration may still give it one
+        positions = _declared_written[op_name] = _written_positions(schema)
+    return positions or None
 _saved: Dict[str, Callable] = {}
 _torch_lib = None
 
@@ -889,7 +912,7 @@ def call_recorded(op_name: str, fn: Callable, args: tuple, kwargs: dict,
     """Run fn(*args, **kwargs) with its inputs and outputs recorded."""
     if not _enabled:
         return fn(*args, **kwargs)
-    if impl_id is None and op_name in WRITTEN:
+    if impl_id is None and (written or written_positions(op_name)):
         impl_id = _served_by(op_name, args)
     dump_before(op_name, args, kwargs, impl_id=impl_id)
     try:
@@ -919,7 +942,7 @@ def _wrap_catalog(name: str, fn: Callable) -> Callable:
 def _wrap_call_op(fn: Callable) -> Callable:
     def call_op(name, *args, **kwargs):
         return call_recorded(name, lambda *a, **k: fn(name, *a, **k), args, kwargs,
-                             WRITTEN.get(name))
+                             written_positions(name))
 
     call_op.__doc__ = fn.__doc__
     call_op.__wrapped__ = fn

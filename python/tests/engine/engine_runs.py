@@ -54,7 +54,6 @@ def worker_report(worker=None, reset=False):
         return {"pid": os.getpid(), "fldispatch": False}
     import fldispatch
 
-    fv = sys.modules["fldispatch.vllm"]
     stats = fldispatch.stats()
     if reset:
         fldispatch.stats_reset()
@@ -62,13 +61,13 @@ def worker_report(worker=None, reset=False):
     from vllm.ir.op import IrOp
 
     ir = {name: op.get_priority() for name, op in IrOp.registry.items()}
-    fv_ir = sys.modules.get("fldispatch.vllm_ir")  # absent from a package without the IR route
+    decided = sys.modules["fldispatch.vllm_state"].DECIDED  # what the plugin's register() decided
     import torch.distributed as dist
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else None
     return {"pid": os.getpid(), "rank": rank, "fldispatch": True,
-            "registered": dict(fv.registered),
-            "ir_priority": ir, "ir_providers": sorted(fv_ir.registered if fv_ir else ()),
+            "registered": dict(decided.oot_layers),
+            "ir_priority": ir, "ir_providers": sorted(decided.ir_providers),
             "env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_FL_")},
             "cpu_plugin": cpu[0]["detail"] if cpu else None, "stats": stats}
 
