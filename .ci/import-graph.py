@@ -39,7 +39,6 @@ PACKAGE = "fldispatch"
 # modules import each other (inside functions): a cycle to remove, after
 # which this list is empty.
 KNOWN_CYCLES = tuple(frozenset(c.split()) for c in (
-    "fldispatch.vllm fldispatch.vllm_compile fldispatch.vllm_ir fldispatch.vllm_path",
 ))
 
 

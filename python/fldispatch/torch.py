@@ -217,8 +217,11 @@ if NATIVE and not _STATE.get("native_loaded"):
 NATIVE_CPU, NATIVE_CPU_REASON = NATIVE, NATIVE_REASON
 
 
-def _native_hint(reason, package=_os.path.dirname(__file__)):
-    """The line import logs when the native kernels are not in use: why, and how to get them."""
+def _native_hint(reason, package=None):
+    """The line import logs when the native kernels are not in use: why, and how to get them
+    (package: the installed package's folder, this module's by default)."""
+    if package is None:
+        package = _os.path.dirname(__file__)
     if _os.path.islink(_os.path.join(package, "lib")):  # a build tree (make python)
         how = "make python-torch-native builds them"
     else:

@@ -231,7 +231,9 @@ class OpManager:
         except fldispatch.Error as e:
             cause = e.__cause__
             if get_policy().strict and isinstance(cause, Exception):
-                raise cause
+                # The implementation's own exception, as it raised it (its
+                # __cause__ untouched), as upstream's strict mode raises it.
+                raise cause  # noqa: B904
             if isinstance(e, fldispatch.UnavailableError):
                 raise RuntimeError(f"No available implementation for op='{op_name}': {e}") from e
             raise RuntimeError(f"All implementation(s) failed for op='{op_name}'. "

@@ -109,7 +109,7 @@ def register_face(c_op: str, impl: OpImpl, into=None, plugin=None) -> None:
         kind = BackendImplKind(getattr(impl.kind, "value", impl.kind)).value
     except ValueError:
         raise ValueError(f"OpImpl '{impl.impl_id}' for op '{impl.op_name}': invalid kind "
-                         f"{impl.kind!r} (valid: BackendImplKind.DEFAULT, VENDOR, REFERENCE)")
+                         f"{impl.kind!r} (valid: BackendImplKind.DEFAULT, VENDOR, REFERENCE)") from None
     priority = impl.priority
     if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
         raise TypeError(f"OpImpl '{impl.impl_id}' for op '{impl.op_name}': priority must be an "
