@@ -11,7 +11,6 @@
 #ifndef FLD_CORE_CONFIG_TREE_H
 #define FLD_CORE_CONFIG_TREE_H
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -51,15 +50,6 @@ struct fld_ynode {
  */
 int fld__yaml_load(const char *path, const char *label, struct fld_ynode **root);
 void fld__yaml_free(struct fld_ynode *node);
-
-/*
- * The error of a document's reader at node n (NULL: the start of the file):
- * FLD_ECONFIG with "path:line:column: message", the message formatted from
- * fmt (at most 511 bytes of it). The manifest's and the counters files'
- * readers word their schema errors through it.
- */
-int fld__ynode_vfail(const char *path, const struct fld_ynode *n, const char *fmt, va_list ap)
-    __attribute__((format(printf, 3, 0)));
 
 /*
  * Like fld__yaml_load, for text already in memory (data need not be

@@ -484,13 +484,6 @@ fail:
     return rc;
 }
 
-int fld__ynode_vfail(const char *path, const struct fld_ynode *n, const char *fmt, va_list ap)
-{
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    return fld__fail(FLD_ECONFIG, "%s:%u:%u: %s", path, n ? n->line : 1u, n ? n->column : 1u, msg);
-}
-
 int fld__yaml_load(const char *path, const char *label, struct fld_ynode **root)
 {
     char *data = NULL;

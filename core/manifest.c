@@ -17,18 +17,17 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_tree.h"
 #include "devices.h"
 #include "dtypes.h"
 #include "error.h"
 #include "log.h"
 #include "ops.h"
 #include "registry.h"
+#include "schema_reader.h"
 
 #define TOP_KEYS      "version, entries"
 #define ENTRY_KEYS    "op, device, dtype, impl, rows"
@@ -36,23 +35,6 @@
 
 enum entry_key { KEY_OP, KEY_DEVICE, KEY_DTYPE, KEY_IMPL, KEY_ROWS, KEY_COUNT };
 static const char *const entry_keys[KEY_COUNT] = {"op", "device", "dtype", "impl", "rows"};
-
-struct reader {
-    const char *path;
-};
-
-/* FLD_ECONFIG "path:line:column: message"; n NULL means the start of the file. */
-static int fail_at(const struct reader *r, const struct fld_ynode *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail_at(const struct reader *r, const struct fld_ynode *n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = fld__ynode_vfail(r->path, n, fmt, ap);
-    va_end(ap);
-    return rc;
-}
 
 static const char *node_kind(const struct fld_ynode *n)
 {
@@ -71,7 +53,7 @@ static const char *node_kind(const struct fld_ynode *n)
 /* A plain untagged scalar that YAML reads as null: empty, "~" or "null". */
 static bool is_null(const struct fld_ynode *n)
 {
-    if (n->type != FLD_YNODE_SCALAR || n->style != FLD_YSTYLE_PLAIN || n->tag_str || n->tag_bool)
+    if (!fld__schema_is_plain(n))
         return false;
     const char *s = n->text;
     return !*s || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
@@ -79,17 +61,19 @@ static bool is_null(const struct fld_ynode *n)
 }
 
 /* A non-empty string value, or an error naming key. (The tree has no embedded NULs.) */
-static int string_value(const struct reader *r, const char *key, const struct fld_ynode *v)
+static int string_value(const struct fld_schema_reader *r, const char *key,
+                        const struct fld_ynode *v)
 {
     if (v->type != FLD_YNODE_SCALAR)
-        return fail_at(r, v, "key '%s' must be a string, got %s", key, node_kind(v));
+        return fld__schema_fail(r, v, "key '%s' must be a string, got %s", key, node_kind(v));
     if (is_null(v))
-        return fail_at(r, v, "key '%s' must be a string, got null", key);
+        return fld__schema_fail(r, v, "key '%s' must be a string, got null", key);
     /* !!str says what an untagged value means anyway; any other tag says it is not one. */
     if (v->tag_bool)
-        return fail_at(r, v, "key '%s' must be a string, got a !!bool value '%s'", key, v->text);
+        return fld__schema_fail(r, v, "key '%s' must be a string, got a !!bool value '%s'", key,
+                                v->text);
     if (!*v->text)
-        return fail_at(r, v, "key '%s' must not be empty", key);
+        return fld__schema_fail(r, v, "key '%s' must not be empty", key);
     return FLD_OK;
 }
 
@@ -133,10 +117,10 @@ static int device_index(const char *s)
  * A mapping key as a string; an error unless it is a non-null scalar (YAML
  * allows sequences and mappings as keys; this schema does not).
  */
-static int pair_key(const struct reader *r, const struct fld_ynode *key)
+static int pair_key(const struct fld_schema_reader *r, const struct fld_ynode *key)
 {
     if (key->type != FLD_YNODE_SCALAR || is_null(key))
-        return fail_at(r, key, "mapping keys must be strings");
+        return fld__schema_fail(r, key, "mapping keys must be strings");
     return FLD_OK;
 }
 
@@ -165,32 +149,33 @@ static int64_t row_count(const char *s, size_t len)
  * A bucket "LO-HI", "LO-" (no upper end) or "N" (LO = HI = N), 1-based row
  * counts (the product of a call's leading dims; rotary: its tokens).
  */
-static int parse_rows(const struct reader *r, const struct fld_ynode *v,
+static int parse_rows(const struct fld_schema_reader *r, const struct fld_ynode *v,
                       struct fld_manifest_entry *e)
 {
     if (v->type != FLD_YNODE_SCALAR || is_null(v) || v->tag_bool)
-        return fail_at(r, v,
-                       "key 'rows' must be a row range such as '1-16', '17-512' or '513-', got %s",
-                       is_null(v)    ? "null"
-                       : v->tag_bool ? "a !!bool value"
-                                     : node_kind(v));
+        return fld__schema_fail(
+            r, v, "key 'rows' must be a row range such as '1-16', '17-512' or '513-', got %s",
+            is_null(v)    ? "null"
+            : v->tag_bool ? "a !!bool value"
+                          : node_kind(v));
     const char *text = v->text, *dash = strchr(text, '-');
     size_t lo_len = dash ? (size_t)(dash - text) : strlen(text);
     int64_t lo = row_count(text, lo_len), hi = lo;
     if (dash)
         hi = dash[1] ? row_count(dash + 1, strlen(dash + 1)) : INT64_MAX;
     if (lo == -1 || hi == -1)
-        return fail_at(r, v,
-                       "invalid rows '%s': expected LO-HI, LO- or N with whole row counts from 1 "
-                       "(e.g. '1-16', '513-')",
-                       text);
+        return fld__schema_fail(
+            r, v,
+            "invalid rows '%s': expected LO-HI, LO- or N with whole row counts from 1 "
+            "(e.g. '1-16', '513-')",
+            text);
     if (lo < 0 || hi < 0)
-        return fail_at(r, v,
-                       "invalid rows '%s': a row count is at most %" PRId64
-                       " (write 'LO-' for a range without an upper end)",
-                       text, ROWS_MAX);
+        return fld__schema_fail(r, v,
+                                "invalid rows '%s': a row count is at most %" PRId64
+                                " (write 'LO-' for a range without an upper end)",
+                                text, ROWS_MAX);
     if (hi < lo)
-        return fail_at(
+        return fld__schema_fail(
             r, v, "invalid rows '%s': the range ends (%" PRId64 ") before it starts (%" PRId64 ")",
             text, hi, lo);
     e->rows_lo = lo;
@@ -198,12 +183,13 @@ static int parse_rows(const struct reader *r, const struct fld_ynode *v,
     return FLD_OK;
 }
 
-static int parse_entry(const struct reader *r, const struct fld_ynode *node,
+static int parse_entry(const struct fld_schema_reader *r, const struct fld_ynode *node,
                        struct fld_manifest_entry *e)
 {
     if (node->type != FLD_YNODE_MAPPING)
-        return fail_at(r, node, "each entry must be a mapping with keys " REQUIRED_KEYS ", got %s",
-                       node_kind(node));
+        return fld__schema_fail(r, node,
+                                "each entry must be a mapping with keys " REQUIRED_KEYS ", got %s",
+                                node_kind(node));
     const struct fld_ynode *seen[KEY_COUNT] = {NULL};
     for (size_t i = 0; i + 1 < node->n; i += 2) {
         const struct fld_ynode *k = node->kids[i], *v = node->kids[i + 1];
@@ -212,9 +198,11 @@ static int parse_entry(const struct reader *r, const struct fld_ynode *node,
             return rc;
         int idx = name_index(entry_keys, KEY_COUNT, k->text);
         if (idx < 0)
-            return fail_at(r, k, "unknown key '%s' in entry (valid: " ENTRY_KEYS ")", k->text);
+            return fld__schema_fail(r, k, "unknown key '%s' in entry (valid: " ENTRY_KEYS ")",
+                                    k->text);
         if (seen[idx])
-            return fail_at(r, k, "duplicate key '%s' (first at line %u)", k->text, seen[idx]->line);
+            return fld__schema_fail(r, k, "duplicate key '%s' (first at line %u)", k->text,
+                                    seen[idx]->line);
         seen[idx] = k;
         if (idx == KEY_ROWS) {
             if ((rc = parse_rows(r, v, e)) != FLD_OK)
@@ -242,20 +230,21 @@ static int parse_entry(const struct reader *r, const struct fld_ynode *node,
         case KEY_DEVICE:
             e->device = device_index(text);
             if (e->device < 0)
-                return fail_at(r, v, "invalid device '%s' (valid: %s)", text,
-                               fld__device_text(FLD_DEVICE_TEXT_NAMES));
+                return fld__schema_fail(r, v, "invalid device '%s' (valid: %s)", text,
+                                        fld__device_text(FLD_DEVICE_TEXT_NAMES));
             break;
         case KEY_DTYPE:
             e->dtype = dtype_index(text);
             if (e->dtype < 0)
-                return fail_at(r, v, "invalid dtype '%s' (valid: " FLD_DTYPE_NAMES_TEXT ")", text);
+                return fld__schema_fail(
+                    r, v, "invalid dtype '%s' (valid: " FLD_DTYPE_NAMES_TEXT ")", text);
             break;
         }
     }
     for (int i = 0; i < KEY_COUNT; i++)
         if (!seen[i] && i != KEY_ROWS)
-            return fail_at(r, node, "entry is missing key '%s' (required: " REQUIRED_KEYS ")",
-                           entry_keys[i]);
+            return fld__schema_fail(
+                r, node, "entry is missing key '%s' (required: " REQUIRED_KEYS ")", entry_keys[i]);
     e->line = (int)node->line;
     return FLD_OK;
 }
@@ -313,13 +302,13 @@ static int parsed_cmp(const void *pa, const void *pb)
     return (a->index > b->index) - (a->index < b->index);
 }
 
-static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
+static int parse_entries(const struct fld_schema_reader *r, const struct fld_ynode *seq,
                          struct fld_manifest *m)
 {
     if (seq->type != FLD_YNODE_SEQUENCE)
-        return fail_at(r, seq,
-                       "key 'entries' must be a sequence of mappings (use [] for none), got %s",
-                       is_null(seq) ? "null" : node_kind(seq));
+        return fld__schema_fail(
+            r, seq, "key 'entries' must be a sequence of mappings (use [] for none), got %s",
+            is_null(seq) ? "null" : node_kind(seq));
     size_t n = seq->n;
     if (n == 0)
         return FLD_OK;
@@ -349,7 +338,7 @@ static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
         bool same_key = prev && entry_cmp(prev, e) == 0;
         buckets = same_key ? buckets : 0;
         if (e->rows_lo && ++buckets > FLD_MAX_BUCKETS) {
-            rc = fail_at(
+            rc = fld__schema_fail(
                 r, parsed[i].rows,
                 "too many row buckets for (%s, %s, %s): at most %d per op, device and dtype", e->op,
                 device_name(e->device), fld__dtype_word(e->dtype), FLD_MAX_BUCKETS);
@@ -358,8 +347,9 @@ static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
         if (!same_key)
             continue;
         if (!e->rows_lo) {
-            rc = fail_at(r, parsed[i].node, "duplicate entry for (%s, %s, %s); first at line %d",
-                         e->op, device_name(e->device), fld__dtype_word(e->dtype), prev->line);
+            rc = fld__schema_fail(r, parsed[i].node,
+                                  "duplicate entry for (%s, %s, %s); first at line %d", e->op,
+                                  device_name(e->device), fld__dtype_word(e->dtype), prev->line);
             goto done;
         }
         /* Sorted by start: a bucket overlaps only if it starts inside the one before. */
@@ -368,9 +358,10 @@ static int parse_entries(const struct reader *r, const struct fld_ynode *seq,
             const struct parsed_entry *later =
                 parsed[i].index > parsed[i - 1].index ? &parsed[i] : &parsed[i - 1];
             const struct parsed_entry *earlier = later == &parsed[i] ? &parsed[i - 1] : &parsed[i];
-            rc = fail_at(r, later->rows, "%s overlaps %s of the entry at line %d for (%s, %s, %s)",
-                         rows_text(&later->e, a, sizeof a), rows_text(&earlier->e, b, sizeof b),
-                         earlier->e.line, e->op, device_name(e->device), fld__dtype_word(e->dtype));
+            rc = fld__schema_fail(
+                r, later->rows, "%s overlaps %s of the entry at line %d for (%s, %s, %s)",
+                rows_text(&later->e, a, sizeof a), rows_text(&earlier->e, b, sizeof b),
+                earlier->e.line, e->op, device_name(e->device), fld__dtype_word(e->dtype));
             goto done;
         }
     }
@@ -392,30 +383,33 @@ done:
     return rc;
 }
 
-static int check_version(const struct reader *r, const struct fld_ynode *v)
+static int check_version(const struct fld_schema_reader *r, const struct fld_ynode *v)
 {
     if (v->type != FLD_YNODE_SCALAR || is_null(v))
-        return fail_at(r, v, "key 'version' must be an integer, got %s (valid: 1)",
-                       is_null(v) ? "null" : node_kind(v));
+        return fld__schema_fail(r, v, "key 'version' must be an integer, got %s (valid: 1)",
+                                is_null(v) ? "null" : node_kind(v));
     /* A tag makes "1" something else than the integer 1, as it does in a policy file. */
     if (v->tag_str || v->tag_bool)
-        return fail_at(r, v, "key 'version' must be an integer, got the %s value '%s' (valid: 1)",
-                       v->tag_str ? "!!str" : "!!bool", v->text);
+        return fld__schema_fail(
+            r, v, "key 'version' must be an integer, got the %s value '%s' (valid: 1)",
+            v->tag_str ? "!!str" : "!!bool", v->text);
     if (v->style != FLD_YSTYLE_PLAIN)
-        return fail_at(r, v, "key 'version' must be an integer, got the string '%s' (valid: 1)",
-                       v->text);
+        return fld__schema_fail(
+            r, v, "key 'version' must be an integer, got the string '%s' (valid: 1)", v->text);
     if (strcmp(v->text, "1") != 0)
-        return fail_at(r, v, "unsupported manifest version '%s' (valid: 1)", v->text);
+        return fld__schema_fail(r, v, "unsupported manifest version '%s' (valid: 1)", v->text);
     return FLD_OK;
 }
 
-static int parse_root(const struct reader *r, const struct fld_ynode *root, struct fld_manifest *m)
+static int parse_root(const struct fld_schema_reader *r, const struct fld_ynode *root,
+                      struct fld_manifest *m)
 {
     if (!root)
-        return fail_at(r, NULL, "empty manifest: expected a mapping with keys " TOP_KEYS);
+        return fld__schema_fail(r, NULL, "empty manifest: expected a mapping with keys " TOP_KEYS);
     if (root->type != FLD_YNODE_MAPPING)
-        return fail_at(r, root, "the manifest must be a mapping with keys " TOP_KEYS ", got %s",
-                       node_kind(root));
+        return fld__schema_fail(r, root,
+                                "the manifest must be a mapping with keys " TOP_KEYS ", got %s",
+                                node_kind(root));
     const struct fld_ynode *version_key = NULL, *entries_key = NULL, *entries = NULL;
     for (size_t i = 0; i + 1 < root->n; i += 2) {
         const struct fld_ynode *k = root->kids[i], *v = root->kids[i + 1];
@@ -428,9 +422,10 @@ static int parse_root(const struct reader *r, const struct fld_ynode *root, stru
         else if (strcmp(k->text, "entries") == 0)
             slot = &entries_key;
         else
-            return fail_at(r, k, "unknown key '%s' (valid: " TOP_KEYS ")", k->text);
+            return fld__schema_fail(r, k, "unknown key '%s' (valid: " TOP_KEYS ")", k->text);
         if (*slot)
-            return fail_at(r, k, "duplicate key '%s' (first at line %u)", k->text, (*slot)->line);
+            return fld__schema_fail(r, k, "duplicate key '%s' (first at line %u)", k->text,
+                                    (*slot)->line);
         *slot = k;
         if (slot == &version_key) {
             if ((rc = check_version(r, v)) != FLD_OK)
@@ -440,9 +435,9 @@ static int parse_root(const struct reader *r, const struct fld_ynode *root, stru
         }
     }
     if (!version_key)
-        return fail_at(r, root, "missing key 'version' (required: " TOP_KEYS ")");
+        return fld__schema_fail(r, root, "missing key 'version' (required: " TOP_KEYS ")");
     if (!entries_key)
-        return fail_at(r, root, "missing key 'entries' (required: " TOP_KEYS ")");
+        return fld__schema_fail(r, root, "missing key 'entries' (required: " TOP_KEYS ")");
     return parse_entries(r, entries, m);
 }
 
@@ -490,7 +485,7 @@ int fld__manifest_load(const char *path, struct fld_manifest **out)
         goto done;
     }
     atomic_init(&m->refs, 1);
-    const struct reader r = {path};
+    const struct fld_schema_reader r = {path};
     rc = parse_root(&r, root, m);
 
 done:

@@ -8,43 +8,20 @@
  * at fault.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <fldispatch/internal/tool_api.h>
 
-#include "config_tree.h"
 #include "error.h"
-
-struct reader {
-    const char *path;
-};
-
-static int fail_at(const struct reader *r, const struct fld_ynode *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail_at(const struct reader *r, const struct fld_ynode *n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = fld__ynode_vfail(r->path, n, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-static bool is_plain(const struct fld_ynode *n)
-{
-    return n->type == FLD_YNODE_SCALAR && n->style == FLD_YSTYLE_PLAIN && !n->tag_str &&
-           !n->tag_bool;
-}
+#include "schema_reader.h"
 
 /* A whole number from 0 to UINT64_MAX written in decimal digits (JSON's form, no sign). */
-static int read_count(const struct reader *r, const char *key, const struct fld_ynode *v,
+static int read_count(const struct fld_schema_reader *r, const char *key, const struct fld_ynode *v,
                       uint64_t *out)
 {
-    const char *s = is_plain(v) ? v->text : "";
+    const char *s = fld__schema_is_plain(v) ? v->text : "";
     bool digits = *s != '\0' && (s[0] != '0' || s[1] == '\0');
     for (const char *p = s; digits && *p; p++)
         digits = *p >= '0' && *p <= '9';
@@ -59,22 +36,23 @@ static int read_count(const struct reader *r, const char *key, const struct fld_
             snprintf(shown, sizeof shown, "the string \"%.80s\"", v->text);
         else
             snprintf(shown, sizeof shown, "%.80s", v->text);
-        return fail_at(r, v, "'%s' must be a whole number from 0 to 2^64-1, got %s", key, shown);
+        return fld__schema_fail(r, v, "'%s' must be a whole number from 0 to 2^64-1, got %s", key,
+                                shown);
     }
     errno = 0;
     unsigned long long x = strtoull(s, NULL, 10);
     if (errno == ERANGE)
-        return fail_at(r, v, "'%s' is %s, above 2^64-1", key, s);
+        return fld__schema_fail(r, v, "'%s' is %s, above 2^64-1", key, s);
     *out = (uint64_t)x;
     return FLD_OK;
 }
 
 /* A JSON string (double-quoted), copied. */
-static int read_string(const struct reader *r, const char *key, const struct fld_ynode *v,
-                       char **out)
+static int read_string(const struct fld_schema_reader *r, const char *key,
+                       const struct fld_ynode *v, char **out)
 {
     if (v->type != FLD_YNODE_SCALAR || v->style != FLD_YSTYLE_DOUBLE)
-        return fail_at(r, v, "'%s' must be a string", key);
+        return fld__schema_fail(r, v, "'%s' must be a string", key);
     if (!(*out = strdup(v->text)))
         return fld__fail(FLD_ENOMEM, "%s: out of memory", r->path);
     return FLD_OK;
@@ -82,11 +60,11 @@ static int read_string(const struct reader *r, const char *key, const struct fld
 
 /* The value of key in mapping m, or NULL (an error names it); a key twice or an unknown key is an
  * error. */
-static int members(const struct reader *r, const struct fld_ynode *m, const char *what,
+static int members(const struct fld_schema_reader *r, const struct fld_ynode *m, const char *what,
                    const char *const *keys, size_t nkeys, const struct fld_ynode **values)
 {
     if (m->type != FLD_YNODE_MAPPING)
-        return fail_at(r, m, "%s must be an object", what);
+        return fld__schema_fail(r, m, "%s must be an object", what);
     for (size_t k = 0; k < nkeys; k++)
         values[k] = NULL;
     for (size_t i = 0; i + 1 < m->n; i += 2) {
@@ -95,15 +73,15 @@ static int members(const struct reader *r, const struct fld_ynode *m, const char
         while (k < nkeys && !(key->type == FLD_YNODE_SCALAR && strcmp(key->text, keys[k]) == 0))
             k++;
         if (k == nkeys)
-            return fail_at(r, key, "%s has an unknown key '%s'", what,
-                           key->type == FLD_YNODE_SCALAR ? key->text : "(not a string)");
+            return fld__schema_fail(r, key, "%s has an unknown key '%s'", what,
+                                    key->type == FLD_YNODE_SCALAR ? key->text : "(not a string)");
         if (values[k])
-            return fail_at(r, key, "%s has '%s' twice", what, keys[k]);
+            return fld__schema_fail(r, key, "%s has '%s' twice", what, keys[k]);
         values[k] = m->kids[i + 1];
     }
     for (size_t k = 0; k < nkeys; k++)
         if (!values[k])
-            return fail_at(r, m, "%s has no '%s'", what, keys[k]);
+            return fld__schema_fail(r, m, "%s has no '%s'", what, keys[k]);
     return FLD_OK;
 }
 
@@ -111,7 +89,7 @@ static const char *const file_keys[] = {"pid", "rank", "mode", "entries"};
 static const char *const entry_keys[] = {"op",    "impl_id",   "device",   "dtype",
                                          "calls", "fallbacks", "failures", "total_ns"};
 
-static int read_entry(const struct reader *r, const struct fld_ynode *node,
+static int read_entry(const struct fld_schema_reader *r, const struct fld_ynode *node,
                       struct fld_stats_file_entry *e)
 {
     const struct fld_ynode *v[8];
@@ -130,7 +108,8 @@ static int read_entry(const struct reader *r, const struct fld_ynode *node,
     return rc;
 }
 
-static int read_root(const struct reader *r, const struct fld_ynode *root, struct fld_stats_file *f)
+static int read_root(const struct fld_schema_reader *r, const struct fld_ynode *root,
+                     struct fld_stats_file *f)
 {
     const struct fld_ynode *v[4];
     int rc = members(r, root, "the document", file_keys, 4, v);
@@ -140,17 +119,17 @@ static int read_root(const struct reader *r, const struct fld_ynode *root, struc
     if (rc)
         return rc;
     f->pid = pid;
-    f->has_rank = !(is_plain(v[1]) && strcmp(v[1]->text, "null") == 0);
+    f->has_rank = !(fld__schema_is_plain(v[1]) && strcmp(v[1]->text, "null") == 0);
     if (f->has_rank && (rc = read_count(r, "rank", v[1], &f->rank)))
         return rc;
     if (v[2]->type != FLD_YNODE_SCALAR || v[2]->style != FLD_YSTYLE_DOUBLE ||
         (strcmp(v[2]->text, "calls") != 0 && strcmp(v[2]->text, "time") != 0 &&
          strcmp(v[2]->text, "off") != 0))
-        return fail_at(r, v[2], "'mode' must be \"calls\", \"time\" or \"off\"");
+        return fld__schema_fail(r, v[2], "'mode' must be \"calls\", \"time\" or \"off\"");
     snprintf(f->mode, sizeof f->mode, "%s", v[2]->text);
     const struct fld_ynode *list = v[3];
     if (list->type != FLD_YNODE_SEQUENCE)
-        return fail_at(r, list, "'entries' must be a list");
+        return fld__schema_fail(r, list, "'entries' must be a list");
     f->entries = calloc(list->n ? list->n : 1, sizeof *f->entries);
     if (!f->entries)
         return fld__fail(FLD_ENOMEM, "%s: out of memory", r->path);
@@ -167,11 +146,11 @@ int fld__stats_file_read(const char *path, struct fld_stats_file *out)
     memset(out, 0, sizeof *out);
     if (!path)
         return fld__fail(FLD_EINVAL, "fld__stats_file_read: argument 'path' is NULL");
-    struct reader r = {path};
+    struct fld_schema_reader r = {path};
     struct fld_ynode *root = NULL;
     int rc = fld__json_load(path, path, &root);
     if (!rc && !root)
-        rc = fail_at(&r, NULL, "the file is empty: a counters file is one JSON object");
+        rc = fld__schema_fail(&r, NULL, "the file is empty: a counters file is one JSON object");
     if (!rc)
         rc = read_root(&r, root, out);
     fld__yaml_free(root);
