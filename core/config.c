@@ -7,7 +7,7 @@
  * configuration is config_report.c's.
  *
  * A file is read in two steps: the whole document is checked and converted
- * into a `struct layer` first, and only a layer without a single error is
+ * into a `struct policy_source` first, and only a source without a single error is
  * committed onto a policy. That is what makes "nothing is ever half-applied"
  * hold without undo code.
  */
@@ -77,11 +77,11 @@ static const char *key_name(enum fld_policy_field f)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Reading a policy document into a layer                                   */
+/* Reading a policy document into a source                                  */
 /* ------------------------------------------------------------------------ */
 
 /* One file's settings, complete and checked before anything is applied. */
-struct layer {
+struct policy_source {
     const char *label;
     bool has[FLD_PF_COUNT];
     unsigned line[FLD_PF_COUNT], column[FLD_PF_COUNT]; /* of each key */
@@ -90,7 +90,7 @@ struct layer {
     struct fld_policy *values;
 };
 
-static void layer_free(struct layer *l)
+static void source_free(struct policy_source *l)
 {
     fld__policy_free(l->values);
 }
@@ -499,7 +499,7 @@ static int read_action(const char *label, const struct fld_ynode *k, const struc
     return FLD_OK;
 }
 
-static int read_layer(const char *label, const struct fld_ynode *root, struct layer *l)
+static int read_source(const char *label, const struct fld_ynode *root, struct policy_source *l)
 {
     char desc[256];
     unsigned action_line = 0;
@@ -566,8 +566,8 @@ static int read_layer(const char *label, const struct fld_ynode *root, struct la
     return FLD_OK;
 }
 
-/* Moves a checked layer onto p. p is untouched when this fails (memory). */
-static int layer_commit(struct fld_policy *p, struct layer *l)
+/* Moves a checked source onto p. p is untouched when this fails (memory). */
+static int source_commit(struct fld_policy *p, struct policy_source *l)
 {
     /* Per op: the file's orders replace those of the same ops only. Merged
      * first, so that nothing below can fail. */
@@ -581,7 +581,7 @@ static int layer_commit(struct fld_policy *p, struct layer *l)
         fld__policy_swap_value(p, l->values, f);
         snprintf(p->source[f], FLD_SOURCE_LEN, "%s:%u", l->label, l->line[f]);
     }
-    /* A list set here replaces its pair from a lower layer: the platform
+    /* A list set here replaces its pair from a lower source: the platform
      * file's flagos_blacklist must not make a whitelist set here an error. */
     for (int i = 0; i < FLD_PF_COUNT; i++) {
         enum fld_policy_field set = (enum fld_policy_field)i, other = fld__policy_row(set)->partner;
@@ -599,17 +599,17 @@ static int layer_commit(struct fld_policy *p, struct layer *l)
 int fld__config_apply_file(struct fld_policy *p, const char *path, const char *label)
 {
     struct fld_ynode *root = NULL;
-    struct layer l;
+    struct policy_source l;
     if (!label)
         label = path;
     int rc = fld__yaml_load(path, label, &root);
     if (rc)
         return rc;
-    rc = read_layer(label, root, &l);
+    rc = read_source(label, root, &l);
     fld__yaml_free(root);
     if (rc == FLD_OK)
-        rc = layer_commit(p, &l);
-    layer_free(&l);
+        rc = source_commit(p, &l);
+    source_free(&l);
     return rc;
 }
 

@@ -30,7 +30,7 @@
 #define OP_CONFIG "VLLM_FL_OP_CONFIG"
 
 /* A white- or blacklist set by the environment replaces its pair from a
- * lower layer (a platform file's flagos_blacklist must not turn
+ * lower source (a platform file's flagos_blacklist must not turn
  * VLLM_FL_FLAGOS_WHITELIST into an error); both set here stays an error. */
 static void drop_replaced_pair(struct fld_policy *p, const bool *from_env,
                                enum fld_policy_field white, enum fld_policy_field black)
@@ -46,7 +46,7 @@ static void drop_replaced_pair(struct fld_policy *p, const bool *from_env,
     }
 }
 
-/* The environment layer (config.h). */
+/* The environment source (config.h). */
 int fld__policy_apply_env(struct fld_policy *p)
 {
     bool from_env[FLD_PF_COUNT] = {false};

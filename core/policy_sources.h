@@ -20,7 +20,7 @@
 #include "policy.h"
 
 /*
- * The environment layer (and the fuzzer's entry): applies every policy
+ * The environment source (and the fuzzer's entry): applies every policy
  * variable of the environment that is set (each replaces its field), then
  * VLLM_FL_OP_CONFIG, then checks cross-field rules (white- and blacklist
  * both set). FLD_ECONFIG with a message naming the variable; p is then in an
