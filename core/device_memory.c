@@ -29,9 +29,9 @@ static const char *copy_kind_name(fld_copy_kind kind)
 {
     switch (kind) {
     case FLD_COPY_HOST_TO_DEVICE:
-        return "host to device";
+        return "CPU memory to device";
     case FLD_COPY_DEVICE_TO_HOST:
-        return "device to host";
+        return "device to CPU memory";
     case FLD_COPY_DEVICE_TO_DEVICE:
         return "device to device";
     }
@@ -178,8 +178,8 @@ int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes, f
     static const char fn[] = "fld_device_copy";
     if ((unsigned)kind > FLD_COPY_DEVICE_TO_DEVICE)
         return fld__fail(FLD_EINVAL,
-                         "%s: unknown copy kind %d (valid: 0 host to device, 1 device "
-                         "to host, 2 device to device)",
+                         "%s: unknown copy kind %d (valid: 0 FLD_COPY_HOST_TO_DEVICE, 1 "
+                         "FLD_COPY_DEVICE_TO_HOST, 2 FLD_COPY_DEVICE_TO_DEVICE)",
                          fn, (int)kind);
     if (bytes && (!dst || !src))
         return fld__fail(FLD_EINVAL, "%s: argument '%s' is NULL (%s, %zu bytes)", fn,

@@ -1079,7 +1079,7 @@ static int rotary_inputs(const char *op, const fld_rotary_embedding_args *a,
     /* Positions index the cache, so an out-of-range value would read past
      * it. Only CPU memory can be read here; for device tensors the range
      * check is the device kernel's business (reading device memory from the
-     * host would fault or need a synchronising copy). */
+     * CPU would fault or need a synchronising copy). */
     if (key->device == FLD_DEV_CPU && !v->pos.empty) {
         const int64_t n = v->pos.rows * v->pos.width;
         const char *base = (const char *)p->data + p->byte_offset;

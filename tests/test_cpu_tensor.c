@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * tests/util/host_tensor.c, the tests' host-tensor helper:
+ * tests/util/cpu_tensor.c, the tests' CPU-tensor helper:
  * the layout of a view (guards, byte_offset, strides), values through every
  * supported dtype, the sentinel check, the fixed-seed fills, and the
  * non-aborting creators (NULL for a bad dtype, ndim, shape or
@@ -13,7 +13,7 @@
 
 #include <fldispatch/fldispatch.h>
 
-#include "util/host_tensor.h"
+#include "util/cpu_tensor.h"
 #include "util/harness.h"
 
 START_TEST(view_layout_and_guards)
@@ -103,10 +103,10 @@ START_TEST(new_aborts_where_try_new_refuses)
 }
 END_TEST
 
-static Suite *host_tensor_suite(void)
+static Suite *cpu_tensor_suite(void)
 {
-    Suite *s = suite_create("host_tensor");
-    TCase *tc = tcase_create("host_tensor");
+    Suite *s = suite_create("cpu_tensor");
+    TCase *tc = tcase_create("cpu_tensor");
     tcase_add_test(tc, view_layout_and_guards);
     tcase_add_test(tc, values_round_to_each_dtype);
     tcase_add_test(tc, fills_repeat_with_the_seed);
@@ -118,5 +118,5 @@ static Suite *host_tensor_suite(void)
 
 int main(void)
 {
-    return tt_run_suite(host_tensor_suite());
+    return tt_run_suite(cpu_tensor_suite());
 }

@@ -23,7 +23,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/host_tensor.h"
+#include "util/cpu_tensor.h"
 #include "stress/stress_fixture.h"
 #include "util/env.h"
 #include "util/files.h"

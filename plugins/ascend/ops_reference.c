@@ -47,7 +47,7 @@
  * undone; the message says so.)
  *
  * Never run on Ascend hardware: only against the fake CANN of
- * tests/fake_acl, which computes these operators on the host.
+ * tests/fake_acl, which computes these operators on the CPU.
  */
 #include <stdio.h>
 #include <string.h>

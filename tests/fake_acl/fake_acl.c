@@ -2,7 +2,7 @@
 /*
  * A fake of Huawei CANN for testing the ascend plugin without hardware:
  * the AscendCL runtime calls, aclnn tensor descriptors and the aclnn
- * operators the plugin uses, with host memory playing device memory.
+ * operators the plugin uses, with CPU memory playing device memory.
  *
  * The operators compute their real results so the plugin's output can be
  * checked against the library's reference kernels: each computes in float32

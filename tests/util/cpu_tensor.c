@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Owning DLTensors on the host, for the tests; see host_tensor.h. */
-#include "host_tensor.h"
+/* Owning DLTensors in CPU memory, for the tests; see cpu_tensor.h. */
+#include "cpu_tensor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 
 static void die(const char *what)
 {
-    fprintf(stderr, "host_tensor: %s\n", what);
+    fprintf(stderr, "cpu_tensor: %s\n", what);
     abort();
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Owning DLTensors on the host, for the tests (the tool's own, for verify
+ * Owning DLTensors in CPU memory, for the tests (the tool's own, for verify
  * and bench, is tools/tensors.c: row padding and fallible allocation, no
  * guards).
  *
@@ -27,8 +27,8 @@
  * tt_try_new_strided() return NULL instead, for a test of bad shapes. Not thread-safe
  * per tensor; distinct tensors are independent.
  */
-#ifndef FLD_TESTS_HOST_TENSOR_H
-#define FLD_TESTS_HOST_TENSOR_H
+#ifndef FLD_TESTS_CPU_TENSOR_H
+#define FLD_TESTS_CPU_TENSOR_H
 
 #include <stdbool.h>
 #include <stddef.h>
