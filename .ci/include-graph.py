@@ -11,10 +11,10 @@ even when its declaration lives in a header named after another module. A
 use is a name in a's .c, or in the body of a static inline function or a
 macro of a's .h (code that every includer of a.h compiles); a header's
 prototypes declare, they do not use. A cycle is a strongly connected set
-of modules: each reaches every other. core/README.md describes the floors
+of modules: each reaches every other. core/README.md describes the levels
 these cycles would cut across.
 
-The documented upward calls (UPWARD below: a floor calling up into the
+The documented upward calls (UPWARD below: a level calling up into the
 module that starts it) are left out of the graph; any other call up shows
 as a cycle.
 
@@ -54,7 +54,7 @@ NAME = re.compile(r"\bfld_\w+\b")
 INLINE = re.compile(r"^[ \t]*static\s+(?:__)?inline\b[^;{]*\{", re.M)
 MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+\w+(?:\([^)\n]*\))?((?:\\\n|[^\n])*)", re.M)
 
-# (floor, module above it): the documented upward calls (core/README.md,
+# (level, module above it): the documented upward calls (core/README.md,
 # "The include graph"). Each must still be made (--check).
 UPWARD = {
     ("host", "lifecycle"),  # fld__ensure_init_from() (host.h) -> fld__init_from() (lifecycle.c)

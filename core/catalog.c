@@ -3,7 +3,7 @@
  * The catalog's data: one schema row per row of <fldispatch/catalog.def>
  * (name, argument struct, validator, reference kernel and what it serves,
  * signature), each filled from the op's family, and fld_foreach_catalog_op()
- * over it. The table is a floor below the op entries: lifecycle.c hands it
+ * over it. The table is a level below the op entries: lifecycle.c hands it
  * to ops.c (fld__ops_init()); the typed entry points that dispatch through
  * it live above the dispatch, in typed_entry.c.
  */

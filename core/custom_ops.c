@@ -6,7 +6,7 @@
  * the normalised text that fingerprints and reports print.
  *
  * It moved here from policy.c, whose record only holds the parsed value: a
- * grammar belongs with parse.c's, on the floor below the policy, and this
+ * grammar belongs with parse.c's, on the level below the policy, and this
  * file needs nothing above it (parse.h's lists, error.h's messages).
  */
 #include <stdbool.h>

@@ -5,7 +5,7 @@
  * "+op" enables and "-op" disables single ops. A disabled op is served by
  * reference implementations only.
  *
- * It sits on the value grammars' floor, next to parse.c, and includes only
+ * It sits on the value grammars' level, next to parse.c, and includes only
  * parse.h: the policy record (policy.h) holds a struct fld_custom_ops, and
  * the policy files' reader (config.c) reads one item by item, so neither has
  * to include the other to share the grammar.

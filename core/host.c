@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The base floor's process state: the host lock and its fork handling, the
+ * The base level's process state: the host lock and its fork handling, the
  * generation counter, the ready flag. See host.h for the locking rules;
- * lifecycle.c changes the state above this floor.
+ * lifecycle.c changes the state above this level.
  */
 #include <pthread.h>
 

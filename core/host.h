@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The base floor's process state: the one host lock, the generation counter
+ * The base level's process state: the one host lock, the generation counter
  * that invalidates cached choices, and the ready flag of lazy initialisation.
- * Nothing here includes a module above the base floor (reentry, error, log,
+ * Nothing here includes a module above the base level (reentry, error, log,
  * reclaim, inflight); init, reload, shutdown and what a forked child must
- * redo above this floor are lifecycle.c's.
+ * redo above this level are lifecycle.c's.
  *
  * The one upward call: fld__ensure_init_from() calls fld__init_from(), which
  * lifecycle.c defines (as SQLite's autoinit: any public function may be the
@@ -30,7 +30,7 @@ void fld__lock(void);
 void fld__unlock(void);
 
 /*
- * What a forked child redoes above the base floor (lifecycle.c), run by the
+ * What a forked child redoes above the base level (lifecycle.c), run by the
  * child's atfork handler after the lock, the reclaimer and the in-flight
  * counts were made fresh. Set before the library changes any state a child
  * would have to fix (lifecycle.c sets it at its first initialisation).

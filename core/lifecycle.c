@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The top floor: init, reload, shutdown, and what a forked child redoes above
- * the base floor. Each starts or stops the floors below in order (log, ops,
+ * The top level: init, reload, shutdown, and what a forked child redoes above
+ * the base level. Each starts or stops the levels below in order (log, ops,
  * the reference kernels' records, discovery, platform and policy, names,
  * manifest) and keeps the library's state machine. Nothing below includes
- * this file; the floors reach it by one call, the lazy fld_init() of host.h's
+ * this file; the levels reach it by one call, the lazy fld_init() of host.h's
  * fld__ensure_init_from(), and by two hooks it sets at its first
  * initialisation: what a forked child redoes (host.c runs it) and dispatch's
  * flush of a thread's caches when an override leaves it (policy_override.c
  * runs it, so the override stack need not include dispatch.h). The host lock,
- * the generation counter and the ready flag are the base floor's (host.c).
+ * the generation counter and the ready flag are the base level's (host.c).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -82,7 +82,7 @@ static void reopen_after_closing(void)
     set_state((enum init_state)closing_from);
 }
 
-/* A forked child (host.c's atfork handler, after the base floor's). */
+/* A forked child (host.c's atfork handler, after the base level's). */
 static void after_fork_child(void)
 {
     /* A shutdown waiting in the parent has no thread here: the child goes on

@@ -3,7 +3,7 @@
  * The lifetime of a loaded manifest (see manifest_record.h): references
  * shared by the policies that hold it, and the freeing of its entries.
  * Reading and checking manifests stay in manifest.c; this part is what the
- * policy record needs, without the floors manifest.c stands on.
+ * policy record needs, without the levels manifest.c stands on.
  */
 #include <stdlib.h>
 

@@ -83,7 +83,7 @@ struct fld_op_schema {
 };
 
 /*
- * The table, defined by catalog.c (a floor below this one, read by the
+ * The table, defined by catalog.c (a level below this one, read by the
  * dispatch and the tools' walks): ops.c itself keeps the table that
  * fld__ops_init() is handed.
  */

@@ -9,7 +9,7 @@
  * a clone, edits it, and hands it to fld__policy_publish().
  *
  * What left this file, so that the record includes nothing above it: the
- * custom_ops grammar (custom_ops.c, on the value grammars' floor), the
+ * custom_ops grammar (custom_ops.c, on the value grammars' level), the
  * thread-local override stack and the entry points that read the calling
  * thread's policy (policy_override.c, above this file), and the manifest's
  * loading and checking (the record holds a manifest through

@@ -8,13 +8,13 @@
  * Override policies belong to the thread that pushed them and are freed on
  * pop or thread exit; only that thread ever reads them. The public pushes
  * (fld_policy_push_*()) build the policy they push in policy_fields.c, the
- * floor above, from a clone of the effective policy.
+ * level above, from a clone of the effective policy.
  *
  * It sits above policy.c, which knows nothing of it: it checks a manifest
  * on a strict push (manifest.h, above the policy), and it must not include
  * dispatch (dispatch.h, above it). Dispatch caches choices per thread; when
  * an override leaves, those caches are stale, so the pop runs a hook that
- * the top floor sets (lifecycle.c sets fld__dispatch_tls_flush() at its
+ * the top level sets (lifecycle.c sets fld__dispatch_tls_flush() at its
  * first initialisation), as host.c runs lifecycle.c's fork hook. Every push
  * initialises the library first, so the hook is set before any override
  * exists.

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The thread-local stack of scoped overrides (policy_override.c), as the
- * top floor sees it: the hook it sets so that an override leaving a thread
+ * top level sees it: the hook it sets so that an override leaving a thread
  * reaches dispatch's per-thread caches without the stack including
  * dispatch.h. The stack's reads on the call path are declared in policy.h.
  */

@@ -153,9 +153,9 @@ static void copy_tensor(fld_prepared *p, int i, const DLTensor *src, int64_t **d
 }
 
 /*
- * The family's argument struct in *out over tensors t[] (an absent tensor's
+ * The op's argument struct in *out over tensors t[] (an absent tensor's
  * entry is ignored: NULL in the struct), with the scalars of `scalars` (an
- * argument struct of the same family).
+ * argument struct of the same argument kind).
  */
 static void point_args(const fld_prepared *p, DLTensor *t, const void *scalars, void *out)
 {
@@ -460,12 +460,12 @@ static __attribute__((noinline)) int bind_validated(fld_prepared *p, void *const
 
 /* ---- the entry points ------------------------------------------------------ */
 
-static __attribute__((cold)) int wrong_family(const fld_prepared *p, const char *fn);
+static __attribute__((cold)) int wrong_arguments(const fld_prepared *p, const char *fn);
 
 int fld_prepared_activation(fld_prepared *p, void *out, const void *x)
 {
     if (unlikely(!p || p->kind != FLD_ARGS_ACTIVATION))
-        return wrong_family(p, "fld_prepared_activation");
+        return wrong_arguments(p, "fld_prepared_activation");
     void *const d[NT] = {out, (void *)(uintptr_t)x, NULL, NULL};
     if (unlikely(doubt_activation(p, d)))
         return bind_validated(p, d, true);
@@ -477,7 +477,7 @@ int fld_prepared_rms_norm(fld_prepared *p, void *out, const void *x, const void 
                           void *residual)
 {
     if (unlikely(!p || p->kind != FLD_ARGS_RMS_NORM))
-        return wrong_family(p, "fld_prepared_rms_norm");
+        return wrong_arguments(p, "fld_prepared_rms_norm");
     void *const d[NT] = {out, (void *)(uintptr_t)x, (void *)(uintptr_t)weight, residual};
     if (unlikely(doubt_rms_norm(p, d)))
         return bind_validated(p, d, true);
@@ -489,7 +489,7 @@ int fld_prepared_rotary(fld_prepared *p, const void *positions, void *query, voi
                         const void *cos_sin_cache)
 {
     if (unlikely(!p || p->kind != FLD_ARGS_ROTARY_EMBEDDING))
-        return wrong_family(p, "fld_prepared_rotary");
+        return wrong_arguments(p, "fld_prepared_rotary");
     void *const d[NT] = {(void *)(uintptr_t)positions, query, key,
                          (void *)(uintptr_t)cos_sin_cache};
     if (unlikely(doubt_rotary(p, d)))
@@ -558,7 +558,7 @@ int fld_prepared_run(fld_prepared *p)
     return run_bound(p);
 }
 
-static __attribute__((cold)) int wrong_family(const fld_prepared *p, const char *fn)
+static __attribute__((cold)) int wrong_arguments(const fld_prepared *p, const char *fn)
 {
     if (!p)
         return fld__fail(FLD_EINVAL, "%s: argument 'p' is NULL", fn);

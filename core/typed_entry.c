@@ -4,7 +4,7 @@
  * each packs its arguments, runs its family's quick checks
  * (validate_fast.h) and dispatches, inlined in one function (dispatch.h
  * fld__call_family()); a call the quick checks doubt goes to the family's
- * full validator. A top floor: it calls the dispatch, which reads the
+ * full validator. A top level: it calls the dispatch, which reads the
  * catalog's table (catalog.c).
  */
 #include <fldispatch/plugin.h>

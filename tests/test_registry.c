@@ -457,7 +457,7 @@ START_TEST(all_or_nothing)
     ck_assert_int_ne(fld_resolve("t_one", FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_OK);
     ck_assert_int_ne(fld_resolve("t_two", FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_OK);
     ck_assert_int_eq(call_t("t_keep"), 0);
-    /* the catalog's reference floor survives a bad plugin (vllm-plugin-FL #524) */
+    /* the catalog's reference survives a bad plugin (vllm-plugin-FL #524) */
     ck_assert_int_eq(fld_resolve(FLD_OP_RMS_NORM, FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_OK);
     ck_assert_str_eq(id, "reference.c");
 
