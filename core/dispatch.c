@@ -20,7 +20,7 @@
  * is rebuilt).
  *
  * The hot path stays in this file, with the entry points that inline it
- * (fld__call_catalog(), fld_call(), fld_call_on(); catalog.c and prepared.c
+ * (fld__call_catalog(), fld_call(), fld_call_on(); typed_entry.c and prepared.c
  * inline it through dispatch.h). Each function is defined before its
  * callers: read from the bottom for the order a call meets them — the entry
  * points, call_validated(), dispatch(), and what the hot path leaves out of
@@ -262,7 +262,7 @@ __attribute__((noinline, cold)) int fld__call_too_deep(const char *op)
 
 /*
  * The out-of-line parts of the inlined hot path (dispatch.h fld__dispatch(),
- * fld__call_family()): the typed calls of catalog.c and the prepared calls
+ * fld__call_family()): the typed calls of typed_entry.c and the prepared calls
  * of prepared.c run their family's checks and the cached direct call in one
  * function, and come here for anything else.
  */

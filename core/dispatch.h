@@ -18,7 +18,7 @@
 int fld__call_catalog(enum fld_catalog_index idx, const void *args);
 /*
  * The hot path, inlined into the entry points that know their family (the
- * typed calls of catalog.c, the prepared calls of prepared.c), so that such
+ * typed calls of typed_entry.c, the prepared calls of prepared.c), so that such
  * a call is one function from its checks to the kernel. Everything but the
  * cached direct call is out of line in dispatch.c:
  *   fld__dispatch_miss()   a thread with a scoped override, a row-bucketed

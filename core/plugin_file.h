@@ -4,9 +4,8 @@
  * in one place for its three users: discovery (discovery.c), the probe
  * (probe.c's child, probe_gate.c's helper and cache) and `fldispatch
  * doctor` (through fld__plugin_check_file, <fldispatch/internal/tool_api.h>).
- * Each check used to live with the first of them that needed it; the probe
- * child and discovery must judge a plugin alike, so they now call the same
- * code. Nothing here takes the host lock, logs or calls plugin code.
+ * The probe child and discovery must judge a plugin alike, so both call
+ * this code. Nothing here takes the host lock, logs or calls plugin code.
  *
  * The file. Two trust rules, different on purpose:
  *   - code the host maps or runs (a plugin file and its directory, the probe

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The catalog families' quick checks (validate.c is their full validator):
- * inlined into the typed entry points (catalog.c), so that a typed call in
+ * inlined into the typed entry points (typed_entry.c), so that a typed call in
  * the common layouts runs its checks and dispatch in one function, and
  * tried first by validate.c's validators.
  */

@@ -2,7 +2,7 @@
 /*
  * Policy input at scale, and the error order that reading it in one pass
  * must keep: long op_backends maps, lists, custom_ops and VLLM_FL_OP_CONFIG
- * objects load in time (each used to be O(n^2): 20k ops took over a minute),
+ * objects load in time (O(n^2) would take over a minute for 20k ops),
  * a repeated key is still reported at its second occurrence, an error before
  * the repeat still wins over it, and VLLM_FL_OP_CONFIG={} claims no source.
  * One op's order of 200k tokens loads in time from each of its sources

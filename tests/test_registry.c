@@ -1133,9 +1133,9 @@ static int walk_gen_impls(const fld_impl_info *info, void *user)
 }
 
 /*
- * 4000 ops used to keep one copy of the whole op table per op added and
- * reserve room for every record of the plugin in every op (about 350 MiB);
- * now the heap grows by about 1 KiB per op. Listings stay in name order.
+ * 4000 ops: the heap grows by about 1 KiB per op (one copy of the whole op
+ * table per op added, with room for every record of the plugin in every op,
+ * would take about 350 MiB). Listings stay in name order.
  */
 START_TEST(many_ops_linear_memory)
 {

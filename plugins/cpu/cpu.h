@@ -50,8 +50,8 @@ static inline void *fld__cpu_at(const void *base, int64_t idx, int dt)
  * Prefetch one line of the next row of an activation or a norm (read), as
  * the row before it computes. Float32 rows go to L2 only (prefetcht2): on
  * Zen 4 at 4096 x 4096, one thread, medians of three alternated runs, that
- * took rms_norm from 86% to 103% of the triad, silu_and_mul from 71% to
- * 97%, gelu_tanh_and_mul from 67% to 75% against prefetching into L1,
+ * gives rms_norm 103% of the triad, silu_and_mul 97%, gelu_tanh_and_mul
+ * 75%, against 86%, 71% and 67% with prefetching into L1,
  * which evicts the lines the row itself still reads. 16-bit rows keep L1
  * (prefetcht0): there the fused-residual norms lost 10 points with L2 and
  * the two-thread norms 10-40 (docs/BENCHMARKS.md). dt is a constant of the
