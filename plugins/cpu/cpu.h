@@ -16,7 +16,7 @@
  *
  * Arithmetic is float32; 16-bit storage is widened on load and rounded
  * (round to nearest even) where the library's reference rounds
- * (core/reference_*.c): on store, and in between where vLLM rounds to the
+ * (core/reference/reference_*.c): on store, and in between where vLLM rounds to the
  * storage type (the activation before its product; rotary's products and
  * sums). The scalar paths that must match the reference to the bit live in
  * exact.c. Nothing keeps state between calls except the pool and the
@@ -264,7 +264,7 @@ static inline size_t fld__cpu_stream_threshold(void)
  * forms (vmath.h's torch forms, one lane); NULL for F32.
  * Built on first use; MT safe. */
 const uint16_t *fld__cpu_act_table(enum fld_cpu_act_fn fn, int dt, bool torch);
-/* One row normalised in double (core/reference_norm.c's numerics): for rows
+/* One row normalised in double (core/reference/reference_norm.c's numerics): for rows
  * whose float32 sum of squares overflowed, underflowed or is NaN. src is the
  * row being normalised (x or the updated residual), of dtype src_dt. */
 void fld__cpu_norm_row_exact(const struct fld_cpu_norm_job *job, void *out, const void *src,

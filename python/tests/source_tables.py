@@ -1,14 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """The library's tables read from the source tree, for the tests that hold the
 documentation and the code to them: the policy-field table
-(core/policy_table.h) and the variable table (core/variables.h)."""
+(core/policy/policy_table.h) and the variable table (core/policy/variables.h)."""
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-POLICY_TABLE = ROOT / "core" / "policy_table.h"
-VARIABLE_TABLE = ROOT / "core" / "variables.h"
+POLICY_TABLE = ROOT / "core" / "policy" / "policy_table.h"
+VARIABLE_TABLE = ROOT / "core" / "policy" / "variables.h"
 
 
 def _macro_body(path, macro):

@@ -70,7 +70,7 @@ enum fld_catalog_index {
     FLD_CAT_COUNT
 };
 
-/* One row of the schema table (the catalog's data, core/catalog.c). */
+/* One row of the schema table (the catalog's data, core/ops/catalog.c). */
 struct fld_op_schema {
     const char *name;
     size_t args_size;
