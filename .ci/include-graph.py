@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The dependency graph of core/, by module, and its cycles.
 
-A module is a file stem: core/registry.c and core/registry.h are module
-"registry". Module a depends on module b when a's .c or .h includes b.h
+A module is a file stem: core/registry/registry.c and
+core/registry/registry.h are module "registry". core/'s folders group the
+modules (core/README.md); a module is named by its stem alone, whichever
+folder holds it, and two files of one name in two folders are an error. Module a depends on module b when a's .c or .h includes b.h
 ("b.h" in quotes; system and public headers are left out), and when a uses
 a function or variable that b's .c defines (an fld_ or fld__ name defined
 at file scope, not static), whichever header declares it: a call is seen
@@ -11,10 +13,10 @@ even when its declaration lives in a header named after another module. A
 use is a name in a's .c, or in the body of a static inline function or a
 macro of a's .h (code that every includer of a.h compiles); a header's
 prototypes declare, they do not use. A cycle is a strongly connected set
-of modules: each reaches every other. core/README.md describes the floors
+of modules: each reaches every other. core/README.md describes the levels
 these cycles would cut across.
 
-The documented upward calls (UPWARD below: a floor calling up into the
+The documented upward calls (UPWARD below: a level calling up into the
 module that starts it) are left out of the graph; any other call up shows
 as a cycle.
 
@@ -54,7 +56,7 @@ NAME = re.compile(r"\bfld_\w+\b")
 INLINE = re.compile(r"^[ \t]*static\s+(?:__)?inline\b[^;{]*\{", re.M)
 MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+\w+(?:\([^)\n]*\))?((?:\\\n|[^\n])*)", re.M)
 
-# (floor, module above it): the documented upward calls (core/README.md,
+# (level, module above it): the documented upward calls (core/README.md,
 # "The include graph"). Each must still be made (--check).
 UPWARD = {
     ("host", "lifecycle"),  # fld__ensure_init_from() (host.h) -> fld__init_from() (lifecycle.c)
@@ -99,6 +101,21 @@ def header_code(text):
     return "\n".join(parts)
 
 
+def source_files(core):
+    """{file name: its path} of the .c and .h files in core and its folders."""
+    paths = {}
+    for root, dirs, files in os.walk(core):
+        dirs.sort()
+        for name in sorted(files):
+            if os.path.splitext(name)[1] not in (".c", ".h"):
+                continue
+            path = os.path.join(root, name)
+            if name in paths:
+                sys.exit(f"core include graph: {paths[name]} and {path}: one module name, two files")
+            paths[name] = path
+    return paths
+
+
 def graph(core, calls=True, upward=None):
     """(deps, why, upward_made): deps {module: set(modules it depends on)}
     for the C files of core, by include and (calls) by the definitions its
@@ -114,17 +131,16 @@ def graph(core, calls=True, upward=None):
         deps[a].add(b)
         why.setdefault((a, b), reason)
 
-    for name in sorted(os.listdir(core)):
+    paths = source_files(core)
+    for name in sorted(paths):
         stem, ext = os.path.splitext(name)
-        if ext not in (".c", ".h"):
-            continue
         deps.setdefault(stem, set())
-        with open(os.path.join(core, name), encoding="utf-8") as f:
+        with open(paths[name], encoding="utf-8") as f:
             text = f.read()
         for inc in INCLUDE.findall(text):
             base = os.path.basename(inc)
             target, text_ext = os.path.splitext(base)
-            if text_ext == ".h" and os.path.exists(os.path.join(core, base)) and target != stem:
+            if text_ext == ".h" and base in paths and target != stem:
                 edge(stem, target, f"{name} includes {base}")
         sources[name] = strip(text)
     if calls:

@@ -10,7 +10,7 @@ that calls it counts). The public API (what include/fldispatch/*.h
 declares, outside internal/) is the applications' to use and is left out;
 so are the names each row of the catalog table (include/fldispatch/catalog.def)
 derives by token pasting: its typed entry point fld_<name> (public) and its
-reference kernel fld__ref_<name> (named by core/catalog.c's schema rows).
+reference kernel fld__ref_<name> (named by core/ops/catalog.c's schema rows).
 A definition nothing else uses is either dead or belongs in its file as
 static; both fail the check.
 
@@ -43,7 +43,7 @@ def defined_symbols(objects):
 
 
 def source_of(obj):
-    """build[-x]/obj/core/names.o -> core/names.c"""
+    """build[-x]/obj/core/names.o -> core/policy/names.c"""
     rel = obj.split("/obj/", 1)[1]
     return os.path.splitext(rel)[0] + ".c"
 

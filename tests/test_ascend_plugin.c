@@ -2,12 +2,12 @@
 /*
  * The ascend plugin (plugins/ascend) against the fake CANN of tests/fake_acl:
  * loading with and without CANN, the reasons it gives, every op's results on
- * "Ascend" tensors (host memory; device types 12 and 21) against the
+ * "Ascend" tensors (CPU memory; device types 12 and 21) against the
  * reference kernels (vendor.ascend, and reference.ascend on strided layouts), the aclnn call
  * protocol (workspace sizes, streams, executors and descriptors), injected failures and the device
  * hooks.
  *
- * Real Ascend hardware is never used: the fake computes on the host. Tests
+ * Real Ascend hardware is never used: the fake computes on the CPU. Tests
  * fork, so each starts with fresh library and fake state; the fake's
  * counters are read through the same libascendcl.so the plugin opened.
  */
@@ -22,7 +22,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/host_tensor.h"
+#include "util/cpu_tensor.h"
 #include "fake_acl/fake_acl.h"
 #include "util/env.h"
 #include "util/harness.h"

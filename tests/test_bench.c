@@ -13,7 +13,7 @@
  * /usr/bin/python3 -I).
  *
  * --device cuda runs on tests/fakedev/fake_device.c (fld-fakedev.so), a
- * cuda device on host memory, with small d2d copy buffers (--copy-mib).
+ * cuda device on CPU memory, with small d2d copy buffers (--copy-mib).
  */
 #include <check.h>
 #include <ctype.h>
@@ -641,7 +641,7 @@ START_TEST(no_implementation_exits_3)
 }
 END_TEST
 
-/* ---- a device on host memory (tests/fakedev) ------------------------------------------- */
+/* ---- a device on CPU memory (tests/fakedev) ------------------------------------------- */
 
 START_TEST(device_quick_json_has_d2d_baseline)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/binding_registration.c and binding_call.c: implementations
+ * core/registry/binding_registration.c and binding_call.c: implementations
  * a language binding registers with a context pointer (binding.h). They
  * are listed, selected under the policy, run through the chain with
  * fallback and failure memory as plugin kernels are; registration is

@@ -124,8 +124,8 @@ START_TEST(test_install_dirs_compiled_in)
     snprintf(log, sizeof log, "%s/make1.log", tmp);
     tt_sh(log, "%s lib", tt_make_in(tree));
     char *out = read_text(tmp, "make1.log");
-    ck_assert_msg(strstr(out, "  CC      core/discovery.c\n") != NULL,
-                  "make does not print 'CC core/discovery.c':\n" CLIP, out);
+    ck_assert_msg(strstr(out, "  CC      core/registry/discovery.c\n") != NULL,
+                  "make does not print 'CC core/registry/discovery.c':\n" CLIP, out);
     ck_assert_msg(strstr(out, "-fvisibility") == NULL, "make printed command lines:\n" CLIP, out);
     free(out);
     ck_assert(file_holds(lib, "/usr/local/lib/fldispatch/plugins"));
@@ -135,11 +135,11 @@ START_TEST(test_install_dirs_compiled_in)
     snprintf(log, sizeof log, "%s/make2.log", tmp);
     tt_sh(log, "%s lib PREFIX='%s' V=1", tt_make_in(tree), prefix);
     out = read_text(tmp, "make2.log");
-    ck_assert_msg(strstr(out, "-fvisibility=hidden") && strstr(out, "core/discovery.c"),
-                  "V=1 did not print the compiler's command line for core/discovery.c:\n" CLIP,
+    ck_assert_msg(strstr(out, "-fvisibility=hidden") && strstr(out, "core/registry/discovery.c"),
+                  "V=1 did not print the compiler's command line for core/registry/discovery.c:\n" CLIP,
                   out);
-    ck_assert_msg(strstr(out, "core/registry.c") == NULL,
-                  "core/registry.c (which does not use the install paths) was rebuilt:\n" CLIP,
+    ck_assert_msg(strstr(out, "core/registry/registry.c") == NULL,
+                  "core/registry/registry.c (which does not use the install paths) was rebuilt:\n" CLIP,
                   out);
     free(out);
     snprintf(want, sizeof want, "%s/lib/fldispatch/plugins", prefix);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/catalog.c: the catalog table as fld_foreach_catalog_op() shows it.
+ * core/ops/catalog.c: the catalog table as fld_foreach_catalog_op() shows it.
  * The tool's op lists and the Makefile's `make run` derive from it (the
  * Makefile through the FLD_OP_* names of <fldispatch/catalog.def>), so:
  * every row of the public table, in its order, with its family's argument

@@ -1334,7 +1334,7 @@ START_TEST(freeze_to_file)
 }
 END_TEST
 
-/* "VLLM_FL_PLUGIN_MODULES=<build>/tests/fakedev/fld-fakedev.so": a "cuda" device on host memory. */
+/* "VLLM_FL_PLUGIN_MODULES=<build>/tests/fakedev/fld-fakedev.so": a "cuda" device on CPU memory. */
 static const char *fakedev_env(void)
 {
     static char entry[4200];

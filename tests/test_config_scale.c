@@ -2,7 +2,7 @@
 /*
  * Policy input at scale, and the error order that reading it in one pass
  * must keep: long op_backends maps, lists, custom_ops and VLLM_FL_OP_CONFIG
- * objects load in time (each used to be O(n^2): 20k ops took over a minute),
+ * objects load in time (O(n^2) would take over a minute for 20k ops),
  * a repeated key is still reported at its second occurrence, an error before
  * the repeat still wins over it, and VLLM_FL_OP_CONFIG={} claims no source.
  * One op's order of 200k tokens loads in time from each of its sources
@@ -27,7 +27,7 @@
 #include <fldispatch/fldispatch.h>
 
 /* Sanitizer allocators copy on every realloc(), which makes the YAML reader's
- * one-at-a-time growth of a node's children (core/config_yaml.c) quadratic
+ * one-at-a-time growth of a node's children (core/policy/config_yaml.c) quadratic
  * there: such builds check the same things on fewer items. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SANITIZED 1
@@ -42,7 +42,7 @@
 #else
 #define N_BIG 20000u
 #endif
-/* Tokens of one long order; FLD_ORDER_MAX_TOKENS (core/parse.h) is 1024. */
+/* Tokens of one long order; FLD_ORDER_MAX_TOKENS (core/base/parse.h) is 1024. */
 #ifdef SANITIZED
 #define N_TOKENS 20000u
 #else

@@ -29,7 +29,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/host_tensor.h"
+#include "util/cpu_tensor.h"
 #include "util/env.h"
 #include "util/harness.h"
 

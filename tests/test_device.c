@@ -6,8 +6,8 @@
  * argument checks, the host's own CPU provider, fork, streams, and the
  * FLD_EUNAVAILABLE message of a call whose device's plugin cannot run.
  *
- * Plugins are registered in-process (fld_register_plugin) with "device"
- * memory on the host; the real plugins are kept out by an empty plugin
+ * Plugins are registered in-process (fld_register_plugin) whose "device"
+ * memory is CPU memory; the real plugins are kept out by an empty plugin
  * directory.
  */
 #include <check.h>
@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "util/host_tensor.h"
+#include "util/cpu_tensor.h"
 #include "util/harness.h"
 #include <fldispatch/plugin.h>
 

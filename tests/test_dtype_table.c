@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The dtype table (core/dtypes.h) walked row by row through
+ * The dtype table (core/base/dtypes.h) walked row by row through
  * fld__dtype_row(): each row's names parse back to its DLPack dtype
  * (fld_dtype_from_name()), fld_dtype_name() and fld_dtype_index() agree with
  * the row's place, its mask is the row's FLD_DTYPE_MASK_* bit, and an

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/error.c: the message a public function leaves when an argument is
+ * core/base/error.c: the message a public function leaves when an argument is
  * NULL names that function and that argument ("fld_resolve: argument 'op'
  * is NULL"), for every public entry point with a pointer argument the
  * caller must give (NULL that means "none", such as fld_clear_failures(NULL),

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/escape.c: values echoed in messages are escaped. The helper is
+ * core/base/escape.c: values echoed in messages are escaped. The helper is
  * compiled into this program (it is hidden in the library) and checked
  * against an independent UTF-8 checker; then the library's own messages are
  * checked end to end: fld_last_error(), log lines through the callback and
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/escape.c"
+#include "../core/base/escape.c"
 
 #include <fldispatch/plugin.h>
 

@@ -17,7 +17,7 @@
  *
  * Part 2, the glue for real, through the fixture fld-fakecuda.so
  * (tests/gpuplug): the same gpu_plugin.c over the GPU emulator (tests/gpu),
- * serving CUDA tensors that are host memory. Each op, pinned to vendor.cuda
+ * serving CUDA tensors that are CPU memory. Each op, pinned to vendor.cuda
  * and to reference.cuda, matches the library's reference on the CPU;
  * supports() routes layouts the 128-bit kernels cannot take to
  * reference.cuda; the device hooks move data; the thread's stream reaches
@@ -42,7 +42,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/host_tensor.h"
+#include "util/cpu_tensor.h"
 #include "../plugins/shared/gpu/gpu_api.h"
 #include "gpuplug/fakecuda.h"
 #include "util/env.h"
@@ -1187,7 +1187,7 @@ START_TEST(test_fake_not_probed_at_load)
     struct fakecuda_record r;
     get(&r);
     ck_assert_int_eq(r.device_counts, 0);
-    /* The fake device's memory is host memory. */
+    /* The fake device's memory is CPU memory. */
     tt_tensor *x = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){4, 64});
     tt_tensor *out = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){4, 32});
     x->t.device = out->t.device = (DLDevice){kDLCUDA, 0};

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/inflight.c and fld_shutdown(): shutting down while other threads are
+ * core/base/inflight.c and fld_shutdown(): shutting down while other threads are
  * inside calls. fld_shutdown() closes the gates (no new call starts), waits
  * for the calls in flight at most VLLM_FL_SHUTDOWN_TIMEOUT seconds, then
  * releases everything; when calls are still running at the deadline it
@@ -23,7 +23,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/host_tensor.h"
+#include "util/cpu_tensor.h"
 #include "stress/stress_fixture.h"
 #include "util/env.h"
 #include "util/files.h"

@@ -199,7 +199,7 @@ START_TEST(list_with_invalid_utf8)
     assert_status(r, 0);
     assert_replaced_and_valid(&r, "list");
     ck_assert_msg(strstr(r.out, "plug\\ufffdins/fld-bad_magic.so"), CLIP, r.out);
-    /* The library escapes the bytes it echoes in a reason itself (core/escape.c: \xff as text). */
+    /* The library escapes the bytes it echoes in a reason itself (core/base/escape.c: \xff as text). */
     ck_assert_msg(strstr(r.out, "\"reason\": \"VLLM_FL_PLUGIN_MODULES: plugin 'no\\\\xffsuch' not "
                                 "found"),
                   CLIP, r.out);

@@ -34,7 +34,7 @@
 #include <fldispatch/plugin.h>
 
 #include "util/harness.h"
-#include "util/host_tensor.h"
+#include "util/cpu_tensor.h"
 
 /* ------------------------------------------------------------------------ */
 /* Implementations under test                                               */

@@ -554,7 +554,7 @@ START_TEST(freeze_device_option)
     ck_assert_msg(strstr(err, "left out device cuda: "), "%s", err);
     ck_assert_int_ne(access(path, F_OK), 0);
 
-    /* The "cuda" device of tests/fakedev (host memory), for the tool and for this process. */
+    /* The "cuda" device of tests/fakedev (CPU memory), for the tool and for this process. */
     char modules[4096];
     snprintf(modules, sizeof modules, "%s/tests/fakedev/fld-fakedev.so", tt_build_dir());
     setenv("VLLM_FL_PLUGIN_MODULES", modules, 1);

@@ -3,7 +3,7 @@
  * Memory: a long run of calls does not grow the heap, and neither do cycles
  * of fld_init() / plugin loads / fld_shutdown(), nor thousands of policy
  * changes and reloads made while another thread keeps calling (the replaced
- * policies and chains are reclaimed, core/reclaim.c).
+ * policies and chains are reclaimed, core/base/reclaim.c).
  *
  * The run mixes every catalog op through the three entry points (typed,
  * fld_call by handle, fld_call_by_name), an op outside the catalog, calls

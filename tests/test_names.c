@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/names.c: names a configuration mentions that match nothing
+ * core/policy/names.c: names a configuration mentions that match nothing
  * registered, and VLLM_FL_* variables nothing reads (docs/configuration.md).
  *
  * For every layer (environment, a YAML policy file, VLLM_FL_OP_CONFIG, a
@@ -24,7 +24,7 @@
 #include <fldispatch/plugin.h>
 #include <fldispatch/internal/tool_api.h>
 
-#include "../core/variables.h"
+#include "../core/policy/variables.h"
 #include "util/env.h"
 #include "util/files.h"
 #include "util/harness.h"
@@ -275,7 +275,7 @@ START_TEST(unknown_variables)
 END_TEST
 
 /*
- * The check knows every variable of the variable table (core/variables.h),
+ * The check knows every variable of the variable table (core/policy/variables.h),
  * also where what reads it is not loaded here (no cpu plugin, no Python
  * package), and names each of vllm-plugin-FL's once as such. Set blank,
  * which every reader takes as unset, so that no value has to parse.
@@ -298,7 +298,7 @@ START_TEST(every_variable_of_the_table_is_known)
         if (strncmp(table_rows[i], "VLLM_FL_", 8) == 0) /* the names the check reads */
             setenv(table_rows[i], "", 0); /* VLLM_FL_PLATFORM and _PLUGIN_DIR stay as set */
     ck_assert_int_eq(fld_init(), FLD_OK);
-    ck_assert_msg(warnings() == 0, "a variable of core/variables.h was warned about:\n%s",
+    ck_assert_msg(warnings() == 0, "a variable of core/policy/variables.h was warned about:\n%s",
                   all_lines());
 }
 END_TEST
@@ -403,7 +403,7 @@ START_TEST(vendor_names_ignore_case)
 END_TEST
 
 /*
- * "Did you mean" (core/names.c, which the tool's usage errors call too):
+ * "Did you mean" (core/policy/names.c, which the tool's usage errors call too):
  * swaps and case count one edit; a second name only when it is as close as
  * the first; nothing past the limit.
  */

@@ -575,7 +575,7 @@ START_TEST(test_shipped_file_loads)
     assert_source(&fs, "flagos_blacklist", name, line_of(name, "flagos_blacklist:"), 0);
     ck_assert_ptr_nonnull(strstr(
         fs.value[bl], strcmp(name, "ascend") == 0 ? "argmax" : "deepseek_v4_fp8_einsum"));
-    /* vllm-plugin-FL's latest Ascend list no longer names silu_and_mul. */
+    /* vllm-plugin-FL's latest Ascend list does not name silu_and_mul. */
     ck_assert_ptr_null(strstr(fs.value[bl], "silu"));
 }
 END_TEST

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The policy-field table (core/policy_table.h) walked row by row through
+ * The policy-field table (core/policy/policy_table.h) walked row by row through
  * fld__policy_field_row(): every row is complete and its names unique, its
  * exclusive partner names it back, and every field is set by its
  * environment variable, by its key in a YAML policy file and by

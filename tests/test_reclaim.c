@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/reclaim.c: epoch-based reclamation. The file is compiled into this
+ * core/base/reclaim.c: epoch-based reclamation. The file is compiled into this
  * program (its functions are hidden in the library), so the tests see its
  * state: which objects were freed, how many reader records exist.
  *
@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../core/reclaim.c"
+#include "../core/base/reclaim.c"
 #include "util/harness.h"
 
 #define ALIVE 0x5a5a5a5au

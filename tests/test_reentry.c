@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/reentry.c: plugin code that calls back into the library while the
+ * core/base/reentry.c: plugin code that calls back into the library while the
  * host loads it. The fixtures of tests/reentry/ call fld_init, fld_reload,
  * fld_resolve, fld_load_plugin (on their own file) or fld_shutdown from
  * register_builtins, fld_init from a static constructor, and fld_resolve

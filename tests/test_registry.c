@@ -457,7 +457,7 @@ START_TEST(all_or_nothing)
     ck_assert_int_ne(fld_resolve("t_one", FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_OK);
     ck_assert_int_ne(fld_resolve("t_two", FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_OK);
     ck_assert_int_eq(call_t("t_keep"), 0);
-    /* the catalog's reference floor survives a bad plugin (vllm-plugin-FL #524) */
+    /* the catalog's reference survives a bad plugin (vllm-plugin-FL #524) */
     ck_assert_int_eq(fld_resolve(FLD_OP_RMS_NORM, FLD_DEVICE_CPU, FLD_DTYPE_F32, &id), FLD_OK);
     ck_assert_str_eq(id, "reference.c");
 
@@ -1133,9 +1133,9 @@ static int walk_gen_impls(const fld_impl_info *info, void *user)
 }
 
 /*
- * 4000 ops used to keep one copy of the whole op table per op added and
- * reserve room for every record of the plugin in every op (about 350 MiB);
- * now the heap grows by about 1 KiB per op. Listings stay in name order.
+ * 4000 ops: the heap grows by about 1 KiB per op (one copy of the whole op
+ * table per op added, with room for every record of the plugin in every op,
+ * would take about 350 MiB). Listings stay in name order.
  */
 START_TEST(many_ops_linear_memory)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/stats.c and core/trace.c: the opt-in call counters and the dispatch
+ * core/observe/stats.c and core/observe/trace.c: the opt-in call counters and the dispatch
  * trace. Off by default; VLLM_FL_STATS=1/calls counts, =time also times;
  * fld_stats_enable() switches at run time (closing the direct call path,
  * so calls already cached are counted too); failures and fallbacks are

@@ -4,7 +4,7 @@
  * processes merged into one report. The files come from the library's own
  * writer (fld_stats_write() in forked children, each with its RANK) and from
  * hand-written documents for the sums, the modes and every refusal; the
- * reader (core/stats_file.c) is called directly too.
+ * reader (core/observe/stats_file.c) is called directly too.
  */
 #include <check.h>
 #include <limits.h>

@@ -184,7 +184,7 @@ static bool worker_call(struct worker *w)
     return true;
 }
 
-/* Scoped overrides a caller pushes on itself; each keeps a reference floor. */
+/* Scoped overrides a caller pushes on itself; each keeps the reference to fall back on. */
 static int push_override(int which)
 {
     switch (which % 5) {

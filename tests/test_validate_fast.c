@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * core/validate.c's fast paths: each family's shortcut for the
+ * core/ops/validate.c's fast paths: each family's shortcut for the
  * common layouts must accept only calls that the full validator accepts,
  * with the same key, and must take the layouts a model passes. The file is
  * compiled into this program (its functions are static in the library), so
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/validate.c"
+#include "../core/ops/validate.c"
 #include "util/harness.h"
 
 int fld__fail(int status, const char *fmt, ...)

@@ -8,7 +8,7 @@
  * mapping), so any read or write by the host or a kernel kills the test with
  * SIGSEGV. Rotary positions are the exception: the host reads them to check
  * their range, so they live in ordinary memory. A second set of cases uses
- * real, sentinel-guarded buffers (tests/util/host_tensor.h) and asserts that
+ * real, sentinel-guarded buffers (tests/util/cpu_tensor.h) and asserts that
  * nothing changed, values or padding.
  *
  * Each family has a fixture of valid arguments and a numbered list of
@@ -24,7 +24,7 @@
 
 #include <fldispatch/plugin.h>
 
-#include "util/host_tensor.h"
+#include "util/cpu_tensor.h"
 #include "util/harness.h"
 
 /* ------------------------------------------------------------------------ */

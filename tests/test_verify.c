@@ -9,9 +9,9 @@
  * after writing, and verify must tell each apart.
  *
  * Devices: tests/fakedev/fake_device.c (fld-fakedev.so) is a cuda device on
- * host memory with right and (FLD_FAKEDEV_BAD=1) wrong kernels, so that
+ * CPU memory with right and (FLD_FAKEDEV_BAD=1) wrong kernels, so that
  * verify --device cuda runs its whole device path here: copies in and out,
- * guard bytes, the reference on the host. The fixtures of the GPU and Ascend
+ * guard bytes, the reference on the CPU. The fixtures of the GPU and Ascend
  * plugins (fld-fakecuda.so, the fake CANN) are used when they are built.
  */
 #include <check.h>
@@ -301,7 +301,7 @@ START_TEST(device_without_memory_provider_exits_3)
 }
 END_TEST
 
-/* ---- a device on host memory (tests/fakedev) -------------------------------- */
+/* ---- a device on CPU memory (tests/fakedev) -------------------------------- */
 
 START_TEST(fake_device_passes)
 {
@@ -309,7 +309,7 @@ START_TEST(fake_device_passes)
     tt_tool_run(&r, ENV(fakedev_env()), ARGS("verify", "--quick", "--device", "cuda"));
     assert_status(r, 0);
     ck_assert_msg(line_with(r.out, "verify: device cuda"), CLIP, r.out);
-    ck_assert_msg(line_with(r.out, "device memory: plugin 'fakedev'", "reference.c on the host",
+    ck_assert_msg(line_with(r.out, "device memory: plugin 'fakedev'", "reference.c on the CPU",
                             "guard bytes"),
                   CLIP, r.out);
     static const char *const fake_ops[] = {"silu_and_mul", "rms_norm", "rotary_embedding"};

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The catalog's ops as the tool lists them. The library's catalog table
- * (core/catalog.c, through fld_foreach_catalog_op()) is the one list: verify,
+ * (core/ops/catalog.c, through fld_foreach_catalog_op()) is the one list: verify,
  * freeze and the op suggestions take their ops from here instead of naming
  * them again, and `make run` reads the same names from the public header.
  */

@@ -7,7 +7,7 @@
  *
  * The tool never initialises the library here: the plugins are only ever
  * loaded in the children, so a crashing plugin cannot take the doctor down.
- * It is single-threaded, so it forks (core/probe.c). The hidden form
+ * It is single-threaded, so it forks (core/registry/probe.c). The hidden form
  * "doctor --probe-child FD PATH" is the helper the library spawns for
  * VLLM_FL_PLUGIN_PROBE.
  */

@@ -3,7 +3,7 @@
  * fldispatch freeze [--output FILE] [--device D]...: resolves every op that
  * has implementations on every device and dtype its implementations declare,
  * under the policy of the environment, and writes the (op, device, dtype) ->
- * impl_id table as a manifest (core/manifest.h). VLLM_FL_MANIFEST=FILE then
+ * impl_id table as a manifest (core/policy/manifest.h). VLLM_FL_MANIFEST=FILE then
  * pins every worker of a deployment to the same kernels, whatever their
  * plugin directories or policies say.
  *

@@ -5,7 +5,7 @@
  * rank of a deployment, into one report: a row per (op, implementation,
  * device, dtype) with the calls, fallbacks and failures of every file
  * summed, and the time of the files that timed their calls. The files are
- * read by the library's reader (core/stats_file.c), which names
+ * read by the library's reader (core/observe/stats_file.c), which names
  * "path:line:column" of whatever is wrong in one; nothing is printed then.
  */
 #include <inttypes.h>

@@ -36,7 +36,7 @@
  * nothing is written. The clock is tune_clock.h's (a simulated one for the
  * tests).
  *
- * Only the CPU for now: the tensors are host tensors.
+ * Only the CPU for now: the tensors are in CPU memory.
  */
 #include <errno.h>
 #include <inttypes.h>

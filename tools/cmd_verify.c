@@ -23,11 +23,11 @@
  *            wrote past the end fails its row, named, and the run goes on;
  *   report   a table, or JSON.
  *
- * Devices other than cpu: the inputs are generated on the host as for the
- * CPU and reference.c computes the expected outputs from a host copy. Each
- * implementation then gets device buffers of the host tensors' byte size,
+ * Devices other than cpu: the inputs are generated in CPU memory as for
+ * the CPU and reference.c computes the expected outputs from a CPU copy. Each
+ * implementation then gets device buffers of the CPU tensors' byte size,
  * padding included, with guard regions on both sides (DEV_GUARD_BYTES), the
- * inputs copied host to device, DLTensors of the same shape, strides and
+ * inputs copied to the device, DLTensors of the same shape, strides and
  * byte_offset on {device, 0}; after the call and fld_device_synchronize()
  * every tensor is copied back and checked as on the CPU, and the guards must
  * be intact. The device memory comes from fld_device_alloc() and friends,
@@ -81,7 +81,7 @@ static const char verify_usage[] =
     "  --device D   %s: the implementations for that\n"
     "               device run on device copies of the inputs (memory from the\n"
     "               device plugin's hooks, guard bytes around every tensor that\n"
-    "               must stay intact); reference.c runs on the host. Without a\n"
+    "               must stay intact); reference.c runs on the CPU. Without a\n"
     "               plugin providing that device's memory: exit status 3\n"
     "  --dtype T    f32, f16, bf16 or a comma-separated list; unlike the other\n"
     "               commands, verify runs all three unless told\n"
@@ -302,7 +302,7 @@ static int parse_options(struct verify_opts *o, int argc, char **argv)
 /*
  * The plugin that serves the device's memory, into o->provider; when none
  * does, the library's reason into o->no_memory. The CPU is served by the
- * host and keeps the generated host tensors.
+ * library and keeps the generated CPU tensors.
  */
 static void find_provider(struct verify_opts *o)
 {
@@ -474,11 +474,11 @@ static int make_plan(const struct verify_opts *o, struct plan *plan)
         if (r->skip[0] || strcmp(r->impl, REFERENCE_ID) == 0)
             continue;
         if (o->device != FLD_DEVICE_CPU) {
-            /* the expected outputs come from reference.c on the host */
+            /* the expected outputs come from reference.c on the CPU */
             char why[sizeof r->skip];
             if (!pinnable(verify_ops[r->op].name, FLD_DEVICE_CPU, r->dtype, REFERENCE_ID, why,
                           sizeof why))
-                snprintf(r->skip, sizeof r->skip, "%s cannot run on the host: %.200s", REFERENCE_ID,
+                snprintf(r->skip, sizeof r->skip, "%s cannot run on the CPU: %.200s", REFERENCE_ID,
                          why);
             continue;
         }
@@ -682,7 +682,7 @@ static void check_run(struct outcome *oc, struct verify_io *got, struct verify_i
 /* Run                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Runs impl alone on io's host tensors. */
+/* Runs impl alone on io's CPU tensors. */
 static int call_pinned(const char *op, const char *impl, struct verify_io *io)
 {
     int rc = pin(op, impl);
@@ -807,7 +807,8 @@ static void run_row(struct row *r, int device, const struct verify_io *input,
             struct tool_tensor *tt = verify_slot(&io, (enum verify_slot)s);
             if (!tt || tool_tensor_guard_intact(tt))
                 continue;
-            violation(&oc, "wrote past the end of '%s' (into the %d guard bytes after its storage; "
+            violation(&oc,
+                      "wrote past the end of '%s' (into the %d guard bytes after its storage; "
                       "status %d)",
                       verify_slot_name((enum verify_slot)s), TOOL_GUARD_BYTES, rc);
             if (s == VS_CACHE) /* shared by the next runs */
@@ -893,7 +894,7 @@ static bool run_reference(struct row *ref_row, const struct verify_io *input,
 /*
  * Every runnable row of (op, dtype) on one case: the reference first, then
  * the others. On other devices than the CPU, reference.c is not a row of the
- * plan: it runs on the host, recorded in a scratch row that is not reported
+ * plan: it runs on the CPU, recorded in a scratch row that is not reported
  * (a failure of it fails every row of the case, "nothing to compare with").
  */
 static void run_op_case(struct plan *p, int device, int op, int dtype,
@@ -1030,7 +1031,7 @@ static void report_text(const struct verify_opts *o, const struct plan *p)
            "rtol*|want|\n",
            o->device_name, dtypes, o->quick ? "quick" : "full", o->seed);
     if (o->provider[0])
-        printf("device memory: plugin '%s'; expected outputs: %s on the host; %d guard bytes "
+        printf("device memory: plugin '%s'; expected outputs: %s on the CPU; %d guard bytes "
                "around every tensor\n",
                cli_text(o->provider), REFERENCE_ID, DEV_GUARD_BYTES);
     /* Columns as wide as their longest op name and impl_id (at least the usual 18 and 16). */

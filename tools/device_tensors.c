@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Device copies of host tensors (see device_tensors.h). Every transfer goes
- * through fld_device_copy(); host-to-device and device-to-host copies have
- * finished when it returns, so the host buffers may be reused at once.
+ * Device copies of the tool's tensors in CPU memory (see device_tensors.h).
+ * Every transfer goes through fld_device_copy(); copies to and from the
+ * device have finished when it returns, so the CPU buffers may be reused at
+ * once.
  */
 #include "device_tensors.h"
 
@@ -25,11 +26,11 @@ static void fill_guard(unsigned char *buf, size_t n)
         buf[i] = guard_byte(i);
 }
 
-int dev_tensor_upload(struct dev_tensor *d, DLDevice device, const struct tool_tensor *host,
+int dev_tensor_upload(struct dev_tensor *d, DLDevice device, const struct tool_tensor *src,
                       size_t guard)
 {
     memset(d, 0, sizeof *d);
-    const size_t storage = host->bytes;
+    const size_t storage = src->bytes;
     size_t total = storage + 2 * guard;
     if (total == 0)
         total = 64; /* a valid pointer for an empty tensor */
@@ -42,7 +43,7 @@ int dev_tensor_upload(struct dev_tensor *d, DLDevice device, const struct tool_t
         pattern = malloc(guard);
         if (!pattern) {
             fld_device_free(device, base);
-            fld_set_error("out of host memory for a %zu-byte guard pattern", guard);
+            fld_set_error("out of CPU memory for a %zu-byte guard pattern", guard);
             return FLD_ENOMEM;
         }
         fill_guard(pattern, guard);
@@ -53,7 +54,7 @@ int dev_tensor_upload(struct dev_tensor *d, DLDevice device, const struct tool_t
         free(pattern);
     }
     if (rc == FLD_OK && storage)
-        rc = fld_device_copy(device, (char *)base + guard, host->alloc, storage,
+        rc = fld_device_copy(device, (char *)base + guard, src->alloc, storage,
                              FLD_COPY_HOST_TO_DEVICE);
     if (rc != FLD_OK) {
         fld_device_free(device, base);
@@ -63,9 +64,9 @@ int dev_tensor_upload(struct dev_tensor *d, DLDevice device, const struct tool_t
     d->bytes = storage;
     d->guard = guard;
     d->device = device;
-    d->t = host->t;
-    memcpy(d->shape, host->shape, sizeof d->shape);
-    memcpy(d->strides, host->strides, sizeof d->strides);
+    d->t = src->t;
+    memcpy(d->shape, src->shape, sizeof d->shape);
+    memcpy(d->strides, src->strides, sizeof d->strides);
     d->t.shape = d->shape;
     d->t.strides = d->strides;
     d->t.device = device;
@@ -73,12 +74,12 @@ int dev_tensor_upload(struct dev_tensor *d, DLDevice device, const struct tool_t
     return FLD_OK;
 }
 
-int dev_tensor_download(const struct dev_tensor *d, struct tool_tensor *host)
+int dev_tensor_download(const struct dev_tensor *d, struct tool_tensor *dst)
 {
-    size_t n = d->bytes < host->bytes ? d->bytes : host->bytes;
+    size_t n = d->bytes < dst->bytes ? d->bytes : dst->bytes;
     if (!d->base || n == 0)
         return FLD_OK;
-    return fld_device_copy(d->device, host->alloc, (const char *)d->base + d->guard, n,
+    return fld_device_copy(d->device, dst->alloc, (const char *)d->base + d->guard, n,
                            FLD_COPY_DEVICE_TO_HOST);
 }
 
@@ -90,7 +91,7 @@ int dev_tensor_check_guards(const struct dev_tensor *d, bool *intact, const char
         return FLD_OK;
     unsigned char *buf = malloc(d->guard);
     if (!buf) {
-        fld_set_error("out of host memory reading %zu guard bytes", d->guard);
+        fld_set_error("out of CPU memory reading %zu guard bytes", d->guard);
         return FLD_ENOMEM;
     }
     int rc = FLD_OK;

@@ -32,17 +32,17 @@ struct dev_tensor {
 };
 
 /*
- * Allocates a device tensor laid out as host (with guard bytes on each side,
- * 0 for none) and copies host's storage, padding included, into it. An empty
+ * Allocates a device tensor laid out as src (with guard bytes on each side,
+ * 0 for none) and copies src's storage, padding included, into it. An empty
  * tensor with no guard gets a minimal allocation so its data pointer is
  * valid. FLD_OK, or the library's status with fld_last_error() set (d left
  * empty).
  */
-int dev_tensor_upload(struct dev_tensor *d, DLDevice device, const struct tool_tensor *host,
+int dev_tensor_upload(struct dev_tensor *d, DLDevice device, const struct tool_tensor *src,
                       size_t guard);
 
-/* Copies the device storage back into host (same layout); FLD_OK or the library's status. */
-int dev_tensor_download(const struct dev_tensor *d, struct tool_tensor *host);
+/* Copies the device storage back into dst (same layout); FLD_OK or the library's status. */
+int dev_tensor_download(const struct dev_tensor *d, struct tool_tensor *dst);
 
 /*
  * Whether both guard regions still hold the pattern: *intact false and

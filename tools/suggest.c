@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * "Did you mean" for the tool: the library's closeness (core/names.c
+ * "Did you mean" for the tool: the library's closeness (core/policy/names.c
  * fld__did_you_mean(), exported for the tool), among the tool's names.
  */
 #include "suggest.h"

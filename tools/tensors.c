@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Host tensors of the tool (see tensors.h). Row-major storage with optional
+ * The tool's tensors in CPU memory (see tensors.h). Row-major storage with optional
  * padding after each row of the last dim; the DLTensor view always carries
  * explicit strides (as PyTorch's DLPack export does) and byte_offset 0.
  */

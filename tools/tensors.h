@@ -9,7 +9,7 @@
  * the second value of each pair is handed out first and a leftover value is
  * dropped at the end of a fill, so verify's inputs for a given --seed are
  * the same on every machine. (The tests have their own helper,
- * tests/util/host_tensor.h: guarded buffers that catch stray writes.)
+ * tests/util/cpu_tensor.h: guarded buffers that catch stray writes.)
  */
 #ifndef FLD_TOOLS_TENSORS_H
 #define FLD_TOOLS_TENSORS_H

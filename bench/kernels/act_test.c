@@ -13,7 +13,7 @@
  *   - the variants agree with the portable one within the tolerance;
  *   - special values (0, -0, +-inf, NaN, |x| > 88, values at the clamps
  *     of exp and erf) behave like a float32 replica of
- *     core/reference_activation.c: the same NaN, the same infinities, the
+ *     core/reference/reference_activation.c: the same NaN, the same infinities, the
  *     same signed zeros, the rest within the tolerance;
  *   - an accuracy sweep of the vmath functions over a strided walk of all
  *     floats against double-precision libm (--accuracy for a finer one).
@@ -189,7 +189,7 @@ static double oracle(enum fld_cpu_act act, double a, double b)
     }
 }
 
-/* A float32 replica of core/reference_activation.c (special values). */
+/* A float32 replica of core/reference/reference_activation.c (special values). */
 static float ref32(enum fld_cpu_act act, float a, float b)
 {
     switch (act) {

@@ -14,7 +14,7 @@
  *   - variants agree with each other within the tolerance (rotary: bit
  *     for bit) and rotary equals a float32 replica of the reference;
  *   - special values (0, -0, +-inf, NaN, large) behave like a float32
- *     replica of core/reference_norm.c / reference_rotary.c.
+ *     replica of core/reference/reference_norm.c / reference_rotary.c.
  * Each call is split into uneven row ranges as the thread pool splits it.
  *
  * Usage: nr_test [--quick] [-v]. Exit 0 when every check passes.
@@ -317,7 +317,7 @@ static void norm_call(const struct fld_cpu_variant *v, const struct fld_cpu_norm
     v->norm(job, b, t);
 }
 
-/* Replica of core/reference_norm.c for one row (special values): the sum of
+/* Replica of core/reference/reference_norm.c for one row (special values): the sum of
  * squares and inv in double, n = v * inv rounded to float32, then the scale. */
 static void ref_norm_row(float *out, const float *v, const float *w, int64_t h, float eps,
                          int gemma)
@@ -666,7 +666,7 @@ static float round_to(int dt, float v)
     return ld(cell, 0, dt);
 }
 
-/* Replica of core/reference_rotary.c on one head: cos and sin rounded to the
+/* Replica of core/reference/reference_rotary.c on one head: cos and sin rounded to the
  * head's dtype, then every product and both sums rounded to it. */
 static void ref_rot_head(void *head, const void *row, int64_t half, int neox, int dt, int cdt)
 {

@@ -7,7 +7,7 @@
  *
  * Each composition copies its strided inputs into contiguous scratch
  * (aclnnCast reads strided views; to the same dtype it is a copy) and
- * rounds where core/reference_*.c rounds, which is where vLLM rounds:
+ * rounds where core/reference/reference_*.c rounds, which is where vLLM rounds:
  *   - activations compute in the storage dtype: Silu / GeluV2 into scratch
  *     of the dtype (the activation rounded, as vLLM's ACT_FN returns it),
  *     then Mul (the product rounded): round(round(act(a)) * b);
@@ -47,7 +47,7 @@
  * undone; the message says so.)
  *
  * Never run on Ascend hardware: only against the fake CANN of
- * tests/fake_acl, which computes these operators on the host.
+ * tests/fake_acl, which computes these operators on the CPU.
  */
 #include <stdio.h>
 #include <string.h>

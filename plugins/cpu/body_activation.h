@@ -5,7 +5,7 @@
  * includes it after its simd_<name>.h and vmath.h.
  *
  * out[r][j] = f(a[j], b[j]) with a = x[r][0, d) and b = x[r][d, 2d), with
- * the rounding of core/reference_activation.c (vLLM's):
+ * the rounding of core/reference/reference_activation.c (vLLM's):
  *   float32           the vector activation (vmath.h) times the other half,
  *                     one rounding; within vLLM's float32 tolerance of the
  *                     reference, and more accurate than vLLM's formulas in

@@ -31,7 +31,7 @@
  * float32 sum is not usable -- inf (squares of values near 1e20 and above
  * overflow, or an inf in the row), NaN, or so small that eps cannot hide
  * the squares' underflow (sum / h + eps < 2^-100, only with eps near 0) --
- * is normalised again by exact.c in double, as core/reference_norm.c does
+ * is normalised again by exact.c in double, as core/reference/reference_norm.c does
  * every row: the normalised value for any finite row, PyTorch's NaN/0 for
  * non-finite ones. Ordinary rows never take that path.
  *

@@ -21,7 +21,7 @@
  * Products and sums are separate float32 operations (not fused; the build
  * is ISO C11, so the compiler does not contract them either), in the
  * reference's order, so the float32 result is the reference's exactly.
- * 16-bit heads round as vLLM's forward_native (core/reference_rotary.c):
+ * 16-bit heads round as vLLM's forward_native (core/reference/reference_rotary.c):
  * cos/sin rounded to the heads' dtype when the scratch is filled (a float32
  * cache), then every product and the sum rounded to it in registers --
  * round(round(x c) - round(y s)); gptj's s2 = -s keeps that, as rounding

@@ -16,7 +16,7 @@
  *
  * Arithmetic is float32; 16-bit storage is widened on load and rounded
  * (round to nearest even) where the library's reference rounds
- * (core/reference_*.c): on store, and in between where vLLM rounds to the
+ * (core/reference/reference_*.c): on store, and in between where vLLM rounds to the
  * storage type (the activation before its product; rotary's products and
  * sums). The scalar paths that must match the reference to the bit live in
  * exact.c. Nothing keeps state between calls except the pool and the
@@ -50,8 +50,8 @@ static inline void *fld__cpu_at(const void *base, int64_t idx, int dt)
  * Prefetch one line of the next row of an activation or a norm (read), as
  * the row before it computes. Float32 rows go to L2 only (prefetcht2): on
  * Zen 4 at 4096 x 4096, one thread, medians of three alternated runs, that
- * took rms_norm from 86% to 103% of the triad, silu_and_mul from 71% to
- * 97%, gelu_tanh_and_mul from 67% to 75% against prefetching into L1,
+ * gives rms_norm 103% of the triad, silu_and_mul 97%, gelu_tanh_and_mul
+ * 75%, against 86%, 71% and 67% with prefetching into L1,
  * which evicts the lines the row itself still reads. 16-bit rows keep L1
  * (prefetcht0): there the fused-residual norms lost 10 points with L2 and
  * the two-thread norms 10-40 (docs/BENCHMARKS.md). dt is a constant of the
@@ -264,7 +264,7 @@ static inline size_t fld__cpu_stream_threshold(void)
  * forms (vmath.h's torch forms, one lane); NULL for F32.
  * Built on first use; MT safe. */
 const uint16_t *fld__cpu_act_table(enum fld_cpu_act_fn fn, int dt, bool torch);
-/* One row normalised in double (core/reference_norm.c's numerics): for rows
+/* One row normalised in double (core/reference/reference_norm.c's numerics): for rows
  * whose float32 sum of squares overflowed, underflowed or is NaN. src is the
  * row being normalised (x or the updated residual), of dtype src_dt. */
 void fld__cpu_norm_row_exact(const struct fld_cpu_norm_job *job, void *out, const void *src,

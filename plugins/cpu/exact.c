@@ -2,9 +2,9 @@
 /*
  * The cpu plugin's scalar paths for what the vector kernels must not
  * approximate: vLLM's activation formulas (the spec is
- * core/reference_activation.c; the same float32 operations and C library
+ * core/reference/reference_activation.c; the same float32 operations and C library
  * functions, so the same bits) and the rare norm rows whose float32 sum of
- * squares is not usable (core/reference_norm.c's double-precision form).
+ * squares is not usable (core/reference/reference_norm.c's double-precision form).
  *
  * This file is compiled with the build's baseline flags, like the library:
  * no variant's instruction set may change how these round.
@@ -179,7 +179,7 @@ static uint16_t narrow(int dt, float v)
 }
 
 /*
- * The elementwise activations (core/reference_activation.c's formulas, the
+ * The elementwise activations (core/reference/reference_activation.c's formulas, the
  * same operations; they have no PyTorch form of their own here: the vLLM
  * plugin does not replace their layers).
  */

@@ -33,7 +33,7 @@
  * tolerance (atol 1e-5, rtol 1.3e-6) the gated ops stay below 0.15 of it
  * at |a|, |b| up to 12 (act_test).
  *
- * Special values follow core/reference_activation.c: exp(+inf) = inf,
+ * Special values follow core/reference/reference_activation.c: exp(+inf) = inf,
  * exp(-inf) = 0, a NaN input gives NaN; silu(-inf), gelu(-inf) and
  * gelu_tanh(-inf) are NaN (-inf * 0, as the reference's -inf / inf and
  * -inf * erfc(inf)), their +inf is +inf; large negative inputs give -0 or

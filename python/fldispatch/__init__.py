@@ -62,7 +62,7 @@ from . import flagos as _flagos  # noqa: E402,F401  (adds the flagos tier to dis
 # --json` (schema 1): lists as lists, absent as None, switches as bools.
 JSON_SCHEMA = 1
 
-# The library's policy-field table (core/policy_table.h), one dict per field:
+# The library's policy-field table (core/policy/policy_table.h), one dict per field:
 # key, env, yaml_key, word, kind, partner, upstream. Every key list below is
 # taken from it.
 POLICY_FIELDS = _C.policy_fields()

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The library's device table (core/devices.h, through _C.devices()) and the
+"""The library's device table (core/base/devices.h, through _C.devices()) and the
 names the package derives from it: every name a device goes by, PyTorch's
 device type of its tensors, and the device of a PyTorch device type.
 

@@ -11,7 +11,7 @@ adds fldispatch's own there:
   (VLLM_FL_OOT_FORCE), which IR ops it serves, the policy and plugins that decide
   what its provider accepts), with its value from the environment: the
   policy fields' variables and the rows of the library's variable table
-  (_C.variables(), core/variables.h) whose compile column is GRAPH, and any
+  (_C.variables(), core/policy/variables.h) whose compile column is GRAPH, and any
   other VLLM_FL_* variable set, but those the table marks NEVER (the
   variables that only observe: counters, trace, IO dump, log level), which
   vLLM warns about as unknown variables as for any other;

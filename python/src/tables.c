@@ -3,9 +3,9 @@
  * The library's tables as the Python package reads them, so that it keeps
  * no copy of its own: the catalog's rows with their families (_C.catalog(),
  * <fldispatch/catalog.def>), the device table (_C.devices(),
- * core/devices.h), the implementation kinds with their default priorities
+ * core/base/devices.h), the implementation kinds with their default priorities
  * (_C.kinds(), <fldispatch/plugin.h>) and the variable table
- * (_C.variables(), core/variables.h). None needs fld_init(). The dtype and policy-field
+ * (_C.variables(), core/policy/variables.h). None needs fld_init(). The dtype and policy-field
  * tables are introspect.c's (_C.dtypes(), _C.policy_fields()).
  */
 #include <fldispatch/internal/tool_api.h>

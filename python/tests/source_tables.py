@@ -1,17 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """The library's tables read from the source tree, for the tests that hold the
 documentation and the code to them: the policy-field table
-(core/policy_table.h), the variable table (core/variables.h), the device
-table (core/devices.h), the kinds (include/fldispatch/plugin.h) and the
+(core/policy/policy_table.h), the variable table
+(core/policy/variables.h), the device table (core/base/devices.h), the kinds (include/fldispatch/plugin.h) and the
 catalog (include/fldispatch/catalog.def)."""
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-POLICY_TABLE = ROOT / "core" / "policy_table.h"
-VARIABLE_TABLE = ROOT / "core" / "variables.h"
-DEVICE_TABLE = ROOT / "core" / "devices.h"
+POLICY_TABLE = ROOT / "core" / "policy" / "policy_table.h"
+VARIABLE_TABLE = ROOT / "core" / "policy" / "variables.h"
+DEVICE_TABLE = ROOT / "core" / "base" / "devices.h"
 PLUGIN_HEADER = ROOT / "include" / "fldispatch" / "plugin.h"
 CATALOG = ROOT / "include" / "fldispatch" / "catalog.def"
 

@@ -6,7 +6,7 @@ valid ones). Each valid name registers and is found under exactly that
 name; each invalid one raises ValueError naming it and leaves nothing
 behind; nothing crashes. The rule checked against: the library's names are
 [A-Za-z0-9_.] for ops and [A-Za-z0-9_.-] for impl ids and vendors, at most
-96 characters (core/registry.c), an impl id is "<kind>.<name>".
+96 characters (core/registry/registry.c), an impl id is "<kind>.<name>".
 
 FLDPY_NAMES_SEED picks another seed and FLDPY_NAMES_CASES the number of
 cases (the default run is short; fuzz-smoke may run more)."""

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The documentation's lists of policy keys are the policy-field table's
-(core/policy_table.h): a key, YAML key or variable missing from one of them,
+(core/policy/policy_table.h): a key, YAML key or variable missing from one of them,
 or one that is not a field, fails here. The lists:
 
 - include/fldispatch/fldispatch.h: fld_policy_set()'s keys with their
@@ -46,7 +46,7 @@ def same(listed, want, where):
     twice = sorted({k for k in listed if listed.count(k) > 1})
     assert not (missing or extra or twice), (
         f"{where}: missing {missing}, not a policy field {extra}, twice {twice} "
-        f"(core/policy_table.h has {want})")
+        f"(core/policy/policy_table.h has {want})")
 
 
 def test_fld_policy_set_keys_in_the_header():

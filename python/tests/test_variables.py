@@ -2,9 +2,9 @@
 """Every environment variable fldispatch reads is in one table, and the
 documentation lists that table.
 
-The table is core/variables.h (FLD_VARIABLES) joined with the policy fields'
-variables (core/policy_table.h); the library's unknown-variable check
-(core/names.c) is built from the same rows. This test reads the sources of
+The table is core/policy/variables.h (FLD_VARIABLES) joined with the policy fields'
+variables (core/policy/policy_table.h); the library's unknown-variable check
+(core/policy/names.c) is built from the same rows. This test reads the sources of
 the library, the plugins, the tool and the Python package (not tests/ nor
 bench/) for the variables they read:
 
@@ -39,7 +39,7 @@ SOURCE_PLACES = ("core", "plugins", "tools", "include", "python/src", "python/na
                  "python/fldispatch", "python/setup.py")
 C_SUFFIXES = {".c", ".h", ".cpp", ".cc", ".cu", ".cuh", ".hip"}
 # The tables themselves name every variable without reading any.
-TABLE_FILES = {"core/variables.h", "core/policy_table.h"}
+TABLE_FILES = {"core/policy/variables.h", "core/policy/policy_table.h"}
 # Names that appear where variables are read but are not read from the environment.
 NOT_READ = {
     # a key fldispatch adds to vLLM's own variable table; its value is computed
@@ -120,31 +120,31 @@ def test_the_scanner_finds_reads(tmp_path):
 def test_every_variable_read_is_in_the_table():
     known = set(TABLE) | set(POLICY) | set(UPSTREAM) | NOT_READ
     unknown = {name: sorted(files) for name, files in READS.items() if name not in known}
-    assert not unknown, (f"read but not in core/variables.h (FLD_VARIABLES) nor the policy "
+    assert not unknown, (f"read but not in core/policy/variables.h (FLD_VARIABLES) nor the policy "
                          f"table: {unknown}")
 
 
 def test_every_row_is_read_where_the_table_says():
     for row in ROWS:
         place = READER_PLACES.get(row["reader"])
-        assert place, f"core/variables.h: {row['name']}: unknown reader {row['reader']}"
+        assert place, f"core/policy/variables.h: {row['name']}: unknown reader {row['reader']}"
         files = READS.get(row["name"], set())
         assert any(f == place or f.startswith(place) for f in files), (
-            f"core/variables.h lists {row['name']} as read by {row['reader']} ({place}), "
+            f"core/policy/variables.h lists {row['name']} as read by {row['reader']} ({place}), "
             f"but nothing there reads it (read in: {sorted(files) or 'nothing'})")
         assert row["use"] in ("USER", "TEST"), f"{row['name']}: use {row['use']}"
 
 
 def test_the_tables_do_not_overlap():
-    assert len(TABLE) == len(ROWS), "a variable listed twice in core/variables.h"
-    assert not set(TABLE) & set(POLICY), "a policy variable listed in core/variables.h too"
+    assert len(TABLE) == len(ROWS), "a variable listed twice in core/policy/variables.h"
+    assert not set(TABLE) & set(POLICY), "a policy variable listed in core/policy/variables.h too"
     assert not set(TABLE) & set(UPSTREAM), "a variable both read and listed as upstream's only"
     assert not NOT_READ & set(TABLE)
 
 
 def test_the_policy_variables_are_read_from_the_table():
-    # core/policy_sources.c reads every policy field's variable through the table's env column.
-    assert re.search(r"getenv\(\s*fld__policy_field_env\(", (ROOT / "core" / "policy_sources.c").read_text())
+    # core/policy/policy_sources.c reads every policy field's variable through the table's env column.
+    assert re.search(r"getenv\(\s*fld__policy_field_env\(", (ROOT / "core" / "policy" / "policy_sources.c").read_text())
 
 
 # ---- the documentation ----------------------------------------------------------

@@ -2,7 +2,7 @@
 /*
  * A fake of Huawei CANN for testing the ascend plugin without hardware:
  * the AscendCL runtime calls, aclnn tensor descriptors and the aclnn
- * operators the plugin uses, with host memory playing device memory.
+ * operators the plugin uses, with CPU memory playing device memory.
  *
  * The operators compute their real results so the plugin's output can be
  * checked against the library's reference kernels: each computes in float32
@@ -10,7 +10,7 @@
  * (we assume) CANN's elementwise operators do on 16-bit tensors; Silu and
  * GeluV2 use vLLM's / PyTorch's formulas (x / (1 + e^-x); the erf form
  * 0.5 x (1 + erf(x / sqrt2)) and the tanh form 0.5 x (1 + tanh(u))), so a
- * composition that rounds where vLLM rounds gives core/reference_*.c's bits.
+ * composition that rounds where vLLM rounds gives core/reference/reference_*.c's bits.
  * The fused operators (SwiGlu, RotaryPositionEmbedding, RmsNorm and its
  * variants) model a fused kernel: float32 throughout, one rounding of each
  * output. The fake checks the protocol a real

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Fixture plugin "fakedev": a CUDA device made of host memory, so that
+ * Fixture plugin "fakedev": a CUDA device made of CPU memory, so that
  * `fldispatch verify --device cuda` and `bench --device cuda` can run here
  * (tests/test_verify.c, tests/test_bench.c). Loaded only through
  * VLLM_FL_PLUGIN_MODULES=$FLD_BUILDDIR/tests/fakedev/fld-fakedev.so.
@@ -411,7 +411,7 @@ static int register_fakedev(fld_registry *reg)
             rc = add(reg, FLD_OP_RMS_NORM, "vendor.fakedev_bad", overrunning_rms_norm);
     }
     if (!rc)
-        rc = fld_registry_set_detail(reg, "host memory posing as cuda device 0 (test fixture)");
+        rc = fld_registry_set_detail(reg, "CPU memory posing as cuda device 0 (test fixture)");
     return rc;
 }
 

@@ -54,7 +54,7 @@ fuzz-toolcheck:
 
 $(FUZZ_OBJ)/core/%.o: core/%.c $(B)/gen/fld_paths.h | fuzz-toolcheck
 	@mkdir -p $(@D)
-	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEP_CFLAGS) -fvisibility=hidden -DFLD_BUILDING_LIBRARY -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) $(CORE_INCLUDES) $(DEP_CFLAGS) -fvisibility=hidden -DFLD_BUILDING_LIBRARY -c $< -o $@
 
 $(FUZZ_OBJ)/plugins/cpu/%.o: plugins/cpu/%.c | fuzz-toolcheck
 	@mkdir -p $(@D)
@@ -83,10 +83,10 @@ endif
 
 $(FUZZ_OBJ)/tests/fuzz/%.o: tests/fuzz/%.c tests/fuzz/fuzz_common.h | fuzz-toolcheck
 	@mkdir -p $(@D)
-	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -Icore -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror $(CORE_INCLUDES) -c $< -o $@
 $(FUZZ_OBJ)/tests/fuzz/fuzz_tensors_cpu.o: tests/fuzz/fuzz_tensors.c tests/fuzz/fuzz_common.h | fuzz-toolcheck
 	@mkdir -p $(@D)
-	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -Icore -DFUZZ_CPU_PLUGIN -c $< -o $@
+	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror $(CORE_INCLUDES) -DFUZZ_CPU_PLUGIN -c $< -o $@
 
 FUZZ_LINK = $(FUZZ_CC) -fsanitize=fuzzer,$(FUZZ_SANITIZE) -fno-sanitize-recover=all -o $@ \
   $(filter %.o,$^) $(DEP_LIBS) -ldl -lm -pthread

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: the value grammars of the environment and of
- * fld_policy_set() / the scoped pushes (core/parse.c, core/custom_ops.c).
+ * fld_policy_set() / the scoped pushes (core/base/parse.c, core/policy/custom_ops.c).
  *
  * The input is split at NUL bytes into up to FUZZ_PIECES strings. Every
  * piece goes through every grammar on its own (booleans, prefer, name lists,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * libFuzzer target: the op-signature parser (core/signature.c), which reads
+ * libFuzzer target: the op-signature parser (core/ops/signature.c), which reads
  * the schemas that plugins declare (fld_declare_op(), a plugin's
  * declarations) and the catalog's own.
  *

@@ -56,7 +56,7 @@ int emu_device_name(int device_id, char *buf, size_t size)
     if (device_id != 0)
         return FLD_EMU_ERR_INVALID_DEVICE;
     if (size > 0)
-        snprintf(buf, size, "fldispatch GPU emulator (host memory, warp %d)", fld_emu::warp_size());
+        snprintf(buf, size, "fldispatch GPU emulator (CPU memory, warp %d)", fld_emu::warp_size());
     return 0;
 }
 

@@ -9,7 +9,7 @@
  * norms, gemma, weight NULL, rotary neox/gptj with a float32 or same-dtype
  * cache, key NULL, rot_dim < head_size, int32 positions, out-of-range
  * positions, and guard bytes around every view. Each case builds CPU
- * tensors (tests/util/host_tensor.h), runs reference.c on one copy through the
+ * tensors (tests/util/cpu_tensor.h), runs reference.c on one copy through the
  * public API (pinned with a strict per-op order) and fld__gpu_api_emu on
  * another, with the kernel arguments built by fld_tensor_rows() and
  * fld_rotary_geometry_of() as the plugins' glue does.
@@ -42,7 +42,7 @@
 extern "C" {
 #include "util/env.h"
 #include "util/harness.h"
-#include "../util/host_tensor.h"
+#include "../util/cpu_tensor.h"
 }
 
 #include "gpu_emu.h"

@@ -3,7 +3,7 @@
 # the top-level Makefile.
 #
 #   $(B)/tests/gpu/libfld-gpu-emu.a   the emulator + fld__gpu_api_emu (the kernels of
-#                                     plugins/shared/gpu/gpu_kernels.cuh on host memory),
+#                                     plugins/shared/gpu/gpu_kernels.cuh on CPU memory),
 #                                     -fPIC so a fixture plugin can link it; link
 #                                     users add -lstdc++
 #   $(TESTOUT)/test_gpu_kernels       Check program: the kernels against reference.c

@@ -2,7 +2,7 @@
 /*
  * Fixture plugin "fakecuda": see fakecuda.h. Every call the glue makes goes
  * through a wrapper here that records it, then to the emulator's table
- * (fld__gpu_api_emu), which runs the real kernel source on the host.
+ * (fld__gpu_api_emu), which runs the real kernel source on the CPU.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * The "fakecuda" fixture plugin (tests/gpuplug/fakecuda.c): the GPU glue of
  * the cuda and rocm plugins (plugins/shared/gpu/gpu_plugin.c) over the GPU
  * emulator's api table (tests/gpu), registered as vendor "cuda" on CUDA
- * tensors that are really host memory. It wraps the emulator's table to
+ * tensors that are really CPU memory. It wraps the emulator's table to
  * pretend to have FAKECUDA_DEVICES devices (default 2), each with a compute
  * capability and a primary context created on first use, and a per-thread
  * stack of current contexts as CUDA's driver keeps it (a thread starts with

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Fixture: device hooks for CUDA made of host memory whose alloc hook calls
+ * Fixture: device hooks for CUDA made of CPU memory whose alloc hook calls
  * fld_reload() before it allocates. The nested call is refused (FLD_ESTATE,
  * naming the plugin and the hook); the allocation itself goes on.
  */

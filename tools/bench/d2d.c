@@ -2,7 +2,7 @@
 /*
  * The memory bandwidth ceiling of bench on devices other than the CPU: a
  * device-to-device copy of a large buffer through fld_device_copy(), timed
- * on the host clock around batches of copies that end with
+ * on the CPU clock around batches of copies that end with
  * fld_device_synchronize(), as the kernels are timed. Bytes are counted as
  * STREAM's copy counts them: the buffer read once and written once. A GPU
  * vendor's bandwidth test (cudaMemcpy device to device) counts the same way.
@@ -44,20 +44,20 @@ void bench_d2d_close(struct bench_d2d *d)
 static bool fill(struct bench_d2d *d)
 {
     size_t chunk = d->bytes < FILL_CHUNK ? d->bytes : FILL_CHUNK;
-    float *host = malloc(chunk);
-    if (!host) {
+    float *staging = malloc(chunk);
+    if (!staging) {
         fprintf(stderr, "fldispatch bench: out of memory for the d2d copy's fill buffer\n");
         return false;
     }
-    for (size_t i = 0; i < chunk / sizeof *host; i++)
-        host[i] = (float)(i % 1021) * 0.5f - 255.0f;
+    for (size_t i = 0; i < chunk / sizeof *staging; i++)
+        staging[i] = (float)(i % 1021) * 0.5f - 255.0f;
     bool ok = true;
     for (size_t off = 0; off < d->bytes && ok; off += chunk) {
         size_t n = d->bytes - off < chunk ? d->bytes - off : chunk;
-        ok = fld_device_copy(d->device, (char *)d->src + off, host, n, FLD_COPY_HOST_TO_DEVICE) ==
-             FLD_OK;
+        ok = fld_device_copy(d->device, (char *)d->src + off, staging, n,
+                             FLD_COPY_HOST_TO_DEVICE) == FLD_OK;
     }
-    free(host);
+    free(staging);
     if (!ok)
         fprintf(stderr, "fldispatch bench: filling the d2d copy's source: %s\n", fld_last_error());
     return ok;

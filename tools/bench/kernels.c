@@ -33,7 +33,7 @@
  *     slows part of the run weighs on both sides alike.
  *
  * Devices other than the CPU (--device cuda|rocm|ascend): the tensors are
- * generated on the host as for the CPU and copied once to device memory
+ * generated in CPU memory as for the CPU and copied once to device memory
  * (fld_device_alloc/copy, the device plugin's hooks); every timed batch
  * ends with fld_device_synchronize() inside the timed interval, so kernel
  * launches are not mistaken for kernel runs. So that the figure is the
@@ -320,7 +320,7 @@ static bool fill_random(struct tool_tensor *tt, uint64_t *seed, float lo, float 
     return true;
 }
 
-/* The host tensors of a case, in the order of bench_case.dev. */
+/* The CPU tensors of a case, in the order of bench_case.dev. */
 static struct tool_tensor *case_tensor(struct bench_case *c, int i)
 {
     struct tool_tensor *const t[CASE_TENSORS] = {&c->x,         &c->out,   &c->weight, &c->res,
@@ -329,16 +329,16 @@ static struct tool_tensor *case_tensor(struct bench_case *c, int i)
     return t[i];
 }
 
-/* The device copy in set (dev[] or an extra set) standing for a host view of the case. */
-static DLTensor *device_view(struct bench_case *c, struct dev_tensor *set, DLTensor *host)
+/* The device copy in set (dev[] or an extra set) standing for a CPU view of the case. */
+static DLTensor *device_view(struct bench_case *c, struct dev_tensor *set, DLTensor *cpu_view)
 {
-    for (int i = 0; host && i < CASE_TENSORS; i++)
-        if (host == &case_tensor(c, i)->t)
+    for (int i = 0; cpu_view && i < CASE_TENSORS; i++)
+        if (cpu_view == &case_tensor(c, i)->t)
             return &set[i].t;
-    return host;
+    return cpu_view;
 }
 
-/* The arguments of the case (host views) pointed at set's copies. */
+/* The arguments of the case (CPU views) pointed at set's copies. */
 static void args_on_set(struct bench_case *c, struct dev_tensor *set, union case_args *a)
 {
     if (c->args == &c->act) {
@@ -368,7 +368,7 @@ static void args_on_set(struct bench_case *c, struct dev_tensor *set, union case
     }
 }
 
-/* Uploads the case's host tensors into set; FLD_OK or the library's status. */
+/* Uploads the case's CPU tensors into set; FLD_OK or the library's status. */
 static int upload_set(struct bench_case *c, struct dev_tensor *set, DLDevice dev)
 {
     for (int i = 0; i < CASE_TENSORS; i++) {
@@ -385,7 +385,7 @@ static int upload_set(struct bench_case *c, struct dev_tensor *set, DLDevice dev
 /*
  * Copies the case's tensors to the device -- as many sets as DEVICE_COLD_BYTES
  * asks (fewer if device memory runs out after the first) -- points the
- * arguments at the copies and frees the host storage. false after a message
+ * arguments at the copies and frees the CPU storage. false after a message
  * on stderr.
  */
 static bool case_to_device(struct bench_case *c, int device_type)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fldispatch bench: helpers shared by its files, the floor under the modes
+ * fldispatch bench: helpers shared by its files, under the modes
  * (util.c; bench_cpu_ghz() is clock.c's). Nothing here depends
  * on a mode or on cmd_bench.c.
  */

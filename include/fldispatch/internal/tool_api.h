@@ -1,20 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the fldispatch tool uses of the library beyond the public API: the
- * crash-isolating plugin probe of `fldispatch doctor` (core/probe.c),
- * discovery's list of candidate files (core/discovery.c), the host's file
- * checks (core/plugin_file.c), and the rows of the device table
- * (core/devices.c), from which the tool's and the Python extension's
+ * crash-isolating plugin probe of `fldispatch doctor` (core/registry/probe.c),
+ * discovery's list of candidate files (core/registry/discovery.c), the host's file
+ * checks (core/registry/plugin_file.c), and the rows of the device table
+ * (core/base/devices.c), from which the tool's and the Python extension's
  * device names derive, and the escaper of text that leaves the library
- * (core/escape.c).
+ * (core/base/escape.c).
  *
  * Internal: not installed with the public headers, not part of the API or
  * the ABI, and free to change with any release. The tool, the Python
  * extension (python/src, built and shipped with its own copy of the
  * library) and the library ship together, and the functions marked
  * FLD_TOOL_API are exported from libfldispatch.so for them alone. Nothing
- * else should include this file; core/ includes it (core/probe.h,
- * core/devices.c), so both sides compile against the same declarations.
+ * else should include this file; core/ includes it (core/registry/probe.h,
+ * core/base/devices.c), so both sides compile against the same declarations.
  *
  * Thread safety differs from the public conventions: fld__probe_run() in
  * FLD_PROBE_FORK mode is for a single-threaded process only (see enum
@@ -151,7 +151,7 @@ FLD_TOOL_API void fld__plugin_candidates_free(char **paths, size_t n, char *sear
 FLD_TOOL_API bool fld__plugin_check_file(const char *path, struct stat *st, char *why, size_t size);
 
 /*
- * One row of the library's device table (core/devices.h FLD_DEVICE_TABLE),
+ * One row of the library's device table (core/base/devices.h FLD_DEVICE_TABLE),
  * for the device names the tool and the Python extension print and accept.
  */
 struct fld_tool_device {
@@ -186,7 +186,7 @@ FLD_TOOL_API const char *fld__did_you_mean(const char *name, const char *const *
                                            size_t n, char *buf, size_t size);
 
 /*
- * One row of the library's dtype table (core/dtypes.h FLD_DTYPE_TABLE), for
+ * One row of the library's dtype table (core/base/dtypes.h FLD_DTYPE_TABLE), for
  * the dtype names and mask bits the tool and the Python extension print and
  * accept.
  */
@@ -204,7 +204,7 @@ struct fld_tool_dtype {
 FLD_TOOL_API const struct fld_tool_dtype *fld__dtype_row(unsigned index);
 
 /*
- * One row of the library's policy-field table (core/policy_table.h
+ * One row of the library's policy-field table (core/policy/policy_table.h
  * FLD_POLICY_FIELDS), for the policy keys the Python package accepts and
  * reads back.
  */
@@ -227,7 +227,7 @@ struct fld_tool_policy_field {
 FLD_TOOL_API const struct fld_tool_policy_field *fld__policy_field_row(unsigned index);
 
 /*
- * One row of the variable table (core/variables.h FLD_VARIABLES): an
+ * One row of the variable table (core/policy/variables.h FLD_VARIABLES): an
  * environment variable of fldispatch's own besides the policy fields'.
  */
 struct fld_tool_variable {
@@ -263,7 +263,7 @@ FLD_TOOL_API const struct fld_tool_variable *fld__variable_row(unsigned index);
 FLD_TOOL_API char *fld__escape(char *dst, size_t size, const char *src);
 
 /*
- * A file written whole or not at all (core/atomic_file.c). open creates a
+ * A file written whole or not at all (core/base/atomic_file.c). open creates a
  * temporary file beside path (same directory; O_CREAT | O_EXCL with a
  * random name, so no planted link is followed, mode `mode`), its stream in
  * af->f. commit flushes it, fsyncs it and renames it over path: a reader
@@ -300,7 +300,7 @@ FLD_TOOL_API int fld__explain_rows(const char *name, int device_type, DLDataType
 
 /*
  * A counters file as VLLM_FL_STATS_FILE and fld_stats_write() write it
- * (core/stats_file.c reads what core/stats.c writes): `fldispatch stats`
+ * (core/observe/stats_file.c reads what core/observe/stats.c writes): `fldispatch stats`
  * merges several. read fills *out (zeroed first) or fails with
  * FLD_ECONFIG "path:line:column: message" (a key missing, unknown or
  * twice, a value of the wrong type or out of range), the reader's

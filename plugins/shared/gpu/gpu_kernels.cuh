@@ -4,7 +4,7 @@
  * and the host emulator (gpu_compat.cuh), and the launchers that fill the
  * act/norm/rotary entries of struct fld__gpu_api (gpu_api.h).
  *
- * Semantics are those of the library's reference.c (core/reference_*.c),
+ * Semantics are those of the library's reference.c (core/reference/reference_*.c),
  * which are vLLM's:
  *   - activations: vLLM's CUDA formulas (csrc/activation_kernels.cu), term
  *     for term, so nvcc compiles them as it compiles vLLM's; a gated one's
@@ -199,7 +199,7 @@ template <int DT> FLD_GPU_DEV char *row_at(void *base, int64_t r, int64_t stride
  * vLLM's activations (csrc/activation_kernels.cu silu_kernel, gelu_kernel,
  * gelu_tanh_kernel), written with the same operations in the same order so
  * that nvcc fuses and rounds them as it does vLLM's; the same formulas as
- * core/reference_activation.c (under the emulator, the same bits).
+ * core/reference/reference_activation.c (under the emulator, the same bits).
  */
 FLD_GPU_DEV float silu(float f)
 {
@@ -222,7 +222,7 @@ FLD_GPU_DEV float gelu_tanh(float f)
 
 /*
  * The elementwise activations, in float32 with one rounding of the result
- * (core/reference_activation.c): QuickGELU x * sigmoid(1.702 x) as
+ * (core/reference/reference_activation.c): QuickGELU x * sigmoid(1.702 x) as
  * x / (1 + exp(-1.702 x)); NewGELU and FastGELU, the tanh GELU with
  * c = 0.79788456 written as vLLM's kernels write it.
  */
