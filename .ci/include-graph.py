@@ -5,16 +5,17 @@
 A module is a file stem: core/registry/registry.c and
 core/registry/registry.h are module "registry". core/'s folders group the
 modules (core/README.md); a module is named by its stem alone, whichever
-folder holds it, and two files of one name in two folders are an error. Module a depends on module b when a's .c or .h includes b.h
-("b.h" in quotes; system and public headers are left out), and when a uses
-a function or variable that b's .c defines (an fld_ or fld__ name defined
-at file scope, not static), whichever header declares it: a call is seen
-even when its declaration lives in a header named after another module. A
-use is a name in a's .c, or in the body of a static inline function or a
-macro of a's .h (code that every includer of a.h compiles); a header's
-prototypes declare, they do not use. A cycle is a strongly connected set
-of modules: each reaches every other. core/README.md describes the levels
-these cycles would cut across.
+folder holds it, and two files of one name in two folders are an error.
+Module a depends on module b when a's .c or .h includes b.h ("b.h" in
+quotes; system and public headers are left out), and when a uses a function
+or variable that b's .c defines (an fld_ or fld__ name defined at file
+scope, not static), whichever header declares it: a call is seen even when
+its declaration lives in a header named after another module. A use is a
+name in a's .c, or in the body of a static inline function or a macro of a's
+.h (code that every includer of a.h compiles); a header's prototypes
+declare, they do not use. A cycle is a strongly connected set of modules:
+each reaches every other. core/README.md describes the levels these cycles
+would cut across.
 
 The documented upward calls (UPWARD below: a level calling up into the
 module that starts it) are left out of the graph; any other call up shows
