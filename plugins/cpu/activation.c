@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Entry points of the activations, gated (silu_and_mul, mul_and_silu,
- * gelu_and_mul, gelu_tanh_and_mul) and elementwise (gelu_quick, gelu_new,
- * gelu_fast): one job over the rows, split across threads by the pool and
+ * Entry points of the activations (activations.def's rows), gated and
+ * elementwise: one job over the rows, split across threads by the pool and
  * run by the active variant's kernel (rounding: body_activation.h).
  */
 #include "cpu.h"
@@ -44,37 +43,10 @@ static int run_activation(const void *args, enum fld_cpu_act act, const char *op
     return FLD_OK;
 }
 
-int fld__cpu_silu_and_mul(const void *args)
-{
-    return run_activation(args, FLD_CPU_ACT_SILU_AND_MUL, FLD_OP_SILU_AND_MUL);
-}
-
-int fld__cpu_mul_and_silu(const void *args)
-{
-    return run_activation(args, FLD_CPU_ACT_MUL_AND_SILU, FLD_OP_MUL_AND_SILU);
-}
-
-int fld__cpu_gelu_and_mul(const void *args)
-{
-    return run_activation(args, FLD_CPU_ACT_GELU_AND_MUL, FLD_OP_GELU_AND_MUL);
-}
-
-int fld__cpu_gelu_tanh_and_mul(const void *args)
-{
-    return run_activation(args, FLD_CPU_ACT_GELU_TANH_AND_MUL, FLD_OP_GELU_TANH_AND_MUL);
-}
-
-int fld__cpu_gelu_quick(const void *args)
-{
-    return run_activation(args, FLD_CPU_ACT_GELU_QUICK, FLD_OP_GELU_QUICK);
-}
-
-int fld__cpu_gelu_new(const void *args)
-{
-    return run_activation(args, FLD_CPU_ACT_GELU_NEW, FLD_OP_GELU_NEW);
-}
-
-int fld__cpu_gelu_fast(const void *args)
-{
-    return run_activation(args, FLD_CPU_ACT_GELU_FAST, FLD_OP_GELU_FAST);
-}
+/* fld__cpu_<name>() for each activations.def row. */
+#define FLD_CPU_ACTIVATION(ID, name, FAMILY, HALF, FN)                                             \
+    int fld__cpu_##name(const void *args)                                                          \
+    {                                                                                              \
+        return run_activation(args, FLD_CPU_ACT_##ID, FLD_OP_##ID);                                \
+    }
+#include "activations.def"

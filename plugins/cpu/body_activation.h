@@ -51,66 +51,79 @@
 #endif
 
 /*
- * Elementwise, float32: r[u] = f(a[u]) for n vectors (vmath.h): gelu_quick
- * = a * sigmoid(1.702 a); NewGELU and FastGELU are the same function, the
- * tanh GELU, computed as vm_gelu_tanh_n's a * sigmoid(2u), within vLLM's
- * float32 tolerance of the reference's tanhf forms (as the gated tanh GELU
- * is). One form: no PyTorch one (the vLLM plugin does not replace these
- * layers).
+ * float32: r[u] = fn(a[u]) for n vectors at once (see vmath.h: interleaved
+ * chains), in the function's vector form (activations.def); torch: its
+ * PyTorch CPU form where it has one (VLLM_FL_CPU_ACTIVATIONS=torch).
  */
-V_INLINE void unary_apply_n(enum fld_cpu_act act, vf *r, const vf *a, int n)
+V_INLINE void act_fn_n(enum fld_cpu_act_fn fn, const int torch, vf *r, const vf *a, int n)
 {
-    if (act == FLD_CPU_ACT_GELU_QUICK) {
-        vf h[ACT_UNROLL];
-        VM_FOR(u, n) h[u] = v_mul(a[u], v_set1(1.702f));
-        vm_mul_sigmoid_n(r, a, h, n);
-    } else {
-        vm_gelu_tanh_n(r, a, n);
+    if (torch)
+        switch (fn) {
+#define FLD_CPU_ACT_TORCH_FORM(FN, scalar, vector)                                                 \
+    case FLD_CPU_FN_##FN:                                                                          \
+        vector(r, a, n);                                                                           \
+        return;
+#include "activations.def"
+        default:
+            break;
+        }
+    switch (fn) {
+#define FLD_CPU_ACT_FUNCTION(FN, scalar, vector)                                                   \
+    case FLD_CPU_FN_##FN:                                                                          \
+        vector(r, a, n);                                                                           \
+        return;
+#include "activations.def"
+    default:
+        return;
     }
 }
 
 /*
- * float32: r[u] = f(a[u], b[u]) for n vectors at once (see vmath.h:
- * interleaved chains); torch: PyTorch's CPU forms of silu and gelu
- * (vmath.h, VLLM_FL_CPU_ACTIVATIONS=torch).
+ * The kernels below are compiled once per caller before act folds to a
+ * constant: each switches on act over its own family's rows only, so that
+ * a body holds the forms its family can reach and no others.
  */
+
+/* Elementwise, float32: r[u] = f(a[u]) for n vectors, in the function's one form. */
+V_INLINE void unary_apply_n(enum fld_cpu_act act, vf *r, const vf *a, int n)
+{
+    switch (act) {
+#define FLD_CPU_ACTIVATION(ID, name, FAMILY, HALF, FN)                                             \
+    FLD_CPU_ACT_IF_ELEMENTWISE_##FAMILY(case FLD_CPU_ACT_##ID                                       \
+                                        : act_fn_n(FLD_CPU_FN_##FN, 0, r, a, n);                   \
+                                        return;)
+#include "activations.def"
+    default:
+        return;
+    }
+}
+
+/* Gated, float32: r[u] = a[u] * b[u] with fn applied to a (first) or to b (second). */
+V_INLINE void gated_apply_n(enum fld_cpu_act_fn fn, const int second, const int torch, vf *r,
+                            const vf *a, const vf *b, int n)
+{
+    act_fn_n(fn, torch, r, second ? b : a, n);
+    if (second) {
+        VM_FOR(u, n) r[u] = v_mul(a[u], r[u]);
+    } else {
+        VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
+    }
+}
+
+/* float32: r[u] = f(a[u], b[u]) for n vectors (elementwise: f(a[u])). */
 V_INLINE void act_apply_n(enum fld_cpu_act act, const int torch, vf *r, const vf *a, const vf *b,
                           int n)
 {
     switch (act) {
-    case FLD_CPU_ACT_SILU_AND_MUL:
-        if (torch)
-            vm_silu_torch_n(r, a, n);
-        else
-            vm_silu_n(r, a, n);
-        VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
-        break;
-    case FLD_CPU_ACT_MUL_AND_SILU:
-        if (torch)
-            vm_silu_torch_n(r, b, n);
-        else
-            vm_silu_n(r, b, n);
-        VM_FOR(u, n) r[u] = v_mul(a[u], r[u]);
-        break;
-    case FLD_CPU_ACT_GELU_AND_MUL:
-        if (torch)
-            vm_gelu_torch_n(r, a, n);
-        else
-            vm_gelu_n(r, a, n);
-        VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
-        break;
-    case FLD_CPU_ACT_GELU_TANH_AND_MUL:
-        if (torch)
-            vm_gelu_tanh_torch_n(r, a, n);
-        else
-            vm_gelu_tanh_n(r, a, n);
-        VM_FOR(u, n) r[u] = v_mul(r[u], b[u]);
-        break;
-    case FLD_CPU_ACT_GELU_QUICK:
-    case FLD_CPU_ACT_GELU_NEW:
-    case FLD_CPU_ACT_GELU_FAST:
+#define FLD_CPU_ACTIVATION(ID, name, FAMILY, HALF, FN)                                             \
+    FLD_CPU_ACT_IF_GATED_##FAMILY(case FLD_CPU_ACT_##ID                                            \
+                                  : gated_apply_n(FLD_CPU_FN_##FN, FLD_CPU_ACT_HALF_##HALF, torch, \
+                                                  r, a, b, n);                                     \
+                                  return;)
+#include "activations.def"
+    default:
         unary_apply_n(act, r, a, n);
-        break;
+        return;
     }
 }
 
@@ -143,36 +156,36 @@ V_INLINE void act_apply_n(enum fld_cpu_act act, const int torch, vf *r, const vf
  * silu 0.2%, gelu and gelu_tanh 9% (float16) and 2-4% (bfloat16), from
  * their negative tails; for normally distributed inputs 0.05-0.5%.
  *
- * The constants: over all 65536 inputs of each dtype (glibc 2.36), the
- * largest |v - ref| needs rel = 2^-21.7 (silu) and, with abs_a = 2^-24,
- * 2^-22.1 (gelu) and 2^-22.6 (gelu_tanh); abs_a cannot be below 2^-26
- * (where erff(z) rounds to -1, the reference's gelu is -0 while a Phi(a)
- * is up to 2^-26 |a|). rel = 2^-20 and abs_a = 2^-24 leave a factor of 3
- * to 6 above that, and abs_a = 2^-24 is the bound for a C library whose
- * erff is off by 1 ulp and tanhf by 2 (glibc's documented worst cases).
+ * The constants, and which functions may be computed at all, are
+ * activations.def's FLD_CPU_ACT_COMPUTED16 rows; the torch forms' bound is
+ * one for all (ACT16_TORCH_REL).
  */
-#define ACT16_SILU_REL      0x1p-20f
-#define ACT16_GELU_REL      0x1p-20f
-#define ACT16_GELU_ABS      0x1p-24f
-#define ACT16_GELU_TANH_REL 0x1p-20f
-#define ACT16_GELU_TANH_ABS 0x1p-24f
-#define ACT16_TORCH_REL     0x1p-22f
+#define ACT16_TORCH_REL 0x1p-22f
 
 struct act16_bound {
     float rel, abs_a, a_min;
 };
 
-V_INLINE struct act16_bound act16_bound_of(enum fld_cpu_act act, const int torch)
+/*
+ * v = fn's values in the form computed16 takes (activations.def:
+ * FLD_CPU_ACT_COMPUTED16; with torch, its PyTorch form) and their bound.
+ */
+V_INLINE struct act16_bound act16_fn_n(enum fld_cpu_act_fn fn, const int torch, vf *v, const vf *a,
+                                       int n)
 {
-    if (torch) /* vmath.h's torch forms are exact.c's, operation for operation */
-        return (struct act16_bound){ACT16_TORCH_REL, 0.0f, -__FLT_MAX__};
-    switch (act) {
-    case FLD_CPU_ACT_GELU_AND_MUL:
-        return (struct act16_bound){ACT16_GELU_REL, ACT16_GELU_ABS, -__FLT_MAX__};
-    case FLD_CPU_ACT_GELU_TANH_AND_MUL:
-        return (struct act16_bound){ACT16_GELU_TANH_REL, ACT16_GELU_TANH_ABS, -__FLT_MAX__};
-    default:
-        return (struct act16_bound){ACT16_SILU_REL, 0.0f, -80.0f};
+    switch (fn) {
+#define FLD_CPU_ACT_COMPUTED16(FN, vector, rel, abs_a, a_min)                                      \
+    case FLD_CPU_FN_##FN:                                                                          \
+        if (torch) { /* vmath.h's torch forms are exact.c's, operation for operation */            \
+            act_fn_n(FLD_CPU_FN_##FN, 1, v, a, n);                                                 \
+            return (struct act16_bound){ACT16_TORCH_REL, 0.0f, -__FLT_MAX__};                     \
+        }                                                                                          \
+        vector(v, a, n);                                                                           \
+        return (struct act16_bound){rel, abs_a, a_min};
+#include "activations.def"
+    default: /* looked up only (act_rows_dt): a >= NaN is false in every lane */
+        VM_FOR(u, n) v[u] = a[u];
+        return (struct act16_bound){0.0f, 0.0f, __builtin_nanf("")};
     }
 }
 
@@ -181,25 +194,9 @@ V_INLINE void act16_block(enum fld_cpu_act act, const int dt, const int torch,
                           const uint16_t *table, vf *r, const char *pg, const char *po, int n)
 {
     const int64_t step = V_LANES * 2;
-    const struct act16_bound bd = act16_bound_of(act, torch);
     vf a[ACT_UNROLL], v[ACT_UNROLL];
     VM_FOR(u, n) a[u] = v_load(pg + u * step, dt);
-    if (act == FLD_CPU_ACT_GELU_AND_MUL) {
-        if (torch)
-            vm_gelu_torch_n(v, a, n);
-        else
-            vm_gelu_n(v, a, n);
-    } else if (act == FLD_CPU_ACT_GELU_TANH_AND_MUL) {
-        if (torch)
-            vm_gelu_tanh_torch_n(v, a, n);
-        else
-            vm16_gelu_tanh_n(v, a, n);
-    } else {
-        if (torch)
-            vm_silu_torch_n(v, a, n);
-        else
-            vm16_silu_n(v, a, n);
-    }
+    const struct act16_bound bd = act16_fn_n(fld__cpu_act_fn(act), torch, v, a, n);
     VM_FOR(u, n)
     {
         vf t = v_mul(v_abs(v[u]), v_set1(bd.rel));
@@ -217,7 +214,7 @@ V_INLINE void act16_block(enum fld_cpu_act act, const int dt, const int torch,
 
 /*
  * r[u] = f(a, b) for the n whole vectors at pa, pb (n <= ACT_UNROLL). For
- * 16-bit dtypes the activated half (b for mul_and_silu, else a) is looked
+ * 16-bit dtypes the activated half (activations.def's HALF) is looked
  * up (with c16, computed: act16_block) and the other half multiplied in.
  */
 V_INLINE void act_block(enum fld_cpu_act act, const int dt, const int torch, const int c16,
@@ -225,7 +222,7 @@ V_INLINE void act_block(enum fld_cpu_act act, const int dt, const int torch, con
 {
     const int64_t step = V_LANES * (int64_t)fld__cpu_elem_size(dt);
     if (dt != FLD_CPU_F32) {
-        const bool second = act == FLD_CPU_ACT_MUL_AND_SILU;
+        const bool second = fld__cpu_act_second_half(act);
         const char *pg = second ? pb : pa, *po = second ? pa : pb;
 #if defined(V_ROUND16_BOUND)
         if (c16) {
@@ -249,7 +246,7 @@ V_INLINE vf act_part(enum fld_cpu_act act, const int dt, const int torch, const 
                      const char *pa, const char *pb, int64_t m)
 {
     if (dt != FLD_CPU_F32) {
-        const bool second = act == FLD_CPU_ACT_MUL_AND_SILU;
+        const bool second = fld__cpu_act_second_half(act);
         const char *pg = second ? pb : pa, *po = second ? pa : pb;
         return v_mul(v_lookup16_n(table, pg, m, dt), v_load_n(po, m, dt));
     }
@@ -335,7 +332,7 @@ V_INLINE void act_span(enum fld_cpu_act act, const int dt, const int torch, cons
 V_INLINE void act_pair1(enum fld_cpu_act act, const uint16_t *table, char *po, const char *pa,
                         const char *pb, const int stream)
 {
-    const bool second = act == FLD_CPU_ACT_MUL_AND_SILU;
+    const bool second = fld__cpu_act_second_half(act);
     vf ga, gb, oa, ob;
     v_bf16_pair_lookup(table, second ? pb : pa, &ga, &gb);
     v_bf16_pair_load(second ? pa : pb, &oa, &ob);
@@ -455,24 +452,6 @@ V_INLINE void act_row(enum fld_cpu_act act, const int dt, const int torch, const
     act_span(act, dt, torch, c16, stream, table, out, x, (const char *)x + d * es, d, pf);
 }
 
-V_INLINE enum fld_cpu_act_fn act_fn_of(enum fld_cpu_act act)
-{
-    switch (act) {
-    case FLD_CPU_ACT_GELU_AND_MUL:
-        return FLD_CPU_FN_GELU;
-    case FLD_CPU_ACT_GELU_TANH_AND_MUL:
-        return FLD_CPU_FN_GELU_TANH;
-    case FLD_CPU_ACT_GELU_QUICK:
-        return FLD_CPU_FN_GELU_QUICK;
-    case FLD_CPU_ACT_GELU_NEW:
-        return FLD_CPU_FN_GELU_NEW;
-    case FLD_CPU_ACT_GELU_FAST:
-        return FLD_CPU_FN_GELU_FAST;
-    default:
-        return FLD_CPU_FN_SILU;
-    }
-}
-
 V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1,
                        enum fld_cpu_act act, int dt, const int torch, const int c16)
 {
@@ -480,7 +459,7 @@ V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1
     const char *x = job->x;
     char *out = job->out;
     /* 16-bit dtypes: the rounded activations (built on first use; NULL for float32) */
-    const uint16_t *table = fld__cpu_act_table(act_fn_of(act), dt, job->torch);
+    const uint16_t *table = fld__cpu_act_table(fld__cpu_act_fn(act), dt, job->torch);
 
     /* Non-temporal stores need element-aligned rows to reach vector alignment. */
     if (job->stream && (uintptr_t)out % (uintptr_t)es == 0) {
@@ -500,32 +479,25 @@ V_INLINE void act_rows(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1
 /*
  * torch: a compile-time constant of each float32 loop (16-bit dtypes differ
  * only by table); c16 of each 16-bit one (computed, not only looked up).
+ * A function with one form, or looked up only (activations.def), and every
+ * elementwise activation (16-bit values always looked up) take neither.
  */
 V_INLINE void act_rows_dt(const struct fld_cpu_act_job *job, int64_t r0, int64_t r1, int dt,
                           const int torch, const int c16)
 {
     switch (job->act) {
-    case FLD_CPU_ACT_SILU_AND_MUL:
-        act_rows(job, r0, r1, FLD_CPU_ACT_SILU_AND_MUL, dt, torch, c16);
+#define FLD_CPU_ACTIVATION(ID, name, FAMILY, HALF, FN)                                             \
+    case FLD_CPU_ACT_##ID:                                                                         \
+        act_rows(job, r0, r1, FLD_CPU_ACT_##ID, dt,                                                \
+                 FLD_CPU_ACT_FAMILY_##FAMILY && fld__cpu_act_fn_has_torch_form(FLD_CPU_FN_##FN)    \
+                     ? torch                                                                       \
+                     : 0,                                                                          \
+                 FLD_CPU_ACT_FAMILY_##FAMILY && fld__cpu_act_fn_computed16(FLD_CPU_FN_##FN)        \
+                     ? c16                                                                         \
+                     : 0);                                                                         \
         break;
-    case FLD_CPU_ACT_MUL_AND_SILU:
-        act_rows(job, r0, r1, FLD_CPU_ACT_MUL_AND_SILU, dt, torch, c16);
-        break;
-    case FLD_CPU_ACT_GELU_AND_MUL:
-        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_AND_MUL, dt, torch, c16);
-        break;
-    case FLD_CPU_ACT_GELU_TANH_AND_MUL:
-        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_TANH_AND_MUL, dt, torch, c16);
-        break;
-    /* one form each (unary_apply_n), looked up in 16-bit whatever c16 says */
-    case FLD_CPU_ACT_GELU_QUICK:
-        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_QUICK, dt, 0, 0);
-        break;
-    case FLD_CPU_ACT_GELU_NEW:
-        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_NEW, dt, 0, 0);
-        break;
-    case FLD_CPU_ACT_GELU_FAST:
-        act_rows(job, r0, r1, FLD_CPU_ACT_GELU_FAST, dt, 0, 0);
+#include "activations.def"
+    default:
         break;
     }
 }

@@ -78,32 +78,96 @@ static inline int fld__cpu_dtype_of(const DLTensor *t, const char *op, const cha
 
 /* ---- jobs: one op call, as the kernels see it --------------------------- */
 
+/* The activations (activations.def: the rows, in catalog order). */
 enum fld_cpu_act {
-    FLD_CPU_ACT_SILU_AND_MUL,      /* out = silu(a) * b */
-    FLD_CPU_ACT_MUL_AND_SILU,      /* out = a * silu(b) */
-    FLD_CPU_ACT_GELU_AND_MUL,      /* out = gelu_erf(a) * b */
-    FLD_CPU_ACT_GELU_TANH_AND_MUL, /* out = gelu_tanh(a) * b */
-    /* elementwise: out = f(x), x [rows, d] */
-    FLD_CPU_ACT_GELU_QUICK, /* x * sigmoid(1.702 x) */
-    FLD_CPU_ACT_GELU_NEW,   /* the tanh GELU as vLLM's NewGELU writes it */
-    FLD_CPU_ACT_GELU_FAST   /* the tanh GELU as vLLM's FastGELU writes it */
+#define FLD_CPU_ACTIVATION(ID, name, FAMILY, HALF, FN) FLD_CPU_ACT_##ID,
+#include "activations.def"
+    FLD_CPU_ACTS
 };
-
-static inline bool fld__cpu_act_gated(enum fld_cpu_act act)
-{
-    return act <= FLD_CPU_ACT_GELU_TANH_AND_MUL;
-}
 
 /* The activation functions themselves (their 16-bit tables: fld__cpu_act_table). */
 enum fld_cpu_act_fn {
-    FLD_CPU_FN_SILU,
-    FLD_CPU_FN_GELU,
-    FLD_CPU_FN_GELU_TANH,
-    FLD_CPU_FN_GELU_QUICK,
-    FLD_CPU_FN_GELU_NEW,
-    FLD_CPU_FN_GELU_FAST,
+#define FLD_CPU_ACT_FUNCTION(FN, scalar, vector) FLD_CPU_FN_##FN,
+#include "activations.def"
     FLD_CPU_FNS
 };
+
+/* The values of activations.def's FAMILY and HALF columns. */
+enum { FLD_CPU_ACT_FAMILY_GATED = 1, FLD_CPU_ACT_FAMILY_ELEMENTWISE = 0 };
+enum { FLD_CPU_ACT_HALF_FIRST = 0, FLD_CPU_ACT_HALF_SECOND = 1 };
+
+/* FLD_CPU_ACT_IF_<F>_##FAMILY(code): code for the rows of family F, nothing for the others. */
+#define FLD_CPU_ACT_IF_GATED_GATED(...) __VA_ARGS__
+#define FLD_CPU_ACT_IF_GATED_ELEMENTWISE(...)
+#define FLD_CPU_ACT_IF_ELEMENTWISE_GATED(...)
+#define FLD_CPU_ACT_IF_ELEMENTWISE_ELEMENTWISE(...) __VA_ARGS__
+
+/*
+ * An activation's columns. Inline switches: the kernels call them with
+ * compile-time constants, so there they fold away.
+ */
+static inline bool fld__cpu_act_gated(enum fld_cpu_act act)
+{
+    switch (act) {
+#define FLD_CPU_ACTIVATION(ID, name, FAMILY, HALF, FN)                                             \
+    case FLD_CPU_ACT_##ID:                                                                         \
+        return FLD_CPU_ACT_FAMILY_##FAMILY;
+#include "activations.def"
+    default:
+        return false;
+    }
+}
+
+/* Whether a gated activation applies its function to the second half (a * f(b)). */
+static inline bool fld__cpu_act_second_half(enum fld_cpu_act act)
+{
+    switch (act) {
+#define FLD_CPU_ACTIVATION(ID, name, FAMILY, HALF, FN)                                             \
+    case FLD_CPU_ACT_##ID:                                                                         \
+        return FLD_CPU_ACT_HALF_##HALF;
+#include "activations.def"
+    default:
+        return false;
+    }
+}
+
+static inline enum fld_cpu_act_fn fld__cpu_act_fn(enum fld_cpu_act act)
+{
+    switch (act) {
+#define FLD_CPU_ACTIVATION(ID, name, FAMILY, HALF, FN)                                             \
+    case FLD_CPU_ACT_##ID:                                                                         \
+        return FLD_CPU_FN_##FN;
+#include "activations.def"
+    default:
+        return FLD_CPU_FNS;
+    }
+}
+
+/* Whether fn has a PyTorch form of its own (activations.def: FLD_CPU_ACT_TORCH_FORM). */
+static inline bool fld__cpu_act_fn_has_torch_form(enum fld_cpu_act_fn fn)
+{
+    switch (fn) {
+#define FLD_CPU_ACT_TORCH_FORM(FN, scalar, vector)                                                 \
+    case FLD_CPU_FN_##FN:                                                                          \
+        return true;
+#include "activations.def"
+    default:
+        return false;
+    }
+}
+
+/* Whether fn's 16-bit values may be computed (activations.def: FLD_CPU_ACT_COMPUTED16). */
+static inline bool fld__cpu_act_fn_computed16(enum fld_cpu_act_fn fn)
+{
+    switch (fn) {
+#define FLD_CPU_ACT_COMPUTED16(FN, vector, rel, abs_a, a_min)                                      \
+    case FLD_CPU_FN_##FN:                                                                          \
+        return true;
+#include "activations.def"
+    default:
+        return false;
+    }
+}
 
 /*
  * Gated activation over rows: a = x[r][0, d), b = x[r][d, 2d),
@@ -272,13 +336,8 @@ void fld__cpu_norm_row_exact(const struct fld_cpu_norm_job *job, void *out, cons
 
 /* ---- op entry points (the fld_kernel_fn registered with the host) -------- */
 
-int fld__cpu_silu_and_mul(const void *args);
-int fld__cpu_mul_and_silu(const void *args);
-int fld__cpu_gelu_and_mul(const void *args);
-int fld__cpu_gelu_tanh_and_mul(const void *args);
-int fld__cpu_gelu_quick(const void *args);
-int fld__cpu_gelu_new(const void *args);
-int fld__cpu_gelu_fast(const void *args);
+#define FLD_CPU_ACTIVATION(ID, name, FAMILY, HALF, FN) int fld__cpu_##name(const void *args);
+#include "activations.def"
 int fld__cpu_rms_norm(const void *args);
 int fld__cpu_gemma_rms_norm(const void *args);
 int fld__cpu_rotary_embedding(const void *args);

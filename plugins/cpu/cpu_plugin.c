@@ -70,13 +70,8 @@ static const struct {
     const char *op;
     fld_kernel_fn fn;
 } cpu_kernels[] = {
-    {FLD_OP_SILU_AND_MUL, fld__cpu_silu_and_mul},
-    {FLD_OP_MUL_AND_SILU, fld__cpu_mul_and_silu},
-    {FLD_OP_GELU_AND_MUL, fld__cpu_gelu_and_mul},
-    {FLD_OP_GELU_TANH_AND_MUL, fld__cpu_gelu_tanh_and_mul},
-    {FLD_OP_GELU_QUICK, fld__cpu_gelu_quick},
-    {FLD_OP_GELU_NEW, fld__cpu_gelu_new},
-    {FLD_OP_GELU_FAST, fld__cpu_gelu_fast},
+#define FLD_CPU_ACTIVATION(ID, name, FAMILY, HALF, FN) {FLD_OP_##ID, fld__cpu_##name},
+#include "activations.def"
     {FLD_OP_RMS_NORM, fld__cpu_rms_norm},
     {FLD_OP_GEMMA_RMS_NORM, fld__cpu_gemma_rms_norm},
     {FLD_OP_ROTARY_EMBEDDING, fld__cpu_rotary_embedding},

@@ -179,9 +179,8 @@ static uint16_t narrow(int dt, float v)
 }
 
 /*
- * The elementwise activations (core/reference/reference_activation.c's formulas, the
- * same operations; they have no PyTorch form of their own here: the vLLM
- * plugin does not replace their layers).
+ * The elementwise activations (core/reference/reference_activation.c's
+ * formulas, the same operations; no PyTorch form: activations.def).
  */
 static float gelu_quick(float f)
 {
@@ -200,30 +199,21 @@ static float gelu_fast(float f)
     return 0.5f * f * (1.0f + tanhf(c * f * (1.0f + 0.044715f * f * f)));
 }
 
+/* Each function's scalar forms (activations.def), by enum fld_cpu_act_fn; NULL: no PyTorch form. */
+static float (*const reference_forms[FLD_CPU_FNS])(float) = {
+#define FLD_CPU_ACT_FUNCTION(FN, scalar, vector) [FLD_CPU_FN_##FN] = scalar,
+#include "activations.def"
+};
+
+static float (*const torch_forms[FLD_CPU_FNS])(float) = {
+#define FLD_CPU_ACT_TORCH_FORM(FN, scalar, vector) [FLD_CPU_FN_##FN] = scalar,
+#include "activations.def"
+};
+
 /* vLLM's activation fn of a in float32 (torch: PyTorch's CPU form), rounded to dt. */
 static float act_rounded(enum fld_cpu_act_fn fn, int dt, int torch, float a)
 {
-    float v;
-    switch (fn) {
-    case FLD_CPU_FN_SILU:
-        v = torch ? silu_torch(a) : silu(a);
-        break;
-    case FLD_CPU_FN_GELU:
-        v = torch ? gelu_torch(a) : gelu_erf(a);
-        break;
-    case FLD_CPU_FN_GELU_TANH:
-        v = torch ? gelu_tanh_torch(a) : gelu_tanh(a);
-        break;
-    case FLD_CPU_FN_GELU_QUICK:
-        v = gelu_quick(a);
-        break;
-    case FLD_CPU_FN_GELU_NEW:
-        v = gelu_new(a);
-        break;
-    default:
-        v = gelu_fast(a);
-        break;
-    }
+    const float v = torch ? torch_forms[fn](a) : reference_forms[fn](a);
     return widen(dt, narrow(dt, v));
 }
 
@@ -239,30 +229,30 @@ static void build(int torch, enum fld_cpu_act_fn fn, int d)
             narrow(dt, act_rounded(fn, dt, torch, widen(dt, (uint16_t)code)));
 }
 
-/* pthread_once takes no argument: one builder function per table, indexed as the tables are. */
-#define BUILDER(torch, fn, d)                                                                      \
-    static void build_##torch##_##fn##_##d(void)                                                   \
+/*
+ * pthread_once takes no argument: one builder function per table, indexed
+ * as the tables are (the torch ones only for functions with a PyTorch form).
+ */
+#define BUILDER(torch, FN, d)                                                                      \
+    static void build_##torch##_##FN##_##d(void)                                                   \
     {                                                                                              \
-        build(torch, fn, d);                                                                       \
+        build(torch, FLD_CPU_FN_##FN, d);                                                          \
     }
-#define BUILDERS_OF(torch, fn) BUILDER(torch, fn, 0) BUILDER(torch, fn, 1)
-#define FOR_EACH_FN(X, torch)                                                                      \
-    X(torch, FLD_CPU_FN_SILU)                                                                      \
-    X(torch, FLD_CPU_FN_GELU)                                                                      \
-    X(torch, FLD_CPU_FN_GELU_TANH)                                                                 \
-    X(torch, FLD_CPU_FN_GELU_QUICK)                                                                \
-    X(torch, FLD_CPU_FN_GELU_NEW)                                                                  \
-    X(torch, FLD_CPU_FN_GELU_FAST)
-FOR_EACH_FN(BUILDERS_OF, 0)
-FOR_EACH_FN(BUILDERS_OF, 1)
-#define BUILDER_PAIR(torch, fn) {build_##torch##_##fn##_0, build_##torch##_##fn##_1},
-#define COUNT_FN(torch, fn)     +1
-_Static_assert(0 FOR_EACH_FN(COUNT_FN, 0) == FLD_CPU_FNS,
-               "FOR_EACH_FN names every enum fld_cpu_act_fn");
+#define FLD_CPU_ACT_FUNCTION(FN, scalar, vector) BUILDER(0, FN, 0) BUILDER(0, FN, 1)
+#define FLD_CPU_ACT_TORCH_FORM(FN, scalar, vector) BUILDER(1, FN, 0) BUILDER(1, FN, 1)
+#include "activations.def"
 
 static void (*const builders[2][FLD_CPU_FNS][2])(void) = {
-    {FOR_EACH_FN(BUILDER_PAIR, 0)},
-    {FOR_EACH_FN(BUILDER_PAIR, 1)},
+    {
+#define FLD_CPU_ACT_FUNCTION(FN, scalar, vector)                                                   \
+    [FLD_CPU_FN_##FN] = {build_0_##FN##_0, build_0_##FN##_1},
+#include "activations.def"
+    },
+    {
+#define FLD_CPU_ACT_TORCH_FORM(FN, scalar, vector)                                                 \
+    [FLD_CPU_FN_##FN] = {build_1_##FN##_0, build_1_##FN##_1},
+#include "activations.def"
+    },
 };
 
 static pthread_once_t flags_once = PTHREAD_ONCE_INIT;
@@ -281,8 +271,8 @@ const uint16_t *fld__cpu_act_table(enum fld_cpu_act_fn fn, int dt, bool torch)
 {
     if (dt == FLD_CPU_F32 || (unsigned)fn >= FLD_CPU_FNS)
         return NULL;
-    /* the elementwise functions have one form */
-    const int d = dt == FLD_CPU_BF16, t = torch && fn <= FLD_CPU_FN_GELU_TANH ? 1 : 0;
+    /* a function without a PyTorch form has one table per dtype */
+    const int d = dt == FLD_CPU_BF16, t = torch && torch_forms[fn] ? 1 : 0;
     pthread_once(&flags_once, init_flags);
     pthread_once(&built[t][fn][d], builders[t][fn][d]);
     return tables[t][fn][d];

@@ -197,6 +197,14 @@ V_INLINE vf vm_gelu_tanh(vf a)
     return r;
 }
 
+/* gelu_quick(a) = a * sigmoid(1.702 a) (vLLM's QuickGELU). */
+V_INLINE void vm_gelu_quick_n(vf *res, const vf *a, int n)
+{
+    vf h[VM_MAXN];
+    VM_FOR(u, n) h[u] = v_mul(a[u], v_set1(1.702f));
+    vm_mul_sigmoid_n(res, a, h, n);
+}
+
 /* ---- erfc, erf and gelu ------------------------------------------------------
  *
  * erfc(t) = e^(-t^2) R(t) for t >= 0, with R(t) = erfc(t) e^(t^2) (the
