@@ -167,205 +167,271 @@ static int op_index(const char *name)
     return -1;
 }
 
-/* ---- the command --------------------------------------------------------------- */
+/* ---- options ------------------------------------------------------------------ */
 
-int cmd_bench(int argc, char **argv)
+/* The modes an option applies to: bench [OP...], --overhead, --registration. */
+enum { MODE_KERNELS = 1, MODE_OVERHEAD = 2, MODE_REGISTRATION = 4, MODE_ALL = 7 };
+
+enum {
+    OPT_OVERHEAD,
+    OPT_JSON,
+    OPT_QUICK,
+    OPT_REPS,
+    OPT_CALLS,
+    OPT_DEVICE,
+    OPT_DTYPE,
+    OPT_THREADS,
+    OPT_TOKENS,
+    OPT_HIDDEN,
+    OPT_COPY_MIB,
+    OPT_IMPL,
+    OPT_REGISTRATION,
+    OPT_OPS,
+    OPT_IMPLS
+};
+
+static const struct cli_option options[] = {
+    [OPT_OVERHEAD] = {"--overhead", false},
+    [OPT_JSON] = {"--json", false},
+    [OPT_QUICK] = {"--quick", false},
+    [OPT_REPS] = {"--reps", true},
+    [OPT_CALLS] = {"--calls", true},
+    [OPT_DEVICE] = {"--device", true},
+    [OPT_DTYPE] = {"--dtype", true},
+    [OPT_THREADS] = {"--threads", true},
+    [OPT_TOKENS] = {"--tokens", true},
+    [OPT_HIDDEN] = {"--hidden", true},
+    [OPT_COPY_MIB] = {"--copy-mib", true},
+    [OPT_IMPL] = {"--impl", true},
+    [OPT_REGISTRATION] = {"--registration", false},
+    [OPT_OPS] = {"--ops", true},
+    [OPT_IMPLS] = {"--impls", true},
+    {NULL, false},
+};
+
+/* Indexed as options[]; the mode flags apply to their own mode. */
+static const unsigned char option_modes[] = {
+    [OPT_OVERHEAD] = MODE_OVERHEAD,
+    [OPT_JSON] = MODE_ALL,
+    [OPT_QUICK] = MODE_KERNELS,
+    [OPT_REPS] = MODE_ALL,
+    [OPT_CALLS] = MODE_OVERHEAD,
+    [OPT_DEVICE] = MODE_KERNELS,
+    [OPT_DTYPE] = MODE_KERNELS,
+    [OPT_THREADS] = MODE_KERNELS,
+    [OPT_TOKENS] = MODE_KERNELS,
+    [OPT_HIDDEN] = MODE_KERNELS,
+    [OPT_COPY_MIB] = MODE_KERNELS,
+    [OPT_IMPL] = MODE_KERNELS,
+    [OPT_REGISTRATION] = MODE_REGISTRATION,
+    [OPT_OPS] = MODE_REGISTRATION,
+    [OPT_IMPLS] = MODE_REGISTRATION,
+};
+_Static_assert(sizeof option_modes == sizeof options / sizeof options[0] - 1,
+               "option_modes has a row for every option");
+
+/* The command line, parsed. */
+struct bench_args {
+    struct bench_kernel_options kernels;
+    bool overhead, registration, json, reps_set;
+    long reps, null_calls, copy_mib;
+    int64_t reg_ops[BENCH_MAX_LIST];
+    int n_reg_ops;
+    long reg_impls;
+    bool reg_option;            /* --ops or --impls */
+    const char *kernel_option; /* the first option only the kernel bench takes, or "an OP" */
+};
+
+static int parse_operand(struct bench_args *b, const char *value)
 {
-    static const int64_t default_tokens[] = {1, 32, 512, 4096};
-    static const int64_t quick_tokens[] = {1, 32};
-    struct bench_kernel_options opt = {
-        .device_type = FLD_DEVICE_CPU,
-        .dtypes = FLD_DTYPE_MASK_ALL,
-        .hidden = 4096,
-    };
-    bool overhead_mode = false, registration_mode = false, json = false, reps_set = false;
-    int64_t reg_ops[BENCH_MAX_LIST] = {1000, 4000};
-    int n_reg_ops = 2;
-    bool reg_option = false; /* --ops or --impls */
-    long reg_impls = 1;
-    const char *kernel_option = NULL; /* the first option only the kernel bench takes */
-    long reps = 0, null_calls = BENCH_OVERHEAD_CALLS, copy_mib = 0;
+    int i = op_index(value);
+    if (i < 0 && strcmp(value, FLD_OP_ATTENTION_BACKEND) == 0)
+        return cli_usage_error("bench", "%s has no tensors to benchmark", value);
+    if (i < 0) {
+        char hint[128];
+        cli_did_you_mean(value, bench_op_names(), (size_t)bench_op_count(), hint, sizeof hint);
+        return cli_usage_error("bench", "unknown op '%s'%s (ops: %s)", value, hint,
+                               tool_wrap_names(bench_op_names(), ", ", 0, 100000, ""));
+    }
+    b->kernels.ops |= 1u << i;
+    b->kernel_option = b->kernel_option ? b->kernel_option : "an OP";
+    return CLI_EXIT_OK;
+}
 
-    enum {
-        OPT_OVERHEAD,
-        OPT_JSON,
-        OPT_QUICK,
-        OPT_REPS,
-        OPT_CALLS,
-        OPT_DEVICE,
-        OPT_DTYPE,
-        OPT_THREADS,
-        OPT_TOKENS,
-        OPT_HIDDEN,
-        OPT_COPY_MIB,
-        OPT_IMPL,
-        OPT_REGISTRATION,
-        OPT_OPS,
-        OPT_IMPLS
-    };
-    static const struct cli_option options[] = {
-        [OPT_OVERHEAD] = {"--overhead", false},
-        [OPT_JSON] = {"--json", false},
-        [OPT_QUICK] = {"--quick", false},
-        [OPT_REPS] = {"--reps", true},
-        [OPT_CALLS] = {"--calls", true},
-        [OPT_DEVICE] = {"--device", true},
-        [OPT_DTYPE] = {"--dtype", true},
-        [OPT_THREADS] = {"--threads", true},
-        [OPT_TOKENS] = {"--tokens", true},
-        [OPT_HIDDEN] = {"--hidden", true},
-        [OPT_COPY_MIB] = {"--copy-mib", true},
-        [OPT_IMPL] = {"--impl", true},
-        [OPT_REGISTRATION] = {"--registration", false},
-        [OPT_OPS] = {"--ops", true},
-        [OPT_IMPLS] = {"--impls", true},
-        {NULL, false},
+/* Option k of options[] with its value (NULL for a flag). */
+static int parse_option(struct bench_args *b, int k, const char *value)
+{
+    struct bench_kernel_options *opt = &b->kernels;
+    int64_t list[BENCH_MAX_LIST];
+    long hidden;
+    switch (k) {
+    case OPT_OVERHEAD:
+        b->overhead = true;
+        break;
+    case OPT_JSON:
+        b->json = true;
+        break;
+    case OPT_QUICK:
+        opt->quick = true;
+        break;
+    case OPT_REPS:
+        if (parse_count("--reps", value, 1000, &b->reps) != CLI_EXIT_OK)
+            return CLI_EXIT_USAGE;
+        b->reps_set = true;
+        break;
+    case OPT_CALLS:
+        return parse_count("--calls", value, 1000000000L, &b->null_calls);
+    case OPT_DEVICE:
+        if (fld_device_from_name(value, &opt->device_type) != FLD_OK)
+            return cli_usage_error("bench", "--device wants %s, not '%s'",
+                                   cli_device_list(CLI_DEVICES_OR), value);
+        break;
+    case OPT_DTYPE:
+        return parse_dtypes(value, &opt->dtypes);
+    case OPT_THREADS:
+        if (parse_list("--threads", value, 1024, list, &opt->n_threads) != CLI_EXIT_OK)
+            return CLI_EXIT_USAGE;
+        for (int t = 0; t < opt->n_threads; t++)
+            opt->threads[t] = (int)list[t];
+        break;
+    case OPT_TOKENS:
+        return parse_list("--tokens", value, 1L << 20, opt->tokens, &opt->n_tokens);
+    case OPT_HIDDEN:
+        if (parse_count("--hidden", value, 1L << 20, &hidden) != CLI_EXIT_OK)
+            return CLI_EXIT_USAGE;
+        opt->hidden = hidden;
+        break;
+    case OPT_COPY_MIB:
+        return parse_count("--copy-mib", value, 1L << 20, &b->copy_mib);
+    case OPT_REGISTRATION:
+        b->registration = true;
+        break;
+    case OPT_OPS:
+        b->reg_option = true;
+        return parse_list("--ops", value, 1000000, b->reg_ops, &b->n_reg_ops);
+    case OPT_IMPLS:
+        b->reg_option = true;
+        return parse_count("--impls", value, 64, &b->reg_impls);
+    case OPT_IMPL:
+        if (!*value)
+            return cli_usage_error("bench", "--impl wants an impl_id such as vendor.cpu");
+        opt->impl = value;
+        break;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* CLI_EXIT_OK, CLI_EXIT_USAGE (the error printed), or -1 after printing --help. */
+static int parse_options(struct bench_args *b, int argc, char **argv)
+{
+    *b = (struct bench_args){
+        .kernels = {.device_type = FLD_DEVICE_CPU, .dtypes = FLD_DTYPE_MASK_ALL, .hidden = 4096},
+        .null_calls = BENCH_OVERHEAD_CALLS,
+        .reg_ops = {1000, 4000},
+        .n_reg_ops = 2,
+        .reg_impls = 1,
     };
     struct cli_args a;
     cli_args_init(&a, "bench", options, argc, argv);
     const char *value;
     for (int k; (k = cli_args_next(&a, &value)) != CLI_ARG_END;) {
-        int64_t list[BENCH_MAX_LIST];
-        long hidden;
-        /* The first option only the kernel bench takes, for the --overhead message. */
-        if (k >= OPT_QUICK && k != OPT_REPS && k != OPT_CALLS && k < OPT_REGISTRATION &&
-            !kernel_option)
-            kernel_option = options[k].name;
+        int rc;
         switch (k) {
-        case CLI_ARG_HELP:
+        case CLI_ARG_HELP: {
             char tail[48];
             snprintf(tail, sizeof tail, " (default: all %d)", bench_op_count());
             printf(bench_usage, tool_wrap_names(bench_op_names(), " ", 18, 79, tail),
                    cli_device_list(CLI_DEVICES_DEFAULT_OR));
-            return CLI_EXIT_OK;
+            return -1;
+        }
         case CLI_ARG_ERROR:
             return CLI_EXIT_USAGE;
-        case CLI_ARG_OPERAND: {
-            int i = op_index(value);
-            if (i < 0 && strcmp(value, FLD_OP_ATTENTION_BACKEND) == 0)
-                return cli_usage_error("bench", "%s has no tensors to benchmark", value);
-            if (i < 0) {
-                char hint[128];
-                cli_did_you_mean(value, bench_op_names(), (size_t)bench_op_count(), hint,
-                                 sizeof hint);
-                return cli_usage_error("bench", "unknown op '%s'%s (ops: %s)", value, hint,
-                                       tool_wrap_names(bench_op_names(), ", ", 0, 100000, ""));
-            }
-            opt.ops |= 1u << i;
-            kernel_option = kernel_option ? kernel_option : "an OP";
+        case CLI_ARG_OPERAND:
+            rc = parse_operand(b, value);
+            break;
+        default:
+            if (option_modes[k] == MODE_KERNELS && !b->kernel_option)
+                b->kernel_option = options[k].name;
+            rc = parse_option(b, k, value);
             break;
         }
-        case OPT_OVERHEAD:
-            overhead_mode = true;
-            break;
-        case OPT_JSON:
-            json = true;
-            break;
-        case OPT_QUICK:
-            opt.quick = true;
-            break;
-        case OPT_REPS:
-            if (parse_count("--reps", value, 1000, &reps) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            reps_set = true;
-            break;
-        case OPT_CALLS:
-            if (parse_count("--calls", value, 1000000000L, &null_calls) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            break;
-        case OPT_DEVICE:
-            if (fld_device_from_name(value, &opt.device_type) != FLD_OK)
-                return cli_usage_error("bench", "--device wants %s, not '%s'",
-                                       cli_device_list(CLI_DEVICES_OR), value);
-            break;
-        case OPT_DTYPE:
-            if (parse_dtypes(value, &opt.dtypes) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            break;
-        case OPT_THREADS:
-            if (parse_list("--threads", value, 1024, list, &opt.n_threads) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            for (int t = 0; t < opt.n_threads; t++)
-                opt.threads[t] = (int)list[t];
-            break;
-        case OPT_TOKENS:
-            if (parse_list("--tokens", value, 1L << 20, opt.tokens, &opt.n_tokens) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            break;
-        case OPT_HIDDEN:
-            if (parse_count("--hidden", value, 1L << 20, &hidden) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            opt.hidden = hidden;
-            break;
-        case OPT_COPY_MIB:
-            if (parse_count("--copy-mib", value, 1L << 20, &copy_mib) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            break;
-        case OPT_REGISTRATION:
-            registration_mode = true;
-            break;
-        case OPT_OPS:
-            if (parse_list("--ops", value, 1000000, reg_ops, &n_reg_ops) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            reg_option = true;
-            break;
-        case OPT_IMPLS:
-            if (parse_count("--impls", value, 64, &reg_impls) != CLI_EXIT_OK)
-                return CLI_EXIT_USAGE;
-            reg_option = true;
-            break;
-        case OPT_IMPL:
-            if (!*value)
-                return cli_usage_error("bench", "--impl wants an impl_id such as vendor.cpu");
-            opt.impl = value;
-            break;
-        }
+        if (rc != CLI_EXIT_OK)
+            return CLI_EXIT_USAGE;
     }
+    return CLI_EXIT_OK;
+}
 
-    if (registration_mode) {
-        if (kernel_option || overhead_mode || null_calls != BENCH_OVERHEAD_CALLS)
-            return cli_usage_error("bench", "%s does not apply to --registration",
-                                   kernel_option   ? kernel_option
-                                   : overhead_mode ? "--overhead"
-                                                   : "--calls");
-        return bench_registration_run(reg_ops, n_reg_ops, reg_impls,
-                                      reps_set ? (int)(reps < 1000 ? reps : 1000) : 3, json);
-    }
-    if (reg_option)
-        return cli_usage_error("bench", "--ops and --impls apply to --registration only");
-    if (overhead_mode) {
-        if (kernel_option)
-            return cli_usage_error("bench", "%s does not apply to --overhead", kernel_option);
-        return bench_overhead_run(null_calls, reps_set ? (int)reps : BENCH_OVERHEAD_REPS, json);
-    }
-    if (null_calls != BENCH_OVERHEAD_CALLS)
+/* ---- the command --------------------------------------------------------------- */
+
+static int run_registration(const struct bench_args *b)
+{
+    if (b->kernel_option || b->overhead || b->null_calls != BENCH_OVERHEAD_CALLS)
+        return cli_usage_error("bench", "%s does not apply to --registration",
+                               b->kernel_option ? b->kernel_option
+                               : b->overhead    ? "--overhead"
+                                                : "--calls");
+    return bench_registration_run(b->reg_ops, b->n_reg_ops, b->reg_impls,
+                                  b->reps_set ? (int)(b->reps < 1000 ? b->reps : 1000) : 3,
+                                  b->json);
+}
+
+static int run_overhead(const struct bench_args *b)
+{
+    if (b->kernel_option)
+        return cli_usage_error("bench", "%s does not apply to --overhead", b->kernel_option);
+    return bench_overhead_run(b->null_calls, b->reps_set ? (int)b->reps : BENCH_OVERHEAD_REPS,
+                              b->json);
+}
+
+static int run_kernels(struct bench_args *b)
+{
+    static const int64_t default_tokens[] = {1, 32, 512, 4096};
+    static const int64_t quick_tokens[] = {1, 32};
+    struct bench_kernel_options *opt = &b->kernels;
+    if (b->null_calls != BENCH_OVERHEAD_CALLS)
         return cli_usage_error("bench", "--calls applies to --overhead only");
-
-    if (opt.device_type != FLD_DEVICE_CPU && opt.n_threads > 0)
+    if (opt->device_type != FLD_DEVICE_CPU && opt->n_threads > 0)
         return cli_usage_error("bench", "--threads applies to --device cpu only (not %s)",
-                               fld_device_name(opt.device_type));
-    if (opt.device_type == FLD_DEVICE_CPU && copy_mib)
+                               fld_device_name(opt->device_type));
+    if (opt->device_type == FLD_DEVICE_CPU && b->copy_mib)
         return cli_usage_error("bench", "--copy-mib applies to devices other than cpu");
-    opt.copy_bytes = copy_mib    ? (size_t)copy_mib << 20
-                     : opt.quick ? BENCH_D2D_QUICK_BYTES
-                                 : BENCH_D2D_BYTES;
-    opt.ops_named = opt.ops != 0;
-    if (!opt.ops)
+    opt->copy_bytes = b->copy_mib ? (size_t)b->copy_mib << 20
+                      : opt->quick ? BENCH_D2D_QUICK_BYTES
+                                   : BENCH_D2D_BYTES;
+    opt->ops_named = opt->ops != 0;
+    if (!opt->ops)
         for (int k = 0; bench_op_names()[k]; k++)
-            opt.ops |= 1u << k;
-    if (opt.n_tokens == 0) {
-        const int64_t *src = opt.quick ? quick_tokens : default_tokens;
-        opt.n_tokens = opt.quick ? 2 : 4;
-        memcpy(opt.tokens, src, (size_t)opt.n_tokens * sizeof *src);
+            opt->ops |= 1u << k;
+    if (opt->n_tokens == 0) {
+        const int64_t *src = opt->quick ? quick_tokens : default_tokens;
+        opt->n_tokens = opt->quick ? 2 : 4;
+        memcpy(opt->tokens, src, (size_t)opt->n_tokens * sizeof *src);
     }
     static const char *const rotary_ops[] = {FLD_OP_ROTARY_EMBEDDING, FLD_OP_ROTARY_EMBEDDING_OUT};
     for (int k = 0; k < 2; k++)
-        if (op_index(rotary_ops[k]) >= 0 && (opt.ops & (1u << op_index(rotary_ops[k]))) &&
-            opt.hidden % 128 != 0)
+        if (op_index(rotary_ops[k]) >= 0 && (opt->ops & (1u << op_index(rotary_ops[k]))) &&
+            opt->hidden % 128 != 0)
             return cli_usage_error("bench",
                                    "--hidden %lld: %s needs a multiple of 128 (heads of 128)",
-                                   (long long)opt.hidden, rotary_ops[k]);
-    opt.reps = reps_set ? (int)reps : opt.quick ? 3 : 7;
-    opt.json = json;
-    return bench_kernels_run(&opt);
+                                   (long long)opt->hidden, rotary_ops[k]);
+    opt->reps = b->reps_set ? (int)b->reps : opt->quick ? 3 : 7;
+    opt->json = b->json;
+    return bench_kernels_run(opt);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    struct bench_args b;
+    int rc = parse_options(&b, argc, argv);
+    if (rc < 0)
+        return CLI_EXIT_OK; /* --help */
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    if (b.registration)
+        return run_registration(&b);
+    if (b.reg_option)
+        return cli_usage_error("bench", "--ops and --impls apply to --registration only");
+    if (b.overhead)
+        return run_overhead(&b);
+    return run_kernels(&b);
 }
