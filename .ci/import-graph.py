@@ -43,7 +43,8 @@ KNOWN_CYCLES = tuple(frozenset(c.split()) for c in (
 
 
 def _load_include_graph():
-    """.ci/include-graph.py, for its cycle search (cycles, shortest_loop)."""
+    """.ci/include-graph.py, for its cycle search and its verdict on the
+    known cycles (cycles, judge_known, report_known)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include-graph.py")
     spec = importlib.util.spec_from_file_location("fld_include_graph", path)
     module = importlib.util.module_from_spec(spec)
@@ -53,7 +54,6 @@ def _load_include_graph():
 
 _include_graph = _load_include_graph()
 cycles = _include_graph.cycles
-shortest_loop = _include_graph.shortest_loop
 
 
 def package_modules(root, package=PACKAGE):
@@ -127,15 +127,6 @@ def graph(root, package=PACKAGE):
     return deps, why
 
 
-def loop_text(deps, why, comp, through=None):
-    path = shortest_loop(deps, comp, through)
-    return "\n".join(f"    {a} -> {b}: {why[(a, b)]}" for a, b in zip(path, path[1:]))
-
-
-def names(comp):
-    return f"{len(comp)} modules: {' '.join(sorted(comp))}"
-
-
 def check(root, known=None, package=PACKAGE, out=None, err=None):
     """make lint's check (see the top); known defaults to KNOWN_CYCLES.
     Prints one line to out, what failed to err; returns 0, or 1 on a
@@ -145,34 +136,14 @@ def check(root, known=None, package=PACKAGE, out=None, err=None):
     err = err or sys.stderr
     deps, why = graph(root, package)
     found = [frozenset(c) for c in cycles(deps)]
-    let_through = [c for c in found if c in known]
-    at_fault = [c for c in found if c not in known]
-    # An entry within a bigger cycle is reported as grown, below.
-    stale = [k for k in known if not any(k <= c for c in found)]
+    let_through, at_fault, stale, parts = _include_graph.judge_known(found, known)
     n_deps = sum(len(d) for d in deps.values())
-    parts = [f"{len(let_through)} known cycle{'' if len(let_through) == 1 else 's'} let through "
-             f"({'; '.join(names(c) for c in let_through)})"] if let_through else []
-    if at_fault:
-        parts.append(f"{len(at_fault)} cycle{'' if len(at_fault) == 1 else 's'} not in KNOWN_CYCLES")
-    if stale:
-        parts.append(f"{len(stale)} stale KNOWN_CYCLES entr{'y' if len(stale) == 1 else 'ies'}")
     if not parts:
         parts.append("no cycle")
     failed = bool(at_fault or stale)
     print(f"python import graph: {len(deps)} modules of {package}, {n_deps} imports, "
           + ", ".join(parts) + (": FAILED" if failed else ""), file=out)
-    for c in at_fault:
-        grown = [k for k in known if k < c]
-        what = (f"a known cycle grew by {' '.join(sorted(c - grown[0]))}" if grown
-                else "a cycle that KNOWN_CYCLES does not list")
-        new = c - grown[0] if grown else None
-        print(f"python import graph: {what} ({names(c)}), e.g.\n{loop_text(deps, why, c, new)}",
-              file=err)
-    for k in stale:
-        now = [c for c in found if c < k]
-        print(f"python import graph: KNOWN_CYCLES lists a cycle of {names(k)}; the graph has "
-              f"{'; '.join(names(c) for c in now) if now else 'no cycle among them'}: "
-              f"{'shrink' if now else 'delete'} the entry", file=err)
+    _include_graph.report_known("python import graph", deps, why, known, found, at_fault, stale, err)
     return 1 if failed else 0
 
 

@@ -232,6 +232,38 @@ def names(comp):
     return f"{len(comp)} modules: {' '.join(sorted(comp))}"
 
 
+def judge_known(found, known):
+    """The cycles found held to a KNOWN_CYCLES list: (let through, at fault,
+    stale entries, the summary line's parts for them). An entry within a
+    bigger cycle is at fault as grown, not stale."""
+    let_through = [c for c in found if c in known]
+    at_fault = [c for c in found if c not in known]
+    stale = [k for k in known if not any(k <= c for c in found)]
+    parts = [f"{len(let_through)} known cycle{'' if len(let_through) == 1 else 's'} let through "
+             f"({'; '.join(names(c) for c in let_through)})"] if let_through else []
+    if at_fault:
+        parts.append(f"{len(at_fault)} cycle{'' if len(at_fault) == 1 else 's'} not in KNOWN_CYCLES")
+    if stale:
+        parts.append(f"{len(stale)} stale KNOWN_CYCLES entr{'y' if len(stale) == 1 else 'ies'}")
+    return let_through, at_fault, stale, parts
+
+
+def report_known(label, deps, why, known, found, at_fault, stale, err):
+    """Prints to err, under label, one path around each cycle at fault and
+    what to do with each stale KNOWN_CYCLES entry."""
+    for c in at_fault:
+        grown = [k for k in known if k < c]
+        what = (f"a known cycle grew by {' '.join(sorted(c - grown[0]))}" if grown
+                else "a cycle that KNOWN_CYCLES does not list")
+        new = c - grown[0] if grown else None
+        print(f"{label}: {what} ({names(c)}), e.g.\n{loop_text(deps, why, c, new)}", file=err)
+    for k in stale:
+        now = [c for c in found if c < k]
+        print(f"{label}: KNOWN_CYCLES lists a cycle of {names(k)}; the graph has "
+              f"{'; '.join(names(c) for c in now) if now else 'no cycle among them'}: "
+              f"{'shrink' if now else 'delete'} the entry", file=err)
+
+
 def check(core, known=None, upward=None, out=None, err=None):
     """make lint's check of core (see the top); known and upward default to
     KNOWN_CYCLES and UPWARD. Prints one line per graph to out, what failed to
@@ -259,39 +291,19 @@ def check(core, known=None, upward=None, out=None, err=None):
     deps, why, made = graph(core, calls=True, upward=upward)
     found = [frozenset(c) for c in cycles(deps)]
     n_deps = sum(len(d) for d in deps.values())
-    let_through = [c for c in found if c in known]
-    at_fault = [c for c in found if c not in known]
-    # An entry within a bigger cycle is reported as grown, below.
-    stale = [k for k in known if not any(k <= c for c in found)]
+    let_through, at_fault, stale, parts = judge_known(found, known)
     unmade = sorted(set(upward) - made)
     calls = ", ".join(f"{a} -> {b}" for a, b in sorted(made))
     text = (f"core include graph: {len(deps)} modules, {n_deps} edges by includes and uses of "
             f"definitions, {len(made)} declared upward call{'' if len(made) == 1 else 's'}"
             f"{f' ({calls})' if made else ''}, ")
-    parts = [f"{len(let_through)} known cycle{'' if len(let_through) == 1 else 's'} let through "
-             f"({'; '.join(names(c) for c in let_through)})"] if let_through else []
-    if at_fault:
-        parts.append(f"{len(at_fault)} cycle{'' if len(at_fault) == 1 else 's'} not in KNOWN_CYCLES")
-    if stale:
-        parts.append(f"{len(stale)} stale KNOWN_CYCLES entr{'y' if len(stale) == 1 else 'ies'}")
     if unmade:
         parts.append(f"{len(unmade)} UPWARD call{'' if len(unmade) == 1 else 's'} no longer made")
     if not found and not parts:
         parts.append("no cycle")
     failed = failed or bool(at_fault or stale or unmade)
     print(text + ", ".join(parts) + (": FAILED" if at_fault or stale or unmade else ""), file=out)
-    for c in at_fault:
-        grown = [k for k in known if k < c]
-        what = (f"a known cycle grew by {' '.join(sorted(c - grown[0]))}" if grown
-                else "a cycle that KNOWN_CYCLES does not list")
-        new = c - grown[0] if grown else None
-        print(f"core include graph: {what} ({names(c)}), e.g.\n{loop_text(deps, why, c, new)}",
-              file=err)
-    for k in stale:
-        now = [c for c in found if c < k]
-        print(f"core include graph: KNOWN_CYCLES lists a cycle of {names(k)}; the graph has "
-              f"{'; '.join(names(c) for c in now) if now else 'no cycle among them'}: "
-              f"{'shrink' if now else 'delete'} the entry", file=err)
+    report_known("core include graph", deps, why, known, found, at_fault, stale, err)
     for a, b in unmade:
         print(f"core include graph: UPWARD lists {a} -> {b}, which {a} no longer uses: delete it",
               file=err)
