@@ -218,7 +218,7 @@ class Sample:
                                             o["key_out"])
 
     def host_copy(self, torch):
-        """The same sample on host tensors (the reference runs there)."""
+        """The same sample on CPU tensors (the reference runs there)."""
         c = object.__new__(Sample)
         c.op, c.rows, c.hidden, c.family = self.op, self.rows, self.hidden, self.family
         c.inputs = {k: v.cpu() for k, v in self.inputs.items()}

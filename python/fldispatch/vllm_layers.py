@@ -76,7 +76,7 @@ GELU_APPROXIMATE = {"none": "gelu_and_mul", "tanh": "gelu_tanh_and_mul"}
 class IrOp:
     """One IR op fldispatch serves: ir_op (vllm.ir.ops.<ir_op>), oot (the
     VLLM_FL_OOT_* name that switches it), layers (the OOT names of the vLLM
-    layers that call it, no longer replaced where it exists), op (our op),
+    layers that call it, which fldispatch does not replace where the IR op exists), op (our op),
     inplace (the impl writes its activations) and weights (the weights
     served: "none", "same" dtype as x, "float32" with a 16-bit x where the
     library takes it). Its call and supports_args are fldispatch.vllm_ir's."""

@@ -4,7 +4,7 @@
  *
  * At import the module installs a log callback (fld_log_set_callback()):
  * from then on the library's lines (fallbacks, failures, rejections,
- * did-you-mean hints, ...) no longer go to stderr but to
+ * did-you-mean hints, ...) go, instead of to stderr, to
  * fldispatch._logbridge.emit(level, message), which logs them once on the
  * Python logger of the moment ("fldispatch", or upstream's name under the
  * vllm_fl alias). Levels are the same numbers as logging's.
