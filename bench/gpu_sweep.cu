@@ -135,7 +135,9 @@ std::string shape_text(const fld__gpu_shape &s)
 {
     char b[96];
     snprintf(b, sizeof b, "t%u b%lld y%lld k%d%s", s.threads, (long long)s.blocks,
-             (long long)s.blocks_y, s.per_thread, s.keep_weight ? "w" : "");
+             (long long)s.blocks_y, s.per_thread, s.early_weight ? "w" : "");
+    if (s.access_bytes && s.access_bytes != 16)
+        snprintf(b + strlen(b), sizeof b - strlen(b), " a%d", s.access_bytes);
     return b;
 }
 
@@ -193,12 +195,12 @@ std::vector<fld__gpu_shape> norm_candidates(int64_t rows, int64_t groups)
         for (int64_t g : grids) {
             if (per == 0 || (per == 4 && t > 512)) {
                 if (groups <= (int64_t)t * 64)
-                    out.push_back({t, g, 1, 0, false});
+                    out.push_back({t, g, 1, 0, false, 0});
                 continue;
             }
-            out.push_back({t, g, 1, per, false});
+            out.push_back({t, g, 1, per, false, 0});
             if (per <= 2)
-                out.push_back({t, g, 1, per, true});
+                out.push_back({t, g, 1, per, true, 0});
         }
     }
     return out;
@@ -257,11 +259,15 @@ void sweep_act(int dt, int64_t d, int64_t rows)
     CHECK(cudaDeviceSynchronize());
     const int64_t groups = d / (16 / size);
     std::vector<fld__gpu_shape> cands;
-    for (unsigned t : {32u, 64u, 128u, 256u}) {
-        const int64_t b = fld__gpu_ceil_div(groups, t);
-        cands.push_back({t, b, rows, 0, false});
-        if (b >= 4)
-            cands.push_back({t, fld__gpu_ceil_div(b, 2), rows, 0, false});
+    for (int access : {16, 8, 4}) {
+        if (access != 16 && rows > 512) /* narrower groups are for the latency regime */
+            continue;
+        for (unsigned t : {32u, 64u, 128u, 256u}) {
+            const int64_t b = fld__gpu_ceil_div(groups * (16 / access), t);
+            cands.push_back({t, b, rows, 0, false, access});
+            if (b >= 4)
+                cands.push_back({t, fld__gpu_ceil_div(b, 2), rows, 0, false, access});
+        }
     }
     auto launch = [&](int i, const fld__gpu_shape *s) {
         fld__gpu_act_args a = {};
@@ -305,9 +311,9 @@ void sweep_rotary(int dt, int64_t tokens, int64_t qh, int64_t kh, bool neox)
     const int64_t units = (qh + kh) * (neox ? hd / 2 / (16 / size) : hd / (16 / size));
     std::vector<fld__gpu_shape> cands;
     for (unsigned t : {64u, 128u, 256u, 512u}) {
-        cands.push_back({t, tokens, 1, 0, false});
+        cands.push_back({t, tokens, 1, 0, false, 0});
         if (units > t)
-            cands.push_back({t, tokens, fld__gpu_ceil_div(units, t), 0, false});
+            cands.push_back({t, tokens, fld__gpu_ceil_div(units, t), 0, false, 0});
     }
     auto launch = [&](int i, const fld__gpu_shape *s) {
         fld__gpu_rotary_args a = {};

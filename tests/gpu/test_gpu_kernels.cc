@@ -1047,14 +1047,15 @@ template <bool SYNC> __global__ void neighbour_kernel(int *out)
 
 /* Every kind of launch shape bench/gpu_sweep.cu may time, and gpu_launch.h
    may then choose, gives the reference's results: one-pass kernels of 1, 2
-   and 4 groups per thread with and without the kept weight, the two-pass
-   kernel, grids that stride over rows, tokens and groups, and a token's
-   units split over blocks. */
+   and 4 groups per thread with and without the weight loaded with the
+   row, the two-pass kernel, activations' 16-, 8- and 4-byte groups, grids
+   that stride over rows, tokens and groups, and a token's units split over
+   blocks. */
 extern "C" void fld_emu_force_shape(const struct fld__gpu_shape *shape);
 
 const struct fld__gpu_shape forced_norm_shapes[] = {
-    {64, 5, 1, 2, true},   {64, 5, 1, 2, false}, {128, 5, 1, 1, true}, {64, 5, 1, 4, false},
-    {1024, 5, 1, 1, true}, {256, 2, 1, 1, true}, {64, 2, 1, 0, false}, {64, 3, 1, 4, false},
+    {64, 5, 1, 2, true, 0},   {64, 5, 1, 2, false, 0}, {128, 5, 1, 1, true, 0}, {64, 5, 1, 4, false, 0},
+    {1024, 5, 1, 1, true, 0}, {256, 2, 1, 1, true, 0}, {64, 2, 1, 0, false, 0}, {64, 3, 1, 4, false, 0},
 };
 
 START_TEST(launch_shapes_norm)
@@ -1072,9 +1073,12 @@ START_TEST(launch_shape_out_of_range_is_refused)
 {
     setup();
     /* 96 groups do not fit 64 threads x 1 group; 4 groups with 1024 threads
-       pass the kernel's launch bound; a kept weight needs at most 2 groups */
-    const struct fld__gpu_shape bad[] = {
-        {64, 5, 1, 1, false}, {1024, 5, 1, 4, false}, {64, 5, 1, 4, true}, {96, 5, 1, 2, false}};
+       pass the kernel's launch bound; the weight is loaded with the row for
+       at most 2 groups */
+    const struct fld__gpu_shape bad[] = {{64, 5, 1, 1, false, 0},
+                                         {1024, 5, 1, 4, false, 0},
+                                         {64, 5, 1, 4, true, 0},
+                                         {96, 5, 1, 2, false, 0}};
     const int64_t width = 768;
     std::vector<uint16_t> x(5 * width), out(5 * width);
     struct fld__gpu_norm_args a = {};
@@ -1089,12 +1093,32 @@ START_TEST(launch_shape_out_of_range_is_refused)
         fld_emu_force_shape(&s);
         ck_assert_int_eq(api.norm(&a, FLD_GPU_VECTOR, NULL), FLD_EMU_ERR_INVALID_VALUE);
     }
+    /* an activation's groups are 16, 8 or 4 bytes; its output stays as it was */
+    std::vector<uint16_t> ax(2 * width), aout(width, 0x1234);
+    struct fld__gpu_act_args act = {};
+    act.op = FLD_GPU_SILU_AND_MUL;
+    act.dtype = 2;
+    act.x = ax.data();
+    act.out = aout.data();
+    act.rows = 1;
+    act.d = width;
+    act.x_stride = 2 * width;
+    act.out_stride = width;
+    for (int bytes : {2, 12, 32}) {
+        const struct fld__gpu_shape s = {64, 2, 1, 0, false, bytes};
+        fld_emu_force_shape(&s);
+        ck_assert_int_eq(api.act(&act, FLD_GPU_VECTOR, NULL), FLD_EMU_ERR_INVALID_VALUE);
+    }
+    for (uint16_t v : aout)
+        ck_assert_uint_eq(v, 0x1234);
     fld_emu_force_shape(NULL);
 }
 END_TEST
 
 const struct fld__gpu_shape forced_act_shapes[] = {
-    {32, 1, 7, 0, false}, {32, 3, 1, 0, false}, {256, 1, 7, 0, false}, {64, 2, 3, 0, false}};
+    {32, 1, 7, 0, false, 0},  {32, 3, 1, 0, false, 16}, {256, 1, 7, 0, false, 16},
+    {64, 2, 3, 0, false, 16}, {32, 2, 7, 0, false, 8},  {64, 5, 3, 0, false, 4},
+};
 
 START_TEST(launch_shapes_act)
 {
@@ -1108,7 +1132,7 @@ START_TEST(launch_shapes_act)
 END_TEST
 
 const struct fld__gpu_shape forced_rotary_shapes[] = {
-    {64, 5, 1, 0, false}, {64, 5, 3, 0, false}, {64, 2, 2, 0, false}, {512, 5, 1, 0, false}};
+    {64, 5, 1, 0, false, 0}, {64, 5, 3, 0, false, 0}, {64, 2, 2, 0, false, 0}, {512, 5, 1, 0, false, 0}};
 
 START_TEST(launch_shapes_rotary)
 {
@@ -1252,7 +1276,7 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, unary_all_16bit, 0, 12);
     tcase_add_loop_test(tc, act_rounding_all_16bit, 0, 16);
     tcase_add_test(tc, act_vector_refuses_misaligned);
-    tcase_add_loop_test(tc, launch_shapes_act, 0, 4);
+    tcase_add_loop_test(tc, launch_shapes_act, 0, 6);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("norms");

@@ -263,7 +263,7 @@ template <int DT, int N> FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, ui
 }
 
 /* ------------------------------------------------------------------------ */
-/* 128-bit loads and stores (p 16-byte aligned)                             */
+/* 128-, 64- and 32-bit loads and stores (p aligned to their size)          */
 /* ------------------------------------------------------------------------ */
 
 #if defined(FLD_GPU_TARGET_EMU)
@@ -288,16 +288,37 @@ FLD_GPU_DEV void fld__gpu_store16(void *p, fld__gpu_vec16 v)
     fld__gpu_check_align16(p, "store");
     memcpy(p, &v, sizeof v);
 }
-/* A 64-bit load (p 8-byte aligned). */
-FLD_GPU_DEV uint64_t fld__gpu_load8(const void *p)
+/* 64- and 32-bit loads and stores (p 8- or 4-byte aligned). */
+static inline void fld__gpu_check_align(const void *p, unsigned bytes, const char *what)
 {
-    if ((uintptr_t)p % 8 != 0) {
-        fprintf(stderr, "gpu emulator: misaligned 64-bit load at %p\n", p);
+    if ((uintptr_t)p % bytes != 0) {
+        fprintf(stderr, "gpu emulator: misaligned %u-bit %s at %p\n", bytes * 8, what, p);
         abort();
     }
+}
+FLD_GPU_DEV uint64_t fld__gpu_load8(const void *p)
+{
+    fld__gpu_check_align(p, 8, "load");
     uint64_t v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+FLD_GPU_DEV void fld__gpu_store8(void *p, uint64_t v)
+{
+    fld__gpu_check_align(p, 8, "store");
+    memcpy(p, &v, sizeof v);
+}
+FLD_GPU_DEV uint32_t fld__gpu_load4(const void *p)
+{
+    fld__gpu_check_align(p, 4, "load");
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+FLD_GPU_DEV void fld__gpu_store4(void *p, uint32_t v)
+{
+    fld__gpu_check_align(p, 4, "store");
+    memcpy(p, &v, sizeof v);
 }
 #else
 /* One ld.global.v4 / global_load_dwordx4 per call. */
@@ -309,10 +330,22 @@ FLD_GPU_DEV void fld__gpu_store16(void *p, fld__gpu_vec16 v)
 {
     *reinterpret_cast<fld__gpu_vec16 *>(p) = v;
 }
-/* One 64-bit load (p 8-byte aligned). */
+/* One 64-bit or 32-bit access (p 8- or 4-byte aligned). */
 FLD_GPU_DEV uint64_t fld__gpu_load8(const void *p)
 {
     return *reinterpret_cast<const uint64_t *>(p);
+}
+FLD_GPU_DEV void fld__gpu_store8(void *p, uint64_t v)
+{
+    *reinterpret_cast<uint64_t *>(p) = v;
+}
+FLD_GPU_DEV uint32_t fld__gpu_load4(const void *p)
+{
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+FLD_GPU_DEV void fld__gpu_store4(void *p, uint32_t v)
+{
+    *reinterpret_cast<uint32_t *>(p) = v;
 }
 #endif
 

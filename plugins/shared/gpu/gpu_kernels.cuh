@@ -91,21 +91,40 @@ template <int DT> FLD_GPU_DEV float round_to(float v)
     return DT == 0 ? v : widen<DT>(narrow<DT>(v));
 }
 
+/* A group's bits as loaded: one 16-byte vector, or one element's bits. */
+template <bool VEC> struct raw_bits {
+    typedef fld__gpu_vec16 type;
+};
+template <> struct raw_bits<false> {
+    typedef uint32_t type;
+};
+
 /*
  * Access to a row by groups of N elements: group k holds elements
  * [k N, k N + N). VEC: one 16-byte access per group (the row and k N
  * 16-byte aligned); otherwise N = 1, one scalar access.
+ *
+ * load() is fetch() then unpack(). A kernel that needs several operands
+ * of a row fetches them all before it unpacks any: a load's registers are
+ * waited for at their first use, so fetching the second operand after
+ * unpacking the first costs a second trip to memory.
  */
 template <int DT, bool VEC> struct group {
     static constexpr int N = VEC ? 16 / dtype_size<DT>::value : 1;
+    typedef typename raw_bits<VEC>::type raw;
 
-    static FLD_GPU_DEV void load(const void *row, int64_t k, float *f)
+    static FLD_GPU_DEV void fetch(const void *row, int64_t k, fld__gpu_vec16 &v)
     {
-        if (!VEC) {
-            f[0] = load_elem<DT>(row, k);
-            return;
-        }
-        const fld__gpu_vec16 v = fld__gpu_load16(static_cast<const char *>(row) + k * 16);
+        v = fld__gpu_load16(static_cast<const char *>(row) + k * 16);
+    }
+
+    static FLD_GPU_DEV void fetch(const void *row, int64_t k, uint32_t &bits)
+    {
+        bits = DT == 0 ? static_cast<const uint32_t *>(row)[k] : static_cast<const uint16_t *>(row)[k];
+    }
+
+    static FLD_GPU_DEV void unpack(const fld__gpu_vec16 &v, float *f)
+    {
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
         if (DT == 0) {
             for (int j = 0; j < N && j < 4; j++)
@@ -116,6 +135,18 @@ template <int DT, bool VEC> struct group {
                 f[2 * j + 1] = widen<DT>(w[j] >> 16);
             }
         }
+    }
+
+    static FLD_GPU_DEV void unpack(uint32_t bits, float *f)
+    {
+        f[0] = DT == 0 ? fld__gpu_float(bits) : widen<DT>(bits);
+    }
+
+    static FLD_GPU_DEV void load(const void *row, int64_t k, float *f)
+    {
+        raw r;
+        fetch(row, k, r);
+        unpack(r, f);
     }
 
     /* PAIRED: 16-bit groups rounded two at a time (fld__gpu_pack_pairs): on an
@@ -158,15 +189,28 @@ template <int SDT, int N, bool VEC> struct lanes {
     static constexpr int ACCESSES = VEC ? N / PER : 1;
     static_assert(!VEC || (N % PER == 0 && ACCESSES <= 2), "x's group is 1 or 2 accesses of SDT");
 
+    /* The group's bits as loaded (fetch(), then unpack(): see group). */
+    struct raw {
+        typename group<SDT, VEC>::raw part[ACCESSES];
+    };
+
+    static FLD_GPU_DEV void fetch(const void *row, int64_t k, raw &r)
+    {
+        for (int i = 0; i < ACCESSES; i++)
+            group<SDT, VEC>::fetch(row, k * ACCESSES + i, r.part[i]);
+    }
+
+    static FLD_GPU_DEV void unpack(const raw &r, float *f)
+    {
+        for (int i = 0; i < ACCESSES; i++)
+            group<SDT, VEC>::unpack(r.part[i], f + i * PER);
+    }
+
     static FLD_GPU_DEV void load(const void *row, int64_t k, float *f)
     {
-        if (VEC) {
-            group<SDT, true>::load(row, k * ACCESSES, f);
-            if (ACCESSES == 2)
-                group<SDT, true>::load(row, k * ACCESSES + 1, f + PER);
-        } else {
-            f[0] = load_elem<SDT>(row, k);
-        }
+        raw r;
+        fetch(row, k, r);
+        unpack(r, f);
     }
 
     static FLD_GPU_DEV void store(void *row, int64_t k, const float *f)
@@ -179,6 +223,69 @@ template <int SDT, int N, bool VEC> struct lanes {
             store_elem<SDT>(row, k, f[0]);
         }
     }
+};
+
+/*
+ * Access to a row by groups of BYTES = 8 or 4 bytes (N = BYTES / size
+ * elements; the row and k N aligned to BYTES): what an activation thread
+ * reads per step where gpu_launch.h spreads a row over more threads than
+ * 16-byte groups give. The same conversions as group's.
+ */
+template <int DT, int BYTES> struct narrow_group {
+    static_assert(BYTES == 8 || BYTES == 4, "8- or 4-byte groups; 16 is group's");
+    static constexpr int N = BYTES / dtype_size<DT>::value;
+    static constexpr int WORDS = BYTES / 4;
+
+    static FLD_GPU_DEV void load(const void *row, int64_t k, float *f)
+    {
+        const char *p = static_cast<const char *>(row) + k * BYTES;
+        uint32_t w[WORDS];
+        if (WORDS == 2) {
+            const uint64_t u = fld__gpu_load8(p);
+            w[0] = (uint32_t)u;
+            w[WORDS - 1] = (uint32_t)(u >> 32);
+        } else {
+            w[0] = fld__gpu_load4(p);
+        }
+        for (int i = 0; i < WORDS; i++) {
+            if (DT == 0) {
+                f[i] = fld__gpu_float(w[i]);
+            } else {
+                f[2 * i] = widen<DT>(w[i] & 0xffffu);
+                f[2 * i + 1] = widen<DT>(w[i] >> 16);
+            }
+        }
+    }
+
+    template <bool PAIRED = false> static FLD_GPU_DEV void store(void *row, int64_t k, const float *f)
+    {
+        uint32_t w[WORDS];
+        if (DT == 0) {
+            for (int i = 0; i < WORDS; i++)
+                w[i] = fld__gpu_bits(f[i]);
+        } else if (PAIRED) {
+            fld__gpu_pack_pairs<DT, N>(f, w);
+        } else {
+            for (int i = 0; i < WORDS; i++)
+                w[i] = (uint32_t)narrow<DT>(f[2 * i]) | ((uint32_t)narrow<DT>(f[2 * i + 1]) << 16);
+        }
+        char *p = static_cast<char *>(row) + k * BYTES;
+        if (WORDS == 2)
+            fld__gpu_store8(p, (uint64_t)w[0] | ((uint64_t)w[WORDS - 1] << 32));
+        else
+            fld__gpu_store4(p, w[0]);
+    }
+};
+
+/* An activation's access: scalar (!VEC), 16-byte groups, or narrower ones. */
+template <int DT, bool VEC, int BYTES> struct act_access {
+    typedef narrow_group<DT, BYTES> type;
+};
+template <int DT, int BYTES> struct act_access<DT, false, BYTES> {
+    typedef group<DT, false> type;
+};
+template <int DT> struct act_access<DT, true, 16> {
+    typedef group<DT, true> type;
 };
 
 template <int DT> FLD_GPU_DEV const char *row_at(const void *base, int64_t r, int64_t stride)
@@ -271,11 +378,12 @@ template <int OP, int DT> FLD_GPU_DEV float gated(float a, float b)
 }
 
 /* blockIdx.y strides over rows, (blockIdx.x, threadIdx.x) over the row's
-   groups. Gated ops read the row's second half too; elementwise ones not. */
-template <int DT, bool VEC, int OP>
+   groups of BYTES (VEC) or elements. Gated ops read the row's second half
+   too; elementwise ones not. */
+template <int DT, bool VEC, int OP, int BYTES>
 __global__ void __launch_bounds__(256) act_kernel(struct fld__gpu_act_args a)
 {
-    typedef group<DT, VEC> G;
+    typedef typename act_access<DT, VEC, BYTES>::type G;
     const int64_t groups = a.d / G::N;
     const int64_t step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
@@ -299,7 +407,7 @@ __global__ void __launch_bounds__(256) act_kernel(struct fld__gpu_act_args a)
     }
 }
 
-template <int DT, bool VEC>
+template <int DT, bool VEC, int BYTES>
 static int launch_act(const struct fld__gpu_act_args *a, const struct fld__gpu_shape &s,
                       void *stream)
 {
@@ -308,7 +416,7 @@ static int launch_act(const struct fld__gpu_act_args *a, const struct fld__gpu_s
                     (unsigned)(s.blocks_y < 65535 ? s.blocks_y : 65535));
 #define FLD_GPU_ACT_CASE(OP)                                                                       \
     case OP:                                                                                       \
-        return fld__gpu_launch(act_kernel<DT, VEC, OP>, grid, dim3(s.threads), stream, *a)
+        return fld__gpu_launch(act_kernel<DT, VEC, OP, BYTES>, grid, dim3(s.threads), stream, *a)
     switch (a->op) {
         FLD_GPU_ACT_CASE(FLD_GPU_SILU_AND_MUL);
         FLD_GPU_ACT_CASE(FLD_GPU_MUL_AND_SILU);
@@ -323,17 +431,34 @@ static int launch_act(const struct fld__gpu_act_args *a, const struct fld__gpu_s
 #undef FLD_GPU_ACT_CASE
 }
 
-template <bool VEC>
+template <bool VEC, int BYTES>
 static int launch_act_dt(const struct fld__gpu_act_args *a, const struct fld__gpu_shape &s,
                          void *stream)
 {
     switch (a->dtype) {
     case 0:
-        return launch_act<0, VEC>(a, s, stream);
+        return launch_act<0, VEC, BYTES>(a, s, stream);
     case 1:
-        return launch_act<1, VEC>(a, s, stream);
+        return launch_act<1, VEC, BYTES>(a, s, stream);
     case 2:
-        return launch_act<2, VEC>(a, s, stream);
+        return launch_act<2, VEC, BYTES>(a, s, stream);
+    default:
+        return FLD_GPU_EINVAL;
+    }
+}
+
+/* The vector family's kernel for s.access_bytes (16, 8 or 4; 0 is 16). */
+static int launch_act_vector(const struct fld__gpu_act_args *a, const struct fld__gpu_shape &s,
+                             void *stream)
+{
+    switch (s.access_bytes) {
+    case 0:
+    case 16:
+        return launch_act_dt<true, 16>(a, s, stream);
+    case 8:
+        return launch_act_dt<true, 8>(a, s, stream);
+    case 4:
+        return launch_act_dt<true, 4>(a, s, stream);
     default:
         return FLD_GPU_EINVAL;
     }
@@ -358,7 +483,7 @@ static inline int run_act_shaped(const struct fld__gpu_act_args *a, int variant,
         shape ? *shape : fld__gpu_act_shape(a->rows, groups, fld__gpu_sm_count());
     if (s.threads < 1 || s.threads > 256 || s.blocks < 1 || s.blocks_y < 1)
         return FLD_GPU_EINVAL;
-    return vec ? launch_act_dt<true>(a, s, stream) : launch_act_dt<false>(a, s, stream);
+    return vec ? launch_act_vector(a, s, stream) : launch_act_dt<false, 0>(a, s, stream);
 }
 
 static inline int run_act(const struct fld__gpu_act_args *a, int variant, void *stream)
@@ -501,11 +626,16 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld__gpu_norm_args a)
         char *rr = a.residual ? row_at<RDT>(a.residual, r, a.residual_stride) : nullptr;
         float ss = 0.0f;
         for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
+            typename G::raw xs;
+            typename R::raw rs = {};
+            G::fetch(xr, k, xs);
+            if (rr)
+                R::fetch(rr, k, rs);
             float v[G::N];
-            G::load(xr, k, v);
+            G::unpack(xs, v);
             if (rr) {
                 float s[G::N];
-                R::load(rr, k, s);
+                R::unpack(rs, s);
                 for (int j = 0; j < G::N; j++)
                     v[j] = round_to<RDT>(v[j] + s[j]);
                 R::store(rr, k, v);
@@ -546,49 +676,54 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld__gpu_norm_args a)
  * groups in registers between the sum of squares and the scaling, so x (or
  * the residual) is read once instead of twice. K is the fewest that holds
  * the row, so the kernel takes no more registers (and keeps as many blocks
- * per SM) than the row needs. With K <= 2 the thread's part of the weight
- * is loaded once per block, before the first row, and kept in registers
- * (gemma's 1 + w applied once): a decode row then waits for one trip to
- * memory, not one for x and another for the weight after the reduction.
- * With K = 4 the weight is read after each reduction, as registers are
- * scarcer there. out may alias x: the block's whole row is read before the
- * reduction's barrier, and written after it.
+ * per SM) than the row needs.
+ *
+ * A row's loads are all issued before the first of them is used (x's and
+ * the residual's, and with EARLY_WEIGHT the weight's), so a decode row
+ * waits for one trip to memory, not one per operand. Without EARLY_WEIGHT
+ * the weight is read after the reduction: four (or eight) fewer registers
+ * per group, which the 4-group kernel needs more than a decode row's
+ * latency; EARLY_WEIGHT is for K <= 2. out may alias x: the block's whole
+ * row is read before the reduction's barrier, and written after it.
  */
-template <int DT, int WDT, int RDT, bool VEC, int K, bool KEEP_WEIGHT>
+template <int DT, int WDT, int RDT, bool VEC, int K, bool EARLY_WEIGHT>
 __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fld__gpu_norm_args a)
 {
     typedef group<DT, VEC> G;
     typedef lanes<WDT, G::N, VEC> W;
     typedef lanes<RDT, G::N, VEC> R;
-    static_assert(!KEEP_WEIGHT || K <= 2, "the weight is kept for at most 2 groups");
+    static_assert(!EARLY_WEIGHT || K <= 2, "the weight is loaded early for at most 2 groups");
     const int64_t groups = a.width / G::N;
     const float add = a.gemma ? 1.0f : 0.0f;
-    float wk[KEEP_WEIGHT ? K : 1][G::N] = {}; /* the kept weight (+ add), where k < groups */
-    if (KEEP_WEIGHT && a.weight) {
-        FLD_GPU_UNROLL
-        for (int i = 0; i < K; i++) {
-            const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
-            if (k < groups) {
-                W::load(a.weight, k, wk[i]);
-                for (int j = 0; j < G::N; j++)
-                    wk[i][j] += add;
-            }
-        }
-    }
     for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
         const char *xr = row_at<DT>(a.x, r, a.x_stride);
         char *orow = row_at<DT>(a.out, r, a.out_stride);
         char *rr = a.residual ? row_at<RDT>(a.residual, r, a.residual_stride) : nullptr;
-        float v[K][G::N] = {}; /* set where k < groups, the only place read */
+        /* Every load of the row first (read only where k < groups). */
+        typename G::raw xs[K] = {};
+        typename R::raw rs[K] = {};
+        typename W::raw ws[EARLY_WEIGHT ? K : 1] = {};
+        FLD_GPU_UNROLL
+        for (int i = 0; i < K; i++) {
+            const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
+            if (k < groups) {
+                G::fetch(xr, k, xs[i]);
+                if (rr)
+                    R::fetch(rr, k, rs[i]);
+                if (EARLY_WEIGHT && a.weight)
+                    W::fetch(a.weight, k, ws[EARLY_WEIGHT ? i : 0]);
+            }
+        }
+        float v[K][G::N] = {};
         float ss = 0.0f;
         FLD_GPU_UNROLL
         for (int i = 0; i < K; i++) {
             const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
             if (k < groups) {
-                G::load(xr, k, v[i]);
+                G::unpack(xs[i], v[i]);
                 if (rr) {
                     float s[G::N];
-                    R::load(rr, k, s);
+                    R::unpack(rs[i], s);
                     for (int j = 0; j < G::N; j++)
                         v[i][j] = round_to<RDT>(v[i][j] + s[j]);
                     R::store(rr, k, v[i]);
@@ -610,16 +745,12 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
             if (k < groups) {
                 if (a.weight) {
                     float w[G::N];
-                    if (KEEP_WEIGHT) {
-                        for (int j = 0; j < G::N; j++)
-                            w[j] = wk[KEEP_WEIGHT ? i : 0][j];
-                    } else {
+                    if (EARLY_WEIGHT)
+                        W::unpack(ws[EARLY_WEIGHT ? i : 0], w);
+                    else
                         W::load(a.weight, k, w);
-                        for (int j = 0; j < G::N; j++)
-                            w[j] += add;
-                    }
                     for (int j = 0; j < G::N; j++)
-                        v[i][j] = v[i][j] * inv * w[j];
+                        v[i][j] = v[i][j] * inv * (w[j] + add);
                 } else {
                     for (int j = 0; j < G::N; j++)
                         v[i][j] = v[i][j] * inv;
@@ -631,13 +762,14 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
 }
 
 /* The kernel of shape s (gpu_launch.h): one pass with s.per_thread groups in
-   registers, or two passes (per_thread 0). */
+   registers (the weight loaded with the row where s.early_weight), or two
+   passes (per_thread 0). */
 template <int DT, int WDT, int RDT, bool VEC>
 static int launch_norm(const struct fld__gpu_norm_args *a, const struct fld__gpu_shape &s,
                        void *stream)
 {
     const dim3 grid((unsigned)(s.blocks < (1 << 20) ? s.blocks : (1 << 20))), block(s.threads);
-    switch (s.per_thread * 2 + (s.keep_weight ? 1 : 0)) {
+    switch (s.per_thread * 2 + (s.early_weight ? 1 : 0)) {
     case 2:
         return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 1, false>, grid, block, stream,
                                *a);
@@ -687,8 +819,8 @@ static inline bool norm_shape_ok(const struct fld__gpu_norm_args *a, bool vec,
     if (s.threads < 64 || s.threads > 1024 || s.threads % 64 || s.blocks < 1)
         return false;
     if (s.per_thread == 0)
-        return !s.keep_weight;
-    if (s.keep_weight && s.per_thread > 2)
+        return !s.early_weight;
+    if (s.early_weight && s.per_thread > 2)
         return false;
     const unsigned bound = s.per_thread <= 2 ? 1024u : 512u;
     return (s.per_thread == 1 || s.per_thread == 2 || s.per_thread == 4) && s.threads <= bound &&
@@ -840,9 +972,10 @@ FLD_GPU_DEV void load_cos_sin_run(const char *crow, int64_t i, float *f)
 /*
  * Tokens grid-stride over blockIdx.x; a token's units (query heads' first,
  * then the key's) over the threads of gridDim.y blocks (gpu_launch.h: one
- * block at many tokens, several at few). A thread loads its head's
- * elements first and the token's position after, so the cos/sin row, which
- * depends on the position, is the only load that waits for another. The
+ * block at many tokens, several at few). A thread issues the token's
+ * position first and its head's elements while the position is in flight:
+ * the cos/sin row, the one load that waits for another, then starts as
+ * early as it can, and the elements' trip overlaps the position's. The
  * cos/sin row is read by every head (from L1). The index within a token
  * fits in 32 bits (at most 2^31 units per token), which keeps the division
  * by the units per head cheap. Out of place, the elements past rot_dim are
@@ -861,6 +994,8 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
     const uint32_t tk = a.key ? (uint32_t)a.k_heads * tail : 0u;
     const uint32_t first = blockIdx.y * blockDim.x + threadIdx.x, step = gridDim.y * blockDim.x;
     for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
+        const int64_t pos = position_of(a, t);
+        const bool pos_ok = pos >= 0 && pos < a.max_pos; /* else left unchanged: see gpu_api.h */
         for (uint32_t w = first; w < nq + nk; w += step) {
             const bool q = w < nq;
             const uint32_t u = q ? w : w - nq;
@@ -869,13 +1004,15 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
             char *dst = head_at<DT>(a, q, false, t, h);
             if (VEC && a.is_neox) {
                 /* pairs (i, i + half) for i in [k N, k N + N) */
-                float x[G::N], y[G::N], c[G::N], sn[G::N];
                 const int64_t yoff = half * dtype_size<DT>::value;
-                G::load(src, k, x);
-                G::load(src + yoff, k, y);
-                const int64_t pos = position_of(a, t);
-                if (pos < 0 || pos >= a.max_pos)
-                    continue; /* left unchanged: see gpu_api.h */
+                typename G::raw xs, ys;
+                G::fetch(src, k, xs);
+                G::fetch(src + yoff, k, ys);
+                if (!pos_ok)
+                    continue;
+                float x[G::N], y[G::N], c[G::N], sn[G::N];
+                G::unpack(xs, x);
+                G::unpack(ys, y);
                 const char *crow = static_cast<const char *>(a.cache) +
                                    pos * a.cache_stride * dtype_size<CDT>::value;
                 load_cos_sin_run<DT, CDT, G::N, CVEC>(crow, (int64_t)k * G::N, c);
@@ -890,11 +1027,12 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
             } else if (VEC) {
                 /* pairs (2i, 2i + 1) for i in [k N/2, k N/2 + N/2) */
                 constexpr int P = G::N / 2 > 0 ? G::N / 2 : 1;
-                float x[G::N], c[P], sn[P];
-                G::load(src, k, x);
-                const int64_t pos = position_of(a, t);
-                if (pos < 0 || pos >= a.max_pos)
+                typename G::raw xs;
+                G::fetch(src, k, xs);
+                if (!pos_ok)
                     continue;
+                float x[G::N], c[P], sn[P];
+                G::unpack(xs, x);
                 const char *crow = static_cast<const char *>(a.cache) +
                                    pos * a.cache_stride * dtype_size<CDT>::value;
                 load_cos_sin_run<DT, CDT, P, CVEC>(crow, (int64_t)k * P, c);
@@ -909,8 +1047,7 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
                 const int64_t ix = a.is_neox ? k : 2 * (int64_t)k;
                 const int64_t iy = a.is_neox ? k + half : 2 * (int64_t)k + 1;
                 const float x = load_elem<DT>(src, ix), y = load_elem<DT>(src, iy);
-                const int64_t pos = position_of(a, t);
-                if (pos < 0 || pos >= a.max_pos)
+                if (!pos_ok)
                     continue;
                 const char *crow = static_cast<const char *>(a.cache) +
                                    pos * a.cache_stride * dtype_size<CDT>::value;
@@ -920,11 +1057,8 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
                 store_elem<DT>(dst, iy, rot_y<DT>(x, y, c, sn));
             }
         }
-        if (tq + tk == 0)
-            continue;
-        const int64_t pos = position_of(a, t);
-        if (pos < 0 || pos >= a.max_pos)
-            continue; /* out of place: the token's output heads are not written */
+        if (tq + tk == 0 || !pos_ok)
+            continue; /* out of place, a bad position: the token's output heads are not written */
         for (uint32_t w = first; w < tq + tk; w += step) {
             const bool q = w < tq;
             const uint32_t u = q ? w : w - tq;

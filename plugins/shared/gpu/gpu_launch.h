@@ -36,15 +36,18 @@
  * (1, 2 or 4: the one-pass kernel) or 0 (the two-pass kernel, which re-reads
  * the row). blocks_y: the second grid dimension where a family splits a row
  * or a token across blocks (activations: rows; rotary: chunks of a token's
- * heads). keep_weight (norms, per_thread 1 or 2): the weight is loaded
- * once per block with the first row and kept in registers.
+ * heads). early_weight (norms, per_thread 1 or 2): the weight's loads are
+ * issued with the row's, before the reduction, rather than after it.
+ * access_bytes (activations): the bytes each thread loads per operand and
+ * step, 16, 8 or 4 (0: 16); fewer spread a row over more threads.
  */
 struct fld__gpu_shape {
     unsigned threads;
     int64_t blocks;
     int64_t blocks_y;
     int per_thread;
-    bool keep_weight;
+    bool early_weight;
+    int access_bytes;
 };
 
 /* ---- the table --------------------------------------------------------- */
@@ -68,10 +71,12 @@ struct fld__gpu_shape {
                 groups per thread (threads = groups / 4, at least 64), so
                 more, smaller blocks share an SM and each thread keeps four
                 16-byte loads in flight.
-   The weight is read after the reduction in all three: keeping it in
-   registers from the start (keep_weight) measured no faster at decode (0.98
-   to 1.03x) and costs registers. Rows too wide for 4 groups per thread run
-   the two-pass kernel with NORM_TWO_PASS_THREADS. */
+   The weight is read after the reduction in all three. Loading it with
+   the row (early_weight) saves a decode row one trip to memory for four
+   or eight registers per group; bench/gpu_sweep.cu times both, and
+   docs/device-plugins.md says which rows have been measured so. Rows too
+   wide for 4 groups per thread run the two-pass kernel with
+   NORM_TWO_PASS_THREADS. */
 #define FLD_GPU_NORM_LATENCY_ROWS_PER_SM 1
 #define FLD_GPU_NORM_STREAM_ROWS_PER_SM  8
 #define FLD_GPU_NORM_STREAM_THREADS      256
@@ -79,12 +84,16 @@ struct fld__gpu_shape {
 #define FLD_GPU_NORM_MAX_THREADS         1024
 #define FLD_GPU_NORM_TWO_PASS_THREADS    1024
 
-/* Activations: one 16-byte group per thread per step, grid.x over a row's
-   groups and grid.y over rows; ACT_LATENCY_THREADS-thread blocks while
-   there are at most as many rows as SMs (a decode row of 14,336 bf16
-   spread over 14 SMs rather than 7: 1.05x), ACT_THREADS beyond. */
+/* Activations: one ACT_ACCESS_BYTES group per operand, thread and step,
+   grid.x over a row's groups and grid.y over rows; ACT_LATENCY_THREADS-
+   thread blocks while there are at most as many rows as SMs (a decode row
+   of 14,336 bf16 spread over 14 SMs rather than 7: 1.05x), ACT_THREADS
+   beyond. 8- and 4-byte groups (access_bytes) spread a decode row over two
+   or four times the threads, each with a shorter chain of divisions and
+   exponentials; bench/gpu_sweep.cu times them beside 16. */
 #define FLD_GPU_ACT_THREADS         256
 #define FLD_GPU_ACT_LATENCY_THREADS 128
+#define FLD_GPU_ACT_ACCESS_BYTES    16
 
 /* Rotary, three regimes by tokens per SM:
      latency    fewer tokens than SMs: a token's (head, group) units split
@@ -122,7 +131,7 @@ static inline int fld__gpu_norm_groups_per_thread(int64_t groups, unsigned threa
 /* rows x groups (16-byte groups, or elements for the scalar family) on sms SMs. */
 static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t groups, int sms)
 {
-    struct fld__gpu_shape s = {0, rows, 1, 0, false};
+    struct fld__gpu_shape s = {0, rows, 1, 0, false, 0};
     if (rows <= (int64_t)sms * FLD_GPU_NORM_LATENCY_ROWS_PER_SM) {
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_MAX_THREADS);
         if (groups > (int64_t)s.threads)
@@ -140,20 +149,21 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
     return s;
 }
 
-/* rows x groups per row (16-byte groups, or elements for the scalar family). */
+/* rows x groups per row (16-byte groups, or elements for the scalar family,
+   which ignores access_bytes). */
 static inline struct fld__gpu_shape fld__gpu_act_shape(int64_t rows, int64_t groups, int sms)
 {
-    struct fld__gpu_shape s = {FLD_GPU_ACT_THREADS, 1, rows, 0, false};
+    struct fld__gpu_shape s = {FLD_GPU_ACT_THREADS, 1, rows, 0, false, FLD_GPU_ACT_ACCESS_BYTES};
     if (rows <= (int64_t)sms)
         s.threads = FLD_GPU_ACT_LATENCY_THREADS;
-    s.blocks = fld__gpu_ceil_div(groups, s.threads);
+    s.blocks = fld__gpu_ceil_div(groups * (16 / s.access_bytes), s.threads);
     return s;
 }
 
 /* tokens x units per token (the (head, group) units of query and key). */
 static inline struct fld__gpu_shape fld__gpu_rotary_shape(int64_t tokens, int64_t units, int sms)
 {
-    struct fld__gpu_shape s = {FLD_GPU_ROTARY_SPLIT_THREADS, tokens, 1, 0, false};
+    struct fld__gpu_shape s = {FLD_GPU_ROTARY_SPLIT_THREADS, tokens, 1, 0, false, 0};
     if (tokens < sms)
         s.blocks_y = fld__gpu_ceil_div(units, FLD_GPU_ROTARY_SPLIT_THREADS);
     else if (tokens < (int64_t)sms * FLD_GPU_ROTARY_STREAM_TOKENS_PER_SM)
