@@ -6,7 +6,11 @@
  * graph replayed, device time per call (median of the replays). For every
  * case it prints the time of the shape gpu_launch.h chooses beside the
  * fastest candidate, so the table's rows can be checked or changed on
- * measured ground; --json writes every candidate.
+ * measured ground; --json writes every candidate. A closing summary gives,
+ * for each op, dtype and regime (decode, between, prefill), each kind of
+ * candidate's best against the table's choice (norms: the weight loaded
+ * early or after the reduction, or two passes; activations: 16-, 8- or
+ * 4-byte groups; rotary: a token split over blocks or not).
  *
  *   make gpu-sweep          build/bench/gpu_sweep (nvcc)
  *   build/bench/gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,rotary]
@@ -17,11 +21,14 @@
  * and a device-to-device copy of 1 GiB the same run's bandwidth. Exit
  * status: 0, or 1 when a launch failed (the case is named).
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -141,6 +148,30 @@ std::string shape_text(const fld__gpu_shape &s)
     return b;
 }
 
+/* The kind of a shape, for the summary: the kernel variant it runs. */
+std::string shape_kind(const char *op, const fld__gpu_shape &s)
+{
+    if (!strcmp(op, "norm") || !strcmp(op, "fused"))
+        return s.per_thread == 0 ? "two passes" : s.early_weight ? "early weight" : "weight after";
+    if (!strcmp(op, "silu"))
+        return std::to_string(s.access_bytes ? s.access_bytes : 16) + "-byte groups";
+    return s.blocks_y > 1 ? "token split" : "block per token";
+}
+
+int sms;
+
+/* Per (op family, regime, kind): log(table / kind's best) summed, cases, cases won. */
+struct kind_total {
+    double log_ratio = 0;
+    int cases = 0, won = 0;
+};
+std::map<std::string, std::map<std::string, kind_total>> summary;
+
+std::string regime(int64_t rows)
+{
+    return rows <= sms ? "decode" : rows >= 8 * (int64_t)sms ? "prefill" : "between";
+}
+
 /* Times the table's shape and every candidate; prints one line. */
 template <typename F>
 void run_case(const char *op, int dt, int64_t width, int64_t rows, double bytes, int sets,
@@ -161,16 +192,30 @@ void run_case(const char *op, int dt, int64_t width, int64_t rows, double bytes,
                 op, dtype_name(dt), (long long)width, (long long)rows, bytes,
                 shape_text(table).c_str(), table_us);
     bool first = true;
+    std::map<std::string, double> kind_best = {{shape_kind(op, table), table_us}};
     for (const fld__gpu_shape &c : candidates) {
         const double us = graph_us([&](int i) { return launch(i, &c); }, sets);
         if (json && us >= 0) {
             fprintf(json, "%s[\"%s\",%.3f]", first ? "" : ",", shape_text(c).c_str(), us);
             first = false;
         }
-        if (us >= 0 && us < best_us) {
+        if (us < 0)
+            continue;
+        const std::string kind = shape_kind(op, c);
+        if (!kind_best.count(kind) || us < kind_best[kind])
+            kind_best[kind] = us;
+        if (us < best_us) {
             best_us = us;
             best = c;
         }
+    }
+    const std::string family = (isdigit((unsigned char)op[4]) ? std::string(op, 4) : std::string(op)) +
+                               " " + dtype_name(dt) + " " + regime(rows);
+    for (const auto &kb : kind_best) {
+        kind_total &t = summary[family][kb.first];
+        t.log_ratio += std::log(table_us / kb.second);
+        t.cases++;
+        t.won += kb.second <= best_us;
     }
     if (json)
         fprintf(json, "],\"best\":\"%s\",\"best_us\":%.3f}\n", shape_text(best).c_str(), best_us);
@@ -179,8 +224,6 @@ void run_case(const char *op, int dt, int64_t width, int64_t rows, double bytes,
            best_us, shape_text(best).c_str(), bytes / (table_us * 1e3));
     fflush(stdout);
 }
-
-int sms;
 
 std::vector<fld__gpu_shape> norm_candidates(int64_t rows, int64_t groups)
 {
@@ -439,5 +482,14 @@ int main(int argc, char **argv)
     }
     if (json)
         fclose(json);
+    printf("\nsummary: each kind's best candidate against the table's choice, geometric mean of "
+           "table / best (above 1: that kind is faster), and the cases where it was the fastest\n");
+    for (const auto &f : summary) {
+        printf("  %-20s", f.first.c_str());
+        for (const auto &k : f.second)
+            printf("  %s %.3fx (%d of %d)", k.first.c_str(), std::exp(k.second.log_ratio / k.second.cases),
+                   k.second.won, k.second.cases);
+        printf("\n");
+    }
     return failed ? 1 : 0;
 }
