@@ -209,8 +209,8 @@ void run_case(const char *op, int dt, int64_t width, int64_t rows, double bytes,
             best = c;
         }
     }
-    const std::string family = (isdigit((unsigned char)op[4]) ? std::string(op, 4) : std::string(op)) +
-                               " " + dtype_name(dt) + " " + regime(rows);
+    const std::string name = isdigit((unsigned char)op[4]) ? std::string(op, 4) : std::string(op);
+    const std::string family = name + " " + dtype_name(dt) + " " + regime(rows);
     for (const auto &kb : kind_best) {
         kind_total &t = summary[family][kb.first];
         t.log_ratio += std::log(table_us / kb.second);
@@ -487,8 +487,8 @@ int main(int argc, char **argv)
     for (const auto &f : summary) {
         printf("  %-20s", f.first.c_str());
         for (const auto &k : f.second)
-            printf("  %s %.3fx (%d of %d)", k.first.c_str(), std::exp(k.second.log_ratio / k.second.cases),
-                   k.second.won, k.second.cases);
+            printf("  %s %.3fx (%d of %d)", k.first.c_str(),
+                   std::exp(k.second.log_ratio / k.second.cases), k.second.won, k.second.cases);
         printf("\n");
     }
     return failed ? 1 : 0;

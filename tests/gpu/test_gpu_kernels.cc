@@ -1054,8 +1054,9 @@ template <bool SYNC> __global__ void neighbour_kernel(int *out)
 extern "C" void fld_emu_force_shape(const struct fld__gpu_shape *shape);
 
 const struct fld__gpu_shape forced_norm_shapes[] = {
-    {64, 5, 1, 2, true, 0},   {64, 5, 1, 2, false, 0}, {128, 5, 1, 1, true, 0}, {64, 5, 1, 4, false, 0},
-    {1024, 5, 1, 1, true, 0}, {256, 2, 1, 1, true, 0}, {64, 2, 1, 0, false, 0}, {64, 3, 1, 4, false, 0},
+    {64, 5, 1, 2, true, 0},  {64, 5, 1, 2, false, 0},  {128, 5, 1, 1, true, 0},
+    {64, 5, 1, 4, false, 0}, {1024, 5, 1, 1, true, 0}, {256, 2, 1, 1, true, 0},
+    {64, 2, 1, 0, false, 0}, {64, 3, 1, 4, false, 0},
 };
 
 START_TEST(launch_shapes_norm)
@@ -1132,7 +1133,11 @@ START_TEST(launch_shapes_act)
 END_TEST
 
 const struct fld__gpu_shape forced_rotary_shapes[] = {
-    {64, 5, 1, 0, false, 0}, {64, 5, 3, 0, false, 0}, {64, 2, 2, 0, false, 0}, {512, 5, 1, 0, false, 0}};
+    {64, 5, 1, 0, false, 0},
+    {64, 5, 3, 0, false, 0},
+    {64, 2, 2, 0, false, 0},
+    {512, 5, 1, 0, false, 0},
+};
 
 START_TEST(launch_shapes_rotary)
 {

@@ -120,7 +120,8 @@ template <int DT, bool VEC> struct group {
 
     static FLD_GPU_DEV void fetch(const void *row, int64_t k, uint32_t &bits)
     {
-        bits = DT == 0 ? static_cast<const uint32_t *>(row)[k] : static_cast<const uint16_t *>(row)[k];
+        bits = DT == 0 ? static_cast<const uint32_t *>(row)[k]
+                       : static_cast<const uint16_t *>(row)[k];
     }
 
     static FLD_GPU_DEV void unpack(const fld__gpu_vec16 &v, float *f)
@@ -257,7 +258,8 @@ template <int DT, int BYTES> struct narrow_group {
         }
     }
 
-    template <bool PAIRED = false> static FLD_GPU_DEV void store(void *row, int64_t k, const float *f)
+    template <bool PAIRED = false>
+    static FLD_GPU_DEV void store(void *row, int64_t k, const float *f)
     {
         uint32_t w[WORDS];
         if (DT == 0) {

@@ -71,13 +71,15 @@ struct fld__gpu_shape {
                 groups per thread (threads = groups / 4, at least 64), so
                 more, smaller blocks share an SM and each thread keeps four
                 16-byte loads in flight.
-   The weight is read after the reduction in all three. Loading it with
-   the row (early_weight) saves a decode row one trip to memory for four
-   or eight registers per group; bench/gpu_sweep.cu times both, and
-   docs/device-plugins.md says which rows have been measured so. Rows too
-   wide for 4 groups per thread run the two-pass kernel with
+   The weight is read after the reduction, except in the latency regime
+   with NORM_LATENCY_EARLY_WEIGHT, where it is loaded with the row
+   (early_weight): a decode row then waits for one trip to memory, not
+   two, for four or eight registers per group. bench/gpu_sweep.cu times
+   both, and docs/device-plugins.md says which have been measured. Rows
+   too wide for 4 groups per thread run the two-pass kernel with
    NORM_TWO_PASS_THREADS. */
 #define FLD_GPU_NORM_LATENCY_ROWS_PER_SM 1
+#define FLD_GPU_NORM_LATENCY_EARLY_WEIGHT false
 #define FLD_GPU_NORM_STREAM_ROWS_PER_SM  8
 #define FLD_GPU_NORM_STREAM_THREADS      256
 #define FLD_GPU_NORM_MAX_GROUPS          4
@@ -88,12 +90,13 @@ struct fld__gpu_shape {
    grid.x over a row's groups and grid.y over rows; ACT_LATENCY_THREADS-
    thread blocks while there are at most as many rows as SMs (a decode row
    of 14,336 bf16 spread over 14 SMs rather than 7: 1.05x), ACT_THREADS
-   beyond. 8- and 4-byte groups (access_bytes) spread a decode row over two
-   or four times the threads, each with a shorter chain of divisions and
-   exponentials; bench/gpu_sweep.cu times them beside 16. */
+   beyond. ACT_LATENCY_BYTES of 8 or 4 (access_bytes) would spread a decode
+   row over two or four times the threads, each with a shorter chain of
+   divisions and exponentials; bench/gpu_sweep.cu times them beside 16. */
 #define FLD_GPU_ACT_THREADS         256
 #define FLD_GPU_ACT_LATENCY_THREADS 128
 #define FLD_GPU_ACT_ACCESS_BYTES    16
+#define FLD_GPU_ACT_LATENCY_BYTES   16
 
 /* Rotary, three regimes by tokens per SM:
      latency    fewer tokens than SMs: a token's (head, group) units split
@@ -132,7 +135,8 @@ static inline int fld__gpu_norm_groups_per_thread(int64_t groups, unsigned threa
 static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t groups, int sms)
 {
     struct fld__gpu_shape s = {0, rows, 1, 0, false, 0};
-    if (rows <= (int64_t)sms * FLD_GPU_NORM_LATENCY_ROWS_PER_SM) {
+    const bool latency = rows <= (int64_t)sms * FLD_GPU_NORM_LATENCY_ROWS_PER_SM;
+    if (latency) {
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_MAX_THREADS);
         if (groups > (int64_t)s.threads)
             s.threads = fld__gpu_waves(fld__gpu_ceil_div(groups, 2), FLD_GPU_NORM_MAX_THREADS);
@@ -146,6 +150,8 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
         s.per_thread = 0;
     if (s.per_thread == 0)
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_TWO_PASS_THREADS);
+    s.early_weight =
+        latency && FLD_GPU_NORM_LATENCY_EARLY_WEIGHT && (s.per_thread == 1 || s.per_thread == 2);
     return s;
 }
 
@@ -154,8 +160,10 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
 static inline struct fld__gpu_shape fld__gpu_act_shape(int64_t rows, int64_t groups, int sms)
 {
     struct fld__gpu_shape s = {FLD_GPU_ACT_THREADS, 1, rows, 0, false, FLD_GPU_ACT_ACCESS_BYTES};
-    if (rows <= (int64_t)sms)
+    if (rows <= (int64_t)sms) {
         s.threads = FLD_GPU_ACT_LATENCY_THREADS;
+        s.access_bytes = FLD_GPU_ACT_LATENCY_BYTES;
+    }
     s.blocks = fld__gpu_ceil_div(groups * (16 / s.access_bytes), s.threads);
     return s;
 }
