@@ -21,7 +21,9 @@
 #                        Python files clean by ruff (pinned in
 #                        python/requirements-lint.txt, rules in ruff.toml;
 #                        .ci/ruff.sh), no import cycle in python/fldispatch but
-#                        the known ones (.ci/import-graph.py)
+#                        the known ones (.ci/import-graph.py), and where the
+#                        cuda plugin is built, its kernels' loads in the order
+#                        their machine code must keep (.ci/sass-loads.py)
 #   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
 #   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
@@ -458,7 +460,8 @@ LINT_HISTORY := issue [0-9]|phase [0-9]|FLAGS[.]md|used t[o] |now cal[l]s|(was|w
 LINT_SPDX ?= yes
 LINT_SPDX_FILES = git ls-files -- '*.c' '*.h' '*.cc' '*.cpp' '*.cxx' '*.hh' '*.hpp' '*.cu' '*.cuh' \
   '*.hip' '*.S' '*.s' '*.py' '*.pyx' '*.pxd' '*.sh' '*.mk' '*Makefile'
-lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ)
+LINT_CUDA_OBJ := $(if $(PLUGIN_SKIP_cuda),,$(OBJ)/plugins/cuda/cuda_kernels.o)
+lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ) $(LINT_CUDA_OBJ)
 	@mkdir -p $(B)/cppcheck
 	$(Q)$(call fld_say,LINT,core plugins tools tests python/src)out=$$($(CPPCHECK) $(CPPCHECK_FLAGS) $(CORE_INCLUDES) \
 	  --cppcheck-build-dir=$(B)/cppcheck -j2 core plugins tools tests python/src 2>&1); st=$$?; \
@@ -469,6 +472,13 @@ lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ)
 	  [ -z "$$out" ] || printf '  %-7s %s\n' LINT "$$out"; exit $$st
 	$(Q)$(PYTHON) .ci/import-graph.py --self-test && out=$$($(PYTHON) .ci/import-graph.py --check); \
 	  st=$$?; printf '  %-7s %s\n' LINT "$$out"; exit $$st
+ifeq ($(LINT_CUDA_OBJ),)
+	@printf '  %-7s %s\n' LINT "cuda kernels' load order: not checked, no cuda plugin here ($(PLUGIN_SKIP_cuda))"
+else
+	$(Q)$(PYTHON) .ci/sass-loads.py --self-test >/dev/null && out=$$(PYTHON='$(PYTHON)' NVCC='$(FLD_NVCC)' \
+	  $(PYTHON) .ci/sass-loads.py $(LINT_CUDA_OBJ)); st=$$?; \
+	  [ -z "$$out" ] || printf '  %-7s %s\n' LINT "$$out"; exit $$st
+endif
 	$(Q)$(call fld_say,LINT,core and tools: nothing linked and unused)$(PYTHON) .ci/unused.py $(CORE_OBJ) $(TOOL_OBJ)
 	$(Q)$(call fld_say,LINT,no tracked file that .gitignore ignores)if [ -d .git ] || [ -f .git ]; then \
 	  bad=$$(git ls-files -ci --exclude-standard); if [ -n "$$bad" ]; then \

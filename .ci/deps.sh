@@ -18,8 +18,9 @@
 #   valgrind  make check-valgrind
 #   fresh     make check-fresh: debootstrap
 #   lint      make lint: cppcheck, python3 for the include- and import-graph
-#             checks, and its venv module for ruff (.ci/ruff.sh installs the
-#             pinned ruff with pip into a virtual environment, once)
+#             checks, and its venv module for the pinned tools of
+#             python/requirements-lint.txt (ruff; cuobjdump and nvdisasm),
+#             which .ci/cached-venv.sh installs with pip, once
 #   all       every set (what .ci/run installs)
 #
 # Usage: sh .ci/deps.sh [--make] [--install] SET...   check SETs (--install: as root, install them)

@@ -263,6 +263,26 @@ template <int DT, int N> FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, ui
 }
 
 /* ------------------------------------------------------------------------ */
+/* Where a load stays                                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Marks a loaded word as needed here: the compiler may not move its load
+ * below this point (LLVM sinks a load into the block of its first use,
+ * past a branch such as an IEEE division's slow path, and so after work
+ * that does not depend on it). It emits no instruction and waits for
+ * nothing: the load is still waited for at its first real use.
+ */
+FLD_GPU_DEV void fld__gpu_issued(uint32_t w)
+{
+#if defined(FLD_GPU_TARGET_CUDA)
+    asm volatile("" ::"r"(w));
+#else
+    (void)w;
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
 /* 128-, 64- and 32-bit loads and stores (p aligned to their size)          */
 /* ------------------------------------------------------------------------ */
 

@@ -143,6 +143,20 @@ template <int DT, bool VEC> struct group {
         f[0] = DT == 0 ? fld__gpu_float(bits) : widen<DT>(bits);
     }
 
+    /* The fetch stays above this point (fld__gpu_issued). */
+    static FLD_GPU_DEV void issued(const fld__gpu_vec16 &v)
+    {
+        fld__gpu_issued(v.x);
+        fld__gpu_issued(v.y);
+        fld__gpu_issued(v.z);
+        fld__gpu_issued(v.w);
+    }
+
+    static FLD_GPU_DEV void issued(uint32_t bits)
+    {
+        fld__gpu_issued(bits);
+    }
+
     static FLD_GPU_DEV void load(const void *row, int64_t k, float *f)
     {
         raw r;
@@ -237,17 +251,32 @@ template <int DT, int BYTES> struct narrow_group {
     static constexpr int N = BYTES / dtype_size<DT>::value;
     static constexpr int WORDS = BYTES / 4;
 
-    static FLD_GPU_DEV void load(const void *row, int64_t k, float *f)
+    /* The group's bits as loaded (fetch(), then unpack(): see group). */
+    struct raw {
+        uint32_t w[WORDS];
+    };
+
+    static FLD_GPU_DEV void fetch(const void *row, int64_t k, raw &r)
     {
         const char *p = static_cast<const char *>(row) + k * BYTES;
-        uint32_t w[WORDS];
         if (WORDS == 2) {
             const uint64_t u = fld__gpu_load8(p);
-            w[0] = (uint32_t)u;
-            w[WORDS - 1] = (uint32_t)(u >> 32);
+            r.w[0] = (uint32_t)u;
+            r.w[WORDS - 1] = (uint32_t)(u >> 32);
         } else {
-            w[0] = fld__gpu_load4(p);
+            r.w[0] = fld__gpu_load4(p);
         }
+    }
+
+    static FLD_GPU_DEV void issued(const raw &r)
+    {
+        for (int i = 0; i < WORDS; i++)
+            fld__gpu_issued(r.w[i]);
+    }
+
+    static FLD_GPU_DEV void unpack(const raw &r, float *f)
+    {
+        const uint32_t *w = r.w;
         for (int i = 0; i < WORDS; i++) {
             if (DT == 0) {
                 f[i] = fld__gpu_float(w[i]);
@@ -256,6 +285,13 @@ template <int DT, int BYTES> struct narrow_group {
                 f[2 * i + 1] = widen<DT>(w[i] >> 16);
             }
         }
+    }
+
+    static FLD_GPU_DEV void load(const void *row, int64_t k, float *f)
+    {
+        raw r;
+        fetch(row, k, r);
+        unpack(r, f);
     }
 
     template <bool PAIRED = false>
@@ -393,11 +429,18 @@ __global__ void __launch_bounds__(256) act_kernel(struct fld__gpu_act_args a)
         const char *yr = xr + a.d * dtype_size<DT>::value;
         char *orow = row_at<DT>(a.out, r, a.out_stride);
         for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < groups; k += step) {
+            constexpr bool GATED = OP <= FLD_GPU_GELU_TANH_AND_MUL; /* fld__gpu_act_gated() */
+            typename G::raw xs, ys = {};
+            G::fetch(xr, k, xs); /* both operands' loads before either is used */
+            if (GATED) {
+                G::fetch(yr, k, ys);
+                G::issued(ys);
+            }
             float x[G::N];
-            G::load(xr, k, x);
-            if (OP <= FLD_GPU_GELU_TANH_AND_MUL) { /* gated: fld__gpu_act_gated() */
+            G::unpack(xs, x);
+            if (GATED) {
                 float y[G::N];
-                G::load(yr, k, y);
+                G::unpack(ys, y);
                 for (int j = 0; j < G::N; j++)
                     x[j] = gated<OP, DT>(x[j], y[j]);
             } else {
