@@ -18,6 +18,7 @@ if "$python" -c 'import pytest, numpy, torch' >/dev/null 2>&1; then
     echo "$python"
     exit 0
 fi
-PYTHON=$python exec sh "$here/../../.ci/cached-venv.sh" python-test-venv "$here/../requirements-test.txt" \
+root=$(cd "$here/../.." && pwd)
+PYTHON=$python exec sh "$root/.ci/cached-venv.sh" python-test-venv "$root/python/requirements-test.txt" \
     --system-site-packages --imports 'pytest, numpy, torch' \
     --why "$python lacks pytest, numpy or torch (a few minutes)"
