@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(256) act_kernel(struct fld__gpu_act_args a)
                 for (int j = 0; j < G::N; j++)
                     x[j] = elementwise<OP>(x[j]);
             }
-            G::template store<OP <= FLD_GPU_GELU_TANH_AND_MUL>(orow, k, x);
+            G::template store<GATED>(orow, k, x);
         }
     }
 }
