@@ -117,18 +117,22 @@ def registers(text):
     return out
 
 
+# Opcodes whose first operand is no destination (stores, barriers, control flow).
+NO_DESTINATION = ("ST", "RED", "BAR", "BRA", "EXIT", "CALL", "RET")
+
+
 def reads(opcode, operands):
     """The registers an instruction reads: all of a store's or a branch's,
     else those after its destination (the first operand)."""
-    parts = [p.strip() for p in operands.split(",")] if operands else []
-    if opcode.startswith(("ST", "RED", "BAR", "BRA", "EXIT", "CALL", "RET")):
+    if opcode.startswith(NO_DESTINATION):
         return registers(operands)
-    return registers(",".join(parts[1:]))
+    return registers(",".join(operands.split(",")[1:]))
 
 
 def written(opcode, operands):
+    """The registers an instruction writes (an LDG: as many as it loads)."""
     first = operands.split(",")[0].strip() if operands else ""
-    if opcode.startswith(("ST", "RED", "BAR", "BRA", "EXIT", "CALL", "RET")):
+    if opcode.startswith(NO_DESTINATION):
         return set()
     m = re.match(r"R(\d+)$", first)
     if not m:

@@ -287,58 +287,49 @@ FLD_GPU_DEV void fld__gpu_issued(uint32_t w)
 /* ------------------------------------------------------------------------ */
 
 #if defined(FLD_GPU_TARGET_EMU)
-/* A misaligned 128-bit access faults on a GPU (and kills the context); the
+/* A misaligned wide access faults on a GPU (and kills the context); the
  * emulator stops the test instead of letting memcpy hide it. */
-static inline void fld__gpu_check_align16(const void *p, const char *what)
+template <typename T> static inline T fld__gpu_emu_load(const void *p)
 {
-    if ((uintptr_t)p % 16 != 0) {
-        fprintf(stderr, "gpu emulator: misaligned 128-bit %s at %p\n", what, p);
+    if ((uintptr_t)p % sizeof(T) != 0) {
+        fprintf(stderr, "gpu emulator: misaligned %zu-bit load at %p\n", sizeof(T) * 8, p);
         abort();
     }
+    T v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+template <typename T> static inline void fld__gpu_emu_store(void *p, const T &v)
+{
+    if ((uintptr_t)p % sizeof(T) != 0) {
+        fprintf(stderr, "gpu emulator: misaligned %zu-bit store at %p\n", sizeof(T) * 8, p);
+        abort();
+    }
+    memcpy(p, &v, sizeof v);
 }
 FLD_GPU_DEV fld__gpu_vec16 fld__gpu_load16(const void *p)
 {
-    fld__gpu_check_align16(p, "load");
-    fld__gpu_vec16 v;
-    memcpy(&v, p, sizeof v);
-    return v;
+    return fld__gpu_emu_load<fld__gpu_vec16>(p);
 }
 FLD_GPU_DEV void fld__gpu_store16(void *p, fld__gpu_vec16 v)
 {
-    fld__gpu_check_align16(p, "store");
-    memcpy(p, &v, sizeof v);
-}
-/* 64- and 32-bit loads and stores (p 8- or 4-byte aligned). */
-static inline void fld__gpu_check_align(const void *p, unsigned bytes, const char *what)
-{
-    if ((uintptr_t)p % bytes != 0) {
-        fprintf(stderr, "gpu emulator: misaligned %u-bit %s at %p\n", bytes * 8, what, p);
-        abort();
-    }
+    fld__gpu_emu_store(p, v);
 }
 FLD_GPU_DEV uint64_t fld__gpu_load8(const void *p)
 {
-    fld__gpu_check_align(p, 8, "load");
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
+    return fld__gpu_emu_load<uint64_t>(p);
 }
 FLD_GPU_DEV void fld__gpu_store8(void *p, uint64_t v)
 {
-    fld__gpu_check_align(p, 8, "store");
-    memcpy(p, &v, sizeof v);
+    fld__gpu_emu_store(p, v);
 }
 FLD_GPU_DEV uint32_t fld__gpu_load4(const void *p)
 {
-    fld__gpu_check_align(p, 4, "load");
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
+    return fld__gpu_emu_load<uint32_t>(p);
 }
 FLD_GPU_DEV void fld__gpu_store4(void *p, uint32_t v)
 {
-    fld__gpu_check_align(p, 4, "store");
-    memcpy(p, &v, sizeof v);
+    fld__gpu_emu_store(p, v);
 }
 #else
 /* One ld.global.v4 / global_load_dwordx4 per call. */
