@@ -63,8 +63,9 @@ struct fld__gpu_shape {
 /* Norms, three regimes by rows per SM:
      latency    rows <= NORM_LATENCY_ROWS_PER_SM x SMs: one 16-byte group
                 per thread (threads = the row's groups, up to
-                NORM_MAX_THREADS; two groups beyond), so each row is one
-                short trip to memory and a wide block reduction;
+                NORM_LATENCY_MAX_THREADS; two groups beyond), so each row is
+                one short trip to memory and a block reduction of at most
+                16 warps (a 1024-thread block was 2-9% slower on an H100);
      between    NORM_STREAM_THREADS threads, the fewest groups per thread
                 that hold the row;
      streaming  rows >= NORM_STREAM_ROWS_PER_SM x SMs: NORM_MAX_GROUPS
@@ -74,12 +75,12 @@ struct fld__gpu_shape {
    The weight is read after the reduction, except in the latency regime
    with NORM_LATENCY_EARLY_WEIGHT, where it is loaded with the row
    (early_weight): a decode row then waits for one trip to memory, not
-   two, for four or eight registers per group. bench/gpu_sweep.cu times
-   both, and docs/device-plugins.md says which have been measured. Rows
-   too wide for 4 groups per thread run the two-pass kernel with
-   NORM_TWO_PASS_THREADS. */
+   two, for four or eight registers per group (3-7% faster at decode on an
+   H100). Rows too wide for 4 groups per thread run the two-pass kernel
+   with NORM_TWO_PASS_THREADS. */
 #define FLD_GPU_NORM_LATENCY_ROWS_PER_SM 1
-#define FLD_GPU_NORM_LATENCY_EARLY_WEIGHT false
+#define FLD_GPU_NORM_LATENCY_MAX_THREADS 512
+#define FLD_GPU_NORM_LATENCY_EARLY_WEIGHT true
 #define FLD_GPU_NORM_STREAM_ROWS_PER_SM  8
 #define FLD_GPU_NORM_STREAM_THREADS      256
 #define FLD_GPU_NORM_MAX_GROUPS          4
@@ -90,13 +91,17 @@ struct fld__gpu_shape {
    grid.x over a row's groups and grid.y over rows; ACT_LATENCY_THREADS-
    thread blocks while there are at most as many rows as SMs (a decode row
    of 14,336 bf16 spread over 14 SMs rather than 7: 1.05x), ACT_THREADS
-   beyond. ACT_LATENCY_BYTES of 8 or 4 (access_bytes) would spread a decode
-   row over two or four times the threads, each with a shorter chain of
-   divisions and exponentials; bench/gpu_sweep.cu times them beside 16. */
+   beyond. Up to ACT_NARROW_ROWS rows, groups of ACT_NARROW_BYTES
+   (access_bytes) in ACT_NARROW_THREADS-thread blocks: a row spread over
+   four times the threads, each with a short chain of divisions and
+   exponentials (1.15-1.18x at 1 and 8 rows on an H100; at 32 rows within
+   2% of 16-byte groups, at 128 rows 16% slower). */
 #define FLD_GPU_ACT_THREADS         256
 #define FLD_GPU_ACT_LATENCY_THREADS 128
 #define FLD_GPU_ACT_ACCESS_BYTES    16
-#define FLD_GPU_ACT_LATENCY_BYTES   16
+#define FLD_GPU_ACT_NARROW_ROWS     8
+#define FLD_GPU_ACT_NARROW_THREADS  256
+#define FLD_GPU_ACT_NARROW_BYTES    4
 
 /* Rotary, three regimes by tokens per SM:
      latency    fewer tokens than SMs: a token's (head, group) units split
@@ -137,7 +142,7 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
     struct fld__gpu_shape s = {0, rows, 1, 0, false, 0};
     const bool latency = rows <= (int64_t)sms * FLD_GPU_NORM_LATENCY_ROWS_PER_SM;
     if (latency) {
-        s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_MAX_THREADS);
+        s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_LATENCY_MAX_THREADS);
         if (groups > (int64_t)s.threads)
             s.threads = fld__gpu_waves(fld__gpu_ceil_div(groups, 2), FLD_GPU_NORM_MAX_THREADS);
     } else if (rows < (int64_t)sms * FLD_GPU_NORM_STREAM_ROWS_PER_SM) {
@@ -160,9 +165,11 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
 static inline struct fld__gpu_shape fld__gpu_act_shape(int64_t rows, int64_t groups, int sms)
 {
     struct fld__gpu_shape s = {FLD_GPU_ACT_THREADS, 1, rows, 0, false, FLD_GPU_ACT_ACCESS_BYTES};
-    if (rows <= (int64_t)sms) {
+    if (rows <= FLD_GPU_ACT_NARROW_ROWS) {
+        s.threads = FLD_GPU_ACT_NARROW_THREADS;
+        s.access_bytes = FLD_GPU_ACT_NARROW_BYTES;
+    } else if (rows <= (int64_t)sms) {
         s.threads = FLD_GPU_ACT_LATENCY_THREADS;
-        s.access_bytes = FLD_GPU_ACT_LATENCY_BYTES;
     }
     s.blocks = fld__gpu_ceil_div(groups * (16 / s.access_bytes), s.threads);
     return s;
