@@ -14,6 +14,7 @@
  *
  *   make gpu-sweep          build/bench/gpu_sweep (nvcc)
  *   build/bench/gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,rotary]
+ *                         [--tokens 1,8,32] [--dtypes bf16,f16,f32]
  *
  * Inputs are uniform in [-2, 2] (weights [0.5, 1.5]); calls whose inputs
  * exceed 32 MiB rotate over two sets, so they stream from HBM rather than
@@ -417,23 +418,70 @@ bool wanted(const char *ops, const char *op)
     return false;
 }
 
+/* A comma-separated list of positive integers; false when it is not one. */
+bool parse_tokens(const char *text, std::vector<int64_t> *out)
+{
+    out->clear();
+    for (const char *p = text; *p;) {
+        char *end;
+        const long long v = strtoll(p, &end, 10);
+        if (end == p || v <= 0 || (*end && *end != ','))
+            return false;
+        out->push_back(v);
+        p = *end ? end + 1 : end;
+    }
+    return !out->empty();
+}
+
+/* A comma-separated list of dtype names (dtype_name's); false on another word. */
+bool parse_dtypes(const char *text, std::vector<int> *out)
+{
+    out->clear();
+    for (int dt = 2; dt >= 0; dt--)
+        if (wanted(text, dtype_name(dt)))
+            out->push_back(dt);
+    size_t words = 1;
+    for (const char *p = text; *p; p++)
+        words += *p == ',';
+    return !out->empty() && out->size() == words;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
     const char *ops = "norm,fused,act,rotary", *json_path = nullptr;
+    const char *tokens_arg = nullptr, *dtypes_arg = nullptr;
     bool quick = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+            tokens_arg = argv[++i];
+        else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc)
+            dtypes_arg = argv[++i];
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json_path = argv[++i];
         else if (!strcmp(argv[i], "--ops") && i + 1 < argc)
             ops = argv[++i];
         else {
-            fprintf(stderr, "usage: gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,rotary]\n");
+            fprintf(stderr, "usage: gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,rotary]"
+                            " [--tokens 1,8,32] [--dtypes bf16,f16,f32]\n");
             return 2;
         }
+    }
+    std::vector<int64_t> tokens = quick ? std::vector<int64_t>{1, 32, 4096}
+                                        : std::vector<int64_t>{1, 8, 32, 128, 512, 4096, 16384};
+    std::vector<int> dtypes = quick ? std::vector<int>{2} : std::vector<int>{2, 1, 0};
+    if (tokens_arg && !parse_tokens(tokens_arg, &tokens)) {
+        fprintf(stderr, "gpu_sweep: --tokens %s: expected positive integers separated by commas\n",
+                tokens_arg);
+        return 2;
+    }
+    if (dtypes_arg && !parse_dtypes(dtypes_arg, &dtypes)) {
+        fprintf(stderr, "gpu_sweep: --dtypes %s: expected bf16, f16 or f32, separated by commas\n",
+                dtypes_arg);
+        return 2;
     }
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -457,9 +505,6 @@ int main(int argc, char **argv)
     if (json)
         fprintf(json, "{\"device\":\"%s\",\"sms\":%d,\"floor_us\":%.3f,\"copy_gbps\":%.1f}\n",
                 prop.name, sms, floor_us, copy);
-    const std::vector<int64_t> tokens = quick ? std::vector<int64_t>{1, 32, 4096}
-                                              : std::vector<int64_t>{1, 8, 32, 128, 512, 4096, 16384};
-    const std::vector<int> dtypes = quick ? std::vector<int>{2} : std::vector<int>{2, 1, 0};
     for (int dt : dtypes) {
         for (bool fused : {false, true}) {
             if (!wanted(ops, fused ? "fused" : "norm"))

@@ -26,7 +26,10 @@ in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0) and runs its
 configurations one after the other, tearing each engine down (vLLM's own
 shutdown, its distributed state, captured graphs, Dynamo's caches) before the
 next. A child that dies, hangs past the budget or cannot tear an engine down
-is killed and started afresh for its next configuration.
+is killed and started afresh for its next configuration; an engine that
+fails to start in a child that ran one before is tried once more in a fresh
+child (vLLM 0.26 on torch 2.11 sometimes fails a process's second engine
+with PyTorch's CUDA allocator assertion).
 
 Every engine: VLLM_COMPILE (enforce_eager=False; vLLM's default cudagraph
 mode, FULL_AND_PIECEWISE at its default optimisation level), cudagraph
@@ -934,7 +937,8 @@ class Run:
         if cfg["child"] in self.broken:
             rec["errors"] = [{"phase": "child", "error": self.broken[cfg["child"]]}]
             return rec
-        if cfg["child"] not in self.children:
+        rec["fresh_child"] = cfg["child"] not in self.children
+        if rec["fresh_child"]:
             self.spawn(cfg["child"])
         err = self.hello(cfg["child"])
         if err:
@@ -988,6 +992,13 @@ class Run:
                 # the later Qwen3 engines without it too
                 self.qk_fusion = False
                 rec["retried_without_qk_norm_rope_fusion"] = True
+                self.finish(rec)
+                queue.insert(0, dict(cfg, retry=True))
+                continue
+            if start_failed and not rec.get("fresh_child", True) and not cfg.get("retry"):
+                # vLLM 0.26 may fail the start of a process's second engine
+                # (PyTorch's CUDA allocator asserts): once more in a fresh one
+                rec["retried_in_a_fresh_child"] = True
                 self.finish(rec)
                 queue.insert(0, dict(cfg, retry=True))
                 continue

@@ -7,6 +7,7 @@
 #
 # Steps, in the order given (default: sweep verify check peers):
 #   sweep    gpu_sweep: every candidate launch shape under CUDA graphs
+#            (SWEEP_ARGS: more options, e.g. --tokens 1,8,32,128 --dtypes bf16,f16)
 #   verify   fldispatch verify --device cuda (every op, dtype and family
 #            against the reference), text and JSON
 #   check    gpu_check.py (where the kit has it): > 65535 rows, > 2^31
@@ -18,14 +19,17 @@
 #            gpu_peers.py's fld_torch rows say so)
 #   vllm     vLLM from the chunks staged under /tmp/vllm-stage into
 #            /tmp/vllm-site (the chunks of the kit's pack-vllm.sh)
-#   peers    gpu_peers.py (budget PEERS_BUDGET_S, default 200 s)
+#   peers    gpu_peers.py (budget PEERS_BUDGET_S, default 200 s; PEERS_ARGS:
+#            more options, e.g. --dtypes bf16,f16)
 #   base     gpu_peers.py on the base build's library alone, in its own
 #            process (two copies of the library in one process bind each
 #            other's symbols): its rows are fld_base, for before/after
 #   ncu      Nsight Compute on one call of each decode and 4096-row case,
-#            this tree's kernels, then the base's (each its own process)
+#            this tree's kernels, then the base's (each its own process;
+#            NCU_BUILDS="lib" profiles this tree's alone)
 #   engine   vllm_cuda.py, vLLM's CUDA engine with and without fldispatch
-#            (budget ENGINE_BUDGET_S, default 300 s)
+#            (budget ENGINE_BUDGET_S, default 300 s; ENGINE_ARGS: more
+#            options, e.g. --configs 5,6,8,9)
 #   tune     python -m fldispatch tune --device cuda --quick (device time
 #            under CUDA-graph replay; the manifest into the results)
 #   irtests  python/tests/test_vllm_ir.py (vLLM's IR contract, also on CUDA
@@ -58,7 +62,7 @@ install_vllm() {
 { nvidia-smi; echo; "$kit/bin/fldispatch" list; } >"$out/nvidia-smi.txt" 2>&1
 for s in ${*:-sweep verify check peers}; do
   case $s in
-  sweep) step sweep sweep.txt "$kit/gpu_sweep" --json "$out/sweep.jsonl" ;;
+  sweep) step sweep sweep.txt "$kit/gpu_sweep" --json "$out/sweep.jsonl" ${SWEEP_ARGS:-} ;;
   verify) step verify verify.txt "$kit/bin/fldispatch" verify --device cuda ;;
   check) [ -f "$kit/gpu_check.py" ] && step check gpu_check.txt env FLD_LIB="$kit/lib/libfldispatch.so" \
            python3 "$kit/gpu_check.py" --json "$out/gpu_check.json" ;;
@@ -67,20 +71,20 @@ for s in ${*:-sweep verify check peers}; do
            step "install native" install_native.txt bash "$kit/torch_native.sh" "$site" "$kit/native" ;;
   vllm) export -f install_vllm; export vsite; step vllm vllm_install.txt bash -c install_vllm ;;
   peers) step peers peers.txt env PYTHONPATH="$(pypath)" FLD_LIB="$kit/lib/libfldispatch.so" \
-           python3 "$kit/gpu_peers.py" --budget-s "${PEERS_BUDGET_S:-200}" --out "$out" ;;
+           python3 "$kit/gpu_peers.py" --budget-s "${PEERS_BUDGET_S:-200}" --out "$out" ${PEERS_ARGS:-} ;;
   base) step base base.txt env LD_LIBRARY_PATH="$kit/syslib:$kit/base/lib" \
           VLLM_FL_PLUGIN_DIR="$kit/base/lib/fldispatch/plugins" \
           FLD_LIB="$kit/base/lib/libfldispatch.so" python3 "$kit/gpu_peers.py" --label fld_base \
           --impls floor,fldispatch --budget-s "${BASE_BUDGET_S:-60}" --out "$out" ;;
-  ncu) for build in lib base/lib; do
+  ncu) for build in ${NCU_BUILDS:-lib base/lib}; do
          step "ncu $build" "ncu-${build%%/*}.txt" env LD_LIBRARY_PATH="$kit/syslib:$kit/$build" \
            VLLM_FL_PLUGIN_DIR="$kit/$build/fldispatch/plugins" \
            FLD_LIB="$kit/$build/libfldispatch.so" ncu --profile-from-start off \
            --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
-           python3 "$kit/gpu_peers.py" --ncu --impls fldispatch --label "$build" --out /tmp/fld-ncu
+           python3 "$kit/gpu_peers.py" --ncu --impls fldispatch --label "${build%%/*}" --out /tmp/fld-ncu
        done ;;
   engine) step engine engine.txt env PYTHONPATH="$(pypath)" python3 "$kit/vllm_cuda.py" \
-            --budget-s "${ENGINE_BUDGET_S:-300}" --out "$out/engine" ;;
+            --budget-s "${ENGINE_BUDGET_S:-300}" --out "$out/engine" ${ENGINE_ARGS:-} ;;
   tune) step tune tune.txt env PYTHONPATH="$(pypath)" python3 -m fldispatch tune --device cuda \
           --quick --out "$out/manifest-cuda.yaml" ;;
   irtests) step irtests irtests.txt env PYTHONPATH="$(pypath)" python3 -m pytest -q -p no:cacheprovider \
