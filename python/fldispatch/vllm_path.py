@@ -74,17 +74,22 @@ MODE_TABLE = {
 
 # The same on an NVIDIA or AMD GPU (vLLM's device type "cuda"). vLLM runs its
 # own CUDA kernels there in eager mode (ir_op_priority vllm_c, CustomOps'
-# forward_cuda) and Inductor's under VLLM_COMPILE, CUDA graphs or not. Under
-# CUDA graphs fldispatch's kernels were measured no faster than Inductor's,
-# and through torch.ops its host launch costs more than vLLM's C++ ops
-# (docs/vllm.md, "On a GPU"), so it serves nothing there by default: an
-# operator puts it first with ir_op_priority, "+name" in custom_ops or
-# VLLM_FL_OOT_FORCE.
-_GPU_WHY = "vLLM's own GPU kernels, which fldispatch's were not measured to beat there"
+# forward_cuda) and Inductor's under VLLM_COMPILE, CUDA graphs or not. On an
+# H100 (docs/vllm.md, "On a GPU"): vLLM's C++ norms were faster than
+# fldispatch's at every decode size; fldispatch's activations and rotary were
+# 1.2-2x faster than vLLM's at up to 32 tokens but slower at some larger
+# sizes, and a layer takes one path for every size; through torch.ops
+# fldispatch's host launch is level with vLLM's C++ ops. So it serves nothing
+# there by default: an operator puts it first with ir_op_priority, "+name" in
+# custom_ops or VLLM_FL_OOT_FORCE.
+_GPU_NORM_WHY = "vLLM's own GPU kernels, measured faster than fldispatch's at decode"
+_GPU_SIZES_WHY = ("vLLM's own GPU kernels: fldispatch's were measured faster at decode but "
+                  "slower at some larger sizes")
 GPU_MODE_TABLE = {
-    "eager": {family: (False, _GPU_WHY) for family in ("norm", "activation", "rotary")},
+    "eager": {"norm": (False, _GPU_NORM_WHY), "activation": (False, _GPU_SIZES_WHY),
+              "rotary": (False, _GPU_SIZES_WHY)},
     "inductor": MODE_TABLE["inductor"],
-    "compiled": {family: (False, _GPU_WHY + " (not measured)")
+    "compiled": {family: (False, "vLLM's own GPU kernels (not measured)")
                  for family in ("norm", "activation", "rotary")},
 }
 

@@ -35,7 +35,7 @@ if getattr(sys.modules.get("vllm"), "__fake__", False):
 
 import fldispatch  # noqa: E402
 import fldispatch.vllm as fv  # noqa: E402
-from fldispatch import vllm_compile, vllm_ir  # noqa: E402
+from fldispatch import vllm_compile, vllm_ir, vllm_path  # noqa: E402
 from fldispatch.vllm_state import DECIDED  # noqa: E402
 from vllm.ir.op import IrOp  # noqa: E402
 
@@ -46,6 +46,13 @@ OPS = sorted(vllm_ir.available_rows())
 # has here: the CPU, and a GPU where one is (vLLM's CUDA engine, its IR ops
 # on CUDA tensors, fldispatch's cuda plugin).
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# The plugin's defaults follow vLLM's platform (fldispatch.vllm_path's mode
+# tables): the tests of the CPU's run where vLLM's platform is the CPU, the
+# GPU's test everywhere (on the CPU as the plugin sees a GPU platform).
+ON_GPU_PLATFORM = vllm_path.mode_table(vllm_path.device_type()) is vllm_path.GPU_MODE_TABLE
+cpu_platform_defaults = pytest.mark.skipif(
+    ON_GPU_PLATFORM, reason=f"vLLM's platform here is {vllm_path.device_type()!r}: these check "
+    "the CPU platform's defaults (test_a_gpu_platform_keeps_vllms_defaults checks a GPU's)")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -392,6 +399,7 @@ def reinstall():
     vllm_ir.install_default_priority(vllm_ir.default_first_ops())
 
 
+@cpu_platform_defaults
 def test_default_priority_follows_the_oot_switches(env):
     reinstall()
     for name in OPS:
@@ -412,6 +420,7 @@ def test_default_priority_follows_the_oot_switches(env):
     assert default_priority("rms_norm")[0] == PROVIDER
 
 
+@cpu_platform_defaults
 def test_the_operators_list_wins(env):
     env(VLLM_FL_OOT_BLACKLIST="")
     reinstall()
@@ -430,6 +439,7 @@ def test_the_operators_list_wins(env):
     reinstall()
 
 
+@cpu_platform_defaults
 def test_the_default_priority_follows_the_mode(env, monkeypatch):
     """fldispatch first for the norms in eager mode; under Inductor (vLLM's
     default compilation), which fuses add + norm, the platform's default
@@ -492,6 +502,7 @@ def installed(monkeypatch):
         op(name).set_default(priority)
 
 
+@cpu_platform_defaults
 def test_a_worker_logs_which_provider_each_norm_layer_gets(env, monkeypatch, caplog, installed):
     from fldispatch import vllm_path
 
@@ -532,6 +543,32 @@ def test_a_worker_logs_which_provider_each_norm_layer_gets(env, monkeypatch, cap
         "native; rms_norm: native; ir_op_priority puts native first)")
 
 
+def test_a_gpu_platform_keeps_vllms_defaults(env, monkeypatch, caplog, installed):
+    """On vLLM's CUDA platform fldispatch is first nowhere by default, in
+    eager mode (vLLM's own C++ kernels) and under Inductor, and each norm
+    layer's line says so; VLLM_FL_OOT_FORCE and an operator's list still put
+    it first."""
+    if not ON_GPU_PLATFORM:
+        monkeypatch.setattr(vllm_path, "device_type", lambda: "cuda")
+    caplog.set_level("INFO", logger="fldispatch.vllm")
+    env(VLLM_FL_OOT_BLACKLIST="")
+    reinstall()
+    for mode in ("eager", "inductor"):
+        pri = kernel_priority({}, mode)
+        for name in OPS:
+            assert PROVIDER not in getattr(pri, name), (mode, name, getattr(pri, name))
+    installed(vllm_config("eager"))
+    lines = norm_lines(caplog)
+    assert lines and all(" -> vLLM IR provider fldispatch" not in line and
+                         "in eager mode on a GPU" in line for line in lines), lines
+    monkeypatch.setenv(vllm_path.FORCE, "rms_norm")
+    forced = kernel_priority({}, "inductor")
+    assert forced.rms_norm[0] == PROVIDER and forced.fused_add_rms_norm[0] == PROVIDER
+    monkeypatch.delenv(vllm_path.FORCE)
+    given = kernel_priority({"rms_norm": ["fldispatch"]})
+    assert given.rms_norm[0] == PROVIDER and PROVIDER not in given.fused_add_rms_norm
+
+
 def operator_config(mode="eager", **lists):
     """vLLM's configuration with the lists an operator gave
     (KernelConfig.ir_op_priority), made as vLLM makes it: the platform's
@@ -546,6 +583,7 @@ def operator_config(mode="eager", **lists):
                       kernel_config=KernelConfig(ir_op_priority=IrOpPriorityConfig(**lists)))
 
 
+@cpu_platform_defaults
 def test_the_log_tells_an_operators_list_from_the_default(env, caplog, installed):
     """In eager mode the default list of the norms is fldispatch, native: the
     same list given by the operator is said to be the operator's. Which
@@ -584,7 +622,12 @@ def test_the_start_lines_wait_for_vllms_logging(tmp_path):
     """vLLM loads its plugins in its driver (and so in an engine run in the
     driver's process) before it configures its logging: register()'s lines
     come out once, as vLLM configures it, through vLLM's handlers."""
+    import importlib.util
     import subprocess
+
+    if importlib.util.find_spec("vllm.config.logging") is None:
+        pytest.skip("this vLLM configures its logging as vllm.logger is imported (no "
+                    "vllm.config.logging): no line waits")
 
     script = tmp_path / "driver.py"
     script.write_text(
