@@ -10,6 +10,8 @@
 #   gpu_kernels.cuh             the kernels, one source for nvcc, hipcc and
 #                               the host emulator of tests/gpu
 #   gpu_compat.cuh              what differs between those three compilers
+#   gpu_launch.h                the launch shapes: block, grid, groups per
+#                               thread, by regime and SM count
 #   gpu_emu.h                   the host emulator's interface, which the kernels
 #                               compile against under FLD_GPU_EMULATE (the
 #                               emulator's code is the tests', in tests/gpu)
@@ -20,6 +22,8 @@
 ifndef FLD_GPU_GLUE_OBJ
 FLD_GPU_DIR        := plugins/shared/gpu
 FLD_GPU_GLUE_OBJ   := $(OBJ)/plugins/shared/gpu/gpu_plugin.o
-# What the device code of either plugin is compiled from, besides its own file.
-FLD_GPU_DEVICE_DEPS := $(wildcard $(FLD_GPU_DIR)/*.cuh) $(FLD_GPU_DIR)/gpu_api.h
+# What the device code of either plugin is compiled from, besides its own file:
+# every header here (gpu_kernels.cuh includes gpu_launch.h and gpu_api.h), so
+# a change to any of them rebuilds the kernels.
+FLD_GPU_DEVICE_DEPS := $(wildcard $(FLD_GPU_DIR)/*.cuh $(FLD_GPU_DIR)/*.h)
 endif
