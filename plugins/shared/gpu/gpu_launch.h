@@ -65,7 +65,8 @@ struct fld__gpu_shape {
                 per thread (threads = the row's groups, up to
                 NORM_LATENCY_MAX_THREADS; two groups beyond), so each row is
                 one short trip to memory and a block reduction of at most
-                16 warps (a 1024-thread block was 2-9% slower on an H100);
+                16 warps (a 1024-thread block was up to 11% slower at decode on
+                an H100);
      between    NORM_STREAM_THREADS threads, the fewest groups per thread
                 that hold the row;
      streaming  rows >= NORM_STREAM_ROWS_PER_SM x SMs: NORM_MAX_GROUPS
