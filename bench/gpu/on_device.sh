@@ -17,8 +17,9 @@
 #            (torch_native.sh; without a C++ compiler or Python.h the
 #            Python-level kernels serve torch.ops.fldispatch.*, and
 #            gpu_peers.py's fld_torch rows say so)
-#   vllm     vLLM from the chunks staged under /tmp/vllm-stage into
-#            /tmp/vllm-site (the chunks of the kit's pack-vllm.sh)
+#   vllm     vLLM from the chunks staged under /tmp/vllm-stage (or the parts
+#            of bench/gpu/split.sh under /tmp/vllm-parts, joined there first)
+#            into /tmp/vllm-site (the chunks of pack-vllm.sh)
 #   peers    gpu_peers.py (budget PEERS_BUDGET_S, default 200 s; PEERS_ARGS:
 #            more options, e.g. --dtypes bf16,f16)
 #   base     gpu_peers.py on the base build's library alone, in its own
@@ -54,6 +55,10 @@ step() { # name outfile command...: at most STEP_LIMIT_S (default 300) seconds
 }
 pypath() { local p=$site; [ -d "$vsite/vllm" ] && p=$p:$vsite; echo "$p"; }
 install_vllm() {
+  # the parts of bench/gpu/split.sh, once all have arrived, into the chunks' folder
+  if ! ls /tmp/vllm-stage/vslim.* >/dev/null 2>&1 && ls /tmp/vllm-parts/v.* >/dev/null 2>&1; then
+    mkdir -p /tmp/vllm-stage && cat /tmp/vllm-parts/v.* | tar x -C /tmp/vllm-stage || return 1
+  fi
   [ -f "$vsite/vllm/__init__.py" ] || { mkdir -p "$vsite" && cat /tmp/vllm-stage/vslim.* | tar xz -C "$vsite"; } || return 1
   [ -f /tmp/vllm-stage/fa3.so.gz ] && gunzip -c /tmp/vllm-stage/fa3.so.gz > "$vsite/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$vsite" /tmp/vllm-stage/deps/*.whl || return 1
