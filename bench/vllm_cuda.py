@@ -992,17 +992,13 @@ class Run:
                 # the later Qwen3 engines without it too
                 self.qk_fusion = False
                 rec["retried_without_qk_norm_rope_fusion"] = True
-                self.finish(rec)
-                queue.insert(0, dict(cfg, retry=True))
-                continue
-            if start_failed and not rec.get("fresh_child", True) and not cfg.get("retry"):
+            elif start_failed and not rec.get("fresh_child", True) and not cfg.get("retry"):
                 # vLLM 0.26 may fail the start of a process's second engine
                 # (PyTorch's CUDA allocator asserts): once more in a fresh one
                 rec["retried_in_a_fresh_child"] = True
-                self.finish(rec)
-                queue.insert(0, dict(cfg, retry=True))
-                continue
             self.finish(rec)
+            if rec.get("retried_without_qk_norm_rope_fusion") or rec.get("retried_in_a_fresh_child"):
+                queue.insert(0, dict(cfg, retry=True))
 
     def finish(self, rec):
         if rec.get("wall_s"):

@@ -445,8 +445,6 @@ def test_the_default_priority_follows_the_mode(env, monkeypatch):
     default compilation), which fuses add + norm, the platform's default
     alone, unless VLLM_FL_OOT_FORCE names rms_norm; a list the operator gave
     still wins."""
-    from fldispatch import vllm_path
-
     env(VLLM_FL_OOT_BLACKLIST="")
     reinstall()
     assert vllm_path.mode(vllm_config("inductor").compilation_config) == "inductor"
@@ -504,8 +502,6 @@ def installed(monkeypatch):
 
 @cpu_platform_defaults
 def test_a_worker_logs_which_provider_each_norm_layer_gets(env, monkeypatch, caplog, installed):
-    from fldispatch import vllm_path
-
     caplog.set_level("INFO", logger="fldispatch.vllm")
     env(VLLM_FL_OOT_BLACKLIST="")
     reinstall()
@@ -654,8 +650,6 @@ def test_the_start_lines_wait_for_vllms_logging(tmp_path):
 def test_the_mode_table_is_vllms_default_custom_ops():
     """The CustomOp column of fldispatch.vllm_path.MODE_TABLE is vLLM's own
     default base mode of custom_ops for each mode."""
-    from fldispatch import vllm_path
-
     for cfg in (vllm_config("eager"), vllm_config("inductor")):
         cc = cfg.compilation_config
         for family in ("activation", "rotary"):

@@ -63,10 +63,11 @@ struct fld__gpu_shape {
 /* Norms, three regimes by rows per SM:
      latency    rows <= NORM_LATENCY_ROWS_PER_SM x SMs: one 16-byte group
                 per thread (threads = the row's groups, up to
-                NORM_LATENCY_MAX_THREADS; two groups beyond), so each row is
-                one short trip to memory and a block reduction of at most
-                16 warps (a 1024-thread block was up to 11% slower at decode on
-                an H100);
+                NORM_LATENCY_MAX_THREADS; beyond, two groups per thread in up
+                to NORM_MAX_THREADS), so each row is one short trip to memory
+                and, up to 2 x NORM_LATENCY_MAX_THREADS groups, a block
+                reduction of at most 16 warps (a 1024-thread block was up to
+                11% slower at decode on an H100, hidden 4096 and 8192);
      between    NORM_STREAM_THREADS threads, the fewest groups per thread
                 that hold the row;
      streaming  rows >= NORM_STREAM_ROWS_PER_SM x SMs: NORM_MAX_GROUPS
