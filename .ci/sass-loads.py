@@ -16,6 +16,8 @@ instruction where:
   norm_kernel_reg   a load of the row (x, the residual, the early weight)
                     comes after an instruction that reads an earlier load's
                     registers, before the block's first barrier;
+  norm_kernel_row   likewise for x and the residual; the weight's loads,
+                    used after the reduction, come before the barrier;
   act_kernel        a gated kernel's second operand is loaded after the
                     first operand's registers are read;
   rotary_kernel     a 16-byte q/k load comes before the token's position is
@@ -46,6 +48,7 @@ ARCH = re.compile(r"code for (sm_\d+)")
 
 # The kernels checked, by their mangled names (template arguments in order).
 NORM = re.compile(r"_ZN7fld_gpu15norm_kernel_regILi(\d)ELi(\d)ELi(\d)ELb1ELi(\d)ELb(\d)EEEv18fld__gpu_norm_args$")
+NORM_ROW = re.compile(r"_ZN7fld_gpu15norm_kernel_rowILi(\d)ELi(\d)ELb(\d)ELb(\d)EEEv18fld__gpu_norm_args$")
 ACT = re.compile(r"_ZN7fld_gpu10act_kernelILi(\d)ELb1ELi(\d)ELi(\d+)EEEv17fld__gpu_act_args$")
 ROTARY = re.compile(r"_ZN7fld_gpu13rotary_kernelILi(\d)ELi(\d)ELb1ELb(\d)EEEv20fld__gpu_rotary_args$")
 GATED_OPS = 4  # FLD_GPU_SILU_AND_MUL .. FLD_GPU_GELU_TANH_AND_MUL (gpu_api.h)
@@ -168,6 +171,20 @@ def loads_issued_together(code, limit=None, stop=("BAR",)):
     return None
 
 
+def loads_before_barrier(code, count):
+    """None when the first straight path issues count LDGs before its first
+    barrier; else what it issued."""
+    seen = 0
+    for opcode, _ in code:
+        if opcode.startswith("BAR"):
+            break
+        if opcode.startswith("LDG"):
+            seen += 1
+            if seen >= count:
+                return None
+    return f"{seen} of the row's {count} loads before the barrier"
+
+
 def position_first(code):
     """None when the first narrow (position) load precedes the first 16-byte load."""
     for opcode, operands in code:
@@ -187,6 +204,13 @@ def check(functions, known=frozenset()):
         label = None
         if NORM.match(name):
             family, why = "norm", loads_issued_together(code)
+        elif NORM_ROW.match(name):
+            # x's and the residual's loads together; the weight's (used after
+            # the reduction, where ptxas may place them) before the barrier
+            per_thread, residual = int(NORM_ROW.match(name).group(2)), int(NORM_ROW.match(name).group(3))
+            row = per_thread * (1 + residual)
+            family = "norm"
+            why = loads_issued_together(code, limit=row) or loads_before_barrier(code, row + per_thread)
         elif ACT.match(name) and int(ACT.match(name).group(2)) < GATED_OPS:
             dt, op, size = ACT.match(name).groups()
             label = f"{arch} act_kernel {DTYPES[int(dt)]} {ACT_OPS[int(op)]} {size}-byte groups"
@@ -252,6 +276,17 @@ SELF_TEST = """
         /*0500*/                   IMAD.U32 R0, R20, 0x10000, RZ ;
         /*1040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
         /*1cc0*/                   LDG.E.128 R4, desc[UR8][R6.64] ;
+		Function : _ZN7fld_gpu15norm_kernel_rowILi2ELi1ELb0ELb0EEEv18fld__gpu_norm_args
+        /*0130*/                   LDG.E.128 R4, desc[UR8][R4.64] ;
+        /*01b0*/                   IMAD.U32 R0, R4.reuse, 0x10000, RZ ;
+        /*03a0*/               @P0 LDG.E.128 R4, desc[UR8][R18.64] ;
+        /*0560*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+		Function : _ZN7fld_gpu15norm_kernel_rowILi2ELi1ELb1ELb0EEEv18fld__gpu_norm_args
+        /*0130*/                   LDG.E.128 R4, desc[UR8][R4.64] ;
+        /*0140*/                   LDG.E.128 R8, desc[UR8][R8.64] ;
+        /*01b0*/                   IMAD.U32 R0, R4.reuse, 0x10000, RZ ;
+        /*0560*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0600*/                   LDG.E.128 R4, desc[UR8][R18.64] ;
 		Function : _ZN7fld_gpu10act_kernelILi2ELb1ELi0ELi4EEEv17fld__gpu_act_args
         /*0290*/                   LDG.E R20, desc[UR8][R6.64] ;
         /*02e0*/                   LDG.E R17, desc[UR8][R22.64] ;
@@ -268,9 +303,11 @@ SELF_TEST = """
 
 def self_test():
     problems, counts, _ = check(parse(SELF_TEST))
-    assert counts == {"norm": 2, "act": 1, "rotary": 2}, counts
-    assert len(problems) == 2, problems
+    assert counts == {"norm": 4, "act": 1, "rotary": 2}, counts
+    assert len(problems) == 3, problems
     norm = [p for p in problems if "norm_kernel_reg" in p]
+    row = [p for p in problems if "norm_kernel_row" in p]
+    assert len(row) == 1 and "ELb1ELb0E" in row[0] and "2 of the row's 3 loads" in row[0], problems
     rotary = [p for p in problems if "rotary_kernel" in p]
     assert len(norm) == 1 and "ELi1ELb0E" in norm[0] and "R16, desc[UR8][R2.64]" in norm[0], problems
     assert len(rotary) == 1 and "ILi2ELi2E" in rotary[0] and "before the position" in rotary[0], problems

@@ -22,7 +22,9 @@ Implementations (those importable run; the others are named once):
               vLLM compiles: the kernel vLLM runs by default on CUDA)
   vllm_c      vLLM's own CUDA kernels, torch.ops._C (vLLM 0.20-0.26)
   flaggems    FlagGems, called as vllm-plugin-FL's flaggems backend calls it
-  liger       Liger-Kernel (Triton)
+  liger       Liger-Kernel (Triton); its rope takes cos and sin already
+              gathered per token, so its call gathers them from positions
+              first (one indexing kernel), as vLLM's rotary op does inside
 
 Per (op, dtype, shape, implementation), two times:
   graph_us    device time per call: the call captured CALLS times in a CUDA
@@ -286,9 +288,12 @@ def make_set(op, dt, T, H, heads, seed):
     ang = torch.arange(maxpos, device=dev, dtype=torch.float64)[:, None] * inv[None, :]
     cache = torch.cat((ang.cos(), ang.sin()), dim=-1).to(dt)
     cos, sin = cache[:, :64].contiguous(), cache[:, 64:].contiguous()
+    # Liger's rope takes cos and sin gathered per token at full head width;
+    # its call gathers them from this (2, maxpos, 128) table (one indexing
+    # kernel), as a caller holding vLLM's positions and cache must
+    table = torch.stack((torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)))
     return dict(pos=pos, q=u((T, qh * 128), -1, 1), k=u((T, kh * 128), -1, 1), cache=cache,
-                cos=cos, sin=sin, cg=torch.cat((cos[pos], cos[pos]), -1).unsqueeze(0),
-                sg=torch.cat((sin[pos], sin[pos]), -1).unsqueeze(0))
+                cos=cos, sin=sin, table=table)
 
 
 def op_bytes(op, s):
@@ -374,8 +379,11 @@ def make_call(op, impl, s, peer, dt, shape_key=None):
         T = s["q"].shape[0]
         q4 = s["q"].view(1, T, -1, 128).transpose(1, 2)
         k4 = s["k"].view(1, T, -1, 128).transpose(1, 2)
-        return (lambda: peer["rope"](q4, k4, s["cg"], s["sg"])[0].transpose(1, 2)
-                .reshape(T, -1)), None
+        def liger_rope():
+            cs = s["table"][:, s["pos"]]
+            return peer["rope"](q4, k4, cs[0].unsqueeze(0), cs[1].unsqueeze(0))[0].transpose(1, 2)
+
+        return (lambda: liger_rope().reshape(T, -1)), None
     return None
 
 

@@ -8,9 +8,10 @@
  * fastest candidate, so the table's rows can be checked or changed on
  * measured ground; --json writes every candidate. A closing summary gives,
  * for each op, dtype and regime (decode, between, prefill), each kind of
- * candidate's best against the table's choice (norms: the weight loaded
- * early or after the reduction, or two passes; activations: 16-, 8- or
- * 4-byte groups; rotary: a token split over blocks or not).
+ * candidate's best against the table's choice (norms: the one-row latency
+ * kernel, the weight loaded early or after the reduction, or two passes;
+ * activations: 16-, 8- or 4-byte groups; rotary: a token split over blocks
+ * or not).
  *
  *   make gpu-sweep          build/bench/gpu_sweep (nvcc)
  *   build/bench/gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,rotary]
@@ -142,8 +143,8 @@ FILE *json;
 std::string shape_text(const fld__gpu_shape &s)
 {
     char b[96];
-    snprintf(b, sizeof b, "t%u b%lld y%lld k%d%s", s.threads, (long long)s.blocks,
-             (long long)s.blocks_y, s.per_thread, s.early_weight ? "w" : "");
+    snprintf(b, sizeof b, "t%u b%lld y%lld k%d%s%s", s.threads, (long long)s.blocks,
+             (long long)s.blocks_y, s.per_thread, s.early_weight ? "w" : "", s.one_row ? "r" : "");
     if (s.access_bytes && s.access_bytes != 16)
         snprintf(b + strlen(b), sizeof b - strlen(b), " a%d", s.access_bytes);
     return b;
@@ -153,7 +154,10 @@ std::string shape_text(const fld__gpu_shape &s)
 std::string shape_kind(const char *op, const fld__gpu_shape &s)
 {
     if (!strcmp(op, "norm") || !strcmp(op, "fused"))
-        return s.per_thread == 0 ? "two passes" : s.early_weight ? "early weight" : "weight after";
+        return s.per_thread == 0 ? "two passes"
+               : s.one_row       ? "one row"
+               : s.early_weight  ? "early weight"
+                                 : "weight after";
     if (!strcmp(op, "silu"))
         return std::to_string(s.access_bytes ? s.access_bytes : 16) + "-byte groups";
     return s.blocks_y > 1 ? "token split" : "block per token";
@@ -239,12 +243,14 @@ std::vector<fld__gpu_shape> norm_candidates(int64_t rows, int64_t groups)
         for (int64_t g : grids) {
             if (per == 0 || (per == 4 && t > 512)) {
                 if (groups <= (int64_t)t * 64)
-                    out.push_back({t, g, 1, 0, false, 0});
+                    out.push_back({t, g, 1, 0, false, 0, false});
                 continue;
             }
-            out.push_back({t, g, 1, per, false, 0});
+            out.push_back({t, g, 1, per, false, 0, false});
             if (per <= 2)
-                out.push_back({t, g, 1, per, true, 0});
+                out.push_back({t, g, 1, per, true, 0, false});
+            if (per <= 2 && g == rows && rows <= (int64_t)sms) /* the one-row kernel: decode */
+                out.push_back({t, g, 1, per, true, 0, true});
         }
     }
     return out;
@@ -308,9 +314,9 @@ void sweep_act(int dt, int64_t d, int64_t rows)
             continue;
         for (unsigned t : {32u, 64u, 128u, 256u}) {
             const int64_t b = fld__gpu_ceil_div(groups * (16 / access), t);
-            cands.push_back({t, b, rows, 0, false, access});
+            cands.push_back({t, b, rows, 0, false, access, false});
             if (b >= 4)
-                cands.push_back({t, fld__gpu_ceil_div(b, 2), rows, 0, false, access});
+                cands.push_back({t, fld__gpu_ceil_div(b, 2), rows, 0, false, access, false});
         }
     }
     auto launch = [&](int i, const fld__gpu_shape *s) {
@@ -355,9 +361,9 @@ void sweep_rotary(int dt, int64_t tokens, int64_t qh, int64_t kh, bool neox)
     const int64_t units = (qh + kh) * (neox ? hd / 2 / (16 / size) : hd / (16 / size));
     std::vector<fld__gpu_shape> cands;
     for (unsigned t : {64u, 128u, 256u, 512u}) {
-        cands.push_back({t, tokens, 1, 0, false, 0});
+        cands.push_back({t, tokens, 1, 0, false, 0, false});
         if (units > t)
-            cands.push_back({t, tokens, fld__gpu_ceil_div(units, t), 0, false, 0});
+            cands.push_back({t, tokens, fld__gpu_ceil_div(units, t), 0, false, 0, false});
     }
     auto launch = [&](int i, const fld__gpu_shape *s) {
         fld__gpu_rotary_args a = {};

@@ -1048,15 +1048,16 @@ template <bool SYNC> __global__ void neighbour_kernel(int *out)
 /* Every kind of launch shape bench/gpu_sweep.cu may time, and gpu_launch.h
    may then choose, gives the reference's results: one-pass kernels of 1, 2
    and 4 groups per thread with and without the weight loaded with the
-   row, the two-pass kernel, activations' 16-, 8- and 4-byte groups, grids
+   row, the one-row latency kernel, the two-pass kernel, activations' 16-, 8- and 4-byte groups, grids
    that stride over rows, tokens and groups, and a token's units split over
    blocks. */
 extern "C" void fld_emu_force_shape(const struct fld__gpu_shape *shape);
 
 const struct fld__gpu_shape forced_norm_shapes[] = {
-    {64, 5, 1, 2, true, 0},  {64, 5, 1, 2, false, 0},  {128, 5, 1, 1, true, 0},
-    {64, 5, 1, 4, false, 0}, {1024, 5, 1, 1, true, 0}, {256, 2, 1, 1, true, 0},
-    {64, 2, 1, 0, false, 0}, {64, 3, 1, 4, false, 0},
+    {64, 5, 1, 2, true, 0, false},  {64, 5, 1, 2, false, 0, false},  {128, 5, 1, 1, true, 0, false},
+    {64, 5, 1, 4, false, 0, false}, {1024, 5, 1, 1, true, 0, false}, {256, 2, 1, 1, true, 0, false},
+    {64, 2, 1, 0, false, 0, false}, {64, 3, 1, 4, false, 0, false},
+    {64, 5, 1, 2, true, 0, true},   {128, 5, 1, 1, true, 0, true},   {256, 5, 1, 1, true, 0, true},
 };
 
 START_TEST(launch_shapes_norm)
@@ -1075,11 +1076,14 @@ START_TEST(launch_shape_out_of_range_is_refused)
     setup();
     /* 96 groups do not fit 64 threads x 1 group; 4 groups with 1024 threads
        pass the kernel's launch bound; the weight is loaded with the row for
-       at most 2 groups */
-    const struct fld__gpu_shape bad[] = {{64, 5, 1, 1, false, 0},
-                                         {1024, 5, 1, 4, false, 0},
-                                         {64, 5, 1, 4, true, 0},
-                                         {96, 5, 1, 2, false, 0}};
+       at most 2 groups; the one-row kernel takes one block per row and the
+       weight with the row */
+    const struct fld__gpu_shape bad[] = {{64, 5, 1, 1, false, 0, false},
+                                         {1024, 5, 1, 4, false, 0, false},
+                                         {64, 5, 1, 4, true, 0, false},
+                                         {96, 5, 1, 2, false, 0, false},
+                                         {128, 4, 1, 1, true, 0, true},
+                                         {128, 5, 1, 1, false, 0, true}};
     const int64_t width = 768;
     std::vector<uint16_t> x(5 * width), out(5 * width);
     struct fld__gpu_norm_args a = {};
@@ -1106,7 +1110,7 @@ START_TEST(launch_shape_out_of_range_is_refused)
     act.x_stride = 2 * width;
     act.out_stride = width;
     for (int bytes : {2, 12, 32}) {
-        const struct fld__gpu_shape s = {64, 2, 1, 0, false, bytes};
+        const struct fld__gpu_shape s = {64, 2, 1, 0, false, bytes, false};
         fld_emu_force_shape(&s);
         ck_assert_int_eq(api.act(&act, FLD_GPU_VECTOR, NULL), FLD_EMU_ERR_INVALID_VALUE);
     }
@@ -1117,8 +1121,8 @@ START_TEST(launch_shape_out_of_range_is_refused)
 END_TEST
 
 const struct fld__gpu_shape forced_act_shapes[] = {
-    {32, 1, 7, 0, false, 0},  {32, 3, 1, 0, false, 16}, {256, 1, 7, 0, false, 16},
-    {64, 2, 3, 0, false, 16}, {32, 2, 7, 0, false, 8},  {64, 5, 3, 0, false, 4},
+    {32, 1, 7, 0, false, 0, false},  {32, 3, 1, 0, false, 16, false}, {256, 1, 7, 0, false, 16, false},
+    {64, 2, 3, 0, false, 16, false}, {32, 2, 7, 0, false, 8, false},  {64, 5, 3, 0, false, 4, false},
 };
 
 START_TEST(launch_shapes_act)
@@ -1133,10 +1137,10 @@ START_TEST(launch_shapes_act)
 END_TEST
 
 const struct fld__gpu_shape forced_rotary_shapes[] = {
-    {64, 5, 1, 0, false, 0},
-    {64, 5, 3, 0, false, 0},
-    {64, 2, 2, 0, false, 0},
-    {512, 5, 1, 0, false, 0},
+    {64, 5, 1, 0, false, 0, false},
+    {64, 5, 3, 0, false, 0, false},
+    {64, 2, 2, 0, false, 0, false},
+    {512, 5, 1, 0, false, 0, false},
 };
 
 START_TEST(launch_shapes_rotary)
@@ -1293,7 +1297,8 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, norm_mixed_dtypes, 0, 12);
     tcase_add_loop_test(tc, norm_extremes, 0, 6);
     tcase_add_test(tc, norm_vector_refuses_misaligned);
-    tcase_add_loop_test(tc, launch_shapes_norm, 0, 8);
+    tcase_add_loop_test(tc, launch_shapes_norm, 0,
+                        (int)(sizeof forced_norm_shapes / sizeof forced_norm_shapes[0]));
     tcase_add_test(tc, launch_shape_out_of_range_is_refused);
     suite_add_tcase(s, tc);
 

@@ -174,21 +174,40 @@ template <int DT, bool VEC> struct group {
             store_elem<DT>(row, k, f[0]);
             return;
         }
+        fld__gpu_vec16 v;
+        if (DT == 0 || PAIRED) {
+            pack(f, v);
+        } else {
+            uint32_t w[4];
+            for (int j = 0; j < 4 && 2 * j + 1 < N; j++)
+                w[j] = (uint32_t)narrow<DT>(f[2 * j]) | ((uint32_t)narrow<DT>(f[2 * j + 1]) << 16);
+            v.x = w[0];
+            v.y = w[1];
+            v.z = w[2];
+            v.w = w[3];
+        }
+        put(row, k, v);
+    }
+
+    /* VEC: f as the group's bits in DT (16-bit: rounded two at a time), which
+       put() stores and unpack() reads back as the rounded values. */
+    static FLD_GPU_DEV void pack(const float *f, fld__gpu_vec16 &v)
+    {
         uint32_t w[4];
         if (DT == 0) {
             for (int j = 0; j < N && j < 4; j++)
                 w[j] = fld__gpu_bits(f[j]);
-        } else if (PAIRED) {
-            fld__gpu_pack_pairs<DT, N>(f, w);
         } else {
-            for (int j = 0; j < 4 && 2 * j + 1 < N; j++)
-                w[j] = (uint32_t)narrow<DT>(f[2 * j]) | ((uint32_t)narrow<DT>(f[2 * j + 1]) << 16);
+            fld__gpu_pack_pairs<DT, N>(f, w);
         }
-        fld__gpu_vec16 v;
         v.x = w[0];
         v.y = w[1];
         v.z = w[2];
         v.w = w[3];
+    }
+
+    static FLD_GPU_DEV void put(void *row, int64_t k, const fld__gpu_vec16 &v)
+    {
         fld__gpu_store16(static_cast<char *>(row) + k * 16, v);
     }
 };
@@ -346,9 +365,14 @@ template <int DT> FLD_GPU_DEV char *row_at(void *base, int64_t r, int64_t stride
  * that nvcc fuses and rounds them as it does vLLM's; the same formulas as
  * core/reference/reference_activation.c (under the emulator, the same bits).
  */
+FLD_GPU_DEV float silu_denominator(float f)
+{
+    return 1.0f + expf(-f);
+}
+
 FLD_GPU_DEV float silu(float f)
 {
-    return f / (1.0f + expf(-f));
+    return f / silu_denominator(f);
 }
 
 FLD_GPU_DEV float gelu_erf(float f)
@@ -438,7 +462,18 @@ __global__ void __launch_bounds__(256) act_kernel(struct fld__gpu_act_args a)
             }
             float x[G::N];
             G::unpack(xs, x);
-            if (GATED) {
+            if (GATED && (OP == FLD_GPU_SILU_AND_MUL || OP == FLD_GPU_MUL_AND_SILU)) {
+                /* gated<OP>, every denominator first: the exponentials of a
+                   group in flight together, not each behind the previous
+                   element's division and its slow-path branch */
+                float y[G::N], den[G::N];
+                G::unpack(ys, y);
+                float *act = OP == FLD_GPU_SILU_AND_MUL ? x : y;
+                for (int j = 0; j < G::N; j++)
+                    den[j] = silu_denominator(act[j]);
+                for (int j = 0; j < G::N; j++)
+                    x[j] = round_to<DT>(act[j] / den[j]) * (OP == FLD_GPU_SILU_AND_MUL ? y[j] : x[j]);
+            } else if (GATED) {
                 float y[G::N];
                 G::unpack(ys, y);
                 for (int j = 0; j < G::N; j++)
@@ -806,6 +841,134 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
     }
 }
 
+/*
+ * block_sum for a block that sums once (one row per block): the same sums
+ * with one barrier, since partial is not reused.
+ */
+FLD_GPU_DEV float block_sum_once(float v)
+{
+    __shared__ float partial[FLD_GPU_MAX_WARPS];
+    const int lanes = FLD_GPU_WARP_SIZE;
+    const int lane = (int)threadIdx.x % lanes, warp = (int)threadIdx.x / lanes;
+    const int warps = (int)blockDim.x / lanes;
+    v = fld__gpu_warp_sum(v);
+    if (lane == 0)
+        partial[warp] = v;
+    __syncthreads();
+    return fld__gpu_warp_sum(lane < warps ? partial[lane] : 0.0f);
+}
+
+/*
+ * The latency regime's kernel (gpu_launch.h, one_row): norm_kernel_reg's
+ * algorithm with what a decode row does not need taken out, because at a
+ * few rows a block's time is the instructions its warps issue: one row per
+ * block (grid = rows, no row loop), byte offsets in 32 bits (the launcher
+ * checks that the rows fit), x, weight and residual of one dtype, the
+ * residual and gemma's 1 + w decided at compile time, the weight loaded
+ * with the row, a reduction with one barrier (block_sum_once), and a width
+ * that is a power of two divided by multiplying with its exact reciprocal
+ * (the same rounding, no division's slow-path test). K = 1 or 2 groups per
+ * thread.
+ */
+template <int DT, int K, bool RESIDUAL, bool GEMMA>
+__global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_args a)
+{
+    typedef group<DT, true> G;
+    constexpr uint32_t S = dtype_size<DT>::value;
+    const uint32_t r = blockIdx.x, groups = (uint32_t)a.width / G::N;
+    const char *xr = (const char *)a.x + r * ((uint32_t)a.x_stride * S);
+    char *orow = (char *)a.out + r * ((uint32_t)a.out_stride * S);
+    char *rr = RESIDUAL ? (char *)a.residual + r * ((uint32_t)a.residual_stride * S) : nullptr;
+    /* Every load first, unconditionally and in one straight run: a thread
+       past the row's end reads its last group again and uses nothing of it
+       (a load under the bounds test is one that ptxas moves below the first
+       use of the others). */
+    typename G::raw xs[K], rs[K], ws[K];
+    FLD_GPU_UNROLL
+    for (int i = 0; i < K; i++) {
+        const uint32_t k = threadIdx.x + (uint32_t)i * blockDim.x;
+        const uint32_t at = k < groups ? k : groups - 1;
+        G::fetch(xr, at, xs[i]);
+        if (RESIDUAL)
+            G::fetch(rr, at, rs[i]);
+        G::fetch(a.weight, at, ws[i]);
+    }
+    /* 1 / width, exact where width is a power of two (then the exponent's
+       negation: the bits' sum is 254 << 23), taken only there */
+    const float width = (float)a.width;
+    const bool pow2 = (a.width & (a.width - 1)) == 0;
+    const float per_width = fld__gpu_float(0x7f000000u - fld__gpu_bits(width));
+    float v[K][G::N];
+    float ss = 0.0f;
+    FLD_GPU_UNROLL
+    for (int i = 0; i < K; i++) {
+        const uint32_t k = threadIdx.x + (uint32_t)i * blockDim.x;
+        G::unpack(xs[i], v[i]);
+        if (RESIDUAL) {
+            float s[G::N];
+            G::unpack(rs[i], s);
+            for (int j = 0; j < G::N; j++)
+                v[i][j] = round_to<DT>(v[i][j] + s[j]);
+            if (k < groups)
+                G::store(rr, k, v[i]);
+        }
+        for (int j = 0; j < G::N; j++) {
+            v[i][j] = k < groups ? v[i][j] : 0.0f; /* adds +0 to the sum */
+            ss += v[i][j] * v[i][j];
+        }
+    }
+    ss = block_sum_once(ss);
+    const float ms = (pow2 ? ss * per_width : ss / width) + a.eps;
+    if (!norm_sum_ok(ss, ms)) {
+        norm_row_in_double<DT, DT, DT, true>(a, xr, orow, rr);
+        return;
+    }
+    const float inv = 1.0f / sqrtf(ms);
+    FLD_GPU_UNROLL
+    for (int i = 0; i < K; i++) {
+        const uint32_t k = threadIdx.x + (uint32_t)i * blockDim.x;
+        if (k < groups) {
+            float w[G::N];
+            G::unpack(ws[i], w);
+            for (int j = 0; j < G::N; j++)
+                v[i][j] = v[i][j] * inv * (GEMMA ? w[j] + 1.0f : w[j]);
+            G::template store<true>(orow, k, v[i]);
+        }
+    }
+}
+
+/* Whether the one-row kernel can take a's rows: a weight, one dtype for x,
+   weight and residual, and every byte offset of the rows under 2^31. */
+static inline bool norm_row_ok(const struct fld__gpu_norm_args *a)
+{
+    if (!a->weight || a->weight_dtype != a->dtype || (a->residual && a->residual_dtype != a->dtype))
+        return false;
+    const int64_t size = a->dtype == 0 ? 4 : 2, limit = (int64_t)1 << 31;
+    if (a->rows > limit || a->width * size >= limit)
+        return false;
+    const int64_t strides[3] = {a->x_stride, a->out_stride, a->residual ? a->residual_stride : 0};
+    for (int64_t stride : strides)
+        if (stride < 0 || stride > limit / size || (a->rows - 1) * stride * size + a->width * size >= limit)
+            return false;
+    return true;
+}
+
+template <int DT, int K>
+static int launch_norm_row(const struct fld__gpu_norm_args *a, const dim3 &grid, const dim3 &block,
+                           void *stream)
+{
+    switch ((a->residual ? 2 : 0) + (a->gemma ? 1 : 0)) {
+    case 0:
+        return fld__gpu_launch(norm_kernel_row<DT, K, false, false>, grid, block, stream, *a);
+    case 1:
+        return fld__gpu_launch(norm_kernel_row<DT, K, false, true>, grid, block, stream, *a);
+    case 2:
+        return fld__gpu_launch(norm_kernel_row<DT, K, true, false>, grid, block, stream, *a);
+    default:
+        return fld__gpu_launch(norm_kernel_row<DT, K, true, true>, grid, block, stream, *a);
+    }
+}
+
 /* The kernel of shape s (gpu_launch.h): one pass with s.per_thread groups in
    registers (the weight loaded with the row where s.early_weight), or two
    passes (per_thread 0). */
@@ -814,6 +977,9 @@ static int launch_norm(const struct fld__gpu_norm_args *a, const struct fld__gpu
                        void *stream)
 {
     const dim3 grid((unsigned)(s.blocks < (1 << 20) ? s.blocks : (1 << 20))), block(s.threads);
+    if (VEC && s.one_row && WDT == DT && RDT == DT && norm_row_ok(a) && s.blocks == a->rows)
+        return s.per_thread == 1 ? launch_norm_row<DT, 1>(a, grid, block, stream)
+                                 : launch_norm_row<DT, 2>(a, grid, block, stream);
     switch (s.per_thread * 2 + (s.early_weight ? 1 : 0)) {
     case 2:
         return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 1, false>, grid, block, stream,
@@ -866,6 +1032,8 @@ static inline bool norm_shape_ok(const struct fld__gpu_norm_args *a, bool vec,
     if (s.per_thread == 0)
         return !s.early_weight;
     if (s.early_weight && s.per_thread > 2)
+        return false;
+    if (s.one_row && (!s.early_weight || s.blocks != a->rows))
         return false;
     const unsigned bound = s.per_thread <= 2 ? 1024u : 512u;
     return (s.per_thread == 1 || s.per_thread == 2 || s.per_thread == 4) && s.threads <= bound &&

@@ -39,7 +39,10 @@
  * heads). early_weight (norms, per_thread 1 or 2): the weight's loads are
  * issued with the row's, before the reduction, rather than after it.
  * access_bytes (activations): the bytes each thread loads per operand and
- * step, 16, 8 or 4 (0: 16); fewer spread a row over more threads.
+ * step, 16, 8 or 4 (0: 16); fewer spread a row over more threads. one_row
+ * (norms, with early_weight, blocks = rows): the latency kernel that takes
+ * one row per block with what a decode row does not need taken out
+ * (gpu_kernels.cuh, norm_kernel_row), where the call's operands allow it.
  */
 struct fld__gpu_shape {
     unsigned threads;
@@ -48,6 +51,7 @@ struct fld__gpu_shape {
     int per_thread;
     bool early_weight;
     int access_bytes;
+    bool one_row;
 };
 
 /* ---- the table --------------------------------------------------------- */
@@ -83,6 +87,7 @@ struct fld__gpu_shape {
 #define FLD_GPU_NORM_LATENCY_ROWS_PER_SM 1
 #define FLD_GPU_NORM_LATENCY_MAX_THREADS 512
 #define FLD_GPU_NORM_LATENCY_EARLY_WEIGHT true
+#define FLD_GPU_NORM_LATENCY_ONE_ROW      true
 #define FLD_GPU_NORM_STREAM_ROWS_PER_SM  8
 #define FLD_GPU_NORM_STREAM_THREADS      256
 #define FLD_GPU_NORM_MAX_GROUPS          4
@@ -141,7 +146,7 @@ static inline int fld__gpu_norm_groups_per_thread(int64_t groups, unsigned threa
 /* rows x groups (16-byte groups, or elements for the scalar family) on sms SMs. */
 static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t groups, int sms)
 {
-    struct fld__gpu_shape s = {0, rows, 1, 0, false, 0};
+    struct fld__gpu_shape s = {0, rows, 1, 0, false, 0, false};
     const bool latency = rows <= (int64_t)sms * FLD_GPU_NORM_LATENCY_ROWS_PER_SM;
     if (latency) {
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_LATENCY_MAX_THREADS);
@@ -159,6 +164,7 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_TWO_PASS_THREADS);
     s.early_weight =
         latency && FLD_GPU_NORM_LATENCY_EARLY_WEIGHT && (s.per_thread == 1 || s.per_thread == 2);
+    s.one_row = s.early_weight && FLD_GPU_NORM_LATENCY_ONE_ROW;
     return s;
 }
 
@@ -166,7 +172,7 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
    which ignores access_bytes). */
 static inline struct fld__gpu_shape fld__gpu_act_shape(int64_t rows, int64_t groups, int sms)
 {
-    struct fld__gpu_shape s = {FLD_GPU_ACT_THREADS, 1, rows, 0, false, FLD_GPU_ACT_ACCESS_BYTES};
+    struct fld__gpu_shape s = {FLD_GPU_ACT_THREADS, 1, rows, 0, false, FLD_GPU_ACT_ACCESS_BYTES, false};
     if (rows <= FLD_GPU_ACT_NARROW_ROWS) {
         s.threads = FLD_GPU_ACT_NARROW_THREADS;
         s.access_bytes = FLD_GPU_ACT_NARROW_BYTES;
@@ -180,7 +186,7 @@ static inline struct fld__gpu_shape fld__gpu_act_shape(int64_t rows, int64_t gro
 /* tokens x units per token (the (head, group) units of query and key). */
 static inline struct fld__gpu_shape fld__gpu_rotary_shape(int64_t tokens, int64_t units, int sms)
 {
-    struct fld__gpu_shape s = {FLD_GPU_ROTARY_SPLIT_THREADS, tokens, 1, 0, false, 0};
+    struct fld__gpu_shape s = {FLD_GPU_ROTARY_SPLIT_THREADS, tokens, 1, 0, false, 0, false};
     if (tokens < sms)
         s.blocks_y = fld__gpu_ceil_div(units, FLD_GPU_ROTARY_SPLIT_THREADS);
     else if (tokens < (int64_t)sms * FLD_GPU_ROTARY_STREAM_TOKENS_PER_SM)
