@@ -18,8 +18,8 @@ instruction where:
                     registers, before the block's first barrier;
   norm_kernel_row   likewise for x and the residual; the weight's loads,
                     used after the reduction, come before the barrier;
-  act_kernel        a gated kernel's second operand is loaded after the
-                    first operand's registers are read;
+  act_kernel,       a gated kernel's second operand is loaded after the
+  act_kernel_lean   first operand's registers are read;
   rotary_kernel     a 16-byte q/k load comes before the token's position is
                     loaded.
 
@@ -50,6 +50,7 @@ ARCH = re.compile(r"code for (sm_\d+)")
 NORM = re.compile(r"_ZN7fld_gpu15norm_kernel_regILi(\d)ELi(\d)ELi(\d)ELb1ELi(\d)ELb(\d)EEEv18fld__gpu_norm_args$")
 NORM_ROW = re.compile(r"_ZN7fld_gpu15norm_kernel_rowILi(\d)ELi(\d)ELb(\d)ELb(\d)EEEv18fld__gpu_norm_args$")
 ACT = re.compile(r"_ZN7fld_gpu10act_kernelILi(\d)ELb1ELi(\d)ELi(\d+)EEEv17fld__gpu_act_args$")
+ACT_LEAN = re.compile(r"_ZN7fld_gpu15act_kernel_leanILi(\d)ELi(\d)ELi(\d+)EEEv17fld__gpu_act_args$")
 ROTARY = re.compile(r"_ZN7fld_gpu13rotary_kernelILi(\d)ELi(\d)ELb1ELb(\d)EEEv20fld__gpu_rotary_args$")
 GATED_OPS = 4  # FLD_GPU_SILU_AND_MUL .. FLD_GPU_GELU_TANH_AND_MUL (gpu_api.h)
 DTYPES = ("f32", "f16", "bf16")
@@ -78,6 +79,12 @@ KNOWN_LATE = {
     "sm_90 act_kernel f16 gelu_and_mul 16-byte groups",
     "sm_90 act_kernel f16 gelu_tanh_and_mul 16-byte groups",
     "sm_90 act_kernel f32 gelu_and_mul 16-byte groups",
+    "sm_80 act_kernel_lean bf16 gelu_and_mul 16-byte groups",
+    "sm_80 act_kernel_lean bf16 gelu_tanh_and_mul 16-byte groups",
+    "sm_80 act_kernel_lean f16 gelu_and_mul 16-byte groups",
+    "sm_90 act_kernel_lean bf16 gelu_and_mul 16-byte groups",
+    "sm_90 act_kernel_lean bf16 gelu_tanh_and_mul 16-byte groups",
+    "sm_90 act_kernel_lean f16 gelu_and_mul 16-byte groups",
 }
 # The architectures checked: the default build's (CUDA_ARCHS 80 90), for
 # which KNOWN_LATE is exact; code for others in the object is left alone.
@@ -211,9 +218,11 @@ def check(functions, known=frozenset()):
             row = per_thread * (1 + residual)
             family = "norm"
             why = loads_issued_together(code, limit=row) or loads_before_barrier(code, row + per_thread)
-        elif ACT.match(name) and int(ACT.match(name).group(2)) < GATED_OPS:
-            dt, op, size = ACT.match(name).groups()
-            label = f"{arch} act_kernel {DTYPES[int(dt)]} {ACT_OPS[int(op)]} {size}-byte groups"
+        elif (ACT.match(name) or ACT_LEAN.match(name)) and \
+                int((ACT.match(name) or ACT_LEAN.match(name)).group(2)) < GATED_OPS:
+            kernel = "act_kernel" if ACT.match(name) else "act_kernel_lean"
+            dt, op, size = (ACT.match(name) or ACT_LEAN.match(name)).groups()
+            label = f"{arch} {kernel} {DTYPES[int(dt)]} {ACT_OPS[int(op)]} {size}-byte groups"
             family, why = "act", loads_issued_together(code, limit=2, stop=("STG", "BAR"))
         elif ROTARY.match(name):
             family, why = "rotary", position_first(code)

@@ -144,7 +144,7 @@ std::string shape_text(const fld__gpu_shape &s)
 {
     char b[96];
     snprintf(b, sizeof b, "t%u b%lld y%lld k%d%s%s", s.threads, (long long)s.blocks,
-             (long long)s.blocks_y, s.per_thread, s.early_weight ? "w" : "", s.one_row ? "r" : "");
+             (long long)s.blocks_y, s.per_thread, s.early_weight ? "w" : "", s.lean ? "l" : "");
     if (s.access_bytes && s.access_bytes != 16)
         snprintf(b + strlen(b), sizeof b - strlen(b), " a%d", s.access_bytes);
     return b;
@@ -155,11 +155,12 @@ std::string shape_kind(const char *op, const fld__gpu_shape &s)
 {
     if (!strcmp(op, "norm") || !strcmp(op, "fused"))
         return s.per_thread == 0 ? "two passes"
-               : s.one_row       ? "one row"
+               : s.lean          ? "one row"
                : s.early_weight  ? "early weight"
                                  : "weight after";
     if (!strcmp(op, "silu"))
-        return std::to_string(s.access_bytes ? s.access_bytes : 16) + "-byte groups";
+        return std::to_string(s.access_bytes ? s.access_bytes : 16) + "-byte groups" +
+               (s.lean ? ", lean" : "");
     return s.blocks_y > 1 ? "token split" : "block per token";
 }
 
@@ -315,6 +316,8 @@ void sweep_act(int dt, int64_t d, int64_t rows)
         for (unsigned t : {32u, 64u, 128u, 256u}) {
             const int64_t b = fld__gpu_ceil_div(groups * (16 / access), t);
             cands.push_back({t, b, rows, 0, false, access, false});
+            if (rows <= (int64_t)sms) /* the lean kernel: decode */
+                cands.push_back({t, b, rows, 0, false, access, true});
             if (b >= 4)
                 cands.push_back({t, fld__gpu_ceil_div(b, 2), rows, 0, false, access, false});
         }

@@ -9,7 +9,8 @@
 #   sweep    gpu_sweep: every candidate launch shape under CUDA graphs
 #            (SWEEP_ARGS: more options, e.g. --tokens 1,8,32,128 --dtypes bf16,f16)
 #   verify   fldispatch verify --device cuda (every op, dtype and family
-#            against the reference), text and JSON
+#            against the reference; VERIFY_ARGS: ops to verify, e.g.
+#            "rms_norm silu_and_mul")
 #   check    gpu_check.py (where the kit has it): > 65535 rows, > 2^31
 #            elements, misaligned views, rotary on qkv views, graph capture
 #   install  fldispatch's wheel and the peers' into /tmp/fld-site, then the
@@ -68,7 +69,7 @@ install_vllm() {
 for s in ${*:-sweep verify check peers}; do
   case $s in
   sweep) step sweep sweep.txt "$kit/gpu_sweep" --json "$out/sweep.jsonl" ${SWEEP_ARGS:-} ;;
-  verify) step verify verify.txt "$kit/bin/fldispatch" verify --device cuda ;;
+  verify) step verify verify.txt "$kit/bin/fldispatch" verify --device cuda ${VERIFY_ARGS:-} ;;
   check) [ -f "$kit/gpu_check.py" ] && step check gpu_check.txt env FLD_LIB="$kit/lib/libfldispatch.so" \
            python3 "$kit/gpu_check.py" --json "$out/gpu_check.json" ;;
   install) step install install.txt python3 -m pip install -q --no-index --no-deps --no-compile \

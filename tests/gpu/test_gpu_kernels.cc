@@ -1048,9 +1048,10 @@ template <bool SYNC> __global__ void neighbour_kernel(int *out)
 /* Every kind of launch shape bench/gpu_sweep.cu may time, and gpu_launch.h
    may then choose, gives the reference's results: one-pass kernels of 1, 2
    and 4 groups per thread with and without the weight loaded with the
-   row, the one-row latency kernel, the two-pass kernel, activations' 16-, 8- and 4-byte groups, grids
-   that stride over rows, tokens and groups, and a token's units split over
-   blocks. */
+   row, the lean latency kernels (a lean shape the call does not fit runs
+   the general kernel), the two-pass kernel, activations' 16-, 8- and
+   4-byte groups, grids that stride over rows, tokens and groups, and a
+   token's units split over blocks. */
 extern "C" void fld_emu_force_shape(const struct fld__gpu_shape *shape);
 
 const struct fld__gpu_shape forced_norm_shapes[] = {
@@ -1123,6 +1124,7 @@ END_TEST
 const struct fld__gpu_shape forced_act_shapes[] = {
     {32, 1, 7, 0, false, 0, false},  {32, 3, 1, 0, false, 16, false}, {256, 1, 7, 0, false, 16, false},
     {64, 2, 3, 0, false, 16, false}, {32, 2, 7, 0, false, 8, false},  {64, 5, 3, 0, false, 4, false},
+    {32, 1, 7, 0, false, 16, true},  {64, 4, 7, 0, false, 4, true},   {64, 2, 3, 0, false, 16, true},
 };
 
 START_TEST(launch_shapes_act)
@@ -1285,7 +1287,8 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, unary_all_16bit, 0, 12);
     tcase_add_loop_test(tc, act_rounding_all_16bit, 0, 16);
     tcase_add_test(tc, act_vector_refuses_misaligned);
-    tcase_add_loop_test(tc, launch_shapes_act, 0, 6);
+    tcase_add_loop_test(tc, launch_shapes_act, 0,
+                        (int)(sizeof forced_act_shapes / sizeof forced_act_shapes[0]));
     suite_add_tcase(s, tc);
 
     tc = tcase_create("norms");

@@ -439,6 +439,45 @@ template <int OP, int DT> FLD_GPU_DEV float gated(float a, float b)
     }
 }
 
+/* Group k of one row of an activation: x's (and a gated op's second half's)
+   loads, then the op, then the store. */
+template <int DT, bool VEC, int OP, int BYTES>
+FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, char *orow, int64_t k)
+{
+    typedef typename act_access<DT, VEC, BYTES>::type G;
+    constexpr bool GATED = OP <= FLD_GPU_GELU_TANH_AND_MUL; /* fld__gpu_act_gated() */
+    const char *yr = xr + a.d * dtype_size<DT>::value;
+    typename G::raw xs, ys = {};
+    G::fetch(xr, k, xs); /* both operands' loads before either is used */
+    if (GATED) {
+        G::fetch(yr, k, ys);
+        G::issued(ys);
+    }
+    float x[G::N];
+    G::unpack(xs, x);
+    if (GATED && (OP == FLD_GPU_SILU_AND_MUL || OP == FLD_GPU_MUL_AND_SILU)) {
+        /* gated<OP>, every denominator first: the exponentials of a group
+           in flight together, not each behind the previous element's
+           division and its slow-path branch */
+        float y[G::N], den[G::N];
+        G::unpack(ys, y);
+        float *act = OP == FLD_GPU_SILU_AND_MUL ? x : y;
+        for (int j = 0; j < G::N; j++)
+            den[j] = silu_denominator(act[j]);
+        for (int j = 0; j < G::N; j++)
+            x[j] = round_to<DT>(act[j] / den[j]) * (OP == FLD_GPU_SILU_AND_MUL ? y[j] : x[j]);
+    } else if (GATED) {
+        float y[G::N];
+        G::unpack(ys, y);
+        for (int j = 0; j < G::N; j++)
+            x[j] = gated<OP, DT>(x[j], y[j]);
+    } else {
+        for (int j = 0; j < G::N; j++)
+            x[j] = elementwise<OP>(x[j]);
+    }
+    G::template store<GATED>(orow, k, x);
+}
+
 /* blockIdx.y strides over rows, (blockIdx.x, threadIdx.x) over the row's
    groups of BYTES (VEC) or elements. Gated ops read the row's second half
    too; elementwise ones not. */
@@ -450,41 +489,39 @@ __global__ void __launch_bounds__(256) act_kernel(struct fld__gpu_act_args a)
     const int64_t step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
         const char *xr = row_at<DT>(a.x, r, a.x_stride);
-        const char *yr = xr + a.d * dtype_size<DT>::value;
         char *orow = row_at<DT>(a.out, r, a.out_stride);
-        for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < groups; k += step) {
-            constexpr bool GATED = OP <= FLD_GPU_GELU_TANH_AND_MUL; /* fld__gpu_act_gated() */
-            typename G::raw xs, ys = {};
-            G::fetch(xr, k, xs); /* both operands' loads before either is used */
-            if (GATED) {
-                G::fetch(yr, k, ys);
-                G::issued(ys);
-            }
-            float x[G::N];
-            G::unpack(xs, x);
-            if (GATED && (OP == FLD_GPU_SILU_AND_MUL || OP == FLD_GPU_MUL_AND_SILU)) {
-                /* gated<OP>, every denominator first: the exponentials of a
-                   group in flight together, not each behind the previous
-                   element's division and its slow-path branch */
-                float y[G::N], den[G::N];
-                G::unpack(ys, y);
-                float *act = OP == FLD_GPU_SILU_AND_MUL ? x : y;
-                for (int j = 0; j < G::N; j++)
-                    den[j] = silu_denominator(act[j]);
-                for (int j = 0; j < G::N; j++)
-                    x[j] = round_to<DT>(act[j] / den[j]) * (OP == FLD_GPU_SILU_AND_MUL ? y[j] : x[j]);
-            } else if (GATED) {
-                float y[G::N];
-                G::unpack(ys, y);
-                for (int j = 0; j < G::N; j++)
-                    x[j] = gated<OP, DT>(x[j], y[j]);
-            } else {
-                for (int j = 0; j < G::N; j++)
-                    x[j] = elementwise<OP>(x[j]);
-            }
-            G::template store<GATED>(orow, k, x);
-        }
+        for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < groups; k += step)
+            act_group<DT, VEC, OP, BYTES>(a, xr, orow, k);
     }
+}
+
+/* The latency regime's kernel (gpu_launch.h, lean): act_kernel without its
+   loops, for a grid that covers the call (blockIdx.y the row, one group per
+   thread), with 32-bit row offsets (the launcher checks that they fit). */
+template <int DT, int OP, int BYTES>
+__global__ void __launch_bounds__(256) act_kernel_lean(struct fld__gpu_act_args a)
+{
+    typedef typename act_access<DT, true, BYTES>::type G;
+    constexpr uint32_t S = dtype_size<DT>::value;
+    const uint32_t k = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (k >= (uint32_t)a.d / G::N)
+        return;
+    const char *xr = static_cast<const char *>(a.x) + r * ((uint32_t)a.x_stride * S);
+    char *orow = static_cast<char *>(a.out) + r * ((uint32_t)a.out_stride * S);
+    act_group<DT, true, OP, BYTES>(a, xr, orow, k);
+}
+
+/* Whether the lean kernel can run a with shape s: its grid covers the rows
+   and each row's groups (of size bytes / 16 of a 16-byte group), and every
+   byte offset it forms is under 2^31. */
+static inline bool act_lean_ok(const struct fld__gpu_act_args *a, const struct fld__gpu_shape &s,
+                               int64_t groups)
+{
+    const int64_t size = a->dtype == 0 ? 4 : 2, limit = (int64_t)1 << 31;
+    const int64_t stride = a->x_stride > a->out_stride ? a->x_stride : a->out_stride;
+    return s.lean && s.blocks_y == a->rows && a->rows <= 65535 && s.blocks < (1 << 16) &&
+           s.blocks * s.threads >= groups && a->x_stride >= 0 && a->out_stride >= 0 &&
+           stride <= limit / size && (a->rows - 1) * stride * size + 2 * a->d * size < limit;
 }
 
 template <int DT, bool VEC, int BYTES>
@@ -494,21 +531,36 @@ static int launch_act(const struct fld__gpu_act_args *a, const struct fld__gpu_s
     /* grid.x over the row's groups (grid-stride beyond), grid.y over rows */
     const dim3 grid((unsigned)(s.blocks < (1 << 16) ? s.blocks : (1 << 16)),
                     (unsigned)(s.blocks_y < 65535 ? s.blocks_y : 65535));
-#define FLD_GPU_ACT_CASE(OP)                                                                       \
-    case OP:                                                                                       \
-        return fld__gpu_launch(act_kernel<DT, VEC, OP, BYTES>, grid, dim3(s.threads), stream, *a)
-    switch (a->op) {
-        FLD_GPU_ACT_CASE(FLD_GPU_SILU_AND_MUL);
-        FLD_GPU_ACT_CASE(FLD_GPU_MUL_AND_SILU);
-        FLD_GPU_ACT_CASE(FLD_GPU_GELU_AND_MUL);
-        FLD_GPU_ACT_CASE(FLD_GPU_GELU_TANH_AND_MUL);
-        FLD_GPU_ACT_CASE(FLD_GPU_GELU_QUICK);
-        FLD_GPU_ACT_CASE(FLD_GPU_GELU_NEW);
-        FLD_GPU_ACT_CASE(FLD_GPU_GELU_FAST);
-    default:
-        return FLD_GPU_EINVAL;
+#define FLD_GPU_ACT_SWITCH(KERNEL)                                                                 \
+    switch (a->op) {                                                                               \
+    case FLD_GPU_SILU_AND_MUL:                                                                     \
+        return fld__gpu_launch(KERNEL(FLD_GPU_SILU_AND_MUL), grid, dim3(s.threads), stream, *a);   \
+    case FLD_GPU_MUL_AND_SILU:                                                                     \
+        return fld__gpu_launch(KERNEL(FLD_GPU_MUL_AND_SILU), grid, dim3(s.threads), stream, *a);   \
+    case FLD_GPU_GELU_AND_MUL:                                                                     \
+        return fld__gpu_launch(KERNEL(FLD_GPU_GELU_AND_MUL), grid, dim3(s.threads), stream, *a);   \
+    case FLD_GPU_GELU_TANH_AND_MUL:                                                                \
+        return fld__gpu_launch(KERNEL(FLD_GPU_GELU_TANH_AND_MUL), grid, dim3(s.threads), stream,   \
+                               *a);                                                                \
+    case FLD_GPU_GELU_QUICK:                                                                       \
+        return fld__gpu_launch(KERNEL(FLD_GPU_GELU_QUICK), grid, dim3(s.threads), stream, *a);     \
+    case FLD_GPU_GELU_NEW:                                                                         \
+        return fld__gpu_launch(KERNEL(FLD_GPU_GELU_NEW), grid, dim3(s.threads), stream, *a);       \
+    case FLD_GPU_GELU_FAST:                                                                        \
+        return fld__gpu_launch(KERNEL(FLD_GPU_GELU_FAST), grid, dim3(s.threads), stream, *a);      \
+    default:                                                                                       \
+        return FLD_GPU_EINVAL;                                                                     \
     }
-#undef FLD_GPU_ACT_CASE
+#define FLD_GPU_ACT_LEAN(OP) act_kernel_lean<DT, OP, BYTES>
+#define FLD_GPU_ACT_LOOP(OP) act_kernel<DT, VEC, OP, BYTES>
+    if constexpr (VEC) {
+        if (act_lean_ok(a, s, a->d / act_access<DT, VEC, BYTES>::type::N))
+            FLD_GPU_ACT_SWITCH(FLD_GPU_ACT_LEAN)
+    }
+    FLD_GPU_ACT_SWITCH(FLD_GPU_ACT_LOOP)
+#undef FLD_GPU_ACT_LEAN
+#undef FLD_GPU_ACT_LOOP
+#undef FLD_GPU_ACT_SWITCH
 }
 
 template <bool VEC, int BYTES>
@@ -859,7 +911,7 @@ FLD_GPU_DEV float block_sum_once(float v)
 }
 
 /*
- * The latency regime's kernel (gpu_launch.h, one_row): norm_kernel_reg's
+ * The latency regime's kernel (gpu_launch.h, lean): norm_kernel_reg's
  * algorithm with what a decode row does not need taken out, because at a
  * few rows a block's time is the instructions its warps issue: one row per
  * block (grid = rows, no row loop), byte offsets in 32 bits (the launcher
@@ -905,12 +957,16 @@ __global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_arg
         const uint32_t k = threadIdx.x + (uint32_t)i * blockDim.x;
         G::unpack(xs[i], v[i]);
         if (RESIDUAL) {
+            /* the sum rounded once, to the bits stored, and read back */
             float s[G::N];
             G::unpack(rs[i], s);
             for (int j = 0; j < G::N; j++)
-                v[i][j] = round_to<DT>(v[i][j] + s[j]);
+                v[i][j] += s[j];
+            typename G::raw sum;
+            G::pack(v[i], sum);
             if (k < groups)
-                G::store(rr, k, v[i]);
+                G::put(rr, k, sum);
+            G::unpack(sum, v[i]);
         }
         for (int j = 0; j < G::N; j++) {
             v[i][j] = k < groups ? v[i][j] : 0.0f; /* adds +0 to the sum */
@@ -977,7 +1033,7 @@ static int launch_norm(const struct fld__gpu_norm_args *a, const struct fld__gpu
                        void *stream)
 {
     const dim3 grid((unsigned)(s.blocks < (1 << 20) ? s.blocks : (1 << 20))), block(s.threads);
-    if (VEC && s.one_row && WDT == DT && RDT == DT && norm_row_ok(a) && s.blocks == a->rows)
+    if (VEC && s.lean && WDT == DT && RDT == DT && norm_row_ok(a) && s.blocks == a->rows)
         return s.per_thread == 1 ? launch_norm_row<DT, 1>(a, grid, block, stream)
                                  : launch_norm_row<DT, 2>(a, grid, block, stream);
     switch (s.per_thread * 2 + (s.early_weight ? 1 : 0)) {
@@ -1033,7 +1089,7 @@ static inline bool norm_shape_ok(const struct fld__gpu_norm_args *a, bool vec,
         return !s.early_weight;
     if (s.early_weight && s.per_thread > 2)
         return false;
-    if (s.one_row && (!s.early_weight || s.blocks != a->rows))
+    if (s.lean && (!s.early_weight || s.blocks != a->rows))
         return false;
     const unsigned bound = s.per_thread <= 2 ? 1024u : 512u;
     return (s.per_thread == 1 || s.per_thread == 2 || s.per_thread == 4) && s.threads <= bound &&

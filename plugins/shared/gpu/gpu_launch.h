@@ -39,10 +39,12 @@
  * heads). early_weight (norms, per_thread 1 or 2): the weight's loads are
  * issued with the row's, before the reduction, rather than after it.
  * access_bytes (activations): the bytes each thread loads per operand and
- * step, 16, 8 or 4 (0: 16); fewer spread a row over more threads. one_row
- * (norms, with early_weight, blocks = rows): the latency kernel that takes
- * one row per block with what a decode row does not need taken out
- * (gpu_kernels.cuh, norm_kernel_row), where the call's operands allow it.
+ * step, 16, 8 or 4 (0: 16); fewer spread a row over more threads. lean:
+ * the latency kernels, with what a decode call does not need taken out
+ * (no loops, 32-bit offsets), where the call's operands allow them: norms
+ * (with early_weight, blocks = rows) norm_kernel_row, one row per block;
+ * activations (blocks x threads cover a row, blocks_y = rows)
+ * act_kernel_lean, one group per thread.
  */
 struct fld__gpu_shape {
     unsigned threads;
@@ -51,7 +53,7 @@ struct fld__gpu_shape {
     int per_thread;
     bool early_weight;
     int access_bytes;
-    bool one_row;
+    bool lean;
 };
 
 /* ---- the table --------------------------------------------------------- */
@@ -87,7 +89,7 @@ struct fld__gpu_shape {
 #define FLD_GPU_NORM_LATENCY_ROWS_PER_SM 1
 #define FLD_GPU_NORM_LATENCY_MAX_THREADS 512
 #define FLD_GPU_NORM_LATENCY_EARLY_WEIGHT true
-#define FLD_GPU_NORM_LATENCY_ONE_ROW      true
+#define FLD_GPU_NORM_LATENCY_LEAN          true
 #define FLD_GPU_NORM_STREAM_ROWS_PER_SM  8
 #define FLD_GPU_NORM_STREAM_THREADS      256
 #define FLD_GPU_NORM_MAX_GROUPS          4
@@ -109,6 +111,7 @@ struct fld__gpu_shape {
 #define FLD_GPU_ACT_NARROW_ROWS     8
 #define FLD_GPU_ACT_NARROW_THREADS  256
 #define FLD_GPU_ACT_NARROW_BYTES    4
+#define FLD_GPU_ACT_LATENCY_LEAN    true
 
 /* Rotary, three regimes by tokens per SM:
      latency    fewer tokens than SMs: a token's (head, group) units split
@@ -164,7 +167,7 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_TWO_PASS_THREADS);
     s.early_weight =
         latency && FLD_GPU_NORM_LATENCY_EARLY_WEIGHT && (s.per_thread == 1 || s.per_thread == 2);
-    s.one_row = s.early_weight && FLD_GPU_NORM_LATENCY_ONE_ROW;
+    s.lean = s.early_weight && FLD_GPU_NORM_LATENCY_LEAN;
     return s;
 }
 
@@ -180,6 +183,7 @@ static inline struct fld__gpu_shape fld__gpu_act_shape(int64_t rows, int64_t gro
         s.threads = FLD_GPU_ACT_LATENCY_THREADS;
     }
     s.blocks = fld__gpu_ceil_div(groups * (16 / s.access_bytes), s.threads);
+    s.lean = rows <= (int64_t)sms && FLD_GPU_ACT_LATENCY_LEAN;
     return s;
 }
 
