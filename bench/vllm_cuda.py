@@ -28,8 +28,8 @@ shutdown, its distributed state, captured graphs, Dynamo's caches) before the
 next. A child that dies, hangs past the budget or cannot tear an engine down
 is killed and started afresh for its next configuration; an engine that
 fails to start in a child that ran one before is tried once more in a fresh
-child (vLLM 0.26 on torch 2.11 sometimes fails a process's second engine
-with PyTorch's CUDA allocator assertion).
+child, before any other retry (vLLM 0.26 on torch 2.11 sometimes fails a
+process's second engine with PyTorch's CUDA allocator assertion).
 
 Every engine: VLLM_COMPILE (enforce_eager=False; vLLM's default cudagraph
 mode, FULL_AND_PIECEWISE at its default optimisation level), cudagraph
@@ -987,15 +987,16 @@ class Run:
             self.progress(f"run {cfg['id']} {cfg['name']} in child {cfg['child']}")
             rec = self.run_config(cfg, paths)
             start_failed = any(e.get("phase") == "start" for e in rec.get("errors", []))
-            if start_failed and rec.get("qk_norm_rope_fusion") and self.qk_fusion:
+            if start_failed and not rec.get("fresh_child", True) and not cfg.get("retry"):
+                # vLLM 0.26 may fail the start of a process's second engine
+                # (PyTorch's CUDA allocator asserts): once more in a fresh one,
+                # before anything else is blamed
+                rec["retried_in_a_fresh_child"] = True
+            elif start_failed and rec.get("qk_norm_rope_fusion") and self.qk_fusion:
                 # the fusion pass may be what failed: once more without it, and
                 # the later Qwen3 engines without it too
                 self.qk_fusion = False
                 rec["retried_without_qk_norm_rope_fusion"] = True
-            elif start_failed and not rec.get("fresh_child", True) and not cfg.get("retry"):
-                # vLLM 0.26 may fail the start of a process's second engine
-                # (PyTorch's CUDA allocator asserts): once more in a fresh one
-                rec["retried_in_a_fresh_child"] = True
             self.finish(rec)
             if rec.get("retried_without_qk_norm_rope_fusion") or rec.get("retried_in_a_fresh_child"):
                 queue.insert(0, dict(cfg, retry=True))

@@ -17,7 +17,8 @@
 #            native torch kernels compiled for this machine's torch into it
 #            (torch_native.sh; without a C++ compiler or Python.h the
 #            Python-level kernels serve torch.ops.fldispatch.*, and
-#            gpu_peers.py's fld_torch rows say so)
+#            gpu_peers.py's fld_torch rows say so; INSTALL_NATIVE=0 skips
+#            the native kernels)
 #   vllm     vLLM from the chunks staged under /tmp/vllm-stage (or the parts
 #            of bench/gpu/split.sh under /tmp/vllm-parts, joined there first)
 #            into /tmp/vllm-site (the chunks of pack-vllm.sh)
@@ -74,7 +75,8 @@ for s in ${*:-sweep verify check peers}; do
            python3 "$kit/gpu_check.py" --json "$out/gpu_check.json" ;;
   install) step install install.txt python3 -m pip install -q --no-index --no-deps --no-compile \
              --no-cache-dir --upgrade --target "$site" "$kit"/wheels/*.whl
-           step "install native" install_native.txt bash "$kit/torch_native.sh" "$site" "$kit/native" ;;
+           [ "${INSTALL_NATIVE:-1}" = 0 ] ||
+             step "install native" install_native.txt bash "$kit/torch_native.sh" "$site" "$kit/native" ;;
   vllm) export -f install_vllm; export vsite; step vllm vllm_install.txt bash -c install_vllm ;;
   peers) step peers peers.txt env PYTHONPATH="$(pypath)" FLD_LIB="$kit/lib/libfldispatch.so" \
            python3 "$kit/gpu_peers.py" --budget-s "${PEERS_BUDGET_S:-200}" --out "$out" ${PEERS_ARGS:-} ;;

@@ -84,17 +84,23 @@ struct fld__gpu_shape {
    with NORM_LATENCY_EARLY_WEIGHT, where it is loaded with the row
    (early_weight): a decode row then waits for one trip to memory, not
    two, for four or eight registers per group (3-7% faster at decode on an
-   H100). Rows too wide for 4 groups per thread run the two-pass kernel
-   with NORM_TWO_PASS_THREADS. */
-#define FLD_GPU_NORM_LATENCY_ROWS_PER_SM 1
-#define FLD_GPU_NORM_LATENCY_MAX_THREADS 512
+   H100). With NORM_LATENCY_LEAN the latency regime runs the lean kernel
+   (lean: one row per block, one barrier, 32-bit offsets; at a few rows a
+   block's time is the instructions its warps issue): the fastest candidate
+   in every decode case of two H100 sweeps (bf16 and f16, hidden
+   2048-8192, 1-128 rows), rms_norm 1.14-1.23x and fused add + rms_norm
+   1.19-1.47x (bf16; the residual rounded once) over the general kernel's
+   best shape. Rows too wide for 4 groups
+   per thread run the two-pass kernel with NORM_TWO_PASS_THREADS. */
+#define FLD_GPU_NORM_LATENCY_ROWS_PER_SM  1
+#define FLD_GPU_NORM_LATENCY_MAX_THREADS  512
 #define FLD_GPU_NORM_LATENCY_EARLY_WEIGHT true
-#define FLD_GPU_NORM_LATENCY_LEAN          true
-#define FLD_GPU_NORM_STREAM_ROWS_PER_SM  8
-#define FLD_GPU_NORM_STREAM_THREADS      256
-#define FLD_GPU_NORM_MAX_GROUPS          4
-#define FLD_GPU_NORM_MAX_THREADS         1024
-#define FLD_GPU_NORM_TWO_PASS_THREADS    1024
+#define FLD_GPU_NORM_LATENCY_LEAN         true
+#define FLD_GPU_NORM_STREAM_ROWS_PER_SM   8
+#define FLD_GPU_NORM_STREAM_THREADS       256
+#define FLD_GPU_NORM_MAX_GROUPS           4
+#define FLD_GPU_NORM_MAX_THREADS          1024
+#define FLD_GPU_NORM_TWO_PASS_THREADS     1024
 
 /* Activations: one ACT_ACCESS_BYTES group per operand, thread and step,
    grid.x over a row's groups and grid.y over rows; ACT_LATENCY_THREADS-
@@ -103,12 +109,16 @@ struct fld__gpu_shape {
    beyond. Up to ACT_NARROW_ROWS rows, groups of ACT_NARROW_BYTES
    (access_bytes) in ACT_NARROW_THREADS-thread blocks: a row spread over
    four times the threads, each with a short chain of divisions and
-   exponentials (1.15-1.18x at 1 and 8 rows on an H100; at 32 rows within
-   2% of 16-byte groups, at 128 rows 16% slower). */
+   exponentials. With ACT_LATENCY_LEAN, up to SMs rows run the lean kernel
+   (lean: no loops, 32-bit row offsets), 1.02-1.09x over the looping one
+   in an H100 sweep of bf16 silu_and_mul at 1-128 rows; with it, 4-byte
+   groups were the fastest at 1, 8 and 32 rows (32: 2.09 us against 2.25
+   with 16-byte groups) and 16-byte groups at 128 (4-byte 16% slower
+   there, without the lean kernel). */
 #define FLD_GPU_ACT_THREADS         256
 #define FLD_GPU_ACT_LATENCY_THREADS 128
 #define FLD_GPU_ACT_ACCESS_BYTES    16
-#define FLD_GPU_ACT_NARROW_ROWS     8
+#define FLD_GPU_ACT_NARROW_ROWS     32
 #define FLD_GPU_ACT_NARROW_THREADS  256
 #define FLD_GPU_ACT_NARROW_BYTES    4
 #define FLD_GPU_ACT_LATENCY_LEAN    true
