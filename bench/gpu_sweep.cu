@@ -250,7 +250,8 @@ std::vector<fld__gpu_shape> norm_candidates(int64_t rows, int64_t groups)
             out.push_back({t, g, 1, per, false, 0, false});
             if (per <= 2)
                 out.push_back({t, g, 1, per, true, 0, false});
-            if (per <= 2 && g == rows && rows <= (int64_t)sms) /* the one-row kernel: decode */
+            /* the one-row kernel: decode, and the between regime it may take next */
+            if (per <= 2 && g == rows && rows < 8 * (int64_t)sms)
                 out.push_back({t, g, 1, per, true, 0, true});
         }
     }
@@ -316,7 +317,7 @@ void sweep_act(int dt, int64_t d, int64_t rows)
         for (unsigned t : {32u, 64u, 128u, 256u}) {
             const int64_t b = fld__gpu_ceil_div(groups * (16 / access), t);
             cands.push_back({t, b, rows, 0, false, access, false});
-            if (rows <= (int64_t)sms) /* the lean kernel: decode */
+            if (rows < 8 * (int64_t)sms) /* the lean kernel: decode and between */
                 cands.push_back({t, b, rows, 0, false, access, true});
             if (b >= 4)
                 cands.push_back({t, fld__gpu_ceil_div(b, 2), rows, 0, false, access, false});
