@@ -632,9 +632,11 @@ static inline int run_act(const struct fld__gpu_act_args *a, int variant, void *
 
 /*
  * Sum of v over the block; every thread gets the same value. All threads of
- * the block call it; blockDim.x is a multiple of the warp size.
+ * the block call it; blockDim.x is a multiple of the warp size. AGAIN: the
+ * block sums again after this (its next row), so it waits until every warp
+ * has read the partials; a block that sums once skips that second barrier.
  */
-FLD_GPU_DEV float block_sum(float v)
+template <bool AGAIN = true> FLD_GPU_DEV float block_sum(float v)
 {
     __shared__ float partial[FLD_GPU_MAX_WARPS];
     const int lanes = FLD_GPU_WARP_SIZE;
@@ -646,7 +648,8 @@ FLD_GPU_DEV float block_sum(float v)
     __syncthreads();
     /* Every warp sums the partials in the same order: one value block-wide. */
     v = fld__gpu_warp_sum(lane < warps ? partial[lane] : 0.0f);
-    __syncthreads(); /* partial is reused by the block's next row */
+    if (AGAIN)
+        __syncthreads(); /* partial is reused by the block's next row */
     return v;
 }
 
@@ -894,30 +897,13 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
 }
 
 /*
- * block_sum for a block that sums once (one row per block): the same sums
- * with one barrier, since partial is not reused.
- */
-FLD_GPU_DEV float block_sum_once(float v)
-{
-    __shared__ float partial[FLD_GPU_MAX_WARPS];
-    const int lanes = FLD_GPU_WARP_SIZE;
-    const int lane = (int)threadIdx.x % lanes, warp = (int)threadIdx.x / lanes;
-    const int warps = (int)blockDim.x / lanes;
-    v = fld__gpu_warp_sum(v);
-    if (lane == 0)
-        partial[warp] = v;
-    __syncthreads();
-    return fld__gpu_warp_sum(lane < warps ? partial[lane] : 0.0f);
-}
-
-/*
  * The latency regime's kernel (gpu_launch.h, lean): norm_kernel_reg's
  * algorithm with what a decode row does not need taken out, because at a
  * few rows a block's time is the instructions its warps issue: one row per
  * block (grid = rows, no row loop), byte offsets in 32 bits (the launcher
  * checks that the rows fit), x, weight and residual of one dtype, the
  * residual and gemma's 1 + w decided at compile time, the weight loaded
- * with the row, a reduction with one barrier (block_sum_once), and a width
+ * with the row, a reduction with one barrier (block_sum<false>), and a width
  * that is a power of two divided by multiplying with its exact reciprocal
  * (the same rounding, no division's slow-path test). K = 1 or 2 groups per
  * thread.
@@ -973,7 +959,7 @@ __global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_arg
             ss += v[i][j] * v[i][j];
         }
     }
-    ss = block_sum_once(ss);
+    ss = block_sum<false>(ss);
     const float ms = (pow2 ? ss * per_width : ss / width) + a.eps;
     if (!norm_sum_ok(ss, ms)) {
         norm_row_in_double<DT, DT, DT, true>(a, xr, orow, rr);
