@@ -23,7 +23,8 @@
 #            of bench/gpu/split.sh under /tmp/vllm-parts, joined there first)
 #            into /tmp/vllm-site (the chunks of pack-vllm.sh)
 #   peers    gpu_peers.py (budget PEERS_BUDGET_S, default 200 s; PEERS_ARGS:
-#            more options, e.g. --dtypes bf16,f16)
+#            more options, e.g. --dtypes bf16,f16); vLLM's _C rows only after
+#            the vllm step (without it they are skipped, and said so)
 #   base     gpu_peers.py on the base build's library alone, in its own
 #            process (two copies of the library in one process bind each
 #            other's symbols): its rows are fld_base, for before/after
