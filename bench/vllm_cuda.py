@@ -4,11 +4,12 @@ tokens/s, tokens, the providers vLLM's lowering chose and the fusion passes'
 matches, in one time-boxed run on a lent GPU:
 
     PYTHONPATH=/tmp/vllm-site:... python3 bench/vllm_cuda.py --out DIR
-        [--budget-s 300] [--configs 1,2,...] [--pairs 3] [--dry-run]
+        [--budget-s 300] [--configs 1,2,...] [--pairs 3] [--layers 2] [--dry-run]
 
 Models (written here with transformers, random weights, seed fixed, no
 tokenizer): "llama" (LlamaForCausalLM) and "qwen3" (Qwen3ForCausalLM, q/k
-norms), both hidden 1024, intermediate 2816, 2 layers, 16 query and 8
+norms), both hidden 1024, intermediate 2816, 2 layers (--layers: more, so
+that a decode step is more the GPU's than the host's), 16 query and 8
 key-value heads of 64, vocabulary 1024, saved in bfloat16.
 
 Settings (each configuration is one vLLM engine; engines run one after
@@ -102,6 +103,16 @@ MODEL_SHAPE = {"vocab_size": 1024, "hidden_size": 1024, "intermediate_size": 281
                "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
                "tie_word_embeddings": False}
 MODELS = {"llama": ("LlamaConfig", 11), "qwen3": ("Qwen3Config", 12)}
+
+
+def model_shape(layers):
+    """MODEL_SHAPE with layers decoder layers (--layers)."""
+    return dict(MODEL_SHAPE, num_hidden_layers=layers)
+
+
+def model_path(root, name, layers):
+    """Where model name of layers layers is written: one folder per depth."""
+    return os.path.join(root, name if layers == MODEL_SHAPE["num_hidden_layers"] else f"{name}-{layers}l")
 IR_OPS = ("rms_norm", "fused_add_rms_norm")
 SETTINGS = ("off", "default", "fldispatch", "vllm_c")
 FIRST = {"fldispatch": "fldispatch", "vllm_c": "vllm_c"}
@@ -212,27 +223,28 @@ def plugin_entry_points():
 
 # ---------------------------------------------------------------- the models
 
-def write_models(root, names):
-    """Writes each model of names under root (once: a finished one has
-    .complete); returns ({name: path}, {name: why it could not be written})."""
+def write_models(root, names, layers):
+    """Writes each model of names, of layers layers, under root (once: a
+    finished one has .complete); returns ({name: path}, {name: why it could
+    not be written})."""
     paths, errors = {}, {}
     for name in names:
-        path = os.path.join(root, name)
+        path = model_path(root, name, layers)
         try:
-            write_model(path, name)
+            write_model(path, name, layers)
             paths[name] = path
         except Exception as e:  # noqa: BLE001  (its configurations report it)
             errors[name] = error_text(e)
     return paths, errors
 
 
-def write_model(path, name):
+def write_model(path, name, layers):
     import torch
     import transformers
 
     if not os.path.exists(os.path.join(path, ".complete")):
         config_class, seed = MODELS[name]
-        config = getattr(transformers, config_class)(**MODEL_SHAPE)
+        config = getattr(transformers, config_class)(**model_shape(layers))
         config.initializer_range = 0.15  # larger than a real init: clear greedy winners
         torch.manual_seed(seed)
         model = transformers.AutoModelForCausalLM.from_config(config)
@@ -1176,6 +1188,16 @@ def positive_list(text):
     return got
 
 
+def positive_int(text):
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return n
+
+
 def parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -1193,6 +1215,9 @@ def parser():
                     help="batch sizes, also the CUDA graph capture sizes (default 1,32)")
     ap.add_argument("--tokens", type=int, default=32, help="new tokens per sequence (default 32)")
     ap.add_argument("--pairs", type=int, default=3, help="timed pairs per batch size (default 3)")
+    ap.add_argument("--layers", type=positive_int, default=MODEL_SHAPE["num_hidden_layers"],
+                    help="decoder layers of the models (default %(default)s; more put more of a "
+                         "step on the GPU, less on the host)")
     ap.add_argument("--logprobs", type=int, default=2,
                     help="top log-probs per token in the tokens run (default 2: the runner-up "
                     "shows whether a parting was a near tie)")
@@ -1221,14 +1246,14 @@ def dry_run(opts, configs):
           f"{opts.tokens} tokens; {opts.pairs} pairs; logprobs {opts.logprobs}; out {opts.out}")
     print(f"models under {model_dir}: " + ", ".join(
         f"{m} ({MODELS[m][0]}, seed {MODELS[m][1]})" for m in MODELS))
-    print("model shape: " + json.dumps(MODEL_SHAPE))
+    print("model shape: " + json.dumps(model_shape(opts.layers)))
     print("vllm.general_plugins entry points here: " + (", ".join(plugin_entry_points()) or "none"))
     for child in sorted({c["child"] for c in configs}):
         print(f"child {child} environment (changes): "
               + json.dumps(env_delta(child_env(child, opts.cache_dir, 1, opts.simulate))))
     for c in configs:
         qk = opts.qk_norm_rope_fusion and c["model"] == "qwen3"
-        kw = engine_kwargs(c, opts, os.path.join(model_dir, c["model"]), qk)
+        kw = engine_kwargs(c, opts, model_path(model_dir, c["model"], opts.layers), qk)
         print(f"{c['id']:2d} {c['name']:24} child {c['child']:5} LLM(**{json.dumps(kw)})")
     return 0
 
@@ -1274,9 +1299,9 @@ def main(argv=None):
         needed = sorted({c["model"] for c in configs})
         t = time.perf_counter()
         if opts.simulate:
-            paths = {m: os.path.join(model_dir, m) for m in needed}
+            paths = {m: model_path(model_dir, m, opts.layers) for m in needed}
         else:
-            paths, model_errors = write_models(model_dir, needed)
+            paths, model_errors = write_models(model_dir, needed, opts.layers)
             for m, err in model_errors.items():
                 run.progress(f"model {m} could not be written; its configurations fail:\n{err}")
         run.progress(f"models ready in {time.perf_counter() - t:.1f} s under {model_dir}")
