@@ -365,14 +365,11 @@ template <int DT> FLD_GPU_DEV char *row_at(void *base, int64_t r, int64_t stride
  * that nvcc fuses and rounds them as it does vLLM's; the same formulas as
  * core/reference/reference_activation.c (under the emulator, the same bits).
  */
+/* silu(f) = f / silu_denominator(f); act_group divides a group's elements
+   after computing all their denominators. */
 FLD_GPU_DEV float silu_denominator(float f)
 {
     return 1.0f + expf(-f);
-}
-
-FLD_GPU_DEV float silu(float f)
-{
-    return f / silu_denominator(f);
 }
 
 FLD_GPU_DEV float gelu_erf(float f)
@@ -424,19 +421,11 @@ template <int OP> FLD_GPU_DEV float elementwise(float f)
     }
 }
 
-/* round(round(act) * other): the activation rounded to DT, as vLLM's ACT_FN returns it. */
-template <int OP, int DT> FLD_GPU_DEV float gated(float a, float b)
+/* round(round(act) * other): the activation rounded to DT, as vLLM's ACT_FN
+   returns it, for the gated GELUs (the silu ops: act_group). */
+template <int OP, int DT> FLD_GPU_DEV float gated_gelu(float a, float b)
 {
-    switch (OP) {
-    case FLD_GPU_SILU_AND_MUL:
-        return round_to<DT>(silu(a)) * b;
-    case FLD_GPU_MUL_AND_SILU:
-        return a * round_to<DT>(silu(b));
-    case FLD_GPU_GELU_AND_MUL:
-        return round_to<DT>(gelu_erf(a)) * b;
-    default:
-        return round_to<DT>(gelu_tanh(a)) * b;
-    }
+    return round_to<DT>(OP == FLD_GPU_GELU_AND_MUL ? gelu_erf(a) : gelu_tanh(a)) * b;
 }
 
 /* Group k of one row of an activation: x's (and a gated op's second half's)
@@ -456,9 +445,9 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
     float x[G::N];
     G::unpack(xs, x);
     if (GATED && (OP == FLD_GPU_SILU_AND_MUL || OP == FLD_GPU_MUL_AND_SILU)) {
-        /* gated<OP>, every denominator first: the exponentials of a group
-           in flight together, not each behind the previous element's
-           division and its slow-path branch */
+        /* round(round(silu(act)) * other), every denominator first: the
+           exponentials of a group in flight together, not each behind the
+           previous element's division and its slow-path branch */
         float y[G::N], den[G::N];
         G::unpack(ys, y);
         float *act = OP == FLD_GPU_SILU_AND_MUL ? x : y;
@@ -470,7 +459,7 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
         float y[G::N];
         G::unpack(ys, y);
         for (int j = 0; j < G::N; j++)
-            x[j] = gated<OP, DT>(x[j], y[j]);
+            x[j] = gated_gelu<OP, DT>(x[j], y[j]);
     } else {
         for (int j = 0; j < G::N; j++)
             x[j] = elementwise<OP>(x[j]);
@@ -980,13 +969,14 @@ __global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_arg
 }
 
 /* Whether the one-row kernel can take a's rows: a weight, one dtype for x,
-   weight and residual, and every byte offset of the rows under 2^31. */
+   weight and residual, a block for every row within the launcher's grid
+   (2^20 blocks), and every byte offset of the rows under 2^31. */
 static inline bool norm_row_ok(const struct fld__gpu_norm_args *a)
 {
     if (!a->weight || a->weight_dtype != a->dtype || (a->residual && a->residual_dtype != a->dtype))
         return false;
     const int64_t size = a->dtype == 0 ? 4 : 2, limit = (int64_t)1 << 31;
-    if (a->rows > limit || a->width * size >= limit)
+    if (a->rows > (1 << 20) || a->width * size >= limit)
         return false;
     const int64_t strides[3] = {a->x_stride, a->out_stride, a->residual ? a->residual_stride : 0};
     for (int64_t stride : strides)
@@ -1019,7 +1009,7 @@ static int launch_norm(const struct fld__gpu_norm_args *a, const struct fld__gpu
                        void *stream)
 {
     const dim3 grid((unsigned)(s.blocks < (1 << 20) ? s.blocks : (1 << 20))), block(s.threads);
-    if (VEC && s.lean && WDT == DT && RDT == DT && norm_row_ok(a) && s.blocks == a->rows)
+    if (VEC && s.lean && norm_row_ok(a)) /* norm_shape_ok: blocks = rows, 1 or 2 groups */
         return s.per_thread == 1 ? launch_norm_row<DT, 1>(a, grid, block, stream)
                                  : launch_norm_row<DT, 2>(a, grid, block, stream);
     switch (s.per_thread * 2 + (s.early_weight ? 1 : 0)) {
