@@ -47,7 +47,8 @@ FUNCTION = re.compile(r"Function : (\S+)")
 ARCH = re.compile(r"code for (sm_\d+)")
 
 # The kernels checked, by their mangled names (template arguments in order).
-NORM = re.compile(r"_ZN7fld_gpu15norm_kernel_regILi(\d)ELi(\d)ELi(\d)ELb1ELi(\d)ELb(\d)EEEv18fld__gpu_norm_args$")
+NORM = re.compile(r"_ZN7fld_gpu15norm_kernel_regILi(\d)ELi(\d)ELi(\d)ELb1ELi(\d)ELb(\d)ELb(\d)EEE"
+                  r"v18fld__gpu_norm_args$")
 NORM_ROW = re.compile(r"_ZN7fld_gpu15norm_kernel_rowILi(\d)ELi(\d)ELb(\d)ELb(\d)EEEv18fld__gpu_norm_args$")
 ACT = re.compile(r"_ZN7fld_gpu10act_kernelILi(\d)ELb1ELi(\d)ELi(\d+)EEEv17fld__gpu_act_args$")
 ACT_LEAN = re.compile(r"_ZN7fld_gpu15act_kernel_leanILi(\d)ELi(\d)ELi(\d+)EEEv17fld__gpu_act_args$")
@@ -272,12 +273,12 @@ def sass(obj):
 
 SELF_TEST = """
 	code for sm_90
-		Function : _ZN7fld_gpu15norm_kernel_regILi2ELi2ELi2ELb1ELi1ELb0EEEv18fld__gpu_norm_args
+		Function : _ZN7fld_gpu15norm_kernel_regILi2ELi2ELi2ELb1ELi1ELb0ELb1EEEv18fld__gpu_norm_args
         /*0340*/                   LDG.E.128 R16, desc[UR8][R16.64] ;
         /*0400*/                   IMAD.U32 R0, R16.reuse, 0x10000, RZ ;
         /*0530*/                   LDG.E.128 R16, desc[UR8][R2.64] ;
         /*0ec0*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
-		Function : _ZN7fld_gpu15norm_kernel_regILi2ELi2ELi2ELb1ELi1ELb1EEEv18fld__gpu_norm_args
+		Function : _ZN7fld_gpu15norm_kernel_regILi2ELi2ELi2ELb1ELi1ELb1ELb1EEEv18fld__gpu_norm_args
         /*0480*/                   LDG.E.128 R20, desc[UR8][R20.64] ;
         /*04a0*/                   IADD3 R30, P2, R2, R30, RZ ;
         /*04b0*/               @P3 LDG.E.128 R24, desc[UR8][R30.64] ;
@@ -318,7 +319,7 @@ def self_test():
     row = [p for p in problems if "norm_kernel_row" in p]
     assert len(row) == 1 and "ELb1ELb0E" in row[0] and "2 of the row's 3 loads" in row[0], problems
     rotary = [p for p in problems if "rotary_kernel" in p]
-    assert len(norm) == 1 and "ELi1ELb0E" in norm[0] and "R16, desc[UR8][R2.64]" in norm[0], problems
+    assert len(norm) == 1 and "ELi1ELb0ELb1E" in norm[0] and "R16, desc[UR8][R2.64]" in norm[0], problems
     assert len(rotary) == 1 and "ILi2ELi2E" in rotary[0] and "before the position" in rotary[0], problems
     assert reads("STG.E", "desc[UR8][R4.64], R3") == {3, 4, 5}
     assert written("LDG.E.64", "R8, desc[UR8][R10.64]") == {8, 9}

@@ -14,7 +14,7 @@
  * or not).
  *
  *   make gpu-sweep          build/bench/gpu_sweep (nvcc)
- *   build/bench/gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,rotary]
+ *   build/bench/gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,gelu,rotary]
  *                         [--tokens 1,8,32] [--dtypes bf16,f16,f32]
  *
  * Inputs are uniform in [-2, 2] (weights [0.5, 1.5]); calls whose inputs
@@ -298,7 +298,10 @@ void sweep_norm(bool fused, int dt, int64_t width, int64_t rows)
     cudaFree(w.p);
 }
 
-void sweep_act(int dt, int64_t d, int64_t rows)
+/* op: FLD_GPU_SILU_AND_MUL, or FLD_GPU_GELU_AND_MUL (erf: at prefill its
+   time is the arithmetic's as much as memory's, so the narrower groups,
+   fewer registers per thread, are candidates there too) */
+void sweep_act(int op, int dt, int64_t d, int64_t rows)
 {
     const int size = dt == 0 ? 4 : 2;
     const double bytes = (double)size * 3.0 * rows * d;
@@ -312,8 +315,8 @@ void sweep_act(int dt, int64_t d, int64_t rows)
     const int64_t groups = d / (16 / size);
     std::vector<fld__gpu_shape> cands;
     for (int access : {16, 8, 4}) {
-        if (access != 16 && rows > 512) /* narrower groups are for the latency regime */
-            continue;
+        if (access != 16 && rows > 512 && op == FLD_GPU_SILU_AND_MUL)
+            continue; /* narrower groups: silu's latency regime */
         for (unsigned t : {32u, 64u, 128u, 256u}) {
             const int64_t b = fld__gpu_ceil_div(groups * (16 / access), t);
             cands.push_back({t, b, rows, 0, false, access, false});
@@ -325,7 +328,7 @@ void sweep_act(int dt, int64_t d, int64_t rows)
     }
     auto launch = [&](int i, const fld__gpu_shape *s) {
         fld__gpu_act_args a = {};
-        a.op = FLD_GPU_SILU_AND_MUL;
+        a.op = op;
         a.dtype = dt;
         a.out = o[i].p;
         a.x = x[i].p;
@@ -335,8 +338,8 @@ void sweep_act(int dt, int64_t d, int64_t rows)
         a.x_stride = 2 * d;
         return fld_gpu::run_act_shaped(&a, FLD_GPU_VECTOR, stream, s);
     };
-    run_case("silu", dt, d, rows, bytes, sets, fld__gpu_act_shape(rows, groups, sms), cands,
-             launch);
+    run_case(op == FLD_GPU_SILU_AND_MUL ? "silu" : "gelu", dt, d, rows, bytes, sets,
+             fld__gpu_act_shape(rows, groups, sms), cands, launch);
     for (int i = 0; i < sets; i++) {
         cudaFree(x[i].p);
         cudaFree(o[i].p);
@@ -428,6 +431,23 @@ bool wanted(const char *ops, const char *op)
     return false;
 }
 
+/* Whether every word of a comma-separated --ops list names a family swept. */
+bool known_ops(const char *ops)
+{
+    static const char *const known[] = {"norm", "fused", "act", "gelu", "rotary"};
+    for (const char *p = ops;; p++) {
+        const size_t n = strcspn(p, ",");
+        bool ok = false;
+        for (const char *k : known)
+            ok = ok || (strlen(k) == n && !strncmp(p, k, n));
+        if (!ok)
+            return false;
+        p += n;
+        if (!*p)
+            return true;
+    }
+}
+
 /* A comma-separated list of positive integers; false when it is not one. */
 bool parse_tokens(const char *text, std::vector<int64_t> *out)
 {
@@ -460,7 +480,7 @@ bool parse_dtypes(const char *text, std::vector<int> *out)
 
 int main(int argc, char **argv)
 {
-    const char *ops = "norm,fused,act,rotary", *json_path = nullptr;
+    const char *ops = "norm,fused,act,gelu,rotary", *json_path = nullptr;
     const char *tokens_arg = nullptr, *dtypes_arg = nullptr;
     bool quick = false;
     for (int i = 1; i < argc; i++) {
@@ -475,7 +495,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--ops") && i + 1 < argc)
             ops = argv[++i];
         else {
-            fprintf(stderr, "usage: gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,rotary]"
+            fprintf(stderr, "usage: gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,gelu,rotary]"
                             " [--tokens 1,8,32] [--dtypes bf16,f16,f32]\n");
             return 2;
         }
@@ -486,6 +506,11 @@ int main(int argc, char **argv)
     if (tokens_arg && !parse_tokens(tokens_arg, &tokens)) {
         fprintf(stderr, "gpu_sweep: --tokens %s: expected positive integers separated by commas\n",
                 tokens_arg);
+        return 2;
+    }
+    if (!known_ops(ops)) {
+        fprintf(stderr, "gpu_sweep: --ops %s: expected norm, fused, act, gelu or rotary, separated "
+                        "by commas\n", ops);
         return 2;
     }
     if (dtypes_arg && !parse_dtypes(dtypes_arg, &dtypes)) {
@@ -524,10 +549,11 @@ int main(int argc, char **argv)
                     if (!(dt == 0 && h != 4096))
                         sweep_norm(fused, dt, h, t);
         }
-        if (wanted(ops, "act"))
-            for (int64_t t : tokens)
-                if (t <= 4096)
-                    sweep_act(dt, 14336, t);
+        for (int op : {FLD_GPU_SILU_AND_MUL, FLD_GPU_GELU_AND_MUL})
+            if (wanted(ops, op == FLD_GPU_SILU_AND_MUL ? "act" : "gelu"))
+                for (int64_t t : tokens)
+                    if (t <= 4096)
+                        sweep_act(op, dt, 14336, t);
         if (wanted(ops, "rotary"))
             for (bool neox : {true, false})
                 for (int64_t qh : {32, 64})

@@ -197,6 +197,67 @@ void check_act(int op, int dti, int variant, int64_t rows, int64_t d, int64_t x_
     tt_free(got);
 }
 
+/*
+ * The silu family's division (fld__gpu_div_rn): where fld__gpu_div_fast_ok
+ * lets a pair through, the reciprocal-refining sequence gives the /
+ * operator's bits even from a reciprocal up to two units off in its last
+ * place (rcp.approx.f32, which starts it on a GPU, is within one), for
+ * every 16-bit input of silu (_i 0: bfloat16, 1: float16) against its
+ * denominator 1 + exp(-x), and for pairs drawn across the whole range
+ * (_i 2); a group with one pair outside the range divides all of its
+ * pairs with the / operator.
+ */
+START_TEST(silu_division_is_exact)
+{
+    uint64_t fast = 0, checked = 0;
+    auto check_pair = [&](float a, float b) {
+        if (!fld__gpu_div_fast_ok(a, b))
+            return;
+        fast++;
+        const float want = a / b, r = 1.0f / b;
+        for (int ulps = -2; ulps <= 2; ulps++) {
+            const float r0 = fld_f32_from_bits(fld_f32_bits(r) + (uint32_t)ulps);
+            const float got = fld__gpu_div_refine(a, b, r0);
+            ck_assert_msg(fld_f32_bits(got) == fld_f32_bits(want),
+                          "%a / %a from a reciprocal %d units off: %a, want %a", (double)a,
+                          (double)b, ulps, (double)got, (double)want);
+            checked++;
+        }
+    };
+    if (_i < 2) {
+        for (uint32_t h = 0; h < 65536; h++) {
+            const float x = _i == 0 ? fld_bf16_to_f32((uint16_t)h) : fld_f16_to_f32((uint16_t)h);
+            check_pair(x, fld_gpu::silu_denominator(x));
+            check_pair(-x, fld_gpu::silu_denominator(x));
+        }
+        ck_assert_uint_gt(fast, 40000); /* the activations' usual inputs: most of them */
+    } else {
+        uint64_t state = 0x9e3779b97f4a7c15u;
+        auto next = [&]() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            return (uint32_t)(state >> 16);
+        };
+        for (int i = 0; i < 400000; i++) {
+            const uint32_t ua = next(), ub = next();
+            /* |a| in [2^-64, 2^65), b in [1, 2^33): the range's edges included */
+            const float a = fld_f32_from_bits((ua & 0x807fffffu) | ((63u + (ua >> 8) % 130u) << 23));
+            const float b = fld_f32_from_bits((ub & 0x007fffffu) | ((127u + (ub >> 8) % 34u) << 23));
+            check_pair(a, b);
+        }
+        check_pair(0x1p-23f, 0x1.fffffep+0f); /* all-ones significand: kept out */
+        ck_assert_uint_gt(fast, 300000);
+    }
+    ck_assert_uint_eq(checked, 5 * fast);
+    const float a[4] = {1.5f, -0.25f, 0.0f, 3.0f}, b[4] = {1.25f, 1.75f, 2.0f, 7.0f};
+    float q[4];
+    fld__gpu_div_rn<4>(a, b, q); /* 0 is outside the range: every pair by / */
+    for (int j = 0; j < 4; j++)
+        ck_assert_uint_eq(fld_f32_bits(q[j]), fld_f32_bits(a[j] / b[j]));
+}
+END_TEST
+
 /* _i: op (7) x dtype (3) x family (2). */
 START_TEST(act_matches_reference)
 {
@@ -495,6 +556,20 @@ START_TEST(norm_shapes)
     check_norm(PLAIN, 2, FLD_GPU_REFERENCE, 1, 5125, 3); /* 5 elements per thread */
     check_norm(RESIDUAL, 1, FLD_GPU_VECTOR, 300, 64, 0); /* 300 rows: 256-thread cap */
     check_norm(PLAIN, 1, FLD_GPU_VECTOR, 2, 8, 0);       /* one group, one warp */
+}
+END_TEST
+
+/* Rows between the latency and streaming regimes (5-31 on the emulator's 4
+   SMs), as the launch table shapes them: the lean kernel where the
+   operands allow it, the general one where not (float32 weight). */
+START_TEST(norm_between_regimes)
+{
+    setup();
+    check_norm(RESIDUAL, 2, FLD_GPU_VECTOR, 12, 768, 0);
+    check_norm(GEMMA_RESIDUAL, 1, FLD_GPU_VECTOR, 20, 1024, 0);
+    check_norm(IN_PLACE_RESIDUAL, 0, FLD_GPU_VECTOR, 31, 512, 0);
+    check_norm(PLAIN, 2, FLD_GPU_VECTOR, 5, 4096, 0);
+    check_norm_dt(GEMMA_RESIDUAL, 2, 0, 2, FLD_GPU_VECTOR, 9, 768, 0);
 }
 END_TEST
 
@@ -1286,6 +1361,7 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, act_wide_rows, 0, 6);
     tcase_add_loop_test(tc, unary_all_16bit, 0, 12);
     tcase_add_loop_test(tc, act_rounding_all_16bit, 0, 16);
+    tcase_add_loop_test(tc, silu_division_is_exact, 0, 3);
     tcase_add_test(tc, act_vector_refuses_misaligned);
     tcase_add_loop_test(tc, launch_shapes_act, 0,
                         (int)(sizeof forced_act_shapes / sizeof forced_act_shapes[0]));
@@ -1297,6 +1373,7 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, norm_warp64, 0, 6);
     tcase_add_loop_test(tc, norm_other_schedules, 0, 6);
     tcase_add_test(tc, norm_shapes);
+    tcase_add_test(tc, norm_between_regimes);
     tcase_add_loop_test(tc, norm_mixed_dtypes, 0, 12);
     tcase_add_loop_test(tc, norm_extremes, 0, 6);
     tcase_add_test(tc, norm_vector_refuses_misaligned);

@@ -263,6 +263,81 @@ template <int DT, int N> FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, ui
 }
 
 /* ------------------------------------------------------------------------ */
+/* Division                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * a / b correctly rounded, by the sequence nvcc compiles the / operator to
+ * on its fast path: r0 an approximate reciprocal of b, one Newton step for
+ * r, the quotient q0 = a r, its remainder a - b q0 (exact, by a fused
+ * multiply-add) and q0 corrected by it. nvcc guards the sequence with a
+ * range test per division (FCHK) and a branch to a slow path; a group that
+ * guards all its divisions with one test (fld__gpu_div_rn) runs them side
+ * by side instead of each behind the previous one's branch. r0: within one
+ * unit in the last place of 1 / b (rcp.approx.f32's bound; the tests
+ * perturb it by up to two units and find the same bits in the range of
+ * fld__gpu_div_fast_ok).
+ */
+FLD_GPU_DEV float fld__gpu_div_refine(float a, float b, float r0)
+{
+#if defined(FLD_GPU_TARGET_CUDA)
+    const float r = __fmaf_rn(r0, __fmaf_rn(-b, r0, 1.0f), r0);
+    const float q0 = __fmul_rn(a, r);
+    return __fmaf_rn(r, __fmaf_rn(-b, q0, a), q0);
+#else
+    const float r = fmaf(r0, fmaf(-b, r0, 1.0f), r0);
+    const float q0 = a * r;
+    return fmaf(r, fmaf(-b, q0, a), q0);
+#endif
+}
+
+/* Where fld__gpu_div_refine's result is a / b correctly rounded: b in
+   [1, 2^32] and |a| in [2^-64, 2^64], so that no step of the sequence
+   leaves the normal range (well inside what nvcc's FCHK lets through), and
+   b's significand not all ones, the one case where a reciprocal a unit
+   off gives a wrong last bit (Markstein's theorem on this sequence
+   excludes it; a = 2^-23, b = 2 - 2^-23 shows it). An inf, a NaN or a zero
+   takes the / operator. */
+FLD_GPU_DEV bool fld__gpu_div_fast_ok(float a, float b)
+{
+    const float m = a < 0.0f ? -a : a;
+    return (b >= 1.0f) & (b <= 0x1p32f) & (m >= 0x1p-64f) & (m <= 0x1p64f) &
+           ((fld__gpu_bits(b) & 0x7fffffu) != 0x7fffffu);
+}
+
+/*
+ * q[j] = a[j] / b[j], correctly rounded (the / operator's bits), for n
+ * divisions at once: where every one of them is in fld__gpu_div_fast_ok's
+ * range (one test for the group), by fld__gpu_div_refine side by side;
+ * otherwise each by the / operator. On CUDA r0 is the hardware's
+ * reciprocal (rcp.approx.ftz.f32, which is what nvcc's own sequence
+ * starts from); the emulator takes the correctly rounded 1 / b, so that
+ * its tests run the same sequence; on HIP the / operator serves.
+ */
+template <int N> FLD_GPU_DEV void fld__gpu_div_rn(const float *a, const float *b, float *q)
+{
+#if !defined(FLD_GPU_TARGET_HIP)
+    bool fast = true;
+    for (int j = 0; j < N; j++)
+        fast &= fld__gpu_div_fast_ok(a[j], b[j]); /* no branch per pair */
+    if (fast) {
+        for (int j = 0; j < N; j++) {
+#if defined(FLD_GPU_TARGET_CUDA)
+            float r0;
+            asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(b[j]));
+#else
+            const float r0 = 1.0f / b[j];
+#endif
+            q[j] = fld__gpu_div_refine(a[j], b[j], r0);
+        }
+        return;
+    }
+#endif
+    for (int j = 0; j < N; j++)
+        q[j] = a[j] / b[j];
+}
+
+/* ------------------------------------------------------------------------ */
 /* Where a load stays                                                       */
 /* ------------------------------------------------------------------------ */
 

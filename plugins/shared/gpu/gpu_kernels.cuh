@@ -91,6 +91,24 @@ template <int DT> FLD_GPU_DEV float round_to(float v)
     return DT == 0 ? v : widen<DT>(narrow<DT>(v));
 }
 
+/* f[0..N) each rounded to DT and back (round_to); on CUDA two at a time
+   (fld__gpu_round_pair: a NaN stays some NaN, for intermediate values). */
+template <int DT, int N> FLD_GPU_DEV void round_all(float *f)
+{
+#if defined(FLD_GPU_TARGET_CUDA)
+    constexpr bool PAIRS = DT != 0 && N % 2 == 0;
+#else
+    constexpr bool PAIRS = false;
+#endif
+    if constexpr (PAIRS) {
+        for (int j = 0; j + 1 < N; j += 2)
+            fld__gpu_round_pair<DT>(f[j], f[j + 1]);
+    } else {
+        for (int j = 0; j < N; j++)
+            f[j] = round_to<DT>(f[j]);
+    }
+}
+
 /* A group's bits as loaded: one 16-byte vector, or one element's bits. */
 template <bool VEC> struct raw_bits {
     typedef fld__gpu_vec16 type;
@@ -189,8 +207,13 @@ template <int DT, bool VEC> struct group {
         put(row, k, v);
     }
 
-    /* VEC: f as the group's bits in DT (16-bit: rounded two at a time), which
+    /* f as the group's bits in DT (VEC 16-bit: rounded two at a time), which
        put() stores and unpack() reads back as the rounded values. */
+    static FLD_GPU_DEV void pack(const float *f, uint32_t &bits)
+    {
+        bits = DT == 0 ? fld__gpu_bits(f[0]) : (uint32_t)narrow<DT>(f[0]);
+    }
+
     static FLD_GPU_DEV void pack(const float *f, fld__gpu_vec16 &v)
     {
         uint32_t w[4];
@@ -209,6 +232,14 @@ template <int DT, bool VEC> struct group {
     static FLD_GPU_DEV void put(void *row, int64_t k, const fld__gpu_vec16 &v)
     {
         fld__gpu_store16(static_cast<char *>(row) + k * 16, v);
+    }
+
+    static FLD_GPU_DEV void put(void *row, int64_t k, uint32_t bits)
+    {
+        if (DT == 0)
+            static_cast<uint32_t *>(row)[k] = bits;
+        else
+            static_cast<uint16_t *>(row)[k] = (uint16_t)bits;
     }
 };
 
@@ -445,16 +476,20 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
     float x[G::N];
     G::unpack(xs, x);
     if (GATED && (OP == FLD_GPU_SILU_AND_MUL || OP == FLD_GPU_MUL_AND_SILU)) {
-        /* round(round(silu(act)) * other), every denominator first: the
-           exponentials of a group in flight together, not each behind the
-           previous element's division and its slow-path branch */
-        float y[G::N], den[G::N];
+        /* round(round(silu(act)) * other), every denominator first and the
+           divisions together (fld__gpu_div_rn: one range test for the
+           group, the / operator's bits): the group's exponentials and
+           divisions in flight side by side, not each behind the previous
+           element's division and its slow-path branch */
+        float y[G::N], den[G::N], silu[G::N];
         G::unpack(ys, y);
-        float *act = OP == FLD_GPU_SILU_AND_MUL ? x : y;
+        const float *act = OP == FLD_GPU_SILU_AND_MUL ? x : y;
         for (int j = 0; j < G::N; j++)
             den[j] = silu_denominator(act[j]);
+        fld__gpu_div_rn<G::N>(act, den, silu); /* act / den, as the / operator */
+        round_all<DT, G::N>(silu);
         for (int j = 0; j < G::N; j++)
-            x[j] = round_to<DT>(act[j] / den[j]) * (OP == FLD_GPU_SILU_AND_MUL ? y[j] : x[j]);
+            x[j] = silu[j] * (OP == FLD_GPU_SILU_AND_MUL ? y[j] : x[j]);
     } else if (GATED) {
         float y[G::N];
         G::unpack(ys, y);
@@ -800,32 +835,43 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld__gpu_norm_args a)
  * groups in registers between the sum of squares and the scaling, so x (or
  * the residual) is read once instead of twice. K is the fewest that holds
  * the row, so the kernel takes no more registers (and keeps as many blocks
- * per SM) than the row needs.
+ * per SM) than the row needs. For the same reason a norm without a
+ * residual runs the kernel made without one (RESIDUAL false): a kernel that
+ * may read a residual holds its loads beside x's, and at 4 groups per
+ * thread that decides how many blocks share an SM in the streaming regime
+ * (bfloat16 on sm_90: 40 registers without, 58 with). With RESIDUAL the
+ * residual is still tested per row, at run time: made for a residual known
+ * to be there, ptxas schedules the fused kernel into 73 registers.
  *
  * A row's loads are all issued before the first of them is used (x's and
  * the residual's, and with EARLY_WEIGHT the weight's), so a decode row
  * waits for one trip to memory, not one per operand. Without EARLY_WEIGHT
  * the weight is read after the reduction: four (or eight) fewer registers
  * per group, which the 4-group kernel needs more than a decode row's
- * latency; EARLY_WEIGHT is for K <= 2. out may alias x: the block's whole
- * row is read before the reduction's barrier, and written after it.
+ * latency; EARLY_WEIGHT is for K <= 2. The residual's sum, where it has x's
+ * dtype, is rounded once, to the bits stored, and read back (a float32
+ * residual of a 16-bit x: rounded, stored, and kept as floats). out may
+ * alias x: the block's whole row is read before the reduction's barrier,
+ * and written after it.
  */
-template <int DT, int WDT, int RDT, bool VEC, int K, bool EARLY_WEIGHT>
+template <int DT, int WDT, int RDT, bool VEC, int K, bool EARLY_WEIGHT, bool RESIDUAL>
 __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fld__gpu_norm_args a)
 {
     typedef group<DT, VEC> G;
     typedef lanes<WDT, G::N, VEC> W;
     typedef lanes<RDT, G::N, VEC> R;
     static_assert(!EARLY_WEIGHT || K <= 2, "the weight is loaded early for at most 2 groups");
+    /* the residual's sum packs into x's group: kept as bits like x */
+    constexpr bool SUM_AS_BITS = RDT == DT;
     const int64_t groups = a.width / G::N;
     const float add = a.gemma ? 1.0f : 0.0f;
     for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
         const char *xr = row_at<DT>(a.x, r, a.x_stride);
         char *orow = row_at<DT>(a.out, r, a.out_stride);
-        char *rr = a.residual ? row_at<RDT>(a.residual, r, a.residual_stride) : nullptr;
+        char *rr = RESIDUAL && a.residual ? row_at<RDT>(a.residual, r, a.residual_stride) : nullptr;
         /* Every load of the row first (read only where k < groups). */
         typename G::raw xs[K] = {};
-        typename R::raw rs[K] = {};
+        typename R::raw rs[RESIDUAL ? K : 1] = {};
         typename W::raw ws[EARLY_WEIGHT ? K : 1] = {};
         FLD_GPU_UNROLL
         for (int i = 0; i < K; i++) {
@@ -833,27 +879,39 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
             if (k < groups) {
                 G::fetch(xr, k, xs[i]);
                 if (rr)
-                    R::fetch(rr, k, rs[i]);
+                    R::fetch(rr, k, rs[RESIDUAL ? i : 0]);
                 if (EARLY_WEIGHT && a.weight)
                     W::fetch(a.weight, k, ws[EARLY_WEIGHT ? i : 0]);
             }
         }
-        float v[K][G::N] = {};
+        /* the values normalised: xs[i]'s bits (x's, or the residual's sum),
+           or a float32 residual's sums[i] */
+        float sums[RESIDUAL && !SUM_AS_BITS ? K : 1][G::N] = {};
         float ss = 0.0f;
         FLD_GPU_UNROLL
         for (int i = 0; i < K; i++) {
             const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
             if (k < groups) {
-                G::unpack(xs[i], v[i]);
+                float v[G::N];
+                G::unpack(xs[i], v);
                 if (rr) {
                     float s[G::N];
-                    R::unpack(rs[i], s);
+                    R::unpack(rs[RESIDUAL ? i : 0], s);
                     for (int j = 0; j < G::N; j++)
-                        v[i][j] = round_to<RDT>(v[i][j] + s[j]);
-                    R::store(rr, k, v[i]);
+                        v[j] += s[j];
+                    if (SUM_AS_BITS) {
+                        /* rounded once, to the bits stored, and read back */
+                        G::pack(v, xs[i]);
+                        G::put(rr, k, xs[i]);
+                        G::unpack(xs[i], v);
+                    } else {
+                        for (int j = 0; j < G::N; j++)
+                            sums[RESIDUAL && !SUM_AS_BITS ? i : 0][j] = v[j] = round_to<RDT>(v[j]);
+                        R::store(rr, k, v);
+                    }
                 }
                 for (int j = 0; j < G::N; j++)
-                    ss += v[i][j] * v[i][j];
+                    ss += v[j] * v[j];
             }
         }
         ss = block_sum(ss);
@@ -867,6 +925,12 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
         for (int i = 0; i < K; i++) {
             const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
             if (k < groups) {
+                float v[G::N];
+                if (SUM_AS_BITS || !rr)
+                    G::unpack(xs[i], v);
+                else
+                    for (int j = 0; j < G::N; j++)
+                        v[j] = sums[RESIDUAL && !SUM_AS_BITS ? i : 0][j];
                 if (a.weight) {
                     float w[G::N];
                     if (EARLY_WEIGHT)
@@ -874,12 +938,12 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
                     else
                         W::load(a.weight, k, w);
                     for (int j = 0; j < G::N; j++)
-                        v[i][j] = v[i][j] * inv * (w[j] + add);
+                        v[j] = v[j] * inv * (w[j] + add);
                 } else {
                     for (int j = 0; j < G::N; j++)
-                        v[i][j] = v[i][j] * inv;
+                        v[j] = v[j] * inv;
                 }
-                G::template store<true>(orow, k, v[i]);
+                G::template store<true>(orow, k, v);
             }
         }
     }
@@ -1001,6 +1065,18 @@ static int launch_norm_row(const struct fld__gpu_norm_args *a, const dim3 &grid,
     }
 }
 
+/* norm_kernel_reg for a's residual (with one, or without) */
+template <int DT, int WDT, int RDT, bool VEC, int K, bool EARLY_WEIGHT>
+static int launch_norm_reg(const struct fld__gpu_norm_args *a, const dim3 &grid, const dim3 &block,
+                           void *stream)
+{
+    if (a->residual)
+        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, K, EARLY_WEIGHT, true>, grid,
+                               block, stream, *a);
+    return fld__gpu_launch(norm_kernel_reg<DT, WDT, DT, VEC, K, EARLY_WEIGHT, false>, grid, block,
+                           stream, *a);
+}
+
 /* The kernel of shape s (gpu_launch.h): one pass with s.per_thread groups in
    registers (the weight loaded with the row where s.early_weight), or two
    passes (per_thread 0). */
@@ -1014,20 +1090,15 @@ static int launch_norm(const struct fld__gpu_norm_args *a, const struct fld__gpu
                                  : launch_norm_row<DT, 2>(a, grid, block, stream);
     switch (s.per_thread * 2 + (s.early_weight ? 1 : 0)) {
     case 2:
-        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 1, false>, grid, block, stream,
-                               *a);
+        return launch_norm_reg<DT, WDT, RDT, VEC, 1, false>(a, grid, block, stream);
     case 3:
-        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 1, true>, grid, block, stream,
-                               *a);
+        return launch_norm_reg<DT, WDT, RDT, VEC, 1, true>(a, grid, block, stream);
     case 4:
-        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 2, false>, grid, block, stream,
-                               *a);
+        return launch_norm_reg<DT, WDT, RDT, VEC, 2, false>(a, grid, block, stream);
     case 5:
-        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 2, true>, grid, block, stream,
-                               *a);
+        return launch_norm_reg<DT, WDT, RDT, VEC, 2, true>(a, grid, block, stream);
     case 8:
-        return fld__gpu_launch(norm_kernel_reg<DT, WDT, RDT, VEC, 4, false>, grid, block, stream,
-                               *a);
+        return launch_norm_reg<DT, WDT, RDT, VEC, 4, false>(a, grid, block, stream);
     default:
         return fld__gpu_launch(norm_kernel<DT, WDT, RDT, VEC>, grid, block, stream, *a);
     }

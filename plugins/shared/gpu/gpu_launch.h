@@ -81,7 +81,8 @@ struct fld__gpu_shape {
                 more, smaller blocks share an SM and each thread keeps four
                 16-byte loads in flight.
    The weight is read after the reduction, except in the latency regime
-   with NORM_LATENCY_EARLY_WEIGHT, where it is loaded with the row
+   with NORM_LATENCY_EARLY_WEIGHT (and where the between regime runs the
+   lean kernel, below), where it is loaded with the row
    (early_weight): a decode row then waits for one trip to memory, not
    two, for four or eight registers per group (3-7% faster at decode on an
    H100). With NORM_LATENCY_LEAN the latency regime runs the lean kernel
@@ -90,12 +91,21 @@ struct fld__gpu_shape {
    in every decode case of two H100 sweeps (bf16 and f16, hidden
    2048-8192, 1-128 rows), rms_norm 1.14-1.23x and fused add + rms_norm
    1.19-1.47x (bf16; the residual rounded once) over the general kernel's
-   best shape. Rows too wide for 4 groups
-   per thread run the two-pass kernel with NORM_TWO_PASS_THREADS. */
+   best shape. With NORM_BETWEEN_LEAN the between regime runs the lean
+   kernel too: an extrapolation, not yet a measurement. The sweeps timed
+   it at 1 to 128 rows, where its lead held without a trend (1.11-1.19x
+   over the general kernel in all 24 bf16 cases, 128 rows as 1); at 512
+   rows the general kernel was 0.74-0.87 of Inductor's under graph replay,
+   paying a second trip for the weight and the residual rounded twice; and
+   256 threads of two groups each at 43 registers (sm_90) hold 5 blocks per
+   SM, so 512 rows are one wave there as 128 are. The sweep's lean
+   candidates at 512 rows are what confirms or reverts it. Rows too wide for 4 groups per thread run the two-pass
+   kernel with NORM_TWO_PASS_THREADS. */
 #define FLD_GPU_NORM_LATENCY_ROWS_PER_SM  1
 #define FLD_GPU_NORM_LATENCY_MAX_THREADS  512
 #define FLD_GPU_NORM_LATENCY_EARLY_WEIGHT true
 #define FLD_GPU_NORM_LATENCY_LEAN         true
+#define FLD_GPU_NORM_BETWEEN_LEAN         true
 #define FLD_GPU_NORM_STREAM_ROWS_PER_SM   8
 #define FLD_GPU_NORM_STREAM_THREADS       256
 #define FLD_GPU_NORM_MAX_GROUPS           4
@@ -161,11 +171,12 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
 {
     struct fld__gpu_shape s = {0, rows, 1, 0, false, 0, false};
     const bool latency = rows <= (int64_t)sms * FLD_GPU_NORM_LATENCY_ROWS_PER_SM;
+    const bool between = !latency && rows < (int64_t)sms * FLD_GPU_NORM_STREAM_ROWS_PER_SM;
     if (latency) {
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_LATENCY_MAX_THREADS);
         if (groups > (int64_t)s.threads)
             s.threads = fld__gpu_waves(fld__gpu_ceil_div(groups, 2), FLD_GPU_NORM_MAX_THREADS);
-    } else if (rows < (int64_t)sms * FLD_GPU_NORM_STREAM_ROWS_PER_SM) {
+    } else if (between) {
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_STREAM_THREADS);
     } else {
         s.threads = fld__gpu_waves(fld__gpu_ceil_div(groups, FLD_GPU_NORM_MAX_GROUPS), 512);
@@ -175,9 +186,10 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
         s.per_thread = 0;
     if (s.per_thread == 0)
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_TWO_PASS_THREADS);
-    s.early_weight =
-        latency && FLD_GPU_NORM_LATENCY_EARLY_WEIGHT && (s.per_thread == 1 || s.per_thread == 2);
-    s.lean = s.early_weight && FLD_GPU_NORM_LATENCY_LEAN;
+    const bool lean = latency ? FLD_GPU_NORM_LATENCY_LEAN : between && FLD_GPU_NORM_BETWEEN_LEAN;
+    s.early_weight = (latency ? FLD_GPU_NORM_LATENCY_EARLY_WEIGHT : lean) &&
+                     (s.per_thread == 1 || s.per_thread == 2);
+    s.lean = s.early_weight && lean;
     return s;
 }
 
