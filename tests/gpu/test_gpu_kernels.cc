@@ -198,12 +198,13 @@ void check_act(int op, int dti, int variant, int64_t rows, int64_t d, int64_t x_
 }
 
 /*
- * The silu family's division (fld__gpu_div_rn): where fld__gpu_div_fast_ok
- * lets a pair through, the reciprocal-refining sequence gives the /
- * operator's bits even from a reciprocal up to two units off in its last
- * place (rcp.approx.f32, which starts it on a GPU, is within one), for
- * every 16-bit input of silu (_i 0: bfloat16, 1: float16) against its
- * denominator 1 + exp(-x), and for pairs drawn across the whole range
+ * The silu family's and QuickGELU's division (fld__gpu_div_rn): where
+ * fld__gpu_div_fast_ok lets a pair through, the reciprocal-refining
+ * sequence gives the / operator's bits even from a reciprocal up to two
+ * units off in its last place (rcp.approx.f32, which starts it on a GPU, is
+ * within one), for every 16-bit input (_i 0: bfloat16, 1: float16) against
+ * its denominator, 1 + exp(-x) or 1 + exp(-1.702 x), and for pairs drawn
+ * across the whole range
  * (_i 2); a group with one pair outside the range divides all of its
  * pairs with the / operator.
  */
@@ -229,8 +230,9 @@ START_TEST(silu_division_is_exact)
             const float x = _i == 0 ? fld_bf16_to_f32((uint16_t)h) : fld_f16_to_f32((uint16_t)h);
             check_pair(x, fld_gpu::silu_denominator(x));
             check_pair(-x, fld_gpu::silu_denominator(x));
+            check_pair(x, fld_gpu::gelu_quick_denominator(x));
         }
-        ck_assert_uint_gt(fast, 40000); /* the activations' usual inputs: most of them */
+        ck_assert_uint_gt(fast, 60000); /* the activations' usual inputs: most of them */
     } else {
         uint64_t state = 0x9e3779b97f4a7c15u;
         auto next = [&]() {

@@ -420,12 +420,13 @@ FLD_GPU_DEV float gelu_tanh(float f)
 /*
  * The elementwise activations, in float32 with one rounding of the result
  * (core/reference/reference_activation.c): QuickGELU x * sigmoid(1.702 x) as
- * x / (1 + exp(-1.702 x)); NewGELU and FastGELU, the tanh GELU with
- * c = 0.79788456 written as vLLM's kernels write it.
+ * x / (1 + exp(-1.702 x)) (act_group divides by this denominator, as it
+ * does silu's); NewGELU and FastGELU, the tanh GELU with c = 0.79788456
+ * written as vLLM's kernels write it.
  */
-FLD_GPU_DEV float gelu_quick(float f)
+FLD_GPU_DEV float gelu_quick_denominator(float f)
 {
-    return f / (1.0f + expf(-1.702f * f));
+    return 1.0f + expf(-1.702f * f);
 }
 
 FLD_GPU_DEV float gelu_new(float f)
@@ -440,16 +441,10 @@ FLD_GPU_DEV float gelu_fast(float f)
     return 0.5f * f * (1.0f + tanhf(c * f * (1.0f + 0.044715f * f * f)));
 }
 
+/* NewGELU and FastGELU (QuickGELU: act_group) */
 template <int OP> FLD_GPU_DEV float elementwise(float f)
 {
-    switch (OP) {
-    case FLD_GPU_GELU_QUICK:
-        return gelu_quick(f);
-    case FLD_GPU_GELU_NEW:
-        return gelu_new(f);
-    default:
-        return gelu_fast(f);
-    }
+    return OP == FLD_GPU_GELU_NEW ? gelu_new(f) : gelu_fast(f);
 }
 
 /* round(round(act) * other): the activation rounded to DT, as vLLM's ACT_FN
@@ -495,6 +490,12 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
         G::unpack(ys, y);
         for (int j = 0; j < G::N; j++)
             x[j] = gated_gelu<OP, DT>(x[j], y[j]);
+    } else if (OP == FLD_GPU_GELU_QUICK) {
+        /* x / (1 + exp(-1.702 x)): the divisions together, as silu's */
+        float den[G::N];
+        for (int j = 0; j < G::N; j++)
+            den[j] = gelu_quick_denominator(x[j]);
+        fld__gpu_div_rn<G::N>(x, den, x);
     } else {
         for (int j = 0; j < G::N; j++)
             x[j] = elementwise<OP>(x[j]);
