@@ -158,7 +158,7 @@ std::string shape_kind(const char *op, const fld__gpu_shape &s)
                : s.lean          ? "one row"
                : s.early_weight  ? "early weight"
                                  : "weight after";
-    if (!strcmp(op, "silu"))
+    if (!strcmp(op, "silu") || !strcmp(op, "gelu"))
         return std::to_string(s.access_bytes ? s.access_bytes : 16) + "-byte groups" +
                (s.lean ? ", lean" : "");
     return s.blocks_y > 1 ? "token split" : "block per token";
