@@ -250,8 +250,8 @@ std::vector<fld__gpu_shape> norm_candidates(int64_t rows, int64_t groups)
             out.push_back({t, g, 1, per, false, 0, false});
             if (per <= 2)
                 out.push_back({t, g, 1, per, true, 0, false});
-            /* the one-row kernel: decode, and the between regime it may take next */
-            if (per <= 2 && g == rows && rows < 8 * (int64_t)sms)
+            /* the one-row kernel (1 or 2 groups), at every size */
+            if (per <= 2 && g == rows)
                 out.push_back({t, g, 1, per, true, 0, true});
         }
     }
