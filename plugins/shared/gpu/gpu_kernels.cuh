@@ -667,12 +667,29 @@ template <bool AGAIN = true> FLD_GPU_DEV float block_sum(float v)
     const int lanes = FLD_GPU_WARP_SIZE;
     const int lane = (int)threadIdx.x % lanes, warp = (int)threadIdx.x / lanes;
     const int warps = (int)blockDim.x / lanes;
+    /* P - 1 for P below: the bits of warps - 1 smeared right (no loop) */
+    int below = warps - 1;
+    below |= below >> 1;
+    below |= below >> 2;
+    below |= below >> 4;
+    below |= below >> 8;
     v = fld__gpu_warp_sum(v);
     if (lane == 0)
         partial[warp] = v;
     __syncthreads();
-    /* Every warp sums the partials in the same order: one value block-wide. */
-    v = fld__gpu_warp_sum(lane < warps ? partial[lane] : 0.0f);
+    /* Every warp sums the partials in the same order: one value block-wide.
+       Lane l takes partial l mod P (P: the warps rounded up to a power of
+       two; 0 past the last) and the butterfly runs its steps below P alone:
+       in a whole warp's butterfly the steps from P up add zeros, which leave
+       a sum of squares as it was (only a -0 would turn +0), so the bits
+       are the same, and each step skipped is a shuffle off the row's
+       critical path (4 steps instead of 5 at 16 warps, 3 at 8). */
+    const int i = lane & below;
+    v = i < warps ? partial[i] : 0.0f;
+    FLD_GPU_UNROLL
+    for (int m = FLD_GPU_MAX_WARPS / 2; m > 0; m >>= 1)
+        if (m < warps) /* m < P: m and P are powers of two, P the least >= warps */
+            v += fld__gpu_shfl_xor(v, m);
     if (AGAIN)
         __syncthreads(); /* partial is reused by the block's next row */
     return v;
