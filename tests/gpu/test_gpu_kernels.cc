@@ -1327,6 +1327,61 @@ START_TEST(emu_warp_and_block_sums)
 }
 END_TEST
 
+__global__ void block_sum_once_kernel(const float *in, float *out)
+{
+    out[threadIdx.x] = fld_gpu::block_sum<false>(in[threadIdx.x]);
+}
+
+/* A whole warp's butterfly over lanes values (v[l] += v[l ^ m], m from half
+   down), as fld__gpu_warp_sum computes it. */
+static void host_butterfly(std::vector<float> &v, int lanes)
+{
+    for (int m = lanes / 2; m > 0; m >>= 1) {
+        const std::vector<float> t = v;
+        for (int l = 0; l < lanes; l++)
+            v[l] = t[l] + t[l ^ m];
+    }
+}
+
+/*
+ * block_sum's bits for every block size (a warp of 32 or 64 lanes, _i), on
+ * sums of squares of mixed magnitudes, where the order of the additions
+ * shows: each warp's butterfly, then the partials summed by a whole warp's
+ * butterfly with zeros past the last, every thread the same value. The
+ * second stage runs only the steps below the warps' power of two; this is
+ * what says its bits did not change.
+ */
+START_TEST(block_sum_bits)
+{
+    const int lanes = _i ? 64 : 32;
+    fld_emu::set_warp_size(lanes);
+    tt_rng r;
+    tt_rng_seed(&r, 11);
+    std::vector<float> in(1024), out(1024);
+    for (int threads = lanes; threads <= 1024; threads += lanes) {
+        for (int t = 0; t < threads; t++) {
+            const double x = tt_rng_uniform(&r) * pow(2.0, (double)(t % 23) - 11.0);
+            in[t] = (float)(x * x);
+        }
+        ck_assert_int_eq(fld__gpu_launch(block_sum_once_kernel, dim3(1), dim3((unsigned)threads), NULL,
+                                         (const float *)in.data(), out.data()),
+                         0);
+        const int warps = threads / lanes;
+        std::vector<float> second(lanes, 0.0f);
+        for (int w = 0; w < warps; w++) {
+            std::vector<float> v(in.begin() + w * lanes, in.begin() + (w + 1) * lanes);
+            host_butterfly(v, lanes);
+            second[w] = v[0];
+        }
+        host_butterfly(second, lanes);
+        for (int t = 0; t < threads; t++)
+            ck_assert_msg(fld_f32_bits(out[t]) == fld_f32_bits(second[0]),
+                          "%d threads, %d lanes, thread %d: %a, want %a", threads, lanes, t,
+                          (double)out[t], (double)second[0]);
+    }
+}
+END_TEST
+
 /* The 16-bit conversions of the device code are half.h's, bit for bit. */
 START_TEST(conversions_match_half_h)
 {
@@ -1353,6 +1408,7 @@ Suite *gpu_suite(void)
     tcase_add_test(tc, emu_catches_missing_barrier);
     tcase_add_test(tc, emu_catches_divergent_barrier);
     tcase_add_loop_test(tc, emu_warp_and_block_sums, 0, 6);
+    tcase_add_loop_test(tc, block_sum_bits, 0, 2);
     tcase_add_test(tc, conversions_match_half_h);
     tcase_add_test(tc, api_memory_and_device);
     suite_add_tcase(s, tc);
