@@ -13,6 +13,10 @@
 #            "rms_norm silu_and_mul")
 #   check    gpu_check.py (where the kit has it): > 65535 rows, > 2^31
 #            elements, misaligned views, rotary on qkv views, graph capture
+#   numerics vllm_numerics.py --device cuda: vLLM's kernel tests' shapes
+#            against PyTorch's GPU kernels, and every 16-bit input of each
+#            activation, whose bits should agree (CUDA's expf, erff, tanhf
+#            and division on both sides)
 #   install  fldispatch's wheel and the peers' into /tmp/fld-site, then the
 #            native torch kernels compiled for this machine's torch into it
 #            (torch_native.sh; without a C++ compiler or Python.h the
@@ -74,6 +78,8 @@ for s in ${*:-sweep verify check peers}; do
   verify) step verify verify.txt "$kit/bin/fldispatch" verify --device cuda ${VERIFY_ARGS:-} ;;
   check) [ -f "$kit/gpu_check.py" ] && step check gpu_check.txt env FLD_LIB="$kit/lib/libfldispatch.so" \
            python3 "$kit/gpu_check.py" --json "$out/gpu_check.json" ;;
+  numerics) step numerics numerics.txt python3 "$kit/vllm_numerics.py" --device cuda \
+              --lib "$kit/lib/libfldispatch.so" ;;
   install) step install install.txt python3 -m pip install -q --no-index --no-deps --no-compile \
              --no-cache-dir --upgrade --target "$site" "$kit"/wheels/*.whl
            [ "${INSTALL_NATIVE:-1}" = 0 ] ||

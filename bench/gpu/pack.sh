@@ -47,6 +47,7 @@ dlpack=$(printf '#include <dlpack/dlpack.h>\n' | ${CC:-cc} -M -x c - | tr ' \\' 
 [ -n "$dlpack" ] || { echo "pack: dlpack/dlpack.h not found (install libdlpack-dev)" >&2; exit 1; }
 cp "$dlpack" "$kit/native/include/dlpack/"
 [ -f bench/vllm_cuda.py ] && cp bench/vllm_cuda.py "$kit/"
+cp bench/vllm_numerics.py "$kit/"
 [ -f ../shared/gpu/gpu_check.py ] && cp ../shared/gpu/gpu_check.py "$kit/"
 cache=$(ldconfig -p)
 for so in libyaml-0.so.2 libhwloc.so.15; do
