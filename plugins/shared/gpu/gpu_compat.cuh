@@ -306,8 +306,8 @@ FLD_GPU_DEV bool fld__gpu_div_fast_ok(float a, float b)
 }
 
 /*
- * q[j] = a[j] / b[j], correctly rounded (the / operator's bits), for n
- * divisions at once: where every one of them is in fld__gpu_div_fast_ok's
+ * q[j] = a[j] / b[j], correctly rounded (the / operator's bits), for N
+ * divisions at once (q may be a): where every one of them is in fld__gpu_div_fast_ok's
  * range (one test for the group), by fld__gpu_div_refine side by side;
  * otherwise each by the / operator. On CUDA r0 is the hardware's
  * reciprocal (rcp.approx.ftz.f32, which is what nvcc's own sequence

@@ -99,8 +99,9 @@ struct fld__gpu_shape {
    paying a second trip for the weight and the residual rounded twice; and
    256 threads of two groups each at 43 registers (sm_90) hold 5 blocks per
    SM, so 512 rows are one wave there as 128 are. The sweep's lean
-   candidates at 512 rows are what confirms or reverts it. Rows too wide for 4 groups per thread run the two-pass
-   kernel with NORM_TWO_PASS_THREADS. */
+   candidates at 512 rows are what confirms or reverts it. Rows too wide
+   for 4 groups per thread run the two-pass kernel with
+   NORM_TWO_PASS_THREADS. */
 #define FLD_GPU_NORM_LATENCY_ROWS_PER_SM  1
 #define FLD_GPU_NORM_LATENCY_MAX_THREADS  512
 #define FLD_GPU_NORM_LATENCY_EARLY_WEIGHT true
