@@ -667,12 +667,11 @@ template <bool AGAIN = true> FLD_GPU_DEV float block_sum(float v)
     const int lanes = FLD_GPU_WARP_SIZE;
     const int lane = (int)threadIdx.x % lanes, warp = (int)threadIdx.x / lanes;
     const int warps = (int)blockDim.x / lanes;
-    /* P - 1 for P below: the bits of warps - 1 smeared right (no loop) */
+    /* P - 1 for P below: the bits of warps - 1 (< 32) smeared right */
     int below = warps - 1;
     below |= below >> 1;
     below |= below >> 2;
     below |= below >> 4;
-    below |= below >> 8;
     v = fld__gpu_warp_sum(v);
     if (lane == 0)
         partial[warp] = v;
@@ -879,8 +878,9 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
     typedef lanes<WDT, G::N, VEC> W;
     typedef lanes<RDT, G::N, VEC> R;
     static_assert(!EARLY_WEIGHT || K <= 2, "the weight is loaded early for at most 2 groups");
-    /* the residual's sum packs into x's group: kept as bits like x */
-    constexpr bool SUM_AS_BITS = RDT == DT;
+    /* the residual's sum packs into x's group: kept as bits like x; a
+       float32 residual's sum of a 16-bit x is kept as floats */
+    constexpr bool SUM_AS_BITS = RDT == DT, SUM_AS_FLOATS = RESIDUAL && !SUM_AS_BITS;
     const int64_t groups = a.width / G::N;
     const float add = a.gemma ? 1.0f : 0.0f;
     for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
@@ -904,7 +904,7 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
         }
         /* the values normalised: xs[i]'s bits (x's, or the residual's sum),
            or a float32 residual's sums[i] */
-        float sums[RESIDUAL && !SUM_AS_BITS ? K : 1][G::N] = {};
+        float sums[SUM_AS_FLOATS ? K : 1][G::N] = {};
         float ss = 0.0f;
         FLD_GPU_UNROLL
         for (int i = 0; i < K; i++) {
@@ -924,7 +924,7 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
                         G::unpack(xs[i], v);
                     } else {
                         for (int j = 0; j < G::N; j++)
-                            sums[RESIDUAL && !SUM_AS_BITS ? i : 0][j] = v[j] = round_to<RDT>(v[j]);
+                            sums[SUM_AS_FLOATS ? i : 0][j] = v[j] = round_to<RDT>(v[j]);
                         R::store(rr, k, v);
                     }
                 }
@@ -948,7 +948,7 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
                     G::unpack(xs[i], v);
                 else
                     for (int j = 0; j < G::N; j++)
-                        v[j] = sums[RESIDUAL && !SUM_AS_BITS ? i : 0][j];
+                        v[j] = sums[SUM_AS_FLOATS ? i : 0][j];
                 if (a.weight) {
                     float w[G::N];
                     if (EARLY_WEIGHT)
