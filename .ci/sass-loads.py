@@ -58,35 +58,10 @@ DTYPES = ("f32", "f16", "bf16")
 ACT_OPS = ("silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul")
 
 # Kernels whose second operand is known to load late, exactly: a fix, or a
-# new one, fails the check until this list says so. gelu_and_mul and
-# gelu_tanh_and_mul with 16- and 8-byte groups: the PTX issues both loads
-# together, and ptxas places the second one after part of the first's
-# erf/tanh chain (it reuses the first's registers). With 4-byte groups,
-# and for silu, both loads are issued together. __launch_bounds__(256, 1)
-# on act_kernel has ptxas issue them together too, at the cost of registers
-# (bf16 gelu_and_mul, 16-byte groups: 42 -> 63, half the blocks per SM at
-# prefill): a trade for a GPU to settle, not taken.
-KNOWN_LATE = {
-    "sm_80 act_kernel bf16 gelu_and_mul 16-byte groups",
-    "sm_80 act_kernel bf16 gelu_and_mul 8-byte groups",
-    "sm_80 act_kernel bf16 gelu_tanh_and_mul 16-byte groups",
-    "sm_80 act_kernel bf16 gelu_tanh_and_mul 8-byte groups",
-    "sm_80 act_kernel f16 gelu_and_mul 16-byte groups",
-    "sm_80 act_kernel f16 gelu_tanh_and_mul 16-byte groups",
-    "sm_90 act_kernel bf16 gelu_and_mul 16-byte groups",
-    "sm_90 act_kernel bf16 gelu_and_mul 8-byte groups",
-    "sm_90 act_kernel bf16 gelu_tanh_and_mul 16-byte groups",
-    "sm_90 act_kernel bf16 gelu_tanh_and_mul 8-byte groups",
-    "sm_90 act_kernel f16 gelu_and_mul 16-byte groups",
-    "sm_90 act_kernel f16 gelu_tanh_and_mul 16-byte groups",
-    "sm_90 act_kernel f32 gelu_and_mul 16-byte groups",
-    "sm_80 act_kernel_lean bf16 gelu_and_mul 16-byte groups",
-    "sm_80 act_kernel_lean bf16 gelu_tanh_and_mul 16-byte groups",
-    "sm_80 act_kernel_lean f16 gelu_and_mul 16-byte groups",
-    "sm_90 act_kernel_lean bf16 gelu_and_mul 16-byte groups",
-    "sm_90 act_kernel_lean bf16 gelu_tanh_and_mul 16-byte groups",
-    "sm_90 act_kernel_lean f16 gelu_and_mul 16-byte groups",
-}
+# new one, fails the check until this list says so. None now: the GELU
+# kernels, where ptxas placed the second operand's load after part of the
+# first's erf/tanh, tie the two (fld__gpu_tied in gpu_compat.cuh).
+KNOWN_LATE = set()
 # The architectures checked: the default build's (CUDA_ARCHS 80 90), for
 # which KNOWN_LATE is exact; code for others in the object is left alone.
 ARCHS = ("sm_80", "sm_90")

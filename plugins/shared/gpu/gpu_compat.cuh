@@ -357,6 +357,21 @@ FLD_GPU_DEV void fld__gpu_issued(uint32_t w)
 #endif
 }
 
+/*
+ * w with v folded in: w ^ (v & zero), where zero is 0 at run time but not
+ * known to the compiler (a kernel argument whose value the launcher fixed).
+ * The bits are w's, and w's first use now reads v too, so v's load is
+ * issued, and waited for, with w's. fld__gpu_issued keeps LLVM from sinking
+ * a load; this keeps ptxas from it, which schedules the machine code's
+ * loads on its own and, in the GELU kernels, placed the second operand's
+ * load after half of the first operand's erf or tanh: two trips to memory
+ * one after the other, and 42 registers where this takes 32.
+ */
+FLD_GPU_DEV uint32_t fld__gpu_tied(uint32_t w, uint32_t v, uint32_t zero)
+{
+    return w ^ (v & zero);
+}
+
 /* ------------------------------------------------------------------------ */
 /* 128-, 64- and 32-bit loads and stores (p aligned to their size)          */
 /* ------------------------------------------------------------------------ */

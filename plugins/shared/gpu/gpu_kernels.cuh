@@ -175,6 +175,20 @@ template <int DT, bool VEC> struct group {
         fld__gpu_issued(bits);
     }
 
+    /* x's words tied to y's (fld__gpu_tied: zero is 0 at run time) */
+    static FLD_GPU_DEV void tie(fld__gpu_vec16 &x, const fld__gpu_vec16 &y, uint32_t zero)
+    {
+        x.x = fld__gpu_tied(x.x, y.x, zero);
+        x.y = fld__gpu_tied(x.y, y.y, zero);
+        x.z = fld__gpu_tied(x.z, y.z, zero);
+        x.w = fld__gpu_tied(x.w, y.w, zero);
+    }
+
+    static FLD_GPU_DEV void tie(uint32_t &x, uint32_t y, uint32_t zero)
+    {
+        x = fld__gpu_tied(x, y, zero);
+    }
+
     static FLD_GPU_DEV void load(const void *row, int64_t k, float *f)
     {
         raw r;
@@ -324,6 +338,12 @@ template <int DT, int BYTES> struct narrow_group {
             fld__gpu_issued(r.w[i]);
     }
 
+    static FLD_GPU_DEV void tie(raw &x, const raw &y, uint32_t zero)
+    {
+        for (int i = 0; i < WORDS; i++)
+            x.w[i] = fld__gpu_tied(x.w[i], y.w[i], zero);
+    }
+
     static FLD_GPU_DEV void unpack(const raw &r, float *f)
     {
         const uint32_t *w = r.w;
@@ -447,13 +467,6 @@ template <int OP> FLD_GPU_DEV float elementwise(float f)
     return OP == FLD_GPU_GELU_NEW ? gelu_new(f) : gelu_fast(f);
 }
 
-/* round(round(act) * other): the activation rounded to DT, as vLLM's ACT_FN
-   returns it, for the gated GELUs (the silu ops: act_group). */
-template <int OP, int DT> FLD_GPU_DEV float gated_gelu(float a, float b)
-{
-    return round_to<DT>(OP == FLD_GPU_GELU_AND_MUL ? gelu_erf(a) : gelu_tanh(a)) * b;
-}
-
 /* Group k of one row of an activation: x's (and a gated op's second half's)
    loads, then the op, then the store. */
 template <int DT, bool VEC, int OP, int BYTES>
@@ -467,6 +480,12 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
     if (GATED) {
         G::fetch(yr, k, ys);
         G::issued(ys);
+        /* The GELUs' second operand, which ptxas would load after half of
+           the first's erf or tanh, tied to the first (a.op is OP: the
+           launcher picks this kernel by it); silu's loads go together
+           without it. */
+        if (OP == FLD_GPU_GELU_AND_MUL || OP == FLD_GPU_GELU_TANH_AND_MUL)
+            G::tie(xs, ys, (uint32_t)(a.op ^ OP));
     }
     float x[G::N];
     G::unpack(xs, x);
@@ -486,10 +505,15 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
         for (int j = 0; j < G::N; j++)
             x[j] = silu[j] * (OP == FLD_GPU_SILU_AND_MUL ? y[j] : x[j]);
     } else if (GATED) {
+        /* round(round(gelu(act)) * other): the activation rounded to DT, as
+           vLLM's ACT_FN returns it, two at a time (round_all) */
         float y[G::N];
+        for (int j = 0; j < G::N; j++)
+            x[j] = OP == FLD_GPU_GELU_AND_MUL ? gelu_erf(x[j]) : gelu_tanh(x[j]);
+        round_all<DT, G::N>(x);
         G::unpack(ys, y);
         for (int j = 0; j < G::N; j++)
-            x[j] = gated_gelu<OP, DT>(x[j], y[j]);
+            x[j] *= y[j];
     } else if (OP == FLD_GPU_GELU_QUICK) {
         /* x / (1 + exp(-1.702 x)): the divisions together, as silu's */
         float den[G::N];
