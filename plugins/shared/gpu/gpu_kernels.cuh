@@ -474,6 +474,7 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
 {
     typedef typename act_access<DT, VEC, BYTES>::type G;
     constexpr bool GATED = OP <= FLD_GPU_GELU_TANH_AND_MUL; /* fld__gpu_act_gated() */
+    constexpr bool SILU = OP == FLD_GPU_SILU_AND_MUL || OP == FLD_GPU_MUL_AND_SILU;
     const char *yr = xr + a.d * dtype_size<DT>::value;
     typename G::raw xs, ys = {};
     G::fetch(xr, k, xs); /* both operands' loads before either is used */
@@ -484,36 +485,33 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
            the first's erf or tanh, tied to the first (a.op is OP: the
            launcher picks this kernel by it); silu's loads go together
            without it. */
-        if (OP == FLD_GPU_GELU_AND_MUL || OP == FLD_GPU_GELU_TANH_AND_MUL)
+        if (!SILU)
             G::tie(xs, ys, (uint32_t)(a.op ^ OP));
     }
     float x[G::N];
     G::unpack(xs, x);
-    if (GATED && (OP == FLD_GPU_SILU_AND_MUL || OP == FLD_GPU_MUL_AND_SILU)) {
-        /* round(round(silu(act)) * other), every denominator first and the
-           divisions together (fld__gpu_div_rn: one range test for the
-           group, the / operator's bits): the group's exponentials and
-           divisions in flight side by side, not each behind the previous
-           element's division and its slow-path branch */
-        float y[G::N], den[G::N], silu[G::N];
+    if (GATED) {
+        /* round(round(act(in)) * other), the activation rounded to DT as
+           vLLM's ACT_FN returns it, two at a time (round_all). silu: every
+           denominator first and the divisions together (fld__gpu_div_rn:
+           one range test for the group, the / operator's bits), the group's
+           exponentials and divisions in flight side by side, not each
+           behind the previous element's division and its slow-path branch */
+        float y[G::N], act[G::N];
         G::unpack(ys, y);
-        const float *act = OP == FLD_GPU_SILU_AND_MUL ? x : y;
+        const float *in = OP == FLD_GPU_MUL_AND_SILU ? y : x;
+        if (SILU) {
+            float den[G::N];
+            for (int j = 0; j < G::N; j++)
+                den[j] = silu_denominator(in[j]);
+            fld__gpu_div_rn<G::N>(in, den, act); /* in / den, as the / operator */
+        } else {
+            for (int j = 0; j < G::N; j++)
+                act[j] = OP == FLD_GPU_GELU_AND_MUL ? gelu_erf(in[j]) : gelu_tanh(in[j]);
+        }
+        round_all<DT, G::N>(act);
         for (int j = 0; j < G::N; j++)
-            den[j] = silu_denominator(act[j]);
-        fld__gpu_div_rn<G::N>(act, den, silu); /* act / den, as the / operator */
-        round_all<DT, G::N>(silu);
-        for (int j = 0; j < G::N; j++)
-            x[j] = silu[j] * (OP == FLD_GPU_SILU_AND_MUL ? y[j] : x[j]);
-    } else if (GATED) {
-        /* round(round(gelu(act)) * other): the activation rounded to DT, as
-           vLLM's ACT_FN returns it, two at a time (round_all) */
-        float y[G::N];
-        for (int j = 0; j < G::N; j++)
-            x[j] = OP == FLD_GPU_GELU_AND_MUL ? gelu_erf(x[j]) : gelu_tanh(x[j]);
-        round_all<DT, G::N>(x);
-        G::unpack(ys, y);
-        for (int j = 0; j < G::N; j++)
-            x[j] *= y[j];
+            x[j] = act[j] * (OP == FLD_GPU_MUL_AND_SILU ? x[j] : y[j]);
     } else if (OP == FLD_GPU_GELU_QUICK) {
         /* x / (1 + exp(-1.702 x)): the divisions together, as silu's */
         float den[G::N];
