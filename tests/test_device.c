@@ -544,7 +544,7 @@ START_TEST(all_declined_names_the_decliners_reason)
 }
 END_TEST
 
-/* A plugin built for ABI 1.0 (no hooks) loads on this 1.3 host. */
+/* A plugin built for ABI 1.0 (no hooks) loads on this 1.4 host. */
 START_TEST(abi_1_0_descriptor_loads)
 {
     ck_assert_int_eq(FLD_PLUGIN_ABI_MINOR, 3);

@@ -410,7 +410,7 @@ START_TEST(test_every_fixture)
         {"no_descriptor", FLD_PLUGIN_REJECTED, "no plugin descriptor", "fld_plugin_entry"},
         {"abi_major", FLD_PLUGIN_REJECTED, abi_major, NULL},
         {"abi_minor", FLD_PLUGIN_REJECTED, abi_minor, NULL},
-        /* ABI 1.0 (before device hooks) still loads on this 1.3 host. */
+        /* ABI 1.0 (before device hooks) still loads on this 1.4 host. */
         {"abi_old", FLD_PLUGIN_LOADED, "", NULL},
         {"bad_magic", FLD_PLUGIN_REJECTED, "bad descriptor magic", NULL},
         {"bad_name", FLD_PLUGIN_REJECTED, "Bad Name!", NULL},

@@ -457,6 +457,13 @@ START_TEST(test_calls_unavailable_name_reason)
 }
 END_TEST
 
+static int record_nothing(void *user)
+{
+    (void)user;
+    return FLD_OK;
+}
+#define NULL_RECORD record_nothing
+
 START_TEST(test_device_memory_unavailable)
 {
     const struct gpu_case *c = &gpu_cases[_i];
@@ -479,6 +486,12 @@ START_TEST(test_device_memory_unavailable)
     ck_assert_int_eq(fld_device_copy(dev, buf, (void *)0x1000, sizeof buf, FLD_COPY_DEVICE_TO_HOST),
                      FLD_EUNAVAILABLE);
     ck_assert_int_eq(fld_device_synchronize(dev), FLD_EUNAVAILABLE);
+    fld_device_graph *g = (fld_device_graph *)0x1;
+    ck_assert_int_eq(fld_device_graph_capture(dev, NULL_RECORD, NULL, &g), FLD_EUNAVAILABLE);
+    ck_assert_ptr_null(g);
+    ck_assert_msg(strstr(fld_last_error(), "fld_device_graph_capture: ") &&
+                      strstr(fld_last_error(), s.reason),
+                  "capture message '%s' lacks '%s'", fld_last_error(), s.reason);
 }
 END_TEST
 
@@ -1139,6 +1152,178 @@ START_TEST(test_fake_device_hooks)
 }
 END_TEST
 
+/* What a graph records: `calls` silu_and_mul calls of out from x, on CUDA. */
+struct graph_work {
+    tt_tensor *out, *x;
+    int calls;
+    bool sync_inside; /* a synchronize while capturing, which the runtime refuses */
+    int fail_with;    /* the record callback's own failure after its calls; FLD_OK none */
+    void *stream_seen;
+};
+
+static int record_work(void *user)
+{
+    struct graph_work *w = user;
+    w->stream_seen = fld_get_stream(FLD_DEVICE_CUDA);
+    const fld_activation_args a = {&w->out->t, &w->x->t};
+    for (int i = 0; i < w->calls; i++) {
+        int rc = fld_call_by_name("silu_and_mul", &a);
+        if (rc != FLD_OK)
+            return rc;
+    }
+    if (w->sync_inside) {
+        int rc = fld_device_synchronize((DLDevice){kDLCUDA, 0});
+        if (rc != FLD_OK)
+            return rc;
+    }
+    if (w->fail_with != FLD_OK)
+        fld_set_error("record_work: told to fail");
+    return w->fail_with;
+}
+
+static bool all_zero(const tt_tensor *t)
+{
+    for (int64_t i = 0; i < tt_numel(t); i++)
+        if (tt_get(t, i) != 0.0)
+            return false;
+    return true;
+}
+
+/*
+ * Work captured through the library runs at replay, not before; the thread's
+ * stream is the capture stream meanwhile and the caller's afterwards; a
+ * replay gives the direct call's result; the timings are the device's.
+ */
+START_TEST(test_fake_graph_capture_and_replay)
+{
+    if (!fake_setup("test_fake_graph_capture_and_replay"))
+        return;
+    pin("impl:vendor.cuda");
+    const int64_t rows = 3, d = 256;
+    tt_tensor *x = tt_new(FLD_DTYPE_BF16, 2, (int64_t[]){rows, 2 * d});
+    tt_fill_normal(x, 21, 0.0, 1.5);
+    tt_tensor *want = tt_new(FLD_DTYPE_BF16, 2, (int64_t[]){rows, d});
+    tt_tensor *out = tt_new(FLD_DTYPE_BF16, 2, (int64_t[]){rows, d});
+    on_cuda(x, 0);
+    on_cuda(want, 0);
+    on_cuda(out, 0);
+    const fld_activation_args direct = {&want->t, &x->t};
+    ck_assert_int_eq(fld_call_by_name("silu_and_mul", &direct), FLD_OK);
+    ck_assert(!all_zero(want));
+
+    void *mine = (void *)(uintptr_t)0x5eed0;
+    ck_assert_int_eq(fld_set_stream(FLD_DEVICE_CUDA, mine), FLD_OK);
+    const DLDevice dev = {kDLCUDA, 0};
+    struct graph_work w = {.out = out, .x = x, .calls = 3};
+    int kernels = fake_record().kernels;
+    fld_device_graph *g = NULL;
+    ck_assert_int_eq(fld_device_graph_capture(dev, record_work, &w, &g), FLD_OK);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_ptr_ne(w.stream_seen, mine);
+    ck_assert_ptr_nonnull(w.stream_seen);
+    ck_assert_ptr_eq(fld_get_stream(FLD_DEVICE_CUDA), mine);
+    ck_assert_int_eq(fake_record().kernels, kernels + 3); /* launched into the capture */
+    ck_assert_msg(all_zero(out), "captured work ran before the replay");
+    ck_assert_int_eq(fake_record().captures, 1);
+
+    double ns[5] = {-1, -1, -1, -1, -1};
+    ck_assert_int_eq(fld_device_graph_replay(g, 5, ns), FLD_OK);
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(isfinite(ns[i]) && ns[i] >= 0, "replay %d timed %g ns", i, ns[i]);
+    ck_assert_int_eq(fake_record().replays, 5);
+    for (int64_t i = 0; i < rows * d; i++)
+        ck_assert_msg(tt_get(out, i) == tt_get(want, i), "element %lld: %g, want %g",
+                      (long long)i, tt_get(out, i), tt_get(want, i));
+    /* The graph keeps the pointers it was recorded with: a new input shows at the next replay. */
+    tt_fill_normal(x, 22, 0.0, 1.5);
+    ck_assert_int_eq(fld_call_by_name("silu_and_mul", &direct), FLD_OK);
+    ck_assert_int_eq(fld_device_graph_replay(g, 1, ns), FLD_OK);
+    for (int64_t i = 0; i < rows * d; i++)
+        ck_assert(tt_get(out, i) == tt_get(want, i));
+
+    ck_assert_int_eq(fld_device_graph_replay(g, 0, ns), FLD_EINVAL);
+    ck_assert_msg(strstr(fld_last_error(), "replays 0 is outside 1..1024"), "%s",
+                  fld_last_error());
+    ck_assert_int_eq(fld_device_graph_replay(g, FLD_DEVICE_GRAPH_MAX_REPLAYS + 1, ns),
+                     FLD_EINVAL);
+    ck_assert_int_eq(fld_device_graph_replay(g, 1, NULL), FLD_EINVAL);
+    ck_assert_int_eq(fld_device_graph_replay(NULL, 1, ns), FLD_EINVAL);
+    ck_assert_int_eq(fld_device_graph_free(g), FLD_OK);
+    ck_assert_int_eq(fld_device_graph_free(NULL), FLD_OK);
+    ck_assert_int_eq(fld_set_stream(FLD_DEVICE_CUDA, NULL), FLD_OK);
+    tt_free(x);
+    tt_free(want);
+    tt_free(out);
+}
+END_TEST
+
+/* A capture that fails keeps nothing, says why, and gives the thread its stream back. */
+START_TEST(test_fake_graph_capture_failures)
+{
+    if (!fake_setup("test_fake_graph_capture_failures"))
+        return;
+    pin("impl:vendor.cuda");
+    const int64_t rows = 2, d = 64;
+    tt_tensor *x = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){rows, 2 * d});
+    tt_fill_normal(x, 23, 0.0, 1.0);
+    tt_tensor *out = tt_new(FLD_DTYPE_F32, 2, (int64_t[]){rows, d});
+    on_cuda(x, 0);
+    on_cuda(out, 0);
+    const DLDevice dev = {kDLCUDA, 0};
+    fld_device_graph *g = (fld_device_graph *)0x1;
+
+    /* The record callback's own error, with its message. */
+    struct graph_work w = {.out = out, .x = x, .calls = 1, .fail_with = FLD_EIMPL};
+    ck_assert_int_eq(fld_device_graph_capture(dev, record_work, &w, &g), FLD_EIMPL);
+    ck_assert_ptr_null(g);
+    ck_assert_str_eq(fld_last_error(), "record_work: told to fail");
+    ck_assert_ptr_null(fld_get_stream(FLD_DEVICE_CUDA));
+
+    /* A synchronize while capturing: refused by the runtime, named by the glue. */
+    w = (struct graph_work){.out = out, .x = x, .calls = 1, .sync_inside = true};
+    g = (fld_device_graph *)0x1;
+    ck_assert_int_eq(fld_device_graph_capture(dev, record_work, &w, &g), FLD_EIMPL);
+    ck_assert_ptr_null(g);
+    ck_assert_msg(strstr(fld_last_error(), "fld_device_synchronize: plugin 'fakecuda'") &&
+                      strstr(fld_last_error(), "capturing"),
+                  "message '%s'", fld_last_error());
+    ck_assert_ptr_null(fld_get_stream(FLD_DEVICE_CUDA));
+    ck_assert(all_zero(out));
+
+    /* Arguments, and the CPU, which has no graphs. */
+    ck_assert_int_eq(fld_device_graph_capture(dev, NULL, NULL, &g), FLD_EINVAL);
+    ck_assert_int_eq(fld_device_graph_capture(dev, record_nothing, NULL, NULL), FLD_EINVAL);
+    ck_assert_int_eq(fld_device_graph_capture((DLDevice){kDLCUDA, -1}, record_nothing, NULL, &g),
+                     FLD_EINVAL);
+    ck_assert_int_eq(fld_device_graph_capture((DLDevice){kDLCPU, 0}, record_nothing, NULL, &g),
+                     FLD_EUNSUPPORTED);
+    ck_assert_msg(strstr(fld_last_error(), "the cpu has no graphs"), "%s", fld_last_error());
+    /* A device the runtime does not have. */
+    ck_assert_int_ne(fld_device_graph_capture((DLDevice){kDLCUDA, 7}, record_nothing, NULL, &g),
+                     FLD_OK);
+    ck_assert_ptr_null(g);
+    ck_assert_msg(strstr(fld_last_error(), "graph capture") && strstr(fld_last_error(), "device 7"),
+                  "message '%s'", fld_last_error());
+    tt_free(x);
+    tt_free(out);
+}
+END_TEST
+
+/* A runtime without graphs: FLD_EUNSUPPORTED saying so. */
+START_TEST(test_fake_graph_runtime_without_graphs)
+{
+    setenv("FAKECUDA_NO_GRAPHS", "1", 1);
+    if (!fake_setup("test_fake_graph_runtime_without_graphs"))
+        return;
+    fld_device_graph *g = (fld_device_graph *)0x1;
+    ck_assert_int_eq(fld_device_graph_capture((DLDevice){kDLCUDA, 0}, record_nothing, NULL, &g),
+                     FLD_EUNSUPPORTED);
+    ck_assert_ptr_null(g);
+    ck_assert_msg(strstr(fld_last_error(), "has no graphs"), "%s", fld_last_error());
+    unsetenv("FAKECUDA_NO_GRAPHS");
+}
+END_TEST
+
 START_TEST(test_fake_detail_and_attention)
 {
     if (!fake_setup("test_fake_detail_and_attention"))
@@ -1418,6 +1603,9 @@ static Suite *gpu_plugins_suite(void)
     tcase_add_test(tc, test_fake_reason_names_versions);
     tcase_add_test(tc, test_fake_launch_error_leaves_outputs);
     tcase_add_test(tc, test_fake_device_hooks);
+    tcase_add_test(tc, test_fake_graph_capture_and_replay);
+    tcase_add_test(tc, test_fake_graph_capture_failures);
+    tcase_add_test(tc, test_fake_graph_runtime_without_graphs);
     tcase_add_test(tc, test_fake_detail_and_attention);
     tcase_add_test(tc, test_fake_not_probed_at_load);
     tcase_add_loop_test(tc, test_fake_no_device, 0, 2);

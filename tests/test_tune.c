@@ -276,8 +276,17 @@ START_TEST(dtype_and_device_lists)
     ck_assert_int_eq(tt_count_of(r.out, "\"dtype\": \"f32\""), 1);
     ck_assert_int_eq(tt_count_of(r.out, "\"dtype\": \"bf16\""), 1);
     ck_assert_int_eq(tt_count_of(r.out, "\"dtype\": \"f16\""), 0);
-    ck_assert_msg(strstr(r.err, "device cuda: tune measures the cpu only for now; left out"), CLIP,
-                  r.err);
+    ck_assert_int_eq(tt_count_of(r.out, "\"device\": \"cuda\""), 0);
+    /* No plugin here captures graphs on a real GPU: left out with the library's reason. */
+    ck_assert_msg(strstr(r.err, "fldispatch tune: device cuda: left out: fld_device_graph_capture: "),
+                  CLIP, r.err);
+    tt_tool_run_free(&r);
+    tt_tool_run(&r, ENV("FLD_TUNE_TEST_CLOCK=1:quiet:"),
+                ARGS("tune", "rms_norm", "--device", "ascend,cuda", "--quick"));
+    assert_status(r, 3);
+    ck_assert_msg(strstr(r.err, "device ascend: left out: ") &&
+                      strstr(r.err, "nothing to tune: no device given can be timed"),
+                  CLIP, r.err);
     tt_tool_run_free(&r);
 
     static const char *const bad[][3] = {
@@ -376,6 +385,91 @@ START_TEST(bad_test_clock_is_named)
 }
 END_TEST
 
+/* The GPU emulator's fixture plugin as the only plugin: vendor.cuda and reference.cuda on
+ * "CUDA" tensors in CPU memory, with graphs; false (skipped) when it was not built. */
+static bool emulated_gpu(char *env, size_t size, const char *test)
+{
+    char so[4200];
+    snprintf(so, sizeof so, "%s/tests/gpuplug/fld-fakecuda.so", tt_build_dir());
+    if (access(so, F_OK) != 0) {
+        fprintf(stderr, "%s: SKIPPED: %s was not built (no GPU emulator sources)\n", test, so);
+        return false;
+    }
+    snprintf(env, size, "VLLM_FL_PLUGIN_DIR=%s/tests/gpuplug", tt_build_dir());
+    return true;
+}
+
+/*
+ * On a device, tune times graph replays and decides as on the CPU: under the
+ * simulated clock a faster challenger is pinned for device cuda; each
+ * implementation's result was brought back and checked first.
+ */
+START_TEST(device_replays_decide_per_bucket)
+{
+    char gpu[4400];
+    if (!emulated_gpu(gpu, sizeof gpu, "device_replays_decide_per_bucket"))
+        return;
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(gpu, "FLD_TUNE_TEST_CLOCK=9:quiet:vendor.cuda=1000,reference.cuda=400"),
+                ARGS("tune", "silu_and_mul", "--device", "cuda", "--dtype", "bf16", "--quick",
+                     "--shapes", "1-4=2;5-=24", "--hidden", "256", "--json", "--out", manifest));
+    assert_status(r, 0);
+    tt_assert_schema(r.out, "tune");
+    /* the run's first device and each bucket's */
+    ck_assert_int_eq(tt_count_of(r.out, "\"device\": \"cuda\""), 3);
+    for (int b = 0; b < 2; b++) {
+        char field[240];
+        ck_assert_str_eq(bucket_field(r.out, b, "winner", field, sizeof field), "reference.cuda");
+        ck_assert_str_eq(bucket_field(r.out, b, "decision", field, sizeof field), "pinned");
+        ck_assert_msg(strstr(bucket_field(r.out, b, "reason", field, sizeof field),
+                             "faster than the default winner vendor.cuda by "),
+                      "%s", field);
+    }
+    ck_assert_int_eq(tt_count_of(r.out, "\"correct\": true"), 4);
+    tt_tool_run_free(&r);
+    FILE *f = fopen(manifest, "r");
+    ck_assert_ptr_nonnull(f);
+    char *text = tt_read_all(f);
+    ck_assert_msg(strstr(text, "# cuda: device time of 20 calls replayed from a graph, through "
+                               "plugin 'fakecuda'\n"),
+                  "%s", text);
+    ck_assert_msg(strstr(text, "  - {op: silu_and_mul, device: cuda, dtype: bf16, impl: "
+                               "reference.cuda}\n"),
+                  "%s", text);
+    free(text);
+}
+END_TEST
+
+/* The device's own timings (the emulator's clock): every figure finite, the CPU beside it. */
+START_TEST(device_and_cpu_in_one_run)
+{
+    char gpu[4400];
+    if (!emulated_gpu(gpu, sizeof gpu, "device_and_cpu_in_one_run"))
+        return;
+    struct tt_tool_run r;
+    tt_tool_run(&r, ENV(gpu),
+                ARGS("tune", "rms_norm", "--device", "cuda,cpu", "--dtype", "f16", "--quick",
+                     "--reps", "2", "--shapes", "1-=3", "--hidden", "128", "--json", "--out",
+                     manifest));
+    assert_status(r, 0);
+    tt_assert_schema(r.out, "tune");
+    /* cuda first (the run's device and its bucket), then the cpu's bucket */
+    ck_assert_int_eq(tt_count_of(r.out, "\"device\": \"cuda\""), 2);
+    ck_assert_int_eq(tt_count_of(r.out, "\"device\": \"cpu\""), 1);
+    ck_assert_msg(strstr(r.out, "\"devices\": [\n    \"cuda\",\n    \"cpu\"\n  ]"), CLIP, r.out);
+    ck_assert_int_eq(tt_count_of(r.out, "\"correct\": false"), 0);
+    ck_assert_int_eq(tt_count_of(r.out, "\"min_ns\": null"), 0);
+    tt_tool_run_free(&r);
+    FILE *f = fopen(manifest, "r");
+    ck_assert_ptr_nonnull(f);
+    char *text = tt_read_all(f);
+    ck_assert_msg(strstr(text, "{op: rms_norm, device: cuda, dtype: f16, impl: ") &&
+                      strstr(text, "{op: rms_norm, device: cpu, dtype: f16, impl: "),
+                  "%s", text);
+    free(text);
+}
+END_TEST
+
 static Suite *tune_suite(void)
 {
     Suite *s = suite_create("tune");
@@ -387,6 +481,8 @@ static Suite *tune_suite(void)
     tcase_add_test(decisions, quiet_pins_a_faster_challenger);
     tcase_add_test(decisions, small_gains_keep_the_default);
     tcase_add_test(decisions, text_table_and_no_progress_off_a_terminal);
+    tcase_add_test(decisions, device_replays_decide_per_bucket);
+    tcase_add_test(decisions, device_and_cpu_in_one_run);
     suite_add_tcase(s, decisions);
 
     TCase *errors = tcase_create("errors");

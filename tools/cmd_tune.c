@@ -36,7 +36,15 @@
  * nothing is written. The clock is tune_clock.h's (a simulated one for the
  * tests).
  *
- * Only the CPU for now: the tensors are in CPU memory.
+ * A device other than the CPU (--device cuda, rocm) is timed as an engine
+ * that replays its steps from graphs sees it: each implementation's
+ * TUNE_GRAPH_CALLS calls, on device copies of the sample's tensors, are
+ * captured once in a graph (fld_device_graph_capture()), and a batch is
+ * TUNE_STRETCHES replays of it (TUNE_QUICK_REPLAYS with --quick), each timed
+ * by the device: its stretches. The device is never preempted, so every
+ * stretch counts as clean. Its result is checked on a host copy against
+ * reference.c's on the host tensors. A device whose plugin cannot capture
+ * graphs is left out with the reason.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -51,6 +59,7 @@
 #include "bench/util.h"
 #include "catalog.h"
 #include "cli.h"
+#include "device_tensors.h"
 #include "json.h"
 #include "options.h"
 #include "tune_clock.h"
@@ -66,6 +75,8 @@
 #define TUNE_NOISY       0.10 /* a spread past this is named in the warning */
 #define TUNE_REFERENCE   "reference.c"
 #define TUNE_ROPE_CACHE  (8192 * 128 * 2) /* elements of the rotary cos/sin cache and its copy */
+#define TUNE_GRAPH_CALLS   20 /* calls captured in a device graph, as a decode step's layers */
+#define TUNE_QUICK_REPLAYS 4  /* replays per device batch with --quick */
 
 static const char tune_usage[] =
     "Usage: fldispatch tune [OP...] [--device D[,D...]] [--dtype T[,T...]] [--shapes SPEC]\n"
@@ -92,8 +103,10 @@ static const char tune_usage[] =
     "on stderr says when the machine is loaded (load average above the online\n"
     "cores) or a spread passed 10%, and names the buckets that stayed undecided.\n"
     "\n"
-    "  --device D,..    cpu (the only device tune measures for now; others are\n"
-    "                   left out with a message, exit 3 when none is left)\n"
+    "  --device D,..    cpu (default), cuda, rocm: a GPU is timed under graph\n"
+    "                   replay (device time of 20 calls captured in a CUDA or HIP\n"
+    "                   graph); a device that cannot be timed is left out with\n"
+    "                   the reason, exit 3 when none is left\n"
     "  --dtype T,..     f32, f16, bf16, comma-separated (default: all three)\n"
     "  --shapes SPEC    the buckets and the row counts timed in each:\n"
     "                   'LO-HI=R,R;LO-=R' (default '1-16=1,4,16;17-512=64,256;513-=2048');\n"
@@ -106,7 +119,7 @@ static const char tune_usage[] =
     "  --max-memory SIZE  the most a sample's tensors may take, in bytes or with\n"
     "                   K, M, G or T (default: half the available memory); checked for\n"
     "                   every bucket before anything is timed\n"
-    "  --quick          short batches (a smoke test, not a tuning)\n"
+    "  --quick          short batches, 4 replays on a GPU (a smoke test, not a tuning)\n"
     "  --quiet          no progress line (it is shown only when stderr is a terminal)\n"
     "  --out FILE       write the manifest to FILE (atomically) instead of standard\n"
     "                   output; the table then goes to standard output, else to stderr\n"
@@ -127,6 +140,8 @@ struct bucket {
 };
 
 struct tune_opts {
+    int devices[CLI_MAX_DEVICES]; /* device types, as given */
+    int n_devices;
     bool op_selected[TOOL_MAX_OPS];
     struct tool_op ops[TOOL_MAX_OPS];
     size_t n_ops;
@@ -137,6 +152,7 @@ struct tune_opts {
     int n_hidden;
     int reps;
     double batch_ns;
+    int replays;       /* per device batch */
     double min_gain;   /* fraction */
     double max_memory; /* bytes */
     const char *out;
@@ -161,9 +177,10 @@ enum decision {
     DECIDED_FALLBACK   /* the default winner cannot serve: the fastest correct one */
 };
 
-/* One (op, dtype, bucket): every implementation's score and the winner. */
+/* One (op, device, dtype, bucket): every implementation's score and the winner. */
 struct result {
     const char *op;
+    int device; /* device type */
     int dtype;
     const struct bucket *bucket;
     struct score scores[TUNE_MAX_IMPLS];
@@ -300,10 +317,10 @@ static int parse_dtypes(struct tune_opts *o, const char *list)
     }
 }
 
-/* "cpu,cuda": CLI_EXIT_OK when the cpu is among them (the others are named and left out). */
-static int parse_devices(const char *list)
+/* "cpu,cuda": the devices in o->devices, each once, in the order given. */
+static int parse_devices(struct tune_opts *o, const char *list)
 {
-    bool cpu = false;
+    o->n_devices = 0;
     char name[64];
     for (const char *p = list;;) {
         size_t len = strcspn(p, ",");
@@ -312,23 +329,16 @@ static int parse_devices(const char *list)
         if (!len || len >= sizeof name || fld_device_from_name(name, &device) != FLD_OK)
             return cli_usage_error("tune", "--device '%s': unknown device '%.*s' (%s)", list,
                                    (int)len, p, cli_device_list(CLI_DEVICES));
-        /* a GPU is tuned under CUDA-graph replay by the Python package */
-        const char *gpu = device == FLD_DEVICE_CUDA   ? "cuda"
-                          : device == FLD_DEVICE_ROCM ? "rocm"
-                                                      : NULL;
-        if (device == FLD_DEVICE_CPU)
-            cpu = true;
-        else
-            fprintf(stderr,
-                    "fldispatch tune: device %s: tune measures the cpu only for now; "
-                    "left out%s%s%s\n",
-                    cli_text(name), gpu ? " (a GPU: python -m fldispatch tune --device " : "",
-                    gpu ? gpu : "", gpu ? ")" : "");
+        bool seen = false;
+        for (int i = 0; i < o->n_devices; i++)
+            seen = seen || o->devices[i] == device;
+        if (!seen && o->n_devices < CLI_MAX_DEVICES)
+            o->devices[o->n_devices++] = device;
         if (!p[len])
             break;
         p += len + 1;
     }
-    return cpu ? CLI_EXIT_OK : CLI_EXIT_NONE;
+    return CLI_EXIT_OK;
 }
 
 /* "512M", "2G", "1048576": bytes. */
@@ -406,9 +416,12 @@ static int parse_options(struct tune_opts *o, int argc, char **argv)
         {NULL, false},
     };
     o->n_ops = tool_tensor_ops(o->ops);
+    o->devices[0] = FLD_DEVICE_CPU;
+    o->n_devices = 1;
     o->dtypes = 7;
     o->reps = 5;
     o->batch_ns = 2e6;
+    o->replays = TUNE_STRETCHES;
     o->min_gain = 0.05;
     o->max_memory = -1;
     int rc = parse_shapes(o, "1-16=1,4,16;17-512=64,256;513-=2048");
@@ -437,7 +450,7 @@ static int parse_options(struct tune_opts *o, int argc, char **argv)
             break;
         }
         case OPT_DEVICE:
-            if ((rc = parse_devices(value)) != CLI_EXIT_OK)
+            if ((rc = parse_devices(o, value)) != CLI_EXIT_OK)
                 return rc;
             break;
         case OPT_DTYPE:
@@ -495,6 +508,7 @@ static int parse_options(struct tune_opts *o, int argc, char **argv)
         o->op_selected[i] = true;
     if (quick) {
         o->batch_ns = 2e5;
+        o->replays = TUNE_QUICK_REPLAYS;
         if (!reps_given)
             o->reps = 3;
     }
@@ -783,12 +797,222 @@ no_memory:
     return false;
 }
 
+/* ---- one sample on a device ---------------------------------------------- */
+
+/* The device copies of one implementation's tensors and its graph. */
+struct device_run {
+    struct dev_tensor t[VS_COUNT];
+    DLTensor *views[VS_COUNT];
+    fld_device_graph *graph;
+};
+
+static void device_run_free(struct device_run *d)
+{
+    fld_device_graph_free(d->graph);
+    d->graph = NULL;
+    for (int s = 0; s < VS_COUNT; s++)
+        dev_tensor_free(&d->t[s]);
+}
+
+/* Device copies of every tensor of io (the cos/sin cache too); false with why. */
+static bool device_run_upload(struct device_run *d, DLDevice dev, struct verify_io *io, char *why,
+                              size_t size)
+{
+    memset(d, 0, sizeof *d);
+    for (int s = 0; s < VS_COUNT; s++) {
+        struct tool_tensor *tt = verify_slot(io, (enum verify_slot)s);
+        if (!tt)
+            continue;
+        if (dev_tensor_upload(&d->t[s], dev, tt, 0) != FLD_OK) {
+            snprintf(why, size, "copying '%s' to the device: %s",
+                     verify_slot_name((enum verify_slot)s), fld_last_error());
+            device_run_free(d);
+            return false;
+        }
+        d->views[s] = &d->t[s].t;
+    }
+    return true;
+}
+
+/* Copies the written tensors back into io; false with why. */
+static bool device_run_download(struct device_run *d, struct verify_io *io, char *why,
+                                size_t size)
+{
+    for (int s = 0; s < VS_COUNT; s++)
+        if (d->views[s] && verify_slot_written(io, (enum verify_slot)s) &&
+            dev_tensor_download(&d->t[s], verify_slot(io, (enum verify_slot)s)) != FLD_OK) {
+            snprintf(why, size, "copying '%s' back from the device: %s",
+                     verify_slot_name((enum verify_slot)s), fld_last_error());
+            return false;
+        }
+    return true;
+}
+
+/* What a graph records: TUNE_GRAPH_CALLS calls of op (pinned by the caller). */
+struct recording {
+    const char *op;
+    const struct verify_case *c;
+    DLTensor *const *views;
+};
+
+static int record_calls(void *user)
+{
+    const struct recording *r = user;
+    for (int i = 0; i < TUNE_GRAPH_CALLS; i++) {
+        int rc = verify_call(r->op, r->c, r->views);
+        if (rc != FLD_OK)
+            return rc;
+    }
+    return FLD_OK;
+}
+
+/*
+ * One batch on a device: o->replays replays of the graph of d, each a
+ * stretch: the mean time per call and the fastest's. false with why when
+ * the replay fails.
+ */
+static bool replay_batch(const struct tune_opts *o, const char *impl, struct device_run *d,
+                         double *mean, double *fastest, char *why, size_t size)
+{
+    double ns[TUNE_STRETCHES];
+    if (fld_device_graph_replay(d->graph, o->replays, ns) != FLD_OK) {
+        snprintf(why, size, "replaying its graph: %s", fld_last_error());
+        return false;
+    }
+    double sum = 0;
+    *fastest = NAN;
+    for (int k = 0; k < o->replays; k++) {
+        double t = tune_clock_device(ns[k], impl, TUNE_GRAPH_CALLS);
+        sum += t;
+        if (!(t >= *fastest))
+            *fastest = t;
+    }
+    *mean = sum / o->replays;
+    return true;
+}
+
+/*
+ * One sample of one bucket on a device: the reference's result on the host
+ * tensors; each implementation's on its device copies, brought back and
+ * checked; the correct ones captured in graphs and replayed in alternated
+ * rounds, their logs added to logs. false when the host tensors cannot be
+ * allocated (err says so); a device failure fails the implementation.
+ */
+static bool run_sample_device(const struct tune_opts *o, int device, const char *op,
+                              enum tool_family f, int dtype, int64_t rows, int64_t h,
+                              struct result *res, struct round_logs *logs, char *err,
+                              size_t err_size)
+{
+    const DLDevice dev = {(DLDeviceType)device, 0};
+    struct verify_case c = case_of(f, rows, h);
+    struct verify_io input, want, got;
+    uint64_t seed = 0x74756e65ULL ^ (uint64_t)(rows * 131 + h);
+    double bytes = 0;
+    sample_bytes(f, dtype, rows, h, &bytes);
+    struct device_run *runs = calloc((size_t)res->n_scores, sizeof *runs);
+    if (!runs)
+        goto no_memory;
+    if (!verify_io_make(&input, &c, dtype, seed))
+        goto free_runs;
+    if (!verify_io_clone(&want, &input))
+        goto free_input;
+    if (!verify_io_clone(&got, &input))
+        goto free_want;
+    int rc = pin(op, TUNE_REFERENCE);
+    if (rc == FLD_OK) {
+        rc = verify_io_call(op, &want);
+        unpin();
+    }
+    double atol, rtol;
+    verify_tolerance(f, dtype, &atol, &rtol);
+    int timed[TUNE_MAX_IMPLS], n_timed = 0;
+    for (int i = 0; i < res->n_scores; i++) {
+        struct score *s = &res->scores[i];
+        struct device_run *d = &runs[i];
+        if (!s->correct)
+            continue;
+        if (rc != FLD_OK) {
+            snprintf(s->why, sizeof s->why, "no reference result: %s", fld_last_error());
+            s->correct = false;
+            continue;
+        }
+        if (!device_run_upload(d, dev, &input, s->why, sizeof s->why)) {
+            s->correct = false;
+            continue;
+        }
+        int st = pin(op, s->impl);
+        if (st == FLD_OK) {
+            st = verify_call(op, &c, d->views);
+            if (st == FLD_OK && fld_device_synchronize(dev) != FLD_OK) {
+                snprintf(s->why, sizeof s->why, "synchronizing after its call: %s",
+                         fld_last_error());
+                s->correct = false;
+            } else if (st == FLD_OK) {
+                io_copy(&got, &input);
+                struct recording r = {op, &c, d->views};
+                if (!device_run_download(d, &got, s->why, sizeof s->why) ||
+                    !matches(&got, &want, atol, rtol, s->why, sizeof s->why))
+                    s->correct = false;
+                else if (fld_device_graph_capture(dev, record_calls, &r, &d->graph) != FLD_OK) {
+                    snprintf(s->why, sizeof s->why, "capturing %d calls in a graph: %s",
+                             TUNE_GRAPH_CALLS, fld_last_error());
+                    s->correct = false;
+                } else
+                    timed[n_timed++] = i;
+            }
+            unpin();
+        }
+        if (st != FLD_OK) {
+            snprintf(s->why, sizeof s->why, "%s at %" PRId64 " rows: %s", fld_strerror(st), rows,
+                     fld_last_error());
+            s->correct = false;
+        }
+        if (!s->correct)
+            device_run_free(d);
+    }
+    /* Rounds: A B C, B C A, C A B, ... */
+    for (int r = 0; r < o->reps; r++)
+        for (int j = 0; j < n_timed; j++) {
+            int i = timed[(j + r) % n_timed];
+            struct score *s = &res->scores[i];
+            double mean = NAN, fastest = NAN;
+            if (!s->correct)
+                continue;
+            if (!replay_batch(o, s->impl, &runs[i], &mean, &fastest, s->why, sizeof s->why)) {
+                s->correct = false;
+                continue;
+            }
+            logs->mean[i][r] += log(mean);
+            logs->min[i][r] += log(fastest);
+        }
+    for (int i = 0; i < res->n_scores; i++)
+        device_run_free(&runs[i]);
+    free(runs);
+    verify_io_free(&got);
+    verify_io_free(&want);
+    verify_io_free(&input);
+    return true;
+
+free_want:
+    verify_io_free(&want);
+free_input:
+    verify_io_free(&input);
+free_runs:
+    free(runs);
+no_memory:
+    snprintf(err, err_size,
+             "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64 " (%.0f MiB)",
+             rows, h, bytes / 1048576);
+    return false;
+}
+
 /* ---- the plan ------------------------------------------------------------- */
 
 static const char *rows_label(const struct bucket *b, char *buf, size_t size);
 
 struct impl_walk {
     const char *op;
+    int device;
     int dtype;
     struct result *res;
 };
@@ -796,7 +1020,7 @@ struct impl_walk {
 static int collect_impl(const fld_impl_info *info, void *user)
 {
     struct impl_walk *w = user;
-    if (strcmp(info->op, w->op) != 0 || !(info->devices & FLD_DEVICE_MASK_CPU) ||
+    if (strcmp(info->op, w->op) != 0 || !(info->devices & cli_device_mask(w->device)) ||
         !(info->dtypes & (1u << w->dtype)) || !info->available ||
         w->res->n_scores == TUNE_MAX_IMPLS)
         return 0;
@@ -808,12 +1032,12 @@ static int collect_impl(const fld_impl_info *info, void *user)
 }
 
 /* Whether the policy lets impl serve op here (pinning it resolves to it). */
-static bool pinnable(const char *op, int dtype, const char *impl)
+static bool pinnable(const char *op, int device, int dtype, const char *impl)
 {
     if (pin(op, impl) != FLD_OK)
         return false;
     const char *selected = NULL;
-    bool ok = fld_resolve(op, FLD_DEVICE_CPU, tool_dlpack_dtype(dtype), &selected) == FLD_OK &&
+    bool ok = fld_resolve(op, device, tool_dlpack_dtype(dtype), &selected) == FLD_OK &&
               selected && strcmp(selected, impl) == 0;
     unpin();
     return ok;
@@ -957,23 +1181,24 @@ static void decide(const struct tune_opts *o, struct result *res)
     }
 }
 
-/* Times one (op, dtype, bucket); false when a sample's tensors could not be allocated. */
-static int tune_bucket(const struct tune_opts *o, const struct tool_op *op, int dtype,
+/* Times one (op, device, dtype, bucket); false when a sample's tensors could not be allocated. */
+static int tune_bucket(const struct tune_opts *o, const struct tool_op *op, int device, int dtype,
                        const struct bucket *b, struct tune_run *run)
 {
     struct result *res = add_result(run);
     if (!res)
         return FLD_ENOMEM;
     res->op = op->name;
+    res->device = device;
     res->dtype = dtype;
     res->bucket = b;
     const char *def = NULL;
-    if (fld_resolve(op->name, FLD_DEVICE_CPU, tool_dlpack_dtype(dtype), &def) == FLD_OK && def)
+    if (fld_resolve(op->name, device, tool_dlpack_dtype(dtype), &def) == FLD_OK && def)
         snprintf(res->default_impl, sizeof res->default_impl, "%s", def);
-    struct impl_walk w = {op->name, dtype, res};
+    struct impl_walk w = {op->name, device, dtype, res};
     fld_foreach_impl(collect_impl, &w);
     for (int i = 0; i < res->n_scores; i++)
-        if (!pinnable(op->name, dtype, res->scores[i].impl)) {
+        if (!pinnable(op->name, device, dtype, res->scores[i].impl)) {
             res->scores[i].correct = false;
             snprintf(res->scores[i].why, sizeof res->scores[i].why, "dropped by the policy");
         }
@@ -984,10 +1209,15 @@ static int tune_bucket(const struct tune_opts *o, const struct tool_op *op, int 
     char err[sizeof run->alloc_error - 64];
     for (int s = 0; s < b->n_samples; s++)
         for (int k = 0; k < o->n_hidden; k++)
-            if (!run_sample(o, op->name, f, dtype, b->samples[s], o->hidden[k], res, logs, err,
-                            sizeof err)) {
+            if (!(device == FLD_DEVICE_CPU
+                      ? run_sample(o, op->name, f, dtype, b->samples[s], o->hidden[k], res, logs,
+                                   err, sizeof err)
+                      : run_sample_device(o, device, op->name, f, dtype, b->samples[s],
+                                          o->hidden[k], res, logs, err, sizeof err))) {
                 char rows[48];
-                snprintf(run->alloc_error, sizeof run->alloc_error, "%s %s rows %s: %s", op->name,
+                snprintf(run->alloc_error, sizeof run->alloc_error, "%s%s%s %s rows %s: %s",
+                         op->name, device == FLD_DEVICE_CPU ? "" : " on ",
+                         device == FLD_DEVICE_CPU ? "" : fld_device_name(device),
                          tool_dtype_name(dtype), rows_label(b, rows, sizeof rows), err);
                 for (int i = 0; i < res->n_scores; i++)
                     if (res->scores[i].correct) {
@@ -1051,9 +1281,9 @@ static int write_entries(FILE *f, const struct result *r, size_t n)
     for (size_t i = 0; i < n; i++)
         same = same && winner_of(&r[i]) && winner_of(&r[0]) &&
                strcmp(winner_of(&r[i]), winner_of(&r[0])) == 0;
-    const char *dt = tool_dtype_name(r[0].dtype);
+    const char *dt = tool_dtype_name(r[0].dtype), *dev = fld_device_name(r[0].device);
     if (same && n) {
-        fprintf(f, "  - {op: %s, device: cpu, dtype: %s, impl: %s}\n", r[0].op, dt,
+        fprintf(f, "  - {op: %s, device: %s, dtype: %s, impl: %s}\n", r[0].op, dev, dt,
                 winner_of(&r[0]));
         return 1;
     }
@@ -1069,8 +1299,8 @@ static int write_entries(FILE *f, const struct result *r, size_t n)
         struct bucket merged = *r[i].bucket;
         merged.hi = r[j].bucket->hi;
         char rows[48];
-        fprintf(f, "  - {op: %s, device: cpu, dtype: %s, rows: %s, impl: %s}\n", r[i].op, dt,
-                rows_label(&merged, rows, sizeof rows), win);
+        fprintf(f, "  - {op: %s, device: %s, dtype: %s, rows: %s, impl: %s}\n", r[i].op, dev,
+                dt, rows_label(&merged, rows, sizeof rows), win);
         lines++;
         i = j;
     }
@@ -1082,6 +1312,13 @@ static int write_manifest(FILE *f, const struct tune_run *run, const struct tune
     char model[128];
     bench_cpu_model(model, sizeof model);
     fprintf(f, "# fldispatch manifest, written by 'fldispatch tune' on %s\n", model);
+    for (int d = 0; d < o->n_devices; d++)
+        if (o->devices[d] != FLD_DEVICE_CPU) {
+            const char *plugin = NULL;
+            fld_device_provider(o->devices[d], &plugin);
+            fprintf(f, "# %s: device time of %d calls replayed from a graph, through plugin '%s'\n",
+                    fld_device_name(o->devices[d]), TUNE_GRAPH_CALLS, plugin ? plugin : "?");
+        }
     fprintf(f, "# per row bucket the default winner, or a correct challenger faster by more than "
                "the spread; hidden sizes");
     for (int k = 0; k < o->n_hidden; k++)
@@ -1091,6 +1328,7 @@ static int write_manifest(FILE *f, const struct tune_run *run, const struct tune
     for (size_t i = 0; i < run->n;) {
         size_t j = i;
         while (j < run->n && run->results[j].op == run->results[i].op &&
+               run->results[j].device == run->results[i].device &&
                run->results[j].dtype == run->results[i].dtype)
             j++;
         lines += write_entries(f, &run->results[i], j - i);
@@ -1132,8 +1370,8 @@ static const char *decision_name(enum decision d)
 
 static void report_text(FILE *f, const struct tune_run *run)
 {
-    fprintf(f, "%-18s %-5s %-10s %-22s %12s %12s %7s  %s\n", "OP", "DTYPE", "ROWS", "IMPL",
-            "MIN NS", "MEDIAN NS", "SPREAD", "NOTE");
+    fprintf(f, "%-18s %-6s %-5s %-10s %-22s %12s %12s %7s  %s\n", "OP", "DEVICE", "DTYPE", "ROWS",
+            "IMPL", "MIN NS", "MEDIAN NS", "SPREAD", "NOTE");
     for (size_t i = 0; i < run->n; i++) {
         const struct result *r = &run->results[i];
         char rows[48], note[320];
@@ -1151,13 +1389,13 @@ static void report_text(FILE *f, const struct tune_run *run)
                 char min[32] = "interrupted";
                 if (isfinite(s->min_ns))
                     snprintf(min, sizeof min, "%.1f", s->min_ns);
-                fprintf(f, "%-18s %-5s %-10s %-22s %12s %12.1f %6.1f%%  %s\n", r->op,
-                        tool_dtype_name(r->dtype), rows, cli_text(s->impl), min, s->median_ns,
-                        pct(s->spread), cli_text(note));
+                fprintf(f, "%-18s %-6s %-5s %-10s %-22s %12s %12.1f %6.1f%%  %s\n", r->op,
+                        fld_device_name(r->device), tool_dtype_name(r->dtype), rows,
+                        cli_text(s->impl), min, s->median_ns, pct(s->spread), cli_text(note));
             } else
-                fprintf(f, "%-18s %-5s %-10s %-22s %12s %12s %7s  %s\n", r->op,
-                        tool_dtype_name(r->dtype), rows, cli_text(s->impl), "-", "-", "-",
-                        cli_text(note));
+                fprintf(f, "%-18s %-6s %-5s %-10s %-22s %12s %12s %7s  %s\n", r->op,
+                        fld_device_name(r->device), tool_dtype_name(r->dtype), rows,
+                        cli_text(s->impl), "-", "-", "-", cli_text(note));
         }
     }
     fprintf(
@@ -1166,7 +1404,9 @@ static void report_text(FILE *f, const struct tune_run *run)
         "touched ('interrupted': fewer than 2 such rounds, not compared); MEDIAN NS: median over "
         "rounds of the batch's mean; SPREAD: its interquartile range over the median. Each "
         "a geometric mean over the bucket's row counts and hidden sizes, each "
-        "implementation pinned alone, alternated within each round.\n");
+        "implementation pinned alone, alternated within each round. On a GPU a stretch is "
+        "one replay of %d calls captured in a graph, timed by the device.\n",
+        TUNE_GRAPH_CALLS);
 }
 
 /* The load average over the last minute, -1 when unknown. */
@@ -1198,7 +1438,14 @@ static void report_json(const struct tune_run *run, const struct tune_opts *o,
     struct json_writer w;
     json_begin_document(&w, stdout);
     json_key(&w, "device");
-    json_string(&w, "cpu");
+    json_string(&w, fld_device_name(o->devices[0]));
+    json_key(&w, "devices");
+    json_begin_array(&w);
+    for (int d = 0; d < o->n_devices; d++)
+        json_string(&w, fld_device_name(o->devices[d]));
+    json_end_array(&w);
+    json_key(&w, "graph_calls");
+    json_int(&w, TUNE_GRAPH_CALLS);
     json_key(&w, "hidden");
     json_begin_array(&w);
     for (int k = 0; k < o->n_hidden; k++)
@@ -1225,6 +1472,8 @@ static void report_json(const struct tune_run *run, const struct tune_opts *o,
         json_begin_object(&w);
         json_key(&w, "op");
         json_string(&w, r->op);
+        json_key(&w, "device");
+        json_string(&w, fld_device_name(r->device));
         json_key(&w, "dtype");
         json_string(&w, tool_dtype_name(r->dtype));
         json_key(&w, "rows");
@@ -1386,10 +1635,49 @@ static void progress(bool on, int done, int total, const struct result *next, do
     double elapsed = (tune_clock_now() - t0) / 1e9;
     if (done)
         duration_text(elapsed / done * (total - done), eta, sizeof eta);
-    fprintf(stderr, "\r\033[Kfldispatch tune: bucket %d of %d (%s %s rows %s), ETA %s", done + 1,
-            total, cli_text(next->op), tool_dtype_name(next->dtype),
+    fprintf(stderr, "\r\033[Kfldispatch tune: bucket %d of %d (%s %s %s rows %s), ETA %s",
+            done + 1, total, cli_text(next->op), fld_device_name(next->device),
+            tool_dtype_name(next->dtype),
             rows_label(next->bucket, rows, sizeof rows), eta);
     fflush(stderr);
+}
+
+static int record_nothing(void *user)
+{
+    (void)user;
+    return FLD_OK;
+}
+
+/*
+ * Leaves out, with the reason on stderr, every device other than the CPU
+ * that cannot be timed: an empty graph must capture and replay there.
+ * CLI_EXIT_NONE when no device is left.
+ */
+static int timed_devices(struct tune_opts *o)
+{
+    int kept = 0;
+    for (int d = 0; d < o->n_devices; d++) {
+        const int device = o->devices[d];
+        bool ok = device == FLD_DEVICE_CPU;
+        if (!ok) {
+            const DLDevice dev = {(DLDeviceType)device, 0};
+            fld_device_graph *g = NULL;
+            double ns;
+            ok = fld_device_graph_capture(dev, record_nothing, NULL, &g) == FLD_OK &&
+                 fld_device_graph_replay(g, 1, &ns) == FLD_OK;
+            if (!ok)
+                fprintf(stderr, "fldispatch tune: device %s: left out: %s\n",
+                        fld_device_name(device), cli_text(fld_last_error()));
+            fld_device_graph_free(g);
+        }
+        if (ok)
+            o->devices[kept++] = device;
+    }
+    o->n_devices = kept;
+    if (kept)
+        return CLI_EXIT_OK;
+    fprintf(stderr, "fldispatch tune: nothing to tune: no device given can be timed\n");
+    return CLI_EXIT_NONE;
 }
 
 int cmd_tune(int argc, char **argv)
@@ -1412,31 +1700,37 @@ int cmd_tune(int argc, char **argv)
         return rc;
     struct machine m = {load_average(), -1, sysconf(_SC_NPROCESSORS_ONLN)};
     const bool show = !o.quiet && isatty(STDERR_FILENO);
+    if ((rc = timed_devices(&o)) != CLI_EXIT_OK)
+        return rc;
     int total = 0, done = 0;
     for (size_t i = 0; i < o.n_ops; i++)
         for (int dt = 0; dt < 3; dt++)
-            total += o.op_selected[i] && (o.dtypes & (1u << dt)) ? o.n_buckets : 0;
+            total += o.op_selected[i] && (o.dtypes & (1u << dt)) ? o.n_buckets * o.n_devices : 0;
     struct tune_run run = {0};
     const double t0 = tune_clock_now();
     bool stop = false;
-    for (size_t i = 0; i < o.n_ops && !stop; i++) {
-        if (!o.op_selected[i])
-            continue;
-        for (int dt = 0; dt < 3 && !stop; dt++) {
-            if (!(o.dtypes & (1u << dt)))
+    for (int d = 0; d < o.n_devices && !stop; d++)
+        for (size_t i = 0; i < o.n_ops && !stop; i++) {
+            if (!o.op_selected[i])
                 continue;
-            for (int b = 0; b < o.n_buckets && !stop; b++) {
-                const struct result next = {
-                    .op = o.ops[i].name, .dtype = dt, .bucket = &o.buckets[b]};
-                progress(show, done++, total, &next, t0);
-                if (tune_bucket(&o, &o.ops[i], dt, &o.buckets[b], &run) != FLD_OK) {
-                    if (!run.alloc_error[0])
-                        snprintf(run.alloc_error, sizeof run.alloc_error, "out of memory");
-                    stop = true;
+            for (int dt = 0; dt < 3 && !stop; dt++) {
+                if (!(o.dtypes & (1u << dt)))
+                    continue;
+                for (int b = 0; b < o.n_buckets && !stop; b++) {
+                    const struct result next = {.op = o.ops[i].name,
+                                                .device = o.devices[d],
+                                                .dtype = dt,
+                                                .bucket = &o.buckets[b]};
+                    progress(show, done++, total, &next, t0);
+                    if (tune_bucket(&o, &o.ops[i], o.devices[d], dt, &o.buckets[b], &run) !=
+                        FLD_OK) {
+                        if (!run.alloc_error[0])
+                            snprintf(run.alloc_error, sizeof run.alloc_error, "out of memory");
+                        stop = true;
+                    }
                 }
             }
         }
-    }
     progress(show, done, total, NULL, t0);
     verify_caches_free();
     m.load_after = load_average();

@@ -98,14 +98,9 @@ void tune_clock_start(struct tune_mark *m)
     m->ns = bench_now_ns();
 }
 
-double tune_clock_stop(const struct tune_mark *m, const char *impl, long calls, bool *clean)
+/* The simulated time per call of impl: its cost times a noise factor; *clean as the header says. */
+static double simulated(const char *impl, bool *clean)
 {
-    double real_ns = bench_now_ns() - m->ns;
-    if (!sim.on) {
-        long now = involuntary_switches();
-        *clean = now >= 0 && now == m->switches;
-        return real_ns / (double)calls;
-    }
     double ns = 1000;
     bool threaded = false;
     for (int i = 0; i < sim.n; i++)
@@ -122,4 +117,21 @@ double tune_clock_stop(const struct tune_mark *m, const char *impl, long calls, 
         *clean = w >= 0.5;
     }
     return ns * factor;
+}
+
+double tune_clock_stop(const struct tune_mark *m, const char *impl, long calls, bool *clean)
+{
+    double real_ns = bench_now_ns() - m->ns;
+    if (!sim.on) {
+        long now = involuntary_switches();
+        *clean = now >= 0 && now == m->switches;
+        return real_ns / (double)calls;
+    }
+    return simulated(impl, clean);
+}
+
+double tune_clock_device(double device_ns, const char *impl, long calls)
+{
+    bool clean;
+    return sim.on ? simulated(impl, &clean) : device_ns / (double)calls;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The clock of fldispatch tune: the monotonic clock, or, for the tests
- * only, a simulated one.
+ * The clock of fldispatch tune: the monotonic clock (a device's own for a
+ * device's stretches), or, for the tests only, a simulated one.
  *
  * Test hook. FLD_TUNE_TEST_CLOCK="SEED:NOISE:IMPL=NS[*],IMPL=NS[*],..."
  * replaces the measured time of every timed stretch of calls by a simulated
@@ -44,5 +44,11 @@ void tune_clock_start(struct tune_mark *m);
  * a real machine slows some stretches without preempting anything).
  */
 double tune_clock_stop(const struct tune_mark *m, const char *impl, long calls, bool *clean);
+/*
+ * The time per call of a replay of `calls` calls of impl that a device
+ * timed at device_ns (a device stretch is never preempted): device_ns /
+ * calls, or the simulated clock's figure.
+ */
+double tune_clock_device(double device_ns, const char *impl, long calls);
 
 #endif

@@ -32,6 +32,7 @@
 #   base     gpu_peers.py on the base build's library alone, in its own
 #            process (two copies of the library in one process bind each
 #            other's symbols): its rows are fld_base, for before/after
+#            (BASE_ARGS: more options, e.g. --ops rms_norm --dtypes bf16)
 #   ncu      Nsight Compute on one call of each decode and 4096-row case,
 #            this tree's kernels, then the base's (each its own process;
 #            NCU_BUILDS="lib" profiles this tree's alone)
@@ -40,6 +41,10 @@
 #            options, e.g. --configs 5,6,8,9)
 #   tune     python -m fldispatch tune --device cuda --quick (device time
 #            under CUDA-graph replay; the manifest into the results)
+#   ctune    the tool's own fldispatch tune --device cuda --quick --json:
+#            the same timing through fld-cuda.so's graph hooks, no PyTorch
+#            (figures and manifest into the results; CTUNE_ARGS: ops and
+#            options, e.g. "rms_norm --dtype bf16")
 #   irtests  python/tests/test_vllm_ir.py (vLLM's IR contract, also on CUDA
 #            tensors) and test_tune_gpu.py, from this checkout, against the
 #            installed package and vLLM
@@ -90,7 +95,7 @@ for s in ${*:-sweep verify check peers}; do
   base) step base base.txt env LD_LIBRARY_PATH="$kit/syslib:$kit/base/lib" \
           VLLM_FL_PLUGIN_DIR="$kit/base/lib/fldispatch/plugins" \
           FLD_LIB="$kit/base/lib/libfldispatch.so" python3 "$kit/gpu_peers.py" --label fld_base \
-          --impls floor,fldispatch --budget-s "${BASE_BUDGET_S:-60}" --out "$out" ;;
+          --impls floor,fldispatch --budget-s "${BASE_BUDGET_S:-60}" --out "$out" ${BASE_ARGS:-} ;;
   ncu) for build in ${NCU_BUILDS:-lib base/lib}; do
          step "ncu $build" "ncu-${build%%/*}.txt" env LD_LIBRARY_PATH="$kit/syslib:$kit/$build" \
            VLLM_FL_PLUGIN_DIR="$kit/$build/fldispatch/plugins" \
@@ -102,6 +107,8 @@ for s in ${*:-sweep verify check peers}; do
             --budget-s "${ENGINE_BUDGET_S:-300}" --out "$out/engine" ${ENGINE_ARGS:-} ;;
   tune) step tune tune.txt env PYTHONPATH="$(pypath)" python3 -m fldispatch tune --device cuda \
           --quick --out "$out/manifest-cuda.yaml" ;;
+  ctune) step ctune ctune.txt "$kit/bin/fldispatch" tune --device cuda --quick --quiet --json ${CTUNE_ARGS:-} \
+          --out "$out/manifest-cuda-tool.yaml" ;;
   irtests) step irtests irtests.txt env PYTHONPATH="$(pypath)" python3 -m pytest -q -p no:cacheprovider \
              -rs "$PWD/python/tests/test_vllm_ir.py" "$PWD/python/tests/test_tune_gpu.py" ;;
   *) echo "== unknown step $s" | tee -a "$log" ;;

@@ -2,8 +2,9 @@
 /*
  * Device memory for tools (fld_device_*): the host serves the CPU itself and
  * forwards every other device type to the device hooks of the first loaded
- * plugin, in load order, whose hooks for it are available. A hook runs
- * marked (reentry.h): a call from it back into the library is refused.
+ * plugin, in load order, whose hooks for it are available (found here for
+ * device graphs too: device_hooks.h). A hook runs marked (reentry.h): a
+ * call from it back into the library is refused.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -12,18 +13,13 @@
 
 #include <fldispatch/plugin.h>
 
+#include "device_hooks.h"
 #include "devices.h"
 #include "error.h"
 #include "inflight.h"
 #include "host.h"
 #include "ops.h"
 #include "registry.h"
-
-/* What serves one call: the hook record (NULL for the CPU) and its plugin. */
-struct provider {
-    const fld_device_hooks *hooks;
-    const char *plugin;
-};
 
 static const char *copy_kind_name(fld_copy_kind kind)
 {
@@ -38,11 +34,8 @@ static const char *copy_kind_name(fld_copy_kind kind)
     return "?";
 }
 
-/*
- * Finds the provider of device_type. On failure the message names every
- * plugin that registered hooks for it and why each cannot serve.
- */
-static int find_provider(const char *fn, int device_type, struct provider *out)
+int fld__device_provider_find(const char *fn, const char *service, int device_type,
+                              struct fld__hook_provider *out)
 {
     int rc = fld__ensure_init_from(fn);
     if (rc)
@@ -52,7 +45,7 @@ static int find_provider(const char *fn, int device_type, struct provider *out)
         return fld__fail(FLD_EINVAL, "%s: unknown device type %d (valid: %s)", fn, device_type,
                          fld__device_text(FLD_DEVICE_TEXT_CODES));
     if (dev == FLD_DEV_CPU) {
-        *out = (struct provider){NULL, "(built-in)"};
+        *out = (struct fld__hook_provider){NULL, "(built-in)"};
         return FLD_OK;
     }
     char why[768] = "";
@@ -65,7 +58,7 @@ static int find_provider(const char *fn, int device_type, struct provider *out)
             continue;
         const char *reason;
         if (fld__hooks_available(h, p->name, &reason)) {
-            *out = (struct provider){&h->hooks, p->name};
+            *out = (struct fld__hook_provider){&h->hooks, p->name};
             fld__unlock();
             return FLD_OK;
         }
@@ -78,14 +71,13 @@ static int find_provider(const char *fn, int device_type, struct provider *out)
     const char *name = fld_device_name(device_type);
     if (!seen)
         return fld__fail(FLD_ENOTFOUND,
-                         "%s: no loaded plugin provides device memory for %s (run 'fldispatch "
-                         "list' to see which plugins loaded)",
-                         fn, name);
+                         "%s: no loaded plugin provides %s for %s (run 'fldispatch list' to see "
+                         "which plugins loaded)",
+                         fn, service, name);
     return fld__fail(FLD_EUNAVAILABLE, "%s: %s is unavailable: %s", fn, name, why);
 }
 
-/* Runs a hook's result through: a failing hook without a message gets one. */
-static int hook_result(int rc, const char *fn, const struct provider *p)
+int fld__device_hook_result(int rc, const char *fn, const struct fld__hook_provider *p)
 {
     if (rc == FLD_OK)
         return FLD_OK;
@@ -98,7 +90,7 @@ static int hook_result(int rc, const char *fn, const struct provider *p)
     return rc < 0 ? rc : FLD_EIMPL;
 }
 
-static int missing_hook(const char *fn, const struct provider *p, const char *hook)
+int fld__device_hook_missing(const char *fn, const struct fld__hook_provider *p, const char *hook)
 {
     return fld__fail(FLD_EUNSUPPORTED, "%s: plugin '%s' has no '%s' device hook", fn, p->plugin,
                      hook);
@@ -120,9 +112,9 @@ int fld_device_alloc(DLDevice device, size_t bytes, void **ptr)
     *ptr = NULL;
     if (bytes == 0)
         return fld__fail(FLD_EINVAL, "%s: bytes is 0", fn);
-    struct provider p;
+    struct fld__hook_provider p;
     int rc = check_device_id(fn, device);
-    if (rc || (rc = find_provider(fn, device.device_type, &p)))
+    if (rc || (rc = fld__device_provider_find(fn, "device memory", device.device_type, &p)))
         return rc;
     if (!p.hooks) {
         /* 64-byte alignment: the widest vector loads of any CPU kernel. */
@@ -134,7 +126,7 @@ int fld_device_alloc(DLDevice device, size_t bytes, void **ptr)
         return FLD_OK;
     }
     if (!p.hooks->alloc)
-        return missing_hook(fn, &p, "alloc");
+        return fld__device_hook_missing(fn, &p, "alloc");
     fld_set_error("%s", "");
     struct fld_callout hook;
     fld__callout_enter(&hook, FLD_CALLOUT_PLUGIN_HOOK, p.plugin, "alloc");
@@ -145,16 +137,16 @@ int fld_device_alloc(DLDevice device, size_t bytes, void **ptr)
                          p.plugin);
     if (rc != FLD_OK)
         *ptr = NULL;
-    return hook_result(rc, fn, &p);
+    return fld__device_hook_result(rc, fn, &p);
 }
 
 int fld_device_free(DLDevice device, void *ptr)
 {
     FLD_CALL_SCOPE();
     static const char fn[] = "fld_device_free";
-    struct provider p;
+    struct fld__hook_provider p;
     int rc = check_device_id(fn, device);
-    if (rc || (rc = find_provider(fn, device.device_type, &p)))
+    if (rc || (rc = fld__device_provider_find(fn, "device memory", device.device_type, &p)))
         return rc;
     if (!ptr)
         return FLD_OK;
@@ -163,13 +155,13 @@ int fld_device_free(DLDevice device, void *ptr)
         return FLD_OK;
     }
     if (!p.hooks->free)
-        return missing_hook(fn, &p, "free");
+        return fld__device_hook_missing(fn, &p, "free");
     fld_set_error("%s", "");
     struct fld_callout hook;
     fld__callout_enter(&hook, FLD_CALLOUT_PLUGIN_HOOK, p.plugin, "free");
     rc = p.hooks->free(device.device_id, ptr);
     fld__callout_leave(&hook);
-    return hook_result(rc, fn, &p);
+    return fld__device_hook_result(rc, fn, &p);
 }
 
 int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes, fld_copy_kind kind)
@@ -184,9 +176,9 @@ int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes, f
     if (bytes && (!dst || !src))
         return fld__fail(FLD_EINVAL, "%s: argument '%s' is NULL (%s, %zu bytes)", fn,
                          dst ? "src" : "dst", copy_kind_name(kind), bytes);
-    struct provider p;
+    struct fld__hook_provider p;
     int rc = check_device_id(fn, device);
-    if (rc || (rc = find_provider(fn, device.device_type, &p)))
+    if (rc || (rc = fld__device_provider_find(fn, "device memory", device.device_type, &p)))
         return rc;
     if (bytes == 0)
         return FLD_OK;
@@ -195,33 +187,33 @@ int fld_device_copy(DLDevice device, void *dst, const void *src, size_t bytes, f
         return FLD_OK;
     }
     if (!p.hooks->copy)
-        return missing_hook(fn, &p, "copy");
+        return fld__device_hook_missing(fn, &p, "copy");
     fld_set_error("%s", "");
     struct fld_callout hook;
     fld__callout_enter(&hook, FLD_CALLOUT_PLUGIN_HOOK, p.plugin, "copy");
     rc = p.hooks->copy(device.device_id, dst, src, bytes, kind);
     fld__callout_leave(&hook);
-    return hook_result(rc, fn, &p);
+    return fld__device_hook_result(rc, fn, &p);
 }
 
 int fld_device_synchronize(DLDevice device)
 {
     FLD_CALL_SCOPE();
     static const char fn[] = "fld_device_synchronize";
-    struct provider p;
+    struct fld__hook_provider p;
     int rc = check_device_id(fn, device);
-    if (rc || (rc = find_provider(fn, device.device_type, &p)))
+    if (rc || (rc = fld__device_provider_find(fn, "device memory", device.device_type, &p)))
         return rc;
     if (!p.hooks)
         return FLD_OK;
     if (!p.hooks->synchronize)
-        return missing_hook(fn, &p, "synchronize");
+        return fld__device_hook_missing(fn, &p, "synchronize");
     fld_set_error("%s", "");
     struct fld_callout hook;
     fld__callout_enter(&hook, FLD_CALLOUT_PLUGIN_HOOK, p.plugin, "synchronize");
     rc = p.hooks->synchronize(device.device_id);
     fld__callout_leave(&hook);
-    return hook_result(rc, fn, &p);
+    return fld__device_hook_result(rc, fn, &p);
 }
 
 int fld_device_provider(int device_type, const char **plugin)
@@ -230,8 +222,8 @@ int fld_device_provider(int device_type, const char **plugin)
     if (!plugin)
         return fld__fail(FLD_EINVAL, "fld_device_provider: argument 'plugin' is NULL");
     *plugin = NULL;
-    struct provider p;
-    int rc = find_provider("fld_device_provider", device_type, &p);
+    struct fld__hook_provider p;
+    int rc = fld__device_provider_find("fld_device_provider", "device memory", device_type, &p);
     if (rc == FLD_OK)
         *plugin = p.plugin;
     return rc;

@@ -1182,6 +1182,49 @@ FLD_API int fld_device_synchronize(DLDevice device);
  */
 FLD_API int fld_device_provider(int device_type, const char **plugin);
 
+/* ------------------------------------------------------------------------ */
+/* Device graphs                                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Work recorded once and replayed from a graph (a CUDA graph, a HIP graph),
+ * timed by the device: what a call costs an engine that replays its decode
+ * step from a graph, without the host's launch cost. `fldispatch tune
+ * --device cuda` times implementations this way. Served by the graph hooks
+ * of the device type's provider, as device memory is (plugin ABI 1.4; see
+ * fld_device_hooks in <fldispatch/plugin.h>): FLD_EUNSUPPORTED naming the
+ * plugin when it has none, and for the CPU, which has no graphs.
+ *
+ * A graph keeps the pointers it was recorded with: the tensors must outlive
+ * it. It belongs to the plugin that captured it: once another plugin serves
+ * the device type (after fld_reload()), replaying it is FLD_ESTATE and
+ * freeing it forgets it.
+ */
+typedef struct fld_device_graph fld_device_graph;
+
+/*
+ * Calls record(user) once on the calling thread while the device's runtime
+ * captures it: meanwhile the thread's current stream of device.device_type
+ * (fld_get_stream()) is the capture stream, so the calls record issues
+ * (fld_call() and the op functions) are captured, not run. The previous
+ * stream is put back before returning. On success *graph holds the
+ * captured work. When record returns an error, nothing is kept and that
+ * status is returned with record's message; when the runtime refused a step
+ * of it (a synchronize or a host copy while capturing), the plugin's error
+ * names it. *graph is NULL on failure.
+ */
+FLD_API int fld_device_graph_capture(DLDevice device, int (*record)(void *user), void *user,
+                                     fld_device_graph **graph);
+/*
+ * Replays graph `replays` times (1 to FLD_DEVICE_GRAPH_MAX_REPLAYS) back to
+ * back after one warm-up replay, and waits: ns[i] is the device's time of
+ * replay i in nanoseconds.
+ */
+#define FLD_DEVICE_GRAPH_MAX_REPLAYS 1024
+FLD_API int fld_device_graph_replay(fld_device_graph *graph, int replays, double *ns);
+/* Frees a graph from fld_device_graph_capture(); NULL is a no-op. */
+FLD_API int fld_device_graph_free(fld_device_graph *graph);
+
 #ifdef __cplusplus
 }
 #endif

@@ -106,7 +106,7 @@ extern "C" {
  * plugin whose major equals its own and whose minor is not newer.
  */
 #define FLD_PLUGIN_ABI_MAJOR 1
-#define FLD_PLUGIN_ABI_MINOR 3
+#define FLD_PLUGIN_ABI_MINOR 4
 #define FLD_PLUGIN_MAGIC     0x50444c46u /* "FLDP" */
 
 /* ------------------------------------------------------------------------ */
@@ -275,6 +275,27 @@ typedef struct fld_device_hooks {
     int (*copy)(int device_id, void *dst, const void *src, size_t bytes, fld_copy_kind kind);
     /* Waits for the work queued on the current stream. */
     int (*synchronize)(int device_id);
+    /*
+     * Graphs (ABI 1.4; leave all four NULL when the device has none): how
+     * tools time work as the device runs it when an engine replays it from a
+     * graph (CUDA graphs, HIP graphs). fld_device_graph_capture() and friends
+     * call them; a plugin gives all four or none.
+     *
+     * capture_begin: a new stream of device_id on which the runtime records
+     * work instead of running it, in *stream. The host makes it the calling
+     * thread's current stream (fld_get_stream()) while the tool records, then
+     * puts the previous one back and calls capture_end.
+     */
+    int (*capture_begin)(int device_id, void **stream);
+    /* Ends the capture on stream. keep non-zero: readies what was recorded
+     * for replay in *graph; zero: drops it. Either way the stream is the
+     * plugin's again (kept with the graph, or destroyed). */
+    int (*capture_end)(int device_id, void *stream, int keep, void **graph);
+    /* Replays graph `replays` times back to back, then waits: ns[i] is the
+     * device's time for replay i, between events recorded around it. */
+    int (*graph_replay)(int device_id, void *graph, int replays, double *ns);
+    /* Frees a graph from capture_end (and its stream). */
+    int (*graph_free)(int device_id, void *graph);
 } fld_device_hooks;
 
 /*

@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "../shared/gpu/gpu_kernels.cuh"
 
@@ -243,6 +244,114 @@ int cuda_stream_synchronize(void *stream)
     return (int)cudaStreamSynchronize((cudaStream_t)stream);
 }
 
+/* ---- graphs ---- */
+
+/* A captured graph, ready to replay on the stream it was captured on. */
+struct cuda_graph {
+    cudaStream_t stream;
+    cudaGraphExec_t exec;
+};
+
+int cuda_capture_begin(void **stream)
+{
+    if (!stream)
+        return (int)cudaErrorInvalidValue;
+    *stream = nullptr;
+    cudaStream_t s = nullptr;
+    cudaError_t rc = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (rc != cudaSuccess)
+        return (int)rc;
+    rc = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (rc != cudaSuccess) {
+        cudaStreamDestroy(s);
+        return (int)rc;
+    }
+    *stream = (void *)s;
+    return 0;
+}
+
+int cuda_capture_end(void *stream, int keep, void **graph)
+{
+    if (graph)
+        *graph = nullptr;
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaGraph_t g = nullptr;
+    /* Ends the capture whatever follows: a stream still capturing cannot
+       be destroyed cleanly. */
+    cudaError_t rc = cudaStreamEndCapture(s, &g);
+    if (rc == cudaSuccess && keep && !graph)
+        rc = cudaErrorInvalidValue;
+    cudaGraphExec_t exec = nullptr;
+    if (rc == cudaSuccess && keep)
+        rc = cudaGraphInstantiate(&exec, g, 0);
+    if (g)
+        cudaGraphDestroy(g); /* the executable graph does not need it */
+    cuda_graph *out = nullptr;
+    if (rc == cudaSuccess && keep) {
+        out = static_cast<cuda_graph *>(malloc(sizeof *out));
+        if (!out)
+            rc = cudaErrorMemoryAllocation;
+    }
+    if (rc != cudaSuccess || !keep) {
+        if (exec)
+            cudaGraphExecDestroy(exec);
+        cudaStreamDestroy(s);
+        return (int)rc;
+    }
+    out->stream = s;
+    out->exec = exec;
+    *graph = out;
+    return 0;
+}
+
+int cuda_graph_replay(void *graph, int replays, double *ns)
+{
+    if (!graph || replays < 1 || !ns)
+        return (int)cudaErrorInvalidValue;
+    const cuda_graph *g = static_cast<const cuda_graph *>(graph);
+    const int n = replays + 1;
+    cudaEvent_t *ev = static_cast<cudaEvent_t *>(malloc((size_t)n * sizeof *ev));
+    if (!ev)
+        return (int)cudaErrorMemoryAllocation;
+    int made = 0; /* events created, the ones to destroy */
+    cudaError_t rc = cudaSuccess;
+    while (made < n && (rc = cudaEventCreate(&ev[made])) == cudaSuccess)
+        made++;
+    if (rc == cudaSuccess)
+        rc = cudaGraphLaunch(g->exec, g->stream); /* warm-up */
+    if (rc == cudaSuccess)
+        rc = cudaEventRecord(ev[0], g->stream);
+    for (int i = 0; i < replays && rc == cudaSuccess; i++) {
+        rc = cudaGraphLaunch(g->exec, g->stream);
+        if (rc == cudaSuccess)
+            rc = cudaEventRecord(ev[i + 1], g->stream);
+    }
+    if (rc == cudaSuccess)
+        rc = cudaEventSynchronize(ev[replays]);
+    for (int i = 0; i < replays && rc == cudaSuccess; i++) {
+        float ms = 0.0f;
+        rc = cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
+        ns[i] = (double)ms * 1e6;
+    }
+    /* After a failure, work queued before it may still use the events:
+       cudaEventDestroy releases them once it is done. */
+    for (int i = 0; i < made; i++)
+        cudaEventDestroy(ev[i]);
+    free(ev);
+    return (int)rc;
+}
+
+int cuda_graph_free(void *graph)
+{
+    if (!graph)
+        return 0;
+    cuda_graph *g = static_cast<cuda_graph *>(graph);
+    cudaError_t rc = cudaGraphExecDestroy(g->exec);
+    cudaError_t rs = cudaStreamDestroy(g->stream);
+    free(g);
+    return (int)(rc != cudaSuccess ? rc : rs);
+}
+
 int cuda_act(const struct fld__gpu_act_args *a, int variant, void *stream)
 {
     return fld_gpu::run_act(a, variant, stream);
@@ -281,4 +390,8 @@ extern "C" __attribute__((visibility("default"))) const struct fld__gpu_api fld_
     cuda_act,
     cuda_norm,
     cuda_rotary,
+    cuda_capture_begin,
+    cuda_capture_end,
+    cuda_graph_replay,
+    cuda_graph_free,
 };

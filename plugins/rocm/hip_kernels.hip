@@ -11,6 +11,7 @@
  * are the exported symbols (default visibility; the rest is hidden).
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "../shared/gpu/gpu_kernels.cuh"
 
@@ -136,6 +137,112 @@ int hip_stream_synchronize(void *stream)
     return (int)hipStreamSynchronize((hipStream_t)stream);
 }
 
+/* ---- graphs ---- */
+
+/* A captured graph, ready to replay on the stream it was captured on. */
+struct hip_graph {
+    hipStream_t stream;
+    hipGraphExec_t exec;
+};
+
+int hip_capture_begin(void **stream)
+{
+    if (!stream)
+        return (int)hipErrorInvalidValue;
+    *stream = nullptr;
+    hipStream_t s = nullptr;
+    hipError_t rc = hipStreamCreateWithFlags(&s, hipStreamNonBlocking);
+    if (rc != hipSuccess)
+        return (int)rc;
+    rc = hipStreamBeginCapture(s, hipStreamCaptureModeThreadLocal);
+    if (rc != hipSuccess) {
+        (void)hipStreamDestroy(s);
+        return (int)rc;
+    }
+    *stream = (void *)s;
+    return 0;
+}
+
+int hip_capture_end(void *stream, int keep, void **graph)
+{
+    if (graph)
+        *graph = nullptr;
+    hipStream_t s = (hipStream_t)stream;
+    hipGraph_t g = nullptr;
+    /* Ends the capture whatever follows: a stream still capturing cannot
+       be destroyed cleanly. */
+    hipError_t rc = hipStreamEndCapture(s, &g);
+    if (rc == hipSuccess && keep && !graph)
+        rc = hipErrorInvalidValue;
+    hipGraphExec_t exec = nullptr;
+    if (rc == hipSuccess && keep)
+        rc = hipGraphInstantiate(&exec, g, nullptr, nullptr, 0);
+    if (g)
+        (void)hipGraphDestroy(g); /* the executable graph does not need it */
+    hip_graph *out = nullptr;
+    if (rc == hipSuccess && keep) {
+        out = static_cast<hip_graph *>(malloc(sizeof *out));
+        if (!out)
+            rc = hipErrorOutOfMemory;
+    }
+    if (rc != hipSuccess || !keep) {
+        if (exec)
+            (void)hipGraphExecDestroy(exec);
+        (void)hipStreamDestroy(s);
+        return (int)rc;
+    }
+    out->stream = s;
+    out->exec = exec;
+    *graph = out;
+    return 0;
+}
+
+int hip_graph_replay(void *graph, int replays, double *ns)
+{
+    if (!graph || replays < 1 || !ns)
+        return (int)hipErrorInvalidValue;
+    const hip_graph *g = static_cast<const hip_graph *>(graph);
+    const int n = replays + 1;
+    hipEvent_t *ev = static_cast<hipEvent_t *>(malloc((size_t)n * sizeof *ev));
+    if (!ev)
+        return (int)hipErrorOutOfMemory;
+    int made = 0; /* events created, the ones to destroy */
+    hipError_t rc = hipSuccess;
+    while (made < n && (rc = hipEventCreate(&ev[made])) == hipSuccess)
+        made++;
+    if (rc == hipSuccess)
+        rc = hipGraphLaunch(g->exec, g->stream); /* warm-up */
+    if (rc == hipSuccess)
+        rc = hipEventRecord(ev[0], g->stream);
+    for (int i = 0; i < replays && rc == hipSuccess; i++) {
+        rc = hipGraphLaunch(g->exec, g->stream);
+        if (rc == hipSuccess)
+            rc = hipEventRecord(ev[i + 1], g->stream);
+    }
+    if (rc == hipSuccess)
+        rc = hipEventSynchronize(ev[replays]);
+    for (int i = 0; i < replays && rc == hipSuccess; i++) {
+        float ms = 0.0f;
+        rc = hipEventElapsedTime(&ms, ev[i], ev[i + 1]);
+        ns[i] = (double)ms * 1e6;
+    }
+    for (int i = 0; i < made; i++)
+        (void)hipEventDestroy(ev[i]);
+    free(ev);
+    return (int)rc;
+}
+
+int hip_graph_free(void *graph)
+{
+    if (!graph)
+        return 0;
+    hip_graph *g = static_cast<hip_graph *>(graph);
+    hipError_t rc = hipGraphExecDestroy(g->exec);
+    hipError_t rs = hipStreamDestroy(g->stream);
+    free(g);
+    return (int)(rc != hipSuccess ? rc : rs);
+}
+
 int hip_act(const struct fld__gpu_act_args *a, int variant, void *stream)
 {
     return fld_gpu::run_act(a, variant, stream);
@@ -179,5 +286,9 @@ extern "C" __attribute__((visibility("default"))) const struct fld__gpu_api fld_
     hip_act,
     hip_norm,
     hip_rotary,
+    hip_capture_begin,
+    hip_capture_end,
+    hip_graph_replay,
+    hip_graph_free,
 };
 #endif

@@ -18,10 +18,12 @@ implementation that raises KeyboardInterrupt or SystemExit ends it too,
 instead of declining its calls (the tool has no caller to hand them to).
 Arguments reach the tool as the bytes the command line held (os.fsencode).
 
-tune with --device cuda or rocm (or --timer) is the GPU tune of
+tune with --device cuda or rocm alone (or --timer) is the GPU tune of
 fldispatch.tune_gpu instead: device time under CUDA-graph replay, measured
-through PyTorch (the tool has no GPU runtime of its own); without a PyTorch
-that has the device it says why and exits 2.
+through PyTorch, so that Python implementations, which launch on PyTorch's
+stream, are captured too; without a PyTorch that has the device it says why
+and exits 2. A list with the cpu stays the tool's tune, which captures
+through the device plugin's graph hooks.
 """
 
 import os
@@ -77,7 +79,7 @@ def run_in_process(argv):
 
 def gpu_tune(argv):
     """Whether `tune ARGS` is the GPU tune: --device cuda or rocm (a list with the cpu
-    stays the tool's, which leaves the GPU out with a message), or --timer."""
+    stays the tool's, which times a GPU through the device plugin's graph hooks), or --timer."""
     it = iter(argv)
     for a in it:
         name, eq, value = a.partition("=")

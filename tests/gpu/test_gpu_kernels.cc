@@ -27,7 +27,10 @@
  *
  * The emulator itself is tested too: a kernel with a missing barrier gives a
  * wrong answer, a divergent barrier fails the launch, shuffles exchange
- * among the lanes of a warp of 32 or 64.
+ * among the lanes of a warp of 32 or 64; and its graph capture: launches on a
+ * capturing stream run only when the graph is replayed, in order, giving
+ * the bits of the same calls run directly; the calls a capture refuses,
+ * a dropped capture, bad arguments, a replay that stops at a launch error.
  */
 #include <check.h>
 #include <math.h>
@@ -1401,6 +1404,316 @@ START_TEST(conversions_match_half_h)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* Graph capture                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* An activation of x (rows of 2d, or d when not gated) into out. */
+struct fld__gpu_act_args act_args_of(int op, int dti, tt_tensor *out, const tt_tensor *x)
+{
+    fld_rows xr, orow;
+    fld_tensor_rows(&x->t, &xr);
+    fld_tensor_rows(&out->t, &orow);
+    return {op, dti, orow.data, xr.data, xr.rows, orow.width, orow.stride, xr.stride};
+}
+
+/* rms_norm of x into out, scaled by w, all of dtype dti. */
+struct fld__gpu_norm_args norm_args_of(int dti, tt_tensor *out, const tt_tensor *x,
+                                       const tt_tensor *w)
+{
+    fld_rows xr, orow;
+    fld_tensor_rows(&x->t, &xr);
+    fld_tensor_rows(&out->t, &orow);
+    struct fld__gpu_norm_args a = {};
+    a.dtype = a.weight_dtype = a.residual_dtype = dti;
+    a.out = orow.data;
+    a.x = xr.data;
+    a.weight = ptr(w);
+    a.rows = xr.rows;
+    a.width = xr.width;
+    a.out_stride = orow.stride;
+    a.x_stride = xr.stride;
+    a.eps = 1e-6f;
+    return a;
+}
+
+/* Whether two contiguous tensors of one shape and dtype hold the same bytes. */
+bool same_bits(const tt_tensor *a, const tt_tensor *b)
+{
+    const size_t n = (size_t)tt_numel(a) * tt_elem_size(a->t.dtype);
+    return tt_numel(a) == tt_numel(b) && memcmp(ptr(a), ptr(b), n) == 0;
+}
+
+/* dst's elements set to src's (same shape and dtype). */
+void copy_values(tt_tensor *dst, const tt_tensor *src)
+{
+    std::vector<double> v(tt_numel(src));
+    tt_to_double(src, v.data());
+    tt_from_double(dst, v.data());
+}
+
+/*
+ * Two activations into one output, then a norm that reads it, captured on
+ * one stream: nothing runs until graph_replay (the outputs keep their
+ * bits, the emulator counts no launch), while calls on other streams run
+ * at once; the replay runs the warm-up and each replay in the order
+ * recorded (another order leaves the first activation's values, or norms
+ * them) and gives, bit for bit, what the same calls run directly give; a
+ * second replay from the outputs' first bits the same again. _i: dtype (3)
+ * x family (2).
+ */
+START_TEST(capture_replays_in_order)
+{
+    setup();
+    const int dti = _i % 3, variant = _i / 3;
+    const DLDataType dt = dtype_at(dti);
+    const int64_t rows = 5, d = 64;
+    const int64_t xs[2] = {rows, 2 * d}, os[2] = {rows, d}, ws[1] = {d};
+    tt_tensor *x = tt_new(dt, 2, xs), *w = tt_new(dt, 1, ws);
+    tt_fill_normal(x, 31 + (uint64_t)dti, 0.0, 2.0);
+    tt_fill_normal(w, 32, 1.0, 0.1);
+    /* want_*: the calls run directly; got_*: captured, then replayed, from blank_*'s bits */
+    tt_tensor *want_act = tt_new(dt, 2, os), *want_norm = tt_new(dt, 2, os);
+    tt_tensor *got_act = tt_new(dt, 2, os), *got_norm = tt_new(dt, 2, os);
+    tt_fill_normal(got_act, 33, 0.0, 1.0);
+    tt_fill_normal(got_norm, 34, 0.0, 1.0);
+    tt_tensor *blank_act = tt_clone(got_act), *blank_norm = tt_clone(got_norm);
+
+    const struct fld__gpu_act_args wa0 = act_args_of(FLD_GPU_GELU_AND_MUL, dti, want_act, x);
+    const struct fld__gpu_act_args wa = act_args_of(FLD_GPU_SILU_AND_MUL, dti, want_act, x);
+    const struct fld__gpu_norm_args wn = norm_args_of(dti, want_norm, want_act, w);
+    const struct fld__gpu_act_args ga0 = act_args_of(FLD_GPU_GELU_AND_MUL, dti, got_act, x);
+    const struct fld__gpu_act_args ga = act_args_of(FLD_GPU_SILU_AND_MUL, dti, got_act, x);
+    const struct fld__gpu_norm_args gn = norm_args_of(dti, got_norm, got_act, w);
+    if (variant == FLD_GPU_VECTOR)
+        ck_assert(fld__gpu_act_vector_ok(&ga) && fld__gpu_norm_vector_ok(&gn));
+
+    void *s = NULL, *graph = NULL;
+    ck_assert_int_eq(api.capture_begin(&s), 0);
+    ck_assert_ptr_nonnull(s);
+    const uint64_t before = fld_emu::launches();
+    ck_assert_int_eq(api.act(&ga0, variant, s), 0);
+    ck_assert_int_eq(api.act(&ga, variant, s), 0);
+    ck_assert_int_eq(api.norm(&gn, variant, s), 0);
+    ck_assert_uint_eq(fld_emu::launches(), before);
+    ck_assert_int_eq(differing(got_act, blank_act), 0);
+    ck_assert_int_eq(differing(got_norm, blank_norm), 0);
+    /* the default stream, and any value no capture made, run at once */
+    ck_assert_int_eq(api.act(&wa0, variant, api.default_stream), 0);
+    ck_assert_int_eq(api.act(&wa, variant, NULL), 0);
+    ck_assert_int_eq(api.norm(&wn, variant, (void *)0x1234), 0);
+    ck_assert_int_eq(api.stream_synchronize(api.default_stream), 0);
+    const uint64_t direct = fld_emu::launches() - before;
+    ck_assert_uint_ge(direct, 3);
+    ck_assert_int_eq(api.capture_end(s, 1, &graph), 0);
+    ck_assert_ptr_nonnull(graph);
+    ck_assert_int_eq(differing(got_act, blank_act), 0);
+    ck_assert_int_eq(differing(got_norm, blank_norm), 0);
+
+    double ns[3] = {-1.0, -1.0, -1.0};
+    uint64_t at = fld_emu::launches();
+    ck_assert_int_eq(api.graph_replay(graph, 2, ns), 0);
+    ck_assert_uint_eq(fld_emu::launches() - at, 3 * direct); /* warm-up and 2 replays */
+    ck_assert_msg(same_bits(got_act, want_act), "activation: replay differs from the direct call");
+    ck_assert_msg(same_bits(got_norm, want_norm), "norm: replay differs from the direct call");
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(isfinite(ns[i]) && ns[i] >= 0.0, "ns[%d] = %g", i, ns[i]);
+    ck_assert(ns[2] == -1.0); /* only `replays` times are written */
+
+    copy_values(got_act, blank_act);
+    copy_values(got_norm, blank_norm);
+    at = fld_emu::launches();
+    ck_assert_int_eq(api.graph_replay(graph, 1, ns), 0);
+    ck_assert_uint_eq(fld_emu::launches() - at, 2 * direct);
+    ck_assert(same_bits(got_act, want_act) && same_bits(got_norm, want_norm));
+    ck_assert(isfinite(ns[0]) && ns[0] >= 0.0);
+    ck_assert_int_eq(api.graph_free(graph), 0);
+
+    for (tt_tensor *t : {x, w, want_act, want_norm, got_act, got_norm, blank_act, blank_norm})
+        tt_free(t);
+}
+END_TEST
+
+/*
+ * stream_synchronize (_i 0) or a copy (_i 1) on a capturing stream is
+ * refused with cudaErrorStreamCaptureUnsupported's value and invalidates
+ * the capture: a later launch on it, and capture_end, give
+ * cudaErrorStreamCaptureInvalidated's, with no graph, and nothing recorded
+ * ever runs. Other streams synchronise meanwhile.
+ */
+START_TEST(capture_refuses_synchronising_calls)
+{
+    setup();
+    const int64_t xs[2] = {2, 128}, os[2] = {2, 64};
+    tt_tensor *x = tt_new(FLD_DTYPE_F32, 2, xs), *out = tt_new(FLD_DTYPE_F32, 2, os);
+    tt_fill_normal(x, 41, 0.0, 1.0);
+    tt_fill_normal(out, 42, 0.0, 1.0);
+    tt_tensor *blank = tt_clone(out);
+    const struct fld__gpu_act_args a = act_args_of(FLD_GPU_SILU_AND_MUL, 0, out, x);
+
+    void *s = NULL;
+    ck_assert_int_eq(api.capture_begin(&s), 0);
+    const uint64_t before = fld_emu::launches();
+    ck_assert_int_eq(api.act(&a, FLD_GPU_REFERENCE, s), 0);
+    ck_assert_int_eq(api.stream_synchronize(NULL), 0);
+    ck_assert_int_eq(api.stream_synchronize(api.default_stream), 0);
+    int rc;
+    if (_i == 0) {
+        rc = api.stream_synchronize(s);
+    } else {
+        /* device to device, which a capture could record: refused all the same */
+        rc = api.memcpy(ptr(out), ptr(x), 64 * sizeof(float), 2, s);
+    }
+    ck_assert_int_eq(rc, FLD_EMU_ERR_CAPTURE_UNSUPPORTED);
+    ck_assert_int_eq(FLD_EMU_ERR_CAPTURE_UNSUPPORTED, 900);
+    ck_assert_str_eq(api.error_string(rc),
+                     "operation not permitted when stream is capturing (emulator)");
+    ck_assert_int_eq(api.act(&a, FLD_GPU_REFERENCE, s), FLD_EMU_ERR_CAPTURE_INVALIDATED);
+
+    void *graph = &graph; /* any non-NULL value: capture_end clears it */
+    rc = api.capture_end(s, 1, &graph);
+    ck_assert_int_eq(rc, FLD_EMU_ERR_CAPTURE_INVALIDATED);
+    ck_assert_int_eq(FLD_EMU_ERR_CAPTURE_INVALIDATED, 901);
+    ck_assert_str_eq(api.error_string(rc),
+                     "operation failed due to a previous error during capture (emulator)");
+    ck_assert_ptr_null(graph);
+    ck_assert_uint_eq(fld_emu::launches(), before);
+    ck_assert_int_eq(differing(out, blank), 0);
+    ck_assert(tt_padding_intact(out));
+    /* the stream went with the capture: its value is no stream any more */
+    ck_assert_int_eq(api.capture_end(s, 0, &graph), FLD_EMU_ERR_INVALID_VALUE);
+    tt_free(x);
+    tt_free(out);
+    tt_free(blank);
+}
+END_TEST
+
+/* capture_end with keep 0 drops the capture and its stream: no graph, nothing runs. */
+START_TEST(capture_dropped)
+{
+    setup();
+    const int64_t xs[2] = {3, 64}, ws[1] = {64};
+    tt_tensor *x = tt_new(FLD_DTYPE_BF16, 2, xs), *w = tt_new(FLD_DTYPE_BF16, 1, ws);
+    tt_tensor *out = tt_new(FLD_DTYPE_BF16, 2, xs);
+    tt_fill_normal(x, 51, 0.0, 1.0);
+    tt_fill_normal(w, 52, 1.0, 0.1);
+    tt_fill_normal(out, 53, 0.0, 1.0);
+    tt_tensor *blank = tt_clone(out);
+    const struct fld__gpu_act_args a = act_args_of(FLD_GPU_GELU_QUICK, 2, out, x);
+    const struct fld__gpu_norm_args n = norm_args_of(2, out, x, w);
+
+    void *s = NULL, *graph = &graph;
+    ck_assert_int_eq(api.capture_begin(&s), 0);
+    const uint64_t before = fld_emu::launches();
+    ck_assert_int_eq(api.act(&a, FLD_GPU_REFERENCE, s), 0);
+    ck_assert_int_eq(api.norm(&n, FLD_GPU_VECTOR, s), 0);
+    ck_assert_int_eq(api.capture_end(s, 0, &graph), 0);
+    ck_assert_ptr_null(graph);
+    ck_assert_uint_eq(fld_emu::launches(), before);
+    ck_assert_int_eq(differing(out, blank), 0);
+    /* the stream is gone; a call on its value runs at once */
+    ck_assert_int_eq(api.capture_end(s, 1, &graph), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(api.act(&a, FLD_GPU_REFERENCE, s), 0);
+    ck_assert_uint_gt(fld_emu::launches(), before);
+    ck_assert_int_gt(differing(out, blank), 0);
+    for (tt_tensor *t : {x, w, out, blank})
+        tt_free(t);
+}
+END_TEST
+
+/* Arguments no call accepts: no replay count below 1, no NULL, no value
+   that is not a live stream or graph; none of them runs anything. */
+START_TEST(graph_refuses_bad_arguments)
+{
+    setup();
+    const int64_t xs[2] = {2, 32};
+    tt_tensor *x = tt_new(FLD_DTYPE_F16, 2, xs), *out = tt_new(FLD_DTYPE_F16, 2, xs);
+    tt_fill_normal(x, 61, 0.0, 1.0);
+    tt_fill_normal(out, 62, 0.0, 1.0);
+    tt_tensor *blank = tt_clone(out);
+    const struct fld__gpu_act_args a = act_args_of(FLD_GPU_GELU_NEW, 1, out, x);
+    void *const not_ours = (void *)FLD_EMU_PER_THREAD_STREAM;
+
+    void *s = &s, *graph = &graph;
+    ck_assert_int_eq(api.capture_begin(NULL), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(api.capture_end(not_ours, 1, &graph), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_ptr_null(graph);
+    ck_assert_int_eq(api.capture_end(NULL, 1, &graph), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(api.capture_begin(&s), 0);
+    ck_assert_int_eq(api.act(&a, FLD_GPU_REFERENCE, s), 0);
+    ck_assert_int_eq(api.capture_end(s, 1, &graph), 0);
+    /* a graph's stream no longer captures: ending it again is refused */
+    void *again = &again;
+    ck_assert_int_eq(api.capture_end(s, 1, &again), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_ptr_null(again);
+
+    const uint64_t before = fld_emu::launches();
+    double ns[2] = {-1.0, -1.0};
+    ck_assert_int_eq(api.graph_replay(graph, 0, ns), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(api.graph_replay(graph, -1, ns), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(api.graph_replay(graph, 1, NULL), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(api.graph_replay(NULL, 1, ns), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(api.graph_replay(not_ours, 1, ns), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(api.graph_replay(s, 1, ns), FLD_EMU_ERR_INVALID_VALUE); /* a stream */
+    ck_assert_int_eq(api.graph_free(not_ours), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_uint_eq(fld_emu::launches(), before);
+    ck_assert(ns[0] == -1.0 && ns[1] == -1.0);
+    ck_assert_int_eq(differing(out, blank), 0);
+
+    ck_assert_int_eq(api.graph_replay(graph, 1, ns), 0);
+    ck_assert_int_gt(differing(out, blank), 0);
+    ck_assert_int_eq(api.graph_free(graph), 0);
+    ck_assert_int_eq(api.graph_free(NULL), 0);
+    /* freed: its value is no graph any more */
+    ck_assert_int_eq(api.graph_replay(graph, 1, ns), FLD_EMU_ERR_INVALID_VALUE);
+    tt_free(x);
+    tt_free(out);
+    tt_free(blank);
+}
+END_TEST
+
+/*
+ * A capture records the launch shape forced when the call was made: an
+ * activation captured with a shape the kernel refuses fails the replay
+ * after the forcing ended, with that launch's error, and the replay stops
+ * there (the next recorded launch does not run).
+ */
+START_TEST(graph_replay_stops_at_launch_error)
+{
+    setup();
+    const int64_t width = 768;
+    const int64_t xs[2] = {1, 2 * width}, os[2] = {1, width};
+    tt_tensor *x = tt_new(FLD_DTYPE_BF16, 2, xs);
+    tt_tensor *out1 = tt_new(FLD_DTYPE_BF16, 2, os), *out2 = tt_new(FLD_DTYPE_BF16, 2, os);
+    tt_fill_normal(x, 71, 0.0, 1.0);
+    tt_fill_normal(out1, 72, 0.0, 1.0);
+    tt_fill_normal(out2, 73, 0.0, 1.0);
+    tt_tensor *blank1 = tt_clone(out1), *blank2 = tt_clone(out2);
+    const struct fld__gpu_act_args a1 = act_args_of(FLD_GPU_SILU_AND_MUL, 2, out1, x);
+    const struct fld__gpu_act_args a2 = act_args_of(FLD_GPU_SILU_AND_MUL, 2, out2, x);
+    const struct fld__gpu_shape bad = {64, 2, 1, 0, false, 12, false}; /* 12-byte groups */
+
+    fld_emu_force_shape(&bad);
+    ck_assert_int_eq(api.act(&a1, FLD_GPU_VECTOR, NULL), FLD_EMU_ERR_INVALID_VALUE);
+    void *s = NULL, *graph = NULL;
+    ck_assert_int_eq(api.capture_begin(&s), 0);
+    ck_assert_int_eq(api.act(&a1, FLD_GPU_VECTOR, s), 0);
+    fld_emu_force_shape(NULL);
+    ck_assert_int_eq(api.act(&a2, FLD_GPU_VECTOR, s), 0);
+    ck_assert_int_eq(api.capture_end(s, 1, &graph), 0);
+    double ns[1] = {-1.0};
+    ck_assert_int_eq(api.graph_replay(graph, 1, ns), FLD_EMU_ERR_INVALID_VALUE);
+    ck_assert_int_eq(differing(out1, blank1), 0);
+    ck_assert_int_eq(differing(out2, blank2), 0);
+    ck_assert_int_eq(api.graph_free(graph), 0);
+    /* the same calls unforced run */
+    ck_assert_int_eq(api.act(&a1, FLD_GPU_VECTOR, NULL), 0);
+    ck_assert_int_gt(differing(out1, blank1), 0);
+    for (tt_tensor *t : {x, out1, out2, blank1, blank2})
+        tt_free(t);
+}
+END_TEST
+
 Suite *gpu_suite(void)
 {
     Suite *s = suite_create("gpu_kernels");
@@ -1448,6 +1761,14 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, rotary_rounding_order, 0, 8);
     tcase_add_test(tc, rotary_refuses_bad_arguments);
     tcase_add_loop_test(tc, launch_shapes_rotary, 0, 16);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("graphs");
+    tcase_add_loop_test(tc, capture_replays_in_order, 0, 6);
+    tcase_add_loop_test(tc, capture_refuses_synchronising_calls, 0, 2);
+    tcase_add_test(tc, capture_dropped);
+    tcase_add_test(tc, graph_refuses_bad_arguments);
+    tcase_add_test(tc, graph_replay_stops_at_launch_error);
     suite_add_tcase(s, tc);
     return s;
 }

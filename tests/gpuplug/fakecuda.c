@@ -163,6 +163,22 @@ static int fake_rotary(const struct fld__gpu_rotary_args *a, int variant, void *
     return rc ? rc : fld__gpu_api_emu.rotary(a, variant, stream);
 }
 
+static int fake_capture_end(void *stream, int keep, void **graph)
+{
+    int rc = fld__gpu_api_emu.capture_end(stream, keep, graph);
+    if (rc == 0 && keep)
+        rec.captures++;
+    return rc;
+}
+
+static int fake_graph_replay(void *graph, int replays, double *ns)
+{
+    int rc = fld__gpu_api_emu.graph_replay(graph, replays, ns);
+    if (rc == 0)
+        rec.replays += replays;
+    return rc;
+}
+
 static int register_builtins(fld_registry *reg)
 {
     const char *s = getenv("FAKECUDA_DEVICES");
@@ -199,6 +215,15 @@ static int register_builtins(fld_registry *reg)
     api.act = fake_act;
     api.norm = fake_norm;
     api.rotary = fake_rotary;
+    api.capture_end = fake_capture_end;
+    api.graph_replay = fake_graph_replay;
+    s = getenv("FAKECUDA_NO_GRAPHS");
+    if (s && atoi(s) != 0) {
+        api.capture_begin = NULL;
+        api.capture_end = NULL;
+        api.graph_replay = NULL;
+        api.graph_free = NULL;
+    }
 
     const struct fld__gpu_plugin p = {
         .api = &api,

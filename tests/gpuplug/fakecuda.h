@@ -17,6 +17,9 @@
  *   FAKECUDA_ARCHS=a,b,...    compute capability of device 0, 1, ... as
  *                             10 * major + minor (default 90 for each)
  *   FAKECUDA_DRIVER=v         what driver_version() answers (default 13000)
+ *   FAKECUDA_NO_GRAPHS=1      the table has no graph functions (capture_begin,
+ *                             capture_end, graph_replay, graph_free NULL), as
+ *                             a runtime without graphs
  */
 #ifndef FLD_TESTS_GPUPLUG_FAKECUDA_H
 #define FLD_TESTS_GPUPLUG_FAKECUDA_H
@@ -37,6 +40,8 @@ struct fakecuda_record {
     int memcpy_kind;   /* of the last copy; -1 none */
     int synchronizes;  /* stream_synchronize() calls */
     int device_counts; /* device_count() calls (the probe that initialises a driver) */
+    int captures;      /* capture_end calls that kept a graph */
+    int replays;       /* graph replays (warm-up excluded) */
 };
 
 /* What has been recorded in this process so far. */

@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define FLD_GPU_API_VERSION 3
+#define FLD_GPU_API_VERSION 4
 
 /* Gated ops read x as [rows, 2d]; elementwise ones (fld__gpu_act_gated() false) as [rows, d]. */
 enum fld__gpu_act_op {
@@ -142,6 +142,20 @@ struct fld__gpu_api {
     int (*act)(const struct fld__gpu_act_args *a, int variant, void *stream);
     int (*norm)(const struct fld__gpu_norm_args *a, int variant, void *stream);
     int (*rotary)(const struct fld__gpu_rotary_args *a, int variant, void *stream);
+    /* Graphs (NULL where the runtime has none). capture_begin: a new
+       non-blocking stream that records in thread-local capture mode.
+       capture_end: ends the capture on stream; keep non-zero readies the
+       recorded work for replay in *graph (an object that owns the stream
+       and whatever replay needs), zero (or a failure) destroys what was
+       captured and the stream. graph_replay: one warm-up launch, then
+       `replays` launches back to back on the graph's stream with an event
+       recorded before the first and after each, one wait at the end: ns[i]
+       is the time between events i and i+1, in nanoseconds. graph_free:
+       frees the graph and its stream. */
+    int (*capture_begin)(void **stream);
+    int (*capture_end)(void *stream, int keep, void **graph);
+    int (*graph_replay)(void *graph, int replays, double *ns);
+    int (*graph_free)(void *graph);
 };
 
 /*

@@ -27,9 +27,10 @@
  * value -- a race shows up as a wrong answer, deterministically.
  *
  * Not emulated: memory spaces (device pointers are host pointers), streams
- * (everything is synchronous), warp-synchronous code without shuffles,
- * atomics. Each OS thread has its own emulator state; launches on different
- * threads are independent.
+ * (everything is synchronous, except that a launch on a capturing stream is
+ * recorded for graph replay: see tests/gpu/emu_api.cc), warp-synchronous
+ * code without shuffles, atomics. Each OS thread has its own emulator
+ * state; launches on different threads are independent.
  */
 #ifndef FLD_GPU_EMU_H
 #define FLD_GPU_EMU_H
@@ -42,7 +43,12 @@ enum {
     FLD_EMU_ERR_LAUNCH_CONFIG = 9, /* empty grid or block, block > 1024 threads */
     FLD_EMU_ERR_OUT_OF_MEMORY = 2, /* fiber stacks or an allocation */
     FLD_EMU_ERR_BARRIER = 700,     /* a barrier no fiber can pass (divergence) */
-    FLD_EMU_ERR_INVALID_DEVICE = 101
+    FLD_EMU_ERR_INVALID_DEVICE = 101,
+    /* stream_synchronize or memcpy on a capturing stream, which invalidates
+       the capture (cudaErrorStreamCaptureUnsupported's value) */
+    FLD_EMU_ERR_CAPTURE_UNSUPPORTED = 900,
+    /* capture_end of an invalidated capture (cudaErrorStreamCaptureInvalidated's value) */
+    FLD_EMU_ERR_CAPTURE_INVALIDATED = 901
 };
 
 /* The api table's default_stream (the value of cudaStreamPerThread). */

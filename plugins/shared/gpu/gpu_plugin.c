@@ -671,6 +671,105 @@ static int hook_synchronize(int device_id)
     return rc != 0 ? hook_fail("synchronizing the current stream", device_id, rc) : FLD_OK;
 }
 
+/*
+ * Graphs: the hooks are registered whatever the device code; a table
+ * without the four graph functions (an emulator, a runtime without graphs)
+ * makes each call FLD_EUNSUPPORTED.
+ */
+static int no_graphs(void)
+{
+    if (no_api() != FLD_OK)
+        return FLD_EUNAVAILABLE;
+    if (plug.api->capture_begin && plug.api->capture_end && plug.api->graph_replay &&
+        plug.api->graph_free)
+        return FLD_OK;
+    fld_set_error("%s: the %s runtime has no graphs", plug.vendor, runtime_name());
+    return FLD_EUNSUPPORTED;
+}
+
+static int hook_capture_begin(int device_id, void **stream)
+{
+    if (!stream) {
+        fld_set_error("%s: capture_begin: stream is NULL", plug.vendor);
+        return FLD_EINVAL;
+    }
+    *stream = NULL;
+    int rc = no_graphs();
+    if (rc != FLD_OK)
+        return rc;
+    bool pushed;
+    rc = enter_device(device_id, &pushed);
+    if (rc == 0) {
+        void *s = NULL;
+        int op = plug.api->capture_begin(&s);
+        rc = finish(op, pushed);
+        if (op == 0 && rc != 0) {
+            void *g = NULL;
+            plug.api->capture_end(s, 0, &g); /* drops the capture and the stream */
+        } else if (rc == 0)
+            *stream = s;
+    }
+    return rc != 0 ? hook_fail("beginning a graph capture", device_id, rc) : FLD_OK;
+}
+
+static int hook_capture_end(int device_id, void *stream, int keep, void **graph)
+{
+    if (graph)
+        *graph = NULL;
+    if (!stream || (keep && !graph)) {
+        fld_set_error("%s: capture_end: %s is NULL", plug.vendor, stream ? "graph" : "stream");
+        return FLD_EINVAL;
+    }
+    int rc = no_graphs();
+    if (rc != FLD_OK)
+        return rc;
+    bool pushed;
+    rc = enter_device(device_id, &pushed);
+    if (rc == 0) {
+        void *g = NULL;
+        int op = plug.api->capture_end(stream, keep, &g);
+        rc = finish(op, pushed);
+        if (op == 0 && rc != 0 && g)
+            plug.api->graph_free(g);
+        else if (rc == 0 && keep)
+            *graph = g;
+    }
+    return rc != 0 ? hook_fail("ending a graph capture", device_id, rc) : FLD_OK;
+}
+
+static int hook_graph_replay(int device_id, void *graph, int replays, double *ns)
+{
+    if (!graph || replays < 1 || !ns) {
+        fld_set_error("%s: graph_replay: %s", plug.vendor,
+                      !graph ? "graph is NULL"
+                      : !ns  ? "ns is NULL"
+                             : "replays must be at least 1");
+        return FLD_EINVAL;
+    }
+    int rc = no_graphs();
+    if (rc != FLD_OK)
+        return rc;
+    bool pushed;
+    rc = enter_device(device_id, &pushed);
+    if (rc == 0)
+        rc = finish(plug.api->graph_replay(graph, replays, ns), pushed);
+    return rc != 0 ? hook_fail("replaying a graph", device_id, rc) : FLD_OK;
+}
+
+static int hook_graph_free(int device_id, void *graph)
+{
+    if (!graph)
+        return FLD_OK;
+    int rc = no_graphs();
+    if (rc != FLD_OK)
+        return rc;
+    bool pushed;
+    rc = enter_device(device_id, &pushed);
+    if (rc == 0)
+        rc = finish(plug.api->graph_free(graph), pushed);
+    return rc != 0 ? hook_fail("freeing a graph", device_id, rc) : FLD_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Registration                                                             */
 /* ------------------------------------------------------------------------ */
@@ -804,6 +903,10 @@ int fld__gpu_plugin_register(fld_registry *reg, const struct fld__gpu_plugin *p)
             .free = hook_free,
             .copy = hook_copy,
             .synchronize = hook_synchronize,
+            .capture_begin = hook_capture_begin,
+            .capture_end = hook_capture_end,
+            .graph_replay = hook_graph_replay,
+            .graph_free = hook_graph_free,
         };
         rc = fld_registry_set_device_hooks(reg, &hooks);
     }
