@@ -289,7 +289,7 @@ void sweep_norm(bool fused, int dt, int64_t width, int64_t rows)
         return fld_gpu::run_norm_shaped(&a, FLD_GPU_VECTOR, stream, s);
     };
     run_case(fused ? "fused" : "norm", dt, width, rows, bytes, sets,
-             fld__gpu_norm_shape(rows, groups, sms), norm_candidates(rows, groups), launch);
+             fld__gpu_norm_shape(rows, groups, sms, fused), norm_candidates(rows, groups), launch);
     for (int i = 0; i < sets; i++) {
         cudaFree(x[i].p);
         cudaFree(r[i].p);

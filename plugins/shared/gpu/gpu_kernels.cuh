@@ -1224,7 +1224,8 @@ static inline int run_norm_shaped(const struct fld__gpu_norm_args *a, int varian
         return FLD_GPU_EINVAL;
     const bool vec = variant == FLD_GPU_VECTOR;
     const struct fld__gpu_shape s =
-        shape ? *shape : fld__gpu_norm_shape(a->rows, norm_groups(a, vec), fld__gpu_sm_count());
+        shape ? *shape
+              : fld__gpu_norm_shape(a->rows, norm_groups(a, vec), fld__gpu_sm_count(), a->residual);
     if (!norm_shape_ok(a, vec, s))
         return FLD_GPU_EINVAL;
     return vec ? launch_norm_dt<true>(a, s, stream) : launch_norm_dt<false>(a, s, stream);

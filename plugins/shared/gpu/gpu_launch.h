@@ -66,14 +66,30 @@ struct fld__gpu_shape {
  * (rotary at 512 tokens) on the worst case.
  */
 
-/* Norms, three regimes by rows per SM:
+/* Norms. A row of at most NORM_ROW_MAX_GROUPS 16-byte groups (hidden 4096
+   and below in 16 bits, 2048 in float32) runs the lean one-row kernel at
+   every row count (lean: one row per block, one barrier, 32-bit offsets,
+   the weight loaded with the row): NORM_ROW_THREADS threads of one or two
+   groups each, or with a residual, whose extra registers per group make
+   one group per thread the faster, NORM_ROW_RESIDUAL_THREADS of one. In an
+   H100 sweep (bf16, 1-4096 rows) it was the fastest candidate or within
+   1% of it at every row count of hidden 2048 and 4096: 4096 rows of
+   rms_norm in 13.28 us against the four-group kernel's 14.84 (hidden
+   2048) and 24.44 against 25.10 (4096), fused add + rms_norm 24.84
+   against 25.33 and 47.24 against 47.99; at 1-128 rows of rms_norm,
+   hidden 4096, two groups in 256 threads took 1.79-2.23 us against one
+   group in 512's 1.86-2.29, while the fused op was fastest with one group
+   in 512 (1.93-2.47 against 1.97-2.56). Where the one-row kernel cannot
+   take a call (mixed dtypes, offsets past 2^31) the general kernel runs
+   the same shape.
+   Wider rows, three regimes by rows per SM:
      latency    rows <= NORM_LATENCY_ROWS_PER_SM x SMs: one 16-byte group
                 per thread (threads = the row's groups, up to
                 NORM_LATENCY_MAX_THREADS; beyond, two groups per thread in up
                 to NORM_MAX_THREADS), so each row is one short trip to memory
                 and, up to 2 x NORM_LATENCY_MAX_THREADS groups, a block
                 reduction of at most 16 warps (a 1024-thread block was up to
-                11% slower at decode on an H100, hidden 4096 and 8192);
+                11% slower at decode on an H100, hidden 8192);
      between    NORM_STREAM_THREADS threads, the fewest groups per thread
                 that hold the row;
      streaming  rows >= NORM_STREAM_ROWS_PER_SM x SMs: NORM_MAX_GROUPS
@@ -81,32 +97,24 @@ struct fld__gpu_shape {
                 more, smaller blocks share an SM and each thread keeps four
                 16-byte loads in flight.
    The weight is read after the reduction, except in the latency regime
-   with NORM_LATENCY_EARLY_WEIGHT (and where the between regime runs the
-   lean kernel, below), where it is loaded with the row
+   with NORM_LATENCY_EARLY_WEIGHT, where it is loaded with the row
    (early_weight): a decode row then waits for one trip to memory, not
    two, for four or eight registers per group (3-7% faster at decode on an
-   H100). With NORM_LATENCY_LEAN the latency regime runs the lean kernel
-   (lean: one row per block, one barrier, 32-bit offsets; at a few rows a
-   block's time is the instructions its warps issue): the fastest candidate
-   in every decode case of two H100 sweeps (bf16 and f16, hidden
-   2048-8192, 1-128 rows), rms_norm 1.14-1.23x and fused add + rms_norm
-   1.19-1.47x (bf16; the residual rounded once) over the general kernel's
-   best shape. With NORM_BETWEEN_LEAN the between regime runs the lean
-   kernel too: an extrapolation, not yet a measurement. The sweeps timed
-   it at 1 to 128 rows, where its lead held without a trend (1.11-1.19x
-   over the general kernel in all 24 bf16 cases, 128 rows as 1); at 512
-   rows the general kernel was 0.74-0.87 of Inductor's under graph replay,
-   paying a second trip for the weight and the residual rounded twice; and
-   256 threads of two groups each at 43 registers (sm_90) hold 5 blocks per
-   SM, so 512 rows are one wave there as 128 are. The sweep's lean
-   candidates at 512 rows are what confirms or reverts it. Rows too wide
-   for 4 groups per thread run the two-pass kernel with
-   NORM_TWO_PASS_THREADS. */
+   H100). With NORM_LATENCY_LEAN the latency regime runs the lean kernel:
+   the fastest candidate in every decode case of two H100 sweeps (bf16 and
+   f16, hidden 2048-8192, 1-128 rows), rms_norm 1.14-1.23x and fused add +
+   rms_norm 1.19-1.47x (bf16; the residual rounded once) over the general
+   kernel's best shape. At hidden 8192 the sweep kept the four-group kernel
+   from 512 rows on (5.15 us against the one-row kernel's 5.45 at 512 rows,
+   47.76 against 49.41 at 4096). Rows too wide for 4 groups per thread run
+   the two-pass kernel with NORM_TWO_PASS_THREADS. */
+#define FLD_GPU_NORM_ROW_MAX_GROUPS       512
+#define FLD_GPU_NORM_ROW_THREADS          256
+#define FLD_GPU_NORM_ROW_RESIDUAL_THREADS 512
 #define FLD_GPU_NORM_LATENCY_ROWS_PER_SM  1
 #define FLD_GPU_NORM_LATENCY_MAX_THREADS  512
 #define FLD_GPU_NORM_LATENCY_EARLY_WEIGHT true
 #define FLD_GPU_NORM_LATENCY_LEAN         true
-#define FLD_GPU_NORM_BETWEEN_LEAN         true
 #define FLD_GPU_NORM_STREAM_ROWS_PER_SM   8
 #define FLD_GPU_NORM_STREAM_THREADS       256
 #define FLD_GPU_NORM_MAX_GROUPS           4
@@ -167,10 +175,19 @@ static inline int fld__gpu_norm_groups_per_thread(int64_t groups, unsigned threa
     return per <= 1 ? 1 : per <= 2 ? 2 : per <= FLD_GPU_NORM_MAX_GROUPS ? 4 : 0;
 }
 
-/* rows x groups (16-byte groups, or elements for the scalar family) on sms SMs. */
-static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t groups, int sms)
+/* rows x groups (16-byte groups, or elements for the scalar family) on sms
+   SMs; residual: the fused op. */
+static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t groups, int sms,
+                                                        bool residual)
 {
     struct fld__gpu_shape s = {0, rows, 1, 0, false, 0, false};
+    if (groups <= FLD_GPU_NORM_ROW_MAX_GROUPS) {
+        s.threads = fld__gpu_waves(groups, residual ? FLD_GPU_NORM_ROW_RESIDUAL_THREADS
+                                                    : FLD_GPU_NORM_ROW_THREADS);
+        s.per_thread = fld__gpu_norm_groups_per_thread(groups, s.threads);
+        s.early_weight = s.lean = true;
+        return s;
+    }
     const bool latency = rows <= (int64_t)sms * FLD_GPU_NORM_LATENCY_ROWS_PER_SM;
     const bool between = !latency && rows < (int64_t)sms * FLD_GPU_NORM_STREAM_ROWS_PER_SM;
     if (latency) {
@@ -187,10 +204,9 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
         s.per_thread = 0;
     if (s.per_thread == 0)
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_TWO_PASS_THREADS);
-    const bool lean = latency ? FLD_GPU_NORM_LATENCY_LEAN : between && FLD_GPU_NORM_BETWEEN_LEAN;
-    s.early_weight = (latency ? FLD_GPU_NORM_LATENCY_EARLY_WEIGHT : lean) &&
+    s.early_weight = latency && FLD_GPU_NORM_LATENCY_EARLY_WEIGHT &&
                      (s.per_thread == 1 || s.per_thread == 2);
-    s.lean = s.early_weight && lean;
+    s.lean = s.early_weight && FLD_GPU_NORM_LATENCY_LEAN;
     return s;
 }
 
