@@ -547,7 +547,7 @@ END_TEST
 /* A plugin built for ABI 1.0 (no hooks) loads on this 1.4 host. */
 START_TEST(abi_1_0_descriptor_loads)
 {
-    ck_assert_int_eq(FLD_PLUGIN_ABI_MINOR, 3);
+    ck_assert_int_eq(FLD_PLUGIN_ABI_MINOR, 4);
     static fld_plugin_descriptor old = {
         FLD_PLUGIN_MAGIC, 1, 0, sizeof(fld_plugin_descriptor), 0, "old_abi", "0.9", "0.1.0",
         register_staged};

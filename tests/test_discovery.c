@@ -448,7 +448,7 @@ START_TEST(test_every_fixture)
     ck_assert_uint_eq(old_abi->abi_major, 1);
     ck_assert_uint_eq(old_abi->abi_minor, 0);
     ck_assert_uint_eq(old_abi->n_impls, 1);
-    ck_assert_uint_eq(FLD_PLUGIN_ABI_MINOR, 3);
+    ck_assert_uint_eq(FLD_PLUGIN_ABI_MINOR, 4);
     const struct plugin_rec *good = find_by_fixture(s, "good");
     ck_assert_str_eq(good->name, "good");
     ck_assert_str_eq(good->version, "1.0.0");
