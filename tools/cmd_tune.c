@@ -711,6 +711,58 @@ static void io_copy(struct verify_io *dst, const struct verify_io *src)
             tool_tensor_copy(&dst->t[s], &src->t[s]);
 }
 
+/* The host tensors of one sample: its input, the reference's result and a copy to run on. */
+struct sample {
+    struct verify_case c;
+    struct verify_io input, want, got;
+    int reference_rc; /* the reference's status (its message in fld_last_error() after it) */
+    double atol, rtol;
+};
+
+/*
+ * Makes the sample of `rows` rows and hidden size h, and runs the reference
+ * on want. false when the tensors cannot be allocated (err says so; nothing
+ * is left allocated).
+ */
+static bool sample_make(struct sample *sm, const char *op, enum tool_family f, int dtype,
+                        int64_t rows, int64_t h, char *err, size_t err_size)
+{
+    sm->c = case_of(f, rows, h);
+    const uint64_t seed = 0x74756e65ULL ^ (uint64_t)(rows * 131 + h);
+    if (!verify_io_make(&sm->input, &sm->c, dtype, seed))
+        goto no_memory;
+    if (!verify_io_clone(&sm->want, &sm->input))
+        goto free_input;
+    if (!verify_io_clone(&sm->got, &sm->input))
+        goto free_want;
+    sm->reference_rc = pin(op, TUNE_REFERENCE);
+    if (sm->reference_rc == FLD_OK) {
+        sm->reference_rc = verify_io_call(op, &sm->want);
+        unpin();
+    }
+    verify_tolerance(f, dtype, &sm->atol, &sm->rtol);
+    return true;
+
+free_want:
+    verify_io_free(&sm->want);
+free_input:
+    verify_io_free(&sm->input);
+no_memory:;
+    double bytes = 0;
+    sample_bytes(f, dtype, rows, h, &bytes);
+    snprintf(err, err_size,
+             "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64 " (%.0f MiB)",
+             rows, h, bytes / 1048576);
+    return false;
+}
+
+static void sample_free(struct sample *sm)
+{
+    verify_io_free(&sm->got);
+    verify_io_free(&sm->want);
+    verify_io_free(&sm->input);
+}
+
 /*
  * One sample of one bucket: the reference's result, each implementation's,
  * checked; then the correct ones timed in alternated rounds, their logs
@@ -720,41 +772,27 @@ static bool run_sample(const struct tune_opts *o, const char *op, enum tool_fami
                        int64_t rows, int64_t h, struct result *res, struct round_logs *logs,
                        char *err, size_t err_size)
 {
-    struct verify_case c = case_of(f, rows, h);
-    struct verify_io input, want, got;
-    uint64_t seed = 0x74756e65ULL ^ (uint64_t)(rows * 131 + h);
-    double bytes = 0;
-    sample_bytes(f, dtype, rows, h, &bytes);
-    if (!verify_io_make(&input, &c, dtype, seed))
-        goto no_memory;
-    if (!verify_io_clone(&want, &input))
-        goto free_input;
-    if (!verify_io_clone(&got, &input))
-        goto free_want;
-    int rc = pin(op, TUNE_REFERENCE);
-    if (rc == FLD_OK) {
-        rc = verify_io_call(op, &want);
-        unpin();
-    }
-    double atol, rtol;
-    verify_tolerance(f, dtype, &atol, &rtol);
+    struct sample sm;
+    if (!sample_make(&sm, op, f, dtype, rows, h, err, err_size))
+        return false;
     int timed[TUNE_MAX_IMPLS], n_timed = 0;
     long calls[TUNE_MAX_IMPLS];
     for (int i = 0; i < res->n_scores; i++) {
         struct score *s = &res->scores[i];
         if (!s->correct)
             continue;
-        if (rc != FLD_OK) {
+        if (sm.reference_rc != FLD_OK) {
             snprintf(s->why, sizeof s->why, "no reference result: %s", fld_last_error());
             s->correct = false;
             continue;
         }
-        io_copy(&got, &input);
+        io_copy(&sm.got, &sm.input);
         int st = pin(op, s->impl);
         if (st == FLD_OK) {
-            st = verify_io_call(op, &got);
-            if (st == FLD_OK && matches(&got, &want, atol, rtol, s->why, sizeof s->why)) {
-                calls[n_timed] = batch_calls(op, s->impl, &got, o);
+            st = verify_io_call(op, &sm.got);
+            if (st == FLD_OK &&
+                matches(&sm.got, &sm.want, sm.atol, sm.rtol, s->why, sizeof s->why)) {
+                calls[n_timed] = batch_calls(op, s->impl, &sm.got, o);
                 timed[n_timed++] = i;
             } else if (st == FLD_OK)
                 s->correct = false;
@@ -772,7 +810,7 @@ static bool run_sample(const struct tune_opts *o, const char *op, enum tool_fami
             int k = (j + r) % n_timed, i = timed[k];
             double mean = NAN, fastest = NAN;
             if (pin(op, res->scores[i].impl) == FLD_OK) {
-                time_batch(op, res->scores[i].impl, &got, calls[k], &mean, &fastest);
+                time_batch(op, res->scores[i].impl, &sm.got, calls[k], &mean, &fastest);
                 unpin();
             }
             logs->mean[i][r] += log(mean);
@@ -781,20 +819,8 @@ static bool run_sample(const struct tune_opts *o, const char *op, enum tool_fami
             else
                 logs->interrupted[i][r] = true;
         }
-    verify_io_free(&got);
-    verify_io_free(&want);
-    verify_io_free(&input);
+    sample_free(&sm);
     return true;
-
-free_want:
-    verify_io_free(&want);
-free_input:
-    verify_io_free(&input);
-no_memory:
-    snprintf(err, err_size,
-             "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64 " (%.0f MiB)",
-             rows, h, bytes / 1048576);
-    return false;
 }
 
 /* ---- one sample on a device ---------------------------------------------- */
@@ -904,54 +930,42 @@ static bool run_sample_device(const struct tune_opts *o, int device, const char 
                               size_t err_size)
 {
     const DLDevice dev = {(DLDeviceType)device, 0};
-    struct verify_case c = case_of(f, rows, h);
-    struct verify_io input, want, got;
-    uint64_t seed = 0x74756e65ULL ^ (uint64_t)(rows * 131 + h);
-    double bytes = 0;
-    sample_bytes(f, dtype, rows, h, &bytes);
+    struct sample sm;
+    if (!sample_make(&sm, op, f, dtype, rows, h, err, err_size))
+        return false;
     struct device_run *runs = calloc((size_t)res->n_scores, sizeof *runs);
-    if (!runs)
-        goto no_memory;
-    if (!verify_io_make(&input, &c, dtype, seed))
-        goto free_runs;
-    if (!verify_io_clone(&want, &input))
-        goto free_input;
-    if (!verify_io_clone(&got, &input))
-        goto free_want;
-    int rc = pin(op, TUNE_REFERENCE);
-    if (rc == FLD_OK) {
-        rc = verify_io_call(op, &want);
-        unpin();
+    if (!runs) {
+        sample_free(&sm);
+        snprintf(err, err_size, "out of memory");
+        return false;
     }
-    double atol, rtol;
-    verify_tolerance(f, dtype, &atol, &rtol);
     int timed[TUNE_MAX_IMPLS], n_timed = 0;
     for (int i = 0; i < res->n_scores; i++) {
         struct score *s = &res->scores[i];
         struct device_run *d = &runs[i];
         if (!s->correct)
             continue;
-        if (rc != FLD_OK) {
+        if (sm.reference_rc != FLD_OK) {
             snprintf(s->why, sizeof s->why, "no reference result: %s", fld_last_error());
             s->correct = false;
             continue;
         }
-        if (!device_run_upload(d, dev, &input, s->why, sizeof s->why)) {
+        if (!device_run_upload(d, dev, &sm.input, s->why, sizeof s->why)) {
             s->correct = false;
             continue;
         }
         int st = pin(op, s->impl);
         if (st == FLD_OK) {
-            st = verify_call(op, &c, d->views);
+            st = verify_call(op, &sm.c, d->views);
             if (st == FLD_OK && fld_device_synchronize(dev) != FLD_OK) {
                 snprintf(s->why, sizeof s->why, "synchronizing after its call: %s",
                          fld_last_error());
                 s->correct = false;
             } else if (st == FLD_OK) {
-                io_copy(&got, &input);
-                struct recording r = {op, &c, d->views};
-                if (!device_run_download(d, &got, s->why, sizeof s->why) ||
-                    !matches(&got, &want, atol, rtol, s->why, sizeof s->why))
+                io_copy(&sm.got, &sm.input);
+                struct recording r = {op, &sm.c, d->views};
+                if (!device_run_download(d, &sm.got, s->why, sizeof s->why) ||
+                    !matches(&sm.got, &sm.want, sm.atol, sm.rtol, s->why, sizeof s->why))
                     s->correct = false;
                 else if (fld_device_graph_capture(dev, record_calls, &r, &d->graph) != FLD_OK) {
                     snprintf(s->why, sizeof s->why, "capturing %d calls in a graph: %s",
@@ -988,22 +1002,8 @@ static bool run_sample_device(const struct tune_opts *o, int device, const char 
     for (int i = 0; i < res->n_scores; i++)
         device_run_free(&runs[i]);
     free(runs);
-    verify_io_free(&got);
-    verify_io_free(&want);
-    verify_io_free(&input);
+    sample_free(&sm);
     return true;
-
-free_want:
-    verify_io_free(&want);
-free_input:
-    verify_io_free(&input);
-free_runs:
-    free(runs);
-no_memory:
-    snprintf(err, err_size,
-             "could not allocate the tensors of %" PRId64 " rows, hidden %" PRId64 " (%.0f MiB)",
-             rows, h, bytes / 1048576);
-    return false;
 }
 
 /* ---- the plan ------------------------------------------------------------- */
