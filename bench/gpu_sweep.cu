@@ -48,8 +48,8 @@ namespace
         }                                                                                          \
     } while (0)
 
-__global__ void fill_uniform(uint16_t *p16, float *p32, int64_t n, uint32_t seed, float lo, float hi,
-                             int dtype)
+__global__ void fill_uniform(uint16_t *p16, float *p32, int64_t n, uint32_t seed, float lo,
+                             float hi, int dtype)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -193,8 +193,9 @@ void run_case(const char *op, int dt, int64_t width, int64_t rows, double bytes,
     double best_us = table_us;
     fld__gpu_shape best = table;
     if (json)
-        fprintf(json, "{\"op\":\"%s\",\"dtype\":\"%s\",\"width\":%lld,\"rows\":%lld,\"bytes\":%.0f,"
-                      "\"table\":\"%s\",\"table_us\":%.3f,\"candidates\":[",
+        fprintf(json,
+                "{\"op\":\"%s\",\"dtype\":\"%s\",\"width\":%lld,\"rows\":%lld,\"bytes\":%.0f,"
+                "\"table\":\"%s\",\"table_us\":%.3f,\"candidates\":[",
                 op, dtype_name(dt), (long long)width, (long long)rows, bytes,
                 shape_text(table).c_str(), table_us);
     bool first = true;
@@ -495,8 +496,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--ops") && i + 1 < argc)
             ops = argv[++i];
         else {
-            fprintf(stderr, "usage: gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,gelu,rotary]"
-                            " [--tokens 1,8,32] [--dtypes bf16,f16,f32]\n");
+            fprintf(stderr,
+                    "usage: gpu_sweep [--quick] [--json FILE] [--ops norm,fused,act,gelu,rotary]"
+                    " [--tokens 1,8,32] [--dtypes bf16,f16,f32]\n");
             return 2;
         }
     }
@@ -509,8 +511,10 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!known_ops(ops)) {
-        fprintf(stderr, "gpu_sweep: --ops %s: expected norm, fused, act, gelu or rotary, separated "
-                        "by commas\n", ops);
+        fprintf(stderr,
+                "gpu_sweep: --ops %s: expected norm, fused, act, gelu or rotary, separated "
+                "by commas\n",
+                ops);
         return 2;
     }
     if (dtypes_arg && !parse_dtypes(dtypes_arg, &dtypes)) {

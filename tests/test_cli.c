@@ -334,7 +334,8 @@ static void assert_column_aligned(const char *text, const char *header, const ch
     ck_assert_ptr_nonnull(at);
     size_t col = (size_t)(at - line);
     int rows = 0;
-    for (line = strchr(line, '\n'); line && line[1] && line[1] != '\n'; line = strchr(line + 1, '\n')) {
+    for (line = strchr(line, '\n'); line && line[1] && line[1] != '\n';
+         line = strchr(line + 1, '\n')) {
         const char *row = line + 1;
         const char *end = strchr(row, '\n');
         size_t len = end ? (size_t)(end - row) : strlen(row);
@@ -722,7 +723,7 @@ START_TEST(tune_and_resolve_rows_usage_errors)
     tt_tool_run(&r, NO_ENV, ARGS("resolve", "rms_norm", "--rows", "9223372036854775807"));
     assert_status(r, 0);
     tt_tool_run_free(&r);
-    /* No device here can be timed under graph replay: each is left out, named, and nothing is left. */
+    /* No device here can be timed under graph replay: left out, named; nothing left. */
     tt_tool_run(&r, NO_ENV, ARGS("tune", "--device", "cuda", "--quick"));
     assert_status(r, 3);
     ck_assert_msg(strstr(r.err, "device cuda: left out: fld_device_graph_capture: ") &&
@@ -1109,8 +1110,7 @@ START_TEST(platform_file_that_is_a_directory)
     ck_assert_int_eq(mkdir(path, 0755), 0);
     tt_tool_run_at(&r, tool, NO_ENV, ARGS("config"));
     assert_status(r, 2);
-    ck_assert_msg(line_with(r.err, "platform file of 'cpu'", path, "Is a directory"), CLIP,
-                  r.err);
+    ck_assert_msg(line_with(r.err, "platform file of 'cpu'", path, "Is a directory"), CLIP, r.err);
     tt_tool_run_free(&r);
 }
 END_TEST

@@ -66,15 +66,15 @@
 #include "vec.h"
 #include "verify.h"
 
-#define TUNE_MAX_BUCKETS 6 /* as many as a manifest takes per (op, device, dtype) */
-#define TUNE_MAX_SAMPLES 8
-#define TUNE_MAX_HIDDEN  8
-#define TUNE_MAX_IMPLS   16
-#define TUNE_MAX_ROUNDS  100
-#define TUNE_STRETCHES   16   /* timed stretches per batch */
-#define TUNE_NOISY       0.10 /* a spread past this is named in the warning */
-#define TUNE_REFERENCE   "reference.c"
-#define TUNE_ROPE_CACHE  (8192 * 128 * 2) /* elements of the rotary cos/sin cache and its copy */
+#define TUNE_MAX_BUCKETS   6 /* as many as a manifest takes per (op, device, dtype) */
+#define TUNE_MAX_SAMPLES   8
+#define TUNE_MAX_HIDDEN    8
+#define TUNE_MAX_IMPLS     16
+#define TUNE_MAX_ROUNDS    100
+#define TUNE_STRETCHES     16   /* timed stretches per batch */
+#define TUNE_NOISY         0.10 /* a spread past this is named in the warning */
+#define TUNE_REFERENCE     "reference.c"
+#define TUNE_ROPE_CACHE    (8192 * 128 * 2) /* elements of the rotary cos/sin cache and its copy */
 #define TUNE_GRAPH_CALLS   20 /* calls captured in a device graph, as a decode step's layers */
 #define TUNE_QUICK_REPLAYS 4  /* replays per device batch with --quick */
 
@@ -756,6 +756,20 @@ no_memory:;
     return false;
 }
 
+/* Without a reference result nothing can be checked: every implementation still in the running
+ * fails, with the reference's message. */
+static void sample_fail_without_reference(const struct sample *sm, struct result *res)
+{
+    if (sm->reference_rc == FLD_OK)
+        return;
+    for (int i = 0; i < res->n_scores; i++)
+        if (res->scores[i].correct) {
+            snprintf(res->scores[i].why, sizeof res->scores[i].why, "no reference result: %s",
+                     fld_last_error());
+            res->scores[i].correct = false;
+        }
+}
+
 static void sample_free(struct sample *sm)
 {
     verify_io_free(&sm->got);
@@ -775,17 +789,13 @@ static bool run_sample(const struct tune_opts *o, const char *op, enum tool_fami
     struct sample sm;
     if (!sample_make(&sm, op, f, dtype, rows, h, err, err_size))
         return false;
+    sample_fail_without_reference(&sm, res);
     int timed[TUNE_MAX_IMPLS], n_timed = 0;
     long calls[TUNE_MAX_IMPLS];
     for (int i = 0; i < res->n_scores; i++) {
         struct score *s = &res->scores[i];
         if (!s->correct)
             continue;
-        if (sm.reference_rc != FLD_OK) {
-            snprintf(s->why, sizeof s->why, "no reference result: %s", fld_last_error());
-            s->correct = false;
-            continue;
-        }
         io_copy(&sm.got, &sm.input);
         int st = pin(op, s->impl);
         if (st == FLD_OK) {
@@ -861,8 +871,7 @@ static bool device_run_upload(struct device_run *d, DLDevice dev, struct verify_
 }
 
 /* Copies the written tensors back into io; false with why. */
-static bool device_run_download(struct device_run *d, struct verify_io *io, char *why,
-                                size_t size)
+static bool device_run_download(struct device_run *d, struct verify_io *io, char *why, size_t size)
 {
     for (int s = 0; s < VS_COUNT; s++)
         if (d->views[s] && verify_slot_written(io, (enum verify_slot)s) &&
@@ -933,7 +942,8 @@ static bool run_sample_device(const struct tune_opts *o, int device, const char 
     struct sample sm;
     if (!sample_make(&sm, op, f, dtype, rows, h, err, err_size))
         return false;
-    struct device_run *runs = calloc((size_t)res->n_scores, sizeof *runs);
+    sample_fail_without_reference(&sm, res);
+    struct device_run *runs = calloc(TUNE_MAX_IMPLS, sizeof *runs); /* n_scores at most */
     if (!runs) {
         sample_free(&sm);
         snprintf(err, err_size, "out of memory");
@@ -945,11 +955,6 @@ static bool run_sample_device(const struct tune_opts *o, int device, const char 
         struct device_run *d = &runs[i];
         if (!s->correct)
             continue;
-        if (sm.reference_rc != FLD_OK) {
-            snprintf(s->why, sizeof s->why, "no reference result: %s", fld_last_error());
-            s->correct = false;
-            continue;
-        }
         if (!device_run_upload(d, dev, &sm.input, s->why, sizeof s->why)) {
             s->correct = false;
             continue;
@@ -1037,8 +1042,8 @@ static bool pinnable(const char *op, int device, int dtype, const char *impl)
     if (pin(op, impl) != FLD_OK)
         return false;
     const char *selected = NULL;
-    bool ok = fld_resolve(op, device, tool_dlpack_dtype(dtype), &selected) == FLD_OK &&
-              selected && strcmp(selected, impl) == 0;
+    bool ok = fld_resolve(op, device, tool_dlpack_dtype(dtype), &selected) == FLD_OK && selected &&
+              strcmp(selected, impl) == 0;
     unpin();
     return ok;
 }
@@ -1299,8 +1304,8 @@ static int write_entries(FILE *f, const struct result *r, size_t n)
         struct bucket merged = *r[i].bucket;
         merged.hi = r[j].bucket->hi;
         char rows[48];
-        fprintf(f, "  - {op: %s, device: %s, dtype: %s, rows: %s, impl: %s}\n", r[i].op, dev,
-                dt, rows_label(&merged, rows, sizeof rows), win);
+        fprintf(f, "  - {op: %s, device: %s, dtype: %s, rows: %s, impl: %s}\n", r[i].op, dev, dt,
+                rows_label(&merged, rows, sizeof rows), win);
         lines++;
         i = j;
     }
@@ -1635,9 +1640,8 @@ static void progress(bool on, int done, int total, const struct result *next, do
     double elapsed = (tune_clock_now() - t0) / 1e9;
     if (done)
         duration_text(elapsed / done * (total - done), eta, sizeof eta);
-    fprintf(stderr, "\r\033[Kfldispatch tune: bucket %d of %d (%s %s %s rows %s), ETA %s",
-            done + 1, total, cli_text(next->op), fld_device_name(next->device),
-            tool_dtype_name(next->dtype),
+    fprintf(stderr, "\r\033[Kfldispatch tune: bucket %d of %d (%s %s %s rows %s), ETA %s", done + 1,
+            total, cli_text(next->op), fld_device_name(next->device), tool_dtype_name(next->dtype),
             rows_label(next->bucket, rows, sizeof rows), eta);
     fflush(stderr);
 }

@@ -36,12 +36,13 @@ static int graph_provider(const char *fn, DLDevice device, struct fld__hook_prov
     if (rc)
         return rc;
     if (!p->hooks)
-        return fld__fail(FLD_EUNSUPPORTED, "%s: the cpu has no graphs (a device type with a plugin "
-                                           "that captures graphs: cuda, rocm)",
+        return fld__fail(FLD_EUNSUPPORTED,
+                         "%s: the cpu has no graphs (a device type with a plugin "
+                         "that captures graphs: cuda, rocm)",
                          fn);
     const fld_device_hooks *h = p->hooks;
-    const char *missing = !h->capture_begin ? "capture_begin"
-                          : !h->capture_end ? "capture_end"
+    const char *missing = !h->capture_begin  ? "capture_begin"
+                          : !h->capture_end  ? "capture_end"
                           : !h->graph_replay ? "graph_replay"
                           : !h->graph_free   ? "graph_free"
                                              : NULL;

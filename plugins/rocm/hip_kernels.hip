@@ -263,7 +263,8 @@ int hip_rotary(const struct fld__gpu_rotary_args *a, int variant, void *stream)
 /* Host-only: the device pass must not emit a table of host functions. */
 #if !defined(__HIP_DEVICE_COMPILE__)
 /* The HIP release the kernels were compiled with, for fld-rocm.so's log line. */
-extern "C" __attribute__((visibility("default"))) const int fld__gpu_hip_build_version = HIP_VERSION;
+extern "C" __attribute__((visibility("default"))) const int fld__gpu_hip_build_version =
+    HIP_VERSION;
 
 extern "C" __attribute__((visibility("default"))) const struct fld__gpu_api fld__gpu_api_hip = {
     FLD_GPU_API_VERSION,

@@ -204,8 +204,8 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
         s.per_thread = 0;
     if (s.per_thread == 0)
         s.threads = fld__gpu_waves(groups, FLD_GPU_NORM_TWO_PASS_THREADS);
-    s.early_weight = latency && FLD_GPU_NORM_LATENCY_EARLY_WEIGHT &&
-                     (s.per_thread == 1 || s.per_thread == 2);
+    s.early_weight =
+        latency && FLD_GPU_NORM_LATENCY_EARLY_WEIGHT && (s.per_thread == 1 || s.per_thread == 2);
     s.lean = s.early_weight && FLD_GPU_NORM_LATENCY_LEAN;
     return s;
 }
@@ -214,7 +214,8 @@ static inline struct fld__gpu_shape fld__gpu_norm_shape(int64_t rows, int64_t gr
    which ignores access_bytes). */
 static inline struct fld__gpu_shape fld__gpu_act_shape(int64_t rows, int64_t groups, int sms)
 {
-    struct fld__gpu_shape s = {FLD_GPU_ACT_THREADS, 1, rows, 0, false, FLD_GPU_ACT_ACCESS_BYTES, false};
+    struct fld__gpu_shape s = {FLD_GPU_ACT_THREADS,      1,    rows, 0, false,
+                               FLD_GPU_ACT_ACCESS_BYTES, false};
     if (rows <= FLD_GPU_ACT_NARROW_ROWS) {
         s.threads = FLD_GPU_ACT_NARROW_THREADS;
         s.access_bytes = FLD_GPU_ACT_NARROW_BYTES;
