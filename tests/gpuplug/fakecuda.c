@@ -34,6 +34,11 @@ void fakecuda_record_get(struct fakecuda_record *out)
     *out = rec;
 }
 
+size_t fakecuda_record_size(void)
+{
+    return sizeof rec;
+}
+
 int fakecuda_current_device(void)
 {
     return current();

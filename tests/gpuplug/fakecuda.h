@@ -24,6 +24,8 @@
 #ifndef FLD_TESTS_GPUPLUG_FAKECUDA_H
 #define FLD_TESTS_GPUPLUG_FAKECUDA_H
 
+#include <stddef.h>
+
 #define FAKECUDA_EXPORT __attribute__((visibility("default")))
 
 #define FAKECUDA_BUILT "sm_80 sm_90 compute_90"
@@ -46,6 +48,10 @@ struct fakecuda_record {
 
 /* What has been recorded in this process so far. */
 FAKECUDA_EXPORT void fakecuda_record_get(struct fakecuda_record *out);
+/* sizeof(struct fakecuda_record): a caller that mirrors the struct outside C
+ * (python/tests/native/fake_cuda_calls.py) checks its copy against it before
+ * it lets fakecuda_record_get write one. */
+FAKECUDA_EXPORT size_t fakecuda_record_size(void);
 /* The device of the calling thread's current context, -1 when it has none. */
 FAKECUDA_EXPORT int fakecuda_current_device(void);
 /* As cudaSetDevice: makes device current (creating its context); -1 leaves

@@ -28,13 +28,19 @@ class Record(ctypes.Structure):
     _fields_ = [("stream", ctypes.c_void_p), ("variant", ctypes.c_int), ("device", ctypes.c_int),
                 ("kernels", ctypes.c_int), ("pushes", ctypes.c_int), ("pops", ctypes.c_int),
                 ("contexts", ctypes.c_uint), ("memcpy_kind", ctypes.c_int),
-                ("synchronizes", ctypes.c_int), ("device_counts", ctypes.c_int)]
+                ("synchronizes", ctypes.c_int), ("device_counts", ctypes.c_int),
+                ("captures", ctypes.c_int), ("replays", ctypes.c_int)]
 
 
 def main(fake_cuda_so, plugin_so):
     torch.ops.load_library(fake_cuda_so)
     fake = torch.ops.fake_cuda
     plugin = ctypes.CDLL(plugin_so)  # the copy the library loaded: one handle
+    plugin.fakecuda_record_size.restype = ctypes.c_size_t
+    size = plugin.fakecuda_record_size()
+    if size != ctypes.sizeof(Record):  # fakecuda_record_get would write past a short copy
+        sys.exit(f"Record is {ctypes.sizeof(Record)} bytes, struct fakecuda_record "
+                 f"{size}: make the two agree (tests/gpuplug/fakecuda.h)")
     ops = torch.ops.fldispatch
     g = torch.Generator().manual_seed(7)
     previous = 0x1234  # the library's stream for CUDA before each call
