@@ -263,6 +263,66 @@ START_TEST(silu_division_is_exact)
 }
 END_TEST
 
+/*
+ * The group's range test (fld__gpu_div_all_fast_ok) says what the pair test
+ * (fld__gpu_div_fast_ok) says of every pair: over pairs of the values at
+ * the range's edges and their neighbours (signed zeros, subnormals, 2^-64,
+ * 2^64, 1, 2^32, all-ones significands, infinities, NaNs of either sign),
+ * and over groups of 2, 4 and 8 pairs drawn from them.
+ */
+START_TEST(division_group_test_is_the_pair_test)
+{
+    std::vector<float> v;
+    const uint32_t edges[] = {0x00000000u, 0x00000001u, 0x007fffffu, 0x00800000u, 0x1f800000u,
+                              0x3f800000u, 0x3fffffffu, 0x4f800000u, 0x5f800000u, 0x7f7fffffu,
+                              0x7f800000u, 0x7f800001u, 0x7fc00000u, 0x7fffffffu};
+    for (uint32_t e : edges)
+        for (int d = -1; d <= 1; d++)
+            for (uint32_t sign : {0u, 0x80000000u})
+                v.push_back(fld_f32_from_bits((e + (uint32_t)d) | sign));
+    for (float f : {0.25f, 1e-3f, 7.0e9f, 2.0f - 0x1p-23f, 0x1p-23f})
+        v.push_back(f);
+    const float inside[] = {1.5f, 3.0f, 1.25f, 100.0f}; /* in the range as a and as b */
+    for (float f : inside)
+        v.push_back(f);
+    const size_t n = v.size();
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++) {
+            const float a = v[i], b = v[j];
+            ck_assert_msg(fld__gpu_div_all_fast_ok<1>(&a, &b) == fld__gpu_div_fast_ok(a, b),
+                          "a %08x, b %08x: the group test says %d", (unsigned)fld_f32_bits(a),
+                          (unsigned)fld_f32_bits(b), (int)fld__gpu_div_all_fast_ok<1>(&a, &b));
+        }
+    uint64_t state = 0x2545f4914f6cdd1du;
+    auto pick = [&]() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        /* mostly values inside the range, so that groups of 8 pass a third of the time */
+        return (state >> 60) < 15 ? inside[(state >> 8) % 4] : v[(state >> 8) % n];
+    };
+    int passed = 0;
+    for (int i = 0; i < 30000; i++) {
+        float a[8], b[8];
+        bool all2 = true, all4 = true, all8 = true;
+        for (int j = 0; j < 8; j++) {
+            a[j] = pick();
+            b[j] = pick();
+            const bool ok = fld__gpu_div_fast_ok(a[j], b[j]);
+            all2 &= j >= 2 || ok;
+            all4 &= j >= 4 || ok;
+            all8 &= ok;
+        }
+        ck_assert(fld__gpu_div_all_fast_ok<2>(a, b) == all2);
+        ck_assert(fld__gpu_div_all_fast_ok<4>(a, b) == all4);
+        ck_assert(fld__gpu_div_all_fast_ok<8>(a, b) == all8);
+        passed += all8;
+    }
+    ck_assert_int_gt(passed, 3000); /* both answers were asked for */
+    ck_assert_int_lt(passed, 27000);
+}
+END_TEST
+
 /* _i: op (7) x dtype (3) x family (2). */
 START_TEST(act_matches_reference)
 {
@@ -1733,6 +1793,7 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, unary_all_16bit, 0, 12);
     tcase_add_loop_test(tc, act_rounding_all_16bit, 0, 16);
     tcase_add_loop_test(tc, silu_division_is_exact, 0, 3);
+    tcase_add_test(tc, division_group_test_is_the_pair_test);
     tcase_add_test(tc, act_vector_refuses_misaligned);
     tcase_add_loop_test(tc, launch_shapes_act, 0,
                         (int)(sizeof forced_act_shapes / sizeof forced_act_shapes[0]));

@@ -306,9 +306,36 @@ FLD_GPU_DEV bool fld__gpu_div_fast_ok(float a, float b)
 }
 
 /*
+ * Whether fld__gpu_div_fast_ok holds for every pair (a[j], b[j]), j < N, in
+ * two integer operations per operand rather than its five comparisons per
+ * pair: each bound becomes one unsigned comparison of an offset (a value
+ * below the range wraps to a large one), and the group keeps the largest
+ * offset and the smallest complement of b's significand.
+ *   |a| in [2^-64, 2^64]  2 |a|'s bits (the sign shifted out) less 2 x
+ *                         2^-64's, at most 2 x (2^64's - 2^-64's): an inf
+ *                         or a NaN lands above it;
+ *   b in [1, 2^32]        b's bits less 1's, at most 2^32's - 1's: a
+ *                         negative b, a NaN or an inf lands above it;
+ *   b's significand       its complement, 0 where it is all ones.
+ */
+template <int N> FLD_GPU_DEV bool fld__gpu_div_all_fast_ok(const float *a, const float *b)
+{
+    uint32_t a_off = 0, b_off = 0, b_sig = 0x7fffffu;
+    for (int j = 0; j < N; j++) {
+        const uint32_t ab = fld__gpu_bits(a[j]), bb = fld__gpu_bits(b[j]);
+        const uint32_t ao = ab * 2u - 0x3f000000u, bo = bb - 0x3f800000u, bs = ~bb & 0x7fffffu;
+        a_off = ao > a_off ? ao : a_off;
+        b_off = bo > b_off ? bo : b_off;
+        b_sig = bs < b_sig ? bs : b_sig;
+    }
+    return (a_off <= 0x80000000u) & (b_off <= 0x10000000u) & (b_sig != 0);
+}
+
+/*
  * q[j] = a[j] / b[j], correctly rounded (the / operator's bits), for N
- * divisions at once (q may be a): where every one of them is in fld__gpu_div_fast_ok's
- * range (one test for the group), by fld__gpu_div_refine side by side;
+ * divisions at once (q may be a): where every one of them is in
+ * fld__gpu_div_fast_ok's range (one test for the group:
+ * fld__gpu_div_all_fast_ok), by fld__gpu_div_refine side by side;
  * otherwise each by the / operator. On CUDA r0 is the hardware's
  * reciprocal (rcp.approx.ftz.f32, which is what nvcc's own sequence
  * starts from); the emulator takes the correctly rounded 1 / b, so that
@@ -317,10 +344,7 @@ FLD_GPU_DEV bool fld__gpu_div_fast_ok(float a, float b)
 template <int N> FLD_GPU_DEV void fld__gpu_div_rn(const float *a, const float *b, float *q)
 {
 #if !defined(FLD_GPU_TARGET_HIP)
-    bool fast = true;
-    for (int j = 0; j < N; j++)
-        fast &= fld__gpu_div_fast_ok(a[j], b[j]); /* no branch per pair */
-    if (fast) {
+    if (fld__gpu_div_all_fast_ok<N>(a, b)) {
         for (int j = 0; j < N; j++) {
 #if defined(FLD_GPU_TARGET_CUDA)
             float r0;
