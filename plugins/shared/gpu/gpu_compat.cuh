@@ -262,6 +262,39 @@ template <int DT, int N> FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, ui
     }
 }
 
+#if defined(FLD_GPU_TARGET_CUDA)
+/*
+ * out[j] = the pair (a[2j], a[2j+1]) rounded to the 16-bit dtype DT, times
+ * the pair of DT's bits b[j] (the even element in the low half), each
+ * product rounded once to DT: two instructions a pair (cvt.rn.{f16,bf16}x2.f32,
+ * then mul.rn.f16x2, or fma.rn.bf16x2 with -0 as the addend, which leaves
+ * every product, a zero's sign included, as it is). The bits are those of
+ * rounding a, widening both to float32, multiplying and rounding the
+ * product, as a kernel that computes in float32 does: the product of two
+ * 16-bit values is exact in float32 (8 + 8 or 11 + 11 significant bits, and
+ * float16's exponents stay in float32's normal range; a bfloat16 product
+ * below it rounds to zero or to bfloat16's least subnormal alike), the
+ * packed instructions keep subnormals, and a NaN comes out as the
+ * hardware's one NaN, the one a float32 multiply returns and the 16-bit
+ * rounding keeps.
+ */
+template <int DT, int W>
+FLD_GPU_DEV void fld__gpu_round_mul_pairs(const float *a, const uint32_t *b, uint32_t *out)
+{
+    for (int j = 0; j < W; j++) {
+        uint32_t h, p;
+        if (DT == 1) {
+            asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a[2 * j + 1]), "f"(a[2 * j]));
+            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(p) : "r"(h), "r"(b[j]));
+        } else {
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a[2 * j + 1]), "f"(a[2 * j]));
+            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(p) : "r"(h), "r"(b[j]), "r"(0x80008000u));
+        }
+        out[j] = p;
+    }
+}
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Division                                                                 */
 /* ------------------------------------------------------------------------ */

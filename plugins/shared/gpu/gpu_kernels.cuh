@@ -248,6 +248,25 @@ template <int DT, bool VEC> struct group {
         fld__gpu_store16(static_cast<char *>(row) + k * 16, v);
     }
 
+    /* The group's bits as 32-bit words, and words stored as group k (VEC) */
+    static FLD_GPU_DEV void words(const fld__gpu_vec16 &v, uint32_t *w)
+    {
+        w[0] = v.x;
+        w[1] = v.y;
+        w[2] = v.z;
+        w[3] = v.w;
+    }
+
+    static FLD_GPU_DEV void put_words(void *row, int64_t k, const uint32_t *w)
+    {
+        fld__gpu_vec16 v;
+        v.x = w[0];
+        v.y = w[1];
+        v.z = w[2];
+        v.w = w[3];
+        put(row, k, v);
+    }
+
     static FLD_GPU_DEV void put(void *row, int64_t k, uint32_t bits)
     {
         if (DT == 0)
@@ -364,6 +383,22 @@ template <int DT, int BYTES> struct narrow_group {
         unpack(r, f);
     }
 
+    /* The group's bits as 32-bit words, and words stored as group k */
+    static FLD_GPU_DEV void words(const raw &r, uint32_t *w)
+    {
+        for (int i = 0; i < WORDS; i++)
+            w[i] = r.w[i];
+    }
+
+    static FLD_GPU_DEV void put_words(void *row, int64_t k, const uint32_t *w)
+    {
+        char *p = static_cast<char *>(row) + k * BYTES;
+        if (WORDS == 2)
+            fld__gpu_store8(p, (uint64_t)w[0] | ((uint64_t)w[WORDS - 1] << 32));
+        else
+            fld__gpu_store4(p, w[0]);
+    }
+
     template <bool PAIRED = false>
     static FLD_GPU_DEV void store(void *row, int64_t k, const float *f)
     {
@@ -377,11 +412,7 @@ template <int DT, int BYTES> struct narrow_group {
             for (int i = 0; i < WORDS; i++)
                 w[i] = (uint32_t)narrow<DT>(f[2 * i]) | ((uint32_t)narrow<DT>(f[2 * i + 1]) << 16);
         }
-        char *p = static_cast<char *>(row) + k * BYTES;
-        if (WORDS == 2)
-            fld__gpu_store8(p, (uint64_t)w[0] | ((uint64_t)w[WORDS - 1] << 32));
-        else
-            fld__gpu_store4(p, w[0]);
+        put_words(row, k, w);
     }
 };
 
@@ -509,6 +540,18 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
             for (int j = 0; j < G::N; j++)
                 act[j] = OP == FLD_GPU_GELU_AND_MUL ? gelu_erf(in[j]) : gelu_tanh(in[j]);
         }
+#if defined(FLD_GPU_TARGET_CUDA)
+        if constexpr (DT != 0 && G::N % 2 == 0) {
+            /* the rounding, the product and its rounding in two packed
+               instructions a pair, on the other operand's bits as loaded
+               (fld__gpu_round_mul_pairs: the same bits as below) */
+            uint32_t other[G::N / 2], out[G::N / 2];
+            G::words(OP == FLD_GPU_MUL_AND_SILU ? xs : ys, other);
+            fld__gpu_round_mul_pairs<DT, G::N / 2>(act, other, out);
+            G::put_words(orow, k, out);
+            return;
+        }
+#endif
         round_all<DT, G::N>(act);
         for (int j = 0; j < G::N; j++)
             x[j] = act[j] * (OP == FLD_GPU_MUL_AND_SILU ? x[j] : y[j]);
