@@ -293,6 +293,29 @@ FLD_GPU_DEV void fld__gpu_round_mul_pairs(const float *a, const uint32_t *b, uin
         out[j] = p;
     }
 }
+
+/*
+ * out[j] = the pairs a[j] + b[j] of DT's bits, each sum rounded once to DT:
+ * one instruction a pair (add.rn.f16x2, or fma.rn.bf16x2 with 1 as the
+ * multiplier). The bits of widening both to float32, adding and rounding
+ * the sum: float32's 24 bits are at least 2p + 2 for the p = 8 (bfloat16)
+ * and 11 (float16) of the operands, and then a sum of two p-bit values
+ * rounded to float32 and then to p bits is the sum rounded once
+ * (Figueroa's theorem on double rounding); zeros' signs, subnormals and
+ * the NaN come out as above.
+ */
+template <int DT, int W>
+FLD_GPU_DEV void fld__gpu_add_pairs(const uint32_t *a, const uint32_t *b, uint32_t *out)
+{
+    for (int j = 0; j < W; j++) {
+        uint32_t s;
+        if (DT == 1)
+            asm("add.rn.f16x2 %0, %1, %2;" : "=r"(s) : "r"(a[j]), "r"(b[j]));
+        else
+            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(s) : "r"(a[j]), "r"(0x3f803f80u), "r"(b[j]));
+        out[j] = s;
+    }
+}
 #endif
 
 /* ------------------------------------------------------------------------ */

@@ -1079,13 +1079,34 @@ __global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_arg
         const uint32_t k = threadIdx.x + (uint32_t)i * blockDim.x;
         G::unpack(xs[i], v[i]);
         if (RESIDUAL) {
-            /* the sum rounded once, to the bits stored, and read back */
-            float s[G::N];
-            G::unpack(rs[i], s);
-            for (int j = 0; j < G::N; j++)
-                v[i][j] += s[j];
+            /* the sum rounded once, to the bits stored, and read back (on
+               CUDA, 16-bit: one packed add a pair, fld__gpu_add_pairs, the
+               same bits) */
             typename G::raw sum;
-            G::pack(v[i], sum);
+#if defined(FLD_GPU_TARGET_CUDA)
+            if constexpr (DT != 0) {
+                /* the residual's words tied to the weight's (a.gemma is
+                   GEMMA: the launcher picks the kernel by it), so that ptxas
+                   issues the weight's load with the row's, not after the
+                   add that the packed words reach sooner */
+                G::tie(rs[i], ws[i], (uint32_t)a.gemma ^ (uint32_t)GEMMA);
+                uint32_t xw[4], rw[4], sw[4];
+                G::words(xs[i], xw);
+                G::words(rs[i], rw);
+                fld__gpu_add_pairs<DT, 4>(xw, rw, sw);
+                sum.x = sw[0];
+                sum.y = sw[1];
+                sum.z = sw[2];
+                sum.w = sw[3];
+            } else
+#endif
+            {
+                float s[G::N];
+                G::unpack(rs[i], s);
+                for (int j = 0; j < G::N; j++)
+                    v[i][j] += s[j];
+                G::pack(v[i], sum);
+            }
             if (k < groups)
                 G::put(rr, k, sum);
             G::unpack(sum, v[i]);
