@@ -263,6 +263,17 @@ template <int DT, int N> FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, ui
 }
 
 #if defined(FLD_GPU_TARGET_CUDA)
+/* f[0..2W) rounded to the 16-bit DT two at a time (cvt.rn), as W words */
+template <int DT, int W> FLD_GPU_DEV void fld__gpu_pack_words(const float *f, uint32_t *w)
+{
+    for (int j = 0; j < W; j++) {
+        if (DT == 1)
+            asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(f[2 * j + 1]), "f"(f[2 * j]));
+        else
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(f[2 * j + 1]), "f"(f[2 * j]));
+    }
+}
+
 /*
  * out[j] = the pair (a[2j], a[2j+1]) rounded to the 16-bit dtype DT, times
  * the pair of DT's bits b[j] (the even element in the low half), each
@@ -281,15 +292,14 @@ template <int DT, int N> FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, ui
 template <int DT, int W>
 FLD_GPU_DEV void fld__gpu_round_mul_pairs(const float *a, const uint32_t *b, uint32_t *out)
 {
+    uint32_t h[W];
+    fld__gpu_pack_words<DT, W>(a, h);
     for (int j = 0; j < W; j++) {
-        uint32_t h, p;
-        if (DT == 1) {
-            asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a[2 * j + 1]), "f"(a[2 * j]));
-            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(p) : "r"(h), "r"(b[j]));
-        } else {
-            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a[2 * j + 1]), "f"(a[2 * j]));
-            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(p) : "r"(h), "r"(b[j]), "r"(0x80008000u));
-        }
+        uint32_t p;
+        if (DT == 1)
+            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(p) : "r"(h[j]), "r"(b[j]));
+        else
+            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(p) : "r"(h[j]), "r"(b[j]), "r"(0x80008000u));
         out[j] = p;
     }
 }
@@ -316,6 +326,41 @@ FLD_GPU_DEV void fld__gpu_add_pairs(const uint32_t *a, const uint32_t *b, uint32
         out[j] = s;
     }
 }
+
+/*
+ * The rotated pairs of 16-bit words (x c - y s, y c + x s), each product
+ * and each sum rounded to DT, as fld_gpu::rot_x and rot_y compute them in
+ * float32 (the same bits, by the argument of the two functions above): six
+ * packed instructions a pair of pairs (mul.rn / sub.rn / add.rn.f16x2, or
+ * fma.rn.bf16x2 with -0, -1 or 1). x, y, c and s: W words of DT's bits.
+ */
+template <int DT, int W>
+FLD_GPU_DEV void fld__gpu_rotate_pairs(const uint32_t *x, const uint32_t *y, const uint32_t *c,
+                                       const uint32_t *s, uint32_t *ox, uint32_t *oy)
+{
+    for (int j = 0; j < W; j++) {
+        uint32_t xc, ys, yc, xs, rx, ry;
+        if (DT == 1) {
+            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(xc) : "r"(x[j]), "r"(c[j]));
+            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(ys) : "r"(y[j]), "r"(s[j]));
+            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(yc) : "r"(y[j]), "r"(c[j]));
+            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(xs) : "r"(x[j]), "r"(s[j]));
+            asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(rx) : "r"(xc), "r"(ys));
+            asm("add.rn.f16x2 %0, %1, %2;" : "=r"(ry) : "r"(yc), "r"(xs));
+        } else {
+            const uint32_t neg0 = 0x80008000u, one = 0x3f803f80u, neg1 = 0xbf80bf80u;
+            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(xc) : "r"(x[j]), "r"(c[j]), "r"(neg0));
+            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(ys) : "r"(y[j]), "r"(s[j]), "r"(neg0));
+            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(yc) : "r"(y[j]), "r"(c[j]), "r"(neg0));
+            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(xs) : "r"(x[j]), "r"(s[j]), "r"(neg0));
+            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(rx) : "r"(ys), "r"(neg1), "r"(xc));
+            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(ry) : "r"(xs), "r"(one), "r"(yc));
+        }
+        ox[j] = rx;
+        oy[j] = ry;
+    }
+}
+
 #endif
 
 /* ------------------------------------------------------------------------ */

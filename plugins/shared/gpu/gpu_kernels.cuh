@@ -1390,6 +1390,27 @@ FLD_GPU_DEV void load_cos_sin_run(const char *crow, int64_t i, float *f)
         f[j] = round_to<DT>(f[j]);
 }
 
+#if defined(FLD_GPU_TARGET_CUDA)
+/* load_cos_sin_run's values as M / 2 words of the 16-bit DT's bits: a
+   16-byte run of a cache of x's dtype as loaded, any other rounded two at a
+   time (cvt.rn, the bits round_to gives) */
+template <int DT, int CDT, int M, bool CVEC>
+FLD_GPU_DEV void load_cos_sin_words(const char *crow, int64_t i, uint32_t *w)
+{
+    if constexpr (CDT == DT && CVEC && M * dtype_size<CDT>::value == 16) {
+        const fld__gpu_vec16 v = fld__gpu_load16(crow + i * dtype_size<CDT>::value);
+        w[0] = v.x;
+        w[1] = v.y;
+        w[2] = v.z;
+        w[3] = v.w;
+    } else {
+        float f[M];
+        load_cos_sin_run<DT, CDT, M, CVEC>(crow, i, f);
+        fld__gpu_pack_words<DT, M / 2>(f, w);
+    }
+}
+#endif
+
 /*
  * Tokens grid-stride over blockIdx.x; a token's units (query heads' first,
  * then the key's) over the threads of gridDim.y blocks (gpu_launch.h: one
@@ -1431,6 +1452,23 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
                 G::fetch(src + yoff, k, ys);
                 if (!pos_ok)
                     continue;
+#if defined(FLD_GPU_TARGET_CUDA)
+                if constexpr (DT != 0 && VEC) {
+                    /* 16-bit: the products and sums on the words, packed
+                       (fld__gpu_rotate_pairs: rot_x's and rot_y's bits) */
+                    const char *crow = static_cast<const char *>(a.cache) +
+                                       pos * a.cache_stride * dtype_size<CDT>::value;
+                    uint32_t xw[4], yw[4], cw[4], sw[4], ox[4], oy[4];
+                    G::words(xs, xw);
+                    G::words(ys, yw);
+                    load_cos_sin_words<DT, CDT, G::N, CVEC>(crow, (int64_t)k * G::N, cw);
+                    load_cos_sin_words<DT, CDT, G::N, CVEC>(crow, half + (int64_t)k * G::N, sw);
+                    fld__gpu_rotate_pairs<DT, 4>(xw, yw, cw, sw, ox, oy);
+                    G::put_words(dst, k, ox);
+                    G::put_words(dst + yoff, k, oy);
+                    continue;
+                }
+#endif
                 float x[G::N], y[G::N], c[G::N], sn[G::N];
                 G::unpack(xs, x);
                 G::unpack(ys, y);
