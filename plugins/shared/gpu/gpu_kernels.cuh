@@ -1392,8 +1392,8 @@ FLD_GPU_DEV void load_cos_sin_run(const char *crow, int64_t i, float *f)
 
 #if defined(FLD_GPU_TARGET_CUDA)
 /* load_cos_sin_run's values as M / 2 words of the 16-bit DT's bits: a
-   16-byte run of a cache of x's dtype as loaded, any other rounded two at a
-   time (cvt.rn, the bits round_to gives) */
+   16- or 8-byte run of a cache of x's dtype as loaded, any other rounded
+   two at a time (cvt.rn, the bits round_to gives) */
 template <int DT, int CDT, int M, bool CVEC>
 FLD_GPU_DEV void load_cos_sin_words(const char *crow, int64_t i, uint32_t *w)
 {
@@ -1403,6 +1403,10 @@ FLD_GPU_DEV void load_cos_sin_words(const char *crow, int64_t i, uint32_t *w)
         w[1] = v.y;
         w[2] = v.z;
         w[3] = v.w;
+    } else if constexpr (CDT == DT && CVEC && M * dtype_size<CDT>::value == 8) {
+        const uint64_t u = fld__gpu_load8(crow + i * dtype_size<CDT>::value);
+        w[0] = (uint32_t)u;
+        w[1] = (uint32_t)(u >> 32);
     } else {
         float f[M];
         load_cos_sin_run<DT, CDT, M, CVEC>(crow, i, f);
@@ -1490,6 +1494,30 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
                 G::fetch(src, k, xs);
                 if (!pos_ok)
                     continue;
+#if defined(FLD_GPU_TARGET_CUDA)
+                if constexpr (DT != 0 && VEC) {
+                    /* 16-bit: the pairs' x halves gathered into words and
+                       their y halves into others (two byte permutes a pair
+                       of words), rotated packed as neox's, and put back */
+                    const char *crow = static_cast<const char *>(a.cache) +
+                                       pos * a.cache_stride * dtype_size<CDT>::value;
+                    uint32_t w[4], xw[2], yw[2], cw[2], sw[2], ox[2], oy[2];
+                    G::words(xs, w);
+                    for (int j = 0; j < 2; j++) {
+                        xw[j] = __byte_perm(w[2 * j], w[2 * j + 1], 0x5410);
+                        yw[j] = __byte_perm(w[2 * j], w[2 * j + 1], 0x7632);
+                    }
+                    load_cos_sin_words<DT, CDT, P, CVEC>(crow, (int64_t)k * P, cw);
+                    load_cos_sin_words<DT, CDT, P, CVEC>(crow, half + (int64_t)k * P, sw);
+                    fld__gpu_rotate_pairs<DT, 2>(xw, yw, cw, sw, ox, oy);
+                    for (int j = 0; j < 2; j++) {
+                        w[2 * j] = __byte_perm(ox[j], oy[j], 0x5410);
+                        w[2 * j + 1] = __byte_perm(ox[j], oy[j], 0x7632);
+                    }
+                    G::put_words(dst, k, w);
+                    continue;
+                }
+#endif
                 float x[G::N], c[P], sn[P];
                 G::unpack(xs, x);
                 const char *crow = static_cast<const char *>(a.cache) +
