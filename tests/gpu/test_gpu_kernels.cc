@@ -345,7 +345,7 @@ static uint16_t round16_from_double(double v, int dti)
 
 /*
  * What the packed 16-bit arithmetic of the CUDA kernels rests on
- * (fld__gpu_round_mul_pairs, fld__gpu_add_pairs, fld__gpu_rotate_pairs):
+ * (fld__gpu_mul2, fld__gpu_add2, fld__gpu_sub2):
  * the float32 form of a product, sum or difference of two 16-bit values,
  * rounded to the dtype, is the exact result rounded once. Every finite
  * 16-bit a (_i 0: bfloat16, 1: float16) against 96 b: the edges (zeros,

@@ -275,92 +275,73 @@ template <int DT, int W> FLD_GPU_DEV void fld__gpu_pack_words(const float *f, ui
 }
 
 /*
- * out[j] = the pair (a[2j], a[2j+1]) rounded to the 16-bit dtype DT, times
- * the pair of DT's bits b[j] (the even element in the low half), each
- * product rounded once to DT: two instructions a pair (cvt.rn.{f16,bf16}x2.f32,
- * then mul.rn.f16x2, or fma.rn.bf16x2 with -0 as the addend, which leaves
- * every product, a zero's sign included, as it is). The bits are those of
- * rounding a, widening both to float32, multiplying and rounding the
- * product, as a kernel that computes in float32 does: the product of two
- * 16-bit values is exact in float32 (8 + 8 or 11 + 11 significant bits, and
- * float16's exponents stay in float32's normal range; a bfloat16 product
- * below it rounds to zero or to bfloat16's least subnormal alike), the
- * packed instructions keep subnormals, and a NaN comes out as the
- * hardware's one NaN, the one a float32 multiply returns and the 16-bit
- * rounding keeps.
+ * a x b, a + b and a - b on words of two 16-bit DT values, each result
+ * rounded once to DT: mul.rn / add.rn / sub.rn.f16x2, or fma.rn.bf16x2
+ * (sm_80 has no bfloat16 add or multiply) with -0 as the addend, which
+ * leaves every product, a zero's sign included, as it is, or 1 or -1 as
+ * the multiplier. The bits are those of widening both to float32, computing
+ * and rounding the result, as a kernel that computes in float32 does:
+ * float32's 24 bits are at least 2p + 2 for the p = 8 (bfloat16) and 11
+ * (float16) bits of the operands, and then a product, sum or difference of
+ * two p-bit values rounded to float32 and then to p bits is the exact
+ * result rounded once (Figueroa's theorem on double rounding; the test
+ * packed_16bit_arithmetic_rounds_once checks it). The packed instructions
+ * keep subnormals, and a NaN comes out as the hardware's one NaN, the one a
+ * float32 operation returns and the 16-bit rounding keeps.
  */
+template <int DT> FLD_GPU_DEV uint32_t fld__gpu_mul2(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    if (DT == 1)
+        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    else
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+template <int DT> FLD_GPU_DEV uint32_t fld__gpu_add2(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    if (DT == 1)
+        asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    else
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(b), "r"(0x3f803f80u), "r"(a));
+    return d;
+}
+
+template <int DT> FLD_GPU_DEV uint32_t fld__gpu_sub2(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    if (DT == 1)
+        asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    else
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(b), "r"(0xbf80bf80u), "r"(a));
+    return d;
+}
+
+/* out[j] = the pair (a[2j], a[2j+1]) rounded to DT, times the pair of DT's
+   bits b[j] (the even element in the low half), rounded to DT */
 template <int DT, int W>
 FLD_GPU_DEV void fld__gpu_round_mul_pairs(const float *a, const uint32_t *b, uint32_t *out)
 {
     uint32_t h[W];
     fld__gpu_pack_words<DT, W>(a, h);
-    for (int j = 0; j < W; j++) {
-        uint32_t p;
-        if (DT == 1)
-            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(p) : "r"(h[j]), "r"(b[j]));
-        else
-            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(p) : "r"(h[j]), "r"(b[j]), "r"(0x80008000u));
-        out[j] = p;
-    }
+    for (int j = 0; j < W; j++)
+        out[j] = fld__gpu_mul2<DT>(h[j], b[j]);
 }
 
-/*
- * out[j] = the pairs a[j] + b[j] of DT's bits, each sum rounded once to DT:
- * one instruction a pair (add.rn.f16x2, or fma.rn.bf16x2 with 1 as the
- * multiplier). The bits of widening both to float32, adding and rounding
- * the sum: float32's 24 bits are at least 2p + 2 for the p = 8 (bfloat16)
- * and 11 (float16) of the operands, and then a sum of two p-bit values
- * rounded to float32 and then to p bits is the sum rounded once
- * (Figueroa's theorem on double rounding); zeros' signs, subnormals and
- * the NaN come out as above.
- */
-template <int DT, int W>
-FLD_GPU_DEV void fld__gpu_add_pairs(const uint32_t *a, const uint32_t *b, uint32_t *out)
-{
-    for (int j = 0; j < W; j++) {
-        uint32_t s;
-        if (DT == 1)
-            asm("add.rn.f16x2 %0, %1, %2;" : "=r"(s) : "r"(a[j]), "r"(b[j]));
-        else
-            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(s) : "r"(a[j]), "r"(0x3f803f80u), "r"(b[j]));
-        out[j] = s;
-    }
-}
-
-/*
- * The rotated pairs of 16-bit words (x c - y s, y c + x s), each product
- * and each sum rounded to DT, as fld_gpu::rot_x and rot_y compute them in
- * float32 (the same bits, by the argument of the two functions above): six
- * packed instructions a pair of pairs (mul.rn / sub.rn / add.rn.f16x2, or
- * fma.rn.bf16x2 with -0, -1 or 1). x, y, c and s: W words of DT's bits.
- */
+/* The rotated pairs (x c - y s, y c + x s) of W words of DT's bits, each
+   product and each sum rounded to DT, as fld_gpu::rot_x and rot_y compute
+   them in float32 */
 template <int DT, int W>
 FLD_GPU_DEV void fld__gpu_rotate_pairs(const uint32_t *x, const uint32_t *y, const uint32_t *c,
                                        const uint32_t *s, uint32_t *ox, uint32_t *oy)
 {
     for (int j = 0; j < W; j++) {
-        uint32_t xc, ys, yc, xs, rx, ry;
-        if (DT == 1) {
-            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(xc) : "r"(x[j]), "r"(c[j]));
-            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(ys) : "r"(y[j]), "r"(s[j]));
-            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(yc) : "r"(y[j]), "r"(c[j]));
-            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(xs) : "r"(x[j]), "r"(s[j]));
-            asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(rx) : "r"(xc), "r"(ys));
-            asm("add.rn.f16x2 %0, %1, %2;" : "=r"(ry) : "r"(yc), "r"(xs));
-        } else {
-            const uint32_t neg0 = 0x80008000u, one = 0x3f803f80u, neg1 = 0xbf80bf80u;
-            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(xc) : "r"(x[j]), "r"(c[j]), "r"(neg0));
-            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(ys) : "r"(y[j]), "r"(s[j]), "r"(neg0));
-            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(yc) : "r"(y[j]), "r"(c[j]), "r"(neg0));
-            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(xs) : "r"(x[j]), "r"(s[j]), "r"(neg0));
-            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(rx) : "r"(ys), "r"(neg1), "r"(xc));
-            asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(ry) : "r"(xs), "r"(one), "r"(yc));
-        }
-        ox[j] = rx;
-        oy[j] = ry;
+        ox[j] = fld__gpu_sub2<DT>(fld__gpu_mul2<DT>(x[j], c[j]), fld__gpu_mul2<DT>(y[j], s[j]));
+        oy[j] = fld__gpu_add2<DT>(fld__gpu_mul2<DT>(y[j], c[j]), fld__gpu_mul2<DT>(x[j], s[j]));
     }
 }
-
 #endif
 
 /* ------------------------------------------------------------------------ */

@@ -248,7 +248,8 @@ template <int DT, bool VEC> struct group {
         fld__gpu_store16(static_cast<char *>(row) + k * 16, v);
     }
 
-    /* The group's bits as 32-bit words, and words stored as group k (VEC) */
+    /* The group's bits as 32-bit words and back, and words stored as group k
+       (VEC) */
     static FLD_GPU_DEV void words(const fld__gpu_vec16 &v, uint32_t *w)
     {
         w[0] = v.x;
@@ -257,13 +258,18 @@ template <int DT, bool VEC> struct group {
         w[3] = v.w;
     }
 
-    static FLD_GPU_DEV void put_words(void *row, int64_t k, const uint32_t *w)
+    static FLD_GPU_DEV void from_words(const uint32_t *w, fld__gpu_vec16 &v)
     {
-        fld__gpu_vec16 v;
         v.x = w[0];
         v.y = w[1];
         v.z = w[2];
         v.w = w[3];
+    }
+
+    static FLD_GPU_DEV void put_words(void *row, int64_t k, const uint32_t *w)
+    {
+        fld__gpu_vec16 v;
+        from_words(w, v);
         put(row, k, v);
     }
 
@@ -1080,7 +1086,7 @@ __global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_arg
         G::unpack(xs[i], v[i]);
         if (RESIDUAL) {
             /* the sum rounded once, to the bits stored, and read back (on
-               CUDA, 16-bit: one packed add a pair, fld__gpu_add_pairs, the
+               CUDA, 16-bit: one packed add a pair, fld__gpu_add2, the
                same bits) */
             typename G::raw sum;
 #if defined(FLD_GPU_TARGET_CUDA)
@@ -1090,14 +1096,12 @@ __global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_arg
                    issues the weight's load with the row's, not after the
                    add that the packed words reach sooner */
                 G::tie(rs[i], ws[i], (uint32_t)a.gemma ^ (uint32_t)GEMMA);
-                uint32_t xw[4], rw[4], sw[4];
+                uint32_t xw[4], rw[4];
                 G::words(xs[i], xw);
                 G::words(rs[i], rw);
-                fld__gpu_add_pairs<DT, 4>(xw, rw, sw);
-                sum.x = sw[0];
-                sum.y = sw[1];
-                sum.z = sw[2];
-                sum.w = sw[3];
+                for (int j = 0; j < 4; j++)
+                    xw[j] = fld__gpu_add2<DT>(xw[j], rw[j]);
+                G::from_words(xw, sum);
             } else
 #endif
             {
@@ -1398,11 +1402,7 @@ template <int DT, int CDT, int M, bool CVEC>
 FLD_GPU_DEV void load_cos_sin_words(const char *crow, int64_t i, uint32_t *w)
 {
     if constexpr (CDT == DT && CVEC && M * dtype_size<CDT>::value == 16) {
-        const fld__gpu_vec16 v = fld__gpu_load16(crow + i * dtype_size<CDT>::value);
-        w[0] = v.x;
-        w[1] = v.y;
-        w[2] = v.z;
-        w[3] = v.w;
+        group<CDT, true>::words(fld__gpu_load16(crow + i * dtype_size<CDT>::value), w);
     } else if constexpr (CDT == DT && CVEC && M * dtype_size<CDT>::value == 8) {
         const uint64_t u = fld__gpu_load8(crow + i * dtype_size<CDT>::value);
         w[0] = (uint32_t)u;
