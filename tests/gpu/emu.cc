@@ -80,6 +80,7 @@ thread_local block_run *t_run;
 thread_local int t_warp = 32;
 thread_local schedule t_schedule = SCHED_ROUND_ROBIN;
 thread_local uint64_t t_launches, t_switches;
+thread_local int t_rcp_offset;
 /* Stacks are kept between launches: a test makes many small ones. */
 thread_local std::vector<char *> *t_stacks;
 
@@ -293,6 +294,22 @@ void set_warp_size(int lanes)
 void set_schedule(schedule order)
 {
     t_schedule = order;
+}
+
+float rcp_approx(float b)
+{
+    const float r = 1.0f / b;
+    uint32_t u;
+    memcpy(&u, &r, sizeof u);
+    u += (uint32_t)t_rcp_offset;
+    float moved;
+    memcpy(&moved, &u, sizeof moved);
+    return moved;
+}
+
+void set_rcp_offset(int units)
+{
+    t_rcp_offset = units;
 }
 
 uint64_t launches()

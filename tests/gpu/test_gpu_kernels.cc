@@ -263,6 +263,100 @@ START_TEST(silu_division_is_exact)
 }
 END_TEST
 
+/* the bfloat16 that f rounds to, every NaN as one */
+static uint16_t bf16_of(float f)
+{
+    return isnan(f) ? 0x7fc0 : fld_f32_to_bf16(f);
+}
+
+/*
+ * bfloat16 divisions by the product with the reciprocal
+ * (fld__gpu_div_to_bf16_settled): where it says the product settles the
+ * rounding, the product rounds to the bfloat16 of the correctly rounded
+ * quotient, from reciprocals up to two units off in their last place (the
+ * hardware's is within one), for every bfloat16 input of silu (either
+ * sign) and QuickGELU against its denominator (_i 0) and for pairs drawn
+ * across the whole range, subnormals, zeros, infinities and NaNs included,
+ * with divisors partly outside [1, 2^64] (_i 1). The products settle
+ * almost every pair, the window's edges are where the comment says, and a
+ * group with one unsettled element gets fld__gpu_div_rn's quotients.
+ */
+START_TEST(bf16_division_rounds_as_the_quotient)
+{
+    uint64_t settled = 0, in_range = 0;
+    auto check_pair = [&](float a, float b) {
+        const bool ranged = b >= 1.0f && b <= 0x1p64f;
+        const float want = a / b;
+        for (int ulps = -2; ulps <= 2; ulps++) {
+            fld_emu::set_rcp_offset(ulps);
+            float t;
+            const bool ok = fld__gpu_div_to_bf16_settled<1>(&a, &b, &t);
+            ck_assert_msg(ranged || !ok, "%a / %a: settled with the divisor out of range",
+                          (double)a, (double)b);
+            ck_assert_msg(!ok || bf16_of(t) == bf16_of(want),
+                          "%a / %a from a reciprocal %d units off: %a rounds to %04x, the "
+                          "quotient %a to %04x",
+                          (double)a, (double)b, ulps, (double)t, bf16_of(t), (double)want,
+                          bf16_of(want));
+            settled += ok && ulps == 0;
+        }
+        in_range += ranged;
+        fld_emu::set_rcp_offset(0);
+    };
+    uint64_t state = 0x9e3779b97f4a7c15u;
+    auto next = [&]() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        return (uint32_t)(state >> 16);
+    };
+    if (_i == 0) {
+        for (uint32_t h = 0; h < 65536; h++) {
+            const float x = fld_bf16_to_f32((uint16_t)h);
+            check_pair(x, fld_gpu::silu_denominator(x));
+            check_pair(-x, fld_gpu::silu_denominator(x));
+            check_pair(x, fld_gpu::gelu_quick_denominator(x));
+        }
+    } else {
+        for (int i = 0; i < 400000; i++) {
+            const uint32_t ua = next(), ub = next();
+            /* a: any bits; b: [2^-2, 2^66) mostly, its edges and non-finite values sometimes */
+            const float a = fld_f32_from_bits(ua | ((uint32_t)next() << 31));
+            float b = fld_f32_from_bits((ub & 0x007fffffu) | ((125u + (ub >> 8) % 68u) << 23));
+            if (ub % 97 == 0)
+                b = fld_f32_from_bits(((ub >> 7) & 1) ? 0x7f800000u : 0x7fc00000u);
+            else if (ub % 89 == 0)
+                b = ((ub >> 7) & 1) ? 1.0f : 0x1p64f;
+            check_pair(a, b);
+        }
+    }
+    /* every in-range pair but those whose products fall in the window */
+    ck_assert_msg(settled > in_range - in_range / 100, "%llu of %llu settled",
+                  (unsigned long long)settled, (unsigned long long)in_range);
+    /* the window: low halves 0x8000 - 8 .. 0x8000 + 8 are not settled */
+    for (int d = -10; d <= 10; d++) {
+        const float a = fld_f32_from_bits(0x3f808000u + (uint32_t)d), b = 1.0f;
+        float t;
+        ck_assert_int_eq(fld__gpu_div_to_bf16_settled<1>(&a, &b, &t), d < -8 || d > 8);
+    }
+    /* a group: one element in the window sends all of it to fld__gpu_div_rn */
+    float a[8], b[8], q[8], rn[8];
+    for (int j = 0; j < 8; j++) {
+        a[j] = 1.0f + (float)j * 0.37f;
+        b[j] = 1.25f + (float)j;
+    }
+    fld__gpu_div_to_bf16<8>(a, b, q);
+    for (int j = 0; j < 8; j++)
+        ck_assert_uint_eq(bf16_of(q[j]), bf16_of(a[j] / b[j]));
+    a[5] = fld_f32_from_bits(0x3f808003u);
+    b[5] = 1.0f;
+    fld__gpu_div_to_bf16<8>(a, b, q);
+    fld__gpu_div_rn<8>(a, b, rn);
+    for (int j = 0; j < 8; j++)
+        ck_assert_uint_eq(fld_f32_bits(q[j]), fld_f32_bits(rn[j]));
+}
+END_TEST
+
 /*
  * The group's range test (fld__gpu_div_all_fast_ok) says what the pair test
  * (fld__gpu_div_fast_ok) says of every pair: over pairs of the values at
@@ -448,14 +542,20 @@ START_TEST(unary_all_16bit)
     fld_tensor_rows(&x->t, &xr);
     fld_tensor_rows(&out->t, &orow);
     struct fld__gpu_act_args a = {op, dti, orow.data, xr.data, 1, n, orow.stride, xr.stride};
-    ck_assert_int_eq(api.act(&a, variant, NULL), 0);
-    for (int64_t i = 0; i < n; i++) {
-        const double want = tt_round(dt, unary_f32(op, (float)tt_get(x, i)));
-        const double got = tt_get(out, i);
-        ck_assert_msg(got == want || (isnan(got) && isnan(want)),
-                      "%s %s %s: input 0x%04llx: got %.9g, want %.9g", act_names[op],
-                      fld_dtype_name(dt), variant == FLD_GPU_VECTOR ? "vector" : "reference",
-                      (long long)i, got, want);
+    for (int ulps : {0, -2, 2}) { /* QuickGELU's division from reciprocals that far off */
+        fld_emu::set_rcp_offset(ulps);
+        ck_assert_int_eq(api.act(&a, variant, NULL), 0);
+        fld_emu::set_rcp_offset(0);
+        for (int64_t i = 0; i < n; i++) {
+            const double want = tt_round(dt, unary_f32(op, (float)tt_get(x, i)));
+            const double got = tt_get(out, i);
+            ck_assert_msg(got == want || (isnan(got) && isnan(want)),
+                          "%s %s %s, reciprocals %d units off: input 0x%04llx: got %.9g, want "
+                          "%.9g",
+                          act_names[op], fld_dtype_name(dt),
+                          variant == FLD_GPU_VECTOR ? "vector" : "reference", ulps, (long long)i,
+                          got, want);
+        }
     }
     tt_free(x);
     tt_free(out);
@@ -478,11 +578,14 @@ float act_f32(int op, float f)
  * written out here: out = round(round(act(a)) * b), b cycling through
  * values that make the product round (a single rounding of act(a) * b
  * differs from it in 800-1500 of these elements, the check asks > 500).
+ * Runs 16-47 again with the emulator's reciprocals two units off either
+ * way (fld_emu::set_rcp_offset), which the silu family's divisions start
+ * from: the bits must not move.
  */
 START_TEST(act_rounding_all_16bit)
 {
     setup();
-    const int dti = 1 + _i % 2, op = (_i / 2) % 4, variant = _i / 8;
+    const int dti = 1 + _i % 2, op = (_i / 2) % 4, variant = (_i / 8) % 2;
     const DLDataType dt = dtype_at(dti);
     const int64_t n = 65536;
     const int64_t xs[2] = {1, 2 * n}, os[2] = {1, n};
@@ -498,7 +601,11 @@ START_TEST(act_rounding_all_16bit)
     fld_tensor_rows(&x->t, &xr);
     fld_tensor_rows(&out->t, &orow);
     struct fld__gpu_act_args a = {op, dti, orow.data, xr.data, 1, n, orow.stride, xr.stride};
+    /* silu's division from reciprocals off by the run's units (0, -2, 2) */
+    const int ulps = (_i / 16 == 0) ? 0 : (_i / 16 == 1 ? -2 : 2);
+    fld_emu::set_rcp_offset(ulps);
     ck_assert_int_eq(api.act(&a, variant, NULL), 0);
+    fld_emu::set_rcp_offset(0);
     int64_t bad = -1, single_differs = 0;
     for (int64_t i = 0; i < n && bad < 0; i++) {
         const float g = (float)tt_get(x, second ? n + i : i);
@@ -511,8 +618,10 @@ START_TEST(act_rounding_all_16bit)
         single_differs += tt_round(dt, act * o) != want && !isnan(want);
     }
     ck_assert_msg(
-        bad < 0, "%s %s %s: input 0x%04llx: got %.9g, want round(round(act) * b) = %.9g",
-        act_names[op], fld_dtype_name(dt), variant == FLD_GPU_VECTOR ? "vector" : "reference",
+        bad < 0,
+        "%s %s %s, reciprocals %d units off: input 0x%04llx: got %.9g, want round(round(act) * "
+        "b) = %.9g",
+        act_names[op], fld_dtype_name(dt), variant == FLD_GPU_VECTOR ? "vector" : "reference", ulps,
         (long long)bad, bad >= 0 ? tt_get(out, bad) : 0.0,
         bad >= 0
             ? tt_round(dt, tt_round(dt, act_f32(op, (float)tt_get(x, second ? n + bad : bad))) *
@@ -1868,9 +1977,10 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, act_matches_reference, 0, 6 * FLD_GPU_ACT_OPS);
     tcase_add_loop_test(tc, act_wide_rows, 0, 6);
     tcase_add_loop_test(tc, unary_all_16bit, 0, 12);
-    tcase_add_loop_test(tc, act_rounding_all_16bit, 0, 16);
+    tcase_add_loop_test(tc, act_rounding_all_16bit, 0, 48);
     tcase_add_loop_test(tc, silu_division_is_exact, 0, 3);
     tcase_add_test(tc, division_group_test_is_the_pair_test);
+    tcase_add_loop_test(tc, bf16_division_rounds_as_the_quotient, 0, 2);
     tcase_add_loop_test(tc, packed_16bit_arithmetic_rounds_once, 0, 2);
     tcase_add_test(tc, act_vector_refuses_misaligned);
     tcase_add_loop_test(tc, launch_shapes_act, 0,

@@ -414,33 +414,98 @@ template <int N> FLD_GPU_DEV bool fld__gpu_div_all_fast_ok(const float *a, const
 }
 
 /*
+ * An approximate 1 / b: on CUDA the hardware's reciprocal
+ * (rcp.approx.ftz.f32, within one unit in its last place, which nvcc's
+ * own division sequence starts from); under the emulator the correctly
+ * rounded one, moved as its tests ask (fld_emu::rcp_approx); on HIP
+ * 1 / b.
+ */
+FLD_GPU_DEV float fld__gpu_rcp_approx(float b)
+{
+#if defined(FLD_GPU_TARGET_CUDA)
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+    return r;
+#elif defined(FLD_GPU_TARGET_EMU)
+    return fld_emu::rcp_approx(b);
+#else
+    return 1.0f / b;
+#endif
+}
+
+/*
  * q[j] = a[j] / b[j], correctly rounded (the / operator's bits), for N
  * divisions at once (q may be a): where every one of them is in
  * fld__gpu_div_fast_ok's range (one test for the group:
- * fld__gpu_div_all_fast_ok), by fld__gpu_div_refine side by side;
- * otherwise each by the / operator. On CUDA r0 is the hardware's
- * reciprocal (rcp.approx.ftz.f32, which is what nvcc's own sequence
- * starts from); the emulator takes the correctly rounded 1 / b, so that
- * its tests run the same sequence; on HIP the / operator serves.
+ * fld__gpu_div_all_fast_ok), by fld__gpu_div_refine side by side from
+ * fld__gpu_rcp_approx; otherwise each by the / operator (on HIP, always).
  */
 template <int N> FLD_GPU_DEV void fld__gpu_div_rn(const float *a, const float *b, float *q)
 {
 #if !defined(FLD_GPU_TARGET_HIP)
     if (fld__gpu_div_all_fast_ok<N>(a, b)) {
-        for (int j = 0; j < N; j++) {
-#if defined(FLD_GPU_TARGET_CUDA)
-            float r0;
-            asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(b[j]));
-#else
-            const float r0 = 1.0f / b[j];
-#endif
-            q[j] = fld__gpu_div_refine(a[j], b[j], r0);
-        }
+        for (int j = 0; j < N; j++)
+            q[j] = fld__gpu_div_refine(a[j], b[j], fld__gpu_rcp_approx(b[j]));
         return;
     }
 #endif
     for (int j = 0; j < N; j++)
         q[j] = a[j] / b[j];
+}
+
+/*
+ * Divisions whose quotients are only ever rounded to bfloat16 next (a
+ * bfloat16 silu or QuickGELU). t[j] = a[j] times b[j]'s approximate
+ * reciprocal, one product in place of the refining sequence and its range
+ * test; the result: whether every t[j] rounds to the bfloat16 that
+ * a[j] / b[j] correctly rounded (fld__gpu_div_rn's quotient) rounds to.
+ * For b in [1, 2^64] and a reciprocal k units off in its last place (k = 1:
+ * rcp.approx.f32's bound), t is within (k + 1) 2^-23 |a / b| of the
+ * correctly rounded quotient, so within 2 (k + 1) float32 steps of it: 4
+ * on a GPU, 6 for the tests' k = 2 (a float32 step is at least 2^-24 of
+ * the value). Two floats that close round to the same bfloat16 unless a
+ * rounding boundary lies between them, and bfloat16's boundaries are the
+ * float32 values whose low 16 bits are 0x8000 (subnormals' too: a
+ * bfloat16 is a float32's high half). So the answer is yes where every
+ * b[j] lies in the range (not a NaN or an inf) and no t[j]'s low 16 bits
+ * lie in [0x8000 - 8, 0x8000 + 8]: one element in about 3,900 of those
+ * whose quotients spread over the low bits.
+ */
+template <int N>
+FLD_GPU_DEV bool fld__gpu_div_to_bf16_settled(const float *a, const float *b, float *t)
+{
+    uint32_t b_off = 0, near = 0xffffffffu;
+    for (int j = 0; j < N; j++) {
+#if defined(FLD_GPU_TARGET_CUDA)
+        t[j] = __fmul_rn(a[j], fld__gpu_rcp_approx(b[j]));
+#else
+        t[j] = a[j] * fld__gpu_rcp_approx(b[j]);
+#endif
+        /* b's bits less 1's, at most 2^64's less 1's; the low half's
+           distance above 0x8000 - 8, at most 16 inside the window */
+        const uint32_t bo = fld__gpu_bits(b[j]) - 0x3f800000u;
+        const uint32_t to = (fld__gpu_bits(t[j]) << 16) - 0x7ff80000u;
+        b_off = bo > b_off ? bo : b_off;
+        near = to < near ? to : near;
+    }
+    return (b_off <= 0x20000000u) & (near > 0x00100000u);
+}
+
+/* q[j] rounds to the bfloat16 that a[j] / b[j] correctly rounded rounds
+   to: fld__gpu_div_to_bf16_settled's products where they settle it,
+   otherwise fld__gpu_div_rn's quotients (on HIP, always those). q may be
+   a. */
+template <int N> FLD_GPU_DEV void fld__gpu_div_to_bf16(const float *a, const float *b, float *q)
+{
+#if !defined(FLD_GPU_TARGET_HIP)
+    float t[N];
+    if (fld__gpu_div_to_bf16_settled<N>(a, b, t)) {
+        for (int j = 0; j < N; j++)
+            q[j] = t[j];
+        return;
+    }
+#endif
+    fld__gpu_div_rn<N>(a, b, q);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -461,6 +526,20 @@ FLD_GPU_DEV void fld__gpu_issued(uint32_t w)
 #else
     (void)w;
 #endif
+}
+
+/*
+ * p, as a pointer the compiler cannot tell from p: a load through it is not
+ * merged with a load through p before it, so that a rarely taken branch
+ * that needs a value loaded earlier loads it again rather than keeping its
+ * registers live up to the branch. No instruction.
+ */
+template <class T> FLD_GPU_DEV T *fld__gpu_renewed(T *p)
+{
+#if defined(FLD_GPU_TARGET_CUDA)
+    asm volatile("" : "+l"(p));
+#endif
+    return p;
 }
 
 /*

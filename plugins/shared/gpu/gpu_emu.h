@@ -92,6 +92,16 @@ void set_warp_size(int lanes);
 enum schedule { SCHED_ROUND_ROBIN, SCHED_REVERSE, SCHED_LOWEST_FIRST };
 void set_schedule(schedule order);
 
+/*
+ * The approximate reciprocal the kernels' divisions start from
+ * (rcp.approx.f32 on a GPU, within one unit in the last place of 1 / b):
+ * here 1 / b correctly rounded, moved by offset units in its last place
+ * (set between launches; 0 by default), so that tests run the divisions
+ * from reciprocals as far off as the hardware's may be, and further.
+ */
+float rcp_approx(float b);
+void set_rcp_offset(int units);
+
 /* Totals on this OS thread since it started: launches and fiber switches. */
 uint64_t launches();
 uint64_t switches();

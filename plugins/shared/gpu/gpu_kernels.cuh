@@ -498,6 +498,48 @@ FLD_GPU_DEV float gelu_fast(float f)
     return 0.5f * f * (1.0f + tanhf(c * f * (1.0f + 0.044715f * f * f)));
 }
 
+/* silu's or QuickGELU's denominator */
+template <int OP> FLD_GPU_DEV float denominator(float f)
+{
+    return OP == FLD_GPU_GELU_QUICK ? gelu_quick_denominator(f) : silu_denominator(f);
+}
+
+/*
+ * q[j] = in[j] / denominator(in[j]) for silu or QuickGELU (OP), in[] group
+ * k of row as unpacked, rounding to DT as the / operator's quotients do:
+ * every denominator first, then the divisions together. In bfloat16 the
+ * products by the reciprocals where they settle the rounding
+ * (fld__gpu_div_to_bf16_settled); the rare group where they do not loads
+ * its elements again (fld__gpu_renewed: a load the compiler does not merge
+ * with the first) and divides them by fld__gpu_div_rn, so that the usual
+ * path need not keep the group's dividends and denominators up to that
+ * branch. Otherwise fld__gpu_div_rn: one range test for the group, the /
+ * operator's bits (on HIP, always).
+ */
+template <int DT, int OP, class G>
+FLD_GPU_DEV void divide(const char *row, int64_t k, const float *in, float *q)
+{
+    float den[G::N];
+    for (int j = 0; j < G::N; j++)
+        den[j] = denominator<OP>(in[j]);
+#if defined(FLD_GPU_TARGET_HIP)
+    (void)row;
+    (void)k;
+#else
+    if (DT == 2) {
+        if (fld__gpu_div_to_bf16_settled<G::N>(in, den, q))
+            return;
+        float again[G::N];
+        G::load(fld__gpu_renewed(row), k, again);
+        for (int j = 0; j < G::N; j++)
+            den[j] = denominator<OP>(again[j]);
+        fld__gpu_div_rn<G::N>(again, den, q);
+        return;
+    }
+#endif
+    fld__gpu_div_rn<G::N>(in, den, q);
+}
+
 /* NewGELU and FastGELU (QuickGELU: act_group) */
 template <int OP> FLD_GPU_DEV float elementwise(float f)
 {
@@ -530,18 +572,15 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
     if (GATED) {
         /* round(round(act(in)) * other), the activation rounded to DT as
            vLLM's ACT_FN returns it, two at a time (round_all). silu: every
-           denominator first and the divisions together (fld__gpu_div_rn:
-           one range test for the group, the / operator's bits), the group's
-           exponentials and divisions in flight side by side, not each
-           behind the previous element's division and its slow-path branch */
+           denominator first and the divisions together (divide), the
+           group's exponentials and divisions in flight side by side, not
+           each behind the previous element's division and its slow-path
+           branch */
         float y[G::N], act[G::N];
         G::unpack(ys, y);
         const float *in = OP == FLD_GPU_MUL_AND_SILU ? y : x;
         if (SILU) {
-            float den[G::N];
-            for (int j = 0; j < G::N; j++)
-                den[j] = silu_denominator(in[j]);
-            fld__gpu_div_rn<G::N>(in, den, act); /* in / den, as the / operator */
+            divide<DT, FLD_GPU_SILU_AND_MUL, G>(OP == FLD_GPU_MUL_AND_SILU ? yr : xr, k, in, act);
         } else {
             for (int j = 0; j < G::N; j++)
                 act[j] = OP == FLD_GPU_GELU_AND_MUL ? gelu_erf(in[j]) : gelu_tanh(in[j]);
@@ -563,10 +602,10 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
             x[j] = act[j] * (OP == FLD_GPU_MUL_AND_SILU ? x[j] : y[j]);
     } else if (OP == FLD_GPU_GELU_QUICK) {
         /* x / (1 + exp(-1.702 x)): the divisions together, as silu's */
-        float den[G::N];
+        float q[G::N];
+        divide<DT, OP, G>(xr, k, x, q);
         for (int j = 0; j < G::N; j++)
-            den[j] = gelu_quick_denominator(x[j]);
-        fld__gpu_div_rn<G::N>(x, den, x);
+            x[j] = q[j];
     } else {
         for (int j = 0; j < G::N; j++)
             x[j] = elementwise<OP>(x[j]);
