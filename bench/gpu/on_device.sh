@@ -32,7 +32,9 @@
 #   base     gpu_peers.py on the base build's library alone, in its own
 #            process (two copies of the library in one process bind each
 #            other's symbols): its rows are fld_base, for before/after
-#            (BASE_ARGS: more options, e.g. --ops rms_norm --dtypes bf16)
+#            (BASE_ARGS: more options, e.g. --ops rms_norm --dtypes bf16);
+#            then the second base's, where the kit has one, as fld_base2
+#            (each BASE_BUDGET_S)
 #   ncu      Nsight Compute on one call of each decode and 4096-row case,
 #            this tree's kernels, then the base's (each its own process;
 #            NCU_BUILDS="lib" profiles this tree's alone)
@@ -92,10 +94,13 @@ for s in ${*:-sweep verify check peers}; do
   vllm) export -f install_vllm; export vsite; step vllm vllm_install.txt bash -c install_vllm ;;
   peers) step peers peers.txt env PYTHONPATH="$(pypath)" FLD_LIB="$kit/lib/libfldispatch.so" \
            python3 "$kit/gpu_peers.py" --budget-s "${PEERS_BUDGET_S:-200}" --out "$out" ${PEERS_ARGS:-} ;;
-  base) step base base.txt env LD_LIBRARY_PATH="$kit/syslib:$kit/base/lib" \
-          VLLM_FL_PLUGIN_DIR="$kit/base/lib/fldispatch/plugins" \
-          FLD_LIB="$kit/base/lib/libfldispatch.so" python3 "$kit/gpu_peers.py" --label fld_base \
-          --impls floor,fldispatch --budget-s "${BASE_BUDGET_S:-60}" --out "$out" ${BASE_ARGS:-} ;;
+  base) for b in base base2; do
+          [ -d "$kit/$b" ] || continue
+          step "$b" "$b.txt" env LD_LIBRARY_PATH="$kit/syslib:$kit/$b/lib" \
+            VLLM_FL_PLUGIN_DIR="$kit/$b/lib/fldispatch/plugins" \
+            FLD_LIB="$kit/$b/lib/libfldispatch.so" python3 "$kit/gpu_peers.py" --label "fld_$b" \
+            --impls floor,fldispatch --budget-s "${BASE_BUDGET_S:-60}" --out "$out" ${BASE_ARGS:-}
+        done ;;
   ncu) for build in ${NCU_BUILDS:-lib base/lib}; do
          step "ncu $build" "ncu-${build%%/*}.txt" env LD_LIBRARY_PATH="$kit/syslib:$kit/$build" \
            VLLM_FL_PLUGIN_DIR="$kit/$build/fldispatch/plugins" \

@@ -7,7 +7,9 @@
 #   base/             the library, cuda plugin and platform files of another
 #                     commit (BASE, default HEAD), built in a temporary
 #                     worktree: on_device.sh's base step times it in a process
-#                     of its own, for before/after figures from one session
+#                     of its own, for before/after figures from one session;
+#                     base2/ the same of a second commit (BASE2, optional), so
+#                     that one session splits two changes' figures
 #   syslib/           libyaml and hwloc, which a bare CUDA image lacks
 #   gpu_sweep         bench/gpu_sweep.cu, built for CUDA_ARCHS
 #   wheels/           fldispatch's own wheel (with the cuda plugin; no native
@@ -19,7 +21,7 @@
 #                     GPU machine's torch (torch_native.sh)
 #   *.py, on_device.sh  the benchmarks and the script that runs them there
 #
-#   bench/gpu/pack.sh [BASE]       # from the project root
+#   bench/gpu/pack.sh [BASE [BASE2]]   # from the project root
 #
 # The kit travels as one file, .gpu-kit/kit.tgz (the CPU plugin left out: the
 # GPU machine runs the cuda plugin). On the GPU machine, from the project
@@ -30,6 +32,7 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 base=${1:-HEAD}
+base2=${2:-}
 kit=.gpu-kit
 grep -qx "/$kit/" .git/info/exclude 2>/dev/null || echo "/$kit/" >> .git/info/exclude
 make -j2 >/dev/null
@@ -55,16 +58,21 @@ for so in libyaml-0.so.2 libhwloc.so.15; do
   [ -n "$p" ] || { echo "pack: $so not found (install libyaml-0-2 and libhwloc15)" >&2; exit 1; }
   cp -L "$p" "$kit/syslib/$so"
 done
-# The base build: the library and the cuda plugin alone.
-wt=$(mktemp -d)
-git worktree add -q --detach "$wt" "$base"
-( cd "$wt" && make -j2 build/lib/libfldispatch.so build/lib/fldispatch/plugins/fld-cuda.so >/dev/null )
-mkdir -p "$kit/base/lib/fldispatch/plugins"
-cp -a build/share "$kit/base/"  # the platform files (VLLM_FL_PLATFORM), found at lib/../share
-cp -a "$wt"/build/lib/libfldispatch.so* "$kit/base/lib/"
-cp "$wt/build/lib/fldispatch/plugins/fld-cuda.so" "$kit/base/lib/fldispatch/plugins/"
-git -C "$root" rev-parse --short "$base" > "$kit/base/commit"
-git worktree remove --force "$wt"
+# A base build (COMMIT into DIR): the library and the cuda plugin alone.
+pack_base() {
+  local commit=$1 dir=$2 wt
+  wt=$(mktemp -d)
+  git worktree add -q --detach "$wt" "$commit"
+  ( cd "$wt" && make -j2 build/lib/libfldispatch.so build/lib/fldispatch/plugins/fld-cuda.so >/dev/null )
+  mkdir -p "$dir/lib/fldispatch/plugins"
+  cp -a build/share "$dir/"  # the platform files (VLLM_FL_PLATFORM), found at lib/../share
+  cp -a "$wt"/build/lib/libfldispatch.so* "$dir/lib/"
+  cp "$wt/build/lib/fldispatch/plugins/fld-cuda.so" "$dir/lib/fldispatch/plugins/"
+  git -C "$root" rev-parse --short "$commit" > "$dir/commit"
+  git worktree remove --force "$wt"
+}
+pack_base "$base" "$kit/base"
+[ -z "$base2" ] || pack_base "$base2" "$kit/base2"
 if [ "${FLD_WHEEL:-1}" != 0 ]; then
   FLDISPATCH_BUILD_GPU=1 FLDISPATCH_TORCH_NATIVE=0 python3 -m pip wheel -q --no-deps \
     --no-build-isolation -w "$kit/wheels" ./python >/dev/null
@@ -78,4 +86,4 @@ fi
 tar czf /tmp/fld-kit.tgz -C "$kit" .
 find "$kit" -mindepth 1 -delete
 mv /tmp/fld-kit.tgz "$kit/kit.tgz"
-echo "packed $kit/kit.tgz ($(du -sm "$kit/kit.tgz" | cut -f1) MiB; base $(cat /dev/null; git rev-parse --short "$base"))"
+echo "packed $kit/kit.tgz ($(du -sm "$kit/kit.tgz" | cut -f1) MiB; base $(git rev-parse --short "$base")${base2:+, base2 $(git rev-parse --short "$base2")})"
