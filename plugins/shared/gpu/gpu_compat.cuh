@@ -289,33 +289,38 @@ template <int DT, int W> FLD_GPU_DEV void fld__gpu_pack_words(const float *f, ui
  * keep subnormals, and a NaN comes out as the hardware's one NaN, the one a
  * float32 operation returns and the 16-bit rounding keeps.
  */
+/* a * b + c on bfloat16 pairs, rounded once */
+FLD_GPU_DEV uint32_t fld__gpu_fma2_bf16(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 template <int DT> FLD_GPU_DEV uint32_t fld__gpu_mul2(uint32_t a, uint32_t b)
 {
     uint32_t d;
-    if (DT == 1)
-        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    else
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    if (DT != 1)
+        return fld__gpu_fma2_bf16(a, b, 0x80008000u); /* + -0 */
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
 
 template <int DT> FLD_GPU_DEV uint32_t fld__gpu_add2(uint32_t a, uint32_t b)
 {
     uint32_t d;
-    if (DT == 1)
-        asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    else
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(b), "r"(0x3f803f80u), "r"(a));
+    if (DT != 1)
+        return fld__gpu_fma2_bf16(b, 0x3f803f80u, a); /* b * 1 + a */
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
 
 template <int DT> FLD_GPU_DEV uint32_t fld__gpu_sub2(uint32_t a, uint32_t b)
 {
     uint32_t d;
-    if (DT == 1)
-        asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    else
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(b), "r"(0xbf80bf80u), "r"(a));
+    if (DT != 1)
+        return fld__gpu_fma2_bf16(b, 0xbf80bf80u, a); /* b * -1 + a */
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
 
@@ -489,23 +494,6 @@ FLD_GPU_DEV bool fld__gpu_div_to_bf16_settled(const float *a, const float *b, fl
         near = to < near ? to : near;
     }
     return (b_off <= 0x20000000u) & (near > 0x00100000u);
-}
-
-/* q[j] rounds to the bfloat16 that a[j] / b[j] correctly rounded rounds
-   to: fld__gpu_div_to_bf16_settled's products where they settle it,
-   otherwise fld__gpu_div_rn's quotients (on HIP, always those). q may be
-   a. */
-template <int N> FLD_GPU_DEV void fld__gpu_div_to_bf16(const float *a, const float *b, float *q)
-{
-#if !defined(FLD_GPU_TARGET_HIP)
-    float t[N];
-    if (fld__gpu_div_to_bf16_settled<N>(a, b, t)) {
-        for (int j = 0; j < N; j++)
-            q[j] = t[j];
-        return;
-    }
-#endif
-    fld__gpu_div_rn<N>(a, b, q);
 }
 
 /* ------------------------------------------------------------------------ */
