@@ -1575,9 +1575,9 @@ START_TEST(emu_warp_and_block_sums)
 }
 END_TEST
 
-__global__ void block_sum_once_kernel(const float *in, float *out)
+template <int SLOTS> __global__ void block_sum_once_kernel(const float *in, float *out)
 {
-    out[threadIdx.x] = fld_gpu::block_sum<false>(in[threadIdx.x]);
+    out[threadIdx.x] = fld_gpu::block_sum_once<SLOTS>(in[threadIdx.x]);
 }
 
 /* A whole warp's butterfly over lanes values (v[l] += v[l ^ m], m from half
@@ -1592,12 +1592,17 @@ static void host_butterfly(std::vector<float> &v, int lanes)
 }
 
 /*
- * block_sum's bits for every block size (a warp of 32 or 64 lanes, _i), on
- * sums of squares of mixed magnitudes, where the order of the additions
- * shows: each warp's butterfly, then the partials summed by a whole warp's
- * butterfly with zeros past the last, every thread the same value. The
- * second stage runs only the steps below the warps' power of two; this is
- * what says its bits did not change.
+ * block_sum_once's bits for every block size (a warp of 32 or 64 lanes,
+ * _i) and both slot counts, on sums of squares of mixed magnitudes, where
+ * the order of the additions shows: each warp's butterfly, then the
+ * partials summed by a whole warp's butterfly with zeros past the last,
+ * every thread the same value, as block_sum's. The second stage reads 8
+ * or 16 slots from shared memory, or runs only the butterfly's steps below
+ * the warps' power of two (block_sum<false>, past the slots); this is what
+ * says its bits are the butterfly's. The blocks shrink from one launch to
+ * the next, so the shared slots past the last warp hold the previous
+ * launch's partials unless block_sum_once writes them (on a GPU they hold
+ * whatever was there).
  */
 START_TEST(block_sum_bits)
 {
@@ -1606,14 +1611,11 @@ START_TEST(block_sum_bits)
     tt_rng r;
     tt_rng_seed(&r, 11);
     std::vector<float> in(1024), out(1024);
-    for (int threads = lanes; threads <= 1024; threads += lanes) {
+    for (int threads = 1024; threads >= lanes; threads -= lanes) {
         for (int t = 0; t < threads; t++) {
             const double x = tt_rng_uniform(&r) * pow(2.0, (double)(t % 23) - 11.0);
             in[t] = (float)(x * x);
         }
-        ck_assert_int_eq(fld__gpu_launch(block_sum_once_kernel, dim3(1), dim3((unsigned)threads), NULL,
-                                         (const float *)in.data(), out.data()),
-                         0);
         const int warps = threads / lanes;
         std::vector<float> second(lanes, 0.0f);
         for (int w = 0; w < warps; w++) {
@@ -1622,10 +1624,18 @@ START_TEST(block_sum_bits)
             second[w] = v[0];
         }
         host_butterfly(second, lanes);
-        for (int t = 0; t < threads; t++)
-            ck_assert_msg(fld_f32_bits(out[t]) == fld_f32_bits(second[0]),
-                          "%d threads, %d lanes, thread %d: %a, want %a", threads, lanes, t,
-                          (double)out[t], (double)second[0]);
+        for (int slots : {8, 16}) {
+            std::fill(out.begin(), out.end(), -1.0f);
+            ck_assert_int_eq(
+                fld__gpu_launch(slots == 8 ? block_sum_once_kernel<8> : block_sum_once_kernel<16>,
+                                dim3(1), dim3((unsigned)threads), NULL, (const float *)in.data(),
+                                out.data()),
+                0);
+            for (int t = 0; t < threads; t++)
+                ck_assert_msg(fld_f32_bits(out[t]) == fld_f32_bits(second[0]),
+                              "%d threads, %d lanes, %d slots, thread %d: %a, want %a", threads,
+                              lanes, slots, t, (double)out[t], (double)second[0]);
+        }
     }
 }
 END_TEST

@@ -804,6 +804,87 @@ template <bool AGAIN = true> FLD_GPU_DEV float block_sum(float v)
     return v;
 }
 
+/*
+ * The sum of slots[0..W) (W a power of two, slots 16-byte aligned) in the
+ * order of a butterfly over W lanes: slot i plus slot i + W/2, then the
+ * same over the first half, and so on. Read as W/4 16-byte loads that every
+ * lane of a warp shares, and added in log2(W) rounds of independent adds.
+ */
+template <int W> FLD_GPU_DEV float slot_sum(const float *slots)
+{
+    float s[W];
+    FLD_GPU_UNROLL
+    for (int i = 0; i < W; i += 4) {
+        const fld__gpu_vec16 q = fld__gpu_load16(slots + i);
+        s[i] = fld__gpu_float(q.x);
+        s[i + 1] = fld__gpu_float(q.y);
+        s[i + 2] = fld__gpu_float(q.z);
+        s[i + 3] = fld__gpu_float(q.w);
+    }
+    /* rounds of W/2, W/4, ... 1 adds; constant trip counts, so that both
+       loops unroll and s stays in registers */
+    FLD_GPU_UNROLL
+    for (int half = W / 2; half > 0; half /= 2) {
+        FLD_GPU_UNROLL
+        for (int i = 0; i < W / 2; i++)
+            if (i < half)
+                s[i] += s[i + half];
+    }
+    return s[0];
+}
+
+/*
+ * block_sum<false>'s value, for a block that sums once (the one-row norm
+ * kernel), with the second stage off the shuffles where the block has up
+ * to MAX_SLOTS warps (8 or 16): each thread reads every warp's partial from
+ * shared memory and adds them itself, P - 1 adds at most four deep (P: the
+ * warps rounded up to a power of two; 8 or 16 slots read), instead of a
+ * shuffle's latency per step. The slots past the last warp are written with
+ * zeros, and the steps that add them leave a sum of squares as it was (only
+ * a -0 would turn +0), so the bits are block_sum's. Wider blocks run
+ * block_sum<false>. A kernel whose threads hold more of the row passes 8:
+ * 16 slots in registers at once took the one-row kernel with two 16-bit
+ * groups a thread from 42 to 49 registers (sm_90), and with one float32
+ * group and a residual from no spills to 28 bytes on the usual path (sm_80).
+ */
+template <int MAX_SLOTS> FLD_GPU_DEV float block_sum_once(float v)
+{
+    static_assert(MAX_SLOTS == 8 || MAX_SLOTS == 16, "8 or 16 slots");
+    const unsigned lanes = (unsigned)FLD_GPU_WARP_SIZE, warps = blockDim.x / lanes;
+    if (warps > MAX_SLOTS)
+        return block_sum<false>(v);
+    alignas(16) __shared__ float slots[MAX_SLOTS];
+    v = fld__gpu_warp_sum(v);
+    if (threadIdx.x % lanes == 0)
+        slots[threadIdx.x / lanes] = v;
+    if (threadIdx.x >= warps && threadIdx.x < MAX_SLOTS) /* threads of the first warp */
+        slots[threadIdx.x] = 0.0f;
+    __syncthreads();
+    return MAX_SLOTS == 8 || warps <= 8 ? slot_sum<8>(slots) : slot_sum<MAX_SLOTS>(slots);
+}
+
+/*
+ * A thread's sum of squares, in four running sums that a group's elements
+ * take in turn (element j adds to sum j mod 4), added pairwise at the end:
+ * a chain of dependent adds a quarter as long as one running sum's, on a
+ * decode row's critical path (norm_kernel_row; the general kernels keep one
+ * running sum, which takes fewer registers where a thread holds more).
+ */
+struct square_sum {
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+
+    template <int N> FLD_GPU_DEV void add(const float *v)
+    {
+        for (int j = 0; j < N; j++)
+            part[j % 4] += v[j] * v[j];
+    }
+
+    FLD_GPU_DEV float total() const
+    {
+        return (part[0] + part[1]) + (part[2] + part[3]);
+    }
+};
+
 /* The same in double, for the rare rows summed again (norm_kernel). */
 FLD_GPU_DEV double warp_sum_d(double v)
 {
@@ -1084,7 +1165,7 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
  * block (grid = rows, no row loop), byte offsets in 32 bits (the launcher
  * checks that the rows fit), x, weight and residual of one dtype, the
  * residual and gemma's 1 + w decided at compile time, the weight loaded
- * with the row, a reduction with one barrier (block_sum<false>), and a width
+ * with the row, a reduction with one barrier (block_sum_once), and a width
  * that is a power of two divided by multiplying with its exact reciprocal
  * (the same rounding, no division's slow-path test). K = 1 or 2 groups per
  * thread.
@@ -1118,7 +1199,7 @@ __global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_arg
     const bool pow2 = (a.width & (a.width - 1)) == 0;
     const float per_width = fld__gpu_float(0x7f000000u - fld__gpu_bits(width));
     float v[K][G::N];
-    float ss = 0.0f;
+    square_sum squares;
     FLD_GPU_UNROLL
     for (int i = 0; i < K; i++) {
         const uint32_t k = threadIdx.x + (uint32_t)i * blockDim.x;
@@ -1154,12 +1235,14 @@ __global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_arg
                 G::put(rr, k, sum);
             G::unpack(sum, v[i]);
         }
-        for (int j = 0; j < G::N; j++) {
+        for (int j = 0; j < G::N; j++)
             v[i][j] = k < groups ? v[i][j] : 0.0f; /* adds +0 to the sum */
-            ss += v[i][j] * v[i][j];
-        }
+        squares.add<G::N>(v[i]);
     }
-    ss = block_sum<false>(ss);
+    /* 8 slots where a thread holds more than one 16-bit group's floats
+       (block_sum_once) */
+    constexpr int SLOTS = K == 1 && DT != 0 ? 16 : 8;
+    const float ss = block_sum_once<SLOTS>(squares.total());
     const float ms = (pow2 ? ss * per_width : ss / width) + a.eps;
     if (!norm_sum_ok(ss, ms)) {
         norm_row_in_double<DT, DT, DT, true>(a, xr, orow, rr);
