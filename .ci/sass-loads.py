@@ -49,7 +49,7 @@ ARCH = re.compile(r"code for (sm_\d+)")
 # The kernels checked, by their mangled names (template arguments in order).
 NORM = re.compile(r"_ZN7fld_gpu15norm_kernel_regILi(\d)ELi(\d)ELi(\d)ELb1ELi(\d)ELb(\d)ELb(\d)EEE"
                   r"v18fld__gpu_norm_args$")
-NORM_ROW = re.compile(r"_ZN7fld_gpu15norm_kernel_rowILi(\d)ELi(\d)ELb(\d)ELb(\d)EEEv18fld__gpu_norm_args$")
+NORM_ROW = re.compile(r"_ZN7fld_gpu15norm_kernel_rowILi(\d)ELi(\d)ELb(\d)ELb(\d)EEEv18fld__gpu_norm_argsf$")
 ACT = re.compile(r"_ZN7fld_gpu10act_kernelILi(\d)ELb1ELi(\d)ELi(\d+)EEEv17fld__gpu_act_args$")
 ACT_LEAN = re.compile(r"_ZN7fld_gpu15act_kernel_leanILi(\d)ELi(\d)ELi(\d+)EEEv17fld__gpu_act_args$")
 ROTARY = re.compile(r"_ZN7fld_gpu13rotary_kernelILi(\d)ELi(\d)ELb1ELb(\d)EEEv20fld__gpu_rotary_args$")
@@ -180,7 +180,7 @@ def position_first(code):
 
 def check(functions, known=frozenset()):
     """(problems, counts, known late loads seen): problems as 'arch kernel: what'."""
-    problems, counts, seen = [], {"norm": 0, "act": 0, "rotary": 0}, set()
+    problems, counts, seen = [], {"norm": 0, "norm_row": 0, "act": 0, "rotary": 0}, set()
     for (arch, name), code in sorted(functions.items()):
         if arch not in ARCHS:
             continue
@@ -192,7 +192,7 @@ def check(functions, known=frozenset()):
             # the reduction, where ptxas may place them) before the barrier
             per_thread, residual = int(NORM_ROW.match(name).group(2)), int(NORM_ROW.match(name).group(3))
             row = per_thread * (1 + residual)
-            family = "norm"
+            family = "norm_row"
             why = loads_issued_together(code, limit=row) or loads_before_barrier(code, row + per_thread)
         elif (ACT.match(name) or ACT_LEAN.match(name)) and \
                 int((ACT.match(name) or ACT_LEAN.match(name)).group(2)) < GATED_OPS:
@@ -261,12 +261,12 @@ SELF_TEST = """
         /*0500*/                   IMAD.U32 R0, R20, 0x10000, RZ ;
         /*1040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
         /*1cc0*/                   LDG.E.128 R4, desc[UR8][R6.64] ;
-		Function : _ZN7fld_gpu15norm_kernel_rowILi2ELi1ELb0ELb0EEEv18fld__gpu_norm_args
+		Function : _ZN7fld_gpu15norm_kernel_rowILi2ELi1ELb0ELb0EEEv18fld__gpu_norm_argsf
         /*0130*/                   LDG.E.128 R4, desc[UR8][R4.64] ;
         /*01b0*/                   IMAD.U32 R0, R4.reuse, 0x10000, RZ ;
         /*03a0*/               @P0 LDG.E.128 R4, desc[UR8][R18.64] ;
         /*0560*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
-		Function : _ZN7fld_gpu15norm_kernel_rowILi2ELi1ELb1ELb0EEEv18fld__gpu_norm_args
+		Function : _ZN7fld_gpu15norm_kernel_rowILi2ELi1ELb1ELb0EEEv18fld__gpu_norm_argsf
         /*0130*/                   LDG.E.128 R4, desc[UR8][R4.64] ;
         /*0140*/                   LDG.E.128 R8, desc[UR8][R8.64] ;
         /*01b0*/                   IMAD.U32 R0, R4.reuse, 0x10000, RZ ;
@@ -288,7 +288,7 @@ SELF_TEST = """
 
 def self_test():
     problems, counts, _ = check(parse(SELF_TEST))
-    assert counts == {"norm": 4, "act": 1, "rotary": 2}, counts
+    assert counts == {"norm": 2, "norm_row": 2, "act": 1, "rotary": 2}, counts
     assert len(problems) == 3, problems
     norm = [p for p in problems if "norm_kernel_reg" in p]
     row = [p for p in problems if "norm_kernel_row" in p]
@@ -316,14 +316,15 @@ def main(argv):
         print(f"sass-loads: {label}: listed in KNOWN_LATE, but its loads are issued together: "
               "take it off the list", file=sys.stderr)
     if not all(counts.values()):
-        print(f"sass-loads: {argv[0]}: expected norm, act and rotary kernels, found {counts}", file=sys.stderr)
+        print(f"sass-loads: {argv[0]}: expected norm (general and one-row), act and rotary kernels, "
+              f"found {counts}", file=sys.stderr)
         return 1
     for p in problems:
         print(f"sass-loads: a load waits for another's use: {p}", file=sys.stderr)
     if problems or stale:
         print("sass-loads: see docs/device-plugins.md, \"The order of a kernel's loads\"", file=sys.stderr)
         return 1
-    print(f"cuda kernels' load order ({', '.join(archs)}): {counts['norm']} norm and "
+    print(f"cuda kernels' load order ({', '.join(archs)}): {counts['norm'] + counts['norm_row']} norm and "
           f"{counts['act'] - len(seen)} of {counts['act']} gated activation kernels issue a row's loads "
           f"together ({len(seen)} known late, listed), {counts['rotary']} rotary kernels the position first")
     return 0

@@ -1166,12 +1166,14 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
  * checks that the rows fit), x, weight and residual of one dtype, the
  * residual and gemma's 1 + w decided at compile time, the weight loaded
  * with the row, a reduction with one barrier (block_sum_once), and a width
- * that is a power of two divided by multiplying with its exact reciprocal
- * (the same rounding, no division's slow-path test). K = 1 or 2 groups per
- * thread.
+ * that is a power of two divided by multiplying with its exact reciprocal,
+ * per_width, which the launcher computes (0 for another width; the same
+ * rounding, no division's slow-path test, no conversion of the width on the
+ * row's critical path). K = 1 or 2 groups per thread.
  */
 template <int DT, int K, bool RESIDUAL, bool GEMMA>
-__global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_args a)
+__global__ void __launch_bounds__(1024)
+    norm_kernel_row(struct fld__gpu_norm_args a, float per_width)
 {
     typedef group<DT, true> G;
     constexpr uint32_t S = dtype_size<DT>::value;
@@ -1193,11 +1195,6 @@ __global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_arg
             G::fetch(rr, at, rs[i]);
         G::fetch(a.weight, at, ws[i]);
     }
-    /* 1 / width, exact where width is a power of two (then the exponent's
-       negation: the bits' sum is 254 << 23), taken only there */
-    const float width = (float)a.width;
-    const bool pow2 = (a.width & (a.width - 1)) == 0;
-    const float per_width = fld__gpu_float(0x7f000000u - fld__gpu_bits(width));
     float v[K][G::N];
     square_sum squares;
     FLD_GPU_UNROLL
@@ -1243,7 +1240,7 @@ __global__ void __launch_bounds__(1024) norm_kernel_row(struct fld__gpu_norm_arg
        (block_sum_once) */
     constexpr int SLOTS = K == 1 && DT != 0 ? 16 : 8;
     const float ss = block_sum_once<SLOTS>(squares.total());
-    const float ms = (pow2 ? ss * per_width : ss / width) + a.eps;
+    const float ms = (per_width != 0.0f ? ss * per_width : ss / (float)a.width) + a.eps;
     if (!norm_sum_ok(ss, ms)) {
         norm_row_in_double<DT, DT, DT, true>(a, xr, orow, rr);
         return;
@@ -1283,15 +1280,22 @@ template <int DT, int K>
 static int launch_norm_row(const struct fld__gpu_norm_args *a, const dim3 &grid, const dim3 &block,
                            void *stream)
 {
+    /* 1 / width where the width is a power of two (exact), else 0: the
+       kernel divides */
+    const float per_width = (a->width & (a->width - 1)) == 0 ? 1.0f / (float)a->width : 0.0f;
     switch ((a->residual ? 2 : 0) + (a->gemma ? 1 : 0)) {
     case 0:
-        return fld__gpu_launch(norm_kernel_row<DT, K, false, false>, grid, block, stream, *a);
+        return fld__gpu_launch(norm_kernel_row<DT, K, false, false>, grid, block, stream, *a,
+                               per_width);
     case 1:
-        return fld__gpu_launch(norm_kernel_row<DT, K, false, true>, grid, block, stream, *a);
+        return fld__gpu_launch(norm_kernel_row<DT, K, false, true>, grid, block, stream, *a,
+                               per_width);
     case 2:
-        return fld__gpu_launch(norm_kernel_row<DT, K, true, false>, grid, block, stream, *a);
+        return fld__gpu_launch(norm_kernel_row<DT, K, true, false>, grid, block, stream, *a,
+                               per_width);
     default:
-        return fld__gpu_launch(norm_kernel_row<DT, K, true, true>, grid, block, stream, *a);
+        return fld__gpu_launch(norm_kernel_row<DT, K, true, true>, grid, block, stream, *a,
+                               per_width);
     }
 }
 
