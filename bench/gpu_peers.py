@@ -513,24 +513,30 @@ NCU_CASES = [(op, T) for op in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"
              for T in (1, 4096)]
 
 
-def profile_calls(peers, label, say):
-    """For ncu: each case once, warmed up outside the profiled range."""
-    peer = peers.get("fldispatch")
-    if peer is None:
+def profile_calls(peers, impls, label, say):
+    """For ncu: each case once per implementation (fldispatch's and the peers' of impls that
+    serve it), warmed up outside the profiled range (torch.compile compiles there)."""
+    if "fldispatch" in impls and "fldispatch" not in peers:
         say("ncu: fldispatch's library did not load (FLD_LIB)")
         return 1
-    peer.use_current_stream()
+    if "fldispatch" in peers:
+        peers["fldispatch"].use_current_stream()
     for op, T in NCU_CASES:
         H = 14336 if op in ACTS else 128 if op.startswith("rotary") else 4096
         s = make_set(op, torch.bfloat16, T, H, (32, 8), 7)
-        fn, _ = make_call(op, "fldispatch", s, peer, torch.bfloat16)
-        fn()
-        torch.cuda.synchronize()
-        say(f"ncu: {op} bf16 T={T} H={H} {label}")
-        torch.cuda.profiler.start()
-        fn()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+        for impl in impls:
+            made = make_call(op, impl, s, peers.get(impl), torch.bfloat16, (H, (32, 8)))
+            if made is None:
+                continue
+            fn = made[0]
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            say(f"ncu: {op} bf16 T={T} H={H} {label if impl == 'fldispatch' else impl}")
+            torch.cuda.profiler.start()
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
     return 0
 
 
@@ -543,8 +549,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="bf16/f16, hidden 4096, T 1, 32, 4096")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--ncu", action="store_true",
-                    help="one profiled call of fldispatch per decode and 4096-row case, "
-                    "between cudaProfilerStart/Stop (run under ncu --profile-from-start off)")
+                    help="one profiled call of each of --impls (floor aside) per decode and 4096-row "
+                    "case, between cudaProfilerStart/Stop (run under ncu --profile-from-start off)")
     ap.add_argument("--label", default="fldispatch",
                     help="the name of fldispatch's rows (another build's: e.g. fld_base)")
     args = ap.parse_args()
@@ -571,7 +577,8 @@ def main():
             setattr(torch._dynamo.config, attr, 512)
     peers = load_peers(impls, say)
     if args.ncu:
-        return profile_calls(peers, args.label, say)
+        served = [i for i in impls if i in peers or i in ("eager", "compile")]
+        return profile_calls(peers, served, args.label, say)
     fld_peers = [peers["fldispatch"]] if "fldispatch" in peers else []
     for p in fld_peers:
         p.use_current_stream()

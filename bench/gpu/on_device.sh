@@ -37,7 +37,11 @@
 #            (each BASE_BUDGET_S)
 #   ncu      Nsight Compute on one call of each decode and 4096-row case,
 #            this tree's kernels, then the base's (each its own process;
-#            NCU_BUILDS="lib" profiles this tree's alone)
+#            NCU_BUILDS="lib" profiles this tree's alone); NCU_IMPLS adds
+#            peers beside this tree's (e.g. fldispatch,liger,compile: each
+#            peer's kernels of the same call), NCU_SECTIONS more sections
+#            (e.g. "--section WarpStateStats --section InstructionStats
+#            --section SchedulerStats": where a decode call's cycles go)
 #   engine   vllm_cuda.py, vLLM's CUDA engine with and without fldispatch
 #            (budget ENGINE_BUDGET_S, default 300 s; ENGINE_ARGS: more
 #            options, e.g. --configs 5,6,8,9)
@@ -101,12 +105,15 @@ for s in ${*:-sweep verify check peers}; do
             FLD_LIB="$kit/$b/lib/libfldispatch.so" python3 "$kit/gpu_peers.py" --label "fld_$b" \
             --impls floor,fldispatch --budget-s "${BASE_BUDGET_S:-60}" --out "$out" ${BASE_ARGS:-}
         done ;;
-  ncu) for build in ${NCU_BUILDS:-lib base/lib}; do
+  ncu) impls=${NCU_IMPLS:-fldispatch}
+       for build in ${NCU_BUILDS:-lib base/lib}; do
          step "ncu $build" "ncu-${build%%/*}.txt" env LD_LIBRARY_PATH="$kit/syslib:$kit/$build" \
-           VLLM_FL_PLUGIN_DIR="$kit/$build/fldispatch/plugins" \
+           VLLM_FL_PLUGIN_DIR="$kit/$build/fldispatch/plugins" PYTHONPATH="$(pypath)" \
            FLD_LIB="$kit/$build/libfldispatch.so" ncu --profile-from-start off \
            --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
-           python3 "$kit/gpu_peers.py" --ncu --impls fldispatch --label "${build%%/*}" --out /tmp/fld-ncu
+           ${NCU_SECTIONS:-} \
+           python3 "$kit/gpu_peers.py" --ncu --impls "$impls" --label "${build%%/*}" --out /tmp/fld-ncu
+         impls=fldispatch # the peers once, beside this tree's kernels
        done ;;
   engine) step engine engine.txt env PYTHONPATH="$(pypath)" python3 "$kit/vllm_cuda.py" \
             --budget-s "${ENGINE_BUDGET_S:-300}" --out "$out/engine" ${ENGINE_ARGS:-} ;;
