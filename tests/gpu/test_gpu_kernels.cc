@@ -847,14 +847,16 @@ END_TEST
  * the others PyTorch's: zeros give 0 (eps > 0) or NaN (eps 0), a row with
  * an inf gives 0 except NaN at the inf, a NaN makes the row NaN.
  */
-START_TEST(norm_extremes)
+/* Rows of huge, tiny, zero, inf and NaN values: the float32 sum's range
+   and the rare rows summed again in double. */
+static void check_norm_extremes(DLDataType dt, int dti, int variant, int64_t width, bool weighted)
 {
-    setup();
-    const int variant = _i % 2, dti = _i / 2; /* f32, f16 (1e30 is inf there), bf16 */
-    const DLDataType dt = dtype_at(dti);
-    const int64_t rows = 7, width = 512;
-    const int64_t shape[2] = {rows, width};
+    const int64_t rows = 7;
+    const int64_t shape[2] = {rows, width}, wshape[1] = {width};
     tt_tensor *x = tt_new(dt, 2, shape), *out = tt_new(dt, 2, shape);
+    tt_tensor *w = weighted ? tt_new(dt, 1, wshape) : NULL;
+    for (int64_t j = 0; w && j < width; j++)
+        tt_set(w, j, 1.0);
     tt_fill_normal(x, 4, 0.0, 1.0);
     const double scale[rows] = {1e30, 3e38, 1e-30, 0.0, 1.0, 1.0, 1e-3};
     for (int64_t r = 0; r < rows; r++)
@@ -877,6 +879,7 @@ START_TEST(norm_extremes)
         a.dtype = a.weight_dtype = a.residual_dtype = dti;
         a.out = orow.data;
         a.x = xr.data;
+        a.weight = w ? ptr(w) : NULL;
         a.rows = rows;
         a.width = width;
         a.out_stride = orow.stride;
@@ -896,14 +899,30 @@ START_TEST(norm_extremes)
                 const bool ok = isnan(want) ? isnan(got)
                                             : fabs(got - want) <=
                                                   2 * ulp_of(dt, want) + (dt.bits == 32 ? 1e-6 : 0);
-                ck_assert_msg(ok, "%s %s eps=%g row %lld [%lld]: x %.9g, got %.9g, want %.9g",
-                              fld_dtype_name(dt), variant ? "vector" : "reference", (double)eps,
-                              (long long)r, (long long)j, v, got, want);
+                ck_assert_msg(ok,
+                              "%s %s width %lld%s eps=%g row %lld [%lld]: x %.9g, got %.9g, "
+                              "want %.9g",
+                              fld_dtype_name(dt), variant ? "vector" : "reference",
+                              (long long)width, w ? " weighted" : "", (double)eps, (long long)r,
+                              (long long)j, v, got, want);
             }
         }
     }
     tt_free(x);
     tt_free(out);
+    tt_free(w);
+}
+
+START_TEST(norm_extremes)
+{
+    setup();
+    const int variant = _i % 2, dti = _i / 2; /* f32, f16 (1e30 is inf there), bf16 */
+    const DLDataType dt = dtype_at(dti);
+    /* without a weight the general kernel runs; with a weight of ones the
+       one-row kernel (16-bit: one group a thread at 512, two at 4096) */
+    for (const int64_t width : {512, 4096})
+        for (int weighted = 0; weighted < 2; weighted++)
+            check_norm_extremes(dt, dti, variant, width, weighted);
 }
 END_TEST
 

@@ -243,6 +243,29 @@ template <int DT, bool VEC> struct group {
         v.w = w[3];
     }
 
+    /* K groups' floats (f[i]: group i's) as their bits, as pack() gives
+       each, in one call: 16-bit groups rounded two at a time behind one
+       NaN test for all of them (fld__gpu_pack_pairs), so that a thread's
+       groups are rounded and stored without a branch between them. */
+    template <int K> static FLD_GPU_DEV void pack_groups(const float (*f)[N], fld__gpu_vec16 *v)
+    {
+        static_assert(VEC, "16-byte groups");
+        uint32_t w[4 * K];
+        if (DT == 0) {
+            for (int i = 0; i < K; i++)
+                for (int j = 0; j < 4; j++)
+                    w[4 * i + j] = fld__gpu_bits(f[i][j]);
+        } else {
+            fld__gpu_pack_pairs<DT, K * N>(&f[0][0], w);
+        }
+        for (int i = 0; i < K; i++) {
+            v[i].x = w[4 * i];
+            v[i].y = w[4 * i + 1];
+            v[i].z = w[4 * i + 2];
+            v[i].w = w[4 * i + 3];
+        }
+    }
+
     static FLD_GPU_DEV void put(void *row, int64_t k, const fld__gpu_vec16 &v)
     {
         fld__gpu_store16(static_cast<char *>(row) + k * 16, v);
@@ -1246,16 +1269,23 @@ __global__ void __launch_bounds__(1024)
         return;
     }
     const float inv = 1.0f / sqrtf(ms);
+    /* every group scaled, then rounded together (one NaN test, no branch
+       between the groups' stores); a group past the row's end is computed
+       from zeros and not stored */
+    typename G::raw outs[K];
+    FLD_GPU_UNROLL
+    for (int i = 0; i < K; i++) {
+        float w[G::N];
+        G::unpack(ws[i], w);
+        for (int j = 0; j < G::N; j++)
+            v[i][j] = v[i][j] * inv * (GEMMA ? w[j] + 1.0f : w[j]);
+    }
+    G::template pack_groups<K>(v, outs);
     FLD_GPU_UNROLL
     for (int i = 0; i < K; i++) {
         const uint32_t k = threadIdx.x + (uint32_t)i * blockDim.x;
-        if (k < groups) {
-            float w[G::N];
-            G::unpack(ws[i], w);
-            for (int j = 0; j < G::N; j++)
-                v[i][j] = v[i][j] * inv * (GEMMA ? w[j] + 1.0f : w[j]);
-            G::template store<true>(orow, k, v[i]);
-        }
+        if (k < groups)
+            G::put(orow, k, outs[i]);
     }
 }
 
