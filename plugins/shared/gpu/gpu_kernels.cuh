@@ -1259,8 +1259,8 @@ __global__ void __launch_bounds__(1024)
             v[i][j] = k < groups ? v[i][j] : 0.0f; /* adds +0 to the sum */
         squares.add<G::N>(v[i]);
     }
-    /* 8 slots where a thread holds more than one 16-bit group's floats
-       (block_sum_once) */
+    /* 16 slots for one 16-bit group a thread; two groups or float32 ones
+       keep more registers live across the sum, and take 8 (block_sum_once) */
     constexpr int SLOTS = K == 1 && DT != 0 ? 16 : 8;
     const float ss = block_sum_once<SLOTS>(squares.total());
     const float ms = (per_width != 0.0f ? ss * per_width : ss / (float)a.width) + a.eps;
