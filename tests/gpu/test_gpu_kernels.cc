@@ -200,19 +200,6 @@ void check_act(int op, int dti, int variant, int64_t rows, int64_t d, int64_t x_
     tt_free(got);
 }
 
-/* 32-bit draws from a xorshift generator of the given seed: next() */
-struct draws {
-    uint64_t state;
-    explicit draws(uint64_t seed) : state(seed) {}
-    uint32_t operator()()
-    {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        return (uint32_t)(state >> 16);
-    }
-};
-
 /*
  * The silu family's and QuickGELU's division (fld__gpu_div_rn): where
  * fld__gpu_div_fast_ok lets a pair through, the reciprocal-refining
@@ -250,7 +237,9 @@ START_TEST(silu_division_is_exact)
         }
         ck_assert_uint_gt(fast, 60000); /* the activations' usual inputs: most of them */
     } else {
-        draws next(0x9e3779b97f4a7c15u);
+        tt_rng r;
+        tt_rng_seed(&r, 0x9e3779b97f4a7c15u);
+        const auto next = [&r]() { return tt_rng_bits(&r); };
         for (int i = 0; i < 400000; i++) {
             const uint32_t ua = next(), ub = next();
             /* |a| in [2^-64, 2^65), b in [1, 2^33): the range's edges included */
@@ -310,7 +299,9 @@ START_TEST(bf16_division_rounds_as_the_quotient)
         in_range += ranged;
         fld_emu::set_rcp_offset(0);
     };
-    draws next(0x9e3779b97f4a7c15u);
+    tt_rng r;
+    tt_rng_seed(&r, 0x9e3779b97f4a7c15u);
+    const auto next = [&r]() { return tt_rng_bits(&r); };
     if (_i == 0) {
         for (uint32_t h = 0; h < 65536; h++) {
             const float x = fld_bf16_to_f32((uint16_t)h);

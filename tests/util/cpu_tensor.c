@@ -352,6 +352,11 @@ void tt_rng_seed(tt_rng *r, uint64_t seed)
     r->has_spare = false;
 }
 
+uint32_t tt_rng_bits(tt_rng *r)
+{
+    return (uint32_t)(next_u64(r) >> 32);
+}
+
 double tt_rng_uniform(tt_rng *r)
 {
     return (double)(next_u64(r) >> 11) * 0x1.0p-53;

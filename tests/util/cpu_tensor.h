@@ -93,13 +93,15 @@ bool tt_padding_intact(const tt_tensor *t);
 /* value rounded to dtype (float dtypes) and back to double. */
 double tt_round(DLDataType dtype, double value);
 
-/* A deterministic generator for tests: uniform in [0, 1) and standard normal. */
+/* A deterministic generator for tests: 32 random bits, uniform in [0, 1)
+   and standard normal. */
 typedef struct tt_rng {
     uint64_t state;
     double spare; /* the second normal of the last pair */
     bool has_spare;
 } tt_rng;
 void tt_rng_seed(tt_rng *r, uint64_t seed);
+uint32_t tt_rng_bits(tt_rng *r);
 double tt_rng_uniform(tt_rng *r);
 double tt_rng_normal(tt_rng *r);
 

@@ -230,33 +230,21 @@ template <int DT, bool VEC> struct group {
 
     static FLD_GPU_DEV void pack(const float *f, fld__gpu_vec16 &v)
     {
-        uint32_t w[4];
-        if (DT == 0) {
-            for (int j = 0; j < N && j < 4; j++)
-                w[j] = fld__gpu_bits(f[j]);
-        } else {
-            fld__gpu_pack_pairs<DT, N>(f, w);
-        }
-        v.x = w[0];
-        v.y = w[1];
-        v.z = w[2];
-        v.w = w[3];
+        pack_groups<1>(f, &v);
     }
 
-    /* K groups' floats (f[i]: group i's) as their bits, as pack() gives
-       each, in one call: 16-bit groups rounded two at a time behind one
+    /* K groups' floats (f[i N + j]: group i's element j) as their bits, v[i]
+       group i's, in one call: 16-bit groups rounded two at a time behind one
        NaN test for all of them (fld__gpu_pack_pairs), so that a thread's
        groups are rounded and stored without a branch between them. */
-    template <int K> static FLD_GPU_DEV void pack_groups(const float (*f)[N], fld__gpu_vec16 *v)
+    template <int K> static FLD_GPU_DEV void pack_groups(const float *f, fld__gpu_vec16 *v)
     {
-        static_assert(VEC, "16-byte groups");
         uint32_t w[4 * K];
         if (DT == 0) {
-            for (int i = 0; i < K; i++)
-                for (int j = 0; j < 4; j++)
-                    w[4 * i + j] = fld__gpu_bits(f[i][j]);
+            for (int j = 0; j < K * N && j < 4 * K; j++)
+                w[j] = fld__gpu_bits(f[j]);
         } else {
-            fld__gpu_pack_pairs<DT, K * N>(&f[0][0], w);
+            fld__gpu_pack_pairs<DT, K * N>(f, w);
         }
         for (int i = 0; i < K; i++) {
             v[i].x = w[4 * i];
@@ -1280,7 +1268,7 @@ __global__ void __launch_bounds__(1024)
         for (int j = 0; j < G::N; j++)
             v[i][j] = v[i][j] * inv * (GEMMA ? w[j] + 1.0f : w[j]);
     }
-    G::template pack_groups<K>(v, outs);
+    G::template pack_groups<K>(&v[0][0], outs);
     FLD_GPU_UNROLL
     for (int i = 0; i < K; i++) {
         const uint32_t k = threadIdx.x + (uint32_t)i * blockDim.x;
