@@ -23,7 +23,9 @@
 #                        .ci/ruff.sh), no import cycle in python/fldispatch but
 #                        the known ones (.ci/import-graph.py), and where the
 #                        cuda plugin is built, its kernels' loads in the order
-#                        their machine code must keep (.ci/sass-loads.py)
+#                        their machine code must keep (.ci/sass-loads.py; the
+#                        self-test of bench/gpu_sass.py, which reads the same
+#                        machine code for docs' instruction counts, beside it)
 #   make check SANITIZE=address,undefined   the suite under ASan+UBSan (build-address-undefined/)
 #   make check SANITIZE=thread              the suite under ThreadSanitizer (build-thread/)
 #   make check-valgrind  the suite under valgrind memcheck (TESTS="test_a test_b" for a subset)
@@ -475,7 +477,8 @@ lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ) $(LINT_CUDA_OBJ)
 ifeq ($(LINT_CUDA_OBJ),)
 	@printf '  %-7s %s\n' LINT "cuda kernels' load order: not checked, no cuda plugin here ($(PLUGIN_SKIP_cuda))"
 else
-	$(Q)$(PYTHON) .ci/sass-loads.py --self-test >/dev/null && out=$$(PYTHON='$(PYTHON)' NVCC='$(FLD_NVCC)' \
+	$(Q)$(PYTHON) .ci/sass-loads.py --self-test >/dev/null && $(PYTHON) bench/gpu_sass.py --self-test >/dev/null && \
+	  out=$$(PYTHON='$(PYTHON)' NVCC='$(FLD_NVCC)' \
 	  $(PYTHON) .ci/sass-loads.py $(LINT_CUDA_OBJ)); st=$$?; \
 	  [ -z "$$out" ] || printf '  %-7s %s\n' LINT "$$out"; exit $$st
 endif

@@ -5,6 +5,7 @@
  */
 #include "gpu_emu.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
@@ -80,7 +81,7 @@ thread_local block_run *t_run;
 thread_local int t_warp = 32;
 thread_local schedule t_schedule = SCHED_ROUND_ROBIN;
 thread_local uint64_t t_launches, t_switches;
-thread_local int t_rcp_offset;
+thread_local int t_rcp_offset, t_rsqrt_offset;
 /* Stacks are kept between launches: a test makes many small ones. */
 thread_local std::vector<char *> *t_stacks;
 
@@ -296,20 +297,36 @@ void set_schedule(schedule order)
     t_schedule = order;
 }
 
-float rcp_approx(float b)
+/* r moved by units in its last place (its bits as an integer) */
+static float moved_by(float r, int units)
 {
-    const float r = 1.0f / b;
     uint32_t u;
     memcpy(&u, &r, sizeof u);
-    u += (uint32_t)t_rcp_offset;
+    u += (uint32_t)units;
     float moved;
     memcpy(&moved, &u, sizeof moved);
     return moved;
 }
 
+float rcp_approx(float b)
+{
+    return moved_by(1.0f / b, t_rcp_offset);
+}
+
 void set_rcp_offset(int units)
 {
     t_rcp_offset = units;
+}
+
+float rsqrt_approx(float x)
+{
+    /* 1 / sqrt(x) in double, rounded to float32 */
+    return moved_by((float)(1.0 / sqrt((double)x)), t_rsqrt_offset);
+}
+
+void set_rsqrt_offset(int units)
+{
+    t_rsqrt_offset = units;
 }
 
 uint64_t launches()

@@ -917,6 +917,26 @@ START_TEST(norm_extremes)
 }
 END_TEST
 
+/*
+ * The norms scale a row by an approximate 1 / sqrt (fld__gpu_rsqrt_approx:
+ * the hardware's rsqrt, within two units in its last place by CUDA's bound
+ * for rsqrtf). With the emulator's moved two units either way, every
+ * kernel family stays within the tolerance of the reference: the one-row
+ * kernel (width 768), the general vector kernel (8192) and the scalar one
+ * (769), each with a residual or gemma's weight. _i: offset (-2, 2) x dtype.
+ */
+START_TEST(norm_from_approximate_rsqrt)
+{
+    setup();
+    const int dti = _i % 3;
+    fld_emu::set_rsqrt_offset(_i < 3 ? -2 : 2);
+    check_norm(GEMMA_RESIDUAL, dti, FLD_GPU_VECTOR, 4, 768, 32);
+    check_norm(RESIDUAL, dti, FLD_GPU_VECTOR, 2, 8192, 0);
+    check_norm(PLAIN, dti, FLD_GPU_REFERENCE, 3, 769, 5);
+    fld_emu::set_rsqrt_offset(0);
+}
+END_TEST
+
 START_TEST(norm_vector_refuses_misaligned)
 {
     setup();
@@ -2015,6 +2035,7 @@ Suite *gpu_suite(void)
     tcase_add_test(tc, norm_between_regimes);
     tcase_add_loop_test(tc, norm_mixed_dtypes, 0, 12);
     tcase_add_loop_test(tc, norm_extremes, 0, 6);
+    tcase_add_loop_test(tc, norm_from_approximate_rsqrt, 0, 6);
     tcase_add_test(tc, norm_vector_refuses_misaligned);
     tcase_add_loop_test(tc, launch_shapes_norm, 0,
                         (int)(sizeof forced_norm_shapes / sizeof forced_norm_shapes[0]));

@@ -439,6 +439,29 @@ FLD_GPU_DEV float fld__gpu_rcp_approx(float b)
 }
 
 /*
+ * An approximate 1 / sqrt(x) for x in float32's normal range, by which the
+ * norms scale their rows: on CUDA the hardware's (rsqrt.approx.ftz.f32,
+ * what rsqrtf compiles to for a normal x, within two units in its last
+ * place by CUDA's bound for rsqrtf; vLLM's rms_norm kernels scale by
+ * rsqrtf too), one instruction where the correctly rounded
+ * 1.0f / sqrtf(x) is a square root's and a division's sequences, each
+ * behind a range test; under the emulator 1 / sqrt(x) from double, moved
+ * as its tests ask (fld_emu::rsqrt_approx); on HIP rsqrtf.
+ */
+FLD_GPU_DEV float fld__gpu_rsqrt_approx(float x)
+{
+#if defined(FLD_GPU_TARGET_CUDA)
+    float r;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#elif defined(FLD_GPU_TARGET_EMU)
+    return fld_emu::rsqrt_approx(x);
+#else
+    return rsqrtf(x);
+#endif
+}
+
+/*
  * q[j] = a[j] / b[j], correctly rounded (the / operator's bits), for N
  * divisions at once (q may be a): where every one of them is in
  * fld__gpu_div_fast_ok's range (one test for the group:

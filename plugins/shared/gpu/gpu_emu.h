@@ -102,6 +102,16 @@ void set_schedule(schedule order);
 float rcp_approx(float b);
 void set_rcp_offset(int units);
 
+/*
+ * The approximate reciprocal square root the norms scale by
+ * (rsqrt.approx.f32 on a GPU, within two units in the last place of
+ * 1 / sqrt(x) by CUDA's bound for rsqrtf): here 1 / sqrt(x) from double
+ * rounded to float32, moved by offset units in its last place as
+ * rcp_approx's is.
+ */
+float rsqrt_approx(float x);
+void set_rsqrt_offset(int units);
+
 /* Totals on this OS thread since it started: launches and fiber switches. */
 uint64_t launches();
 uint64_t switches();

@@ -929,7 +929,9 @@ FLD_GPU_DEV double block_sum_d(double v)
 
 /* Whether a row's float32 sum of squares ss (mean plus eps: ms) normalises
    in float32: not inf or NaN, and not so small that eps cannot hide the
-   squares' underflow. Block-uniform: every thread has the same sum. */
+   squares' underflow (ms then in float32's normal range, where
+   fld__gpu_rsqrt_approx holds). Block-uniform: every thread has the same
+   sum. */
 FLD_GPU_DEV bool norm_sum_ok(float ss, float ms)
 {
     return ss <= FLD_GPU_FLT_MAX && ms >= 0x1p-100f;
@@ -1028,7 +1030,7 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld__gpu_norm_args a)
             norm_row_in_double<DT, WDT, RDT, VEC>(a, xr, orow, rr);
             continue;
         }
-        const float inv = 1.0f / sqrtf(ms);
+        const float inv = fld__gpu_rsqrt_approx(ms);
         for (int64_t k = threadIdx.x; k < groups; k += blockDim.x) {
             float v[G::N], w[G::N];
             if (rr)
@@ -1140,7 +1142,7 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
             norm_row_in_double<DT, WDT, RDT, VEC>(a, xr, orow, rr);
             continue;
         }
-        const float inv = 1.0f / sqrtf(ms);
+        const float inv = fld__gpu_rsqrt_approx(ms);
         FLD_GPU_UNROLL
         for (int i = 0; i < K; i++) {
             const int64_t k = threadIdx.x + (int64_t)i * blockDim.x;
@@ -1256,7 +1258,7 @@ __global__ void __launch_bounds__(1024)
         norm_row_in_double<DT, DT, DT, true>(a, xr, orow, rr);
         return;
     }
-    const float inv = 1.0f / sqrtf(ms);
+    const float inv = fld__gpu_rsqrt_approx(ms);
     /* every group scaled, then rounded together (one NaN test, no branch
        between the groups' stores); a group past the row's end is computed
        from zeros and not stored */
