@@ -21,7 +21,9 @@ division's slow path, no NaN's. Where a branch the machine code cannot
 decide chooses between two full routes (a block wider than the shared-memory
 slots of a reduction, a row width that is not a power of two), the shorter
 one is counted: the figure is exact for the shapes that take it and a floor
-for the others.
+for the others. Beside it, the route's instructions after its last barrier
+(BAR): in a kernel whose block sums a row, what every thread runs once the
+sum is known, the part of a decode call that no other work overlaps.
 
     bench/gpu_sass.py OBJECT [BASE_OBJECT] [--arch sm_90] [--match REGEX] [--all]
     bench/gpu_sass.py --self-test
@@ -118,10 +120,12 @@ def _most_bytes(code, index):
 
 
 def _fewest(code, index, start, end, need, calls):
-    """The fewest instructions from start to an `end` instruction (EXIT or
-    RET) on a path that has stored `need` bytes by then (Dijkstra over
-    (instruction, bytes stored, capped at need)); None where none does."""
+    """(instructions, those after the last barrier or None) of the fewest
+    instructions from start to an `end` instruction (EXIT or RET) on a path
+    that has stored `need` bytes by then (Dijkstra over (instruction, bytes
+    stored, capped at need)); None where no path does."""
     dist = {(start, 0): 0}
+    came = {}
     heap = [(0, start, 0)]
     while heap:
         d, i, have = heapq.heappop(heap)
@@ -131,7 +135,10 @@ def _fewest(code, index, start, end, need, calls):
         have_after = min(need, have + stored(opcode))
         cost = d + 1
         if opcode.startswith(end) and have_after >= need:
-            return cost
+            state = (i, have)
+            while state is not None and not code[state[0]][2].startswith("BAR"):
+                state = came.get(state)
+            return cost, (None if state is None else cost - dist[state] - 1)
         steps = [(j, 0) for j, _ in _successors(code, index, i)]
         if opcode.startswith("CALL"):
             # into the subroutine (an EXIT there ends the thread: sm_80 calls
@@ -146,13 +153,15 @@ def _fewest(code, index, start, end, need, calls):
         for j, extra in steps:
             if j is not None and cost + extra < dist.get((j, have_after), cost + extra + 1):
                 dist[(j, have_after)] = cost + extra
+                came[(j, have_after)] = (i, have)
                 heapq.heappush(heap, (cost + extra, j, have_after))
     return None
 
 
 def fastest_full_route(code):
-    """(bytes stored, instructions) of the kernel's fastest full route, or
-    None where no path stores anything and reaches an EXIT."""
+    """(bytes stored, instructions, instructions after the route's last
+    barrier or None) of the kernel's fastest full route, or None where no
+    path stores anything and reaches an EXIT."""
     index = {address: i for i, (address, *_) in enumerate(code)}
     need = _most_bytes(code, index)
     if need == 0:
@@ -164,11 +173,12 @@ def fastest_full_route(code):
             return None
         if i not in subroutines:
             subroutines[i] = None  # a subroutine that calls itself has no route
-            subroutines[i] = _fewest(code, index, i, "RET", 0, calls)
+            found = _fewest(code, index, i, "RET", 0, calls)
+            subroutines[i] = None if found is None else found[0]
         return subroutines[i]
 
     fewest = _fewest(code, index, 0, "EXIT", need, calls)
-    return None if fewest is None else (need, fewest)
+    return None if fewest is None else (need,) + fewest
 
 
 def registers(text):
@@ -219,8 +229,9 @@ def cuobjdump(obj, flag):
 
 def figures(obj):
     """{(arch, kernel's readable name): (registers, instructions of the
-    fastest full route)}: the readable name, without the parameters, pairs a
-    kernel with its namesake in another tree whose parameters changed."""
+    fastest full route, those after its last barrier)}: the readable name,
+    without the parameters, pairs a kernel with its namesake in another tree
+    whose parameters changed."""
     if not os.path.isfile(obj):
         sys.exit(f"gpu_sass: {obj}: no such file (make builds build/obj/plugins/cuda/cuda_kernels.o)")
     regs = registers(cuobjdump(obj, "-res-usage"))
@@ -231,31 +242,35 @@ def figures(obj):
         taken[(arch, names[name])] = taken.get((arch, names[name]), 0) + 1
     out = {}
     for (arch, name), instructions in code.items():
-        route = fastest_full_route(instructions)
+        route = fastest_full_route(instructions) or (None, None, None)
         label = names[name] if taken[(arch, names[name])] == 1 else name  # overloads: mangled
-        out[(arch, label)] = (regs.get((arch, name)), route[1] if route else None)
+        out[(arch, label)] = (regs.get((arch, name)), route[1], route[2])
     return out
 
 
 def table(now, base, arch, match, everything):
-    """The rows: arch, registers and instructions (base -> now), name."""
+    """The rows: arch, registers, instructions and those after the last
+    barrier (base -> now), name."""
     keys = {k for k in now if arch is None or k[0] == arch}
     if base is not None:
         keys |= {k for k in base if arch is None or k[0] == arch}
     rows = []
+    missing = (None, None, None)
     for key in sorted(keys):
         if match and not re.search(match, key[1]):
             continue
-        figure = now.get(key, (None, None))
+        figure = now.get(key, missing)
         if base is None:
-            rows.append(f"{key[0]}  {_cell(figure[0]):>7}  {_cell(figure[1]):>5}  {key[1]}")
+            rows.append(f"{key[0]}  {_cell(figure[0]):>7}  {_cell(figure[1]):>5}  {_cell(figure[2]):>7}  {key[1]}")
             continue
-        before = base.get(key, (None, None))
+        before = base.get(key, missing)
         if before == figure and not everything:
             continue
         rows.append(f"{key[0]}  {_cell(before[0]):>7} -> {_cell(figure[0]):>7}  "
-                    f"{_cell(before[1]):>5} -> {_cell(figure[1]):>5}  {key[1]}")
-    head = "arch      regs   path  kernel" if base is None else "arch         registers        instructions  kernel"
+                    f"{_cell(before[1]):>5} -> {_cell(figure[1]):>5}  "
+                    f"{_cell(before[2]):>5} -> {_cell(figure[2]):>5}  {key[1]}")
+    head = ("arch      regs  route  barrier  kernel" if base is None else
+            "arch         registers              route   after barrier  kernel")
     return [head] + rows
 
 
@@ -303,6 +318,15 @@ SELF_TEST = """
         /*0030*/               @P0 CALL.REL.NOINC 0x50 ;
         /*0040*/                   BRA 0x0 ;
         /*0050*/                   EXIT ;
+		Function : kernel_bar
+        /*0000*/                   LDG.E R4, desc[UR4][R2.64] ;
+        /*0010*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0020*/                   FADD R4, R4, R5 ;
+        /*0030*/               @P0 BRA 0x60 ;
+        /*0040*/                   FMUL R4, R4, R4 ;
+        /*0050*/                   FMUL R4, R4, R4 ;
+        /*0060*/                   STG.E desc[UR4][R2.64], R4 ;
+        /*0070*/                   EXIT ;
 """
 
 SELF_TEST_REGISTERS = """
@@ -318,25 +342,29 @@ def self_test():
     functions = parse(SELF_TEST)
     # kernel_a: the early EXIT stores nothing; the 16-byte store beats the
     # 2-byte one (LDG, @P0 EXIT, @P1 BRA, FADD, @P2 BRA not taken back, STG, EXIT)
-    assert fastest_full_route(functions[("sm_90", "kernel_a")]) == (16, 7), \
+    assert fastest_full_route(functions[("sm_90", "kernel_a")]) == (16, 7, None), \
         fastest_full_route(functions[("sm_90", "kernel_a")])
     # kernel_b: the two-predicate branch may skip the call, whose subroutine
     # counts its own instructions otherwise
     code = functions[("sm_90", "kernel_b")]
-    assert fastest_full_route(code) == (4, 4), fastest_full_route(code)
-    assert fastest_full_route(code[2:]) == (4, 7), fastest_full_route(code[2:])  # CALL + FMUL FMUL RET + FADD STG EXIT
+    assert fastest_full_route(code) == (4, 4, None), fastest_full_route(code)
+    # from the CALL: it, FMUL FMUL RET, then FADD STG EXIT
+    assert fastest_full_route(code[2:]) == (4, 7, None), fastest_full_route(code[2:])
     assert fastest_full_route(code[:1]) is None
     # kernel_loop: one body's store, then back to the loop's exit test
-    assert fastest_full_route(functions[("sm_90", "kernel_loop")]) == (4, 6), \
+    assert fastest_full_route(functions[("sm_90", "kernel_loop")]) == (4, 6, None), \
         fastest_full_route(functions[("sm_90", "kernel_loop")])
     # kernel_call_exit: sm_80 leaves a loop by calling an EXIT
-    assert fastest_full_route(functions[("sm_90", "kernel_call_exit")]) == (4, 5), \
+    assert fastest_full_route(functions[("sm_90", "kernel_call_exit")]) == (4, 5, None), \
         fastest_full_route(functions[("sm_90", "kernel_call_exit")])
+    # kernel_bar: 4 of the route's 6 instructions after its barrier
+    assert fastest_full_route(functions[("sm_90", "kernel_bar")]) == (4, 6, 4), \
+        fastest_full_route(functions[("sm_90", "kernel_bar")])
     assert registers(SELF_TEST_REGISTERS) == {("sm_90", "kernel_a"): "40", ("sm_90", "kernel_b"): "24+8B"}
     assert stored("STG.E.64") == 8 and stored("STG.E") == 4 and stored("LDG.E.128") == 0
-    rows = table({("sm_90", "k"): ("40", 100), ("sm_90", "j"): ("32", 50)},
-                 {("sm_90", "k"): ("40", 120), ("sm_90", "j"): ("32", 50)}, None, None, False)
-    assert len(rows) == 2 and "120 ->   100" in rows[1], rows
+    rows = table({("sm_90", "k"): ("40", 100, 30), ("sm_90", "j"): ("32", 50, None)},
+                 {("sm_90", "k"): ("40", 120, 40), ("sm_90", "j"): ("32", 50, None)}, None, None, False)
+    assert len(rows) == 2 and "120 ->   100" in rows[1] and "40 ->    30" in rows[1], rows
     print("gpu_sass: self-test passed")
 
 

@@ -1689,6 +1689,35 @@ START_TEST(conversions_match_half_h)
 }
 END_TEST
 
+/*
+ * fld__gpu_bf16_words_finite, against isfinite: every bfloat16 in either
+ * half of a word beside each of a few others (finite, inf, NaN, subnormal,
+ * signed), and a non-finite element in any one word of four.
+ */
+START_TEST(bf16_words_finite)
+{
+    const uint16_t others[] = {0x0000, 0x8000, 0x0001, 0x3f80, 0x7f7f, 0xff7f,
+                               0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffff};
+    for (uint32_t h = 0; h < 65536; h++) {
+        const bool h_finite = isfinite(fld_bf16_to_f32((uint16_t)h));
+        for (uint16_t o : others) {
+            const bool both = h_finite && isfinite(fld_bf16_to_f32(o));
+            const uint32_t low = h | (uint32_t)o << 16, high = (uint32_t)o | h << 16;
+            ck_assert_msg(fld__gpu_bf16_words_finite<1>(&low) == both,
+                          "%04x in the low half beside %04x", h, o);
+            ck_assert_msg(fld__gpu_bf16_words_finite<1>(&high) == both,
+                          "%04x in the high half beside %04x", h, o);
+        }
+    }
+    for (int at = 0; at < 4; at++) {
+        uint32_t words[4] = {0x3f803f80u, 0xbf800000u, 0x7f7f0001u, 0x80003f80u};
+        ck_assert(fld__gpu_bf16_words_finite<4>(words));
+        words[at] = (words[at] & 0xffff0000u) | 0x7f80u;
+        ck_assert_msg(!fld__gpu_bf16_words_finite<4>(words), "an inf in word %d", at);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* Graph capture                                                            */
 /* ------------------------------------------------------------------------ */
@@ -2008,6 +2037,7 @@ Suite *gpu_suite(void)
     tcase_add_loop_test(tc, emu_warp_and_block_sums, 0, 6);
     tcase_add_loop_test(tc, block_sum_bits, 0, 2);
     tcase_add_test(tc, conversions_match_half_h);
+    tcase_add_test(tc, bf16_words_finite);
     tcase_add_test(tc, api_memory_and_device);
     suite_add_tcase(s, tc);
 

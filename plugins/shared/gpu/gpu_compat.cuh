@@ -229,12 +229,14 @@ template <int DT> FLD_GPU_DEV void fld__gpu_round_pair(float &a, float &b)
  * / fld__gpu_f32_to_bf16 give each. On CUDA paired conversions round two at
  * a time; a bfloat16 NaN, whose bits the hardware would not keep, sends the
  * whole group down the one-at-a-time path (one test per group, not per pair).
+ * NAN_FREE: the caller knows that no f[j] is a NaN, and the test is left out.
  */
-template <int DT, int N> FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, uint32_t *w)
+template <int DT, int N, bool NAN_FREE = false>
+FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, uint32_t *w)
 {
 #if defined(FLD_GPU_TARGET_CUDA)
     bool nan = false;
-    if (DT == 2)
+    if (DT == 2 && !NAN_FREE)
         for (int j = 0; j < N; j++)
             nan |= f[j] != f[j];
     if (!nan) {
@@ -260,6 +262,21 @@ template <int DT, int N> FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, ui
             w[j] = (uint32_t)fld__gpu_f32_to_bf16(f[2 * j]) |
                    ((uint32_t)fld__gpu_f32_to_bf16(f[2 * j + 1]) << 16);
     }
+}
+
+/*
+ * Whether both bfloat16 halves of every word w[0..W) are finite: a half is
+ * an inf or a NaN when its 8 exponent bits are all ones, and then only does
+ * adding one unit of the exponent to them carry into the half's sign bit
+ * (the low half's sum stays below 0x10000, so nothing crosses into the high
+ * half). Three integer operations a word, on the bits as loaded.
+ */
+template <int W> FLD_GPU_DEV bool fld__gpu_bf16_words_finite(const uint32_t *w)
+{
+    uint32_t carried = 0;
+    for (int j = 0; j < W; j++)
+        carried |= (w[j] & 0x7f807f80u) + 0x00800080u;
+    return (carried & 0x80008000u) == 0;
 }
 
 #if defined(FLD_GPU_TARGET_CUDA)

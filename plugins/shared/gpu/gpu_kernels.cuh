@@ -236,15 +236,17 @@ template <int DT, bool VEC> struct group {
     /* K groups' floats (f[i N + j]: group i's element j) as their bits, v[i]
        group i's, in one call: 16-bit groups rounded two at a time behind one
        NaN test for all of them (fld__gpu_pack_pairs), so that a thread's
-       groups are rounded and stored without a branch between them. */
-    template <int K> static FLD_GPU_DEV void pack_groups(const float *f, fld__gpu_vec16 *v)
+       groups are rounded and stored without a branch between them; NAN_FREE:
+       the caller knows that none is a NaN, and there is no test. */
+    template <int K, bool NAN_FREE = false>
+    static FLD_GPU_DEV void pack_groups(const float *f, fld__gpu_vec16 *v)
     {
         uint32_t w[4 * K];
         if (DT == 0) {
             for (int j = 0; j < K * N && j < 4 * K; j++)
                 w[j] = fld__gpu_bits(f[j]);
         } else {
-            fld__gpu_pack_pairs<DT, K * N>(f, w);
+            fld__gpu_pack_pairs<DT, K * N, NAN_FREE>(f, w);
         }
         for (int i = 0; i < K; i++) {
             v[i].x = w[4 * i];
@@ -1208,6 +1210,22 @@ __global__ void __launch_bounds__(1024)
             G::fetch(rr, at, rs[i]);
         G::fetch(a.weight, at, ws[i]);
     }
+    /* In bfloat16, whether every weight of the thread is finite: then no
+       product below is a NaN (the rows that get there are finite, since
+       their sum of squares is, their scale 1 / sqrt of a normal mean square
+       is finite, and a product of finite floats is finite or an inf), and
+       the outputs are packed without the NaN test, which is then off the
+       path after the reduction: the weight's bits arrive with the row's. */
+    bool weights_finite = false;
+    if constexpr (DT == 2) {
+        uint32_t words[4 * K];
+        for (int i = 0; i < K; i++)
+            G::words(ws[i], words + 4 * i);
+        weights_finite = fld__gpu_bf16_words_finite<4 * K>(words);
+        /* decided here, before the reduction (LLVM would sink the test
+           next to its use, after the barrier and the square root) */
+        fld__gpu_issued((uint32_t)weights_finite);
+    }
     float v[K][G::N];
     square_sum squares;
     FLD_GPU_UNROLL
@@ -1259,9 +1277,9 @@ __global__ void __launch_bounds__(1024)
         return;
     }
     const float inv = fld__gpu_rsqrt_approx(ms);
-    /* every group scaled, then rounded together (one NaN test, no branch
-       between the groups' stores); a group past the row's end is computed
-       from zeros and not stored */
+    /* every group scaled, then rounded together (one NaN test, or none
+       where the weights are finite; no branch between the groups' stores);
+       a group past the row's end is computed from zeros and not stored */
     typename G::raw outs[K];
     FLD_GPU_UNROLL
     for (int i = 0; i < K; i++) {
@@ -1270,7 +1288,10 @@ __global__ void __launch_bounds__(1024)
         for (int j = 0; j < G::N; j++)
             v[i][j] = v[i][j] * inv * (GEMMA ? w[j] + 1.0f : w[j]);
     }
-    G::template pack_groups<K>(&v[0][0], outs);
+    if (weights_finite)
+        G::template pack_groups<K, true>(&v[0][0], outs);
+    else
+        G::template pack_groups<K>(&v[0][0], outs);
     FLD_GPU_UNROLL
     for (int i = 0; i < K; i++) {
         const uint32_t k = threadIdx.x + (uint32_t)i * blockDim.x;
