@@ -67,26 +67,35 @@ KNOWN_LATE = set()
 ARCHS = ("sm_80", "sm_90")
 
 
+def walk(text, item, arch=ARCH, function=FUNCTION):
+    """(arch, function, match) for each line of cuobjdump output that the
+    regular expression item matches, under the last architecture and
+    function lines above it (none above it: not given)."""
+    current_arch, current = "?", None
+    for line in text.splitlines():
+        m = arch.search(line)
+        if m:
+            current_arch = m.group(1)
+            continue
+        m = function.search(line)
+        if m:
+            current = m.group(1)
+            continue
+        m = item.search(line)
+        if m and current is not None:
+            yield current_arch, current, m
+
+
 def parse(text):
     """{(arch, function): [(opcode, operands text)]} from cuobjdump -sass output."""
-    functions, arch, current = {}, "?", None
-    for line in text.splitlines():
-        m = ARCH.search(line)
-        if m:
-            arch = m.group(1)
-            continue
-        m = FUNCTION.search(line)
-        if m:
-            current = functions.setdefault((arch, m.group(1)), [])
-            continue
-        m = INSTRUCTION.search(line)
-        if m and current is not None:
-            opcode = m.group(2)
-            # An unconditional branch or exit ends a path: what follows is
-            # another one (a branch's target), which starts afresh.
-            if not m.group(1) and (opcode == "BRA" or opcode == "EXIT"):
-                opcode = "END"
-            current.append((opcode, m.group(3).strip()))
+    functions = {}
+    for arch, name, m in walk(text, INSTRUCTION):
+        opcode = m.group(2)
+        # An unconditional branch or exit ends a path: what follows is
+        # another one (a branch's target), which starts afresh.
+        if not m.group(1) and (opcode == "BRA" or opcode == "EXIT"):
+            opcode = "END"
+        functions.setdefault((arch, name), []).append((opcode, m.group(3).strip()))
     return functions
 
 
@@ -235,14 +244,16 @@ def find_cuobjdump():
     sys.exit("sass-loads: no cuobjdump in PATH, beside nvcc or in the lint environment " + venv)
 
 
-def sass(obj):
+def sass(obj, flag="-sass"):
+    """cuobjdump's output for obj (-sass: the machine code; -res-usage: each
+    kernel's registers and stack)."""
     tool, bindir = find_cuobjdump()
     env = dict(os.environ)
     if bindir:  # cuobjdump runs nvdisasm from PATH
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    run = subprocess.run([tool, "-sass", obj], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.run([tool, flag, obj], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if run.returncode:
-        sys.exit(f"sass-loads: {tool} -sass {obj}: {run.stderr.strip()}")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {tool} {flag} {obj}: {run.stderr.strip()}")
     return run.stdout
 
 

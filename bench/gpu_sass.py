@@ -64,19 +64,10 @@ STORE_BYTES = ((".128", 16), (".64", 8), (".U16", 2), (".S16", 2), (".U8", 1), (
 def parse(text):
     """{(arch, function): [(address, predicated, opcode, operands)]} from
     cuobjdump -sass output."""
-    functions, arch, current = {}, "?", None
-    for line in text.splitlines():
-        m = sass_loads.ARCH.search(line)
-        if m:
-            arch = m.group(1)
-            continue
-        m = sass_loads.FUNCTION.search(line)
-        if m:
-            current = functions.setdefault((arch, m.group(1)), [])
-            continue
-        m = ADDRESSED.search(line)
-        if m and current is not None:
-            current.append((int(m.group(1), 16), bool(m.group(2)), m.group(3), m.group(4).strip()))
+    functions = {}
+    for arch, name, m in sass_loads.walk(text, ADDRESSED):
+        functions.setdefault((arch, name), []).append(
+            (int(m.group(1), 16), bool(m.group(2)), m.group(3), m.group(4).strip()))
     return functions
 
 
@@ -87,19 +78,19 @@ def stored(opcode):
 
 
 def _successors(code, index, i):
-    """[(next instruction or None for the end, taken: True where it is a
-    branch's target)] of instruction i: where control may go after it."""
+    """Where control may go after instruction i: the indexes of the next
+    instructions (None: a branch target that is no instruction)."""
     _, predicated, opcode, operands = code[i]
     if opcode.startswith("BRA"):
         m = TARGET.search(operands)
-        out = [(index.get(int(m.group(1), 16)), True)] if m else []
+        out = [index.get(int(m.group(1), 16))] if m else []
         # "@P BRA" and "BRA P1, target" (a second predicate) may fall through
         if predicated or "," in operands:
-            out.append((i + 1, False))
+            out.append(i + 1)
         return out
     if opcode.startswith(("EXIT", "RET", "BRX", "JMX")):
-        return [(i + 1, False)] if predicated else []
-    return [(i + 1, False)]
+        return [i + 1] if predicated else []
+    return [i + 1]
 
 
 def _most_bytes(code, index):
@@ -113,7 +104,7 @@ def _most_bytes(code, index):
             continue
         here = most[i] + stored(code[i][2])
         top = max(top, here)
-        for j, _ in _successors(code, index, i):
+        for j in _successors(code, index, i):
             if j is not None and j > i and (most[j] is None or here > most[j]):
                 most[j] = here
     return top
@@ -139,7 +130,7 @@ def _fewest(code, index, start, end, need, calls):
             while state is not None and not code[state[0]][2].startswith("BAR"):
                 state = came.get(state)
             return cost, (None if state is None else cost - dist[state] - 1)
-        steps = [(j, 0) for j, _ in _successors(code, index, i)]
+        steps = [(j, 0) for j in _successors(code, index, i)]
         if opcode.startswith("CALL"):
             # into the subroutine (an EXIT there ends the thread: sm_80 calls
             # a loop's exit), or over it, at its fewest instructions to RET;
@@ -184,21 +175,8 @@ def fastest_full_route(code):
 def registers(text):
     """{(arch, function): "registers", or "registers+stack bytes" where the
     thread has a stack frame} from cuobjdump -res-usage output."""
-    out, arch, function = {}, "?", None
-    for line in text.splitlines():
-        m = RES_ARCH.search(line)
-        if m:
-            arch = m.group(1)
-            continue
-        m = RES_FUNCTION.search(line)
-        if m:
-            function = m.group(1)
-            continue
-        m = RES_REGISTERS.search(line)
-        if m and function:
-            out[(arch, function)] = m.group(1) + (f"+{m.group(2)}B" if m.group(2) != "0" else "")
-            function = None
-    return out
+    return {(arch, name): m.group(1) + (f"+{m.group(2)}B" if m.group(2) != "0" else "")
+            for arch, name, m in sass_loads.walk(text, RES_REGISTERS, RES_ARCH, RES_FUNCTION)}
 
 
 def readable(names):
@@ -216,17 +194,6 @@ def readable(names):
     return out
 
 
-def cuobjdump(obj, flag):
-    tool, bindir = sass_loads.find_cuobjdump()
-    env = dict(os.environ)
-    if bindir:
-        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    run = subprocess.run([tool, flag, obj], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if run.returncode:
-        sys.exit(f"gpu_sass: {tool} {flag} {obj}: {run.stderr.strip()}")
-    return run.stdout
-
-
 def figures(obj):
     """{(arch, kernel's readable name): (registers, instructions of the
     fastest full route, those after its last barrier)}: the readable name,
@@ -234,8 +201,8 @@ def figures(obj):
     whose parameters changed."""
     if not os.path.isfile(obj):
         sys.exit(f"gpu_sass: {obj}: no such file (make builds build/obj/plugins/cuda/cuda_kernels.o)")
-    regs = registers(cuobjdump(obj, "-res-usage"))
-    code = parse(cuobjdump(obj, "-sass"))
+    regs = registers(sass_loads.sass(obj, "-res-usage"))
+    code = parse(sass_loads.sass(obj))
     names = readable({name for _, name in code})
     taken = {}
     for arch, name in code:
