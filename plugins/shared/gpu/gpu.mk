@@ -8,7 +8,10 @@
 #                               registration, argument unpacking, device hooks
 #   gpu_api.h                   the table between the glue and the device code
 #   gpu_kernels.cuh             the kernels, one source for nvcc, hipcc and
-#                               the host emulator of tests/gpu
+#                               the host emulator of tests/gpu; it includes
+#   gpu_act.cuh, gpu_norm.cuh,  a file for each op family's kernels and
+#   gpu_rotary.cuh              launcher,
+#   gpu_access.cuh              and how they all read and write elements
 #   gpu_compat.cuh              what differs between those three compilers
 #   gpu_launch.h                the launch shapes: block, grid, groups per
 #                               thread, by regime and SM count
@@ -23,7 +26,7 @@ ifndef FLD_GPU_GLUE_OBJ
 FLD_GPU_DIR        := plugins/shared/gpu
 FLD_GPU_GLUE_OBJ   := $(OBJ)/plugins/shared/gpu/gpu_plugin.o
 # What the device code of either plugin is compiled from, besides its own file:
-# every header here (gpu_kernels.cuh includes gpu_launch.h and gpu_api.h), so
+# every header here (the kernels include gpu_launch.h and gpu_api.h), so
 # a change to any of them rebuilds the kernels.
 FLD_GPU_DEVICE_DEPS := $(wildcard $(FLD_GPU_DIR)/*.cuh $(FLD_GPU_DIR)/*.h)
 endif
