@@ -58,10 +58,10 @@ __global__ void fill_uniform(uint16_t *p16, float *p32, int64_t n, uint32_t seed
         h *= 0x5bd1e995u;
         h ^= h >> 15;
         const float v = lo + (hi - lo) * (float)(h & 0xffffff) / 16777216.0f;
-        if (dtype == 0)
+        if (dtype == FLD_GPU_F32)
             p32[i] = v;
         else
-            p16[i] = dtype == 1 ? fld__gpu_f32_to_f16(v) : fld__gpu_f32_to_bf16(v);
+            p16[i] = dtype == FLD_GPU_F16 ? fld__gpu_f32_to_f16(v) : fld__gpu_f32_to_bf16(v);
     }
 }
 
@@ -81,7 +81,7 @@ buffer make(int64_t n, int dtype, float lo, float hi, uint32_t seed)
     buffer b;
     b.n = n;
     b.dtype = dtype;
-    CHECK(cudaMalloc(&b.p, (size_t)n * (dtype == 0 ? 4 : 2) + 16));
+    CHECK(cudaMalloc(&b.p, (size_t)n * fld__gpu_elem_size(dtype) + 16));
     fill_uniform<<<1024, 256>>>((uint16_t *)b.p, (float *)b.p, n, seed, lo, hi, dtype);
     CHECK(cudaGetLastError());
     return b;
@@ -468,7 +468,7 @@ bool parse_tokens(const char *text, std::vector<int64_t> *out)
 bool parse_dtypes(const char *text, std::vector<int> *out)
 {
     out->clear();
-    for (int dt = 2; dt >= 0; dt--)
+    for (int dt = FLD_GPU_DTYPES - 1; dt >= 0; dt--)
         if (wanted(text, dtype_name(dt)))
             out->push_back(dt);
     size_t words = 1;

@@ -14,32 +14,32 @@
 namespace fld_gpu
 {
 
-/* dtype index (0 f32, 1 f16, 2 bf16) -> bytes per element. */
+/* dtype index (enum fld__gpu_dtype) -> bytes per element. */
 template <int DT> struct dtype_size {
-    static constexpr int value = DT == 0 ? 4 : 2;
+    static constexpr int value = DT == FLD_GPU_F32 ? 4 : 2;
 };
 
 template <int DT> FLD_GPU_DEV float load_elem(const void *row, int64_t i)
 {
-    if (DT == 0)
+    if (DT == FLD_GPU_F32)
         return static_cast<const float *>(row)[i];
     const uint16_t h = static_cast<const uint16_t *>(row)[i];
-    return DT == 1 ? fld__gpu_f16_to_f32(h) : fld__gpu_bf16_to_f32(h);
+    return DT == FLD_GPU_F16 ? fld__gpu_f16_to_f32(h) : fld__gpu_bf16_to_f32(h);
 }
 
 template <int DT> FLD_GPU_DEV uint16_t narrow(float v)
 {
-    return DT == 1 ? fld__gpu_f32_to_f16(v) : fld__gpu_f32_to_bf16(v);
+    return DT == FLD_GPU_F16 ? fld__gpu_f32_to_f16(v) : fld__gpu_f32_to_bf16(v);
 }
 
 template <int DT> FLD_GPU_DEV float widen(uint32_t h)
 {
-    return DT == 1 ? fld__gpu_f16_to_f32((uint16_t)h) : fld__gpu_bf16_to_f32((uint16_t)h);
+    return DT == FLD_GPU_F16 ? fld__gpu_f16_to_f32((uint16_t)h) : fld__gpu_bf16_to_f32((uint16_t)h);
 }
 
 template <int DT> FLD_GPU_DEV void store_elem(void *row, int64_t i, float v)
 {
-    if (DT == 0)
+    if (DT == FLD_GPU_F32)
         static_cast<float *>(row)[i] = v;
     else
         static_cast<uint16_t *>(row)[i] = narrow<DT>(v);
@@ -48,7 +48,7 @@ template <int DT> FLD_GPU_DEV void store_elem(void *row, int64_t i, float v)
 /* v rounded to the dtype and back: what storing and re-loading gives. */
 template <int DT> FLD_GPU_DEV float round_to(float v)
 {
-    return DT == 0 ? v : widen<DT>(narrow<DT>(v));
+    return DT == FLD_GPU_F32 ? v : widen<DT>(narrow<DT>(v));
 }
 
 /* f[0..N) each rounded to DT and back (round_to); on CUDA two at a time
@@ -56,7 +56,7 @@ template <int DT> FLD_GPU_DEV float round_to(float v)
 template <int DT, int N> FLD_GPU_DEV void round_all(float *f)
 {
 #if defined(FLD_GPU_TARGET_CUDA)
-    constexpr bool PAIRS = DT != 0 && N % 2 == 0;
+    constexpr bool PAIRS = DT != FLD_GPU_F32 && N % 2 == 0;
 #else
     constexpr bool PAIRS = false;
 #endif
@@ -98,14 +98,14 @@ template <int DT, bool VEC> struct group {
 
     static FLD_GPU_DEV void fetch(const void *row, int64_t k, uint32_t &bits)
     {
-        bits = DT == 0 ? static_cast<const uint32_t *>(row)[k]
-                       : static_cast<const uint16_t *>(row)[k];
+        bits = DT == FLD_GPU_F32 ? static_cast<const uint32_t *>(row)[k]
+                                 : static_cast<const uint16_t *>(row)[k];
     }
 
     static FLD_GPU_DEV void unpack(const fld__gpu_vec16 &v, float *f)
     {
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        if (DT == 0) {
+        if (DT == FLD_GPU_F32) {
             for (int j = 0; j < N && j < 4; j++)
                 f[j] = fld__gpu_float(w[j]);
         } else {
@@ -118,7 +118,7 @@ template <int DT, bool VEC> struct group {
 
     static FLD_GPU_DEV void unpack(uint32_t bits, float *f)
     {
-        f[0] = DT == 0 ? fld__gpu_float(bits) : widen<DT>(bits);
+        f[0] = DT == FLD_GPU_F32 ? fld__gpu_float(bits) : widen<DT>(bits);
     }
 
     /* The fetch stays above this point (fld__gpu_issued). */
@@ -167,7 +167,7 @@ template <int DT, bool VEC> struct group {
             return;
         }
         fld__gpu_vec16 v;
-        if (DT == 0 || PAIRED) {
+        if (DT == FLD_GPU_F32 || PAIRED) {
             pack(f, v);
         } else {
             uint32_t w[4];
@@ -185,7 +185,7 @@ template <int DT, bool VEC> struct group {
        put() stores and unpack() reads back as the rounded values. */
     static FLD_GPU_DEV void pack(const float *f, uint32_t &bits)
     {
-        bits = DT == 0 ? fld__gpu_bits(f[0]) : (uint32_t)narrow<DT>(f[0]);
+        bits = DT == FLD_GPU_F32 ? fld__gpu_bits(f[0]) : (uint32_t)narrow<DT>(f[0]);
     }
 
     static FLD_GPU_DEV void pack(const float *f, fld__gpu_vec16 &v)
@@ -202,7 +202,7 @@ template <int DT, bool VEC> struct group {
     static FLD_GPU_DEV void pack_groups(const float *f, fld__gpu_vec16 *v)
     {
         uint32_t w[4 * K];
-        if (DT == 0) {
+        if (DT == FLD_GPU_F32) {
             for (int j = 0; j < K * N && j < 4 * K; j++)
                 w[j] = fld__gpu_bits(f[j]);
         } else {
@@ -248,7 +248,7 @@ template <int DT, bool VEC> struct group {
 
     static FLD_GPU_DEV void put(void *row, int64_t k, uint32_t bits)
     {
-        if (DT == 0)
+        if (DT == FLD_GPU_F32)
             static_cast<uint32_t *>(row)[k] = bits;
         else
             static_cast<uint16_t *>(row)[k] = (uint16_t)bits;
@@ -346,7 +346,7 @@ template <int DT, int BYTES> struct narrow_group {
     {
         const uint32_t *w = r.w;
         for (int i = 0; i < WORDS; i++) {
-            if (DT == 0) {
+            if (DT == FLD_GPU_F32) {
                 f[i] = fld__gpu_float(w[i]);
             } else {
                 f[2 * i] = widen<DT>(w[i] & 0xffffu);
@@ -382,7 +382,7 @@ template <int DT, int BYTES> struct narrow_group {
     static FLD_GPU_DEV void store(void *row, int64_t k, const float *f)
     {
         uint32_t w[WORDS];
-        if (DT == 0) {
+        if (DT == FLD_GPU_F32) {
             for (int i = 0; i < WORDS; i++)
                 w[i] = fld__gpu_bits(f[i]);
         } else if (PAIRED) {

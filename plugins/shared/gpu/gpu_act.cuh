@@ -105,7 +105,7 @@ FLD_GPU_DEV void divide(const char *row, int64_t k, const float *in, float *q)
     (void)row;
     (void)k;
 #else
-    if (DT == 2) {
+    if (DT == FLD_GPU_BF16) {
         if (fld__gpu_div_to_bf16_settled<G::N>(in, den, q))
             return;
         float again[G::N];
@@ -165,7 +165,7 @@ FLD_GPU_DEV void act_group(const struct fld__gpu_act_args &a, const char *xr, ch
                 act[j] = OP == FLD_GPU_GELU_AND_MUL ? gelu_erf(in[j]) : gelu_tanh(in[j]);
         }
 #if defined(FLD_GPU_TARGET_CUDA)
-        if constexpr (DT != 0 && G::N % 2 == 0) {
+        if constexpr (DT != FLD_GPU_F32 && G::N % 2 == 0) {
             /* the rounding, the product and its rounding in two packed
                instructions a pair, on the other operand's bits as loaded
                (fld__gpu_round_mul_pairs: the same bits as below) */
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(256) act_kernel_lean(struct fld__gpu_act_args 
 static inline bool act_lean_ok(const struct fld__gpu_act_args *a, const struct fld__gpu_shape &s,
                                int64_t groups)
 {
-    const int64_t size = a->dtype == 0 ? 4 : 2, limit = (int64_t)1 << 31;
+    const int64_t size = (int64_t)fld__gpu_elem_size(a->dtype), limit = (int64_t)1 << 31;
     const int64_t stride = a->x_stride > a->out_stride ? a->x_stride : a->out_stride;
     return s.lean && s.blocks_y == a->rows && a->rows <= 65535 && s.blocks < (1 << 16) &&
            s.blocks * s.threads >= groups && a->x_stride >= 0 && a->out_stride >= 0 &&
@@ -282,12 +282,12 @@ static int launch_act_dt(const struct fld__gpu_act_args *a, const struct fld__gp
                          void *stream)
 {
     switch (a->dtype) {
-    case 0:
-        return launch_act<0, VEC, BYTES>(a, s, stream);
-    case 1:
-        return launch_act<1, VEC, BYTES>(a, s, stream);
-    case 2:
-        return launch_act<2, VEC, BYTES>(a, s, stream);
+    case FLD_GPU_F32:
+        return launch_act<FLD_GPU_F32, VEC, BYTES>(a, s, stream);
+    case FLD_GPU_F16:
+        return launch_act<FLD_GPU_F16, VEC, BYTES>(a, s, stream);
+    case FLD_GPU_BF16:
+        return launch_act<FLD_GPU_BF16, VEC, BYTES>(a, s, stream);
     default:
         return FLD_GPU_EINVAL;
     }
@@ -314,7 +314,7 @@ static int launch_act_vector(const struct fld__gpu_act_args *a, const struct fld
 static inline int run_act_shaped(const struct fld__gpu_act_args *a, int variant, void *stream,
                                  const struct fld__gpu_shape *shape)
 {
-    if (!a || a->op < 0 || a->op >= FLD_GPU_ACT_OPS || a->dtype < 0 || a->dtype > 2 ||
+    if (!a || a->op < 0 || a->op >= FLD_GPU_ACT_OPS || a->dtype < 0 || a->dtype >= FLD_GPU_DTYPES ||
         a->rows < 0 || a->d < 0)
         return FLD_GPU_EINVAL;
     if (a->rows == 0 || a->d == 0)
@@ -324,7 +324,7 @@ static inline int run_act_shaped(const struct fld__gpu_act_args *a, int variant,
     if (variant != FLD_GPU_VECTOR && variant != FLD_GPU_REFERENCE)
         return FLD_GPU_EINVAL;
     const bool vec = variant == FLD_GPU_VECTOR;
-    const int64_t groups = a->d / (vec ? (a->dtype == 0 ? 4 : 8) : 1);
+    const int64_t groups = a->d / (vec ? fld__gpu_group_size(a->dtype) : 1);
     const struct fld__gpu_shape s =
         shape ? *shape : fld__gpu_act_shape(a->rows, groups, fld__gpu_sm_count());
     if (s.threads < 1 || s.threads > 256 || s.blocks < 1 || s.blocks_y < 1)

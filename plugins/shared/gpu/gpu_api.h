@@ -12,11 +12,11 @@
  * Conventions: every function returns 0 or the runtime's error code (a
  * cudaError_t / hipError_t value), which error_string() turns into text.
  * Pointers are device pointers unless named host. Strides and sizes are in
- * elements of the tensor's dtype. dtype is fld_dtype_index(): 0 float32,
- * 1 float16, 2 bfloat16. `stream` is a cudaStream_t / hipStream_t: the
- * glue passes the caller's fld_set_stream() stream, else default_stream.
- * Kernels are launched asynchronously; a launch error (bad configuration,
- * no device) is returned at once.
+ * elements of the tensor's dtype. dtype is fld_dtype_index() (enum
+ * fld__gpu_dtype below: 0 float32, 1 float16, 2 bfloat16). `stream` is a
+ * cudaStream_t / hipStream_t: the glue passes the caller's fld_set_stream()
+ * stream, else default_stream. Kernels are launched asynchronously; a launch
+ * error (bad configuration, no device) is returned at once.
  */
 #ifndef FLD_PLUGINS_GPU_API_H
 #define FLD_PLUGINS_GPU_API_H
@@ -28,6 +28,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The dtype indices, in fld_dtype_index()'s order (include/fldispatch/plugin.h):
+   the dtype fields below and the kernels' DT template argument. */
+enum fld__gpu_dtype { FLD_GPU_F32 = 0, FLD_GPU_F16 = 1, FLD_GPU_BF16 = 2, FLD_GPU_DTYPES = 3 };
 
 #define FLD_GPU_API_VERSION 4
 
@@ -210,7 +214,13 @@ static inline bool fld__gpu_arch_runs(const char *built, int arch)
 /* Element size of a dtype index. */
 static inline size_t fld__gpu_elem_size(int dtype)
 {
-    return dtype == 0 ? 4 : 2;
+    return dtype == FLD_GPU_F32 ? 4 : 2;
+}
+
+/* Elements of a dtype index in a 16-byte group (one vector access). */
+static inline int fld__gpu_group_size(int dtype)
+{
+    return 16 / (int)fld__gpu_elem_size(dtype);
 }
 
 /* Whether p and every n elements of the given size keep 16-byte alignment. */

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu_api.h"
+
 #if defined(__HIPCC__)
 /* ---------------------------------------------------------------- HIP -- */
 #include <hip/hip_runtime.h>
@@ -200,7 +202,7 @@ FLD_GPU_DEV uint16_t fld__gpu_f32_to_bf16(float f)
 #if defined(FLD_GPU_TARGET_CUDA)
 template <int DT> FLD_GPU_DEV void fld__gpu_round_pair(float &a, float &b)
 {
-    if (DT == 1) {
+    if (DT == FLD_GPU_F16) {
         const __half2 h = __floats2half2_rn(a, b);
         a = __low2float(h);
         b = __high2float(h);
@@ -213,7 +215,7 @@ template <int DT> FLD_GPU_DEV void fld__gpu_round_pair(float &a, float &b)
 #else
 template <int DT> FLD_GPU_DEV void fld__gpu_round_pair(float &a, float &b)
 {
-    if (DT == 1) {
+    if (DT == FLD_GPU_F16) {
         a = fld__gpu_f16_to_f32(fld__gpu_f32_to_f16(a));
         b = fld__gpu_f16_to_f32(fld__gpu_f32_to_f16(b));
     } else {
@@ -236,12 +238,12 @@ FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, uint32_t *w)
 {
 #if defined(FLD_GPU_TARGET_CUDA)
     bool nan = false;
-    if (DT == 2 && !NAN_FREE)
+    if (DT == FLD_GPU_BF16 && !NAN_FREE)
         for (int j = 0; j < N; j++)
             nan |= f[j] != f[j];
     if (!nan) {
         for (int j = 0; j < N / 2; j++) {
-            if (DT == 1) {
+            if (DT == FLD_GPU_F16) {
                 const __half2 h = __floats2half2_rn(f[2 * j], f[2 * j + 1]);
                 w[j] = (uint32_t)__half_as_ushort(__low2half(h)) |
                        ((uint32_t)__half_as_ushort(__high2half(h)) << 16);
@@ -255,7 +257,7 @@ FLD_GPU_DEV void fld__gpu_pack_pairs(const float *f, uint32_t *w)
     }
 #endif
     for (int j = 0; j < N / 2; j++) {
-        if (DT == 1)
+        if (DT == FLD_GPU_F16)
             w[j] = (uint32_t)fld__gpu_f32_to_f16(f[2 * j]) |
                    ((uint32_t)fld__gpu_f32_to_f16(f[2 * j + 1]) << 16);
         else
@@ -284,7 +286,7 @@ template <int W> FLD_GPU_DEV bool fld__gpu_bf16_words_finite(const uint32_t *w)
 template <int DT, int W> FLD_GPU_DEV void fld__gpu_pack_words(const float *f, uint32_t *w)
 {
     for (int j = 0; j < W; j++) {
-        if (DT == 1)
+        if (DT == FLD_GPU_F16)
             asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(f[2 * j + 1]), "f"(f[2 * j]));
         else
             asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(f[2 * j + 1]), "f"(f[2 * j]));
@@ -317,7 +319,7 @@ FLD_GPU_DEV uint32_t fld__gpu_fma2_bf16(uint32_t a, uint32_t b, uint32_t c)
 template <int DT> FLD_GPU_DEV uint32_t fld__gpu_mul2(uint32_t a, uint32_t b)
 {
     uint32_t d;
-    if (DT != 1)
+    if (DT != FLD_GPU_F16)
         return fld__gpu_fma2_bf16(a, b, 0x80008000u); /* + -0 */
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
@@ -326,7 +328,7 @@ template <int DT> FLD_GPU_DEV uint32_t fld__gpu_mul2(uint32_t a, uint32_t b)
 template <int DT> FLD_GPU_DEV uint32_t fld__gpu_add2(uint32_t a, uint32_t b)
 {
     uint32_t d;
-    if (DT != 1)
+    if (DT != FLD_GPU_F16)
         return fld__gpu_fma2_bf16(b, 0x3f803f80u, a); /* b * 1 + a */
     asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
@@ -335,7 +337,7 @@ template <int DT> FLD_GPU_DEV uint32_t fld__gpu_add2(uint32_t a, uint32_t b)
 template <int DT> FLD_GPU_DEV uint32_t fld__gpu_sub2(uint32_t a, uint32_t b)
 {
     uint32_t d;
-    if (DT != 1)
+    if (DT != FLD_GPU_F16)
         return fld__gpu_fma2_bf16(b, 0xbf80bf80u, a); /* b * -1 + a */
     asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;

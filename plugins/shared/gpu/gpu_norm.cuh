@@ -458,7 +458,7 @@ __global__ void __launch_bounds__(1024)
        the outputs are packed without the NaN test, which is then off the
        path after the reduction: the weight's bits arrive with the row's. */
     bool weights_finite = false;
-    if constexpr (DT == 2) {
+    if constexpr (DT == FLD_GPU_BF16) {
         uint32_t words[4 * K];
         for (int i = 0; i < K; i++)
             G::words(ws[i], words + 4 * i);
@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(1024)
                same bits) */
             typename G::raw sum;
 #if defined(FLD_GPU_TARGET_CUDA)
-            if constexpr (DT != 0) {
+            if constexpr (DT != FLD_GPU_F32) {
                 /* the residual's words tied to the weight's (a.gemma is
                    GEMMA: the launcher picks the kernel by it), so that ptxas
                    issues the weight's load with the row's, not after the
@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(1024)
     }
     /* 16 slots for one 16-bit group a thread; two groups or float32 ones
        keep more registers live across the sum, and take 8 (block_sum_once) */
-    constexpr int SLOTS = K == 1 && DT != 0 ? 16 : 8;
+    constexpr int SLOTS = K == 1 && DT != FLD_GPU_F32 ? 16 : 8;
     const float ss = block_sum_once<SLOTS>(squares.total());
     const float ms = (per_width != 0.0f ? ss * per_width : ss / (float)a.width) + a.eps;
     if (!norm_sum_ok(ss, ms)) {
@@ -548,7 +548,7 @@ static inline bool norm_row_ok(const struct fld__gpu_norm_args *a)
 {
     if (!a->weight || a->weight_dtype != a->dtype || (a->residual && a->residual_dtype != a->dtype))
         return false;
-    const int64_t size = a->dtype == 0 ? 4 : 2, limit = (int64_t)1 << 31;
+    const int64_t size = (int64_t)fld__gpu_elem_size(a->dtype), limit = (int64_t)1 << 31;
     if (a->rows > (1 << 20) || a->width * size >= limit)
         return false;
     const int64_t strides[3] = {a->x_stride, a->out_stride, a->residual ? a->residual_stride : 0};
@@ -620,25 +620,26 @@ static int launch_norm(const struct fld__gpu_norm_args *a, const struct fld__gpu
     }
 }
 
-/* A 16-bit x's weight and residual: its own dtype (DT) or float32 (0). */
+/* A 16-bit x's weight and residual: its own dtype (DT) or float32 (FLD_GPU_F32). */
 template <int DT, bool VEC>
 static int launch_norm_mixed(const struct fld__gpu_norm_args *a, const struct fld__gpu_shape &s,
                              void *stream)
 {
-    const bool w32 = a->weight && a->weight_dtype == 0, r32 = a->residual && a->residual_dtype == 0;
+    const bool w32 = a->weight && a->weight_dtype == FLD_GPU_F32,
+               r32 = a->residual && a->residual_dtype == FLD_GPU_F32;
     if (w32 && r32)
-        return launch_norm<DT, 0, 0, VEC>(a, s, stream);
+        return launch_norm<DT, FLD_GPU_F32, FLD_GPU_F32, VEC>(a, s, stream);
     if (w32)
-        return launch_norm<DT, 0, DT, VEC>(a, s, stream);
+        return launch_norm<DT, FLD_GPU_F32, DT, VEC>(a, s, stream);
     if (r32)
-        return launch_norm<DT, DT, 0, VEC>(a, s, stream);
+        return launch_norm<DT, DT, FLD_GPU_F32, VEC>(a, s, stream);
     return launch_norm<DT, DT, DT, VEC>(a, s, stream);
 }
 
 /* Groups per row of x: 16-byte groups (VEC) or elements. */
 static inline int64_t norm_groups(const struct fld__gpu_norm_args *a, bool vec)
 {
-    return a->width / (vec ? (a->dtype == 0 ? 4 : 8) : 1);
+    return a->width / (vec ? fld__gpu_group_size(a->dtype) : 1);
 }
 
 /* Whether shape s is one the norm kernels can run for these arguments. */
@@ -664,21 +665,21 @@ static int launch_norm_dt(const struct fld__gpu_norm_args *a, const struct fld__
                           void *stream)
 {
     switch (a->dtype) {
-    case 0:
-        return launch_norm<0, 0, 0, VEC>(a, s, stream);
-    case 1:
-        return launch_norm_mixed<1, VEC>(a, s, stream);
-    case 2:
-        return launch_norm_mixed<2, VEC>(a, s, stream);
+    case FLD_GPU_F32:
+        return launch_norm<FLD_GPU_F32, FLD_GPU_F32, FLD_GPU_F32, VEC>(a, s, stream);
+    case FLD_GPU_F16:
+        return launch_norm_mixed<FLD_GPU_F16, VEC>(a, s, stream);
+    case FLD_GPU_BF16:
+        return launch_norm_mixed<FLD_GPU_BF16, VEC>(a, s, stream);
     default:
         return FLD_GPU_EINVAL;
     }
 }
 
-/* weight_dtype / residual_dtype: the dtype's own, or float32 (0) with a 16-bit dtype. */
+/* weight_dtype / residual_dtype: the dtype's own, or float32 with a 16-bit dtype. */
 static inline bool norm_operand_dtype_ok(int dtype, const void *p, int operand_dtype)
 {
-    return !p || operand_dtype == dtype || (operand_dtype == 0 && dtype != 0);
+    return !p || operand_dtype == dtype || (operand_dtype == FLD_GPU_F32 && dtype != FLD_GPU_F32);
 }
 
 /*
@@ -688,7 +689,7 @@ static inline bool norm_operand_dtype_ok(int dtype, const void *p, int operand_d
 static inline int run_norm_shaped(const struct fld__gpu_norm_args *a, int variant, void *stream,
                                   const struct fld__gpu_shape *shape)
 {
-    if (!a || a->dtype < 0 || a->dtype > 2 || a->rows < 0 || a->width < 0 ||
+    if (!a || a->dtype < 0 || a->dtype >= FLD_GPU_DTYPES || a->rows < 0 || a->width < 0 ||
         !norm_operand_dtype_ok(a->dtype, a->weight, a->weight_dtype) ||
         !norm_operand_dtype_ok(a->dtype, a->residual, a->residual_dtype))
         return FLD_GPU_EINVAL;

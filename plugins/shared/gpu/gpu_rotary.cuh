@@ -28,7 +28,7 @@ FLD_GPU_DEV int64_t position_of(const struct fld__gpu_rotary_args &a, int64_t t)
  */
 template <int DT> FLD_GPU_DEV float rot_x(float x, float y, float c, float s)
 {
-    if (DT == 0)
+    if (DT == FLD_GPU_F32)
         return x * c - y * s;
     float p = x * c, q = y * s;
     fld__gpu_round_pair<DT>(p, q);
@@ -37,7 +37,7 @@ template <int DT> FLD_GPU_DEV float rot_x(float x, float y, float c, float s)
 
 template <int DT> FLD_GPU_DEV float rot_y(float x, float y, float c, float s)
 {
-    if (DT == 0)
+    if (DT == FLD_GPU_F32)
         return y * c + x * s;
     float p = y * c, q = x * s;
     fld__gpu_round_pair<DT>(p, q);
@@ -85,7 +85,7 @@ FLD_GPU_DEV void load_cos_sin_run(const char *crow, int64_t i, float *f)
                                    f + 16 / dtype_size<CDT>::value);
     } else if (CVEC && BYTES == 8) {
         const uint64_t u = fld__gpu_load8(crow + i * dtype_size<CDT>::value);
-        if (CDT == 0) {
+        if (CDT == FLD_GPU_F32) {
             f[0] = fld__gpu_float((uint32_t)u);
             f[1] = fld__gpu_float((uint32_t)(u >> 32));
         } else {
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
                 if (!pos_ok)
                     continue;
 #if defined(FLD_GPU_TARGET_CUDA)
-                if constexpr (DT != 0 && VEC) {
+                if constexpr (DT != FLD_GPU_F32 && VEC) {
                     /* 16-bit: the products and sums on the words, packed
                        (fld__gpu_rotate_pairs: rot_x's and rot_y's bits) */
                     const char *crow = static_cast<const char *>(a.cache) +
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
                 if (!pos_ok)
                     continue;
 #if defined(FLD_GPU_TARGET_CUDA)
-                if constexpr (DT != 0 && VEC) {
+                if constexpr (DT != FLD_GPU_F32 && VEC) {
                     /* 16-bit: the pairs' x halves gathered into words and
                        their y halves into others (two byte permutes a pair
                        of words), rotated packed as neox's, and put back */
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
             const int64_t e = a.rot_dim + i;
             const char *src = head_at<DT>(a, q, true, t, h);
             char *dst = head_at<DT>(a, q, false, t, h);
-            if (DT == 0)
+            if (DT == FLD_GPU_F32)
                 reinterpret_cast<uint32_t *>(dst)[e] = reinterpret_cast<const uint32_t *>(src)[e];
             else
                 reinterpret_cast<uint16_t *>(dst)[e] = reinterpret_cast<const uint16_t *>(src)[e];
@@ -280,7 +280,7 @@ static inline bool aligned16(const void *p, int64_t elems, int size)
  */
 static inline bool rotary_vector_ok(const struct fld__gpu_rotary_args *a)
 {
-    const int size = a->dtype == 0 ? 4 : 2;
+    const int size = (int)fld__gpu_elem_size(a->dtype);
     const int64_t run = a->is_neox ? a->rot_dim / 2 : a->rot_dim;
     bool ok = aligned16(a->query, run, size) && aligned16(nullptr, a->q_token_stride, size) &&
               aligned16(nullptr, a->q_head_stride, size);
@@ -305,8 +305,8 @@ static inline bool rotary_vector_ok(const struct fld__gpu_rotary_args *a)
  */
 static inline bool rotary_cache_vector_ok(const struct fld__gpu_rotary_args *a)
 {
-    const int64_t size = a->cache_dtype == 0 ? 4 : 2;
-    const int64_t n = a->dtype == 0 ? 4 : 8; /* x's elements per 16 bytes */
+    const int64_t size = (int64_t)fld__gpu_elem_size(a->cache_dtype);
+    const int64_t n = fld__gpu_group_size(a->dtype);     /* x's elements per 16 bytes */
     const int64_t run = (a->is_neox ? n : n / 2) * size; /* bytes of one cos run */
     const int64_t align = run >= 16 ? 16 : run;
     if (align != 8 && align != 16)
@@ -318,7 +318,8 @@ static inline bool rotary_cache_vector_ok(const struct fld__gpu_rotary_args *a)
 /* Units of one token (query and key heads' (head, group) units), vec or not. */
 static inline int64_t rotary_token_units(const struct fld__gpu_rotary_args *a, bool vec)
 {
-    const int64_t per_head = rotary_units(a->rot_dim, a->is_neox, vec ? (a->dtype == 0 ? 4 : 8) : 1);
+    const int64_t per_head =
+        rotary_units(a->rot_dim, a->is_neox, vec ? fld__gpu_group_size(a->dtype) : 1);
     return (a->q_heads + (a->key ? a->k_heads : 0)) * per_head;
 }
 
@@ -336,13 +337,20 @@ static int launch_rotary(const struct fld__gpu_rotary_args *a, bool vec, bool cv
     return fld__gpu_launch(rotary_kernel<DT, CDT, false, false>, grid, block, stream, *a);
 }
 
+/* One case label for x's dtype and the cache's. */
+static constexpr int dtype_pair(int x, int cache)
+{
+    return x * FLD_GPU_DTYPES + cache;
+}
+
 /* Rotary of a; shape: the launch to use, or NULL for gpu_launch.h's. */
 static inline int run_rotary_shaped(const struct fld__gpu_rotary_args *a, int variant,
                                     void *stream, const struct fld__gpu_shape *shape)
 {
-    if (!a || a->dtype < 0 || a->dtype > 2 || (a->cache_dtype != 0 && a->cache_dtype != a->dtype) ||
-        a->tokens < 0 || a->rot_dim < 0 || a->rot_dim % 2 || a->q_heads < 0 ||
-        (a->key && a->k_heads < 0) || (variant != FLD_GPU_VECTOR && variant != FLD_GPU_REFERENCE) ||
+    if (!a || a->dtype < 0 || a->dtype >= FLD_GPU_DTYPES ||
+        (a->cache_dtype != FLD_GPU_F32 && a->cache_dtype != a->dtype) || a->tokens < 0 ||
+        a->rot_dim < 0 || a->rot_dim % 2 || a->q_heads < 0 || (a->key && a->k_heads < 0) ||
+        (variant != FLD_GPU_VECTOR && variant != FLD_GPU_REFERENCE) ||
         (a->query_out && (a->rot_dim > a->head_size || (!a->key != !a->key_out))) ||
         (!a->query_out && a->key_out))
         return FLD_GPU_EINVAL;
@@ -360,17 +368,17 @@ static inline int run_rotary_shaped(const struct fld__gpu_rotary_args *a, int va
               : fld__gpu_rotary_shape(a->tokens, work > tail ? work : tail, fld__gpu_sm_count());
     if (s.threads < 1 || s.threads > 512 || s.blocks < 1 || s.blocks_y < 1)
         return FLD_GPU_EINVAL;
-    switch (a->dtype * 3 + a->cache_dtype) {
-    case 0: /* f32, f32 cache */
-        return launch_rotary<0, 0>(a, vec, cvec, s, stream);
-    case 3: /* f16, f32 cache */
-        return launch_rotary<1, 0>(a, vec, cvec, s, stream);
-    case 4:
-        return launch_rotary<1, 1>(a, vec, cvec, s, stream);
-    case 6: /* bf16, f32 cache */
-        return launch_rotary<2, 0>(a, vec, cvec, s, stream);
+    switch (dtype_pair(a->dtype, a->cache_dtype)) { /* the cache: float32 or x's dtype */
+    case dtype_pair(FLD_GPU_F32, FLD_GPU_F32):
+        return launch_rotary<FLD_GPU_F32, FLD_GPU_F32>(a, vec, cvec, s, stream);
+    case dtype_pair(FLD_GPU_F16, FLD_GPU_F32):
+        return launch_rotary<FLD_GPU_F16, FLD_GPU_F32>(a, vec, cvec, s, stream);
+    case dtype_pair(FLD_GPU_F16, FLD_GPU_F16):
+        return launch_rotary<FLD_GPU_F16, FLD_GPU_F16>(a, vec, cvec, s, stream);
+    case dtype_pair(FLD_GPU_BF16, FLD_GPU_F32):
+        return launch_rotary<FLD_GPU_BF16, FLD_GPU_F32>(a, vec, cvec, s, stream);
     default:
-        return launch_rotary<2, 2>(a, vec, cvec, s, stream);
+        return launch_rotary<FLD_GPU_BF16, FLD_GPU_BF16>(a, vec, cvec, s, stream);
     }
 }
 
