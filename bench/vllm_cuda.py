@@ -314,7 +314,9 @@ def compare_tokens(run, ref):
     for i, (a, b) in enumerate(zip(a_tok, b_tok, strict=True)):
         n = min(len(a), len(b))
         d = next((j for j in range(n) if a[j] != b[j]), None)
-        if d is None and len(a) == len(b):
+        if d is None and len(a) != len(b):
+            d = n  # one ended there: they part where the shorter stops
+        if d is None:
             identical += 1
         upto = n if d is None else d + 1
         if i < len(a_lp) and i < len(b_lp):
@@ -322,9 +324,11 @@ def compare_tokens(run, ref):
                 x, y = a_lp[i][j], b_lp[i][j]
                 if x is not None and y is not None:
                     max_diff = max(max_diff, abs(x - y))
-        if d is not None:
-            parted.append({"seq": i, "pos": d, "margin_run": _margin(a_top, a_lp, i, d, b[d]),
-                           "margin_ref": _margin(b_top, b_lp, i, d, a[d])})
+        if d is not None:  # a margin where both have a token there
+            both = d < len(a) and d < len(b)
+            parted.append({"seq": i, "pos": d,
+                           "margin_run": _margin(a_top, a_lp, i, d, b[d]) if both else None,
+                           "margin_ref": _margin(b_top, b_lp, i, d, a[d]) if both else None})
     return {"comparable": True, "sequences": len(a_tok), "identical": identical,
             "max_abs_logprob_diff": max_diff, "parted": parted}
 
@@ -1140,11 +1144,14 @@ def table(doc):
         start = (r.get("phase_s") or {}).get("start")
         lines.append(f"{r['id']:>2} {r['name'] + (' (retry)' if r.get('retry') else ''):24} "
                      + " ".join(cells) + f"  {fmt(start, '7.1f'):>7}")
-        if not r.get("engine") and not r.get("timing"):
-            pass  # no engine: its errors say why
-        elif r.get("retried_without_qk_norm_rope_fusion"):
+        if r.get("retried_without_qk_norm_rope_fusion"):
             lines.append("     start failed with the q/k-norm + RoPE fusion pass on; "
                          "retried without it")
+        elif r.get("retried_in_a_fresh_child"):
+            lines.append("     start failed in a child that had run an engine; "
+                         "retried in a fresh one")
+        elif not r.get("engine") and not r.get("timing"):
+            pass  # no engine: its errors say why
         else:
             ref = r.get("reference")
             if ref and ref != "itself" and r.get("tokens"):
