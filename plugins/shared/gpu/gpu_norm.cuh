@@ -414,6 +414,18 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
     }
 }
 
+/* A 16-byte group's words as loaded where keep holds, else zeros: a group
+   past the row's end adds +0 to the sum of squares (selected word by word,
+   before the 16-bit values are widened). */
+template <class G> FLD_GPU_DEV void keep_words(typename G::raw &r, bool keep)
+{
+    uint32_t w[4];
+    G::words(r, w);
+    for (int j = 0; j < 4; j++)
+        w[j] = keep ? w[j] : 0u;
+    G::from_words(w, r);
+}
+
 /*
  * The latency regime's kernel (gpu_launch.h, lean): norm_kernel_reg's
  * algorithm with what a decode row does not need taken out, because at a
@@ -472,6 +484,8 @@ __global__ void __launch_bounds__(1024)
     FLD_GPU_UNROLL
     for (int i = 0; i < K; i++) {
         const uint32_t k = threadIdx.x + (uint32_t)i * blockDim.x;
+        if (!RESIDUAL)
+            keep_words<G>(xs[i], k < groups);
         G::unpack(xs[i], v[i]);
         if (RESIDUAL) {
             /* the sum rounded once, to the bits stored, and read back (on
@@ -502,10 +516,9 @@ __global__ void __launch_bounds__(1024)
             }
             if (k < groups)
                 G::put(rr, k, sum);
+            keep_words<G>(sum, k < groups);
             G::unpack(sum, v[i]);
         }
-        for (int j = 0; j < G::N; j++)
-            v[i][j] = k < groups ? v[i][j] : 0.0f; /* adds +0 to the sum */
         squares.add<G::N>(v[i]);
     }
     /* 16 slots for one 16-bit group a thread; two groups or float32 ones
