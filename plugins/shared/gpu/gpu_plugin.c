@@ -20,6 +20,13 @@
 
 #include "gpu_plugin.h"
 
+/* The device code's dtype indices are the library's (fld_dtype_index(), the
+   bit of each FLD_DTYPE_MASK_*): the glue passes fld_dtype_index() through. */
+_Static_assert(FLD_DTYPE_MASK_F32 == 1u << FLD_GPU_F32 && FLD_DTYPE_MASK_F16 == 1u << FLD_GPU_F16 &&
+                   FLD_DTYPE_MASK_BF16 == 1u << FLD_GPU_BF16 &&
+                   FLD_DTYPE_MASK_ALL == (1u << FLD_GPU_DTYPES) - 1,
+               "enum fld__gpu_dtype (gpu_api.h) must follow fld_dtype_index()");
+
 /* The plugin this object serves; set once by fld__gpu_plugin_register. */
 static struct fld__gpu_plugin plug;
 static char vendor_id[64], reference_id[64]; /* "vendor.cuda", "reference.cuda" */
