@@ -88,13 +88,25 @@ template <int OP> FLD_GPU_DEV float denominator(float f)
  * k of row as unpacked, rounding to DT as the / operator's quotients do:
  * every denominator first, then the divisions together. In bfloat16 the
  * products by the reciprocals where they settle the rounding
- * (fld__gpu_div_to_bf16_settled); the rare group where they do not loads
- * its elements again (fld__gpu_renewed: a load the compiler does not merge
- * with the first) and divides them by fld__gpu_div_rn, so that the usual
- * path need not keep the group's dividends and denominators up to that
- * branch. Otherwise fld__gpu_div_rn: one range test for the group, the /
- * operator's bits (on HIP, always).
+ * (fld__gpu_div_to_bf16_settled); the rare group where they do not divides
+ * by fld__gpu_div_rn, from the dividends and denominators it holds if it has
+ * at most DIVIDE_HELD_MAX elements, else from its elements loaded again
+ * (fld__gpu_renewed: a load the compiler does not merge with the first), so
+ * that the usual path of a wide group need not keep them up to that branch.
+ * Otherwise fld__gpu_div_rn: one range test for the group, the / operator's
+ * bits (on HIP, always).
+ *
+ * DIVIDE_HELD_MAX: a 4-byte bfloat16 group's two elements (and a scalar's
+ * one) cost no registers held (the 4-byte lean kernel: 19 either way,
+ * sm_90), and their rare path is then a range test and the refining
+ * sequence: no second load, no exponentials again. A decode call takes
+ * that path in some warp nearly every time (one element in about 3,900 is
+ * in the window: about 3.7 of one row of 14,336), and its slowest warp is
+ * the call's time. A 16-byte group's eight, held, took that kernel from 32
+ * registers to 45.
  */
+constexpr int DIVIDE_HELD_MAX = 2;
+
 template <int DT, int OP, class G>
 FLD_GPU_DEV void divide(const char *row, int64_t k, const float *in, float *q)
 {
@@ -108,6 +120,10 @@ FLD_GPU_DEV void divide(const char *row, int64_t k, const float *in, float *q)
     if (DT == FLD_GPU_BF16) {
         if (fld__gpu_div_to_bf16_settled<G::N>(in, den, q))
             return;
+        if (G::N <= DIVIDE_HELD_MAX) {
+            fld__gpu_div_rn<G::N>(in, den, q);
+            return;
+        }
         float again[G::N];
         G::load(fld__gpu_renewed(row), k, again);
         for (int j = 0; j < G::N; j++)
