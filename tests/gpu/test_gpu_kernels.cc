@@ -516,12 +516,11 @@ float unary_f32(int op, float f)
     return 0.5f * f * (1.0f + tanhf(0.79788456f * f * (1.0f + 0.044715f * f * f)));
 }
 
-/* Every 16-bit value through each elementwise activation: out = round(act(x)),
-   one rounding. _i: dtype (f16, bf16) x op (3) x family (2). */
-START_TEST(unary_all_16bit)
+/* Every 16-bit value through an elementwise activation: out = round(act(x)),
+   one rounding, with the emulator's reciprocals exact and two units off
+   either way (QuickGELU's division starts from them). */
+void check_unary_every_16bit(int dti, int op, int variant)
 {
-    setup();
-    const int dti = 1 + _i % 2, op = FLD_GPU_GELU_QUICK + (_i / 2) % 3, variant = _i / 6;
     const DLDataType dt = dtype_at(dti);
     const int64_t n = 65536, shape[2] = {1, n};
     tt_tensor *x = tt_new(dt, 2, shape), *out = tt_new(dt, 2, shape);
@@ -550,6 +549,13 @@ START_TEST(unary_all_16bit)
     tt_free(x);
     tt_free(out);
 }
+
+/* _i: dtype (f16, bf16) x op (3) x family (2), the launch table's shape. */
+START_TEST(unary_all_16bit)
+{
+    setup();
+    check_unary_every_16bit(1 + _i % 2, FLD_GPU_GELU_QUICK + (_i / 2) % 3, _i / 6);
+}
 END_TEST
 
 /* vLLM's formulas (csrc/activation_kernels.cu), written here for the check. */
@@ -572,10 +578,8 @@ float act_f32(int op, float f)
  * way (fld_emu::set_rcp_offset), which the silu family's divisions start
  * from: the bits must not move.
  */
-START_TEST(act_rounding_all_16bit)
+void check_act_every_16bit(int dti, int op, int variant, int ulps)
 {
-    setup();
-    const int dti = 1 + _i % 2, op = (_i / 2) % 4, variant = (_i / 8) % 2;
     const DLDataType dt = dtype_at(dti);
     const int64_t n = 65536;
     const int64_t xs[2] = {1, 2 * n}, os[2] = {1, n};
@@ -591,8 +595,6 @@ START_TEST(act_rounding_all_16bit)
     fld_tensor_rows(&x->t, &xr);
     fld_tensor_rows(&out->t, &orow);
     struct fld__gpu_act_args a = {op, dti, orow.data, xr.data, 1, n, orow.stride, xr.stride};
-    /* silu's division from reciprocals off by the run's units (0, -2, 2) */
-    const int ulps = (_i / 16 == 0) ? 0 : (_i / 16 == 1 ? -2 : 2);
     fld_emu::set_rcp_offset(ulps);
     ck_assert_int_eq(api.act(&a, variant, NULL), 0);
     fld_emu::set_rcp_offset(0);
@@ -621,6 +623,15 @@ START_TEST(act_rounding_all_16bit)
                   (long long)single_differs);
     tt_free(x);
     tt_free(out);
+}
+
+/* _i: dtype (f16, bf16) x op (4) x family (2) x silu's division from
+   reciprocals off by 0, -2 or 2 units, the launch table's shape. */
+START_TEST(act_rounding_all_16bit)
+{
+    setup();
+    check_act_every_16bit(1 + _i % 2, (_i / 2) % 4, (_i / 8) % 2,
+                          (_i / 16 == 0) ? 0 : (_i / 16 == 1 ? -2 : 2));
 }
 END_TEST
 
@@ -1493,6 +1504,41 @@ START_TEST(launch_shapes_act)
 }
 END_TEST
 
+/* One row of 65,536 in 16- and 8-byte groups, lean and looping: the groups
+   whose bfloat16 division is not settled by the product load their
+   elements again (the launch table's one-row shape takes 4-byte groups,
+   which do not). */
+const struct fld__gpu_shape wide_group_shapes[] = {
+    {256, 32, 1, 0, false, 16, true},
+    {256, 64, 1, 0, false, 8, true},
+    {256, 5, 1, 0, false, 16, false},
+    {256, 5, 1, 0, false, 8, false},
+};
+#define N_WIDE_GROUP_SHAPES (int)(sizeof wide_group_shapes / sizeof wide_group_shapes[0])
+
+/* Every bfloat16 input of silu_and_mul and mul_and_silu through those
+   shapes, from reciprocals two units off either way. */
+START_TEST(act_rounding_wide_groups)
+{
+    setup();
+    fld_emu_force_shape(&wide_group_shapes[_i % N_WIDE_GROUP_SHAPES]);
+    const int op = (_i / N_WIDE_GROUP_SHAPES) % 2 ? FLD_GPU_MUL_AND_SILU : FLD_GPU_SILU_AND_MUL;
+    check_act_every_16bit(FLD_GPU_BF16, op, FLD_GPU_VECTOR,
+                          _i / (2 * N_WIDE_GROUP_SHAPES) ? 2 : -2);
+    fld_emu_force_shape(NULL);
+}
+END_TEST
+
+/* Every bfloat16 input of QuickGELU through those shapes. */
+START_TEST(unary_wide_groups)
+{
+    setup();
+    fld_emu_force_shape(&wide_group_shapes[_i]);
+    check_unary_every_16bit(FLD_GPU_BF16, FLD_GPU_GELU_QUICK, FLD_GPU_VECTOR);
+    fld_emu_force_shape(NULL);
+}
+END_TEST
+
 const struct fld__gpu_shape forced_rotary_shapes[] = {
     {64, 5, 1, 0, false, 0, false},
     {64, 5, 3, 0, false, 0, false},
@@ -2054,6 +2100,8 @@ Suite *gpu_suite(void)
     tcase_add_test(tc, act_vector_refuses_misaligned);
     tcase_add_loop_test(tc, launch_shapes_act, 0,
                         (int)(sizeof forced_act_shapes / sizeof forced_act_shapes[0]));
+    tcase_add_loop_test(tc, act_rounding_wide_groups, 0, 4 * N_WIDE_GROUP_SHAPES);
+    tcase_add_loop_test(tc, unary_wide_groups, 0, N_WIDE_GROUP_SHAPES);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("norms");
