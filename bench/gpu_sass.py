@@ -26,7 +26,14 @@ for the others. Beside it, the route's instructions after its last barrier
 sum is known, the part of a decode call that no other work overlaps.
 
     bench/gpu_sass.py OBJECT [BASE_OBJECT] [--arch sm_90] [--match REGEX] [--all]
+    bench/gpu_sass.py PEER_CUBINS_DIR [--arch sm_90] [--match REGEX]
     bench/gpu_sass.py --self-test
+
+A directory in place of OBJECT: every .cubin under it, such as the
+peer-cubins/ folder of the GPU kit's `sass` step (the Triton and Inductor
+kernels of Liger, FlagGems and torch.compile as that GPU's run compiled
+them), each kernel named with its Triton metadata's warps and the first
+characters of its cache folder, which tell one specialisation from another.
 
 A kernel is named as c++filt reads it, without the return type and the
 parameters (norm_kernel_row<2, 2, false, false>), so that it pairs with its
@@ -40,6 +47,7 @@ make lint finds them (.ci/sass-loads.py).
 import argparse
 import heapq
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -211,7 +219,35 @@ def figures(obj):
     for (arch, name), instructions in code.items():
         route = fastest_full_route(instructions) or (None, None, None)
         label = names[name] if taken[(arch, names[name])] == 1 else name  # overloads: mangled
-        out[(arch, label)] = (regs.get((arch, name)), route[1], route[2])
+        # a lone cubin's resource usage names no architecture
+        out[(arch, label)] = (regs.get((arch, name), regs.get(("?", name))), route[1], route[2])
+    return out
+
+
+def cubin_label(path, kernel):
+    """kernel [N warps, FOLDER]: a Triton cache entry's kernel, with the
+    warps its metadata (the .json beside the cubin) gives, where it does."""
+    meta = os.path.splitext(path)[0] + ".json"
+    warps = "?"
+    try:
+        with open(meta, encoding="utf-8") as f:
+            warps = json.load(f).get("num_warps", "?")
+    except (OSError, ValueError):
+        pass
+    return f"{kernel} [{warps} warps, {os.path.basename(os.path.dirname(path))[:8]}]"
+
+
+def folder_figures(folder):
+    """figures() of every .cubin under folder, each kernel labelled by
+    cubin_label."""
+    out = {}
+    for root, _, files in sorted(os.walk(folder)):
+        for file in sorted(f for f in files if f.endswith(".cubin")):
+            path = os.path.join(root, file)
+            for (arch, kernel), figure in figures(path).items():
+                out[(arch, cubin_label(path, kernel))] = figure
+    if not out:
+        sys.exit(f"gpu_sass: {folder}: no .cubin files under it")
     return out
 
 
@@ -332,6 +368,7 @@ def self_test():
     rows = table({("sm_90", "k"): ("40", 100, 30), ("sm_90", "j"): ("32", 50, None)},
                  {("sm_90", "k"): ("40", 120, 40), ("sm_90", "j"): ("32", 50, None)}, None, None, False)
     assert len(rows) == 2 and "120 ->   100" in rows[1] and "40 ->    30" in rows[1], rows
+    assert cubin_label("/nowhere/ABCDEFGHIJ/k.cubin", "k") == "k [? warps, ABCDEFGH]"
     print("gpu_sass: self-test passed")
 
 
@@ -340,7 +377,7 @@ def main(argv):
         self_test()
         return 0
     parser = argparse.ArgumentParser(prog="gpu_sass.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("object", help="a CUDA object (cubin, .o or fatbin) with the kernels")
+    parser.add_argument("object", help="a CUDA object (cubin, .o or fatbin) with the kernels, or a folder of cubins")
     parser.add_argument("base", nargs="?", help="the same kernels built from another tree")
     parser.add_argument("--arch", help="one architecture of the object (sm_90); default all")
     parser.add_argument("--match", help="keep kernels whose readable name matches this regular expression")
@@ -351,7 +388,12 @@ def main(argv):
             re.compile(args.match)
         except re.error as e:
             parser.error(f"--match {args.match!r}: {e}")
-    now = figures(args.object)
+    if os.path.isdir(args.object):
+        if args.base:
+            parser.error("a folder of cubins takes no BASE_OBJECT")
+        now = folder_figures(args.object)
+    else:
+        now = figures(args.object)
     base = figures(args.base) if args.base else None
     if args.arch and not any(arch == args.arch for arch, _ in now):
         parser.error(f"--arch {args.arch}: {args.object} has code for "

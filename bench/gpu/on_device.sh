@@ -41,7 +41,13 @@
 #            peers beside this tree's (e.g. fldispatch,liger,compile: each
 #            peer's kernels of the same call), NCU_SECTIONS more sections
 #            (e.g. "--section WarpStateStats --section InstructionStats
-#            --section SchedulerStats": where a decode call's cycles go)
+#            --section SchedulerStats": where a decode call's cycles go;
+#            --metrics too)
+#   sass     the peers' kernels as Triton and Inductor compiled them in the
+#            steps before (their caches' .cubin files, each with its
+#            metadata), into peer-cubins/ of the results, so that
+#            bench/gpu_sass.py reads the instructions a thread of Liger's or
+#            Inductor's kernel runs beside this tree's, off the machine
 #   engine   vllm_cuda.py, vLLM's CUDA engine with and without fldispatch
 #            (budget ENGINE_BUDGET_S, default 300 s; ENGINE_ARGS: more
 #            options, e.g. --configs 5,6,8,9)
@@ -115,6 +121,16 @@ for s in ${*:-sweep verify check peers}; do
            python3 "$kit/gpu_peers.py" --ncu --impls "$impls" --label "${build%%/*}" --out /tmp/fld-ncu
          impls=fldispatch # the peers once, beside this tree's kernels
        done ;;
+  sass) collect_cubins() {
+          find "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" /tmp/torchinductor_* -name '*.cubin' 2>/dev/null |
+            while read -r f; do
+              d="$out/peer-cubins/$(basename "$(dirname "$f")")"
+              mkdir -p "$d" && cp "$f" "$d/" && { cp "${f%.cubin}.json" "$d/" 2>/dev/null || true; }
+            done
+          echo "$(find "$out/peer-cubins" -name '*.cubin' 2>/dev/null | wc -l) cubins in peer-cubins/"
+        }
+        export -f collect_cubins; export out
+        step sass sass.txt bash -c collect_cubins ;;
   engine) step engine engine.txt env PYTHONPATH="$(pypath)" python3 "$kit/vllm_cuda.py" \
             --budget-s "${ENGINE_BUDGET_S:-300}" --out "$out/engine" ${ENGINE_ARGS:-} ;;
   tune) step tune tune.txt env PYTHONPATH="$(pypath)" python3 -m fldispatch tune --device cuda \
