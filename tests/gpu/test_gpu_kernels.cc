@@ -570,13 +570,12 @@ float act_f32(int op, float f)
 }
 
 /*
- * Every 16-bit value through each activation, against the rounding order
- * written out here: out = round(round(act(a)) * b), b cycling through
+ * Every 16-bit value through a gated activation, against the rounding
+ * order written out here: out = round(round(act(a)) * b), b cycling through
  * values that make the product round (a single rounding of act(a) * b
- * differs from it in 800-1500 of these elements, the check asks > 500).
- * Runs 16-47 again with the emulator's reciprocals two units off either
- * way (fld_emu::set_rcp_offset), which the silu family's divisions start
- * from: the bits must not move.
+ * differs from it in 800-1500 of these elements, the check asks > 500),
+ * with the emulator's reciprocals ulps units off (fld_emu::set_rcp_offset),
+ * which the silu family's divisions start from: the bits must not move.
  */
 void check_act_every_16bit(int dti, int op, int variant, int ulps)
 {
