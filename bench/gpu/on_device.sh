@@ -88,6 +88,15 @@ install_vllm() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$vsite" /tmp/vllm-stage/deps/*.whl || return 1
   PYTHONPATH=$vsite python3 -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'
 }
+collect_cubins() {
+  # the Triton and Inductor caches' kernels, each with its metadata, into peer-cubins/
+  find "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" /tmp/torchinductor_* -name '*.cubin' 2>/dev/null |
+    while read -r f; do
+      d="$out/peer-cubins/$(basename "$(dirname "$f")")"
+      mkdir -p "$d" && cp "$f" "$d/" && { cp "${f%.cubin}.json" "$d/" 2>/dev/null || true; }
+    done
+  echo "$(find "$out/peer-cubins" -name '*.cubin' 2>/dev/null | wc -l) cubins in peer-cubins/"
+}
 { nvidia-smi; echo; "$kit/bin/fldispatch" list; } >"$out/nvidia-smi.txt" 2>&1
 for s in ${*:-sweep verify check peers}; do
   case $s in
@@ -121,16 +130,7 @@ for s in ${*:-sweep verify check peers}; do
            python3 "$kit/gpu_peers.py" --ncu --impls "$impls" --label "${build%%/*}" --out /tmp/fld-ncu
          impls=fldispatch # the peers once, beside this tree's kernels
        done ;;
-  sass) collect_cubins() {
-          find "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" /tmp/torchinductor_* -name '*.cubin' 2>/dev/null |
-            while read -r f; do
-              d="$out/peer-cubins/$(basename "$(dirname "$f")")"
-              mkdir -p "$d" && cp "$f" "$d/" && { cp "${f%.cubin}.json" "$d/" 2>/dev/null || true; }
-            done
-          echo "$(find "$out/peer-cubins" -name '*.cubin' 2>/dev/null | wc -l) cubins in peer-cubins/"
-        }
-        export -f collect_cubins; export out
-        step sass sass.txt bash -c collect_cubins ;;
+  sass) export -f collect_cubins; export out; step sass sass.txt bash -c collect_cubins ;;
   engine) step engine engine.txt env PYTHONPATH="$(pypath)" python3 "$kit/vllm_cuda.py" \
             --budget-s "${ENGINE_BUDGET_S:-300}" --out "$out/engine" ${ENGINE_ARGS:-} ;;
   tune) step tune tune.txt env PYTHONPATH="$(pypath)" python3 -m fldispatch tune --device cuda \

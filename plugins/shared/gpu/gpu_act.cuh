@@ -120,16 +120,14 @@ FLD_GPU_DEV void divide(const char *row, int64_t k, const float *in, float *q)
     if (DT == FLD_GPU_BF16) {
         if (fld__gpu_div_to_bf16_settled<G::N>(in, den, q))
             return;
-        if (G::N <= DIVIDE_HELD_MAX) {
-            fld__gpu_div_rn<G::N>(in, den, q);
+        if (G::N > DIVIDE_HELD_MAX) {
+            float again[G::N];
+            G::load(fld__gpu_renewed(row), k, again);
+            for (int j = 0; j < G::N; j++)
+                den[j] = denominator<OP>(again[j]);
+            fld__gpu_div_rn<G::N>(again, den, q);
             return;
         }
-        float again[G::N];
-        G::load(fld__gpu_renewed(row), k, again);
-        for (int j = 0; j < G::N; j++)
-            den[j] = denominator<OP>(again[j]);
-        fld__gpu_div_rn<G::N>(again, den, q);
-        return;
     }
 #endif
     fld__gpu_div_rn<G::N>(in, den, q);
