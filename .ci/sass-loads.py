@@ -52,7 +52,7 @@ NORM = re.compile(r"_ZN7fld_gpu15norm_kernel_regILi(\d)ELi(\d)ELi(\d)ELb1ELi(\d)
 NORM_ROW = re.compile(r"_ZN7fld_gpu15norm_kernel_rowILi(\d)ELi(\d)ELb(\d)ELb(\d)EEEv18fld__gpu_norm_argsf$")
 ACT = re.compile(r"_ZN7fld_gpu10act_kernelILi(\d)ELb1ELi(\d)ELi(\d+)EEEv17fld__gpu_act_args$")
 ACT_LEAN = re.compile(r"_ZN7fld_gpu15act_kernel_leanILi(\d)ELi(\d)ELi(\d+)EEEv17fld__gpu_act_args$")
-ROTARY = re.compile(r"_ZN7fld_gpu13rotary_kernelILi(\d)ELi(\d)ELb1ELb(\d)EEEv20fld__gpu_rotary_args$")
+ROTARY = re.compile(r"_ZN7fld_gpu13rotary_kernelILi(\d)ELi(\d)ELb1ELb(\d)ELb(\d)EEEv20fld__gpu_rotary_args$")
 GATED_OPS = 4  # FLD_GPU_SILU_AND_MUL .. FLD_GPU_GELU_TANH_AND_MUL (gpu_api.h)
 DTYPES = ("f32", "f16", "bf16")
 ACT_OPS = ("silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul")
@@ -288,10 +288,10 @@ SELF_TEST = """
         /*02e0*/                   LDG.E R17, desc[UR8][R22.64] ;
         /*0300*/                   IMAD.U32 R1, R20, 0x10000, RZ ;
         /*0870*/                   STG.E desc[UR8][R4.64], R3 ;
-		Function : _ZN7fld_gpu13rotary_kernelILi2ELi2ELb1ELb1EEEv20fld__gpu_rotary_args
+		Function : _ZN7fld_gpu13rotary_kernelILi2ELi2ELb1ELb1ELb0EEEv20fld__gpu_rotary_args
         /*07d0*/                   LDG.E.128 R12, desc[UR10][R12.64] ;
         /*0960*/               @P0 LDG.E R25, desc[UR10][R24.64] ;
-		Function : _ZN7fld_gpu13rotary_kernelILi2ELi0ELb1ELb1EEEv20fld__gpu_rotary_args
+		Function : _ZN7fld_gpu13rotary_kernelILi2ELi0ELb1ELb1ELb1EEEv20fld__gpu_rotary_args
         /*02b0*/               @P2 LDG.E R2, desc[UR10][R4.64] ;
         /*0900*/                   LDG.E.128 R12, desc[UR10][R12.64] ;
 """

@@ -54,12 +54,13 @@ FLD_GPU_DEV_HOST int64_t rotary_units(int64_t rot_dim, bool neox, int n)
     return n == 1 ? rot_dim / 2 : neox ? rot_dim / 2 / n : rot_dim / n;
 }
 
-/* Head h of token t: of the query (q) or the key, as read (in) or written. */
-template <int DT>
+/* Head h of token t: of the query (q) or the key, as read (in) or written
+   (to the outputs where OUT: the kernel made for rotary_embedding_out). */
+template <int DT, bool OUT>
 FLD_GPU_DEV char *head_at(const struct fld__gpu_rotary_args &a, bool q, bool in, int64_t t,
                           uint32_t h)
 {
-    const bool out = !in && a.query_out;
+    const bool out = OUT && !in;
     void *base = q ? (out ? a.query_out : a.query) : (out ? a.key_out : a.key);
     const int64_t ts = q ? (out ? a.qo_token_stride : a.q_token_stride)
                          : (out ? a.ko_token_stride : a.k_token_stride);
@@ -130,10 +131,14 @@ FLD_GPU_DEV void load_cos_sin_words(const char *crow, int64_t i, uint32_t *w)
  * early as it can, and the elements' trip overlaps the position's. The
  * cos/sin row is read by every head (from L1). The index within a token
  * fits in 32 bits (at most 2^31 units per token), which keeps the division
- * by the units per head cheap. Out of place, the elements past rot_dim are
- * then copied, one thread each. CVEC: the cos/sin runs are read as vectors.
+ * by the units per head cheap. CVEC: the cos/sin runs are read as vectors.
+ * OUT: out of place (rotary_embedding_out), the elements past rot_dim then
+ * copied, one thread each. The in-place kernel is made without the
+ * outputs' pointers, strides and copy loop: with them, chosen at run time,
+ * the 16-bit vector kernel kept 62 registers a thread where it keeps 36
+ * (sm_90), and so half the warps an SM can hold at prefill.
  */
-template <int DT, int CDT, bool VEC, bool CVEC>
+template <int DT, int CDT, bool VEC, bool CVEC, bool OUT>
 __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args a)
 {
     typedef group<DT, VEC> G;
@@ -141,7 +146,7 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
     const uint32_t per_head = (uint32_t)rotary_units(a.rot_dim, a.is_neox, G::N);
     const uint32_t nq = (uint32_t)a.q_heads * per_head;
     const uint32_t nk = a.key ? (uint32_t)a.k_heads * per_head : 0u;
-    const uint32_t tail = a.query_out ? (uint32_t)(a.head_size - a.rot_dim) : 0u;
+    const uint32_t tail = OUT ? (uint32_t)(a.head_size - a.rot_dim) : 0u;
     const uint32_t tq = (uint32_t)a.q_heads * tail;
     const uint32_t tk = a.key ? (uint32_t)a.k_heads * tail : 0u;
     const uint32_t first = blockIdx.y * blockDim.x + threadIdx.x, step = gridDim.y * blockDim.x;
@@ -152,8 +157,8 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
             const bool q = w < nq;
             const uint32_t u = q ? w : w - nq;
             const uint32_t h = u / per_head, k = u - h * per_head;
-            const char *src = head_at<DT>(a, q, true, t, h);
-            char *dst = head_at<DT>(a, q, false, t, h);
+            const char *src = head_at<DT, OUT>(a, q, true, t, h);
+            char *dst = head_at<DT, OUT>(a, q, false, t, h);
             if (VEC && a.is_neox) {
                 /* pairs (i, i + half) for i in [k N, k N + N) */
                 const int64_t yoff = half * dtype_size<DT>::value;
@@ -250,20 +255,26 @@ __global__ void __launch_bounds__(512) rotary_kernel(struct fld__gpu_rotary_args
                 store_elem<DT>(dst, iy, rot_y<DT>(x, y, c, sn));
             }
         }
-        if (tq + tk == 0 || !pos_ok)
-            continue; /* out of place, a bad position: the token's output heads are not written */
-        for (uint32_t w = first; w < tq + tk; w += step) {
-            const bool q = w < tq;
-            const uint32_t u = q ? w : w - tq;
-            const uint32_t h = u / tail, i = u - h * tail;
-            /* Raw element copy: the bits of the input, whatever the dtype. */
-            const int64_t e = a.rot_dim + i;
-            const char *src = head_at<DT>(a, q, true, t, h);
-            char *dst = head_at<DT>(a, q, false, t, h);
-            if (DT == FLD_GPU_F32)
-                reinterpret_cast<uint32_t *>(dst)[e] = reinterpret_cast<const uint32_t *>(src)[e];
-            else
-                reinterpret_cast<uint16_t *>(dst)[e] = reinterpret_cast<const uint16_t *>(src)[e];
+        if constexpr (OUT) {
+            /* nothing past rot_dim, or a bad position (the token's output heads are
+               then not written) */
+            if (tq + tk == 0 || !pos_ok)
+                continue;
+            for (uint32_t w = first; w < tq + tk; w += step) {
+                const bool q = w < tq;
+                const uint32_t u = q ? w : w - tq;
+                const uint32_t h = u / tail, i = u - h * tail;
+                /* Raw element copy: the bits of the input, whatever the dtype. */
+                const int64_t e = a.rot_dim + i;
+                const char *src = head_at<DT, OUT>(a, q, true, t, h);
+                char *dst = head_at<DT, OUT>(a, q, false, t, h);
+                if (DT == FLD_GPU_F32)
+                    reinterpret_cast<uint32_t *>(dst)[e] =
+                        reinterpret_cast<const uint32_t *>(src)[e];
+                else
+                    reinterpret_cast<uint16_t *>(dst)[e] =
+                        reinterpret_cast<const uint16_t *>(src)[e];
+            }
         }
     }
 }
@@ -323,6 +334,17 @@ static inline int64_t rotary_token_units(const struct fld__gpu_rotary_args *a, b
     return (a->q_heads + (a->key ? a->k_heads : 0)) * per_head;
 }
 
+template <int DT, int CDT, bool OUT>
+static int launch_rotary_kernel(const struct fld__gpu_rotary_args *a, bool vec, bool cvec,
+                                const dim3 &grid, const dim3 &block, void *stream)
+{
+    if (vec && cvec)
+        return fld__gpu_launch(rotary_kernel<DT, CDT, true, true, OUT>, grid, block, stream, *a);
+    if (vec)
+        return fld__gpu_launch(rotary_kernel<DT, CDT, true, false, OUT>, grid, block, stream, *a);
+    return fld__gpu_launch(rotary_kernel<DT, CDT, false, false, OUT>, grid, block, stream, *a);
+}
+
 template <int DT, int CDT>
 static int launch_rotary(const struct fld__gpu_rotary_args *a, bool vec, bool cvec,
                          const struct fld__gpu_shape &s, void *stream)
@@ -330,11 +352,9 @@ static int launch_rotary(const struct fld__gpu_rotary_args *a, bool vec, bool cv
     const dim3 block(s.threads);
     const dim3 grid((unsigned)(s.blocks < (1 << 20) ? s.blocks : (1 << 20)),
                     (unsigned)(s.blocks_y < 65535 ? s.blocks_y : 65535));
-    if (vec && cvec)
-        return fld__gpu_launch(rotary_kernel<DT, CDT, true, true>, grid, block, stream, *a);
-    if (vec)
-        return fld__gpu_launch(rotary_kernel<DT, CDT, true, false>, grid, block, stream, *a);
-    return fld__gpu_launch(rotary_kernel<DT, CDT, false, false>, grid, block, stream, *a);
+    if (a->query_out)
+        return launch_rotary_kernel<DT, CDT, true>(a, vec, cvec, grid, block, stream);
+    return launch_rotary_kernel<DT, CDT, false>(a, vec, cvec, grid, block, stream);
 }
 
 /* One case label for x's dtype and the cache's. */
