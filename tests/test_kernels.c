@@ -23,6 +23,7 @@
  * underflows against their normalised value computed in double here.
  */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -932,21 +933,25 @@ END_TEST
  * normalised value computed in double here: 1e30 and 3e38 (the squares
  * overflow float32), 1e-30 with eps 0 (they underflow), then PyTorch's
  * answers for zeros (0, or NaN with eps 0), a row holding an inf (0, NaN
- * at the inf) and one holding a NaN (all NaN). Through the fused residual
- * too (the row being normalised is the stored sum). _i: dtype.
+ * at the inf) and one holding a NaN (all NaN); with eps = FLT_MAX, a row
+ * of 1e17, whose float32 sum is finite but its mean plus eps is not.
+ * Through the fused residual too (the row being normalised is the stored
+ * sum). _i: dtype.
  */
 START_TEST(test_rms_norm_extremes)
 {
     const DLDataType dt = dtype_at(_i);
-    const int64_t R = 7, H = 515; /* odd: every variant's tail path */
-    const double big = dt.code == kDLFloat && dt.bits == 16 ? 6e4 : 1e30;
-    const double scale[7] = {
-        big, dt.code == kDLFloat && dt.bits == 16 ? 6e4 : 3e38, 1e-30, 0.0, 1.0, 1.0, 1e-3};
+    const int64_t R = 8, H = 515; /* odd: every variant's tail path */
+    /* float16 tops out at 65504 */
+    const bool f16 = dt.code == kDLFloat && dt.bits == 16;
+    const double scale[8] = {f16 ? 6e4 : 1e30, f16 ? 6e4 : 3e38, 1e-30, 0.0, 1.0, 1.0, 1e-3,
+                             f16 ? 6e4 : 1e17};
+    const float epsilons[3] = {1e-6f, 0.0f, FLT_MAX};
     for (int gemma = 0; gemma < 2; gemma++)
         for (int with_res = 0; with_res < 2; with_res++)
-            for (int e = 0; e < 2; e++) {
+            for (int e = 0; e < 3; e++) {
                 const char *op = gemma ? FLD_OP_GEMMA_RMS_NORM : FLD_OP_RMS_NORM;
-                const float eps = e ? 0.0f : 1e-6f;
+                const float eps = epsilons[e];
                 tt_tensor *x = tt_new(dt, 2, (int64_t[]){R, H});
                 tt_tensor *w = tt_new(dt, 1, &H);
                 tt_fill_normal(x, 8, 0.0, 1.0);

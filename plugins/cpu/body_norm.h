@@ -31,7 +31,8 @@
  * float32 sum is not usable -- inf (squares of values near 1e20 and above
  * overflow, or an inf in the row), NaN, or so small that eps cannot hide
  * the squares' underflow (sum / h + eps < 2^-100, only with eps near 0) --
- * is normalised again by exact.c in double, as core/reference/reference_norm.c does
+ * or whose sum / h + eps overflows (a finite sum beside an eps near
+ * FLT_MAX) is normalised again by exact.c in double, as core/reference/reference_norm.c does
  * every row: the normalised value for any finite row, PyTorch's NaN/0 for
  * non-finite ones. Ordinary rows never take that path.
  *
@@ -358,7 +359,8 @@ V_INLINE void norm_rows(const struct fld_cpu_norm_job *job, int64_t r0, int64_t 
         const float sum = norm_sumsq(x, res, h, dt, rdt, has_res);
 #endif
         const float ms = sum / (float)h + job->eps;
-        if (__builtin_expect(!(sum <= FLT_MAX && ms >= 0x1p-100f), 0)) {
+        /* an inf or NaN sum makes ms inf or NaN */
+        if (__builtin_expect(!(ms <= FLT_MAX && ms >= 0x1p-100f), 0)) {
             fld__cpu_norm_row_exact(job, out, src, sdt);
             continue;
         }

@@ -13,15 +13,17 @@
 # instrumentation into $(B)/fuzz/obj/ and linked statically, so the hidden
 # fld__ functions (the parsers behind the public API) are callable.
 # tensors_cpu is fuzz_tensors.c with the cpu plugin linked in and registered
-# through fld_register_plugin(); it replays the tensors corpus.
+# through fld_register_plugin(); tensors_gpu is fuzz_tensors.c with the GPU
+# plugins' glue over the GPU emulator (the fixture plugin of tests/gpuplug,
+# its C++ built by clang++). Both replay the tensors corpus.
 FUZZ_CC       ?= clang
 FUZZ_SANITIZE ?= address,undefined
 FUZZ_TIME     ?= 600
 FUZZ_OUT      := $(B)/fuzz
 FUZZ_OBJ      := $(FUZZ_OUT)/obj
-FUZZ_TARGETS  := yaml env opconfig signature tensors tensors_cpu
+FUZZ_CXX      ?= clang++
+FUZZ_TARGETS  := yaml env opconfig signature tensors tensors_cpu tensors_gpu
 FUZZ_BINS     := $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
-FUZZ_CORPUS_tensors_cpu := tensors
 # The cpu plugin's variants, best first (plugins/cpu/isa.c), for fuzz-smoke.
 ifneq ($(filter x86_64-%,$(FLD_CPU_MACHINE)),)
 FUZZ_CPU_ISAS ?= avx512_bf16 avx512 avx2 portable
@@ -41,6 +43,12 @@ FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -O1 -g -Iinclude -I$(B)/gen \
 FUZZ_CORE_OBJ := $(CORE_SRC:%.c=$(FUZZ_OBJ)/%.o)
 FUZZ_CPU_SRC  := $(sort $(wildcard plugins/cpu/*.c))
 FUZZ_CPU_OBJ  := $(FUZZ_CPU_SRC:%.c=$(FUZZ_OBJ)/%.o)
+# tensors_gpu: the glue (C), the fixture plugin's registration (C) and the
+# emulator with every kernel of plugins/shared/gpu (C++).
+FUZZ_GPU_OBJ  := $(FUZZ_OBJ)/plugins/shared/gpu/gpu_plugin.o $(FUZZ_OBJ)/tests/gpuplug/fakecuda.o \
+  $(FUZZ_OBJ)/tests/gpu/emu.o $(FUZZ_OBJ)/tests/gpu/emu_api.o
+FUZZ_CXXFLAGS = -std=c++17 -pthread -O1 -g -DFLD_GPU_EMULATE -Iinclude -Iplugins/shared/gpu -Itests \
+  -Wall -Wextra -Werror -MMD -MP $(FUZZ_SANFLAGS) -fsanitize=fuzzer-no-link
 
 .PHONY: fuzz fuzz-smoke fuzz-run fuzz-toolcheck
 fuzz: $(FUZZ_BINS)
@@ -55,6 +63,16 @@ fuzz-toolcheck:
 $(FUZZ_OBJ)/core/%.o: core/%.c $(B)/gen/fld_paths.h | fuzz-toolcheck
 	@mkdir -p $(@D)
 	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) $(CORE_INCLUDES) $(DEP_CFLAGS) -fvisibility=hidden -DFLD_BUILDING_LIBRARY -c $< -o $@
+
+$(FUZZ_OBJ)/plugins/shared/gpu/%.o: plugins/shared/gpu/%.c | fuzz-toolcheck
+	@mkdir -p $(@D)
+	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -fvisibility=hidden -DFLD_IN_TREE -c $< -o $@
+$(FUZZ_OBJ)/tests/gpuplug/%.o: tests/gpuplug/%.c | fuzz-toolcheck
+	@mkdir -p $(@D)
+	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -c $< -o $@
+$(FUZZ_OBJ)/tests/gpu/%.o: tests/gpu/%.cc | fuzz-toolcheck
+	@mkdir -p $(@D)
+	$(Q)$(call fld_say,CXX,$<)$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -c $< -o $@
 
 $(FUZZ_OBJ)/plugins/cpu/%.o: plugins/cpu/%.c | fuzz-toolcheck
 	@mkdir -p $(@D)
@@ -87,13 +105,20 @@ $(FUZZ_OBJ)/tests/fuzz/%.o: tests/fuzz/%.c tests/fuzz/fuzz_common.h | fuzz-toolc
 $(FUZZ_OBJ)/tests/fuzz/fuzz_tensors_cpu.o: tests/fuzz/fuzz_tensors.c tests/fuzz/fuzz_common.h | fuzz-toolcheck
 	@mkdir -p $(@D)
 	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror $(CORE_INCLUDES) -DFUZZ_CPU_PLUGIN -c $< -o $@
+$(FUZZ_OBJ)/tests/fuzz/fuzz_tensors_gpu.o: tests/fuzz/fuzz_tensors.c tests/fuzz/fuzz_common.h | fuzz-toolcheck
+	@mkdir -p $(@D)
+	$(Q)$(call fld_say,CC,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror $(CORE_INCLUDES) -DFUZZ_GPU_PLUGIN -c $< -o $@
 
-FUZZ_LINK = $(FUZZ_CC) -fsanitize=fuzzer,$(FUZZ_SANITIZE) -fno-sanitize-recover=all -o $@ \
+# The link, driven by $(1): clang, or clang++ for a target with C++ objects
+# (it adds the C++ runtime and UBSan's C++ checks' runtime).
+fuzz_link = $(1) -fsanitize=fuzzer,$(FUZZ_SANITIZE) -fno-sanitize-recover=all -o $@ \
   $(filter %.o,$^) $(DEP_LIBS) -ldl -lm -pthread
 $(FUZZ_OUT)/fuzz_tensors_cpu: $(FUZZ_OBJ)/tests/fuzz/fuzz_tensors_cpu.o $(FUZZ_CORE_OBJ) $(FUZZ_CPU_OBJ)
-	$(Q)$(call fld_say,LD,$@)$(FUZZ_LINK)
+	$(Q)$(call fld_say,LD,$@)$(call fuzz_link,$(FUZZ_CC))
+$(FUZZ_OUT)/fuzz_tensors_gpu: $(FUZZ_OBJ)/tests/fuzz/fuzz_tensors_gpu.o $(FUZZ_CORE_OBJ) $(FUZZ_GPU_OBJ)
+	$(Q)$(call fld_say,LD,$@)$(call fuzz_link,$(FUZZ_CXX))
 $(FUZZ_OUT)/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $(FUZZ_CORE_OBJ)
-	$(Q)$(call fld_say,LD,$@)$(FUZZ_LINK)
+	$(Q)$(call fld_say,LD,$@)$(call fuzz_link,$(FUZZ_CC))
 
 # Each input is a file argument, which libFuzzer runs once and never writes
 # back (a corpus directory argument could gain files). tensors_cpu replays
@@ -102,7 +127,8 @@ $(FUZZ_OUT)/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $(FUZZ_CORE_OBJ)
 # CPU has runs the best one it does have again). A few seconds each.
 fuzz-smoke: $(FUZZ_BINS)
 	@set -e; for t in $(FUZZ_TARGETS); do \
-	  case $$t in tensors_cpu) c=tensors; isas='$(FUZZ_CPU_ISAS)';; *) c=$$t; isas=-;; esac; \
+	  case $$t in tensors_cpu) c=tensors; isas='$(FUZZ_CPU_ISAS)';; tensors_gpu) c=tensors; isas=-;; \
+	    *) c=$$t; isas=-;; esac; \
 	  files=$$(find tests/fuzz/corpus/$$c tests/fuzz/regressions/$$c -type f 2>/dev/null | sort); \
 	  if [ -z "$$files" ]; then echo "fuzz-smoke: no inputs for $$t"; exit 1; fi; \
 	  n=$$(echo "$$files" | wc -l); \
@@ -119,7 +145,7 @@ fuzz-smoke: $(FUZZ_BINS)
 
 fuzz-run: $(FUZZ_BINS)
 	@test -n '$(FUZZ_TARGET)' || { echo "fuzz-run: set FUZZ_TARGET to one of: $(FUZZ_TARGETS)"; exit 1; }
-	@set -e; t='$(FUZZ_TARGET)'; case $$t in tensors_cpu) c=tensors;; *) c=$$t;; esac; \
+	@set -e; t='$(FUZZ_TARGET)'; case $$t in tensors_*) c=tensors;; *) c=$$t;; esac; \
 	  w=$(FUZZ_OUT)/work/$$t; mkdir -p $$w/corpus; cp -n tests/fuzz/corpus/$$c/* $$w/corpus/ 2>/dev/null || true; \
 	  dict=; test -f tests/fuzz/$$c.dict && dict=-dict=tests/fuzz/$$c.dict; \
 	  echo "fuzz-run: $(FUZZ_OUT)/fuzz_$$t $$dict -max_total_time=$(FUZZ_TIME) -artifact_prefix=$$w/ $(FUZZ_ARGS) $$w/corpus"; \

@@ -18,18 +18,26 @@
  * past INT64_MAX). Then:
  *   - a call with a tensor that must be refused goes through the public
  *     entry point and must return FLD_EINVAL;
- *   - a call whose tensors all span at most SMALL_BYTES gets buffers of
- *     exactly that range (data placed so the view starts inside), padding
- *     bytes set to a sentinel, and goes through the public entry point:
+ *   - a call whose tensors all span at most SMALL_BYTES (256 KiB; 32 KiB
+ *     in fuzz_tensors_gpu) gets buffers of exactly that range (data placed
+ *     so the view starts inside), padding bytes set to a sentinel, and
+ *     goes through the public entry point:
  *     AddressSanitizer catches any access outside a buffer, and afterwards
  *     read-only tensors must be unchanged and written ones unchanged outside
  *     their view;
  *   - a call with a larger valid tensor (which cannot be backed by memory
  *     here) goes to the op's validator only, with every tensor on a CUDA
  *     device so that it reads nothing (rotary reads host positions).
- * Built twice: fuzz_tensors (reference kernels only) and fuzz_tensors_cpu
+ * Built three times: fuzz_tensors (reference kernels only), fuzz_tensors_cpu
  * (FUZZ_CPU_PLUGIN: the cpu plugin linked in and registered, so its SIMD
- * kernels and thread pool run).
+ * kernels and thread pool run) and fuzz_tensors_gpu (FUZZ_GPU_PLUGIN: the
+ * GPU plugins' glue, plugins/shared/gpu/gpu_plugin.c, registered as the
+ * fixture plugin of tests/gpuplug does it, over the GPU emulator of
+ * tests/gpu, whose "device" memory is host memory: every tensor starts on
+ * CUDA device 0, so the glue's argument checks, its choice of kernel family
+ * and launch shape and the kernels themselves run on the fuzzed layouts,
+ * each input under a warp of 32 or 64 lanes and one of the emulator's
+ * thread orders, both read from the input).
  */
 #include <float.h>
 #include <math.h>
@@ -41,10 +49,24 @@
 
 #include "fuzz_common.h"
 
-#define SMALL_BYTES    (256u << 10) /* largest buffer a tensor gets */
+#ifdef FUZZ_GPU_PLUGIN
+/* largest buffer a tensor gets: the emulator runs every GPU thread as a
+   fiber, and at 256 KiB a call of a thousand rows took 40 s under ASan */
+#define SMALL_BYTES (32u << 10)
+#else
+#define SMALL_BYTES (256u << 10) /* largest buffer a tensor gets */
+#endif
 #define MAX_FUZZ_DIMS  64           /* rank of a mutated tensor, at most */
 #define MAX_ENUM_ELEMS (1u << 20)   /* elements walked to mark a view */
 #define SENTINEL       0xA5u
+
+#ifdef FUZZ_GPU_PLUGIN
+#define FUZZ_DEVICE kDLCUDA
+/* The emulator's warp width and thread order (tests/gpu/emu_api.cc). */
+void fld_emu_configure(int lanes, int order);
+#else
+#define FUZZ_DEVICE kDLCPU
+#endif
 
 enum { OP_SILU, OP_MUL_SILU, OP_GELU, OP_GELU_TANH, OP_RMS, OP_GEMMA, OP_ROTARY, OP_ATTN, N_OPS };
 static const char *const op_names[N_OPS] = {
@@ -208,7 +230,7 @@ static void decode_tensor(struct fuzz_reader *r, struct ft *f, const char *name,
     f->split = split;
     f->present = true;
     f->t.dtype = dtype;
-    f->t.device = (DLDevice){kDLCPU, 0};
+    f->t.device = (DLDevice){FUZZ_DEVICE, 0};
     set_rank(f, ndim, shape);
 
     uint8_t layout = fuzz_u8(r);
@@ -502,6 +524,111 @@ static void free_tensor(struct ft *f)
     free(f->inview);
 }
 
+#ifdef FUZZ_GPU_PLUGIN
+/* ------------------------------------------------------------------------ */
+/* The GPU kernels against reference.c                                      */
+/* ------------------------------------------------------------------------ */
+
+/* One element of a float tensor at byte at of buf, widened. */
+static double elem_value(const struct ft *f, const unsigned char *buf, size_t at)
+{
+    if (f->elem == 4) {
+        float v;
+        memcpy(&v, buf + at, 4);
+        return v;
+    }
+    uint16_t h;
+    memcpy(&h, buf + at, 2);
+    return f->t.dtype.code == kDLBfloat ? fld_bf16_to_f32(h) : fld_f16_to_f32(h);
+}
+
+/* A unit in the last place of v in a 16-bit dtype (subnormals included). */
+static double ulp16(const struct ft *f, double v)
+{
+    const int mant = f->t.dtype.code == kDLBfloat ? 7 : 10;
+    const int emin = f->t.dtype.code == kDLBfloat ? -126 : -14;
+    int e;
+    frexp(fabs(v), &e);
+    return ldexp(1.0, (e - 1 > emin ? e - 1 : emin) - mant);
+}
+
+struct agreement {
+    const unsigned char *gpu; /* the buffer as the GPU kernel left it */
+    bool exact;               /* to the bit; else within the norms' tolerance */
+    const char *op;
+    bool failed;
+    int64_t compared;
+};
+
+static void agree_one(const struct ft *f, size_t at, void *user)
+{
+    struct agreement *a = user;
+    const double g = elem_value(f, a->gpu, at), w = elem_value(f, f->buf, at);
+    a->compared++;
+    if (a->failed || g == w || (isnan(g) && isnan(w)))
+        return;
+    const double tol = a->exact ? 0.0 : f->elem == 4 ? 1e-5 * fabs(w) + 1e-37 : ulp16(f, w);
+    if (fabs(g - w) <= tol)
+        return;
+    a->failed = true;
+    FUZZ_CHECK(false, "%s: '%s' at byte %zu: the GPU kernel gave %.9g, reference.c %.9g", a->op,
+               f->name, at, g, w);
+}
+
+/*
+ * After a call the GPU plugin served (every tensor on CUDA device 0): the
+ * same call again on the CPU, where only reference.c is registered, from the
+ * inputs as they were, and each written view compared element by element
+ * with what the GPU kernel wrote, as tests/gpu/test_gpu_kernels.cc compares
+ * them: activations, rotary and the fused norm's residual to the bit (NaN
+ * to any NaN), the norms' output within one unit in the last place of a
+ * 16-bit dtype or 1e-5 relative in float32 (the sum of squares in another
+ * order). A rotary call the CPU refuses for a position out of range (the
+ * GPU kernel, which cannot report one, leaves that token unchanged) is not
+ * compared; any other refusal fails.
+ */
+static void against_reference(int op, struct ft *ts, int nt, const void *args)
+{
+    unsigned char *gpu[5] = {NULL};
+    for (int i = 0; i < nt; i++) {
+        if (!ts[i].present || !ts[i].snap)
+            continue;
+        if (ts[i].writable) {
+            gpu[i] = malloc(ts[i].size ? ts[i].size : 1);
+            FUZZ_CHECK(gpu[i] != NULL, "out of memory");
+            memcpy(gpu[i], ts[i].buf, ts[i].size);
+        }
+        memcpy(ts[i].buf, ts[i].snap, ts[i].size);
+        ts[i].t.device = (DLDevice){kDLCPU, 0};
+    }
+    fld__error_clear();
+    const int rc = fld_call(op_handles[op], args);
+    FUZZ_CHECK(rc == FLD_OK || (op == OP_ROTARY && rc == FLD_EINVAL &&
+                                strstr(fld_last_error(), "tensor 'positions' has value")),
+               "%s: the GPU plugin took a call that the CPU refuses (status %d: %s)", op_names[op],
+               rc, fld_last_error());
+    const bool norm = op == OP_RMS || op == OP_GEMMA;
+    int64_t compared = 0;
+    for (int i = 0; rc == FLD_OK && i < nt; i++) {
+        if (!gpu[i] || ts[i].invalid || ts[i].empty)
+            continue;
+        /* a norm's tensor 3 is the residual */
+        struct agreement a = {gpu[i], !norm || i == 3, op_names[op], false, 0};
+        walk(&ts[i], agree_one, &a);
+        compared += a.compared;
+    }
+    if (trace && rc == FLD_OK)
+        fprintf(stderr, "fuzz: %s: %lld elements written agree with reference.c on the CPU\n",
+                op_names[op], (long long)compared);
+    else if (trace)
+        fprintf(stderr, "fuzz: %s: not compared: the CPU refused it: %s\n", op_names[op],
+                fld_last_error());
+    for (int i = 0; i < nt; i++)
+        free(gpu[i]);
+}
+
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* The call                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -566,22 +693,30 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         fprintf(stderr, "fuzz: fld_init: %s\n", fld_last_error());
         abort();
     }
-#ifdef FUZZ_CPU_PLUGIN
+#if defined(FUZZ_CPU_PLUGIN) || defined(FUZZ_GPU_PLUGIN)
     extern const fld_plugin_descriptor fld_plugin_entry;
     if (fld_register_plugin(&fld_plugin_entry) != FLD_OK) {
-        fprintf(stderr, "fuzz: registering the cpu plugin: %s\n", fld_last_error());
+        fprintf(stderr, "fuzz: registering the %s plugin: %s\n", fld_plugin_entry.name,
+                fld_last_error());
         abort();
     }
+#endif
+#if defined(FUZZ_CPU_PLUGIN)
     const char *expect = "vendor.cpu";
+    const int device = FLD_DEVICE_CPU;
+#elif defined(FUZZ_GPU_PLUGIN)
+    const char *expect = "vendor.cuda";
+    const int device = FLD_DEVICE_CUDA;
 #else
     const char *expect = "reference.c";
+    const int device = FLD_DEVICE_CPU;
 #endif
     for (int i = 0; i < N_OPS; i++) {
         op_handles[i] = fld_op_lookup(op_names[i]);
         FUZZ_CHECK(op_handles[i] != NULL, "no op '%s'", op_names[i]);
         const char *impl = NULL;
         if (i != OP_ATTN) {
-            int rc = fld_resolve(op_names[i], FLD_DEVICE_CPU, FLD_DTYPE_BF16, &impl);
+            int rc = fld_resolve(op_names[i], device, FLD_DTYPE_BF16, &impl);
             FUZZ_CHECK(rc == FLD_OK && strcmp(impl, expect) == 0, "%s resolves to %s, not %s",
                        op_names[i], rc == FLD_OK ? impl : "nothing", expect);
         }
@@ -651,6 +786,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t head = fuzz_u8(r);
     const int op = head % N_OPS;
     const int how = (head >> 3) % 3;
+#ifdef FUZZ_GPU_PLUGIN
+    /* head's two top bits: 32 or 64 lanes (CUDA and RDNA, or CDNA's
+       wavefront) and the emulator's order of ready threads */
+    fld_emu_configure(head >> 7 ? 64 : 32, (head >> 6) & 1 ? 2 : 0);
+#endif
     if (op == OP_ATTN) {
         attention(r, how);
         return 0;
@@ -812,6 +952,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                        "%s: message does not name the op", op_names[op]);
         for (int i = 0; checkable && i < nt; i++)
             check_memory(&ts[i], op_names[op], rc);
+#ifdef FUZZ_GPU_PLUGIN
+        bool on_gpu = rc == FLD_OK && !refuse && checkable;
+        for (int i = 0; on_gpu && i < nt; i++)
+            on_gpu = !ts[i].present ||
+                     (ts[i].t.device.device_type == kDLCUDA && ts[i].t.device.device_id == 0);
+        if (on_gpu)
+            against_reference(op, ts, nt,
+                              op <= OP_GELU_TANH               ? (const void *)&act
+                              : op == OP_RMS || op == OP_GEMMA ? (const void *)&norm
+                                                               : (const void *)&rot);
+#endif
     }
     if (trace)
         fprintf(stderr, "fuzz: %s: %s -> %d %s\n", op_names[op],

@@ -15,10 +15,16 @@
 /* Under AddressSanitizer the stack switches are announced to it, and a
    reused fiber stack is unpoisoned (a fiber abandoned at a barrier never
    unwound its frames). */
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) /* gcc */
+#define FLD_EMU_ASAN 1
+#elif defined(__has_feature) /* clang */
+#if __has_feature(address_sanitizer)
+#define FLD_EMU_ASAN 1
+#endif
+#endif
+#ifdef FLD_EMU_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
-#define FLD_EMU_ASAN 1
 #endif
 
 namespace fld_emu

@@ -440,3 +440,12 @@ extern "C" void fld_emu_force_shape(const struct fld__gpu_shape *shape)
     if (shape)
         forced_shape = *shape;
 }
+
+/* The emulator's warp width (32 or 64 lanes) and its order of ready threads
+   (an enum fld_emu::schedule value) for this OS thread's later launches, for
+   C callers (tests/fuzz). */
+extern "C" void fld_emu_configure(int lanes, int order)
+{
+    fld_emu::set_warp_size(lanes);
+    fld_emu::set_schedule(static_cast<fld_emu::schedule>(order));
+}

@@ -33,6 +33,7 @@
  * a dropped capture, bad arguments, a replay that stops at a launch error.
  */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -843,8 +844,10 @@ END_TEST
 
 /*
  * Rows whose float32 sum of squares is not usable: 1e30 and 3e38 (squares
- * overflow), 1e-30 with eps 0 (squares underflow), zeros, an inf, a NaN.
- * Finite rows must give their normalised value (checked in double here),
+ * overflow), 1e-30 with eps 0 (squares underflow), zeros, an inf, a NaN;
+ * and 1e17 with eps = FLT_MAX, whose float32 sum is finite but the mean
+ * plus eps is not. Finite rows must give their normalised value (checked
+ * in double here),
  * the others PyTorch's: zeros give 0 (eps > 0) or NaN (eps 0), a row with
  * an inf gives 0 except NaN at the inf, a NaN makes the row NaN.
  */
@@ -852,18 +855,18 @@ END_TEST
    and the rare rows summed again in double. */
 static void check_norm_extremes(DLDataType dt, int dti, int variant, int64_t width, bool weighted)
 {
-    const int64_t rows = 7;
+    const int64_t rows = 8;
     const int64_t shape[2] = {rows, width}, wshape[1] = {width};
     tt_tensor *x = tt_new(dt, 2, shape), *out = tt_new(dt, 2, shape);
     tt_tensor *w = weighted ? tt_new(dt, 1, wshape) : NULL;
     for (int64_t j = 0; w && j < width; j++)
         tt_set(w, j, 1.0);
     tt_fill_normal(x, 4, 0.0, 1.0);
-    const double scale[rows] = {1e30, 3e38, 1e-30, 0.0, 1.0, 1.0, 1e-3};
+    const double scale[rows] = {1e30, 3e38, 1e-30, 0.0, 1.0, 1.0, 1e-3, 1e17};
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < width; j++) {
             double v = tt_get(x, r * width + j) * scale[r];
-            if (dti == 1 && r < 2)
+            if (dti == 1 && (r < 2 || r == 7))
                 v = tt_get(x, r * width + j) * 6e4; /* float16 tops out at 65504 */
             if (r == 4 && j == 7)
                 v = INFINITY;
@@ -871,8 +874,7 @@ static void check_norm_extremes(DLDataType dt, int dti, int variant, int64_t wid
                 v = NAN;
             tt_set(x, r * width + j, v);
         }
-    for (int e = 0; e < 2; e++) {
-        const float eps = e ? 0.0f : 1e-6f;
+    for (const float eps : {1e-6f, 0.0f, FLT_MAX}) {
         fld_rows xr, orow;
         fld_tensor_rows(&x->t, &xr);
         fld_tensor_rows(&out->t, &orow);

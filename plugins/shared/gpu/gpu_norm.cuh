@@ -170,14 +170,15 @@ FLD_GPU_DEV double block_sum_d(double v)
 /* The largest float32 (FLT_MAX), spelled so that every compiler takes it. */
 #define FLD_GPU_FLT_MAX 3.40282346638528859812e+38f
 
-/* Whether a row's float32 sum of squares ss (mean plus eps: ms) normalises
-   in float32: not inf or NaN, and not so small that eps cannot hide the
-   squares' underflow (ms then in float32's normal range, where
-   fld__gpu_rsqrt_approx holds). Block-uniform: every thread has the same
-   sum. */
-FLD_GPU_DEV bool norm_sum_ok(float ss, float ms)
+/* Whether a row normalises in float32, from its float32 sum of squares'
+   mean plus eps, ms: finite (an inf or NaN sum makes it inf or NaN, and so
+   does an eps near FLT_MAX beside a large finite mean) and not so small
+   that eps cannot hide the squares' underflow (ms then in float32's normal
+   range, where fld__gpu_rsqrt_approx holds). Block-uniform: every thread
+   has the same sum. */
+FLD_GPU_DEV bool norm_sum_ok(float ms)
 {
-    return ss <= FLD_GPU_FLT_MAX && ms >= 0x1p-100f;
+    return ms <= FLD_GPU_FLT_MAX && ms >= 0x1p-100f;
 }
 
 /*
@@ -231,10 +232,11 @@ FLD_GPU_DEV void norm_row_in_double(const struct fld__gpu_norm_args &a, const ch
  * one, each element is read and written by the same thread.
  *
  * A float32 sum that is inf (overflowing squares, or an inf in the row),
- * NaN, or so small that eps cannot hide the squares' underflow sends the
- * block (the decision is block-uniform: every thread has the same sum) to a
- * third pass that sums the row again in double and writes
- * out = float(v * inv) * scale with inv in double, as the reference does.
+ * NaN, or so small that eps cannot hide the squares' underflow, or whose
+ * mean plus an eps near FLT_MAX overflows, sends the block (the decision
+ * is block-uniform: every thread has the same sum) to a third pass that
+ * sums the row again in double and writes out = float(v * inv) * scale
+ * with inv in double, as the reference does.
  */
 template <int DT, int WDT, int RDT, bool VEC>
 __global__ void __launch_bounds__(1024) norm_kernel(struct fld__gpu_norm_args a)
@@ -269,7 +271,7 @@ __global__ void __launch_bounds__(1024) norm_kernel(struct fld__gpu_norm_args a)
         ss = block_sum(ss);
         const float add = a.gemma ? 1.0f : 0.0f;
         const float ms = ss / (float)a.width + a.eps;
-        if (!norm_sum_ok(ss, ms)) {
+        if (!norm_sum_ok(ms)) {
             norm_row_in_double<DT, WDT, RDT, VEC>(a, xr, orow, rr);
             continue;
         }
@@ -381,7 +383,7 @@ __global__ void __launch_bounds__(K <= 2 ? 1024 : 512) norm_kernel_reg(struct fl
         }
         ss = block_sum(ss);
         const float ms = ss / (float)a.width + a.eps;
-        if (!norm_sum_ok(ss, ms)) {
+        if (!norm_sum_ok(ms)) {
             norm_row_in_double<DT, WDT, RDT, VEC>(a, xr, orow, rr);
             continue;
         }
@@ -526,7 +528,7 @@ __global__ void __launch_bounds__(1024)
     constexpr int SLOTS = K == 1 && DT != FLD_GPU_F32 ? 16 : 8;
     const float ss = block_sum_once<SLOTS>(squares.total());
     const float ms = (per_width != 0.0f ? ss * per_width : ss / (float)a.width) + a.eps;
-    if (!norm_sum_ok(ss, ms)) {
+    if (!norm_sum_ok(ms)) {
         norm_row_in_double<DT, DT, DT, true>(a, xr, orow, rr);
         return;
     }
