@@ -48,6 +48,7 @@
 
 #include "error.h"
 #include "ops.h"
+#include "reference.h"
 
 #include "fuzz_common.h"
 
@@ -58,8 +59,8 @@
 #else
 #define SMALL_BYTES (256u << 10) /* largest buffer a tensor gets */
 #endif
-#define MAX_FUZZ_DIMS  64           /* rank of a mutated tensor, at most */
-#define MAX_ENUM_ELEMS (1u << 20)   /* elements walked to mark a view */
+#define MAX_FUZZ_DIMS  64         /* rank of a mutated tensor, at most */
+#define MAX_ENUM_ELEMS (1u << 20) /* elements walked to mark a view */
 #define SENTINEL       0xA5u
 
 #ifdef FUZZ_GPU_PLUGIN
@@ -537,17 +538,10 @@ static void free_tensor(struct ft *f)
 #define PLUGIN_KERNEL "the cpu plugin"
 #endif
 
-/* One element of a float tensor at byte at of buf, widened. */
+/* One element of a float tensor at byte at of buf (aligned: the view is valid), widened. */
 static double elem_value(const struct ft *f, const unsigned char *buf, size_t at)
 {
-    if (f->elem == 4) {
-        float v;
-        memcpy(&v, buf + at, 4);
-        return v;
-    }
-    uint16_t h;
-    memcpy(&h, buf + at, 2);
-    return f->t.dtype.code == kDLBfloat ? fld_bf16_to_f32(h) : fld_f16_to_f32(h);
+    return fld__ref_load(buf + at, 0, fld_dtype_index(f->t.dtype));
 }
 
 /* A unit in the last place of v in a 16-bit dtype (subnormals included). */
@@ -562,7 +556,7 @@ static double ulp16(const struct ft *f, double v)
 
 struct agreement {
     const unsigned char *served; /* the buffer as the plugin's kernel left it */
-    bool exact;               /* to the bit; else within the norms' tolerance */
+    bool exact;                  /* to the bit; else within the norms' tolerance */
     const char *op;
     bool failed;
     int64_t compared;
