@@ -588,7 +588,7 @@ static void run_unary(int op, const struct impl_list *impls, DLDataType dt, int6
             cmp_done(&c);
             for (int64_t i = 0; i < rows * d && (dt.bits == 16 || is_ref); i++) {
                 const double w = tt_round(dt, unary_vllm(op, (float)xv[i]));
-                ck_assert_msg(ov[i] == w || (isnan(w) && isnan(ov[i])),
+                tt_assert_msg(ov[i] == w || (isnan(w) && isnan(ov[i])),
                               "%s: element %lld (x %.9g) is %.9g, vLLM's formula gives %.9g", label,
                               (long long)i, xv[i], ov[i], w);
             }
@@ -642,7 +642,7 @@ START_TEST(test_elementwise_every_16bit_input)
         double *ov = values_of(out);
         for (int64_t i = 0; i < n; i++) {
             const double w = tt_round(dt, unary_vllm(op, (float)xv[i]));
-            ck_assert_msg(ov[i] == w || (isnan(w) && isnan(ov[i])),
+            tt_assert_msg(ov[i] == w || (isnan(w) && isnan(ov[i])),
                           "%s %s %s: input 0x%04llx (%g): got %.9g, want %.9g", impls.ids[k],
                           unary_ops[op], dtype_label(dt), (long long)i, xv[i], ov[i], w);
         }
@@ -1001,7 +1001,7 @@ START_TEST(test_rms_norm_extremes)
                             const bool ok = isnan(want) ? isnan(got)
                                                         : fabs(got - want) <= 2 * ulp_of(dt, want) +
                                                                                   1e-6 * fabs(want);
-                            ck_assert_msg(ok,
+                            tt_assert_msg(ok,
                                           "%s %s %s eps=%g%s row %lld [%lld]: x %.9g, got %.9g, "
                                           "want %.9g",
                                           impls.ids[k], op, dtype_label(dt), (double)eps,
@@ -1096,7 +1096,7 @@ START_TEST(test_rms_norm_special_lanes)
             ck_assert_msg(rc == FLD_OK, "%s %s: %s", impls.ids[k], op, fld_last_error());
             for (int64_t i = 0; i < R * H; i++) {
                 const uint32_t want = stored_bits(dt, (float)xv[i] + (float)rv[i]);
-                ck_assert_msg(bits_at(ri, i) == want,
+                tt_assert_msg(bits_at(ri, i) == want,
                               "%s %s %s: residual[%lld][%lld] bits 0x%x, want 0x%x (%g + %g)",
                               impls.ids[k], op, dtype_label(dt), (long long)(i / H),
                               (long long)(i % H), bits_at(ri, i), want, xv[i], rv[i]);
@@ -1534,7 +1534,7 @@ START_TEST(test_rotary_bf16_ties)
             ck_assert_msg(rc == FLD_OK || (strcmp(impls.ids[k], REF_ID) != 0 && declined(rc)),
                           "%s: status %d: %s", impls.ids[k], rc, fld_last_error());
             for (int64_t i = 0; rc == FLD_OK && i < HEADS * D; i++)
-                ck_assert_msg(tt_get(q, i) == want[i],
+                tt_assert_msg(tt_get(q, i) == want[i],
                               "%s bf16 rotary %s: element %lld is %.9g, round-to-even gives %.9g",
                               impls.ids[k], neox ? "neox" : "gptj", (long long)i, tt_get(q, i),
                               want[i]);
@@ -1634,7 +1634,7 @@ START_TEST(test_rotary_bf16_specials)
                 for (int w = 0; rc == FLD_OK && w < 2; w++)
                     for (int64_t i = 0; i < T * nh[w] * D; i++) {
                         const uint16_t got = bf16_bits(both[w])[i], ref = want[w][i];
-                        ck_assert_msg(got == ref || (bf16_is_nan(got) && bf16_is_nan(ref)),
+                        tt_assert_msg(got == ref || (bf16_is_nan(got) && bf16_is_nan(ref)),
                                       "%s bf16 rotary %s, %s cache, %s element %lld: 0x%04x, "
                                       "vLLM's rounding gives 0x%04x",
                                       impls.ids[k], neox ? "neox" : "gptj",

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The GPU emulator's scheduler (see plugins/shared/gpu/gpu_emu.h): fibers on ucontext, a block
- * barrier and per-warp barriers, all on the calling OS thread.
+ * The GPU emulator's scheduler (see plugins/shared/gpu/gpu_emu.h): fibers with their own
+ * stacks, a block barrier and per-warp barriers, all on the calling OS thread.
  */
 #include "gpu_emu.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
@@ -13,8 +15,8 @@
 #include <vector>
 
 /* Under AddressSanitizer the stack switches are announced to it, and a
-   reused fiber stack is unpoisoned (a fiber abandoned at a barrier never
-   unwound its frames). */
+   reused fiber stack is unpoisoned when its fiber starts afresh (one
+   abandoned at a barrier never unwound its frames). */
 #if defined(__SANITIZE_ADDRESS__) /* gcc */
 #define FLD_EMU_ASAN 1
 #elif defined(__has_feature) /* clang */
@@ -25,6 +27,70 @@
 #ifdef FLD_EMU_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
+#endif
+
+/* Under valgrind the fiber stacks are registered as stacks: a switch
+   between one and a thread's own stack nearby would otherwise look like a
+   frame pushed or popped, and valgrind would mark the memory between them
+   (the thread's TLS among it) inaccessible. Outside valgrind these are a
+   few instructions; without valgrind's header, nothing. */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define FLD_EMU_VALGRIND 1
+#endif
+#endif
+
+/*
+ * The direct switch: swapcontext saves and restores the signal mask with a
+ * system call at every switch, which made the switches most of a kernel
+ * test's time. Fibers never touch the signal mask, so on x86-64 a switch
+ * pushes the callee-saved integer registers on the stack it leaves and pops
+ * them from the one it enters (the x86-64 ABI saves no vector register
+ * across a call). MXCSR and the x87 control word are left as they are:
+ * kernels do not change them, so fibers run in the thread's floating-point
+ * environment. Elsewhere (or by set_context_switch) fibers use ucontext.
+ */
+#if defined(__x86_64__) && defined(__linux__)
+#define FLD_EMU_DIRECT_SWITCH 1
+/* Saves the registers on the current stack and its pointer in *save, then
+   continues on the stack to, as its last direct switch left it. */
+extern "C" __attribute__((visibility("hidden"))) void fld_emu_switch_stack(void **save, void *to);
+__asm__(".text\n"
+        ".globl fld_emu_switch_stack\n"
+        ".hidden fld_emu_switch_stack\n"
+        ".type fld_emu_switch_stack, @function\n"
+        "fld_emu_switch_stack:\n"
+        ".cfi_startproc\n"
+        "pushq %rbp\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "pushq %rbx\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "pushq %r12\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "pushq %r13\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "pushq %r14\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "pushq %r15\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "movq %rsp, (%rdi)\n"
+        "movq %rsi, %rsp\n" /* the same layout on the stack entered */
+        "popq %r15\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "popq %r14\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "popq %r13\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "popq %r12\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "popq %rbx\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "popq %rbp\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size fld_emu_switch_stack, .-fld_emu_switch_stack\n");
 #endif
 
 namespace fld_emu
@@ -41,28 +107,35 @@ constexpr unsigned MAX_THREADS = 1024;
 
 enum state { READY, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
 
+/*
+ * A fiber runs thread n of every block of every launch on its OS thread:
+ * it loops, calling the launch's body and then waiting (DONE) until the
+ * scheduler resumes it for the next block, so a block costs no fiber set-up.
+ * One abandoned at a barrier (a failed launch) starts afresh at its next use.
+ */
 struct fiber {
-    ucontext_t ctx;
-    char *stack;
-    state st;
+    char *stack = nullptr;
+    state st = DONE;
     dim3 idx;
-    void *fake_stack; /* AddressSanitizer's, while switched away */
+    bool live = false;           /* started: suspended in fiber_main, resumable */
+    bool direct = false;         /* switched by fld_emu_switch_stack, else ucontext */
+    void *sp = nullptr;          /* the direct switch's saved stack pointer */
+    ucontext_t uc{};             /* zeroed: glibc does not fill uc_stack, which ASan reads */
+    void *fake_stack = nullptr;  /* AddressSanitizer's, while switched away */
+    unsigned valgrind_stack = 0; /* valgrind's id of the stack */
 };
 
 struct block_run {
-    ucontext_t main{}; /* zeroed: glibc does not fill uc_stack, which ASan reads on swapcontext */
-    std::vector<fiber> fibers;
+    std::vector<fiber *> fibers;
     unsigned nthreads = 0;
     unsigned block_arrived = 0;
     std::vector<unsigned> warp_arrived;
     std::vector<float> exchange; /* one slot per thread for shuffles */
+    /* Bit i: fiber i is READY (the scheduler's search, a word at a time) */
+    std::vector<uint64_t> ready;
     unsigned cur = 0;
     void (*body)(void *) = nullptr;
     void *ctx = nullptr;
-    /* The scheduler's stack, for AddressSanitizer. */
-    void *main_fake_stack = nullptr;
-    const void *main_bottom = nullptr;
-    size_t main_size = 0;
 };
 
 void switch_start(void **fake_stack_save, const void *bottom, size_t size)
@@ -86,74 +159,179 @@ void switch_finish(void *fake_stack_save, const void **bottom_old, size_t *size_
 thread_local block_run *t_run;
 thread_local int t_warp = 32;
 thread_local schedule t_schedule = SCHED_ROUND_ROBIN;
+#ifdef FLD_EMU_DIRECT_SWITCH
+thread_local context_switch t_switch = SWITCH_DIRECT;
+#else
+thread_local context_switch t_switch = SWITCH_UCONTEXT;
+#endif
 thread_local uint64_t t_launches, t_switches;
 thread_local int t_rcp_offset, t_rsqrt_offset;
-/* Stacks are kept between launches: a test makes many small ones. */
-thread_local std::vector<char *> *t_stacks;
+/* The scheduler's side of the switches: its context and, for
+   AddressSanitizer, its stack. */
+thread_local void *t_main_sp;
+thread_local ucontext_t t_main_uc;
+thread_local void *t_main_fake_stack;
+thread_local const void *t_main_bottom;
+thread_local size_t t_main_size;
+/* Fibers (and their stacks) are kept between launches: a test makes many small ones. */
+thread_local std::vector<fiber *> *t_pool;
 
-struct stack_pool_owner {
-    ~stack_pool_owner()
+struct fiber_pool_owner {
+    ~fiber_pool_owner()
     {
-        if (!t_stacks)
+        if (!t_pool)
             return;
-        for (char *s : *t_stacks)
-            free(s);
-        delete t_stacks;
-        t_stacks = nullptr;
+        for (fiber *f : *t_pool) {
+#ifdef FLD_EMU_VALGRIND
+            VALGRIND_STACK_DEREGISTER(f->valgrind_stack);
+#endif
+            free(f->stack);
+            delete f;
+        }
+        delete t_pool;
+        t_pool = nullptr;
     }
 };
-thread_local stack_pool_owner t_pool_owner;
+thread_local fiber_pool_owner t_pool_owner;
 
-bool reserve_stacks(unsigned n)
+bool reserve_fibers(unsigned n)
 {
     (void)&t_pool_owner; /* constructs the owner, so the pool is freed at thread exit */
-    if (!t_stacks)
-        t_stacks = new std::vector<char *>();
-    while (t_stacks->size() < n) {
+    if (!t_pool)
+        t_pool = new std::vector<fiber *>();
+    while (t_pool->size() < n) {
         char *s = static_cast<char *>(malloc(STACK_BYTES));
         if (!s)
             return false;
-        t_stacks->push_back(s);
+        fiber *f = new fiber();
+        f->stack = s;
+#ifdef FLD_EMU_VALGRIND
+        f->valgrind_stack = VALGRIND_STACK_REGISTER(s, s + STACK_BYTES);
+#endif
+        t_pool->push_back(f);
     }
     return true;
 }
 
-void fiber_entry()
+/* From the scheduler into fiber f, until it switches back. */
+void enter_fiber(fiber &f)
 {
-    block_run *r = t_run;
-    switch_finish(nullptr, &r->main_bottom, &r->main_size);
-    r->body(r->ctx);
-    r->fibers[r->cur].st = DONE;
     t_switches++;
-    switch_start(nullptr, r->main_bottom, r->main_size); /* this fiber is over */
-    swapcontext(&r->fibers[r->cur].ctx, &r->main);
-    abort(); /* a finished fiber is never resumed */
+    switch_start(&t_main_fake_stack, f.stack, STACK_BYTES);
+#ifdef FLD_EMU_DIRECT_SWITCH
+    if (f.direct)
+        fld_emu_switch_stack(&t_main_sp, f.sp);
+    else
+#endif
+        swapcontext(&t_main_uc, &f.uc);
+    switch_finish(t_main_fake_stack, nullptr, nullptr);
 }
 
-/* Back to the scheduler from the running fiber. */
+/* From the running fiber f back to the scheduler, until it is resumed. */
+void leave_fiber(fiber &f)
+{
+    t_switches++;
+    switch_start(&f.fake_stack, t_main_bottom, t_main_size);
+#ifdef FLD_EMU_DIRECT_SWITCH
+    if (f.direct)
+        fld_emu_switch_stack(&f.sp, t_main_sp);
+    else
+#endif
+        swapcontext(&f.uc, &t_main_uc);
+    switch_finish(f.fake_stack, &t_main_bottom, &t_main_size);
+}
+
+void set_ready(block_run *r, unsigned i, bool ready)
+{
+    const uint64_t bit = (uint64_t)1 << (i % 64);
+    r->ready[i / 64] = ready ? r->ready[i / 64] | bit : r->ready[i / 64] & ~bit;
+}
+
+/* The bits of r->ready's word w that stand for fibers in [from, to). */
+uint64_t ready_bits(const block_run *r, unsigned w, unsigned from, unsigned to)
+{
+    const unsigned lo = w * 64;
+    uint64_t bits = r->ready[w];
+    if (from > lo)
+        bits &= ~(uint64_t)0 << (from - lo);
+    if (to < lo + 64)
+        bits &= ((uint64_t)1 << (to - lo)) - 1;
+    return bits;
+}
+
+/* The lowest / highest-numbered ready fiber in [from, to), or -1. */
+int lowest_ready(const block_run *r, unsigned from, unsigned to)
+{
+    for (unsigned w = from / 64; from < to && w * 64 < to; w++)
+        if (uint64_t bits = ready_bits(r, w, from, to))
+            return (int)(w * 64 + (unsigned)__builtin_ctzll(bits));
+    return -1;
+}
+
+int highest_ready(const block_run *r, unsigned from, unsigned to)
+{
+    if (from >= to)
+        return -1;
+    for (unsigned w = (to - 1) / 64 + 1; w-- > from / 64;)
+        if (uint64_t bits = ready_bits(r, w, from, to))
+            return (int)(w * 64 + 63 - (unsigned)__builtin_clzll(bits));
+    return -1;
+}
+
+/* Every fiber's one frame at its stack's top. */
+void fiber_main()
+{
+    switch_finish(nullptr, &t_main_bottom, &t_main_size);
+    for (;;) {
+        block_run *r = t_run; /* the launch that resumed it */
+        r->body(r->ctx);
+        fiber &f = *r->fibers[r->cur];
+        f.st = DONE;
+        set_ready(r, r->cur, false);
+        leave_fiber(f);
+    }
+}
+
+/* Back to the scheduler from the running fiber, which waits at a barrier. */
 void yield()
 {
     block_run *r = t_run;
-    fiber &f = r->fibers[r->cur];
-    t_switches++;
-    switch_start(&f.fake_stack, r->main_bottom, r->main_size);
-    swapcontext(&f.ctx, &r->main);
-    switch_finish(f.fake_stack, &r->main_bottom, &r->main_size);
+    leave_fiber(*r->fibers[r->cur]);
 }
 
-/* Apart from run_block: getcontext returns twice, which -Wclobbered dislikes. */
-__attribute__((noinline)) void init_fiber(fiber &f)
+/* A fiber that starts at fiber_main on its next switch. Apart from
+   run_block: getcontext returns twice, which -Wclobbered dislikes. */
+__attribute__((noinline)) void start_fiber(fiber &f)
 {
     f.st = READY;
     f.fake_stack = nullptr;
+    f.live = true;
+    f.direct = t_switch == SWITCH_DIRECT;
 #ifdef FLD_EMU_ASAN
     __asan_unpoison_memory_region(f.stack, STACK_BYTES);
 #endif
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = STACK_BYTES;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, fiber_entry, 0);
+#ifdef FLD_EMU_DIRECT_SWITCH
+    if (f.direct) {
+        /* What fld_emu_switch_stack pops, from the top: no return address
+           for fiber_main (which never returns; it ends a backtrace), its
+           address to return to, and six zeroed registers. fiber_main starts
+           with the stack pointer 8 below a 16-byte boundary, as after a
+           call. */
+        uint64_t *p = reinterpret_cast<uint64_t *>(
+            (reinterpret_cast<uintptr_t>(f.stack) + STACK_BYTES) & ~static_cast<uintptr_t>(15));
+        *--p = 0;
+        *--p = reinterpret_cast<uintptr_t>(&fiber_main);
+        for (int i = 0; i < 6; i++)
+            *--p = 0;
+        f.sp = p;
+        return;
+    }
+#endif
+    getcontext(&f.uc);
+    f.uc.uc_stack.ss_sp = f.stack;
+    f.uc.uc_stack.ss_size = STACK_BYTES;
+    f.uc.uc_link = nullptr;
+    makecontext(&f.uc, fiber_main, 0);
 }
 
 unsigned warp_of(unsigned tid)
@@ -171,12 +349,15 @@ void warp_barrier()
 {
     block_run *r = t_run;
     unsigned w = warp_of(r->cur);
-    r->fibers[r->cur].st = AT_WARP_BARRIER;
+    r->fibers[r->cur]->st = AT_WARP_BARRIER;
+    set_ready(r, r->cur, false);
     if (++r->warp_arrived[w] == warp_lanes(w)) {
         r->warp_arrived[w] = 0;
         unsigned first = w * (unsigned)t_warp;
-        for (unsigned i = first; i < first + warp_lanes(w); i++)
-            r->fibers[i].st = READY;
+        for (unsigned i = first; i < first + warp_lanes(w); i++) {
+            r->fibers[i]->st = READY;
+            set_ready(r, i, true);
+        }
     }
     yield();
 }
@@ -184,41 +365,45 @@ void warp_barrier()
 /* Runs one block; 0 or FLD_EMU_ERR_BARRIER. */
 int run_block(block_run *r)
 {
-    for (unsigned i = 0; i < r->nthreads; i++)
-        init_fiber(r->fibers[i]);
+    const bool direct = t_switch == SWITCH_DIRECT;
+    for (fiber *f : r->fibers) {
+        if (f->live && f->direct == direct && f->st == DONE)
+            f->st = READY; /* resumed after its last body */
+        else
+            start_fiber(*f);
+    }
     r->block_arrived = 0;
     for (unsigned &a : r->warp_arrived)
         a = 0;
     const unsigned n = r->nthreads;
+    for (unsigned i = 0; i < n; i++)
+        set_ready(r, i, true);
     unsigned last = t_schedule == SCHED_REVERSE ? 0 : n - 1;
     for (;;) {
         /* The next ready fiber: after the last one run, in the schedule's
-           direction, or the lowest-numbered one. */
-        unsigned i = 0, k = 0;
-        for (; k < n; k++) {
-            if (t_schedule == SCHED_LOWEST_FIRST)
-                i = k;
-            else if (t_schedule == SCHED_REVERSE)
-                i = (last + n - 1 - k) % n;
-            else
-                i = (last + 1 + k) % n;
-            if (r->fibers[i].st == READY)
-                break;
-        }
-        if (k == n)
+           direction (wrapping around), or the lowest-numbered one. */
+        int next;
+        if (t_schedule == SCHED_LOWEST_FIRST)
+            next = lowest_ready(r, 0, n);
+        else if (t_schedule == SCHED_REVERSE)
+            next = (next = highest_ready(r, 0, last)) >= 0 ? next : highest_ready(r, last, n);
+        else
+            next = (next = lowest_ready(r, last + 1, n)) >= 0 ? next : lowest_ready(r, 0, last + 1);
+        if (next < 0)
             break;
+        const unsigned i = (unsigned)next;
         last = i;
         r->cur = i;
-        t_thread_idx = r->fibers[i].idx;
-        t_switches++;
-        switch_start(&r->main_fake_stack, r->fibers[i].stack, STACK_BYTES);
-        swapcontext(&r->main, &r->fibers[i].ctx);
-        switch_finish(r->main_fake_stack, nullptr, nullptr);
+        t_thread_idx = r->fibers[i]->idx;
+        enter_fiber(*r->fibers[i]);
     }
-    for (unsigned i = 0; i < n; i++)
-        if (r->fibers[i].st != DONE)
-            return FLD_EMU_ERR_BARRIER;
-    return FLD_EMU_OK;
+    int rc = FLD_EMU_OK;
+    for (fiber *f : r->fibers)
+        if (f->st != DONE) {
+            f->live = false; /* abandoned at a barrier: starts afresh at its next use */
+            rc = FLD_EMU_ERR_BARRIER;
+        }
+    return rc;
 }
 
 } // namespace
@@ -232,23 +417,22 @@ int launch_fn(dim3 grid, dim3 block, void (*body)(void *), void *ctx)
         return FLD_EMU_ERR_LAUNCH_CONFIG;
     if (t_run) /* a launch from inside a kernel: not supported */
         return FLD_EMU_ERR_LAUNCH_CONFIG;
-    if (!reserve_stacks((unsigned)nthreads))
+    if (!reserve_fibers((unsigned)nthreads))
         return FLD_EMU_ERR_OUT_OF_MEMORY;
 
     block_run run;
     run.nthreads = (unsigned)nthreads;
     run.body = body;
     run.ctx = ctx;
-    run.fibers.resize(nthreads);
+    run.fibers.assign(t_pool->begin(), t_pool->begin() + (ptrdiff_t)nthreads);
     run.exchange.assign(nthreads, 0.0f);
+    run.ready.assign((nthreads + 63) / 64, 0);
     run.warp_arrived.assign((nthreads + (unsigned)t_warp - 1) / (unsigned)t_warp, 0);
     unsigned n = 0;
     for (unsigned z = 0; z < block.z; z++)
         for (unsigned y = 0; y < block.y; y++)
-            for (unsigned x = 0; x < block.x; x++, n++) {
-                run.fibers[n].stack = (*t_stacks)[n];
-                run.fibers[n].idx = dim3(x, y, z);
-            }
+            for (unsigned x = 0; x < block.x; x++, n++)
+                run.fibers[n]->idx = dim3(x, y, z);
 
     t_block_dim = block;
     t_grid_dim = grid;
@@ -267,11 +451,14 @@ int launch_fn(dim3 grid, dim3 block, void (*body)(void *), void *ctx)
 void syncthreads()
 {
     block_run *r = t_run;
-    r->fibers[r->cur].st = AT_BLOCK_BARRIER;
+    r->fibers[r->cur]->st = AT_BLOCK_BARRIER;
+    set_ready(r, r->cur, false);
     if (++r->block_arrived == r->nthreads) {
         r->block_arrived = 0;
-        for (fiber &f : r->fibers)
-            f.st = READY;
+        for (unsigned i = 0; i < r->nthreads; i++) {
+            r->fibers[i]->st = READY;
+            set_ready(r, i, true);
+        }
     }
     yield();
 }
@@ -301,6 +488,16 @@ void set_warp_size(int lanes)
 void set_schedule(schedule order)
 {
     t_schedule = order;
+}
+
+bool set_context_switch(context_switch kind)
+{
+#ifndef FLD_EMU_DIRECT_SWITCH
+    if (kind == SWITCH_DIRECT)
+        return false;
+#endif
+    t_switch = kind;
+    return true;
 }
 
 /* r moved by units in its last place (its bits as an integer) */

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <thread>
 #include <vector>
 
 #include <fldispatch/plugin.h>
@@ -223,7 +224,7 @@ START_TEST(silu_division_is_exact)
         for (int ulps = -2; ulps <= 2; ulps++) {
             const float r0 = fld_f32_from_bits(fld_f32_bits(r) + (uint32_t)ulps);
             const float got = fld__gpu_div_refine(a, b, r0);
-            ck_assert_msg(fld_f32_bits(got) == fld_f32_bits(want),
+            tt_assert_msg(fld_f32_bits(got) == fld_f32_bits(want),
                           "%a / %a from a reciprocal %d units off: %a, want %a", (double)a,
                           (double)b, ulps, (double)got, (double)want);
             checked++;
@@ -288,9 +289,9 @@ START_TEST(bf16_division_rounds_as_the_quotient)
             fld_emu::set_rcp_offset(ulps);
             float t;
             const bool ok = fld__gpu_div_to_bf16_settled<1>(&a, &b, &t);
-            ck_assert_msg(ranged || !ok, "%a / %a: settled with the divisor out of range",
+            tt_assert_msg(ranged || !ok, "%a / %a: settled with the divisor out of range",
                           (double)a, (double)b);
-            ck_assert_msg(!ok || bf16_of(t) == bf16_of(want),
+            tt_assert_msg(!ok || bf16_of(t) == bf16_of(want),
                           "%a / %a from a reciprocal %d units off: %a rounds to %04x, the "
                           "quotient %a to %04x",
                           (double)a, (double)b, ulps, (double)t, bf16_of(t), (double)want,
@@ -374,7 +375,7 @@ START_TEST(division_group_test_is_the_pair_test)
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < n; j++) {
             const float a = v[i], b = v[j];
-            ck_assert_msg(fld__gpu_div_all_fast_ok<1>(&a, &b) == fld__gpu_div_fast_ok(a, b),
+            tt_assert_msg(fld__gpu_div_all_fast_ok<1>(&a, &b) == fld__gpu_div_fast_ok(a, b),
                           "a %08x, b %08x: the group test says %d", (unsigned)fld_f32_bits(a),
                           (unsigned)fld_f32_bits(b), (int)fld__gpu_div_all_fast_ok<1>(&a, &b));
         }
@@ -398,9 +399,9 @@ START_TEST(division_group_test_is_the_pair_test)
             all4 &= j >= 4 || ok;
             all8 &= ok;
         }
-        ck_assert(fld__gpu_div_all_fast_ok<2>(a, b) == all2);
-        ck_assert(fld__gpu_div_all_fast_ok<4>(a, b) == all4);
-        ck_assert(fld__gpu_div_all_fast_ok<8>(a, b) == all8);
+        tt_assert_msg(fld__gpu_div_all_fast_ok<2>(a, b) == all2, "group of 2, draw %d", i);
+        tt_assert_msg(fld__gpu_div_all_fast_ok<4>(a, b) == all4, "group of 4, draw %d", i);
+        tt_assert_msg(fld__gpu_div_all_fast_ok<8>(a, b) == all8, "group of 8, draw %d", i);
         passed += all8;
     }
     ck_assert_int_gt(passed, 3000); /* both answers were asked for */
@@ -475,7 +476,7 @@ START_TEST(packed_16bit_arithmetic_rounds_once)
                          {"-", a - b, (double)a - b}};
             for (const auto &c : cases) {
                 const uint16_t got = narrow16(c.single), want = round16_from_double(c.exact, dti);
-                ck_assert_msg(got == want, "%04x %s %04x: float32 then 16 bits %04x, once %04x",
+                tt_assert_msg(got == want, "%04x %s %04x: float32 then 16 bits %04x, once %04x",
                               (unsigned)ha, c.op, (unsigned)hb, (unsigned)got, (unsigned)want);
                 checked++;
             }
@@ -539,7 +540,7 @@ void check_unary_every_16bit(int dti, int op, int variant)
         for (int64_t i = 0; i < n; i++) {
             const double want = tt_round(dt, unary_f32(op, (float)tt_get(x, i)));
             const double got = tt_get(out, i);
-            ck_assert_msg(got == want || (isnan(got) && isnan(want)),
+            tt_assert_msg(got == want || (isnan(got) && isnan(want)),
                           "%s %s %s, reciprocals %d units off: input 0x%04llx: got %.9g, want "
                           "%.9g",
                           act_names[op], fld_dtype_name(dt),
@@ -902,7 +903,7 @@ static void check_norm_extremes(DLDataType dt, int dti, int variant, int64_t wid
                 const bool ok = isnan(want) ? isnan(got)
                                             : fabs(got - want) <=
                                                   2 * ulp_of(dt, want) + (dt.bits == 32 ? 1e-6 : 0);
-                ck_assert_msg(ok,
+                tt_assert_msg(ok,
                               "%s %s width %lld%s eps=%g row %lld [%lld]: x %.9g, got %.9g, "
                               "want %.9g",
                               fld_dtype_name(dt), variant ? "vector" : "reference",
@@ -1147,7 +1148,7 @@ void check_rotary(const rotary_case &c)
         for (int64_t h = 0; h < c.q_heads; h++)
             for (int64_t i = c.rot_dim; i < c.head_size; i++) {
                 const int64_t at = (t * c.q_heads + h) * c.head_size + i;
-                ck_assert_msg(tt_get(q1, at) == tt_get(q_orig, at), "%s: tail written", what);
+                tt_assert_msg(tt_get(q1, at) == tt_get(q_orig, at), "%s: tail written", what);
             }
     tt_free(cache);
     tt_free(pos);
@@ -1322,7 +1323,7 @@ START_TEST(rotary_rounding_order)
                 const double x = tt_get(before, ix), y = tt_get(before, iy);
                 const double wx = tt_round(dt, tt_round(dt, x * c) - tt_round(dt, y * sn));
                 const double wy = tt_round(dt, tt_round(dt, y * c) + tt_round(dt, x * sn));
-                ck_assert_msg(tt_get(q, ix) == wx && tt_get(q, iy) == wy,
+                tt_assert_msg(tt_get(q, ix) == wx && tt_get(q, iy) == wy,
                               "%s %s %s t=%lld h=%lld i=%lld: got (%.9g, %.9g), want (%.9g, %.9g)",
                               fld_dtype_name(dt), neox ? "neox" : "gptj",
                               variant ? "vector" : "reference", (long long)t, (long long)h,
@@ -1652,6 +1653,88 @@ START_TEST(emu_warp_and_block_sums)
 }
 END_TEST
 
+/* What one context switch gives for a set of launches: the warp sums of 4
+   blocks of 256, two block sums of 1024, a divergent barrier (the launch
+   fails, abandoning fibers at the barrier), the warp sums again; the
+   results and the number of switches. False where a launch failed or the
+   switch is not built. Checks nothing itself, as it runs on other OS
+   threads too. */
+struct switch_run {
+    std::vector<float> warps, blocks;
+    int divergent_rc = 0;
+    uint64_t switches = 0;
+};
+
+static bool run_with_switch(fld_emu::context_switch kind, switch_run *out)
+{
+    if (!fld_emu::set_context_switch(kind))
+        return false;
+    const uint64_t before = fld_emu::switches();
+    std::vector<float> again(1024);
+    int divergent_out[32] = {0};
+    out->warps.assign(1024, -1.0f);
+    out->blocks.assign(1024, -1.0f);
+    const int rc = fld__gpu_launch(warp_sum_kernel, dim3(4), dim3(256), NULL, out->warps.data()) |
+                   fld__gpu_launch(block_sum_kernel, dim3(2), dim3(1024), NULL, out->blocks.data());
+    out->divergent_rc = fld__gpu_launch(divergent_kernel, dim3(1), dim3(32), NULL, divergent_out);
+    const int rc_again = fld__gpu_launch(warp_sum_kernel, dim3(4), dim3(256), NULL, again.data());
+    out->switches = fld_emu::switches() - before;
+    return rc == 0 && rc_again == 0 && again == out->warps;
+}
+
+/*
+ * The fibers' two context switches (set_context_switch) give the same
+ * results with the same number of switches, alternating over the same
+ * pooled fibers, after a launch that abandoned some at a barrier, and on
+ * two OS threads at once (each with its own fibers). The direct switch is
+ * built on x86-64 Linux and refused elsewhere.
+ */
+START_TEST(emu_context_switches)
+{
+#if defined(__x86_64__) && defined(__linux__)
+    const bool direct_built = true;
+#else
+    const bool direct_built = false;
+#endif
+    ck_assert_int_eq(fld_emu::set_context_switch(fld_emu::SWITCH_DIRECT), direct_built);
+    fld_emu::set_warp_size(32); /* as on the other OS threads */
+    fld_emu::set_schedule(fld_emu::SCHED_ROUND_ROBIN);
+    const fld_emu::context_switch best =
+        direct_built ? fld_emu::SWITCH_DIRECT : fld_emu::SWITCH_UCONTEXT;
+    switch_run ucontext_run;
+    ck_assert(run_with_switch(fld_emu::SWITCH_UCONTEXT, &ucontext_run));
+    ck_assert_int_eq(ucontext_run.divergent_rc, FLD_EMU_ERR_BARRIER);
+    for (int t = 0; t < 1024; t++)
+        tt_assert_msg(ucontext_run.blocks[t] == 1023.0f * 1024.0f / 2.0f + 1e6f * 1024.0f,
+                      "thread %d: %g", t, (double)ucontext_run.blocks[t]);
+    ck_assert_uint_gt(ucontext_run.switches, 4 * 256 + 2 * 1024);
+    const fld_emu::context_switch kinds[] = {fld_emu::SWITCH_DIRECT, fld_emu::SWITCH_UCONTEXT,
+                                             fld_emu::SWITCH_DIRECT};
+    for (fld_emu::context_switch kind : kinds) {
+        if (kind == fld_emu::SWITCH_DIRECT && !direct_built)
+            continue;
+        switch_run r;
+        ck_assert(run_with_switch(kind, &r));
+        ck_assert(r.warps == ucontext_run.warps && r.blocks == ucontext_run.blocks);
+        ck_assert_int_eq(r.divergent_rc, ucontext_run.divergent_rc);
+        ck_assert_uint_eq(r.switches, ucontext_run.switches);
+    }
+    switch_run on_thread[2];
+    bool ok[2] = {false, false};
+    std::thread a([&] { ok[0] = run_with_switch(fld_emu::SWITCH_UCONTEXT, &on_thread[0]); });
+    std::thread b([&] { ok[1] = run_with_switch(best, &on_thread[1]); });
+    a.join();
+    b.join();
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(ok[i], "OS thread %d: a launch failed", i);
+        ck_assert(on_thread[i].warps == ucontext_run.warps &&
+                  on_thread[i].blocks == ucontext_run.blocks);
+        ck_assert_uint_eq(on_thread[i].switches, ucontext_run.switches);
+    }
+    fld_emu::set_context_switch(best);
+}
+END_TEST
+
 template <int SLOTS> __global__ void block_sum_once_kernel(const float *in, float *out)
 {
     out[threadIdx.x] = fld_gpu::block_sum_once<SLOTS>(in[threadIdx.x]);
@@ -1722,16 +1805,20 @@ START_TEST(conversions_match_half_h)
 {
     for (uint32_t h = 0; h < 65536; h++) {
         const float f16 = fld__gpu_f16_to_f32((uint16_t)h), b16 = fld__gpu_bf16_to_f32((uint16_t)h);
-        ck_assert(fld_f32_bits(f16) == fld_f32_bits(fld_f16_to_f32((uint16_t)h)));
-        ck_assert(fld_f32_bits(b16) == fld_f32_bits(fld_bf16_to_f32((uint16_t)h)));
+        tt_assert_msg(fld_f32_bits(f16) == fld_f32_bits(fld_f16_to_f32((uint16_t)h)),
+                      "float16 %04x: %a", (unsigned)h, (double)f16);
+        tt_assert_msg(fld_f32_bits(b16) == fld_f32_bits(fld_bf16_to_f32((uint16_t)h)),
+                      "bfloat16 %04x: %a", (unsigned)h, (double)b16);
     }
     tt_rng r;
     tt_rng_seed(&r, 5);
     for (int i = 0; i < 200000; i++) {
         const uint32_t u = (uint32_t)(tt_rng_uniform(&r) * 4294967296.0);
         const float f = fld_f32_from_bits(u);
-        ck_assert_uint_eq(fld__gpu_f32_to_bf16(f), fld_f32_to_bf16(f));
-        ck_assert_uint_eq(fld__gpu_f32_to_f16(f), fld_f32_to_f16(f));
+        tt_assert_msg(fld__gpu_f32_to_bf16(f) == fld_f32_to_bf16(f), "%08x to bfloat16: %04x",
+                      (unsigned)u, (unsigned)fld__gpu_f32_to_bf16(f));
+        tt_assert_msg(fld__gpu_f32_to_f16(f) == fld_f32_to_f16(f), "%08x to float16: %04x",
+                      (unsigned)u, (unsigned)fld__gpu_f32_to_f16(f));
     }
 }
 END_TEST
@@ -1750,9 +1837,9 @@ START_TEST(bf16_words_finite)
         for (uint16_t o : others) {
             const bool both = h_finite && isfinite(fld_bf16_to_f32(o));
             const uint32_t low = h | (uint32_t)o << 16, high = (uint32_t)o | h << 16;
-            ck_assert_msg(fld__gpu_bf16_words_finite<1>(&low) == both,
+            tt_assert_msg(fld__gpu_bf16_words_finite<1>(&low) == both,
                           "%04x in the low half beside %04x", h, o);
-            ck_assert_msg(fld__gpu_bf16_words_finite<1>(&high) == both,
+            tt_assert_msg(fld__gpu_bf16_words_finite<1>(&high) == both,
                           "%04x in the high half beside %04x", h, o);
         }
     }
@@ -2082,6 +2169,7 @@ Suite *gpu_suite(void)
     tcase_add_test(tc, emu_catches_missing_barrier);
     tcase_add_test(tc, emu_catches_divergent_barrier);
     tcase_add_loop_test(tc, emu_warp_and_block_sums, 0, 6);
+    tcase_add_test(tc, emu_context_switches);
     tcase_add_loop_test(tc, block_sum_bits, 0, 2);
     tcase_add_test(tc, conversions_match_half_h);
     tcase_add_test(tc, bf16_words_finite);

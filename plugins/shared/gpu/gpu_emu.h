@@ -10,10 +10,11 @@
  * correctness.
  *
  * A launch runs the grid's blocks one after another on the calling thread.
- * Within a block, every thread is a cooperative fiber (ucontext) with its
- * own stack, and a fiber runs until it finishes or waits at a barrier; the
- * scheduler then resumes the next ready fiber in one of three orders (see
- * set_schedule), so that a race shows whichever way it goes:
+ * Within a block, every thread is a cooperative fiber with its own stack
+ * (see set_context_switch), and a fiber runs until it finishes or waits at
+ * a barrier; the scheduler then resumes the next ready fiber in one of
+ * three orders (see set_schedule), so that a race shows whichever way it
+ * goes:
  *   - __syncthreads(): a block barrier; every thread of the block must
  *     reach it. If no fiber can run and some still wait (a barrier inside
  *     divergent code, or threads that returned early), the launch fails with
@@ -91,6 +92,17 @@ void set_warp_size(int lanes);
  */
 enum schedule { SCHED_ROUND_ROBIN, SCHED_REVERSE, SCHED_LOWEST_FIRST };
 void set_schedule(schedule order);
+
+/*
+ * How fibers switch (set between launches):
+ *   SWITCH_DIRECT    registers saved and restored by a few instructions
+ *                    (x86-64 Linux; the default there)
+ *   SWITCH_UCONTEXT  swapcontext, which also saves the signal mask with a
+ *                    system call (the default elsewhere)
+ * Returns false, changing nothing, for SWITCH_DIRECT where it is not built.
+ */
+enum context_switch { SWITCH_DIRECT, SWITCH_UCONTEXT };
+bool set_context_switch(context_switch kind);
 
 /*
  * The approximate reciprocal the kernels' divisions start from
