@@ -18,10 +18,10 @@
  * past INT64_MAX). Then:
  *   - a call with a tensor that must be refused goes through the public
  *     entry point and must return FLD_EINVAL;
- *   - a call whose tensors all span at most SMALL_BYTES (256 KiB; 32 KiB
- *     in fuzz_tensors_gpu) gets buffers of exactly that range (data placed
- *     so the view starts inside), padding bytes set to a sentinel, and
- *     goes through the public entry point:
+ *   - a call whose tensors all span at most SMALL_BYTES (256 KiB) gets
+ *     buffers of exactly that range (data placed so the view starts
+ *     inside), padding bytes set to a sentinel, and goes through the public
+ *     entry point:
  *     AddressSanitizer catches any access outside a buffer, and afterwards
  *     read-only tensors must be unchanged and written ones unchanged outside
  *     their view;
@@ -52,15 +52,9 @@
 
 #include "fuzz_common.h"
 
-#ifdef FUZZ_GPU_PLUGIN
-/* largest buffer a tensor gets: the emulator runs every GPU thread as a
-   fiber, and at 256 KiB a call of a thousand rows took 40 s under ASan */
-#define SMALL_BYTES (32u << 10)
-#else
-#define SMALL_BYTES (256u << 10) /* largest buffer a tensor gets */
-#endif
-#define MAX_FUZZ_DIMS  64         /* rank of a mutated tensor, at most */
-#define MAX_ENUM_ELEMS (1u << 20) /* elements walked to mark a view */
+#define SMALL_BYTES    (256u << 10) /* largest buffer a tensor gets */
+#define MAX_FUZZ_DIMS  64           /* rank of a mutated tensor, at most */
+#define MAX_ENUM_ELEMS (1u << 20)   /* elements walked to mark a view */
 #define SENTINEL       0xA5u
 
 #ifdef FUZZ_GPU_PLUGIN
