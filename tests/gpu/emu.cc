@@ -131,7 +131,7 @@ struct block_run {
     unsigned block_arrived = 0;
     std::vector<unsigned> warp_arrived;
     std::vector<float> exchange; /* one slot per thread for shuffles */
-    /* Bit i: fiber i is READY (the scheduler's search, a word at a time) */
+    /* Bit i: fiber i is READY (kept by set_state; the scheduler searches it a word at a time) */
     std::vector<uint64_t> ready;
     unsigned cur = 0;
     void (*body)(void *) = nullptr;
@@ -241,10 +241,12 @@ void leave_fiber(fiber &f)
     switch_finish(f.fake_stack, &t_main_bottom, &t_main_size);
 }
 
-void set_ready(block_run *r, unsigned i, bool ready)
+/* Fiber i's state, and its bit in r->ready with it. */
+void set_state(block_run *r, unsigned i, state st)
 {
     const uint64_t bit = (uint64_t)1 << (i % 64);
-    r->ready[i / 64] = ready ? r->ready[i / 64] | bit : r->ready[i / 64] & ~bit;
+    r->fibers[i]->st = st;
+    r->ready[i / 64] = st == READY ? r->ready[i / 64] | bit : r->ready[i / 64] & ~bit;
 }
 
 /* The bits of r->ready's word w that stand for fibers in [from, to). */
@@ -285,10 +287,8 @@ void fiber_main()
     for (;;) {
         block_run *r = t_run; /* the launch that resumed it */
         r->body(r->ctx);
-        fiber &f = *r->fibers[r->cur];
-        f.st = DONE;
-        set_ready(r, r->cur, false);
-        leave_fiber(f);
+        set_state(r, r->cur, DONE);
+        leave_fiber(*r->fibers[r->cur]);
     }
 }
 
@@ -303,7 +303,6 @@ void yield()
    run_block: getcontext returns twice, which -Wclobbered dislikes. */
 __attribute__((noinline)) void start_fiber(fiber &f)
 {
-    f.st = READY;
     f.fake_stack = nullptr;
     f.live = true;
     f.direct = t_switch == SWITCH_DIRECT;
@@ -349,15 +348,12 @@ void warp_barrier()
 {
     block_run *r = t_run;
     unsigned w = warp_of(r->cur);
-    r->fibers[r->cur]->st = AT_WARP_BARRIER;
-    set_ready(r, r->cur, false);
+    set_state(r, r->cur, AT_WARP_BARRIER);
     if (++r->warp_arrived[w] == warp_lanes(w)) {
         r->warp_arrived[w] = 0;
         unsigned first = w * (unsigned)t_warp;
-        for (unsigned i = first; i < first + warp_lanes(w); i++) {
-            r->fibers[i]->st = READY;
-            set_ready(r, i, true);
-        }
+        for (unsigned i = first; i < first + warp_lanes(w); i++)
+            set_state(r, i, READY);
     }
     yield();
 }
@@ -366,18 +362,17 @@ void warp_barrier()
 int run_block(block_run *r)
 {
     const bool direct = t_switch == SWITCH_DIRECT;
-    for (fiber *f : r->fibers) {
-        if (f->live && f->direct == direct && f->st == DONE)
-            f->st = READY; /* resumed after its last body */
-        else
+    const unsigned n = r->nthreads;
+    for (unsigned i = 0; i < n; i++) {
+        fiber *f = r->fibers[i];
+        /* one waiting after its last body is resumed where it waits */
+        if (!(f->live && f->direct == direct && f->st == DONE))
             start_fiber(*f);
+        set_state(r, i, READY);
     }
     r->block_arrived = 0;
     for (unsigned &a : r->warp_arrived)
         a = 0;
-    const unsigned n = r->nthreads;
-    for (unsigned i = 0; i < n; i++)
-        set_ready(r, i, true);
     unsigned last = t_schedule == SCHED_REVERSE ? 0 : n - 1;
     for (;;) {
         /* The next ready fiber: after the last one run, in the schedule's
@@ -451,14 +446,11 @@ int launch_fn(dim3 grid, dim3 block, void (*body)(void *), void *ctx)
 void syncthreads()
 {
     block_run *r = t_run;
-    r->fibers[r->cur]->st = AT_BLOCK_BARRIER;
-    set_ready(r, r->cur, false);
+    set_state(r, r->cur, AT_BLOCK_BARRIER);
     if (++r->block_arrived == r->nthreads) {
         r->block_arrived = 0;
-        for (unsigned i = 0; i < r->nthreads; i++) {
-            r->fibers[i]->st = READY;
-            set_ready(r, i, true);
-        }
+        for (unsigned i = 0; i < r->nthreads; i++)
+            set_state(r, i, READY);
     }
     yield();
 }
