@@ -429,15 +429,6 @@ START_TEST(fakecuda_plugin_passes)
     snprintf(so, sizeof so, "%s/fld-fakecuda.so", dir + strlen("VLLM_FL_PLUGIN_DIR="));
     if (access(so, R_OK) != 0)
         return; /* tests/gpuplug/tests.mk builds it only with the GPU emulator's sources */
-    /* The emulator runs GPU threads as ucontext fibers, which ThreadSanitizer
-     * cannot follow (its stack depot overflows); the kernels' own tests run
-     * them under TSan in forked children instead. */
-    const char *san = getenv("FLD_SANITIZE");
-    if (san && strstr(san, "thread")) {
-        fprintf(stderr,
-                "fakecuda_plugin_passes: SKIPPED under ThreadSanitizer (ucontext fibers)\n");
-        return;
-    }
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(dir), ARGS("verify", "--quick", "--device", "cuda"));
     assert_status(r, 0);

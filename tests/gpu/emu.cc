@@ -42,6 +42,34 @@
 #endif
 
 /*
+ * Under ThreadSanitizer every fiber is a TSan fiber, and the switches
+ * between fibers synchronise nothing, so TSan sees a block's threads as
+ * running at once. The kernels' accesses to shared and global memory are
+ * then ordered only by what orders them on a GPU: the block barrier, and
+ * the launch (the host's writes before it, its reads after it; blocks run
+ * one after another). Two unordered accesses to the same bytes, one of them
+ * a write, are reported as a data race whichever fiber the schedule ran
+ * first: a missing barrier, a shared slot written again before every warp
+ * has read it, two threads writing one output. Shuffles exchange values
+ * but order no memory (CUDA's independent thread scheduling needs a
+ * __syncwarp for that, which the kernels do not use). The emulator's own
+ * bookkeeping, which the fibers and the scheduler share, is ignored by TSan.
+ */
+#if defined(__SANITIZE_THREAD__) /* gcc */
+#define FLD_EMU_TSAN 1
+#elif defined(__has_feature) /* clang */
+#if __has_feature(thread_sanitizer)
+#define FLD_EMU_TSAN 1
+#endif
+#endif
+#ifdef FLD_EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+/* exported by the TSan runtimes of gcc and clang, declared by neither header */
+extern "C" void __tsan_ignore_thread_begin(void);
+extern "C" void __tsan_ignore_thread_end(void);
+#endif
+
+/*
  * The direct switch: swapcontext saves and restores the signal mask with a
  * system call at every switch, which made the switches most of a kernel
  * test's time. Fibers never touch the signal mask, so on x86-64 a switch
@@ -123,6 +151,7 @@ struct fiber {
     ucontext_t uc{};             /* zeroed: glibc does not fill uc_stack, which ASan reads */
     void *fake_stack = nullptr;  /* AddressSanitizer's, while switched away */
     unsigned valgrind_stack = 0; /* valgrind's id of the stack */
+    void *tsan = nullptr;        /* ThreadSanitizer's context of the fiber */
 };
 
 struct block_run {
@@ -134,6 +163,7 @@ struct block_run {
     /* Bit i: fiber i is READY (kept by set_state; the scheduler searches it a word at a time) */
     std::vector<uint64_t> ready;
     unsigned cur = 0;
+    unsigned barrier_gen = 0; /* block barriers passed: its parity picks t_barrier_sync */
     void (*body)(void *) = nullptr;
     void *ctx = nullptr;
 };
@@ -153,6 +183,110 @@ void switch_finish(void *fake_stack_save, const void **bottom_old, size_t *size_
     __sanitizer_finish_switch_fiber(fake_stack_save, bottom_old, size_old);
 #else
     (void)fake_stack_save, (void)bottom_old, (void)size_old;
+#endif
+}
+
+/*
+ * ThreadSanitizer's view (see FLD_EMU_TSAN), no-ops without it. The fibers'
+ * and the scheduler's bookkeeping runs between tsan_ignore(true) and
+ * tsan_ignore(false); the orders a GPU gives are releases and acquires on
+ * these addresses:
+ *   t_start_sync     the scheduler releases it as a block starts, each
+ *                    fiber acquires it as it starts the block's body
+ *   t_done_sync      each fiber releases it as it ends the body or arrives
+ *                    at a barrier (so a fiber abandoned there is ordered
+ *                    too), the scheduler acquires it after the block
+ *   t_barrier_sync   a block barrier: released by each fiber arriving,
+ *                    acquired by each leaving. Two, taken by the barrier's
+ *                    parity: a fiber may leave a barrier and arrive at the
+ *                    next before another has left the first, and that one
+ *                    must not acquire what was released at the next.
+ */
+thread_local char t_start_sync, t_done_sync, t_barrier_sync[2];
+thread_local void *t_main_tsan;
+
+void tsan_ignore(bool on)
+{
+#ifdef FLD_EMU_TSAN
+    if (on)
+        __tsan_ignore_thread_begin();
+    else
+        __tsan_ignore_thread_end();
+#else
+    (void)on;
+#endif
+}
+
+void tsan_release(void *addr)
+{
+#ifdef FLD_EMU_TSAN
+    __tsan_release(addr);
+#else
+    (void)addr;
+#endif
+}
+
+void tsan_acquire(void *addr)
+{
+#ifdef FLD_EMU_TSAN
+    __tsan_acquire(addr);
+#else
+    (void)addr;
+#endif
+}
+
+/* Just before a stack switch: TSan's context becomes to's, with no order
+   between the two. */
+void tsan_switch(void *to)
+{
+#ifdef FLD_EMU_TSAN
+    __tsan_switch_to_fiber(to, __tsan_switch_to_fiber_no_sync);
+#else
+    (void)to;
+#endif
+}
+
+/* Ends the ignore that a suspended fiber's TSan context holds: it waits in
+   the emulator's code, where its context ignores accesses once (at a
+   barrier, or after its last body). Done in f's context, entered for the
+   purpose (TSan's current context is all it follows; the stack stays the
+   scheduler's). */
+#ifdef FLD_EMU_TSAN
+void tsan_end_ignore_of(fiber &f)
+{
+    void *self = __tsan_get_current_fiber();
+    __tsan_switch_to_fiber(f.tsan, __tsan_switch_to_fiber_no_sync);
+    __tsan_ignore_thread_end();
+    __tsan_switch_to_fiber(self, __tsan_switch_to_fiber_no_sync);
+}
+#endif
+
+/* Fiber f's TSan context as it starts afresh: a new one, or the one it
+   had (its own accesses stay in order) with the ignore it was left in
+   ended, as fiber_main begins its own. */
+void tsan_start_context(fiber &f)
+{
+#ifdef FLD_EMU_TSAN
+    if (f.tsan)
+        tsan_end_ignore_of(f);
+    else
+        f.tsan = __tsan_create_fiber(0);
+#else
+    (void)f;
+#endif
+}
+
+/* TSan reports a context that ends while ignoring accesses. */
+void tsan_drop_context(fiber &f)
+{
+#ifdef FLD_EMU_TSAN
+    if (!f.tsan)
+        return;
+    tsan_end_ignore_of(f);
+    __tsan_destroy_fiber(f.tsan);
+    f.tsan = nullptr;
+#else
+    (void)f;
 #endif
 }
 
@@ -176,20 +310,26 @@ thread_local size_t t_main_size;
 /* Fibers (and their stacks) are kept between launches: a test makes many small ones. */
 thread_local std::vector<fiber *> *t_pool;
 
+void free_pool()
+{
+    if (!t_pool)
+        return;
+    for (fiber *f : *t_pool) {
+#ifdef FLD_EMU_VALGRIND
+        VALGRIND_STACK_DEREGISTER(f->valgrind_stack);
+#endif
+        tsan_drop_context(*f);
+        free(f->stack);
+        delete f;
+    }
+    delete t_pool;
+    t_pool = nullptr;
+}
+
 struct fiber_pool_owner {
     ~fiber_pool_owner()
     {
-        if (!t_pool)
-            return;
-        for (fiber *f : *t_pool) {
-#ifdef FLD_EMU_VALGRIND
-            VALGRIND_STACK_DEREGISTER(f->valgrind_stack);
-#endif
-            free(f->stack);
-            delete f;
-        }
-        delete t_pool;
-        t_pool = nullptr;
+        free_pool();
     }
 };
 thread_local fiber_pool_owner t_pool_owner;
@@ -218,6 +358,7 @@ void enter_fiber(fiber &f)
 {
     t_switches++;
     switch_start(&t_main_fake_stack, f.stack, STACK_BYTES);
+    tsan_switch(f.tsan);
 #ifdef FLD_EMU_DIRECT_SWITCH
     if (f.direct)
         fld_emu_switch_stack(&t_main_sp, f.sp);
@@ -232,6 +373,7 @@ void leave_fiber(fiber &f)
 {
     t_switches++;
     switch_start(&f.fake_stack, t_main_bottom, t_main_size);
+    tsan_switch(t_main_tsan);
 #ifdef FLD_EMU_DIRECT_SWITCH
     if (f.direct)
         fld_emu_switch_stack(&f.sp, t_main_sp);
@@ -280,13 +422,21 @@ int highest_ready(const block_run *r, unsigned from, unsigned to)
     return -1;
 }
 
-/* Every fiber's one frame at its stack's top. */
+/* Every fiber's one frame at its stack's top. Only the body's accesses
+   are TSan's business (see FLD_EMU_TSAN). */
 void fiber_main()
 {
+    tsan_ignore(true);
     switch_finish(nullptr, &t_main_bottom, &t_main_size);
     for (;;) {
         block_run *r = t_run; /* the launch that resumed it */
-        r->body(r->ctx);
+        void (*body)(void *) = r->body;
+        void *ctx = r->ctx;
+        tsan_acquire(&t_start_sync);
+        tsan_ignore(false);
+        body(ctx);
+        tsan_ignore(true);
+        tsan_release(&t_done_sync);
         set_state(r, r->cur, DONE);
         leave_fiber(*r->fibers[r->cur]);
     }
@@ -305,6 +455,7 @@ __attribute__((noinline)) void start_fiber(fiber &f)
 {
     f.fake_stack = nullptr;
     f.live = true;
+    tsan_start_context(f);
     f.direct = t_switch == SWITCH_DIRECT;
 #ifdef FLD_EMU_ASAN
     __asan_unpoison_memory_region(f.stack, STACK_BYTES);
@@ -347,6 +498,7 @@ unsigned warp_lanes(unsigned warp)
 void warp_barrier()
 {
     block_run *r = t_run;
+    tsan_release(&t_done_sync);
     unsigned w = warp_of(r->cur);
     set_state(r, r->cur, AT_WARP_BARRIER);
     if (++r->warp_arrived[w] == warp_lanes(w)) {
@@ -373,6 +525,7 @@ int run_block(block_run *r)
     r->block_arrived = 0;
     for (unsigned &a : r->warp_arrived)
         a = 0;
+    tsan_release(&t_start_sync);
     unsigned last = t_schedule == SCHED_REVERSE ? 0 : n - 1;
     for (;;) {
         /* The next ready fiber: after the last one run, in the schedule's
@@ -392,6 +545,7 @@ int run_block(block_run *r)
         t_thread_idx = r->fibers[i]->idx;
         enter_fiber(*r->fibers[i]);
     }
+    tsan_acquire(&t_done_sync);
     int rc = FLD_EMU_OK;
     for (fiber *f : r->fibers)
         if (f->st != DONE) {
@@ -412,8 +566,11 @@ int launch_fn(dim3 grid, dim3 block, void (*body)(void *), void *ctx)
         return FLD_EMU_ERR_LAUNCH_CONFIG;
     if (t_run) /* a launch from inside a kernel: not supported */
         return FLD_EMU_ERR_LAUNCH_CONFIG;
-    if (!reserve_fibers((unsigned)nthreads))
+    tsan_ignore(true);
+    if (!reserve_fibers((unsigned)nthreads)) {
+        tsan_ignore(false);
         return FLD_EMU_ERR_OUT_OF_MEMORY;
+    }
 
     block_run run;
     run.nthreads = (unsigned)nthreads;
@@ -432,6 +589,9 @@ int launch_fn(dim3 grid, dim3 block, void (*body)(void *), void *ctx)
     t_block_dim = block;
     t_grid_dim = grid;
     t_run = &run;
+#ifdef FLD_EMU_TSAN
+    t_main_tsan = __tsan_get_current_fiber();
+#endif
     int rc = FLD_EMU_OK;
     for (unsigned z = 0; z < grid.z && rc == FLD_EMU_OK; z++)
         for (unsigned y = 0; y < grid.y && rc == FLD_EMU_OK; y++)
@@ -440,23 +600,32 @@ int launch_fn(dim3 grid, dim3 block, void (*body)(void *), void *ctx)
                 rc = run_block(&run);
             }
     t_run = nullptr;
+    tsan_ignore(false);
     return rc;
 }
 
 void syncthreads()
 {
+    tsan_ignore(true);
     block_run *r = t_run;
+    const unsigned gen = r->barrier_gen;
+    tsan_release(&t_barrier_sync[gen % 2]);
+    tsan_release(&t_done_sync);
     set_state(r, r->cur, AT_BLOCK_BARRIER);
     if (++r->block_arrived == r->nthreads) {
         r->block_arrived = 0;
+        r->barrier_gen++;
         for (unsigned i = 0; i < r->nthreads; i++)
             set_state(r, i, READY);
     }
     yield();
+    tsan_acquire(&t_barrier_sync[gen % 2]);
+    tsan_ignore(false);
 }
 
 float shfl_xor(float v, int mask)
 {
+    tsan_ignore(true);
     block_run *r = t_run;
     const unsigned me = r->cur, w = warp_of(me), first = w * (unsigned)t_warp;
     const unsigned lane = me - first, src = lane ^ (unsigned)mask;
@@ -464,6 +633,7 @@ float shfl_xor(float v, int mask)
     warp_barrier(); /* every lane has written */
     float got = src < warp_lanes(w) ? r->exchange[first + src] : v;
     warp_barrier(); /* every lane has read before the slots are reused */
+    tsan_ignore(false);
     return got;
 }
 
@@ -522,6 +692,26 @@ float rsqrt_approx(float x)
 void set_rsqrt_offset(int units)
 {
     t_rsqrt_offset = units;
+}
+
+bool checks_races()
+{
+#ifdef FLD_EMU_TSAN
+    return true;
+#else
+    return false;
+#endif
+}
+
+void free_fibers()
+{
+    if (!t_run)
+        free_pool();
+}
+
+void unchecked_reads(bool on)
+{
+    tsan_ignore(on);
 }
 
 uint64_t launches()

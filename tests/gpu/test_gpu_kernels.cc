@@ -26,7 +26,9 @@
  * of squares overflows or underflows, are covered too.
  *
  * The emulator itself is tested too: a kernel with a missing barrier gives a
- * wrong answer, a divergent barrier fails the launch, shuffles exchange
+ * wrong answer (built with ThreadSanitizer, it and three other kinds of race
+ * are reported as data races in every schedule, and each made right is
+ * not: make check SANITIZE=thread), a divergent barrier fails the launch, shuffles exchange
  * among the lanes of a warp of 32 or 64; and its graph capture: launches on a
  * capturing stream run only when the graph is replayed, in order, giving
  * the bits of the same calls run directly; the calls a capture refuses,
@@ -38,7 +40,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -1619,6 +1624,150 @@ START_TEST(emu_catches_divergent_barrier)
 }
 END_TEST
 
+/*
+ * Races that ThreadSanitizer reports when the emulator is built with it
+ * (fld_emu::checks_races), each beside the same kernel made right. Every
+ * kind the kernels could have: a shared slot read before its writer
+ * reached the barrier, shared slots written again before every warp read
+ * them, two threads writing one global element, and lanes of a warp that
+ * trust a shuffle to order their shared-memory accesses.
+ */
+template <bool SYNC> __global__ void partials_reused_kernel(float *out)
+{
+    /* block_sum<false> leaves out the barrier after the partials are read */
+    const float a = SYNC ? fld_gpu::block_sum((float)threadIdx.x)
+                         : fld_gpu::block_sum<false>((float)threadIdx.x);
+    const float b = fld_gpu::block_sum<false>(1.0f);
+    out[threadIdx.x] = a + 1e6f * b;
+}
+
+template <bool SYNC> __global__ void one_output_kernel(float *out)
+{
+    out[SYNC ? threadIdx.x : threadIdx.x / 2] = (float)threadIdx.x;
+}
+
+template <bool SYNC> __global__ void shuffle_then_shared_kernel(float *out)
+{
+    __shared__ float slot[64];
+    slot[threadIdx.x] = (float)threadIdx.x;
+    const float v = fld__gpu_shfl_xor(1.0f, 1); /* every lane meets here */
+    if (SYNC)
+        __syncthreads();
+    out[threadIdx.x] = slot[threadIdx.x ^ 1u] + v;
+}
+
+struct race_case {
+    const char *what, *kernel; /* the report names the kernel where it is symbolised */
+    int (*launch)(bool racy, void *out);
+};
+
+const race_case race_cases[] = {
+    {"a shared slot read before the barrier", "neighbour_kernel",
+     [](bool racy, void *out) {
+         return fld__gpu_launch(racy ? neighbour_kernel<false> : neighbour_kernel<true>, dim3(2),
+                                dim3(64), NULL, static_cast<int *>(out));
+     }},
+    {"shared partials written again before every warp read them", "block_sum",
+     [](bool racy, void *out) {
+         return fld__gpu_launch(racy ? partials_reused_kernel<false> : partials_reused_kernel<true>,
+                                dim3(2), dim3(256), NULL, static_cast<float *>(out));
+     }},
+    {"two threads writing one output element", "one_output_kernel",
+     [](bool racy, void *out) {
+         return fld__gpu_launch(racy ? one_output_kernel<false> : one_output_kernel<true>, dim3(2),
+                                dim3(64), NULL, static_cast<float *>(out));
+     }},
+    {"shared memory ordered by a shuffle alone", "shuffle_then_shared_kernel",
+     [](bool racy, void *out) {
+         return fld__gpu_launch(racy ? shuffle_then_shared_kernel<false>
+                                     : shuffle_then_shared_kernel<true>,
+                                dim3(2), dim3(64), NULL, static_cast<float *>(out));
+     }},
+};
+
+/* Launches the case's kernel in every schedule; exits with 0 where TSan
+   reports nothing (with TSAN_OPTIONS=halt_on_error=1, as tests/run.sh sets,
+   a report ends the process at once with TSan's exit status). */
+const race_case *t_race_case;
+bool t_race_racy;
+
+void launch_race_case(void)
+{
+    std::vector<float> out(1024, 0.0f);
+    for (fld_emu::schedule order :
+         {fld_emu::SCHED_ROUND_ROBIN, fld_emu::SCHED_REVERSE, fld_emu::SCHED_LOWEST_FIRST}) {
+        fld_emu::set_schedule(order);
+        if (t_race_case->launch(t_race_racy, out.data()) != 0)
+            exit(3);
+    }
+    fld_emu::set_schedule(fld_emu::SCHED_ROUND_ROBIN);
+}
+
+/* Runs fn in a child process; returns what the child wrote to stderr, its
+   wait status in *status. */
+std::string stderr_of_child(void (*fn)(void), int *status)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    fld_emu::free_fibers(); /* launches of earlier tests (CK_FORK=no) left some */
+    fflush(NULL);
+    const pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        fn();
+        exit(0);
+    }
+    close(fds[1]);
+    std::string err;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0)
+        err.append(buf, (size_t)n);
+    close(fds[0]);
+    ck_assert_int_eq(waitpid(pid, status, 0), pid);
+    return err;
+}
+
+/* _i: the case x racy or made right. Registered where checks_races(). */
+START_TEST(emu_reports_races)
+{
+    const race_case &c = race_cases[_i / 2];
+    t_race_case = &c;
+    t_race_racy = _i % 2 == 0;
+    int status = 0;
+    const std::string err = stderr_of_child(launch_race_case, &status);
+    if (!t_race_racy) {
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0 && err.empty(),
+                      "%s, made right: status %d, stderr:\n%s", c.what, status, err.c_str());
+        return;
+    }
+    ck_assert_msg(err.find("ThreadSanitizer: data race") != std::string::npos &&
+                      !(WIFEXITED(status) && WEXITSTATUS(status) == 0),
+                  "%s: no race reported (status %d), stderr:\n%s", c.what, status, err.c_str());
+    /* where a symboliser named the frames, the kernel is among them */
+    if (err.find("<null>") == std::string::npos)
+        ck_assert_msg(err.find(c.kernel) != std::string::npos, "%s: %s not named:\n%s", c.what,
+                      c.kernel, err.c_str());
+}
+END_TEST
+
+/* The build's sanitizer and the emulator's race checking agree. */
+START_TEST(emu_checks_races_under_tsan)
+{
+#if defined(__SANITIZE_THREAD__)
+    const bool tsan = true;
+#elif defined(__has_feature)
+    const bool tsan = __has_feature(thread_sanitizer);
+#else
+    const bool tsan = false;
+#endif
+    ck_assert_int_eq(fld_emu::checks_races(), tsan);
+}
+END_TEST
+
 __global__ void warp_sum_kernel(float *out)
 {
     out[blockIdx.x * blockDim.x + threadIdx.x] =
@@ -2166,7 +2315,14 @@ Suite *gpu_suite(void)
 {
     Suite *s = suite_create("gpu_kernels");
     TCase *tc = tcase_create("emulator");
-    tcase_add_test(tc, emu_catches_missing_barrier);
+    tcase_set_timeout(tc, 60); /* under TSan every fiber is a TSan context of its own */
+    /* Under TSan a race ends the process: the racy kernels run in children there. */
+    if (fld_emu::checks_races())
+        tcase_add_loop_test(tc, emu_reports_races, 0,
+                            2 * (int)(sizeof race_cases / sizeof race_cases[0]));
+    else
+        tcase_add_test(tc, emu_catches_missing_barrier);
+    tcase_add_test(tc, emu_checks_races_under_tsan);
     tcase_add_test(tc, emu_catches_divergent_barrier);
     tcase_add_loop_test(tc, emu_warp_and_block_sums, 0, 6);
     tcase_add_test(tc, emu_context_switches);

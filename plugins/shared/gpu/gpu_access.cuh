@@ -102,6 +102,27 @@ template <int DT, bool VEC> struct group {
                                  : static_cast<const uint16_t *>(row)[k];
     }
 
+    /* fetch() by a thread that drops what it read unless used: one past the
+       row's end, which loads a group that its owner may be storing to at
+       the same time (a residual rounded before the block's reduction). On
+       a GPU that is the same load, and it reads either value; the emulator
+       keeps such a load out of ThreadSanitizer's race check. */
+    template <typename R>
+    static FLD_GPU_DEV void fetch_maybe_dropped(const void *row, int64_t k, R &v, bool used)
+    {
+#if defined(FLD_GPU_TARGET_EMU)
+        if (!used) {
+            fld_emu::unchecked_reads(true);
+            fetch(row, k, v);
+            fld_emu::unchecked_reads(false);
+            return;
+        }
+#else
+        (void)used;
+#endif
+        fetch(row, k, v);
+    }
+
     static FLD_GPU_DEV void unpack(const fld__gpu_vec16 &v, float *f)
     {
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};

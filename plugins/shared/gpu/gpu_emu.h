@@ -25,7 +25,9 @@
  *     shared by the fibers of the block running on it.
  * Because fibers switch only at barriers, a kernel that reads another
  * thread's shared-memory write without a barrier between them sees the old
- * value -- a race shows up as a wrong answer, deterministically.
+ * value -- a race shows up as a wrong answer, deterministically, in the
+ * schedule that runs the reader first. Built with ThreadSanitizer, the
+ * emulator also has TSan check every pair of accesses (see checks_races).
  *
  * Not emulated: memory spaces (device pointers are host pointers), streams
  * (everything is synchronous, except that a launch on a capturing stream is
@@ -123,6 +125,29 @@ void set_rcp_offset(int units);
  */
 float rsqrt_approx(float x);
 void set_rsqrt_offset(int units);
+
+/*
+ * Whether this build has ThreadSanitizer check the kernels' memory accesses
+ * (built with -fsanitize=thread): a block's threads are then concurrent to
+ * TSan, ordered only by the block barrier and by the launch itself, so two
+ * threads' accesses to the same shared or global bytes, one a write, with
+ * no barrier between them are reported as a data race in every schedule.
+ * Shuffles order no memory; blocks run, and are ordered, one after another.
+ */
+bool checks_races();
+/* Inside a kernel: reads from unchecked_reads(true) to unchecked_reads(false)
+   are not checked for races (a load whose value the thread drops). */
+void unchecked_reads(bool on);
+
+/*
+ * Frees this OS thread's fibers and their stacks, which launches otherwise
+ * keep until the thread exits (the next launch makes them again). Under
+ * ThreadSanitizer a process forks with none: the fibers' TSan contexts do
+ * not survive a fork, and a child that launches on them gets reports of
+ * races that the launch orders (seen: a shared slot of one block against
+ * the next block's).
+ */
+void free_fibers();
 
 /* Totals on this OS thread since it started: launches and fiber switches. */
 uint64_t launches();

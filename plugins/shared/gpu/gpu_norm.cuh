@@ -454,7 +454,9 @@ __global__ void __launch_bounds__(1024)
     /* Every load first, unconditionally and in one straight run: a thread
        past the row's end reads its last group again and uses nothing of it
        (a load under the bounds test is one that ptxas moves below the first
-       use of the others). */
+       use of the others). The residual's last group is the one its owner
+       stores the sum to before the reduction: that load of it races with
+       the store, harmlessly. */
     typename G::raw xs[K], rs[K], ws[K];
     FLD_GPU_UNROLL
     for (int i = 0; i < K; i++) {
@@ -462,7 +464,7 @@ __global__ void __launch_bounds__(1024)
         const uint32_t at = k < groups ? k : groups - 1;
         G::fetch(xr, at, xs[i]);
         if (RESIDUAL)
-            G::fetch(rr, at, rs[i]);
+            G::fetch_maybe_dropped(rr, at, rs[i], k < groups);
         G::fetch(a.weight, at, ws[i]);
     }
     /* In bfloat16, whether every weight of the thread is finite: then no
