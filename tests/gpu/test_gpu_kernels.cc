@@ -1634,10 +1634,11 @@ END_TEST
  */
 template <bool SYNC> __global__ void partials_reused_kernel(float *out)
 {
-    /* block_sum<false> leaves out the barrier after the partials are read */
-    const float a = SYNC ? fld_gpu::block_sum((float)threadIdx.x)
-                         : fld_gpu::block_sum<false>((float)threadIdx.x);
-    const float b = fld_gpu::block_sum<false>(1.0f);
+    /* Each block_sum<AGAIN> has its shared partials (as on a GPU, one array
+       per instantiation); block_sum<false> leaves out the barrier after
+       they are read. */
+    const float a = fld_gpu::block_sum<SYNC>((float)threadIdx.x);
+    const float b = fld_gpu::block_sum<SYNC>(1.0f);
     out[threadIdx.x] = a + 1e6f * b;
 }
 
