@@ -113,7 +113,8 @@ START_TEST(quick_passes_for_every_op_and_dtype)
     ck_assert(line_with(r.out, "rows:", " 0 failed"));
     ck_assert(!strstr(r.out, "attention_backend"));
     ck_assert_str_eq(r.err, "");
-    /* Every row's IMPL starts under the header's, the longest op name (rotary_embedding_out) too. */
+    /* Every row's IMPL starts under the header's, the longest op name (rotary_embedding_out) too.
+     */
     const char *header = strstr(r.out, "\nOP ");
     ck_assert_ptr_nonnull(header);
     size_t col = (size_t)(strstr(header, "IMPL") - (header + 1));
@@ -156,8 +157,8 @@ START_TEST(json_for_one_op_and_dtype)
     const int n_results = tt_count_of(r.out, "\"impl_id\": ");
     ck_assert_int_ge(n_results, 2);
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        ck_assert_msg(tt_count_of(r.out, keys[i]) == n_results, "key %s: %d of %d results",
-                      keys[i], tt_count_of(r.out, keys[i]), n_results);
+        ck_assert_msg(tt_count_of(r.out, keys[i]) == n_results, "key %s: %d of %d results", keys[i],
+                      tt_count_of(r.out, keys[i]), n_results);
     ck_assert(strstr(r.out, "\"device\": \"cpu\""));
     ck_assert(strstr(r.out, "\"results\": ["));
     ck_assert(strstr(r.out, "\"ok\": true"));
@@ -176,8 +177,9 @@ START_TEST(same_seed_same_result)
     struct tt_tool_run a, b, c;
     tt_tool_run(&a, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
     tt_tool_run(&b, NO_ENV, ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json"));
-    tt_tool_run(&c, NO_ENV,
-                ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json", "--seed", "7"));
+    tt_tool_run(
+        &c, NO_ENV,
+        ARGS("verify", "--quick", "gelu_and_mul", "--dtype", "f16", "--json", "--seed", "7"));
     assert_status(a, 0);
     assert_status(c, 0);
     ck_assert_str_eq(a.out, b.out);
@@ -333,7 +335,7 @@ START_TEST(fake_device_catches_wrong_values_and_overruns)
     struct tt_tool_run r;
     tt_tool_run(&r, ENV(fakedev_env(), "FLD_FAKEDEV_BAD=1"),
                 ARGS("verify", "--quick", "--device", "cuda", "silu_and_mul", "rms_norm", "--dtype",
-                  "f32,bf16"));
+                     "f32,bf16"));
     assert_status(r, 1);
     for (size_t dt = 0; dt < 3; dt += 2) {
         ck_assert_msg(
