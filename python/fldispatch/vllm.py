@@ -369,7 +369,8 @@ def register():
     """vLLM's general-plugin hook: registers fldispatch's vLLM IR provider for
     the IR ops of the installed vLLM (fldispatch.vllm_ir) and its place in
     the platform's default priority (per vLLM mode, fldispatch.vllm_path),
-    adds fldispatch's variables to vLLM's compile-cache key (vllm_compile),
+    adds fldispatch's variables to vLLM's variable table (vllm_compile: the
+    compile-cache key, and the names its environment check accepts),
     and registers the OOT layers that VLLM_FL_OOT_* allow, but those whose
     layer calls an IR op. Idempotent; returns {op name: vLLM class name} of
     the OOT layers (DECIDED.oot_layers)."""
@@ -395,7 +396,7 @@ def register():
         else:
             vllm_path.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
                         "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
-    vllm_compile.register_compile_factors()
+    vllm_compile.register_variables()
     superseded = vllm_ir.superseded_layers()
     for op_name, layer in LAYERS.items():
         if op_name in registered:

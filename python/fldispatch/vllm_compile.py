@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""fldispatch's part of vLLM's compile-cache key.
+"""fldispatch's variables in vLLM's table: its compile-cache key and its environment check.
 
 vLLM keys its compile cache (and its AOT artifacts) by, among others, every
 variable of its table vllm.envs.environment_variables (envs.compile_factors()
-hashes each one's value but a few it knows to be irrelevant). register()
-adds fldispatch's own there:
+hashes each one's value but a few it knows to be irrelevant), and checks
+the VLLM_* variables set against the same table. register_variables() adds
+fldispatch's own there:
 
 - every VLLM_FL_* variable that may change a compiled graph (which layers the
   plugin replaces and which of them run fldispatch's op in the mode
@@ -13,8 +14,13 @@ adds fldispatch's own there:
   policy fields' variables and the rows of the library's variable table
   (_C.variables(), core/policy/variables.h) whose compile column is GRAPH, and any
   other VLLM_FL_* variable set, but those the table marks NEVER (the
-  variables that only observe: counters, trace, IO dump, log level), which
-  vLLM warns about as unknown variables as for any other;
+  variables that only observe: counters, trace, IO dump, log level);
+- the NEVER rows named VLLM_*, with a getter that gives None whatever their
+  value: vLLM then knows them (its environment check warns about any
+  VLLM_* name its table lacks, and refuses to start on one under
+  --fail-on-environ-validation), and their values stay out of the key, so
+  turning the counters on recompiles nothing. fldispatch reads them itself,
+  and reports a VLLM_FL_* name it does not know;
 - VLLM_FL_FINGERPRINT, which no one sets: its value is fldispatch.vllm_ir's
   fingerprint(), a hash of the library's policy with its sources, the
   plugins, the manifest's content and the layers the OOT switches replace,
@@ -57,10 +63,21 @@ def _env_getter(name):
     return lambda: os.environ.get(name)
 
 
-def register_compile_factors():
+def known_variables():
+    """The VLLM_* names of the variables that only observe (the variable
+    table's NEVER rows): vLLM's table holds them, valueless."""
+    return sorted(n for n in NEUTRAL_VARIABLES if n.startswith("VLLM_"))
+
+
+def _no_value():
+    return None
+
+
+def register_variables():
     """Adds fldispatch's variables and VLLM_FL_FINGERPRINT to vLLM's variable
-    table (none where the installed vLLM has no such table). Returns the
-    names added."""
+    table (none where the installed vLLM has no such table): those of the
+    compile-cache key with their values, the observing ones valueless.
+    Returns the names added."""
     try:
         import vllm.envs as envs
 
@@ -72,6 +89,10 @@ def register_compile_factors():
     for name in graph_variables():
         if name not in table:
             table[name] = _env_getter(name)
+            added.append(name)
+    for name in known_variables():
+        if name not in table:
+            table[name] = _no_value
             added.append(name)
     if FINGERPRINT not in table:
         table[FINGERPRINT] = lambda: vllm_ir.fingerprint(DECIDED.served_by_ir_op)

@@ -700,7 +700,7 @@ def test_compile_factors_follow_the_variables(env):
 
     assert vllm_compile.FINGERPRINT in envs.environment_variables
     base = envs.compile_factors()
-    assert "VLLM_FL_OOT_BLACKLIST" in base and "VLLM_FL_STATS" not in base
+    assert "VLLM_FL_OOT_BLACKLIST" in base and base["VLLM_FL_STATS"] is None
     assert "VLLM_FL_OOT_FORCE" in base
     env(VLLM_FL_OOT_BLACKLIST="rms_norm")
     got = envs.compile_factors()
@@ -708,3 +708,31 @@ def test_compile_factors_follow_the_variables(env):
     assert got[vllm_compile.FINGERPRINT] != base[vllm_compile.FINGERPRINT]
     env(VLLM_FL_STATS="1")
     assert envs.compile_factors() == got
+
+
+def test_vllms_environment_check_knows_fldispatchs_variables(monkeypatch, registered):
+    """vLLM checks each VLLM_* variable set against its table (a warning, or
+    an error under --fail-on-environ-validation): every VLLM_* variable of
+    fldispatch's table and policy passes, whatever its value, and the
+    observing ones stay out of the compile-cache key; a name no one
+    knows is still refused."""
+    import vllm.envs as envs
+    from vllm.platforms import current_platform
+
+    names = {v["name"] for v in fldispatch._C.variables() if v["name"].startswith("VLLM_")}
+    names |= {env.strip() for f in fldispatch._C.policy_fields()
+              for env in (f["env"] or "").split(",") if env.strip()}
+    assert "VLLM_FL_STATS" in names and "VLLM_FL_IO_DUMP" in names
+    base = envs.compile_factors()
+    # as if set before vLLM started: the plugin registers in every process
+    # (on a copy of vLLM's table, given back after the test)
+    monkeypatch.setattr(envs, "environment_variables", dict(envs.environment_variables))
+    for name in sorted(names):
+        monkeypatch.setenv(name, "a value vLLM does not read")
+    vllm_compile.register_variables()
+    current_platform.validate_environ(True)
+    for name in vllm_compile.known_variables():
+        assert envs.compile_factors()[name] == base[name] is None, name
+    monkeypatch.setenv("VLLM_FL_NOT_A_VARIABLE", "1")
+    with pytest.raises(ValueError, match="VLLM_FL_NOT_A_VARIABLE"):
+        current_platform.validate_environ(True)
