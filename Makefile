@@ -318,7 +318,7 @@ check-vllm:
 	  echo "fldispatch: installing ./python into $$venv" && \
 	  $$venv/bin/python -m pip install -q --no-build-isolation --no-deps ./python && \
 	  cd python/tests && $$venv/bin/python -m pytest -q -p no:cacheprovider -rs \
-	    engine/test_engine.py engine/test_quickstart.py test_vllm.py test_vllm_ir.py && \
+	    engine/test_engine.py engine/test_quickstart.py engine/test_serve.py test_vllm.py test_vllm_ir.py && \
 	  $$venv/bin/python -m pytest -q -p no:cacheprovider -rs test_vllm_kernels.py
 # (test_vllm_kernels.py in a process of its own: it sets VLLM_FL_CPU_ACTIVATIONS
 # before the library starts, which the engine tests would have started.)

@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fldispatch/internal/tool_api.h>
 #include <fldispatch/plugin.h>
 
 #include "util/env.h"
@@ -319,6 +320,47 @@ START_TEST(flush_then_exit_writes_once)
     text = read_file(err);
     ck_assert_ptr_nonnull(text);
     ck_assert_msg(count_of(text, "fldispatch stats (pid ") == 2, "%s", text);
+    ck_assert_msg(line_with(text, "silu_and_mul", "reference.c", " 7 "), "%s", text);
+    free(text);
+}
+END_TEST
+
+/* The exit paths that bypass the exit handler (a multiprocessing worker's
+ * os._exit(), vLLM's engine core as its busy loop ends) flush as that
+ * handler would: again only when something changed. A child calls, flushes
+ * that way twice, calls again, flushes once more and leaves through
+ * _exit(): two tables, the second with every call. */
+START_TEST(flush_changed_writes_only_what_changed)
+{
+    setup(NULL);
+    setenv("VLLM_FL_STATS", "1", 1);
+    char err[PATH_MAX];
+    snprintf(err, sizeof err, "%s/stderr.txt", tmp_dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(err, "w", stderr))
+            _exit(3);
+        for (int i = 0; i < 5; i++)
+            if (call_silu() != FLD_OK)
+                _exit(2);
+        if (fld__stats_flush_changed() != FLD_OK || fld__stats_flush_changed() != FLD_OK)
+            _exit(4);
+        for (int i = 0; i < 2; i++)
+            if (call_silu() != FLD_OK)
+                _exit(2);
+        if (fld__stats_flush_changed() != FLD_OK)
+            _exit(5);
+        fflush(stderr);
+        _exit(0);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    char *text = read_file(err);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(count_of(text, "fldispatch stats (pid ") == 2, "%s", text);
+    ck_assert_msg(line_with(text, "silu_and_mul", "reference.c", " 5 "), "%s", text);
     ck_assert_msg(line_with(text, "silu_and_mul", "reference.c", " 7 "), "%s", text);
     free(text);
 }
@@ -719,6 +761,7 @@ static Suite *stats_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, off_by_default);
     tcase_add_test(tc, flush_then_exit_writes_once);
+    tcase_add_test(tc, flush_changed_writes_only_what_changed);
     tcase_add_test(tc, counts_calls);
     tcase_add_test(tc, time_mode_times);
     tcase_add_test(tc, switched_on_at_run_time_counts_cached_calls);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <fldispatch/fldispatch.h>
+#include <fldispatch/internal/tool_api.h>
 
 #include "atomic_file.h"
 #include "devices.h"
@@ -657,6 +658,14 @@ static bool unchanged_since_flush(void)
     pthread_mutex_unlock(&stats_lock);
     free(e);
     return same;
+}
+
+int fld__stats_flush_changed(void)
+{
+    int rc = fld__callout_refuse("fld_stats_flush");
+    if (rc)
+        return rc;
+    return unchanged_since_flush() ? FLD_OK : flush_now();
 }
 
 static void at_exit(void)

@@ -399,13 +399,16 @@ _io_dump_from_env()
 class _StatsWorkerFlush:
     """A multiprocessing worker leaves through os._exit(), which runs no C exit
     handler: it writes the counters and the trace from multiprocessing's own
-    exit hook instead (a plain process keeps the library's exit handler)."""
+    exit hook instead (a plain process keeps the library's exit handler), as
+    that handler would: only if something changed since the last flush (a
+    stats_flush() call, or the vLLM plugin's as the engine core's busy loop
+    ends), so that each process writes its table once."""
 
     @staticmethod
     def arm(_=None):
         from multiprocessing import util
 
-        util.Finalize(None, _C.stats_flush, exitpriority=0)
+        util.Finalize(None, _C._stats_flush_changed, exitpriority=0)
 
 
 _stats_worker_flush = _StatsWorkerFlush()

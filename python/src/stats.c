@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fldispatch/internal/tool_api.h>
+
 #include "ext.h"
 
 static int put(PyObject *d, const char *key, PyObject *value)
@@ -134,6 +136,19 @@ static PyObject *py_stats_flush(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_stats_flush_changed(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fld__stats_flush_changed();
+    Py_END_ALLOW_THREADS
+    if (rc != FLD_OK)
+        return fldpy_raise_status(rc);
+    Py_RETURN_NONE;
+}
+
 /* _stats_record(op, impl_id, device, dtype, status=0, fell_back=False, ns=0) */
 static PyObject *py_stats_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
@@ -189,6 +204,9 @@ PyMethodDef fldpy_stats_methods[] = {
     {"stats_flush", py_stats_flush, METH_NOARGS,
      "stats_flush()\n--\n\nWrites VLLM_FL_STATS_FILE (or the table on stderr) and VLLM_FL_TRACE "
      "now."},
+    {"_stats_flush_changed", py_stats_flush_changed, METH_NOARGS,
+     "_stats_flush_changed()\n--\n\nWhat the library's exit handler does: stats_flush() unless "
+     "nothing was counted or traced, and no setting changed, since the last flush wrote."},
     {"_stats_record", (PyCFunction)(void (*)(void))py_stats_record,
      METH_FASTCALL | METH_KEYWORDS,
      "_stats_record(op, impl_id, device, dtype, status=0, fell_back=False, ns=0)\n--\n\n"

@@ -11,7 +11,11 @@ configuration."""
 import contextlib
 import importlib.metadata
 import logging
+import os
+import signal
+import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -19,7 +23,7 @@ import torch
 import fakevllm
 import fldispatch
 import fldispatch.vllm as fv
-from fldispatch import vllm_path
+from fldispatch import vllm_patches, vllm_path
 from fldispatch.vllm_layers import LAYERS
 from fldispatch.vllm_state import DECIDED
 
@@ -740,3 +744,86 @@ def test_real_vllm_paths(monkeypatch, caplog, mode, force, custom_ops, expected)
         path = "fldispatch CustomOp" if op in expected else "vLLM's own"
         assert sum(line.startswith(f"fldispatch: {name} -> {path} (") for line in lines) == 1, \
             lines
+
+
+# ---- the engine core's counters -----------------------------------------------------
+
+# An engine core as vLLM's run_engine_core runs it: its busy loop counts
+# calls and ends by SystemExit; then vLLM restores SIGTERM's default action,
+# and a SIGTERM (its API server's) ends the process before any exit
+# handler. A subclass's loop calls its base's, as a data-parallel engine
+# core's may: both are wrapped, and the counters are written once.
+ENGINE_CORE = textwrap.dedent("""
+    import os, signal, sys, types
+    import numpy as np
+    import fldispatch
+    import fldispatch.vllm as fv
+    from fldispatch import vllm_patches
+
+    class EngineCoreProc:
+        def run_busy_loop(self):
+            x = np.ones((2, 16), np.float32)
+            out = np.zeros((2, 8), np.float32)
+            for _ in range(4):
+                fldispatch.silu_and_mul(out, x)
+            raise SystemExit
+
+    class DPEngineCoreProc(EngineCoreProc):
+        def run_busy_loop(self):
+            super().run_busy_loop()
+
+    core = types.SimpleNamespace(EngineCoreProc=EngineCoreProc, DPEngineCoreProc=DPEngineCoreProc)
+    if sys.argv[1] == "patched":
+        for _ in range(2):  # the second call leaves the wraps as they are
+            vllm_patches.patch_engine_busy_loop(fv._write_counters_as_the_engine_stops, core)
+    try:
+        DPEngineCoreProc().run_busy_loop()
+    except SystemExit:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+""")
+
+
+@pytest.mark.parametrize("sink", ["table", "file"])
+def test_the_engine_core_writes_its_counters_as_its_busy_loop_ends(tmp_path, sink):
+    script = tmp_path / "engine_core.py"
+    script.write_text(ENGINE_CORE)
+    stats_file = tmp_path / "stats-%p.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_FL_")}
+    env.update({"VLLM_FL_STATS": "1"} if sink == "table" else
+               {"VLLM_FL_STATS_FILE": str(stats_file)})
+    written = {}
+    for mode in ("patched", "unpatched"):
+        out = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == -signal.SIGTERM, (mode, out.returncode, out.stderr)
+        if sink == "table":
+            tables = out.stderr.count("fldispatch stats (pid ")
+            rows = [line.split() for line in out.stderr.splitlines()
+                    if line.startswith("silu_and_mul ")]
+            written[mode] = (tables, [row[4] for row in rows])
+        else:
+            files = sorted(tmp_path.glob("stats-*.json"))
+            written[mode] = [f.read_text().count('"silu_and_mul"') for f in files]
+            for f in files:
+                f.unlink()
+    if sink == "table":
+        assert written == {"patched": (1, ["4"]), "unpatched": (0, [])}, written
+    else:
+        assert written == {"patched": [1], "unpatched": []}, written
+
+
+@pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed here")
+def test_real_vllm_engine_core_busy_loops_are_wrapped():
+    from vllm.v1.engine import core
+
+    vllm_patches.patch_engine_busy_loop(fv._write_counters_as_the_engine_stops)
+    loops = {name: cls.__dict__["run_busy_loop"] for name, cls in vars(core).items()
+             if isinstance(cls, type) and issubclass(cls, core.EngineCoreProc)
+             and "run_busy_loop" in cls.__dict__}
+    assert "EngineCoreProc" in loops, loops
+    for name, loop in loops.items():
+        assert getattr(loop, "_fldispatch", False), name
+        assert not getattr(loop.__wrapped__, "_fldispatch", False), name

@@ -5,8 +5,9 @@
  * discovery's list of candidate files (core/registry/discovery.c), the host's file
  * checks (core/registry/plugin_file.c), and the rows of the device table
  * (core/base/devices.c), from which the tool's and the Python extension's
- * device names derive, and the escaper of text that leaves the library
- * (core/base/escape.c).
+ * device names derive, the escaper of text that leaves the library
+ * (core/base/escape.c), the reader of counters files and the exit
+ * handler's flush (core/observe/stats_file.c, stats.c).
  *
  * Internal: not installed with the public headers, not part of the API or
  * the ABI, and free to change with any release. The tool, the Python
@@ -321,5 +322,14 @@ struct fld_stats_file {
 };
 FLD_TOOL_API int fld__stats_file_read(const char *path, struct fld_stats_file *out);
 FLD_TOOL_API void fld__stats_file_free(struct fld_stats_file *f);
+
+/*
+ * What the library's exit handler does, now: fld_stats_flush() unless
+ * nothing was counted or traced, and no setting changed, since the last
+ * flush wrote (then FLD_OK, nothing written). For the exit paths that
+ * bypass that handler (a multiprocessing worker's os._exit(), a process
+ * that a signal may end), so that each process writes its counters once.
+ */
+FLD_TOOL_API int fld__stats_flush_changed(void);
 
 #endif

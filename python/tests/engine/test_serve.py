@@ -1,0 +1,221 @@
+# SPDX-License-Identifier: Apache-2.0
+"""docs/vllm.md's "Serving" block, as printed (make check-vllm runs this in
+the environment venv.sh builds; elsewhere it skips).
+
+The block's commands run in order, with three changes: MODEL names the tiny
+local Llama (models.py; no hub), the counters' directory is a temporary
+one, and the server gets a free port (the reply's URL follows it). The
+server is vLLM's OpenAI-compatible server with the plugin loaded; the curl
+request is sent as the block writes it (URL, header, body); the server is
+stopped as a terminal's Ctrl-C stops it, SIGINT to its process group; and
+the merge command runs on the files the processes left.
+
+Asserted: the reply holds the tokens asked for; each process that loads
+the plugin (the API server, vLLM's engine core, its worker) logs its IR
+providers once and leaves one counters file; the worker's file names the
+layer ops served by vendor.cpu, and the other two hold only the plugin's
+start-up probe (one float16 rms_norm call); vLLM's environment check knows
+the plugin's variables; the merge command prints the layer ops and the
+probe's calls summed.
+"""
+
+import glob
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+# its model cache and caches; its import skips this module where vLLM's
+# engine is not installed
+import test_engine  # noqa: E402
+
+PAGE = HERE.parents[2] / "docs" / "vllm.md"
+SECTION = "### Serving: vLLM's OpenAI-compatible server"
+LAYER_OPS = {"rms_norm", "silu_and_mul", "rotary_embedding"}
+PROCESSES = ("MainProcess", "EngineCore", "VllmWorker")
+START_S = 900    # the server's start, compiled nothing (eager), on a loaded machine
+STOP_S = 180     # Ctrl-C to exit: vLLM's drain, its worker's exit, the engine core's
+
+
+def serve_block():
+    """The section's sh block as commands: continuation lines joined,
+    comments and blank lines dropped."""
+    text = PAGE.read_text(encoding="utf-8")
+    start = text.index(SECTION)
+    section = text[start:re.compile(r"^#{2,3} ", re.M).search(text, start + 1).start()]
+    sh = re.search(r"^```sh\n(.*?)^```", section, re.S | re.M).group(1)
+    return [line.strip() for line in sh.replace("\\\n", " ").splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_healthy(server, port, log):
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"the server exited ({server.returncode}) before it served:\n"
+                        + log.read_text(errors="replace"))
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(2)
+    pytest.fail(f"the server did not start in {START_S} s:\n" + log.read_text(errors="replace"))
+
+
+def send_as_curl(command, port):
+    """The curl command's request (URL, -H headers, -d body), sent to the
+    test's port; returns the decoded JSON reply and the request's body."""
+    words = shlex.split(command)
+    assert words[0] == "curl", command
+    url = next(w for w in words[1:] if "://" in w or w.startswith("localhost:"))
+    assert url.startswith("localhost:8000/"), (url, "vLLM's default port, as the server line has it")
+    headers = dict(words[i + 1].split(": ", 1) for i, w in enumerate(words) if w == "-H")
+    body = words[words.index("-d") + 1]
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/" + url.split("/", 1)[1],
+                                     data=body.encode(), headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=300) as r:
+        assert r.status == 200
+        return json.loads(r.read()), json.loads(body)
+
+
+def group_alive(pgid):
+    """Whether a process of the group still runs (a zombie, whose parent
+    has not reaped it yet, has ended: its exit handlers have run)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def stop_like_ctrl_c(server):
+    """SIGINT to the server's process group, as a terminal sends it; waits
+    for every process of the group, since the API server exits before its
+    engine core and worker have ended (they write their counters as they
+    end). Returns the seconds the others outlived the API server."""
+    os.killpg(server.pid, signal.SIGINT)
+    deadline = time.monotonic() + STOP_S
+    try:
+        server.wait(timeout=STOP_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the API server did not exit in {STOP_S} s after SIGINT")
+    exited = time.monotonic()
+    while group_alive(server.pid):
+        if time.monotonic() > deadline:
+            pytest.fail(f"vLLM's processes did not all exit in {STOP_S} s after SIGINT")
+        time.sleep(0.2)
+    return time.monotonic() - exited
+
+
+def test_the_server_block_runs_as_printed(tmp_path):
+    commands = serve_block()
+    assert len(commands) == 4, commands
+    model = test_engine.cached_models()["llama"]
+    stats_dir = tmp_path / "fld-stats"
+    commands = [c.replace("/tmp/fld-stats", str(stats_dir)).replace("MODEL", model)
+                for c in commands]
+    mkdir, serve, curl, merge = commands
+
+    assert shlex.split(mkdir)[:2] == ["mkdir", "-p"], mkdir
+    os.makedirs(shlex.split(mkdir)[2])
+
+    words = shlex.split(serve)
+    assigned = dict(w.split("=", 1) for w in words if re.match(r"^[A-Z_]+=", w))
+    argv = words[len(assigned):]
+    assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"], serve
+    assert "--port" not in argv, serve
+    port = free_port()
+    argv = [sys.executable, *argv[1:], "--port", str(port)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    env.update(test_engine.cache_env(), VLLM_CPU_KVCACHE_SPACE="1",
+               TOKENIZERS_PARALLELISM="false", **assigned)
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until_healthy(server, port, log)
+        reply, asked = send_as_curl(curl, port)
+        outlived_s = stop_like_ctrl_c(server)
+        print(f"vLLM's engine core and worker outlived its API server by {outlived_s:.1f} s")
+    finally:
+        if group_alive(server.pid):
+            os.killpg(server.pid, signal.SIGKILL)
+        if server.poll() is None:
+            server.wait()
+    text = log.read_text(errors="replace")
+
+    assert reply["choices"][0]["text"].strip(), reply
+    assert reply["usage"]["completion_tokens"] == asked["max_tokens"], reply
+
+    # each process that loads the plugin logs its IR providers once
+    pid_of = {}
+    for m in re.finditer(r"^\((\w+)[-0-9]* pid=(\d+)\).*"
+                         r"fldispatch: vLLM IR op rms_norm has provider 'fldispatch'", text, re.M):
+        assert m.group(1) not in pid_of, (m.group(1), text)
+        pid_of[m.group(1)] = int(m.group(2))
+    assert set(pid_of) == set(PROCESSES), (pid_of, text)
+    assert "Unknown vLLM environment variable" not in text, text
+
+    # one counters file per process: the worker's with the model's layer
+    # ops (vLLM runs the float32 model in bfloat16 on CPU), the others with
+    # the start-up probe alone
+    files = sorted(glob.glob(str(stats_dir / "stats-*.json")))
+    documents = {}
+    for path in files:
+        with open(path) as f:
+            document = json.load(f)
+        assert Path(path).name == f"stats-{document['pid']}.json", path
+        documents[document["pid"]] = document
+    assert set(documents) == set(pid_of.values()), (files, pid_of, text)
+    probe = [("rms_norm", "vendor.cpu", "f16", 1)]
+    for process, pid in pid_of.items():
+        rows = [(e["op"], e["impl_id"], e["dtype"], e["calls"])
+                for e in documents[pid]["entries"] if e["calls"]]
+        if process == "VllmWorker":
+            served = {op: impl for op, impl, dtype, _ in rows if dtype == "bf16"}
+            assert LAYER_OPS <= set(served), rows
+            assert all(served[op] == "vendor.cpu" for op in LAYER_OPS), rows
+        else:
+            assert rows == probe, (process, rows)
+
+    # the merge command, its glob expanded as a shell would
+    words = shlex.split(merge)
+    assert words[:4] == ["python", "-m", "fldispatch", "stats"], merge
+    paths = [p for pattern in words[4:] for p in sorted(glob.glob(pattern))]
+    assert paths == files, (paths, files)
+    merged = subprocess.run([sys.executable, *words[1:4], *paths], capture_output=True,
+                            text=True, timeout=120)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    print(merged.stdout)
+    table = [line.split() for line in merged.stdout.splitlines()]
+    for op in LAYER_OPS:
+        assert any(row[:2] == [op, "vendor.cpu"] and "bf16" in row for row in table), merged.stdout
+    assert any(row[:2] == ["rms_norm", "vendor.cpu"] and "f16" in row and "3" in row
+               for row in table), merged.stdout
