@@ -123,30 +123,29 @@ static PyObject *py_stats_mode(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(mode >= 0 && mode < 3 ? mode_names[mode] : "off");
 }
 
+/* Runs one of the library's flushes with the GIL released (it writes files). */
+static PyObject *flush_without_gil(int (*flush)(void))
+{
+    PyThreadState *released = PyEval_SaveThread();
+    int rc = flush();
+    PyEval_RestoreThread(released);
+    if (rc != FLD_OK)
+        return fldpy_raise_status(rc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_stats_flush(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fld_stats_flush();
-    Py_END_ALLOW_THREADS
-    if (rc != FLD_OK)
-        return fldpy_raise_status(rc);
-    Py_RETURN_NONE;
+    return flush_without_gil(fld_stats_flush);
 }
 
 static PyObject *py_stats_flush_changed(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fld__stats_flush_changed();
-    Py_END_ALLOW_THREADS
-    if (rc != FLD_OK)
-        return fldpy_raise_status(rc);
-    Py_RETURN_NONE;
+    return flush_without_gil(fld__stats_flush_changed);
 }
 
 /* _stats_record(op, impl_id, device, dtype, status=0, fell_back=False, ns=0) */
@@ -207,8 +206,7 @@ PyMethodDef fldpy_stats_methods[] = {
     {"_stats_flush_changed", py_stats_flush_changed, METH_NOARGS,
      "_stats_flush_changed()\n--\n\nWhat the library's exit handler does: stats_flush() unless "
      "nothing was counted or traced, and no setting changed, since the last flush wrote."},
-    {"_stats_record", (PyCFunction)(void (*)(void))py_stats_record,
-     METH_FASTCALL | METH_KEYWORDS,
+    {"_stats_record", (PyCFunction)(void (*)(void))py_stats_record, METH_FASTCALL | METH_KEYWORDS,
      "_stats_record(op, impl_id, device, dtype, status=0, fell_back=False, ns=0)\n--\n\n"
      "Counts one call of an implementation run outside the library (fld_stats_record)."},
     {NULL, NULL, 0, NULL},
