@@ -13,7 +13,9 @@
  * another user), a write that fails leaves the previous file whole, the
  * table escapes control characters in names, a rank that is no rank is
  * refused by "%r", and resets and writes of the trace are safe while other
- * threads record.
+ * threads record. VLLM_FL_STATS_INTERVAL rewrites the files while the
+ * process runs, only when something changed, in forked children too, and
+ * fork() never hands a child a half-written file.
  *
  * Each test runs in its own process (CK_FORK); those that look at what
  * happens at exit fork a child of their own and read what it wrote.
@@ -30,6 +32,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <fldispatch/internal/tool_api.h>
@@ -754,6 +757,365 @@ START_TEST(trace_resets_and_writes_race_with_calls)
 }
 END_TEST
 
+/* ---- the periodic writer (VLLM_FL_STATS_INTERVAL) -------------------------- */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The text of path once it holds needle, waiting up to 30 s (a loaded machine); NULL after. */
+static char *await_text(const char *path, const char *needle)
+{
+    for (double end = now_s() + 30; now_s() < end; usleep(20 * 1000)) {
+        char *text = read_file(path);
+        if (text && strstr(text, needle))
+            return text;
+        free(text);
+    }
+    return NULL;
+}
+
+#define SILU_CALLS(n)                                                                              \
+    "\"op\": \"silu_and_mul\", \"impl_id\": \"reference.c\", \"device\": \"cpu\", \"dtype\": "     \
+    "\"f32\", \"calls\": " #n ","
+
+static ino_t inode_of(const char *path)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return st.st_ino;
+}
+
+START_TEST(interval_with_a_bad_value_is_a_configuration_error)
+{
+    static const char *const bad[] = {"soon", "-1", "0.05", "86401", "inf", "nan", "1s", "0x"};
+    setup(NULL);
+    setenv("VLLM_FL_STATS_FILE", "/dev/null", 1);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("VLLM_FL_STATS_INTERVAL", bad[i], 1);
+        ck_assert_int_eq(fld_reload(), FLD_ECONFIG); /* a failed init is retried by a reload */
+        char expect[64];
+        snprintf(expect, sizeof expect, "VLLM_FL_STATS_INTERVAL: invalid value '%s'", bad[i]);
+        ck_assert_contains(fld_last_error(), expect);
+        ck_assert_contains(fld_last_error(), "from 0.1 to 86400");
+    }
+    /* Without a file there is nothing to rewrite: an error, not an interval that does nothing. */
+    unsetenv("VLLM_FL_STATS_FILE");
+    setenv("VLLM_FL_STATS", "1", 1);
+    setenv("VLLM_FL_STATS_INTERVAL", " 5 ", 1);
+    ck_assert_int_eq(fld_reload(), FLD_ECONFIG); /* a failed init is retried by a reload */
+    ck_assert_contains(fld_last_error(), "VLLM_FL_STATS_INTERVAL: ' 5 ' asks to rewrite the files");
+    ck_assert_contains(fld_last_error(), "set VLLM_FL_STATS_FILE or VLLM_FL_TRACE");
+    /* 0 and blank are off, file or not. */
+    setenv("VLLM_FL_STATS_INTERVAL", "0", 1);
+    ck_assert_int_eq(fld_reload(), FLD_OK);
+    setenv("VLLM_FL_STATS_INTERVAL", "  ", 1);
+    ck_assert_int_eq(fld_reload(), FLD_OK);
+}
+END_TEST
+
+/*
+ * With an interval the file follows the counts while the process runs, is
+ * rewritten only when they changed (the rename gives every write a new
+ * inode), and never prints the table. A reload can start it.
+ */
+START_TEST(interval_rewrites_the_file_while_the_process_runs)
+{
+    setup(NULL);
+    char path[PATH_MAX], err[PATH_MAX];
+    snprintf(path, sizeof path, "%s/stats.json", tmp_dir);
+    snprintf(err, sizeof err, "%s/stderr.txt", tmp_dir);
+    setenv("VLLM_FL_STATS_FILE", path, 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    usleep(300 * 1000);
+    ck_assert_msg(access(path, F_OK) != 0, "written with no interval set");
+    setenv("VLLM_FL_STATS_INTERVAL", "0.1", 1);
+    ck_assert_int_eq(fld_reload(), FLD_OK);
+    ck_assert_ptr_nonnull(freopen(err, "w", stderr));
+    char *text = await_text(path, SILU_CALLS(3));
+    ck_assert_msg(text, "no file with 3 calls at %s", path);
+    free(text);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    text = await_text(path, SILU_CALLS(7));
+    if (!text) {
+        char *last = read_file(path);
+        ck_abort_msg("no file with 7 calls at %s; it holds %s", path, last ? last : "(nothing)");
+    }
+    free(text);
+    ino_t written = inode_of(path);
+    usleep(600 * 1000); /* six intervals with nothing counted */
+    ck_assert_msg(inode_of(path) == written, "rewritten with nothing new");
+    fflush(stderr);
+    text = read_file(err);
+    ck_assert_msg(!text || !strstr(text, "fldispatch stats"), "%s", text);
+    free(text);
+}
+END_TEST
+
+/* Counts for the table on stderr and a trace: the interval rewrites the trace alone, and the
+ * table waits for the exit. */
+START_TEST(interval_rewrites_the_trace_beside_the_table)
+{
+    setup(NULL);
+    char trace[PATH_MAX], err[PATH_MAX];
+    snprintf(trace, sizeof trace, "%s/trace.json", tmp_dir);
+    snprintf(err, sizeof err, "%s/stderr.txt", tmp_dir);
+    setenv("VLLM_FL_STATS", "1", 1);
+    setenv("VLLM_FL_TRACE", trace, 1);
+    setenv("VLLM_FL_STATS_INTERVAL", "0.1", 1);
+    ck_assert_ptr_nonnull(freopen(err, "w", stderr));
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    char *text = await_text(trace, "\"otherData\": {\"events\": 4,"); /* a decision, 3 calls */
+    ck_assert_msg(text, "no trace with 4 events at %s", trace);
+    free(text);
+    ck_assert_int_eq(call_silu(), FLD_OK);
+    text = await_text(trace, "\"otherData\": {\"events\": 5,");
+    ck_assert_msg(text, "no trace with 5 events at %s", trace);
+    free(text);
+    fflush(stderr);
+    text = read_file(err);
+    ck_assert_msg(!text || !strstr(text, "fldispatch stats"), "%s", text);
+    free(text);
+}
+END_TEST
+
+/*
+ * A full trace grows no more: the interval rewrites the counters' file as
+ * calls go on, and leaves the trace's (tens of megabytes) as it is.
+ */
+START_TEST(interval_leaves_a_full_trace_alone)
+{
+    setup(NULL);
+    char stats[PATH_MAX], trace[PATH_MAX];
+    snprintf(stats, sizeof stats, "%s/stats.json", tmp_dir);
+    snprintf(trace, sizeof trace, "%s/trace.json", tmp_dir);
+    setenv("VLLM_FL_STATS_FILE", stats, 1);
+    setenv("VLLM_FL_TRACE", trace, 1);
+    setenv("VLLM_FL_STATS_INTERVAL", "0.1", 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    for (int i = 0; i < FLD_TRACE_CAP + 1000; i++)
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    char full[64], calls[64];
+    snprintf(full, sizeof full, "\"otherData\": {\"events\": %d,", FLD_TRACE_CAP);
+    char *text = await_text(trace, full);
+    ck_assert_msg(text, "the trace never held %d events", FLD_TRACE_CAP);
+    free(text);
+    ino_t trace_written = inode_of(trace);
+    for (int round = 1; round <= 3; round++) {
+        for (int i = 0; i < 100; i++)
+            ck_assert_int_eq(call_silu(), FLD_OK);
+        snprintf(calls, sizeof calls, "\"calls\": %d,", FLD_TRACE_CAP + 1000 + 100 * round);
+        text = await_text(stats, calls);
+        ck_assert_msg(text, "the counters' file never held %s", calls);
+        free(text);
+    }
+    ck_assert_msg(inode_of(trace) == trace_written, "the full trace was written again");
+}
+END_TEST
+
+/* A write that fails is reported once, tried again each interval, and done once it can be. */
+START_TEST(interval_reports_a_failed_write_once)
+{
+    setup(NULL);
+    char dir[PATH_MAX], path[PATH_MAX + 16], err[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/later", tmp_dir);
+    snprintf(path, sizeof path, "%s/stats.json", dir);
+    snprintf(err, sizeof err, "%s/stderr.txt", tmp_dir);
+    setenv("VLLM_FL_STATS_FILE", path, 1);
+    setenv("VLLM_FL_STATS_INTERVAL", "0.1", 1);
+    ck_assert_ptr_nonnull(freopen(err, "w", stderr));
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    ck_assert_int_eq(call_silu(), FLD_OK);
+    usleep(800 * 1000); /* eight intervals, each a failed write */
+    fflush(stderr);
+    char *text = read_file(err);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(tt_count_of(text, "VLLM_FL_STATS_FILE: cannot write '") == 1, "%s", text);
+    ck_assert_contains(text, "(VLLM_FL_STATS_INTERVAL: tried again every 0.1 s)");
+    free(text);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    text = await_text(path, SILU_CALLS(1));
+    ck_assert_msg(text, "no file at %s once its directory exists", path);
+    free(text);
+}
+END_TEST
+
+/*
+ * A forked child of a threaded process starts its own writer thread, which
+ * ThreadSanitizer refuses ("starting new threads after multi-threaded fork
+ * is not supported"; with die_after_fork=0 it loses track of thread ids):
+ * the tests of writers in forked children are left out of its build. The
+ * writer's races with the calls are checked there by
+ * interval_rewrites_the_file_while_the_process_runs.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+
+#ifndef UNDER_TSAN
+/*
+ * A process that is killed keeps what its last interval wrote, and a forked
+ * child starts a writer of its own for its own counts ("%p" names its file).
+ */
+START_TEST(interval_survives_a_kill_and_runs_in_forked_children)
+{
+    setup(NULL);
+    char pattern[PATH_MAX + 16];
+    snprintf(pattern, sizeof pattern, "%s/stats-%%p.json", tmp_dir);
+    setenv("VLLM_FL_STATS_FILE", pattern, 1);
+    setenv("VLLM_FL_STATS_INTERVAL", "0.1", 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    ck_assert_int_eq(call_silu(), FLD_OK);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        for (int i = 0; i < 5; i++)
+            if (call_silu() != FLD_OK)
+                _exit(2);
+        for (;;)
+            pause();
+    }
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/stats-%d.json", tmp_dir, (int)pid);
+    char *text = await_text(path, SILU_CALLS(5));
+    kill(pid, SIGKILL);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(text, "the child's file %s never held its 5 calls", path);
+    free(text);
+    text = read_file(path);
+    ck_assert_msg(text && strstr(text, SILU_CALLS(5)), "%s", text ? text : "(no file)");
+    free(text);
+    snprintf(path, sizeof path, "%s/stats-%d.json", tmp_dir, (int)getpid());
+    text = await_text(path, SILU_CALLS(1));
+    ck_assert_msg(text, "the parent's file %s never held its call", path);
+    free(text);
+}
+END_TEST
+
+static const char *next_line(const char *s)
+{
+    const char *nl = strchr(s, '\n');
+    return nl ? nl + 1 : NULL;
+}
+
+/* Whether text is one whole trace as fld__trace_write() lays it out: a line per event. */
+static bool whole_trace(const char *text, char *why, size_t size)
+{
+    static const char head[] = "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n";
+    if (strncmp(text, head, sizeof head - 1) != 0 || tt_count_of(text, "displayTimeUnit") != 1) {
+        snprintf(why, size, "not one header");
+        return false;
+    }
+    size_t lines = 0;
+    const char *line = text + sizeof head - 1;
+    for (; line && strncmp(line, "  {\"name\": ", 11) == 0; line = next_line(line))
+        lines++;
+    size_t events = 0;
+    if (!line || sscanf(line, "], \"otherData\": {\"events\": %zu,", &events) != 1) {
+        snprintf(why, size, "after %zu event lines: '%.80s'", lines, line ? line : "(end)");
+        return false;
+    }
+    if (lines != events + 1 || next_line(line) == NULL || *next_line(line) != '\0') {
+        snprintf(why, size, "%zu event lines for %zu events and the process name", lines, events);
+        return false;
+    }
+    return true;
+}
+
+static _Atomic int forking_done;
+
+static void *call_until_done(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&forking_done))
+        if (call_silu() != FLD_OK)
+            return (void *)1;
+    return NULL;
+}
+
+/*
+ * fork() while the writer is in the middle of a large trace: the child must
+ * not inherit the half-written temporary file, whose buffer its exit() would
+ * flush into the parent's trace. Children fork for two seconds, as a server
+ * starting workers would, and leave through exit(); each of the parent's
+ * writes stays one whole trace, and its counters' file ends with every call.
+ */
+START_TEST(fork_waits_for_a_periodic_write)
+{
+    setup(NULL);
+    char pattern[PATH_MAX + 16], path[PATH_MAX + 32], stats_pattern[PATH_MAX + 16];
+    snprintf(pattern, sizeof pattern, "%s/trace-%%p.json", tmp_dir);
+    snprintf(path, sizeof path, "%s/trace-%d.json", tmp_dir, (int)getpid());
+    setenv("VLLM_FL_TRACE", pattern, 1);
+    snprintf(stats_pattern, sizeof stats_pattern, "%s/stats-%%p.json", tmp_dir);
+    setenv("VLLM_FL_STATS_FILE", stats_pattern, 1);
+    setenv("VLLM_FL_STATS_INTERVAL", "0.1", 1);
+    ck_assert_int_eq(fld_init(), FLD_OK);
+    for (int i = 0; i < 40000; i++) /* about 6 MB of trace: each write takes a while */
+        ck_assert_int_eq(call_silu(), FLD_OK);
+    atomic_store(&forking_done, 0);
+    pthread_t caller;
+    ck_assert_int_eq(pthread_create(&caller, NULL, call_until_done, NULL), 0);
+    int children = 0, checked = 0;
+    ino_t seen = 0;
+    char why[256] = "";
+    bool whole = true;
+    for (double end = now_s() + 2; whole && now_s() < end; children++) {
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+            exit(0);
+        int status = 0;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+        /* Each new file the writer renamed into place since the last look. */
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        struct stat st;
+        ck_assert_int_eq(fstat(fileno(f), &st), 0);
+        if (st.st_ino == seen) {
+            fclose(f);
+            continue;
+        }
+        seen = st.st_ino;
+        char *text = tt_read_all(f); /* closes f */
+        whole = whole_trace(text, why, sizeof why);
+        checked++;
+        free(text);
+    }
+    atomic_store(&forking_done, 1);
+    void *rc;
+    pthread_join(caller, &rc);
+    ck_assert_ptr_null(rc);
+    ck_assert_msg(whole, "after %d forks, file %d: %s", children, checked, why);
+    ck_assert_msg(checked >= 2, "only %d files written in 2 s", checked);
+    /* Calls went on during every write: once they stop, the counters' file
+     * catches up with all of them (a write never takes later calls as written). */
+    char calls[64];
+    snprintf(calls, sizeof calls, "\"calls\": %llu,",
+             (unsigned long long)entry_of("silu_and_mul", "reference.c").calls);
+    snprintf(path, sizeof path, "%s/stats-%d.json", tmp_dir, (int)getpid());
+    char *text = await_text(path, calls);
+    ck_assert_msg(text, "%s never held %s", path, calls);
+    free(text);
+}
+END_TEST
+#endif /* UNDER_TSAN */
+
 static Suite *stats_suite(void)
 {
     Suite *s = suite_create("stats");
@@ -781,6 +1143,15 @@ static Suite *stats_suite(void)
     tcase_add_test(tc, table_escapes_control_characters);
     tcase_add_test(tc, huge_rank_is_refused);
     tcase_add_test(tc, trace_resets_and_writes_race_with_calls);
+    tcase_add_test(tc, interval_with_a_bad_value_is_a_configuration_error);
+    tcase_add_test(tc, interval_rewrites_the_file_while_the_process_runs);
+    tcase_add_test(tc, interval_reports_a_failed_write_once);
+    tcase_add_test(tc, interval_leaves_a_full_trace_alone);
+    tcase_add_test(tc, interval_rewrites_the_trace_beside_the_table);
+#ifndef UNDER_TSAN
+    tcase_add_test(tc, interval_survives_a_kill_and_runs_in_forked_children);
+    tcase_add_test(tc, fork_waits_for_a_periodic_write);
+#endif
     suite_add_tcase(s, tc);
     return s;
 }

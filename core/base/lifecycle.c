@@ -11,7 +11,6 @@
  * runs it, so the override stack need not include dispatch.h). The host lock,
  * the generation counter and the ready flag are the base level's (host.c).
  */
-#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +28,7 @@
 #include "manifest.h"
 #include "names.h"
 #include "ops.h"
+#include "parse.h"
 #include "platform.h"
 #include "policy.h"
 #include "policy_override.h"
@@ -420,12 +420,8 @@ static int shutdown_timeout(double *out)
     const char *v = getenv("VLLM_FL_SHUTDOWN_TIMEOUT");
     if (!v || !v[strspn(v, " \t")])
         return FLD_OK; /* set but blank counts as unset */
-    char *end;
-    errno = 0;
-    double t = strtod(v, &end);
-    while (*end == ' ')
-        end++;
-    if (errno || end == v || *end || !(t >= 0 && t <= FLD_SHUTDOWN_MAX_TIMEOUT))
+    double t;
+    if (!fld__parse_seconds(v, &t) || !(t >= 0 && t <= FLD_SHUTDOWN_MAX_TIMEOUT))
         return fld__fail(
             FLD_ECONFIG,
             "fld_shutdown: VLLM_FL_SHUTDOWN_TIMEOUT: invalid value '%s' (seconds, from "

@@ -12,6 +12,8 @@
  * the fragment, list what is valid), so that all of them read alike; each
  * grammar is short.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,24 @@ bool fld__is_blank(const char *s)
     size_t n = s ? strlen(s) : 0;
     fld__trim(s, &n);
     return n == 0;
+}
+
+bool fld__parse_seconds(const char *value, double *out)
+{
+    size_t n = value ? strlen(value) : 0;
+    const char *s = fld__trim(value ? value : "", &n);
+    if (n == 0 || n >= 64)
+        return false;
+    char text[64];
+    memcpy(text, s, n);
+    text[n] = '\0';
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end != text + n || !isfinite(v))
+        return false;
+    *out = v;
+    return true;
 }
 
 static struct span trim(struct span sp)

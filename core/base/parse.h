@@ -64,6 +64,9 @@ bool fld__is_blank(const char *s);
  * space (0 for a blank one). */
 const char *fld__trim(const char *s, size_t *n);
 
+/* A number of seconds ("30", "0.5", "1e3"; trimmed) into *out: false for no number, text after
+ * it, or a value that is not finite. The caller checks the range and words the message. */
+bool fld__parse_seconds(const char *value, double *out);
 /* Accepts 1/0, true/false, yes/no, on/off (case-insensitive, trimmed). */
 int fld__parse_bool(const char *what, const char *value, bool *out);
 /* An on/off environment switch: 1/true or 0/false (case-insensitive, trimmed). */

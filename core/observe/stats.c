@@ -30,6 +30,7 @@
 #include "reentry.h"
 #include "registry.h"
 #include "stats.h"
+#include "stats_writer.h"
 
 _Atomic unsigned fld__stats_flags;
 
@@ -50,6 +51,14 @@ static char *stats_file;      /* VLLM_FL_STATS_FILE, unexpanded */
 static char *trace_file;      /* VLLM_FL_TRACE, unexpanded */
 static bool mode_set_by_call; /* fld_stats_enable() wins over the environment until a reload */
 static bool exit_armed;
+/* How far the trace has come: its events claimed, and the resets that empty
+ * it (after a reset the same count is other events). */
+struct trace_mark {
+    size_t claimed;
+    uint64_t resets;
+};
+static uint64_t trace_resets; /* under stats_lock */
+
 /* What the last fld_stats_flush() wrote, so that the exit handler writes only
  * what came after: a worker that flushed from its own exit hook and then
  * leaves through exit() prints one table, not two. Under stats_lock. */
@@ -58,9 +67,56 @@ static struct {
     int mode;
     fld_stats_entry *entries; /* its snapshot; NULL with n 0 */
     size_t n;
-    size_t trace_claimed;
+    struct trace_mark traced;
     char *file, *trace; /* the settings it wrote under */
 } flushed;
+
+/*
+ * Held across every write of the files and the table: the exit handler,
+ * fld_stats_flush() and the periodic writer write one at a time, and fork()
+ * waits for a write under way (a child must not inherit a half-written
+ * temporary file, whose buffer its exit() would flush into the parent's
+ * file). Taken before stats_lock, never under the host lock.
+ */
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t write_fork_once = PTHREAD_ONCE_INIT;
+/* A periodic write that failed, not to be reported again; its trace's length. Under write_lock. */
+static char periodic_failure[512];
+static struct trace_mark periodic_traced = {0, UINT64_MAX}; /* none written */
+
+static void write_lock_prepare(void)
+{
+    pthread_mutex_lock(&write_lock);
+}
+
+static void write_lock_parent(void)
+{
+    pthread_mutex_unlock(&write_lock);
+}
+
+static void write_lock_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    write_lock = fresh;
+    periodic_failure[0] = '\0';
+    periodic_traced = (struct trace_mark){0, UINT64_MAX};
+}
+
+static void write_lock_fork_handlers(void)
+{
+    pthread_atfork(write_lock_prepare, write_lock_parent, write_lock_child);
+}
+
+static void hold_writes(void)
+{
+    pthread_once(&write_fork_once, write_lock_fork_handlers);
+    pthread_mutex_lock(&write_lock);
+}
+
+static void release_writes(void)
+{
+    pthread_mutex_unlock(&write_lock);
+}
 
 uint64_t fld__stats_now(void)
 {
@@ -223,6 +279,29 @@ static int path_variable(const char *name, char **out)
     return FLD_OK;
 }
 
+/* VLLM_FL_STATS_INTERVAL, once the files are read: it rewrites them, so it needs one. */
+static int read_interval(struct fld_stats_env *out)
+{
+    const char *v = getenv("VLLM_FL_STATS_INTERVAL");
+    if (fld__is_blank(v))
+        return FLD_OK;
+    double s;
+    if (!fld__parse_seconds(v, &s) ||
+        !(s == 0 || (s >= FLD_STATS_INTERVAL_MIN && s <= FLD_STATS_INTERVAL_MAX)))
+        return fld__fail(FLD_ECONFIG,
+                         "VLLM_FL_STATS_INTERVAL: invalid value '%s' (seconds between rewrites of "
+                         "the files, from %g to %g; 0 or unset: written at exit only)",
+                         v, FLD_STATS_INTERVAL_MIN, FLD_STATS_INTERVAL_MAX);
+    if (s > 0 && !out->file && !out->trace)
+        return fld__fail(FLD_ECONFIG,
+                         "VLLM_FL_STATS_INTERVAL: '%s' asks to rewrite the files while the process "
+                         "runs, but there is none: set VLLM_FL_STATS_FILE or VLLM_FL_TRACE (the "
+                         "table on stderr is printed at exit only)",
+                         v);
+    out->interval = s;
+    return FLD_OK;
+}
+
 int fld__stats_read_env(struct fld_stats_env *out)
 {
     memset(out, 0, sizeof *out);
@@ -252,6 +331,8 @@ int fld__stats_read_env(struct fld_stats_env *out)
     int rc = path_variable("VLLM_FL_STATS_FILE", &out->file);
     if (rc == FLD_OK)
         rc = path_variable("VLLM_FL_TRACE", &out->trace);
+    if (rc == FLD_OK)
+        rc = read_interval(out);
     if (rc) {
         fld__stats_env_free(out);
         return rc;
@@ -270,6 +351,8 @@ void fld__stats_env_free(struct fld_stats_env *env)
     free(env->trace);
     env->file = env->trace = NULL;
 }
+
+static void write_periodic(double interval);
 
 void fld__stats_commit_env(struct fld_stats_env *env, bool reload)
 {
@@ -292,6 +375,7 @@ void fld__stats_commit_env(struct fld_stats_env *env, bool reload)
     atomic_store(&fld__stats_flags, flags);
     if (flags || stats_file)
         arm_exit();
+    fld__stats_writer_set(env->interval, write_periodic);
 }
 
 void fld__stats_after_fork(void)
@@ -301,6 +385,7 @@ void fld__stats_after_fork(void)
     flushed.valid = false; /* the parent's flush wrote the parent's counters */
     fld__trace_after_fork();
     fld_stats_reset();
+    fld__stats_writer_after_fork();
 }
 
 /* ---- reading the counters --------------------------------------------------- */
@@ -360,8 +445,36 @@ void fld_stats_reset(void)
         atomic_store_explicit(&c->failures, 0, memory_order_relaxed);
         atomic_store_explicit(&c->total_ns, 0, memory_order_relaxed);
     }
+    trace_resets++;
     pthread_mutex_unlock(&stats_lock);
     fld__trace_reset();
+}
+
+static struct trace_mark trace_mark_now(void)
+{
+    pthread_mutex_lock(&stats_lock);
+    uint64_t resets = trace_resets;
+    pthread_mutex_unlock(&stats_lock);
+    return (struct trace_mark){fld__trace_claimed(), resets};
+}
+
+static bool same_text(const char *a, const char *b)
+{
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+static bool same_mark(struct trace_mark a, struct trace_mark b)
+{
+    return a.claimed == b.claimed && a.resets == b.resets;
+}
+
+/* Whether the traces at a and b hold the same events: past the cap, claims
+ * only count as dropped. */
+static bool same_events(struct trace_mark a, struct trace_mark b)
+{
+    size_t cap = FLD_TRACE_MAX_EVENTS;
+    return a.resets == b.resets &&
+           (a.claimed < cap ? a.claimed : cap) == (b.claimed < cap ? b.claimed : cap);
 }
 
 /* Every entry with calls, sorted; *n of them. NULL when there are none or no memory. */
@@ -575,65 +688,93 @@ int fld_trace_write(const char *path)
     return rc ? rc : write_expanded("fld_trace_write", path, true);
 }
 
-static int flush_now(void);
-static void note_flushed(char *file, char *trace);
+static int flush_now(bool periodic);
+/* What a flush is about to write, taken before it writes: a call counted
+ * while it writes is then written again later, never taken as written. */
+struct flush_note {
+    fld_stats_entry *entries; /* take_snapshot()'s; NULL with n 0 */
+    size_t n;
+    struct trace_mark traced;
+    int mode;
+};
+static void take_note(struct flush_note *note);
+static void note_flushed(struct flush_note *note, char *file, char *trace);
 
 int fld_stats_flush(void)
 {
     int rc = fld__callout_refuse("fld_stats_flush");
-    return rc ? rc : flush_now();
+    if (rc)
+        return rc;
+    hold_writes();
+    rc = flush_now(false);
+    release_writes();
+    return rc;
 }
 
-/* What the exit handler does; also at an exit() from plugin code. */
-static int flush_now(void)
+/* What the exit handler does; also at an exit() from plugin code. write_lock
+ * held. periodic: the periodic writer's, which leaves a trace file alone that
+ * has every event the trace holds (a full trace grows no more, and is tens
+ * of megabytes to write again for its dropped count; the exit writes it). */
+static int flush_now(bool periodic)
 {
     pthread_mutex_lock(&stats_lock);
     char *file = stats_file ? strdup(stats_file) : NULL;
     char *trace = trace_file ? strdup(trace_file) : NULL;
     pthread_mutex_unlock(&stats_lock);
+    struct flush_note note;
+    take_note(&note);
     int rc = FLD_OK;
     if (file)
         rc = write_expanded("VLLM_FL_STATS_FILE", file, false);
     else if (fld_stats_mode() != FLD_STATS_OFF)
         rc = fld_stats_print(stderr);
-    if (trace) {
+    bool write_trace = trace != NULL;
+    if (trace && periodic) {
+        pthread_mutex_lock(&stats_lock);
+        write_trace = !(flushed.valid && same_text(trace, flushed.trace) &&
+                        same_events(note.traced, flushed.traced));
+        pthread_mutex_unlock(&stats_lock);
+    }
+    if (write_trace) {
         int trc = write_expanded("VLLM_FL_TRACE", trace, true);
         if (rc == FLD_OK)
             rc = trc;
     }
     if (rc == FLD_OK)
-        note_flushed(file, trace);
+        note_flushed(&note, file, trace);
+    else
+        free(note.entries);
     free(file);
     free(trace);
     return rc;
 }
 
-static bool same_text(const char *a, const char *b)
+static void take_note(struct flush_note *note)
 {
-    return a == b || (a && b && !strcmp(a, b));
+    note->entries = take_snapshot(&note->n);
+    note->traced = trace_mark_now();
+    note->mode = fld_stats_mode();
 }
 
-/* Records what fld_stats_flush() wrote: the counters, the trace's length,
- * the mode and the settings (file and trace take their owner's strings). */
-static void note_flushed(char *file, char *trace)
+/* Records what a flush wrote, as take_note() saw it before the write (the
+ * note's snapshot passes to flushed), and the settings (file and trace are
+ * their owner's strings). */
+static void note_flushed(struct flush_note *note, char *file, char *trace)
 {
-    size_t n;
-    fld_stats_entry *e = take_snapshot(&n);
-    size_t claimed = fld__trace_claimed();
-    int mode = fld_stats_mode();
     char *file_copy = file ? strdup(file) : NULL, *trace_copy = trace ? strdup(trace) : NULL;
     pthread_mutex_lock(&stats_lock);
     free(flushed.entries);
     free(flushed.file);
     free(flushed.trace);
-    flushed.entries = e;
-    flushed.n = n;
-    flushed.trace_claimed = claimed;
-    flushed.mode = mode;
+    flushed.entries = note->entries;
+    flushed.n = note->n;
+    flushed.traced = note->traced;
+    flushed.mode = note->mode;
     flushed.file = file_copy;
     flushed.trace = trace_copy;
     /* a snapshot or a copy that failed: write again at exit rather than lose anything */
-    flushed.valid = (e || !n) && same_text(file, file_copy) && same_text(trace, trace_copy);
+    flushed.valid =
+        (note->entries || !note->n) && same_text(file, file_copy) && same_text(trace, trace_copy);
     pthread_mutex_unlock(&stats_lock);
 }
 
@@ -643,11 +784,11 @@ static bool unchanged_since_flush(void)
 {
     size_t n;
     fld_stats_entry *e = take_snapshot(&n);
-    size_t claimed = fld__trace_claimed();
+    struct trace_mark traced = trace_mark_now();
     int mode = fld_stats_mode();
     pthread_mutex_lock(&stats_lock);
     bool same = flushed.valid && mode == flushed.mode && n == flushed.n &&
-                claimed == flushed.trace_claimed && same_text(stats_file, flushed.file) &&
+                same_mark(traced, flushed.traced) && same_text(stats_file, flushed.file) &&
                 same_text(trace_file, flushed.trace);
     for (size_t i = 0; same && i < n; i++) {
         const fld_stats_entry *a = &e[i], *b = &flushed.entries[i];
@@ -665,15 +806,58 @@ int fld__stats_flush_changed(void)
     int rc = fld__callout_refuse("fld_stats_flush");
     if (rc)
         return rc;
-    return unchanged_since_flush() ? FLD_OK : flush_now();
+    hold_writes();
+    rc = unchanged_since_flush() ? FLD_OK : flush_now(false);
+    release_writes();
+    return rc;
+}
+
+/*
+ * The periodic writer's turn (stats_writer.h): rewrites the files, the
+ * counters' and the trace's, if something was counted or traced since they
+ * were last written; never the table on stderr, which is the exit's. A
+ * failed write is reported on stderr once until the message changes, with
+ * the interval at which it is tried again.
+ */
+static void write_periodic(double interval)
+{
+    hold_writes();
+    pthread_mutex_lock(&stats_lock);
+    bool table = !stats_file && fld_stats_mode() != FLD_STATS_OFF;
+    char *trace = table && trace_file ? strdup(trace_file) : NULL;
+    pthread_mutex_unlock(&stats_lock);
+    int rc = FLD_OK;
+    if (!table) {
+        if (!unchanged_since_flush())
+            rc = flush_now(true);
+    } else if (trace) {
+        /* The counts go to the table at exit: only the trace is rewritten,
+         * and the exit writes it again with the table. */
+        struct trace_mark traced = trace_mark_now();
+        if (!same_events(traced, periodic_traced)) {
+            rc = write_expanded("VLLM_FL_TRACE", trace, true);
+            if (rc == FLD_OK)
+                periodic_traced = traced;
+        }
+    }
+    free(trace);
+    if (rc == FLD_OK) {
+        periodic_failure[0] = '\0';
+    } else if (strncmp(periodic_failure, fld_last_error(), sizeof periodic_failure - 1) != 0) {
+        snprintf(periodic_failure, sizeof periodic_failure, "%s", fld_last_error());
+        fprintf(stderr, "[fldispatch] %s (VLLM_FL_STATS_INTERVAL: tried again every %g s)\n",
+                fld_last_error(), interval);
+    }
+    release_writes();
 }
 
 static void at_exit(void)
 {
-    if (unchanged_since_flush())
-        return; /* fld_stats_flush() wrote these already */
-    if (flush_now() != FLD_OK)
+    fld__stats_writer_stop(); /* after the write it may be doing */
+    hold_writes();
+    if (!unchanged_since_flush() && flush_now(false) != FLD_OK) /* else flushed already */
         fprintf(stderr, "[fldispatch] %s\n", fld_last_error());
+    release_writes();
 }
 
 static void arm_exit(void)

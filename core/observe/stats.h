@@ -50,16 +50,18 @@ void fld__stats_fallback(struct fld_stats_cell *c);
 uint64_t fld__stats_now(void);
 
 /*
- * VLLM_FL_STATS, VLLM_FL_STATS_FILE and VLLM_FL_TRACE, read at fld_init()
- * and fld_reload(): FLD_ECONFIG naming the variable for an invalid value
- * (nothing applied); commit applies what was read and takes the strings
- * (a mode set with fld_stats_enable() wins, at init, and until the next
- * reload) and arranges the output at exit. Host lock held for both.
+ * VLLM_FL_STATS, VLLM_FL_STATS_FILE, VLLM_FL_TRACE and VLLM_FL_STATS_INTERVAL,
+ * read at fld_init() and fld_reload(): FLD_ECONFIG naming the variable for
+ * an invalid value (nothing applied); commit applies what was read and takes
+ * the strings (a mode set with fld_stats_enable() wins, at init, and until
+ * the next reload), arranges the output at exit and sets the periodic
+ * writer (stats_writer.h). Host lock held for both.
  */
 struct fld_stats_env {
     unsigned flags;
-    char *file;  /* VLLM_FL_STATS_FILE, or NULL */
-    char *trace; /* VLLM_FL_TRACE, or NULL */
+    char *file;      /* VLLM_FL_STATS_FILE, or NULL */
+    char *trace;     /* VLLM_FL_TRACE, or NULL */
+    double interval; /* VLLM_FL_STATS_INTERVAL in seconds; 0: at exit only */
 };
 int fld__stats_read_env(struct fld_stats_env *out);
 void fld__stats_commit_env(struct fld_stats_env *env, bool reload);

@@ -52,6 +52,7 @@
     X("VLLM_FL_STATS", LIBRARY, USER, NEVER)                    \
     X("VLLM_FL_STATS_FILE", LIBRARY, USER, NEVER)               \
     X("VLLM_FL_TRACE", LIBRARY, USER, NEVER)                    \
+    X("VLLM_FL_STATS_INTERVAL", LIBRARY, USER, NEVER)           \
     X("FLD_PROBE_NO_EXEC", LIBRARY, TEST, NEVER)                \
     X("FLD_NO_DLCLOSE", LIBRARY, TEST, NEVER)                   \
     X("VLLM_FL_CPU_THREADS", CPU, USER, WHEN_SET)               \

@@ -13,7 +13,6 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,12 +119,8 @@ static void read_config(void)
     session.opt.timeout = FLD_PROBE_DEFAULT_TIMEOUT;
     const char *t = getenv("VLLM_FL_PLUGIN_PROBE_TIMEOUT");
     if (t && *t) {
-        char *end;
-        errno = 0;
-        double s = strtod(t, &end);
-        while (*end == ' ')
-            end++;
-        if (errno || end == t || *end || !isfinite(s) || s <= 0 || s > FLD_PROBE_MAX_TIMEOUT)
+        double s;
+        if (!fld__parse_seconds(t, &s) || s <= 0 || s > FLD_PROBE_MAX_TIMEOUT)
             fld__log(FLD_LOG_ERROR,
                      "VLLM_FL_PLUGIN_PROBE_TIMEOUT: invalid value '%s' (seconds, more than 0 and "
                      "at most %g); using %g",

@@ -1048,7 +1048,11 @@ FLD_API int fld_log_set_callback(fld_log_fn fn, void *user);
  * handler writes nothing where fld_stats_flush() has written the same
  * counters, trace and settings (nothing counted or traced since): a
  * process that flushes, then exits, writes once. A forked child starts
- * its counts and trace from zero.
+ * its counts and trace from zero. VLLM_FL_STATS_INTERVAL=SECONDS (0.1 to
+ * 86400; it needs one of the two files) also rewrites the files every
+ * SECONDS while the process runs, from a thread of the library's own and
+ * only when something was counted or traced since the last write, so that
+ * a process that is killed loses at most its last interval.
  *
  * Counters survive fld_shutdown(); the strings of a snapshot stay valid
  * until the process ends. All of these: no init, MT safe. Those that

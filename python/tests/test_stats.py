@@ -156,3 +156,73 @@ def test_a_multiprocessing_worker_prints_its_table_once(tmp_path):
         assert len(tables) == 1, (method, out.stderr)
         rows = [line.split() for line in out.stderr.splitlines() if line.startswith("silu_and_mul")]
         assert [r[4] for r in rows] == ["3"], (method, out.stderr)
+
+
+def test_a_killed_worker_keeps_what_the_interval_wrote(tmp_path):
+    # With VLLM_FL_STATS_INTERVAL the library rewrites the file while the
+    # process runs, from a thread of its own (a forked child starts its
+    # own): a worker that is killed, and so runs no exit hook at all, still
+    # leaves its counts. The parent kills it once its file holds them.
+    script = textwrap.dedent("""
+        import json, multiprocessing as mp, os, sys, time
+        import numpy as np
+        import fldispatch
+
+        def work(ready):
+            x = np.ones((2, 16), np.float32)
+            out = np.zeros((2, 8), np.float32)
+            for _ in range(6):
+                fldispatch.silu_and_mul(out, x)
+            ready.put(os.getpid())
+            time.sleep(600)
+
+        def calls_in(path):
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                return None
+            return [e["calls"] for e in doc["entries"] if e["op"] == "silu_and_mul"]
+
+        if __name__ == "__main__":
+            ctx = mp.get_context(sys.argv[1])
+            ready = ctx.Queue()
+            p = ctx.Process(target=work, args=(ready,))
+            p.start()
+            pid = ready.get(timeout=120)
+            path = os.environ["VLLM_FL_STATS_FILE"].replace("%p", str(pid))
+            deadline = time.monotonic() + 60
+            while calls_in(path) != [6] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            p.kill(); p.join()
+            print(pid, calls_in(path), p.exitcode, flush=True)
+    """)
+    path = tmp_path / "worker.py"
+    path.write_text(script)
+    for method in ("fork", "spawn", "forkserver"):
+        env = dict(os.environ, VLLM_FL_STATS_INTERVAL="0.2",
+                   VLLM_FL_STATS_FILE=str(tmp_path / f"stats-{method}-%p.json"))
+        env.pop("VLLM_FL_STATS", None)
+        out = subprocess.run([sys.executable, str(path), method], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        pid, calls, exitcode = out.stdout.split()
+        assert (calls, exitcode) == ("[6]", "-9"), (method, out.stdout, out.stderr)
+        doc = json.loads((tmp_path / f"stats-{method}-{pid}.json").read_text())
+        assert [e["calls"] for e in doc["entries"] if e["op"] == "silu_and_mul"] == [6], doc
+
+
+def test_an_interval_without_a_file_is_refused(tmp_path):
+    env = dict(os.environ, VLLM_FL_STATS="1", VLLM_FL_STATS_INTERVAL="30")
+    env.pop("VLLM_FL_STATS_FILE", None)
+    env.pop("VLLM_FL_TRACE", None)
+    code = ("import fldispatch\n"
+            "try:\n"
+            "    fldispatch.init()\n"
+            "except fldispatch.ConfigError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("VLLM_FL_STATS_INTERVAL: '30' asks to rewrite the files while "
+                                 "the process runs, but there is none"), out.stdout

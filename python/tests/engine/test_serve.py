@@ -2,15 +2,20 @@
 """docs/vllm.md's "Serving" block, as printed (make check-vllm runs this in
 the environment venv.sh builds; elsewhere it skips).
 
-The block's commands run in order, with three changes: MODEL names the tiny
+The block's commands run in order, with four changes: MODEL names the tiny
 local Llama (models.py; no hub), the counters' directory is a temporary
-one, and the server gets a free port (the reply's URL follows it). The
-server is vLLM's OpenAI-compatible server with the plugin loaded; the curl
-request is sent as the block writes it (URL, header, body); the server is
-stopped as a terminal's Ctrl-C stops it, SIGINT to its process group; and
-the merge command runs on the files the processes left.
+one, the server gets a free port (the reply's URL follows it), and the
+files' rewrite interval is a second instead of a minute. The server is
+vLLM's OpenAI-compatible server with the plugin loaded; the curl request
+is sent as the block writes it (URL, header, body); the merge command runs
+while the server serves, on the files its processes have rewritten so far;
+the server is stopped as a terminal's Ctrl-C stops it, SIGINT to its
+process group; and the merge command runs again on the files the
+processes left.
 
-Asserted: the reply holds the tokens asked for; each process that loads
+Asserted: the reply holds the tokens asked for; while the server runs, the
+merge already shows the layer ops the model's process served; each
+process that loads
 the plugin (the API server, vLLM's engine core, its worker) logs its IR
 providers once and leaves one counters file; the worker's file names the
 layer ops served by vendor.cpu, and the other two hold only the plugin's
@@ -58,6 +63,8 @@ CUDA_ARGS = ["--attention-backend", "TRITON_ATTN", "--gpu-memory-utilization", "
 CUDA_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_FL_OOT_FORCE": "all"}
 START_S = 900    # the server's start, compiled nothing (eager), on a loaded machine
 STOP_S = 180     # Ctrl-C to exit: vLLM's drain, its worker's exit, the engine core's
+LIVE_S = 120     # the rewritten files' wait: a one-second interval, a loaded machine
+INTERVAL = ("VLLM_FL_STATS_INTERVAL=60", "VLLM_FL_STATS_INTERVAL=1")
 
 
 def serve_block():
@@ -116,6 +123,46 @@ def send_as_curl(command, port):
         return json.loads(r.read()), json.loads(body)
 
 
+def run_merge(command):
+    """The merge command, its glob expanded as a shell would: the files, the
+    table's rows split into words, and its output."""
+    words = shlex.split(command)
+    assert words[:4] == ["python", "-m", "fldispatch", "stats"], command
+    paths = [p for pattern in words[4:] for p in sorted(glob.glob(pattern))]
+    if not paths:
+        return paths, [], ""
+    merged = subprocess.run([sys.executable, *words[1:4], *paths], capture_output=True,
+                            text=True, timeout=120)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    return paths, [line.split() for line in merged.stdout.splitlines()], merged.stdout
+
+
+def layer_calls(table, cuda):
+    """The merged table's layer ops in bfloat16 (by vendor.cpu on CPU) and
+    their calls in all."""
+    rows = [row for row in table if len(row) > 4 and row[3] == "bf16"
+            and row[0] in LAYER_OPS and (cuda or row[1] == "vendor.cpu")]
+    return {row[0] for row in rows}, sum(int(row[4]) for row in rows)
+
+
+def merge_while_serving(command, cuda, more_than):
+    """Runs the merge command while the server runs until its table has the
+    layer ops of the model's process in bfloat16 (all three, by vendor.cpu,
+    on CPU; one at least on CUDA, where the norms follow vLLM's IR
+    priority) with more than more_than calls in all: the rows, their calls,
+    and the seconds it took."""
+    started = time.monotonic()
+    output = ""
+    while time.monotonic() < started + LIVE_S:
+        _, table, output = run_merge(command)
+        live, calls = layer_calls(table, cuda)
+        if (live == LAYER_OPS or (cuda and live)) and calls > more_than:
+            return table, calls, time.monotonic() - started
+        time.sleep(1)
+    pytest.fail(f"no bf16 layer ops with more than {more_than} calls in the merged files after "
+                f"{LIVE_S} s:\n{output}")
+
+
 def group_alive(pgid):
     """Whether a process of the group still runs (a zombie, whose parent
     has not reaped it yet, has ended: its exit handlers have run)."""
@@ -156,8 +203,9 @@ def test_the_server_block_runs_as_printed(tmp_path):
     assert len(commands) == 4, commands
     model = test_engine.cached_models()["llama"]
     stats_dir = tmp_path / "fld-stats"
+    assert INTERVAL[0] in commands[1], commands[1]
     commands = [c.replace("/tmp/fld-stats", str(stats_dir)).replace("MODEL", model)
-                for c in commands]
+                .replace(*INTERVAL) for c in commands]
     mkdir, serve, curl, merge = commands
 
     assert shlex.split(mkdir)[:2] == ["mkdir", "-p"], mkdir
@@ -181,7 +229,14 @@ def test_the_server_block_runs_as_printed(tmp_path):
                                   stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until_healthy(server, port, log)
+        # what the files say before the request (on CPU no layer op has run:
+        # vLLM's start-up runs none through the plugin), then after it
+        before = layer_calls(run_merge(merge)[1], cuda)[1]
         reply, asked = send_as_curl(curl, port)
+        live, served_calls, live_s = merge_while_serving(merge, cuda, more_than=before)
+        print(f"layer op calls in the files while serving: {before} before the request, "
+              f"{served_calls} {live_s:.1f} s after the reply")
+        assert server.poll() is None, "the server ended before Ctrl-C"
         outlived_s = stop_like_ctrl_c(server)
         print(f"vLLM's engine core and worker outlived its API server by {outlived_s:.1f} s")
     finally:
@@ -233,17 +288,16 @@ def test_the_server_block_runs_as_printed(tmp_path):
                 (process, rows)
             assert cuda or rows[0][1] == "vendor.cpu", (process, rows)
 
-    # the merge command, its glob expanded as a shell would
-    words = shlex.split(merge)
-    assert words[:4] == ["python", "-m", "fldispatch", "stats"], merge
-    paths = [p for pattern in words[4:] for p in sorted(glob.glob(pattern))]
-    assert paths == files, (paths, files)
-    merged = subprocess.run([sys.executable, *words[1:4], *paths], capture_output=True,
-                            text=True, timeout=120)
-    assert merged.returncode == 0, merged.stdout + merged.stderr
-    table = [line.split() for line in merged.stdout.splitlines()]
+    # while it served, the model's process had rewritten its file with
+    # what it served by the end
     for op, impl in served.items():
-        assert any(row[:2] == [op, impl] and "bf16" in row for row in table), merged.stdout
+        assert any(row[:2] == [op, impl] and "bf16" in row for row in live), (op, impl, live)
+
+    # the merge command at the end
+    paths, table, output = run_merge(merge)
+    assert paths == files, (paths, files)
+    for op, impl in served.items():
+        assert any(row[:2] == [op, impl] and "bf16" in row for row in table), output
     probes = str(len(pid_of))
     assert any(row[0] == "rms_norm" and "f16" in row and probes in row for row in table if row), \
-        merged.stdout
+        output
