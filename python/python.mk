@@ -6,7 +6,7 @@
 #                        use it with PYTHONPATH=build/python
 #   make check-python    the pytest suite (make check runs it; TESTS=python
 #                        runs it alone, any other TESTS= leaves it out), with
-#                        $(PYTHON) where it imports pytest, numpy and torch,
+#                        $(PYTHON) where it imports requirements-test.txt,
 #                        else with a virtual environment holding
 #                        requirements-test.txt (python/tests/venv.sh builds
 #                        it once, in ~/.cache/fldispatch)

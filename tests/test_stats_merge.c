@@ -144,6 +144,69 @@ START_TEST(sums_over_files_and_keeps_modes_apart)
     ck_assert_int_eq(r.status, 0);
     tt_assert_schema(r.out, "stats");
     tt_tool_run_free(&r);
+
+    /* --prometheus: the same sums as counters; seconds from the timed files alone */
+    tt_tool_run(&r, NO_ENV,
+                ARGS("stats", "--prometheus", in_dir(dir, "a.json"), in_dir(dir, "b.json"),
+                     in_dir(dir, "c.json")));
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    static const char *const lines[] = {
+        "# TYPE fldispatch_calls_total counter\n",
+        "\nfldispatch_calls_total{op=\"rms_norm\",impl_id=\"vendor.cpu\",device=\"cpu\","
+        "dtype=\"f32\"} 100\n",
+        "\nfldispatch_fallbacks_total{op=\"rms_norm\",impl_id=\"vendor.cpu\",device=\"cpu\","
+        "dtype=\"f32\"} 1\n",
+        "\nfldispatch_failures_total{op=\"rms_norm\",impl_id=\"vendor.cpu\",device=\"cpu\","
+        "dtype=\"f32\"} 2\n",
+        "\nfldispatch_call_seconds_total{op=\"rms_norm\",impl_id=\"vendor.cpu\",device=\"cpu\","
+        "dtype=\"f32\"} 0.000020000\n",
+        "\nfldispatch_timed_calls_total{op=\"rms_norm\",impl_id=\"vendor.cpu\",device=\"cpu\","
+        "dtype=\"f32\"} 40\n",
+        "\n# TYPE fldispatch_stats_files gauge\nfldispatch_stats_files 3\n",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+        ck_assert_msg(strstr(r.out, lines[i]), "no '%s' in:\n%s", lines[i], r.out);
+    ck_assert_str_eq(r.err, "");
+    tt_tool_run_free(&r);
+    /* by rank: the calls-only rank has no time series */
+    tt_tool_run(
+        &r, NO_ENV,
+        ARGS("stats", "--prometheus", "--by-rank", in_dir(dir, "a.json"), in_dir(dir, "c.json")));
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strstr(r.out, "\nfldispatch_calls_total{op=\"rms_norm\",impl_id=\"vendor.cpu\","
+                                "device=\"cpu\",dtype=\"f32\",rank=\"2\"} 60\n"),
+                  "%s", r.out);
+    ck_assert_msg(strstr(r.out, "dtype=\"f32\",rank=\"0\"} 0.000005000\n"), "%s", r.out);
+    ck_assert_msg(!strstr(r.out, "rank=\"2\"} 0.0"), "a calls-only rank timed:\n%s", r.out);
+    tt_tool_run_free(&r);
+    /* no timed file: no time families at all */
+    tt_tool_run(&r, NO_ENV, ARGS("stats", "--prometheus", in_dir(dir, "c.json")));
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(!strstr(r.out, "seconds") && !strstr(r.out, "timed"), "%s", r.out);
+    tt_tool_run_free(&r);
+    /* one output at a time */
+    tt_tool_run(&r, NO_ENV, ARGS("stats", "--json", "--prometheus", in_dir(dir, "c.json")));
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.err, "--json and --prometheus are two outputs: choose one"), "%s",
+                  r.err);
+    ck_assert_str_eq(r.out, "");
+    tt_tool_run_free(&r);
+}
+END_TEST
+
+/* Label values as the exposition format escapes them; an unknown rank is "unknown". */
+START_TEST(prometheus_escapes_label_values)
+{
+    const char *dir = tt_make_tmpdir("stats-prom");
+    write_counters(in_dir(dir, "q.json"), "5", "null", "calls", "my_op", "say \\\"hi\\\" \\\\ \\n",
+                   "4", "0", "0", "0");
+    struct tt_tool_run r;
+    tt_tool_run(&r, NO_ENV, ARGS("stats", "--prometheus", "--by-rank", in_dir(dir, "q.json")));
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    const char *want = "\nfldispatch_calls_total{op=\"my_op\",impl_id=\"say \\\"hi\\\" \\\\ "
+                       "\\n\",device=\"cpu\",dtype=\"f32\",rank=\"unknown\"} 4\n";
+    ck_assert_msg(strstr(r.out, want), "no '%s' in:\n%s", want, r.out);
+    tt_tool_run_free(&r);
 }
 END_TEST
 
@@ -269,10 +332,12 @@ START_TEST(refuses_what_is_not_a_counters_file)
     refused(dir, "yaml.json", "pid: 1\nrank: 0\nmode: time\nentries: []\n", 2,
             "yaml.json:1:1: JSON syntax error: unexpected 'p'");
     /* A string is shown with its quotes: "1" is not the number 1. */
-    refused(dir, "quoted.json", "{\"pid\": \"1\", \"rank\": 0, \"mode\": \"time\", \"entries\": []}\n",
-            2, "quoted.json:1:9: 'pid' must be a whole number from 0 to 2^64-1, got the string \"1\"");
-    refused(dir, "listpid.json", "{\"pid\": [1], \"rank\": 0, \"mode\": \"time\", \"entries\": []}\n",
-            2, "'pid' must be a whole number from 0 to 2^64-1, got an array");
+    refused(dir, "quoted.json",
+            "{\"pid\": \"1\", \"rank\": 0, \"mode\": \"time\", \"entries\": []}\n", 2,
+            "quoted.json:1:9: 'pid' must be a whole number from 0 to 2^64-1, got the string \"1\"");
+    refused(dir, "listpid.json",
+            "{\"pid\": [1], \"rank\": 0, \"mode\": \"time\", \"entries\": []}\n", 2,
+            "'pid' must be a whole number from 0 to 2^64-1, got an array");
 
     /* two files of one process; a sum past 2^63-1 */
     write_counters(in_dir(dir, "p1.json"), "42", "3", "calls", "x", "y", "9223372036854775807", "0",
@@ -311,15 +376,18 @@ END_TEST
 START_TEST(a_file_without_entries)
 {
     const char *dir = tt_make_tmpdir("stats-empty");
-    write_text(in_dir(dir, "none.json"), "{\"pid\": 7, \"rank\": null, \"mode\": \"calls\", \"entries\": []}\n");
-    write_text(in_dir(dir, "none2.json"), "{\"pid\": 8, \"rank\": 1, \"mode\": \"time\", \"entries\": []}\n");
+    write_text(in_dir(dir, "none.json"),
+               "{\"pid\": 7, \"rank\": null, \"mode\": \"calls\", \"entries\": []}\n");
+    write_text(in_dir(dir, "none2.json"),
+               "{\"pid\": 8, \"rank\": 1, \"mode\": \"time\", \"entries\": []}\n");
     struct tt_tool_run r;
     tt_tool_run(&r, NO_ENV, ARGS("stats", in_dir(dir, "none.json")));
     ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
     ck_assert_msg(strstr(r.out, "1 file(s), 0 with a rank, 0 timed: 0 row(s)"), "%s", r.out);
     tt_tool_run_free(&r);
-    tt_tool_run(&r, NO_ENV,
-                ARGS("stats", "--json", "--by-rank", in_dir(dir, "none.json"), in_dir(dir, "none2.json")));
+    tt_tool_run(
+        &r, NO_ENV,
+        ARGS("stats", "--json", "--by-rank", in_dir(dir, "none.json"), in_dir(dir, "none2.json")));
     ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
     tt_assert_schema(r.out, "stats");
     ck_assert_msg(strstr(r.out, "\"entries\": []"), "%s", r.out);
@@ -359,6 +427,7 @@ static Suite *stats_merge_suite(void)
     tcase_add_test(tc, refuses_what_is_not_a_counters_file);
     tcase_add_test(tc, a_file_without_entries);
     tcase_add_test(tc, a_rank_that_was_not_a_number);
+    tcase_add_test(tc, prometheus_escapes_label_values);
     suite_add_tcase(s, tc);
     return s;
 }

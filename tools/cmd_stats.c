@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fldispatch stats [--by-rank] [--json] FILE...: merges the counters files
+ * fldispatch stats [--by-rank] [--json|--prometheus] FILE...: merges the counters files
  * that VLLM_FL_STATS_FILE (or fld_stats_write()) left, one per process or
  * rank of a deployment, into one report: a row per (op, implementation,
  * device, dtype) with the calls, fallbacks and failures of every file
  * summed, and the time of the files that timed their calls. The files are
- * read by the library's reader (core/observe/stats_file.c), which names
- * "path:line:column" of whatever is wrong in one; nothing is printed then.
+ * read and merged by the library (core/observe/stats_file.c,
+ * stats_merge.c), which names "path:line:column" of whatever is wrong in
+ * one; nothing is printed then.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,10 +19,9 @@
 #include "cli.h"
 #include "json.h"
 #include "options.h"
-#include "vec.h"
 
 static const char stats_usage[] =
-    "Usage: fldispatch stats [--by-rank] [--json] [--] FILE...\n"
+    "Usage: fldispatch stats [--by-rank] [--json | --prometheus] [--] FILE...\n"
     "\n"
     "Merges the counters files that VLLM_FL_STATS_FILE (e.g. stats-%r-%p.json)\n"
     "or fld_stats_write() wrote, one per process or rank of a deployment, into\n"
@@ -38,6 +38,11 @@ static const char stats_usage[] =
     "               \"impl_id\", \"device\", \"dtype\", \"rank\" (with --by-rank),\n"
     "               \"ranks\", \"calls\", \"fallbacks\", \"failures\", \"total_ns\",\n"
     "               \"timed_calls\"}]} (docs/schemas/stats.schema.json)\n"
+    "  --prometheus Prometheus's text exposition format (version 0.0.4), for\n"
+    "               node_exporter's textfile collector or a scraper: the\n"
+    "               counters fldispatch_*_total with labels op, impl_id,\n"
+    "               device, dtype (and rank with --by-rank), and the gauge\n"
+    "               fldispatch_stats_files (docs/configuration.md)\n"
     "\n"
     "A file that is not such a document is named with the line and column at\n"
     "fault; so are two files of one process (the same pid and rank), which\n"
@@ -46,142 +51,7 @@ static const char stats_usage[] =
     "Exit status: 0 success, 1 a sum past 2^63-1, 2 usage error or a file that\n"
     "cannot be read or is not a counters file.\n";
 
-/* One merged row. ranks: bit i set when file i contributed. */
-struct row {
-    const struct fld_stats_file_entry *key; /* names from the first file that had it */
-    int64_t rank;                           /* --by-rank: the rank, -1 unknown; else unused */
-    uint64_t calls, fallbacks, failures, total_ns, timed_calls;
-    unsigned char *from; /* [nfiles]: which files contributed */
-};
-
-struct merge {
-    struct fld_stats_file *files;
-    const char *const *paths;
-    size_t nfiles;
-    bool by_rank;
-    struct row *rows;
-    size_t n, cap;
-};
-
-static int64_t rank_of(const struct fld_stats_file *f)
-{
-    return f->has_rank && f->rank <= INT64_MAX ? (int64_t)f->rank : -1;
-}
-
-static bool same_key(const struct fld_stats_file_entry *a, const struct fld_stats_file_entry *b)
-{
-    return strcmp(a->op, b->op) == 0 && strcmp(a->impl_id, b->impl_id) == 0 &&
-           strcmp(a->device, b->device) == 0 && strcmp(a->dtype, b->dtype) == 0;
-}
-
-static struct row *find_row(struct merge *m, const struct fld_stats_file_entry *e, int64_t rank)
-{
-    for (size_t i = 0; i < m->n; i++)
-        if (same_key(m->rows[i].key, e) && (!m->by_rank || m->rows[i].rank == rank))
-            return &m->rows[i];
-    if (VEC_RESERVE(m->rows, m->n, m->cap, 16))
-        return NULL;
-    struct row *r = &m->rows[m->n];
-    *r = (struct row){.key = e, .rank = rank, .from = calloc(m->nfiles, 1)};
-    if (!r->from)
-        return NULL;
-    m->n++;
-    return r;
-}
-
-/* Sums stay at most 2^63-1, so that every JSON reader takes them as integers. */
-static bool add(uint64_t *sum, uint64_t v)
-{
-    return !__builtin_add_overflow(*sum, v, sum) && *sum <= INT64_MAX;
-}
-
-/* CLI_EXIT_OK, or the exit status after a message. */
-static int merge_files(struct merge *m)
-{
-    for (size_t f = 0; f < m->nfiles; f++) {
-        const struct fld_stats_file *file = &m->files[f];
-        const bool timed = strcmp(file->mode, "time") == 0;
-        for (size_t i = 0; i < file->n; i++) {
-            const struct fld_stats_file_entry *e = &file->entries[i];
-            struct row *r = find_row(m, e, rank_of(file));
-            if (!r) {
-                fprintf(stderr, "fldispatch stats: out of memory\n");
-                return CLI_EXIT_CHECK_FAILED;
-            }
-            r->from[f] = 1;
-            bool ok = add(&r->calls, e->calls) && add(&r->fallbacks, e->fallbacks) &&
-                      add(&r->failures, e->failures);
-            if (ok && timed)
-                ok = add(&r->total_ns, e->total_ns) && add(&r->timed_calls, e->calls);
-            if (!ok) {
-                fprintf(stderr,
-                        "fldispatch stats: the sum of %s/%s (%s, %s) passes 2^63-1 at '%s'\n",
-                        cli_text(e->op), cli_text(e->impl_id), cli_text(e->device),
-                        cli_text(e->dtype), cli_text(m->paths[f]));
-                return CLI_EXIT_CHECK_FAILED;
-            }
-        }
-    }
-    return CLI_EXIT_OK;
-}
-
-static const struct merge *sort_ctx;
-
-static int row_order(const void *pa, const void *pb)
-{
-    const struct row *a = pa, *b = pb;
-    if (sort_ctx->by_rank && a->rank != b->rank)
-        return a->rank < b->rank ? -1 : 1;
-    int c = strcmp(a->key->op, b->key->op);
-    if (!c)
-        c = strcmp(a->key->impl_id, b->key->impl_id);
-    if (!c)
-        c = strcmp(a->key->device, b->key->device);
-    if (!c)
-        c = strcmp(a->key->dtype, b->key->dtype);
-    return c;
-}
-
-/* The distinct ranks of the files a row came from, ascending ("?" for unknown), into buf. */
-static const char *ranks_text(const struct merge *m, const struct row *r, char *buf, size_t size)
-{
-    size_t len = 0;
-    buf[0] = '\0';
-    bool unknown = false;
-    /* ascending without sorting: repeatedly the smallest rank above the last one printed */
-    for (uint64_t last = 0, first = 1;;) {
-        bool found = false;
-        uint64_t best = 0;
-        for (size_t f = 0; f < m->nfiles; f++) {
-            if (!r->from[f])
-                continue;
-            if (!m->files[f].has_rank) {
-                unknown = true;
-                continue;
-            }
-            uint64_t v = m->files[f].rank;
-            if ((first || v > last) && (!found || v < best)) {
-                best = v;
-                found = true;
-            }
-        }
-        if (!found)
-            break;
-        int k = snprintf(buf + len, size - len, "%s%" PRIu64, len ? "," : "", best);
-        if (k < 0 || (size_t)k >= size - len) {
-            snprintf(buf + (size > 4 ? size - 4 : 0), size > 4 ? 4 : size, "...");
-            return buf;
-        }
-        len += (size_t)k;
-        last = best;
-        first = 0;
-    }
-    if (unknown)
-        snprintf(buf + len, size - len, "%s?", len ? "," : "");
-    return buf;
-}
-
-static void print_text(const struct merge *m)
+static void print_text(const struct fld_stats_merge *m)
 {
     size_t timed = 0, known = 0;
     for (size_t f = 0; f < m->nfiles; f++) {
@@ -198,7 +68,7 @@ static void print_text(const struct merge *m)
            "calls", "fallbacks", "failures", "total_ms", "avg_ns", "ranks");
     char ranks[256];
     for (size_t i = 0; i < m->n; i++) {
-        const struct row *r = &m->rows[i];
+        const struct fld_stats_row *r = &m->rows[i];
         if (m->by_rank) {
             if (r->rank < 0)
                 printf("%-5s ", "?");
@@ -213,11 +83,11 @@ static void print_text(const struct merge *m)
                    (double)r->total_ns / (double)r->timed_calls);
         else
             printf(" %12s %9s", "-", "-");
-        printf("  %s\n", ranks_text(m, r, ranks, sizeof ranks));
+        printf("  %s\n", fld__stats_row_ranks(m, r, ranks, sizeof ranks));
     }
 }
 
-static void print_json(const struct merge *m)
+static void print_json(const struct fld_stats_merge *m, const char *const *paths)
 {
     struct json_writer w;
     json_begin_document(&w, stdout);
@@ -226,11 +96,11 @@ static void print_json(const struct merge *m)
     for (size_t f = 0; f < m->nfiles; f++) {
         json_begin_object(&w);
         json_key(&w, "path");
-        json_string(&w, m->paths[f]);
+        json_string(&w, paths[f]);
         json_key(&w, "pid");
         json_int(&w, (long long)m->files[f].pid);
         json_key(&w, "rank");
-        if (rank_of(&m->files[f]) >= 0)
+        if (m->files[f].has_rank && m->files[f].rank <= INT64_MAX)
             json_int(&w, (long long)m->files[f].rank);
         else
             json_null(&w);
@@ -242,7 +112,7 @@ static void print_json(const struct merge *m)
     json_key(&w, "entries");
     json_begin_array(&w);
     for (size_t i = 0; i < m->n; i++) {
-        const struct row *r = &m->rows[i];
+        const struct fld_stats_row *r = &m->rows[i];
         json_begin_object(&w);
         json_key(&w, "op");
         json_string(&w, r->key->op);
@@ -262,7 +132,7 @@ static void print_json(const struct merge *m)
         json_key(&w, "ranks");
         json_begin_array(&w);
         char ranks[256];
-        ranks_text(m, r, ranks, sizeof ranks);
+        fld__stats_row_ranks(m, r, ranks, sizeof ranks);
         for (char *p = ranks; *p;) {
             char *end = strchr(p, ',');
             if (end)
@@ -288,23 +158,16 @@ static void print_json(const struct merge *m)
     json_finish(&w);
 }
 
-static void free_merge(struct merge *m)
-{
-    for (size_t i = 0; i < m->n; i++)
-        free(m->rows[i].from);
-    free(m->rows);
-    for (size_t f = 0; f < m->nfiles; f++)
-        fld__stats_file_free(&m->files[f]);
-    free(m->files);
-}
-
 int cmd_stats(int argc, char **argv)
 {
-    static const struct cli_option opts[] = {
-        {"--by-rank", false}, {"--json", false}, {NULL, false}};
+    enum { OPT_BY_RANK, OPT_JSON, OPT_PROMETHEUS };
+    static const struct cli_option opts[] = {[OPT_BY_RANK] = {"--by-rank", false},
+                                             [OPT_JSON] = {"--json", false},
+                                             [OPT_PROMETHEUS] = {"--prometheus", false},
+                                             {NULL, false}};
     struct cli_args a;
     cli_args_init(&a, "stats", opts, argc, argv);
-    bool json = false, by_rank = false;
+    bool json = false, prometheus = false, by_rank = false;
     const char **paths = calloc((size_t)(argc > 0 ? argc : 1), sizeof *paths);
     if (!paths) {
         fprintf(stderr, "fldispatch stats: out of memory\n");
@@ -325,56 +188,36 @@ int cmd_stats(int argc, char **argv)
         }
         if (k == CLI_ARG_OPERAND)
             paths[npaths++] = value;
-        else if (k == 0)
+        else if (k == OPT_BY_RANK)
             by_rank = true;
-        else
+        else if (k == OPT_JSON)
             json = true;
-    }
-    if (!npaths) {
-        free(paths);
-        return cli_usage_error("stats", "no FILE given: name the counters files to merge");
-    }
-    struct merge m = {.paths = paths, .nfiles = npaths, .by_rank = by_rank};
-    int status = CLI_EXIT_OK;
-    m.files = calloc(npaths, sizeof *m.files);
-    if (!m.files) {
-        fprintf(stderr, "fldispatch stats: out of memory\n");
-        free(paths);
-        return CLI_EXIT_CHECK_FAILED;
-    }
-    for (size_t f = 0; f < npaths && !status; f++) {
-        if (fld__stats_file_read(paths[f], &m.files[f]) != FLD_OK) {
-            fprintf(stderr, "fldispatch stats: %s\n", cli_text(fld_last_error()));
-            status = CLI_EXIT_USAGE;
-            break;
-        }
-        for (size_t g = 0; g < f; g++) {
-            const struct fld_stats_file *x = &m.files[g], *y = &m.files[f];
-            if (x->pid == y->pid && x->has_rank == y->has_rank && x->rank == y->rank) {
-                char rank[24] = "unknown";
-                if (y->has_rank)
-                    snprintf(rank, sizeof rank, "%" PRIu64, y->rank);
-                fprintf(stderr,
-                        "fldispatch stats: '%s' and '%s' are both pid %" PRIu64
-                        " rank %s: one process's counters would count twice\n",
-                        cli_text(paths[g]), cli_text(paths[f]), y->pid, rank);
-                status = CLI_EXIT_USAGE;
-                break;
-            }
-        }
-    }
-    if (!status)
-        status = merge_files(&m);
-    if (!status) {
-        sort_ctx = &m;
-        if (m.n > 1) /* rows is NULL when no file has an entry */
-            qsort(m.rows, m.n, sizeof *m.rows, row_order);
-        if (json)
-            print_json(&m);
         else
-            print_text(&m);
+            prometheus = true;
     }
-    free_merge(&m);
+    if (!npaths || (json && prometheus)) {
+        free(paths);
+        return cli_usage_error("stats", npaths
+                                            ? "--json and --prometheus are two outputs: choose one"
+                                            : "no FILE given: name the counters files to merge");
+    }
+    struct fld_stats_merge m;
+    int rc = fld__stats_merge(paths, npaths, by_rank, &m);
+    if (rc != FLD_OK) {
+        fprintf(stderr, "fldispatch stats: %s\n", cli_text(fld_last_error()));
+        free(paths);
+        /* a sum past 2^63-1 or no memory: the files were fine */
+        return rc == FLD_EINVAL || rc == FLD_ENOMEM ? CLI_EXIT_CHECK_FAILED : CLI_EXIT_USAGE;
+    }
+    int status = CLI_EXIT_OK;
+    if (json)
+        print_json(&m, paths);
+    else if (prometheus)
+        status =
+            fld__stats_merge_prometheus(&m, stdout) == FLD_OK ? CLI_EXIT_OK : CLI_EXIT_CHECK_FAILED;
+    else
+        print_text(&m);
+    fld__stats_merge_free(&m);
     free(paths);
     return status;
 }

@@ -49,7 +49,7 @@ static const char usage_text[] =
     "  tune     [OP...] [--dtype T] [--shapes SPEC] [--out FILE] [--json]\n"
     "                                       time every implementation per row bucket and\n"
     "                                       write a manifest of the fastest correct ones\n"
-    "  stats    FILE... [--by-rank] [--json]\n"
+    "  stats    FILE... [--by-rank] [--json | --prometheus]\n"
     "                                       merge the counters files of a deployment's\n"
     "                                       processes and ranks into one report\n"
     "\n"

@@ -259,7 +259,7 @@ int fld_stats_mode(void)
     return f & FLD_STATS_FLAG_TIME ? FLD_STATS_TIME : FLD_STATS_CALLS;
 }
 
-static int expand_path(const char *who, const char *pattern, char *out, size_t size);
+static int expand_path(const char *who, const char *pattern, bool as_glob, char *out, size_t size);
 
 /* A path variable (pathvar.h), copied into *out (NULL when unset), once its expansion fits. */
 static int path_variable(const char *name, char **out)
@@ -269,7 +269,7 @@ static int path_variable(const char *name, char **out)
     if (!v)
         return FLD_OK;
     char probe[4096];
-    if (expand_path(name, v, probe, sizeof probe) != FLD_OK) {
+    if (expand_path(name, v, false, probe, sizeof probe) != FLD_OK) {
         char why[sizeof probe + 512]; /* the message quotes the path */
         snprintf(why, sizeof why, "%s", fld_last_error());
         return fld__fail(FLD_ECONFIG, "%s", why);
@@ -527,16 +527,22 @@ static long rank_of_process(const char **bad)
 
 /*
  * pattern with "%p" replaced by the process id, "%r" by the rank and "%%"
- * by "%", into out (size bytes). FLD_EINVAL naming who when it does not fit
- * or "%r" meets a rank variable that holds no rank.
+ * by "%", into out (size bytes). as_glob: a glob pattern of every
+ * process's and rank's path instead, "%p" and "%r" a "*", and glob's own
+ * characters taken literally the way Python's glob.escape() and a shell
+ * read them ("[*]"). FLD_EINVAL naming who when it does not fit or "%r"
+ * meets a rank variable that holds no rank.
  */
-static int expand_path(const char *who, const char *pattern, char *out, size_t size)
+static int expand_path(const char *who, const char *pattern, bool as_glob, char *out, size_t size)
 {
     size_t len = 0;
     for (const char *p = pattern; *p; p++) {
         char piece[32];
         const char *add = piece;
-        if (p[0] == '%' && p[1] == 'p') {
+        if (as_glob && p[0] == '%' && (p[1] == 'p' || p[1] == 'r')) {
+            add = "*";
+            p++;
+        } else if (p[0] == '%' && p[1] == 'p') {
             snprintf(piece, sizeof piece, "%ld", (long)getpid());
             p++;
         } else if (p[0] == '%' && p[1] == 'r') {
@@ -552,6 +558,8 @@ static int expand_path(const char *who, const char *pattern, char *out, size_t s
         } else if (p[0] == '%' && p[1] == '%') {
             add = "%";
             p++;
+        } else if (as_glob && strchr("*?[", *p)) {
+            snprintf(piece, sizeof piece, "[%c]", *p);
         } else {
             piece[0] = *p;
             piece[1] = '\0';
@@ -565,6 +573,15 @@ static int expand_path(const char *who, const char *pattern, char *out, size_t s
     }
     out[len] = '\0';
     return FLD_OK;
+}
+
+int fld__stats_file_glob(char *buf, size_t size)
+{
+    pthread_mutex_lock(&stats_lock);
+    int rc = stats_file ? expand_path("VLLM_FL_STATS_FILE", stats_file, true, buf, size)
+                        : fld__fail(FLD_ENOTFOUND, "VLLM_FL_STATS_FILE is not set");
+    pthread_mutex_unlock(&stats_lock);
+    return rc;
 }
 
 /* A name for the table: s, or its escape (fld__escape()) in *buf when it
@@ -670,7 +687,7 @@ static int write_expanded(const char *who, const char *pattern, bool trace)
     if (!pattern || !*pattern)
         return fld__fail(FLD_EINVAL, "%s: argument 'path' is %s", who, pattern ? "empty" : "NULL");
     char expanded[4096];
-    int rc = expand_path(who, pattern, expanded, sizeof expanded);
+    int rc = expand_path(who, pattern, false, expanded, sizeof expanded);
     if (rc)
         return rc;
     return trace ? fld__trace_write(who, expanded, cell_names) : write_json(who, expanded);

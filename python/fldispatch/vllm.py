@@ -44,7 +44,7 @@ import logging
 
 import torch
 
-from . import _C, devices, vllm_compile, vllm_ir, vllm_patches, vllm_path
+from . import _C, devices, prometheus, vllm_compile, vllm_ir, vllm_patches, vllm_path
 from .vllm_layers import ACTIVATIONS, GELU_APPROXIMATE, LAYERS
 from .vllm_state import DECIDED
 
@@ -388,6 +388,8 @@ def register():
     adds fldispatch's variables to vLLM's variable table (vllm_compile: the
     compile-cache key, and the names its environment check accepts),
     has the engine core write fldispatch's counters as its busy loop ends,
+    puts the counters files of VLLM_FL_STATS_FILE on vLLM's /metrics
+    (fldispatch.prometheus: the files written since the plugin loaded),
     and registers the OOT layers that VLLM_FL_OOT_* allow, but those whose
     layer calls an IR op. Idempotent; returns {op name: vLLM class name} of
     the OOT layers (DECIDED.oot_layers)."""
@@ -415,6 +417,7 @@ def register():
                         "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
     vllm_compile.register_variables()
     vllm_patches.patch_engine_busy_loop(_write_counters_as_the_engine_stops)
+    prometheus.register_default()
     superseded = vllm_ir.superseded_layers()
     for op_name, layer in LAYERS.items():
         if op_name in registered:

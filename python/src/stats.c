@@ -187,6 +187,126 @@ static PyObject *py_stats_record(PyObject *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
+/* The families under construction: a list of [name, type, help, label names, samples]. */
+struct families_out {
+    PyObject *list;
+    PyObject *samples; /* the current family's, borrowed from list */
+    bool labelled;     /* its label names are set */
+};
+
+static int families_family(void *ctx, const char *name, const char *type, const char *help)
+{
+    struct families_out *o = ctx;
+    o->samples = PyList_New(0);
+    PyObject *family =
+        o->samples ? Py_BuildValue("[sssON]", name, type, help, Py_None, o->samples) : NULL;
+    if (!family || PyList_Append(o->list, family) < 0) {
+        Py_XDECREF(family);
+        return FLD_ENOMEM;
+    }
+    Py_DECREF(family);
+    o->labelled = false;
+    return FLD_OK;
+}
+
+static PyObject *strings(const char *const *s, size_t n)
+{
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    for (size_t i = 0; t && i < n; i++) {
+        PyObject *v = PyUnicode_DecodeUTF8(s[i], (Py_ssize_t)strlen(s[i]), "replace");
+        if (!v || PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0)
+            Py_CLEAR(t);
+    }
+    return t;
+}
+
+static int families_sample(void *ctx, const char *const *names, const char *const *values,
+                           size_t nlabels, uint64_t value, bool nanoseconds)
+{
+    struct families_out *o = ctx;
+    if (!o->labelled) {
+        PyObject *family = PyList_GetItem(o->list, PyList_Size(o->list) - 1);
+        PyObject *label_names = strings(names, nlabels);
+        if (!label_names || PyList_SetItem(family, 3, label_names) < 0)
+            return FLD_ENOMEM;
+        o->labelled = true;
+    }
+    PyObject *labels = strings(values, nlabels);
+    PyObject *number =
+        nanoseconds ? PyFloat_FromDouble((double)value / 1e9) : PyLong_FromUnsignedLongLong(value);
+    PyObject *sample = labels && number ? PyTuple_Pack(2, labels, number) : NULL;
+    Py_XDECREF(labels);
+    Py_XDECREF(number);
+    int rc = sample && PyList_Append(o->samples, sample) == 0 ? FLD_OK : FLD_ENOMEM;
+    Py_XDECREF(sample);
+    return rc;
+}
+
+/* _stats_metric_families(paths, by_rank): the files merged, as Prometheus's families. */
+static PyObject *py_stats_metric_families(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *seq;
+    int by_rank;
+    if (!PyArg_ParseTuple(args, "Op:_stats_metric_families", &seq, &by_rank))
+        return NULL;
+    PyObject *list = PySequence_List(seq);
+    if (!list)
+        return NULL;
+    Py_ssize_t n = PyList_Size(list);
+    PyObject **bytes = PyMem_Calloc((size_t)n + 1, sizeof *bytes);
+    const char **paths = PyMem_Calloc((size_t)n + 1, sizeof *paths);
+    PyObject *result = NULL;
+    if (!bytes || !paths) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyUnicode_FSConverter(PyList_GetItem(list, i), &bytes[i]))
+            goto done;
+        if (!(paths[i] = PyBytes_AsString(bytes[i])))
+            goto done;
+    }
+    struct fld_stats_merge m;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = fld__stats_merge(paths, (size_t)n, by_rank != 0, &m);
+    Py_END_ALLOW_THREADS if (rc != FLD_OK)
+    {
+        fldpy_raise_status(rc);
+        goto done;
+    }
+    struct families_out out = {PyList_New(0), NULL, false};
+    const struct fld_stats_visitor visitor = {&out, families_family, families_sample};
+    if (out.list && fld__stats_merge_visit(&m, &visitor) == FLD_OK)
+        result = out.list;
+    else if (!PyErr_Occurred())
+        PyErr_NoMemory();
+    if (!result)
+        Py_XDECREF(out.list);
+    fld__stats_merge_free(&m);
+done:
+    for (Py_ssize_t i = 0; bytes && i < n; i++)
+        Py_XDECREF(bytes[i]);
+    PyMem_Free(bytes);
+    PyMem_Free(paths);
+    Py_DECREF(list);
+    return result;
+}
+
+/* _stats_file_glob(): VLLM_FL_STATS_FILE as a glob of every process's file, or None. */
+static PyObject *py_stats_file_glob(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    char buf[8192];
+    int rc = fld__stats_file_glob(buf, sizeof buf);
+    if (rc == FLD_ENOTFOUND)
+        Py_RETURN_NONE;
+    if (rc != FLD_OK)
+        return fldpy_raise_status(rc);
+    return PyUnicode_DecodeFSDefault(buf);
+}
+
 PyMethodDef fldpy_stats_methods[] = {
     {"stats", py_stats, METH_NOARGS,
      "stats()\n--\n\nThe call counters, one dict per (op, impl_id, device, dtype) that ran: "
@@ -209,5 +329,12 @@ PyMethodDef fldpy_stats_methods[] = {
     {"_stats_record", (PyCFunction)(void (*)(void))py_stats_record, METH_FASTCALL | METH_KEYWORDS,
      "_stats_record(op, impl_id, device, dtype, status=0, fell_back=False, ns=0)\n--\n\n"
      "Counts one call of an implementation run outside the library (fld_stats_record)."},
+    {"_stats_metric_families", py_stats_metric_families, METH_VARARGS,
+     "_stats_metric_families(paths, by_rank)\n--\n\nThe counters files merged as `fldispatch "
+     "stats --prometheus` merges them: a list of\n[name, type, help, label names, [(label values, "
+     "value), ...]] per metric family."},
+    {"_stats_file_glob", py_stats_file_glob, METH_NOARGS,
+     "_stats_file_glob()\n--\n\nVLLM_FL_STATS_FILE as a glob pattern that matches every "
+     "process's and rank's file;\nNone when it is not set."},
     {NULL, NULL, 0, NULL},
 };

@@ -7,7 +7,8 @@
  * (core/base/devices.c), from which the tool's and the Python extension's
  * device names derive, the escaper of text that leaves the library
  * (core/base/escape.c), the reader of counters files and the exit
- * handler's flush (core/observe/stats_file.c, stats.c).
+ * handler's flush (core/observe/stats_file.c, stats.c), and their merge
+ * and Prometheus exposition (stats_merge.c, stats_prometheus.c).
  *
  * Internal: not installed with the public headers, not part of the API or
  * the ABI, and free to change with any release. The tool, the Python
@@ -322,6 +323,78 @@ struct fld_stats_file {
 };
 FLD_TOOL_API int fld__stats_file_read(const char *path, struct fld_stats_file *out);
 FLD_TOOL_API void fld__stats_file_free(struct fld_stats_file *f);
+
+/*
+ * Counters files merged (core/observe/stats_merge.c): `fldispatch stats`,
+ * and the Python package's Prometheus collector. merge reads each of
+ * paths[0..nfiles) with fld__stats_file_read() and sums their entries into
+ * a row per (op, impl_id, device, dtype), and per rank as well with
+ * by_rank; a file written with VLLM_FL_STATS=time adds its calls to
+ * timed_calls and its time to total_ns, the others only their calls.
+ * Rows come sorted by rank (by_rank), op, impl_id, device and dtype. Fails
+ * with the reader's errors (FLD_ECONFIG "path:line:column: ...", "cannot
+ * open"), FLD_ECONFIG when two files are one process's (the same pid and
+ * rank: its calls would count twice), FLD_EINVAL when a sum passes 2^63-1
+ * (so that every JSON reader takes the sums as integers) or FLD_ENOMEM;
+ * *out is then empty. free releases what merge filled (and zeroes it).
+ * Needs no fld_init().
+ */
+struct fld_stats_row {
+    const struct fld_stats_file_entry *key; /* its names, from the first file that had it */
+    int64_t rank;                           /* by_rank: the files' rank, -1 unknown; else -1 */
+    uint64_t calls, fallbacks, failures, total_ns, timed_calls;
+    unsigned char *from; /* [nfiles]: 1 where that file has the row */
+};
+struct fld_stats_merge {
+    size_t nfiles;
+    struct fld_stats_file *files; /* [nfiles], in the order of paths */
+    bool by_rank;
+    size_t n;
+    struct fld_stats_row *rows;
+};
+FLD_TOOL_API int fld__stats_merge(const char *const *paths, size_t nfiles, bool by_rank,
+                                  struct fld_stats_merge *out);
+FLD_TOOL_API void fld__stats_merge_free(struct fld_stats_merge *m);
+/* The distinct ranks of the files that have row r, ascending, comma-separated, "?" last for a
+ * file whose rank was not a number, into buf (ending in "..." when it does not fit). */
+FLD_TOOL_API const char *fld__stats_row_ranks(const struct fld_stats_merge *m,
+                                              const struct fld_stats_row *r, char *buf,
+                                              size_t size);
+/*
+ * The merged counters as Prometheus metric families, handed to a visitor:
+ * family() once per family (its name, "counter" or "gauge", and its help
+ * text), then sample() once per sample with its
+ * labels (names and values, nlabels of them; values NULL with none) and
+ * its value, a count, or nanoseconds for a family of seconds. The first
+ * status other than FLD_OK that a callback returns ends the visit and is
+ * returned.
+ */
+struct fld_stats_visitor {
+    void *ctx;
+    int (*family)(void *ctx, const char *name, const char *type, const char *help);
+    int (*sample)(void *ctx, const char *const *label_names, const char *const *label_values,
+                  size_t nlabels, uint64_t value, bool nanoseconds);
+};
+FLD_TOOL_API int fld__stats_merge_visit(const struct fld_stats_merge *m,
+                                        const struct fld_stats_visitor *v);
+/*
+ * The merged counters in Prometheus's text exposition format (version
+ * 0.0.4), for a scraper: counters fldispatch_calls_total,
+ * fldispatch_fallbacks_total and fldispatch_failures_total per row,
+ * fldispatch_call_seconds_total and fldispatch_timed_calls_total for the
+ * rows that timed calls, and the gauge fldispatch_stats_files; labels op,
+ * impl_id, device, dtype, and rank ("unknown" where it was not a number)
+ * with by_rank. FLD_OK, or FLD_EINVAL when out fails to take it.
+ */
+FLD_TOOL_API int fld__stats_merge_prometheus(const struct fld_stats_merge *m, FILE *out);
+/*
+ * VLLM_FL_STATS_FILE's pattern as a glob pattern that matches the file of
+ * every process and rank: "%p" and "%r" become "*", "%%" a "%", and the
+ * pattern's own "*", "?" and "[" are bracketed ("[*]", as Python's
+ * glob.escape() does). FLD_OK; FLD_ENOTFOUND when the
+ * variable is unset or empty; FLD_EINVAL when buf is too small.
+ */
+FLD_TOOL_API int fld__stats_file_glob(char *buf, size_t size);
 
 /*
  * What the library's exit handler does, now: fld_stats_flush() unless

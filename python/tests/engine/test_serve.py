@@ -8,15 +8,17 @@ one, the server gets a free port (the reply's URL follows it), and the
 files' rewrite interval is a second instead of a minute. The server is
 vLLM's OpenAI-compatible server with the plugin loaded; the curl request
 is sent as the block writes it (URL, header, body); the merge command runs
-while the server serves, on the files its processes have rewritten so far;
+while the server serves, on the files its processes have rewritten so far,
+and vLLM's /metrics page (the metrics command's URL) is scraped until its
+fldispatch lines agree with the merge;
 the server is stopped as a terminal's Ctrl-C stops it, SIGINT to its
 process group; and the merge command runs again on the files the
 processes left.
 
 Asserted: the reply holds the tokens asked for; while the server runs, the
-merge already shows the layer ops the model's process served; each
-process that loads
-the plugin (the API server, vLLM's engine core, its worker) logs its IR
+merge already shows the layer ops the model's process served, and
+/metrics has the same calls from every process's file; each process that
+loads the plugin (the API server, vLLM's engine core, its worker) logs its IR
 providers once and leaves one counters file; the worker's file names the
 layer ops served by vendor.cpu, and the other two hold only the plugin's
 start-up probe (one float16 rms_norm call); vLLM's environment check knows
@@ -163,6 +165,49 @@ def merge_while_serving(command, cuda, more_than):
                 f"{LIVE_S} s:\n{output}")
 
 
+def scrape_layer_calls(command, port, cuda):
+    """The metrics command's page (its URL, on the test's port): the bf16
+    layer ops' fldispatch_calls_total summed over ranks, as layer_calls
+    sums the merged table, the number of files merged, and the page's
+    fldispatch lines."""
+    words = shlex.split(command)
+    assert words[:3] == ["curl", "-s", "localhost:8000/metrics"], command
+    assert words[3:] == ["|", "grep", "^fldispatch_"], command
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:
+        assert r.status == 200
+        page = r.read().decode()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lines = [line for line in page.splitlines() if line.startswith("fldispatch_")]
+    calls, files = 0, None
+    for family in text_string_to_metric_families(page):
+        for s in family.samples:
+            if s.name == "fldispatch_stats_files":
+                files = int(s.value)
+            elif (s.name == "fldispatch_calls_total" and s.labels["dtype"] == "bf16"
+                  and s.labels["op"] in LAYER_OPS and s.labels["rank"]
+                  and (cuda or s.labels["impl_id"] == "vendor.cpu")):
+                calls += int(s.value)
+    return calls, files, lines
+
+
+def metrics_match_the_merge(metrics, merge, port, cuda):
+    """Scrapes the metrics command's page and runs the merge command until
+    both have the same bf16 layer op calls from the same number of files
+    (the server idle, its files settle within an interval); returns them."""
+    deadline = time.monotonic() + LIVE_S
+    while True:
+        calls, files, lines = scrape_layer_calls(metrics, port, cuda)
+        paths, table, output = run_merge(merge)
+        merged = layer_calls(table, cuda)[1]
+        if (calls, files) == (merged, len(paths)) and calls:
+            return calls, files, lines
+        if time.monotonic() > deadline:
+            pytest.fail(f"/metrics had {calls} bf16 layer op calls from {files} files, the merge "
+                        f"{merged} from {len(paths)}:\n" + "\n".join(lines) + "\n" + output)
+        time.sleep(1)
+
+
 def group_alive(pgid):
     """Whether a process of the group still runs (a zombie, whose parent
     has not reaped it yet, has ended: its exit handlers have run)."""
@@ -200,13 +245,13 @@ def stop_like_ctrl_c(server):
 
 def test_the_server_block_runs_as_printed(tmp_path):
     commands = serve_block()
-    assert len(commands) == 4, commands
+    assert len(commands) == 5, commands
     model = test_engine.cached_models()["llama"]
     stats_dir = tmp_path / "fld-stats"
     assert INTERVAL[0] in commands[1], commands[1]
     commands = [c.replace("/tmp/fld-stats", str(stats_dir)).replace("MODEL", model)
                 .replace(*INTERVAL) for c in commands]
-    mkdir, serve, curl, merge = commands
+    mkdir, serve, curl, metrics, merge = commands
 
     assert shlex.split(mkdir)[:2] == ["mkdir", "-p"], mkdir
     os.makedirs(shlex.split(mkdir)[2])
@@ -236,6 +281,9 @@ def test_the_server_block_runs_as_printed(tmp_path):
         live, served_calls, live_s = merge_while_serving(merge, cuda, more_than=before)
         print(f"layer op calls in the files while serving: {before} before the request, "
               f"{served_calls} {live_s:.1f} s after the reply")
+        scraped, scraped_files, metric_lines = metrics_match_the_merge(metrics, merge, port,
+                                                                       cuda)
+        print(f"/metrics: {scraped} layer op calls from {scraped_files} files, as the merge")
         assert server.poll() is None, "the server ended before Ctrl-C"
         outlived_s = stop_like_ctrl_c(server)
         print(f"vLLM's engine core and worker outlived its API server by {outlived_s:.1f} s")
@@ -292,6 +340,9 @@ def test_the_server_block_runs_as_printed(tmp_path):
     # what it served by the end
     for op, impl in served.items():
         assert any(row[:2] == [op, impl] and "bf16" in row for row in live), (op, impl, live)
+
+    # /metrics merged the file of every process, a rank label on each row
+    assert scraped_files == len(files), (scraped_files, files, metric_lines)
 
     # the merge command at the end
     paths, table, output = run_merge(merge)

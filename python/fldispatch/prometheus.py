@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: Apache-2.0
+"""fldispatch's counters on a Prometheus endpoint.
+
+CountersCollector is a prometheus_client collector that, at each scrape,
+merges the counters files of a deployment's processes (VLLM_FL_STATS_FILE,
+rewritten every VLLM_FL_STATS_INTERVAL seconds while they run) as
+`fldispatch stats --prometheus --by-rank` merges them: the library merges
+them and hands over the metric families of its exposition
+(core/observe/stats_prometheus.c's table), which become prometheus_client's
+families here, so that the endpoint serves what the tool prints. The vLLM
+plugin registers one on prometheus_client's default registry, the one
+vLLM's /metrics serves; any other server registers its own:
+
+    from prometheus_client import REGISTRY
+    from fldispatch.prometheus import CountersCollector
+    REGISTRY.register(CountersCollector())
+
+A scrape never fails because of these files: a file that is not a
+counters file, or two files of one process, leave fldispatch's families
+out of that scrape, and a warning on the "fldispatch.prometheus" logger
+names the file (once, until the message changes).
+"""
+
+import glob
+import logging
+import os
+import time
+
+from . import _C
+
+logger = logging.getLogger(__name__)
+
+
+class CountersCollector:
+    """The counters files matching pattern (a glob; by default
+    VLLM_FL_STATS_FILE's, every process's and rank's file), merged at each
+    collect() with a rank label per row. Files last written before since
+    (seconds since the epoch, as time.time() gives them) are another run's
+    and left out; None takes every file. The library must be initialised
+    (fldispatch.init()) for the default pattern."""
+
+    def __init__(self, pattern=None, since=None, by_rank=True):
+        if pattern is None:
+            pattern = _C._stats_file_glob()
+            if pattern is None:
+                raise ValueError("CountersCollector: VLLM_FL_STATS_FILE is not set; name the "
+                                 "files' glob pattern")
+        self.pattern = pattern
+        self.since = since
+        self.by_rank = by_rank
+        self._warned = None
+
+    def files(self):
+        """The files a scrape merges now, sorted."""
+        found = []
+        for path in glob.glob(self.pattern):
+            try:
+                if self.since is None or os.stat(path).st_mtime >= self.since:
+                    found.append(path)
+            except OSError:
+                pass  # replaced or removed since the listing
+        return sorted(found)
+
+    def families(self):
+        """The merged files as [name, type, help, label names, [(label
+        values, value), ...]] per metric family (core/observe/
+        stats_prometheus.c's table); raises fldispatch.Error naming the
+        file at fault. A file removed between the listing and its reading
+        is taken as gone: one more listing."""
+        paths = self.files()
+        try:
+            return _C._stats_metric_families(paths, self.by_rank)
+        except Exception:
+            again = self.files()
+            if again == paths:
+                raise
+            return _C._stats_metric_families(again, self.by_rank)
+
+    def describe(self):
+        # Nothing to check at registration: collect() would read the files then.
+        return []
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        try:
+            families = self.families()
+        except Exception as e:
+            message = str(e)
+            if message != self._warned:
+                logger.warning("fldispatch: the counters files %s were left out of this "
+                               "scrape: %s", self.pattern, message)
+                self._warned = message
+            return []
+        self._warned = None
+        kinds = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily}
+        metrics = []
+        for name, kind, help_text, label_names, samples in families:
+            metric = kinds[kind](name, help_text, labels=label_names or ())
+            for values, value in samples:
+                metric.add_metric(values, value)
+            metrics.append(metric)
+        return metrics
+
+
+_registered = None
+# A file's time comes from a coarser clock than time.time() (the kernel's
+# tick, or a filesystem's granularity, up to 2 s): a file written just after
+# the collector's start may carry an earlier time.
+FILE_TIME_SLACK_S = 2.0
+
+
+def register_default(since=None):
+    """Registers a CountersCollector of VLLM_FL_STATS_FILE's files on
+    prometheus_client's default registry, once per process; does nothing
+    without the variable or without prometheus_client. Returns the
+    collector, or None. since: the files' oldest time, by default now
+    (less FILE_TIME_SLACK_S)."""
+    global _registered
+    if _registered is not None:
+        return _registered
+    if _C._stats_file_glob() is None:
+        return None
+    try:
+        from prometheus_client import REGISTRY
+    except ImportError:
+        return None
+    if since is None:
+        since = time.time() - FILE_TIME_SLACK_S
+    collector = CountersCollector(since=since)
+    REGISTRY.register(collector)
+    _registered = collector
+    return collector
