@@ -85,10 +85,15 @@ def patch_configure_logging(vllm_logger, after):
 
 
 def patch_engine_busy_loop(after, core=None):
-    """Wraps run_busy_loop of EngineCoreProc and of each subclass that the
-    module core (default vllm.v1.engine.core) defines with its own: after()
+    """Wraps run_busy_loop of EngineCoreProc (in the module core, default
+    vllm.v1.engine.core) and of each subclass that defines its own: after()
     runs when the loop ends, by its SystemExit or by an error, and before
-    the exception goes on; nothing where vLLM has no such module or class."""
+    the exception goes on. The subclasses are those there are now (vLLM's
+    data-parallel engine core, a platform plugin's already imported) and
+    those defined later (a platform plugin's engine core imported after the
+    general plugins load, as vllm-ascend's balancing data-parallel one may
+    be), which an __init_subclass__ hook on EngineCoreProc wraps as Python
+    creates them. Nothing where vLLM has no such module or class."""
     if core is None:
         try:
             from vllm.v1.engine import core
@@ -97,13 +102,44 @@ def patch_engine_busy_loop(after, core=None):
     base = getattr(core, "EngineCoreProc", None)
     if not isinstance(base, type):
         return
-    for cls in vars(core).values():
-        if not (isinstance(cls, type) and issubclass(cls, base)):
-            continue
-        busy_loop = cls.__dict__.get("run_busy_loop")
-        if busy_loop is None or _wrapped(busy_loop):
-            continue
+    for cls in _with_subclasses(base):
+        _wrap_busy_loop(cls, after)
+    _wrap_later_subclasses(base, after)
+
+
+def _with_subclasses(cls):
+    found, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        if c not in found:
+            found.append(c)
+            todo.extend(c.__subclasses__())
+    return found
+
+
+def _wrap_busy_loop(cls, after):
+    busy_loop = cls.__dict__.get("run_busy_loop")
+    if busy_loop is not None and not _wrapped(busy_loop):
         cls.run_busy_loop = _busy_loop_then(busy_loop, after)
+
+
+def _wrap_later_subclasses(base, after):
+    """base.__init_subclass__, replaced once by one that runs base's own
+    (or its parents') and then wraps the new class's busy loop."""
+    own = base.__dict__.get("__init_subclass__")
+    own_function = getattr(own, "__func__", own)
+    if own is not None and _wrapped(own_function):
+        return
+
+    def __init_subclass__(cls, **kwargs):
+        if own is not None:
+            own_function(cls, **kwargs)
+        else:
+            super(base, cls).__init_subclass__(**kwargs)
+        _wrap_busy_loop(cls, after)
+
+    __init_subclass__._fldispatch = True
+    base.__init_subclass__ = classmethod(__init_subclass__)
 
 
 def _busy_loop_then(busy_loop, after):

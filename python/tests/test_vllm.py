@@ -752,7 +752,10 @@ def test_real_vllm_paths(monkeypatch, caplog, mode, force, custom_ops, expected)
 # calls and ends by SystemExit; then vLLM restores SIGTERM's default action,
 # and a SIGTERM (its API server's) ends the process before any exit
 # handler. A subclass's loop calls its base's, as a data-parallel engine
-# core's may: both are wrapped, and the counters are written once.
+# core's may: both are wrapped, and the counters are written once. Two
+# engine cores of a platform plugin's have loops of their own: one defined
+# before the patch, outside the core module, the other after it (a plugin
+# module imported later).
 ENGINE_CORE = textwrap.dedent("""
     import os, signal, sys, types
     import numpy as np
@@ -760,24 +763,36 @@ ENGINE_CORE = textwrap.dedent("""
     import fldispatch.vllm as fv
     from fldispatch import vllm_patches
 
+    def busy():
+        x = np.ones((2, 16), np.float32)
+        out = np.zeros((2, 8), np.float32)
+        for _ in range(4):
+            fldispatch.silu_and_mul(out, x)
+        raise SystemExit
+
     class EngineCoreProc:
         def run_busy_loop(self):
-            x = np.ones((2, 16), np.float32)
-            out = np.zeros((2, 8), np.float32)
-            for _ in range(4):
-                fldispatch.silu_and_mul(out, x)
-            raise SystemExit
+            busy()
 
     class DPEngineCoreProc(EngineCoreProc):
         def run_busy_loop(self):
             super().run_busy_loop()
 
+    class PluginEngineCoreProc(DPEngineCoreProc):
+        def run_busy_loop(self):
+            busy()
+
     core = types.SimpleNamespace(EngineCoreProc=EngineCoreProc, DPEngineCoreProc=DPEngineCoreProc)
     if sys.argv[1] == "patched":
         for _ in range(2):  # the second call leaves the wraps as they are
             vllm_patches.patch_engine_busy_loop(fv._write_counters_as_the_engine_stops, core)
+
+    class LatePluginEngineCoreProc(DPEngineCoreProc):
+        def run_busy_loop(self):
+            busy()
+
     try:
-        DPEngineCoreProc().run_busy_loop()
+        globals()[sys.argv[2]]().run_busy_loop()
     except SystemExit:
         pass
     finally:
@@ -786,8 +801,10 @@ ENGINE_CORE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("engine_core", ["DPEngineCoreProc", "PluginEngineCoreProc",
+                                         "LatePluginEngineCoreProc"])
 @pytest.mark.parametrize("sink", ["table", "file"])
-def test_the_engine_core_writes_its_counters_as_its_busy_loop_ends(tmp_path, sink):
+def test_the_engine_core_writes_its_counters_as_its_busy_loop_ends(tmp_path, sink, engine_core):
     script = tmp_path / "engine_core.py"
     script.write_text(ENGINE_CORE)
     stats_file = tmp_path / "stats-%p.json"
@@ -796,8 +813,8 @@ def test_the_engine_core_writes_its_counters_as_its_busy_loop_ends(tmp_path, sin
                {"VLLM_FL_STATS_FILE": str(stats_file)})
     written = {}
     for mode in ("patched", "unpatched"):
-        out = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run([sys.executable, str(script), mode, engine_core], env=env,
+                             capture_output=True, text=True, timeout=120)
         assert out.returncode == -signal.SIGTERM, (mode, out.returncode, out.stderr)
         if sink == "table":
             tables = out.stderr.count("fldispatch stats (pid ")
@@ -827,3 +844,10 @@ def test_real_vllm_engine_core_busy_loops_are_wrapped():
     for name, loop in loops.items():
         assert getattr(loop, "_fldispatch", False), name
         assert not getattr(loop.__wrapped__, "_fldispatch", False), name
+
+    # a platform plugin's engine core defined now, with a loop of its own
+    class LaterEngineCoreProc(core.DPEngineCoreProc):
+        def run_busy_loop(self):
+            pass
+
+    assert getattr(LaterEngineCoreProc.__dict__["run_busy_loop"], "_fldispatch", False)
