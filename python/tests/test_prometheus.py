@@ -8,10 +8,12 @@ VLLM_FL_STATS_FILE's escapes."""
 import ast
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -200,3 +202,21 @@ def test_bad_arguments_are_refused():
         ["fldispatch_calls_total", "counter"], ["fldispatch_fallbacks_total", "counter"],
         ["fldispatch_failures_total", "counter"], ["fldispatch_stats_files", "gauge"]]
     assert families[-1][3:] == [(), [((), 0)]]
+
+
+def test_the_docs_name_the_families_there_are(tmp_path):
+    # every family of the library's table in configuration.md, and no
+    # family name in the docs that the table lacks
+    run_workers(tmp_path, {0: 1})
+    names = {f[0] for f in fldispatch._C._stats_metric_families(
+        [str(p) for p in tmp_path.glob("stats-*.json")], True)}
+    assert len(names) == 6, names
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    configuration = (docs / "configuration.md").read_text(encoding="utf-8")
+    for name in names:
+        assert f"`{name}`" in configuration, name
+    for page in ("configuration.md", "vllm.md", "BENCHMARKS.md", "python.md", "user-guide.md"):
+        text = (docs / page).read_text(encoding="utf-8")
+        mentioned = set(re.findall(r"\bfldispatch_[a-z_]+", text)) - {"fldispatch_"}
+        family_like = {m for m in mentioned if m.endswith(("_total", "_files"))}
+        assert family_like <= names, (page, family_like - names)
