@@ -363,11 +363,10 @@ FLD_TOOL_API const char *fld__stats_row_ranks(const struct fld_stats_merge *m,
 /*
  * The merged counters as Prometheus metric families, handed to a visitor:
  * family() once per family (its name, "counter" or "gauge", and its help
- * text), then sample() once per sample with its
- * labels (names and values, nlabels of them; values NULL with none) and
- * its value, a count, or nanoseconds for a family of seconds. The first
- * status other than FLD_OK that a callback returns ends the visit and is
- * returned.
+ * text), then sample() once per sample with its labels (names and values,
+ * nlabels of them; values NULL with none) and its value, a count, or
+ * nanoseconds for a family of seconds. The first status other than FLD_OK
+ * that a callback returns ends the visit and is returned.
  */
 struct fld_stats_visitor {
     void *ctx;
