@@ -36,11 +36,12 @@ class CountersCollector:
     VLLM_FL_STATS_FILE's, every process's and rank's file), merged at each
     collect() with a rank label per row. Files last written before since
     (seconds since the epoch, as time.time() gives them) are another run's
-    and left out; None takes every file. The library must be initialised
-    (fldispatch.init()) for the default pattern."""
+    and left out; None takes every file. The default pattern initialises
+    the library (a bad VLLM_FL_* setting raises fldispatch.ConfigError)."""
 
     def __init__(self, pattern=None, since=None, by_rank=True):
         if pattern is None:
+            _C.init()
             pattern = _C._stats_file_glob()
             if pattern is None:
                 raise ValueError("CountersCollector: VLLM_FL_STATS_FILE is not set; name the "
@@ -119,6 +120,7 @@ def register_default(since=None):
     global _registered
     if _registered is not None:
         return _registered
+    _C.init()
     if _C._stats_file_glob() is None:
         return None
     try:
