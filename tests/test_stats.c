@@ -778,6 +778,18 @@ static char *await_text(const char *path, const char *needle)
     return NULL;
 }
 
+/* Waits (30 s at most) until path holds needle, else fails with what the file last held. */
+static void expect_in_file(const char *path, const char *needle, const char *what)
+{
+    char *text = await_text(path, needle);
+    if (!text) {
+        char *last = read_file(path);
+        ck_abort_msg("%s: %s never held %s; it holds %s", what, path, needle,
+                     last ? last : "(nothing)");
+    }
+    free(text);
+}
+
 #define SILU_CALLS(n)                                                                              \
     "\"op\": \"silu_and_mul\", \"impl_id\": \"reference.c\", \"device\": \"cpu\", \"dtype\": "     \
     "\"f32\", \"calls\": " #n ","
@@ -846,17 +858,10 @@ START_TEST(interval_rewrites_the_file_while_the_process_runs)
     setenv("VLLM_FL_STATS_INTERVAL", "0.1", 1);
     ck_assert_int_eq(fld_reload(), FLD_OK);
     ck_assert_ptr_nonnull(freopen(err, "w", stderr));
-    char *text = await_text(path, SILU_CALLS(3));
-    ck_assert_msg(text, "no file with 3 calls at %s", path);
-    free(text);
+    expect_in_file(path, SILU_CALLS(3), "3 calls");
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(call_silu(), FLD_OK);
-    text = await_text(path, SILU_CALLS(7));
-    if (!text) {
-        char *last = read_file(path);
-        ck_abort_msg("no file with 7 calls at %s; it holds %s", path, last ? last : "(nothing)");
-    }
-    free(text);
+    expect_in_file(path, SILU_CALLS(7), "7 calls");
     /* A write whose snapshot came before the last calls writes again once: a
      * flush waits for a write under way and leaves nothing unwritten. */
     ck_assert_int_eq(fld_stats_flush(), FLD_OK);
@@ -882,13 +887,10 @@ START_TEST(interval_rewrites_the_trace_beside_the_table)
     ck_assert_int_eq(fld_init(), FLD_OK);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(call_silu(), FLD_OK);
-    char *text = await_text(trace, "\"otherData\": {\"events\": 4,"); /* a decision, 3 calls */
-    ck_assert_msg(text, "no trace with 4 events at %s", trace);
-    free(text);
+    /* a decision, 3 calls */
+    expect_in_file(trace, "\"otherData\": {\"events\": 4,", "a trace of 4 events");
     ck_assert_int_eq(call_silu(), FLD_OK);
-    text = await_text(trace, "\"otherData\": {\"events\": 5,");
-    ck_assert_msg(text, "no trace with 5 events at %s", trace);
-    free(text);
+    expect_in_file(trace, "\"otherData\": {\"events\": 5,", "a trace of 5 events");
     assert_no_table(err);
 }
 END_TEST
@@ -911,9 +913,7 @@ START_TEST(interval_leaves_a_full_trace_alone)
         ck_assert_int_eq(call_silu(), FLD_OK);
     char full[64], calls[64];
     snprintf(full, sizeof full, "\"otherData\": {\"events\": %d,", FLD_TRACE_CAP);
-    char *text = await_text(trace, full);
-    ck_assert_msg(text, "the trace never held %d events", FLD_TRACE_CAP);
-    free(text);
+    expect_in_file(trace, full, "the full trace");
     /* A write that began before the last calls may still be under way: a flush
      * waits for it and writes the full trace itself. */
     ck_assert_int_eq(fld_stats_flush(), FLD_OK);
@@ -922,9 +922,7 @@ START_TEST(interval_leaves_a_full_trace_alone)
         for (int i = 0; i < 100; i++)
             ck_assert_int_eq(call_silu(), FLD_OK);
         snprintf(calls, sizeof calls, "\"calls\": %d,", FLD_TRACE_CAP + 1000 + 100 * round);
-        text = await_text(stats, calls);
-        ck_assert_msg(text, "the counters' file never held %s", calls);
-        free(text);
+        expect_in_file(stats, calls, "the counters' file");
     }
     ck_assert_msg(inode_of(trace) == trace_written, "the full trace was written again");
 }
@@ -951,9 +949,7 @@ START_TEST(interval_reports_a_failed_write_once)
     ck_assert_contains(text, "(VLLM_FL_STATS_INTERVAL: tried again every 0.1 s)");
     free(text);
     ck_assert_int_eq(mkdir(dir, 0700), 0);
-    text = await_text(path, SILU_CALLS(1));
-    ck_assert_msg(text, "no file at %s once its directory exists", path);
-    free(text);
+    expect_in_file(path, SILU_CALLS(1), "the file once its directory exists");
 }
 END_TEST
 
@@ -1008,9 +1004,7 @@ START_TEST(interval_survives_a_kill_and_runs_in_forked_children)
     ck_assert_msg(text && strstr(text, SILU_CALLS(5)), "%s", text ? text : "(no file)");
     free(text);
     snprintf(path, sizeof path, "%s/stats-%d.json", tmp_dir, (int)getpid());
-    text = await_text(path, SILU_CALLS(1));
-    ck_assert_msg(text, "the parent's file %s never held its call", path);
-    free(text);
+    expect_in_file(path, SILU_CALLS(1), "the parent's file");
 }
 END_TEST
 
@@ -1125,9 +1119,7 @@ START_TEST(fork_waits_for_a_periodic_write)
     snprintf(calls, sizeof calls, "\"calls\": %llu,",
              (unsigned long long)entry_of("silu_and_mul", "reference.c").calls);
     snprintf(path, sizeof path, "%s/stats-%d.json", tmp_dir, (int)getpid());
-    char *text = await_text(path, calls);
-    ck_assert_msg(text, "%s never held %s", path, calls);
-    free(text);
+    expect_in_file(path, calls, "the parent's file after the forks");
 }
 END_TEST
 #endif /* UNDER_TSAN */

@@ -190,8 +190,7 @@ static PyObject *py_stats_record(PyObject *self, PyObject *const *args, Py_ssize
 /* The families under construction: a list of [name, type, help, label names, samples]. */
 struct families_out {
     PyObject *list;
-    PyObject *samples; /* the current family's, borrowed from list */
-    bool labelled;     /* its label names are set */
+    PyObject *family, *samples; /* the current family and its samples, borrowed from list */
 };
 
 static int families_family(void *ctx, const char *name, const char *type, const char *help)
@@ -205,7 +204,7 @@ static int families_family(void *ctx, const char *name, const char *type, const 
         return FLD_ENOMEM;
     }
     Py_DECREF(family);
-    o->labelled = false;
+    o->family = family;
     return FLD_OK;
 }
 
@@ -224,12 +223,10 @@ static int families_sample(void *ctx, const char *const *names, const char *cons
                            size_t nlabels, uint64_t value, bool nanoseconds)
 {
     struct families_out *o = ctx;
-    if (!o->labelled) {
-        PyObject *family = PyList_GetItem(o->list, PyList_Size(o->list) - 1);
+    if (PyList_GetItem(o->family, 3) == Py_None) { /* the family's first sample names its labels */
         PyObject *label_names = strings(names, nlabels);
-        if (!label_names || PyList_SetItem(family, 3, label_names) < 0)
+        if (!label_names || PyList_SetItem(o->family, 3, label_names) < 0)
             return FLD_ENOMEM;
-        o->labelled = true;
     }
     PyObject *labels = strings(values, nlabels);
     PyObject *number =
@@ -275,7 +272,7 @@ static PyObject *py_stats_metric_families(PyObject *self, PyObject *args)
         fldpy_raise_status(rc);
         goto done;
     }
-    struct families_out out = {PyList_New(0), NULL, false};
+    struct families_out out = {PyList_New(0), NULL, NULL};
     const struct fld_stats_visitor visitor = {&out, families_family, families_sample};
     if (out.list && fld__stats_merge_visit(&m, &visitor) == FLD_OK)
         result = out.list;
