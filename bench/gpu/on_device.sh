@@ -58,10 +58,11 @@
 #            (figures and manifest into the results; CTUNE_ARGS: ops and
 #            options, e.g. "rms_norm --dtype bf16")
 #   irtests  python/tests/test_vllm_ir.py (vLLM's IR contract, also on CUDA
-#            tensors), test_tune_gpu.py and engine/test_serve.py (vLLM's
-#            OpenAI server on one GPU: the engine core runs the model and
-#            must leave its counters at Ctrl-C), from this checkout, against
-#            the installed package and vLLM
+#            tensors), test_tune_gpu.py and engine/test_serve.py's docs
+#            block (vLLM's OpenAI server on one GPU: the engine core runs
+#            the model and must leave its counters at Ctrl-C; its test of
+#            several API servers checks nothing of CUDA's and stays on CPU),
+#            from this checkout, against the installed package and vLLM
 # Results are written to /tmp/fld-gpu-results (kept while the machine is)
 # and packed, at the end, into $OUT/results.tgz beside $OUT/log.txt, which
 # names each step's exit status and time. A step that fails does not stop
@@ -141,7 +142,7 @@ for s in ${*:-sweep verify check peers}; do
           --out "$out/manifest-cuda-tool.yaml" ;;
   irtests) step irtests irtests.txt env PYTHONPATH="$(pypath)" python3 -m pytest -q -p no:cacheprovider \
              -rs "$PWD/python/tests/test_vllm_ir.py" "$PWD/python/tests/test_tune_gpu.py" \
-             "$PWD/python/tests/engine/test_serve.py" ;;
+             "$PWD/python/tests/engine/test_serve.py::test_the_server_block_runs_as_printed" ;;
   *) echo "== unknown step $s" | tee -a "$log" ;;
   esac
 done

@@ -8,8 +8,9 @@ rewritten every VLLM_FL_STATS_INTERVAL seconds while they run) as
 them and hands over the metric families of its exposition
 (core/observe/stats_prometheus.c's table), which become prometheus_client's
 families here, so that the endpoint serves what the tool prints. The vLLM
-plugin registers one on prometheus_client's default registry, the one
-vLLM's /metrics serves; any other server registers its own:
+plugin registers one where vLLM's /metrics finds it (register_default:
+prometheus_client's default registry, and the multiprocess registries of
+several API servers); any other server registers its own:
 
     from prometheus_client import REGISTRY
     from fldispatch.prometheus import CountersCollector
@@ -25,6 +26,7 @@ import glob
 import logging
 import os
 import time
+import weakref
 
 from . import _C
 
@@ -104,7 +106,7 @@ class CountersCollector:
         return metrics
 
 
-_registered = None
+_default = None
 # A file's time comes from a coarser clock than time.time() (the kernel's
 # tick, or a filesystem's granularity, up to 2 s): a file written just after
 # the collector's start may carry an earlier time.
@@ -112,24 +114,45 @@ FILE_TIME_SLACK_S = 2.0
 
 
 def register_default(since=None):
-    """Registers a CountersCollector of VLLM_FL_STATS_FILE's files on
-    prometheus_client's default registry, once per process; does nothing
-    without the variable or without prometheus_client. Returns the
-    collector, or None. since: the files' oldest time, by default now
-    (less FILE_TIME_SLACK_S)."""
-    global _registered
-    if _registered is not None:
-        return _registered
+    """Registers a CountersCollector of VLLM_FL_STATS_FILE's files where
+    prometheus_client serves this process's metrics, once per process: on
+    its default registry, and on each registry a
+    prometheus_client.multiprocess.MultiProcessCollector is made for from
+    then on (a multiprocess server builds one per scrape, as vLLM's /metrics
+    does with more than one API server). Does nothing without the variable
+    or without prometheus_client. Returns the collector, or None. since: the
+    files' oldest time, by default now (less FILE_TIME_SLACK_S)."""
+    global _default
+    if _default is not None:
+        return _default
     _C.init()
     if _C._stats_file_glob() is None:
         return None
     try:
-        from prometheus_client import REGISTRY
+        from prometheus_client import REGISTRY, multiprocess
     except ImportError:
         return None
     if since is None:
         since = time.time() - FILE_TIME_SLACK_S
     collector = CountersCollector(since=since)
     REGISTRY.register(collector)
-    _registered = collector
+    _join_multiprocess_registries(multiprocess.MultiProcessCollector, collector)
+    _default = collector
     return collector
+
+
+def _join_multiprocess_registries(multiprocess_collector, collector):
+    """multiprocess_collector.__init__ wrapped: each registry it registers
+    on gets collector too, once."""
+    init = multiprocess_collector.__init__
+    joined = weakref.WeakSet()
+
+    def __init__(self, registry, *args, **kwargs):
+        init(self, registry, *args, **kwargs)
+        if registry and registry not in joined:
+            registry.register(collector)
+            joined.add(registry)
+
+    __init__.__doc__ = init.__doc__
+    __init__.__wrapped__ = init
+    multiprocess_collector.__init__ = __init__

@@ -365,6 +365,28 @@ def layer_class(op_name):
     return cls, class_name
 
 
+# The first process of a vLLM deployment to load the plugin (the one
+# `vllm serve` runs) puts its start here, and the processes it starts
+# inherit it: with several API servers, each server's /metrics then merges
+# the counters files written since the deployment started, its engine
+# cores' included, which start before the API servers do.
+DEPLOYMENT_START_VARIABLE = "FLDISPATCH_VLLM_STARTED"
+
+
+def _deployment_start():
+    """The deployment's start for /metrics' files, in seconds since the
+    epoch (a file's time may run FILE_TIME_SLACK_S behind)."""
+    import os
+    import time
+
+    try:
+        return float(os.environ[DEPLOYMENT_START_VARIABLE])
+    except (KeyError, ValueError):
+        started = time.time() - prometheus.FILE_TIME_SLACK_S
+        os.environ[DEPLOYMENT_START_VARIABLE] = repr(started)
+        return started
+
+
 def _write_counters_as_the_engine_stops():
     """The counters and the trace (VLLM_FL_STATS, VLLM_FL_STATS_FILE,
     VLLM_FL_TRACE), written as vLLM's engine core leaves its busy loop: the
@@ -389,7 +411,8 @@ def register():
     compile-cache key, and the names its environment check accepts),
     has the engine core write fldispatch's counters as its busy loop ends,
     puts the counters files of VLLM_FL_STATS_FILE on vLLM's /metrics
-    (fldispatch.prometheus: the files written since the plugin loaded),
+    (fldispatch.prometheus: the files written since the deployment
+    started, also with several API servers),
     and registers the OOT layers that VLLM_FL_OOT_* allow, but those whose
     layer calls an IR op. Idempotent; returns {op name: vLLM class name} of
     the OOT layers (DECIDED.oot_layers)."""
@@ -417,7 +440,7 @@ def register():
                         "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
     vllm_compile.register_variables()
     vllm_patches.patch_engine_busy_loop(_write_counters_as_the_engine_stops)
-    prometheus.register_default()
+    prometheus.register_default(since=_deployment_start())
     superseded = vllm_ir.superseded_layers()
     for op_name, layer in LAYERS.items():
         if op_name in registered:

