@@ -830,11 +830,14 @@ START_TEST(interval_with_a_bad_value_is_a_configuration_error)
     ck_assert_int_eq(fld_reload(), FLD_ECONFIG); /* a failed init is retried by a reload */
     ck_assert_contains(fld_last_error(), "VLLM_FL_STATS_INTERVAL: ' 5 ' asks to rewrite the files");
     ck_assert_contains(fld_last_error(), "set VLLM_FL_STATS_FILE or VLLM_FL_TRACE");
+    /* Nothing applied: the interval in force is still none. */
+    ck_assert(fld__stats_interval() == 0.0);
     /* 0 and blank are off, file or not. */
     setenv("VLLM_FL_STATS_INTERVAL", "0", 1);
     ck_assert_int_eq(fld_reload(), FLD_OK);
     setenv("VLLM_FL_STATS_INTERVAL", "  ", 1);
     ck_assert_int_eq(fld_reload(), FLD_OK);
+    ck_assert(fld__stats_interval() == 0.0);
 }
 END_TEST
 
@@ -855,8 +858,10 @@ START_TEST(interval_rewrites_the_file_while_the_process_runs)
         ck_assert_int_eq(call_silu(), FLD_OK);
     usleep(300 * 1000);
     ck_assert_msg(access(path, F_OK) != 0, "written with no interval set");
+    ck_assert(fld__stats_interval() == 0.0);
     setenv("VLLM_FL_STATS_INTERVAL", "0.1", 1);
     ck_assert_int_eq(fld_reload(), FLD_OK);
+    ck_assert(fld__stats_interval() == 0.1); /* in force for the Python package's collector */
     ck_assert_ptr_nonnull(freopen(err, "w", stderr));
     expect_in_file(path, SILU_CALLS(3), "3 calls");
     for (int i = 0; i < 4; i++)

@@ -49,6 +49,7 @@ static struct fld_stats_cell *cells;
 static size_t n_cells;
 static char *stats_file;      /* VLLM_FL_STATS_FILE, unexpanded */
 static char *trace_file;      /* VLLM_FL_TRACE, unexpanded */
+static double stats_interval; /* VLLM_FL_STATS_INTERVAL in seconds; 0: at exit only */
 static bool mode_set_by_call; /* fld_stats_enable() wins over the environment until a reload */
 static bool exit_armed;
 /* How far the trace has come: its events claimed, and the resets that empty
@@ -370,6 +371,7 @@ void fld__stats_commit_env(struct fld_stats_env *env, bool reload)
     stats_file = env->file;
     trace_file = env->trace;
     env->file = env->trace = NULL;
+    stats_interval = env->interval;
     pthread_mutex_unlock(&stats_lock);
     /* Init and reload bump the generation themselves once this returns. */
     atomic_store(&fld__stats_flags, flags);
@@ -582,6 +584,14 @@ int fld__stats_file_glob(char *buf, size_t size)
                         : fld__fail(FLD_ENOTFOUND, "VLLM_FL_STATS_FILE is not set");
     pthread_mutex_unlock(&stats_lock);
     return rc;
+}
+
+double fld__stats_interval(void)
+{
+    pthread_mutex_lock(&stats_lock);
+    double seconds = stats_interval;
+    pthread_mutex_unlock(&stats_lock);
+    return seconds;
 }
 
 /* A name for the table: s, or its escape (fld__escape()) in *buf when it

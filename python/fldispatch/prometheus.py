@@ -39,7 +39,14 @@ class CountersCollector:
     collect() with a rank label per row. Files last written before since
     (seconds since the epoch, as time.time() gives them) are another run's
     and left out; None takes every file. The default pattern initialises
-    the library (a bad VLLM_FL_* setting raises fldispatch.ConfigError)."""
+    the library (a bad VLLM_FL_* setting raises fldispatch.ConfigError).
+    notice: a line the first collect() logs as a warning (register_default
+    sets one when the files are written at exit only), or None. warn: what
+    the warnings go through, by default the "fldispatch.prometheus"
+    logger's warning()."""
+
+    notice = None
+    warn = staticmethod(logger.warning)
 
     def __init__(self, pattern=None, since=None, by_rank=True):
         if pattern is None:
@@ -86,12 +93,15 @@ class CountersCollector:
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+        notice, self.notice = self.notice, None
+        if notice:
+            self.warn("%s", notice)
         try:
             families = self.families()
         except Exception as e:
             message = str(e)
             if message != self._warned:
-                logger.warning("fldispatch: the counters files %s were left out of this "
+                self.warn("fldispatch: the counters files %s were left out of this "
                                "scrape: %s", self.pattern, message)
                 self._warned = message
             return []
@@ -113,7 +123,16 @@ _default = None
 FILE_TIME_SLACK_S = 2.0
 
 
-def register_default(since=None):
+# What the first scrape says where this process (and so, as a rule, the
+# processes of its deployment, which inherit its environment) writes its
+# counters file only as it exits.
+EXIT_ONLY_NOTICE = (
+    "fldispatch: VLLM_FL_STATS_INTERVAL is not set, so each process writes its counters file as "
+    "it exits: until then this endpoint has no counts of the processes that run; set "
+    "VLLM_FL_STATS_INTERVAL=SECONDS to have their files rewritten while they run")
+
+
+def register_default(since=None, warn=None):
     """Registers a CountersCollector of VLLM_FL_STATS_FILE's files where
     prometheus_client serves this process's metrics, once per process: on
     its default registry, and on each registry a
@@ -121,7 +140,9 @@ def register_default(since=None):
     then on (a multiprocess server builds one per scrape, as vLLM's /metrics
     does with more than one API server). Does nothing without the variable
     or without prometheus_client. Returns the collector, or None. since: the
-    files' oldest time, by default now (less FILE_TIME_SLACK_S)."""
+    files' oldest time, by default now (less FILE_TIME_SLACK_S). Without
+    VLLM_FL_STATS_INTERVAL, its first scrape logs EXIT_ONLY_NOTICE. warn:
+    the collector's warn, where not the default."""
     global _default
     if _default is not None:
         return _default
@@ -135,6 +156,10 @@ def register_default(since=None):
     if since is None:
         since = time.time() - FILE_TIME_SLACK_S
     collector = CountersCollector(since=since)
+    if warn is not None:
+        collector.warn = warn
+    if not _C._stats_interval():
+        collector.notice = EXIT_ONLY_NOTICE
     REGISTRY.register(collector)
     _join_multiprocess_registries(multiprocess.MultiProcessCollector, collector)
     _default = collector

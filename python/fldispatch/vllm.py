@@ -440,7 +440,8 @@ def register():
                         "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
     vllm_compile.register_variables()
     vllm_patches.patch_engine_busy_loop(_write_counters_as_the_engine_stops)
-    prometheus.register_default(since=_deployment_start())
+    prometheus.register_default(since=_deployment_start(),
+                                warn=vllm_path.warning_on(prometheus.logger.name))
     superseded = vllm_ir.superseded_layers()
     for op_name, layer in LAYERS.items():
         if op_name in registered:

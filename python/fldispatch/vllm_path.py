@@ -231,20 +231,37 @@ def info(msg, *args):
     driver's process, load the plugins first), is held and logged as vLLM
     configures it (_hold)."""
     caller = sys._getframe(1)
-    _emit((caller.f_code.co_filename, caller.f_lineno), msg, args, hold=True)
+    _emit(logger, logging.INFO, (caller.f_code.co_filename, caller.f_lineno), msg, args, hold=True)
 
 
-def _emit(where, msg, args, hold):
-    """info()'s routing; where: (file, line) of the caller."""
+def warning_on(name):
+    """A function that logs at WARNING on the logger name, routed as info()
+    routes its lines (not held): inside vLLM's API server nothing handles
+    Python's root logger, and a module vLLM's OpenAI server imports
+    (SageMaker's model_hosting_container_standards) sets its level to
+    ERROR, which a logger of fldispatch's inherits."""
+    target = logging.getLogger(name)
+
+    def warning(msg, *args):
+        caller = sys._getframe(1)
+        _emit(target, logging.WARNING, (caller.f_code.co_filename, caller.f_lineno), msg, args,
+              hold=False)
+
+    return warning
+
+
+def _emit(ours, level, where, msg, args, hold):
+    """info()'s routing of a line at level on the logger ours; where:
+    (file, line) of the caller."""
     theirs = logging.getLogger("vllm")
-    if not logger.hasHandlers() and not theirs.handlers and hold and _hold(where, msg, args):
+    if not ours.hasHandlers() and not theirs.handlers and hold and _hold(where, msg, args):
         return
-    if logger.hasHandlers() or not theirs.handlers or theirs.propagate:
-        logger.info(msg, *args)
+    if ours.hasHandlers() or not theirs.handlers or theirs.propagate:
+        ours.log(level, msg, *args)
         return
-    if not theirs.isEnabledFor(logging.INFO):
+    if not theirs.isEnabledFor(level):
         return
-    record = logger.makeRecord(logger.name, logging.INFO, where[0], where[1], msg, args, None)
+    record = ours.makeRecord(ours.name, level, where[0], where[1], msg, args, None)
     for handler in theirs.handlers:
         if record.levelno >= handler.level:
             handler.handle(record)
@@ -268,7 +285,7 @@ def _release_held():
     held = list(DECIDED.held)
     DECIDED.held.clear()
     for where, msg, args in held:
-        _emit(where, msg, args, hold=False)
+        _emit(logger, logging.INFO, where, msg, args, hold=False)
 
 
 def log_once(class_name, text):

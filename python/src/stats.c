@@ -304,6 +304,14 @@ static PyObject *py_stats_file_glob(PyObject *self, PyObject *unused)
     return PyUnicode_DecodeFSDefault(buf);
 }
 
+/* _stats_interval(): VLLM_FL_STATS_INTERVAL in force, in seconds (0.0: at exit only). */
+static PyObject *py_stats_interval(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyFloat_FromDouble(fld__stats_interval());
+}
+
 PyMethodDef fldpy_stats_methods[] = {
     {"stats", py_stats, METH_NOARGS,
      "stats()\n--\n\nThe call counters, one dict per (op, impl_id, device, dtype) that ran: "
@@ -333,5 +341,8 @@ PyMethodDef fldpy_stats_methods[] = {
     {"_stats_file_glob", py_stats_file_glob, METH_NOARGS,
      "_stats_file_glob()\n--\n\nVLLM_FL_STATS_FILE as a glob pattern that matches every "
      "process's and rank's file;\nNone when it is not set."},
+    {"_stats_interval", py_stats_interval, METH_NOARGS,
+     "_stats_interval()\n--\n\nVLLM_FL_STATS_INTERVAL in force, in seconds; 0.0 when the "
+     "files are written at\nexit only."},
     {NULL, NULL, 0, NULL},
 };

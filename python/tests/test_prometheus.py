@@ -4,7 +4,8 @@ library writes them, served through prometheus_client's registry and read
 back with its parser; the same text as `fldispatch stats --prometheus`; a
 file at fault leaves the scrape working; the default pattern follows
 VLLM_FL_STATS_FILE's escapes; the default collector joins the registries
-of prometheus_client's multiprocess mode."""
+of prometheus_client's multiprocess mode, and its first scrape warns when
+the files are written at exit only."""
 
 import ast
 import logging
@@ -232,6 +233,32 @@ def test_multiprocess_registries_get_the_default_collector(tmp_path):
     assert lines.count("requests_total 2.0") == 1, out.stdout
     silu = [line for line in lines if "silu_and_mul" in line]
     assert len(silu) == 1 and silu[0].endswith("} 3.0"), out.stdout
+
+
+@pytest.mark.parametrize("interval", [None, "60"])
+def test_the_first_scrape_says_when_the_files_are_written_at_exit_only(tmp_path, interval):
+    code = textwrap.dedent("""
+        import fldispatch
+        from fldispatch import prometheus
+        from prometheus_client import REGISTRY, generate_latest
+
+        prometheus.register_default()
+        print(fldispatch._C._stats_interval())
+        for _ in range(2):
+            generate_latest(REGISTRY)
+    """)
+    env = dict(os.environ, VLLM_FL_STATS_FILE=str(tmp_path / "stats-%p.json"))
+    env.pop("VLLM_FL_STATS_INTERVAL", None)
+    if interval:
+        env["VLLM_FL_STATS_INTERVAL"] = interval
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == float(interval or 0), out.stdout
+    from fldispatch.prometheus import EXIT_ONLY_NOTICE
+
+    assert out.stderr.count(EXIT_ONLY_NOTICE) == (0 if interval else 1), out.stderr
+    assert "VLLM_FL_STATS_INTERVAL is not set" in EXIT_ONLY_NOTICE
 
 
 def test_bad_arguments_are_refused():

@@ -394,6 +394,8 @@ FLD_TOOL_API int fld__stats_merge_prometheus(const struct fld_stats_merge *m, FI
  * variable is unset or empty; FLD_EINVAL when buf is too small.
  */
 FLD_TOOL_API int fld__stats_file_glob(char *buf, size_t size);
+/* VLLM_FL_STATS_INTERVAL in force, in seconds; 0 when the files are written at exit only. */
+FLD_TOOL_API double fld__stats_interval(void);
 
 /*
  * What the library's exit handler does, now: fld_stats_flush() unless
