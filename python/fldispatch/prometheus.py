@@ -101,8 +101,8 @@ class CountersCollector:
         except Exception as e:
             message = str(e)
             if message != self._warned:
-                self.warn("fldispatch: the counters files %s were left out of this "
-                               "scrape: %s", self.pattern, message)
+                self.warn("fldispatch: the counters files %s were left out of this scrape: %s",
+                          self.pattern, message)
                 self._warned = message
             return []
         self._warned = None
