@@ -7,7 +7,9 @@ here, once, instead of printing it to stderr (python/src/logging.c says
 when: on the main thread, between bytecodes; fldispatch._C.log_flush()
 delivers at once). Each goes to one logger: "fldispatch", or, once the
 vllm_fl alias is installed, upstream's "vllm_fl.dispatch", at the level the
-library gave it (the same numbers as logging's: 10 DEBUG ... 40 ERROR).
+library gave it (the same numbers as logging's: 10 DEBUG ... 40 ERROR),
+from the file "libfldispatch.so" (line 0: the library does not say where
+in its source), which a format's %(filename)s shows.
 The library's own level (VLLM_FL_LOG_LEVEL, fldispatch.set_log_level())
 decides first which lines exist; the logger's level and handlers decide
 where they go, the standard way:
@@ -17,7 +19,8 @@ where they go, the standard way:
 
 With no handler configured anywhere, Python's last-resort handler prints
 WARNING and above to stderr, so nothing is lost by default and nothing is
-printed twice.
+printed twice. Inside vLLM's processes the vLLM plugin hands them to
+vLLM's handlers instead (fldispatch.vllm_log).
 
 This module imports nothing of fldispatch: the extension imports it while
 the package is still importing.
@@ -28,6 +31,8 @@ import logging
 
 #: The logger the library's lines go to (fldispatch.compat.alias switches it).
 logger_name = "fldispatch"
+#: Where the records say the library's lines come from.
+SOURCE = "libfldispatch.so"
 _loggers = {}
 
 
@@ -37,7 +42,8 @@ def emit(level, message):
     if logger is None:
         logger = _loggers[name] = logging.getLogger(name)
     if logger.isEnabledFor(level):
-        logger.log(level, "%s", message)
+        logger.handle(logger.makeRecord(name, level, SOURCE, 0, "%s", (message,), None,
+                                        "(unknown function)"))
 
 
 @atexit.register

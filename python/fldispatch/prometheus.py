@@ -41,12 +41,9 @@ class CountersCollector:
     and left out; None takes every file. The default pattern initialises
     the library (a bad VLLM_FL_* setting raises fldispatch.ConfigError).
     notice: a line the first collect() logs as a warning (register_default
-    sets one when the files are written at exit only), or None. warn: what
-    the warnings go through, by default the "fldispatch.prometheus"
-    logger's warning()."""
+    sets one when the files are written at exit only), or None."""
 
     notice = None
-    warn = staticmethod(logger.warning)
 
     def __init__(self, pattern=None, since=None, by_rank=True):
         if pattern is None:
@@ -95,14 +92,14 @@ class CountersCollector:
 
         notice, self.notice = self.notice, None
         if notice:
-            self.warn("%s", notice)
+            logger.warning("%s", notice)
         try:
             families = self.families()
         except Exception as e:
             message = str(e)
             if message != self._warned:
-                self.warn("fldispatch: the counters files %s were left out of this scrape: %s",
-                          self.pattern, message)
+                logger.warning("fldispatch: the counters files %s were left out of this scrape: "
+                               "%s", self.pattern, message)
                 self._warned = message
             return []
         self._warned = None
@@ -132,7 +129,7 @@ EXIT_ONLY_NOTICE = (
     "VLLM_FL_STATS_INTERVAL=SECONDS to have their files rewritten while they run")
 
 
-def register_default(since=None, warn=None):
+def register_default(since=None):
     """Registers a CountersCollector of VLLM_FL_STATS_FILE's files where
     prometheus_client serves this process's metrics, once per process: on
     its default registry, and on each registry a
@@ -141,8 +138,7 @@ def register_default(since=None, warn=None):
     does with more than one API server). Does nothing without the variable
     or without prometheus_client. Returns the collector, or None. since: the
     files' oldest time, by default now (less FILE_TIME_SLACK_S). Without
-    VLLM_FL_STATS_INTERVAL, its first scrape logs EXIT_ONLY_NOTICE. warn:
-    the collector's warn, where not the default."""
+    VLLM_FL_STATS_INTERVAL, its first scrape logs EXIT_ONLY_NOTICE."""
     global _default
     if _default is not None:
         return _default
@@ -156,8 +152,6 @@ def register_default(since=None, warn=None):
     if since is None:
         since = time.time() - FILE_TIME_SLACK_S
     collector = CountersCollector(since=since)
-    if warn is not None:
-        collector.warn = warn
     if not _C._stats_interval():
         collector.notice = EXIT_ONLY_NOTICE
     REGISTRY.register(collector)

@@ -44,7 +44,7 @@ import logging
 
 import torch
 
-from . import _C, devices, prometheus, vllm_compile, vllm_ir, vllm_patches, vllm_path
+from . import _C, devices, prometheus, vllm_compile, vllm_ir, vllm_log, vllm_patches, vllm_path
 from .vllm_layers import ACTIVATIONS, GELU_APPROXIMATE, LAYERS
 from .vllm_state import DECIDED
 
@@ -404,7 +404,8 @@ def _write_counters_as_the_engine_stops():
 
 
 def register():
-    """vLLM's general-plugin hook: registers fldispatch's vLLM IR provider for
+    """vLLM's general-plugin hook: routes fldispatch's log lines into vLLM's
+    log (fldispatch.vllm_log), registers fldispatch's vLLM IR provider for
     the IR ops of the installed vLLM (fldispatch.vllm_ir) and its place in
     the platform's default priority (per vLLM mode, fldispatch.vllm_path),
     adds fldispatch's variables to vLLM's variable table (vllm_compile: the
@@ -419,6 +420,7 @@ def register():
     from vllm.model_executor import custom_op
 
     registered = DECIDED.oot_layers
+    vllm_log.follow_vllms_configuration()  # first: the library's lines too go to vLLM's log
     _host_defaults()  # before the library starts: the CPU plugin reads them as it registers
     _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
     vllm_path.forced()  # likewise a bad VLLM_FL_OOT_FORCE
@@ -432,16 +434,15 @@ def register():
     for name in sorted(DECIDED.ir_providers):
         oot = vllm_ir.IR_OPS[name].oot
         if name in enabled:
-            vllm_path.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
-                        "priority in the modes where it serves %s by default (VLLM_FL_OOT_* "
-                        "enable it)", name, oot)
+            vllm_log.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
+                          "priority in the modes where it serves %s by default (VLLM_FL_OOT_* "
+                          "enable it)", name, oot)
         else:
-            vllm_path.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
-                        "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
+            vllm_log.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
+                          "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
     vllm_compile.register_variables()
     vllm_patches.patch_engine_busy_loop(_write_counters_as_the_engine_stops)
-    prometheus.register_default(since=_deployment_start(),
-                                warn=vllm_path.warning_on(prometheus.logger.name))
+    prometheus.register_default(since=_deployment_start())
     superseded = vllm_ir.superseded_layers()
     for op_name, layer in LAYERS.items():
         if op_name in registered:
@@ -460,7 +461,7 @@ def register():
             continue
         custom_op.CustomOp.register_oot(_decorated_op_cls=cls, name=class_name)
         registered[op_name] = class_name
-        vllm_path.info("fldispatch: vLLM's %s replaced by fldispatch's %s layer; vLLM's "
-                       "custom_ops and VLLM_FL_OOT_FORCE decide per mode whether it runs "
-                       "fldispatch's op", class_name, op_name)
+        vllm_log.info("fldispatch: vLLM's %s replaced by fldispatch's %s layer; vLLM's "
+                      "custom_ops and VLLM_FL_OOT_FORCE decide per mode whether it runs "
+                      "fldispatch's op", class_name, op_name)
     return dict(registered)

@@ -10,8 +10,9 @@ fldispatch's code around vLLM's:
   fldispatch in front where the plugin's default says so (vllm_ir);
 - vllm.config.kernel.IrOpPriorityConfig.set_default, which each worker
   calls as it installs the priority lists: after() logs the layers' paths;
-- vllm.logger.configure_logging: after() logs the lines held until vLLM
-  configures its logging (vllm_path);
+- vllm.logger.configure_logging: after() routes fldispatch's loggers into
+  vLLM's log as vLLM has just configured it, and logs the lines held
+  until then (vllm_log);
 - the engine core's busy loop (run_busy_loop of vllm.v1.engine.core's
   EngineCoreProc and of its subclasses there that define their own):
   after() runs as the loop ends, while vLLM's signal handlers are still

@@ -29,8 +29,8 @@ VLLM_COMPILE on GPUs, CUDA graphs or not), "compiled" for another backend,
 "eager" for mode NONE (enforce_eager).
 
 Every decision is logged once per layer class, decision and process, at
-INFO on the logger "fldispatch.vllm" (through vLLM's own handlers and level
-inside vLLM's processes, info()):
+INFO on the logger "fldispatch.vllm" (in vLLM's log inside vLLM's processes:
+fldispatch.vllm_log):
 
     fldispatch: SiluAndMul -> fldispatch CustomOp (custom_ops all: vLLM's
         default in eager mode, where ...)
@@ -39,18 +39,11 @@ inside vLLM's processes, info()):
         ...; VLLM_FL_OOT_FORCE does not name rms_norm)
 """
 
-import logging
 import os
-import sys
 
-from . import _C, vllm_patches
+from . import _C, vllm_log
 from .vllm_layers import LAYERS
 from .vllm_state import DECIDED
-
-# The path lines are the vLLM plugin's: they go to its module's logger
-# (fldispatch.vllm, which imports this module), where docs/vllm.md says
-# operators find them.
-logger = logging.getLogger("fldispatch.vllm")
 
 FORCE = "VLLM_FL_OOT_FORCE"
 
@@ -220,80 +213,12 @@ def custom_op(oot_name, vllm_name, compilation_config, device=None):
     return serve, why
 
 
-def info(msg, *args):
-    """Logs at INFO on "fldispatch.vllm". Inside vLLM's processes, where
-    nothing handles that logger nor Python's root logger and vLLM has
-    configured its own ("vllm": handlers, no propagation), through vLLM's
-    handlers and level (VLLM_LOGGING_LEVEL) instead: the line is in vLLM's
-    log, in vLLM's format. A program that configured logging keeps its
-    routing. A line logged before vLLM configures its logging, where
-    nothing else would show it (vLLM's driver, and an engine in the
-    driver's process, load the plugins first), is held and logged as vLLM
-    configures it (_hold)."""
-    caller = sys._getframe(1)
-    _emit(logger, logging.INFO, (caller.f_code.co_filename, caller.f_lineno), msg, args, hold=True)
-
-
-def warning_on(name):
-    """A function that logs at WARNING on the logger name, routed as info()
-    routes its lines (not held): inside vLLM's API server nothing handles
-    Python's root logger, and a module vLLM's OpenAI server imports
-    (SageMaker's model_hosting_container_standards) sets its level to
-    ERROR, which a logger of fldispatch's inherits."""
-    target = logging.getLogger(name)
-
-    def warning(msg, *args):
-        caller = sys._getframe(1)
-        _emit(target, logging.WARNING, (caller.f_code.co_filename, caller.f_lineno), msg, args,
-              hold=False)
-
-    return warning
-
-
-def _emit(ours, level, where, msg, args, hold):
-    """info()'s routing of a line at level on the logger ours; where:
-    (file, line) of the caller."""
-    theirs = logging.getLogger("vllm")
-    if not ours.hasHandlers() and not theirs.handlers and hold and _hold(where, msg, args):
-        return
-    if ours.hasHandlers() or not theirs.handlers or theirs.propagate:
-        ours.log(level, msg, *args)
-        return
-    if not theirs.isEnabledFor(level):
-        return
-    record = ours.makeRecord(ours.name, level, where[0], where[1], msg, args, None)
-    for handler in theirs.handlers:
-        if record.levelno >= handler.level:
-            handler.handle(record)
-
-
-def _hold(where, msg, args):
-    """Keeps a line (DECIDED.held) until vLLM configures its logging
-    (vllm.logger's configure_logging, which vLLM calls as it makes an
-    engine, after it has loaded its plugins in the driver), and logs it
-    then, routed as info() routes it. False where vLLM's logger module is
-    not loaded."""
-    vllm_logger = sys.modules.get("vllm.logger")
-    if getattr(vllm_logger, "configure_logging", None) is None:
-        return False
-    vllm_patches.patch_configure_logging(vllm_logger, _release_held)
-    DECIDED.held.append((where, msg, args))
-    return True
-
-
-def _release_held():
-    held = list(DECIDED.held)
-    DECIDED.held.clear()
-    for where, msg, args in held:
-        _emit(logger, logging.INFO, where, msg, args, hold=False)
-
-
 def log_once(class_name, text):
     """Logs "fldispatch: <class_name> -> <text>" at INFO once per process."""
     if (class_name, text) in DECIDED.logged:
         return
     DECIDED.logged.add((class_name, text))
-    info("fldispatch: %s -> %s", class_name, text)
+    vllm_log.info("fldispatch: %s -> %s", class_name, text)
 
 
 def log_custom_op(class_name, serve, why):

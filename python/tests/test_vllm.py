@@ -224,33 +224,6 @@ def test_register_notes_the_deployment_start_for_the_processes_it_starts(fake_vl
     assert os.environ[fv.DEPLOYMENT_START_VARIABLE] == "1234.5"
 
 
-def test_warnings_reach_vllms_log_where_the_root_logger_is_at_error():
-    # vLLM's API server: vLLM's logger with its handler and no propagation,
-    # nothing on the root logger, whose level a module of vLLM's server
-    # (SageMaker's model_hosting_container_standards) sets to ERROR
-    code = textwrap.dedent("""
-        import logging, sys
-        from fldispatch import vllm_path
-
-        theirs = logging.getLogger("vllm")
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("vLLM's handler: %(levelname)s %(name)s %(message)s"))
-        theirs.addHandler(handler)
-        theirs.setLevel(logging.INFO)
-        theirs.propagate = False
-        logging.getLogger().setLevel(logging.ERROR)
-        logging.getLogger("fldispatch.prometheus").warning("dropped: %s", "the root's level")
-        vllm_path.warning_on("fldispatch.prometheus")("fldispatch: %s", "a scrape's warning")
-        theirs.setLevel(logging.ERROR)  # VLLM_LOGGING_LEVEL=ERROR: vLLM's level decides
-        vllm_path.warning_on("fldispatch.prometheus")("fldispatch: %s", "not at ERROR")
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
-        "vLLM's handler: WARNING fldispatch.prometheus fldispatch: a scrape's warning"], out
-    assert out.stderr == "", out.stderr
-
-
 def test_a_worker_layer_puts_its_rank_in_the_environment(fake_vllm, monkeypatch):
     """vLLM's workers get their rank as arguments: the library's %r reads
     RANK, which a worker may have inherited from its parent (here 0), and so

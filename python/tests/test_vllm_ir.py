@@ -24,6 +24,7 @@ or its IR is absent):
   with what the provider would select, as do vLLM's compile factors.
 """
 
+import re
 import sys
 
 import pytest
@@ -617,7 +618,9 @@ def test_the_log_tells_an_operators_list_from_the_default(env, caplog, installed
 def test_the_start_lines_wait_for_vllms_logging(tmp_path):
     """vLLM loads its plugins in its driver (and so in an engine run in the
     driver's process) before it configures its logging: register()'s lines
-    come out once, as vLLM configures it, through vLLM's handlers."""
+    come out once, as vLLM configures it, through vLLM's handlers; and from
+    then on the library's lines are in vLLM's log too (fldispatch.vllm_log),
+    also with the root logger at ERROR."""
     import importlib.util
     import subprocess
 
@@ -634,7 +637,12 @@ def test_the_start_lines_wait_for_vllms_logging(tmp_path):
         "fv.register(); fv.register()\n"
         "print('registered', flush=True)\n"
         "vllm.logger.configure_logging_if_needed(LoggingConfig())\n"
-        "vllm.logger.configure_logging_if_needed(LoggingConfig(log_level='DEBUG'))\n")
+        "vllm.logger.configure_logging_if_needed(LoggingConfig(log_level='DEBUG'))\n"
+        # then a library warning, with the root logger at ERROR as in vLLM's API server
+        "import os, fldispatch\n"
+        "logging.getLogger().setLevel(logging.ERROR)\n"
+        "os.environ['VLLM_FL_DENY_VENDORS'] = 'nvida'\n"
+        "fldispatch.reload(); fldispatch.resolve('rms_norm'); fldispatch._C.log_flush()\n")
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("VLLM_")}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=300, env=env)
@@ -645,6 +653,9 @@ def test_the_start_lines_wait_for_vllms_logging(tmp_path):
         line = f"fldispatch: vLLM IR op {name} has provider 'fldispatch'"
         assert text.count(line) == 1, text
         assert out.stdout.index(line) > out.stdout.index("registered"), out.stdout
+    # in vLLM's format (process, level, time, file), on vLLM's stream
+    assert re.search(r"^\(MainProcess pid=\d+\) WARNING [-0-9]+ [:0-9.]+ \[libfldispatch\.so:0\] "
+                     r"VLLM_FL_DENY_VENDORS: no vendor named 'nvida'", out.stdout, re.M), text
 
 
 def test_the_mode_table_is_vllms_default_custom_ops():

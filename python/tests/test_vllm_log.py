@@ -1,0 +1,158 @@
+# SPDX-License-Identifier: Apache-2.0
+"""fldispatch's log lines in vLLM's log (fldispatch.vllm_log).
+
+Each case runs in a fresh interpreter, whose logging nothing else has set
+up: vLLM's configuration is made as vLLM's dictConfig makes it (the "vllm"
+logger with its handler and level, not propagating; the root logger left
+alone), with a format that shows the logger, the level and the file. The
+library's line is a real one: VLLM_FL_DENY_VENDORS names a vendor no
+plugin registers (a WARNING, as an op is first resolved). test_engine and test_serve (make
+check-vllm) see the same lines in a real vLLM's processes."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+PRELUDE = textwrap.dedent("""
+    import logging, sys
+    import fldispatch
+    from fldispatch import _C, vllm_log
+
+    def vllm_configures(level):
+        # as vLLM's configure_logging: its handler and level, no propagation
+        theirs = logging.getLogger("vllm")
+        for handler in list(theirs.handlers):
+            theirs.removeHandler(handler)
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter(
+            "vLLM: %(levelname)s %(name)s [%(filename)s:%(lineno)d] %(message)s"))
+        handler.setLevel(level)
+        theirs.addHandler(handler)
+        theirs.setLevel(level)
+        theirs.propagate = False
+
+    def library_line():
+        # the policy's names are checked as an op is first resolved
+        fldispatch.reload()
+        fldispatch.resolve("rms_norm")
+        _C.log_flush()
+
+    def lines(label):
+        print("--", label, flush=True)
+        library_line()
+        logging.getLogger("fldispatch.prometheus").warning("fldispatch: a scrape's %s", "warning")
+        vllm_log.info("fldispatch: a path %s", "line")
+        sys.stdout.flush()
+""")
+# the lines of PRELUDE that log the plugin's own lines, as the records say
+WARNING_AT, INFO_AT = (next(i for i, line in enumerate(PRELUDE.splitlines(), 1) if call in line)
+                       for call in (".warning(", "vllm_log.info("))
+LIBRARY_LINE = ("VLLM_FL_DENY_VENDORS: no vendor named 'nvida' is registered (registered "
+                "vendors: ")
+
+
+def run(body, **env):
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    environment.update(VLLM_FL_DENY_VENDORS="nvida", **env)
+    out = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
+                         capture_output=True, text=True, timeout=120, env=environment)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def shown(text):
+    """The lines of text, the library line's list of vendors cut off."""
+    return [line.split(LIBRARY_LINE)[0] + LIBRARY_LINE if LIBRARY_LINE in line else line
+            for line in text.splitlines()]
+
+
+def test_in_vllms_api_server_every_line_reaches_vllms_log():
+    # vLLM's API server: its logging configured, nothing on the root logger,
+    # whose level a module of its OpenAI server sets to ERROR
+    out = run("""
+        _C.init()
+        vllm_configures(logging.INFO)
+        logging.getLogger().setLevel(logging.ERROR)
+        lines("before")
+        print("joined:", vllm_log.join())
+        lines("joined")
+        vllm_configures(logging.WARNING)  # VLLM_LOGGING_LEVEL=WARNING
+        print("joined:", vllm_log.join())
+        lines("at WARNING")
+    """)
+    assert shown(out.stdout) == [
+        "-- before",
+        "joined: True",
+        "-- joined",
+        f"vLLM: WARNING fldispatch [libfldispatch.so:0] {LIBRARY_LINE}",
+        f"vLLM: WARNING fldispatch.prometheus [<string>:{WARNING_AT}] fldispatch: a scrape's "
+        "warning",
+        f"vLLM: INFO fldispatch.vllm [<string>:{INFO_AT}] fldispatch: a path line",
+        "joined: True",
+        "-- at WARNING",
+        f"vLLM: WARNING fldispatch [libfldispatch.so:0] {LIBRARY_LINE}",
+        f"vLLM: WARNING fldispatch.prometheus [<string>:{WARNING_AT}] fldispatch: a scrape's "
+        "warning"], out
+    # before join(): the root logger's ERROR drops the warnings, and
+    # Python's last resort would have printed them bare
+    assert out.stderr == "", out.stderr
+
+
+def test_without_vllms_logging_pythons_last_resort_prints_the_warnings():
+    # VLLM_CONFIGURE_LOGGING=0: no handler on vLLM's logger
+    out = run("""
+        _C.init()
+        print("joined:", vllm_log.join())
+        lines("unconfigured")
+    """)
+    assert out.stdout.splitlines() == ["joined: False", "-- unconfigured"], out
+    assert shown(out.stderr) == [LIBRARY_LINE, "fldispatch: a scrape's warning"], out.stderr
+
+
+def test_a_program_that_configured_logging_keeps_its_routing():
+    out = run("""
+        logging.basicConfig(stream=sys.stdout, format="root: %(levelname)s %(name)s %(message)s")
+        _C.init()
+        vllm_configures(logging.INFO)
+        print("joined:", vllm_log.join())
+        lines("the root's handler")
+    """)
+    assert shown(out.stdout) == [
+        "joined: False",
+        "-- the root's handler",
+        f"root: WARNING fldispatch {LIBRARY_LINE}",
+        "root: WARNING fldispatch.prometheus fldispatch: a scrape's warning"], out
+    out = run("""
+        _C.init()
+        vllm_configures(logging.INFO)
+        logging.getLogger("fldispatch").setLevel(logging.ERROR)  # the program's: quieter
+        print("joined:", vllm_log.join())
+        lines("the program's level")
+    """)
+    assert out.stdout.splitlines() == ["joined: False", "-- the program's level"], out
+    assert out.stderr == "", out.stderr
+
+
+def test_a_later_root_handler_takes_the_lines_back():
+    # joined, then the program (or a VLLM_LOGGING_CONFIG_PATH file vLLM
+    # applies) puts a handler on the root logger: the next join() undoes
+    # what the last one set
+    out = run("""
+        _C.init()
+        vllm_configures(logging.INFO)
+        print("joined:", vllm_log.join())
+        logging.basicConfig(stream=sys.stdout, format="root: %(levelname)s %(name)s %(message)s")
+        print("joined:", vllm_log.join())
+        ours = logging.getLogger("fldispatch")
+        print("as Python made it:", ours.handlers == [] and ours.level == logging.NOTSET
+              and ours.propagate)
+        lines("the root's handler")
+    """)
+    assert shown(out.stdout) == [
+        "joined: True",
+        "joined: False",
+        "as Python made it: True",
+        "-- the root's handler",
+        f"root: WARNING fldispatch {LIBRARY_LINE}",
+        "root: WARNING fldispatch.prometheus fldispatch: a scrape's warning"], out
