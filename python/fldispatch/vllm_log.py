@@ -26,8 +26,14 @@ logging (vllm.logger.configure_logging). It joins only where
 - the "fldispatch" logger is as Python made it (no handler, no level,
   propagating) or as join() left it: a program's own setting wins.
 Where these no longer hold at a later join(), what join() set is undone.
+
 The library's own level (VLLM_FL_LOG_LEVEL) still decides first which of
-its lines exist.
+its lines exist. Where that variable is set, the operator asked for the
+library's lines at that level: they reach vLLM's handlers whatever
+VLLM_LOGGING_LEVEL says (as vllm-plugin-FL's own logger, whose level
+VLLM_FL_LOG_LEVEL sets); so VLLM_FL_LOG_LEVEL=INFO shows which
+implementation serves each op, and with DEBUG, VLLM_FL_DISPATCH_DEBUG=1's
+lines. The plugin's Python lines keep vLLM's level.
 
 The path lines (info()) are INFO. vLLM loads its plugins in its driver
 before it configures its logging, and nothing would show an INFO line
@@ -36,6 +42,7 @@ logging.
 """
 
 import logging
+import os
 import sys
 
 from . import vllm_patches
@@ -45,6 +52,8 @@ from .vllm_state import DECIDED
 PACKAGE_LOGGER = "fldispatch"
 #: The logger whose handlers vLLM configures.
 VLLM_LOGGER = "vllm"
+#: The library's level: where set, its lines show at that level.
+LIBRARY_LEVEL_VARIABLE = "VLLM_FL_LOG_LEVEL"
 
 # The path lines: the vLLM plugin's (fldispatch.vllm), where docs/vllm.md
 # says operators find them.
@@ -53,12 +62,27 @@ logger = logging.getLogger("fldispatch.vllm")
 
 class IntoVllmLog(logging.Handler):
     """Hands each record to the handlers the "vllm" logger has when the
-    record comes, as that logger would: each handler at its own level."""
+    record comes, as that logger would: at its level, and each handler at
+    its own. The library's records (the package logger's own) at
+    library_level or above pass both."""
+
+    library_level = None
 
     def emit(self, record):
-        for handler in logging.getLogger(VLLM_LOGGER).handlers:
-            if record.levelno >= handler.level:
+        theirs = logging.getLogger(VLLM_LOGGER)
+        bar = self.library_level if record.name == PACKAGE_LOGGER else None
+        if bar is None and not theirs.isEnabledFor(record.levelno):
+            return
+        for handler in theirs.handlers:
+            if record.levelno >= (handler.level if bar is None else min(handler.level, bar)):
                 handler.handle(record)
+
+
+def library_level():
+    """VLLM_FL_LOG_LEVEL's level as logging numbers it, or None where it is
+    not set (the library refuses a value it does not know as it starts)."""
+    level = logging.getLevelName(os.environ.get(LIBRARY_LEVEL_VARIABLE, "").strip().upper())
+    return level if isinstance(level, int) else None
 
 
 # what join() set on the package logger: (handler, level), or None
@@ -78,7 +102,10 @@ def join():
         return False
     if theirs.handlers and not theirs.propagate and not logging.getLogger().handlers:
         handler = _joined[0] if _joined is not None else IntoVllmLog()
+        handler.library_level = library_level()
         level = theirs.getEffectiveLevel()
+        if handler.library_level is not None:
+            level = min(level, handler.library_level)
         if _joined is None:
             ours.addHandler(handler)
             ours.propagate = False

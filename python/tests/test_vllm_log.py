@@ -156,3 +156,33 @@ def test_a_later_root_handler_takes_the_lines_back():
         "-- the root's handler",
         f"root: WARNING fldispatch {LIBRARY_LINE}",
         "root: WARNING fldispatch.prometheus fldispatch: a scrape's warning"], out
+
+
+def test_vllm_fl_log_level_shows_the_librarys_lines_at_its_level():
+    # as vllm-plugin-FL's own logger, whose level VLLM_FL_LOG_LEVEL sets:
+    # the library's lines at that level whatever vLLM's level; the plugin's
+    # Python lines keep vLLM's
+    out = run("""
+        _C.init()
+        vllm_configures(logging.ERROR)  # VLLM_LOGGING_LEVEL=ERROR
+        print("joined:", vllm_log.join())
+        lines("vLLM at ERROR")
+    """, VLLM_FL_LOG_LEVEL="warning")
+    assert shown(out.stdout) == [
+        "joined: True",
+        "-- vLLM at ERROR",
+        f"vLLM: WARNING fldispatch [libfldispatch.so:0] {LIBRARY_LINE}"], out
+    out = run("""
+        vllm_configures(logging.WARNING)  # VLLM_LOGGING_LEVEL=WARNING
+        print("joined:", vllm_log.join())
+        lines("vLLM at WARNING")
+    """, VLLM_FL_LOG_LEVEL="info")
+    got = shown(out.stdout)
+    assert got[:2] == ["joined: True", "-- vLLM at WARNING"], out
+    loaded = [line for line in got if line.startswith(
+        "vLLM: INFO fldispatch [libfldispatch.so:0] Loaded plugin 'reference'")]
+    assert len(loaded) == 1, out
+    assert f"vLLM: WARNING fldispatch [libfldispatch.so:0] {LIBRARY_LINE}" in got, out
+    assert got[-1] == (f"vLLM: WARNING fldispatch.prometheus [<string>:{WARNING_AT}] fldispatch: "
+                       "a scrape's warning"), out
+    assert not [line for line in got if "fldispatch.vllm" in line], out
