@@ -420,7 +420,7 @@ def register():
     from vllm.model_executor import custom_op
 
     registered = DECIDED.oot_layers
-    vllm_log.follow_vllms_configuration()  # first: the library's lines too go to vLLM's log
+    vllm_log.settle()  # first: the library's lines too go to vLLM's log
     _host_defaults()  # before the library starts: the CPU plugin reads them as it registers
     _C.init()  # a bad VLLM_FL_* configuration raises ConfigError here, naming it
     vllm_path.forced()  # likewise a bad VLLM_FL_OOT_FORCE

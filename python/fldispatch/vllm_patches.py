@@ -11,8 +11,8 @@ fldispatch's code around vLLM's:
 - vllm.config.kernel.IrOpPriorityConfig.set_default, which each worker
   calls as it installs the priority lists: after() logs the layers' paths;
 - vllm.logger.configure_logging: after() routes fldispatch's loggers into
-  vLLM's log as vLLM has just configured it, and logs the lines held
-  until then (vllm_log);
+  vLLM's log as vLLM has just configured it, with the lines held until
+  then (vllm_log);
 - the engine core's busy loop (run_busy_loop of vllm.v1.engine.core's
   EngineCoreProc and of its subclasses there that define their own):
   after() runs as the loop ends, while vLLM's signal handlers are still

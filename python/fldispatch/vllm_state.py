@@ -22,8 +22,6 @@ class Decisions:
     mixed_weight       whether the library takes a float32 weight with a
                        16-bit x (None: not asked yet)
     logged             (class name, text) of the path lines logged
-    held               ((file, line), msg, args) of lines held until vLLM
-                       configures its logging
     """
 
     def __init__(self):
@@ -34,7 +32,6 @@ class Decisions:
         self.rotary_out_devices = None
         self.mixed_weight = None
         self.logged = set()
-        self.held = []
 
 
 DECIDED = Decisions()
