@@ -44,12 +44,21 @@ PRELUDE = textwrap.dedent("""
         logging.getLogger("fldispatch.prometheus").warning("fldispatch: a scrape's %s", "warning")
         vllm_log.info("fldispatch: a path %s", "line")
         sys.stdout.flush()
+
+    def settled(label):
+        print("settled:", vllm_log.settle())
+        lines(label)
 """)
 # the lines of PRELUDE that log the plugin's own lines, as the records say
 WARNING_AT, INFO_AT = (next(i for i, line in enumerate(PRELUDE.splitlines(), 1) if call in line)
                        for call in (".warning(", "vllm_log.info("))
 LIBRARY_LINE = ("VLLM_FL_DENY_VENDORS: no vendor named 'nvida' is registered (registered "
                 "vendors: ")
+# the three lines of PRELUDE's lines() as vLLM's handler here prints them
+LIBRARY_IN_VLLM = f"vLLM: WARNING fldispatch [libfldispatch.so:0] {LIBRARY_LINE}"
+SCRAPE_IN_VLLM = (f"vLLM: WARNING fldispatch.prometheus [<string>:{WARNING_AT}] fldispatch: a "
+                  "scrape's warning")
+PATH_IN_VLLM = f"vLLM: INFO fldispatch.vllm [<string>:{INFO_AT}] fldispatch: a path line"
 
 
 def run(body, **env):
@@ -75,26 +84,22 @@ def test_in_vllms_api_server_every_line_reaches_vllms_log():
         vllm_configures(logging.INFO)
         logging.getLogger().setLevel(logging.ERROR)
         lines("before")
-        print("settled:", vllm_log.settle())
-        lines("joined")
+        settled("joined")
         vllm_configures(logging.WARNING)  # VLLM_LOGGING_LEVEL=WARNING
-        print("settled:", vllm_log.settle())
-        lines("at WARNING")
+        settled("at WARNING")
     """)
     assert shown(out.stdout) == [
         "-- before",
         "settled: joined",
         "-- joined",
-        f"vLLM: WARNING fldispatch [libfldispatch.so:0] {LIBRARY_LINE}",
-        f"vLLM: WARNING fldispatch.prometheus [<string>:{WARNING_AT}] fldispatch: a scrape's "
-        "warning",
-        f"vLLM: INFO fldispatch.vllm [<string>:{INFO_AT}] fldispatch: a path line",
+        LIBRARY_IN_VLLM,
+        SCRAPE_IN_VLLM,
+        PATH_IN_VLLM,
         "settled: joined",
         "-- at WARNING",
-        f"vLLM: WARNING fldispatch [libfldispatch.so:0] {LIBRARY_LINE}",
-        f"vLLM: WARNING fldispatch.prometheus [<string>:{WARNING_AT}] fldispatch: a scrape's "
-        "warning"], out
-    # before join(): the root logger's ERROR drops the warnings, and
+        LIBRARY_IN_VLLM,
+        SCRAPE_IN_VLLM], out
+    # before settle(): the root logger's ERROR drops the warnings, and
     # Python's last resort would have printed them bare
     assert out.stderr == "", out.stderr
 
@@ -103,8 +108,7 @@ def test_without_vllms_logging_pythons_last_resort_prints_the_warnings():
     # VLLM_CONFIGURE_LOGGING=0: no handler on vLLM's logger
     out = run("""
         _C.init()
-        print("settled:", vllm_log.settle())
-        lines("unconfigured")
+        settled("unconfigured")
     """)
     assert out.stdout.splitlines() == ["settled: None", "-- unconfigured"], out
     assert shown(out.stderr) == [LIBRARY_LINE, "fldispatch: a scrape's warning"], out.stderr
@@ -115,8 +119,7 @@ def test_a_program_that_configured_logging_keeps_its_routing():
         logging.basicConfig(stream=sys.stdout, format="root: %(levelname)s %(name)s %(message)s")
         _C.init()
         vllm_configures(logging.INFO)
-        print("settled:", vllm_log.settle())
-        lines("the root's handler")
+        settled("the root's handler")
     """)
     assert shown(out.stdout) == [
         "settled: None",
@@ -127,8 +130,7 @@ def test_a_program_that_configured_logging_keeps_its_routing():
         _C.init()
         vllm_configures(logging.INFO)
         logging.getLogger("fldispatch").setLevel(logging.ERROR)  # the program's: quieter
-        print("settled:", vllm_log.settle())
-        lines("the program's level")
+        settled("the program's level")
     """)
     assert out.stdout.splitlines() == ["settled: None", "-- the program's level"], out
     assert out.stderr == "", out.stderr
@@ -165,26 +167,23 @@ def test_vllm_fl_log_level_shows_the_librarys_lines_at_its_level():
     out = run("""
         _C.init()
         vllm_configures(logging.ERROR)  # VLLM_LOGGING_LEVEL=ERROR
-        print("settled:", vllm_log.settle())
-        lines("vLLM at ERROR")
+        settled("vLLM at ERROR")
     """, VLLM_FL_LOG_LEVEL="warning")
     assert shown(out.stdout) == [
         "settled: joined",
         "-- vLLM at ERROR",
-        f"vLLM: WARNING fldispatch [libfldispatch.so:0] {LIBRARY_LINE}"], out
+        LIBRARY_IN_VLLM], out
     out = run("""
         vllm_configures(logging.WARNING)  # VLLM_LOGGING_LEVEL=WARNING
-        print("settled:", vllm_log.settle())
-        lines("vLLM at WARNING")
+        settled("vLLM at WARNING")
     """, VLLM_FL_LOG_LEVEL="info")
     got = shown(out.stdout)
     assert got[:2] == ["settled: joined", "-- vLLM at WARNING"], out
     loaded = [line for line in got if line.startswith(
         "vLLM: INFO fldispatch [libfldispatch.so:0] Loaded plugin 'reference'")]
     assert len(loaded) == 1, out
-    assert f"vLLM: WARNING fldispatch [libfldispatch.so:0] {LIBRARY_LINE}" in got, out
-    assert got[-1] == (f"vLLM: WARNING fldispatch.prometheus [<string>:{WARNING_AT}] fldispatch: "
-                       "a scrape's warning"), out
+    assert LIBRARY_IN_VLLM in got, out
+    assert got[-1] == SCRAPE_IN_VLLM, out
     assert not [line for line in got if "fldispatch.vllm" in line], out
 
 
@@ -199,8 +198,7 @@ def test_in_vllms_driver_the_lines_nothing_would_show_wait_for_vllms_logging():
         sys.modules["vllm"] = types.ModuleType("vllm")
         sys.modules["vllm.logger"] = vllm_logger = types.ModuleType("vllm.logger")
         vllm_logger.configure_logging = lambda config: vllm_configures(logging.INFO)
-        print("settled:", vllm_log.settle())
-        lines("held")
+        settled("held")
         print("configuring", flush=True)
         vllm_logger.configure_logging(None)
     """, VLLM_FL_LOG_LEVEL="info")
@@ -209,5 +207,5 @@ def test_in_vllms_driver_the_lines_nothing_would_show_wait_for_vllms_logging():
     assert any(line.startswith("vLLM: INFO fldispatch [libfldispatch.so:0] Loaded plugin "
                                "'reference'") for line in got), out
     assert all(line.startswith("vLLM: INFO fldispatch") for line in got[3:]), out
-    assert got[-1] == f"vLLM: INFO fldispatch.vllm [<string>:{INFO_AT}] fldispatch: a path line", out
+    assert got[-1] == PATH_IN_VLLM, out
     assert shown(out.stderr) == [LIBRARY_LINE, "fldispatch: a scrape's warning"], out.stderr
