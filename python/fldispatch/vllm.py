@@ -434,12 +434,12 @@ def register():
     for name in sorted(DECIDED.ir_providers):
         oot = vllm_ir.IR_OPS[name].oot
         if name in enabled:
-            vllm_log.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
-                          "priority in the modes where it serves %s by default (VLLM_FL_OOT_* "
-                          "enable it)", name, oot)
+            logger.info("fldispatch: vLLM IR op %s: fldispatch first in the platform's default "
+                        "priority in the modes where it serves %s by default (VLLM_FL_OOT_* "
+                        "enable it)", name, oot)
         else:
-            vllm_log.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
-                          "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
+            logger.info("fldispatch: vLLM IR op %s: the platform's default priority unchanged "
+                        "(VLLM_FL_OOT_* or VLLM_FL_PREFER_ENABLED leave %s to vLLM)", name, oot)
     vllm_compile.register_variables()
     vllm_patches.patch_engine_busy_loop(_write_counters_as_the_engine_stops)
     prometheus.register_default(since=_deployment_start())
@@ -461,7 +461,7 @@ def register():
             continue
         custom_op.CustomOp.register_oot(_decorated_op_cls=cls, name=class_name)
         registered[op_name] = class_name
-        vllm_log.info("fldispatch: vLLM's %s replaced by fldispatch's %s layer; vLLM's "
-                      "custom_ops and VLLM_FL_OOT_FORCE decide per mode whether it runs "
-                      "fldispatch's op", class_name, op_name)
+        logger.info("fldispatch: vLLM's %s replaced by fldispatch's %s layer; vLLM's "
+                    "custom_ops and VLLM_FL_OOT_FORCE decide per mode whether it runs "
+                    "fldispatch's op", class_name, op_name)
     return dict(registered)

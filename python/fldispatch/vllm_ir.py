@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from . import _C, devices, vllm_log, vllm_patches, vllm_path
+from . import _C, devices, vllm_patches, vllm_path
 from .vllm_layers import IR_OPS, LAYERS
 from .vllm_state import DECIDED
 
@@ -322,9 +322,9 @@ def register_providers(mixed_weight_ok):
         impl.__class__ = impl_class
         registered[name] = impl
         kinds = sorted(f"{d}/{str(x).rpartition('.')[2]}" for d, x, w in served if w in (None, x))
-        vllm_log.info("fldispatch: vLLM IR op %s has provider %r (%s; %s)", name, PROVIDER,
-                      "in place" if row.inplace else "functional",
-                      ", ".join(sorted(set(kinds))) or "serves nothing here")
+        vllm_path.logger.info("fldispatch: vLLM IR op %s has provider %r (%s; %s)", name,
+                              PROVIDER, "in place" if row.inplace else "functional",
+                              ", ".join(sorted(set(kinds))) or "serves nothing here")
     return dict(registered)
 
 

@@ -59,11 +59,6 @@ LIBRARY_LEVEL_VARIABLE = "VLLM_FL_LOG_LEVEL"
 #: as Python's last resort drops them).
 HELD_MAX = 1000
 
-# The path lines: the vLLM plugin's (fldispatch.vllm), where docs/vllm.md
-# says operators find them.
-logger = logging.getLogger("fldispatch.vllm")
-
-
 class IntoVllmLog(logging.Handler):
     """JOINED: hands each record to the handlers the "vllm" logger has when
     the record comes, as that logger would: at its level, and each handler
@@ -180,8 +175,3 @@ def _log_held(records):
             old.created, old.msecs, old.relativeCreated
         target.handle(record)
 
-
-def info(msg, *args):
-    """Logs a path line at INFO on "fldispatch.vllm", from the caller's
-    file and line."""
-    logger.info(msg, *args, stacklevel=2)

@@ -39,11 +39,17 @@ fldispatch.vllm_log):
         ...; VLLM_FL_OOT_FORCE does not name rms_norm)
 """
 
+import logging
 import os
 
-from . import _C, vllm_log
+from . import _C
 from .vllm_layers import LAYERS
 from .vllm_state import DECIDED
+
+# The path lines are the vLLM plugin's: they go to its module's logger
+# (fldispatch.vllm, which imports this module), where docs/vllm.md says
+# operators find them.
+logger = logging.getLogger("fldispatch.vllm")
 
 FORCE = "VLLM_FL_OOT_FORCE"
 
@@ -218,7 +224,7 @@ def log_once(class_name, text):
     if (class_name, text) in DECIDED.logged:
         return
     DECIDED.logged.add((class_name, text))
-    vllm_log.info("fldispatch: %s -> %s", class_name, text)
+    logger.info("fldispatch: %s -> %s", class_name, text)
 
 
 def log_custom_op(class_name, serve, why):

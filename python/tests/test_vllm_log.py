@@ -42,7 +42,7 @@ PRELUDE = textwrap.dedent("""
         print("--", label, flush=True)
         library_line()
         logging.getLogger("fldispatch.prometheus").warning("fldispatch: a scrape's %s", "warning")
-        vllm_log.info("fldispatch: a path %s", "line")
+        logging.getLogger("fldispatch.vllm").info("fldispatch: a path %s", "line")
         sys.stdout.flush()
 
     def settled(label):
@@ -51,7 +51,7 @@ PRELUDE = textwrap.dedent("""
 """)
 # the lines of PRELUDE that log the plugin's own lines, as the records say
 WARNING_AT, INFO_AT = (next(i for i, line in enumerate(PRELUDE.splitlines(), 1) if call in line)
-                       for call in (".warning(", "vllm_log.info("))
+                       for call in (".warning(", ".info("))
 LIBRARY_LINE = ("VLLM_FL_DENY_VENDORS: no vendor named 'nvida' is registered (registered "
                 "vendors: ")
 # the three lines of PRELUDE's lines() as vLLM's handler here prints them
