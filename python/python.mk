@@ -44,6 +44,8 @@ PYPKG       := $(PYOUT)/fldispatch
 PY_SRC      := $(sort $(wildcard python/src/*.c))
 PY_OBJ      := $(PY_SRC:python/src/%.c=$(OBJ)/python/%.o)
 PY_MODULES  := $(patsubst python/fldispatch/%,$(PYPKG)/%,$(wildcard python/fldispatch/*.py python/fldispatch/compat/*.py python/fldispatch/compat/backends/*.py))
+# The package's types (PEP 561): the marker and the extension's stub.
+PY_TYPES    := $(PYPKG)/py.typed $(PYPKG)/_C.pyi
 PY_EXT      := $(PYPKG)/_C.abi3.so
 PY_FIXTURES := $(patsubst python/tests/plugins/%.c,$(PYOUT)/tests/fld-%.so,$(wildcard python/tests/plugins/*.c))
 # The command-line tool as a shared object (main renamed fld_tool_main), so
@@ -57,7 +59,7 @@ PY_CFLAGS    = -DPy_LIMITED_API=0x030A0000 -I$(PY_INCLUDE)
 PY_SKIP_MSG  = fldispatch: skipping the Python tests
 
 .PHONY: python python-headers check-python python-torch-native check-pip
-python: python-headers lib plugins configs tool $(PY_EXT) $(PY_TOOL) $(PY_MODULES) $(PYPKG)/lib
+python: python-headers lib plugins configs tool $(PY_EXT) $(PY_TOOL) $(PY_MODULES) $(PY_TYPES) $(PYPKG)/lib
 
 python-headers:
 	@test -f '$(PY_INCLUDE)/Python.h' || { echo "fldispatch: make python needs Python.h for $(PYTHON) (Debian: apt-get install python3-dev)" >&2; exit 1; }
@@ -108,6 +110,10 @@ $(PY_TORCH_FIXTURE): python/tests/native/fake_cuda.cpp
 	  -L'$(TORCH_LIBDIR)' -lc10 -ltorch_cpu -Wl,-rpath,'$(TORCH_LIBDIR)'
 
 $(PYPKG)/%.py: python/fldispatch/%.py
+	@mkdir -p $(@D)
+	$(Q)cp $< $@
+
+$(PY_TYPES): $(PYPKG)/%: python/fldispatch/%
 	@mkdir -p $(@D)
 	$(Q)cp $< $@
 

@@ -452,9 +452,9 @@ int fldpy_binding_init(PyObject *module)
 
 PyMethodDef fldpy_call_methods[] = {
     {"call_op", (PyCFunction)(void (*)(void))py_call_op, METH_FASTCALL | METH_KEYWORDS,
-     "call_op(name, *args, **kwargs)\n--\n\nCalls any op by name; returns what the "
+     "call_op(name, /, *args, **kwargs)\n--\n\nCalls any op by name; returns what the "
      "implementation returns."},
     {"resolve_op", py_resolve_op, METH_O,
-     "resolve_op(name)\n--\n\nA callable for the op that follows policy changes."},
+     "resolve_op(name, /)\n--\n\nA callable for the op that follows policy changes."},
     {NULL, NULL, 0, NULL},
 };

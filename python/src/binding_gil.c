@@ -118,8 +118,8 @@ static void flush_all(void)
     static const char *const streams[] = {"stdout", "stderr"};
     for (int i = 0; i < 2; i++) {
         PyObject *stream = PySys_GetObject(streams[i]); /* borrowed */
-        PyObject *r = stream && stream != Py_None ? PyObject_CallMethod(stream, "flush", NULL)
-                                                  : NULL;
+        PyObject *r =
+            stream && stream != Py_None ? PyObject_CallMethod(stream, "flush", NULL) : NULL;
         Py_XDECREF(r);
         PyErr_Clear();
     }
@@ -144,8 +144,8 @@ static void end_process(const char *op, const char *impl_id, PyObject *exc, cons
     }
     flush_all();
     if (sigint)
-        fprintf(stderr, "fldispatch: %s: Python implementation '%s' raised %s: interrupted\n",
-                op, impl_id, what);
+        fprintf(stderr, "fldispatch: %s: Python implementation '%s' raised %s: interrupted\n", op,
+                impl_id, what);
     else
         fprintf(stderr, "fldispatch: %s: Python implementation '%s' raised %s: exit status %d\n",
                 op, impl_id, what, status);
@@ -204,7 +204,7 @@ static PyObject *py_interpreter_exiting(PyObject *self, PyObject *unused)
 
 PyMethodDef fldpy_gil_methods[] = {
     {"_interrupts_end_process", py_interrupts_end_process, METH_O,
-     "_interrupts_end_process(on)\n--\n\nWhile on (python -m fldispatch running the tool in "
+     "_interrupts_end_process(on, /)\n--\n\nWhile on (python -m fldispatch running the tool in "
      "this process),\nan interrupt raised by a Python implementation ends the process."},
     {"_interpreter_exiting", py_interpreter_exiting, METH_NOARGS,
      "_interpreter_exiting()\n--\n\nFrom atexit: Python implementations decline from now on."},

@@ -171,13 +171,14 @@ static PyObject *py_ready(PyObject *self, PyObject *unused)
 
 PyMethodDef fldpy_binding_methods[] = {
     {"register_impls", py_register_impls, METH_VARARGS,
-     "register_impls(plugin, version, origin, records)\n--\n\nRegisters Python implementations "
+     "register_impls(plugin, version, origin, records, /)\n--\n\nRegisters Python implementations "
      "all-or-nothing (use fldispatch.register_impl)."},
     {"declare_op", py_declare_op, METH_VARARGS,
-     "declare_op(plugin, version, origin, op, schema)\n--\n\nDeclares an op's signature (use "
+     "declare_op(plugin, version, origin, op, schema, /)\n--\n\nDeclares an op's signature (use "
      "fldispatch.declare_op)."},
     {"binding_reject", py_binding_reject, METH_VARARGS,
-     "binding_reject(plugin, version, origin, reason)\n--\n\nRecords a Python plugin that failed."},
+     "binding_reject(plugin, version, origin, reason, /)\n--\n\nRecords a Python plugin that "
+     "failed."},
     {"_ready", py_ready, METH_NOARGS,
      "_ready()\n--\n\nWhat an op call does first: the Python plugins discovered, then the\n"
      "configuration's names checked against what is registered (once)."},

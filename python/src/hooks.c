@@ -276,14 +276,14 @@ static PyObject *py_producer_stream(PyObject *self, PyObject *obj)
 
 PyMethodDef fldpy_hook_methods[] = {
     {"_bench_c_call", (PyCFunction)(void (*)(void))py_bench_c_call, METH_FASTCALL,
-     "_bench_c_call(out, x, n)\n--\n\nNanoseconds per fld_silu_and_mul() call, timed in C."},
+     "_bench_c_call(out, x, n, /)\n--\n\nNanoseconds per fld_silu_and_mul() call, timed in C."},
     {"_bench_c_op", (PyCFunction)(void (*)(void))py_bench_c_op, METH_FASTCALL,
-     "_bench_c_op(op, n, *args)\n--\n\nNanoseconds per call of catalog op's typed entry point, "
+     "_bench_c_op(op, n, /, *args)\n--\n\nNanoseconds per call of catalog op's typed entry point, "
      "timed in C."},
     {"_bench_c_op_evicting", (PyCFunction)(void (*)(void))py_bench_c_op_evicting, METH_FASTCALL,
-     "_bench_c_op_evicting(op, n, evict_bytes, *args)\n--\n\nAs _bench_c_op, each call after "
+     "_bench_c_op_evicting(op, n, evict_bytes, /, *args)\n--\n\nAs _bench_c_op, each call after "
      "a write of evict_bytes of another buffer, whose own time is taken off."},
     {"_producer_stream", py_producer_stream, METH_O,
-     "_producer_stream(tensor)\n--\n\nThe stream an op call on this tensor would run on."},
+     "_producer_stream(tensor, /)\n--\n\nThe stream an op call on this tensor would run on."},
     {NULL, NULL, 0, NULL},
 };

@@ -417,10 +417,11 @@ PyMethodDef fldpy_introspect_methods[] = {
      "init()\n--\n\nInitialises the library now (it does so lazily otherwise)."},
     {"version", py_version, METH_NOARGS, "version()\n--\n\nThe loaded library's version."},
     {"oot_op_enabled", py_oot_op_enabled, METH_O,
-     "oot_op_enabled(op)\n--\n\nWhether an engine integration should replace its layer `op` "
+     "oot_op_enabled(op, /)\n--\n\nWhether an engine integration should replace its layer `op` "
      "(VLLM_FL_OOT_*)."},
     {"load_plugin", py_load_plugin, METH_O,
-     "load_plugin(path)\n--\n\nLoads one plugin file now (the checks of the search path apply)."},
+     "load_plugin(path, /)\n--\n\nLoads one plugin file now (the checks of the search path "
+     "apply)."},
     {"dtypes", py_dtypes, METH_NOARGS,
      "dtypes()\n--\n\nThe library's dtype table: (name, long_name, mask bit) per dtype, in the\n"
      "order of the FLD_DTYPE_MASK_* bits."},

@@ -163,7 +163,7 @@ static PyMethodDef methods[] = {
     {"log_flush", py_log_flush, METH_NOARGS,
      "log_flush()\n--\n\nHands the library's queued log lines to Python's logging now."},
     {"_log_attach", py_log_attach, METH_O,
-     "_log_attach(emit)\n--\n\nThe library's log lines go to emit(level, message) from now on."},
+     "_log_attach(emit, /)\n--\n\nThe library's log lines go to emit(level, message) from now on."},
     {"_log_detach", py_log_detach, METH_NOARGS,
      "_log_detach()\n--\n\nThe library's log lines go to stderr again (at exit)."},
     {NULL, NULL, 0, NULL},

@@ -421,7 +421,7 @@ PyMethodDef fldpy_policy_methods[] = {
     {"policy_reset", py_policy_reset, METH_NOARGS,
      "policy_reset()\n--\n\nThe global policy back to what the configuration says."},
     {"policy_load", py_policy_load, METH_O,
-     "policy_load(path)\n--\n\nA YAML policy file as the whole global policy."},
+     "policy_load(path, /)\n--\n\nA YAML policy file as the whole global policy."},
     {"policy_depth", py_policy_depth, METH_NOARGS,
      "policy_depth()\n--\n\nHow many scoped overrides this thread has pushed."},
     {"reset_thread_policy", py_reset_thread_policy, METH_NOARGS,
@@ -431,7 +431,7 @@ PyMethodDef fldpy_policy_methods[] = {
     {"clear_failed_impls", FASTCALL(py_clear_failed_impls),
      "clear_failed_impls(op=None)\n--\n\nForgets remembered failures (of op, or of all)."},
     {"set_log_level", py_set_log_level, METH_O,
-     "set_log_level(level)\n--\n\n'debug', 'info', 'warning', 'error', 'off' or a number."},
+     "set_log_level(level, /)\n--\n\n'debug', 'info', 'warning', 'error', 'off' or a number."},
     {"get_log_level", py_get_log_level, METH_NOARGS,
      "get_log_level()\n--\n\nThe library's log level, by name."},
     {"policy_describe", py_policy_describe, METH_NOARGS,
@@ -441,6 +441,6 @@ PyMethodDef fldpy_policy_methods[] = {
      "This thread's stream for a device type (an int handle, or None for the default), used\n"
      "for tensors whose framework does not publish its current stream."},
     {"get_stream", py_get_stream, METH_O,
-     "get_stream(device)\n--\n\nThis thread's stream for a device type (0 = default)."},
+     "get_stream(device, /)\n--\n\nThis thread's stream for a device type (0 = default)."},
     {NULL, NULL, 0, NULL},
 };

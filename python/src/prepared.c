@@ -452,7 +452,7 @@ int fldpy_prepared_init(PyObject *module)
 
 PyMethodDef fldpy_prepared_methods[] = {
     {"prepare", FASTCALL(py_prepare),
-     "prepare(op, *args, **kwargs)\n--\n\n"
+     "prepare(op, /, *args, **kwargs)\n--\n\n"
      "Prepares a call of a catalog op with the arguments of its function (checked once) and\n"
      "returns a callable that runs it on new CPU tensors of the same layouts, given in the\n"
      "op's tensor order: (out, x); (out, x, weight, residual); (positions, query, key,\n"

@@ -322,7 +322,7 @@ PyMethodDef fldpy_stats_methods[] = {
     {"stats_summary", py_stats_summary, METH_NOARGS,
      "stats_summary()\n--\n\nThe counters as the table printed at exit."},
     {"stats_enable", py_stats_enable, METH_O,
-     "stats_enable(mode)\n--\n\nSwitches counting: 'off', 'calls' or 'time' (True: 'calls')."},
+     "stats_enable(mode, /)\n--\n\nSwitches counting: 'off', 'calls' or 'time' (True: 'calls')."},
     {"stats_mode", py_stats_mode, METH_NOARGS,
      "stats_mode()\n--\n\nThe counting mode in force: 'off', 'calls' or 'time'."},
     {"stats_flush", py_stats_flush, METH_NOARGS,
@@ -335,7 +335,7 @@ PyMethodDef fldpy_stats_methods[] = {
      "_stats_record(op, impl_id, device, dtype, status=0, fell_back=False, ns=0)\n--\n\n"
      "Counts one call of an implementation run outside the library (fld_stats_record)."},
     {"_stats_metric_families", py_stats_metric_families, METH_VARARGS,
-     "_stats_metric_families(paths, by_rank)\n--\n\nThe counters files merged as `fldispatch "
+     "_stats_metric_families(paths, by_rank, /)\n--\n\nThe counters files merged as `fldispatch "
      "stats --prometheus` merges them: a list of\n[name, type, help, label names, [(label values, "
      "value), ...]] per metric family."},
     {"_stats_file_glob", py_stats_file_glob, METH_NOARGS,
