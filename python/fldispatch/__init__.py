@@ -16,7 +16,14 @@ Errors are fldispatch.Error subclasses carrying the library's status and
 message. See docs/python.md.
 """
 
+from __future__ import annotations
+
 import os as _os
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
 
 from . import _C
 from ._C import (  # noqa: F401  (re-exported)
@@ -74,7 +81,7 @@ _LISTS = tuple(f["yaml_key"] for f in POLICY_FIELDS if f["kind"] in _LIST_KINDS)
 _ORDERS = tuple(f["yaml_key"] for f in POLICY_FIELDS if f["kind"] == "orders")
 
 
-def _split(text, seps):
+def _split(text: str | None, seps: str) -> list[str] | None:
     if text is None:
         return None
     items = [text]
@@ -83,24 +90,24 @@ def _split(text, seps):
     return [item.strip(" \t") for item in items if item.strip(" \t")]
 
 
-def _text_or_none(text):
+def _text_or_none(text: str | None) -> str | None:
     return text if text else None
 
 
-def signatures():
+def signatures() -> dict[str, str]:
     """Every op signature, {op: schema}: the catalog's first, then the ops
     declared by plugins (fld_registry_declare_op) and Python (declare_op)."""
     _ensure_plugins()
     return {op: schema for op, schema, _by, _catalog in _C.signatures()}
 
 
-def resolve(op, device="cpu", dtype="float32"):
+def resolve(op: str, device: object = "cpu", dtype: object = "float32") -> str:
     """The impl_id a call of `op` on (device, dtype) would use now."""
     _C._ready()
     return _C.resolve(op, device, dtype)
 
 
-def explain(op, device="cpu", dtype="float32"):
+def explain(op: str, device: object = "cpu", dtype: object = "float32") -> dict[str, Any]:
     """How `op` resolves on (device, dtype): the keys of `fldispatch resolve --json`."""
     _C._ready()
     d = _C.explain(op, device, dtype)
@@ -110,7 +117,7 @@ def explain(op, device="cpu", dtype="float32"):
     return d
 
 
-def plugins():
+def plugins() -> list[dict[str, Any]]:
     """Every plugin the host found, as `fldispatch list --json`'s "plugins"."""
     _ensure_plugins()
     out = []
@@ -126,7 +133,7 @@ def plugins():
     return out
 
 
-def impls():
+def impls() -> list[dict[str, Any]]:
     """Every registered implementation, as `fldispatch list --json`'s "impls"."""
     _ensure_plugins()
     out = []
@@ -136,7 +143,7 @@ def impls():
     return out
 
 
-def _config_value(key, value):
+def _config_value(key: str, value: str | None) -> bool | list[str] | str | None:
     if key in _SWITCHES and value in ("true", "false"):
         return value == "true"
     if key.partition(".")[0] in _ORDERS:
@@ -146,7 +153,7 @@ def _config_value(key, value):
     return _text_or_none(value)
 
 
-def config():
+def config() -> dict[str, Any]:
     """The effective policy with each value's source: `fldispatch config --json`."""
     d = _C.config()
     d["schema"] = JSON_SCHEMA
@@ -162,6 +169,10 @@ def config():
 #: each a function of this module: fldispatch.rms_norm(out, x, weight, residual, eps).
 OPS = tuple(_name for _name, _schema in _C.catalog_ops())
 globals().update({_name: getattr(_C, _name) for _name in OPS})
+
+if _typing.TYPE_CHECKING:
+    # The catalog's ops are added to the module at run time, from the library's table.
+    def __getattr__(name: str) -> Callable[..., Any]: ...
 
 __all__ = list(OPS) + [
     "register_impl", "registering", "declare_op", "signatures", "call_op", "resolve_op",
@@ -184,7 +195,12 @@ POLICY_KEYS = tuple(f["key"] for f in POLICY_FIELDS)
 _KIND = {f["key"]: f["kind"] for f in POLICY_FIELDS}
 
 
-def _csv(value, name, fn="policy", separators=","):
+@_typing.overload
+def _csv(value: None, name: str, fn: str = ..., separators: str = ...) -> None: ...
+@_typing.overload
+def _csv(value: str | Iterable[str], name: str, fn: str = ..., separators: str = ...) -> str: ...
+def _csv(value: str | Iterable[str] | None, name: str, fn: str = "policy",
+         separators: str = ",") -> str | None:
     """A str as given, or a list of str joined by ','; an item holding one of
     the separators would be split by the library: ConfigError naming it."""
     if value is None or isinstance(value, str):
@@ -207,14 +223,18 @@ def _csv(value, name, fn="policy", separators=","):
     return ",".join(items)
 
 
-def _per_op_spec(per_op, fn="policy"):
+@_typing.overload
+def _per_op_spec(per_op: None, fn: str = ...) -> None: ...
+@_typing.overload
+def _per_op_spec(per_op: dict[str, Any] | str, fn: str = ...) -> str: ...
+def _per_op_spec(per_op: dict[str, Any] | str | None, fn: str = "policy") -> str | None:
     """{op: "a|b" or [a, b]} -> "op=a|b;..." (VLLM_FL_PER_OP's grammar)."""
     if per_op is None or isinstance(per_op, str):
         return per_op
     if not isinstance(per_op, dict):
         raise TypeError(f"{fn}(): per_op must be a dict {{op: tokens}} or a str "
                         f"'op=a|b;op2=c', not {type(per_op).__name__}")
-    parts = []
+    parts: list[str] = []
     for op, tokens in per_op.items():
         if not isinstance(op, str):
             raise TypeError(f"{fn}(): per_op keys must be op names (str), not {op!r}")
@@ -222,14 +242,15 @@ def _per_op_spec(per_op, fn="policy"):
             raise TypeError(f"{fn}(): per_op[{op!r}] must be a str 'a|b' or a list of tokens, "
                             "not None")
         if not isinstance(tokens, str):
-            tokens = "|".join(_csv(tokens, f"per_op[{op!r}]", fn, ",|;=").split(","))
+            tokens = "|".join(_typing.cast(str, _csv(tokens, f"per_op[{op!r}]", fn, ",|;=")).split(","))
         parts.append(f"{op}={tokens}")
     return ";".join(parts)
 
 
-def _policy_fields(fn, fields):
+def _policy_fields(fn: str, fields: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """{key: Python value} -> (keys, values) as the library's strings; None is "not given"."""
-    keys, values = [], []
+    keys: list[str] = []
+    values: list[str] = []
     for key, value in fields.items():
         if key not in POLICY_KEYS:
             raise TypeError(f"{fn}() got an unexpected keyword argument '{key}' "
@@ -290,8 +311,10 @@ class policy(_C.PolicyScope):
 
     __slots__ = ("_given",)
 
-    def __init__(self, prefer=None, per_op=None, strict=None, allow_vendors=None,
-                 deny_vendors=None, *, inherit=True, file=None, **fields):
+    def __init__(self, prefer: str | None = None, per_op: dict[str, Any] | str | None = None,
+                 strict: bool | None = None, allow_vendors: str | Iterable[str] | None = None,
+                 deny_vendors: str | Iterable[str] | None = None, *, inherit: bool = True,
+                 file: str | _os.PathLike[str] | None = None, **fields: object) -> None:
         fields = dict(prefer=prefer, per_op=per_op, strict=strict, allow_vendors=allow_vendors,
                       deny_vendors=deny_vendors, **fields)
         keys, values = _policy_fields("policy", fields)
@@ -305,19 +328,21 @@ class policy(_C.PolicyScope):
                 raise TypeError("policy(): file= is a whole policy: give no other field and no "
                                 "inherit=")
         super().__init__(keys, values, 0 if inherit else _C.POLICY_WHOLE, file)
-        self._given = dict(zip(keys, values))
+        self._given: dict[str, object] = dict(zip(keys, values))
         if file is not None:
             self._given["file"] = file
         if not inherit:
             self._given["inherit"] = False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         given = ", ".join(f"{k}={v!r}" for k, v in self._given.items())
         return f"fldispatch.policy({given})"
 
 
-def set_policy(prefer=None, per_op=None, strict=None, allow_vendors=None, deny_vendors=None, *,
-               inherit=True, **fields):
+def set_policy(prefer: str | None = None, per_op: dict[str, Any] | str | None = None,
+               strict: bool | None = None, allow_vendors: str | Iterable[str] | None = None,
+               deny_vendors: str | Iterable[str] | None = None, *, inherit: bool = True,
+               **fields: object) -> None:
     """Changes the global policy (every thread, under their scoped overrides).
 
     Keys and values as policy(); fields not given keep their values, or with
@@ -335,51 +360,51 @@ def set_policy(prefer=None, per_op=None, strict=None, allow_vendors=None, deny_v
     _C.policy_set(keys, values, 0 if inherit else _C.POLICY_WHOLE)
 
 
-def reset_policy():
+def reset_policy() -> None:
     """The global policy back to what the environment and the files say."""
     _C.policy_reset()
 
 
-def load_policy(path):
+def load_policy(path: str | _os.PathLike[str]) -> None:
     """A YAML policy file (VLLM_FL_CONFIG's keys) as the whole global policy."""
     _C.policy_load(_os.fspath(path))
 
 
-def reset_thread_policy():
+def reset_thread_policy() -> None:
     """Drops every scoped override of the calling thread (policy() blocks
     still open on it leave quietly)."""
     _C.reset_thread_policy()
 
 
-def failed_impls():
+def failed_impls() -> list[tuple[str, str, str, str]]:
     """What the failure memory of non-strict fallback skips now: a list of
     (op, device, dtype, impl_id) tuples ("any" for an op keyed on no device
     or dtype), the global policy's and then this thread's scope's."""
     return _C.failed_impls()
 
 
-def clear_failed_impls(op=None):
+def clear_failed_impls(op: str | None = None) -> None:
     """Forgets remembered failures, of op or of every op."""
     _C.clear_failed_impls(op)
 
 
-def set_log_level(level):
+def set_log_level(level: str | int) -> None:
     """The library's log level: "debug", "info", "warning", "error", "off"
     (any case), or a number (10, 20, 30, 40, 100)."""
     _C.set_log_level(level)
 
 
-def get_log_level():
+def get_log_level() -> str | int:
     """The library's log level by name ("warning"), or its number."""
     return _C.get_log_level()
 
 
-def describe_policy():
+def describe_policy() -> str:
     """This thread's effective policy as one line, e.g. 'prefer=flagos;strict=0'."""
     return _C.policy_describe()
 
 
-def _io_dump_from_env():
+def _io_dump_from_env() -> None:
     """VLLM_FL_IO_DUMP* set: turn the IO dump on (fldispatch.iodump); a bad value is logged."""
     import os
 
@@ -405,7 +430,7 @@ class _StatsWorkerFlush:
     ends), so that each process writes its table once."""
 
     @staticmethod
-    def arm(_=None):
+    def arm(_: object = None) -> None:
         from multiprocessing import util
 
         util.Finalize(None, _C._stats_flush_changed, exitpriority=0)
@@ -414,7 +439,7 @@ class _StatsWorkerFlush:
 _stats_worker_flush = _StatsWorkerFlush()
 
 
-def _arm_worker_flush():
+def _arm_worker_flush() -> None:
     import os
 
     if not any(os.environ.get(v) for v in ("VLLM_FL_STATS", "VLLM_FL_STATS_FILE",

@@ -28,9 +28,10 @@ through the device plugin's graph hooks.
 
 import os
 import sys
+from typing import NoReturn
 
 
-def tool_path():
+def tool_path() -> str | None:
     here = os.path.dirname(os.path.abspath(__file__))
     for candidate in (os.path.join(here, "bin", "fldispatch"),
                       os.path.join(os.path.realpath(os.path.join(here, "lib")), "..", "bin",
@@ -43,7 +44,7 @@ def tool_path():
 IN_PROCESS = ("list", "resolve", "config", "verify", "tune")
 
 
-def run_in_process(argv):
+def run_in_process(argv: list[str]) -> int | None:
     """The tool's main() in this process, after the Python plugins are loaded;
     None when the package has no _tool.so."""
     import ctypes
@@ -77,7 +78,7 @@ def run_in_process(argv):
     return rc
 
 
-def gpu_tune(argv):
+def gpu_tune(argv: list[str]) -> bool:
     """Whether `tune ARGS` is the GPU tune: --device cuda or rocm (a list with the cpu
     stays the tool's, which times a GPU through the device plugin's graph hooks), or --timer."""
     it = iter(argv)
@@ -94,7 +95,7 @@ def gpu_tune(argv):
     return False
 
 
-def main():
+def main() -> NoReturn:
     if len(sys.argv) > 1 and sys.argv[1] == "tune" and gpu_tune(sys.argv[2:]):
         from fldispatch import tune_gpu
 

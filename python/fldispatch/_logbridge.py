@@ -33,10 +33,10 @@ import logging
 logger_name = "fldispatch"
 #: Where the records say the library's lines come from.
 SOURCE = "libfldispatch.so"
-_loggers = {}
+_loggers: dict[str, logging.Logger] = {}
 
 
-def emit(level, message):
+def emit(level: int, message: str) -> None:
     name = logger_name
     logger = _loggers.get(name)
     if logger is None:
@@ -47,7 +47,7 @@ def emit(level, message):
 
 
 @atexit.register
-def _detach():
+def _detach() -> None:
     """From exit on, the library's lines go to stderr again (after what is queued)."""
     import sys
 

@@ -6,6 +6,8 @@ device type of its tensors, and the device of a PyTorch device type.
 Nothing here starts the library or imports torch at import.
 """
 
+from typing import Any
+
 from . import _C
 
 #: The rows, in the order of the FLD_DEVICE_MASK_* bits: dicts with name,
@@ -17,7 +19,7 @@ ROWS = _C.devices()
 #: Every name a device goes by -> its mask bit: the library's names and
 #: aliases, and PyTorch's device types (one that several rows share, "cuda"
 #: of PyTorch's ROCm build, is the first row's).
-BITS = {}
+BITS: dict[str, int] = {}
 for _row in ROWS:
     BITS[_row["name"]] = _row["mask"]
     if _row["alias"]:
@@ -35,10 +37,10 @@ TORCH_TYPES = frozenset(row["torch"] for row in ROWS)
 #: The devices a build of PyTorch itself serves ("cuda", "rocm").
 TORCH_BUILT = tuple(row["name"] for row in ROWS if row["torch_build"])
 
-_names_of_torch_types = {}
+_names_of_torch_types: dict[str, str] = {}
 
 
-def row(name):
+def row(name: str) -> dict[str, Any]:
     """The row of a device name or alias (KeyError for another)."""
     for r in ROWS:
         if name in (r["name"], r["alias"]):
@@ -46,7 +48,7 @@ def row(name):
     raise KeyError(name)
 
 
-def torch_build(name):
+def torch_build(name: str) -> str | None:
     """The version string of the installed PyTorch's build for device name
     (torch.version.cuda, .hip), or None where it is not built for it."""
     import torch
@@ -55,7 +57,7 @@ def torch_build(name):
     return getattr(torch.version, attribute, None) if attribute else None
 
 
-def library_name(torch_type):
+def library_name(torch_type: str) -> str:
     """The library's device name for PyTorch's device type torch_type: of the
     rows whose tensors PyTorch calls so, the one the installed PyTorch is
     built for ("rocm" for "cuda" on PyTorch's ROCm build), else the first;

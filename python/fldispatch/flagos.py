@@ -9,14 +9,16 @@ catalog's arguments (outputs written in place), through FlagGems' functional
 API (run on an H100 with FlagGems 5.0.2: docs/python.md says what passed).
 """
 
+from typing import Any, Callable, NoReturn
+
 from . import registry as _registry
 
 PLUGIN = "flagos"
 
-_state = {"done": False, "reason": None}
+_state: dict[str, Any] = {"done": False, "reason": None}
 
 
-def _import():
+def _import() -> tuple[Any, str | None]:
     try:
         import flag_gems  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - ImportError, or a driver error at import
@@ -24,22 +26,22 @@ def _import():
     return flag_gems, None
 
 
-def _kernels(fg):
+def _kernels(fg: Any) -> dict[str, Callable[..., None]]:
     """The catalog ops as calls of FlagGems' functions (writing into out)."""
 
-    def silu_and_mul(out, x):
+    def silu_and_mul(out: Any, x: Any) -> None:
         d = x.shape[-1] // 2
         out.copy_(fg.silu_and_mul(x[..., :d], x[..., d:]))
 
-    def gelu_and_mul(out, x):
+    def gelu_and_mul(out: Any, x: Any) -> None:
         d = x.shape[-1] // 2
         out.copy_(fg.gelu_and_mul(x[..., :d], x[..., d:], "none"))
 
-    def gelu_tanh_and_mul(out, x):
+    def gelu_tanh_and_mul(out: Any, x: Any) -> None:
         d = x.shape[-1] // 2
         out.copy_(fg.gelu_and_mul(x[..., :d], x[..., d:], "tanh"))
 
-    def rms_norm(out, x, weight, residual, eps):
+    def rms_norm(out: Any, x: Any, weight: Any, residual: Any, eps: float) -> None:
         if weight is None:
             raise NotImplementedError("flag_gems rms_norm needs a weight")
         if residual is not None:
@@ -49,7 +51,8 @@ def _kernels(fg):
         else:
             out.copy_(fg.rms_norm(x, list(weight.shape), weight, eps))
 
-    def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
+    def rotary_embedding(positions: Any, query: Any, key: Any, head_size: int, cos_sin_cache: Any,
+                         is_neox: bool) -> None:
         if key is None:
             raise NotImplementedError("flag_gems rotary_embedding needs a key")
         rot = cos_sin_cache.shape[-1] // 2
@@ -72,7 +75,7 @@ OPS = tuple(_kernels(None))
 
 
 @_registry._add_builtin_plugin
-def register():
+def register() -> None:
     """Registers the flagos tier once per process (from plugin discovery)."""
     if _state["done"]:
         return
@@ -81,7 +84,7 @@ def register():
     _state["reason"] = reason
     kernels = _kernels(fg) if fg is not None else {}
 
-    def unavailable(*args, **kwargs):
+    def unavailable(*args: Any, **kwargs: Any) -> NoReturn:
         raise RuntimeError(reason)
 
     try:
@@ -95,6 +98,6 @@ def register():
         pass
 
 
-def unavailable_reason():
+def unavailable_reason() -> str | None:
     """Why the flagos tier cannot run here, or None."""
     return _state["reason"]

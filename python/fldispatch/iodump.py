@@ -16,11 +16,17 @@ while fldispatch itself is imported) must not decide that.
 import importlib.util
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # What this module is once it has run: io_dumper.py's names.
+    from .compat.io_dumper import *  # noqa: F403
 
 
-def _load():
+def _load() -> None:
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat", "io_dumper.py")
     spec = importlib.util.spec_from_file_location(__name__, path)
+    assert spec is not None and spec.loader is not None  # a .py path always has a source loader
     module = importlib.util.module_from_spec(spec)
     # In place of this stub before it runs, as the import system expects of
     # a module that replaces itself; a failure removes it again.

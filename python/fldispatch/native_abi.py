@@ -7,7 +7,7 @@ fldispatch.torch loads the .so only when the record equals this process's."""
 import sys
 
 
-def record():
+def record() -> str:
     import torch
 
     return f"torch={torch.__version__} python={sys.version_info[0]}.{sys.version_info[1]}"

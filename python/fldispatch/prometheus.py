@@ -27,6 +27,7 @@ import logging
 import os
 import time
 import weakref
+from typing import Any
 
 from . import _C
 
@@ -43,9 +44,9 @@ class CountersCollector:
     notice: a line the first collect() logs as a warning (register_default
     sets one when the files are written at exit only), or None."""
 
-    notice = None
+    notice: str | None = None
 
-    def __init__(self, pattern=None, since=None, by_rank=True):
+    def __init__(self, pattern: str | None = None, since: float | None = None, by_rank: bool = True) -> None:
         if pattern is None:
             _C.init()
             pattern = _C._stats_file_glob()
@@ -55,9 +56,9 @@ class CountersCollector:
         self.pattern = pattern
         self.since = since
         self.by_rank = by_rank
-        self._warned = None
+        self._warned: str | None = None
 
-    def files(self):
+    def files(self) -> list[str]:
         """The files a scrape merges now, sorted."""
         found = []
         for path in glob.glob(self.pattern):
@@ -68,7 +69,7 @@ class CountersCollector:
                 pass  # replaced or removed since the listing
         return sorted(found)
 
-    def families(self):
+    def families(self) -> list[list[Any]]:
         """The merged files as [name, type, help, label names, [(label
         values, value), ...]] per metric family (core/observe/
         stats_prometheus.c's table); raises fldispatch.Error naming the
@@ -83,11 +84,11 @@ class CountersCollector:
                 raise
             return _C._stats_metric_families(again, self.by_rank)
 
-    def describe(self):
+    def describe(self) -> list[Any]:
         # Nothing to check at registration: collect() would read the files then.
         return []
 
-    def collect(self):
+    def collect(self) -> list[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         notice, self.notice = self.notice, None
@@ -113,7 +114,7 @@ class CountersCollector:
         return metrics
 
 
-_default = None
+_default: CountersCollector | None = None
 # A file's time comes from a coarser clock than time.time() (the kernel's
 # tick, or a filesystem's granularity, up to 2 s): a file written just after
 # the collector's start may carry an earlier time.
@@ -129,7 +130,7 @@ EXIT_ONLY_NOTICE = (
     "VLLM_FL_STATS_INTERVAL=SECONDS to have their files rewritten while they run")
 
 
-def register_default(since=None):
+def register_default(since: float | None = None) -> CountersCollector | None:
     """Registers a CountersCollector of VLLM_FL_STATS_FILE's files where
     prometheus_client serves this process's metrics, once per process: on
     its default registry, and on each registry a
@@ -160,18 +161,18 @@ def register_default(since=None):
     return collector
 
 
-def _join_multiprocess_registries(multiprocess_collector, collector):
+def _join_multiprocess_registries(multiprocess_collector: Any, collector: CountersCollector) -> None:
     """multiprocess_collector.__init__ wrapped: each registry it registers
     on gets collector too, once."""
     init = multiprocess_collector.__init__
-    joined = weakref.WeakSet()
+    joined: weakref.WeakSet[Any] = weakref.WeakSet()
 
-    def __init__(self, registry, *args, **kwargs):
+    def __init__(self: Any, registry: Any, *args: Any, **kwargs: Any) -> None:
         init(self, registry, *args, **kwargs)
         if registry and registry not in joined:
             registry.register(collector)
             joined.add(registry)
 
     __init__.__doc__ = init.__doc__
-    __init__.__wrapped__ = init
+    __init__.__wrapped__ = init  # type: ignore[attr-defined]  # as functools.wraps sets it
     multiprocess_collector.__init__ = __init__

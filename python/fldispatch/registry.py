@@ -29,15 +29,22 @@ import os as _os
 import sys as _sys
 import threading as _threading
 import time as _time
+import types as _types
+from collections.abc import Callable, Iterable, Mapping
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from . import _C
 from . import devices as _devices
 
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
 # The kinds of <fldispatch/plugin.h> (_C.kinds()): each known by its policy
 # token and its impl_id prefix ("flagos" and "default" are one kind).
-KIND_CODES = {name: k["code"] for k in _C.kinds() for name in (k["token"], k["prefix"])}
-KIND_PREFIX = {k["code"]: k["prefix"] for k in _C.kinds()}
-DEFAULT_PRIORITY = {k["code"]: k["priority"] for k in _C.kinds()}
+KIND_CODES: dict[str, int] = {name: k["code"] for k in _C.kinds() for name in (k["token"], k["prefix"])}
+KIND_PREFIX: dict[int, str] = {k["code"]: k["prefix"] for k in _C.kinds()}
+DEFAULT_PRIORITY: dict[int, int] = {k["code"]: k["priority"] for k in _C.kinds()}
 # The library keeps a priority as a C int.
 PRIORITY_RANGE = (-2**31, 2**31 - 1)
 # the library's device table: its names, aliases and PyTorch's device types
@@ -58,7 +65,7 @@ _lock = _threading.RLock()
 _logger = _logging.getLogger(__name__)
 
 
-def _kind_code(kind, op, impl_id):
+def _kind_code(kind: object, op: str, impl_id: str) -> int:
     value = getattr(kind, "value", kind)
     if isinstance(value, str) and value.lower() in KIND_CODES:
         return KIND_CODES[value.lower()]
@@ -68,7 +75,7 @@ def _kind_code(kind, op, impl_id):
                      "(valid: 'flagos' or 'default', 'vendor', 'reference')")
 
 
-def _mask(values, table, what, op, impl_id, full):
+def _mask(values: object, table: Mapping[Any, int], what: str, op: str, impl_id: str, full: int) -> int:
     if values is None:
         return full
     if isinstance(values, str) or not hasattr(values, "__iter__"):
@@ -90,7 +97,7 @@ def _mask(values, table, what, op, impl_id, full):
     return mask
 
 
-def _availability(is_available, op, impl_id):
+def _availability(is_available: Callable[[], object] | None, op: str, impl_id: str) -> str | None:
     """None when available, else the reason: asked once, now, with the GIL held."""
     if is_available is None:
         return None
@@ -109,7 +116,7 @@ def _availability(is_available, op, impl_id):
     return reason.replace("\0", "\\0")
 
 
-def _text(exc):
+def _text(exc: BaseException) -> str:
     """str(exc), or a placeholder when that raises too."""
     try:
         return str(exc)
@@ -117,7 +124,14 @@ def _text(exc):
         return f"<{type(exc).__qualname__} whose str() raised>"
 
 
-def _record(op, fn, impl_id, kind, vendor, priority, devices, dtypes, is_available):
+# What the library takes for one implementation (fld_binding_register): op, impl_id, kind
+# code, vendor, priority, device mask, dtype mask, the callable and why it is unavailable.
+_Record = tuple[str, str, int, str | None, int, int, int, Callable[..., Any], str | None]
+
+
+def _record(op: str, fn: Callable[..., Any], impl_id: str, kind: str | Enum, vendor: str | None,
+            priority: int | None, devices: object, dtypes: object,
+            is_available: Callable[[], object] | None) -> _Record:
     if not isinstance(op, str) or not op:
         raise ValueError(f"register_impl(): the op name must be a non-empty str, not {op!r}")
     if not isinstance(impl_id, str) or not impl_id:
@@ -153,23 +167,23 @@ def _record(op, fn, impl_id, kind, vendor, priority, devices, dtypes, is_availab
             fn, _availability(is_available, op, impl_id))
 
 
-def _default_plugin(fn):
+def _default_plugin(fn: object) -> tuple[str, str]:
     module = getattr(fn, "__module__", None) or "python"
     name = module.split(".", 1)[0].replace("<", "").replace(">", "") or "python"
     return name, "python:" + name
 
 
-def _caller_plugin(depth=2):
+def _caller_plugin(depth: int = 2) -> str:
     name = _sys._getframe(depth).f_globals.get("__name__", "python") or "python"
     name = name.split(".", 1)[0].replace("<", "").replace(">", "") or "python"
     return name
 
 
-#: Called with (op, schema) after each declaration (fldispatch.torch defines the torch op).
-declaration_hooks = []
+#: Called with op after each declaration (fldispatch.torch defines the torch op).
+declaration_hooks: list[Callable[[str], object]] = []
 
 
-def declare_op(op, schema, *, plugin=None, version=""):
+def declare_op(op: str, schema: str, *, plugin: str | None = None, version: str = "") -> None:
     """Declares the signature of op, a torch-schema-like string such as
     "(Tensor(a!) out, Tensor x, float alpha=1.0) -> ()" (docs/python.md):
     call_op() then checks and converts its arguments, C plugins' kernels of
@@ -191,7 +205,7 @@ def declare_op(op, schema, *, plugin=None, version=""):
     _declare(name, version, "python:" + name, op, schema)
 
 
-def _declare(name, version, origin, op, schema):
+def _declare(name: str, version: str | None, origin: str, op: str, schema: str) -> None:
     # The library's check is the whole check: a signature it refuses leaves
     # nothing recorded, and what follows a declaration it took cannot undo
     # it, so a hook that fails (torch refusing the op) only warns.
@@ -204,8 +218,10 @@ def _declare(name, version, origin, op, schema):
                             getattr(hook, "__qualname__", hook), type(exc).__name__, _text(exc))
 
 
-def register_impl(op, fn, *, impl_id, kind, vendor=None, priority=None, devices=None,
-                  dtypes=None, is_available=None, plugin=None, version="", schema=None):
+def register_impl(op: str, fn: Callable[..., Any], *, impl_id: str, kind: str | Enum,
+                  vendor: str | None = None, priority: int | None = None, devices: object = None,
+                  dtypes: object = None, is_available: Callable[[], object] | None = None,
+                  plugin: str | None = None, version: str = "", schema: str | None = None) -> None:
     """Registers the callable fn as implementation impl_id of op.
 
     kind: "flagos" (or "default"), "vendor" (needs vendor=) or "reference",
@@ -241,26 +257,27 @@ class registering:
     block (or a registration error at its end) registers nothing and records
     the plugin as rejected with the reason (plugins() shows it)."""
 
-    def __init__(self, plugin, version="", origin=None):
+    def __init__(self, plugin: str, version: str = "", origin: str | None = None) -> None:
         self.name = plugin
         self.version = version
         self.origin = origin or "python:" + plugin
-        self.records = []
-        self.declarations = []
-        self._outer = None
+        self.records: list[_Record] = []
+        self.declarations: list[tuple[str, str]] = []
+        self._outer: registering | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> "registering":
         self._outer = getattr(_local, "batch", None)
         _local.batch = self
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: _types.TracebackType | None) -> Literal[False]:
         _local.batch = self._outer
         if isinstance(exc, KeyboardInterrupt):
             return False  # the user's interrupt: nothing registered, nothing recorded
         if exc is not None:
             _reject(self.name, self.version, self.origin,
-                    f"registration raised {exc_type.__qualname__}: {_text(exc)}")
+                    f"registration raised {cast(type, exc_type).__qualname__}: {_text(exc)}")
             return False
         for op, schema in self.declarations:
             _declare(self.name, self.version, self.origin, op, schema)
@@ -270,19 +287,19 @@ class registering:
 
     # vllm-plugin-FL's OpRegistry calls, so that an upstream register function
     # handed this object works: register_impl(OpImpl) and register_many([...]).
-    def register_impl(self, impl, fn=None, **kwargs):
+    def register_impl(self, impl: Any, fn: Callable[..., Any] | None = None, **kwargs: Any) -> None:
         if fn is None and hasattr(impl, "op_name"):
             _register_upstream(impl, self.name)
         else:
             kwargs.setdefault("plugin", self.name)
-            register_impl(impl, fn, **kwargs)
+            register_impl(impl, fn, **kwargs)  # type: ignore[arg-type]  # fn None: TypeError there
 
-    def register_many(self, impls):
+    def register_many(self, impls: Iterable[Any]) -> None:
         for impl in impls:
             self.register_impl(impl)
 
 
-def _register_upstream(impl, plugin):
+def _register_upstream(impl: Any, plugin: str) -> None:
     """An object shaped as vllm-plugin-FL's OpImpl (op_name, impl_id, kind, fn, vendor,
     priority, is_available())."""
     avail = getattr(impl, "is_available", None)
@@ -292,7 +309,7 @@ def _register_upstream(impl, plugin):
                   is_available=avail if callable(avail) else None, plugin=plugin)
 
 
-def _reject(name, version, origin, reason):
+def _reject(name: str, version: str | None, origin: str, reason: str) -> None:
     try:
         _C.binding_reject(name, version or "", origin, reason)
     except _C.Error:
@@ -305,11 +322,11 @@ _discovered = False
 _discovering = False
 # While discovery runs: the discovering thread, the threads alive when it
 # began, and the plugin it is loading, (name, source).
-_discoverer = None
-_threads_before = frozenset()
-_loading = None
+_discoverer: int | None = None
+_threads_before: frozenset[int | None] = frozenset()
+_loading: tuple[str, str] | None = None
 #: (name, source, ok, reason) of every Python plugin looked at, in order.
-discovered_plugins = []
+discovered_plugins: list[tuple[str, str, bool, str | None]] = []
 
 # A thread's first call that waits for a discovery on another thread: when the
 # discovering thread joins this thread, or waits for the future this thread
@@ -322,7 +339,7 @@ _POLL_S = 0.05
 _WAIT_MODULES = frozenset(("threading", "queue", "concurrent.futures._base"))
 
 
-def _ensure_plugins():
+def _ensure_plugins() -> bool:
     """Loads the Python plugins once, on the first registry read from Python.
 
     Complete or retried: discovery is marked done only once every plugin
@@ -361,7 +378,7 @@ def _ensure_plugins():
     return True
 
 
-def _wait_for_discovery(lock):
+def _wait_for_discovery(lock: "_threading.RLock") -> None:
     """Takes lock, held by a discovery on another thread; raises StateError
     where waiting would never end (see DEADLOCK_WARN_S)."""
     me = _threading.get_ident()
@@ -389,25 +406,25 @@ def _wait_for_discovery(lock):
                             _threading.current_thread().name)
 
 
-def _waited_on(ident):
+def _waited_on(ident: int) -> list[object] | None:
     """What thread ident waits on, when it is blocked in a wait of threading,
     queue or concurrent.futures: the objects (a Thread, a Future, a Condition)
     whose methods it is in, innermost first; None otherwise."""
     frame = _sys._current_frames().get(ident)
-    objects = []
+    objects: list[object] = []
     while frame is not None and frame.f_globals.get("__name__") in _WAIT_MODULES:
         objects.append(frame.f_locals.get("self"))
         frame = frame.f_back
     return objects or None
 
 
-def _is_this_thread(objects):
+def _is_this_thread(objects: list[object]) -> bool:
     """Whether one of objects is this thread, or the future it runs (a
     ThreadPoolExecutor's work item on this thread's stack)."""
     current = _threading.current_thread()
     if any(o is current for o in objects):
         return True
-    frame = _sys._getframe(1)
+    frame: _types.FrameType | None = _sys._getframe(1)
     while frame is not None:
         if frame.f_globals.get("__name__") == "concurrent.futures.thread" and \
                 frame.f_code.co_name == "run":
@@ -418,11 +435,11 @@ def _is_this_thread(objects):
     return False
 
 
-def _thread_name(ident):
+def _thread_name(ident: int | None) -> str:
     return next((t.name for t in _threading.enumerate() if t.ident == ident), str(ident))
 
 
-def _deadlock_message(owner):
+def _deadlock_message(owner: int | None) -> str:
     name, source = _loading or ("?", "?")
     return (f"fldispatch: Python plugin '{name}' ({source}) is registering on thread "
             f"'{_thread_name(owner)}', which waits for this thread, while this thread waits for "
@@ -431,7 +448,7 @@ def _deadlock_message(owner):
             f"registration)")
 
 
-def _after_fork_in_child():
+def _after_fork_in_child() -> None:
     """A child forked while another thread ran discovery has no such thread:
     a fresh lock, and discovery resumes at the child's first call with the
     plugins not yet looked at. A fork from the discovering thread itself
@@ -449,7 +466,7 @@ if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _call_plugin(obj, registrar, source):
+def _call_plugin(obj: object, registrar: object, source: str) -> bool:
     if callable(obj) and not isinstance(obj, type):
         obj(registrar)
         return True
@@ -462,14 +479,14 @@ def _call_plugin(obj, registrar, source):
                       "vllm_fl_register or register)")
 
 
-def _plugin_failed(name, source, what, exc):
+def _plugin_failed(name: str, source: str, what: str, exc: BaseException) -> None:
     reason = f"{type(exc).__qualname__}: {_text(exc)}"
     _reject(name, "", f"python:{source}", f"{what} {reason}")
     discovered_plugins.append((name, source, False, reason))
     _logger.warning("Python plugin '%s' (%s) was rejected: %s %s", name, source, what, reason)
 
 
-def _load_one(name, source, load, upstream):
+def _load_one(name: str, source: str, load: Callable[[], object], upstream: bool) -> None:
     """Imports and registers one plugin all-or-nothing; records the outcome.
 
     A plugin's exception is its failure, recorded and never raised, whatever
@@ -489,7 +506,7 @@ def _load_one(name, source, load, upstream):
         _plugin_failed(name, source, "import failed:", exc)
         return
     try:
-        registrar = batch
+        registrar: object = batch
         if upstream and _upstream_registry_factory is not None:
             registrar = _upstream_registry_factory(batch)
         with batch:
@@ -502,10 +519,10 @@ def _load_one(name, source, load, upstream):
     discovered_plugins.append((name, source, True, None))
 
 
-_upstream_registry_factory = None
+_upstream_registry_factory: Callable[[registering], object] | None = None
 
 
-def set_upstream_registry_factory(factory):
+def set_upstream_registry_factory(factory: Callable[[registering], object] | None) -> None:
     """What vllm_fl.plugin entry points receive as their registry: factory(batch)
     returns it (the compatibility module's OpRegistry view); default: the
     registering() batch itself, which accepts OpImpl-shaped objects."""
@@ -513,7 +530,7 @@ def set_upstream_registry_factory(factory):
     _upstream_registry_factory = factory
 
 
-def _entry_points(group):
+def _entry_points(group: str) -> "list[EntryPoint]":
     try:
         from importlib.metadata import entry_points
     except ImportError:  # pragma: no cover
@@ -524,16 +541,17 @@ def _entry_points(group):
         return list(entry_points().get(group, []))
 
 
-def _python_module_names():
+def _python_module_names() -> list[str]:
     """Entries of VLLM_FL_PLUGIN_MODULES that are not plugin files."""
     raw = _os.environ.get(PLUGIN_MODULES_ENV, "")
     if not raw.strip():
         return []
+    c_names: set[str]
     try:
         c_names = {p["name"] for p in _C.plugins()}
     except _C.Error:  # the configuration error is the caller's to see, at its own call
         c_names = set()
-    out = []
+    out: list[str] = []
     for entry in raw.split(","):
         entry = entry.strip()
         if not entry or "/" in entry or entry.endswith(".so") or entry in c_names:
@@ -546,20 +564,22 @@ def _python_module_names():
 # The package's own plugins (the flagos tier), registered first at discovery in
 # the order added: each module adds its own when the package imports it, so
 # that this module imports none of them.
-_builtin_plugins = []
+_builtin_plugins: list[Callable[[], object]] = []
+_Register = TypeVar("_Register", bound=Callable[[], object])
 
 
-def _add_builtin_plugin(register):
+def _add_builtin_plugin(register: _Register) -> _Register:
     """Runs register() at discovery, before the entry points; returns it."""
     _builtin_plugins.append(register)
     return register
 
 
-def discover_plugins():
+def discover_plugins() -> None:
     """Loads the Python plugins: entry points of fldispatch.plugins, then of
     vllm_fl.plugin, then the module names of VLLM_FL_PLUGIN_MODULES. A
     plugin whose import or registration raises is rejected (plugins() shows
     the reason) and registers nothing; the others are not affected."""
+    import functools
     import importlib
 
     global _loading
@@ -575,16 +595,16 @@ def discover_plugins():
                 _load_one(ep.name, source, ep.load, upstream)
     for module in _python_module_names():
         if module not in seen:
-            _load_one(module, module, lambda m=module: importlib.import_module(m), True)
+            _load_one(module, module, functools.partial(importlib.import_module, module), True)
 
 
-def call_op(name, *args, **kwargs):
+def call_op(name: str, *args: Any, **kwargs: Any) -> Any:
     """Calls op `name` with these arguments; returns what the implementation returns."""
     _ensure_plugins()
     return _C.call_op(name, *args, **kwargs)
 
 
-def resolve_op(name):
+def resolve_op(name: str) -> _C.OpCaller:
     """A callable for op `name` that selects under the policy in force at each call."""
     _ensure_plugins()
     return _C.resolve_op(name)

@@ -46,6 +46,7 @@ stream for a device other than CUDA and ROCm.
 
 import logging as _logging
 import os as _os
+from typing import Any, Callable
 
 import torch
 
@@ -73,21 +74,21 @@ _logger = _logging.getLogger(__name__)
 
 # PyTorch takes one DEF library per namespace and process: kept outside this
 # module, so that importing it again (after an import that failed) reuses it.
-_STATE = _registry.__dict__.setdefault("_torch_state", {})
+_STATE: dict[str, Any] = _registry.__dict__.setdefault("_torch_state", {})
 if "library" not in _STATE:
     _STATE["library"] = torch.library.Library("fldispatch", "DEF")
 library = _STATE["library"]
 #: Every op defined as torch.ops.fldispatch.<op>, {op: schema}.
-_DEFINED = _STATE.setdefault("defined", {})
+_DEFINED: dict[str, str] = _STATE.setdefault("defined", {})
 #: The ops PyTorch refused, {op: reason}.
-SKIPPED = _STATE.setdefault("skipped", {})
+SKIPPED: dict[str, str] = _STATE.setdefault("skipped", {})
 
 
-def _with_torch_stream(kernel, tensor_arg):
+def _with_torch_stream(kernel: Callable[..., Any], tensor_arg: int) -> Callable[..., Any]:
     """Wraps a kernel for a PyTorch without the DLPack exchange API: the
     library gets torch's current stream of the tensor's device explicitly."""
 
-    def run(*args):
+    def run(*args: Any) -> Any:
         device = args[tensor_arg].device
         device_name = _devices.library_name(device.type)
         stream = torch.cuda.current_stream(device).cuda_stream
@@ -101,7 +102,7 @@ def _with_torch_stream(kernel, tensor_arg):
     return run
 
 
-def _nothing(*args):
+def _nothing(*args: Any) -> None:
     """The fake implementation of every tensor op: they return nothing and
     only write into their (already allocated) outputs."""
     return None
@@ -117,7 +118,7 @@ def _nothing(*args):
 _NATIVE_SO = _os.path.join(_os.path.dirname(__file__), "_torch_ops.so")
 
 
-def _native_mismatch(path=_NATIVE_SO):
+def _native_mismatch(path: str = _NATIVE_SO) -> str | None:
     """None when the native kernels at path can be loaded, else the reason they are not."""
     if _os.environ.get("FLDISPATCH_TORCH_NATIVE", "1") == "0":
         return "FLDISPATCH_TORCH_NATIVE=0"
@@ -143,7 +144,7 @@ NATIVE_REASON = _native_mismatch()
 NATIVE = NATIVE_REASON is None
 
 
-def _register_python_kernel(name, key):
+def _register_python_kernel(name: str, key: str) -> None:
     kernel = getattr(_C, name)
     if key == "CUDA" and not HAS_EXCHANGE_API:
         library.impl(name, _with_torch_stream(kernel, 1), key)
@@ -151,12 +152,12 @@ def _register_python_kernel(name, key):
         library.impl(name, kernel, key)
 
 
-def _first_line(exc):
+def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
-def _define_op(op, schema, declared_by, add_kernels, fake=True):
+def _define_op(op: str, schema: str, declared_by: str, add_kernels: Callable[..., None], fake: bool = True) -> bool:
     """Defines torch.ops.fldispatch.<op>, add_kernels() registering its kernels;
     False, with a WARNING, when PyTorch refuses it (no other op is affected)."""
     if op in _DEFINED or op in SKIPPED:
@@ -184,7 +185,7 @@ def _define_op(op, schema, declared_by, add_kernels, fake=True):
     return True
 
 
-def _catalog_kernels(name):
+def _catalog_kernels(name: str) -> None:
     if name == "attention_backend":
         # No tensors: one kernel for every backend.
         library.impl(name, getattr(_C, name), "CompositeExplicitAutograd")
@@ -217,7 +218,7 @@ if NATIVE and not _STATE.get("native_loaded"):
 NATIVE_CPU, NATIVE_CPU_REASON = NATIVE, NATIVE_REASON
 
 
-def _native_hint(reason, package=None):
+def _native_hint(reason: str | None, package: str | None = None) -> str:
     """The line import logs when the native kernels are not in use: why, and how to get them
     (package: the installed package's folder, this module's by default)."""
     if package is None:
@@ -250,7 +251,7 @@ FLOOR_FAMILIES = {
     for floor, catalog_family in (("activation", "GATED"), ("norm", "NORM"), ("rotary", "ROTARY"))}
 
 
-def dispatch_floor(op):
+def dispatch_floor(op: str) -> Any:
     """The do-nothing torch op with op's schema, torch.ops.fldispatch._floor_<family>,
     defined on first use: a call of it costs what PyTorch's dispatcher alone adds
     to a call of op (benchmarks subtract it). Needs the native kernels
@@ -259,7 +260,7 @@ def dispatch_floor(op):
     schema = SCHEMAS.get(op)
     family = next((f for f, rep in FLOOR_FAMILIES.items() if schema is not None
                    and SCHEMAS.get(rep) == schema), None)
-    if family is None:
+    if schema is None or family is None:
         raise ValueError(f"dispatch_floor: op '{op}' has no floor; the families are "
                          + ", ".join(f"{f} ({rep}'s schema)" for f, rep in FLOOR_FAMILIES.items()))
     if not NATIVE:
@@ -271,20 +272,20 @@ def dispatch_floor(op):
     return getattr(torch.ops.fldispatch, name).default
 
 #: The declared ops defined here so far, {op: schema}.
-DECLARED = _STATE.setdefault("declared", {})
+DECLARED: dict[str, str] = _STATE.setdefault("declared", {})
 
 
-def _declared_kernel(op):
+def _declared_kernel(op: str) -> Callable[..., Any]:
     call_op = _C.call_op
 
-    def kernel(*args):
+    def kernel(*args: Any) -> Any:
         return call_op(op, *args)
 
     kernel.__name__ = op
     return kernel
 
 
-def _declared_kernels(op, schema):
+def _declared_kernels(op: str, schema: str) -> None:
     kernel = _declared_kernel(op)
     if "Tensor" in schema:
         for key in TENSOR_KEYS:
@@ -293,14 +294,14 @@ def _declared_kernels(op, schema):
         library.impl(op, kernel, "CompositeExplicitAutograd")
 
 
-def _define(op, schema, declared_by):
+def _define(op: str, schema: str, declared_by: str) -> None:
     if op in DECLARED or op in SCHEMAS:
         return
     if _define_op(op, schema, declared_by, lambda: _declared_kernels(op, schema)):
         DECLARED[op] = schema
 
 
-def define_declared():
+def define_declared() -> None:
     """Defines torch.ops.fldispatch.<op> for every declared op not defined yet
     (e.g. those of a plugin loaded after this module was imported); an op
     PyTorch refuses is skipped with a WARNING (SKIPPED)."""
@@ -309,7 +310,7 @@ def define_declared():
             _define(op, schema, by)
 
 
-def _on_declaration(op):
+def _on_declaration(op: str) -> None:
     for name, schema, by, catalog in _C.signatures():
         if name == op and not catalog:
             _define(name, schema, by)
@@ -329,7 +330,7 @@ _registry.declaration_hooks.append(_on_declaration)
 # call_op(name, ...) is replaced by the torch op of that name, which calls the
 # C function at run time: the policy in force when the graph runs selects the
 # implementation (no recompilation needed after a policy change).
-def _call_op_in_graph(name, *args, **kwargs):
+def _call_op_in_graph(name: str, *args: Any, **kwargs: Any) -> Any:
     return getattr(torch.ops.fldispatch, name)(*args, **kwargs)
 
 

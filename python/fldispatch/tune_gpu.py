@@ -32,6 +32,7 @@ import os
 import signal
 import sys
 import time
+from typing import Any, Callable, Iterable, Literal, Sequence, TextIO
 
 import fldispatch
 from fldispatch import devices
@@ -104,32 +105,32 @@ class UsageError(Exception):
 class Bucket:
     __slots__ = ("lo", "hi", "samples")
 
-    def __init__(self, lo, hi, samples):
+    def __init__(self, lo: int, hi: int | None, samples: Iterable[int]) -> None:
         self.lo, self.hi, self.samples = lo, hi, tuple(samples)
 
-    def label(self, upto=None):
+    def label(self, upto: "Bucket | None" = None) -> str:
         """'LO-HI' or 'LO-'; upto: the bucket whose end it takes (adjacent buckets merged)."""
         hi = (upto or self).hi
         return f"{self.lo}-" if hi is None else f"{self.lo}-{hi}"
 
 
-def _count(text, what):
+def _count(text: str, what: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise UsageError(f"{what}: '{text}' is not a whole count from 1")
     return int(text)
 
 
-def parse_shapes(spec):
+def parse_shapes(spec: str) -> list[Bucket]:
     """'LO-HI=R,R;LO-=R' -> [Bucket]; the C tune's rules: at most 6 buckets,
     ascending, not overlapping, each row count inside its bucket."""
-    buckets = []
+    buckets: list[Bucket] = []
     for part in spec.split(";"):
         rng, eq, rows = part.partition("=")
-        lo, dash, hi = rng.partition("-")
+        lo_text, dash, hi_text = rng.partition("-")
         if not eq or not dash or not rows:
             raise UsageError(f"--shapes '{spec}': expected 'LO-HI=R,R;LO-=R', not '{part}'")
-        lo = _count(lo, f"--shapes '{spec}'")
-        hi = _count(hi, f"--shapes '{spec}'") if hi else None
+        lo = _count(lo_text, f"--shapes '{spec}'")
+        hi = _count(hi_text, f"--shapes '{spec}'") if hi_text else None
         if hi is not None and hi < lo:
             raise UsageError(f"--shapes '{spec}': the bucket {lo}-{hi} ends before it starts")
         samples = [_count(r, f"--shapes '{spec}'") for r in rows.split(",")]
@@ -148,8 +149,8 @@ def parse_shapes(spec):
     return buckets
 
 
-def parse_hidden(text):
-    out = []
+def parse_hidden(text: str) -> list[int]:
+    out: list[int] = []
     for part in text.split(","):
         h = _count(part, f"--hidden '{text}'")
         if h % HEAD or h > 1 << 20 or len(out) == MAX_HIDDEN:
@@ -165,13 +166,13 @@ class Sample:
     """The inputs of (op, rows, hidden) on a device, the fresh state an
     in-place op starts from, and the call."""
 
-    def __init__(self, torch, op, rows, hidden, dtype, device):
+    def __init__(self, torch: Any, op: str, rows: int, hidden: int, dtype: str, device: str) -> None:
         self.op, self.rows, self.hidden = op, rows, hidden
         self.family = FAMILY[op]
         dt = getattr(torch, DTYPE_NAMES[dtype])
         gen = torch.Generator().manual_seed(rows * 7919 + hidden)
 
-        def rand(*shape):
+        def rand(*shape: int) -> Any:
             return torch.randn(*shape, generator=gen, dtype=torch.float32).to(dt).to(device)
 
         f = self.family
@@ -195,13 +196,13 @@ class Sample:
                 self.outputs = {"query_out": torch.empty_like(self.fresh["query"]),
                                 "key_out": torch.empty_like(self.fresh["key"])}
 
-    def reset(self):
+    def reset(self) -> None:
         """Puts the in-place op's tensors back to the inputs."""
         if self.family == "rotary":
             for k, v in self.fresh.items():
                 self.outputs[k].copy_(v)
 
-    def call(self):
+    def call(self) -> None:
         """One call of the op on these tensors, as vLLM's layer calls it."""
         i, o = self.inputs, self.outputs
         f = self.family
@@ -217,7 +218,7 @@ class Sample:
                                             i["cos_sin_cache"], True, o["query_out"],
                                             o["key_out"])
 
-    def host_copy(self, torch):
+    def host_copy(self, torch: Any) -> "Sample":
         """The same sample on CPU tensors (the reference runs there)."""
         c = object.__new__(Sample)
         c.op, c.rows, c.hidden, c.family = self.op, self.rows, self.hidden, self.family
@@ -232,20 +233,20 @@ class pinned:
     """The policy that makes impl the only candidate of op: a strict per-op
     order 'impl:<id>', as the CPU tune and verify pin it."""
 
-    def __init__(self, op, impl):
+    def __init__(self, op: str, impl: str) -> None:
         self.scope = fldispatch.policy(per_op={op: [f"impl:{impl}"]}, strict=True)
 
-    def __enter__(self):
+    def __enter__(self) -> "pinned":
         self.scope.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return self.scope.__exit__(*exc)
 
 
-def _mismatch(torch, got, want, atol, rtol):
+def _mismatch(torch: Any, got: dict[str, Any], want: dict[str, Any], atol: float, rtol: float) -> str | None:
     """None when every output is within tolerance, else why (the largest error and where)."""
-    worst = None
+    worst: tuple[float, str] | None = None
     for name, w in want.items():
         g = got[name].float().cpu()
         w = w.float()
@@ -274,15 +275,15 @@ class HostTimer:
 
     name = "host"
 
-    def __init__(self, torch, device):
+    def __init__(self, torch: Any, device: str) -> None:
         self.torch, self.device = torch, device
 
-    def _sync(self):
+    def _sync(self) -> None:
         if self.device != "cpu":
             self.torch.cuda.synchronize()
 
-    def prepare(self, sample, op, impl, calls):
-        def run():
+    def prepare(self, sample: Sample, op: str, impl: str, calls: int) -> Callable[[], float]:
+        def run() -> float:
             with pinned(op, impl):
                 self._sync()
                 t0 = time.perf_counter_ns()
@@ -301,11 +302,11 @@ class GraphTimer:
 
     name = "graph"
 
-    def __init__(self, torch, device):
+    def __init__(self, torch: Any, device: str) -> None:
         self.torch, self.device = torch, device
-        self.graphs = []  # kept alive while their timings are taken
+        self.graphs: list[Any] = []  # kept alive while their timings are taken
 
-    def prepare(self, sample, op, impl, calls):
+    def prepare(self, sample: Sample, op: str, impl: str, calls: int) -> Callable[[], float]:
         torch = self.torch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -320,7 +321,7 @@ class GraphTimer:
         self.graphs.append(graph)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
-        def run():
+        def run() -> float:
             start.record()
             graph.replay()
             end.record()
@@ -330,19 +331,19 @@ class GraphTimer:
         torch.cuda.synchronize()
         return run
 
-    def release(self):
+    def release(self) -> None:
         self.graphs.clear()
 
 
 # ---- statistics and the decision ----------------------------------------------------
 
 
-def median_spread(values):
+def median_spread(values: Iterable[float]) -> tuple[float, float]:
     """The median of values and the spread: interquartile range over the median."""
     v = sorted(values)
     n = len(v)
 
-    def q(p):
+    def q(p: float) -> float:
         x = p * (n - 1)
         a = int(x)
         return v[a] + ((x - a) * (v[a + 1] - v[a]) if a + 1 < n else 0)
@@ -350,21 +351,21 @@ def median_spread(values):
     return med, ((q(0.75) - q(0.25)) / med if med > 0 else math.nan)
 
 
-def _geomean(values):
+def _geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(max(v, 1e-3)) for v in values) / len(values))
 
 
 class Score:
-    def __init__(self, impl):
+    def __init__(self, impl: str) -> None:
         self.impl = impl
         self.correct = True
-        self.why = None
+        self.why: str | None = None
         self.min_ns = self.median_ns = self.spread = self.min_spread = math.nan
-        self.round_min = []   # per round: per sample's fastest replay
-        self.round_mean = []  # per round: per sample's mean
+        self.round_min: list[list[float]] = []   # per round: per sample's fastest replay
+        self.round_mean: list[list[float]] = []  # per round: per sample's mean
 
-    def as_dict(self):
-        def num(x):
+    def as_dict(self) -> dict[str, Any]:
+        def num(x: float) -> float | None:
             return None if isinstance(x, float) and not math.isfinite(x) else x
         return {"impl_id": self.impl, "ns": num(self.median_ns), "min_ns": num(self.min_ns),
                 "median_ns": num(self.median_ns), "spread": num(self.spread),
@@ -372,23 +373,23 @@ class Score:
 
 
 class Result:
-    def __init__(self, op, dtype, bucket):
+    def __init__(self, op: str, dtype: str, bucket: Bucket) -> None:
         self.op, self.dtype, self.bucket = op, dtype, bucket
-        self.scores = []
-        self.default = None
-        self.winner = None
+        self.scores: list[Score] = []
+        self.default: str | None = None
+        self.winner: str | None = None
         self.decision = "none"
         self.reason = ""
 
-    def score(self, impl):
+    def score(self, impl: str) -> Score | None:
         return next((s for s in self.scores if s.impl == impl), None)
 
 
-def _pct(x):
+def _pct(x: float) -> float:
     return 100 * x
 
 
-def decide(res, min_gain):
+def decide(res: Result, min_gain: float) -> None:
     """The winner of a bucket, as the CPU tune decides it; then each loser's why."""
     d = res.score(res.default) if res.default else None
     timed = [s for s in res.scores if s.correct and math.isfinite(s.min_ns)]
@@ -449,16 +450,16 @@ def decide(res, min_gain):
 # ---- the run ---------------------------------------------------------------------------
 
 
-def candidates(op, device, dtype, only=None):
+def candidates(op: str, device: str, dtype: str, only: Iterable[str] | None = None) -> list[str]:
     """The implementations of op available on (device, dtype) that the policy
     lets serve (pinning each resolves to it), C and Python alike, in impl_id
     order; with only, those of them it names and the default winner."""
     long = DTYPE_NAMES[dtype]
-    keep = None if only is None else set(only) | {default_winner(op, device, dtype)}
+    keep = None if only is None else {*only, default_winner(op, device, dtype)}
     ids = sorted({m["impl_id"] for m in fldispatch.impls()
                   if m["op"] == op and m["available"] and device in m["devices"]
                   and dtype in m["dtypes"] and (keep is None or m["impl_id"] in keep)})
-    out = []
+    out: list[str] = []
     for impl in ids:
         try:
             with pinned(op, impl):
@@ -470,20 +471,21 @@ def candidates(op, device, dtype, only=None):
     return out
 
 
-def default_winner(op, device, dtype):
+def default_winner(op: str, device: str, dtype: str) -> str | None:
     try:
         return fldispatch.resolve(op, device, DTYPE_NAMES[dtype])
     except fldispatch.Error:
         return None
 
 
-def _failure(exc):
+def _failure(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return f"failed: {text.splitlines()[0]}"
 
 
-def tune_bucket(torch, timer, op, device, dtype, bucket, hidden, reps, calls, replays, min_gain,
-                only=None):
+def tune_bucket(torch: Any, timer: GraphTimer | HostTimer, op: str, device: str, dtype: str, bucket: Bucket,
+                hidden: Sequence[int], reps: int, calls: int, replays: int, min_gain: float,
+                only: Iterable[str] | None = None) -> Result:
     """Times one (op, dtype, bucket) and decides it; returns the Result."""
     res = Result(op, dtype, bucket)
     res.default = default_winner(op, device, dtype)
@@ -495,13 +497,13 @@ def tune_bucket(torch, timer, op, device, dtype, bucket, hidden, reps, calls, re
     tol = (NORM_TOLERANCE, NORM_TOLERANCE) if FAMILY[op] == "norm" else TOLERANCE[dtype]
     for rows in bucket.samples:
         for h in hidden:
-            sample = Sample(torch, op, rows, h, dtype, device)
+            sample = Sample(torch, op, rows, h, dtype, timer.device)
             host = sample.host_copy(torch)
             host.reset()
             with pinned(op, REFERENCE):
                 host.call()
             want = host.outputs
-            runners = {}
+            runners: dict[str, Callable[[], float]] = {}
             for s in res.scores:
                 if not s.correct:
                     continue
@@ -536,13 +538,15 @@ def tune_bucket(torch, timer, op, device, dtype, bucket, hidden, reps, calls, re
     return res
 
 
-def tune(ops, device, dtypes, buckets, hidden, *, timer, reps=7, calls=20, replays=8,
-         min_gain=0.05, only=None, progress=None):
+def tune(ops: Sequence[str], device: str, dtypes: Sequence[str], buckets: Sequence[Bucket], hidden: Sequence[int],
+         *, timer: GraphTimer | HostTimer, reps: int = 7, calls: int = 20, replays: int = 8,
+         min_gain: float = 0.05, only: Iterable[str] | None = None,
+         progress: Callable[[int, int, str, str, Bucket], None] | None = None) -> list[Result]:
     """Every (op, dtype, bucket): [Result]. timer: a GraphTimer or HostTimer;
     only: the impl_ids to time beside the default winner (None: every one)."""
     import torch
 
-    results = []
+    results: list[Result] = []
     total = len(ops) * len(dtypes) * len(buckets)
     for op in ops:
         for dtype in dtypes:
@@ -557,11 +561,11 @@ def tune(ops, device, dtypes, buckets, hidden, *, timer, reps=7, calls=20, repla
 # ---- the manifest (the format `fldispatch tune` writes) ------------------------------------
 
 
-def manifest_entries(results, device):
+def manifest_entries(results: Iterable[Result], device: str) -> list[str]:
     """The manifest lines of results: per (op, dtype) adjacent buckets with one
     winner merge; one winner everywhere gives one entry without rows."""
-    lines = []
-    groups = {}
+    lines: list[str] = []
+    groups: dict[tuple[str, str], list[Result]] = {}
     for r in results:
         groups.setdefault((r.op, r.dtype), []).append(r)
     for (op, dtype), rs in groups.items():
@@ -577,7 +581,7 @@ def manifest_entries(results, device):
                 continue
             j = i
             while (j + 1 < len(rs) and rs[j + 1].winner == w and rs[j].bucket.hi is not None
-                   and rs[j + 1].bucket.lo == rs[j].bucket.hi + 1):
+                   and rs[j + 1].bucket.lo - 1 == rs[j].bucket.hi):
                 j += 1
             rows = rs[i].bucket.label(rs[j].bucket)
             lines.append(f"  - {{op: {op}, device: {device}, dtype: {dtype}, rows: {rows}, "
@@ -586,7 +590,7 @@ def manifest_entries(results, device):
     return lines
 
 
-def manifest_text(results, device, hidden, timer_name, machine):
+def manifest_text(results: Iterable[Result], device: str, hidden: Iterable[int], timer_name: str, machine: str) -> str:
     head = [f"# fldispatch manifest, written by 'python -m fldispatch tune --device {device}' "
             f"on {machine}",
             "# per row bucket the default winner, or a correct challenger faster by more than "
@@ -598,7 +602,7 @@ def manifest_text(results, device, hidden, timer_name, machine):
     return "\n".join(head + (lines or ["  []"])) + "\n"
 
 
-def write_atomically(path, text):
+def write_atomically(path: str, text: str) -> None:
     """path whole or not at all (fldispatch._files.write_replacing); a
     symbolic link at path is refused, not replaced."""
     if os.path.islink(path):
@@ -611,13 +615,15 @@ def write_atomically(path, text):
 # ---- the command -------------------------------------------------------------------------
 
 
-def _options(argv):
-    o = {"ops": [], "device": None, "dtypes": None, "shapes": DEFAULT_SHAPES,
-         "hidden": DEFAULT_HIDDEN, "reps": None, "calls": 20, "min_gain": 5.0, "timer": "graph",
-         "impl": None, "quick": False, "quiet": False, "out": None, "json": False}
+def _options(argv: Iterable[str]) -> dict[str, Any]:
+    o: dict[str, Any] = {
+        "ops": [], "device": None, "dtypes": None, "shapes": DEFAULT_SHAPES, "hidden": DEFAULT_HIDDEN,
+        "reps": None, "calls": 20, "min_gain": 5.0, "timer": "graph", "impl": None, "quick": False,
+        "quiet": False, "out": None, "json": False}
     valued = {"--device", "--dtype", "--shapes", "--hidden", "--reps", "--calls", "--min-gain",
               "--impl", "--timer", "--out"}
     it = iter(argv)
+    value: str | None
     for a in it:
         name, eq, value = a.partition("=")
         if name in valued:
@@ -676,7 +682,7 @@ def _options(argv):
     return o
 
 
-def gpu_backend(device):
+def gpu_backend(device: str) -> tuple[Any, str, str]:
     """(torch, device name for its tensors, machine name), or UsageError naming why the
     device cannot be tuned here."""
     if device == "cpu":
@@ -698,7 +704,7 @@ def gpu_backend(device):
     return torch, "cuda", torch.cuda.get_device_name()
 
 
-def _table(results, out):
+def _table(results: Iterable[Result], out: TextIO) -> None:
     for r in results:
         out.write(f"{r.op} {r.dtype} rows {r.bucket.label()}: {r.decision}, winner "
                   f"{r.winner or '-'} ({r.reason})\n")
@@ -708,7 +714,7 @@ def _table(results, out):
             out.write(f"  {s.impl:28} {figs}  {s.why or '<- winner'}\n")
 
 
-def _json(results, o, device, machine, manifest):
+def _json(results: Iterable[Result], o: dict[str, Any], device: str, machine: str, manifest: str | None) -> None:
     import json
 
     # the keys of `fldispatch tune --json` (docs/schemas/tune.schema.json), with the
@@ -725,7 +731,7 @@ def _json(results, o, device, machine, manifest):
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
-def run(argv, *, backend=None):
+def run(argv: Iterable[str], *, backend: Callable[[str], tuple[Any, str, str]] | None = None) -> int:
     """The command; returns its exit status. backend(device) -> (torch, tensor
     device, machine name) replaces gpu_backend (the tests: CPU tensors)."""
     try:
@@ -754,7 +760,7 @@ def run(argv, *, backend=None):
         return EXIT_NOTHING
     show = not o["quiet"] and sys.stderr.isatty()
 
-    def progress(done, total, op, dtype, b):
+    def progress(done: int, total: int, op: str, dtype: str, b: Bucket) -> None:
         if show:
             sys.stderr.write(f"\rbucket {done + 1} of {total} ({op} {dtype} {b.label()})\033[K")
             sys.stderr.flush()
@@ -786,7 +792,7 @@ def run(argv, *, backend=None):
     return rc
 
 
-def main(argv, *, backend=None):
+def main(argv: Iterable[str], *, backend: Callable[[str], tuple[Any, str, str]] | None = None) -> int:
     """run() as `python -m fldispatch` runs its commands: Ctrl-C ends it at once
     by SIGINT, with nothing more written and no traceback, as it ends the tool."""
     handler = signal.getsignal(signal.SIGINT)

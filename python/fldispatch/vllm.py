@@ -41,11 +41,13 @@ they can be tested without vLLM.
 """
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from . import _C, devices, prometheus, vllm_compile, vllm_ir, vllm_log, vllm_patches, vllm_path
-from .vllm_layers import ACTIVATIONS, GELU_APPROXIMATE, LAYERS
+from .vllm_layers import ACTIVATIONS, GELU_APPROXIMATE, LAYERS, Layer
 from .vllm_state import DECIDED
 
 logger = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ logger = logging.getLogger(__name__)
 _ops = torch.ops.fldispatch
 
 
-def _define_torch_ops():
+def _define_torch_ops() -> None:
     from . import torch as _fld_torch  # noqa: F401  (defines torch.ops.fldispatch)
 
 
@@ -66,7 +68,7 @@ def _define_torch_ops():
 SERVED_DEVICES = devices.TORCH_TYPES
 
 
-def served(x):
+def served(x: Any) -> bool:
     # x.is_cpu first: a torch.device object per call costs more than the rest
     # of the check
     return x.is_cpu or x.device.type in SERVED_DEVICES
@@ -75,7 +77,8 @@ def served(x):
 # ---- forward functions (vLLM's argument conventions) -------------------------
 
 
-def rms_norm_forward(x, weight, eps, residual=None, gemma=False):
+def rms_norm_forward(x: Any, weight: Any | None, eps: float, residual: Any | None = None,
+                     gemma: bool = False) -> Any:
     """RMSNorm / GemmaRMSNorm.forward: without residual returns the
     normalised x (a new tensor); with residual returns (x, residual), both
     updated in place as vLLM's fused_add_rms_norm kernel does."""
@@ -92,10 +95,10 @@ def rms_norm_forward(x, weight, eps, residual=None, gemma=False):
 # torch.ops.fldispatch.<op>.default}, each resolved on first use (the torch
 # ops are defined once per process, and a call reads the library's policy in
 # force then).
-_ACTIVATIONS = dict.fromkeys(ACTIVATIONS)
+_ACTIVATIONS: dict[str, Any] = dict.fromkeys(ACTIVATIONS)
 
 
-def _activation_op(op_name):
+def _activation_op(op_name: str) -> Any:
     """torch.ops.fldispatch.<op_name>.default for an activation op name
     (KeyError for another name)."""
     op = _ACTIVATIONS[op_name]
@@ -105,7 +108,7 @@ def _activation_op(op_name):
     return op
 
 
-def _act_and_mul(op, x):
+def _act_and_mul(op: Any, x: Any) -> Any:
     # the shape as a list: torch.Size arguments cost more to parse
     shape = list(x.shape)
     shape[-1] //= 2
@@ -114,12 +117,12 @@ def _act_and_mul(op, x):
     return out
 
 
-def act_and_mul_forward(op_name, x):
+def act_and_mul_forward(op_name: str, x: Any) -> Any:
     """SiluAndMul / MulAndSilu / GeluAndMul.forward: [..., 2d] -> [..., d]."""
     return _act_and_mul(_activation_op(op_name), x)
 
 
-def gelu_op_name(approximate):
+def gelu_op_name(approximate: str) -> str:
     op = GELU_APPROXIMATE.get(approximate)
     if op is None:
         raise ValueError(f"GeluAndMul: unknown approximate mode {approximate!r} "
@@ -127,7 +130,7 @@ def gelu_op_name(approximate):
     return op
 
 
-def rotary_out_devices():
+def rotary_out_devices() -> frozenset[str]:
     """The torch device types whose tensors rotary_embedding_out serves now,
     for every dtype (DECIDED.rotary_out_devices): resolved once, by
     register() (or the first eager call), not while Dynamo traces a layer.
@@ -146,7 +149,8 @@ def rotary_out_devices():
     return DECIDED.rotary_out_devices
 
 
-def rotary_forward(positions, query, key, head_size, cos_sin_cache, is_neox_style):
+def rotary_forward(positions: Any, query: Any, key: Any | None, head_size: int, cos_sin_cache: Any,
+                   is_neox_style: bool) -> tuple[Any, Any | None]:
     """RotaryEmbedding.forward: rotates query and key in place, returns them.
 
     While torch.compile traces it, out of place instead: new query_out and
@@ -183,7 +187,7 @@ def rotary_forward(positions, query, key, head_size, cos_sin_cache, is_neox_styl
 # ---- the vLLM layers ------------------------------------------------------------
 
 
-def _enabled(cls):
+def _enabled(cls: Any) -> bool:
     """CustomOp.enabled() of our layers: vLLM's custom_ops, with
     VLLM_FL_OOT_FORCE over its base mode (fldispatch.vllm_path.custom_op);
     logs the decision once per class per process."""
@@ -203,14 +207,14 @@ def _enabled(cls):
     return serve
 
 
-def _dispatching(base, oot_name, forward_fl):
+def _dispatching(base: Any, oot_name: str, forward_fl: Callable[..., Any]) -> dict[str, Any]:
     """forward_fl, and as the forward_* methods vLLM's dispatch_forward() may
     pick (forward_xpu and forward_tpu keep vLLM's: no plugin serves them);
     enabled() as above; vllm_name, the name vLLM registered its own layer
     under (register_oot renames ours to the class name); oot_name, the
     layer's name in VLLM_FL_OOT_*."""
-    methods = dict.fromkeys(("forward_fl", "forward_cuda", "forward_hip", "forward_cpu",
-                             "forward_oot"), forward_fl)
+    methods: dict[str, Any] = dict.fromkeys(("forward_fl", "forward_cuda", "forward_hip", "forward_cpu",
+                                             "forward_oot"), forward_fl)
     methods["enabled"] = classmethod(_enabled)
     # vLLM's own GPU forwards, which _enabled() puts back where fldispatch steps aside
     methods["vllm_gpu_forwards"] = {name: getattr(base, name, None)
@@ -220,8 +224,8 @@ def _dispatching(base, oot_name, forward_fl):
     return methods
 
 
-def _rms_norm_class(base, layer):
-    def forward_fl(self, x, residual=None):
+def _rms_norm_class(base: Any, layer: Layer) -> type[Any]:
+    def forward_fl(self: Any, x: Any, residual: Any | None = None) -> Any:
         if self.variance_size_override is not None or not served(x):
             return self.forward_native(x, residual)
         use_weight = self.pass_weight if residual is None else self.pass_weight_add
@@ -233,8 +237,8 @@ def _rms_norm_class(base, layer):
     return type(layer.class_name + "FL", (base,), _dispatching(base, layer.oot, forward_fl))
 
 
-def _gemma_rms_norm_class(base, layer):
-    def forward_fl(self, x, residual=None):
+def _gemma_rms_norm_class(base: Any, layer: Layer) -> type[Any]:
+    def forward_fl(self: Any, x: Any, residual: Any | None = None) -> Any:
         weight = self.weight.data
         if not served(x) or (weight.dtype != x.dtype and not _mixed_weight_ok()):
             return self.forward_native(x, residual)
@@ -243,8 +247,8 @@ def _gemma_rms_norm_class(base, layer):
     return type(layer.class_name + "FL", (base,), _dispatching(base, layer.oot, forward_fl))
 
 
-def _activation_class(base, layer):
-    def __init__(self, *args, **kwargs):
+def _activation_class(base: Any, layer: Layer) -> type[Any]:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         base.__init__(self, *args, **kwargs)
         # MulAndSilu pins forward_native on CPU in its constructor:
         # choose again, now that forward_cpu is ours.
@@ -253,7 +257,7 @@ def _activation_class(base, layer):
         op_name = gelu_op_name(self.approximate) if layer.forward == "gelu_gated" else layer.oot
         self._fl_op = _activation_op(op_name)
 
-    def forward_fl(self, x):
+    def forward_fl(self: Any, x: Any) -> Any:
         if not served(x):
             return self.forward_native(x)
         return _act_and_mul(self._fl_op, x)
@@ -262,8 +266,8 @@ def _activation_class(base, layer):
                 {"__init__": __init__, **_dispatching(base, layer.oot, forward_fl)})
 
 
-def _rotary_class(base, layer):
-    def forward_fl(self, positions, query, key=None):
+def _rotary_class(base: Any, layer: Layer) -> type[Any]:
+    def forward_fl(self: Any, positions: Any, query: Any, key: Any | None = None) -> tuple[Any, Any | None]:
         if not served(query):
             return self.forward_native(positions, query, key)
         # vLLM's buffer read directly where it needs no conversion (what
@@ -279,12 +283,13 @@ def _rotary_class(base, layer):
 
 # Layer.forward (fldispatch.vllm_layers) -> the factory of our class,
 # factory(vLLM's class, the layer)
-_CLASS_FACTORIES = {"norm": _rms_norm_class, "gemma_norm": _gemma_rms_norm_class,
-                    "gated": _activation_class, "gelu_gated": _activation_class,
-                    "rotary": _rotary_class}
+_CLASS_FACTORIES: dict[str, Callable[[Any, Layer], type[Any]]] = {
+    "norm": _rms_norm_class, "gemma_norm": _gemma_rms_norm_class,
+    "gated": _activation_class, "gelu_gated": _activation_class,
+    "rotary": _rotary_class}
 
 
-def _mixed_weight_ok():
+def _mixed_weight_ok() -> bool:
     """Whether the library takes a float32 weight with 16-bit x (newer
     libraries do; older ones refuse, and the layer runs forward_native);
     asked once (DECIDED.mixed_weight)."""
@@ -311,7 +316,7 @@ def _mixed_weight_ok():
 HOST_DEFAULTS = {"VLLM_FL_CPU_ACTIVATIONS": "torch", "VLLM_FL_CPU_THREADS": "1"}
 
 
-def _host_defaults():
+def _host_defaults() -> None:
     """Sets HOST_DEFAULTS' variables that are unset. The CPU plugin reads them
     when it registers, as the library starts: in vLLM's processes register()
     is the first thing that starts it (importing this module does not); where
@@ -323,7 +328,7 @@ def _host_defaults():
         os.environ.setdefault(name, value)
 
 
-def note_rank():
+def note_rank() -> None:
     """Puts this process's rank in torch.distributed into RANK, where the
     library reads it for %r in VLLM_FL_STATS_FILE and VLLM_FL_TRACE: vLLM's
     worker processes get their rank as arguments, not in the environment,
@@ -344,7 +349,7 @@ def note_rank():
             dump.reset_rank()
 
 
-def layer_class(op_name):
+def layer_class(op_name: str) -> tuple[type[Any], str]:
     """The OOT class for an op name, built on the installed vLLM's layer."""
     import importlib
 
@@ -355,7 +360,7 @@ def layer_class(op_name):
     cls = _CLASS_FACTORIES[layer.forward](base, layer)
     made = cls.__init__
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         made(self, *args, **kwargs)
         note_rank()
 
@@ -373,7 +378,7 @@ def layer_class(op_name):
 DEPLOYMENT_START_VARIABLE = "FLDISPATCH_VLLM_STARTED"
 
 
-def _deployment_start():
+def _deployment_start() -> float:
     """The deployment's start for /metrics' files, in seconds since the
     epoch (a file's time may run FILE_TIME_SLACK_S behind)."""
     import os
@@ -387,7 +392,7 @@ def _deployment_start():
         return started
 
 
-def _write_counters_as_the_engine_stops():
+def _write_counters_as_the_engine_stops() -> None:
     """The counters and the trace (VLLM_FL_STATS, VLLM_FL_STATS_FILE,
     VLLM_FL_TRACE), written as vLLM's engine core leaves its busy loop: the
     process that runs the model on one GPU. After the loop vLLM restores
@@ -403,7 +408,7 @@ def _write_counters_as_the_engine_stops():
                        "stopped: %s", e)
 
 
-def register():
+def register() -> dict[str, str]:
     """vLLM's general-plugin hook: routes fldispatch's log lines into vLLM's
     log (fldispatch.vllm_log), registers fldispatch's vLLM IR provider for
     the IR ops of the installed vLLM (fldispatch.vllm_ir) and its place in

@@ -33,6 +33,7 @@ lists name, carries the same fingerprint.
 """
 
 import os
+from collections.abc import Callable
 
 from . import _C, vllm_ir
 from .vllm_state import DECIDED
@@ -50,7 +51,7 @@ GRAPH_VARIABLES = tuple(
 NEUTRAL_VARIABLES = frozenset(v["name"] for v in _C.variables() if v["compile"] == "NEVER")
 
 
-def graph_variables():
+def graph_variables() -> list[str]:
     """The VLLM_FL_* names that enter vLLM's compile-cache key: GRAPH_VARIABLES,
     and any other VLLM_FL_* set in the environment that is not a neutral
     one."""
@@ -59,21 +60,21 @@ def graph_variables():
     return sorted(n for n in names if n != FINGERPRINT and n not in NEUTRAL_VARIABLES)
 
 
-def _env_getter(name):
+def _env_getter(name: str) -> Callable[[], str | None]:
     return lambda: os.environ.get(name)
 
 
-def known_variables():
+def known_variables() -> list[str]:
     """The VLLM_* names of the variables that only observe (the variable
     table's NEVER rows): vLLM's table holds them, valueless."""
     return sorted(n for n in NEUTRAL_VARIABLES if n.startswith("VLLM_"))
 
 
-def _no_value():
+def _no_value() -> None:
     return None
 
 
-def register_variables():
+def register_variables() -> list[str]:
     """Adds fldispatch's variables and VLLM_FL_FINGERPRINT to vLLM's variable
     table (none where the installed vLLM has no such table): those of the
     compile-cache key with their values, the observing ones valueless.
@@ -85,7 +86,7 @@ def register_variables():
     except (ImportError, AttributeError):
         return []
 
-    added = []
+    added: list[str] = []
     for name in graph_variables():
         if name not in table:
             table[name] = _env_getter(name)

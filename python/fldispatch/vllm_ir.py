@@ -40,11 +40,13 @@ import json
 import logging
 import os
 import types
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from . import _C, devices, vllm_patches, vllm_path
+from . import _C, devices, vllm_layers, vllm_patches, vllm_path
 from .vllm_layers import IR_OPS, LAYERS
 from .vllm_state import DECIDED
 
@@ -56,8 +58,11 @@ PROVIDER = "fldispatch"
 DEVICE_NAMES = {torch_type: devices.library_name(torch_type) for torch_type in devices.TORCH_TYPES}
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
+# What a provider serves: {(torch device type, x dtype, weight dtype or None)}
+Served = frozenset[tuple[str, Any, Any]]
 
-def _overload(op):
+
+def _overload(op: str) -> Any:
     """torch.ops.fldispatch.<op>.default. Resolved once, by register_providers()
     or the first call (defining the torch ops starts the library, which
     importing this module must not): an OpOverload stays valid for the
@@ -68,7 +73,12 @@ def _overload(op):
     return getattr(torch.ops.fldispatch, op).default
 
 
+# The IR calls and supports_args below keep no annotations of their own:
+# what vLLM registers is a copy of each with native's signature
+# (_with_signature), from which vLLM and torch infer the schema. Their types
+# are comments.
 def _rms_norm(x, weight, epsilon, variance_size=None):
+    # type: (Any, Any | None, float, int | None) -> Any
     # Rows as the library takes them: one row stride. A q/k-norm's x is a
     # [tokens, heads, head_dim] view of a fused qkv tensor whose leading
     # dimensions do not collapse into one stride (Qwen3); reshape copies
@@ -81,25 +91,26 @@ def _rms_norm(x, weight, epsilon, variance_size=None):
 
 
 def _fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
+    # type: (Any, Any, Any | None, float, int | None) -> tuple[Any, Any]
     _RMS_NORM(x, x, weight, x_residual, epsilon)
     return x, x_residual
 
 
-def _bind_overloads():
+def _bind_overloads() -> None:
     global _RMS_NORM
     _RMS_NORM = _overload("rms_norm")
 
 
-def _rms_norm_first_call(*args):
+def _rms_norm_first_call(*args: Any) -> Any:
     """_RMS_NORM until the overload is bound: binds it and calls it."""
     _bind_overloads()
     return _RMS_NORM(*args)
 
 
-_RMS_NORM = _rms_norm_first_call
+_RMS_NORM: Callable[..., Any] = _rms_norm_first_call
 
 
-def _norm_accepts(served, residual):
+def _norm_accepts(served: Served, residual: bool) -> Callable[..., bool]:
     """supports_args of the norm rows, for the served set of (device type, x
     dtype, weight dtype or None): the key served, no variance_size, a
     residual of x's dtype and device, and no tensor autograd would record
@@ -112,6 +123,7 @@ def _norm_accepts(served, residual):
     grad_enabled = torch.is_grad_enabled
 
     def rms_norm(x, weight, epsilon, variance_size=None):
+        # type: (Any, Any | None, float, int | None) -> bool
         if variance_size is not None:
             return False
         wdtype = None if weight is None else weight.dtype
@@ -122,6 +134,7 @@ def _norm_accepts(served, residual):
                                         or (weight is not None and weight.requires_grad)))
 
     def fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
+        # type: (Any, Any, Any | None, float, int | None) -> bool
         if variance_size is not None or x_residual.dtype != x.dtype:
             return False
         wdtype = None if weight is None else weight.dtype
@@ -140,14 +153,14 @@ def _norm_accepts(served, residual):
 # supports_args for the served set of (device type, x dtype, weight dtype):
 # a function of the IR op's arguments, named as native's, returning a plain
 # bool). One per row of IR_OPS.
-CALLS = {
+CALLS: dict[str, tuple[Callable[..., Any], Callable[[Served], Callable[..., bool]]]] = {
     "rms_norm": (_rms_norm, lambda served: _norm_accepts(served, residual=False)),
     "fused_add_rms_norm": (_fused_add_rms_norm,
                            lambda served: _norm_accepts(served, residual=True)),
 }
 
 
-def ir_module():
+def ir_module() -> types.ModuleType | None:
     """vllm.ir, or None where the installed vLLM has no IR."""
     try:
         import vllm.ir as ir
@@ -157,7 +170,7 @@ def ir_module():
     return ir
 
 
-def available_rows():
+def available_rows() -> dict[str, vllm_layers.IrOp]:
     """The rows of IR_OPS whose IR op the installed vLLM has."""
     ir = ir_module()
     if ir is None:
@@ -167,16 +180,16 @@ def available_rows():
     return {name: row for name, row in IR_OPS.items() if name in IrOp.registry}
 
 
-def superseded_layers():
+def superseded_layers() -> set[str]:
     """OOT names of the layers that an IR op of the installed vLLM serves:
     the CustomOp route leaves them to vLLM."""
     return {layer for row in available_rows().values() for layer in row.layers}
 
 
-def served_set(row, mixed_weight_ok):
+def served_set(row: vllm_layers.IrOp, mixed_weight_ok: bool) -> Served:
     """{(device type, x dtype, weight dtype or None)} the library serves for
     row's op, from its resolution now."""
-    served = set()
+    served: set[tuple[str, Any, Any]] = set()
     for device_type, device in DEVICE_NAMES.items():
         for dtype in DTYPES:
             try:
@@ -193,7 +206,7 @@ def served_set(row, mixed_weight_ok):
     return frozenset(served)
 
 
-def _file_sha(path):
+def _file_sha(path: str) -> str:
     try:
         with open(path, "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()
@@ -201,12 +214,12 @@ def _file_sha(path):
         return f"unreadable: {e.strerror}"
 
 
-def fingerprint(served=None):
+def fingerprint(served: dict[str, Served] | None = None) -> str:
     """A hash of what decides fldispatch's part of a vLLM graph: the
     library's version and policy (with each value's source), its plugins
     (name, version, path, status, implementations), the manifest's content,
     the OOT switches' answer for every layer and the served sets."""
-    parts = {"version": _C.version()}
+    parts: dict[str, Any] = {"version": _C.version()}
     try:
         import fldispatch
 
@@ -219,7 +232,7 @@ def fingerprint(served=None):
     manifest = os.environ.get("VLLM_FL_MANIFEST")
     if manifest:
         parts["manifest"] = _file_sha(manifest)
-    oot = {}
+    oot: dict[str, bool | str] = {}
     for name in sorted(set(LAYERS) | {row.oot for row in IR_OPS.values()}):
         try:
             oot[name] = bool(_C.oot_op_enabled(name))
@@ -232,7 +245,7 @@ def fingerprint(served=None):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _impl_class():
+def _impl_class() -> type[Any]:
     from vllm.ir.op import IrOpImpl
     from vllm.ir.util import hash_source
 
@@ -241,7 +254,7 @@ def _impl_class():
         computed at each call (vLLM calls it as it hashes its configuration),
         so a change of policy in the process is seen too."""
 
-        def uuid(self):
+        def uuid(self) -> str:
             source = hash_source(Path(inspect.getfile(self.impl_fn)))
             return hashlib.sha256(
                 f"{source}|{fingerprint(DECIDED.served_by_ir_op)}".encode()).hexdigest()
@@ -249,7 +262,7 @@ def _impl_class():
     return FldIrOpImpl
 
 
-def _supported_here(served):
+def _supported_here(served: Served) -> bool:
     """vLLM's static `supported`: whether the library serves the op at all on
     the current platform's device."""
     from vllm.platforms import current_platform
@@ -258,14 +271,14 @@ def _supported_here(served):
     return any(key[0] == device_type for key in served)
 
 
-def _same_parameters(a, b):
+def _same_parameters(a: inspect.Signature, b: inspect.Signature) -> bool:
     """Whether two signatures have the same parameters (names, kinds,
     defaults), annotations aside."""
     return [(p.name, p.kind, p.default) for p in a.parameters.values()] == \
         [(p.name, p.kind, p.default) for p in b.parameters.values()]
 
 
-def _with_signature(fn, native, name):
+def _with_signature(fn: Callable[..., Any], native: Callable[..., Any], name: str) -> Callable[..., Any]:
     """fn with the native implementation's signature (names, annotations,
     defaults): vLLM requires the provider's schema and supports_args'
     parameters to equal native's. Where fn's own parameters are native's
@@ -274,6 +287,7 @@ def _with_signature(fn, native, name):
     caller's arguments by position (vLLM passes them by position)."""
 
     signature = inspect.signature(native)
+    wrapper: Callable[..., Any]
     if _same_parameters(inspect.signature(fn), signature):
         wrapper = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__,
                                      fn.__closure__)
@@ -281,17 +295,18 @@ def _with_signature(fn, native, name):
         wrapper.__doc__ = fn.__doc__
     else:
         def wrapper(*args, **kwargs):
+            # type: (*Any, **Any) -> Any
             if kwargs:
                 args = signature.bind(*args, **kwargs).args
             return fn(*args)
 
-    wrapper.__signature__ = signature
+    wrapper.__signature__ = signature  # type: ignore[attr-defined]  # what inspect.signature reads
     wrapper.__name__ = wrapper.__qualname__ = name
     wrapper.__module__ = __name__
     return wrapper
 
 
-def register_providers(mixed_weight_ok):
+def register_providers(mixed_weight_ok: bool) -> dict[str, Any]:
     """Registers provider "fldispatch" for every row of IR_OPS the installed
     vLLM has. Idempotent; returns {IR op name: vLLM's IrOpImpl}."""
     registered = DECIDED.ir_providers
@@ -331,18 +346,18 @@ def register_providers(mixed_weight_ok):
 # ---- priority: the VLLM_FL_OOT_* switches and the mode as vLLM's platform default ---
 
 
-def default_first_ops():
+def default_first_ops() -> set[str]:
     """The IR ops (of the installed vLLM, with our provider) whose OOT name
     VLLM_FL_OOT_* and VLLM_FL_PREFER_ENABLED enable."""
     return {name for name, row in available_rows().items()
             if name in DECIDED.ir_providers and _C.oot_op_enabled(row.oot)}
 
 
-def _compilation_config(vllm_config):
+def _compilation_config(vllm_config: Any) -> Any:
     return getattr(vllm_config, "compilation_config", None)
 
 
-def install_default_priority(ops):
+def install_default_priority(ops: Iterable[str]) -> None:
     """Puts PROVIDER in front of the current platform's default IR priority
     for each op in ops where fldispatch.vllm_path.ir_default() says so for
     the configuration's mode (MODE_TABLE, VLLM_FL_OOT_FORCE). vLLM appends
@@ -362,7 +377,7 @@ def install_default_priority(ops):
     vllm_patches.patch_priority_set_default(log_layers)
 
 
-def _with_fldispatch_first(vllm_config, priority):
+def _with_fldispatch_first(vllm_config: Any, priority: Any) -> Any:
     """The platform's default priority with PROVIDER in front for the ops of
     DECIDED.first_by_default whose mode says so (vllm_path.ir_default); notes
     the operator's lists first (vLLM asks for the default before it appends
@@ -382,7 +397,7 @@ def _with_fldispatch_first(vllm_config, priority):
 OPERATOR_LISTS = "_fldispatch_operator_lists"
 
 
-def _note_operator_lists(vllm_config):
+def _note_operator_lists(vllm_config: Any) -> None:
     """Records on the configuration's IrOpPriorityConfig which IR ops of
     IR_OPS have a list the operator gave (KernelConfig.ir_op_priority), as
     vLLM asks for the platform's default before it appends it to them, so
@@ -399,7 +414,7 @@ def _note_operator_lists(vllm_config):
         pass  # a configuration that takes no attribute: the log infers the source
 
 
-def log_layers(vllm_config=None):
+def log_layers(vllm_config: Any = None) -> None:
     """One line per vLLM layer class whose IR ops fldispatch serves: the
     provider lists installed now and why fldispatch is, or is not, first
     (fldispatch.vllm_path.log_ir; once per class, decision and process)."""
@@ -412,13 +427,14 @@ def log_layers(vllm_config=None):
             vllm_config = None
     from vllm.ir.op import IrOp
 
-    layers = {}  # OOT layer name -> ({IR op: installed list}, OOT name of the ops)
+    # OOT layer name -> ({IR op: installed list}, OOT name of the ops)
+    layers: dict[str, tuple[dict[str, list[str]], str]] = {}
     for name in sorted(DECIDED.ir_providers):
         for layer in IR_OPS[name].layers:
             lists, _ = layers.setdefault(layer, ({}, IR_OPS[name].oot))
             lists[name] = list(IrOp.registry[name].get_priority())
     kernel = getattr(vllm_config, "kernel_config", None)
-    given = getattr(getattr(kernel, "ir_op_priority", None), OPERATOR_LISTS, frozenset())
+    given: frozenset[str] = getattr(getattr(kernel, "ir_op_priority", None), OPERATOR_LISTS, frozenset())
     for layer, (lists, oot) in layers.items():
         vllm_path.log_ir(LAYERS[layer].class_name, lists, oot,
                          _compilation_config(vllm_config), given)

@@ -49,7 +49,7 @@ class Layer:
     forward: str
 
     @property
-    def family(self):
+    def family(self) -> str:
         """The layer's column of the mode tables: "norm", "activation" or "rotary"."""
         return MODE_COLUMNS[CATALOG_FAMILIES[self.oot]]
 
@@ -83,10 +83,10 @@ class IrOp:
 
     ir_op: str
     oot: str
-    layers: tuple
+    layers: tuple[str, ...]
     op: str
     inplace: bool
-    weights: tuple = field(default=("none", "same", "float32"))
+    weights: tuple[str, ...] = field(default=("none", "same", "float32"))
 
 
 #: IR op name -> the row.

@@ -46,6 +46,7 @@ lines. The plugin's Python lines keep vLLM's level.
 import logging
 import os
 import sys
+from typing import cast
 
 from . import vllm_patches
 
@@ -65,9 +66,9 @@ class IntoVllmLog(logging.Handler):
     at its own. The library's records (the package logger's own) at
     library_level or above pass both."""
 
-    library_level = None
+    library_level: int | None = None
 
-    def emit(self, record):
+    def emit(self, record: logging.LogRecord) -> None:
         theirs = logging.getLogger(VLLM_LOGGER)
         bar = self.library_level if record.name == PACKAGE_LOGGER else None
         if bar is None and not theirs.isEnabledFor(record.levelno):
@@ -81,11 +82,11 @@ class HoldUntilVllmConfigures(logging.Handler):
     """HOLDS: keeps the records Python's last resort would drop (at most
     HELD_MAX) and hands it the others, as Python would."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        self.records = []
+        self.records: list[logging.LogRecord] = []
 
-    def emit(self, record):
+    def emit(self, record: logging.LogRecord) -> None:
         last = logging.lastResort
         if last is not None and record.levelno >= last.level:
             last.handle(record)
@@ -93,7 +94,7 @@ class HoldUntilVllmConfigures(logging.Handler):
             self.records.append(record)
 
 
-def library_level():
+def library_level() -> int | None:
     """VLLM_FL_LOG_LEVEL's level as logging numbers it, or None where it is
     not set (the library refuses a value it does not know as it starts)."""
     level = logging.getLevelName(os.environ.get(LIBRARY_LEVEL_VARIABLE, "").strip().upper())
@@ -101,10 +102,10 @@ def library_level():
 
 
 # what settle() set on the package logger: (handler, level), or None
-_set = None
+_set: tuple[logging.Handler, int] | None = None
 
 
-def settle():
+def settle() -> str | None:
     """Sets the package logger up for the state of logging now (JOINED,
     HOLDS, or as Python made it), logging the held lines where it stops
     holding. Returns "joined", "holds", or None where it leaves the
@@ -119,7 +120,7 @@ def settle():
         return None
     theirs = logging.getLogger(VLLM_LOGGER)
     before = _set[0] if _set is not None else None
-    kind = None
+    kind: type[IntoVllmLog] | type[HoldUntilVllmConfigures] | None = None
     if not logging.getLogger().handlers:
         if theirs.handlers and not theirs.propagate:
             kind = IntoVllmLog
@@ -136,7 +137,7 @@ def settle():
         floor = library_level()
         level = logging.INFO  # HOLDS: what vLLM's level will be, as a rule
         if kind is IntoVllmLog:
-            handler.library_level = floor
+            cast(IntoVllmLog, handler).library_level = floor
             level = theirs.getEffectiveLevel()
         if floor is not None:
             level = min(level, floor)
@@ -147,10 +148,12 @@ def settle():
         _set = (handler, level)
     if isinstance(before, HoldUntilVllmConfigures) and before is not handler:
         _log_held(before.records)
-    return {IntoVllmLog: "joined", HoldUntilVllmConfigures: "holds"}.get(kind)
+    names: dict[type[logging.Handler] | None, str] = {IntoVllmLog: "joined",
+                                                      HoldUntilVllmConfigures: "holds"}
+    return names.get(kind)
 
 
-def _hook_vllms_configuration():
+def _hook_vllms_configuration() -> bool:
     """Has settle() run each time vLLM configures its logging; False where
     vLLM's logger module is not loaded or has no configure_logging."""
     vllm_logger = sys.modules.get("vllm.logger")
@@ -160,7 +163,7 @@ def _hook_vllms_configuration():
     return True
 
 
-def _log_held(records):
+def _log_held(records: list[logging.LogRecord]) -> None:
     """The held records, logged again where the package logger's state
     sends them now (made anew, as vLLM's record factory adds what its
     format shows, with their first time)."""
@@ -169,7 +172,7 @@ def _log_held(records):
         if not target.isEnabledFor(old.levelno):
             continue
         record = target.makeRecord(old.name, old.levelno, old.pathname, old.lineno,
-                                   old.getMessage(), None, old.exc_info, old.funcName, None,
+                                   old.getMessage(), (), old.exc_info, old.funcName, None,
                                    old.stack_info)
         record.created, record.msecs, record.relativeCreated = \
             old.created, old.msecs, old.relativeCreated

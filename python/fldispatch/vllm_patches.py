@@ -28,27 +28,30 @@ unpatched where the callers say so. This module imports nothing of
 fldispatch.
 """
 
+from collections.abc import Callable
+from typing import Any
 
-def _wrapped(fn):
+
+def _wrapped(fn: Any) -> bool:
     return getattr(fn, "_fldispatch", False)
 
 
-def patch_default_ir_priority(platform_class, extend):
+def patch_default_ir_priority(platform_class: Any, extend: Callable[[Any, Any], Any]) -> None:
     """Wraps platform_class.get_default_ir_op_priority: extend(vllm_config,
     priority) returns the priority vLLM gets."""
     if _wrapped(platform_class.get_default_ir_op_priority):
         return
     platform_default = platform_class.get_default_ir_op_priority.__func__
 
-    def get_default_ir_op_priority(klass, vllm_config):
+    def get_default_ir_op_priority(klass: Any, vllm_config: Any) -> Any:
         return extend(vllm_config, platform_default(klass, vllm_config))
 
-    get_default_ir_op_priority._fldispatch = True
+    get_default_ir_op_priority._fldispatch = True  # type: ignore[attr-defined]  # the mark _wrapped() reads
     get_default_ir_op_priority.__doc__ = platform_default.__doc__
     platform_class.get_default_ir_op_priority = classmethod(get_default_ir_op_priority)
 
 
-def patch_priority_set_default(after):
+def patch_priority_set_default(after: Callable[[], object]) -> None:
     """Wraps IrOpPriorityConfig.set_default: after() runs once vLLM's has;
     nothing where vLLM has no such class."""
     try:
@@ -59,33 +62,33 @@ def patch_priority_set_default(after):
         return
     set_default = IrOpPriorityConfig.set_default
 
-    def set_default_and_log(self):
+    def set_default_and_log(self: Any) -> None:
         set_default(self)
         after()
 
-    set_default_and_log._fldispatch = True
+    set_default_and_log._fldispatch = True  # type: ignore[attr-defined]  # the mark _wrapped() reads
     set_default_and_log.__doc__ = set_default.__doc__
     IrOpPriorityConfig.set_default = set_default_and_log
 
 
-def patch_configure_logging(vllm_logger, after):
+def patch_configure_logging(vllm_logger: Any, after: Callable[[], object]) -> None:
     """Wraps vllm_logger.configure_logging (vllm.logger's): after() runs
     once vLLM's has."""
     configure = vllm_logger.configure_logging
     if _wrapped(configure):
         return
 
-    def configure_logging(*a, **kw):
+    def configure_logging(*a: Any, **kw: Any) -> Any:
         result = configure(*a, **kw)
         after()
         return result
 
-    configure_logging._fldispatch = True
+    configure_logging._fldispatch = True  # type: ignore[attr-defined]  # the mark _wrapped() reads
     configure_logging.__doc__ = configure.__doc__
     vllm_logger.configure_logging = configure_logging
 
 
-def patch_engine_busy_loop(after, core=None):
+def patch_engine_busy_loop(after: Callable[[], object], core: Any = None) -> None:
     """Wraps run_busy_loop of EngineCoreProc (in the module core, default
     vllm.v1.engine.core) and of each subclass that defines its own: after()
     runs when the loop ends, by its SystemExit or by an error, and before
@@ -97,9 +100,10 @@ def patch_engine_busy_loop(after, core=None):
     creates them. Nothing where vLLM has no such module or class."""
     if core is None:
         try:
-            from vllm.v1.engine import core
+            from vllm.v1.engine import core as vllm_core
         except ImportError:
             return
+        core = vllm_core
     base = getattr(core, "EngineCoreProc", None)
     if not isinstance(base, type):
         return
@@ -108,8 +112,9 @@ def patch_engine_busy_loop(after, core=None):
     _wrap_later_subclasses(base, after)
 
 
-def _with_subclasses(cls):
-    found, todo = [], [cls]
+def _with_subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    todo = [cls]
     while todo:
         c = todo.pop()
         if c not in found:
@@ -118,13 +123,13 @@ def _with_subclasses(cls):
     return found
 
 
-def _wrap_busy_loop(cls, after):
+def _wrap_busy_loop(cls: Any, after: Callable[[], object]) -> None:
     busy_loop = cls.__dict__.get("run_busy_loop")
     if busy_loop is not None and not _wrapped(busy_loop):
         cls.run_busy_loop = _busy_loop_then(busy_loop, after)
 
 
-def _wrap_later_subclasses(base, after):
+def _wrap_later_subclasses(base: Any, after: Callable[[], object]) -> None:
     """base.__init_subclass__, replaced once by one that runs base's own
     (or its parents') and then wraps the new class's busy loop."""
     own = base.__dict__.get("__init_subclass__")
@@ -132,25 +137,25 @@ def _wrap_later_subclasses(base, after):
     if own is not None and _wrapped(own_function):
         return
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
         if own is not None:
             own_function(cls, **kwargs)
         else:
             super(base, cls).__init_subclass__(**kwargs)
         _wrap_busy_loop(cls, after)
 
-    __init_subclass__._fldispatch = True
+    __init_subclass__._fldispatch = True  # type: ignore[attr-defined]  # the mark _wrapped() reads
     base.__init_subclass__ = classmethod(__init_subclass__)
 
 
-def _busy_loop_then(busy_loop, after):
-    def run_busy_loop(self, *a, **kw):
+def _busy_loop_then(busy_loop: Callable[..., Any], after: Callable[[], object]) -> Callable[..., Any]:
+    def run_busy_loop(self: Any, *a: Any, **kw: Any) -> Any:
         try:
             return busy_loop(self, *a, **kw)
         finally:
             after()
 
-    run_busy_loop._fldispatch = True
+    run_busy_loop._fldispatch = True  # type: ignore[attr-defined]  # the mark _wrapped() reads
     run_busy_loop.__doc__ = busy_loop.__doc__
-    run_busy_loop.__wrapped__ = busy_loop
+    run_busy_loop.__wrapped__ = busy_loop  # type: ignore[attr-defined]  # as functools.wraps sets it
     return run_busy_loop

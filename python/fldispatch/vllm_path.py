@@ -41,6 +41,8 @@ fldispatch.vllm_log):
 
 import logging
 import os
+from collections.abc import Collection
+from typing import Any
 
 from . import _C
 from .vllm_layers import LAYERS
@@ -100,7 +102,7 @@ MODE_WORDS = {"eager": "in eager mode", "inductor": "compiled by Inductor",
               "compiled": "compiled without Inductor"}
 
 
-def device_type():
+def device_type() -> str:
     """vLLM's current platform's device type ("cpu", "cuda", ...), or "cpu"
     where vLLM cannot say."""
     try:
@@ -111,16 +113,16 @@ def device_type():
         return "cpu"
 
 
-def mode_table(device):
+def mode_table(device: str) -> dict[str, dict[str, tuple[bool, str]]]:
     """The mode table of a vLLM device type."""
     return DEVICE_MODE_TABLES.get(device, MODE_TABLE)
 
 
-def _mode_words(m, device):
+def _mode_words(m: str, device: str) -> str:
     return MODE_WORDS[m] + (" on a GPU" if mode_table(device) is GPU_MODE_TABLE else "")
 
 
-def mode(compilation_config):
+def mode(compilation_config: Any) -> str:
     """"eager", "inductor" or "compiled" for vLLM's CompilationConfig (None:
     no configuration, as a direct call without vLLM's: "eager"), by vLLM's
     own test for its default custom_ops."""
@@ -134,7 +136,7 @@ def mode(compilation_config):
     return "compiled"
 
 
-def forced():
+def forced() -> frozenset[str]:
     """The OOT names VLLM_FL_OOT_FORCE names (all of FAMILIES for "all"),
     read from the environment at each call. A name that is not a layer's,
     or an empty item, raises fldispatch.ConfigError naming the variable."""
@@ -143,7 +145,7 @@ def forced():
     if not any(items):
         return frozenset()
     valid = "all, " + ", ".join(sorted(FAMILIES))
-    names = set()
+    names: set[str] = set()
     for item in items:
         if not item:
             raise _C.ConfigError(f"{FORCE}: empty item in '{raw}' (valid: {valid})")
@@ -156,13 +158,13 @@ def forced():
     return frozenset(names)
 
 
-def _force_words(oot_name):
+def _force_words(oot_name: str) -> str:
     value = os.environ.get(FORCE, "").strip()
     return f"{FORCE} does not name {oot_name}" if not value else \
         f"{FORCE}={value} does not name {oot_name}"
 
 
-def ir_default(oot_name, compilation_config, device=None):
+def ir_default(oot_name: str, compilation_config: Any, device: str | None = None) -> tuple[bool, str]:
     """(whether the platform's default IR priority gets fldispatch first for
     the IR ops of layer oot_name, why), where VLLM_FL_OOT_* enable it, on
     vLLM's device type device (None: the current platform's)."""
@@ -178,7 +180,8 @@ def ir_default(oot_name, compilation_config, device=None):
     return False, f"{words}, {why}; {_force_words(oot_name)}"
 
 
-def custom_op_route(oot_name, vllm_name, compilation_config, device=None):
+def custom_op_route(oot_name: str, vllm_name: str | None, compilation_config: Any,
+                    device: str | None = None) -> tuple[bool, bool, str]:
     """(whether a replaced CustomOp layer runs fldispatch's op, whether vLLM
     would run its own layer's kernel (its enabled()), why) under vLLM's
     custom_ops, VLLM_FL_OOT_FORCE and the mode table of vLLM's device type
@@ -212,14 +215,15 @@ def custom_op_route(oot_name, vllm_name, compilation_config, device=None):
     return serve, serve, why
 
 
-def custom_op(oot_name, vllm_name, compilation_config, device=None):
+def custom_op(oot_name: str, vllm_name: str | None, compilation_config: Any,
+              device: str | None = None) -> tuple[bool, str]:
     """(whether a replaced CustomOp layer runs fldispatch's op, why): see
     custom_op_route()."""
     serve, _, why = custom_op_route(oot_name, vllm_name, compilation_config, device)
     return serve, why
 
 
-def log_once(class_name, text):
+def log_once(class_name: str, text: str) -> None:
     """Logs "fldispatch: <class_name> -> <text>" at INFO once per process."""
     if (class_name, text) in DECIDED.logged:
         return
@@ -227,12 +231,13 @@ def log_once(class_name, text):
     logger.info("fldispatch: %s -> %s", class_name, text)
 
 
-def log_custom_op(class_name, serve, why):
+def log_custom_op(class_name: str, serve: bool, why: str) -> None:
     """The CustomOp route's line for a layer class."""
     log_once(class_name, ("fldispatch CustomOp" if serve else "vLLM's own") + f" ({why})")
 
 
-def log_ir(class_name, priorities, oot_name, compilation_config, given=frozenset()):
+def log_ir(class_name: str, priorities: dict[str, list[str]], oot_name: str, compilation_config: Any,
+           given: Collection[str] = frozenset()) -> None:
     """The IR route's line for a layer class: priorities, {IR op: the
     installed provider list}; which provider comes first and why. given:
     the IR ops whose list the operator gave (KernelConfig.ir_op_priority,
@@ -247,7 +252,7 @@ def log_ir(class_name, priorities, oot_name, compilation_config, given=frozenset
     enabled = _C.oot_op_enabled(oot_name)
     theirs = {op: p for op, p in priorities.items() if op in given and p}
     rest = {op: p for op, p in priorities.items() if op not in theirs}
-    reasons = []  # (ops, why)
+    reasons: list[tuple[list[str], str]] = []  # (ops, why)
     for first in sorted({p[0] for p in theirs.values()}):
         why = f"ir_op_priority {'names' if first == 'fldispatch' else 'puts'} {first} first"
         if first == "fldispatch" and not enabled:
@@ -261,10 +266,10 @@ def log_ir(class_name, priorities, oot_name, compilation_config, given=frozenset
             if ours:
                 why = "ir_op_priority names fldispatch first; " + why
         else:
-            first, why = ir_default(oot_name, compilation_config)
-            if ours and not first:
+            default_first, why = ir_default(oot_name, compilation_config)
+            if ours and not default_first:
                 why = "ir_op_priority names fldispatch first"
-            elif first and not ours:
+            elif default_first and not ours:
                 why = f"ir_op_priority puts {', '.join(rest_firsts)} first"
         reasons.append((sorted(rest), why))
     if len(reasons) == 1:

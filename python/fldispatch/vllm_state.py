@@ -4,8 +4,10 @@
 fldispatch.vllm.register() and what it sets going (the IR provider, the
 priority it installs, the layers' log lines) record their decisions here,
 once per process; every module of the plugin reads them here, and a test
-resets a field by replacing it. This module imports nothing.
+resets a field by replacing it. This module imports nothing but typing.
 """
+
+from typing import Any
 
 
 class Decisions:
@@ -24,14 +26,14 @@ class Decisions:
     logged             (class name, text) of the path lines logged
     """
 
-    def __init__(self):
-        self.oot_layers = {}
-        self.ir_providers = {}
-        self.served_by_ir_op = {}
-        self.first_by_default = set()
-        self.rotary_out_devices = None
-        self.mixed_weight = None
-        self.logged = set()
+    def __init__(self) -> None:
+        self.oot_layers: dict[str, str] = {}
+        self.ir_providers: dict[str, Any] = {}
+        self.served_by_ir_op: dict[str, frozenset[tuple[str, Any, Any]]] = {}
+        self.first_by_default: set[str] = set()
+        self.rotary_out_devices: frozenset[str] | None = None
+        self.mixed_weight: bool | None = None
+        self.logged: set[tuple[str, str]] = set()
 
 
 DECIDED = Decisions()

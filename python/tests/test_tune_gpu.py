@@ -191,6 +191,29 @@ def test_decision_needs_more_than_the_spread():
     assert result(2000, 0.01, 2300, 0.01).decision == "default"
 
 
+def test_the_samples_are_made_on_the_timers_device_not_the_librarys():
+    """The library's device name (rocm) is not a torch device: ROCm's PyTorch
+    calls its devices cuda, and gpu_backend gives the timer that name."""
+    from fldispatch import tune_gpu
+
+    made = []
+
+    class Recorded(tune_gpu.Sample):
+        def __init__(self, torch, op, rows, hidden, dtype, device):
+            made.append(device)
+            super().__init__(torch, op, rows, hidden, dtype, device)
+
+    timer = tune_gpu.HostTimer(torch, "cpu")
+    original = tune_gpu.Sample
+    tune_gpu.Sample = Recorded
+    try:
+        tune_gpu.tune_bucket(torch, timer, "silu_and_mul", "rocm", "f32", tune_gpu.Bucket(1, 1, (1,)),
+                             hidden=(64,), reps=1, calls=1, replays=1, min_gain=0.05)
+    finally:
+        tune_gpu.Sample = original
+    assert made == ["cpu"]
+
+
 def test_cuda_without_cuda_says_why_and_exits_2():
     if torch.cuda.is_available() and torch.version.cuda:
         pytest.skip("this machine has CUDA")

@@ -16,6 +16,7 @@ not installed. See docs/porting-from-vllm-plugin-fl.md.
 """
 
 import sys as _sys
+from typing import Any as _Any, Callable as _Callable
 
 from .. import iodump as io_dumper
 
@@ -60,22 +61,22 @@ from .io_dumper import disable_io_dump, enable_io_dump, io_dump_step, is_dump_en
 _install_plugin_view()
 
 
-def call_op(op_name: str, *args, **kwargs):
+def call_op(op_name: str, *args: _Any, **kwargs: _Any) -> _Any:
     """Call `op_name` through the default manager (the C core's call path)."""
     return (_manager._default_manager or get_default_manager()).call(op_name, *args, **kwargs)
 
 
-def resolve_op(op_name: str):
+def resolve_op(op_name: str) -> _Callable[..., _Any]:
     """The fn the core selects for `op_name` now, under the policy in force."""
     return get_default_manager().resolve(op_name)
 
 
-def clear_failed_impls(op_name=None) -> None:
+def clear_failed_impls(op_name: str | None = None) -> None:
     """Forget the failures the core remembers (of one op, or all)."""
     get_default_manager().clear_failed_impls(op_name)
 
 
-def get_failed_impls(op_name=None):
+def get_failed_impls(op_name: str | None = None) -> dict[str, set[str]]:
     """{op: {impl_id}}: implementations skipped after a failure."""
     return get_default_manager().get_failed_impls(op_name)
 
@@ -88,10 +89,10 @@ class CachedOp:
     def __init__(self, op_name: str) -> None:
         self.op_name = op_name
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: _Any, **kwargs: _Any) -> _Any:
         return get_default_manager().call(self.op_name, *args, **kwargs)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"CachedOp({self.op_name!r})"
 
 

@@ -13,6 +13,7 @@ fldispatch's Python API is absorbed.
 from __future__ import annotations
 
 import contextlib
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import fldispatch
 
@@ -40,8 +41,9 @@ def c_impl_id(kind: str, impl_id: str) -> str:
     return f"{prefix}.{clean}"
 
 
-def register(op: str, impl_id: str, kind: str, fn, vendor, priority: int, is_available,
-             into=None, plugin=None):
+def register(op: str, impl_id: str, kind: str, fn: Callable[..., Any], vendor: str | None, priority: int,
+             is_available: Callable[[], bool], into: fldispatch.registry.registering | None = None,
+             plugin: str | None = None) -> None:
     """Register one Python implementation into the C registry.
 
     into: a registration batch of fldispatch (what a discovered plugin's
@@ -49,7 +51,7 @@ def register(op: str, impl_id: str, kind: str, fn, vendor, priority: int, is_ava
     the plugin record named `plugin`.
     Raises ValueError (with the library's message) when C refuses it.
     """
-    kwargs = dict(impl_id=impl_id, kind=kind, vendor=vendor,
+    kwargs: dict[str, Any] = dict(impl_id=impl_id, kind=kind, vendor=vendor,
                   priority=int(priority), is_available=is_available)
     try:
         if into is not None:
@@ -60,12 +62,12 @@ def register(op: str, impl_id: str, kind: str, fn, vendor, priority: int, is_ava
         raise ValueError(str(e)) from e
 
 
-def impls_of(op: str) -> list:
+def impls_of(op: str) -> list[dict[str, Any]]:
     """The C registry's records of `op` (fldispatch.impls() rows)."""
     return [m for m in fldispatch.impls() if m["op"] == op]
 
 
-def all_impls() -> list:
+def all_impls() -> list[dict[str, Any]]:
     return fldispatch.impls()
 
 
@@ -78,7 +80,7 @@ def ensure_plugins() -> None:
         ensure()
 
 
-def set_plugin_registry_factory(factory) -> bool:
+def set_plugin_registry_factory(factory: Callable[[fldispatch.registry.registering], object]) -> bool:
     """Have upstream-group plugins that fldispatch discovers register through factory(batch)."""
     reg = getattr(fldispatch, "registry", None)
     setter = getattr(reg, "set_upstream_registry_factory", None)
@@ -88,17 +90,17 @@ def set_plugin_registry_factory(factory) -> bool:
     return True
 
 
-def discovered() -> list:
+def discovered() -> list[tuple[str, str, bool]]:
     """(name, source, ok) of the Python plugins fldispatch discovered."""
     reg = getattr(fldispatch, "registry", None)
-    out = []
+    out: list[tuple[str, str, bool]] = []
     for rec in getattr(reg, "discovered_plugins", ()):
         name, source, ok = rec[:3]
         out.append((name, "entry_point" if ":" in source else "env_module", bool(ok)))
     return out
 
 
-def explain(op: str) -> dict:
+def explain(op: str) -> dict[str, Any]:
     """The C selection for `op` now, on this thread's policy (fldispatch.explain's dict)."""
     return fldispatch.explain(op)
 
@@ -111,7 +113,7 @@ def op_exists(op: str) -> bool:
     return True
 
 
-def call(op: str, args, kwargs):
+def call(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Call `op` through the C call path (selection, fallback, failure memory).
 
     The IO dump's wrapper is stepped over: the manager records the call under
@@ -127,7 +129,8 @@ def describe() -> str:
     return fldispatch.describe_policy()
 
 
-def _five(prefer, strict, per_op, allow_vendors, deny_vendors):
+def _five(prefer: str, strict: bool, per_op: Mapping[str, Sequence[str]] | None,
+          allow_vendors: Iterable[str] | None, deny_vendors: Iterable[str] | None) -> dict[str, Any]:
     """Upstream's five policy fields as fldispatch.policy()/set_policy() keywords; an
     empty list clears (no allow list, no per-op orders)."""
     return dict(prefer=prefer, strict=bool(strict), per_op=dict(per_op) if per_op else "",
@@ -141,9 +144,9 @@ _FIVE = ("prefer", "strict", "per_op", "allow_vendors", "deny_vendors")
 _DESCRIBED = {f["word"]: f["key"] for f in fldispatch.POLICY_FIELDS if f["key"] not in _FIVE}
 
 
-def _other_fields(described: str) -> dict:
+def _other_fields(described: str) -> dict[str, str]:
     """The fields of a described policy beyond upstream's five, as policy keywords."""
-    out = {}
+    out: dict[str, str] = {}
     for part in described.partition(";per=")[0].split(";"):
         word, _, value = part.partition("=")
         if word in _DESCRIBED:
@@ -151,48 +154,50 @@ def _other_fields(described: str) -> dict:
     return out
 
 
-def set_global(prefer, strict, per_op, allow_vendors, deny_vendors):
+def set_global(prefer: str, strict: bool, per_op: Mapping[str, Sequence[str]] | None,
+               allow_vendors: Iterable[str] | None, deny_vendors: Iterable[str] | None) -> None:
     """Make these five fields the global policy (all or nothing; the others keep their values)."""
     fldispatch.set_policy(**_five(prefer, strict, per_op, allow_vendors, deny_vendors))
 
 
-def reset_global():
+def reset_global() -> None:
     fldispatch.reset_policy()
 
 
-def scoped_whole(prefer, strict, per_op, allow_vendors, deny_vendors):
+def scoped_whole(prefer: str, strict: bool, per_op: Mapping[str, Sequence[str]] | None,
+                 allow_vendors: Iterable[str] | None, deny_vendors: Iterable[str] | None) -> fldispatch.policy:
     """A scope of this thread holding a whole policy: upstream's five fields as
     given (a global deny list or per-op order they do not name is gone), the
     fields upstream keeps outside its SelectionPolicy as in force now."""
-    fields = _other_fields(describe())
+    fields: dict[str, Any] = _other_fields(describe())
     fields.update(_five(prefer, strict, per_op, allow_vendors, deny_vendors))
     return fldispatch.policy(inherit=False, **fields)
 
 
-def describe_file(path):
+def describe_file(path: str) -> str:
     """The policy a YAML file gives, read and checked by the core, as it describes it."""
     with fldispatch.policy(file=path):
         return describe()
 
 
-def scoped_fields(**fields):
+def scoped_fields(**fields: Any) -> fldispatch.policy:
     """A context that changes some fields of this thread's policy."""
     return fldispatch.policy(**fields)
 
 
-def failed_impls():
+def failed_impls() -> dict[str, set[str]]:
     """{op: set(impl_id)} from the core's failure memory."""
-    out = {}
+    out: dict[str, set[str]] = {}
     for rec in fldispatch.failed_impls():
         out.setdefault(rec[0], set()).add(rec[-1])
     return out
 
 
-def clear_failed(op=None):
+def clear_failed(op: str | None = None) -> None:
     fldispatch.clear_failed_impls(op)
 
 
-def set_log_level(level):
+def set_log_level(level: str) -> None:
     level = str(level).lower()
     fldispatch.set_log_level("error" if level == "critical" else level)
 

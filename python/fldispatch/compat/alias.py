@@ -25,6 +25,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
+from typing import Sequence
 
 from .. import _logbridge
 
@@ -40,23 +41,24 @@ _LOGGER = "vllm_fl.dispatch"
 
 
 class _Loader(importlib.abc.Loader):
-    def __init__(self, target):
+    def __init__(self, target: str | None) -> None:
         self._target = target
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         if self._target is None:
             top = types.ModuleType(spec.name, "fldispatch's stand-in for vllm_fl (only .dispatch)")
             top.__path__ = []
-            top.__fldispatch_alias__ = True
+            top.__fldispatch_alias__ = True  # type: ignore[attr-defined]  # the marker install() reads
             return top
         return importlib.import_module(self._target)
 
-    def exec_module(self, module):
+    def exec_module(self, module: types.ModuleType) -> None:
         pass
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if name == _TOP:
             target_name = None
         elif name in _OTHERS:

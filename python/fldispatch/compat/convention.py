@@ -31,7 +31,7 @@ their path unless an upstream implementation is selected.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Literal, Optional
 
 __all__ = ["UPSTREAM_OPS", "is_upstream_call", "call_upstream", "adapt_upstream_fn"]
 
@@ -42,11 +42,11 @@ UPSTREAM_OPS = frozenset(
 _tls = threading.local()
 
 
-def _is_tensor(obj) -> bool:
+def _is_tensor(obj: Any) -> bool:
     return hasattr(obj, "__dlpack__")
 
 
-def is_upstream_call(op: str, args: tuple) -> bool:
+def is_upstream_call(op: str, args: tuple[Any, ...]) -> bool:
     """Whether a call of catalog op `op` uses upstream's arguments (op in UPSTREAM_OPS)."""
     if op == "attention_backend":
         return not args
@@ -56,11 +56,11 @@ def is_upstream_call(op: str, args: tuple) -> bool:
 class _Layer:
     """Stands for the calling layer when the call came fldispatch's way."""
 
-    def __init__(self, **attrs):
+    def __init__(self, **attrs: Any) -> None:
         self.__dict__.update(attrs)
 
 
-def _layer(op: str, **attrs):
+def _layer(op: str, **attrs: Any) -> Any:
     held = getattr(_tls, "held", None)
     if held is not None and held[0] == op:
         return held[1]
@@ -72,19 +72,22 @@ class _Holding:
 
     __slots__ = ("entry", "saved")
 
-    def __init__(self, op: str, layer) -> None:
+    def __init__(self, op: str, layer: Any) -> None:
         self.entry = (op, layer)
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self.saved = getattr(_tls, "held", None)
         _tls.held = self.entry
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         _tls.held = self.saved
         return False
 
 
 # ---- upstream's call -> the catalog call ------------------------------------------
+
+# (fn, strict) of a candidate: an upstream implementation's fn, or None for one the core runs itself
+_Candidate = tuple[Optional[Callable[..., Any]], bool]
 
 
 def _platform_device() -> str:
@@ -93,7 +96,7 @@ def _platform_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _cos_sin_cache(cos, sin):
+def _cos_sin_cache(cos: Any, sin: Any) -> Any:
     """cat([cos, sin], -1) without a copy when they are the two halves of one tensor
     (what `cos_sin_cache.chunk(2, -1)` gives)."""
     import torch
@@ -107,8 +110,8 @@ def _cos_sin_cache(cos, sin):
     return torch.cat([cos, sin], dim=-1)
 
 
-def call_upstream(op: str, args: tuple, kwargs: dict, call: Callable[..., Any],
-                  upstream_fns: Optional[Callable[[str, str], list]] = None):
+def call_upstream(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], call: Callable[..., Any],
+                  upstream_fns: Optional[Callable[[str, str], Iterable[_Candidate]]] = None) -> Any:
     """Serve an upstream-style call of `op` through call(op, *catalog_args).
 
     attention_backend's catalog call cannot reach a Python implementation (its
@@ -165,7 +168,8 @@ def call_upstream(op: str, args: tuple, kwargs: dict, call: Callable[..., Any],
     raise ValueError(f"{op}: no upstream calling convention")
 
 
-def _rotary(op, rest, kwargs, call):
+def _rotary(op: str, rest: tuple[Any, ...], kwargs: dict[str, Any],
+            call: Callable[..., Any]) -> tuple[Any, Any]:
     names = ("query", "key", "cos", "sin", "position_ids", "rotary_interleaved", "inplace")
     given = dict(zip(names, rest))
     given.update(kwargs)
@@ -183,7 +187,7 @@ def _rotary(op, rest, kwargs, call):
     return q.view(query.shape), k.view(key.shape)
 
 
-def _contiguous():
+def _contiguous() -> Any:
     import torch
 
     return torch.contiguous_format
@@ -192,11 +196,11 @@ def _contiguous():
 # ---- an upstream implementation -> the catalog call ---------------------------------
 
 
-def _spec(tensor) -> str:
+def _spec(tensor: Any) -> str:
     return f"shape {tuple(tensor.shape)} {str(tensor.dtype).rpartition('.')[2]}"
 
 
-def _describe(obj) -> str:
+def _describe(obj: Any) -> str:
     if _is_tensor(obj) and hasattr(obj, "shape") and hasattr(obj, "dtype"):
         return f"a tensor of {_spec(obj)}"
     return f"a {type(obj).__name__}"
@@ -211,10 +215,10 @@ class _Result:
         self.op = op
         self.impl_id = impl_id
 
-    def _returned(self, got) -> str:
+    def _returned(self, got: Any) -> str:
         return f"upstream implementation '{self.impl_id}' of {self.op} returned {_describe(got)}"
 
-    def tensor(self, got, name: str, want):
+    def tensor(self, got: Any, name: str, want: Any) -> Any:
         """got, when it has the shape, dtype and device of output `name` (want)."""
         if _is_tensor(got) and hasattr(got, "shape") and tuple(got.shape) == tuple(want.shape) \
                 and got.dtype == want.dtype and got.device == want.device:
@@ -226,20 +230,21 @@ class _Result:
         raise error(f"{self._returned(got)}{where} for {name}: {_spec(want)} is due "
                     "(a result is copied as it is, never broadcast or converted)")
 
-    def pair(self, got, names: str):
+    def pair(self, got: Any, names: str) -> tuple[Any, ...] | list[Any]:
         """got as a pair, when it is one (a tuple or a list of two)."""
         if isinstance(got, (tuple, list)) and len(got) == 2:
             return got
         raise TypeError(f"{self._returned(got)} where a pair ({names}) is due")
 
 
-def _serve_activation(op, impl_id, fn, out, x):
+def _serve_activation(op: str, impl_id: str, fn: Callable[..., Any], out: Any, x: Any) -> None:
     approximate = "tanh" if op == "gelu_tanh_and_mul" else "none"
     result = fn(_layer(op, approximate=approximate), x)
     out.copy_(_Result(op, impl_id).tensor(result, "out", out))
 
 
-def _serve_rms_norm(op, impl_id, fn, out, x, weight, residual, eps):
+def _serve_rms_norm(op: str, impl_id: str, fn: Callable[..., Any], out: Any, x: Any, weight: Any,
+                    residual: Any, eps: float) -> None:
     layer = _layer(op, weight=weight, variance_epsilon=eps)
     check = _Result(op, impl_id)
     if residual is None:
@@ -252,7 +257,8 @@ def _serve_rms_norm(op, impl_id, fn, out, x, weight, residual, eps):
     out.copy_(result)
 
 
-def _serve_rotary(op, impl_id, fn, positions, query, key, head_size, cos_sin_cache, is_neox):
+def _serve_rotary(op: str, impl_id: str, fn: Callable[..., Any], positions: Any, query: Any, key: Any,
+                  head_size: int, cos_sin_cache: Any, is_neox: bool) -> None:
     tokens = positions.numel()
     rot = cos_sin_cache.shape[-1]
     cos, sin = cos_sin_cache.chunk(2, dim=-1)
@@ -270,7 +276,7 @@ def _serve_rotary(op, impl_id, fn, positions, query, key, head_size, cos_sin_cac
         k.copy_(k_out)
 
 
-_SERVE = {
+_SERVE: dict[str, Callable[..., None]] = {
     "silu_and_mul": _serve_activation,
     "gelu_and_mul": _serve_activation,
     "rms_norm": _serve_rms_norm,
@@ -278,7 +284,8 @@ _SERVE = {
 }
 
 
-def adapt_upstream_fn(c_op: str, fn: Optional[Callable], impl_id: str = "?"):
+def adapt_upstream_fn(c_op: str, fn: Optional[Callable[..., Any]],
+                      impl_id: str = "?") -> Optional[Callable[..., Any]]:
     """What to register for an upstream implementation `fn` (impl_id) of C op `c_op`:
     fn itself, or, for a catalog op upstream calls its own way, a wrapper that serves
     the core's catalog call (outputs as arguments) by calling fn upstream's way."""
@@ -287,13 +294,13 @@ def adapt_upstream_fn(c_op: str, fn: Optional[Callable], impl_id: str = "?"):
     if serve is None or not callable(fn):
         return fn
 
-    def catalog_call(*args):
+    def catalog_call(*args: Any) -> Any:
         if not args or not _is_tensor(args[0]):
             return fn(*args)
         serve(op, impl_id, fn, *args)
 
-    catalog_call.__wrapped__ = fn
+    catalog_call.__wrapped__ = fn  # type: ignore[attr-defined]  # what inspect.unwrap follows
     catalog_call.__name__ = getattr(fn, "__name__", op)
     catalog_call.__qualname__ = getattr(fn, "__qualname__", op)
-    catalog_call.__module__ = getattr(fn, "__module__", None)
+    catalog_call.__module__ = getattr(fn, "__module__", None)  # type: ignore[assignment]  # None for a fn without one
     return catalog_call

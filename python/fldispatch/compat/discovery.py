@@ -20,11 +20,17 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from typing import Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Set, Tuple, cast
+
+import fldispatch
 
 from .logger_manager import get_logger
 from . import _bridge
 from .registry import OpRegistry, register_face
+from .types import OpImpl
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["PLUGIN_GROUP", "PLUGIN_MODULES_ENV", "discover_plugins", "discover_from_entry_points",
            "discover_from_env_modules", "get_discovered_plugins", "clear_discovered_plugins",
@@ -37,7 +43,7 @@ log = get_logger("vllm_fl.dispatch.discovery")
 _discovered_plugins: List[Tuple[str, str, bool]] = []
 
 
-def _get_entry_points():
+def _get_entry_points() -> List[EntryPoint]:
     from importlib.metadata import entry_points
 
     try:
@@ -69,17 +75,17 @@ def _call_register_function(obj: Any, registry: Any, source_name: str) -> bool:
 class _Staging:
     """What a plugin's register function sees: records are kept until it returns."""
 
-    def __init__(self, target: OpRegistry):
+    def __init__(self, target: OpRegistry) -> None:
         self._target = target
-        self.impls = []
+        self.impls: List[OpImpl] = []
 
-    def register_impl(self, impl) -> None:
+    def register_impl(self, impl: OpImpl) -> None:
         self.impls.append(impl)
 
-    def register_many(self, impls) -> None:
+    def register_many(self, impls: Iterable[OpImpl]) -> None:
         self.impls.extend(impls)
 
-    def __getattr__(self, name):  # reading methods answer from the real registry
+    def __getattr__(self, name: str) -> Any:  # reading methods answer from the real registry
         return getattr(self._target, name)
 
 
@@ -169,11 +175,11 @@ class _PluginView:
     objects, so the default manager's resolve() returns their own fn.
     """
 
-    def __init__(self, batch):
+    def __init__(self, batch: fldispatch.registry.registering) -> None:
         self._batch = batch
-        self._seen = set()
+        self._seen: Set[Tuple[object, object]] = set()
 
-    def register_impl(self, impl) -> None:
+    def register_impl(self, impl: OpImpl) -> None:
         """Stage one implementation; a bad one is rejected alone, with its reason
         logged and kept (rejected_impls()), and the package's others stay."""
         op = getattr(impl, "op_name", None)
@@ -185,7 +191,7 @@ class _PluginView:
                 why = (f"duplicate impl_id '{impl_id}' for op '{op}' (registered twice by "
                        f"plugin '{plugin}')")
             if why is None:
-                register_face(op, impl, into=self._batch)
+                register_face(cast(str, op), impl, into=self._batch)  # a str: _record_problem checked it
         except (TypeError, ValueError, AttributeError) as e:
             why = str(e)
         if why is not None:
@@ -195,11 +201,11 @@ class _PluginView:
             return
         self._seen.add((op, impl_id))
 
-    def register_many(self, impls) -> None:
+    def register_many(self, impls: Iterable[OpImpl]) -> None:
         for impl in impls:
             self.register_impl(impl)
 
-    def __getattr__(self, name):  # the reading methods: the default registry's
+    def __getattr__(self, name: str) -> Any:  # the reading methods: the default registry's
         from .manager import get_default_manager
 
         return getattr(get_default_manager().registry, name)
@@ -207,10 +213,10 @@ class _PluginView:
 
 _NAME = re.compile(r"[A-Za-z0-9_.]+\Z")
 _VENDOR = re.compile(r"[A-Za-z0-9_.-]+\Z")
-_rejected_impls: List[Tuple[str, str, str, str]] = []
+_rejected_impls: List[Tuple[str, Any, Any, str]] = []
 
 
-def _record_problem(impl) -> Optional[str]:
+def _record_problem(impl: object) -> Optional[str]:
     """What the core would refuse in this record (which would reject the whole
     package at commit), or None."""
     op = getattr(impl, "op_name", None)
@@ -224,9 +230,10 @@ def _record_problem(impl) -> Optional[str]:
     return None
 
 
-def rejected_impls() -> List[Tuple[str, str, str, str]]:
+def rejected_impls() -> List[Tuple[str, Any, Any, str]]:
     """(plugin, op, impl_id, reason) of each implementation a discovered package
-    offered and that was rejected alone (the package's others are registered)."""
+    offered and that was rejected alone (the package's others are registered);
+    op and impl_id are what the record held, not always a str."""
     return list(_rejected_impls)
 
 

@@ -11,9 +11,12 @@ the reason (docs/porting-from-vllm-plugin-fl.md lists them).
 
 import sys
 import types
+from typing import Any, Callable, NoReturn
 
-from .. import iodump as _iodump
-from ..iodump import (  # noqa: F401
+# fldispatch.iodump under this package's name (the same module object, see
+# fldispatch/compat/__init__.py)
+from . import io_dumper as _iodump
+from .io_dumper import (  # noqa: F401
     advance_step,
     get_current_module,
     get_exec_order,
@@ -37,8 +40,8 @@ HAS_TORCH_DISPATCH_MODE = False
 HAS_TORCH_FUNC_MODE = False
 
 
-def _absent(name, why):
-    def absent(*args, **kwargs):
+def _absent(name: str, why: str) -> Callable[..., NoReturn]:
+    def absent(*args: Any, **kwargs: Any) -> NoReturn:
         raise NotImplementedError(f"{name}: not part of fldispatch's IO dump ({why})")
 
     absent.__name__ = name
@@ -61,10 +64,10 @@ class _SharedState(types.ModuleType):
     """Reads and writes of the IO dump's state (_step_counter, _rank,
     _TENSOR_STAT_REGISTRY, ...) through this module reach fldispatch.iodump."""
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(_iodump, name)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         if not name.startswith("__") and hasattr(_iodump, name) and name not in _OWN:
             setattr(_iodump, name, value)
         else:

@@ -73,7 +73,7 @@ import math
 import os
 import stat
 import threading
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 logger = logging.getLogger("vllm_fl.dispatch.io_dump")
 
@@ -234,7 +234,8 @@ def get_exec_order() -> int:
     return _exec_order_counter
 
 
-def parse_step_range(value, name: str = "step_range") -> Optional[Tuple[int, int]]:
+def parse_step_range(value: Union[str, Tuple[int, int], None],
+                     name: str = "step_range") -> Optional[Tuple[int, int]]:
     """'a-b' (inclusive) or 'n' -> the half-open (a, b + 1); None or '' -> None."""
     if value is None:
         return None
@@ -278,7 +279,7 @@ def module_context_matches(names: Set[str]) -> bool:
     return any(name in names for name in getattr(_module_context, "stack", None) or ())
 
 
-def register_io_module_hooks(model) -> None:
+def register_io_module_hooks(model: Any) -> None:
     """Forward hooks on every submodule of `model`, so the modules filter and
     module_tag know which module an op runs in. No-op while the dump is off."""
     if not _enabled:
@@ -299,7 +300,7 @@ def _remove_module_hooks() -> None:
 
 
 # ---- tensor statistics -------------------------------------------------------
-_TENSOR_STAT_REGISTRY: List[Tuple[str, Callable, bool]] = [
+_TENSOR_STAT_REGISTRY: List[Tuple[str, Callable[[Any], Any], bool]] = [
     ("min", lambda t: t.min().item(), False),
     ("max", lambda t: t.max().item(), False),
     ("mean", lambda t: t.mean().item(), True),
@@ -307,7 +308,7 @@ _TENSOR_STAT_REGISTRY: List[Tuple[str, Callable, bool]] = [
 ]
 
 
-def register_tensor_stat(name: str, fn: Callable, float_only: bool = True) -> None:
+def register_tensor_stat(name: str, fn: Callable[[Any], Any], float_only: bool = True) -> None:
     """Add (or replace) a statistic recorded for every tensor."""
     if not name or not name.strip():
         raise ValueError("register_tensor_stat: the name must be a non-empty string")
@@ -319,7 +320,7 @@ def register_tensor_stat(name: str, fn: Callable, float_only: bool = True) -> No
         _TENSOR_STAT_REGISTRY.append((name, fn, float_only))
 
 
-def tensor_stats(t) -> Dict[str, Any]:
+def tensor_stats(t: Any) -> Dict[str, Any]:
     """shape, dtype, device and each registered statistic of a tensor."""
     meta: Dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype),
                             "device": str(t.device)}
@@ -342,7 +343,7 @@ def tensor_stats(t) -> Dict[str, Any]:
 
 
 # ---- what is recorded ----------------------------------------------------------
-def _is_tensor(value) -> bool:
+def _is_tensor(value: Any) -> bool:
     import torch
 
     return isinstance(value, torch.Tensor)
@@ -365,7 +366,7 @@ def _serialize_value(value: Any) -> Any:
     return f"<{type(value).__name__}>"
 
 
-def _build_data(args: tuple, kwargs: dict, *, is_output: bool = False) -> Dict[str, Any]:
+def _build_data(args: Tuple[Any, ...], kwargs: Dict[str, Any], *, is_output: bool = False) -> Dict[str, Any]:
     """The dict saved in a call's .pt file (keys as in the JSON's "tensors")."""
     data: Dict[str, Any] = {}
     if is_output:
@@ -383,11 +384,12 @@ def _build_data(args: tuple, kwargs: dict, *, is_output: bool = False) -> Dict[s
     return data
 
 
-def _extract_tensor_refs(args: tuple, kwargs: dict, *, is_output: bool = False) -> Dict[str, Any]:
+def _extract_tensor_refs(args: Tuple[Any, ...], kwargs: Dict[str, Any], *,
+                         is_output: bool = False) -> Dict[str, Any]:
     """The tensors among a call's arguments (or its result), by their record keys."""
     refs: Dict[str, Any] = {}
     if is_output:
-        result = args[0] if args else None
+        result: Any = args[0] if args else None
         if isinstance(result, tuple):
             for i, value in enumerate(result):
                 if _is_tensor(value):
@@ -416,7 +418,7 @@ def _check_limits(op_name: str) -> bool:
     return True
 
 
-def _module_arg(args: tuple) -> Optional[str]:
+def _module_arg(args: Tuple[Any, ...]) -> Optional[str]:
     """The class name of a torch module passed as the first argument (a layer calling its op)."""
     if not args:
         return None
@@ -425,7 +427,7 @@ def _module_arg(args: tuple) -> Optional[str]:
     return type(args[0]).__name__ if isinstance(args[0], torch.nn.Module) else None
 
 
-def _should_dump(op_name: str, args: tuple) -> bool:
+def _should_dump(op_name: str, args: Tuple[Any, ...]) -> bool:
     """Whether a call of op_name passes every filter (AND of the filters set)."""
     if not _check_limits(op_name):
         return False
@@ -560,7 +562,7 @@ def _save_pt(path: str, data: Dict[str, Any]) -> None:
     _write_replacing(path, lambda f: torch.save(data, f), binary=True)
 
 
-def dump_before(op_name: str, args: tuple, kwargs: dict, exec_order: Optional[int] = None,
+def dump_before(op_name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any], exec_order: Optional[int] = None,
                 module_tag: Optional[str] = None, op_tag: Optional[str] = None,
                 impl_id: Optional[str] = None) -> None:
     """Record a call's inputs (before it runs)."""
@@ -596,12 +598,12 @@ def dump_before(op_name: str, args: tuple, kwargs: dict, exec_order: Optional[in
                        _dump_dir, op_name, e)
 
 
-def _pop_pairing(op_name: str):
+def _pop_pairing(op_name: str) -> Optional[Tuple[int, int, str, str, str]]:
     entries = (getattr(_pairing, "stack", None) or {}).get(op_name)
     return entries.pop() if entries else None
 
 
-def dump_after(op_name: str, args: tuple, result: Any, impl_id: Optional[str] = None) -> None:
+def dump_after(op_name: str, args: Tuple[Any, ...], result: Any, impl_id: Optional[str] = None) -> None:
     """Record a call's outputs (after it returned)."""
     if not _enabled or not _with_metas or not _rank_ok():
         return
@@ -621,7 +623,7 @@ def dump_after(op_name: str, args: tuple, result: Any, impl_id: Optional[str] = 
                        _dump_dir, op_name, e)
 
 
-def dump_written(op_name: str, args: tuple, written: Tuple[int, ...],
+def dump_written(op_name: str, args: Tuple[Any, ...], written: Tuple[int, ...],
                  impl_id: Optional[str] = None) -> None:
     """Record the outputs of an op that writes into its arguments (by position)."""
     if not _enabled or not _with_metas or not _rank_ok():
@@ -656,7 +658,8 @@ def _write_summary() -> None:
     with _lock:
         if not _dump_dir or not _op_summary:
             return
-        flagos, other = [], []
+        flagos: List[str] = []
+        other: List[str] = []
         for op in sorted(_op_summary):
             entry = _op_summary[op]
             ids = entry.get("impl_ids", ())
@@ -730,10 +733,13 @@ def _env_requested() -> bool:
     return bool(where) or bool(os.environ.get("VLLM_FL_IO_DUMP_STEP_RANGE", "").strip())
 
 
-def enable_io_dump(dump_dir=_UNSET, ops=_UNSET, modules=_UNSET, layers=_UNSET,
-                   max_calls=_UNSET, step_range=_UNSET, with_torch_funcs=_UNSET, ranks=_UNSET,
-                   with_values=_UNSET, with_metas=_UNSET, with_print=_UNSET,
-                   bg_workers=_UNSET) -> None:
+def enable_io_dump(dump_dir: Optional[str] = _UNSET, ops: Optional[Iterable[str]] = _UNSET,
+                   modules: Optional[Iterable[str]] = _UNSET, layers: Any = _UNSET,
+                   max_calls: Optional[int] = _UNSET,
+                   step_range: Union[str, Tuple[int, int], None] = _UNSET,
+                   with_torch_funcs: Any = _UNSET, ranks: Optional[Iterable[int]] = _UNSET,
+                   with_values: Optional[bool] = _UNSET, with_metas: Optional[bool] = _UNSET,
+                   with_print: Any = _UNSET, bg_workers: Optional[int] = _UNSET) -> None:
     """Turn the dump on. Arguments left out take the environment's value, then the default.
 
     dump_dir (default ./io_dump), ops and modules (name sets; both unset: every
@@ -890,11 +896,11 @@ def written_positions(op_name: str) -> Optional[Tuple[int, ...]]:
             return None  # not declared: a later declaration may still give it one
         positions = _declared_written[op_name] = _written_positions(schema)
     return positions or None
-_saved: Dict[str, Callable] = {}
-_torch_lib = None
+_saved: Dict[str, Callable[..., Any]] = {}
+_torch_lib: Any = None  # the torch.library.Library of the torch hooks
 
 
-def _served_by(op_name: str, args: tuple) -> Optional[str]:
+def _served_by(op_name: str, args: Tuple[Any, ...]) -> Optional[str]:
     """The implementation fldispatch chooses for this call (from its first tensor)."""
     import fldispatch
 
@@ -907,8 +913,8 @@ def _served_by(op_name: str, args: tuple) -> Optional[str]:
         return None
 
 
-def call_recorded(op_name: str, fn: Callable, args: tuple, kwargs: dict,
-                  written: Optional[Tuple[int, ...]] = None, impl_id: Optional[str] = None):
+def call_recorded(op_name: str, fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                  written: Optional[Tuple[int, ...]] = None, impl_id: Optional[str] = None) -> Any:
     """Run fn(*args, **kwargs) with its inputs and outputs recorded."""
     if not _enabled:
         return fn(*args, **kwargs)
@@ -927,25 +933,25 @@ def call_recorded(op_name: str, fn: Callable, args: tuple, kwargs: dict,
     return result
 
 
-def _wrap_catalog(name: str, fn: Callable) -> Callable:
+def _wrap_catalog(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     written = WRITTEN.get(name)
 
-    def recorded(*args, **kwargs):
+    def recorded(*args: Any, **kwargs: Any) -> Any:
         return call_recorded(name, fn, args, kwargs, written)
 
     recorded.__name__ = name
     recorded.__doc__ = fn.__doc__
-    recorded.__wrapped__ = fn
+    recorded.__wrapped__ = fn  # type: ignore[attr-defined]  # what inspect.unwrap follows
     return recorded
 
 
-def _wrap_call_op(fn: Callable) -> Callable:
-    def call_op(name, *args, **kwargs):
+def _wrap_call_op(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def call_op(name: str, *args: Any, **kwargs: Any) -> Any:
         return call_recorded(name, lambda *a, **k: fn(name, *a, **k), args, kwargs,
                              written_positions(name))
 
     call_op.__doc__ = fn.__doc__
-    call_op.__wrapped__ = fn
+    call_op.__wrapped__ = fn  # type: ignore[attr-defined]  # what inspect.unwrap follows
     return call_op
 
 

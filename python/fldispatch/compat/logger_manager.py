@@ -9,13 +9,13 @@ level VLLM_FL_LOG_LEVEL sets. set_log_level() sets both.
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Dict, Optional
 
 from . import _bridge
 
 __all__ = ["get_logger", "set_log_level"]
 
-_loggers: dict = {}
+_loggers: Dict[str, logging.Logger] = {}
 
 
 def get_logger(name: str = "vllm_fl.dispatch") -> logging.Logger:

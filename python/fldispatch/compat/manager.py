@@ -15,7 +15,7 @@ import contextlib
 import os
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Set
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Set, Tuple
 
 import fldispatch
 
@@ -58,7 +58,7 @@ class OpManager:
         self._registry = registry if registry is not None else OpRegistry()
         self._state = _OpManagerState()
         self._lock = threading.RLock()
-        self._dispatch_cache: Dict[tuple, Callable] = {}
+        self._dispatch_cache: Dict[Tuple[str, str, int, int], OpImpl] = {}
         # Entries written here by hand are reported by get_failed_impls();
         # the failures the core records are read from the core.
         self._failed_impls: Dict[str, Set[str]] = {}
@@ -124,7 +124,7 @@ class OpManager:
         return out
 
     # -- selection ----------------------------------------------------------
-    def _scope(self, op_name: str):
+    def _scope(self, op_name: str) -> ContextManager[object]:
         """Carry a per-op order of the policy over to this registry's name in C."""
         c_op = self._registry.c_op(op_name)
         if c_op == op_name:
@@ -134,7 +134,7 @@ class OpManager:
             return contextlib.nullcontext()
         return _bridge.scoped_fields(per_op={c_op: order})
 
-    def _explain(self, op_name: str) -> dict:
+    def _explain(self, op_name: str) -> Dict[str, Any]:
         self.ensure_initialized()
         PolicyManager.get_instance().sync()
         c_op = self._registry.c_op(op_name)
@@ -145,10 +145,10 @@ class OpManager:
             raise RuntimeError(f"No available implementation for op='{op_name}'. "
                                f"Registered: []") from None
 
-    def _impl_of(self, op_name: str, c_id: str, info: dict) -> OpImpl:
+    def _impl_of(self, op_name: str, c_id: str, info: Dict[str, Any]) -> OpImpl:
         return self._registry.impl_for_c_id(op_name, c_id)
 
-    def _no_choice(self, op_name: str, info: dict) -> RuntimeError:
+    def _no_choice(self, op_name: str, info: Dict[str, Any]) -> RuntimeError:
         rejected = [r["impl_id"] for r in info.get("rejected", [])]
         if not rejected:
             return RuntimeError(f"No available implementation for op='{op_name}'. Registered: []")
@@ -173,7 +173,7 @@ class OpManager:
             self._dispatch_cache[key] = impl
         return impl
 
-    def resolve(self, op_name: str) -> Callable:
+    def resolve(self, op_name: str) -> Callable[..., Any]:
         """The fn the core selects for `op_name` now."""
         return self._resolve_impl(op_name).fn
 
@@ -187,21 +187,21 @@ class OpManager:
     def get_selected_impl_id(self, op_name: str) -> str:
         return self._resolve_impl(op_name).impl_id
 
-    def _upstream_fns(self, op_name: str, device: str) -> list:
+    def _upstream_fns(self, op_name: str, device: str) -> List[Tuple[Optional[Callable[..., Any]], bool]]:
         """(fn, strict) of op_name's candidates on device in the core's order: the
         upstream implementation's fn, or None for one the core runs itself."""
         c_op = self._registry.c_op(op_name)
         with self._scope(op_name):
             info = fldispatch.explain(c_op, device)
         strict = get_policy().strict
-        out = []
+        out: List[Tuple[Optional[Callable[..., Any]], bool]] = []
         for name in info.get("candidates", []):
             impl = self._registry.impl_for_c_id(op_name, name)
             out.append((None if isinstance(impl.fn, _CImpl) else impl.fn, strict))
         return out
 
     # -- calls --------------------------------------------------------------
-    def call(self, op_name: str, *args, **kwargs):
+    def call(self, op_name: str, *args: Any, **kwargs: Any) -> Any:
         """Call `op_name` through the core: selection, fallback, failure memory."""
         state = self._state
         if not state.initialized or state.init_pid != _pid:

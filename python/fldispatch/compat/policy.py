@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+from types import TracebackType
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from . import _bridge
 
@@ -51,7 +52,7 @@ class SelectionPolicy:
     deny_vendors: FrozenSet[str] = field(default_factory=frozenset)
     allow_vendors: Optional[FrozenSet[str]] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.prefer not in VALID_PREFER_VALUES:
             raise ValueError(f"Invalid prefer value: '{self.prefer}'. Must be one of: "
                              f"{', '.join(sorted(VALID_PREFER_VALUES))}")
@@ -109,13 +110,13 @@ class SelectionPolicy:
                      self.allow_vendors))
 
     # -- to and from the core ------------------------------------------------
-    def _fields(self):
+    def _fields(self) -> Tuple[str, bool, Dict[str, List[str]], Optional[List[str]], List[str]]:
         return (self.prefer, self.strict, self.per_op_order_dict,
                 sorted(self.allow_vendors) if self.allow_vendors is not None else None,
                 sorted(self.deny_vendors))
 
 
-def _tokens(op, tokens) -> Tuple[str, ...]:
+def _tokens(op: str, tokens: str | Iterable[str]) -> Tuple[str, ...]:
     """A per-op order as a tuple of tokens: a str is 'a|b'; a token holding one
     of the core's separators is refused (the core would split it)."""
     if isinstance(tokens, str):
@@ -129,7 +130,7 @@ def _tokens(op, tokens) -> Tuple[str, ...]:
     return out
 
 
-def _vendors(field_name, vendors) -> FrozenSet[str]:
+def _vendors(field_name: str, vendors: str | Iterable[str]) -> FrozenSet[str]:
     """A vendor list as a frozenset of names: a str is comma-separated; a name
     holding a ',' is refused (the core would take it for two)."""
     if isinstance(vendors, str):
@@ -165,10 +166,10 @@ def parse_described(text: str) -> SelectionPolicy:
 class PolicyManager:
     """The process's policy state as upstream shapes it: epochs over the C policy."""
 
-    _instance = None
+    _instance: Optional["PolicyManager"] = None
     _instance_lock = threading.Lock()
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._epoch = 0
         self._reset_pending = False
@@ -220,7 +221,7 @@ class PolicyManager:
 class _PolicyContext:
     """A scoped override putting a whole SelectionPolicy in force on this thread."""
 
-    def __init__(self, manager: PolicyManager, policy: SelectionPolicy):
+    def __init__(self, manager: PolicyManager, policy: SelectionPolicy) -> None:
         self._manager = manager
         self._policy = policy
         self._scopes = threading.local()
@@ -236,7 +237,8 @@ class _PolicyContext:
         self._manager.bump_policy_epoch()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         stack = getattr(self._scopes, "stack", None)
         if not stack:
             import fldispatch
@@ -299,9 +301,9 @@ def policy_context(policy: SelectionPolicy) -> _PolicyContext:
     return _PolicyContext(_mgr(), policy)
 
 
-def _derived(**changes) -> SelectionPolicy:
+def _derived(**changes: Any) -> SelectionPolicy:
     cur = get_policy()
-    fields = dict(prefer=cur.prefer, strict=cur.strict, per_op_order=cur.per_op_order_dict,
+    fields: Dict[str, Any] = dict(prefer=cur.prefer, strict=cur.strict, per_op_order=cur.per_op_order_dict,
                   deny_vendors=set(cur.deny_vendors),
                   allow_vendors=set(cur.allow_vendors) if cur.allow_vendors else None)
     fields.update(changes)

@@ -24,7 +24,9 @@ import itertools
 import numbers
 import threading
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import fldispatch
 
 from . import _bridge
 from .convention import UPSTREAM_OPS, adapt_upstream_fn, call_upstream, is_upstream_call
@@ -50,12 +52,12 @@ class OpRegistrySnapshot:
 class _CImpl:
     """The fn of an implementation a C plugin registered: calls the op pinned to it."""
 
-    def __init__(self, c_op: str, impl_id: str, plugin: str = ""):
+    def __init__(self, c_op: str, impl_id: str, plugin: str = "") -> None:
         self.c_op = c_op
         self.impl_id = impl_id
         self.token = f"impl:{impl_id}@{plugin}" if plugin else f"impl:{impl_id}"
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with _bridge.scoped_fields(per_op={self.c_op: [self.token]}, strict=True):
             op = self.c_op.rpartition(".")[2] if self.c_op.startswith("compat") else self.c_op
             if op in UPSTREAM_OPS and is_upstream_call(op, args):
@@ -67,7 +69,7 @@ class _CImpl:
         return self.c_op[: len(self.c_op) - len(self.c_op.rpartition(".")[2])] + op \
             if self.c_op.startswith("compat") else op
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<fldispatch implementation {self.impl_id} of {self.c_op}>"
 
 
@@ -82,7 +84,7 @@ def split_name(name: str) -> Tuple[str, str]:
     return c_id, plugin
 
 
-def face(c_op: str, name: str, op_name: str, row: Optional[dict] = None) -> OpImpl:
+def face(c_op: str, name: str, op_name: str, row: Optional[Dict[str, Any]] = None) -> OpImpl:
     """The OpImpl that stands for C record (c_op, name); name may be 'impl_id@plugin'."""
     c_id, plugin = split_name(name)
     if row is None and not plugin:
@@ -102,7 +104,8 @@ def face(c_op: str, name: str, op_name: str, row: Optional[dict] = None) -> OpIm
         return impl
 
 
-def register_face(c_op: str, impl: OpImpl, into=None, plugin=None) -> None:
+def register_face(c_op: str, impl: OpImpl, into: Optional[fldispatch.registry.registering] = None,
+                  plugin: Optional[str] = None) -> None:
     """Register `impl` in C under op name c_op, into a plugin's batch when given,
     else at once under the plugin record `plugin`."""
     try:
@@ -172,8 +175,8 @@ class OpRegistry:
         for impl in impls:
             self.register_impl(impl)
 
-    def _rows(self):
-        out: Dict[str, List[dict]] = {}
+    def _rows(self) -> Dict[str, List[Dict[str, Any]]]:
+        out: Dict[str, List[Dict[str, Any]]] = {}
         for row in _bridge.all_impls():
             op = self.op_of(row["op"])
             if op is not None:

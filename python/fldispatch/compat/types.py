@@ -47,7 +47,7 @@ class OpImpl:
     supported_dtypes: Optional[Set[str]] = None
     min_arch: Optional[str] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind == BackendImplKind.VENDOR and not self.vendor:
             raise ValueError(f"OpImpl with kind=VENDOR must specify vendor name: {self.impl_id}")
 

@@ -15,7 +15,7 @@ Installed as `vllm_fl.utils` by fldispatch.compat.alias.install().
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import fldispatch
 
@@ -63,7 +63,7 @@ def get_device_name(vendor_name: str) -> str:
     return _device_field(vendor_name, "device_name")
 
 
-def _policy() -> Dict[str, object]:
+def _policy() -> Dict[str, Any]:
     """The core's effective policy fields: key -> value (per-op orders as
     "per_op.<op>" -> [token, ...])."""
     return {f["key"]: f["value"] for f in fldispatch.config()["policy"]}
