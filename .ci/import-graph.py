@@ -7,7 +7,8 @@ an __init__.py is its package, fldispatch.compat). Module a depends on
 module b when a imports b anywhere in its file, at the top or inside a
 function: `import fldispatch.b`, `from fldispatch import b`, `from . import
 b`, `from .b import name`, `from .. import b`, and importlib.import_module
-with a constant name. `from P import name`, where P.name is not a module of
+with a constant name; not what a type checker alone follows, the imports
+under `if TYPE_CHECKING:` (they never run). `from P import name`, where P.name is not a module of
 the package, depends on P itself. Importing a module runs the packages above
 it first, so a depends on those too, but for the packages above a itself:
 they have run before a starts (`from . import _C` in fldispatch.vllm adds
@@ -80,12 +81,24 @@ def _above(name):
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def _is_type_checking(node):
+    """Whether node is `if TYPE_CHECKING:` (or `if typing.TYPE_CHECKING:`)."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
+
+
 def imports_of(tree, module, is_package):
     """(dotted name, line, text) for every import in the parsed file of
     module: the names imported, relative ones resolved, `from P import n` as
     both P.n and P."""
     here = module.split(".") if is_package else module.split(".")[:-1]
+    for_types_only = {id(inner) for node in ast.walk(tree) if _is_type_checking(node)
+                      for stmt in node.body for inner in ast.walk(stmt)}
     for node in ast.walk(tree):
+        if id(node) in for_types_only:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno, f"import {alias.name}"
@@ -149,7 +162,8 @@ def check(root, known=None, package=PACKAGE, out=None, err=None):
 
 def self_test():
     """Imports are seen in every form (absolute, relative at each level,
-    inside functions, import_module); the packages above the importer add no
+    inside functions, import_module) but those for a type checker alone
+    (under `if TYPE_CHECKING:`); the packages above the importer add no
     edge, those above the imported module do. The check fails on a cycle
     that is not known, and on a known one grown, shrunk or gone."""
     import shutil
@@ -180,13 +194,16 @@ def self_test():
             "d.py": "name = 1\n",
             "sub/deep.py": "from .. import a\nfrom ..d import name\nfrom . import leaf\n",
             "sub/leaf.py": "from pkg.sub import deep\n",
+            "e.py": "import typing\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                    "    from .b import x\nif typing.TYPE_CHECKING:\n    import pkg.c\n"
+                    "else:\n    from . import d\n",
         })
         roots.append(root)
         deps, why = graph(root, "pkg")
         assert deps == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.sub", "pkg.sub.deep"}, "pkg.b": {"pkg.a"},
                         "pkg.c": {"pkg.b"}, "pkg.d": set(), "pkg.sub": set(),
                         "pkg.sub.deep": {"pkg.a", "pkg.d", "pkg.sub.leaf"},
-                        "pkg.sub.leaf": {"pkg.sub.deep"}}, deps
+                        "pkg.sub.leaf": {"pkg.sub.deep"}, "pkg.e": {"pkg.d"}}, deps
         assert why[("pkg.a", "pkg.sub.deep")] == "pkg/a.py:5: from .sub import deep", why
         assert why[("pkg.c", "pkg.b")] == "pkg/c.py:3: import_module('pkg.b')", why
         assert cycles(deps) == [["pkg.a", "pkg.sub.deep", "pkg.sub.leaf"]], cycles(deps)
@@ -203,7 +220,7 @@ def self_test():
         rc, out, err = run_check(root, known=(three,))
         assert rc == 0 and not err, (out, err)
         assert out.splitlines() == [
-            "python import graph: 8 modules of pkg, 9 imports, 1 known cycle let through "
+            "python import graph: 9 modules of pkg, 10 imports, 1 known cycle let through "
             "(3 modules: pkg.a pkg.sub.deep pkg.sub.leaf)"], out
 
         # A known cycle grown, shrunk, or gone.
