@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # make lint's type check: mypy, at the version python/requirements-lint.txt
 # pins, over the Python package (python/fldispatch, with the extension's stub
-# fldispatch/_C.pyi), with the settings of python/pyproject.toml's [tool.mypy].
-# The package ships its types (fldispatch/py.typed), so what it declares is
-# what its users' type checkers see. Prints one line (the version and the
+# fldispatch/_C.pyi) and python/tests/typing (a program's calls into it), with
+# the settings of python/pyproject.toml's [tool.mypy]. The package ships its
+# types (fldispatch/py.typed), so what it declares is what its users' type
+# checkers see. Prints one line (the version and the
 # number of files) when clean; mypy's findings and a non-zero status otherwise.
 #
 # The mypy is the one in PATH when its version is the pinned one; else that of
@@ -31,7 +32,7 @@ if [ -z "$cache" ]; then
     cache=$(mktemp -d)
     trap 'rm -rf "$cache"' EXIT
 fi
-count=$(find python/fldispatch -name '*.py' -o -name '*.pyi' | grep -c .)
+count=$(find python/fldispatch python/tests/typing -name '*.py' -o -name '*.pyi' | grep -c .)
 # From python/: its pyproject.toml holds the settings and names the files.
 (cd python && "$mypy" --cache-dir "$cache" --no-error-summary) >&2
-echo "python: mypy $pinned over $count files of python/fldispatch (python/pyproject.toml), clean"
+echo "python: mypy $pinned over $count files of python/fldispatch and python/tests/typing (python/pyproject.toml), clean"
