@@ -44,8 +44,8 @@ PYPKG       := $(PYOUT)/fldispatch
 PY_SRC      := $(sort $(wildcard python/src/*.c))
 PY_OBJ      := $(PY_SRC:python/src/%.c=$(OBJ)/python/%.o)
 PY_MODULES  := $(patsubst python/fldispatch/%,$(PYPKG)/%,$(wildcard python/fldispatch/*.py python/fldispatch/compat/*.py python/fldispatch/compat/backends/*.py))
-# The package's types (PEP 561): the marker and the extension's stub.
-PY_TYPES    := $(PYPKG)/py.typed $(PYPKG)/_C.pyi
+# The package's types (PEP 561): the marker and the extension's stubs.
+PY_TYPES    := $(PYPKG)/py.typed $(PYPKG)/_C.pyi $(PYPKG)/_ops.pyi
 PY_EXT      := $(PYPKG)/_C.abi3.so
 PY_FIXTURES := $(patsubst python/tests/plugins/%.c,$(PYOUT)/tests/fld-%.so,$(wildcard python/tests/plugins/*.c))
 # The command-line tool as a shared object (main renamed fld_tool_main), so

@@ -1,15 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """Types of fldispatch._C, the extension over libfldispatch (python/src).
 
-The catalog's op functions (rms_norm, silu_and_mul, ...) are the library's
-table, <fldispatch/catalog.def>, and are not repeated here: module
-__getattr__ types them as callables. Every other name the extension
-defines is declared here, with the parameters its docstring signature
-gives; python/tests/test_stub.py holds the two to each other.
+Every name the extension defines is declared here, with the parameters its
+docstring signature gives, but the catalog's op functions (rms_norm,
+silu_and_mul, ...), which _ops.pyi declares from the catalog itself;
+python/tests/test_stub.py holds both to the extension.
 """
 
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
+
+from ._ops import *  # noqa: F403
 
 DLPACK_MAJOR: int
 DLPACK_MINOR: int
@@ -44,7 +45,6 @@ class PolicyScope:
 def call_op(name: str, /, *args: Any, **kwargs: Any) -> Any: ...
 def resolve_op(name: str, /) -> OpCaller: ...
 def prepare(op: str, /, *args: Any, **kwargs: Any) -> Prepared: ...
-def __getattr__(name: str) -> Callable[..., Any]: ...
 
 # -- the library's tables
 def catalog() -> tuple[tuple[str, str, str], ...]: ...

@@ -22,7 +22,7 @@ import os as _os
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Iterable
     from typing import Any
 
 from . import _C
@@ -171,10 +171,12 @@ OPS = tuple(_name for _name, _schema in _C.catalog_ops())
 globals().update({_name: getattr(_C, _name) for _name in OPS})
 
 if _typing.TYPE_CHECKING:
-    # The catalog's ops are added to the module at run time, from the library's table.
-    def __getattr__(name: str) -> Callable[..., Any]: ...
+    # What the line above adds, as a type checker sees it (the stub made from the catalog).
+    from ._ops import *  # noqa: F403
 
-__all__ = list(OPS) + [
+# The API besides the catalog's ops, written out so that type checkers read
+# it as the module's exports; the ops follow from the catalog.
+__all__ = [
     "register_impl", "registering", "declare_op", "signatures", "call_op", "resolve_op",
     "discover_plugins",
     "resolve", "explain", "plugins", "impls", "config", "reload", "init", "load_plugin", "policy",
@@ -185,6 +187,7 @@ __all__ = list(OPS) + [
     "OutOfMemoryError", "UnsupportedError", "StateError", "__version__", "stats", "stats_reset",
     "stats_summary", "stats_enable", "stats_mode", "stats_flush", "prepare",
 ]
+__all__ = list(OPS) + __all__
 
 
 # ---- the policy ----------------------------------------------------------------

@@ -1,13 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""fldispatch/_C.pyi, the types of the extension that users' type checkers
-(and make lint's mypy) read, against the extension itself: every name it
-defines is declared (the catalog's ops aside, which the stub's module
-__getattr__ types), nothing is declared that it lacks, each function with
-its parameters (names, kinds, defaults), each error class with its bases.
-The package ships the stub and the PEP 561 marker beside the extension."""
+"""fldispatch's stubs, the types that users' type checkers (and make lint's
+mypy) read, against the extension itself.
+
+_C.pyi declares every name the extension defines but the catalog's ops
+(nothing it lacks), each function with its parameters (names, kinds,
+defaults), each error class with its bases. _ops.pyi, the catalog's op
+functions, is made from the catalog's schemas (_C.catalog_ops(): names,
+types, defaults, result) and docs; it is what `python3
+python/tests/test_stub.py --write` writes with the built package on
+PYTHONPATH, and each op's parameters are the extension's. The package
+ships the stubs and the PEP 561 marker beside the extension."""
 
 import ast
 import inspect
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +23,7 @@ import fldispatch
 from fldispatch import _C
 
 PACKAGE = Path(fldispatch.__file__).parent
-STUB = ast.parse((PACKAGE / "_C.pyi").read_text())
+SOURCE = Path(__file__).resolve().parents[1] / "fldispatch"
 
 KINDS = {
     "posonlyargs": inspect.Parameter.POSITIONAL_ONLY,
@@ -25,10 +32,10 @@ KINDS = {
 }
 
 
-def _declared():
-    """{name: its node} of the stub's top level."""
+def _declared(stub):
+    """{name: its node} of a stub's top level."""
     names = {}
-    for node in STUB.body:
+    for node in stub.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names[node.name] = node
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
@@ -36,9 +43,53 @@ def _declared():
     return names
 
 
-DECLARED = _declared()
+C_STUB = ast.parse((PACKAGE / "_C.pyi").read_text())
+DECLARED = _declared(C_STUB)
+OPS_DECLARED = _declared(ast.parse((PACKAGE / "_ops.pyi").read_text())) if (PACKAGE / "_ops.pyi").exists() else {}
 OPS = {op for op, _schema in _C.catalog_ops()}
 DEFINED = {n for n in dir(_C) if not (n.startswith("__") and n.endswith("__"))} - OPS
+
+# ---- _ops.pyi from the catalog's schemas -------------------------------------
+# A schema's argument types as Python's (a Tensor: any DLPack producer), and
+# its results.
+SCHEMA_TYPES = {"Tensor": "Any", "float": "float", "int": "int", "bool": "bool", "str": "str"}
+SCHEMA_RESULTS = {"()": "None", "str": "str"}
+SCHEMA_ARGUMENT = re.compile(r"(?P<type>\w+)(?:\([a-z]!?\))?(?P<optional>\?)? (?P<name>\w+)(?:=(?P<default>.+))?")
+OPS_HEADER = '''# SPDX-License-Identifier: Apache-2.0
+"""The catalog's op functions (fldispatch.rms_norm, ...: fldispatch._C's) as
+a type checker sees them, made from the catalog's schemas and docs
+(<fldispatch/catalog.def>, _C.catalog_ops(), _C.catalog()). Written by
+`python3 python/tests/test_stub.py --write` with the built package on
+PYTHONPATH; python/tests/test_stub.py holds it to the catalog. A Tensor is
+Any: any DLPack producer."""
+
+from typing import Any
+'''
+WIDTH = 110
+
+
+def _op_stub(op, schema, doc):
+    """The stub of one op: its def from the schema, the catalog's doc."""
+    arguments, result = schema.rsplit(" -> ", 1)
+    params = []
+    for text in arguments[1:-1].split(", ") if arguments != "()" else []:
+        m = SCHEMA_ARGUMENT.fullmatch(text)
+        assert m and m["type"] in SCHEMA_TYPES, f"{op}: no Python type for {text!r}"
+        kind = SCHEMA_TYPES[m["type"]] + (" | None" if m["optional"] else "")
+        params.append(f"{m['name']}: {kind}" + (f" = {m['default']}" if m["default"] else ""))
+    assert result in SCHEMA_RESULTS, f"{op}: no Python type for the result {result!r}"
+    line = f"def {op}({', '.join(params)}) -> {SCHEMA_RESULTS[result]}:"
+    if len(line) > WIDTH:
+        line = f"def {op}(\n" + "".join(f"    {p},\n" for p in params) + \
+            f") -> {SCHEMA_RESULTS[result]}:"
+    body = doc.replace("\n", "\n    ")
+    return f'{line}\n    """{body}"""\n'
+
+
+def ops_stub():
+    """_ops.pyi as the catalog makes it."""
+    docs = {op: doc for op, _family, doc in _C.catalog()}
+    return OPS_HEADER + "".join(f"\n\n{_op_stub(op, schema, docs[op])}" for op, schema in _C.catalog_ops())
 
 
 def _stub_parameters(fn):
@@ -70,25 +121,27 @@ def _default(node):
 
 
 def test_the_package_carries_its_types():
-    assert (PACKAGE / "py.typed").is_file()
-    assert (PACKAGE / "_C.pyi").is_file()
+    for name in ("py.typed", "_C.pyi", "_ops.pyi"):
+        assert (PACKAGE / name).is_file(), name
 
 
 def test_the_stub_declares_every_name_of_the_extension_and_no_other():
     assert sorted(DEFINED - set(DECLARED)) == []
-    # the module __getattr__ stands for the catalog's ops
-    assert sorted(set(DECLARED) - DEFINED - {"__getattr__"}) == []
+    assert sorted(set(DECLARED) - DEFINED) == []
 
 
-def test_the_catalogs_ops_are_left_to_the_module_getattr():
-    assert "__getattr__" in DECLARED
-    assert not OPS & set(DECLARED)
-    assert OPS and all(callable(getattr(_C, op)) for op in OPS)
+def test_the_ops_stub_is_made_from_the_catalog():
+    assert (SOURCE / "_ops.pyi").read_text() == ops_stub(), \
+        "the catalog changed: python3 python/tests/test_stub.py --write (with the built package on PYTHONPATH)"
+    assert set(OPS_DECLARED) == OPS
+    # ... and the extension's stub takes the ops from it
+    assert any(isinstance(node, ast.ImportFrom) and node.module == "_ops" and node.level == 1
+               and [a.name for a in node.names] == ["*"] for node in C_STUB.body)
 
 
-@pytest.mark.parametrize("name", sorted(n for n in DEFINED if inspect.isbuiltin(getattr(_C, n))))
+@pytest.mark.parametrize("name", sorted(n for n in DEFINED | OPS if inspect.isbuiltin(getattr(_C, n))))
 def test_each_function_has_the_parameters_of_the_extension(name):
-    stub = DECLARED[name]
+    stub = DECLARED.get(name) or OPS_DECLARED[name]
     assert isinstance(stub, ast.FunctionDef), name
     runtime = [(p.name, p.kind, p.default) for p in inspect.signature(getattr(_C, name)).parameters.values()]
     declared = _stub_parameters(stub)
@@ -119,7 +172,7 @@ def _positional_only(name):
     return bool(params) and params[0].kind is inspect.Parameter.POSITIONAL_ONLY
 
 
-@pytest.mark.parametrize("name", sorted(n for n in DEFINED
+@pytest.mark.parametrize("name", sorted(n for n in DEFINED | OPS
                                         if inspect.isbuiltin(getattr(_C, n)) and _positional_only(n)))
 def test_a_positional_only_parameter_is_refused_by_keyword(name):
     """What the signatures (and so the stub) mark positional-only is: the call
@@ -151,3 +204,10 @@ def _outer_types(annotation):
 def test_what_a_reader_returns_is_of_the_declared_type(name):
     declared = _outer_types(DECLARED[name].returns)
     assert type(getattr(_C, name)()).__name__ in declared
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python3 python/tests/test_stub.py --write   (the built package on PYTHONPATH)")
+    (SOURCE / "_ops.pyi").write_text(ops_stub())
+    print(f"wrote {SOURCE / '_ops.pyi'}")

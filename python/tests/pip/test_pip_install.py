@@ -5,7 +5,7 @@ this; it builds the package, a few minutes on two cores, so make check
 leaves it out). Asserted on the installed package:
 - it carries the tool: `python -m fldispatch list --json` runs in the
   Python process (_tool.so) and lists what the build tree's lists;
-- it carries its types (py.typed, the extension's stub _C.pyi);
+- it carries its types (py.typed, the extension's stubs _C.pyi and _ops.pyi);
 - its native torch kernels are in use (fldispatch.torch.NATIVE), built
   under pip's build isolation for the environment's torch;
 - a GPU plugin whose GPU cannot run here was not built, with a line saying
@@ -82,7 +82,8 @@ def test_the_package_carries_the_tool_and_lists_as_the_tree(installed):
 def test_the_package_carries_its_types(installed):
     _, package, _ = installed
     assert (package / "py.typed").is_file()
-    assert (package / "_C.pyi").read_text() == (PYDIR / "fldispatch" / "_C.pyi").read_text()
+    for stub in ("_C.pyi", "_ops.pyi"):
+        assert (package / stub).read_text() == (PYDIR / "fldispatch" / stub).read_text(), stub
 
 
 def test_the_native_torch_kernels_are_in_use(installed):

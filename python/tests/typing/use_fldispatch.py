@@ -14,9 +14,17 @@ from fldispatch import compat
 
 
 def calls(out: Any, x: Any, weight: Any) -> None:
-    # the catalog's ops: callables of any arguments (the stub's module __getattr__)
+    # the catalog's ops, as the catalog declares them (_ops.pyi)
     fldispatch.rms_norm(out, x, weight, eps=1e-6)
+    fldispatch.rms_norm(out, x, None, residual=x)
     fldispatch.silu_and_mul(out, x)
+    fldispatch.rotary_embedding(x, x, None, 128, x, True)
+    backend: str = fldispatch.attention_backend("cuda", use_mla=True)
+    fldispatch.rms_norm(out, x, eps="1e-6")  # type: ignore[arg-type]
+    fldispatch.silu_and_mul(out)  # type: ignore[call-arg]
+    fldispatch.rms_nrom(out, x)  # type: ignore[attr-defined]
+    nothing: int = fldispatch.silu_and_mul(out, x)  # type: ignore[assignment, func-returns-value]
+    print(backend, nothing)
     impl: str = fldispatch.resolve("rms_norm", "cuda", "bf16")
     why: dict[str, Any] = fldispatch.explain("rms_norm")
     print(impl, why["selected"], fldispatch.OPS, fldispatch.__version__)
