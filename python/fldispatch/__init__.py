@@ -25,6 +25,8 @@ if _typing.TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
+    from .json_types import Configuration, Explanation, ImplRecord, PluginRecord
+
 from . import _C
 from ._C import (  # noqa: F401  (re-exported)
     ConfigError,
@@ -107,17 +109,17 @@ def resolve(op: str, device: object = "cpu", dtype: object = "float32") -> str:
     return _C.resolve(op, device, dtype)
 
 
-def explain(op: str, device: object = "cpu", dtype: object = "float32") -> dict[str, Any]:
+def explain(op: str, device: object = "cpu", dtype: object = "float32") -> Explanation:
     """How `op` resolves on (device, dtype): the keys of `fldispatch resolve --json`."""
     _C._ready()
     d = _C.explain(op, device, dtype)
     d["schema"] = JSON_SCHEMA
     d["order"] = _split(d["order"], "|")
     d["policy_summary"] = d.pop("policy")
-    return d
+    return _typing.cast("Explanation", d)
 
 
-def plugins() -> list[dict[str, Any]]:
+def plugins() -> list[PluginRecord]:
     """Every plugin the host found, as `fldispatch list --json`'s "plugins"."""
     _ensure_plugins()
     out = []
@@ -129,17 +131,17 @@ def plugins() -> list[dict[str, Any]]:
         p["reason"] = _text_or_none(p["reason"])
         p["version"] = _text_or_none(p["version"])
         p["detail"] = _text_or_none(p["detail"])
-        out.append(p)
+        out.append(_typing.cast("PluginRecord", p))
     return out
 
 
-def impls() -> list[dict[str, Any]]:
+def impls() -> list[ImplRecord]:
     """Every registered implementation, as `fldispatch list --json`'s "impls"."""
     _ensure_plugins()
     out = []
     for m in _C.impls():
         m["reason"] = _text_or_none(m.pop("unavailable_reason"))
-        out.append(m)
+        out.append(_typing.cast("ImplRecord", m))
     return out
 
 
@@ -153,7 +155,7 @@ def _config_value(key: str, value: str | None) -> bool | list[str] | str | None:
     return _text_or_none(value)
 
 
-def config() -> dict[str, Any]:
+def config() -> Configuration:
     """The effective policy with each value's source: `fldispatch config --json`."""
     d = _C.config()
     d["schema"] = JSON_SCHEMA
@@ -162,7 +164,7 @@ def config() -> dict[str, Any]:
         field["value"] = _config_value(field["key"], field["value"])
     d["policy_summary"] = d.pop("summary")
     d["plugin_path"] = _split(d["plugin_path"] or "", ":")
-    return d
+    return _typing.cast("Configuration", d)
 
 
 #: The catalog's ops, in catalog order (the library's table: _C.catalog_ops()),

@@ -16,6 +16,7 @@ import contextlib
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import fldispatch
+from fldispatch.json_types import Explanation, ImplRecord
 
 from . import io_dumper as iodump
 
@@ -62,12 +63,12 @@ def register(op: str, impl_id: str, kind: str, fn: Callable[..., Any], vendor: s
         raise ValueError(str(e)) from e
 
 
-def impls_of(op: str) -> list[dict[str, Any]]:
+def impls_of(op: str) -> list[ImplRecord]:
     """The C registry's records of `op` (fldispatch.impls() rows)."""
     return [m for m in fldispatch.impls() if m["op"] == op]
 
 
-def all_impls() -> list[dict[str, Any]]:
+def all_impls() -> list[ImplRecord]:
     return fldispatch.impls()
 
 
@@ -100,7 +101,7 @@ def discovered() -> list[tuple[str, str, bool]]:
     return out
 
 
-def explain(op: str) -> dict[str, Any]:
+def explain(op: str) -> Explanation:
     """The C selection for `op` now, on this thread's policy (fldispatch.explain's dict)."""
     return fldispatch.explain(op)
 

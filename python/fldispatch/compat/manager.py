@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Set, Tuple
 
 import fldispatch
+from fldispatch.json_types import Explanation
 
 from . import io_dumper as iodump
 from . import _bridge
@@ -134,7 +135,7 @@ class OpManager:
             return contextlib.nullcontext()
         return _bridge.scoped_fields(per_op={c_op: order})
 
-    def _explain(self, op_name: str) -> Dict[str, Any]:
+    def _explain(self, op_name: str) -> Explanation:
         self.ensure_initialized()
         PolicyManager.get_instance().sync()
         c_op = self._registry.c_op(op_name)
@@ -145,10 +146,10 @@ class OpManager:
             raise RuntimeError(f"No available implementation for op='{op_name}'. "
                                f"Registered: []") from None
 
-    def _impl_of(self, op_name: str, c_id: str, info: Dict[str, Any]) -> OpImpl:
+    def _impl_of(self, op_name: str, c_id: str, info: Explanation) -> OpImpl:
         return self._registry.impl_for_c_id(op_name, c_id)
 
-    def _no_choice(self, op_name: str, info: Dict[str, Any]) -> RuntimeError:
+    def _no_choice(self, op_name: str, info: Explanation) -> RuntimeError:
         rejected = [r["impl_id"] for r in info.get("rejected", [])]
         if not rejected:
             return RuntimeError(f"No available implementation for op='{op_name}'. Registered: []")
@@ -166,9 +167,10 @@ class OpManager:
         if impl is not None:
             return impl
         info = self._explain(op_name)
-        if not info.get("selected"):
+        selected = info["selected"]
+        if not selected:
             raise self._no_choice(op_name, info)
-        impl = self._impl_of(op_name, info["selected"], info)
+        impl = self._impl_of(op_name, selected, info)
         with self._lock:
             self._dispatch_cache[key] = impl
         return impl

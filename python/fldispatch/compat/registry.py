@@ -24,9 +24,10 @@ import itertools
 import numbers
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import fldispatch
+from fldispatch.json_types import ImplRecord
 
 from . import _bridge
 from .convention import UPSTREAM_OPS, adapt_upstream_fn, call_upstream, is_upstream_call
@@ -84,7 +85,7 @@ def split_name(name: str) -> Tuple[str, str]:
     return c_id, plugin
 
 
-def face(c_op: str, name: str, op_name: str, row: Optional[Dict[str, Any]] = None) -> OpImpl:
+def face(c_op: str, name: str, op_name: str, row: Optional[Mapping[str, Any]] = None) -> OpImpl:
     """The OpImpl that stands for C record (c_op, name); name may be 'impl_id@plugin'."""
     c_id, plugin = split_name(name)
     if row is None and not plugin:
@@ -175,8 +176,8 @@ class OpRegistry:
         for impl in impls:
             self.register_impl(impl)
 
-    def _rows(self) -> Dict[str, List[Dict[str, Any]]]:
-        out: Dict[str, List[Dict[str, Any]]] = {}
+    def _rows(self) -> Dict[str, List[ImplRecord]]:
+        out: Dict[str, List[ImplRecord]] = {}
         for row in _bridge.all_impls():
             op = self.op_of(row["op"])
             if op is not None:

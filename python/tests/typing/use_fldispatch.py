@@ -11,6 +11,7 @@ from typing import Any
 import fldispatch
 import fldispatch.registry
 from fldispatch import compat
+from fldispatch.json_types import CallCounts, Explanation
 
 
 def calls(out: Any, x: Any, weight: Any) -> None:
@@ -26,8 +27,12 @@ def calls(out: Any, x: Any, weight: Any) -> None:
     nothing: int = fldispatch.silu_and_mul(out, x)  # type: ignore[assignment, func-returns-value]
     print(backend, nothing)
     impl: str = fldispatch.resolve("rms_norm", "cuda", "bf16")
-    why: dict[str, Any] = fldispatch.explain("rms_norm")
-    print(impl, why["selected"], fldispatch.OPS, fldispatch.__version__)
+    why: Explanation = fldispatch.explain("rms_norm")
+    selected: str | None = why["selected"]
+    print(impl, selected, why["candidates"][0], fldispatch.OPS, fldispatch.__version__)
+    print(why["selectd"])  # type: ignore[typeddict-item]
+    first: str = why["selected"]  # type: ignore[assignment]
+    print(first)
     fldispatch.call_op("rms_norm", out, x, weight, eps=1e-6)
     norm = fldispatch.prepare("rms_norm", out, x, weight)
     norm(out, x, weight)
@@ -48,11 +53,14 @@ def policy_and_state() -> None:
     for op, device, dtype, impl_id in fldispatch.failed_impls():
         print(op.upper(), device, dtype, impl_id)
     for p in fldispatch.plugins():
-        print(p["name"])
+        print(p["name"], p["impl_count"] + 1)
     fldispatch.set_log_level("info")
     fldispatch.stats_enable("calls")
-    counters: list[dict[str, Any]] = fldispatch.stats()
-    print(counters, fldispatch.get_stream("cuda"))
+    counters: list[CallCounts] = fldispatch.stats()
+    print(sum(c["calls"] for c in counters), fldispatch.get_stream("cuda"))
+    for entry in fldispatch.config()["policy"]:
+        print(entry["key"], entry["value"], entry["source"])
+    print(fldispatch.config()["platform"]["name"], [m["impl_id"] for m in fldispatch.impls()])
     try:
         fldispatch.reload()
     except fldispatch.ConfigError as exc:
