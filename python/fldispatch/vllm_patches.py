@@ -32,8 +32,16 @@ from collections.abc import Callable
 from typing import Any
 
 
+# What marks a wrapper of fldispatch's on the function it wraps.
+_MARK = "_fldispatch"
+
+
 def _wrapped(fn: Any) -> bool:
-    return getattr(fn, "_fldispatch", False)
+    return getattr(fn, _MARK, False)
+
+
+def _mark(wrapper: Any) -> None:
+    setattr(wrapper, _MARK, True)
 
 
 def patch_default_ir_priority(platform_class: Any, extend: Callable[[Any, Any], Any]) -> None:
@@ -46,7 +54,7 @@ def patch_default_ir_priority(platform_class: Any, extend: Callable[[Any, Any], 
     def get_default_ir_op_priority(klass: Any, vllm_config: Any) -> Any:
         return extend(vllm_config, platform_default(klass, vllm_config))
 
-    get_default_ir_op_priority._fldispatch = True  # type: ignore[attr-defined]  # the mark _wrapped() reads
+    _mark(get_default_ir_op_priority)
     get_default_ir_op_priority.__doc__ = platform_default.__doc__
     platform_class.get_default_ir_op_priority = classmethod(get_default_ir_op_priority)
 
@@ -66,7 +74,7 @@ def patch_priority_set_default(after: Callable[[], object]) -> None:
         set_default(self)
         after()
 
-    set_default_and_log._fldispatch = True  # type: ignore[attr-defined]  # the mark _wrapped() reads
+    _mark(set_default_and_log)
     set_default_and_log.__doc__ = set_default.__doc__
     IrOpPriorityConfig.set_default = set_default_and_log
 
@@ -83,7 +91,7 @@ def patch_configure_logging(vllm_logger: Any, after: Callable[[], object]) -> No
         after()
         return result
 
-    configure_logging._fldispatch = True  # type: ignore[attr-defined]  # the mark _wrapped() reads
+    _mark(configure_logging)
     configure_logging.__doc__ = configure.__doc__
     vllm_logger.configure_logging = configure_logging
 
@@ -144,7 +152,7 @@ def _wrap_later_subclasses(base: Any, after: Callable[[], object]) -> None:
             super(base, cls).__init_subclass__(**kwargs)
         _wrap_busy_loop(cls, after)
 
-    __init_subclass__._fldispatch = True  # type: ignore[attr-defined]  # the mark _wrapped() reads
+    _mark(__init_subclass__)
     base.__init_subclass__ = classmethod(__init_subclass__)
 
 
@@ -155,7 +163,7 @@ def _busy_loop_then(busy_loop: Callable[..., Any], after: Callable[[], object]) 
         finally:
             after()
 
-    run_busy_loop._fldispatch = True  # type: ignore[attr-defined]  # the mark _wrapped() reads
+    _mark(run_busy_loop)
     run_busy_loop.__doc__ = busy_loop.__doc__
     run_busy_loop.__wrapped__ = busy_loop  # type: ignore[attr-defined]  # as functools.wraps sets it
     return run_busy_loop

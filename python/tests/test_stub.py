@@ -13,8 +13,10 @@ ships the stubs and the PEP 561 marker beside the extension."""
 
 import ast
 import inspect
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -209,5 +211,10 @@ def test_what_a_reader_returns_is_of_the_declared_type(name):
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python3 python/tests/test_stub.py --write   (the built package on PYTHONPATH)")
-    (SOURCE / "_ops.pyi").write_text(ops_stub())
-    print(f"wrote {SOURCE / '_ops.pyi'}")
+    # a new file beside it, renamed over it: never through a link planted at its name
+    target = SOURCE / "_ops.pyi"
+    with tempfile.NamedTemporaryFile("w", dir=SOURCE, prefix=".ops-", suffix=".pyi", delete=False) as f:
+        f.write(ops_stub())
+    os.chmod(f.name, 0o644)
+    os.replace(f.name, target)
+    print(f"wrote {target}")
