@@ -28,9 +28,15 @@ the package is still importing.
 
 import atexit
 import logging
+from typing import Callable
 
-#: The logger the library's lines go to (fldispatch.compat.alias switches it).
+#: The logger the library's lines go to (fldispatch.compat.alias switches it
+#: through route_to()).
 logger_name = "fldispatch"
+#: Called, without arguments, each time route_to() switches logger_name
+#: (the vLLM plugin's fldispatch.vllm_log.settle(), which sets the new
+#: logger up).
+on_route_change: list[Callable[[], object]] = []
 #: Where the records say the library's lines come from.
 SOURCE = "libfldispatch.so"
 _loggers: dict[str, logging.Logger] = {}
@@ -44,6 +50,16 @@ def emit(level: int, message: str) -> None:
     if logger.isEnabledFor(level):
         logger.handle(logger.makeRecord(name, level, SOURCE, 0, "%s", (message,), None,
                                         "(unknown function)"))
+
+
+def route_to(name: str) -> None:
+    """The library's lines go to the logger NAME from now on."""
+    global logger_name
+    if name == logger_name:
+        return
+    logger_name = name
+    for callback in list(on_route_change):
+        callback()
 
 
 @atexit.register

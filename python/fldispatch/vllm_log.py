@@ -34,6 +34,14 @@ others to Python's last resort at once, as Python would (and as vLLM's
 own lines of then are printed). Where none of this holds, a later
 settle() undoes what an earlier one set.
 
+With fldispatch.compat.alias installed, the library's lines go to
+upstream's "vllm_fl.dispatch" logger instead, to which upstream's code
+would have given a handler of its own: settle() sets that logger up the
+same way, whether the alias came before the plugin registered (from a
+sitecustomize, say) or after (settle() runs again as the alias switches
+the library's logger), and leaves it as Python made it again once the
+alias is gone.
+
 The library's own level (VLLM_FL_LOG_LEVEL) still decides first which of
 its lines exist. Where that variable is set, the operator asked for the
 library's lines at that level: they reach vLLM's handlers whatever
@@ -46,9 +54,7 @@ lines. The plugin's Python lines keep vLLM's level.
 import logging
 import os
 import sys
-from typing import cast
-
-from . import vllm_patches
+from . import _logbridge, vllm_patches
 
 #: The logger settle() sets up: the parent of every fldispatch logger.
 PACKAGE_LOGGER = "fldispatch"
@@ -63,14 +69,14 @@ HELD_MAX = 1000
 class IntoVllmLog(logging.Handler):
     """JOINED: hands each record to the handlers the "vllm" logger has when
     the record comes, as that logger would: at its level, and each handler
-    at its own. The library's records (the package logger's own) at
+    at its own. The library's records (on _logbridge.logger_name itself) at
     library_level or above pass both."""
 
     library_level: int | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         theirs = logging.getLogger(VLLM_LOGGER)
-        bar = self.library_level if record.name == PACKAGE_LOGGER else None
+        bar = self.library_level if record.name == _logbridge.logger_name else None
         if bar is None and not theirs.isEnabledFor(record.levelno):
             return
         for handler in theirs.handlers:
@@ -101,43 +107,73 @@ def library_level() -> int | None:
     return level if isinstance(level, int) else None
 
 
-# what settle() set on the package logger: (handler, level), or None
-_set: tuple[logging.Handler, int] | None = None
+# what settle() set on each logger it set up: name -> (handler, level)
+_set: dict[str, tuple[logging.Handler, int]] = {}
+
+
+def joined_loggers() -> list[str]:
+    """The loggers settle() sets up: the package logger, and, while
+    fldispatch.compat.alias sends the library's lines to upstream's
+    "vllm_fl.dispatch" (which upstream's own code would have set up), that
+    one too."""
+    names = [PACKAGE_LOGGER]
+    library = _logbridge.logger_name
+    if library != PACKAGE_LOGGER and not library.startswith(PACKAGE_LOGGER + "."):
+        names.append(library)
+    return names
 
 
 def settle() -> str | None:
-    """Sets the package logger up for the state of logging now (JOINED,
-    HOLDS, or as Python made it), logging the held lines where it stops
-    holding. Returns "joined", "holds", or None where it leaves the
-    logger as it is (the program's, or Python's)."""
-    global _set
+    """Sets the loggers of joined_loggers() up for the state of logging now
+    (JOINED, HOLDS, or as Python made them), logging the held lines where
+    it stops holding, and leaves a logger it set up before and no longer
+    joins as Python made it. Returns "joined", "holds", or None where it
+    leaves the package logger as it is (the program's, or Python's)."""
     hooked = _hook_vllms_configuration()
-    ours = logging.getLogger(PACKAGE_LOGGER)
-    if _set is not None and not (ours.handlers == [_set[0]] and ours.level == _set[1]
-                                 and not ours.propagate):
-        _set = None  # the program has set the logger up since: it is the program's
-    if _set is None and (ours.handlers or ours.level != logging.NOTSET or not ours.propagate):
-        return None
+    if settle not in _logbridge.on_route_change:
+        _logbridge.on_route_change.append(settle)  # the alias installed or removed later
     theirs = logging.getLogger(VLLM_LOGGER)
-    before = _set[0] if _set is not None else None
     kind: type[IntoVllmLog] | type[HoldUntilVllmConfigures] | None = None
     if not logging.getLogger().handlers:
         if theirs.handlers and not theirs.propagate:
             kind = IntoVllmLog
         elif not theirs.handlers and hooked:
             kind = HoldUntilVllmConfigures
+    wanted = joined_loggers()
+    result: dict[str, bool] = {}
+    for name in wanted + [name for name in _set if name not in wanted]:
+        result[name] = _settle_one(name, kind if name in wanted else None, theirs)
+    names: dict[type[logging.Handler] | None, str] = {IntoVllmLog: "joined",
+                                                      HoldUntilVllmConfigures: "holds"}
+    return names.get(kind) if result[PACKAGE_LOGGER] else None
+
+
+def _settle_one(name: str,
+                kind: type[IntoVllmLog] | type[HoldUntilVllmConfigures] | None,
+                theirs: logging.Logger) -> bool:
+    """Sets one logger up as settle() decided (kind None: as Python made
+    it); False where the logger is the program's, which it leaves as it is."""
+    ours = logging.getLogger(name)
+    mine = _set.get(name)
+    if mine is not None and not (ours.handlers == [mine[0]] and ours.level == mine[1]
+                                 and not ours.propagate):
+        del _set[name]  # the program has set the logger up since: it is the program's
+        mine = None
+    if mine is None and (ours.handlers or ours.level != logging.NOTSET or not ours.propagate):
+        return False
+    before = mine[0] if mine is not None else None
     handler = before if type(before) is kind else (kind() if kind else None)
     if before is not None and before is not handler:
         ours.removeHandler(before)
     if handler is None:
         ours.setLevel(logging.NOTSET)
         ours.propagate = True
-        _set = None
+        _set.pop(name, None)
     else:
         floor = library_level()
         level = logging.INFO  # HOLDS: what vLLM's level will be, as a rule
-        if kind is IntoVllmLog:
-            cast(IntoVllmLog, handler).library_level = floor
+        if isinstance(handler, IntoVllmLog):
+            handler.library_level = floor
             level = theirs.getEffectiveLevel()
         if floor is not None:
             level = min(level, floor)
@@ -145,12 +181,10 @@ def settle() -> str | None:
             ours.addHandler(handler)
         ours.setLevel(level)
         ours.propagate = False
-        _set = (handler, level)
+        _set[name] = (handler, level)
     if isinstance(before, HoldUntilVllmConfigures) and before is not handler:
         _log_held(before.records)
-    names: dict[type[logging.Handler] | None, str] = {IntoVllmLog: "joined",
-                                                      HoldUntilVllmConfigures: "holds"}
-    return names.get(kind)
+    return True
 
 
 def _hook_vllms_configuration() -> bool:

@@ -209,3 +209,67 @@ def test_in_vllms_driver_the_lines_nothing_would_show_wait_for_vllms_logging():
     assert all(line.startswith("vLLM: INFO fldispatch") for line in got[3:]), out
     assert got[-1] == PATH_IN_VLLM, out
     assert shown(out.stderr) == [LIBRARY_LINE, "fldispatch: a scrape's warning"], out.stderr
+
+
+def test_with_the_vllm_fl_alias_the_librarys_lines_reach_vllms_log_too():
+    # fldispatch.compat.alias sends the library's lines to upstream's
+    # "vllm_fl.dispatch" logger, installed before the plugin registers (a
+    # sitecustomize) or after: settle() sets that logger up as its own, and
+    # leaves it as Python made it once the alias is gone
+    out = run("""
+        import fldispatch.compat.alias as alias
+        _C.init()
+        vllm_configures(logging.INFO)
+        alias.install(force=True)
+        settled("alias first")
+        alias.uninstall()
+        upstream = logging.getLogger("vllm_fl.dispatch")
+        print("as Python made it:", upstream.handlers == [] and upstream.level == logging.NOTSET
+              and upstream.propagate)
+        lines("alias gone")
+        alias.install(force=True)
+        lines("alias after")
+        logging.getLogger("vllm_fl.dispatch.io_dump").warning("fldispatch: a dump's %s", "warning")
+        sys.stdout.flush()
+    """)
+    upstream_line = f"vLLM: WARNING vllm_fl.dispatch [libfldispatch.so:0] {LIBRARY_LINE}"
+    dump_at = next(i for i, line in enumerate(out.args[2].splitlines(), 1) if "a dump's" in line)
+    assert shown(out.stdout) == [
+        "settled: joined",
+        "-- alias first",
+        upstream_line,
+        SCRAPE_IN_VLLM,
+        PATH_IN_VLLM,
+        "as Python made it: True",
+        "-- alias gone",
+        LIBRARY_IN_VLLM,
+        SCRAPE_IN_VLLM,
+        PATH_IN_VLLM,
+        "-- alias after",
+        upstream_line,
+        SCRAPE_IN_VLLM,
+        PATH_IN_VLLM,
+        f"vLLM: WARNING vllm_fl.dispatch.io_dump [<string>:{dump_at}] fldispatch: a dump's warning",
+    ], out
+    assert out.stderr == "", out.stderr
+    # a real vllm_fl's logger has its handler: settle() leaves it to it
+    out = run("""
+        import fldispatch.compat.alias as alias
+        upstream = logging.getLogger("vllm_fl.dispatch")
+        mine = logging.StreamHandler(sys.stdout)
+        mine.setFormatter(logging.Formatter("upstream's: %(levelname)s %(message)s"))
+        upstream.addHandler(mine)
+        upstream.propagate = False
+        _C.init()
+        vllm_configures(logging.INFO)
+        alias.install(force=True)
+        settled("upstream's handler")
+        print("left alone:", upstream.handlers == [mine])
+    """)
+    assert shown(out.stdout) == [
+        "settled: joined",
+        "-- upstream's handler",
+        f"upstream's: WARNING {LIBRARY_LINE}",
+        SCRAPE_IN_VLLM,
+        PATH_IN_VLLM,
+        "left alone: True"], out

@@ -93,7 +93,7 @@ def install(force: bool = False) -> bool:
     for name in [n for n in sys.modules if n == _TOP or n.startswith(_TOP + ".")]:
         del sys.modules[name]
     sys.meta_path.insert(0, _finder)
-    _logbridge.logger_name = _LOGGER
+    _logbridge.route_to(_LOGGER)
     return True
 
 
@@ -101,6 +101,6 @@ def uninstall() -> None:
     """Undo install(): the vllm_fl names are forgotten."""
     if _finder in sys.meta_path:
         sys.meta_path.remove(_finder)
-    _logbridge.logger_name = "fldispatch"
+    _logbridge.route_to("fldispatch")
     for name in [n for n in sys.modules if n == _TOP or n.startswith(_TOP + ".")]:
         del sys.modules[name]
