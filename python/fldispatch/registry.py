@@ -61,7 +61,6 @@ UPSTREAM_PLUGIN_GROUP = "vllm_fl.plugin"
 PLUGIN_MODULES_ENV = "VLLM_FL_PLUGIN_MODULES"
 
 _local = _threading.local()
-_lock = _threading.RLock()
 _logger = _logging.getLogger(__name__)
 
 
@@ -320,6 +319,11 @@ def _reject(name: str, version: str | None, origin: str, reason: str) -> None:
 
 _discovered = False
 _discovering = False
+# Guards the discovery's state below, held only while it is read or changed
+# (never while a plugin's code runs), and taken only by `with`, whose taking
+# and releasing no KeyboardInterrupt can come between (a lock's own
+# __enter__ is C; a Condition's or an Event's is Python, where one can).
+_state = _threading.Lock()
 # While discovery runs: the discovering thread, the threads alive when it
 # began, and the plugin it is loading, (name, source).
 _discoverer: int | None = None
@@ -348,44 +352,59 @@ def _ensure_plugins() -> bool:
     own calls (a plugin that calls an op while registering) go on without
     waiting. A plugin that waits for a thread of its own which calls
     fldispatch would deadlock: that thread's call raises StateError naming
-    the plugin instead. A KeyboardInterrupt propagates and leaves discovery
-    not done: the next call resumes with the plugins not yet looked at.
+    the plugin instead. A KeyboardInterrupt, wherever it comes, propagates
+    and leaves discovery not done and no thread its owner: the next call,
+    from any thread, resumes with the plugins not yet looked at.
     Returns True when discovery is complete, False on the discovering
     thread during it."""
-    global _discovered, _discovering, _discoverer, _threads_before, _loading
+    global _discovered, _discovering, _discoverer, _loading
     if _discovered:
         return True
-    lock = _lock
-    if not lock.acquire(blocking=False):  # re-entrant: the discovering thread passes
-        _wait_for_discovery(lock)
+    me = _threading.get_ident()
+    if _discoverer == me:
+        return False
     try:
-        if _discovered:
+        if not _claim_discovery(me):
             return True
-        if _discovering:
-            return False
-        _discovering = True
-        _discoverer = _threading.get_ident()
-        _threads_before = frozenset(t.ident for t in _threading.enumerate())
-        try:
-            discover_plugins()
-            _discovered = True
-        finally:
-            _discovering = False
-            _discoverer = None
-            _loading = None
+        discover_plugins()
+        _discovered = True
     finally:
-        lock.release()
+        # the discovery's state is released in this finally, which covers
+        # every point after the claim: no lock is held across plugins' code,
+        # so an exception between taking a lock and a try cannot leave one
+        # taken
+        with _state:
+            if _discoverer == me:
+                _discovering = False
+                _discoverer = None
+                _loading = None
     return True
 
 
-def _wait_for_discovery(lock: "_threading.RLock") -> None:
-    """Takes lock, held by a discovery on another thread; raises StateError
-    where waiting would never end (see DEADLOCK_WARN_S)."""
-    me = _threading.get_ident()
+def _claim_discovery(me: int) -> bool:
+    """Makes this thread the discoverer (True), or returns False once
+    another thread's discovery is done; while one runs, waits for it,
+    raising StateError where waiting would never end (see
+    DEADLOCK_WARN_S)."""
+    global _discovering, _discoverer, _threads_before
     since = None
     warned = False
-    while not lock.acquire(timeout=_POLL_S):
-        owner = _discoverer
+    pause = _POLL_S / 64
+    while True:
+        with _state:
+            if _discovered:
+                return False
+            if not _discovering:
+                _discovering = True
+                _discoverer = me
+                _threads_before = frozenset(t.ident for t in _threading.enumerate())
+                return True
+            owner = _discoverer
+        # polled, pauses growing to _POLL_S: a discovery happens once a process
+        _time.sleep(pause)
+        pause = min(pause * 2, _POLL_S)
+        # what the discoverer waits on is read with the lock released: a
+        # warning's log handler may call fldispatch
         waits_on = _waited_on(owner) if owner is not None else None
         if waits_on is not None and _is_this_thread(waits_on):
             raise _C.StateError(_deadlock_message(owner))
@@ -450,13 +469,15 @@ def _deadlock_message(owner: int | None) -> str:
 
 def _after_fork_in_child() -> None:
     """A child forked while another thread ran discovery has no such thread:
-    a fresh lock, and discovery resumes at the child's first call with the
-    plugins not yet looked at. A fork from the discovering thread itself
-    (a plugin's register function) goes on with its discovery."""
-    global _lock, _discovering, _discoverer, _loading
+    discovery resumes at the child's first call with the plugins not yet
+    looked at. A fork from the discovering thread itself (a plugin's
+    register function) goes on with its discovery. Either way the child's
+    lock is a new one (the parent's may have been held by a thread the
+    child does not have)."""
+    global _state, _discovering, _discoverer, _loading
+    _state = _threading.Lock()
     if _discovering and _discoverer == _threading.get_ident():
         return
-    _lock = _threading.RLock()
     _discovering = False
     _discoverer = None
     _loading = None

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Python plugin discovery under pressure: a plugin that raises SystemExit or
-KeyboardInterrupt, a second thread whose first call comes while another
+KeyboardInterrupt, Ctrl-C at any point of the first call, a second thread whose first call comes while another
 thread's discovery is still running, a fork meanwhile, and a plugin that
 waits for a thread calling fldispatch. Each case runs in a child process with
 its own installed distributions (discovery happens once per process)."""
@@ -99,6 +99,63 @@ def test_keyboard_interrupt_in_discovery_propagates_and_discovery_resumes(tmp_pa
     assert "first: interrupted" in r.stdout
     assert "second: zzz_later" in r.stdout and "kbd: kbd" in r.stdout
     assert "status: [('aaa_kbd', 'loaded'), ('zzz_later', 'loaded')]" in r.stdout
+
+
+def test_a_keyboard_interrupt_at_any_point_of_the_first_call_leaves_no_owner(tmp_path):
+    """Ctrl-C may land between any two steps of the first call's way into
+    discovery (a signal handler runs as a call starts or a C call returns):
+    at each such point of fldispatch.registry's discovery functions in turn,
+    the call must leave discovery ownerless, so that another thread's first
+    call then finishes it rather than waiting forever."""
+    site = tmp_path / "site"
+    site.mkdir()
+    good_plugin(site, "zzz_resumed", "resumed_op")
+    r = run_child("""
+        import os, sys, threading
+        import fldispatch
+        from fldispatch import registry
+        FUNCTIONS = ("_ensure_plugins", "_claim_discovery")
+
+        def interrupted_at(k):
+            seen = 0
+            def hook(frame, event, arg):
+                nonlocal seen
+                if event in ("call", "c_return") and frame.f_code.co_name in FUNCTIONS:
+                    seen += 1
+                    if seen == k:
+                        raise KeyboardInterrupt
+                return hook
+            registry._discovered = False  # each point meets a discovery to do
+            sys.settrace(hook)
+            sys.setprofile(hook)
+            try:
+                fldispatch.plugins()  # each call makes sure discovery is done
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.setprofile(None)
+                sys.settrace(None)
+            return seen >= k
+
+        k = 1
+        while interrupted_at(k):
+            owner = registry._discoverer
+            other = threading.Thread(target=lambda: print(
+                "thread:", [p["status"] for p in fldispatch.plugins() if p["name"] == "zzz_resumed"],
+                registry._discovered, fldispatch.call_op("resumed_op")), daemon=True)
+            other.start()
+            other.join(timeout=30)
+            if other.is_alive() or owner is not None:
+                print(f"interrupted at point {k}: owner {owner}, thread stuck: {other.is_alive()}",
+                      flush=True)
+                os._exit(1)
+            k += 1
+        print("points:", k - 1)
+    """, site)
+    assert r.returncode == 0, r.stdout + r.stderr
+    points = int(r.stdout.split("points:")[1])
+    assert points >= 5, r.stdout  # the hook did fire on the way into discovery
+    assert r.stdout.count("thread: ['loaded'] True zzz_resumed") == points, r.stdout
 
 
 def test_a_second_threads_first_call_waits_for_discovery(tmp_path):
