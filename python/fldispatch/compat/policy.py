@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
 from . import _bridge
 
@@ -67,9 +67,9 @@ class SelectionPolicy:
 
     @classmethod
     def from_dict(cls, prefer: str = PREFER_DEFAULT, strict: bool = False,
-                  per_op_order: Optional[Dict[str, List[str]]] = None,
-                  deny_vendors: Optional[Set[str]] = None,
-                  allow_vendors: Optional[Set[str]] = None) -> "SelectionPolicy":
+                  per_op_order: Optional[Mapping[str, str | Iterable[str]]] = None,
+                  deny_vendors: str | Iterable[str] | None = None,
+                  allow_vendors: str | Iterable[str] | None = None) -> "SelectionPolicy":
         per_op = tuple((op, _tokens(op, tokens))
                        for op, tokens in sorted((per_op_order or {}).items()))
         allow = _vendors("allow_vendors", allow_vendors) if allow_vendors else None
