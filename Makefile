@@ -23,7 +23,8 @@
 #                        .ci/ruff.sh), no import cycle in python/fldispatch but
 #                        the known ones (.ci/import-graph.py), the package's
 #                        types checked by mypy (pinned there too; settings in
-#                        python/pyproject.toml; .ci/mypy.sh), and where the
+#                        python/pyproject.toml; .ci/mypy.sh) and every other
+#                        Python file's bodies too (mypy.ini), and where the
 #                        cuda plugin is built, its kernels' loads in the order
 #                        their machine code must keep (.ci/sass-loads.py; the
 #                        self-test of bench/gpu_sass.py, which reads the same
@@ -477,7 +478,7 @@ lint: $(B)/gen/fld_paths.h $(CORE_OBJ) $(TOOL_OBJ) $(LINT_CUDA_OBJ)
 	$(Q)$(PYTHON) .ci/import-graph.py --self-test && out=$$($(PYTHON) .ci/import-graph.py --check); \
 	  st=$$?; printf '  %-7s %s\n' LINT "$$out"; exit $$st
 	$(Q)out=$$(PYTHON='$(PYTHON)' MYPY_CACHE_DIR='$(B)/mypy' sh .ci/mypy.sh); st=$$?; \
-	  [ -z "$$out" ] || printf '  %-7s %s\n' LINT "$$out"; exit $$st
+	  printf '%s\n' "$$out" | sed '/^$$/d; s/^/  LINT    /'; exit $$st
 ifeq ($(LINT_CUDA_OBJ),)
 	@printf '  %-7s %s\n' LINT "cuda kernels' load order: not checked, no cuda plugin here ($(PLUGIN_SKIP_cuda))"
 else

@@ -33,14 +33,15 @@ import io
 import os
 import signal
 import sys
+from typing import TypeGuard, cast
 
 PACKAGE = "fldispatch"
 
 # Cycles --check lets through, one line each, exactly. The vLLM plugin's
 # modules import each other (inside functions): a cycle to remove, after
 # which this list is empty.
-KNOWN_CYCLES = tuple(frozenset(c.split()) for c in (
-))
+KNOWN_CYCLES: tuple[frozenset[str], ...] = tuple(frozenset(c.split()) for c in cast("tuple[str, ...]", (
+)))
 
 
 def _load_include_graph():
@@ -48,6 +49,8 @@ def _load_include_graph():
     known cycles (cycles, judge_known, report_known)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include-graph.py")
     spec = importlib.util.spec_from_file_location("fld_include_graph", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -81,7 +84,7 @@ def _above(name):
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _is_type_checking(node):
+def _is_type_checking(node: ast.AST) -> TypeGuard[ast.If]:
     """Whether node is `if TYPE_CHECKING:` (or `if typing.TYPE_CHECKING:`)."""
     if not isinstance(node, ast.If):
         return False
@@ -126,7 +129,7 @@ def imports_of(tree, module, is_package):
 def graph(root, package=PACKAGE):
     """{module: set(modules it imports)} and {(a, b): why} for the package."""
     mods = package_modules(root, package)
-    deps = {m: set() for m in mods}
+    deps: dict[str, set[str]] = {m: set() for m in mods}
     why = {}
     for module, (rel, is_package) in mods.items():
         with open(os.path.join(root, rel), encoding="utf-8") as f:

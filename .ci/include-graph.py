@@ -41,6 +41,7 @@ import os
 import re
 import signal
 import sys
+from typing import cast
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
@@ -66,8 +67,8 @@ UPWARD = {
 # Cycles --check would let through, one line each, exactly: none. core/ has
 # no cycle by includes or by uses of definitions, so any cycle fails; a line
 # here would be a reviewed exception, listed in core/README.md too.
-KNOWN_CYCLES = tuple(frozenset(c.split()) for c in (
-))
+KNOWN_CYCLES: tuple[frozenset[str], ...] = tuple(frozenset(c.split()) for c in cast("tuple[str, ...]", (
+)))
 
 
 def strip(text):
@@ -77,7 +78,7 @@ def strip(text):
 
 def definitions(core, sources):
     """{name: module} of the non-static functions and variables core's .c files define."""
-    defined = {}
+    defined: dict[str, str] = {}
     for name, text in sources.items():
         stem, ext = os.path.splitext(name)
         if ext != ".c":
@@ -104,7 +105,7 @@ def header_code(text):
 
 def source_files(core):
     """{file name: its path} of the .c and .h files in core and its folders."""
-    paths = {}
+    paths: dict[str, str] = {}
     for root, dirs, files in os.walk(core):
         dirs.sort()
         for name in sorted(files):
@@ -123,6 +124,8 @@ def graph(core, calls=True, upward=None):
     .c and its header's code use; why {(a, b): the first reason seen}; the
     calls of upward (default UPWARD) that are made, which deps leaves out."""
     upward = UPWARD if upward is None else upward
+    deps: dict[str, set[str]]
+    why: dict[tuple[str, str], str]
     deps, why, sources, made = {}, {}, {}, set()
 
     def edge(a, b, reason):

@@ -38,6 +38,7 @@ import re
 import shutil
 import subprocess
 import sys
+from typing import cast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,7 +62,7 @@ ACT_OPS = ("silu_and_mul", "mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul")
 # new one, fails the check until this list says so. None now: the GELU
 # kernels, where ptxas placed the second operand's load after part of the
 # first's erf/tanh, tie the two (fld__gpu_tied in gpu_compat.cuh).
-KNOWN_LATE = set()
+KNOWN_LATE: set[str] = set()
 # The architectures checked: the default build's (CUDA_ARCHS 80 90), for
 # which KNOWN_LATE is exact; code for others in the object is left alone.
 ARCHS = ("sm_80", "sm_90")
@@ -88,7 +89,7 @@ def walk(text, item, arch=ARCH, function=FUNCTION):
 
 def parse(text):
     """{(arch, function): [(opcode, operands text)]} from cuobjdump -sass output."""
-    functions = {}
+    functions: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for arch, name, m in walk(text, INSTRUCTION):
         opcode = m.group(2)
         # An unconditional branch or exit ends a path: what follows is
@@ -105,7 +106,7 @@ def load_width(opcode):
 
 
 def registers(text):
-    out = set()
+    out: set[int] = set()
     for m in REGISTER.finditer(text):
         n = int(m.group(1))
         out.update((n, n + 1) if m.group(2) else (n,))
@@ -142,6 +143,7 @@ def loads_issued_together(code, limit=None, stop=("BAR",)):
     instruction (or the limit-th LDG), every LDG comes before any
     instruction reads an earlier LDG's registers; else the text of the
     first load that waited."""
+    pending: set[int]
     pending, used, seen = set(), False, 0
     for opcode, operands in code:
         if opcode.startswith(stop):
@@ -199,14 +201,18 @@ def check(functions, known=frozenset()):
         elif NORM_ROW.match(name):
             # x's and the residual's loads together; the weight's (used after
             # the reduction, where ptxas may place them) before the barrier
-            per_thread, residual = int(NORM_ROW.match(name).group(2)), int(NORM_ROW.match(name).group(3))
+            m = NORM_ROW.match(name)
+            assert m is not None  # matched just above
+            per_thread, residual = int(m.group(2)), int(m.group(3))
             row = per_thread * (1 + residual)
             family = "norm_row"
             why = loads_issued_together(code, limit=row) or loads_before_barrier(code, row + per_thread)
         elif (ACT.match(name) or ACT_LEAN.match(name)) and \
-                int((ACT.match(name) or ACT_LEAN.match(name)).group(2)) < GATED_OPS:
+                int(cast("re.Match[str]", ACT.match(name) or ACT_LEAN.match(name)).group(2)) < GATED_OPS:
             kernel = "act_kernel" if ACT.match(name) else "act_kernel_lean"
-            dt, op, size = (ACT.match(name) or ACT_LEAN.match(name)).groups()
+            m = ACT.match(name) or ACT_LEAN.match(name)
+            assert m is not None  # matched just above
+            dt, op, size = m.groups()
             label = f"{arch} {kernel} {DTYPES[int(dt)]} {ACT_OPS[int(op)]} {size}-byte groups"
             family, why = "act", loads_issued_together(code, limit=2, stop=("STG", "BAR"))
         elif ROTARY.match(name):

@@ -82,7 +82,7 @@ def main():
     word = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
     # Where each wanted name occurs: the files, and for headers whether as more than a
     # declaration (a declaration starts at column 0 with its type).
-    uses = {s: set() for s in wanted}
+    uses: dict[str, set[str]] = {s: set() for s in wanted}
     for path in tree_files():
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.readlines()

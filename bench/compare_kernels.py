@@ -25,6 +25,7 @@ import json
 import statistics
 import subprocess
 import sys
+from typing import Any
 
 
 def run(binary, bench_args):
@@ -56,8 +57,8 @@ def main():
     args.bench_args = argv[cut + 1:]
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
-    us = collections.defaultdict(lambda: ([], [], []))
-    share = collections.defaultdict(lambda: ([], [], []))
+    us: dict[tuple[Any, ...], tuple[list[float], ...]] = collections.defaultdict(lambda: ([], [], []))
+    share: dict[tuple[Any, ...], tuple[list[float], ...]] = collections.defaultdict(lambda: ([], [], []))
     binaries = (args.base, args.new, args.base)
     sides = [0, 1, 2] if args.aa else [0, 1]
     for rnd in range(args.rounds):

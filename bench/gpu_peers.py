@@ -49,6 +49,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -153,7 +154,7 @@ def fld_torch_kernels():
 
 
 def load_peers(wanted, say):
-    peers = {}
+    peers: dict[str, Any] = {}
     env_lib = os.environ.get("FLD_LIB")
     if "fldispatch" in wanted:
         try:
@@ -253,7 +254,7 @@ def native_rope(neox):
     return fn
 
 
-_compiled = {}
+_compiled: dict[tuple[Any, ...], Any] = {}
 
 
 def compiled(key, fn):
@@ -482,7 +483,7 @@ def copy_gbps():
 
 def plan(ops, dtypes, quick):
     """(op, dtype, T, H, heads) in order of weight."""
-    rows = []
+    rows: list[tuple[str, str, int, int, tuple[int, int] | None]] = []
     tokens = (1, 32, 4096) if quick else DECODE + PREFILL
     for dname in dtypes:
         for op in ops:

@@ -57,6 +57,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _spec = importlib.util.spec_from_file_location("sass_loads", os.path.join(ROOT, ".ci", "sass-loads.py"))
+if _spec is None or _spec.loader is None:
+    raise ImportError("cannot load .ci/sass-loads.py")
 sass_loads = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sass_loads)
 
@@ -72,7 +74,7 @@ STORE_BYTES = ((".128", 16), (".64", 8), (".U16", 2), (".S16", 2), (".U8", 1), (
 def parse(text):
     """{(arch, function): [(address, predicated, opcode, operands)]} from
     cuobjdump -sass output."""
-    functions = {}
+    functions: dict[tuple[str, str], list[tuple[int, bool, str, str]]] = {}
     for arch, name, m in sass_loads.walk(text, ADDRESSED):
         functions.setdefault((arch, name), []).append(
             (int(m.group(1), 16), bool(m.group(2)), m.group(3), m.group(4).strip()))
@@ -104,7 +106,7 @@ def _successors(code, index, i):
 def _most_bytes(code, index):
     """The most bytes a path from the entry stores on forward edges alone:
     a thread's whole share, each loop's body once."""
-    most = [None] * (len(code) + 1)
+    most: list[int | None] = [None] * (len(code) + 1)
     most[0] = 0
     top = 0
     for i in range(len(code)):
@@ -124,7 +126,7 @@ def _fewest(code, index, start, end, need, calls):
     that has stored `need` bytes by then (Dijkstra over (instruction, bytes
     stored, capped at need)); None where no path does."""
     dist = {(start, 0): 0}
-    came = {}
+    came: dict[tuple[int, int], tuple[int, int]] = {}
     heap = [(0, start, 0)]
     while heap:
         d, i, have = heapq.heappop(heap)
@@ -134,7 +136,7 @@ def _fewest(code, index, start, end, need, calls):
         have_after = min(need, have + stored(opcode))
         cost = d + 1
         if opcode.startswith(end) and have_after >= need:
-            state = (i, have)
+            state: tuple[int, int] | None = (i, have)
             while state is not None and not code[state[0]][2].startswith("BAR"):
                 state = came.get(state)
             return cost, (None if state is None else cost - dist[state] - 1)
@@ -165,7 +167,7 @@ def fastest_full_route(code):
     need = _most_bytes(code, index)
     if need == 0:
         return None
-    subroutines = {}
+    subroutines: dict[int, int | None] = {}
 
     def calls(i):
         if i is None:
@@ -212,7 +214,7 @@ def figures(obj):
     regs = registers(sass_loads.sass(obj, "-res-usage"))
     code = parse(sass_loads.sass(obj))
     names = readable({name for _, name in code})
-    taken = {}
+    taken: dict[tuple[str, str], int] = {}
     for arch, name in code:
         taken[(arch, names[name])] = taken.get((arch, names[name]), 0) + 1
     out = {}

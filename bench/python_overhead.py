@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -88,6 +89,8 @@ def main():
     op = getattr(torch.ops.fldispatch, args.op)
     op_default = op.default
     call = getattr(fldispatch, args.op)
+    rest: tuple[Any, ...]
+    rest_n: tuple[Any, ...]
     if args.op == "rms_norm":
         out, w = torch.empty(1, 8), torch.randn(8)
         rest, rest_n = (w, None, 1e-6), (w.numpy(), None, 1e-6)
@@ -115,7 +118,7 @@ def main():
             per_call_ns(fn, 1000)
     c_call(1000)
 
-    samples = {name: [] for name in variants}
+    samples: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
@@ -172,7 +175,7 @@ def kernels_ab(args):
     """The --kernels-ab comparison (see the module's docstring)."""
     child = [sys.executable, os.path.abspath(__file__), "--json", "--op", args.op,
              "--rounds", str(args.rounds), "--calls", str(args.calls)]
-    runs = {"native": [], "python": []}
+    runs: dict[str, list[float]] = {"native": [], "python": []}
     machine = None
     for _ in range(args.kernels_ab):
         for kind in ("native", "python", "python", "native"):
@@ -195,6 +198,7 @@ def kernels_ab(args):
     if args.json:
         print(json.dumps(result, indent=2))
         return
+    assert machine is not None  # set by every run above
     print(f"cpu: {machine['cpu']}; torch {machine['torch']}; op {args.op}; "
           f"{2 * half} processes per kind, each the median of {args.rounds} rounds x "
           f"{args.calls} calls")

@@ -92,7 +92,7 @@ def main():
         variants["call_op_c_declared"] = lambda: call_op("sig_axpy", out, x, y, 2.0)
     for f in variants.values():  # warm: resolve and cache
         per_call(f, 100)
-    samples = {k: [] for k in variants}
+    samples: dict[str, list[float]] = {k: [] for k in variants}
     samples["register_40x4_ms"] = []
     names = list(variants)
     for r in range(args.rounds):

@@ -65,7 +65,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--interval", type=float, default=0.1)
     args = parser.parse_args()
-    runs = {"A": [], "B": [], "A2": []}
+    runs: dict[str, list[int]] = {"A": [], "B": [], "A2": []}
     writer = []
     with tempfile.TemporaryDirectory() as directory:
         for r in range(args.rounds):

@@ -37,6 +37,7 @@ import json
 import os
 import statistics
 import sys
+from typing import Any, Callable
 
 os.environ.setdefault("VLLM_FL_CPU_THREADS", "1")
 
@@ -52,7 +53,7 @@ DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 def cases(tokens, hidden, dtypes):
     """(label, op, args, vllm_call or None): decode shapes of the ops a vLLM layer calls."""
-    out = []
+    out: list[tuple[str, str, tuple[Any, ...], Callable[..., Any]]] = []
     heads, head_size = max(1, hidden // 128), 128
     for dt_name in dtypes:
         dt = DTYPES[dt_name]
@@ -91,7 +92,7 @@ def cases(tokens, hidden, dtypes):
 def measure(op, args, vllm_call, rounds, calls, evict_kib=()):
     torch_op = getattr(torch.ops.fldispatch, op).default
     floor = fltorch.dispatch_floor(op)
-    variants = {
+    variants: dict[str, Callable[..., Any]] = {
         "torch_op": lambda: per_call_ns(lambda: torch_op(*args), calls),
         "floor": lambda: per_call_ns(lambda: floor(*args), calls),
         "c_call": lambda: fldispatch._C._bench_c_op(op, calls, *args),
@@ -104,7 +105,7 @@ def measure(op, args, vllm_call, rounds, calls, evict_kib=()):
         variants["vllm"] = lambda: per_call_ns(vllm_call, calls)
     for fn in variants.values():  # warm: first calls resolve and cache
         fn()
-    samples = {name: [] for name in variants}
+    samples: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:

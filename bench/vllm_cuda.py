@@ -92,6 +92,7 @@ import sys
 import tempfile
 import time
 import traceback
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -171,7 +172,7 @@ def engine_kwargs(cfg, opts, model_path, qk_fusion):
     """vllm.LLM's keyword arguments for one configuration (names as vLLM
     0.26's EngineArgs has them)."""
     batch = sorted(set(opts.batch))
-    comp = {"cudagraph_capture_sizes": batch}
+    comp: dict[str, Any] = {"cudagraph_capture_sizes": batch}
     if cfg["model"] == "qwen3" and qk_fusion:
         comp["pass_config"] = {"enable_qk_norm_rope_fusion": True}
     kw = {"model": model_path, "skip_tokenizer_init": True, "dtype": "bfloat16", "seed": 0,
@@ -364,7 +365,7 @@ def tokens_words(cmp):
 # ---------------------------------------------------------------- the child
 
 _UNSET = object()
-CAPTURE = {"installed": None}
+CAPTURE: dict[str, Any] = {"installed": None}
 
 
 def _capture_reset():
@@ -403,7 +404,7 @@ def install_capture():
         finally:
             _record_passes(self, passes)
 
-    call._fld_capture = True
+    call._fld_capture = True  # type: ignore[attr-defined]  # a mark on the wrapper: installed once
     call.__doc__ = original.__doc__
     cls.__call__ = call
     return None
@@ -572,7 +573,7 @@ class Child:
     def __init__(self, name, logdir):
         self.name = name
         self.logdir = logdir
-        self.llm = None
+        self.llm: Any = None
 
     def generate(self, batch, tokens, logprobs=None):
         from vllm import SamplingParams
@@ -599,7 +600,8 @@ class Child:
         for o in outs:
             seq = list(o.outputs[0].token_ids)
             toks.append(seq)
-            lp_seq, top_seq = [], []
+            lp_seq: list[float | None] = []
+            top_seq: list[dict[str, float]] = []
             positions = o.outputs[0].logprobs or []
             for j, tok in enumerate(seq):
                 try:
@@ -614,7 +616,7 @@ class Child:
         return {"tokens": toks, "logprobs": lps, "top": tops}
 
     def run(self, cmd):
-        rec = {"phase_s": {}, "errors": []}
+        rec: dict[str, Any] = {"phase_s": {}, "errors": []}
         phase = "start"
         remove_log = None
         passes_log = os.path.join(self.logdir, f"{cmd['name']}.passes.log")
@@ -776,7 +778,7 @@ def child_main(name, log, logdir):
     simulate = os.environ.get("FLD_VLLM_CUDA_SIMULATE") == "1"
     try:
         if simulate:
-            child = SimulatedChild(name, logdir)
+            child: Child = SimulatedChild(name, logdir)
             hello["vllm"] = "simulated"
         else:
             import torch
@@ -830,6 +832,7 @@ class Driven:
     def read(self, timeout):
         """One JSON line, or raises TimeoutError / EOFError."""
         deadline = time.perf_counter() + max(timeout, 0.1)
+        assert self.proc.stdout is not None  # stdout=PIPE
         fd = self.proc.stdout.fileno()
         while "\n" not in self.buffer:
             left = deadline - time.perf_counter()
@@ -846,6 +849,7 @@ class Driven:
         return json.loads(line)
 
     def ask(self, cmd, timeout):
+        assert self.proc.stdin is not None  # stdin=PIPE
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
         return self.read(timeout)
@@ -863,6 +867,7 @@ class Driven:
 
     def close(self):
         if self.proc.poll() is None:
+            assert self.proc.stdin is not None  # stdin=PIPE
             try:
                 self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
                 self.proc.stdin.close()
@@ -1045,8 +1050,8 @@ def fmt(x, spec, unit=""):
 def derive(records, batch):
     """Adds to each record its reference, its ratios and its tokens against
     the reference, and returns the A/A control {batch: {"ratio", "spread"}}."""
-    final = [r for r in records if not r.get("retried_without_qk_norm_rope_fusion")]
-    by = {}
+    final: list[dict[str, Any]] = [r for r in records if not r.get("retried_without_qk_norm_rope_fusion")]
+    by: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in final:
         if r.get("timing") or r.get("tokens"):
             by.setdefault((r["model"], r["quant"], r["setting"], r["child"]), r)
@@ -1318,7 +1323,7 @@ def main(argv=None):
     finally:
         run.close()
         aa = derive(run.records, opts.batch)
-        first = next((h for h in run.hellos if h.get("vllm")), {})
+        first: dict[str, Any] = next((h for h in run.hellos if h.get("vllm")), {})
         doc = {"schema": 1, "benchmark": "vllm_cuda", "vllm": first.get("vllm"),
                "torch": first.get("torch"), "cuda": first.get("cuda"),
                "device": first.get("device"), "children": run.hellos,

@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -97,7 +98,7 @@ def make_call(lib, spec):
         # restores q and k from these copies every RESTORE_EVERY calls, outside the timed part.
         q0, k0 = q.clone(), k.clone()
         call = lambda: op(pos, q, k, HEAD, cache, neox)  # noqa: E731
-        call.restore = lambda: (q.copy_(q0), k.copy_(k0))
+        call.restore = lambda: (q.copy_(q0), k.copy_(k0))  # type: ignore[attr-defined]  # time_call looks for it
         return call
     if spec["op"] == "silu":
         x = torch.randn(t, 2 * HIDDEN, dtype=dtype)
@@ -268,8 +269,8 @@ def main():
         print(f"# CPU: {model}, family {family}; load average before: {os.getloadavg()}")
         print(f"# peer: {peer_how}; ours: {ours}")
 
-    got = {}  # (lib, threads) -> [ {name: (median, min)} per round ]
-    c_got = {}
+    got: dict[tuple[str, int], list[dict[str, Any]]] = {}  # (lib, threads) -> [ {name: (median, min)} per round ]
+    c_got: dict[int, list[dict[int, Any]]] = {}
     for rnd in range(a.rounds):
         libs = ("vllm", "fld") if rnd % 2 == 0 else ("fld", "vllm")
         for th in threads:

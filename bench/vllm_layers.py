@@ -75,6 +75,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any, Callable
 
 SETTINGS = ("vllm", "fld-1", "fld-ref", "fld-torch", "fld-unset")
 COPIES = ("a", "b")
@@ -252,13 +253,14 @@ def breakdown_cases(t, hidden, dtype, fld):
     for case, layer, op_name in (("silu_and_mul", silu, "silu_and_mul"),
                                  ("gelu_and_mul", gelu, "gelu_and_mul")):
         op_default = getattr(ops, op_name).default
-        cases[case].update({
+        act_stages: dict[str, Callable[..., Any]] = {
             "forward_fl": lambda layer=layer: layer.forward_fl(g),
             "forward": lambda op_name=op_name: fv.act_and_mul_forward(op_name, g),
             "op": lambda op_name=op_name: getattr(ops, op_name)(h, g),
             "op.default": lambda op=op_default: op(h, g),
             "alloc": lambda: g.new_empty([t, inter]),
-        })
+        }
+        cases[case].update(act_stages)
     cases["rotary_embedding"].update({
         "forward_fl": lambda: rope.forward_fl(pos, q, k),
         "forward": lambda: fv.rotary_forward(pos, q, k, head, cache, True),
@@ -330,7 +332,7 @@ def breakdown(args):
             return dict(env0, PYTHONPATH=path + (os.pathsep + rest if rest else ""))
         return dict(env0)
 
-    runs = {(s, c): [] for s in settings for c in COPIES}
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {(s, c): [] for s in settings for c in COPIES}
     load = [open("/proc/loadavg").read().split()[:3]]
     files = {}
     for r in range(args.rounds):
@@ -432,7 +434,7 @@ def main():
     env0 = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_FL_")}
     plan = [(s, int(t)) for t in args.threads.split(",") for s in SETTINGS
             if s in wanted and setting_env(s, int(t)) is not None]
-    runs = {(s, t, c): [] for s, t in plan for c in COPIES}
+    runs: dict[tuple[str, int, str], list[dict[str, float]]] = {(s, t, c): [] for s, t in plan for c in COPIES}
     load = [os.getloadavg()]
     for r in range(args.rounds):
         order = [(s, t, c) for s, t in plan for c in COPIES]

@@ -41,6 +41,7 @@ import argparse
 import ctypes
 import os
 import sys
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -322,7 +323,7 @@ def run_rotary(torch, lib, impls, dtypes, rep, full):
                                              "flat": (batch, seq, heads * head),
                                              "padded": (batch, seq, heads, head + 64)}[layout]
                                     q = torch.randn(shape, dtype=qdt)
-                                    k = torch.randn_like(q) if use_key else None
+                                    k: Any = torch.randn_like(q) if use_key else None  # None iff not use_key
                                     if layout == "padded":
                                         q = q[..., :head]
                                         k = k[..., :head] if use_key else None
@@ -391,8 +392,8 @@ def run_norms(torch, lib, impls, dtypes, rep, full):
                                 scale = 1 / (2 * h)
                                 x = torch.randn(t, 2 * h if strided else h, dtype=dt)[..., :h]
                                 x *= scale
-                                res = torch.empty(t, h, dtype=dt).normal_(std=scale) \
-                                    if add_res else None
+                                res: Any = torch.empty(t, h, dtype=dt).normal_(std=scale) \
+                                    if add_res else None  # None iff not add_res
                                 want, want_res = rms_native(torch, x, w, eps, res, gemma)
                                 out = torch.empty(t, h, dtype=dt)
                                 r = res.clone() if add_res else None

@@ -75,6 +75,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINE = os.path.join(ROOT, "python", "tests", "engine")
@@ -104,7 +105,7 @@ MAX_PAIRS = 10
 # the modes of each model in the default matrix: compiled where the ops
 # weigh in the step (on the tiny models vLLM's own per-step work dominates)
 DEFAULT_COMPILED = ("llama-big",)
-PROFILES = {"default": {"rounds": 3, "tokens": 32, "batch": "1,8"},
+PROFILES: dict[str, dict[str, Any]] = {"default": {"rounds": 3, "tokens": 32, "batch": "1,8"},
             "full": {"rounds": 5, "tokens": 64, "batch": "1,8"},
             "quick": {"rounds": 2, "tokens": 8, "batch": "1,8"}}
 
@@ -317,7 +318,7 @@ def check_served(setting, model, dtype, reports, expected=None):
 def served_impls(model, dtype, reports):
     """{op: [impl_id]} that ran the model's layer ops."""
     short = {v: k for k, v in DTYPES.items()}[dtype]
-    got = {}
+    got: dict[str, set[str]] = {}
     for r in reports:
         for row in (r or {}).get("stats") or []:
             op = layer_op(row["op"])
@@ -359,7 +360,7 @@ class Child:
     def __init__(self, setting, max_batch):
         self.setting = setting
         self.max_batch = max_batch
-        self.llm = None
+        self.llm: Any = None
 
     def start(self, cmd):
         from vllm import LLM, SamplingParams
@@ -524,6 +525,7 @@ class Driven:
         self.hello = self.read()
 
     def read(self):
+        assert self.proc.stdout is not None  # stdout=PIPE
         line = self.proc.stdout.readline()
         if not line:
             raise SystemExit(f"vllm_tokens: the '{self.setting}' child ended (exit status "
@@ -531,6 +533,7 @@ class Driven:
         return json.loads(line)
 
     def ask(self, cmd):
+        assert self.proc.stdin is not None  # stdin=PIPE
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
         reply = self.read()
@@ -541,6 +544,7 @@ class Driven:
 
     def close(self):
         if self.proc.poll() is None:
+            assert self.proc.stdin is not None  # stdin=PIPE
             self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
             self.proc.stdin.close()
             self.proc.wait()
@@ -578,7 +582,7 @@ def run(p, logdir, progress):
                                  "startup_s": got["startup_s"], "warmup_s": got["warmup_s"]})
                 progress(f"{model} {mode} {dt} {s}: engine start {got['startup_s']:.1f} s, "
                          f"warm-up {got['warmup_s']:.1f} s")
-            samples = {s: [] for s in CHILDREN}
+            samples: dict[str, list[dict[str, Any]]] = {s: [] for s in CHILDREN}
             config = (model, mode, dt)
             rounds = 0
             while True:

@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 AXES = {
     "lookup": ("VLLM_FL_CPU_LOOKUP", ("gather", "scalar")),
@@ -99,7 +100,7 @@ def main():
     var, (first, second) = AXES[a.axis]
     modes = (first, second, first + "'")
     load0 = os.getloadavg()
-    got = {m: [] for m in modes}
+    got: dict[str, list[dict[str, list[Any]]]] = {m: [] for m in modes}
     for rnd in range(a.rounds):
         order = modes[rnd % 3:] + modes[:rnd % 3]
         for m in order:

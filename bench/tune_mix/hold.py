@@ -35,7 +35,7 @@ def loadavg():
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
-            info = {}
+            info: dict[str, str] = {}
             for line in f:
                 if ":" in line:
                     k, v = line.split(":", 1)
@@ -85,7 +85,7 @@ def main():
     print("# %s, %d online cores; load average before: %.2f" % (cpu_model(), cores, loadavg()))
     print("# tune %s, %d runs%s" % (" ".join(common), a.runs,
                                     "" if a.no_load else ", %d busy processes beside it" % cores))
-    pinned = {}  # (op, dtype, rows) -> {winner: runs}
+    pinned: dict[tuple[str, str, str], dict[str, list[int]]] = {}  # (op, dtype, rows) -> {winner: runs}
     samples = {}
     for run in range(1, a.runs + 1):
         procs = [] if a.no_load else start_load(cores)
@@ -100,7 +100,7 @@ def main():
             stop_load(procs)
         with open(os.path.join(a.outdir, "run%d.json" % run), "w") as f:
             json.dump(doc, f, indent=1)
-        counts = {}
+        counts: dict[str, int] = {}
         for res in doc["results"]:
             counts[res["decision"]] = counts.get(res["decision"], 0) + 1
             if res["decision"] in ("pinned", "fallback"):

@@ -40,7 +40,7 @@ print(min(best) * 1e3)
 
 def main():
     rounds, manifests = int(sys.argv[1]), sys.argv[2:]
-    times = {m: [] for m in manifests}
+    times: dict[str, list[float]] = {m: [] for m in manifests}
     for _ in range(rounds):
         for m in manifests:
             env = dict(os.environ, VLLM_FL_MANIFEST=m)

@@ -12,6 +12,7 @@ capsule destructor, as the protocol says.
 
 import ctypes
 import itertools
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,7 @@ _DTYPES = {np.dtype(np.float32): (2, 32), np.dtype(np.float16): (2, 16),
            np.dtype(np.int64): (0, 64), np.dtype(np.int32): (0, 32)}
 
 # Exports alive, by the address of their managed struct.
-_live = {}
+_live: dict[int, dict[str, Any]] = {}
 _ids = itertools.count(1)
 
 
@@ -147,7 +148,7 @@ class FakeTensor:
             raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
         self.exports.append({"stream": stream, "max_version": max_version})
         if max_version is not None and max_version[0] >= 1:
-            managed = DLManagedVersioned()
+            managed: DLManagedVersioned | DLManagedLegacy = DLManagedVersioned()
             managed.version = DLVersion(*self.version)
             managed.flags = self.flags
             managed.deleter = _delete_versioned
@@ -191,8 +192,8 @@ class _ExchangeAPI(ctypes.Structure):
 # Python exception set for its caller).
 STREAM_BASE = 0x5EED0000
 FAILING_DEVICE = 7
-stream_queries = []
-_views = {}
+stream_queries: list[tuple[int, int]] = []
+_views: dict[int, tuple[object, object]] = {}
 
 
 @_FROM_PY

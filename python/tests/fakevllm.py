@@ -10,6 +10,7 @@ sys.modules; remove() takes it out again.
 
 import sys
 import types
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -35,11 +36,12 @@ class CompilationConfig:
 def set_compilation(**kwargs):
     """Sets the configuration CustomOps read as they are made (eager, vLLM's
     defaults, without arguments)."""
-    sys.modules["vllm.config"].current = CompilationConfig(**kwargs)
+    config: Any = sys.modules["vllm.config"]
+    config.current = CompilationConfig(**kwargs)
 
 
 def build():
-    mods = {name: types.ModuleType(name) for name in MODULES}
+    mods: dict[str, Any] = {name: types.ModuleType(name) for name in MODULES}
     config = mods["vllm.config"]
     config.CompilationConfig = CompilationConfig
     config.current = CompilationConfig()

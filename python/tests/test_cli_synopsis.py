@@ -23,6 +23,7 @@ def guide_synopsis():
     text = GUIDE.read_text()
     block = re.search(r"^## Command-line tool\n+```\n(.*?)^```", text, re.S | re.M)
     assert block, f"{GUIDE}: no synopsis block under '## Command-line tool'"
+    commands: dict[str, set[str]]
     commands, current = {}, None
     for line in block.group(1).splitlines():
         head = re.match(r"fldispatch (\w+) *", line)

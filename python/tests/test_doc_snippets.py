@@ -137,6 +137,7 @@ def test_c_block(where, code, mark, tmp_path):
         _compile(source, tmp_path / "app", tmp_path, where, shared=False)
         _run([str(tmp_path / "app")], tmp_path, f"{where} (the program)")
         return
+    assert plugin
     name = plugin.group(1)
     so = tmp_path / f"fld-{name}.so"
     _compile(source, so, tmp_path, where, shared=True)

@@ -28,14 +28,14 @@ def negative_rank(dl):
 def huge_dims(dl):
     # 2**62 * 2**62 * 16 wraps to 0 in int64 arithmetic.
     shape = (ctypes.c_int64 * 3)(2**62, 2**62, 16)
-    huge_dims.keep.append(shape)
+    huge_dims.keep.append(shape)  # type: ignore[attr-defined]  # an attribute set on the function
     dl.ndim = 3
     dl.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
     dl.strides = None
 
 
-huge_dims.keep = []
-capsules = []
+huge_dims.keep = []  # type: ignore[attr-defined]  # the shapes kept alive, on the function
+capsules: list[object] = []
 
 
 def capsule(tensor):

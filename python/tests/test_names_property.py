@@ -39,7 +39,7 @@ def random_name(rng):
         return "pn_" + "".join(rng.choice(string.ascii_letters + string.digits + "_")
                                for _ in range(n))
     if family == 1:  # a keyword (valid as a name: names are not Python identifiers)
-        return rng.choice(keyword.kwlist + ["None", "def", "class"])
+        return rng.choice(list(keyword.kwlist) + ["None", "def", "class"])
     if family == 2:  # around the length limit
         return "pl_" + "a" * rng.choice([MAX_LEN - 4, MAX_LEN - 3, MAX_LEN - 2, 200, 5000])
     if family == 3:  # a valid name with a NUL inside or at the end

@@ -194,7 +194,7 @@ def test_shared_prepared_from_threads_matches_one_thread(rows):
     p = fldispatch.prepare("rms_norm", torch.empty(rows, 64), torch.randn(rows, 64), w, eps=1e-5)
     n_threads, n_calls = 4, 150
     xs = [[torch.randn(rows, 64) for _ in range(3)] for _ in range(n_threads)]
-    refs = []
+    refs: list[list[object]] = []
     for per_thread in xs:
         refs.append([])
         for x in per_thread:

@@ -53,7 +53,7 @@ def scrape(collector):
     """What a registry holding collector serves, parsed back: {sample name: {labels: value}}."""
     registry = CollectorRegistry()
     registry.register(collector)
-    samples = {}
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         for s in family.samples:
             samples.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
@@ -88,7 +88,9 @@ def test_the_ranks_files_on_a_registry(tmp_path):
         assert [k for k, _ in labels] == ["device", "dtype", "impl_id", "op", "rank"]
 
     # what the tool prints for a textfile collector, family by family
-    tool = subprocess.run([tool_path(), "stats", "--prometheus", "--by-rank",
+    exe = tool_path()
+    assert exe is not None, "the fldispatch tool is not built next to this package"
+    tool = subprocess.run([exe, "stats", "--prometheus", "--by-rank",
                            *collector.files()], capture_output=True, text=True, timeout=60)
     assert tool.returncode == 0, tool.stderr
     printed = [(f.name, f.type, f.documentation, f.samples)
@@ -132,7 +134,7 @@ def test_a_file_removed_after_the_listing_is_taken_as_gone(tmp_path):
     collector = CountersCollector(str(tmp_path / "stats-*.json"))
     listings = [[str(tmp_path / "stats-0-gone.json"), *collector.files()]]
     real_files = collector.files
-    collector.files = lambda: listings.pop() if listings else real_files()
+    collector.files = lambda: listings.pop() if listings else real_files()  # type: ignore[method-assign]  # stubbed
     assert silu_by_rank(scrape(collector), "fldispatch_calls_total") == {"0": 4}
 
 
@@ -263,9 +265,9 @@ def test_the_first_scrape_says_when_the_files_are_written_at_exit_only(tmp_path,
 
 def test_bad_arguments_are_refused():
     with pytest.raises(TypeError):
-        fldispatch._C._stats_metric_families([3], True)
+        fldispatch._C._stats_metric_families([3], True)  # type: ignore[list-item]  # a wrong type, refused
     with pytest.raises(TypeError):
-        fldispatch._C._stats_metric_families(5, True)
+        fldispatch._C._stats_metric_families(5, True)  # type: ignore[arg-type]  # a wrong type, refused
     with pytest.raises(ValueError):
         fldispatch._C._stats_metric_families(["a\0b"], True)
     with pytest.raises(fldispatch.Error, match="cannot open"):

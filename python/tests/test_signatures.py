@@ -268,7 +268,7 @@ def test_argument_names_no_binding_can_take_are_refused():
         with pytest.raises(fldispatch.InvalidArgumentError, match=f"'{word}' is a Python keyword"):
             fldispatch.declare_op(op, f"(Tensor(a!) out, int {word}) -> ()")
         assert op not in fldispatch.signatures()
-    for word in keyword.softkwlist + ["none", "true", "self", "Tensor", "int", "async_"]:
+    for word in list(keyword.softkwlist) + ["none", "true", "self", "Tensor", "int", "async_"]:
         op = fresh_op("soft")
         fldispatch.declare_op(op, f"(Tensor(a!) out, int {word}=1) -> ()")
         torch_parse(op + fldispatch.signatures()[op])

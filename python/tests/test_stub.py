@@ -36,7 +36,7 @@ KINDS = {
 
 def _declared(stub):
     """{name: its node} of a stub's top level."""
-    names = {}
+    names: dict[str, ast.stmt] = {}
     for node in stub.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names[node.name] = node
@@ -98,7 +98,7 @@ def _stub_parameters(fn):
     """[(name, kind, default)] of a stub function; default is inspect's empty,
     `...` (some default), or the literal."""
     a = fn.args
-    out = []
+    out: list[tuple[str, inspect._ParameterKind, object]] = []
     positional = a.posonlyargs + a.args
     defaults = [None] * (len(positional) - len(a.defaults)) + a.defaults
     for field, kind in KINDS.items():

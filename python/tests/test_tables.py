@@ -35,7 +35,7 @@ def test_every_name_of_a_device_is_a_registration_name():
         if r["alias"]:
             assert registry.DEVICE_BITS[r["alias"]] == 1 << i
     # a torch device type several rows share names the first of them
-    first = {}
+    first: dict[str, int] = {}
     for i, r in enumerate(rows):
         first.setdefault(r["torch"], 1 << i)
     assert {t: registry.DEVICE_BITS[t] for t in first} == first
@@ -126,5 +126,5 @@ def test_the_vllm_plugins_tables_name_catalog_ops():
     assert set(vllm_ir.CALLS) == set(vllm_layers.IR_OPS)
     assert vllm_layers.ACTIVATIONS == tuple(op for op, family in catalog_rows() if family == "GATED")
     assert set(vllm_layers.GELU_APPROXIMATE.values()) <= set(vllm_layers.ACTIVATIONS)
-    for mode, row in vllm_path.MODE_TABLE.items():
-        assert set(row) == set(vllm_layers.MODE_COLUMNS.values()), mode
+    for mode, columns in vllm_path.MODE_TABLE.items():
+        assert set(columns) == set(vllm_layers.MODE_COLUMNS.values()), mode

@@ -40,13 +40,16 @@ def test_a_build_for_another_torch_is_not_loaded(tmp_path, monkeypatch):
     monkeypatch.delenv("FLDISPATCH_TORCH_NATIVE", raising=False)
     so = _fake_build(tmp_path, "torch=1.0.0 python=3.0")
     reason = ft._native_mismatch(so)
+    assert reason is not None
     assert "built for torch=1.0.0 python=3.0" in reason
     assert fldispatch.native_abi.record() in reason
 
 
 def test_a_build_without_its_record_is_not_loaded(tmp_path, monkeypatch):
     monkeypatch.delenv("FLDISPATCH_TORCH_NATIVE", raising=False)
-    assert "_torch_ops.abi absent" in ft._native_mismatch(_fake_build(tmp_path, None))
+    reason = ft._native_mismatch(_fake_build(tmp_path, None))
+    assert reason is not None
+    assert "_torch_ops.abi absent" in reason
 
 
 def test_a_matching_record_is_accepted_and_the_variable_turns_it_off(tmp_path, monkeypatch):
@@ -59,7 +62,9 @@ def test_a_matching_record_is_accepted_and_the_variable_turns_it_off(tmp_path, m
 
 def test_absent_build_says_so(tmp_path, monkeypatch):
     monkeypatch.delenv("FLDISPATCH_TORCH_NATIVE", raising=False)
-    assert "not built" in ft._native_mismatch(str(tmp_path / "_torch_ops.so"))
+    reason = ft._native_mismatch(str(tmp_path / "_torch_ops.so"))
+    assert reason is not None
+    assert "not built" in reason
 
 
 def _kernels(op):
@@ -381,7 +386,7 @@ def test_large_calls_run_in_ranges_on_torch_threads(tmp_path, threads):
         env.pop(name, None)
     subprocess.run([sys.executable, "-c", _TRACED_CALLS, str(threads)], env=env, check=True,
                    timeout=120)
-    calls = {}
+    calls: dict[str, list[int]] = {}
     for ev in json.loads(trace.read_text())["traceEvents"]:
         if ev.get("cat") == "call":
             calls.setdefault(ev["name"], []).append(ev["tid"])
@@ -404,7 +409,7 @@ def test_a_manifest_in_force_keeps_calls_whole(tmp_path):
     trace = tmp_path / "trace.json"
     env = dict(os.environ, VLLM_FL_TRACE=str(trace), VLLM_FL_MANIFEST=str(manifest))
     subprocess.run([sys.executable, "-c", _TRACED_CALLS, "2"], env=env, check=True, timeout=120)
-    calls = {}
+    calls: dict[str, list[str]] = {}
     for ev in json.loads(trace.read_text())["traceEvents"]:
         if ev.get("cat") == "call":
             calls.setdefault(ev["name"], []).append(ev["args"]["impl_id"])
@@ -493,7 +498,7 @@ def test_bench_c_op_evicting_errors_name_the_fault():
     with pytest.raises(ValueError, match="_bench_c_op_evicting: evict_bytes must be in 1 .. 2"):
         fldispatch._C._bench_c_op_evicting("silu_and_mul", 1, 0, torch.empty(2, 4), x)
     with pytest.raises(TypeError, match=r"_bench_c_op_evicting\(op, n, evict_bytes, \*args\)"):
-        fldispatch._C._bench_c_op_evicting("silu_and_mul", 1)
+        fldispatch._C._bench_c_op_evicting("silu_and_mul", 1)  # type: ignore[call-arg]  # checks the message
     with pytest.raises(TypeError, match="_bench_c_op_evicting: op 'rms_norm' takes 5 arguments"):
         fldispatch._C._bench_c_op_evicting("rms_norm", 1, 64, torch.empty(2, 8), x)
     with pytest.raises(fldispatch.InvalidArgumentError, match="out"):

@@ -205,12 +205,12 @@ def test_the_samples_are_made_on_the_timers_device_not_the_librarys():
 
     timer = tune_gpu.HostTimer(torch, "cpu")
     original = tune_gpu.Sample
-    tune_gpu.Sample = Recorded
+    tune_gpu.Sample = Recorded  # type: ignore[misc]  # the module's class, replaced for the test
     try:
         tune_gpu.tune_bucket(torch, timer, "silu_and_mul", "rocm", "f32", tune_gpu.Bucket(1, 1, (1,)),
                              hidden=(64,), reps=1, calls=1, replays=1, min_gain=0.05)
     finally:
-        tune_gpu.Sample = original
+        tune_gpu.Sample = original  # type: ignore[misc]  # put back
     assert made == ["cpu"]
 
 

@@ -73,13 +73,13 @@ def reads(root=ROOT):
         if rel not in TABLE_FILES:
             texts[rel] = f.read_text(encoding="utf-8", errors="replace")
     # Constants passed to a reader by name: getenv(ENV_THREADS), os.environ.get(PLUGIN_MODULES_ENV).
-    passed = set()
+    passed: set[str] = set()
     for rel, text in texts.items():
         if rel.endswith(".py"):
             passed.update(n for m in PY_GET.finditer(text) for n in m.groups() if n)
         else:
             passed.update(m.group(1) for m in C_READER.finditer(text) if m.group(1))
-    found = {}
+    found: dict[str, set[str]] = {}
     for rel, text in texts.items():
         python = rel.endswith(".py")
         if (PY_READER if python else C_READER).search(text):

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 import torch
@@ -52,8 +53,8 @@ def fake_vllm(monkeypatch):
     saved = {name: sys.modules.get(name) for name in fakevllm.MODULES + HIDDEN}
     fakevllm.install()
     for name in HIDDEN:  # a real vLLM imported earlier in this process stays out of sight
-        sys.modules[name] = None
-    sys.modules["vllm"].__fake__ = True
+        sys.modules[name] = None  # type: ignore[assignment]  # None there makes the import fail
+    sys.modules["vllm"].__fake__ = True  # type: ignore[attr-defined]  # marks the stand-in
     monkeypatch.setattr(DECIDED, "oot_layers", {})
     monkeypatch.setattr(DECIDED, "logged", set())  # each test sees its own lines
     # register() sets them; undone after the test
@@ -81,7 +82,7 @@ def env(monkeypatch):
     fldispatch.reload()
 
 
-def layers(mods):
+def layers(mods) -> tuple[Any, Any, Any]:
     ln = mods["vllm.model_executor.layers.layernorm"]
     act = mods["vllm.model_executor.layers.activation"]
     rope = mods["vllm.model_executor.layers.rotary_embedding"]
@@ -367,7 +368,8 @@ def test_what_fldispatch_cannot_take_runs_forward_native(fake_vllm, monkeypatch)
         norm(torch.randn(3, 64))  # went to forward_native
     calls = []
     layer = act.SiluAndMul()
-    monkeypatch.setattr(layer, "forward_native", lambda x: calls.append(x.device.type) or x)
+    monkeypatch.setattr(layer, "forward_native",
+                        lambda x: calls.append(x.device.type) or x)  # type: ignore[func-returns-value]  # None or x
     layer(torch.empty(3, 64, device="meta"))
     assert calls == ["meta"]
 
@@ -424,7 +426,7 @@ def runs_fldispatch(layer, op_name):
     names no implementation makes our op fail, vLLM's forward_native not."""
     op = op_name if op_name != "gelu_and_mul" else "gelu_tanh_and_mul"
     if op_name == "rotary_embedding":
-        args = (torch.arange(3), torch.randn(3, 128), torch.randn(3, 64))
+        args: tuple[Any, ...] = (torch.arange(3), torch.randn(3, 128), torch.randn(3, 64))
     else:
         args = (torch.randn(3, 64),)
     with fldispatch.policy(per_op={op: "impl:no.such"}):
@@ -831,7 +833,7 @@ def test_the_engine_core_writes_its_counters_as_its_busy_loop_ends(tmp_path, sin
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_FL_")}
     env.update({"VLLM_FL_STATS": "1"} if sink == "table" else
                {"VLLM_FL_STATS_FILE": str(stats_file)})
-    written = {}
+    written: dict[str, tuple[int, list[str]] | list[int]] = {}
     for mode in ("patched", "unpatched"):
         out = subprocess.run([sys.executable, str(script), mode, engine_core], env=env,
                              capture_output=True, text=True, timeout=120)

@@ -20,6 +20,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "bench", "vllm_cuda.py")
 spec = importlib.util.spec_from_file_location("vllm_cuda", SCRIPT)
+assert spec is not None and spec.loader is not None
 vc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(vc)
 

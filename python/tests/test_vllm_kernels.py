@@ -150,7 +150,7 @@ def vllm_layers():
 
     import fldispatch
     fldispatch.plugins()
-    if "activations as torch's" not in next(p.get("detail", "") for p in fldispatch.plugins()
+    if "activations as torch's" not in next(p.get("detail") or "" for p in fldispatch.plugins()
                                             if p["name"] == "cpu"):
         pytest.skip("the library started before VLLM_FL_CPU_ACTIVATIONS=torch was set")
     fv.register()
@@ -293,7 +293,7 @@ def test_rotary(vllm_layers, dtype, is_neox, head_size, rotary_dim, layout, use_
     q = torch.randn(ROPE_LAYOUTS[layout](5, 11, 17, head_size), dtype=dtype)
     k = torch.randn_like(q) if use_key else None
     q = q[..., :head_size]
-    k = k[..., :head_size] if use_key else None
+    k = k[..., :head_size] if k is not None else None
     want_q, want_k = rope.forward_native(positions, same_layout(q), same_layout(k))
     got_q, got_k = rope(positions, same_layout(q), same_layout(k))
     atol, rtol = ROPE_TOL[dtype]

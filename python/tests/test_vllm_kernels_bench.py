@@ -10,6 +10,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 spec = importlib.util.spec_from_file_location(
     "vllm_kernels", os.path.join(ROOT, "bench", "vllm_kernels.py"))
+assert spec is not None and spec.loader is not None
 vk = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(vk)
 

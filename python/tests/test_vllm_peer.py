@@ -10,6 +10,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 spec = importlib.util.spec_from_file_location(
     "vllm_peer", os.path.join(ROOT, "bench", "vllm_peer.py"))
+assert spec is not None and spec.loader is not None
 vp = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(vp)
 
@@ -82,7 +83,7 @@ def test_rounding_note_tells_truncation_from_nearest():
 def test_bf16_rounding_measures_truncation():
     torch = pytest.importorskip("torch")
 
-    def norm(out, x, w, eps, truncate):
+    def norm(out, x, w, eps, *, truncate):
         xf, wf = x.float(), w.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * wf
         if truncate:  # drop the low 16 bits: toward zero

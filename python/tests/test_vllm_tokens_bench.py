@@ -5,12 +5,14 @@ without vLLM: nothing here times anything."""
 
 import importlib.util
 import os
+from typing import Any
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 spec = importlib.util.spec_from_file_location(
     "vllm_tokens", os.path.join(ROOT, "bench", "vllm_tokens.py"))
+assert spec is not None and spec.loader is not None
 vt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(vt)
 
@@ -89,7 +91,7 @@ def row(op, dtype="f32", calls=5, fallbacks=0, failures=0, impl="vendor.cpu"):
 
 def test_check_served():
     ops = vt.LAYER_OPS["llama"]
-    ok = [{"pid": 1, "fldispatch": True, "stats": [row(op) for op in ops]}]
+    ok: list[dict[str, Any]] = [{"pid": 1, "fldispatch": True, "stats": [row(op) for op in ops]}]
     assert vt.check_served("on", "llama", "float32", ok) is None
     assert vt.served_impls("llama", "float32", ok) == {op: ["vendor.cpu"] for op in sorted(ops)}
     # another dtype's counters do not count
@@ -219,6 +221,8 @@ class Scripted:
     """A stand-in child: its "time" answers are the next of a list of
     generate times, one sample per batch size."""
 
+    hello: dict[str, Any]  # set by the test, as a child's hello
+
     def __init__(self, times, batch):
         self.times, self.batch, self.asked = list(times), batch, 0
 
@@ -252,7 +256,7 @@ def test_more_rounds_run_while_the_spread_is_wide(monkeypatch, off_b, max_rounds
         k.hello = {"vllm": "0", "import_s": 0.0}
     p = {"configs": [("llama", "eager", "f32")], "rounds": 2, "max_rounds": max_rounds,
          "spread": 0.03, "on": "default", "tokens": 11, "batch": batch}
-    said = []
+    said: list[str] = []
     doc = vt.run(p, "/nonexistent", said.append)
     assert all(k.asked == rounds_run for k in kids.values())
     assert [r["rounds"] for r in doc["results"]] == [rounds_run] * len(batch)

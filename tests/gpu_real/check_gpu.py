@@ -48,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any, Callable
 
 CUDA = 2  # kDLCUDA
 LEGACY_STREAM = 1  # cudaStreamLegacy
@@ -163,6 +164,7 @@ class Fld:
         impl = ctypes.c_char_p()
         self.ok(self.lib.fld_resolve(op.encode(), CUDA, DType(code, bits, 1), ctypes.byref(impl)),
                 f"fld_resolve {op}")
+        assert impl.value is not None  # set by a successful fld_resolve
         return impl.value.decode()
 
 
@@ -307,7 +309,7 @@ def case_norm(fld, dtype, rows, width, residual=False, inplace=False, gemma=Fals
 
     def run():
         x = x0.clone() if inplace else x0
-        res = r0.clone() if residual else None
+        res = r0.clone() if residual else None  # type: ignore[union-attr]  # r0 is a tensor whenever residual is
         out = x if inplace else torch.full((rows, width), float("nan"), dtype=dtype,
                                            device="cuda")
         fld.norm(out, x, w, res, eps, gemma)
@@ -483,7 +485,7 @@ def case_no_context_created(fld):
     t = x1 if x1 is not None else x
     out = torch.empty(t.shape[0], t.shape[1] // 2, dtype=t.dtype, device=t.device)
     torch.cuda.synchronize()
-    seen = {}
+    seen: dict[str, Any] = {}
 
     def worker():  # touches CUDA only through the plugin
         ctx = ctypes.c_void_p()
@@ -633,7 +635,7 @@ def main():
     cap = torch.cuda.get_device_capability()
     print(f"{name} sm_{cap[0]}{cap[1]}, torch {torch.__version__} (CUDA {torch.version.cuda})")
 
-    checks = [("selection and listing", lambda: case_selection(fld, args.tool))]
+    checks: list[tuple[str, Callable[..., Any]]] = [("selection and listing", lambda: case_selection(fld, args.tool))]
     for dt in DTYPES:
         for op in UNARY:
             checks.append((f"{op} {dt} 70000x2048 (> 65535 rows)",

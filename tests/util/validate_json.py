@@ -82,10 +82,10 @@ def main(argv):
         print("%s is not a valid schema: %s" % (argv[1], e.message))
         return 1
     errors = sorted(validator_class(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
-    for e in errors:
-        print("%s: %s" % (where(e.absolute_path), clipped(e.message)))
+    for error in errors:
+        print("%s: %s" % (where(error.absolute_path), clipped(error.message)))
         # A oneOf/anyOf failure says little alone: show why each branch failed.
-        for sub in sorted(e.context or [], key=lambda s: list(s.absolute_path))[:12]:
+        for sub in sorted(error.context or [], key=lambda s: list(s.absolute_path))[:12]:
             print("    %s: %s" % (where(sub.absolute_path), clipped(sub.message)))
     return 1 if errors else 0
 

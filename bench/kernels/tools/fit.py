@@ -2,6 +2,8 @@
 # The coefficient fits of vmath.h: minimax-like (Lawson's iteratively reweighted
 # least squares on a dense grid against mpmath), then rounded to float32.
 # Run: /usr/bin/python3 tools/fit.py   (needs python3-numpy, python3-mpmath)
+from typing import Any
+
 import mpmath as mp
 import numpy as np
 
@@ -39,7 +41,7 @@ def fit_erfcx(T=10.5, p=4, q=5, iters=60):
     ex = np.array([float(mp.erfc(v) * mp.exp(v * v)) for v in t])
     wq = np.ones(len(t))
     w = np.ones(len(t)) / len(t)
-    best = None
+    best: tuple[Any, Any] | None = None
     for _ in range(iters):
         A = np.concatenate([np.stack([t ** k for k in range(p + 1)], 1),
                             np.stack([-ex * t ** k for k in range(1, q + 1)], 1)], 1)
@@ -55,6 +57,7 @@ def fit_erfcx(T=10.5, p=4, q=5, iters=60):
         if best is None or err < best[0]:
             best = (err, c.copy())
         wq = 1 / np.abs(Q)
+    assert best is not None  # iters > 0: the first iteration sets it
     err, c = best
     return c[:p + 1], np.concatenate([[1.0], c[p + 1:]]), err
 

@@ -38,6 +38,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
@@ -95,7 +96,7 @@ def run(spec, outdir):
               "startup_s": t1 - t0, "generate_s": t2 - t1, "driver_pid": os.getpid()}
     if spec.get("force"):
         if spec["force"] == spec["name"]:
-            ref = result
+            ref: dict[str, Any] = result
         else:
             with open(os.path.join(outdir, spec["force"] + ".json")) as f:
                 ref = json.load(f)

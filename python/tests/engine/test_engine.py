@@ -35,6 +35,7 @@ import re
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -115,7 +116,8 @@ def plan(paths, tp_vars=None):
     """[(environment, runs)]: one engine driver per plugin setting (vLLM
     loads its plugins once per process), in order; tp_vars: the two-rank
     run's variables (tp_env)."""
-    groups = {"off": (OFF, []), "on": (ON, []), "blacklist": (BLACKLIST, [])}
+    groups: dict[str, tuple[dict[str, str], list[dict[str, object]]]] = {
+        "off": (OFF, []), "on": (ON, []), "blacklist": (BLACKLIST, [])}
 
     def add(name, model, dtype, mode, force=None, **extra):
         setting = name.rpartition("-")[2]
@@ -188,9 +190,10 @@ def runs(tmp_path_factory):
         del base[name]
     manifest, files = root / "frozen.yaml", root / "tp-files"
     files.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "fldispatch", "freeze", "--output",
-                           str(manifest)], env=dict(base, **FROZEN_UNDER),
-                          capture_output=True, text=True)
+    # Any: proc also holds the engine runs' results below, made without text=True
+    proc: subprocess.CompletedProcess[Any] = subprocess.run(
+        [sys.executable, "-m", "fldispatch", "freeze", "--output", str(manifest)],
+        env=dict(base, **FROZEN_UNDER), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     names = []
     for i, (setting, specs) in enumerate(plan(paths, tp_env(manifest, str(files)))):
@@ -217,7 +220,7 @@ def runs(tmp_path_factory):
 def read_stats(result):
     """(op, impl_id, dtype) -> calls, summed over the run's workers (their
     fldispatch.stats(), taken through collective_rpc before shutdown)."""
-    total = {}
+    total: dict[tuple[str, str, str], int] = {}
     for report in result.get("workers") or []:
         for row in (report or {}).get("stats") or []:
             key = (row["op"], row["impl_id"], row["dtype"])
@@ -435,7 +438,7 @@ def test_the_variables_and_the_manifest_reach_every_rank(runs):
 def rank_files(r, pattern):
     """{rank: [path]} of the two-rank run's files matching pattern, named
     <kind>-<rank>-<pid>.json (%r and %p of the variables filled in)."""
-    found = {}
+    found: dict[int, list[str]] = {}
     for path in glob.glob(os.path.join(r["files"], pattern)):
         rank = os.path.basename(path).split("-")[1]
         found.setdefault(int(rank), []).append(path)

@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -45,10 +46,11 @@ def quick_start():
     text = PAGE.read_text(encoding="utf-8")
     start = text.index("## Quick start")
     section = text[start:text.index("\n## ", start + 1)]
-    sh = re.search(r"^```sh\n(.*?)^```", section, re.S | re.M).group(1)
-    code = re.search(r"^```python\n(.*?)^```", section, re.S | re.M).group(1)
-    command = re.search(r"run `([^`]*python quickstart\.py)`", section).group(1)
-    return [line for line in sh.splitlines() if line.strip()], code, command
+    sh = re.search(r"^```sh\n(.*?)^```", section, re.S | re.M)
+    code = re.search(r"^```python\n(.*?)^```", section, re.S | re.M)
+    command = re.search(r"run `([^`]*python quickstart\.py)`", section)
+    assert sh is not None and code is not None and command is not None, section
+    return [line for line in sh.group(1).splitlines() if line.strip()], code.group(1), command.group(1)
 
 
 def pins():
@@ -95,7 +97,7 @@ def test_the_quick_start_runs_as_printed(tmp_path):
     for op in ("rms_norm", "fused_add_rms_norm"):
         lines = [line for line in text.splitlines()
                  if f"fldispatch: vLLM IR op {op} has provider 'fldispatch'" in line]
-        pids = [re.search(r"pid=(\d+)", line).group(1) for line in lines]
+        pids = [cast("re.Match[str]", re.search(r"pid=(\d+)", line)).group(1) for line in lines]
         assert len(pids) == len(set(pids)) == 3, (op, lines)
         for process in ("MainProcess", "EngineCore", "VllmWorker"):
             assert any(f"({process}" in line for line in lines), (op, process, lines)

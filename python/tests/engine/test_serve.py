@@ -85,9 +85,12 @@ def serve_block():
     comments and blank lines dropped."""
     text = PAGE.read_text(encoding="utf-8")
     start = text.index(SECTION)
-    section = text[start:re.compile(r"^#{2,3} ", re.M).search(text, start + 1).start()]
-    sh = re.search(r"^```sh\n(.*?)^```", section, re.S | re.M).group(1)
-    return [line.strip() for line in sh.replace("\\\n", " ").splitlines()
+    end = re.compile(r"^#{2,3} ", re.M).search(text, start + 1)
+    assert end is not None, SECTION
+    section = text[start:end.start()]
+    sh = re.search(r"^```sh\n(.*?)^```", section, re.S | re.M)
+    assert sh is not None, section
+    return [line.strip() for line in sh.group(1).replace("\\\n", " ").splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
 
 

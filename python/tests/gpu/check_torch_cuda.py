@@ -27,6 +27,7 @@ import os
 import sys
 import time
 import traceback
+from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -58,7 +59,7 @@ ops = torch.ops.fldispatch
 DEV = "cuda"
 TOL = {torch.float32: (1e-5, 1.3e-6), torch.float16: (1e-3, 1e-3),
        torch.bfloat16: (1e-3, 1.6e-2)}
-CHECKS = []
+CHECKS: list[tuple[str, Callable[[], Any]]] = []
 
 
 def check(name):

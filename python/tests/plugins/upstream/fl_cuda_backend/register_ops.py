@@ -11,7 +11,7 @@ def _bind_is_available(fn, is_available_fn):
     def wrapper(*args, **kwargs):
         return fn(*args, **kwargs)
 
-    wrapper._is_available = is_available_fn
+    wrapper._is_available = is_available_fn  # type: ignore[attr-defined]  # read by OpImpl.is_available
     return wrapper
 
 

@@ -5,7 +5,7 @@ import torch
 
 from vllm_fl.dispatch.backends.base import Backend
 
-CALLS = []
+CALLS: list[str] = []
 
 
 class GemsLike(Backend):

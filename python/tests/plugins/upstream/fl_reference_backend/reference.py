@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from vllm_fl.dispatch.backends.base import Backend
 
-CALLS = []
+CALLS: list[str] = []
 
 
 class TorchReference(Backend):
