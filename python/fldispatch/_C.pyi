@@ -18,17 +18,27 @@ DLPACK_MINOR: int
 POLICY_WHOLE: int
 
 class Error(Exception):
+    # None on the base class; each subclass's is its library status
     status: int | None
 
-class InvalidArgumentError(Error, ValueError): ...
-class NotFoundError(Error): ...
-class UnavailableError(Error): ...
-class ConfigError(Error, ValueError): ...
-class PluginError(Error): ...
-class ImplementationError(Error): ...
-class OutOfMemoryError(Error, MemoryError): ...
-class UnsupportedError(Error): ...
-class StateError(Error): ...
+class InvalidArgumentError(Error, ValueError):
+    status: int
+class NotFoundError(Error):
+    status: int
+class UnavailableError(Error):
+    status: int
+class ConfigError(Error, ValueError):
+    status: int
+class PluginError(Error):
+    status: int
+class ImplementationError(Error):
+    status: int
+class OutOfMemoryError(Error, MemoryError):
+    status: int
+class UnsupportedError(Error):
+    status: int
+class StateError(Error):
+    status: int
 
 class OpCaller:
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...

@@ -163,6 +163,17 @@ def test_each_class_has_the_bases_of_the_extension(name):
         [b.__name__ for b in getattr(_C, name).__bases__ if b is not object]
 
 
+@pytest.mark.parametrize("name", sorted(n for n in DEFINED if isinstance(getattr(_C, n), type)
+                                         and issubclass(getattr(_C, n), _C.Error)))
+def test_each_error_class_declares_the_status_it_has(name):
+    stub = DECLARED[name]
+    assert isinstance(stub, ast.ClassDef), name
+    declared = [ast.unparse(node.annotation) for node in stub.body
+                if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "status"]
+    status = getattr(_C, name)("x").status
+    assert declared == ["int | None" if status is None else "int"], (name, status)
+
+
 @pytest.mark.parametrize("name", sorted(n for n in DEFINED if isinstance(getattr(_C, n), int)))
 def test_each_constant_is_an_int(name):
     stub = DECLARED[name]
