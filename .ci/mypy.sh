@@ -32,6 +32,11 @@ echo "python: mypy $pinned over $count files of python/fldispatch and python/tes
 # From the root, with mypy.ini's settings, over every other Python file git
 # tracks: named here rather than by mypy.ini's folders, so that a script in a
 # new folder is checked too.
-git ls-files '*.py' | grep -v -e '^python/fldispatch/' -e '^python/tests/typing/' >"$cache/scripts.txt"
+# (A tarball without .git: every .py file but build/'s.)
+if [ -d .git ] || [ -f .git ]; then
+    git ls-files -- '*.py'
+else
+    find . -path ./build -prune -o -name '*.py' -print | sed 's|^\./||'
+fi | grep -v -e '^python/fldispatch/' -e '^python/tests/typing/' >"$cache/scripts.txt"
 "$mypy" --config-file mypy.ini --cache-dir "$cache/scripts" --no-error-summary @"$cache/scripts.txt" >&2
 echo "python: mypy $pinned over the other $(grep -c . "$cache/scripts.txt") Python files (tests, bench/, .ci/, setup.py; mypy.ini), clean"
