@@ -318,14 +318,13 @@ def _reject(name: str, version: str | None, origin: str, reason: str) -> None:
 # ---- discovery -----------------------------------------------------------------
 
 _discovered = False
-_discovering = False
 # Guards the discovery's state below, held only while it is read or changed
 # (never while a plugin's code runs), and taken only by `with`, whose taking
 # and releasing no KeyboardInterrupt can come between (a lock's own
 # __enter__ is C; a Condition's or an Event's is Python, where one can).
 _state = _threading.Lock()
-# While discovery runs: the discovering thread, the threads alive when it
-# began, and the plugin it is loading, (name, source).
+# While discovery runs: the discovering thread (None while none runs), the
+# threads alive when it began, and the plugin it is loading, (name, source).
 _discoverer: int | None = None
 _threads_before: frozenset[int | None] = frozenset()
 _loading: tuple[str, str] | None = None
@@ -357,7 +356,7 @@ def _ensure_plugins() -> bool:
     from any thread, resumes with the plugins not yet looked at.
     Returns True when discovery is complete, False on the discovering
     thread during it."""
-    global _discovered, _discovering, _discoverer, _loading
+    global _discovered, _discoverer, _loading
     if _discovered:
         return True
     me = _threading.get_ident()
@@ -375,7 +374,6 @@ def _ensure_plugins() -> bool:
         # taken
         with _state:
             if _discoverer == me:
-                _discovering = False
                 _discoverer = None
                 _loading = None
     return True
@@ -386,7 +384,7 @@ def _claim_discovery(me: int) -> bool:
     another thread's discovery is done; while one runs, waits for it,
     raising StateError where waiting would never end (see
     DEADLOCK_WARN_S)."""
-    global _discovering, _discoverer, _threads_before
+    global _discoverer, _threads_before
     since = None
     warned = False
     pause = _POLL_S / 64
@@ -394,8 +392,7 @@ def _claim_discovery(me: int) -> bool:
         with _state:
             if _discovered:
                 return False
-            if not _discovering:
-                _discovering = True
+            if _discoverer is None:
                 _discoverer = me
                 _threads_before = frozenset(t.ident for t in _threading.enumerate())
                 return True
@@ -474,11 +471,10 @@ def _after_fork_in_child() -> None:
     register function) goes on with its discovery. Either way the child's
     lock is a new one (the parent's may have been held by a thread the
     child does not have)."""
-    global _state, _discovering, _discoverer, _loading
+    global _state, _discoverer, _loading
     _state = _threading.Lock()
-    if _discovering and _discoverer == _threading.get_ident():
+    if _discoverer == _threading.get_ident():
         return
-    _discovering = False
     _discoverer = None
     _loading = None
 

@@ -140,12 +140,11 @@ def settle() -> str | None:
         elif not theirs.handlers and hooked:
             kind = HoldUntilVllmConfigures
     wanted = joined_loggers()
-    result: dict[str, bool] = {}
-    for name in wanted + [name for name in _set if name not in wanted]:
-        result[name] = _settle_one(name, kind if name in wanted else None, theirs)
+    settled = {name: _settle_one(name, kind if name in wanted else None, theirs)
+               for name in wanted + [name for name in _set if name not in wanted]}
     names: dict[type[logging.Handler] | None, str] = {IntoVllmLog: "joined",
                                                       HoldUntilVllmConfigures: "holds"}
-    return names.get(kind) if result[PACKAGE_LOGGER] else None
+    return names.get(kind) if settled[PACKAGE_LOGGER] else None
 
 
 def _settle_one(name: str,
