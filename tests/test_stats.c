@@ -988,6 +988,10 @@ START_TEST(interval_survives_a_kill_and_runs_in_forked_children)
     setenv("VLLM_FL_STATS_INTERVAL", "0.1", 1);
     ck_assert_int_eq(fld_init(), FLD_OK);
     ck_assert_int_eq(call_silu(), FLD_OK);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/stats-%d.json", tmp_dir, (int)getpid());
+    /* The writer has written once: its thread is past its start (see fork_between_bursts). */
+    expect_in_file(path, SILU_CALLS(1), "the parent's file before the fork");
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -997,7 +1001,6 @@ START_TEST(interval_survives_a_kill_and_runs_in_forked_children)
         for (;;)
             pause();
     }
-    char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/stats-%d.json", tmp_dir, (int)pid);
     char *text = await_text(path, SILU_CALLS(5));
     kill(pid, SIGKILL);
@@ -1043,7 +1046,8 @@ static bool whole_trace(const char *text, char *why, size_t size)
     return true;
 }
 
-static _Atomic int forking_done;
+static _Atomic int forking_done, bursts_called;
+static pthread_mutex_t burst_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Calls in bursts of 100 every 10 ms: the trace keeps growing (so that each interval rewrites
  * it) without filling up for half a minute (a full one is no longer rewritten). */
@@ -1051,12 +1055,48 @@ static void *call_until_done(void *arg)
 {
     (void)arg;
     while (!atomic_load(&forking_done)) {
+        pthread_mutex_lock(&burst_lock);
         for (int i = 0; i < 100; i++)
-            if (call_silu() != FLD_OK)
+            if (call_silu() != FLD_OK) {
+                pthread_mutex_unlock(&burst_lock);
+                atomic_fetch_add(&bursts_called, 1); /* ends the test's wait */
                 return (void *)1;
+            }
+        pthread_mutex_unlock(&burst_lock);
+        atomic_fetch_add(&bursts_called, 1);
         usleep(10 * 1000);
     }
     return NULL;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+/*
+ * GCC 12's AddressSanitizer takes none of its allocator's locks around
+ * fork() (glibc's malloc does): a child forked while another thread was in
+ * malloc() or free() inherits that lock held, and its first allocation
+ * (starting its writer thread) waits forever. A thread allocates as it
+ * starts, too, so the forks begin once the caller has called, and in that
+ * build its bursts pause while the test forks; the writes still overlap the
+ * calls.
+ */
+static pid_t fork_between_bursts(void)
+{
+#ifdef UNDER_ASAN
+    pthread_mutex_lock(&burst_lock);
+    pid_t pid = fork();
+    if (pid != 0)
+        pthread_mutex_unlock(&burst_lock);
+    return pid;
+#else
+    return fork();
+#endif
 }
 
 /*
@@ -1082,14 +1122,17 @@ START_TEST(fork_waits_for_a_periodic_write)
         ck_assert_int_eq(call_silu(), FLD_OK);
     atomic_store(&forking_done, 0);
     pthread_t caller;
+    atomic_store(&bursts_called, 0);
     ck_assert_int_eq(pthread_create(&caller, NULL, call_until_done, NULL), 0);
+    while (atomic_load(&bursts_called) == 0)
+        usleep(1000);
     int children = 0, checked = 0;
     ino_t seen = 0;
     char why[256] = "";
     bool whole = true;
     double start = now_s();
     for (; whole && now_s() < start + 30 && (now_s() < start + 2 || checked < 3); children++) {
-        pid_t pid = fork();
+        pid_t pid = fork_between_bursts();
         ck_assert_int_ge(pid, 0);
         if (pid == 0)
             exit(0);
