@@ -27,7 +27,7 @@ if _typing.TYPE_CHECKING:
 
     from .json_types import Configuration, Explanation, ImplRecord, PluginRecord
 
-from . import _C
+from . import _C, _logbridge
 from ._C import (  # noqa: F401  (re-exported)
     ConfigError,
     Error,
@@ -395,8 +395,11 @@ def clear_failed_impls(op: str | None = None) -> None:
 
 def set_log_level(level: str | int) -> None:
     """The library's log level: "debug", "info", "warning", "error", "off"
-    (any case), or a number (10, 20, 30, 40, 100)."""
+    (any case), or a number (10, 20, 30, 40, 100). Inside vLLM, the lines
+    at that level reach vLLM's log whatever VLLM_LOGGING_LEVEL says, as
+    with VLLM_FL_LOG_LEVEL (fldispatch.vllm_log)."""
     _C.set_log_level(level)
+    _logbridge.choose_level(_C.get_log_level())
 
 
 def get_log_level() -> str | int:

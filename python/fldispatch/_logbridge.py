@@ -33,10 +33,14 @@ from typing import Callable
 #: The logger the library's lines go to (fldispatch.compat.alias switches it
 #: through route_to()).
 logger_name = "fldispatch"
-#: Called, without arguments, each time route_to() switches logger_name
-#: (the vLLM plugin's fldispatch.vllm_log.settle(), which sets the new
-#: logger up).
-on_route_change: list[Callable[[], object]] = []
+#: The library's level as the program set it (fldispatch.set_log_level()),
+#: in logging's numbers; None where the program has not set it, or set it
+#: to "off", which leaves no line to show.
+chosen_level: int | None = None
+#: Called, without arguments, each time route_to() switches logger_name or
+#: choose_level() records a level (the vLLM plugin's
+#: fldispatch.vllm_log.settle(), which sets the loggers up for it).
+on_change: list[Callable[[], object]] = []
 #: Where the records say the library's lines come from.
 SOURCE = "libfldispatch.so"
 _loggers: dict[str, logging.Logger] = {}
@@ -58,7 +62,20 @@ def route_to(name: str) -> None:
     if name == logger_name:
         return
     logger_name = name
-    for callback in list(on_route_change):
+    _changed()
+
+
+def choose_level(level: str | int) -> None:
+    """Records the level the program set the library to (a name as
+    fldispatch.set_log_level() takes it, or a number)."""
+    global chosen_level
+    number = level if isinstance(level, int) else logging.getLevelName(level.upper())
+    chosen_level = number if isinstance(number, int) and number <= logging.CRITICAL else None
+    _changed()
+
+
+def _changed() -> None:
+    for callback in list(on_change):
         callback()
 
 

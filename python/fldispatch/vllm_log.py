@@ -42,13 +42,14 @@ sitecustomize, say) or after (settle() runs again as the alias switches
 the library's logger), and leaves it as Python made it again once the
 alias is gone.
 
-The library's own level (VLLM_FL_LOG_LEVEL) still decides first which of
-its lines exist. Where that variable is set, the operator asked for the
-library's lines at that level: they reach vLLM's handlers whatever
-VLLM_LOGGING_LEVEL says (as vllm-plugin-FL's own logger, whose level
-VLLM_FL_LOG_LEVEL sets); so VLLM_FL_LOG_LEVEL=INFO shows which
-implementation serves each op, and with DEBUG, VLLM_FL_DISPATCH_DEBUG=1's
-lines. The plugin's Python lines keep vLLM's level.
+The library's own level (VLLM_FL_LOG_LEVEL, fldispatch.set_log_level())
+still decides first which of its lines exist. Where the variable is set, or
+the program set the level, the library's lines at that level were asked
+for: they reach vLLM's handlers whatever VLLM_LOGGING_LEVEL says (as
+vllm-plugin-FL's own logger, whose level VLLM_FL_LOG_LEVEL sets); so
+VLLM_FL_LOG_LEVEL=INFO shows which implementation serves each op, and with
+DEBUG, VLLM_FL_DISPATCH_DEBUG=1's lines. The plugin's Python lines keep
+vLLM's level.
 """
 
 import logging
@@ -101,8 +102,12 @@ class HoldUntilVllmConfigures(logging.Handler):
 
 
 def library_level() -> int | None:
-    """VLLM_FL_LOG_LEVEL's level as logging numbers it, or None where it is
-    not set (the library refuses a value it does not know as it starts)."""
+    """The library's level as the program set it (fldispatch.set_log_level())
+    or, where it has not, as VLLM_FL_LOG_LEVEL sets it, in logging's
+    numbers; None where neither is set (the library refuses a value it does
+    not know as it starts)."""
+    if _logbridge.chosen_level is not None:
+        return _logbridge.chosen_level
     level = logging.getLevelName(os.environ.get(LIBRARY_LEVEL_VARIABLE, "").strip().upper())
     return level if isinstance(level, int) else None
 
@@ -130,8 +135,8 @@ def settle() -> str | None:
     joins as Python made it. Returns "joined", "holds", or None where it
     leaves the package logger as it is (the program's, or Python's)."""
     hooked = _hook_vllms_configuration()
-    if settle not in _logbridge.on_route_change:
-        _logbridge.on_route_change.append(settle)  # the alias installed or removed later
+    if settle not in _logbridge.on_change:
+        _logbridge.on_change.append(settle)  # the alias or the library's level, changed later
     theirs = logging.getLogger(VLLM_LOGGER)
     kind: type[IntoVllmLog] | type[HoldUntilVllmConfigures] | None = None
     if not logging.getLogger().handlers:

@@ -187,6 +187,29 @@ def test_vllm_fl_log_level_shows_the_librarys_lines_at_its_level():
     assert not [line for line in got if "fldispatch.vllm" in line], out
 
 
+def test_a_level_the_program_sets_counts_as_vllm_fl_log_level():
+    # fldispatch.set_log_level() after the plugin settled: the library's
+    # lines at the new level reach vLLM's log whatever vLLM's level; "off"
+    # leaves none
+    out = run("""
+        vllm_configures(logging.ERROR)  # VLLM_LOGGING_LEVEL=ERROR
+        settled("vLLM at ERROR")
+        fldispatch.set_log_level("debug")
+        lines("library at DEBUG")  # the reload's DEBUG lines: the platform it finds
+        fldispatch.set_log_level("off")
+        lines("library off")
+    """)
+    got = shown(out.stdout)
+    at_debug, off = got.index("-- library at DEBUG"), got.index("-- library off")
+    assert got[:at_debug] == ["settled: joined", "-- vLLM at ERROR"], out
+    debug = [line for line in got[at_debug:off]
+             if line.startswith("vLLM: DEBUG fldispatch [libfldispatch.so:0] platform")]
+    assert debug, out
+    assert got[off - 1] == LIBRARY_IN_VLLM, out
+    assert got[off:] == ["-- library off"], out
+    assert not [line for line in got if "fldispatch.prometheus" in line], out
+
+
 def test_in_vllms_driver_the_lines_nothing_would_show_wait_for_vllms_logging():
     # vLLM's driver loads the plugin before it configures its logging (a
     # stand-in vllm.logger here; test_vllm_ir.py has vLLM's own): the
