@@ -44,7 +44,6 @@ from ._C import (  # noqa: F401  (re-exported)
     load_plugin,
     oot_op_enabled,
     prepare,
-    reload,
     set_stream,
     stats,
     stats_enable,
@@ -400,6 +399,15 @@ def set_log_level(level: str | int) -> None:
     with VLLM_FL_LOG_LEVEL (fldispatch.vllm_log)."""
     _C.set_log_level(level)
     _logbridge.choose_level(_C.get_log_level())
+
+
+def reload() -> None:
+    """Re-reads the environment and the configuration files and rescans the
+    plugin directories (atomic: on ConfigError nothing changes). The log
+    level is VLLM_FL_LOG_LEVEL's again: one set_log_level() set ends."""
+    _C.reload()
+    _C.log_flush()  # the reload's own lines, at the level they came at
+    _logbridge.choose_level(None)
 
 
 def get_log_level() -> str | int:

@@ -65,11 +65,12 @@ def route_to(name: str) -> None:
     _changed()
 
 
-def choose_level(level: str | int) -> None:
+def choose_level(level: str | int | None) -> None:
     """Records the level the program set the library to (a name as
-    fldispatch.set_log_level() takes it, or a number)."""
+    fldispatch.set_log_level() takes it, or a number); None: the library's
+    level is the environment's again (fldispatch.reload())."""
     global chosen_level
-    number = level if isinstance(level, int) else logging.getLevelName(level.upper())
+    number = logging.getLevelName(level.upper()) if isinstance(level, str) else level
     chosen_level = number if isinstance(number, int) and number <= logging.CRITICAL else None
     _changed()
 
