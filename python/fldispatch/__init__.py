@@ -403,8 +403,9 @@ def set_log_level(level: str | int) -> None:
 
 def reload() -> None:
     """Re-reads the environment and the configuration files and rescans the
-    plugin directories (atomic: on ConfigError nothing changes). The log
-    level is VLLM_FL_LOG_LEVEL's again: one set_log_level() set ends."""
+    plugin directories (atomic: on ConfigError nothing changes). A level
+    set with set_log_level() ends there: the level is VLLM_FL_LOG_LEVEL's
+    again."""
     _C.reload()
     _C.log_flush()  # the reload's own lines, at the level they came at
     _logbridge.choose_level(None)
